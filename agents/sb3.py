@@ -1,0 +1,45 @@
+"""Build SB3 models for ``LLMSched-v0`` and wrap trained ones as a ``Policy``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from sb3_contrib import MaskablePPO
+from stable_baselines3 import A2C, PPO
+from stable_baselines3.common.base_class import BaseAlgorithm
+
+ALGOS: dict[str, type[BaseAlgorithm]] = {"maskable_ppo": MaskablePPO, "ppo": PPO, "a2c": A2C}
+
+
+def make_model(algo: str, env: gym.Env, seed: int, tensorboard_log: str | None = None, **kwargs: Any) -> BaseAlgorithm:
+    """A fresh ``algo`` model with an MLP policy on ``env``."""
+    if algo not in ALGOS:
+        raise ValueError(f"unknown algorithm {algo!r}; available: {', '.join(ALGOS)}")
+    return ALGOS[algo]("MlpPolicy", env, seed=seed, tensorboard_log=tensorboard_log, verbose=0, **kwargs)
+
+
+class SB3Policy:
+    """A trained SB3 model acting through the ``Policy`` protocol (deterministic actions)."""
+
+    def __init__(self, model: BaseAlgorithm) -> None:
+        self.model = model
+        self._masked = isinstance(model, MaskablePPO)
+
+    @classmethod
+    def load(cls, path: str | Path, algo: str = "maskable_ppo") -> SB3Policy:
+        if algo not in ALGOS:
+            raise ValueError(f"unknown algorithm {algo!r}; available: {', '.join(ALGOS)}")
+        try:
+            return cls(ALGOS[algo].load(str(path), device="cpu"))
+        except (OSError, ValueError, KeyError) as exc:
+            raise ValueError(f"cannot load a {algo} model from {path}: {exc}") from None
+
+    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
+        if self._masked:
+            action, _ = self.model.predict(observation, action_masks=action_mask, deterministic=True)
+        else:
+            action, _ = self.model.predict(observation, deterministic=True)
+        return np.asarray(action, dtype=np.int64)

@@ -1,0 +1,97 @@
+"""Heuristic schedulers that act only through the env's action space.
+
+Each baseline is a ``Policy`` (``act(observation, action_mask) -> action``) built from a policy context
+(``LLMSchedEnv.policy_context()``: engine config, tenants, cost model, action spec, observation names), so it
+runs wherever an agent runs: in the simulator env and in the torch runtime. Every action it returns lies
+inside the mask it was given. Importing this package needs numpy and the core only (no gymnasium, no torch).
+
+    >>> policy = baselines.make("slo_aware", env.unwrapped.policy_context(), seed=0)
+    >>> action = policy.act(obs, env.unwrapped.action_masks())
+
+| name | rule | from |
+|---|---|---|
+| fcfs | FCFS, decode-first chunked prefill, budget ~2048, admit all that fit | vLLM v1 default |
+| prefill_first | as fcfs, but prefill-only iterations while prefill is pending | vLLM v0 / SGLang default |
+| priority_aging | tenant priority with aging | vLLM priority scheduling |
+| sjf | shortest prefill first, starvation guard | length-aware schedulers |
+| lpm | longest cached prefix first | SGLang lpm |
+| vtc | least-served tenant first | VTC (Sheng et al., OSDI'24) |
+| kv_guard | as fcfs, keep 10% KV free, admit <= 8 per iteration | Orca / SGLang conservative admission |
+| sarathi | budget = chunk from the TPOT SLO, fixed | Sarathi-Serve stall-free batching |
+| slo_aware | EDF, TTFT shedding, budget from the TPOT SLO per iteration | EDF + Mooncake early rejection |
+| random | uniform valid action | floor |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from baselines.base import BaselinePolicy, StaticPolicy
+from baselines.random_policy import RandomPolicy
+from baselines.rules import (
+    FCFSPolicy,
+    KVGuardPolicy,
+    LPMPolicy,
+    PrefillFirstPolicy,
+    PriorityAgingPolicy,
+    SJFPolicy,
+    VTCPolicy,
+    fcfs_decision,
+)
+from baselines.slo import SarathiPolicy, SLOAwarePolicy, tpot_budget
+from llmsched_env.decision import Policy, PolicyContext
+
+__all__ = [
+    "REGISTRY",
+    "BaselinePolicy",
+    "FCFSPolicy",
+    "KVGuardPolicy",
+    "LPMPolicy",
+    "Policy",
+    "PrefillFirstPolicy",
+    "PriorityAgingPolicy",
+    "RandomPolicy",
+    "SJFPolicy",
+    "SLOAwarePolicy",
+    "SarathiPolicy",
+    "StaticPolicy",
+    "VTCPolicy",
+    "available",
+    "fcfs_decision",
+    "make",
+    "tpot_budget",
+]
+
+Factory = Callable[[PolicyContext, "int | None"], Policy]
+
+REGISTRY: dict[str, Factory] = {
+    cls.name: cls
+    for cls in (
+        FCFSPolicy,
+        PrefillFirstPolicy,
+        PriorityAgingPolicy,
+        SJFPolicy,
+        LPMPolicy,
+        VTCPolicy,
+        KVGuardPolicy,
+        SarathiPolicy,
+        SLOAwarePolicy,
+        RandomPolicy,
+    )
+}
+
+
+def available() -> list[str]:
+    """Names ``make`` accepts, in the order of the table above."""
+    return list(REGISTRY)
+
+
+def make(name: str, ctx: PolicyContext, seed: int | None = None) -> Policy:
+    """The baseline ``name`` built for ``ctx``. ``seed`` drives the random ones (the others ignore it).
+
+    Raises ``ValueError`` listing the available names when ``name`` is unknown.
+    """
+    factory = REGISTRY.get(name)
+    if factory is None:
+        raise ValueError(f"unknown baseline {name!r}; available baselines: {', '.join(available())}")
+    return factory(ctx, seed)

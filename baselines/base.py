@@ -1,0 +1,100 @@
+"""What every baseline shares: the context it is built from and the cheap masked emission of its action.
+
+A baseline decides which ``Decision`` it wants, turns it into an action with ``ActionSpec.encode`` once, at
+construction, and at every engine iteration only moves the components that the mask forbids to their first
+valid option (``ActionSpec.project``). Projections are cached per mask, so ``act`` costs a dict lookup and
+a copy. Baselines import ``decision`` and the core only (no gymnasium, no torch): they run unchanged in
+the simulator env and in the torch runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from llmsched_env.core.batch import Decision
+from llmsched_env.decision import ActionSpec, PolicyContext
+
+__all__ = ["BaselinePolicy", "StaticPolicy", "nearest_option", "valid_mask"]
+
+_MAX_CACHED_MASKS = 64  # the env produces 4 mask patterns; the bound only guards against odd callers
+
+
+def nearest_option(options: Sequence[int], value: int) -> int:
+    """The option nearest ``value`` (the lower one on a tie), as ``ActionSpec.encode`` picks it."""
+    return min(options, key=lambda o: (abs(o - value), o))
+
+
+def valid_mask(spec: ActionSpec, mask: np.ndarray) -> np.ndarray:
+    """``mask`` as a bool array, or ``ValueError`` when its size is wrong or a component has no valid option."""
+    m = np.asarray(mask, dtype=bool)
+    if m.shape != (spec.mask_size,):
+        raise ValueError(f"action_mask must have shape ({spec.mask_size},), got {np.shape(mask)}")
+    start = 0
+    for i, n in enumerate(spec.nvec):
+        if not m[start : start + n].any():
+            raise ValueError(f"action_mask leaves action component {i} without a valid option")
+        start += n
+    return m
+
+
+class BaselinePolicy:
+    """A policy that emits one of a few precomputed actions, each projected onto the mask (cached).
+
+    Subclasses fill ``self._actions`` (one action per situation, e.g. per number of decodes) and call
+    ``self._emit(i, action_mask)`` from ``act``.
+    """
+
+    name = "baseline"
+
+    def __init__(self, ctx: PolicyContext, seed: int | None = None) -> None:
+        self.ctx = ctx
+        self.spec: ActionSpec = ctx.action_spec
+        self.seed = seed
+        self._actions: list[np.ndarray] = []
+        self._cache: list[dict[bytes, np.ndarray]] = []
+
+    def _set_actions(self, decisions: Sequence[Decision]) -> None:
+        self._actions = []
+        for d in decisions:
+            a = self.spec.encode(d)
+            a.setflags(write=False)
+            self._actions.append(a)
+        self._cache = [{} for _ in self._actions]
+
+    def _emit(self, i: int, action_mask: np.ndarray) -> np.ndarray:
+        if action_mask.dtype != np.bool_:
+            action_mask = np.asarray(action_mask, dtype=bool)
+        cache = self._cache[i]
+        key = action_mask.tobytes()
+        out = cache.get(key)
+        if out is None:
+            out = self.spec.project(self._actions[i], valid_mask(self.spec, action_mask))
+            out.setflags(write=False)
+            if len(cache) >= _MAX_CACHED_MASKS:
+                cache.clear()
+            cache[key] = out
+        return out.copy()
+
+    def decision_for(self, i: int = 0) -> Decision:
+        """The knobs of precomputed action ``i`` (before masking), as the engine will read them."""
+        return self.spec.decode(self._actions[i])
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.decision_for(0)})"
+
+
+class StaticPolicy(BaselinePolicy):
+    """The same knobs every iteration: ``decide(ctx)`` once, then only masking at ``act`` time."""
+
+    def __init__(self, ctx: PolicyContext, seed: int | None = None) -> None:
+        super().__init__(ctx, seed)
+        self.decision = self.decide(ctx)
+        self._set_actions([self.decision])
+
+    def decide(self, ctx: PolicyContext) -> Decision:
+        raise NotImplementedError
+
+    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
+        return self._emit(0, action_mask)

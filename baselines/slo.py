@@ -1,0 +1,118 @@
+"""Rules that size the token budget from the TPOT SLO through the cost model.
+
+In the decode-first hybrid every running decode rides along with the iteration's prefill chunks, so the
+iteration time is every decode's inter-token gap. Sarathi-Serve (Agrawal et al., OSDI'24) therefore picks
+the largest chunk whose iteration still meets the TBT target ("stall-free batching"); ``slo_aware`` does the
+same per iteration for the current number of decodes, and adds the EDF order and Mooncake-style early
+rejection of requests that can no longer meet their TTFT.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from baselines.base import BaselinePolicy, StaticPolicy
+from llmsched_env.core.batch import Decision, QueueOrder
+from llmsched_env.core.cost_model import CostModel
+from llmsched_env.decision import UNLIMITED, ActionSpec, PolicyContext
+
+__all__ = ["TYPICAL_CONTEXT_TOKENS", "SLOAwarePolicy", "SarathiPolicy", "hybrid_step_time_s", "tpot_budget"]
+
+TYPICAL_CONTEXT_TOKENS = 1024  # context length assumed for each running decode when pricing an iteration
+
+
+def hybrid_step_time_s(
+    cost_model: CostModel, token_budget: int, num_decodes: int, context_tokens: int = TYPICAL_CONTEXT_TOKENS
+) -> float:
+    """Cost-model time of a full decode-first iteration: ``num_decodes`` decodes at ``context_tokens`` of
+    context each, and ``token_budget - num_decodes`` prefill tokens as one fresh chunk (no earlier context)."""
+    p = max(token_budget - num_decodes, 0)
+    return cost_model.step_time_s(p, num_decodes, num_decodes * context_tokens, p * (p + 1) / 2)
+
+
+def tpot_budget(
+    cost_model: CostModel,
+    spec: ActionSpec,
+    tpot_s: float,
+    num_decodes: int,
+    context_tokens: int = TYPICAL_CONTEXT_TOKENS,
+) -> int:
+    """The largest token-budget option whose full iteration (``hybrid_step_time_s``) takes at most
+    ``tpot_s``; the smallest option when none does (the decodes themselves then exceed the target)."""
+    best = spec.token_budgets[0]
+    for b in spec.token_budgets:
+        if hybrid_step_time_s(cost_model, b, num_decodes, context_tokens) <= tpot_s:
+            best = b
+    return best
+
+
+def tightest_tpot_s(ctx: PolicyContext) -> float:
+    return min(t.slo.tpot_s for t in ctx.tenants)
+
+
+class SarathiPolicy(StaticPolicy):
+    """``sarathi``: Sarathi-Serve stall-free batching. Decode-first hybrid, FCFS, and one token budget (=
+    chunk size) fixed at construction: the largest option whose iteration with a full decode batch
+    (``max_num_seqs / 2`` decodes at 1024 tokens of context, the rest prefill) meets the tightest TPOT SLO.
+    The chunk cap equals the budget; admission is unlimited, no KV reserve, no shedding."""
+
+    name = "sarathi"
+
+    def decide(self, ctx: PolicyContext) -> Decision:
+        spec = ctx.action_spec
+        budget = tpot_budget(ctx.cost_model, spec, tightest_tpot_s(ctx), ctx.engine.max_num_seqs // 2)
+        return Decision(
+            order=QueueOrder.FCFS,
+            token_budget=budget,
+            chunk_cap=budget,
+            prefill_first=False,
+            max_admit=UNLIMITED,
+            kv_reserve=0.0,
+            shed=False,
+        )
+
+
+class SLOAwarePolicy(BaselinePolicy):
+    """``slo_aware``: earliest TTFT deadline first (EDF), early rejection of requests that can no longer
+    meet their TTFT (Mooncake; the engine judges it), and a token budget re-chosen every iteration from the
+    observed number of decodes ``d`` (``run/num_decoding`` × ``max_num_seqs``) so that the iteration meets
+    the tightest TPOT SLO (``tpot_budget`` with ``d`` decodes). Chunk cap = budget; admit all that fit.
+
+    The action for every ``d`` in ``[0, max_num_seqs]`` is precomputed, so ``act`` is a lookup.
+    """
+
+    name = "slo_aware"
+
+    def __init__(self, ctx: PolicyContext, seed: int | None = None) -> None:
+        super().__init__(ctx, seed)
+        feature = "run/num_decoding"
+        if feature not in ctx.obs_names:
+            raise ValueError(f"slo_aware needs the observation feature {feature!r}; got {ctx.obs_names}")
+        self._obs_index = ctx.obs_names.index(feature)
+        self._max_seqs = ctx.engine.max_num_seqs
+        tpot_s = tightest_tpot_s(ctx)
+        self.budgets = [
+            tpot_budget(ctx.cost_model, self.spec, tpot_s, d) for d in range(self._max_seqs + 1)
+        ]  # budgets[d]: the token budget with d running decodes
+        self._set_actions(
+            [
+                Decision(
+                    order=QueueOrder.EDF,
+                    token_budget=b,
+                    chunk_cap=b,
+                    prefill_first=False,
+                    max_admit=UNLIMITED,
+                    kv_reserve=0.0,
+                    shed=True,
+                )
+                for b in self.budgets
+            ]
+        )
+
+    def num_decodes(self, observation: np.ndarray) -> int:
+        """Running decodes, read back from the normalised observation (clamped to the engine's range)."""
+        d = int(float(observation[self._obs_index]) * self._max_seqs + 0.5)
+        return 0 if d < 0 else min(d, self._max_seqs)
+
+    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
+        return self._emit(self.num_decodes(observation), action_mask)

@@ -1,0 +1,111 @@
+"""Simulator and env speed: 10,000 requests with Azure-conversation lengths under the fcfs baseline.
+
+    python bench/bench_core.py [--num-requests 10000] [--rate 8] [--env-steps 200000]
+
+Prints, on one core:
+- the bare simulator loop (core only, the fcfs decision every iteration): iterations/s and requests/s;
+- the closed loop through the env (observation, mask, the fcfs policy's act, env.step): steps/s;
+- ``env.step`` with random masked actions: steps/s;
+- peak RSS of the process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+import baselines
+import llmsched_env  # noqa: F401
+from llmsched_env.config import SLO_CLASSES, EngineConfig, TenantConfig
+from llmsched_env.core.cost_model import load_cost_model
+from llmsched_env.core.simulator import Simulator
+from llmsched_env.core.workload import LengthDist, TenantWorkload, WorkloadConfig, generate, tenant_configs
+
+TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+
+
+def azure_workload(num_requests: int, rate: float) -> WorkloadConfig:
+    lengths = LengthDist.from_file(TRACE, max_prompt_len=8192, max_output_len=2048)
+    tenant = TenantConfig("conv", SLO_CLASSES["chat"])
+    return WorkloadConfig((TenantWorkload(tenant, rate, lengths),), num_requests=num_requests)
+
+
+def bench_simulator(wl: WorkloadConfig, engine: EngineConfig) -> tuple[float, float, int]:
+    cost = load_cost_model("llama3-8b-h100")
+    requests = generate(wl, np.random.default_rng(0))
+    env = gym.make("LLMSched-v0", workload=wl, engine=engine)
+    policy = baselines.make("fcfs", env.unwrapped.policy_context())  # type: ignore[attr-defined]
+    spec = env.unwrapped.action_spec  # type: ignore[attr-defined]
+    sim = Simulator(engine, tenant_configs(wl), cost, requests)
+    obs = np.zeros(env.observation_space.shape, dtype=np.float32)
+    decision = spec.decode(policy.act(obs, spec.mask(sim.engine)))  # fcfs's knobs do not depend on state
+    t0 = time.perf_counter()
+    step = sim.step
+    while not sim.done:
+        step(decision)
+    elapsed = time.perf_counter() - t0
+    m = sim.metrics()
+    print(
+        f"  simulated {m['duration_s']:.0f} s, {int(m['num_finished'])} finished, "
+        f"slo_attainment {m['slo_attainment']:.3f}, kv_usage_mean {m['kv_usage_mean']:.2f}, "
+        f"preemptions {int(m['preemptions'])}"
+    )
+    return sim.num_steps / elapsed, len(requests) / elapsed, sim.num_steps
+
+
+def bench_env_policy(wl: WorkloadConfig, engine: EngineConfig) -> float:
+    env = gym.make("LLMSched-v0", workload=wl, engine=engine)
+    policy = baselines.make("fcfs", env.unwrapped.policy_context())  # type: ignore[attr-defined]
+    obs, _ = env.reset(seed=0)
+    masks = env.unwrapped.action_masks  # type: ignore[attr-defined]
+    steps = 0
+    t0 = time.perf_counter()
+    done = False
+    while not done:
+        obs, _, term, trunc, _ = env.step(policy.act(obs, masks()))
+        steps += 1
+        done = term or trunc
+    return steps / (time.perf_counter() - t0)
+
+
+def bench_env_random(wl: WorkloadConfig, engine: EngineConfig, num_steps: int) -> float:
+    env = gym.make("LLMSched-v0", workload=wl, engine=engine)
+    spec = env.unwrapped.action_spec  # type: ignore[attr-defined]
+    rng = np.random.default_rng(0)
+    # Random actions drawn up front; each step applies the current mask (masked components take their only
+    # valid option), so every action the env sees is valid.
+    pool = np.stack([rng.integers(0, n, size=4096) for n in spec.nvec], axis=1)
+    env.reset(seed=0)
+    masks = env.unwrapped.action_masks  # type: ignore[attr-defined]
+    project = spec.project
+    t0 = time.perf_counter()
+    for i in range(num_steps):
+        _, _, term, trunc, _ = env.step(project(pool[i & 4095], masks()))
+        if term or trunc:
+            env.reset()
+    return num_steps / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--num-requests", type=int, default=10_000)
+    p.add_argument("--rate", type=float, default=10.0, help="arrival rate, req/s (the engine saturates near 10)")
+    p.add_argument("--env-steps", type=int, default=200_000)
+    args = p.parse_args()
+    engine = EngineConfig()
+    wl = azure_workload(args.num_requests, args.rate)
+    print(f"workload: {args.num_requests} requests, Azure conv lengths, Poisson {args.rate} req/s; {engine}")
+    its, rps, n = bench_simulator(wl, engine)
+    print(f"bare simulator loop (fcfs): {its:,.0f} iterations/s, {rps:,.0f} requests/s ({n:,} iterations)")
+    print(f"env closed loop (obs + mask + fcfs.act + env.step): {bench_env_policy(wl, engine):,.0f} steps/s")
+    print(f"env.step with random masked actions: {bench_env_random(wl, engine, args.env_steps):,.0f} steps/s")
+    print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""One inference request and its lifecycle.
+
+WAITING -> RUNNING (prefill in chunks, then decode) -> FINISHED, or REJECTED (with a reason) from WAITING.
+A preempted request (recompute) goes RUNNING -> WAITING: its KV is freed and its prefill starts over over
+its prompt plus the tokens it has already produced, which the user keeps.
+
+Decoding is tracked lazily to keep the simulator's per-iteration cost independent of the batch size: a
+decoding request joins decode round ``decode_round0`` holding ``decode_out0`` output tokens, and every
+decode round of the engine adds one token to every decoding request. ``Engine.sync`` brings the explicit
+counters up to date when anyone needs them. Token timestamps are therefore stored as segments of the
+engine's decode-round clock (``token_segments``) plus the times of the tokens that ended a prefill
+(``prefill_token_s``); ``core.metrics.token_times`` rebuilds the full list.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+__all__ = ["Request", "Status"]
+
+
+class Status(IntEnum):
+    WAITING = 0
+    RUNNING = 1
+    FINISHED = 2
+    REJECTED = 3
+
+
+class Request:
+    """A request as the engine sees it. Lengths are in tokens, times in seconds of the engine clock."""
+
+    __slots__ = (
+        "arrival_s",
+        "block_table",
+        "decode_out0",
+        "decode_round0",
+        "decoding",
+        "event_round",
+        "finish_s",
+        "first_scheduled_s",
+        "first_token_s",
+        "num_cached_tokens",
+        "num_computed_tokens",
+        "num_output_tokens",
+        "num_preemptions",
+        "num_prefix_hit_tokens",
+        "output_len",
+        "prefill_token_s",
+        "prefix_hashes",
+        "prefix_id_tokens",
+        "prefix_ids",
+        "prompt_len",
+        "reject_reason",
+        "request_id",
+        "slo_resolved",
+        "status",
+        "tenant",
+        "token_segments",
+    )
+
+    def __init__(
+        self,
+        request_id: int,
+        arrival_s: float,
+        prompt_len: int,
+        output_len: int,
+        tenant: int = 0,
+        prefix_ids: tuple[int, ...] | None = None,
+        prefix_id_tokens: int = 512,
+    ) -> None:
+        if prompt_len < 1 or output_len < 1:
+            raise ValueError(
+                f"request {request_id}: prompt_len and output_len must be >= 1, got {prompt_len}, {output_len}"
+            )
+        self.request_id = request_id
+        self.arrival_s = float(arrival_s)
+        self.prompt_len = int(prompt_len)
+        self.output_len = int(output_len)
+        self.tenant = int(tenant)
+        # Ids of prompt blocks of ``prefix_id_tokens`` tokens each (Mooncake's hash_ids): equal ids at the
+        # same position mean equal content, so the KV pool's prefix cache can share them.
+        self.prefix_ids = tuple(prefix_ids) if prefix_ids else ()
+        self.prefix_id_tokens = int(prefix_id_tokens)
+        self.prefix_hashes: list[int] | None = None  # engine-block hashes, computed on first admission
+        self.status = Status.WAITING
+        self.reject_reason: str | None = None
+        self.block_table: list[int] = []
+        self.num_computed_tokens = 0  # tokens whose KV is in the cache
+        self.num_cached_tokens = 0  # of those, tokens found in the prefix cache at (re)admission
+        self.num_prefix_hit_tokens = 0  # prefix-cache hits summed over admissions
+        self.num_output_tokens = 0
+        self.num_preemptions = 0
+        self.decoding = False
+        self.decode_round0 = 0
+        self.decode_out0 = 0
+        self.event_round = -1
+        self.first_scheduled_s: float | None = None
+        self.first_token_s: float | None = None
+        self.finish_s: float | None = None
+        self.prefill_token_s: list[float] = []
+        self.token_segments: list[tuple[int, int]] = []  # [start, end) decode rounds that gave tokens
+        self.slo_resolved = False  # the reward has counted this request (met or missed)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        """Tokens the current prefill computes KV for: the prompt plus, after a preemption, every output
+        token already produced (as vLLM v1 recomputes); the prefill's last position samples the next token."""
+        return self.prompt_len + self.num_output_tokens
+
+    @property
+    def total_len(self) -> int:
+        return self.prompt_len + self.output_len
+
+    def __repr__(self) -> str:
+        return (
+            f"Request(id={self.request_id}, tenant={self.tenant}, status={self.status.name}, "
+            f"prompt={self.prompt_len}, out={self.num_output_tokens}/{self.output_len}, "
+            f"computed={self.num_computed_tokens})"
+        )

@@ -1,0 +1,229 @@
+"""``LLMSched-v0``: the Gymnasium environment. A thin wrapper: all scheduling logic lives in ``core``."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from llmsched_env.config import EngineConfig, check_positive
+from llmsched_env.core.cost_model import CostModel, load_cost_model
+from llmsched_env.core.simulator import Simulator
+from llmsched_env.core.workload import WorkloadConfig, default_workload, generate, tenant_configs
+from llmsched_env.decision import OBS_CLIP, ActionSpec, ObservationEncoder, PolicyContext
+from llmsched_env.render import render_ansi, render_rgb
+
+__all__ = ["LLMSchedEnv", "PolicyContext", "RewardConfig"]
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Weights of the named reward terms (see ``LLMSchedEnv``)."""
+
+    good: float = 1.0
+    miss: float = 1.0
+    preempt: float = 0.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            check_positive("RewardConfig", f.name, getattr(self, f.name), allow_zero=True)
+
+
+class LLMSchedEnv(gym.Env):
+    """Schedule one LLM serving engine, one engine iteration per step.
+
+    ## Description
+    Requests of several tenants arrive (Poisson, or lengths from a trace) at a continuous-batching engine
+    with a paged KV cache. Each step the agent sets the knobs of the next iteration's batch builder; the
+    simulator forms the batch (running decodes first, then unfinished prefills in chunks, then waiting
+    requests in the chosen order), the cost model times it, and the clock moves on.
+
+    ## Action space
+    ``MultiDiscrete(action_spec.nvec)``, one index per component: queue order (FCFS, priority with aging,
+    earliest TTFT deadline, shortest prompt, least-served tenant (VTC), longest cached prefix); token budget;
+    chunk cap; batch mix (decode-first hybrid / prefill-first); admission cap (0 holds admission); KV reserve
+    kept free when admitting; shedding of requests that can no longer meet their TTFT. ``action_masks()``
+    gives the valid options (sb3-contrib MaskablePPO); an in-range action that the mask forbids is moved to
+    the first valid option of each forbidden component (``info["action_projected"]``). Out-of-range, NaN or
+    wrongly shaped actions raise ``ValueError`` naming the component.
+
+    ## Observation space
+    ``Box(-10, 10, (n,), float32)`` of named features (``env.unwrapped.obs_names``):
+
+    | feature | meaning (units) |
+    |---|---|
+    | queue/num_waiting, queue/waiting_tokens | waiting requests (/ max_num_seqs), their prefill tokens (/ KV pool) |
+    | queue/oldest_wait, queue/least_ttft_slack | oldest wait and least TTFT slack (/ that tenant's TTFT SLO) |
+    | kv/used, kv/free, kv/cached | KV blocks in use, empty, cached and evictable (/ pool) |
+    | kv/reserve_demand | blocks the running set still needs to finish (/ pool) |
+    | run/num_decoding, run/num_prefilling, run/remaining_prefill, run/seq_room | running set |
+    | latency/ttft_ratio, latency/tpot_ratio | recent TTFT and TPOT over their SLO (moving average) |
+    | latency/last_step_over_tpot, latency/attainment | last iteration time / tightest TPOT SLO; attainment so far |
+    | arrival/rate | arrival-rate estimate / the workload's nominal rate |
+    | tenant/NAME/... | per tenant: waiting, running, share of service, VTC counter gap, attainment, head slack |
+
+    ## Rewards
+    Every request is counted exactly once, the moment its outcome is known: ``good`` (+1/N) when it
+    finishes within its TTFT and TPOT SLOs, ``miss`` (−1/N) when it is rejected, passes its TTFT deadline
+    without a first token, or finishes too slowly; N is the episode's number of requests. At the end of an
+    episode every arrived request still unresolved counts as a miss. With the default weights the return of
+    an episode that drains is therefore exactly ``2 · slo_attainment − 1``: maximising return is maximising
+    SLO attainment, and the early ``miss`` on a passed deadline gives the credit when the decision that caused
+    it is recent. ``preempt`` (weight 0 by default) charges each recompute preemption. Terms are reported
+    in ``info["rewards"]``.
+
+    ## Episode end
+    ``terminated`` when every request has arrived and finished or been rejected; ``truncated`` when the
+    simulated clock passes ``horizon_s`` or after ``max_steps`` steps. The last ``info["metrics"]`` holds the
+    episode metrics (TTFT/TPOT/ITL/E2E percentiles, throughput, goodput, SLO attainment, fairness, ...).
+
+    ## Arguments
+    ``workload`` (a ``WorkloadConfig``; default: two tenants, chat and batch), ``num_requests`` (overrides
+    the workload's), ``load`` (multiplies every arrival rate), ``cost_model`` (preset name, JSON path or a
+    ``CostModel``; default ``llama3-8b-h100``), ``engine`` (``EngineConfig`` or a dict of its fields),
+    ``action_spec``, ``reward`` (``RewardConfig`` or dict), ``horizon_s``, ``max_steps``, ``render_mode``
+    (``ansi`` or ``rgb_array``), ``check_invariants`` (verify the core's invariants every step; for tests).
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 10}
+
+    def __init__(
+        self,
+        workload: WorkloadConfig | None = None,
+        num_requests: int | None = None,
+        load: float = 1.0,
+        cost_model: str | CostModel = "llama3-8b-h100",
+        engine: EngineConfig | Mapping[str, Any] | None = None,
+        action_spec: ActionSpec | None = None,
+        reward: RewardConfig | Mapping[str, float] | None = None,
+        horizon_s: float = float("inf"),
+        max_steps: int = 1_000_000,
+        render_mode: str | None = None,
+        check_invariants: bool = False,
+    ) -> None:
+        super().__init__()
+        wl = workload if workload is not None else default_workload()
+        if not isinstance(wl, WorkloadConfig):
+            raise ValueError(f"workload must be a WorkloadConfig, got {type(wl).__name__}")
+        if num_requests is not None:
+            wl = WorkloadConfig(wl.tenants, num_requests, wl.arrival, wl.prefix_id_tokens)
+        check_positive("LLMSchedEnv", "load", load)
+        self.workload = wl.scaled(load) if load != 1.0 else wl
+        self.engine_config = _engine_config(engine)
+        self.cost_model = cost_model if not isinstance(cost_model, str) else load_cost_model(cost_model)
+        self.action_spec = action_spec or ActionSpec.for_engine(self.engine_config)
+        self.action_spec.check_engine(self.engine_config)
+        self.reward_config = reward if isinstance(reward, RewardConfig) else RewardConfig(**(reward or {}))
+        if not (isinstance(horizon_s, (int, float)) and horizon_s > 0):  # inf (no horizon) is allowed
+            raise ValueError(f"LLMSchedEnv.horizon_s must be > 0 (inf for none), got {horizon_s!r}")
+        if max_steps < 1:
+            raise ValueError(f"LLMSchedEnv.max_steps must be >= 1, got {max_steps}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.horizon_s = horizon_s
+        self.max_steps = max_steps
+        self.render_mode = render_mode
+        self.check_invariants = check_invariants
+        self.tenants = tenant_configs(self.workload)
+        self.encoder = ObservationEncoder(self.engine_config, self.tenants, self.workload.total_rate_rps)
+        self.obs_names = self.encoder.names
+        self.action_space = spaces.MultiDiscrete(np.array(self.action_spec.nvec, dtype=np.int64))
+        self.observation_space = spaces.Box(-OBS_CLIP, OBS_CLIP, shape=(self.encoder.size,), dtype=np.float32)
+        self.sim: Simulator | None = None
+        self.history: deque[tuple[float, int, float, float]] = deque(maxlen=600)
+        self._last_step_s = 0.0
+
+    # ---------------------------------------------------------------------------------------- gym API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):  # type: ignore[override]
+        super().reset(seed=seed)
+        requests = generate(self.workload, self.np_random)
+        self.sim = Simulator(self.engine_config, self.tenants, self.cost_model, requests)
+        self._norm = 1.0 / max(len(requests), 1)
+        self._good = self._missed = self._preempt = 0
+        self._last_step_s = 0.0
+        self.history.clear()
+        if self.check_invariants:
+            self.sim.check_invariants()
+        return self.encoder.encode(self.sim.engine), {}
+
+    def step(self, action):  # type: ignore[override]
+        sim = self.sim
+        if sim is None:
+            raise RuntimeError("call reset() before step()")
+        spec = self.action_spec
+        mask = spec.mask(sim.engine)
+        decision = spec.decode(action)  # validates: ValueError on a bad action
+        projected = False
+        a = np.asarray(action)
+        start = 0
+        for i, n in enumerate(spec.nvec):
+            if not mask[start + int(a[i])]:
+                projected = True
+                break
+            start += n
+        if projected:
+            decision = spec.decode(spec.project(a, mask))
+        t0 = sim.now_s
+        sim.step(decision)
+        self._last_step_s = sim.now_s - t0
+        if self.check_invariants:
+            sim.check_invariants()
+        engine = sim.engine
+        terminated = sim.done
+        truncated = not terminated and (sim.now_s >= self.horizon_s or sim.num_steps >= self.max_steps)
+        rc = self.reward_config
+        d_good = engine.num_good - self._good
+        d_missed = engine.num_missed - self._missed
+        d_pre = engine.num_preemptions - self._preempt
+        self._good, self._missed, self._preempt = engine.num_good, engine.num_missed, engine.num_preemptions
+        if terminated or truncated:
+            d_missed += engine.num_arrived - engine.num_good - engine.num_missed  # unresolved count as misses
+        rewards = {
+            "good": rc.good * d_good * self._norm,
+            "miss": -rc.miss * d_missed * self._norm,
+            "preempt": -rc.preempt * d_pre * self._norm,
+        }
+        info: dict[str, Any] = {"rewards": rewards, "action_projected": projected}
+        if terminated or truncated:
+            info["metrics"] = sim.metrics()
+        if self.render_mode is not None:
+            self.history.append((sim.now_s, engine.num_waiting_total, engine.pool.usage, self._last_step_s))
+        obs = self.encoder.encode(engine, self._last_step_s)
+        return obs, rewards["good"] + rewards["miss"] + rewards["preempt"], terminated, truncated, info
+
+    def action_masks(self) -> np.ndarray:
+        """Valid options of each action component, concatenated (sb3-contrib MaskablePPO)."""
+        if self.sim is None:
+            raise RuntimeError("call reset() before action_masks()")
+        return self.action_spec.mask(self.sim.engine)
+
+    def render(self):  # type: ignore[override]
+        if self.sim is None or self.render_mode is None:
+            return None
+        if self.render_mode == "ansi":
+            return render_ansi(self.sim, self._last_step_s)
+        return render_rgb(self.sim, list(self.history))
+
+    # ---------------------------------------------------------------------------------------- helpers
+    def policy_context(self) -> PolicyContext:
+        """The static facts a heuristic baseline is built from."""
+        return PolicyContext(self.engine_config, self.tenants, self.cost_model, self.action_spec, self.obs_names)
+
+
+def _engine_config(engine: EngineConfig | Mapping[str, Any] | None) -> EngineConfig:
+    if engine is None:
+        return EngineConfig()
+    if isinstance(engine, EngineConfig):
+        return engine
+    if isinstance(engine, Mapping):
+        known = {f.name for f in fields(EngineConfig)}
+        unknown = set(engine) - known
+        if unknown:
+            raise ValueError(f"engine: unknown field(s) {sorted(unknown)}; known fields are {sorted(known)}")
+        return EngineConfig(**engine)
+    raise ValueError(f"engine must be an EngineConfig or a dict, got {type(engine).__name__}")

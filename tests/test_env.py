@@ -1,0 +1,179 @@
+"""``LLMSched-v0``: API checkers, masks, invariants under random masked actions, rewards, determinism, bad input."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env as gym_check_env
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+import llmsched_env  # noqa: F401
+from llmsched_env.decision import ACTION_COMPONENTS
+
+
+def make(**kwargs) -> gym.Env:
+    kwargs.setdefault("num_requests", 80)
+    return gym.make("LLMSched-v0", **kwargs)
+
+
+def random_masked_action(env: gym.Env, rng: np.random.Generator) -> np.ndarray:
+    mask = env.unwrapped.action_masks()
+    action, start = [], 0
+    for n in env.unwrapped.action_spec.nvec:
+        valid = np.flatnonzero(mask[start : start + n])
+        action.append(int(rng.choice(valid)))
+        start += n
+    return np.array(action)
+
+
+def test_gymnasium_and_sb3_env_checkers_pass() -> None:
+    gym_check_env(make().unwrapped, skip_render_check=True)
+    sb3_check_env(make().unwrapped, warn=True)
+
+
+def test_spaces_names_and_observation_bounds() -> None:
+    env = make()
+    obs, _ = env.reset(seed=0)
+    names = env.unwrapped.obs_names
+    assert obs.shape == (len(names),) and obs.dtype == np.float32 and len(set(names)) == len(names)
+    assert "tenant/chat/vtc_gap" in names and "kv/reserve_demand" in names
+    assert len(env.action_space.nvec) == len(ACTION_COMPONENTS)
+    assert env.unwrapped.action_masks().shape == (int(env.action_space.nvec.sum()),)
+    assert env.observation_space.contains(obs)
+
+
+CONFIGS = [
+    {"num_kv_blocks": 64, "block_size": 16, "max_num_seqs": 8, "max_num_batched_tokens": 512},
+    {"num_kv_blocks": 400, "block_size": 16, "max_num_seqs": 32, "max_num_batched_tokens": 2048},
+    {"num_kv_blocks": 4096, "block_size": 16, "max_num_seqs": 128, "max_num_batched_tokens": 4096},
+]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 1000), engine=st.sampled_from(CONFIGS), load=st.sampled_from([0.5, 2.0, 8.0]))
+def test_invariants_every_step_under_random_masked_actions(seed: int, engine: dict, load: float) -> None:
+    env = make(engine=engine, load=load, check_invariants=True, num_requests=60)  # the env checks every step
+    rng = np.random.default_rng(seed)
+    obs, _ = env.reset(seed=seed)
+    steps = 0
+    while True:
+        obs, reward, term, trunc, info = env.step(random_masked_action(env, rng))
+        assert env.observation_space.contains(obs) and np.isfinite(reward)
+        assert not info["action_projected"]
+        steps += 1
+        if term or trunc:
+            break
+    m = info["metrics"]
+    assert m["num_requests"] == 60 and m["num_finished"] + m["num_rejected"] + m["num_unfinished"] == 60
+
+
+def test_return_equals_two_attainment_minus_one() -> None:
+    env = make(num_requests=200, load=3.0, engine=CONFIGS[1])
+    rng = np.random.default_rng(1)
+    env.reset(seed=1)
+    total, terms = 0.0, {"good": 0.0, "miss": 0.0, "preempt": 0.0}
+    while True:
+        _, r, term, trunc, info = env.step(random_masked_action(env, rng))
+        total += r
+        for k, v in info["rewards"].items():
+            terms[k] += v
+        if term or trunc:
+            break
+    att = info["metrics"]["slo_attainment"]
+    assert 0.0 < att < 1.0
+    assert total == pytest.approx(2 * att - 1)
+    assert terms["good"] == pytest.approx(att)
+
+
+def test_truncation_counts_unresolved_requests_as_misses() -> None:
+    env = make(num_requests=300, load=4.0, horizon_s=3.0)
+    env.reset(seed=0)
+    total = 0.0
+    while True:
+        _, r, term, trunc, info = env.step(np.array([0, 3, 4, 0, 6, 0, 0]))
+        total += r
+        if term or trunc:
+            break
+    assert trunc and not term
+    m = info["metrics"]
+    assert m["num_unfinished"] > 0
+    n = 300
+    assert total == pytest.approx((2 * m["slo_attainment"] - 1) * m["num_requests"] / n)
+
+
+def test_same_seed_same_observations_and_metrics() -> None:
+    def run(seed: int) -> tuple[list[np.ndarray], dict]:
+        env = make(num_requests=100, load=2.0)
+        rng = np.random.default_rng(seed)
+        obs, _ = env.reset(seed=seed)
+        seen = [obs]
+        while True:
+            obs, _, term, trunc, info = env.step(random_masked_action(env, rng))
+            seen.append(obs)
+            if term or trunc:
+                return seen, info["metrics"]
+
+    a, ma = run(3)
+    b, mb = run(3)
+    assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    assert ma == mb
+    c, _ = run(4)
+    assert len(c) != len(a) or not all(np.array_equal(x, y) for x, y in zip(a, c, strict=False))
+
+
+def test_masks_forbid_admission_from_an_empty_queue_and_masked_actions_are_projected() -> None:
+    env = make(num_requests=5, load=0.01)
+    env.reset(seed=0)
+    env.step(np.array([0, 3, 4, 0, 6, 0, 0]))  # admits the only waiting request
+    u = env.unwrapped
+    if not any(u.sim.engine.num_waiting):
+        mask = u.action_masks()
+        spec = u.action_spec
+        offsets = np.cumsum((0, *spec.nvec))
+        assert mask[offsets[4] : offsets[5]].tolist() == [True] + [False] * (spec.nvec[4] - 1)
+        _, _, _, _, info = env.step(np.array([2, 3, 4, 0, 6, 0, 1]))
+        assert info["action_projected"]
+
+
+@pytest.mark.parametrize(
+    ("action", "component"),
+    [
+        (np.array([6, 0, 0, 0, 0, 0, 0]), "queue_order"),
+        (np.array([0, -1, 0, 0, 0, 0, 0]), "token_budget"),
+        (np.array([0, 0, 0, 2, 0, 0, 0]), "batch_mix"),
+        (np.array([0, 0, 0, 0, 0, 0, float("nan")]), "shed"),
+        (np.array([0, 0, 0, 0, 0, 0.5, 0]), "kv_reserve"),
+    ],
+)
+def test_bad_actions_name_the_component(action: np.ndarray, component: str) -> None:
+    env = make()
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=component):
+        env.unwrapped.step(action)
+
+
+def test_wrong_action_shape_is_a_clear_error() -> None:
+    env = make()
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="7 components"):
+        env.unwrapped.step(np.array([0, 0, 0]))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"engine": {"num_kv_blocks": 0}}, "num_kv_blocks"),
+        ({"engine": {"kv_blocks": 10}}, "unknown field"),
+        ({"load": -1.0}, "load"),
+        ({"cost_model": "no-such-preset"}, "llama3-8b-h100"),
+        ({"reward": {"good": -1.0}}, "good"),
+        ({"render_mode": "bogus"}, "render_mode"),
+        ({"horizon_s": 0.0}, "horizon_s"),
+    ],
+)
+def test_invalid_env_arguments(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        make(**kwargs)
