@@ -22,6 +22,7 @@ import gymnasium as gym
 
 import baselines
 import llmsched_env  # noqa: F401  (registers LLMSched-v0)
+from llmsched_env.core.metrics import format_table
 from llmsched_env.decision import Policy
 
 SCENARIOS = ("default",)
@@ -109,22 +110,10 @@ def evaluate(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def print_table(rows: Sequence[dict[str, Any]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="llmsched evaluation (times in s)")
     keys = ("policy", "scenario", "load", "seed", *TABLE_COLUMNS)
-    for k in keys:
-        table.add_column(TABLE_COLUMNS.get(k, k), justify="left" if k in ("policy", "scenario") else "right", no_wrap=True)
-    for row in rows:
-        table.add_row(*(_fmt(row.get(k, "")) for k in keys))
-    Console(width=160).print(table)
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
+    short = [{TABLE_COLUMNS.get(k, k): row.get(k, "") for k in keys} for row in rows]
+    print("llmsched evaluation (times in seconds)")
+    print(format_table(short, [TABLE_COLUMNS.get(k, k) for k in keys]))
 
 
 def write_results(rows: Sequence[dict[str, Any]], out: Path) -> None:

@@ -29,10 +29,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-requests", type=int, default=300, help="requests per training episode")
     p.add_argument("--load", type=float, default=1.0)
     p.add_argument("--cost-model", default="llama3-8b-h100")
+    p.add_argument("--n-steps", type=int, default=2048, help="rollout length per update (PPO family)")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
-    if args.timesteps < 1:
-        p.error("--timesteps must be >= 1")
+    if args.timesteps < 1 or args.n_steps < 2:
+        p.error("--timesteps must be >= 1 and --n-steps >= 2")
     return args
 
 
@@ -43,7 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     (args.out / "args.json").write_text(json.dumps({k: str(v) for k, v in vars(args).items()}, indent=1))
     (args.out / "command.txt").write_text(" ".join([sys.executable, *sys.argv]) + "\n")
     env = gym.make("LLMSched-v0", num_requests=args.num_requests, load=args.load, cost_model=args.cost_model)
-    model = make_model(args.algo, env, seed=args.seed, tensorboard_log=str(args.out / "tb"))
+    model = make_model(
+        args.algo, env, seed=args.seed, tensorboard_log=str(args.out / "tb"), n_steps=args.n_steps, batch_size=64
+    )
     model.learn(total_timesteps=args.timesteps)
     model.save(str(args.out / "model.zip"))
     print(f"saved {args.out / 'model.zip'}")

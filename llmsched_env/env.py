@@ -200,7 +200,7 @@ class LLMSchedEnv(gym.Env):
         """Valid options of each action component, concatenated (sb3-contrib MaskablePPO)."""
         if self.sim is None:
             raise RuntimeError("call reset() before action_masks()")
-        return self.action_spec.mask(self.sim.engine)
+        return self.action_spec.mask(self.sim.engine).copy()  # callers (SB3) may write to it
 
     def render(self):  # type: ignore[override]
         if self.sim is None or self.render_mode is None:
