@@ -16,13 +16,14 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
-from collections import deque
 from collections.abc import Iterator, Sequence
 
 from llmsched_env.config import EngineConfig, TenantConfig
 from llmsched_env.core.batch import Batch, Decision, QueueOrder
 from llmsched_env.core.block_pool import BlockPool, chain_hashes
 from llmsched_env.core.cost_model import CostModel, prefill_time_s
+from llmsched_env.core.invariants import check_engine
+from llmsched_env.core.queues import WaitingQueues
 from llmsched_env.core.request import Request, Status
 
 __all__ = ["Engine"]
@@ -53,16 +54,15 @@ class Engine:
         self.block_size = config.block_size
         self.pool = BlockPool(config.num_kv_blocks, config.block_size)
         n = len(self.tenants)
-        self._waiting: list[deque[tuple[int, Request]]] = [deque() for _ in range(n)]
-        self._sjf_heap: list[tuple[int, float, int, int, Request]] = []
         self._ttft_heap: list[tuple[float, int, Request]] = []
-        self._enqueue_seq = 0
-        self._queue_seq: dict[int, int] = {}  # request id -> seq of its live queue entry
-        self.num_waiting = [0] * n
-        self.waiting_tokens = [0] * n  # prefill tokens of the waiting requests
         self.num_running_t = [0] * n
         self.num_decoding_t = [0] * n
         self.vtc = [0.0] * n  # virtual token counters: (input + 2 * output tokens) / weight
+        self.queue = WaitingQueues(
+            [t.slo.ttft_s for t in self.tenants], [t.priority * priority_aging_s for t in self.tenants], self.vtc
+        )
+        self.num_waiting = self.queue.num_waiting  # per tenant (the queue's live list)
+        self.waiting_tokens = self.queue.waiting_tokens  # prefill tokens waiting, per tenant
         self.service_tokens = [0] * n  # unweighted input + 2 * output tokens
         self.num_arrived_t = [0] * n
         self.num_good_t = [0] * n
@@ -76,9 +76,9 @@ class Engine:
         self.now_s = 0.0
         self.num_rounds = 0  # decode rounds run so far
         self.round_end_s = array("d")  # end time of each decode round
-        self._events: dict[int, list[Request]] = {}
+        self.decode_events: dict[int, list[Request]] = {}
         self.num_decoding = 0
-        self._dec_base = 0  # sum over decoding requests of (prompt + out0 - round0)
+        self.decode_base = 0  # sum over decoding requests of (prompt + out0 - round0)
         self._preempted_since_schedule = False
         self.num_preemptions = 0
         self.num_prompt_tokens_admitted = 0
@@ -94,7 +94,6 @@ class Engine:
         self._ttft_slo = [t.slo.ttft_s for t in self.tenants]
         self._tpot_slo = [t.slo.tpot_s for t in self.tenants]
         self._weights = [t.weight for t in self.tenants]
-        self._aging_key = [t.priority * priority_aging_s for t in self.tenants]
 
     # ---------------------------------------------------------------------------------- arrivals, clock
     def advance_clock(self, t_s: float) -> None:
@@ -128,43 +127,15 @@ class Engine:
             if active:
                 self.vtc[t] = max(self.vtc[t], min(active))
         heapq.heappush(self._ttft_heap, (r.arrival_s + self._ttft_slo[t], r.request_id, r))
-        self._enqueue(r, front=False)
-
-    def _enqueue(self, r: Request, front: bool) -> None:
-        r.status = Status.WAITING
-        self._enqueue_seq += 1
-        seq = self._enqueue_seq
-        self._queue_seq[r.request_id] = seq
-        if front:
-            self._waiting[r.tenant].appendleft((seq, r))
-        else:
-            self._waiting[r.tenant].append((seq, r))
-        heapq.heappush(self._sjf_heap, (r.num_prefill_tokens, r.arrival_s, r.request_id, seq, r))
-        self.num_waiting[r.tenant] += 1
-        self.waiting_tokens[r.tenant] += r.num_prefill_tokens
-
-    def _dequeue(self, r: Request) -> None:
-        """Remove a waiting request from the queues (lazily: its stale entries are skipped later)."""
-        del self._queue_seq[r.request_id]
-        self.num_waiting[r.tenant] -= 1
-        self.waiting_tokens[r.tenant] -= r.num_prefill_tokens
-
-    def _live(self, seq: int, r: Request) -> bool:
-        return self._queue_seq.get(r.request_id) == seq
+        self.queue.push(r)
 
     def head(self, t: int) -> Request | None:
-        """The first live waiting request of tenant ``t``."""
-        q = self._waiting[t]
-        while q:
-            seq, r = q[0]
-            if self._queue_seq.get(r.request_id) == seq:
-                return r
-            q.popleft()
-        return None
+        """The first waiting request of tenant ``t``."""
+        return self.queue.head(t)
 
     def _reject(self, r: Request, reason: str) -> None:
-        if r.request_id in self._queue_seq:
-            self._dequeue(r)
+        if r in self.queue:
+            self.queue.remove(r)
         r.status = Status.REJECTED
         r.reject_reason = reason
         r.finish_s = self.now_s
@@ -193,65 +164,21 @@ class Engine:
                 self._resolve(r, met=False)
 
     # ---------------------------------------------------------------------------------- queue order
-    def _best_head(self, order: QueueOrder) -> Request | None:
-        best: Request | None = None
-        best_key = math.inf
-        for t in range(len(self.tenants)):
-            if not self.num_waiting[t]:
-                continue
-            r = self.head(t)
-            if r is None:
-                continue
-            if order == QueueOrder.FCFS or order == QueueOrder.LPM:
-                key = r.arrival_s
-            elif order == QueueOrder.PRIORITY_AGING:
-                key = self._aging_key[t] + r.arrival_s
-            elif order == QueueOrder.EDF:
-                key = r.arrival_s + self._ttft_slo[t]
-            else:  # VTC: least-served tenant first
-                key = self.vtc[t]
-            if key < best_key:
-                best, best_key = r, key
-        return best
-
-    def _sjf_best(self) -> Request | None:
-        oldest = self._best_head(QueueOrder.FCFS)
-        if oldest is not None and self.now_s - oldest.arrival_s > self.sjf_starvation_s:
-            return oldest  # starvation guard
-        heap = self._sjf_heap
-        while heap:
-            _, _, _, seq, r = heap[0]
-            if self._live(seq, r):
-                return r
-            heapq.heappop(heap)
-        return None
-
     def _candidates(self, order: QueueOrder) -> Iterator[Request]:
         """Waiting requests in ``order``; each yielded one is admitted or rejected before the next is asked."""
+        queue = self.queue
         if order == QueueOrder.LPM:
-            window = self._fcfs_window(_LPM_WINDOW)
+            window = queue.oldest(_LPM_WINDOW)
             window.sort(key=lambda r: -self._cached_prefix_blocks(r))  # stable: FCFS among equals
             for r in window:
-                if self._queue_seq.get(r.request_id) is not None:
+                if r in queue:
                     yield r
             return
         while True:
-            r = self._sjf_best() if order == QueueOrder.SJF else self._best_head(order)
+            r = queue.best(order, self.now_s, self.sjf_starvation_s)
             if r is None:
                 return
             yield r
-
-    def _fcfs_window(self, k: int) -> list[Request]:
-        merged = heapq.merge(
-            *(((r.arrival_s, r) for seq, r in q if self._live(seq, r)) for q in self._waiting),
-            key=lambda x: x[0],
-        )
-        out = []
-        for _, r in merged:
-            out.append(r)
-            if len(out) == k:
-                break
-        return out
 
     def _cached_prefix_blocks(self, r: Request) -> int:
         if not r.prefix_ids:
@@ -297,7 +224,7 @@ class Engine:
         if self.num_decoding and not (prefill_first and batch.prefill_reqs):
             batch.decode_round = True
             batch.num_decode_seqs = self.num_decoding
-            batch.num_kv_tokens = self._dec_base + self.num_decoding * self.num_rounds
+            batch.num_kv_tokens = self.decode_base + self.num_decoding * self.num_rounds
         self.last_batch = batch
         return batch
 
@@ -326,7 +253,7 @@ class Engine:
             revived = sum(1 for b in hits if pool.ref_count[b] == 0)  # evictable hits stop being free
             if pool.num_free_blocks - revived - need < (reserve if self.running else 0):
                 break  # head-of-line: wait for memory, as vLLM does (an empty engine always admits)
-            self._dequeue(r)
+            self.queue.remove(r)
             pool.share(hits)
             r.block_table = list(hits)
             for _ in range(need):
@@ -409,7 +336,7 @@ class Engine:
         r.num_preemptions += 1
         self.num_preemptions += 1
         self._preempted_since_schedule = True
-        self._enqueue(r, front=True)
+        self.queue.push(r, front=True)
 
     # ---------------------------------------------------------------------------------- lazy decoding
     def _sync(self, r: Request) -> None:
@@ -426,7 +353,7 @@ class Engine:
         r.decode_out0 = r.num_output_tokens
         self.num_decoding += 1
         self.num_decoding_t[r.tenant] += 1
-        self._dec_base += r.prompt_len + r.decode_out0 - r.decode_round0
+        self.decode_base += r.prompt_len + r.decode_out0 - r.decode_round0
         if self._ensure_next_block(r, r.prompt_len + r.num_output_tokens):
             self._schedule_event(r)
 
@@ -436,7 +363,7 @@ class Engine:
         r.event_round = -1
         self.num_decoding -= 1
         self.num_decoding_t[r.tenant] -= 1
-        self._dec_base -= r.prompt_len + r.decode_out0 - r.decode_round0
+        self.decode_base -= r.prompt_len + r.decode_out0 - r.decode_round0
 
     def _schedule_event(self, r: Request) -> None:
         """The round after which ``r`` finishes or needs another KV block for the round that follows."""
@@ -446,9 +373,9 @@ class Engine:
         r_blk = base + cap - r.prompt_len
         event = r_fin if r_fin < r_blk else r_blk
         r.event_round = event
-        bucket = self._events.get(event)
+        bucket = self.decode_events.get(event)
         if bucket is None:
-            self._events[event] = [r]
+            self.decode_events[event] = [r]
         else:
             bucket.append(r)
 
@@ -479,7 +406,7 @@ class Engine:
                 if nd:
                     self.vtc[t] += 2 * nd / self._weights[t]
                     self.service_tokens[t] += 2 * nd
-            due = self._events.pop(rnd, ())
+            due = self.decode_events.pop(rnd, ())
             grow = []
             for r in due:  # finish first: a request done this round must never become a victim
                 if r.event_round != rnd:
@@ -556,7 +483,7 @@ class Engine:
 
     def waiting_requests(self) -> list[Request]:
         """Live waiting requests, per tenant in queue order (for observers and tests; O(queue))."""
-        return [r for q in self._waiting for seq, r in q if self._live(seq, r)]
+        return self.queue.requests()
 
     def sync_all(self) -> None:
         """Make every running request's explicit counters current (for observers and the runtime)."""
@@ -571,7 +498,7 @@ class Engine:
         return out
 
     def oldest_waiting(self) -> Request | None:
-        return self._best_head(QueueOrder.FCFS)
+        return self.queue.best(QueueOrder.FCFS, self.now_s, self.sjf_starvation_s)
 
     def arrival_rate(self) -> float:
         """Exponentially decayed arrival-rate estimate (requests/s), time constant 10 s."""
@@ -583,69 +510,5 @@ class Engine:
 
     # ---------------------------------------------------------------------------------- invariants
     def check_invariants(self) -> None:
-        """Raise AssertionError if the state is inconsistent. O(state): for tests, called every step."""
-        seen: dict[int, str] = {}
-
-        def place(r: Request, where: str) -> None:
-            assert r.request_id not in seen, f"request {r.request_id} is in {seen[r.request_id]} and {where}"
-            seen[r.request_id] = where
-
-        waiting = self.waiting_requests()
-        for r in waiting:
-            place(r, "waiting")
-            assert r.status == Status.WAITING and not r.block_table, f"waiting {r} holds state"
-        for t in range(len(self.tenants)):
-            live = [r for r in waiting if r.tenant == t]
-            assert len(live) == self.num_waiting[t], f"tenant {t}: num_waiting {self.num_waiting[t]} != {len(live)}"
-            tokens = sum(r.num_prefill_tokens for r in live)
-            assert tokens == self.waiting_tokens[t], f"tenant {t}: waiting_tokens drifted"
-        refs: dict[int, int] = {}
-        num_dec = 0
-        dec_base = 0
-        for r in self.running.values():
-            place(r, "running")
-            assert r.status == Status.RUNNING, f"running {r} has status {r.status.name}"
-            for b in r.block_table:
-                refs[b] = refs.get(b, 0) + 1
-            assert (r.request_id in self.prefilling) != r.decoding, f"{r}: prefilling and decoding disagree"
-            if r.decoding:
-                num_dec += 1
-                dec_base += r.prompt_len + r.decode_out0 - r.decode_round0
-                out = r.decode_out0 + self.num_rounds - r.decode_round0
-                assert out < r.output_len, f"{r} should have finished"
-                need = self.pool.blocks_for(r.prompt_len + out)
-                assert len(r.block_table) >= need, f"{r} lacks a KV block for the next round"
-                assert r.event_round >= self.num_rounds, f"{r} has a past event {r.event_round}"
-                assert r in self._events.get(r.event_round, ()), f"{r} is missing from its event bucket"
-            else:
-                assert r.num_computed_tokens < r.num_prefill_tokens, f"{r} finished prefill but is not decoding"
-                need = self.pool.blocks_for(r.num_computed_tokens)
-                assert len(r.block_table) >= need, f"{r} has fewer blocks than computed tokens"
-        assert num_dec == self.num_decoding and dec_base == self._dec_base, "decode aggregates drifted"
-        total_blocks = sum(self.pool.blocks_for(r.total_len) for r in self.running.values())
-        assert total_blocks == self.running_total_blocks, "running_total_blocks drifted"
-        for t in range(len(self.tenants)):
-            n = sum(1 for r in self.running.values() if r.tenant == t)
-            assert n == self.num_running_t[t], f"tenant {t}: num_running drifted"
-        assert len(self.running) <= self.config.max_num_seqs, "more running requests than max_num_seqs"
-        for r in self.finished:
-            place(r, "finished")
-            assert r.status == Status.FINISHED and r.num_output_tokens == r.output_len and not r.block_table
-            assert len(r.prefill_token_s) == len(r.token_segments), f"{r}: token records misaligned"
-        for r in self.rejected:
-            place(r, "rejected")
-            assert r.status == Status.REJECTED and r.reject_reason and not r.block_table
-        assert len(seen) == self.num_arrived, f"{len(seen)} requests placed but {self.num_arrived} arrived"
-        assert self.num_good + self.num_missed <= self.num_arrived, "a request was resolved twice"
-        self.pool.check_invariants(refs)
-        ends = self.round_end_s
-        assert len(ends) < 2 or ends[-2] <= ends[-1], "the round clock went back"
-        assert not self.round_end_s or self.round_end_s[-1] <= self.now_s, "a round ends in the future"
-        batch = self.last_batch
-        if batch is not None:
-            d = batch.decision
-            assert batch.num_tokens <= self.config.max_num_batched_tokens, "batch exceeds max_num_batched_tokens"
-            assert batch.num_prefill_tokens <= max(d.token_budget, 0), "prefill exceeds the token budget"
-            assert batch.num_tokens <= max(d.token_budget, batch.num_decode_seqs), "batch exceeds the token budget"
-            assert all(c <= d.chunk_cap for c in batch.prefill_chunks), "a chunk exceeds the chunk cap"
-            assert batch.num_admitted <= d.max_admit, "admitted more than max_admit"
+        """Raise AssertionError if the state is inconsistent (see ``core.invariants``). Tests call it every step."""
+        check_engine(self)
