@@ -61,15 +61,7 @@ class SarathiPolicy(StaticPolicy):
     def decide(self, ctx: PolicyContext) -> Decision:
         spec = ctx.action_spec
         budget = tpot_budget(ctx.cost_model, spec, tightest_tpot_s(ctx), ctx.engine.max_num_seqs // 2)
-        return Decision(
-            order=QueueOrder.FCFS,
-            token_budget=budget,
-            chunk_cap=budget,
-            prefill_first=False,
-            max_admit=UNLIMITED,
-            kv_reserve=0.0,
-            shed=False,
-        )
+        return _budget_decision(QueueOrder.FCFS, budget, shed=False)
 
 
 class SLOAwarePolicy(BaselinePolicy):
@@ -94,20 +86,7 @@ class SLOAwarePolicy(BaselinePolicy):
         self.budgets = [
             tpot_budget(ctx.cost_model, self.spec, tpot_s, d) for d in range(self._max_seqs + 1)
         ]  # budgets[d]: the token budget with d running decodes
-        self._set_actions(
-            [
-                Decision(
-                    order=QueueOrder.EDF,
-                    token_budget=b,
-                    chunk_cap=b,
-                    prefill_first=False,
-                    max_admit=UNLIMITED,
-                    kv_reserve=0.0,
-                    shed=True,
-                )
-                for b in self.budgets
-            ]
-        )
+        self._set_actions([_budget_decision(QueueOrder.EDF, b, shed=True) for b in self.budgets])
 
     def num_decodes(self, observation: np.ndarray) -> int:
         """Running decodes, read back from the normalised observation (clamped to the engine's range)."""
@@ -116,3 +95,8 @@ class SLOAwarePolicy(BaselinePolicy):
 
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
         return self._emit(self.num_decodes(observation), action_mask)
+
+
+def _budget_decision(order: QueueOrder, budget: int, shed: bool) -> Decision:
+    """Decode-first hybrid with ``budget`` as both token budget and chunk cap, admitting all that fit."""
+    return Decision(order=order, token_budget=budget, chunk_cap=budget, max_admit=UNLIMITED, shed=shed)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from llmsched_env.config import SLO_CLASSES, TenantConfig
+from llmsched_env.core import lengths as ln
 from llmsched_env.core import workload as wl
 from llmsched_env.core.workload import (
     LengthDist,
@@ -142,7 +143,7 @@ def test_default_workload() -> None:
 )
 def test_real_length_files(name: str, rows: int, first: tuple[int, int]) -> None:
     path = _trace(SHAREGPT if name == SHAREGPT.name else AZURE_CONV)
-    wl._LENGTH_CACHE.pop(str(path.resolve()), None)
+    ln._LENGTH_CACHE.pop(str(path.resolve()), None)
     prompts, outputs = load_length_file(path)
     assert prompts.size == outputs.size == rows
     assert (int(prompts[0]), int(outputs[0])) == first

@@ -15,6 +15,8 @@ arithmetic on constants computed in ``__init__``, and it does not validate its a
 
 Coefficients live in JSON presets under ``presets/`` (``list_presets()``, ``load_cost_model(name_or_path)``),
 each with a ``kind`` (``"analytic"`` or ``"linear"``), a ``description`` and the fields of that kind.
+``LinearCostModel`` and its fit (``fit_report``) live in ``cost_fit`` and are re-exported here. Run
+``python -m llmsched_env.core.cost_model`` to print the presets' headline step times.
 """
 
 from __future__ import annotations
@@ -22,11 +24,10 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-import numpy as np
+from llmsched_env.core.cost_fit import LinearCostModel, _number, fit_report
 
 __all__ = [
     "AnalyticCostModel",
@@ -51,16 +52,6 @@ class CostModel(Protocol):
     def step_time_s(
         self, num_prefill_tokens: int, num_decode_seqs: int, num_kv_tokens: int, prefill_attn_pairs: float
     ) -> float: ...
-
-
-def _number(owner: str, field: str, value: Any, *, positive: bool = False, integer: bool = False) -> float:
-    """Return ``value`` if it is a finite number >= 0 (> 0 with ``positive``), else raise ``ValueError``."""
-    kind = "an integer" if integer else "a number"
-    bad_type = isinstance(value, bool) or not isinstance(value, int if integer else (int, float))
-    if bad_type or not math.isfinite(value) or value < 0 or (positive and value == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise ValueError(f"{owner}: field '{field}' must be {kind} {bound}, got {value!r}")
-    return value
 
 
 class AnalyticCostModel:
@@ -200,172 +191,11 @@ class AnalyticCostModel:
         )
 
 
-class LinearCostModel:
-    """``t = c0 + c1 * p + c2 * d + c3 * kv + c4 * pairs`` with every ``c >= 0`` and ``c0 > 0``.
-
-    Fit it to measured iterations with ``LinearCostModel.fit``; its JSON preset (kind ``"linear"``) names
-    the coefficients ``COEF_FIELDS``.
-    """
-
-    COEF_FIELDS = (
-        "overhead_s",
-        "prefill_token_s",
-        "decode_seq_s",
-        "kv_token_s",
-        "prefill_attn_pair_s",
-    )
-    MIN_OVERHEAD_S = 1e-6  # a fit's intercept is floored here so an empty iteration still takes time
-
-    def __init__(self, coef_s: Sequence[float], name: str = "linear", description: str = "") -> None:
-        owner = f"LinearCostModel {name!r}"
-        coefs = tuple(coef_s)
-        if len(coefs) != len(self.COEF_FIELDS):
-            raise ValueError(f"{owner}: coef_s needs {len(self.COEF_FIELDS)} values {self.COEF_FIELDS}")
-        for field, c in zip(self.COEF_FIELDS, coefs, strict=True):
-            _number(owner, field, c, positive=field == "overhead_s")
-        self.name = name
-        self.description = description
-        self.coef_s: tuple[float, ...] = tuple(float(c) for c in coefs)
-        self._c0, self._c1, self._c2, self._c3, self._c4 = self.coef_s
-
-    def step_time_s(
-        self, num_prefill_tokens: int, num_decode_seqs: int, num_kv_tokens: int, prefill_attn_pairs: float
-    ) -> float:
-        return (
-            self._c0
-            + self._c1 * num_prefill_tokens
-            + self._c2 * num_decode_seqs
-            + self._c3 * num_kv_tokens
-            + self._c4 * prefill_attn_pairs
-        )
-
-    @classmethod
-    def fit(
-        cls,
-        samples: Iterable[Sequence[float]],
-        name: str = "linear",
-        description: str = "",
-        relative: bool = True,
-    ) -> LinearCostModel:
-        """Non-negative least squares over ``(num_prefill_tokens, num_decode_seqs, num_kv_tokens,
-        prefill_attn_pairs, seconds)`` samples. ``relative`` weights each sample by 1/seconds, so a 5 ms
-        decode step counts as much as a 500 ms prefill (relative errors are minimised)."""
-        x, y = _samples_array(samples, min_rows=len(cls.COEF_FIELDS))
-        a = np.column_stack([np.ones(len(y)), x])
-        b = y.copy()
-        if relative:
-            a /= y[:, None]
-            b = np.ones_like(y)
-        # Scale columns to unit norm: the raw columns span ~10 orders of magnitude (ones vs pairs).
-        norms = np.linalg.norm(a, axis=0)
-        used = norms > 0  # an all-zero column (e.g. no prefill samples) is unidentifiable: coefficient 0
-        coef = np.zeros(a.shape[1])
-        coef[used] = _nnls(a[:, used] / norms[used], b) / norms[used]
-        coef[0] = max(coef[0], cls.MIN_OVERHEAD_S)
-        return cls([float(c) for c in coef], name=name, description=description)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON preset of this model (kind ``"linear"``)."""
-        return {
-            "kind": "linear",
-            "name": self.name,
-            "description": self.description,
-            **dict(zip(self.COEF_FIELDS, self.coef_s, strict=True)),
-        }
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write ``to_dict()`` as JSON; ``load_cost_model(path)`` reads it back equal."""
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LinearCostModel:
-        name = data.get("name", "linear")
-        known = {"kind", "name", "description", *cls.COEF_FIELDS}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"LinearCostModel {name!r}: unknown field(s) {unknown}; known: {sorted(known)}")
-        for field in cls.COEF_FIELDS:
-            if field not in data:
-                raise ValueError(f"LinearCostModel {name!r}: missing field '{field}'")
-        coefs = [data[field] for field in cls.COEF_FIELDS]
-        return cls(coefs, name=name, description=data.get("description", ""))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_from_dict, (self.to_dict(),))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, LinearCostModel) and self.to_dict() == other.to_dict()
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        coefs = ", ".join(f"{f}={c:.4g}" for f, c in zip(self.COEF_FIELDS, self.coef_s, strict=True))
-        return f"LinearCostModel(name={self.name!r}, {coefs})"
-
-
 _KINDS: dict[str, Any] = {"analytic": AnalyticCostModel, "linear": LinearCostModel}
 
 
 def _from_dict(data: dict[str, Any]) -> CostModel:
     return _KINDS[data["kind"]].from_dict(data)
-
-
-def _samples_array(samples: Iterable[Sequence[float]], min_rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """Validate samples into features ``x: [n, 4]`` and seconds ``y: [n]``."""
-    rows = [tuple(s) for s in samples]
-    if any(len(r) != 5 for r in rows):
-        raise ValueError("samples must be (num_prefill_tokens, num_decode_seqs, num_kv_tokens, "
-                         "prefill_attn_pairs, seconds) tuples")
-    if len(rows) < min_rows:
-        raise ValueError(f"need at least {min_rows} samples to fit, got {len(rows)}")
-    arr = np.asarray(rows, dtype=float)
-    if not np.isfinite(arr).all() or (arr < 0).any():
-        raise ValueError("samples must be finite and non-negative")
-    if (arr[:, 4] <= 0).any():
-        raise ValueError("sample seconds must be > 0")
-    return arr[:, :4], arr[:, 4]
-
-
-def _nnls(a: np.ndarray, b: np.ndarray, max_iter: int | None = None) -> np.ndarray:
-    """Lawson–Hanson active-set solution of ``min ||a x - b||`` subject to ``x >= 0``."""
-    m, n = a.shape
-    max_iter = max_iter or 3 * n + 10
-    tol = 10 * np.finfo(float).eps * np.abs(a).sum(axis=0).max() * max(m, n)
-    x = np.zeros(n)
-    passive = np.zeros(n, dtype=bool)
-    w = a.T @ (b - a @ x)
-    for _ in range(max_iter):
-        if passive.all() or w[~passive].max() <= tol:
-            break
-        passive[np.argmax(np.where(passive, -np.inf, w))] = True
-        for _ in range(max_iter):
-            s = np.zeros(n)
-            s[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
-            if s[passive].min() > 0:
-                break
-            # Step back toward x until the first passive coefficient hits zero, and release it.
-            hit = passive & (s <= 0)
-            alpha = np.min(x[hit] / (x[hit] - s[hit]))
-            x = x + alpha * (s - x)
-            passive &= x > tol
-            x[~passive] = 0.0
-        x = s
-        w = a.T @ (b - a @ x)
-    return np.maximum(x, 0.0)
-
-
-def fit_report(model: CostModel, samples: Iterable[Sequence[float]]) -> dict[str, float]:
-    """Relative errors ``|predicted - measured| / measured`` of ``model`` on samples: mean, p50, p90, max."""
-    x, y = _samples_array(samples, min_rows=1)
-    pred = np.array([model.step_time_s(int(p), int(d), int(kv), float(q)) for p, d, kv, q in x])
-    err = np.abs(pred - y) / y
-    return {
-        "num_samples": float(len(y)),
-        "mean_rel_error": float(err.mean()),
-        "p50_rel_error": float(np.percentile(err, 50)),
-        "p90_rel_error": float(np.percentile(err, 90)),
-        "max_rel_error": float(err.max()),
-    }
 
 
 def list_presets() -> list[str]:
@@ -433,3 +263,20 @@ def prefill_time_s(
         total_s += model.step_time_s(n, 0, 0, n * (done + (n + 1) / 2))
         done += n
     return total_s
+
+
+def main() -> None:
+    """Print one line per bundled preset: one decode at 1k context alone, a 1024-token prefill alone, and one
+    iteration of 64 decodes at 1k context each, in ms."""
+    for name in list_presets():
+        model = load_cost_model(name)
+        decode_ms = unloaded_decode_time_s(model, 1024) * 1e3
+        prefill_ms = prefill_time_s(model, 1024) * 1e3
+        batch_ms = model.step_time_s(0, 64, 64 * 1024, 0.0) * 1e3
+        print(
+            f"{name:<20} decode@1k {decode_ms:6.2f} ms   prefill 1024 tok {prefill_ms:7.2f} ms   "
+            f"64 decodes@1k {batch_ms:6.2f} ms"
+        )
+
+if __name__ == "__main__":
+    main()
