@@ -49,6 +49,7 @@ class Simulator:
         self._kv_usage_sum = 0.0
         self._kv_usage_time_s = 0.0
         self.kv_usage_peak = 0.0
+        self._checked_now_s = 0.0
         self._arrive()
         self._skip_idle()
 
@@ -112,6 +113,8 @@ class Simulator:
     def check_invariants(self) -> None:
         """The engine's invariants, plus: arrivals are admitted in order and none is early."""
         self.engine.check_invariants()
+        assert self.engine.now_s >= self._checked_now_s, "the clock went back since the last check"
+        self._checked_now_s = self.engine.now_s
         assert self.engine.num_arrived == self._next, "arrived count disagrees with the arrival cursor"
         assert all(r.arrival_s <= self.engine.now_s for r in self.requests[: self._next]), "arrival in future"
 
