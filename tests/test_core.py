@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from llmsched_env.config import SLO_CLASSES, EngineConfig, SLOClass, TenantConfig
 from llmsched_env.core.batch import Decision, QueueOrder
 from llmsched_env.core.cost_model import load_cost_model
+from llmsched_env.core.remote_kv import RemoteKVConfig, RemoteKVStore
 from llmsched_env.core.request import Request, Status
 from llmsched_env.core.simulator import Simulator
 from llmsched_env.core.workload import LengthDist, TenantWorkload, WorkloadConfig, generate, tenant_configs
@@ -225,3 +226,64 @@ def test_invalid_tenant_decision_and_slo_values() -> None:
 def test_unsorted_requests_are_refused() -> None:
     with pytest.raises(ValueError, match="sorted by arrival"):
         Simulator(EngineConfig(), (TenantConfig("t"),), COST, [Request(0, 2.0, 5, 5), Request(1, 1.0, 5, 5)])
+
+
+def test_remote_kv_fetch_delays_prefill_and_holds_blocks() -> None:
+    cfg = EngineConfig(num_kv_blocks=24, block_size=16, max_num_seqs=4, max_num_batched_tokens=512)
+    remote = RemoteKVConfig(latency_s=0.05, bandwidth_gbps=1.0, kv_bytes_per_token=131072)
+    first = Request(0, 0.0, 130, 2, prefix_ids=(7, 8), prefix_id_tokens=64)
+    flush = Request(1, 1.0, 380, 2)  # needs all 24 blocks: evicts every cached block of the first
+    again = Request(2, 2.0, 130, 2, prefix_ids=(7, 8), prefix_id_tokens=64)
+    sim = Simulator(cfg, (TenantConfig("t"),), COST, [first, flush, again], remote_kv=remote)
+    fetching_seen = False
+    while not sim.done:
+        sim.step(Decision())
+        sim.check_invariants()
+        if again.fetch_ready_s:
+            fetching_seen = True
+            assert again.status == Status.RUNNING and len(again.block_table) == 8  # 128 tokens held
+    assert fetching_seen and again.num_remote_tokens == 128 and again.num_prefix_hit_tokens == 0
+    fetch_s = 0.05 + 128 * 131072 / 1e9
+    assert again.first_token_s - again.first_scheduled_s >= fetch_s
+    m = sim.metrics()
+    assert m["remote_kv_fetches"] == 1 and m["remote_kv_fetch_mean_s"] == pytest.approx(fetch_s)
+
+
+def test_remote_kv_congestion_queues_transfers_on_one_link() -> None:
+    store = RemoteKVStore(
+        RemoteKVConfig(latency_s=0.0, bandwidth_gbps=1.0, kv_bytes_per_token=1000), np.random.default_rng(0)
+    )
+    a = store.fetch(0.0, 1000)  # 1 MB at 1 GB/s: 1 ms
+    b = store.fetch(0.0, 1000)  # waits for the first
+    assert a == pytest.approx(0.001) and b == pytest.approx(0.002)
+    slow = RemoteKVStore(
+        RemoteKVConfig(latency_s=0.0, bandwidth_gbps=1.0, kv_bytes_per_token=1000, slow_prob=1.0, slow_factor=5.0),
+        np.random.default_rng(0),
+    )
+    assert slow.fetch(0.0, 1000) == pytest.approx(0.005)
+    with pytest.raises(ValueError, match="slow_prob"):
+        RemoteKVConfig(slow_prob=2.0)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), cfg=st.sampled_from(CONFIGS[:2]))
+def test_invariants_with_remote_kv_under_random_decisions(seed: int, cfg: EngineConfig) -> None:
+    wl = _workload(60, 30.0, prefix_share=0.8)
+    remote = RemoteKVConfig(latency_s=0.01, bandwidth_gbps=2.0, slow_prob=0.3)
+    sim = Simulator(
+        cfg,
+        tenant_configs(wl),
+        COST,
+        generate(wl, np.random.default_rng(seed)),
+        remote_kv=remote,
+        rng=np.random.default_rng(seed),
+    )
+    rng = np.random.default_rng(seed)
+    while not sim.done and sim.num_steps < 4000:
+        sim.step(_random_decision(rng))
+        sim.check_invariants()
+    while not sim.done:
+        sim.step(Decision())
+        sim.check_invariants()
+    assert sim.engine.num_fetching == 0
+    assert all(r.num_output_tokens == r.output_len for r in sim.engine.finished)

@@ -24,6 +24,7 @@ from llmsched_env.core.block_pool import BlockPool, chain_hashes
 from llmsched_env.core.cost_model import CostModel, prefill_time_s
 from llmsched_env.core.invariants import check_engine
 from llmsched_env.core.queues import WaitingQueues
+from llmsched_env.core.remote_kv import RemoteKVStore
 from llmsched_env.core.request import Request, Status
 
 __all__ = ["Engine"]
@@ -43,12 +44,15 @@ class Engine:
         cost_model: CostModel,
         priority_aging_s: float = 10.0,
         sjf_starvation_s: float = 10.0,
+        remote: RemoteKVStore | None = None,
     ) -> None:
         if not tenants:
             raise ValueError("Engine needs at least one tenant")
         self.config = config
         self.tenants = tuple(tenants)
         self.cost_model = cost_model
+        self.remote = remote
+        self.num_fetching = 0  # admitted requests waiting for a remote KV transfer
         self.priority_aging_s = priority_aging_s
         self.sjf_starvation_s = sjf_starvation_s
         self.block_size = config.block_size
@@ -204,6 +208,10 @@ class Engine:
                 break
             if r.status != Status.RUNNING:  # preempted earlier in this loop
                 continue
+            if r.fetch_ready_s:
+                if r.fetch_ready_s > self.now_s:
+                    continue  # its remote KV is still in flight
+                self._fetch_done(r)
             ctx = r.num_computed_tokens
             chunk = min(r.num_prefill_tokens - ctx, decision.chunk_cap, left)
             if not self._reserve_or_preempt(r, ctx + chunk, batch):
@@ -248,8 +256,11 @@ class Engine:
                     r.prefix_hashes = chain_hashes(r.prefix_ids, r.prefix_id_tokens, bs, r.prompt_len)
                 hits = pool.lookup(r.prefix_hashes, (n - 1) // bs)  # compute at least one token
             cached = len(hits) * bs
-            chunk = min(n - cached, decision.chunk_cap, left)
-            need = pool.blocks_for(cached + chunk) - len(hits)
+            remote_blocks = 0
+            if self.remote is not None and r.prefix_hashes:
+                remote_blocks = self.remote.hit_blocks(r.prefix_hashes, len(hits), (n - 1) // bs)
+            chunk = 0 if remote_blocks else min(n - cached, decision.chunk_cap, left)
+            need = pool.blocks_for(cached + remote_blocks * bs + chunk) - len(hits)
             revived = sum(1 for b in hits if pool.ref_count[b] == 0)  # evictable hits stop being free
             if pool.num_free_blocks - revived - need < (reserve if self.running else 0):
                 break  # head-of-line: wait for memory, as vLLM does (an empty engine always admits)
@@ -273,10 +284,17 @@ class Engine:
             self.running_total_blocks += pool.blocks_for(r.total_len)
             self.prefilling[r.request_id] = r
             self.num_running_t[r.tenant] += 1
-            batch.add_prefill(r, chunk, cached)
             batch.num_admitted += 1
-            left -= chunk
             admitted += 1
+            if remote_blocks:  # wait for the remote prefix KV before computing anything
+                remote_tokens = remote_blocks * bs
+                r.num_computed_tokens += remote_tokens
+                r.num_remote_tokens += remote_tokens
+                r.fetch_ready_s = self.remote.fetch(self.now_s, remote_tokens)  # type: ignore[union-attr]
+                self.num_fetching += 1
+                continue
+            batch.add_prefill(r, chunk, cached)
+            left -= chunk
         return left
 
     def _hopeless(self, r: Request) -> bool:
@@ -333,6 +351,9 @@ class Engine:
         r.block_table = []
         r.num_computed_tokens = 0
         r.num_cached_tokens = 0
+        if r.fetch_ready_s:
+            r.fetch_ready_s = 0.0
+            self.num_fetching -= 1
         r.num_preemptions += 1
         self.num_preemptions += 1
         self._preempted_since_schedule = True
@@ -443,12 +464,28 @@ class Engine:
         self._expire_ttft()
 
     def _commit_prefix(self, r: Request, start: int, end: int) -> None:
+        """The prefix blocks of tokens [start, end) now hold their content: cache (and publish) them."""
         hashes = r.prefix_hashes
         if not hashes:
             return
         bs = self.block_size
-        for j in range(start // bs, min(end // bs, len(hashes))):
+        lo, hi = start // bs, min(end // bs, len(hashes))
+        for j in range(lo, hi):
             self.pool.commit(r.block_table[j], hashes[j])
+        if self.remote is not None and hi > lo:
+            self.remote.publish(hashes[lo:hi])
+
+    def _fetch_done(self, r: Request) -> None:
+        """A remote KV transfer landed: its blocks now hold the prefix content."""
+        r.fetch_ready_s = 0.0
+        self.num_fetching -= 1
+        self._commit_prefix(r, r.num_cached_tokens, r.num_computed_tokens)
+
+    def next_fetch_ready_s(self) -> float | None:
+        """When the earliest in-flight remote KV transfer completes (None when none is in flight)."""
+        if not self.num_fetching:
+            return None
+        return min(r.fetch_ready_s for r in self.prefilling.values() if r.fetch_ready_s)
 
     def _finish(self, r: Request) -> None:
         if r.decoding:

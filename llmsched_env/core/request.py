@@ -36,6 +36,7 @@ class Request:
         "decode_round0",
         "decoding",
         "event_round",
+        "fetch_ready_s",
         "finish_s",
         "first_scheduled_s",
         "first_token_s",
@@ -44,6 +45,7 @@ class Request:
         "num_output_tokens",
         "num_preemptions",
         "num_prefix_hit_tokens",
+        "num_remote_tokens",
         "output_len",
         "prefill_token_s",
         "prefix_hashes",
@@ -90,6 +92,8 @@ class Request:
         self.num_prefix_hit_tokens = 0  # prefix-cache hits summed over admissions
         self.num_output_tokens = 0
         self.num_preemptions = 0
+        self.num_remote_tokens = 0  # prefix tokens fetched from a remote KV store, over admissions
+        self.fetch_ready_s = 0.0  # > 0 while a remote KV fetch is in flight: the time it completes
         self.decoding = False
         self.decode_round0 = 0
         self.decode_out0 = 0

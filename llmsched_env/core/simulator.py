@@ -12,11 +12,14 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
+import numpy as np
+
 from llmsched_env.config import EngineConfig, TenantConfig
 from llmsched_env.core.batch import Batch, Decision
 from llmsched_env.core.cost_model import CostModel
 from llmsched_env.core.engine import Engine
 from llmsched_env.core.metrics import compute_metrics
+from llmsched_env.core.remote_kv import RemoteKVConfig, RemoteKVStore
 from llmsched_env.core.request import Request
 
 __all__ = ["Simulator"]
@@ -31,6 +34,8 @@ class Simulator:
         tenants: Sequence[TenantConfig],
         cost_model: CostModel,
         requests: Sequence[Request],
+        remote_kv: RemoteKVConfig | None = None,
+        rng: np.random.Generator | None = None,
     ) -> None:
         for prev, cur in itertools.pairwise(requests):
             if cur.arrival_s < prev.arrival_s:
@@ -38,7 +43,10 @@ class Simulator:
                     f"requests must be sorted by arrival: request {cur.request_id} arrives at {cur.arrival_s} "
                     f"before request {prev.request_id} at {prev.arrival_s}"
                 )
-        self.engine = Engine(config, tenants, cost_model)
+        remote = None
+        if remote_kv is not None:
+            remote = RemoteKVStore(remote_kv, rng if rng is not None else np.random.default_rng(0))
+        self.engine = Engine(config, tenants, cost_model, remote=remote)
         self.cost_model = cost_model
         self.requests = list(requests)
         self._next = 0
@@ -77,9 +85,12 @@ class Simulator:
         batch = engine.schedule(decision)
         start = engine.now_s
         if batch.is_empty:
-            nxt = self.next_arrival_s
-            end = start + self.idle_tick_s if nxt is None else min(nxt, start + self.idle_tick_s)
-            engine.advance_clock(max(end, start))
+            # Nothing ran: wake at the next arrival or remote-KV landing; a policy holding admission while
+            # requests wait is asked again after one idle tick.
+            wake = [t for t in (self.next_arrival_s, engine.next_fetch_ready_s()) if t is not None]
+            if engine.num_waiting_total or not wake:
+                wake.append(start + self.idle_tick_s)
+            engine.advance_clock(max(min(wake), start))
         else:
             dt = self.cost_model.step_time_s(
                 batch.num_prefill_tokens, batch.num_decode_seqs, batch.num_kv_tokens, batch.prefill_attn_pairs
@@ -133,4 +144,9 @@ class Simulator:
             "num_iterations": float(self.num_steps),
             "duration_s": duration,
         }
+        if engine.remote is not None:
+            remote = engine.remote
+            extra["remote_kv_fetches"] = float(remote.num_fetches)
+            extra["remote_kv_fetched_tokens"] = float(remote.num_fetched_tokens)
+            extra["remote_kv_fetch_mean_s"] = remote.total_fetch_s / remote.num_fetches if remote.num_fetches else 0.0
         return compute_metrics(self.arrived_requests(), engine.tenants, engine.round_end_s, duration, extra)
