@@ -13,8 +13,11 @@ from gymnasium import spaces
 
 from llmsched_env.config import EngineConfig, check_positive
 from llmsched_env.core.cost_model import CostModel, load_cost_model
+from llmsched_env.core.remote_kv import RemoteKVConfig
+from llmsched_env.core.scenario_library import get_scenario
+from llmsched_env.core.scenarios import SPLITS, Scenario, SyntheticSource
 from llmsched_env.core.simulator import Simulator
-from llmsched_env.core.workload import WorkloadConfig, default_workload, generate, tenant_configs
+from llmsched_env.core.workload import WorkloadConfig
 from llmsched_env.decision import OBS_CLIP, ActionSpec, ObservationEncoder, PolicyContext
 from llmsched_env.render import render_ansi, render_rgb
 
@@ -83,9 +86,12 @@ class LLMSchedEnv(gym.Env):
     episode metrics (TTFT/TPOT/ITL/E2E percentiles, throughput, goodput, SLO attainment, fairness, ...).
 
     ## Arguments
-    ``workload`` (a ``WorkloadConfig``; default: two tenants, chat and batch), ``num_requests`` (overrides
-    the workload's), ``load`` (multiplies every arrival rate), ``cost_model`` (preset name, JSON path or a
-    ``CostModel``; default ``llama3-8b-h100``), ``engine`` (``EngineConfig`` or a dict of its fields),
+    ``scenario`` (a name from the scenario library, e.g. ``azure-conv``, ``mixed-slo``; default ``default``:
+    two tenants, chat and batch) or ``workload`` (a ``WorkloadConfig`` of your own); ``split`` (``train``:
+    random windows of the training part; ``eval``: the held-out part); ``num_requests`` per episode (default:
+    the scenario's); ``load`` (arrival rate relative to the scenario's nominal rate); ``cost_model`` (preset
+    name, JSON path or a ``CostModel``; default: the scenario's), ``engine`` (``EngineConfig`` or a dict of
+    its fields; default: the scenario's), ``remote_kv`` (a ``RemoteKVConfig``; default: the scenario's),
     ``action_spec``, ``reward`` (``RewardConfig`` or dict), ``horizon_s``, ``max_steps``, ``render_mode``
     (``ansi`` or ``rgb_array``), ``check_invariants`` (verify the core's invariants every step; for tests).
     """
@@ -94,11 +100,14 @@ class LLMSchedEnv(gym.Env):
 
     def __init__(
         self,
+        scenario: str | Scenario | None = None,
+        split: str = "train",
         workload: WorkloadConfig | None = None,
         num_requests: int | None = None,
         load: float = 1.0,
-        cost_model: str | CostModel = "llama3-8b-h100",
+        cost_model: str | CostModel | None = None,
         engine: EngineConfig | Mapping[str, Any] | None = None,
+        remote_kv: RemoteKVConfig | None = None,
         action_spec: ActionSpec | None = None,
         reward: RewardConfig | Mapping[str, float] | None = None,
         horizon_s: float = float("inf"),
@@ -107,15 +116,32 @@ class LLMSchedEnv(gym.Env):
         check_invariants: bool = False,
     ) -> None:
         super().__init__()
-        wl = workload if workload is not None else default_workload()
-        if not isinstance(wl, WorkloadConfig):
-            raise ValueError(f"workload must be a WorkloadConfig, got {type(wl).__name__}")
-        if num_requests is not None:
-            wl = WorkloadConfig(wl.tenants, num_requests, wl.arrival, wl.prefix_id_tokens)
+        if workload is not None and scenario is not None:
+            raise ValueError("give either scenario= or workload=, not both")
+        if workload is not None:
+            if not isinstance(workload, WorkloadConfig):
+                raise ValueError(f"workload must be a WorkloadConfig, got {type(workload).__name__}")
+            wl = workload
+            scenario = Scenario(
+                "custom", "a user workload", lambda sp, scale: SyntheticSource(wl, sp), num_requests=wl.num_requests
+            )
+        sc = get_scenario(scenario or "default") if not isinstance(scenario, Scenario) else scenario
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         check_positive("LLMSchedEnv", "load", load)
-        self.workload = wl.scaled(load) if load != 1.0 else wl
-        self.engine_config = _engine_config(engine)
-        self.cost_model = cost_model if not isinstance(cost_model, str) else load_cost_model(cost_model)
+        if num_requests is not None and (
+            isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 1
+        ):
+            raise ValueError(f"LLMSchedEnv.num_requests must be an integer >= 1, got {num_requests!r}")
+        self.scenario = sc
+        self.split = split
+        self.load = float(load)
+        self.num_requests = num_requests if num_requests is not None else sc.num_requests
+        self.engine_config = _engine_config(engine if engine is not None else sc.engine)
+        cm = cost_model if cost_model is not None else sc.cost_model
+        self.cost_model = cm if not isinstance(cm, str) else load_cost_model(cm)
+        self.remote_kv = remote_kv if remote_kv is not None else sc.remote_kv
+        self.source = sc.source(split, self.cost_model)
         self.action_spec = action_spec or ActionSpec.for_engine(self.engine_config)
         self.action_spec.check_engine(self.engine_config)
         self.reward_config = reward if isinstance(reward, RewardConfig) else RewardConfig(**(reward or {}))
@@ -129,8 +155,9 @@ class LLMSchedEnv(gym.Env):
         self.max_steps = max_steps
         self.render_mode = render_mode
         self.check_invariants = check_invariants
-        self.tenants = tenant_configs(self.workload)
-        self.encoder = ObservationEncoder(self.engine_config, self.tenants, self.workload.total_rate_rps)
+        self.tenants = self.source.tenants
+        self.nominal_rate_rps = self.source.nominal_rate_rps() * self.load
+        self.encoder = ObservationEncoder(self.engine_config, self.tenants, self.nominal_rate_rps)
         self.obs_names = self.encoder.names
         self.action_space = spaces.MultiDiscrete(np.array(self.action_spec.nvec, dtype=np.int64))
         self.observation_space = spaces.Box(-OBS_CLIP, OBS_CLIP, shape=(self.encoder.size,), dtype=np.float32)
@@ -141,8 +168,10 @@ class LLMSchedEnv(gym.Env):
     # ---------------------------------------------------------------------------------------- gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):  # type: ignore[override]
         super().reset(seed=seed)
-        requests = generate(self.workload, self.np_random)
-        self.sim = Simulator(self.engine_config, self.tenants, self.cost_model, requests)
+        requests = self.source.sample(self.np_random, self.num_requests, self.load)
+        self.sim = Simulator(
+            self.engine_config, self.tenants, self.cost_model, requests, remote_kv=self.remote_kv, rng=self.np_random
+        )
         self._norm = 1.0 / max(len(requests), 1)
         self._good = self._missed = self._preempt = 0
         self._last_step_s = 0.0

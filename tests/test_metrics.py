@@ -146,9 +146,12 @@ def test_jain_weights_and_ignores_tenants_without_arrivals() -> None:
 def test_prefix_hits_extra_and_empty_input() -> None:
     a = finished(0, 0.0, [0.5], [(0, 3)], 0.1, prompt_len=100)
     a.num_prefix_hit_tokens = 48
+    a.num_remote_tokens = 16
+    a.num_admitted_tokens = 100 + 60  # admitted twice: once fresh, once after a preemption with 60 tokens
     b = Request(1, 0.0, 60, 5)  # never scheduled: not in the denominator
     m = compute_metrics([a, b], TENANTS, ROUNDS, 1.0, extra={"kv_usage_mean": 0.5})
-    assert m["prefix_cache_hit_rate"] == pytest.approx(0.48)
+    assert m["prefix_cache_hit_rate"] == pytest.approx(48 / 160)
+    assert m["remote_kv_hit_rate"] == pytest.approx(16 / 160)
     assert m["kv_usage_mean"] == 0.5
     empty = compute_metrics([], TENANTS, [], 0.0)
     assert empty["num_requests"] == 0.0 and empty["slo_attainment"] == 0.0

@@ -273,6 +273,7 @@ class Engine:
             r.num_computed_tokens = cached
             r.num_cached_tokens = cached
             r.num_prefix_hit_tokens += cached
+            r.num_admitted_tokens += n
             self.num_prefix_hit_tokens += cached
             if r.first_scheduled_s is None:
                 r.first_scheduled_s = self.now_s

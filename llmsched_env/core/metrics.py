@@ -173,7 +173,7 @@ def compute_metrics(
     prompt = np.empty(n, dtype=np.float64)
     scheduled = np.empty(n, dtype=np.float64)  # first_scheduled_s, NaN if never scheduled
     produced = np.empty(n, dtype=np.float64)
-    hits = 0
+    hits = remote_hits = admitted_tokens = 0
     preemptions = 0
     finished: list[Request] = []
     nan = math.nan
@@ -186,6 +186,8 @@ def compute_metrics(
         scheduled[i] = nan if fs is None else fs
         produced[i] = _num_produced(r, num_rounds)
         hits += r.num_prefix_hit_tokens
+        remote_hits += r.num_remote_tokens
+        admitted_tokens += r.num_admitted_tokens
         preemptions += r.num_preemptions
         if r.status == Status.FINISHED:
             finished.append(r)
@@ -247,7 +249,10 @@ def compute_metrics(
         out[f"{key}/ttft_p99_s"] = _p99(ttft[mine])
         out[f"{key}/tpot_p99_s"] = _p99(tpot[mine])
 
-    out["prefix_cache_hit_rate"] = hits / prompt_sched if prompt_sched else 0.0
+    # over every admission (a preempted request is admitted again): prefill tokens found in the local prefix
+    # cache / fetched from a remote KV store, over the prefill tokens the admissions needed
+    out["prefix_cache_hit_rate"] = hits / admitted_tokens if admitted_tokens else 0.0
+    out["remote_kv_hit_rate"] = remote_hits / admitted_tokens if admitted_tokens else 0.0
     out["preemptions"] = float(preemptions)
     if extra:
         for k, v in extra.items():

@@ -40,6 +40,7 @@ class Request:
         "finish_s",
         "first_scheduled_s",
         "first_token_s",
+        "num_admitted_tokens",
         "num_cached_tokens",
         "num_computed_tokens",
         "num_output_tokens",
@@ -90,6 +91,7 @@ class Request:
         self.num_computed_tokens = 0  # tokens whose KV is in the cache
         self.num_cached_tokens = 0  # of those, tokens found in the prefix cache at (re)admission
         self.num_prefix_hit_tokens = 0  # prefix-cache hits summed over admissions
+        self.num_admitted_tokens = 0  # prefill tokens needed at each admission, summed over admissions
         self.num_output_tokens = 0
         self.num_preemptions = 0
         self.num_remote_tokens = 0  # prefix tokens fetched from a remote KV store, over admissions

@@ -8,11 +8,14 @@ only.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from llmsched_env.config import SLO_CLASSES, TenantConfig, check_positive
+from llmsched_env.core.arrivals import ArrivalProcess, Poisson, TraceReplay
 from llmsched_env.core.lengths import (
     LENGTH_FILE_COLUMNS,
     LENGTH_KINDS,
@@ -64,12 +67,21 @@ class TenantWorkload:
     prefix_share: float = 0.0
     num_shared_prefixes: int = 1
     shared_prefix_tokens: int = 1024
+    arrival: ArrivalProcess | None = None  # None: Poisson at rate_rps
 
     def __post_init__(self) -> None:
         if not isinstance(self.tenant, TenantConfig):
             raise ValueError(f"TenantWorkload.tenant must be a TenantConfig, got {self.tenant!r}")
         owner = f"TenantWorkload({self.tenant.name!r})"
         check_positive(owner, "rate_rps", self.rate_rps)
+        if self.arrival is not None:
+            if not isinstance(self.arrival, ArrivalProcess):
+                raise ValueError(f"{owner}.arrival must be an arrival process, got {self.arrival!r}")
+            if not math.isclose(self.arrival.mean_rate_rps, self.rate_rps, rel_tol=1e-6):
+                raise ValueError(
+                    f"{owner}.rate_rps={self.rate_rps} must equal its arrival process's mean rate "
+                    f"{self.arrival.mean_rate_rps} (use TenantWorkload.with_arrival)"
+                )
         if not isinstance(self.lengths, LengthDist):
             raise ValueError(f"{owner}.lengths must be a LengthDist, got {self.lengths!r}")
         check_positive(owner, "prefix_share", self.prefix_share, allow_zero=True)
@@ -82,6 +94,24 @@ class TenantWorkload:
                 f"{owner}.shared_prefix_tokens must be < lengths.max_prompt_len={self.lengths.max_prompt_len}"
                 f" so every prompt has a token of its own, got {self.shared_prefix_tokens}"
             )
+
+    @classmethod
+    def with_arrival(
+        cls, tenant: TenantConfig, arrival: ArrivalProcess, lengths: LengthDist, **kwargs: Any
+    ) -> TenantWorkload:
+        """A tenant whose requests come from ``arrival`` (bursty, on/off, diurnal, ramp, trace replay)."""
+        return cls(tenant, arrival.mean_rate_rps, lengths, arrival=arrival, **kwargs)
+
+    @property
+    def arrival_process(self) -> ArrivalProcess:
+        return self.arrival if self.arrival is not None else Poisson(self.rate_rps)
+
+    def scaled(self, load: float) -> TenantWorkload:
+        """This tenant with its arrival rate multiplied by ``load``."""
+        if self.arrival is None:
+            return replace(self, rate_rps=self.rate_rps * load)
+        arrival = self.arrival.scaled(load)
+        return replace(self, rate_rps=arrival.mean_rate_rps, arrival=arrival)
 
 
 @dataclass(frozen=True)
@@ -97,9 +127,7 @@ class WorkloadConfig:
         if isinstance(self.tenants, list):
             object.__setattr__(self, "tenants", tuple(self.tenants))
         if not isinstance(self.tenants, tuple) or not self.tenants:
-            raise ValueError(
-                f"WorkloadConfig.tenants must be a non-empty tuple of TenantWorkload, got {self.tenants}"
-            )
+            raise ValueError(f"WorkloadConfig.tenants must be a non-empty tuple of TenantWorkload, got {self.tenants}")
         for i, t in enumerate(self.tenants):
             if not isinstance(t, TenantWorkload):
                 raise ValueError(f"WorkloadConfig.tenants[{i}] must be a TenantWorkload, got {t!r}")
@@ -125,7 +153,7 @@ class WorkloadConfig:
     def scaled(self, load: float) -> WorkloadConfig:
         """The same workload with every tenant's rate multiplied by ``load``."""
         check_positive("WorkloadConfig.scaled", "load", load)
-        return replace(self, tenants=tuple(replace(t, rate_rps=t.rate_rps * load) for t in self.tenants))
+        return replace(self, tenants=tuple(t.scaled(load) for t in self.tenants))
 
 
 def tenant_configs(config: WorkloadConfig) -> tuple[TenantConfig, ...]:
@@ -143,11 +171,14 @@ def generate(config: WorkloadConfig, rng: np.random.Generator) -> list[Request]:
     if not isinstance(config, WorkloadConfig):
         raise ValueError(f"generate: config must be a WorkloadConfig, got {type(config).__name__}")
     n = config.num_requests
-    rates = np.array([t.rate_rps for t in config.tenants], dtype=np.float64)
-    gaps = rng.exponential(1.0 / rates.sum(), size=n)
-    gaps[0] = max(gaps[0], np.finfo(np.float64).tiny)  # an exact 0 draw would put the first arrival at 0
-    arrivals = np.cumsum(gaps)
-    tenant_idx = rng.choice(len(rates), size=n, p=rates / rates.sum())
+    if all(t.arrival is None for t in config.tenants):
+        rates = np.array([t.rate_rps for t in config.tenants], dtype=np.float64)
+        gaps = rng.exponential(1.0 / rates.sum(), size=n)
+        gaps[0] = max(gaps[0], np.finfo(np.float64).tiny)  # an exact 0 draw would put the first arrival at 0
+        arrivals = np.cumsum(gaps)
+        tenant_idx = rng.choice(len(rates), size=n, p=rates / rates.sum())
+    else:
+        arrivals, tenant_idx = _merge_arrivals(config, rng)
     prompts = np.empty(n, dtype=np.int64)
     outputs = np.empty(n, dtype=np.int64)
     prefix_ids: list[tuple[int, ...] | None] = [None] * n
@@ -181,6 +212,20 @@ def generate(config: WorkloadConfig, rng: np.random.Generator) -> list[Request]:
             )
         )
     ]
+
+
+def _merge_arrivals(config: WorkloadConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``num_requests`` arrivals of the tenants' own processes, merged in time. Exact: any of the
+    first n arrivals overall is among its tenant's first n."""
+    n = config.num_requests
+    procs = [t.arrival_process for t in config.tenants]
+    streams = [p.sample(rng, min(n, p.num_arrivals) if isinstance(p, TraceReplay) else n) for p in procs]
+    times = np.concatenate(streams)
+    if times.size < n:
+        raise ValueError(f"the workload's trace replays hold {times.size} arrivals, fewer than num_requests={n}")
+    owner = np.concatenate([np.full(s.size, k, dtype=np.int64) for k, s in enumerate(streams)])
+    keep = np.argsort(times, kind="stable")[:n]
+    return times[keep], owner[keep]
 
 
 def default_workload(num_requests: int = 1000) -> WorkloadConfig:
