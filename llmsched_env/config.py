@@ -56,6 +56,7 @@ SLO_CLASSES: dict[str, SLOClass] = {
     "interactive": SLOClass("interactive", ttft_s=0.25, tpot_s=0.1),
     "chat": SLOClass("chat", ttft_s=1.0, tpot_s=0.1),
     "code": SLOClass("code", ttft_s=0.125, tpot_s=0.2),
+    "code_long": SLOClass("code_long", ttft_s=0.5, tpot_s=0.2),  # completion over 1k-7k-token prompts (Azure code)
     "summarization": SLOClass("summarization", ttft_s=15.0, tpot_s=0.15),
     "long_context": SLOClass("long_context", ttft_s=5.0, tpot_s=0.1),  # Mooncake-style 10k+ token prompts
     "batch": SLOClass("batch", ttft_s=60.0, tpot_s=1.0),

@@ -228,6 +228,7 @@ class ObservationEncoder:
         self.nominal_rate_rps = max(nominal_rate_rps, 1e-9)
         self._min_tpot = min(t.slo.tpot_s for t in self.tenants)
         self._ttft = [t.slo.ttft_s for t in self.tenants]
+        self._min_ttft = min(self._ttft)
         names = [
             "queue/num_waiting",
             "queue/waiting_tokens",
@@ -241,6 +242,8 @@ class ObservationEncoder:
             "run/num_prefilling",
             "run/remaining_prefill",
             "run/seq_room",
+            "run/num_fetching",
+            "run/fetch_wait",
             "latency/ttft_ratio",
             "latency/tpot_ratio",
             "latency/last_step_over_tpot",
@@ -289,6 +292,8 @@ class ObservationEncoder:
             n_prefill / seqs,
             (engine.remaining_prefill_tokens() if n_prefill else 0) / cfg.max_num_batched_tokens,
             (seqs - len(engine.running)) / seqs,
+            engine.num_fetching / seqs,
+            self._fetch_wait(engine),
             engine.ttft_ratio_ewma,
             engine.tpot_ratio_ewma,
             last_step_s / self._min_tpot,
@@ -312,6 +317,11 @@ class ObservationEncoder:
         obs = np.array(feats, dtype=np.float32)
         np.clip(obs, -OBS_CLIP, OBS_CLIP, out=obs)
         return obs
+
+    def _fetch_wait(self, engine: Engine) -> float:
+        """Time until the earliest remote KV transfer lands, in units of the tightest TTFT target."""
+        ready = engine.next_fetch_ready_s() if engine.num_fetching else None
+        return 0.0 if ready is None else max(ready - engine.now_s, 0.0) / self._min_ttft
 
     def _head_slack(self, engine: Engine, k: int) -> float:
         """TTFT slack of tenant ``k``'s queue head in units of its TTFT target (1.0 with an empty queue)."""

@@ -65,6 +65,7 @@ class LLMSchedEnv(gym.Env):
     | kv/used, kv/free, kv/cached | KV blocks in use, empty, cached and evictable (/ pool) |
     | kv/reserve_demand | blocks the running set still needs to finish (/ pool) |
     | run/num_decoding, run/num_prefilling, run/remaining_prefill, run/seq_room | running set |
+    | run/num_fetching, run/fetch_wait | requests waiting for remote KV; time to the next landing (/ TTFT) |
     | latency/ttft_ratio, latency/tpot_ratio | recent TTFT and TPOT over their SLO (moving average) |
     | latency/last_step_over_tpot, latency/attainment | last iteration time / tightest TPOT SLO; attainment so far |
     | arrival/rate | arrival-rate estimate / the workload's nominal rate |

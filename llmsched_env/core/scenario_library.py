@@ -174,27 +174,29 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "azure-conv",
             "Azure LLM 2023 conversation trace replay (near-Poisson), chat SLO",
-            _azure("AzureLLMInferenceTrace_conv.csv", "chat", 8.0),
+            _azure("AzureLLMInferenceTrace_conv.csv", "chat", 11.4),
         ),
         Scenario(
             "azure-code",
-            "Azure LLM 2023 code trace replay (very bursty, long prompts), code SLO",
-            _azure("AzureLLMInferenceTrace_code.csv", "code", 4.0),
+            "Azure LLM 2023 code trace replay (very bursty, long prompts), long-prompt code SLO",
+            _azure("AzureLLMInferenceTrace_code.csv", "code_long", 0.68),
         ),
         Scenario(
             "mooncake-conv",
             "Mooncake conversation trace, 12k-token prompts sharing prefixes, long context",
-            _mooncake(1.0),
+            _mooncake(0.63),
             engine=LONG_CONTEXT,
             num_requests=500,
         ),
         Scenario(
-            "sharegpt-poisson", "ShareGPT prompt/output lengths, Poisson arrivals, chat SLO", _synthetic(_sharegpt(3.0))
+            "sharegpt-poisson",
+            "ShareGPT prompt/output lengths, Poisson arrivals, chat SLO",
+            _synthetic(_sharegpt(1.95)),
         ),
-        Scenario("bursty", "Gamma arrivals with inter-arrival CV 4, interactive SLO", _synthetic(_bursty(12.0, 4.0))),
-        Scenario("multi-tenant-overload", "four equal tenants, one sending 4x its share", _synthetic(_overload(15.0))),
+        Scenario("bursty", "Gamma arrivals with inter-arrival CV 4, interactive SLO", _synthetic(_bursty(14.9, 4.0))),
+        Scenario("multi-tenant-overload", "four equal tenants, one sending 4x its share", _synthetic(_overload(21.9))),
         Scenario(
-            "mixed-slo", "interactive, code, chat and summarization tenants on one engine", _synthetic(_mixed_slo(10.0))
+            "mixed-slo", "interactive, code, chat and summarization tenants on one engine", _synthetic(_mixed_slo(10.2))
         ),
         Scenario(
             "tenants-on-off",
@@ -202,13 +204,13 @@ SCENARIOS: dict[str, Scenario] = {
             _synthetic(_on_off(12.0)),
         ),
         Scenario(
-            "mix-shift", "short interactive traffic gives way to long-prompt batch traffic", _synthetic(_mix_shift(8.0))
+            "mix-shift", "short interactive traffic gives way to long-prompt batch traffic", _synthetic(_mix_shift(5.9))
         ),
-        Scenario("short-long", "short-prompt and long-prompt tenants with equal weights", _synthetic(_short_long(8.0))),
+        Scenario("short-long", "short-prompt and long-prompt tenants with equal weights", _synthetic(_short_long(5.7))),
         Scenario(
             "remote-kv",
             "Mooncake trace with prefixes in a remote KV store over a congested link",
-            _mooncake(1.0),
+            _mooncake(0.53),
             engine=SMALL_LOCAL,
             num_requests=500,
             remote_kv=RemoteKVConfig(latency_s=0.005, bandwidth_gbps=10.0, slow_prob=0.1, slow_factor=8.0),

@@ -24,7 +24,7 @@ from llmsched_env.core.lengths import LengthDist
 from llmsched_env.core.remote_kv import RemoteKVConfig
 from llmsched_env.core.request import Request
 from llmsched_env.core.traces import Trace, load_trace
-from llmsched_env.core.workload import WorkloadConfig, generate
+from llmsched_env.core.workload import TenantWorkload, WorkloadConfig, generate
 
 __all__ = [
     "SPLITS",
@@ -33,6 +33,7 @@ __all__ = [
     "Scenario",
     "SyntheticSource",
     "TraceSource",
+    "scenario_from_trace",
     "slo_scale",
     "trace_dir",
 ]
@@ -181,3 +182,48 @@ def length_split(path: Path, split: str, max_prompt_len: int, max_output_len: in
 
 def check_load(load: float) -> None:
     check_positive("scenario", "load", load)
+
+
+def scenario_from_trace(
+    path: str | Path,
+    fmt: str,
+    rate_rps: float | None = None,
+    slo_class: str = "chat",
+    engine: EngineConfig | None = None,
+    cost_model: str = REFERENCE_COST_MODEL,
+    **options: object,
+) -> Scenario:
+    """A scenario replaying a user's trace file (``fmt``: azure, mooncake, lengths, generic), split in time
+    into training and evaluation parts. A timed trace replays at its own mean rate unless ``rate_rps`` is
+    given; a length-only file needs ``rate_rps`` for its Poisson arrivals."""
+    path = Path(path)
+    trace = load_trace(path, fmt, **options)  # fail now, with the file's own error, not at reset()
+    engine = engine or EngineConfig()
+    if trace.arrival_s is None:
+        if rate_rps is None:
+            raise ValueError(f"{path}: a length-only trace has no arrival times; give a rate (--trace-rate)")
+        check_positive("scenario_from_trace", "rate_rps", rate_rps)
+
+        def make_lengths(split: str, scale: float) -> RequestSource:
+            cut = int(len(trace) * TRAIN_FRACTION)
+            part = trace.slice(0, cut) if split == "train" else trace.slice(cut, None)
+            lengths = LengthDist.empirical(
+                part.prompt_len,
+                part.output_len,
+                source=str(path),
+                max_prompt_len=engine.max_model_len - 1,
+                max_output_len=engine.max_model_len - 1,
+            )
+            tenant = TenantWorkload(scaled_tenant(slo_class, slo_class, scale), float(rate_rps), lengths)
+            return SyntheticSource(WorkloadConfig((tenant,), 1000), split)
+
+        make: Callable[[str, float], RequestSource] = make_lengths
+    else:
+        rate = float(rate_rps) if rate_rps is not None else trace.mean_rate_rps()
+
+        def make_timed(split: str, scale: float) -> RequestSource:
+            return TraceSource(trace_split(trace, split), scaled_tenant(slo_class, slo_class, scale), rate)
+
+        make = make_timed
+    num = min(1000, max(1, int(len(trace) * (1 - TRAIN_FRACTION)) - 1))
+    return Scenario(path.stem, f"{fmt} trace {path}", make, engine=engine, cost_model=cost_model, num_requests=num)

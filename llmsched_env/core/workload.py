@@ -42,11 +42,11 @@ __all__ = [
 ]
 
 ARRIVALS = ("poisson",)
-# Rates of ``default_workload``: 15 req/s in all, at the knee of the default engine (EngineConfig() on
-# llama3-8b-h100), so load=1.0 is busy and schedulers differ: fcfs attains 0.83 and 0.99 on seeds 0 and 1
-# (`python evaluate.py --policies fcfs --seeds 0,1`), and falls off fast above it.
-DEFAULT_CHAT_RATE_RPS = 12.0
-DEFAULT_BATCH_RATE_RPS = 3.0
+# Rates of ``default_workload``: 13 req/s in all, the capacity of fcfs on the default engine (EngineConfig() on
+# llama3-8b-h100): the highest rate at which it keeps 90% SLO attainment on the evaluation split
+# (`python evaluate.py --capacity --policies fcfs --seeds 0,1,2`), so load 1.0 sits at the knee.
+DEFAULT_CHAT_RATE_RPS = 10.4
+DEFAULT_BATCH_RATE_RPS = 2.6
 # Synthetic shared-prefix ids start here so they never collide with the small ids of trace files (Mooncake).
 SHARED_PREFIX_ID_BASE = 1 << 40
 

@@ -1,0 +1,176 @@
+"""The scenario library: every scenario builds and runs with invariants checked, splits are disjoint,
+episodes are reproducible, ``load`` scales the rate, SLOs follow the hardware, users' traces plug in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import baselines
+import evaluate
+import llmsched_env  # noqa: F401
+from llmsched_env.core.describe import describe_scenario
+from llmsched_env.core.scenario_library import get_scenario, list_scenarios
+from llmsched_env.core.scenarios import scenario_from_trace, slo_scale, trace_dir
+
+TRACES = trace_dir()
+needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason="shared traces not found")
+TRACE_SCENARIOS = {"azure-conv", "azure-code", "mooncake-conv", "sharegpt-poisson", "remote-kv"}
+REQUIRED = {
+    "azure-conv",
+    "azure-code",
+    "mooncake-conv",
+    "sharegpt-poisson",
+    "bursty",
+    "multi-tenant-overload",
+    "mixed-slo",
+    "remote-kv",
+}
+
+
+def test_library_holds_the_required_scenarios() -> None:
+    assert set(list_scenarios()) >= REQUIRED
+    assert get_scenario("remote-kv").remote_kv is not None
+    with pytest.raises(ValueError, match="available: default"):
+        get_scenario("nope")
+
+
+@pytest.mark.parametrize("name", list_scenarios())
+def test_every_scenario_runs_with_invariants_checked(name: str) -> None:
+    if name in TRACE_SCENARIOS and not TRACES.is_dir():
+        pytest.skip("shared traces not found")
+    env = gym.make("LLMSched-v0", scenario=name, split="eval", load=1.5, check_invariants=True)
+    policy = baselines.make("slo_aware", env.unwrapped.policy_context())
+    obs, _ = env.reset(seed=0)
+    for _ in range(300):
+        obs, reward, term, trunc, _info = env.step(policy.act(obs, env.unwrapped.action_masks()))
+        assert env.observation_space.contains(obs) and np.isfinite(reward)
+        if term or trunc:
+            break
+    assert env.unwrapped.sim.engine.num_arrived > 0
+
+
+def _arrival_signature(name: str, split: str, seed: int) -> list[tuple[int, int]]:
+    src = get_scenario(name).source(split)
+    reqs = src.sample(np.random.default_rng(seed), 200, 1.0)
+    return [(r.prompt_len, r.output_len) for r in reqs]
+
+
+@needs_traces
+@pytest.mark.parametrize("name", ["azure-conv", "mooncake-conv"])
+def test_trace_train_and_eval_windows_do_not_overlap(name: str) -> None:
+    sc = get_scenario(name)
+    train, ev = sc.source("train").trace, sc.source("eval").trace  # type: ignore[attr-defined]
+    full = len(train) + len(ev)
+    assert abs(full - {"azure-conv": 19_366, "mooncake-conv": 12_031}[name]) <= 1
+    # the windows are consecutive slices of disjoint time ranges: no training request reappears in eval
+    train_keys = set(zip(train.prompt_len.tolist(), train.output_len.tolist(), strict=True))
+    eval_keys = list(zip(ev.prompt_len.tolist(), ev.output_len.tolist(), strict=True))
+    assert sum(k in train_keys for k in eval_keys) < 0.5 * len(eval_keys)  # only chance length collisions
+    for seed in range(5):
+        window = sc.source("eval").sample(np.random.default_rng(seed), 300, 1.0)
+        assert len(window) == 300
+
+
+def test_synthetic_splits_use_disjoint_streams_and_are_deterministic() -> None:
+    a = _arrival_signature("mixed-slo", "train", 0)
+    assert a == _arrival_signature("mixed-slo", "train", 0)
+    assert a != _arrival_signature("mixed-slo", "eval", 0)
+    assert a != _arrival_signature("mixed-slo", "train", 1)
+
+
+@needs_traces
+def test_training_episodes_sample_random_windows_by_seed() -> None:
+    env = gym.make("LLMSched-v0", scenario="azure-conv", split="train", num_requests=100)
+    starts = set()
+    for seed in range(4):
+        env.reset(seed=seed)
+        starts.add(tuple(r.prompt_len for r in env.unwrapped.sim.requests[:5]))
+    assert len(starts) == 4
+    env.reset(seed=2)
+    again = tuple(r.prompt_len for r in env.unwrapped.sim.requests[:5])
+    env.reset(seed=2)
+    assert tuple(r.prompt_len for r in env.unwrapped.sim.requests[:5]) == again
+
+
+@pytest.mark.parametrize("name", ["bursty", "tenants-on-off", "azure-conv"])
+def test_load_scales_the_arrival_rate(name: str) -> None:
+    if name in TRACE_SCENARIOS and not TRACES.is_dir():
+        pytest.skip("shared traces not found")
+    src = get_scenario(name).source("eval")
+    one = src.sample(np.random.default_rng(0), 800, 1.0)
+    two = src.sample(np.random.default_rng(0), 800, 2.0)
+    span1 = one[-1].arrival_s - one[0].arrival_s
+    span2 = two[-1].arrival_s - two[0].arrival_s
+    assert span2 == pytest.approx(span1 / 2, rel=0.02)
+
+
+def test_slos_scale_with_the_cost_model() -> None:
+    h100 = gym.make("LLMSched-v0", scenario="mixed-slo").unwrapped
+    a100 = gym.make("LLMSched-v0", scenario="mixed-slo", cost_model="llama3-8b-a100").unwrapped
+    ratio = a100.tenants[0].slo.ttft_s / h100.tenants[0].slo.ttft_s
+    assert ratio == pytest.approx(slo_scale(a100.cost_model)) and ratio > 1.4
+    assert h100.tenants[0].slo.ttft_s == pytest.approx(0.25)  # the reference preset keeps the literature's SLO
+
+
+@needs_traces
+def test_remote_kv_scenario_fetches_and_reports_it() -> None:
+    env = gym.make("LLMSched-v0", scenario="remote-kv", split="eval", num_requests=300)  # invariants: test_core
+    policy = baselines.make("fcfs", env.unwrapped.policy_context())
+    m = evaluate.run_episode(env, policy, seed=1)
+    assert m["remote_kv_fetches"] > 0 and m["remote_kv_hit_rate"] > 0
+    assert m["num_finished"] + m["num_rejected"] == 300
+
+
+def test_user_trace_scenarios(tmp_path: Path) -> None:
+    csv = tmp_path / "mine.csv"
+    rows = ["t,in,out"] + [f"{i * 0.5},{100 + i},{20 + i % 7}" for i in range(400)]
+    csv.write_text("\n".join(rows) + "\n")
+    sc = scenario_from_trace(csv, "generic", columns={"arrival": "t", "prompt_len": "in", "output_len": "out"})
+    env = gym.make("LLMSched-v0", scenario=sc, split="eval", check_invariants=True)
+    m = evaluate.run_episode(env, baselines.make("fcfs", env.unwrapped.policy_context()), seed=0)
+    assert m["num_requests"] == sc.num_requests and m["num_finished"] == sc.num_requests
+    lengths = tmp_path / "lengths.csv"
+    lengths.write_text("num_prefill_tokens,num_decode_tokens\n" + "\n".join(f"{50 + i},{10 + i}" for i in range(50)))
+    with pytest.raises(ValueError, match="rate"):
+        scenario_from_trace(lengths, "lengths")
+    assert scenario_from_trace(lengths, "lengths", rate_rps=5.0).source("train").nominal_rate_rps() == 5.0
+    bad = tmp_path / "bad.csv"
+    bad.write_text("t,in,out\n0,5,5\n1,x,5\n")
+    with pytest.raises(ValueError, match=r"bad\.csv:3"):
+        scenario_from_trace(bad, "generic", columns={"arrival": "t", "prompt_len": "in", "output_len": "out"})
+
+
+def test_describe_reports_rates_lengths_tenants_and_offered_load() -> None:
+    d = describe_scenario(get_scenario("mixed-slo"), "eval", load=1.0, seed=0)
+    assert [t["name"] for t in d["tenants"]] == ["interactive", "code", "chat", "summarize"]
+    assert sum(t["share"] for t in d["tenants"]) == pytest.approx(1.0)
+    assert d["rate_rps"] > 0 and d["prompt"]["p99"] >= d["prompt"]["p50"] > 0
+    assert d["offered_load"] > 0 and d["capacity_estimate_rps"] <= d["compute_bound_rps"]
+    d2 = describe_scenario(get_scenario("mixed-slo"), "eval", load=2.0, seed=0)
+    assert d2["offered_load"] == pytest.approx(2 * d["offered_load"], rel=0.1)
+
+
+def test_evaluate_commands_for_scenarios_traces_describe_and_capacity(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    argv = ["--scenarios", "mixed-slo,bursty", "--loads", "0.8,1.2", "--num-requests", "60", "--out", str(tmp_path)]
+    assert evaluate.main(argv) == 0
+    rows = (tmp_path / "results.csv").read_text().splitlines()
+    assert len(rows) == 1 + 4
+    assert evaluate.main(["--describe", "--scenarios", "bursty"]) == 0
+    assert "offered load" in capsys.readouterr().out
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(f'{{"ts": {i * 300}, "p": {40 + i}, "o": 9}}\n' for i in range(300)))
+    cols = "arrival=ts,prompt_len=p,output_len=o"
+    argv = ["--trace", str(trace), "--trace-format", "generic", "--trace-columns", cols, "--trace-time-unit", "ms"]
+    assert evaluate.main([*argv, "--num-requests", "50"]) == 0
+    assert "t " in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        evaluate.parse_args(["--trace", str(trace)])  # no format
+    args = evaluate.parse_args(["--scenarios", "bursty", "--num-requests", "80"])
+    cap = evaluate.capacity(args, get_scenario("bursty"), "fcfs")
+    assert cap["capacity_load"] > 0 and cap["capacity_rps"] > 0
