@@ -14,7 +14,8 @@ import evaluate
 import llmsched_env  # noqa: F401
 from llmsched_env.core.describe import describe_scenario
 from llmsched_env.core.scenario_library import get_scenario, list_scenarios
-from llmsched_env.core.scenarios import scenario_from_trace, slo_scale, trace_dir
+from llmsched_env.core.scenarios import TRAIN_FRACTION, scenario_from_trace, slo_scale, trace_dir
+from llmsched_env.core.traces import load_azure, load_mooncake
 
 TRACES = trace_dir()
 needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason="shared traces not found")
@@ -64,15 +65,24 @@ def _arrival_signature(name: str, split: str, seed: int) -> list[tuple[int, int]
 def test_trace_train_and_eval_windows_do_not_overlap(name: str) -> None:
     sc = get_scenario(name)
     train, ev = sc.source("train").trace, sc.source("eval").trace  # type: ignore[attr-defined]
-    full = len(train) + len(ev)
-    assert abs(full - {"azure-conv": 19_366, "mooncake-conv": 12_031}[name]) <= 1
-    # the windows are consecutive slices of disjoint time ranges: no training request reappears in eval
-    train_keys = set(zip(train.prompt_len.tolist(), train.output_len.tolist(), strict=True))
-    eval_keys = list(zip(ev.prompt_len.tolist(), ev.output_len.tolist(), strict=True))
-    assert sum(k in train_keys for k in eval_keys) < 0.5 * len(eval_keys)  # only chance length collisions
-    for seed in range(5):
+    full = (
+        load_azure(
+            TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv", max_context=16384, overlong="truncate"
+        )
+        if name == "azure-conv"
+        else load_mooncake(TRACES / "mooncake" / "conversation_trace.jsonl", max_context=131072)
+    )
+    cut = int(np.searchsorted(full.arrival_s, full.duration_s() * TRAIN_FRACTION))
+    # train is exactly the requests before the cut, eval exactly those from it on: disjoint and complete
+    assert len(train) == cut and len(ev) == len(full) - cut
+    np.testing.assert_array_equal(train.prompt_len, full.prompt_len[:cut])
+    np.testing.assert_array_equal(ev.prompt_len, full.prompt_len[cut:])
+    np.testing.assert_allclose(ev.arrival_s, full.arrival_s[cut:] - full.arrival_s[cut])
+    for seed in range(5):  # every evaluation episode is a window of the evaluation part
         window = sc.source("eval").sample(np.random.default_rng(seed), 300, 1.0)
-        assert len(window) == 300
+        lengths = np.array([r.prompt_len for r in window])
+        starts = np.flatnonzero(np.lib.stride_tricks.sliding_window_view(ev.prompt_len, 300).__eq__(lengths).all(1))
+        assert starts.size >= 1
 
 
 def test_synthetic_splits_use_disjoint_streams_and_are_deterministic() -> None:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from llmsched_env.core.request import Request
+from llmsched_env.core.scenarios import trace_dir
 from llmsched_env.core.traces import (
     TRACE_FORMATS,
     Trace,
@@ -21,7 +22,7 @@ from llmsched_env.core.traces import (
     load_trace,
 )
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+TRACES = trace_dir()
 AZURE_CONV = TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
 AZURE_CODE = TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_code.csv"
 MOONCAKE = TRACES / "mooncake" / "conversation_trace.jsonl"

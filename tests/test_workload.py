@@ -12,6 +12,7 @@ import pytest
 from llmsched_env.config import SLO_CLASSES, TenantConfig
 from llmsched_env.core import lengths as ln
 from llmsched_env.core import workload as wl
+from llmsched_env.core.scenarios import trace_dir
 from llmsched_env.core.workload import (
     LengthDist,
     TenantWorkload,
@@ -22,7 +23,7 @@ from llmsched_env.core.workload import (
     tenant_configs,
 )
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+TRACES = trace_dir()
 SHAREGPT = TRACES / "sharegpt_lengths" / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
 AZURE_CONV = TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
 

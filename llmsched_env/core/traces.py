@@ -275,16 +275,18 @@ class Trace:
 # ------------------------------------------------------------------------------------------- parsing helpers
 
 
+def _unreadable(path: Path, error: OSError) -> TraceError:
+    if isinstance(error, FileNotFoundError):
+        return TraceError(f"{path}: trace file not found; check the path (traces are not shipped in the repository)")
+    return TraceError(f"{path}: cannot read trace file ({error.strerror})")
+
+
 def _read_lines(path: Path) -> list[str]:
     """The file's lines without line ends; line i (0-based) is file line i + 1."""
     try:
         data = path.read_bytes()
-    except FileNotFoundError:
-        raise TraceError(
-            f"{path}: trace file not found; check the path (traces are not shipped in the repository)"
-        ) from None
     except OSError as e:
-        raise TraceError(f"{path}: cannot read trace file ({e.strerror})") from None
+        raise _unreadable(path, e) from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -623,12 +625,8 @@ def _cached(path: str | os.PathLike[str], fmt: str, options: dict[str, Any], par
     p = Path(path).expanduser().resolve()
     try:
         st = p.stat()
-    except FileNotFoundError:
-        raise TraceError(
-            f"{p}: trace file not found; check the path (traces are not shipped in the repository)"
-        ) from None
     except OSError as e:
-        raise TraceError(f"{p}: cannot read trace file ({e.strerror})") from None
+        raise _unreadable(p, e) from None
     frozen = tuple(sorted((k, tuple(sorted(v.items())) if isinstance(v, Mapping) else v) for k, v in options.items()))
     key = (str(p), st.st_mtime_ns, st.st_size, fmt, frozen)
     try:

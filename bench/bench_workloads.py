@@ -1,0 +1,69 @@
+"""Workload loading speed against an episode's run time.
+
+    python bench/bench_workloads.py
+
+Prints the seconds to parse the full Azure conversation and Mooncake traces (cold, cache cleared), to build a
+10,000-request episode from each (window + Request objects) and from a synthetic multi-tenant scenario, and
+the seconds the fcfs baseline then takes to simulate that episode, so the loaders' share is visible.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import baselines
+from llmsched_env.core.cost_model import load_cost_model
+from llmsched_env.core.scenario_library import get_scenario
+from llmsched_env.core.scenarios import trace_dir
+from llmsched_env.core.simulator import Simulator
+from llmsched_env.core.traces import clear_trace_cache, load_azure, load_mooncake
+from llmsched_env.decision import ActionSpec, PolicyContext
+
+
+def timed(fn):  # type: ignore[no-untyped-def]
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def simulate(name: str, requests: list) -> float:  # type: ignore[type-arg]
+    sc = get_scenario(name)
+    spec = ActionSpec.for_engine(sc.engine)
+    cost = load_cost_model(sc.cost_model)
+    source = sc.source("eval", cost)
+    ctx = PolicyContext(sc.engine, source.tenants, cost, spec, ())
+    sim = Simulator(sc.engine, source.tenants, cost, requests, remote_kv=sc.remote_kv)
+    decision = spec.decode(baselines.make("fcfs", ctx).act(np.zeros(1), spec.mask(sim.engine)))
+    t0 = time.perf_counter()
+    while not sim.done:
+        sim.step(decision)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    root = trace_dir()
+    clear_trace_cache()
+    _, azure_s = timed(lambda: load_azure(root / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"))
+    _, moon_s = timed(lambda: load_mooncake(root / "mooncake" / "conversation_trace.jsonl"))
+    print(f"parse Azure conversation trace (19,366 rows): {azure_s:.3f} s")
+    print(f"parse Mooncake conversation trace (12,031 rows): {moon_s:.3f} s")
+    for name, load in (("azure-conv", 1.0), ("mooncake-conv", 1.0), ("multi-tenant-overload", 1.0)):
+        sc = get_scenario(name)
+        src = sc.source("train")
+        n = 10_000
+        try:
+            reqs, build_s = timed(lambda src=src, n=n, load=load: src.sample(np.random.default_rng(0), n, load))
+        except ValueError:  # the training part of Mooncake holds fewer than 10,000 requests
+            n = 8_000
+            reqs, build_s = timed(lambda src=src, n=n, load=load: src.sample(np.random.default_rng(0), n, load))
+        sim_s = simulate(name, reqs)
+        print(
+            f"{name}: build a {n:,}-request episode {build_s:.3f} s; simulate it under fcfs {sim_s:.2f} s "
+            f"(building is {build_s / (build_s + sim_s):.1%} of the episode)"
+        )
+
+
+if __name__ == "__main__":
+    main()
