@@ -1,10 +1,14 @@
 """Evaluate scheduling policies on llmsched workloads and print a metrics table.
 
-    python evaluate.py --policies fcfs,slo_aware --seeds 0,1 --out results/
+    python evaluate.py --policies fcfs,slo_aware,mine=runs/ppo0 --seeds 0,1,2 --out results/
 
 Runs every (policy, scenario, load, seed) episode to its end through ``LLMSched-v0``; each policy acts on
-the observation and action mask only, as an agent would. Prints one row per run and writes
-``results.csv`` and ``results.json`` (one row per run, one column per metric) into ``--out``.
+the observation and action mask only, as an agent would. A policy is a baseline name or the path of an
+exported policy (a run folder holding ``policy.json`` + ``policy.safetensors``, or the JSON itself),
+optionally named ``alias=path``. Prints one row per run and, with several seeds, the mean and 95% confidence
+half-width (Student t) per (policy, scenario, load). ``--out`` gets ``results.csv`` and ``results.json``
+(one row per run, one column per metric), ``summary.csv`` and the plots (``--no-plots`` skips them);
+``--tensorboard DIR`` writes every run's metrics as TensorBoard scalars (step = seed).
 """
 
 from __future__ import annotations
@@ -12,9 +16,12 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
+import re
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +32,8 @@ import baselines
 import llmsched_env  # noqa: F401  (registers LLMSched-v0)
 from llmsched_env.config import SLO_CLASSES
 from llmsched_env.core.describe import describe_scenario
-from llmsched_env.core.metrics import format_table
+from llmsched_env.core.metrics import format_table, token_times
+from llmsched_env.core.request import Status
 from llmsched_env.core.scenario_library import get_scenario, list_scenarios
 from llmsched_env.core.scenarios import SPLITS, Scenario, scenario_from_trace
 from llmsched_env.core.traces import TRACE_FORMATS
@@ -47,6 +55,33 @@ TABLE_COLUMNS = {
     "rejection_rate": "reject",
     "kv_usage_mean": "kv mean",
 }
+# metrics aggregated over seeds in summary.csv (as NAME_mean, NAME_ci95) and the second terminal table
+SUMMARY_METRICS = {
+    "slo_attainment": "attain",
+    "goodput_rps": "goodput/s",
+    "ttft_p99_s": "ttft p99",
+    "tpot_p99_s": "tpot p99",
+}
+KEY_COLUMNS = ("policy", "scenario", "load", "seed")
+# Student t 0.975 quantiles for 1..30 degrees of freedom (two-sided 95%)
+_T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
+         2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
+         2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423)  # fmt: skip
+
+
+@dataclass
+class PolicySpec:
+    """One entry of ``--policies``: a baseline (``baseline`` set) or an exported policy file (``exported``)."""
+
+    name: str  # the ``policy`` column of the results
+    baseline: str | None = None
+    path: Path | None = None
+    exported: Any = field(default=None, repr=False)  # an ExportedPolicy; one instance serves every seed
+
+    def make(self, env: gym.Env, seed: int) -> Policy:
+        if self.baseline is not None:
+            return baselines.make(self.baseline, env.unwrapped.policy_context(), seed=seed)  # type: ignore[attr-defined]
+        return self.exported
 
 
 def run_episode(env: gym.Env, policy: Policy, seed: int) -> dict[str, float]:
@@ -60,6 +95,25 @@ def run_episode(env: gym.Env, policy: Policy, seed: int) -> dict[str, float]:
             return dict(info["metrics"])
 
 
+def episode_details(env: gym.Env, kv_series: bool = True) -> dict[str, np.ndarray]:
+    """Per-request latencies of the episode ``env`` just ran, for plots: ``ttft_s`` and ``tpot_s`` of every
+    finished request (arrival order, the definitions of ``metrics``), and with ``kv_series`` the KV usage after
+    every step (``kv_time_s`` from the first arrival, ``kv_usage`` in [0, 1])."""
+    sim: Any = env.unwrapped.sim  # type: ignore[attr-defined]
+    rounds = np.asarray(sim.engine.round_end_s, dtype=np.float64)
+    ttft, tpot = [], []
+    for r in sim.arrived_requests():
+        if r.status == Status.FINISHED:
+            t = token_times(r, rounds)
+            ttft.append(t[0] - r.arrival_s)
+            tpot.append((t[-1] - t[0]) / (len(t) - 1) if len(t) > 1 else 0.0)
+    out = {"ttft_s": np.asarray(ttft, dtype=np.float64), "tpot_s": np.asarray(tpot, dtype=np.float64)}
+    if kv_series:
+        kv_t, kv_u = sim.kv_usage_series()
+        out["kv_time_s"], out["kv_usage"] = kv_t - sim.start_s, kv_u
+    return out
+
+
 def _csv_list(text: str, kind: type = str) -> list[Any]:
     try:
         return [kind(x.strip()) for x in text.split(",") if x.strip()]
@@ -69,7 +123,13 @@ def _csv_list(text: str, kind: type = str) -> list[Any]:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--policies", type=_csv_list, default=["fcfs"], help=f"baselines: {','.join(baselines.available())}")
+    p.add_argument(
+        "--policies",
+        type=_csv_list,
+        default=["fcfs"],
+        help=f"baselines ({','.join(baselines.available())}) or exported policies: a run folder holding "
+        "policy.json + policy.safetensors, or the JSON; name=path names one (default: the folder's name)",
+    )
     p.add_argument(
         "--scenarios", type=_csv_list, default=["default"], help=f"scenario library: {','.join(list_scenarios())}"
     )
@@ -90,12 +150,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--trace-time-unit", choices=("s", "ms"), default="s", help="generic format: timestamp unit")
     p.add_argument("--describe", action="store_true", help="describe the scenarios instead of running policies")
     p.add_argument("--capacity", action="store_true", help="search each policy's capacity (attainment >= 90%%)")
-    p.add_argument("--out", type=Path, default=None, help="folder for results.csv and results.json")
+    p.add_argument("--out", type=Path, default=None, help="folder for results.csv/.json, summary.csv and plots")
+    p.add_argument(
+        "--plots",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="write PNG plots into --out (default: on when --out is given)",
+    )
+    p.add_argument("--tensorboard", type=Path, default=None, help="write each run's metrics as TensorBoard scalars")
     p.add_argument("--check-invariants", action="store_true", help="verify the core's invariants every step")
     args = p.parse_args(argv)
-    unknown = [name for name in args.policies if name not in baselines.available()]
-    if unknown:
-        p.error(f"unknown policy {unknown}; available: {', '.join(baselines.available())}")
+    args.policy_specs = [_policy_spec(p, entry) for entry in args.policies]
+    names = [spec.name for spec in args.policy_specs]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        p.error(f"policy name(s) {dup} used twice; name each one with name=path")
+    if args.plots and args.out is None:
+        p.error("--plots needs --out (the folder the PNG files go to)")
     if args.trace is not None:
         if args.trace_format is None:
             p.error(f"--trace needs --trace-format ({', '.join(TRACE_FORMATS)})")
@@ -124,7 +195,57 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("--num-requests must be >= 1")
     if any(load <= 0 for load in args.loads):
         p.error("--loads must be > 0")
+    if not args.seeds or not args.loads or not args.policy_specs:
+        p.error("--policies, --loads and --seeds each need at least one entry")
+    _check_compatible(p, args)
     return args
+
+
+def _policy_spec(p: argparse.ArgumentParser, entry: str) -> PolicySpec:
+    """A baseline name, or ``[alias=]path`` of an exported policy, loaded and verified now."""
+    if entry in baselines.available():
+        return PolicySpec(entry, baseline=entry)
+    alias, sep, target = entry.partition("=")
+    if not sep:
+        alias, target = "", entry
+    elif not alias or not target:
+        p.error(f"policy {entry!r}: expected name=path")
+    if target in baselines.available():
+        return PolicySpec(alias, baseline=target)
+    path = Path(target).expanduser()
+    if not path.exists():
+        p.error(
+            f"unknown policy {entry!r}: not a baseline ({', '.join(baselines.available())}) "
+            f"and no file or folder {path}"
+        )
+    try:  # torch is imported only when a policy file is evaluated
+        from llmsched_env.runtime.policy_file import load_policy_file
+    except ImportError as exc:
+        p.error(f"policy {path}: cannot load exported policies here: {exc}")
+    try:
+        exported = load_policy_file(path)
+    except (ValueError, OSError, RuntimeError) as exc:  # PolicyFileError is a ValueError
+        p.error(f"policy {path} is not a loadable exported policy: {exc}")
+    folder = path if path.is_dir() else path.parent
+    return PolicySpec(alias or folder.resolve().name, path=path, exported=exported)
+
+
+def _check_compatible(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Every exported policy must fit every scenario's observations and actions (same names, same options)."""
+    exported = [spec for spec in args.policy_specs if spec.exported is not None]
+    if not exported:
+        return
+    from llmsched_env.runtime.policy_file import action_options
+
+    for scenario in args.scenario_objects:
+        env: Any = make_env(args, scenario, 1.0).unwrapped
+        for spec in exported:
+            try:
+                spec.exported.check_compatible(
+                    env.obs_names, env.action_spec.nvec, action_options=action_options(env.action_spec)
+                )
+            except ValueError as exc:
+                p.error(f"policy {spec.path} cannot run on scenario {scenario.name!r}: {exc}")
 
 
 def make_env(args: argparse.Namespace, scenario: Scenario, load: float) -> gym.Env:
@@ -139,38 +260,101 @@ def make_env(args: argparse.Namespace, scenario: Scenario, load: float) -> gym.E
     )
 
 
-def run_policy(args: argparse.Namespace, scenario: Scenario, load: float, name: str) -> list[dict[str, Any]]:
-    """Every seed of one (scenario, load, policy)."""
+def _spec(args: argparse.Namespace, policy: str | PolicySpec) -> PolicySpec:
+    if isinstance(policy, PolicySpec):
+        return policy
+    for spec in getattr(args, "policy_specs", ()):
+        if spec.name == policy:
+            return spec
+    return PolicySpec(policy, baseline=policy)
+
+
+def run_policy(
+    args: argparse.Namespace,
+    scenario: Scenario,
+    load: float,
+    policy: str | PolicySpec,
+    details: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """Every seed of one (scenario, load, policy): one row of metrics per seed. With a ``details`` list,
+    append each run's ``episode_details`` (the KV series only for the first seed at the first load)."""
+    spec = _spec(args, policy)
     env = make_env(args, scenario, load)
-    ctx = env.unwrapped.policy_context()  # type: ignore[attr-defined]
     rows = []
     for seed in args.seeds:
-        policy = baselines.make(name, ctx, seed=seed)
         t0 = time.perf_counter()
-        metrics = run_episode(env, policy, seed)
-        row: dict[str, Any] = {"policy": name, "scenario": scenario.name, "load": load, "seed": seed}
+        metrics = run_episode(env, spec.make(env, seed), seed)
+        row: dict[str, Any] = {"policy": spec.name, "scenario": scenario.name, "load": load, "seed": seed}
         row.update(metrics)
         row["wall_s"] = time.perf_counter() - t0
         rows.append(row)
+        if details is not None:
+            first = seed == args.seeds[0] and load == args.loads[0]
+            details.append({**{k: row[k] for k in KEY_COLUMNS}, **episode_details(env, kv_series=first)})
     env.close()
     return rows
 
 
-def evaluate(args: argparse.Namespace) -> list[dict[str, Any]]:
+def evaluate(args: argparse.Namespace, details: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Rows of every (scenario, load, policy, seed), in that nesting order; ``details`` as ``run_policy``."""
     rows: list[dict[str, Any]] = []
     for scenario in args.scenario_objects:
         for load in args.loads:
-            for name in args.policies:
-                rows += run_policy(args, scenario, load, name)
+            for spec in args.policy_specs:
+                rows += run_policy(args, scenario, load, spec, details)
     return rows
 
 
-def capacity(args: argparse.Namespace, scenario: Scenario, name: str, target: float = 0.9) -> dict[str, Any]:
-    """The highest load (relative to nominal) at which ``name``'s mean attainment over the seeds stays
+def t_quantile_975(df: int) -> float:
+    """The 0.975 quantile of Student's t with ``df`` >= 1 degrees of freedom (table to 30, then the
+    Cornish-Fisher expansion, within 1e-4)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964
+    return (
+        z
+        + (z**3 + z) / (4 * df)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)
+    )
+
+
+def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and 95% confidence half-width (Student t, sample std); the half-width is 0 for one value."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("mean_ci95 needs at least one value")
+    if x.size == 1:
+        return float(x[0]), 0.0
+    return float(x.mean()), t_quantile_975(x.size - 1) * float(x.std(ddof=1)) / math.sqrt(x.size)
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (policy, scenario, load), in first-seen order: ``num_seeds`` and, for each of
+    ``SUMMARY_METRICS``, ``NAME_mean`` and ``NAME_ci95`` over its seeds."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["policy"], row["scenario"], row["load"]), []).append(row)
+    out = []
+    for (policy, scenario, load), runs in groups.items():
+        agg: dict[str, Any] = {"policy": policy, "scenario": scenario, "load": load, "num_seeds": len(runs)}
+        for key in SUMMARY_METRICS:
+            agg[f"{key}_mean"], agg[f"{key}_ci95"] = mean_ci95([r[key] for r in runs])
+        out.append(agg)
+    return out
+
+
+def capacity(
+    args: argparse.Namespace, scenario: Scenario, policy: str | PolicySpec, target: float = 0.9
+) -> dict[str, Any]:
+    """The highest load (relative to nominal) at which ``policy``'s mean attainment over the seeds stays
     >= ``target``: bracket by doubling or halving from 1.0, then bisect to 2% (DistServe's capacity)."""
+    spec = _spec(args, policy)
 
     def attainment(load: float) -> float:
-        return float(np.mean([r["slo_attainment"] for r in run_policy(args, scenario, load, name)]))
+        return float(np.mean([r["slo_attainment"] for r in run_policy(args, scenario, load, spec)]))
 
     lo, hi = 0.0, 0.0
     load = 1.0
@@ -199,7 +383,7 @@ def capacity(args: argparse.Namespace, scenario: Scenario, name: str, target: fl
             hi = mid
     env = make_env(args, scenario, 1.0)
     nominal = env.unwrapped.nominal_rate_rps  # type: ignore[attr-defined]
-    return {"policy": name, "scenario": scenario.name, "capacity_load": lo, "capacity_rps": lo * nominal}
+    return {"policy": spec.name, "scenario": scenario.name, "capacity_load": lo, "capacity_rps": lo * nominal}
 
 
 def describe(args: argparse.Namespace) -> None:
@@ -240,16 +424,65 @@ def print_table(rows: Sequence[dict[str, Any]]) -> None:
     print(format_table(short, [TABLE_COLUMNS.get(k, k) for k in keys]))
 
 
-def write_results(rows: Sequence[dict[str, Any]], out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
+def print_summary(summary: Sequence[dict[str, Any]]) -> None:
+    columns = ["policy", "scenario", "load", "seeds"]
+    short = []
+    for agg in summary:
+        row = {"policy": agg["policy"], "scenario": agg["scenario"], "load": agg["load"], "seeds": agg["num_seeds"]}
+        for key, head in SUMMARY_METRICS.items():
+            row[head], row[f"{head} ±"] = agg[f"{key}_mean"], agg[f"{key}_ci95"]
+        short.append(row)
+    for head in SUMMARY_METRICS.values():
+        columns += [head, f"{head} ±"]
+    print("mean over seeds ± 95% confidence half-width (Student t)")
+    print(format_table(short, columns))
+
+
+def _write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
     columns: list[str] = []
     for row in rows:
         columns += [k for k in row if k not in columns]
-    with open(out / "results.csv", "w", newline="") as f:
+    with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
+
+
+def write_results(rows: Sequence[dict[str, Any]], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    _write_csv(rows, out / "results.csv")
     (out / "results.json").write_text(json.dumps(list(rows), indent=1))
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text) or "_"
+
+
+def write_tensorboard(rows: Sequence[dict[str, Any]], logdir: Path) -> list[Path]:
+    """Every numeric column of ``rows`` as scalar ``eval/COLUMN`` (per tenant ``eval/tenant/NAME/...``), one
+    run folder ``POLICY/SCENARIO/load_LOAD`` per (policy, scenario, load) and step = seed. Returns the folders."""
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    writers: dict[Path, EventFileWriter] = {}
+    for row in rows:
+        run = logdir / _safe_name(str(row["policy"])) / _safe_name(str(row["scenario"]))
+        if "load" in row:
+            run = run / f"load_{row['load']:g}"
+        if run not in writers:
+            run.mkdir(parents=True, exist_ok=True)
+            writers[run] = EventFileWriter(str(run))
+        values = [
+            Summary.Value(tag=f"eval/{key}", simple_value=float(v))
+            for key, v in row.items()
+            if key not in KEY_COLUMNS and isinstance(v, (int, float)) and not isinstance(v, bool)
+        ]
+        event = Event(wall_time=time.time(), step=int(row.get("seed", 0)), summary=Summary(value=values))
+        writers[run].add_event(event)
+    for writer in writers.values():
+        writer.close()
+    return list(writers)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -257,15 +490,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.describe:
         describe(args)
         return 0
+    for spec in args.policy_specs:
+        if spec.exported is not None:
+            print(f"policy {spec.name}: {spec.exported.path} ({spec.exported.meta.get('algo', '?')})")
+    plots = args.plots if args.plots is not None else args.out is not None
+    summary: list[dict[str, Any]] = []
+    details: list[dict[str, Any]] | None = [] if plots else None
     if args.capacity:
-        rows = [capacity(args, sc, name) for sc in args.scenario_objects for name in args.policies]
+        rows = [capacity(args, sc, spec) for sc in args.scenario_objects for spec in args.policy_specs]
         print(format_table(rows, ["policy", "scenario", "capacity_load", "capacity_rps"]))
     else:
-        rows = evaluate(args)
+        rows = evaluate(args, details)
         print_table(rows)
+        summary = summarize(rows)
+        if len(args.seeds) > 1:
+            print_summary(summary)
     if args.out is not None:
         write_results(rows, args.out)
-        print(f"wrote {args.out / 'results.csv'} and {args.out / 'results.json'}")
+        written = [args.out / "results.csv", args.out / "results.json"]
+        if summary:
+            _write_csv(summary, args.out / "summary.csv")
+            written.append(args.out / "summary.csv")
+        if plots:
+            from llmsched_env import plots as plotting  # matplotlib only when plotting
+
+            if args.capacity:
+                written.append(plotting.plot_capacity(rows, args.out / "capacity.png"))
+            else:
+                written += plotting.write_plots(args.out, rows, summary, details or [])
+        print("wrote " + ", ".join(str(p) for p in written))
+    if args.tensorboard is not None:
+        write_tensorboard(rows, args.tensorboard)
+        print(f"wrote TensorBoard events under {args.tensorboard} (tensorboard --logdir {args.tensorboard})")
     return 0
 
 

@@ -1,55 +1,230 @@
-"""Train a Stable-Baselines3 agent on ``LLMSched-v0``.
+"""Train a Stable-Baselines3 agent on an llmsched scenario.
 
-    python train.py --algo maskable_ppo --timesteps 20000 --seed 0 --out runs/ppo0
+    python train.py --scenario mixed-slo --algo maskable_ppo --timesteps 300000 --seed 0 --out runs/mixed0
+    python train.py --scenario mixed-slo --quick --out runs/quick     # under 10 minutes on 2 cores
 
-Writes the model (``model.zip``), the arguments and the command line into ``--out``, with TensorBoard
-events under ``--out/tb``. (Scenario YAML, vector envs, evaluation callbacks and policy export are issue #4.)
+Hyperparameters come from ``agents/hyperparams/<algo>.yml`` keyed by scenario, overridable with
+``--hp key=value``. The run folder keeps the resolved config (``config.yml``), the arguments, the command
+line, TensorBoard events (``tb/``), checkpoints, the final and best models and the exported policy
+(``policy.safetensors`` + ``policy.json``) that ``evaluate.py`` and the torch runtime load.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import torch
+import yaml
+from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
+import baselines
 import llmsched_env  # noqa: F401  (registers LLMSched-v0)
-from agents import ALGOS, make_model
+from agents import ALGOS
+from agents.bc import behaviour_clone
+from agents.callbacks import EpisodeMetricsCallback, PeriodicEvalCallback
+from agents.config import load_hyperparams, merge_config, parse_overrides
+from agents.sb3 import FLAT_ACTION_ALGOS, make_model
+from agents.wrappers import FlatActions
+from llmsched_env.core.scenario_library import list_scenarios
+
+EXPORTABLE = {"maskable_ppo", "ppo", "a2c"}
+QUICK = {  # the --quick preset: a short run that shows the whole pipeline on a laptop
+    "n_timesteps": 20_000,
+    "n_envs": 1,
+    "n_steps": 512,
+    "batch_size": 128,
+    "bc_steps": 4_000,
+    "env_kwargs": {"num_requests": 300},
+    "eval_freq": 10_000,
+    "eval_episodes": 2,
+}
+RUN_KEYS = (
+    "n_timesteps",
+    "n_envs",
+    "env_kwargs",
+    "eval_load",
+    "bc_warmstart",
+    "bc_steps",
+    "eval_freq",
+    "eval_episodes",
+)
+DEFAULT_EVAL_BASELINES = "fcfs,priority_aging,sjf,vtc,kv_guard,sarathi,slo_aware"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scenario", default="default", help=f"one of {', '.join(list_scenarios())}")
     p.add_argument("--algo", choices=sorted(ALGOS), default="maskable_ppo")
-    p.add_argument("--timesteps", type=int, default=20_000)
+    p.add_argument("--timesteps", type=int, default=None, help="total environment steps (default: the YAML's)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--num-requests", type=int, default=300, help="requests per training episode")
-    p.add_argument("--load", type=float, default=1.0)
-    p.add_argument("--cost-model", default="llama3-8b-h100")
-    p.add_argument("--n-steps", type=int, default=2048, help="rollout length per update (PPO family)")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True, help="run folder")
+    p.add_argument("--n-envs", type=int, default=None, help="parallel environments (default: the YAML's)")
+    p.add_argument("--vec-env", choices=("dummy", "subproc"), default="dummy")
+    p.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE", help="override a hyperparameter")
+    p.add_argument("--hyperparams", type=Path, default=None, help="a YAML file instead of agents/hyperparams/")
+    p.add_argument("--quick", action="store_true", help="a short run (about 5 minutes on 2 cores)")
+    p.add_argument("--resume", action="store_true", help="continue from the run folder's latest checkpoint")
+    p.add_argument("--bc", default=None, help="baseline to clone before RL ('none' to skip; default: the YAML's)")
+    p.add_argument("--eval-baselines", default=DEFAULT_EVAL_BASELINES, help="baselines the evaluation compares to")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
-    if args.timesteps < 1 or args.n_steps < 2:
-        p.error("--timesteps must be >= 1 and --n-steps >= 2")
+    if args.scenario not in list_scenarios():
+        p.error(f"unknown scenario {args.scenario!r}; available: {', '.join(list_scenarios())}")
+    if args.timesteps is not None and args.timesteps < 1:
+        p.error("--timesteps must be >= 1")
+    if args.n_envs is not None and args.n_envs < 1:
+        p.error("--n-envs must be >= 1")
+    bad = [b for b in args.eval_baselines.split(",") if b and b not in baselines.available()]
+    if bad:
+        p.error(f"unknown --eval-baselines {bad}; available: {', '.join(baselines.available())}")
+    if args.bc not in (None, "none") and args.bc not in baselines.available():
+        p.error(f"unknown --bc baseline {args.bc!r}; available: {', '.join(baselines.available())}")
+    try:
+        args.overrides = parse_overrides(args.hp)
+    except ValueError as exc:
+        p.error(str(exc))
     return args
+
+
+def resolve_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The YAML entry for (algo, scenario), then --quick, then --hp, then explicit flags."""
+    hp = load_hyperparams(args.algo, args.scenario, path=args.hyperparams)
+    if args.quick:
+        hp = merge_config(hp, QUICK)
+    hp = merge_config(hp, args.overrides)
+    if args.timesteps is not None:
+        hp["n_timesteps"] = args.timesteps
+    if args.n_envs is not None:
+        hp["n_envs"] = args.n_envs
+    if args.bc is not None:
+        hp["bc_warmstart"] = None if args.bc == "none" else args.bc
+    if args.algo not in {"maskable_ppo", "ppo", "a2c"}:
+        hp["bc_warmstart"] = None  # the warm start fits actor-critic policies
+    hp.setdefault("eval_freq", max(hp.get("n_timesteps", 100_000) // 10, 1000))
+    hp.setdefault("eval_episodes", 3)
+    hp.setdefault("eval_load", 1.2)
+    return hp
+
+
+def make_env_fn(args: argparse.Namespace, env_kwargs: dict[str, Any], split: str = "train", **extra: Any):  # type: ignore[no-untyped-def]
+    kwargs = {**env_kwargs, **extra}
+
+    def make() -> gym.Env:
+        env = gym.make("LLMSched-v0", scenario=args.scenario, split=split, **kwargs)
+        return FlatActions(env) if args.algo in FLAT_ACTION_ALGOS else env
+
+    return make
+
+
+def latest_checkpoint(folder: Path) -> Path | None:
+    ckpts = sorted(folder.glob("model_*_steps.zip"), key=lambda p: int(p.stem.split("_")[1]))
+    return ckpts[-1] if ckpts else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)  # SB3 on 2 cores runs far slower with more threads
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "args.json").write_text(json.dumps({k: str(v) for k, v in vars(args).items()}, indent=1))
-    (args.out / "command.txt").write_text(" ".join([sys.executable, *sys.argv]) + "\n")
-    env = gym.make("LLMSched-v0", num_requests=args.num_requests, load=args.load, cost_model=args.cost_model)
-    model = make_model(
-        args.algo, env, seed=args.seed, tensorboard_log=str(args.out / "tb"), n_steps=args.n_steps, batch_size=64
+    hp = resolve_config(args)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yml").write_text(yaml.safe_dump({"algo": args.algo, "scenario": args.scenario, **hp}))
+    (out / "args.json").write_text(json.dumps({k: str(v) for k, v in vars(args).items()}, indent=1))
+    (out / "command.txt").write_text(shlex.join([sys.executable, *sys.argv]) + "\n")
+    run = {k: hp.pop(k) for k in RUN_KEYS if k in hp}
+    env_kwargs = dict(run["env_kwargs"])
+    if isinstance(env_kwargs.get("load"), list):
+        env_kwargs["load"] = tuple(env_kwargs["load"])
+    vec_cls = SubprocVecEnv if args.vec_env == "subproc" else DummyVecEnv
+    vec_env = make_vec_env(make_env_fn(args, env_kwargs), n_envs=run["n_envs"], seed=args.seed, vec_env_cls=vec_cls)
+    ckpt_dir = out / "checkpoints"
+    resume_from = latest_checkpoint(ckpt_dir) if args.resume else None
+    if args.resume and resume_from is None:
+        print(f"--resume: no checkpoint in {ckpt_dir}; starting fresh")
+    if resume_from is not None:
+        model = ALGOS[args.algo].load(str(resume_from), env=vec_env, device="cpu", tensorboard_log=str(out / "tb"))
+        print(f"resumed from {resume_from} at {model.num_timesteps} steps")
+    else:
+        model = make_model(args.algo, vec_env, seed=args.seed, tensorboard_log=str(out / "tb"), **hp)
+        if run.get("bc_warmstart"):
+            t0 = time.perf_counter()
+            stats = behaviour_clone(
+                model,
+                make_env_fn(args, env_kwargs),
+                run["bc_warmstart"],
+                int(run.get("bc_steps", 20_000)),
+                seed=args.seed,
+            )
+            stats["bc_seconds"] = time.perf_counter() - t0
+            (out / "bc.json").write_text(json.dumps({"baseline": run["bc_warmstart"], **stats}, indent=1))
+            print(f"behaviour cloning from {run['bc_warmstart']}: {stats}")
+
+    exportable = args.algo in EXPORTABLE
+    single = make_env_fn(args, env_kwargs)()
+
+    def export(m: Any) -> None:
+        if exportable:
+            from agents.export import export_policy
+
+            export_policy(m, single, out, extra={"scenario": args.scenario, "seed": args.seed})
+
+    eval_kwargs = {k: v for k, v in env_kwargs.items() if k != "load"}
+
+    def make_eval_env(agent: int) -> gym.Env:
+        kw = dict(eval_kwargs, load=run["eval_load"])
+        if not agent:
+            kw["iterations_per_step"] = 1  # baselines decide every iteration
+        return make_env_fn(args, kw, split="eval")()
+
+    n_envs = run["n_envs"]
+    evaluator = PeriodicEvalCallback(
+        make_eval_env,
+        [b for b in args.eval_baselines.split(",") if b],
+        seeds=list(range(int(run["eval_episodes"]))),
+        eval_freq=max(int(run["eval_freq"]) // n_envs, 1),
+        out_dir=out,
+        on_best=export,
     )
-    model.learn(total_timesteps=args.timesteps)
-    model.save(str(args.out / "model.zip"))
-    print(f"saved {args.out / 'model.zip'}")
+    evaluator.verbose = 1
+    callbacks = CallbackList(
+        [
+            EpisodeMetricsCallback(),
+            CheckpointCallback(max(int(run["eval_freq"]) // n_envs, 1), str(ckpt_dir), name_prefix="model"),
+            evaluator,
+        ]
+    )
+    t0 = time.perf_counter()
+    model.learn(
+        total_timesteps=int(run["n_timesteps"]),
+        callback=callbacks,
+        progress_bar=not args.no_progress,
+        reset_num_timesteps=resume_from is None,
+        tb_log_name="run",
+    )
+    wall = time.perf_counter() - t0
+    model.save(str(out / "model.zip"))
+    if evaluator.best_attainment == float("-inf"):
+        export(model)  # never evaluated (a very short run): export the final model
+    summary = {
+        "wall_s": wall,
+        "timesteps": int(model.num_timesteps),
+        "best_eval_attainment": evaluator.best_attainment,
+        "baseline_attainment": evaluator.baseline_attainment,
+        "eval_history": evaluator.history,
+        "exported": exportable,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(f"trained {model.num_timesteps} steps in {wall:.0f} s; run folder {out}")
+    vec_env.close()
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Build SB3 models for ``LLMSched-v0`` and wrap trained ones as a ``Policy``."""
+"""Build SB3 / sb3-contrib models for ``LLMSched-v0`` and wrap trained ones as a ``Policy``."""
 
 from __future__ import annotations
 
@@ -7,18 +7,35 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from sb3_contrib import MaskablePPO
-from stable_baselines3 import A2C, PPO
+from sb3_contrib import MaskablePPO, RecurrentPPO
+from stable_baselines3 import A2C, DQN, PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 
-ALGOS: dict[str, type[BaseAlgorithm]] = {"maskable_ppo": MaskablePPO, "ppo": PPO, "a2c": A2C}
+__all__ = ["ALGOS", "MASKED_ALGOS", "SB3Policy", "make_model"]
+
+ALGOS: dict[str, type[BaseAlgorithm]] = {
+    "maskable_ppo": MaskablePPO,
+    "ppo": PPO,
+    "a2c": A2C,
+    "dqn": DQN,
+    "recurrent_ppo": RecurrentPPO,
+}
+MASKED_ALGOS = {"maskable_ppo"}
+FLAT_ACTION_ALGOS = {"dqn"}  # trained through agents.wrappers.FlatActions
 
 
-def make_model(algo: str, env: gym.Env, seed: int, tensorboard_log: str | None = None, **kwargs: Any) -> BaseAlgorithm:
-    """A fresh ``algo`` model with an MLP policy on ``env``."""
+def make_model(
+    algo: str,
+    env: gym.Env | Any,
+    seed: int,
+    tensorboard_log: str | None = None,
+    policy: str = "MlpPolicy",
+    **kwargs: Any,
+) -> BaseAlgorithm:
+    """A fresh ``algo`` model on ``env`` (a gym env or a VecEnv) with the given hyperparameters."""
     if algo not in ALGOS:
         raise ValueError(f"unknown algorithm {algo!r}; available: {', '.join(ALGOS)}")
-    return ALGOS[algo]("MlpPolicy", env, seed=seed, tensorboard_log=tensorboard_log, verbose=0, **kwargs)
+    return ALGOS[algo](policy, env, seed=seed, tensorboard_log=tensorboard_log, verbose=0, device="cpu", **kwargs)
 
 
 class SB3Policy:

@@ -205,6 +205,15 @@ class ActionSpec:
             cache[key] = m
         return m
 
+    def allows(self, action: np.ndarray, mask: np.ndarray) -> bool:
+        """Whether every component of an in-range ``action`` is a valid option under ``mask``."""
+        start = 0
+        for i, n in enumerate(self.nvec):
+            if not mask[start + int(action[i])]:
+                return False
+            start += n
+        return True
+
     def project(self, action: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """``action`` with every masked-out component moved to that component's first valid option."""
         out = np.asarray(action, dtype=np.int64).copy()

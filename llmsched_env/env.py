@@ -94,7 +94,10 @@ class LLMSchedEnv(gym.Env):
     name, JSON path or a ``CostModel``; default: the scenario's), ``engine`` (``EngineConfig`` or a dict of
     its fields; default: the scenario's), ``remote_kv`` (a ``RemoteKVConfig``; default: the scenario's),
     ``action_spec``, ``reward`` (``RewardConfig`` or dict), ``horizon_s``, ``max_steps``, ``render_mode``
-    (``ansi`` or ``rgb_array``), ``check_invariants`` (verify the core's invariants every step; for tests).
+    (``ansi`` or ``rgb_array``), ``check_invariants`` (verify the core's invariants every step; for tests),
+    ``iterations_per_step`` (default 1: an agent may hold its action for k engine iterations per step, the
+    rewards summed — a shorter horizon for credit assignment). ``load`` may be a ``(low, high)`` range: each
+    episode then draws its load uniformly from it (training across loads).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 10}
@@ -105,7 +108,7 @@ class LLMSchedEnv(gym.Env):
         split: str = "train",
         workload: WorkloadConfig | None = None,
         num_requests: int | None = None,
-        load: float = 1.0,
+        load: float | tuple[float, float] = 1.0,
         cost_model: str | CostModel | None = None,
         engine: EngineConfig | Mapping[str, Any] | None = None,
         remote_kv: RemoteKVConfig | None = None,
@@ -115,6 +118,7 @@ class LLMSchedEnv(gym.Env):
         max_steps: int = 1_000_000,
         render_mode: str | None = None,
         check_invariants: bool = False,
+        iterations_per_step: int = 1,
     ) -> None:
         super().__init__()
         if workload is not None and scenario is not None:
@@ -129,7 +133,17 @@ class LLMSchedEnv(gym.Env):
         sc = get_scenario(scenario or "default") if not isinstance(scenario, Scenario) else scenario
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        check_positive("LLMSchedEnv", "load", load)
+        if isinstance(load, (tuple, list)):
+            if len(load) != 2 or not all(isinstance(x, (int, float)) and x > 0 for x in load) or load[0] > load[1]:
+                raise ValueError(f"LLMSchedEnv.load range must be (low, high) with 0 < low <= high, got {load!r}")
+            self.load_range: tuple[float, float] | None = (float(load[0]), float(load[1]))
+            load = self.load_range[0]
+        else:
+            check_positive("LLMSchedEnv", "load", load)
+            self.load_range = None
+        if isinstance(iterations_per_step, bool) or not isinstance(iterations_per_step, int) or iterations_per_step < 1:
+            raise ValueError(f"LLMSchedEnv.iterations_per_step must be an integer >= 1, got {iterations_per_step!r}")
+        self.iterations_per_step = iterations_per_step
         if num_requests is not None and (
             isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 1
         ):
@@ -158,7 +172,8 @@ class LLMSchedEnv(gym.Env):
         self.check_invariants = check_invariants
         self.tenants = self.source.tenants
         self.nominal_rate_rps = self.source.nominal_rate_rps() * self.load
-        self.encoder = ObservationEncoder(self.engine_config, self.tenants, self.nominal_rate_rps)
+        # arrival/rate is measured against the scenario's nominal (load 1.0) rate, so it reads as the load
+        self.encoder = ObservationEncoder(self.engine_config, self.tenants, self.source.nominal_rate_rps())
         self.obs_names = self.encoder.names
         self.action_space = spaces.MultiDiscrete(np.array(self.action_spec.nvec, dtype=np.int64))
         self.observation_space = spaces.Box(-OBS_CLIP, OBS_CLIP, shape=(self.encoder.size,), dtype=np.float32)
@@ -169,6 +184,9 @@ class LLMSchedEnv(gym.Env):
     # ---------------------------------------------------------------------------------------- gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):  # type: ignore[override]
         super().reset(seed=seed)
+        if self.load_range is not None:
+            self.load = float(self.np_random.uniform(*self.load_range))
+            self.nominal_rate_rps = self.source.nominal_rate_rps() * self.load
         requests = self.source.sample(self.np_random, self.num_requests, self.load)
         self.sim = Simulator(
             self.engine_config, self.tenants, self.cost_model, requests, remote_kv=self.remote_kv, rng=self.np_random
@@ -186,23 +204,22 @@ class LLMSchedEnv(gym.Env):
         if sim is None:
             raise RuntimeError("call reset() before step()")
         spec = self.action_spec
-        mask = spec.mask(sim.engine)
         decision = spec.decode(action)  # validates: ValueError on a bad action
-        projected = False
         a = np.asarray(action)
-        start = 0
-        for i, n in enumerate(spec.nvec):
-            if not mask[start + int(a[i])]:
-                projected = True
-                break
-            start += n
-        if projected:
-            decision = spec.decode(spec.project(a, mask))
+        projected = False
         t0 = sim.now_s
-        sim.step(decision)
+        for _ in range(self.iterations_per_step):
+            mask = spec.mask(sim.engine)
+            if not spec.allows(a, mask):
+                projected = True
+                sim.step(spec.decode(spec.project(a, mask)))
+            else:
+                sim.step(decision)
+            if self.check_invariants:
+                sim.check_invariants()
+            if sim.done:
+                break
         self._last_step_s = sim.now_s - t0
-        if self.check_invariants:
-            sim.check_invariants()
         engine = sim.engine
         terminated = sim.done
         truncated = not terminated and (sim.now_s >= self.horizon_s or sim.num_steps >= self.max_steps)
@@ -221,6 +238,7 @@ class LLMSchedEnv(gym.Env):
         info: dict[str, Any] = {"rewards": rewards, "action_projected": projected}
         if terminated or truncated:
             info["metrics"] = sim.metrics()
+            info["load"] = self.load
         if self.render_mode is not None:
             self.history.append((sim.now_s, engine.num_waiting_total, engine.pool.usage, self._last_step_s))
         obs = self.encoder.encode(engine, self._last_step_s)

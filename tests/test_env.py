@@ -177,3 +177,34 @@ def test_wrong_action_shape_is_a_clear_error() -> None:
 def test_invalid_env_arguments(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         make(**kwargs)
+
+
+def test_iterations_per_step_holds_the_action_and_sums_rewards() -> None:
+    def run(k: int) -> tuple[int, float, dict]:
+        env = make(num_requests=100, load=2.0, iterations_per_step=k, check_invariants=True)
+        env.reset(seed=5)
+        steps, total = 0, 0.0
+        while True:
+            _, r, term, trunc, info = env.step(np.array([2, 3, 4, 0, 6, 0, 1]))
+            steps, total = steps + 1, total + r
+            if term or trunc:
+                return steps, total, info["metrics"]
+
+    s1, r1, m1 = run(1)
+    s4, r4, m4 = run(4)
+    assert s4 < s1 / 3  # four engine iterations per step
+    assert m1 == m4 and r1 == pytest.approx(r4)  # a held action is the same schedule
+    with pytest.raises(ValueError, match="iterations_per_step"):
+        make(iterations_per_step=0)
+
+
+def test_load_range_draws_a_load_per_episode() -> None:
+    env = make(num_requests=50, load=(0.5, 2.0))
+    loads = set()
+    for seed in range(4):
+        env.reset(seed=seed)
+        loads.add(round(env.unwrapped.load, 6))
+        assert 0.5 <= env.unwrapped.load <= 2.0
+    assert len(loads) == 4
+    with pytest.raises(ValueError, match="load range"):
+        make(load=(2.0, 1.0))

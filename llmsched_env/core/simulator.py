@@ -10,6 +10,7 @@ so every step the policy sees has work to decide about, until the workload drain
 from __future__ import annotations
 
 import itertools
+from array import array
 from collections.abc import Sequence
 
 import numpy as np
@@ -57,6 +58,11 @@ class Simulator:
         self._kv_usage_sum = 0.0
         self._kv_usage_time_s = 0.0
         self.kv_usage_peak = 0.0
+        # (clock, KV blocks in use) after every step, for plots; bound array appends keep the hot loop cheap.
+        self._kv_series_t = array("d")
+        self._kv_series_used = array("d")
+        self._kv_append_t = self._kv_series_t.append
+        self._kv_append_used = self._kv_series_used.append
         self._checked_now_s = 0.0
         self._arrive()
         self._skip_idle()
@@ -104,6 +110,8 @@ class Simulator:
         self.num_steps += 1
         self._arrive()
         self._skip_idle()
+        self._kv_append_t(engine.now_s)
+        self._kv_append_used(engine.pool.num_used)
         return batch
 
     def _arrive(self) -> None:
@@ -132,6 +140,12 @@ class Simulator:
     # ------------------------------------------------------------------------------------------ results
     def arrived_requests(self) -> list[Request]:
         return self.requests[: self._next]
+
+    def kv_usage_series(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(time_s, usage)`` after every step so far: the clock (non-decreasing) and the share of KV blocks
+        in use, in [0, 1]; copies, one entry per step."""
+        used = np.array(self._kv_series_used, dtype=np.float64)
+        return np.array(self._kv_series_t, dtype=np.float64), used / self.engine.pool.num_blocks
 
     def metrics(self) -> dict[str, float]:
         """The metrics of DESIGN.md over every request that has arrived (unfinished ones count as misses)."""

@@ -1,0 +1,61 @@
+"""Hyperparameters in YAML keyed by scenario (rl-baselines3-zoo style), with command-line overrides."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["HYPERPARAM_DIR", "load_hyperparams", "merge_config", "parse_overrides"]
+
+HYPERPARAM_DIR = Path(__file__).resolve().parent / "hyperparams"
+
+
+def merge_config(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` updated by ``update``, nested mappings merged key by key (neither argument is modified)."""
+    out = copy.deepcopy(base)
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = merge_config(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``["learning_rate=1e-4", "env_kwargs.load=[1, 2]"]`` -> nested dict; values are parsed as YAML."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--hp {item!r}: expected key=value (e.g. learning_rate=1e-4)")
+        key, text = item.split("=", 1)
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"--hp {item!r}: the value is not valid YAML ({exc})") from None
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
+
+
+def load_hyperparams(
+    algo: str, scenario: str, overrides: Mapping[str, Any] | None = None, path: Path | None = None
+) -> dict[str, Any]:
+    """``default`` merged with the ``scenario`` entry of ``<algo>.yml``, then with ``overrides``."""
+    file = path or HYPERPARAM_DIR / f"{algo}.yml"
+    if not file.exists():
+        raise ValueError(f"no hyperparameter file for algorithm {algo!r}: {file} does not exist")
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{file}: invalid YAML ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("default", {}), dict):
+        raise ValueError(f"{file}: expected a mapping of scenario -> hyperparameters with a 'default' entry")
+    params = merge_config(data.get("default", {}), data.get(scenario) or {})
+    return merge_config(params, overrides or {})

@@ -1,0 +1,152 @@
+"""Export a trained SB3 policy as ``policy.safetensors`` + ``policy.json`` for the torch runtime.
+
+Only what acting needs leaves SB3: the actor's linear layers (``mlp_extractor.policy_net`` and
+``action_net``), the activation name, the observation names and action options, and optionally the
+VecNormalize statistics. ``llmsched_env.runtime.policy_file.load_policy_file`` reads the pair back with torch
+alone; the export ends by doing exactly that, so a file that is written is a file that loads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+from sb3_contrib import MaskablePPO
+from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+from stable_baselines3 import A2C, PPO
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.torch_layers import FlattenExtractor
+from torch import nn
+
+from llmsched_env.decision import ACTION_COMPONENTS, SCHEMA_VERSION
+from llmsched_env.runtime.policy_file import (
+    ACTIVATIONS,
+    FORMAT,
+    FORMAT_VERSION,
+    JSON_NAME,
+    TENSORS_NAME,
+    action_options,
+    load_policy_file,
+)
+
+__all__ = ["export_policy"]
+
+_ALGO_NAMES: tuple[tuple[type[BaseAlgorithm], str], ...] = ((MaskablePPO, "maskable_ppo"), (PPO, "ppo"), (A2C, "a2c"))
+_ACTIVATION_NAMES = {cls: name for name, cls in ACTIVATIONS.items()}
+
+
+def export_policy(
+    model: BaseAlgorithm,
+    env_or_spec_info: Any,
+    out_dir: str | Path,
+    *,
+    obs_rms: Any = None,
+    extra: dict[str, Any] | None = None,
+) -> tuple[Path, Path]:
+    """Write ``out_dir/policy.safetensors`` and ``out_dir/policy.json``; return their paths.
+
+    ``model``: a MaskablePPO, PPO or A2C with an MLP policy on ``LLMSched-v0``. ``env_or_spec_info``: the env
+    (possibly wrapped, or a VecEnv) or anything with ``obs_names`` and ``action_spec`` (e.g. a
+    ``PolicyContext``). ``obs_rms``: the statistics the model was trained under, as a ``VecNormalize``, a
+    ``RunningMeanStd`` (epsilon 1e-8 and clip 10 assumed, VecNormalize's defaults) or a mapping with
+    ``mean``, ``var``, ``epsilon``, ``clip_obs``. ``extra``: more JSON keys (scenario, seed, timesteps, ...).
+    Raises ``ValueError`` when the model or env cannot be exported.
+    """
+    algo = next((name for cls, name in _ALGO_NAMES if isinstance(model, cls)), None)
+    if algo is None:
+        raise ValueError(f"export_policy supports MaskablePPO, PPO and A2C, got {type(model).__name__}")
+    obs_names, spec = _spec_info(env_or_spec_info)
+    policy = model.policy
+    if not isinstance(policy, (ActorCriticPolicy, MaskableActorCriticPolicy)):
+        raise ValueError(f"export_policy needs an actor-critic MLP policy, got {type(policy).__name__}")
+    if not isinstance(policy.pi_features_extractor, FlattenExtractor):
+        raise ValueError(f"only the FlattenExtractor exports (no weights); got {type(policy.pi_features_extractor)}")
+    n_obs = int(np.prod(model.observation_space.shape))
+    if len(obs_names) != n_obs or len(model.observation_space.shape) != 1:
+        raise ValueError(f"the model observes shape {model.observation_space.shape}, the env names {len(obs_names)}")
+    nvec = [int(n) for n in spec.nvec]
+    model_nvec = getattr(model.action_space, "nvec", None)
+    if model_nvec is None or [int(n) for n in model_nvec] != nvec:
+        raise ValueError(f"the model's action space {model.action_space} does not match the env's nvec {nvec}")
+    activation = _ACTIVATION_NAMES.get(policy.activation_fn)
+    if activation is None:
+        raise ValueError(f"activation {policy.activation_fn} is not one of {sorted(ACTIVATIONS)}")
+
+    tensors: dict[str, torch.Tensor] = {}
+    layers = []
+    named = [(f"mlp_extractor.policy_net.{i}", m) for i, m in enumerate(policy.mlp_extractor.policy_net)]
+    for name, module in [*named, ("action_net", policy.action_net)]:
+        if isinstance(module, nn.Linear):
+            tensors[f"{name}.weight"] = module.weight.detach().to("cpu", torch.float32).contiguous().clone()
+            tensors[f"{name}.bias"] = module.bias.detach().to("cpu", torch.float32).contiguous().clone()
+            layers.append({"weight": f"{name}.weight", "bias": f"{name}.bias"})
+        elif not isinstance(module, policy.activation_fn):
+            raise ValueError(f"cannot export {name}: {type(module).__name__} (only Linear and the activation)")
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors_path, json_path = out / TENSORS_NAME, out / JSON_NAME
+    save_file(tensors, str(tensors_path), metadata={"format": FORMAT})
+    meta = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "schema_version": SCHEMA_VERSION,
+        "obs_names": list(obs_names),
+        "action_components": list(ACTION_COMPONENTS),
+        "action_nvec": nvec,
+        "action_options": action_options(spec),
+        "masked": algo == "maskable_ppo",
+        "normalization": _normalization(obs_rms, n_obs),
+        "network": {"activation": activation, "layers": layers},
+        "tensors_sha256": hashlib.sha256(tensors_path.read_bytes()).hexdigest(),
+        "algo": algo,
+    }
+    clash = set(meta) & set(extra or {})
+    if clash:
+        raise ValueError(f"extra must not override the format's keys {sorted(clash)}")
+    meta.update(extra or {})
+    json_path.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+    load_policy_file(json_path)  # what was written must load
+    return tensors_path, json_path
+
+
+def _spec_info(obj: Any) -> tuple[tuple[str, ...], Any]:
+    """(obs_names, action_spec) from an env, a wrapped env, a VecEnv or a PolicyContext-like object."""
+    for candidate in (obj, getattr(obj, "unwrapped", None)):
+        if candidate is not None and hasattr(candidate, "obs_names") and hasattr(candidate, "action_spec"):
+            return tuple(candidate.obs_names), candidate.action_spec
+    if hasattr(obj, "get_attr"):  # a VecEnv: ask its first env
+        try:
+            return tuple(obj.get_attr("obs_names", [0])[0]), obj.get_attr("action_spec", [0])[0]
+        except AttributeError:
+            pass
+    raise ValueError(f"{type(obj).__name__} has no obs_names and action_spec (pass the LLMSched-v0 env)")
+
+
+def _normalization(obs_rms: Any, n_obs: int) -> dict[str, Any] | None:
+    if obs_rms is None:
+        return None
+    epsilon, clip = 1e-8, 10.0  # VecNormalize's defaults
+    if isinstance(obs_rms, Mapping):
+        mean, var = obs_rms["mean"], obs_rms["var"]
+        epsilon = obs_rms.get("epsilon", epsilon)
+        clip = obs_rms.get("clip_obs", obs_rms.get("clip", clip))
+    else:
+        if hasattr(obs_rms, "obs_rms"):  # a VecNormalize
+            if not getattr(obs_rms, "norm_obs", True):
+                return None
+            epsilon, clip = obs_rms.epsilon, obs_rms.clip_obs
+            obs_rms = obs_rms.obs_rms
+        mean, var = obs_rms.mean, obs_rms.var
+        epsilon, clip = getattr(obs_rms, "epsilon", epsilon), getattr(obs_rms, "clip_obs", clip)
+    mean_a, var_a = np.asarray(mean, dtype=np.float64), np.asarray(var, dtype=np.float64)
+    if mean_a.shape != (n_obs,) or var_a.shape != (n_obs,):
+        raise ValueError(f"obs_rms mean/var must have shape ({n_obs},), got {mean_a.shape} and {var_a.shape}")
+    return {"mean": mean_a.tolist(), "var": var_a.tolist(), "epsilon": float(epsilon), "clip": float(clip)}

@@ -1,0 +1,219 @@
+"""PNG plots of an evaluation (``evaluate.py --out DIR``): latency CDFs, attainment against load, per-tenant
+service, KV usage over time, capacity.
+
+Inputs are plain rows and arrays, as ``evaluate.py`` produces them: ``rows`` (one dict per run: ``policy``,
+``scenario``, ``load``, ``seed`` and the metrics), ``summary`` (one dict per (policy, scenario, load):
+``slo_attainment_mean``, ``slo_attainment_ci95``, ...) and ``details`` (one dict per run: the same keys plus
+the arrays ``ttft_s``, ``tpot_s`` and, for some runs, ``kv_time_s``/``kv_usage``). Drawing uses matplotlib's
+object API on the Agg canvas (no pyplot, no global state), so it is safe in tests and headless machines.
+Needs stdlib, numpy and matplotlib only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+__all__ = [
+    "plot_attainment_vs_load",
+    "plot_capacity",
+    "plot_kv_usage",
+    "plot_latency_cdf",
+    "plot_tenant_service",
+    "write_plots",
+]
+
+Row = Mapping[str, Any]
+_MAX_POINTS = 4000  # a KV series is thinned to about this many points before drawing
+_TARGET = 0.9  # the attainment a capacity is measured at (DistServe)
+
+
+def _unique(values: Sequence[Any]) -> list[Any]:
+    return list(dict.fromkeys(values))
+
+
+def _colors(policies: Sequence[str]) -> dict[str, Any]:
+    """One colour per policy, the same in every plot of a run."""
+    cycle = [f"C{i}" for i in range(10)]
+    return {p: cycle[i % len(cycle)] for i, p in enumerate(policies)}
+
+
+def _grid(num: int, width: float = 5.0, height: float = 3.6) -> tuple[Figure, list[Axes]]:
+    ncols = min(num, 3)
+    nrows = math.ceil(num / ncols)
+    fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(num)]
+    return fig, axes
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def _first_load(rows: Sequence[Row], scenario: str) -> float:
+    return next(r["load"] for r in rows if r["scenario"] == scenario)
+
+
+def plot_latency_cdf(details: Sequence[Row], key: str, path: Path, label: str | None = None) -> Path:
+    """Empirical CDF of ``key`` (``ttft_s`` or ``tpot_s``), one curve per policy pooled over seeds, one subplot
+    per scenario at its first load; log time axis (zeros, e.g. TPOT of one-token outputs, lie off its left)."""
+    scenarios = _unique([d["scenario"] for d in details])
+    colors = _colors(_unique([d["policy"] for d in details]))
+    fig, axes = _grid(max(len(scenarios), 1))
+    for ax, scenario in zip(axes, scenarios, strict=False):
+        load = _first_load(details, scenario)
+        runs = [d for d in details if d["scenario"] == scenario and d["load"] == load]
+        for policy in _unique([d["policy"] for d in runs]):
+            x = np.sort(np.concatenate([np.asarray(d[key], dtype=np.float64) for d in runs if d["policy"] == policy]))
+            if x.size == 0 or not (x > 0).any():
+                continue
+            y = np.arange(1, x.size + 1) / x.size
+            ax.step(x, y, where="post", color=colors[policy], label=f"{policy} (n={x.size})")
+        ax.set_xscale("log")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(f"{scenario}, load {load:g}")
+        ax.set_xlabel(f"{label or key} (s)")
+        ax.set_ylabel("fraction of finished requests")
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small", loc="lower right")
+    fig.suptitle(f"{label or key} CDF, pooled over seeds")
+    return _save(fig, path)
+
+
+def plot_attainment_vs_load(summary: Sequence[Row], path: Path) -> Path:
+    """SLO attainment mean ± 95% CI against load, one line per policy, one subplot per scenario; the 90% target
+    dashed."""
+    scenarios = _unique([s["scenario"] for s in summary])
+    colors = _colors(_unique([s["policy"] for s in summary]))
+    fig, axes = _grid(max(len(scenarios), 1))
+    for ax, scenario in zip(axes, scenarios, strict=False):
+        runs = [s for s in summary if s["scenario"] == scenario]
+        for policy in _unique([s["policy"] for s in runs]):
+            pts = sorted(
+                (s["load"], s["slo_attainment_mean"], s["slo_attainment_ci95"]) for s in runs if s["policy"] == policy
+            )
+            load, mean, ci = (np.array(v, dtype=np.float64) for v in zip(*pts, strict=True))
+            ax.errorbar(load, mean, yerr=ci, marker="o", capsize=3, color=colors[policy], label=policy)
+            ax.fill_between(load, mean - ci, mean + ci, color=colors[policy], alpha=0.15, linewidth=0)
+        ax.axhline(_TARGET, color="gray", linestyle="--", linewidth=1, label=f"{_TARGET:.0%} target")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(scenario)
+        ax.set_xlabel("load (arrival rate / nominal)")
+        ax.set_ylabel("SLO attainment")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small", loc="lower left")
+    fig.suptitle("SLO attainment against load (mean ± 95% CI over seeds)")
+    return _save(fig, path)
+
+
+def plot_tenant_service(rows: Sequence[Row], path: Path) -> Path:
+    """Per-tenant VTC service (``tenant/NAME/service``, mean over seeds) as grouped bars, one bar per policy,
+    for the first scenario at its first load."""
+    scenario = rows[0]["scenario"]
+    load = _first_load(rows, scenario)
+    runs = [r for r in rows if r["scenario"] == scenario and r["load"] == load]
+    policies = _unique([r["policy"] for r in runs])
+    colors = _colors(policies)
+    tenants = _unique([k.split("/")[1] for r in runs for k in r if k.startswith("tenant/") and k.endswith("/service")])
+    fig = Figure(figsize=(max(6.0, 1.2 * len(tenants) * max(len(policies), 1) ** 0.5 + 3), 4), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    width = 0.8 / max(len(policies), 1)
+    x = np.arange(len(tenants))
+    for i, policy in enumerate(policies):
+        mine = [r for r in runs if r["policy"] == policy]
+        service = [float(np.mean([r.get(f"tenant/{t}/service", 0.0) for r in mine])) for t in tenants]
+        ax.bar(x + (i - (len(policies) - 1) / 2) * width, service, width, color=colors[policy], label=policy)
+    jain = ", ".join(
+        f"{p} {np.mean([r['jain_fairness'] for r in runs if r['policy'] == p]):.3f}"
+        for p in policies
+        if all("jain_fairness" in r for r in runs)
+    )
+    ax.set_xticks(x, tenants)
+    ax.set_ylabel("service (input + 2 × output tokens) / weight")
+    ax.set_title(f"per-tenant service, {scenario}, load {load:g}" + (f"\nJain: {jain}" if jain else ""))
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize="small")
+    return _save(fig, path)
+
+
+def plot_kv_usage(details: Sequence[Row], path: Path) -> Path:
+    """KV blocks in use over simulated time, one line per policy, one subplot per scenario: the first run of
+    each (policy, scenario) that carries a KV series (evaluate.py keeps it for the first seed, first load)."""
+    with_series = [d for d in details if "kv_usage" in d]
+    scenarios = _unique([d["scenario"] for d in with_series])
+    colors = _colors(_unique([d["policy"] for d in details]))
+    fig, axes = _grid(max(len(scenarios), 1), width=6.0)
+    for ax, scenario in zip(axes, scenarios, strict=False):
+        seen: set[str] = set()
+        title = scenario
+        for d in with_series:
+            if d["scenario"] != scenario or d["policy"] in seen:
+                continue
+            seen.add(d["policy"])
+            t, u = np.asarray(d["kv_time_s"]), np.asarray(d["kv_usage"])
+            stride = max(1, math.ceil(t.size / _MAX_POINTS))
+            ax.step(t[::stride], u[::stride], where="post", color=colors[d["policy"]], label=d["policy"], linewidth=1)
+            title = f"{scenario}, load {d['load']:g}, seed {d['seed']}"
+        ax.set_ylim(0, 1.02)
+        ax.set_title(title)
+        ax.set_xlabel("time since first arrival (s)")
+        ax.set_ylabel("KV blocks in use (share of pool)")
+        ax.grid(True, alpha=0.3)
+        if seen:
+            ax.legend(fontsize="small")
+    fig.suptitle("KV cache usage")
+    return _save(fig, path)
+
+
+def plot_capacity(rows: Sequence[Row], path: Path) -> Path:
+    """Capacity (highest load with attainment >= 90%) as grouped bars: one group per scenario, one bar per
+    policy; each bar is labelled with the rate in req/s."""
+    scenarios = _unique([r["scenario"] for r in rows])
+    policies = _unique([r["policy"] for r in rows])
+    colors = _colors(policies)
+    fig = Figure(figsize=(max(6.0, 1.6 * len(scenarios) + 2), 4), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    width = 0.8 / max(len(policies), 1)
+    x = np.arange(len(scenarios))
+    for i, policy in enumerate(policies):
+        by_sc = {r["scenario"]: r for r in rows if r["policy"] == policy}
+        loads = [by_sc[s]["capacity_load"] if s in by_sc else np.nan for s in scenarios]
+        bars = ax.bar(x + (i - (len(policies) - 1) / 2) * width, loads, width, color=colors[policy], label=policy)
+        rps = [f"{by_sc[s]['capacity_rps']:.3g}/s" if s in by_sc else "" for s in scenarios]
+        ax.bar_label(bars, rps, fontsize="x-small", padding=2)
+    ax.axhline(1.0, color="gray", linestyle="--", linewidth=1)
+    ax.set_xticks(x, scenarios)
+    ax.set_ylabel("capacity (load relative to nominal)")
+    ax.set_title(f"capacity: highest load with SLO attainment ≥ {_TARGET:.0%}")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize="small")
+    return _save(fig, path)
+
+
+def write_plots(out: Path, rows: Sequence[Row], summary: Sequence[Row], details: Sequence[Row]) -> list[Path]:
+    """Every evaluation plot into ``out``: ``ttft_cdf.png``, ``tpot_cdf.png``, ``kv_usage.png`` (when
+    ``details`` is given), ``attainment_vs_load.png``, ``tenant_service.png``. Returns the paths written."""
+    out = Path(out)
+    written = []
+    if details:
+        written.append(plot_latency_cdf(details, "ttft_s", out / "ttft_cdf.png", "TTFT"))
+        written.append(plot_latency_cdf(details, "tpot_s", out / "tpot_cdf.png", "TPOT"))
+        written.append(plot_kv_usage(details, out / "kv_usage.png"))
+    if summary:
+        written.append(plot_attainment_vs_load(summary, out / "attainment_vs_load.png"))
+    if rows:
+        written.append(plot_tenant_service(rows, out / "tenant_service.png"))
+    return written

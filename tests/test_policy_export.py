@@ -1,0 +1,345 @@
+"""Policy export (agents.export) and the torch-only loader (llmsched_env.runtime.policy_file).
+
+The exported policy must pick exactly the actions SB3's deterministic ``predict`` picks, and every kind of
+bad file must fail at load time with a message naming the file or the difference.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from sb3_contrib import MaskablePPO
+from stable_baselines3 import A2C, PPO
+
+import llmsched_env  # noqa: F401  (registers LLMSched-v0)
+from agents.export import export_policy
+from llmsched_env.decision import SCHEMA_VERSION
+from llmsched_env.runtime.policy_file import ExportedPolicy, PolicyFileError, action_options, load_policy_file
+
+ROOT = Path(__file__).resolve().parents[1]
+ALGOS = {"maskable_ppo": MaskablePPO, "ppo": PPO, "a2c": A2C}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _env() -> gym.Env:
+    return gym.make("LLMSched-v0", num_requests=30)
+
+
+@pytest.fixture(scope="module")
+def models() -> dict:
+    out = {}
+    for name, cls in ALGOS.items():
+        kwargs = {"batch_size": 32} if name != "a2c" else {}
+        model = cls("MlpPolicy", _env(), seed=0, n_steps=64, policy_kwargs={"net_arch": [32, 32]}, **kwargs)
+        before = model.policy.action_net.weight.detach().clone()
+        model.learn(total_timesteps=128)
+        assert not torch.equal(before, model.policy.action_net.weight), f"{name}: weights did not move"
+        out[name] = model
+    return out
+
+
+@pytest.fixture(scope="module")
+def rollout() -> list[tuple[np.ndarray, np.ndarray]]:
+    """At least 200 (observation, mask) pairs from episodes under random valid actions."""
+    env = _env()
+    rng = np.random.default_rng(0)
+    nvec = env.unwrapped.action_spec.nvec
+    pairs: list[tuple[np.ndarray, np.ndarray]] = []
+    seed = 0
+    while len(pairs) < 240:
+        obs, _ = env.reset(seed=seed)
+        seed += 1
+        done = False
+        while not done and len(pairs) < 240:
+            mask = env.unwrapped.action_masks()
+            pairs.append((obs, mask))
+            action, start = [], 0
+            for n in nvec:
+                action.append(int(rng.choice(np.flatnonzero(mask[start : start + n]))))
+                start += n
+            obs, _, terminated, truncated, _ = env.step(np.array(action))
+            done = terminated or truncated
+    return pairs
+
+
+@pytest.fixture(scope="module")
+def exported(models, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("export") / "maskable"
+    export_policy(models["maskable_ppo"], _env(), out, extra={"scenario": "default", "seed": 0, "timesteps": 128})
+    return out
+
+
+def _sb3_action(model, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    if isinstance(model, MaskablePPO):
+        action, _ = model.predict(obs, action_masks=mask, deterministic=True)
+    else:
+        action, _ = model.predict(obs, deterministic=True)
+    return np.asarray(action, dtype=np.int64)
+
+
+# ------------------------------------------------------------------------------------------ parity with SB3
+@pytest.mark.parametrize("algo", list(ALGOS))
+def test_exported_actions_equal_sb3_predict(algo, models, rollout, tmp_path) -> None:
+    model = models[algo]
+    tensors_path, json_path = export_policy(model, _env(), tmp_path)
+    assert (tensors_path.name, json_path.name) == ("policy.safetensors", "policy.json")
+    policy = load_policy_file(tmp_path)
+    assert isinstance(policy, ExportedPolicy)
+    assert policy.masked == (algo == "maskable_ppo")
+    assert policy.meta["algo"] == algo
+    assert policy.meta["network"]["activation"] == "tanh"
+    assert len(policy.meta["network"]["layers"]) == 3
+    assert len(rollout) >= 200
+    for obs, mask in rollout:
+        got = policy.act(obs, mask)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, _sb3_action(model, obs, mask))
+
+
+def test_normalization_matches_sb3_on_normalised_observations(models, rollout, tmp_path) -> None:
+    model = models["maskable_ppo"]
+    n = model.observation_space.shape[0]
+    rng = np.random.default_rng(1)
+    mean, var = rng.normal(0.0, 0.5, n), rng.uniform(0.01, 2.0, n)
+    eps, clip = 1e-6, 2.0
+    stats = [
+        {"mean": mean, "var": var, "epsilon": eps, "clip_obs": clip},  # a mapping
+        SimpleNamespace(obs_rms=SimpleNamespace(mean=mean, var=var), epsilon=eps, clip_obs=clip, norm_obs=True),
+    ]  # ...and a VecNormalize look-alike
+    for i, obs_rms in enumerate(stats):
+        export_policy(model, _env(), tmp_path / str(i), obs_rms=obs_rms)
+        policy = load_policy_file(tmp_path / str(i) / "policy.json")
+        assert policy.meta["normalization"]["clip"] == clip
+        clipped = 0
+        for obs, mask in rollout:
+            normed = np.clip((obs - mean) / np.sqrt(var + eps), -clip, clip)  # what VecNormalize feeds SB3
+            clipped += int(np.any(np.abs(normed) == clip))
+            np.testing.assert_array_equal(policy.act(obs, mask), _sb3_action(model, normed, mask))
+        assert clipped > 0  # the clip path was exercised
+
+
+def test_json_schema_and_paths(exported, models) -> None:
+    env = _env()
+    meta = json.loads((exported / "policy.json").read_text())
+    assert meta["format"] == "llmsched-policy" and meta["format_version"] == 1
+    assert meta["schema_version"] == SCHEMA_VERSION
+    assert meta["obs_names"] == list(env.unwrapped.obs_names)
+    assert meta["action_nvec"] == list(env.unwrapped.action_spec.nvec)
+    assert meta["action_options"] == action_options(env.unwrapped.action_spec)
+    assert meta["masked"] is True and meta["normalization"] is None
+    assert meta["tensors_sha256"] == hashlib.sha256((exported / "policy.safetensors").read_bytes()).hexdigest()
+    assert (meta["scenario"], meta["seed"], meta["timesteps"]) == ("default", 0, 128)
+    names = set(load_file(str(exported / "policy.safetensors")))
+    assert not any("value" in n for n in names)  # the critic stays behind
+    for p in (exported, exported / "policy.json", exported / "policy.safetensors"):
+        assert load_policy_file(p).obs_names == tuple(meta["obs_names"])
+
+
+def test_export_rejects_wrong_env_and_clashing_extra(models, tmp_path) -> None:
+    env = _env()
+    spec = env.unwrapped.action_spec
+    with pytest.raises(ValueError, match="names 3"):
+        export_policy(models["ppo"], SimpleNamespace(obs_names=("a", "b", "c"), action_spec=spec), tmp_path)
+    with pytest.raises(ValueError, match="format"):
+        export_policy(models["ppo"], env, tmp_path, extra={"format": "mine"})
+
+
+# ------------------------------------------------------------------------------------------ bad files
+def _copy(exported: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "copy"
+    shutil.copytree(exported, out)
+    return out
+
+
+def _edit_json(folder: Path, edit) -> None:
+    meta = json.loads((folder / "policy.json").read_text())
+    edit(meta)
+    (folder / "policy.json").write_text(json.dumps(meta))
+
+
+def _reseal(folder: Path) -> None:
+    digest = hashlib.sha256((folder / "policy.safetensors").read_bytes()).hexdigest()
+    _edit_json(folder, lambda m: m.update(tensors_sha256=digest))
+
+
+def test_flipped_byte_fails_the_checksum(exported, tmp_path) -> None:
+    folder = _copy(exported, tmp_path)
+    data = bytearray((folder / "policy.safetensors").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (folder / "policy.safetensors").write_bytes(bytes(data))
+    with pytest.raises(PolicyFileError, match=r"policy\.safetensors: sha256 .* does not match"):
+        load_policy_file(folder)
+
+
+def test_truncated_tensors_fail_to_load(exported, tmp_path) -> None:
+    folder = _copy(exported, tmp_path)
+    data = (folder / "policy.safetensors").read_bytes()
+    (folder / "policy.safetensors").write_bytes(data[: len(data) // 2])
+    _reseal(folder)
+    with pytest.raises(PolicyFileError, match=r"policy\.safetensors: not a readable safetensors file"):
+        load_policy_file(folder)
+
+
+def test_missing_tensors_file(exported, tmp_path) -> None:
+    folder = _copy(exported, tmp_path)
+    (folder / "policy.safetensors").unlink()
+    with pytest.raises(PolicyFileError, match=r"policy\.safetensors: cannot read"):
+        load_policy_file(folder)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda m: m.pop("action_nvec"), r"policy\.json: missing key 'action_nvec'"),
+        (lambda m: m.update(format_version=2), r"policy\.json: format_version 2 is not supported"),
+        (lambda m: m.update(format="other"), r"policy\.json: format is 'other'"),
+        (lambda m: m.update(masked="yes"), r"policy\.json: key 'masked' must be true or false"),
+        (lambda m: m.update(obs_names=m["obs_names"][:-1]), r"takes \d+ inputs, expected len\(obs_names\)"),
+        (lambda m: m["network"]["layers"][0].update(weight="nope"), r"tensor 'nope' .* is missing"),
+        (lambda m: m["network"].update(activation="swish"), r"network\.activation must be one of"),
+        (lambda m: m["action_nvec"].__setitem__(0, 99), r"gives \d+ logits, expected sum\(action_nvec\) = \d+"),
+        (
+            lambda m: m["action_nvec"].__setitem__(1, 99),
+            r"action_options\.token_budgets has \d+ options but action_nvec",
+        ),
+        (lambda m: m.update(normalization={"mean": [0.0]}), r"normalization\.mean must be a list of \d+"),
+    ],
+    ids=[
+        "missing-key",
+        "format-version",
+        "format",
+        "type",
+        "obs-count",
+        "tensor",
+        "activation",
+        "nvec",
+        "options",
+        "norm",
+    ],
+)
+def test_bad_json_is_named(exported, tmp_path, edit, message) -> None:
+    folder = _copy(exported, tmp_path)
+    _edit_json(folder, edit)
+    with pytest.raises(PolicyFileError, match=message):
+        load_policy_file(folder)
+
+
+def test_tensor_shape_mismatch_is_named(exported, tmp_path) -> None:
+    folder = _copy(exported, tmp_path)
+    tensors = load_file(str(folder / "policy.safetensors"))
+    name = "mlp_extractor.policy_net.2.weight"
+    tensors[name] = tensors[name][:, :-1].contiguous()  # [32, 31]: takes one input fewer than layer 0 gives
+    save_file(tensors, str(folder / "policy.safetensors"))
+    _reseal(folder)
+    with pytest.raises(
+        PolicyFileError, match=rf"layer 1: weight '{name}' \[32, 31\] takes 31 inputs, expected layer 0"
+    ):
+        load_policy_file(folder)
+
+
+def test_unreadable_json_and_bad_path(tmp_path) -> None:
+    (tmp_path / "policy.json").write_text("{not json")
+    with pytest.raises(PolicyFileError, match=r"policy\.json: cannot read"):
+        load_policy_file(tmp_path)
+    (tmp_path / "model.zip").write_bytes(b"PK")
+    with pytest.raises(PolicyFileError, match=r"expected a policy\.json"):
+        load_policy_file(tmp_path / "model.zip")
+    with pytest.raises(PolicyFileError, match="missing: no such policy file or folder"):
+        load_policy_file(tmp_path / "missing")
+    with pytest.raises(PolicyFileError, match=r"other\.json: policy description not found"):
+        load_policy_file(tmp_path / "other.json")
+
+
+# ------------------------------------------------------------------------------------------ compatibility
+def test_check_compatible_names_the_difference(exported) -> None:
+    policy = load_policy_file(exported)
+    env = _env().unwrapped
+    names, nvec = list(env.obs_names), list(env.action_spec.nvec)
+    policy.check_compatible(names, nvec)
+    policy.check_compatible(names, nvec, action_options=action_options(env.action_spec))
+
+    other = [*names[:4], "kv/new", *names[5:], "extra/one"]
+    with pytest.raises(
+        PolicyFileError,
+        match=rf"expects {len(names)} observation features, this env has "
+        rf"{len(names) + 1}: missing \['kv/used'\], unexpected \['kv/new', 'extra/one'\]",
+    ):
+        policy.check_compatible(other, nvec)
+    swapped = [names[1], names[0], *names[2:]]
+    with pytest.raises(PolicyFileError, match="different order: index 0"):
+        policy.check_compatible(swapped, nvec)
+    bigger = [nvec[0], nvec[1] + 1, *nvec[2:]]
+    with pytest.raises(PolicyFileError, match=rf"action space mismatch: .*token_budget: policy {nvec[1]} options, env"):
+        policy.check_compatible(names, bigger)
+    with pytest.raises(PolicyFileError, match=rf"schema version mismatch: .*schema {SCHEMA_VERSION}, .* uses 99"):
+        policy.check_compatible(names, nvec, schema_version=99)
+    opts = action_options(env.action_spec)
+    opts["token_budgets"] = [b * 2 for b in opts["token_budgets"]]
+    with pytest.raises(PolicyFileError, match="action options token_budgets differ"):
+        policy.check_compatible(names, nvec, action_options=opts)
+    with pytest.raises(PolicyFileError, match=r"policy\.json does not fit"):
+        policy.check_compatible(other, bigger, schema_version=99)
+
+
+def test_act_validates_inputs(exported, rollout) -> None:
+    policy = load_policy_file(exported)
+    obs, mask = rollout[0]
+    with pytest.raises(ValueError, match="observation must have shape"):
+        policy.act(obs[:-1], mask)
+    with pytest.raises(ValueError, match="action_mask must have shape"):
+        policy.act(obs, mask[:-1])
+    empty = mask.copy()
+    empty[: policy.action_nvec[0]] = False
+    with pytest.raises(PolicyFileError, match=r"no valid option for component.*queue_order"):
+        policy.act(obs, empty)
+    only = np.zeros_like(mask)
+    only[np.cumsum((0, *policy.action_nvec[:-1])) + np.array(policy.action_nvec) - 1] = True  # last option each
+    np.testing.assert_array_equal(policy.act(obs, only), np.array(policy.action_nvec) - 1)
+
+
+# ------------------------------------------------------------------------------------------ layering
+def test_policy_file_imports_only_torch_numpy_stdlib() -> None:
+    path = ROOT / "llmsched_env" / "runtime" / "policy_file.py"
+    imported: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            imported.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+    top = {n.split(".")[0] for n in imported}
+    assert not top & {"gymnasium", "stable_baselines3", "sb3_contrib", "agents", "baselines"}
+    assert {n for n in imported if n.startswith("llmsched_env")} <= {"llmsched_env.decision"}
+
+
+def test_policy_file_loads_and_acts_without_gymnasium_or_sb3(exported, rollout) -> None:
+    obs, mask = rollout[5]
+    blocked = ["gymnasium", "stable_baselines3", "sb3_contrib", "agents", "baselines"]
+    code = (
+        "import sys, numpy as np\n"
+        f"for name in {blocked!r}: sys.modules[name] = None  # any import of these now fails\n"
+        "from llmsched_env.runtime.policy_file import load_policy_file\n"
+        f"p = load_policy_file({str(exported)!r})\n"
+        f"print(p.act(np.array({obs.tolist()!r}, dtype=np.float32), np.array({mask.tolist()!r})).tolist())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == load_policy_file(exported).act(obs, mask).tolist()
