@@ -55,6 +55,7 @@ RUN_KEYS = (
     "eval_load",
     "bc_warmstart",
     "bc_steps",
+    "bc_smoothing",
     "eval_freq",
     "eval_episodes",
 )
@@ -116,12 +117,12 @@ def resolve_config(args: argparse.Namespace) -> dict[str, Any]:
     return hp
 
 
-def make_env_fn(args: argparse.Namespace, env_kwargs: dict[str, Any], split: str = "train", **extra: Any):  # type: ignore[no-untyped-def]
-    kwargs = {**env_kwargs, **extra}
+def make_env_fn(args: argparse.Namespace, env_kwargs: dict[str, Any], split: str = "train", agent: bool = True):  # type: ignore[no-untyped-def]
+    """A factory of ``LLMSched-v0`` envs; ``agent`` wraps them for the algorithm (DQN's flat actions)."""
 
     def make() -> gym.Env:
-        env = gym.make("LLMSched-v0", scenario=args.scenario, split=split, **kwargs)
-        return FlatActions(env) if args.algo in FLAT_ACTION_ALGOS else env
+        env = gym.make("LLMSched-v0", scenario=args.scenario, split=split, **env_kwargs)
+        return FlatActions(env) if agent and args.algo in FLAT_ACTION_ALGOS else env
 
     return make
 
@@ -159,17 +160,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             t0 = time.perf_counter()
             stats = behaviour_clone(
                 model,
-                make_env_fn(args, env_kwargs),
+                make_env_fn(args, env_kwargs, agent=False),
                 run["bc_warmstart"],
                 int(run.get("bc_steps", 20_000)),
                 seed=args.seed,
+                smoothing=float(run.get("bc_smoothing", 0.1)),
             )
             stats["bc_seconds"] = time.perf_counter() - t0
             (out / "bc.json").write_text(json.dumps({"baseline": run["bc_warmstart"], **stats}, indent=1))
             print(f"behaviour cloning from {run['bc_warmstart']}: {stats}")
 
     exportable = args.algo in EXPORTABLE
-    single = make_env_fn(args, env_kwargs)()
+    single = make_env_fn(args, env_kwargs, agent=False)()
 
     def export(m: Any) -> None:
         if exportable:
@@ -179,11 +181,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     eval_kwargs = {k: v for k, v in env_kwargs.items() if k != "load"}
 
-    def make_eval_env(agent: int) -> gym.Env:
+    def make_eval_env(agent: bool) -> gym.Env:
         kw = dict(eval_kwargs, load=run["eval_load"])
         if not agent:
             kw["iterations_per_step"] = 1  # baselines decide every iteration
-        return make_env_fn(args, kw, split="eval")()
+        return make_env_fn(args, kw, split="eval", agent=agent)()
 
     n_envs = run["n_envs"]
     evaluator = PeriodicEvalCallback(

@@ -62,9 +62,14 @@ def behaviour_clone(
     batch_size: int = 256,
     learning_rate: float = 1e-3,
     seed: int = 0,
+    smoothing: float = 0.1,
 ) -> dict[str, float]:
     """Fit ``model.policy`` (an SB3 actor-critic, masked or not) to ``baseline``; return the final accuracy
-    (share of steps whose every action component matches) and losses."""
+    (share of steps whose every action component matches) and losses.
+
+    The actor is fitted to a label-smoothed target: in each action component the baseline's choice gets
+    ``1 - smoothing`` and the valid options share ``smoothing``, so the cloned policy picks the baseline's
+    action deterministically yet keeps exploring around it when PPO takes over."""
     data = collect_demonstrations(make_env(), baseline, num_steps, float(getattr(model, "gamma", 0.99)), seed)
     policy = model.policy
     device = policy.device
@@ -73,25 +78,44 @@ def behaviour_clone(
     masks = th.as_tensor(data["masks"], device=device)
     returns = th.as_tensor(data["returns"], device=device)
     masked = "Maskable" in type(model).__name__
+    nvec = [int(n) for n in model.action_space.nvec]
     optimizer = th.optim.Adam(policy.parameters(), lr=learning_rate)
     gen = th.Generator().manual_seed(seed)
     n = obs.shape[0]
     policy.set_training_mode(True)
-    stats = {"bc_policy_loss": 0.0, "bc_value_loss": 0.0}
+    stats: dict[str, float] = {}
     for _ in range(epochs):
         perm = th.randperm(n, generator=gen)
         for start in range(0, n, batch_size):
             idx = perm[start : start + batch_size]
-            kwargs = {"action_masks": masks[idx].cpu().numpy()} if masked else {}
-            values, log_prob, _ = policy.evaluate_actions(obs[idx], actions[idx], **kwargs)
-            policy_loss = -log_prob.mean()
-            value_loss = th.nn.functional.mse_loss(values.flatten(), returns[idx])
+            if masked:
+                dist = policy.get_distribution(obs[idx], action_masks=data["masks"][idx.cpu().numpy()])
+            else:
+                dist = policy.get_distribution(obs[idx])
+            policy_loss = th.zeros((), device=device)
+            offset = 0
+            cats = dist.distributions if masked else dist.distribution
+            for c, (cat, k) in enumerate(zip(cats, nvec, strict=True)):
+                logp = th.log_softmax(cat.logits, dim=-1)  # [batch, k]
+                valid = masks[idx, offset : offset + k].float()
+                target = smoothing * valid / valid.sum(dim=1, keepdim=True).clamp(min=1.0)
+                target = target + (1 - smoothing) * th.nn.functional.one_hot(actions[idx, c], k).float()
+                policy_loss = (
+                    policy_loss - (target * logp.clamp(min=-1e4) * valid.clamp(min=float(not masked))).sum(1).mean()
+                )
+                offset += k
+            values = policy.predict_values(obs[idx]).flatten()
+            value_loss = th.nn.functional.mse_loss(values, returns[idx])
             loss = policy_loss + 0.5 * value_loss
             optimizer.zero_grad()
             loss.backward()
             th.nn.utils.clip_grad_norm_(policy.parameters(), 0.5)
             optimizer.step()
-            stats = {"bc_policy_loss": float(policy_loss), "bc_value_loss": float(value_loss)}
+            stats = {
+                "bc_policy_loss": policy_loss.item(),
+                "bc_value_loss": value_loss.item(),
+                "bc_entropy": float(dist.entropy().mean().item()),
+            }
     policy.set_training_mode(False)
     with th.no_grad():
         correct = 0

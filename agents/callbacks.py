@@ -70,7 +70,7 @@ class PeriodicEvalCallback(BaseCallback):
 
     def __init__(
         self,
-        make_env: Callable[[int], gym.Env],
+        make_env: Callable[[bool], gym.Env],  # (for the agent?) -> evaluation env
         baseline_names: Sequence[str],
         seeds: Sequence[int],
         eval_freq: int,
@@ -89,13 +89,13 @@ class PeriodicEvalCallback(BaseCallback):
         self.history: list[tuple[int, float]] = []
 
     def _init_callback(self) -> None:
-        env = self.make_env(1)
+        env = self.make_env(False)  # baselines decide every engine iteration
         ctx = env.unwrapped.policy_context()  # type: ignore[attr-defined]
         for name in self.baseline_names:
             policy = baselines.make(name, ctx, seed=0)
             runs = [run_policy_episode(env, policy.act, seed)["slo_attainment"] for seed in self.seeds]
             self.baseline_attainment[name] = float(np.mean(runs))
-        self._agent_env = self.make_env(0)  # the agent's own granularity (iterations_per_step)
+        self._agent_env = self.make_env(True)  # the agent's own granularity (iterations_per_step, wrappers)
 
     @property
     def best_baseline(self) -> tuple[str, float]:

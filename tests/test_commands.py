@@ -57,17 +57,73 @@ def test_evaluate_rejects_bad_arguments(argv: list[str], message: str, capsys: p
     assert message in capsys.readouterr().err
 
 
-def test_train_saves_a_model_that_acts_as_a_policy(tmp_path: Path) -> None:
+COMMON = [
+    "--timesteps", "256", "--n-envs", "1", "--hp", "bc_steps=200", "--hp", "eval_freq=128", "--hp", "eval_episodes=1",
+    "--hp", "env_kwargs.num_requests=30", "--hp", "env_kwargs.iterations_per_step=32", "--eval-baselines",
+    "fcfs,slo_aware", "--no-progress",
+]  # fmt: skip
+ALGO_HP = {
+    "maskable_ppo": ["--hp", "n_steps=128", "--hp", "batch_size=64"],
+    "ppo": ["--hp", "n_steps=128", "--hp", "batch_size=64"],
+    "recurrent_ppo": ["--hp", "n_steps=128", "--hp", "batch_size=64"],
+    "a2c": ["--hp", "n_steps=8"],
+    "dqn": ["--hp", "learning_starts=64", "--hp", "batch_size=32"],
+}
+TINY = COMMON + ALGO_HP["maskable_ppo"]
+
+
+def _tags(folder: Path) -> set[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags: set[str] = set()
+    for events in folder.rglob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(events))
+        acc.Reload()
+        tags |= set(acc.Tags()["scalars"])
+    return tags
+
+
+def test_train_writes_a_complete_run_folder(tmp_path: Path) -> None:
     torch.set_num_threads(1)
     out = tmp_path / "run"
-    argv = ["--timesteps", "128", "--n-steps", "64", "--num-requests", "30", "--out", str(out)]
-    assert train.main(argv) == 0
-    assert (out / "model.zip").exists() and (out / "args.json").exists() and (out / "command.txt").exists()
-    assert any((out / "tb").rglob("events.out.tfevents.*"))
+    assert train.main(["--scenario", "mixed-slo", "--out", str(out), *TINY]) == 0
+    for name in ("config.yml", "args.json", "command.txt", "model.zip", "best_model.zip", "policy.json",
+                 "policy.safetensors", "summary.json", "bc.json"):  # fmt: skip
+        assert (out / name).exists(), name
+    assert any((out / "checkpoints").glob("model_*_steps.zip"))
+    tags = _tags(out / "tb")
+    assert {"episode/slo_attainment", "episode/goodput_rps", "episode/ttft_p99_s", "episode/jain_fairness"} <= tags
+    assert {"eval/slo_attainment", "eval/attainment_over_best_baseline", "train/value_loss"} <= tags
+    assert any(t.startswith("episode/tenant/") and t.endswith("/slo_attainment") for t in tags)
+    config = (out / "config.yml").read_text()
+    assert "bc_warmstart: slo_aware" in config and "num_requests: 30" in config
+    # the SB3 model acts as a Policy on the env it was trained for
     policy = SB3Policy.load(out / "model.zip")
-    env = gym.make("LLMSched-v0", num_requests=30)
-    metrics = evaluate.run_episode(env, policy, seed=0)
-    assert metrics["num_requests"] == 30
+    env = gym.make("LLMSched-v0", scenario="mixed-slo", num_requests=30, iterations_per_step=32)
+    assert evaluate.run_episode(env, policy, seed=0)["num_requests"] == 30
+    # resume continues from the latest checkpoint
+    assert train.main(["--scenario", "mixed-slo", "--out", str(out), "--resume", *TINY]) == 0
+    assert '"timesteps": 512' in (out / "summary.json").read_text()
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "dqn", "recurrent_ppo"])
+def test_train_other_algorithms(tmp_path: Path, algo: str) -> None:
+    torch.set_num_threads(1)
+    out = tmp_path / algo
+    assert train.main(["--scenario", "bursty", "--algo", algo, "--out", str(out), *COMMON, *ALGO_HP[algo]]) == 0
+    assert (out / "model.zip").exists() and (out / "summary.json").exists()
+    assert (out / "policy.json").exists() == (algo in ("ppo", "a2c"))  # MLP actor-critics export
+
+
+def test_train_rejects_bad_arguments(capsys: pytest.CaptureFixture) -> None:
+    for argv, message in (
+        (["--out", "x", "--scenario", "nope"], "unknown scenario"),
+        (["--out", "x", "--hp", "novalue"], "key=value"),
+        (["--out", "x", "--bc", "nope"], "unknown --bc baseline"),
+    ):
+        with pytest.raises(SystemExit):
+            train.parse_args(argv)
+        assert message in capsys.readouterr().err
 
 
 def test_loading_a_corrupt_model_is_a_clear_error(tmp_path: Path) -> None:

@@ -153,9 +153,7 @@ def test_capacity_writes_its_plot(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", ["missing", "junk_json", "not_json", "empty_dir"])
-def test_a_bad_policy_path_is_a_clean_error_naming_it(
-    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture
-) -> None:
+def test_a_bad_policy_path_is_a_clean_error_naming_it(kind: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     path = tmp_path / "nothing"
     if kind == "junk_json":
         path.mkdir()
