@@ -78,6 +78,13 @@ class PolicySpec:
     path: Path | None = None
     exported: Any = field(default=None, repr=False)  # an ExportedPolicy; one instance serves every seed
 
+    @property
+    def iterations_per_step(self) -> int:
+        """Engine iterations each decision holds: 1 for baselines, the training setting for a trained policy."""
+        if self.exported is None:
+            return 1
+        return int(self.exported.meta.get("iterations_per_step", 1))
+
     def make(self, env: gym.Env, seed: int) -> Policy:
         if self.baseline is not None:
             return baselines.make(self.baseline, env.unwrapped.policy_context(), seed=seed)  # type: ignore[attr-defined]
@@ -248,7 +255,7 @@ def _check_compatible(p: argparse.ArgumentParser, args: argparse.Namespace) -> N
                 p.error(f"policy {spec.path} cannot run on scenario {scenario.name!r}: {exc}")
 
 
-def make_env(args: argparse.Namespace, scenario: Scenario, load: float) -> gym.Env:
+def make_env(args: argparse.Namespace, scenario: Scenario, load: float, iterations_per_step: int = 1) -> gym.Env:
     return gym.make(
         "LLMSched-v0",
         scenario=scenario,
@@ -257,6 +264,7 @@ def make_env(args: argparse.Namespace, scenario: Scenario, load: float) -> gym.E
         load=load,
         cost_model=args.cost_model,
         check_invariants=args.check_invariants,
+        iterations_per_step=iterations_per_step,
     )
 
 
@@ -279,7 +287,7 @@ def run_policy(
     """Every seed of one (scenario, load, policy): one row of metrics per seed. With a ``details`` list,
     append each run's ``episode_details`` (the KV series only for the first seed at the first load)."""
     spec = _spec(args, policy)
-    env = make_env(args, scenario, load)
+    env = make_env(args, scenario, load, spec.iterations_per_step)
     rows = []
     for seed in args.seeds:
         t0 = time.perf_counter()

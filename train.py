@@ -177,7 +177,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exportable:
             from agents.export import export_policy
 
-            export_policy(m, single, out, extra={"scenario": args.scenario, "seed": args.seed})
+            extra = {"scenario": args.scenario, "seed": args.seed, "timesteps": int(m.num_timesteps)}
+            extra["iterations_per_step"] = int(env_kwargs.get("iterations_per_step", 1))
+            export_policy(m, single, out, extra=extra)
 
     eval_kwargs = {k: v for k, v in env_kwargs.items() if k != "load"}
 

@@ -101,6 +101,26 @@ def test_train_writes_a_complete_run_folder(tmp_path: Path) -> None:
     policy = SB3Policy.load(out / "model.zip")
     env = gym.make("LLMSched-v0", scenario="mixed-slo", num_requests=30, iterations_per_step=32)
     assert evaluate.run_episode(env, policy, seed=0)["num_requests"] == 30
+    # evaluate.py loads the exported policy from the run folder and holds its actions as in training
+    results = tmp_path / "eval"
+    argv = [
+        "--policies",
+        f"fcfs,agent={out}",
+        "--scenarios",
+        "mixed-slo",
+        "--num-requests",
+        "30",
+        "--out",
+        str(results),
+    ]
+    assert evaluate.main([*argv, "--no-plots"]) == 0
+    with open(results / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["policy"] for r in rows] == ["fcfs", "agent"]
+    assert (
+        float(rows[1]["num_iterations"]) > 0
+        and json.loads((out / "policy.json").read_text())["iterations_per_step"] == 32
+    )
     # resume continues from the latest checkpoint
     assert train.main(["--scenario", "mixed-slo", "--out", str(out), "--resume", *TINY]) == 0
     assert '"timesteps": 512' in (out / "summary.json").read_text()
