@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -36,6 +37,9 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
             value = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise ValueError(f"--hp {item!r}: the value is not valid YAML ({exc})") from None
+        if isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
+            with contextlib.suppress(ValueError):
+                value = float(value)
         node = out
         parts = key.strip().split(".")
         for part in parts[:-1]:
