@@ -1,0 +1,37 @@
+"""The trained policies shipped in policies/ load with torch alone and fit their scenario's env."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+import evaluate
+import llmsched_env  # noqa: F401
+from llmsched_env.runtime.policy_file import load_policy_file
+
+SHIPPED = sorted((Path(__file__).resolve().parents[1] / "policies").glob("*/policy.json"))
+
+
+def test_policies_are_shipped() -> None:
+    assert {p.parent.name for p in SHIPPED} >= {"mixed-slo", "multi-tenant-overload"}
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.parent.name)
+def test_shipped_policy_runs_on_its_scenario(path: Path) -> None:
+    policy = load_policy_file(path)
+    scenario = policy.meta["scenario"]
+    assert scenario == path.parent.name
+    env = gym.make(
+        "LLMSched-v0",
+        scenario=scenario,
+        split="eval",
+        num_requests=80,
+        iterations_per_step=policy.meta["iterations_per_step"],
+        check_invariants=True,
+    )
+    u = env.unwrapped
+    policy.check_compatible(u.obs_names, u.action_spec.nvec)
+    metrics = evaluate.run_episode(env, policy, seed=0)
+    assert metrics["num_finished"] + metrics["num_rejected"] == 80
