@@ -38,14 +38,14 @@ from agents.wrappers import FlatActions
 from llmsched_env.core.scenario_library import list_scenarios
 
 EXPORTABLE = {"maskable_ppo", "ppo", "a2c"}
-QUICK = {  # the --quick preset: a short run that shows the whole pipeline on a laptop
-    "n_timesteps": 20_000,
-    "n_envs": 1,
-    "n_steps": 512,
-    "batch_size": 128,
-    "bc_steps": 4_000,
+QUICK = {  # the --quick preset: the whole pipeline in a few minutes on a 2-core laptop
+    "n_timesteps": 100_000,
+    "n_envs": 2,
+    "n_steps": 1024,
+    "batch_size": 256,
+    "bc_steps": 10_000,
     "env_kwargs": {"num_requests": 300},
-    "eval_freq": 10_000,
+    "eval_freq": 50_000,
     "eval_episodes": 2,
 }
 RUN_KEYS = (
@@ -73,7 +73,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--vec-env", choices=("dummy", "subproc"), default="dummy")
     p.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE", help="override a hyperparameter")
     p.add_argument("--hyperparams", type=Path, default=None, help="a YAML file instead of agents/hyperparams/")
-    p.add_argument("--quick", action="store_true", help="a short run (about 5 minutes on 2 cores)")
+    p.add_argument("--quick", action="store_true", help="a short run (QUICK: 100k steps, a few minutes)")
     p.add_argument("--resume", action="store_true", help="continue from the run folder's latest checkpoint")
     p.add_argument("--bc", default=None, help="baseline to clone before RL ('none' to skip; default: the YAML's)")
     p.add_argument("--eval-baselines", default=DEFAULT_EVAL_BASELINES, help="baselines the evaluation compares to")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import resource
 import time
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -23,10 +22,11 @@ import baselines
 import llmsched_env  # noqa: F401
 from llmsched_env.config import SLO_CLASSES, EngineConfig, TenantConfig
 from llmsched_env.core.cost_model import load_cost_model
+from llmsched_env.core.scenarios import trace_path
 from llmsched_env.core.simulator import Simulator
 from llmsched_env.core.workload import LengthDist, TenantWorkload, WorkloadConfig, generate, tenant_configs
 
-TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+TRACE = trace_path("azure-conv")
 
 
 def azure_workload(num_requests: int, rate: float) -> WorkloadConfig:

@@ -16,7 +16,7 @@ import numpy as np
 import baselines
 from llmsched_env.core.cost_model import load_cost_model
 from llmsched_env.core.scenario_library import get_scenario
-from llmsched_env.core.scenarios import trace_dir
+from llmsched_env.core.scenarios import trace_path
 from llmsched_env.core.simulator import Simulator
 from llmsched_env.core.traces import clear_trace_cache, load_azure, load_mooncake
 from llmsched_env.decision import ActionSpec, PolicyContext
@@ -43,10 +43,9 @@ def simulate(name: str, requests: list) -> float:  # type: ignore[type-arg]
 
 
 def main() -> None:
-    root = trace_dir()
     clear_trace_cache()
-    _, azure_s = timed(lambda: load_azure(root / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"))
-    _, moon_s = timed(lambda: load_mooncake(root / "mooncake" / "conversation_trace.jsonl"))
+    _, azure_s = timed(lambda: load_azure(trace_path("azure-conv")))
+    _, moon_s = timed(lambda: load_mooncake(trace_path("mooncake-conv")))
     print(f"parse Azure conversation trace (19,366 rows): {azure_s:.3f} s")
     print(f"parse Mooncake conversation trace (12,031 rows): {moon_s:.3f} s")
     for name, load in (("azure-conv", 1.0), ("mooncake-conv", 1.0), ("multi-tenant-overload", 1.0)):

@@ -14,7 +14,7 @@ import evaluate
 import llmsched_env  # noqa: F401
 from llmsched_env.core.describe import describe_scenario
 from llmsched_env.core.scenario_library import get_scenario, list_scenarios
-from llmsched_env.core.scenarios import TRAIN_FRACTION, scenario_from_trace, slo_scale, trace_dir
+from llmsched_env.core.scenarios import TRAIN_FRACTION, scenario_from_trace, slo_scale, trace_dir, trace_path
 from llmsched_env.core.traces import load_azure, load_mooncake
 
 TRACES = trace_dir()
@@ -66,11 +66,9 @@ def test_trace_train_and_eval_windows_do_not_overlap(name: str) -> None:
     sc = get_scenario(name)
     train, ev = sc.source("train").trace, sc.source("eval").trace  # type: ignore[attr-defined]
     full = (
-        load_azure(
-            TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv", max_context=16384, overlong="truncate"
-        )
+        load_azure(trace_path("azure-conv"), max_context=16384, overlong="truncate")
         if name == "azure-conv"
-        else load_mooncake(TRACES / "mooncake" / "conversation_trace.jsonl", max_context=131072)
+        else load_mooncake(trace_path("mooncake-conv"), max_context=131072)
     )
     cut = int(np.searchsorted(full.arrival_s, full.duration_s() * TRAIN_FRACTION))
     # train is exactly the requests before the cut, eval exactly those from it on: disjoint and complete

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from llmsched_env.core.request import Request
-from llmsched_env.core.scenarios import trace_dir
+from llmsched_env.core.scenarios import trace_dir, trace_path
 from llmsched_env.core.traces import (
     TRACE_FORMATS,
     Trace,
@@ -23,10 +23,10 @@ from llmsched_env.core.traces import (
 )
 
 TRACES = trace_dir()
-AZURE_CONV = TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
-AZURE_CODE = TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_code.csv"
-MOONCAKE = TRACES / "mooncake" / "conversation_trace.jsonl"
-SHAREGPT = TRACES / "sharegpt_lengths" / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
+AZURE_CONV = trace_path("azure-conv")
+AZURE_CODE = trace_path("azure-code")
+MOONCAKE = trace_path("mooncake-conv")
+SHAREGPT = trace_path("sharegpt")
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 
 

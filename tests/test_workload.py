@@ -12,7 +12,7 @@ import pytest
 from llmsched_env.config import SLO_CLASSES, TenantConfig
 from llmsched_env.core import lengths as ln
 from llmsched_env.core import workload as wl
-from llmsched_env.core.scenarios import trace_dir
+from llmsched_env.core.scenarios import trace_dir, trace_path
 from llmsched_env.core.workload import (
     LengthDist,
     TenantWorkload,
@@ -24,8 +24,8 @@ from llmsched_env.core.workload import (
 )
 
 TRACES = trace_dir()
-SHAREGPT = TRACES / "sharegpt_lengths" / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
-AZURE_CONV = TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+SHAREGPT = trace_path("sharegpt")
+AZURE_CONV = trace_path("azure-conv")
 
 
 def _tenant(name: str, rate: float, lengths: LengthDist | None = None, **kw) -> TenantWorkload:

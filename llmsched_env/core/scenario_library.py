@@ -17,7 +17,7 @@ from llmsched_env.core.scenarios import (
     TraceSource,
     length_split,
     scaled_tenant,
-    trace_dir,
+    trace_path,
     trace_split,
 )
 from llmsched_env.core.traces import load_azure, load_mooncake
@@ -35,9 +35,9 @@ SMALL_LOCAL = EngineConfig(
 CHAT_LENGTHS = LengthDist.lognormal(250, 200, 1.0, 1.0, max_prompt_len=4096, max_output_len=1024)
 
 
-def _azure(file: str, slo: str, rate: float) -> Callable[[str, float], RequestSource]:
+def _azure(key: str, slo: str, rate: float) -> Callable[[str, float], RequestSource]:
     def make(split: str, scale: float) -> RequestSource:
-        trace = load_azure(trace_dir() / "azure_llm_2023" / file, max_context=16384, overlong="truncate")
+        trace = load_azure(trace_path(key), max_context=16384, overlong="truncate")
         return TraceSource(trace_split(trace, split), scaled_tenant(slo, slo, scale), rate)
 
     return make
@@ -45,7 +45,7 @@ def _azure(file: str, slo: str, rate: float) -> Callable[[str, float], RequestSo
 
 def _mooncake(rate: float) -> Callable[[str, float], RequestSource]:
     def make(split: str, scale: float) -> RequestSource:
-        trace = load_mooncake(trace_dir() / "mooncake" / "conversation_trace.jsonl", max_context=131072)
+        trace = load_mooncake(trace_path("mooncake-conv"), max_context=131072)
         return TraceSource(trace_split(trace, split), scaled_tenant("long_context", "long_context", scale), rate)
 
     return make
@@ -68,7 +68,7 @@ def _default(split: str, scale: float) -> WorkloadConfig:
 
 def _sharegpt(rate: float) -> Callable[[str, float], WorkloadConfig]:
     def build(split: str, scale: float) -> WorkloadConfig:
-        path = trace_dir() / "sharegpt_lengths" / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
+        path = trace_path("sharegpt")
         lengths = length_split(path, split, max_prompt_len=8192, max_output_len=2048)
         return WorkloadConfig((TenantWorkload(scaled_tenant("chat", "chat", scale), rate, lengths),), 1000)
 
@@ -174,12 +174,12 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "azure-conv",
             "Azure LLM 2023 conversation trace replay (near-Poisson), chat SLO",
-            _azure("AzureLLMInferenceTrace_conv.csv", "chat", 11.4),
+            _azure("azure-conv", "chat", 11.4),
         ),
         Scenario(
             "azure-code",
             "Azure LLM 2023 code trace replay (very bursty, long prompts), long-prompt code SLO",
-            _azure("AzureLLMInferenceTrace_code.csv", "code_long", 0.68),
+            _azure("azure-code", "code_long", 0.68),
         ),
         Scenario(
             "mooncake-conv",

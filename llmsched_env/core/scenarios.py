@@ -36,6 +36,7 @@ __all__ = [
     "scenario_from_trace",
     "slo_scale",
     "trace_dir",
+    "trace_path",
 ]
 
 SPLITS = ("train", "eval")
@@ -55,6 +56,20 @@ def trace_dir() -> Path:
         if candidate.is_dir():
             return candidate
     return here.parents[3] / "shared" / "traces"
+
+
+# The public traces, by key, relative to ``trace_dir()`` (shared/traces/README.md says where they come from).
+TRACE_FILES = {
+    "azure-conv": "azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
+    "azure-code": "azure_llm_2023/AzureLLMInferenceTrace_code.csv",
+    "mooncake-conv": "mooncake/conversation_trace.jsonl",
+    "sharegpt": "sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
+}
+
+
+def trace_path(key: str) -> Path:
+    """The path of the public trace ``key`` (one of ``TRACE_FILES``)."""
+    return trace_dir() / TRACE_FILES[key]
 
 
 def slo_scale(cost_model: CostModel) -> float:
