@@ -313,17 +313,18 @@ class Engine:
                     break
                 self._reject(r, "ttft_unreachable")
 
-    def _reserve_or_preempt(self, r: Request, num_tokens: int, batch: Batch) -> bool:
-        """Give running ``r`` blocks for ``num_tokens`` tokens, preempting victims if needed. False if ``r``
-        itself was preempted."""
+    def _reserve_or_preempt(self, r: Request, num_tokens: int, batch: Batch | None = None) -> bool:
+        """Give running ``r`` blocks for ``num_tokens`` tokens, preempting victims (recorded in ``batch`` when
+        one is being built) while the pool is short. False if ``r`` itself was preempted."""
         pool = self.pool
         need = pool.blocks_for(num_tokens) - len(r.block_table)
         while need > pool.num_free_blocks:
             victim = self._victim()
             self._preempt(victim)
-            batch.num_preempted += 1
-            if victim in batch.prefill_reqs:
-                batch.remove_prefill(victim)
+            if batch is not None:
+                batch.num_preempted += 1
+                if victim in batch.prefill_reqs:
+                    batch.remove_prefill(victim)
             if victim is r:
                 return False
         for _ in range(need):
@@ -376,7 +377,7 @@ class Engine:
         self.num_decoding += 1
         self.num_decoding_t[r.tenant] += 1
         self.decode_base += r.prompt_len + r.decode_out0 - r.decode_round0
-        if self._ensure_next_block(r, r.prompt_len + r.num_output_tokens):
+        if self._reserve_or_preempt(r, r.prompt_len + r.num_output_tokens):
             self._schedule_event(r)
 
     def _stop_decoding(self, r: Request) -> None:
@@ -400,19 +401,6 @@ class Engine:
             self.decode_events[event] = [r]
         else:
             bucket.append(r)
-
-    def _ensure_next_block(self, r: Request, num_tokens: int) -> bool:
-        """Blocks for ``num_tokens`` KV slots; on a full pool preempt victims (possibly ``r``)."""
-        pool = self.pool
-        while pool.blocks_for(num_tokens) > len(r.block_table):
-            if pool.num_free_blocks:
-                r.block_table.append(pool.allocate())
-                continue
-            victim = self._victim()
-            self._preempt(victim)
-            if victim is r:
-                return False
-        return True
 
     # ---------------------------------------------------------------------------------- completion
     def complete(self, batch: Batch, end_s: float) -> None:
@@ -439,7 +427,7 @@ class Engine:
                 else:
                     grow.append(r)
             for r in grow:
-                if r.status == Status.RUNNING and self._ensure_next_block(r, r.prompt_len + r.num_output_tokens):
+                if r.status == Status.RUNNING and self._reserve_or_preempt(r, r.prompt_len + r.num_output_tokens):
                     self._schedule_event(r)
         for r, chunk in zip(batch.prefill_reqs, batch.prefill_chunks, strict=False):
             if r.status != Status.RUNNING:
