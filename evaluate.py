@@ -38,6 +38,7 @@ from llmsched_env.core.scenario_library import get_scenario, list_scenarios
 from llmsched_env.core.scenarios import SPLITS, Scenario, scenario_from_trace
 from llmsched_env.core.traces import TRACE_FORMATS
 from llmsched_env.decision import Policy
+from llmsched_env.env import run_episode
 
 # metric key -> short column header of the terminal table (every metric goes to results.csv)
 TABLE_COLUMNS = {
@@ -89,17 +90,6 @@ class PolicySpec:
         if self.baseline is not None:
             return baselines.make(self.baseline, env.unwrapped.policy_context(), seed=seed)  # type: ignore[attr-defined]
         return self.exported
-
-
-def run_episode(env: gym.Env, policy: Policy, seed: int) -> dict[str, float]:
-    """Run one episode of ``env`` under ``policy``; return ``info["metrics"]`` of its last step."""
-    obs, _ = env.reset(seed=seed)
-    unwrapped: Any = env.unwrapped
-    while True:
-        action = policy.act(obs, unwrapped.action_masks())
-        obs, _, terminated, truncated, info = env.step(action)
-        if terminated or truncated:
-            return dict(info["metrics"])
 
 
 def episode_details(env: gym.Env, kv_series: bool = True) -> dict[str, np.ndarray]:

@@ -11,8 +11,10 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
 import baselines
+from agents.sb3 import SB3Policy
+from llmsched_env.env import run_episode
 
-__all__ = ["EPISODE_KEYS", "EpisodeMetricsCallback", "PeriodicEvalCallback", "run_policy_episode"]
+__all__ = ["EPISODE_KEYS", "EpisodeMetricsCallback", "PeriodicEvalCallback"]
 
 # Episode metrics logged under episode/ (training) and eval/ (evaluation), plus every tenant/NAME/... key
 # ending in one of TENANT_SUFFIXES.
@@ -51,18 +53,6 @@ class EpisodeMetricsCallback(BaseCallback):
         return True
 
 
-def run_policy_episode(
-    env: gym.Env, act: Callable[[np.ndarray, np.ndarray], np.ndarray], seed: int
-) -> dict[str, float]:
-    """One episode of ``env`` under ``act(obs, mask)``; its final metrics."""
-    obs, _ = env.reset(seed=seed)
-    unwrapped: Any = env.unwrapped
-    while True:
-        obs, _, terminated, truncated, info = env.step(act(obs, unwrapped.action_masks()))
-        if terminated or truncated:
-            return dict(info["metrics"])
-
-
 class PeriodicEvalCallback(BaseCallback):
     """Every ``eval_freq`` calls, run the deterministic policy on ``seeds`` episodes of the evaluation split,
     log ``eval/*`` and the ratio to the best baseline's attainment on the same episodes, and keep the best
@@ -93,7 +83,7 @@ class PeriodicEvalCallback(BaseCallback):
         ctx = env.unwrapped.policy_context()  # type: ignore[attr-defined]
         for name in self.baseline_names:
             policy = baselines.make(name, ctx, seed=0)
-            runs = [run_policy_episode(env, policy.act, seed)["slo_attainment"] for seed in self.seeds]
+            runs = [run_episode(env, policy, seed)["slo_attainment"] for seed in self.seeds]
             self.baseline_attainment[name] = float(np.mean(runs))
         self._agent_env = self.make_env(True)  # the agent's own granularity (iterations_per_step, wrappers)
 
@@ -103,16 +93,8 @@ class PeriodicEvalCallback(BaseCallback):
         return name, self.baseline_attainment[name]
 
     def evaluate(self) -> float:
-        masked = hasattr(self.model, "policy") and "Maskable" in type(self.model).__name__
-
-        def act(obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
-            if masked:
-                action, _ = self.model.predict(obs, action_masks=mask, deterministic=True)
-            else:
-                action, _ = self.model.predict(obs, deterministic=True)
-            return np.asarray(action)
-
-        runs = [run_policy_episode(self._agent_env, act, seed) for seed in self.seeds]
+        agent = SB3Policy(self.model)  # deterministic actions, with masks for MaskablePPO
+        runs = [run_episode(self._agent_env, agent, seed) for seed in self.seeds]
         for m in runs:
             log_metrics(self.logger.record_mean, "eval", m)
         return float(np.mean([m["slo_attainment"] for m in runs]))

@@ -18,10 +18,10 @@ from llmsched_env.core.scenario_library import get_scenario
 from llmsched_env.core.scenarios import SPLITS, Scenario, SyntheticSource
 from llmsched_env.core.simulator import Simulator
 from llmsched_env.core.workload import WorkloadConfig
-from llmsched_env.decision import OBS_CLIP, ActionSpec, ObservationEncoder, PolicyContext
+from llmsched_env.decision import OBS_CLIP, ActionSpec, ObservationEncoder, Policy, PolicyContext
 from llmsched_env.render import render_ansi, render_rgb
 
-__all__ = ["LLMSchedEnv", "PolicyContext", "RewardConfig"]
+__all__ = ["LLMSchedEnv", "PolicyContext", "RewardConfig", "run_episode"]
 
 
 @dataclass(frozen=True)
@@ -261,6 +261,16 @@ class LLMSchedEnv(gym.Env):
     def policy_context(self) -> PolicyContext:
         """The static facts a heuristic baseline is built from."""
         return PolicyContext(self.engine_config, self.tenants, self.cost_model, self.action_spec, self.obs_names)
+
+
+def run_episode(env: gym.Env, policy: Policy, seed: int) -> dict[str, float]:
+    """Run one episode of ``env`` under ``policy`` (acting on observation and mask); its final metrics."""
+    obs, _ = env.reset(seed=seed)
+    unwrapped: Any = env.unwrapped
+    while True:
+        obs, _, terminated, truncated, info = env.step(policy.act(obs, unwrapped.action_masks()))
+        if terminated or truncated:
+            return dict(info["metrics"])
 
 
 def _engine_config(engine: EngineConfig | Mapping[str, Any] | None) -> EngineConfig:
