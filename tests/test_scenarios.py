@@ -182,3 +182,15 @@ def test_evaluate_commands_for_scenarios_traces_describe_and_capacity(
     args = evaluate.parse_args(["--scenarios", "bursty", "--num-requests", "80"])
     cap = evaluate.capacity(args, get_scenario("bursty"), "fcfs")
     assert cap["capacity_load"] > 0 and cap["capacity_rps"] > 0
+
+
+def test_two_user_workloads_never_share_a_source() -> None:
+    from llmsched_env.config import TenantConfig
+    from llmsched_env.core.workload import LengthDist, TenantWorkload, WorkloadConfig
+
+    def workload(name: str) -> WorkloadConfig:
+        return WorkloadConfig((TenantWorkload(TenantConfig(name), 5.0, LengthDist.fixed(10, 10)),), 50)
+
+    a = gym.make("LLMSched-v0", workload=workload("alpha")).unwrapped
+    b = gym.make("LLMSched-v0", workload=workload("beta")).unwrapped
+    assert [t.name for t in a.tenants] == ["alpha"] and [t.name for t in b.tenants] == ["beta"]

@@ -150,20 +150,23 @@ class Scenario:
     num_requests: int = 1000
     remote_kv: RemoteKVConfig | None = None
 
+    def __post_init__(self) -> None:
+        # Sources built so far, per (split, SLO scale): each scenario object keeps its own, so two scenarios
+        # sharing a name (two user workloads, two trace files with the same stem) never share requests.
+        object.__setattr__(self, "_sources", {})
+
     def source(self, split: str, cost_model: CostModel | None = None) -> RequestSource:
         """The request source of ``split`` ("train" or "eval"), SLOs scaled to ``cost_model``."""
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         model = cost_model if cost_model is not None else load_cost_model(self.cost_model)
-        key = (self.name, split, round(slo_scale(model), 9))
-        src = _SOURCES.get(key)
+        key = (split, round(slo_scale(model), 9))
+        sources: dict[tuple[str, float], RequestSource] = self._sources  # type: ignore[attr-defined]
+        src = sources.get(key)
         if src is None:
-            src = self.make_source(split, key[2])
-            _SOURCES[key] = src
+            src = self.make_source(split, key[1])
+            sources[key] = src
         return src
-
-
-_SOURCES: dict[tuple[str, str, float], RequestSource] = {}
 
 
 def scaled_tenant(
