@@ -20,7 +20,7 @@ from llmsched_env.core.scenarios import (
     trace_path,
     trace_split,
 )
-from llmsched_env.core.traces import load_azure, load_mooncake
+from llmsched_env.core.traces import load_azure, load_mooncake, load_trace
 from llmsched_env.core.workload import TenantWorkload, WorkloadConfig, default_workload
 
 __all__ = ["SCENARIOS", "get_scenario", "list_scenarios"]
@@ -69,7 +69,7 @@ def _default(split: str, scale: float) -> WorkloadConfig:
 def _sharegpt(rate: float) -> Callable[[str, float], WorkloadConfig]:
     def build(split: str, scale: float) -> WorkloadConfig:
         path = trace_path("sharegpt")
-        lengths = length_split(path, split, max_prompt_len=8192, max_output_len=2048)
+        lengths = length_split(load_trace(path, "lengths"), split, max_prompt_len=8192, max_output_len=2048)
         return WorkloadConfig((TenantWorkload(scaled_tenant("chat", "chat", scale), rate, lengths),), 1000)
 
     return build

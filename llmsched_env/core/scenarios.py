@@ -183,23 +183,18 @@ def trace_split(trace: Trace, split: str) -> Trace:
     return trace.window(0.0, cut) if split == "train" else trace.window(cut, trace.duration_s() + 1.0)
 
 
-def length_split(path: Path, split: str, max_prompt_len: int, max_output_len: int) -> LengthDist:
-    """An empirical length distribution over the first ``TRAIN_FRACTION`` (train) or the rest (eval) of a
-    length file's rows."""
-    trace = load_trace(path, "lengths")
+def length_split(trace: Trace, split: str, max_prompt_len: int, max_output_len: int) -> LengthDist:
+    """An empirical length distribution over the first ``TRAIN_FRACTION`` of ``trace``'s rows (train) or the
+    rest (eval)."""
     cut = int(len(trace) * TRAIN_FRACTION)
     part = trace.slice(0, cut) if split == "train" else trace.slice(cut, None)
     return LengthDist.empirical(
         part.prompt_len,
         part.output_len,
-        source=f"{path}[{split}]",
+        source=f"{trace.source}[{split}]",
         max_prompt_len=max_prompt_len,
         max_output_len=max_output_len,
     )
-
-
-def check_load(load: float) -> None:
-    check_positive("scenario", "load", load)
 
 
 def scenario_from_trace(
@@ -223,15 +218,7 @@ def scenario_from_trace(
         check_positive("scenario_from_trace", "rate_rps", rate_rps)
 
         def make_lengths(split: str, scale: float) -> RequestSource:
-            cut = int(len(trace) * TRAIN_FRACTION)
-            part = trace.slice(0, cut) if split == "train" else trace.slice(cut, None)
-            lengths = LengthDist.empirical(
-                part.prompt_len,
-                part.output_len,
-                source=str(path),
-                max_prompt_len=engine.max_model_len - 1,
-                max_output_len=engine.max_model_len - 1,
-            )
+            lengths = length_split(trace, split, engine.max_model_len - 1, engine.max_model_len - 1)
             tenant = TenantWorkload(scaled_tenant(slo_class, slo_class, scale), float(rate_rps), lengths)
             return SyntheticSource(WorkloadConfig((tenant,), 1000), split)
 
