@@ -9,6 +9,9 @@ optionally named ``alias=path``. Prints one row per run and, with several seeds,
 half-width (Student t) per (policy, scenario, load). ``--out`` gets ``results.csv`` and ``results.json``
 (one row per run, one column per metric), ``summary.csv`` and the plots (``--no-plots`` skips them);
 ``--tensorboard DIR`` writes every run's metrics as TensorBoard scalars (step = seed).
+
+``--backend runtime --model tiny`` serves the same episodes on the torch runtime (a real model, paged KV
+cache, the same core engine and the same policies) instead of the simulator; see the README's "Runtime".
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from llmsched_env.core.metrics import format_table, token_times
 from llmsched_env.core.request import Status
 from llmsched_env.core.scenario_library import get_scenario, list_scenarios
 from llmsched_env.core.scenarios import SPLITS, Scenario, scenario_from_trace
+from llmsched_env.core.simulator import Simulator
 from llmsched_env.core.traces import TRACE_FORMATS
 from llmsched_env.decision import Policy
 from llmsched_env.env import run_episode
@@ -92,11 +96,11 @@ class PolicySpec:
         return self.exported
 
 
-def episode_details(env: gym.Env, kv_series: bool = True) -> dict[str, np.ndarray]:
-    """Per-request latencies of the episode ``env`` just ran, for plots: ``ttft_s`` and ``tpot_s`` of every
-    finished request (arrival order, the definitions of ``metrics``), and with ``kv_series`` the KV usage after
-    every step (``kv_time_s`` from the first arrival, ``kv_usage`` in [0, 1])."""
-    sim: Any = env.unwrapped.sim  # type: ignore[attr-defined]
+def episode_details(sim: Simulator, kv_series: bool = True) -> dict[str, np.ndarray]:
+    """Per-request latencies of the episode ``sim`` (the env's simulator or a runtime) just ran, for plots:
+    ``ttft_s`` and ``tpot_s`` of every finished request (arrival order, the definitions of ``metrics``), and
+    with ``kv_series`` the KV usage after every step (``kv_time_s`` from the first arrival, ``kv_usage`` in
+    [0, 1])."""
     rounds = np.asarray(sim.engine.round_end_s, dtype=np.float64)
     ttft, tpot = [], []
     for r in sim.arrived_requests():
@@ -156,7 +160,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--tensorboard", type=Path, default=None, help="write each run's metrics as TensorBoard scalars")
     p.add_argument("--check-invariants", action="store_true", help="verify the core's invariants every step")
+    rt = p.add_argument_group("torch runtime (--backend runtime)")
+    rt.add_argument("--backend", choices=("sim", "runtime"), default="sim", help="simulator (default) or real model")
+    rt.add_argument("--model", default="tiny", help="model preset of the runtime (tiny, llama-1b, llama3-8b)")
+    rt.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    rt.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"), help="default: float32 on CPU")
+    rt.add_argument("--weights", type=Path, default=None, help="local safetensors weights (default: seeded random)")
+    rt.add_argument("--realtime", action="store_true", help="sleep through idle gaps instead of skipping them")
+    rt.add_argument("--policy-timeout", type=float, default=0.1, help="seconds before a decision falls back to fcfs")
     args = p.parse_args(argv)
+    if args.backend == "runtime":
+        _runtime_args(p, args)
     args.policy_specs = [_policy_spec(p, entry) for entry in args.policies]
     names = [spec.name for spec in args.policy_specs]
     dup = sorted({n for n in names if names.count(n) > 1})
@@ -267,6 +281,77 @@ def _spec(args: argparse.Namespace, policy: str | PolicySpec) -> PolicySpec:
     return PolicySpec(policy, baseline=policy)
 
 
+def _runtime_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Check the runtime options and pick the calibrated cost model the runtime's SLOs scale to."""
+    try:
+        import torch
+
+        from llmsched_env.core.cost_model import list_presets
+        from llmsched_env.runtime.model import MODEL_PRESETS
+    except ImportError as exc:
+        p.error(f"--backend runtime needs torch: {exc}")
+    if args.model not in MODEL_PRESETS:
+        p.error(f"unknown --model {args.model!r}; presets: {', '.join(MODEL_PRESETS)}")
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA device here")
+    args.dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
+    if args.cost_model is None:
+        preset = f"runtime-{args.model}-{args.device.split(':')[0]}"
+        if preset not in list_presets():
+            p.error(
+                f"no calibrated cost model for {args.model} on {args.device}: run `python calibrate.py profile "
+                f"--model {args.model} --device {args.device} --out {preset}.json` and pass --cost-model {preset}.json"
+            )
+        args.cost_model = preset
+    args.runners = {}
+
+
+def runtime_episode(args: argparse.Namespace, env: gym.Env, spec: PolicySpec, seed: int) -> tuple[dict, Simulator]:
+    """Serve the episode ``env.reset(seed=seed)`` would simulate on the torch runtime instead: the same
+    requests, with arrival times stretched by the cost model's ``slo_scale`` (the runtime's SLOs are scaled by
+    it too, so a load means the same pressure as in the simulator), the same policy, fcfs as its fallback."""
+    import torch
+
+    from llmsched_env.core.scenarios import slo_scale
+    from llmsched_env.decision import ObservationEncoder
+    from llmsched_env.runtime.executor import Runtime
+    from llmsched_env.runtime.model import DTYPES
+    from llmsched_env.runtime.runner import ModelRunner
+    from llmsched_env.runtime.serve import serve
+
+    u: Any = env.unwrapped
+    cfg = u.engine_config
+    key = (cfg.num_kv_blocks, cfg.block_size)
+    if key not in args.runners:
+        torch.set_num_threads(1)
+        args.runners[key] = ModelRunner(
+            args.model,
+            num_blocks=cfg.num_kv_blocks,
+            block_size=cfg.block_size,
+            device=args.device,
+            dtype=DTYPES[args.dtype],
+            weights_path=args.weights,
+        )
+    dilation = slo_scale(u.cost_model)
+    requests = u.episode_requests(seed)
+    for r in requests:
+        r.arrival_s *= dilation
+    rt = Runtime(args.runners[key], cfg, u.tenants, u.cost_model, requests, seed=seed, realtime=args.realtime)
+    encoder = ObservationEncoder(cfg, u.tenants, u.source.nominal_rate_rps() / dilation)
+    metrics, _ = serve(
+        rt,
+        spec.make(env, seed),
+        encoder,
+        u.action_spec,
+        baselines.make("fcfs", u.policy_context()),
+        iterations_per_step=spec.iterations_per_step,
+        policy_timeout_s=args.policy_timeout,
+        check_invariants=args.check_invariants,
+    )
+    return metrics, rt
+
+
 def run_policy(
     args: argparse.Namespace,
     scenario: Scenario,
@@ -281,14 +366,18 @@ def run_policy(
     rows = []
     for seed in args.seeds:
         t0 = time.perf_counter()
-        metrics = run_episode(env, spec.make(env, seed), seed)
+        if args.backend == "runtime":
+            metrics, sim = runtime_episode(args, env, spec, seed)
+        else:
+            metrics = run_episode(env, spec.make(env, seed), seed)
+            sim = env.unwrapped.sim  # type: ignore[attr-defined]
         row: dict[str, Any] = {"policy": spec.name, "scenario": scenario.name, "load": load, "seed": seed}
         row.update(metrics)
         row["wall_s"] = time.perf_counter() - t0
         rows.append(row)
         if details is not None:
             first = seed == args.seeds[0] and load == args.loads[0]
-            details.append({**{k: row[k] for k in KEY_COLUMNS}, **episode_details(env, kv_series=first)})
+            details.append({**{k: row[k] for k in KEY_COLUMNS}, **episode_details(sim, kv_series=first)})
     env.close()
     return rows
 

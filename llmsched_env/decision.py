@@ -89,7 +89,7 @@ class ActionSpec:
         if not (self.kv_reserves[0] >= 0.0 and self.kv_reserves[-1] < 1.0):
             raise ValueError(f"ActionSpec.kv_reserves must lie in [0, 1), got {self.kv_reserves!r}")
         object.__setattr__(self, "_decoded", {})  # action tuple -> Decision
-        object.__setattr__(self, "_masks", {})  # (queue non-empty, room to admit) -> mask
+        object.__setattr__(self, "_masks", {})  # (queue non-empty, room to admit, engine idle) -> mask
 
     @classmethod
     def for_engine(cls, config: EngineConfig) -> ActionSpec:
@@ -184,12 +184,15 @@ class ActionSpec:
         """Valid options, concatenated per component (sb3-contrib's MultiDiscrete mask layout).
 
         With an empty waiting queue every queue order, admission cap and shedding choice does the same,
-        so only FCFS, admit 0 and no shedding stay valid; a full running set likewise only admits 0.
+        so only FCFS, admit 0 and no shedding stay valid; a full running set likewise only admits 0. An idle
+        engine with requests waiting may not hold (admit 0): holding then only delays everyone, and a policy
+        that kept holding would leave requests waiting forever.
         """
         waiting = any(engine.num_waiting)
         room = len(engine.running) < engine.config.max_num_seqs
-        key = (waiting, room)
-        cache: dict[tuple[bool, bool], np.ndarray] = self._masks  # type: ignore[attr-defined]
+        idle = not engine.running
+        key = (waiting, room, idle)
+        cache: dict[tuple[bool, bool, bool], np.ndarray] = self._masks  # type: ignore[attr-defined]
         m = cache.get(key)
         if m is None:
             parts = []
@@ -199,6 +202,8 @@ class ActionSpec:
                     p[1:] = False
                 if comp == "admission_cap" and not (waiting and room):
                     p[1:] = False
+                elif comp == "admission_cap" and idle:
+                    p[0] = False
                 parts.append(p)
             m = np.concatenate(parts)
             m.setflags(write=False)

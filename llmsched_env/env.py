@@ -10,10 +10,12 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.utils import seeding
 
 from llmsched_env.config import EngineConfig, check_positive
 from llmsched_env.core.cost_model import CostModel, load_cost_model
 from llmsched_env.core.remote_kv import RemoteKVConfig
+from llmsched_env.core.request import Request
 from llmsched_env.core.scenario_library import get_scenario
 from llmsched_env.core.scenarios import SPLITS, Scenario, SyntheticSource
 from llmsched_env.core.simulator import Simulator
@@ -184,10 +186,7 @@ class LLMSchedEnv(gym.Env):
     # ---------------------------------------------------------------------------------------- gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):  # type: ignore[override]
         super().reset(seed=seed)
-        if self.load_range is not None:
-            self.load = float(self.np_random.uniform(*self.load_range))
-            self.nominal_rate_rps = self.source.nominal_rate_rps() * self.load
-        requests = self.source.sample(self.np_random, self.num_requests, self.load)
+        requests = self._draw_requests()
         self.sim = Simulator(
             self.engine_config, self.tenants, self.cost_model, requests, remote_kv=self.remote_kv, rng=self.np_random
         )
@@ -243,6 +242,21 @@ class LLMSchedEnv(gym.Env):
             self.history.append((sim.now_s, engine.num_waiting_total, engine.pool.usage, self._last_step_s))
         obs = self.encoder.encode(engine, self._last_step_s)
         return obs, rewards["good"] + rewards["miss"] + rewards["preempt"], terminated, truncated, info
+
+    def _draw_requests(self) -> list[Request]:
+        if self.load_range is not None:
+            self.load = float(self.np_random.uniform(*self.load_range))
+            self.nominal_rate_rps = self.source.nominal_rate_rps() * self.load
+        return self.source.sample(self.np_random, self.num_requests, self.load)
+
+    def episode_requests(self, seed: int) -> list[Request]:
+        """Fresh copies of the requests ``reset(seed=seed)`` replays (for another executor, e.g. the torch
+        runtime, to serve the very same episode)."""
+        rng, self.np_random = self.np_random, seeding.np_random(seed)[0]
+        try:
+            return self._draw_requests()
+        finally:
+            self.np_random = rng
 
     def action_masks(self) -> np.ndarray:
         """Valid options of each action component, concatenated (sb3-contrib MaskablePPO)."""

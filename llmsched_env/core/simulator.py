@@ -98,9 +98,7 @@ class Simulator:
                 wake.append(start + self.idle_tick_s)
             engine.advance_clock(max(min(wake), start))
         else:
-            dt = self.cost_model.step_time_s(
-                batch.num_prefill_tokens, batch.num_decode_seqs, batch.num_kv_tokens, batch.prefill_attn_pairs
-            )
+            dt = self.execute(batch)
             usage = engine.pool.usage
             self._kv_usage_sum += usage * dt
             self._kv_usage_time_s += dt
@@ -113,6 +111,14 @@ class Simulator:
         self._kv_append_t(engine.now_s)
         self._kv_append_used(engine.pool.num_used)
         return batch
+
+    def execute(self, batch: Batch) -> float:
+        """Run ``batch`` and return how long it took: here the cost model's price. The torch runtime overrides
+        this with a real model step timed on the wall clock; everything else (arrivals, idle jumps, the
+        engine's accounting, metrics) is shared."""
+        return self.cost_model.step_time_s(
+            batch.num_prefill_tokens, batch.num_decode_seqs, batch.num_kv_tokens, batch.prefill_attn_pairs
+        )
 
     def _arrive(self) -> None:
         reqs = self.requests

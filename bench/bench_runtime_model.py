@@ -1,0 +1,52 @@
+"""Step times of the torch runtime's model runner: decode batches and prefill chunks.
+
+    python bench/bench_runtime_model.py                       # tiny preset, CPU, float32, one thread
+    python bench/bench_runtime_model.py --model llama-1b --device cuda --dtype bfloat16
+
+Each case is run on a fresh sequence layout (contiguous block ids) after warmup; the median of
+``--repeats`` runs is printed, with the tokens per second it implies.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from llmsched_env.runtime.calibrate import time_step
+from llmsched_env.runtime.model import DTYPES
+from llmsched_env.runtime.runner import ModelRunner, SeqChunk
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--context", type=int, default=512, help="tokens already cached for each decode")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    if torch.device(args.device).type == "cpu":
+        torch.set_num_threads(1)
+    bs, ctx = args.block_size, args.context
+    decode_batches, prefill_sizes = (1, 8, 32), (128, 512, 2048)
+    per_seq = -(-(ctx + 1) // bs)
+    num_blocks = max(max(decode_batches) * per_seq, -(-max(prefill_sizes) // bs))
+    runner = ModelRunner(args.model, num_blocks=num_blocks, block_size=bs, device=args.device, dtype=DTYPES[args.dtype])
+    cfg = runner.config
+    print(f"model {cfg.name} ({cfg.num_params / 1e6:.1f} M params), {args.device}, {args.dtype}, block {bs}")
+    print(f"{'case':<28}{'step ms':>10}{'tokens/s':>12}")
+    for b in decode_batches:  # every sequence decodes its token at position ctx
+        chunks = [SeqChunk([1], ctx, list(range(i * per_seq, (i + 1) * per_seq)), True) for i in range(b)]
+        t = time_step(runner, chunks, args.warmup, args.repeats)
+        print(f"{f'decode x{b} @ ctx {ctx}':<28}{t * 1e3:>10.2f}{b / t:>12.0f}")
+    for n in prefill_sizes:
+        chunks = [SeqChunk([1] * n, 0, list(range(-(-n // bs))), True)]
+        t = time_step(runner, chunks, args.warmup, args.repeats)
+        print(f"{f'prefill {n} tokens':<28}{t * 1e3:>10.2f}{n / t:>12.0f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Calibrate the simulator's cost model on the runtime: profile batch shapes, fit, save a preset.
+
+``profile(runner, grid)`` times ``ModelRunner.run`` over a grid of batch shapes: one prefill chunk of ``p``
+tokens after ``c`` cached context tokens, beside ``d`` decodes at context ``l`` each. Each shape becomes a
+sample in the cost model's own features ``(num_prefill_tokens, num_decode_seqs, num_kv_tokens,
+prefill_attn_pairs, seconds)`` (``core.cost_fit``), with the median of ``repeats`` timed runs after a warm-up
+run. ``fit(samples, loop_overhead_s)`` fits ``LinearCostModel`` by non-negative least squares and adds the
+serving loop's own per-iteration time (engine bookkeeping, observation, policy), which the model step alone
+does not contain; ``Runtime.loop_overhead_s()`` measures it on a runtime episode.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmsched_env.core.cost_model import LinearCostModel
+from llmsched_env.runtime.runner import ModelRunner, SeqChunk
+
+__all__ = ["ProfileGrid", "Sample", "batch_features", "fit", "profile", "samples_table", "time_step"]
+
+Sample = tuple[int, int, int, float, float]  # prefill tokens, decode seqs, KV tokens, attention pairs, seconds
+
+
+@dataclass(frozen=True)
+class ProfileGrid:
+    """Batch shapes to time: every (prefill chunk, its cached context) x (decode count, decode context)."""
+
+    prefill_tokens: tuple[int, ...] = (0, 16, 64, 256, 512, 1024, 2048)
+    prefill_context: tuple[int, ...] = (0, 512, 2048)
+    decode_seqs: tuple[int, ...] = (0, 1, 4, 16, 32, 64)
+    decode_context: tuple[int, ...] = (128, 512, 2048)
+
+    def __post_init__(self) -> None:
+        for name in ("prefill_tokens", "prefill_context", "decode_seqs", "decode_context"):
+            values = getattr(self, name)
+            if not values or any(not isinstance(v, int) or v < 0 for v in values):
+                raise ValueError(f"ProfileGrid.{name} must be a non-empty tuple of integers >= 0, got {values!r}")
+
+    def shapes(self) -> list[tuple[int, int, int, int]]:
+        """``(p, c, d, l)`` for every non-empty batch; context only matters where there is work it sizes."""
+        out = set()
+        for p, c, d, ln in itertools.product(
+            self.prefill_tokens, self.prefill_context, self.decode_seqs, self.decode_context
+        ):
+            if p == 0 and d == 0:
+                continue
+            out.add((p, c if p else 0, d, ln if d else 0))
+        return sorted(out)
+
+
+def batch_features(p: int, c: int, d: int, ln: int) -> tuple[int, int, int, float]:
+    """The cost model's features of one prefill chunk (``p`` tokens after ``c``) and ``d`` decodes at ``ln``."""
+    pairs = p * (c + (p + 1) * 0.5) if p else 0.0
+    return p, d, d * ln, pairs
+
+
+def _chunks(runner: ModelRunner, p: int, c: int, d: int, ln: int, rng: np.random.Generator) -> list[SeqChunk] | None:
+    bs = runner.block_size
+    vocab = runner.config.vocab_size
+    chunks = []
+    next_block = 0
+    lengths = ([(c, p)] if p else []) + [(ln, 1)] * d
+    for start, n in lengths:
+        nblocks = -(-(start + n) // bs)
+        if next_block + nblocks > runner.num_blocks or start + n > runner.config.max_position:
+            return None
+        table = list(range(next_block, next_block + nblocks))
+        next_block += nblocks
+        chunks.append(SeqChunk(rng.integers(0, vocab, n).tolist(), start, table, True))
+    return chunks
+
+
+def time_step(runner: ModelRunner, chunks: Sequence[SeqChunk], warmup: int = 1, repeats: int = 3) -> float:
+    """Median wall time of ``runner.run(chunks)`` (device-synchronised) over ``repeats`` runs after ``warmup``."""
+    for _ in range(warmup):
+        runner.run(chunks)
+    runner.synchronize()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        runner.run(chunks)
+        runner.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def profile(
+    runner: ModelRunner,
+    grid: ProfileGrid | None = None,
+    repeats: int = 3,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[Sample]:
+    """Time ``runner`` on every shape of ``grid`` that fits its KV cache; one sample per shape (the median of
+    ``repeats`` runs after one warm-up run). The cache's content is whatever is there: timing does not
+    depend on it."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    grid = grid or ProfileGrid()
+    rng = np.random.default_rng(seed)
+    shapes = grid.shapes()
+    samples: list[Sample] = []
+    for i, (p, c, d, ln) in enumerate(shapes):
+        chunks = _chunks(runner, p, c, d, ln, rng)
+        if chunks is None:
+            continue
+        samples.append((*batch_features(p, c, d, ln), time_step(runner, chunks, 1, repeats)))
+        if progress is not None:
+            progress(i + 1, len(shapes))
+    return samples
+
+
+def fit(
+    samples: Iterable[Sample], loop_overhead_s: float = 0.0, name: str = "runtime", description: str = ""
+) -> LinearCostModel:
+    """``LinearCostModel`` fitted to profiled samples, its intercept raised by the loop's own time."""
+    if loop_overhead_s < 0:
+        raise ValueError(f"loop_overhead_s must be >= 0, got {loop_overhead_s}")
+    model = LinearCostModel.fit(list(samples), name=name, description=description)
+    coefs = list(model.coef_s)
+    coefs[0] += loop_overhead_s
+    return LinearCostModel(coefs, name=name, description=description)
+
+
+def samples_table(samples: Sequence[Sample]) -> list[dict[str, float]]:
+    """Samples as rows with named fields (for CSV/JSON reports)."""
+    keys = ("num_prefill_tokens", "num_decode_seqs", "num_kv_tokens", "prefill_attn_pairs", "seconds")
+    return [dict(zip(keys, (float(v) for v in s), strict=True)) for s in samples]

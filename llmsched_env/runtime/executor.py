@@ -1,0 +1,167 @@
+"""The torch executor: the simulator's event loop with a real model step in place of the cost model.
+
+``Runtime`` is a ``core.Simulator`` whose ``execute(batch)`` runs the batch on a ``ModelRunner`` and returns
+the wall time the iteration took, so the queues, the block pool, the batch builder, arrivals, metrics and the
+invariant checks are the very code the simulator runs; the gap between the two is the cost model alone.
+
+Time. An iteration lasts from the end of the previous model step to the end of this one (CUDA-synchronised),
+so it includes the engine's own bookkeeping, observation encoding and the policy's decision, as a real
+serving loop pays them. Idle gaps (no work until the next arrival) are skipped by default, as the simulator
+skips them; with ``realtime=True`` the runtime sleeps through them instead, so the engine clock is the wall
+clock from the first arrival on.
+
+Tokens. Prompts are synthesised by ``PromptTokens`` (content-addressed, so prefix-cache hits hold the same
+tokens); every sampled token is kept, and a request preempted by recompute re-runs its prompt plus the
+tokens it already produced, as vLLM does. ``check_invariants`` adds to the engine's checks that every request
+holds exactly as many sampled tokens as the engine counts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from llmsched_env.config import EngineConfig, TenantConfig
+from llmsched_env.core.batch import Batch, Decision
+from llmsched_env.core.cost_model import CostModel
+from llmsched_env.core.request import Request, Status
+from llmsched_env.core.simulator import Simulator
+from llmsched_env.runtime.runner import ModelRunner, SeqChunk
+from llmsched_env.runtime.tokens import PromptTokens
+
+__all__ = ["Runtime"]
+
+
+class Runtime(Simulator):
+    """Serve ``requests`` on ``runner`` under the core engine; ``cost_model`` only prices shedding decisions
+    (the engine's "can this prefill still meet its TTFT?") and the idle tick, so give it a calibrated preset."""
+
+    def __init__(
+        self,
+        runner: ModelRunner,
+        config: EngineConfig,
+        tenants: Sequence[TenantConfig],
+        cost_model: CostModel,
+        requests: Sequence[Request],
+        *,
+        seed: int = 0,
+        realtime: bool = False,
+    ) -> None:
+        if config.block_size != runner.block_size:
+            raise ValueError(
+                f"EngineConfig.block_size={config.block_size} differs from the runner's KV block size "
+                f"{runner.block_size}"
+            )
+        if config.num_kv_blocks > runner.num_blocks:
+            raise ValueError(
+                f"EngineConfig.num_kv_blocks={config.num_kv_blocks} exceeds the runner's {runner.num_blocks} KV blocks"
+            )
+        if config.max_model_len > runner.config.max_position:
+            raise ValueError(
+                f"EngineConfig.max_model_len={config.max_model_len} exceeds model {runner.config.name!r}'s "
+                f"max_position={runner.config.max_position}"
+            )
+        for r in requests:
+            if r.prefix_ids and r.prefix_id_tokens % config.block_size:
+                raise ValueError(
+                    f"request {r.request_id}: prefix_id_tokens={r.prefix_id_tokens} is not a multiple of the "
+                    f"block size {config.block_size}, so a shared block could hold different tokens"
+                )
+        self.runner = runner
+        self.prompts = PromptTokens(runner.config.vocab_size, seed)
+        self.output_tokens: dict[int, list[int]] = {}  # sampled tokens per request id, kept after it ends
+        self.realtime = realtime
+        self.model_time_s = 0.0  # wall time inside the model runner
+        self.busy_time_s = 0.0  # wall time of the iterations that ran a batch (model plus the loop around it)
+        self.num_model_steps = 0
+        # (decoding requests, (prefill-ending request, its chunk index, its output count before), sampled)
+        self._pending: tuple[list[Request], list[tuple[Request, int, int]], list[int | None]] | None = None
+        super().__init__(config, tenants, cost_model, requests)
+        self._mark = time.perf_counter()
+        self._wall0 = self._mark - self.engine.now_s  # wall time at engine clock 0 (realtime mode)
+
+    # ------------------------------------------------------------------------------------------ executing
+    def execute(self, batch: Batch) -> float:
+        engine = self.engine
+        chunks: list[SeqChunk] = []
+        finals: list[tuple[Request, int, int]] = []  # requests whose chunk ends their prefill
+        for r, chunk, ctx in zip(batch.prefill_reqs, batch.prefill_chunks, batch.prefill_ctx, strict=True):
+            seq = self._sequence(r)
+            end = ctx + chunk
+            sample = end == r.num_prefill_tokens
+            if sample:
+                finals.append((r, len(chunks), r.num_output_tokens))
+            chunks.append(SeqChunk(seq[ctx:end].tolist(), ctx, r.block_table, sample))
+        decodes = engine.decoding_requests() if batch.decode_round else []
+        for r in decodes:
+            last = self.output_tokens[r.request_id][-1]
+            chunks.append(SeqChunk([last], r.num_computed_tokens, r.block_table, True))
+        t0 = time.perf_counter()
+        sampled = self.runner.run(chunks)
+        self.runner.synchronize()
+        t1 = time.perf_counter()
+        self.model_time_s += t1 - t0
+        self.num_model_steps += 1
+        self._pending = (decodes, finals, sampled)
+        dt = t1 - self._mark
+        self._mark = t1
+        self.busy_time_s += dt
+        return dt
+
+    def step(self, decision: Decision) -> Batch:
+        batch = super().step(decision)
+        if self._pending is not None:
+            decodes, finals, sampled = self._pending
+            self._pending = None
+            first_decode = len(sampled) - len(decodes)
+            for i, r in enumerate(decodes):  # a decode round's token counts even if r was preempted after it
+                self._append(r, sampled[first_decode + i])
+            for r, i, out_before in finals:  # it counts unless r was preempted before its prefill landed
+                if r.num_output_tokens == out_before + 1:
+                    self._append(r, sampled[i])
+        else:
+            self._mark = time.perf_counter()  # nothing ran: the decision's time is not an iteration's
+        if self.realtime:
+            lag = self.engine.now_s - (time.perf_counter() - self._wall0)
+            if lag > 0:  # the engine jumped an idle gap: live through it
+                time.sleep(lag)
+                self._mark = time.perf_counter()
+        return batch
+
+    def _append(self, r: Request, token: int | None) -> None:
+        assert token is not None, f"no token sampled for {r}"
+        self.output_tokens.setdefault(r.request_id, []).append(token)
+        if r.status == Status.FINISHED:
+            self.prompts.drop(r.request_id)
+
+    def _sequence(self, r: Request) -> np.ndarray:
+        """Prompt plus the tokens produced so far: what a (re)started prefill computes."""
+        prompt = self.prompts.prompt(r)
+        out = self.output_tokens.get(r.request_id)
+        if not out:
+            return prompt
+        return np.concatenate([prompt, np.asarray(out[: r.num_output_tokens], dtype=np.int64)])
+
+    def loop_overhead_s(self) -> float:
+        """Mean wall time per model step spent outside the model: engine, observation, policy."""
+        if not self.num_model_steps:
+            return 0.0
+        return (self.busy_time_s - self.model_time_s) / self.num_model_steps
+
+    # ------------------------------------------------------------------------------------------ checks
+    def check_invariants(self) -> None:
+        """The simulator's invariants, plus: every request holds as many sampled tokens as the engine counts."""
+        super().check_invariants()
+        self.engine.sync_all()
+        for r in self.arrived_requests():
+            n = len(self.output_tokens.get(r.request_id, ()))
+            assert n == r.num_output_tokens, f"{r}: {n} sampled tokens, engine counts {r.num_output_tokens}"
+
+    def metrics(self) -> dict[str, float]:
+        out = super().metrics()
+        out["model_time_s"] = self.model_time_s
+        out["model_steps"] = float(self.num_model_steps)
+        out["loop_overhead_s"] = self.loop_overhead_s()
+        return out

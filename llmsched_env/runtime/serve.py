@@ -1,0 +1,134 @@
+"""The serving loop: any ``Policy`` decides every iteration of a ``Runtime``, with a fallback that never fails.
+
+The loop drives any ``core.Simulator``, so the same code replays a workload in the simulator (for the fidelity
+report) and on the real model (``Runtime`` is a Simulator whose iterations run the model).
+
+The policy sees what it sees in the env (``ObservationEncoder.encode`` and ``ActionSpec.mask`` on the same
+engine), and its action is decoded the same way: a choice the mask forbids is projected onto the nearest
+allowed one, exactly as ``LLMSchedEnv.step`` does, and a decision is held for ``iterations_per_step``
+iterations as the exported policy was trained. What the env would reject instead falls back: if the policy
+raises, returns something that is not a valid action (wrong shape, not integers, out of range, NaN), or takes
+longer than ``policy_timeout_s`` (its late answer is discarded), that decision comes from ``fallback`` (the
+``fcfs`` baseline in ``evaluate.py``) and is counted by reason. The fallback must not fail. No request is lost
+either way: the engine only ever sees a valid ``Decision``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from llmsched_env.core.simulator import Simulator
+from llmsched_env.decision import ActionSpec, ObservationEncoder, Policy
+
+__all__ = ["FALLBACK_REASONS", "ServeStats", "serve"]
+
+FALLBACK_REASONS = ("error", "invalid", "timeout")
+
+
+@dataclass
+class ServeStats:
+    """What the serving loop counted."""
+
+    num_decisions: int = 0
+    num_iterations: int = 0
+    num_fallbacks: int = 0
+    fallbacks: Counter[str] = field(default_factory=Counter)  # by reason, FALLBACK_REASONS
+    policy_time_s: float = 0.0  # observation encoding, mask and the policy's act()
+    last_error: str = ""
+
+    def as_metrics(self) -> dict[str, float]:
+        out = {
+            "policy_decisions": float(self.num_decisions),
+            "policy_fallbacks": float(self.num_fallbacks),
+            "policy_time_mean_s": self.policy_time_s / self.num_decisions if self.num_decisions else 0.0,
+        }
+        for reason in FALLBACK_REASONS:
+            out[f"policy_fallbacks_{reason}"] = float(self.fallbacks[reason])
+        return out
+
+
+def _valid(spec: ActionSpec, action: object) -> np.ndarray | None:
+    """``action`` as an int64 vector if it is a well-formed action of ``spec`` (mask aside), else None."""
+    try:
+        a = np.asarray(action)
+    except Exception:  # anything a policy returns
+        return None
+    if a.shape != (len(spec.nvec),) or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+        return None
+    if np.issubdtype(a.dtype, np.floating) and not (np.all(np.isfinite(a)) and np.all(a == np.round(a))):
+        return None
+    a = a.astype(np.int64)
+    if np.any(a < 0) or np.any(a >= np.asarray(spec.nvec)):
+        return None
+    return a
+
+
+def serve(
+    runtime: Simulator,
+    policy: Policy,
+    encoder: ObservationEncoder,
+    spec: ActionSpec,
+    fallback: Policy,
+    *,
+    iterations_per_step: int = 1,
+    policy_timeout_s: float = 0.1,
+    check_invariants: bool = False,
+    max_iterations: int = 10_000_000,
+    on_iteration: Callable[[Simulator], None] | None = None,
+) -> tuple[dict[str, float], ServeStats]:
+    """Run ``runtime`` until every request has finished or been rejected; return its metrics and the loop's
+    counts. ``check_invariants`` checks the engine and the token bookkeeping after every iteration."""
+    if iterations_per_step < 1:
+        raise ValueError(f"iterations_per_step must be >= 1, got {iterations_per_step}")
+    if not policy_timeout_s > 0:
+        raise ValueError(f"policy_timeout_s must be > 0, got {policy_timeout_s}")
+    stats = ServeStats()
+    engine = runtime.engine
+    last_step_s = 0.0
+    while not runtime.done:
+        if stats.num_iterations >= max_iterations:
+            raise RuntimeError(f"serve: not drained after {max_iterations} iterations")
+        t0 = time.perf_counter()
+        obs = encoder.encode(engine, last_step_s)
+        mask = spec.mask(engine)
+        reason = None
+        action: np.ndarray | None = None
+        try:
+            raw = policy.act(obs, mask)
+        except Exception as exc:  # a failing policy must not stop serving
+            reason, stats.last_error = "error", f"{type(exc).__name__}: {exc}"
+        else:
+            action = _valid(spec, raw)
+            if action is None:
+                reason, stats.last_error = "invalid", f"invalid action {raw!r}"
+            elif time.perf_counter() - t0 > policy_timeout_s:
+                reason, stats.last_error = "timeout", f"policy took over {policy_timeout_s} s"
+        if reason is not None:
+            stats.num_fallbacks += 1
+            stats.fallbacks[reason] += 1
+            action = np.asarray(fallback.act(obs, mask), dtype=np.int64)
+        assert action is not None
+        stats.policy_time_s += time.perf_counter() - t0
+        stats.num_decisions += 1
+        start_s = runtime.now_s
+        for i in range(iterations_per_step):
+            if i:
+                mask = spec.mask(engine)
+            ok = spec.allows(action, mask)
+            runtime.step(spec.decode(action if ok else spec.project(action, mask)))
+            stats.num_iterations += 1
+            if check_invariants:
+                runtime.check_invariants()
+            if on_iteration is not None:
+                on_iteration(runtime)
+            if runtime.done:
+                break
+        last_step_s = runtime.now_s - start_s
+    metrics = runtime.metrics()
+    metrics.update(stats.as_metrics())
+    return metrics, stats
