@@ -68,12 +68,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             s.add_argument("--repeats", type=int, default=3, help="timed runs per batch shape (median kept)")
             s.add_argument("--quick", action="store_true", help="a small grid (tests, smoke runs)")
             s.add_argument("--name", default=None, help="preset name (default: the file stem)")
+            s.add_argument("--fit-loads", default="0.3,0.6,0.9", help="loads of the recorded fitting episodes")
         else:
             s.add_argument("--preset", required=True, help="cost-model preset name or JSON path")
             s.add_argument("--policies", default="fcfs,sjf,slo_aware")
             s.add_argument("--loads", default="0.5,0.8", help="fractions of the simulated saturation throughput")
             s.add_argument("--seeds", default="1,2")
     args = p.parse_args(argv)
+    if args.command == "profile":
+        try:
+            args.fit_loads = [float(x) for x in args.fit_loads.split(",") if x]
+        except ValueError as exc:
+            p.error(f"--fit-loads: {exc}")
     if args.command == "fidelity":
         args.policies = [x for x in args.policies.split(",") if x]
         unknown = [x for x in args.policies if x not in baselines.available()]
@@ -115,23 +121,30 @@ def profile_command(args: argparse.Namespace) -> dict[str, Any]:
     runner = _runner(args)
     workload = FidelityWorkload(num_requests=args.num_requests)
     t0 = time.perf_counter()
-    grid = QUICK_GRID if args.quick else cal.ProfileGrid()
+    grid = QUICK_GRID if args.quick else cal.ProfileGrid.for_engine(RUNTIME_ENGINE)
     samples = cal.profile(runner, grid, repeats=args.repeats)
     profile_s = time.perf_counter() - t0
     name = args.name or args.out.stem
-    where = f"{args.model} {args.dtype} on {args.device}"
-    model = cal.fit(samples, 0.0, name=name)
-    # The loop's own time per iteration, on a fitting episode at 70% of the model-only saturation rate.
+    # Fitting episodes (seed FIT_SEED, fcfs) at fractions of the grid-only model's saturation rate: real
+    # iterations with the serving loop's own time and real batch mixes.
     fcfs = _factory("fcfs")
-    rate = 0.7 * saturation_rps(model, workload, RUNTIME_ENGINE, fcfs)
-    tenants = workload.tenants(model)
-    rt = Runtime(runner, RUNTIME_ENGINE, tenants, model, workload.requests(model, rate, FIT_SEED))
-    overhead = drive(rt, RUNTIME_ENGINE, model, fcfs, fcfs)["loop_overhead_s"]
+    grid_model = cal.fit(samples, 0.0, name=name)
+    sat = saturation_rps(grid_model, workload, RUNTIME_ENGINE, fcfs)
+    iterations: list[cal.Sample] = []
+    overheads = []
+    for load in args.fit_loads:
+        reqs = workload.requests(grid_model, sat * load, FIT_SEED)
+        rt = Runtime(runner, RUNTIME_ENGINE, workload.tenants(grid_model), grid_model, reqs, record=True)
+        drive(rt, RUNTIME_ENGINE, grid_model, fcfs, fcfs)
+        iterations += cal.iteration_samples(rt)
+        overheads.append(rt.loop_overhead_s())
+    overhead = float(np.mean(overheads))
     desc = (
-        f"runtime {where}: fitted by `python calibrate.py profile` on {len(samples)} batch shapes "
-        f"plus {overhead * 1e6:.0f} us of serving-loop time per iteration"
+        f"runtime {args.model} {args.dtype} on {args.device}: fitted by `python calibrate.py profile` on "
+        f"{len(samples)} batch shapes (plus {overhead * 1e6:.0f} us of serving-loop time per iteration) and "
+        f"{len(iterations)} iterations of fcfs fitting episodes at loads {args.fit_loads}"
     )
-    model = cal.fit(samples, overhead, name=name, description=desc)
+    model = cal.fit(samples, overhead, name=name, description=desc, iterations=iterations)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     model.save(args.out)
     samples_path = args.out.with_suffix(".samples.csv")
@@ -141,8 +154,9 @@ def profile_command(args: argparse.Namespace) -> dict[str, Any]:
         "samples": str(samples_path),
         "profile_s": profile_s,
         "loop_overhead_s": overhead,
+        "grid": fit_report(model, [(p, d, kv, q, t + overhead) for p, d, kv, q, t in samples]),
+        "iterations": fit_report(model, iterations),
     }
-    report.update(fit_report(cal.fit(samples, 0.0), samples))
     print(json.dumps(report, indent=2))
     print(model)
     return report

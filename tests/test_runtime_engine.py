@@ -238,3 +238,43 @@ def test_runtime_on_cuda_serves_everything_and_tokens_ignore_scheduling(dtype: s
     assert served_all(metrics, 16) and metrics["preemptions"] > 0
     same = sum(rt.output_tokens[k] == v for k, v in ref.output_tokens.items())
     assert same == 16 if dtype == "float32" else same >= 12
+
+
+def test_evaluate_runs_policies_on_the_runtime_backend(tmp_path: Path) -> None:
+    import evaluate
+
+    out = tmp_path / "ev"
+    code = evaluate.main(
+        ["--backend", "runtime", "--model", "tiny", "--scenarios", "mixed-slo", "--num-requests", "4",
+         "--policies", "fcfs,agent=policies/mixed-slo", "--check-invariants", "--out", str(out), "--no-plots"]
+    )  # fmt: skip
+    assert code == 0
+    rows = (out / "results.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    assert len(rows) == 3 and "model_time_s" in header and "policy_fallbacks" in header
+    for row in rows[1:]:
+        values = dict(zip(header, row.split(","), strict=True))
+        assert float(values["num_finished"]) + float(values["num_rejected"]) == 4
+        assert float(values["policy_fallbacks"]) == 0
+
+
+def test_calibrate_profile_and_fidelity_commands(tmp_path: Path) -> None:
+    import calibrate
+
+    preset = tmp_path / "tiny.json"
+    common = ["--model", "tiny", "--num-requests", "12"]
+    assert (
+        calibrate.main(["profile", *common, "--quick", "--repeats", "1", "--fit-loads", "0.5", "--out", str(preset)])
+        == 0
+    )
+    model = load_cost_model(preset)
+    assert isinstance(model, LinearCostModel) and "fitted by" in model.description
+    assert (tmp_path / "tiny.samples.csv").is_file()
+    out = tmp_path / "fid"
+    args = ["fidelity", *common, "--preset", str(preset), "--policies", "fcfs", "--loads", "0.5", "--seeds", "1"]
+    assert calibrate.main([*args, "--out", str(out)]) == 0
+    text = (out / "fidelity.csv").read_text()
+    assert "err_ttft_p50_s" in text and "real_tpot_p99_s" in text
+    assert "| ttft_p50_s |" in (out / "fidelity.md").read_text()
+    with pytest.raises(SystemExit):
+        calibrate.main([*args[:-1], "1000", "--out", str(out)])  # the fitting seed is not a fidelity workload

@@ -1,12 +1,18 @@
 """Calibrate the simulator's cost model on the runtime: profile batch shapes, fit, save a preset.
 
-``profile(runner, grid)`` times ``ModelRunner.run`` over a grid of batch shapes: one prefill chunk of ``p``
-tokens after ``c`` cached context tokens, beside ``d`` decodes at context ``l`` each. Each shape becomes a
-sample in the cost model's own features ``(num_prefill_tokens, num_decode_seqs, num_kv_tokens,
-prefill_attn_pairs, seconds)`` (``core.cost_fit``), with the median of ``repeats`` timed runs after a warm-up
-run. ``fit(samples, loop_overhead_s)`` fits ``LinearCostModel`` by non-negative least squares and adds the
-serving loop's own per-iteration time (engine bookkeeping, observation, policy), which the model step alone
-does not contain; ``Runtime.loop_overhead_s()`` measures it on a runtime episode.
+Two sources of samples, both in the cost model's own features ``(num_prefill_tokens, num_decode_seqs,
+num_kv_tokens, prefill_attn_pairs, seconds)`` (``core.cost_fit``):
+
+- ``profile(runner, grid)`` times ``ModelRunner.run`` over a grid of batch shapes: one prefill chunk of ``p``
+  tokens after ``c`` cached context tokens, beside ``d`` decodes at context ``l`` each (the median of
+  ``repeats`` timed runs after a warm-up run). It covers shapes real traffic rarely reaches, but it times the
+  model alone, on uniform batches.
+- ``iteration_samples(runtime)``: every model step of a recorded runtime episode (``Runtime(record=True)``)
+  with its real wall time, serving loop included (engine bookkeeping, observation, policy) and real batch
+  mixes (several prefill chunks, decodes at different context lengths).
+
+``fit(samples, loop_overhead_s)`` fits ``LinearCostModel`` by non-negative least squares, minimising relative
+errors; ``loop_overhead_s`` is added to grid samples so that both sources price a whole iteration.
 """
 
 from __future__ import annotations
@@ -19,10 +25,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llmsched_env.config import EngineConfig
 from llmsched_env.core.cost_model import LinearCostModel
+from llmsched_env.runtime.executor import Runtime
 from llmsched_env.runtime.runner import ModelRunner, SeqChunk
 
-__all__ = ["ProfileGrid", "Sample", "batch_features", "fit", "profile", "samples_table", "time_step"]
+__all__ = [
+    "ProfileGrid",
+    "Sample",
+    "batch_features",
+    "fit",
+    "iteration_samples",
+    "profile",
+    "samples_table",
+    "time_step",
+]
 
 Sample = tuple[int, int, int, float, float]  # prefill tokens, decode seqs, KV tokens, attention pairs, seconds
 
@@ -41,6 +58,22 @@ class ProfileGrid:
             values = getattr(self, name)
             if not values or any(not isinstance(v, int) or v < 0 for v in values):
                 raise ValueError(f"ProfileGrid.{name} must be a non-empty tuple of integers >= 0, got {values!r}")
+
+    @classmethod
+    def for_engine(cls, config: EngineConfig) -> ProfileGrid:
+        """The default grid cut to what ``config`` can schedule (budget, sequences, model length)."""
+        base = cls()
+
+        def upto(values: tuple[int, ...], top: int) -> tuple[int, ...]:
+            return tuple(sorted({v for v in values if v < top} | {top}))
+
+        ctx_top = config.max_model_len - config.max_num_batched_tokens
+        return cls(
+            upto(base.prefill_tokens, config.max_num_batched_tokens),
+            upto(base.prefill_context, max(ctx_top, 0)),
+            upto(base.decode_seqs, config.max_num_seqs),
+            upto(base.decode_context, config.max_model_len - 1),
+        )
 
     def shapes(self) -> list[tuple[int, int, int, int]]:
         """``(p, c, d, l)`` for every non-empty batch; context only matters where there is work it sizes."""
@@ -116,16 +149,28 @@ def profile(
     return samples
 
 
+def iteration_samples(runtime: Runtime) -> list[Sample]:
+    """The recorded model steps of ``runtime`` (built with ``record=True``) as samples: features and the
+    iteration's wall time, loop included."""
+    if runtime.iterations is None:
+        raise ValueError("iteration_samples: build the Runtime with record=True")
+    return [(p, d, kv, pairs, dt) for p, d, kv, pairs, dt, _ in runtime.iterations if dt > 0]
+
+
 def fit(
-    samples: Iterable[Sample], loop_overhead_s: float = 0.0, name: str = "runtime", description: str = ""
+    grid_samples: Iterable[Sample],
+    loop_overhead_s: float = 0.0,
+    name: str = "runtime",
+    description: str = "",
+    iterations: Iterable[Sample] = (),
 ) -> LinearCostModel:
-    """``LinearCostModel`` fitted to profiled samples, its intercept raised by the loop's own time."""
+    """``LinearCostModel`` fitted to profiled ``grid_samples`` (each raised by the loop's own time
+    ``loop_overhead_s``) together with recorded runtime ``iterations`` (already whole iterations)."""
     if loop_overhead_s < 0:
         raise ValueError(f"loop_overhead_s must be >= 0, got {loop_overhead_s}")
-    model = LinearCostModel.fit(list(samples), name=name, description=description)
-    coefs = list(model.coef_s)
-    coefs[0] += loop_overhead_s
-    return LinearCostModel(coefs, name=name, description=description)
+    samples = [(p, d, kv, pairs, t + loop_overhead_s) for p, d, kv, pairs, t in grid_samples]
+    samples += list(iterations)
+    return LinearCostModel.fit(samples, name=name, description=description)
 
 
 def samples_table(samples: Sequence[Sample]) -> list[dict[str, float]]:

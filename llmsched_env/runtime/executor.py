@@ -48,6 +48,7 @@ class Runtime(Simulator):
         *,
         seed: int = 0,
         realtime: bool = False,
+        record: bool = False,
     ) -> None:
         if config.block_size != runner.block_size:
             raise ValueError(
@@ -76,6 +77,9 @@ class Runtime(Simulator):
         self.model_time_s = 0.0  # wall time inside the model runner
         self.busy_time_s = 0.0  # wall time of the iterations that ran a batch (model plus the loop around it)
         self.num_model_steps = 0
+        # With ``record``: per model step, the cost model's features, the step's wall time (loop included) and
+        # its model time: calibration samples from real traffic (``calibrate.iteration_samples``).
+        self.iterations: list[tuple[int, int, int, float, float, float]] | None = [] if record else None
         # (decoding requests, (prefill-ending request, its chunk index, its output count before), sampled)
         self._pending: tuple[list[Request], list[tuple[Request, int, int]], list[int | None]] | None = None
         super().__init__(config, tenants, cost_model, requests)
@@ -108,6 +112,17 @@ class Runtime(Simulator):
         dt = t1 - self._mark
         self._mark = t1
         self.busy_time_s += dt
+        if self.iterations is not None:
+            self.iterations.append(
+                (
+                    batch.num_prefill_tokens,
+                    batch.num_decode_seqs,
+                    batch.num_kv_tokens,
+                    batch.prefill_attn_pairs,
+                    dt,
+                    t1 - t0,
+                )
+            )
         return dt
 
     def step(self, decision: Decision) -> Batch:
