@@ -20,6 +20,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -34,6 +35,7 @@ import numpy as np
 import baselines
 import llmsched_env  # noqa: F401  (registers LLMSched-v0)
 from llmsched_env.config import SLO_CLASSES
+from llmsched_env.core.cluster_scenarios import ClusterScenario, get_cluster_scenario, list_cluster_scenarios
 from llmsched_env.core.describe import describe_scenario
 from llmsched_env.core.metrics import format_table, token_times
 from llmsched_env.core.request import Status
@@ -41,7 +43,7 @@ from llmsched_env.core.scenario_library import get_scenario, list_scenarios
 from llmsched_env.core.scenarios import SPLITS, Scenario, scenario_from_trace
 from llmsched_env.core.simulator import Simulator
 from llmsched_env.core.traces import TRACE_FORMATS
-from llmsched_env.decision import Policy
+from llmsched_env.decision import ACTION_COMPONENTS, ActionSpec, Policy
 from llmsched_env.env import run_episode
 
 # metric key -> short column header of the terminal table (every metric goes to results.csv)
@@ -92,7 +94,7 @@ class PolicySpec:
 
     def make(self, env: gym.Env, seed: int) -> Policy:
         if self.baseline is not None:
-            return baselines.make(self.baseline, env.unwrapped.policy_context(), seed=seed)  # type: ignore[attr-defined]
+            return baselines.make_for(self.baseline, env.unwrapped.policy_context(), seed=seed)  # type: ignore[attr-defined]
         return self.exported
 
 
@@ -160,6 +162,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--tensorboard", type=Path, default=None, help="write each run's metrics as TensorBoard scalars")
     p.add_argument("--check-invariants", action="store_true", help="verify the core's invariants every step")
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        default=None,
+        metavar="ADDRESS",
+        help="spread the runs over a Ray cluster (no ADDRESS: start a local Ray); needs the 'distributed' extra",
+    )
+    p.add_argument("--ray-cpus", type=int, default=None, help="CPUs of the local Ray (default: all)")
     rt = p.add_argument_group("torch runtime (--backend runtime)")
     rt.add_argument("--backend", choices=("sim", "runtime"), default="sim", help="simulator (default) or real model")
     rt.add_argument("--model", default="tiny", help="model preset of the runtime (tiny, llama-1b, llama3-8b)")
@@ -169,6 +180,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     rt.add_argument("--realtime", action="store_true", help="sleep through idle gaps instead of skipping them")
     rt.add_argument("--policy-timeout", type=float, default=0.1, help="seconds before a decision falls back to fcfs")
     args = p.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.backend == "runtime":
         _runtime_args(p, args)
     args.policy_specs = [_policy_spec(p, entry) for entry in args.policies]
@@ -198,10 +210,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             p.error(str(exc))
         args.scenario_objects = [scenario]
     else:
-        bad = [s for s in args.scenarios if s not in list_scenarios()]
+        known = [*list_scenarios(), *list_cluster_scenarios()]
+        bad = [s for s in args.scenarios if s not in known]
         if bad:
-            p.error(f"unknown scenario {bad}; available: {', '.join(list_scenarios())}")
-        args.scenario_objects = [get_scenario(s) for s in args.scenarios]
+            p.error(f"unknown scenario {bad}; available: {', '.join(known)}")
+        clusters = [s for s in args.scenarios if s in list_cluster_scenarios()]
+        if clusters and len(clusters) != len(args.scenarios):
+            p.error("evaluate cluster scenarios (routers) and single-node scenarios (schedulers) separately")
+        if clusters and (args.backend == "runtime" or args.describe):
+            p.error("--backend runtime and --describe are single-node only")
+        args.scenario_objects = [get_cluster_scenario(s) if s in clusters else get_scenario(s) for s in args.scenarios]
+        right = baselines.available_routers() if clusters else baselines.available()
+        misplaced = [spec.baseline for spec in args.policy_specs if spec.baseline and spec.baseline not in right]
+        if misplaced:
+            kind = "single-node schedulers" if clusters else "routers (cluster scenarios only)"
+            p.error(f"{misplaced} are {kind}; use {'routers' if clusters else 'schedulers'} here")
     if args.num_requests is not None and args.num_requests < 1:
         p.error("--num-requests must be >= 1")
     if any(load <= 0 for load in args.loads):
@@ -214,21 +237,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def _policy_spec(p: argparse.ArgumentParser, entry: str) -> PolicySpec:
     """A baseline name, or ``[alias=]path`` of an exported policy, loaded and verified now."""
-    if entry in baselines.available():
+    names = [*baselines.available(), *baselines.available_routers()]
+    if entry in names:
         return PolicySpec(entry, baseline=entry)
     alias, sep, target = entry.partition("=")
     if not sep:
         alias, target = "", entry
     elif not alias or not target:
         p.error(f"policy {entry!r}: expected name=path")
-    if target in baselines.available():
+    if target in names:
         return PolicySpec(alias, baseline=target)
     path = Path(target).expanduser()
     if not path.exists():
-        p.error(
-            f"unknown policy {entry!r}: not a baseline ({', '.join(baselines.available())}) "
-            f"and no file or folder {path}"
-        )
+        p.error(f"unknown policy {entry!r}: not a baseline ({', '.join(names)}) and no file or folder {path}")
     try:  # torch is imported only when a policy file is evaluated
         from llmsched_env.runtime.policy_file import load_policy_file
     except ImportError as exc:
@@ -251,25 +272,28 @@ def _check_compatible(p: argparse.ArgumentParser, args: argparse.Namespace) -> N
     for scenario in args.scenario_objects:
         env: Any = make_env(args, scenario, 1.0).unwrapped
         for spec in exported:
+            options = action_options(env.action_spec) if isinstance(env.action_spec, ActionSpec) else None
+            components = getattr(env.action_spec, "components", ACTION_COMPONENTS)
             try:
                 spec.exported.check_compatible(
-                    env.obs_names, env.action_spec.nvec, action_options=action_options(env.action_spec)
+                    env.obs_names, env.action_spec.nvec, action_options=options, action_components=components
                 )
             except ValueError as exc:
                 p.error(f"policy {spec.path} cannot run on scenario {scenario.name!r}: {exc}")
 
 
-def make_env(args: argparse.Namespace, scenario: Scenario, load: float, iterations_per_step: int = 1) -> gym.Env:
-    return gym.make(
-        "LLMSched-v0",
-        scenario=scenario,
-        split=args.split,
-        num_requests=args.num_requests,
-        load=load,
-        cost_model=args.cost_model,
-        check_invariants=args.check_invariants,
-        iterations_per_step=iterations_per_step,
-    )
+def make_env(args: argparse.Namespace, scenario: Any, load: float, iterations_per_step: int = 1) -> gym.Env:
+    common = {
+        "scenario": scenario,
+        "split": args.split,
+        "num_requests": args.num_requests,
+        "load": load,
+        "cost_model": args.cost_model,
+        "check_invariants": args.check_invariants,
+    }
+    if isinstance(scenario, ClusterScenario):  # a router decides per arrival: no iterations_per_step
+        return gym.make("LLMSchedCluster-v0", **common)
+    return gym.make("LLMSched-v0", iterations_per_step=iterations_per_step, **common)
 
 
 def _spec(args: argparse.Namespace, policy: str | PolicySpec) -> PolicySpec:
@@ -370,12 +394,12 @@ def run_policy(
             metrics, sim = runtime_episode(args, env, spec, seed)
         else:
             metrics = run_episode(env, spec.make(env, seed), seed)
-            sim = env.unwrapped.sim  # type: ignore[attr-defined]
+            sim = getattr(env.unwrapped, "sim", None)  # None for a cluster (no per-request plot details)
         row: dict[str, Any] = {"policy": spec.name, "scenario": scenario.name, "load": load, "seed": seed}
         row.update(metrics)
         row["wall_s"] = time.perf_counter() - t0
         rows.append(row)
-        if details is not None:
+        if details is not None and sim is not None:
             first = seed == args.seeds[0] and load == args.loads[0]
             details.append({**{k: row[k] for k in KEY_COLUMNS}, **episode_details(sim, kv_series=first)})
     env.close()
@@ -383,13 +407,70 @@ def run_policy(
 
 
 def evaluate(args: argparse.Namespace, details: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Rows of every (scenario, load, policy, seed), in that nesting order; ``details`` as ``run_policy``."""
+    """Rows of every (scenario, load, policy, seed), in that nesting order; ``details`` as ``run_policy``.
+    With ``--ray`` each (scenario, load, policy) runs as a Ray task; the rows come back in the same order."""
+    grid = [(si, load, pi) for si in range(len(args.scenario_objects)) for load in args.loads
+            for pi in range(len(args.policy_specs))]  # fmt: skip
+    if args.ray:
+        from llmsched_env.distributed import ray_map
+
+        jobs = [(_worker_argv(args.argv), os.getcwd(), si, load, pi, details is not None) for si, load, pi in grid]
+        results = ray_map(_grid_task, jobs, address=args.ray, num_cpus=args.ray_cpus)
+    else:
+        results = [_run_cell(args, si, load, pi, details is not None) for si, load, pi in grid]
     rows: list[dict[str, Any]] = []
-    for scenario in args.scenario_objects:
-        for load in args.loads:
-            for spec in args.policy_specs:
-                rows += run_policy(args, scenario, load, spec, details)
+    for cell_rows, cell_details in results:
+        rows += cell_rows
+        if details is not None:
+            details += cell_details
     return rows
+
+
+def _worker_argv(argv: Sequence[str]) -> list[str]:
+    """The command line a Ray worker re-parses: the same runs, without the driver-only options."""
+    with_value = {"--out", "--tensorboard", "--ray-cpus"}
+    out: list[str] = []
+    it = iter(range(len(argv)))
+    for i in it:
+        a = argv[i]
+        key = a.split("=", 1)[0]
+        if key in ("--plots", "--no-plots") or (key in with_value | {"--ray"} and "=" in a):
+            continue
+        if key in with_value:
+            next(it, None)  # its value
+            continue
+        if key == "--ray":
+            if i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                next(it, None)  # the optional address
+            continue
+        out.append(a)
+    return out
+
+
+def _run_cell(
+    args: argparse.Namespace, si: int, load: float, pi: int, want_details: bool
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    details: list[dict[str, Any]] | None = [] if want_details else None
+    rows = run_policy(args, args.scenario_objects[si], load, args.policy_specs[pi], details)
+    return rows, details or []
+
+
+def _grid_task(
+    argv: list[str], cwd: str, si: int, load: float, pi: int, want_details: bool
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One (scenario, load, policy) cell on a Ray worker: re-parse the command line, run every seed."""
+    return _run_cell(_worker_args(argv, cwd), si, load, pi, want_details)
+
+
+def _worker_args(argv: list[str], cwd: str) -> argparse.Namespace:
+    if os.path.isdir(cwd):  # a local Ray: relative paths mean what they meant to the driver
+        os.chdir(cwd)
+    return parse_args(argv)
+
+
+def _capacity_task(argv: list[str], cwd: str, si: int, pi: int) -> dict[str, Any]:
+    args = _worker_args(argv, cwd)
+    return capacity(args, args.scenario_objects[si], args.policy_specs[pi])
 
 
 def t_quantile_975(df: int) -> float:
@@ -469,7 +550,8 @@ def capacity(
         else:
             hi = mid
     env = make_env(args, scenario, 1.0)
-    nominal = env.unwrapped.nominal_rate_rps  # type: ignore[attr-defined]
+    u: Any = env.unwrapped
+    nominal = u.cluster_rate_rps if isinstance(scenario, ClusterScenario) else u.nominal_rate_rps
     return {"policy": spec.name, "scenario": scenario.name, "capacity_load": lo, "capacity_rps": lo * nominal}
 
 
@@ -584,7 +666,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary: list[dict[str, Any]] = []
     details: list[dict[str, Any]] | None = [] if plots else None
     if args.capacity:
-        rows = [capacity(args, sc, spec) for sc in args.scenario_objects for spec in args.policy_specs]
+        cells = [(si, pi) for si in range(len(args.scenario_objects)) for pi in range(len(args.policy_specs))]
+        if args.ray:
+            from llmsched_env.distributed import ray_map
+
+            jobs = [(_worker_argv(args.argv), os.getcwd(), si, pi) for si, pi in cells]
+            rows = ray_map(_capacity_task, jobs, address=args.ray, num_cpus=args.ray_cpus)
+        else:
+            rows = [capacity(args, args.scenario_objects[si], args.policy_specs[pi]) for si, pi in cells]
         print(format_table(rows, ["policy", "scenario", "capacity_load", "capacity_rps"]))
     else:
         rows = evaluate(args, details)

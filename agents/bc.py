@@ -24,7 +24,7 @@ def collect_demonstrations(
 ) -> dict[str, np.ndarray]:
     """``num_steps`` steps of ``baseline`` on ``env``: observations, masks, actions and discounted returns."""
     unwrapped: Any = env.unwrapped
-    policy = baselines.make(baseline, unwrapped.policy_context(), seed=seed)
+    policy = baselines.make_for(baseline, unwrapped.policy_context(), seed=seed)
     obs_l, mask_l, act_l, rew_l, done_l = [], [], [], [], []
     obs, _ = env.reset(seed=seed)
     episode = 0

@@ -82,7 +82,7 @@ class PeriodicEvalCallback(BaseCallback):
         env = self.make_env(False)  # baselines decide every engine iteration
         ctx = env.unwrapped.policy_context()  # type: ignore[attr-defined]
         for name in self.baseline_names:
-            policy = baselines.make(name, ctx, seed=0)
+            policy = baselines.make_for(name, ctx, seed=0)
             runs = [run_episode(env, policy, seed)["slo_attainment"] for seed in self.seeds]
             self.baseline_attainment[name] = float(np.mean(runs))
         self._agent_env = self.make_env(True)  # the agent's own granularity (iterations_per_step, wrappers)
@@ -99,9 +99,19 @@ class PeriodicEvalCallback(BaseCallback):
             log_metrics(self.logger.record_mean, "eval", m)
         return float(np.mean([m["slo_attainment"] for m in runs]))
 
+    def _on_training_start(self) -> None:
+        # A fresh run is evaluated before learning too, so a behaviour-cloned start (which acts like its
+        # baseline) is a candidate for the best model and RL can only add to it.
+        if self.eval_freq > 0 and self.model.num_timesteps == 0:
+            self._evaluate_and_keep()
+
     def _on_step(self) -> bool:
         if self.eval_freq <= 0 or self.n_calls % self.eval_freq:
             return True
+        self._evaluate_and_keep()
+        return True
+
+    def _evaluate_and_keep(self) -> None:
         attainment = self.evaluate()
         name, base = self.best_baseline
         self.logger.record("eval/mean_slo_attainment", attainment)
@@ -115,4 +125,3 @@ class PeriodicEvalCallback(BaseCallback):
                 self.on_best(self.model)
         if self.verbose:
             print(f"eval @ {self.num_timesteps}: attainment {attainment:.3f} (best baseline {name} {base:.3f})")
-        return True

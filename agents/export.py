@@ -25,7 +25,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import FlattenExtractor
 from torch import nn
 
-from llmsched_env.decision import ACTION_COMPONENTS, SCHEMA_VERSION
+from llmsched_env.decision import ACTION_COMPONENTS, SCHEMA_VERSION, ActionSpec
 from llmsched_env.runtime.policy_file import (
     ACTIVATIONS,
     FORMAT,
@@ -72,7 +72,10 @@ def export_policy(
     if len(obs_names) != n_obs or len(model.observation_space.shape) != 1:
         raise ValueError(f"the model observes shape {model.observation_space.shape}, the env names {len(obs_names)}")
     nvec = [int(n) for n in spec.nvec]
-    model_nvec = getattr(model.action_space, "nvec", None)
+    space = model.action_space
+    model_nvec = getattr(space, "nvec", None)
+    if model_nvec is None and hasattr(space, "n"):  # a Discrete space (the cluster router): one component
+        model_nvec = [space.n]
     if model_nvec is None or [int(n) for n in model_nvec] != nvec:
         raise ValueError(f"the model's action space {model.action_space} does not match the env's nvec {nvec}")
     activation = _ACTIVATION_NAMES.get(policy.activation_fn)
@@ -99,9 +102,9 @@ def export_policy(
         "format_version": FORMAT_VERSION,
         "schema_version": SCHEMA_VERSION,
         "obs_names": list(obs_names),
-        "action_components": list(ACTION_COMPONENTS),
+        "action_components": list(getattr(spec, "components", ACTION_COMPONENTS)),
         "action_nvec": nvec,
-        "action_options": action_options(spec),
+        "action_options": action_options(spec) if isinstance(spec, ActionSpec) else {},
         "masked": algo == "maskable_ppo",
         "normalization": _normalization(obs_rms, n_obs),
         "network": {"activation": activation, "layers": layers},

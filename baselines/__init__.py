@@ -20,6 +20,11 @@ inside the mask it was given. Importing this package needs numpy and the core on
 | sarathi | budget = chunk from the TPOT SLO, fixed | Sarathi-Serve stall-free batching |
 | slo_aware | EDF, TTFT shedding, budget from the TPOT SLO per iteration | EDF + Mooncake early rejection |
 | random | uniform valid action | floor |
+
+Routers for ``LLMSchedCluster-v0`` (``baselines.routing``) pick a replica from the cluster observation and
+mask: ``make_router(name, env.unwrapped.policy_context(), seed)`` with ``name`` one of ``round_robin``,
+``least_outstanding``, ``least_kv_load`` (Llumnix), ``prefix_affinity`` (cache-aware with a load cap),
+``power_of_two`` and ``random`` (``available_routers()``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from collections.abc import Callable
 
 from baselines.base import BaselinePolicy, StaticPolicy
 from baselines.random_policy import RandomPolicy
+from baselines.routing import ROUTERS, available_routers, make_router
 from baselines.rules import (
     FCFSPolicy,
     KVGuardPolicy,
@@ -39,10 +45,12 @@ from baselines.rules import (
     fcfs_decision,
 )
 from baselines.slo import SarathiPolicy, SLOAwarePolicy, tpot_budget
+from llmsched_env.cluster_decision import RouterContext
 from llmsched_env.decision import Policy, PolicyContext
 
 __all__ = [
     "REGISTRY",
+    "ROUTERS",
     "BaselinePolicy",
     "FCFSPolicy",
     "KVGuardPolicy",
@@ -57,8 +65,11 @@ __all__ = [
     "StaticPolicy",
     "VTCPolicy",
     "available",
+    "available_routers",
     "fcfs_decision",
     "make",
+    "make_for",
+    "make_router",
     "tpot_budget",
 ]
 
@@ -95,3 +106,11 @@ def make(name: str, ctx: PolicyContext, seed: int | None = None) -> Policy:
     if factory is None:
         raise ValueError(f"unknown baseline {name!r}; available baselines: {', '.join(available())}")
     return factory(ctx, seed)
+
+
+def make_for(name: str, ctx: PolicyContext | RouterContext, seed: int | None = None) -> Policy:
+    """A single-node baseline for a ``PolicyContext`` (``LLMSched-v0``) or a router for a ``RouterContext``
+    (``LLMSchedCluster-v0``): ``make_for(name, env.unwrapped.policy_context(), seed)`` works on either env."""
+    if isinstance(ctx, RouterContext):
+        return make_router(name, ctx, seed)
+    return make(name, ctx, seed)

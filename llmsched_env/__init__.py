@@ -1,7 +1,7 @@
 """llmsched: learn, judge and run LLM inference schedulers.
 
-Importing the package registers ``LLMSched-v0`` with Gymnasium when Gymnasium is installed; the core
-(``llmsched_env.core``) and ``llmsched_env.decision`` never need it.
+Importing the package registers ``LLMSched-v0`` and ``LLMSchedCluster-v0`` with Gymnasium when Gymnasium is
+installed; the core (``llmsched_env.core``) and ``llmsched_env.decision`` never need it.
 """
 
 __version__ = "0.1.0"
@@ -14,6 +14,8 @@ def _register() -> None:
         return
     if "LLMSched-v0" not in registry:
         register(id="LLMSched-v0", entry_point="llmsched_env.env:LLMSchedEnv")
+    if "LLMSchedCluster-v0" not in registry:
+        register(id="LLMSchedCluster-v0", entry_point="llmsched_env.cluster_env:LLMSchedClusterEnv")
 
 
 _register()

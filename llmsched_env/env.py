@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
@@ -135,14 +135,7 @@ class LLMSchedEnv(gym.Env):
         sc = get_scenario(scenario or "default") if not isinstance(scenario, Scenario) else scenario
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        if isinstance(load, (tuple, list)):
-            if len(load) != 2 or not all(isinstance(x, (int, float)) and x > 0 for x in load) or load[0] > load[1]:
-                raise ValueError(f"LLMSchedEnv.load range must be (low, high) with 0 < low <= high, got {load!r}")
-            self.load_range: tuple[float, float] | None = (float(load[0]), float(load[1]))
-            load = self.load_range[0]
-        else:
-            check_positive("LLMSchedEnv", "load", load)
-            self.load_range = None
+        load, self.load_range = load_arg("LLMSchedEnv", load)
         if isinstance(iterations_per_step, bool) or not isinstance(iterations_per_step, int) or iterations_per_step < 1:
             raise ValueError(f"LLMSchedEnv.iterations_per_step must be an integer >= 1, got {iterations_per_step!r}")
         self.iterations_per_step = iterations_per_step
@@ -285,6 +278,17 @@ def run_episode(env: gym.Env, policy: Policy, seed: int) -> dict[str, float]:
         obs, _, terminated, truncated, info = env.step(policy.act(obs, unwrapped.action_masks()))
         if terminated or truncated:
             return dict(info["metrics"])
+
+
+def load_arg(owner: str, load: float | Sequence[float]) -> tuple[float, tuple[float, float] | None]:
+    """``(load, range)`` from an env's ``load`` argument: a number (range None), or ``(low, high)`` from which
+    each episode draws its load uniformly (load starts at low). ValueError naming ``owner`` otherwise."""
+    if isinstance(load, (tuple, list)):
+        if len(load) != 2 or not all(isinstance(x, (int, float)) and x > 0 for x in load) or load[0] > load[1]:
+            raise ValueError(f"{owner}.load range must be (low, high) with 0 < low <= high, got {load!r}")
+        return float(load[0]), (float(load[0]), float(load[1]))
+    check_positive(owner, "load", load)
+    return float(load), None
 
 
 def _engine_config(engine: EngineConfig | Mapping[str, Any] | None) -> EngineConfig:

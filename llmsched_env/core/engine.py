@@ -9,6 +9,10 @@ recompute; no admission in an iteration that preempted; admission keeps ``kv_res
 Decoding is lazy (see ``request.py``): decode round ``R`` gives every decoding request one token, and the
 engine only touches a request in a round where it finishes or needs its next KV block. That keeps an
 iteration's cost proportional to the events in it, not to the batch size.
+
+Disaggregated serving (``core.cluster``): a ``prefill_only`` engine hands a request off at its first token
+(``handed_off``: its blocks are released, its prompt KV travels); a decode engine takes it with
+``add_handoff`` and, as soon as its KV fits, runs its decode rounds without recomputing the prompt.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
+from collections import deque
 from collections.abc import Iterator, Sequence
 
 from llmsched_env.config import EngineConfig, TenantConfig
@@ -45,6 +50,7 @@ class Engine:
         priority_aging_s: float = 10.0,
         sjf_starvation_s: float = 10.0,
         remote: RemoteKVStore | None = None,
+        prefill_only: bool = False,
     ) -> None:
         if not tenants:
             raise ValueError("Engine needs at least one tenant")
@@ -53,6 +59,9 @@ class Engine:
         self.cost_model = cost_model
         self.remote = remote
         self.num_fetching = 0  # admitted requests waiting for a remote KV transfer
+        self.prefill_only = prefill_only  # hand requests off at their first token instead of decoding them
+        self.handed_off: list[Request] = []  # requests this engine prefilled and handed off, in order
+        self.landed: deque[Request] = deque()  # handed-off requests whose KV arrived here, waiting for blocks
         self.priority_aging_s = priority_aging_s
         self.sjf_starvation_s = sjf_starvation_s
         self.block_size = config.block_size
@@ -133,6 +142,36 @@ class Engine:
         heapq.heappush(self._ttft_heap, (r.arrival_s + self._ttft_slo[t], r.request_id, r))
         self.queue.push(r)
 
+    def add_handoff(self, r: Request) -> None:
+        """The prompt KV of ``r``, prefilled and handed off by another engine, has arrived now. It joins the
+        decode rounds as soon as its KV fits here (FIFO, before any admission); one that can never fit is
+        rejected."""
+        assert r.status == Status.TRANSFERRING and not r.block_table, f"{r} is not a handed-off request"
+        self.num_arrived += 1
+        self.num_arrived_t[r.tenant] += 1
+        if r.total_len > self.config.max_model_len:
+            self._reject(r, "exceeds_max_model_len")
+        elif self.pool.blocks_for(r.total_len) > self.config.num_kv_blocks:
+            self._reject(r, "exceeds_kv_capacity")
+        else:
+            self.landed.append(r)
+
+    def _admit_landed(self) -> None:
+        """Give landed hand-offs blocks for their prompt KV and the next token, and start their decoding."""
+        pool = self.pool
+        while self.landed and len(self.running) < self.config.max_num_seqs:
+            r = self.landed[0]
+            if pool.blocks_for(r.prompt_len + r.num_output_tokens) > pool.num_free_blocks:
+                return  # head-of-line: wait for memory
+            self.landed.popleft()
+            r.block_table = [pool.allocate() for _ in range(pool.blocks_for(r.num_computed_tokens))]
+            self._commit_prefix(r, 0, r.num_computed_tokens)  # the transferred prompt blocks hold its prefix
+            r.status = Status.RUNNING
+            self.running[r.request_id] = r
+            self.running_total_blocks += pool.blocks_for(r.total_len)
+            self.num_running_t[r.tenant] += 1
+            self._start_decoding(r)
+
     def head(self, t: int) -> Request | None:
         """The first waiting request of tenant ``t``."""
         return self.queue.head(t)
@@ -196,6 +235,8 @@ class Engine:
         """Form this iteration's batch under ``decision``."""
         batch = Batch(decision)
         self._expire_ttft()
+        if self.landed:
+            self._admit_landed()
         cfg = self.config
         budget = min(decision.token_budget, cfg.max_num_batched_tokens)
         if decision.shed:
@@ -448,6 +489,8 @@ class Engine:
             if r.num_output_tokens >= r.output_len:
                 r.token_segments.append((self.num_rounds, self.num_rounds))
                 self._finish(r)
+            elif self.prefill_only:
+                self._hand_off(r)
             else:
                 self._start_decoding(r)
         self._expire_ttft()
@@ -476,6 +519,16 @@ class Engine:
             return None
         return min(r.fetch_ready_s for r in self.prefilling.values() if r.fetch_ready_s)
 
+    def _hand_off(self, r: Request) -> None:
+        """``r`` produced its first token here: release its blocks (its prefix stays cached) and let it go."""
+        del self.running[r.request_id]
+        self.running_total_blocks -= self.pool.blocks_for(r.total_len)
+        self.num_running_t[r.tenant] -= 1
+        self.pool.release(r.block_table)
+        r.block_table = []
+        r.status = Status.TRANSFERRING
+        self.handed_off.append(r)
+
     def _finish(self, r: Request) -> None:
         if r.decoding:
             self._stop_decoding(r)
@@ -501,7 +554,7 @@ class Engine:
     # ---------------------------------------------------------------------------------- views
     @property
     def has_work(self) -> bool:
-        return bool(self.running) or any(self.num_waiting)
+        return bool(self.running) or any(self.num_waiting) or bool(self.landed)
 
     @property
     def num_waiting_total(self) -> int:

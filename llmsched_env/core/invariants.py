@@ -1,6 +1,7 @@
 """The engine's invariants, checked by tests after every step (mini-sglang's ``check_integrity`` idea).
 
-Every arrived request is in exactly one place (waiting, running, finished, rejected) with a matching status;
+Every arrived request is in exactly one place (waiting, running, finished, rejected, handed off, landed and
+waiting for KV blocks) with a matching status;
 the incremental aggregates (queue counts and tokens, decode sums, per-tenant counts) equal a recount; every
 decoding request holds the KV blocks its next round needs and a pending event; the KV pool's blocks are each
 in use, free or cached, with reference counts equal to the block tables holding them; the last batch kept
@@ -67,6 +68,13 @@ def check_engine(engine: Engine) -> None:
     for r in engine.rejected:
         place(r, "rejected")
         assert r.status == Status.REJECTED and r.reject_reason and not r.block_table
+    for r in engine.handed_off:  # gone to a decode engine: its status is that engine's business now
+        place(r, "handed off")
+        assert engine.prefill_only and r.first_token_s is not None, f"{r} was handed off before its first token"
+    for r in engine.landed:
+        place(r, "landed")
+        assert r.status == Status.TRANSFERRING and not r.block_table, f"landed {r} holds state"
+        assert r.num_computed_tokens == r.prompt_len + r.num_output_tokens - 1, f"landed {r}: KV count is off"
     assert len(seen) == engine.num_arrived, f"{len(seen)} requests placed but {engine.num_arrived} arrived"
     assert engine.num_good + engine.num_missed <= engine.num_arrived, "a request was resolved twice"
     engine.pool.check_invariants(refs)

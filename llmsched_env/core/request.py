@@ -1,6 +1,8 @@
 """One inference request and its lifecycle.
 
 WAITING -> RUNNING (prefill in chunks, then decode) -> FINISHED, or REJECTED (with a reason) from WAITING.
+In disaggregated serving a prefill-only engine hands a request off at its first token (TRANSFERRING: its
+prompt KV is on the way to a decode engine, which then runs it as RUNNING without recomputing the prompt).
 A preempted request (recompute) goes RUNNING -> WAITING: its KV is freed and its prefill starts over over
 its prompt plus the tokens it has already produced, which the user keeps.
 
@@ -24,6 +26,7 @@ class Status(IntEnum):
     RUNNING = 1
     FINISHED = 2
     REJECTED = 3
+    TRANSFERRING = 4  # handed off by a prefill engine; not yet running on a decode engine
 
 
 class Request:

@@ -333,11 +333,13 @@ class ExportedPolicy:
         action_nvec: Sequence[int],
         schema_version: int = SCHEMA_VERSION,
         action_options: Mapping[str, Sequence[float]] | None = None,
+        action_components: Sequence[str] = ACTION_COMPONENTS,
     ) -> None:
         """Raise ``PolicyFileError`` saying exactly what differs between this policy and an environment.
 
         ``action_options`` (optional, e.g. ``action_options(env.action_spec)``) also compares what each action
         index means: equal ``nvec`` with different token budgets would silently change the policy's actions.
+        ``action_components``: the env's (``("replica",)`` for the cluster router, whose nvec is the replica count).
         """
         problems = []
         if schema_version != self.schema_version:
@@ -371,9 +373,9 @@ class ExportedPolicy:
             problems.append(
                 f"action space mismatch: policy nvec {list(self.action_nvec)}, env nvec {list(env_nvec)} ({diff})"
             )
-        if schema_version == SCHEMA_VERSION and self.action_components != ACTION_COMPONENTS:
+        if schema_version == SCHEMA_VERSION and self.action_components != tuple(action_components):
             problems.append(
-                f"action components {list(self.action_components)} differ from this code's {list(ACTION_COMPONENTS)}"
+                f"action components {list(self.action_components)} differ from this env's {list(action_components)}"
             )
         for key, env_opts in (action_options or {}).items():
             mine_opts = self.action_options.get(key)

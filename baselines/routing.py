@@ -1,0 +1,196 @@
+"""Routing heuristics for ``LLMSchedCluster-v0``: each picks a replica from the cluster observation and mask.
+
+A router is built from a ``RouterContext`` (``env.unwrapped.policy_context()``: feature names, number of
+replicas, count scale) and reads only the observation, so it runs wherever a learned router runs. It never
+returns a masked replica.
+
+    >>> router = baselines.make_router("prefix_affinity", env.unwrapped.policy_context(), seed=0)
+    >>> replica = router.act(obs, env.unwrapped.action_masks())
+
+| name | rule | from |
+|---|---|---|
+| round_robin | the next valid replica in turn | nginx / Kubernetes default |
+| least_outstanding | fewest waiting + running requests (ties in turn) | vLLM production-stack, SGLang router |
+| least_kv_load | most free KV blocks per request | Llumnix |
+| prefix_affinity | longest cached prefix unless over 1.5x the mean load, else least outstanding | SGLang router |
+| power_of_two | the less loaded of two random replicas | Mitzenmacher's power of two choices |
+| random | a uniformly random valid replica | floor |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from llmsched_env.cluster_decision import RouterContext, RoutingPolicy
+
+__all__ = [
+    "ROUTERS",
+    "LeastKVLoadRouter",
+    "LeastOutstandingRouter",
+    "PowerOfTwoRouter",
+    "PrefixAffinityRouter",
+    "RandomRouter",
+    "RoundRobinRouter",
+    "Router",
+    "available_routers",
+    "make_router",
+]
+
+
+class Router:
+    """Shared plumbing: feature indices, the mask check, and the outstanding-load vector."""
+
+    name = "router"
+
+    def __init__(self, ctx: RouterContext, seed: int | None = None) -> None:
+        self.ctx = ctx
+        self.n = ctx.num_replicas
+        self.seed = seed
+        self._waiting = ctx.feature_index("num_waiting")
+        self._running = ctx.feature_index("num_running")
+        self._turn = 0  # rotates the tie-break so equal replicas share the load
+
+    def _valid(self, action_mask: np.ndarray) -> np.ndarray:
+        m = np.asarray(action_mask, dtype=bool)
+        if m.shape != (self.n,) or not m.any():
+            raise ValueError(f"action_mask must be {self.n} booleans with at least one True, got {action_mask!r}")
+        return m
+
+    def outstanding(self, observation: np.ndarray) -> np.ndarray:
+        """Waiting + running requests per replica (in count-scale units)."""
+        return observation[self._waiting] + observation[self._running]
+
+    def _argmin(self, score: np.ndarray, mask: np.ndarray) -> int:
+        """The valid replica with the lowest score; ties go to the first at or after the rotating turn."""
+        order = (np.arange(self.n) + self._turn) % self.n
+        self._turn += 1
+        s = np.where(mask, score, np.inf)[order]
+        return int(order[int(np.argmin(s))])
+
+    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> int:
+        raise NotImplementedError
+
+
+class RoundRobinRouter(Router):
+    """``round_robin``: replicas in turn, skipping masked ones."""
+
+    name = "round_robin"
+
+    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> int:
+        m = self._valid(action_mask)
+        for k in range(self.n):
+            i = (self._turn + k) % self.n
+            if m[i]:
+                self._turn = i + 1
+                return i
+        raise AssertionError("unreachable: the mask has a valid replica")
+
+
+class LeastOutstandingRouter(Router):
+    """``least_outstanding``: fewest waiting + running requests."""
+
+    name = "least_outstanding"
+
+    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> int:
+        return self._argmin(self.outstanding(observation), self._valid(action_mask))
+
+
+class LeastKVLoadRouter(Router):
+    """``least_kv_load``: most free KV blocks per request (Llumnix's freeness, queued demand subtracted)."""
+
+    name = "least_kv_load"
+
+    def __init__(self, ctx: RouterContext, seed: int | None = None) -> None:
+        super().__init__(ctx, seed)
+        self._free = ctx.feature_index("kv_free_per_request")
+
+    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> int:
+        return self._argmin(-observation[self._free], self._valid(action_mask))
+
+
+class PrefixAffinityRouter(Router):
+    """``prefix_affinity``: the replica caching the longest prefix of the request, unless its outstanding load
+    exceeds ``load_cap`` x the mean (and the mean by ``min_slack`` requests); otherwise, or with no prefix
+    cached anywhere, least outstanding."""
+
+    name = "prefix_affinity"
+    load_cap = 1.5
+    min_slack = 4  # requests: at low load a replica a few requests above the mean keeps its affinity
+
+    def __init__(self, ctx: RouterContext, seed: int | None = None) -> None:
+        super().__init__(ctx, seed)
+        self._hit = ctx.feature_index("prefix_hit")
+
+    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> int:
+        m = self._valid(action_mask)
+        load = self.outstanding(observation)
+        hit = np.where(m, observation[self._hit], -1.0)
+        best = float(hit.max())
+        if best > 0.0:
+            ties = np.flatnonzero(hit == best)
+            i = int(ties[np.argmin(load[ties])])
+            mean = float(load[m].mean())
+            if load[i] <= max(self.load_cap * mean, mean + self.min_slack / self.ctx.count_scale):
+                return i
+        return self._argmin(load, m)
+
+
+class PowerOfTwoRouter(Router):
+    """``power_of_two``: two distinct valid replicas drawn at random (seeded), the less loaded one."""
+
+    name = "power_of_two"
+
+    def __init__(self, ctx: RouterContext, seed: int | None = None) -> None:
+        super().__init__(ctx, seed)
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> int:
+        valid = np.flatnonzero(self._valid(action_mask))
+        if valid.size == 1:
+            return int(valid[0])
+        a, b = self.rng.choice(valid, size=2, replace=False)
+        load = self.outstanding(observation)
+        return int(b) if load[b] < load[a] else int(a)
+
+
+class RandomRouter(Router):
+    """``random``: a uniformly random valid replica (seeded)."""
+
+    name = "random"
+
+    def __init__(self, ctx: RouterContext, seed: int | None = None) -> None:
+        super().__init__(ctx, seed)
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> int:
+        return int(self.rng.choice(np.flatnonzero(self._valid(action_mask))))
+
+
+RouterFactory = Callable[[RouterContext, "int | None"], RoutingPolicy]
+
+ROUTERS: dict[str, RouterFactory] = {
+    cls.name: cls
+    for cls in (
+        RoundRobinRouter,
+        LeastOutstandingRouter,
+        LeastKVLoadRouter,
+        PrefixAffinityRouter,
+        PowerOfTwoRouter,
+        RandomRouter,
+    )
+}
+
+
+def available_routers() -> list[str]:
+    """Names ``make_router`` accepts, in the order of the table above."""
+    return list(ROUTERS)
+
+
+def make_router(name: str, ctx: RouterContext, seed: int | None = None) -> RoutingPolicy:
+    """The routing baseline ``name`` for ``ctx``; ``seed`` drives the random ones. ValueError on unknown names."""
+    factory = ROUTERS.get(name)
+    if factory is None:
+        raise ValueError(f"unknown router {name!r}; available routers: {', '.join(available_routers())}")
+    return factory(ctx, seed)

@@ -1,0 +1,140 @@
+"""``LLMSchedCluster-v0``: both env checkers, invariants under random routing and local policies, rewards,
+determinism, heterogeneous replicas and bad input."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env as gym_check_env
+from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+import baselines
+import llmsched_env  # noqa: F401
+from llmsched_env.config import EngineConfig
+from llmsched_env.env import run_episode
+
+SMALL = {"num_kv_blocks": 96, "block_size": 16, "max_num_seqs": 8, "max_num_batched_tokens": 512}
+
+
+def make(**kwargs) -> gym.Env:
+    kwargs.setdefault("num_requests", 40)
+    return gym.make("LLMSchedCluster-v0", **kwargs)
+
+
+@pytest.mark.parametrize("scenario", ["cluster-azure-conv-4", "cluster-azure-conv-pd"])
+def test_gymnasium_and_sb3_env_checkers_pass(scenario: str) -> None:
+    gym_check_env(make(scenario=scenario).unwrapped, skip_render_check=True)
+    sb3_check_env(make(scenario=scenario).unwrapped, warn=True)
+
+
+def test_spaces_names_and_single_node_scenarios() -> None:
+    env = make(scenario="azure-conv", num_replicas=3)
+    obs, _ = env.reset(seed=0)
+    names = env.unwrapped.obs_names
+    assert env.action_space.n == 3 and obs.shape == (len(names),) and len(set(names)) == len(names)
+    assert "replica/2/prefix_hit" in names and "request/tenant/chat" in names and "decode/kv_used" not in names
+    assert env.unwrapped.cluster_rate_rps == pytest.approx(3 * 11.4)  # N x the single-node nominal rate
+    pd = make(scenario="cluster-azure-conv-pd")
+    assert pd.action_space.n == 2 and "decode/link_backlog" in pd.unwrapped.obs_names
+
+
+@pytest.mark.parametrize("disaggregated", [False, {"num_prefill": 1, "num_decode": 2, "link_bandwidth_Bps": 5e9}])
+def test_invariants_every_step_under_random_routing_and_random_local_policy(disaggregated) -> None:
+    env = make(
+        scenario="azure-conv",
+        num_replicas=3,
+        engine=SMALL,
+        load=3.0,
+        disaggregated=disaggregated,
+        local_policy="random",
+        check_invariants=True,
+        num_requests=60,
+    )
+    router = baselines.make_router("random", env.unwrapped.policy_context(), seed=3)
+    obs, _ = env.reset(seed=3)
+    total = 0.0
+    while True:
+        obs, reward, term, trunc, info = env.step(router.act(obs, env.unwrapped.action_masks()))
+        assert env.observation_space.contains(obs) and not info["action_projected"]
+        total += reward
+        if term or trunc:
+            break
+    m = info["metrics"]
+    assert term and m["num_requests"] == 60 and m["num_finished"] + m["num_rejected"] == 60
+    assert total == pytest.approx(2 * m["slo_attainment"] - 1)
+
+
+def test_same_seed_same_metrics() -> None:
+    def episode(env: gym.Env, seed: int) -> dict[str, float]:
+        return run_episode(env, baselines.make_router("power_of_two", env.unwrapped.policy_context(), seed=1), seed)
+
+    kw = {"scenario": "cluster-azure-conv-4", "local_policy": ["fcfs", "random", "sjf", "random"], "load": 2.0}
+    a, b = make(**kw), make(**kw)
+    first = episode(a, 7)
+    assert first == episode(b, 7) == episode(a, 7)
+    assert first != episode(a, 8)
+
+
+def test_heterogeneous_replicas_speed_feature_and_mask() -> None:
+    tiny = EngineConfig(num_kv_blocks=32, block_size=16, max_num_seqs=8, max_num_batched_tokens=512)
+    env = make(scenario="azure-conv", replicas=[(tiny, "llama3-8b-a100"), {"cost_model": "llama3-8b-h100"}])
+    obs, _ = env.reset(seed=0)
+    names = env.unwrapped.obs_names
+    speed0, speed1 = obs[names.index("replica/0/speed")], obs[names.index("replica/1/speed")]
+    assert speed0 < 1.0 and speed1 == 1.0
+    cluster = env.unwrapped.cluster
+    big = next(r for r in cluster.requests if r.total_len > 32 * 16)
+    from llmsched_env.cluster_decision import route_mask
+
+    assert route_mask(cluster, big).tolist() == [False, True]
+    m = run_episode(env, baselines.make_router("least_outstanding", env.unwrapped.policy_context()), 0)
+    assert m["num_rejected"] == 0  # nothing was routed where it could never fit
+
+
+def test_masked_action_is_projected_and_bad_actions_raise() -> None:
+    tiny = EngineConfig(num_kv_blocks=32, block_size=16, max_num_seqs=8, max_num_batched_tokens=512)
+    env = make(scenario="azure-conv", replicas=[(tiny, "llama3-8b-h100"), (None, "llama3-8b-h100")])
+    env.reset(seed=0)
+    u = env.unwrapped
+    while u.action_masks()[0]:
+        env.step(0)
+    _, _, _, _, info = env.step(0)
+    assert info["action_projected"] and info["replica"] == 1
+    for bad in (2, -1, 0.5, np.array([0, 1])):
+        with pytest.raises(ValueError, match=r"replica index|integer"):
+            env.step(bad)
+
+
+def test_bad_configuration_raises() -> None:
+    with pytest.raises(ValueError, match="unknown scenario"):
+        make(scenario="nowhere")
+    with pytest.raises(ValueError, match="unknown field"):
+        make(disaggregated={"num_prefil": 1})
+    with pytest.raises(ValueError, match="num_replicas=4"):
+        make(scenario="cluster-azure-conv-pd", num_replicas=3)
+    with pytest.raises(ValueError, match="not a baseline"):
+        make(local_policy="fastest")
+    with pytest.raises(ValueError, match="2 policies for 4"):
+        make(local_policy=["fcfs", "sjf"])
+    with pytest.raises(ValueError, match="load"):
+        make(load=0.0)
+
+
+class HoldThenAdmit:
+    """A stand-in for an exported single-node policy: acts on the observation (FCFS, admit 0 when it can)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
+        self.calls += 1
+        assert observation.dtype == np.float32
+        return np.zeros(7, dtype=np.int64)
+
+
+def test_local_policy_objects_drive_the_replicas() -> None:
+    policy = HoldThenAdmit()
+    env = make(scenario="azure-conv", num_replicas=2, local_policy=policy, check_invariants=True, num_requests=20)
+    m = run_episode(env, baselines.make_router("round_robin", env.unwrapped.policy_context()), 0)
+    assert m["num_finished"] == 20 and policy.calls >= m["num_iterations"]
