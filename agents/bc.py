@@ -74,11 +74,13 @@ def behaviour_clone(
     policy = model.policy
     device = policy.device
     obs = th.as_tensor(data["obs"], device=device)
-    actions = th.as_tensor(data["actions"], device=device)
+    space = model.action_space  # MultiDiscrete (the scheduler) or Discrete (the cluster router)
+    nvec = [int(n) for n in space.nvec] if hasattr(space, "nvec") else [int(space.n)]
+    demo_actions = np.asarray(data["actions"]).reshape(len(data["obs"]), len(nvec))
+    actions = th.as_tensor(demo_actions, device=device)
     masks = th.as_tensor(data["masks"], device=device)
     returns = th.as_tensor(data["returns"], device=device)
     masked = "Maskable" in type(model).__name__
-    nvec = [int(n) for n in model.action_space.nvec]
     optimizer = th.optim.Adam(policy.parameters(), lr=learning_rate)
     gen = th.Generator().manual_seed(seed)
     n = obs.shape[0]
@@ -94,7 +96,9 @@ def behaviour_clone(
                 dist = policy.get_distribution(obs[idx])
             policy_loss = th.zeros((), device=device)
             offset = 0
-            cats = dist.distributions if masked else dist.distribution
+            cats = dist.distributions if masked and hasattr(dist, "distributions") else dist.distribution
+            if not isinstance(cats, (list, tuple)):
+                cats = [cats]  # one categorical: a Discrete action space
             for c, (cat, k) in enumerate(zip(cats, nvec, strict=True)):
                 logp = th.log_softmax(cat.logits, dim=-1)  # [batch, k]
                 valid = masks[idx, offset : offset + k].float()
@@ -123,7 +127,8 @@ def behaviour_clone(
             sl = slice(start, start + 4096)
             kwargs = {"action_masks": data["masks"][sl]} if masked else {}
             pred, _ = model.predict(data["obs"][sl], deterministic=True, **kwargs)
-            correct += int(np.all(np.asarray(pred) == data["actions"][sl], axis=1).sum())
+            pred = np.asarray(pred).reshape(len(demo_actions[sl]), len(nvec))
+            correct += int(np.all(pred == demo_actions[sl], axis=1).sum())
     stats["bc_accuracy"] = correct / n
     stats["bc_steps"] = float(n)
     return stats

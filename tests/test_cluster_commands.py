@@ -16,7 +16,7 @@ from llmsched_env.runtime.policy_file import load_policy_file
 
 TINY = [
     "--timesteps", "256", "--n-envs", "1", "--hp", "n_steps=128", "--hp", "batch_size=64", "--hp", "eval_freq=128",
-    "--hp", "eval_episodes=1", "--hp", "env_kwargs.num_requests=60",
+    "--hp", "eval_episodes=1", "--hp", "env_kwargs.num_requests=60", "--hp", "bc_steps=200",
     "--eval-baselines", "round_robin,least_outstanding", "--no-progress",
 ]  # fmt: skip
 
