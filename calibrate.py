@@ -34,6 +34,7 @@ from llmsched_env.runtime.executor import Runtime
 from llmsched_env.runtime.fidelity import (
     FIDELITY_METRICS,
     RUNTIME_ENGINE,
+    WARMUP_SEED,
     FidelityWorkload,
     PolicyFactory,
     compare,
@@ -43,7 +44,7 @@ from llmsched_env.runtime.fidelity import (
 from llmsched_env.runtime.model import DTYPES, MODEL_PRESETS
 from llmsched_env.runtime.runner import ModelRunner
 
-FIT_SEED = 1000
+FIT_SEED = 1000  # the fitting episodes' workload (WARMUP_SEED = 999 warms the runtime up before fidelity runs)
 QUICK_GRID = cal.ProfileGrid((0, 64, 512), (0, 512), (0, 1, 8), (128, 512))
 
 
@@ -90,8 +91,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             args.seeds = [int(x) for x in args.seeds.split(",") if x]
         except ValueError as exc:
             p.error(f"--loads/--seeds: {exc}")
-        if FIT_SEED in args.seeds:
-            p.error(f"seed {FIT_SEED} is the fitting workload; choose other fidelity seeds")
+        if {FIT_SEED, WARMUP_SEED} & set(args.seeds):
+            p.error(f"seeds {FIT_SEED} (fitting) and {WARMUP_SEED} (warm-up) are not fidelity workloads; choose others")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device here")
     return args
