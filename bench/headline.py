@@ -64,7 +64,7 @@ def markdown(rows: list[dict[str, object]]) -> str:
         b_load, b_rps = r["best_cap"]  # type: ignore[misc]
         att = r["att"]  # type: ignore[assignment]
         keys = list(att)  # type: ignore[arg-type]
-        ratio = f"**{r['ratio']:.2f}×**" if r["met"] else f"{r['ratio']:.2f}× (missed)"
+        ratio = f"**{r['ratio']:.3f}×**" if r["met"] else f"{r['ratio']:.3f}× (missed)"
         lines.append(
             f"| `{r['scenario']}` | {a_load:.2f} ({a_rps:.3g} req/s) | `{r['best']}` {b_load:.2f} ({b_rps:.3g} req/s) "
             f"| {ratio} | ≥ {r['target']}× | {att[keys[0]]} / {att[keys[1]]} | {att[keys[2]]} / {att[keys[3]]} |"  # type: ignore[index]

@@ -12,7 +12,13 @@ pytest.importorskip("torch")
 
 import evaluate
 import train
+from llmsched_env.core.scenarios import trace_path
 from llmsched_env.runtime.policy_file import load_policy_file
+
+# The cluster scenarios replay the shared Azure / Mooncake traces; tests/test_cluster_synthetic.py covers the
+# env without them.
+pytestmark = pytest.mark.skipif(not trace_path("azure-conv").is_file(), reason="shared traces not found")
+
 
 TINY = [
     "--timesteps", "256", "--n-envs", "1", "--hp", "n_steps=128", "--hp", "batch_size=64", "--hp", "eval_freq=128",

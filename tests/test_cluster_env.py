@@ -12,7 +12,13 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 import baselines
 import llmsched_env  # noqa: F401
 from llmsched_env.config import EngineConfig
+from llmsched_env.core.scenarios import trace_path
 from llmsched_env.env import run_episode
+
+# The cluster scenarios replay the shared Azure / Mooncake traces; tests/test_cluster_synthetic.py covers the
+# env without them.
+pytestmark = pytest.mark.skipif(not trace_path("azure-conv").is_file(), reason="shared traces not found")
+
 
 SMALL = {"num_kv_blocks": 96, "block_size": 16, "max_num_seqs": 8, "max_num_batched_tokens": 512}
 
