@@ -10,6 +10,7 @@ import pytest
 import evaluate
 import llmsched_env  # noqa: F401
 from llmsched_env.core.scenarios import trace_dir
+from llmsched_env.decision import ACTION_COMPONENTS
 from llmsched_env.runtime.policy_file import load_policy_file
 
 SHIPPED = sorted((Path(__file__).resolve().parents[1] / "policies").glob("*/policy.json"))
@@ -24,17 +25,22 @@ def test_shipped_policy_runs_on_its_scenario(path: Path) -> None:
     policy = load_policy_file(path)
     scenario = policy.meta["scenario"]
     assert scenario == path.parent.name
-    if scenario.startswith(("azure", "mooncake", "sharegpt", "remote")) and not trace_dir().is_dir():
+    traces = ("azure", "mooncake", "sharegpt", "remote", "cluster")
+    if scenario.startswith(traces) and not trace_dir().is_dir():
         pytest.skip("shared traces not found")
-    env = gym.make(
-        "LLMSched-v0",
-        scenario=scenario,
-        split="eval",
-        num_requests=80,
-        iterations_per_step=policy.meta["iterations_per_step"],
-        check_invariants=True,
-    )
+    if scenario.startswith("cluster-"):  # a router
+        env = gym.make("LLMSchedCluster-v0", scenario=scenario, split="eval", num_requests=80, check_invariants=True)
+    else:
+        env = gym.make(
+            "LLMSched-v0",
+            scenario=scenario,
+            split="eval",
+            num_requests=80,
+            iterations_per_step=policy.meta["iterations_per_step"],
+            check_invariants=True,
+        )
     u = env.unwrapped
-    policy.check_compatible(u.obs_names, u.action_spec.nvec)
+    components = getattr(u.action_spec, "components", ACTION_COMPONENTS)  # ("replica",) for a router
+    policy.check_compatible(u.obs_names, u.action_spec.nvec, action_components=components)
     metrics = evaluate.run_episode(env, policy, seed=0)
     assert metrics["num_finished"] + metrics["num_rejected"] == 80
