@@ -167,9 +167,7 @@ class Engine:
             r.block_table = [pool.allocate() for _ in range(pool.blocks_for(r.num_computed_tokens))]
             self._commit_prefix(r, 0, r.num_computed_tokens)  # the transferred prompt blocks hold its prefix
             r.status = Status.RUNNING
-            self.running[r.request_id] = r
-            self.running_total_blocks += pool.blocks_for(r.total_len)
-            self.num_running_t[r.tenant] += 1
+            self._enter_running(r)
             self._start_decoding(r)
 
     def head(self, t: int) -> Request | None:
@@ -322,10 +320,8 @@ class Engine:
                 self.vtc[t] += r.prompt_len / self._weights[t]
                 self.service_tokens[t] += r.prompt_len
                 self.num_prompt_tokens_admitted += r.prompt_len
-            self.running[r.request_id] = r
-            self.running_total_blocks += pool.blocks_for(r.total_len)
+            self._enter_running(r)
             self.prefilling[r.request_id] = r
-            self.num_running_t[r.tenant] += 1
             batch.num_admitted += 1
             admitted += 1
             if remote_blocks:  # wait for the remote prefix KV before computing anything
@@ -338,6 +334,20 @@ class Engine:
             batch.add_prefill(r, chunk, cached)
             left -= chunk
         return left
+
+    def _enter_running(self, r: Request) -> None:
+        """``r`` (holding its blocks) joins the running set, last in admission order."""
+        self.running[r.request_id] = r
+        self.running_total_blocks += self.pool.blocks_for(r.total_len)
+        self.num_running_t[r.tenant] += 1
+
+    def _leave_running(self, r: Request) -> None:
+        """``r`` leaves the running set (finished, preempted or handed off) and releases its blocks."""
+        del self.running[r.request_id]
+        self.running_total_blocks -= self.pool.blocks_for(r.total_len)
+        self.num_running_t[r.tenant] -= 1
+        self.pool.release(r.block_table)
+        r.block_table = []
 
     def _hopeless(self, r: Request) -> bool:
         """Even alone and unchunked, ``r``'s first token would come after its TTFT deadline."""
@@ -387,11 +397,7 @@ class Engine:
             self._stop_decoding(r)
         else:
             del self.prefilling[r.request_id]
-        del self.running[r.request_id]
-        self.running_total_blocks -= self.pool.blocks_for(r.total_len)
-        self.num_running_t[r.tenant] -= 1
-        self.pool.release(r.block_table)
-        r.block_table = []
+        self._leave_running(r)
         r.num_computed_tokens = 0
         r.num_cached_tokens = 0
         if r.fetch_ready_s:
@@ -521,22 +527,14 @@ class Engine:
 
     def _hand_off(self, r: Request) -> None:
         """``r`` produced its first token here: release its blocks (its prefix stays cached) and let it go."""
-        del self.running[r.request_id]
-        self.running_total_blocks -= self.pool.blocks_for(r.total_len)
-        self.num_running_t[r.tenant] -= 1
-        self.pool.release(r.block_table)
-        r.block_table = []
+        self._leave_running(r)
         r.status = Status.TRANSFERRING
         self.handed_off.append(r)
 
     def _finish(self, r: Request) -> None:
         if r.decoding:
             self._stop_decoding(r)
-        del self.running[r.request_id]
-        self.running_total_blocks -= self.pool.blocks_for(r.total_len)
-        self.num_running_t[r.tenant] -= 1
-        self.pool.release(r.block_table)
-        r.block_table = []
+        self._leave_running(r)
         r.status = Status.FINISHED
         r.finish_s = self.now_s
         self.finished.append(r)
