@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,22 +51,6 @@ class ServeStats:
         return out
 
 
-def _valid(spec: ActionSpec, action: object) -> np.ndarray | None:
-    """``action`` as an int64 vector if it is a well-formed action of ``spec`` (mask aside), else None."""
-    try:
-        a = np.asarray(action)
-    except Exception:  # anything a policy returns
-        return None
-    if a.shape != (len(spec.nvec),) or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
-        return None
-    if np.issubdtype(a.dtype, np.floating) and not (np.all(np.isfinite(a)) and np.all(a == np.round(a))):
-        return None
-    a = a.astype(np.int64)
-    if np.any(a < 0) or np.any(a >= np.asarray(spec.nvec)):
-        return None
-    return a
-
-
 def serve(
     runtime: Simulator,
     policy: Policy,
@@ -79,7 +62,6 @@ def serve(
     policy_timeout_s: float = 0.1,
     check_invariants: bool = False,
     max_iterations: int = 10_000_000,
-    on_iteration: Callable[[Simulator], None] | None = None,
 ) -> tuple[dict[str, float], ServeStats]:
     """Run ``runtime`` until every request has finished or been rejected; return its metrics and the loop's
     counts. ``check_invariants`` checks the engine and the token bookkeeping after every iteration."""
@@ -103,11 +85,14 @@ def serve(
         except Exception as exc:  # a failing policy must not stop serving
             reason, stats.last_error = "error", f"{type(exc).__name__}: {exc}"
         else:
-            action = _valid(spec, raw)
-            if action is None:
-                reason, stats.last_error = "invalid", f"invalid action {raw!r}"
-            elif time.perf_counter() - t0 > policy_timeout_s:
-                reason, stats.last_error = "timeout", f"policy took over {policy_timeout_s} s"
+            try:
+                spec.decode(raw)  # the env's own check: shape, integers, range (ValueError naming the component)
+                action = np.asarray(raw, dtype=np.int64)
+            except ValueError as exc:
+                reason, stats.last_error = "invalid", f"invalid action {raw!r}: {exc}"
+            else:
+                if time.perf_counter() - t0 > policy_timeout_s:
+                    reason, stats.last_error = "timeout", f"policy took over {policy_timeout_s} s"
         if reason is not None:
             stats.num_fallbacks += 1
             stats.fallbacks[reason] += 1
@@ -124,8 +109,6 @@ def serve(
             stats.num_iterations += 1
             if check_invariants:
                 runtime.check_invariants()
-            if on_iteration is not None:
-                on_iteration(runtime)
             if runtime.done:
                 break
         last_step_s = runtime.now_s - start_s
