@@ -428,23 +428,14 @@ def evaluate(args: argparse.Namespace, details: list[dict[str, Any]] | None = No
 
 def _worker_argv(argv: Sequence[str]) -> list[str]:
     """The command line a Ray worker re-parses: the same runs, without the driver-only options."""
-    with_value = {"--out", "--tensorboard", "--ray-cpus"}
-    out: list[str] = []
-    it = iter(range(len(argv)))
-    for i in it:
-        a = argv[i]
-        key = a.split("=", 1)[0]
-        if key in ("--plots", "--no-plots") or (key in with_value | {"--ray"} and "=" in a):
-            continue
-        if key in with_value:
-            next(it, None)  # its value
-            continue
-        if key == "--ray":
-            if i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-                next(it, None)  # the optional address
-            continue
-        out.append(a)
-    return out
+    from llmsched_env.distributed import strip_options
+
+    return strip_options(
+        argv,
+        with_value=("--out", "--tensorboard", "--ray-cpus"),
+        optional_value=("--ray",),
+        flags=("--plots", "--no-plots"),
+    )
 
 
 def _run_cell(

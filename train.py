@@ -39,6 +39,7 @@ from agents.sb3 import FLAT_ACTION_ALGOS, make_model
 from agents.wrappers import FlatActions
 from llmsched_env.core.cluster_scenarios import list_cluster_scenarios
 from llmsched_env.core.scenario_library import list_scenarios
+from llmsched_env.distributed import strip_options
 
 EXPORTABLE = {"maskable_ppo", "ppo", "a2c"}
 QUICK = {  # the --quick preset: the whole pipeline in a few minutes on a 2-core laptop
@@ -186,18 +187,11 @@ def latest_checkpoint(folder: Path) -> Path | None:
 
 def sweep_runs(args: argparse.Namespace) -> list[tuple[Path, list[str]]]:
     """(run folder, train.py command line) of every training of a sweep: scenarios x seeds x hp-grid values."""
-    drop = {"--scenarios", "--seeds", "--hp-grid", "--ray", "--ray-cpus", "--out", "--scenario", "--seed"}
-    base: list[str] = []
-    argv = args.argv
-    i = 0
-    while i < len(argv):
-        key = argv[i].split("=", 1)[0]
-        if key in drop:
-            has_value = "=" not in argv[i] and i + 1 < len(argv) and not argv[i + 1].startswith("--")
-            i += 2 if has_value else 1
-            continue
-        base.append(argv[i])
-        i += 1
+    base = strip_options(
+        args.argv,
+        with_value=("--scenarios", "--seeds", "--hp-grid", "--ray-cpus", "--out", "--scenario", "--seed"),
+        optional_value=("--ray",),
+    )
     scenarios = [s for s in (args.scenarios or args.scenario).split(",") if s]
     grid: list[list[tuple[str, str]]] = [[]]
     for item in args.hp_grid:
