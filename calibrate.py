@@ -136,7 +136,7 @@ def profile_command(args: argparse.Namespace) -> dict[str, Any]:
     for load in args.fit_loads:
         reqs = workload.requests(grid_model, sat * load, FIT_SEED)
         rt = Runtime(runner, RUNTIME_ENGINE, workload.tenants(grid_model), grid_model, reqs, record=True)
-        drive(rt, RUNTIME_ENGINE, grid_model, fcfs, fcfs)
+        drive(rt, fcfs, fcfs)
         iterations += cal.iteration_samples(rt)
         overheads.append(rt.loop_overhead_s())
     overhead = float(np.mean(overheads))

@@ -94,10 +94,9 @@ class FidelityWorkload:
         return generate(wl, np.random.default_rng(seed))
 
 
-def drive(
-    sim: Simulator, engine: EngineConfig, cost_model: CostModel, make: PolicyFactory, fallback: PolicyFactory
-) -> dict[str, float]:
-    tenants = sim.engine.tenants
+def drive(sim: Simulator, make: PolicyFactory, fallback: PolicyFactory) -> dict[str, float]:
+    """Serve ``sim`` (a Simulator or a Runtime) to the end under the policy ``make`` builds; its metrics."""
+    engine, tenants, cost_model = sim.engine.config, sim.engine.tenants, sim.cost_model
     spec = ActionSpec.for_engine(engine)
     rate = len(sim.requests) / max(sim.requests[-1].arrival_s, 1e-9)
     encoder = ObservationEncoder(engine, tenants, rate)
@@ -112,7 +111,7 @@ def saturation_rps(
     """Requests/s the simulator finishes when the whole workload arrives at once (the engine saturated)."""
     reqs = workload.requests(cost_model, 1e6, seed)
     sim = Simulator(engine, workload.tenants(cost_model), cost_model, reqs)
-    return drive(sim, engine, cost_model, policy, policy)["request_throughput_rps"]
+    return drive(sim, policy, policy)["request_throughput_rps"]
 
 
 def compare(
@@ -134,16 +133,16 @@ def compare(
     # Warm the runtime up first (allocator, attention buffers grown to size, caches): a cold first run was
     # 10-20% slower than the same run warm, which is start-up cost, not what the cost model should predict.
     warm = workload.requests(cost_model, sat * max(loads), WARMUP_SEED)
-    drive(Runtime(runner, engine, tenants, cost_model, warm), engine, cost_model, fallback, fallback)
+    drive(Runtime(runner, engine, tenants, cost_model, warm), fallback, fallback)
     rows: list[dict[str, float | str]] = []
     for name, make in policies.items():
         for load in loads:
             for seed in seeds:
                 rate = sat * load
                 real_rt = Runtime(runner, engine, tenants, cost_model, workload.requests(cost_model, rate, seed))
-                real = drive(real_rt, engine, cost_model, make, fallback)
+                real = drive(real_rt, make, fallback)
                 sim = Simulator(engine, tenants, cost_model, workload.requests(cost_model, rate, seed))
-                pred = drive(sim, engine, cost_model, make, fallback)
+                pred = drive(sim, make, fallback)
                 row: dict[str, float | str] = {"policy": name, "load": load, "seed": seed, "rate_rps": rate}
                 for m in FIDELITY_METRICS:
                     row[f"real_{m}"] = real[m]
