@@ -349,14 +349,17 @@ def runtime_episode(args: argparse.Namespace, env: gym.Env, spec: PolicySpec, se
     key = (cfg.num_kv_blocks, cfg.block_size)
     if key not in args.runners:
         torch.set_num_threads(1)
-        args.runners[key] = ModelRunner(
-            args.model,
-            num_blocks=cfg.num_kv_blocks,
-            block_size=cfg.block_size,
-            device=args.device,
-            dtype=DTYPES[args.dtype],
-            weights_path=args.weights,
-        )
+        try:
+            args.runners[key] = ModelRunner(
+                args.model,
+                num_blocks=cfg.num_kv_blocks,
+                block_size=cfg.block_size,
+                device=args.device,
+                dtype=DTYPES[args.dtype],
+                weights_path=args.weights,
+            )
+        except ValueError as exc:  # a bad --weights file: its loader names the file and the tensor
+            raise SystemExit(f"evaluate.py: error: {exc}") from None
     dilation = slo_scale(u.cost_model)
     requests = u.episode_requests(seed)
     for r in requests:

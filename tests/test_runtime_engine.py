@@ -278,3 +278,13 @@ def test_calibrate_profile_and_fidelity_commands(tmp_path: Path) -> None:
     assert "| ttft_p50_s |" in (out / "fidelity.md").read_text()
     with pytest.raises(SystemExit):
         calibrate.main([*args[:-1], "1000", "--out", str(out)])  # the fitting seed is not a fidelity workload
+
+
+def test_evaluate_runtime_names_a_bad_weights_file(tmp_path: Path) -> None:
+    import evaluate
+
+    bad = tmp_path / "bad.safetensors"
+    bad.write_text("not safetensors")
+    argv = ["--backend", "runtime", "--scenarios", "mixed-slo", "--num-requests", "2", "--weights", str(bad)]
+    with pytest.raises(SystemExit, match=r"bad\.safetensors: not a readable safetensors file"):
+        evaluate.main(argv)
