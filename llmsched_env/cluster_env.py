@@ -8,7 +8,6 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.utils import seeding
 
 import baselines  # local schedulers by name; the core and decision layers never import baselines
 from llmsched_env.cluster_decision import (
@@ -247,14 +246,6 @@ class LLMSchedClusterEnv(gym.Env):
         """Replica ``i``'s single-node policy context (``baselines.make``)."""
         s = self.specs[i]
         return PolicyContext(s.engine, self.tenants, s.cost_model, self.action_specs[i], self.local_encoders[i].names)
-
-    def episode_requests(self, seed: int) -> list[Request]:
-        """Fresh copies of the requests ``reset(seed=seed)`` replays."""
-        rng, self.np_random = self.np_random, seeding.np_random(seed)[0]
-        try:
-            return self._draw_requests()
-        finally:
-            self.np_random = rng
 
     def _draw_requests(self) -> list[Request]:
         if self.load_range is not None:
