@@ -204,12 +204,7 @@ class LLMSchedClusterEnv(gym.Env):
         self._good, self._missed, self._preempt = good, missed, pre
         if terminated or truncated:
             d_missed += cluster.num_routed - good - missed  # unresolved requests count as misses
-        rc = self.reward_config
-        rewards = {
-            "good": rc.good * d_good * self._norm,
-            "miss": -rc.miss * d_missed * self._norm,
-            "preempt": -rc.preempt * d_pre * self._norm,
-        }
+        rewards = self.reward_config.terms(d_good, d_missed, d_pre, self._norm)
         info: dict[str, Any] = {"rewards": rewards, "action_projected": projected, "replica": self.routable[a]}
         if terminated or truncated:
             info["metrics"] = cluster.metrics()

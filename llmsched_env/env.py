@@ -38,6 +38,14 @@ class RewardConfig:
         for f in fields(self):
             check_positive("RewardConfig", f.name, getattr(self, f.name), allow_zero=True)
 
+    def terms(self, num_good: int, num_missed: int, num_preempted: int, norm: float) -> dict[str, float]:
+        """The named reward terms of one step: requests newly met, missed and preempted, each over N."""
+        return {
+            "good": self.good * num_good * norm,
+            "miss": -self.miss * num_missed * norm,
+            "preempt": -self.preempt * num_preempted * norm,
+        }
+
 
 class LLMSchedEnv(gym.Env):
     """Schedule one LLM serving engine, one engine iteration per step.
@@ -215,18 +223,13 @@ class LLMSchedEnv(gym.Env):
         engine = sim.engine
         terminated = sim.done
         truncated = not terminated and (sim.now_s >= self.horizon_s or sim.num_steps >= self.max_steps)
-        rc = self.reward_config
         d_good = engine.num_good - self._good
         d_missed = engine.num_missed - self._missed
         d_pre = engine.num_preemptions - self._preempt
         self._good, self._missed, self._preempt = engine.num_good, engine.num_missed, engine.num_preemptions
         if terminated or truncated:
             d_missed += engine.num_arrived - engine.num_good - engine.num_missed  # unresolved count as misses
-        rewards = {
-            "good": rc.good * d_good * self._norm,
-            "miss": -rc.miss * d_missed * self._norm,
-            "preempt": -rc.preempt * d_pre * self._norm,
-        }
+        rewards = self.reward_config.terms(d_good, d_missed, d_pre, self._norm)
         info: dict[str, Any] = {"rewards": rewards, "action_projected": projected}
         if terminated or truncated:
             info["metrics"] = sim.metrics()
