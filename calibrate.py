@@ -3,12 +3,15 @@
     python calibrate.py profile --model tiny --out llmsched_env/core/presets/runtime-tiny-cpu.json
     python calibrate.py fidelity --model tiny --preset runtime-tiny-cpu --out docs/results/fidelity-tiny-cpu
 
-``profile`` times the model runner over a grid of batch shapes (``runtime.calibrate.ProfileGrid``), measures
-the serving loop's own per-iteration time on a short fcfs episode, fits the linear cost model and writes it
-as a preset (with the samples beside it as CSV). ``fidelity`` replays the same workloads, under several
-policies and loads, on the runtime and in the simulator priced by that preset, and writes the relative errors
-of TTFT / TPOT / E2E at p50 and p99 and of the throughput (``fidelity.csv``, ``fidelity.json``, ``fidelity.md``).
-The fitting episode (seed 1000) is never one of the fidelity workloads (seeds you choose, default 1, 2).
+``profile`` times the model runner over a grid of batch shapes (``runtime.calibrate.ProfileGrid``), records
+fcfs fitting episodes (real iterations with the serving loop's own time), fits the linear cost model and
+writes it as a preset (with the grid samples beside it as CSV). ``fidelity`` replays the same workloads,
+under several policies and loads, on the runtime and in the simulator priced by that preset, and writes the
+relative errors of TTFT / TPOT / E2E at p50 and p99 and of the throughput (``fidelity.csv``,
+``fidelity.json``, ``fidelity.md``). Unless ``--no-in-situ``, each workload is also replayed in lockstep with
+fitting episodes and predicted by a model fitted to them (``runtime.fidelity``): the error without the
+machine's speed drift since the preset was fitted. Fitting workloads (seeds 1000 and up) and the warm-up
+workload (999) are never fidelity workloads (seeds you choose, default 1, 2).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from llmsched_env.runtime import calibrate as cal
 from llmsched_env.runtime.executor import Runtime
 from llmsched_env.runtime.fidelity import (
     FIDELITY_METRICS,
+    FIT_LOADS,
+    FIT_SEED,
     RUNTIME_ENGINE,
     WARMUP_SEED,
     FidelityWorkload,
@@ -44,7 +49,6 @@ from llmsched_env.runtime.fidelity import (
 from llmsched_env.runtime.model import DTYPES, MODEL_PRESETS
 from llmsched_env.runtime.runner import ModelRunner
 
-FIT_SEED = 1000  # the fitting episodes' workload (WARMUP_SEED = 999 warms the runtime up before fidelity runs)
 QUICK_GRID = cal.ProfileGrid((0, 64, 512), (0, 512), (0, 1, 8), (128, 512))
 
 
@@ -69,12 +73,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             s.add_argument("--repeats", type=int, default=3, help="timed runs per batch shape (median kept)")
             s.add_argument("--quick", action="store_true", help="a small grid (tests, smoke runs)")
             s.add_argument("--name", default=None, help="preset name (default: the file stem)")
-            s.add_argument("--fit-loads", default="0.3,0.6,0.9", help="loads of the recorded fitting episodes")
+            s.add_argument(
+                "--fit-loads", default=",".join(map(str, FIT_LOADS)), help="loads of the recorded fitting episodes"
+            )
         else:
             s.add_argument("--preset", required=True, help="cost-model preset name or JSON path")
             s.add_argument("--policies", default="fcfs,sjf,slo_aware")
             s.add_argument("--loads", default="0.5,0.8", help="fractions of the simulated saturation throughput")
             s.add_argument("--seeds", default="1,2")
+            s.add_argument(
+                "--no-in-situ", dest="in_situ", action="store_false", help="skip the lockstep in-situ replays"
+            )
     args = p.parse_args(argv)
     if args.command == "profile":
         try:
@@ -91,18 +100,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             args.seeds = [int(x) for x in args.seeds.split(",") if x]
         except ValueError as exc:
             p.error(f"--loads/--seeds: {exc}")
-        if {FIT_SEED, WARMUP_SEED} & set(args.seeds):
-            p.error(f"seeds {FIT_SEED} (fitting) and {WARMUP_SEED} (warm-up) are not fidelity workloads; choose others")
+        taken = [x for x in args.seeds if x >= FIT_SEED or x == WARMUP_SEED]
+        if taken:
+            p.error(
+                f"seeds {taken}: {FIT_SEED} and up (fitting) and {WARMUP_SEED} (warm-up) are not fidelity "
+                "workloads; choose others"
+            )
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device here")
     return args
 
 
-def _runner(args: argparse.Namespace) -> ModelRunner:
+def _runner(args: argparse.Namespace, num_blocks: int = RUNTIME_ENGINE.num_kv_blocks) -> ModelRunner:
     torch.set_num_threads(args.threads)
     return ModelRunner(
         args.model,
-        num_blocks=RUNTIME_ENGINE.num_kv_blocks,
+        num_blocks=num_blocks,
         block_size=RUNTIME_ENGINE.block_size,
         device=args.device,
         dtype=DTYPES[args.dtype],
@@ -157,6 +170,7 @@ def profile_command(args: argparse.Namespace) -> dict[str, Any]:
         "loop_overhead_s": overhead,
         "grid": fit_report(model, [(p, d, kv, q, t + overhead) for p, d, kv, q, t in samples]),
         "iterations": fit_report(model, iterations),
+        "iterations_by_decodes": cal.residuals_by_decodes(model, iterations),
     }
     print(json.dumps(report, indent=2))
     print(model)
@@ -168,31 +182,42 @@ def _fmt(x: float) -> str:
 
 
 def fidelity_command(args: argparse.Namespace) -> list[dict[str, Any]]:
-    runner = _runner(args)
+    # twice the engine's KV blocks: the in-situ fitting episodes run in the second half
+    runner = _runner(args, 2 * RUNTIME_ENGINE.num_kv_blocks)
     model = load_cost_model(args.preset)
     workload = FidelityWorkload(num_requests=args.num_requests)
     policies = {name: _factory(name) for name in args.policies}
+    kinds = {"preset": "err_"} | ({"in-situ": "err_insitu_"} if args.in_situ else {})
 
     def show(row: dict[str, Any]) -> None:
-        errs = " ".join(f"{m.removesuffix('_s')}={_fmt(row[f'err_{m}'])}" for m in FIDELITY_METRICS)
-        print(f"{row['policy']:>10} load {row['load']:.2f} seed {row['seed']}: {errs}", flush=True)
+        for kind, prefix in kinds.items():
+            errs = " ".join(f"{m.removesuffix('_s')}={_fmt(row[f'{prefix}{m}'])}" for m in FIDELITY_METRICS)
+            print(f"{row['policy']:>10} load {row['load']:.2f} seed {row['seed']} {kind:>7}: {errs}", flush=True)
 
-    rows = compare(runner, model, policies, _factory("fcfs"), args.loads, args.seeds, workload, progress=show)
+    rows = compare(
+        runner, model, policies, _factory("fcfs"), args.loads, args.seeds, workload, progress=show, in_situ=args.in_situ
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     _write_rows(rows, args.out / "fidelity.csv")
-    summary = {m: _stats([float(r[f"err_{m}"]) for r in rows]) for m in FIDELITY_METRICS}
+    summary = {
+        kind: {m: _stats([float(r[f"{prefix}{m}"]) for r in rows]) for m in FIDELITY_METRICS}
+        for kind, prefix in kinds.items()
+    }
     (args.out / "fidelity.json").write_text(
         json.dumps({"preset": str(args.preset), "model": args.model, "rows": rows, "summary": summary}, indent=2)
     )
     lines = [
         f"Fidelity of preset `{args.preset}` against the runtime ({args.model}, {args.dtype}, {args.device}); "
         f"{args.num_requests} requests per run, policies {', '.join(args.policies)}, loads {args.loads}, "
-        f"seeds {args.seeds}.",
+        f"seeds {args.seeds}. Relative errors of the simulator, mean (max) over the runs: against the preset, "
+        "and in situ (a model fitted to fitting episodes served in lockstep with each replay).",
         "",
-        "| metric | mean rel. error | max rel. error |",
-        "|---|---|---|",
+        "| metric | " + " | ".join(kinds) + " |",
+        "|---|" + "---|" * len(kinds),
     ]
-    lines += [f"| {m} | {_fmt(s['mean'])} | {_fmt(s['max'])} |" for m, s in summary.items()]
+    for m in FIDELITY_METRICS:
+        cells = [f"{_fmt(summary[k][m]['mean'])} ({_fmt(summary[k][m]['max'])})" for k in kinds]
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
     (args.out / "fidelity.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return rows

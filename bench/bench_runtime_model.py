@@ -4,7 +4,9 @@
     python bench/bench_runtime_model.py --model llama-1b --device cuda --dtype bfloat16
 
 Each case is run on a fresh sequence layout (contiguous block ids) after warmup; the median of
-``--repeats`` runs is printed, with the tokens per second it implies.
+``--repeats`` runs is printed, with the tokens per second it implies. Then decode batches of mixed context
+lengths, attended in length groups (the runner's default) and in one padded call (what the runner did
+before), against a batch of as many decodes of uniform length with about the same total context.
 """
 
 from __future__ import annotations
@@ -46,6 +48,20 @@ def main() -> None:
         chunks = [SeqChunk([1] * n, 0, list(range(-(-n // bs))), True)]
         t = time_step(runner, chunks, args.warmup, args.repeats)
         print(f"{f'prefill {n} tokens':<28}{t * 1e3:>10.2f}{n / t:>12.0f}")
+    mixed = {"x16 @ ctx 125": [125] * 16, "x16 (15 @ 30, 1 @ 1800)": [30] * 15 + [1800]}
+    print(f"\n{'decodes, context':<28}{'grouped ms':>12}{'one call ms':>13}")
+    for name, lengths in mixed.items():
+        chunks, first = [], 0
+        for n in lengths:
+            blocks = -(-(n + 1) // bs)
+            chunks.append(SeqChunk([1], n, list(range(first, first + blocks)), True))
+            first += blocks
+        times = []
+        for slack in (runner.decode_group_slack, 1 << 30):
+            runner.decode_group_slack = slack
+            times.append(time_step(runner, chunks, args.warmup, args.repeats))
+        runner.decode_group_slack = 256
+        print(f"{name:<28}{times[0] * 1e3:>12.2f}{times[1] * 1e3:>13.2f}")
 
 
 if __name__ == "__main__":

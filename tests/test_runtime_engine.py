@@ -199,6 +199,94 @@ def test_runtime_rejects_a_mismatched_engine(runner: ModelRunner) -> None:
         Runtime(runner, ENGINE, TENANTS, COST, bad)
 
 
+def test_a_runtime_on_its_own_kv_blocks_gives_the_same_tokens() -> None:
+    """``block_offset`` maps the engine's blocks onto the runner's upper half; the tokens do not change."""
+    big = ModelRunner(SMALL, num_blocks=2 * ENGINE.num_kv_blocks, block_size=ENGINE.block_size)
+    outs = []
+    for offset in (0, ENGINE.num_kv_blocks):
+        rt = Runtime(big, ENGINE, TENANTS, COST, make_requests(), block_offset=offset)
+        metrics, _ = serve(rt, baselines.make("fcfs", CTX), ENCODER, SPEC, baselines.make("fcfs", CTX))
+        assert served_all(metrics, 16)
+        outs.append(rt.output_tokens)
+    assert outs[0] == outs[1]
+    with pytest.raises(ValueError, match="from block 49"):
+        Runtime(big, ENGINE, TENANTS, COST, [], block_offset=ENGINE.num_kv_blocks + 1)
+    with pytest.raises(ValueError, match="block_offset"):
+        Runtime(big, ENGINE, TENANTS, COST, [], block_offset=-1)
+
+
+class _FakeClock:
+    """``time.perf_counter`` that only moves when told: a model step takes exactly ``step_s``."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_lockstep_times_each_runtime_without_the_others_turns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runtimes served in lockstep on one runner: each clock is paused during the other's turn, so every
+    iteration lasts exactly its own model step, and the measured runtime's tokens equal a solo run's."""
+    from llmsched_env.runtime import fidelity
+
+    big = ModelRunner(SMALL, num_blocks=2 * ENGINE.num_kv_blocks, block_size=ENGINE.block_size)
+    solo = Runtime(big, ENGINE, TENANTS, COST, make_requests())
+    fidelity.drive(solo, lambda c: baselines.make("sjf", c), lambda c: baselines.make("fcfs", c))
+    clock = _FakeClock()
+    real_run = big.run
+
+    def timed_run(chunks):  # every model step takes 10 ms on the fake clock
+        clock.now += 0.010
+        return real_run(chunks)
+
+    monkeypatch.setattr(time, "perf_counter", clock)
+    monkeypatch.setattr(big, "run", timed_run)
+    test = Runtime(big, ENGINE, TENANTS, COST, make_requests(), record=True)
+    partners = []
+
+    def episodes():
+        for k in range(100):
+            partners.append(Runtime(big, ENGINE, TENANTS, COST, make_requests(4, seed=k), record=True, block_offset=48))
+            yield partners[-1]
+
+    fcfs = lambda c: baselines.make("fcfs", c)  # noqa: E731
+    metrics = fidelity.drive_lockstep(test, lambda c: baselines.make("sjf", c), fcfs, episodes())
+    assert served_all(metrics, 16) and len(partners) >= 2  # partners that ended were replaced
+    assert test.output_tokens == solo.output_tokens
+    for rt in [test, *partners]:
+        assert rt.iterations and all(it[4] == pytest.approx(0.010) for it in rt.iterations)
+    with pytest.raises(RuntimeError, match="not paused"):
+        test.resume()
+    test.pause()
+    with pytest.raises(RuntimeError, match="already paused"):
+        test.pause()
+
+
+def test_in_situ_fidelity_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``compare(in_situ=True)`` adds the lockstep replay and the in-situ model's errors to every row."""
+    from llmsched_env.runtime import fidelity
+
+    engine = EngineConfig(
+        num_kv_blocks=64, block_size=16, max_num_seqs=8, max_num_batched_tokens=256, max_model_len=1024
+    )
+    workload = fidelity.FidelityWorkload(num_requests=8, prompt_median=60, output_median=8, max_prompt_len=300)
+    monkeypatch.setattr(fidelity, "LOCKSTEP_EPISODE_REQUESTS", 4)
+    fcfs = lambda c: baselines.make("fcfs", c)  # noqa: E731
+    small = ModelRunner(SMALL, num_blocks=engine.num_kv_blocks, block_size=16)
+    with pytest.raises(ValueError, match="2 x 64 KV blocks"):
+        fidelity.compare(small, COST, {"fcfs": fcfs}, fcfs, [0.5], [1], workload, engine, in_situ=True)
+    big = ModelRunner(SMALL, num_blocks=2 * engine.num_kv_blocks, block_size=16)
+    rows = fidelity.compare(big, COST, {"fcfs": fcfs}, fcfs, [0.5], [1], workload, engine, in_situ=True)
+    (row,) = rows
+    assert row["insitu_fit_iterations"] > 0
+    for m in fidelity.FIDELITY_METRICS:
+        assert row[f"insitu_real_{m}"] > 0 and row[f"insitu_sim_{m}"] > 0
+        assert row[f"err_insitu_{m}"] == pytest.approx(
+            abs(row[f"insitu_sim_{m}"] - row[f"insitu_real_{m}"]) / row[f"insitu_real_{m}"]
+        )
+
+
 def test_realtime_mode_serves_everything(runner: ModelRunner) -> None:
     reqs = make_requests(6, gap_s=0.01)
     rt = Runtime(runner, ENGINE, TENANTS, COST, reqs, realtime=True)
@@ -221,6 +309,18 @@ def test_profile_and_fit_give_a_loadable_preset(runner: ModelRunner, tmp_path: P
     with pytest.raises(ValueError, match=r"ProfileGrid\.decode_seqs"):
         cal.ProfileGrid(decode_seqs=(-1,))
     assert isinstance(model, LinearCostModel)
+
+
+def test_residuals_by_decodes_compare_measured_and_predicted_totals() -> None:
+    model = LinearCostModel([1e-3, 1e-5, 1e-4, 1e-7, 1e-8])
+    shapes = [(0, 1, 100, 0.0), (0, 2, 300, 0.0), (0, 3, 900, 0.0), (0, 12, 5000, 0.0), (64, 2, 200, 2080.0)]
+    exact = [(*f, model.step_time_s(*f)) for f in shapes]
+    rows = cal.residuals_by_decodes(model, exact)
+    assert [r["steps"] for r in rows] == ["decodes 1", "decodes 2", "decodes 3-4", "decodes 9+", "with prefill"]
+    assert all(r["measured_over_predicted"] == pytest.approx(1.0) and r["count"] == 1 for r in rows)
+    slow = [(*f, 2 * t) if f[1] == 12 else (*f, t) for *f, t in exact]
+    by_name = {r["steps"]: r["measured_over_predicted"] for r in cal.residuals_by_decodes(model, slow)}
+    assert by_name["decodes 9+"] == pytest.approx(2.0) and by_name["decodes 2"] == pytest.approx(1.0)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -274,10 +374,12 @@ def test_calibrate_profile_and_fidelity_commands(tmp_path: Path) -> None:
     args = ["fidelity", *common, "--preset", str(preset), "--policies", "fcfs", "--loads", "0.5", "--seeds", "1"]
     assert calibrate.main([*args, "--out", str(out)]) == 0
     text = (out / "fidelity.csv").read_text()
-    assert "err_ttft_p50_s" in text and "real_tpot_p99_s" in text
-    assert "| ttft_p50_s |" in (out / "fidelity.md").read_text()
-    with pytest.raises(SystemExit):
-        calibrate.main([*args[:-1], "1000", "--out", str(out)])  # the fitting seed is not a fidelity workload
+    assert "err_ttft_p50_s" in text and "real_tpot_p99_s" in text and "err_insitu_tpot_p50_s" in text
+    report = (out / "fidelity.md").read_text()
+    assert "| ttft_p50_s |" in report and "| metric | preset | in-situ |" in report
+    for seed in ("1000", "1003", "999"):  # fitting and warm-up workloads are not fidelity workloads
+        with pytest.raises(SystemExit):
+            calibrate.main([*args[:-1], seed, "--out", str(out)])
 
 
 def test_evaluate_runtime_names_a_bad_weights_file(tmp_path: Path) -> None:

@@ -77,6 +77,25 @@ def test_mixed_batch_of_prefill_chunks_and_decodes_matches_dense() -> None:
     assert r.run([SeqChunk([c[0]], 0, [50], False), SeqChunk([b[0]], 0, [51], True)])[0] is None
 
 
+@pytest.mark.parametrize("slack", [0, 8, 10_000])
+def test_decodes_of_mixed_lengths_in_length_groups_match_dense(slack: int) -> None:
+    """Decodes are attended in groups of similar context length (one group per length with slack 0, one
+    for all with a large slack); every grouping gives the dense logits, in the chunks' order."""
+    r = _runner(decode_group_slack=slack)
+    lengths = [3, 40, 9, 25, 40, 17, 2]
+    seqs = [_tokens(n + 1, 20 + i) for i, n in enumerate(lengths)]
+    tables = [[4 * i + j for j in range(4)] + [40 + 3 * i + j for j in range(3)] for i in range(len(seqs))]
+    r.run([SeqChunk(s[:-1], 0, t, False) for s, t in zip(seqs, tables, strict=True)])
+    extra = _tokens(12, 30)  # a prefill chunk beside the decodes
+    chunks = [SeqChunk([s[-1]], len(s) - 1, t, True) for s, t in zip(seqs, tables, strict=True)]
+    chunks.insert(3, SeqChunk(extra, 0, [62, 63], True))
+    logits = r.forward_logits(chunks)
+    for row, seq in enumerate([*seqs[:3], extra, *seqs[3:]]):
+        _close(logits[row], _dense(r, seq)[-1])
+    with pytest.raises(ValueError, match="decode_group_slack"):
+        _runner(decode_group_slack=-1)
+
+
 def test_prefix_reuse_reads_shared_blocks() -> None:
     r = _runner()
     prefix, tail_a, tail_b = _tokens(32, 7), _tokens(5, 8), _tokens(9, 9)  # 32 = 4 full blocks

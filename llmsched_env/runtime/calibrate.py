@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from llmsched_env.config import EngineConfig
-from llmsched_env.core.cost_model import LinearCostModel
+from llmsched_env.core.cost_model import CostModel, LinearCostModel
 from llmsched_env.runtime.executor import Runtime
 from llmsched_env.runtime.runner import ModelRunner, SeqChunk
 
@@ -37,6 +37,7 @@ __all__ = [
     "fit",
     "iteration_samples",
     "profile",
+    "residuals_by_decodes",
     "samples_table",
     "time_step",
 ]
@@ -177,3 +178,23 @@ def samples_table(samples: Sequence[Sample]) -> list[dict[str, float]]:
     """Samples as rows with named fields (for CSV/JSON reports)."""
     keys = ("num_prefill_tokens", "num_decode_seqs", "num_kv_tokens", "prefill_attn_pairs", "seconds")
     return [dict(zip(keys, (float(v) for v in s), strict=True)) for s in samples]
+
+
+DECODE_CLASSES = ((1, 1), (2, 2), (3, 4), (5, 8), (9, 1 << 30))
+
+
+def residuals_by_decodes(model: CostModel, samples: Sequence[Sample]) -> list[dict[str, float | str]]:
+    """Measured over predicted total time of ``samples`` by kind of step: decode-only steps by their number
+    of decodes (1, 2, 3-4, 5-8, 9+) and steps with a prefill chunk; where a linear model's shape misses."""
+    rows: list[dict[str, float | str]] = []
+    classes = [
+        (f"decodes {lo}" if lo == hi else f"decodes {lo}+" if hi == 1 << 30 else f"decodes {lo}-{hi}", lo, hi)
+        for lo, hi in DECODE_CLASSES
+    ]
+    for name, lo, hi in [*classes, ("with prefill", -1, -1)]:
+        picked = [s for s in samples if (s[0] > 0 if lo < 0 else s[0] == 0 and lo <= s[1] <= hi)]
+        if picked:
+            predicted = sum(model.step_time_s(int(p), int(d), int(kv), q) for p, d, kv, q, _ in picked)
+            measured = sum(t for *_, t in picked)
+            rows.append({"steps": name, "count": float(len(picked)), "measured_over_predicted": measured / predicted})
+    return rows

@@ -8,7 +8,9 @@ Time. An iteration lasts from the end of the previous model step to the end of t
 so it includes the engine's own bookkeeping, observation encoding and the policy's decision, as a real
 serving loop pays them. Idle gaps (no work until the next arrival) are skipped by default, as the simulator
 skips them; with ``realtime=True`` the runtime sleeps through them instead, so the engine clock is the wall
-clock from the first arrival on.
+clock from the first arrival on. ``pause()`` / ``resume()`` stop and restart the clock, so that two runtimes
+served in lockstep on one model (``fidelity.drive_lockstep``; each on its own KV blocks, ``block_offset``)
+are each timed without the other's turns.
 
 Tokens. Prompts are synthesised by ``PromptTokens`` (content-addressed, so prefix-cache hits hold the same
 tokens); every sampled token is kept, and a request preempted by recompute re-runs its prompt plus the
@@ -49,15 +51,19 @@ class Runtime(Simulator):
         seed: int = 0,
         realtime: bool = False,
         record: bool = False,
+        block_offset: int = 0,
     ) -> None:
+        if not isinstance(block_offset, int) or block_offset < 0:
+            raise ValueError(f"block_offset must be an integer >= 0, got {block_offset!r}")
         if config.block_size != runner.block_size:
             raise ValueError(
                 f"EngineConfig.block_size={config.block_size} differs from the runner's KV block size "
                 f"{runner.block_size}"
             )
-        if config.num_kv_blocks > runner.num_blocks:
+        if config.num_kv_blocks + block_offset > runner.num_blocks:
             raise ValueError(
-                f"EngineConfig.num_kv_blocks={config.num_kv_blocks} exceeds the runner's {runner.num_blocks} KV blocks"
+                f"EngineConfig.num_kv_blocks={config.num_kv_blocks} from block {block_offset} on exceeds the "
+                f"runner's {runner.num_blocks} KV blocks"
             )
         if config.max_model_len > runner.config.max_position:
             raise ValueError(
@@ -74,6 +80,10 @@ class Runtime(Simulator):
         self.prompts = PromptTokens(runner.config.vocab_size, seed)
         self.output_tokens: dict[int, list[int]] = {}  # sampled tokens per request id, kept after it ends
         self.realtime = realtime
+        # The engine's block b is the runner's block b + block_offset: two runtimes sharing one runner (the
+        # fidelity report's lockstep calibration) each keep to their own part of the KV cache.
+        self.block_offset = block_offset
+        self._paused_at: float | None = None
         self.model_time_s = 0.0  # wall time inside the model runner
         self.busy_time_s = 0.0  # wall time of the iterations that ran a batch (model plus the loop around it)
         self.num_model_steps = 0
@@ -97,11 +107,11 @@ class Runtime(Simulator):
             sample = end == r.num_prefill_tokens
             if sample:
                 finals.append((r, len(chunks), r.num_output_tokens))
-            chunks.append(SeqChunk(seq[ctx:end].tolist(), ctx, r.block_table, sample))
+            chunks.append(SeqChunk(seq[ctx:end].tolist(), ctx, self._table(r), sample))
         decodes = engine.decoding_requests() if batch.decode_round else []
         for r in decodes:
             last = self.output_tokens[r.request_id][-1]
-            chunks.append(SeqChunk([last], r.num_computed_tokens, r.block_table, True))
+            chunks.append(SeqChunk([last], r.num_computed_tokens, self._table(r), True))
         t0 = time.perf_counter()
         sampled = self.runner.run(chunks)
         self.runner.synchronize()
@@ -144,6 +154,26 @@ class Runtime(Simulator):
                 time.sleep(lag)
                 self._mark = time.perf_counter()
         return batch
+
+    def pause(self) -> None:
+        """Stop this runtime's clock until ``resume()``: the time between is not part of any iteration (in
+        lockstep, another runtime's turn on the same machine)."""
+        if self._paused_at is not None:
+            raise RuntimeError("Runtime.pause: already paused")
+        self._paused_at = time.perf_counter()
+
+    def resume(self) -> None:
+        """Restart the clock ``pause()`` stopped."""
+        if self._paused_at is None:
+            raise RuntimeError("Runtime.resume: not paused")
+        gap = time.perf_counter() - self._paused_at
+        self._paused_at = None
+        self._mark += gap
+        self._wall0 += gap
+
+    def _table(self, r: Request) -> list[int]:
+        off = self.block_offset
+        return [b + off for b in r.block_table] if off else r.block_table
 
     def _append(self, r: Request, token: int | None) -> None:
         assert token is not None, f"no token sampled for {r}"

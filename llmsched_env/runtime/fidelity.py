@@ -5,16 +5,28 @@ a ``Simulator`` priced by a cost-model preset, under the same policy and the sam
 reports TTFT, TPOT and E2E at p50 and p99 and the request throughput of both, with the simulator's relative
 error ``|sim - real| / real``. Loads are fractions of the workload's saturation throughput in the simulator
 (``saturation_rps``), so "0.8" means the same pressure whatever the model and device.
+
+In-situ calibration (``in_situ=True``). A preset is fitted at one moment; on a shared CPU the machine's speed
+drifts afterwards (the same decode batch took from 1.30 to 1.69 ms within one minute on our 2-core CI
+machine), and queueing amplifies a step-time error several-fold in the latencies. So each row also replays
+its workload in lockstep with fitting episodes (fcfs on workloads of seeds ``FIT_SEED`` and up, never a
+fidelity workload): one decision of the measured runtime, then one of the fitting runtime, each clock paused
+while the other runs (``drive_lockstep``), on one model with the KV cache split between them. A cost model
+fitted to the fitting episodes' iterations alone, the profile command's procedure, then prices the
+simulator's replay: it was measured under the same machine conditions as the replay it predicts, and never
+saw that replay. Its errors are the ``insitu_*`` columns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+import itertools
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from llmsched_env.config import SLO_CLASSES, EngineConfig, TenantConfig
+from llmsched_env.core.batch import Batch
 from llmsched_env.core.cost_model import CostModel
 from llmsched_env.core.lengths import LengthDist
 from llmsched_env.core.request import Request
@@ -22,18 +34,22 @@ from llmsched_env.core.scenarios import slo_scale
 from llmsched_env.core.simulator import Simulator
 from llmsched_env.core.workload import TenantWorkload, WorkloadConfig, generate
 from llmsched_env.decision import ActionSpec, ObservationEncoder, Policy, PolicyContext
+from llmsched_env.runtime.calibrate import fit, iteration_samples
 from llmsched_env.runtime.executor import Runtime
 from llmsched_env.runtime.runner import ModelRunner
-from llmsched_env.runtime.serve import serve
+from llmsched_env.runtime.serve import ServeStats, serve, serving
 
 __all__ = [
     "FIDELITY_METRICS",
+    "FIT_LOADS",
+    "FIT_SEED",
     "RUNTIME_ENGINE",
     "WARMUP_SEED",
     "FidelityWorkload",
     "PolicyFactory",
     "compare",
     "drive",
+    "drive_lockstep",
     "saturation_rps",
 ]
 
@@ -52,6 +68,9 @@ RUNTIME_ENGINE = EngineConfig(
 )
 PolicyFactory = Callable[[PolicyContext], Policy]
 WARMUP_SEED = 999  # the workload served once, unmeasured, before a fidelity run
+FIT_SEED = 1000  # fitting workloads are seeds FIT_SEED, FIT_SEED + 1, ...: none is a fidelity workload
+FIT_LOADS = (0.3, 0.6, 0.9)  # fitting episodes' loads, fractions of the saturation rate
+LOCKSTEP_EPISODE_REQUESTS = 40  # short fitting episodes in lockstep, so every load recurs during one replay
 
 
 @dataclass(frozen=True)
@@ -94,15 +113,69 @@ class FidelityWorkload:
         return generate(wl, np.random.default_rng(seed))
 
 
-def drive(sim: Simulator, make: PolicyFactory, fallback: PolicyFactory) -> dict[str, float]:
-    """Serve ``sim`` (a Simulator or a Runtime) to the end under the policy ``make`` builds; its metrics."""
+def _loop_parts(
+    sim: Simulator, make: PolicyFactory, fallback: PolicyFactory
+) -> tuple[Policy, ObservationEncoder, ActionSpec, Policy]:
+    """The policy, encoder, action spec and fallback ``serve`` needs for ``sim``, as the env builds them."""
     engine, tenants, cost_model = sim.engine.config, sim.engine.tenants, sim.cost_model
     spec = ActionSpec.for_engine(engine)
     rate = len(sim.requests) / max(sim.requests[-1].arrival_s, 1e-9)
     encoder = ObservationEncoder(engine, tenants, rate)
     ctx = PolicyContext(engine, tenants, cost_model, spec, encoder.names)
-    metrics, _ = serve(sim, make(ctx), encoder, spec, fallback(ctx))
+    return make(ctx), encoder, spec, fallback(ctx)
+
+
+def drive(sim: Simulator, make: PolicyFactory, fallback: PolicyFactory) -> dict[str, float]:
+    """Serve ``sim`` (a Simulator or a Runtime) to the end under the policy ``make`` builds; its metrics."""
+    metrics, _ = serve(sim, *_loop_parts(sim, make, fallback))
     return metrics
+
+
+def drive_lockstep(
+    runtime: Runtime, make: PolicyFactory, fallback: PolicyFactory, partners: Iterator[Runtime]
+) -> dict[str, float]:
+    """Serve ``runtime`` to the end under ``make``'s policy, alternating every decision with one of a partner
+    runtime served by ``fallback`` (the next from ``partners`` whenever one ends). Each runtime's clock is
+    paused while the other runs, so the two are timed under the same machine conditions. Partners must use
+    their own KV blocks (``Runtime(block_offset=...)``). Returns ``runtime``'s metrics."""
+    partner: Runtime | None = None
+    partner_loop: Iterator[None] | None = None
+    for _ in serving(runtime, *_loop_parts(runtime, make, fallback), ServeStats()):
+        runtime.pause()
+        if partner_loop is None:
+            partner = next(partners)
+            partner_loop = serving(partner, *_loop_parts(partner, fallback, fallback), ServeStats())
+        else:
+            assert partner is not None
+            partner.resume()
+        if next(partner_loop, StopIteration) is StopIteration:
+            partner_loop = None  # it ended: the next turn starts the next partner
+        else:
+            assert partner is not None
+            partner.pause()
+        runtime.resume()
+    return runtime.metrics()
+
+
+class _Repriced(Simulator):
+    """A simulator whose iterations are priced by ``clock`` while its engine and policy see ``cost_model``:
+    the in-situ replay, whose decisions must see the preset the runtime's did."""
+
+    def __init__(
+        self,
+        clock: CostModel,
+        config: EngineConfig,
+        tenants: Sequence[TenantConfig],
+        cost_model: CostModel,
+        requests: Sequence[Request],
+    ) -> None:
+        super().__init__(config, tenants, cost_model, requests)
+        self.clock = clock
+
+    def execute(self, batch: Batch) -> float:
+        return self.clock.step_time_s(
+            batch.num_prefill_tokens, batch.num_decode_seqs, batch.num_kv_tokens, batch.prefill_attn_pairs
+        )
 
 
 def saturation_rps(
@@ -124,11 +197,20 @@ def compare(
     workload: FidelityWorkload | None = None,
     engine: EngineConfig = RUNTIME_ENGINE,
     progress: Callable[[dict[str, float | str]], None] | None = None,
+    in_situ: bool = False,
 ) -> list[dict[str, float | str]]:
     """One row per (policy, load, seed): every ``FIDELITY_METRICS`` entry measured on the runtime
-    (``real_*``), predicted by the simulator (``sim_*``) and the relative error (``err_*``)."""
+    (``real_*``), predicted by the simulator (``sim_*``) and the relative error (``err_*``). With
+    ``in_situ`` also the lockstep replay and its in-situ fitted simulator (``insitu_real_*``,
+    ``insitu_sim_*``, ``err_insitu_*``, see the module docstring); the runner then needs twice the engine's
+    KV blocks."""
     workload = workload or FidelityWorkload()
     tenants = workload.tenants(cost_model)
+    if in_situ and runner.num_blocks < 2 * engine.num_kv_blocks:
+        raise ValueError(
+            f"in-situ calibration needs a runner with 2 x {engine.num_kv_blocks} KV blocks (the fitting "
+            f"episodes use the second half), it has {runner.num_blocks}"
+        )
     sat = saturation_rps(cost_model, workload, engine, fallback)
     # Warm the runtime up first (allocator, attention buffers grown to size, caches): a cold first run was
     # 10-20% slower than the same run warm, which is start-up cost, not what the cost model should predict.
@@ -151,7 +233,47 @@ def compare(
                 row["real_slo_attainment"] = real["slo_attainment"]
                 row["sim_slo_attainment"] = pred["slo_attainment"]
                 row["loop_overhead_s"] = real["loop_overhead_s"]
+                if in_situ:
+                    row.update(_in_situ(runner, cost_model, make, fallback, workload, engine, sat, rate, seed))
                 rows.append(row)
                 if progress is not None:
                     progress(row)
     return rows
+
+
+def _in_situ(
+    runner: ModelRunner,
+    cost_model: CostModel,
+    make: PolicyFactory,
+    fallback: PolicyFactory,
+    workload: FidelityWorkload,
+    engine: EngineConfig,
+    sat: float,
+    rate: float,
+    seed: int,
+) -> dict[str, float]:
+    """The lockstep replay of one fidelity workload and its prediction by a model fitted beside it."""
+    tenants = workload.tenants(cost_model)
+    fitting = replace(workload, num_requests=LOCKSTEP_EPISODE_REQUESTS)
+    partners: list[Runtime] = []
+
+    def episodes() -> Iterator[Runtime]:
+        for k in itertools.count():
+            reqs = fitting.requests(cost_model, sat * FIT_LOADS[k % len(FIT_LOADS)], FIT_SEED + k)
+            partners.append(
+                Runtime(runner, engine, tenants, cost_model, reqs, record=True, block_offset=engine.num_kv_blocks)
+            )
+            yield partners[-1]
+
+    test = Runtime(runner, engine, tenants, cost_model, workload.requests(cost_model, rate, seed))
+    real = drive_lockstep(test, make, fallback, episodes())
+    samples = [s for rt in partners for s in iteration_samples(rt)]
+    model = fit([], 0.0, name="in-situ", iterations=samples)
+    sim = _Repriced(model, engine, tenants, cost_model, workload.requests(cost_model, rate, seed))
+    pred = drive(sim, make, fallback)
+    out = {"insitu_fit_iterations": float(len(samples))}
+    for m in FIDELITY_METRICS:
+        out[f"insitu_real_{m}"] = real[m]
+        out[f"insitu_sim_{m}"] = pred[m]
+        out[f"err_insitu_{m}"] = abs(pred[m] - real[m]) / real[m] if real[m] > 0 else float("nan")
+    return out

@@ -2,10 +2,17 @@
 
 All tokens of the iteration are packed into one ``[num_tokens, hidden]`` batch for the linear layers,
 decodes first, then the prefill chunks in order (no padding). Attention reads keys and values through each
-sequence's block table: the decodes as one padded batched call, each prefill chunk on its own (padding a
-decode to a prefill's length would waste compute). The torch path (``scaled_dot_product_attention``) runs
-on CPU and CUDA; on CUDA with fp16/bf16, blocks of a multiple of 256 tokens (flash-attn's paged-KV rule)
-and the ``flash_attn`` package present, ``flash_attn_with_kvcache`` is used instead.
+sequence's block table: each prefill chunk on its own (padding a decode to a prefill's length would waste
+compute), the decodes in batched calls over groups of similar context length. One padded call over all
+decodes would cost ``decodes x longest context``: on the CPU ``tiny`` preset, 15 decodes at context 30
+beside one at 1800 took 6.3 ms in one call, 16 at context 125 1.7 ms (``bench/bench_runtime_model.py``).
+Grouping sorted lengths, a new group starting where the padding would exceed ``decode_group_slack`` tokens
+per sequence (1.9 ms for the first batch), keeps the cost close to the total context, as paged-attention
+kernels' is, and so to the cost model's ``num_kv_tokens`` feature.
+
+The torch path (``scaled_dot_product_attention``) runs on CPU and CUDA; on CUDA with fp16/bf16, blocks of a
+multiple of 256 tokens (flash-attn's paged-KV rule) and the ``flash_attn`` package present,
+``flash_attn_with_kvcache`` is used instead, all decodes in one call.
 """
 
 from __future__ import annotations
@@ -50,10 +57,10 @@ class _Plan:
     positions: torch.Tensor  # [N]
     slots: torch.Tensor  # [N] flat cache slots the new K/V go to
     sample_rows: torch.Tensor  # [M] rows whose logits are wanted, in chunk order
-    num_decodes: int  # D: rows [0, D) are decodes
-    dec_tables: torch.Tensor | None = None  # [D, max_blocks] padded block tables of the decodes
-    dec_lens: torch.Tensor | None = None  # [D] context lengths (start_pos + 1)
-    dec_mask: torch.Tensor | None = None  # [D, 1, 1, max_blocks * block_size] True where a key is visible
+    num_decodes: int  # D: rows [0, D) are decodes, longest context first
+    # (first row, tables [G, max_blocks] padded, lengths [G] = start_pos + 1, mask [G, 1, 1, max_blocks *
+    # block_size] True where a key is visible) of each group of decodes attended in one call
+    dec_groups: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=list)
     # (first row, num tokens, start_pos, blocks [num_seq_blocks]) of each prefill chunk
     prefills: list[tuple[int, int, int, torch.Tensor]] = field(default_factory=list)
 
@@ -73,7 +80,10 @@ class ModelRunner:
         weights_path: str | Path | None = None,
         temperature: float = 0.0,
         attention: str = "auto",
+        decode_group_slack: int = 256,
     ) -> None:
+        if not isinstance(decode_group_slack, int) or decode_group_slack < 0:
+            raise ValueError(f"decode_group_slack must be an integer >= 0, got {decode_group_slack!r}")
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
             raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
         if attention not in ATTENTION_BACKENDS:
@@ -99,6 +109,7 @@ class ModelRunner:
         if attention == "flash" and not flash_ok:
             raise ValueError("attention='flash' needs flash_attn, a CUDA device, fp16/bf16 and block_size % 256 == 0")
         self.use_flash = flash_ok and attention != "torch"
+        self.decode_group_slack = decode_group_slack  # padding tokens per decode before a new group starts
 
     def run(self, chunks: Sequence[SeqChunk]) -> list[int | None]:
         """Run one iteration: every chunk's tokens in ONE forward pass (prefill chunks and decodes together),
@@ -168,7 +179,7 @@ class ModelRunner:
     def _plan(self, chunks: Sequence[SeqChunk]) -> _Plan:
         dev, bs = self.device, self.block_size
         idx = torch.int32 if self.use_flash else torch.int64  # flash_attn takes int32 tables and lengths
-        decodes = [i for i, c in enumerate(chunks) if len(c.token_ids) == 1]
+        decodes = sorted((i for i, c in enumerate(chunks) if len(c.token_ids) == 1), key=lambda i: -chunks[i].start_pos)
         prefills = [i for i, c in enumerate(chunks) if len(c.token_ids) > 1]
         tokens: list[int] = []
         positions: list[int] = []
@@ -184,14 +195,22 @@ class ModelRunner:
         packed = torch.tensor([tokens, positions, slots], dtype=torch.int64).to(dev)  # [3, N], one transfer
         rows = [last_row[i] for i, c in enumerate(chunks) if c.sample]
         plan = _Plan(packed[0], packed[1], packed[2], torch.tensor(rows, dtype=torch.int64, device=dev), len(decodes))
-        if decodes:
-            lens = [chunks[i].start_pos + 1 for i in decodes]
-            width = -(-max(lens) // bs)
-            tables = [list(chunks[i].block_table[: -(-n // bs)]) for i, n in zip(decodes, lens, strict=True)]
-            plan.dec_tables = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=idx).to(dev)
-            plan.dec_lens = torch.tensor(lens, dtype=idx).to(dev)
-            visible = torch.arange(width * bs, device=dev)[None, :] < plan.dec_lens[:, None]  # [D, width * bs]
-            plan.dec_mask = visible[:, None, None, :]
+        first = 0
+        while first < len(decodes):  # groups of similar length (flash-attn takes any mix in one call)
+            top = chunks[decodes[first]].start_pos + 1
+            end = first + 1
+            while end < len(decodes) and (
+                self.use_flash or top - chunks[decodes[end]].start_pos - 1 <= self.decode_group_slack
+            ):
+                end += 1
+            lens = [chunks[i].start_pos + 1 for i in decodes[first:end]]
+            width = -(-top // bs)
+            tables = [list(chunks[i].block_table[: -(-n // bs)]) for i, n in zip(decodes[first:end], lens, strict=True)]
+            dec_tables = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=idx).to(dev)
+            dec_lens = torch.tensor(lens, dtype=idx).to(dev)
+            visible = torch.arange(width * bs, device=dev)[None, :] < dec_lens[:, None]  # [G, width * bs]
+            plan.dec_groups.append((first, dec_tables, dec_lens, visible[:, None, None, :]))
+            first = end
         row = len(decodes)
         for i in prefills:
             c = chunks[i]
@@ -205,33 +224,34 @@ class ModelRunner:
         # q: [N, heads, head_dim]; k, v: [N, kv_heads, head_dim] (rotary applied) -> [N, heads, head_dim]
         self.kv.write(layer, plan.slots, k, v)
         out = torch.empty_like(q)
-        d = plan.num_decodes
-        if d:
-            out[:d] = self._attend_decodes(plan, layer, q[:d])
+        for g, (row, tables, lens, mask) in enumerate(plan.dec_groups):
+            end = plan.dec_groups[g + 1][0] if g + 1 < len(plan.dec_groups) else plan.num_decodes
+            out[row:end] = self._attend_decodes(layer, q[row:end], tables, lens, mask)
         for row, n, start, blocks in plan.prefills:
             out[row : row + n] = self._attend_prefill(
                 layer, q[row : row + n], k[row : row + n], v[row : row + n], start, blocks
             )
         return out
 
-    def _attend_decodes(self, plan: _Plan, layer: int, q: torch.Tensor) -> torch.Tensor:
-        # q: [D, heads, head_dim], one query per sequence at position dec_lens - 1
-        assert plan.dec_tables is not None and plan.dec_lens is not None and plan.dec_mask is not None
+    def _attend_decodes(
+        self, layer: int, q: torch.Tensor, tables: torch.Tensor, lens: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        # q: [D, heads, head_dim], one query per sequence at position lens - 1
         if self.use_flash:
             o = flash_attn_with_kvcache(
                 q[:, None],
                 self.kv.k[layer],
                 self.kv.v[layer],
                 causal=True,
-                cache_seqlens=plan.dec_lens,
-                block_table=plan.dec_tables,
+                cache_seqlens=lens,
+                block_table=tables,
             )
             return o[:, 0]  # [D, heads, head_dim]
         d, kvh = q.shape[0], self.config.num_kv_heads
-        k, v = self.kv.gather_batch(layer, plan.dec_tables)  # [D, S, kv_heads, head_dim]
+        k, v = self.kv.gather_batch(layer, tables)  # [D, S, kv_heads, head_dim]
         # GQA without repeating K/V: the group's query heads become the query-length axis of their kv head
         qg = q.view(d, kvh, -1, q.shape[-1])  # [D, kv_heads, group, head_dim]
-        o = sdpa(qg, k.transpose(1, 2), v.transpose(1, 2), attn_mask=plan.dec_mask)  # [D, kv_heads, group, head_dim]
+        o = sdpa(qg, k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask)  # [D, kv_heads, group, head_dim]
         return o.reshape(q.shape)
 
     def _attend_prefill(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +25,7 @@ import numpy as np
 from llmsched_env.core.simulator import Simulator
 from llmsched_env.decision import ActionSpec, ObservationEncoder, Policy
 
-__all__ = ["FALLBACK_REASONS", "ServeStats", "serve"]
+__all__ = ["FALLBACK_REASONS", "ServeStats", "serve", "serving"]
 
 FALLBACK_REASONS = ("error", "invalid", "timeout")
 
@@ -65,11 +66,45 @@ def serve(
 ) -> tuple[dict[str, float], ServeStats]:
     """Run ``runtime`` until every request has finished or been rejected; return its metrics and the loop's
     counts. ``check_invariants`` checks the engine and the token bookkeeping after every iteration."""
+    stats = ServeStats()
+    for _ in serving(
+        runtime,
+        policy,
+        encoder,
+        spec,
+        fallback,
+        stats,
+        iterations_per_step=iterations_per_step,
+        policy_timeout_s=policy_timeout_s,
+        check_invariants=check_invariants,
+        max_iterations=max_iterations,
+    ):
+        pass
+    metrics = runtime.metrics()
+    metrics.update(stats.as_metrics())
+    return metrics, stats
+
+
+def serving(
+    runtime: Simulator,
+    policy: Policy,
+    encoder: ObservationEncoder,
+    spec: ActionSpec,
+    fallback: Policy,
+    stats: ServeStats,
+    *,
+    iterations_per_step: int = 1,
+    policy_timeout_s: float = 0.1,
+    check_invariants: bool = False,
+    max_iterations: int = 10_000_000,
+) -> Iterator[None]:
+    """``serve``'s loop one decision at a time: yields after each decision and the iterations it ran, until
+    ``runtime`` is done, counting into ``stats``. Lets a caller interleave several serving loops (the
+    fidelity report's lockstep calibration)."""
     if iterations_per_step < 1:
         raise ValueError(f"iterations_per_step must be >= 1, got {iterations_per_step}")
     if not policy_timeout_s > 0:
         raise ValueError(f"policy_timeout_s must be > 0, got {policy_timeout_s}")
-    stats = ServeStats()
     engine = runtime.engine
     last_step_s = 0.0
     while not runtime.done:
@@ -112,6 +147,4 @@ def serve(
             if runtime.done:
                 break
         last_step_s = runtime.now_s - start_s
-    metrics = runtime.metrics()
-    metrics.update(stats.as_metrics())
-    return metrics, stats
+        yield
