@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The runtime's GPU check (issue #5), one script: correctness tests on CUDA, the step-time bench, profile and
-# calibration, a short fidelity run and the policy decision-time bench, with the ~1B preset in bf16.
+# The runtime's GPU check (issue #5), one script: correctness tests on CUDA, the step-time and steadiness
+# benches, profile and calibration, a short fidelity run (preset and in situ) and the policy decision-time
+# bench, with the ~1B preset in bf16.
 #   bash bench/gpu_check.sh [OUT_DIR]          (default OUT_DIR: results/gpu-check)
 # MODEL / DEVICE / DTYPE / NUM_REQUESTS override the defaults (MODEL=tiny DEVICE=cpu DTYPE=float32 runs the same
 # steps on a CPU, as a dry run). Everything printed also goes to OUT_DIR/report.txt.
@@ -19,6 +20,8 @@ echo "== correctness tests (the CUDA ones run when a GPU is present)"
 python -m pytest tests/test_runtime_model.py tests/test_runtime_engine.py -q -p no:cacheprovider -rs
 echo "== model step times"
 python bench/bench_runtime_model.py --model "$MODEL" --device "$DEVICE" --dtype "$DTYPE"
+echo "== how steady the step times are (5 s windows)"
+python bench/bench_speed_drift.py --model "$MODEL" --device "$DEVICE" --dtype "$DTYPE" --seconds 20
 echo "== profile and calibration"
 python calibrate.py profile --model "$MODEL" --device "$DEVICE" --dtype "$DTYPE" --num-requests "$NUM_REQUESTS" \
     --out "$OUT/runtime-$MODEL-$DEVICE.json"

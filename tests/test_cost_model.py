@@ -112,7 +112,8 @@ def test_linear_fit_recovers_coefficients() -> None:
     true = np.array([5e-3, 3e-5, 4e-5, 2e-8, 1e-10])
     samples = _synthetic_samples(true, 600, noise=0.01)
     model = LinearCostModel.fit(samples, name="fitted")
-    np.testing.assert_allclose(model.coef_s, true, rtol=0.05)
+    np.testing.assert_allclose(model.coef_s[:5], true, rtol=0.05)
+    assert model.coef_s[5] == 0.0  # the concave term is only fitted on request
     report = fit_report(model, samples)
     assert report["mean_rel_error"] < 0.02
     assert report["num_samples"] == 600
@@ -141,7 +142,26 @@ def test_linear_fit_matches_scipy_nnls() -> None:
     norms = np.linalg.norm(a, axis=0)
     ref = optimize.nnls(a / norms, arr[:, 4])[0] / norms
     ref[0] = max(ref[0], LinearCostModel.MIN_OVERHEAD_S)
-    np.testing.assert_allclose(model.coef_s, ref, rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(model.coef_s[:5], ref, rtol=1e-6, atol=1e-12)
+
+
+def test_linear_fit_with_the_concave_decode_term() -> None:
+    """Steps whose cost has a ``log2(1 + d)`` part: the linear fit misses it, the concave fit recovers it."""
+    rng = np.random.default_rng(5)
+    d = rng.integers(0, 64, 400)
+    kv = d * rng.integers(16, 2048, 400)
+    true = [2e-3, 0.0, 4e-5, 2e-8, 0.0, 3e-4]
+    model = LinearCostModel(true)
+    samples = [(0, int(a), int(b), 0.0, model.step_time_s(0, int(a), int(b), 0.0)) for a, b in zip(d, kv, strict=True)]
+    concave = LinearCostModel.fit(samples, concave_decodes=True)
+    np.testing.assert_allclose(concave.coef_s, true, rtol=1e-6, atol=1e-12)
+    assert fit_report(concave, samples)["max_rel_error"] < 1e-9
+    assert fit_report(LinearCostModel.fit(samples), samples)["max_rel_error"] > 0.01
+    assert model.step_time_s(0, 3, 100, 0.0) == pytest.approx(2e-3 + 1.2e-4 + 2e-6 + 3e-4 * 2)
+    doubled = model.scaled(2.0)
+    assert doubled.step_time_s(0, 3, 100, 0.0) == pytest.approx(2 * model.step_time_s(0, 3, 100, 0.0))
+    with pytest.raises(ValueError, match="factor"):
+        model.scaled(0.0)
 
 
 @pytest.mark.parametrize(
@@ -157,6 +177,15 @@ def test_linear_fit_matches_scipy_nnls() -> None:
 def test_linear_fit_rejects_bad_samples(samples: list[tuple[float, ...]], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         LinearCostModel.fit(samples)
+
+
+def test_linear_preset_without_the_concave_term_loads_with_it_zero(tmp_path: Path) -> None:
+    path = tmp_path / "old.json"
+    fields = {"overhead_s": 1e-3, "prefill_token_s": 1e-5, "decode_seq_s": 1e-5, "kv_token_s": 1e-8}
+    path.write_text(json.dumps({"kind": "linear", **fields, "prefill_attn_pair_s": 0.0}))
+    model = load_cost_model(path)
+    assert isinstance(model, LinearCostModel) and model.coef_s[5] == 0.0
+    assert model.step_time_s(0, 4, 100, 0.0) == pytest.approx(1e-3 + 4e-5 + 1e-6)
 
 
 def test_linear_save_load_round_trip(tmp_path: Path) -> None:

@@ -303,6 +303,11 @@ def test_profile_and_fit_give_a_loadable_preset(runner: ModelRunner, tmp_path: P
     assert (p, d, kv, pairs) == cal.batch_features(64, 32, 4, 32)
     model = cal.fit(samples, loop_overhead_s=1e-4, name="t")
     assert model.coef_s[0] >= 1e-4
+    # with recorded iterations, the fit is scaled so its total over them is their measured total
+    recorded = [(p, d, kv, q, 1.3 * t) for p, d, kv, q, t in samples[:8]]
+    both = cal.fit(samples, 1e-4, iterations=recorded)
+    total = sum(both.step_time_s(int(p), int(d), int(kv), q) for p, d, kv, q, _ in recorded)
+    assert total == pytest.approx(sum(t for *_, t in recorded))
     path = tmp_path / "t.json"
     model.save(path)
     assert load_cost_model(path) == model

@@ -36,10 +36,14 @@ def _number(owner: str, field: str, value: Any, *, positive: bool = False, integ
 
 
 class LinearCostModel:
-    """``t = c0 + c1 * p + c2 * d + c3 * kv + c4 * pairs`` with every ``c >= 0`` and ``c0 > 0``.
+    """``t = c0 + c1 * p + c2 * d + c3 * kv + c4 * pairs + c5 * log2(1 + d)`` with every ``c >= 0`` and
+    ``c0 > 0``.
 
-    Fit it to measured iterations with ``LinearCostModel.fit``; its JSON preset (kind ``"linear"``) names
-    the coefficients ``COEF_FIELDS``.
+    The last term, optional (0 unless fitted with ``concave_decodes``), lets a step's cost grow more slowly
+    than linearly in its number of decodes, as batching makes it on small models (the torch runtime's
+    length-grouped decode attention is one more call per group, and groups multiply more slowly than
+    decodes). Fit it to measured iterations with ``LinearCostModel.fit``; its JSON preset (kind
+    ``"linear"``) names the coefficients ``COEF_FIELDS`` (a preset without ``decode_log_s`` has it 0).
     """
 
     COEF_FIELDS = (
@@ -48,31 +52,48 @@ class LinearCostModel:
         "decode_seq_s",
         "kv_token_s",
         "prefill_attn_pair_s",
+        "decode_log_s",
     )
+    OPTIONAL_FIELDS = ("decode_log_s",)
     MIN_OVERHEAD_S = 1e-6  # a fit's intercept is floored here so an empty iteration still takes time
 
     def __init__(self, coef_s: Sequence[float], name: str = "linear", description: str = "") -> None:
         owner = f"LinearCostModel {name!r}"
         coefs = tuple(coef_s)
+        required = len(self.COEF_FIELDS) - len(self.OPTIONAL_FIELDS)
+        if len(coefs) == required:
+            coefs += (0.0,) * len(self.OPTIONAL_FIELDS)
         if len(coefs) != len(self.COEF_FIELDS):
-            raise ValueError(f"{owner}: coef_s needs {len(self.COEF_FIELDS)} values {self.COEF_FIELDS}")
+            raise ValueError(
+                f"{owner}: coef_s needs {required} or {len(self.COEF_FIELDS)} values {self.COEF_FIELDS}"
+            )
         for field, c in zip(self.COEF_FIELDS, coefs, strict=True):
             _number(owner, field, c, positive=field == "overhead_s")
         self.name = name
         self.description = description
         self.coef_s: tuple[float, ...] = tuple(float(c) for c in coefs)
-        self._c0, self._c1, self._c2, self._c3, self._c4 = self.coef_s
+        self._c0, self._c1, self._c2, self._c3, self._c4, self._c5 = self.coef_s
 
     def step_time_s(
         self, num_prefill_tokens: int, num_decode_seqs: int, num_kv_tokens: int, prefill_attn_pairs: float
     ) -> float:
-        return (
+        t = (
             self._c0
             + self._c1 * num_prefill_tokens
             + self._c2 * num_decode_seqs
             + self._c3 * num_kv_tokens
             + self._c4 * prefill_attn_pairs
         )
+        if self._c5:
+            t += self._c5 * math.log2(1 + num_decode_seqs)
+        return t
+
+    def scaled(self, factor: float, description: str | None = None) -> LinearCostModel:
+        """This model with every coefficient multiplied by ``factor`` (> 0)."""
+        if not (math.isfinite(factor) and factor > 0):
+            raise ValueError(f"LinearCostModel.scaled: factor must be a finite number > 0, got {factor!r}")
+        desc = self.description if description is None else description
+        return LinearCostModel([c * factor for c in self.coef_s], name=self.name, description=desc)
 
     @classmethod
     def fit(
@@ -81,11 +102,15 @@ class LinearCostModel:
         name: str = "linear",
         description: str = "",
         relative: bool = True,
+        concave_decodes: bool = False,
     ) -> LinearCostModel:
         """Non-negative least squares over ``(num_prefill_tokens, num_decode_seqs, num_kv_tokens,
         prefill_attn_pairs, seconds)`` samples. ``relative`` weights each sample by 1/seconds, so a 5 ms
-        decode step counts as much as a 500 ms prefill (relative errors are minimised)."""
-        x, y = _samples_array(samples, min_rows=len(cls.COEF_FIELDS))
+        decode step counts as much as a 500 ms prefill (relative errors are minimised). ``concave_decodes``
+        also fits the ``log2(1 + d)`` term, else its coefficient is 0."""
+        x, y = _samples_array(samples, min_rows=5 + concave_decodes)  # one per fitted coefficient
+        if concave_decodes:
+            x = np.column_stack([x, np.log2(1 + x[:, 1])])
         a = np.column_stack([np.ones(len(y)), x])
         b = y.copy()
         if relative:
@@ -120,9 +145,9 @@ class LinearCostModel:
         if unknown:
             raise ValueError(f"LinearCostModel {name!r}: unknown field(s) {unknown}; known: {sorted(known)}")
         for field in cls.COEF_FIELDS:
-            if field not in data:
+            if field not in data and field not in cls.OPTIONAL_FIELDS:
                 raise ValueError(f"LinearCostModel {name!r}: missing field '{field}'")
-        coefs = [data[field] for field in cls.COEF_FIELDS]
+        coefs = [data.get(field, 0.0) for field in cls.COEF_FIELDS]
         return cls(coefs, name=name, description=data.get("description", ""))
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -166,12 +166,22 @@ def fit(
     iterations: Iterable[Sample] = (),
 ) -> LinearCostModel:
     """``LinearCostModel`` fitted to profiled ``grid_samples`` (each raised by the loop's own time
-    ``loop_overhead_s``) together with recorded runtime ``iterations`` (already whole iterations)."""
+    ``loop_overhead_s``) together with recorded runtime ``iterations`` (already whole iterations).
+
+    Non-negative least squares on relative errors, with the concave ``log2(1 + decodes)`` term (the
+    runner's decode attention is one call per length group). Relative errors fit the typical step; real
+    steps also have a tail (a page fault, a collection, another process), which every latency sums. So when
+    there are ``iterations``, the fit is then scaled so that its total over them equals their measured total:
+    the simulator's clock runs at the runtime's mean speed."""
     if loop_overhead_s < 0:
         raise ValueError(f"loop_overhead_s must be >= 0, got {loop_overhead_s}")
-    samples = [(p, d, kv, pairs, t + loop_overhead_s) for p, d, kv, pairs, t in grid_samples]
-    samples += list(iterations)
-    return LinearCostModel.fit(samples, name=name, description=description)
+    recorded = list(iterations)
+    samples = [(p, d, kv, pairs, t + loop_overhead_s) for p, d, kv, pairs, t in grid_samples] + recorded
+    model = LinearCostModel.fit(samples, name=name, description=description, concave_decodes=True)
+    if not recorded:
+        return model
+    predicted = sum(model.step_time_s(int(p), int(d), int(kv), pairs) for p, d, kv, pairs, _ in recorded)
+    return model.scaled(sum(t for *_, t in recorded) / predicted)
 
 
 def samples_table(samples: Sequence[Sample]) -> list[dict[str, float]]:
