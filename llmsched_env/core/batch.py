@@ -11,8 +11,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 from llmsched_env.core.request import Request
+
+if TYPE_CHECKING:
+    from llmsched_env.core.cost_model import CostModel
 
 __all__ = ["Batch", "Decision", "QueueOrder"]
 
@@ -103,6 +107,12 @@ class Batch:
     @property
     def is_empty(self) -> bool:
         return self.num_prefill_tokens == 0 and self.num_decode_seqs == 0
+
+    def time_s(self, model: CostModel) -> float:
+        """What ``model`` prices this iteration at, from its four features."""
+        return model.step_time_s(
+            self.num_prefill_tokens, self.num_decode_seqs, self.num_kv_tokens, self.prefill_attn_pairs
+        )
 
     def add_prefill(self, request: Request, chunk: int, context: int) -> None:
         self.prefill_reqs.append(request)

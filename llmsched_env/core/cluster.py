@@ -215,9 +215,7 @@ class Cluster:
                 return
             dt = rep.idle_tick_s
         else:
-            dt = rep.cost_model.step_time_s(
-                batch.num_prefill_tokens, batch.num_decode_seqs, batch.num_kv_tokens, batch.prefill_attn_pairs
-            )
+            dt = batch.time_s(rep.cost_model)
             usage = eng.pool.usage
             rep.kv_usage_sum += usage * dt
             rep.kv_usage_time_s += dt

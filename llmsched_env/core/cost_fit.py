@@ -88,12 +88,11 @@ class LinearCostModel:
             t += self._c5 * math.log2(1 + num_decode_seqs)
         return t
 
-    def scaled(self, factor: float, description: str | None = None) -> LinearCostModel:
+    def scaled(self, factor: float) -> LinearCostModel:
         """This model with every coefficient multiplied by ``factor`` (> 0)."""
         if not (math.isfinite(factor) and factor > 0):
             raise ValueError(f"LinearCostModel.scaled: factor must be a finite number > 0, got {factor!r}")
-        desc = self.description if description is None else description
-        return LinearCostModel([c * factor for c in self.coef_s], name=self.name, description=desc)
+        return LinearCostModel([c * factor for c in self.coef_s], name=self.name, description=self.description)
 
     @classmethod
     def fit(

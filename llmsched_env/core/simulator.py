@@ -116,9 +116,7 @@ class Simulator:
         """Run ``batch`` and return how long it took: here the cost model's price. The torch runtime overrides
         this with a real model step timed on the wall clock; everything else (arrivals, idle jumps, the
         engine's accounting, metrics) is shared."""
-        return self.cost_model.step_time_s(
-            batch.num_prefill_tokens, batch.num_decode_seqs, batch.num_kv_tokens, batch.prefill_attn_pairs
-        )
+        return batch.time_s(self.cost_model)
 
     def _arrive(self) -> None:
         reqs = self.requests

@@ -180,8 +180,7 @@ def fit(
     model = LinearCostModel.fit(samples, name=name, description=description, concave_decodes=True)
     if not recorded:
         return model
-    predicted = sum(model.step_time_s(int(p), int(d), int(kv), pairs) for p, d, kv, pairs, _ in recorded)
-    return model.scaled(sum(t for *_, t in recorded) / predicted)
+    return model.scaled(_measured_over_predicted(model, recorded))
 
 
 def samples_table(samples: Sequence[Sample]) -> list[dict[str, float]]:
@@ -190,21 +189,31 @@ def samples_table(samples: Sequence[Sample]) -> list[dict[str, float]]:
     return [dict(zip(keys, (float(v) for v in s), strict=True)) for s in samples]
 
 
-DECODE_CLASSES = ((1, 1), (2, 2), (3, 4), (5, 8), (9, 1 << 30))
+def _measured_over_predicted(model: CostModel, samples: Sequence[Sample]) -> float:
+    """Total measured time of ``samples`` over the total ``model`` predicts for them."""
+    predicted = sum(model.step_time_s(int(p), int(d), int(kv), pairs) for p, d, kv, pairs, _ in samples)
+    return sum(t for *_, t in samples) / predicted
+
+
+# Kinds of step ``residuals_by_decodes`` reports: decode-only steps by their number of decodes, then steps
+# with a prefill chunk.
+_STEP_KINDS: tuple[tuple[str, Callable[[Sample], bool]], ...] = (
+    ("decodes 1", lambda s: s[0] == 0 and s[1] == 1),
+    ("decodes 2", lambda s: s[0] == 0 and s[1] == 2),
+    ("decodes 3-4", lambda s: s[0] == 0 and 3 <= s[1] <= 4),
+    ("decodes 5-8", lambda s: s[0] == 0 and 5 <= s[1] <= 8),
+    ("decodes 9+", lambda s: s[0] == 0 and s[1] >= 9),
+    ("with prefill", lambda s: s[0] > 0),
+)
 
 
 def residuals_by_decodes(model: CostModel, samples: Sequence[Sample]) -> list[dict[str, float | str]]:
     """Measured over predicted total time of ``samples`` by kind of step: decode-only steps by their number
     of decodes (1, 2, 3-4, 5-8, 9+) and steps with a prefill chunk; where a linear model's shape misses."""
     rows: list[dict[str, float | str]] = []
-    classes = [
-        (f"decodes {lo}" if lo == hi else f"decodes {lo}+" if hi == 1 << 30 else f"decodes {lo}-{hi}", lo, hi)
-        for lo, hi in DECODE_CLASSES
-    ]
-    for name, lo, hi in [*classes, ("with prefill", -1, -1)]:
-        picked = [s for s in samples if (s[0] > 0 if lo < 0 else s[0] == 0 and lo <= s[1] <= hi)]
+    for name, kind in _STEP_KINDS:
+        picked = [s for s in samples if kind(s)]
         if picked:
-            predicted = sum(model.step_time_s(int(p), int(d), int(kv), q) for p, d, kv, q, _ in picked)
-            measured = sum(t for *_, t in picked)
-            rows.append({"steps": name, "count": float(len(picked)), "measured_over_predicted": measured / predicted})
+            ratio = _measured_over_predicted(model, picked)
+            rows.append({"steps": name, "count": float(len(picked)), "measured_over_predicted": ratio})
     return rows

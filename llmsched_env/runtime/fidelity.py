@@ -173,9 +173,7 @@ class _Repriced(Simulator):
         self.clock = clock
 
     def execute(self, batch: Batch) -> float:
-        return self.clock.step_time_s(
-            batch.num_prefill_tokens, batch.num_decode_seqs, batch.num_kv_tokens, batch.prefill_attn_pairs
-        )
+        return batch.time_s(self.clock)
 
 
 def saturation_rps(
