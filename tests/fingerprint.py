@@ -1,0 +1,104 @@
+"""Fingerprint of episodes' metrics, rewards and observations over every scenario, baseline and router.
+
+``python tests/fingerprint.py`` rewrites ``tests/data/fingerprint.json``; ``test_fingerprint.py`` checks that
+the code still produces it. Regenerate only for a change that is meant to alter behaviour, and say so in the
+commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import baselines
+import llmsched_env  # noqa: F401  (registers the envs)
+
+DATA = Path(__file__).resolve().parent / "data" / "fingerprint.json"
+POLICIES = Path(__file__).resolve().parents[1] / "policies"
+NUM_REQUESTS = 60
+
+# (scenario, policy, load, split, seed): every scenario once, every baseline on mixed-slo; the long-prompt
+# scenarios (mooncake-conv, remote-kv) with fewer requests, as the invariant check scans their large pools
+SMALL = {"mooncake-conv": 10, "remote-kv": 10}
+SINGLE = [
+    ("default", "fcfs", 1.0, "eval", 0),
+    ("azure-conv", "slo_aware", 1.0, "eval", 1),
+    ("azure-code", "sarathi", 1.0, "train", 2),
+    ("mooncake-conv", "lpm", 1.0, "eval", 0),
+    ("sharegpt-poisson", "sjf", 1.2, "train", 1),
+    ("bursty", "kv_guard", 1.0, "eval", 0),
+    ("multi-tenant-overload", "vtc", 1.0, "eval", 3),
+    ("tenants-on-off", "priority_aging", 1.0, "train", 0),
+    ("mix-shift", "prefill_first", 1.0, "eval", 0),
+    ("short-long", "random", 1.0, "eval", 5),
+    ("remote-kv", "slo_aware", 1.0, "eval", 0),
+] + [("mixed-slo", name, 1.5, "eval", 0) for name in baselines.available()]
+# a small pool for the mixed-slo sweep, so that admission, preemption and shedding all happen
+SMALL_ENGINE = {"num_kv_blocks": 160, "max_num_seqs": 24}
+SHIPPED = [("mixed-slo", "mixed-slo", 1.3, 0), ("remote-kv", "remote-kv", 1.0, 1)]
+CLUSTER = [
+    ("cluster-azure-conv-4", "least_kv_load", 4.0, 0),
+    ("cluster-mooncake-4", "prefix_affinity", 2.0, 0),
+    ("cluster-azure-conv-pd", "round_robin", 3.0, 0),
+    ("cluster-azure-conv-8", "power_of_two", 6.0, 1),
+]
+
+
+def _clean(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {k: (float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v) for k, v in metrics.items()}
+
+
+def _run(env: gym.Env, policy: Any, seed: int) -> dict[str, Any]:
+    obs, _ = env.reset(seed=seed)
+    digest = hashlib.sha256()
+    total, steps = 0.0, 0
+    unwrapped: Any = env.unwrapped
+    while True:
+        digest.update(np.asarray(obs, dtype=np.float32).tobytes())
+        action = policy.act(obs, unwrapped.action_masks())
+        obs, reward, terminated, truncated, info = env.step(action)
+        total += float(reward)
+        steps += 1
+        if terminated or truncated:
+            break
+    return {"steps": steps, "reward": total, "obs_sha256": digest.hexdigest()[:16], "metrics": _clean(info["metrics"])}
+
+
+def fingerprint() -> dict[str, Any]:
+    """Every episode of the lists above, keyed by a readable name."""
+    out: dict[str, Any] = {}
+    for scenario, name, load, split, seed in SINGLE:
+        env = gym.make("LLMSched-v0", scenario=scenario, split=split, load=load,
+                       num_requests=SMALL.get(scenario, NUM_REQUESTS), check_invariants=True,
+                       engine=SMALL_ENGINE if scenario == "mixed-slo" else None)
+        policy = baselines.make_for(name, env.unwrapped.policy_context(), seed=seed)
+        out[f"{scenario}/{name}/{load}/{split}/{seed}"] = _run(env, policy, seed)
+    from llmsched_env.runtime.policy_file import load_policy_file
+
+    for scenario, folder, load, seed in SHIPPED:
+        policy = load_policy_file(POLICIES / folder)
+        every = int(policy.meta.get("iterations_per_step", 1))
+        env = gym.make("LLMSched-v0", scenario=scenario, split="eval", load=load,
+                       num_requests=SMALL.get(scenario, NUM_REQUESTS), check_invariants=True, iterations_per_step=every)
+        out[f"{scenario}/shipped:{folder}/{load}/eval/{seed}"] = _run(env, policy, seed)
+    for scenario, name, load, seed in CLUSTER:
+        env = gym.make("LLMSchedCluster-v0", scenario=scenario, split="eval", load=load, num_requests=NUM_REQUESTS,
+                       check_invariants=True)
+        policy = baselines.make_for(name, env.unwrapped.policy_context(), seed=seed)
+        out[f"{scenario}/{name}/{load}/eval/{seed}"] = _run(env, policy, seed)
+    return out
+
+
+if __name__ == "__main__":
+    import torch
+
+    torch.set_num_threads(1)
+    DATA.parent.mkdir(parents=True, exist_ok=True)
+    DATA.write_text(json.dumps(fingerprint(), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {DATA}", file=sys.stderr)
