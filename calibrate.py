@@ -30,8 +30,8 @@ import numpy as np
 import torch
 
 import baselines
-from llmsched_env.core.cost_fit import fit_report
-from llmsched_env.core.cost_model import load_cost_model
+from llmsched_env.costs.linear import fit_report
+from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.runtime import calibrate as cal
 from llmsched_env.runtime.executor import Runtime
 from llmsched_env.runtime.fidelity import (

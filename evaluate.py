@@ -34,17 +34,18 @@ import numpy as np
 
 import baselines
 import llmsched_env  # noqa: F401  (registers LLMSched-v0)
-from llmsched_env.config import SLO_CLASSES
-from llmsched_env.core.cluster_scenarios import ClusterScenario, get_cluster_scenario, list_cluster_scenarios
-from llmsched_env.core.describe import describe_scenario
-from llmsched_env.core.metrics import format_table, token_times
-from llmsched_env.core.request import Status
-from llmsched_env.core.scenario_library import get_scenario, list_scenarios
-from llmsched_env.core.scenarios import SPLITS, Scenario, scenario_from_trace
-from llmsched_env.core.simulator import Simulator
-from llmsched_env.core.traces import TRACE_FORMATS
-from llmsched_env.decision import ACTION_COMPONENTS, ActionSpec, Policy
-from llmsched_env.env import run_episode
+from llmsched_env.cluster.scenarios import ClusterScenario, get_cluster_scenario, list_cluster_scenarios
+from llmsched_env.decision.actions import ACTION_COMPONENTS, ActionSpec
+from llmsched_env.decision.policy import Policy
+from llmsched_env.engine.config import SLO_CLASSES
+from llmsched_env.engine.request import Status
+from llmsched_env.envs.episode import run_episode
+from llmsched_env.sim.metrics import format_table, token_times
+from llmsched_env.sim.simulator import Simulator
+from llmsched_env.workloads.describe import describe_scenario
+from llmsched_env.workloads.library import get_scenario, list_scenarios
+from llmsched_env.workloads.scenarios import SPLITS, Scenario, scenario_from_trace
+from llmsched_env.workloads.traces import TRACE_FORMATS
 
 # metric key -> short column header of the terminal table (every metric goes to results.csv)
 TABLE_COLUMNS = {
@@ -310,7 +311,7 @@ def _runtime_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     try:
         import torch
 
-        from llmsched_env.core.cost_model import list_presets
+        from llmsched_env.costs.loader import list_presets
         from llmsched_env.runtime.model import MODEL_PRESETS
     except ImportError as exc:
         p.error(f"--backend runtime needs torch: {exc}")
@@ -337,12 +338,12 @@ def runtime_episode(args: argparse.Namespace, env: gym.Env, spec: PolicySpec, se
     it too, so a load means the same pressure as in the simulator), the same policy, fcfs as its fallback."""
     import torch
 
-    from llmsched_env.core.scenarios import slo_scale
-    from llmsched_env.decision import ObservationEncoder
+    from llmsched_env.decision.observation import ObservationEncoder
     from llmsched_env.runtime.executor import Runtime
     from llmsched_env.runtime.model import DTYPES
     from llmsched_env.runtime.runner import ModelRunner
     from llmsched_env.runtime.serve import serve
+    from llmsched_env.workloads.scenarios import slo_scale
 
     u: Any = env.unwrapped
     cfg = u.engine_config
@@ -415,7 +416,7 @@ def evaluate(args: argparse.Namespace, details: list[dict[str, Any]] | None = No
     grid = [(si, load, pi) for si in range(len(args.scenario_objects)) for load in args.loads
             for pi in range(len(args.policy_specs))]  # fmt: skip
     if args.ray:
-        from llmsched_env.distributed import ray_map
+        from llmsched_env.evaluation.distributed import ray_map
 
         jobs = [(_worker_argv(args.argv), os.getcwd(), si, load, pi, details is not None) for si, load, pi in grid]
         results = ray_map(_grid_task, jobs, address=args.ray, num_cpus=args.ray_cpus)
@@ -431,7 +432,7 @@ def evaluate(args: argparse.Namespace, details: list[dict[str, Any]] | None = No
 
 def _worker_argv(argv: Sequence[str]) -> list[str]:
     """The command line a Ray worker re-parses: the same runs, without the driver-only options."""
-    from llmsched_env.distributed import strip_options
+    from llmsched_env.evaluation.distributed import strip_options
 
     return strip_options(
         argv,
@@ -662,7 +663,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.capacity:
         cells = [(si, pi) for si in range(len(args.scenario_objects)) for pi in range(len(args.policy_specs))]
         if args.ray:
-            from llmsched_env.distributed import ray_map
+            from llmsched_env.evaluation.distributed import ray_map
 
             jobs = [(_worker_argv(args.argv), os.getcwd(), si, pi) for si, pi in cells]
             rows = ray_map(_capacity_task, jobs, address=args.ray, num_cpus=args.ray_cpus)
@@ -682,7 +683,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _write_csv(summary, args.out / "summary.csv")
             written.append(args.out / "summary.csv")
         if plots:
-            from llmsched_env import plots as plotting  # matplotlib only when plotting
+            from llmsched_env.evaluation import plots as plotting  # matplotlib only when plotting
 
             if args.capacity:
                 written.append(plotting.plot_capacity(rows, args.out / "capacity.png"))

@@ -37,9 +37,9 @@ from agents.callbacks import EpisodeMetricsCallback, PeriodicEvalCallback
 from agents.config import load_hyperparams, merge_config, parse_overrides
 from agents.sb3 import FLAT_ACTION_ALGOS, make_model
 from agents.wrappers import FlatActions
-from llmsched_env.core.cluster_scenarios import list_cluster_scenarios
-from llmsched_env.core.scenario_library import list_scenarios
-from llmsched_env.distributed import strip_options
+from llmsched_env.cluster.scenarios import list_cluster_scenarios
+from llmsched_env.evaluation.distributed import strip_options
+from llmsched_env.workloads.library import list_scenarios
 
 EXPORTABLE = {"maskable_ppo", "ppo", "a2c"}
 QUICK = {  # the --quick preset: the whole pipeline in a few minutes on a 2-core laptop
@@ -233,7 +233,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     jobs = [(cmd, os.getcwd()) for _, cmd in runs]
     if args.ray:
-        from llmsched_env.distributed import ray_map
+        from llmsched_env.evaluation.distributed import ray_map
 
         print(f"{len(jobs)} trainings on Ray ({args.ray})")
         results = ray_map(train_task, jobs, address=args.ray, num_cpus=args.ray_cpus)

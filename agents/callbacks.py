@@ -12,7 +12,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 import baselines
 from agents.sb3 import SB3Policy
-from llmsched_env.env import run_episode
+from llmsched_env.envs.episode import run_episode
 
 __all__ = ["EPISODE_KEYS", "EpisodeMetricsCallback", "PeriodicEvalCallback"]
 

@@ -25,7 +25,8 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import FlattenExtractor
 from torch import nn
 
-from llmsched_env.decision import ACTION_COMPONENTS, SCHEMA_VERSION, ActionSpec
+from llmsched_env.decision.actions import ACTION_COMPONENTS, ActionSpec
+from llmsched_env.decision.observation import SCHEMA_VERSION
 from llmsched_env.runtime.policy_file import (
     ACTIVATIONS,
     FORMAT,

@@ -29,11 +29,9 @@ mask: ``make_router(name, env.unwrapped.policy_context(), seed)`` with ``name`` 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from baselines.base import BaselinePolicy, StaticPolicy
 from baselines.random_policy import RandomPolicy
-from baselines.routing import ROUTERS, available_routers, make_router
+from baselines.routing import available_routers, make_router
 from baselines.rules import (
     FCFSPolicy,
     KVGuardPolicy,
@@ -45,12 +43,13 @@ from baselines.rules import (
     fcfs_decision,
 )
 from baselines.slo import SarathiPolicy, SLOAwarePolicy, tpot_budget
-from llmsched_env.cluster_decision import RouterContext
-from llmsched_env.decision import Policy, PolicyContext
+from llmsched_env.decision.policy import Policy, PolicyContext
+from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy
+from llmsched_env.decision.router import RouterContext
 
 __all__ = [
-    "REGISTRY",
     "ROUTERS",
+    "SCHEDULERS",
     "BaselinePolicy",
     "FCFSPolicy",
     "KVGuardPolicy",
@@ -73,28 +72,24 @@ __all__ = [
     "tpot_budget",
 ]
 
-Factory = Callable[[PolicyContext, "int | None"], Policy]
-
-REGISTRY: dict[str, Factory] = {
-    cls.name: cls
-    for cls in (
-        FCFSPolicy,
-        PrefillFirstPolicy,
-        PriorityAgingPolicy,
-        SJFPolicy,
-        LPMPolicy,
-        VTCPolicy,
-        KVGuardPolicy,
-        SarathiPolicy,
-        SLOAwarePolicy,
-        RandomPolicy,
-    )
-}
+for _cls in (
+    FCFSPolicy,
+    PrefillFirstPolicy,
+    PriorityAgingPolicy,
+    SJFPolicy,
+    LPMPolicy,
+    VTCPolicy,
+    KVGuardPolicy,
+    SarathiPolicy,
+    SLOAwarePolicy,
+    RandomPolicy,
+):
+    SCHEDULERS.register(_cls.name, _cls)
 
 
 def available() -> list[str]:
-    """Names ``make`` accepts, in the order of the table above."""
-    return list(REGISTRY)
+    """Names ``make`` accepts: the table above, in its order, then any scheduler registered elsewhere."""
+    return SCHEDULERS.names()
 
 
 def make(name: str, ctx: PolicyContext, seed: int | None = None) -> Policy:
@@ -102,15 +97,10 @@ def make(name: str, ctx: PolicyContext, seed: int | None = None) -> Policy:
 
     Raises ``ValueError`` listing the available names when ``name`` is unknown.
     """
-    factory = REGISTRY.get(name)
-    if factory is None:
-        raise ValueError(f"unknown baseline {name!r}; available baselines: {', '.join(available())}")
-    return factory(ctx, seed)
+    return SCHEDULERS.get(name)(ctx, seed)
 
 
 def make_for(name: str, ctx: PolicyContext | RouterContext, seed: int | None = None) -> Policy:
     """A single-node baseline for a ``PolicyContext`` (``LLMSched-v0``) or a router for a ``RouterContext``
     (``LLMSchedCluster-v0``): ``make_for(name, env.unwrapped.policy_context(), seed)`` works on either env."""
-    if isinstance(ctx, RouterContext):
-        return make_router(name, ctx, seed)
-    return make(name, ctx, seed)
+    return make_policy(name, ctx, seed)  # type: ignore[return-value]

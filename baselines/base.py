@@ -13,8 +13,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from llmsched_env.core.batch import Decision
-from llmsched_env.decision import ActionSpec, PolicyContext
+from llmsched_env.decision.actions import ActionSpec
+from llmsched_env.decision.policy import PolicyContext
+from llmsched_env.engine.batch import Decision
 
 __all__ = ["BaselinePolicy", "StaticPolicy", "nearest_option", "valid_mask"]
 
@@ -87,6 +88,8 @@ class BaselinePolicy:
 
 class StaticPolicy(BaselinePolicy):
     """The same knobs every iteration: ``decide(ctx)`` once, then only masking at ``act`` time."""
+
+    reads_observation = False  # its action depends on the mask only (see ``decision.policy.Policy``)
 
     def __init__(self, ctx: PolicyContext, seed: int | None = None) -> None:
         super().__init__(ctx, seed)

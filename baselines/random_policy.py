@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from baselines.base import BaselinePolicy, valid_mask
-from llmsched_env.decision import PolicyContext
+from llmsched_env.decision.policy import PolicyContext
 
 __all__ = ["RandomPolicy"]
 

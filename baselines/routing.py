@@ -19,11 +19,10 @@ returns a masked replica.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
-from llmsched_env.cluster_decision import RouterContext, RoutingPolicy
+from llmsched_env.decision.registry import ROUTERS
+from llmsched_env.decision.router import RouterContext, RoutingPolicy
 
 __all__ = [
     "ROUTERS",
@@ -168,29 +167,22 @@ class RandomRouter(Router):
         return int(self.rng.choice(np.flatnonzero(self._valid(action_mask))))
 
 
-RouterFactory = Callable[[RouterContext, "int | None"], RoutingPolicy]
-
-ROUTERS: dict[str, RouterFactory] = {
-    cls.name: cls
-    for cls in (
-        RoundRobinRouter,
-        LeastOutstandingRouter,
-        LeastKVLoadRouter,
-        PrefixAffinityRouter,
-        PowerOfTwoRouter,
-        RandomRouter,
-    )
-}
+for _cls in (
+    RoundRobinRouter,
+    LeastOutstandingRouter,
+    LeastKVLoadRouter,
+    PrefixAffinityRouter,
+    PowerOfTwoRouter,
+    RandomRouter,
+):
+    ROUTERS.register(_cls.name, _cls)
 
 
 def available_routers() -> list[str]:
-    """Names ``make_router`` accepts, in the order of the table above."""
-    return list(ROUTERS)
+    """Names ``make_router`` accepts: the table above, in its order, then any router registered elsewhere."""
+    return ROUTERS.names()
 
 
 def make_router(name: str, ctx: RouterContext, seed: int | None = None) -> RoutingPolicy:
-    """The routing baseline ``name`` for ``ctx``; ``seed`` drives the random ones. ValueError on unknown names."""
-    factory = ROUTERS.get(name)
-    if factory is None:
-        raise ValueError(f"unknown router {name!r}; available routers: {', '.join(available_routers())}")
-    return factory(ctx, seed)
+    """The router ``name`` for ``ctx``; ``seed`` drives the random ones. ValueError listing the names otherwise."""
+    return ROUTERS.get(name)(ctx, seed)

@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from baselines.base import StaticPolicy, nearest_option
-from llmsched_env.core.batch import Decision, QueueOrder
-from llmsched_env.decision import UNLIMITED, PolicyContext
+from llmsched_env.decision.actions import UNLIMITED
+from llmsched_env.decision.policy import PolicyContext
+from llmsched_env.engine.batch import Decision, QueueOrder
 
 __all__ = [
     "DEFAULT_TOKEN_BUDGET",

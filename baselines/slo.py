@@ -12,9 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from baselines.base import BaselinePolicy, StaticPolicy
-from llmsched_env.core.batch import Decision, QueueOrder
-from llmsched_env.core.cost_model import CostModel
-from llmsched_env.decision import UNLIMITED, ActionSpec, PolicyContext
+from llmsched_env.costs.base import CostModel
+from llmsched_env.decision.actions import UNLIMITED, ActionSpec
+from llmsched_env.decision.policy import PolicyContext
+from llmsched_env.engine.batch import Decision, QueueOrder
 
 __all__ = ["TYPICAL_CONTEXT_TOKENS", "SLOAwarePolicy", "SarathiPolicy", "hybrid_step_time_s", "tpot_budget"]
 

@@ -24,15 +24,17 @@ import numpy as np
 
 import baselines
 import llmsched_env  # noqa: F401
-from llmsched_env.core.batch import Decision
-from llmsched_env.core.cluster import Cluster, LocalDecide
-from llmsched_env.core.cluster_config import ReplicaSpec
-from llmsched_env.core.cost_model import load_cost_model
-from llmsched_env.core.request import Request
-from llmsched_env.core.scenario_library import get_scenario
-from llmsched_env.core.simulator import Simulator
-from llmsched_env.decision import ActionSpec, PolicyContext
-from llmsched_env.env import run_episode
+from llmsched_env.cluster.config import ReplicaSpec
+from llmsched_env.cluster.metrics import cluster_metrics
+from llmsched_env.cluster.simulator import Cluster, LocalDecide
+from llmsched_env.costs.loader import load_cost_model
+from llmsched_env.decision.actions import ActionSpec
+from llmsched_env.decision.policy import PolicyContext
+from llmsched_env.engine.batch import Decision
+from llmsched_env.engine.request import Request
+from llmsched_env.envs.episode import run_episode
+from llmsched_env.sim.simulator import Simulator
+from llmsched_env.workloads.library import get_scenario
 
 SCENARIO = get_scenario("azure-conv")
 COST = load_cost_model(SCENARIO.cost_model)
@@ -75,7 +77,7 @@ def bench_cluster(
     t0 = time.perf_counter()
     cluster.run(choose)
     elapsed = time.perf_counter() - t0
-    return elapsed, sum(r.num_iterations for r in reps), cluster.metrics()
+    return elapsed, sum(r.num_iterations for r in reps), cluster_metrics(cluster)
 
 
 def env_local_decide(n: int) -> LocalDecide:

@@ -20,11 +20,11 @@ import numpy as np
 
 import baselines
 import llmsched_env  # noqa: F401
-from llmsched_env.config import SLO_CLASSES, EngineConfig, TenantConfig
-from llmsched_env.core.cost_model import load_cost_model
-from llmsched_env.core.scenarios import trace_path
-from llmsched_env.core.simulator import Simulator
-from llmsched_env.core.workload import LengthDist, TenantWorkload, WorkloadConfig, generate, tenant_configs
+from llmsched_env.costs.loader import load_cost_model
+from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, TenantConfig
+from llmsched_env.sim.simulator import Simulator
+from llmsched_env.workloads.scenarios import trace_path
+from llmsched_env.workloads.workload import LengthDist, TenantWorkload, WorkloadConfig, generate, tenant_configs
 
 TRACE = trace_path("azure-conv")
 

@@ -14,12 +14,13 @@ import time
 import numpy as np
 
 import baselines
-from llmsched_env.core.cost_model import load_cost_model
-from llmsched_env.core.scenario_library import get_scenario
-from llmsched_env.core.scenarios import trace_path
-from llmsched_env.core.simulator import Simulator
-from llmsched_env.core.traces import clear_trace_cache, load_azure, load_mooncake
-from llmsched_env.decision import ActionSpec, PolicyContext
+from llmsched_env.costs.loader import load_cost_model
+from llmsched_env.decision.actions import ActionSpec
+from llmsched_env.decision.policy import PolicyContext
+from llmsched_env.sim.simulator import Simulator
+from llmsched_env.workloads.library import get_scenario
+from llmsched_env.workloads.scenarios import trace_path
+from llmsched_env.workloads.traces import clear_trace_cache, load_azure, load_mooncake
 
 
 def timed(fn):  # type: ignore[no-untyped-def]

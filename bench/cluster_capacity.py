@@ -19,8 +19,8 @@ import numpy as np
 
 import baselines
 import llmsched_env  # noqa: F401
-from llmsched_env.core.cluster_scenarios import get_cluster_scenario, list_cluster_scenarios
-from llmsched_env.env import run_episode
+from llmsched_env.cluster.scenarios import get_cluster_scenario, list_cluster_scenarios
+from llmsched_env.envs.episode import run_episode
 
 TARGET = 0.9
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 
 import baselines
-from llmsched_env.core.batch import Batch
-from llmsched_env.core.cost_model import load_cost_model
-from llmsched_env.core.simulator import Simulator
+from llmsched_env.costs.loader import load_cost_model
+from llmsched_env.engine.batch import Batch
 from llmsched_env.runtime.fidelity import RUNTIME_ENGINE, FidelityWorkload, PolicyFactory, drive, saturation_rps
+from llmsched_env.sim.simulator import Simulator
 
 METRICS = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2el_p50_s", "e2el_p99_s")
 

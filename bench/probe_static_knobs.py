@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 
 import llmsched_env  # noqa: F401
-from llmsched_env.core.batch import Decision, QueueOrder
+from llmsched_env.engine.batch import Decision, QueueOrder
 
 
 def main() -> None:

@@ -1,7 +1,20 @@
 """llmsched: learn, judge and run LLM inference schedulers.
 
+One folder per concern, each importing only the folders below it:
+
+    common      number checks and the registry type                          stdlib
+    costs       cost models (roofline, fitted) and their presets             <- common
+    engine      requests, batch, block pool, queues, engine, invariants      <- costs
+    sim         the simulator (event clock) and metrics                      <- engine
+    workloads   arrivals, lengths, traces (+ data/), scenarios, library      <- sim
+    cluster     the cluster simulator, its config, metrics and scenarios     <- workloads
+    decision    observations, actions, masks, policies, routers, registry    <- cluster
+    envs        LLMSched-v0, LLMSchedCluster-v0, render        (gymnasium)   <- decision
+    runtime     model, paged KV cache, runner, serving loop   (torch)        <- decision
+    evaluation  episodes, grids, capacity search, statistics, outputs, Ray   <- envs, runtime
+
 Importing the package registers ``LLMSched-v0`` and ``LLMSchedCluster-v0`` with Gymnasium when Gymnasium is
-installed; the core (``llmsched_env.core``) and ``llmsched_env.decision`` never need it.
+installed; nothing below ``envs`` needs it.
 """
 
 __version__ = "0.1.0"
@@ -13,9 +26,9 @@ def _register() -> None:
     except ImportError:  # the torch runtime may run without gymnasium
         return
     if "LLMSched-v0" not in registry:
-        register(id="LLMSched-v0", entry_point="llmsched_env.env:LLMSchedEnv")
+        register(id="LLMSched-v0", entry_point="llmsched_env.envs.single_node:LLMSchedEnv")
     if "LLMSchedCluster-v0" not in registry:
-        register(id="LLMSchedCluster-v0", entry_point="llmsched_env.cluster_env:LLMSchedClusterEnv")
+        register(id="LLMSchedCluster-v0", entry_point="llmsched_env.envs.cluster:LLMSchedClusterEnv")
 
 
 _register()

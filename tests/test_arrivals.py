@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from llmsched_env.core.arrivals import (
+from llmsched_env.workloads.arrivals import (
     ARRIVAL_KINDS,
     ArrivalProcess,
     Diurnal,

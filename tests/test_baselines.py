@@ -12,13 +12,15 @@ import pytest
 
 import baselines
 import llmsched_env  # noqa: F401  (registers LLMSched-v0)
-from llmsched_env.config import EngineConfig, SLOClass, TenantConfig
-from llmsched_env.core.cost_model import load_cost_model
-from llmsched_env.core.request import Request, Status
-from llmsched_env.core.simulator import Simulator
-from llmsched_env.core.workload import LengthDist, TenantWorkload, WorkloadConfig
-from llmsched_env.decision import UNLIMITED, ActionSpec, ObservationEncoder, Policy
-from llmsched_env.env import PolicyContext
+from llmsched_env.costs.loader import load_cost_model
+from llmsched_env.decision.actions import UNLIMITED, ActionSpec
+from llmsched_env.decision.observation import ObservationEncoder
+from llmsched_env.decision.policy import Policy
+from llmsched_env.engine.config import EngineConfig, SLOClass, TenantConfig
+from llmsched_env.engine.request import Request, Status
+from llmsched_env.envs.single_node import PolicyContext
+from llmsched_env.sim.simulator import Simulator
+from llmsched_env.workloads.workload import LengthDist, TenantWorkload, WorkloadConfig
 
 COST = load_cost_model("llama3-8b-h100")
 CHAT = SLOClass("chat", ttft_s=1.0, tpot_s=0.1)
@@ -79,7 +81,7 @@ def test_registry_lists_every_required_baseline() -> None:
 
 def test_make_unknown_name_lists_the_available_ones() -> None:
     ctx, _ = make_ctx(EngineConfig(), [TenantConfig("t", slo=CHAT)])
-    with pytest.raises(ValueError, match="unknown baseline 'nope'") as err:
+    with pytest.raises(ValueError, match="unknown scheduler 'nope'") as err:
         baselines.make("nope", ctx)
     assert all(n in str(err.value) for n in NAMES)
 

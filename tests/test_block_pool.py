@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmsched_env.core.block_pool import BlockPool, chain_hashes
+from llmsched_env.engine.block_pool import BlockPool, chain_hashes
 
 
 def test_allocate_release_and_usage() -> None:

@@ -3,22 +3,21 @@ cluster equals the single-node simulator, metrics, and the routing baselines on 
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import baselines
-from llmsched_env.cluster_decision import ClusterObservationEncoder, RouterContext, route_mask
-from llmsched_env.config import SLO_CLASSES, EngineConfig, TenantConfig
-from llmsched_env.core.batch import Decision, QueueOrder
-from llmsched_env.core.cluster import Cluster
-from llmsched_env.core.cluster_config import DisaggConfig, ReplicaSpec
-from llmsched_env.core.cost_model import load_cost_model
-from llmsched_env.core.request import Request
-from llmsched_env.core.simulator import Simulator
-from llmsched_env.core.workload import LengthDist, TenantWorkload, WorkloadConfig, generate, tenant_configs
+from llmsched_env.cluster.config import DisaggConfig, ReplicaSpec
+from llmsched_env.cluster.invariants import check_cluster
+from llmsched_env.cluster.metrics import cluster_metrics
+from llmsched_env.cluster.simulator import Cluster
+from llmsched_env.costs.loader import load_cost_model
+from llmsched_env.decision.router import ClusterObservationEncoder, RouterContext, route_mask
+from llmsched_env.engine.batch import Decision, QueueOrder
+from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, TenantConfig
+from llmsched_env.engine.request import Request
+from llmsched_env.sim.simulator import Simulator
+from llmsched_env.workloads.workload import LengthDist, TenantWorkload, WorkloadConfig, generate, tenant_configs
 
 COST = load_cost_model("llama3-8b-h100")
 SMALL = EngineConfig(num_kv_blocks=64, block_size=16, max_num_seqs=8, max_num_batched_tokens=512, max_model_len=2048)
@@ -67,16 +66,16 @@ def test_invariants_every_step_under_random_routing_and_decisions(seed, engines,
     rng = np.random.default_rng(seed)
     specs = [ReplicaSpec(e, COST) for e in engines]
     cluster = Cluster(specs, tenant_configs(wl), requests, _random_decide(rng), disagg)
-    cluster.check_invariants()
+    check_cluster(cluster)
     max_landed = 0
     while cluster.advance() is not None:
-        cluster.check_invariants()
+        check_cluster(cluster)
         cluster.route(int(rng.choice(cluster.routable)))
-        cluster.check_invariants()
+        check_cluster(cluster)
         max_landed = max([max_landed] + [len(cluster.replicas[j].engine.landed) for j in cluster.decode_pool])
-    cluster.check_invariants()
+    check_cluster(cluster)
     assert cluster.done
-    m = cluster.metrics()
+    m = cluster_metrics(cluster)
     assert m["num_requests"] == 120 and m["num_finished"] + m["num_rejected"] == 120
     assert m["preemptions"] > 0  # the small pools preempt
     if disagg is not None:  # hand-offs waited for decode KV blocks, and decodes were preempted
@@ -90,7 +89,7 @@ def test_invariants_catch_a_lost_request() -> None:
     cluster.run(lambda r: r.request_id % 2)
     cluster.replicas[1].engine.finished.pop()
     with pytest.raises(AssertionError):
-        cluster.check_invariants()
+        check_cluster(cluster)
 
 
 def _fcfs(i: int, engine) -> Decision:
@@ -104,7 +103,7 @@ def test_one_replica_cluster_equals_the_single_node_simulator() -> None:
         sim.step(Decision())
     cluster = Cluster([ReplicaSpec(MID, COST)], tenant_configs(wl), generate(wl, np.random.default_rng(5)), _fcfs)
     cluster.run(lambda r: 0)
-    a, b = sim.metrics(), cluster.metrics()
+    a, b = sim.metrics(), cluster_metrics(cluster)
     for key in ("slo_attainment", "ttft_mean_s", "tpot_p99_s", "itl_p90_s", "e2el_mean_s", "preemptions"):
         assert a[key] == pytest.approx(b[key], rel=1e-9, abs=1e-12), key
     assert b["replica/0/slo_attainment"] == pytest.approx(a["slo_attainment"])
@@ -114,14 +113,14 @@ def test_per_replica_metrics_and_imbalance() -> None:
     wl = _workload(200, 30.0)
     cluster = Cluster([ReplicaSpec(MID, COST)] * 4, tenant_configs(wl), generate(wl, np.random.default_rng(1)), _fcfs)
     cluster.run(lambda r: r.request_id % 4)  # request ids are 0..199: 50 each
-    m = cluster.metrics()
+    m = cluster_metrics(cluster)
     assert [m[f"replica/{i}/num_requests"] for i in range(4)] == [50.0] * 4
     assert m["imbalance/requests_max_mean"] == 1.0 and m["imbalance/requests_cv"] == 0.0
     met = sum(m[f"replica/{i}/slo_attainment"] * 50 for i in range(4))
     assert met == pytest.approx(m["slo_attainment"] * 200)
     skewed = Cluster([ReplicaSpec(MID, COST)] * 4, tenant_configs(wl), generate(wl, np.random.default_rng(1)), _fcfs)
     skewed.run(lambda r: 0 if r.request_id % 4 else 1)  # 150 on replica 0, 50 on replica 1, none elsewhere
-    s = skewed.metrics()
+    s = cluster_metrics(skewed)
     assert s["imbalance/requests_max_mean"] == pytest.approx(3.0) and s["imbalance/requests_cv"] > 1.0
     assert s["replica/2/num_requests"] == 0.0 and s["replica/2/num_iterations"] == 0.0
 
@@ -224,23 +223,3 @@ def test_router_registry_and_bad_masks() -> None:
         baselines.make_router("nearest", _ctx(2))
     with pytest.raises(ValueError, match="action_mask"):
         baselines.make_router("random", _ctx(2), seed=0).act(np.zeros(len(_ctx(2).obs_names)), np.zeros(2, bool))
-
-
-def test_cluster_decision_layer_imports_no_gym_torch_sb3_or_baselines() -> None:
-    path = Path(__file__).resolve().parents[1] / "llmsched_env" / "cluster_decision.py"
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-    assert not {n.split(".")[0] for n in names} & {
-        "gymnasium",
-        "torch",
-        "stable_baselines3",
-        "sb3_contrib",
-        "baselines",
-    }
-    assert not any(
-        n.startswith(("llmsched_env.env", "llmsched_env.cluster_env", "llmsched_env.runtime")) for n in names
-    )

@@ -12,8 +12,8 @@ pytest.importorskip("torch")
 
 import evaluate
 import train
-from llmsched_env.core.scenarios import trace_path
 from llmsched_env.runtime.policy_file import load_policy_file
+from llmsched_env.workloads.scenarios import trace_path
 
 # The cluster scenarios replay the shared Azure / Mooncake traces; tests/test_cluster_synthetic.py covers the
 # env without them.

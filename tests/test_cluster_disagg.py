@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from llmsched_env.config import SLO_CLASSES, EngineConfig, TenantConfig
-from llmsched_env.core.batch import Decision
-from llmsched_env.core.cluster import Cluster
-from llmsched_env.core.cluster_config import DisaggConfig, ReplicaSpec
-from llmsched_env.core.cost_model import load_cost_model
-from llmsched_env.core.metrics import token_times
-from llmsched_env.core.request import Request, Status
+from llmsched_env.cluster.config import DisaggConfig, ReplicaSpec
+from llmsched_env.cluster.invariants import check_cluster
+from llmsched_env.cluster.metrics import cluster_metrics
+from llmsched_env.cluster.simulator import Cluster
+from llmsched_env.costs.loader import load_cost_model
+from llmsched_env.engine.batch import Decision
+from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, TenantConfig
+from llmsched_env.engine.request import Request, Status
+from llmsched_env.sim.metrics import token_times
 
 COST = load_cost_model("llama3-8b-h100")
 ENGINE = EngineConfig(num_kv_blocks=400, block_size=16, max_num_seqs=32, max_num_batched_tokens=2048)
@@ -44,7 +46,7 @@ def _run(requests: list[Request], disagg: DisaggConfig | None, engines: list[Eng
     for c in costs:
         c.batches.clear()  # the idle tick priced at construction
     cluster.run(lambda r: r.request_id % len(cluster.routable))
-    cluster.check_invariants()
+    check_cluster(cluster)
     return cluster, costs
 
 
@@ -60,12 +62,12 @@ def test_ttft_at_prefill_transfer_in_tpot_and_no_recompute_on_decode() -> None:
     transfer_s = 0.05 + 1000 * KV / 1e9
     times = token_times(r, cluster.replicas[1].engine.round_end_s)
     assert len(times) == 11 and times[1] - times[0] == pytest.approx(transfer_s + COST.step_time_s(0, 1, 1000, 0.0))
-    m = cluster.metrics()
+    m = cluster_metrics(cluster)
     assert m["ttft_mean_s"] == pytest.approx(prefill_s)
     assert m["tpot_mean_s"] == pytest.approx((times[-1] - times[0]) / 10)
     assert m["kv_transfers"] == 1 and m["kv_transfer_mean_s"] == pytest.approx(transfer_s)
     colocated, _ = _run([Request(0, 1.0, 1000, 11)], None)
-    m0 = colocated.metrics()
+    m0 = cluster_metrics(colocated)
     assert m0["ttft_mean_s"] == pytest.approx(prefill_s)
     assert m["tpot_mean_s"] - m0["tpot_mean_s"] == pytest.approx(transfer_s / 10, rel=0.02)
 
@@ -78,7 +80,7 @@ def test_concurrent_transfers_queue_on_the_shared_link(shared: bool) -> None:
     )
     cluster, _ = _run([Request(0, 0.0, 800, 5), Request(1, 0.0, 800, 5)], link)
     wire_s = 800 * KV / 2e9
-    m = cluster.metrics()
+    m = cluster_metrics(cluster)
     assert m["kv_transfers"] == 2
     if shared:  # the second waits for the first to leave the link
         assert m["kv_transfer_queue_mean_s"] == pytest.approx(wire_s / 2)
@@ -109,4 +111,4 @@ def test_a_handoff_waits_on_the_decode_replica_until_its_kv_fits() -> None:
 def test_one_token_requests_finish_on_the_prefill_replica() -> None:
     cluster, (_, dec) = _run([Request(0, 0.0, 300, 1)], DisaggConfig(1, 1))
     assert cluster.requests[0].status == Status.FINISHED and not dec.batches and not cluster.in_flight
-    assert cluster.metrics()["kv_transfers"] == 0
+    assert cluster_metrics(cluster)["kv_transfers"] == 0

@@ -11,9 +11,9 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import baselines
 import llmsched_env  # noqa: F401
-from llmsched_env.config import EngineConfig
-from llmsched_env.core.scenarios import trace_path
-from llmsched_env.env import run_episode
+from llmsched_env.engine.config import EngineConfig
+from llmsched_env.envs.episode import run_episode
+from llmsched_env.workloads.scenarios import trace_path
 
 # The cluster scenarios replay the shared Azure / Mooncake traces; tests/test_cluster_synthetic.py covers the
 # env without them.
@@ -91,7 +91,7 @@ def test_heterogeneous_replicas_speed_feature_and_mask() -> None:
     assert speed0 < 1.0 and speed1 == 1.0
     cluster = env.unwrapped.cluster
     big = next(r for r in cluster.requests if r.total_len > 32 * 16)
-    from llmsched_env.cluster_decision import route_mask
+    from llmsched_env.decision.router import route_mask
 
     assert route_mask(cluster, big).tolist() == [False, True]
     m = run_episode(env, baselines.make_router("least_outstanding", env.unwrapped.policy_context()), 0)

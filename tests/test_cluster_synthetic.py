@@ -11,7 +11,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import baselines
 import llmsched_env  # noqa: F401
-from llmsched_env.env import run_episode
+from llmsched_env.envs.episode import run_episode
 
 DISAGG = {"num_prefill": 1, "num_decode": 2, "link_latency_s": 0.002, "link_bandwidth_Bps": 5e9}
 

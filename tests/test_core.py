@@ -7,13 +7,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmsched_env.config import SLO_CLASSES, EngineConfig, SLOClass, TenantConfig
-from llmsched_env.core.batch import Decision, QueueOrder
-from llmsched_env.core.cost_model import load_cost_model
-from llmsched_env.core.remote_kv import RemoteKVConfig, RemoteKVStore
-from llmsched_env.core.request import Request, Status
-from llmsched_env.core.simulator import Simulator
-from llmsched_env.core.workload import LengthDist, TenantWorkload, WorkloadConfig, generate, tenant_configs
+from llmsched_env.costs.loader import load_cost_model
+from llmsched_env.engine.batch import Decision, QueueOrder
+from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, SLOClass, TenantConfig
+from llmsched_env.engine.remote_kv import RemoteKVConfig, RemoteKVStore
+from llmsched_env.engine.request import Request, Status
+from llmsched_env.sim.simulator import Simulator
+from llmsched_env.workloads.workload import LengthDist, TenantWorkload, WorkloadConfig, generate, tenant_configs
 
 COST = load_cost_model("llama3-8b-h100")
 

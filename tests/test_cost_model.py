@@ -10,16 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmsched_env.core.cost_model import (
-    AnalyticCostModel,
-    CostModel,
-    LinearCostModel,
-    fit_report,
-    list_presets,
-    load_cost_model,
-    prefill_time_s,
-    unloaded_decode_time_s,
-)
+from llmsched_env.costs.analytic import AnalyticCostModel
+from llmsched_env.costs.base import CostModel, prefill_time_s, unloaded_decode_time_s
+from llmsched_env.costs.linear import LinearCostModel, fit_report
+from llmsched_env.costs.loader import list_presets, load_cost_model
 
 PRESETS = ("llama3-8b-h100", "llama3-8b-a100", "llama2-70b-4xh100")
 MS = 1e-3

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import llmsched_env  # noqa: F401
-from llmsched_env.decision import ACTION_COMPONENTS
+from llmsched_env.decision.actions import ACTION_COMPONENTS
 
 
 def make(**kwargs) -> gym.Env:

@@ -171,13 +171,13 @@ def test_a_bad_policy_path_is_a_clean_error_naming_it(kind: str, tmp_path: Path,
 
 
 def test_plots_module_needs_no_pyplot_gymnasium_or_torch() -> None:
-    tree = ast.parse((ROOT / "llmsched_env" / "plots.py").read_text())
+    tree = ast.parse((ROOT / "llmsched_env" / "evaluation" / "plots.py").read_text())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert {m.split(".")[0] for m in imported} <= {"__future__", "collections", "math", "pathlib", "typing", "numpy",
                                                    "matplotlib"}  # fmt: skip
     # drawing leaves pyplot's global state alone (the package itself registers the env, hence gymnasium)
-    code = "import sys, llmsched_env.plots; assert 'matplotlib.pyplot' not in sys.modules"
+    code = "import sys, llmsched_env.evaluation.plots; assert 'matplotlib.pyplot' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 

@@ -1,4 +1,8 @@
-"""Each layer imports only downward (DESIGN.md): reads every module's import statements."""
+"""Each folder imports only the folders below it (DESIGN.md "Layers and layout"), and no import cycle exists.
+
+Reads every module's import statements (``TYPE_CHECKING`` blocks and function-level imports included), so a
+layer that reaches up, a heavy dependency in the wrong place, or two modules that import each other fail here.
+"""
 
 from __future__ import annotations
 
@@ -8,58 +12,142 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = {"gymnasium", "torch", "stable_baselines3", "sb3_contrib"}
+PACKAGE = ROOT / "llmsched_env"
+
+# folder -> the project folders it may import (besides itself); the order is the layering, bottom first
+ALLOWED: dict[str, set[str]] = {
+    "common": set(),
+    "costs": {"common"},
+    "engine": {"common", "costs"},
+    "sim": {"common", "costs", "engine"},
+    "workloads": {"common", "costs", "engine", "sim"},
+    "cluster": {"common", "costs", "engine", "sim", "workloads"},
+    "decision": {"common", "costs", "engine", "sim", "workloads", "cluster"},
+    "envs": {"common", "costs", "engine", "sim", "workloads", "cluster", "decision"},
+    "runtime": {"common", "costs", "engine", "sim", "workloads", "cluster", "decision"},
+    "evaluation": {"common", "costs", "engine", "sim", "workloads", "cluster", "decision", "envs", "runtime"},
+}
+# third-party packages each folder may import (numpy and the standard library go everywhere)
+THIRD_PARTY: dict[str, set[str]] = {
+    "envs": {"gymnasium", "matplotlib"},
+    "runtime": {"torch", "safetensors"},
+    "evaluation": {"gymnasium", "matplotlib", "ray", "tqdm", "rich", "torch"},
+}
+HEAVY = {"gymnasium", "torch", "safetensors", "stable_baselines3", "sb3_contrib", "ray", "matplotlib"}
+TOP = {"agents", "baselines", "train", "evaluate", "calibrate"}
 
 
 def _imports(path: Path) -> set[str]:
+    """Absolute module names imported anywhere in ``path`` (relative imports resolved)."""
     tree = ast.parse(path.read_text(), filename=str(path))
+    rel = path.relative_to(ROOT).with_suffix("")
+    package = list(rel.parts[:-1])
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            names.add(module)
+            # ``from llmsched_env.workloads import traces`` imports the module llmsched_env.workloads.traces
+            names.update(f"{module}.{alias.name}" for alias in node.names)
     return names
 
 
-def _top(names: set[str]) -> set[str]:
-    return {n.split(".")[0] for n in names}
+def _module(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
 
 
-def _files(*parts: str) -> list[Path]:
-    base = ROOT.joinpath(*parts)
-    return sorted(base.rglob("*.py")) if base.is_dir() else [base]
+MODULES = {_module(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+FOLDERS = sorted({p.relative_to(PACKAGE).parts[0] for p in PACKAGE.rglob("*.py") if p.parent != PACKAGE})
 
 
-@pytest.mark.parametrize("path", _files("llmsched_env", "core") + _files("llmsched_env", "decision.py"), ids=str)
-def test_core_and_decision_import_no_gym_torch_or_sb3(path: Path) -> None:
-    imported = _imports(path)
-    assert not _top(imported) & HEAVY, f"{path.relative_to(ROOT)} imports {_top(imported) & HEAVY}"
-    assert not any(n.startswith(("llmsched_env.env", "llmsched_env.runtime", "agents", "baselines")) for n in imported)
+def _folder(module: str) -> str | None:
+    """The folder of ``llmsched_env`` a module lies in, or None."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "llmsched_env" and len(parts) > 1 and parts[1] in ALLOWED else None
 
 
-def test_config_imports_nothing_of_the_project() -> None:
-    assert not any(n.startswith("llmsched_env") for n in _imports(ROOT / "llmsched_env" / "config.py"))
+def test_every_folder_has_a_layer() -> None:
+    assert set(FOLDERS) == set(ALLOWED), f"folders and layers differ: {set(FOLDERS) ^ set(ALLOWED)}"
+    assert sorted(p.name for p in PACKAGE.glob("*.py")) == ["__init__.py"], "modules belong in a folder"
 
 
-@pytest.mark.parametrize("path", [p for p in _files("llmsched_env") if "runtime" not in p.parts], ids=str)
-def test_only_runtime_imports_torch(path: Path) -> None:
-    assert "torch" not in _top(_imports(path)), f"{path.relative_to(ROOT)} imports torch outside runtime/"
+@pytest.mark.parametrize("module", [m for m in MODULES if _folder(m)], ids=str)
+def test_folder_imports_only_downward(module: str) -> None:
+    folder = _folder(module)
+    assert folder is not None
+    allowed = ALLOWED[folder] | {folder}
+    for name in _imports(MODULES[module]):
+        top = name.split(".")[0]
+        assert top not in TOP, f"{module} imports {name}, a layer above the package"
+        if top == "llmsched_env" and name != "llmsched_env":
+            target = _folder(name)
+            assert target in allowed, f"{module} ({folder}/) imports {name}, not from a folder below it"
+        elif top in HEAVY:
+            assert top in THIRD_PARTY.get(folder, set()), f"{module} ({folder}/) imports {top}"
 
 
-@pytest.mark.parametrize("path", _files("llmsched_env") + _files("baselines"), ids=str)
+def test_package_init_imports_nothing_of_its_folders() -> None:
+    """The package root only registers the envs (by entry-point string), so importing a low layer stays light."""
+    assert not {n for n in _imports(PACKAGE / "__init__.py") if n.startswith("llmsched_env.")}
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "baselines").rglob("*.py")), ids=str)
+def test_baselines_use_the_decision_layer_and_below(path: Path) -> None:
+    for name in _imports(path):
+        top = name.split(".")[0]
+        assert top not in HEAVY and top not in TOP - {"baselines"}, f"{path.name} imports {name}"
+        if top == "llmsched_env" and name != "llmsched_env":
+            assert _folder(name) in ALLOWED["decision"] | {"decision"}, f"{path.name} imports {name}"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "agents").rglob("*.py")), ids=str)
+def test_agents_import_no_command_line_script(path: Path) -> None:
+    assert not _imports(path) & {"train", "evaluate", "calibrate"}
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")) + sorted((ROOT / "baselines").rglob("*.py")), ids=str)
 def test_only_agents_import_sb3(path: Path) -> None:
-    assert not _top(_imports(path)) & {"stable_baselines3", "sb3_contrib"}
+    assert not {n.split(".")[0] for n in _imports(path)} & {"stable_baselines3", "sb3_contrib"}
 
 
-@pytest.mark.parametrize("path", _files("baselines"), ids=str)
-def test_baselines_use_the_decision_layer_only(path: Path) -> None:
-    imported = _imports(path)
-    assert not _top(imported) & HEAVY, f"{path.relative_to(ROOT)} imports {_top(imported) & HEAVY}"
-    assert not any(n.startswith(("agents", "llmsched_env.runtime", "llmsched_env.env")) for n in imported)
+def test_no_import_cycles() -> None:
+    """No module reaches itself through the import graph of the package, the baselines and the agents."""
+    paths = {**MODULES}
+    for pkg in ("baselines", "agents"):
+        paths.update({_module(p): p for p in sorted((ROOT / pkg).rglob("*.py"))})
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        deps = set()
+        for name in _imports(path):
+            # a package import runs its __init__; a submodule import runs the submodule
+            while name and name not in paths:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                deps.add(name)
+        graph[module] = deps
+    state: dict[str, int] = {}
+    stack: list[str] = []
 
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                cycle = [*stack[stack.index(d) :], d]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
 
-def test_runtime_never_reaches_up() -> None:
-    for path in _files("llmsched_env", "runtime") if (ROOT / "llmsched_env" / "runtime").exists() else []:
-        imported = _imports(path)
-        assert not _top(imported) & {"gymnasium", "stable_baselines3", "sb3_contrib", "agents", "baselines"}
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)

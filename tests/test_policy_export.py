@@ -25,7 +25,7 @@ from stable_baselines3 import A2C, PPO
 
 import llmsched_env  # noqa: F401  (registers LLMSched-v0)
 from agents.export import export_policy
-from llmsched_env.decision import SCHEMA_VERSION
+from llmsched_env.decision.observation import SCHEMA_VERSION
 from llmsched_env.runtime.policy_file import ExportedPolicy, PolicyFileError, action_options, load_policy_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -327,7 +327,7 @@ def test_policy_file_imports_only_torch_numpy_stdlib() -> None:
             imported.add(node.module)
     top = {n.split(".")[0] for n in imported}
     assert not top & {"gymnasium", "stable_baselines3", "sb3_contrib", "agents", "baselines"}
-    assert {n for n in imported if n.startswith("llmsched_env")} <= {"llmsched_env.decision"}
+    assert {n for n in imported if n.startswith("llmsched_env")} <= {"llmsched_env.decision.actions", "llmsched_env.decision.observation"}
 
 
 def test_policy_file_loads_and_acts_without_gymnasium_or_sb3(exported, rollout) -> None:

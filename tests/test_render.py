@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 import llmsched_env  # noqa: F401  (registers LLMSched-v0)
-from llmsched_env.config import EngineConfig, TenantConfig
-from llmsched_env.core.batch import Decision
-from llmsched_env.core.cost_model import load_cost_model
-from llmsched_env.core.request import Request
-from llmsched_env.core.simulator import Simulator
-from llmsched_env.render import FRAME_SHAPE, MAX_COLS, kv_bar, render_ansi, render_rgb
+from llmsched_env.costs.loader import load_cost_model
+from llmsched_env.engine.batch import Decision
+from llmsched_env.engine.config import EngineConfig, TenantConfig
+from llmsched_env.engine.request import Request
+from llmsched_env.envs.render import FRAME_SHAPE, MAX_COLS, kv_bar, render_ansi, render_rgb
+from llmsched_env.sim.simulator import Simulator
 
 # FCFS, budget and chunk-cap index 2, decode-first, admit as many as fit, no reserve, no shedding.
 ADMIT = np.array([0, 2, 2, 0, 6, 0, 0])

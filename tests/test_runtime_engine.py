@@ -11,12 +11,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import baselines  # noqa: E402
-from llmsched_env.config import SLO_CLASSES, EngineConfig, TenantConfig  # noqa: E402
-from llmsched_env.core.cost_model import LinearCostModel, load_cost_model  # noqa: E402
-from llmsched_env.core.request import Request  # noqa: E402
-from llmsched_env.core.scenario_library import get_scenario  # noqa: E402
-from llmsched_env.core.simulator import Simulator  # noqa: E402
-from llmsched_env.decision import ActionSpec, ObservationEncoder, PolicyContext  # noqa: E402
+from llmsched_env.costs.linear import LinearCostModel  # noqa: E402
+from llmsched_env.costs.loader import load_cost_model  # noqa: E402
+from llmsched_env.decision.actions import ActionSpec  # noqa: E402
+from llmsched_env.decision.observation import ObservationEncoder  # noqa: E402
+from llmsched_env.decision.policy import PolicyContext  # noqa: E402
+from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, TenantConfig  # noqa: E402
+from llmsched_env.engine.request import Request  # noqa: E402
 from llmsched_env.runtime import calibrate as cal  # noqa: E402
 from llmsched_env.runtime.executor import Runtime  # noqa: E402
 from llmsched_env.runtime.model import ModelConfig  # noqa: E402
@@ -24,6 +25,8 @@ from llmsched_env.runtime.policy_file import action_options, load_policy_file  #
 from llmsched_env.runtime.runner import ModelRunner  # noqa: E402
 from llmsched_env.runtime.serve import serve  # noqa: E402
 from llmsched_env.runtime.tokens import PromptTokens  # noqa: E402
+from llmsched_env.sim.simulator import Simulator  # noqa: E402
+from llmsched_env.workloads.library import get_scenario  # noqa: E402
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,10 +12,10 @@ import pytest
 import baselines
 import evaluate
 import llmsched_env  # noqa: F401
-from llmsched_env.core.describe import describe_scenario
-from llmsched_env.core.scenario_library import get_scenario, list_scenarios
-from llmsched_env.core.scenarios import TRAIN_FRACTION, scenario_from_trace, slo_scale, trace_dir, trace_path
-from llmsched_env.core.traces import load_azure, load_mooncake
+from llmsched_env.workloads.describe import describe_scenario
+from llmsched_env.workloads.library import get_scenario, list_scenarios
+from llmsched_env.workloads.scenarios import TRAIN_FRACTION, scenario_from_trace, slo_scale, trace_dir, trace_path
+from llmsched_env.workloads.traces import load_azure, load_mooncake
 
 TRACES = trace_dir()
 needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason="shared traces not found")
@@ -35,7 +35,7 @@ REQUIRED = {
 def test_library_holds_the_required_scenarios() -> None:
     assert set(list_scenarios()) >= REQUIRED
     assert get_scenario("remote-kv").remote_kv is not None
-    with pytest.raises(ValueError, match="available: default"):
+    with pytest.raises(ValueError, match="available scenarios: default"):
         get_scenario("nope")
 
 
@@ -185,8 +185,8 @@ def test_evaluate_commands_for_scenarios_traces_describe_and_capacity(
 
 
 def test_two_user_workloads_never_share_a_source() -> None:
-    from llmsched_env.config import TenantConfig
-    from llmsched_env.core.workload import LengthDist, TenantWorkload, WorkloadConfig
+    from llmsched_env.engine.config import TenantConfig
+    from llmsched_env.workloads.workload import LengthDist, TenantWorkload, WorkloadConfig
 
     def workload(name: str) -> WorkloadConfig:
         return WorkloadConfig((TenantWorkload(TenantConfig(name), 5.0, LengthDist.fixed(10, 10)),), 50)

@@ -9,9 +9,9 @@ import pytest
 
 import evaluate
 import llmsched_env  # noqa: F401
-from llmsched_env.core.scenarios import trace_dir
-from llmsched_env.decision import ACTION_COMPONENTS
+from llmsched_env.decision.actions import ACTION_COMPONENTS
 from llmsched_env.runtime.policy_file import load_policy_file
+from llmsched_env.workloads.scenarios import trace_dir
 
 SHIPPED = sorted((Path(__file__).resolve().parents[1] / "policies").glob("*/policy.json"))
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmsched_env.core.request import Request
-from llmsched_env.core.scenarios import trace_dir, trace_path
-from llmsched_env.core.traces import (
+from llmsched_env.engine.request import Request
+from llmsched_env.workloads.scenarios import trace_dir, trace_path
+from llmsched_env.workloads.traces import (
     TRACE_FORMATS,
     Trace,
     TraceError,

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmsched_env.config import SLO_CLASSES, TenantConfig
-from llmsched_env.core import lengths as ln
-from llmsched_env.core import workload as wl
-from llmsched_env.core.scenarios import trace_dir, trace_path
-from llmsched_env.core.workload import (
+from llmsched_env.engine.config import SLO_CLASSES, TenantConfig
+from llmsched_env.workloads import lengths as ln
+from llmsched_env.workloads import workload as wl
+from llmsched_env.workloads.scenarios import trace_dir, trace_path
+from llmsched_env.workloads.workload import (
     LengthDist,
     TenantWorkload,
     WorkloadConfig,

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmsched_env.config import EngineConfig
-from llmsched_env.core.cost_model import CostModel, LinearCostModel
+from llmsched_env.costs.base import CostModel
+from llmsched_env.costs.linear import LinearCostModel
+from llmsched_env.engine.config import EngineConfig
 from llmsched_env.runtime.executor import Runtime
 from llmsched_env.runtime.runner import ModelRunner, SeqChunk
 

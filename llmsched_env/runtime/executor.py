@@ -25,13 +25,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from llmsched_env.config import EngineConfig, TenantConfig
-from llmsched_env.core.batch import Batch, Decision
-from llmsched_env.core.cost_model import CostModel
-from llmsched_env.core.request import Request, Status
-from llmsched_env.core.simulator import Simulator
+from llmsched_env.costs.base import CostModel
+from llmsched_env.engine.batch import Batch, Decision
+from llmsched_env.engine.config import EngineConfig, TenantConfig
+from llmsched_env.engine.request import Request, Status
 from llmsched_env.runtime.runner import ModelRunner, SeqChunk
 from llmsched_env.runtime.tokens import PromptTokens
+from llmsched_env.sim.simulator import Simulator
 
 __all__ = ["Runtime"]
 

@@ -25,19 +25,21 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from llmsched_env.config import SLO_CLASSES, EngineConfig, TenantConfig
-from llmsched_env.core.batch import Batch
-from llmsched_env.core.cost_model import CostModel
-from llmsched_env.core.lengths import LengthDist
-from llmsched_env.core.request import Request
-from llmsched_env.core.scenarios import slo_scale
-from llmsched_env.core.simulator import Simulator
-from llmsched_env.core.workload import TenantWorkload, WorkloadConfig, generate
-from llmsched_env.decision import ActionSpec, ObservationEncoder, Policy, PolicyContext
+from llmsched_env.costs.base import CostModel
+from llmsched_env.decision.actions import ActionSpec
+from llmsched_env.decision.observation import ObservationEncoder
+from llmsched_env.decision.policy import Policy, PolicyContext
+from llmsched_env.engine.batch import Batch
+from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, TenantConfig
+from llmsched_env.engine.request import Request
 from llmsched_env.runtime.calibrate import fit, iteration_samples
 from llmsched_env.runtime.executor import Runtime
 from llmsched_env.runtime.runner import ModelRunner
 from llmsched_env.runtime.serve import ServeStats, serve, serving
+from llmsched_env.sim.simulator import Simulator
+from llmsched_env.workloads.lengths import LengthDist
+from llmsched_env.workloads.scenarios import slo_scale
+from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig, generate
 
 __all__ = [
     "FIDELITY_METRICS",

@@ -22,7 +22,8 @@ import torch
 from safetensors.torch import load as load_safetensors
 from torch import nn
 
-from llmsched_env.decision import ACTION_COMPONENTS, SCHEMA_VERSION
+from llmsched_env.decision.actions import ACTION_COMPONENTS
+from llmsched_env.decision.observation import SCHEMA_VERSION
 
 __all__ = [
     "ACTIVATIONS",

@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from llmsched_env.core.simulator import Simulator
-from llmsched_env.decision import ActionSpec, ObservationEncoder, Policy
+from llmsched_env.decision.actions import ActionSpec
+from llmsched_env.decision.observation import ObservationEncoder
+from llmsched_env.decision.policy import Policy
+from llmsched_env.sim.simulator import Simulator
 
 __all__ = ["FALLBACK_REASONS", "ServeStats", "serve", "serving"]
 

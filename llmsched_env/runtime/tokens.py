@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmsched_env.core.request import Request
+from llmsched_env.engine.request import Request
 
 __all__ = ["PromptTokens"]
 

@@ -1,0 +1,28 @@
+"""The cluster level: N engines behind a front router on one event clock, colocated or disaggregated
+(prefill and decode pools with KV transfers over a link), with its metrics, invariants and scenarios.
+"""
+
+from llmsched_env.cluster.config import DisaggConfig, KVLink, ReplicaSpec
+from llmsched_env.cluster.invariants import check_cluster
+from llmsched_env.cluster.metrics import cluster_metrics
+from llmsched_env.cluster.scenarios import (
+    CLUSTER_SCENARIOS,
+    ClusterScenario,
+    get_cluster_scenario,
+    list_cluster_scenarios,
+)
+from llmsched_env.cluster.simulator import Cluster, Replica
+
+__all__ = [
+    "CLUSTER_SCENARIOS",
+    "Cluster",
+    "ClusterScenario",
+    "DisaggConfig",
+    "KVLink",
+    "Replica",
+    "ReplicaSpec",
+    "check_cluster",
+    "cluster_metrics",
+    "get_cluster_scenario",
+    "list_cluster_scenarios",
+]

@@ -1,0 +1,282 @@
+"""The cluster simulator: a front router over N engines on one shared event clock.
+
+Each replica is a core ``Engine`` timed by its own cost model and runs its iterations back to back while it
+has work; an idle replica sleeps until a request reaches it. The clock moves from event to event: the next
+arrival, a replica's iteration end (or idle tick, when its local policy ran nothing), a KV transfer landing.
+Iteration ends and landings live in one heap, so an event costs O(log N), never O(N).
+
+Who decides is outside the core: the caller routes each arrival (``advance()`` returns the request to place,
+``route(i)`` places it), and ``local_decide(replica_index, engine) -> Decision`` gives every iteration's
+knobs. In disaggregated mode (``DisaggConfig``) the router places requests on the prefill replicas; at its
+first token a request's prompt KV is sent to a decode replica (``DisaggConfig.decode_rule``) over the KV link
+and decodes there without recomputing the prompt (unless the decode replica later preempts it: then it
+recomputes there, as vLLM does). TTFT is thus measured on the prefill replica, and the transfer shows in TPOT.
+
+    cluster = Cluster(specs, tenants, requests, local_decide)
+    while (r := cluster.advance()) is not None:
+        cluster.route(choose_replica(r))
+    print(cluster_metrics(cluster))   # llmsched_env.cluster.metrics; check_cluster(cluster) for the invariants
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Callable, Sequence
+
+from llmsched_env.cluster.config import DisaggConfig, KVLink, ReplicaSpec
+from llmsched_env.costs.base import CostModel
+from llmsched_env.engine.batch import Batch, Decision
+from llmsched_env.engine.config import TenantConfig
+from llmsched_env.engine.engine import Engine
+from llmsched_env.engine.request import Request
+
+__all__ = ["Cluster", "LocalDecide", "Replica"]
+
+LocalDecide = Callable[[int, Engine], Decision]
+_STEP, _LAND = 0, 1  # heap event kinds: a replica's next decision point; a KV transfer landing
+
+
+class Replica:
+    """One replica's engine, cost model, role and run statistics."""
+
+    __slots__ = (
+        "batch",
+        "busy",
+        "cost_model",
+        "engine",
+        "idle_tick_s",
+        "index",
+        "kv_usage_peak",
+        "kv_usage_sum",
+        "kv_usage_time_s",
+        "last_step_s",
+        "num_incoming",
+        "num_iterations",
+        "role",
+    )
+
+    def __init__(self, index: int, spec: ReplicaSpec, tenants: Sequence[TenantConfig], role: str) -> None:
+        self.index = index
+        self.role = role  # "both", "prefill" or "decode"
+        self.cost_model: CostModel = spec.cost_model
+        self.engine = Engine(spec.engine, tenants, spec.cost_model, prefill_only=role == "prefill")
+        self.batch: Batch | None = None  # the iteration in flight
+        self.busy = False  # holds exactly one event in the heap (iteration end or idle tick)
+        self.idle_tick_s = spec.cost_model.step_time_s(0, 1, 0, 0.0)
+        self.num_incoming = 0  # KV transfers on their way here
+        self.num_iterations = 0
+        self.last_step_s = 0.0
+        self.kv_usage_sum = 0.0
+        self.kv_usage_time_s = 0.0
+        self.kv_usage_peak = 0.0
+
+    @property
+    def num_outstanding(self) -> int:
+        """Requests waiting, running, landed or on their way here."""
+        e = self.engine
+        return sum(e.num_waiting) + len(e.running) + len(e.landed) + self.num_incoming
+
+
+class Cluster:
+    """Replays ``requests`` (sorted by arrival, unique ids) through replicas built from ``specs``."""
+
+    def __init__(
+        self,
+        specs: Sequence[ReplicaSpec],
+        tenants: Sequence[TenantConfig],
+        requests: Sequence[Request],
+        local_decide: LocalDecide,
+        disagg: DisaggConfig | None = None,
+    ) -> None:
+        if not specs:
+            raise ValueError("Cluster needs at least one ReplicaSpec")
+        if len({s.engine.block_size for s in specs}) > 1:
+            raise ValueError("every replica must share one EngineConfig.block_size (KV moves block for block)")
+        if disagg is not None and disagg.num_replicas != len(specs):
+            raise ValueError(
+                f"DisaggConfig has {disagg.num_prefill} prefill + {disagg.num_decode} decode replicas but "
+                f"{len(specs)} ReplicaSpecs were given"
+            )
+        for prev, cur in itertools.pairwise(requests):
+            if cur.arrival_s < prev.arrival_s:
+                raise ValueError(f"requests must be sorted by arrival: request {cur.request_id} comes too early")
+        if len({r.request_id for r in requests}) != len(requests):
+            raise ValueError("request ids must be unique within a cluster run")
+        roles = (
+            ["both"] * len(specs)
+            if disagg is None
+            else ["prefill"] * disagg.num_prefill + ["decode"] * (disagg.num_decode)
+        )
+        self.replicas = [Replica(i, s, tenants, roles[i]) for i, s in enumerate(specs)]
+        self.tenants = tuple(tenants)
+        self.disagg = disagg
+        self.routable = [i for i, role in enumerate(roles) if role != "decode"]
+        self.decode_pool = [i for i, role in enumerate(roles) if role == "decode"]
+        self.requests = list(requests)
+        self.local_decide = local_decide
+        self.start_s = self.requests[0].arrival_s if self.requests else 0.0
+        self.now_s = self.start_s
+        self.block_size = specs[0].engine.block_size
+        self._heap: list[tuple[float, int, int, int, Request | None]] = []
+        self._seq = itertools.count()
+        self._next = 0  # arrival cursor: requests[:_next] have been routed
+        self.placed: dict[int, int] = {}  # request id -> replica it was routed to
+        self.home: dict[int, int] = {}  # request id -> decode replica it moved to (disaggregated)
+        self.in_flight: dict[int, Request] = {}  # KV transfers not yet landed, by request id
+        self._rr_decode = 0
+        self.links: list[KVLink] = []
+        if disagg is not None:
+            num_links = 1 if disagg.shared_link else disagg.num_decode
+            self.links = [KVLink(disagg.link_latency_s, disagg.link_bandwidth_Bps) for _ in range(num_links)]
+
+    # ------------------------------------------------------------------------------------------ driving
+    @property
+    def num_routed(self) -> int:
+        return self._next
+
+    @property
+    def done(self) -> bool:
+        """Every request has been routed and nothing is left to run or transfer."""
+        return self._next >= len(self.requests) and not self._heap
+
+    def advance(self) -> Request | None:
+        """Run every event up to the next arrival and return that request, to be placed with ``route``;
+        None once all requests are routed and the cluster has drained."""
+        if self._next < len(self.requests):
+            r = self.requests[self._next]
+            self._run_until(r.arrival_s)
+            self.now_s = max(self.now_s, r.arrival_s)
+            return r
+        self._run_until(math.inf)
+        return None
+
+    def route(self, replica_index: int) -> None:
+        """Place the arrival ``advance()`` returned on replica ``replica_index`` (one of ``routable``)."""
+        if self._next >= len(self.requests):
+            raise ValueError("no arrival to route: every request has been routed")
+        if not (0 <= replica_index < len(self.replicas)) or self.replicas[replica_index].role == "decode":
+            raise ValueError(f"replica_index must be one of the routable replicas {self.routable}, got {replica_index}")
+        r = self.requests[self._next]
+        if r.arrival_s > self.now_s:
+            raise ValueError("call advance() before route(): the next request has not arrived yet")
+        self._next += 1
+        self.placed[r.request_id] = replica_index
+        rep = self.replicas[replica_index]
+        eng = rep.engine
+        if r.arrival_s > eng.now_s:
+            eng.advance_clock(r.arrival_s)
+        eng.add_request(r)
+        if not rep.busy:
+            self._start(rep, self.now_s)
+
+    def run(self, choose: Callable[[Request], int]) -> None:
+        """Route every request with ``choose(request) -> replica index`` and run until drained."""
+        while (r := self.advance()) is not None:
+            self.route(choose(r))
+
+    # ------------------------------------------------------------------------------------------ events
+    def _run_until(self, t_s: float) -> None:
+        heap = self._heap
+        replicas = self.replicas
+        pop = heapq.heappop
+        while heap and heap[0][0] <= t_s:
+            t, _, kind, i, r = pop(heap)
+            self.now_s = t
+            rep = replicas[i]
+            if kind == _STEP:
+                batch = rep.batch
+                if batch is not None:
+                    rep.batch = None
+                    eng = rep.engine
+                    if rep.role == "prefill":
+                        n0 = len(eng.handed_off)
+                        eng.complete(batch, t)
+                        for q in eng.handed_off[n0:]:
+                            self._send(q, t)
+                    else:
+                        eng.complete(batch, t)
+                self._start(rep, t)
+            else:
+                self._land(rep, r, t)  # type: ignore[arg-type]
+
+    def _start(self, rep: Replica, t: float) -> None:
+        """Begin ``rep``'s next iteration at ``t`` (or an idle tick when its policy runs nothing)."""
+        eng = rep.engine
+        if not eng.has_work:
+            rep.busy = False
+            return
+        batch = eng.schedule(self.local_decide(rep.index, eng))
+        if batch.is_empty:
+            if not eng.has_work:  # everything waiting was shed
+                rep.busy = False
+                return
+            dt = rep.idle_tick_s
+        else:
+            dt = batch.time_s(rep.cost_model)
+            usage = eng.pool.usage
+            rep.kv_usage_sum += usage * dt
+            rep.kv_usage_time_s += dt
+            if usage > rep.kv_usage_peak:
+                rep.kv_usage_peak = usage
+            rep.batch = batch
+            rep.num_iterations += 1
+        rep.last_step_s = dt
+        rep.busy = True
+        heapq.heappush(self._heap, (t + dt, next(self._seq), _STEP, rep.index, None))
+
+    def _send(self, r: Request, t: float) -> None:
+        """``r`` finished its prefill: send its prompt KV to a decode replica."""
+        disagg = self.disagg
+        assert disagg is not None
+        j = self._pick_decode(r)
+        link = self.links[0] if disagg.shared_link else self.links[self.decode_pool.index(j)]
+        ready = link.send(t, r.prompt_len * disagg.kv_bytes_per_token)
+        self.in_flight[r.request_id] = r
+        self.replicas[j].num_incoming += 1
+        heapq.heappush(self._heap, (ready, next(self._seq), _LAND, j, r))
+
+    def _land(self, rep: Replica, r: Request, t: float) -> None:
+        del self.in_flight[r.request_id]
+        rep.num_incoming -= 1
+        self.home[r.request_id] = rep.index
+        eng = rep.engine
+        if t > eng.now_s:
+            eng.advance_clock(t)
+        eng.add_handoff(r)
+        if not rep.busy:
+            self._start(rep, t)
+
+    def _pick_decode(self, r: Request) -> int:
+        """The decode replica for ``r`` under ``DisaggConfig.decode_rule``, among those that can hold it."""
+        assert self.disagg is not None
+        pool = [
+            j
+            for j in self.decode_pool
+            if self.replicas[j].engine.config.max_model_len >= r.total_len
+            and self.replicas[j].engine.pool.blocks_for(r.total_len) <= self.replicas[j].engine.config.num_kv_blocks
+        ] or self.decode_pool  # none can: the first rejects it on landing
+        rule = self.disagg.decode_rule
+        if rule == "round_robin":
+            j = pool[self._rr_decode % len(pool)]
+            self._rr_decode += 1
+            return j
+        if rule == "least_outstanding":
+            return min(pool, key=lambda k: self.replicas[k].num_outstanding)
+
+        def free_per_request(k: int) -> float:
+            rep = self.replicas[k]
+            e = rep.engine
+            load = len(e.running) + len(e.landed) + rep.num_incoming + 1
+            return e.pool.num_free_blocks / load
+
+        return max(pool, key=free_per_request)
+
+    # ------------------------------------------------------------------------------------------ results
+    def arrived_requests(self) -> list[Request]:
+        return self.requests[: self._next]
+
+    def pending_events(self) -> list[tuple[float, int, int]]:
+        """``(time, kind, replica)`` of every scheduled event (kind 0: iteration end or tick, 1: landing)."""
+        return [(t, kind, i) for t, _, kind, i, _ in self._heap]

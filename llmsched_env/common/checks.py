@@ -1,0 +1,34 @@
+"""Validation of numbers at public boundaries: one ``ValueError`` naming the owner and the field."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+__all__ = ["check_int", "check_number", "check_positive"]
+
+
+def check_positive(owner: str, name: str, value: float, *, allow_zero: bool = False) -> None:
+    """Raise ``ValueError`` unless ``value`` is a finite number > 0 (or >= 0 with ``allow_zero``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{owner}.{name} must be a number, got {value!r}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{owner}.{name} must be finite and {bound}, got {value!r}")
+
+
+def check_int(owner: str, name: str, value: int, minimum: int) -> None:
+    """Raise ``ValueError`` unless ``value`` is an integer (Python or numpy) >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{owner}.{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def check_number(owner: str, field: str, value: Any, *, positive: bool = False, integer: bool = False) -> float:
+    """Return ``value`` if it is a finite number >= 0 (> 0 with ``positive``), else raise ``ValueError``."""
+    kind = "an integer" if integer else "a number"
+    bad_type = isinstance(value, bool) or not isinstance(value, int if integer else (int, float))
+    if bad_type or not math.isfinite(value) or value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{owner}: field '{field}' must be {kind} {bound}, got {value!r}")
+    return value

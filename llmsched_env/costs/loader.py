@@ -1,0 +1,90 @@
+"""Cost-model presets: the bundled JSON files under ``presets/`` and any user file, loaded by name or path.
+
+Each preset has a ``kind`` (``"analytic"``, ``AnalyticCostModel``; ``"linear"``, ``LinearCostModel``), a
+``description`` and the fields of that kind (``list_presets()``, ``load_cost_model(name_or_path)``). Run
+``python -m llmsched_env.costs.loader`` to print the presets' headline step times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from llmsched_env.costs.analytic import AnalyticCostModel
+from llmsched_env.costs.base import CostModel, prefill_time_s, unloaded_decode_time_s
+from llmsched_env.costs.linear import LinearCostModel
+
+__all__ = ["from_dict", "list_presets", "load_cost_model"]
+
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
+
+_KINDS: dict[str, Any] = {"analytic": AnalyticCostModel, "linear": LinearCostModel}
+
+
+def from_dict(data: dict[str, Any]) -> CostModel:
+    """The cost model a ``to_dict()`` output (or a preset's fields, with ``kind``) describes."""
+    return _KINDS[data["kind"]].from_dict(data)
+
+
+def list_presets() -> list[str]:
+    """Names of the bundled presets, for ``load_cost_model``."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.json"))
+
+
+def load_cost_model(name_or_path: str | os.PathLike[str]) -> CostModel:
+    """A cost model from a preset name (``list_presets()``) or a path to a JSON preset file.
+
+    Raises ``ValueError`` naming the file and the field for an unreadable or malformed file, and listing
+    the presets for an unknown name. A file's model is named by its ``name`` field, else its file stem.
+    """
+    text = os.fspath(name_or_path)
+    if text.endswith(".json") or os.sep in text or "/" in text:
+        path = Path(text)
+        if not path.is_file():
+            raise ValueError(f"cost model file {path} does not exist")
+    elif text in list_presets():
+        path = PRESET_DIR / f"{text}.json"
+    else:
+        raise ValueError(
+            f"unknown cost model preset {text!r}; available presets: {list_presets()} (or give a .json path)"
+        )
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"cost model file {path}: not readable JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"cost model file {path}: top level must be a JSON object of fields")
+    kind = data.get("kind")
+    if kind not in _KINDS:
+        kinds = sorted(_KINDS)
+        raise ValueError(f"cost model file {path}: field 'kind' must be one of {kinds}, got {kind!r}")
+    for field in ("name", "description"):
+        if field in data and not isinstance(data[field], str):
+            raise ValueError(f"cost model file {path}: field '{field}' must be a string")
+    try:
+        return _KINDS[kind].from_dict({"name": path.stem, **data})
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"cost model file {path}: {err}") from None
+
+
+
+
+
+
+def main() -> None:
+    """Print one line per bundled preset: one decode at 1k context alone, a 1024-token prefill alone, and one
+    iteration of 64 decodes at 1k context each, in ms."""
+    for name in list_presets():
+        model = load_cost_model(name)
+        decode_ms = unloaded_decode_time_s(model, 1024) * 1e3
+        prefill_ms = prefill_time_s(model, 1024) * 1e3
+        batch_ms = model.step_time_s(0, 64, 64 * 1024, 0.0) * 1e3
+        print(
+            f"{name:<20} decode@1k {decode_ms:6.2f} ms   prefill 1024 tok {prefill_ms:7.2f} ms   "
+            f"64 decodes@1k {batch_ms:6.2f} ms"
+        )
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""What a scheduling decision says, and what one engine iteration runs.
+
+A ``Decision`` parameterises the batch builder for one iteration (see DESIGN.md, step semantics). A
+``Batch`` is the builder's answer: the prefill chunks to compute and whether the decoding requests take a
+decode round. Executors (the simulator's cost model, the torch runtime) run a Batch and hand it back to
+``Engine.complete``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import TYPE_CHECKING
+
+from llmsched_env.engine.request import Request
+
+if TYPE_CHECKING:
+    from llmsched_env.costs.base import CostModel
+
+__all__ = ["Batch", "Decision", "QueueOrder"]
+
+
+class QueueOrder(IntEnum):
+    """Which waiting request goes first."""
+
+    FCFS = 0  # arrival order (vLLM fcfs)
+    PRIORITY_AGING = 1  # tenant priority minus waited time over the aging constant (vLLM priority + aging)
+    EDF = 2  # earliest TTFT deadline
+    SJF = 3  # shortest prefill first, with a starvation guard
+    VTC = 4  # least-served tenant by its virtual token counter, FCFS within the tenant
+    LPM = 5  # longest cached prefix first (SGLang lpm), among the oldest waiting requests
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Knobs of one iteration.
+
+    ``token_budget``: most tokens in the iteration; a running decode takes 1 and, in the decode-first
+    hybrid, every running decode is always scheduled (stall-free), prefill chunks get the rest.
+    ``chunk_cap``: most prefill tokens one request may take this iteration.
+    ``prefill_first``: run pending prefills alone and let decodes wait (vLLM v0 / SGLang default).
+    ``max_admit``: most waiting requests admitted now (0 holds admission).
+    ``kv_reserve``: share of the KV pool that must stay free after an admission.
+    ``shed``: reject waiting requests that can no longer meet their TTFT deadline.
+    """
+
+    order: QueueOrder = QueueOrder.FCFS
+    token_budget: int = 2048
+    chunk_cap: int = 2048
+    prefill_first: bool = False
+    max_admit: int = 1 << 30
+    kv_reserve: float = 0.0
+    shed: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.order, QueueOrder):
+            raise ValueError(f"Decision.order must be a QueueOrder, got {self.order!r}")
+        for name in ("token_budget", "chunk_cap"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Decision.{name} must be an integer >= 1, got {value!r}")
+        if isinstance(self.max_admit, bool) or not isinstance(self.max_admit, int) or self.max_admit < 0:
+            raise ValueError(f"Decision.max_admit must be an integer >= 0, got {self.max_admit!r}")
+        if not (isinstance(self.kv_reserve, (int, float)) and math.isfinite(self.kv_reserve)) or not (
+            0.0 <= self.kv_reserve < 1.0
+        ):
+            raise ValueError(f"Decision.kv_reserve must be in [0, 1), got {self.kv_reserve!r}")
+
+
+class Batch:
+    """One iteration's work, as the batch builder formed it."""
+
+    __slots__ = (
+        "decision",
+        "decode_round",
+        "num_admitted",
+        "num_decode_seqs",
+        "num_kv_tokens",
+        "num_preempted",
+        "num_prefill_tokens",
+        "num_rejected",
+        "prefill_attn_pairs",
+        "prefill_chunks",
+        "prefill_ctx",
+        "prefill_reqs",
+    )
+
+    def __init__(self, decision: Decision) -> None:
+        self.decision = decision
+        self.prefill_reqs: list[Request] = []
+        self.prefill_chunks: list[int] = []  # tokens computed this iteration, per prefill request
+        self.prefill_ctx: list[int] = []  # tokens already in KV before the chunk, per prefill request
+        self.decode_round = False  # every decoding request produces one token
+        self.num_decode_seqs = 0
+        self.num_kv_tokens = 0  # context tokens read by the decodes' attention
+        self.num_prefill_tokens = 0
+        self.prefill_attn_pairs = 0.0
+        self.num_admitted = 0
+        self.num_preempted = 0
+        self.num_rejected = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decode_seqs
+
+    @property
+    def is_empty(self) -> bool:
+        return self.num_prefill_tokens == 0 and self.num_decode_seqs == 0
+
+    def time_s(self, model: CostModel) -> float:
+        """What ``model`` prices this iteration at, from its four features."""
+        return model.step_time_s(
+            self.num_prefill_tokens, self.num_decode_seqs, self.num_kv_tokens, self.prefill_attn_pairs
+        )
+
+    def add_prefill(self, request: Request, chunk: int, context: int) -> None:
+        self.prefill_reqs.append(request)
+        self.prefill_chunks.append(chunk)
+        self.prefill_ctx.append(context)
+        self.num_prefill_tokens += chunk
+        self.prefill_attn_pairs += chunk * (context + (chunk + 1) * 0.5)
+
+    def remove_prefill(self, request: Request) -> None:
+        """Drop a request preempted after it was put in the batch."""
+        i = self.prefill_reqs.index(request)
+        chunk, context = self.prefill_chunks[i], self.prefill_ctx[i]
+        del self.prefill_reqs[i], self.prefill_chunks[i], self.prefill_ctx[i]
+        self.num_prefill_tokens -= chunk
+        self.prefill_attn_pairs -= chunk * (context + (chunk + 1) * 0.5)

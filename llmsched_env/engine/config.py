@@ -1,0 +1,108 @@
+"""Validated, frozen configuration of an engine and its tenants: the engine's limits, SLO classes, tenants.
+
+Everything here is plain data: every layer above reads it, and it imports nothing of the project but the
+number checks. Each dataclass checks its fields in ``__post_init__`` and raises ``ValueError`` naming the
+field, so a bad config fails at construction with a message a user can act on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llmsched_env.common.checks import check_int, check_positive
+
+__all__ = [
+    "SLO_CLASSES",
+    "EngineConfig",
+    "SLOClass",
+    "TenantConfig",
+]
+
+
+@dataclass(frozen=True)
+class SLOClass:
+    """Latency targets of one class of traffic: time to first token and time per output token."""
+
+    name: str
+    ttft_s: float
+    tpot_s: float
+
+    def __post_init__(self) -> None:
+        check_positive(f"SLOClass({self.name!r})", "ttft_s", self.ttft_s)
+        check_positive(f"SLOClass({self.name!r})", "tpot_s", self.tpot_s)
+
+    def scaled(self, factor: float) -> SLOClass:
+        """The same class with both targets multiplied by ``factor`` (hardware scaling)."""
+        check_positive(f"SLOClass({self.name!r})", "scale factor", factor)
+        return SLOClass(self.name, self.ttft_s * factor, self.tpot_s * factor)
+
+
+# Targets used in the literature (DistServe, Sarathi-Serve), for a 7-8B model on one modern GPU.
+SLO_CLASSES: dict[str, SLOClass] = {
+    "interactive": SLOClass("interactive", ttft_s=0.25, tpot_s=0.1),
+    "chat": SLOClass("chat", ttft_s=1.0, tpot_s=0.1),
+    "code": SLOClass("code", ttft_s=0.125, tpot_s=0.2),
+    "code_long": SLOClass("code_long", ttft_s=0.5, tpot_s=0.2),  # completion over 1k-7k-token prompts (Azure code)
+    "summarization": SLOClass("summarization", ttft_s=15.0, tpot_s=0.15),
+    "long_context": SLOClass("long_context", ttft_s=5.0, tpot_s=0.1),  # Mooncake-style 10k+ token prompts
+    "batch": SLOClass("batch", ttft_s=60.0, tpot_s=1.0),
+}
+
+
+@dataclass(frozen=True)
+class TenantConfig:
+    """One tenant of the engine: its share weight (VTC), its priority (lower runs first) and its SLO class."""
+
+    name: str
+    slo: SLOClass = field(default_factory=lambda: SLO_CLASSES["chat"])
+    weight: float = 1.0
+    priority: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("TenantConfig.name must be a non-empty string")
+        check_positive(f"TenantConfig({self.name!r})", "weight", self.weight)
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise ValueError(f"TenantConfig({self.name!r}).priority must be an integer, got {self.priority!r}")
+        if not isinstance(self.slo, SLOClass):
+            raise ValueError(f"TenantConfig({self.name!r}).slo must be an SLOClass, got {self.slo!r}")
+
+
+VICTIM_RULES = ("latest", "lowest_priority")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Hard limits of one serving engine, as vLLM names them.
+
+    ``max_num_batched_tokens`` is the largest token budget any iteration may use; a policy chooses a budget
+    at or below it. ``victim_rule`` picks the running request preempted (by recompute) when KV blocks run
+    out: ``latest`` (the most recently admitted, vLLM's FCFS rule) or ``lowest_priority`` (largest
+    ``(priority, arrival)``, vLLM's priority rule).
+    """
+
+    num_kv_blocks: int = 4096
+    block_size: int = 16
+    max_num_seqs: int = 128
+    max_num_batched_tokens: int = 4096
+    max_model_len: int = 16384
+    victim_rule: str = "latest"
+
+    def __post_init__(self) -> None:
+        check_int("EngineConfig", "num_kv_blocks", self.num_kv_blocks, 2)
+        check_int("EngineConfig", "block_size", self.block_size, 1)
+        check_int("EngineConfig", "max_num_seqs", self.max_num_seqs, 1)
+        check_int("EngineConfig", "max_num_batched_tokens", self.max_num_batched_tokens, 1)
+        check_int("EngineConfig", "max_model_len", self.max_model_len, 2)
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                "EngineConfig.max_num_batched_tokens must be >= max_num_seqs so every running decode fits in "
+                f"one iteration, got {self.max_num_batched_tokens} < {self.max_num_seqs}"
+            )
+        if self.victim_rule not in VICTIM_RULES:
+            raise ValueError(f"EngineConfig.victim_rule must be one of {VICTIM_RULES}, got {self.victim_rule!r}")
+
+    @property
+    def num_kv_tokens(self) -> int:
+        """Tokens the whole KV pool holds."""
+        return self.num_kv_blocks * self.block_size

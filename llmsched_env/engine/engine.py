@@ -1,0 +1,587 @@
+"""Engine state and the batch builder: the scheduling core shared by the simulator and the torch runtime.
+
+The invariants live in ``engine.invariants`` (``check_engine(engine)``); tests check them every step.
+
+One iteration is ``schedule(decision) -> Batch``, then an executor runs the batch and calls
+``complete(batch, end_s)``. The builder follows vLLM v1: running work first (every decode takes one
+token, unfinished prefills take chunks up to the chunk cap), then waiting requests in the decision's order,
+chunked to the leftover token budget; a running request that cannot get KV blocks preempts a victim by
+recompute; no admission in an iteration that preempted; admission keeps ``kv_reserve`` of the pool free.
+
+Decoding is lazy (see ``request.py``): decode round ``R`` gives every decoding request one token, and the
+engine only touches a request in a round where it finishes or needs its next KV block. That keeps an
+iteration's cost proportional to the events in it, not to the batch size.
+
+Disaggregated serving (``cluster.simulator``): a ``prefill_only`` engine hands a request off at its first token
+(``handed_off``: its blocks are released, its prompt KV travels); a decode engine takes it with
+``add_handoff`` and, as soon as its KV fits, runs its decode rounds without recomputing the prompt.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+from collections import deque
+from collections.abc import Iterator, Sequence
+
+from llmsched_env.costs.base import CostModel, prefill_time_s
+from llmsched_env.engine.batch import Batch, Decision, QueueOrder
+from llmsched_env.engine.block_pool import BlockPool, chain_hashes
+from llmsched_env.engine.config import EngineConfig, TenantConfig
+from llmsched_env.engine.queues import WaitingQueues
+from llmsched_env.engine.remote_kv import RemoteKVStore
+from llmsched_env.engine.request import Request, Status
+
+__all__ = ["Engine"]
+
+_LPM_WINDOW = 64  # SGLang scores at most this many of the oldest waiting requests by cached prefix
+_RATE_TAU_S = 10.0  # time constant of the arrival-rate estimate
+_LATENCY_EWMA = 0.05  # weight of the newest finished request in the recent latency averages
+
+
+class Engine:
+    """Queues, running set, KV pool and per-tenant counters of one serving engine."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        tenants: Sequence[TenantConfig],
+        cost_model: CostModel,
+        priority_aging_s: float = 10.0,
+        sjf_starvation_s: float = 10.0,
+        remote: RemoteKVStore | None = None,
+        prefill_only: bool = False,
+    ) -> None:
+        if not tenants:
+            raise ValueError("Engine needs at least one tenant")
+        self.config = config
+        self.tenants = tuple(tenants)
+        self.cost_model = cost_model
+        self.remote = remote
+        self.num_fetching = 0  # admitted requests waiting for a remote KV transfer
+        self.prefill_only = prefill_only  # hand requests off at their first token instead of decoding them
+        self.handed_off: list[Request] = []  # requests this engine prefilled and handed off, in order
+        self.landed: deque[Request] = deque()  # handed-off requests whose KV arrived here, waiting for blocks
+        self.priority_aging_s = priority_aging_s
+        self.sjf_starvation_s = sjf_starvation_s
+        self.block_size = config.block_size
+        self.pool = BlockPool(config.num_kv_blocks, config.block_size)
+        n = len(self.tenants)
+        self._ttft_heap: list[tuple[float, int, Request]] = []
+        self.num_running_t = [0] * n
+        self.num_decoding_t = [0] * n
+        self.vtc = [0.0] * n  # virtual token counters: (input + 2 * output tokens) / weight
+        self.queue = WaitingQueues(
+            [t.slo.ttft_s for t in self.tenants], [t.priority * priority_aging_s for t in self.tenants], self.vtc
+        )
+        self.num_waiting = self.queue.num_waiting  # per tenant (the queue's live list)
+        self.waiting_tokens = self.queue.waiting_tokens  # prefill tokens waiting, per tenant
+        self.service_tokens = [0] * n  # unweighted input + 2 * output tokens
+        self.num_arrived_t = [0] * n
+        self.num_good_t = [0] * n
+        self.num_missed_t = [0] * n
+        self.running: dict[int, Request] = {}  # admission order
+        self.running_total_blocks = 0  # blocks the running requests hold once all their tokens exist
+        self.prefilling: dict[int, Request] = {}  # running requests whose prefill is unfinished
+        self.finished: list[Request] = []
+        self.rejected: list[Request] = []
+        self.num_arrived = 0
+        self.now_s = 0.0
+        self.num_rounds = 0  # decode rounds run so far
+        self.round_end_s = array("d")  # end time of each decode round
+        self.decode_events: dict[int, list[Request]] = {}
+        self.num_decoding = 0
+        self.decode_base = 0  # sum over decoding requests of (prompt + out0 - round0)
+        self._preempted_since_schedule = False
+        self.num_preemptions = 0
+        self.num_prompt_tokens_admitted = 0
+        self.num_prefix_hit_tokens = 0
+        self.num_good = 0
+        self.num_missed = 0
+        self.num_output_tokens = 0
+        self.rate_est = 0.0
+        self._rate_t = 0.0
+        self.ttft_ratio_ewma = 0.0  # recent TTFT / target of finished requests
+        self.tpot_ratio_ewma = 0.0  # recent TPOT / target of finished requests
+        self.last_batch: Batch | None = None
+        self._ttft_slo = [t.slo.ttft_s for t in self.tenants]
+        self._tpot_slo = [t.slo.tpot_s for t in self.tenants]
+        self._weights = [t.weight for t in self.tenants]
+
+    # ---------------------------------------------------------------------------------- arrivals, clock
+    def advance_clock(self, t_s: float) -> None:
+        """Move the clock forward to ``t_s`` (an idle engine waiting for the next arrival)."""
+        assert t_s >= self.now_s, f"clock goes back: {t_s} < {self.now_s}"
+        self.now_s = t_s
+        self._expire_ttft()
+
+    def add_request(self, r: Request) -> None:
+        """A request arrives now. One that can never fit (longer than the model or the KV pool) is rejected."""
+        assert r.status == Status.WAITING and not r.block_table, f"{r} is not a fresh request"
+        assert 0 <= r.tenant < len(self.tenants), f"request {r.request_id}: unknown tenant {r.tenant}"
+        t = r.tenant
+        self.num_arrived += 1
+        self.num_arrived_t[t] += 1
+        decay = math.exp(-(r.arrival_s - self._rate_t) / _RATE_TAU_S) if r.arrival_s > self._rate_t else 1.0
+        self.rate_est = self.rate_est * decay + 1.0 / _RATE_TAU_S
+        self._rate_t = max(self._rate_t, r.arrival_s)
+        if r.total_len > self.config.max_model_len:
+            self._reject(r, "exceeds_max_model_len")
+            return
+        if self.pool.blocks_for(r.total_len) > self.config.num_kv_blocks:
+            self._reject(r, "exceeds_kv_capacity")
+            return
+        if self.num_waiting[t] == 0 and self.num_running_t[t] == 0:
+            # VTC counter lift: a returning tenant starts level with the least-served active tenant, so
+            # idle time earns it no credit.
+            active = [
+                self.vtc[k] for k in range(len(self.tenants)) if self.num_waiting[k] or self.num_running_t[k]
+            ]
+            if active:
+                self.vtc[t] = max(self.vtc[t], min(active))
+        heapq.heappush(self._ttft_heap, (r.arrival_s + self._ttft_slo[t], r.request_id, r))
+        self.queue.push(r)
+
+    def add_handoff(self, r: Request) -> None:
+        """The prompt KV of ``r``, prefilled and handed off by another engine, has arrived now. It joins the
+        decode rounds as soon as its KV fits here (FIFO, before any admission); one that can never fit is
+        rejected."""
+        assert r.status == Status.TRANSFERRING and not r.block_table, f"{r} is not a handed-off request"
+        self.num_arrived += 1
+        self.num_arrived_t[r.tenant] += 1
+        if r.total_len > self.config.max_model_len:
+            self._reject(r, "exceeds_max_model_len")
+        elif self.pool.blocks_for(r.total_len) > self.config.num_kv_blocks:
+            self._reject(r, "exceeds_kv_capacity")
+        else:
+            self.landed.append(r)
+
+    def _admit_landed(self) -> None:
+        """Give landed hand-offs blocks for their prompt KV and the next token, and start their decoding."""
+        pool = self.pool
+        while self.landed and len(self.running) < self.config.max_num_seqs:
+            r = self.landed[0]
+            if pool.blocks_for(r.prompt_len + r.num_output_tokens) > pool.num_free_blocks:
+                return  # head-of-line: wait for memory
+            self.landed.popleft()
+            r.block_table = [pool.allocate() for _ in range(pool.blocks_for(r.num_computed_tokens))]
+            self._commit_prefix(r, 0, r.num_computed_tokens)  # the transferred prompt blocks hold its prefix
+            r.status = Status.RUNNING
+            self._enter_running(r)
+            self._start_decoding(r)
+
+    def head(self, t: int) -> Request | None:
+        """The first waiting request of tenant ``t``."""
+        return self.queue.head(t)
+
+    def _reject(self, r: Request, reason: str) -> None:
+        if r in self.queue:
+            self.queue.remove(r)
+        r.status = Status.REJECTED
+        r.reject_reason = reason
+        r.finish_s = self.now_s
+        self.rejected.append(r)
+        self._resolve(r, met=False)
+
+    def _resolve(self, r: Request, met: bool) -> None:
+        """Count a request once as meeting or missing its SLO (the reward's signal)."""
+        if r.slo_resolved:
+            return
+        r.slo_resolved = True
+        if met:
+            self.num_good += 1
+            self.num_good_t[r.tenant] += 1
+        else:
+            self.num_missed += 1
+            self.num_missed_t[r.tenant] += 1
+
+    def _expire_ttft(self) -> None:
+        """Requests still without a first token past their TTFT deadline are misses from now on."""
+        heap = self._ttft_heap
+        now = self.now_s
+        while heap and heap[0][0] < now:
+            _, _, r = heapq.heappop(heap)
+            if r.first_token_s is None:
+                self._resolve(r, met=False)
+
+    # ---------------------------------------------------------------------------------- queue order
+    def _candidates(self, order: QueueOrder) -> Iterator[Request]:
+        """Waiting requests in ``order``; each yielded one is admitted or rejected before the next is asked."""
+        queue = self.queue
+        if order == QueueOrder.LPM:
+            window = queue.oldest(_LPM_WINDOW)
+            window.sort(key=lambda r: -self._cached_prefix_blocks(r))  # stable: FCFS among equals
+            for r in window:
+                if r in queue:
+                    yield r
+            return
+        while True:
+            r = queue.best(order, self.now_s, self.sjf_starvation_s)
+            if r is None:
+                return
+            yield r
+
+    def _cached_prefix_blocks(self, r: Request) -> int:
+        if not r.prefix_ids:
+            return 0
+        if r.prefix_hashes is None:
+            r.prefix_hashes = chain_hashes(r.prefix_ids, r.prefix_id_tokens, self.block_size, r.prompt_len)
+        return len(self.pool.lookup(r.prefix_hashes, (r.num_prefill_tokens - 1) // self.block_size))
+
+    # ---------------------------------------------------------------------------------- the builder
+    def schedule(self, decision: Decision) -> Batch:
+        """Form this iteration's batch under ``decision``."""
+        batch = Batch(decision)
+        self._expire_ttft()
+        if self.landed:
+            self._admit_landed()
+        cfg = self.config
+        budget = min(decision.token_budget, cfg.max_num_batched_tokens)
+        if decision.shed:
+            self._shed_heads()
+        prefill_first = decision.prefill_first
+        left = budget if prefill_first else max(0, budget - self.num_decoding)
+        # 1. running prefills, in admission order
+        for r in list(self.prefilling.values()):
+            if left <= 0:
+                break
+            if r.status != Status.RUNNING:  # preempted earlier in this loop
+                continue
+            if r.fetch_ready_s:
+                if r.fetch_ready_s > self.now_s:
+                    continue  # its remote KV is still in flight
+                self._fetch_done(r)
+            ctx = r.num_computed_tokens
+            chunk = min(r.num_prefill_tokens - ctx, decision.chunk_cap, left)
+            if not self._reserve_or_preempt(r, ctx + chunk, batch):
+                continue
+            batch.add_prefill(r, chunk, ctx)
+            left -= chunk
+        # 2. admission
+        if (
+            not self._preempted_since_schedule
+            and batch.num_preempted == 0
+            and decision.max_admit > 0
+            and left > 0
+            and any(self.num_waiting)
+        ):
+            left = self._admit(decision, batch, left)
+        self._preempted_since_schedule = False
+        # 3. the decode round
+        if self.num_decoding and not (prefill_first and batch.prefill_reqs):
+            batch.decode_round = True
+            batch.num_decode_seqs = self.num_decoding
+            batch.num_kv_tokens = self.decode_base + self.num_decoding * self.num_rounds
+        self.last_batch = batch
+        return batch
+
+    def _admit(self, decision: Decision, batch: Batch, left: int) -> int:
+        cfg = self.config
+        pool = self.pool
+        bs = self.block_size
+        reserve = math.ceil(decision.kv_reserve * cfg.num_kv_blocks)
+        admitted = 0
+        for r in self._candidates(decision.order):
+            if admitted >= decision.max_admit or len(self.running) >= cfg.max_num_seqs or left <= 0:
+                break
+            if decision.shed and self._hopeless(r):
+                self._reject(r, "ttft_unreachable")
+                batch.num_rejected += 1
+                continue
+            n = r.num_prefill_tokens
+            hits: list[int] = []
+            if r.prefix_ids:
+                if r.prefix_hashes is None:
+                    r.prefix_hashes = chain_hashes(r.prefix_ids, r.prefix_id_tokens, bs, r.prompt_len)
+                hits = pool.lookup(r.prefix_hashes, (n - 1) // bs)  # compute at least one token
+            cached = len(hits) * bs
+            remote_blocks = 0
+            if self.remote is not None and r.prefix_hashes:
+                remote_blocks = self.remote.hit_blocks(r.prefix_hashes, len(hits), (n - 1) // bs)
+            chunk = 0 if remote_blocks else min(n - cached, decision.chunk_cap, left)
+            need = pool.blocks_for(cached + remote_blocks * bs + chunk) - len(hits)
+            revived = sum(1 for b in hits if pool.ref_count[b] == 0)  # evictable hits stop being free
+            if pool.num_free_blocks - revived - need < (reserve if self.running else 0):
+                break  # head-of-line: wait for memory, as vLLM does (an empty engine always admits)
+            self.queue.remove(r)
+            pool.share(hits)
+            r.block_table = list(hits)
+            for _ in range(need):
+                r.block_table.append(pool.allocate())
+            r.status = Status.RUNNING
+            r.num_computed_tokens = cached
+            r.num_cached_tokens = cached
+            r.num_prefix_hit_tokens += cached
+            r.num_admitted_tokens += n
+            self.num_prefix_hit_tokens += cached
+            if r.first_scheduled_s is None:
+                r.first_scheduled_s = self.now_s
+                t = r.tenant
+                self.vtc[t] += r.prompt_len / self._weights[t]
+                self.service_tokens[t] += r.prompt_len
+                self.num_prompt_tokens_admitted += r.prompt_len
+            self._enter_running(r)
+            self.prefilling[r.request_id] = r
+            batch.num_admitted += 1
+            admitted += 1
+            if remote_blocks:  # wait for the remote prefix KV before computing anything
+                remote_tokens = remote_blocks * bs
+                r.num_computed_tokens += remote_tokens
+                r.num_remote_tokens += remote_tokens
+                r.fetch_ready_s = self.remote.fetch(self.now_s, remote_tokens)  # type: ignore[union-attr]
+                self.num_fetching += 1
+                continue
+            batch.add_prefill(r, chunk, cached)
+            left -= chunk
+        return left
+
+    def _enter_running(self, r: Request) -> None:
+        """``r`` (holding its blocks) joins the running set, last in admission order."""
+        self.running[r.request_id] = r
+        self.running_total_blocks += self.pool.blocks_for(r.total_len)
+        self.num_running_t[r.tenant] += 1
+
+    def _leave_running(self, r: Request) -> None:
+        """``r`` leaves the running set (finished, preempted or handed off) and releases its blocks."""
+        del self.running[r.request_id]
+        self.running_total_blocks -= self.pool.blocks_for(r.total_len)
+        self.num_running_t[r.tenant] -= 1
+        self.pool.release(r.block_table)
+        r.block_table = []
+
+    def _hopeless(self, r: Request) -> bool:
+        """Even alone and unchunked, ``r``'s first token would come after its TTFT deadline."""
+        if r.first_token_s is not None:
+            return False  # a preempted request already has its first token
+        deadline = r.arrival_s + self._ttft_slo[r.tenant]
+        return self.now_s + prefill_time_s(self.cost_model, r.num_prefill_tokens) > deadline
+
+    def _shed_heads(self) -> None:
+        for t in range(len(self.tenants)):
+            while self.num_waiting[t]:
+                r = self.head(t)
+                if r is None or not self._hopeless(r):
+                    break
+                self._reject(r, "ttft_unreachable")
+
+    def _reserve_or_preempt(self, r: Request, num_tokens: int, batch: Batch | None = None) -> bool:
+        """Give running ``r`` blocks for ``num_tokens`` tokens, preempting victims (recorded in ``batch`` when
+        one is being built) while the pool is short. False if ``r`` itself was preempted."""
+        pool = self.pool
+        need = pool.blocks_for(num_tokens) - len(r.block_table)
+        while need > pool.num_free_blocks:
+            victim = self._victim()
+            self._preempt(victim)
+            if batch is not None:
+                batch.num_preempted += 1
+                if victim in batch.prefill_reqs:
+                    batch.remove_prefill(victim)
+            if victim is r:
+                return False
+        for _ in range(need):
+            r.block_table.append(pool.allocate())
+        return True
+
+    def _victim(self) -> Request:
+        if self.config.victim_rule == "latest":
+            return next(reversed(self.running.values()))
+        return max(
+            self.running.values(), key=lambda q: (self.tenants[q.tenant].priority, q.arrival_s, q.request_id)
+        )
+
+    def _preempt(self, r: Request) -> None:
+        """Recompute preemption: free ``r``'s KV, reset its progress and put it back at the queue head."""
+        self._sync(r)
+        assert r.num_output_tokens < r.output_len, f"preempting finished {r}"
+        if r.decoding:
+            self._stop_decoding(r)
+        else:
+            del self.prefilling[r.request_id]
+        self._leave_running(r)
+        r.num_computed_tokens = 0
+        r.num_cached_tokens = 0
+        if r.fetch_ready_s:
+            r.fetch_ready_s = 0.0
+            self.num_fetching -= 1
+        r.num_preemptions += 1
+        self.num_preemptions += 1
+        self._preempted_since_schedule = True
+        self.queue.push(r, front=True)
+
+    # ---------------------------------------------------------------------------------- lazy decoding
+    def _sync(self, r: Request) -> None:
+        """Bring a decoding request's explicit counters up to the current round."""
+        if r.decoding:
+            out = r.decode_out0 + self.num_rounds - r.decode_round0
+            r.num_output_tokens = out
+            r.num_computed_tokens = r.prompt_len + out - 1
+
+    def _start_decoding(self, r: Request) -> None:
+        """Join the decode rounds from the next one on (unless the KV pool is full and ``r`` is the victim)."""
+        r.decoding = True
+        r.decode_round0 = self.num_rounds
+        r.decode_out0 = r.num_output_tokens
+        self.num_decoding += 1
+        self.num_decoding_t[r.tenant] += 1
+        self.decode_base += r.prompt_len + r.decode_out0 - r.decode_round0
+        if self._reserve_or_preempt(r, r.prompt_len + r.num_output_tokens):
+            self._schedule_event(r)
+
+    def _stop_decoding(self, r: Request) -> None:
+        r.token_segments.append((r.decode_round0, self.num_rounds))
+        r.decoding = False
+        r.event_round = -1
+        self.num_decoding -= 1
+        self.num_decoding_t[r.tenant] -= 1
+        self.decode_base -= r.prompt_len + r.decode_out0 - r.decode_round0
+
+    def _schedule_event(self, r: Request) -> None:
+        """The round after which ``r`` finishes or needs another KV block for the round that follows."""
+        cap = len(r.block_table) * self.block_size
+        base = r.decode_round0 - r.decode_out0
+        r_fin = base + r.output_len - 1
+        r_blk = base + cap - r.prompt_len
+        event = r_fin if r_fin < r_blk else r_blk
+        r.event_round = event
+        bucket = self.decode_events.get(event)
+        if bucket is None:
+            self.decode_events[event] = [r]
+        else:
+            bucket.append(r)
+
+    # ---------------------------------------------------------------------------------- completion
+    def complete(self, batch: Batch, end_s: float) -> None:
+        """The batch ran and ended at ``end_s``: account its tokens, finish, join decoders, emit events."""
+        assert end_s >= self.now_s, f"clock goes back: {end_s} < {self.now_s}"
+        self.now_s = end_s
+        if batch.decode_round:
+            rnd = self.num_rounds
+            self.num_rounds = rnd + 1
+            self.round_end_s.append(end_s)
+            self.num_output_tokens += self.num_decoding
+            for t, nd in enumerate(self.num_decoding_t):
+                if nd:
+                    self.vtc[t] += 2 * nd / self._weights[t]
+                    self.service_tokens[t] += 2 * nd
+            due = self.decode_events.pop(rnd, ())
+            grow = []
+            for r in due:  # finish first: a request done this round must never become a victim
+                if r.event_round != rnd:
+                    continue  # preempted since the event was set
+                self._sync(r)
+                if r.num_output_tokens >= r.output_len:
+                    self._finish(r)
+                else:
+                    grow.append(r)
+            for r in grow:
+                if r.status == Status.RUNNING and self._reserve_or_preempt(r, r.prompt_len + r.num_output_tokens):
+                    self._schedule_event(r)
+        for r, chunk in zip(batch.prefill_reqs, batch.prefill_chunks, strict=False):
+            if r.status != Status.RUNNING:
+                continue  # preempted by a decode's block demand above
+            self._commit_prefix(r, r.num_computed_tokens, r.num_computed_tokens + chunk)
+            r.num_computed_tokens += chunk
+            if r.num_computed_tokens < r.num_prefill_tokens:
+                continue
+            del self.prefilling[r.request_id]
+            r.num_output_tokens += 1
+            self.num_output_tokens += 1
+            t = r.tenant
+            self.vtc[t] += 2 / self._weights[t]
+            self.service_tokens[t] += 2
+            r.prefill_token_s.append(end_s)
+            if r.first_token_s is None:
+                r.first_token_s = end_s
+            if r.num_output_tokens >= r.output_len:
+                r.token_segments.append((self.num_rounds, self.num_rounds))
+                self._finish(r)
+            elif self.prefill_only:
+                self._hand_off(r)
+            else:
+                self._start_decoding(r)
+        self._expire_ttft()
+
+    def _commit_prefix(self, r: Request, start: int, end: int) -> None:
+        """The prefix blocks of tokens [start, end) now hold their content: cache (and publish) them."""
+        hashes = r.prefix_hashes
+        if not hashes:
+            return
+        bs = self.block_size
+        lo, hi = start // bs, min(end // bs, len(hashes))
+        for j in range(lo, hi):
+            self.pool.commit(r.block_table[j], hashes[j])
+        if self.remote is not None and hi > lo:
+            self.remote.publish(hashes[lo:hi])
+
+    def _fetch_done(self, r: Request) -> None:
+        """A remote KV transfer landed: its blocks now hold the prefix content."""
+        r.fetch_ready_s = 0.0
+        self.num_fetching -= 1
+        self._commit_prefix(r, r.num_cached_tokens, r.num_computed_tokens)
+
+    def next_fetch_ready_s(self) -> float | None:
+        """When the earliest in-flight remote KV transfer completes (None when none is in flight)."""
+        if not self.num_fetching:
+            return None
+        return min(r.fetch_ready_s for r in self.prefilling.values() if r.fetch_ready_s)
+
+    def _hand_off(self, r: Request) -> None:
+        """``r`` produced its first token here: release its blocks (its prefix stays cached) and let it go."""
+        self._leave_running(r)
+        r.status = Status.TRANSFERRING
+        self.handed_off.append(r)
+
+    def _finish(self, r: Request) -> None:
+        if r.decoding:
+            self._stop_decoding(r)
+        self._leave_running(r)
+        r.status = Status.FINISHED
+        r.finish_s = self.now_s
+        self.finished.append(r)
+        t = r.tenant
+        first = r.first_token_s
+        assert first is not None
+        ttft = first - r.arrival_s
+        tpot = (self.now_s - first) / (r.num_output_tokens - 1) if r.num_output_tokens > 1 else 0.0
+        ttft_ratio = ttft / self._ttft_slo[t]
+        tpot_ratio = tpot / self._tpot_slo[t]
+        self.ttft_ratio_ewma += _LATENCY_EWMA * (ttft_ratio - self.ttft_ratio_ewma)
+        self.tpot_ratio_ewma += _LATENCY_EWMA * (tpot_ratio - self.tpot_ratio_ewma)
+        self._resolve(r, met=ttft_ratio <= 1.0 and tpot_ratio <= 1.0)
+
+    # ---------------------------------------------------------------------------------- views
+    @property
+    def has_work(self) -> bool:
+        return bool(self.running) or any(self.num_waiting) or bool(self.landed)
+
+    @property
+    def num_waiting_total(self) -> int:
+        return sum(self.num_waiting)
+
+    def waiting_requests(self) -> list[Request]:
+        """Live waiting requests, per tenant in queue order (for observers and tests; O(queue))."""
+        return self.queue.requests()
+
+    def sync_all(self) -> None:
+        """Make every running request's explicit counters current (for observers and the runtime)."""
+        for r in self.running.values():
+            self._sync(r)
+
+    def decoding_requests(self) -> list[Request]:
+        """The requests a decode round now would advance, in admission order (synced)."""
+        out = [r for r in self.running.values() if r.decoding]
+        for r in out:
+            self._sync(r)
+        return out
+
+    def oldest_waiting(self) -> Request | None:
+        return self.queue.best(QueueOrder.FCFS, self.now_s, self.sjf_starvation_s)
+
+    def arrival_rate(self) -> float:
+        """Exponentially decayed arrival-rate estimate (requests/s), time constant 10 s."""
+        dt = self.now_s - self._rate_t
+        return self.rate_est * math.exp(-dt / _RATE_TAU_S) if dt > 0 else self.rate_est
+
+    def remaining_prefill_tokens(self) -> int:
+        return sum(r.num_prefill_tokens - r.num_computed_tokens for r in self.prefilling.values())

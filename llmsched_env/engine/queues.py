@@ -1,0 +1,138 @@
+"""The waiting queues: one FIFO per tenant, ordered lookups for every ``QueueOrder``, lazy removal.
+
+Within a tenant, arrival order is also deadline order and priority-with-aging order (one tenant has one SLO
+and one priority), so the best waiting request under FCFS, EDF, priority aging or VTC is always the head of
+some tenant's queue: picking it costs O(tenants). Shortest-prefill-first keeps its own heap. Requests leave
+a queue lazily: each enqueue gets a sequence number and only the entry holding a request's current number
+is live, so removal from the middle (admission by SJF or LPM, rejection) is O(1).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Sequence
+
+from llmsched_env.engine.batch import QueueOrder
+from llmsched_env.engine.request import Request, Status
+
+__all__ = ["WaitingQueues"]
+
+
+class WaitingQueues:
+    """Per-tenant waiting queues. ``vtc`` is the engine's live list of per-tenant virtual token counters."""
+
+    def __init__(self, ttft_slo_s: Sequence[float], aging_key_s: Sequence[float], vtc: list[float]) -> None:
+        n = len(ttft_slo_s)
+        self._queues: list[deque[tuple[int, Request]]] = [deque() for _ in range(n)]
+        self._sjf: list[tuple[int, float, int, int, Request]] = []
+        self._seq = 0
+        self._live: dict[int, int] = {}  # request id -> seq of its live entry
+        self._ttft = list(ttft_slo_s)
+        self._aging = list(aging_key_s)
+        self._vtc = vtc
+        self.num_waiting = [0] * n
+        self.waiting_tokens = [0] * n  # prefill tokens of the waiting requests, per tenant
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __contains__(self, r: Request) -> bool:
+        return r.request_id in self._live
+
+    def push(self, r: Request, front: bool = False) -> None:
+        """Queue ``r`` at the tail of its tenant's queue (or the head: a preempted request goes first)."""
+        r.status = Status.WAITING
+        self._seq += 1
+        seq = self._seq
+        self._live[r.request_id] = seq
+        q = self._queues[r.tenant]
+        if front:
+            q.appendleft((seq, r))
+        else:
+            q.append((seq, r))
+        heapq.heappush(self._sjf, (r.num_prefill_tokens, r.arrival_s, r.request_id, seq, r))
+        self.num_waiting[r.tenant] += 1
+        self.waiting_tokens[r.tenant] += r.num_prefill_tokens
+
+    def remove(self, r: Request) -> None:
+        """Take a waiting request out (its stale entries are skipped later)."""
+        del self._live[r.request_id]
+        self.num_waiting[r.tenant] -= 1
+        self.waiting_tokens[r.tenant] -= r.num_prefill_tokens
+
+    def head(self, t: int) -> Request | None:
+        """The first live request of tenant ``t``'s queue."""
+        q = self._queues[t]
+        live = self._live
+        while q:
+            seq, r = q[0]
+            if live.get(r.request_id) == seq:
+                return r
+            q.popleft()
+        return None
+
+    def best(self, order: QueueOrder, now_s: float, sjf_starvation_s: float) -> Request | None:
+        """The waiting request ``order`` puts first (LPM is FCFS here: the engine scores a window)."""
+        if order == QueueOrder.SJF:
+            return self._sjf_best(now_s, sjf_starvation_s)
+        best: Request | None = None
+        best_key = math.inf
+        for t, n in enumerate(self.num_waiting):
+            if not n:
+                continue
+            r = self.head(t)
+            if r is None:
+                continue
+            if order == QueueOrder.PRIORITY_AGING:
+                key = self._aging[t] + r.arrival_s  # priority*aging - waited, up to the common "now"
+            elif order == QueueOrder.EDF:
+                key = r.arrival_s + self._ttft[t]
+            elif order == QueueOrder.VTC:
+                key = self._vtc[t]
+            else:  # FCFS, LPM
+                key = r.arrival_s
+            if key < best_key:
+                best, best_key = r, key
+        return best
+
+    def _sjf_best(self, now_s: float, starvation_s: float) -> Request | None:
+        oldest = self.best(QueueOrder.FCFS, now_s, starvation_s)
+        if oldest is not None and now_s - oldest.arrival_s > starvation_s:
+            return oldest  # starvation guard
+        heap = self._sjf
+        live = self._live
+        while heap:
+            _, _, rid, seq, r = heap[0]
+            if live.get(rid) == seq:
+                return r
+            heapq.heappop(heap)
+        return None
+
+    def oldest(self, k: int) -> list[Request]:
+        """Up to ``k`` live waiting requests in arrival order."""
+        live = self._live
+        merged = heapq.merge(
+            *(((r.arrival_s, r) for seq, r in q if live.get(r.request_id) == seq) for q in self._queues),
+            key=lambda x: x[0],
+        )
+        out = []
+        for _, r in merged:
+            out.append(r)
+            if len(out) == k:
+                break
+        return out
+
+    def requests(self) -> list[Request]:
+        """Live waiting requests, per tenant in queue order. O(queue): for observers and checks."""
+        live = self._live
+        return [r for q in self._queues for seq, r in q if live.get(r.request_id) == seq]
+
+    def check_invariants(self) -> None:
+        waiting = self.requests()
+        assert len(waiting) == len(self._live), "a live queue entry is missing from the tenant queues"
+        for t in range(len(self.num_waiting)):
+            mine = [r for r in waiting if r.tenant == t]
+            assert len(mine) == self.num_waiting[t], f"tenant {t}: num_waiting {self.num_waiting[t]} != {len(mine)}"
+            assert sum(r.num_prefill_tokens for r in mine) == self.waiting_tokens[t], f"tenant {t}: tokens drifted"

@@ -1,0 +1,83 @@
+"""A remote KV store (Mooncake's KV pool, vLLM's KV connector) and the delay of fetching from it.
+
+Every prefix block an engine computes is published to the store. A request admitted later whose prefix
+blocks are in the store but not in the local cache gets local blocks for them at once and then waits, as
+vLLM v1's WAITING_FOR_REMOTE_KVS, until the transfer ends: ``latency_s`` plus bytes over
+``bandwidth_gbps``. Transfers queue on one shared link (FIFO), and a transfer is slowed by
+``slow_factor`` with probability ``slow_prob`` (a congested or degraded path). While it waits, the request
+holds KV blocks and a running slot: one of the backpressure sources a scheduler must absorb.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmsched_env.common.checks import check_positive
+
+__all__ = ["RemoteKVConfig", "RemoteKVStore"]
+
+
+@dataclass(frozen=True)
+class RemoteKVConfig:
+    """Where prefix KV lives remotely and what fetching it costs. Defaults: Llama-3-8B bf16 KV (128 KiB per
+    token), a 25 GB/s RDMA link with 5 ms set-up latency."""
+
+    latency_s: float = 0.005
+    bandwidth_gbps: float = 25.0
+    kv_bytes_per_token: int = 131072
+    slow_prob: float = 0.0
+    slow_factor: float = 10.0
+
+    def __post_init__(self) -> None:
+        check_positive("RemoteKVConfig", "latency_s", self.latency_s, allow_zero=True)
+        check_positive("RemoteKVConfig", "bandwidth_gbps", self.bandwidth_gbps)
+        check_positive("RemoteKVConfig", "kv_bytes_per_token", self.kv_bytes_per_token)
+        check_positive("RemoteKVConfig", "slow_factor", self.slow_factor)
+        if not (isinstance(self.slow_prob, (int, float)) and 0.0 <= self.slow_prob <= 1.0):
+            raise ValueError(f"RemoteKVConfig.slow_prob must be in [0, 1], got {self.slow_prob!r}")
+        if self.slow_factor < 1.0:
+            raise ValueError(f"RemoteKVConfig.slow_factor must be >= 1, got {self.slow_factor!r}")
+
+
+class RemoteKVStore:
+    """The set of published block hashes and the shared transfer link."""
+
+    def __init__(self, config: RemoteKVConfig, rng: np.random.Generator) -> None:
+        self.config = config
+        self._rng = rng
+        self._blocks: set[int] = set()
+        self.link_free_s = 0.0
+        self.num_fetches = 0
+        self.num_fetched_tokens = 0
+        self.total_fetch_s = 0.0
+        self._s_per_token = config.kv_bytes_per_token / (config.bandwidth_gbps * 1e9)
+
+    def publish(self, hashes: Sequence[int]) -> None:
+        self._blocks.update(hashes)
+
+    def hit_blocks(self, hashes: Sequence[int], start: int, stop: int) -> int:
+        """How many of ``hashes[start:stop]``, from ``start`` on without a gap, the store holds."""
+        n = 0
+        blocks = self._blocks
+        for h in hashes[start:stop]:
+            if h not in blocks:
+                break
+            n += 1
+        return n
+
+    def fetch(self, now_s: float, num_tokens: int) -> float:
+        """Start a transfer of ``num_tokens`` tokens of KV now; return the time it completes."""
+        cfg = self.config
+        transfer = num_tokens * self._s_per_token
+        if cfg.slow_prob and self._rng.random() < cfg.slow_prob:
+            transfer *= cfg.slow_factor
+        start = max(now_s, self.link_free_s)
+        self.link_free_s = start + transfer
+        ready = start + transfer + cfg.latency_s
+        self.num_fetches += 1
+        self.num_fetched_tokens += num_tokens
+        self.total_fetch_s += ready - now_s
+        return ready

@@ -1,0 +1,268 @@
+"""``LLMSchedCluster-v0``: route requests over N serving engines. A thin wrapper over ``core.cluster``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from llmsched_env.cluster.config import DisaggConfig
+from llmsched_env.cluster.invariants import check_cluster
+from llmsched_env.cluster.metrics import cluster_metrics
+from llmsched_env.cluster.scenarios import CLUSTER_SCENARIOS, ClusterScenario
+from llmsched_env.cluster.simulator import Cluster
+from llmsched_env.costs.base import CostModel
+from llmsched_env.decision.actions import ActionSpec
+from llmsched_env.decision.local import LocalScheduler
+from llmsched_env.decision.observation import OBS_CLIP, ObservationEncoder
+from llmsched_env.decision.policy import PolicyContext, reads_observation
+from llmsched_env.decision.registry import SCHEDULERS
+from llmsched_env.decision.router import ClusterObservationEncoder, RouterContext, RouteSpec, route_mask
+from llmsched_env.engine.request import Request
+from llmsched_env.envs.cluster_options import LocalPolicy, resolve_disagg, resolve_local_policies, resolve_specs
+from llmsched_env.envs.options import RewardConfig, load_arg
+from llmsched_env.workloads.library import get_scenario
+from llmsched_env.workloads.scenarios import SPLITS, Scenario
+
+__all__ = ["LLMSchedClusterEnv"]
+
+
+class LLMSchedClusterEnv(gym.Env):
+    """Route each arriving request to one of N LLM serving replicas, one arrival per step.
+
+    ## Description
+    N replicas, each the core engine with its own KV pool, limits and cost model, share one simulated clock.
+    Every replica schedules its own iterations with a local policy (a single-node baseline or a trained
+    single-node policy); between two arrivals the replicas run on their own. With ``disaggregated`` the
+    router places requests on a prefill pool; at the first token a request's prompt KV crosses a FIFO link
+    (latency + bytes / bandwidth) to the decode replica with the most free KV per request, and decodes there.
+
+    ## Action space
+    ``Discrete(num_routable)``: the replica (of the prefill pool when disaggregated) for the arriving
+    request. ``action_masks()`` masks replicas that could never hold it (all valid if none could); a masked
+    action is moved to the first valid replica (``info["action_projected"]``); an out-of-range action raises
+    ``ValueError``.
+
+    ## Observation space
+    ``Box(-10, 10, (n,), float32)`` of named features (``env.unwrapped.obs_names``), counts over the largest
+    ``max_num_seqs``, KV over the largest pool, so heterogeneous replicas compare on one scale:
+
+    | feature | meaning (units) |
+    |---|---|
+    | replica/i/num_waiting, replica/i/num_running | queue (incl. landed KV) and running set (/ max_num_seqs) |
+    | replica/i/kv_used, replica/i/kv_free_per_request | KV in use (/ own pool); (free - queued) / (running + 1) |
+    | replica/i/waiting_tokens | prefill tokens queued (/ max_num_batched_tokens) |
+    | replica/i/ttft_ratio, replica/i/tpot_ratio | recent TTFT and TPOT over their SLO |
+    | replica/i/prefix_hit | share of the arriving prompt cached on that replica |
+    | replica/i/speed | fastest replica's unloaded decode step / its own |
+    | request/prompt_len, request/tenant/NAME | the arriving request (/ max_num_batched_tokens; one-hot) |
+    | cluster/arrival_rate, cluster/attainment | rate estimate / nominal rate; attainment so far |
+    | decode/kv_used, decode/num_landed, decode/link_backlog | disaggregated only: decode pool, KV link wait |
+
+    ## Rewards
+    As ``LLMSched-v0``: ``good`` (+1/N) when a request finishes within its SLOs, ``miss`` (−1/N) when it is
+    rejected, passes its TTFT deadline without a first token or finishes too slowly, each counted once, when
+    known; unresolved requests count as misses at the end, so a drained episode returns ``2·attainment − 1``.
+    ``preempt`` (weight 0 by default) charges each recompute preemption on any replica. Terms are in
+    ``info["rewards"]``.
+
+    ## Episode end
+    ``terminated`` when every request has been routed and served (or rejected); ``truncated`` when the clock
+    passes ``horizon_s`` or after ``max_steps`` steps. The last ``info["metrics"]`` holds the episode's
+    metrics: the single-node set, ``replica/i/...`` and ``imbalance/...`` (``cluster.metrics``).
+
+    ## Arguments
+    ``scenario``: a cluster scenario (``cluster-azure-conv-4``, ``cluster-azure-conv-8``, ``cluster-mooncake-4``,
+    ``cluster-mooncake-8``, ``cluster-azure-conv-pd``, or a ``ClusterScenario``) or a single-node scenario
+    (name or ``Scenario``), whose nominal rate is then scaled by the number of replicas. ``num_replicas``;
+    ``replicas`` (one ``(engine, cost_model)`` pair per replica, or a dict with those keys: heterogeneous);
+    ``engine`` (``EngineConfig`` or dict) and ``cost_model`` (preset name or ``CostModel``) for every replica;
+    ``disaggregated`` (None: the scenario's; False: colocated; a ``DisaggConfig`` or a dict of its fields:
+    ``num_prefill``, ``num_decode``, ``link_latency_s``, ``link_bandwidth_Bps``, ...); ``local_policy`` (a
+    baseline name, default ``fcfs``, or any object with ``act(obs, mask)``, or one per replica);
+    ``split``, ``load`` (relative to the cluster's nominal rate; a (low, high) pair draws one per episode),
+    ``num_requests``, ``reward``, ``horizon_s``, ``max_steps``, ``render_mode`` (``ansi``),
+    ``check_invariants`` (every step; for tests). SLOs are scaled to replica 0's cost model.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 10}
+
+    def __init__(
+        self,
+        scenario: str | ClusterScenario | Scenario = "cluster-azure-conv-4",
+        split: str = "train",
+        num_requests: int | None = None,
+        load: float | tuple[float, float] = 1.0,
+        num_replicas: int | None = None,
+        replicas: Sequence[Any] | None = None,
+        engine: Any = None,
+        cost_model: str | CostModel | None = None,
+        disaggregated: DisaggConfig | Mapping[str, Any] | bool | None = None,
+        local_policy: LocalPolicy | Sequence[LocalPolicy] = "fcfs",
+        reward: RewardConfig | Mapping[str, float] | None = None,
+        horizon_s: float = float("inf"),
+        max_steps: int = 1_000_000,
+        render_mode: str | None = None,
+        check_invariants: bool = False,
+    ) -> None:
+        super().__init__()
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        load, self.load_range = load_arg("LLMSchedClusterEnv", load)
+        if num_requests is not None and (
+            isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 1
+        ):
+            raise ValueError(f"LLMSchedClusterEnv.num_requests must be an integer >= 1, got {num_requests!r}")
+        if not (isinstance(horizon_s, (int, float)) and horizon_s > 0):
+            raise ValueError(f"LLMSchedClusterEnv.horizon_s must be > 0 (inf for none), got {horizon_s!r}")
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise ValueError(f"LLMSchedClusterEnv.max_steps must be an integer >= 1, got {max_steps!r}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        csc = scenario if isinstance(scenario, ClusterScenario) else None
+        if csc is None and str(scenario) in CLUSTER_SCENARIOS:
+            csc = CLUSTER_SCENARIOS.get(str(scenario))
+        base = csc.scenario() if csc is not None else scenario if isinstance(scenario, Scenario) else None
+        base = base or get_scenario(str(scenario))
+        self.disagg = resolve_disagg(disaggregated, csc)
+        self.specs = resolve_specs(csc, base, num_replicas, replicas, engine, cost_model, self.disagg)
+        n = len(self.specs)
+        if self.disagg is not None and self.disagg.num_replicas != n:
+            raise ValueError(
+                f"disaggregated asks for {self.disagg.num_prefill} prefill + {self.disagg.num_decode} decode "
+                f"replicas but the cluster has {n}; give num_replicas={self.disagg.num_replicas} or matching replicas"
+            )
+        self.num_replicas = n
+        self.routable = list(range(self.disagg.num_prefill if self.disagg else n))
+        self.scenario, self.base_scenario, self.split, self.load = csc, base, split, float(load)
+        self.source = base.source(split, self.specs[0].cost_model)
+        if num_requests is None and csc is None:  # N x the single-node episode, as much of a trace split as fits
+            trace = getattr(self.source, "trace", None)
+            num_requests = min(base.num_requests * n, len(trace)) if trace is not None else base.num_requests * n
+        self.num_requests = num_requests if num_requests is not None else csc.num_requests  # type: ignore[union-attr]
+        self.tenants = self.source.tenants
+        single = self.source.nominal_rate_rps()
+        # load 1.0: the cluster scenario's measured rate (per replica, if num_replicas was changed), else N
+        # replicas at the single-node scenario's nominal rate each
+        self.cluster_rate_rps = csc.rate_rps * n / csc.num_replicas if csc is not None else single * n
+        self._source_load = self.cluster_rate_rps / single
+        self.reward_config = reward if isinstance(reward, RewardConfig) else RewardConfig(**(reward or {}))
+        self.horizon_s, self.max_steps = horizon_s, max_steps
+        self.render_mode, self.check_invariants = render_mode, check_invariants
+        self.local_policy = resolve_local_policies(local_policy, n)
+        self.action_specs = [ActionSpec.for_engine(s.engine) for s in self.specs]
+        self.local_encoders = [ObservationEncoder(s.engine, self.tenants, single) for s in self.specs]
+        self.encoder = ClusterObservationEncoder(
+            [self.specs[i] for i in self.routable], self.tenants, self.cluster_rate_rps, self.disagg is not None
+        )
+        self.obs_names = self.encoder.names
+        self.action_spec = RouteSpec(len(self.routable))  # for exported router policies
+        self.action_space = spaces.Discrete(len(self.routable))
+        self.observation_space = spaces.Box(-OBS_CLIP, OBS_CLIP, shape=(self.encoder.size,), dtype=np.float32)
+        self.cluster: Cluster | None = None
+        self._pending: Request | None = None
+
+    # ---------------------------------------------------------------------------------------- gym API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):  # type: ignore[override]
+        super().reset(seed=seed)
+        requests = self._draw_requests()
+        scheduler = self._local_scheduler()
+        self.cluster = Cluster(self.specs, self.tenants, requests, scheduler, self.disagg)
+        scheduler.cluster = self.cluster
+        self._norm = 1.0 / max(len(requests), 1)
+        self._good = self._missed = self._preempt = self._steps = 0
+        self._pending = self.cluster.advance()
+        if self.check_invariants:
+            check_cluster(self.cluster)
+        return self.encoder.encode(self.cluster, self._pending), {}
+
+    def step(self, action):  # type: ignore[override]
+        cluster = self.cluster
+        if cluster is None:
+            raise RuntimeError("call reset() before step()")
+        a = _replica_index(action, len(self.routable))
+        projected = False
+        if self._pending is not None:
+            mask = route_mask(cluster, self._pending)
+            if not mask[a]:
+                a, projected = int(np.argmax(mask)), True
+            cluster.route(self.routable[a])
+            if self.check_invariants:
+                check_cluster(cluster)
+            self._pending = cluster.advance()
+            if self.check_invariants:
+                check_cluster(cluster)
+        self._steps += 1
+        terminated = self._pending is None
+        truncated = not terminated and (cluster.now_s >= self.horizon_s or self._steps >= self.max_steps)
+        good = sum(rep.engine.num_good for rep in cluster.replicas)
+        missed = sum(rep.engine.num_missed for rep in cluster.replicas)
+        pre = sum(rep.engine.num_preemptions for rep in cluster.replicas)
+        d_good, d_missed, d_pre = good - self._good, missed - self._missed, pre - self._preempt
+        self._good, self._missed, self._preempt = good, missed, pre
+        if terminated or truncated:
+            d_missed += cluster.num_routed - good - missed  # unresolved requests count as misses
+        rewards = self.reward_config.terms(d_good, d_missed, d_pre, self._norm)
+        info: dict[str, Any] = {"rewards": rewards, "action_projected": projected, "replica": self.routable[a]}
+        if terminated or truncated:
+            info["metrics"] = cluster_metrics(cluster)
+            info["load"] = self.load
+        obs = self.encoder.encode(cluster, self._pending)
+        return obs, rewards["good"] + rewards["miss"] + rewards["preempt"], terminated, truncated, info
+
+    def action_masks(self) -> np.ndarray:
+        """Replicas that could hold the arriving request (sb3-contrib MaskablePPO)."""
+        if self.cluster is None:
+            raise RuntimeError("call reset() before action_masks()")
+        if self._pending is None:
+            return np.ones(len(self.routable), dtype=bool)
+        return route_mask(self.cluster, self._pending)
+
+    def render(self):  # type: ignore[override]
+        if self.cluster is None or self.render_mode != "ansi":
+            return None
+        lines = [f"t={self.cluster.now_s:9.3f}s  routed {self.cluster.num_routed}/{len(self.cluster.requests)}"]
+        for rep in self.cluster.replicas:
+            e = rep.engine
+            lines.append(
+                f"  replica {rep.index} ({rep.role:7s}) waiting {sum(e.num_waiting) + len(e.landed):4d}  running "
+                f"{len(e.running):4d}  KV {e.pool.usage:5.1%}  iterations {rep.num_iterations}"
+            )
+        return "\n".join(lines)
+
+    # ---------------------------------------------------------------------------------------- helpers
+    def policy_context(self) -> RouterContext:
+        """The static facts a router is built from (``decision.registry.ROUTERS``, ``baselines.make_router``)."""
+        return self.encoder.context()
+
+    def local_policy_context(self, i: int) -> PolicyContext:
+        """Replica ``i``'s single-node policy context (``decision.registry.SCHEDULERS``, ``baselines.make``)."""
+        s = self.specs[i]
+        return PolicyContext(s.engine, self.tenants, s.cost_model, self.action_specs[i], self.local_encoders[i].names)
+
+    def _draw_requests(self) -> list[Request]:
+        if self.load_range is not None:
+            self.load = float(self.np_random.uniform(*self.load_range))
+        return self.source.sample(self.np_random, self.num_requests, self.load * self._source_load)
+
+    def _local_scheduler(self) -> LocalScheduler:
+        policies, needs_obs = [], []
+        for i, p in enumerate(self.local_policy):
+            if isinstance(p, str):
+                p = SCHEDULERS.get(p)(self.local_policy_context(i), int(self.np_random.integers(2**31)))
+            policies.append(p)
+            needs_obs.append(reads_observation(p))
+        return LocalScheduler(policies, self.action_specs, self.local_encoders, needs_obs)
+
+
+def _replica_index(action: Any, n: int) -> int:
+    a = np.asarray(action)
+    if a.size != 1 or not np.issubdtype(a.dtype, np.number) or not np.isfinite(a).all() or a.item() != int(a.item()):
+        raise ValueError(f"action must be one integer replica index in [0, {n}), got {action!r}")
+    i = int(a.item())
+    if not 0 <= i < n:
+        raise ValueError(f"action must be a replica index in [0, {n}), got {i}")
+    return i

@@ -1,0 +1,60 @@
+"""Arguments both envs share: the reward weights (``RewardConfig``), the load (``load_arg``) and the engine
+config (``engine_config``), each checked with a ``ValueError`` naming the argument."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from llmsched_env.common.checks import check_positive
+from llmsched_env.engine.config import EngineConfig
+
+__all__ = ["RewardConfig", "engine_config", "load_arg"]
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Weights of the named reward terms (see ``LLMSchedEnv``)."""
+
+    good: float = 1.0
+    miss: float = 1.0
+    preempt: float = 0.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            check_positive("RewardConfig", f.name, getattr(self, f.name), allow_zero=True)
+
+    def terms(self, num_good: int, num_missed: int, num_preempted: int, norm: float) -> dict[str, float]:
+        """The named reward terms of one step: requests newly met, missed and preempted, each over N."""
+        return {
+            "good": self.good * num_good * norm,
+            "miss": -self.miss * num_missed * norm,
+            "preempt": -self.preempt * num_preempted * norm,
+        }
+
+
+def load_arg(owner: str, load: float | Sequence[float]) -> tuple[float, tuple[float, float] | None]:
+    """``(load, range)`` from an env's ``load`` argument: a number (range None), or ``(low, high)`` from which
+    each episode draws its load uniformly (load starts at low). ValueError naming ``owner`` otherwise."""
+    if isinstance(load, (tuple, list)):
+        if len(load) != 2 or not all(isinstance(x, (int, float)) and x > 0 for x in load) or load[0] > load[1]:
+            raise ValueError(f"{owner}.load range must be (low, high) with 0 < low <= high, got {load!r}")
+        return float(load[0]), (float(load[0]), float(load[1]))
+    check_positive(owner, "load", load)
+    return float(load), None
+
+
+def engine_config(engine: EngineConfig | Mapping[str, Any] | None) -> EngineConfig:
+    """An ``EngineConfig`` from an env's ``engine`` argument: None (the defaults), a config, or a dict of fields."""
+    if engine is None:
+        return EngineConfig()
+    if isinstance(engine, EngineConfig):
+        return engine
+    if isinstance(engine, Mapping):
+        known = {f.name for f in fields(EngineConfig)}
+        unknown = set(engine) - known
+        if unknown:
+            raise ValueError(f"engine: unknown field(s) {sorted(unknown)}; known fields are {sorted(known)}")
+        return EngineConfig(**engine)
+    raise ValueError(f"engine must be an EngineConfig or a dict, got {type(engine).__name__}")

@@ -1,0 +1,256 @@
+"""``LLMSched-v0``: the Gymnasium environment. A thin wrapper: the scheduling logic lives in ``engine``, ``sim``
+and ``decision``."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.utils import seeding
+
+from llmsched_env.costs.base import CostModel
+from llmsched_env.costs.loader import load_cost_model
+from llmsched_env.decision.actions import ActionSpec
+from llmsched_env.decision.observation import OBS_CLIP, ObservationEncoder
+from llmsched_env.decision.policy import PolicyContext
+from llmsched_env.engine.config import EngineConfig
+from llmsched_env.engine.remote_kv import RemoteKVConfig
+from llmsched_env.engine.request import Request
+from llmsched_env.envs.options import RewardConfig, engine_config, load_arg
+from llmsched_env.envs.render import render_ansi, render_rgb
+from llmsched_env.sim.simulator import Simulator
+from llmsched_env.workloads.library import get_scenario
+from llmsched_env.workloads.scenarios import SPLITS, Scenario, SyntheticSource
+from llmsched_env.workloads.workload import WorkloadConfig
+
+__all__ = ["LLMSchedEnv"]
+
+
+class LLMSchedEnv(gym.Env):
+    """Schedule one LLM serving engine, one engine iteration per step.
+
+    ## Description
+    Requests of several tenants arrive (Poisson, or lengths from a trace) at a continuous-batching engine
+    with a paged KV cache. Each step the agent sets the knobs of the next iteration's batch builder; the
+    simulator forms the batch (running decodes first, then unfinished prefills in chunks, then waiting
+    requests in the chosen order), the cost model times it, and the clock moves on.
+
+    ## Action space
+    ``MultiDiscrete(action_spec.nvec)``, one index per component: queue order (FCFS, priority with aging,
+    earliest TTFT deadline, shortest prompt, least-served tenant (VTC), longest cached prefix); token budget;
+    chunk cap; batch mix (decode-first hybrid / prefill-first); admission cap (0 holds admission); KV reserve
+    kept free when admitting; shedding of requests that can no longer meet their TTFT. ``action_masks()``
+    gives the valid options (sb3-contrib MaskablePPO); an in-range action that the mask forbids is moved to
+    the first valid option of each forbidden component (``info["action_projected"]``). Out-of-range, NaN or
+    wrongly shaped actions raise ``ValueError`` naming the component.
+
+    ## Observation space
+    ``Box(-10, 10, (n,), float32)`` of named features (``env.unwrapped.obs_names``):
+
+    | feature | meaning (units) |
+    |---|---|
+    | queue/num_waiting, queue/waiting_tokens | waiting requests (/ max_num_seqs), their prefill tokens (/ KV pool) |
+    | queue/oldest_wait, queue/least_ttft_slack | oldest wait and least TTFT slack (/ that tenant's TTFT SLO) |
+    | kv/used, kv/free, kv/cached | KV blocks in use, empty, cached and evictable (/ pool) |
+    | kv/reserve_demand | blocks the running set still needs to finish (/ pool) |
+    | run/num_decoding, run/num_prefilling, run/remaining_prefill, run/seq_room | running set |
+    | run/num_fetching, run/fetch_wait | requests waiting for remote KV; time to the next landing (/ TTFT) |
+    | latency/ttft_ratio, latency/tpot_ratio | recent TTFT and TPOT over their SLO (moving average) |
+    | latency/last_step_over_tpot, latency/attainment | last iteration time / tightest TPOT SLO; attainment so far |
+    | arrival/rate | arrival-rate estimate / the workload's nominal rate |
+    | tenant/NAME/... | per tenant: waiting, running, share of service, VTC counter gap, attainment, head slack |
+
+    ## Rewards
+    Every request is counted exactly once, the moment its outcome is known: ``good`` (+1/N) when it
+    finishes within its TTFT and TPOT SLOs, ``miss`` (−1/N) when it is rejected, passes its TTFT deadline
+    without a first token, or finishes too slowly; N is the episode's number of requests. At the end of an
+    episode every arrived request still unresolved counts as a miss. With the default weights the return of
+    an episode that drains is therefore exactly ``2 · slo_attainment − 1``: maximising return is maximising
+    SLO attainment, and the early ``miss`` on a passed deadline gives the credit when the decision that caused
+    it is recent. ``preempt`` (weight 0 by default) charges each recompute preemption. Terms are reported
+    in ``info["rewards"]``.
+
+    ## Episode end
+    ``terminated`` when every request has arrived and finished or been rejected; ``truncated`` when the
+    simulated clock passes ``horizon_s`` or after ``max_steps`` steps. The last ``info["metrics"]`` holds the
+    episode metrics (TTFT/TPOT/ITL/E2E percentiles, throughput, goodput, SLO attainment, fairness, ...).
+
+    ## Arguments
+    ``scenario`` (a name from the scenario library, e.g. ``azure-conv``, ``mixed-slo``; default ``default``:
+    two tenants, chat and batch) or ``workload`` (a ``WorkloadConfig`` of your own); ``split`` (``train``:
+    random windows of the training part; ``eval``: the held-out part); ``num_requests`` per episode (default:
+    the scenario's); ``load`` (arrival rate relative to the scenario's nominal rate); ``cost_model`` (preset
+    name, JSON path or a ``CostModel``; default: the scenario's), ``engine`` (``EngineConfig`` or a dict of
+    its fields; default: the scenario's), ``remote_kv`` (a ``RemoteKVConfig``; default: the scenario's),
+    ``action_spec``, ``reward`` (``RewardConfig`` or dict), ``horizon_s``, ``max_steps``, ``render_mode``
+    (``ansi`` or ``rgb_array``), ``check_invariants`` (verify the core's invariants every step; for tests),
+    ``iterations_per_step`` (default 1: an agent may hold its action for k engine iterations per step, the
+    rewards summed — a shorter horizon for credit assignment). ``load`` may be a ``(low, high)`` range: each
+    episode then draws its load uniformly from it (training across loads).
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 10}
+
+    def __init__(
+        self,
+        scenario: str | Scenario | None = None,
+        split: str = "train",
+        workload: WorkloadConfig | None = None,
+        num_requests: int | None = None,
+        load: float | tuple[float, float] = 1.0,
+        cost_model: str | CostModel | None = None,
+        engine: EngineConfig | Mapping[str, Any] | None = None,
+        remote_kv: RemoteKVConfig | None = None,
+        action_spec: ActionSpec | None = None,
+        reward: RewardConfig | Mapping[str, float] | None = None,
+        horizon_s: float = float("inf"),
+        max_steps: int = 1_000_000,
+        render_mode: str | None = None,
+        check_invariants: bool = False,
+        iterations_per_step: int = 1,
+    ) -> None:
+        super().__init__()
+        if workload is not None and scenario is not None:
+            raise ValueError("give either scenario= or workload=, not both")
+        if workload is not None:
+            if not isinstance(workload, WorkloadConfig):
+                raise ValueError(f"workload must be a WorkloadConfig, got {type(workload).__name__}")
+            wl = workload
+            scenario = Scenario(
+                "custom", "a user workload", lambda sp, scale: SyntheticSource(wl, sp), num_requests=wl.num_requests
+            )
+        sc = get_scenario(scenario or "default") if not isinstance(scenario, Scenario) else scenario
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        load, self.load_range = load_arg("LLMSchedEnv", load)
+        if isinstance(iterations_per_step, bool) or not isinstance(iterations_per_step, int) or iterations_per_step < 1:
+            raise ValueError(f"LLMSchedEnv.iterations_per_step must be an integer >= 1, got {iterations_per_step!r}")
+        self.iterations_per_step = iterations_per_step
+        if num_requests is not None and (
+            isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 1
+        ):
+            raise ValueError(f"LLMSchedEnv.num_requests must be an integer >= 1, got {num_requests!r}")
+        self.scenario = sc
+        self.split = split
+        self.load = float(load)
+        self.num_requests = num_requests if num_requests is not None else sc.num_requests
+        self.engine_config = engine_config(engine if engine is not None else sc.engine)
+        cm = cost_model if cost_model is not None else sc.cost_model
+        self.cost_model = cm if not isinstance(cm, str) else load_cost_model(cm)
+        self.remote_kv = remote_kv if remote_kv is not None else sc.remote_kv
+        self.source = sc.source(split, self.cost_model)
+        self.action_spec = action_spec or ActionSpec.for_engine(self.engine_config)
+        self.action_spec.check_engine(self.engine_config)
+        self.reward_config = reward if isinstance(reward, RewardConfig) else RewardConfig(**(reward or {}))
+        if not (isinstance(horizon_s, (int, float)) and horizon_s > 0):  # inf (no horizon) is allowed
+            raise ValueError(f"LLMSchedEnv.horizon_s must be > 0 (inf for none), got {horizon_s!r}")
+        if max_steps < 1:
+            raise ValueError(f"LLMSchedEnv.max_steps must be >= 1, got {max_steps}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.horizon_s = horizon_s
+        self.max_steps = max_steps
+        self.render_mode = render_mode
+        self.check_invariants = check_invariants
+        self.tenants = self.source.tenants
+        self.nominal_rate_rps = self.source.nominal_rate_rps() * self.load
+        # arrival/rate is measured against the scenario's nominal (load 1.0) rate, so it reads as the load
+        self.encoder = ObservationEncoder(self.engine_config, self.tenants, self.source.nominal_rate_rps())
+        self.obs_names = self.encoder.names
+        self.action_space = spaces.MultiDiscrete(np.array(self.action_spec.nvec, dtype=np.int64))
+        self.observation_space = spaces.Box(-OBS_CLIP, OBS_CLIP, shape=(self.encoder.size,), dtype=np.float32)
+        self.sim: Simulator | None = None
+        self.history: deque[tuple[float, int, float, float]] = deque(maxlen=600)
+        self._last_step_s = 0.0
+
+    # ---------------------------------------------------------------------------------------- gym API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):  # type: ignore[override]
+        super().reset(seed=seed)
+        requests = self._draw_requests()
+        self.sim = Simulator(
+            self.engine_config, self.tenants, self.cost_model, requests, remote_kv=self.remote_kv, rng=self.np_random
+        )
+        self._norm = 1.0 / max(len(requests), 1)
+        self._good = self._missed = self._preempt = 0
+        self._last_step_s = 0.0
+        self.history.clear()
+        if self.check_invariants:
+            self.sim.check_invariants()
+        return self.encoder.encode(self.sim.engine), {}
+
+    def step(self, action):  # type: ignore[override]
+        sim = self.sim
+        if sim is None:
+            raise RuntimeError("call reset() before step()")
+        spec = self.action_spec
+        decision = spec.decode(action)  # validates: ValueError on a bad action
+        a = np.asarray(action)
+        projected = False
+        t0 = sim.now_s
+        for _ in range(self.iterations_per_step):
+            mask = spec.mask(sim.engine)
+            if not spec.allows(a, mask):
+                projected = True
+                sim.step(spec.decode(spec.project(a, mask)))
+            else:
+                sim.step(decision)
+            if self.check_invariants:
+                sim.check_invariants()
+            if sim.done:
+                break
+        self._last_step_s = sim.now_s - t0
+        engine = sim.engine
+        terminated = sim.done
+        truncated = not terminated and (sim.now_s >= self.horizon_s or sim.num_steps >= self.max_steps)
+        d_good = engine.num_good - self._good
+        d_missed = engine.num_missed - self._missed
+        d_pre = engine.num_preemptions - self._preempt
+        self._good, self._missed, self._preempt = engine.num_good, engine.num_missed, engine.num_preemptions
+        if terminated or truncated:
+            d_missed += engine.num_arrived - engine.num_good - engine.num_missed  # unresolved count as misses
+        rewards = self.reward_config.terms(d_good, d_missed, d_pre, self._norm)
+        info: dict[str, Any] = {"rewards": rewards, "action_projected": projected}
+        if terminated or truncated:
+            info["metrics"] = sim.metrics()
+            info["load"] = self.load
+        if self.render_mode is not None:
+            self.history.append((sim.now_s, engine.num_waiting_total, engine.pool.usage, self._last_step_s))
+        obs = self.encoder.encode(engine, self._last_step_s)
+        return obs, rewards["good"] + rewards["miss"] + rewards["preempt"], terminated, truncated, info
+
+    def _draw_requests(self) -> list[Request]:
+        if self.load_range is not None:
+            self.load = float(self.np_random.uniform(*self.load_range))
+            self.nominal_rate_rps = self.source.nominal_rate_rps() * self.load
+        return self.source.sample(self.np_random, self.num_requests, self.load)
+
+    def episode_requests(self, seed: int) -> list[Request]:
+        """Fresh copies of the requests ``reset(seed=seed)`` replays (for another executor, e.g. the torch
+        runtime, to serve the very same episode)."""
+        rng, self.np_random = self.np_random, seeding.np_random(seed)[0]
+        try:
+            return self._draw_requests()
+        finally:
+            self.np_random = rng
+
+    def action_masks(self) -> np.ndarray:
+        """Valid options of each action component, concatenated (sb3-contrib MaskablePPO)."""
+        if self.sim is None:
+            raise RuntimeError("call reset() before action_masks()")
+        return self.action_spec.mask(self.sim.engine).copy()  # callers (SB3) may write to it
+
+    def render(self):  # type: ignore[override]
+        if self.sim is None or self.render_mode is None:
+            return None
+        if self.render_mode == "ansi":
+            return render_ansi(self.sim, self._last_step_s)
+        return render_rgb(self.sim, list(self.history))
+
+    # ---------------------------------------------------------------------------------------- helpers
+    def policy_context(self) -> PolicyContext:
+        """The static facts a heuristic baseline is built from."""
+        return PolicyContext(self.engine_config, self.tenants, self.cost_model, self.action_spec, self.obs_names)

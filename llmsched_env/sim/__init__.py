@@ -1,0 +1,8 @@
+"""The simulator: one engine driven by a cost model on a simulated clock, and the serving metrics (TTFT,
+TPOT, ITL, E2E, goodput, SLO attainment, fairness) computed the way vLLM's benchmark does.
+"""
+
+from llmsched_env.sim.metrics import compute_metrics, format_table, jain_index
+from llmsched_env.sim.simulator import Simulator
+
+__all__ = ["Simulator", "compute_metrics", "format_table", "jain_index"]

@@ -1,0 +1,289 @@
+"""Serving metrics of one run, as vLLM's benchmark and DistServe define them.
+
+``compute_metrics`` turns the requests of a run (any status) into a flat ``dict[str, float]``: latency
+statistics of the finished requests, counts, throughput, SLO attainment and goodput, VTC fairness, per-tenant
+figures, prefix-cache hits and preemptions. Definitions, for a request with output tokens at times
+``t_1 < ... < t_n``:
+
+- TTFT = t_1 - arrival; TPOT = (t_n - t_1) / (n - 1), 0 when n <= 1; ITL = every gap t_{i+1} - t_i (pooled
+  over all finished requests); E2E (``e2el``) = t_n - arrival; queue delay = first scheduled - arrival.
+- A request meets its SLO iff it finished, TTFT <= its tenant's ``slo.ttft_s`` and TPOT <= ``slo.tpot_s``
+  (compared as ratios ``x / target <= 1``, exactly as the engine's reward does). Attainment divides by every
+  arrival, so rejected and unfinished requests are misses; goodput is met requests per second.
+- Tenant k's service S_k = (prompt tokens of its requests ever scheduled + 2 x output tokens produced) /
+  weight_k (VTC, the engine's ``vtc`` counter); Jain's index over tenants with at least one arrival.
+
+Token times are stored lazily (see ``request.py``); ``token_times`` rebuilds them. Everything is vectorised
+over the flat list of (prefill token, decode segment) records, so 10,000 requests take milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from llmsched_env.engine.config import TenantConfig
+from llmsched_env.engine.request import Request, Status
+
+__all__ = ["compute_metrics", "format_table", "jain_index", "token_times"]
+
+_PERCENTILES = (50.0, 90.0, 99.0)
+_LATENCIES = ("ttft", "tpot", "itl", "e2el", "queue_delay")
+
+
+def _segments(r: Request, num_rounds: int) -> list[tuple[int, int]]:
+    """``r``'s closed decode segments, plus the open one (up to ``num_rounds``) while it is decoding."""
+    segs = list(r.token_segments)
+    if r.decoding and len(segs) == len(r.prefill_token_s) - 1:
+        segs.append((r.decode_round0, num_rounds))
+    return segs
+
+
+def token_times(r: Request, round_end_s: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Times of ``r``'s output tokens so far, in order: for each prefill k, ``prefill_token_s[k]`` then
+    ``round_end_s[start_k:end_k]``. A finished request gets ``output_len`` times; a decoding one also gets its
+    open segment's tokens up to the last round in ``round_end_s``."""
+    rounds = np.asarray(round_end_s, dtype=np.float64)
+    segs = _segments(r, len(rounds))
+    pieces: list[np.ndarray] = []
+    for k, p in enumerate(r.prefill_token_s):
+        pieces.append(np.array([p], dtype=np.float64))
+        if k < len(segs):
+            s, e = segs[k]
+            pieces.append(rounds[s:e])
+    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float64)
+
+
+def _num_produced(r: Request, num_rounds: int) -> int:
+    """Output tokens ``r`` has produced, current even for a lazily decoding request (as ``Engine._sync``)."""
+    if r.decoding:
+        return r.decode_out0 + num_rounds - r.decode_round0
+    return r.num_output_tokens
+
+
+def jain_index(values: Sequence[float] | np.ndarray) -> float:
+    """Jain's fairness index (sum x)^2 / (n * sum x^2); 1.0 for fewer than two values or all zeros."""
+    x = np.asarray(values, dtype=np.float64)
+    sq = float(np.dot(x, x))
+    if x.size <= 1 or sq == 0.0:
+        return 1.0
+    return float(x.sum() ** 2 / (x.size * sq))
+
+
+def _stats(out: dict[str, float], name: str, x: np.ndarray) -> None:
+    """``{name}_{mean,p50,p90,p99}_s`` of ``x``; 0.0 for an empty sample (``num_finished`` says so)."""
+    if x.size == 0:
+        out[f"{name}_mean_s"] = 0.0
+        for q in _PERCENTILES:
+            out[f"{name}_p{q:.0f}_s"] = 0.0
+        return
+    out[f"{name}_mean_s"] = float(x.mean())
+    for q, v in zip(_PERCENTILES, np.percentile(x, _PERCENTILES), strict=True):
+        out[f"{name}_p{q:.0f}_s"] = float(v)
+
+
+def _p99(x: np.ndarray) -> float:
+    return float(np.percentile(x, 99.0)) if x.size else 0.0
+
+
+def _finished_latencies(
+    finished: list[Request], rounds: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """First token time, last token time and token count per finished request, and all their ITL gaps."""
+    nf = len(finished)
+    rid: list[int] = []
+    pre: list[float] = []
+    seg_s: list[int] = []
+    seg_e: list[int] = []
+    for i, r in enumerate(finished):
+        p = r.prefill_token_s
+        segs = r.token_segments
+        if len(segs) != len(p) or not p:
+            raise ValueError(
+                f"finished request {r.request_id} has {len(p)} prefill tokens but {len(segs)} decode segments"
+            )
+        rid.extend([i] * len(p))
+        pre.extend(p)
+        for s, e in segs:
+            seg_s.append(s)
+            seg_e.append(e)
+    rid_a = np.asarray(rid, dtype=np.int64)
+    p_a = np.asarray(pre, dtype=np.float64)
+    s_a = np.asarray(seg_s, dtype=np.int64)
+    e_a = np.asarray(seg_e, dtype=np.int64)
+    if nf == 0:
+        empty = np.zeros(0, dtype=np.float64)
+        return empty, empty, empty, empty
+    if e_a.size and (int(e_a.max()) > len(rounds) or np.any(s_a > e_a) or np.any(s_a < 0)):
+        raise ValueError(f"a decode segment lies outside round_end_s (length {len(rounds)})")
+    lens = e_a - s_a
+    has = lens > 0
+    # Time of the last token of each (prefill, segment) record.
+    rec_last = np.where(has, rounds[np.maximum(e_a - 1, 0)] if rounds.size else 0.0, p_a)
+    new_req = np.ones(rid_a.size, dtype=bool)
+    new_req[1:] = rid_a[1:] != rid_a[:-1]
+    last_rec = np.ones(rid_a.size, dtype=bool)
+    last_rec[:-1] = new_req[1:]
+    first_t = p_a[new_req]
+    last_t = rec_last[last_rec]
+    num_tokens = np.bincount(rid_a, weights=1 + lens, minlength=nf)
+    # ITL gaps: prefill token -> first round of its segment; inside segments; segment end -> next prefill.
+    gap_first = rounds[s_a[has]] - p_a[has] if rounds.size else np.zeros(0)
+    gap_next = p_a[~new_req] - rec_last[np.flatnonzero(~new_req) - 1]
+    inner_len = np.maximum(lens - 1, 0)
+    total_inner = int(inner_len.sum())
+    if total_inner:
+        round_gaps = np.diff(rounds)
+        offsets = np.cumsum(inner_len) - inner_len
+        idx = np.arange(total_inner) + np.repeat(s_a - offsets, inner_len)
+        gap_inner = round_gaps[idx]
+    else:
+        gap_inner = np.zeros(0)
+    itl = np.concatenate([gap_first, gap_inner, gap_next])
+    return first_t, last_t, num_tokens, itl
+
+
+def compute_metrics(
+    requests: Sequence[Request],
+    tenants: Sequence[TenantConfig],
+    round_end_s: Sequence[float] | np.ndarray,
+    duration_s: float,
+    extra: Mapping[str, float] | None = None,
+) -> dict[str, float]:
+    """Metrics over every arrived request in ``requests`` (any status); see the module docstring.
+
+    ``round_end_s`` is the engine's decode-round clock, ``duration_s`` the run's length (rates are 0.0 when it
+    is 0). ``extra`` (for example the engine's KV usage) is copied in last. Every value is a Python float.
+    """
+    if not tenants:
+        raise ValueError("compute_metrics needs at least one tenant")
+    if not (isinstance(duration_s, (int, float)) and math.isfinite(duration_s) and duration_s >= 0):
+        raise ValueError(f"duration_s must be a finite number >= 0, got {duration_s!r}")
+    rounds = np.asarray(round_end_s, dtype=np.float64)
+    num_rounds = len(rounds)
+    nt = len(tenants)
+    n = len(requests)
+
+    # One pass over the requests gathers the per-request scalars.
+    status = np.empty(n, dtype=np.int64)
+    tenant = np.empty(n, dtype=np.int64)
+    arrival = np.empty(n, dtype=np.float64)
+    prompt = np.empty(n, dtype=np.float64)
+    scheduled = np.empty(n, dtype=np.float64)  # first_scheduled_s, NaN if never scheduled
+    produced = np.empty(n, dtype=np.float64)
+    hits = remote_hits = admitted_tokens = 0
+    preemptions = 0
+    finished: list[Request] = []
+    nan = math.nan
+    for i, r in enumerate(requests):
+        status[i] = r.status
+        tenant[i] = r.tenant
+        arrival[i] = r.arrival_s
+        prompt[i] = r.prompt_len
+        fs = r.first_scheduled_s
+        scheduled[i] = nan if fs is None else fs
+        produced[i] = _num_produced(r, num_rounds)
+        hits += r.num_prefix_hit_tokens
+        remote_hits += r.num_remote_tokens
+        admitted_tokens += r.num_admitted_tokens
+        preemptions += r.num_preemptions
+        if r.status == Status.FINISHED:
+            finished.append(r)
+    if n and (tenant.min() < 0 or tenant.max() >= nt):
+        raise ValueError(f"a request names a tenant outside 0..{nt - 1}; pass every TenantConfig of the run")
+
+    is_fin = status == Status.FINISHED
+    was_sched = ~np.isnan(scheduled)
+    fin_tenant = tenant[is_fin]
+    first_t, last_t, num_tokens, itl = _finished_latencies(finished, rounds)
+    ttft = first_t - arrival[is_fin]
+    tpot = np.where(num_tokens > 1, (last_t - first_t) / np.maximum(num_tokens - 1, 1), 0.0)
+    e2el = last_t - arrival[is_fin]
+    queue_delay = scheduled[is_fin] - arrival[is_fin]
+
+    out: dict[str, float] = {}
+    for name, x in zip(_LATENCIES, (ttft, tpot, itl, e2el, queue_delay), strict=True):
+        _stats(out, name, x)
+
+    num_finished = int(is_fin.sum())
+    num_rejected = int((status == Status.REJECTED).sum())
+    out["num_requests"] = float(n)
+    out["num_finished"] = float(num_finished)
+    out["num_rejected"] = float(num_rejected)
+    out["num_unfinished"] = float(n - num_finished - num_rejected)
+    out["rejection_rate"] = num_rejected / n if n else 0.0
+
+    rate = 1.0 / duration_s if duration_s > 0 else 0.0
+    num_output = float(produced.sum())
+    prompt_sched = float(prompt[was_sched].sum())
+    out["request_throughput_rps"] = num_finished * rate
+    out["output_throughput_tps"] = num_output * rate
+    out["total_token_throughput_tps"] = (prompt_sched + num_output) * rate
+
+    ttft_slo = np.array([t.slo.ttft_s for t in tenants], dtype=np.float64)
+    tpot_slo = np.array([t.slo.tpot_s for t in tenants], dtype=np.float64)
+    ttft_ok = ttft / ttft_slo[fin_tenant] <= 1.0
+    tpot_ok = tpot / tpot_slo[fin_tenant] <= 1.0
+    met = ttft_ok & tpot_ok
+    num_met = int(met.sum())
+    out["slo_attainment"] = num_met / n if n else 0.0
+    out["ttft_attainment"] = int(ttft_ok.sum()) / n if n else 0.0
+    out["tpot_attainment"] = int(tpot_ok.sum()) / n if n else 0.0
+    out["goodput_rps"] = num_met * rate
+
+    weights = np.array([t.weight for t in tenants], dtype=np.float64)
+    arrived_t = np.bincount(tenant, minlength=nt)
+    raw_service = np.bincount(tenant, weights=np.where(was_sched, prompt, 0.0) + 2.0 * produced, minlength=nt)
+    service = raw_service / weights
+    out["jain_fairness"] = jain_index(service[arrived_t > 0])
+
+    met_t = np.bincount(fin_tenant[met], minlength=nt)
+    for k, t in enumerate(tenants):
+        key = f"tenant/{t.name}"
+        mine = fin_tenant == k
+        out[f"{key}/num_requests"] = float(arrived_t[k])
+        out[f"{key}/slo_attainment"] = float(met_t[k] / arrived_t[k]) if arrived_t[k] else 0.0
+        out[f"{key}/service"] = float(service[k])
+        out[f"{key}/ttft_p99_s"] = _p99(ttft[mine])
+        out[f"{key}/tpot_p99_s"] = _p99(tpot[mine])
+
+    # over every admission (a preempted request is admitted again): prefill tokens found in the local prefix
+    # cache / fetched from a remote KV store, over the prefill tokens the admissions needed
+    out["prefix_cache_hit_rate"] = hits / admitted_tokens if admitted_tokens else 0.0
+    out["remote_kv_hit_rate"] = remote_hits / admitted_tokens if admitted_tokens else 0.0
+    out["preemptions"] = float(preemptions)
+    if extra:
+        for k, v in extra.items():
+            out[k] = float(v)
+    return {k: float(v) for k, v in out.items()}
+
+
+def _cell(v: float | str | int | None) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, (bool, str)):
+        return str(v)
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        return str(int(f)) if f.is_integer() and abs(f) < 1e15 else f"{f:.4g}"
+    return str(v)
+
+
+def format_table(rows: Sequence[Mapping[str, float | str]], columns: Sequence[str]) -> str:
+    """A plain fixed-width table of ``rows`` under ``columns``: floats to 4 significant digits, numbers
+    right-aligned, text left-aligned, a missing value blank."""
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    numeric = [all(not isinstance(row.get(c), str) for row in rows) for c in columns]
+    widths = [max([len(c)] + [len(line[j]) for line in cells]) for j, c in enumerate(columns)]
+
+    def fmt(values: Sequence[str]) -> str:
+        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)]
+        return "  ".join(parts).rstrip()
+
+    lines = [fmt(list(columns)), "  ".join("-" * w for w in widths)]
+    lines.extend(fmt(line) for line in cells)
+    return "\n".join(lines)

@@ -1,0 +1,171 @@
+"""The simulator: the engine core driven by a cost model on an event clock.
+
+``step(decision)`` runs one engine iteration: the batch builder forms the batch, the cost model says how
+long it takes, the clock advances, and every request that arrived meanwhile joins the waiting queue. An
+iteration with nothing to run advances the clock to the next arrival (or by one idle tick when the policy
+holds admission while requests wait). Once the engine is idle the clock jumps straight to the next arrival,
+so every step the policy sees has work to decide about, until the workload drains.
+"""
+
+from __future__ import annotations
+
+import itertools
+from array import array
+from collections.abc import Sequence
+
+import numpy as np
+
+from llmsched_env.costs.base import CostModel
+from llmsched_env.engine.batch import Batch, Decision
+from llmsched_env.engine.config import EngineConfig, TenantConfig
+from llmsched_env.engine.engine import Engine
+from llmsched_env.engine.invariants import check_engine
+from llmsched_env.engine.remote_kv import RemoteKVConfig, RemoteKVStore
+from llmsched_env.engine.request import Request
+from llmsched_env.sim.metrics import compute_metrics
+
+__all__ = ["Simulator"]
+
+
+class Simulator:
+    """Replays ``requests`` (sorted by arrival) through an Engine timed by ``cost_model``."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        tenants: Sequence[TenantConfig],
+        cost_model: CostModel,
+        requests: Sequence[Request],
+        remote_kv: RemoteKVConfig | None = None,
+        rng: np.random.Generator | None = None,
+    ) -> None:
+        for prev, cur in itertools.pairwise(requests):
+            if cur.arrival_s < prev.arrival_s:
+                raise ValueError(
+                    f"requests must be sorted by arrival: request {cur.request_id} arrives at {cur.arrival_s} "
+                    f"before request {prev.request_id} at {prev.arrival_s}"
+                )
+        remote = None
+        if remote_kv is not None:
+            remote = RemoteKVStore(remote_kv, rng if rng is not None else np.random.default_rng(0))
+        self.engine = Engine(config, tenants, cost_model, remote=remote)
+        self.cost_model = cost_model
+        self.requests = list(requests)
+        self._next = 0
+        self.num_steps = 0
+        self.start_s = self.requests[0].arrival_s if self.requests else 0.0
+        # A held, empty engine waits this long before the policy is asked again.
+        self.idle_tick_s = cost_model.step_time_s(0, 1, 0, 0.0)
+        self._kv_usage_sum = 0.0
+        self._kv_usage_time_s = 0.0
+        self.kv_usage_peak = 0.0
+        # (clock, KV blocks in use) after every step, for plots; bound array appends keep the hot loop cheap.
+        self._kv_series_t = array("d")
+        self._kv_series_used = array("d")
+        self._kv_append_t = self._kv_series_t.append
+        self._kv_append_used = self._kv_series_used.append
+        self._checked_now_s = 0.0
+        self._arrive()
+        self._skip_idle()
+
+    # ------------------------------------------------------------------------------------------ driving
+    @property
+    def now_s(self) -> float:
+        return self.engine.now_s
+
+    @property
+    def done(self) -> bool:
+        """Every request has arrived and none is waiting or running."""
+        return self._next >= len(self.requests) and not self.engine.has_work
+
+    @property
+    def num_pending_arrivals(self) -> int:
+        return len(self.requests) - self._next
+
+    @property
+    def next_arrival_s(self) -> float | None:
+        return self.requests[self._next].arrival_s if self._next < len(self.requests) else None
+
+    def step(self, decision: Decision) -> Batch:
+        """Run one engine iteration under ``decision`` and return the batch it ran."""
+        engine = self.engine
+        batch = engine.schedule(decision)
+        start = engine.now_s
+        if batch.is_empty:
+            # Nothing ran: wake at the next arrival or remote-KV landing; a policy holding admission while
+            # requests wait is asked again after one idle tick.
+            wake = [t for t in (self.next_arrival_s, engine.next_fetch_ready_s()) if t is not None]
+            if engine.num_waiting_total or not wake:
+                wake.append(start + self.idle_tick_s)
+            engine.advance_clock(max(min(wake), start))
+        else:
+            dt = self.execute(batch)
+            usage = engine.pool.usage
+            self._kv_usage_sum += usage * dt
+            self._kv_usage_time_s += dt
+            if usage > self.kv_usage_peak:
+                self.kv_usage_peak = usage
+            engine.complete(batch, start + dt)
+        self.num_steps += 1
+        self._arrive()
+        self._skip_idle()
+        self._kv_append_t(engine.now_s)
+        self._kv_append_used(engine.pool.num_used)
+        return batch
+
+    def execute(self, batch: Batch) -> float:
+        """Run ``batch`` and return how long it took: here the cost model's price. The torch runtime overrides
+        this with a real model step timed on the wall clock; everything else (arrivals, idle jumps, the
+        engine's accounting, metrics) is shared."""
+        return batch.time_s(self.cost_model)
+
+    def _arrive(self) -> None:
+        reqs = self.requests
+        i = self._next
+        now = self.engine.now_s
+        add = self.engine.add_request
+        while i < len(reqs) and reqs[i].arrival_s <= now:
+            add(reqs[i])
+            i += 1
+        self._next = i
+
+    def _skip_idle(self) -> None:
+        if not self.engine.has_work and self._next < len(self.requests):
+            self.engine.advance_clock(max(self.requests[self._next].arrival_s, self.engine.now_s))
+            self._arrive()
+
+    def check_invariants(self) -> None:
+        """The engine's invariants, plus: arrivals are admitted in order and none is early."""
+        check_engine(self.engine)
+        assert self.engine.now_s >= self._checked_now_s, "the clock went back since the last check"
+        self._checked_now_s = self.engine.now_s
+        assert self.engine.num_arrived == self._next, "arrived count disagrees with the arrival cursor"
+        assert all(r.arrival_s <= self.engine.now_s for r in self.requests[: self._next]), "arrival in future"
+
+    # ------------------------------------------------------------------------------------------ results
+    def arrived_requests(self) -> list[Request]:
+        return self.requests[: self._next]
+
+    def kv_usage_series(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(time_s, usage)`` after every step so far: the clock (non-decreasing) and the share of KV blocks
+        in use, in [0, 1]; copies, one entry per step."""
+        used = np.array(self._kv_series_used, dtype=np.float64)
+        return np.array(self._kv_series_t, dtype=np.float64), used / self.engine.pool.num_blocks
+
+    def metrics(self) -> dict[str, float]:
+        """The metrics of DESIGN.md over every request that has arrived (unfinished ones count as misses)."""
+        engine = self.engine
+        engine.sync_all()
+        duration = max(engine.now_s - self.start_s, 1e-9)
+        extra = {
+            "kv_usage_mean": self._kv_usage_sum / self._kv_usage_time_s if self._kv_usage_time_s else 0.0,
+            "kv_usage_peak": self.kv_usage_peak,
+            "num_iterations": float(self.num_steps),
+            "duration_s": duration,
+        }
+        if engine.remote is not None:
+            remote = engine.remote
+            extra["remote_kv_fetches"] = float(remote.num_fetches)
+            extra["remote_kv_fetched_tokens"] = float(remote.num_fetched_tokens)
+            extra["remote_kv_fetch_mean_s"] = remote.total_fetch_s / remote.num_fetches if remote.num_fetches else 0.0
+        return compute_metrics(self.arrived_requests(), engine.tenants, engine.round_end_s, duration, extra)

@@ -1,0 +1,383 @@
+"""Arrival processes: when requests reach the engine. Stdlib and numpy only.
+
+Each process is a frozen, validated dataclass with ``mean_rate_rps`` (the long-run average rate),
+``sample(rng, n, start_s)`` (exactly ``n`` sorted float64 arrival times, all > ``start_s``, vectorised),
+``scaled(load)`` and ``to_dict()``; ``arrival_from_dict`` reads one back (key ``kind``), so scenarios are data.
+
+What ``scaled(load)`` means: the rate function is multiplied by ``load``, so ``mean_rate_rps`` is too.
+For the stationary processes (``Poisson``, ``GammaArrivals``) that is the same as compressing time. For the
+time-varying ones (``OnOff``, ``Diurnal``, ``Ramp``) the time structure stays fixed: a day stays a day,
+on/off periods and ramp durations keep their length, and only the rate inside them changes. A
+``TraceReplay`` has no rate apart from its timestamps, so there ``load`` compresses time (multiplies
+``rate_multiplier``).
+
+Time-varying processes are functions of absolute time (t = 0 is the start of the run): ``start_s`` says
+from when on arrivals are drawn, it does not restart the cycle or the ramp. Calling ``sample`` again from
+the last arrival continues the same process (exactly for the Poisson-based kinds, which are memoryless).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, fields, replace
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
+
+import numpy as np
+
+from llmsched_env.common.checks import check_positive
+
+__all__ = [
+    "ARRIVAL_KINDS",
+    "ArrivalProcess",
+    "Diurnal",
+    "GammaArrivals",
+    "OnOff",
+    "Poisson",
+    "Ramp",
+    "TraceReplay",
+    "arrival_from_dict",
+    "interarrival_cv",
+]
+
+
+@runtime_checkable
+class ArrivalProcess(Protocol):
+    """What the workload generator needs from an arrival process."""
+
+    @property
+    def mean_rate_rps(self) -> float: ...
+
+    def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray: ...
+
+    def scaled(self, load: float) -> ArrivalProcess: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def _check_sample(owner: str, rng: np.random.Generator, n: int, start_s: float) -> None:
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"{owner}.sample: rng must be a np.random.Generator, got {type(rng).__name__}")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"{owner}.sample: n must be an integer >= 0, got {n!r}")
+    check_positive(f"{owner}.sample", "start_s", start_s, allow_zero=True)
+
+
+def _after(times: np.ndarray, start_s: float) -> np.ndarray:
+    # A zero gap (or rounding at a large start_s) would put an arrival at start_s; the contract is > start_s.
+    return np.maximum(times, np.nextafter(float(start_s), math.inf), out=times)
+
+
+_P = TypeVar("_P", bound="_Process")
+
+
+class _Process:
+    """Shared plumbing: float coercion with named errors, ``scaled`` over ``_rate_fields``, ``to_dict``."""
+
+    kind: ClassVar[str]
+    _rate_fields: ClassVar[tuple[str, ...]]
+
+    def _set_float(self, name: str, *, allow_zero: bool = False) -> None:
+        value = getattr(self, name)
+        check_positive(type(self).__name__, name, value, allow_zero=allow_zero)
+        object.__setattr__(self, name, float(value))
+
+    def scaled(self: _P, load: float) -> _P:
+        """The same process with its rate function multiplied by ``load`` > 0 (see the module docstring)."""
+        check_positive(f"{type(self).__name__}.scaled", "load", load)
+        return replace(self, **{name: getattr(self, name) * load for name in self._rate_fields})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data; ``arrival_from_dict`` inverts it."""
+        return {"kind": self.kind, **{f.name: getattr(self, f.name) for f in fields(self)}}
+
+
+@dataclass(frozen=True)
+class Poisson(_Process):
+    """Homogeneous Poisson arrivals: independent exponential gaps of mean ``1 / rate_rps``."""
+
+    rate_rps: float
+    kind: ClassVar[str] = "poisson"
+    _rate_fields: ClassVar[tuple[str, ...]] = ("rate_rps",)
+
+    def __post_init__(self) -> None:
+        self._set_float("rate_rps")
+
+    @property
+    def mean_rate_rps(self) -> float:
+        return self.rate_rps
+
+    def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:
+        _check_sample("Poisson", rng, n, start_s)
+        return _after(start_s + np.cumsum(rng.exponential(1.0 / self.rate_rps, size=n)), start_s)
+
+
+@dataclass(frozen=True)
+class GammaArrivals(_Process):
+    """Renewal process with Gamma gaps of mean ``1 / rate_rps`` and coefficient of variation ``cv``.
+
+    Shape ``1 / cv**2``, scale ``cv**2 / rate_rps``: ``cv = 1`` is Poisson, ``cv > 1`` bursty (clusters of
+    near-simultaneous arrivals separated by long silences), ``cv < 1`` more regular than Poisson. The
+    renewal starts afresh at ``start_s`` (first gap drawn like the others).
+    """
+
+    rate_rps: float
+    cv: float
+    kind: ClassVar[str] = "gamma"
+    _rate_fields: ClassVar[tuple[str, ...]] = ("rate_rps",)
+
+    def __post_init__(self) -> None:
+        self._set_float("rate_rps")
+        self._set_float("cv")
+
+    @property
+    def mean_rate_rps(self) -> float:
+        return self.rate_rps
+
+    def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:
+        _check_sample("GammaArrivals", rng, n, start_s)
+        cv2 = self.cv * self.cv
+        return _after(start_s + np.cumsum(rng.gamma(1.0 / cv2, cv2 / self.rate_rps, size=n)), start_s)
+
+
+@dataclass(frozen=True)
+class OnOff(_Process):
+    """Poisson at ``rate_rps`` during on-periods of ``on_s`` seconds, silent for ``off_s`` seconds between.
+
+    The cycle has length ``on_s + off_s``; at time t the process is ``(t + phase_s) mod cycle`` into it and
+    on while that is below ``on_s``. Mean rate ``rate_rps * on_s / (on_s + off_s)``. ``scaled`` multiplies
+    ``rate_rps`` and keeps the periods. Sampled exactly: a Poisson process on the on-time clock, mapped back.
+    """
+
+    rate_rps: float
+    on_s: float
+    off_s: float
+    phase_s: float = 0.0
+    kind: ClassVar[str] = "on_off"
+    _rate_fields: ClassVar[tuple[str, ...]] = ("rate_rps",)
+
+    def __post_init__(self) -> None:
+        self._set_float("rate_rps")
+        self._set_float("on_s")
+        self._set_float("off_s", allow_zero=True)
+        self._set_float("phase_s", allow_zero=True)
+
+    @property
+    def cycle_s(self) -> float:
+        return self.on_s + self.off_s
+
+    @property
+    def mean_rate_rps(self) -> float:
+        return self.rate_rps * self.on_s / self.cycle_s
+
+    def rate_at(self, t_s: np.ndarray | float) -> np.ndarray:
+        """The instantaneous rate at time(s) ``t_s``."""
+        into = np.mod(np.asarray(t_s, dtype=np.float64) + self.phase_s, self.cycle_s)
+        return np.where(into < self.on_s, self.rate_rps, 0.0)
+
+    def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:
+        _check_sample("OnOff", rng, n, start_s)
+        cycle, on = self.cycle_s, self.on_s
+        s0 = start_s + self.phase_s
+        num_cycles0, into0 = divmod(s0, cycle)
+        on_time0 = num_cycles0 * on + min(into0, on)  # on-time elapsed by start_s
+        on_time = on_time0 + np.cumsum(rng.exponential(1.0 / self.rate_rps, size=n))
+        num_cycles = np.floor(on_time / on)
+        into = np.maximum(on_time - num_cycles * on, 0.0)
+        return _after(num_cycles * cycle + into - self.phase_s, start_s)
+
+
+@dataclass(frozen=True)
+class Diurnal(_Process):
+    """Non-homogeneous Poisson with rate(t) = ``mean_rate_rps * (1 + amplitude * sin(2π (t + phase_s) / period_s))``.
+
+    ``0 <= amplitude <= 1`` (1: the rate touches zero once a period). Sampled exactly by thinning: candidates
+    at the peak rate, each kept with probability rate(t) / peak.
+    """
+
+    mean_rate_rps: float
+    amplitude: float
+    period_s: float
+    phase_s: float = 0.0
+    kind: ClassVar[str] = "diurnal"
+    _rate_fields: ClassVar[tuple[str, ...]] = ("mean_rate_rps",)
+
+    def __post_init__(self) -> None:
+        self._set_float("mean_rate_rps")
+        self._set_float("amplitude", allow_zero=True)
+        if self.amplitude > 1:
+            raise ValueError(f"Diurnal.amplitude must be in [0, 1] so the rate stays >= 0, got {self.amplitude}")
+        self._set_float("period_s")
+        self._set_float("phase_s", allow_zero=True)
+
+    def rate_at(self, t_s: np.ndarray | float) -> np.ndarray:
+        """The instantaneous rate at time(s) ``t_s``."""
+        angle = 2.0 * np.pi * (np.asarray(t_s, dtype=np.float64) + self.phase_s) / self.period_s
+        return self.mean_rate_rps * (1.0 + self.amplitude * np.sin(angle))
+
+    def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:
+        _check_sample("Diurnal", rng, n, start_s)
+        peak = self.mean_rate_rps * (1.0 + self.amplitude)
+        kept: list[np.ndarray] = []
+        num_kept, t = 0, float(start_s)
+        while num_kept < n:
+            # About 1/(1 + amplitude) of the candidates survive; draw a margin more so one round usually does.
+            size = int((n - num_kept) * (1.0 + self.amplitude) * 1.1) + 64
+            candidates = t + np.cumsum(rng.exponential(1.0 / peak, size=size))
+            batch = candidates[rng.random(size) * peak < self.rate_at(candidates)]
+            kept.append(batch)
+            num_kept += batch.size
+            t = float(candidates[-1])
+        times = np.concatenate(kept)[:n] if kept else np.empty(0, dtype=np.float64)
+        return _after(times, start_s)
+
+
+@dataclass(frozen=True)
+class Ramp(_Process):
+    """Poisson with a rate going linearly from ``start_rate_rps`` at t = 0 to ``end_rate_rps`` at ``duration_s``,
+    then staying at ``end_rate_rps`` (which is therefore ``mean_rate_rps``, the long-run rate).
+
+    A load ramp for overload studies (rising) or a drain (falling). Sampled exactly by inverting the
+    cumulative intensity, which is quadratic on the ramp and linear after it.
+    """
+
+    start_rate_rps: float
+    end_rate_rps: float
+    duration_s: float
+    kind: ClassVar[str] = "ramp"
+    _rate_fields: ClassVar[tuple[str, ...]] = ("start_rate_rps", "end_rate_rps")
+
+    def __post_init__(self) -> None:
+        self._set_float("start_rate_rps", allow_zero=True)
+        self._set_float("end_rate_rps")  # > 0, or a run could never see its n arrivals
+        self._set_float("duration_s")
+
+    @property
+    def mean_rate_rps(self) -> float:
+        return self.end_rate_rps
+
+    def rate_at(self, t_s: np.ndarray | float) -> np.ndarray:
+        """The instantaneous rate at time(s) ``t_s`` >= 0."""
+        frac = np.clip(np.asarray(t_s, dtype=np.float64) / self.duration_s, 0.0, 1.0)
+        return self.start_rate_rps + (self.end_rate_rps - self.start_rate_rps) * frac
+
+    def _cumulative(self, t_s: float) -> float:
+        s, e, d = self.start_rate_rps, self.end_rate_rps, self.duration_s
+        on_ramp = min(t_s, d)
+        return s * on_ramp + (e - s) * on_ramp * on_ramp / (2.0 * d) + e * max(t_s - d, 0.0)
+
+    def _inverse(self, x: np.ndarray) -> np.ndarray:
+        s, e, d = self.start_rate_rps, self.end_rate_rps, self.duration_s
+        x_ramp_end = 0.5 * (s + e) * d
+        xr = np.minimum(x, x_ramp_end)
+        # Root of (e - s)/(2d) t^2 + s t = x in the form 2x / (s + sqrt(...)): stable for e ≈ s and e < s.
+        denom = s + np.sqrt(np.maximum(s * s + 2.0 * (e - s) * xr / d, 0.0))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t_ramp = np.where(denom > 0, 2.0 * xr / denom, 0.0)
+        return np.where(x <= x_ramp_end, t_ramp, d + (x - x_ramp_end) / e)
+
+    def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:
+        _check_sample("Ramp", rng, n, start_s)
+        x = self._cumulative(float(start_s)) + np.cumsum(rng.exponential(1.0, size=n))
+        return _after(self._inverse(x), start_s)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class TraceReplay(_Process):
+    """Replays recorded arrival times: ``sample(rng, n, start_s)`` is ``start_s + timestamps_s[:n] / rate_multiplier``.
+
+    ``timestamps_s`` (any 1-D sequence of sorted, finite, non-negative seconds, at least two and spanning a
+    positive time) is stored as a read-only float64 copy. ``rng`` is unused. Dividing by ``rate_multiplier``
+    divides every gap, the one from t = 0 included; a timestamp of 0 lands one ulp after ``start_s``.
+    Equality compares the values; ``to_dict`` writes them all out as a list.
+    """
+
+    timestamps_s: np.ndarray
+    rate_multiplier: float = 1.0
+    kind: ClassVar[str] = "trace_replay"
+    _rate_fields: ClassVar[tuple[str, ...]] = ("rate_multiplier",)
+
+    def __post_init__(self) -> None:
+        try:
+            ts = np.array(self.timestamps_s, dtype=np.float64) + 0.0  # a copy; + 0.0 turns -0.0 into 0.0
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"TraceReplay.timestamps_s must be a 1-D sequence of numbers ({exc})") from None
+        if ts.ndim != 1 or ts.size < 2:
+            raise ValueError(f"TraceReplay.timestamps_s must be 1-D with >= 2 entries, got shape {ts.shape}")
+        if not np.all(np.isfinite(ts)) or ts[0] < 0:
+            raise ValueError("TraceReplay.timestamps_s must be finite and >= 0")
+        drops = np.flatnonzero(np.diff(ts) < 0)
+        if drops.size:
+            i = int(drops[0])
+            raise ValueError(f"TraceReplay.timestamps_s must be sorted, but [{i + 1}]={ts[i + 1]} < [{i}]={ts[i]}")
+        if ts[-1] <= ts[0]:
+            raise ValueError("TraceReplay.timestamps_s must span a positive time to define a rate")
+        ts.setflags(write=False)
+        object.__setattr__(self, "timestamps_s", ts)
+        self._set_float("rate_multiplier")
+
+    @property
+    def num_arrivals(self) -> int:
+        return int(self.timestamps_s.size)
+
+    @property
+    def mean_rate_rps(self) -> float:
+        ts = self.timestamps_s
+        return (ts.size - 1) / float(ts[-1] - ts[0]) * self.rate_multiplier
+
+    def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:
+        _check_sample("TraceReplay", rng, n, start_s)
+        if n > self.num_arrivals:
+            raise ValueError(f"TraceReplay.sample: asked for n={n} arrivals but the trace has {self.num_arrivals}")
+        return _after(start_s + self.timestamps_s[:n] / self.rate_multiplier, start_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "timestamps_s": self.timestamps_s.tolist(), "rate_multiplier": self.rate_multiplier}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TraceReplay):
+            return NotImplemented
+        return self.rate_multiplier == other.rate_multiplier and np.array_equal(self.timestamps_s, other.timestamps_s)
+
+    def __hash__(self) -> int:
+        return hash((self.rate_multiplier, self.timestamps_s.tobytes()))
+
+    def __repr__(self) -> str:
+        span = float(self.timestamps_s[-1] - self.timestamps_s[0])
+        return (
+            f"TraceReplay(num_arrivals={self.num_arrivals}, span_s={span:.6g}, rate_multiplier={self.rate_multiplier})"
+        )
+
+
+_KINDS: dict[str, type[_Process]] = {c.kind: c for c in (Poisson, GammaArrivals, OnOff, Diurnal, Ramp, TraceReplay)}
+ARRIVAL_KINDS = tuple(_KINDS)
+
+
+def arrival_from_dict(d: Mapping[str, Any]) -> ArrivalProcess:
+    """The process ``d`` describes: ``{"kind": one of ARRIVAL_KINDS, **fields}``, as ``to_dict`` writes it."""
+    if not isinstance(d, Mapping):
+        raise ValueError(f"arrival_from_dict: expected a mapping with a 'kind' key, got {type(d).__name__}")
+    if "kind" not in d:
+        raise ValueError(f"arrival_from_dict: missing field 'kind' (one of {ARRIVAL_KINDS})")
+    cls = _KINDS.get(d["kind"]) if isinstance(d["kind"], str) else None
+    if cls is None:
+        raise ValueError(f"arrival_from_dict: unknown kind {d['kind']!r}, expected one of {ARRIVAL_KINDS}")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(d) - known - {"kind"})
+    if unknown:
+        raise ValueError(f"arrival_from_dict: {cls.__name__} has no field(s) {unknown}; its fields: {sorted(known)}")
+    missing = [f.name for f in fields(cls) if f.default is MISSING and f.name not in d]
+    if missing:
+        raise ValueError(f"arrival_from_dict: {cls.__name__} needs field(s) {missing}")
+    return cls(**{k: v for k, v in d.items() if k != "kind"})
+
+
+def interarrival_cv(times: np.ndarray) -> float:
+    """Coefficient of variation (std / mean) of the gaps between consecutive ``times``: 1 for Poisson."""
+    gaps = np.diff(np.asarray(times, dtype=np.float64))
+    if gaps.size < 2:
+        raise ValueError(f"interarrival_cv: times needs >= 3 arrivals, got {gaps.size + 1}")
+    mean = float(gaps.mean())
+    if not mean > 0:
+        raise ValueError(f"interarrival_cv: times must increase overall, mean gap is {mean}")
+    return float(gaps.std()) / mean

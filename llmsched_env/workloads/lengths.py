@@ -1,0 +1,266 @@
+"""Request length distributions and the public length files they can be drawn from.
+
+A ``LengthDist`` gives the (prompt, output) token lengths of a tenant's requests: parametric (fixed, uniform,
+lognormal) or empirical (paired lengths resampled from a trace file read by ``load_length_file``, which
+accepts the ShareGPT stats CSV and the Azure LLM 2023 trace). Stdlib and numpy only.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from llmsched_env.common.checks import check_int, check_positive
+
+__all__ = [
+    "LENGTH_FILE_COLUMNS",
+    "LENGTH_KINDS",
+    "LengthDist",
+    "load_length_file",
+]
+
+LENGTH_KINDS = ("fixed", "uniform", "lognormal", "empirical")
+# Accepted length-file formats: name -> (prompt column, output column), detected from the header.
+LENGTH_FILE_COLUMNS: dict[str, tuple[str, str]] = {
+    "sharegpt": ("num_prefill_tokens", "num_decode_tokens"),
+    "azure_llm_2023": ("ContextTokens", "GeneratedTokens"),
+}
+# Parsed length files: absolute path -> (mtime_ns, prompt lengths, output lengths), arrays read-only.
+_LENGTH_CACHE: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
+
+
+def _readonly(values: np.ndarray) -> np.ndarray:
+    values.setflags(write=False)
+    return values
+
+
+def _parse_error(path: Path, line: int, column: str, value: str) -> ValueError:
+    return ValueError(f"{path}:{line}: column {column!r} must be a positive integer, got {value!r}")
+
+
+def _parse_length_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    with path.open(newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None or not any(h.strip() for h in header):
+            raise ValueError(f"{path}: length file is empty (expected a CSV header on line 1)")
+        names = [h.strip() for h in header]
+        for prompt_col, output_col in LENGTH_FILE_COLUMNS.values():
+            if prompt_col in names and output_col in names:
+                break
+        else:
+            accepted = "; ".join(f"{fmt}: {p},{o}" for fmt, (p, o) in LENGTH_FILE_COLUMNS.items())
+            raise ValueError(
+                f"{path}:1: unknown header {names}; expected columns including one of: {accepted}"
+            )
+        pi, oi = names.index(prompt_col), names.index(output_col)
+        prompts: list[int] = []
+        outputs: list[int] = []
+        for row in reader:
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue  # blank line
+            for col_i, col, dest in ((pi, prompt_col, prompts), (oi, output_col, outputs)):
+                text = row[col_i] if col_i < len(row) else ""
+                try:
+                    value = int(text)
+                except ValueError:
+                    try:  # tolerate "12.0" but nothing fractional
+                        as_float = float(text)
+                    except ValueError:
+                        raise _parse_error(path, reader.line_num, col, text) from None
+                    if not as_float.is_integer():
+                        raise _parse_error(path, reader.line_num, col, text) from None
+                    value = int(as_float)
+                if value < 1:
+                    raise _parse_error(path, reader.line_num, col, text)
+                dest.append(value)
+    if not prompts:
+        raise ValueError(f"{path}: length file has a header but no data rows")
+    return np.asarray(prompts, dtype=np.int64), np.asarray(outputs, dtype=np.int64)
+
+
+def load_length_file(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Paired ``(prompt_lens, output_lens)`` (read-only int64 arrays, one entry per row) from a length CSV.
+
+    Accepts the ShareGPT stats CSV (``num_prefill_tokens,num_decode_tokens,...``) and the Azure LLM 2023 trace
+    (``TIMESTAMP,ContextTokens,GeneratedTokens``), told apart by the header. Parsed files are cached per
+    (absolute path, modification time). Raises ``ValueError`` naming the file, line and column on bad input.
+    """
+    p = Path(path).expanduser().resolve()
+    try:
+        mtime_ns = p.stat().st_mtime_ns
+    except OSError as e:
+        raise ValueError(f"length file {p} cannot be read ({e.strerror}); check the path") from None
+    cached = _LENGTH_CACHE.get(str(p))
+    if cached is not None and cached[0] == mtime_ns:
+        return cached[1], cached[2]
+    prompts, outputs = _parse_length_file(p)
+    _LENGTH_CACHE[str(p)] = (mtime_ns, _readonly(prompts), _readonly(outputs))
+    return prompts, outputs
+
+
+@dataclass(frozen=True, repr=False)
+class LengthDist:
+    """Distribution of (prompt, output) lengths in tokens; samples are clipped to ``[1, max_*_len]``.
+
+    Only the fields of ``kind`` are read; build one with ``fixed``, ``uniform``, ``lognormal``, ``empirical``
+    or ``from_file``:
+
+    - ``fixed``: every request has ``prompt_len`` / ``output_len``;
+    - ``uniform``: integers uniform on the inclusive ``prompt_range`` / ``output_range``;
+    - ``lognormal``: ``round(median * exp(sigma * N(0, 1)))``, independently for prompt and output;
+    - ``empirical``: (prompt, output) pairs drawn with replacement from ``prompt_samples``/``output_samples``.
+    """
+
+    kind: str
+    max_prompt_len: int = 8192
+    max_output_len: int = 2048
+    prompt_len: int = 1
+    output_len: int = 1
+    prompt_range: tuple[int, int] = (1, 1)
+    output_range: tuple[int, int] = (1, 1)
+    prompt_median: float = 1.0
+    output_median: float = 1.0
+    prompt_sigma: float = 0.0
+    output_sigma: float = 0.0
+    prompt_samples: np.ndarray | None = field(default=None, repr=False, compare=False)
+    output_samples: np.ndarray | None = field(default=None, repr=False, compare=False)
+    source: str = ""  # where empirical samples came from, for repr and equality
+
+    def __post_init__(self) -> None:
+        owner = "LengthDist"
+        if self.kind not in LENGTH_KINDS:
+            raise ValueError(f"{owner}.kind must be one of {LENGTH_KINDS}, got {self.kind!r}")
+        check_int(owner, "max_prompt_len", self.max_prompt_len, 1)
+        check_int(owner, "max_output_len", self.max_output_len, 1)
+        for side, max_len in (("prompt", self.max_prompt_len), ("output", self.max_output_len)):
+            if self.kind == "fixed":
+                value = getattr(self, f"{side}_len")
+                check_int(owner, f"{side}_len", value, 1)
+                if value > max_len:
+                    raise ValueError(f"{owner}.{side}_len must be <= max_{side}_len={max_len}, got {value}")
+            elif self.kind == "uniform":
+                lo_hi = getattr(self, f"{side}_range")
+                if (
+                    not isinstance(lo_hi, tuple)
+                    or len(lo_hi) != 2
+                    or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in lo_hi)
+                    or not 1 <= lo_hi[0] <= lo_hi[1] <= max_len
+                ):
+                    raise ValueError(
+                        f"{owner}.{side}_range must be a tuple (lo, hi) of integers with "
+                        f"1 <= lo <= hi <= max_{side}_len={max_len}, got {lo_hi!r}"
+                    )
+            elif self.kind == "lognormal":
+                check_positive(owner, f"{side}_median", getattr(self, f"{side}_median"))
+                check_positive(owner, f"{side}_sigma", getattr(self, f"{side}_sigma"), allow_zero=True)
+        if self.kind == "empirical":
+            self._check_samples()
+
+    def _check_samples(self) -> None:
+        arrays = []
+        for side in ("prompt", "output"):
+            values = getattr(self, f"{side}_samples")
+            if not isinstance(values, np.ndarray) or values.ndim != 1 or values.dtype.kind not in "iu":
+                raise ValueError(
+                    f"LengthDist.{side}_samples must be a 1-D integer numpy array, got {values!r}"
+                )
+            if values.size == 0 or values.min() < 1:
+                raise ValueError(f"LengthDist.{side}_samples must be non-empty with every length >= 1")
+            arrays.append(values)
+        if arrays[0].shape != arrays[1].shape:
+            raise ValueError(
+                "LengthDist.prompt_samples and output_samples must be paired (same length), got "
+                f"{arrays[0].size} and {arrays[1].size}"
+            )
+
+    @classmethod
+    def fixed(cls, prompt_len: int, output_len: int, **limits: int) -> LengthDist:
+        return cls("fixed", prompt_len=prompt_len, output_len=output_len, **limits)
+
+    @classmethod
+    def uniform(
+        cls, prompt_range: tuple[int, int], output_range: tuple[int, int], **limits: int
+    ) -> LengthDist:
+        return cls("uniform", prompt_range=tuple(prompt_range), output_range=tuple(output_range), **limits)
+
+    @classmethod
+    def lognormal(
+        cls,
+        prompt_median: float,
+        output_median: float,
+        prompt_sigma: float = 1.0,
+        output_sigma: float = 1.0,
+        **limits: int,
+    ) -> LengthDist:
+        return cls(
+            "lognormal",
+            prompt_median=prompt_median,
+            output_median=output_median,
+            prompt_sigma=prompt_sigma,
+            output_sigma=output_sigma,
+            **limits,
+        )
+
+    @classmethod
+    def empirical(
+        cls, prompt_samples: np.ndarray, output_samples: np.ndarray, source: str = "array", **limits: int
+    ) -> LengthDist:
+        """Resample the given paired lengths; the arrays are copied (read-only) unless already read-only."""
+        arrays = []
+        for values in (prompt_samples, output_samples):
+            arr = np.asarray(values)
+            if arr.flags.writeable:
+                arr = _readonly(arr.copy())
+            arrays.append(arr)
+        return cls("empirical", prompt_samples=arrays[0], output_samples=arrays[1], source=source, **limits)
+
+    @classmethod
+    def from_file(
+        cls, path: str | os.PathLike[str], max_prompt_len: int = 8192, max_output_len: int = 2048
+    ) -> LengthDist:
+        """An empirical distribution over the rows of a length file (see ``load_length_file``)."""
+        prompts, outputs = load_length_file(path)
+        return cls.empirical(
+            prompts, outputs, source=str(path), max_prompt_len=max_prompt_len, max_output_len=max_output_len
+        )
+
+    def __repr__(self) -> str:
+        params = {
+            "fixed": f"prompt_len={self.prompt_len}, output_len={self.output_len}",
+            "uniform": f"prompt_range={self.prompt_range}, output_range={self.output_range}",
+            "lognormal": f"prompt_median={self.prompt_median}, prompt_sigma={self.prompt_sigma}, "
+            f"output_median={self.output_median}, output_sigma={self.output_sigma}",
+            "empirical": f"source={self.source!r}, num_samples={getattr(self.prompt_samples, 'size', 0)}",
+        }[self.kind]
+        limits = f"max_prompt_len={self.max_prompt_len}, max_output_len={self.max_output_len}"
+        return f"LengthDist.{self.kind}({params}, {limits})"
+
+    def sample(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` paired ``(prompt_lens, output_lens)`` as int64 arrays, each clipped to ``[1, max_*_len]``."""
+        check_int("LengthDist.sample", "n", n, 0)
+        if self.kind == "fixed":
+            prompts = np.full(n, self.prompt_len, dtype=np.int64)
+            outputs = np.full(n, self.output_len, dtype=np.int64)
+        elif self.kind == "uniform":
+            prompts = rng.integers(self.prompt_range[0], self.prompt_range[1] + 1, size=n, dtype=np.int64)
+            outputs = rng.integers(self.output_range[0], self.output_range[1] + 1, size=n, dtype=np.int64)
+        elif self.kind == "lognormal":
+            prompts = np.rint(rng.lognormal(math.log(self.prompt_median), self.prompt_sigma, n))
+            outputs = np.rint(rng.lognormal(math.log(self.output_median), self.output_sigma, n))
+            # Clip in float first: a huge sigma could overflow int64 on the cast.
+            prompts = np.clip(prompts, 1, self.max_prompt_len).astype(np.int64)
+            outputs = np.clip(outputs, 1, self.max_output_len).astype(np.int64)
+        else:
+            assert self.prompt_samples is not None and self.output_samples is not None
+            idx = rng.integers(0, self.prompt_samples.size, size=n)
+            prompts = self.prompt_samples[idx].astype(np.int64)
+            outputs = self.output_samples[idx].astype(np.int64)
+        np.clip(prompts, 1, self.max_prompt_len, out=prompts)
+        np.clip(outputs, 1, self.max_output_len, out=outputs)
+        return prompts, outputs

@@ -1,0 +1,487 @@
+"""Parsing machinery behind ``llmsched_env.workloads.traces``: read a trace file, check every value, and assemble
+the ``Trace`` fields. Every problem raises ``TraceError`` naming the file, the 1-based line and the field; no row
+is ever dropped silently (blank lines are skipped). ``TraceError`` and the option constants live here so this
+module never imports ``traces``; ``traces`` re-exports them. Stdlib and numpy only.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+OVERLONG_OPTIONS = ("reject", "truncate", "error")
+# Our fields, in the order of ``load_generic``'s ``columns`` mapping; the first and last two are optional.
+GENERIC_FIELDS = ("arrival", "prompt_len", "output_len", "prefix_ids", "tenant")
+TIME_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e-3}  # unit -> seconds
+MOONCAKE_PREFIX_ID_TOKENS = 512  # Mooncake's hash_ids each name a block of 512 prompt tokens
+_AZURE_COLUMNS = {"arrival": "TIMESTAMP", "prompt_len": "ContextTokens", "output_len": "GeneratedTokens"}
+_MOONCAKE_KEYS = {
+    "arrival": "timestamp",
+    "prompt_len": "input_length",
+    "output_len": "output_length",
+    "prefix_ids": "hash_ids",
+}
+_LENGTHS_COLUMNS = {"prompt_len": "num_prefill_tokens", "output_len": "num_decode_tokens"}
+_MAX_TOKENS = 2**40  # lengths above this are corrupt data (and would overflow int64 sums)
+
+
+class TraceError(ValueError):
+    """A trace file or a loader option is invalid. The message names the file, the 1-based line and the field."""
+
+    __module__ = "llmsched_env.workloads.traces"  # its public home (re-exported there): stable reprs and pickles
+
+
+class TraceFields(NamedTuple):
+    """The ``Trace`` constructor's arguments, in its order (``Trace(*fields)``); ``traces`` builds the Trace."""
+
+    name: str
+    source: str
+    arrival_s: np.ndarray | None
+    prompt_len: np.ndarray
+    output_len: np.ndarray
+    prefix_ids: tuple[tuple[int, ...], ...] | None
+    prefix_id_tokens: int
+    tenant: np.ndarray | None
+    tenant_names: tuple[str, ...]
+
+
+# ------------------------------------------------------------------------------------------- parsing helpers
+
+
+def _unreadable(path: Path, error: OSError) -> TraceError:
+    if isinstance(error, FileNotFoundError):
+        return TraceError(f"{path}: trace file not found; check the path (traces are not shipped in the repository)")
+    return TraceError(f"{path}: cannot read trace file ({error.strerror})")
+
+
+def _read_lines(path: Path) -> list[str]:
+    """The file's lines without line ends; line i (0-based) is file line i + 1."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise _unreadable(path, e) from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise TraceError(f"{path}:{line}: not UTF-8 text ({e.reason}); is this a trace file?") from None
+    lines = text.replace("\r\n", "\n").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def _as_int(value: Any) -> int | None:
+    """An integer from an int, an integral float or a numeric string; None otherwise."""
+    if type(value) is int:
+        return value
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if number.is_integer() else None
+
+
+def _as_time(value: Any) -> float | None:
+    """A finite float from an int, a float or a numeric string; None otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _as_ids(value: Any) -> tuple[int, ...] | None:
+    """Prefix ids from a list of ints, a JSON list text or space-separated ints; None when malformed."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except ValueError:
+                return None
+        else:
+            try:
+                return tuple(int(tok) for tok in text.replace(",", " ").split())
+            except ValueError:
+                return None
+    if not isinstance(value, list) or not all(type(h) is int for h in value):
+        return None
+    return tuple(value)
+
+
+def _wallclock(text: str, days: dict[str, int]) -> tuple[int, float] | None:
+    """``YYYY-MM-DD HH:MM:SS[.fraction]`` as (whole seconds since 0001-01-01, fraction); None when malformed.
+    Faster than datetime.strptime by ~10x; ``days`` caches date ordinals."""
+    day, sep, clock = text.strip().partition(" ")
+    if not sep:
+        day, sep, clock = text.strip().partition("T")
+    ordinal = days.get(day)
+    if ordinal is None:
+        try:
+            y, mo, d = day.split("-")
+            ordinal = days[day] = date(int(y), int(mo), int(d)).toordinal()
+        except ValueError:
+            return None
+    hms, _, frac = clock.partition(".")
+    try:
+        h, m, s = (int(part) for part in hms.split(":"))
+    except ValueError:
+        return None
+    if not (0 <= h < 24 and 0 <= m < 60 and 0 <= s < 61) or (frac and not frac.isdigit()):
+        return None
+    return ordinal * 86400 + h * 3600 + m * 60 + s, (int(frac) / 10 ** len(frac) if frac else 0.0)
+
+
+@dataclass
+class _Rows:
+    """Parsed values in file order; ``names`` maps our fields to the file's column/key names, for messages."""
+
+    path: Path
+    names: dict[str, str]
+    kind: str  # "column" (CSV) or "key" (JSON), for messages
+    lines: list[int]
+    times: list[float] | None
+    prompts: list[int]
+    outputs: list[int]
+    prefix: list[tuple[int, ...]] | None
+    tenants: list[str] | None
+
+
+def _field_label(names: Mapping[str, str], fld: str, kind: str) -> str:
+    own = names[fld]
+    return f"{kind} {own!r}" + (f" ({fld})" if own != fld else "")
+
+
+class _Parser:
+    """Turns raw values into typed ones, raising ``TraceError`` that names file, line and field."""
+
+    def __init__(self, path: Path, names: Mapping[str, str], kind: str, clock: bool = False) -> None:
+        self.path, self.names, self.kind = path, dict(names), kind
+        fields = names.keys()
+        self.rows = _Rows(
+            path,
+            self.names,
+            kind,
+            [],
+            [] if "arrival" in fields else None,
+            [],
+            [],
+            [] if "prefix_ids" in fields else None,
+            [] if "tenant" in fields else None,
+        )
+        self.clock = clock  # arrival is a wall-clock string (Azure), relative to the first row
+        self._days: dict[str, int] = {}
+        self._base: int | None = None
+
+    def error(self, line: int, fld: str, problem: str) -> TraceError:
+        return TraceError(f"{self.path}:{line}: {_field_label(self.names, fld, self.kind)} {problem}")
+
+    def add(self, line: int, values: Mapping[str, Any]) -> None:
+        rows = self.rows
+        for fld, dest in (("prompt_len", rows.prompts), ("output_len", rows.outputs)):
+            number = _as_int(values[fld])
+            if number is None or not 1 <= number <= _MAX_TOKENS:
+                problem = f"must be a positive integer (1 to 2**40 tokens), got {_short(values[fld])}"
+                raise self.error(line, fld, problem)
+            dest.append(number)
+        if rows.times is not None:
+            raw = values["arrival"]
+            if self.clock:
+                parsed = _wallclock(raw, self._days)
+                if parsed is None:
+                    problem = f"must be a time like '2023-11-16 18:15:46.6805900', got {_short(raw)}"
+                    raise self.error(line, "arrival", problem)
+                if self._base is None:
+                    self._base = parsed[0]
+                rows.times.append((parsed[0] - self._base) + parsed[1])
+            else:
+                number = _as_time(raw)
+                if number is None:
+                    raise self.error(line, "arrival", f"must be a finite number, got {_short(raw)}")
+                if number < 0:
+                    raise self.error(line, "arrival", f"must not be negative, got {raw!r}")
+                rows.times.append(number)
+        if rows.prefix is not None:
+            ids = _as_ids(values["prefix_ids"])
+            if ids is None:
+                raise self.error(
+                    line,
+                    "prefix_ids",
+                    "must be a list of integer ids (JSON list or space-separated "
+                    f"integers), got {_short(values['prefix_ids'])}",
+                )
+            rows.prefix.append(ids)
+        if rows.tenants is not None:
+            tenant = values["tenant"]
+            if isinstance(tenant, bool) or not isinstance(tenant, (str, int)) or tenant == "":
+                raise self.error(line, "tenant", f"must be a non-empty string or integer, got {_short(tenant)}")
+            rows.tenants.append(str(tenant))
+        rows.lines.append(line)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _parse_csv(path: Path, names: Mapping[str, str], clock: bool = False) -> _Rows:
+    lines = _read_lines(path)
+    header_i = next((i for i, line in enumerate(lines) if line.strip()), None)
+    expected = list(names.values())
+    if header_i is None:
+        raise TraceError(f"{path}:1: trace file is empty; expected a CSV header with columns {expected}")
+    header = [h.strip() for h in _split_csv(lines[header_i])]
+    missing = [col for col in expected if col not in header]
+    if missing:
+        raise TraceError(
+            f"{path}:{header_i + 1}: missing column(s) {missing} in the CSV header; found columns {header}, "
+            f"expected {expected}"
+        )
+    index = {fld: header.index(col) for fld, col in names.items()}
+    parser = _Parser(path, names, "column", clock=clock)
+    for i in range(header_i + 1, len(lines)):
+        line = lines[i]
+        if not line.strip():
+            continue  # blank line
+        try:
+            row = _split_csv(line)
+        except csv.Error as e:
+            raise TraceError(f"{path}:{i + 1}: malformed CSV row ({e})") from None
+        values = {}
+        for fld, col_i in index.items():
+            if col_i >= len(row):
+                problem = f"has no value (the row has {len(row)} fields, the header {len(header)})"
+                raise parser.error(i + 1, fld, problem)
+            values[fld] = row[col_i].strip()
+        parser.add(i + 1, values)
+    if not parser.rows.lines:
+        raise TraceError(f"{path}:{header_i + 2}: no data rows after the header on line {header_i + 1}")
+    return parser.rows
+
+
+def _split_csv(line: str) -> list[str]:
+    return line.split(",") if '"' not in line else next(csv.reader([line]))
+
+
+def _parse_jsonl(path: Path, names: Mapping[str, str]) -> _Rows:
+    lines = _read_lines(path)
+    parser = _Parser(path, names, "key")
+    keys = list(names.items())
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            detail = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else str(e)
+            raise TraceError(f"{path}:{i + 1}: invalid JSON ({detail})") from None
+        except RecursionError:
+            raise TraceError(f"{path}:{i + 1}: invalid JSON (nested too deeply)") from None
+        if not isinstance(obj, dict):
+            raise TraceError(f"{path}:{i + 1}: expected a JSON object per line, got {type(obj).__name__}")
+        values = {}
+        for fld, key in keys:
+            if key not in obj:
+                raise parser.error(i + 1, fld, f"is missing; found keys {sorted(obj)}, expected {list(names.values())}")
+            values[fld] = obj[key]
+        parser.add(i + 1, values)
+    if not parser.rows.lines:
+        raise TraceError(f"{path}:1: trace file is empty (no JSON lines)")
+    return parser.rows
+
+
+# ----------------------------------------------------------------------------------------------- assembling
+
+
+def _check_common(path: Path, max_context: int | None, overlong: str, sort: bool) -> None:
+    if overlong not in OVERLONG_OPTIONS:
+        raise TraceError(f"{path}: unknown overlong option {overlong!r}; expected one of {OVERLONG_OPTIONS}")
+    if max_context is not None and (
+        isinstance(max_context, bool) or not isinstance(max_context, (int, np.integer)) or max_context < 2
+    ):
+        raise TraceError(f"{path}: max_context must be None or an integer >= 2, got {max_context!r}")
+    if not isinstance(sort, bool):
+        raise TraceError(f"{path}: sort must be True or False, got {sort!r}")
+
+
+def _build(
+    rows: _Rows,
+    *,
+    max_context: int | None,
+    overlong: str,
+    sort: bool,
+    time_to_s: float = 1.0,
+    prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS,
+    tick: float | None = None,
+    seed: int = 0,
+) -> TraceFields:
+    """The ``Trace`` fields from parsed rows: apply ``overlong``, check or sort the order, spread ticks, rebase times.
+
+    ``tick`` (file time units): spread each request uniformly over ``[t, t + tick)`` (Mooncake's coarse ticks);
+    None or 0 keeps the timestamps as they are."""
+    path, names = rows.path, rows.names
+    lines = np.asarray(rows.lines, dtype=np.int64)
+    prompt = np.asarray(rows.prompts, dtype=np.int64)
+    output = np.asarray(rows.outputs, dtype=np.int64)
+    prefix = rows.prefix
+    if max_context is not None:
+        over = np.flatnonzero(prompt + output > max_context)
+        if over.size and overlong == "error":
+            i = int(over[0])
+            raise TraceError(
+                f"{path}:{lines[i]}: {_field_label(names, 'prompt_len', rows.kind)} + "
+                f"{_field_label(names, 'output_len', rows.kind)} = {prompt[i]} + {output[i]} exceeds "
+                f"max_context={max_context} (overlong='error'; use 'reject' to let the engine reject it or "
+                "'truncate' to cut it)"
+            )
+        if over.size and overlong == "truncate":
+            new_prompt = np.maximum(max_context - output[over], 1)  # cut the prompt first, the output if needed
+            output[over] = max_context - new_prompt
+            prompt[over] = new_prompt
+            if prefix is not None:  # ids past the shortened prompt name blocks that no longer exist
+                prefix = list(prefix)
+                for i, p in zip(over.tolist(), new_prompt.tolist(), strict=True):
+                    prefix[i] = prefix[i][: -(-p // prefix_id_tokens)]
+    codes, tenant_names = None, ()
+    if rows.tenants is not None:
+        lookup: dict[str, int] = {}
+        codes = np.asarray([lookup.setdefault(t, len(lookup)) for t in rows.tenants], dtype=np.int64)
+        tenant_names = tuple(lookup)
+    arrival = None
+    order: np.ndarray | None = None
+    if rows.times is not None:
+        times = np.asarray(rows.times, dtype=np.float64)
+        back = np.flatnonzero(np.diff(times) < 0)
+        if back.size and not sort:
+            i = int(back[0]) + 1
+            raise TraceError(
+                f"{path}:{lines[i]}: {_field_label(names, 'arrival', rows.kind)} is earlier than on line "
+                f"{lines[i - 1]} (timestamps out of order); pass sort=True to sort the requests by arrival"
+            )
+        if back.size:
+            order = np.argsort(times, kind="stable")
+            times = times[order]
+        if tick:  # each request lands uniformly inside its tick; a stable sort then orders them
+            times = times + np.random.default_rng(seed).random(times.size) * tick
+            spread_order = np.argsort(times, kind="stable")
+            times = times[spread_order]
+            order = spread_order if order is None else order[spread_order]
+        arrival = (times - times[0]) * time_to_s
+    if order is not None:
+        prompt, output = prompt[order], output[order]
+        codes = None if codes is None else codes[order]
+        prefix = None if prefix is None else [prefix[i] for i in order.tolist()]
+    return TraceFields(
+        path.stem,
+        str(path),
+        arrival,
+        prompt,
+        output,
+        None if prefix is None else tuple(prefix),
+        prefix_id_tokens,
+        codes,
+        tenant_names,
+    )
+
+
+# -------------------------------------------------------------------------------------------------- formats
+
+
+def read_azure(p: Path, max_context: int | None, overlong: str, sort: bool) -> TraceFields:
+    """``load_azure``'s work on the resolved path ``p``: check the options, parse, assemble."""
+    _check_common(p, max_context, overlong, sort)
+    rows = _parse_csv(p, _AZURE_COLUMNS, clock=True)
+    return _build(rows, max_context=max_context, overlong=overlong, sort=sort)
+
+
+def read_mooncake(
+    p: Path, seed: int, tick_s: float | None, max_context: int | None, overlong: str, sort: bool
+) -> TraceFields:
+    """``load_mooncake``'s work on the resolved path ``p``: check the options, parse, detect the tick, assemble."""
+    _check_common(p, max_context, overlong, sort)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise TraceError(f"{p}: seed must be an integer >= 0, got {seed!r}")
+    if tick_s is not None and (_as_time(tick_s) is None or isinstance(tick_s, str) or tick_s < 0):
+        raise TraceError(f"{p}: tick_s must be None or a finite number >= 0, got {tick_s!r}")
+    rows = _parse_jsonl(p, _MOONCAKE_KEYS)
+    if tick_s is None:
+        distinct = np.unique(np.asarray(rows.times))
+        tick_ms = float(np.median(np.diff(distinct))) if distinct.size > 1 else 0.0
+    else:
+        tick_ms = float(tick_s) * 1000.0
+    return _build(
+        rows, max_context=max_context, overlong=overlong, sort=sort, time_to_s=1e-3, tick=tick_ms, seed=int(seed)
+    )
+
+
+def read_lengths(p: Path, max_context: int | None, overlong: str, sort: bool) -> TraceFields:
+    """``load_lengths``'s work on the resolved path ``p``: check the options, parse, assemble."""
+    _check_common(p, max_context, overlong, sort)
+    rows = _parse_csv(p, _LENGTHS_COLUMNS)
+    return _build(rows, max_context=max_context, overlong=overlong, sort=sort)
+
+
+def read_generic(
+    p: Path,
+    columns: Mapping[str, str],
+    time_unit: str,
+    prefix_id_tokens: int,
+    max_context: int | None,
+    overlong: str,
+    sort: bool,
+) -> TraceFields:
+    """``load_generic``'s work on the resolved path ``p``: check the mapping and options, parse by suffix, assemble."""
+    _check_common(p, max_context, overlong, sort)
+    if not isinstance(columns, Mapping):
+        raise TraceError(f"{p}: columns must be a mapping from our fields {GENERIC_FIELDS} to the file's names")
+    unknown = [k for k in columns if k not in GENERIC_FIELDS]
+    missing = [k for k in ("prompt_len", "output_len") if k not in columns]
+    if unknown or missing:
+        raise TraceError(
+            f"{p}: columns mapping has unknown field(s) {unknown} / lacks required {missing}; fields are "
+            f"{GENERIC_FIELDS} (prompt_len and output_len required)"
+        )
+    if not all(isinstance(v, str) and v for v in columns.values()):
+        raise TraceError(f"{p}: columns mapping values must be non-empty column names, got {dict(columns)}")
+    if time_unit not in TIME_UNITS:
+        raise TraceError(f"{p}: unknown time_unit {time_unit!r}; expected one of {tuple(TIME_UNITS)}")
+    if (
+        isinstance(prefix_id_tokens, bool)
+        or not isinstance(prefix_id_tokens, (int, np.integer))
+        or prefix_id_tokens < 1
+    ):
+        raise TraceError(f"{p}: prefix_id_tokens must be an integer >= 1, got {prefix_id_tokens!r}")
+    names = {fld: columns[fld] for fld in GENERIC_FIELDS if fld in columns}
+    suffix = p.suffix.lower()
+    if suffix == ".csv":
+        rows = _parse_csv(p, names)
+    elif suffix in (".jsonl", ".json"):
+        rows = _parse_jsonl(p, names)
+    else:
+        raise TraceError(f"{p}: unknown file type {suffix!r}; expected .csv, .jsonl or .json (JSON lines)")
+    return _build(
+        rows,
+        max_context=max_context,
+        overlong=overlong,
+        sort=sort,
+        time_to_s=TIME_UNITS[time_unit],
+        prefix_id_tokens=int(prefix_id_tokens),
+    )
