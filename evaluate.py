@@ -38,7 +38,7 @@ from llmsched_env.cluster.scenarios import ClusterScenario, get_cluster_scenario
 from llmsched_env.decision.actions import ACTION_COMPONENTS, ActionSpec
 from llmsched_env.decision.policy import Policy
 from llmsched_env.engine.config import SLO_CLASSES
-from llmsched_env.engine.request import Status
+from llmsched_env.engine.request import Status, tpot_s
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.sim.metrics import format_table, token_times
 from llmsched_env.sim.simulator import Simulator
@@ -110,7 +110,7 @@ def episode_details(sim: Simulator, kv_series: bool = True) -> dict[str, np.ndar
         if r.status == Status.FINISHED:
             t = token_times(r, rounds)
             ttft.append(t[0] - r.arrival_s)
-            tpot.append((t[-1] - t[0]) / (len(t) - 1) if len(t) > 1 else 0.0)
+            tpot.append(float(tpot_s(t[0], t[-1], len(t))))
     out = {"ttft_s": np.asarray(ttft, dtype=np.float64), "tpot_s": np.asarray(tpot, dtype=np.float64)}
     if kv_series:
         kv_t, kv_u = sim.kv_usage_series()

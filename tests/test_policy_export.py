@@ -327,7 +327,8 @@ def test_policy_file_imports_only_torch_numpy_stdlib() -> None:
             imported.add(node.module)
     top = {n.split(".")[0] for n in imported}
     assert not top & {"gymnasium", "stable_baselines3", "sb3_contrib", "agents", "baselines"}
-    assert {n for n in imported if n.startswith("llmsched_env")} <= {"llmsched_env.decision.actions", "llmsched_env.decision.observation"}
+    allowed = {"llmsched_env.decision.actions", "llmsched_env.decision.observation"}
+    assert {n for n in imported if n.startswith("llmsched_env")} <= allowed
 
 
 def test_policy_file_loads_and_acts_without_gymnasium_or_sb3(exported, rollout) -> None:

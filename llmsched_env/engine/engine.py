@@ -31,7 +31,7 @@ from llmsched_env.engine.block_pool import BlockPool, chain_hashes
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.engine.queues import WaitingQueues
 from llmsched_env.engine.remote_kv import RemoteKVStore
-from llmsched_env.engine.request import Request, Status
+from llmsched_env.engine.request import Request, Status, tpot_s
 
 __all__ = ["Engine"]
 
@@ -543,7 +543,7 @@ class Engine:
         first = r.first_token_s
         assert first is not None
         ttft = first - r.arrival_s
-        tpot = (self.now_s - first) / (r.num_output_tokens - 1) if r.num_output_tokens > 1 else 0.0
+        tpot = float(tpot_s(first, self.now_s, r.num_output_tokens))
         ttft_ratio = ttft / self._ttft_slo[t]
         tpot_ratio = tpot / self._tpot_slo[t]
         self.ttft_ratio_ewma += _LATENCY_EWMA * (ttft_ratio - self.ttft_ratio_ewma)

@@ -11,14 +11,26 @@ decoding request joins decode round ``decode_round0`` holding ``decode_out0`` ou
 decode round of the engine adds one token to every decoding request. ``Engine.sync`` brings the explicit
 counters up to date when anyone needs them. Token timestamps are therefore stored as segments of the
 engine's decode-round clock (``token_segments``) plus the times of the tokens that ended a prefill
-(``prefill_token_s``); ``core.metrics.token_times`` rebuilds the full list.
+(``prefill_token_s``); ``sim.metrics.token_times`` rebuilds the full list.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import TypeVar
 
-__all__ = ["Request", "Status"]
+import numpy as np
+
+__all__ = ["Request", "Status", "tpot_s"]
+
+_T = TypeVar("_T", float, np.ndarray)
+
+
+def tpot_s(first_token_s: _T, last_token_s: _T, num_output_tokens: int | np.ndarray) -> _T:
+    """Time per output token as vLLM's benchmark defines it: ``(last - first) / (n - 1)``, and 0 for a request of
+    one token (its first and last token are the same). Element-wise on numpy arrays. The one TPOT formula of
+    the project: the engine's SLO check, the metrics and the per-request plots all call it."""
+    return (last_token_s - first_token_s) / np.maximum(num_output_tokens - 1, 1)
 
 
 class Status(IntEnum):

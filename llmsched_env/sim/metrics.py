@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from llmsched_env.engine.config import TenantConfig
-from llmsched_env.engine.request import Request, Status
+from llmsched_env.engine.request import Request, Status, tpot_s
 
 __all__ = ["compute_metrics", "format_table", "jain_index", "token_times"]
 
@@ -199,7 +199,7 @@ def compute_metrics(
     fin_tenant = tenant[is_fin]
     first_t, last_t, num_tokens, itl = _finished_latencies(finished, rounds)
     ttft = first_t - arrival[is_fin]
-    tpot = np.where(num_tokens > 1, (last_t - first_t) / np.maximum(num_tokens - 1, 1), 0.0)
+    tpot = tpot_s(first_t, last_t, num_tokens)
     e2el = last_t - arrival[is_fin]
     queue_delay = scheduled[is_fin] - arrival[is_fin]
 
