@@ -12,6 +12,7 @@ One folder per concern, each importing only the folders below it:
     envs        LLMSched-v0, LLMSchedCluster-v0, render        (gymnasium)   <- decision
     runtime     model, paged KV cache, runner, serving loop   (torch)        <- decision
     evaluation  episodes, grids, capacity search, statistics, outputs, Ray   <- envs, runtime
+    commands    the command lines (llmsched-evaluate, llmsched-calibrate)    <- evaluation
 
 Importing the package registers ``LLMSched-v0`` and ``LLMSchedCluster-v0`` with Gymnasium when Gymnasium is
 installed; nothing below ``envs`` needs it.

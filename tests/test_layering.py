@@ -26,12 +26,25 @@ ALLOWED: dict[str, set[str]] = {
     "envs": {"common", "costs", "engine", "sim", "workloads", "cluster", "decision"},
     "runtime": {"common", "costs", "engine", "sim", "workloads", "cluster", "decision"},
     "evaluation": {"common", "costs", "engine", "sim", "workloads", "cluster", "decision", "envs", "runtime"},
+    "commands": {
+        "common",
+        "costs",
+        "engine",
+        "sim",
+        "workloads",
+        "cluster",
+        "decision",
+        "envs",
+        "runtime",
+        "evaluation",
+    },
 }
 # third-party packages each folder may import (numpy and the standard library go everywhere)
 THIRD_PARTY: dict[str, set[str]] = {
     "envs": {"gymnasium", "matplotlib"},
     "runtime": {"torch", "safetensors"},
     "evaluation": {"gymnasium", "matplotlib", "ray", "tqdm", "rich", "torch"},
+    "commands": {"gymnasium", "matplotlib", "ray", "tqdm", "rich", "torch"},
 }
 HEAVY = {"gymnasium", "torch", "safetensors", "stable_baselines3", "sb3_contrib", "ray", "matplotlib"}
 TOP = {"agents", "baselines", "train", "evaluate", "calibrate"}
