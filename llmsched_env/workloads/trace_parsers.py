@@ -17,13 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from llmsched_env.workloads.trace_io import (
-    DECOMPRESS_ERRORS,
-    bad_gzip_message,
-    data_stem,
-    data_suffix,
-    read_bytes,
-)
+from llmsched_env.workloads.trace_io import DECOMPRESS_ERRORS, bad_gzip_message, data_stem, data_suffix, read_bytes
 
 OVERLONG_OPTIONS = ("reject", "truncate", "error")
 # Our fields, in the order of ``load_generic``'s ``columns`` mapping; the first and last two are optional.
