@@ -14,12 +14,10 @@ import evaluate
 import llmsched_env  # noqa: F401
 from llmsched_env.workloads.describe import describe_scenario
 from llmsched_env.workloads.library import get_scenario, list_scenarios
-from llmsched_env.workloads.scenarios import TRAIN_FRACTION, scenario_from_trace, slo_scale, trace_dir, trace_path
+from llmsched_env.workloads.public_traces import trace_path
+from llmsched_env.workloads.scenarios import TRAIN_FRACTION, scenario_from_trace, slo_scale
 from llmsched_env.workloads.traces import load_azure, load_mooncake
 
-TRACES = trace_dir()
-needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason="shared traces not found")
-TRACE_SCENARIOS = {"azure-conv", "azure-code", "mooncake-conv", "sharegpt-poisson", "remote-kv"}
 REQUIRED = {
     "azure-conv",
     "azure-code",
@@ -41,8 +39,6 @@ def test_library_holds_the_required_scenarios() -> None:
 
 @pytest.mark.parametrize("name", list_scenarios())
 def test_every_scenario_runs_with_invariants_checked(name: str) -> None:
-    if name in TRACE_SCENARIOS and not TRACES.is_dir():
-        pytest.skip("shared traces not found")
     env = gym.make("LLMSched-v0", scenario=name, split="eval", load=1.5, check_invariants=True)
     policy = baselines.make("slo_aware", env.unwrapped.policy_context())
     obs, _ = env.reset(seed=0)
@@ -60,7 +56,6 @@ def _arrival_signature(name: str, split: str, seed: int) -> list[tuple[int, int]
     return [(r.prompt_len, r.output_len) for r in reqs]
 
 
-@needs_traces
 @pytest.mark.parametrize("name", ["azure-conv", "mooncake-conv"])
 def test_trace_train_and_eval_windows_do_not_overlap(name: str) -> None:
     sc = get_scenario(name)
@@ -90,7 +85,6 @@ def test_synthetic_splits_use_disjoint_streams_and_are_deterministic() -> None:
     assert a != _arrival_signature("mixed-slo", "train", 1)
 
 
-@needs_traces
 def test_training_episodes_sample_random_windows_by_seed() -> None:
     env = gym.make("LLMSched-v0", scenario="azure-conv", split="train", num_requests=100)
     starts = set()
@@ -106,8 +100,6 @@ def test_training_episodes_sample_random_windows_by_seed() -> None:
 
 @pytest.mark.parametrize("name", ["bursty", "tenants-on-off", "azure-conv"])
 def test_load_scales_the_arrival_rate(name: str) -> None:
-    if name in TRACE_SCENARIOS and not TRACES.is_dir():
-        pytest.skip("shared traces not found")
     src = get_scenario(name).source("eval")
     one = src.sample(np.random.default_rng(0), 800, 1.0)
     two = src.sample(np.random.default_rng(0), 800, 2.0)
@@ -124,7 +116,6 @@ def test_slos_scale_with_the_cost_model() -> None:
     assert h100.tenants[0].slo.ttft_s == pytest.approx(0.25)  # the reference preset keeps the literature's SLO
 
 
-@needs_traces
 def test_remote_kv_scenario_fetches_and_reports_it() -> None:
     env = gym.make("LLMSched-v0", scenario="remote-kv", split="eval", num_requests=300)  # invariants: test_core
     policy = baselines.make("fcfs", env.unwrapped.policy_context())

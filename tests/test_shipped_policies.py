@@ -11,7 +11,6 @@ import evaluate
 import llmsched_env  # noqa: F401
 from llmsched_env.decision.actions import ACTION_COMPONENTS
 from llmsched_env.runtime.policy_file import load_policy_file
-from llmsched_env.workloads.scenarios import trace_dir
 
 SHIPPED = sorted((Path(__file__).resolve().parents[1] / "policies").glob("*/policy.json"))
 
@@ -25,9 +24,6 @@ def test_shipped_policy_runs_on_its_scenario(path: Path) -> None:
     policy = load_policy_file(path)
     scenario = policy.meta["scenario"]
     assert scenario == path.parent.name
-    traces = ("azure", "mooncake", "sharegpt", "remote", "cluster")
-    if scenario.startswith(traces) and not trace_dir().is_dir():
-        pytest.skip("shared traces not found")
     if scenario.startswith("cluster-"):  # a router
         env = gym.make("LLMSchedCluster-v0", scenario=scenario, split="eval", num_requests=80, check_invariants=True)
     else:
