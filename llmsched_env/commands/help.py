@@ -4,8 +4,8 @@
                                      formatter_class=DefaultsFormatter)
 
 An option whose help text does not mention its default gets ``(default: VALUE)``; a flag ``(default: off)``;
-an option whose default is None ``(default: none)`` unless its help says what None means (it then contains
-the word "default").
+a required option ``(required)``; an option whose default is None ``(default: none)`` unless its help says
+what None means (it then contains the word "default").
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ class DefaultsFormatter(argparse.RawDescriptionHelpFormatter):
         text = action.help or ""
         if not action.option_strings or action.default is argparse.SUPPRESS or "default" in text:
             return text
+        if action.required:
+            return f"{text} (required)"
         if action.nargs == 0:  # store_true / store_false: given or not
             return f"{text} (default: off)"
         if action.default is None:
@@ -34,5 +36,6 @@ class DefaultsFormatter(argparse.RawDescriptionHelpFormatter):
 
 def program(console_script: str, script: str) -> str:
     """The name usage and error lines show: ``script`` when run as ``python <script>``, else the console
-    script's name (also for ``python -m``)."""
-    return script if os.path.basename(sys.argv[0]) == script else console_script
+    script's name (also for ``python -m``, whose module may have the script's file name)."""
+    as_module = getattr(sys.modules.get("__main__"), "__spec__", None) is not None
+    return script if os.path.basename(sys.argv[0]) == script and not as_module else console_script
