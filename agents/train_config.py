@@ -68,9 +68,10 @@ def is_cluster(scenario: str) -> bool:
 class TrainConfig:
     """One training. ``None`` fields take the hyperparameter file's value (or, for ``out``,
     ``runs/<scenario>-seed<seed>``; for ``eval_baselines``, ``DEFAULT_EVAL_BASELINES`` or, for a cluster
-    scenario, ``DEFAULT_EVAL_ROUTERS``). ``hp`` holds nested overrides (``agents.config.parse_overrides``);
-    ``bc`` is a baseline to clone before RL, ``"none"`` for no cloning. ``force`` allows a run folder inside
-    a shipped folder (``llmsched_env.common.outputs``). Bad values raise a one-line ``ValueError``."""
+    scenario, ``DEFAULT_EVAL_ROUTERS``; a comma string is split). ``hp`` holds nested overrides
+    (``agents.config.parse_overrides``); ``bc`` is a baseline to clone before RL, ``"none"`` for no cloning.
+    ``force`` allows a run folder inside a shipped folder (``llmsched_env.common.outputs``). Bad values
+    raise a one-line ``ValueError``."""
 
     scenario: str = "default"
     algo: str = "maskable_ppo"
@@ -106,7 +107,8 @@ class TrainConfig:
         if self.bc not in (None, "none") and self.bc not in registry:
             raise ValueError(f"bc: unknown {registry.kind} {self.bc!r}; available: {', '.join(registry)}")
         if self.eval_baselines is not None:
-            names = tuple(self.eval_baselines)
+            given = self.eval_baselines
+            names = tuple(b for b in given.split(",") if b) if isinstance(given, str) else tuple(given)
             bad = [b for b in names if b not in registry]
             if bad or not names:
                 raise ValueError(f"eval_baselines: unknown {registry.kind}s {bad}; available: {', '.join(registry)}")
