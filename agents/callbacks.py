@@ -146,7 +146,7 @@ class PeriodicEvalCallback(BaseCallback):
 
 class StatusCallback(BaseCallback):
     """A status line on stderr when training starts: after the callbacks before it in a ``CallbackList``
-    (the evaluations before learning), just before SB3's progress bar appears."""
+    (the evaluations before learning), just before the training's bar (``ProgressBarCallback``) appears."""
 
     def __init__(self, message: str, enabled: bool = True) -> None:
         super().__init__()
