@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("torch")
 
 import evaluate
-import train
+from agents.cli import main as train_main
 from llmsched_env.runtime.policy_file import load_policy_file
 from llmsched_env.workloads.scenarios import trace_path
 
@@ -30,7 +30,7 @@ TINY = [
 @pytest.fixture(scope="module")
 def router_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("router")
-    assert train.main(["--scenario", "cluster-azure-conv-4", "--out", str(out), *TINY]) == 0
+    assert train_main(["--scenario", "cluster-azure-conv-4", "--out", str(out), *TINY]) == 0
     return out
 
 

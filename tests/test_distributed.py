@@ -1,4 +1,7 @@
-"""Scale-out on Ray: evaluate.py --ray and train.py --ray give what the serial paths give (local Ray, 2 CPUs)."""
+"""Scale-out on Ray: evaluate.py --ray gives what the serial path gives (local Ray, 2 CPUs).
+
+train.py --ray: tests/test_train.py.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +13,8 @@ import pytest
 pytest.importorskip("ray")
 
 import evaluate
-import train
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY_TRAIN = [
-    "--timesteps", "256", "--n-envs", "1", "--bc", "none", "--hp", "eval_freq=128", "--hp", "eval_episodes=1",
-    "--hp", "n_steps=128", "--hp", "batch_size=64", "--hp", "env_kwargs.num_requests=30",
-    "--hp", "env_kwargs.iterations_per_step=32", "--eval-baselines", "fcfs",
-]  # fmt: skip
 
 
 def _rows(folder: Path) -> list[dict]:
@@ -42,32 +39,3 @@ def test_worker_command_line_drops_driver_options() -> None:
     argv = ["--policies", "fcfs", "--ray", "--seeds", "0", "--out", "x", "--no-plots", "--ray-cpus", "2"]
     assert evaluate._worker_argv(argv) == ["--policies", "fcfs", "--seeds", "0"]
     assert evaluate._worker_argv(["--ray", "ray://head:10001", "--out=x", "--loads", "1"]) == ["--loads", "1"]
-
-
-def test_train_sweep_on_ray_equals_serial_trainings(tmp_path: Path) -> None:
-    serial = tmp_path / "serial"
-    assert (
-        train.main(["--scenario", "mixed-slo", "--seed", "1", "--out", str(serial), "--no-progress", *TINY_TRAIN]) == 0
-    )
-    sweep = tmp_path / "sweep"
-    argv = ["--scenarios", "mixed-slo", "--seeds", "1", "--ray", "--ray-cpus", "2", "--out", str(sweep), *TINY_TRAIN]
-    assert train.main(argv) == 0
-    results = json.loads((sweep / "sweep.json").read_text())
-    assert [Path(r["out"]).name for r in results] == ["mixed-slo-seed1"]
-    for r in results:
-        run = Path(r["out"])
-        assert r["returncode"] == 0 and (run / "policy.safetensors").is_file() and (run / "train.log").is_file()
-        assert list((run / "tb").rglob("events.out.tfevents.*"))
-    sha = json.loads((serial / "policy.json").read_text())["tensors_sha256"]
-    assert json.loads((sweep / "mixed-slo-seed1" / "policy.json").read_text())["tensors_sha256"] == sha
-
-
-def test_train_sweep_names_runs_per_trial(tmp_path: Path) -> None:
-    args = train.parse_args(
-        ["--scenarios", "mixed-slo,bursty", "--seeds", "0,1", "--hp-grid", "learning_rate=1e-4,3e-4", "--out", "r"]
-    )
-    runs = train.sweep_runs(args)
-    assert len(runs) == 8
-    out, cmd = runs[1]
-    assert out.name == "mixed-slo-seed0-learning_rate=3e-4"
-    assert cmd[cmd.index("--hp") + 1] == "learning_rate=3e-4" and "--scenarios" not in cmd
