@@ -1,4 +1,4 @@
-"""The top-level commands: evaluate.py runs baselines and writes results; train.py trains and saves a model."""
+"""The commands: llmsched-evaluate runs baselines and writes results; train.py trains and saves a model."""
 
 from __future__ import annotations
 
@@ -10,15 +10,17 @@ import gymnasium as gym
 import pytest
 import torch
 
-import evaluate
 import train
 from agents import SB3Policy
+from llmsched_env.commands.evaluate import main, parse
+from llmsched_env.envs.episode import run_episode
+from llmsched_env.evaluation import run_grid
 
 
 def test_evaluate_writes_one_row_per_policy_scenario_seed(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "res"
     argv = ["--policies", "fcfs,slo_aware", "--seeds", "0,1", "--num-requests", "40", "--out", str(out)]
-    assert evaluate.main(argv) == 0
+    assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "attain" in printed and "slo_aware" in printed
     with open(out / "results.csv") as f:
@@ -34,8 +36,8 @@ def test_evaluate_writes_one_row_per_policy_scenario_seed(tmp_path: Path, capsys
 
 def test_evaluate_is_deterministic_by_seed(tmp_path: Path) -> None:
     args = ["--policies", "random", "--seeds", "3", "--num-requests", "40", "--loads", "2"]
-    a = evaluate.evaluate(evaluate.parse_args(args))
-    b = evaluate.evaluate(evaluate.parse_args(args))
+    a = run_grid(parse(args)[1]).rows
+    b = run_grid(parse(args)[1]).rows
     drop = ("wall_s",)
     assert [{k: v for k, v in r.items() if k not in drop} for r in a] == [
         {k: v for k, v in r.items() if k not in drop} for r in b
@@ -53,7 +55,7 @@ def test_evaluate_is_deterministic_by_seed(tmp_path: Path) -> None:
 )
 def test_evaluate_rejects_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit):
-        evaluate.parse_args(argv)
+        parse(argv)
     assert message in capsys.readouterr().err
 
 
@@ -100,7 +102,7 @@ def test_train_writes_a_complete_run_folder(tmp_path: Path) -> None:
     # the SB3 model acts as a Policy on the env it was trained for
     policy = SB3Policy.load(out / "model.zip")
     env = gym.make("LLMSched-v0", scenario="mixed-slo", num_requests=30, iterations_per_step=32)
-    assert evaluate.run_episode(env, policy, seed=0)["num_requests"] == 30
+    assert run_episode(env, policy, seed=0)["num_requests"] == 30
     # evaluate.py loads the exported policy from the run folder and holds its actions as in training
     results = tmp_path / "eval"
     argv = [
@@ -113,7 +115,7 @@ def test_train_writes_a_complete_run_folder(tmp_path: Path) -> None:
         "--out",
         str(results),
     ]
-    assert evaluate.main([*argv, "--no-plots"]) == 0
+    assert main([*argv, "--no-plots"]) == 0
     with open(results / "results.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["policy"] for r in rows] == ["fcfs", "agent"]
