@@ -5,7 +5,7 @@
     capacity_grid(config)                                 # every (scenario, policy), serially or on Ray
 
 The number of evaluations is not known in advance: ``search_capacity`` reports after each one how many more
-it expects at least, so a progress bar can grow its total as the search goes.
+it expects, so a progress bar can adjust its total as the search goes.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ def search_capacity(
 ) -> float:
     """The highest load with ``attainment(load) >= target``: bracket by doubling or halving from 1.0 (within
     [1/64, 64]), then bisect geometrically to 2%; 0.0 when even 1/64 misses. After each evaluation,
-    ``on_evaluation(remaining)`` gets the number of evaluations still expected (a lower estimate)."""
+    ``on_evaluation(remaining)`` gets the number of evaluations still expected: exact once the capacity is
+    bracketed, before that a guess (one more bracket step, then bisection from a factor of 2)."""
 
     def evaluate(load: float) -> bool:
         return attainment(load) >= target

@@ -6,7 +6,8 @@ Scenarios may be given by name (the single-node library or the cluster scenarios
 ``scenario_from_trace`` result), policies by name or ``[alias=]path`` (``resolve_policy``) or as
 ``PolicySpec``; the config holds them as tuples of objects. Construction raises one ``ValueError`` naming
 the field for anything wrong, including an exported policy that does not fit a scenario's observations and
-actions. A config pickles (an exported policy travels as its path), so a Ray worker gets it as it is.
+actions. A config pickles with cloudpickle, Ray's pickler (library scenarios hold closures; an exported policy
+travels as its path), so a Ray worker gets it as it is.
 """
 
 from __future__ import annotations
