@@ -26,7 +26,7 @@ __all__ = ["build_parser", "config_from_args"]
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Keeps the description's layout and ends every option's help with its default (lists comma-joined,
-    flags "off"), unless the help already says what the default is."""
+    flags on/off, None "none"), unless the help already says what the default is."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
@@ -34,8 +34,10 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
             default = action.default
             if isinstance(default, list):
                 default = ",".join(str(v) for v in default)
-            elif isinstance(default, bool) or default is None:
+            elif isinstance(default, bool):
                 default = "on" if default else "off"
+            elif default is None:
+                default = "none"
             text = f"{text} (default: {default})"
         return text.replace("%", "%%")  # argparse %-formats help; no help here uses its %(name)s fields
 
@@ -95,7 +97,7 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     add("--cost-model", default=None, help="cost-model preset name or JSON path (default: the scenario's)")
     add("--trace", type=Path, default=None, help="evaluate on your own trace file instead of --scenarios")
     add("--trace-format", choices=TRACE_FORMATS, default=None, help="format of --trace (default: none; required)")
-    add("--trace-rate", type=float, default=None, help="arrival rate for --trace in req/s (default: the trace's)")
+    add("--trace-rate", type=float, default=None, help="arrival rate for --trace in req/s (default: the trace's mean)")
     add("--trace-slo", default="chat", help=f"SLO class for --trace: {','.join(SLO_CLASSES)}")
     add(
         "--trace-columns",
@@ -130,7 +132,9 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     rt.add_argument("--backend", choices=("sim", "runtime"), default="sim", help="simulator or real model")
     rt.add_argument("--model", default="tiny", help="model preset of the runtime (tiny, llama-1b, llama3-8b)")
     rt.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    rt.add_argument("--dtype", default=None, choices=DTYPE_NAMES, help="(default: float32 on CPU, else bfloat16)")
+    rt.add_argument(
+        "--dtype", default=None, choices=DTYPE_NAMES, help="model dtype (default: float32 on CPU, else bfloat16)"
+    )
     rt.add_argument("--weights", type=Path, default=None, help="local safetensors weights (default: seeded random)")
     rt.add_argument("--realtime", action="store_true", help="sleep through idle gaps instead of skipping them")
     rt.add_argument("--policy-timeout", type=float, default=0.1, help="seconds before a decision falls back to fcfs")
