@@ -57,8 +57,11 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         for name in ("scenarios", "policies", "loads", "seeds"):
-            if isinstance(getattr(self, name), str) or not getattr(self, name):
-                raise ValueError(f"EvalConfig.{name} needs at least one entry, got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if isinstance(value, str):
+                raise ValueError(f"EvalConfig.{name} must be a list, got the string {value!r}")
+            if not value:
+                raise ValueError(f"EvalConfig.{name} needs at least one entry, got {value!r}")
         set_ = object.__setattr__  # frozen: normalise once, here
         set_(self, "scenarios", tuple(_scenario(s) for s in self.scenarios))
         set_(self, "policies", tuple(p if isinstance(p, PolicySpec) else resolve_policy(p) for p in self.policies))

@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row
@@ -25,6 +25,9 @@ from llmsched_env.evaluation.details import episode_details
 from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
 from llmsched_env.evaluation.policies import PolicySpec
 from llmsched_env.evaluation.progress import Progress
+
+if TYPE_CHECKING:  # the runtime backend imports torch: only when it runs
+    from llmsched_env.evaluation.runtime_backend import Runners
 
 __all__ = ["KEY_COLUMNS", "GridResult", "run_cell", "run_grid", "runners_for"]
 
@@ -48,7 +51,7 @@ def run_cell(
     policy: PolicySpec,
     *,
     details: bool = False,
-    runners: Any = None,
+    runners: Runners | None = None,
     on_row: RowHook | None = None,
 ) -> GridResult:
     """Every seed of one (scenario, load, policy) of ``config``. ``runners`` (a ``runtime_backend.Runners``)
@@ -133,7 +136,7 @@ def run_grid(
     return grid
 
 
-def runners_for(config: EvalConfig) -> Any:
+def runners_for(config: EvalConfig) -> Runners | None:
     """The model runners of the runtime backend (one set per process), or None for the simulator."""
     if config.runtime is None:
         return None
