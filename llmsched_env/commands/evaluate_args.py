@@ -145,6 +145,8 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
     """The ``EvalConfig`` the parsed ``args`` ask for; a usage error (exit 2) for anything wrong."""
     if args.plots and args.out is None:
         p.error("--plots needs --out (the folder the PNG files go to)")
+    if args.describe and set(args.scenarios) & set(list_cluster_scenarios()):
+        p.error("--describe is single-node only")
     try:
         runtime = None
         if args.backend == "runtime":
@@ -170,8 +172,6 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
         )
     except ValueError as exc:
         p.error(str(exc))
-    if args.describe and config.is_cluster:
-        p.error("--describe is single-node only")
     return config
 
 

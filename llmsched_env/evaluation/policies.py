@@ -22,8 +22,8 @@ __all__ = ["PolicySpec", "baseline_names", "resolve_policy"]
 
 
 def baseline_names() -> list[str]:
-    """Every registered scheduler, then every registered router."""
-    return [*SCHEDULERS.names(), *ROUTERS.names()]
+    """Every registered scheduler, then every registered router (a name both use, once)."""
+    return list(dict.fromkeys([*SCHEDULERS.names(), *ROUTERS.names()]))
 
 
 @dataclass
