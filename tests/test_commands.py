@@ -1,4 +1,4 @@
-"""The top-level commands: evaluate.py runs baselines and writes results (train.py: tests/test_train.py)."""
+"""The commands: llmsched-evaluate runs baselines and writes results (training: tests/test_train.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-import evaluate
 from agents import SB3Policy
+from llmsched_env.commands.evaluate import main, parse
+from llmsched_env.evaluation import run_grid
 
 
 def test_evaluate_writes_one_row_per_policy_scenario_seed(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "res"
     argv = ["--policies", "fcfs,slo_aware", "--seeds", "0,1", "--num-requests", "40", "--out", str(out)]
-    assert evaluate.main(argv) == 0
+    assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "attain" in printed and "slo_aware" in printed
     with open(out / "results.csv") as f:
@@ -31,8 +32,8 @@ def test_evaluate_writes_one_row_per_policy_scenario_seed(tmp_path: Path, capsys
 
 def test_evaluate_is_deterministic_by_seed(tmp_path: Path) -> None:
     args = ["--policies", "random", "--seeds", "3", "--num-requests", "40", "--loads", "2"]
-    a = evaluate.evaluate(evaluate.parse_args(args))
-    b = evaluate.evaluate(evaluate.parse_args(args))
+    a = run_grid(parse(args)[1]).rows
+    b = run_grid(parse(args)[1]).rows
     drop = ("wall_s",)
     assert [{k: v for k, v in r.items() if k not in drop} for r in a] == [
         {k: v for k, v in r.items() if k not in drop} for r in b
@@ -50,7 +51,7 @@ def test_evaluate_is_deterministic_by_seed(tmp_path: Path) -> None:
 )
 def test_evaluate_rejects_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit):
-        evaluate.parse_args(argv)
+        parse(argv)
     assert message in capsys.readouterr().err
 
 

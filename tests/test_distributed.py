@@ -1,18 +1,20 @@
-"""Scale-out on Ray: evaluate.py --ray gives what the serial path gives (local Ray, 2 CPUs).
+"""Scale-out on Ray: llmsched-evaluate --ray gives what the serial path gives (local Ray, 2 CPUs).
 
-train.py --ray: tests/test_train.py.
+Training sweeps on Ray: tests/test_train.py.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("ray")
 
-import evaluate
+from llmsched_env.commands.evaluate import main
+from llmsched_env.evaluation.distributed import ray_imap, strip_options
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,17 +27,24 @@ def _rows(folder: Path) -> list[dict]:
 def test_evaluate_on_ray_equals_the_serial_run(tmp_path: Path) -> None:
     grid = ["--policies", "fcfs,slo_aware,agent=policies/mixed-slo", "--scenarios", "mixed-slo",
             "--loads", "1,1.2", "--seeds", "0,1", "--num-requests", "60", "--no-plots"]  # fmt: skip
-    assert evaluate.main([*grid, "--out", str(tmp_path / "serial")]) == 0
-    assert evaluate.main([*grid, "--ray", "--ray-cpus", "2", "--out", str(tmp_path / "ray")]) == 0
+    assert main([*grid, "--out", str(tmp_path / "serial")]) == 0
+    assert main([*grid, "--ray", "--ray-cpus", "2", "--out", str(tmp_path / "ray")]) == 0
     serial = _rows(tmp_path / "serial")
     assert len(serial) == 12 and _rows(tmp_path / "ray") == serial
     cap = ["--capacity", "--policies", "fcfs", "--scenarios", "bursty", "--num-requests", "60", "--no-plots"]
-    assert evaluate.main([*cap, "--out", str(tmp_path / "cap_serial")]) == 0
-    assert evaluate.main([*cap, "--ray", "local", "--ray-cpus", "2", "--out", str(tmp_path / "cap_ray")]) == 0
+    assert main([*cap, "--out", str(tmp_path / "cap_serial")]) == 0
+    assert main([*cap, "--ray", "local", "--ray-cpus", "2", "--out", str(tmp_path / "cap_ray")]) == 0
     assert _rows(tmp_path / "cap_ray") == _rows(tmp_path / "cap_serial")
 
 
-def test_worker_command_line_drops_driver_options() -> None:
+def test_strip_options_drops_driver_options() -> None:
+    drop = {"with_value": ("--out", "--ray-cpus"), "optional_value": ("--ray",), "flags": ("--no-plots",)}
     argv = ["--policies", "fcfs", "--ray", "--seeds", "0", "--out", "x", "--no-plots", "--ray-cpus", "2"]
-    assert evaluate._worker_argv(argv) == ["--policies", "fcfs", "--seeds", "0"]
-    assert evaluate._worker_argv(["--ray", "ray://head:10001", "--out=x", "--loads", "1"]) == ["--loads", "1"]
+    assert strip_options(argv, **drop) == ["--policies", "fcfs", "--seeds", "0"]
+    assert strip_options(["--ray", "ray://head:10001", "--out=x", "--loads", "1"], **drop) == ["--loads", "1"]
+
+
+def test_ray_imap_yields_each_result_as_its_task_ends() -> None:
+    jobs = [(3.0,), (0.0,)]  # the second task ends first
+    # a lambda travels by value (cloudpickle), so the workers need not import this test module
+    assert list(ray_imap(lambda s: time.sleep(s), jobs, num_cpus=2)) == [(1, None), (0, None)]

@@ -349,10 +349,10 @@ def test_runtime_on_cuda_serves_everything_and_tokens_ignore_scheduling(dtype: s
 
 
 def test_evaluate_runs_policies_on_the_runtime_backend(tmp_path: Path) -> None:
-    import evaluate
+    from llmsched_env.commands.evaluate import main
 
     out = tmp_path / "ev"
-    code = evaluate.main(
+    code = main(
         ["--backend", "runtime", "--model", "tiny", "--scenarios", "mixed-slo", "--num-requests", "4",
          "--policies", "fcfs,agent=policies/mixed-slo", "--check-invariants", "--out", str(out), "--no-plots"]
     )  # fmt: skip
@@ -367,10 +367,10 @@ def test_evaluate_runs_policies_on_the_runtime_backend(tmp_path: Path) -> None:
 
 
 def test_evaluate_runtime_names_a_bad_weights_file(tmp_path: Path) -> None:
-    import evaluate
+    from llmsched_env.commands.evaluate import main
 
     bad = tmp_path / "bad.safetensors"
     bad.write_text("not safetensors")
     argv = ["--backend", "runtime", "--scenarios", "mixed-slo", "--num-requests", "2", "--weights", str(bad)]
     with pytest.raises(SystemExit, match=r"bad\.safetensors: not a readable safetensors file"):
-        evaluate.main(argv)
+        main(argv)

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 import baselines
-import evaluate
 import llmsched_env  # noqa: F401
+from llmsched_env.commands.evaluate import main, parse
+from llmsched_env.envs.episode import run_episode
+from llmsched_env.evaluation import find_capacity
 from llmsched_env.workloads.describe import describe_scenario
 from llmsched_env.workloads.library import get_scenario, list_scenarios
 from llmsched_env.workloads.public_traces import trace_path
@@ -119,7 +121,7 @@ def test_slos_scale_with_the_cost_model() -> None:
 def test_remote_kv_scenario_fetches_and_reports_it() -> None:
     env = gym.make("LLMSched-v0", scenario="remote-kv", split="eval", num_requests=300)  # invariants: test_core
     policy = baselines.make("fcfs", env.unwrapped.policy_context())
-    m = evaluate.run_episode(env, policy, seed=1)
+    m = run_episode(env, policy, seed=1)
     assert m["remote_kv_fetches"] > 0 and m["remote_kv_hit_rate"] > 0
     assert m["num_finished"] + m["num_rejected"] == 300
 
@@ -130,7 +132,7 @@ def test_user_trace_scenarios(tmp_path: Path) -> None:
     csv.write_text("\n".join(rows) + "\n")
     sc = scenario_from_trace(csv, "generic", columns={"arrival": "t", "prompt_len": "in", "output_len": "out"})
     env = gym.make("LLMSched-v0", scenario=sc, split="eval", check_invariants=True)
-    m = evaluate.run_episode(env, baselines.make("fcfs", env.unwrapped.policy_context()), seed=0)
+    m = run_episode(env, baselines.make("fcfs", env.unwrapped.policy_context()), seed=0)
     assert m["num_requests"] == sc.num_requests and m["num_finished"] == sc.num_requests
     lengths = tmp_path / "lengths.csv"
     lengths.write_text("num_prefill_tokens,num_decode_tokens\n" + "\n".join(f"{50 + i},{10 + i}" for i in range(50)))
@@ -157,21 +159,21 @@ def test_evaluate_commands_for_scenarios_traces_describe_and_capacity(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     argv = ["--scenarios", "mixed-slo,bursty", "--loads", "0.8,1.2", "--num-requests", "60", "--out", str(tmp_path)]
-    assert evaluate.main(argv) == 0
+    assert main(argv) == 0
     rows = (tmp_path / "results.csv").read_text().splitlines()
     assert len(rows) == 1 + 4
-    assert evaluate.main(["--describe", "--scenarios", "bursty"]) == 0
+    assert main(["--describe", "--scenarios", "bursty"]) == 0
     assert "offered load" in capsys.readouterr().out
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(f'{{"ts": {i * 300}, "p": {40 + i}, "o": 9}}\n' for i in range(300)))
     cols = "arrival=ts,prompt_len=p,output_len=o"
     argv = ["--trace", str(trace), "--trace-format", "generic", "--trace-columns", cols, "--trace-time-unit", "ms"]
-    assert evaluate.main([*argv, "--num-requests", "50"]) == 0
+    assert main([*argv, "--num-requests", "50"]) == 0
     assert "t " in capsys.readouterr().out
     with pytest.raises(SystemExit):
-        evaluate.parse_args(["--trace", str(trace)])  # no format
-    args = evaluate.parse_args(["--scenarios", "bursty", "--num-requests", "80"])
-    cap = evaluate.capacity(args, get_scenario("bursty"), "fcfs")
+        parse(["--trace", str(trace)])  # no format
+    _, config = parse(["--scenarios", "bursty", "--num-requests", "80"])
+    cap = find_capacity(config, get_scenario("bursty"), "fcfs")
     assert cap["capacity_load"] > 0 and cap["capacity_rps"] > 0
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
-import evaluate
 import llmsched_env  # noqa: F401
 from llmsched_env.decision.actions import ACTION_COMPONENTS
+from llmsched_env.envs.episode import run_episode
 from llmsched_env.runtime.policy_file import load_policy_file
 
 SHIPPED = sorted((Path(__file__).resolve().parents[1] / "policies").glob("*/policy.json"))
@@ -38,5 +38,5 @@ def test_shipped_policy_runs_on_its_scenario(path: Path) -> None:
     u = env.unwrapped
     components = getattr(u.action_spec, "components", ACTION_COMPONENTS)  # ("replica",) for a router
     policy.check_compatible(u.obs_names, u.action_spec.nvec, action_components=components)
-    metrics = evaluate.run_episode(env, policy, seed=0)
+    metrics = run_episode(env, policy, seed=0)
     assert metrics["num_finished"] + metrics["num_rejected"] == 80

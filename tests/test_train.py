@@ -12,11 +12,11 @@ import gymnasium as gym
 import pytest
 import torch
 
-import evaluate
 from agents import SB3Policy
 from agents.cli import main as train_main
 from agents.train_config import TrainConfig
 from agents.training import train
+from llmsched_env.commands.evaluate import main as evaluate_main
 from llmsched_env.envs.episode import run_episode
 
 COMMON = [
@@ -77,7 +77,7 @@ def test_train_writes_a_complete_run_folder(tmp_path: Path, capsys: pytest.Captu
     # evaluate.py loads the exported policy from the run folder and holds its actions as in training
     results = tmp_path / "eval"
     argv = ["--policies", f"fcfs,agent={out}", "--scenarios", "mixed-slo", "--num-requests", "30"]
-    assert evaluate.main([*argv, "--out", str(results), "--no-plots"]) == 0
+    assert evaluate_main([*argv, "--out", str(results), "--no-plots"]) == 0
     with open(results / "results.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["policy"] for r in rows] == ["fcfs", "agent"]
