@@ -1,37 +1,16 @@
-"""Arguments both envs share: the reward weights (``RewardConfig``), the load (``load_arg``) and the engine
-config (``engine_config``), each checked with a ``ValueError`` naming the argument."""
+"""Arguments both envs share: the load (``load_arg``) and the engine config (``engine_config``), each checked
+with a ``ValueError`` naming the argument (the reward weights are ``envs.reward.RewardConfig``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any
 
 from llmsched_env.common.checks import check_positive
 from llmsched_env.engine.config import EngineConfig
 
-__all__ = ["RewardConfig", "engine_config", "load_arg"]
-
-
-@dataclass(frozen=True)
-class RewardConfig:
-    """Weights of the named reward terms (see ``LLMSchedEnv``)."""
-
-    good: float = 1.0
-    miss: float = 1.0
-    preempt: float = 0.0
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            check_positive("RewardConfig", f.name, getattr(self, f.name), allow_zero=True)
-
-    def terms(self, num_good: int, num_missed: int, num_preempted: int, norm: float) -> dict[str, float]:
-        """The named reward terms of one step: requests newly met, missed and preempted, each over N."""
-        return {
-            "good": self.good * num_good * norm,
-            "miss": -self.miss * num_missed * norm,
-            "preempt": -self.preempt * num_preempted * norm,
-        }
+__all__ = ["engine_config", "load_arg"]
 
 
 def load_arg(owner: str, load: float | Sequence[float]) -> tuple[float, tuple[float, float] | None]:
