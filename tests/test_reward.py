@@ -52,7 +52,7 @@ def test_reward_config_of_parses_none_config_and_dict() -> None:
     config = RewardConfig(good=2.0)
     assert RewardConfig.of(config) is config
     assert RewardConfig.of({"preempt": 0.25}) == RewardConfig(preempt=0.25)
-    with pytest.raises(ValueError, match=r"unknown term.*'bonus'"):
+    with pytest.raises(ValueError, match=r"reward: unknown field.*'bonus'"):
         RewardConfig.of({"bonus": 1.0})
     with pytest.raises(ValueError, match=r"RewardConfig\.miss"):
         RewardConfig.of({"miss": -1.0})

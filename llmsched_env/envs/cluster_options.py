@@ -4,11 +4,11 @@ policies, with ``ValueError`` naming the argument on bad input."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
 from typing import Any
 
 from llmsched_env.cluster.config import DisaggConfig, ReplicaSpec
 from llmsched_env.cluster.scenarios import ClusterScenario
+from llmsched_env.common.fields import from_fields
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.policy import Policy
@@ -30,10 +30,7 @@ def resolve_disagg(value: Any, csc: ClusterScenario | None) -> DisaggConfig | No
     if isinstance(value, DisaggConfig):
         return value
     if isinstance(value, Mapping):
-        known = {f.name for f in fields(DisaggConfig)}
-        if set(value) - known:
-            raise ValueError(f"disaggregated: unknown field(s) {sorted(set(value) - known)}; known: {sorted(known)}")
-        return DisaggConfig(**value)
+        return from_fields(DisaggConfig, "disaggregated", value)
     raise ValueError(f"disaggregated must be None, False, a DisaggConfig or a dict, got {value!r}")
 
 

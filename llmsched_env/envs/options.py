@@ -4,10 +4,10 @@ with a ``ValueError`` naming the argument (the reward weights are ``envs.reward.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
 from typing import Any
 
 from llmsched_env.common.checks import check_positive
+from llmsched_env.common.fields import from_fields
 from llmsched_env.engine.config import EngineConfig
 
 __all__ = ["engine_config", "load_arg"]
@@ -31,9 +31,5 @@ def engine_config(engine: EngineConfig | Mapping[str, Any] | None) -> EngineConf
     if isinstance(engine, EngineConfig):
         return engine
     if isinstance(engine, Mapping):
-        known = {f.name for f in fields(EngineConfig)}
-        unknown = set(engine) - known
-        if unknown:
-            raise ValueError(f"engine: unknown field(s) {sorted(unknown)}; known fields are {sorted(known)}")
-        return EngineConfig(**engine)
+        return from_fields(EngineConfig, "engine", engine)
     raise ValueError(f"engine must be an EngineConfig or a dict, got {type(engine).__name__}")

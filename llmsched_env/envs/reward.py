@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from llmsched_env.common.checks import check_positive
+from llmsched_env.common.fields import from_fields
 
 __all__ = ["RewardConfig", "RewardTracker"]
 
@@ -39,11 +40,7 @@ class RewardConfig:
             return reward
         if not isinstance(reward, Mapping):
             raise ValueError(f"reward must be a RewardConfig or a dict of weights, got {type(reward).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = set(reward) - known
-        if unknown:
-            raise ValueError(f"reward: unknown term(s) {sorted(unknown)}; known terms are {sorted(known)}")
-        return cls(**reward)
+        return from_fields(cls, "reward", reward)
 
     def terms(self, num_good: int, num_missed: int, num_preempted: int, norm: float) -> dict[str, float]:
         """The named reward terms of one step: requests newly met, missed and preempted, each times ``norm``."""

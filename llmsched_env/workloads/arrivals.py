@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
 from llmsched_env.common.checks import check_positive
+from llmsched_env.common.fields import from_fields, to_fields
 
 __all__ = [
     "ARRIVAL_KINDS",
@@ -89,7 +90,7 @@ class _Process:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able data; ``arrival_from_dict`` inverts it."""
-        return {"kind": self.kind, **{f.name: getattr(self, f.name) for f in fields(self)}}
+        return {"kind": self.kind, **to_fields(self)}
 
 
 @dataclass(frozen=True)
@@ -362,14 +363,7 @@ def arrival_from_dict(d: Mapping[str, Any]) -> ArrivalProcess:
     cls = _KINDS.get(d["kind"]) if isinstance(d["kind"], str) else None
     if cls is None:
         raise ValueError(f"arrival_from_dict: unknown kind {d['kind']!r}, expected one of {ARRIVAL_KINDS}")
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(d) - known - {"kind"})
-    if unknown:
-        raise ValueError(f"arrival_from_dict: {cls.__name__} has no field(s) {unknown}; its fields: {sorted(known)}")
-    missing = [f.name for f in fields(cls) if f.default is MISSING and f.name not in d]
-    if missing:
-        raise ValueError(f"arrival_from_dict: {cls.__name__} needs field(s) {missing}")
-    return cls(**{k: v for k, v in d.items() if k != "kind"})
+    return from_fields(cls, f"arrival_from_dict: {cls.__name__}", d, ignore=("kind",))  # type: ignore[return-value]
 
 
 def interarrival_cv(times: np.ndarray) -> float:
