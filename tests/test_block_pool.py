@@ -7,6 +7,14 @@ import pytest
 from llmsched_env.engine.block_pool import BlockPool, chain_hashes
 
 
+def cached_block(pool: BlockPool, block_hash: int) -> int:
+    """Take a block, give it the content ``block_hash`` and release it: it stays cached, evictable."""
+    [block] = pool.allocate(1)
+    pool.commit(block, block_hash)
+    pool.release([block])
+    return block
+
+
 def test_allocate_release_and_usage() -> None:
     pool = BlockPool(4, 16)
     blocks = pool.allocate(3)
@@ -46,11 +54,8 @@ def test_chained_hash_depends_on_the_whole_prefix() -> None:
 
 def test_released_cached_blocks_are_evictable_free_and_evicted_lru() -> None:
     pool = BlockPool(3, 4)
-    first, second = pool.allocate(2)
-    pool.commit(first, 111)
-    pool.commit(second, 222)
-    pool.release([first])
-    pool.release([second])
+    first = cached_block(pool, 111)
+    second = cached_block(pool, 222)
     # vLLM usage: cached blocks with no reference count as free.
     assert pool.num_used == 0 and pool.num_free_blocks == 3 and pool.num_cached_blocks == 2
     pool.allocate(1)  # the empty block goes first
@@ -63,9 +68,7 @@ def test_released_cached_blocks_are_evictable_free_and_evicted_lru() -> None:
 
 def test_reviving_an_evictable_block() -> None:
     pool = BlockPool(2, 4)
-    [b] = pool.allocate(1)
-    pool.commit(b, 5)
-    pool.release([b])
+    b = cached_block(pool, 5)
     hits = pool.lookup([5], 1)
     assert pool.allocate(0, shared=hits) == [b]
     assert pool.num_used == 1 and pool.num_cached_blocks == 0 and pool.ref_count[b] == 1
@@ -81,9 +84,7 @@ def test_invariant_check_catches_a_leak() -> None:
 
 def test_can_allocate_counts_free_and_evictable_blocks_and_keeps_the_reserve() -> None:
     pool = BlockPool(6, 4)
-    table = pool.allocate(2)
-    pool.commit(table[0], 7)
-    pool.release(table)  # one block evictable (cached), one empty again: all six count as free
+    cached_block(pool, 7)  # one block evictable (cached), the rest empty: all six count as free
     assert pool.can_allocate(6) and not pool.can_allocate(7)
     assert pool.can_allocate(4, reserve=2) and not pool.can_allocate(5, reserve=2)
     assert pool.can_allocate(0, reserve=6) and not pool.can_allocate(0, reserve=7)
@@ -93,9 +94,7 @@ def test_can_allocate_counts_free_and_evictable_blocks_and_keeps_the_reserve() -
 
 def test_sharing_an_evictable_block_counts_against_the_free_blocks() -> None:
     pool = BlockPool(4, 4)
-    [cached] = pool.allocate(1)
-    pool.commit(cached, 42)
-    pool.release([cached])
+    cached = cached_block(pool, 42)
     hits = pool.lookup([42], 1)
     assert hits == [cached] and pool.num_free_blocks == 4
     assert pool.can_allocate(3, shared=hits) and not pool.can_allocate(4, shared=hits)

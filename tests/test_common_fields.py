@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from llmsched_env.common.fields import check_fields, from_fields, to_fields
+from llmsched_env.common.fields import check_fields, derived, from_fields, to_fields
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,10 @@ class _Link:
     bandwidth: float
     latency_s: float = 0.0
     hops: tuple[int, ...] = field(default_factory=tuple)
-    derived: float = field(init=False, default=0.0)
+    seconds_per_byte: float = derived()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seconds_per_byte", 1.0 / self.bandwidth)
 
 
 def test_round_trip_through_a_dict() -> None:
@@ -30,13 +33,20 @@ def test_round_trip_through_a_dict() -> None:
     [
         ({"bandwidth": 1.0, "latency": 2.0}, r"link: unknown field\(s\) \['latency'\]; known fields: \['bandwidth'"),
         ({"latency_s": 2.0}, r"link: missing field\(s\) 'bandwidth'"),
-        ({"bandwidth": 1.0, "derived": 3.0}, r"unknown field\(s\) \['derived'\]"),
+        ({"bandwidth": 1.0, "seconds_per_byte": 3.0}, r"unknown field\(s\) \['seconds_per_byte'\]"),
         ({"kind": "rdma", "bandwidth": 1.0}, r"unknown field\(s\) \['kind'\]"),  # only ignored when asked
     ],
 )
 def test_bad_keys_are_a_value_error_naming_them(data: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         from_fields(_Link, "link", data)
+
+
+def test_a_derived_field_is_computed_and_left_out_of_repr_and_equality() -> None:
+    link = _Link(4.0)
+    assert link.seconds_per_byte == 0.25 and "seconds_per_byte" not in repr(link)
+    object.__setattr__(link, "seconds_per_byte", 9.0)  # equality and hashing read the init fields only
+    assert link == _Link(4.0) and hash(link) == hash(_Link(4.0))
 
 
 def test_check_fields_reports_every_missing_key_in_order() -> None:

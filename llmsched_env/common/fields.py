@@ -1,5 +1,6 @@
 """Frozen dataclasses as plain data: the checked keys of a dict that names a dataclass's fields
-(``check_fields``, ``from_fields``) and the fields of one as a dict (``to_fields``).
+(``check_fields``, ``from_fields``), the fields of one as a dict (``to_fields``), and the declaration of a
+field derived from the others (``derived``).
 
 Configs, cost models and arrival processes are read from JSON presets and keyword dicts; one unknown or
 missing key is a one-line ``ValueError`` naming it (and the known ones), never a ``TypeError`` from deep
@@ -9,10 +10,10 @@ inside a constructor. Standard library only.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import MISSING, fields, is_dataclass
+from dataclasses import MISSING, field, fields, is_dataclass
 from typing import Any, TypeVar
 
-__all__ = ["check_fields", "from_fields", "to_fields"]
+__all__ = ["check_fields", "derived", "from_fields", "to_fields"]
 
 T = TypeVar("T")
 
@@ -38,6 +39,12 @@ def from_fields(cls: type[T], owner: str, data: Mapping[str, Any], ignore: Colle
     required = (f.name for f in init if f.default is MISSING and f.default_factory is MISSING)
     check_fields(owner, values, [f.name for f in init], required)
     return cls(**values)
+
+
+def derived() -> Any:
+    """A dataclass field that ``__post_init__`` computes from the others (``object.__setattr__`` in a frozen
+    one): not an argument, not in ``repr``, equality or hashing, and not written by ``to_fields``."""
+    return field(init=False, repr=False, compare=False)
 
 
 def to_fields(obj: Any) -> dict[str, Any]:

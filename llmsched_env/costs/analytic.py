@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from llmsched_env.common.checks import check_number
-from llmsched_env.common.fields import from_fields, to_fields
+from llmsched_env.common.fields import derived, from_fields, to_fields
 from llmsched_env.costs.base import check_label
 
 __all__ = ["AnalyticCostModel"]
@@ -61,13 +61,13 @@ class AnalyticCostModel:
     interconnect_bandwidth_gbps: float = 0.0
     prefill_attn_query_tile: int = 128
     # Derived in __post_init__: the per-argument slopes of the roofline's two sides, in seconds.
-    _token_compute_s: float = field(init=False, repr=False, compare=False)
-    _attn_compute_s: float = field(init=False, repr=False, compare=False)
-    _weights_s: float = field(init=False, repr=False, compare=False)
-    _kv_token_s: float = field(init=False, repr=False, compare=False)
-    _pair_memory_s: float = field(init=False, repr=False, compare=False)
-    _base_s: float = field(init=False, repr=False, compare=False)
-    _comm_token_s: float = field(init=False, repr=False, compare=False)
+    _token_compute_s: float = derived()
+    _attn_compute_s: float = derived()
+    _weights_s: float = derived()
+    _kv_token_s: float = derived()
+    _pair_memory_s: float = derived()
+    _base_s: float = derived()
+    _comm_token_s: float = derived()
 
     _INTS: ClassVar[tuple[str, ...]] = (
         "num_layers",

@@ -12,14 +12,14 @@ import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
 from llmsched_env.common.checks import check_number
-from llmsched_env.common.fields import check_fields
+from llmsched_env.common.fields import check_fields, derived
 from llmsched_env.costs.base import CostModel, check_label
 
 __all__ = ["LinearCostModel", "fit_report"]
@@ -45,12 +45,12 @@ class LinearCostModel:
     name: str = "linear"
     description: str = ""
     # Derived in __post_init__: coef_s unpacked, for step_time_s.
-    _c0: float = field(init=False, repr=False, compare=False)
-    _c1: float = field(init=False, repr=False, compare=False)
-    _c2: float = field(init=False, repr=False, compare=False)
-    _c3: float = field(init=False, repr=False, compare=False)
-    _c4: float = field(init=False, repr=False, compare=False)
-    _c5: float = field(init=False, repr=False, compare=False)
+    _c0: float = derived()
+    _c1: float = derived()
+    _c2: float = derived()
+    _c3: float = derived()
+    _c4: float = derived()
+    _c5: float = derived()
 
     COEF_FIELDS: ClassVar[tuple[str, ...]] = (
         "overhead_s",

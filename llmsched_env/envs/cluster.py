@@ -23,10 +23,10 @@ from llmsched_env.decision.registry import SCHEDULERS
 from llmsched_env.decision.router import ClusterObservationEncoder, RouterContext, RouteSpec, route_mask
 from llmsched_env.engine.request import Request
 from llmsched_env.envs.cluster_options import LocalPolicy, resolve_disagg, resolve_local_policies, resolve_specs
-from llmsched_env.envs.options import load_arg
+from llmsched_env.envs.options import check_episode_args, load_arg
 from llmsched_env.envs.reward import RewardConfig, RewardTracker
 from llmsched_env.workloads.library import get_scenario
-from llmsched_env.workloads.scenarios import SPLITS, Scenario
+from llmsched_env.workloads.scenarios import Scenario
 
 __all__ = ["LLMSchedClusterEnv"]
 
@@ -110,19 +110,16 @@ class LLMSchedClusterEnv(gym.Env):
         check_invariants: bool = False,
     ) -> None:
         super().__init__()
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        check_episode_args(
+            "LLMSchedClusterEnv",
+            split=split,
+            num_requests=num_requests,
+            horizon_s=horizon_s,
+            max_steps=max_steps,
+            render_mode=render_mode,
+            render_modes=self.metadata["render_modes"],
+        )
         load, self.load_range = load_arg("LLMSchedClusterEnv", load)
-        if num_requests is not None and (
-            isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 1
-        ):
-            raise ValueError(f"LLMSchedClusterEnv.num_requests must be an integer >= 1, got {num_requests!r}")
-        if not (isinstance(horizon_s, (int, float)) and horizon_s > 0):
-            raise ValueError(f"LLMSchedClusterEnv.horizon_s must be > 0 (inf for none), got {horizon_s!r}")
-        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-            raise ValueError(f"LLMSchedClusterEnv.max_steps must be an integer >= 1, got {max_steps!r}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         csc = scenario if isinstance(scenario, ClusterScenario) else None
         if csc is None and str(scenario) in CLUSTER_SCENARIOS:
             csc = CLUSTER_SCENARIOS.get(str(scenario))

@@ -1,16 +1,42 @@
-"""Arguments both envs share: the load (``load_arg``) and the engine config (``engine_config``), each checked
-with a ``ValueError`` naming the argument (the reward weights are ``envs.reward.RewardConfig``)."""
+"""Arguments both envs share: the episode's shape (``check_episode_args``), the load (``load_arg``) and the
+engine config (``engine_config``), each checked with a ``ValueError`` naming the argument (the reward
+weights are ``envs.reward.RewardConfig``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from llmsched_env.common.checks import check_positive
+from llmsched_env.common.checks import check_int, check_positive
 from llmsched_env.common.fields import from_fields
 from llmsched_env.engine.config import EngineConfig
+from llmsched_env.workloads.scenarios import SPLITS
 
-__all__ = ["engine_config", "load_arg"]
+__all__ = ["check_episode_args", "engine_config", "load_arg"]
+
+
+def check_episode_args(
+    owner: str,
+    *,
+    split: str,
+    num_requests: int | None,
+    horizon_s: float,
+    max_steps: int,
+    render_mode: str | None,
+    render_modes: Sequence[str],
+) -> None:
+    """Raise ``ValueError`` naming the argument unless ``split`` is one of ``SPLITS``, ``num_requests`` is None
+    or an integer >= 1, ``horizon_s`` > 0 (inf for none), ``max_steps`` an integer >= 1 and ``render_mode``
+    None or one of ``render_modes``."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if num_requests is not None:
+        check_int(owner, "num_requests", num_requests, 1)
+    if not (isinstance(horizon_s, (int, float)) and horizon_s > 0):  # inf (no horizon) is allowed
+        raise ValueError(f"{owner}.horizon_s must be > 0 (inf for none), got {horizon_s!r}")
+    check_int(owner, "max_steps", max_steps, 1)
+    if render_mode is not None and render_mode not in render_modes:
+        raise ValueError(f"render_mode must be one of {list(render_modes)}, got {render_mode!r}")
 
 
 def load_arg(owner: str, load: float | Sequence[float]) -> tuple[float, tuple[float, float] | None]:

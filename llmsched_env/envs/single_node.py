@@ -20,12 +20,12 @@ from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.engine.remote_kv import RemoteKVConfig
 from llmsched_env.engine.request import Request
-from llmsched_env.envs.options import engine_config, load_arg
+from llmsched_env.envs.options import check_episode_args, engine_config, load_arg
 from llmsched_env.envs.render import render_ansi, render_rgb
 from llmsched_env.envs.reward import RewardConfig, RewardTracker
 from llmsched_env.sim.simulator import Simulator
 from llmsched_env.workloads.library import get_scenario
-from llmsched_env.workloads.scenarios import SPLITS, Scenario, SyntheticSource
+from llmsched_env.workloads.scenarios import Scenario, SyntheticSource
 from llmsched_env.workloads.workload import WorkloadConfig
 
 __all__ = ["LLMSchedEnv"]
@@ -125,16 +125,19 @@ class LLMSchedEnv(gym.Env):
                 "custom", "a user workload", lambda sp, scale: SyntheticSource(wl, sp), num_requests=wl.num_requests
             )
         sc = get_scenario(scenario or "default") if not isinstance(scenario, Scenario) else scenario
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        check_episode_args(
+            "LLMSchedEnv",
+            split=split,
+            num_requests=num_requests,
+            horizon_s=horizon_s,
+            max_steps=max_steps,
+            render_mode=render_mode,
+            render_modes=self.metadata["render_modes"],
+        )
         load, self.load_range = load_arg("LLMSchedEnv", load)
         if isinstance(iterations_per_step, bool) or not isinstance(iterations_per_step, int) or iterations_per_step < 1:
             raise ValueError(f"LLMSchedEnv.iterations_per_step must be an integer >= 1, got {iterations_per_step!r}")
         self.iterations_per_step = iterations_per_step
-        if num_requests is not None and (
-            isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 1
-        ):
-            raise ValueError(f"LLMSchedEnv.num_requests must be an integer >= 1, got {num_requests!r}")
         self.scenario = sc
         self.split = split
         self.load = float(load)
@@ -147,12 +150,6 @@ class LLMSchedEnv(gym.Env):
         self.action_spec = action_spec or ActionSpec.for_engine(self.engine_config)
         self.action_spec.check_engine(self.engine_config)
         self.reward_config = RewardConfig.of(reward)
-        if not (isinstance(horizon_s, (int, float)) and horizon_s > 0):  # inf (no horizon) is allowed
-            raise ValueError(f"LLMSchedEnv.horizon_s must be > 0 (inf for none), got {horizon_s!r}")
-        if max_steps < 1:
-            raise ValueError(f"LLMSchedEnv.max_steps must be >= 1, got {max_steps}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         self.horizon_s = horizon_s
         self.max_steps = max_steps
         self.render_mode = render_mode

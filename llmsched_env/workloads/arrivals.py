@@ -83,6 +83,16 @@ class _Process:
         check_positive(type(self).__name__, name, value, allow_zero=allow_zero)
         object.__setattr__(self, name, float(value))
 
+    def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:
+        """``n`` arrival times after ``start_s`` (each > ``start_s``, non-decreasing), drawn with ``rng``;
+        ValueError naming the argument for a bad ``rng``, ``n`` or ``start_s``."""
+        _check_sample(type(self).__name__, rng, n, start_s)
+        return _after(self._times(rng, n, start_s), start_s)
+
+    def _times(self, rng: np.random.Generator, n: int, start_s: float) -> np.ndarray:
+        """The process's ``n`` arrival times from ``start_s`` on (arguments already checked)."""
+        raise NotImplementedError
+
     def scaled(self: _P, load: float) -> _P:
         """The same process with its rate function multiplied by ``load`` > 0 (see the module docstring)."""
         check_positive(f"{type(self).__name__}.scaled", "load", load)
@@ -108,9 +118,8 @@ class Poisson(_Process):
     def mean_rate_rps(self) -> float:
         return self.rate_rps
 
-    def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:
-        _check_sample("Poisson", rng, n, start_s)
-        return _after(start_s + np.cumsum(rng.exponential(1.0 / self.rate_rps, size=n)), start_s)
+    def _times(self, rng: np.random.Generator, n: int, start_s: float) -> np.ndarray:
+        return start_s + np.cumsum(rng.exponential(1.0 / self.rate_rps, size=n))
 
 
 @dataclass(frozen=True)
@@ -135,10 +144,9 @@ class GammaArrivals(_Process):
     def mean_rate_rps(self) -> float:
         return self.rate_rps
 
-    def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:
-        _check_sample("GammaArrivals", rng, n, start_s)
+    def _times(self, rng: np.random.Generator, n: int, start_s: float) -> np.ndarray:
         cv2 = self.cv * self.cv
-        return _after(start_s + np.cumsum(rng.gamma(1.0 / cv2, cv2 / self.rate_rps, size=n)), start_s)
+        return start_s + np.cumsum(rng.gamma(1.0 / cv2, cv2 / self.rate_rps, size=n))
 
 
 @dataclass(frozen=True)
@@ -176,8 +184,7 @@ class OnOff(_Process):
         into = np.mod(np.asarray(t_s, dtype=np.float64) + self.phase_s, self.cycle_s)
         return np.where(into < self.on_s, self.rate_rps, 0.0)
 
-    def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:
-        _check_sample("OnOff", rng, n, start_s)
+    def _times(self, rng: np.random.Generator, n: int, start_s: float) -> np.ndarray:
         cycle, on = self.cycle_s, self.on_s
         s0 = start_s + self.phase_s
         num_cycles0, into0 = divmod(s0, cycle)
@@ -185,7 +192,7 @@ class OnOff(_Process):
         on_time = on_time0 + np.cumsum(rng.exponential(1.0 / self.rate_rps, size=n))
         num_cycles = np.floor(on_time / on)
         into = np.maximum(on_time - num_cycles * on, 0.0)
-        return _after(num_cycles * cycle + into - self.phase_s, start_s)
+        return num_cycles * cycle + into - self.phase_s
 
 
 @dataclass(frozen=True)
@@ -216,8 +223,7 @@ class Diurnal(_Process):
         angle = 2.0 * np.pi * (np.asarray(t_s, dtype=np.float64) + self.phase_s) / self.period_s
         return self.mean_rate_rps * (1.0 + self.amplitude * np.sin(angle))
 
-    def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:
-        _check_sample("Diurnal", rng, n, start_s)
+    def _times(self, rng: np.random.Generator, n: int, start_s: float) -> np.ndarray:
         peak = self.mean_rate_rps * (1.0 + self.amplitude)
         kept: list[np.ndarray] = []
         num_kept, t = 0, float(start_s)
@@ -229,8 +235,7 @@ class Diurnal(_Process):
             kept.append(batch)
             num_kept += batch.size
             t = float(candidates[-1])
-        times = np.concatenate(kept)[:n] if kept else np.empty(0, dtype=np.float64)
-        return _after(times, start_s)
+        return np.concatenate(kept)[:n] if kept else np.empty(0, dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -277,10 +282,9 @@ class Ramp(_Process):
             t_ramp = np.where(denom > 0, 2.0 * xr / denom, 0.0)
         return np.where(x <= x_ramp_end, t_ramp, d + (x - x_ramp_end) / e)
 
-    def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:
-        _check_sample("Ramp", rng, n, start_s)
+    def _times(self, rng: np.random.Generator, n: int, start_s: float) -> np.ndarray:
         x = self._cumulative(float(start_s)) + np.cumsum(rng.exponential(1.0, size=n))
-        return _after(self._inverse(x), start_s)
+        return self._inverse(x)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -326,11 +330,10 @@ class TraceReplay(_Process):
         ts = self.timestamps_s
         return (ts.size - 1) / float(ts[-1] - ts[0]) * self.rate_multiplier
 
-    def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:
-        _check_sample("TraceReplay", rng, n, start_s)
+    def _times(self, rng: np.random.Generator, n: int, start_s: float) -> np.ndarray:
         if n > self.num_arrivals:
             raise ValueError(f"TraceReplay.sample: asked for n={n} arrivals but the trace has {self.num_arrivals}")
-        return _after(start_s + self.timestamps_s[:n] / self.rate_multiplier, start_s)
+        return start_s + self.timestamps_s[:n] / self.rate_multiplier
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "timestamps_s": self.timestamps_s.tolist(), "rate_multiplier": self.rate_multiplier}
