@@ -110,15 +110,7 @@ class LLMSchedClusterEnv(gym.Env):
         check_invariants: bool = False,
     ) -> None:
         super().__init__()
-        check_episode_args(
-            "LLMSchedClusterEnv",
-            split=split,
-            num_requests=num_requests,
-            horizon_s=horizon_s,
-            max_steps=max_steps,
-            render_mode=render_mode,
-            render_modes=self.metadata["render_modes"],
-        )
+        check_episode_args(self, split, num_requests, horizon_s, max_steps, render_mode)
         load, self.load_range = load_arg("LLMSchedClusterEnv", load)
         csc = scenario if isinstance(scenario, ClusterScenario) else None
         if csc is None and str(scenario) in CLUSTER_SCENARIOS:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import gymnasium as gym
+
 from llmsched_env.common.checks import check_int, check_positive
 from llmsched_env.common.fields import from_fields
 from llmsched_env.engine.config import EngineConfig
@@ -16,18 +18,13 @@ __all__ = ["check_episode_args", "engine_config", "load_arg"]
 
 
 def check_episode_args(
-    owner: str,
-    *,
-    split: str,
-    num_requests: int | None,
-    horizon_s: float,
-    max_steps: int,
-    render_mode: str | None,
-    render_modes: Sequence[str],
+    env: gym.Env, split: str, num_requests: int | None, horizon_s: float, max_steps: int, render_mode: str | None
 ) -> None:
-    """Raise ``ValueError`` naming the argument unless ``split`` is one of ``SPLITS``, ``num_requests`` is None
-    or an integer >= 1, ``horizon_s`` > 0 (inf for none), ``max_steps`` an integer >= 1 and ``render_mode``
-    None or one of ``render_modes``."""
+    """Raise ``ValueError`` naming the argument (and ``env``'s class) unless ``split`` is one of ``SPLITS``,
+    ``num_requests`` is None or an integer >= 1, ``horizon_s`` > 0 (inf for none), ``max_steps`` an integer
+    >= 1 and ``render_mode`` None or one of ``env.metadata["render_modes"]``."""
+    owner = type(env).__name__
+    render_modes = env.metadata["render_modes"]
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if num_requests is not None:

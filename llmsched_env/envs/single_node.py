@@ -125,15 +125,7 @@ class LLMSchedEnv(gym.Env):
                 "custom", "a user workload", lambda sp, scale: SyntheticSource(wl, sp), num_requests=wl.num_requests
             )
         sc = get_scenario(scenario or "default") if not isinstance(scenario, Scenario) else scenario
-        check_episode_args(
-            "LLMSchedEnv",
-            split=split,
-            num_requests=num_requests,
-            horizon_s=horizon_s,
-            max_steps=max_steps,
-            render_mode=render_mode,
-            render_modes=self.metadata["render_modes"],
-        )
+        check_episode_args(self, split, num_requests, horizon_s, max_steps, render_mode)
         load, self.load_range = load_arg("LLMSchedEnv", load)
         if isinstance(iterations_per_step, bool) or not isinstance(iterations_per_step, int) or iterations_per_step < 1:
             raise ValueError(f"LLMSchedEnv.iterations_per_step must be an integer >= 1, got {iterations_per_step!r}")
