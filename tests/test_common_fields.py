@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from llmsched_env.common.fields import check_fields, derived, from_fields, to_fields
+from llmsched_env.common.fields import as_dataclass, check_fields, derived, from_fields, to_fields
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,14 @@ def test_a_derived_field_is_computed_and_left_out_of_repr_and_equality() -> None
     assert link.seconds_per_byte == 0.25 and "seconds_per_byte" not in repr(link)
     object.__setattr__(link, "seconds_per_byte", 9.0)  # equality and hashing read the init fields only
     assert link == _Link(4.0) and hash(link) == hash(_Link(4.0))
+
+
+def test_as_dataclass_takes_an_instance_or_a_dict() -> None:
+    link = _Link(2.0)
+    assert as_dataclass(_Link, "link", link) is link
+    assert as_dataclass(_Link, "link", {"bandwidth": 2.0}) == link
+    with pytest.raises(ValueError, match=r"link must be a _Link or a dict of its fields, got \[2\.0\]"):
+        as_dataclass(_Link, "link", [2.0])
 
 
 def test_check_fields_reports_every_missing_key_in_order() -> None:

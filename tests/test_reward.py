@@ -56,5 +56,5 @@ def test_reward_config_of_parses_none_config_and_dict() -> None:
         RewardConfig.of({"bonus": 1.0})
     with pytest.raises(ValueError, match=r"RewardConfig\.miss"):
         RewardConfig.of({"miss": -1.0})
-    with pytest.raises(ValueError, match="reward must be"):
+    with pytest.raises(ValueError, match=r"reward must be a RewardConfig or a dict of its fields, got 3\.0"):
         RewardConfig.of(3.0)  # type: ignore[arg-type]

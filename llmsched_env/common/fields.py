@@ -1,6 +1,6 @@
 """Frozen dataclasses as plain data: the checked keys of a dict that names a dataclass's fields
-(``check_fields``, ``from_fields``), the fields of one as a dict (``to_fields``), and the declaration of a
-field derived from the others (``derived``).
+(``check_fields``, ``from_fields``; ``as_dataclass`` for an argument that may be either), the fields of one
+as a dict (``to_fields``), and the declaration of a field derived from the others (``derived``).
 
 Configs, cost models and arrival processes are read from JSON presets and keyword dicts; one unknown or
 missing key is a one-line ``ValueError`` naming it (and the known ones), never a ``TypeError`` from deep
@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import MISSING, field, fields, is_dataclass
 from typing import Any, TypeVar
 
-__all__ = ["check_fields", "derived", "from_fields", "to_fields"]
+__all__ = ["as_dataclass", "check_fields", "derived", "from_fields", "to_fields"]
 
 T = TypeVar("T")
 
@@ -39,6 +39,16 @@ def from_fields(cls: type[T], owner: str, data: Mapping[str, Any], ignore: Colle
     required = (f.name for f in init if f.default is MISSING and f.default_factory is MISSING)
     check_fields(owner, values, [f.name for f in init], required)
     return cls(**values)
+
+
+def as_dataclass(cls: type[T], owner: str, value: Any) -> T:
+    """``value`` itself if it is a ``cls``, ``from_fields(cls, owner, value)`` if it is a mapping of its fields;
+    ``ValueError`` naming ``owner`` otherwise."""
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, Mapping):
+        return from_fields(cls, owner, value)
+    raise ValueError(f"{owner} must be a {cls.__name__} or a dict of its fields, got {value!r}")
 
 
 def derived() -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 import gymnasium as gym
 
 from llmsched_env.common.checks import check_int, check_positive
-from llmsched_env.common.fields import from_fields
+from llmsched_env.common.fields import as_dataclass
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.workloads.scenarios import SPLITS
 
@@ -49,10 +49,4 @@ def load_arg(owner: str, load: float | Sequence[float]) -> tuple[float, tuple[fl
 
 def engine_config(engine: EngineConfig | Mapping[str, Any] | None) -> EngineConfig:
     """An ``EngineConfig`` from an env's ``engine`` argument: None (the defaults), a config, or a dict of fields."""
-    if engine is None:
-        return EngineConfig()
-    if isinstance(engine, EngineConfig):
-        return engine
-    if isinstance(engine, Mapping):
-        return from_fields(EngineConfig, "engine", engine)
-    raise ValueError(f"engine must be an EngineConfig or a dict, got {type(engine).__name__}")
+    return EngineConfig() if engine is None else as_dataclass(EngineConfig, "engine", engine)

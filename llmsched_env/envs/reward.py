@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
-from llmsched_env.common.checks import check_positive
-from llmsched_env.common.fields import from_fields
+from llmsched_env.common.checks import check_int, check_positive
+from llmsched_env.common.fields import as_dataclass
 
 __all__ = ["RewardConfig", "RewardTracker"]
 
@@ -34,13 +34,7 @@ class RewardConfig:
     def of(cls, reward: RewardConfig | Mapping[str, float] | None) -> RewardConfig:
         """The config an env's ``reward`` argument names: None (the defaults), a config, or a dict of weights.
         ValueError naming the field for an unknown one."""
-        if reward is None:
-            return cls()
-        if isinstance(reward, RewardConfig):
-            return reward
-        if not isinstance(reward, Mapping):
-            raise ValueError(f"reward must be a RewardConfig or a dict of weights, got {type(reward).__name__}")
-        return from_fields(cls, "reward", reward)
+        return cls() if reward is None else as_dataclass(cls, "reward", reward)
 
     def terms(self, num_good: int, num_missed: int, num_preempted: int, norm: float) -> dict[str, float]:
         """The named reward terms of one step: requests newly met, missed and preempted, each times ``norm``."""
@@ -57,8 +51,7 @@ class RewardTracker:
     ``num_requests`` is the episode's N (each term is over N; 0 is read as 1)."""
 
     def __init__(self, config: RewardConfig, num_requests: int) -> None:
-        if isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 0:
-            raise ValueError(f"RewardTracker.num_requests must be an integer >= 0, got {num_requests!r}")
+        check_int("RewardTracker", "num_requests", num_requests, 0)
         self.config = config
         self.norm = 1.0 / max(num_requests, 1)
         self.num_good = 0

@@ -12,6 +12,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.utils import seeding
 
+from llmsched_env.common.checks import check_int
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.actions import ActionSpec
@@ -127,8 +128,7 @@ class LLMSchedEnv(gym.Env):
         sc = get_scenario(scenario or "default") if not isinstance(scenario, Scenario) else scenario
         check_episode_args(self, split, num_requests, horizon_s, max_steps, render_mode)
         load, self.load_range = load_arg("LLMSchedEnv", load)
-        if isinstance(iterations_per_step, bool) or not isinstance(iterations_per_step, int) or iterations_per_step < 1:
-            raise ValueError(f"LLMSchedEnv.iterations_per_step must be an integer >= 1, got {iterations_per_step!r}")
+        check_int("LLMSchedEnv", "iterations_per_step", iterations_per_step, 1)
         self.iterations_per_step = iterations_per_step
         self.scenario = sc
         self.split = split

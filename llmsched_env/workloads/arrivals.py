@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from llmsched_env.common.checks import check_positive
+from llmsched_env.common.checks import check_int, check_positive
 from llmsched_env.common.fields import from_fields, to_fields
 
 __all__ = [
@@ -59,8 +59,7 @@ class ArrivalProcess(Protocol):
 def _check_sample(owner: str, rng: np.random.Generator, n: int, start_s: float) -> None:
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"{owner}.sample: rng must be a np.random.Generator, got {type(rng).__name__}")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"{owner}.sample: n must be an integer >= 0, got {n!r}")
+    check_int(f"{owner}.sample", "n", n, 0)
     check_positive(f"{owner}.sample", "start_s", start_s, allow_zero=True)
 
 
