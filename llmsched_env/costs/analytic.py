@@ -39,7 +39,7 @@ class AnalyticCostModel:
 
     A frozen dataclass built by keyword (the fields above, plus ``name`` and ``description``); each field is
     checked on construction (``ValueError`` naming it) and the roofline's slopes are derived once, so
-    ``step_time_s`` is plain arithmetic. Equal when every field is; pickles natively.
+    ``step_time_s`` is plain arithmetic. Equal (and hashed) by its fields; pickles natively.
     """
 
     name: str = "analytic"

@@ -11,7 +11,7 @@ One iteration runs a continuous batch: chunked prefills and decodes together. Ev
 
 The result is > 0 for every batch, the empty one included (a fixed per-iteration overhead), and monotone
 non-decreasing in each argument. ``step_time_s`` runs once per simulated iteration, so it is plain float
-arithmetic on constants computed in ``__init__``, and it does not validate its arguments.
+arithmetic on constants computed at construction, and it does not validate its arguments.
 
 Besides the protocol, the times every layer derives from any cost model: one unloaded decode step and one
 request's prefill alone.

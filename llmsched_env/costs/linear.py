@@ -38,7 +38,7 @@ class LinearCostModel:
 
     A frozen dataclass: ``coef_s`` (any sequence of 5 or 6 numbers, the sixth 0 when left out) is stored as a
     tuple of 6 floats, each checked on construction (``ValueError`` naming the coefficient). Equal when the
-    coefficients, name and description are; pickles natively.
+    coefficients, name and description are (and hashed by them); pickles natively.
     """
 
     coef_s: Sequence[float]
