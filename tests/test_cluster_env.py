@@ -119,6 +119,11 @@ def test_bad_configuration_raises() -> None:
         make(local_policy=["fcfs", "sjf"])
     with pytest.raises(ValueError, match="load"):
         make(load=0.0)
+    for bad, match in (({"max_steps": 0}, "max_steps"), ({"horizon_s": -1.0}, "horizon_s"), ({"split": "x"}, "split")):
+        with pytest.raises(ValueError, match=match):
+            make(**bad)
+    with pytest.raises(ValueError, match=r"LLMSchedClusterEnv\.num_requests"):
+        make(num_requests=0)
 
 
 class HoldThenAdmit:
