@@ -63,13 +63,15 @@ def behaviour_clone(
     learning_rate: float = 1e-3,
     seed: int = 0,
     smoothing: float = 0.1,
+    on_epoch: Callable[[int, int], None] | None = None,
 ) -> dict[str, float]:
     """Fit ``model.policy`` (an SB3 actor-critic, masked or not) to ``baseline``; return the final accuracy
     (share of steps whose every action component matches) and losses.
 
     The actor is fitted to a label-smoothed target: in each action component the baseline's choice gets
     ``1 - smoothing`` and the valid options share ``smoothing``, so the cloned policy picks the baseline's
-    action deterministically yet keeps exploring around it when PPO takes over."""
+    action deterministically yet keeps exploring around it when PPO takes over. ``on_epoch(done, epochs)``
+    is called after each epoch (a progress bar)."""
     data = collect_demonstrations(make_env(), baseline, num_steps, float(getattr(model, "gamma", 0.99)), seed)
     policy = model.policy
     device = policy.device
@@ -86,7 +88,7 @@ def behaviour_clone(
     n = obs.shape[0]
     policy.set_training_mode(True)
     stats: dict[str, float] = {}
-    for _ in range(epochs):
+    for epoch in range(epochs):
         perm = th.randperm(n, generator=gen)
         for start in range(0, n, batch_size):
             idx = perm[start : start + batch_size]
@@ -120,6 +122,8 @@ def behaviour_clone(
                 "bc_value_loss": value_loss.item(),
                 "bc_entropy": float(dist.entropy().mean().item()),
             }
+        if on_epoch is not None:
+            on_epoch(epoch + 1, epochs)
     policy.set_training_mode(False)
     with th.no_grad():
         correct = 0

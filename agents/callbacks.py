@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -9,12 +10,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
+from tqdm import tqdm
 
 import baselines
 from agents.sb3 import SB3Policy
 from llmsched_env.envs.episode import run_episode
+from llmsched_env.evaluation.progress import Progress, status
 
-__all__ = ["EPISODE_KEYS", "EpisodeMetricsCallback", "PeriodicEvalCallback"]
+__all__ = ["EPISODE_KEYS", "EpisodeMetricsCallback", "PeriodicEvalCallback", "ProgressBarCallback", "StatusCallback"]
 
 # Episode metrics logged under episode/ (training) and eval/ (evaluation), plus every tenant/NAME/... key
 # ending in one of TENANT_SUFFIXES.
@@ -56,7 +59,8 @@ class EpisodeMetricsCallback(BaseCallback):
 class PeriodicEvalCallback(BaseCallback):
     """Every ``eval_freq`` calls, run the deterministic policy on ``seeds`` episodes of the evaluation split,
     log ``eval/*`` and the ratio to the best baseline's attainment on the same episodes, and keep the best
-    model (``best_model.zip``, and ``on_best(model)`` e.g. to export it)."""
+    model (``best_model.zip``, and ``on_best(model)`` e.g. to export it). With ``progress``, a status line on
+    stderr before the baselines' and the start policy's evaluations, and a bar over the baselines' episodes."""
 
     def __init__(
         self,
@@ -66,6 +70,7 @@ class PeriodicEvalCallback(BaseCallback):
         eval_freq: int,
         out_dir: Path,
         on_best: Callable[[Any], None] | None = None,
+        progress: bool = False,
     ) -> None:
         super().__init__()
         self.make_env = make_env
@@ -74,6 +79,7 @@ class PeriodicEvalCallback(BaseCallback):
         self.eval_freq = eval_freq
         self.out_dir = out_dir
         self.on_best = on_best
+        self.progress = progress
         self.best_attainment = -np.inf
         self.baseline_attainment: dict[str, float] = {}
         self.history: list[tuple[int, float]] = []
@@ -81,10 +87,17 @@ class PeriodicEvalCallback(BaseCallback):
     def _init_callback(self) -> None:
         env = self.make_env(False)  # baselines decide every engine iteration
         ctx = env.unwrapped.policy_context()  # type: ignore[attr-defined]
-        for name in self.baseline_names:
-            policy = baselines.make_for(name, ctx, seed=0)
-            runs = [run_episode(env, policy, seed)["slo_attainment"] for seed in self.seeds]
-            self.baseline_attainment[name] = float(np.mean(runs))
+        names, seeds = ", ".join(self.baseline_names), ", ".join(map(str, self.seeds))
+        status(f"evaluating the baselines {names} on eval seeds {seeds}", enabled=self.progress)
+        total = len(self.baseline_names) * len(self.seeds)
+        with Progress(total, "baselines", enabled=self.progress, unit="episode") as bar:
+            for name in self.baseline_names:
+                policy = baselines.make_for(name, ctx, seed=0)
+                runs = []
+                for seed in self.seeds:
+                    runs.append(run_episode(env, policy, seed)["slo_attainment"])
+                    bar.update()
+                self.baseline_attainment[name] = float(np.mean(runs))
         self._agent_env = self.make_env(True)  # the agent's own granularity (iterations_per_step, wrappers)
 
     @property
@@ -103,6 +116,8 @@ class PeriodicEvalCallback(BaseCallback):
         # A fresh run is evaluated before learning too, so a behaviour-cloned start (which acts like its
         # baseline) is a candidate for the best model and RL can only add to it.
         if self.eval_freq > 0 and self.model.num_timesteps == 0:
+            seeds = ", ".join(map(str, self.seeds))
+            status(f"evaluating the start policy on eval seeds {seeds}", enabled=self.progress)
             self._evaluate_and_keep()
 
     def _on_step(self) -> bool:
@@ -124,4 +139,45 @@ class PeriodicEvalCallback(BaseCallback):
             if self.on_best is not None:
                 self.on_best(self.model)
         if self.verbose:
-            print(f"eval @ {self.num_timesteps}: attainment {attainment:.3f} (best baseline {name} {base:.3f})")
+            line = f"eval @ {self.num_timesteps}: attainment {attainment:.3f} (best baseline {name} {base:.3f})"
+            tqdm.write(line, file=sys.stdout)  # on stdout, past the training's bar on stderr
+            sys.stdout.flush()
+
+
+class StatusCallback(BaseCallback):
+    """A status line on stderr when training starts: after the callbacks before it in a ``CallbackList``
+    (the evaluations before learning), just before the training's bar (``ProgressBarCallback``) appears."""
+
+    def __init__(self, message: str, enabled: bool = True) -> None:
+        super().__init__()
+        self.message = message
+        self.enabled = enabled
+
+    def _on_training_start(self) -> None:
+        status(self.message, enabled=self.enabled)
+
+    def _on_step(self) -> bool:
+        return True
+
+
+class ProgressBarCallback(BaseCallback):
+    """A bar over the training's environment steps on stderr (``llmsched_env.evaluation.progress``, like
+    every other bar of the commands), in place of SB3's own bar, which rich draws on stdout."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        super().__init__()
+        self.enabled = enabled
+        self._bar: Progress | None = None
+
+    def _on_training_start(self) -> None:
+        total = int(self.locals["total_timesteps"]) - self.model.num_timesteps
+        self._bar = Progress(total, "training", enabled=self.enabled, unit="step")
+
+    def _on_step(self) -> bool:
+        assert self._bar is not None
+        self._bar.update(self.training_env.num_envs)
+        return True
+
+    def _on_training_end(self) -> None:
+        if self._bar is not None:
+            self._bar.close()

@@ -39,7 +39,7 @@ __all__ = [
 
 
 class Router:
-    """Shared plumbing: feature indices, the mask check, and the outstanding-load vector."""
+    """Shared plumbing: feature indices, the seeded generator, the mask check and the outstanding-load vector."""
 
     name = "router"
 
@@ -47,6 +47,7 @@ class Router:
         self.ctx = ctx
         self.n = ctx.num_replicas
         self.seed = seed
+        self.rng = np.random.default_rng(seed)  # what the random rules draw from
         self._waiting = ctx.feature_index("num_waiting")
         self._running = ctx.feature_index("num_running")
         self._turn = 0  # rotates the tie-break so equal replicas share the load
@@ -141,10 +142,6 @@ class PowerOfTwoRouter(Router):
 
     name = "power_of_two"
 
-    def __init__(self, ctx: RouterContext, seed: int | None = None) -> None:
-        super().__init__(ctx, seed)
-        self.rng = np.random.default_rng(seed)
-
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> int:
         valid = np.flatnonzero(self._valid(action_mask))
         if valid.size == 1:
@@ -158,10 +155,6 @@ class RandomRouter(Router):
     """``random``: a uniformly random valid replica (seeded)."""
 
     name = "random"
-
-    def __init__(self, ctx: RouterContext, seed: int | None = None) -> None:
-        super().__init__(ctx, seed)
-        self.rng = np.random.default_rng(seed)
 
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> int:
         return int(self.rng.choice(np.flatnonzero(self._valid(action_mask))))

@@ -22,7 +22,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import evaluate  # noqa: E402  (the runtime backend's episode runner)
+import baselines  # noqa: E402, F401  (registers slo_aware where llmsched is not installed)
+from llmsched_env.evaluation import EvalConfig, RuntimeOptions  # noqa: E402
+from llmsched_env.evaluation.runtime_backend import Runners, runtime_episode  # noqa: E402
 
 
 def main() -> None:
@@ -36,21 +38,21 @@ def main() -> None:
     args = p.parse_args()
     if args.device == "cpu":
         torch.set_num_threads(1)
-    argv = [
-        "--backend", "runtime", "--model", args.model, "--device", args.device,
-        "--scenarios", args.scenario, "--num-requests", str(args.num_requests),
-        "--policies", f"agent={ROOT / 'policies' / args.scenario},slo_aware",
-    ]  # fmt: skip
-    if args.dtype:
-        argv += ["--dtype", args.dtype]
-    if args.cost_model:
-        argv += ["--cost-model", args.cost_model]
-    ev = evaluate.parse_args(argv)
-    env = evaluate.make_env(ev, ev.scenario_objects[0], 1.0)
-    print(f"model {args.model} on {ev.device} ({ev.dtype}), scenario {args.scenario}, {args.num_requests} requests")
+    runtime = RuntimeOptions(model=args.model, device=args.device, dtype=args.dtype)
+    config = EvalConfig(
+        scenarios=[args.scenario],
+        policies=[f"agent={ROOT / 'policies' / args.scenario}", "slo_aware"],
+        num_requests=args.num_requests,
+        cost_model=args.cost_model,
+        runtime=runtime,
+    )
+    env = config.make_env(config.scenarios[0], 1.0)  # type: ignore[arg-type]
+    runners = Runners(runtime)
+    where = f"{runtime.device} ({runtime.dtype})"
+    print(f"model {args.model} on {where}, scenario {args.scenario}, {args.num_requests} requests")
     print(f"{'policy':<10} {'decision us':>12} {'iters/decision':>15} {'model step ms':>14} {'decision/step':>14}")
-    for spec in ev.policy_specs:
-        metrics, _ = evaluate.runtime_episode(ev, env, spec, seed=0)
+    for spec in config.policies:
+        metrics, _ = runtime_episode(config, env, spec, 0, runners)  # type: ignore[arg-type]
         decision_s = metrics["policy_time_mean_s"]
         iters = metrics["num_iterations"] / max(metrics["policy_decisions"], 1)
         step_s = metrics["model_time_s"] / max(metrics["model_steps"], 1)

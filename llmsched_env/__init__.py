@@ -2,10 +2,10 @@
 
 One folder per concern, each importing only the folders below it:
 
-    common      number checks and the registry type                          stdlib
+    common      number checks, dataclass fields as dicts, the registry type  stdlib
     costs       cost models (roofline, fitted) and their presets             <- common
     engine      requests, batch, block pool, queues, engine, invariants      <- costs
-    sim         the simulator (event clock) and metrics                      <- engine
+    sim         the simulator (event clock), KV-usage accounting, metrics    <- engine
     workloads   arrivals, lengths, traces (+ data/), scenarios, library      <- sim
     cluster     the cluster simulator, its config, metrics and scenarios     <- workloads
     decision    observations, actions, masks, policies, routers, registry    <- cluster

@@ -190,16 +190,10 @@ def fifo_scenario() -> list[Request]:
     ]
 
 
-def test_fcfs_admits_the_oldest_request_first() -> None:
-    sim = run_micro("fcfs", fifo_scenario(), two_tenants())
-    r = sim.requests
-    assert r[1].first_scheduled_s < r[2].first_scheduled_s
-
-
-def test_sjf_admits_the_short_prompt_first() -> None:
-    sim = run_micro("sjf", fifo_scenario(), two_tenants())
-    r = sim.requests
-    assert r[2].first_scheduled_s < r[1].first_scheduled_s
+@pytest.mark.parametrize(("name", "first", "then"), [("fcfs", 1, 2), ("sjf", 2, 1)])
+def test_fcfs_admits_the_oldest_and_sjf_the_shortest_prompt_first(name: str, first: int, then: int) -> None:
+    r = run_micro(name, fifo_scenario(), two_tenants()).requests
+    assert r[first].first_scheduled_s < r[then].first_scheduled_s
 
 
 def test_slo_aware_serves_the_least_slack_request_first() -> None:

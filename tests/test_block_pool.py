@@ -7,9 +7,17 @@ import pytest
 from llmsched_env.engine.block_pool import BlockPool, chain_hashes
 
 
+def cached_block(pool: BlockPool, block_hash: int) -> int:
+    """Take a block, give it the content ``block_hash`` and release it: it stays cached, evictable."""
+    [block] = pool.allocate(1)
+    pool.commit(block, block_hash)
+    pool.release([block])
+    return block
+
+
 def test_allocate_release_and_usage() -> None:
     pool = BlockPool(4, 16)
-    blocks = [pool.allocate() for _ in range(3)]
+    blocks = pool.allocate(3)
     assert blocks == [0, 1, 2]
     assert pool.num_used == 3 and pool.num_free_blocks == 1 and pool.usage == pytest.approx(0.75)
     pool.release(blocks)
@@ -26,14 +34,15 @@ def test_prefix_cache_hit_shares_blocks_and_counts_refs() -> None:
     pool = BlockPool(8, 4)
     hashes = chain_hashes((7, 8), prefix_id_tokens=8, block_size=4, max_tokens=16)
     assert len(hashes) == 4
-    table = [pool.allocate() for _ in range(4)]
+    table = pool.allocate(4)
     for b, h in zip(table, hashes, strict=True):
         pool.commit(b, h)
     hits = pool.lookup(hashes, max_blocks=3)
     assert hits == table[:3]
-    pool.share(hits)
+    second = pool.allocate(1, shared=hits)
+    assert second[:3] == hits and second[3] not in table
     assert [pool.ref_count[b] for b in table] == [2, 2, 2, 1]
-    pool.check_invariants({table[0]: 2, table[1]: 2, table[2]: 2, table[3]: 1})
+    pool.check_invariants({table[0]: 2, table[1]: 2, table[2]: 2, table[3]: 1, second[3]: 1})
 
 
 def test_chained_hash_depends_on_the_whole_prefix() -> None:
@@ -45,17 +54,13 @@ def test_chained_hash_depends_on_the_whole_prefix() -> None:
 
 def test_released_cached_blocks_are_evictable_free_and_evicted_lru() -> None:
     pool = BlockPool(3, 4)
-    first = pool.allocate()
-    pool.commit(first, 111)
-    second = pool.allocate()
-    pool.commit(second, 222)
-    pool.release([first])
-    pool.release([second])
+    first = cached_block(pool, 111)
+    second = cached_block(pool, 222)
     # vLLM usage: cached blocks with no reference count as free.
     assert pool.num_used == 0 and pool.num_free_blocks == 3 and pool.num_cached_blocks == 2
-    pool.allocate()  # the empty block goes first
+    pool.allocate(1)  # the empty block goes first
     assert pool.num_cached_blocks == 2
-    evicted = pool.allocate()  # then the least recently released cached block
+    [evicted] = pool.allocate(1)  # then the least recently released cached block
     assert evicted == first and pool.lookup([111], 1) == [] and pool.lookup([222], 1) == [second]
     assert pool.num_evictions == 1
     pool.check_invariants({evicted: 1, 2: 1})
@@ -63,17 +68,47 @@ def test_released_cached_blocks_are_evictable_free_and_evicted_lru() -> None:
 
 def test_reviving_an_evictable_block() -> None:
     pool = BlockPool(2, 4)
-    b = pool.allocate()
-    pool.commit(b, 5)
-    pool.release([b])
+    b = cached_block(pool, 5)
     hits = pool.lookup([5], 1)
-    pool.share(hits)
+    assert pool.allocate(0, shared=hits) == [b]
     assert pool.num_used == 1 and pool.num_cached_blocks == 0 and pool.ref_count[b] == 1
     pool.check_invariants({b: 1})
 
 
 def test_invariant_check_catches_a_leak() -> None:
     pool = BlockPool(2, 4)
-    pool.allocate()
+    pool.allocate(1)
     with pytest.raises(AssertionError, match="refcount"):
         pool.check_invariants({})
+
+
+def test_can_allocate_counts_free_and_evictable_blocks_and_keeps_the_reserve() -> None:
+    pool = BlockPool(6, 4)
+    cached_block(pool, 7)  # one block evictable (cached), the rest empty: all six count as free
+    assert pool.can_allocate(6) and not pool.can_allocate(7)
+    assert pool.can_allocate(4, reserve=2) and not pool.can_allocate(5, reserve=2)
+    assert pool.can_allocate(0, reserve=6) and not pool.can_allocate(0, reserve=7)
+    assert len(pool.allocate(6)) == 6 and pool.num_evictions == 1  # the cached block was reclaimed
+    assert not pool.can_allocate(1) and pool.can_allocate(0)
+
+
+def test_sharing_an_evictable_block_counts_against_the_free_blocks() -> None:
+    pool = BlockPool(4, 4)
+    cached = cached_block(pool, 42)
+    hits = pool.lookup([42], 1)
+    assert hits == [cached] and pool.num_free_blocks == 4
+    assert pool.can_allocate(3, shared=hits) and not pool.can_allocate(4, shared=hits)
+    assert not pool.can_allocate(2, reserve=2, shared=hits)
+    table = pool.allocate(3, shared=hits)
+    assert table[0] == cached and pool.num_free_blocks == 0 and pool.num_evictions == 0
+    # a block in use costs nothing to share again
+    assert pool.can_allocate(0, shared=[cached]) and pool.allocate(0, shared=[cached]) == [cached]
+    pool.check_invariants({cached: 2, table[1]: 1, table[2]: 1, table[3]: 1})
+
+
+def test_allocate_on_a_short_pool_or_a_negative_count_is_an_error() -> None:
+    pool = BlockPool(2, 4)
+    with pytest.raises(ValueError, match="num_blocks must be >= 0"):
+        pool.allocate(-1)
+    with pytest.raises(AssertionError, match="can_allocate"):
+        pool.allocate(3)

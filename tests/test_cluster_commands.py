@@ -1,4 +1,4 @@
-"""train.py and evaluate.py on cluster scenarios: a router trains, exports, loads and is judged against routers."""
+"""train.py and llmsched-evaluate on cluster scenarios: a router trains, exports, loads and is judged by routers."""
 
 from __future__ import annotations
 
@@ -10,15 +10,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-import evaluate
-import train
+from agents.cli import main as train_main
+from llmsched_env.commands.evaluate import main, parse
 from llmsched_env.runtime.policy_file import load_policy_file
-from llmsched_env.workloads.scenarios import trace_path
-
-# The cluster scenarios replay the shared Azure / Mooncake traces; tests/test_cluster_synthetic.py covers the
-# env without them.
-pytestmark = pytest.mark.skipif(not trace_path("azure-conv").is_file(), reason="shared traces not found")
-
 
 TINY = [
     "--timesteps", "256", "--n-envs", "1", "--hp", "n_steps=128", "--hp", "batch_size=64", "--hp", "eval_freq=128",
@@ -30,7 +24,7 @@ TINY = [
 @pytest.fixture(scope="module")
 def router_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("router")
-    assert train.main(["--scenario", "cluster-azure-conv-4", "--out", str(out), *TINY]) == 0
+    assert train_main(["--scenario", "cluster-azure-conv-4", "--out", str(out), *TINY]) == 0
     return out
 
 
@@ -42,7 +36,7 @@ def test_a_trained_router_exports_and_evaluates_against_the_routing_baselines(ro
     out = tmp_path / "ev"
     argv = ["--scenarios", "cluster-azure-conv-4", "--policies", f"round_robin,prefix_affinity,agent={router_run}",
             "--num-requests", "60", "--seeds", "0,1", "--out", str(out), "--check-invariants"]  # fmt: skip
-    assert evaluate.main(argv) == 0
+    assert main(argv) == 0
     rows = json.loads((out / "results.json").read_text())
     assert [r["policy"] for r in rows] == ["round_robin"] * 2 + ["prefix_affinity"] * 2 + ["agent"] * 2
     assert all(r["num_finished"] + r["num_rejected"] == 60 for r in rows)
@@ -80,5 +74,5 @@ def test_policies_and_scenarios_must_match_in_kind(router_run: Path, capsys: pyt
     ]
     for argv, message in cases:
         with pytest.raises(SystemExit):
-            evaluate.parse_args(argv)
+            parse(argv)
         assert message in capsys.readouterr().err

@@ -13,12 +13,6 @@ import baselines
 import llmsched_env  # noqa: F401
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.envs.episode import run_episode
-from llmsched_env.workloads.scenarios import trace_path
-
-# The cluster scenarios replay the shared Azure / Mooncake traces; tests/test_cluster_synthetic.py covers the
-# env without them.
-pytestmark = pytest.mark.skipif(not trace_path("azure-conv").is_file(), reason="shared traces not found")
-
 
 SMALL = {"num_kv_blocks": 96, "block_size": 16, "max_num_seqs": 8, "max_num_batched_tokens": 512}
 
@@ -125,6 +119,11 @@ def test_bad_configuration_raises() -> None:
         make(local_policy=["fcfs", "sjf"])
     with pytest.raises(ValueError, match="load"):
         make(load=0.0)
+    for bad, match in (({"max_steps": 0}, "max_steps"), ({"horizon_s": -1.0}, "horizon_s"), ({"split": "x"}, "split")):
+        with pytest.raises(ValueError, match=match):
+            make(**bad)
+    with pytest.raises(ValueError, match=r"LLMSchedClusterEnv\.num_requests"):
+        make(num_requests=0)
 
 
 class HoldThenAdmit:

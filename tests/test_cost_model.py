@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import pickle
@@ -276,8 +277,51 @@ def test_missing_file_and_unknown_preset() -> None:
     assert all(name in str(info.value) for name in list_presets())
 
 
-def test_analytic_constructor_validates() -> None:
-    with pytest.raises(ValueError, match="missing field 'num_params'"):
-        AnalyticCostModel(num_layers=1)
+def test_constructors_validate() -> None:
+    fields = load_cost_model("llama3-8b-h100").to_dict()  # type: ignore[attr-defined]
+    del fields["kind"], fields["num_params"]
+    with pytest.raises(ValueError, match=r"missing field\(s\) 'num_params'"):
+        AnalyticCostModel.from_dict(fields)
+    with pytest.raises(TypeError, match="num_params"):  # a keyword-only dataclass field without a default
+        AnalyticCostModel(**fields)
+    with pytest.raises(ValueError, match="field 'peak_tflops' must be a number > 0"):
+        AnalyticCostModel(**{**fields, "num_params": 1e9, "peak_tflops": 0.0})
     with pytest.raises(ValueError, match="coef_s needs 5"):
         LinearCostModel([1.0, 2.0])
+    with pytest.raises(ValueError, match="field 'decode_seq_s' must be a number >= 0"):
+        LinearCostModel([1e-3, 0.0, -1.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="field 'name' must be a string"):
+        LinearCostModel([1e-3, 0.0, 0.0, 0.0, 0.0], name=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['decode_s'\]"):
+        LinearCostModel.from_dict({"kind": "linear", "decode_s": 1.0})
+
+
+@pytest.mark.parametrize("name", [*PRESETS, "runtime-tiny-cpu"])
+def test_cost_models_are_frozen_equal_by_value_hashable_and_pickle(name: str) -> None:
+    model = load_cost_model(name)
+    for field in ("name", "coef_s" if isinstance(model, LinearCostModel) else "overhead_s"):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(model, field, getattr(model, field))
+    same = type(model).from_dict(model.to_dict())  # type: ignore[attr-defined]
+    assert same == model and hash(same) == hash(model) and same is not model
+    clone = pickle.loads(pickle.dumps(model))
+    assert clone == model and clone.step_time_s(100, 10, 5000, 1e4) == model.step_time_s(100, 10, 5000, 1e4)
+    assert dataclasses.replace(model, description="changed") != model
+    assert model != LinearCostModel([1e-3, 0.0, 0.0, 0.0, 0.0], name=name)
+
+
+def test_replace_and_scaled_derive_the_constants_again() -> None:
+    model = load_cost_model("llama3-8b-h100")
+    assert isinstance(model, AnalyticCostModel)
+    faster = dataclasses.replace(
+        model, peak_tflops=2 * model.peak_tflops, mem_bandwidth_gbps=2 * model.mem_bandwidth_gbps
+    )
+    big = (4096, 8, 8 * 1024, 4096 * 2048.0)
+    assert faster.step_time_s(*big) - faster.overhead_s == pytest.approx(
+        (model.step_time_s(*big) - model.overhead_s) / 2
+    )
+    linear = LinearCostModel([1e-3, 1e-5, 1e-4, 1e-7, 1e-8])
+    assert linear.coef_s == (1e-3, 1e-5, 1e-4, 1e-7, 1e-8, 0.0)
+    assert linear.scaled(3.0).step_time_s(*big) == pytest.approx(3 * linear.step_time_s(*big))
+    with pytest.raises(ValueError, match="overhead_s"):
+        dataclasses.replace(model, overhead_s=0.0)

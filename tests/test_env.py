@@ -172,6 +172,9 @@ def test_wrong_action_shape_is_a_clear_error() -> None:
         ({"reward": {"good": -1.0}}, "good"),
         ({"render_mode": "bogus"}, "render_mode"),
         ({"horizon_s": 0.0}, "horizon_s"),
+        ({"max_steps": 2.5}, r"LLMSchedEnv\.max_steps"),
+        ({"num_requests": 0}, r"LLMSchedEnv\.num_requests"),
+        ({"split": "dev"}, "split"),
     ],
 )
 def test_invalid_env_arguments(kwargs: dict, match: str) -> None:

@@ -1,4 +1,4 @@
-"""evaluate.py beyond one table: policies by path, seeds -> mean and 95% CI (summary.csv), plots, TensorBoard
+"""llmsched-evaluate beyond one table: policies by path, seeds -> mean and 95% CI (summary.csv), plots, TensorBoard
 scalars, per-run details (latencies, KV usage series), determinism and clean errors."""
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 
 import baselines
-import evaluate
 import llmsched_env  # noqa: F401
+from llmsched_env import evaluation
+from llmsched_env.commands.evaluate import main, parse
+from llmsched_env.envs.episode import run_episode
 
 ROOT = Path(__file__).resolve().parents[1]
 PNGS = ("ttft_cdf.png", "tpot_cdf.png", "attainment_vs_load.png", "tenant_service.png", "kv_usage.png")
@@ -37,7 +39,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """fcfs and slo_aware on mixed-slo, 2 loads x 2 seeds, with plots (default with --out) and TensorBoard."""
     out = tmp_path_factory.mktemp("eval")
     argv = [*BASE, "--policies", "fcfs,slo_aware", "--loads", "0.8,1.5", "--seeds", "0,1"]
-    assert evaluate.main([*argv, "--out", str(out), "--tensorboard", str(out / "tb")]) == 0
+    assert main([*argv, "--out", str(out), "--tensorboard", str(out / "tb")]) == 0
     return out
 
 
@@ -66,12 +68,12 @@ def test_summary_holds_mean_and_t_interval_per_policy_scenario_load(run: Path) -
     assert [(s["policy"], s["load"]) for s in summary] == [
         ("fcfs", "0.8"), ("slo_aware", "0.8"), ("fcfs", "1.5"), ("slo_aware", "1.5")
     ]  # fmt: skip
-    for key in evaluate.SUMMARY_METRICS:
+    for key in evaluation.SUMMARY_METRICS:
         assert f"{key}_mean" in summary[0] and f"{key}_ci95" in summary[0]
     differing = 0
     for s in summary:
         assert s["num_seeds"] == "2"
-        for key in evaluate.SUMMARY_METRICS:
+        for key in evaluation.SUMMARY_METRICS:
             a, b = (float(r[key]) for r in rows if (r["policy"], r["load"]) == (s["policy"], s["load"]))
             assert float(s[f"{key}_mean"]) == pytest.approx((a + b) / 2)
             # two seeds: s = |a - b| / sqrt(2), half-width = t(1) * s / sqrt(2)
@@ -82,24 +84,24 @@ def test_summary_holds_mean_and_t_interval_per_policy_scenario_load(run: Path) -
 
 def test_one_seed_gives_zero_width_and_no_plots_skips_plots(tmp_path: Path) -> None:
     argv = [*BASE, "--policies", "fcfs", "--seeds", "3", "--out", str(tmp_path), "--no-plots"]
-    assert evaluate.main(argv) == 0
+    assert main(argv) == 0
     (s,) = _csv(tmp_path / "summary.csv")
     assert s["num_seeds"] == "1"
-    assert all(float(s[f"{key}_ci95"]) == 0.0 for key in evaluate.SUMMARY_METRICS)
+    assert all(float(s[f"{key}_ci95"]) == 0.0 for key in evaluation.SUMMARY_METRICS)
     assert not list(tmp_path.glob("*.png"))
 
 
 def test_t_quantiles() -> None:
-    assert evaluate.t_quantile_975(1) == pytest.approx(12.706, abs=1e-3)
-    assert evaluate.t_quantile_975(10) == pytest.approx(2.228, abs=1e-3)
-    assert evaluate.t_quantile_975(31) == pytest.approx(2.0395, abs=2e-4)  # the expansion joins the table
-    assert evaluate.t_quantile_975(120) == pytest.approx(1.9799, abs=2e-4)
-    assert evaluate.t_quantile_975(10**6) == pytest.approx(1.95996, abs=1e-4)
-    assert evaluate.mean_ci95([0.5]) == (0.5, 0.0)
-    mean, hw = evaluate.mean_ci95([1.0, 2.0, 3.0])
+    assert evaluation.t_quantile_975(1) == pytest.approx(12.706, abs=1e-3)
+    assert evaluation.t_quantile_975(10) == pytest.approx(2.228, abs=1e-3)
+    assert evaluation.t_quantile_975(31) == pytest.approx(2.0395, abs=2e-4)  # the expansion joins the table
+    assert evaluation.t_quantile_975(120) == pytest.approx(1.9799, abs=2e-4)
+    assert evaluation.t_quantile_975(10**6) == pytest.approx(1.95996, abs=1e-4)
+    assert evaluation.mean_ci95([0.5]) == (0.5, 0.0)
+    mean, hw = evaluation.mean_ci95([1.0, 2.0, 3.0])
     assert mean == 2.0 and hw == pytest.approx(4.3027 * 1.0 / 3**0.5)
     with pytest.raises(ValueError):
-        evaluate.t_quantile_975(0)
+        evaluation.t_quantile_975(0)
 
 
 def test_tensorboard_scalars_per_run_with_seed_as_step(run: Path) -> None:
@@ -121,7 +123,7 @@ def test_tensorboard_scalars_per_run_with_seed_as_step(run: Path) -> None:
 
 def test_kv_usage_series_is_ordered_in_time_and_a_share_of_the_pool() -> None:
     env = gym.make("LLMSched-v0", scenario="mixed-slo", split="eval", num_requests=60, load=1.5)
-    evaluate.run_episode(env, baselines.make("fcfs", env.unwrapped.policy_context()), seed=0)
+    run_episode(env, baselines.make("fcfs", env.unwrapped.policy_context()), seed=0)
     sim = env.unwrapped.sim
     t, u = sim.kv_usage_series()
     assert t.shape == u.shape == (sim.num_steps,)
@@ -130,25 +132,25 @@ def test_kv_usage_series_is_ordered_in_time_and_a_share_of_the_pool() -> None:
 
 
 def test_details_match_the_metrics_and_evaluation_is_deterministic() -> None:
-    args = evaluate.parse_args([*BASE, "--policies", "random,slo_aware", "--seeds", "0,1", "--loads", "1,2"])
-    details: list[dict[str, Any]] = []
-    rows = evaluate.evaluate(args, details)
+    _, config = parse([*BASE, "--policies", "random,slo_aware", "--seeds", "0,1", "--loads", "1,2"])
+    result = evaluation.run_grid(config, details=True)
+    rows, details = result.rows, result.details
     assert len(details) == len(rows) == 8
     for row, d in zip(rows, details, strict=True):
-        assert [d[k] for k in evaluate.KEY_COLUMNS] == [row[k] for k in evaluate.KEY_COLUMNS]
+        assert [d[k] for k in evaluation.KEY_COLUMNS] == [row[k] for k in evaluation.KEY_COLUMNS]
         assert d["ttft_s"].size == d["tpot_s"].size == row["num_finished"]
         assert np.percentile(d["ttft_s"], 99) == pytest.approx(row["ttft_p99_s"])
         assert np.percentile(d["tpot_s"], 99) == pytest.approx(row["tpot_p99_s"])
         assert ("kv_usage" in d) == (row["seed"] == 0 and row["load"] == 1.0)
-    again: list[dict[str, Any]] = []
-    assert _without_wall(evaluate.evaluate(args, again)) == _without_wall(rows)
-    for a, b in zip(details, again, strict=True):
+    again = evaluation.run_grid(config, details=True)
+    assert _without_wall(again.rows) == _without_wall(rows)
+    for a, b in zip(details, again.details, strict=True):
         np.testing.assert_array_equal(a["ttft_s"], b["ttft_s"])
 
 
 def test_capacity_writes_its_plot(tmp_path: Path) -> None:
     argv = ["--capacity", "--scenarios", "bursty", "--num-requests", "40", "--policies", "fcfs", "--out", str(tmp_path)]
-    assert evaluate.main(argv) == 0
+    assert main(argv) == 0
     assert (tmp_path / "capacity.png").stat().st_size > 5_000
 
 
@@ -164,7 +166,7 @@ def test_a_bad_policy_path_is_a_clean_error_naming_it(kind: str, tmp_path: Path,
     elif kind == "empty_dir":
         path.mkdir()
     with pytest.raises(SystemExit) as exc:
-        evaluate.parse_args(["--policies", f"fcfs,{path}"])
+        parse(["--policies", f"fcfs,{path}"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert str(path) in err and "Traceback" not in err
@@ -193,12 +195,12 @@ def test_an_exported_policy_runs_by_path(tmp_path: Path, capsys: pytest.CaptureF
     export.export_policy(model, env, folder)
     out = tmp_path / "res"
     argv = [*BASE, "--policies", f"fcfs,mine={folder},{folder / 'policy.json'}", "--out", str(out), "--no-plots"]
-    assert evaluate.main(argv) == 0
+    assert main(argv) == 0
     rows = _csv(out / "results.csv")
     assert [r["policy"] for r in rows] == ["fcfs", "mine", "ppo_mixed"]
     assert rows[1]["slo_attainment"] == rows[2]["slo_attainment"] and float(rows[1]["num_requests"]) == 60
     capsys.readouterr()
     with pytest.raises(SystemExit):  # the default scenario has other tenants, so other observation features
-        evaluate.parse_args(["--policies", str(folder), "--scenarios", "default"])
+        parse(["--policies", str(folder), "--scenarios", "default"])
     err = capsys.readouterr().err
     assert str(folder) in err and "does not fit" in err and "Traceback" not in err

@@ -349,10 +349,10 @@ def test_runtime_on_cuda_serves_everything_and_tokens_ignore_scheduling(dtype: s
 
 
 def test_evaluate_runs_policies_on_the_runtime_backend(tmp_path: Path) -> None:
-    import evaluate
+    from llmsched_env.commands.evaluate import main
 
     out = tmp_path / "ev"
-    code = evaluate.main(
+    code = main(
         ["--backend", "runtime", "--model", "tiny", "--scenarios", "mixed-slo", "--num-requests", "4",
          "--policies", "fcfs,agent=policies/mixed-slo", "--check-invariants", "--out", str(out), "--no-plots"]
     )  # fmt: skip
@@ -366,35 +366,11 @@ def test_evaluate_runs_policies_on_the_runtime_backend(tmp_path: Path) -> None:
         assert float(values["policy_fallbacks"]) == 0
 
 
-def test_calibrate_profile_and_fidelity_commands(tmp_path: Path) -> None:
-    import calibrate
-
-    preset = tmp_path / "tiny.json"
-    common = ["--model", "tiny", "--num-requests", "12"]
-    assert (
-        calibrate.main(["profile", *common, "--quick", "--repeats", "1", "--fit-loads", "0.5", "--out", str(preset)])
-        == 0
-    )
-    model = load_cost_model(preset)
-    assert isinstance(model, LinearCostModel) and "fitted by" in model.description
-    assert (tmp_path / "tiny.samples.csv").is_file()
-    out = tmp_path / "fid"
-    args = ["fidelity", *common, "--preset", str(preset), "--policies", "fcfs", "--loads", "0.5", "--seeds", "1"]
-    assert calibrate.main([*args, "--out", str(out)]) == 0
-    text = (out / "fidelity.csv").read_text()
-    assert "err_ttft_p50_s" in text and "real_tpot_p99_s" in text and "err_insitu_tpot_p50_s" in text
-    report = (out / "fidelity.md").read_text()
-    assert "| ttft_p50_s |" in report and "| metric | preset | in-situ |" in report
-    for seed in ("1000", "1003", "999"):  # fitting and warm-up workloads are not fidelity workloads
-        with pytest.raises(SystemExit):
-            calibrate.main([*args[:-1], seed, "--out", str(out)])
-
-
 def test_evaluate_runtime_names_a_bad_weights_file(tmp_path: Path) -> None:
-    import evaluate
+    from llmsched_env.commands.evaluate import main
 
     bad = tmp_path / "bad.safetensors"
     bad.write_text("not safetensors")
     argv = ["--backend", "runtime", "--scenarios", "mixed-slo", "--num-requests", "2", "--weights", str(bad)]
     with pytest.raises(SystemExit, match=r"bad\.safetensors: not a readable safetensors file"):
-        evaluate.main(argv)
+        main(argv)

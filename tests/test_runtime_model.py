@@ -9,6 +9,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from llmsched_env.runtime import runner as runner_module
 from llmsched_env.runtime.kv_cache import PagedKVCache
 from llmsched_env.runtime.model import MODEL_PRESETS, build_model, model_config
 from llmsched_env.runtime.runner import ModelRunner, SeqChunk
@@ -59,8 +60,38 @@ def test_chunked_prefill_then_decode_matches_dense() -> None:
         _close(r.forward_logits([SeqChunk([seq[p]], p, blocks, True)])[0], ref[p])
 
 
-def test_mixed_batch_of_prefill_chunks_and_decodes_matches_dense() -> None:
+def _reference_flash(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    *,
+    causal: bool,
+    cache_seqlens: torch.Tensor,
+    block_table: torch.Tensor,
+) -> torch.Tensor:
+    """flash-attn's ``flash_attn_with_kvcache`` as the runner calls it, in plain torch: ``q`` [B, q_len, heads,
+    dim] are the last ``q_len`` of each sequence's ``cache_seqlens`` tokens, read through ``block_table``."""
+    assert causal and block_table.dtype == cache_seqlens.dtype == torch.int32
+    out = torch.empty_like(q)
+    q_len, group = q.shape[1], q.shape[2] // k_cache.shape[2]
+    for b in range(q.shape[0]):
+        n = int(cache_seqlens[b])
+        k, v = (c[block_table[b].long()].flatten(0, 1)[:n].repeat_interleave(group, 1) for c in (k_cache, v_cache))
+        mask = torch.arange(n)[None, :] <= (n - q_len + torch.arange(q_len))[:, None]
+        o = torch.nn.functional.scaled_dot_product_attention(
+            q[b].transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask
+        )
+        out[b] = o.transpose(0, 1)
+    return out
+
+
+@pytest.mark.parametrize("flash", [False, True])
+def test_mixed_batch_of_prefill_chunks_and_decodes_matches_dense(flash: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Also through the flash-attn path (all decodes in one call), with a torch stand-in for the kernel."""
     r = _runner()
+    if flash:
+        monkeypatch.setattr(runner_module, "flash_attn_with_kvcache", _reference_flash)
+        r.use_flash = True
     a, b, c, d = _tokens(21, 3), _tokens(14, 4), _tokens(15, 5), _tokens(30, 6)
     ta, tb, tc, td = [0, 1, 2], [10, 11], [20, 21], [30, 31, 32, 33]
     # earlier iterations: a and b prefilled but their last token, d's first chunk

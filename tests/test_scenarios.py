@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 
 import baselines
-import evaluate
 import llmsched_env  # noqa: F401
+from llmsched_env.commands.evaluate import main, parse
+from llmsched_env.envs.episode import run_episode
+from llmsched_env.evaluation import find_capacity
 from llmsched_env.workloads.describe import describe_scenario
 from llmsched_env.workloads.library import get_scenario, list_scenarios
-from llmsched_env.workloads.scenarios import TRAIN_FRACTION, scenario_from_trace, slo_scale, trace_dir, trace_path
+from llmsched_env.workloads.public_traces import trace_path
+from llmsched_env.workloads.scenarios import TRAIN_FRACTION, scenario_from_trace, slo_scale
 from llmsched_env.workloads.traces import load_azure, load_mooncake
 
-TRACES = trace_dir()
-needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason="shared traces not found")
-TRACE_SCENARIOS = {"azure-conv", "azure-code", "mooncake-conv", "sharegpt-poisson", "remote-kv"}
 REQUIRED = {
     "azure-conv",
     "azure-code",
@@ -41,8 +41,6 @@ def test_library_holds_the_required_scenarios() -> None:
 
 @pytest.mark.parametrize("name", list_scenarios())
 def test_every_scenario_runs_with_invariants_checked(name: str) -> None:
-    if name in TRACE_SCENARIOS and not TRACES.is_dir():
-        pytest.skip("shared traces not found")
     env = gym.make("LLMSched-v0", scenario=name, split="eval", load=1.5, check_invariants=True)
     policy = baselines.make("slo_aware", env.unwrapped.policy_context())
     obs, _ = env.reset(seed=0)
@@ -60,7 +58,6 @@ def _arrival_signature(name: str, split: str, seed: int) -> list[tuple[int, int]
     return [(r.prompt_len, r.output_len) for r in reqs]
 
 
-@needs_traces
 @pytest.mark.parametrize("name", ["azure-conv", "mooncake-conv"])
 def test_trace_train_and_eval_windows_do_not_overlap(name: str) -> None:
     sc = get_scenario(name)
@@ -90,7 +87,6 @@ def test_synthetic_splits_use_disjoint_streams_and_are_deterministic() -> None:
     assert a != _arrival_signature("mixed-slo", "train", 1)
 
 
-@needs_traces
 def test_training_episodes_sample_random_windows_by_seed() -> None:
     env = gym.make("LLMSched-v0", scenario="azure-conv", split="train", num_requests=100)
     starts = set()
@@ -106,8 +102,6 @@ def test_training_episodes_sample_random_windows_by_seed() -> None:
 
 @pytest.mark.parametrize("name", ["bursty", "tenants-on-off", "azure-conv"])
 def test_load_scales_the_arrival_rate(name: str) -> None:
-    if name in TRACE_SCENARIOS and not TRACES.is_dir():
-        pytest.skip("shared traces not found")
     src = get_scenario(name).source("eval")
     one = src.sample(np.random.default_rng(0), 800, 1.0)
     two = src.sample(np.random.default_rng(0), 800, 2.0)
@@ -124,11 +118,10 @@ def test_slos_scale_with_the_cost_model() -> None:
     assert h100.tenants[0].slo.ttft_s == pytest.approx(0.25)  # the reference preset keeps the literature's SLO
 
 
-@needs_traces
 def test_remote_kv_scenario_fetches_and_reports_it() -> None:
     env = gym.make("LLMSched-v0", scenario="remote-kv", split="eval", num_requests=300)  # invariants: test_core
     policy = baselines.make("fcfs", env.unwrapped.policy_context())
-    m = evaluate.run_episode(env, policy, seed=1)
+    m = run_episode(env, policy, seed=1)
     assert m["remote_kv_fetches"] > 0 and m["remote_kv_hit_rate"] > 0
     assert m["num_finished"] + m["num_rejected"] == 300
 
@@ -139,7 +132,7 @@ def test_user_trace_scenarios(tmp_path: Path) -> None:
     csv.write_text("\n".join(rows) + "\n")
     sc = scenario_from_trace(csv, "generic", columns={"arrival": "t", "prompt_len": "in", "output_len": "out"})
     env = gym.make("LLMSched-v0", scenario=sc, split="eval", check_invariants=True)
-    m = evaluate.run_episode(env, baselines.make("fcfs", env.unwrapped.policy_context()), seed=0)
+    m = run_episode(env, baselines.make("fcfs", env.unwrapped.policy_context()), seed=0)
     assert m["num_requests"] == sc.num_requests and m["num_finished"] == sc.num_requests
     lengths = tmp_path / "lengths.csv"
     lengths.write_text("num_prefill_tokens,num_decode_tokens\n" + "\n".join(f"{50 + i},{10 + i}" for i in range(50)))
@@ -166,21 +159,21 @@ def test_evaluate_commands_for_scenarios_traces_describe_and_capacity(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     argv = ["--scenarios", "mixed-slo,bursty", "--loads", "0.8,1.2", "--num-requests", "60", "--out", str(tmp_path)]
-    assert evaluate.main(argv) == 0
+    assert main(argv) == 0
     rows = (tmp_path / "results.csv").read_text().splitlines()
     assert len(rows) == 1 + 4
-    assert evaluate.main(["--describe", "--scenarios", "bursty"]) == 0
+    assert main(["--describe", "--scenarios", "bursty"]) == 0
     assert "offered load" in capsys.readouterr().out
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(f'{{"ts": {i * 300}, "p": {40 + i}, "o": 9}}\n' for i in range(300)))
     cols = "arrival=ts,prompt_len=p,output_len=o"
     argv = ["--trace", str(trace), "--trace-format", "generic", "--trace-columns", cols, "--trace-time-unit", "ms"]
-    assert evaluate.main([*argv, "--num-requests", "50"]) == 0
+    assert main([*argv, "--num-requests", "50"]) == 0
     assert "t " in capsys.readouterr().out
     with pytest.raises(SystemExit):
-        evaluate.parse_args(["--trace", str(trace)])  # no format
-    args = evaluate.parse_args(["--scenarios", "bursty", "--num-requests", "80"])
-    cap = evaluate.capacity(args, get_scenario("bursty"), "fcfs")
+        parse(["--trace", str(trace)])  # no format
+    _, config = parse(["--scenarios", "bursty", "--num-requests", "80"])
+    cap = find_capacity(config, get_scenario("bursty"), "fcfs")
     assert cap["capacity_load"] > 0 and cap["capacity_rps"] > 0
 
 

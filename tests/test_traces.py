@@ -1,4 +1,5 @@
-"""Trace loaders on the shared public traces, their validation errors on small bad files, and Trace operations."""
+"""Trace loaders on the public traces shipped in the package, their validation errors on small bad files, and Trace
+operations."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from llmsched_env.engine.request import Request
-from llmsched_env.workloads.scenarios import trace_dir, trace_path
+from llmsched_env.workloads.public_traces import trace_path
 from llmsched_env.workloads.traces import (
     TRACE_FORMATS,
     Trace,
@@ -22,18 +23,11 @@ from llmsched_env.workloads.traces import (
     load_trace,
 )
 
-TRACES = trace_dir()
 AZURE_CONV = trace_path("azure-conv")
 AZURE_CODE = trace_path("azure-code")
 MOONCAKE = trace_path("mooncake-conv")
 SHAREGPT = trace_path("sharegpt")
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-
-
-def _need(path: Path) -> Path:
-    if not path.is_file():
-        pytest.skip(f"shared trace {path} is absent")
-    return path
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:
@@ -52,11 +46,11 @@ def _check_sorted_from_zero(trace: Trace) -> None:
     assert np.all(np.diff(trace.arrival_s) >= 0)
 
 
-# --------------------------------------------------------------------------------------------- shared traces
+# ------------------------------------------------------------------------------------------- shipped traces
 
 
 def test_azure_conv_trace() -> None:
-    trace = load_azure(_need(AZURE_CONV))
+    trace = load_azure(AZURE_CONV)
     assert len(trace) == 19_366
     assert (trace.prompt_len[0], trace.output_len[0]) == (374, 44)
     assert (trace.prompt_len[-1], trace.output_len[-1]) == (197, 183)
@@ -71,7 +65,7 @@ def test_azure_conv_trace() -> None:
 
 
 def test_azure_code_trace_is_bursty() -> None:
-    trace = load_trace(_need(AZURE_CODE), "azure")
+    trace = load_trace(AZURE_CODE, "azure")
     assert len(trace) == 8_819
     assert (trace.prompt_len[0], trace.output_len[0]) == (4808, 10)
     _check_sorted_from_zero(trace)
@@ -81,7 +75,7 @@ def test_azure_code_trace_is_bursty() -> None:
 
 
 def test_mooncake_trace_values_and_spreading() -> None:
-    raw = load_mooncake(_need(MOONCAKE), tick_s=0)  # tick 0: file order, raw timestamps
+    raw = load_mooncake(MOONCAKE, tick_s=0)  # tick 0: file order, raw timestamps
     assert len(raw) == 12_031
     assert (raw.prompt_len[0], raw.output_len[0]) == (6758, 500)
     assert raw.prefix_ids is not None and raw.prefix_ids[0][:4] == (0, 1, 2, 3)
@@ -108,7 +102,7 @@ def test_mooncake_trace_values_and_spreading() -> None:
 
 
 def test_mooncake_describe() -> None:
-    stats = load_mooncake(_need(MOONCAKE)).describe()
+    stats = load_mooncake(MOONCAKE).describe()
     assert 0.3 <= stats["prefix_reuse_share"] <= 0.45  # README: about 37% of blocks reused
     assert stats["num_requests"] == 12_031
     assert stats["prompt_mean"] == pytest.approx(12_035, abs=1)  # README's average input length
@@ -119,7 +113,7 @@ def test_mooncake_describe() -> None:
 
 
 def test_sharegpt_lengths() -> None:
-    trace = load_lengths(_need(SHAREGPT))
+    trace = load_lengths(SHAREGPT)
     assert len(trace) == 30_731
     assert (trace.prompt_len[0], trace.output_len[0]) == (74, 918)
     assert trace.arrival_s is None

@@ -12,7 +12,7 @@ import pytest
 from llmsched_env.engine.config import SLO_CLASSES, TenantConfig
 from llmsched_env.workloads import lengths as ln
 from llmsched_env.workloads import workload as wl
-from llmsched_env.workloads.scenarios import trace_dir, trace_path
+from llmsched_env.workloads.public_traces import trace_path
 from llmsched_env.workloads.workload import (
     LengthDist,
     TenantWorkload,
@@ -23,19 +23,12 @@ from llmsched_env.workloads.workload import (
     tenant_configs,
 )
 
-TRACES = trace_dir()
 SHAREGPT = trace_path("sharegpt")
 AZURE_CONV = trace_path("azure-conv")
 
 
 def _tenant(name: str, rate: float, lengths: LengthDist | None = None, **kw) -> TenantWorkload:
     return TenantWorkload(TenantConfig(name), rate, lengths or LengthDist.fixed(100, 10), **kw)
-
-
-def _trace(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"trace {path} not present")
-    return path
 
 
 def test_poisson_rate_and_cv() -> None:
@@ -143,7 +136,7 @@ def test_default_workload() -> None:
     [(SHAREGPT.name, 30_731, (74, 918)), (AZURE_CONV.name, 19_366, (374, 44))],
 )
 def test_real_length_files(name: str, rows: int, first: tuple[int, int]) -> None:
-    path = _trace(SHAREGPT if name == SHAREGPT.name else AZURE_CONV)
+    path = SHAREGPT if name == SHAREGPT.name else AZURE_CONV
     ln._LENGTH_CACHE.pop(str(path.resolve()), None)
     prompts, outputs = load_length_file(path)
     assert prompts.size == outputs.size == rows

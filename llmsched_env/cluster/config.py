@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmsched_env.common.checks import check_positive
+from llmsched_env.common.checks import check_int, check_positive
 from llmsched_env.costs.base import CostModel
 from llmsched_env.engine.config import EngineConfig
 
@@ -55,10 +55,8 @@ class DisaggConfig:
     decode_rule: str = "kv_per_request"
 
     def __post_init__(self) -> None:
-        for name in ("num_prefill", "num_decode"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"DisaggConfig.{name} must be an integer >= 1, got {v!r}")
+        check_int("DisaggConfig", "num_prefill", self.num_prefill, 1)
+        check_int("DisaggConfig", "num_decode", self.num_decode, 1)
         check_positive("DisaggConfig", "link_latency_s", self.link_latency_s, allow_zero=True)
         check_positive("DisaggConfig", "link_bandwidth_Bps", self.link_bandwidth_Bps)
         check_positive("DisaggConfig", "kv_bytes_per_token", self.kv_bytes_per_token)

@@ -4,8 +4,8 @@ request lost or counted twice across the cluster."""
 from __future__ import annotations
 
 from llmsched_env.cluster.simulator import Cluster
-from llmsched_env.engine.invariants import check_engine
-from llmsched_env.engine.request import Request, Status
+from llmsched_env.engine.invariants import Places, check_engine
+from llmsched_env.engine.request import Status
 
 __all__ = ["check_cluster"]
 
@@ -15,11 +15,8 @@ def check_cluster(cluster: Cluster) -> None:
     not in exactly one place (one replica's queue, running set, landed queue, finished or rejected list, or a
     KV transfer in flight); a replica with work but no pending event, or with two; a clock ahead of the
     cluster's. O(state): for tests."""
-    seen: dict[int, str] = {}
-
-    def place(r: Request, where: str) -> None:
-        assert r.request_id not in seen, f"request {r.request_id} is in {seen[r.request_id]} and {where}"
-        seen[r.request_id] = where
+    seen = Places()
+    place = seen.place
 
     now = cluster.now_s
     events = [0] * len(cluster.replicas)

@@ -27,6 +27,7 @@ import numpy as np
 
 from llmsched_env.cluster.simulator import Cluster
 from llmsched_env.engine.request import Request, Status
+from llmsched_env.sim.kv_usage import KVUsage
 from llmsched_env.sim.metrics import compute_metrics
 
 __all__ = ["cluster_metrics", "imbalance"]
@@ -84,10 +85,8 @@ def cluster_metrics(cluster: Cluster) -> dict[str, float]:
         if home != placed:
             served[home].append(v)
     duration = max(cluster.now_s - cluster.start_s, 1e-9)
-    kv_time = sum(rep.kv_usage_time_s for rep in reps)
     extra: dict[str, float] = {
-        "kv_usage_mean": sum(rep.kv_usage_sum for rep in reps) / kv_time if kv_time else 0.0,
-        "kv_usage_peak": max(rep.kv_usage_peak for rep in reps),
+        **KVUsage.merged(rep.kv_usage for rep in reps).metrics(),
         "num_iterations": float(sum(rep.num_iterations for rep in reps)),
         "num_replicas": float(len(reps)),
         "duration_s": duration,
@@ -107,8 +106,7 @@ def cluster_metrics(cluster: Cluster) -> dict[str, float]:
             out[f"{key}/{k}"] = m[k]
         eng = rep.engine
         tokens.append(float(eng.num_prompt_tokens_admitted + eng.num_output_tokens))
-        out[f"{key}/kv_usage_mean"] = rep.kv_usage_sum / rep.kv_usage_time_s if rep.kv_usage_time_s else 0.0
-        out[f"{key}/kv_usage_peak"] = rep.kv_usage_peak
+        out.update(rep.kv_usage.metrics(f"{key}/"))
         out[f"{key}/num_iterations"] = float(rep.num_iterations)
         out[f"{key}/preemptions"] = float(eng.num_preemptions)
         out[f"{key}/tokens"] = tokens[-1]

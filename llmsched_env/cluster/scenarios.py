@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmsched_env.cluster.config import DisaggConfig, ReplicaSpec
-from llmsched_env.common.checks import check_positive
+from llmsched_env.common.checks import check_int, check_positive
 from llmsched_env.common.registry import Registry
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.engine.config import EngineConfig
@@ -45,8 +45,7 @@ class ClusterScenario:
     disagg: DisaggConfig | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.num_replicas, bool) or not isinstance(self.num_replicas, int) or self.num_replicas < 1:
-            raise ValueError(f"ClusterScenario.num_replicas must be an integer >= 1, got {self.num_replicas!r}")
+        check_int("ClusterScenario", "num_replicas", self.num_replicas, 1)
         check_positive(f"ClusterScenario({self.name!r})", "rate_rps", self.rate_rps)
         if self.replicas is not None and len(self.replicas) != self.num_replicas:
             raise ValueError(f"ClusterScenario.replicas has {len(self.replicas)} entries for {self.num_replicas}")

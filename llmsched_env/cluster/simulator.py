@@ -31,6 +31,7 @@ from llmsched_env.engine.batch import Batch, Decision
 from llmsched_env.engine.config import TenantConfig
 from llmsched_env.engine.engine import Engine
 from llmsched_env.engine.request import Request
+from llmsched_env.sim.kv_usage import KVUsage
 
 __all__ = ["Cluster", "LocalDecide", "Replica"]
 
@@ -48,9 +49,7 @@ class Replica:
         "engine",
         "idle_tick_s",
         "index",
-        "kv_usage_peak",
-        "kv_usage_sum",
-        "kv_usage_time_s",
+        "kv_usage",
         "last_step_s",
         "num_incoming",
         "num_iterations",
@@ -68,9 +67,7 @@ class Replica:
         self.num_incoming = 0  # KV transfers on their way here
         self.num_iterations = 0
         self.last_step_s = 0.0
-        self.kv_usage_sum = 0.0
-        self.kv_usage_time_s = 0.0
-        self.kv_usage_peak = 0.0
+        self.kv_usage = KVUsage()
 
     @property
     def num_outstanding(self) -> int:
@@ -215,11 +212,7 @@ class Cluster:
             dt = rep.idle_tick_s
         else:
             dt = batch.time_s(rep.cost_model)
-            usage = eng.pool.usage
-            rep.kv_usage_sum += usage * dt
-            rep.kv_usage_time_s += dt
-            if usage > rep.kv_usage_peak:
-                rep.kv_usage_peak = usage
+            rep.kv_usage.add(eng.pool.usage, dt)
             rep.batch = batch
             rep.num_iterations += 1
         rep.last_step_s = dt

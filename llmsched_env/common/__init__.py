@@ -1,8 +1,9 @@
-"""Shared primitives at the bottom of the package: number checks at public boundaries and the registry type
-for everything chosen by name. Standard library only.
+"""Shared primitives at the bottom of the package: number checks at public boundaries, the registry type for
+everything chosen by name, and dataclass fields to and from plain dicts. Standard library only.
 """
 
 from llmsched_env.common.checks import check_int, check_number, check_positive
+from llmsched_env.common.fields import check_fields, from_fields, to_fields
 from llmsched_env.common.registry import Registry
 
-__all__ = ["Registry", "check_int", "check_number", "check_positive"]
+__all__ = ["Registry", "check_fields", "check_int", "check_number", "check_positive", "from_fields", "to_fields"]

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from llmsched_env.common.checks import check_number
+from llmsched_env.common.fields import derived, from_fields, to_fields
+from llmsched_env.costs.base import check_label
+
+__all__ = ["AnalyticCostModel"]
 
 
+@dataclass(frozen=True, kw_only=True, repr=False)
 class AnalyticCostModel:
     """Roofline cost of one iteration of a decoder-only transformer, tensor-parallel over ``tensor_parallel``
     GPUs, each with ``peak_tflops`` and ``mem_bandwidth_gbps`` (GB/s, 1e9) of which the ``*_efficiency``
@@ -29,89 +36,96 @@ class AnalyticCostModel:
     KV is split over GPUs by KV head; when ``num_kv_heads < tp`` each GPU holds a replica of one head, which
     the formula prices by using ``ceil(num_kv_heads / tp) * tp`` heads. Compute and memory overlap (the
     roofline max); the two all-reduces per layer (after attention and after the MLP) do not.
+
+    A frozen dataclass built by keyword (the fields above, plus ``name`` and ``description``); each field is
+    checked on construction (``ValueError`` naming it) and the roofline's slopes are derived once, so
+    ``step_time_s`` is plain arithmetic. Equal (and hashed) by its fields; pickles natively.
     """
 
-    REQUIRED = (
-        "num_params",
+    name: str = "analytic"
+    description: str = ""
+    num_params: float
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    dtype_bytes: float
+    peak_tflops: float
+    mem_bandwidth_gbps: float
+    compute_efficiency: float
+    bandwidth_efficiency: float
+    overhead_s: float
+    tensor_parallel: int = 1
+    allreduce_latency_s: float = 0.0
+    interconnect_bandwidth_gbps: float = 0.0
+    prefill_attn_query_tile: int = 128
+    # Derived in __post_init__: the per-argument slopes of the roofline's two sides, in seconds.
+    _token_compute_s: float = derived()
+    _attn_compute_s: float = derived()
+    _weights_s: float = derived()
+    _kv_token_s: float = derived()
+    _pair_memory_s: float = derived()
+    _base_s: float = derived()
+    _comm_token_s: float = derived()
+
+    _INTS: ClassVar[tuple[str, ...]] = (
         "num_layers",
         "hidden_size",
         "num_attention_heads",
         "num_kv_heads",
         "head_dim",
-        "dtype_bytes",
-        "peak_tflops",
-        "mem_bandwidth_gbps",
-        "compute_efficiency",
-        "bandwidth_efficiency",
-        "overhead_s",
+        "tensor_parallel",
     )
-    OPTIONAL: ClassVar[dict[str, float]] = {
-        "tensor_parallel": 1,
-        "allreduce_latency_s": 0.0,
-        "interconnect_bandwidth_gbps": 0.0,
-        "prefill_attn_query_tile": 128,
-    }
-    _INTS = ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
-             "tensor_parallel")
+    _MAY_BE_ZERO: ClassVar[tuple[str, ...]] = ("overhead_s", "allreduce_latency_s", "interconnect_bandwidth_gbps")
 
-    def __init__(self, *, name: str = "analytic", description: str = "", **fields: Any) -> None:
-        owner = f"AnalyticCostModel {name!r}"
-        unknown = sorted(set(fields) - set(self.REQUIRED) - set(self.OPTIONAL))
-        if unknown:
-            known = [*self.REQUIRED, *self.OPTIONAL]
-            raise ValueError(f"{owner}: unknown field(s) {unknown}; known fields: {known}")
-        for field in self.REQUIRED:
-            if field not in fields:
-                raise ValueError(f"{owner}: missing field '{field}'")
-        values = {**self.OPTIONAL, **fields}
-        for field, value in values.items():
-            positive = field not in ("overhead_s", "allreduce_latency_s", "interconnect_bandwidth_gbps")
-            check_number(owner, field, value, positive=positive, integer=field in self._INTS)
-        for field in ("compute_efficiency", "bandwidth_efficiency"):
-            if values[field] > 1:
+    def __post_init__(self) -> None:
+        owner = f"AnalyticCostModel {self.name!r}"
+        check_label(owner, self.name, self.description)
+        for f in fields(self):
+            if f.init and f.name not in ("name", "description"):
+                positive = f.name not in self._MAY_BE_ZERO
+                check_number(owner, f.name, getattr(self, f.name), positive=positive, integer=f.name in self._INTS)
+        for name in ("compute_efficiency", "bandwidth_efficiency"):
+            if getattr(self, name) > 1:
                 raise ValueError(
-                    f"{owner}: field '{field}' is a fraction of peak, must be <= 1, got {values[field]!r}"
+                    f"{owner}: field '{name}' is a fraction of peak, must be <= 1, got {getattr(self, name)!r}"
                 )
-        if values["overhead_s"] <= 0:
+        if self.overhead_s <= 0:
             raise ValueError(f"{owner}: field 'overhead_s' must be > 0 so an empty iteration takes time")
-        tp = values["tensor_parallel"]
-        if tp > 1 and values["interconnect_bandwidth_gbps"] <= 0:
-            raise ValueError(
-                f"{owner}: field 'interconnect_bandwidth_gbps' must be > 0 when tensor_parallel > 1"
-            )
-        self.name = name
-        self.description = description
-        self.fields: dict[str, Any] = values
-
-        v = values
-        flops_per_s = v["peak_tflops"] * 1e12 * v["compute_efficiency"] * tp
-        bytes_per_s = v["mem_bandwidth_gbps"] * 1e9 * v["bandwidth_efficiency"] * tp
-        kv_heads = math.ceil(v["num_kv_heads"] / tp) * tp
-        kv_bytes = 2 * v["num_layers"] * kv_heads * v["head_dim"] * v["dtype_bytes"]
-        attn_flops = 4 * v["num_layers"] * v["num_attention_heads"] * v["head_dim"]
-        # The per-argument slopes of the roofline's two sides, in seconds.
-        self._token_compute_s = 2 * v["num_params"] / flops_per_s
-        self._attn_compute_s = attn_flops / flops_per_s
-        self._weights_s = v["num_params"] * v["dtype_bytes"] / bytes_per_s
-        self._kv_token_s = kv_bytes / bytes_per_s
-        self._pair_memory_s = kv_bytes / v["prefill_attn_query_tile"] / bytes_per_s
-        self._overhead_s = v["overhead_s"]
-        self._base_s = v["overhead_s"]
-        self._comm_token_s = 0.0
+        tp = self.tensor_parallel
+        if tp > 1 and self.interconnect_bandwidth_gbps <= 0:
+            raise ValueError(f"{owner}: field 'interconnect_bandwidth_gbps' must be > 0 when tensor_parallel > 1")
+        flops_per_s = self.peak_tflops * 1e12 * self.compute_efficiency * tp
+        bytes_per_s = self.mem_bandwidth_gbps * 1e9 * self.bandwidth_efficiency * tp
+        kv_heads = math.ceil(self.num_kv_heads / tp) * tp
+        kv_bytes = 2 * self.num_layers * kv_heads * self.head_dim * self.dtype_bytes
+        attn_flops = 4 * self.num_layers * self.num_attention_heads * self.head_dim
+        base_s = self.overhead_s
+        comm_token_s = 0.0
         if tp > 1:
-            self._base_s += 2 * v["num_layers"] * v["allreduce_latency_s"]
-            ring_bytes = 2 * (tp - 1) / tp * v["hidden_size"] * v["dtype_bytes"]
-            self._comm_token_s = 2 * v["num_layers"] * ring_bytes / (v["interconnect_bandwidth_gbps"] * 1e9)
+            base_s += 2 * self.num_layers * self.allreduce_latency_s
+            ring_bytes = 2 * (tp - 1) / tp * self.hidden_size * self.dtype_bytes
+            comm_token_s = 2 * self.num_layers * ring_bytes / (self.interconnect_bandwidth_gbps * 1e9)
+        derived = {
+            "_token_compute_s": 2 * self.num_params / flops_per_s,
+            "_attn_compute_s": attn_flops / flops_per_s,
+            "_weights_s": self.num_params * self.dtype_bytes / bytes_per_s,
+            "_kv_token_s": kv_bytes / bytes_per_s,
+            "_pair_memory_s": kv_bytes / self.prefill_attn_query_tile / bytes_per_s,
+            "_base_s": base_s,
+            "_comm_token_s": comm_token_s,
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
 
     def step_time_s(
         self, num_prefill_tokens: int, num_decode_seqs: int, num_kv_tokens: int, prefill_attn_pairs: float
     ) -> float:
         tokens = num_prefill_tokens + num_decode_seqs
         if tokens == 0:  # an empty iteration launches no kernels and reads no weights
-            return self._overhead_s
-        compute_s = (
-            self._token_compute_s * tokens + self._attn_compute_s * (prefill_attn_pairs + num_kv_tokens)
-        )
+            return self.overhead_s
+        compute_s = self._token_compute_s * tokens + self._attn_compute_s * (prefill_attn_pairs + num_kv_tokens)
         memory_s = (
             self._weights_s
             + self._kv_token_s * (num_kv_tokens + num_prefill_tokens)
@@ -121,25 +135,17 @@ class AnalyticCostModel:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON preset of this model (kind ``"analytic"``)."""
-        return {"kind": "analytic", "name": self.name, "description": self.description, **self.fields}
+        return {"kind": "analytic", **to_fields(self)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> AnalyticCostModel:
-        fields = {k: v for k, v in data.items() if k not in ("kind", "name", "description")}
-        return cls(name=data.get("name", "analytic"), description=data.get("description", ""), **fields)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self).from_dict, (self.to_dict(),))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, AnalyticCostModel) and self.to_dict() == other.to_dict()
-
-    __hash__ = None  # type: ignore[assignment]
+    def from_dict(cls, data: Mapping[str, Any]) -> AnalyticCostModel:
+        """The model a ``to_dict()`` output or a preset's fields describe; ValueError naming an unknown or
+        missing field."""
+        return from_fields(cls, f"AnalyticCostModel {data.get('name', 'analytic')!r}", data, ignore=("kind",))
 
     def __repr__(self) -> str:
-        f = self.fields
         return (
-            f"AnalyticCostModel(name={self.name!r}, num_params={f['num_params']:.3g}, "
-            f"tensor_parallel={f['tensor_parallel']}, peak_tflops={f['peak_tflops']}, "
-            f"mem_bandwidth_gbps={f['mem_bandwidth_gbps']}, overhead_s={f['overhead_s']})"
+            f"AnalyticCostModel(name={self.name!r}, num_params={self.num_params:.3g}, "
+            f"tensor_parallel={self.tensor_parallel}, peak_tflops={self.peak_tflops}, "
+            f"mem_bandwidth_gbps={self.mem_bandwidth_gbps}, overhead_s={self.overhead_s})"
         )

@@ -11,7 +11,7 @@ One iteration runs a continuous batch: chunked prefills and decodes together. Ev
 
 The result is > 0 for every batch, the empty one included (a fixed per-iteration overhead), and monotone
 non-decreasing in each argument. ``step_time_s`` runs once per simulated iteration, so it is plain float
-arithmetic on constants computed in ``__init__``, and it does not validate its arguments.
+arithmetic on constants computed at construction, and it does not validate its arguments.
 
 Besides the protocol, the times every layer derives from any cost model: one unloaded decode step and one
 request's prefill alone.
@@ -23,7 +23,7 @@ from typing import Protocol, runtime_checkable
 
 from llmsched_env.common.checks import check_number
 
-__all__ = ["CostModel", "prefill_time_s", "unloaded_decode_time_s"]
+__all__ = ["CostModel", "check_label", "prefill_time_s", "unloaded_decode_time_s"]
 
 
 @runtime_checkable
@@ -35,6 +35,13 @@ class CostModel(Protocol):
     def step_time_s(
         self, num_prefill_tokens: int, num_decode_seqs: int, num_kv_tokens: int, prefill_attn_pairs: float
     ) -> float: ...
+
+
+def check_label(owner: str, name: object, description: object) -> None:
+    """Raise ``ValueError`` unless a cost model's ``name`` and ``description`` are strings."""
+    for field, value in (("name", name), ("description", description)):
+        if not isinstance(value, str):
+            raise ValueError(f"{owner}: field '{field}' must be a string, got {value!r}")
 
 
 def unloaded_decode_time_s(model: CostModel, context_tokens: int = 1024) -> float:

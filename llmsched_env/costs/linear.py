@@ -11,18 +11,21 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from llmsched_env.common.checks import check_number
-from llmsched_env.costs.base import CostModel
+from llmsched_env.common.fields import check_fields, derived
+from llmsched_env.costs.base import CostModel, check_label
 
 __all__ = ["LinearCostModel", "fit_report"]
 
 
+@dataclass(frozen=True, repr=False)
 class LinearCostModel:
     """``t = c0 + c1 * p + c2 * d + c3 * kv + c4 * pairs + c5 * log2(1 + d)`` with every ``c >= 0`` and
     ``c0 > 0``.
@@ -32,9 +35,24 @@ class LinearCostModel:
     length-grouped decode attention is one more call per group, and groups multiply more slowly than
     decodes). Fit it to measured iterations with ``LinearCostModel.fit``; its JSON preset (kind
     ``"linear"``) names the coefficients ``COEF_FIELDS`` (a preset without ``decode_log_s`` has it 0).
+
+    A frozen dataclass: ``coef_s`` (any sequence of 5 or 6 numbers, the sixth 0 when left out) is stored as a
+    tuple of 6 floats, each checked on construction (``ValueError`` naming the coefficient). Equal when the
+    coefficients, name and description are (and hashed by them); pickles natively.
     """
 
-    COEF_FIELDS = (
+    coef_s: Sequence[float]
+    name: str = "linear"
+    description: str = ""
+    # Derived in __post_init__: coef_s unpacked, for step_time_s.
+    _c0: float = derived()
+    _c1: float = derived()
+    _c2: float = derived()
+    _c3: float = derived()
+    _c4: float = derived()
+    _c5: float = derived()
+
+    COEF_FIELDS: ClassVar[tuple[str, ...]] = (
         "overhead_s",
         "prefill_token_s",
         "decode_seq_s",
@@ -42,25 +60,24 @@ class LinearCostModel:
         "prefill_attn_pair_s",
         "decode_log_s",
     )
-    OPTIONAL_FIELDS = ("decode_log_s",)
-    MIN_OVERHEAD_S = 1e-6  # a fit's intercept is floored here so an empty iteration still takes time
+    OPTIONAL_FIELDS: ClassVar[tuple[str, ...]] = ("decode_log_s",)
+    MIN_OVERHEAD_S: ClassVar[float] = 1e-6  # a fit's intercept is floored here so an empty iteration takes time
 
-    def __init__(self, coef_s: Sequence[float], name: str = "linear", description: str = "") -> None:
-        owner = f"LinearCostModel {name!r}"
-        coefs = tuple(coef_s)
+    def __post_init__(self) -> None:
+        owner = f"LinearCostModel {self.name!r}"
+        check_label(owner, self.name, self.description)
+        coefs = tuple(self.coef_s)
         required = len(self.COEF_FIELDS) - len(self.OPTIONAL_FIELDS)
         if len(coefs) == required:
             coefs += (0.0,) * len(self.OPTIONAL_FIELDS)
         if len(coefs) != len(self.COEF_FIELDS):
-            raise ValueError(
-                f"{owner}: coef_s needs {required} or {len(self.COEF_FIELDS)} values {self.COEF_FIELDS}"
-            )
-        for field, c in zip(self.COEF_FIELDS, coefs, strict=True):
-            check_number(owner, field, c, positive=field == "overhead_s")
-        self.name = name
-        self.description = description
-        self.coef_s: tuple[float, ...] = tuple(float(c) for c in coefs)
-        self._c0, self._c1, self._c2, self._c3, self._c4, self._c5 = self.coef_s
+            raise ValueError(f"{owner}: coef_s needs {required} or {len(self.COEF_FIELDS)} values {self.COEF_FIELDS}")
+        for name, c in zip(self.COEF_FIELDS, coefs, strict=True):
+            check_number(owner, name, c, positive=name == "overhead_s")
+        coef_s = tuple(float(c) for c in coefs)
+        object.__setattr__(self, "coef_s", coef_s)
+        for i, c in enumerate(coef_s):
+            object.__setattr__(self, f"_c{i}", c)
 
     def step_time_s(
         self, num_prefill_tokens: int, num_decode_seqs: int, num_kv_tokens: int, prefill_attn_pairs: float
@@ -80,7 +97,7 @@ class LinearCostModel:
         """This model with every coefficient multiplied by ``factor`` (> 0)."""
         if not (math.isfinite(factor) and factor > 0):
             raise ValueError(f"LinearCostModel.scaled: factor must be a finite number > 0, got {factor!r}")
-        return LinearCostModel([c * factor for c in self.coef_s], name=self.name, description=self.description)
+        return replace(self, coef_s=[c * factor for c in self.coef_s])
 
     @classmethod
     def fit(
@@ -125,38 +142,27 @@ class LinearCostModel:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LinearCostModel:
+    def from_dict(cls, data: Mapping[str, Any]) -> LinearCostModel:
+        """The model a ``to_dict()`` output or a preset's fields describe; ValueError naming an unknown or
+        missing field."""
         name = data.get("name", "linear")
-        known = {"kind", "name", "description", *cls.COEF_FIELDS}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"LinearCostModel {name!r}: unknown field(s) {unknown}; known: {sorted(known)}")
-        for field in cls.COEF_FIELDS:
-            if field not in data and field not in cls.OPTIONAL_FIELDS:
-                raise ValueError(f"LinearCostModel {name!r}: missing field '{field}'")
-        coefs = [data.get(field, 0.0) for field in cls.COEF_FIELDS]
+        required = [f for f in cls.COEF_FIELDS if f not in cls.OPTIONAL_FIELDS]
+        check_fields(f"LinearCostModel {name!r}", data, {"kind", "name", "description", *cls.COEF_FIELDS}, required)
+        coefs = [data.get(key, 0.0) for key in cls.COEF_FIELDS]
         return cls(coefs, name=name, description=data.get("description", ""))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self).from_dict, (self.to_dict(),))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, LinearCostModel) and self.to_dict() == other.to_dict()
-
-    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         coefs = ", ".join(f"{f}={c:.4g}" for f, c in zip(self.COEF_FIELDS, self.coef_s, strict=True))
         return f"LinearCostModel(name={self.name!r}, {coefs})"
 
 
-
 def _samples_array(samples: Iterable[Sequence[float]], min_rows: int) -> tuple[np.ndarray, np.ndarray]:
     """Validate samples into features ``x: [n, 4]`` and seconds ``y: [n]``."""
     rows = [tuple(s) for s in samples]
     if any(len(r) != 5 for r in rows):
-        raise ValueError("samples must be (num_prefill_tokens, num_decode_seqs, num_kv_tokens, "
-                         "prefill_attn_pairs, seconds) tuples")
+        raise ValueError(
+            "samples must be (num_prefill_tokens, num_decode_seqs, num_kv_tokens, prefill_attn_pairs, seconds) tuples"
+        )
     if len(rows) < min_rows:
         raise ValueError(f"need at least {min_rows} samples to fit, got {len(rows)}")
     arr = np.asarray(rows, dtype=float)
@@ -207,4 +213,3 @@ def fit_report(model: CostModel, samples: Iterable[Sequence[float]]) -> dict[str
         "p90_rel_error": float(np.percentile(err, 90)),
         "max_rel_error": float(err.max()),
     }
-

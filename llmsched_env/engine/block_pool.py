@@ -69,20 +69,45 @@ class BlockPool:
         return -(-num_tokens // self.block_size)
 
     # -- allocation --------------------------------------------------------------------------------------
-    def allocate(self) -> int:
-        """Take one block (an empty one, else the least recently released cached one) with refcount 1."""
-        if self._free:
-            block = self._free.pop()
-        else:
-            assert self._evictable, "allocate() on a full pool: callers check num_free_blocks first"
-            block, _ = self._evictable.popitem(last=False)
-            old = self.block_hash[block]
-            if self._cached.get(old) == block:  # type: ignore[arg-type]
-                del self._cached[old]  # type: ignore[arg-type]
-            self.block_hash[block] = None
-            self.num_evictions += 1
-        self.ref_count[block] = 1
-        self.num_used += 1
+    def can_allocate(self, num_blocks: int, reserve: int = 0, shared: Sequence[int] = ()) -> bool:
+        """Whether ``allocate(num_blocks, shared)`` can run now and leave at least ``reserve`` blocks free.
+
+        ``shared`` are cached blocks found by ``lookup``; the evictable ones among them stop being free when
+        shared, so they count against the free blocks as the new ones do."""
+        free = len(self._free) + len(self._evictable) - num_blocks
+        if shared:
+            ref_count = self.ref_count
+            free -= sum(1 for b in shared if ref_count[b] == 0)
+        return free >= reserve
+
+    def allocate(self, num_blocks: int, shared: Sequence[int] = ()) -> list[int]:
+        """Take a reference on each cached block of ``shared`` (reviving evictable ones), then ``num_blocks``
+        (>= 0) new blocks with refcount 1: empty ones first, else the least recently released cached ones.
+        Returns ``shared`` followed by the new blocks, in order (a block table, or the tail to append to one).
+        The pool must have room (``can_allocate``): a short pool is an AssertionError."""
+        if num_blocks < 0:
+            raise ValueError(f"BlockPool.allocate: num_blocks must be >= 0, got {num_blocks}")
+        table = list(shared)
+        if shared:
+            self._share(shared)
+        free = self._free
+        ref_count = self.ref_count
+        for _ in range(num_blocks):
+            block = free.pop() if free else self._evict()
+            ref_count[block] = 1
+            table.append(block)
+        self.num_used += num_blocks
+        return table
+
+    def _evict(self) -> int:
+        """Reclaim the least recently released cached block (its content is forgotten)."""
+        assert self._evictable, "allocate() on a full pool: callers ask can_allocate first"
+        block, _ = self._evictable.popitem(last=False)
+        old = self.block_hash[block]
+        if self._cached.get(old) == block:  # type: ignore[arg-type]
+            del self._cached[old]  # type: ignore[arg-type]
+        self.block_hash[block] = None
+        self.num_evictions += 1
         return block
 
     def lookup(self, hashes: Sequence[int], max_blocks: int) -> list[int]:
@@ -96,7 +121,7 @@ class BlockPool:
             hits.append(block)
         return hits
 
-    def share(self, blocks: Iterable[int]) -> None:
+    def _share(self, blocks: Iterable[int]) -> None:
         """Take a reference on cached blocks found by ``lookup`` (reviving evictable ones)."""
         for block in blocks:
             if self.ref_count[block] == 0:

@@ -162,10 +162,10 @@ class Engine:
         pool = self.pool
         while self.landed and len(self.running) < self.config.max_num_seqs:
             r = self.landed[0]
-            if pool.blocks_for(r.prompt_len + r.num_output_tokens) > pool.num_free_blocks:
-                return  # head-of-line: wait for memory
+            if not pool.can_allocate(pool.blocks_for(r.prompt_len + r.num_output_tokens)):
+                return  # head-of-line: wait for memory (for the prompt KV and the next token's block)
             self.landed.popleft()
-            r.block_table = [pool.allocate() for _ in range(pool.blocks_for(r.num_computed_tokens))]
+            r.block_table = pool.allocate(pool.blocks_for(r.num_computed_tokens))
             self._commit_prefix(r, 0, r.num_computed_tokens)  # the transferred prompt blocks hold its prefix
             r.status = Status.RUNNING
             self._enter_running(r)
@@ -301,14 +301,10 @@ class Engine:
                 remote_blocks = self.remote.hit_blocks(r.prefix_hashes, len(hits), (n - 1) // bs)
             chunk = 0 if remote_blocks else min(n - cached, decision.chunk_cap, left)
             need = pool.blocks_for(cached + remote_blocks * bs + chunk) - len(hits)
-            revived = sum(1 for b in hits if pool.ref_count[b] == 0)  # evictable hits stop being free
-            if pool.num_free_blocks - revived - need < (reserve if self.running else 0):
+            if not pool.can_allocate(need, reserve if self.running else 0, hits):
                 break  # head-of-line: wait for memory, as vLLM does (an empty engine always admits)
             self.queue.remove(r)
-            pool.share(hits)
-            r.block_table = list(hits)
-            for _ in range(need):
-                r.block_table.append(pool.allocate())
+            r.block_table = pool.allocate(need, hits)
             r.status = Status.RUNNING
             r.num_computed_tokens = cached
             r.num_cached_tokens = cached
@@ -370,7 +366,9 @@ class Engine:
         one is being built) while the pool is short. False if ``r`` itself was preempted."""
         pool = self.pool
         need = pool.blocks_for(num_tokens) - len(r.block_table)
-        while need > pool.num_free_blocks:
+        if need <= 0:
+            return True
+        while not pool.can_allocate(need):
             victim = self._victim()
             self._preempt(victim)
             if batch is not None:
@@ -379,8 +377,7 @@ class Engine:
                     batch.remove_prefill(victim)
             if victim is r:
                 return False
-        for _ in range(need):
-            r.block_table.append(pool.allocate())
+        r.block_table += pool.allocate(need)
         return True
 
     def _victim(self) -> Request:

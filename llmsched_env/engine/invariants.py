@@ -13,17 +13,28 @@ from __future__ import annotations
 from llmsched_env.engine.engine import Engine
 from llmsched_env.engine.request import Request, Status
 
-__all__ = ["check_engine"]
+__all__ = ["Places", "check_engine"]
+
+
+class Places:
+    """Where each request was found, for the "in exactly one place" checks of the engine and the cluster."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return len(self.seen)
+
+    def place(self, r: Request, where: str) -> None:
+        """``r`` is in ``where``; AssertionError naming both places if it was already found elsewhere."""
+        assert r.request_id not in self.seen, f"request {r.request_id} is in {self.seen[r.request_id]} and {where}"
+        self.seen[r.request_id] = where
 
 
 def check_engine(engine: Engine) -> None:
     """Raise AssertionError naming the first inconsistency found in ``engine``."""
-    seen: dict[int, str] = {}
-
-    def place(r: Request, where: str) -> None:
-        assert r.request_id not in seen, f"request {r.request_id} is in {seen[r.request_id]} and {where}"
-        seen[r.request_id] = where
-
+    seen = Places()
+    place = seen.place
     engine.queue.check_invariants()
     for r in engine.queue.requests():
         place(r, "waiting")

@@ -4,7 +4,7 @@
 
 from llmsched_env.envs.cluster import LLMSchedClusterEnv
 from llmsched_env.envs.episode import run_episode
-from llmsched_env.envs.options import RewardConfig
+from llmsched_env.envs.reward import RewardConfig
 from llmsched_env.envs.single_node import LLMSchedEnv
 
 __all__ = ["LLMSchedClusterEnv", "LLMSchedEnv", "RewardConfig", "run_episode"]

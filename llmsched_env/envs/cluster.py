@@ -23,9 +23,10 @@ from llmsched_env.decision.registry import SCHEDULERS
 from llmsched_env.decision.router import ClusterObservationEncoder, RouterContext, RouteSpec, route_mask
 from llmsched_env.engine.request import Request
 from llmsched_env.envs.cluster_options import LocalPolicy, resolve_disagg, resolve_local_policies, resolve_specs
-from llmsched_env.envs.options import RewardConfig, load_arg
+from llmsched_env.envs.options import check_episode_args, load_arg
+from llmsched_env.envs.reward import RewardConfig, RewardTracker
 from llmsched_env.workloads.library import get_scenario
-from llmsched_env.workloads.scenarios import SPLITS, Scenario
+from llmsched_env.workloads.scenarios import Scenario
 
 __all__ = ["LLMSchedClusterEnv"]
 
@@ -109,19 +110,8 @@ class LLMSchedClusterEnv(gym.Env):
         check_invariants: bool = False,
     ) -> None:
         super().__init__()
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        check_episode_args(self, split, num_requests, horizon_s, max_steps, render_mode)
         load, self.load_range = load_arg("LLMSchedClusterEnv", load)
-        if num_requests is not None and (
-            isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 1
-        ):
-            raise ValueError(f"LLMSchedClusterEnv.num_requests must be an integer >= 1, got {num_requests!r}")
-        if not (isinstance(horizon_s, (int, float)) and horizon_s > 0):
-            raise ValueError(f"LLMSchedClusterEnv.horizon_s must be > 0 (inf for none), got {horizon_s!r}")
-        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-            raise ValueError(f"LLMSchedClusterEnv.max_steps must be an integer >= 1, got {max_steps!r}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         csc = scenario if isinstance(scenario, ClusterScenario) else None
         if csc is None and str(scenario) in CLUSTER_SCENARIOS:
             csc = CLUSTER_SCENARIOS.get(str(scenario))
@@ -149,7 +139,7 @@ class LLMSchedClusterEnv(gym.Env):
         # replicas at the single-node scenario's nominal rate each
         self.cluster_rate_rps = csc.rate_rps * n / csc.num_replicas if csc is not None else single * n
         self._source_load = self.cluster_rate_rps / single
-        self.reward_config = reward if isinstance(reward, RewardConfig) else RewardConfig(**(reward or {}))
+        self.reward_config = RewardConfig.of(reward)
         self.horizon_s, self.max_steps = horizon_s, max_steps
         self.render_mode, self.check_invariants = render_mode, check_invariants
         self.local_policy = resolve_local_policies(local_policy, n)
@@ -172,8 +162,8 @@ class LLMSchedClusterEnv(gym.Env):
         scheduler = self._local_scheduler()
         self.cluster = Cluster(self.specs, self.tenants, requests, scheduler, self.disagg)
         scheduler.cluster = self.cluster
-        self._norm = 1.0 / max(len(requests), 1)
-        self._good = self._missed = self._preempt = self._steps = 0
+        self._reward = RewardTracker(self.reward_config, len(requests))
+        self._steps = 0
         self._pending = self.cluster.advance()
         if self.check_invariants:
             check_cluster(self.cluster)
@@ -198,20 +188,20 @@ class LLMSchedClusterEnv(gym.Env):
         self._steps += 1
         terminated = self._pending is None
         truncated = not terminated and (cluster.now_s >= self.horizon_s or self._steps >= self.max_steps)
-        good = sum(rep.engine.num_good for rep in cluster.replicas)
-        missed = sum(rep.engine.num_missed for rep in cluster.replicas)
-        pre = sum(rep.engine.num_preemptions for rep in cluster.replicas)
-        d_good, d_missed, d_pre = good - self._good, missed - self._missed, pre - self._preempt
-        self._good, self._missed, self._preempt = good, missed, pre
-        if terminated or truncated:
-            d_missed += cluster.num_routed - good - missed  # unresolved requests count as misses
-        rewards = self.reward_config.terms(d_good, d_missed, d_pre, self._norm)
+        reps = cluster.replicas
+        reward, rewards = self._reward.step(
+            cluster.num_routed,
+            sum(rep.engine.num_good for rep in reps),
+            sum(rep.engine.num_missed for rep in reps),
+            sum(rep.engine.num_preemptions for rep in reps),
+            terminated or truncated,
+        )
         info: dict[str, Any] = {"rewards": rewards, "action_projected": projected, "replica": self.routable[a]}
         if terminated or truncated:
             info["metrics"] = cluster_metrics(cluster)
             info["load"] = self.load
         obs = self.encoder.encode(cluster, self._pending)
-        return obs, rewards["good"] + rewards["miss"] + rewards["preempt"], terminated, truncated, info
+        return obs, reward, terminated, truncated, info
 
     def action_masks(self) -> np.ndarray:
         """Replicas that could hold the arriving request (sb3-contrib MaskablePPO)."""

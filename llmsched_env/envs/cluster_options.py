@@ -4,11 +4,12 @@ policies, with ``ValueError`` naming the argument on bad input."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
 from typing import Any
 
 from llmsched_env.cluster.config import DisaggConfig, ReplicaSpec
 from llmsched_env.cluster.scenarios import ClusterScenario
+from llmsched_env.common.checks import check_int
+from llmsched_env.common.fields import as_dataclass
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.policy import Policy
@@ -25,16 +26,7 @@ def resolve_disagg(value: Any, csc: ClusterScenario | None) -> DisaggConfig | No
     """``disaggregated=``: None keeps the scenario's layout, False is colocated, a dict names DisaggConfig fields."""
     if value is None:
         return csc.disagg if csc is not None else None
-    if value is False:
-        return None
-    if isinstance(value, DisaggConfig):
-        return value
-    if isinstance(value, Mapping):
-        known = {f.name for f in fields(DisaggConfig)}
-        if set(value) - known:
-            raise ValueError(f"disaggregated: unknown field(s) {sorted(set(value) - known)}; known: {sorted(known)}")
-        return DisaggConfig(**value)
-    raise ValueError(f"disaggregated must be None, False, a DisaggConfig or a dict, got {value!r}")
+    return None if value is False else as_dataclass(DisaggConfig, "disaggregated", value)
 
 
 def _cost_model(cm: Any) -> CostModel:
@@ -64,8 +56,7 @@ def resolve_specs(
         return out
     if num_replicas is None:
         num_replicas = csc.num_replicas if csc is not None else disagg.num_replicas if disagg is not None else 4
-    if isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas < 1:
-        raise ValueError(f"LLMSchedClusterEnv.num_replicas must be an integer >= 1, got {num_replicas!r}")
+    check_int("LLMSchedClusterEnv", "num_replicas", num_replicas, 1)
     if csc is not None and engine is None and cost_model is None:
         specs = csc.specs()
         if len(specs) == num_replicas:

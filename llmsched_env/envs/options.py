@@ -1,37 +1,39 @@
-"""Arguments both envs share: the reward weights (``RewardConfig``), the load (``load_arg``) and the engine
-config (``engine_config``), each checked with a ``ValueError`` naming the argument."""
+"""Arguments both envs share: the episode's shape (``check_episode_args``), the load (``load_arg``) and the
+engine config (``engine_config``), each checked with a ``ValueError`` naming the argument (the reward
+weights are ``envs.reward.RewardConfig``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
 from typing import Any
 
-from llmsched_env.common.checks import check_positive
+import gymnasium as gym
+
+from llmsched_env.common.checks import check_int, check_positive
+from llmsched_env.common.fields import as_dataclass
 from llmsched_env.engine.config import EngineConfig
+from llmsched_env.workloads.scenarios import SPLITS
 
-__all__ = ["RewardConfig", "engine_config", "load_arg"]
+__all__ = ["check_episode_args", "engine_config", "load_arg"]
 
 
-@dataclass(frozen=True)
-class RewardConfig:
-    """Weights of the named reward terms (see ``LLMSchedEnv``)."""
-
-    good: float = 1.0
-    miss: float = 1.0
-    preempt: float = 0.0
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            check_positive("RewardConfig", f.name, getattr(self, f.name), allow_zero=True)
-
-    def terms(self, num_good: int, num_missed: int, num_preempted: int, norm: float) -> dict[str, float]:
-        """The named reward terms of one step: requests newly met, missed and preempted, each over N."""
-        return {
-            "good": self.good * num_good * norm,
-            "miss": -self.miss * num_missed * norm,
-            "preempt": -self.preempt * num_preempted * norm,
-        }
+def check_episode_args(
+    env: gym.Env, split: str, num_requests: int | None, horizon_s: float, max_steps: int, render_mode: str | None
+) -> None:
+    """Raise ``ValueError`` naming the argument (and ``env``'s class) unless ``split`` is one of ``SPLITS``,
+    ``num_requests`` is None or an integer >= 1, ``horizon_s`` > 0 (inf for none), ``max_steps`` an integer
+    >= 1 and ``render_mode`` None or one of ``env.metadata["render_modes"]``."""
+    owner = type(env).__name__
+    render_modes = env.metadata["render_modes"]
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if num_requests is not None:
+        check_int(owner, "num_requests", num_requests, 1)
+    if not (isinstance(horizon_s, (int, float)) and horizon_s > 0):  # inf (no horizon) is allowed
+        raise ValueError(f"{owner}.horizon_s must be > 0 (inf for none), got {horizon_s!r}")
+    check_int(owner, "max_steps", max_steps, 1)
+    if render_mode is not None and render_mode not in render_modes:
+        raise ValueError(f"render_mode must be one of {list(render_modes)}, got {render_mode!r}")
 
 
 def load_arg(owner: str, load: float | Sequence[float]) -> tuple[float, tuple[float, float] | None]:
@@ -47,14 +49,4 @@ def load_arg(owner: str, load: float | Sequence[float]) -> tuple[float, tuple[fl
 
 def engine_config(engine: EngineConfig | Mapping[str, Any] | None) -> EngineConfig:
     """An ``EngineConfig`` from an env's ``engine`` argument: None (the defaults), a config, or a dict of fields."""
-    if engine is None:
-        return EngineConfig()
-    if isinstance(engine, EngineConfig):
-        return engine
-    if isinstance(engine, Mapping):
-        known = {f.name for f in fields(EngineConfig)}
-        unknown = set(engine) - known
-        if unknown:
-            raise ValueError(f"engine: unknown field(s) {sorted(unknown)}; known fields are {sorted(known)}")
-        return EngineConfig(**engine)
-    raise ValueError(f"engine must be an EngineConfig or a dict, got {type(engine).__name__}")
+    return EngineConfig() if engine is None else as_dataclass(EngineConfig, "engine", engine)

@@ -12,6 +12,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.utils import seeding
 
+from llmsched_env.common.checks import check_int
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.actions import ActionSpec
@@ -20,11 +21,12 @@ from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.engine.remote_kv import RemoteKVConfig
 from llmsched_env.engine.request import Request
-from llmsched_env.envs.options import RewardConfig, engine_config, load_arg
+from llmsched_env.envs.options import check_episode_args, engine_config, load_arg
 from llmsched_env.envs.render import render_ansi, render_rgb
+from llmsched_env.envs.reward import RewardConfig, RewardTracker
 from llmsched_env.sim.simulator import Simulator
 from llmsched_env.workloads.library import get_scenario
-from llmsched_env.workloads.scenarios import SPLITS, Scenario, SyntheticSource
+from llmsched_env.workloads.scenarios import Scenario, SyntheticSource
 from llmsched_env.workloads.workload import WorkloadConfig
 
 __all__ = ["LLMSchedEnv"]
@@ -124,16 +126,10 @@ class LLMSchedEnv(gym.Env):
                 "custom", "a user workload", lambda sp, scale: SyntheticSource(wl, sp), num_requests=wl.num_requests
             )
         sc = get_scenario(scenario or "default") if not isinstance(scenario, Scenario) else scenario
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        check_episode_args(self, split, num_requests, horizon_s, max_steps, render_mode)
         load, self.load_range = load_arg("LLMSchedEnv", load)
-        if isinstance(iterations_per_step, bool) or not isinstance(iterations_per_step, int) or iterations_per_step < 1:
-            raise ValueError(f"LLMSchedEnv.iterations_per_step must be an integer >= 1, got {iterations_per_step!r}")
+        check_int("LLMSchedEnv", "iterations_per_step", iterations_per_step, 1)
         self.iterations_per_step = iterations_per_step
-        if num_requests is not None and (
-            isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 1
-        ):
-            raise ValueError(f"LLMSchedEnv.num_requests must be an integer >= 1, got {num_requests!r}")
         self.scenario = sc
         self.split = split
         self.load = float(load)
@@ -145,13 +141,7 @@ class LLMSchedEnv(gym.Env):
         self.source = sc.source(split, self.cost_model)
         self.action_spec = action_spec or ActionSpec.for_engine(self.engine_config)
         self.action_spec.check_engine(self.engine_config)
-        self.reward_config = reward if isinstance(reward, RewardConfig) else RewardConfig(**(reward or {}))
-        if not (isinstance(horizon_s, (int, float)) and horizon_s > 0):  # inf (no horizon) is allowed
-            raise ValueError(f"LLMSchedEnv.horizon_s must be > 0 (inf for none), got {horizon_s!r}")
-        if max_steps < 1:
-            raise ValueError(f"LLMSchedEnv.max_steps must be >= 1, got {max_steps}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.reward_config = RewardConfig.of(reward)
         self.horizon_s = horizon_s
         self.max_steps = max_steps
         self.render_mode = render_mode
@@ -174,8 +164,7 @@ class LLMSchedEnv(gym.Env):
         self.sim = Simulator(
             self.engine_config, self.tenants, self.cost_model, requests, remote_kv=self.remote_kv, rng=self.np_random
         )
-        self._norm = 1.0 / max(len(requests), 1)
-        self._good = self._missed = self._preempt = 0
+        self._reward = RewardTracker(self.reward_config, len(requests))
         self._last_step_s = 0.0
         self.history.clear()
         if self.check_invariants:
@@ -206,13 +195,9 @@ class LLMSchedEnv(gym.Env):
         engine = sim.engine
         terminated = sim.done
         truncated = not terminated and (sim.now_s >= self.horizon_s or sim.num_steps >= self.max_steps)
-        d_good = engine.num_good - self._good
-        d_missed = engine.num_missed - self._missed
-        d_pre = engine.num_preemptions - self._preempt
-        self._good, self._missed, self._preempt = engine.num_good, engine.num_missed, engine.num_preemptions
-        if terminated or truncated:
-            d_missed += engine.num_arrived - engine.num_good - engine.num_missed  # unresolved count as misses
-        rewards = self.reward_config.terms(d_good, d_missed, d_pre, self._norm)
+        reward, rewards = self._reward.step(
+            engine.num_arrived, engine.num_good, engine.num_missed, engine.num_preemptions, terminated or truncated
+        )
         info: dict[str, Any] = {"rewards": rewards, "action_projected": projected}
         if terminated or truncated:
             info["metrics"] = sim.metrics()
@@ -220,7 +205,7 @@ class LLMSchedEnv(gym.Env):
         if self.render_mode is not None:
             self.history.append((sim.now_s, engine.num_waiting_total, engine.pool.usage, self._last_step_s))
         obs = self.encoder.encode(engine, self._last_step_s)
-        return obs, rewards["good"] + rewards["miss"] + rewards["preempt"], terminated, truncated, info
+        return obs, reward, terminated, truncated, info
 
     def _draw_requests(self) -> list[Request]:
         if self.load_range is not None:

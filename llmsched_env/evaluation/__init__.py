@@ -1,2 +1,79 @@
 """Judging schedulers: episodes, grids over policies, scenarios, loads and seeds, capacity search,
-statistics over seeds, result files, plots and scale-out on Ray."""
+statistics over seeds, result files, plots and scale-out on Ray.
+
+    from llmsched_env.evaluation import EvalConfig, run_grid, summarize, write_results
+
+    config = EvalConfig(scenarios=["mixed-slo"], policies=["fcfs", "slo_aware"], seeds=[0, 1, 2])
+    result = run_grid(config, details=True)             # one row of metrics per run
+    summary = summarize(result.rows)                    # mean and 95% CI over seeds
+    write_results(Path("results"), result.rows, summary=summary, details=result.details, plots=True)
+    find_capacity(config, config.scenarios[0], "fcfs")  # the highest load with attainment >= 90%
+
+| module | what |
+|---|---|
+| ``config`` | ``EvalConfig``: the runs, checked once; ``InputError`` |
+| ``policies`` | ``PolicySpec``, ``resolve_policy``: a baseline by name or an exported policy file |
+| ``runtime_options`` / ``runtime_backend`` | the torch runtime as a backend (imports torch) |
+| ``grid`` | ``run_grid``, ``run_cell``: the episodes, serially or on Ray |
+| ``details`` | per-request latencies and the KV series of an episode, for plots |
+| ``capacity`` | ``search_capacity``, ``find_capacity``, ``capacity_grid`` |
+| ``stats`` | ``summarize``, ``mean_ci95``, ``t_quantile_975`` |
+| ``outputs`` | live and summary tables, ``write_results``, ``write_tensorboard`` |
+| ``describe`` | a scenario described in words |
+| ``plots`` | PNG plots (matplotlib) |
+| ``distributed`` | ``ray_map`` / ``ray_imap`` over Ray |
+| ``progress`` | progress bars and status lines on stderr |
+
+Nothing here imports torch, matplotlib or Ray until a policy file, the runtime backend, a plot or ``ray=``
+needs it; schedulers and routers come from ``llmsched_env.decision.registry``, never from ``baselines``.
+"""
+
+from llmsched_env.evaluation.capacity import CAPACITY_TARGET, capacity_grid, find_capacity, search_capacity
+from llmsched_env.evaluation.config import EvalConfig, InputError, Row
+from llmsched_env.evaluation.describe import format_description
+from llmsched_env.evaluation.details import episode_details
+from llmsched_env.evaluation.grid import KEY_COLUMNS, GridResult, run_cell, run_grid
+from llmsched_env.evaluation.outputs import (
+    TABLE_COLUMNS,
+    LiveTable,
+    capacity_table,
+    format_summary,
+    results_table,
+    write_csv,
+    write_results,
+    write_tensorboard,
+)
+from llmsched_env.evaluation.policies import PolicySpec, resolve_policy
+from llmsched_env.evaluation.runtime_options import RuntimeOptions
+from llmsched_env.evaluation.stats import SUMMARY_METRICS, mean_ci95, summarize, t_quantile_975
+
+__all__ = [
+    "CAPACITY_TARGET",
+    "KEY_COLUMNS",
+    "SUMMARY_METRICS",
+    "TABLE_COLUMNS",
+    "EvalConfig",
+    "GridResult",
+    "InputError",
+    "LiveTable",
+    "PolicySpec",
+    "Row",
+    "RuntimeOptions",
+    "capacity_grid",
+    "capacity_table",
+    "episode_details",
+    "find_capacity",
+    "format_description",
+    "format_summary",
+    "mean_ci95",
+    "resolve_policy",
+    "results_table",
+    "run_cell",
+    "run_grid",
+    "search_capacity",
+    "summarize",
+    "t_quantile_975",
+    "write_csv",
+    "write_results",
+    "write_tensorboard",
+]

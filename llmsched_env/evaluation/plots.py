@@ -1,8 +1,8 @@
 """PNG plots of an evaluation (``evaluate.py --out DIR``): latency CDFs, attainment against load, per-tenant
 service, KV usage over time, capacity.
 
-Inputs are plain rows and arrays, as ``evaluate.py`` produces them: ``rows`` (one dict per run: ``policy``,
-``scenario``, ``load``, ``seed`` and the metrics), ``summary`` (one dict per (policy, scenario, load):
+Inputs are plain rows and arrays, as ``run_grid`` and ``summarize`` produce them: ``rows`` (one dict per run:
+``policy``, ``scenario``, ``load``, ``seed`` and the metrics), ``summary`` (one dict per (policy, scenario, load):
 ``slo_attainment_mean``, ``slo_attainment_ci95``, ...) and ``details`` (one dict per run: the same keys plus
 the arrays ``ttft_s``, ``tpot_s`` and, for some runs, ``kv_time_s``/``kv_usage``). Drawing uses matplotlib's
 object API on the Agg canvas (no pyplot, no global state), so it is safe in tests and headless machines.
@@ -150,7 +150,7 @@ def plot_tenant_service(rows: Sequence[Row], path: Path) -> Path:
 
 def plot_kv_usage(details: Sequence[Row], path: Path) -> Path:
     """KV blocks in use over simulated time, one line per policy, one subplot per scenario: the first run of
-    each (policy, scenario) that carries a KV series (evaluate.py keeps it for the first seed, first load)."""
+    each (policy, scenario) that carries a KV series (``run_grid`` keeps it for the first seed, first load)."""
     with_series = [d for d in details if "kv_usage" in d]
     scenarios = _unique([d["scenario"] for d in with_series])
     colors = _colors(_unique([d["policy"] for d in details]))

@@ -32,15 +32,18 @@ class Progress:
 
     def __init__(self, total: int, desc: str, *, enabled: bool = True, unit: str = "run") -> None:
         self.enabled = enabled
+        self.done, self.total = 0, total  # steps counted and expected (kept when the bar is disabled too)
         self._bar = tqdm(
             total=total, desc=desc, unit=unit, file=sys.stderr, disable=not enabled, dynamic_ncols=True, leave=False
         )
 
     def update(self, n: int = 1) -> None:
+        self.done += n
         self._bar.update(n)
 
     def set_total(self, total: int) -> None:
         """Grow or shrink the bar (a search whose number of steps is known only as it goes)."""
+        self.total = total
         self._bar.total = total
         self._bar.refresh()
 

@@ -226,10 +226,7 @@ def compare(
                 sim = Simulator(engine, tenants, cost_model, workload.requests(cost_model, rate, seed))
                 pred = drive(sim, make, fallback)
                 row: dict[str, float | str] = {"policy": name, "load": load, "seed": seed, "rate_rps": rate}
-                for m in FIDELITY_METRICS:
-                    row[f"real_{m}"] = real[m]
-                    row[f"sim_{m}"] = pred[m]
-                    row[f"err_{m}"] = abs(pred[m] - real[m]) / real[m] if real[m] > 0 else float("nan")
+                row.update(_errors(real, pred))
                 row["real_slo_attainment"] = real["slo_attainment"]
                 row["sim_slo_attainment"] = pred["slo_attainment"]
                 row["loop_overhead_s"] = real["loop_overhead_s"]
@@ -271,9 +268,15 @@ def _in_situ(
     model = fit([], 0.0, name="in-situ", iterations=samples)
     sim = _Repriced(model, engine, tenants, cost_model, workload.requests(cost_model, rate, seed))
     pred = drive(sim, make, fallback)
-    out = {"insitu_fit_iterations": float(len(samples))}
+    return {"insitu_fit_iterations": float(len(samples)), **_errors(real, pred, "insitu_")}
+
+
+def _errors(real: Mapping[str, float], pred: Mapping[str, float], tag: str = "") -> dict[str, float]:
+    """For each of ``FIDELITY_METRICS``: ``{tag}real_m`` and ``{tag}sim_m``, the measured and predicted values,
+    and ``err_{tag}m``, the relative error ``|sim - real| / real`` (NaN where ``real`` is 0)."""
+    out: dict[str, float] = {}
     for m in FIDELITY_METRICS:
-        out[f"insitu_real_{m}"] = real[m]
-        out[f"insitu_sim_{m}"] = pred[m]
-        out[f"err_insitu_{m}"] = abs(pred[m] - real[m]) / real[m] if real[m] > 0 else float("nan")
+        out[f"{tag}real_{m}"] = real[m]
+        out[f"{tag}sim_{m}"] = pred[m]
+        out[f"err_{tag}{m}"] = abs(pred[m] - real[m]) / real[m] if real[m] > 0 else float("nan")
     return out

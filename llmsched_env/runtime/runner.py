@@ -233,20 +233,18 @@ class ModelRunner:
             )
         return out
 
+    def _flash(self, layer: int, q: torch.Tensor, lens: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:
+        """flash-attn over ``layer``'s paged cache: ``q`` [B, q_len, heads, head_dim], each sequence's query
+        tokens the last ``q_len`` of its ``lens`` cached tokens (causal), ``tables`` [B, blocks] its block table."""
+        kv = self.kv
+        return flash_attn_with_kvcache(q, kv.k[layer], kv.v[layer], causal=True, cache_seqlens=lens, block_table=tables)
+
     def _attend_decodes(
         self, layer: int, q: torch.Tensor, tables: torch.Tensor, lens: torch.Tensor, mask: torch.Tensor
     ) -> torch.Tensor:
         # q: [D, heads, head_dim], one query per sequence at position lens - 1
         if self.use_flash:
-            o = flash_attn_with_kvcache(
-                q[:, None],
-                self.kv.k[layer],
-                self.kv.v[layer],
-                causal=True,
-                cache_seqlens=lens,
-                block_table=tables,
-            )
-            return o[:, 0]  # [D, heads, head_dim]
+            return self._flash(layer, q[:, None], lens, tables)[:, 0]  # [D, heads, head_dim]
         d, kvh = q.shape[0], self.config.num_kv_heads
         k, v = self.kv.gather_batch(layer, tables)  # [D, S, kv_heads, head_dim]
         # GQA without repeating K/V: the group's query heads become the query-length axis of their kv head
@@ -261,15 +259,7 @@ class ModelRunner:
         n = q.shape[0]
         if self.use_flash:
             lens = torch.full((1,), start + n, dtype=torch.int32, device=q.device)
-            o = flash_attn_with_kvcache(
-                q[None],
-                self.kv.k[layer],
-                self.kv.v[layer],
-                causal=True,
-                cache_seqlens=lens,
-                block_table=blocks[None],
-            )
-            return o[0]
+            return self._flash(layer, q[None], lens, blocks[None])[0]
         mask = None
         if start > 0:  # the cached prefix [0, start) plus the chunk, causal offset by start
             k, v = self.kv.gather(layer, blocks, start + n)  # [start + n, kv_heads, head_dim]

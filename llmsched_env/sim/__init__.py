@@ -1,8 +1,10 @@
-"""The simulator: one engine driven by a cost model on a simulated clock, and the serving metrics (TTFT,
-TPOT, ITL, E2E, goodput, SLO attainment, fairness) computed the way vLLM's benchmark does.
+"""The simulator: one engine driven by a cost model on a simulated clock, its KV-usage accounting (also each
+cluster replica's), and the serving metrics (TTFT, TPOT, ITL, E2E, goodput, SLO attainment, fairness)
+computed the way vLLM's benchmark does.
 """
 
+from llmsched_env.sim.kv_usage import KVUsage
 from llmsched_env.sim.metrics import compute_metrics, format_table, jain_index
 from llmsched_env.sim.simulator import Simulator
 
-__all__ = ["Simulator", "compute_metrics", "format_table", "jain_index"]
+__all__ = ["KVUsage", "Simulator", "compute_metrics", "format_table", "jain_index"]

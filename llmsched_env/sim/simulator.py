@@ -10,7 +10,6 @@ so every step the policy sees has work to decide about, until the workload drain
 from __future__ import annotations
 
 import itertools
-from array import array
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,6 +21,7 @@ from llmsched_env.engine.engine import Engine
 from llmsched_env.engine.invariants import check_engine
 from llmsched_env.engine.remote_kv import RemoteKVConfig, RemoteKVStore
 from llmsched_env.engine.request import Request
+from llmsched_env.sim.kv_usage import KVUsage
 from llmsched_env.sim.metrics import compute_metrics
 
 __all__ = ["Simulator"]
@@ -56,14 +56,7 @@ class Simulator:
         self.start_s = self.requests[0].arrival_s if self.requests else 0.0
         # A held, empty engine waits this long before the policy is asked again.
         self.idle_tick_s = cost_model.step_time_s(0, 1, 0, 0.0)
-        self._kv_usage_sum = 0.0
-        self._kv_usage_time_s = 0.0
-        self.kv_usage_peak = 0.0
-        # (clock, KV blocks in use) after every step, for plots; bound array appends keep the hot loop cheap.
-        self._kv_series_t = array("d")
-        self._kv_series_used = array("d")
-        self._kv_append_t = self._kv_series_t.append
-        self._kv_append_used = self._kv_series_used.append
+        self.kv_usage = KVUsage()  # time-weighted mean and peak, and the series after every step
         self._checked_now_s = 0.0
         self._arrive()
         self._skip_idle()
@@ -100,17 +93,12 @@ class Simulator:
             engine.advance_clock(max(min(wake), start))
         else:
             dt = self.execute(batch)
-            usage = engine.pool.usage
-            self._kv_usage_sum += usage * dt
-            self._kv_usage_time_s += dt
-            if usage > self.kv_usage_peak:
-                self.kv_usage_peak = usage
+            self.kv_usage.add(engine.pool.usage, dt)
             engine.complete(batch, start + dt)
         self.num_steps += 1
         self._arrive()
         self._skip_idle()
-        self._kv_append_t(engine.now_s)
-        self._kv_append_used(engine.pool.num_used)
+        self.kv_usage.record(engine.now_s, engine.pool.num_used)
         return batch
 
     def execute(self, batch: Batch) -> float:
@@ -149,8 +137,7 @@ class Simulator:
     def kv_usage_series(self) -> tuple[np.ndarray, np.ndarray]:
         """``(time_s, usage)`` after every step so far: the clock (non-decreasing) and the share of KV blocks
         in use, in [0, 1]; copies, one entry per step."""
-        used = np.array(self._kv_series_used, dtype=np.float64)
-        return np.array(self._kv_series_t, dtype=np.float64), used / self.engine.pool.num_blocks
+        return self.kv_usage.series(self.engine.pool.num_blocks)
 
     def metrics(self) -> dict[str, float]:
         """The metrics of DESIGN.md over every request that has arrived (unfinished ones count as misses)."""
@@ -158,8 +145,7 @@ class Simulator:
         engine.sync_all()
         duration = max(engine.now_s - self.start_s, 1e-9)
         extra = {
-            "kv_usage_mean": self._kv_usage_sum / self._kv_usage_time_s if self._kv_usage_time_s else 0.0,
-            "kv_usage_peak": self.kv_usage_peak,
+            **self.kv_usage.metrics(),
             "num_iterations": float(self.num_steps),
             "duration_s": duration,
         }

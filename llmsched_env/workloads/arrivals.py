@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from llmsched_env.common.checks import check_positive
+from llmsched_env.common.checks import check_int, check_positive
+from llmsched_env.common.fields import from_fields, to_fields
 
 __all__ = [
     "ARRIVAL_KINDS",
@@ -58,8 +59,7 @@ class ArrivalProcess(Protocol):
 def _check_sample(owner: str, rng: np.random.Generator, n: int, start_s: float) -> None:
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"{owner}.sample: rng must be a np.random.Generator, got {type(rng).__name__}")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"{owner}.sample: n must be an integer >= 0, got {n!r}")
+    check_int(f"{owner}.sample", "n", n, 0)
     check_positive(f"{owner}.sample", "start_s", start_s, allow_zero=True)
 
 
@@ -82,6 +82,16 @@ class _Process:
         check_positive(type(self).__name__, name, value, allow_zero=allow_zero)
         object.__setattr__(self, name, float(value))
 
+    def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:
+        """``n`` arrival times after ``start_s`` (each > ``start_s``, non-decreasing), drawn with ``rng``;
+        ValueError naming the argument for a bad ``rng``, ``n`` or ``start_s``."""
+        _check_sample(type(self).__name__, rng, n, start_s)
+        return _after(self._times(rng, n, start_s), start_s)
+
+    def _times(self, rng: np.random.Generator, n: int, start_s: float) -> np.ndarray:
+        """The process's ``n`` arrival times from ``start_s`` on (arguments already checked)."""
+        raise NotImplementedError
+
     def scaled(self: _P, load: float) -> _P:
         """The same process with its rate function multiplied by ``load`` > 0 (see the module docstring)."""
         check_positive(f"{type(self).__name__}.scaled", "load", load)
@@ -89,7 +99,7 @@ class _Process:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able data; ``arrival_from_dict`` inverts it."""
-        return {"kind": self.kind, **{f.name: getattr(self, f.name) for f in fields(self)}}
+        return {"kind": self.kind, **to_fields(self)}
 
 
 @dataclass(frozen=True)
@@ -107,9 +117,8 @@ class Poisson(_Process):
     def mean_rate_rps(self) -> float:
         return self.rate_rps
 
-    def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:
-        _check_sample("Poisson", rng, n, start_s)
-        return _after(start_s + np.cumsum(rng.exponential(1.0 / self.rate_rps, size=n)), start_s)
+    def _times(self, rng: np.random.Generator, n: int, start_s: float) -> np.ndarray:
+        return start_s + np.cumsum(rng.exponential(1.0 / self.rate_rps, size=n))
 
 
 @dataclass(frozen=True)
@@ -134,10 +143,9 @@ class GammaArrivals(_Process):
     def mean_rate_rps(self) -> float:
         return self.rate_rps
 
-    def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:
-        _check_sample("GammaArrivals", rng, n, start_s)
+    def _times(self, rng: np.random.Generator, n: int, start_s: float) -> np.ndarray:
         cv2 = self.cv * self.cv
-        return _after(start_s + np.cumsum(rng.gamma(1.0 / cv2, cv2 / self.rate_rps, size=n)), start_s)
+        return start_s + np.cumsum(rng.gamma(1.0 / cv2, cv2 / self.rate_rps, size=n))
 
 
 @dataclass(frozen=True)
@@ -175,8 +183,7 @@ class OnOff(_Process):
         into = np.mod(np.asarray(t_s, dtype=np.float64) + self.phase_s, self.cycle_s)
         return np.where(into < self.on_s, self.rate_rps, 0.0)
 
-    def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:
-        _check_sample("OnOff", rng, n, start_s)
+    def _times(self, rng: np.random.Generator, n: int, start_s: float) -> np.ndarray:
         cycle, on = self.cycle_s, self.on_s
         s0 = start_s + self.phase_s
         num_cycles0, into0 = divmod(s0, cycle)
@@ -184,7 +191,7 @@ class OnOff(_Process):
         on_time = on_time0 + np.cumsum(rng.exponential(1.0 / self.rate_rps, size=n))
         num_cycles = np.floor(on_time / on)
         into = np.maximum(on_time - num_cycles * on, 0.0)
-        return _after(num_cycles * cycle + into - self.phase_s, start_s)
+        return num_cycles * cycle + into - self.phase_s
 
 
 @dataclass(frozen=True)
@@ -215,8 +222,7 @@ class Diurnal(_Process):
         angle = 2.0 * np.pi * (np.asarray(t_s, dtype=np.float64) + self.phase_s) / self.period_s
         return self.mean_rate_rps * (1.0 + self.amplitude * np.sin(angle))
 
-    def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:
-        _check_sample("Diurnal", rng, n, start_s)
+    def _times(self, rng: np.random.Generator, n: int, start_s: float) -> np.ndarray:
         peak = self.mean_rate_rps * (1.0 + self.amplitude)
         kept: list[np.ndarray] = []
         num_kept, t = 0, float(start_s)
@@ -228,8 +234,7 @@ class Diurnal(_Process):
             kept.append(batch)
             num_kept += batch.size
             t = float(candidates[-1])
-        times = np.concatenate(kept)[:n] if kept else np.empty(0, dtype=np.float64)
-        return _after(times, start_s)
+        return np.concatenate(kept)[:n] if kept else np.empty(0, dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -276,10 +281,9 @@ class Ramp(_Process):
             t_ramp = np.where(denom > 0, 2.0 * xr / denom, 0.0)
         return np.where(x <= x_ramp_end, t_ramp, d + (x - x_ramp_end) / e)
 
-    def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:
-        _check_sample("Ramp", rng, n, start_s)
+    def _times(self, rng: np.random.Generator, n: int, start_s: float) -> np.ndarray:
         x = self._cumulative(float(start_s)) + np.cumsum(rng.exponential(1.0, size=n))
-        return _after(self._inverse(x), start_s)
+        return self._inverse(x)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -325,11 +329,10 @@ class TraceReplay(_Process):
         ts = self.timestamps_s
         return (ts.size - 1) / float(ts[-1] - ts[0]) * self.rate_multiplier
 
-    def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:
-        _check_sample("TraceReplay", rng, n, start_s)
+    def _times(self, rng: np.random.Generator, n: int, start_s: float) -> np.ndarray:
         if n > self.num_arrivals:
             raise ValueError(f"TraceReplay.sample: asked for n={n} arrivals but the trace has {self.num_arrivals}")
-        return _after(start_s + self.timestamps_s[:n] / self.rate_multiplier, start_s)
+        return start_s + self.timestamps_s[:n] / self.rate_multiplier
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "timestamps_s": self.timestamps_s.tolist(), "rate_multiplier": self.rate_multiplier}
@@ -362,14 +365,7 @@ def arrival_from_dict(d: Mapping[str, Any]) -> ArrivalProcess:
     cls = _KINDS.get(d["kind"]) if isinstance(d["kind"], str) else None
     if cls is None:
         raise ValueError(f"arrival_from_dict: unknown kind {d['kind']!r}, expected one of {ARRIVAL_KINDS}")
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(d) - known - {"kind"})
-    if unknown:
-        raise ValueError(f"arrival_from_dict: {cls.__name__} has no field(s) {unknown}; its fields: {sorted(known)}")
-    missing = [f.name for f in fields(cls) if f.default is MISSING and f.name not in d]
-    if missing:
-        raise ValueError(f"arrival_from_dict: {cls.__name__} needs field(s) {missing}")
-    return cls(**{k: v for k, v in d.items() if k != "kind"})
+    return from_fields(cls, f"arrival_from_dict: {cls.__name__}", d, ignore=("kind",))  # type: ignore[return-value]
 
 
 def interarrival_cv(times: np.ndarray) -> float:

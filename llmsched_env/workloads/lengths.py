@@ -2,7 +2,7 @@
 
 A ``LengthDist`` gives the (prompt, output) token lengths of a tenant's requests: parametric (fixed, uniform,
 lognormal) or empirical (paired lengths resampled from a trace file read by ``load_length_file``, which
-accepts the ShareGPT stats CSV and the Azure LLM 2023 trace). Stdlib and numpy only.
+accepts the ShareGPT stats CSV and the Azure LLM 2023 trace, plain or ``.gz``). Stdlib and numpy only.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from llmsched_env.common.checks import check_int, check_positive
+from llmsched_env.workloads.trace_io import DECOMPRESS_ERRORS, bad_gzip_message, open_text
 
 __all__ = [
     "LENGTH_FILE_COLUMNS",
@@ -44,7 +45,14 @@ def _parse_error(path: Path, line: int, column: str, value: str) -> ValueError:
 
 
 def _parse_length_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    with path.open(newline="") as f:
+    try:
+        return _parse_length_rows(path)
+    except DECOMPRESS_ERRORS as e:  # a .gz name whose content is not gzip data, or a truncated stream
+        raise ValueError(bad_gzip_message(path, e)) from None
+
+
+def _parse_length_rows(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    with open_text(path) as f:
         reader = csv.reader(f)
         header = next(reader, None)
         if header is None or not any(h.strip() for h in header):
@@ -88,7 +96,8 @@ def load_length_file(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarr
     """Paired ``(prompt_lens, output_lens)`` (read-only int64 arrays, one entry per row) from a length CSV.
 
     Accepts the ShareGPT stats CSV (``num_prefill_tokens,num_decode_tokens,...``) and the Azure LLM 2023 trace
-    (``TIMESTAMP,ContextTokens,GeneratedTokens``), told apart by the header. Parsed files are cached per
+    (``TIMESTAMP,ContextTokens,GeneratedTokens``), told apart by the header, plain or gzip-compressed (a name
+    ending in ``.gz``). Parsed files are cached per
     (absolute path, modification time). Raises ``ValueError`` naming the file, line and column on bad input.
     """
     p = Path(path).expanduser().resolve()

@@ -11,6 +11,7 @@ from llmsched_env.engine.config import EngineConfig
 from llmsched_env.engine.remote_kv import RemoteKVConfig
 from llmsched_env.workloads.arrivals import GammaArrivals, OnOff, Ramp
 from llmsched_env.workloads.lengths import LengthDist
+from llmsched_env.workloads.public_traces import trace_path
 from llmsched_env.workloads.scenarios import (
     RequestSource,
     Scenario,
@@ -18,7 +19,6 @@ from llmsched_env.workloads.scenarios import (
     TraceSource,
     length_split,
     scaled_tenant,
-    trace_path,
     trace_split,
 )
 from llmsched_env.workloads.traces import load_azure, load_mooncake, load_trace

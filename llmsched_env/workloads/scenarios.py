@@ -10,7 +10,6 @@ model's unloaded decode step, so they stay meaningful when the hardware preset c
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,6 +24,8 @@ from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, SLOClass, Tena
 from llmsched_env.engine.remote_kv import RemoteKVConfig
 from llmsched_env.engine.request import Request
 from llmsched_env.workloads.lengths import LengthDist
+from llmsched_env.workloads.public_traces import trace_dir, trace_path
+from llmsched_env.workloads.trace_io import data_stem
 from llmsched_env.workloads.traces import Trace, load_trace
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig, generate
 
@@ -43,35 +44,7 @@ __all__ = [
 
 SPLITS = ("train", "eval")
 TRAIN_FRACTION = 0.7
-TRACE_DIR_ENV = "LLMSCHED_TRACE_DIR"
 REFERENCE_COST_MODEL = "llama3-8b-h100"  # the hardware the literature's SLO targets were set for
-
-
-def trace_dir() -> Path:
-    """Where the public traces live: ``$LLMSCHED_TRACE_DIR``, else ``shared/traces`` beside the repository."""
-    env = os.environ.get(TRACE_DIR_ENV)
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve()
-    for base in (Path.cwd(), *here.parents):
-        candidate = base.parent / "shared" / "traces"
-        if candidate.is_dir():
-            return candidate
-    return here.parents[3] / "shared" / "traces"
-
-
-# The public traces, by key, relative to ``trace_dir()`` (shared/traces/README.md says where they come from).
-TRACE_FILES = {
-    "azure-conv": "azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
-    "azure-code": "azure_llm_2023/AzureLLMInferenceTrace_code.csv",
-    "mooncake-conv": "mooncake/conversation_trace.jsonl",
-    "sharegpt": "sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
-}
-
-
-def trace_path(key: str) -> Path:
-    """The path of the public trace ``key`` (one of ``TRACE_FILES``)."""
-    return trace_dir() / TRACE_FILES[key]
 
 
 def slo_scale(cost_model: CostModel) -> float:
@@ -233,4 +206,5 @@ def scenario_from_trace(
 
         make = make_timed
     num = min(1000, max(1, int(len(trace) * (1 - TRAIN_FRACTION)) - 1))
-    return Scenario(path.stem, f"{fmt} trace {path}", make, engine=engine, cost_model=cost_model, num_requests=num)
+    name = data_stem(path)  # my.csv.gz is named "my", as my.csv is
+    return Scenario(name, f"{fmt} trace {path}", make, engine=engine, cost_model=cost_model, num_requests=num)

@@ -17,6 +17,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from llmsched_env.workloads.trace_io import DECOMPRESS_ERRORS, bad_gzip_message, data_stem, data_suffix, read_bytes
+
 OVERLONG_OPTIONS = ("reject", "truncate", "error")
 # Our fields, in the order of ``load_generic``'s ``columns`` mapping; the first and last two are optional.
 GENERIC_FIELDS = ("arrival", "prompt_len", "output_len", "prefix_ids", "tenant")
@@ -58,14 +60,17 @@ class TraceFields(NamedTuple):
 
 def _unreadable(path: Path, error: OSError) -> TraceError:
     if isinstance(error, FileNotFoundError):
-        return TraceError(f"{path}: trace file not found; check the path (traces are not shipped in the repository)")
+        return TraceError(f"{path}: trace file not found; check the path")
     return TraceError(f"{path}: cannot read trace file ({error.strerror})")
 
 
 def _read_lines(path: Path) -> list[str]:
-    """The file's lines without line ends; line i (0-based) is file line i + 1."""
+    """The file's lines without line ends (decompressed first for a ``.gz`` name); line i (0-based) is file
+    line i + 1."""
     try:
-        data = path.read_bytes()
+        data = read_bytes(path)
+    except DECOMPRESS_ERRORS as e:  # before OSError: BadGzipFile is one
+        raise TraceError(bad_gzip_message(path, e)) from None
     except OSError as e:
         raise _unreadable(path, e) from None
     try:
@@ -390,7 +395,7 @@ def _build(
         codes = None if codes is None else codes[order]
         prefix = None if prefix is None else [prefix[i] for i in order.tolist()]
     return TraceFields(
-        path.stem,
+        data_stem(path),
         str(path),
         arrival,
         prompt,
@@ -470,13 +475,15 @@ def read_generic(
     ):
         raise TraceError(f"{p}: prefix_id_tokens must be an integer >= 1, got {prefix_id_tokens!r}")
     names = {fld: columns[fld] for fld in GENERIC_FIELDS if fld in columns}
-    suffix = p.suffix.lower()
+    suffix = data_suffix(p)
     if suffix == ".csv":
         rows = _parse_csv(p, names)
     elif suffix in (".jsonl", ".json"):
         rows = _parse_jsonl(p, names)
     else:
-        raise TraceError(f"{p}: unknown file type {suffix!r}; expected .csv, .jsonl or .json (JSON lines)")
+        raise TraceError(
+            f"{p}: unknown file type {suffix!r}; expected .csv, .jsonl or .json (JSON lines), each optionally .gz"
+        )
     return _build(
         rows,
         max_context=max_context,

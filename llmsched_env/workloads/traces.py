@@ -2,7 +2,8 @@
 
 Loaders: ``load_azure`` (Azure LLM inference 2023 CSV), ``load_mooncake`` (Mooncake FAST'25 JSONL, with
 prefix-block ids), ``load_lengths`` (ShareGPT stats CSV: lengths only), ``load_generic`` (your own CSV/JSONL
-through a column mapping) and ``load_trace`` (dispatch on a format name). Every loader accepts
+through a column mapping) and ``load_trace`` (dispatch on a format name). A file whose name ends in ``.gz`` is
+read through gzip (``trace.csv.gz`` is a CSV file, named ``trace``). Every loader accepts
 ``max_context``/``overlong`` (what to do with a request whose prompt + output exceeds the context) and ``sort``
 (sort out-of-order timestamps instead of failing). Every problem in a file raises ``TraceError`` naming the
 file, the 1-based line and the field; no row is ever dropped silently (blank lines are skipped). Parsed traces
@@ -349,11 +350,11 @@ def load_generic(
     overlong: str = "reject",
     sort: bool = False,
 ) -> Trace:
-    """Your own CSV (``.csv``) or JSON-lines (``.jsonl``/``.json``) file, read through ``columns``: our field ->
-    the file's column (CSV) or key (JSONL). Fields: ``prompt_len``, ``output_len`` (required), ``arrival``
-    (numeric, absolute or relative, in ``time_unit`` "s" or "ms"; rebased to the first), ``prefix_ids`` (a JSON
-    list, or space-separated integers in a CSV cell), ``tenant`` (any string; codes in order of first
-    appearance). Without ``arrival`` the trace is length-only."""
+    """Your own CSV (``.csv``) or JSON-lines (``.jsonl``/``.json``) file, plain or gzip-compressed (``.csv.gz``,
+    ``.jsonl.gz``), read through ``columns``: our field -> the file's column (CSV) or key (JSONL). Fields:
+    ``prompt_len``, ``output_len`` (required), ``arrival`` (numeric, absolute or relative, in ``time_unit`` "s"
+    or "ms"; rebased to the first), ``prefix_ids`` (a JSON list, or space-separated integers in a CSV cell),
+    ``tenant`` (any string; codes in order of first appearance). Without ``arrival`` the trace is length-only."""
 
     def parse(p: Path) -> Trace:
         return Trace(*read_generic(p, columns, time_unit, prefix_id_tokens, max_context, overlong, sort))

@@ -1,0 +1,155 @@
+"""Train a Stable-Baselines3 agent on an llmsched scenario (llmsched-train, or python train.py).
+
+    llmsched-train --scenario mixed-slo --quick --out runs/quick          # the whole pipeline in minutes
+    llmsched-train --scenario mixed-slo --algo maskable_ppo --timesteps 300000 --seed 0 --out runs/mixed0
+    llmsched-train --scenarios mixed-slo,bursty --seeds 0,1 --ray --out runs/sweep   # 4 trainings on Ray
+
+Hyperparameters come from agents/hyperparams/<algo>.yml keyed by scenario, then --quick, then --hp
+key=value, then the flags. The run folder keeps the resolved config (config.yml), the command line
+(command.txt), TensorBoard events (tb/), checkpoints, the final and best models and the exported policy
+(policy.safetensors + policy.json) that llmsched-evaluate and the torch runtime load. What it is doing goes
+to stderr (off with --no-progress), results to stdout. A run folder inside policies/, docs/results/ or the
+installed package is refused unless --force. From Python: agents.training.train(TrainConfig(...)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from agents.config import parse_overrides
+from agents.sb3 import ALGOS
+from agents.sweep import run_sweep, sweep_configs
+from agents.train_config import DEFAULT_EVAL_BASELINES, DEFAULT_EVAL_ROUTERS, QUICK, TrainConfig, resolve_hyperparams
+from agents.training import train
+from llmsched_env.cluster.scenarios import list_cluster_scenarios
+from llmsched_env.commands.help import DefaultsFormatter, program
+from llmsched_env.common.outputs import check_output
+from llmsched_env.evaluation.distributed import RAY_INSTALL_HINT
+from llmsched_env.workloads.library import list_scenarios
+
+__all__ = ["build_parser", "main", "parse_args"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``llmsched-train`` argument parser."""
+    p = argparse.ArgumentParser(
+        prog=program("llmsched-train", "train.py"), description=__doc__, formatter_class=DefaultsFormatter
+    )
+    p.add_argument(
+        "--scenario",
+        default="default",
+        help=f"(default: %(default)s) one of {', '.join(list_scenarios())}; or, to train a router, "
+        f"{', '.join(list_cluster_scenarios())}",
+    )
+    p.add_argument("--algo", choices=sorted(ALGOS), default="maskable_ppo", help="algorithm")
+    p.add_argument("--timesteps", type=int, default=None, help="total environment steps (default: the YAML's)")
+    p.add_argument("--seed", type=int, default=0, help="training seed")
+    p.add_argument(
+        "--out", type=Path, default=None, help="run folder (default: runs/<scenario>-seed<seed>; a sweep: runs/sweep)"
+    )
+    p.add_argument("--n-envs", type=int, default=None, help="parallel environments (default: the YAML's)")
+    p.add_argument("--vec-env", choices=("dummy", "subproc"), default="dummy", help="vectorised env class")
+    p.add_argument(
+        "--hp", action="append", default=[], metavar="KEY=VALUE", help="override a hyperparameter (default: none)"
+    )
+    p.add_argument(
+        "--hyperparams", type=Path, default=None, help="a YAML file (default: agents/hyperparams/<algo>.yml)"
+    )
+    quick = ", ".join(f"{k} {v}" for k, v in QUICK.items())
+    p.add_argument("--quick", action="store_true", help=f"a short run ({quick})")
+    p.add_argument("--resume", action="store_true", help="continue from the run folder's latest checkpoint")
+    p.add_argument("--bc", default=None, help="baseline to clone before RL, 'none' to skip (default: the YAML's)")
+    p.add_argument(
+        "--eval-baselines",
+        default=None,
+        help=f"baselines the evaluation compares to (default: {','.join(DEFAULT_EVAL_BASELINES)}; routers for a "
+        f"cluster scenario: {','.join(DEFAULT_EVAL_ROUTERS)})",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no status lines and no progress bars on stderr")
+    p.add_argument("--force", action="store_true", help="allow a run folder inside a shipped folder")
+    sweep = p.add_argument_group("many trainings (each in its own run folder OUT/<scenario>-seed<K>[-key=value])")
+    sweep.add_argument("--scenarios", default=None, help="comma list: one training per scenario (default: none)")
+    sweep.add_argument("--seeds", default=None, help="comma list: one training per seed (default: --seed)")
+    sweep.add_argument(
+        "--hp-grid", action="append", default=[], metavar="KEY=V1,V2", help="one training per value (default: none)"
+    )
+    sweep.add_argument(
+        "--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+        help="run the trainings as Ray tasks (no ADDRESS: start a local Ray; default: no Ray); needs the "
+        "'distributed' extra",
+    )  # fmt: skip
+    sweep.add_argument("--ray-cpus", type=int, default=None, help="CPUs of the local Ray (default: all)")
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse and check the arguments; ``args.config`` is the (base) ``TrainConfig``, ``args.sweep`` whether
+    several trainings were asked for, with ``args.scenario_list``, ``args.seed_list`` and ``args.grid``.
+    A bad argument exits with a one-line usage error (status 2)."""
+    p = build_parser()
+    args = p.parse_args(argv)
+    args.sweep = bool(args.scenarios or args.seeds or args.hp_grid or args.ray)
+    args.scenario_list = [s for s in (args.scenarios or args.scenario).split(",") if s]
+    try:
+        args.seed_list = [int(x) for x in (args.seeds or str(args.seed)).split(",") if x]
+    except ValueError:
+        p.error(f"--seeds must be a comma list of integers, got {args.seeds!r}")
+    args.grid = {}
+    for item in args.hp_grid:
+        key, _, values = item.partition("=")
+        if not key or not values:
+            p.error(f"--hp-grid expects KEY=V1,V2,..., got {item!r}")
+        args.grid[key] = values.split(",")
+    if args.ray_cpus is not None and args.ray_cpus < 1:
+        p.error("--ray-cpus must be >= 1")
+    try:
+        args.config = TrainConfig(
+            scenario=args.scenario_list[0] if args.sweep else args.scenario,
+            algo=args.algo,
+            seed=args.seed_list[0] if args.sweep else args.seed,
+            out=args.out if args.out is not None or not args.sweep else Path("runs/sweep"),
+            timesteps=args.timesteps,
+            n_envs=args.n_envs,
+            vec_env=args.vec_env,
+            hp=parse_overrides(args.hp),
+            hyperparams=args.hyperparams,
+            quick=args.quick,
+            resume=args.resume,
+            bc=args.bc,
+            eval_baselines=tuple(b for b in args.eval_baselines.split(",") if b) if args.eval_baselines else None,
+            progress=not args.no_progress,
+            force=args.force,
+        )
+        check_output(args.config.run_folder, args.force)
+        args.configs = [args.config]
+        if args.sweep:
+            args.configs = sweep_configs(
+                args.config, args.config.run_folder, args.scenario_list, args.seed_list, args.grid
+            )
+        for config in args.configs:  # a missing or malformed hyperparameter file
+            resolve_hyperparams(config)
+    except ValueError as exc:
+        p.error(str(exc))
+    if args.ray and importlib.util.find_spec("ray") is None:
+        p.error(RAY_INSTALL_HINT)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``llmsched-train``: one training, or a sweep of them; 0 when every training succeeded, 1 when a sweep
+    had a failing training. A bad argument or a refused run folder exits with status 2 (``parse_args``)."""
+    args = parse_args(argv)
+    config: TrainConfig = args.config
+    if args.sweep:
+        results = run_sweep(args.configs, config.run_folder, args.ray, args.ray_cpus, config.progress, config.force)
+        return 0 if all(r["returncode"] == 0 for r in results) else 1
+    train(config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""Many trainings: one per scenario x seed x hyperparameter value, serially or as Ray tasks.
+
+    base = TrainConfig(quick=True)
+    configs = sweep_configs(base, Path("runs/sweep"), scenarios=["mixed-slo", "bursty"], seeds=[0, 1],
+                            hp_grid={"ent_coef": ["0.003", "0.01"]})
+    results = run_sweep(configs, Path("runs/sweep"), ray="local")   # ray=None: one after the other
+
+Each training runs as a child process (``python -m agents.cli``, its ``TrainConfig.to_argv()``) in its own
+run folder ``OUT/<scenario>-seed<K>[-key=value...]`` with its log (``train.log``), TensorBoard events and
+exported policy; ``OUT/sweep.json`` lists the runs with their exit codes and summaries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from agents.config import merge_config, parse_overrides
+from agents.train_config import TrainConfig
+from llmsched_env.common.outputs import check_output
+from llmsched_env.evaluation.progress import Progress, status
+
+__all__ = ["run_sweep", "sweep_configs", "train_task"]
+
+
+def sweep_configs(
+    base: TrainConfig,
+    out: Path,
+    scenarios: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    hp_grid: Mapping[str, Sequence[str]] | None = None,
+) -> list[TrainConfig]:
+    """``base`` for every scenario x seed x combination of ``hp_grid`` values (YAML text, as ``--hp`` takes
+    them), each in ``out/<scenario>-seed<K>[-key=value...]`` without progress output. ``scenarios`` and
+    ``seeds`` default to ``base``'s. ``ValueError`` for an unknown scenario or a value that is not YAML."""
+    grid: list[list[tuple[str, str]]] = [[]]
+    for key, values in (hp_grid or {}).items():
+        if not values:
+            raise ValueError(f"hp_grid: no values for {key!r}")
+        grid = [[*trial, (key, str(v))] for trial in grid for v in values]
+    configs = []
+    for scenario in scenarios or [base.scenario]:
+        for seed in seeds if seeds is not None else [base.seed]:
+            for trial in grid:
+                name = f"{scenario}-seed{seed}" + "".join(f"-{k}={v}" for k, v in trial)
+                hp = merge_config(dict(base.hp), parse_overrides([f"{k}={v}" for k, v in trial]))
+                run = (out / name).resolve()
+                configs.append(replace(base, scenario=scenario, seed=seed, out=run, hp=hp, progress=False))
+    return configs
+
+
+def train_task(argv: list[str], cwd: str) -> dict[str, Any]:
+    """One training of a sweep as a child process ``python -m agents.cli *argv``, its output in the run
+    folder's ``train.log``; runs in ``cwd`` when that is a checkout here (else in this process's folder: a
+    Ray node's working_dir). Returns the run folder, the exit code and the run's summary (None if absent)."""
+    root = cwd if os.path.isfile(os.path.join(cwd, "agents", "cli.py")) else os.getcwd()
+    out = Path(argv[argv.index("--out") + 1])
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "train.log").open("w") as log:
+        cmd = [sys.executable, "-m", "agents.cli", *argv]
+        code = subprocess.run(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT).returncode
+    summary = out / "summary.json"
+    return {
+        "out": str(out),
+        "returncode": code,
+        "summary": json.loads(summary.read_text()) if summary.is_file() else None,
+    }
+
+
+def _line(result: Mapping[str, Any]) -> str:
+    best = (result["summary"] or {}).get("best_eval_attainment")
+    return f"{result['out']}: exit {result['returncode']}, best evaluation attainment {best}"
+
+
+def run_sweep(
+    configs: Sequence[TrainConfig],
+    out: Path,
+    ray: str | None = None,
+    ray_cpus: int | None = None,
+    progress: bool = True,
+    force: bool = False,
+) -> list[dict[str, Any]]:
+    """Run every training of ``configs`` (``train_task``), serially or, with ``ray`` (an address, or
+    ``"local"`` for a local Ray of ``ray_cpus`` CPUs), as Ray tasks; one line per finished training on
+    stdout, a bar over the trainings on stderr unless ``progress`` is False; ``out/sweep.json`` lists the
+    results, returned in the order of ``configs``. ``ValueError`` for ``out`` inside a shipped folder
+    (unless ``force``); ``RuntimeError`` when Ray is asked for and missing."""
+    check_output(out, force)
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = [(config.to_argv(), os.getcwd()) for config in configs]
+    if ray:
+        from llmsched_env.evaluation.distributed import ray_map
+
+        status(f"{len(jobs)} trainings as Ray tasks ({ray})", enabled=progress)
+        results = ray_map(train_task, jobs, address=ray, num_cpus=ray_cpus)
+        for result in results:
+            print(_line(result), flush=True)
+    else:
+        status(f"{len(jobs)} trainings, one after the other (each logs to its train.log)", enabled=progress)
+        results = []
+        with Progress(len(jobs), "trainings", enabled=progress, unit="training") as bar:
+            for job in jobs:
+                results.append(train_task(*job))
+                bar.print(_line(results[-1]))
+                bar.update()
+    (out / "sweep.json").write_text(json.dumps(results, indent=1))
+    return results

@@ -1,0 +1,178 @@
+"""What one training is: a frozen, validated ``TrainConfig``, and the hyperparameters it resolves to.
+
+    config = TrainConfig(scenario="mixed-slo", quick=True, out=Path("runs/quick"))
+    hp = resolve_hyperparams(config)   # the YAML entry, then --quick, then --hp, then the explicit fields
+
+``TrainConfig.to_argv()`` is the ``llmsched-train`` command line of the same training (a sweep's children
+run it; the run folder's ``command.txt`` records it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.config import load_hyperparams, merge_config
+from agents.sb3 import ALGOS
+from llmsched_env.cluster.scenarios import list_cluster_scenarios
+from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
+from llmsched_env.workloads.library import list_scenarios
+
+__all__ = [
+    "ACTOR_CRITIC_ALGOS",
+    "DEFAULT_EVAL_BASELINES",
+    "DEFAULT_EVAL_ROUTERS",
+    "QUICK",
+    "RUN_KEYS",
+    "TrainConfig",
+    "is_cluster",
+    "resolve_hyperparams",
+]
+
+ACTOR_CRITIC_ALGOS = frozenset({"maskable_ppo", "ppo", "a2c"})  # behaviour cloning and export fit these
+QUICK: dict[str, Any] = {  # the --quick preset: the whole pipeline in a few minutes on a 2-core laptop
+    "n_timesteps": 100_000,
+    "n_envs": 2,
+    "n_steps": 1024,
+    "batch_size": 256,
+    "bc_steps": 10_000,
+    "env_kwargs": {"num_requests": 300},
+    "eval_freq": 50_000,
+    "eval_episodes": 2,
+}
+# keys of the resolved hyperparameters that shape the run, not the SB3 model
+RUN_KEYS = (
+    "n_timesteps",
+    "n_envs",
+    "env_kwargs",
+    "eval_load",
+    "bc_warmstart",
+    "bc_steps",
+    "bc_smoothing",
+    "eval_freq",
+    "eval_episodes",
+)
+DEFAULT_EVAL_BASELINES = ("fcfs", "priority_aging", "sjf", "vtc", "kv_guard", "sarathi", "slo_aware")
+DEFAULT_EVAL_ROUTERS = ("round_robin", "least_outstanding", "least_kv_load", "prefix_affinity", "power_of_two")
+
+
+def is_cluster(scenario: str) -> bool:
+    """Cluster scenarios train routers on ``LLMSchedCluster-v0``; the others schedulers on ``LLMSched-v0``."""
+    return scenario in list_cluster_scenarios()
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training. ``None`` fields take the hyperparameter file's value (or, for ``out``,
+    ``runs/<scenario>-seed<seed>``; for ``eval_baselines``, ``DEFAULT_EVAL_BASELINES`` or, for a cluster
+    scenario, ``DEFAULT_EVAL_ROUTERS``; a comma string is split). ``hp`` holds nested overrides
+    (``agents.config.parse_overrides``); ``bc`` is a baseline to clone before RL, ``"none"`` for no cloning.
+    ``force`` allows a run folder inside a shipped folder (``llmsched_env.common.outputs``). Bad values
+    raise a one-line ``ValueError``."""
+
+    scenario: str = "default"
+    algo: str = "maskable_ppo"
+    seed: int = 0
+    out: Path | None = None
+    timesteps: int | None = None
+    n_envs: int | None = None
+    vec_env: str = "dummy"
+    hp: Mapping[str, Any] = field(default_factory=dict)
+    hyperparams: Path | None = None
+    quick: bool = False
+    resume: bool = False
+    bc: str | None = None
+    eval_baselines: tuple[str, ...] | None = None
+    progress: bool = True
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        known = [*list_scenarios(), *list_cluster_scenarios()]
+        if self.scenario not in known:
+            raise ValueError(f"scenario: unknown scenario {self.scenario!r}; available: {', '.join(known)}")
+        if self.algo not in ALGOS:
+            raise ValueError(f"algo: unknown algorithm {self.algo!r}; available: {', '.join(ALGOS)}")
+        for name in ("seed", "timesteps", "n_envs"):
+            value, low = getattr(self, name), 0 if name == "seed" else 1
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+                raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
+        if self.vec_env not in ("dummy", "subproc"):
+            raise ValueError(f"vec_env: expected 'dummy' or 'subproc', got {self.vec_env!r}")
+        if not isinstance(self.hp, Mapping):
+            raise ValueError(f"hp: expected a mapping of hyperparameter overrides, got {self.hp!r}")
+        registry = ROUTERS if is_cluster(self.scenario) else SCHEDULERS
+        if self.bc not in (None, "none") and self.bc not in registry:
+            raise ValueError(f"bc: unknown {registry.kind} {self.bc!r}; available: {', '.join(registry)}")
+        if self.eval_baselines is not None:
+            given = self.eval_baselines
+            names = tuple(b for b in given.split(",") if b) if isinstance(given, str) else tuple(given)
+            bad = [b for b in names if b not in registry]
+            if bad or not names:
+                raise ValueError(f"eval_baselines: unknown {registry.kind}s {bad}; available: {', '.join(registry)}")
+            object.__setattr__(self, "eval_baselines", names)
+        out = Path(self.out) if self.out is not None else Path("runs") / f"{self.scenario}-seed{self.seed}"
+        object.__setattr__(self, "out", out)
+        if self.hyperparams is not None:
+            object.__setattr__(self, "hyperparams", Path(self.hyperparams))
+
+    @property
+    def run_folder(self) -> Path:
+        """The run folder (``out``, defaulted in ``__post_init__``)."""
+        assert self.out is not None
+        return self.out
+
+    @property
+    def baselines(self) -> tuple[str, ...]:
+        """The baselines (or routers) the evaluation compares to."""
+        if self.eval_baselines is not None:
+            return self.eval_baselines
+        return DEFAULT_EVAL_ROUTERS if is_cluster(self.scenario) else DEFAULT_EVAL_BASELINES
+
+    def to_argv(self) -> list[str]:
+        """The ``llmsched-train`` arguments of this training (``hp`` as one ``--hp key=JSON`` per leaf)."""
+        argv = ["--scenario", self.scenario, "--algo", self.algo, "--seed", str(self.seed)]
+        argv += ["--out", str(self.run_folder), "--vec-env", self.vec_env]
+        optional = {"--timesteps": self.timesteps, "--n-envs": self.n_envs, "--bc": self.bc}
+        optional["--hyperparams"] = self.hyperparams
+        optional["--eval-baselines"] = ",".join(self.eval_baselines) if self.eval_baselines is not None else None
+        argv += [x for key, value in optional.items() if value is not None for x in (key, str(value))]
+        argv += [x for key, value in _leaves(self.hp) for x in ("--hp", f"{key}={json.dumps(value)}")]
+        flags = {"--quick": self.quick, "--resume": self.resume, "--no-progress": not self.progress}
+        return argv + [flag for flag, on in flags.items() if on] + (["--force"] if self.force else [])
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as JSON-ready values (paths as strings)."""
+        return json.loads(json.dumps(asdict(self), default=str))
+
+
+def _leaves(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """``(dotted.key, value)`` for every non-mapping value of a nested mapping."""
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and value:
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def resolve_hyperparams(config: TrainConfig) -> dict[str, Any]:
+    """The YAML entry for (algo, scenario), then ``QUICK`` if ``quick``, then ``hp``, then the explicit fields;
+    with the evaluation's defaults filled in. ``ValueError`` for a missing or malformed hyperparameter file."""
+    hp = load_hyperparams(config.algo, config.scenario, path=config.hyperparams)
+    if config.quick:
+        hp = merge_config(hp, QUICK)
+    hp = merge_config(hp, config.hp)
+    if config.timesteps is not None:
+        hp["n_timesteps"] = config.timesteps
+    if config.n_envs is not None:
+        hp["n_envs"] = config.n_envs
+    if config.bc is not None:
+        hp["bc_warmstart"] = None if config.bc == "none" else config.bc
+    if config.algo not in ACTOR_CRITIC_ALGOS:
+        hp["bc_warmstart"] = None  # the warm start fits actor-critic policies
+    hp.setdefault("eval_freq", max(hp.get("n_timesteps", 100_000) // 10, 1000))
+    hp.setdefault("eval_episodes", 3)
+    hp.setdefault("eval_load", 1.2)
+    return hp

@@ -1,0 +1,214 @@
+"""Train one agent from Python: the run folder, the envs, behaviour cloning, the evaluation, learning.
+
+    from agents.training import TrainConfig, train
+    run = train(TrainConfig(scenario="mixed-slo", quick=True, out=Path("runs/quick")))
+
+The run folder keeps the resolved hyperparameters (``config.yml``), the ``TrainConfig`` (``args.json``), the
+equivalent command line (``command.txt``), TensorBoard events (``tb/``), checkpoints (``checkpoints/``), the
+final and best models (``model.zip``, ``best_model.zip``), the cloning's statistics (``bc.json``), a summary
+(``summary.json``) and, for MaskablePPO / PPO / A2C, the exported policy (``policy.safetensors`` +
+``policy.json``) that ``llmsched-evaluate`` and the torch runtime load. While it works, ``train`` says what
+it is doing on stderr (one status line per phase, bars over cloning epochs, baseline episodes and training
+steps, all off with ``progress=False``) and prints its results (cloning, evaluations, the end) on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import torch
+import yaml
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
+
+import llmsched_env  # noqa: F401  (registers LLMSched-v0)
+from agents.bc import behaviour_clone
+from agents.callbacks import EpisodeMetricsCallback, PeriodicEvalCallback, ProgressBarCallback, StatusCallback
+from agents.sb3 import ALGOS, FLAT_ACTION_ALGOS, make_model
+from agents.train_config import ACTOR_CRITIC_ALGOS, RUN_KEYS, TrainConfig, is_cluster, resolve_hyperparams
+from agents.wrappers import FlatActions
+from llmsched_env.common.outputs import check_output
+from llmsched_env.evaluation.progress import Progress, status
+
+__all__ = ["BC_EPOCHS", "TrainConfig", "latest_checkpoint", "make_env_fn", "prepare_run_folder", "train"]
+
+BC_EPOCHS = 10  # passes of behaviour cloning over the demonstrations
+
+
+def make_env_fn(
+    scenario: str, algo: str, env_kwargs: Mapping[str, Any], split: str = "train", agent: bool = True
+) -> Callable[[], gym.Env]:
+    """A factory of ``LLMSched-v0`` envs (or, for a cluster scenario, ``LLMSchedCluster-v0``); ``agent`` wraps
+    them for the algorithm (DQN's flat actions)."""
+
+    def make() -> gym.Env:
+        if is_cluster(scenario):  # one routing decision per arrival: no iterations_per_step
+            kwargs = {k: v for k, v in env_kwargs.items() if k != "iterations_per_step"}
+            return gym.make("LLMSchedCluster-v0", scenario=scenario, split=split, **kwargs)
+        env = gym.make("LLMSched-v0", scenario=scenario, split=split, **env_kwargs)
+        return FlatActions(env) if agent and algo in FLAT_ACTION_ALGOS else env
+
+    return make
+
+
+def latest_checkpoint(folder: Path) -> Path | None:
+    """The checkpoint with the most steps in ``folder`` (``model_<steps>_steps.zip``), or None."""
+    ckpts = sorted(folder.glob("model_*_steps.zip"), key=lambda p: int(p.stem.split("_")[1]))
+    return ckpts[-1] if ckpts else None
+
+
+def prepare_run_folder(config: TrainConfig, hp: Mapping[str, Any]) -> Path:
+    """Create the run folder (``ValueError`` inside a shipped folder unless ``config.force``) and write the
+    resolved hyperparameters, the config and the equivalent command line into it."""
+    out = check_output(config.run_folder, config.force)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yml").write_text(yaml.safe_dump({"algo": config.algo, "scenario": config.scenario, **hp}))
+    (out / "args.json").write_text(json.dumps(config.as_dict(), indent=1))
+    (out / "command.txt").write_text(shlex.join(["llmsched-train", *config.to_argv()]) + "\n")
+    return out
+
+
+def _clone(model: BaseAlgorithm, config: TrainConfig, run: dict[str, Any], env_kwargs: dict[str, Any]) -> None:
+    """Behaviour-clone ``run["bc_warmstart"]`` into ``model``; its statistics to ``bc.json`` and stdout."""
+    baseline, steps = run["bc_warmstart"], int(run.get("bc_steps", 20_000))
+    status(f"cloning the baseline {baseline}: {steps} demonstration steps, {BC_EPOCHS} epochs", enabled=config.progress)
+    t0 = time.perf_counter()
+    with Progress(BC_EPOCHS, f"cloning {baseline}", enabled=config.progress, unit="epoch") as bar:
+        stats = behaviour_clone(
+            model,
+            make_env_fn(config.scenario, config.algo, env_kwargs, agent=False),
+            baseline,
+            steps,
+            epochs=BC_EPOCHS,
+            seed=config.seed,
+            smoothing=float(run.get("bc_smoothing", 0.1)),
+            on_epoch=lambda done, total: bar.update(),
+        )
+    stats["bc_seconds"] = time.perf_counter() - t0
+    (config.run_folder / "bc.json").write_text(json.dumps({"baseline": baseline, **stats}, indent=1))
+    print(f"behaviour cloning from {baseline}: {stats}", flush=True)
+
+
+def _model(
+    config: TrainConfig, hp: dict[str, Any], run: dict[str, Any], vec_env: VecEnv, env_kwargs: dict[str, Any]
+) -> tuple[BaseAlgorithm, bool]:
+    """The model to train and whether it was resumed: the latest checkpoint with ``resume``, else a fresh
+    model, behaviour-cloned when the hyperparameters name a baseline."""
+    out, tb = config.run_folder, str(config.run_folder / "tb")
+    ckpt_dir = out / "checkpoints"
+    resume_from = latest_checkpoint(ckpt_dir) if config.resume else None
+    if config.resume and resume_from is None:
+        print(f"--resume: no checkpoint in {ckpt_dir}; starting fresh", file=sys.stderr, flush=True)
+    if resume_from is not None:
+        model = ALGOS[config.algo].load(str(resume_from), env=vec_env, device="cpu", tensorboard_log=tb)
+        status(f"resumed from {resume_from} at {model.num_timesteps} steps", enabled=config.progress)
+        return model, True
+    model = make_model(config.algo, vec_env, seed=config.seed, tensorboard_log=tb, **hp)
+    if run.get("bc_warmstart"):
+        _clone(model, config, run, env_kwargs)
+    return model, False
+
+
+def train(config: TrainConfig) -> Path:
+    """Run one training as ``config`` says and return its run folder (see the module docstring for what it
+    holds). Sets torch to one thread (SB3 on small models runs far slower with more). ``ValueError`` for a
+    run folder inside a shipped folder (without ``force``) or a bad hyperparameter file."""
+    torch.set_num_threads(1)
+    hp = resolve_hyperparams(config)
+    prepare_run_folder(config, hp)
+    run = {k: hp.pop(k) for k in RUN_KEYS if k in hp}
+    env_kwargs = dict(run["env_kwargs"])
+    if isinstance(env_kwargs.get("load"), list):
+        env_kwargs["load"] = tuple(env_kwargs["load"])
+    n_envs = int(run["n_envs"])
+    env_id = "LLMSchedCluster-v0" if is_cluster(config.scenario) else "LLMSched-v0"
+    where = f"{config.scenario}, train split, {config.vec_env} vec env"
+    status(f"building {n_envs} envs of {env_id} ({where})", enabled=config.progress)
+    vec_cls = SubprocVecEnv if config.vec_env == "subproc" else DummyVecEnv
+    make_train_env = make_env_fn(config.scenario, config.algo, env_kwargs)
+    vec_env = make_vec_env(make_train_env, n_envs=n_envs, seed=config.seed, vec_env_cls=vec_cls)
+    try:
+        model, resumed = _model(config, hp, run, vec_env, env_kwargs)
+        return _learn(config, model, resumed, run, env_kwargs)
+    finally:
+        vec_env.close()
+
+
+def _learn(
+    config: TrainConfig, model: BaseAlgorithm, resumed: bool, run: dict[str, Any], env_kwargs: dict[str, Any]
+) -> Path:
+    """Learn ``run["n_timesteps"]`` steps with checkpoints and periodic evaluation; export the best policy."""
+    out, scenario = config.run_folder, config.scenario
+    exportable = config.algo in ACTOR_CRITIC_ALGOS
+    single = make_env_fn(scenario, config.algo, env_kwargs, agent=False)()
+
+    def export(m: BaseAlgorithm) -> None:
+        if exportable:
+            from agents.export import export_policy
+
+            extra = {"scenario": scenario, "seed": config.seed, "timesteps": int(m.num_timesteps)}
+            extra["iterations_per_step"] = 1 if is_cluster(scenario) else int(env_kwargs.get("iterations_per_step", 1))
+            export_policy(m, single, out, extra=extra)
+
+    eval_kwargs = {k: v for k, v in env_kwargs.items() if k != "load"}
+
+    def make_eval_env(agent: bool) -> gym.Env:
+        kw = dict(eval_kwargs, load=run["eval_load"])
+        if not agent:
+            kw["iterations_per_step"] = 1  # baselines decide every iteration
+        return make_env_fn(scenario, config.algo, kw, split="eval", agent=agent)()
+
+    every = max(int(run["eval_freq"]) // int(run["n_envs"]), 1)
+    evaluator = PeriodicEvalCallback(
+        make_eval_env,
+        list(config.baselines),
+        seeds=list(range(int(run["eval_episodes"]))),
+        eval_freq=every,
+        out_dir=out,
+        on_best=export,
+        progress=config.progress,
+    )
+    evaluator.verbose = 1
+    steps = int(run["n_timesteps"])
+    message = f"training {config.algo} for {steps} steps; TensorBoard events in {out / 'tb'}"
+    callbacks = CallbackList(
+        [
+            EpisodeMetricsCallback(),
+            CheckpointCallback(every, str(out / "checkpoints"), name_prefix="model"),
+            evaluator,
+            StatusCallback(message, enabled=config.progress),
+            ProgressBarCallback(enabled=config.progress),
+        ]
+    )
+    t0 = time.perf_counter()
+    model.learn(
+        total_timesteps=steps,
+        callback=callbacks,
+        progress_bar=False,  # ProgressBarCallback: on stderr, as every bar of the commands
+        reset_num_timesteps=not resumed,
+        tb_log_name="run",
+    )
+    wall = time.perf_counter() - t0
+    model.save(str(out / "model.zip"))
+    if evaluator.best_attainment == float("-inf"):
+        export(model)  # never evaluated (a very short run): export the final model
+    summary = {
+        "wall_s": wall,
+        "timesteps": int(model.num_timesteps),
+        "best_eval_attainment": evaluator.best_attainment,
+        "baseline_attainment": evaluator.baseline_attainment,
+        "eval_history": evaluator.history,
+        "exported": exportable,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(f"trained {model.num_timesteps} steps in {wall:.0f} s; run folder {out}", flush=True)
+    return out

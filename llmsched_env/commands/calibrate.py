@@ -1,0 +1,200 @@
+"""Calibrate the simulator on the torch runtime, and measure how far the simulator is from it.
+
+    llmsched-calibrate profile --model tiny                      # -> results/calibrate/runtime-tiny-cpu.json
+    llmsched-calibrate fidelity --model tiny --preset runtime-tiny-cpu --policies fcfs,sjf,slo_aware \\
+        --loads 0.4,0.7 --seeds 1,2                             # -> results/calibrate/fidelity-tiny-cpu/
+
+profile times the model runner over a grid of batch shapes, records fcfs fitting episodes (real iterations
+with the serving loop's own time), fits the linear cost model and writes it as a preset (with the grid
+samples beside it as CSV); load it anywhere by its path, e.g. evaluate.py --cost-model PATH. fidelity
+replays the same workloads, under several policies and loads, on the runtime and in the simulator priced by
+that preset, and writes the relative errors of TTFT / TPOT / E2E at p50 and p99 and of the throughput
+(fidelity.csv, fidelity.json, fidelity.md); unless --no-in-situ, each workload is also replayed in lockstep
+with fitting episodes and predicted by a model fitted to them: the error without the machine's speed drift
+since the preset was fitted. Fitting workloads (seeds 1000 and up) and the warm-up workload (999) are never
+fidelity workloads. Bars and status lines go to stderr (off with --no-progress), results to stdout. Writing
+inside the installed package (presets) or docs/results/ is refused unless --force. From Python:
+llmsched_env.runtime.profiling.profile_preset and llmsched_env.runtime.fidelity_report.run_fidelity.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from llmsched_env.commands.help import DefaultsFormatter, program
+from llmsched_env.common.outputs import check_output
+from llmsched_env.evaluation.progress import Progress, status
+from llmsched_env.runtime.fidelity import FIT_LOADS, FidelityWorkload
+from llmsched_env.runtime.fidelity_report import check_fidelity_seeds, error_kinds, format_row, run_fidelity
+from llmsched_env.runtime.model import DTYPES, MODEL_PRESETS
+from llmsched_env.runtime.profiling import RunnerSpec, policy_factory, profile_preset
+
+__all__ = ["build_parser", "main", "parse_args"]
+
+PROG = ("llmsched-calibrate", "calibrate.py")
+_UNITS = {"grid": "shape", "fitting episodes": "episode"}  # profile_preset's phases
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``llmsched-calibrate`` argument parser (subcommands ``profile`` and ``fidelity``)."""
+    p = argparse.ArgumentParser(prog=program(*PROG), description=__doc__, formatter_class=DefaultsFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    for name in ("profile", "fidelity"):
+        s = sub.add_parser(name, formatter_class=DefaultsFormatter, help=f"see {name} --help")
+        s.add_argument("--model", default="tiny", choices=sorted(MODEL_PRESETS), help="model preset")
+        s.add_argument("--device", default=device, help="torch device (default here: %(default)s)")
+        s.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="model dtype")
+        s.add_argument("--weights", type=Path, default=None, help="local safetensors file or folder (default: random)")
+        s.add_argument("--seed", type=int, default=0, help="weights seed")
+        s.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+        s.add_argument("--num-requests", type=int, default=FidelityWorkload.num_requests, help="requests per workload")
+        s.add_argument("--no-progress", action="store_true", help="no status lines and no progress bars on stderr")
+        s.add_argument("--force", action="store_true", help="allow writing inside a shipped folder")
+        if name == "profile":
+            out = "preset file (default: results/calibrate/runtime-MODEL-DEVICE.json)"
+            s.add_argument("--out", type=Path, default=None, help=out)
+            s.add_argument("--repeats", type=int, default=3, help="timed runs per batch shape (median kept)")
+            s.add_argument("--quick", action="store_true", help="a small grid (tests, smoke runs)")
+            s.add_argument("--name", default=None, help="preset name (default: the file stem)")
+            s.add_argument(
+                "--fit-loads", default=",".join(map(str, FIT_LOADS)), help="loads of the recorded fitting episodes"
+            )
+        else:
+            out = "report folder (default: results/calibrate/fidelity-MODEL-DEVICE)"
+            s.add_argument("--out", type=Path, default=None, help=out)
+            s.add_argument("--preset", required=True, help="cost-model preset name or JSON path")
+            s.add_argument("--policies", default="fcfs,sjf,slo_aware", help="schedulers, comma list")
+            s.add_argument("--loads", default="0.5,0.8", help="fractions of the simulated saturation throughput")
+            s.add_argument("--seeds", default="1,2", help="workload seeds (not 999, not 1000 and up)")
+            s.add_argument(
+                "--no-in-situ", dest="in_situ", action="store_false", help="skip the lockstep in-situ replays"
+            )
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse and check the arguments (``args.spec``: the ``RunnerSpec``; lists parsed; ``--out`` defaulted
+    and checked against shipped folders). A bad argument exits with a one-line usage error (status 2)."""
+    p = build_parser()
+    args = p.parse_args(argv)
+    try:
+        args.spec = RunnerSpec(args.model, args.device, args.dtype, args.weights, args.seed, args.threads)
+        if args.num_requests < 1:
+            raise ValueError(f"--num-requests must be >= 1, got {args.num_requests}")
+        tag = f"{args.model}-{args.device.split(':')[0]}"
+        if args.command == "profile":
+            args.out = args.out or Path("results/calibrate") / f"runtime-{tag}.json"
+            args.fit_loads = _numbers("--fit-loads", args.fit_loads, float)
+        else:
+            args.out = args.out or Path("results/calibrate") / f"fidelity-{tag}"
+            args.policies = [x for x in args.policies.split(",") if x]
+            for name in args.policies:
+                policy_factory(name)
+            args.loads = _numbers("--loads", args.loads, float)
+            args.seeds = _numbers("--seeds", args.seeds, int)
+            check_fidelity_seeds(args.seeds)
+        check_output(args.out, args.force)
+    except ValueError as exc:
+        p.error(str(exc))
+    return args
+
+
+def _numbers(option: str, text: str, kind: type) -> list:
+    try:
+        return [kind(x) for x in text.split(",") if x]
+    except ValueError:
+        raise ValueError(f"{option} must be a comma list of {kind.__name__} values, got {text!r}") from None
+
+
+class _Bars:
+    """``on_status(line)`` and ``on_progress(phase, done, total)`` on stderr: a status line ends the bars
+    before it, and each phase has its own bar until the next phase or status line."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._phase = ""
+        self._bar: Progress | None = None
+        self._shown = 0
+
+    def status(self, line: str) -> None:
+        self.close()
+        status(line, enabled=self.enabled)
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        if self._bar is None or phase != self._phase:
+            self.close()
+            bar = Progress(total, phase, enabled=self.enabled, unit=_UNITS.get(phase, "step"))
+            self._phase, self._bar, self._shown = phase, bar, 0
+        self._bar.update(done - self._shown)
+        self._shown = done
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def _profile(args: argparse.Namespace) -> None:
+    bars = _Bars(not args.no_progress)
+    try:
+        model, report = profile_preset(
+            args.spec, args.out, quick=args.quick, repeats=args.repeats, name=args.name, fit_loads=args.fit_loads,
+            num_requests=args.num_requests, force=args.force, on_status=bars.status, on_progress=bars,
+        )  # fmt: skip
+    finally:
+        bars.close()
+    print(json.dumps(report, indent=2))
+    print(model)
+
+
+def _fidelity(args: argparse.Namespace) -> None:
+    kinds = error_kinds(args.in_situ)
+    total = len(args.policies) * len(args.loads) * len(args.seeds)
+    bar: Progress | None = None
+
+    def on_status(line: str) -> None:  # the run's one status line, then its bar over the workloads
+        nonlocal bar
+        status(line, enabled=not args.no_progress)
+        bar = bar or Progress(total, "fidelity", enabled=not args.no_progress, unit="workload")
+
+    def on_row(row: dict) -> None:
+        assert bar is not None
+        for line in format_row(row, kinds):
+            bar.print(line)
+        bar.update()
+
+    try:
+        report = run_fidelity(
+            args.spec, args.preset, args.policies, args.out, loads=args.loads, seeds=args.seeds,
+            num_requests=args.num_requests, in_situ=args.in_situ, force=args.force, on_row=on_row,
+            on_status=on_status,
+        )  # fmt: skip
+    finally:
+        if bar is not None:
+            bar.close()
+    print(report.markdown, end="")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``llmsched-calibrate``: 0 on success, 2 for a bad argument or a file the runtime cannot use."""
+    args = parse_args(argv)
+    try:
+        if args.command == "profile":
+            _profile(args)
+        else:
+            _fidelity(args)
+    except ValueError as exc:  # e.g. an unreadable --weights or --preset file, named by its loader
+        print(f"{program(*PROG)}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

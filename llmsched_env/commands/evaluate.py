@@ -1,0 +1,134 @@
+"""Evaluate scheduling policies on llmsched workloads and print a metrics table.
+
+    llmsched-evaluate --policies fcfs,slo_aware,mine=runs/ppo0 --seeds 0,1,2 --out results/
+    python evaluate.py ...            (the same command, from a checkout)
+
+Runs every (policy, scenario, load, seed) episode to its end through ``LLMSched-v0``; each policy acts on
+the observation and action mask only, as an agent would. A policy is a baseline name or the path of an
+exported policy (a run folder holding ``policy.json`` + ``policy.safetensors``, or the JSON itself),
+optionally named ``alias=path``. Prints one row per run as it finishes (a progress bar with an ETA on
+stderr; --no-progress turns it off) and, with several seeds, the mean and 95% confidence half-width
+(Student t) per (policy, scenario, load). ``--out`` gets ``results.csv`` and ``results.json`` (one row per
+run, one column per metric), ``summary.csv`` and the plots (``--no-plots`` skips them); ``--tensorboard DIR``
+writes every run's metrics as TensorBoard scalars (step = seed). ``--capacity`` searches each policy's
+highest load with attainment >= 90% instead.
+
+``--backend runtime --model tiny`` serves the same episodes on the torch runtime (a real model, paged KV
+cache, the same core engine and the same policies) instead of the simulator.
+
+Everything it does is a library call (``llmsched_env.evaluation``: ``EvalConfig``, ``run_grid``,
+``capacity_grid``, ``summarize``, ``write_results``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from llmsched_env.commands.evaluate_args import build_parser, config_from_args
+from llmsched_env.evaluation import (
+    EvalConfig,
+    InputError,
+    Row,
+    capacity_grid,
+    capacity_table,
+    format_description,
+    format_summary,
+    results_table,
+    run_grid,
+    summarize,
+    write_results,
+    write_tensorboard,
+)
+from llmsched_env.evaluation.outputs import RESULTS_TITLE, LiveTable
+from llmsched_env.evaluation.progress import Progress
+
+__all__ = ["main", "parse"]
+
+
+def parse(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, EvalConfig]:
+    """The options and the ``EvalConfig`` of a command line; a bad one exits (status 2) with a usage line."""
+    parser = build_parser(__doc__ or "")
+    args = parser.parse_args(argv)
+    return args, config_from_args(parser, args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``llmsched-evaluate`` with ``argv`` (default: the process's arguments); 0 on success. A bad
+    argument exits with status 2 and one usage line; an input found bad only when its run starts (a weights
+    file) exits with status 1 and one error line."""
+    args, config = parse(argv)
+    if args.describe:
+        for scenario in config.scenarios:
+            for load in config.loads:
+                print(format_description(scenario, config.split, load, config.seeds[0]))  # type: ignore[arg-type]
+        return 0
+    for spec in config.policies:
+        if spec.path is not None:  # type: ignore[union-attr]
+            exported = spec.exported  # type: ignore[union-attr]
+            print(f"policy {spec.name}: {exported.path} ({exported.meta.get('algo', '?')})")  # type: ignore[union-attr]
+    plots = args.plots if args.plots is not None else args.out is not None
+    summary: list[Row] = []
+    details: list[Row] = []
+    try:
+        if args.capacity:
+            rows = _capacity(config, args)
+        else:
+            rows, details = _grid(config, args, plots)
+            summary = summarize(rows)
+            if len(config.seeds) > 1:
+                print(format_summary(summary), flush=True)
+    except InputError as exc:  # found only when a run starts (a weights file): one line, no traceback
+        raise SystemExit(f"{Path(sys.argv[0]).name}: error: {exc}") from None  # argparse's program name
+    if args.out is not None:
+        written = write_results(args.out, rows, summary=summary, details=details, plots=plots)
+        print("wrote " + ", ".join(str(p) for p in written))
+    if args.tensorboard is not None:
+        write_tensorboard(rows, args.tensorboard)
+        print(f"wrote TensorBoard events under {args.tensorboard} (tensorboard --logdir {args.tensorboard})")
+    return 0
+
+
+def _live(table: LiveTable, bar: Progress, title: str | None = None) -> None:
+    """Print ``title`` and ``table``'s header now, before the first result."""
+    for line in ([title] if title else []) + table.head():
+        bar.print(line)
+
+
+def _grid(config: EvalConfig, args: argparse.Namespace, details: bool) -> tuple[list[Row], list[Row]]:
+    """Every run, each row printed as it comes (as its cell comes on Ray); the bar counts runs (cells)."""
+    table = results_table(config)
+    unit = "cell" if args.ray else "run"
+    with Progress(total=config.num_runs, desc="grid", unit=unit, enabled=not args.no_progress) as bar:
+        _live(table, bar, RESULTS_TITLE)
+        result = run_grid(
+            config,
+            details=details,
+            ray=args.ray,
+            ray_cpus=args.ray_cpus,
+            on_row=lambda row: bar.print(table.format(row)),
+            progress=bar,
+        )
+    return result.rows, result.details
+
+
+def _capacity(config: EvalConfig, args: argparse.Namespace) -> list[Row]:
+    """Every (scenario, policy) capacity search, each row printed as its search ends; the bar counts load
+    evaluations, its total growing as the searches go (on Ray: it counts searches)."""
+    table = capacity_table(config)
+    unit = "search" if args.ray else "eval"
+    with Progress(total=0, desc="capacity", unit=unit, enabled=not args.no_progress) as bar:
+        _live(table, bar)
+        return capacity_grid(
+            config,
+            ray=args.ray,
+            ray_cpus=args.ray_cpus,
+            on_row=lambda row: bar.print(table.format(row)),
+            progress=bar,
+        )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,193 @@
+"""The options of ``llmsched-evaluate`` and their translation into an ``EvalConfig``.
+
+Every bad value ends in one usage line (``parser.error``), never a traceback: argparse types check the
+shape of each value, the library (``EvalConfig``, ``resolve_policy``, ``RuntimeOptions``,
+``scenario_from_trace``) checks the rest and its ``ValueError`` becomes the usage line.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from llmsched_env.cluster.scenarios import list_cluster_scenarios
+from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
+from llmsched_env.engine.config import SLO_CLASSES
+from llmsched_env.evaluation import EvalConfig, RuntimeOptions
+from llmsched_env.evaluation.runtime_options import DTYPE_NAMES
+from llmsched_env.workloads.library import list_scenarios
+from llmsched_env.workloads.scenarios import SPLITS, Scenario, scenario_from_trace
+from llmsched_env.workloads.traces import TRACE_FORMATS
+
+__all__ = ["build_parser", "config_from_args"]
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description's layout and ends every option's help with its default (lists comma-joined,
+    flags on/off, None "none"), unless the help already says what the default is."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "(default" not in text and action.default is not argparse.SUPPRESS and action.option_strings:
+            default = action.default
+            if isinstance(default, list):
+                default = ",".join(str(v) for v in default)
+            elif isinstance(default, bool):
+                default = "on" if default else "off"
+            elif default is None:
+                default = "none"
+            text = f"{text} (default: {default})"
+        return text.replace("%", "%%")  # argparse %-formats help; no help here uses its %(name)s fields
+
+
+def _csv_list(kind: type, minimum: float | None = None) -> Callable[[str], list[Any]]:
+    """An argparse type: a comma-separated list of ``kind``, each > ``minimum`` when given."""
+
+    def parse(text: str) -> list[Any]:
+        try:
+            values = [kind(x.strip()) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a comma-separated list of {kind.__name__}, got {text!r}"
+            ) from None
+        if not values:
+            raise argparse.ArgumentTypeError(f"expected at least one entry, got {text!r}")
+        if minimum is not None and any(not v > minimum for v in values):
+            raise argparse.ArgumentTypeError(f"every value must be > {minimum:g}, got {text!r}")
+        return values
+
+    parse.__name__ = f"list of {kind.__name__}"
+    return parse
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def build_parser(description: str) -> argparse.ArgumentParser:
+    """The parser of ``llmsched-evaluate`` (``python evaluate.py``), ``description`` its help's head."""
+    p = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
+    add = p.add_argument
+    add(
+        "--policies",
+        type=_csv_list(str),
+        default=["fcfs"],
+        help=f"schedulers ({','.join(SCHEDULERS.names())}), routers for cluster scenarios "
+        f"({','.join(ROUTERS.names())}) or exported policies: a run folder holding policy.json + "
+        "policy.safetensors, or the JSON; name=path names one (else the folder's name)",
+    )
+    add(
+        "--scenarios",
+        type=_csv_list(str),
+        default=["default"],
+        help=f"scenario library: {','.join(list_scenarios())}; cluster: {','.join(list_cluster_scenarios())}",
+    )
+    add("--loads", type=_csv_list(float, 0.0), default=[1.0], help="arrival rates relative to nominal")
+    add("--seeds", type=_csv_list(int), default=[0], help="one episode per seed")
+    add("--split", choices=SPLITS, default="eval", help="held-out evaluation part, or train")
+    add("--num-requests", type=_positive_int, default=None, help="requests per episode (default: the scenario's)")
+    add("--cost-model", default=None, help="cost-model preset name or JSON path (default: the scenario's)")
+    add("--trace", type=Path, default=None, help="evaluate on your own trace file instead of --scenarios")
+    add("--trace-format", choices=TRACE_FORMATS, default=None, help="format of --trace (default: none; required)")
+    add("--trace-rate", type=float, default=None, help="arrival rate for --trace in req/s (default: the trace's mean)")
+    add("--trace-slo", default="chat", help=f"SLO class for --trace: {','.join(SLO_CLASSES)}")
+    add(
+        "--trace-columns",
+        default=None,
+        help="generic format: our field=your column, e.g. arrival=ts,prompt_len=input,output_len=output "
+        "(default: none; required by --trace-format generic)",
+    )
+    add("--trace-time-unit", choices=("s", "ms"), default="s", help="generic format: timestamp unit")
+    add("--describe", action="store_true", help="describe the scenarios instead of running policies")
+    add("--capacity", action="store_true", help="search each policy's capacity (attainment >= 90%)")
+    add("--out", type=Path, default=None, help="folder for results.csv/.json, summary.csv and plots (default: none)")
+    add(
+        "--plots",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="write PNG plots into --out (default: on when --out is given)",
+    )
+    add("--tensorboard", type=Path, default=None, help="write each run's metrics as TensorBoard scalars here")
+    add("--check-invariants", action="store_true", help="verify the core's invariants every step")
+    add("--no-progress", action="store_true", help="no progress bars on stderr")
+    add(
+        "--ray",
+        nargs="?",
+        const="local",
+        default=None,
+        metavar="ADDRESS",
+        help="spread the runs over a Ray cluster (no ADDRESS: start a local Ray); needs the 'distributed' extra "
+        "(default: off, run here)",
+    )
+    add("--ray-cpus", type=_positive_int, default=None, help="CPUs of the local Ray (default: all)")
+    rt = p.add_argument_group("torch runtime (--backend runtime)")
+    rt.add_argument("--backend", choices=("sim", "runtime"), default="sim", help="simulator or real model")
+    rt.add_argument("--model", default="tiny", help="model preset of the runtime (tiny, llama-1b, llama3-8b)")
+    rt.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    rt.add_argument(
+        "--dtype", default=None, choices=DTYPE_NAMES, help="model dtype (default: float32 on CPU, else bfloat16)"
+    )
+    rt.add_argument("--weights", type=Path, default=None, help="local safetensors weights (default: seeded random)")
+    rt.add_argument("--realtime", action="store_true", help="sleep through idle gaps instead of skipping them")
+    rt.add_argument("--policy-timeout", type=float, default=0.1, help="seconds before a decision falls back to fcfs")
+    return p
+
+
+def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> EvalConfig:
+    """The ``EvalConfig`` the parsed ``args`` ask for; a usage error (exit 2) for anything wrong."""
+    if args.plots and args.out is None:
+        p.error("--plots needs --out (the folder the PNG files go to)")
+    if args.describe and set(args.scenarios) & set(list_cluster_scenarios()):
+        p.error("--describe is single-node only")
+    try:
+        runtime = None
+        if args.backend == "runtime":
+            runtime = RuntimeOptions(
+                model=args.model,
+                device=args.device,
+                dtype=args.dtype,
+                weights=args.weights,
+                realtime=args.realtime,
+                policy_timeout_s=args.policy_timeout,
+            )
+        scenarios: list[Any] = [_trace_scenario(p, args)] if args.trace is not None else args.scenarios
+        config = EvalConfig(
+            scenarios=scenarios,
+            policies=args.policies,
+            loads=args.loads,
+            seeds=args.seeds,
+            split=args.split,
+            num_requests=args.num_requests,
+            cost_model=args.cost_model,
+            check_invariants=args.check_invariants,
+            runtime=runtime,
+        )
+    except ValueError as exc:
+        p.error(str(exc))
+    return config
+
+
+def _trace_scenario(p: argparse.ArgumentParser, args: argparse.Namespace) -> Scenario:
+    """The scenario of ``--trace`` and its options (``ValueError`` from the trace reader names the file)."""
+    if args.trace_format is None:
+        p.error(f"--trace needs --trace-format ({', '.join(TRACE_FORMATS)})")
+    if args.trace_slo not in SLO_CLASSES:
+        p.error(f"unknown --trace-slo {args.trace_slo!r}; available: {', '.join(SLO_CLASSES)}")
+    options: dict[str, Any] = {}
+    if args.trace_format == "generic":
+        if not args.trace_columns:
+            p.error("--trace-format generic needs --trace-columns (e.g. prompt_len=input,output_len=output)")
+        try:
+            options["columns"] = dict(kv.split("=", 1) for kv in args.trace_columns.split(","))
+        except ValueError:
+            p.error(f"--trace-columns must be field=column pairs separated by commas, got {args.trace_columns!r}")
+        options["time_unit"] = args.trace_time_unit
+    return scenario_from_trace(args.trace, args.trace_format, args.trace_rate, args.trace_slo, **options)

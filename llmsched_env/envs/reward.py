@@ -1,0 +1,74 @@
+"""The reward of both envs: the weights of its named terms (``RewardConfig``) and the bookkeeping that turns
+an episode's running counts of requests met, missed and preempted into each step's terms (``RewardTracker``).
+
+Every request is counted once, when its outcome is known: ``good`` (+1/N) when it meets its SLOs, ``miss``
+(-1/N) when it misses them or is rejected; at the end of an episode every arrived request still without an
+outcome counts as a miss, so a drained episode returns ``2 * slo_attainment - 1`` with the default weights.
+``preempt`` (-1/N each, weight 0 by default) charges recompute preemptions. N is the episode's request count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+from llmsched_env.common.checks import check_int, check_positive
+from llmsched_env.common.fields import as_dataclass
+
+__all__ = ["RewardConfig", "RewardTracker"]
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Weights (>= 0) of the named reward terms ``good``, ``miss`` and ``preempt``."""
+
+    good: float = 1.0
+    miss: float = 1.0
+    preempt: float = 0.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            check_positive("RewardConfig", f.name, getattr(self, f.name), allow_zero=True)
+
+    @classmethod
+    def of(cls, reward: RewardConfig | Mapping[str, float] | None) -> RewardConfig:
+        """The config an env's ``reward`` argument names: None (the defaults), a config, or a dict of weights.
+        ValueError naming the field for an unknown one."""
+        return cls() if reward is None else as_dataclass(cls, "reward", reward)
+
+    def terms(self, num_good: int, num_missed: int, num_preempted: int, norm: float) -> dict[str, float]:
+        """The named reward terms of one step: requests newly met, missed and preempted, each times ``norm``."""
+        return {
+            "good": self.good * num_good * norm,
+            "miss": -self.miss * num_missed * norm,
+            "preempt": -self.preempt * num_preempted * norm,
+        }
+
+
+class RewardTracker:
+    """One episode's reward bookkeeping: remembers the running counts it last saw and prices what changed.
+
+    ``num_requests`` is the episode's N (each term is over N; 0 is read as 1)."""
+
+    def __init__(self, config: RewardConfig, num_requests: int) -> None:
+        check_int("RewardTracker", "num_requests", num_requests, 0)
+        self.config = config
+        self.norm = 1.0 / max(num_requests, 1)
+        self.num_good = 0
+        self.num_missed = 0
+        self.num_preempted = 0
+
+    def step(
+        self, num_arrived: int, num_good: int, num_missed: int, num_preempted: int, ended: bool
+    ) -> tuple[float, dict[str, float]]:
+        """``(reward, terms)`` of one step, from the episode's running counts now: requests arrived, met,
+        missed, and preemptions. With ``ended`` (the episode terminated or was truncated) the arrived
+        requests still without an outcome count as misses. The reward is the sum of the terms."""
+        d_good = num_good - self.num_good
+        d_missed = num_missed - self.num_missed
+        d_preempted = num_preempted - self.num_preempted
+        self.num_good, self.num_missed, self.num_preempted = num_good, num_missed, num_preempted
+        if ended:
+            d_missed += num_arrived - num_good - num_missed
+        terms = self.config.terms(d_good, d_missed, d_preempted, self.norm)
+        return terms["good"] + terms["miss"] + terms["preempt"], terms

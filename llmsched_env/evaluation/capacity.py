@@ -1,0 +1,177 @@
+"""Capacity: the highest load at which a policy's SLO attainment stays >= 90% (DistServe), found by search.
+
+    search_capacity(attainment_at)                        # any function of the load: bracket, then bisect
+    find_capacity(config, get_scenario("bursty"), "fcfs")  # one policy on one scenario, seeds averaged
+    capacity_grid(config)                                 # every (scenario, policy), serially or on Ray
+
+The number of evaluations is not known in advance: ``search_capacity`` reports after each one how many more
+it expects, so a progress bar can adjust its total as the search goes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from llmsched_env.cluster.scenarios import ClusterScenario
+from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row
+from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
+from llmsched_env.evaluation.grid import run_cell, runners_for
+from llmsched_env.evaluation.policies import PolicySpec, resolve_policy
+from llmsched_env.evaluation.progress import Progress
+
+__all__ = ["CAPACITY_TARGET", "capacity_grid", "find_capacity", "search_capacity"]
+
+CAPACITY_TARGET = 0.9  # the attainment a capacity is measured at (DistServe)
+_MAX_LOAD, _TOLERANCE = 64.0, 1.02  # bracket within [1/64, 64] x nominal; bisect to 2%
+
+
+def _bisections(lo: float, hi: float) -> int:
+    """Bisection steps from the bracket [lo, hi] down to the tolerance (0 without a bracket)."""
+    if lo <= 0 or hi <= 0:
+        return 0
+    ratio, steps = hi / lo, 0
+    while ratio > _TOLERANCE:
+        ratio, steps = math.sqrt(ratio), steps + 1
+    return steps
+
+
+_FIRST_GUESS = 1 + 1 + _bisections(1.0, 2.0)  # evaluations of a typical search: load 1, one bracket step, bisect
+
+
+def search_capacity(
+    attainment: Callable[[float], float],
+    target: float = CAPACITY_TARGET,
+    on_evaluation: Callable[[int], None] | None = None,
+) -> float:
+    """The highest load with ``attainment(load) >= target``: bracket by doubling or halving from 1.0 (within
+    [1/64, 64]), then bisect geometrically to 2%; 0.0 when even 1/64 misses. After each evaluation,
+    ``on_evaluation(remaining)`` gets the number of evaluations still expected: exact once the capacity is
+    bracketed, before that a guess (one more bracket step, then bisection from a factor of 2)."""
+
+    def evaluate(load: float) -> bool:
+        return attainment(load) >= target
+
+    def report() -> None:
+        if on_evaluation is not None:
+            bracketing = (hi == 0.0 and load < _MAX_LOAD) or (lo == 0.0 and load > 1 / _MAX_LOAD)
+            on_evaluation(1 + _bisections(1.0, 2.0) if bracketing else _bisections(lo, hi))
+
+    lo, hi = 0.0, 0.0
+    load = 1.0
+    if evaluate(load):
+        lo = load
+        report()
+        while hi == 0.0 and load < _MAX_LOAD:
+            load *= 2
+            if evaluate(load):
+                lo = load
+            else:
+                hi = load
+            report()
+        hi = hi or load
+    else:
+        hi = load
+        report()
+        while lo == 0.0 and load > 1 / _MAX_LOAD:
+            load /= 2
+            if evaluate(load):
+                lo = load
+            else:
+                hi = load
+            report()
+    while lo > 0 and hi / lo > _TOLERANCE:
+        mid = (lo * hi) ** 0.5
+        if evaluate(mid):
+            lo = mid
+        else:
+            hi = mid
+        report()
+    return lo
+
+
+def find_capacity(
+    config: EvalConfig,
+    scenario: AnyScenario,
+    policy: PolicySpec | str,
+    target: float = CAPACITY_TARGET,
+    on_evaluation: Callable[[int], None] | None = None,
+) -> Row:
+    """``policy``'s capacity on ``scenario``: the highest load (relative to nominal) at which its mean
+    attainment over ``config.seeds`` stays >= ``target`` (``search_capacity``; ``config.loads`` is not used).
+    Returns ``policy``, ``scenario``, ``capacity_load`` and ``capacity_rps`` (the load times the nominal rate)."""
+    spec = policy if isinstance(policy, PolicySpec) else resolve_policy(policy)
+    runners = runners_for(config)
+
+    def attainment(load: float) -> float:
+        rows = run_cell(config, scenario, load, spec, runners=runners).rows
+        return float(np.mean([r["slo_attainment"] for r in rows]))
+
+    lo = search_capacity(attainment, target, on_evaluation)
+    env = config.make_env(scenario, 1.0)
+    u = env.unwrapped
+    nominal = u.cluster_rate_rps if isinstance(scenario, ClusterScenario) else u.nominal_rate_rps  # type: ignore[attr-defined]
+    env.close()
+    return {"policy": spec.name, "scenario": scenario.name, "capacity_load": lo, "capacity_rps": lo * nominal}
+
+
+def capacity_grid(
+    config: EvalConfig,
+    *,
+    target: float = CAPACITY_TARGET,
+    ray: str | None = None,
+    ray_cpus: int | None = None,
+    on_row: Callable[[Row], None] | None = None,
+    progress: Progress | None = None,
+) -> list[Row]:
+    """``find_capacity`` of every (scenario, policy) of ``config``, one row each in that order. Serially,
+    ``progress`` counts load evaluations and grows its total as the searches go; on Ray (``ray`` as in
+    ``run_grid``) each search is a task and ``progress`` counts searches. ``on_row`` sees each row at once."""
+    cells = [(si, pi) for si in range(len(config.scenarios)) for pi in range(len(config.policies))]
+    rows: list[Row | None] = [None] * len(cells)
+    results: Iterator[tuple[int, Row]]
+    if ray:
+        if progress is not None:
+            progress.set_total(len(cells))
+        jobs = [(config, os.getcwd(), si, pi, target) for si, pi in cells]
+        results = ray_imap(_capacity_task, jobs, address=ray, num_cpus=ray_cpus)
+    else:
+        results = _searches(config, cells, target, progress)
+    for index, row in results:
+        rows[index] = row
+        if on_row is not None:
+            on_row(row)
+        if ray and progress is not None:
+            progress.update()
+    return [row for row in rows if row is not None]
+
+
+def _searches(
+    config: EvalConfig, cells: list[tuple[int, int]], target: float, progress: Progress | None
+) -> Iterator[tuple[int, Row]]:
+    """Each (scenario, policy) search in turn, yielded as it ends; ``progress`` steps per evaluation, its
+    total the sum over searches of evaluations done plus still expected (a first guess for those not begun)."""
+    expected = [_FIRST_GUESS] * len(cells)
+    if progress is not None:
+        progress.set_total(sum(expected))
+    for index, (si, pi) in enumerate(cells):
+        done = 0
+
+        def evaluated(remaining: int, index: int = index) -> None:
+            nonlocal done
+            done += 1
+            expected[index] = done + remaining
+            if progress is not None:
+                progress.set_total(sum(expected))
+                progress.update()
+
+        yield index, find_capacity(config, config.scenarios[si], config.policies[pi], target, evaluated)  # type: ignore[arg-type]
+
+
+def _capacity_task(config: EvalConfig, cwd: str, si: int, pi: int, target: float) -> Row:
+    """One (scenario, policy) search on a Ray worker."""
+    use_driver_folder(cwd)
+    return find_capacity(config, config.scenarios[si], config.policies[pi], target)  # type: ignore[arg-type]

@@ -1,0 +1,156 @@
+"""What an evaluation runs, checked once: scenarios, policies, loads, seeds, episode options, backend.
+
+    config = EvalConfig(scenarios=["mixed-slo"], policies=["fcfs", "mine=runs/ppo0"], seeds=[0, 1, 2])
+
+Scenarios may be given by name (the single-node library or the cluster scenarios) or as objects (a
+``scenario_from_trace`` result), policies by name or ``[alias=]path`` (``resolve_policy``) or as
+``PolicySpec``; the config holds them as tuples of objects. Construction raises one ``ValueError`` naming
+the field for anything wrong, including an exported policy that does not fit a scenario's observations and
+actions. A config pickles with cloudpickle, Ray's pickler (library scenarios hold closures; an exported policy
+travels as its path), so a Ray worker gets it as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+import llmsched_env  # noqa: F401  (registers LLMSched-v0 and LLMSchedCluster-v0)
+from llmsched_env.cluster.scenarios import CLUSTER_SCENARIOS, ClusterScenario
+from llmsched_env.common.checks import check_int, check_positive
+from llmsched_env.decision.actions import ACTION_COMPONENTS, ActionSpec
+from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
+from llmsched_env.evaluation.policies import PolicySpec, resolve_policy
+from llmsched_env.evaluation.runtime_options import RuntimeOptions
+from llmsched_env.workloads.library import SCENARIOS
+from llmsched_env.workloads.scenarios import SPLITS, Scenario
+
+__all__ = ["AnyScenario", "EvalConfig", "InputError", "Row"]
+
+Row = dict[str, Any]  # one run's (or one summary group's) keys and metrics
+AnyScenario = Scenario | ClusterScenario
+
+
+class InputError(ValueError):
+    """Bad input found only when a run starts (a model weights file); the command prints it as one line."""
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Every run of an evaluation: each (scenario, load, policy, seed), episodes of ``split`` with
+    ``num_requests`` requests (default: the scenario's) and ``cost_model`` (a preset name or JSON path;
+    default: the scenario's, or the runtime's calibrated preset). ``runtime`` set: the torch runtime serves
+    the episodes instead of the simulator (single-node scenarios only)."""
+
+    scenarios: Sequence[AnyScenario | str] = ("default",)
+    policies: Sequence[PolicySpec | str] = ("fcfs",)
+    loads: Sequence[float] = (1.0,)
+    seeds: Sequence[int] = (0,)
+    split: str = "eval"
+    num_requests: int | None = None
+    cost_model: str | None = None
+    check_invariants: bool = False
+    runtime: RuntimeOptions | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        for name in ("scenarios", "policies", "loads", "seeds"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                raise ValueError(f"EvalConfig.{name} must be a list, got the string {value!r}")
+            if not value:
+                raise ValueError(f"EvalConfig.{name} needs at least one entry, got {value!r}")
+        set_ = object.__setattr__  # frozen: normalise once, here
+        set_(self, "scenarios", tuple(_scenario(s) for s in self.scenarios))
+        set_(self, "policies", tuple(p if isinstance(p, PolicySpec) else resolve_policy(p) for p in self.policies))
+        set_(self, "loads", tuple(self.loads))
+        set_(self, "seeds", tuple(self.seeds))
+        for load in self.loads:
+            check_positive("EvalConfig", "loads", load)
+        for seed in self.seeds:
+            check_int("EvalConfig", "seeds", seed, 0)
+        if self.split not in SPLITS:
+            raise ValueError(f"EvalConfig.split must be one of {SPLITS}, got {self.split!r}")
+        if self.num_requests is not None:
+            check_int("EvalConfig", "num_requests", self.num_requests, 1)
+        if self.runtime is not None and not isinstance(self.runtime, RuntimeOptions):
+            raise ValueError(f"EvalConfig.runtime must be RuntimeOptions or None, got {self.runtime!r}")
+        names = [spec.name for spec in self.policies]  # type: ignore[union-attr]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"policy name(s) {dup} used twice; name each one with name=path")
+        self._check_kinds()
+        if self.runtime is not None and self.cost_model is None:
+            set_(self, "cost_model", self.runtime.cost_model_preset())
+        self._check_policy_files()
+
+    @property
+    def is_cluster(self) -> bool:
+        """Whether the scenarios are cluster scenarios (the policies are routers)."""
+        return isinstance(self.scenarios[0], ClusterScenario)
+
+    @property
+    def num_runs(self) -> int:
+        """Episodes in the grid: scenarios x loads x policies x seeds."""
+        return len(self.scenarios) * len(self.loads) * len(self.policies) * len(self.seeds)
+
+    def make_env(self, scenario: AnyScenario, load: float, iterations_per_step: int = 1) -> gym.Env:
+        """The env of ``scenario`` at ``load`` with this config's episode options."""
+        common = {
+            "scenario": scenario,
+            "split": self.split,
+            "num_requests": self.num_requests,
+            "load": load,
+            "cost_model": self.cost_model,
+            "check_invariants": self.check_invariants,
+        }
+        if isinstance(scenario, ClusterScenario):  # a router decides per arrival: no iterations_per_step
+            return gym.make("LLMSchedCluster-v0", **common)
+        return gym.make("LLMSched-v0", iterations_per_step=iterations_per_step, **common)
+
+    def _check_kinds(self) -> None:
+        clusters = [isinstance(s, ClusterScenario) for s in self.scenarios]
+        if any(clusters) and not all(clusters):
+            raise ValueError("evaluate cluster scenarios (routers) and single-node scenarios (schedulers) separately")
+        if self.is_cluster and self.runtime is not None:
+            raise ValueError("the torch runtime backend serves single-node scenarios only")
+        right = ROUTERS.names() if self.is_cluster else SCHEDULERS.names()
+        misplaced = [p.baseline for p in self.policies if p.baseline and p.baseline not in right]  # type: ignore[union-attr]
+        if misplaced:
+            kind = "single-node schedulers" if self.is_cluster else "routers (cluster scenarios only)"
+            raise ValueError(f"{misplaced} are {kind}; use {'routers' if self.is_cluster else 'schedulers'} here")
+
+    def _check_policy_files(self) -> None:
+        """Every exported policy must fit every scenario's observations and actions (names and options)."""
+        exported: list[PolicySpec] = [p for p in self.policies if p.path is not None]  # type: ignore[union-attr, misc]
+        if not exported:
+            return
+        from llmsched_env.runtime.policy_file import action_options  # torch only for policy files
+
+        for scenario in self.scenarios:
+            env: Any = self.make_env(scenario, 1.0).unwrapped  # type: ignore[arg-type]
+            options = action_options(env.action_spec) if isinstance(env.action_spec, ActionSpec) else None
+            components = getattr(env.action_spec, "components", ACTION_COMPONENTS)
+            for spec in exported:
+                try:
+                    spec.exported.check_compatible(
+                        env.obs_names, env.action_spec.nvec, action_options=options, action_components=components
+                    )
+                except ValueError as exc:
+                    raise ValueError(f"policy {spec.path} cannot run on scenario {scenario.name!r}: {exc}") from None
+            env.close()
+
+
+def _scenario(entry: AnyScenario | str) -> AnyScenario:
+    if isinstance(entry, (Scenario, ClusterScenario)):
+        return entry
+    if isinstance(entry, str):
+        if entry in SCENARIOS:
+            return SCENARIOS.get(entry)
+        if entry in CLUSTER_SCENARIOS:
+            return CLUSTER_SCENARIOS.get(entry)
+        known = [*SCENARIOS.names(), *CLUSTER_SCENARIOS.names()]
+        raise ValueError(f"unknown scenario {entry!r}; available: {', '.join(known)}")
+    raise ValueError(f"EvalConfig.scenarios: expected a scenario or its name, got {entry!r}")

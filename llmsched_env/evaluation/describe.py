@@ -1,0 +1,39 @@
+"""A scenario described in words: rates, lengths, tenants and offered load of one of its episodes."""
+
+from __future__ import annotations
+
+from llmsched_env.workloads.describe import describe_scenario
+from llmsched_env.workloads.scenarios import Scenario
+
+__all__ = ["format_description"]
+
+
+def format_description(scenario: Scenario, split: str = "eval", load: float = 1.0, seed: int = 0) -> str:
+    """Lines describing the ``split`` episode of ``scenario`` at ``load`` for ``seed`` (``describe_scenario``):
+    engine, cost model, arrival rate and burstiness, prompt and output lengths, each tenant, and the offered
+    load against the engine's estimated capacity."""
+    d = describe_scenario(scenario, split, load, seed)
+    pr, out = d["prompt"], d["output"]
+    lines = [
+        f"== {d['name']}: {d['description']}",
+        f"   engine {d['engine']}",
+        f"   cost model {d['cost_model']}; remote KV {d['remote_kv']}",
+        f"   {split} episode at load {load}: {d['num_requests']} requests over {d['duration_s']:.0f} s, "
+        f"{d['rate_rps']:.2f} req/s, inter-arrival CV {d['interarrival_cv']:.2f}, "
+        f"{d['share_with_prefix_ids']:.0%} with prefix ids",
+        f"   prompt p50/p90/p99 {pr['p50']:.0f}/{pr['p90']:.0f}/{pr['p99']:.0f}, "
+        f"output {out['p50']:.0f}/{out['p90']:.0f}/{out['p99']:.0f} tokens",
+    ]
+    for t in d["tenants"]:
+        tp, to = t["prompt"], t["output"]
+        lines.append(
+            f"   tenant {t['name']:<12} {t['share']:5.0%} {t['rate_rps']:6.2f} req/s  {t['slo']}  "
+            f"weight {t['weight']:g} priority {t['priority']}  "
+            f"prompt p50 {tp['p50']:.0f} output p50 {to['p50']:.0f}"
+        )
+    lines.append(
+        f"   engine capacity estimate {d['capacity_estimate_rps']:.2f} req/s "
+        f"(compute {d['compute_bound_rps']:.2f}, KV {d['kv_bound_rps']:.2f}): "
+        f"offered load {d['offered_load']:.2f}"
+    )
+    return "\n".join(lines)

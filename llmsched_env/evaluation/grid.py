@@ -1,0 +1,151 @@
+"""Run the grid of an evaluation: every (scenario, load, policy, seed) episode, serially or on Ray.
+
+    config = EvalConfig(scenarios=["mixed-slo"], policies=["fcfs", "slo_aware"], seeds=[0, 1])
+    result = run_grid(config)                 # result.rows: one dict of metrics per run
+    summarize(result.rows)                    # mean and 95% CI over seeds per (policy, scenario, load)
+
+Each policy acts on the observation and action mask only, as an agent would, through ``LLMSched-v0`` /
+``LLMSchedCluster-v0`` (or, with ``config.runtime``, on the torch runtime). A run's row holds ``policy``,
+``scenario``, ``load``, ``seed``, the episode's metrics and ``wall_s``; the rows come in grid order (scenario,
+then load, then policy, then seed) whichever way they ran. ``on_row`` sees each row as soon as its run ends
+(on Ray: as its cell ends); ``progress`` counts runs (on Ray: cells).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from llmsched_env.envs.episode import run_episode
+from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row
+from llmsched_env.evaluation.details import episode_details
+from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
+from llmsched_env.evaluation.policies import PolicySpec
+from llmsched_env.evaluation.progress import Progress
+
+if TYPE_CHECKING:  # the runtime backend imports torch: only when it runs
+    from llmsched_env.evaluation.runtime_backend import Runners
+
+__all__ = ["KEY_COLUMNS", "GridResult", "run_cell", "run_grid", "runners_for"]
+
+KEY_COLUMNS = ("policy", "scenario", "load", "seed")
+RowHook = Callable[[Row], None]
+
+
+@dataclass(frozen=True)
+class GridResult:
+    """The rows of a grid, one per run in grid order, and with ``details=True`` each run's
+    ``episode_details`` under the same keys (the KV series only for the first seed at the first load)."""
+
+    rows: list[Row]
+    details: list[dict[str, Any]] = field(default_factory=list)
+
+
+def run_cell(
+    config: EvalConfig,
+    scenario: AnyScenario,
+    load: float,
+    policy: PolicySpec,
+    *,
+    details: bool = False,
+    runners: Runners | None = None,
+    on_row: RowHook | None = None,
+) -> GridResult:
+    """Every seed of one (scenario, load, policy) of ``config``. ``runners`` (a ``runtime_backend.Runners``)
+    lets the cells of one process share their models on the runtime backend; one is made when needed."""
+    env = config.make_env(scenario, load, policy.iterations_per_step)
+    runners = runners or runners_for(config)
+    out = GridResult([])
+    for seed in config.seeds:
+        t0 = time.perf_counter()
+        if config.runtime is not None:
+            from llmsched_env.evaluation.runtime_backend import runtime_episode
+
+            metrics, sim = runtime_episode(config, env, policy, seed, runners)
+        else:
+            metrics = run_episode(env, policy.make(env, seed), seed)
+            sim = getattr(env.unwrapped, "sim", None)  # None for a cluster (no per-request plot details)
+        row: Row = {"policy": policy.name, "scenario": scenario.name, "load": load, "seed": seed}
+        row.update(metrics)
+        row["wall_s"] = time.perf_counter() - t0
+        out.rows.append(row)
+        if details and sim is not None:
+            first = seed == config.seeds[0] and load == config.loads[0]
+            out.details.append({**{k: row[k] for k in KEY_COLUMNS}, **episode_details(sim, kv_series=first)})
+        if on_row is not None:
+            on_row(row)
+    env.close()
+    return out
+
+
+def run_grid(
+    config: EvalConfig,
+    *,
+    details: bool = False,
+    ray: str | None = None,
+    ray_cpus: int | None = None,
+    on_row: RowHook | None = None,
+    progress: Progress | None = None,
+) -> GridResult:
+    """Every run of ``config`` (see the module docstring). ``ray``: an address, or "local" for a local Ray of
+    ``ray_cpus`` CPUs; each (scenario, load, policy) cell is then one Ray task, given the pickled config.
+    ``RuntimeError`` when Ray is asked for and missing."""
+    cells = [(si, load, pi) for si in range(len(config.scenarios)) for load in config.loads
+             for pi in range(len(config.policies))]  # fmt: skip
+    results: list[GridResult | None] = [None] * len(cells)
+    if ray:
+        if progress is not None:
+            progress.set_total(len(cells))
+        jobs = [(config, os.getcwd(), si, load, pi, details) for si, load, pi in cells]
+        for index, result in ray_imap(_cell_task, jobs, address=ray, num_cpus=ray_cpus):
+            results[index] = result
+            for row in result.rows if on_row is not None else ():
+                on_row(row)
+            if progress is not None:
+                progress.update()
+    else:
+        if progress is not None:
+            progress.set_total(config.num_runs)
+        runners = runners_for(config)
+
+        def each(row: Row) -> None:
+            if on_row is not None:
+                on_row(row)
+            if progress is not None:
+                progress.update()
+
+        for index, (si, load, pi) in enumerate(cells):
+            scenario, policy = config.scenarios[si], config.policies[pi]
+            results[index] = run_cell(
+                config,
+                scenario,
+                load,
+                policy,
+                details=details,
+                runners=runners,
+                on_row=each,  # type: ignore[arg-type]
+            )
+    grid = GridResult([])
+    for result in results:
+        assert result is not None
+        grid.rows.extend(result.rows)
+        grid.details.extend(result.details)
+    return grid
+
+
+def runners_for(config: EvalConfig) -> Runners | None:
+    """The model runners of the runtime backend (one set per process), or None for the simulator."""
+    if config.runtime is None:
+        return None
+    from llmsched_env.evaluation.runtime_backend import Runners  # torch only for the runtime backend
+
+    return Runners(config.runtime)
+
+
+def _cell_task(config: EvalConfig, cwd: str, si: int, load: float, pi: int, details: bool) -> GridResult:
+    """One (scenario, load, policy) cell on a Ray worker."""
+    use_driver_folder(cwd)
+    return run_cell(config, config.scenarios[si], load, config.policies[pi], details=details)  # type: ignore[arg-type]

@@ -1,0 +1,198 @@
+"""What an evaluation shows and writes: the live results table, the summary table, result files, TensorBoard.
+
+    table = results_table(config)         # sized for the config's policies, scenarios, loads and seeds
+    print(*table.head(), sep="\\n")
+    print(table.format(row))             # each row as its run ends, aligned under the header
+    write_results(out, rows, summary=summarize(rows), details=details, plots=True)
+
+Terminal tables show a few metrics under short headers (``TABLE_COLUMNS``); the files keep every metric:
+``results.csv`` / ``results.json`` one row per run, ``summary.csv`` the mean and 95% CI per (policy,
+scenario, load), PNG plots (matplotlib, imported only when plotting), TensorBoard scalars (step = seed).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from llmsched_env.evaluation.config import EvalConfig, Row
+from llmsched_env.evaluation.grid import KEY_COLUMNS
+from llmsched_env.evaluation.stats import SUMMARY_METRICS
+from llmsched_env.sim.metrics import _cell as cell_text  # the cell format of format_table, one cell at a time
+from llmsched_env.sim.metrics import format_table
+
+__all__ = [
+    "CAPACITY_COLUMNS",
+    "RESULTS_TITLE",
+    "TABLE_COLUMNS",
+    "LiveTable",
+    "capacity_table",
+    "format_summary",
+    "results_table",
+    "write_csv",
+    "write_results",
+    "write_tensorboard",
+]
+
+# metric key -> short column header of the terminal table (every metric goes to results.csv)
+TABLE_COLUMNS = {
+    "slo_attainment": "attain",
+    "goodput_rps": "goodput/s",
+    "ttft_p50_s": "ttft p50",
+    "ttft_p99_s": "ttft p99",
+    "tpot_p50_s": "tpot p50",
+    "tpot_p99_s": "tpot p99",
+    "itl_p99_s": "itl p99",
+    "e2el_p50_s": "e2e p50",
+    "request_throughput_rps": "req/s",
+    "jain_fairness": "jain",
+    "preemptions": "preempt",
+    "rejection_rate": "reject",
+    "kv_usage_mean": "kv mean",
+}
+RESULTS_TITLE = "llmsched evaluation (times in seconds)"
+CAPACITY_COLUMNS = ("policy", "scenario", "capacity_load", "capacity_rps")
+
+
+class LiveTable:
+    """A fixed-width table printed a row at a time, in ``format_table``'s format (two spaces between
+    columns, text left-aligned, numbers right-aligned to 4 significant digits). Columns whose values are
+    known in advance (``known``: policy names, loads, ...) fit them all; the others (metrics) are at least
+    ``min_width`` wide, and a wider value pushes the rest of its line right rather than being cut."""
+
+    def __init__(
+        self,
+        columns: Sequence[str],
+        known: Mapping[str, Sequence[Any]],
+        headers: Mapping[str, str] | None = None,
+        min_width: int = 6,
+    ) -> None:
+        self.columns = list(columns)
+        self.headers = [(headers or {}).get(c, c) for c in self.columns]
+        self.text = [any(isinstance(v, str) for v in known.get(c, ())) for c in self.columns]
+        self.widths = [
+            max([len(h)] + [len(cell_text(v)) for v in known[c]]) if c in known else max(len(h), min_width)
+            for c, h in zip(self.columns, self.headers, strict=True)
+        ]
+
+    def _line(self, cells: Sequence[str]) -> str:
+        parts = [v.ljust(w) if text else v.rjust(w) for v, w, text in zip(cells, self.widths, self.text, strict=True)]
+        return "  ".join(parts).rstrip()
+
+    def head(self) -> list[str]:
+        """The header line and the rule under it."""
+        return [self._line(self.headers), "  ".join("-" * w for w in self.widths)]
+
+    def format(self, row: Mapping[str, Any]) -> str:
+        """One line for ``row`` (a missing column blank)."""
+        return self._line([cell_text(row.get(c)) for c in self.columns])
+
+
+def results_table(config: EvalConfig) -> LiveTable:
+    """The live table of a grid's runs: the keys, then ``TABLE_COLUMNS`` under their short headers."""
+    known = {
+        "policy": [spec.name for spec in config.policies],  # type: ignore[union-attr]
+        "scenario": [s.name for s in config.scenarios],  # type: ignore[union-attr]
+        "load": list(config.loads),
+        "seed": list(config.seeds),
+    }
+    return LiveTable([*KEY_COLUMNS, *TABLE_COLUMNS], known, TABLE_COLUMNS)
+
+
+def capacity_table(config: EvalConfig) -> LiveTable:
+    """The live table of a capacity search: one row per (scenario, policy)."""
+    known = {
+        "policy": [spec.name for spec in config.policies],  # type: ignore[union-attr]
+        "scenario": [s.name for s in config.scenarios],  # type: ignore[union-attr]
+    }
+    return LiveTable(CAPACITY_COLUMNS, known)
+
+
+def format_summary(summary: Sequence[Row]) -> str:
+    """The summary table (``stats.summarize`` rows): mean and 95% half-width of ``SUMMARY_METRICS``, titled."""
+    columns = ["policy", "scenario", "load", "seeds"]
+    short = []
+    for agg in summary:
+        row = {"policy": agg["policy"], "scenario": agg["scenario"], "load": agg["load"], "seeds": agg["num_seeds"]}
+        for key, head in SUMMARY_METRICS.items():
+            row[head], row[f"{head} ±"] = agg[f"{key}_mean"], agg[f"{key}_ci95"]
+        short.append(row)
+    for head in SUMMARY_METRICS.values():
+        columns += [head, f"{head} ±"]
+    return "mean over seeds ± 95% confidence half-width (Student t)\n" + format_table(short, columns)
+
+
+def write_csv(rows: Sequence[Row], path: Path) -> None:
+    """``rows`` as CSV, the columns in first-seen order (a row without a column leaves it empty)."""
+    columns: list[str] = []
+    for row in rows:
+        columns += [k for k in row if k not in columns]
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def write_results(
+    out: Path,
+    rows: Sequence[Row],
+    *,
+    summary: Sequence[Row] = (),
+    details: Sequence[Mapping[str, Any]] = (),
+    plots: bool = False,
+) -> list[Path]:
+    """Write ``results.csv`` and ``results.json`` (``rows``), ``summary.csv`` (when ``summary`` is given) and,
+    with ``plots``, the PNG plots into the folder ``out`` (made if missing): the capacity plot for capacity
+    rows (with ``capacity_load``), else the latency, attainment, tenant and KV plots. Returns the files."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / "results.csv")
+    (out / "results.json").write_text(json.dumps(list(rows), indent=1))
+    written = [out / "results.csv", out / "results.json"]
+    if summary:
+        write_csv(summary, out / "summary.csv")
+        written.append(out / "summary.csv")
+    if plots:
+        from llmsched_env.evaluation.plots import plot_capacity, write_plots  # matplotlib only when plotting
+
+        if rows and "capacity_load" in rows[0]:
+            written.append(plot_capacity(rows, out / "capacity.png"))
+        else:
+            written += write_plots(out, rows, summary, details)
+    return written
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text) or "_"
+
+
+def write_tensorboard(rows: Sequence[Row], logdir: Path) -> list[Path]:
+    """Every numeric column of ``rows`` as scalar ``eval/COLUMN`` (per tenant ``eval/tenant/NAME/...``), one
+    run folder ``POLICY/SCENARIO/load_LOAD`` per (policy, scenario, load) and step = seed. Returns the folders."""
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    writers: dict[Path, EventFileWriter] = {}
+    for row in rows:
+        run = Path(logdir) / _safe_name(str(row["policy"])) / _safe_name(str(row["scenario"]))
+        if "load" in row:
+            run = run / f"load_{row['load']:g}"
+        if run not in writers:
+            run.mkdir(parents=True, exist_ok=True)
+            writers[run] = EventFileWriter(str(run))
+        values = [
+            Summary.Value(tag=f"eval/{key}", simple_value=float(v))
+            for key, v in row.items()
+            if key not in KEY_COLUMNS and isinstance(v, (int, float)) and not isinstance(v, bool)
+        ]
+        event = Event(wall_time=time.time(), step=int(row.get("seed", 0)), summary=Summary(value=values))
+        writers[run].add_event(event)
+    for writer in writers.values():
+        writer.close()
+    return list(writers)

@@ -1,0 +1,102 @@
+"""The policies an evaluation judges: a scheduler or router by name, or an exported policy file.
+
+    resolve_policy("slo_aware")                  # a baseline, looked up in the registry by name
+    resolve_policy("mine=runs/ppo0")             # an exported policy (folder or policy.json), named "mine"
+    resolve_policy("runs/ppo0/policy.json")      # named after its folder: "ppo0"
+
+Baselines come from ``llmsched_env.decision.registry`` (``SCHEDULERS``, ``ROUTERS``), which finds the
+``baselines`` package through its entry point, so this module never imports it. torch is imported only when
+a policy file is loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llmsched_env.decision.policy import Policy
+from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy
+
+__all__ = ["PolicySpec", "baseline_names", "resolve_policy"]
+
+
+def baseline_names() -> list[str]:
+    """Every registered scheduler, then every registered router (a name both use, once)."""
+    return list(dict.fromkeys([*SCHEDULERS.names(), *ROUTERS.names()]))
+
+
+@dataclass
+class PolicySpec:
+    """One policy of an evaluation: a baseline (``baseline`` set) or an exported policy file (``path`` set).
+
+    ``name`` is the ``policy`` column of the results. The loaded file is kept and serves every seed; it is
+    not pickled (a Ray task gets the path and loads the file again, where it runs).
+    """
+
+    name: str
+    baseline: str | None = None
+    path: Path | None = None
+    _exported: Any = field(default=None, repr=False, compare=False)  # an ExportedPolicy, loaded on demand
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("a policy needs a non-empty name")
+        if (self.baseline is None) == (self.path is None):
+            raise ValueError(f"policy {self.name!r}: give either a baseline name or a policy file path")
+
+    @property
+    def exported(self) -> Any:
+        """The exported policy (``runtime.policy_file.ExportedPolicy``), or None for a baseline."""
+        return self.load() if self.path is not None else None
+
+    def load(self) -> Any:
+        """Load (once) and return the exported policy file; ``PolicyFileError`` (a ``ValueError``) if bad."""
+        if self._exported is None:
+            from llmsched_env.runtime.policy_file import load_policy_file  # torch only for policy files
+
+            self._exported = load_policy_file(self.path)  # type: ignore[arg-type]
+        return self._exported
+
+    @property
+    def iterations_per_step(self) -> int:
+        """Engine iterations each decision holds: 1 for baselines, the training setting for a trained policy."""
+        if self.path is None:
+            return 1
+        return int(self.exported.meta.get("iterations_per_step", 1))
+
+    def make(self, env: Any, seed: int) -> Policy:
+        """The policy acting on ``env`` (``LLMSched-v0`` or ``LLMSchedCluster-v0``) for the episode of ``seed``."""
+        if self.baseline is not None:
+            return make_policy(self.baseline, env.unwrapped.policy_context(), seed=seed)  # type: ignore[return-value]
+        return self.exported
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_exported": None}
+
+
+def resolve_policy(entry: str) -> PolicySpec:
+    """A baseline name, or ``[alias=]path`` of an exported policy (a run folder holding ``policy.json`` +
+    ``policy.safetensors``, or the JSON), loaded and verified now. ``ValueError`` naming ``entry`` otherwise."""
+    names = baseline_names()
+    if entry in names:
+        return PolicySpec(entry, baseline=entry)
+    alias, sep, target = entry.partition("=")
+    if not sep:
+        alias, target = "", entry
+    elif not alias or not target:
+        raise ValueError(f"policy {entry!r}: expected name=path")
+    if target in names:
+        return PolicySpec(alias, baseline=target)
+    path = Path(target).expanduser()
+    if not path.exists():
+        raise ValueError(f"unknown policy {entry!r}: not a baseline ({', '.join(names)}) and no file or folder {path}")
+    folder = path if path.is_dir() else path.parent
+    spec = PolicySpec(alias or folder.resolve().name, path=path)
+    try:
+        spec.load()  # verify the file now, not in the middle of a grid
+    except ImportError as exc:
+        raise ValueError(f"policy {path}: cannot load exported policies here: {exc}") from None
+    except (ValueError, OSError, RuntimeError) as exc:  # PolicyFileError is a ValueError
+        raise ValueError(f"policy {path} is not a loadable exported policy: {exc}") from None
+    return spec

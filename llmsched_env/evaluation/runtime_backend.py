@@ -1,0 +1,83 @@
+"""The torch runtime as an evaluation backend: serve the episode the simulator would run on a real model.
+
+Imported only when an evaluation has ``EvalConfig.runtime`` set (it imports torch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from llmsched_env.decision.observation import ObservationEncoder
+from llmsched_env.decision.registry import make_policy
+from llmsched_env.engine.config import EngineConfig
+from llmsched_env.evaluation.config import EvalConfig, InputError
+from llmsched_env.evaluation.policies import PolicySpec
+from llmsched_env.evaluation.runtime_options import RuntimeOptions
+from llmsched_env.runtime.executor import Runtime
+from llmsched_env.runtime.model import DTYPES
+from llmsched_env.runtime.runner import ModelRunner
+from llmsched_env.runtime.serve import serve
+from llmsched_env.workloads.scenarios import slo_scale
+
+__all__ = ["Runners", "runtime_episode"]
+
+
+class Runners:
+    """The model runners of one process, one per KV pool shape, each built on first use and kept (building
+    one loads the model)."""
+
+    def __init__(self, options: RuntimeOptions) -> None:
+        self.options = options
+        self._runners: dict[tuple[int, int], ModelRunner] = {}
+
+    def get(self, cfg: EngineConfig) -> ModelRunner:
+        """The runner for ``cfg``'s KV pool; ``InputError`` naming the file when the weights do not load."""
+        key = (cfg.num_kv_blocks, cfg.block_size)
+        if key not in self._runners:
+            torch.set_num_threads(1)
+            o = self.options
+            assert o.dtype is not None  # RuntimeOptions fills it in
+            try:
+                self._runners[key] = ModelRunner(
+                    o.model,
+                    num_blocks=cfg.num_kv_blocks,
+                    block_size=cfg.block_size,
+                    device=o.device,
+                    dtype=DTYPES[o.dtype],
+                    weights_path=o.weights,
+                )
+            except ValueError as exc:  # a bad weights file: its loader names the file and the tensor
+                raise InputError(str(exc)) from None
+        return self._runners[key]
+
+
+def runtime_episode(
+    config: EvalConfig, env: Any, spec: PolicySpec, seed: int, runners: Runners
+) -> tuple[dict[str, float], Runtime]:
+    """Serve the episode ``env.reset(seed=seed)`` would simulate on the torch runtime instead: the same
+    requests, with arrival times stretched by the cost model's ``slo_scale`` (the runtime's SLOs are scaled by
+    it too, so a load means the same pressure as in the simulator), the same policy, fcfs as its fallback.
+    Returns the episode's metrics and the runtime (for ``episode_details``)."""
+    assert config.runtime is not None
+    u: Any = env.unwrapped
+    cfg = u.engine_config
+    runner = runners.get(cfg)
+    dilation = slo_scale(u.cost_model)
+    requests = u.episode_requests(seed)
+    for r in requests:
+        r.arrival_s *= dilation
+    rt = Runtime(runner, cfg, u.tenants, u.cost_model, requests, seed=seed, realtime=config.runtime.realtime)
+    encoder = ObservationEncoder(cfg, u.tenants, u.source.nominal_rate_rps() / dilation)
+    metrics, _ = serve(
+        rt,
+        spec.make(env, seed),
+        encoder,
+        u.action_spec,
+        make_policy("fcfs", u.policy_context()),  # type: ignore[arg-type]
+        iterations_per_step=spec.iterations_per_step,
+        policy_timeout_s=config.runtime.policy_timeout_s,
+        check_invariants=config.check_invariants,
+    )
+    return metrics, rt

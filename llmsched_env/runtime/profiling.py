@@ -1,0 +1,160 @@
+"""Calibrate a cost-model preset on the runtime, end to end (what ``llmsched-calibrate profile`` runs).
+
+    spec = RunnerSpec(model="tiny", device="cpu")
+    model, report = profile_preset(spec, Path("results/calibrate/runtime-tiny-cpu.json"), quick=True)
+
+``profile_preset`` times the model runner over a grid of batch shapes (``calibrate.ProfileGrid``), records
+fcfs fitting episodes (real iterations with the serving loop's own time) at fractions of the grid-only
+model's saturation rate, fits the linear cost model to both (``calibrate.fit``), and writes it as a preset
+with the grid samples beside it (``<out>.samples.csv``). It says what it does through two optional
+callbacks, so that a command can draw bars without this layer importing one: ``on_status(line)`` once per
+phase and ``on_progress(phase, done, total)`` over the grid and over the fitting episodes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from llmsched_env.common.outputs import check_output, write_csv
+from llmsched_env.costs.linear import LinearCostModel, fit_report
+from llmsched_env.decision.registry import SCHEDULERS, make_policy
+from llmsched_env.runtime import calibrate as cal
+from llmsched_env.runtime.executor import Runtime
+from llmsched_env.runtime.fidelity import (
+    FIT_LOADS,
+    FIT_SEED,
+    RUNTIME_ENGINE,
+    FidelityWorkload,
+    PolicyFactory,
+    drive,
+    saturation_rps,
+)
+from llmsched_env.runtime.model import DTYPES, MODEL_PRESETS
+from llmsched_env.runtime.runner import ModelRunner
+
+__all__ = ["QUICK_GRID", "ProgressFn", "RunnerSpec", "StatusFn", "policy_factory", "profile_preset"]
+
+QUICK_GRID = cal.ProfileGrid((0, 64, 512), (0, 512), (0, 1, 8), (128, 512))  # tests and smoke runs
+StatusFn = Callable[[str], None]
+ProgressFn = Callable[[str, int, int], None]  # (phase, done, total)
+
+
+@dataclass(frozen=True)
+class RunnerSpec:
+    """Which model runs where: a model preset, a device, a dtype (``DTYPES`` name), local safetensors
+    weights (or seeded random ones) and torch's CPU threads. ``ValueError`` for an unknown preset or dtype,
+    ``threads`` < 1, or a CUDA device where there is none."""
+
+    model: str = "tiny"
+    device: str = "cpu"
+    dtype: str = "float32"
+    weights: Path | None = None
+    seed: int = 0
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        if self.model not in MODEL_PRESETS:
+            raise ValueError(f"model: unknown preset {self.model!r}; presets: {', '.join(sorted(MODEL_PRESETS))}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype: unknown dtype {self.dtype!r}; dtypes: {', '.join(sorted(DTYPES))}")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
+            raise ValueError(f"threads: expected an integer >= 1, got {self.threads!r}")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"device {self.device}: no CUDA device here")
+
+    def build(self, num_blocks: int = RUNTIME_ENGINE.num_kv_blocks) -> ModelRunner:
+        """A ``ModelRunner`` with ``num_blocks`` KV blocks of ``RUNTIME_ENGINE``'s size (sets torch's threads)."""
+        torch.set_num_threads(self.threads)
+        return ModelRunner(
+            self.model,
+            num_blocks=num_blocks,
+            block_size=RUNTIME_ENGINE.block_size,
+            device=self.device,
+            dtype=DTYPES[self.dtype],
+            seed=self.seed,
+            weights_path=self.weights,
+        )
+
+    def describe(self) -> str:
+        return f"{self.model} {self.dtype} on {self.device}"
+
+
+def policy_factory(name: str) -> PolicyFactory:
+    """Builds the registered scheduler ``name`` (seed 0) for a policy context; ``ValueError`` if unknown."""
+    SCHEDULERS.get(name)
+    return lambda ctx: make_policy(name, ctx, seed=0)  # type: ignore[return-value]
+
+
+def profile_preset(
+    spec: RunnerSpec,
+    out: Path,
+    *,
+    quick: bool = False,
+    repeats: int = 3,
+    name: str | None = None,
+    fit_loads: Sequence[float] = FIT_LOADS,
+    num_requests: int = FidelityWorkload.num_requests,
+    force: bool = False,
+    on_status: StatusFn | None = None,
+    on_progress: ProgressFn | None = None,
+) -> tuple[LinearCostModel, dict[str, Any]]:
+    """Profile, record fitting episodes, fit and save the preset ``out`` (named ``name``, default the file
+    stem) and ``<out>.samples.csv``; return the fitted model and the fit's report (where the files went, the
+    profile's time, the loop overhead, residuals over the grid, over the iterations and by decode count).
+    ``ValueError`` for ``out`` inside a shipped folder unless ``force``, or an empty ``fit_loads``."""
+    check_output(out, force)
+    if not fit_loads or any(not x > 0 for x in fit_loads):
+        raise ValueError(f"fit_loads: expected loads > 0, got {list(fit_loads)}")
+    say = on_status or (lambda line: None)
+    runner = spec.build()
+    workload = FidelityWorkload(num_requests=num_requests)
+    grid = QUICK_GRID if quick else cal.ProfileGrid.for_engine(RUNTIME_ENGINE)
+    say(f"profiling {spec.describe()} on {len(grid.shapes())} batch shapes (median of {repeats} runs each)")
+    t0 = time.perf_counter()
+    shapes = (lambda done, total: on_progress("grid", done, total)) if on_progress else None
+    samples = cal.profile(runner, grid, repeats=repeats, progress=shapes)
+    profile_s = time.perf_counter() - t0
+    name = name or out.stem
+    # Fitting episodes (seed FIT_SEED, fcfs) at fractions of the grid-only model's saturation rate: real
+    # iterations with the serving loop's own time and real batch mixes.
+    fcfs = policy_factory("fcfs")
+    grid_model = cal.fit(samples, 0.0, name=name)
+    sat = saturation_rps(grid_model, workload, RUNTIME_ENGINE, fcfs)
+    say(f"recording {len(fit_loads)} fcfs fitting episodes at loads {list(fit_loads)} of {sat:.2f} req/s")
+    iterations: list[cal.Sample] = []
+    overheads = []
+    for k, load in enumerate(fit_loads):
+        reqs = workload.requests(grid_model, sat * load, FIT_SEED)
+        rt = Runtime(runner, RUNTIME_ENGINE, workload.tenants(grid_model), grid_model, reqs, record=True)
+        drive(rt, fcfs, fcfs)
+        iterations += cal.iteration_samples(rt)
+        overheads.append(rt.loop_overhead_s())
+        if on_progress is not None:
+            on_progress("fitting episodes", k + 1, len(fit_loads))
+    overhead = float(np.mean(overheads))
+    desc = (
+        f"runtime {spec.model} {spec.dtype} on {spec.device}: fitted by `llmsched-calibrate profile` on "
+        f"{len(samples)} batch shapes (plus {overhead * 1e6:.0f} us of serving-loop time per iteration) and "
+        f"{len(iterations)} iterations of fcfs fitting episodes at loads {list(fit_loads)}"
+    )
+    model = cal.fit(samples, overhead, name=name, description=desc, iterations=iterations)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model.save(out)
+    samples_path = out.with_suffix(".samples.csv")
+    write_csv(cal.samples_table(samples), samples_path)
+    return model, {
+        "preset": str(out),
+        "samples": str(samples_path),
+        "profile_s": profile_s,
+        "loop_overhead_s": overhead,
+        "grid": fit_report(model, [(p, d, kv, q, t + overhead) for p, d, kv, q, t in samples]),
+        "iterations": fit_report(model, iterations),
+        "iterations_by_decodes": cal.residuals_by_decodes(model, iterations),
+    }

@@ -1,0 +1,125 @@
+"""Calibration: llmsched-calibrate profile / fidelity (bars and status on stderr, off with --no-progress;
+--help with every default; shipped presets and results refused), and the same work from Python."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from llmsched_env.commands.calibrate import main, parse_args  # noqa: E402
+from llmsched_env.costs.linear import LinearCostModel  # noqa: E402
+from llmsched_env.costs.loader import load_cost_model  # noqa: E402
+from llmsched_env.runtime.fidelity import FIDELITY_METRICS  # noqa: E402
+from llmsched_env.runtime.fidelity_report import (  # noqa: E402
+    check_fidelity_seeds,
+    error_kinds,
+    format_row,
+    run_fidelity,
+    summarise,
+)
+from llmsched_env.runtime.profiling import RunnerSpec, profile_preset  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMON = ["--model", "tiny", "--num-requests", "12"]
+PROFILE = ["profile", *COMMON, "--quick", "--repeats", "1", "--fit-loads", "0.5"]
+
+
+def test_profile_and_fidelity_commands(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    preset = tmp_path / "tiny.json"
+    assert main([*PROFILE, "--out", str(preset)]) == 0
+    printed = capsys.readouterr()
+    assert "profiling tiny float32 on cpu on 24 batch shapes" in printed.err and "grid:" in printed.err
+    assert "recording 1 fcfs fitting episodes at loads [0.5]" in printed.err and "fitting episodes:" in printed.err
+    assert json.loads(printed.out[: printed.out.rindex("}") + 1])["preset"] == str(preset)
+    model = load_cost_model(preset)
+    assert isinstance(model, LinearCostModel) and "fitted by `llmsched-calibrate profile`" in model.description
+    assert (tmp_path / "tiny.samples.csv").is_file()
+    assert main([*PROFILE, "--out", str(tmp_path / "quiet.json"), "--no-progress"]) == 0
+    assert capsys.readouterr().err == ""
+    out = tmp_path / "fid"
+    args = ["fidelity", *COMMON, "--preset", str(preset), "--policies", "fcfs", "--loads", "0.5", "--seeds", "1"]
+    assert main([*args, "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert "fidelity of" in printed.err and "1 workloads (each also in situ)" in printed.err
+    assert "fidelity:" in printed.err and "1/1" in printed.err  # the bar over the workloads
+    assert "fcfs load 0.50 seed 1  preset: ttft_p50=" in printed.out and "| metric | preset | in-situ |" in printed.out
+    text = (out / "fidelity.csv").read_text()
+    assert "err_ttft_p50_s" in text and "real_tpot_p99_s" in text and "err_insitu_tpot_p50_s" in text
+    report = (out / "fidelity.md").read_text()
+    assert "| ttft_p50_s |" in report and "| metric | preset | in-situ |" in report
+    for seed in ("1000", "1003", "999"):  # fitting and warm-up workloads are not fidelity workloads
+        with pytest.raises(SystemExit):
+            main([*args[:-1], seed, "--out", str(out)])
+
+
+@pytest.mark.parametrize("command", ["profile", "fidelity"])
+def test_help_runs_as_a_module_and_shows_every_default(command: str) -> None:
+    argv = [sys.executable, "-m", "llmsched_env.commands.calibrate", command, "--help"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith(f"usage: llmsched-calibrate {command}")
+    text = " ".join(done.stdout.split())  # argparse wraps lines
+    assert "(default: results/calibrate/" in text and "(default: tiny)" in text and "(default: float32)" in text
+    # every option's entry in the list below "options:" shows its default (or says it is required)
+    entries = text.split("options:", 1)[1].split(" --")[2:]  # after -h, --help
+    missing = [e.split()[0] for e in entries if "(default" not in e and "(required)" not in e]
+    assert len(entries) >= 12 and not missing, missing
+
+
+def test_shipped_presets_and_results_are_refused(capsys: pytest.CaptureFixture) -> None:
+    shipped = ROOT / "llmsched_env" / "costs" / "presets" / "runtime-tiny-cpu.json"
+    for argv in (
+        [*PROFILE, "--out", str(shipped)],
+        ["fidelity", "--preset", "runtime-tiny-cpu", "--out", str(ROOT / "docs" / "results" / "fidelity-tiny-cpu")],
+    ):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and "refusing to write inside the shipped folder" in err and "Traceback" not in err
+    assert parse_args([*PROFILE, "--out", str(shipped), "--force"]).out == shipped  # allowed when asked for
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    assert parse_args(["profile"]).out == Path(f"results/calibrate/runtime-tiny-{device}.json")
+    assert parse_args(["fidelity", "--preset", "x"]).out == Path(f"results/calibrate/fidelity-tiny-{device}")
+
+
+def test_the_library_profiles_and_reports_without_the_command_line(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="dtype: unknown dtype 'float8'"):
+        RunnerSpec(dtype="float8")
+    with pytest.raises(ValueError, match="threads: expected an integer >= 1"):
+        RunnerSpec(threads=0)
+    with pytest.raises(ValueError, match="fit_loads"):
+        profile_preset(RunnerSpec(), tmp_path / "p.json", fit_loads=())
+    phases: list[tuple[str, int, int]] = []
+    model, report = profile_preset(
+        RunnerSpec(), tmp_path / "p.json", quick=True, repeats=1, fit_loads=(0.5,), num_requests=12,
+        on_progress=lambda phase, done, total: phases.append((phase, done, total)),
+    )  # fmt: skip
+    assert load_cost_model(tmp_path / "p.json") == model and report["iterations"]
+    assert ("fitting episodes", 1, 1) in phases and phases[0][0] == "grid"
+    rows: list[dict] = []
+    fid = run_fidelity(RunnerSpec(), tmp_path / "p.json", ["fcfs"], tmp_path / "fid", loads=(0.5,), seeds=(1,),
+                       num_requests=12, in_situ=False, on_row=rows.append)  # fmt: skip
+    assert fid.rows == rows and len(rows) == 1 and "err_insitu_ttft_p50_s" not in rows[0]
+    assert set(fid.summary) == {"preset"} and fid.markdown == (tmp_path / "fid" / "fidelity.md").read_text()
+    with pytest.raises(ValueError, match="unknown scheduler 'nope'"):
+        run_fidelity(RunnerSpec(), "runtime-tiny-cpu", ["nope"], tmp_path / "x")
+
+
+def test_report_pieces() -> None:
+    with pytest.raises(ValueError, match=r"seeds \[1000\]"):
+        check_fidelity_seeds([1, 1000])
+    kinds = error_kinds(True)
+    row = {"policy": "fcfs", "load": 0.5, "seed": 1}
+    row |= {f"{p}{m}": 0.1 for p in kinds.values() for m in FIDELITY_METRICS}
+    nan_row = dict(row, err_ttft_p50_s=float("nan"))
+    summary = summarise([row, nan_row], kinds)
+    assert summary["preset"]["ttft_p50_s"] == {"mean": 0.1, "max": 0.1}  # NaNs left out
+    assert math.isnan(summarise([nan_row], kinds)["preset"]["ttft_p50_s"]["mean"])
+    assert format_row(row, kinds)[1].endswith("in-situ: ttft_p50=10.0% ttft_p99=10.0% tpot_p50=10.0% tpot_p99=10.0% "
+                                              "e2el_p50=10.0% e2el_p99=10.0% request_throughput_rps=10.0%")  # fmt: skip

@@ -1,0 +1,154 @@
+"""Training: the command line (agents.cli, train.py) and the library (agents.training) write a complete run
+folder, say what they do on stderr before training starts (silent with --no-progress), resume, train every
+algorithm, and run sweeps serially or on Ray with the serial result."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+import torch
+
+from agents import SB3Policy
+from agents.cli import main as train_main
+from agents.train_config import TrainConfig
+from agents.training import train
+from llmsched_env.commands.evaluate import main as evaluate_main
+from llmsched_env.envs.episode import run_episode
+
+COMMON = [
+    "--timesteps", "256", "--n-envs", "1", "--hp", "bc_steps=200", "--hp", "eval_freq=128", "--hp", "eval_episodes=1",
+    "--hp", "env_kwargs.num_requests=30", "--hp", "env_kwargs.iterations_per_step=32", "--eval-baselines",
+    "fcfs,slo_aware",
+]  # fmt: skip
+ALGO_HP = {
+    "maskable_ppo": ["--hp", "n_steps=128", "--hp", "batch_size=64"],
+    "ppo": ["--hp", "n_steps=128", "--hp", "batch_size=64"],
+    "recurrent_ppo": ["--hp", "n_steps=128", "--hp", "batch_size=64"],
+    "a2c": ["--hp", "n_steps=8"],
+    "dqn": ["--hp", "learning_starts=64", "--hp", "batch_size=32"],
+}
+TINY = [*COMMON, *ALGO_HP["maskable_ppo"], "--no-progress"]
+TINY_TRAIN = [
+    "--timesteps", "256", "--n-envs", "1", "--bc", "none", "--hp", "eval_freq=128", "--hp", "eval_episodes=1",
+    "--hp", "n_steps=128", "--hp", "batch_size=64", "--hp", "env_kwargs.num_requests=30",
+    "--hp", "env_kwargs.iterations_per_step=32", "--eval-baselines", "fcfs",
+]  # fmt: skip
+STATUS = ("building 1 envs", "cloning the baseline slo_aware", "evaluating the baselines fcfs, slo_aware",
+          "evaluating the start policy", "training maskable_ppo for 256 steps")  # fmt: skip
+
+
+def _tags(folder: Path) -> set[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags: set[str] = set()
+    for events in folder.rglob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(events))
+        acc.Reload()
+        tags |= set(acc.Tags()["scalars"])
+    return tags
+
+
+def test_train_writes_a_complete_run_folder(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    torch.set_num_threads(1)
+    out = tmp_path / "run"
+    assert train_main(["--scenario", "mixed-slo", "--out", str(out), *TINY]) == 0
+    printed = capsys.readouterr()
+    assert printed.err == ""  # --no-progress: no status line, no bar
+    assert "behaviour cloning from slo_aware" in printed.out and "trained 256 steps" in printed.out
+    for name in ("config.yml", "args.json", "command.txt", "model.zip", "best_model.zip", "policy.json",
+                 "policy.safetensors", "summary.json", "bc.json"):  # fmt: skip
+        assert (out / name).exists(), name
+    assert any((out / "checkpoints").glob("model_*_steps.zip"))
+    assert (out / "command.txt").read_text().startswith("llmsched-train --scenario mixed-slo")
+    tags = _tags(out / "tb")
+    assert {"episode/slo_attainment", "episode/goodput_rps", "episode/ttft_p99_s", "episode/jain_fairness"} <= tags
+    assert {"eval/slo_attainment", "eval/attainment_over_best_baseline", "train/value_loss"} <= tags
+    assert any(t.startswith("episode/tenant/") and t.endswith("/slo_attainment") for t in tags)
+    config = (out / "config.yml").read_text()
+    assert "bc_warmstart: slo_aware" in config and "num_requests: 30" in config
+    # the SB3 model acts as a Policy on the env it was trained for
+    policy = SB3Policy.load(out / "model.zip")
+    env = gym.make("LLMSched-v0", scenario="mixed-slo", num_requests=30, iterations_per_step=32)
+    assert run_episode(env, policy, seed=0)["num_requests"] == 30
+    # evaluate.py loads the exported policy from the run folder and holds its actions as in training
+    results = tmp_path / "eval"
+    argv = ["--policies", f"fcfs,agent={out}", "--scenarios", "mixed-slo", "--num-requests", "30"]
+    assert evaluate_main([*argv, "--out", str(results), "--no-plots"]) == 0
+    with open(results / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["policy"] for r in rows] == ["fcfs", "agent"]
+    assert float(rows[1]["num_iterations"]) > 0
+    assert json.loads((out / "policy.json").read_text())["iterations_per_step"] == 32
+    # resume continues from the latest checkpoint
+    assert train_main(["--scenario", "mixed-slo", "--out", str(out), "--resume", *TINY]) == 0
+    assert '"timesteps": 512' in (out / "summary.json").read_text()
+
+
+def test_status_lines_come_on_stderr_before_training_starts(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    torch.set_num_threads(1)
+    argv = ["--scenario", "mixed-slo", "--out", str(tmp_path / "run"), *COMMON, *ALGO_HP["maskable_ppo"]]
+    assert train_main(argv) == 0
+    printed = capsys.readouterr()
+    at = [printed.err.find(line) for line in STATUS]
+    assert all(i >= 0 for i in at) and at == sorted(at), printed.err
+    bar = printed.err.find("training:")  # the bar over training steps
+    assert bar > at[-1] and "cloning slo_aware:" in printed.err and "baselines:" in printed.err
+    assert not any(line in printed.out for line in STATUS)  # stdout holds results only
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "dqn", "recurrent_ppo"])
+def test_train_other_algorithms(tmp_path: Path, algo: str) -> None:
+    torch.set_num_threads(1)
+    out = tmp_path / algo
+    argv = ["--scenario", "bursty", "--algo", algo, "--out", str(out), *COMMON, *ALGO_HP[algo], "--no-progress"]
+    assert train_main(argv) == 0
+    assert (out / "model.zip").exists() and (out / "summary.json").exists()
+    assert (out / "policy.json").exists() == (algo in ("ppo", "a2c"))  # MLP actor-critics export
+
+
+def test_the_library_trains_without_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    hp = {"n_steps": 128, "batch_size": 64, "eval_freq": 128, "eval_episodes": 1}
+    hp["env_kwargs"] = {"num_requests": 30, "iterations_per_step": 32}
+    config = TrainConfig(scenario="bursty", timesteps=128, n_envs=1, bc="none", hp=hp, eval_baselines=("fcfs",),
+                         out=tmp_path / "lib", progress=False)  # fmt: skip
+    run = train(config)
+    assert run == tmp_path / "lib" and capsys.readouterr().err == ""
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["timesteps"] == 128 and set(summary["baseline_attainment"]) == {"fcfs"}
+    assert json.loads((run / "args.json").read_text())["hp"]["env_kwargs"]["num_requests"] == 30
+    assert not (run / "bc.json").exists() and (run / "policy.safetensors").is_file()
+
+
+def test_train_sweep_runs_one_training_per_trial_serially(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    sweep = tmp_path / "sweep"
+    argv = ["--scenarios", "mixed-slo", "--seeds", "1", "--hp-grid", "gamma=0.99,0.995", "--out", str(sweep)]
+    assert train_main([*argv, *TINY_TRAIN]) == 0
+    printed = capsys.readouterr()
+    assert printed.out.count("exit 0, best evaluation attainment") == 2  # one line per finished training
+    assert "2 trainings, one after the other" in printed.err
+    results = json.loads((sweep / "sweep.json").read_text())
+    assert [Path(r["out"]).name for r in results] == ["mixed-slo-seed1-gamma=0.99", "mixed-slo-seed1-gamma=0.995"]
+    gammas = [json.loads((Path(r["out"]) / "args.json").read_text())["hp"]["gamma"] for r in results]
+    assert gammas == [0.99, 0.995] and all(r["summary"]["timesteps"] == 256 for r in results)
+
+
+def test_train_sweep_on_ray_equals_serial_trainings(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    serial = tmp_path / "serial"
+    argv = ["--scenario", "mixed-slo", "--seed", "1", "--out", str(serial), "--no-progress", *TINY_TRAIN]
+    assert train_main(argv) == 0
+    sweep = tmp_path / "sweep"
+    argv = ["--scenarios", "mixed-slo", "--seeds", "1", "--ray", "--ray-cpus", "2", "--out", str(sweep), *TINY_TRAIN]
+    assert train_main(argv) == 0
+    results = json.loads((sweep / "sweep.json").read_text())
+    assert [Path(r["out"]).name for r in results] == ["mixed-slo-seed1"]
+    for r in results:
+        run = Path(r["out"])
+        assert r["returncode"] == 0 and (run / "policy.safetensors").is_file() and (run / "train.log").is_file()
+        assert list((run / "tb").rglob("events.out.tfevents.*"))
+    sha = json.loads((serial / "policy.json").read_text())["tensors_sha256"]
+    assert json.loads((sweep / "mixed-slo-seed1" / "policy.json").read_text())["tensors_sha256"] == sha
