@@ -27,7 +27,7 @@ import numpy as np
 from llmsched_env.engine.config import TenantConfig
 from llmsched_env.engine.request import Request, Status, tpot_s
 
-__all__ = ["compute_metrics", "format_table", "jain_index", "token_times"]
+__all__ = ["compute_metrics", "format_cell", "format_table", "jain_index", "token_times"]
 
 _PERCENTILES = (50.0, 90.0, 99.0)
 _LATENCIES = ("ttft", "tpot", "itl", "e2el", "queue_delay")
@@ -260,7 +260,9 @@ def compute_metrics(
     return {k: float(v) for k, v in out.items()}
 
 
-def _cell(v: float | str | int | None) -> str:
+def format_cell(v: float | str | int | None) -> str:
+    """One cell of ``format_table``: blank for None, integers (and integral floats below 1e15) without a
+    decimal point, other floats to 4 significant digits, anything else as ``str``."""
     if v is None:
         return ""
     if isinstance(v, (bool, str)):
@@ -276,7 +278,7 @@ def _cell(v: float | str | int | None) -> str:
 def format_table(rows: Sequence[Mapping[str, float | str]], columns: Sequence[str]) -> str:
     """A plain fixed-width table of ``rows`` under ``columns``: floats to 4 significant digits, numbers
     right-aligned, text left-aligned, a missing value blank."""
-    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    cells = [[format_cell(row.get(c)) for c in columns] for row in rows]
     numeric = [all(not isinstance(row.get(c), str) for row in rows) for c in columns]
     widths = [max([len(c)] + [len(line[j]) for line in cells]) for j, c in enumerate(columns)]
 
