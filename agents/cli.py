@@ -42,8 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--scenario",
         default="default",
-        help=f"(default: %(default)s) one of {', '.join(list_scenarios())}; or, to train a router, "
-        f"{', '.join(list_cluster_scenarios())}",
+        help=f"one of {', '.join(list_scenarios())}; or, to train a router, {', '.join(list_cluster_scenarios())}",
     )
     p.add_argument("--algo", choices=sorted(ALGOS), default="maskable_ppo", help="algorithm")
     p.add_argument("--timesteps", type=int, default=None, help="total environment steps (default: the YAML's)")
@@ -79,8 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument(
         "--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
-        help="run the trainings as Ray tasks (no ADDRESS: start a local Ray; default: no Ray); needs the "
-        "'distributed' extra",
+        help="run the trainings as Ray tasks (no ADDRESS: start a local Ray); needs the 'distributed' extra "
+        "(default: off, one after the other)",
     )  # fmt: skip
     sweep.add_argument("--ray-cpus", type=int, default=None, help="CPUs of the local Ray (default: all)")
     return p
