@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
-from llmsched_env.commands.help import DefaultsFormatter, program
+from llmsched_env.commands.help import DefaultsFormatter, from_args, program
 from llmsched_env.common.outputs import check_output
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.engine.config import SLO_CLASSES
@@ -127,7 +127,14 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     )
     rt.add_argument("--weights", type=Path, default=None, help="local safetensors weights (default: seeded random)")
     rt.add_argument("--realtime", action="store_true", help="sleep through idle gaps instead of skipping them")
-    rt.add_argument("--policy-timeout", type=float, default=0.1, help="seconds before a decision falls back to fcfs")
+    rt.add_argument(
+        "--policy-timeout",
+        dest="policy_timeout_s",
+        type=float,
+        default=0.1,
+        metavar="POLICY_TIMEOUT",
+        help="seconds before a decision falls back to fcfs",
+    )
     return p
 
 
@@ -142,28 +149,9 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
             check_output(args.out, args.force)
         if args.tensorboard is not None:
             check_output(args.tensorboard, args.force, "--tensorboard")
-        runtime = None
-        if args.backend == "runtime":
-            runtime = RuntimeOptions(
-                model=args.model,
-                device=args.device,
-                dtype=args.dtype,
-                weights=args.weights,
-                realtime=args.realtime,
-                policy_timeout_s=args.policy_timeout,
-            )
+        runtime = from_args(RuntimeOptions, args) if args.backend == "runtime" else None
         scenarios: list[Any] = [_trace_scenario(p, args)] if args.trace is not None else args.scenarios
-        config = EvalConfig(
-            scenarios=scenarios,
-            policies=args.policies,
-            loads=args.loads,
-            seeds=args.seeds,
-            split=args.split,
-            num_requests=args.num_requests,
-            cost_model=args.cost_model,
-            check_invariants=args.check_invariants,
-            runtime=runtime,
-        )
+        config = from_args(EvalConfig, args, scenarios=scenarios, runtime=runtime)
     except ValueError as exc:
         p.error(str(exc))
     return config

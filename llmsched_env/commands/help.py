@@ -1,7 +1,9 @@
-"""What the command lines share: ``--help`` that shows every option's default, and the program's name.
+"""What the command lines share: ``--help`` that shows every option's default, the program's name, and the
+config dataclass of the parsed options.
 
     parser = argparse.ArgumentParser(prog=program("llmsched-train", "train.py"), description=__doc__,
                                      formatter_class=DefaultsFormatter)
+    config = from_args(TrainConfig, parser.parse_args(), out=...)   # each option named like a field
 
 Every option's help ends with what holds when it is not given, in one place for the three commands:
 ``(default: VALUE)`` (a list comma-joined, a yes/no value ``on``/``off``), ``(default: off)`` for a flag,
@@ -15,9 +17,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from dataclasses import fields
+from typing import Any, TypeVar
 
-__all__ = ["DefaultsFormatter", "default_text", "program"]
+__all__ = ["DefaultsFormatter", "default_text", "from_args", "program"]
+
+T = TypeVar("T")
 
 
 def default_text(action: argparse.Action) -> str:
@@ -55,3 +60,13 @@ def program(console_script: str, script: str) -> str:
     script's name (also for ``python -m``, whose module may have the script's file name)."""
     as_module = getattr(sys.modules.get("__main__"), "__spec__", None) is not None
     return script if os.path.basename(sys.argv[0]) == script and not as_module else console_script
+
+
+def from_args(cls: type[T], args: argparse.Namespace, **values: Any) -> T:
+    """The dataclass ``cls`` built from the parsed options named like its init fields (``--num-requests``
+    for ``num_requests``), ``values`` taking precedence: the fields a command computes from its options.
+    Fields with neither keep their defaults; the dataclass checks the values (``ValueError``)."""
+    names = [f.name for f in fields(cls) if f.init]  # type: ignore[arg-type]
+    assert set(values) <= set(names), f"{cls.__name__} has no field(s) {sorted(set(values) - set(names))}"
+    given = {name: getattr(args, name) for name in names if hasattr(args, name)}
+    return cls(**{**given, **values})
