@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 from agents.cli import build_parser as train_parser
 from llmsched_env.commands.calibrate import build_parser as calibrate_parser
 from llmsched_env.commands.evaluate_args import build_parser as evaluate_parser
-from llmsched_env.commands.help import DefaultsFormatter, default_text
+from llmsched_env.commands.help import DefaultsFormatter, default_text, from_args
 
 ROOT = Path(__file__).resolve().parents[1]
 ENDING = re.compile(r"\((default\b[^()]*(\([^()]*\)[^()]*)*|required)\)$")  # "(default: ...)" last
@@ -66,3 +67,17 @@ def test_the_help_names_the_program_the_user_ran() -> None:
     module = [sys.executable, "-m", "llmsched_env.commands.evaluate", "--help"]
     done = subprocess.run(module, cwd=ROOT, capture_output=True, text=True)
     assert done.stdout.startswith("usage: llmsched-evaluate")
+
+
+def test_from_args_builds_a_config_from_the_options_named_like_its_fields() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        model: str = "tiny"
+        num_requests: int = 10
+        seeds: tuple[int, ...] = (0,)
+
+    args = argparse.Namespace(model="big", num_requests=3, unrelated=True)
+    assert from_args(Config, args) == Config("big", 3)  # seeds: no option, its default
+    assert from_args(Config, args, num_requests=5, seeds=(1, 2)) == Config("big", 5, (1, 2))  # computed values win
+    with pytest.raises(AssertionError, match="no field"):
+        from_args(Config, args, nope=1)

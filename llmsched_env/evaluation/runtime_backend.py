@@ -15,7 +15,7 @@ from llmsched_env.evaluation.policies import PolicySpec
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.runtime.executor import Runtime
 from llmsched_env.runtime.runner import ModelRunner
-from llmsched_env.runtime.serve import serve
+from llmsched_env.runtime.serve import ServeOptions, serve
 from llmsched_env.workloads.scenarios import slo_scale
 
 __all__ = ["Runners", "runtime_episode"]
@@ -63,8 +63,10 @@ def runtime_episode(
         encoder,
         u.action_spec,
         make_policy("fcfs", u.policy_context()),  # type: ignore[arg-type]
-        iterations_per_step=spec.iterations_per_step,
-        policy_timeout_s=config.runtime.policy_timeout_s,
-        check_invariants=config.check_invariants,
+        ServeOptions(
+            iterations_per_step=spec.iterations_per_step,
+            policy_timeout_s=config.runtime.policy_timeout_s,
+            check_invariants=config.check_invariants,
+        ),
     )
     return metrics, rt
