@@ -54,6 +54,28 @@ def _grid(num: int, width: float = 5.0, height: float = 3.6) -> tuple[Figure, li
     return fig, axes
 
 
+def _grouped_bars(
+    groups: Sequence[str], heights: Mapping[str, Sequence[float]], width: float
+) -> tuple[Figure, Axes, dict[str, Any]]:
+    """A ``width`` x 4 inch figure of grouped bars: one group per entry of ``groups`` (its tick label), in it
+    one bar per policy of ``heights`` (policy -> one height per group) in the policy's colour; y grid and
+    legend. Returns the figure, its axes and each policy's bars (for labels)."""
+    fig = Figure(figsize=(width, 4), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    colors = _colors(list(heights))
+    bar_width = 0.8 / max(len(heights), 1)
+    x = np.arange(len(groups))
+    bars = {
+        policy: ax.bar(x + (i - (len(heights) - 1) / 2) * bar_width, h, bar_width, color=colors[policy], label=policy)
+        for i, (policy, h) in enumerate(heights.items())
+    }
+    ax.set_xticks(x, groups)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize="small")
+    return fig, ax, bars
+
+
 def _save(fig: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
@@ -124,27 +146,20 @@ def plot_tenant_service(rows: Sequence[Row], path: Path) -> Path:
     load = _first_load(rows, scenario)
     runs = [r for r in rows if r["scenario"] == scenario and r["load"] == load]
     policies = _unique([r["policy"] for r in runs])
-    colors = _colors(policies)
     tenants = _unique([k.split("/")[1] for r in runs for k in r if k.startswith("tenant/") and k.endswith("/service")])
-    fig = Figure(figsize=(max(6.0, 1.2 * len(tenants) * max(len(policies), 1) ** 0.5 + 3), 4), layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    width = 0.8 / max(len(policies), 1)
-    x = np.arange(len(tenants))
-    for i, policy in enumerate(policies):
-        mine = [r for r in runs if r["policy"] == policy]
-        service = [float(np.mean([r.get(f"tenant/{t}/service", 0.0) for r in mine])) for t in tenants]
-        ax.bar(x + (i - (len(policies) - 1) / 2) * width, service, width, color=colors[policy], label=policy)
+    service = {
+        p: [float(np.mean([r.get(f"tenant/{t}/service", 0.0) for r in runs if r["policy"] == p])) for t in tenants]
+        for p in policies
+    }
+    width = max(6.0, 1.2 * len(tenants) * max(len(policies), 1) ** 0.5 + 3)
+    fig, ax, _ = _grouped_bars(tenants, service, width)
     jain = ", ".join(
         f"{p} {np.mean([r['jain_fairness'] for r in runs if r['policy'] == p]):.3f}"
         for p in policies
         if all("jain_fairness" in r for r in runs)
     )
-    ax.set_xticks(x, tenants)
     ax.set_ylabel("service (input + 2 × output tokens) / weight")
     ax.set_title(f"per-tenant service, {scenario}, load {load:g}" + (f"\nJain: {jain}" if jain else ""))
-    ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize="small")
     return _save(fig, path)
 
 
@@ -181,25 +196,17 @@ def plot_capacity(rows: Sequence[Row], path: Path) -> Path:
     """Capacity (highest load with attainment >= 90%) as grouped bars: one group per scenario, one bar per
     policy; each bar is labelled with the rate in req/s."""
     scenarios = _unique([r["scenario"] for r in rows])
-    policies = _unique([r["policy"] for r in rows])
-    colors = _colors(policies)
-    fig = Figure(figsize=(max(6.0, 1.6 * len(scenarios) + 2), 4), layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    width = 0.8 / max(len(policies), 1)
-    x = np.arange(len(scenarios))
-    for i, policy in enumerate(policies):
-        by_sc = {r["scenario"]: r for r in rows if r["policy"] == policy}
-        loads = [by_sc[s]["capacity_load"] if s in by_sc else np.nan for s in scenarios]
-        bars = ax.bar(x + (i - (len(policies) - 1) / 2) * width, loads, width, color=colors[policy], label=policy)
-        rps = [f"{by_sc[s]['capacity_rps']:.3g}/s" if s in by_sc else "" for s in scenarios]
-        ax.bar_label(bars, rps, fontsize="x-small", padding=2)
+    by_policy: dict[str, dict[str, Row]] = {}
+    for r in rows:
+        by_policy.setdefault(r["policy"], {})[r["scenario"]] = r
+    loads = {p: [by[s]["capacity_load"] if s in by else np.nan for s in scenarios] for p, by in by_policy.items()}
+    fig, ax, bars = _grouped_bars(scenarios, loads, max(6.0, 1.6 * len(scenarios) + 2))
+    for p, by in by_policy.items():
+        rps = [f"{by[s]['capacity_rps']:.3g}/s" if s in by else "" for s in scenarios]
+        ax.bar_label(bars[p], rps, fontsize="x-small", padding=2)
     ax.axhline(1.0, color="gray", linestyle="--", linewidth=1)
-    ax.set_xticks(x, scenarios)
     ax.set_ylabel("capacity (load relative to nominal)")
     ax.set_title(f"capacity: highest load with SLO attainment ≥ {_TARGET:.0%}")
-    ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize="small")
     return _save(fig, path)
 
 
