@@ -45,13 +45,21 @@ def _colors(policies: Sequence[str]) -> dict[str, Any]:
     return {p: cycle[i % len(cycle)] for i, p in enumerate(policies)}
 
 
-def _grid(num: int, width: float = 5.0, height: float = 3.6) -> tuple[Figure, list[Axes]]:
+def _by_scenario(
+    rows: Sequence[Row], policy_rows: Sequence[Row] | None = None, width: float = 5.0, height: float = 3.6
+) -> tuple[Figure, list[tuple[Axes, str]], dict[str, Any]]:
+    """A figure with one subplot per scenario of ``rows`` (first-seen order, three to a line; one empty
+    subplot when there is none), each paired with its scenario, and the colours of the policies of
+    ``policy_rows`` (default: ``rows``)."""
+    scenarios = _unique([r["scenario"] for r in rows])
+    colors = _colors(_unique([r["policy"] for r in (rows if policy_rows is None else policy_rows)]))
+    num = max(len(scenarios), 1)
     ncols = min(num, 3)
     nrows = math.ceil(num / ncols)
     fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
     FigureCanvasAgg(fig)
     axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(num)]
-    return fig, axes
+    return fig, list(zip(axes, scenarios, strict=False)), colors
 
 
 def _grouped_bars(
@@ -89,10 +97,8 @@ def _first_load(rows: Sequence[Row], scenario: str) -> float:
 def plot_latency_cdf(details: Sequence[Row], key: str, path: Path, label: str | None = None) -> Path:
     """Empirical CDF of ``key`` (``ttft_s`` or ``tpot_s``), one curve per policy pooled over seeds, one subplot
     per scenario at its first load; log time axis (zeros, e.g. TPOT of one-token outputs, lie off its left)."""
-    scenarios = _unique([d["scenario"] for d in details])
-    colors = _colors(_unique([d["policy"] for d in details]))
-    fig, axes = _grid(max(len(scenarios), 1))
-    for ax, scenario in zip(axes, scenarios, strict=False):
+    fig, panels, colors = _by_scenario(details)
+    for ax, scenario in panels:
         load = _first_load(details, scenario)
         runs = [d for d in details if d["scenario"] == scenario and d["load"] == load]
         for policy in _unique([d["policy"] for d in runs]):
@@ -116,10 +122,8 @@ def plot_latency_cdf(details: Sequence[Row], key: str, path: Path, label: str | 
 def plot_attainment_vs_load(summary: Sequence[Row], path: Path) -> Path:
     """SLO attainment mean ± 95% CI against load, one line per policy, one subplot per scenario; the 90% target
     dashed."""
-    scenarios = _unique([s["scenario"] for s in summary])
-    colors = _colors(_unique([s["policy"] for s in summary]))
-    fig, axes = _grid(max(len(scenarios), 1))
-    for ax, scenario in zip(axes, scenarios, strict=False):
+    fig, panels, colors = _by_scenario(summary)
+    for ax, scenario in panels:
         runs = [s for s in summary if s["scenario"] == scenario]
         for policy in _unique([s["policy"] for s in runs]):
             pts = sorted(
@@ -167,10 +171,8 @@ def plot_kv_usage(details: Sequence[Row], path: Path) -> Path:
     """KV blocks in use over simulated time, one line per policy, one subplot per scenario: the first run of
     each (policy, scenario) that carries a KV series (``run_grid`` keeps it for the first seed, first load)."""
     with_series = [d for d in details if "kv_usage" in d]
-    scenarios = _unique([d["scenario"] for d in with_series])
-    colors = _colors(_unique([d["policy"] for d in details]))
-    fig, axes = _grid(max(len(scenarios), 1), width=6.0)
-    for ax, scenario in zip(axes, scenarios, strict=False):
+    fig, panels, colors = _by_scenario(with_series, details, width=6.0)
+    for ax, scenario in panels:
         seen: set[str] = set()
         title = scenario
         for d in with_series:
