@@ -1,6 +1,6 @@
 """Calibrate a cost-model preset on the runtime, end to end (what ``llmsched-calibrate profile`` runs).
 
-    spec = RunnerSpec(model="tiny", device="cpu")
+    spec = RunnerSpec(model="tiny", device="cpu")          # llmsched_env.runtime.runner_spec
     model, report = profile_preset(spec, Path("results/calibrate/runtime-tiny-cpu.json"), quick=True)
 
 ``profile_preset`` times the model runner over a grid of batch shapes (``calibrate.ProfileGrid``), records
