@@ -26,7 +26,7 @@ from agents.sweep import run_sweep, sweep_configs
 from agents.train_config import DEFAULT_EVAL_BASELINES, DEFAULT_EVAL_ROUTERS, QUICK, TrainConfig, resolve_hyperparams
 from agents.training import train
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
-from llmsched_env.commands.help import DefaultsFormatter, program
+from llmsched_env.commands.help import DefaultsFormatter, from_args, program
 from llmsched_env.common.outputs import check_output
 from llmsched_env.evaluation.distributed import RAY_INSTALL_HINT
 from llmsched_env.workloads.library import list_scenarios
@@ -42,8 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--scenario",
         default="default",
-        help=f"(default: %(default)s) one of {', '.join(list_scenarios())}; or, to train a router, "
-        f"{', '.join(list_cluster_scenarios())}",
+        help=f"one of {', '.join(list_scenarios())}; or, to train a router, {', '.join(list_cluster_scenarios())}",
     )
     p.add_argument("--algo", choices=sorted(ALGOS), default="maskable_ppo", help="algorithm")
     p.add_argument("--timesteps", type=int, default=None, help="total environment steps (default: the YAML's)")
@@ -79,8 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument(
         "--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
-        help="run the trainings as Ray tasks (no ADDRESS: start a local Ray; default: no Ray); needs the "
-        "'distributed' extra",
+        help="run the trainings as Ray tasks (no ADDRESS: start a local Ray); needs the 'distributed' extra "
+        "(default: off, one after the other)",
     )  # fmt: skip
     sweep.add_argument("--ray-cpus", type=int, default=None, help="CPUs of the local Ray (default: all)")
     return p
@@ -107,22 +106,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.ray_cpus is not None and args.ray_cpus < 1:
         p.error("--ray-cpus must be >= 1")
     try:
-        args.config = TrainConfig(
+        args.config = from_args(
+            TrainConfig,
+            args,
             scenario=args.scenario_list[0] if args.sweep else args.scenario,
-            algo=args.algo,
             seed=args.seed_list[0] if args.sweep else args.seed,
             out=args.out if args.out is not None or not args.sweep else Path("runs/sweep"),
-            timesteps=args.timesteps,
-            n_envs=args.n_envs,
-            vec_env=args.vec_env,
             hp=parse_overrides(args.hp),
-            hyperparams=args.hyperparams,
-            quick=args.quick,
-            resume=args.resume,
-            bc=args.bc,
-            eval_baselines=tuple(b for b in args.eval_baselines.split(",") if b) if args.eval_baselines else None,
+            eval_baselines=args.eval_baselines or None,  # a comma string; TrainConfig splits it
             progress=not args.no_progress,
-            force=args.force,
         )
         check_output(args.config.run_folder, args.force)
         args.configs = [args.config]

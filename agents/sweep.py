@@ -16,7 +16,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -87,27 +87,27 @@ def run_sweep(
     force: bool = False,
 ) -> list[dict[str, Any]]:
     """Run every training of ``configs`` (``train_task``), serially or, with ``ray`` (an address, or
-    ``"local"`` for a local Ray of ``ray_cpus`` CPUs), as Ray tasks; one line per finished training on
-    stdout, a bar over the trainings on stderr unless ``progress`` is False; ``out/sweep.json`` lists the
-    results, returned in the order of ``configs``. ``ValueError`` for ``out`` inside a shipped folder
-    (unless ``force``); ``RuntimeError`` when Ray is asked for and missing."""
+    ``"local"`` for a local Ray of ``ray_cpus`` CPUs), as Ray tasks; one line on stdout as each training
+    ends (on Ray, in the order they end), a bar over the trainings on stderr unless ``progress`` is False;
+    ``out/sweep.json`` lists the results, returned in the order of ``configs``. ``ValueError`` for ``out``
+    inside a shipped folder (unless ``force``); ``RuntimeError`` when Ray is asked for and missing."""
     check_output(out, force)
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(config.to_argv(), os.getcwd()) for config in configs]
+    finished: Iterator[tuple[int, dict[str, Any]]]
     if ray:
-        from llmsched_env.evaluation.distributed import ray_map
+        from llmsched_env.evaluation.distributed import ray_imap
 
         status(f"{len(jobs)} trainings as Ray tasks ({ray})", enabled=progress)
-        results = ray_map(train_task, jobs, address=ray, num_cpus=ray_cpus)
-        for result in results:
-            print(_line(result), flush=True)
+        finished = ray_imap(train_task, jobs, address=ray, num_cpus=ray_cpus)
     else:
         status(f"{len(jobs)} trainings, one after the other (each logs to its train.log)", enabled=progress)
-        results = []
-        with Progress(len(jobs), "trainings", enabled=progress, unit="training") as bar:
-            for job in jobs:
-                results.append(train_task(*job))
-                bar.print(_line(results[-1]))
-                bar.update()
+        finished = ((index, train_task(*job)) for index, job in enumerate(jobs))
+    results: list[dict[str, Any]] = [{} for _ in jobs]
+    with Progress(len(jobs), "trainings", enabled=progress, unit="training") as bar:
+        for index, result in finished:  # as each training ends (on Ray: in the order they end)
+            results[index] = result
+            bar.print(_line(result))
+            bar.update()
     (out / "sweep.json").write_text(json.dumps(results, indent=1))
     return results

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
+from timing import run_to_end
 
 import baselines
 import llmsched_env  # noqa: F401
@@ -54,11 +55,7 @@ def fcfs() -> Decision:
 
 def bench_single(num_requests: int, rate: float, decision: Decision) -> tuple[float, int]:
     sim = Simulator(ENGINE, SOURCE.tenants, COST, trace(num_requests, rate))
-    step = sim.step
-    t0 = time.perf_counter()
-    while not sim.done:
-        step(decision)
-    elapsed = time.perf_counter() - t0
+    elapsed = run_to_end(sim, decision)
     m = sim.metrics()
     print(f"  single node: simulated {m['duration_s']:.0f} s, slo_attainment {m['slo_attainment']:.3f}")
     return elapsed, sim.num_steps

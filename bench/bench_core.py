@@ -17,6 +17,7 @@ import time
 
 import gymnasium as gym
 import numpy as np
+from timing import run_to_end
 
 import baselines
 import llmsched_env  # noqa: F401
@@ -44,11 +45,7 @@ def bench_simulator(wl: WorkloadConfig, engine: EngineConfig) -> tuple[float, fl
     sim = Simulator(engine, tenant_configs(wl), cost, requests)
     obs = np.zeros(env.observation_space.shape, dtype=np.float32)
     decision = spec.decode(policy.act(obs, spec.mask(sim.engine)))  # fcfs's knobs do not depend on state
-    t0 = time.perf_counter()
-    step = sim.step
-    while not sim.done:
-        step(decision)
-    elapsed = time.perf_counter() - t0
+    elapsed = run_to_end(sim, decision)
     m = sim.metrics()
     print(
         f"  simulated {m['duration_s']:.0f} s, {int(m['num_finished'])} finished, "

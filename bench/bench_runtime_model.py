@@ -1,6 +1,6 @@
 """Step times of the torch runtime's model runner: decode batches and prefill chunks.
 
-    python bench/bench_runtime_model.py                       # tiny preset, CPU, float32, one thread
+    python bench/bench_runtime_model.py                       # tiny preset, CPU, float32, one thread (--threads)
     python bench/bench_runtime_model.py --model llama-1b --device cuda --dtype bfloat16
 
 Each case is run on a fresh sequence layout (contiguous block ids) after warmup; the median of
@@ -13,30 +13,25 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
+from llmsched_env.commands.runner_options import add_runner_options, runner_spec
 from llmsched_env.runtime.calibrate import time_step
-from llmsched_env.runtime.model import DTYPES
-from llmsched_env.runtime.runner import ModelRunner, SeqChunk
+from llmsched_env.runtime.runner import SeqChunk
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="tiny")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    add_runner_options(parser, device="cpu")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--context", type=int, default=512, help="tokens already cached for each decode")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
-    if torch.device(args.device).type == "cpu":
-        torch.set_num_threads(1)
+    spec = runner_spec(parser, args)
     bs, ctx = args.block_size, args.context
     decode_batches, prefill_sizes = (1, 8, 32), (128, 512, 2048)
     per_seq = -(-(ctx + 1) // bs)
     num_blocks = max(max(decode_batches) * per_seq, -(-max(prefill_sizes) // bs))
-    runner = ModelRunner(args.model, num_blocks=num_blocks, block_size=bs, device=args.device, dtype=DTYPES[args.dtype])
+    runner = spec.build(num_blocks, bs)
     cfg = runner.config
     print(f"model {cfg.name} ({cfg.num_params / 1e6:.1f} M params), {args.device}, {args.dtype}, block {bs}")
     print(f"{'case':<28}{'step ms':>10}{'tokens/s':>12}")

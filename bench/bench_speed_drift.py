@@ -16,34 +16,23 @@ import argparse
 import statistics
 import time
 
-import torch
-
-from llmsched_env.runtime.model import DTYPES
-from llmsched_env.runtime.runner import ModelRunner, SeqChunk
+from llmsched_env.commands.runner_options import add_runner_options, runner_spec
+from llmsched_env.runtime.runner import SeqChunk
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="tiny")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    add_runner_options(parser, device="cpu")
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--window", type=float, default=5.0)
     parser.add_argument("--decodes", type=int, default=4)
     parser.add_argument("--context", type=int, default=300)
     parser.add_argument("--prefill", type=int, default=256)
     args = parser.parse_args()
-    if torch.device(args.device).type == "cpu":
-        torch.set_num_threads(1)
+    spec = runner_spec(parser, args)
     bs = 16
     per_seq = -(-(args.context + 1) // bs)
-    runner = ModelRunner(
-        args.model,
-        num_blocks=args.decodes * per_seq + -(-args.prefill // bs),
-        block_size=bs,
-        device=args.device,
-        dtype=DTYPES[args.dtype],
-    )
+    runner = spec.build(args.decodes * per_seq + -(-args.prefill // bs), bs)
     decode = [
         SeqChunk([1], args.context, list(range(i * per_seq, (i + 1) * per_seq)), True) for i in range(args.decodes)
     ]

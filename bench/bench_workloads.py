@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from timing import run_to_end
 
 import baselines
 from llmsched_env.costs.loader import load_cost_model
@@ -37,10 +38,7 @@ def simulate(name: str, requests: list) -> float:  # type: ignore[type-arg]
     ctx = PolicyContext(sc.engine, source.tenants, cost, spec, ())
     sim = Simulator(sc.engine, source.tenants, cost, requests, remote_kv=sc.remote_kv)
     decision = spec.decode(baselines.make("fcfs", ctx).act(np.zeros(1), spec.mask(sim.engine)))
-    t0 = time.perf_counter()
-    while not sim.done:
-        sim.step(decision)
-    return time.perf_counter() - t0
+    return run_to_end(sim, decision)
 
 
 def main() -> None:

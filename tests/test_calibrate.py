@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 from llmsched_env.commands.calibrate import main, parse_args  # noqa: E402
 from llmsched_env.costs.linear import LinearCostModel  # noqa: E402
 from llmsched_env.costs.loader import load_cost_model  # noqa: E402
+from llmsched_env.evaluation.runtime_options import DTYPE_NAMES, RuntimeOptions  # noqa: E402
 from llmsched_env.runtime.fidelity import FIDELITY_METRICS  # noqa: E402
 from llmsched_env.runtime.fidelity_report import (  # noqa: E402
     check_fidelity_seeds,
@@ -24,7 +25,9 @@ from llmsched_env.runtime.fidelity_report import (  # noqa: E402
     run_fidelity,
     summarise,
 )
-from llmsched_env.runtime.profiling import RunnerSpec, profile_preset  # noqa: E402
+from llmsched_env.runtime.model import DTYPES  # noqa: E402
+from llmsched_env.runtime.profiling import profile_preset  # noqa: E402
+from llmsched_env.runtime.runner_spec import RunnerSpec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMON = ["--model", "tiny", "--num-requests", "12"]
@@ -86,6 +89,22 @@ def test_shipped_presets_and_results_are_refused(capsys: pytest.CaptureFixture) 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     assert parse_args(["profile"]).out == Path(f"results/calibrate/runtime-tiny-{device}.json")
     assert parse_args(["fidelity", "--preset", "x"]).out == Path(f"results/calibrate/fidelity-tiny-{device}")
+
+
+def test_one_runner_spec_builds_the_runners_of_calibration_and_of_the_runtime_backend() -> None:
+    here = "cuda" if torch.cuda.is_available() else "cpu"
+    spec = RunnerSpec.for_here("tiny")
+    assert (spec.device, spec.dtype) == (here, "float32" if here == "cpu" else "bfloat16")
+    assert RunnerSpec.for_here("tiny", "cpu", threads=2) == RunnerSpec("tiny", "cpu", "float32", threads=2)
+    options = RuntimeOptions(model="tiny", device="cpu")  # the backend's options hold the spec they resolve to
+    assert options.runner == RunnerSpec("tiny", "cpu", "float32") and options.dtype == "float32"
+    runner = options.runner.build(num_blocks=12, block_size=8)
+    assert runner.kv.num_blocks == 12 and runner.kv.block_size == 8 and torch.get_num_threads() == 1
+    with pytest.raises(ValueError, match="model: unknown preset 'nope'"):
+        RuntimeOptions(model="nope")
+    with pytest.raises(ValueError, match="dtype: unknown dtype 'float8'"):
+        RuntimeOptions(dtype="float8")
+    assert set(DTYPE_NAMES) == set(DTYPES)  # evaluate's --dtype choices, listed without importing torch
 
 
 def test_the_library_profiles_and_reports_without_the_command_line(tmp_path: Path) -> None:

@@ -60,3 +60,16 @@ def test_loading_a_corrupt_model_is_a_clear_error(tmp_path: Path) -> None:
     bad.write_bytes(b"not a zip")
     with pytest.raises(ValueError, match=str(bad)):
         SB3Policy.load(bad)
+
+
+def test_evaluate_refuses_shipped_folders_unless_forced(capsys: pytest.CaptureFixture) -> None:
+    root = Path(__file__).resolve().parents[1]
+    results, tb = root / "docs" / "results" / "eval", root / "policies" / "tb"
+    for argv, option in ((["--out", str(results)], "--out"), (["--tensorboard", str(tb)], "--tensorboard")):
+        with pytest.raises(SystemExit) as exc:
+            parse(argv)
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and f"{option} {argv[1]}: refusing to write inside the shipped folder" in err
+        assert "Traceback" not in err and "--force" in err
+    args, _ = parse(["--out", str(results), "--tensorboard", str(tb), "--force"])  # allowed when asked for
+    assert args.out == results and args.tensorboard == tb

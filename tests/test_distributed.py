@@ -1,6 +1,7 @@
-"""Scale-out on Ray: llmsched-evaluate --ray gives what the serial path gives (local Ray, 2 CPUs).
+"""Scale-out on Ray: llmsched-evaluate --ray gives what the serial path gives (local Ray, 2 CPUs); a sweep's
+line per training comes as that training ends.
 
-Training sweeps on Ray: tests/test_train.py.
+Training sweeps on Ray with real trainings: tests/test_train.py.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import pytest
 
 pytest.importorskip("ray")
 
+from agents import sweep
+from agents.train_config import TrainConfig
 from llmsched_env.commands.evaluate import main
 from llmsched_env.evaluation.distributed import ray_imap, strip_options
 
@@ -48,3 +51,20 @@ def test_ray_imap_yields_each_result_as_its_task_ends() -> None:
     jobs = [(3.0,), (0.0,)]  # the second task ends first
     # a lambda travels by value (cloudpickle), so the workers need not import this test module
     assert list(ray_imap(lambda s: time.sleep(s), jobs, num_cpus=2)) == [(1, None), (0, None)]
+
+
+def test_a_ray_sweep_prints_each_training_as_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def fake_training(argv: list[str], cwd: str) -> dict:  # seed 0 takes longer than seed 1
+        time.sleep(5.0 if argv[argv.index("--seed") + 1] == "0" else 0.0)
+        return {"out": argv[argv.index("--out") + 1], "returncode": 0, "summary": {"best_eval_attainment": 0.5}}
+
+    monkeypatch.setattr(sweep, "train_task", fake_training)  # a nested function travels by value, too
+    configs = sweep.sweep_configs(TrainConfig(scenario="bursty"), tmp_path, seeds=[0, 1])
+    results = sweep.run_sweep(configs, tmp_path, ray="local", ray_cpus=2)
+    assert [Path(r["out"]).name for r in results] == ["bursty-seed0", "bursty-seed1"]  # in the order of configs
+    out, err = capsys.readouterr()
+    lines = [line for line in out.splitlines() if "exit 0" in line]
+    assert len(lines) == 2 and "bursty-seed1:" in lines[0] and "bursty-seed0:" in lines[1]  # as each ended
+    assert "2 trainings as Ray tasks" in err and "2/2" in err  # the bar counts trainings

@@ -23,7 +23,7 @@ from llmsched_env.runtime.executor import Runtime  # noqa: E402
 from llmsched_env.runtime.model import ModelConfig  # noqa: E402
 from llmsched_env.runtime.policy_file import action_options, load_policy_file  # noqa: E402
 from llmsched_env.runtime.runner import ModelRunner  # noqa: E402
-from llmsched_env.runtime.serve import serve  # noqa: E402
+from llmsched_env.runtime.serve import ServeOptions, serve  # noqa: E402
 from llmsched_env.runtime.tokens import PromptTokens  # noqa: E402
 from llmsched_env.sim.simulator import Simulator  # noqa: E402
 from llmsched_env.workloads.library import get_scenario  # noqa: E402
@@ -68,7 +68,8 @@ def run(runner: ModelRunner, policy: str | object = "fcfs", requests: list[Reque
     reqs = requests if requests is not None else make_requests()
     rt = Runtime(runner, kw.pop("engine", ENGINE), TENANTS, COST, reqs)
     pol = baselines.make(policy, CTX) if isinstance(policy, str) else policy
-    metrics, stats = serve(rt, pol, ENCODER, SPEC, baselines.make("fcfs", CTX), check_invariants=True, **kw)
+    options = ServeOptions(check_invariants=True, **kw)
+    metrics, stats = serve(rt, pol, ENCODER, SPEC, baselines.make("fcfs", CTX), options)
     return rt, metrics, stats
 
 
@@ -175,10 +176,12 @@ def test_an_exported_policy_runs_on_the_runtime(runner: ModelRunner) -> None:
         r.tenant %= len(tenants)
     rt = Runtime(runner, engine, tenants, COST, reqs)
     ctx = PolicyContext(engine, tenants, COST, spec, encoder.names)
-    metrics, stats = serve(
-        rt, policy, encoder, spec, baselines.make("fcfs", ctx), iterations_per_step=4, check_invariants=True
-    )
+    options = ServeOptions(iterations_per_step=4, check_invariants=True)
+    metrics, stats = serve(rt, policy, encoder, spec, baselines.make("fcfs", ctx), options)
     assert served_all(metrics, 16) and stats.num_fallbacks == 0
+    for bad, message in (({"iterations_per_step": 0}, "iterations_per_step"), ({"policy_timeout_s": 0}, "timeout")):
+        with pytest.raises(ValueError, match=message):
+            ServeOptions(**bad)  # type: ignore[arg-type]
 
 
 def test_same_workload_same_tokens_and_decisions_in_simulator_and_runtime(runner: ModelRunner) -> None:

@@ -281,7 +281,7 @@ def test_runner_rejects_bad_input() -> None:
 
 
 def test_kv_cache_slots_and_sizes() -> None:
-    kv = PagedKVCache.for_model(CFG, num_blocks=10, block_size=4)
+    kv = PagedKVCache(CFG, num_blocks=10, block_size=4)
     assert kv.slots([7, 2, 5], 3, 10) == [31, 8, 9, 10, 11, 20, 21]
     assert kv.k[1].shape == (10, 4, CFG.num_kv_heads, CFG.head_dim)
     per_block = PagedKVCache.bytes_per_block(CFG, 4)
@@ -296,7 +296,7 @@ def test_kv_cache_slots_and_sizes() -> None:
     with pytest.raises(ValueError, match="holds no block"):
         PagedKVCache.num_blocks_for(CFG, 4, per_block - 1)
     with pytest.raises(ValueError, match="block_size"):
-        PagedKVCache.for_model(CFG, num_blocks=10, block_size=0)
+        PagedKVCache(CFG, num_blocks=10, block_size=0)
 
 
 # ------------------------------------------------------------------------------------------- CUDA

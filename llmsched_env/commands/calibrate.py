@@ -25,15 +25,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import torch
-
 from llmsched_env.commands.help import DefaultsFormatter, program
+from llmsched_env.commands.runner_options import add_runner_options, runner_spec
 from llmsched_env.common.outputs import check_output
 from llmsched_env.evaluation.progress import Progress, status
 from llmsched_env.runtime.fidelity import FIT_LOADS, FidelityWorkload
 from llmsched_env.runtime.fidelity_report import check_fidelity_seeds, error_kinds, format_row, run_fidelity
-from llmsched_env.runtime.model import DTYPES, MODEL_PRESETS
-from llmsched_env.runtime.profiling import RunnerSpec, policy_factory, profile_preset
+from llmsched_env.runtime.profiling import policy_factory, profile_preset
+from llmsched_env.runtime.runner_spec import default_device
 
 __all__ = ["build_parser", "main", "parse_args"]
 
@@ -45,15 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``llmsched-calibrate`` argument parser (subcommands ``profile`` and ``fidelity``)."""
     p = argparse.ArgumentParser(prog=program(*PROG), description=__doc__, formatter_class=DefaultsFormatter)
     sub = p.add_subparsers(dest="command", required=True)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = default_device()
     for name in ("profile", "fidelity"):
         s = sub.add_parser(name, formatter_class=DefaultsFormatter, help=f"see {name} --help")
-        s.add_argument("--model", default="tiny", choices=sorted(MODEL_PRESETS), help="model preset")
-        s.add_argument("--device", default=device, help="torch device (default here: %(default)s)")
-        s.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="model dtype")
-        s.add_argument("--weights", type=Path, default=None, help="local safetensors file or folder (default: random)")
-        s.add_argument("--seed", type=int, default=0, help="weights seed")
-        s.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+        add_runner_options(s, device)
         s.add_argument("--num-requests", type=int, default=FidelityWorkload.num_requests, help="requests per workload")
         s.add_argument("--no-progress", action="store_true", help="no status lines and no progress bars on stderr")
         s.add_argument("--force", action="store_true", help="allow writing inside a shipped folder")
@@ -84,8 +78,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     and checked against shipped folders). A bad argument exits with a one-line usage error (status 2)."""
     p = build_parser()
     args = p.parse_args(argv)
+    args.spec = runner_spec(p, args)
     try:
-        args.spec = RunnerSpec(args.model, args.device, args.dtype, args.weights, args.seed, args.threads)
         if args.num_requests < 1:
             raise ValueError(f"--num-requests must be >= 1, got {args.num_requests}")
         tag = f"{args.model}-{args.device.split(':')[0]}"

@@ -10,8 +10,9 @@ optionally named ``alias=path``. Prints one row per run as it finishes (a progre
 stderr; --no-progress turns it off) and, with several seeds, the mean and 95% confidence half-width
 (Student t) per (policy, scenario, load). ``--out`` gets ``results.csv`` and ``results.json`` (one row per
 run, one column per metric), ``summary.csv`` and the plots (``--no-plots`` skips them); ``--tensorboard DIR``
-writes every run's metrics as TensorBoard scalars (step = seed). ``--capacity`` searches each policy's
-highest load with attainment >= 90% instead.
+writes every run's metrics as TensorBoard scalars (step = seed); either inside ``policies/``,
+``docs/results/`` or the installed package is refused unless ``--force``. ``--capacity`` searches each
+policy's highest load with attainment >= 90% instead.
 
 ``--backend runtime --model tiny`` serves the same episodes on the torch runtime (a real model, paged KV
 cache, the same core engine and the same policies) instead of the simulator.
@@ -23,11 +24,12 @@ Everything it does is a library call (``llmsched_env.evaluation``: ``EvalConfig`
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
 
-from llmsched_env.commands.evaluate_args import build_parser, config_from_args
+from llmsched_env.commands.evaluate_args import PROG, build_parser, config_from_args
+from llmsched_env.commands.help import program
 from llmsched_env.evaluation import (
     EvalConfig,
     InputError,
@@ -81,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if len(config.seeds) > 1:
                 print(format_summary(summary), flush=True)
     except InputError as exc:  # found only when a run starts (a weights file): one line, no traceback
-        raise SystemExit(f"{Path(sys.argv[0]).name}: error: {exc}") from None  # argparse's program name
+        raise SystemExit(f"{program(*PROG)}: error: {exc}") from None  # as argparse names the program
     if args.out is not None:
         written = write_results(args.out, rows, summary=summary, details=details, plots=plots)
         print("wrote " + ", ".join(str(p) for p in written))
@@ -91,43 +93,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _live(table: LiveTable, bar: Progress, title: str | None = None) -> None:
-    """Print ``title`` and ``table``'s header now, before the first result."""
-    for line in ([title] if title else []) + table.head():
-        bar.print(line)
+@contextmanager
+def _live(
+    table: LiveTable, args: argparse.Namespace, desc: str, unit: str, total: int, title: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """A bar over ``total`` steps on stderr, ``title`` and ``table``'s header on stdout now; yields the
+    keyword arguments ``run_grid`` and ``capacity_grid`` share: Ray, each row printed under the header as it
+    comes, the bar."""
+    with Progress(total=total, desc=desc, unit=unit, enabled=not args.no_progress) as bar:
+        for line in ([title] if title else []) + table.head():
+            bar.print(line)
+        yield {
+            "ray": args.ray,
+            "ray_cpus": args.ray_cpus,
+            "on_row": lambda row: bar.print(table.format(row)),
+            "progress": bar,
+        }
 
 
 def _grid(config: EvalConfig, args: argparse.Namespace, details: bool) -> tuple[list[Row], list[Row]]:
     """Every run, each row printed as it comes (as its cell comes on Ray); the bar counts runs (cells)."""
-    table = results_table(config)
     unit = "cell" if args.ray else "run"
-    with Progress(total=config.num_runs, desc="grid", unit=unit, enabled=not args.no_progress) as bar:
-        _live(table, bar, RESULTS_TITLE)
-        result = run_grid(
-            config,
-            details=details,
-            ray=args.ray,
-            ray_cpus=args.ray_cpus,
-            on_row=lambda row: bar.print(table.format(row)),
-            progress=bar,
-        )
+    with _live(results_table(config), args, "grid", unit, config.num_runs, RESULTS_TITLE) as live:
+        result = run_grid(config, details=details, **live)
     return result.rows, result.details
 
 
 def _capacity(config: EvalConfig, args: argparse.Namespace) -> list[Row]:
     """Every (scenario, policy) capacity search, each row printed as its search ends; the bar counts load
     evaluations, its total growing as the searches go (on Ray: it counts searches)."""
-    table = capacity_table(config)
-    unit = "search" if args.ray else "eval"
-    with Progress(total=0, desc="capacity", unit=unit, enabled=not args.no_progress) as bar:
-        _live(table, bar)
-        return capacity_grid(
-            config,
-            ray=args.ray,
-            ray_cpus=args.ray_cpus,
-            on_row=lambda row: bar.print(table.format(row)),
-            progress=bar,
-        )
+    with _live(capacity_table(config), args, "capacity", "search" if args.ray else "eval", 0) as live:
+        return capacity_grid(config, **live)
 
 
 if __name__ == "__main__":

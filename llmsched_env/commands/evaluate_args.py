@@ -2,7 +2,8 @@
 
 Every bad value ends in one usage line (``parser.error``), never a traceback: argparse types check the
 shape of each value, the library (``EvalConfig``, ``resolve_policy``, ``RuntimeOptions``,
-``scenario_from_trace``) checks the rest and its ``ValueError`` becomes the usage line.
+``scenario_from_trace``, ``check_output`` for ``--out`` and ``--tensorboard`` inside a shipped folder
+without ``--force``) checks the rest and its ``ValueError`` becomes the usage line.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
+from llmsched_env.commands.help import DefaultsFormatter, from_args, program
+from llmsched_env.common.outputs import check_output
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.engine.config import SLO_CLASSES
 from llmsched_env.evaluation import EvalConfig, RuntimeOptions
@@ -21,25 +24,9 @@ from llmsched_env.workloads.library import list_scenarios
 from llmsched_env.workloads.scenarios import SPLITS, Scenario, scenario_from_trace
 from llmsched_env.workloads.traces import TRACE_FORMATS
 
-__all__ = ["build_parser", "config_from_args"]
+__all__ = ["PROG", "build_parser", "config_from_args"]
 
-
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Keeps the description's layout and ends every option's help with its default (lists comma-joined,
-    flags on/off, None "none"), unless the help already says what the default is."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if "(default" not in text and action.default is not argparse.SUPPRESS and action.option_strings:
-            default = action.default
-            if isinstance(default, list):
-                default = ",".join(str(v) for v in default)
-            elif isinstance(default, bool):
-                default = "on" if default else "off"
-            elif default is None:
-                default = "none"
-            text = f"{text} (default: {default})"
-        return text.replace("%", "%%")  # argparse %-formats help; no help here uses its %(name)s fields
+PROG = ("llmsched-evaluate", "evaluate.py")  # the console script, the checkout's script (``help.program``)
 
 
 def _csv_list(kind: type, minimum: float | None = None) -> Callable[[str], list[Any]]:
@@ -74,7 +61,9 @@ def _positive_int(text: str) -> int:
 
 def build_parser(description: str) -> argparse.ArgumentParser:
     """The parser of ``llmsched-evaluate`` (``python evaluate.py``), ``description`` its help's head."""
-    p = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
+    p = argparse.ArgumentParser(
+        prog=program(*PROG), description=description, formatter_class=DefaultsFormatter
+    )
     add = p.add_argument
     add(
         "--policies",
@@ -107,7 +96,7 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     )
     add("--trace-time-unit", choices=("s", "ms"), default="s", help="generic format: timestamp unit")
     add("--describe", action="store_true", help="describe the scenarios instead of running policies")
-    add("--capacity", action="store_true", help="search each policy's capacity (attainment >= 90%)")
+    add("--capacity", action="store_true", help="search each policy's capacity (attainment >= 90%%)")
     add("--out", type=Path, default=None, help="folder for results.csv/.json, summary.csv and plots (default: none)")
     add(
         "--plots",
@@ -116,6 +105,7 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         help="write PNG plots into --out (default: on when --out is given)",
     )
     add("--tensorboard", type=Path, default=None, help="write each run's metrics as TensorBoard scalars here")
+    add("--force", action="store_true", help="allow --out or --tensorboard inside a shipped folder")
     add("--check-invariants", action="store_true", help="verify the core's invariants every step")
     add("--no-progress", action="store_true", help="no progress bars on stderr")
     add(
@@ -137,7 +127,14 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     )
     rt.add_argument("--weights", type=Path, default=None, help="local safetensors weights (default: seeded random)")
     rt.add_argument("--realtime", action="store_true", help="sleep through idle gaps instead of skipping them")
-    rt.add_argument("--policy-timeout", type=float, default=0.1, help="seconds before a decision falls back to fcfs")
+    rt.add_argument(
+        "--policy-timeout",
+        dest="policy_timeout_s",
+        type=float,
+        default=0.1,
+        metavar="POLICY_TIMEOUT",
+        help="seconds before a decision falls back to fcfs",
+    )
     return p
 
 
@@ -148,28 +145,13 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
     if args.describe and set(args.scenarios) & set(list_cluster_scenarios()):
         p.error("--describe is single-node only")
     try:
-        runtime = None
-        if args.backend == "runtime":
-            runtime = RuntimeOptions(
-                model=args.model,
-                device=args.device,
-                dtype=args.dtype,
-                weights=args.weights,
-                realtime=args.realtime,
-                policy_timeout_s=args.policy_timeout,
-            )
+        if args.out is not None:
+            check_output(args.out, args.force)
+        if args.tensorboard is not None:
+            check_output(args.tensorboard, args.force, "--tensorboard")
+        runtime = from_args(RuntimeOptions, args) if args.backend == "runtime" else None
         scenarios: list[Any] = [_trace_scenario(p, args)] if args.trace is not None else args.scenarios
-        config = EvalConfig(
-            scenarios=scenarios,
-            policies=args.policies,
-            loads=args.loads,
-            seeds=args.seeds,
-            split=args.split,
-            num_requests=args.num_requests,
-            cost_model=args.cost_model,
-            check_invariants=args.check_invariants,
-            runtime=runtime,
-        )
+        config = from_args(EvalConfig, args, scenarios=scenarios, runtime=runtime)
     except ValueError as exc:
         p.error(str(exc))
     return config

@@ -55,11 +55,16 @@ def check_output(path: str | Path, force: bool = False, option: str = "--out") -
 
 
 def write_csv(rows: Sequence[Mapping[str, Any]], path: Path, columns: Sequence[str] | None = None) -> None:
-    """``rows`` as a CSV file with a header: ``columns`` (default: the first row's keys, in order)."""
+    """``rows`` as a CSV file with a header: ``columns``, by default every key of every row in first-seen
+    order (a row without a column leaves its cell empty). ``ValueError`` naming ``path`` for no rows and no
+    columns, or for a row with a key that ``columns`` lacks."""
     if not rows and columns is None:
         raise ValueError(f"{path}: no rows to write and no columns given")
-    fields = list(columns if columns is not None else rows[0])
+    fields = list(columns) if columns is not None else list(dict.fromkeys(key for row in rows for key in row))
     with Path(path).open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
-        writer.writerows(rows)
+        try:
+            writer.writerows(rows)
+        except ValueError as exc:  # DictWriter: "dict contains fields not in fieldnames: ..."
+            raise ValueError(f"{path}: {exc}") from None

@@ -18,16 +18,17 @@ statistics over seeds, result files, plots and scale-out on Ray.
 | ``details`` | per-request latencies and the KV series of an episode, for plots |
 | ``capacity`` | ``search_capacity``, ``find_capacity``, ``capacity_grid`` |
 | ``stats`` | ``summarize``, ``mean_ci95``, ``t_quantile_975`` |
-| ``outputs`` | live and summary tables, ``write_results``, ``write_tensorboard`` |
+| ``outputs`` | live and summary tables, ``write_results``, ``write_tensorboard`` (CSV: ``common.outputs.write_csv``) |
 | ``describe`` | a scenario described in words |
 | ``plots`` | PNG plots (matplotlib) |
-| ``distributed`` | ``ray_map`` / ``ray_imap`` over Ray |
+| ``distributed`` | ``ray_imap`` over Ray (results as the tasks finish) |
 | ``progress`` | progress bars and status lines on stderr |
 
 Nothing here imports torch, matplotlib or Ray until a policy file, the runtime backend, a plot or ``ray=``
 needs it; schedulers and routers come from ``llmsched_env.decision.registry``, never from ``baselines``.
 """
 
+from llmsched_env.common.outputs import write_csv  # the one CSV writer, re-exported for evaluation's users
 from llmsched_env.evaluation.capacity import CAPACITY_TARGET, capacity_grid, find_capacity, search_capacity
 from llmsched_env.evaluation.config import EvalConfig, InputError, Row
 from llmsched_env.evaluation.describe import format_description
@@ -39,7 +40,6 @@ from llmsched_env.evaluation.outputs import (
     capacity_table,
     format_summary,
     results_table,
-    write_csv,
     write_results,
     write_tensorboard,
 )

@@ -52,44 +52,28 @@ def search_capacity(
     ``on_evaluation(remaining)`` gets the number of evaluations still expected: exact once the capacity is
     bracketed, before that a guess (one more bracket step, then bisection from a factor of 2)."""
 
-    def evaluate(load: float) -> bool:
-        return attainment(load) >= target
+    def bracketing() -> bool:  # still doubling (or halving) towards the other end of the bracket
+        return (hi == 0.0 and load < _MAX_LOAD) or (lo == 0.0 and load > 1 / _MAX_LOAD)
 
-    def report() -> None:
+    def evaluate(at: float) -> None:
+        nonlocal lo, hi
+        if attainment(at) >= target:
+            lo = at
+        else:
+            hi = at
         if on_evaluation is not None:
-            bracketing = (hi == 0.0 and load < _MAX_LOAD) or (lo == 0.0 and load > 1 / _MAX_LOAD)
-            on_evaluation(1 + _bisections(1.0, 2.0) if bracketing else _bisections(lo, hi))
+            on_evaluation(1 + _bisections(1.0, 2.0) if bracketing() else _bisections(lo, hi))
 
     lo, hi = 0.0, 0.0
     load = 1.0
-    if evaluate(load):
-        lo = load
-        report()
-        while hi == 0.0 and load < _MAX_LOAD:
-            load *= 2
-            if evaluate(load):
-                lo = load
-            else:
-                hi = load
-            report()
-        hi = hi or load
-    else:
-        hi = load
-        report()
-        while lo == 0.0 and load > 1 / _MAX_LOAD:
-            load /= 2
-            if evaluate(load):
-                lo = load
-            else:
-                hi = load
-            report()
+    evaluate(load)
+    factor = 2.0 if lo else 0.5  # met at 1.0: double until it misses; missed: halve until it meets
+    while bracketing():
+        load *= factor
+        evaluate(load)
+    hi = hi or load  # met up to the top of the range: the bracket ends there
     while lo > 0 and hi / lo > _TOLERANCE:
-        mid = (lo * hi) ** 0.5
-        if evaluate(mid):
-            lo = mid
-        else:
-            hi = mid
-        report()
+        evaluate((lo * hi) ** 0.5)
     return lo
 
 

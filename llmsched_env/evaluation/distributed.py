@@ -1,12 +1,13 @@
 """Scale-out on Ray (the optional ``distributed`` extra): map independent jobs over a Ray cluster.
 
-``evaluate.py --ray`` spreads its grid's (scenario, load, policy) cells with ``ray_imap`` (results as they
-come) and ``train.py --ray`` its trainings with ``ray_map``. Without an address it starts a local Ray
+``evaluate.py --ray`` spreads its grid's (scenario, load, policy) cells and its capacity searches, and
+``train.py --ray`` its trainings, with ``ray_imap``: results as they come, each with its job's index, so a
+caller reports each at once and keeps the order of its jobs. Without an address it starts a local Ray
 (``num_cpus`` workers) whose workers import this repository from its folder; with an address
 (``ray://host:10001`` or ``host:6379``) it ships the repository as the job's ``working_dir`` (run folders,
 results and .git excluded), so every node runs the same code.
-Each job is a plain function of picklable arguments returning picklable results; ``ray_map`` returns them in
-submission order, so a Ray run gives exactly what the serial loop gives.
+Each job is a plain function of picklable arguments returning picklable results; placed by their indices,
+they are exactly what the serial loop gives.
 """
 
 from __future__ import annotations
@@ -16,26 +17,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RAY_INSTALL_HINT", "ray_imap", "ray_map", "strip_options", "use_driver_folder"]
+__all__ = ["RAY_INSTALL_HINT", "ray_imap", "strip_options", "use_driver_folder"]
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: llmsched_env/, baselines/, agents/
 RAY_INSTALL_HINT = "Ray is not installed: pip install -e '.[distributed]'"
 _EXCLUDES = ["runs/", "results/", ".git/", "docs/", "*.zip", "__pycache__/", ".pytest_cache/", ".ruff_cache/"]
-
-
-def ray_map(
-    fn: Callable[..., Any],
-    jobs: Sequence[Sequence[Any]],
-    address: str | None = None,
-    num_cpus: int | None = None,
-) -> list[Any]:
-    """``[fn(*job) for job in jobs]``, each job a Ray task of one CPU; ``address`` None or "local" starts
-    a local Ray with ``num_cpus`` CPUs (default: all), else connects to that cluster. Raises ``RuntimeError``
-    with the install hint when Ray is missing; a failing job raises its error here."""
-    results: list[Any] = [None] * len(jobs)
-    for index, result in ray_imap(fn, jobs, address=address, num_cpus=num_cpus):
-        results[index] = result
-    return results
 
 
 def ray_imap(
@@ -45,8 +31,10 @@ def ray_imap(
     num_cpus: int | None = None,
 ) -> Iterator[tuple[int, Any]]:
     """``(index, fn(*jobs[index]))`` for every job, each a Ray task of one CPU, yielded as the tasks finish
-    (so a caller can report each result at once); Ray as in ``ray_map``. Ray is shut down when the iterator
-    ends or is closed, if this call started it."""
+    (so a caller can report each result at once). ``address`` None or "local" starts a local Ray with
+    ``num_cpus`` CPUs (default: all), else connects to that cluster; Ray is shut down when the iterator ends
+    or is closed, if this call started it. ``RuntimeError`` with the install hint when Ray is missing; a
+    failing job raises its error here."""
     try:
         import ray
     except ImportError:

@@ -12,7 +12,6 @@ scenario, load), PNG plots (matplotlib, imported only when plotting), TensorBoar
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 import time
@@ -20,11 +19,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from llmsched_env.common.outputs import write_csv
 from llmsched_env.evaluation.config import EvalConfig, Row
 from llmsched_env.evaluation.grid import KEY_COLUMNS
 from llmsched_env.evaluation.stats import SUMMARY_METRICS
-from llmsched_env.sim.metrics import _cell as cell_text  # the cell format of format_table, one cell at a time
-from llmsched_env.sim.metrics import format_table
+from llmsched_env.sim.metrics import format_cell, format_line, format_table
 
 __all__ = [
     "CAPACITY_COLUMNS",
@@ -34,7 +33,6 @@ __all__ = [
     "capacity_table",
     "format_summary",
     "results_table",
-    "write_csv",
     "write_results",
     "write_tensorboard",
 ]
@@ -74,43 +72,39 @@ class LiveTable:
     ) -> None:
         self.columns = list(columns)
         self.headers = [(headers or {}).get(c, c) for c in self.columns]
-        self.text = [any(isinstance(v, str) for v in known.get(c, ())) for c in self.columns]
+        self.numeric = [not any(isinstance(v, str) for v in known.get(c, ())) for c in self.columns]
         self.widths = [
-            max([len(h)] + [len(cell_text(v)) for v in known[c]]) if c in known else max(len(h), min_width)
+            max([len(h)] + [len(format_cell(v)) for v in known[c]]) if c in known else max(len(h), min_width)
             for c, h in zip(self.columns, self.headers, strict=True)
         ]
 
-    def _line(self, cells: Sequence[str]) -> str:
-        parts = [v.ljust(w) if text else v.rjust(w) for v, w, text in zip(cells, self.widths, self.text, strict=True)]
-        return "  ".join(parts).rstrip()
-
     def head(self) -> list[str]:
         """The header line and the rule under it."""
-        return [self._line(self.headers), "  ".join("-" * w for w in self.widths)]
+        rule = ["-" * w for w in self.widths]
+        return [format_line(self.headers, self.widths, self.numeric), format_line(rule, self.widths, self.numeric)]
 
     def format(self, row: Mapping[str, Any]) -> str:
         """One line for ``row`` (a missing column blank)."""
-        return self._line([cell_text(row.get(c)) for c in self.columns])
+        return format_line([format_cell(row.get(c)) for c in self.columns], self.widths, self.numeric)
 
 
 def results_table(config: EvalConfig) -> LiveTable:
     """The live table of a grid's runs: the keys, then ``TABLE_COLUMNS`` under their short headers."""
-    known = {
-        "policy": [spec.name for spec in config.policies],  # type: ignore[union-attr]
-        "scenario": [s.name for s in config.scenarios],  # type: ignore[union-attr]
-        "load": list(config.loads),
-        "seed": list(config.seeds),
-    }
+    known = {**_names(config), "load": list(config.loads), "seed": list(config.seeds)}
     return LiveTable([*KEY_COLUMNS, *TABLE_COLUMNS], known, TABLE_COLUMNS)
 
 
 def capacity_table(config: EvalConfig) -> LiveTable:
     """The live table of a capacity search: one row per (scenario, policy)."""
-    known = {
+    return LiveTable(CAPACITY_COLUMNS, _names(config))
+
+
+def _names(config: EvalConfig) -> dict[str, list[str]]:
+    """The ``policy`` and ``scenario`` names of ``config``: what every live table knows in advance."""
+    return {
         "policy": [spec.name for spec in config.policies],  # type: ignore[union-attr]
         "scenario": [s.name for s in config.scenarios],  # type: ignore[union-attr]
     }
-    return LiveTable(CAPACITY_COLUMNS, known)
 
 
 def format_summary(summary: Sequence[Row]) -> str:
@@ -125,17 +119,6 @@ def format_summary(summary: Sequence[Row]) -> str:
     for head in SUMMARY_METRICS.values():
         columns += [head, f"{head} ±"]
     return "mean over seeds ± 95% confidence half-width (Student t)\n" + format_table(short, columns)
-
-
-def write_csv(rows: Sequence[Row], path: Path) -> None:
-    """``rows`` as CSV, the columns in first-seen order (a row without a column leaves it empty)."""
-    columns: list[str] = []
-    for row in rows:
-        columns += [k for k in row if k not in columns]
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def write_results(

@@ -45,13 +45,43 @@ def _colors(policies: Sequence[str]) -> dict[str, Any]:
     return {p: cycle[i % len(cycle)] for i, p in enumerate(policies)}
 
 
-def _grid(num: int, width: float = 5.0, height: float = 3.6) -> tuple[Figure, list[Axes]]:
+def _by_scenario(
+    rows: Sequence[Row], policy_rows: Sequence[Row] | None = None, width: float = 5.0, height: float = 3.6
+) -> tuple[Figure, list[tuple[Axes, str]], dict[str, Any]]:
+    """A figure with one subplot per scenario of ``rows`` (first-seen order, three to a line; one empty
+    subplot when there is none), each paired with its scenario, and the colours of the policies of
+    ``policy_rows`` (default: ``rows``)."""
+    scenarios = _unique([r["scenario"] for r in rows])
+    colors = _colors(_unique([r["policy"] for r in (rows if policy_rows is None else policy_rows)]))
+    num = max(len(scenarios), 1)
     ncols = min(num, 3)
     nrows = math.ceil(num / ncols)
     fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
     FigureCanvasAgg(fig)
     axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(num)]
-    return fig, axes
+    return fig, list(zip(axes, scenarios, strict=False)), colors
+
+
+def _grouped_bars(
+    groups: Sequence[str], heights: Mapping[str, Sequence[float]], width: float
+) -> tuple[Figure, Axes, dict[str, Any]]:
+    """A ``width`` x 4 inch figure of grouped bars: one group per entry of ``groups`` (its tick label), in it
+    one bar per policy of ``heights`` (policy -> one height per group) in the policy's colour; y grid and
+    legend. Returns the figure, its axes and each policy's bars (for labels)."""
+    fig = Figure(figsize=(width, 4), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    colors = _colors(list(heights))
+    bar_width = 0.8 / max(len(heights), 1)
+    x = np.arange(len(groups))
+    bars = {
+        policy: ax.bar(x + (i - (len(heights) - 1) / 2) * bar_width, h, bar_width, color=colors[policy], label=policy)
+        for i, (policy, h) in enumerate(heights.items())
+    }
+    ax.set_xticks(x, groups)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize="small")
+    return fig, ax, bars
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -67,10 +97,8 @@ def _first_load(rows: Sequence[Row], scenario: str) -> float:
 def plot_latency_cdf(details: Sequence[Row], key: str, path: Path, label: str | None = None) -> Path:
     """Empirical CDF of ``key`` (``ttft_s`` or ``tpot_s``), one curve per policy pooled over seeds, one subplot
     per scenario at its first load; log time axis (zeros, e.g. TPOT of one-token outputs, lie off its left)."""
-    scenarios = _unique([d["scenario"] for d in details])
-    colors = _colors(_unique([d["policy"] for d in details]))
-    fig, axes = _grid(max(len(scenarios), 1))
-    for ax, scenario in zip(axes, scenarios, strict=False):
+    fig, panels, colors = _by_scenario(details)
+    for ax, scenario in panels:
         load = _first_load(details, scenario)
         runs = [d for d in details if d["scenario"] == scenario and d["load"] == load]
         for policy in _unique([d["policy"] for d in runs]):
@@ -94,10 +122,8 @@ def plot_latency_cdf(details: Sequence[Row], key: str, path: Path, label: str | 
 def plot_attainment_vs_load(summary: Sequence[Row], path: Path) -> Path:
     """SLO attainment mean ± 95% CI against load, one line per policy, one subplot per scenario; the 90% target
     dashed."""
-    scenarios = _unique([s["scenario"] for s in summary])
-    colors = _colors(_unique([s["policy"] for s in summary]))
-    fig, axes = _grid(max(len(scenarios), 1))
-    for ax, scenario in zip(axes, scenarios, strict=False):
+    fig, panels, colors = _by_scenario(summary)
+    for ax, scenario in panels:
         runs = [s for s in summary if s["scenario"] == scenario]
         for policy in _unique([s["policy"] for s in runs]):
             pts = sorted(
@@ -124,27 +150,20 @@ def plot_tenant_service(rows: Sequence[Row], path: Path) -> Path:
     load = _first_load(rows, scenario)
     runs = [r for r in rows if r["scenario"] == scenario and r["load"] == load]
     policies = _unique([r["policy"] for r in runs])
-    colors = _colors(policies)
     tenants = _unique([k.split("/")[1] for r in runs for k in r if k.startswith("tenant/") and k.endswith("/service")])
-    fig = Figure(figsize=(max(6.0, 1.2 * len(tenants) * max(len(policies), 1) ** 0.5 + 3), 4), layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    width = 0.8 / max(len(policies), 1)
-    x = np.arange(len(tenants))
-    for i, policy in enumerate(policies):
-        mine = [r for r in runs if r["policy"] == policy]
-        service = [float(np.mean([r.get(f"tenant/{t}/service", 0.0) for r in mine])) for t in tenants]
-        ax.bar(x + (i - (len(policies) - 1) / 2) * width, service, width, color=colors[policy], label=policy)
+    service = {
+        p: [float(np.mean([r.get(f"tenant/{t}/service", 0.0) for r in runs if r["policy"] == p])) for t in tenants]
+        for p in policies
+    }
+    width = max(6.0, 1.2 * len(tenants) * max(len(policies), 1) ** 0.5 + 3)
+    fig, ax, _ = _grouped_bars(tenants, service, width)
     jain = ", ".join(
         f"{p} {np.mean([r['jain_fairness'] for r in runs if r['policy'] == p]):.3f}"
         for p in policies
         if all("jain_fairness" in r for r in runs)
     )
-    ax.set_xticks(x, tenants)
     ax.set_ylabel("service (input + 2 × output tokens) / weight")
     ax.set_title(f"per-tenant service, {scenario}, load {load:g}" + (f"\nJain: {jain}" if jain else ""))
-    ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize="small")
     return _save(fig, path)
 
 
@@ -152,10 +171,8 @@ def plot_kv_usage(details: Sequence[Row], path: Path) -> Path:
     """KV blocks in use over simulated time, one line per policy, one subplot per scenario: the first run of
     each (policy, scenario) that carries a KV series (``run_grid`` keeps it for the first seed, first load)."""
     with_series = [d for d in details if "kv_usage" in d]
-    scenarios = _unique([d["scenario"] for d in with_series])
-    colors = _colors(_unique([d["policy"] for d in details]))
-    fig, axes = _grid(max(len(scenarios), 1), width=6.0)
-    for ax, scenario in zip(axes, scenarios, strict=False):
+    fig, panels, colors = _by_scenario(with_series, details, width=6.0)
+    for ax, scenario in panels:
         seen: set[str] = set()
         title = scenario
         for d in with_series:
@@ -181,25 +198,17 @@ def plot_capacity(rows: Sequence[Row], path: Path) -> Path:
     """Capacity (highest load with attainment >= 90%) as grouped bars: one group per scenario, one bar per
     policy; each bar is labelled with the rate in req/s."""
     scenarios = _unique([r["scenario"] for r in rows])
-    policies = _unique([r["policy"] for r in rows])
-    colors = _colors(policies)
-    fig = Figure(figsize=(max(6.0, 1.6 * len(scenarios) + 2), 4), layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    width = 0.8 / max(len(policies), 1)
-    x = np.arange(len(scenarios))
-    for i, policy in enumerate(policies):
-        by_sc = {r["scenario"]: r for r in rows if r["policy"] == policy}
-        loads = [by_sc[s]["capacity_load"] if s in by_sc else np.nan for s in scenarios]
-        bars = ax.bar(x + (i - (len(policies) - 1) / 2) * width, loads, width, color=colors[policy], label=policy)
-        rps = [f"{by_sc[s]['capacity_rps']:.3g}/s" if s in by_sc else "" for s in scenarios]
-        ax.bar_label(bars, rps, fontsize="x-small", padding=2)
+    by_policy: dict[str, dict[str, Row]] = {}
+    for r in rows:
+        by_policy.setdefault(r["policy"], {})[r["scenario"]] = r
+    loads = {p: [by[s]["capacity_load"] if s in by else np.nan for s in scenarios] for p, by in by_policy.items()}
+    fig, ax, bars = _grouped_bars(scenarios, loads, max(6.0, 1.6 * len(scenarios) + 2))
+    for p, by in by_policy.items():
+        rps = [f"{by[s]['capacity_rps']:.3g}/s" if s in by else "" for s in scenarios]
+        ax.bar_label(bars[p], rps, fontsize="x-small", padding=2)
     ax.axhline(1.0, color="gray", linestyle="--", linewidth=1)
-    ax.set_xticks(x, scenarios)
     ax.set_ylabel("capacity (load relative to nominal)")
     ax.set_title(f"capacity: highest load with SLO attainment ≥ {_TARGET:.0%}")
-    ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize="small")
     return _save(fig, path)
 
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from llmsched_env.decision.observation import ObservationEncoder
 from llmsched_env.decision.registry import make_policy
 from llmsched_env.engine.config import EngineConfig
@@ -16,9 +14,8 @@ from llmsched_env.evaluation.config import EvalConfig, InputError
 from llmsched_env.evaluation.policies import PolicySpec
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.runtime.executor import Runtime
-from llmsched_env.runtime.model import DTYPES
 from llmsched_env.runtime.runner import ModelRunner
-from llmsched_env.runtime.serve import serve
+from llmsched_env.runtime.serve import ServeOptions, serve
 from llmsched_env.workloads.scenarios import slo_scale
 
 __all__ = ["Runners", "runtime_episode"]
@@ -36,18 +33,8 @@ class Runners:
         """The runner for ``cfg``'s KV pool; ``InputError`` naming the file when the weights do not load."""
         key = (cfg.num_kv_blocks, cfg.block_size)
         if key not in self._runners:
-            torch.set_num_threads(1)
-            o = self.options
-            assert o.dtype is not None  # RuntimeOptions fills it in
             try:
-                self._runners[key] = ModelRunner(
-                    o.model,
-                    num_blocks=cfg.num_kv_blocks,
-                    block_size=cfg.block_size,
-                    device=o.device,
-                    dtype=DTYPES[o.dtype],
-                    weights_path=o.weights,
-                )
+                self._runners[key] = self.options.runner.build(cfg.num_kv_blocks, cfg.block_size)
             except ValueError as exc:  # a bad weights file: its loader names the file and the tensor
                 raise InputError(str(exc)) from None
         return self._runners[key]
@@ -76,8 +63,10 @@ def runtime_episode(
         encoder,
         u.action_spec,
         make_policy("fcfs", u.policy_context()),  # type: ignore[arg-type]
-        iterations_per_step=spec.iterations_per_step,
-        policy_timeout_s=config.runtime.policy_timeout_s,
-        check_invariants=config.check_invariants,
+        ServeOptions(
+            iterations_per_step=spec.iterations_per_step,
+            policy_timeout_s=config.runtime.policy_timeout_s,
+            check_invariants=config.check_invariants,
+        ),
     )
     return metrics, rt

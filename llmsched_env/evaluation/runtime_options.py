@@ -7,12 +7,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from llmsched_env.common.checks import check_positive
+from llmsched_env.common.fields import derived
+
+if TYPE_CHECKING:  # torch only once the options are built
+    from llmsched_env.runtime.runner_spec import RunnerSpec
 
 __all__ = ["DTYPE_NAMES", "RuntimeOptions"]
 
-DTYPE_NAMES = ("float32", "bfloat16", "float16")
+DTYPE_NAMES = ("float32", "bfloat16", "float16")  # runtime.model.DTYPES' names, for --help without torch
 
 
 @dataclass(frozen=True)
@@ -21,7 +26,9 @@ class RuntimeOptions:
     ``device`` (default: cuda when available, else cpu) in ``dtype`` (default: float32 on CPU, bfloat16 on
     a GPU), with ``weights`` from a local safetensors file (default: seeded random). ``realtime`` sleeps
     through idle gaps instead of skipping them; a decision slower than ``policy_timeout_s`` falls back to
-    fcfs. ``ValueError`` naming the field when torch is missing or a value is unknown."""
+    fcfs. ``runner`` is the ``runtime.runner_spec.RunnerSpec`` of the resolved model, device, dtype and
+    weights (seed 0, one CPU thread). ``ValueError`` naming the field when torch is missing or a value is
+    unknown."""
 
     model: str = "tiny"
     device: str | None = None
@@ -29,27 +36,19 @@ class RuntimeOptions:
     weights: Path | None = None
     realtime: bool = False
     policy_timeout_s: float = 0.1
+    runner: RunnerSpec = derived()  # noqa: RUF009 (a dataclasses.field: set in __post_init__)
 
     def __post_init__(self) -> None:
         try:
-            import torch
-
-            from llmsched_env.runtime.model import MODEL_PRESETS
+            from llmsched_env.runtime.runner_spec import RunnerSpec
         except ImportError as exc:
             raise ValueError(f"the runtime backend needs torch: {exc}") from None
-        if self.model not in MODEL_PRESETS:
-            raise ValueError(f"unknown runtime model {self.model!r}; presets: {', '.join(MODEL_PRESETS)}")
-        device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"device {device}: no CUDA device here")
-        dtype = self.dtype or ("float32" if device == "cpu" else "bfloat16")
-        if dtype not in DTYPE_NAMES:
-            raise ValueError(f"RuntimeOptions.dtype must be one of {DTYPE_NAMES}, got {dtype!r}")
         check_positive("RuntimeOptions", "policy_timeout_s", self.policy_timeout_s)
-        object.__setattr__(self, "device", device)
-        object.__setattr__(self, "dtype", dtype)
-        if self.weights is not None:
-            object.__setattr__(self, "weights", Path(self.weights))
+        spec = RunnerSpec.for_here(self.model, self.device, self.dtype, weights=self.weights)
+        object.__setattr__(self, "runner", spec)
+        object.__setattr__(self, "device", spec.device)
+        object.__setattr__(self, "dtype", spec.dtype)
+        object.__setattr__(self, "weights", spec.weights)
 
     def cost_model_preset(self) -> str:
         """The calibrated cost model of this model and device kind, whose SLO scale the runtime's SLOs use;

@@ -32,7 +32,8 @@ from llmsched_env.runtime.fidelity import (
     FidelityWorkload,
     compare,
 )
-from llmsched_env.runtime.profiling import RunnerSpec, StatusFn, policy_factory
+from llmsched_env.runtime.profiling import StatusFn, policy_factory
+from llmsched_env.runtime.runner_spec import RunnerSpec
 
 __all__ = ["FidelityReport", "check_fidelity_seeds", "error_kinds", "format_row", "run_fidelity", "summarise"]
 
@@ -131,7 +132,7 @@ def run_fidelity(
         raise ValueError("policies: at least one policy is needed")
     model = load_cost_model(preset)
     # twice the engine's KV blocks: the in-situ fitting episodes run in the second half
-    runner = spec.build(2 * RUNTIME_ENGINE.num_kv_blocks)
+    runner = spec.build(2 * RUNTIME_ENGINE.num_kv_blocks, RUNTIME_ENGINE.block_size)
     workload = FidelityWorkload(num_requests=num_requests)
     kinds = error_kinds(in_situ)
     runs = len(factories) * len(loads) * len(seeds)

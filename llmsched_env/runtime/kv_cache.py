@@ -26,15 +26,15 @@ class PagedKVCache:
 
     def __init__(
         self,
+        config: ModelConfig,
         *,
-        num_layers: int,
         num_blocks: int,
         block_size: int,
-        num_kv_heads: int,
-        head_dim: int,
         dtype: torch.dtype = torch.float32,
         device: str | torch.device = "cpu",
     ) -> None:
+        """``num_blocks`` blocks of ``block_size`` tokens, shaped for ``config``'s layers and kv heads."""
+        num_layers, num_kv_heads, head_dim = config.num_layers, config.num_kv_heads, config.head_dim
         sizes = {"num_layers": num_layers, "num_blocks": num_blocks, "block_size": block_size}
         sizes |= {"num_kv_heads": num_kv_heads, "head_dim": head_dim}
         for key, value in sizes.items():
@@ -57,27 +57,6 @@ class PagedKVCache:
         # a fresh multi-MB tensor per gather costs more in page faults than the copy itself on CPU
         row = block_size * num_kv_heads * head_dim
         self._scratch = [self.data.new_empty(0, row), self.data.new_empty(0, row)]
-
-    @classmethod
-    def for_model(
-        cls,
-        config: ModelConfig,
-        *,
-        num_blocks: int,
-        block_size: int,
-        dtype: torch.dtype = torch.float32,
-        device: str | torch.device = "cpu",
-    ) -> PagedKVCache:
-        """A cache shaped for ``config``'s layers and kv heads."""
-        return cls(
-            num_layers=config.num_layers,
-            num_blocks=num_blocks,
-            block_size=block_size,
-            num_kv_heads=config.num_kv_heads,
-            head_dim=config.head_dim,
-            dtype=dtype,
-            device=device,
-        )
 
     @staticmethod
     def bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype = torch.float32) -> int:

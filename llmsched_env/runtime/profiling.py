@@ -1,6 +1,6 @@
 """Calibrate a cost-model preset on the runtime, end to end (what ``llmsched-calibrate profile`` runs).
 
-    spec = RunnerSpec(model="tiny", device="cpu")
+    spec = RunnerSpec(model="tiny", device="cpu")          # llmsched_env.runtime.runner_spec
     model, report = profile_preset(spec, Path("results/calibrate/runtime-tiny-cpu.json"), quick=True)
 
 ``profile_preset`` times the model runner over a grid of batch shapes (``calibrate.ProfileGrid``), records
@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from llmsched_env.common.outputs import check_output, write_csv
 from llmsched_env.costs.linear import LinearCostModel, fit_report
@@ -36,54 +34,13 @@ from llmsched_env.runtime.fidelity import (
     drive,
     saturation_rps,
 )
-from llmsched_env.runtime.model import DTYPES, MODEL_PRESETS
-from llmsched_env.runtime.runner import ModelRunner
+from llmsched_env.runtime.runner_spec import RunnerSpec
 
-__all__ = ["QUICK_GRID", "ProgressFn", "RunnerSpec", "StatusFn", "policy_factory", "profile_preset"]
+__all__ = ["QUICK_GRID", "ProgressFn", "StatusFn", "policy_factory", "profile_preset"]
 
 QUICK_GRID = cal.ProfileGrid((0, 64, 512), (0, 512), (0, 1, 8), (128, 512))  # tests and smoke runs
 StatusFn = Callable[[str], None]
 ProgressFn = Callable[[str, int, int], None]  # (phase, done, total)
-
-
-@dataclass(frozen=True)
-class RunnerSpec:
-    """Which model runs where: a model preset, a device, a dtype (``DTYPES`` name), local safetensors
-    weights (or seeded random ones) and torch's CPU threads. ``ValueError`` for an unknown preset or dtype,
-    ``threads`` < 1, or a CUDA device where there is none."""
-
-    model: str = "tiny"
-    device: str = "cpu"
-    dtype: str = "float32"
-    weights: Path | None = None
-    seed: int = 0
-    threads: int = 1
-
-    def __post_init__(self) -> None:
-        if self.model not in MODEL_PRESETS:
-            raise ValueError(f"model: unknown preset {self.model!r}; presets: {', '.join(sorted(MODEL_PRESETS))}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype: unknown dtype {self.dtype!r}; dtypes: {', '.join(sorted(DTYPES))}")
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
-            raise ValueError(f"threads: expected an integer >= 1, got {self.threads!r}")
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"device {self.device}: no CUDA device here")
-
-    def build(self, num_blocks: int = RUNTIME_ENGINE.num_kv_blocks) -> ModelRunner:
-        """A ``ModelRunner`` with ``num_blocks`` KV blocks of ``RUNTIME_ENGINE``'s size (sets torch's threads)."""
-        torch.set_num_threads(self.threads)
-        return ModelRunner(
-            self.model,
-            num_blocks=num_blocks,
-            block_size=RUNTIME_ENGINE.block_size,
-            device=self.device,
-            dtype=DTYPES[self.dtype],
-            seed=self.seed,
-            weights_path=self.weights,
-        )
-
-    def describe(self) -> str:
-        return f"{self.model} {self.dtype} on {self.device}"
 
 
 def policy_factory(name: str) -> PolicyFactory:
@@ -113,7 +70,7 @@ def profile_preset(
     if not fit_loads or any(not x > 0 for x in fit_loads):
         raise ValueError(f"fit_loads: expected loads > 0, got {list(fit_loads)}")
     say = on_status or (lambda line: None)
-    runner = spec.build()
+    runner = spec.build(RUNTIME_ENGINE.num_kv_blocks, RUNTIME_ENGINE.block_size)
     workload = FidelityWorkload(num_requests=num_requests)
     grid = QUICK_GRID if quick else cal.ProfileGrid.for_engine(RUNTIME_ENGINE)
     say(f"profiling {spec.describe()} on {len(grid.shapes())} batch shapes (median of {repeats} runs each)")

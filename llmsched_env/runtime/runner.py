@@ -90,7 +90,7 @@ class ModelRunner:
             raise ValueError(f"attention must be one of {ATTENTION_BACKENDS}, got {attention!r}")
         self.device = torch.device(device)
         self.config: ModelConfig = model_config(model)
-        self.kv = PagedKVCache.for_model(
+        self.kv = PagedKVCache(
             self.config, num_blocks=num_blocks, block_size=block_size, dtype=dtype, device=self.device
         )
         self.model: LlamaModel = build_model(

@@ -27,7 +27,7 @@ from llmsched_env.decision.observation import ObservationEncoder
 from llmsched_env.decision.policy import Policy
 from llmsched_env.sim.simulator import Simulator
 
-__all__ = ["FALLBACK_REASONS", "ServeStats", "serve", "serving"]
+__all__ = ["FALLBACK_REASONS", "ServeOptions", "ServeStats", "serve", "serving"]
 
 FALLBACK_REASONS = ("error", "invalid", "timeout")
 
@@ -54,33 +54,37 @@ class ServeStats:
         return out
 
 
+@dataclass(frozen=True)
+class ServeOptions:
+    """How the serving loop runs a policy: each decision held for ``iterations_per_step`` iterations (as the
+    exported policy was trained), a decision slower than ``policy_timeout_s`` replaced by the fallback's,
+    the engine and the token bookkeeping checked after every iteration with ``check_invariants``, and a
+    ``RuntimeError`` past ``max_iterations`` (a loop that does not drain). ``ValueError`` for a bad value."""
+
+    iterations_per_step: int = 1
+    policy_timeout_s: float = 0.1
+    check_invariants: bool = False
+    max_iterations: int = 10_000_000
+
+    def __post_init__(self) -> None:
+        if self.iterations_per_step < 1:
+            raise ValueError(f"iterations_per_step must be >= 1, got {self.iterations_per_step}")
+        if not self.policy_timeout_s > 0:
+            raise ValueError(f"policy_timeout_s must be > 0, got {self.policy_timeout_s}")
+
+
 def serve(
     runtime: Simulator,
     policy: Policy,
     encoder: ObservationEncoder,
     spec: ActionSpec,
     fallback: Policy,
-    *,
-    iterations_per_step: int = 1,
-    policy_timeout_s: float = 0.1,
-    check_invariants: bool = False,
-    max_iterations: int = 10_000_000,
+    options: ServeOptions = ServeOptions(),
 ) -> tuple[dict[str, float], ServeStats]:
     """Run ``runtime`` until every request has finished or been rejected; return its metrics and the loop's
-    counts. ``check_invariants`` checks the engine and the token bookkeeping after every iteration."""
+    counts."""
     stats = ServeStats()
-    for _ in serving(
-        runtime,
-        policy,
-        encoder,
-        spec,
-        fallback,
-        stats,
-        iterations_per_step=iterations_per_step,
-        policy_timeout_s=policy_timeout_s,
-        check_invariants=check_invariants,
-        max_iterations=max_iterations,
-    ):
+    for _ in serving(runtime, policy, encoder, spec, fallback, stats, options):
         pass
     metrics = runtime.metrics()
     metrics.update(stats.as_metrics())
@@ -94,24 +98,17 @@ def serving(
     spec: ActionSpec,
     fallback: Policy,
     stats: ServeStats,
-    *,
-    iterations_per_step: int = 1,
-    policy_timeout_s: float = 0.1,
-    check_invariants: bool = False,
-    max_iterations: int = 10_000_000,
+    options: ServeOptions = ServeOptions(),
 ) -> Iterator[None]:
     """``serve``'s loop one decision at a time: yields after each decision and the iterations it ran, until
     ``runtime`` is done, counting into ``stats``. Lets a caller interleave several serving loops (the
     fidelity report's lockstep calibration)."""
-    if iterations_per_step < 1:
-        raise ValueError(f"iterations_per_step must be >= 1, got {iterations_per_step}")
-    if not policy_timeout_s > 0:
-        raise ValueError(f"policy_timeout_s must be > 0, got {policy_timeout_s}")
+    iterations_per_step, policy_timeout_s = options.iterations_per_step, options.policy_timeout_s
     engine = runtime.engine
     last_step_s = 0.0
     while not runtime.done:
-        if stats.num_iterations >= max_iterations:
-            raise RuntimeError(f"serve: not drained after {max_iterations} iterations")
+        if stats.num_iterations >= options.max_iterations:
+            raise RuntimeError(f"serve: not drained after {options.max_iterations} iterations")
         t0 = time.perf_counter()
         obs = encoder.encode(engine, last_step_s)
         mask = spec.mask(engine)
@@ -144,7 +141,7 @@ def serving(
             ok = spec.allows(action, mask)
             runtime.step(spec.decode(action if ok else spec.project(action, mask)))
             stats.num_iterations += 1
-            if check_invariants:
+            if options.check_invariants:
                 runtime.check_invariants()
             if runtime.done:
                 break

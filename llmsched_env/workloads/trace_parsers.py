@@ -1,5 +1,5 @@
 """Parsing machinery behind ``llmsched_env.workloads.traces``: read a trace file, check every value, and assemble
-the ``Trace`` fields. Every problem raises ``TraceError`` naming the file, the 1-based line and the field; no row
+the ``Trace``. Every problem raises ``TraceError`` naming the file, the 1-based line and the field; no row
 is ever dropped silently (blank lines are skipped). ``TraceError`` and the option constants live here so this
 module never imports ``traces``; ``traces`` re-exports them. Stdlib and numpy only.
 """
@@ -9,21 +9,21 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
+from llmsched_env.workloads.trace import MOONCAKE_PREFIX_ID_TOKENS, Trace, is_finite_number
 from llmsched_env.workloads.trace_io import DECOMPRESS_ERRORS, bad_gzip_message, data_stem, data_suffix, read_bytes
 
 OVERLONG_OPTIONS = ("reject", "truncate", "error")
 # Our fields, in the order of ``load_generic``'s ``columns`` mapping; the first and last two are optional.
 GENERIC_FIELDS = ("arrival", "prompt_len", "output_len", "prefix_ids", "tenant")
 TIME_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e-3}  # unit -> seconds
-MOONCAKE_PREFIX_ID_TOKENS = 512  # Mooncake's hash_ids each name a block of 512 prompt tokens
 _AZURE_COLUMNS = {"arrival": "TIMESTAMP", "prompt_len": "ContextTokens", "output_len": "GeneratedTokens"}
 _MOONCAKE_KEYS = {
     "arrival": "timestamp",
@@ -39,20 +39,6 @@ class TraceError(ValueError):
     """A trace file or a loader option is invalid. The message names the file, the 1-based line and the field."""
 
     __module__ = "llmsched_env.workloads.traces"  # its public home (re-exported there): stable reprs and pickles
-
-
-class TraceFields(NamedTuple):
-    """The ``Trace`` constructor's arguments, in its order (``Trace(*fields)``); ``traces`` builds the Trace."""
-
-    name: str
-    source: str
-    arrival_s: np.ndarray | None
-    prompt_len: np.ndarray
-    output_len: np.ndarray
-    prefix_ids: tuple[tuple[int, ...], ...] | None
-    prefix_id_tokens: int
-    tenant: np.ndarray | None
-    tenant_names: tuple[str, ...]
 
 
 # ------------------------------------------------------------------------------------------- parsing helpers
@@ -199,6 +185,20 @@ class _Parser:
     def error(self, line: int, fld: str, problem: str) -> TraceError:
         return TraceError(f"{self.path}:{line}: {_field_label(self.names, fld, self.kind)} {problem}")
 
+    def add_record(
+        self, line: int, record: Any, where: Mapping[str, Any], missing: Callable[[Any], str]
+    ) -> None:
+        """``add`` the row whose field ``fld`` is ``record[where[fld]]`` (a CSV row's cells by index, a JSON
+        object by key); a field that ``record`` lacks raises the error naming it, ``missing(record)`` its
+        problem."""
+        values = {}
+        for fld, at in where.items():
+            try:
+                values[fld] = record[at]
+            except (IndexError, KeyError):
+                raise self.error(line, fld, missing(record)) from None
+        self.add(line, values)
+
     def add(self, line: int, values: Mapping[str, Any]) -> None:
         rows = self.rows
         for fld, dest in (("prompt_len", rows.prompts), ("output_len", rows.outputs)):
@@ -262,6 +262,10 @@ def _parse_csv(path: Path, names: Mapping[str, str], clock: bool = False) -> _Ro
         )
     index = {fld: header.index(col) for fld, col in names.items()}
     parser = _Parser(path, names, "column", clock=clock)
+
+    def missing_cell(cells: list[str]) -> str:
+        return f"has no value (the row has {len(cells)} fields, the header {len(header)})"
+
     for i in range(header_i + 1, len(lines)):
         line = lines[i]
         if not line.strip():
@@ -270,13 +274,7 @@ def _parse_csv(path: Path, names: Mapping[str, str], clock: bool = False) -> _Ro
             row = _split_csv(line)
         except csv.Error as e:
             raise TraceError(f"{path}:{i + 1}: malformed CSV row ({e})") from None
-        values = {}
-        for fld, col_i in index.items():
-            if col_i >= len(row):
-                problem = f"has no value (the row has {len(row)} fields, the header {len(header)})"
-                raise parser.error(i + 1, fld, problem)
-            values[fld] = row[col_i].strip()
-        parser.add(i + 1, values)
+        parser.add_record(i + 1, [cell.strip() for cell in row], index, missing_cell)
     if not parser.rows.lines:
         raise TraceError(f"{path}:{header_i + 2}: no data rows after the header on line {header_i + 1}")
     return parser.rows
@@ -289,7 +287,10 @@ def _split_csv(line: str) -> list[str]:
 def _parse_jsonl(path: Path, names: Mapping[str, str]) -> _Rows:
     lines = _read_lines(path)
     parser = _Parser(path, names, "key")
-    keys = list(names.items())
+
+    def missing_key(obj: dict[str, Any]) -> str:
+        return f"is missing; found keys {sorted(obj)}, expected {list(names.values())}"
+
     for i, line in enumerate(lines):
         if not line.strip():
             continue
@@ -302,12 +303,7 @@ def _parse_jsonl(path: Path, names: Mapping[str, str]) -> _Rows:
             raise TraceError(f"{path}:{i + 1}: invalid JSON (nested too deeply)") from None
         if not isinstance(obj, dict):
             raise TraceError(f"{path}:{i + 1}: expected a JSON object per line, got {type(obj).__name__}")
-        values = {}
-        for fld, key in keys:
-            if key not in obj:
-                raise parser.error(i + 1, fld, f"is missing; found keys {sorted(obj)}, expected {list(names.values())}")
-            values[fld] = obj[key]
-        parser.add(i + 1, values)
+        parser.add_record(i + 1, obj, names, missing_key)
     if not parser.rows.lines:
         raise TraceError(f"{path}:1: trace file is empty (no JSON lines)")
     return parser.rows
@@ -337,8 +333,8 @@ def _build(
     prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS,
     tick: float | None = None,
     seed: int = 0,
-) -> TraceFields:
-    """The ``Trace`` fields from parsed rows: apply ``overlong``, check or sort the order, spread ticks, rebase times.
+) -> Trace:
+    """The ``Trace`` of parsed rows: apply ``overlong``, check or sort the order, spread ticks, rebase times.
 
     ``tick`` (file time units): spread each request uniformly over ``[t, t + tick)`` (Mooncake's coarse ticks);
     None or 0 keeps the timestamps as they are."""
@@ -394,7 +390,7 @@ def _build(
         prompt, output = prompt[order], output[order]
         codes = None if codes is None else codes[order]
         prefix = None if prefix is None else [prefix[i] for i in order.tolist()]
-    return TraceFields(
+    return Trace(
         data_stem(path),
         str(path),
         arrival,
@@ -410,7 +406,7 @@ def _build(
 # -------------------------------------------------------------------------------------------------- formats
 
 
-def read_azure(p: Path, max_context: int | None, overlong: str, sort: bool) -> TraceFields:
+def read_azure(p: Path, max_context: int | None, overlong: str, sort: bool) -> Trace:
     """``load_azure``'s work on the resolved path ``p``: check the options, parse, assemble."""
     _check_common(p, max_context, overlong, sort)
     rows = _parse_csv(p, _AZURE_COLUMNS, clock=True)
@@ -419,12 +415,12 @@ def read_azure(p: Path, max_context: int | None, overlong: str, sort: bool) -> T
 
 def read_mooncake(
     p: Path, seed: int, tick_s: float | None, max_context: int | None, overlong: str, sort: bool
-) -> TraceFields:
+) -> Trace:
     """``load_mooncake``'s work on the resolved path ``p``: check the options, parse, detect the tick, assemble."""
     _check_common(p, max_context, overlong, sort)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise TraceError(f"{p}: seed must be an integer >= 0, got {seed!r}")
-    if tick_s is not None and (_as_time(tick_s) is None or isinstance(tick_s, str) or tick_s < 0):
+    if tick_s is not None and (not is_finite_number(tick_s) or tick_s < 0):
         raise TraceError(f"{p}: tick_s must be None or a finite number >= 0, got {tick_s!r}")
     rows = _parse_jsonl(p, _MOONCAKE_KEYS)
     if tick_s is None:
@@ -437,7 +433,7 @@ def read_mooncake(
     )
 
 
-def read_lengths(p: Path, max_context: int | None, overlong: str, sort: bool) -> TraceFields:
+def read_lengths(p: Path, max_context: int | None, overlong: str, sort: bool) -> Trace:
     """``load_lengths``'s work on the resolved path ``p``: check the options, parse, assemble."""
     _check_common(p, max_context, overlong, sort)
     rows = _parse_csv(p, _LENGTHS_COLUMNS)
@@ -452,7 +448,7 @@ def read_generic(
     max_context: int | None,
     overlong: str,
     sort: bool,
-) -> TraceFields:
+) -> Trace:
     """``load_generic``'s work on the resolved path ``p``: check the mapping and options, parse by suffix, assemble."""
     _check_common(p, max_context, overlong, sort)
     if not isinstance(columns, Mapping):
