@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,19 @@ def test_the_help_names_the_program_the_user_ran() -> None:
     module = [sys.executable, "-m", "llmsched_env.commands.evaluate", "--help"]
     done = subprocess.run(module, cwd=ROOT, capture_output=True, text=True)
     assert done.stdout.startswith("usage: llmsched-evaluate")
+
+
+@pytest.mark.parametrize(
+    ("script", "shown"),
+    [("llmsched-evaluate", "(default: fcfs)"), ("llmsched-train", "(default: maskable_ppo)"),
+     ("llmsched-calibrate", "profile")],
+)  # fmt: skip
+def test_each_console_script_runs_help(script: str, shown: str) -> None:
+    """The console scripts ``pip install`` puts on PATH (pyproject's [project.scripts]) start and show help."""
+    path = shutil.which(script)
+    assert path is not None, f"{script} is not on PATH: install the project (pip install -e .)"
+    done = subprocess.run([path, "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith(f"usage: {script}") and shown in done.stdout, done.stderr
 
 
 def test_from_args_builds_a_config_from_the_options_named_like_its_fields() -> None:

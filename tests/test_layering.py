@@ -43,8 +43,8 @@ ALLOWED: dict[str, set[str]] = {
 THIRD_PARTY: dict[str, set[str]] = {
     "envs": {"gymnasium", "matplotlib"},
     "runtime": {"torch", "safetensors"},
-    "evaluation": {"gymnasium", "matplotlib", "ray", "tqdm", "rich", "torch"},
-    "commands": {"gymnasium", "matplotlib", "ray", "tqdm", "rich", "torch"},
+    "evaluation": {"gymnasium", "matplotlib", "ray", "tqdm", "torch"},
+    "commands": {"gymnasium", "matplotlib", "ray", "tqdm", "torch"},
 }
 HEAVY = {"gymnasium", "torch", "safetensors", "stable_baselines3", "sb3_contrib", "ray", "matplotlib"}
 TOP = {"agents", "baselines", "train", "evaluate", "calibrate"}
