@@ -8,7 +8,7 @@ arrivals stretched the same way, as ``evaluate.py --backend runtime`` does) on t
 a trained agent (``policies/<scenario>``, an MLP run by ``runtime.policy_file``) and the ``slo_aware``
 heuristic. Prints the mean time of one decision (observation encoding + action mask + ``act``) and of one
 model step, and their ratio per engine iteration (an agent holds each decision for ``iterations_per_step``
-iterations). Target (issue #5): <= 2% of a step on a GPU with the ~1B preset.
+iterations). Target: <= 2% of a step on a GPU with the ~1B preset.
 """
 
 from __future__ import annotations

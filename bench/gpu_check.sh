@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The runtime's GPU check (issue #5), one script: correctness tests on CUDA, the step-time and steadiness
+# The runtime's GPU check, one script: correctness tests on CUDA, the step-time and steadiness
 # benches, profile and calibration, a short fidelity run (preset and in situ) and the policy decision-time
 # bench, with the ~1B preset in bf16.
 #   bash bench/gpu_check.sh [OUT_DIR]          (default OUT_DIR: results/gpu-check)

@@ -2,7 +2,7 @@
 
 One folder per concern, each importing only the folders below it:
 
-    common      number checks, dataclass fields as dicts, the registry type  stdlib
+    common      checks, dataclass fields, output paths, the registry type     stdlib
     costs       cost models (roofline, fitted) and their presets             <- common
     engine      requests, batch, block pool, queues, engine, invariants      <- costs
     sim         the simulator (event clock), KV-usage accounting, metrics    <- engine

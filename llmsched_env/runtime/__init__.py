@@ -1,4 +1,4 @@
-"""The torch runtime: runs scheduling policies (and, later, a real model) with torch alone.
+"""The torch runtime: a real model served by the same engine as the simulator, under any scheduling policy.
 
 Never imports gymnasium, Stable-Baselines3, ``agents`` or ``baselines``. A trained policy arrives as
 ``policy.safetensors`` + ``policy.json`` (see ``policy_file``), never as a pickle.
