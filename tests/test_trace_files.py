@@ -4,6 +4,7 @@ that they carry their licenses and are packaged, and that every loader reads ``.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 from pathlib import Path, PurePosixPath
@@ -17,8 +18,13 @@ from llmsched_env.workloads.scenarios import scenario_from_trace
 from llmsched_env.workloads.traces import TraceError, clear_trace_cache, load_generic, load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
-# The publishers' uncompressed files, beside the repository on the machine the package data was made on.
-ORIGINALS = Path(__file__).resolve().parents[2] / "shared" / "traces"
+# sha256 and size of the publishers' uncompressed files (AzurePublicDataset, Mooncake FAST25-release, etalon)
+ORIGINALS = {
+    "azure-code": ("54e9a6d2a4bd06ba1e060304b900abbc74cbea53de96506e60fe5bb4f2277fb6", 320_117),
+    "azure-conv": ("2f1e5b666d4e3055fdbba98598ce2ec307767b9064e03e2fa46676dbcc7d0bf8", 719_188),
+    "mooncake-conv": ("b8cbb061a85206d729d91cdc2981f43c9e0d99209dce588d3af5f7934408b9df", 3_029_533),
+    "sharegpt": ("6d6c296302a853e2669a674a96f269283e60c57e60363bd450588a1066919f9f", 949_600),
+}
 FORMATS = {"azure-conv": "azure", "azure-code": "azure", "mooncake-conv": "mooncake", "sharegpt": "lengths"}
 COLUMNS = {"arrival": "t", "prompt_len": "in", "output_len": "out"}
 
@@ -35,18 +41,22 @@ def test_the_package_data_is_the_default_and_nothing_else_is_searched() -> None:
         assert trace_path(key) == PACKAGED_TRACE_DIR / (rel + ".gz")
 
 
-@pytest.mark.skipif(not ORIGINALS.is_dir(), reason=f"the original traces ({ORIGINALS}) are not on this machine")
 @pytest.mark.parametrize("key", sorted(TRACE_FILES))
-def test_packaged_traces_equal_the_originals_row_for_row(key: str) -> None:
-    original, packaged = ORIGINALS / TRACE_FILES[key], trace_path(key)
-    assert gzip.decompress(packaged.read_bytes()) == original.read_bytes()  # compressed, otherwise unmodified
-    ours, theirs = load_trace(packaged, FORMATS[key]), load_trace(original, FORMATS[key])
+def test_packaged_traces_equal_the_originals_row_for_row(key: str, tmp_path: Path) -> None:
+    """Compressed, otherwise unmodified: the decompressed bytes are the publishers' file (its sha256 and size),
+    and the ``.gz`` parses to exactly the rows its plain copy parses to."""
+    packaged = trace_path(key)
+    raw = gzip.decompress(packaged.read_bytes())
+    assert (hashlib.sha256(raw).hexdigest(), len(raw)) == ORIGINALS[key]
+    plain = tmp_path / PurePosixPath(TRACE_FILES[key]).name
+    plain.write_bytes(raw)
+    ours, theirs = load_trace(packaged, FORMATS[key]), load_trace(plain, FORMATS[key])
     assert ours is not theirs and ours.name == theirs.name and len(ours) == len(theirs)
     for field in ("arrival_s", "prompt_len", "output_len"):
         np.testing.assert_array_equal(getattr(ours, field), getattr(theirs, field))
     assert ours.prefix_ids == theirs.prefix_ids
     if FORMATS[key] != "mooncake":  # the length-file reader reads the Azure and ShareGPT CSVs too
-        for a, b in zip(load_length_file(packaged), load_length_file(original), strict=True):
+        for a, b in zip(load_length_file(packaged), load_length_file(plain), strict=True):
             np.testing.assert_array_equal(a, b)
 
 
