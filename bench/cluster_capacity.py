@@ -5,7 +5,7 @@
 
 For each scenario: mean attainment over the seeds' evaluation episodes (fcfs on every replica), the load
 doubled or halved until it brackets 90%, then bisected to ``--tol`` (relative). Prints the capacity as a load
-of the scenario's current nominal rate and in requests/s; the nominal rates in ``core.cluster_scenarios``
+of the scenario's current nominal rate and in requests/s; the nominal rates in ``cluster.scenarios``
 are the round-robin capacities this prints.
 """
 

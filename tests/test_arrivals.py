@@ -1,4 +1,4 @@
-"""Arrival processes (core/arrivals.py): rates, burstiness, shapes in time, scaling, round trips, validation."""
+"""Arrival processes (workloads/arrivals.py): rates, burstiness, shapes in time, scaling, round trips, validation."""
 
 from __future__ import annotations
 

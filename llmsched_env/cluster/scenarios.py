@@ -1,6 +1,6 @@
 """Named cluster scenarios: a single-node scenario's workload, SLOs and engine, served by N replicas.
 
-A cluster scenario reuses a library scenario (``core.scenario_library``) for its requests, tenants and SLOs,
+A cluster scenario reuses a library scenario (``workloads.library``) for its requests, tenants and SLOs,
 and adds the cluster: how many replicas, their engines and cost models (``replicas`` for heterogeneous
 ones), and the disaggregated layout if any. ``rate_rps`` is the cluster's nominal arrival rate (load 1.0).
 

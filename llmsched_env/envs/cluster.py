@@ -1,4 +1,4 @@
-"""``LLMSchedCluster-v0``: route requests over N serving engines. A thin wrapper over ``core.cluster``."""
+"""``LLMSchedCluster-v0``: route requests over N serving engines. A thin wrapper over ``cluster.simulator``."""
 
 from __future__ import annotations
 

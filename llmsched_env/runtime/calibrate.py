@@ -1,7 +1,7 @@
 """Calibrate the simulator's cost model on the runtime: profile batch shapes, fit, save a preset.
 
 Two sources of samples, both in the cost model's own features ``(num_prefill_tokens, num_decode_seqs,
-num_kv_tokens, prefill_attn_pairs, seconds)`` (``core.cost_fit``):
+num_kv_tokens, prefill_attn_pairs, seconds)`` (``costs.linear``):
 
 - ``profile(runner, grid)`` times ``ModelRunner.run`` over a grid of batch shapes: one prefill chunk of ``p``
   tokens after ``c`` cached context tokens, beside ``d`` decodes at context ``l`` each (the median of

@@ -1,6 +1,6 @@
 """The torch executor: the simulator's event loop with a real model step in place of the cost model.
 
-``Runtime`` is a ``core.Simulator`` whose ``execute(batch)`` runs the batch on a ``ModelRunner`` and returns
+``Runtime`` is a ``sim.Simulator`` whose ``execute(batch)`` runs the batch on a ``ModelRunner`` and returns
 the wall time the iteration took, so the queues, the block pool, the batch builder, arrivals, metrics and the
 invariant checks are the very code the simulator runs; the gap between the two is the cost model alone.
 

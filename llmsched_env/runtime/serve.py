@@ -1,6 +1,6 @@
 """The serving loop: any ``Policy`` decides every iteration of a ``Runtime``, with a fallback that never fails.
 
-The loop drives any ``core.Simulator``, so the same code replays a workload in the simulator (for the fidelity
+The loop drives any ``sim.Simulator``, so the same code replays a workload in the simulator (for the fidelity
 report) and on the real model (``Runtime`` is a Simulator whose iterations run the model).
 
 The policy sees what it sees in the env (``ObservationEncoder.encode`` and ``ActionSpec.mask`` on the same

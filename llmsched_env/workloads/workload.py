@@ -2,7 +2,7 @@
 
 A ``WorkloadConfig`` lists tenants, each with an arrival rate and a ``LengthDist``; ``generate`` draws exactly
 ``num_requests`` requests from the superposition of the tenants' Poisson processes. Length distributions
-(``LengthDist``, ``load_length_file``) live in ``core/lengths.py`` and are re-exported here. Stdlib and numpy
+(``LengthDist``, ``load_length_file``) live in ``workloads/lengths.py`` and are re-exported here. Stdlib and numpy
 only.
 """
 
