@@ -17,7 +17,7 @@ pytest.importorskip("ray")
 from agents import sweep
 from agents.train_config import TrainConfig
 from llmsched_env.commands.evaluate import main
-from llmsched_env.evaluation.distributed import ray_imap, strip_options
+from llmsched_env.evaluation.distributed import ray_imap
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,13 +38,6 @@ def test_evaluate_on_ray_equals_the_serial_run(tmp_path: Path) -> None:
     assert main([*cap, "--out", str(tmp_path / "cap_serial")]) == 0
     assert main([*cap, "--ray", "local", "--ray-cpus", "2", "--out", str(tmp_path / "cap_ray")]) == 0
     assert _rows(tmp_path / "cap_ray") == _rows(tmp_path / "cap_serial")
-
-
-def test_strip_options_drops_driver_options() -> None:
-    drop = {"with_value": ("--out", "--ray-cpus"), "optional_value": ("--ray",), "flags": ("--no-plots",)}
-    argv = ["--policies", "fcfs", "--ray", "--seeds", "0", "--out", "x", "--no-plots", "--ray-cpus", "2"]
-    assert strip_options(argv, **drop) == ["--policies", "fcfs", "--seeds", "0"]
-    assert strip_options(["--ray", "ray://head:10001", "--out=x", "--loads", "1"], **drop) == ["--loads", "1"]
 
 
 def test_ray_imap_yields_each_result_as_its_task_ends() -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RAY_INSTALL_HINT", "ray_imap", "strip_options", "use_driver_folder"]
+__all__ = ["RAY_INSTALL_HINT", "ray_imap", "use_driver_folder"]
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: llmsched_env/, baselines/, agents/
 RAY_INSTALL_HINT = "Ray is not installed: pip install -e '.[distributed]'"
@@ -68,27 +68,3 @@ def use_driver_folder(cwd: str) -> None:
     if os.path.isdir(cwd):
         os.chdir(cwd)
 
-
-def strip_options(
-    argv: Sequence[str],
-    with_value: Sequence[str] = (),
-    optional_value: Sequence[str] = (),
-    flags: Sequence[str] = (),
-) -> list[str]:
-    """``argv`` without the named options: each of ``with_value`` with its value, each of ``optional_value``
-    with the next token when that is not an option (``--ray [ADDRESS]``), each of ``flags`` alone; the
-    ``--option=value`` form too. The command line a worker or a sweep's child re-parses."""
-    out: list[str] = []
-    i = 0
-    while i < len(argv):
-        key, eq, _ = argv[i].partition("=")
-        if key in flags or (eq and key in (*with_value, *optional_value)):
-            i += 1
-        elif key in with_value:
-            i += 2
-        elif key in optional_value:
-            i += 2 if i + 1 < len(argv) and not argv[i + 1].startswith("-") else 1
-        else:
-            out.append(argv[i])
-            i += 1
-    return out
