@@ -47,6 +47,7 @@ def test_evaluate_is_deterministic_by_seed(tmp_path: Path) -> None:
         (["--scenarios", "nope"], "unknown scenario"),
         (["--seeds", "a,b"], "comma-separated list of int"),
         (["--num-requests", "0"], "--num-requests"),
+        (["--cost-model", "nope"], "unknown cost model preset 'nope'"),
     ],
 )
 def test_evaluate_rejects_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:

@@ -63,6 +63,8 @@ def test_the_library_takes_no_argparse_and_imports_no_baselines() -> None:
         ({"policies": ["round_robin"]}, "routers (cluster scenarios only)"),
         ({"policies": ["fcfs", "a=fcfs", "a=sjf"]}, "used twice"),
         ({"scenarios": ["cluster-azure-conv-4"], "policies": ["fcfs"]}, "single-node schedulers"),
+        ({"cost_model": "nope"}, "unknown cost model preset 'nope'"),
+        ({"cost_model": "/no/such/model.json"}, "cost model file /no/such/model.json does not exist"),
     ],
 )
 def test_a_bad_config_is_one_value_error_naming_the_field(kwargs: dict, message: str) -> None:

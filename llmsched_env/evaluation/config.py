@@ -21,6 +21,7 @@ import gymnasium as gym
 import llmsched_env  # noqa: F401  (registers LLMSched-v0 and LLMSchedCluster-v0)
 from llmsched_env.cluster.scenarios import CLUSTER_SCENARIOS, ClusterScenario
 from llmsched_env.common.checks import check_int, check_positive
+from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.actions import ACTION_COMPONENTS, ActionSpec
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.evaluation.policies import PolicySpec, resolve_policy
@@ -84,6 +85,8 @@ class EvalConfig:
         self._check_kinds()
         if self.runtime is not None and self.cost_model is None:
             set_(self, "cost_model", self.runtime.cost_model_preset())
+        if self.cost_model is not None:  # a bad preset name or file fails here, not inside the first run
+            load_cost_model(self.cost_model)
         self._check_policy_files()
 
     @property
