@@ -6,3 +6,17 @@ from __future__ import annotations
 import os
 
 os.environ.pop("LLMSCHED_TRACE_DIR", None)
+
+
+def pytest_collection_modifyitems(config: object, items: list) -> None:
+    """Tests marked ``vllm`` need the optional [vllm] extra: skipped, with the reason, where vllm is not importable."""
+    import importlib.util
+
+    import pytest
+
+    if importlib.util.find_spec("vllm") is not None:
+        return
+    skip = pytest.mark.skip(reason="vllm is not installed (pip install 'llmsched[vllm]', or bench/vllm_check.sh)")
+    for item in items:
+        if "vllm" in item.keywords:
+            item.add_marker(skip)

@@ -25,7 +25,19 @@ ALLOWED: dict[str, set[str]] = {
     "decision": {"common", "costs", "engine", "sim", "workloads", "cluster"},
     "envs": {"common", "costs", "engine", "sim", "workloads", "cluster", "decision"},
     "runtime": {"common", "costs", "engine", "sim", "workloads", "cluster", "decision"},
-    "evaluation": {"common", "costs", "engine", "sim", "workloads", "cluster", "decision", "envs", "runtime"},
+    "adapters": {"common", "costs", "engine", "sim", "workloads", "cluster", "decision", "runtime"},
+    "evaluation": {
+        "common",
+        "costs",
+        "engine",
+        "sim",
+        "workloads",
+        "cluster",
+        "decision",
+        "envs",
+        "runtime",
+        "adapters",
+    },
     "commands": {
         "common",
         "costs",
@@ -36,6 +48,7 @@ ALLOWED: dict[str, set[str]] = {
         "decision",
         "envs",
         "runtime",
+        "adapters",
         "evaluation",
     },
 }
@@ -43,10 +56,11 @@ ALLOWED: dict[str, set[str]] = {
 THIRD_PARTY: dict[str, set[str]] = {
     "envs": {"gymnasium", "matplotlib"},
     "runtime": {"torch", "safetensors"},
+    "adapters": {"vllm", "torch", "safetensors"},
     "evaluation": {"gymnasium", "matplotlib", "ray", "tqdm", "torch"},
     "commands": {"gymnasium", "matplotlib", "ray", "tqdm", "torch"},
 }
-HEAVY = {"gymnasium", "torch", "safetensors", "stable_baselines3", "sb3_contrib", "ray", "matplotlib"}
+HEAVY = {"gymnasium", "torch", "safetensors", "stable_baselines3", "sb3_contrib", "ray", "matplotlib", "vllm"}
 TOP = {"agents", "baselines", "train", "evaluate", "calibrate"}
 
 
