@@ -124,14 +124,25 @@ def test_idle_engine_jumps_to_next_arrival() -> None:
 
 
 def test_chunked_prefill_respects_chunk_cap_and_then_decodes() -> None:
+    r, other = Request(0, 0.0, 100, 3), Request(1, 0.0, 8, 8)
+    sim = Simulator(EngineConfig(), (TenantConfig("t"),), COST, [r, other])
+    chunks = []
+    while not sim.done:
+        b = sim.step(Decision(chunk_cap=32))
+        chunks.append([(q.request_id, c) for q, c in zip(b.prefill_reqs, b.prefill_chunks, strict=True)])
+    assert [c for c in chunks if c] == [[(0, 32), (1, 8)], [(0, 32)], [(0, 32)], [(0, 4)]]
+    assert r.first_token_s == pytest.approx(r.prefill_token_s[0]) and r.num_output_tokens == 3
+
+
+def test_a_request_alone_is_not_chunk_capped() -> None:
+    """vLLM drops long_prefill_token_threshold when one request is running or waiting: nobody to starve."""
     r = Request(0, 0.0, 100, 3)
     sim = Simulator(EngineConfig(), (TenantConfig("t"),), COST, [r])
     chunks = []
     while not sim.done:
         b = sim.step(Decision(chunk_cap=32))
         chunks.append((b.num_prefill_tokens, b.num_decode_seqs))
-    assert chunks == [(32, 0), (32, 0), (32, 0), (4, 0), (0, 1), (0, 1)]
-    assert r.first_token_s == pytest.approx(r.prefill_token_s[0]) and r.num_output_tokens == 3
+    assert chunks == [(100, 0), (0, 1), (0, 1)]
 
 
 def test_hybrid_batch_never_stalls_decodes_and_prefill_first_does() -> None:

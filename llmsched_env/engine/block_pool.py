@@ -2,20 +2,29 @@
 
 As in vLLM and nano-vllm, a full block whose content is known gets a chained hash (the hash of its parent
 block and its own content), so a later request with the same prefix maps its first blocks onto the cached
-ones instead of recomputing them. A block whose reference count drops to zero keeps its hash and stays
-*evictable*: it counts as free (vLLM's usage), and is reclaimed lazily, least recently released first,
-only when the free list is empty.
+ones instead of recomputing them. A block whose reference count drops to zero keeps its hash: it counts as
+free (vLLM's usage) and its content stays reusable until the block is handed out again.
 
-Each block is in exactly one of three places: in use (refcount > 0), free (no content), or evictable
-(refcount 0, content cached). ``check_invariants`` verifies that partition.
+As vLLM v1's ``BlockPool``, every block with no reference waits in one queue (at start, in id order): an
+allocation takes the head, and forgets the block's cached content if it had any. A released block that holds
+no content goes to the head, one that holds content to the tail, so cached content is reused least recently
+released first; a request releases its blocks tail first, so its last blocks go before its first ones.
+
+Each block is either in use (refcount > 0) or in the free queue (refcount 0; *cached* when it still holds a
+hash). ``check_invariants`` verifies that partition.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from typing import TypeAlias
 
-__all__ = ["BlockPool", "chain_hashes"]
+__all__ = ["BlockHash", "BlockPool", "chain_hashes"]
+
+# A block's content name: a chained hash (int) for prefix-id content any request may share, or
+# ``(request_id, block_index)`` for content only one request has (its own prompt tail and outputs).
+BlockHash: TypeAlias = int | tuple[int, int]
 
 
 def chain_hashes(prefix_ids: Sequence[int], prefix_id_tokens: int, block_size: int, max_tokens: int) -> list[int]:
@@ -40,24 +49,28 @@ class BlockPool:
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self._free: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() hands out block 0 first
+        # refcount-0 blocks, least recently released first: allocations take the head
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.ref_count = [0] * num_blocks
-        self.block_hash: list[int | None] = [None] * num_blocks
-        self._cached: dict[int, int] = {}  # block hash -> block id
-        self._evictable: OrderedDict[int, None] = OrderedDict()  # refcount-0 cached blocks, LRU first
+        self.block_hash: list[BlockHash | None] = [None] * num_blocks
+        # block hash -> the block lookups find; further blocks holding the same content (two requests that
+        # computed it side by side: vLLM keeps both cached, so one outlives the other's eviction), oldest first
+        self._cached: dict[BlockHash, int] = {}
+        self._twins: dict[BlockHash, list[int]] = {}
+        self._num_free_cached = 0  # free blocks that still hold a hash
         self.num_used = 0
         self.num_evictions = 0
 
     # -- capacity ----------------------------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        """Blocks an allocation can take now: empty ones plus evictable cached ones."""
-        return len(self._free) + len(self._evictable)
+        """Blocks an allocation can take now: empty ones plus cached ones no request holds."""
+        return len(self._free)
 
     @property
     def num_cached_blocks(self) -> int:
-        """Evictable blocks that still hold reusable prefix content."""
-        return len(self._evictable)
+        """Free blocks that still hold reusable content."""
+        return self._num_free_cached
 
     @property
     def usage(self) -> float:
@@ -72,17 +85,17 @@ class BlockPool:
     def can_allocate(self, num_blocks: int, reserve: int = 0, shared: Sequence[int] = ()) -> bool:
         """Whether ``allocate(num_blocks, shared)`` can run now and leave at least ``reserve`` blocks free.
 
-        ``shared`` are cached blocks found by ``lookup``; the evictable ones among them stop being free when
-        shared, so they count against the free blocks as the new ones do."""
-        free = len(self._free) + len(self._evictable) - num_blocks
+        ``shared`` are cached blocks found by ``lookup``; the free ones among them stop being free when shared,
+        so they count against the free blocks as the new ones do."""
+        free = len(self._free) - num_blocks
         if shared:
             ref_count = self.ref_count
             free -= sum(1 for b in shared if ref_count[b] == 0)
         return free >= reserve
 
     def allocate(self, num_blocks: int, shared: Sequence[int] = ()) -> list[int]:
-        """Take a reference on each cached block of ``shared`` (reviving evictable ones), then ``num_blocks``
-        (>= 0) new blocks with refcount 1: empty ones first, else the least recently released cached ones.
+        """Take a reference on each cached block of ``shared`` (reviving free ones), then ``num_blocks`` (>= 0)
+        new blocks with refcount 1 from the head of the free queue (a cached one forgets its content).
         Returns ``shared`` followed by the new blocks, in order (a block table, or the tail to append to one).
         The pool must have room (``can_allocate``): a short pool is an AssertionError."""
         if num_blocks < 0:
@@ -90,28 +103,51 @@ class BlockPool:
         table = list(shared)
         if shared:
             self._share(shared)
-        free = self._free
+        assert num_blocks <= len(self._free), "allocate() on a full pool: callers ask can_allocate first"
+        pop = self._free.popitem
         ref_count = self.ref_count
+        block_hash = self.block_hash
         for _ in range(num_blocks):
-            block = free.pop() if free else self._evict()
+            block, _ = pop(last=False)
+            if block_hash[block] is not None:
+                self._evict(block)
             ref_count[block] = 1
             table.append(block)
         self.num_used += num_blocks
         return table
 
-    def _evict(self) -> int:
-        """Reclaim the least recently released cached block (its content is forgotten)."""
-        assert self._evictable, "allocate() on a full pool: callers ask can_allocate first"
-        block, _ = self._evictable.popitem(last=False)
-        old = self.block_hash[block]
-        if self._cached.get(old) == block:  # type: ignore[arg-type]
-            del self._cached[old]  # type: ignore[arg-type]
-        self.block_hash[block] = None
+    def _evict(self, block: int) -> None:
+        """A cached free block is handed out again: its content is forgotten."""
+        self._unregister(block)
+        self._num_free_cached -= 1
         self.num_evictions += 1
-        return block
 
-    def lookup(self, hashes: Sequence[int], max_blocks: int) -> list[int]:
-        """Ids of the cached blocks matching the longest prefix of ``hashes`` (at most ``max_blocks``)."""
+    def forget(self, block: int) -> None:
+        """A block in use will not hold the content its hash names after all (the request that was to compute it
+        was preempted before it ran): later lookups must not find it."""
+        assert self.ref_count[block] > 0, f"forget() on free block {block}"
+        if self.block_hash[block] is not None:
+            self._unregister(block)
+
+    def _unregister(self, block: int) -> None:
+        old = self.block_hash[block]
+        assert old is not None
+        self.block_hash[block] = None
+        twins = self._twins.get(old)
+        if self._cached[old] == block:
+            if twins:
+                self._cached[old] = twins.pop(0)
+            else:
+                del self._cached[old]
+        else:
+            assert twins is not None, f"block {block} holds a hash the cache does not know"
+            twins.remove(block)
+        if twins is not None and not twins:
+            del self._twins[old]
+
+    def lookup(self, hashes: Sequence[BlockHash], max_blocks: int) -> list[int]:
+        """Ids of the cached blocks matching the longest prefix of ``hashes`` (at most ``max_blocks``): for each
+        hash, the block that has held it longest."""
         hits: list[int] = []
         cached = self._cached
         for h in hashes[:max_blocks]:
@@ -122,50 +158,70 @@ class BlockPool:
         return hits
 
     def _share(self, blocks: Iterable[int]) -> None:
-        """Take a reference on cached blocks found by ``lookup`` (reviving evictable ones)."""
+        """Take a reference on cached blocks found by ``lookup`` (taking free ones out of the free queue)."""
         for block in blocks:
             if self.ref_count[block] == 0:
-                del self._evictable[block]
+                del self._free[block]
+                self._num_free_cached -= 1
                 self.num_used += 1
             self.ref_count[block] += 1
 
-    def commit(self, block: int, block_hash: int) -> None:
+    def commit(self, block: int, block_hash: BlockHash) -> None:
         """Mark a full block as holding the content named by ``block_hash``, so later requests can share it."""
-        if self.block_hash[block] is None and block_hash not in self._cached:
-            self.block_hash[block] = block_hash
+        if self.block_hash[block] is not None:
+            return
+        self.block_hash[block] = block_hash
+        if block_hash in self._cached:
+            self._twins.setdefault(block_hash, []).append(block)
+        else:
             self._cached[block_hash] = block
 
     def release(self, blocks: Sequence[int]) -> None:
-        """Drop one reference on each block. Tail blocks are released first, so they are evicted first."""
+        """Drop one reference on each block. As vLLM, blocks that hold no content go to the head of the free
+        queue (reused first) and cached ones to its tail, each group tail block first, so a request's last
+        blocks are reused before its first ones."""
+        empty: list[int] = []
+        ref_count = self.ref_count
+        free = self._free
         for block in reversed(blocks):
-            count = self.ref_count[block] - 1
-            self.ref_count[block] = count
+            count = ref_count[block] - 1
+            ref_count[block] = count
             if count == 0:
                 self.num_used -= 1
                 if self.block_hash[block] is None:
-                    self._free.append(block)
+                    empty.append(block)
                 else:
-                    self._evictable[block] = None
+                    free[block] = None
+                    self._num_free_cached += 1
+        for block in reversed(empty):
+            free[block] = None
+            free.move_to_end(block, last=False)
 
     # -- checks ------------------------------------------------------------------------------------------
     def check_invariants(self, expected_refs: dict[int, int] | None = None) -> None:
-        """Raise AssertionError unless every block is in exactly one of used / free / evictable, and (when
-        given) the reference counts equal ``expected_refs`` (block id -> number of block tables holding it)."""
+        """Raise AssertionError unless every block is either used or free, and (when given) the reference counts
+        equal ``expected_refs`` (block id -> number of block tables holding it). O(pool): it scans every block."""
         free = set(self._free)
-        evictable = set(self._evictable)
-        assert len(free) == len(self._free), "a block is on the free list twice"
-        assert not free & evictable, "a block is both free and evictable"
         used = {b for b in range(self.num_blocks) if self.ref_count[b] > 0}
         assert all(c >= 0 for c in self.ref_count), "negative reference count"
-        assert not used & (free | evictable), "a referenced block is also free or evictable"
+        assert not used & free, "a referenced block is also free"
         assert len(used) == self.num_used, f"num_used {self.num_used} != {len(used)} referenced blocks"
-        assert len(used) + len(free) + len(evictable) == self.num_blocks, (
-            f"used {len(used)} + free {len(free)} + cached {len(evictable)} != pool {self.num_blocks}"
+        assert len(used) + len(free) == self.num_blocks, (
+            f"used {len(used)} + free {len(free)} != pool {self.num_blocks}"
         )
+        registered = 0
         for h, block in self._cached.items():
             assert self.block_hash[block] == h, f"cache maps hash to block {block} holding another hash"
-        for block in evictable:
-            assert self.block_hash[block] is not None, f"evictable block {block} has no cached content"
+            registered += 1 + len(self._twins.get(h, ()))
+            for twin in self._twins.get(h, ()):
+                assert self.block_hash[twin] == h, f"block {twin} is a twin of hash it does not hold"
+        assert set(self._twins) <= set(self._cached), "twins of a hash the cache does not know"
+        hashed = sum(1 for h in self.block_hash if h is not None)
+        assert registered == hashed, f"{hashed} blocks hold a hash, {registered} are registered"
+        cached_free = sum(1 for b in free if self.block_hash[b] is not None)
+        assert cached_free == self._num_free_cached, (
+            f"{cached_free} cached free blocks, counted {self._num_free_cached}"
+        )
         if expected_refs is not None:
             for block in range(self.num_blocks):
                 want = expected_refs.get(block, 0)

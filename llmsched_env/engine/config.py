@@ -87,6 +87,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 4096
     max_model_len: int = 16384
     victim_rule: str = "latest"
+    reserve_full_prefill: bool = True
 
     def __post_init__(self) -> None:
         check_int("EngineConfig", "num_kv_blocks", self.num_kv_blocks, 2)
@@ -98,6 +99,10 @@ class EngineConfig:
             raise ValueError(
                 "EngineConfig.max_num_batched_tokens must be >= max_num_seqs so every running decode fits in "
                 f"one iteration, got {self.max_num_batched_tokens} < {self.max_num_seqs}"
+            )
+        if not isinstance(self.reserve_full_prefill, bool):
+            raise ValueError(
+                f"EngineConfig.reserve_full_prefill must be true or false, got {self.reserve_full_prefill!r}"
             )
         if self.victim_rule not in VICTIM_RULES:
             raise ValueError(f"EngineConfig.victim_rule must be one of {VICTIM_RULES}, got {self.victim_rule!r}")

@@ -82,6 +82,7 @@ class Engine:
         self.num_good_t = [0] * n
         self.num_missed_t = [0] * n
         self.running: dict[int, Request] = {}  # admission order
+        self._num_admissions = 0
         self.running_total_blocks = 0  # blocks the running requests hold once all their tokens exist
         self.prefilling: dict[int, Request] = {}  # running requests whose prefill is unfinished
         self.finished: list[Request] = []
@@ -135,9 +136,7 @@ class Engine:
         if self.num_waiting[t] == 0 and self.num_running_t[t] == 0:
             # VTC counter lift: a returning tenant starts level with the least-served active tenant, so
             # idle time earns it no credit.
-            active = [
-                self.vtc[k] for k in range(len(self.tenants)) if self.num_waiting[k] or self.num_running_t[k]
-            ]
+            active = [self.vtc[k] for k in range(len(self.tenants)) if self.num_waiting[k] or self.num_running_t[k]]
             if active:
                 self.vtc[t] = max(self.vtc[t], min(active))
         heapq.heappush(self._ttft_heap, (r.arrival_s + self._ttft_slo[t], r.request_id, r))
@@ -166,7 +165,7 @@ class Engine:
                 return  # head-of-line: wait for memory (for the prompt KV and the next token's block)
             self.landed.popleft()
             r.block_table = pool.allocate(pool.blocks_for(r.num_computed_tokens))
-            self._commit_prefix(r, 0, r.num_computed_tokens)  # the transferred prompt blocks hold its prefix
+            self._commit(r, 0, r.num_computed_tokens)  # the transferred prompt blocks hold its prompt
             r.status = Status.RUNNING
             self._enter_running(r)
             self._start_decoding(r)
@@ -223,11 +222,22 @@ class Engine:
             yield r
 
     def _cached_prefix_blocks(self, r: Request) -> int:
-        if not r.prefix_ids:
-            return 0
-        if r.prefix_hashes is None:
+        return len(self._lookup(r))
+
+    def _lookup(self, r: Request) -> list[int]:
+        """The cached blocks ``r``'s prefill can start from: the longest run of its blocks whose content the pool
+        holds, leaving at least one token to compute (vLLM's ``get_computed_blocks``). Shared content is named by
+        the prefix ids' chained hashes; past them a request's blocks are its own, found again only by itself
+        after a preemption."""
+        max_blocks = (r.num_prefill_tokens - 1) // self.block_size
+        if r.prefix_ids and r.prefix_hashes is None:
             r.prefix_hashes = chain_hashes(r.prefix_ids, r.prefix_id_tokens, self.block_size, r.prompt_len)
-        return len(self.pool.lookup(r.prefix_hashes, (r.num_prefill_tokens - 1) // self.block_size))
+        hashes = r.prefix_hashes or ()
+        hits = self.pool.lookup(hashes, max_blocks) if hashes else []
+        if r.num_preemptions and len(hits) == min(len(hashes), max_blocks) < max_blocks:
+            rid = r.request_id
+            hits += self.pool.lookup([(rid, j) for j in range(len(hits), max_blocks)], max_blocks)
+        return hits
 
     # ---------------------------------------------------------------------------------- the builder
     def schedule(self, decision: Decision) -> Batch:
@@ -238,6 +248,9 @@ class Engine:
             self._admit_landed()
         cfg = self.config
         budget = min(decision.token_budget, cfg.max_num_batched_tokens)
+        # The chunk cap keeps one long prefill from starving the others: alone, a request may use the whole
+        # budget (vLLM drops long_prefill_token_threshold when one request is running or waiting).
+        chunk_cap = decision.chunk_cap if len(self.running) + self.num_waiting_total > 1 else budget
         if decision.shed:
             self._shed_heads()
         prefill_first = decision.prefill_first
@@ -253,10 +266,11 @@ class Engine:
                     continue  # its remote KV is still in flight
                 self._fetch_done(r)
             ctx = r.num_computed_tokens
-            chunk = min(r.num_prefill_tokens - ctx, decision.chunk_cap, left)
+            chunk = min(r.num_prefill_tokens - ctx, chunk_cap, left)
             if not self._reserve_or_preempt(r, ctx + chunk, batch):
                 continue
             batch.add_prefill(r, chunk, ctx)
+            self._commit(r, ctx, ctx + chunk)
             left -= chunk
         # 2. admission
         if (
@@ -266,7 +280,7 @@ class Engine:
             and left > 0
             and any(self.num_waiting)
         ):
-            left = self._admit(decision, batch, left)
+            left = self._admit(decision, chunk_cap, batch, left)
         self._preempted_since_schedule = False
         # 3. the decode round
         if self.num_decoding and not (prefill_first and batch.prefill_reqs):
@@ -276,7 +290,7 @@ class Engine:
         self.last_batch = batch
         return batch
 
-    def _admit(self, decision: Decision, batch: Batch, left: int) -> int:
+    def _admit(self, decision: Decision, chunk_cap: int, batch: Batch, left: int) -> int:
         cfg = self.config
         pool = self.pool
         bs = self.block_size
@@ -290,18 +304,16 @@ class Engine:
                 batch.num_rejected += 1
                 continue
             n = r.num_prefill_tokens
-            hits: list[int] = []
-            if r.prefix_ids:
-                if r.prefix_hashes is None:
-                    r.prefix_hashes = chain_hashes(r.prefix_ids, r.prefix_id_tokens, bs, r.prompt_len)
-                hits = pool.lookup(r.prefix_hashes, (n - 1) // bs)  # compute at least one token
+            hits = self._lookup(r)
             cached = len(hits) * bs
             remote_blocks = 0
             if self.remote is not None and r.prefix_hashes:
                 remote_blocks = self.remote.hit_blocks(r.prefix_hashes, len(hits), (n - 1) // bs)
-            chunk = 0 if remote_blocks else min(n - cached, decision.chunk_cap, left)
+            chunk = 0 if remote_blocks else min(n - cached, chunk_cap, left)
             need = pool.blocks_for(cached + remote_blocks * bs + chunk) - len(hits)
-            if not pool.can_allocate(need, reserve if self.running else 0, hits):
+            # vLLM's scheduler_reserve_full_isl: room for the whole prefill, not just its first chunk
+            check = pool.blocks_for(n) - len(hits) if cfg.reserve_full_prefill else need
+            if not pool.can_allocate(check, reserve if self.running else 0, hits):
                 break  # head-of-line: wait for memory, as vLLM does (an empty engine always admits)
             self.queue.remove(r)
             r.block_table = pool.allocate(need, hits)
@@ -329,12 +341,15 @@ class Engine:
                 self.num_fetching += 1
                 continue
             batch.add_prefill(r, chunk, cached)
+            self._commit(r, cached, cached + chunk)
             left -= chunk
         return left
 
     def _enter_running(self, r: Request) -> None:
         """``r`` (holding its blocks) joins the running set, last in admission order."""
         self.running[r.request_id] = r
+        self._num_admissions += 1
+        r.admit_seq = self._num_admissions
         self.running_total_blocks += self.pool.blocks_for(r.total_len)
         self.num_running_t[r.tenant] += 1
 
@@ -370,11 +385,17 @@ class Engine:
             return True
         while not pool.can_allocate(need):
             victim = self._victim()
+            if batch is not None and victim in batch.prefill_reqs:
+                # its chunk will not run: the blocks it was to fill hold nothing a lookup may find
+                i = batch.prefill_reqs.index(victim)
+                ctx, chunk = batch.prefill_ctx[i], batch.prefill_chunks[i]
+                bs = self.block_size
+                for j in range(ctx // bs, (ctx + chunk) // bs):
+                    pool.forget(victim.block_table[j])
+                batch.remove_prefill(victim)
             self._preempt(victim)
             if batch is not None:
                 batch.num_preempted += 1
-                if victim in batch.prefill_reqs:
-                    batch.remove_prefill(victim)
             if victim is r:
                 return False
         r.block_table += pool.allocate(need)
@@ -383,15 +404,14 @@ class Engine:
     def _victim(self) -> Request:
         if self.config.victim_rule == "latest":
             return next(reversed(self.running.values()))
-        return max(
-            self.running.values(), key=lambda q: (self.tenants[q.tenant].priority, q.arrival_s, q.request_id)
-        )
+        return max(self.running.values(), key=lambda q: (self.tenants[q.tenant].priority, q.arrival_s, q.request_id))
 
     def _preempt(self, r: Request) -> None:
         """Recompute preemption: free ``r``'s KV, reset its progress and put it back at the queue head."""
         self._sync(r)
         assert r.num_output_tokens < r.output_len, f"preempting finished {r}"
         if r.decoding:
+            self._commit_decoded(r)
             self._stop_decoding(r)
         else:
             del self.prefilling[r.request_id]
@@ -414,15 +434,16 @@ class Engine:
             r.num_output_tokens = out
             r.num_computed_tokens = r.prompt_len + out - 1
 
-    def _start_decoding(self, r: Request) -> None:
-        """Join the decode rounds from the next one on (unless the KV pool is full and ``r`` is the victim)."""
+    def _start_decoding(self, r: Request, reserve: bool = True) -> None:
+        """Join the decode rounds from the next one on (unless the KV pool is full and ``r`` is the victim). With
+        ``reserve=False`` the caller gives it the block for its next token and schedules its event."""
         r.decoding = True
         r.decode_round0 = self.num_rounds
         r.decode_out0 = r.num_output_tokens
         self.num_decoding += 1
         self.num_decoding_t[r.tenant] += 1
         self.decode_base += r.prompt_len + r.decode_out0 - r.decode_round0
-        if self._reserve_or_preempt(r, r.prompt_len + r.num_output_tokens):
+        if reserve and self._reserve_or_preempt(r, r.prompt_len + r.num_output_tokens):
             self._schedule_event(r)
 
     def _stop_decoding(self, r: Request) -> None:
@@ -452,6 +473,7 @@ class Engine:
         """The batch ran and ended at ``end_s``: account its tokens, finish, join decoders, emit events."""
         assert end_s >= self.now_s, f"clock goes back: {end_s} < {self.now_s}"
         self.now_s = end_s
+        grow: list[Request] = []
         if batch.decode_round:
             rnd = self.num_rounds
             self.num_rounds = rnd + 1
@@ -462,7 +484,6 @@ class Engine:
                     self.vtc[t] += 2 * nd / self._weights[t]
                     self.service_tokens[t] += 2 * nd
             due = self.decode_events.pop(rnd, ())
-            grow = []
             for r in due:  # finish first: a request done this round must never become a victim
                 if r.event_round != rnd:
                     continue  # preempted since the event was set
@@ -471,13 +492,7 @@ class Engine:
                     self._finish(r)
                 else:
                     grow.append(r)
-            for r in grow:
-                if r.status == Status.RUNNING and self._reserve_or_preempt(r, r.prompt_len + r.num_output_tokens):
-                    self._schedule_event(r)
-        for r, chunk in zip(batch.prefill_reqs, batch.prefill_chunks, strict=False):
-            if r.status != Status.RUNNING:
-                continue  # preempted by a decode's block demand above
-            self._commit_prefix(r, r.num_computed_tokens, r.num_computed_tokens + chunk)
+        for r, chunk in zip(batch.prefill_reqs, batch.prefill_chunks, strict=True):
             r.num_computed_tokens += chunk
             if r.num_computed_tokens < r.num_prefill_tokens:
                 continue
@@ -496,26 +511,44 @@ class Engine:
             elif self.prefill_only:
                 self._hand_off(r)
             else:
-                self._start_decoding(r)
+                self._start_decoding(r, reserve=False)
+                grow.append(r)
+        # Every token of the batch is in; now the decoders that need a KV block for the next round get one, in
+        # admission order, the latest admitted preempted while the pool is short (vLLM's running loop).
+        if len(grow) > 1:
+            grow.sort(key=lambda q: q.admit_seq)
+        for r in grow:
+            if r.status == Status.RUNNING and self._reserve_or_preempt(r, r.prompt_len + r.num_output_tokens):
+                self._schedule_event(r)
         self._expire_ttft()
 
-    def _commit_prefix(self, r: Request, start: int, end: int) -> None:
-        """The prefix blocks of tokens [start, end) now hold their content: cache (and publish) them."""
-        hashes = r.prefix_hashes
-        if not hashes:
-            return
+    def _commit(self, r: Request, start: int, end: int) -> None:
+        """The full blocks of ``r`` among tokens [start, end) hold their content from this step on: cache them
+        (and publish the shared ones). As vLLM, a block is cached in the step that computes it, so a request
+        admitted later in the same step already finds it."""
         bs = self.block_size
-        lo, hi = start // bs, min(end // bs, len(hashes))
+        lo, hi = start // bs, end // bs
+        if hi <= lo:
+            return
+        hashes = r.prefix_hashes or ()
+        n = len(hashes)
+        table = r.block_table
+        commit = self.pool.commit
+        rid = r.request_id
         for j in range(lo, hi):
-            self.pool.commit(r.block_table[j], hashes[j])
-        if self.remote is not None and hi > lo:
-            self.remote.publish(hashes[lo:hi])
+            commit(table[j], hashes[j] if j < n else (rid, j))
+        if self.remote is not None and min(hi, n) > lo:
+            self.remote.publish(hashes[lo : min(hi, n)])
+
+    def _commit_decoded(self, r: Request) -> None:
+        """Cache the blocks a decoding ``r`` (synced) has filled since its prefill, before it lets them go."""
+        self._commit(r, r.prompt_len + r.decode_out0 - 1, r.num_computed_tokens)
 
     def _fetch_done(self, r: Request) -> None:
         """A remote KV transfer landed: its blocks now hold the prefix content."""
         r.fetch_ready_s = 0.0
         self.num_fetching -= 1
-        self._commit_prefix(r, r.num_cached_tokens, r.num_computed_tokens)
+        self._commit(r, r.num_cached_tokens, r.num_computed_tokens)
 
     def next_fetch_ready_s(self) -> float | None:
         """When the earliest in-flight remote KV transfer completes (None when none is in flight)."""
@@ -531,6 +564,7 @@ class Engine:
 
     def _finish(self, r: Request) -> None:
         if r.decoding:
+            self._commit_decoded(r)
             self._stop_decoding(r)
         self._leave_running(r)
         r.status = Status.FINISHED

@@ -45,6 +45,7 @@ class Request:
     """A request as the engine sees it. Lengths are in tokens, times in seconds of the engine clock."""
 
     __slots__ = (
+        "admit_seq",
         "arrival_s",
         "block_table",
         "decode_out0",
@@ -103,6 +104,7 @@ class Request:
         self.status = Status.WAITING
         self.reject_reason: str | None = None
         self.block_table: list[int] = []
+        self.admit_seq = 0  # the engine's count of admissions when this request last joined the running set
         self.num_computed_tokens = 0  # tokens whose KV is in the cache
         self.num_cached_tokens = 0  # of those, tokens found in the prefix cache at (re)admission
         self.num_prefix_hit_tokens = 0  # prefix-cache hits summed over admissions
