@@ -585,14 +585,14 @@ class LLMSchedScheduler(Scheduler):
     """vLLM v1's scheduler with an llmsched policy setting its knobs every step (see the module docstring).
 
     Keywords beyond vLLM's: ``adapter`` (an ``AdapterConfig``; default ``AdapterConfig.from_env()``),
-    ``policy`` (a ``Policy`` object, overriding ``adapter.policy``), ``clock`` (seconds, comparable with
+    ``llmsched_policy`` (a ``Policy`` object, overriding ``adapter.policy``), ``clock`` (seconds, comparable with
     requests' ``arrival_time``; default ``time.time``)."""
 
     def __init__(
         self,
         *args: Any,
         adapter: AdapterConfig | None = None,
-        policy: Policy | None = None,
+        llmsched_policy: Policy | None = None,
         clock: Callable[[], float] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -614,7 +614,9 @@ class LLMSchedScheduler(Scheduler):
         self.context = PolicyContext(
             self.engine_config, self.state.tenants, cost_model, self.action_spec, self.encoder.names
         )
-        self.policy: Policy = policy if policy is not None else load_policy(cfg.policy, self.context, cfg.seed)
+        self.policy: Policy = (
+            llmsched_policy if llmsched_policy is not None else load_policy(cfg.policy, self.context, cfg.seed)
+        )
         self._reads_obs = reads_observation(self.policy)
         self._zero_obs = np.zeros(self.encoder.size, dtype=np.float32)
         self.stats = ServeStats()
