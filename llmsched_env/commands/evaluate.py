@@ -14,6 +14,9 @@ writes every run's metrics as TensorBoard scalars (step = seed); either inside `
 ``docs/results/`` or the installed package is refused unless ``--force``. ``--capacity`` searches each
 policy's highest load with attainment >= 90% instead.
 
+``--engine vllm`` also runs every episode through vLLM's real scheduler (the ``vllm`` extra; the policy decides
+vLLM's batches, the same cost model prices them) and prints its SLO attainment next to the simulator's.
+
 ``--backend runtime --model tiny`` serves the same episodes on the torch runtime (a real model, paged KV
 cache, the same core engine and the same policies) instead of the simulator.
 
@@ -71,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if spec.path is not None:  # type: ignore[union-attr]
             exported = spec.exported  # type: ignore[union-attr]
             print(f"policy {spec.name}: {exported.path} ({exported.meta.get('algo', '?')})")  # type: ignore[union-attr]
+    if args.engine == "vllm":
+        return _vllm(config, args)
     plots = args.plots if args.plots is not None else args.out is not None
     summary: list[Row] = []
     details: list[Row] = []
@@ -90,6 +95,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.tensorboard is not None:
         write_tensorboard(rows, args.tensorboard)
         print(f"wrote TensorBoard events under {args.tensorboard} (tensorboard --logdir {args.tensorboard})")
+    return 0
+
+
+def _vllm(config: EvalConfig, args: argparse.Namespace) -> int:
+    """``--engine vllm``: every run on llmsched's simulator and on vLLM's scheduler in the loop, same requests;
+    a table of both attainments, and the rows (every metric of both engines) in ``--out``."""
+    from llmsched_env.evaluation.vllm_engine import compare_engines, format_comparison
+
+    try:
+        rows = compare_engines(config)
+    except ValueError as exc:
+        raise SystemExit(f"{program(*PROG)}: error: {exc}") from None
+    print(format_comparison(rows), flush=True)
+    if args.out is not None:
+        written = write_results(args.out, rows, plots=False)
+        print("wrote " + ", ".join(str(p) for p in written))
     return 0
 
 

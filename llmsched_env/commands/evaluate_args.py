@@ -61,9 +61,7 @@ def _positive_int(text: str) -> int:
 
 def build_parser(description: str) -> argparse.ArgumentParser:
     """The parser of ``llmsched-evaluate`` (``python evaluate.py``), ``description`` its help's head."""
-    p = argparse.ArgumentParser(
-        prog=program(*PROG), description=description, formatter_class=DefaultsFormatter
-    )
+    p = argparse.ArgumentParser(prog=program(*PROG), description=description, formatter_class=DefaultsFormatter)
     add = p.add_argument
     add(
         "--policies",
@@ -118,6 +116,13 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         "(default: off, run here)",
     )
     add("--ray-cpus", type=_positive_int, default=None, help="CPUs of the local Ray (default: all)")
+    add(
+        "--engine",
+        choices=("sim", "vllm"),
+        default="sim",
+        help="sim: llmsched's simulator; vllm: also run vLLM's real scheduler in the loop on the same requests "
+        "and print both attainments (needs the 'vllm' extra)",
+    )
     rt = p.add_argument_group("torch runtime (--backend runtime)")
     rt.add_argument("--backend", choices=("sim", "runtime"), default="sim", help="simulator or real model")
     rt.add_argument("--model", default="tiny", help="model preset of the runtime (tiny, llama-1b, llama3-8b)")
@@ -142,6 +147,18 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
     """The ``EvalConfig`` the parsed ``args`` ask for; a usage error (exit 2) for anything wrong."""
     if args.plots and args.out is None:
         p.error("--plots needs --out (the folder the PNG files go to)")
+    if args.engine == "vllm":
+        if args.backend != "sim" or args.capacity or args.describe or args.ray:
+            p.error(
+                "--engine vllm runs on the simulator's cost model alone: no --backend runtime, --capacity, "
+                "--describe or --ray"
+            )
+        from llmsched_env.evaluation.vllm_engine import check_vllm
+
+        try:
+            check_vllm()
+        except ValueError as exc:
+            p.error(f"--engine vllm: {exc}")
     if args.describe and set(args.scenarios) & set(list_cluster_scenarios()):
         p.error("--describe is single-node only")
     try:

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llmsched_env.decision.state import EngineState
 from llmsched_env.engine.batch import Decision, QueueOrder
 from llmsched_env.engine.config import EngineConfig
-from llmsched_env.engine.engine import Engine
 
 __all__ = ["ACTION_COMPONENTS", "UNLIMITED", "ActionSpec"]
 
@@ -148,7 +148,7 @@ class ActionSpec:
             dtype=np.int64,
         )
 
-    def mask(self, engine: Engine) -> np.ndarray:
+    def mask(self, engine: EngineState) -> np.ndarray:
         """Valid options, concatenated per component (sb3-contrib's MultiDiscrete mask layout).
 
         With an empty waiting queue every queue order, admission cap and shedding choice does the same,

@@ -1,5 +1,6 @@
 """The single-node observation: ``ObservationEncoder.encode(engine)`` turns engine state into named,
-normalised float32 features, the same in the simulator env and on the torch runtime.
+normalised float32 features, the same in the simulator env, on the torch runtime and inside vLLM (any
+``decision.state.EngineState``).
 
 ``SCHEMA_VERSION`` versions the observation and action layout a policy file was trained on.
 """
@@ -10,8 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from llmsched_env.decision.state import EngineState
 from llmsched_env.engine.config import EngineConfig, TenantConfig
-from llmsched_env.engine.engine import Engine
 
 __all__ = ["OBS_CLIP", "SCHEMA_VERSION", "ObservationEncoder"]
 
@@ -68,7 +69,7 @@ class ObservationEncoder:
     def size(self) -> int:
         return len(self.names)
 
-    def encode(self, engine: Engine, last_step_s: float = 0.0) -> np.ndarray:
+    def encode(self, engine: EngineState, last_step_s: float = 0.0) -> np.ndarray:
         cfg = self.config
         pool = engine.pool
         now = engine.now_s
@@ -120,12 +121,12 @@ class ObservationEncoder:
         np.clip(obs, -OBS_CLIP, OBS_CLIP, out=obs)
         return obs
 
-    def _fetch_wait(self, engine: Engine) -> float:
+    def _fetch_wait(self, engine: EngineState) -> float:
         """Time until the earliest remote KV transfer lands, in units of the tightest TTFT target."""
         ready = engine.next_fetch_ready_s() if engine.num_fetching else None
         return 0.0 if ready is None else max(ready - engine.now_s, 0.0) / self._min_ttft
 
-    def _head_slack(self, engine: Engine, k: int) -> float:
+    def _head_slack(self, engine: EngineState, k: int) -> float:
         """TTFT slack of tenant ``k``'s queue head in units of its TTFT target (1.0 with an empty queue)."""
         head = engine.head(k) if engine.num_waiting[k] else None
         if head is None:

@@ -1,0 +1,94 @@
+"""vLLM's real scheduler as an evaluation engine, next to llmsched's simulator on the same workload.
+
+``compare_engines(config)`` runs every (scenario, load, policy, seed) of an ``EvalConfig`` twice on the very
+same requests: through llmsched's simulator (``runtime.serve`` driving a ``Simulator``: the env's loop, policy
+decisions held for the policy's ``iterations_per_step``) and through vLLM's scheduler in the loop
+(``adapters.vllm.loop``), both priced by the scenario's cost model. ``check_vllm()`` says in one line when vLLM
+is missing; nothing here imports vLLM until a run starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmsched_env.adapters.vllm import require_vllm
+from llmsched_env.decision.registry import make_policy
+from llmsched_env.evaluation.config import EvalConfig, Row
+from llmsched_env.runtime.serve import ServeOptions, serve
+from llmsched_env.sim.simulator import Simulator
+
+__all__ = ["COMPARE_COLUMNS", "check_vllm", "compare_engines", "compare_run", "format_comparison"]
+
+COMPARE_COLUMNS = ("policy", "scenario", "load", "seed", "sim_attainment", "vllm_attainment", "gap")
+
+
+def check_vllm() -> None:
+    """``ValueError`` with one actionable line unless the vLLM version the adapter reads is installed."""
+    try:
+        require_vllm()
+    except RuntimeError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def compare_run(config: EvalConfig, scenario: Any, load: float, spec: Any, seed: int) -> Row:
+    """One (scenario, load, policy, seed) on both engines: a row of keys, both attainments, their gap and
+    every metric of each engine prefixed ``sim/`` and ``vllm/``."""
+    from llmsched_env.adapters.vllm.loop import VllmLoop
+
+    env = config.make_env(scenario, load, spec.iterations_per_step)
+    u: Any = env.unwrapped
+    ctx = u.policy_context()
+    sim = Simulator(u.engine_config, u.tenants, u.cost_model, u.episode_requests(seed))
+    sim_metrics, _ = serve(
+        sim,
+        spec.make(env, seed),
+        u.encoder,
+        u.action_spec,
+        make_policy("fcfs", ctx),  # type: ignore[arg-type]
+        ServeOptions(iterations_per_step=spec.iterations_per_step, check_invariants=config.check_invariants),
+    )
+    loop = VllmLoop(
+        u.engine_config,
+        u.tenants,
+        u.cost_model,
+        u.episode_requests(seed),
+        spec.make(env, seed),
+        iterations_per_step=spec.iterations_per_step,
+        nominal_rate_rps=u.source.nominal_rate_rps(),
+        seed=seed,
+    )
+    vllm_metrics = loop.run()
+    env.close()
+    row: Row = {
+        "policy": spec.name,
+        "scenario": scenario.name,
+        "load": load,
+        "seed": seed,
+        "sim_attainment": sim_metrics["slo_attainment"],
+        "vllm_attainment": vllm_metrics["slo_attainment"],
+        "gap": vllm_metrics["slo_attainment"] - sim_metrics["slo_attainment"],
+    }
+    row.update({f"sim/{k}": v for k, v in sim_metrics.items()})
+    row.update({f"vllm/{k}": v for k, v in vllm_metrics.items()})
+    return row
+
+
+def compare_engines(config: EvalConfig) -> list[Row]:
+    """``compare_run`` for every run of ``config`` (single-node scenarios, the simulator's cost model)."""
+    check_vllm()
+    if config.is_cluster or config.runtime is not None:
+        raise ValueError("--engine vllm compares single-node scenarios on the simulator's cost model only")
+    return [
+        compare_run(config, scenario, load, spec, seed)
+        for scenario in config.scenarios
+        for load in config.loads
+        for spec in config.policies
+        for seed in config.seeds
+    ]
+
+
+def format_comparison(rows: list[Row]) -> str:
+    """The rows as an aligned text table of ``COMPARE_COLUMNS``."""
+    from llmsched_env.sim.metrics import format_table
+
+    return format_table(rows, COMPARE_COLUMNS)

@@ -1,0 +1,316 @@
+"""LLMSchedScheduler: llmsched policies deciding vLLM's real v1 scheduler on the CPU (fake model outputs), and
+vLLM in the simulator's loop. Marked ``vllm``: skipped where vLLM is not importable (tests/conftest.py); the
+last test checks evaluate's one-line error there instead."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from llmsched_env.engine.config import EngineConfig, TenantConfig
+from llmsched_env.engine.request import Request
+
+ROOT = Path(__file__).resolve().parents[1]
+CFG = EngineConfig(num_kv_blocks=256, block_size=16, max_num_seqs=16, max_num_batched_tokens=512, max_model_len=2048)
+TENANTS = (TenantConfig("default"),)
+
+
+def _make(policy: Any = "fcfs", cfg: EngineConfig = CFG, tenants: tuple[Any, ...] = TENANTS, **kw: Any) -> Any:
+    from llmsched_env.adapters.vllm.offline import make_scheduler
+    from llmsched_env.adapters.vllm.scheduler import AdapterConfig, LLMSchedScheduler, SimClock
+
+    clock = SimClock()
+    name = policy if isinstance(policy, str) else "fcfs"
+    obj = None if isinstance(policy, str) else policy
+    adapter = AdapterConfig(policy=name, tenants=tenants, **kw)
+    s = make_scheduler(cfg, scheduler_cls=LLMSchedScheduler, adapter=adapter, llmsched_policy=obj, clock=clock)
+    return s, clock
+
+
+def _add(s: Any, r: Request, tenant: str | None = None) -> None:
+    from llmsched_env.adapters.vllm.offline import to_vllm_request
+    from llmsched_env.adapters.vllm.scheduler import TENANT_KEY
+
+    v = to_vllm_request(r, CFG.block_size)
+    if tenant is not None:
+        v.sampling_params.extra_args = {TENANT_KEY: tenant}
+    s.add_request(v)
+
+
+def _drain(s: Any, clock: Any, max_steps: int = 5000) -> dict[str, str]:
+    """Run to the end; request id -> finish reason, each reported once."""
+    from llmsched_env.adapters.vllm.offline import fake_output
+
+    finished: dict[str, str] = {}
+    for _ in range(max_steps):
+        if not s.has_requests():
+            return finished
+        out = s.schedule()
+        clock.now_s += 0.01
+        for eco in s.update_from_output(out, fake_output(s, out)).values():
+            for o in eco.outputs:
+                if o.finish_reason is not None:
+                    assert o.request_id not in finished, f"request {o.request_id} finished twice"
+                    finished[o.request_id] = str(o.finish_reason)
+    raise AssertionError("not drained")
+
+
+def _step(s: Any, clock: Any) -> Any:
+    from llmsched_env.adapters.vllm.offline import fake_output
+
+    out = s.schedule()
+    clock.now_s += 0.01
+    s.update_from_output(out, fake_output(s, out))
+    return out
+
+
+class _Fixed:
+    """A policy returning one fixed action (index per component)."""
+
+    reads_observation = False
+
+    def __init__(self, action: list[int]) -> None:
+        self.action = np.array(action, dtype=np.int64)
+
+    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
+        return self.action
+
+
+def _action(s: Any, **knobs: Any) -> list[int]:
+    from llmsched_env.engine.batch import Decision
+
+    return s.action_spec.encode(Decision(**knobs)).tolist()
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize(
+    "name",
+    ["fcfs", "prefill_first", "priority_aging", "sjf", "lpm", "vtc", "kv_guard", "sarathi", "slo_aware", "random"],
+)
+def test_every_baseline_drains_without_loss(name: str) -> None:
+    s, clock = _make(name, tenants=(TenantConfig("a"), TenantConfig("b", weight=2.0)))
+    rng = np.random.default_rng(3)
+    ids = set()
+    for i in range(40):
+        r = Request(i, 0.0, int(rng.integers(20, 600)), int(rng.integers(1, 40)), prefix_ids=(i % 3,))
+        _add(s, r, "ab"[i % 2])
+        ids.add(str(i))
+    finished = _drain(s, clock)
+    assert set(finished) == ids  # none lost, none twice (checked in _drain)
+    assert s.stats.num_fallbacks == 0 and s.stats.num_decisions == s.num_steps
+    st = s.state
+    assert st.num_good + st.num_missed == 40 and not st.shadows and st.running_total_blocks == 0
+    assert sum(st.num_running_t) == 0 and sum(st.num_waiting) == 0
+
+
+@pytest.mark.vllm
+def test_observation_names_match_the_engine() -> None:
+    from llmsched_env.decision.observation import ObservationEncoder
+
+    s, clock = _make("slo_aware", tenants=(TenantConfig("a"), TenantConfig("b")))
+    for i in range(6):
+        _add(s, Request(i, 0.0, 300, 5), "ab"[i % 2])
+    _step(s, clock)
+    obs = s.encoder.encode(s.state)
+    assert s.encoder.names == ObservationEncoder(CFG, (TenantConfig("a"), TenantConfig("b")), 1.0).names
+    idx = s.encoder.index
+    assert obs[idx["run/num_prefilling"]] > 0 and obs[idx["kv/used"]] > 0
+    assert obs[idx["queue/num_waiting"]] == pytest.approx(sum(s.state.num_waiting) / CFG.max_num_seqs)
+
+
+@pytest.mark.vllm
+def test_token_budget_caps_the_step() -> None:
+    s, clock = _make()
+    s.policy = _Fixed(_action(s, token_budget=256, chunk_cap=512))
+    for i in range(4):
+        _add(s, Request(i, 0.0, 400, 5))
+    out = _step(s, clock)
+    assert out.total_num_scheduled_tokens == 256
+    s2, clock2 = _make()
+    for i in range(4):
+        _add(s2, Request(i, 0.0, 400, 5))
+    assert _step(s2, clock2).total_num_scheduled_tokens == 512  # vLLM's own budget
+
+
+@pytest.mark.vllm
+def test_admission_cap_zero_holds_and_fallback_restores() -> None:
+    s, clock = _make()
+    _add(s, Request(0, 0.0, 100, 50))
+    _step(s, clock)  # one running request
+    s.policy = _Fixed(_action(s, max_admit=0))
+    _add(s, Request(1, 0.0, 100, 5))
+    out = _step(s, clock)
+    assert list(out.num_scheduled_tokens) == ["0"] and len(s.waiting) == 1
+    s.policy = _Fixed(_action(s, max_admit=1))
+    out = _step(s, clock)
+    assert "1" in out.num_scheduled_tokens
+
+
+@pytest.mark.vllm
+def test_edf_admits_the_earliest_deadline_first() -> None:
+    from llmsched_env.engine.config import SLO_CLASSES
+
+    tenants = (TenantConfig("batch", SLO_CLASSES["batch"]), TenantConfig("chat", SLO_CLASSES["chat"]))
+    for order, first in (("EDF", "1"), ("FCFS", "0")):
+        from llmsched_env.engine.batch import QueueOrder
+
+        s, clock = _make(tenants=tenants)
+        s.policy = _Fixed(_action(s, order=QueueOrder[order], max_admit=1))
+        _add(s, Request(0, 0.0, 100, 5), "batch")  # arrives first, 60 s deadline
+        _add(s, Request(1, 0.001, 100, 5), "chat")  # 1 s deadline
+        clock.now_s = 0.01
+        out = _step(s, clock)
+        assert list(out.num_scheduled_tokens) == [first], order
+
+
+@pytest.mark.vllm
+def test_kv_reserve_holds_admission_when_the_pool_is_near_full() -> None:
+    cfg = EngineConfig(num_kv_blocks=40, block_size=16, max_num_seqs=16, max_num_batched_tokens=512, max_model_len=2048)
+    results = {}
+    for reserve in (0.0, 0.4):
+        s, clock = _make(cfg=cfg)
+        s.policy = _Fixed(_action(s, kv_reserve=reserve))
+        _add(s, Request(0, 0.0, 300, 100))  # 19 + 7 blocks over its life
+        _step(s, clock)
+        _add(s, Request(1, 0.0, 160, 5))  # needs 11 blocks: leaves 40-19-11 = 10 < 16 reserved
+        out = _step(s, clock)
+        results[reserve] = "1" in out.num_scheduled_tokens
+        assert s.kv_cache_manager.watermark_blocks == (16 if reserve else 0)
+    assert results == {0.0: True, 0.4: False}
+
+
+@pytest.mark.vllm
+def test_shedding_aborts_a_hopeless_request() -> None:
+    from llmsched_env.engine.config import SLO_CLASSES
+
+    s, clock = _make(tenants=(TenantConfig("i", SLO_CLASSES["interactive"]),))
+    s.policy = _Fixed(_action(s, shed=True, max_admit=0))  # hold, so only shedding can remove it
+    _add(s, Request(0, 0.0, 100, 50))
+    s.policy = _Fixed(_action(s, max_admit=1))
+    _step(s, clock)
+    _add(s, Request(1, 0.0, 1000, 5))
+    s.policy = _Fixed(_action(s, shed=True, max_admit=0))
+    clock.now_s = 0.3  # past the 0.25 s TTFT target
+    from llmsched_env.adapters.vllm.offline import fake_output
+
+    out = s.schedule()
+    outputs = s.update_from_output(out, fake_output(s, out))
+    reasons = {o.request_id: o.finish_reason for eco in outputs.values() for o in eco.outputs}
+    assert reasons.get("1") is not None and s.num_shed == 1 and "1" not in s.requests
+    assert s.state.num_missed_t[0] == 1
+
+
+class _Raises:
+    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
+        raise RuntimeError("boom")
+
+
+class _Slow:
+    def __init__(self, action: list[int]) -> None:
+        self.action = action
+
+    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
+        time.sleep(0.02)
+        return np.array(self.action)
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("kind", ["error", "invalid", "timeout"])
+def test_a_bad_policy_falls_back_to_vllm_and_is_counted(kind: str) -> None:
+    s, clock = _make(policy_timeout_s=0.005)
+    tight = _action(s, token_budget=256, chunk_cap=128, max_admit=1, kv_reserve=0.4)
+    policy = {"error": _Raises(), "invalid": _Fixed([99, 0, 0, 0, 0, 0, 0]), "timeout": _Slow(tight)}[kind]
+    s.policy = policy
+    for i in range(4):
+        _add(s, Request(i, 0.0, 400, 5))
+    out = _step(s, clock)
+    assert s.stats.fallbacks[kind] == 1 and s.stats.num_fallbacks == 1
+    assert out.total_num_scheduled_tokens == 512  # vLLM's own budget, chunking and admission
+    assert s.max_num_active_reqs == s.base_active_reqs and s.kv_cache_manager.watermark_blocks == 0
+    s.policy = _Fixed(tight)
+    _step(s, clock)
+    assert s.max_num_scheduled_tokens <= 256 and s.stats.num_fallbacks == 1
+
+
+@pytest.mark.vllm
+def test_an_exported_policy_loads_and_runs() -> None:
+    import gymnasium as gym
+
+    env = gym.make("LLMSched-v0", scenario="default").unwrapped
+    s, clock = _make(str(ROOT / "policies" / "default"), cfg=env.engine_config, tenants=env.tenants)
+    assert type(s.policy).__name__ == "ExportedPolicy"
+    for i, r in enumerate(env.episode_requests(0)[:30]):
+        _add(s, Request(i, 0.0, r.prompt_len, r.output_len), env.tenants[r.tenant].name)
+    assert len(_drain(s, clock)) == 30 and s.stats.num_fallbacks == 0
+    with pytest.raises(ValueError, match="does not fit"):
+        _make(str(ROOT / "policies" / "default"))  # one tenant: other observation names
+
+
+@pytest.mark.vllm
+def test_config_from_env_and_file(tmp_path: Path) -> None:
+    from llmsched_env.adapters.vllm.scheduler import AdapterConfig
+
+    cfg = AdapterConfig.from_env({"LLMSCHED_POLICY": "slo_aware", "LLMSCHED_TENANTS": "a:chat,b:batch"})
+    assert cfg.policy == "slo_aware" and [t.name for t in cfg.tenants] == ["a", "b"]
+    assert cfg.tenants[1].slo.ttft_s == 60.0
+    f = tmp_path / "c.yaml"
+    f.write_text("policy: fcfs\ntenants:\n  - {name: x, slo: {ttft_s: 2.0, tpot_s: 0.2}}\n")
+    cfg = AdapterConfig.from_env({"LLMSCHED_VLLM_CONFIG": str(f)})
+    assert cfg.tenants[0].slo.ttft_s == 2.0
+    f.write_text("polcy: fcfs\n")
+    with pytest.raises(ValueError, match=r"c\.yaml: unknown field\(s\) \['polcy'\]"):
+        AdapterConfig.from_file(f)
+    f.write_text("tenants:\n  - {name: x, slo: fast}\n")
+    with pytest.raises(ValueError, match="unknown slo 'fast'"):
+        AdapterConfig.from_file(f)
+
+
+def _loop_metrics(policy: str, seed: int) -> dict[str, float]:
+    import gymnasium as gym
+
+    from llmsched_env.adapters.vllm.loop import run_vllm_loop
+
+    env = gym.make("LLMSched-v0", scenario="default", num_requests=60, load=2.0).unwrapped
+    return run_vllm_loop(env.engine_config, env.tenants, env.cost_model, env.episode_requests(seed), policy)
+
+
+@pytest.mark.vllm
+def test_in_the_loop_mode_is_deterministic_and_loses_nothing() -> None:
+    a = _loop_metrics("slo_aware", 1)
+    b = _loop_metrics("slo_aware", 1)
+    a.pop("policy_time_mean_s"), b.pop("policy_time_mean_s")  # wall time: the one thing a seed does not fix
+    assert a == b
+    assert a["num_requests"] == 60 and a["num_finished"] + a["num_rejected"] == 60
+    assert 0.0 < a["slo_attainment"] <= 1.0 and a["ttft_p50_s"] > 0 and a["tpot_p50_s"] > 0
+    c = _loop_metrics("slo_aware", 2)
+    c.pop("policy_time_mean_s")
+    assert c != a
+
+
+@pytest.mark.vllm
+def test_evaluate_engine_vllm_prints_both_attainments() -> None:
+    from llmsched_env.evaluation import EvalConfig
+    from llmsched_env.evaluation.vllm_engine import compare_engines
+
+    rows = compare_engines(EvalConfig(policies=["fcfs"], num_requests=40, loads=[1.5]))
+    assert len(rows) == 1 and {"sim_attainment", "vllm_attainment", "gap"} <= set(rows[0])
+    assert rows[0]["gap"] == pytest.approx(rows[0]["vllm_attainment"] - rows[0]["sim_attainment"])
+
+
+def test_evaluate_engine_vllm_says_so_in_one_line_without_vllm() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "evaluate.py"), "--engine", "vllm"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "--engine vllm: vLLM is not installed" in last and "Traceback" not in proc.stderr
