@@ -18,6 +18,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -28,10 +29,10 @@ from llmsched_env.engine.batch import Decision, QueueOrder
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.engine.engine import Engine
 from llmsched_env.engine.invariants import check_engine
-from llmsched_env.engine.request import Request
+from llmsched_env.engine.request import Request, Status
 from llmsched_env.workloads.library import SCENARIOS
 
-__all__ = ["ParityCase", "ParityReport", "compare", "default_cases", "main"]
+__all__ = ["ParityCase", "ParityReport", "compare", "default_cases", "main", "scenario_requests"]
 
 _UNLIMITED = 1 << 30
 
@@ -42,6 +43,7 @@ class ParityReport:
 
     name: str
     num_requests: int
+    num_refused: int = 0  # requests longer than max_model_len or the KV pool: neither engine runs them
     steps: int = 0
     identical_steps: int = 0
     token_mismatch_steps: int = 0
@@ -62,14 +64,14 @@ class ParityReport:
 
     def row(self) -> str:
         return (
-            f"{self.name:<34} {self.num_requests:>5} {self.steps:>6} {100 * self.agreement:>8.2f}% "
+            f"{self.name:<38} {self.num_requests - self.num_refused:>5} {self.steps:>6} {100 * self.agreement:>8.2f}% "
             f"{self.preemptions_llmsched:>7} {self.preemptions_vllm:>7} "
             f"{100 * self.first_token_step_equal:>8.2f}% {100 * self.finish_step_equal:>8.2f}%"
         )
 
 
 HEADER = (
-    f"{'workload':<34} {'reqs':>5} {'steps':>6} {'identical':>9} {'pre.ll':>7} {'pre.vl':>7} "
+    f"{'workload':<38} {'reqs':>5} {'steps':>6} {'identical':>9} {'pre.ll':>7} {'pre.vl':>7} "
     f"{'1st tok=':>9} {'finish=':>9}"
 )
 
@@ -89,11 +91,20 @@ def _copy(r: Request) -> Request:
     return Request(r.request_id, r.arrival_s, r.prompt_len, r.output_len, 0, r.prefix_ids or None, r.prefix_id_tokens)
 
 
-def compare(case: ParityCase, cost_model: CostModel, check: bool = False, max_steps: int = 1_000_000) -> ParityReport:
-    """Run ``case`` through both engines in lockstep and count the steps they agree on."""
+def compare(
+    case: ParityCase,
+    cost_model: CostModel,
+    check: bool = False,
+    max_steps: int = 1_000_000,
+    engine_rules: dict[str, Any] | None = None,
+) -> ParityReport:
+    """Run ``case`` through both engines in lockstep and count the steps they agree on. ``check`` runs the
+    engine's invariant check every step; ``engine_rules`` overrides fields of llmsched's ``EngineConfig`` only
+    (to measure what one rule changes); the comparison stops after ``max_steps``."""
     cfg = case.engine
     requests = sorted((_copy(r) for r in case.requests), key=lambda r: (r.arrival_s, r.request_id))
-    engine = Engine(replace(cfg, reserve_full_prefill=case.reserve_full_prefill), [TenantConfig("all")], cost_model)
+    rules = {"reserve_full_prefill": case.reserve_full_prefill, **(engine_rules or {})}
+    engine = Engine(replace(cfg, **rules), [TenantConfig("all")], cost_model)
     vllm = make_scheduler(cfg, chunk_cap=case.chunk_cap, reserve_full_prefill=case.reserve_full_prefill)
     budget = cfg.max_num_batched_tokens
     decision = Decision(
@@ -102,7 +113,7 @@ def compare(case: ParityCase, cost_model: CostModel, check: bool = False, max_st
         chunk_cap=case.chunk_cap or budget,
         max_admit=_UNLIMITED,
     )
-    report = ParityReport(case.name, len(requests))
+    report = ParityReport(case.name, len(requests))  # reqs: the requests both ran (refused ones not counted)
     by_id = {r.request_id: r for r in requests}
     first_ll: dict[int, int] = {}
     first_vl: dict[int, int] = {}
@@ -116,7 +127,10 @@ def compare(case: ParityCase, cost_model: CostModel, check: bool = False, max_st
         while nxt < len(requests) and requests[nxt].arrival_s <= engine.now_s:
             r = requests[nxt]
             engine.add_request(r)
-            vllm.add_request(to_vllm_request(r, cfg.block_size))
+            if r.status != Status.REJECTED:  # longer than the model or the pool: vLLM's front end refuses it too
+                vllm.add_request(to_vllm_request(r, cfg.block_size))
+            else:
+                report.num_refused += 1
             nxt += 1
         if not engine.has_work and not vllm.has_requests():
             if nxt >= len(requests):
@@ -180,9 +194,10 @@ def compare(case: ParityCase, cost_model: CostModel, check: bool = False, max_st
     report.prefix_hit_tokens_llmsched = engine.num_prefix_hit_tokens
     stats = vllm.kv_cache_manager.prefix_cache_stats
     report.prefix_hit_tokens_vllm = int(getattr(stats, "hits", 0)) if stats is not None else 0
-    n = max(len(requests), 1)
-    report.first_token_step_equal = sum(first_ll.get(k) == first_vl.get(k) for k in by_id) / n
-    report.finish_step_equal = sum(finish_ll.get(k) == finish_vl.get(k) for k in by_id) / n
+    ran = [k for k, r in by_id.items() if r.status != Status.REJECTED]
+    n = max(len(ran), 1)
+    report.first_token_step_equal = sum(first_ll.get(k) == first_vl.get(k) for k in ran) / n
+    report.finish_step_equal = sum(finish_ll.get(k) == finish_vl.get(k) for k in ran) / n
     return report
 
 
@@ -201,7 +216,8 @@ def _describe(
     return f"step {step}: " + "; ".join(parts)
 
 
-def _scenario_requests(name: str, num_requests: int, load: float, seed: int, cost_model: CostModel) -> list[Request]:
+def scenario_requests(name: str, num_requests: int, load: float, seed: int, cost_model: CostModel) -> list[Request]:
+    """An evaluation window of ``num_requests`` requests of library scenario ``name`` at ``load``."""
     scenario = SCENARIOS.get(name)
     source = scenario.source("eval", cost_model)
     return source.sample(np.random.default_rng(seed), num_requests, load)
@@ -215,10 +231,11 @@ def default_cases(num_requests: int = 1000, seed: int = 0) -> list[ParityCase]:
         num_kv_blocks=8192, block_size=16, max_num_seqs=128, max_num_batched_tokens=2048, max_model_len=16384
     )
     tight = replace(roomy, num_kv_blocks=1024)
+    # vLLM refuses to start with a max_model_len its KV pool cannot hold: the tight pool gets a shorter one
     long_roomy = replace(roomy, max_model_len=131072, num_kv_blocks=16384)
-    long_tight = replace(long_roomy, num_kv_blocks=4096)
-    azure = tuple(_scenario_requests("azure-conv", num_requests, 1.0, seed, cost_model))
-    mooncake = tuple(_scenario_requests("mooncake-conv", num_requests, 1.0, seed, cost_model))
+    long_tight = replace(long_roomy, num_kv_blocks=4096, max_model_len=4096 * 16)
+    azure = tuple(scenario_requests("azure-conv", num_requests, 1.0, seed, cost_model))
+    mooncake = tuple(scenario_requests("mooncake-conv", num_requests, 1.0, seed, cost_model))
     return [
         ParityCase("azure-conv roomy", azure, roomy),
         ParityCase("azure-conv roomy, chunk cap 512", azure, roomy, chunk_cap=512),
@@ -237,7 +254,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="which window of each trace (default 0)")
     parser.add_argument("--only", default="", help="run only the cases whose name contains this")
     parser.add_argument("--divergences", type=int, default=3, help="divergent steps shown per case (default 3)")
-    parser.add_argument("--old-admission", action="store_true", help="both engines check only the first chunk")
+    parser.add_argument(
+        "--first-chunk-admission",
+        choices=("both", "llmsched"),
+        default=None,
+        help="admission checks only the first chunk (reserve_full_prefill off) in both engines, or in llmsched's "
+        "alone to see what the rule changes (default: both reserve the whole prefill, vLLM's default)",
+    )
     args = parser.parse_args(argv)
     cost_model = load_cost_model("llama3-8b-a100")
     print(HEADER)
@@ -245,9 +268,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for case in default_cases(args.num_requests, args.seed):
         if args.only and args.only not in case.name:
             continue
-        if args.old_admission:
+        rules = None
+        if args.first_chunk_admission == "both":
             case = replace(case, reserve_full_prefill=False)
-        report = compare(case, cost_model)
+        elif args.first_chunk_admission == "llmsched":
+            rules = {"reserve_full_prefill": False}
+        report = compare(case, cost_model, engine_rules=rules)
         worst = min(worst, report.agreement)
         print(report.row(), flush=True)
         for line in report.divergences[: args.divergences]:
