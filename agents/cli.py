@@ -78,10 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument(
         "--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
-        help="run the trainings as Ray tasks (no ADDRESS: start a local Ray); needs the 'distributed' extra "
-        "(default: off, one after the other)",
+        help="run the trainings on local worker processes (no ADDRESS; nothing listens on the network) or as "
+        "tasks of the Ray cluster at ADDRESS (needs the 'distributed' extra) (default: off, one after the other)",
     )  # fmt: skip
-    sweep.add_argument("--ray-cpus", type=int, default=None, help="CPUs of the local Ray (default: all)")
+    sweep.add_argument("--ray-cpus", type=int, default=None, help="local worker processes of --ray (default: all CPUs)")
     return p
 
 
@@ -126,7 +126,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             resolve_hyperparams(config)
     except ValueError as exc:
         p.error(str(exc))
-    if args.ray and importlib.util.find_spec("ray") is None:
+    if args.ray not in (None, "", "local") and importlib.util.find_spec("ray") is None:
         p.error(RAY_INSTALL_HINT)
     return args
 

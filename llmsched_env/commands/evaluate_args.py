@@ -114,10 +114,10 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         const="local",
         default=None,
         metavar="ADDRESS",
-        help="spread the runs over a Ray cluster (no ADDRESS: start a local Ray); needs the 'distributed' extra "
-        "(default: off, run here)",
+        help="spread the runs over local worker processes (no ADDRESS; nothing listens on the network) or the Ray "
+        "cluster at ADDRESS (needs the 'distributed' extra) (default: off, run here)",
     )
-    add("--ray-cpus", type=_positive_int, default=None, help="CPUs of the local Ray (default: all)")
+    add("--ray-cpus", type=_positive_int, default=None, help="local worker processes of --ray (default: all CPUs)")
     rt = p.add_argument_group("torch runtime (--backend runtime)")
     rt.add_argument("--backend", choices=("sim", "runtime"), default="sim", help="simulator or real model")
     rt.add_argument("--model", default="tiny", help="model preset of the runtime (tiny, llama-1b, llama3-8b)")
