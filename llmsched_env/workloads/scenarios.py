@@ -18,6 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
+from llmsched_env.common.checks import is_finite_number
 from llmsched_env.costs.base import CostModel, unloaded_decode_time_s
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, SLOClass, TenantConfig
@@ -25,7 +26,6 @@ from llmsched_env.engine.remote_kv import RemoteKVConfig
 from llmsched_env.engine.request import Request
 from llmsched_env.workloads.lengths import LengthDist
 from llmsched_env.workloads.public_traces import trace_dir, trace_path
-from llmsched_env.workloads.trace import is_finite_number
 from llmsched_env.workloads.trace_io import data_stem
 from llmsched_env.workloads.traces import Trace, load_trace
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig, generate
