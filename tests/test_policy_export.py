@@ -276,10 +276,11 @@ def test_unreadable_json_and_bad_path(tmp_path) -> None:
         ('{"format_version": ' + "9" * 5000 + "}", "does not fit in 64 bits"),
         ('{"action_nvec": [' + str(2**64) + "]}", "does not fit in 64 bits"),
     ],
+    ids=["deep", "5000-digit", "2**64"],
 )
 def test_a_deep_or_huge_json_is_a_policy_file_error(tmp_path, text: str, problem: str) -> None:
     (tmp_path / "policy.json").write_text(text)
-    with pytest.raises(PolicyFileError, match=rf"policy\.json: cannot read the policy description: {problem}") as info:
+    with pytest.raises(PolicyFileError, match=rf"policy\.json: cannot read the policy description:.*{problem}") as info:
         load_policy_file(tmp_path)
     assert "\n" not in str(info.value)
 
