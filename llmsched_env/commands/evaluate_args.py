@@ -135,6 +135,11 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         metavar="POLICY_TIMEOUT",
         help="seconds before a decision falls back to fcfs",
     )
+    rt.add_argument(
+        "--no-speed-check",
+        action="store_true",
+        help="skip the few-second profile that compares this machine with the cost model pricing SLOs and load",
+    )
     return p
 
 
