@@ -71,12 +71,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if spec.path is not None:  # type: ignore[union-attr]
             exported = spec.exported  # type: ignore[union-attr]
             print(f"policy {spec.name}: {exported.path} ({exported.meta.get('algo', '?')})")  # type: ignore[union-attr]
-    if config.runtime is not None and not args.no_speed_check:
-        _speed_check(config)
     plots = args.plots if args.plots is not None else args.out is not None
     summary: list[Row] = []
     details: list[Row] = []
     try:
+        if config.runtime is not None and not args.no_speed_check:
+            _speed_check(config)  # builds the model: a bad weights file is an InputError here
         if args.capacity:
             rows = _capacity(config, args)
         else:
