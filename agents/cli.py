@@ -24,7 +24,7 @@ from agents.config import parse_overrides
 from agents.sb3 import ALGOS
 from agents.sweep import run_sweep, sweep_configs
 from agents.train_config import DEFAULT_EVAL_BASELINES, DEFAULT_EVAL_ROUTERS, QUICK, TrainConfig, resolve_hyperparams
-from agents.training import train
+from agents.training import resume_checkpoint, train
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.help import DefaultsFormatter, from_args, program
 from llmsched_env.common.outputs import check_output
@@ -60,7 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     quick = ", ".join(f"{k} {v}" for k, v in QUICK.items())
     p.add_argument("--quick", action="store_true", help=f"a short run ({quick})")
-    p.add_argument("--resume", action="store_true", help="continue from the run folder's latest checkpoint")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the run folder's latest checkpoint; checkpoints are pickles (loading one can run code), "
+        "so only one that this user's training signed is loaded (key: ~/.config/llmsched/checkpoint.key)",
+    )
     p.add_argument("--bc", default=None, help="baseline to clone before RL, 'none' to skip (default: the YAML's)")
     p.add_argument(
         "--eval-baselines",
@@ -78,10 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument(
         "--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
-        help="run the trainings as Ray tasks (no ADDRESS: start a local Ray); needs the 'distributed' extra "
-        "(default: off, one after the other)",
+        help="run the trainings on local worker processes (no ADDRESS; nothing listens on the network) or as "
+        "tasks of the Ray cluster at ADDRESS (needs the 'distributed' extra) (default: off, one after the other)",
     )  # fmt: skip
-    sweep.add_argument("--ray-cpus", type=int, default=None, help="CPUs of the local Ray (default: all)")
+    sweep.add_argument("--ray-cpus", type=int, default=None, help="local worker processes of --ray (default: all CPUs)")
     return p
 
 
@@ -122,11 +127,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             args.configs = sweep_configs(
                 args.config, args.config.run_folder, args.scenario_list, args.seed_list, args.grid
             )
-        for config in args.configs:  # a missing or malformed hyperparameter file
+        for config in args.configs:  # a missing or malformed hyperparameter file, a bad value, a foreign checkpoint
             resolve_hyperparams(config)
+            resume_checkpoint(config)
     except ValueError as exc:
         p.error(str(exc))
-    if args.ray and importlib.util.find_spec("ray") is None:
+    if args.ray not in (None, "", "local") and importlib.util.find_spec("ray") is None:
         p.error(RAY_INSTALL_HINT)
     return args
 

@@ -87,7 +87,7 @@ def run_sweep(
     force: bool = False,
 ) -> list[dict[str, Any]]:
     """Run every training of ``configs`` (``train_task``), serially or, with ``ray`` (an address, or
-    ``"local"`` for a local Ray of ``ray_cpus`` CPUs), as Ray tasks; one line on stdout as each training
+    ``"local"`` for ``ray_cpus`` local worker processes), as parallel tasks; one line on stdout as each training
     ends (on Ray, in the order they end), a bar over the trainings on stderr unless ``progress`` is False;
     ``out/sweep.json`` lists the results, returned in the order of ``configs``. ``ValueError`` for ``out``
     inside a shipped folder (unless ``force``); ``RuntimeError`` when Ray is asked for and missing."""
@@ -98,7 +98,7 @@ def run_sweep(
     if ray:
         from llmsched_env.evaluation.distributed import ray_imap
 
-        status(f"{len(jobs)} trainings as Ray tasks ({ray})", enabled=progress)
+        status(f"{len(jobs)} trainings in parallel ({ray})", enabled=progress)
         finished = ray_imap(train_task, jobs, address=ray, num_cpus=ray_cpus)
     else:
         status(f"{len(jobs)} trainings, one after the other (each logs to its train.log)", enabled=progress)

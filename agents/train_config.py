@@ -9,6 +9,7 @@ run it; the run folder's ``command.txt`` records it).
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -28,6 +29,7 @@ __all__ = [
     "QUICK",
     "RUN_KEYS",
     "TrainConfig",
+    "check_hyperparams",
     "is_cluster",
     "resolve_hyperparams",
 ]
@@ -161,8 +163,9 @@ def resolve_hyperparams(config: TrainConfig) -> dict[str, Any]:
     """The YAML entry for (algo, scenario), then ``QUICK`` if ``quick``, then ``hp``, then the explicit fields;
     with the evaluation's defaults filled in. ``ValueError`` for a missing or malformed hyperparameter file."""
     hp = load_hyperparams(config.algo, config.scenario, path=config.hyperparams)
-    if config.quick:
-        hp = merge_config(hp, QUICK)
+    if config.quick:  # the keys this algorithm takes (A2C has no batch_size, DQN no n_steps)
+        takes = {*_model_params(config.algo), *RUN_KEYS}
+        hp = merge_config(hp, {k: v for k, v in QUICK.items() if k in takes})
     hp = merge_config(hp, config.hp)
     if config.timesteps is not None:
         hp["n_timesteps"] = config.timesteps
@@ -175,4 +178,75 @@ def resolve_hyperparams(config: TrainConfig) -> dict[str, Any]:
     hp.setdefault("eval_freq", max(hp.get("n_timesteps", 100_000) // 10, 1000))
     hp.setdefault("eval_episodes", 3)
     hp.setdefault("eval_load", 1.2)
+    check_hyperparams(config.algo, hp)
     return hp
+
+
+# the model's constructor arguments that the training sets itself, never a hyperparameter
+_SET_BY_TRAINING = frozenset({"self", "env", "seed", "tensorboard_log", "verbose", "device", "_init_setup_model"})
+_RUN_INTS = ("n_timesteps", "n_envs", "bc_steps", "eval_freq", "eval_episodes")
+
+
+def _model_params(algo: str) -> dict[str, Any]:
+    """The hyperparameters ``algo``'s model takes, each with its default (``inspect.Parameter.empty``: none)."""
+    return {
+        name: p.default
+        for name, p in inspect.signature(ALGOS[algo].__init__).parameters.items()
+        if name not in _SET_BY_TRAINING and p.kind is not inspect.Parameter.VAR_KEYWORD
+    }
+
+
+def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
+    """``ValueError`` naming the key for a hyperparameter that ``algo``'s model does not take (with the
+    closest known name), a number given as something else (``learning_rate=abc``), a bad run key, or an
+    ``env_kwargs`` key the env does not take; so a typo fails before the run folder is written."""
+    import difflib
+    import math
+
+    from llmsched_env.envs.cluster import LLMSchedClusterEnv
+    from llmsched_env.envs.single_node import LLMSchedEnv
+
+    params = _model_params(algo)
+    known = sorted({*params, *RUN_KEYS})
+
+    def fail(key: str, problem: str) -> ValueError:
+        return ValueError(f"hyperparameter {key!r} ({algo}; from the hyperparameter file or --hp): {problem}")
+
+    def is_number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+    for key, value in hp.items():
+        if key not in params and key not in RUN_KEYS:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}"
+            raise fail(key, f"unknown{hint}")
+        default = params.get(key, inspect.Parameter.empty)
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise fail(key, f"must be true or false, got {value!r}")
+        elif isinstance(default, (int, float)) and not is_number(value):
+            raise fail(key, f"must be a finite number, got {value!r}")
+    for key in _RUN_INTS:
+        value = hp.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise fail(key, f"must be an integer >= 1, got {value!r}")
+    load = hp.get("eval_load")
+    if load is not None and not (is_number(load) and load > 0):
+        raise fail("eval_load", f"must be a finite number > 0, got {load!r}")
+    smoothing = hp.get("bc_smoothing")
+    if smoothing is not None and not (is_number(smoothing) and 0 <= smoothing < 1):
+        raise fail("bc_smoothing", f"must be a number in [0, 1), got {smoothing!r}")
+    env_kwargs = hp.get("env_kwargs", {})
+    if not isinstance(env_kwargs, Mapping):
+        raise fail("env_kwargs", f"must be a mapping of env arguments, got {env_kwargs!r}")
+    env_params = {
+        name
+        for cls in (LLMSchedEnv, LLMSchedClusterEnv)
+        for name in inspect.signature(cls.__init__).parameters
+        if name not in ("self", "scenario", "split")
+    }
+    for key in env_kwargs:
+        if key not in env_params:
+            close = difflib.get_close_matches(str(key), sorted(env_params), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(sorted(env_params))}"
+            raise fail(f"env_kwargs.{key}", f"unknown env argument{hint}")

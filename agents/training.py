@@ -4,7 +4,8 @@
     run = train(TrainConfig(scenario="mixed-slo", quick=True, out=Path("runs/quick")))
 
 The run folder keeps the resolved hyperparameters (``config.yml``), the ``TrainConfig`` (``args.json``), the
-equivalent command line (``command.txt``), TensorBoard events (``tb/``), checkpoints (``checkpoints/``), the
+equivalent command line (``command.txt``), TensorBoard events (``tb/``), checkpoints (``checkpoints/``, each
+signed: ``agents.checkpoints``; resuming loads only a checkpoint this user's training signed), the
 final and best models (``model.zip``, ``best_model.zip``), the cloning's statistics (``bc.json``), a summary
 (``summary.json``) and, for MaskablePPO / PPO / A2C, the exported policy (``policy.safetensors`` +
 ``policy.json``) that ``llmsched-evaluate`` and the torch runtime load. While it works, ``train`` says what
@@ -26,20 +27,29 @@ import gymnasium as gym
 import torch
 import yaml
 from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback
+from stable_baselines3.common.callbacks import CallbackList
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 import llmsched_env  # noqa: F401  (registers LLMSched-v0)
 from agents.bc import behaviour_clone
 from agents.callbacks import EpisodeMetricsCallback, PeriodicEvalCallback, ProgressBarCallback, StatusCallback
+from agents.checkpoints import SignedCheckpointCallback, latest_checkpoint, verify_checkpoint
 from agents.sb3 import ALGOS, FLAT_ACTION_ALGOS, make_model
 from agents.train_config import ACTOR_CRITIC_ALGOS, RUN_KEYS, TrainConfig, is_cluster, resolve_hyperparams
 from agents.wrappers import FlatActions
 from llmsched_env.common.outputs import check_output
 from llmsched_env.evaluation.progress import Progress, status
 
-__all__ = ["BC_EPOCHS", "TrainConfig", "latest_checkpoint", "make_env_fn", "prepare_run_folder", "train"]
+__all__ = [
+    "BC_EPOCHS",
+    "TrainConfig",
+    "latest_checkpoint",
+    "make_env_fn",
+    "prepare_run_folder",
+    "resume_checkpoint",
+    "train",
+]
 
 BC_EPOCHS = 10  # passes of behaviour cloning over the demonstrations
 
@@ -58,12 +68,6 @@ def make_env_fn(
         return FlatActions(env) if agent and algo in FLAT_ACTION_ALGOS else env
 
     return make
-
-
-def latest_checkpoint(folder: Path) -> Path | None:
-    """The checkpoint with the most steps in ``folder`` (``model_<steps>_steps.zip``), or None."""
-    ckpts = sorted(folder.glob("model_*_steps.zip"), key=lambda p: int(p.stem.split("_")[1]))
-    return ckpts[-1] if ckpts else None
 
 
 def prepare_run_folder(config: TrainConfig, hp: Mapping[str, Any]) -> Path:
@@ -103,10 +107,10 @@ def _model(
 ) -> tuple[BaseAlgorithm, bool]:
     """The model to train and whether it was resumed: the latest checkpoint with ``resume``, else a fresh
     model, behaviour-cloned when the hyperparameters name a baseline."""
-    out, tb = config.run_folder, str(config.run_folder / "tb")
-    ckpt_dir = out / "checkpoints"
-    resume_from = latest_checkpoint(ckpt_dir) if config.resume else None
+    tb = str(config.run_folder / "tb")
+    resume_from = resume_checkpoint(config)
     if config.resume and resume_from is None:
+        ckpt_dir = config.run_folder / "checkpoints"
         print(f"--resume: no checkpoint in {ckpt_dir}; starting fresh", file=sys.stderr, flush=True)
     if resume_from is not None:
         model = ALGOS[config.algo].load(str(resume_from), env=vec_env, device="cpu", tensorboard_log=tb)
@@ -118,12 +122,26 @@ def _model(
     return model, False
 
 
+def resume_checkpoint(config: TrainConfig) -> Path | None:
+    """The checkpoint ``config.resume`` continues from (the run folder's latest), verified to be one this
+    user's training signed (``CheckpointError``, one line, otherwise: checkpoints are pickles); None without
+    ``resume`` or without a checkpoint."""
+    if not config.resume:
+        return None
+    checkpoint = latest_checkpoint(config.run_folder / "checkpoints")
+    if checkpoint is not None:
+        verify_checkpoint(checkpoint)
+    return checkpoint
+
+
 def train(config: TrainConfig) -> Path:
     """Run one training as ``config`` says and return its run folder (see the module docstring for what it
     holds). Sets torch to one thread (SB3 on small models runs far slower with more). ``ValueError`` for a
-    run folder inside a shipped folder (without ``force``) or a bad hyperparameter file."""
+    run folder inside a shipped folder (without ``force``), a bad hyperparameter file or value, or (a
+    ``CheckpointError``) a checkpoint to resume that this user's training did not sign."""
     torch.set_num_threads(1)
     hp = resolve_hyperparams(config)
+    resume_checkpoint(config)  # refuse a foreign checkpoint before writing anything
     prepare_run_folder(config, hp)
     run = {k: hp.pop(k) for k in RUN_KEYS if k in hp}
     env_kwargs = dict(run["env_kwargs"])
@@ -183,7 +201,7 @@ def _learn(
     callbacks = CallbackList(
         [
             EpisodeMetricsCallback(),
-            CheckpointCallback(every, str(out / "checkpoints"), name_prefix="model"),
+            SignedCheckpointCallback(every, str(out / "checkpoints"), name_prefix="model"),
             evaluator,
             StatusCallback(message, enabled=config.progress),
             ProgressBarCallback(enabled=config.progress),

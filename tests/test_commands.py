@@ -48,6 +48,11 @@ def test_evaluate_is_deterministic_by_seed(tmp_path: Path) -> None:
         (["--seeds", "a,b"], "comma-separated list of int"),
         (["--num-requests", "0"], "--num-requests"),
         (["--cost-model", "nope"], "unknown cost model preset 'nope'"),
+        (["--cost-model", "{not json"], "unknown cost model preset '{not json'"),
+        (["--loads", "nan"], "every value must be > 0, got 'nan'"),
+        (["--loads", "inf"], "EvalConfig.loads must be finite and > 0, got inf"),
+        (["--seeds", "-1"], "EvalConfig.seeds must be an integer >= 0, got -1"),
+        (["--backend", "runtime", "--policy-timeout", "0"], "policy_timeout_s must be finite and > 0"),
     ],
 )
 def test_evaluate_rejects_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
@@ -74,3 +79,26 @@ def test_evaluate_refuses_shipped_folders_unless_forced(capsys: pytest.CaptureFi
         assert "Traceback" not in err and "--force" in err
     args, _ = parse(["--out", str(results), "--tensorboard", str(tb), "--force"])  # allowed when asked for
     assert args.out == results and args.tensorboard == tb
+
+
+@pytest.mark.parametrize("rate", ["0", "-3", "nan", "inf"])
+def test_a_bad_trace_rate_is_one_usage_line_naming_the_file(
+    rate: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    trace = tmp_path / "timed.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00,5,3\n2023-11-16 18:00:01,5,3\n")
+    with pytest.raises(SystemExit) as exc:
+        parse(["--trace", str(trace), "--trace-format", "azure", "--trace-rate", rate])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"{trace}: the rate (--trace-rate) must be a finite number > 0" in err and "Traceback" not in err
+
+
+def test_a_timed_trace_without_a_time_span_asks_for_a_rate(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    trace = tmp_path / "instant.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00,5,3\n2023-11-16 18:00:00,5,3\n")
+    with pytest.raises(SystemExit):
+        parse(["--trace", str(trace), "--trace-format", "azure"])
+    assert "arrivals span no time (2 request(s))" in capsys.readouterr().err
+    _, config = parse(["--trace", str(trace), "--trace-format", "azure", "--trace-rate", "2"])
+    assert config.scenarios[0].name == "instant"

@@ -1,5 +1,5 @@
-"""Scale-out on Ray: llmsched-evaluate --ray gives what the serial path gives (local Ray, 2 CPUs); a sweep's
-line per training comes as that training ends.
+"""Scale-out: llmsched-evaluate --ray gives what the serial path gives (2 local worker processes); a sweep's
+line per training comes as that training ends; the local pool listens on no network port and never starts Ray.
 
 Training sweeps on Ray with real trainings: tests/test_train.py.
 """
@@ -7,12 +7,12 @@ Training sweeps on Ray with real trainings: tests/test_train.py.
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("ray")
 
 from agents import sweep
 from agents.train_config import TrainConfig
@@ -60,4 +60,67 @@ def test_a_ray_sweep_prints_each_training_as_it_ends(
     out, err = capsys.readouterr()
     lines = [line for line in out.splitlines() if "exit 0" in line]
     assert len(lines) == 2 and "bursty-seed1:" in lines[0] and "bursty-seed0:" in lines[1]  # as each ended
-    assert "2 trainings as Ray tasks" in err and "2/2" in err  # the bar counts trainings
+    assert "2 trainings in parallel" in err and "2/2" in err  # the bar counts trainings
+
+
+def _listening_inodes() -> set[str]:
+    """The socket inodes of every listening TCP socket on this machine (Linux /proc)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if os.path.exists(table):
+            with open(table) as fh:
+                for line in fh.readlines()[1:]:
+                    fields = line.split()
+                    if fields[3] == "0A":  # LISTEN
+                        inodes.add(fields[9])
+    return inodes
+
+
+def _listeners_of_family() -> list[str]:
+    """On a local worker: the listening TCP sockets held by the driver (this worker's parent) or any of its
+    children (the pool's workers), as 'pid:inode'."""
+    parent = os.getppid()
+    pids = {parent}
+    for task in os.listdir(f"/proc/{parent}/task"):
+        with open(f"/proc/{parent}/task/{task}/children") as fh:
+            pids.update(int(pid) for pid in fh.read().split())
+    listening, found = _listening_inodes(), []
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in listening:
+                found.append(f"{pid}:{target[8:-1]}")
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_local_pool_listens_on_no_port_and_starts_no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    ray = pytest.importorskip("ray")
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a local run must not start Ray (its servers listen on every interface)")
+
+    monkeypatch.setattr(ray, "init", refuse)
+    results = dict(ray_imap(_listeners_of_family, [(), ()], address="local", num_cpus=2))
+    assert results == {0: [], 1: []}
+
+
+@pytest.mark.parametrize("cpus", [0, -1, 1.5, True])
+def test_a_bad_cpu_count_is_refused_before_anything_starts(cpus: object) -> None:
+    with pytest.raises(ValueError, match="num_cpus must be an integer >= 1"):
+        ray_imap(time.sleep, [(0.0,)], num_cpus=cpus)  # type: ignore[arg-type]
+
+
+def test_ray_cpus_zero_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--ray", "--ray-cpus", "0"], ["--ray", "local", "--ray-cpus", "-2"]):
+        with pytest.raises(SystemExit) as exc:
+            main([*argv, "--num-requests", "5"])
+        assert exc.value.code == 2
+        assert "--ray-cpus: must be >= 1" in capsys.readouterr().err

@@ -155,6 +155,22 @@ def test_bad_actions_name_the_component(action: np.ndarray, component: str) -> N
         env.unwrapped.step(action)
 
 
+@pytest.mark.parametrize("kind", [bool, complex, float])
+def test_a_non_integer_action_is_refused_after_an_equal_integer_one(kind: type) -> None:
+    env = make()
+    env.reset(seed=0)
+    ints = np.array([0, 1, 1, 1, 0, 0, 0])
+    env.unwrapped.step(ints)  # the integer action is decoded (and cached) first
+    odd = ints.astype(kind)
+    if kind is float:  # an integral float is an integer action; a fractional one is not
+        env.unwrapped.step(odd)
+        odd = odd + 0.5
+    with pytest.raises(ValueError, match="must be an integer"):
+        env.unwrapped.step(odd)
+    with pytest.raises(ValueError, match="must be an integer"):
+        env.unwrapped.step(odd.tolist())
+
+
 def test_wrong_action_shape_is_a_clear_error() -> None:
     env = make()
     env.reset(seed=0)
@@ -173,6 +189,9 @@ def test_wrong_action_shape_is_a_clear_error() -> None:
         ({"render_mode": "bogus"}, "render_mode"),
         ({"horizon_s": 0.0}, "horizon_s"),
         ({"max_steps": 2.5}, r"LLMSchedEnv\.max_steps"),
+        ({"max_steps": float("nan")}, r"LLMSchedEnv\.max_steps"),
+        ({"load": (0.5, float("inf"))}, r"load range must be \(low, high\), finite"),
+        ({"load": (float("nan"), 1.0)}, r"load range must be \(low, high\), finite"),
         ({"num_requests": 0}, r"LLMSchedEnv\.num_requests"),
         ({"split": "dev"}, "split"),
     ],

@@ -269,6 +269,22 @@ def test_unreadable_json_and_bad_path(tmp_path) -> None:
         load_policy_file(tmp_path / "other.json")
 
 
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"format_version": ' + "9" * 5000 + "}", "does not fit in 64 bits"),
+        ('{"action_nvec": [' + str(2**64) + "]}", "does not fit in 64 bits"),
+    ],
+    ids=["deep", "5000-digit", "2**64"],
+)
+def test_a_deep_or_huge_json_is_a_policy_file_error(tmp_path, text: str, problem: str) -> None:
+    (tmp_path / "policy.json").write_text(text)
+    with pytest.raises(PolicyFileError, match=rf"policy\.json: cannot read the policy description:.*{problem}") as info:
+        load_policy_file(tmp_path)
+    assert "\n" not in str(info.value)
+
+
 # ------------------------------------------------------------------------------------------ compatibility
 def test_check_compatible_names_the_difference(exported) -> None:
     policy = load_policy_file(exported)

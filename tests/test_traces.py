@@ -169,6 +169,11 @@ BAD_FILES = [
     (MC, _mooncake_line(0) + '{"timestamp": 0, "input_length": 5, "output_length": 5}\n', {}, 2, "hash_ids"),
     (MC, _mooncake_line(0) + "[1, 2]\n", {}, 2, "JSON object"),
     (MC, "\n\n", {}, 1, "empty"),
+    (AZ, AZURE_HEADER.strip() + ",ContextTokens\n2023-11-16 18:00:00,5,3,9\n", {}, 1, "more than once"),
+    (AZ, AZURE_HEADER + "2023-11-16 18:00:59.5,5,3\n2023-11-16 18:00:60.5,5,3\n", {}, 3, "seconds 00-59"),
+    (MC, _mooncake_line(0) + _mooncake_line(0, ids=[1, -2]), {}, 2, "0 to 2**63 - 1, got -2"),
+    (MC, _mooncake_line(0, ids=[2**63]), {}, 1, "0 to 2**63 - 1, got 9223372036854775808"),
+    (MC, _mooncake_line(0, inp=600, ids=[1, 2, 3]), {}, 1, "has 3 ids but the prompt of 600 tokens has only 2"),
 ]
 
 
@@ -216,7 +221,7 @@ def test_generic_option_errors(tmp_path: Path) -> None:
         load_generic(path, {"prompt_len": "p", "output_len": "o"}, time_unit="h")
     with pytest.raises(TraceError, match=r"g\.txt: unknown file type"):
         load_generic(_write(tmp_path, "g.txt", "p,o\n1,2\n"), {"prompt_len": "p", "output_len": "o"})
-    bad_ids = _write(tmp_path, "ids.csv", "p,o,ids\n1,2,1 2\n1,2,1 x\n")
+    bad_ids = _write(tmp_path, "ids.csv", "p,o,ids\n1000,2,1 2\n1,2,1 x\n")
     with pytest.raises(TraceError, match=r"ids\.csv:3: column 'ids' \(prefix_ids\)"):
         load_generic(bad_ids, {"prompt_len": "p", "output_len": "o", "prefix_ids": "ids"})
     no_tenant = _write(tmp_path, "t.jsonl", '{"p": 1, "o": 2, "who": "a"}\n{"p": 1, "o": 2, "who": ""}\n')
@@ -278,14 +283,14 @@ def test_generic_csv_with_mapping(tmp_path: Path) -> None:
     )
     path = _write(tmp_path, "mine.csv", text)
     columns = {"arrival": "t_ms", "prompt_len": "in", "output_len": "out", "prefix_ids": "blocks", "tenant": "user"}
-    trace = load_generic(path, columns, time_unit="ms", prefix_id_tokens=16)
+    trace = load_generic(path, columns, time_unit="ms", prefix_id_tokens=4)
     assert trace.arrival_s.tolist() == pytest.approx([0.0, 0.5, 2.0])
     assert trace.prompt_len.tolist() == [10, 20, 30] and trace.output_len.tolist() == [5, 6, 7]
     assert trace.prefix_ids == ((1, 2, 3), (1, 2, 4), ())
-    assert trace.prefix_id_tokens == 16
+    assert trace.prefix_id_tokens == 4
     assert trace.tenant_names == ("alice", "bob") and trace.tenant.tolist() == [0, 1, 0]
     assert trace.describe()["prefix_reuse_share"] == pytest.approx(2 / 6)
-    assert load_trace(path, "generic", columns=columns, time_unit="ms", prefix_id_tokens=16) is trace
+    assert load_trace(path, "generic", columns=columns, time_unit="ms", prefix_id_tokens=4) is trace
 
 
 def test_generic_jsonl_with_tenants_sorted(tmp_path: Path) -> None:
@@ -297,8 +302,8 @@ def test_generic_jsonl_with_tenants_sorted(tmp_path: Path) -> None:
     path = _write(tmp_path, "mine.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     columns = {"arrival": "ts", "prompt_len": "p", "output_len": "o", "prefix_ids": "ids", "tenant": "team"}
     with pytest.raises(TraceError, match=r"mine\.jsonl:2: key 'ts' \(arrival\)"):
-        load_generic(path, columns)
-    trace = load_generic(path, columns, sort=True)
+        load_generic(path, columns, prefix_id_tokens=1)
+    trace = load_generic(path, columns, sort=True, prefix_id_tokens=1)
     assert trace.arrival_s.tolist() == [0.0, 1.0, 2.5]
     assert trace.prompt_len.tolist() == [1, 2, 3]
     assert trace.prefix_ids == ((5,), (), (5, 6))

@@ -52,8 +52,11 @@ def _tags(folder: Path) -> set[str]:
     return tags
 
 
-def test_train_writes_a_complete_run_folder(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_train_writes_a_complete_run_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     torch.set_num_threads(1)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the checkpoint key: not the user's
     out = tmp_path / "run"
     assert train_main(["--scenario", "mixed-slo", "--out", str(out), *TINY]) == 0
     printed = capsys.readouterr()
@@ -83,7 +86,8 @@ def test_train_writes_a_complete_run_folder(tmp_path: Path, capsys: pytest.Captu
     assert [r["policy"] for r in rows] == ["fcfs", "agent"]
     assert float(rows[1]["num_iterations"]) > 0
     assert json.loads((out / "policy.json").read_text())["iterations_per_step"] == 32
-    # resume continues from the latest checkpoint
+    # each checkpoint is signed; resume continues from the latest
+    assert all(p.with_name(p.name + ".sig").exists() for p in (out / "checkpoints").glob("model_*_steps.zip"))
     assert train_main(["--scenario", "mixed-slo", "--out", str(out), "--resume", *TINY]) == 0
     assert '"timesteps": 512' in (out / "summary.json").read_text()
 

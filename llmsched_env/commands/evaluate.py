@@ -80,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary: list[Row] = []
     details: list[Row] = []
     try:
+        if config.runtime is not None and not args.no_speed_check:
+            _speed_check(config)  # builds the model: a bad weights file is an InputError here
         if args.capacity:
             rows = _capacity(config, args)
         else:
@@ -112,6 +114,26 @@ def _vllm(config: EvalConfig, args: argparse.Namespace) -> int:
         written = write_results(args.out, rows, plots=False)
         print("wrote " + ", ".join(str(p) for p in written))
     return 0
+
+
+def _speed_check(config: EvalConfig) -> None:
+    """Profile this machine for a few seconds against the cost model that prices the runtime's SLOs and
+    arrival rate; one line on stderr with the measured ratio, and a warning when it is far from 1."""
+    import sys
+    import time
+
+    from llmsched_env.evaluation.runtime_backend import Runners, speed_check, speed_message
+
+    assert config.runtime is not None and config.cost_model is not None
+    env: Any = config.make_env(config.scenarios[0], 1.0).unwrapped
+    t0 = time.perf_counter()
+    ratio = speed_check(Runners(config.runtime), env.engine_config, config.cost_model)
+    env.close()
+    took = time.perf_counter() - t0
+    print(f"speed check: measured step time / {config.cost_model}'s = {ratio:.2f} ({took:.1f} s)", file=sys.stderr)
+    message = speed_message(ratio, config.cost_model, config.runtime.model, str(config.runtime.device))
+    if message is not None:
+        print(message, file=sys.stderr, flush=True)
 
 
 @contextmanager

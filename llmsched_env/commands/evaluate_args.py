@@ -112,10 +112,10 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         const="local",
         default=None,
         metavar="ADDRESS",
-        help="spread the runs over a Ray cluster (no ADDRESS: start a local Ray); needs the 'distributed' extra "
-        "(default: off, run here)",
+        help="spread the runs over local worker processes (no ADDRESS; nothing listens on the network) or the Ray "
+        "cluster at ADDRESS (needs the 'distributed' extra) (default: off, run here)",
     )
-    add("--ray-cpus", type=_positive_int, default=None, help="CPUs of the local Ray (default: all)")
+    add("--ray-cpus", type=_positive_int, default=None, help="local worker processes of --ray (default: all CPUs)")
     add(
         "--engine",
         choices=("sim", "vllm"),
@@ -139,6 +139,11 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         default=0.1,
         metavar="POLICY_TIMEOUT",
         help="seconds before a decision falls back to fcfs",
+    )
+    rt.add_argument(
+        "--no-speed-check",
+        action="store_true",
+        help="skip the few-second profile that compares this machine with the cost model pricing SLOs and load",
     )
     return p
 

@@ -6,7 +6,7 @@ import math
 import numbers
 from typing import Any
 
-__all__ = ["check_int", "check_number", "check_positive"]
+__all__ = ["check_int", "check_number", "check_positive", "is_finite_number"]
 
 
 def check_positive(owner: str, name: str, value: float, *, allow_zero: bool = False) -> None:
@@ -32,3 +32,8 @@ def check_number(owner: str, field: str, value: Any, *, positive: bool = False, 
         bound = "> 0" if positive else ">= 0"
         raise ValueError(f"{owner}: field '{field}' must be {kind} {bound}, got {value!r}")
     return value
+
+
+def is_finite_number(value: Any) -> bool:
+    """Whether ``value`` is a finite int or float (Python or numpy; not a bool, not text)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)

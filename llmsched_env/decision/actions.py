@@ -91,12 +91,18 @@ class ActionSpec:
     def decode(self, action: Sequence[int] | np.ndarray) -> Decision:
         """The Decision an action means. Raises ValueError naming the component on a bad action."""
         cache: dict[tuple[int, ...], Decision] = self._decoded  # type: ignore[attr-defined]
-        try:  # fast path: an action seen before is valid (only validated keys enter the cache)
-            d = cache.get(tuple(action.tolist() if isinstance(action, np.ndarray) else action))
-        except TypeError:
-            d = None
+        d = None
+        # fast path: an action of plain integers seen before is valid (only validated keys enter the cache); a
+        # bool, float or complex action always takes the checks (True == 1 and 1+0j == 1 hash alike)
+        if isinstance(action, np.ndarray):
+            if action.dtype.kind in "iu" and action.ndim == 1:
+                d = cache.get(tuple(action.tolist()))
+        elif isinstance(action, (tuple, list)) and all(type(v) is int for v in action):
+            d = cache.get(tuple(action))
         if d is None:
             key = self._key(action)
+            d = cache.get(key)
+        if d is None:
             o, b, c, m, a, k, s = key
             d = Decision(
                 order=QueueOrder(o),

@@ -9,7 +9,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from llmsched_env.common.checks import check_int, check_positive
+from llmsched_env.common.checks import check_int, check_positive, is_finite_number
 from llmsched_env.common.fields import as_dataclass
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.workloads.scenarios import SPLITS
@@ -40,8 +40,9 @@ def load_arg(owner: str, load: float | Sequence[float]) -> tuple[float, tuple[fl
     """``(load, range)`` from an env's ``load`` argument: a number (range None), or ``(low, high)`` from which
     each episode draws its load uniformly (load starts at low). ValueError naming ``owner`` otherwise."""
     if isinstance(load, (tuple, list)):
-        if len(load) != 2 or not all(isinstance(x, (int, float)) and x > 0 for x in load) or load[0] > load[1]:
-            raise ValueError(f"{owner}.load range must be (low, high) with 0 < low <= high, got {load!r}")
+        finite = all(is_finite_number(x) for x in load)
+        if len(load) != 2 or not finite or not all(x > 0 for x in load) or load[0] > load[1]:
+            raise ValueError(f"{owner}.load range must be (low, high), finite, with 0 < low <= high, got {load!r}")
         return float(load[0]), (float(load[0]), float(load[1]))
     check_positive(owner, "load", load)
     return float(load), None

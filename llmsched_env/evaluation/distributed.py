@@ -1,19 +1,23 @@
-"""Scale-out on Ray (the optional ``distributed`` extra): map independent jobs over a Ray cluster.
+"""Scale-out: map independent jobs over local worker processes or a Ray cluster (the ``distributed`` extra).
 
 ``evaluate.py --ray`` spreads its grid's (scenario, load, policy) cells and its capacity searches, and
 ``train.py --ray`` its trainings, with ``ray_imap``: results as they come, each with its job's index, so a
-caller reports each at once and keeps the order of its jobs. Without an address it starts a local Ray
-(``num_cpus`` workers) whose workers import this repository from its folder; with an address
-(``ray://host:10001`` or ``host:6379``) it ships the repository as the job's ``working_dir`` (run folders,
-results and .git excluded), so every node runs the same code.
-Each job is a plain function of picklable arguments returning picklable results; placed by their indices,
-they are exactly what the serial loop gives.
+caller reports each at once and keeps the order of its jobs. Without an address the jobs run on a pool of
+``num_cpus`` local worker processes that talk to this one through pipes only: nothing listens on a network
+port (a local Ray's GCS server, raylets and workers listen on every interface, which Ray offers no setting to
+change, so no local Ray is started). With an address (``ray://host:10001`` or ``host:6379``: a cluster the
+user started, see the docs for a multi-machine one) it ships the repository as the Ray job's
+``working_dir`` (run folders, results and .git excluded), so every node runs the same code.
+Each job is a plain function of arguments that cloudpickle can pickle returning picklable results; placed by
+their indices, they are exactly what the serial loop gives.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -30,24 +34,55 @@ def ray_imap(
     address: str | None = None,
     num_cpus: int | None = None,
 ) -> Iterator[tuple[int, Any]]:
-    """``(index, fn(*jobs[index]))`` for every job, each a Ray task of one CPU, yielded as the tasks finish
-    (so a caller can report each result at once). ``address`` None or "local" starts a local Ray with
-    ``num_cpus`` CPUs (default: all), else connects to that cluster; Ray is shut down when the iterator ends
-    or is closed, if this call started it. ``RuntimeError`` with the install hint when Ray is missing; a
-    failing job raises its error here."""
+    """``(index, fn(*jobs[index]))`` for every job, yielded as the jobs finish (so a caller can report each
+    result at once). ``address`` None or "local": a pool of ``num_cpus`` local worker processes (default: the
+    machine's CPUs), no network listener; else each job is a Ray task of one CPU on the cluster at
+    ``address``, Ray shut down when the iterator ends or is closed if this call connected it. ``ValueError``
+    for ``num_cpus`` not an integer >= 1; ``RuntimeError`` with the install hint when an address is given and
+    Ray is missing; a failing job raises its error here."""
+    if num_cpus is not None and (isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1):
+        raise ValueError(f"num_cpus must be an integer >= 1 or None, got {num_cpus!r}")
+    if address in (None, "", "local"):
+        return _local_imap(fn, jobs, num_cpus)
+    return _ray_imap(fn, jobs, str(address))
+
+
+def _local_imap(
+    fn: Callable[..., Any], jobs: Sequence[Sequence[Any]], num_cpus: int | None
+) -> Iterator[tuple[int, Any]]:
+    """``ray_imap`` on local worker processes (spawned: no state shared with the parent but its folder and
+    environment); ``fn`` and each job travel cloudpickled, so closures and lambdas work as on Ray."""
+    import cloudpickle
+
+    workers = max(1, min(num_cpus or os.cpu_count() or 1, len(jobs)))
+    context = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    try:
+        pending = {pool.submit(_run_pickled, cloudpickle.dumps((fn, tuple(job)))): i for i, job in enumerate(jobs)}
+        for future in as_completed(pending):
+            yield pending[future], future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _run_pickled(payload: bytes) -> Any:
+    """On a local worker: unpickle ``(fn, job)`` and return ``fn(*job)``."""
+    import cloudpickle
+
+    fn, job = cloudpickle.loads(payload)
+    return fn(*job)
+
+
+def _ray_imap(fn: Callable[..., Any], jobs: Sequence[Sequence[Any]], address: str) -> Iterator[tuple[int, Any]]:
+    """``ray_imap`` on the Ray cluster at ``address``."""
     try:
         import ray
     except ImportError:
         raise RuntimeError(RAY_INSTALL_HINT) from None
     started = False
     if not ray.is_initialized():
-        pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-        if address in (None, "", "local"):
-            runtime_env = {"env_vars": {"PYTHONPATH": pythonpath}}
-            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
-        else:
-            runtime_env = {"working_dir": str(ROOT), "excludes": _EXCLUDES}
-            ray.init(address=address, log_to_driver=False, runtime_env=runtime_env)
+        runtime_env = {"working_dir": str(ROOT), "excludes": _EXCLUDES}
+        ray.init(address=address, log_to_driver=False, runtime_env=runtime_env)
         started = True
     try:
         task = ray.remote(num_cpus=1)(fn)
@@ -62,9 +97,8 @@ def ray_imap(
 
 
 def use_driver_folder(cwd: str) -> None:
-    """On a worker of a local Ray, change to the driver's folder ``cwd`` so that relative paths (policy
+    """On a local worker, change to the driver's folder ``cwd`` so that relative paths (policy
     files, cost-model JSON, weights) mean what they meant to the driver; elsewhere (a remote node, where the
     folder does not exist) stay in the job's working_dir, which holds the repository."""
     if os.path.isdir(cwd):
         os.chdir(cwd)
-

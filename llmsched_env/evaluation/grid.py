@@ -90,8 +90,8 @@ def run_grid(
     on_row: RowHook | None = None,
     progress: Progress | None = None,
 ) -> GridResult:
-    """Every run of ``config`` (see the module docstring). ``ray``: an address, or "local" for a local Ray of
-    ``ray_cpus`` CPUs; each (scenario, load, policy) cell is then one Ray task, given the pickled config.
+    """Every run of ``config`` (see the module docstring). ``ray``: a Ray address, or "local" for ``ray_cpus``
+    local worker processes; each (scenario, load, policy) cell is then one task, given the pickled config.
     ``RuntimeError`` when Ray is asked for and missing."""
     cells = [(si, load, pi) for si in range(len(config.scenarios)) for load in config.loads
              for pi in range(len(config.policies))]  # fmt: skip

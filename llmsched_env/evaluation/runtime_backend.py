@@ -7,18 +7,27 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.observation import ObservationEncoder
 from llmsched_env.decision.registry import make_policy
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.evaluation.config import EvalConfig, InputError
 from llmsched_env.evaluation.policies import PolicySpec
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
+from llmsched_env.runtime.calibrate import ProfileGrid, measured_over_predicted, profile
 from llmsched_env.runtime.executor import Runtime
 from llmsched_env.runtime.runner import ModelRunner
 from llmsched_env.runtime.serve import ServeOptions, serve
 from llmsched_env.workloads.scenarios import slo_scale
 
-__all__ = ["Runners", "runtime_episode"]
+__all__ = ["SPEED_CHECK_GRID", "SPEED_WARN_RATIO", "Runners", "runtime_episode", "speed_check", "speed_message"]
+
+# A few seconds of timing on the tiny model on CPU: decode batches of several sizes and prefill chunks, the
+# shapes that dominate an episode.
+SPEED_CHECK_GRID = ProfileGrid(
+    prefill_tokens=(0, 64, 256), prefill_context=(0,), decode_seqs=(0, 1, 8, 32), decode_context=(256,)
+)
+SPEED_WARN_RATIO = 1.25  # a machine this much slower or faster than its preset gets a warning
 
 
 class Runners:
@@ -70,3 +79,28 @@ def runtime_episode(
         ),
     )
     return metrics, rt
+
+
+def speed_check(runners: Runners, cfg: EngineConfig, cost_model: str, repeats: int = 3) -> float:
+    """This machine's measured step time over what ``cost_model`` (the preset that prices the runtime's SLOs
+    and arrival rate) predicts, on ``SPEED_CHECK_GRID``'s shapes that fit ``cfg``: a short in-situ profile
+    (a few seconds on the tiny model), 1.0 when the preset fits this machine."""
+    samples = profile(runners.get(cfg), SPEED_CHECK_GRID, repeats=repeats)
+    if not samples:
+        raise ValueError(f"speed check: no profiled batch shape fits the KV pool of {cfg}")
+    return measured_over_predicted(load_cost_model(cost_model), samples)
+
+
+def speed_message(ratio: float, cost_model: str, model: str, device: str) -> str | None:
+    """The warning for a machine ``ratio`` times slower (> 1) or faster than ``cost_model`` predicts, or None
+    within ``SPEED_WARN_RATIO``."""
+    if 1 / SPEED_WARN_RATIO <= ratio <= SPEED_WARN_RATIO:
+        return None
+    way = f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
+    effect = "SLOs will be missed" if ratio > 1 else "the load is lighter than it says"
+    return (
+        f"warning: this machine runs {model} {way} than the cost model {cost_model} that prices the runtime's "
+        f"SLOs and arrival rate ({effect}); calibrate this machine with `python calibrate.py profile --model "
+        f"{model} --device {device} --out mine.json` and pass --cost-model mine.json (--no-speed-check skips "
+        "this check)"
+    )

@@ -37,6 +37,7 @@ __all__ = [
     "batch_features",
     "fit",
     "iteration_samples",
+    "measured_over_predicted",
     "profile",
     "residuals_by_decodes",
     "samples_table",
@@ -181,7 +182,7 @@ def fit(
     model = LinearCostModel.fit(samples, name=name, description=description, concave_decodes=True)
     if not recorded:
         return model
-    return model.scaled(_measured_over_predicted(model, recorded))
+    return model.scaled(measured_over_predicted(model, recorded))
 
 
 def samples_table(samples: Sequence[Sample]) -> list[dict[str, float]]:
@@ -190,7 +191,7 @@ def samples_table(samples: Sequence[Sample]) -> list[dict[str, float]]:
     return [dict(zip(keys, (float(v) for v in s), strict=True)) for s in samples]
 
 
-def _measured_over_predicted(model: CostModel, samples: Sequence[Sample]) -> float:
+def measured_over_predicted(model: CostModel, samples: Sequence[Sample]) -> float:
     """Total measured time of ``samples`` over the total ``model`` predicts for them."""
     predicted = sum(model.step_time_s(int(p), int(d), int(kv), pairs) for p, d, kv, pairs, _ in samples)
     return sum(t for *_, t in samples) / predicted
@@ -215,6 +216,6 @@ def residuals_by_decodes(model: CostModel, samples: Sequence[Sample]) -> list[di
     for name, kind in _STEP_KINDS:
         picked = [s for s in samples if kind(s)]
         if picked:
-            ratio = _measured_over_predicted(model, picked)
+            ratio = measured_over_predicted(model, picked)
             rows.append({"steps": name, "count": float(len(picked)), "measured_over_predicted": ratio})
     return rows

@@ -95,11 +95,21 @@ def _paths(path: Path) -> tuple[Path, Path]:
     return json_path, json_path.with_suffix(".safetensors")
 
 
+def _int64(text: str) -> int:
+    """A JSON integer of the policy description: it must fit in 64 bits (every count and id does)."""
+    value = int(text) if len(text) <= 21 else None
+    if value is None or not -(2**63) <= value < 2**63:
+        raise ValueError(f"integer {text[:30]}{'...' if len(text) > 30 else ''} does not fit in 64 bits")
+    return value
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PolicyFileError(f"{path}: cannot read the policy description: {exc}") from exc
+        meta = json.loads(path.read_text(encoding="utf-8"), parse_int=_int64)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+        raise PolicyFileError(f"{path}: cannot read the policy description: {exc}") from None
+    except RecursionError:
+        raise PolicyFileError(f"{path}: cannot read the policy description: nested too deeply") from None
     if not isinstance(meta, dict):
         raise PolicyFileError(f"{path}: the policy description must be a JSON object, got {type(meta).__name__}")
     return meta

@@ -10,6 +10,7 @@ model's unloaded decode step, so they stay meaningful when the hardware preset c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from llmsched_env.common.checks import check_positive
+from llmsched_env.common.checks import is_finite_number
 from llmsched_env.costs.base import CostModel, unloaded_decode_time_s
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, SLOClass, TenantConfig
@@ -186,11 +187,12 @@ def scenario_from_trace(
     given; a length-only file needs ``rate_rps`` for its Poisson arrivals."""
     path = Path(path)
     trace = load_trace(path, fmt, **options)  # fail now, with the file's own error, not at reset()
+    if rate_rps is not None and not (is_finite_number(rate_rps) and rate_rps > 0):
+        raise ValueError(f"{path}: the rate (--trace-rate) must be a finite number > 0, got {rate_rps!r}")
     engine = engine or EngineConfig()
     if trace.arrival_s is None:
         if rate_rps is None:
             raise ValueError(f"{path}: a length-only trace has no arrival times; give a rate (--trace-rate)")
-        check_positive("scenario_from_trace", "rate_rps", rate_rps)
 
         def make_lengths(split: str, scale: float) -> RequestSource:
             lengths = length_split(trace, split, engine.max_model_len - 1, engine.max_model_len - 1)
@@ -200,6 +202,11 @@ def scenario_from_trace(
         make: Callable[[str, float], RequestSource] = make_lengths
     else:
         rate = float(rate_rps) if rate_rps is not None else trace.mean_rate_rps()
+        if not math.isfinite(rate):
+            raise ValueError(
+                f"{path}: the trace's arrivals span no time ({len(trace)} request(s)), so it has no mean rate; "
+                "give a rate (--trace-rate)"
+            )
 
         def make_timed(split: str, scale: float) -> RequestSource:
             return TraceSource(trace_split(trace, split), scaled_tenant(slo_class, slo_class, scale), rate)

@@ -13,16 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from llmsched_env.common.checks import is_finite_number
 from llmsched_env.engine.request import Request
 
 __all__ = ["MOONCAKE_PREFIX_ID_TOKENS", "Trace", "is_finite_number"]
 
 MOONCAKE_PREFIX_ID_TOKENS = 512  # Mooncake's hash_ids each name a block of 512 prompt tokens
-
-
-def is_finite_number(value: Any) -> bool:
-    """Whether ``value`` is a finite int or float (not a bool, not text): an option in seconds or a scale."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _frozen(values: Any, dtype: type, owner: str) -> np.ndarray:

@@ -33,6 +33,7 @@ _MOONCAKE_KEYS = {
 }
 _LENGTHS_COLUMNS = {"prompt_len": "num_prefill_tokens", "output_len": "num_decode_tokens"}
 _MAX_TOKENS = 2**40  # lengths above this are corrupt data (and would overflow int64 sums)
+_MAX_PREFIX_ID = 2**63  # prefix ids are stored as int64
 
 
 class TraceError(ValueError):
@@ -119,7 +120,8 @@ def _as_ids(value: Any) -> tuple[int, ...] | None:
 
 
 def _wallclock(text: str, days: dict[str, int]) -> tuple[int, float] | None:
-    """``YYYY-MM-DD HH:MM:SS[.fraction]`` as (whole seconds since 0001-01-01, fraction); None when malformed.
+    """``YYYY-MM-DD HH:MM:SS[.fraction]`` as (whole seconds since 0001-01-01, fraction); None when malformed
+    (seconds 60, a leap second, included: it would count as the next minute's first and misorder the file).
     Faster than datetime.strptime by ~10x; ``days`` caches date ordinals."""
     day, sep, clock = text.strip().partition(" ")
     if not sep:
@@ -136,7 +138,7 @@ def _wallclock(text: str, days: dict[str, int]) -> tuple[int, float] | None:
         h, m, s = (int(part) for part in hms.split(":"))
     except ValueError:
         return None
-    if not (0 <= h < 24 and 0 <= m < 60 and 0 <= s < 61) or (frac and not frac.isdigit()):
+    if not (0 <= h < 24 and 0 <= m < 60 and 0 <= s < 60) or (frac and not frac.isdigit()):
         return None
     return ordinal * 86400 + h * 3600 + m * 60 + s, (int(frac) / 10 ** len(frac) if frac else 0.0)
 
@@ -164,8 +166,16 @@ def _field_label(names: Mapping[str, str], fld: str, kind: str) -> str:
 class _Parser:
     """Turns raw values into typed ones, raising ``TraceError`` that names file, line and field."""
 
-    def __init__(self, path: Path, names: Mapping[str, str], kind: str, clock: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        names: Mapping[str, str],
+        kind: str,
+        clock: bool = False,
+        prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS,
+    ) -> None:
         self.path, self.names, self.kind = path, dict(names), kind
+        self.prefix_id_tokens = prefix_id_tokens  # tokens per prefix id: a prompt of n tokens has ceil(n / it) ids
         fields = names.keys()
         self.rows = _Rows(
             path,
@@ -212,7 +222,7 @@ class _Parser:
             if self.clock:
                 parsed = _wallclock(raw, self._days)
                 if parsed is None:
-                    problem = f"must be a time like '2023-11-16 18:15:46.6805900', got {_short(raw)}"
+                    problem = f"must be a time like '2023-11-16 18:15:46.6805900' (seconds 00-59), got {_short(raw)}"
                     raise self.error(line, "arrival", problem)
                 if self._base is None:
                     self._base = parsed[0]
@@ -233,6 +243,17 @@ class _Parser:
                     "must be a list of integer ids (JSON list or space-separated "
                     f"integers), got {_short(values['prefix_ids'])}",
                 )
+            bad = next((h for h in ids if not 0 <= h < _MAX_PREFIX_ID), None)
+            if bad is not None:
+                raise self.error(line, "prefix_ids", f"ids must be integers from 0 to 2**63 - 1, got {_short(bad)}")
+            blocks = -(-rows.prompts[-1] // self.prefix_id_tokens)
+            if len(ids) > blocks:
+                raise self.error(
+                    line,
+                    "prefix_ids",
+                    f"has {len(ids)} ids but the prompt of {rows.prompts[-1]} tokens has only {blocks} block(s) of "
+                    f"{self.prefix_id_tokens} tokens (one id per block)",
+                )
             rows.prefix.append(ids)
         if rows.tenants is not None:
             tenant = values["tenant"]
@@ -247,13 +268,21 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _parse_csv(path: Path, names: Mapping[str, str], clock: bool = False) -> _Rows:
+def _parse_csv(
+    path: Path, names: Mapping[str, str], clock: bool = False, prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS
+) -> _Rows:
     lines = _read_lines(path)
     header_i = next((i for i, line in enumerate(lines) if line.strip()), None)
     expected = list(names.values())
     if header_i is None:
         raise TraceError(f"{path}:1: trace file is empty; expected a CSV header with columns {expected}")
     header = [h.strip() for h in _split_csv(lines[header_i])]
+    twice = sorted({col for col in header if col and header.count(col) > 1})
+    if twice:
+        raise TraceError(
+            f"{path}:{header_i + 1}: column(s) {twice} appear more than once in the CSV header; which one holds "
+            "the data is ambiguous, rename or drop the duplicates"
+        )
     missing = [col for col in expected if col not in header]
     if missing:
         raise TraceError(
@@ -261,7 +290,7 @@ def _parse_csv(path: Path, names: Mapping[str, str], clock: bool = False) -> _Ro
             f"expected {expected}"
         )
     index = {fld: header.index(col) for fld, col in names.items()}
-    parser = _Parser(path, names, "column", clock=clock)
+    parser = _Parser(path, names, "column", clock=clock, prefix_id_tokens=prefix_id_tokens)
 
     def missing_cell(cells: list[str]) -> str:
         return f"has no value (the row has {len(cells)} fields, the header {len(header)})"
@@ -284,9 +313,9 @@ def _split_csv(line: str) -> list[str]:
     return line.split(",") if '"' not in line else next(csv.reader([line]))
 
 
-def _parse_jsonl(path: Path, names: Mapping[str, str]) -> _Rows:
+def _parse_jsonl(path: Path, names: Mapping[str, str], prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS) -> _Rows:
     lines = _read_lines(path)
-    parser = _Parser(path, names, "key")
+    parser = _Parser(path, names, "key", prefix_id_tokens=prefix_id_tokens)
 
     def missing_key(obj: dict[str, Any]) -> str:
         return f"is missing; found keys {sorted(obj)}, expected {list(names.values())}"
@@ -473,9 +502,9 @@ def read_generic(
     names = {fld: columns[fld] for fld in GENERIC_FIELDS if fld in columns}
     suffix = data_suffix(p)
     if suffix == ".csv":
-        rows = _parse_csv(p, names)
+        rows = _parse_csv(p, names, prefix_id_tokens=int(prefix_id_tokens))
     elif suffix in (".jsonl", ".json"):
-        rows = _parse_jsonl(p, names)
+        rows = _parse_jsonl(p, names, prefix_id_tokens=int(prefix_id_tokens))
     else:
         raise TraceError(
             f"{p}: unknown file type {suffix!r}; expected .csv, .jsonl or .json (JSON lines), each optionally .gz"

@@ -1,0 +1,119 @@
+"""Resuming a training loads only a checkpoint this user's training signed (checkpoints are pickles: a crafted
+one runs code); hyperparameter typos and bad values are one usage line before anything is written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agents import checkpoints
+from agents.checkpoints import CheckpointError, latest_checkpoint, sign_checkpoint, verify_checkpoint
+from agents.cli import main
+from agents.config import HYPERPARAM_DIR
+from agents.sb3 import ALGOS
+from agents.train_config import TrainConfig, resolve_hyperparams
+
+
+@pytest.fixture(autouse=True)
+def _own_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test has its own key folder (never the user's)."""
+    home = tmp_path / "config"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
+    return home
+
+
+def _checkpoint(folder: Path, steps: int, data: bytes = b"PK\x03\x04 a checkpoint") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"model_{steps}_steps.zip"
+    path.write_bytes(data)
+    return path
+
+
+def test_a_signed_checkpoint_verifies_and_the_key_is_private(tmp_path: Path, _own_key: Path) -> None:
+    ckpt = _checkpoint(tmp_path / "checkpoints", 128)
+    sig = sign_checkpoint(ckpt)
+    assert sig.name == "model_128_steps.zip.sig"
+    verify_checkpoint(ckpt)
+    key = checkpoints.key_path()
+    assert key.parent.parent == _own_key and key.stat().st_mode & 0o077 == 0 and len(key.read_bytes()) == 32
+
+
+def test_unsigned_changed_and_foreign_checkpoints_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ckpt = _checkpoint(tmp_path / "checkpoints", 64)
+    with pytest.raises(CheckpointError, match=r"refusing to load .*model_64_steps\.zip: it has no signature"):
+        verify_checkpoint(ckpt)
+    sign_checkpoint(ckpt)
+    ckpt.write_bytes(b"PK\x03\x04 another pickle")
+    with pytest.raises(CheckpointError, match="its signature does not match"):
+        verify_checkpoint(ckpt)
+    sign_checkpoint(ckpt)
+    verify_checkpoint(ckpt)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "someone-else"))  # another user's key
+    with pytest.raises(CheckpointError, match="no checkpoint key at"):
+        verify_checkpoint(ckpt)
+    sign_checkpoint(_checkpoint(tmp_path / "other", 1))  # that user now has a key of their own
+    with pytest.raises(CheckpointError, match="its signature does not match") as info:
+        verify_checkpoint(ckpt)
+    assert "\n" not in str(info.value)
+
+
+def test_latest_checkpoint_orders_by_steps_and_ignores_odd_names(tmp_path: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    assert latest_checkpoint(folder) is None
+    for steps in (9, 10, 100):
+        _checkpoint(folder, steps)
+    (folder / "model_x_steps.zip").write_bytes(b"")
+    assert latest_checkpoint(folder) == folder / "model_100_steps.zip"
+
+
+def test_resume_refuses_a_folder_someone_else_wrote_before_loading_or_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    run = tmp_path / "run"
+    _checkpoint(run / "checkpoints", 256, b"crafted pickle")
+
+    def must_not_load(*args: object, **kwargs: object) -> None:
+        raise AssertionError("an unsigned checkpoint was unpickled")
+
+    monkeypatch.setattr(ALGOS["maskable_ppo"], "load", must_not_load)
+    with pytest.raises(SystemExit) as exc:
+        main(["--scenario", "bursty", "--out", str(run), "--resume", "--no-progress"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "refusing to load" in err and "model_256_steps.zip" in err and "pickles" in err
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints"]  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("hp", "message"),
+    [
+        ("learnin_rate=1e-4", "'learnin_rate' (maskable_ppo; from the hyperparameter file or --hp): unknown; did you "
+         "mean 'learning_rate'?"),
+        ("learning_rate=abc", "'learning_rate' (maskable_ppo; from the hyperparameter file or --hp): must be a finite "
+         "number, got 'abc'"),
+        ("normalize_advantage=3", "must be true or false, got 3"),
+        ("n_envs=0", "'n_envs' (maskable_ppo; from the hyperparameter file or --hp): must be an integer >= 1"),
+        ("eval_load=-1", "'eval_load'"),
+        ("env_kwargs.num_requets=30", "'env_kwargs.num_requets' (maskable_ppo; from the hyperparameter file or --hp): "
+         "unknown env argument; did you mean 'num_requests'?"),
+    ],
+)  # fmt: skip
+def test_a_bad_hyperparameter_is_one_usage_line_and_writes_no_run_folder(
+    tmp_path: Path, hp: str, message: str, capsys: pytest.CaptureFixture
+) -> None:
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as exc:
+        main(["--scenario", "bursty", "--out", str(run), "--hp", hp, "--no-progress"])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not run.exists()
+
+
+def test_every_shipped_hyperparameter_entry_passes_the_checks() -> None:
+    for file in sorted(HYPERPARAM_DIR.glob("*.yml")):
+        for scenario in yaml.safe_load(file.read_text()):
+            if scenario != "default":  # every entry resolves on top of "default"
+                for quick in (False, True):
+                    resolve_hyperparams(TrainConfig(algo=file.stem, scenario=scenario, quick=quick))
