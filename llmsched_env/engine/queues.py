@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from llmsched_env.engine.batch import QueueOrder
 from llmsched_env.engine.request import Request, Status
@@ -72,6 +72,13 @@ class WaitingQueues:
                 return r
             q.popleft()
         return None
+
+    def in_order(self, t: int) -> Iterator[Request]:
+        """Tenant ``t``'s live waiting requests from its head on (lazily; do not change the queue meanwhile)."""
+        live = self._live
+        for seq, r in self._queues[t]:
+            if live.get(r.request_id) == seq:
+                yield r
 
     def best(self, order: QueueOrder, now_s: float, sjf_starvation_s: float) -> Request | None:
         """The waiting request ``order`` puts first (LPM is FCFS here: the engine scores a window)."""

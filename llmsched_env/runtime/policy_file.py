@@ -42,6 +42,10 @@ FORMAT = "llmsched-policy"
 FORMAT_VERSION = 1
 JSON_NAME = "policy.json"
 TENSORS_NAME = "policy.safetensors"
+_NUMPY_ACTIVATIONS: dict[str, Any] = {
+    "tanh": np.tanh,
+    "relu": lambda h: np.maximum(h, 0.0, out=h),
+}
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh,
     "relu": nn.ReLU,
@@ -277,6 +281,10 @@ class ExportedPolicy:
             if i < len(weights) - 1:
                 modules.append(activation())
         self.network = nn.Sequential(*modules).eval().requires_grad_(False)
+        # The same network in numpy for the activations numpy has: a call of a small MLP through torch costs
+        # tens of microseconds of dispatch, which is most of a decision (bench/bench_vllm_adapter.py).
+        self._np_act = _NUMPY_ACTIVATIONS.get(meta["network"]["activation"])
+        self._np_layers = [(w.numpy().T.copy(), b.numpy().copy()) for w, b in weights]
         n_obs, total = len(self.obs_names), sum(self.action_nvec)
         self._x = torch.zeros(1, n_obs)  # x: [1, num_obs], the network input, reused by every act()
         self._x_np = self._x.numpy()[0]  # a numpy view of the same memory
@@ -318,11 +326,21 @@ class ExportedPolicy:
             x[:] = obs
         if not np.isfinite(x).all():
             raise ValueError(f"observation has non-finite values: {obs!r}")
-        with torch.inference_mode():
-            y = self.network(self._x)  # y: [1, sum(nvec)]
         logits = self._logits
         total = logits.shape[0] - 1
-        logits[:total] = y.numpy()[0]
+        if self._np_act is not None:
+            h = x
+            last = len(self._np_layers) - 1
+            for i, (w_t, b) in enumerate(self._np_layers):  # w_t: [in, out]
+                h = h @ w_t
+                h += b
+                if i < last:
+                    h = self._np_act(h)
+            logits[:total] = h
+        else:
+            with torch.inference_mode():
+                y = self.network(self._x)  # y: [1, sum(nvec)]
+            logits[:total] = y.numpy()[0]
         if self.masked:
             mask = np.asarray(action_mask, dtype=bool)
             if mask.shape != (total,):

@@ -343,6 +343,7 @@ class VllmState:
         self.awaiting_first: dict[str, Request] = {}  # running, first token not yet out
         self.running_ids: set[str] = set()  # vLLM ids of the requests in vLLM's running list
         self._ttft_heap: list[tuple[float, int, Request]] = []
+        self._shed_after: dict[int, tuple[int, float]] = {}  # shadow id -> (prefill tokens, latest useful start)
         self._next_id = 0
 
     # -- the EngineState views ---------------------------------------------------------------------------
@@ -450,6 +451,7 @@ class VllmState:
         if sh is None:
             return
         del self.vreqs[sh.request_id]
+        self._shed_after.pop(sh.request_id, None)
         if sh in self.queue:
             self.queue.remove(sh)
         t = sh.tenant
@@ -488,8 +490,12 @@ class VllmState:
         """Even alone and unchunked, ``sh``'s first token would come after its TTFT deadline (the engine's rule)."""
         if sh.first_token_s is not None:
             return False
-        deadline = sh.arrival_s + self._ttft[sh.tenant]
-        return self.now_s + prefill_time_s(self.cost_model, sh.num_prefill_tokens) > deadline
+        n = sh.num_prefill_tokens
+        latest = self._shed_after.get(sh.request_id)
+        if latest is None or latest[0] != n:  # priced once per prefill length (it grows only on preemption)
+            latest = (n, sh.arrival_s + self._ttft[sh.tenant] - prefill_time_s(self.cost_model, n))
+            self._shed_after[sh.request_id] = latest
+        return self.now_s > latest[1]
 
 
 class PolicyWaitingQueue(RequestQueue):
@@ -630,11 +636,13 @@ class LLMSchedScheduler(Scheduler):
         self.waiting = self.queue
         self.decision: Decision | None = None  # the step's decision (None: vLLM's own)
         self._hold = 0
+        self._action: np.ndarray | None = None  # the policy's action behind ``decision``
         self._last_step_start = 0.0
         self._last_step_s = 0.0
         self.shed_requests: list[VllmRequest] = []  # aborted by shedding, reported by the next update_from_output
         self.num_shed = 0
         self.adapter_time_s = 0.0  # encode + mask + act + apply + bookkeeping, summed over steps
+        self.abort_time_s = 0.0  # of that, vLLM's finish_requests aborting the requests shedding gave up
         self.vllm_time_s = 0.0  # vLLM's own schedule(), summed over steps
         self.num_steps = 0
 
@@ -650,9 +658,9 @@ class LLMSchedScheduler(Scheduler):
         if self._hold > 0:
             self._hold -= 1
             decision = self.decision
-            if decision is not None:
+            action = self._action
+            if action is not None:  # the held action, projected onto what the mask allows now (as the env does)
                 mask = self.action_spec.mask(state)
-                action = self.action_spec.encode(decision)
                 if not self.action_spec.allows(action, mask):
                     decision = self.action_spec.decode(self.action_spec.project(action, mask))
         else:
@@ -701,8 +709,10 @@ class LLMSchedScheduler(Scheduler):
         if reason is not None:
             stats.num_fallbacks += 1
             stats.fallbacks[reason] += 1
+            self._action = None
             return None
         assert action is not None
+        self._action = action
         if not spec.allows(action, mask):
             action = spec.project(action, mask)
         return spec.decode(action)
@@ -727,17 +737,23 @@ class LLMSchedScheduler(Scheduler):
         self.kv_cache_manager.watermark_blocks = math.ceil(d.kv_reserve * self.num_kv_blocks)
 
     def _shed_heads(self) -> None:
-        """Abort every tenant's waiting head while its TTFT is out of reach (the engine's ``_shed_heads``)."""
+        """Abort every tenant's waiting head while its TTFT is out of reach (the engine's ``_shed_heads``), in one
+        call to vLLM."""
         state = self.state
+        doomed: list[VllmRequest] = []
         for t in range(len(state.tenants)):
-            while state.num_waiting[t]:
-                sh = state.head(t)
-                if sh is None or not state.hopeless(sh):
+            if not state.num_waiting[t]:
+                continue
+            for sh in state.queue.in_order(t):
+                if not state.hopeless(sh):
                     break
-                vreq = state.vreqs[sh.request_id]
-                self.finish_requests(vreq.request_id, RequestStatus.FINISHED_ABORTED)
-                self.shed_requests.append(vreq)
-                self.num_shed += 1
+                doomed.append(state.vreqs[sh.request_id])
+        if doomed:
+            t0 = time.perf_counter()
+            self.finish_requests([v.request_id for v in doomed], RequestStatus.FINISHED_ABORTED)
+            self.abort_time_s += time.perf_counter() - t0
+            self.shed_requests += doomed
+            self.num_shed += len(doomed)
 
     # -- hooks into vLLM's bookkeeping ----------------------------------------------------------------------
     def _preempt_request(self, request: VllmRequest, timestamp: float, drop_stale_output: bool = False) -> None:
