@@ -11,7 +11,8 @@ One folder per concern, each importing only the folders below it:
     decision    observations, actions, masks, policies, routers, registry    <- cluster
     envs        LLMSched-v0, LLMSchedCluster-v0, render        (gymnasium)   <- decision
     runtime     model, paged KV cache, runner, serving loop   (torch)        <- decision
-    evaluation  episodes, grids, capacity search, statistics, outputs, Ray   <- envs, runtime
+    adapters    vllm/: parity with vLLM, policies inside vLLM      (vllm)    <- runtime
+    evaluation  episodes, grids, capacity search, statistics, outputs, Ray   <- envs, adapters
     commands    the command lines (llmsched-evaluate, llmsched-calibrate)    <- evaluation
 
 Importing the package registers ``LLMSched-v0`` and ``LLMSchedCluster-v0`` with Gymnasium when Gymnasium is
