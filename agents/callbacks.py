@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,7 +19,17 @@ from agents.sb3 import SB3Policy
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.progress import Progress, status
 
-__all__ = ["EPISODE_KEYS", "EpisodeMetricsCallback", "PeriodicEvalCallback", "ProgressBarCallback", "StatusCallback"]
+__all__ = [
+    "BEST_NAME",
+    "EPISODE_KEYS",
+    "EpisodeMetricsCallback",
+    "PeriodicEvalCallback",
+    "ProgressBarCallback",
+    "StatusCallback",
+    "read_best",
+]
+
+BEST_NAME = "best.json"  # the best evaluation so far, next to best_model.zip: what --resume must beat
 
 # Episode metrics logged under episode/ (training) and eval/ (evaluation), plus every tenant/NAME/... key
 # ending in one of TENANT_SUFFIXES.
@@ -60,7 +72,11 @@ class PeriodicEvalCallback(BaseCallback):
     """Every ``eval_freq`` calls, run the deterministic policy on ``seeds`` episodes of the evaluation split,
     log ``eval/*`` and the ratio to the best baseline's attainment on the same episodes, and keep the best
     model (``best_model.zip``, and ``on_best(model)`` e.g. to export it). With ``progress``, a status line on
-    stderr before the baselines' and the start policy's evaluations, and a bar over the baselines' episodes."""
+    stderr before the baselines' and the start policy's evaluations, and a bar over the baselines' episodes.
+
+    Each new best is recorded in ``best.json`` (its attainment, step, and ``eval_setup``: what it was measured
+    on); a resumed training passes it back as ``best_attainment`` (``read_best``), so only a better model
+    replaces ``best_model.zip``."""
 
     def __init__(
         self,
@@ -71,6 +87,8 @@ class PeriodicEvalCallback(BaseCallback):
         out_dir: Path,
         on_best: Callable[[Any], None] | None = None,
         progress: bool = False,
+        best_attainment: float = -np.inf,
+        eval_setup: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.make_env = make_env
@@ -80,7 +98,8 @@ class PeriodicEvalCallback(BaseCallback):
         self.out_dir = out_dir
         self.on_best = on_best
         self.progress = progress
-        self.best_attainment = -np.inf
+        self.best_attainment = float(best_attainment)
+        self.eval_setup = dict(eval_setup or {})
         self.baseline_attainment: dict[str, float] = {}
         self.history: list[tuple[int, float]] = []
 
@@ -136,12 +155,40 @@ class PeriodicEvalCallback(BaseCallback):
         if attainment > self.best_attainment:
             self.best_attainment = attainment
             self.model.save(str(self.out_dir / "best_model.zip"))
+            best = {"best_eval_attainment": attainment, "timesteps": int(self.num_timesteps), **self.eval_setup}
+            (self.out_dir / BEST_NAME).write_text(json.dumps(best, indent=1) + "\n")
             if self.on_best is not None:
                 self.on_best(self.model)
         if self.verbose:
             line = f"eval @ {self.num_timesteps}: attainment {attainment:.3f} (best baseline {name} {base:.3f})"
             tqdm.write(line, file=sys.stdout)  # on stdout, past the training's bar on stderr
             sys.stdout.flush()
+
+
+def read_best(folder: Path, eval_setup: dict[str, Any]) -> float | None:
+    """The best evaluation attainment recorded in ``folder/best.json`` (``PeriodicEvalCallback``); None when
+    there is none, or when it was measured on another evaluation setup than ``eval_setup`` (then it says so on
+    stderr: the scores do not compare). ``ValueError`` (one line, naming the file) for an unreadable file."""
+    path = folder / BEST_NAME
+    if not path.exists():
+        return None
+    try:
+        best = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot read the best evaluation so far: {exc}") from None
+    value = best.get("best_eval_attainment") if isinstance(best, dict) else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise ValueError(f"{path}: 'best_eval_attainment' must be a finite number, got {value!r:.80}")
+    recorded = {k: best.get(k) for k in eval_setup}
+    if recorded != json.loads(json.dumps(eval_setup)):  # compared as JSON holds them (tuples are lists)
+        print(
+            f"--resume: {path} was measured on {recorded}, this run evaluates on {eval_setup}; the scores do not "
+            "compare, so this run's first evaluation replaces best_model.zip",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+    return float(value)
 
 
 class StatusCallback(BaseCallback):

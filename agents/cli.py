@@ -24,7 +24,7 @@ from agents.config import parse_overrides
 from agents.sb3 import ALGOS
 from agents.sweep import run_sweep, sweep_configs
 from agents.train_config import DEFAULT_EVAL_BASELINES, DEFAULT_EVAL_ROUTERS, QUICK, TrainConfig, resolve_hyperparams
-from agents.training import resume_checkpoint, train
+from agents.training import resume_best, train
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.help import DefaultsFormatter, from_args, program
 from llmsched_env.common.outputs import check_output
@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--resume",
         action="store_true",
-        help="continue from the run folder's latest checkpoint; checkpoints are pickles (loading one can run code), "
+        help="continue from the run folder's latest checkpoint, keeping its best evaluation so far (best.json) so that "
+        "only a better model replaces best_model.zip; checkpoints are pickles (loading one can run code), "
         "so only one that this user's training signed is loaded (key: ~/.config/llmsched/checkpoint.key)",
     )
     p.add_argument("--bc", default=None, help="baseline to clone before RL, 'none' to skip (default: the YAML's)")
@@ -127,9 +128,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             args.configs = sweep_configs(
                 args.config, args.config.run_folder, args.scenario_list, args.seed_list, args.grid
             )
-        for config in args.configs:  # a missing or malformed hyperparameter file, a bad value, a foreign checkpoint
-            resolve_hyperparams(config)
-            resume_checkpoint(config)
+        for config in args.configs:  # a bad hyperparameter file or value, a foreign checkpoint, a bad best.json
+            resume_best(config, resolve_hyperparams(config))
     except ValueError as exc:
         p.error(str(exc))
     if args.ray not in (None, "", "local") and importlib.util.find_spec("ray") is None:

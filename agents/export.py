@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.torch import save_file
-from sb3_contrib import MaskablePPO
+from sb3_contrib import MaskablePPO, RecurrentPPO
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from stable_baselines3 import A2C, PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
@@ -53,13 +53,19 @@ def export_policy(
 ) -> tuple[Path, Path]:
     """Write ``out_dir/policy.safetensors`` and ``out_dir/policy.json``; return their paths.
 
-    ``model``: a MaskablePPO, PPO or A2C with an MLP policy on ``LLMSched-v0``. ``env_or_spec_info``: the env
+    ``model``: a MaskablePPO, PPO or A2C with an MLP policy on ``LLMSched-v0`` (a RecurrentPPO is refused:
+    the format has no recurrent state). ``env_or_spec_info``: the env
     (possibly wrapped, or a VecEnv) or anything with ``obs_names`` and ``action_spec`` (e.g. a
     ``PolicyContext``). ``obs_rms``: the statistics the model was trained under, as a ``VecNormalize``, a
     ``RunningMeanStd`` (epsilon 1e-8 and clip 10 assumed, VecNormalize's defaults) or a mapping with
     ``mean``, ``var``, ``epsilon``, ``clip_obs``. ``extra``: more JSON keys (scenario, seed, timesteps, ...).
     Raises ``ValueError`` when the model or env cannot be exported.
     """
+    if isinstance(model, RecurrentPPO):
+        raise ValueError(
+            "export_policy: a RecurrentPPO policy cannot be exported: the policy file holds a stateless MLP, and "
+            "this policy's actions depend on the LSTM state it carries from step to step (act with agents.SB3Policy)"
+        )
     algo = next((name for cls, name in _ALGO_NAMES if isinstance(model, cls)), None)
     if algo is None:
         raise ValueError(f"export_policy supports MaskablePPO, PPO and A2C, got {type(model).__name__}")

@@ -39,11 +39,18 @@ def make_model(
 
 
 class SB3Policy:
-    """A trained SB3 model acting through the ``Policy`` protocol (deterministic actions)."""
+    """A trained SB3 model acting through the ``Policy`` protocol (deterministic actions).
+
+    A ``RecurrentPPO`` model keeps its LSTM state from one ``act`` to the next, as in training: ``predict``
+    gets the state it returned at the previous step, and ``episode_start`` true at an episode's first step
+    (after ``start_episode()``, which ``run_episode`` calls, or on the first ``act`` after construction)."""
 
     def __init__(self, model: BaseAlgorithm) -> None:
         self.model = model
         self._masked = isinstance(model, MaskablePPO)
+        self.recurrent = isinstance(model, RecurrentPPO)
+        self._state: tuple[np.ndarray, ...] | None = None  # the LSTM's (hidden, cell) states after the last act
+        self._episode_start = True
 
     @classmethod
     def load(cls, path: str | Path, algo: str = "maskable_ppo") -> SB3Policy:
@@ -54,8 +61,19 @@ class SB3Policy:
         except (OSError, ValueError, KeyError) as exc:
             raise ValueError(f"cannot load a {algo} model from {path}: {exc}") from None
 
+    def start_episode(self) -> None:
+        """A new episode starts: the next ``act`` begins from a zero LSTM state (recurrent models only)."""
+        self._state = None
+        self._episode_start = True
+
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
-        if self._masked:
+        if self.recurrent:
+            start = np.array([self._episode_start])
+            action, self._state = self.model.predict(
+                observation, state=self._state, episode_start=start, deterministic=True
+            )
+            self._episode_start = False
+        elif self._masked:
             action, _ = self.model.predict(observation, action_masks=action_mask, deterministic=True)
         else:
             action, _ = self.model.predict(observation, deterministic=True)

@@ -6,11 +6,13 @@
 The run folder keeps the resolved hyperparameters (``config.yml``), the ``TrainConfig`` (``args.json``), the
 equivalent command line (``command.txt``), TensorBoard events (``tb/``), checkpoints (``checkpoints/``, each
 signed: ``agents.checkpoints``; resuming loads only a checkpoint this user's training signed), the
-final and best models (``model.zip``, ``best_model.zip``), the cloning's statistics (``bc.json``), a summary
-(``summary.json``) and, for MaskablePPO / PPO / A2C, the exported policy (``policy.safetensors`` +
-``policy.json``) that ``llmsched-evaluate`` and the torch runtime load. While it works, ``train`` says what
-it is doing on stderr (one status line per phase, bars over cloning epochs, baseline episodes and training
-steps, all off with ``progress=False``) and prints its results (cloning, evaluations, the end) on stdout.
+final and best models (``model.zip``, ``best_model.zip``; the best evaluation so far in ``best.json``, which
+``resume`` restores so that only a better model replaces ``best_model.zip``), the cloning's statistics
+(``bc.json``), a summary (``summary.json``) and, for MaskablePPO / PPO / A2C, the exported policy
+(``policy.safetensors`` + ``policy.json``) that ``llmsched-evaluate`` and the torch runtime load (a RecurrentPPO
+is not exported: the file format is stateless). While it works, ``train`` says what it is doing on stderr
+(one status line per phase, bars over cloning epochs, baseline episodes and training steps, all off with
+``progress=False``) and prints its results (cloning, evaluations, the end) on stdout.
 """
 
 from __future__ import annotations
@@ -33,7 +35,13 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 import llmsched_env  # noqa: F401  (registers LLMSched-v0)
 from agents.bc import behaviour_clone
-from agents.callbacks import EpisodeMetricsCallback, PeriodicEvalCallback, ProgressBarCallback, StatusCallback
+from agents.callbacks import (
+    EpisodeMetricsCallback,
+    PeriodicEvalCallback,
+    ProgressBarCallback,
+    StatusCallback,
+    read_best,
+)
 from agents.checkpoints import SignedCheckpointCallback, latest_checkpoint, verify_checkpoint
 from agents.sb3 import ALGOS, FLAT_ACTION_ALGOS, make_model
 from agents.train_config import ACTOR_CRITIC_ALGOS, RUN_KEYS, TrainConfig, is_cluster, resolve_hyperparams
@@ -44,9 +52,11 @@ from llmsched_env.evaluation.progress import Progress, status
 __all__ = [
     "BC_EPOCHS",
     "TrainConfig",
+    "eval_setup",
     "latest_checkpoint",
     "make_env_fn",
     "prepare_run_folder",
+    "resume_best",
     "resume_checkpoint",
     "train",
 ]
@@ -134,6 +144,24 @@ def resume_checkpoint(config: TrainConfig) -> Path | None:
     return checkpoint
 
 
+def eval_setup(config: TrainConfig, hp: Mapping[str, Any]) -> dict[str, Any]:
+    """What the periodic evaluation measures the agent on (``hp``: the resolved hyperparameters): scenario,
+    seeds, load and env arguments. A best score recorded under another setup does not compare."""
+    env_kwargs = {k: v for k, v in dict(hp.get("env_kwargs", {})).items() if k != "load"}
+    seeds = list(range(int(hp["eval_episodes"])))
+    return {"scenario": config.scenario, "eval_seeds": seeds, "eval_load": hp["eval_load"], "eval_env": env_kwargs}
+
+
+def resume_best(config: TrainConfig, hp: Mapping[str, Any] | None = None) -> float | None:
+    """The best evaluation attainment that a resumed training must beat (``best.json`` of the run folder,
+    written with each new ``best_model.zip``); None without ``resume``, without a checkpoint to resume, or
+    when the score was measured on another evaluation setup. ``CheckpointError`` for a checkpoint this user's
+    training did not sign, ``ValueError`` for an unreadable ``best.json`` (both one line)."""
+    if resume_checkpoint(config) is None:
+        return None
+    return read_best(config.run_folder, eval_setup(config, resolve_hyperparams(config) if hp is None else hp))
+
+
 def train(config: TrainConfig) -> Path:
     """Run one training as ``config`` says and return its run folder (see the module docstring for what it
     holds). Sets torch to one thread (SB3 on small models runs far slower with more). ``ValueError`` for a
@@ -141,7 +169,8 @@ def train(config: TrainConfig) -> Path:
     ``CheckpointError``) a checkpoint to resume that this user's training did not sign."""
     torch.set_num_threads(1)
     hp = resolve_hyperparams(config)
-    resume_checkpoint(config)  # refuse a foreign checkpoint before writing anything
+    best = resume_best(config, hp)  # refuse a foreign checkpoint or a bad best.json before writing anything
+    setup = eval_setup(config, hp)
     prepare_run_folder(config, hp)
     run = {k: hp.pop(k) for k in RUN_KEYS if k in hp}
     env_kwargs = dict(run["env_kwargs"])
@@ -156,15 +185,22 @@ def train(config: TrainConfig) -> Path:
     vec_env = make_vec_env(make_train_env, n_envs=n_envs, seed=config.seed, vec_env_cls=vec_cls)
     try:
         model, resumed = _model(config, hp, run, vec_env, env_kwargs)
-        return _learn(config, model, resumed, run, env_kwargs)
+        return _learn(config, model, resumed, run, env_kwargs, best if resumed else None, setup)
     finally:
         vec_env.close()
 
 
 def _learn(
-    config: TrainConfig, model: BaseAlgorithm, resumed: bool, run: dict[str, Any], env_kwargs: dict[str, Any]
+    config: TrainConfig,
+    model: BaseAlgorithm,
+    resumed: bool,
+    run: dict[str, Any],
+    env_kwargs: dict[str, Any],
+    best: float | None,
+    setup: dict[str, Any],
 ) -> Path:
-    """Learn ``run["n_timesteps"]`` steps with checkpoints and periodic evaluation; export the best policy."""
+    """Learn ``run["n_timesteps"]`` steps with checkpoints and periodic evaluation; export the best policy.
+    ``best``: the best evaluation so far of the run being resumed (None: none to beat)."""
     out, scenario = config.run_folder, config.scenario
     exportable = config.algo in ACTOR_CRITIC_ALGOS
     single = make_env_fn(scenario, config.algo, env_kwargs, agent=False)()
@@ -189,11 +225,13 @@ def _learn(
     evaluator = PeriodicEvalCallback(
         make_eval_env,
         list(config.baselines),
-        seeds=list(range(int(run["eval_episodes"]))),
+        seeds=setup["eval_seeds"],
         eval_freq=every,
         out_dir=out,
         on_best=export,
         progress=config.progress,
+        best_attainment=float("-inf") if best is None else best,
+        eval_setup=setup,
     )
     evaluator.verbose = 1
     steps = int(run["n_timesteps"])
@@ -219,6 +257,8 @@ def _learn(
     model.save(str(out / "model.zip"))
     if evaluator.best_attainment == float("-inf"):
         export(model)  # never evaluated (a very short run): export the final model
+    if resumed and best is not None:
+        print(f"resumed with the best evaluation so far {best:.3f}; best now {evaluator.best_attainment:.3f}")
     summary = {
         "wall_s": wall,
         "timesteps": int(model.num_timesteps),

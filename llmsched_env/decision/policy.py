@@ -12,7 +12,7 @@ from llmsched_env.costs.base import CostModel
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 
-__all__ = ["Policy", "PolicyContext", "reads_observation"]
+__all__ = ["Policy", "PolicyContext", "reads_observation", "start_episode"]
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,9 @@ class Policy(Protocol):
     """Anything that maps an observation and its action mask to a MultiDiscrete action.
 
     A policy whose action depends on the mask alone may set a class attribute ``reads_observation = False``
-    (see ``reads_observation``): callers then skip encoding the observation for it."""
+    (see ``reads_observation``): callers then skip encoding the observation for it. A policy with memory
+    (a recurrent one) defines ``start_episode()``, which clears it; whoever runs episodes calls
+    ``start_episode(policy)`` before each episode's first ``act``."""
 
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray: ...
 
@@ -39,3 +41,11 @@ class Policy(Protocol):
 def reads_observation(policy: object) -> bool:
     """False for a policy that declares ``reads_observation = False`` (it acts on the mask alone), else True."""
     return bool(getattr(policy, "reads_observation", True))
+
+
+def start_episode(policy: object) -> None:
+    """Tell ``policy`` that a new episode starts: a stateful policy (one with a ``start_episode`` method, e.g.
+    a recurrent SB3 model) forgets the previous episode; a stateless one is left alone."""
+    hook = getattr(policy, "start_episode", None)
+    if callable(hook):
+        hook()
