@@ -165,10 +165,11 @@ class PeriodicEvalCallback(BaseCallback):
             sys.stdout.flush()
 
 
-def read_best(folder: Path, eval_setup: dict[str, Any]) -> float | None:
+def read_best(folder: Path, eval_setup: dict[str, Any], warn: bool = True) -> float | None:
     """The best evaluation attainment recorded in ``folder/best.json`` (``PeriodicEvalCallback``); None when
-    there is none, or when it was measured on another evaluation setup than ``eval_setup`` (then it says so on
-    stderr: the scores do not compare). ``ValueError`` (one line, naming the file) for an unreadable file."""
+    there is none, or when it was measured on another evaluation setup than ``eval_setup`` (then, with
+    ``warn``, it says so on stderr: the scores do not compare). ``ValueError`` (one line, naming the file) for
+    an unreadable file."""
     path = folder / BEST_NAME
     if not path.exists():
         return None
@@ -181,6 +182,8 @@ def read_best(folder: Path, eval_setup: dict[str, Any]) -> float | None:
         raise ValueError(f"{path}: 'best_eval_attainment' must be a finite number, got {value!r:.80}")
     recorded = {k: best.get(k) for k in eval_setup}
     if recorded != json.loads(json.dumps(eval_setup)):  # compared as JSON holds them (tuples are lists)
+        if not warn:
+            return None
         print(
             f"--resume: {path} was measured on {recorded}, this run evaluates on {eval_setup}; the scores do not "
             "compare, so this run's first evaluation replaces best_model.zip",

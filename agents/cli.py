@@ -129,7 +129,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                 args.config, args.config.run_folder, args.scenario_list, args.seed_list, args.grid
             )
         for config in args.configs:  # a bad hyperparameter file or value, a foreign checkpoint, a bad best.json
-            resume_best(config, resolve_hyperparams(config))
+            resume_best(config, resolve_hyperparams(config), warn=False)  # train() says it, once
     except ValueError as exc:
         p.error(str(exc))
     if args.ray not in (None, "", "local") and importlib.util.find_spec("ray") is None:

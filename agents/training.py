@@ -152,14 +152,16 @@ def eval_setup(config: TrainConfig, hp: Mapping[str, Any]) -> dict[str, Any]:
     return {"scenario": config.scenario, "eval_seeds": seeds, "eval_load": hp["eval_load"], "eval_env": env_kwargs}
 
 
-def resume_best(config: TrainConfig, hp: Mapping[str, Any] | None = None) -> float | None:
+def resume_best(config: TrainConfig, hp: Mapping[str, Any] | None = None, warn: bool = True) -> float | None:
     """The best evaluation attainment that a resumed training must beat (``best.json`` of the run folder,
     written with each new ``best_model.zip``); None without ``resume``, without a checkpoint to resume, or
     when the score was measured on another evaluation setup. ``CheckpointError`` for a checkpoint this user's
-    training did not sign, ``ValueError`` for an unreadable ``best.json`` (both one line)."""
+    training did not sign, ``ValueError`` for an unreadable ``best.json`` (both one line). ``warn``: say on
+    stderr when the recorded score does not compare."""
     if resume_checkpoint(config) is None:
         return None
-    return read_best(config.run_folder, eval_setup(config, resolve_hyperparams(config) if hp is None else hp))
+    setup = eval_setup(config, resolve_hyperparams(config) if hp is None else hp)
+    return read_best(config.run_folder, setup, warn=warn)
 
 
 def train(config: TrainConfig) -> Path:

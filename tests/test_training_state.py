@@ -94,14 +94,22 @@ def _fake_evaluation(monkeypatch: pytest.MonkeyPatch, attainment: float) -> None
     monkeypatch.setattr(PeriodicEvalCallback, "evaluate", lambda self: attainment)
 
 
-def test_resume_keeps_the_best_evaluation_so_far(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
-) -> None:
+@pytest.fixture
+def first_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> Path:
+    """A finished tiny run whose evaluations all scored 0.7 (its checkpoints signed with a key of its own)."""
     torch.set_num_threads(1)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the checkpoint key: not the user's
     out = tmp_path / "run"
     _fake_evaluation(monkeypatch, 0.7)
     assert train_main([*TINY, "--out", str(out)]) == 0
+    capsys.readouterr()
+    return out
+
+
+def test_resume_keeps_the_best_evaluation_so_far(
+    first_run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    out = first_run
     best = json.loads((out / "best.json").read_text())
     assert best["best_eval_attainment"] == 0.7 and best["eval_seeds"] == [0]
     kept = {name: (out / name).read_bytes() for name in ("best_model.zip", "policy.safetensors", "policy.json")}
@@ -123,32 +131,18 @@ def test_resume_keeps_the_best_evaluation_so_far(
 
 
 def test_resume_under_another_evaluation_does_not_compare_scores(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+    first_run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    torch.set_num_threads(1)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    out = tmp_path / "run"
-    _fake_evaluation(monkeypatch, 0.7)
-    assert train_main([*TINY, "--out", str(out)]) == 0
-    capsys.readouterr()
     _fake_evaluation(monkeypatch, 0.4)
-    assert train_main([*TINY, "--out", str(out), "--resume", "--hp", "eval_load=2.0"]) == 0
-    assert "the scores do not compare" in capsys.readouterr().err
-    assert json.loads((out / "best.json").read_text())["best_eval_attainment"] == 0.4
+    assert train_main([*TINY, "--out", str(first_run), "--resume", "--hp", "eval_load=2.0"]) == 0
+    assert capsys.readouterr().err.count("the scores do not compare") == 1
+    assert json.loads((first_run / "best.json").read_text())["best_eval_attainment"] == 0.4
 
 
-def test_resume_with_a_bad_best_file_is_a_one_line_usage_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
-) -> None:
-    torch.set_num_threads(1)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    out = tmp_path / "run"
-    _fake_evaluation(monkeypatch, 0.7)
-    assert train_main([*TINY, "--out", str(out)]) == 0
-    capsys.readouterr()
-    (out / "best.json").write_text('{"best_eval_attainment": "high"}')
+def test_resume_with_a_bad_best_file_is_a_one_line_usage_error(first_run: Path, capsys: pytest.CaptureFixture) -> None:
+    (first_run / "best.json").write_text('{"best_eval_attainment": "high"}')
     with pytest.raises(SystemExit) as caught:
-        train_main([*TINY, "--out", str(out), "--resume"])
+        train_main([*TINY, "--out", str(first_run), "--resume"])
     assert caught.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "best.json" in err and "'best_eval_attainment' must be a finite number" in err
