@@ -7,9 +7,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llmsched_env.cluster.config import ReplicaSpec
+from llmsched_env.cluster.simulator import Cluster
+from llmsched_env.costs.base import prefill_time_s
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.engine.batch import Decision, QueueOrder
 from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, SLOClass, TenantConfig
+from llmsched_env.engine.engine import Engine
 from llmsched_env.engine.remote_kv import RemoteKVConfig, RemoteKVStore
 from llmsched_env.engine.request import Request, Status
 from llmsched_env.sim.simulator import Simulator
@@ -180,6 +184,53 @@ def test_prefix_cache_hit_after_same_prefix_finished() -> None:
         sim.step(Decision())
         sim.check_invariants()
     assert first.num_prefix_hit_tokens == 0 and second.num_prefix_hit_tokens == 96
+
+
+def test_shedding_prices_only_the_prefill_left_after_the_prefix_cache() -> None:
+    """A request whose whole prompt could not be prefilled before its TTFT deadline, but whose uncached rest
+    can, is kept by shedding: the price is the prefill admission would run now, after the prefix-cache hit."""
+    n, shared = 4000, 3968  # 62 prefix ids of 64 tokens: 248 cached blocks of 16
+    full = prefill_time_s(COST, n)
+    rest = prefill_time_s(COST, n, num_cached_tokens=shared)
+    assert rest < full / 10
+    tenant = TenantConfig("t", SLOClass("mid", ttft_s=(full + rest) / 2, tpot_s=1.0))
+    ids = tuple(range(62))
+    first = Request(0, 0.0, n, 2, prefix_ids=ids, prefix_id_tokens=64)
+    second = Request(1, 10.0, n, 2, prefix_ids=ids, prefix_id_tokens=64)
+    cold = Request(2, 20.0, n, 2, prefix_ids=tuple(range(100, 162)), prefix_id_tokens=64)  # nothing cached
+    sim = Simulator(EngineConfig(), (tenant,), COST, [first, second, cold])
+    while first.status != Status.FINISHED:
+        sim.step(Decision())
+    while not sim.done:
+        assert sim.engine.now_s + full > sim.engine.now_s + tenant.slo.ttft_s  # the old rule sheds every one
+        sim.step(Decision(shed=True))
+        sim.check_invariants()
+    assert second.status == Status.FINISHED and second.num_prefix_hit_tokens == shared
+    assert cold.status == Status.REJECTED and cold.reject_reason == "ttft_unreachable"
+    assert second.first_token_s is not None and second.first_token_s - second.arrival_s <= tenant.slo.ttft_s
+
+
+def test_a_prefix_id_layout_that_splits_blocks_is_refused_in_one_line() -> None:
+    """``prefix_id_tokens`` not a multiple of the block size would give one block hash to different tokens:
+    the simulator (engine, single node and cluster) refuses it as the runtime does."""
+    bad = Request(0, 0.0, 50, 2, prefix_ids=(1, 2), prefix_id_tokens=24)
+    msg = "request 0: prefix_id_tokens=24 is not a multiple of the block size 16"
+    for make in (
+        lambda: Simulator(EngineConfig(), (TenantConfig("t"),), COST, [bad]),
+        lambda: Engine(EngineConfig(), (TenantConfig("t"),), COST).add_request(bad),
+        lambda: Cluster([ReplicaSpec(EngineConfig(), COST)], (TenantConfig("t"),), [bad], lambda i, e: Decision()),
+    ):
+        with pytest.raises(ValueError, match=msg) as err:
+            make()
+        assert "\n" not in str(err.value)
+    for fine in (  # whole blocks per id, or no prefix ids at all
+        Request(0, 0.0, 50, 2, prefix_ids=(1, 2), prefix_id_tokens=32),
+        Request(0, 0.0, 50, 2, prefix_id_tokens=24),
+    ):
+        sim = Simulator(EngineConfig(), (TenantConfig("t"),), COST, [fine])
+        while not sim.done:
+            sim.step(Decision())
+        assert fine.status == Status.FINISHED
 
 
 def test_kv_reserve_holds_admission_but_an_empty_engine_admits() -> None:

@@ -138,7 +138,8 @@ def test_details_match_the_metrics_and_evaluation_is_deterministic() -> None:
     assert len(details) == len(rows) == 8
     for row, d in zip(rows, details, strict=True):
         assert [d[k] for k in evaluation.KEY_COLUMNS] == [row[k] for k in evaluation.KEY_COLUMNS]
-        assert d["ttft_s"].size == d["tpot_s"].size == row["num_finished"]
+        # TPOT is over the finished requests of more than one output token (vLLM's benchmark)
+        assert d["ttft_s"].size == row["num_finished"] >= d["tpot_s"].size
         assert np.percentile(d["ttft_s"], 99) == pytest.approx(row["ttft_p99_s"])
         assert np.percentile(d["tpot_s"], 99) == pytest.approx(row["tpot_p99_s"])
         assert ("kv_usage" in d) == (row["seed"] == 0 and row["load"] == 1.0)

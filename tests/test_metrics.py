@@ -89,6 +89,40 @@ def test_single_token_request_has_zero_tpot_and_no_itl() -> None:
     assert m["ttft_mean_s"] == pytest.approx(0.25) and m["e2el_mean_s"] == pytest.approx(0.25)
 
 
+def test_tpot_statistics_leave_out_one_token_requests_but_their_slo_check_takes_zero() -> None:
+    """vLLM's benchmark: TPOT statistics over requests of more than one output token; for goodput a one-token
+    request's TPOT is 0, so it meets even a TPOT target it could not otherwise be measured against."""
+    tight = SLOClass("tight", ttft_s=1.0, tpot_s=0.01)
+    tenants = [TenantConfig("a", slo=tight), TenantConfig("b", slo=tight)]
+    slow = finished(0, 0.0, [0.5], [(0, 3)], 0.1)  # TPOT 0.5: misses 0.01
+    faster = finished(1, 0.0, [0.8], [(0, 4)], 0.1, tenant=1)  # tokens 0.8, 1, 1.5, 2, 3: TPOT 0.55
+    one = finished(2, 1.0, [1.25], [(2, 2)], 1.0)  # one token: no TPOT sample, meets the TPOT target
+    m = compute_metrics([slow, faster, one], tenants, ROUNDS, duration_s=4.0)
+    assert m["tpot_mean_s"] == pytest.approx((0.5 + 0.55) / 2)
+    assert m["tpot_p50_s"] == pytest.approx(np.percentile([0.5, 0.55], 50))
+    assert m["tenant/a/tpot_p99_s"] == pytest.approx(0.5)  # not percentile([0.5, 0.0])
+    assert m["tpot_attainment"] == pytest.approx(1 / 3)
+    assert m["slo_attainment"] == pytest.approx(1 / 3) and m["goodput_rps"] == pytest.approx(1 / 4)
+    # only one-token requests: no sample, every TPOT statistic 0
+    alone = compute_metrics([one], tenants, ROUNDS, duration_s=4.0)
+    assert alone["tpot_mean_s"] == alone["tpot_p99_s"] == alone["tenant/a/tpot_p99_s"] == 0.0
+    assert alone["tpot_attainment"] == 1.0
+
+
+def test_throughput_counts_completed_requests_only() -> None:
+    done = finished(0, 0.0, [0.5], [(0, 3)], 0.1, prompt_len=100)  # 4 output tokens
+    running = Request(1, 0.0, 1000, 50)
+    running.status, running.first_scheduled_s, running.num_output_tokens = Status.RUNNING, 0.5, 30
+    shed = Request(2, 0.0, 500, 5)
+    shed.status, shed.reject_reason = Status.REJECTED, "ttft_unreachable"
+    m = compute_metrics([done, running, shed], TENANTS, ROUNDS, duration_s=2.0)
+    assert m["request_throughput_rps"] == pytest.approx(1 / 2)
+    assert m["output_throughput_tps"] == pytest.approx(4 / 2)
+    assert m["total_token_throughput_tps"] == pytest.approx((100 + 4) / 2)
+    # the running request's work still counts as service (VTC), which is not throughput
+    assert m["tenant/a/service"] == pytest.approx(100 + 2 * 4 + 1000 + 2 * 30)
+
+
 def test_attainment_counts_rejected_and_unfinished_as_misses() -> None:
     good = finished(0, 0.0, [0.5], [(0, 3)], 0.1)  # TTFT 0.5, TPOT 0.5: meets both
     slow_ttft = finished(1, 0.0, [1.5], [(2, 3)], 1.2, tenant=1)  # TTFT 1.5 > 1: misses, TPOT 0.5 ok
@@ -117,9 +151,10 @@ def test_attainment_counts_rejected_and_unfinished_as_misses() -> None:
     assert m["tenant/a/service"] == pytest.approx(42.0)
     assert m["tenant/b/service"] == pytest.approx(15.0)
     assert m["jain_fairness"] == pytest.approx(57.0**2 / (2 * (42.0**2 + 15.0**2)))
-    # Output tokens: 4 + 2 + 3 + 2 (the running request's) = 11; prompts scheduled: 10+10+10+20.
-    assert m["output_throughput_tps"] == pytest.approx(11 / 4)
-    assert m["total_token_throughput_tps"] == pytest.approx((50 + 11) / 4)
+    # Throughput is over completed requests (vLLM's benchmark): output tokens 4 + 2 + 3, not the running
+    # request's 2; prompts 10 + 10 + 10, not the running request's 20.
+    assert m["output_throughput_tps"] == pytest.approx(9 / 4)
+    assert m["total_token_throughput_tps"] == pytest.approx((30 + 9) / 4)
 
 
 def test_jain_index_known_values() -> None:
@@ -193,13 +228,12 @@ def test_ten_thousand_requests_match_token_times() -> None:
     m = compute_metrics(reqs, TENANTS, rounds, duration_s=float(rounds[-1]))
     times = [token_times(r, rounds) for r in reqs]
     itl = np.concatenate([np.diff(t) for t in times])
-    tpot = [(t[-1] - t[0]) / (len(t) - 1) if len(t) > 1 else 0.0 for t in times]
+    tpot = [(t[-1] - t[0]) / (len(t) - 1) for t in times if len(t) > 1]
+    assert len(tpot) < len(times)  # some one-token requests, left out of the TPOT statistics
     assert m["itl_mean_s"] == pytest.approx(itl.mean())
     assert m["itl_p99_s"] == pytest.approx(np.percentile(itl, 99))
     assert m["tpot_p90_s"] == pytest.approx(np.percentile(tpot, 90))
-    assert m["e2el_mean_s"] == pytest.approx(
-        np.mean([t[-1] - r.arrival_s for t, r in zip(times, reqs, strict=True)])
-    )
+    assert m["e2el_mean_s"] == pytest.approx(np.mean([t[-1] - r.arrival_s for t, r in zip(times, reqs, strict=True)]))
     assert all(len(t) == r.output_len for t, r in zip(times, reqs, strict=True))
 
 

@@ -206,6 +206,33 @@ def test_shedding_aborts_a_hopeless_request() -> None:
     assert s.state.num_missed_t[0] == 1
 
 
+@pytest.mark.vllm
+def test_shedding_prices_the_prefill_left_after_vllms_prefix_cache_hit() -> None:
+    """A request whose whole prompt is out of TTFT reach but whose uncached rest is not stays (the engine's
+    rule); one with nothing cached is shed."""
+    from llmsched_env.costs.base import prefill_time_s
+    from llmsched_env.engine.config import SLOClass
+
+    n, shared = 1600, 1536  # 24 prefix ids of 64 tokens: 96 cached blocks of 16
+    s, clock = _make()
+    full = prefill_time_s(s.state.cost_model, n)
+    rest = prefill_time_s(s.state.cost_model, n, num_cached_tokens=shared)
+    slo = SLOClass("mid", ttft_s=(full + rest) / 2, tpot_s=1.0)
+    s, clock = _make(tenants=(TenantConfig("t", slo),))
+    _add(s, Request(0, 0.0, n, 2, prefix_ids=tuple(range(24)), prefix_id_tokens=64))
+    assert _drain(s, clock) == {"0": "length"}
+    t0 = clock.now_s
+    _add(s, Request(2, t0, n, 2, prefix_ids=tuple(range(100, 124)), prefix_id_tokens=64))  # the head
+    _add(s, Request(1, t0, n, 2, prefix_ids=tuple(range(24)), prefix_id_tokens=64))
+    s.policy = _Fixed(_action(s, shed=True, max_admit=0))
+    clock.now_s = t0 + 0.001  # the old rule (now + full > deadline) would shed both, as they are heads in turn
+    assert clock.now_s + full > t0 + slo.ttft_s
+    _step(s, clock)
+    assert s.num_shed == 1 and "2" not in s.requests and "1" in s.requests
+    s.policy = _Fixed(_action(s, max_admit=1))
+    assert _drain(s, clock) == {"1": "length"}
+
+
 class _Raises:
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
         raise RuntimeError("boom")

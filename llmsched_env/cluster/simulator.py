@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from llmsched_env.cluster.config import DisaggConfig, KVLink, ReplicaSpec
 from llmsched_env.costs.base import CostModel
 from llmsched_env.engine.batch import Batch, Decision
+from llmsched_env.engine.block_pool import check_prefix_layout
 from llmsched_env.engine.config import TenantConfig
 from llmsched_env.engine.engine import Engine
 from llmsched_env.engine.request import Request
@@ -101,6 +102,7 @@ class Cluster:
                 raise ValueError(f"requests must be sorted by arrival: request {cur.request_id} comes too early")
         if len({r.request_id for r in requests}) != len(requests):
             raise ValueError("request ids must be unique within a cluster run")
+        check_prefix_layout(requests, specs[0].engine.block_size)  # up front, before any request runs
         roles = (
             ["both"] * len(specs)
             if disagg is None

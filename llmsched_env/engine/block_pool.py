@@ -18,9 +18,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
-__all__ = ["BlockHash", "BlockPool", "chain_hashes"]
+if TYPE_CHECKING:
+    from llmsched_env.engine.request import Request
+
+__all__ = ["BlockHash", "BlockPool", "chain_hashes", "check_prefix_layout"]
 
 # A block's content name: a chained hash (int) for prefix-id content any request may share, or
 # ``(request_id, block_index)`` for content only one request has (its own prompt tail and outputs).
@@ -41,6 +44,18 @@ def chain_hashes(prefix_ids: Sequence[int], prefix_id_tokens: int, block_size: i
         parent = hash((parent, prefix_ids[start // prefix_id_tokens], start % prefix_id_tokens))
         hashes.append(parent)
     return hashes
+
+
+def check_prefix_layout(requests: Iterable[Request], block_size: int) -> None:
+    """Refuse requests whose prefix ids do not name whole engine blocks: ``chain_hashes`` names a block by the
+    prefix id it starts in, so with ``prefix_id_tokens`` not a multiple of ``block_size`` a block spanning two
+    ids would get one hash for different tokens. The simulator's engine and the runtime both call this."""
+    for r in requests:
+        if r.prefix_ids and r.prefix_id_tokens % block_size:
+            raise ValueError(
+                f"request {r.request_id}: prefix_id_tokens={r.prefix_id_tokens} is not a multiple of the "
+                f"block size {block_size}, so a shared block could hold different tokens"
+            )
 
 
 class BlockPool:

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 
 from llmsched_env.costs.base import CostModel, prefill_time_s
 from llmsched_env.engine.batch import Batch, Decision, QueueOrder
-from llmsched_env.engine.block_pool import BlockPool, chain_hashes
+from llmsched_env.engine.block_pool import BlockPool, chain_hashes, check_prefix_layout
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.engine.queues import WaitingQueues
 from llmsched_env.engine.remote_kv import RemoteKVStore
@@ -121,6 +121,7 @@ class Engine:
         """A request arrives now. One that can never fit (longer than the model or the KV pool) is rejected."""
         assert r.status == Status.WAITING and not r.block_table, f"{r} is not a fresh request"
         assert 0 <= r.tenant < len(self.tenants), f"request {r.request_id}: unknown tenant {r.tenant}"
+        check_prefix_layout((r,), self.block_size)
         t = r.tenant
         self.num_arrived += 1
         self.num_arrived_t[t] += 1
@@ -362,11 +363,13 @@ class Engine:
         r.block_table = []
 
     def _hopeless(self, r: Request) -> bool:
-        """Even alone and unchunked, ``r``'s first token would come after its TTFT deadline."""
+        """Even alone and unchunked, ``r``'s first token would come after its TTFT deadline: its prefill is
+        priced for the tokens left after the prefix-cache hit it would get now (as admission would)."""
         if r.first_token_s is not None:
             return False  # a preempted request already has its first token
         deadline = r.arrival_s + self._ttft_slo[r.tenant]
-        return self.now_s + prefill_time_s(self.cost_model, r.num_prefill_tokens) > deadline
+        cached = self._cached_prefix_blocks(r) * self.block_size
+        return self.now_s + prefill_time_s(self.cost_model, r.num_prefill_tokens, num_cached_tokens=cached) > deadline
 
     def _shed_heads(self) -> None:
         for t in range(len(self.tenants)):

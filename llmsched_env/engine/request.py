@@ -28,8 +28,9 @@ _T = TypeVar("_T", float, np.ndarray)
 
 def tpot_s(first_token_s: _T, last_token_s: _T, num_output_tokens: int | np.ndarray) -> _T:
     """Time per output token as vLLM's benchmark defines it: ``(last - first) / (n - 1)``, and 0 for a request of
-    one token (its first and last token are the same). Element-wise on numpy arrays. The one TPOT formula of
-    the project: the engine's SLO check, the metrics and the per-request plots all call it."""
+    one token (its first and last token are the same): that 0 is for the SLO check only, the TPOT statistics
+    leave such requests out. Element-wise on numpy arrays. The one TPOT formula of the project: the engine's
+    SLO check, the metrics and the per-request plots all call it."""
     return (last_token_s - first_token_s) / np.maximum(num_output_tokens - 1, 1)
 
 

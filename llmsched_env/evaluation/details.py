@@ -13,7 +13,8 @@ __all__ = ["episode_details"]
 
 def episode_details(sim: Simulator, kv_series: bool = True) -> dict[str, np.ndarray]:
     """Per-request latencies of the episode ``sim`` (the env's simulator or a runtime) just ran, for plots:
-    ``ttft_s`` and ``tpot_s`` of every finished request (arrival order, the definitions of ``metrics``), and
+    ``ttft_s`` of every finished request and ``tpot_s`` of every finished request of more than one output
+    token (arrival order, the definitions of ``metrics``: a one-token request has no TPOT to plot), and
     with ``kv_series`` the KV usage after every step (``kv_time_s`` from the first arrival, ``kv_usage`` in
     [0, 1])."""
     rounds = np.asarray(sim.engine.round_end_s, dtype=np.float64)
@@ -22,7 +23,8 @@ def episode_details(sim: Simulator, kv_series: bool = True) -> dict[str, np.ndar
         if r.status == Status.FINISHED:
             t = token_times(r, rounds)
             ttft.append(t[0] - r.arrival_s)
-            tpot.append(float(tpot_s(t[0], t[-1], len(t))))
+            if len(t) > 1:
+                tpot.append(float(tpot_s(t[0], t[-1], len(t))))
     out = {"ttft_s": np.asarray(ttft, dtype=np.float64), "tpot_s": np.asarray(tpot, dtype=np.float64)}
     if kv_series:
         kv_t, kv_u = sim.kv_usage_series()

@@ -96,7 +96,7 @@ def _first_load(rows: Sequence[Row], scenario: str) -> float:
 
 def plot_latency_cdf(details: Sequence[Row], key: str, path: Path, label: str | None = None) -> Path:
     """Empirical CDF of ``key`` (``ttft_s`` or ``tpot_s``), one curve per policy pooled over seeds, one subplot
-    per scenario at its first load; log time axis (zeros, e.g. TPOT of one-token outputs, lie off its left)."""
+    per scenario at its first load; log time axis (zeros lie off its left)."""
     fig, panels, colors = _by_scenario(details)
     for ax, scenario in panels:
         load = _first_load(details, scenario)

@@ -70,12 +70,6 @@ class Runtime(Simulator):
                 f"EngineConfig.max_model_len={config.max_model_len} exceeds model {runner.config.name!r}'s "
                 f"max_position={runner.config.max_position}"
             )
-        for r in requests:
-            if r.prefix_ids and r.prefix_id_tokens % config.block_size:
-                raise ValueError(
-                    f"request {r.request_id}: prefix_id_tokens={r.prefix_id_tokens} is not a multiple of the "
-                    f"block size {config.block_size}, so a shared block could hold different tokens"
-                )
         self.runner = runner
         self.prompts = PromptTokens(runner.config.vocab_size, seed)
         self.output_tokens: dict[int, list[int]] = {}  # sampled tokens per request id, kept after it ends

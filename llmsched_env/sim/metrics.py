@@ -5,11 +5,16 @@ statistics of the finished requests, counts, throughput, SLO attainment and good
 figures, prefix-cache hits and preemptions. Definitions, for a request with output tokens at times
 ``t_1 < ... < t_n``:
 
-- TTFT = t_1 - arrival; TPOT = (t_n - t_1) / (n - 1), 0 when n <= 1; ITL = every gap t_{i+1} - t_i (pooled
-  over all finished requests); E2E (``e2el``) = t_n - arrival; queue delay = first scheduled - arrival.
+- TTFT = t_1 - arrival; TPOT = (t_n - t_1) / (n - 1); ITL = every gap t_{i+1} - t_i (pooled over all
+  finished requests); E2E (``e2el``) = t_n - arrival; queue delay = first scheduled - arrival. As in vLLM's
+  benchmark, the TPOT statistics (``tpot_*_s``, per tenant too) are over finished requests with n > 1 only: a
+  one-token request has no time per output token. Its SLO check takes its TPOT as 0.
 - A request meets its SLO iff it finished, TTFT <= its tenant's ``slo.ttft_s`` and TPOT <= ``slo.tpot_s``
   (compared as ratios ``x / target <= 1``, exactly as the engine's reward does). Attainment divides by every
   arrival, so rejected and unfinished requests are misses; goodput is met requests per second.
+- Throughput is over completed (finished) requests, as vLLM's benchmark: ``request_throughput_rps`` counts
+  them, ``output_throughput_tps`` their output tokens, ``total_token_throughput_tps`` their prompt and output
+  tokens; tokens of rejected or unfinished requests do not count.
 - Tenant k's service S_k = (prompt tokens of its requests ever scheduled + 2 x output tokens produced) /
   weight_k (VTC, the engine's ``vtc`` counter); Jain's index over tenants with at least one arrival.
 
@@ -199,12 +204,13 @@ def compute_metrics(
     fin_tenant = tenant[is_fin]
     first_t, last_t, num_tokens, itl = _finished_latencies(finished, rounds)
     ttft = first_t - arrival[is_fin]
-    tpot = tpot_s(first_t, last_t, num_tokens)
+    tpot = tpot_s(first_t, last_t, num_tokens)  # 0 for a one-token request: its SLO check
+    multi = num_tokens > 1  # the requests the TPOT statistics are over
     e2el = last_t - arrival[is_fin]
     queue_delay = scheduled[is_fin] - arrival[is_fin]
 
     out: dict[str, float] = {}
-    for name, x in zip(_LATENCIES, (ttft, tpot, itl, e2el, queue_delay), strict=True):
+    for name, x in zip(_LATENCIES, (ttft, tpot[multi], itl, e2el, queue_delay), strict=True):
         _stats(out, name, x)
 
     num_finished = int(is_fin.sum())
@@ -216,11 +222,10 @@ def compute_metrics(
     out["rejection_rate"] = num_rejected / n if n else 0.0
 
     rate = 1.0 / duration_s if duration_s > 0 else 0.0
-    num_output = float(produced.sum())
-    prompt_sched = float(prompt[was_sched].sum())
+    num_output = float(produced[is_fin].sum())
     out["request_throughput_rps"] = num_finished * rate
     out["output_throughput_tps"] = num_output * rate
-    out["total_token_throughput_tps"] = (prompt_sched + num_output) * rate
+    out["total_token_throughput_tps"] = (float(prompt[is_fin].sum()) + num_output) * rate
 
     ttft_slo = np.array([t.slo.ttft_s for t in tenants], dtype=np.float64)
     tpot_slo = np.array([t.slo.tpot_s for t in tenants], dtype=np.float64)
@@ -247,7 +252,7 @@ def compute_metrics(
         out[f"{key}/slo_attainment"] = float(met_t[k] / arrived_t[k]) if arrived_t[k] else 0.0
         out[f"{key}/service"] = float(service[k])
         out[f"{key}/ttft_p99_s"] = _p99(ttft[mine])
-        out[f"{key}/tpot_p99_s"] = _p99(tpot[mine])
+        out[f"{key}/tpot_p99_s"] = _p99(tpot[mine & multi])
 
     # over every admission (a preempted request is admitted again): prefill tokens found in the local prefix
     # cache / fetched from a remote KV store, over the prefill tokens the admissions needed

@@ -16,6 +16,7 @@ import numpy as np
 
 from llmsched_env.costs.base import CostModel
 from llmsched_env.engine.batch import Batch, Decision
+from llmsched_env.engine.block_pool import check_prefix_layout
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.engine.engine import Engine
 from llmsched_env.engine.invariants import check_engine
@@ -45,6 +46,7 @@ class Simulator:
                     f"requests must be sorted by arrival: request {cur.request_id} arrives at {cur.arrival_s} "
                     f"before request {prev.request_id} at {prev.arrival_s}"
                 )
+        check_prefix_layout(requests, config.block_size)  # up front, before any request runs
         remote = None
         if remote_kv is not None:
             remote = RemoteKVStore(remote_kv, rng if rng is not None else np.random.default_rng(0))

@@ -487,13 +487,18 @@ class VllmState:
                 self._resolve(sh, met=False)
 
     def hopeless(self, sh: Request) -> bool:
-        """Even alone and unchunked, ``sh``'s first token would come after its TTFT deadline (the engine's rule)."""
+        """Even alone and unchunked, ``sh``'s first token would come after its TTFT deadline (the engine's rule):
+        its prefill priced for the tokens left after the prefix-cache hit vLLM would give it now."""
         if sh.first_token_s is not None:
             return False
         n = sh.num_prefill_tokens
+        _, cached, _ = self._s.kv_cache_manager.get_computed_blocks(self.vreqs[sh.request_id])
         latest = self._shed_after.get(sh.request_id)
-        if latest is None or latest[0] != n:  # priced once per prefill length (it grows only on preemption)
-            latest = (n, sh.arrival_s + self._ttft[sh.tenant] - prefill_time_s(self.cost_model, n))
+        # priced once per (prefill length, cached tokens), keyed n * (n + 1) + cached (cached < n); n grows
+        # only on preemption
+        if latest is None or latest[0] != n * (n + 1) + cached:
+            price = prefill_time_s(self.cost_model, n, num_cached_tokens=cached)
+            latest = (n * (n + 1) + cached, sh.arrival_s + self._ttft[sh.tenant] - price)
             self._shed_after[sh.request_id] = latest
         return self.now_s > latest[1]
 
