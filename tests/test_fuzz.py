@@ -21,7 +21,9 @@ from llmsched_env.runtime.policy_file import PolicyFileError, load_policy_file
 from llmsched_env.workloads.scenarios import scenario_from_trace
 from llmsched_env.workloads.traces import TraceError, clear_trace_cache, load_trace
 
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomize: the same 60 examples every run, so CI cannot turn red on a draw (run with a random seed by hand:
+# pytest --hypothesis-seed=N tests/test_fuzz.py)
+FUZZ = settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 _numbers = st.one_of(
     st.integers(-(2**70), 2**70),
@@ -125,6 +127,8 @@ _ENGINE_FIELDS = ["num_kv_blocks", "block_size", "max_num_seqs", "max_num_batche
 )
 @example(engine=None, load=(0.5, math.inf), max_steps=10, horizon=None, num_requests=None, cluster=False)
 @example(engine=None, load=1.0, max_steps=math.nan, horizon=None, num_requests=None, cluster=True)
+@example(engine=None, load=5e-324, max_steps=10, horizon=None, num_requests=None, cluster=False)
+@example(engine=None, load=1.2e307, max_steps=10, horizon=None, num_requests=None, cluster=True)
 def test_env_arguments_build_or_fail_in_one_line(
     engine: Any, load: Any, max_steps: Any, horizon: Any, num_requests: Any, cluster: bool
 ) -> None:

@@ -36,15 +36,24 @@ def check_episode_args(
         raise ValueError(f"render_mode must be one of {list(render_modes)}, got {render_mode!r}")
 
 
+# a load is a multiple of the scenario's nominal rate: beyond these, arrival times underflow or overflow
+MIN_LOAD = 1e-3
+MAX_LOAD = 1e3
+
+
 def load_arg(owner: str, load: float | Sequence[float]) -> tuple[float, tuple[float, float] | None]:
     """``(load, range)`` from an env's ``load`` argument: a number (range None), or ``(low, high)`` from which
     each episode draws its load uniformly (load starts at low). ValueError naming ``owner`` otherwise."""
     if isinstance(load, (tuple, list)):
         finite = all(is_finite_number(x) for x in load)
-        if len(load) != 2 or not finite or not all(x > 0 for x in load) or load[0] > load[1]:
-            raise ValueError(f"{owner}.load range must be (low, high), finite, with 0 < low <= high, got {load!r}")
+        if len(load) != 2 or not finite or not all(MIN_LOAD <= x <= MAX_LOAD for x in load) or load[0] > load[1]:
+            raise ValueError(
+                f"{owner}.load range must be (low, high) with {MIN_LOAD} <= low <= high <= {MAX_LOAD}, got {load!r}"
+            )
         return float(load[0]), (float(load[0]), float(load[1]))
     check_positive(owner, "load", load)
+    if not MIN_LOAD <= load <= MAX_LOAD:
+        raise ValueError(f"{owner}.load must be between {MIN_LOAD} and {MAX_LOAD} (× the nominal rate), got {load!r}")
     return float(load), None
 
 

@@ -20,10 +20,11 @@ import gymnasium as gym
 
 import llmsched_env  # noqa: F401  (registers LLMSched-v0 and LLMSchedCluster-v0)
 from llmsched_env.cluster.scenarios import CLUSTER_SCENARIOS, ClusterScenario
-from llmsched_env.common.checks import check_int, check_positive
+from llmsched_env.common.checks import check_int
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.actions import ACTION_COMPONENTS, ActionSpec
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
+from llmsched_env.envs.options import load_arg
 from llmsched_env.evaluation.policies import PolicySpec, resolve_policy
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.workloads.library import SCENARIOS
@@ -69,7 +70,7 @@ class EvalConfig:
         set_(self, "loads", tuple(self.loads))
         set_(self, "seeds", tuple(self.seeds))
         for load in self.loads:
-            check_positive("EvalConfig", "loads", load)
+            load_arg("EvalConfig", load)  # the env's own bounds, checked before anything runs
         for seed in self.seeds:
             check_int("EvalConfig", "seeds", seed, 0)
         if self.split not in SPLITS:
