@@ -208,6 +208,14 @@ def test_describe_honours_num_requests_and_reports_rejections(tmp_path: Path, ca
 
 
 def test_the_env_refuses_an_episode_larger_than_the_trace_part_when_made() -> None:
-    message = r"AzureLLMInferenceTrace_conv\.csv\.gz: an episode of 10000000 requests does not fit in the eval split"
+    message = r"AzureLLMInferenceTrace_conv\.csv\.gz: an episode of 900000 requests does not fit in the eval split"
     with pytest.raises(ValueError, match=message):
-        gym.make("LLMSched-v0", scenario="azure-conv", split="eval", num_requests=10_000_000)
+        gym.make("LLMSched-v0", scenario="azure-conv", split="eval", num_requests=900_000)
+    with pytest.raises(ValueError, match=r"an episode of 900000 requests does not fit in the train split"):
+        gym.make("LLMSchedCluster-v0", scenario="cluster-azure-conv-4", num_replicas=2, num_requests=900_000)
+
+
+def test_an_episode_too_large_for_memory_is_refused_when_made(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(ValueError, match=r"LLMSchedEnv\.num_requests must be at most 1000000, got 1000001"):
+        gym.make("LLMSched-v0", scenario="bursty", num_requests=1_000_001)
+    assert "EvalConfig.num_requests must be at most 1000000" in _usage_line(capsys, ["--num-requests", "10000000"])

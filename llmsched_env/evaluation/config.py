@@ -25,6 +25,7 @@ from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.actions import ACTION_COMPONENTS, ActionSpec
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.engine.config import EngineConfig
+from llmsched_env.envs.options import MAX_EPISODE_REQUESTS
 from llmsched_env.evaluation.policies import PolicySpec, resolve_policy
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.workloads.library import SCENARIOS
@@ -80,6 +81,10 @@ class EvalConfig:
             raise ValueError(f"EvalConfig.split must be one of {SPLITS}, got {self.split!r}")
         if self.num_requests is not None:
             check_int("EvalConfig", "num_requests", self.num_requests, 1)
+            if self.num_requests > MAX_EPISODE_REQUESTS:
+                raise ValueError(
+                    f"EvalConfig.num_requests must be at most {MAX_EPISODE_REQUESTS}, got {self.num_requests}"
+                )
         if self.runtime is not None and not isinstance(self.runtime, RuntimeOptions):
             raise ValueError(f"EvalConfig.runtime must be RuntimeOptions or None, got {self.runtime!r}")
         names = [spec.name for spec in self.policies]  # type: ignore[union-attr]
