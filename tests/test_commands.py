@@ -94,11 +94,16 @@ def test_a_bad_trace_rate_is_one_usage_line_naming_the_file(
     assert f"{trace}: the rate (--trace-rate) must be a finite number > 0" in err and "Traceback" not in err
 
 
-def test_a_timed_trace_without_a_time_span_asks_for_a_rate(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+@pytest.mark.parametrize("rate", [[], ["--trace-rate", "2"]])
+def test_a_timed_trace_without_a_time_span_is_one_line_naming_the_file(
+    rate: list[str], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     trace = tmp_path / "instant.csv"
     trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00,5,3\n2023-11-16 18:00:00,5,3\n")
-    with pytest.raises(SystemExit):
-        parse(["--trace", str(trace), "--trace-format", "azure"])
-    assert "arrivals span no time (2 request(s))" in capsys.readouterr().err
-    _, config = parse(["--trace", str(trace), "--trace-format", "azure", "--trace-rate", "2"])
-    assert config.scenarios[0].name == "instant"
+    with pytest.raises(SystemExit) as exc:
+        parse(["--trace", str(trace), "--trace-format", "azure", *rate])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"{trace}: all 2 requests arrive at the same time" in err
+
+

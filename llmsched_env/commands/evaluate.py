@@ -68,7 +68,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.describe:
         for scenario in config.scenarios:
             for load in config.loads:
-                print(format_description(scenario, config.split, load, config.seeds[0]))  # type: ignore[arg-type]
+                text = format_description(
+                    scenario,  # type: ignore[arg-type]
+                    config.split,
+                    load,
+                    config.seeds[0],
+                    config.num_requests,
+                    config.cost_model,
+                )
+                print(text)
         return 0
     for spec in config.policies:
         if spec.path is not None:  # type: ignore[union-attr]

@@ -17,7 +17,7 @@ from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.help import DefaultsFormatter, from_args, program
 from llmsched_env.common.outputs import check_output
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
-from llmsched_env.engine.config import SLO_CLASSES
+from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, SLOClass
 from llmsched_env.evaluation import EvalConfig, RuntimeOptions
 from llmsched_env.evaluation.runtime_options import DTYPE_NAMES
 from llmsched_env.workloads.library import list_scenarios
@@ -27,6 +27,13 @@ from llmsched_env.workloads.traces import TRACE_FORMATS
 __all__ = ["PROG", "build_parser", "config_from_args"]
 
 PROG = ("llmsched-evaluate", "evaluate.py")  # the console script, the checkout's script (``help.program``)
+# EngineConfig fields settable from the command line, each --NAME-WITH-DASHES (default: the scenario's)
+ENGINE_LIMITS = {
+    "num_kv_blocks": "KV cache blocks of the engine (default: the scenario's)",
+    "max_num_seqs": "most requests running at once (default: the scenario's)",
+    "max_num_batched_tokens": "largest token budget of one iteration (default: the scenario's)",
+    "max_model_len": "longest request, prompt + output; longer ones are rejected (default: the scenario's)",
+}
 
 
 def _csv_list(kind: type, minimum: float | None = None) -> Callable[[str], list[Any]]:
@@ -85,7 +92,20 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     add("--trace", type=Path, default=None, help="evaluate on your own trace file instead of --scenarios")
     add("--trace-format", choices=TRACE_FORMATS, default=None, help="format of --trace (default: none; required)")
     add("--trace-rate", type=float, default=None, help="arrival rate for --trace in req/s (default: the trace's mean)")
-    add("--trace-slo", default="chat", help=f"SLO class for --trace: {','.join(SLO_CLASSES)}")
+    add(
+        "--trace-slo",
+        default="chat",
+        help=f"SLO class of --trace's tenants that --tenant-slo does not name (of its one tenant when it has no "
+        f"tenant column): {','.join(SLO_CLASSES)}, or TTFT_S:TPOT_S",
+    )
+    add(
+        "--tenant-slo",
+        default=None,
+        metavar="NAME=CLASS[,NAME=CLASS...]",
+        help="SLO class per tenant of --trace's tenant column (generic format: tenant=COLUMN in --trace-columns; "
+        "tenants come in order of first appearance in the file), each a class of --trace-slo's list or "
+        "TTFT_S:TPOT_S; unnamed tenants get --trace-slo (default: none, every tenant gets --trace-slo)",
+    )
     add(
         "--trace-columns",
         default=None,
@@ -93,7 +113,11 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         "(default: none; required by --trace-format generic)",
     )
     add("--trace-time-unit", choices=("s", "ms"), default="s", help="generic format: timestamp unit")
-    add("--describe", action="store_true", help="describe the scenarios instead of running policies")
+    add(
+        "--describe",
+        action="store_true",
+        help="describe the scenarios (one episode of --num-requests at each load) instead of running policies",
+    )
     add("--capacity", action="store_true", help="search each policy's capacity (attainment >= 90%%)")
     add("--out", type=Path, default=None, help="folder for results.csv/.json, summary.csv and plots (default: none)")
     add(
@@ -123,6 +147,9 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         help="sim: llmsched's simulator; vllm: also run vLLM's real scheduler in the loop on the same requests "
         "and print both attainments (needs the 'vllm' extra)",
     )
+    eng = p.add_argument_group("engine limits (override every scenario's engine, --trace's included)")
+    for name, what in ENGINE_LIMITS.items():
+        eng.add_argument(f"--{name.replace('_', '-')}", type=_positive_int, default=None, help=what)
     rt = p.add_argument_group("torch runtime (--backend runtime)")
     rt.add_argument("--backend", choices=("sim", "runtime"), default="sim", help="simulator or real model")
     rt.add_argument("--model", default="tiny", help="model preset of the runtime (tiny, llama-1b, llama3-8b)")
@@ -164,6 +191,8 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
             check_vllm()
         except ValueError as exc:
             p.error(f"--engine vllm: {exc}")
+    if args.trace is None and (args.tenant_slo is not None or args.trace_rate is not None):
+        p.error("--tenant-slo and --trace-rate apply to --trace only")
     if args.describe and set(args.scenarios) & set(list_cluster_scenarios()):
         p.error("--describe is single-node only")
     try:
@@ -172,19 +201,52 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
         if args.tensorboard is not None:
             check_output(args.tensorboard, args.force, "--tensorboard")
         runtime = from_args(RuntimeOptions, args) if args.backend == "runtime" else None
-        scenarios: list[Any] = [_trace_scenario(p, args)] if args.trace is not None else args.scenarios
-        config = from_args(EvalConfig, args, scenarios=scenarios, runtime=runtime)
+        limits = {name: getattr(args, name) for name in ENGINE_LIMITS if getattr(args, name) is not None}
+        scenarios: list[Any] = [_trace_scenario(p, args, limits)] if args.trace is not None else args.scenarios
+        config = from_args(EvalConfig, args, scenarios=scenarios, runtime=runtime, engine_limits=limits or None)
     except ValueError as exc:
         p.error(str(exc))
     return config
 
 
-def _trace_scenario(p: argparse.ArgumentParser, args: argparse.Namespace) -> Scenario:
+def slo_class(text: str) -> SLOClass:
+    """An SLO class from its name in ``SLO_CLASSES`` or ``TTFT_S:TPOT_S`` (seconds); ``ValueError`` otherwise."""
+    if text in SLO_CLASSES:
+        return SLO_CLASSES[text]
+    ttft, sep, tpot = text.partition(":")
+    try:
+        return SLOClass(text, float(ttft), float(tpot)) if sep else SLO_CLASSES[text]
+    except (KeyError, ValueError):
+        raise ValueError(
+            f"unknown SLO class {text!r}; available: {', '.join(SLO_CLASSES)}, or TTFT_S:TPOT_S with both > 0"
+        ) from None
+
+
+def tenant_slos(text: str) -> dict[str, SLOClass]:
+    """``NAME=CLASS[,NAME=CLASS...]`` as {tenant name: SLO class} (``slo_class``); ``ValueError`` otherwise."""
+    out: dict[str, SLOClass] = {}
+    for item in text.split(","):
+        name, sep, cls = item.strip().rpartition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"expected NAME=CLASS pairs separated by commas, got {item.strip()!r}")
+        if name.strip() in out:
+            raise ValueError(f"tenant {name.strip()!r} named twice")
+        out[name.strip()] = slo_class(cls.strip())
+    return out
+
+
+def _trace_scenario(p: argparse.ArgumentParser, args: argparse.Namespace, limits: dict[str, int]) -> Scenario:
     """The scenario of ``--trace`` and its options (``ValueError`` from the trace reader names the file)."""
     if args.trace_format is None:
         p.error(f"--trace needs --trace-format ({', '.join(TRACE_FORMATS)})")
-    if args.trace_slo not in SLO_CLASSES:
-        p.error(f"unknown --trace-slo {args.trace_slo!r}; available: {', '.join(SLO_CLASSES)}")
+    try:
+        default = slo_class(args.trace_slo)
+    except ValueError as exc:
+        p.error(f"--trace-slo: {exc}")
+    try:
+        per_tenant = tenant_slos(args.tenant_slo) if args.tenant_slo is not None else None
+    except ValueError as exc:
+        p.error(f"--tenant-slo: {exc}")
     options: dict[str, Any] = {}
     if args.trace_format == "generic":
         if not args.trace_columns:
@@ -194,4 +256,13 @@ def _trace_scenario(p: argparse.ArgumentParser, args: argparse.Namespace) -> Sce
         except ValueError:
             p.error(f"--trace-columns must be field=column pairs separated by commas, got {args.trace_columns!r}")
         options["time_unit"] = args.trace_time_unit
-    return scenario_from_trace(args.trace, args.trace_format, args.trace_rate, args.trace_slo, **options)
+    engine = EngineConfig(**limits)  # EvalConfig puts the limits over it again: the same engine
+    return scenario_from_trace(
+        args.trace,
+        args.trace_format,
+        args.trace_rate,
+        default,
+        engine=engine,
+        tenant_slos=per_tenant,
+        **options,
+    )

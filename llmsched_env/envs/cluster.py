@@ -26,7 +26,7 @@ from llmsched_env.envs.cluster_options import LocalPolicy, resolve_disagg, resol
 from llmsched_env.envs.options import check_episode_args, load_arg
 from llmsched_env.envs.reward import RewardConfig, RewardTracker
 from llmsched_env.workloads.library import get_scenario
-from llmsched_env.workloads.scenarios import Scenario
+from llmsched_env.workloads.scenarios import Scenario, TraceSource
 
 __all__ = ["LLMSchedClusterEnv"]
 
@@ -133,6 +133,8 @@ class LLMSchedClusterEnv(gym.Env):
             trace = getattr(self.source, "trace", None)
             num_requests = min(base.num_requests * n, len(trace)) if trace is not None else base.num_requests * n
         self.num_requests = num_requests if num_requests is not None else csc.num_requests  # type: ignore[union-attr]
+        if isinstance(self.source, TraceSource):  # an episode larger than the trace's part fails now, not at reset
+            self.source.check_episode(self.num_requests)
         self.tenants = self.source.tenants
         single = self.source.nominal_rate_rps()
         # load 1.0: the cluster scenario's measured rate (per replica, if num_replicas was changed), else N

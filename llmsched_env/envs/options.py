@@ -14,21 +14,25 @@ from llmsched_env.common.fields import as_dataclass
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.workloads.scenarios import SPLITS
 
-__all__ = ["check_episode_args", "engine_config", "load_arg"]
+__all__ = ["MAX_EPISODE_REQUESTS", "check_episode_args", "engine_config", "load_arg"]
+
+MAX_EPISODE_REQUESTS = 1_000_000  # an episode holds every request in memory: more would exhaust it, not run
 
 
 def check_episode_args(
     env: gym.Env, split: str, num_requests: int | None, horizon_s: float, max_steps: int, render_mode: str | None
 ) -> None:
     """Raise ``ValueError`` naming the argument (and ``env``'s class) unless ``split`` is one of ``SPLITS``,
-    ``num_requests`` is None or an integer >= 1, ``horizon_s`` > 0 (inf for none), ``max_steps`` an integer
-    >= 1 and ``render_mode`` None or one of ``env.metadata["render_modes"]``."""
+    ``num_requests`` is None or an integer from 1 to ``MAX_EPISODE_REQUESTS``, ``horizon_s`` > 0 (inf for
+    none), ``max_steps`` an integer >= 1 and ``render_mode`` None or one of ``env.metadata["render_modes"]``."""
     owner = type(env).__name__
     render_modes = env.metadata["render_modes"]
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if num_requests is not None:
         check_int(owner, "num_requests", num_requests, 1)
+        if num_requests > MAX_EPISODE_REQUESTS:
+            raise ValueError(f"{owner}.num_requests must be at most {MAX_EPISODE_REQUESTS}, got {num_requests}")
     if not (isinstance(horizon_s, (int, float)) and horizon_s > 0):  # inf (no horizon) is allowed
         raise ValueError(f"{owner}.horizon_s must be > 0 (inf for none), got {horizon_s!r}")
     check_int(owner, "max_steps", max_steps, 1)

@@ -26,7 +26,7 @@ from llmsched_env.envs.render import render_ansi, render_rgb
 from llmsched_env.envs.reward import RewardConfig, RewardTracker
 from llmsched_env.sim.simulator import Simulator
 from llmsched_env.workloads.library import get_scenario
-from llmsched_env.workloads.scenarios import Scenario, SyntheticSource
+from llmsched_env.workloads.scenarios import Scenario, SyntheticSource, TraceSource
 from llmsched_env.workloads.workload import WorkloadConfig
 
 __all__ = ["LLMSchedEnv"]
@@ -139,6 +139,8 @@ class LLMSchedEnv(gym.Env):
         self.cost_model = cm if not isinstance(cm, str) else load_cost_model(cm)
         self.remote_kv = remote_kv if remote_kv is not None else sc.remote_kv
         self.source = sc.source(split, self.cost_model)
+        if isinstance(self.source, TraceSource):  # an episode larger than the trace's part fails now, not at reset
+            self.source.check_episode(self.num_requests)
         self.action_spec = action_spec or ActionSpec.for_engine(self.engine_config)
         self.action_spec.check_engine(self.engine_config)
         self.reward_config = RewardConfig.of(reward)

@@ -12,8 +12,8 @@ travels as its path), so a Ray worker gets it as it is.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import gymnasium as gym
@@ -24,11 +24,12 @@ from llmsched_env.common.checks import check_int
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.actions import ACTION_COMPONENTS, ActionSpec
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
-from llmsched_env.envs.options import load_arg
+from llmsched_env.engine.config import EngineConfig
+from llmsched_env.envs.options import MAX_EPISODE_REQUESTS, load_arg
 from llmsched_env.evaluation.policies import PolicySpec, resolve_policy
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.workloads.library import SCENARIOS
-from llmsched_env.workloads.scenarios import SPLITS, Scenario
+from llmsched_env.workloads.scenarios import SPLITS, Scenario, check_episode_size
 
 __all__ = ["AnyScenario", "EvalConfig", "InputError", "Row"]
 
@@ -45,7 +46,9 @@ class EvalConfig:
     """Every run of an evaluation: each (scenario, load, policy, seed), episodes of ``split`` with
     ``num_requests`` requests (default: the scenario's) and ``cost_model`` (a preset name or JSON path;
     default: the scenario's, or the runtime's calibrated preset). ``runtime`` set: the torch runtime serves
-    the episodes instead of the simulator (single-node scenarios only)."""
+    the episodes instead of the simulator (single-node scenarios only). ``engine_limits``: ``EngineConfig``
+    fields (``num_kv_blocks``, ``max_num_seqs``, ``max_num_batched_tokens``, ``max_model_len``, ...) that
+    override every (single-node) scenario's engine; the config then holds the scenarios with those engines."""
 
     scenarios: Sequence[AnyScenario | str] = ("default",)
     policies: Sequence[PolicySpec | str] = ("fcfs",)
@@ -56,6 +59,7 @@ class EvalConfig:
     cost_model: str | None = None
     check_invariants: bool = False
     runtime: RuntimeOptions | None = field(default=None)
+    engine_limits: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for name in ("scenarios", "policies", "loads", "seeds"):
@@ -77,6 +81,10 @@ class EvalConfig:
             raise ValueError(f"EvalConfig.split must be one of {SPLITS}, got {self.split!r}")
         if self.num_requests is not None:
             check_int("EvalConfig", "num_requests", self.num_requests, 1)
+            if self.num_requests > MAX_EPISODE_REQUESTS:
+                raise ValueError(
+                    f"EvalConfig.num_requests must be at most {MAX_EPISODE_REQUESTS}, got {self.num_requests}"
+                )
         if self.runtime is not None and not isinstance(self.runtime, RuntimeOptions):
             raise ValueError(f"EvalConfig.runtime must be RuntimeOptions or None, got {self.runtime!r}")
         names = [spec.name for spec in self.policies]  # type: ignore[union-attr]
@@ -84,6 +92,12 @@ class EvalConfig:
         if dup:
             raise ValueError(f"policy name(s) {dup} used twice; name each one with name=path")
         self._check_kinds()
+        if self.engine_limits:
+            set_(self, "scenarios", tuple(self._with_limits(s) for s in self.scenarios))
+        if self.num_requests is not None:  # an episode larger than a trace's part fails here, naming the file
+            for scenario in self.scenarios:
+                if isinstance(scenario, Scenario):
+                    check_episode_size(scenario, self.split, self.num_requests)
         if self.runtime is not None and self.cost_model is None:
             set_(self, "cost_model", self.runtime.cost_model_preset())
         if self.cost_model is not None:  # a bad preset name or file fails here, not inside the first run
@@ -125,6 +139,21 @@ class EvalConfig:
         if misplaced:
             kind = "single-node schedulers" if self.is_cluster else "routers (cluster scenarios only)"
             raise ValueError(f"{misplaced} are {kind}; use {'routers' if self.is_cluster else 'schedulers'} here")
+
+    def _with_limits(self, scenario: AnyScenario) -> Scenario:
+        """``scenario`` with ``engine_limits`` over its engine (``ValueError`` naming the field)."""
+        limits = dict(self.engine_limits or {})
+        if not isinstance(scenario, Scenario):
+            raise ValueError(f"EvalConfig.engine_limits apply to single-node scenarios, not {scenario.name!r}")
+        known = [f.name for f in fields(EngineConfig)]
+        unknown = sorted(set(limits) - set(known))
+        if unknown:
+            raise ValueError(f"EvalConfig.engine_limits: unknown field(s) {unknown}; EngineConfig has {known}")
+        try:
+            engine = replace(scenario.engine, **limits)
+        except ValueError as exc:
+            raise ValueError(f"scenario {scenario.name!r}: {exc}") from None
+        return replace(scenario, engine=engine)
 
     def _check_policy_files(self) -> None:
         """Every exported policy must fit every scenario's observations and actions (names and options)."""

@@ -8,11 +8,20 @@ from llmsched_env.workloads.scenarios import Scenario
 __all__ = ["format_description"]
 
 
-def format_description(scenario: Scenario, split: str = "eval", load: float = 1.0, seed: int = 0) -> str:
-    """Lines describing the ``split`` episode of ``scenario`` at ``load`` for ``seed`` (``describe_scenario``):
-    engine, cost model, arrival rate and burstiness, prompt and output lengths, each tenant, and the offered
-    load against the engine's estimated capacity."""
-    d = describe_scenario(scenario, split, load, seed)
+def format_description(
+    scenario: Scenario,
+    split: str = "eval",
+    load: float = 1.0,
+    seed: int = 0,
+    num_requests: int | None = None,
+    cost_model: str | None = None,
+) -> str:
+    """Lines describing the ``split`` episode of ``scenario`` at ``load`` for ``seed`` (``describe_scenario``,
+    ``num_requests`` and ``cost_model`` defaulting to the scenario's): engine, cost model, arrival rate and
+    burstiness, prompt and output lengths, the requests rejected on arrival, each tenant, and the offered load
+    against the engine's estimated capacity."""
+    d = describe_scenario(scenario, split, load, seed, num_requests, cost_model)
+    eng = d["engine"]
     pr, out = d["prompt"], d["output"]
     lines = [
         f"== {d['name']}: {d['description']}",
@@ -23,6 +32,9 @@ def format_description(scenario: Scenario, split: str = "eval", load: float = 1.
         f"{d['share_with_prefix_ids']:.0%} with prefix ids",
         f"   prompt p50/p90/p99 {pr['p50']:.0f}/{pr['p90']:.0f}/{pr['p99']:.0f}, "
         f"output {out['p50']:.0f}/{out['p90']:.0f}/{out['p99']:.0f} tokens",
+        f"   rejected on arrival: {d['share_over_max_model_len']:.1%} longer than max_model_len "
+        f"{eng.max_model_len}, {d['share_over_kv_pool']:.1%} more than the KV pool's {eng.num_kv_tokens} tokens "
+        "(prompt + output)",
     ]
     for t in d["tenants"]:
         tp, to = t["prompt"], t["output"]

@@ -49,12 +49,22 @@ def _pct(values: np.ndarray) -> dict[str, float]:
     return {"p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
-def describe_scenario(scenario: Scenario, split: str = "eval", load: float = 1.0, seed: int = 0) -> dict[str, Any]:
-    """One episode of ``scenario`` summarised: overall and per-tenant rates and lengths, SLOs, and the offered
-    load against the engine capacity estimate."""
-    cost = load_cost_model(scenario.cost_model)
+def describe_scenario(
+    scenario: Scenario,
+    split: str = "eval",
+    load: float = 1.0,
+    seed: int = 0,
+    num_requests: int | None = None,
+    cost_model: str | None = None,
+) -> dict[str, Any]:
+    """One episode of ``scenario`` (``num_requests`` requests, default the scenario's; ``cost_model`` a preset
+    name or JSON path, default the scenario's) summarised: overall and per-tenant rates and lengths, SLOs, the
+    shares of requests the engine rejects on arrival (longer than ``max_model_len``, or than the whole KV pool),
+    and the offered load against the engine capacity estimate."""
+    cost = load_cost_model(cost_model if cost_model is not None else scenario.cost_model)
     source = scenario.source(split, cost)
-    requests = source.sample(np.random.default_rng(seed), scenario.num_requests, load)
+    n = num_requests if num_requests is not None else scenario.num_requests
+    requests = source.sample(np.random.default_rng(seed), n, load)
     arrival = np.array([r.arrival_s for r in requests])
     prompt = np.array([r.prompt_len for r in requests], dtype=np.float64)
     output = np.array([r.output_len for r in requests], dtype=np.float64)
@@ -77,6 +87,10 @@ def describe_scenario(scenario: Scenario, split: str = "eval", load: float = 1.0
                 "output": _pct(output[mine]),
             }
         )
+    eng = scenario.engine
+    total = prompt + output
+    over_len = total > eng.max_model_len
+    over_kv = ~over_len & (np.ceil(total / eng.block_size) > eng.num_kv_blocks)  # the engine's order of checks
     cap = capacity_estimate_rps(scenario, cost, float(prompt.mean()), float(output.mean()))
     return {
         "name": scenario.name,
@@ -93,6 +107,8 @@ def describe_scenario(scenario: Scenario, split: str = "eval", load: float = 1.0
         "prompt": _pct(prompt),
         "output": _pct(output),
         "share_with_prefix_ids": with_prefix / len(requests) if requests else 0.0,
+        "share_over_max_model_len": float(over_len.mean()) if requests else 0.0,
+        "share_over_kv_pool": float(over_kv.mean()) if requests else 0.0,
         "tenants": tenants,
         **cap,
         "offered_load": rate / cap["capacity_estimate_rps"] if cap["capacity_estimate_rps"] > 0 else 0.0,

@@ -39,7 +39,7 @@ CHAT_LENGTHS = LengthDist.lognormal(250, 200, 1.0, 1.0, max_prompt_len=4096, max
 def _azure(key: str, slo: str, rate: float) -> Callable[[str, float], RequestSource]:
     def make(split: str, scale: float) -> RequestSource:
         trace = load_azure(trace_path(key), max_context=16384, overlong="truncate")
-        return TraceSource(trace_split(trace, split), scaled_tenant(slo, slo, scale), rate)
+        return TraceSource(trace_split(trace, split), (scaled_tenant(slo, slo, scale),), rate, split)
 
     return make
 
@@ -47,7 +47,8 @@ def _azure(key: str, slo: str, rate: float) -> Callable[[str, float], RequestSou
 def _mooncake(rate: float) -> Callable[[str, float], RequestSource]:
     def make(split: str, scale: float) -> RequestSource:
         trace = load_mooncake(trace_path("mooncake-conv"), max_context=131072)
-        return TraceSource(trace_split(trace, split), scaled_tenant("long_context", "long_context", scale), rate)
+        tenant = scaled_tenant("long_context", "long_context", scale)
+        return TraceSource(trace_split(trace, split), (tenant,), rate, split)
 
     return make
 

@@ -10,8 +10,7 @@ model's unloaded decode step, so they stay meaningful when the hardware preset c
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
@@ -31,16 +30,19 @@ from llmsched_env.workloads.traces import Trace, load_trace
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig, generate
 
 __all__ = [
+    "DEFAULT_TRACE_EPISODE",
     "SPLITS",
     "TRAIN_FRACTION",
     "RequestSource",
     "Scenario",
     "SyntheticSource",
     "TraceSource",
+    "check_episode_size",
     "scenario_from_trace",
     "slo_scale",
     "trace_dir",
     "trace_path",
+    "trace_tenants",
 ]
 
 SPLITS = ("train", "eval")
@@ -88,30 +90,47 @@ class SyntheticSource:
 
 @dataclass(frozen=True)
 class TraceSource:
-    """Windows of consecutive requests of one part of a trace, replayed at ``rate_rps × load``."""
+    """Windows of consecutive requests of one part of a trace, replayed at ``rate_rps × load``.
+
+    The trace's tenant codes index ``tenants`` (one ``TenantConfig`` per name of ``trace.tenant_names``, in
+    that order); a trace without a tenant column gives every request to its one tenant. ``split`` names the
+    part in messages."""
 
     trace: Trace
-    tenant: TenantConfig
+    tenants: tuple[TenantConfig, ...]
     rate_rps: float
+    split: str | None = None
 
-    @property
-    def tenants(self) -> tuple[TenantConfig, ...]:
-        return (self.tenant,)
+    def __post_init__(self) -> None:
+        tenants = (self.tenants,) if isinstance(self.tenants, TenantConfig) else tuple(self.tenants)
+        need = len(self.trace.tenant_names) if self.trace.tenant is not None else 1
+        if len(tenants) != need or not all(isinstance(t, TenantConfig) for t in tenants):
+            raise ValueError(
+                f"{self.trace.source}: TraceSource needs {need} TenantConfig(s), one per tenant of the trace "
+                f"{list(self.trace.tenant_names)}, got {len(tenants)}"
+            )
+        object.__setattr__(self, "tenants", tenants)
 
     def nominal_rate_rps(self) -> float:
         return self.rate_rps
 
-    def sample(self, rng: np.random.Generator, num_requests: int, load: float) -> list[Request]:
+    def check_episode(self, num_requests: int) -> None:
+        """Raise ``ValueError`` naming the trace file unless an episode of ``num_requests`` fits in this part."""
         n = len(self.trace)
         if num_requests > n:
+            part = f"the {self.split} split's" if self.split else "this split's"
             raise ValueError(
-                f"{self.trace.name}: an episode of {num_requests} requests does not fit in this split's "
-                f"{n} requests; ask for fewer"
+                f"{self.trace.source}: an episode of {num_requests} requests does not fit in {part} {n} requests; "
+                f"ask for at most {n}"
             )
+
+    def sample(self, rng: np.random.Generator, num_requests: int, load: float) -> list[Request]:
+        self.check_episode(num_requests)
+        n = len(self.trace)
         start = int(rng.integers(0, n - num_requests + 1))
         window = self.trace.slice(start, start + num_requests)
         scale = self.rate_rps / self.trace.mean_rate_rps() * load
-        return window.to_requests(time_scale=scale, tenant_of=np.zeros(num_requests, dtype=np.int64))
+        return window.to_requests(time_scale=scale)  # the trace's tenant codes, or tenant 0 for every request
 
 
 @dataclass(frozen=True)
@@ -173,45 +192,139 @@ def length_split(trace: Trace, split: str, max_prompt_len: int, max_output_len: 
     )
 
 
+DEFAULT_TRACE_EPISODE = 1000  # requests per episode of a user trace, when its parts hold that many
+_PARTS = {"train": f"the first {TRAIN_FRACTION:.0%} of its time", "eval": f"the last {1 - TRAIN_FRACTION:.0%}"}
+
+
+def _names(values: Sequence[str], limit: int = 8) -> str:
+    shown = ", ".join(repr(v) for v in values[:limit])
+    return shown + (f", ... ({len(values)} in all)" if len(values) > limit else "")
+
+
+def trace_tenants(
+    path: str | Path,
+    trace: Trace,
+    slo_class: str | SLOClass = "chat",
+    tenant_slos: Mapping[str, str | SLOClass] | None = None,
+) -> list[tuple[str, str | SLOClass]]:
+    """(name, SLO class) of each tenant of ``trace``, in the order of its tenant codes (first appearance in
+    the file): the class ``tenant_slos`` names for it, else ``slo_class``. A trace without a tenant column has
+    one tenant, named after ``slo_class``. ``ValueError`` naming the file for a tenant the trace lacks."""
+    tenant_slos = dict(tenant_slos or {})
+    if trace.tenant is None:
+        if tenant_slos:
+            raise ValueError(
+                f"{path}: SLO classes given for tenant(s) {_names(sorted(tenant_slos))} but the trace has no "
+                "tenant column (generic format: map one with tenant=COLUMN)"
+            )
+        return [(slo_class if isinstance(slo_class, str) else slo_class.name, slo_class)]
+    unknown = sorted(set(tenant_slos) - set(trace.tenant_names))
+    if unknown:
+        raise ValueError(
+            f"{path}: no tenant {_names(unknown)} in the trace's tenant column; its tenants are "
+            f"{_names(trace.tenant_names)}"
+        )
+    return [(name, tenant_slos.get(name, slo_class)) for name in trace.tenant_names]
+
+
+def _timed_parts(path: Path, trace: Trace) -> dict[str, Trace]:
+    """The training and evaluation parts of a timed trace, each checked to hold an arrival pattern."""
+    n = len(trace)
+    if n >= 2 and trace.duration_s() == 0.0:
+        raise ValueError(
+            f"{path}: all {n} requests arrive at the same time, so the trace has no arrival pattern to replay; "
+            "give it distinct timestamps, or replay its lengths alone (generic format without an arrival column, "
+            "with a rate: --trace-rate)"
+        )
+    parts = {split: trace_split(trace, split) for split in SPLITS}
+    for split, part in parts.items():
+        if len(part) < 2 or part.duration_s() == 0.0:
+            raise ValueError(
+                f"{path}: the trace's {n} request(s) leave its {split} part ({_PARTS[split]}) {len(part)} "
+                f"request(s) at {len(np.unique(part.arrival_s))} distinct time(s); each part needs at least 2 "
+                "requests at different times: give a longer trace"
+            )
+    return parts
+
+
+def _length_parts(path: Path, trace: Trace) -> list[tuple[float, Trace]]:
+    """(share of the rows, rows) of each tenant of a length-only trace (the whole trace when it has no tenant
+    column), each with rows for both parts."""
+    if trace.tenant is None:
+        groups = [("", trace)]
+    else:
+        groups = [(name, trace.select(trace.tenant == k)) for k, name in enumerate(trace.tenant_names)]
+    for name, rows in groups:
+        if len(rows) < 2:
+            who = f"tenant {name!r} has" if name else "the trace has"
+            raise ValueError(
+                f"{path}: {who} {len(rows)} row(s); a length-only trace needs at least 2 per tenant (its training "
+                f"part is the first {TRAIN_FRACTION:.0%} of the rows, its evaluation part the rest)"
+            )
+    return [(len(rows) / len(trace), rows) for _, rows in groups]
+
+
 def scenario_from_trace(
     path: str | Path,
     fmt: str,
     rate_rps: float | None = None,
-    slo_class: str = "chat",
+    slo_class: str | SLOClass = "chat",
     engine: EngineConfig | None = None,
     cost_model: str = REFERENCE_COST_MODEL,
+    tenant_slos: Mapping[str, str | SLOClass] | None = None,
     **options: object,
 ) -> Scenario:
     """A scenario replaying a user's trace file (``fmt``: azure, mooncake, lengths, generic), split in time
     into training and evaluation parts. A timed trace replays at its own mean rate unless ``rate_rps`` is
-    given; a length-only file needs ``rate_rps`` for its Poisson arrivals."""
+    given; a length-only file needs ``rate_rps`` for its Poisson arrivals (shared among its tenants as their
+    rows are). A trace with a tenant column (generic format) keeps its tenants, in order of first appearance
+    in the file, each with the SLO class ``tenant_slos`` names for it, else ``slo_class`` (``trace_tenants``).
+    The default episode is the smaller of ``DEFAULT_TRACE_EPISODE`` and the requests of each part.
+    Every problem is a ``ValueError`` naming the file."""
     path = Path(path)
     trace = load_trace(path, fmt, **options)  # fail now, with the file's own error, not at reset()
     if rate_rps is not None and not (is_finite_number(rate_rps) and rate_rps > 0):
         raise ValueError(f"{path}: the rate (--trace-rate) must be a finite number > 0, got {rate_rps!r}")
+    for _, cls in tenant_slos.items() if tenant_slos else ():
+        if isinstance(cls, str) and cls not in SLO_CLASSES:
+            raise ValueError(f"{path}: unknown SLO class {cls!r}; available: {', '.join(SLO_CLASSES)}")
+    tenants = trace_tenants(path, trace, slo_class, tenant_slos)
     engine = engine or EngineConfig()
     if trace.arrival_s is None:
         if rate_rps is None:
             raise ValueError(f"{path}: a length-only trace has no arrival times; give a rate (--trace-rate)")
+        groups = _length_parts(path, trace)
 
         def make_lengths(split: str, scale: float) -> RequestSource:
-            lengths = length_split(trace, split, engine.max_model_len - 1, engine.max_model_len - 1)
-            tenant = TenantWorkload(scaled_tenant(slo_class, slo_class, scale), float(rate_rps), lengths)
-            return SyntheticSource(WorkloadConfig((tenant,), 1000), split)
+            workloads = tuple(
+                TenantWorkload(
+                    scaled_tenant(name, cls, scale),
+                    float(rate_rps) * share,
+                    length_split(rows, split, engine.max_model_len - 1, engine.max_model_len - 1),
+                )
+                for (name, cls), (share, rows) in zip(tenants, groups, strict=True)
+            )
+            return SyntheticSource(WorkloadConfig(workloads, DEFAULT_TRACE_EPISODE), split)
 
         make: Callable[[str, float], RequestSource] = make_lengths
+        num = min(DEFAULT_TRACE_EPISODE, max(1, int(len(trace) * (1 - TRAIN_FRACTION)) - 1))
     else:
+        parts = _timed_parts(path, trace)
         rate = float(rate_rps) if rate_rps is not None else trace.mean_rate_rps()
-        if not math.isfinite(rate):
-            raise ValueError(
-                f"{path}: the trace's arrivals span no time ({len(trace)} request(s)), so it has no mean rate; "
-                "give a rate (--trace-rate)"
-            )
 
         def make_timed(split: str, scale: float) -> RequestSource:
-            return TraceSource(trace_split(trace, split), scaled_tenant(slo_class, slo_class, scale), rate)
+            configs = tuple(scaled_tenant(name, cls, scale) for name, cls in tenants)
+            return TraceSource(parts[split], configs, rate, split)
 
         make = make_timed
-    num = min(1000, max(1, int(len(trace) * (1 - TRAIN_FRACTION)) - 1))
+        num = min(DEFAULT_TRACE_EPISODE, *(len(part) for part in parts.values()))
     name = data_stem(path)  # my.csv.gz is named "my", as my.csv is
     return Scenario(name, f"{fmt} trace {path}", make, engine=engine, cost_model=cost_model, num_requests=num)
+
+
+def check_episode_size(scenario: Scenario, split: str, num_requests: int) -> None:
+    """Raise ``ValueError`` naming the trace file when an episode of ``num_requests`` does not fit in
+    ``scenario``'s ``split`` part (a trace replay's window); synthetic sources fit any size."""
+    source = scenario.make_source(split, 1.0)  # the SLO scale does not change the part's size
+    if isinstance(source, TraceSource):
+        source.check_episode(num_requests)
