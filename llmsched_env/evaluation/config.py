@@ -20,12 +20,12 @@ import gymnasium as gym
 
 import llmsched_env  # noqa: F401  (registers LLMSched-v0 and LLMSchedCluster-v0)
 from llmsched_env.cluster.scenarios import CLUSTER_SCENARIOS, ClusterScenario
-from llmsched_env.common.checks import check_int
+from llmsched_env.common.checks import check_int, check_positive
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.actions import ACTION_COMPONENTS, ActionSpec
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.engine.config import EngineConfig
-from llmsched_env.envs.options import MAX_EPISODE_REQUESTS, load_arg
+from llmsched_env.envs.options import MAX_EPISODE_REQUESTS, MAX_LOAD, MIN_LOAD
 from llmsched_env.evaluation.policies import PolicySpec, resolve_policy
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.workloads.library import SCENARIOS
@@ -74,7 +74,9 @@ class EvalConfig:
         set_(self, "loads", tuple(self.loads))
         set_(self, "seeds", tuple(self.seeds))
         for load in self.loads:
-            load_arg("EvalConfig", load)  # the env's own bounds, checked before anything runs
+            check_positive("EvalConfig", "loads", load)
+            if not MIN_LOAD <= load <= MAX_LOAD:  # the env's bounds, checked before anything runs
+                raise ValueError(f"EvalConfig.loads must be between {MIN_LOAD} and {MAX_LOAD}, got {load!r}")
         for seed in self.seeds:
             check_int("EvalConfig", "seeds", seed, 0)
         if self.split not in SPLITS:
