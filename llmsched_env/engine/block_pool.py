@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from itertools import islice
 from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
@@ -160,12 +161,12 @@ class BlockPool:
         if twins is not None and not twins:
             del self._twins[old]
 
-    def lookup(self, hashes: Sequence[BlockHash], max_blocks: int) -> list[int]:
+    def lookup(self, hashes: Iterable[BlockHash], max_blocks: int) -> list[int]:
         """Ids of the cached blocks matching the longest prefix of ``hashes`` (at most ``max_blocks``): for each
         hash, the block that has held it longest."""
         hits: list[int] = []
         cached = self._cached
-        for h in hashes[:max_blocks]:
+        for h in islice(hashes, max_blocks):
             block = cached.get(h)
             if block is None:
                 break

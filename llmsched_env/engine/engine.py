@@ -237,7 +237,8 @@ class Engine:
         hits = self.pool.lookup(hashes, max_blocks) if hashes else []
         if r.num_preemptions and len(hits) == min(len(hashes), max_blocks) < max_blocks:
             rid = r.request_id
-            hits += self.pool.lookup([(rid, j) for j in range(len(hits), max_blocks)], max_blocks)
+            own = ((rid, j) for j in range(len(hits), max_blocks))  # lazily: the lookup stops at the first miss
+            hits += self.pool.lookup(own, max_blocks - len(hits))
         return hits
 
     # ---------------------------------------------------------------------------------- the builder
@@ -300,13 +301,13 @@ class Engine:
         for r in self._candidates(decision.order):
             if admitted >= decision.max_admit or len(self.running) >= cfg.max_num_seqs or left <= 0:
                 break
-            if decision.shed and self._hopeless(r):
+            hits = self._lookup(r)
+            cached = len(hits) * bs
+            if decision.shed and self._hopeless(r, cached):
                 self._reject(r, "ttft_unreachable")
                 batch.num_rejected += 1
                 continue
             n = r.num_prefill_tokens
-            hits = self._lookup(r)
-            cached = len(hits) * bs
             remote_blocks = 0
             if self.remote is not None and r.prefix_hashes:
                 remote_blocks = self.remote.hit_blocks(r.prefix_hashes, len(hits), (n - 1) // bs)
@@ -362,13 +363,15 @@ class Engine:
         self.pool.release(r.block_table)
         r.block_table = []
 
-    def _hopeless(self, r: Request) -> bool:
+    def _hopeless(self, r: Request, cached: int | None = None) -> bool:
         """Even alone and unchunked, ``r``'s first token would come after its TTFT deadline: its prefill is
-        priced for the tokens left after the prefix-cache hit it would get now (as admission would)."""
+        priced for the tokens left after the prefix-cache hit it would get now (as admission would; ``cached``
+        is that hit in tokens when the caller has looked it up already)."""
         if r.first_token_s is not None:
             return False  # a preempted request already has its first token
         deadline = r.arrival_s + self._ttft_slo[r.tenant]
-        cached = self._cached_prefix_blocks(r) * self.block_size
+        if cached is None:
+            cached = self._cached_prefix_blocks(r) * self.block_size
         return self.now_s + prefill_time_s(self.cost_model, r.num_prefill_tokens, num_cached_tokens=cached) > deadline
 
     def _shed_heads(self) -> None:

@@ -343,7 +343,8 @@ class VllmState:
         self.awaiting_first: dict[str, Request] = {}  # running, first token not yet out
         self.running_ids: set[str] = set()  # vLLM ids of the requests in vLLM's running list
         self._ttft_heap: list[tuple[float, int, Request]] = []
-        self._shed_after: dict[int, tuple[int, float]] = {}  # shadow id -> (prefill tokens, latest useful start)
+        # shadow id -> ((prefill tokens, cached tokens), the latest start from which its TTFT is reachable)
+        self._shed_after: dict[int, tuple[tuple[int, int], float]] = {}
         self._next_id = 0
 
     # -- the EngineState views ---------------------------------------------------------------------------
@@ -494,11 +495,9 @@ class VllmState:
         n = sh.num_prefill_tokens
         _, cached, _ = self._s.kv_cache_manager.get_computed_blocks(self.vreqs[sh.request_id])
         latest = self._shed_after.get(sh.request_id)
-        # priced once per (prefill length, cached tokens), keyed n * (n + 1) + cached (cached < n); n grows
-        # only on preemption
-        if latest is None or latest[0] != n * (n + 1) + cached:
+        if latest is None or latest[0] != (n, cached):  # priced once per (prefill length, cached tokens)
             price = prefill_time_s(self.cost_model, n, num_cached_tokens=cached)
-            latest = (n * (n + 1) + cached, sh.arrival_s + self._ttft[sh.tenant] - price)
+            latest = ((n, cached), sh.arrival_s + self._ttft[sh.tenant] - price)
             self._shed_after[sh.request_id] = latest
         return self.now_s > latest[1]
 
