@@ -33,6 +33,7 @@ from llmsched_env.engine.config import TenantConfig
 from llmsched_env.engine.engine import Engine
 from llmsched_env.engine.request import Request
 from llmsched_env.sim.kv_usage import KVUsage
+from llmsched_env.sim.simulator import check_arrival_order
 
 __all__ = ["Cluster", "LocalDecide", "Replica"]
 
@@ -97,9 +98,7 @@ class Cluster:
                 f"DisaggConfig has {disagg.num_prefill} prefill + {disagg.num_decode} decode replicas but "
                 f"{len(specs)} ReplicaSpecs were given"
             )
-        for prev, cur in itertools.pairwise(requests):
-            if cur.arrival_s < prev.arrival_s:
-                raise ValueError(f"requests must be sorted by arrival: request {cur.request_id} comes too early")
+        check_arrival_order(requests)
         if len({r.request_id for r in requests}) != len(requests):
             raise ValueError("request ids must be unique within a cluster run")
         check_prefix_layout(requests, specs[0].engine.block_size)  # up front, before any request runs

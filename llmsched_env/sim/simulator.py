@@ -25,7 +25,18 @@ from llmsched_env.engine.request import Request
 from llmsched_env.sim.kv_usage import KVUsage
 from llmsched_env.sim.metrics import compute_metrics
 
-__all__ = ["Simulator"]
+__all__ = ["Simulator", "check_arrival_order"]
+
+
+def check_arrival_order(requests: Sequence[Request]) -> None:
+    """ValueError naming the first request that arrives before the one listed ahead of it: every driver of
+    an engine (the simulator, the cluster, vLLM in the loop) replays requests in arrival order."""
+    for prev, cur in itertools.pairwise(requests):
+        if cur.arrival_s < prev.arrival_s:
+            raise ValueError(
+                f"requests must be sorted by arrival: request {cur.request_id} arrives at {cur.arrival_s} "
+                f"before request {prev.request_id} at {prev.arrival_s}"
+            )
 
 
 class Simulator:
@@ -40,12 +51,7 @@ class Simulator:
         remote_kv: RemoteKVConfig | None = None,
         rng: np.random.Generator | None = None,
     ) -> None:
-        for prev, cur in itertools.pairwise(requests):
-            if cur.arrival_s < prev.arrival_s:
-                raise ValueError(
-                    f"requests must be sorted by arrival: request {cur.request_id} arrives at {cur.arrival_s} "
-                    f"before request {prev.request_id} at {prev.arrival_s}"
-                )
+        check_arrival_order(requests)
         check_prefix_layout(requests, config.block_size)  # up front, before any request runs
         remote = None
         if remote_kv is not None:

@@ -25,6 +25,7 @@ from llmsched_env.engine.batch import Batch, Decision
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.engine.request import Request, Status
 from llmsched_env.sim.metrics import compute_metrics
+from llmsched_env.sim.simulator import check_arrival_order
 
 __all__ = ["VllmLoop", "run_vllm_loop"]
 
@@ -50,9 +51,7 @@ class VllmLoop:
         self.tenants = tuple(tenants)
         self.cost_model = cost_model
         self.requests = list(requests)
-        for prev, cur in zip(self.requests, self.requests[1:], strict=False):
-            if cur.arrival_s < prev.arrival_s:
-                raise ValueError(f"requests must be sorted by arrival: request {cur.request_id} comes too early")
+        check_arrival_order(self.requests)
         self.start_s = self.requests[0].arrival_s if self.requests else 0.0
         self.clock = SimClock(self.start_s)
         adapter = AdapterConfig(
