@@ -69,7 +69,7 @@ class EpisodeMetricsCallback(BaseCallback):
 
 
 class PeriodicEvalCallback(BaseCallback):
-    """Every ``eval_freq`` calls, run the deterministic policy on ``seeds`` episodes of the evaluation split,
+    """Every ``eval_freq`` calls, run the deterministic policy on ``seeds`` episodes of the val split,
     log ``eval/*`` and the ratio to the best baseline's attainment on the same episodes, and keep the best
     model (``best_model.zip``, and ``on_best(model)`` e.g. to export it). With ``progress``, a status line on
     stderr before the baselines' and the start policy's evaluations, and a bar over the baselines' episodes.

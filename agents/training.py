@@ -221,7 +221,7 @@ def _learn(
         kw = dict(eval_kwargs, load=run["eval_load"])
         if not agent:
             kw["iterations_per_step"] = 1  # baselines decide every iteration
-        return make_env_fn(scenario, config.algo, kw, split="eval", agent=agent)()
+        return make_env_fn(scenario, config.algo, kw, split="val", agent=agent)()
 
     every = max(int(run["eval_freq"]) // int(run["n_envs"]), 1)
     evaluator = PeriodicEvalCallback(

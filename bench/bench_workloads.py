@@ -34,7 +34,7 @@ def simulate(name: str, requests: list) -> float:  # type: ignore[type-arg]
     sc = get_scenario(name)
     spec = ActionSpec.for_engine(sc.engine)
     cost = load_cost_model(sc.cost_model)
-    source = sc.source("eval", cost)
+    source = sc.source("test", cost)
     ctx = PolicyContext(sc.engine, source.tenants, cost, spec, ())
     sim = Simulator(sc.engine, source.tenants, cost, requests, remote_kv=sc.remote_kv)
     decision = spec.decode(baselines.make("fcfs", ctx).act(np.zeros(1), spec.mask(sim.engine)))

@@ -26,7 +26,7 @@ TARGET = 0.9
 
 
 def attainment(scenario: str, router: str, load: float, seeds: list[int]) -> float:
-    env = gym.make("LLMSchedCluster-v0", scenario=scenario, split="eval", load=load)
+    env = gym.make("LLMSchedCluster-v0", scenario=scenario, split="test", load=load)
     ctx = env.unwrapped.policy_context()  # type: ignore[attr-defined]
     values = [run_episode(env, baselines.make_router(router, ctx, seed=s), seed=s)["slo_attainment"] for s in seeds]
     return float(np.mean(values))

@@ -25,7 +25,7 @@ def main() -> None:
     p.add_argument("--seeds", default="0,1")
     args = p.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
-    env = gym.make("LLMSched-v0", scenario=args.scenario, split="eval", load=args.load)
+    env = gym.make("LLMSched-v0", scenario=args.scenario, split="val", load=args.load)
     u = env.unwrapped
     spec = u.action_spec
     print("order  budget  chunk_cap  kv_reserve  shed  attainment")

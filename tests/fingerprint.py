@@ -27,18 +27,18 @@ NUM_REQUESTS = 60
 # scenarios (mooncake-conv, remote-kv) with fewer requests, as the invariant check scans their large pools
 SMALL = {"mooncake-conv": 10, "remote-kv": 10}
 SINGLE = [
-    ("default", "fcfs", 1.0, "eval", 0),
-    ("azure-conv", "slo_aware", 1.0, "eval", 1),
+    ("default", "fcfs", 1.0, "val", 0),
+    ("azure-conv", "slo_aware", 1.0, "val", 1),
     ("azure-code", "sarathi", 1.0, "train", 2),
-    ("mooncake-conv", "lpm", 1.0, "eval", 0),
+    ("mooncake-conv", "lpm", 1.0, "val", 0),
     ("sharegpt-poisson", "sjf", 1.2, "train", 1),
-    ("bursty", "kv_guard", 1.0, "eval", 0),
-    ("multi-tenant-overload", "vtc", 1.0, "eval", 3),
+    ("bursty", "kv_guard", 1.0, "val", 0),
+    ("multi-tenant-overload", "vtc", 1.0, "val", 3),
     ("tenants-on-off", "priority_aging", 1.0, "train", 0),
-    ("mix-shift", "prefill_first", 1.0, "eval", 0),
-    ("short-long", "random", 1.0, "eval", 5),
-    ("remote-kv", "slo_aware", 1.0, "eval", 0),
-] + [("mixed-slo", name, 1.5, "eval", 0) for name in baselines.available()]
+    ("mix-shift", "prefill_first", 1.0, "val", 0),
+    ("short-long", "random", 1.0, "val", 5),
+    ("remote-kv", "slo_aware", 1.0, "val", 0),
+] + [("mixed-slo", name, 1.5, "val", 0) for name in baselines.available()]
 # a small pool for the mixed-slo sweep, so that admission, preemption and shedding all happen
 SMALL_ENGINE = {"num_kv_blocks": 160, "max_num_seqs": 24}
 SHIPPED = [("mixed-slo", "mixed-slo", 1.3, 0), ("remote-kv", "remote-kv", 1.0, 1)]
@@ -84,14 +84,14 @@ def fingerprint() -> dict[str, Any]:
     for scenario, folder, load, seed in SHIPPED:
         policy = load_policy_file(POLICIES / folder)
         every = int(policy.meta.get("iterations_per_step", 1))
-        env = gym.make("LLMSched-v0", scenario=scenario, split="eval", load=load,
+        env = gym.make("LLMSched-v0", scenario=scenario, split="val", load=load,
                        num_requests=SMALL.get(scenario, NUM_REQUESTS), check_invariants=True, iterations_per_step=every)
-        out[f"{scenario}/shipped:{folder}/{load}/eval/{seed}"] = _run(env, policy, seed)
+        out[f"{scenario}/shipped:{folder}/{load}/val/{seed}"] = _run(env, policy, seed)
     for scenario, name, load, seed in CLUSTER:
-        env = gym.make("LLMSchedCluster-v0", scenario=scenario, split="eval", load=load, num_requests=NUM_REQUESTS,
+        env = gym.make("LLMSchedCluster-v0", scenario=scenario, split="val", load=load, num_requests=NUM_REQUESTS,
                        check_invariants=True)
         policy = baselines.make_for(name, env.unwrapped.policy_context(), seed=seed)
-        out[f"{scenario}/{name}/{load}/eval/{seed}"] = _run(env, policy, seed)
+        out[f"{scenario}/{name}/{load}/val/{seed}"] = _run(env, policy, seed)
     return out
 
 

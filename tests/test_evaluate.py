@@ -37,7 +37,7 @@ def _without_wall(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """fcfs and slo_aware on mixed-slo, 2 loads x 2 seeds, with plots (default with --out) and TensorBoard."""
-    out = tmp_path_factory.mktemp("eval")
+    out = tmp_path_factory.mktemp("test")
     argv = [*BASE, "--policies", "fcfs,slo_aware", "--loads", "0.8,1.5", "--seeds", "0,1"]
     assert main([*argv, "--out", str(out), "--tensorboard", str(out / "tb")]) == 0
     return out
@@ -122,7 +122,7 @@ def test_tensorboard_scalars_per_run_with_seed_as_step(run: Path) -> None:
 
 
 def test_kv_usage_series_is_ordered_in_time_and_a_share_of_the_pool() -> None:
-    env = gym.make("LLMSched-v0", scenario="mixed-slo", split="eval", num_requests=60, load=1.5)
+    env = gym.make("LLMSched-v0", scenario="mixed-slo", split="test", num_requests=60, load=1.5)
     run_episode(env, baselines.make("fcfs", env.unwrapped.policy_context()), seed=0)
     sim = env.unwrapped.sim
     t, u = sim.kv_usage_series()

@@ -58,7 +58,7 @@ def test_the_library_takes_no_argparse_and_imports_no_baselines() -> None:
         ({"loads": [0.0]}, "EvalConfig.loads"),
         ({"seeds": []}, "EvalConfig.seeds needs at least one entry"),
         ({"num_requests": 0}, "EvalConfig.num_requests"),
-        ({"split": "test"}, "EvalConfig.split"),
+        ({"split": "eval"}, "EvalConfig.split: split 'eval' was divided in two"),
         ({"scenarios": ["nope"]}, "unknown scenario 'nope'"),
         ({"policies": ["round_robin"]}, "routers (cluster scenarios only)"),
         ({"policies": ["fcfs", "a=fcfs", "a=sjf"]}, "used twice"),
@@ -120,7 +120,7 @@ def test_help_shows_every_default_and_runs_as_a_module() -> None:
     options = [a for a in parser._actions if a.option_strings and a.dest != "help"]
     text = parser.format_help()
     assert text.count("(default") == len(options), text
-    for expected in ("(default: fcfs)", "(default: default)", "(default: 1.0)", "(default: eval)", "(default: off)"):
+    for expected in ("(default: fcfs)", "(default: default)", "(default: 1.0)", "(default: test)", "(default: off)"):
         assert expected in text
     done = subprocess.run(
         [sys.executable, "-m", "llmsched_env.commands.evaluate", "--help"], cwd=ROOT, capture_output=True, text=True

@@ -166,7 +166,7 @@ def test_a_masked_choice_is_projected_not_a_fallback(runner: ModelRunner) -> Non
 
 def test_an_exported_policy_runs_on_the_runtime(runner: ModelRunner) -> None:
     policy = load_policy_file(ROOT / "policies" / "mixed-slo")
-    tenants = get_scenario("mixed-slo").source("eval", COST).tenants
+    tenants = get_scenario("mixed-slo").source("test", COST).tenants
     engine = EngineConfig(num_kv_blocks=48, max_model_len=1024)  # the scenario's engine, with a small KV pool
     spec = ActionSpec.for_engine(engine)
     encoder = ObservationEncoder(engine, tenants, 20.0)

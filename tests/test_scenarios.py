@@ -8,6 +8,8 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import baselines
 import llmsched_env  # noqa: F401
@@ -17,7 +19,17 @@ from llmsched_env.evaluation import find_capacity
 from llmsched_env.workloads.describe import describe_scenario
 from llmsched_env.workloads.library import get_scenario, list_scenarios
 from llmsched_env.workloads.public_traces import trace_path
-from llmsched_env.workloads.scenarios import TRAIN_FRACTION, scenario_from_trace, slo_scale
+from llmsched_env.workloads.scenarios import (
+    SPLITS,
+    TRAIN_FRACTION,
+    VAL_FRACTION,
+    scenario_from_trace,
+    slo_scale,
+    split_bounds,
+    split_rows,
+    trace_split,
+)
+from llmsched_env.workloads.trace import Trace
 from llmsched_env.workloads.traces import load_azure, load_mooncake
 
 REQUIRED = {
@@ -41,7 +53,7 @@ def test_library_holds_the_required_scenarios() -> None:
 
 @pytest.mark.parametrize("name", list_scenarios())
 def test_every_scenario_runs_with_invariants_checked(name: str) -> None:
-    env = gym.make("LLMSched-v0", scenario=name, split="eval", load=1.5, check_invariants=True)
+    env = gym.make("LLMSched-v0", scenario=name, split="test", load=1.5, check_invariants=True)
     policy = baselines.make("slo_aware", env.unwrapped.policy_context())
     obs, _ = env.reset(seed=0)
     for _ in range(300):
@@ -59,31 +71,63 @@ def _arrival_signature(name: str, split: str, seed: int) -> list[tuple[int, int]
 
 
 @pytest.mark.parametrize("name", ["azure-conv", "mooncake-conv"])
-def test_trace_train_and_eval_windows_do_not_overlap(name: str) -> None:
+def test_trace_train_val_and_test_parts_are_disjoint_in_time_and_complete(name: str) -> None:
     sc = get_scenario(name)
-    train, ev = sc.source("train").trace, sc.source("eval").trace  # type: ignore[attr-defined]
+    parts = {split: sc.source(split).trace for split in SPLITS}  # type: ignore[attr-defined]
     full = (
         load_azure(trace_path("azure-conv"), max_context=16384, overlong="truncate")
         if name == "azure-conv"
         else load_mooncake(trace_path("mooncake-conv"), max_context=131072)
     )
-    cut = int(np.searchsorted(full.arrival_s, full.duration_s() * TRAIN_FRACTION))
-    # train is exactly the requests before the cut, eval exactly those from it on: disjoint and complete
-    assert len(train) == cut and len(ev) == len(full) - cut
-    np.testing.assert_array_equal(train.prompt_len, full.prompt_len[:cut])
-    np.testing.assert_array_equal(ev.prompt_len, full.prompt_len[cut:])
-    np.testing.assert_allclose(ev.arrival_s, full.arrival_s[cut:] - full.arrival_s[cut])
-    for seed in range(5):  # every evaluation episode is a window of the evaluation part
-        window = sc.source("eval").sample(np.random.default_rng(seed), 300, 1.0)
+    fractions = np.array([TRAIN_FRACTION, TRAIN_FRACTION + VAL_FRACTION])
+    cuts = np.searchsorted(full.arrival_s, full.duration_s() * fractions)
+    bounds = {"train": (0, cuts[0]), "val": (cuts[0], cuts[1]), "test": (cuts[1], len(full))}
+    # each part is exactly the requests between its cuts: disjoint, in time order, and together the whole trace
+    assert sum(len(p) for p in parts.values()) == len(full)
+    for split, (lo, hi) in bounds.items():
+        np.testing.assert_array_equal(parts[split].prompt_len, full.prompt_len[lo:hi])
+        np.testing.assert_allclose(parts[split].arrival_s, full.arrival_s[lo:hi] - full.arrival_s[lo])
+    test = parts["test"]
+    for seed in range(5):  # every test episode is a window of the test part
+        window = sc.source("test").sample(np.random.default_rng(seed), 300, 1.0)
         lengths = np.array([r.prompt_len for r in window])
-        starts = np.flatnonzero(np.lib.stride_tricks.sliding_window_view(ev.prompt_len, 300).__eq__(lengths).all(1))
+        starts = np.flatnonzero(np.lib.stride_tricks.sliding_window_view(test.prompt_len, 300).__eq__(lengths).all(1))
         assert starts.size >= 1
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(gaps=st.lists(st.floats(0.0, 50.0, allow_nan=False), min_size=1, max_size=300))
+def test_split_parts_of_any_trace_are_disjoint_and_cover_it(gaps: list[float]) -> None:
+    """Property: for any arrival times, the train, val and test parts (by time, and by rows) are disjoint,
+    ordered train < val < test, and hold every request once."""
+    arrival = np.concatenate([[0.0], np.cumsum(gaps)])
+    n = len(arrival)
+    ids = np.arange(1, n + 1)  # each request named by its row (+1: lengths are >= 1)
+    trace = Trace("prop", "prop", arrival, ids, np.ones(n, dtype=np.int64))
+    for cut in (trace_split, split_rows):
+        rows = [cut(trace, split).prompt_len for split in SPLITS]
+        joined = np.concatenate(rows)
+        np.testing.assert_array_equal(joined, ids)  # disjoint, in order, complete
+    for split in SPLITS:  # by time: a part holds exactly the arrivals inside its share of the duration
+        lo, hi = split_bounds(split)
+        part = trace_split(trace, split).prompt_len
+        inside = (arrival >= arrival[-1] * lo) & ((arrival < arrival[-1] * hi) if hi < 1 else True)
+        np.testing.assert_array_equal(part, ids[inside])
+
+
+def test_synthetic_splits_draw_disjoint_streams() -> None:
+    """The three splits' streams differ at every seed tried, and no episode of one split repeats another's."""
+    signatures = {split: [_arrival_signature("mixed-slo", split, seed) for seed in range(4)] for split in SPLITS}
+    seen = [tuple(sig) for sigs in signatures.values() for sig in sigs]
+    assert len(set(seen)) == len(seen)
+    with pytest.raises(ValueError, match="split 'eval' was divided in two: use 'val' for choices"):
+        get_scenario("mixed-slo").source("eval")
 
 
 def test_synthetic_splits_use_disjoint_streams_and_are_deterministic() -> None:
     a = _arrival_signature("mixed-slo", "train", 0)
     assert a == _arrival_signature("mixed-slo", "train", 0)
-    assert a != _arrival_signature("mixed-slo", "eval", 0)
+    assert a != _arrival_signature("mixed-slo", "test", 0)
     assert a != _arrival_signature("mixed-slo", "train", 1)
 
 
@@ -102,7 +146,7 @@ def test_training_episodes_sample_random_windows_by_seed() -> None:
 
 @pytest.mark.parametrize("name", ["bursty", "tenants-on-off", "azure-conv"])
 def test_load_scales_the_arrival_rate(name: str) -> None:
-    src = get_scenario(name).source("eval")
+    src = get_scenario(name).source("test")
     one = src.sample(np.random.default_rng(0), 800, 1.0)
     two = src.sample(np.random.default_rng(0), 800, 2.0)
     span1 = one[-1].arrival_s - one[0].arrival_s
@@ -119,7 +163,7 @@ def test_slos_scale_with_the_cost_model() -> None:
 
 
 def test_remote_kv_scenario_fetches_and_reports_it() -> None:
-    env = gym.make("LLMSched-v0", scenario="remote-kv", split="eval", num_requests=300)  # invariants: test_core
+    env = gym.make("LLMSched-v0", scenario="remote-kv", split="test", num_requests=300)  # invariants: test_core
     policy = baselines.make("fcfs", env.unwrapped.policy_context())
     m = run_episode(env, policy, seed=1)
     assert m["remote_kv_fetches"] > 0 and m["remote_kv_hit_rate"] > 0
@@ -131,7 +175,7 @@ def test_user_trace_scenarios(tmp_path: Path) -> None:
     rows = ["t,in,out"] + [f"{i * 0.5},{100 + i},{20 + i % 7}" for i in range(400)]
     csv.write_text("\n".join(rows) + "\n")
     sc = scenario_from_trace(csv, "generic", columns={"arrival": "t", "prompt_len": "in", "output_len": "out"})
-    env = gym.make("LLMSched-v0", scenario=sc, split="eval", check_invariants=True)
+    env = gym.make("LLMSched-v0", scenario=sc, split="test", check_invariants=True)
     m = run_episode(env, baselines.make("fcfs", env.unwrapped.policy_context()), seed=0)
     assert m["num_requests"] == sc.num_requests and m["num_finished"] == sc.num_requests
     lengths = tmp_path / "lengths.csv"
@@ -146,12 +190,12 @@ def test_user_trace_scenarios(tmp_path: Path) -> None:
 
 
 def test_describe_reports_rates_lengths_tenants_and_offered_load() -> None:
-    d = describe_scenario(get_scenario("mixed-slo"), "eval", load=1.0, seed=0)
+    d = describe_scenario(get_scenario("mixed-slo"), "test", load=1.0, seed=0)
     assert [t["name"] for t in d["tenants"]] == ["interactive", "code", "chat", "summarize"]
     assert sum(t["share"] for t in d["tenants"]) == pytest.approx(1.0)
     assert d["rate_rps"] > 0 and d["prompt"]["p99"] >= d["prompt"]["p50"] > 0
     assert d["offered_load"] > 0 and d["capacity_estimate_rps"] <= d["compute_bound_rps"]
-    d2 = describe_scenario(get_scenario("mixed-slo"), "eval", load=2.0, seed=0)
+    d2 = describe_scenario(get_scenario("mixed-slo"), "test", load=2.0, seed=0)
     assert d2["offered_load"] == pytest.approx(2 * d["offered_load"], rel=0.1)
 
 
@@ -165,7 +209,7 @@ def test_evaluate_commands_for_scenarios_traces_describe_and_capacity(
     assert main(["--describe", "--scenarios", "bursty"]) == 0
     assert "offered load" in capsys.readouterr().out
     trace = tmp_path / "t.jsonl"
-    trace.write_text("".join(f'{{"ts": {i * 300}, "p": {40 + i}, "o": 9}}\n' for i in range(300)))
+    trace.write_text("".join(f'{{"ts": {i * 300}, "p": {40 + i}, "o": 9}}\n' for i in range(400)))
     cols = "arrival=ts,prompt_len=p,output_len=o"
     argv = ["--trace", str(trace), "--trace-format", "generic", "--trace-columns", cols, "--trace-time-unit", "ms"]
     assert main([*argv, "--num-requests", "50"]) == 0

@@ -25,12 +25,12 @@ def test_shipped_policy_runs_on_its_scenario(path: Path) -> None:
     scenario = policy.meta["scenario"]
     assert scenario == path.parent.name
     if scenario.startswith("cluster-"):  # a router
-        env = gym.make("LLMSchedCluster-v0", scenario=scenario, split="eval", num_requests=80, check_invariants=True)
+        env = gym.make("LLMSchedCluster-v0", scenario=scenario, split="test", num_requests=80, check_invariants=True)
     else:
         env = gym.make(
             "LLMSched-v0",
             scenario=scenario,
-            split="eval",
+            split="test",
             num_requests=80,
             iterations_per_step=policy.meta["iterations_per_step"],
             check_invariants=True,

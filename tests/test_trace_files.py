@@ -104,7 +104,7 @@ def test_trace_dir_env_replaces_the_package_data(tmp_path: Path, monkeypatch: py
 
 
 def test_gzip_files_load_like_plain_ones_and_stay_cached(tmp_path: Path) -> None:
-    rows = "t,in,out\n0.0,10,2\n0.5,20,3\n1.5,30,4\n2.0,40,5\n2.5,50,6\n"  # 2 requests in the eval part
+    rows = "t,in,out\n" + "".join(f"{i / 2},{10 + i},{2 + i % 3}\n" for i in range(20))  # 3 in val, 3 in test
     plain = tmp_path / "mine.csv"
     plain.write_text(rows)
     packed = _gz(tmp_path / "mine.csv.gz", rows)

@@ -40,13 +40,13 @@ def _usage_line(capsys: pytest.CaptureFixture, argv: list[str]) -> str:
 
 def test_a_tenant_column_gives_that_many_tenants_with_their_slo_classes(tmp_path: Path) -> None:
     trace = _tenant_trace(tmp_path / "mix.csv")
-    _, config = parse(_generic(trace, "--tenant-slo", "api=interactive,batch=2:0.5", "--num-requests", "60"))
+    _, config = parse(_generic(trace, "--tenant-slo", "api=interactive,batch=2:0.5", "--num-requests", "40"))
     env = config.make_env(config.scenarios[0], 1.0).unwrapped
     assert [t.name for t in env.tenants] == TENANTS
     assert [t.slo.name for t in env.tenants] == ["chat", "interactive", "2:0.5"]
     assert (env.tenants[2].slo.ttft_s, env.tenants[2].slo.tpot_s) == (2.0, 0.5)
     requests = env.episode_requests(seed=3)
-    assert len(requests) == 60 and {r.tenant for r in requests} == {0, 1, 2}
+    assert len(requests) == 40 and {r.tenant for r in requests} == {0, 1, 2}
     obs, _ = env.reset(seed=0)
     assert any(name.startswith("tenant/batch/") for name in env.obs_names) and np.all(np.isfinite(obs))
     env.close()
@@ -60,7 +60,7 @@ def test_tenant_codes_follow_the_rows_through_the_replay(tmp_path: Path) -> None
         tenant_slos={"batch": "batch"},
         columns={"arrival": "t", "prompt_len": "in", "output_len": "out", "tenant": "who"},
     )
-    source = sc.source("eval")
+    source = sc.source("test")
     assert [t.slo.name for t in source.tenants] == ["chat", "chat", "batch"]
     part = source.trace  # type: ignore[attr-defined]
     requests = source.sample(np.random.default_rng(0), len(part), 1.0)
@@ -69,7 +69,7 @@ def test_tenant_codes_follow_the_rows_through_the_replay(tmp_path: Path) -> None
 
 
 def test_the_library_scenarios_keep_one_tenant() -> None:
-    env = gym.make("LLMSched-v0", scenario="azure-conv", split="eval", num_requests=20).unwrapped
+    env = gym.make("LLMSched-v0", scenario="azure-conv", split="test", num_requests=20).unwrapped
     assert len(env.tenants) == 1 and {r.tenant for r in env.episode_requests(0)} == {0}
 
 
@@ -110,7 +110,7 @@ def test_tenant_slos_for_a_trace_without_a_tenant_column_name_the_file(
 
 
 def _bursty_azure(path: Path) -> Path:
-    """Most requests in a burst at the start: the evaluation part (last 30% of the time) holds few rows."""
+    """Most requests in a burst at the start: the val and test parts (the last 30% of the time) hold few rows."""
     stamps = [f"2023-11-16 18:00:{i // 10:02d}.{i % 10}" for i in range(90)]
     stamps += [f"2023-11-16 18:{m:02d}:00.0" for m in range(1, 11)]
     rows = "".join(f"{s},{30 + i},{4 + i % 3}\n" for i, s in enumerate(stamps))
@@ -125,13 +125,13 @@ def test_the_default_episode_fits_a_bursty_trace_and_a_larger_one_is_one_line(
     argv = ["--trace", str(trace), "--trace-format", "azure"]
     _, config = parse(argv)
     sc = config.scenarios[0]
-    eval_rows = len(sc.source("eval").trace)  # type: ignore[attr-defined]
-    assert sc.num_requests == eval_rows == 4  # 4 of 100 requests arrive in the last 30% of the time
+    val_rows, test_rows = (len(sc.source(split).trace) for split in ("val", "test"))  # type: ignore[attr-defined]
+    assert sc.num_requests == val_rows == test_rows == 2  # minutes 7-8 (val) and 9-10 (test) of the 10
     assert main([*argv, "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "bursty" in out
     line = _usage_line(capsys, [*argv, "--num-requests", "50"])
-    assert f"{trace.resolve()}: an episode of 50 requests does not fit in the eval split's 4 requests" in line
+    assert f"{trace.resolve()}: an episode of 50 requests does not fit in the test split's 2 requests" in line
     _, train = parse([*argv, "--num-requests", "50", "--split", "train"])  # the training part holds 96
     assert train.num_requests == 50
 
@@ -143,7 +143,7 @@ def test_too_few_rows_or_equal_times_are_one_line_naming_the_file(
     short.write_text("t,in,out\n0,5,5\n1,5,5\n2,5,5\n")
     cols = ["--trace-format", "generic", "--trace-columns", "arrival=t,prompt_len=in,output_len=out"]
     line = _usage_line(capsys, ["--trace", str(short), *cols])
-    assert f"{short}: the trace's 3 request(s) leave its eval part (the last 30%) 1 request(s)" in line
+    assert f"{short}: the trace's 3 request(s) leave its val part (the next 15%) 0 request(s)" in line
     same = tmp_path / "same.csv"
     same.write_text("t,in,out\n" + "5,5,5\n" * 40)
     line = _usage_line(capsys, ["--trace", str(same), *cols, "--trace-rate", "3"])
@@ -152,7 +152,7 @@ def test_too_few_rows_or_equal_times_are_one_line_naming_the_file(
     lengths.write_text("in,out,who\n5,5,a\n6,6,a\n7,7,b\n")
     argv = ["--trace", str(lengths), "--trace-format", "generic", "--trace-rate", "2"]
     line = _usage_line(capsys, [*argv, "--trace-columns", "prompt_len=in,output_len=out,tenant=who"])
-    assert f"{lengths}: tenant 'b' has 1 row(s); a length-only trace needs at least 2 per tenant" in line
+    assert f"{lengths}: tenant 'a' has 2 row(s), too few to give each of its train, val and test parts a row" in line
 
 
 def test_a_length_only_trace_keeps_its_tenants_and_their_shares(tmp_path: Path) -> None:
@@ -198,7 +198,7 @@ def test_describe_honours_num_requests_and_reports_rejections(tmp_path: Path, ca
     cols = ["--trace-format", "generic", "--trace-columns", "arrival=t,prompt_len=in,output_len=out"]
     assert main(["--trace", str(trace), *cols, "--describe", "--num-requests", "40", "--max-model-len", "2048"]) == 0
     out = capsys.readouterr().out
-    assert "eval episode at load 1.0: 40 requests" in out
+    assert "test episode at load 1.0: 40 requests" in out
     assert "rejected on arrival: 25.0% longer than max_model_len 2048, 0.0% more than the KV pool's" in out
     assert main(["--trace", str(trace), *cols, "--describe", "--num-kv-blocks", "100"]) == 0
     out = capsys.readouterr().out
@@ -208,9 +208,9 @@ def test_describe_honours_num_requests_and_reports_rejections(tmp_path: Path, ca
 
 
 def test_the_env_refuses_an_episode_larger_than_the_trace_part_when_made() -> None:
-    message = r"AzureLLMInferenceTrace_conv\.csv\.gz: an episode of 900000 requests does not fit in the eval split"
+    message = r"AzureLLMInferenceTrace_conv\.csv\.gz: an episode of 900000 requests does not fit in the test split"
     with pytest.raises(ValueError, match=message):
-        gym.make("LLMSched-v0", scenario="azure-conv", split="eval", num_requests=900_000)
+        gym.make("LLMSched-v0", scenario="azure-conv", split="test", num_requests=900_000)
     with pytest.raises(ValueError, match=r"an episode of 900000 requests does not fit in the train split"):
         gym.make("LLMSchedCluster-v0", scenario="cluster-azure-conv-4", num_replicas=2, num_requests=900_000)
 

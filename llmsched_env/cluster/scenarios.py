@@ -5,8 +5,9 @@ and adds the cluster: how many replicas, their engines and cost models (``replic
 ones), and the disaggregated layout if any. ``rate_rps`` is the cluster's nominal arrival rate (load 1.0).
 
 Each nominal rate is the **capacity of round-robin routing with fcfs on every replica**: the highest total
-rate at which it keeps 90% SLO attainment (mean over seeds 0, 1, 2) on the evaluation split, found by
-bisection to 2% with ``python bench/cluster_capacity.py`` (the measured values are in the comments below).
+rate at which it kept 90% SLO attainment (mean over seeds 0, 1, 2) on the held-out part as it was before the
+val/test division (a scale for the loads, not a choice between policies), found by bisection to 2% with
+``python bench/cluster_capacity.py`` (the measured values are in the comments below).
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ class ClusterScenario:
         return [ReplicaSpec(self.engine or base.engine, cm) for _ in range(self.num_replicas)]
 
 
-# Nominal rates = round-robin + fcfs capacity, measured with `python bench/cluster_capacity.py` (eval split,
+# Nominal rates = round-robin + fcfs capacity, measured with `python bench/cluster_capacity.py` (the former eval
+# split, the last 30% of the trace's time, with 4,000 and 2,000-request episodes for the 8-replica scenarios,
 # mean attainment over seeds 0-2 >= 90%, bisection to 2%; it printed each capacity as a load of a first guess,
 # N x the single-node nominal rate: azure-conv-4 0.968 x 45.6, azure-conv-8 0.897 x 91.2, mooncake-4
 # 1.269 x 2.52, mooncake-8 1.255 x 5.04, azure-conv-pd 0.917 x 45.6 req/s), rounded down, then checked at
@@ -91,7 +93,7 @@ for _s in (
         "azure-conv",
         8,
         rate_rps=81.7,
-        num_requests=4000,
+        num_requests=2000,  # the val and test parts hold 2,747 and 2,166 requests (4,000 before the division)
     ),
     ClusterScenario(
         "cluster-mooncake-4",
@@ -107,7 +109,7 @@ for _s in (
         "mooncake-conv",
         8,
         rate_rps=6.32,
-        num_requests=2000,
+        num_requests=1500,  # the val and test parts hold 1,939 and 1,969 requests (2,000 before the division)
     ),
     ClusterScenario(
         "cluster-azure-conv-pd",

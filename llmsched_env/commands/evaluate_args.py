@@ -86,7 +86,8 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     )
     add("--loads", type=_csv_list(float, 0.0), default=[1.0], help="arrival rates relative to nominal")
     add("--seeds", type=_csv_list(int), default=[0], help="one episode per seed")
-    add("--split", choices=SPLITS, default="eval", help="held-out evaluation part, or train")
+    add("--split", choices=SPLITS, default="test",
+        help="test: the part reported figures come from; val: the part every choice is made on")
     add("--num-requests", type=_positive_int, default=None, help="requests per episode (default: the scenario's)")
     add("--cost-model", default=None, help="cost-model preset name or JSON path (default: the scenario's)")
     add("--trace", type=Path, default=None, help="evaluate on your own trace file instead of --scenarios")

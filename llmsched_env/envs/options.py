@@ -12,7 +12,7 @@ import gymnasium as gym
 from llmsched_env.common.checks import check_int, check_positive, is_finite_number
 from llmsched_env.common.fields import as_dataclass
 from llmsched_env.engine.config import EngineConfig
-from llmsched_env.workloads.scenarios import SPLITS
+from llmsched_env.workloads.scenarios import check_split
 
 __all__ = ["MAX_EPISODE_REQUESTS", "check_episode_args", "engine_config", "load_arg"]
 
@@ -27,8 +27,7 @@ def check_episode_args(
     none), ``max_steps`` an integer >= 1 and ``render_mode`` None or one of ``env.metadata["render_modes"]``."""
     owner = type(env).__name__
     render_modes = env.metadata["render_modes"]
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    check_split(split)
     if num_requests is not None:
         check_int(owner, "num_requests", num_requests, 1)
         if num_requests > MAX_EPISODE_REQUESTS:

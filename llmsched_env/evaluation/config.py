@@ -29,7 +29,7 @@ from llmsched_env.envs.options import MAX_EPISODE_REQUESTS, MAX_LOAD, MIN_LOAD
 from llmsched_env.evaluation.policies import PolicySpec, resolve_policy
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.workloads.library import SCENARIOS
-from llmsched_env.workloads.scenarios import SPLITS, Scenario, check_episode_size
+from llmsched_env.workloads.scenarios import Scenario, check_episode_size, check_split
 
 __all__ = ["AnyScenario", "EvalConfig", "InputError", "Row"]
 
@@ -54,7 +54,7 @@ class EvalConfig:
     policies: Sequence[PolicySpec | str] = ("fcfs",)
     loads: Sequence[float] = (1.0,)
     seeds: Sequence[int] = (0,)
-    split: str = "eval"
+    split: str = "test"
     num_requests: int | None = None
     cost_model: str | None = None
     check_invariants: bool = False
@@ -79,8 +79,10 @@ class EvalConfig:
                 raise ValueError(f"EvalConfig.loads must be between {MIN_LOAD} and {MAX_LOAD}, got {load!r}")
         for seed in self.seeds:
             check_int("EvalConfig", "seeds", seed, 0)
-        if self.split not in SPLITS:
-            raise ValueError(f"EvalConfig.split must be one of {SPLITS}, got {self.split!r}")
+        try:
+            check_split(self.split)
+        except ValueError as exc:
+            raise ValueError(f"EvalConfig.split: {exc}") from None
         if self.num_requests is not None:
             check_int("EvalConfig", "num_requests", self.num_requests, 1)
             if self.num_requests > MAX_EPISODE_REQUESTS:

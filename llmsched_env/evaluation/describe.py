@@ -10,7 +10,7 @@ __all__ = ["format_description"]
 
 def format_description(
     scenario: Scenario,
-    split: str = "eval",
+    split: str = "test",
     load: float = 1.0,
     seed: int = 0,
     num_requests: int | None = None,

@@ -1,5 +1,5 @@
 """Where requests come from: arrival processes, length distributions, trace loaders (Azure, Mooncake,
-ShareGPT lengths, a generic CSV/JSONL), synthetic workloads, scenarios with train/eval splits, and the
+ShareGPT lengths, a generic CSV/JSONL), synthetic workloads, scenarios with train/val/test splits, and the
 scenario library.
 """
 

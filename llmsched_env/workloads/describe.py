@@ -51,7 +51,7 @@ def _pct(values: np.ndarray) -> dict[str, float]:
 
 def describe_scenario(
     scenario: Scenario,
-    split: str = "eval",
+    split: str = "test",
     load: float = 1.0,
     seed: int = 0,
     num_requests: int | None = None,

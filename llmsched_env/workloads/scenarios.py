@@ -1,9 +1,10 @@
-"""The scenario library: named workload + tenants + SLOs + engine + cost model, with train/eval splits.
+"""The scenario library: named workload + tenants + SLOs + engine + cost model, with train/val/test splits.
 
 A scenario's ``source(split)`` gives the requests of one episode. Trace scenarios replay a window of
-consecutive requests of a real trace: the first ``TRAIN_FRACTION`` of the trace's time is the training
-part, the rest the evaluation part, so evaluation never replays what training saw. Synthetic scenarios draw
-from disjoint random streams per split (and, for length files, from disjoint halves of the file). ``load``
+consecutive requests of a real trace: the first ``TRAIN_FRACTION`` (70%) of the trace's time is the train
+part, the next ``VAL_FRACTION`` (15%) the val part, the last 15% the test part, so no choice made on val and
+no training ever replays a test window. Synthetic scenarios draw from one random stream per split (and, for
+length files, from the same disjoint shares of the file's rows). ``load``
 multiplies the arrival rate relative to the scenario's nominal rate. SLO targets scale with the cost
 model's unloaded decode step, so they stay meaningful when the hardware preset changes.
 """
@@ -33,20 +34,25 @@ __all__ = [
     "DEFAULT_TRACE_EPISODE",
     "SPLITS",
     "TRAIN_FRACTION",
+    "VAL_FRACTION",
     "RequestSource",
     "Scenario",
     "SyntheticSource",
     "TraceSource",
     "check_episode_size",
+    "check_split",
     "scenario_from_trace",
     "slo_scale",
+    "split_bounds",
+    "split_rows",
     "trace_dir",
     "trace_path",
     "trace_tenants",
 ]
 
-SPLITS = ("train", "eval")
-TRAIN_FRACTION = 0.7
+SPLITS = ("train", "val", "test")
+TRAIN_FRACTION = 0.7  # a trace's first 70% (of its time, or of its rows for a length file) trains,
+VAL_FRACTION = 0.15  # the next 15% is for every choice (checkpoint, seed, tuned knobs), the last 15% for test
 REFERENCE_COST_MODEL = "llama3-8b-h100"  # the hardware the literature's SLO targets were set for
 
 
@@ -65,12 +71,32 @@ class RequestSource(Protocol):
     def nominal_rate_rps(self) -> float: ...
 
 
-_SPLIT_STREAM = {"train": 0, "eval": 1}
+# Random stream of each split of a synthetic workload. "val" keeps the stream the former "eval" split drew
+# from (the shipped checkpoints were chosen on it); "test" is a stream no choice has seen.
+_SPLIT_STREAM = {"train": 0, "val": 1, "test": 2}
+
+
+def check_split(split: object) -> str:
+    """``split`` if it names one of ``SPLITS``, else ``ValueError`` (which says what became of "eval")."""
+    if split == "eval":
+        raise ValueError(
+            "split 'eval' was divided in two: use 'val' for choices (checkpoints, seeds, tuned knobs) and 'test' "
+            "for reported figures"
+        )
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    return split  # type: ignore[return-value]
+
+
+def split_bounds(split: str) -> tuple[float, float]:
+    """The (start, end) fractions of a trace (its time, or its rows) that ``split`` covers."""
+    cuts = {"train": (0.0, TRAIN_FRACTION), "val": (TRAIN_FRACTION, TRAIN_FRACTION + VAL_FRACTION)}
+    return cuts.get(check_split(split), (TRAIN_FRACTION + VAL_FRACTION, 1.0))
 
 
 @dataclass(frozen=True)
 class SyntheticSource:
-    """A generated workload; train and eval episodes use disjoint random streams."""
+    """A generated workload; the episodes of each split draw from their own random stream."""
 
     workload: WorkloadConfig
     split: str
@@ -151,9 +177,8 @@ class Scenario:
         object.__setattr__(self, "_sources", {})
 
     def source(self, split: str, cost_model: CostModel | None = None) -> RequestSource:
-        """The request source of ``split`` ("train" or "eval"), SLOs scaled to ``cost_model``."""
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        """The request source of ``split`` ("train", "val" or "test"), SLOs scaled to ``cost_model``."""
+        check_split(split)
         model = cost_model if cost_model is not None else load_cost_model(self.cost_model)
         key = (split, round(slo_scale(model), 9))
         sources: dict[tuple[str, float], RequestSource] = self._sources  # type: ignore[attr-defined]
@@ -173,16 +198,22 @@ def scaled_tenant(
 
 
 def trace_split(trace: Trace, split: str) -> Trace:
-    """The training (first ``TRAIN_FRACTION`` of the time) or evaluation (the rest) part of a timed trace."""
-    cut = trace.duration_s() * TRAIN_FRACTION
-    return trace.window(0.0, cut) if split == "train" else trace.window(cut, trace.duration_s() + 1.0)
+    """The part of a timed trace that ``split`` replays: the requests arriving in its share of the trace's time
+    (``split_bounds``). The three parts are disjoint and together hold every request."""
+    lo, hi = split_bounds(split)
+    duration = trace.duration_s()
+    return trace.window(duration * lo if lo > 0 else 0.0, duration * hi if hi < 1 else duration + 1.0)
+
+
+def split_rows(trace: Trace, split: str) -> Trace:
+    """The rows of ``split``'s share of ``trace``'s rows, in file order (``split_bounds``)."""
+    lo, hi = split_bounds(split)
+    return trace.slice(int(len(trace) * lo), int(len(trace) * hi) if hi < 1 else None)
 
 
 def length_split(trace: Trace, split: str, max_prompt_len: int, max_output_len: int) -> LengthDist:
-    """An empirical length distribution over the first ``TRAIN_FRACTION`` of ``trace``'s rows (train) or the
-    rest (eval)."""
-    cut = int(len(trace) * TRAIN_FRACTION)
-    part = trace.slice(0, cut) if split == "train" else trace.slice(cut, None)
+    """An empirical length distribution over ``split``'s share of ``trace``'s rows (``split_rows``)."""
+    part = split_rows(trace, split)
     return LengthDist.empirical(
         part.prompt_len,
         part.output_len,
@@ -193,7 +224,11 @@ def length_split(trace: Trace, split: str, max_prompt_len: int, max_output_len: 
 
 
 DEFAULT_TRACE_EPISODE = 1000  # requests per episode of a user trace, when its parts hold that many
-_PARTS = {"train": f"the first {TRAIN_FRACTION:.0%} of its time", "eval": f"the last {1 - TRAIN_FRACTION:.0%}"}
+_PARTS = {
+    "train": f"the first {TRAIN_FRACTION:.0%} of its time",
+    "val": f"the next {VAL_FRACTION:.0%}",
+    "test": f"the last {1 - TRAIN_FRACTION - VAL_FRACTION:.0%}",
+}
 
 
 def _names(values: Sequence[str], limit: int = 8) -> str:
@@ -228,7 +263,7 @@ def trace_tenants(
 
 
 def _timed_parts(path: Path, trace: Trace) -> dict[str, Trace]:
-    """The training and evaluation parts of a timed trace, each checked to hold an arrival pattern."""
+    """The train, val and test parts of a timed trace, each checked to hold an arrival pattern."""
     n = len(trace)
     if n >= 2 and trace.duration_s() == 0.0:
         raise ValueError(
@@ -255,11 +290,11 @@ def _length_parts(path: Path, trace: Trace) -> list[tuple[float, Trace]]:
     else:
         groups = [(name, trace.select(trace.tenant == k)) for k, name in enumerate(trace.tenant_names)]
     for name, rows in groups:
-        if len(rows) < 2:
+        if any(len(split_rows(rows, split)) == 0 for split in SPLITS):
             who = f"tenant {name!r} has" if name else "the trace has"
             raise ValueError(
-                f"{path}: {who} {len(rows)} row(s); a length-only trace needs at least 2 per tenant (its training "
-                f"part is the first {TRAIN_FRACTION:.0%} of the rows, its evaluation part the rest)"
+                f"{path}: {who} {len(rows)} row(s), too few to give each of its train, val and test parts a row "
+                f"(the first {TRAIN_FRACTION:.0%} of the rows, the next {VAL_FRACTION:.0%}, the rest); give more rows"
             )
     return [(len(rows) / len(trace), rows) for _, rows in groups]
 
@@ -275,7 +310,7 @@ def scenario_from_trace(
     **options: object,
 ) -> Scenario:
     """A scenario replaying a user's trace file (``fmt``: azure, mooncake, lengths, generic), split in time
-    into training and evaluation parts. A timed trace replays at its own mean rate unless ``rate_rps`` is
+    into train, val and test parts (``split_bounds``). A timed trace replays at its own mean rate unless ``rate_rps`` is
     given; a length-only file needs ``rate_rps`` for its Poisson arrivals (shared among its tenants as their
     rows are). A trace with a tenant column (generic format) keeps its tenants, in order of first appearance
     in the file, each with the SLO class ``tenant_slos`` names for it, else ``slo_class`` (``trace_tenants``).
@@ -307,7 +342,7 @@ def scenario_from_trace(
             return SyntheticSource(WorkloadConfig(workloads, DEFAULT_TRACE_EPISODE), split)
 
         make: Callable[[str, float], RequestSource] = make_lengths
-        num = min(DEFAULT_TRACE_EPISODE, max(1, int(len(trace) * (1 - TRAIN_FRACTION)) - 1))
+        num = min(DEFAULT_TRACE_EPISODE, max(1, int(len(trace) * (1 - TRAIN_FRACTION - VAL_FRACTION)) - 1))
     else:
         parts = _timed_parts(path, trace)
         rate = float(rate_rps) if rate_rps is not None else trace.mean_rate_rps()

@@ -219,7 +219,7 @@ def _describe(
 def scenario_requests(name: str, num_requests: int, load: float, seed: int, cost_model: CostModel) -> list[Request]:
     """An evaluation window of ``num_requests`` requests of library scenario ``name`` at ``load``."""
     scenario = SCENARIOS.get(name)
-    source = scenario.source("eval", cost_model)
+    source = scenario.source("test", cost_model)
     return source.sample(np.random.default_rng(seed), num_requests, load)
 
 
