@@ -1,13 +1,14 @@
-"""The headline table and plot, from what ``llmsched-evaluate`` wrote under a results folder.
+"""The headline table and plot, from per-seed capacity searches that ``llmsched-evaluate`` wrote.
 
-    python bench/headline.py --results docs/results/seeds10-14 --out docs/results/seeds10-14/headline
+    python bench/headline.py --results docs/results/test --out docs/results/test/headline
 
-For each scenario with ``S-capacity/results.csv`` (``llmsched-evaluate --capacity``) and ``S/results.csv``
-(``llmsched-evaluate --loads 1.0,1.2`` over the same seeds): the trained agent's capacity, the best
-heuristic's (the highest capacity among every other policy in the file), their ratio, and at each load the
-agent's mean attainment, the best heuristic's, and the paired difference agent − best over the same seeds,
-each with its 95% confidence half-width (Student t). Prints a Markdown table, writes it to ``OUT.md`` and a
-bar chart of capacities to ``OUT.png``. Reads files only; runs nothing.
+For each scenario with ``S-capacity/results.csv`` written by ``llmsched-evaluate --capacity --per-seed``
+(one capacity per test seed and policy): the trained agent's capacity, that of ``tuned``, that of the best
+named baseline, and the best of all of them (the one with the highest mean; the "rival"), each as the mean
+over seeds ± the 95% half-width (Student t); then the agent's ratio to the rival (ratio of the means) and,
+seed by seed on the same windows, the paired ratio agent / rival and the paired difference agent − rival,
+each mean ± 95% half-width. Prints a Markdown table, writes it to ``OUT.md`` and a bar chart of the
+capacities (with their intervals) to ``OUT.png``. Reads files only; runs nothing.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import argparse
 import csv
 from pathlib import Path
 
+import numpy as np
+
 from llmsched_env.evaluation.stats import mean_ci95
 
-AGENT = "agent"
+AGENT, TUNED = "agent", "tuned"
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -26,59 +29,59 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def _fmt(values: list[float]) -> str:
+def _fmt(values: list[float], digits: int = 2) -> str:
     mean, half = mean_ci95(values)
-    return f"{mean:.3f} ± {half:.3f}"
+    return f"{mean:.{digits}f} ± {half:.{digits}f}"
 
 
 def collect(results: Path) -> list[dict[str, object]]:
-    """One entry per scenario that has both a capacity file naming the agent and a per-seed results file."""
+    """One entry per scenario whose capacity file has per-seed rows for the agent and at least one other."""
     out = []
     for cap_file in sorted(results.glob("*-capacity/results.csv")):
         scenario = cap_file.parent.name.removesuffix("-capacity")
-        caps = {r["policy"]: (float(r["capacity_load"]), float(r["capacity_rps"])) for r in _rows(cap_file)}
-        per_seed = results / scenario / "results.csv"
-        if AGENT not in caps or not per_seed.is_file():
+        caps: dict[str, dict[int, float]] = {}
+        for r in _rows(cap_file):
+            if "seed" not in r:
+                raise SystemExit(f"{cap_file}: no seed column; run llmsched-evaluate --capacity --per-seed")
+            caps.setdefault(r["policy"], {})[int(r["seed"])] = float(r["capacity_load"])
+        if AGENT not in caps or len(caps) < 2:
             continue
-        others = {p: c for p, c in caps.items() if p != AGENT}
-        best = max(others, key=lambda p: others[p][0])
-        attain: dict[tuple[str, float], dict[int, float]] = {}
-        for r in _rows(per_seed):
-            attain.setdefault((r["policy"], float(r["load"])), {})[int(r["seed"])] = float(r["slo_attainment"])
-        loads = sorted({load for _, load in attain})
-        cells = {}
-        for load in loads:
-            a, b = attain[(AGENT, load)], attain[(best, load)]
-            seeds = sorted(a)
-            cells[load] = (
-                _fmt([a[s] for s in seeds]),
-                _fmt([b[s] for s in seeds]),
-                _fmt([a[s] - b[s] for s in seeds]),
-                len(seeds),
-            )
-        ratio = caps[AGENT][0] / others[best][0] if others[best][0] > 0 else float("inf")
-        out.append({"scenario": scenario, "agent": caps[AGENT], "best": best, "best_cap": others[best],
-                    "ratio": ratio, "cells": cells})  # fmt: skip
+        seeds = sorted(caps[AGENT])
+        for policy, by_seed in caps.items():
+            if sorted(by_seed) != seeds:
+                raise SystemExit(f"{cap_file}: {policy} has seeds {sorted(by_seed)}, the agent {seeds}")
+        mean = {p: float(np.mean([c[s] for s in seeds])) for p, c in caps.items()}
+        named = {p: m for p, m in mean.items() if p not in (AGENT, TUNED)}
+        best_named = max(named, key=named.__getitem__) if named else None
+        rival = max((p for p in mean if p != AGENT), key=mean.__getitem__)
+        agent = [caps[AGENT][s] for s in seeds]
+        other = [caps[rival][s] for s in seeds]
+        out.append({
+            "scenario": scenario, "seeds": seeds, "caps": caps, "best_named": best_named, "rival": rival,
+            "ratio": mean[AGENT] / mean[rival] if mean[rival] > 0 else float("inf"),
+            "paired_ratio": [a / b if b > 0 else float("inf") for a, b in zip(agent, other, strict=True)],
+            "paired_diff": [a - b for a, b in zip(agent, other, strict=True)],
+        })  # fmt: skip
     return out
 
 
-def markdown(rows: list[dict[str, object]], rival: str = "best heuristic") -> str:
-    loads = sorted({load for r in rows for load in r["cells"]})  # type: ignore[attr-defined]
-    head = f"| scenario | agent capacity | {rival} (capacity) | ratio |"
-    rule = "|---|---|---|---|"
-    for load in loads:
-        head += f" @ {load:g}: agent | {rival} | agent − {rival} |"
-        rule += "---|---|---|"
-    lines = [head, rule]
+def markdown(rows: list[dict[str, object]], learned: str = "agent", rival_word: str = "best baseline") -> str:
+    head = (f"| scenario | {learned} | `tuned` | best named (capacity) | {rival_word} | ratio of means | "
+            f"paired ratio | paired difference |")  # fmt: skip
+    lines = [head, "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        a_load, a_rps = r["agent"]  # type: ignore[misc]
-        b_load, b_rps = r["best_cap"]  # type: ignore[misc]
-        line = (f"| `{r['scenario']}` | {a_load:.2f} ({a_rps:.3g} req/s) | `{r['best']}` {b_load:.2f} "
-                f"({b_rps:.3g} req/s) | {r['ratio']:.3f}× |")  # fmt: skip
-        for load in loads:
-            agent, best, diff, _ = r["cells"][load]  # type: ignore[index]
-            line += f" {agent} | {best} | {diff} |"
-        lines.append(line)
+        caps: dict[str, dict[int, float]] = r["caps"]  # type: ignore[assignment]
+        seeds: list[int] = r["seeds"]  # type: ignore[assignment]
+
+        def cell(policy: str | None, caps: dict[str, dict[int, float]] = caps, seeds: list[int] = seeds) -> str:
+            return _fmt([caps[policy][s] for s in seeds]) if policy in caps else "—"
+
+        named = r["best_named"]
+        named_cell = f"`{named}` {cell(named)}" if named else "—"  # type: ignore[arg-type]
+        lines.append(
+            f"| `{r['scenario']}` | {cell(AGENT)} | {cell(TUNED)} | {named_cell} | `{r['rival']}` | "
+            f"{r['ratio']:.3f}× | {_fmt(r['paired_ratio'], 3)}× | {_fmt(r['paired_diff'])} |"  # type: ignore[arg-type]
+        )
     return "\n".join(lines)
 
 
@@ -89,13 +92,22 @@ def plot(rows: list[dict[str, object]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     names = [str(r["scenario"]) for r in rows]
-    agent = [r["agent"][0] for r in rows]  # type: ignore[index]
-    best = [r["best_cap"][0] for r in rows]  # type: ignore[index]
-    x = range(len(rows))
-    fig, ax = plt.subplots(figsize=(11, 4))
-    ax.bar([i - 0.2 for i in x], best, 0.4, label="best heuristic")
-    ax.bar([i + 0.2 for i in x], agent, 0.4, label="trained agent")
-    ax.set_xticks(list(x), names, rotation=30, ha="right")
+    fig, ax = plt.subplots(figsize=(12, 4.2))
+    series = [("best named baseline", lambda r: r["best_named"]), ("tuned", lambda r: TUNED),
+              ("agent", lambda r: AGENT)]  # fmt: skip
+    width = 0.8 / len(series)
+    for k, (label, pick) in enumerate(series):
+        means, halves = [], []
+        for r in rows:
+            caps: dict[str, dict[int, float]] = r["caps"]  # type: ignore[assignment]
+            policy = pick(r)
+            values = [caps[policy][s] for s in r["seeds"]] if policy in caps else [np.nan]  # type: ignore[attr-defined]
+            m, h = mean_ci95(values) if policy in caps else (np.nan, 0.0)
+            means.append(m)
+            halves.append(h)
+        x = np.arange(len(rows)) + (k - (len(series) - 1) / 2) * width
+        ax.bar(x, means, width, yerr=halves, capsize=2, label=label)
+    ax.set_xticks(list(range(len(rows))), names, rotation=30, ha="right")
     ax.set_ylabel("capacity (load at 90% SLO attainment)")
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.legend()
@@ -106,7 +118,7 @@ def plot(rows: list[dict[str, object]], path: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--results", type=Path, default=Path("docs/results/seeds10-14"), help="the evaluate outputs")
+    p.add_argument("--results", type=Path, default=Path("docs/results/test"), help="the evaluate outputs")
     p.add_argument("--out", type=Path, default=None, help="OUT.md and OUT.png (default: RESULTS/headline)")
     args = p.parse_args()
     out = args.out or args.results / "headline"
@@ -115,7 +127,7 @@ def main() -> None:
     routers = [r for r in rows if str(r["scenario"]).startswith("cluster-")]
     text = markdown(single)
     if routers:
-        text += "\n\nRouters (LLMSchedCluster-v0):\n\n" + markdown(routers, rival="best router")
+        text += "\n\nRouters (LLMSchedCluster-v0):\n\n" + markdown(routers, "learned router", "best router")
     print(text)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".md").write_text(text + "\n")

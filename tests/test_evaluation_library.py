@@ -10,20 +10,25 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import llmsched_env.evaluation.grid as grid_module
-from llmsched_env.commands.evaluate import main
+from llmsched_env.commands.evaluate import main, parse
 from llmsched_env.commands.evaluate_args import build_parser
 from llmsched_env.evaluation import (
     EvalConfig,
     capacity_grid,
+    find_capacity,
+    mean_ci95,
     run_grid,
     search_capacity,
     summarize,
+    summarize_capacity,
     write_results,
 )
 from llmsched_env.evaluation.progress import Progress
+from llmsched_env.workloads.library import get_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = ["--policies", "fcfs,slo_aware", "--seeds", "0,1", "--num-requests", "40"]
@@ -150,3 +155,19 @@ def test_capacity_grid_bar_ends_at_the_evaluations_it_made() -> None:
         result = capacity_grid(config, on_row=rows.append, progress=bar)
     assert rows == result and [r["policy"] for r in rows] == ["fcfs", "sjf"]
     assert bar.total == bar.done >= 2 * 3
+
+
+def test_per_seed_capacity_is_one_search_per_window_and_summarizes() -> None:
+    config = EvalConfig(scenarios=["bursty"], policies=["fcfs"], seeds=[0, 1], num_requests=40)
+    rows = capacity_grid(config, per_seed=True)
+    assert [(r["policy"], r["seed"]) for r in rows] == [("fcfs", 0), ("fcfs", 1)]
+    for row in rows:  # each is the search on that seed's window alone
+        alone = find_capacity(EvalConfig(scenarios=["bursty"], policies=["fcfs"], seeds=[row["seed"]],
+                                         num_requests=40), get_scenario("bursty"), "fcfs")  # fmt: skip
+        assert alone["capacity_load"] == row["capacity_load"]
+    (agg,) = summarize_capacity(rows)
+    values = [r["capacity_load"] for r in rows]
+    assert agg["num_seeds"] == 2 and agg["capacity_load_mean"] == pytest.approx(np.mean(values))
+    assert agg["capacity_load_ci95"] == pytest.approx(mean_ci95(values)[1])
+    with pytest.raises(SystemExit):
+        parse(["--per-seed"])  # only with --capacity

@@ -146,3 +146,22 @@ def test_resume_with_a_bad_best_file_is_a_one_line_usage_error(first_run: Path, 
     assert caught.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "best.json" in err and "'best_eval_attainment' must be a finite number" in err
+
+
+def test_training_and_its_checkpoint_selection_never_touch_the_test_split(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every env a training run builds (its learning envs, the periodic evaluation that picks the checkpoint,
+    the baselines it is compared with) is on the train or val split; the evaluation ones on val."""
+    torch.set_num_threads(1)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    splits: list[str] = []
+    make = gym.make
+
+    def spy(env_id: Any, *args: Any, **kwargs: Any) -> gym.Env:
+        splits.append(kwargs.get("split", "train"))  # the envs' default split is train
+        return make(env_id, *args, **kwargs)
+
+    monkeypatch.setattr(gym, "make", spy)
+    assert train_main([*TINY, "--out", str(tmp_path / "run")]) == 0
+    assert "val" in splits and set(splits) <= {"train", "val"}

@@ -39,11 +39,13 @@ from llmsched_env.evaluation import (
     Row,
     capacity_grid,
     capacity_table,
+    format_capacity_summary,
     format_description,
     format_summary,
     results_table,
     run_grid,
     summarize,
+    summarize_capacity,
     write_results,
     write_tensorboard,
 )
@@ -92,6 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             _speed_check(config)  # builds the model: a bad weights file is an InputError here
         if args.capacity:
             rows = _capacity(config, args)
+            if args.per_seed:
+                summary = summarize_capacity(rows)
+                print(format_capacity_summary(summary), flush=True)
         else:
             rows, details = _grid(config, args, plots)
             summary = summarize(rows)
@@ -173,8 +178,9 @@ def _grid(config: EvalConfig, args: argparse.Namespace, details: bool) -> tuple[
 def _capacity(config: EvalConfig, args: argparse.Namespace) -> list[Row]:
     """Every (scenario, policy) capacity search, each row printed as its search ends; the bar counts load
     evaluations, its total growing as the searches go (on Ray: it counts searches)."""
-    with _live(capacity_table(config), args, "capacity", "search" if args.ray else "eval", 0) as live:
-        return capacity_grid(config, **live)
+    table = capacity_table(config, per_seed=args.per_seed)
+    with _live(table, args, "capacity", "search" if args.ray else "eval", 0) as live:
+        return capacity_grid(config, per_seed=args.per_seed, **live)
 
 
 if __name__ == "__main__":

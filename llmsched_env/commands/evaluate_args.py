@@ -120,6 +120,11 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         help="describe the scenarios (one episode of --num-requests at each load) instead of running policies",
     )
     add("--capacity", action="store_true", help="search each policy's capacity (attainment >= 90%%)")
+    add(
+        "--per-seed",
+        action="store_true",
+        help="with --capacity: one search per seed's window, so capacities get a mean and a 95%% interval",
+    )
     add("--out", type=Path, default=None, help="folder for results.csv/.json, summary.csv and plots (default: none)")
     add(
         "--plots",
@@ -180,6 +185,8 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
     """The ``EvalConfig`` the parsed ``args`` ask for; a usage error (exit 2) for anything wrong."""
     if args.plots and args.out is None:
         p.error("--plots needs --out (the folder the PNG files go to)")
+    if args.per_seed and not args.capacity:
+        p.error("--per-seed goes with --capacity (a grid already reports every seed)")
     if args.engine == "vllm":
         if args.backend != "sim" or args.capacity or args.describe or args.ray:
             p.error(

@@ -29,7 +29,13 @@ needs it; schedulers and routers come from ``llmsched_env.decision.registry``, n
 """
 
 from llmsched_env.common.outputs import write_csv  # the one CSV writer, re-exported for evaluation's users
-from llmsched_env.evaluation.capacity import CAPACITY_TARGET, capacity_grid, find_capacity, search_capacity
+from llmsched_env.evaluation.capacity import (
+    CAPACITY_TARGET,
+    capacity_grid,
+    find_capacity,
+    search_capacity,
+    summarize_capacity,
+)
 from llmsched_env.evaluation.config import EvalConfig, InputError, Row
 from llmsched_env.evaluation.describe import format_description
 from llmsched_env.evaluation.details import episode_details
@@ -38,6 +44,7 @@ from llmsched_env.evaluation.outputs import (
     TABLE_COLUMNS,
     LiveTable,
     capacity_table,
+    format_capacity_summary,
     format_summary,
     results_table,
     write_results,
@@ -63,6 +70,7 @@ __all__ = [
     "capacity_table",
     "episode_details",
     "find_capacity",
+    "format_capacity_summary",
     "format_description",
     "format_summary",
     "mean_ci95",
@@ -72,6 +80,7 @@ __all__ = [
     "run_grid",
     "search_capacity",
     "summarize",
+    "summarize_capacity",
     "t_quantile_975",
     "write_csv",
     "write_results",

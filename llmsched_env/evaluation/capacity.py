@@ -3,6 +3,8 @@
     search_capacity(attainment_at)                        # any function of the load: bracket, then bisect
     find_capacity(config, get_scenario("bursty"), "fcfs")  # one policy on one scenario, seeds averaged
     capacity_grid(config)                                 # every (scenario, policy), serially or on Ray
+    capacity_grid(config, per_seed=True)                  # one search per seed: a capacity per window
+    summarize_capacity(rows)                              # per-seed rows -> mean and 95% interval
 
 The number of evaluations is not known in advance: ``search_capacity`` reports after each one how many more
 it expects, so a progress bar can adjust its total as the search goes.
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -22,8 +24,9 @@ from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
 from llmsched_env.evaluation.grid import run_cell, runners_for
 from llmsched_env.evaluation.policies import PolicySpec, resolve_policy
 from llmsched_env.evaluation.progress import Progress
+from llmsched_env.evaluation.stats import mean_ci95
 
-__all__ = ["CAPACITY_TARGET", "capacity_grid", "find_capacity", "search_capacity"]
+__all__ = ["CAPACITY_TARGET", "capacity_grid", "find_capacity", "search_capacity", "summarize_capacity"]
 
 CAPACITY_TARGET = 0.9  # the attainment a capacity is measured at (DistServe)
 _MAX_LOAD, _TOLERANCE = 64.0, 1.02  # bracket within [1/64, 64] x nominal; bisect to 2%
@@ -83,15 +86,18 @@ def find_capacity(
     policy: PolicySpec | str,
     target: float = CAPACITY_TARGET,
     on_evaluation: Callable[[int], None] | None = None,
+    seed: int | None = None,
 ) -> Row:
     """``policy``'s capacity on ``scenario``: the highest load (relative to nominal) at which its mean
-    attainment over ``config.seeds`` stays >= ``target`` (``search_capacity``; ``config.loads`` is not used).
-    Returns ``policy``, ``scenario``, ``capacity_load`` and ``capacity_rps`` (the load times the nominal rate)."""
+    attainment over ``config.seeds`` (or over the one window of ``seed``) stays >= ``target``
+    (``search_capacity``; ``config.loads`` is not used). Returns ``policy``, ``scenario``, (``seed``,)
+    ``capacity_load`` and ``capacity_rps`` (the load times the nominal rate)."""
     spec = policy if isinstance(policy, PolicySpec) else resolve_policy(policy)
     runners = runners_for(config)
+    seeds = None if seed is None else (seed,)
 
     def attainment(load: float) -> float:
-        rows = run_cell(config, scenario, load, spec, runners=runners).rows
+        rows = run_cell(config, scenario, load, spec, runners=runners, seeds=seeds).rows
         return float(np.mean([r["slo_attainment"] for r in rows]))
 
     lo = search_capacity(attainment, target, on_evaluation)
@@ -99,7 +105,25 @@ def find_capacity(
     u = env.unwrapped
     nominal = u.cluster_rate_rps if isinstance(scenario, ClusterScenario) else u.nominal_rate_rps  # type: ignore[attr-defined]
     env.close()
-    return {"policy": spec.name, "scenario": scenario.name, "capacity_load": lo, "capacity_rps": lo * nominal}
+    row: Row = {"policy": spec.name, "scenario": scenario.name}
+    if seed is not None:
+        row["seed"] = seed
+    return {**row, "capacity_load": lo, "capacity_rps": lo * nominal}
+
+
+def summarize_capacity(rows: Sequence[Row]) -> list[Row]:
+    """Per (scenario, policy) of per-seed capacity rows, in first-appearance order: ``num_seeds`` and the mean
+    and 95% half-width (Student t) of ``capacity_load`` and ``capacity_rps``."""
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for r in rows:
+        groups.setdefault((r["scenario"], r["policy"]), []).append(r)
+    out = []
+    for (scenario, policy), group in groups.items():
+        agg: Row = {"policy": policy, "scenario": scenario, "num_seeds": len(group)}
+        for key in ("capacity_load", "capacity_rps"):
+            agg[f"{key}_mean"], agg[f"{key}_ci95"] = mean_ci95([float(r[key]) for r in group])
+        out.append(agg)
+    return out
 
 
 def capacity_grid(
@@ -110,17 +134,22 @@ def capacity_grid(
     ray_cpus: int | None = None,
     on_row: Callable[[Row], None] | None = None,
     progress: Progress | None = None,
+    per_seed: bool = False,
 ) -> list[Row]:
-    """``find_capacity`` of every (scenario, policy) of ``config``, one row each in that order. Serially,
-    ``progress`` counts load evaluations and grows its total as the searches go; on Ray (``ray`` as in
-    ``run_grid``) each search is a task and ``progress`` counts searches. ``on_row`` sees each row at once."""
-    cells = [(si, pi) for si in range(len(config.scenarios)) for pi in range(len(config.policies))]
+    """``find_capacity`` of every (scenario, policy) of ``config``, one row each in that order; with
+    ``per_seed``, one search and row per (scenario, policy, seed), each on its seed's window alone (a capacity
+    per window, so that capacities get intervals and paired comparisons). Serially, ``progress`` counts load
+    evaluations and grows its total as the searches go; on Ray (``ray`` as in ``run_grid``) each search is a
+    task and ``progress`` counts searches. ``on_row`` sees each row at once."""
+    seeds: Sequence[int | None] = config.seeds if per_seed else (None,)
+    cells = [(si, pi, seed) for si in range(len(config.scenarios)) for pi in range(len(config.policies))
+             for seed in seeds]  # fmt: skip
     rows: list[Row | None] = [None] * len(cells)
     results: Iterator[tuple[int, Row]]
     if ray:
         if progress is not None:
             progress.set_total(len(cells))
-        jobs = [(config, os.getcwd(), si, pi, target) for si, pi in cells]
+        jobs = [(config, os.getcwd(), si, pi, target, seed) for si, pi, seed in cells]
         results = ray_imap(_capacity_task, jobs, address=ray, num_cpus=ray_cpus)
     else:
         results = _searches(config, cells, target, progress)
@@ -134,14 +163,14 @@ def capacity_grid(
 
 
 def _searches(
-    config: EvalConfig, cells: list[tuple[int, int]], target: float, progress: Progress | None
+    config: EvalConfig, cells: list[tuple[int, int, int | None]], target: float, progress: Progress | None
 ) -> Iterator[tuple[int, Row]]:
     """Each (scenario, policy) search in turn, yielded as it ends; ``progress`` steps per evaluation, its
     total the sum over searches of evaluations done plus still expected (a first guess for those not begun)."""
     expected = [_FIRST_GUESS] * len(cells)
     if progress is not None:
         progress.set_total(sum(expected))
-    for index, (si, pi) in enumerate(cells):
+    for index, (si, pi, seed) in enumerate(cells):
         done = 0
 
         def evaluated(remaining: int, index: int = index) -> None:
@@ -152,10 +181,11 @@ def _searches(
                 progress.set_total(sum(expected))
                 progress.update()
 
-        yield index, find_capacity(config, config.scenarios[si], config.policies[pi], target, evaluated)  # type: ignore[arg-type]
+        scenario, policy = config.scenarios[si], config.policies[pi]
+        yield index, find_capacity(config, scenario, policy, target, evaluated, seed)  # type: ignore[arg-type]
 
 
-def _capacity_task(config: EvalConfig, cwd: str, si: int, pi: int, target: float) -> Row:
-    """One (scenario, policy) search on a Ray worker."""
+def _capacity_task(config: EvalConfig, cwd: str, si: int, pi: int, target: float, seed: int | None) -> Row:
+    """One (scenario, policy[, seed]) search on a Ray worker."""
     use_driver_folder(cwd)
-    return find_capacity(config, config.scenarios[si], config.policies[pi], target)  # type: ignore[arg-type]
+    return find_capacity(config, config.scenarios[si], config.policies[pi], target, seed=seed)  # type: ignore[arg-type]

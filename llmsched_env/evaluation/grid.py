@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -53,13 +53,16 @@ def run_cell(
     details: bool = False,
     runners: Runners | None = None,
     on_row: RowHook | None = None,
+    seeds: Sequence[int] | None = None,
 ) -> GridResult:
-    """Every seed of one (scenario, load, policy) of ``config``. ``runners`` (a ``runtime_backend.Runners``)
-    lets the cells of one process share their models on the runtime backend; one is made when needed."""
+    """Every seed of one (scenario, load, policy) of ``config`` (or of ``seeds``, when given). ``runners`` (a
+    ``runtime_backend.Runners``) lets the cells of one process share their models on the runtime backend; one
+    is made when needed."""
     env = config.make_env(scenario, load, policy.iterations_per_step)
     runners = runners or runners_for(config)
     out = GridResult([])
-    for seed in config.seeds:
+    seeds = config.seeds if seeds is None else seeds
+    for seed in seeds:
         t0 = time.perf_counter()
         if config.runtime is not None:
             from llmsched_env.evaluation.runtime_backend import runtime_episode
@@ -73,7 +76,7 @@ def run_cell(
         row["wall_s"] = time.perf_counter() - t0
         out.rows.append(row)
         if details and sim is not None:
-            first = seed == config.seeds[0] and load == config.loads[0]
+            first = seed == seeds[0] and load == config.loads[0]
             out.details.append({**{k: row[k] for k in KEY_COLUMNS}, **episode_details(sim, kv_series=first)})
         if on_row is not None:
             on_row(row)

@@ -31,6 +31,7 @@ __all__ = [
     "TABLE_COLUMNS",
     "LiveTable",
     "capacity_table",
+    "format_capacity_summary",
     "format_summary",
     "results_table",
     "write_results",
@@ -94,9 +95,24 @@ def results_table(config: EvalConfig) -> LiveTable:
     return LiveTable([*KEY_COLUMNS, *TABLE_COLUMNS], known, TABLE_COLUMNS)
 
 
-def capacity_table(config: EvalConfig) -> LiveTable:
-    """The live table of a capacity search: one row per (scenario, policy)."""
+def capacity_table(config: EvalConfig, per_seed: bool = False) -> LiveTable:
+    """The live table of a capacity search: one row per (scenario, policy), or per (scenario, policy, seed)."""
+    if per_seed:
+        known = {**_names(config), "seed": list(config.seeds)}
+        return LiveTable(["policy", "scenario", "seed", *CAPACITY_COLUMNS[2:]], known)
     return LiveTable(CAPACITY_COLUMNS, _names(config))
+
+
+def format_capacity_summary(summary: Sequence[Row]) -> str:
+    """The per-seed capacities' summary (``summarize_capacity`` rows): mean and 95% half-width, titled."""
+    columns = ["policy", "scenario", "seeds", "capacity", "capacity ±", "req/s", "req/s ±"]
+    short = [
+        {"policy": a["policy"], "scenario": a["scenario"], "seeds": a["num_seeds"],
+         "capacity": a["capacity_load_mean"], "capacity ±": a["capacity_load_ci95"],
+         "req/s": a["capacity_rps_mean"], "req/s ±": a["capacity_rps_ci95"]}
+        for a in summary
+    ]  # fmt: skip
+    return "capacity: mean over seeds ± 95% confidence half-width (Student t)\n" + format_table(short, columns)
 
 
 def _names(config: EvalConfig) -> dict[str, list[str]]:

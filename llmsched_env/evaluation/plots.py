@@ -198,9 +198,12 @@ def plot_capacity(rows: Sequence[Row], path: Path) -> Path:
     """Capacity (highest load with attainment >= 90%) as grouped bars: one group per scenario, one bar per
     policy; each bar is labelled with the rate in req/s."""
     scenarios = _unique([r["scenario"] for r in rows])
-    by_policy: dict[str, dict[str, Row]] = {}
-    for r in rows:
-        by_policy.setdefault(r["policy"], {})[r["scenario"]] = r
+    groups: dict[str, dict[str, list[Row]]] = {}
+    for r in rows:  # per-seed rows (``--per-seed``): one bar per policy at the mean over seeds
+        groups.setdefault(r["policy"], {}).setdefault(r["scenario"], []).append(r)
+    keys = ("capacity_load", "capacity_rps")
+    by_policy = {p: {s: {k: float(np.mean([r[k] for r in rs])) for k in keys} for s, rs in by.items()}
+                 for p, by in groups.items()}  # fmt: skip
     loads = {p: [by[s]["capacity_load"] if s in by else np.nan for s in scenarios] for p, by in by_policy.items()}
     fig, ax, bars = _grouped_bars(scenarios, loads, max(6.0, 1.6 * len(scenarios) + 2))
     for p, by in by_policy.items():
