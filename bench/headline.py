@@ -35,21 +35,24 @@ def _fmt(values: list[float], digits: int = 2) -> str:
 
 
 def collect(results: Path) -> list[dict[str, object]]:
-    """One entry per scenario whose capacity file has per-seed rows for the agent and at least one other."""
-    out = []
-    for cap_file in sorted(results.glob("*-capacity/results.csv")):
-        scenario = cap_file.parent.name.removesuffix("-capacity")
-        caps: dict[str, dict[int, float]] = {}
+    """One entry per scenario with per-seed rows for the agent and at least one other policy, gathered from
+    every ``*-capacity*/results.csv`` under ``results`` (a policy searched later, e.g. ``tuned``, may sit in
+    a folder of its own)."""
+    caps_of: dict[str, dict[str, dict[int, float]]] = {}
+    for cap_file in sorted(results.glob("*-capacity*/results.csv")):
         for r in _rows(cap_file):
             if "seed" not in r:
                 raise SystemExit(f"{cap_file}: no seed column; run llmsched-evaluate --capacity --per-seed")
-            caps.setdefault(r["policy"], {})[int(r["seed"])] = float(r["capacity_load"])
+            by_policy = caps_of.setdefault(r["scenario"], {})
+            by_policy.setdefault(r["policy"], {})[int(r["seed"])] = float(r["capacity_load"])
+    out = []
+    for scenario, caps in sorted(caps_of.items()):
         if AGENT not in caps or len(caps) < 2:
             continue
         seeds = sorted(caps[AGENT])
         for policy, by_seed in caps.items():
             if sorted(by_seed) != seeds:
-                raise SystemExit(f"{cap_file}: {policy} has seeds {sorted(by_seed)}, the agent {seeds}")
+                raise SystemExit(f"{results}: {scenario}: {policy} has seeds {sorted(by_seed)}, the agent {seeds}")
         mean = {p: float(np.mean([c[s] for s in seeds])) for p, c in caps.items()}
         named = {p: m for p, m in mean.items() if p not in (AGENT, TUNED)}
         best_named = max(named, key=named.__getitem__) if named else None
