@@ -19,6 +19,7 @@ inside the mask it was given. Importing this package needs numpy and the core on
 | kv_guard | as fcfs, keep 10% KV free, admit <= 8 per iteration | Orca / SGLang conservative admission |
 | sarathi | budget = chunk from the TPOT SLO, fixed | Sarathi-Serve stall-free batching |
 | slo_aware | EDF, TTFT shedding, budget from the TPOT SLO per iteration | EDF + Mooncake early rejection |
+| tuned | every knob at its best static setting for the scenario, found on val (``tuned.json``) | ``llmsched-tune`` |
 | random | uniform valid action | floor |
 
 Routers for ``LLMSchedCluster-v0`` (``baselines.routing``) pick a replica from the cluster observation and
@@ -43,6 +44,7 @@ from baselines.rules import (
     fcfs_decision,
 )
 from baselines.slo import SarathiPolicy, SLOAwarePolicy, tpot_budget
+from baselines.tuned import TunedPolicy
 from llmsched_env.decision.policy import Policy, PolicyContext
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy
 from llmsched_env.decision.router import RouterContext
@@ -62,6 +64,7 @@ __all__ = [
     "SLOAwarePolicy",
     "SarathiPolicy",
     "StaticPolicy",
+    "TunedPolicy",
     "VTCPolicy",
     "available",
     "available_routers",
@@ -82,6 +85,7 @@ for _cls in (
     KVGuardPolicy,
     SarathiPolicy,
     SLOAwarePolicy,
+    TunedPolicy,
     RandomPolicy,
 ):
     SCHEDULERS.register(_cls.name, _cls)

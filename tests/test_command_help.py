@@ -1,4 +1,4 @@
-"""One --help for the three commands: every option's help ends with its default, said one way
+"""One --help for the commands: every option's help ends with its default, said one way
 (``commands.help.DefaultsFormatter``); the program's name is the one the user typed."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from agents.cli import build_parser as train_parser
 from llmsched_env.commands.calibrate import build_parser as calibrate_parser
 from llmsched_env.commands.evaluate_args import build_parser as evaluate_parser
 from llmsched_env.commands.help import DefaultsFormatter, default_text, from_args
+from llmsched_env.commands.tune import build_parser as tune_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 ENDING = re.compile(r"\((default\b[^()]*(\([^()]*\)[^()]*)*|required)\)$")  # "(default: ...)" last
@@ -25,11 +26,11 @@ ENDING = re.compile(r"\((default\b[^()]*(\([^()]*\)[^()]*)*|required)\)$")  # "(
 def _parsers() -> dict[str, argparse.ArgumentParser]:
     calibrate = calibrate_parser()
     sub = next(a for a in calibrate._actions if isinstance(a, argparse._SubParsersAction))
-    parsers = {"evaluate": evaluate_parser(""), "train": train_parser()}
+    parsers = {"evaluate": evaluate_parser(""), "train": train_parser(), "tune": tune_parser()}
     return parsers | {f"calibrate {name}": parser for name, parser in sub.choices.items()}
 
 
-@pytest.mark.parametrize("name", ["evaluate", "train", "calibrate profile", "calibrate fidelity"])
+@pytest.mark.parametrize("name", ["evaluate", "train", "tune", "calibrate profile", "calibrate fidelity"])
 def test_every_option_ends_with_its_default(name: str) -> None:
     parser = _parsers()[name]
     assert parser.formatter_class is DefaultsFormatter

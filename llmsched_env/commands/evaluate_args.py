@@ -24,7 +24,19 @@ from llmsched_env.workloads.library import list_scenarios
 from llmsched_env.workloads.scenarios import SPLITS, Scenario, scenario_from_trace
 from llmsched_env.workloads.traces import TRACE_FORMATS
 
-__all__ = ["PROG", "build_parser", "config_from_args"]
+__all__ = [
+    "ENGINE_LIMITS",
+    "PROG",
+    "add_engine_limits",
+    "add_trace_options",
+    "build_parser",
+    "config_from_args",
+    "csv_list",
+    "engine_limits",
+    "int_at_least",
+    "positive_int",
+    "trace_scenario",
+]
 
 PROG = ("llmsched-evaluate", "evaluate.py")  # the console script, the checkout's script (``help.program``)
 # EngineConfig fields settable from the command line, each --NAME-WITH-DASHES (default: the scenario's)
@@ -36,7 +48,7 @@ ENGINE_LIMITS = {
 }
 
 
-def _csv_list(kind: type, minimum: float | None = None) -> Callable[[str], list[Any]]:
+def csv_list(kind: type, minimum: float | None = None) -> Callable[[str], list[Any]]:
     """An argparse type: a comma-separated list of ``kind``, each > ``minimum`` when given."""
 
     def parse(text: str) -> list[Any]:
@@ -56,14 +68,23 @@ def _csv_list(kind: type, minimum: float | None = None) -> Callable[[str], list[
     return parse
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+positive_int = int_at_least(1)
 
 
 def build_parser(description: str) -> argparse.ArgumentParser:
@@ -72,48 +93,30 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     add = p.add_argument
     add(
         "--policies",
-        type=_csv_list(str),
+        type=csv_list(str),
         default=["fcfs"],
         help=f"schedulers ({','.join(SCHEDULERS.names())}), routers for cluster scenarios "
-        f"({','.join(ROUTERS.names())}) or exported policies: a run folder holding policy.json + "
-        "policy.safetensors, or the JSON; name=path names one (else the folder's name)",
+        f"({','.join(ROUTERS.names())}), exported policies: a run folder holding policy.json + "
+        "policy.safetensors, or the JSON; name=path names one (else the folder's name); tuned=FILE.json runs tuned "
+        "with your own tuned-settings table (llmsched-tune --out FILE.json)",
     )
     add(
         "--scenarios",
-        type=_csv_list(str),
+        type=csv_list(str),
         default=["default"],
         help=f"scenario library: {','.join(list_scenarios())}; cluster: {','.join(list_cluster_scenarios())}",
     )
-    add("--loads", type=_csv_list(float, 0.0), default=[1.0], help="arrival rates relative to nominal")
-    add("--seeds", type=_csv_list(int), default=[0], help="one episode per seed")
-    add("--split", choices=SPLITS, default="test",
-        help="test: the part reported figures come from; val: the part every choice is made on")
-    add("--num-requests", type=_positive_int, default=None, help="requests per episode (default: the scenario's)")
+    add("--loads", type=csv_list(float, 0.0), default=[1.0], help="arrival rates relative to nominal")
+    add("--seeds", type=csv_list(int), default=[0], help="one episode per seed")
+    add(
+        "--split",
+        choices=SPLITS,
+        default="test",
+        help="test: the part reported figures come from; val: the part every choice is made on",
+    )
+    add("--num-requests", type=positive_int, default=None, help="requests per episode (default: the scenario's)")
     add("--cost-model", default=None, help="cost-model preset name or JSON path (default: the scenario's)")
-    add("--trace", type=Path, default=None, help="evaluate on your own trace file instead of --scenarios")
-    add("--trace-format", choices=TRACE_FORMATS, default=None, help="format of --trace (default: none; required)")
-    add("--trace-rate", type=float, default=None, help="arrival rate for --trace in req/s (default: the trace's mean)")
-    add(
-        "--trace-slo",
-        default="chat",
-        help=f"SLO class of --trace's tenants that --tenant-slo does not name (of its one tenant when it has no "
-        f"tenant column): {','.join(SLO_CLASSES)}, or TTFT_S:TPOT_S",
-    )
-    add(
-        "--tenant-slo",
-        default=None,
-        metavar="NAME=CLASS[,NAME=CLASS...]",
-        help="SLO class per tenant of --trace's tenant column (generic format: tenant=COLUMN in --trace-columns; "
-        "tenants come in order of first appearance in the file), each a class of --trace-slo's list or "
-        "TTFT_S:TPOT_S; unnamed tenants get --trace-slo (default: none, every tenant gets --trace-slo)",
-    )
-    add(
-        "--trace-columns",
-        default=None,
-        help="generic format: our field=your column, e.g. arrival=ts,prompt_len=input,output_len=output "
-        "(default: none; required by --trace-format generic)",
-    )
-    add("--trace-time-unit", choices=("s", "ms"), default="s", help="generic format: timestamp unit")
+    add_trace_options(p)
     add(
         "--describe",
         action="store_true",
@@ -145,7 +148,7 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         help="spread the runs over local worker processes (no ADDRESS; nothing listens on the network) or the Ray "
         "cluster at ADDRESS (needs the 'distributed' extra) (default: off, run here)",
     )
-    add("--ray-cpus", type=_positive_int, default=None, help="local worker processes of --ray (default: all CPUs)")
+    add("--ray-cpus", type=positive_int, default=None, help="local worker processes of --ray (default: all CPUs)")
     add(
         "--engine",
         choices=("sim", "vllm"),
@@ -153,9 +156,7 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         help="sim: llmsched's simulator; vllm: also run vLLM's real scheduler in the loop on the same requests "
         "and print both attainments (needs the 'vllm' extra)",
     )
-    eng = p.add_argument_group("engine limits (override every scenario's engine, --trace's included)")
-    for name, what in ENGINE_LIMITS.items():
-        eng.add_argument(f"--{name.replace('_', '-')}", type=_positive_int, default=None, help=what)
+    add_engine_limits(p)
     rt = p.add_argument_group("torch runtime (--backend runtime)")
     rt.add_argument("--backend", choices=("sim", "runtime"), default="sim", help="simulator or real model")
     rt.add_argument("--model", default="tiny", help="model preset of the runtime (tiny, llama-1b, llama3-8b)")
@@ -179,6 +180,48 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         help="skip the few-second profile that compares this machine with the cost model pricing SLOs and load",
     )
     return p
+
+
+def add_trace_options(p: argparse.ArgumentParser) -> None:
+    """``--trace`` (a user's trace file instead of ``--scenarios``) and the options that say how to read it;
+    ``trace_scenario`` turns them into a scenario."""
+    add = p.add_argument
+    add("--trace", type=Path, default=None, help="your own trace file instead of --scenarios")
+    add("--trace-format", choices=TRACE_FORMATS, default=None, help="format of --trace (default: none; required)")
+    add("--trace-rate", type=float, default=None, help="arrival rate for --trace in req/s (default: the trace's mean)")
+    add(
+        "--trace-slo",
+        default="chat",
+        help=f"SLO class of --trace's tenants that --tenant-slo does not name (of its one tenant when it has no "
+        f"tenant column): {','.join(SLO_CLASSES)}, or TTFT_S:TPOT_S",
+    )
+    add(
+        "--tenant-slo",
+        default=None,
+        metavar="NAME=CLASS[,NAME=CLASS...]",
+        help="SLO class per tenant of --trace's tenant column (generic format: tenant=COLUMN in --trace-columns; "
+        "tenants come in order of first appearance in the file), each a class of --trace-slo's list or "
+        "TTFT_S:TPOT_S; unnamed tenants get --trace-slo (default: none, every tenant gets --trace-slo)",
+    )
+    add(
+        "--trace-columns",
+        default=None,
+        help="generic format: our field=your column, e.g. arrival=ts,prompt_len=input,output_len=output "
+        "(default: none; required by --trace-format generic)",
+    )
+    add("--trace-time-unit", choices=("s", "ms"), default="s", help="generic format: timestamp unit")
+
+
+def add_engine_limits(p: argparse.ArgumentParser) -> None:
+    """``--num-kv-blocks`` and the other ``ENGINE_LIMITS``; ``engine_limits`` reads them back."""
+    eng = p.add_argument_group("engine limits (override every scenario's engine, --trace's included)")
+    for name, what in ENGINE_LIMITS.items():
+        eng.add_argument(f"--{name.replace('_', '-')}", type=positive_int, default=None, help=what)
+
+
+def engine_limits(args: argparse.Namespace) -> dict[str, int]:
+    """The engine limits given on the command line, by ``EngineConfig`` field name."""
+    return {name: getattr(args, name) for name in ENGINE_LIMITS if getattr(args, name) is not None}
 
 
 def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> EvalConfig:
@@ -209,8 +252,8 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
         if args.tensorboard is not None:
             check_output(args.tensorboard, args.force, "--tensorboard")
         runtime = from_args(RuntimeOptions, args) if args.backend == "runtime" else None
-        limits = {name: getattr(args, name) for name in ENGINE_LIMITS if getattr(args, name) is not None}
-        scenarios: list[Any] = [_trace_scenario(p, args, limits)] if args.trace is not None else args.scenarios
+        limits = engine_limits(args)
+        scenarios: list[Any] = [trace_scenario(p, args, limits)] if args.trace is not None else args.scenarios
         config = from_args(EvalConfig, args, scenarios=scenarios, runtime=runtime, engine_limits=limits or None)
     except ValueError as exc:
         p.error(str(exc))
@@ -243,8 +286,9 @@ def tenant_slos(text: str) -> dict[str, SLOClass]:
     return out
 
 
-def _trace_scenario(p: argparse.ArgumentParser, args: argparse.Namespace, limits: dict[str, int]) -> Scenario:
-    """The scenario of ``--trace`` and its options (``ValueError`` from the trace reader names the file)."""
+def trace_scenario(p: argparse.ArgumentParser, args: argparse.Namespace, limits: dict[str, int]) -> Scenario:
+    """The scenario of ``--trace`` and its options (``add_trace_options``); a usage error for a bad option, and
+    ``ValueError`` from the trace reader, naming the file."""
     if args.trace_format is None:
         p.error(f"--trace needs --trace-format ({', '.join(TRACE_FORMATS)})")
     try:

@@ -17,13 +17,16 @@ __all__ = ["Policy", "PolicyContext", "reads_observation", "start_episode"]
 
 @dataclass(frozen=True)
 class PolicyContext:
-    """What a heuristic may know about the engine it schedules, besides its observations."""
+    """What a heuristic may know about the engine it schedules, besides its observations. ``scenario`` names
+    the scenario the engine serves ("" where none is at hand: the vLLM adapter, the runtime's fidelity runs), so
+    a policy can look settings up by name (``tuned``)."""
 
     engine: EngineConfig
     tenants: tuple[TenantConfig, ...]
     cost_model: CostModel
     action_spec: ActionSpec
     obs_names: tuple[str, ...]
+    scenario: str = ""
 
 
 @runtime_checkable

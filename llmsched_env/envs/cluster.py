@@ -231,9 +231,11 @@ class LLMSchedClusterEnv(gym.Env):
         return self.encoder.context()
 
     def local_policy_context(self, i: int) -> PolicyContext:
-        """Replica ``i``'s single-node policy context (``decision.registry.SCHEDULERS``, ``baselines.make``)."""
+        """Replica ``i``'s single-node policy context (``decision.registry.SCHEDULERS``, ``baselines.make``), named
+        after the single-node scenario the cluster replicates (a tuned local policy uses that scenario's settings)."""
         s = self.specs[i]
-        return PolicyContext(s.engine, self.tenants, s.cost_model, self.action_specs[i], self.local_encoders[i].names)
+        names = self.local_encoders[i].names
+        return PolicyContext(s.engine, self.tenants, s.cost_model, self.action_specs[i], names, self.base_scenario.name)
 
     def _draw_requests(self) -> list[Request]:
         if self.load_range is not None:

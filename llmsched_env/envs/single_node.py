@@ -240,4 +240,6 @@ class LLMSchedEnv(gym.Env):
     # ---------------------------------------------------------------------------------------- helpers
     def policy_context(self) -> PolicyContext:
         """The static facts a heuristic baseline is built from."""
-        return PolicyContext(self.engine_config, self.tenants, self.cost_model, self.action_spec, self.obs_names)
+        return PolicyContext(
+            self.engine_config, self.tenants, self.cost_model, self.action_spec, self.obs_names, self.scenario.name
+        )

@@ -18,6 +18,7 @@ statistics over seeds, result files, plots and scale-out on Ray.
 | ``details`` | per-request latencies and the KV series of an episode, for plots |
 | ``capacity`` | ``search_capacity``, ``find_capacity``, ``capacity_grid`` |
 | ``stats`` | ``summarize``, ``mean_ci95``, ``t_quantile_975`` |
+| ``tuning`` / ``knob_space`` | ``TuneConfig``, ``tune_scenario``: the val search behind the ``tuned`` baseline |
 | ``outputs`` | live and summary tables, ``write_results``, ``write_tensorboard`` (CSV: ``common.outputs.write_csv``) |
 | ``describe`` | a scenario described in words |
 | ``plots`` | PNG plots (matplotlib) |
@@ -53,6 +54,7 @@ from llmsched_env.evaluation.outputs import (
 from llmsched_env.evaluation.policies import PolicySpec, resolve_policy
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.evaluation.stats import SUMMARY_METRICS, mean_ci95, summarize, t_quantile_975
+from llmsched_env.evaluation.tuning import TuneConfig, TuneResult, tune_scenario
 
 __all__ = [
     "CAPACITY_TARGET",
@@ -66,6 +68,8 @@ __all__ = [
     "PolicySpec",
     "Row",
     "RuntimeOptions",
+    "TuneConfig",
+    "TuneResult",
     "capacity_grid",
     "capacity_table",
     "episode_details",
@@ -82,6 +86,7 @@ __all__ = [
     "summarize",
     "summarize_capacity",
     "t_quantile_975",
+    "tune_scenario",
     "write_csv",
     "write_results",
     "write_tensorboard",

@@ -107,6 +107,7 @@ class EvalConfig:
         if self.cost_model is not None:  # a bad preset name or file fails here, not inside the first run
             load_cost_model(self.cost_model)
         self._check_policy_files()
+        self._check_baselines()
 
     @property
     def is_cluster(self) -> bool:
@@ -158,6 +159,21 @@ class EvalConfig:
         except ValueError as exc:
             raise ValueError(f"scenario {scenario.name!r}: {exc}") from None
         return replace(scenario, engine=engine)
+
+    def _check_baselines(self) -> None:
+        """Every scheduler baseline must build on every (single-node) scenario, found here rather than in the
+        middle of a grid: ``tuned`` needs the scenario in its table, with knobs among the engine's options."""
+        baselines = [p for p in self.policies if p.baseline is not None]  # type: ignore[union-attr]
+        if self.is_cluster or not baselines:
+            return
+        for scenario in self.scenarios:
+            env = self.make_env(scenario, 1.0)  # type: ignore[arg-type]
+            for spec in baselines:
+                try:
+                    spec.make(env, 0)  # type: ignore[union-attr]
+                except ValueError as exc:
+                    raise ValueError(f"policy {spec.name!r} cannot run on scenario {scenario.name!r}: {exc}") from None
+            env.close()
 
     def _check_policy_files(self) -> None:
         """Every exported policy must fit every scenario's observations and actions (names and options)."""

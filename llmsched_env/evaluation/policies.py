@@ -3,6 +3,7 @@
     resolve_policy("slo_aware")                  # a baseline, looked up in the registry by name
     resolve_policy("mine=runs/ppo0")             # an exported policy (folder or policy.json), named "mine"
     resolve_policy("runs/ppo0/policy.json")      # named after its folder: "ppo0"
+    resolve_policy("tuned=my_table.json")        # the ``tuned`` baseline with a tuned-settings table of your own
 
 Baselines come from ``llmsched_env.decision.registry`` (``SCHEDULERS``, ``ROUTERS``), which finds the
 ``baselines`` package through its entry point, so this module never imports it. torch is imported only when
@@ -17,6 +18,7 @@ from typing import Any
 
 from llmsched_env.decision.policy import Policy
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy
+from llmsched_env.decision.tuned_table import TunedTable, is_tuned_table, load_tuned_table
 
 __all__ = ["PolicySpec", "baseline_names", "resolve_policy"]
 
@@ -31,12 +33,15 @@ class PolicySpec:
     """One policy of an evaluation: a baseline (``baseline`` set) or an exported policy file (``path`` set).
 
     ``name`` is the ``policy`` column of the results. The loaded file is kept and serves every seed; it is
-    not pickled (a Ray task gets the path and loads the file again, where it runs).
+    not pickled (a Ray task gets the path and loads the file again, where it runs). ``table`` (with the
+    ``tuned`` baseline): a tuned-settings table's path, or a ``TunedTable`` (plain data, it pickles), passed
+    to the baseline as ``table=``; None: the baseline's own.
     """
 
     name: str
     baseline: str | None = None
     path: Path | None = None
+    table: Path | TunedTable | None = None
     _exported: Any = field(default=None, repr=False, compare=False)  # an ExportedPolicy, loaded on demand
 
     def __post_init__(self) -> None:
@@ -44,6 +49,8 @@ class PolicySpec:
             raise ValueError("a policy needs a non-empty name")
         if (self.baseline is None) == (self.path is None):
             raise ValueError(f"policy {self.name!r}: give either a baseline name or a policy file path")
+        if self.table is not None and self.baseline is None:
+            raise ValueError(f"policy {self.name!r}: a tuned-settings table goes with a baseline (tuned)")
 
     @property
     def exported(self) -> Any:
@@ -67,6 +74,9 @@ class PolicySpec:
 
     def make(self, env: Any, seed: int) -> Policy:
         """The policy acting on ``env`` (``LLMSched-v0`` or ``LLMSchedCluster-v0``) for the episode of ``seed``."""
+        if self.table is not None:  # the tuned baseline takes its table as a keyword
+            factory: Any = SCHEDULERS.get(self.baseline)  # type: ignore[arg-type]
+            return factory(env.unwrapped.policy_context(), seed, table=self.table)
         if self.baseline is not None:
             return make_policy(self.baseline, env.unwrapped.policy_context(), seed=seed)  # type: ignore[return-value]
         return self.exported
@@ -76,8 +86,10 @@ class PolicySpec:
 
 
 def resolve_policy(entry: str) -> PolicySpec:
-    """A baseline name, or ``[alias=]path`` of an exported policy (a run folder holding ``policy.json`` +
-    ``policy.safetensors``, or the JSON), loaded and verified now. ``ValueError`` naming ``entry`` otherwise."""
+    """A baseline name, ``[alias=]path`` of an exported policy (a run folder holding ``policy.json`` +
+    ``policy.safetensors``, or the JSON), loaded and verified now, or ``[alias=]path`` of a tuned-settings table
+    (a JSON file with ``"format": "llmsched-tuned"``): the ``tuned`` baseline with that table, named ``alias``
+    (default: the file's stem). ``ValueError`` naming ``entry`` or the file otherwise."""
     names = baseline_names()
     if entry in names:
         return PolicySpec(entry, baseline=entry)
@@ -91,6 +103,9 @@ def resolve_policy(entry: str) -> PolicySpec:
     path = Path(target).expanduser()
     if not path.exists():
         raise ValueError(f"unknown policy {entry!r}: not a baseline ({', '.join(names)}) and no file or folder {path}")
+    if is_tuned_table(path) or (alias == "tuned" and path.is_file()):
+        load_tuned_table(path)  # a malformed table fails now, naming the file
+        return PolicySpec(alias or path.stem, baseline="tuned", table=path)
     folder = path if path.is_dir() else path.parent
     spec = PolicySpec(alias or folder.resolve().name, path=path)
     try:

@@ -1,0 +1,269 @@
+"""Tune a scenario's static knobs on its ``val`` split: the search behind the ``tuned`` baseline.
+
+    config = TuneConfig(seeds=(0, 1, 2, 3, 4), candidates=48, seed=0)
+    result = tune_scenario(config, "mixed-slo", log=print)       # result.entry: settings + provenance
+    write_tuned_entries(shipped_table(), {result.scenario: result.entry})
+
+For one scenario, every episode on ``val`` (``test`` is never built), in four steps:
+
+1. **Probe load**: the highest val capacity (``find_capacity``, the first two seeds) of the reference heuristics
+   (``slo_aware``, ``sjf``). Candidates are scored by SLO attainment at this load, where the best reference sits
+   at about 90%: a setting that beats it there is what raises capacity. Capacity itself (a bracket and bisection,
+   8-10 loads x seeds) is too costly to measure for every candidate on a 2-core machine.
+2. **Successive halving** over seeds: the static decision of every static named heuristic plus ``candidates``
+   uniformly random knob settings (drawn with ``seed``). Rung 1 runs each on one seed and keeps the best third,
+   rung 2 adds two seeds and keeps the best third, rung 3 runs the rest on all seeds. Most candidates are poor
+   enough for one episode to show it, so most of the budget goes to the few that might win.
+3. **Local search** from the winner: every single-knob move (one option up or down, another queue order, the
+   other batch mix or shedding) on all seeds; take the best improving move, up to ``rounds`` times. Random
+   sampling finds a good combination of knobs but rarely the best value of each; this refines it.
+4. **Capacity** on all seeds of the result and, for the record, of the references.
+
+A score is the mean SLO attainment over the seeds (ties: higher goodput, then the earlier candidate), so the
+search is deterministic for the same arguments. The knob values it tries are ``knob_space``'s. Episodes run
+through ``run_cell`` and ``find_capacity``, as an evaluation runs them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmsched_env.common.checks import check_int
+from llmsched_env.decision.actions import ActionSpec
+from llmsched_env.decision.registry import SCHEDULERS
+from llmsched_env.decision.tuned_table import TUNE_COMMAND, TunedTable, settings_of
+from llmsched_env.engine.batch import Decision
+from llmsched_env.evaluation.capacity import find_capacity
+from llmsched_env.evaluation.config import EvalConfig
+from llmsched_env.evaluation.grid import run_cell
+from llmsched_env.evaluation.knob_space import STATIC_HEURISTICS, neighbours, random_candidates, static_decision
+from llmsched_env.evaluation.policies import PolicySpec
+from llmsched_env.workloads.scenarios import Scenario
+
+__all__ = ["TuneConfig", "TuneResult", "shipped_table", "tune_scenario"]
+
+SPLIT = "val"  # every choice is made on val (DESIGN.md, "Evaluation protocol"); test is for reported figures
+RUNG_SEEDS = (1, 3)  # seeds of rungs 1 and 2; the last rung runs every seed
+Score = tuple[float, float]  # (mean SLO attainment, mean goodput) over the seeds
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """How to tune: the ``references`` whose best val capacity is the probe load, the val ``seeds``, the number
+    of random ``candidates`` and the ``seed`` that draws them, local-search ``rounds``, and the episode options
+    of ``EvalConfig`` (``num_requests``, ``cost_model``, ``engine_limits``). ``ValueError`` naming the field."""
+
+    references: Sequence[str] = ("slo_aware", "sjf")
+    seeds: Sequence[int] = (0, 1, 2, 3, 4)
+    candidates: int = 48
+    seed: int = 0
+    rounds: int = 2
+    num_requests: int | None = None
+    cost_model: str | None = None
+    engine_limits: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("references", "seeds"):
+            value = getattr(self, name)
+            if isinstance(value, str) or not value or len(set(value)) != len(value):
+                raise ValueError(f"TuneConfig.{name} must be a non-empty list without repeats, got {value!r}")
+            object.__setattr__(self, name, tuple(value))
+        for name in ("candidates", "seed", "rounds"):
+            check_int("TuneConfig", name, getattr(self, name), 0)
+
+    def eval_config(self, scenario: Scenario | str, seeds: Sequence[int]) -> EvalConfig:
+        """The ``EvalConfig`` of ``scenario`` on ``val`` with ``seeds`` and this config's episode options."""
+        return EvalConfig(
+            scenarios=[scenario],
+            policies=list(self.references),
+            seeds=list(seeds),
+            split=SPLIT,
+            num_requests=self.num_requests,
+            cost_model=self.cost_model,
+            engine_limits=self.engine_limits,
+        )
+
+    def command(self, scenario: str) -> str:
+        """The command line that tunes ``scenario`` with this config (recorded in the table)."""
+        words = [TUNE_COMMAND, "--scenarios", scenario, "--reference", ",".join(self.references)]
+        words += ["--seeds", ",".join(map(str, self.seeds)), "--candidates", str(self.candidates)]
+        words += ["--seed", str(self.seed), "--rounds", str(self.rounds)]
+        if self.num_requests is not None:
+            words += ["--num-requests", str(self.num_requests)]
+        if self.cost_model is not None:
+            words += ["--cost-model", self.cost_model]
+        for name, value in sorted((self.engine_limits or {}).items()):
+            words += [f"--{name.replace('_', '-')}", str(value)]
+        return " ".join(words)
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """One scenario's outcome: its table ``entry`` (``settings`` and ``provenance``), the episodes it ran and
+    the wall time it took (both also in the provenance)."""
+
+    scenario: str
+    entry: dict[str, Any]
+    num_episodes: int
+    wall_s: float
+
+
+def shipped_table() -> Path:
+    """The path of the table the ``tuned`` baseline ships (``baselines/tuned.json``), found through the
+    scheduler registry (this package never imports ``baselines``)."""
+    return Path(SCHEDULERS.get("tuned").shipped_table)  # type: ignore[attr-defined]
+
+
+@dataclass
+class _Search:
+    """The steps of one scenario's search; every (setting, seed) episode runs once and is remembered."""
+
+    config: TuneConfig
+    scenario: Scenario
+    log: Callable[[str], None]
+    t0: float
+    load: float = 1.0  # the probe load, once ``probe`` has found it
+    num_episodes: int = 0
+    _results: dict[tuple[Decision, int], tuple[float, float]] = field(default_factory=dict)
+
+    def say(self, text: str) -> None:
+        elapsed = time.perf_counter() - self.t0
+        self.log(f"{self.scenario.name}: {text}; {self.num_episodes} episodes, {elapsed:.0f} s")
+
+    def spec(self, d: Decision, name: str = "candidate") -> PolicySpec:
+        """``d`` as the ``tuned`` baseline with a one-entry table: exactly what the shipped table will run."""
+        table = TunedTable("<search>", {self.scenario.name: {"settings": settings_of(d), "provenance": {}}})
+        return PolicySpec(name, baseline="tuned", table=table)
+
+    def score(self, d: Decision, seeds: Sequence[int]) -> Score:
+        """Mean attainment and goodput of ``d`` at the probe load over ``seeds``."""
+        missing = [s for s in seeds if (d, s) not in self._results]
+        if missing:
+            cfg = self.config.eval_config(self.scenario, missing)
+            for row in run_cell(cfg, self.scenario, self.load, self.spec(d)).rows:
+                self._results[(d, row["seed"])] = (row["slo_attainment"], row["goodput_rps"])
+            self.num_episodes += len(missing)
+        runs = [self._results[(d, s)] for s in seeds]
+        return float(np.mean([r[0] for r in runs])), float(np.mean([r[1] for r in runs]))
+
+    def capacity(self, spec: PolicySpec | str, seeds: Sequence[int]) -> float:
+        cfg = self.config.eval_config(self.scenario, seeds)
+
+        def count(_remaining: int) -> None:
+            self.num_episodes += len(seeds)
+
+        return float(find_capacity(cfg, self.scenario, spec, on_evaluation=count)["capacity_load"])
+
+    def probe(self) -> dict[str, float]:
+        """Set ``load`` to the references' highest val capacity on the first two seeds; those capacities."""
+        seeds = self.config.seeds[:2]
+        caps = {ref: self.capacity(ref, seeds) for ref in self.config.references}
+        self.load = max(caps.values())
+        if self.load <= 0.0:
+            raise ValueError(
+                f"scenario {self.scenario.name!r}: no reference ({', '.join(self.config.references)}) meets 90% "
+                "attainment on val at any load down to 1/64 of nominal; there is no load to tune at"
+            )
+        self.say(f"probe load {self.load:.3f} (val capacity on seeds {list(seeds)}: "
+                 + ", ".join(f"{k} {v:.3f}" for k, v in caps.items()) + ")")  # fmt: skip
+        return caps
+
+    def halving(self, cands: list[tuple[Decision, str]]) -> tuple[Decision, str]:
+        """The best of ``cands`` (setting, label) by successive halving over the seeds."""
+        pool = list(range(len(cands)))
+        seeds = self.config.seeds
+        sizes = sorted({min(k, len(seeds)) for k in (*RUNG_SEEDS, len(seeds))})
+        for r, size in enumerate(sizes, start=1):
+            scores = {i: self.score(cands[i][0], seeds[:size]) for i in pool}
+            ranked = sorted(pool, key=lambda i: (-scores[i][0], -scores[i][1], i))
+            top = ranked[0]
+            self.say(f"rung {r}: {len(pool)} settings on {size} seed(s), best {cands[top][1]} attainment "
+                     f"{scores[top][0]:.3f}")  # fmt: skip
+            pool = ranked[: max(1, math.ceil(len(pool) / 3))]
+        return cands[pool[0]]
+
+    def local_search(self, best: Decision, spec: ActionSpec) -> tuple[Decision, Score, int]:
+        """From ``best``, the best improving single-knob move on all seeds, up to ``rounds`` times: the
+        setting reached, its score and the number of moves taken."""
+        seeds = self.config.seeds
+        score, moves = self.score(best, seeds), 0
+        for rnd in range(1, self.config.rounds + 1):
+            options = neighbours(best, spec)
+            move_score, k = _best([(self.score(n, seeds), k) for k, n in enumerate(options)])
+            if move_score <= score:
+                self.say(f"local search round {rnd}: none of {len(options)} moves improves {score[0]:.3f}")
+                break
+            best, score, moves = options[k], move_score, moves + 1
+            self.say(f"local search round {rnd}: {settings_of(best)} attainment {score[0]:.3f}")
+        return best, score, moves
+
+
+def _best(scored: Sequence[tuple[Score, int]]) -> tuple[Score, int]:
+    """The highest score, the lower index on a tie."""
+    return min(scored, key=lambda si: (-si[0][0], -si[0][1], si[1]))
+
+
+def tune_scenario(
+    config: TuneConfig,
+    scenario: Scenario | str,
+    log: Callable[[str], None] = lambda line: None,
+    command: str | None = None,
+) -> TuneResult:
+    """Tune ``scenario`` as the module docstring says; ``log`` gets a progress line per step. ``command``: the
+    command line to record (default: ``config.command``). ``ValueError`` when no reference meets 90% attainment
+    at any load (nothing to probe at) or for a bad scenario or option."""
+    t0 = time.perf_counter()
+    sc: Scenario = config.eval_config(scenario, config.seeds[:1]).scenarios[0]  # type: ignore[assignment]
+    search = _Search(config, sc, log, t0)
+    probe_caps = search.probe()
+    env: Any = config.eval_config(sc, config.seeds[:1]).make_env(sc, search.load).unwrapped
+    spec, ctx = env.action_spec, env.policy_context()
+    env.close()
+    labelled = [(n, static_decision(n, ctx)) for n in STATIC_HEURISTICS]
+    labelled += [(f"random{k}", d) for k, d in enumerate(random_candidates(spec, config.candidates, config.seed))]
+    seen: dict[Decision, str] = {}
+    for label, d in labelled:
+        seen.setdefault(d, label)  # a setting drawn twice keeps its first label
+    best, found_by = search.halving(list(seen.items()))
+    best, score, moves = search.local_search(best, spec)
+    capacity = search.capacity(search.spec(best, "tuned"), config.seeds)
+    ref_caps = {ref: search.capacity(ref, config.seeds) for ref in config.references}
+    wall_s = time.perf_counter() - t0
+    provenance = {
+        "split": SPLIT,
+        "seeds": list(config.seeds),
+        "probe_load": search.load,
+        "probe_seeds": list(config.seeds[:2]),
+        "probe_capacity_load": probe_caps,
+        "num_requests": config.num_requests if config.num_requests is not None else sc.num_requests,
+        "val_attainment": score[0],
+        "val_goodput_rps": score[1],
+        "val_capacity_load": capacity,
+        "reference_capacity_load": ref_caps,
+        "found_by": found_by + (f" + {moves} local move(s)" if moves else ""),
+        "cost_model": config.cost_model or sc.cost_model,
+        "engine": asdict(sc.engine),
+        "search": {
+            "references": list(config.references),
+            "candidates": config.candidates,
+            "seed": config.seed,
+            "rounds": config.rounds,
+            "num_settings": len(seen),
+            "num_episodes": search.num_episodes,
+        },
+        "command": command if command is not None else config.command(sc.name),
+        "date": datetime.date.today().isoformat(),
+        "wall_s": round(wall_s, 1),
+    }
+    top = max(ref_caps, key=lambda k: ref_caps[k])
+    search.say(f"tuned {settings_of(best)}: val attainment {score[0]:.3f} at load {search.load:.3f}, val capacity "
+               f"{capacity:.3f} ({top} {ref_caps[top]:.3f})")  # fmt: skip
+    return TuneResult(sc.name, {"settings": settings_of(best), "provenance": provenance}, search.num_episodes, wall_s)
