@@ -107,7 +107,7 @@ class PeriodicEvalCallback(BaseCallback):
         env = self.make_env(False)  # baselines decide every engine iteration
         ctx = env.unwrapped.policy_context()  # type: ignore[attr-defined]
         names, seeds = ", ".join(self.baseline_names), ", ".join(map(str, self.seeds))
-        status(f"evaluating the baselines {names} on eval seeds {seeds}", enabled=self.progress)
+        status(f"evaluating the baselines {names} on val seeds {seeds}", enabled=self.progress)
         total = len(self.baseline_names) * len(self.seeds)
         with Progress(total, "baselines", enabled=self.progress, unit="episode") as bar:
             for name in self.baseline_names:
@@ -136,7 +136,7 @@ class PeriodicEvalCallback(BaseCallback):
         # baseline) is a candidate for the best model and RL can only add to it.
         if self.eval_freq > 0 and self.model.num_timesteps == 0:
             seeds = ", ".join(map(str, self.seeds))
-            status(f"evaluating the start policy on eval seeds {seeds}", enabled=self.progress)
+            status(f"evaluating the start policy on val seeds {seeds}", enabled=self.progress)
             self._evaluate_and_keep()
 
     def _on_step(self) -> bool:
