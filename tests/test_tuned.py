@@ -122,10 +122,12 @@ def test_missing_scenario_and_empty_context_say_what_to_do(tmp_path: Path) -> No
     with pytest.raises(ValueError) as info:
         TunedPolicy(ctx_of("mixed-slo"), table=path)
     expected = (f"no tuned settings for scenario 'mixed-slo' in {path}; tune it with: "
-                f"python -m llmsched_env.commands.tune --scenarios mixed-slo --out {path}")  # fmt: skip
-    assert str(info.value) == expected
+                f"python -m llmsched_env.commands.tune --scenarios mixed-slo --out {path} (a library scenario), or "
+                "python -m llmsched_env.commands.tune --trace FILE [trace options] --out TABLE.json and then "
+                "--policies tuned=TABLE.json (a trace of your own)")  # fmt: skip
+    assert str(info.value) == expected and "\n" not in expected
     with pytest.raises(ValueError, match="no tuned settings for scenario 'nope' in .*tuned.json; tune it with: "
-                       r"python -m llmsched_env.commands.tune --scenarios nope$"):  # fmt: skip
+                       r"python -m llmsched_env.commands.tune --scenarios nope \(a library scenario\)"):  # fmt: skip
         TunedPolicy(replace(ctx_of("default"), scenario="nope"))
     with pytest.raises(ValueError, match="names none"):
         baselines.make("tuned", replace(ctx_of("default"), scenario=""))

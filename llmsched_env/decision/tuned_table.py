@@ -133,7 +133,10 @@ class TunedTable:
     def command(self, scenario: str) -> str:
         """The command that (re)tunes ``scenario`` into this table."""
         out = "" if self.shipped else f" --out {self.path}"
-        return f"{TUNE_COMMAND} --scenarios {scenario}{out}"
+        return (
+            f"{TUNE_COMMAND} --scenarios {scenario}{out} (a library scenario), or {TUNE_COMMAND} --trace FILE "
+            "[trace options] --out TABLE.json and then --policies tuned=TABLE.json (a trace of your own)"
+        )
 
 
 def _read_json(path: Path) -> Any:
