@@ -5,10 +5,10 @@
 For each scenario with ``S-capacity/results.csv`` written by ``llmsched-evaluate --capacity --per-seed``
 (one capacity per test seed and policy): the trained agent's capacity, that of ``tuned``, that of the best
 named baseline, and the best of all of them (the one with the highest mean; the "rival"), each as the mean
-over seeds ± the 95% half-width (Student t); then the agent's ratio to the rival (ratio of the means) and,
-seed by seed on the same windows, the paired ratio agent / rival and the paired difference agent − rival,
-each mean ± 95% half-width. Prints a Markdown table, writes it to ``OUT.md`` and a bar chart of the
-capacities (with their intervals) to ``OUT.png``. Reads files only; runs nothing.
+over seeds ± the 95% half-width (Student t); the paired ratio agent / best named baseline; then the agent's
+ratio to the rival (ratio of the means) and, seed by seed on the same windows, the paired ratio agent / rival
+and the paired difference agent − rival, each mean ± 95% half-width. Prints a Markdown table, writes it to
+``OUT.md`` and a bar chart of the capacities (with their intervals) to ``OUT.png``. Reads files only; runs nothing.
 """
 
 from __future__ import annotations
@@ -59,19 +59,21 @@ def collect(results: Path) -> list[dict[str, object]]:
         rival = max((p for p in mean if p != AGENT), key=mean.__getitem__)
         agent = [caps[AGENT][s] for s in seeds]
         other = [caps[rival][s] for s in seeds]
+        named_caps = [caps[best_named][s] for s in seeds] if best_named else []
         out.append({
             "scenario": scenario, "seeds": seeds, "caps": caps, "best_named": best_named, "rival": rival,
             "ratio": mean[AGENT] / mean[rival] if mean[rival] > 0 else float("inf"),
             "paired_ratio": [a / b if b > 0 else float("inf") for a, b in zip(agent, other, strict=True)],
             "paired_diff": [a - b for a, b in zip(agent, other, strict=True)],
+            "paired_named": [a / b if b > 0 else float("inf") for a, b in zip(agent, named_caps, strict=True)],
         })  # fmt: skip
     return out
 
 
 def markdown(rows: list[dict[str, object]], learned: str = "agent", rival_word: str = "best baseline") -> str:
-    head = (f"| scenario | {learned} | `tuned` | best named (capacity) | {rival_word} | ratio of means | "
-            f"paired ratio | paired difference |")  # fmt: skip
-    lines = [head, "|---|---|---|---|---|---|---|---|"]
+    head = (f"| scenario | {learned} | `tuned` | best named (capacity) | {learned} / best named, paired | "
+            f"{rival_word} | ratio of means | paired ratio | paired difference |")  # fmt: skip
+    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         caps: dict[str, dict[int, float]] = r["caps"]  # type: ignore[assignment]
         seeds: list[int] = r["seeds"]  # type: ignore[assignment]
@@ -81,8 +83,9 @@ def markdown(rows: list[dict[str, object]], learned: str = "agent", rival_word: 
 
         named = r["best_named"]
         named_cell = f"`{named}` {cell(named)}" if named else "—"  # type: ignore[arg-type]
+        versus_named = f"{_fmt(r['paired_named'], 3)}×" if r["paired_named"] else "—"  # type: ignore[arg-type]
         lines.append(
-            f"| `{r['scenario']}` | {cell(AGENT)} | {cell(TUNED)} | {named_cell} | `{r['rival']}` | "
+            f"| `{r['scenario']}` | {cell(AGENT)} | {cell(TUNED)} | {named_cell} | {versus_named} | `{r['rival']}` | "
             f"{r['ratio']:.3f}× | {_fmt(r['paired_ratio'], 3)}× | {_fmt(r['paired_diff'])} |"  # type: ignore[arg-type]
         )
     return "\n".join(lines)
