@@ -106,8 +106,7 @@ class EvalConfig:
             set_(self, "cost_model", self.runtime.cost_model_preset())
         if self.cost_model is not None:  # a bad preset name or file fails here, not inside the first run
             load_cost_model(self.cost_model)
-        self._check_policy_files()
-        self._check_baselines()
+        self._check_policies()
 
     @property
     def is_cluster(self) -> bool:
@@ -160,40 +159,35 @@ class EvalConfig:
             raise ValueError(f"scenario {scenario.name!r}: {exc}") from None
         return replace(scenario, engine=engine)
 
-    def _check_baselines(self) -> None:
-        """Every scheduler baseline must build on every (single-node) scenario, found here rather than in the
-        middle of a grid: ``tuned`` needs the scenario in its table, with knobs among the engine's options."""
-        baselines = [p for p in self.policies if p.baseline is not None]  # type: ignore[union-attr]
-        if self.is_cluster or not baselines:
-            return
-        for scenario in self.scenarios:
-            env = self.make_env(scenario, 1.0)  # type: ignore[arg-type]
-            for spec in baselines:
-                try:
-                    spec.make(env, 0)  # type: ignore[union-attr]
-                except ValueError as exc:
-                    raise ValueError(f"policy {spec.name!r} cannot run on scenario {scenario.name!r}: {exc}") from None
-            env.close()
-
-    def _check_policy_files(self) -> None:
-        """Every exported policy must fit every scenario's observations and actions (names and options)."""
+    def _check_policies(self) -> None:
+        """Every policy must fit every scenario, found here rather than in the middle of a grid, on one env per
+        scenario: an exported policy its observations and actions (names and options); a scheduler baseline
+        must build (``tuned`` needs the scenario in its table, with knobs among the engine's options)."""
         exported: list[PolicySpec] = [p for p in self.policies if p.path is not None]  # type: ignore[union-attr, misc]
-        if not exported:
+        baselines = [] if self.is_cluster else [p for p in self.policies if p.baseline is not None]  # type: ignore[union-attr]
+        if not exported and not baselines:
             return
-        from llmsched_env.runtime.policy_file import action_options  # torch only for policy files
-
+        if exported:
+            from llmsched_env.runtime.policy_file import action_options  # torch only for policy files
         for scenario in self.scenarios:
-            env: Any = self.make_env(scenario, 1.0).unwrapped  # type: ignore[arg-type]
-            options = action_options(env.action_spec) if isinstance(env.action_spec, ActionSpec) else None
-            components = getattr(env.action_spec, "components", ACTION_COMPONENTS)
-            for spec in exported:
-                try:
-                    spec.exported.check_compatible(
-                        env.obs_names, env.action_spec.nvec, action_options=options, action_components=components
-                    )
-                except ValueError as exc:
-                    raise ValueError(f"policy {spec.path} cannot run on scenario {scenario.name!r}: {exc}") from None
-            env.close()
+            env: Any = self.make_env(scenario, 1.0)  # type: ignore[arg-type]
+            u = env.unwrapped
+            options = action_options(u.action_spec) if exported and isinstance(u.action_spec, ActionSpec) else None
+            components = getattr(u.action_spec, "components", ACTION_COMPONENTS)
+            try:
+                for spec in [*exported, *baselines]:
+                    try:
+                        if spec.path is not None:  # type: ignore[union-attr]
+                            spec.exported.check_compatible(  # type: ignore[union-attr]
+                                u.obs_names, u.action_spec.nvec, action_options=options, action_components=components
+                            )
+                        else:
+                            spec.make(env, 0)  # type: ignore[union-attr]
+                    except ValueError as exc:
+                        who = spec.path if spec.path is not None else repr(spec.name)  # type: ignore[union-attr]
+                        raise ValueError(f"policy {who} cannot run on scenario {scenario.name!r}: {exc}") from None
+            finally:
+                env.close()
 
 
 def _scenario(entry: AnyScenario | str) -> AnyScenario:
