@@ -26,7 +26,6 @@ from stable_baselines3.common.torch_layers import FlattenExtractor
 from torch import nn
 
 from llmsched_env.decision.actions import ACTION_COMPONENTS, ActionSpec
-from llmsched_env.decision.observation import SCHEMA_VERSION
 from llmsched_env.runtime.policy_file import (
     ACTIVATIONS,
     FORMAT,
@@ -69,7 +68,7 @@ def export_policy(
     algo = next((name for cls, name in _ALGO_NAMES if isinstance(model, cls)), None)
     if algo is None:
         raise ValueError(f"export_policy supports MaskablePPO, PPO and A2C, got {type(model).__name__}")
-    obs_names, spec = _spec_info(env_or_spec_info)
+    obs_names, spec, schema = _spec_info(env_or_spec_info)
     policy = model.policy
     if not isinstance(policy, (ActorCriticPolicy, MaskableActorCriticPolicy)):
         raise ValueError(f"export_policy needs an actor-critic MLP policy, got {type(policy).__name__}")
@@ -107,7 +106,7 @@ def export_policy(
     meta = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": schema,
         "obs_names": list(obs_names),
         "action_components": list(getattr(spec, "components", ACTION_COMPONENTS)),
         "action_nvec": nvec,
@@ -127,14 +126,25 @@ def export_policy(
     return tensors_path, json_path
 
 
-def _spec_info(obj: Any) -> tuple[tuple[str, ...], Any]:
-    """(obs_names, action_spec) from an env, a wrapped env, a VecEnv or a PolicyContext-like object."""
+def _spec_info(obj: Any) -> tuple[tuple[str, ...], Any, int]:
+    """(obs_names, action_spec, observation schema) from an env, a wrapped env, a VecEnv or a PolicyContext-like
+    object. The schema is the object's ``schema`` (``LLMSched-v0``: 1 or 2; the cluster router: 1), else read
+    from the action layout (schema 2's is capped at the engine's limit)."""
+
+    def schema_of(candidate: Any, spec: Any) -> int:
+        schema = getattr(candidate, "schema", None)
+        if schema is None:
+            schema = 2 if getattr(spec, "max_tokens", None) is not None else 1
+        return int(schema)
+
     for candidate in (obj, getattr(obj, "unwrapped", None)):
         if candidate is not None and hasattr(candidate, "obs_names") and hasattr(candidate, "action_spec"):
-            return tuple(candidate.obs_names), candidate.action_spec
+            return tuple(candidate.obs_names), candidate.action_spec, schema_of(candidate, candidate.action_spec)
     if hasattr(obj, "get_attr"):  # a VecEnv: ask its first env
         try:
-            return tuple(obj.get_attr("obs_names", [0])[0]), obj.get_attr("action_spec", [0])[0]
+            spec = obj.get_attr("action_spec", [0])[0]
+            schema = obj.get_attr("schema", [0])[0] if obj.has_attr("schema") else None
+            return tuple(obj.get_attr("obs_names", [0])[0]), spec, schema_of(type("_", (), {"schema": schema}), spec)
         except AttributeError:
             pass
     raise ValueError(f"{type(obj).__name__} has no obs_names and action_spec (pass the LLMSched-v0 env)")

@@ -14,6 +14,7 @@ inside the mask it was given. Importing this package needs numpy and the core on
 | prefill_first | as fcfs, but prefill-only iterations while prefill is pending | vLLM v0 / SGLang default |
 | priority_aging | tenant priority with aging | vLLM priority scheduling |
 | sjf | shortest prefill first, starvation guard | length-aware schedulers |
+| sprw | shortest predicted remaining work, starvation guard | predicted-length / learning-to-rank schedulers |
 | lpm | longest cached prefix first | SGLang lpm |
 | vtc | least-served tenant first | VTC (Sheng et al., OSDI'24) |
 | kv_guard | as fcfs, keep 10% KV free, admit <= 8 per iteration | Orca / SGLang conservative admission |
@@ -40,6 +41,7 @@ from baselines.rules import (
     PrefillFirstPolicy,
     PriorityAgingPolicy,
     SJFPolicy,
+    SPRWPolicy,
     VTCPolicy,
     fcfs_decision,
 )
@@ -62,6 +64,7 @@ __all__ = [
     "RandomPolicy",
     "SJFPolicy",
     "SLOAwarePolicy",
+    "SPRWPolicy",
     "SarathiPolicy",
     "StaticPolicy",
     "TunedPolicy",
@@ -80,6 +83,7 @@ for _cls in (
     PrefillFirstPolicy,
     PriorityAgingPolicy,
     SJFPolicy,
+    SPRWPolicy,
     LPMPolicy,
     VTCPolicy,
     KVGuardPolicy,

@@ -21,6 +21,7 @@ __all__ = [
     "PrefillFirstPolicy",
     "PriorityAgingPolicy",
     "SJFPolicy",
+    "SPRWPolicy",
     "VTCPolicy",
     "fcfs_decision",
 ]
@@ -37,11 +38,12 @@ def fcfs_decision(ctx: PolicyContext) -> Decision:
     """
     spec = ctx.action_spec
     target = min(DEFAULT_TOKEN_BUDGET, ctx.engine.max_num_batched_tokens)
-    fitting = [b for b in spec.token_budgets if b <= target] or [spec.token_budgets[0]]
+    budgets = spec.token_budget_values
+    fitting = [b for b in budgets if b <= target] or [budgets[0]]
     return Decision(
         order=QueueOrder.FCFS,
         token_budget=nearest_option(fitting, target),
-        chunk_cap=spec.chunk_caps[-1],
+        chunk_cap=spec.chunk_cap_values[-1],
         prefill_first=False,
         max_admit=UNLIMITED,
         kv_reserve=0.0,
@@ -87,6 +89,19 @@ class SJFPolicy(StaticPolicy):
 
     def decide(self, ctx: PolicyContext) -> Decision:
         return replace(fcfs_decision(ctx), order=QueueOrder.SJF)
+
+
+class SPRWPolicy(StaticPolicy):
+    """``sprw``: shortest predicted remaining work first, as predicted-length schedulers do (learning-to-rank
+    and predicted-SJF schedulers): each waiting request's prefill tokens over the tokens one iteration takes,
+    plus its predicted output tokens (``length_prediction``), the least first; the engine's starvation guard
+    (the oldest request goes first once it has waited > 10 s). Else fcfs. Without a length prediction it
+    orders by prefill alone, as ``sjf``. Needs the schema-2 action space (SPRW is not a schema-1 order)."""
+
+    name = "sprw"
+
+    def decide(self, ctx: PolicyContext) -> Decision:
+        return replace(fcfs_decision(ctx), order=QueueOrder.SPRW)
 
 
 class LPMPolicy(StaticPolicy):

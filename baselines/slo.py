@@ -40,8 +40,8 @@ def tpot_budget(
 ) -> int:
     """The largest token-budget option whose full iteration (``hybrid_step_time_s``) takes at most
     ``tpot_s``; the smallest option when none does (the decodes themselves then exceed the target)."""
-    best = spec.token_budgets[0]
-    for b in spec.token_budgets:
+    best = spec.token_budget_values[0]
+    for b in spec.token_budget_values:
         if hybrid_step_time_s(cost_model, b, num_decodes, context_tokens) <= tpot_s:
             best = b
     return best

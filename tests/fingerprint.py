@@ -39,7 +39,15 @@ SINGLE = [
     ("mix-shift", "prefill_first", 1.0, "val", 0),
     ("short-long", "random", 1.0, "val", 5),
     ("remote-kv", "slo_aware", 1.0, "val", 0),
-] + [("mixed-slo", name, 1.5, "val", 0) for name in baselines.available() if name != "tuned"]
+] + [("mixed-slo", name, 1.5, "val", 0) for name in baselines.available() if name not in ("tuned", "sprw")]
+# the episodes above run on the schema-1 layout (as recorded before schema 2); these on schema 2, with a
+# length prediction: (scenario, policy, load, split, seed, length_prediction)
+SCHEMA2 = [
+    ("mixed-slo", "slo_aware", 1.5, "val", 0, None),
+    ("short-long", "sprw", 1.5, "val", 0, "lognormal:0.5"),
+    ("sharegpt-poisson", "sprw", 1.2, "val", 1, "exact"),
+    ("tenants-on-off", "random", 1.0, "val", 2, "exact"),
+]
 # a small pool for the mixed-slo sweep, so that admission, preemption and shedding all happen
 SMALL_ENGINE = {"num_kv_blocks": 160, "max_num_seqs": 24}
 SHIPPED = [("mixed-slo", "mixed-slo", 1.3, 0), ("remote-kv", "remote-kv", 1.0, 1)]
@@ -77,16 +85,22 @@ def fingerprint() -> dict[str, Any]:
     for scenario, name, load, split, seed in SINGLE:
         env = gym.make("LLMSched-v0", scenario=scenario, split=split, load=load,
                        num_requests=SMALL.get(scenario, NUM_REQUESTS), check_invariants=True,
-                       engine=SMALL_ENGINE if scenario == "mixed-slo" else None)
+                       engine=SMALL_ENGINE if scenario == "mixed-slo" else None, schema=1)
         policy = baselines.make_for(name, env.unwrapped.policy_context(), seed=seed)
         out[f"{scenario}/{name}/{load}/{split}/{seed}"] = _run(env, policy, seed)
+    for scenario, name, load, split, seed, prediction in SCHEMA2:
+        env = gym.make("LLMSched-v0", scenario=scenario, split=split, load=load, num_requests=NUM_REQUESTS,
+                       check_invariants=True, schema=2, length_prediction=prediction)
+        policy = baselines.make_for(name, env.unwrapped.policy_context(), seed=seed)
+        out[f"schema2:{scenario}/{name}/{load}/{split}/{seed}/{prediction}"] = _run(env, policy, seed)
     from llmsched_env.runtime.policy_file import load_policy_file
 
     for scenario, folder, load, seed in SHIPPED:
         policy = load_policy_file(POLICIES / folder)
         every = int(policy.meta.get("iterations_per_step", 1))
         env = gym.make("LLMSched-v0", scenario=scenario, split="val", load=load,
-                       num_requests=SMALL.get(scenario, NUM_REQUESTS), check_invariants=True, iterations_per_step=every)
+                       num_requests=SMALL.get(scenario, NUM_REQUESTS), check_invariants=True, iterations_per_step=every,
+                       schema=policy.schema_version)
         out[f"{scenario}/shipped:{folder}/{load}/val/{seed}"] = _run(env, policy, seed)
     for scenario, name, load, seed in CLUSTER:
         env = gym.make("LLMSchedCluster-v0", scenario=scenario, split="val", load=load, num_requests=NUM_REQUESTS,

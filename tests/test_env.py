@@ -34,12 +34,14 @@ def test_gymnasium_and_sb3_env_checkers_pass() -> None:
     sb3_check_env(make().unwrapped, warn=True)
 
 
-def test_spaces_names_and_observation_bounds() -> None:
-    env = make()
+@pytest.mark.parametrize("schema", [1, 2])
+def test_spaces_names_and_observation_bounds(schema: int) -> None:
+    env = make(schema=schema)
     obs, _ = env.reset(seed=0)
     names = env.unwrapped.obs_names
     assert obs.shape == (len(names),) and obs.dtype == np.float32 and len(set(names)) == len(names)
-    assert "tenant/chat/vtc_gap" in names and "kv/reserve_demand" in names
+    assert "kv/reserve_demand" in names
+    assert ("tenant/chat/vtc_gap" in names) == (schema == 1) and ("slot0/vtc_gap" in names) == (schema == 2)
     assert len(env.action_space.nvec) == len(ACTION_COMPONENTS)
     assert env.unwrapped.action_masks().shape == (int(env.action_space.nvec.sum()),)
     assert env.observation_space.contains(obs)

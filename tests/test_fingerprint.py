@@ -17,7 +17,7 @@ from tests.fingerprint import DATA, fingerprint
 def test_episodes_match_the_recorded_fingerprint() -> None:
     expected = json.loads(DATA.read_text())
     got = json.loads(json.dumps(fingerprint()))
-    assert sorted(got) == sorted(expected)
+    assert sorted(got) == sorted(expected), sorted(set(got) ^ set(expected))
     for key, want in expected.items():
         have = got[key]
         assert have["steps"] == want["steps"], key

@@ -34,9 +34,10 @@ def test_shipped_policy_runs_on_its_scenario(path: Path) -> None:
             num_requests=80,
             iterations_per_step=policy.meta["iterations_per_step"],
             check_invariants=True,
+            schema=policy.schema_version,
         )
     u = env.unwrapped
     components = getattr(u.action_spec, "components", ACTION_COMPONENTS)  # ("replica",) for a router
-    policy.check_compatible(u.obs_names, u.action_spec.nvec, action_components=components)
+    policy.check_compatible(u.obs_names, u.action_spec.nvec, u.schema, action_components=components)
     metrics = run_episode(env, policy, seed=0)
     assert metrics["num_finished"] + metrics["num_rejected"] == 80

@@ -5,25 +5,30 @@ other engine alike: the action space and its masks, the observation encoders (si
 
 from llmsched_env.decision.actions import ACTION_COMPONENTS, UNLIMITED, ActionSpec
 from llmsched_env.decision.local import LocalScheduler
-from llmsched_env.decision.observation import OBS_CLIP, SCHEMA_VERSION, ObservationEncoder
+from llmsched_env.decision.observation import OBS_CLIP, GenericObservationEncoder, ObservationEncoder, make_encoder
 from llmsched_env.decision.policy import Policy, PolicyContext
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy
 from llmsched_env.decision.router import ClusterObservationEncoder, RouterContext, RoutingPolicy
+from llmsched_env.decision.schema import SCHEMA_VERSION, SCHEMAS, check_schema
 
 __all__ = [
     "ACTION_COMPONENTS",
     "OBS_CLIP",
     "ROUTERS",
     "SCHEDULERS",
+    "SCHEMAS",
     "SCHEMA_VERSION",
     "UNLIMITED",
     "ActionSpec",
     "ClusterObservationEncoder",
+    "GenericObservationEncoder",
     "LocalScheduler",
     "ObservationEncoder",
     "Policy",
     "PolicyContext",
     "RouterContext",
     "RoutingPolicy",
+    "check_schema",
+    "make_encoder",
     "make_policy",
 ]

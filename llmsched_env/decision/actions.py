@@ -3,6 +3,12 @@
 ``ActionSpec.decode(action)`` turns a ``MultiDiscrete`` action into an engine ``Decision``;
 ``ActionSpec.mask(engine)`` says which option of each action component is valid now; ``encode`` is the
 inverse of ``decode``. No gymnasium, no torch: a policy acts the same in simulation and on a real model.
+
+Two layouts, one per observation schema (``decision.schema``). Schema 1: six queue orders, and token budgets
+and chunk caps in powers of two up to the engine's ``max_num_batched_tokens`` (their number depends on the
+engine). Schema 2: every ``QueueOrder`` (SPRW added) and one fixed list of budgets and caps,
+``FIXED_TOKEN_BUDGETS`` and ``FIXED_CHUNK_CAPS``, the same for every engine, so one policy serves any engine:
+an option above the engine's limit means the limit, and the options past the first such one are masked out.
 """
 
 from __future__ import annotations
@@ -13,14 +19,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llmsched_env.decision.schema import SCHEMA_VERSION, check_schema
 from llmsched_env.decision.state import EngineState
 from llmsched_env.engine.batch import Decision, QueueOrder
 from llmsched_env.engine.config import EngineConfig
 
-__all__ = ["ACTION_COMPONENTS", "UNLIMITED", "ActionSpec"]
+__all__ = ["ACTION_COMPONENTS", "FIXED_CHUNK_CAPS", "FIXED_TOKEN_BUDGETS", "SCHEMA1_ORDERS", "UNLIMITED", "ActionSpec"]
 
 UNLIMITED = 1 << 30  # admission cap meaning "as many as fit"
 ACTION_COMPONENTS = ("queue_order", "token_budget", "chunk_cap", "batch_mix", "admission_cap", "kv_reserve", "shed")
+SCHEMA1_ORDERS = 6  # queue orders of the schema-1 layout: FCFS .. LPM (SPRW came with schema 2)
+FIXED_TOKEN_BUDGETS = (256, 512, 1024, 2048, 4096, 8192, 16384)
+FIXED_CHUNK_CAPS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
 def _powers_of_two(lo: int, hi: int) -> tuple[int, ...]:
@@ -37,15 +47,20 @@ def _powers_of_two(lo: int, hi: int) -> tuple[int, ...]:
 class ActionSpec:
     """The options of each action component; the action picks one index per component.
 
-    Components, in order: queue order (``QueueOrder``), token budget, chunk cap, batch mix (0 decode-first
-    hybrid, 1 prefill-first), admission cap (``UNLIMITED`` = as many as fit), KV reserve (share of the pool
-    kept free when admitting), shedding (0 off, 1 on).
+    Components, in order: queue order (the first ``num_orders`` of ``QueueOrder``), token budget, chunk cap,
+    batch mix (0 decode-first hybrid, 1 prefill-first), admission cap (``UNLIMITED`` = as many as fit), KV
+    reserve (share of the pool kept free when admitting), shedding (0 off, 1 on).
+
+    ``max_tokens`` (None: the options are the values): a token budget or chunk cap above it means
+    ``max_tokens``, and only the first option that reaches it is valid (the engine-independent layout).
     """
 
     token_budgets: tuple[int, ...]
     chunk_caps: tuple[int, ...]
     admission_caps: tuple[int, ...] = (0, 1, 2, 4, 8, 32, UNLIMITED)
     kv_reserves: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.4)
+    num_orders: int = len(QueueOrder)
+    max_tokens: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("token_budgets", "chunk_caps", "admission_caps", "kv_reserves"):
@@ -56,26 +71,75 @@ class ActionSpec:
             raise ValueError("ActionSpec: token budgets and chunk caps must be >= 1, admission caps >= 0")
         if not (self.kv_reserves[0] >= 0.0 and self.kv_reserves[-1] < 1.0):
             raise ValueError(f"ActionSpec.kv_reserves must lie in [0, 1), got {self.kv_reserves!r}")
-        object.__setattr__(self, "_decoded", {})  # action tuple -> Decision
-        object.__setattr__(self, "_masks", {})  # (queue non-empty, room to admit, engine idle) -> mask
+        if isinstance(self.num_orders, bool) or self.num_orders not in range(1, len(QueueOrder) + 1):
+            raise ValueError(f"ActionSpec.num_orders must be in [1, {len(QueueOrder)}], got {self.num_orders!r}")
+        if self.max_tokens is not None and (isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int)
+                                            or self.max_tokens < 1):  # fmt: skip
+            raise ValueError(f"ActionSpec.max_tokens must be None or an integer >= 1, got {self.max_tokens!r}")
+        set_ = object.__setattr__
+        set_(self, "_budget_values", self._effective(self.token_budgets))
+        set_(self, "_chunk_values", self._effective(self.chunk_caps))
+        set_(self, "_decoded", {})  # action tuple -> Decision
+        set_(self, "_masks", {})  # (queue non-empty, room to admit, engine idle) -> mask
+
+    def _effective(self, options: tuple[int, ...]) -> tuple[int | None, ...]:
+        """Each option's value under ``max_tokens``; None for an option past the first that reaches the limit
+        (it would repeat it: masked out)."""
+        if self.max_tokens is None:
+            return options
+        out: list[int | None] = []
+        reached = False
+        for v in options:
+            out.append(None if reached else min(v, self.max_tokens))
+            reached = reached or v >= self.max_tokens
+        return tuple(out)
 
     @classmethod
-    def for_engine(cls, config: EngineConfig) -> ActionSpec:
-        """Budgets and chunk caps in powers of two up to the engine's ``max_num_batched_tokens``."""
+    def for_engine(cls, config: EngineConfig, schema: int | None = None) -> ActionSpec:
+        """The layout of ``schema`` (default: the current one, ``SCHEMA_VERSION``) for an engine. Schema 1:
+        six queue orders, budgets and chunk caps in powers of two up to ``max_num_batched_tokens``; schema 2:
+        every queue order and the fixed ``FIXED_TOKEN_BUDGETS`` / ``FIXED_CHUNK_CAPS`` capped at that limit."""
         top = config.max_num_batched_tokens
-        return cls(token_budgets=_powers_of_two(min(256, top), top), chunk_caps=_powers_of_two(min(128, top), top))
+        if check_schema(SCHEMA_VERSION if schema is None else schema) == 1:
+            return cls(
+                token_budgets=_powers_of_two(min(256, top), top),
+                chunk_caps=_powers_of_two(min(128, top), top),
+                num_orders=SCHEMA1_ORDERS,
+            )
+        return cls(token_budgets=FIXED_TOKEN_BUDGETS, chunk_caps=FIXED_CHUNK_CAPS, max_tokens=top)
 
     def check_engine(self, config: EngineConfig) -> None:
-        if self.token_budgets[-1] > config.max_num_batched_tokens:
+        top = config.max_num_batched_tokens
+        if self.max_tokens is not None and self.max_tokens != top:
+            raise ValueError(
+                f"ActionSpec.max_tokens={self.max_tokens} was built for another engine: this one's "
+                f"max_num_batched_tokens is {top}"
+            )
+        if self.max_tokens is None and self.token_budgets[-1] > top:
             raise ValueError(
                 f"ActionSpec.token_budgets goes up to {self.token_budgets[-1]}, above the engine's "
-                f"max_num_batched_tokens={config.max_num_batched_tokens}"
+                f"max_num_batched_tokens={top}"
             )
+
+    @property
+    def token_budget_values(self) -> tuple[int, ...]:
+        """The token budgets a decision can have here (the valid options' values), increasing."""
+        return tuple(v for v in self._budget_values if v is not None)  # type: ignore[attr-defined]
+
+    @property
+    def chunk_cap_values(self) -> tuple[int, ...]:
+        """The chunk caps a decision can have here (the valid options' values), increasing."""
+        return tuple(v for v in self._chunk_values if v is not None)  # type: ignore[attr-defined]
+
+    @property
+    def orders(self) -> tuple[QueueOrder, ...]:
+        """The queue orders of this layout, in action-index order."""
+        return tuple(QueueOrder(i) for i in range(self.num_orders))
 
     @property
     def nvec(self) -> tuple[int, ...]:
         return (
-            len(QueueOrder),
+            self.num_orders,
             len(self.token_budgets),
             len(self.chunk_caps),
             2,
@@ -104,10 +168,11 @@ class ActionSpec:
             d = cache.get(key)
         if d is None:
             o, b, c, m, a, k, s = key
+            top = self.max_tokens
             d = Decision(
                 order=QueueOrder(o),
-                token_budget=self.token_budgets[b],
-                chunk_cap=self.chunk_caps[c],
+                token_budget=self.token_budgets[b] if top is None else min(self.token_budgets[b], top),
+                chunk_cap=self.chunk_caps[c] if top is None else min(self.chunk_caps[c], top),
                 prefill_first=bool(m),
                 max_admit=self.admission_caps[a],
                 kv_reserve=float(self.kv_reserves[k]),
@@ -138,14 +203,20 @@ class ActionSpec:
     def encode(self, decision: Decision) -> np.ndarray:
         """The action whose options are nearest to ``decision``'s knobs (what a heuristic uses to act)."""
 
-        def nearest(options: Sequence[float], value: float) -> int:
-            return min(range(len(options)), key=lambda i: (abs(options[i] - value), i))
+        def nearest(options: Sequence[float | None], value: float) -> int:
+            valid = [i for i, o in enumerate(options) if o is not None]
+            return min(valid, key=lambda i: (abs(options[i] - value), i))  # type: ignore[operator]
 
+        if int(decision.order) >= self.num_orders:
+            raise ValueError(
+                f"queue order {decision.order.name} is not in this action space (its {self.num_orders} orders: "
+                f"{', '.join(o.name for o in self.orders)}); it needs the schema-2 layout"
+            )
         return np.array(
             [
                 int(decision.order),
-                nearest(self.token_budgets, decision.token_budget),
-                nearest(self.chunk_caps, decision.chunk_cap),
+                nearest(self._budget_values, decision.token_budget),  # type: ignore[attr-defined]
+                nearest(self._chunk_values, decision.chunk_cap),  # type: ignore[attr-defined]
                 int(decision.prefill_first),
                 nearest(self.admission_caps, decision.max_admit),
                 nearest(self.kv_reserves, decision.kv_reserve),
@@ -157,7 +228,8 @@ class ActionSpec:
     def mask(self, engine: EngineState) -> np.ndarray:
         """Valid options, concatenated per component (sb3-contrib's MultiDiscrete mask layout).
 
-        With an empty waiting queue every queue order, admission cap and shedding choice does the same,
+        Budgets and chunk caps past the engine's limit (``max_tokens``) are never valid. With an empty waiting
+        queue every queue order, admission cap and shedding choice does the same,
         so only FCFS, admit 0 and no shedding stay valid; a full running set likewise only admits 0. An idle
         engine with requests waiting may not hold (admit 0): holding then only delays everyone, and a policy
         that kept holding would leave requests waiting forever.
@@ -170,8 +242,9 @@ class ActionSpec:
         m = cache.get(key)
         if m is None:
             parts = []
+            static = {"token_budget": self._budget_values, "chunk_cap": self._chunk_values}  # type: ignore[attr-defined]
             for comp, n in zip(ACTION_COMPONENTS, self.nvec, strict=True):
-                p = np.ones(n, dtype=bool)
+                p = np.array([v is not None for v in static[comp]]) if comp in static else np.ones(n, dtype=bool)
                 if comp in ("queue_order", "shed") and not waiting:
                     p[1:] = False
                 if comp == "admission_cap" and not (waiting and room):

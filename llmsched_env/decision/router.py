@@ -189,5 +189,3 @@ class ClusterObservationEncoder:
         obs = np.array(feats, dtype=np.float32)
         np.clip(obs, -OBS_CLIP, OBS_CLIP, out=obs)
         return obs
-
-

@@ -74,6 +74,9 @@ class EngineState(Protocol):
     def waiting_tokens(self) -> Sequence[int]: ...
 
     @property
+    def waiting_predicted(self) -> Sequence[int]: ...
+
+    @property
     def num_running_t(self) -> Sequence[int]: ...
 
     @property

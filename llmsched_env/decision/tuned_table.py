@@ -118,8 +118,8 @@ class TunedTable:
         one): ``ValueError`` naming the scenario, the knob, the value and the options otherwise."""
         d = self.settings(scenario)
         for name, value, options in (
-            ("token_budget", d.token_budget, spec.token_budgets),
-            ("chunk_cap", d.chunk_cap, spec.chunk_caps),
+            ("token_budget", d.token_budget, spec.token_budget_values),
+            ("chunk_cap", d.chunk_cap, spec.chunk_cap_values),
             ("max_admit", d.max_admit, spec.admission_caps),
             ("kv_reserve", d.kv_reserve, spec.kv_reserves),
         ):

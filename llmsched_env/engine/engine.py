@@ -73,10 +73,14 @@ class Engine:
         self.num_decoding_t = [0] * n
         self.vtc = [0.0] * n  # virtual token counters: (input + 2 * output tokens) / weight
         self.queue = WaitingQueues(
-            [t.slo.ttft_s for t in self.tenants], [t.priority * priority_aging_s for t in self.tenants], self.vtc
+            [t.slo.ttft_s for t in self.tenants],
+            [t.priority * priority_aging_s for t in self.tenants],
+            self.vtc,
+            config.max_num_batched_tokens,
         )
         self.num_waiting = self.queue.num_waiting  # per tenant (the queue's live list)
         self.waiting_tokens = self.queue.waiting_tokens  # prefill tokens waiting, per tenant
+        self.waiting_predicted = self.queue.waiting_predicted  # predicted output tokens waiting, per tenant
         self.service_tokens = [0] * n  # unweighted input + 2 * output tokens
         self.num_arrived_t = [0] * n
         self.num_good_t = [0] * n

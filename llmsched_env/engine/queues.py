@@ -2,7 +2,8 @@
 
 Within a tenant, arrival order is also deadline order and priority-with-aging order (one tenant has one SLO
 and one priority), so the best waiting request under FCFS, EDF, priority aging or VTC is always the head of
-some tenant's queue: picking it costs O(tenants). Shortest-prefill-first keeps its own heap. Requests leave
+some tenant's queue: picking it costs O(tenants). Shortest-prefill-first and shortest-predicted-remaining-work
+keep a heap each. Requests leave
 a queue lazily: each enqueue gets a sequence number and only the entry holding a request's current number
 is live, so removal from the middle (admission by SJF or LPM, rejection) is O(1).
 """
@@ -23,10 +24,19 @@ __all__ = ["WaitingQueues"]
 class WaitingQueues:
     """Per-tenant waiting queues. ``vtc`` is the engine's live list of per-tenant virtual token counters."""
 
-    def __init__(self, ttft_slo_s: Sequence[float], aging_key_s: Sequence[float], vtc: list[float]) -> None:
+    def __init__(
+        self,
+        ttft_slo_s: Sequence[float],
+        aging_key_s: Sequence[float],
+        vtc: list[float],
+        prefill_tokens_per_step: int = 4096,
+    ) -> None:
         n = len(ttft_slo_s)
         self._queues: list[deque[tuple[int, Request]]] = [deque() for _ in range(n)]
-        self._sjf: list[tuple[int, float, int, int, Request]] = []
+        self._sjf: list[tuple[float, float, int, int, Request]] = []
+        self._sprw: list[tuple[float, float, int, int, Request]] = []
+        # SPRW prices a prefill token at 1 / prefill_tokens_per_step of an iteration, a decode token at one
+        self._prefill_step = float(prefill_tokens_per_step)
         self._seq = 0
         self._live: dict[int, int] = {}  # request id -> seq of its live entry
         self._ttft = list(ttft_slo_s)
@@ -34,6 +44,7 @@ class WaitingQueues:
         self._vtc = vtc
         self.num_waiting = [0] * n
         self.waiting_tokens = [0] * n  # prefill tokens of the waiting requests, per tenant
+        self.waiting_predicted = [0] * n  # predicted remaining output tokens of the waiting requests, per tenant
 
     def __len__(self) -> int:
         return len(self._live)
@@ -53,14 +64,23 @@ class WaitingQueues:
         else:
             q.append((seq, r))
         heapq.heappush(self._sjf, (r.num_prefill_tokens, r.arrival_s, r.request_id, seq, r))
+        heapq.heappush(self._sprw, (self.predicted_work(r), r.arrival_s, r.request_id, seq, r))
         self.num_waiting[r.tenant] += 1
         self.waiting_tokens[r.tenant] += r.num_prefill_tokens
+        self.waiting_predicted[r.tenant] += r.predicted_remaining_output
 
     def remove(self, r: Request) -> None:
         """Take a waiting request out (its stale entries are skipped later)."""
         del self._live[r.request_id]
         self.num_waiting[r.tenant] -= 1
         self.waiting_tokens[r.tenant] -= r.num_prefill_tokens
+        self.waiting_predicted[r.tenant] -= r.predicted_remaining_output
+
+    def predicted_work(self, r: Request) -> float:
+        """``r``'s predicted remaining work in iterations: its prefill tokens over the prefill tokens one
+        iteration takes, plus its predicted remaining output tokens (one iteration each); its prefill alone
+        (shortest prompt first) without a prediction."""
+        return r.num_prefill_tokens / self._prefill_step + r.predicted_remaining_output
 
     def head(self, t: int) -> Request | None:
         """The first live request of tenant ``t``'s queue."""
@@ -83,7 +103,9 @@ class WaitingQueues:
     def best(self, order: QueueOrder, now_s: float, sjf_starvation_s: float) -> Request | None:
         """The waiting request ``order`` puts first (LPM is FCFS here: the engine scores a window)."""
         if order == QueueOrder.SJF:
-            return self._sjf_best(now_s, sjf_starvation_s)
+            return self._guarded_best(self._sjf, now_s, sjf_starvation_s)
+        if order == QueueOrder.SPRW:
+            return self._guarded_best(self._sprw, now_s, sjf_starvation_s)
         best: Request | None = None
         best_key = math.inf
         for t, n in enumerate(self.num_waiting):
@@ -104,11 +126,13 @@ class WaitingQueues:
                 best, best_key = r, key
         return best
 
-    def _sjf_best(self, now_s: float, starvation_s: float) -> Request | None:
+    def _guarded_best(
+        self, heap: list[tuple[float, float, int, int, Request]], now_s: float, starvation_s: float
+    ) -> Request | None:
+        """The top of a shortest-first ``heap``, unless the oldest request has waited past ``starvation_s``."""
         oldest = self.best(QueueOrder.FCFS, now_s, starvation_s)
         if oldest is not None and now_s - oldest.arrival_s > starvation_s:
             return oldest  # starvation guard
-        heap = self._sjf
         live = self._live
         while heap:
             _, _, rid, seq, r = heap[0]
@@ -143,3 +167,5 @@ class WaitingQueues:
             mine = [r for r in waiting if r.tenant == t]
             assert len(mine) == self.num_waiting[t], f"tenant {t}: num_waiting {self.num_waiting[t]} != {len(mine)}"
             assert sum(r.num_prefill_tokens for r in mine) == self.waiting_tokens[t], f"tenant {t}: tokens drifted"
+            predicted = sum(r.predicted_remaining_output for r in mine)
+            assert predicted == self.waiting_predicted[t], f"tenant {t}: predicted tokens drifted"

@@ -65,6 +65,7 @@ class Request:
         "num_prefix_hit_tokens",
         "num_remote_tokens",
         "output_len",
+        "predicted_output_len",
         "prefill_token_s",
         "prefix_hashes",
         "prefix_id_tokens",
@@ -124,12 +125,21 @@ class Request:
         self.prefill_token_s: list[float] = []
         self.token_segments: list[tuple[int, int]] = []  # [start, end) decode rounds that gave tokens
         self.slo_resolved = False  # the reward has counted this request (met or missed)
+        # A length predictor's guess of output_len (``workloads.prediction``), known on arrival; None: no guess.
+        # Schedulers may read it (QueueOrder.SPRW, the observation's pred/ features); the engine never does.
+        self.predicted_output_len: int | None = None
 
     @property
     def num_prefill_tokens(self) -> int:
         """Tokens the current prefill computes KV for: the prompt plus, after a preemption, every output
         token already produced (as vLLM v1 recomputes); the prefill's last position samples the next token."""
         return self.prompt_len + self.num_output_tokens
+
+    @property
+    def predicted_remaining_output(self) -> int:
+        """Output tokens still to come by the prediction (at least 1); 0 when there is no prediction."""
+        pred = self.predicted_output_len
+        return 0 if pred is None else max(pred - self.num_output_tokens, 1)
 
     @property
     def total_len(self) -> int:

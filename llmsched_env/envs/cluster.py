@@ -90,6 +90,7 @@ class LLMSchedClusterEnv(gym.Env):
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 10}
+    schema: ClassVar[int] = 1  # the router observation's layout (exported router policies record it)
 
     def __init__(
         self,
@@ -145,7 +146,8 @@ class LLMSchedClusterEnv(gym.Env):
         self.horizon_s, self.max_steps = horizon_s, max_steps
         self.render_mode, self.check_invariants = render_mode, check_invariants
         self.local_policy = resolve_local_policies(local_policy, n)
-        self.action_specs = [ActionSpec.for_engine(s.engine) for s in self.specs]
+        # the replicas' local schedulers see schema 1 (the router's own observation has one layout)
+        self.action_specs = [ActionSpec.for_engine(s.engine, schema=1) for s in self.specs]
         self.local_encoders = [ObservationEncoder(s.engine, self.tenants, single) for s in self.specs]
         self.encoder = ClusterObservationEncoder(
             [self.specs[i] for i in self.routable], self.tenants, self.cluster_rate_rps, self.disagg is not None

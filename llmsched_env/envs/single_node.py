@@ -16,8 +16,9 @@ from llmsched_env.common.checks import check_int
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.actions import ActionSpec
-from llmsched_env.decision.observation import OBS_CLIP, ObservationEncoder
+from llmsched_env.decision.observation import OBS_CLIP, make_encoder
 from llmsched_env.decision.policy import PolicyContext
+from llmsched_env.decision.schema import SCHEMA_VERSION, check_schema
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.engine.remote_kv import RemoteKVConfig
 from llmsched_env.engine.request import Request
@@ -26,6 +27,7 @@ from llmsched_env.envs.render import render_ansi, render_rgb
 from llmsched_env.envs.reward import RewardConfig, RewardTracker
 from llmsched_env.sim.simulator import Simulator
 from llmsched_env.workloads.library import get_scenario
+from llmsched_env.workloads.prediction import LengthPredictor
 from llmsched_env.workloads.scenarios import Scenario, SyntheticSource, TraceSource
 from llmsched_env.workloads.workload import WorkloadConfig
 
@@ -51,7 +53,10 @@ class LLMSchedEnv(gym.Env):
     wrongly shaped actions raise ``ValueError`` naming the component.
 
     ## Observation space
-    ``Box(-10, 10, (n,), float32)`` of named features (``env.unwrapped.obs_names``):
+    ``Box(-10, 10, (n,), float32)`` of named features (``env.unwrapped.obs_names``). Schema 2 (the default)
+    has the global features below plus tenant-agnostic ones (``GenericObservationEncoder``: urgency bands,
+    length predictions, four urgency-ordered tenant slots, aggregates of the rest); schema 1 has the global
+    features plus six per named tenant:
 
     | feature | meaning (units) |
     |---|---|
@@ -92,7 +97,11 @@ class LLMSchedEnv(gym.Env):
     (``ansi`` or ``rgb_array``), ``check_invariants`` (verify the core's invariants every step; for tests),
     ``iterations_per_step`` (default 1: an agent may hold its action for k engine iterations per step, the
     rewards summed — a shorter horizon for credit assignment). ``load`` may be a ``(low, high)`` range: each
-    episode then draws its load uniformly from it (training across loads).
+    episode then draws its load uniformly from it (training across loads). ``schema`` (default 2, see
+    ``decision.schema``): the observation and action layout — 2 is workload-agnostic, 1 has features per named
+    tenant (the layout of policies trained before schema 2). ``length_prediction`` (``none``, ``exact``,
+    ``lognormal:SIGMA``; ``workloads.prediction``): each request's predicted output length, read by the SPRW
+    queue order and the ``pred/`` features.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 10}
@@ -114,6 +123,8 @@ class LLMSchedEnv(gym.Env):
         render_mode: str | None = None,
         check_invariants: bool = False,
         iterations_per_step: int = 1,
+        schema: int = SCHEMA_VERSION,
+        length_prediction: str | Mapping[str, Any] | LengthPredictor | None = None,
     ) -> None:
         super().__init__()
         if workload is not None and scenario is not None:
@@ -129,6 +140,8 @@ class LLMSchedEnv(gym.Env):
         check_episode_args(self, split, num_requests, horizon_s, max_steps, render_mode)
         load, self.load_range = load_arg("LLMSchedEnv", load)
         check_int("LLMSchedEnv", "iterations_per_step", iterations_per_step, 1)
+        self.schema = check_schema(schema, "LLMSchedEnv.schema")
+        self.length_predictor = LengthPredictor.of(length_prediction)
         self.iterations_per_step = iterations_per_step
         self.scenario = sc
         self.split = split
@@ -141,7 +154,7 @@ class LLMSchedEnv(gym.Env):
         self.source = sc.source(split, self.cost_model)
         if isinstance(self.source, TraceSource):  # an episode larger than the trace's part fails now, not at reset
             self.source.check_episode(self.num_requests)
-        self.action_spec = action_spec or ActionSpec.for_engine(self.engine_config)
+        self.action_spec = action_spec or ActionSpec.for_engine(self.engine_config, self.schema)
         self.action_spec.check_engine(self.engine_config)
         self.reward_config = RewardConfig.of(reward)
         self.horizon_s = horizon_s
@@ -151,7 +164,7 @@ class LLMSchedEnv(gym.Env):
         self.tenants = self.source.tenants
         self.nominal_rate_rps = self.source.nominal_rate_rps() * self.load
         # arrival/rate is measured against the scenario's nominal (load 1.0) rate, so it reads as the load
-        self.encoder = ObservationEncoder(self.engine_config, self.tenants, self.source.nominal_rate_rps())
+        self.encoder = make_encoder(self.schema, self.engine_config, self.tenants, self.source.nominal_rate_rps())
         self.obs_names = self.encoder.names
         self.action_space = spaces.MultiDiscrete(np.array(self.action_spec.nvec, dtype=np.int64))
         self.observation_space = spaces.Box(-OBS_CLIP, OBS_CLIP, shape=(self.encoder.size,), dtype=np.float32)
@@ -213,7 +226,10 @@ class LLMSchedEnv(gym.Env):
         if self.load_range is not None:
             self.load = float(self.np_random.uniform(*self.load_range))
             self.nominal_rate_rps = self.source.nominal_rate_rps() * self.load
-        return self.source.sample(self.np_random, self.num_requests, self.load)
+        requests = self.source.sample(self.np_random, self.num_requests, self.load)
+        if self.length_predictor.enabled:  # its own stream: the requests are the same with or without it
+            self.length_predictor.apply(requests, np.random.default_rng([7, int(self.np_random.integers(2**63))]))
+        return requests
 
     def episode_requests(self, seed: int) -> list[Request]:
         """Fresh copies of the requests ``reset(seed=seed)`` replays (for another executor, e.g. the torch

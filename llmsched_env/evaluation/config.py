@@ -24,11 +24,13 @@ from llmsched_env.common.checks import check_int, check_positive
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.actions import ACTION_COMPONENTS, ActionSpec
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
+from llmsched_env.decision.schema import SCHEMA_VERSION
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.envs.options import MAX_EPISODE_REQUESTS, MAX_LOAD, MIN_LOAD
 from llmsched_env.evaluation.policies import PolicySpec, resolve_policy
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.workloads.library import SCENARIOS
+from llmsched_env.workloads.prediction import LengthPredictor
 from llmsched_env.workloads.scenarios import Scenario, check_episode_size, check_split
 
 __all__ = ["AnyScenario", "EvalConfig", "InputError", "Row"]
@@ -48,7 +50,10 @@ class EvalConfig:
     default: the scenario's, or the runtime's calibrated preset). ``runtime`` set: the torch runtime serves
     the episodes instead of the simulator (single-node scenarios only). ``engine_limits``: ``EngineConfig``
     fields (``num_kv_blocks``, ``max_num_seqs``, ``max_num_batched_tokens``, ``max_model_len``, ...) that
-    override every (single-node) scenario's engine; the config then holds the scenarios with those engines."""
+    override every (single-node) scenario's engine; the config then holds the scenarios with those engines.
+    ``length_prediction`` (``none``, ``exact``, ``lognormal:SIGMA``): each request's predicted output length,
+    seen by every policy (single-node scenarios). Each policy runs on an env of its own observation schema
+    (an exported policy's file says which; baselines run on the current one)."""
 
     scenarios: Sequence[AnyScenario | str] = ("default",)
     policies: Sequence[PolicySpec | str] = ("fcfs",)
@@ -60,6 +65,7 @@ class EvalConfig:
     check_invariants: bool = False
     runtime: RuntimeOptions | None = field(default=None)
     engine_limits: Mapping[str, Any] | None = None
+    length_prediction: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("scenarios", "policies", "loads", "seeds"):
@@ -89,6 +95,11 @@ class EvalConfig:
                 raise ValueError(
                     f"EvalConfig.num_requests must be at most {MAX_EPISODE_REQUESTS}, got {self.num_requests}"
                 )
+        if self.length_prediction is not None:
+            try:
+                set_(self, "length_prediction", str(LengthPredictor.of(self.length_prediction)))
+            except ValueError as exc:
+                raise ValueError(f"EvalConfig.length_prediction: {exc}") from None
         if self.runtime is not None and not isinstance(self.runtime, RuntimeOptions):
             raise ValueError(f"EvalConfig.runtime must be RuntimeOptions or None, got {self.runtime!r}")
         names = [spec.name for spec in self.policies]  # type: ignore[union-attr]
@@ -118,8 +129,11 @@ class EvalConfig:
         """Episodes in the grid: scenarios x loads x policies x seeds."""
         return len(self.scenarios) * len(self.loads) * len(self.policies) * len(self.seeds)
 
-    def make_env(self, scenario: AnyScenario, load: float, iterations_per_step: int = 1) -> gym.Env:
-        """The env of ``scenario`` at ``load`` with this config's episode options."""
+    def make_env(
+        self, scenario: AnyScenario, load: float, iterations_per_step: int = 1, schema: int | None = None
+    ) -> gym.Env:
+        """The env of ``scenario`` at ``load`` with this config's episode options; a single-node env has the
+        observation ``schema`` (default: the current one; routers have one layout)."""
         common = {
             "scenario": scenario,
             "split": self.split,
@@ -130,7 +144,13 @@ class EvalConfig:
         }
         if isinstance(scenario, ClusterScenario):  # a router decides per arrival: no iterations_per_step
             return gym.make("LLMSchedCluster-v0", **common)
-        return gym.make("LLMSched-v0", iterations_per_step=iterations_per_step, **common)
+        return gym.make(
+            "LLMSched-v0",
+            iterations_per_step=iterations_per_step,
+            schema=SCHEMA_VERSION if schema is None else schema,
+            length_prediction=self.length_prediction,
+            **common,
+        )
 
     def _check_kinds(self) -> None:
         clusters = [isinstance(s, ClusterScenario) for s in self.scenarios]
@@ -138,6 +158,8 @@ class EvalConfig:
             raise ValueError("evaluate cluster scenarios (routers) and single-node scenarios (schedulers) separately")
         if self.is_cluster and self.runtime is not None:
             raise ValueError("the torch runtime backend serves single-node scenarios only")
+        if self.is_cluster and self.length_prediction is not None:
+            raise ValueError("length_prediction applies to single-node scenarios (the routers do not read it)")
         right = ROUTERS.names() if self.is_cluster else SCHEDULERS.names()
         misplaced = [p.baseline for p in self.policies if p.baseline and p.baseline not in right]  # type: ignore[union-attr]
         if misplaced:
@@ -169,25 +191,34 @@ class EvalConfig:
             return
         if exported:
             from llmsched_env.runtime.policy_file import action_options  # torch only for policy files
+        by_schema: dict[int, list[PolicySpec]] = {}
+        for spec in [*exported, *baselines]:
+            by_schema.setdefault(spec.schema, []).append(spec)  # type: ignore[union-attr]
         for scenario in self.scenarios:
-            env: Any = self.make_env(scenario, 1.0)  # type: ignore[arg-type]
-            u = env.unwrapped
-            options = action_options(u.action_spec) if exported and isinstance(u.action_spec, ActionSpec) else None
-            components = getattr(u.action_spec, "components", ACTION_COMPONENTS)
-            try:
-                for spec in [*exported, *baselines]:
-                    try:
-                        if spec.path is not None:  # type: ignore[union-attr]
-                            spec.exported.check_compatible(  # type: ignore[union-attr]
-                                u.obs_names, u.action_spec.nvec, action_options=options, action_components=components
-                            )
-                        else:
-                            spec.make(env, 0)  # type: ignore[union-attr]
-                    except ValueError as exc:
-                        who = spec.path if spec.path is not None else repr(spec.name)  # type: ignore[union-attr]
-                        raise ValueError(f"policy {who} cannot run on scenario {scenario.name!r}: {exc}") from None
-            finally:
-                env.close()
+            for schema, specs in by_schema.items():
+                env: Any = self.make_env(scenario, 1.0, schema=schema)  # type: ignore[arg-type]
+                u = env.unwrapped
+                spec_ = u.action_spec
+                options = action_options(spec_) if exported and isinstance(spec_, ActionSpec) else None
+                components = getattr(spec_, "components", ACTION_COMPONENTS)
+                try:
+                    for spec in specs:
+                        try:
+                            if spec.path is not None:
+                                spec.exported.check_compatible(
+                                    u.obs_names,
+                                    spec_.nvec,
+                                    schema_version=u.schema,
+                                    action_options=options,
+                                    action_components=components,
+                                )
+                            else:
+                                spec.make(env, 0)
+                        except ValueError as exc:
+                            who = spec.path if spec.path is not None else repr(spec.name)
+                            raise ValueError(f"policy {who} cannot run on scenario {scenario.name!r}: {exc}") from None
+                finally:
+                    env.close()
 
 
 def _scenario(entry: AnyScenario | str) -> AnyScenario:

@@ -58,7 +58,7 @@ def run_cell(
     """Every seed of one (scenario, load, policy) of ``config`` (or of ``seeds``, when given). ``runners`` (a
     ``runtime_backend.Runners``) lets the cells of one process share their models on the runtime backend; one
     is made when needed."""
-    env = config.make_env(scenario, load, policy.iterations_per_step)
+    env = config.make_env(scenario, load, policy.iterations_per_step, policy.schema)
     runners = runners or runners_for(config)
     out = GridResult([])
     seeds = config.seeds if seeds is None else seeds

@@ -19,7 +19,7 @@ import numpy as np
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.decision.registry import make_policy
-from llmsched_env.engine.batch import Decision, QueueOrder
+from llmsched_env.engine.batch import Decision
 
 __all__ = ["STATIC_HEURISTICS", "neighbours", "random_candidates", "search_options", "static_decision"]
 
@@ -29,9 +29,9 @@ STATIC_HEURISTICS = ("fcfs", "prefill_first", "priority_aging", "sjf", "lpm", "v
 def search_options(spec: ActionSpec) -> dict[str, tuple[Any, ...]]:
     """The values each knob may take in the search, in ``Decision`` field order (admission without 0)."""
     return {
-        "order": tuple(QueueOrder),
-        "token_budget": spec.token_budgets,
-        "chunk_cap": spec.chunk_caps,
+        "order": spec.orders,
+        "token_budget": spec.token_budget_values,
+        "chunk_cap": spec.chunk_cap_values,
         "prefill_first": (False, True),
         "max_admit": tuple(a for a in spec.admission_caps if a > 0),
         "kv_reserve": spec.kv_reserves,

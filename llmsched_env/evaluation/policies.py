@@ -18,6 +18,7 @@ from typing import Any
 
 from llmsched_env.decision.policy import Policy
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy
+from llmsched_env.decision.schema import SCHEMA_VERSION
 from llmsched_env.decision.tuned_table import TunedTable, is_tuned_table, load_tuned_table
 
 __all__ = ["PolicySpec", "baseline_names", "resolve_policy"]
@@ -64,6 +65,12 @@ class PolicySpec:
 
             self._exported = load_policy_file(self.path)  # type: ignore[arg-type]
         return self._exported
+
+    @property
+    def schema(self) -> int:
+        """The observation schema of the env this policy runs on: the file's for an exported policy, the
+        current one for a baseline (baselines act on either)."""
+        return SCHEMA_VERSION if self.path is None else int(self.exported.schema_version)
 
     @property
     def iterations_per_step(self) -> int:

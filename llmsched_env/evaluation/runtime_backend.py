@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmsched_env.costs.loader import load_cost_model
-from llmsched_env.decision.observation import ObservationEncoder
+from llmsched_env.decision.observation import make_encoder
 from llmsched_env.decision.registry import make_policy
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.evaluation.config import EvalConfig, InputError
@@ -65,7 +65,7 @@ def runtime_episode(
     for r in requests:
         r.arrival_s *= dilation
     rt = Runtime(runner, cfg, u.tenants, u.cost_model, requests, seed=seed, realtime=config.runtime.realtime)
-    encoder = ObservationEncoder(cfg, u.tenants, u.source.nominal_rate_rps() / dilation)
+    encoder = make_encoder(u.schema, cfg, u.tenants, u.source.nominal_rate_rps() / dilation)
     metrics, _ = serve(
         rt,
         spec.make(env, seed),

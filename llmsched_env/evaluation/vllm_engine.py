@@ -35,7 +35,7 @@ def compare_run(config: EvalConfig, scenario: Any, load: float, spec: Any, seed:
     every metric of each engine prefixed ``sim/`` and ``vllm/``."""
     from llmsched_env.adapters.vllm.loop import VllmLoop
 
-    env = config.make_env(scenario, load, spec.iterations_per_step)
+    env = config.make_env(scenario, load, spec.iterations_per_step, spec.schema)
     u: Any = env.unwrapped
     ctx = u.policy_context()
     sim = Simulator(u.engine_config, u.tenants, u.cost_model, u.episode_requests(seed))

@@ -27,8 +27,9 @@ import numpy as np
 
 from llmsched_env.costs.base import CostModel
 from llmsched_env.decision.actions import ActionSpec
-from llmsched_env.decision.observation import ObservationEncoder
+from llmsched_env.decision.observation import ObservationEncoder, make_encoder
 from llmsched_env.decision.policy import Policy, PolicyContext
+from llmsched_env.decision.schema import SCHEMA_VERSION
 from llmsched_env.engine.batch import Batch
 from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, TenantConfig
 from llmsched_env.engine.request import Request
@@ -122,7 +123,7 @@ def _loop_parts(
     engine, tenants, cost_model = sim.engine.config, sim.engine.tenants, sim.cost_model
     spec = ActionSpec.for_engine(engine)
     rate = len(sim.requests) / max(sim.requests[-1].arrival_s, 1e-9)
-    encoder = ObservationEncoder(engine, tenants, rate)
+    encoder = make_encoder(SCHEMA_VERSION, engine, tenants, rate)
     ctx = PolicyContext(engine, tenants, cost_model, spec, encoder.names)
     return make(ctx), encoder, spec, fallback(ctx)
 

@@ -23,7 +23,7 @@ from safetensors.torch import load as load_safetensors
 from torch import nn
 
 from llmsched_env.decision.actions import ACTION_COMPONENTS
-from llmsched_env.decision.observation import SCHEMA_VERSION
+from llmsched_env.decision.schema import SCHEMAS, schema_summary
 
 __all__ = [
     "ACTIVATIONS",
@@ -164,6 +164,11 @@ def _check_meta(meta: dict[str, Any], where: Path) -> None:
         raise fail(f"format is {meta['format']!r}, expected {FORMAT!r}")
     if meta["format_version"] != FORMAT_VERSION:
         raise fail(f"format_version {meta['format_version']} is not supported (this code reads {FORMAT_VERSION})")
+    if meta["schema_version"] not in SCHEMAS:
+        raise fail(
+            f"observation schema {meta['schema_version']} is not supported (this code reads schemas "
+            f"{', '.join(map(str, SCHEMAS))}): retrain the policy with this version of llmsched"
+        )
     n_obs, comps, nvec = len(meta["obs_names"]), meta["action_components"], meta["action_nvec"]
     if len(set(meta["obs_names"])) != n_obs:
         raise fail("obs_names has duplicates")
@@ -360,22 +365,25 @@ class ExportedPolicy:
         self,
         obs_names: Sequence[str],
         action_nvec: Sequence[int],
-        schema_version: int = SCHEMA_VERSION,
+        schema_version: int | None = None,
         action_options: Mapping[str, Sequence[float]] | None = None,
         action_components: Sequence[str] = ACTION_COMPONENTS,
     ) -> None:
         """Raise ``PolicyFileError`` saying exactly what differs between this policy and an environment.
 
-        ``action_options`` (optional, e.g. ``action_options(env.action_spec)``) also compares what each action
-        index means: equal ``nvec`` with different token budgets would silently change the policy's actions.
-        ``action_components``: the env's (``("replica",)`` for the cluster router, whose nvec is the replica count).
+        ``schema_version``: the env's observation schema (None: not compared); a policy of another schema is
+        refused in one line, before anything else is compared. ``action_options`` (optional, e.g.
+        ``action_options(env.action_spec)``) also compares what each action index means: equal ``nvec`` with
+        different token budgets would silently change the policy's actions. ``action_components``: the env's
+        (``("replica",)`` for the cluster router, whose nvec is the replica count).
         """
-        problems = []
-        if schema_version != self.schema_version:
-            problems.append(
-                f"schema version mismatch: the policy was exported under schema {self.schema_version}, "
-                f"this code uses {schema_version} (retrain or re-export)"
+        if schema_version is not None and schema_version != self.schema_version:
+            raise PolicyFileError(
+                f"{self.path}: the policy was trained on observation {schema_summary(self.schema_version)}, this "
+                f"env uses {schema_summary(schema_version)}; build the env with schema={self.schema_version} "
+                "(evaluate.py does so by itself) or use a policy of this schema"
             )
+        problems = []
         env_obs = tuple(obs_names)
         if env_obs != self.obs_names:
             mine, theirs = set(self.obs_names), set(env_obs)
@@ -402,7 +410,7 @@ class ExportedPolicy:
             problems.append(
                 f"action space mismatch: policy nvec {list(self.action_nvec)}, env nvec {list(env_nvec)} ({diff})"
             )
-        if schema_version == SCHEMA_VERSION and self.action_components != tuple(action_components):
+        if self.action_components != tuple(action_components):
             problems.append(
                 f"action components {list(self.action_components)} differ from this env's {list(action_components)}"
             )

@@ -63,9 +63,7 @@ def _parse_length_rows(path: Path) -> tuple[np.ndarray, np.ndarray]:
                 break
         else:
             accepted = "; ".join(f"{fmt}: {p},{o}" for fmt, (p, o) in LENGTH_FILE_COLUMNS.items())
-            raise ValueError(
-                f"{path}:1: unknown header {names}; expected columns including one of: {accepted}"
-            )
+            raise ValueError(f"{path}:1: unknown header {names}; expected columns including one of: {accepted}")
         pi, oi = names.index(prompt_col), names.index(output_col)
         prompts: list[int] = []
         outputs: list[int] = []
@@ -176,9 +174,7 @@ class LengthDist:
         for side in ("prompt", "output"):
             values = getattr(self, f"{side}_samples")
             if not isinstance(values, np.ndarray) or values.ndim != 1 or values.dtype.kind not in "iu":
-                raise ValueError(
-                    f"LengthDist.{side}_samples must be a 1-D integer numpy array, got {values!r}"
-                )
+                raise ValueError(f"LengthDist.{side}_samples must be a 1-D integer numpy array, got {values!r}")
             if values.size == 0 or values.min() < 1:
                 raise ValueError(f"LengthDist.{side}_samples must be non-empty with every length >= 1")
             arrays.append(values)
@@ -193,9 +189,7 @@ class LengthDist:
         return cls("fixed", prompt_len=prompt_len, output_len=output_len, **limits)
 
     @classmethod
-    def uniform(
-        cls, prompt_range: tuple[int, int], output_range: tuple[int, int], **limits: int
-    ) -> LengthDist:
+    def uniform(cls, prompt_range: tuple[int, int], output_range: tuple[int, int], **limits: int) -> LengthDist:
         return cls("uniform", prompt_range=tuple(prompt_range), output_range=tuple(output_range), **limits)
 
     @classmethod

@@ -195,9 +195,7 @@ class _Parser:
     def error(self, line: int, fld: str, problem: str) -> TraceError:
         return TraceError(f"{self.path}:{line}: {_field_label(self.names, fld, self.kind)} {problem}")
 
-    def add_record(
-        self, line: int, record: Any, where: Mapping[str, Any], missing: Callable[[Any], str]
-    ) -> None:
+    def add_record(self, line: int, record: Any, where: Mapping[str, Any], missing: Callable[[Any], str]) -> None:
         """``add`` the row whose field ``fld`` is ``record[where[fld]]`` (a CSV row's cells by index, a JSON
         object by key); a field that ``record`` lacks raises the error naming it, ``missing(record)`` its
         problem."""

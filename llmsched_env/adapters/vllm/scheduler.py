@@ -50,9 +50,10 @@ from llmsched_env.adapters.vllm import require_vllm
 from llmsched_env.costs.base import CostModel, prefill_time_s
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.actions import ActionSpec
-from llmsched_env.decision.observation import ObservationEncoder
+from llmsched_env.decision.observation import make_encoder
 from llmsched_env.decision.policy import Policy, PolicyContext, reads_observation
 from llmsched_env.decision.registry import make_policy
+from llmsched_env.decision.schema import SCHEMA_VERSION
 from llmsched_env.engine.batch import Decision, QueueOrder
 from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, SLOClass, TenantConfig
 from llmsched_env.engine.queues import WaitingQueues
@@ -323,9 +324,12 @@ class VllmState:
         self._ttft = [t.slo.ttft_s for t in self.tenants]
         self._tpot = [t.slo.tpot_s for t in self.tenants]
         self._weights = [t.weight for t in self.tenants]
-        self.queue = WaitingQueues(self._ttft, [t.priority * 10.0 for t in self.tenants], self.vtc)
+        self.queue = WaitingQueues(
+            self._ttft, [t.priority * 10.0 for t in self.tenants], self.vtc, config.max_num_batched_tokens
+        )
         self.num_waiting = self.queue.num_waiting
         self.waiting_tokens = self.queue.waiting_tokens
+        self.waiting_predicted = self.queue.waiting_predicted  # all 0: vLLM requests carry no length prediction
         self.num_running_t = [0] * n
         self.service_tokens = [0] * n
         self.num_good_t = [0] * n
@@ -579,16 +583,35 @@ class PolicyWaitingQueue(RequestQueue):
         return iter([vreqs[r.request_id] for r in self._q.requests()])
 
 
-def load_policy(spec: str, ctx: PolicyContext, seed: int) -> Policy:
+def is_policy_path(spec: str) -> bool:
+    """Whether an adapter's ``policy`` names an exported policy file or folder (else a scheduler's name)."""
+    return os.sep in spec or spec.endswith(".json") or Path(spec).is_dir()
+
+
+def load_policy(spec: str, ctx: PolicyContext, seed: int, schema: int = SCHEMA_VERSION) -> Policy:
     """A registered scheduler by name, or an exported policy (folder or JSON path) checked against ``ctx``'s
-    observations and actions; ``ValueError`` naming the policy otherwise."""
-    if os.sep in spec or spec.endswith(".json") or Path(spec).is_dir():
+    observations and actions, of observation ``schema``; ``ValueError`` naming the policy otherwise."""
+    if is_policy_path(spec):
         from llmsched_env.runtime.policy_file import action_options, load_policy_file
 
         exported = load_policy_file(spec)
-        exported.check_compatible(ctx.obs_names, ctx.action_spec.nvec, action_options=action_options(ctx.action_spec))
+        exported.check_compatible(
+            ctx.obs_names, ctx.action_spec.nvec, schema_version=schema, action_options=action_options(ctx.action_spec)
+        )
         return exported
     return make_policy(spec, ctx, seed)  # type: ignore[return-value]
+
+
+def policy_schema(spec: str, policy: Policy | None) -> int:
+    """The observation schema the adapter encodes for: an exported policy's (given as an object or a path),
+    else the current one."""
+    if policy is not None:
+        return int(getattr(policy, "schema_version", SCHEMA_VERSION))
+    if is_policy_path(spec):
+        from llmsched_env.runtime.policy_file import load_policy_file
+
+        return int(load_policy_file(spec).schema_version)
+    return SCHEMA_VERSION
 
 
 class LLMSchedScheduler(Scheduler):
@@ -619,13 +642,14 @@ class LLMSchedScheduler(Scheduler):
         self.engine_config = engine_config_of(self)
         cost_model = cfg.cost_model if isinstance(cfg.cost_model, CostModel) else load_cost_model(cfg.cost_model)
         self.state = VllmState(self, self.engine_config, cfg.tenants, cost_model, self.clock)
-        self.action_spec = ActionSpec.for_engine(self.engine_config)
-        self.encoder = ObservationEncoder(self.engine_config, self.state.tenants, cfg.nominal_rate_rps)
+        schema = policy_schema(cfg.policy, llmsched_policy)
+        self.action_spec = ActionSpec.for_engine(self.engine_config, schema)
+        self.encoder = make_encoder(schema, self.engine_config, self.state.tenants, cfg.nominal_rate_rps)
         self.context = PolicyContext(
             self.engine_config, self.state.tenants, cost_model, self.action_spec, self.encoder.names
         )
         self.policy: Policy = (
-            llmsched_policy if llmsched_policy is not None else load_policy(cfg.policy, self.context, cfg.seed)
+            llmsched_policy if llmsched_policy is not None else load_policy(cfg.policy, self.context, cfg.seed, schema)
         )
         self._reads_obs = reads_observation(self.policy)
         self._zero_obs = np.zeros(self.encoder.size, dtype=np.float32)

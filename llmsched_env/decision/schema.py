@@ -1,0 +1,37 @@
+"""Observation and action schemas: which observation encoder and which action layout a policy was trained on.
+
+A policy file records its ``schema_version``; an env, the torch runtime and the vLLM adapter build the
+encoder and the action layout of that schema, and refuse a policy of another one with a one-line error.
+
+- Schema 1 (per-tenant): global features plus six features per tenant, named after the tenants
+  (``tenant/NAME/...``); six queue orders; budgets and chunk caps in powers of two up to the engine's limit.
+  A policy of this schema runs only on the tenants (names and order) it was trained on.
+- Schema 2 (workload-agnostic, the default): the same global features, tenant-level urgency bands, length
+  prediction aggregates, the four most urgent tenants in slots ordered by their queue head's TTFT slack, and
+  aggregates of the rest: the same features whatever the number, names and order of the tenants. Every queue
+  order (SPRW added); one fixed list of budgets and chunk caps for every engine.
+"""
+
+from __future__ import annotations
+
+__all__ = ["SCHEMAS", "SCHEMA_VERSION", "check_schema", "schema_summary"]
+
+SCHEMA_VERSION = 2  # what new policies are trained on
+SCHEMAS = (1, 2)  # what this code reads
+
+_SUMMARY = {
+    1: "per-tenant features named after the tenants it was trained on",
+    2: "workload-agnostic features (urgency-ordered tenant slots)",
+}
+
+
+def check_schema(schema: object, where: str = "schema") -> int:
+    """``schema`` if this code knows it, else ``ValueError`` naming ``where`` and the known ones."""
+    if isinstance(schema, bool) or schema not in SCHEMAS:
+        raise ValueError(f"{where}: observation schema {schema!r} is not supported (this code reads {SCHEMAS})")
+    return int(schema)  # type: ignore[call-overload]
+
+
+def schema_summary(schema: int) -> str:
+    """One line on what a schema's observation is."""
+    return f"schema {schema} ({_SUMMARY.get(schema, 'unknown')})"
