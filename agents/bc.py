@@ -24,9 +24,9 @@ def collect_demonstrations(
 ) -> dict[str, np.ndarray]:
     """``num_steps`` steps of ``baseline`` on ``env``: observations, masks, actions and discounted returns."""
     unwrapped: Any = env.unwrapped
-    policy = baselines.make_for(baseline, unwrapped.policy_context(), seed=seed)
     obs_l, mask_l, act_l, rew_l, done_l = [], [], [], [], []
     obs, _ = env.reset(seed=seed)
+    policy = baselines.make_for(baseline, unwrapped.policy_context(), seed=seed)  # for this episode's workload
     episode = 0
     while len(obs_l) < num_steps:
         mask = unwrapped.action_masks()
@@ -40,6 +40,8 @@ def collect_demonstrations(
         if terminated or truncated:
             episode += 1
             obs, _ = env.reset(seed=seed + 1000 * episode)
+            if hasattr(unwrapped, "inner"):  # LLMSchedMix-v0: a new workload, a heuristic built for it
+                policy = baselines.make_for(baseline, unwrapped.policy_context(), seed=seed)
     returns = np.zeros(len(rew_l), dtype=np.float32)
     running = 0.0
     for i in range(len(rew_l) - 1, -1, -1):  # the last, unfinished episode is cut: its tail return is 0

@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--scenario",
         default="default",
-        help=f"one of {', '.join(list_scenarios())}; or, to train a router, {', '.join(list_cluster_scenarios())}",
+        help=f"one of {', '.join(list_scenarios())}; 'generalist' for one policy over every workload; or, to train "
+        f"a router, {', '.join(list_cluster_scenarios())}",
     )
     p.add_argument("--algo", choices=sorted(ALGOS), default="maskable_ppo", help="algorithm")
     p.add_argument("--timesteps", type=int, default=None, help="total environment steps (default: the YAML's)")
@@ -73,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"baselines the evaluation compares to (default: {','.join(DEFAULT_EVAL_BASELINES)}; routers for a "
         f"cluster scenario: {','.join(DEFAULT_EVAL_ROUTERS)})",
+    )
+    p.add_argument(
+        "--init",
+        type=Path,
+        default=None,
+        help="start from an exported policy's weights (e.g. policies/generalist) instead of cloning: fine-tuning",
     )
     p.add_argument("--no-progress", action="store_true", help="no status lines and no progress bars on stderr")
     p.add_argument("--force", action="store_true", help="allow a run folder inside a shipped folder")

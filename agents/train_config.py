@@ -26,11 +26,13 @@ __all__ = [
     "ACTOR_CRITIC_ALGOS",
     "DEFAULT_EVAL_BASELINES",
     "DEFAULT_EVAL_ROUTERS",
+    "GENERALIST",
     "QUICK",
     "RUN_KEYS",
     "TrainConfig",
     "check_hyperparams",
     "is_cluster",
+    "is_generalist",
     "resolve_hyperparams",
 ]
 
@@ -61,6 +63,14 @@ DEFAULT_EVAL_BASELINES = ("fcfs", "priority_aging", "sjf", "vtc", "kv_guard", "s
 DEFAULT_EVAL_ROUTERS = ("round_robin", "least_outstanding", "least_kv_load", "prefix_affinity", "power_of_two")
 
 
+GENERALIST = "generalist"  # the pseudo-scenario of one policy over every workload (LLMSchedMix-v0)
+
+
+def is_generalist(scenario: str) -> bool:
+    """The generalist trains on ``LLMSchedMix-v0``: every library scenario's train split and random ones."""
+    return scenario == GENERALIST
+
+
 def is_cluster(scenario: str) -> bool:
     """Cluster scenarios train routers on ``LLMSchedCluster-v0``; the others schedulers on ``LLMSched-v0``."""
     return scenario in list_cluster_scenarios()
@@ -72,8 +82,11 @@ class TrainConfig:
     ``runs/<scenario>-seed<seed>``; for ``eval_baselines``, ``DEFAULT_EVAL_BASELINES`` or, for a cluster
     scenario, ``DEFAULT_EVAL_ROUTERS``; a comma string is split). ``hp`` holds nested overrides
     (``agents.config.parse_overrides``); ``bc`` is a baseline to clone before RL, ``"none"`` for no cloning.
-    ``force`` allows a run folder inside a shipped folder (``llmsched_env.common.outputs``). Bad values
-    raise a one-line ``ValueError``."""
+    ``force`` allows a run folder inside a shipped folder (``llmsched_env.common.outputs``). ``init``: an
+    exported policy (folder or ``policy.json``) whose weights start the training instead of cloning (fine-tuning,
+    e.g. ``policies/generalist`` on one scenario); its network shape wins over the hyperparameters'. The
+    scenario ``generalist`` trains one schema-2 policy on ``LLMSchedMix-v0``. Bad values raise a one-line
+    ``ValueError``."""
 
     scenario: str = "default"
     algo: str = "maskable_ppo"
@@ -90,9 +103,10 @@ class TrainConfig:
     eval_baselines: tuple[str, ...] | None = None
     progress: bool = True
     force: bool = False
+    init: Path | None = None
 
     def __post_init__(self) -> None:
-        known = [*list_scenarios(), *list_cluster_scenarios()]
+        known = [*list_scenarios(), GENERALIST, *list_cluster_scenarios()]
         if self.scenario not in known:
             raise ValueError(f"scenario: unknown scenario {self.scenario!r}; available: {', '.join(known)}")
         if self.algo not in ALGOS:
@@ -119,6 +133,22 @@ class TrainConfig:
         object.__setattr__(self, "out", out)
         if self.hyperparams is not None:
             object.__setattr__(self, "hyperparams", Path(self.hyperparams))
+        if self.init is not None:
+            object.__setattr__(self, "init", Path(self.init))
+            if is_cluster(self.scenario):
+                raise ValueError("init: fine-tuning starts single-node schedulers, not routers")
+            if self.resume:
+                raise ValueError("init: give either --init (start from a policy) or --resume (continue a run)")
+            from llmsched_env.runtime.policy_file import load_policy_file
+
+            try:
+                start = load_policy_file(self.init)
+            except ValueError as exc:
+                raise ValueError(f"init: {exc}") from None
+            if is_generalist(self.scenario) and start.schema_version != 2:
+                raise ValueError(
+                    f"init: {start.path} has observation schema {start.schema_version}; the generalist needs schema 2"
+                )
 
     @property
     def run_folder(self) -> Path:
@@ -139,6 +169,7 @@ class TrainConfig:
         argv += ["--out", str(self.run_folder), "--vec-env", self.vec_env]
         optional = {"--timesteps": self.timesteps, "--n-envs": self.n_envs, "--bc": self.bc}
         optional["--hyperparams"] = self.hyperparams
+        optional["--init"] = self.init
         optional["--eval-baselines"] = ",".join(self.eval_baselines) if self.eval_baselines is not None else None
         argv += [x for key, value in optional.items() if value is not None for x in (key, str(value))]
         argv += [x for key, value in _leaves(self.hp) for x in ("--hp", f"{key}={json.dumps(value)}")]
@@ -204,6 +235,7 @@ def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
     import math
 
     from llmsched_env.envs.cluster import LLMSchedClusterEnv
+    from llmsched_env.envs.mixture import WorkloadMixEnv
     from llmsched_env.envs.single_node import LLMSchedEnv
 
     params = _model_params(algo)
@@ -241,7 +273,7 @@ def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
         raise fail("env_kwargs", f"must be a mapping of env arguments, got {env_kwargs!r}")
     env_params = {
         name
-        for cls in (LLMSchedEnv, LLMSchedClusterEnv)
+        for cls in (LLMSchedEnv, LLMSchedClusterEnv, WorkloadMixEnv)
         for name in inspect.signature(cls.__init__).parameters
         if name not in ("self", "scenario", "split")
     }

@@ -43,11 +43,20 @@ from agents.callbacks import (
     read_best,
 )
 from agents.checkpoints import SignedCheckpointCallback, latest_checkpoint, verify_checkpoint
+from agents.generalist import init_from_policy, init_network, knee_loads
 from agents.sb3 import ALGOS, FLAT_ACTION_ALGOS, make_model
-from agents.train_config import ACTOR_CRITIC_ALGOS, RUN_KEYS, TrainConfig, is_cluster, resolve_hyperparams
+from agents.train_config import (
+    ACTOR_CRITIC_ALGOS,
+    RUN_KEYS,
+    TrainConfig,
+    is_cluster,
+    is_generalist,
+    resolve_hyperparams,
+)
 from agents.wrappers import FlatActions
 from llmsched_env.common.outputs import check_output
 from llmsched_env.evaluation.progress import Progress, status
+from llmsched_env.workloads.library import list_scenarios
 
 __all__ = [
     "BC_EPOCHS",
@@ -71,6 +80,10 @@ def make_env_fn(
     them for the algorithm (DQN's flat actions)."""
 
     def make() -> gym.Env:
+        if is_generalist(scenario):  # a new workload every episode; the loads are the mix's own
+            kwargs = {k: v for k, v in env_kwargs.items() if k != "load"}
+            kwargs.setdefault("knee_loads", knee_loads())
+            return gym.make("LLMSchedMix-v0", split=split, **kwargs)
         if is_cluster(scenario):  # one routing decision per arrival: no iterations_per_step
             kwargs = {k: v for k, v in env_kwargs.items() if k != "iterations_per_step"}
             return gym.make("LLMSchedCluster-v0", scenario=scenario, split=split, **kwargs)
@@ -126,6 +139,17 @@ def _model(
         model = ALGOS[config.algo].load(str(resume_from), env=vec_env, device="cpu", tensorboard_log=tb)
         status(f"resumed from {resume_from} at {model.num_timesteps} steps", enabled=config.progress)
         return model, True
+    if config.init is not None:  # fine-tuning: the exported policy's weights, no cloning
+        start, net = init_network(config.init)
+        hp = {**hp, "policy_kwargs": {**dict(hp.get("policy_kwargs") or {}), **net}}
+        model = make_model(config.algo, vec_env, seed=config.seed, tensorboard_log=tb, **hp)
+        probe = make_env_fn(config.scenario, config.algo, env_kwargs, agent=False)()
+        try:
+            init_from_policy(model, start, probe)
+        finally:
+            probe.close()
+        status(f"starting from the weights of {start.path}", enabled=config.progress)
+        return model, False
     model = make_model(config.algo, vec_env, seed=config.seed, tensorboard_log=tb, **hp)
     if run.get("bc_warmstart"):
         _clone(model, config, run, env_kwargs)
@@ -149,6 +173,8 @@ def eval_setup(config: TrainConfig, hp: Mapping[str, Any]) -> dict[str, Any]:
     seeds, load and env arguments. A best score recorded under another setup does not compare."""
     env_kwargs = {k: v for k, v in dict(hp.get("env_kwargs", {})).items() if k != "load"}
     seeds = list(range(int(hp["eval_episodes"])))
+    if is_generalist(config.scenario):  # one val episode per library scenario, each at its knee
+        seeds = list(range(len(list_scenarios())))
     return {"scenario": config.scenario, "eval_seeds": seeds, "eval_load": hp["eval_load"], "eval_env": env_kwargs}
 
 
@@ -178,8 +204,11 @@ def train(config: TrainConfig) -> Path:
     env_kwargs = dict(run["env_kwargs"])
     if isinstance(env_kwargs.get("load"), list):
         env_kwargs["load"] = tuple(env_kwargs["load"])
+    if config.init is not None and not is_generalist(config.scenario):  # fine-tune on the policy's own schema
+        env_kwargs.setdefault("schema", init_network(config.init)[0].schema_version)
     n_envs = int(run["n_envs"])
     env_id = "LLMSchedCluster-v0" if is_cluster(config.scenario) else "LLMSched-v0"
+    env_id = "LLMSchedMix-v0" if is_generalist(config.scenario) else env_id
     where = f"{config.scenario}, train split, {config.vec_env} vec env"
     status(f"building {n_envs} envs of {env_id} ({where})", enabled=config.progress)
     vec_cls = SubprocVecEnv if config.vec_env == "subproc" else DummyVecEnv
@@ -218,7 +247,7 @@ def _learn(
     eval_kwargs = {k: v for k, v in env_kwargs.items() if k != "load"}
 
     def make_eval_env(agent: bool) -> gym.Env:
-        kw = dict(eval_kwargs, load=run["eval_load"])
+        kw = dict(eval_kwargs, load=run["eval_load"]) if not is_generalist(scenario) else dict(eval_kwargs)
         if not agent:
             kw["iterations_per_step"] = 1  # baselines decide every iteration
         return make_env_fn(scenario, config.algo, kw, split="val", agent=agent)()

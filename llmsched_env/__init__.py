@@ -31,6 +31,8 @@ def _register() -> None:
         register(id="LLMSched-v0", entry_point="llmsched_env.envs.single_node:LLMSchedEnv")
     if "LLMSchedCluster-v0" not in registry:
         register(id="LLMSchedCluster-v0", entry_point="llmsched_env.envs.cluster:LLMSchedClusterEnv")
+    if "LLMSchedMix-v0" not in registry:
+        register(id="LLMSchedMix-v0", entry_point="llmsched_env.envs.mixture:WorkloadMixEnv")
 
 
 _register()

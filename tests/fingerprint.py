@@ -83,14 +83,29 @@ def fingerprint() -> dict[str, Any]:
     """Every episode of the lists above, keyed by a readable name."""
     out: dict[str, Any] = {}
     for scenario, name, load, split, seed in SINGLE:
-        env = gym.make("LLMSched-v0", scenario=scenario, split=split, load=load,
-                       num_requests=SMALL.get(scenario, NUM_REQUESTS), check_invariants=True,
-                       engine=SMALL_ENGINE if scenario == "mixed-slo" else None, schema=1)
+        env = gym.make(
+            "LLMSched-v0",
+            scenario=scenario,
+            split=split,
+            load=load,
+            num_requests=SMALL.get(scenario, NUM_REQUESTS),
+            check_invariants=True,
+            engine=SMALL_ENGINE if scenario == "mixed-slo" else None,
+            schema=1,
+        )
         policy = baselines.make_for(name, env.unwrapped.policy_context(), seed=seed)
         out[f"{scenario}/{name}/{load}/{split}/{seed}"] = _run(env, policy, seed)
     for scenario, name, load, split, seed, prediction in SCHEMA2:
-        env = gym.make("LLMSched-v0", scenario=scenario, split=split, load=load, num_requests=NUM_REQUESTS,
-                       check_invariants=True, schema=2, length_prediction=prediction)
+        env = gym.make(
+            "LLMSched-v0",
+            scenario=scenario,
+            split=split,
+            load=load,
+            num_requests=NUM_REQUESTS,
+            check_invariants=True,
+            schema=2,
+            length_prediction=prediction,
+        )
         policy = baselines.make_for(name, env.unwrapped.policy_context(), seed=seed)
         out[f"schema2:{scenario}/{name}/{load}/{split}/{seed}/{prediction}"] = _run(env, policy, seed)
     from llmsched_env.runtime.policy_file import load_policy_file
@@ -98,13 +113,26 @@ def fingerprint() -> dict[str, Any]:
     for scenario, folder, load, seed in SHIPPED:
         policy = load_policy_file(POLICIES / folder)
         every = int(policy.meta.get("iterations_per_step", 1))
-        env = gym.make("LLMSched-v0", scenario=scenario, split="val", load=load,
-                       num_requests=SMALL.get(scenario, NUM_REQUESTS), check_invariants=True, iterations_per_step=every,
-                       schema=policy.schema_version)
+        env = gym.make(
+            "LLMSched-v0",
+            scenario=scenario,
+            split="val",
+            load=load,
+            num_requests=SMALL.get(scenario, NUM_REQUESTS),
+            check_invariants=True,
+            iterations_per_step=every,
+            schema=policy.schema_version,
+        )
         out[f"{scenario}/shipped:{folder}/{load}/val/{seed}"] = _run(env, policy, seed)
     for scenario, name, load, seed in CLUSTER:
-        env = gym.make("LLMSchedCluster-v0", scenario=scenario, split="val", load=load, num_requests=NUM_REQUESTS,
-                       check_invariants=True)
+        env = gym.make(
+            "LLMSchedCluster-v0",
+            scenario=scenario,
+            split="val",
+            load=load,
+            num_requests=NUM_REQUESTS,
+            check_invariants=True,
+        )
         policy = baselines.make_for(name, env.unwrapped.policy_context(), seed=seed)
         out[f"{scenario}/{name}/{load}/val/{seed}"] = _run(env, policy, seed)
     return out

@@ -75,8 +75,18 @@ def two_tenants(ttft_b_s: float = 1.0, ttft_a_s: float = 1.0) -> list[TenantConf
 
 # ------------------------------------------------------------------------------------------ registry, API
 def test_registry_lists_every_required_baseline() -> None:
-    required = {"fcfs", "priority_aging", "slo_aware", "sarathi", "vtc", "sjf", "prefill_first", "random", "lpm",
-                "kv_guard"}
+    required = {
+        "fcfs",
+        "priority_aging",
+        "slo_aware",
+        "sarathi",
+        "vtc",
+        "sjf",
+        "prefill_first",
+        "random",
+        "lpm",
+        "kv_guard",
+    }
     assert required | {"tuned"} <= set(baselines.available())
 
 
@@ -111,7 +121,12 @@ def test_fcfs_knobs_are_vllm_v1_defaults() -> None:
     ctx, _ = make_ctx(EngineConfig(), [TenantConfig("t", slo=CHAT)])
     d = baselines.make("fcfs", ctx).decision_for(0)
     assert (d.token_budget, d.chunk_cap, d.max_admit, d.kv_reserve, d.shed, d.prefill_first) == (
-        2048, 4096, UNLIMITED, 0.0, False, False
+        2048,
+        4096,
+        UNLIMITED,
+        0.0,
+        False,
+        False,
     )
     small, _ = make_ctx(EngineConfig(max_num_batched_tokens=1024), [TenantConfig("t", slo=CHAT)])
     assert baselines.make("fcfs", small).decision_for(0).token_budget == 1024

@@ -105,5 +105,3 @@ def test_a_timed_trace_without_a_time_span_is_one_line_naming_the_file(
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"{trace}: all 2 requests arrive at the same time" in err
-
-

@@ -205,9 +205,7 @@ def test_pickle_and_dict_round_trip(name: str, tmp_path: Path) -> None:
     assert load_cost_model(path) == model
 
 
-def _write_bad(
-    tmp_path: Path, change: dict | None = None, drop: str | None = None, text: str | None = None
-) -> Path:
+def _write_bad(tmp_path: Path, change: dict | None = None, drop: str | None = None, text: str | None = None) -> Path:
     path = tmp_path / "bad.json"
     if text is None:
         data = load_cost_model("llama3-8b-h100").to_dict()  # type: ignore[attr-defined]
@@ -245,12 +243,32 @@ def test_malformed_analytic_file_names_file_and_field(tmp_path: Path, kwargs: di
 @pytest.mark.parametrize(
     ("data", "field"),
     [
-        ({"kind": "linear", "overhead_s": 1e-3, "prefill_token_s": 1e-5, "decode_seq_s": 1e-5,
-          "kv_token_s": 1e-8}, "prefill_attn_pair_s"),
-        ({"kind": "linear", "overhead_s": 1e-3, "prefill_token_s": -1e-5, "decode_seq_s": 1e-5,
-          "kv_token_s": 1e-8, "prefill_attn_pair_s": 0.0}, "prefill_token_s"),
-        ({"kind": "linear", "overhead_s": 0.0, "prefill_token_s": 1e-5, "decode_seq_s": 1e-5,
-          "kv_token_s": 1e-8, "prefill_attn_pair_s": 0.0}, "overhead_s"),
+        (
+            {"kind": "linear", "overhead_s": 1e-3, "prefill_token_s": 1e-5, "decode_seq_s": 1e-5, "kv_token_s": 1e-8},
+            "prefill_attn_pair_s",
+        ),
+        (
+            {
+                "kind": "linear",
+                "overhead_s": 1e-3,
+                "prefill_token_s": -1e-5,
+                "decode_seq_s": 1e-5,
+                "kv_token_s": 1e-8,
+                "prefill_attn_pair_s": 0.0,
+            },
+            "prefill_token_s",
+        ),
+        (
+            {
+                "kind": "linear",
+                "overhead_s": 0.0,
+                "prefill_token_s": 1e-5,
+                "decode_seq_s": 1e-5,
+                "kv_token_s": 1e-8,
+                "prefill_attn_pair_s": 0.0,
+            },
+            "overhead_s",
+        ),
     ],
 )
 def test_malformed_linear_file_names_file_and_field(tmp_path: Path, data: dict, field: str) -> None:

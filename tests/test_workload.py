@@ -92,9 +92,7 @@ def test_generate_many() -> None:
         LengthDist.fixed(300, 50, max_prompt_len=300, max_output_len=64),
         LengthDist.uniform((10, 300), (1, 64), max_prompt_len=300, max_output_len=64),
         LengthDist.lognormal(250, 200, 2.0, 2.0, max_prompt_len=300, max_output_len=64),
-        LengthDist.empirical(
-            np.array([1, 5, 10_000]), np.array([70, 3, 1]), max_prompt_len=300, max_output_len=64
-        ),
+        LengthDist.empirical(np.array([1, 5, 10_000]), np.array([70, 3, 1]), max_prompt_len=300, max_output_len=64),
     ],
     ids=lambda d: d.kind,
 )

@@ -116,6 +116,12 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     )
     add("--num-requests", type=positive_int, default=None, help="requests per episode (default: the scenario's)")
     add("--cost-model", default=None, help="cost-model preset name or JSON path (default: the scenario's)")
+    add(
+        "--length-prediction",
+        default=None,
+        help="each request's predicted output length, seen by every policy: none, exact or lognormal:SIGMA "
+        "(default: none)",
+    )
     add_trace_options(p)
     add(
         "--describe",

@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 
 from llmsched_env.decision.policy import Policy, start_episode
 
-__all__ = ["run_episode"]
+__all__ = ["PolicyFactory", "run_episode"]
+
+PolicyFactory = Callable[[gym.Env], Policy]  # builds the episode's policy from the env, after its reset
 
 
-def run_episode(env: gym.Env, policy: Policy, seed: int) -> dict[str, float]:
+def run_episode(env: gym.Env, policy: Policy | PolicyFactory, seed: int) -> dict[str, float]:
     """Run one episode of ``env`` under ``policy`` (acting on observation and mask); its final metrics. A
-    stateful policy is told that the episode starts (``start_episode``) before its first action."""
+    stateful policy is told that the episode starts (``start_episode``) before its first action. ``policy``
+    may be a factory called with the env after its reset (a heuristic built for the episode's workload, on
+    ``LLMSchedMix-v0``)."""
     obs, _ = env.reset(seed=seed)
-    start_episode(policy)
+    if not hasattr(policy, "act"):
+        policy = policy(env)  # type: ignore[operator]
+    start_episode(policy)  # type: ignore[arg-type]
     unwrapped: Any = env.unwrapped
     while True:
-        obs, _, terminated, truncated, info = env.step(policy.act(obs, unwrapped.action_masks()))
+        obs, _, terminated, truncated, info = env.step(policy.act(obs, unwrapped.action_masks()))  # type: ignore[union-attr]
         if terminated or truncated:
             return dict(info["metrics"])

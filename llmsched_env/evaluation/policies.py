@@ -4,6 +4,7 @@
     resolve_policy("mine=runs/ppo0")             # an exported policy (folder or policy.json), named "mine"
     resolve_policy("runs/ppo0/policy.json")      # named after its folder: "ppo0"
     resolve_policy("tuned=my_table.json")        # the ``tuned`` baseline with a tuned-settings table of your own
+    resolve_policy("learned")                    # the shipped generalist, policies/generalist
 
 Baselines come from ``llmsched_env.decision.registry`` (``SCHEDULERS``, ``ROUTERS``), which finds the
 ``baselines`` package through its entry point, so this module never imports it. torch is imported only when
@@ -21,7 +22,10 @@ from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy
 from llmsched_env.decision.schema import SCHEMA_VERSION
 from llmsched_env.decision.tuned_table import TunedTable, is_tuned_table, load_tuned_table
 
-__all__ = ["PolicySpec", "baseline_names", "resolve_policy"]
+__all__ = ["GENERALIST_PATH", "LEARNED", "PolicySpec", "baseline_names", "resolve_policy"]
+
+LEARNED = "learned"  # the name of the shipped generalist policy
+GENERALIST_PATH = Path(__file__).resolve().parents[2] / "policies" / "generalist"  # in the checkout
 
 
 def baseline_names() -> list[str]:
@@ -93,13 +97,21 @@ class PolicySpec:
 
 
 def resolve_policy(entry: str) -> PolicySpec:
-    """A baseline name, ``[alias=]path`` of an exported policy (a run folder holding ``policy.json`` +
-    ``policy.safetensors``, or the JSON), loaded and verified now, or ``[alias=]path`` of a tuned-settings table
+    """A baseline name, ``learned`` (the generalist, ``policies/generalist``), ``[alias=]path`` of an exported
+    policy (a run folder holding ``policy.json`` + ``policy.safetensors``, or the JSON), loaded and verified now,
+    or ``[alias=]path`` of a tuned-settings table
     (a JSON file with ``"format": "llmsched-tuned"``): the ``tuned`` baseline with that table, named ``alias``
     (default: the file's stem). ``ValueError`` naming ``entry`` or the file otherwise."""
     names = baseline_names()
     if entry in names:
         return PolicySpec(entry, baseline=entry)
+    if entry == LEARNED:
+        if not (GENERALIST_PATH / "policy.json").is_file():
+            raise ValueError(
+                f"policy 'learned' is the generalist in {GENERALIST_PATH}, which is not there; train one with: "
+                "llmsched-train --scenario generalist --out policies/generalist"
+            )
+        entry = f"{LEARNED}={GENERALIST_PATH}"
     alias, sep, target = entry.partition("=")
     if not sep:
         alias, target = "", entry

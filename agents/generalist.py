@@ -1,0 +1,65 @@
+"""What training the generalist and fine-tuning need beyond a one-scenario training.
+
+``knee_loads()``: per library scenario, the load at which the best named heuristic keeps 90% SLO attainment on
+the val split (measured by ``llmsched-tune`` and kept in the provenance of ``baselines/tuned.json``), around
+which ``LLMSchedMix-v0`` draws its training loads and at which it selects checkpoints. ``init_from_policy``:
+an exported policy's weights into a fresh SB3 model (``llmsched-train --init``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from stable_baselines3.common.base_class import BaseAlgorithm
+
+from baselines.tuned import SHIPPED_TABLE
+from llmsched_env.decision.tuned_table import load_tuned_table
+from llmsched_env.runtime.policy_file import ACTIVATIONS, ExportedPolicy, action_options, load_policy_file
+
+__all__ = ["init_from_policy", "init_network", "knee_loads"]
+
+
+def knee_loads(table: str | Path = SHIPPED_TABLE) -> dict[str, float]:
+    """Scenario -> the best named heuristic's val capacity (load), from a tuned-settings table's provenance."""
+    out: dict[str, float] = {}
+    for name, entry in load_tuned_table(table).entries.items():
+        reference = entry["provenance"].get("reference_capacity_load") or {}
+        loads = [float(v) for v in reference.values() if isinstance(v, (int, float))]
+        if loads:
+            out[name] = max(loads)
+    return out
+
+
+def init_network(path: str | Path) -> tuple[ExportedPolicy, dict[str, Any]]:
+    """The exported policy at ``path`` and the ``policy_kwargs`` (hidden layers, activation) a model needs to
+    take its weights. ``PolicyFileError`` (a ``ValueError``, one line, naming the file) for a bad file."""
+    policy = load_policy_file(path)
+    linears = [m for m in policy.network if isinstance(m, torch.nn.Linear)]
+    widths = [int(m.out_features) for m in linears[:-1]]  # the hidden layers; the last gives the logits
+    activation = ACTIVATIONS[policy.meta["network"]["activation"]]
+    return policy, {"net_arch": {"pi": widths, "vf": widths}, "activation_fn": activation}
+
+
+def init_from_policy(model: BaseAlgorithm, policy: ExportedPolicy, env: Any) -> None:
+    """Copy ``policy``'s actor weights into ``model`` (built with ``init_network``'s policy_kwargs), after
+    checking that it fits ``env`` (observation names, schema, actions and their options). The value network
+    starts fresh. ``ValueError`` naming the file otherwise."""
+    u = env.unwrapped
+    policy.check_compatible(
+        u.obs_names, u.action_spec.nvec, schema_version=u.schema, action_options=action_options(u.action_spec)
+    )
+    if policy.meta.get("normalization") is not None:
+        raise ValueError(f"{policy.path}: a policy trained under observation normalisation cannot start a training")
+    if policy.masked != (type(model).__name__ == "MaskablePPO"):
+        raise ValueError(f"{policy.path}: its algorithm {policy.meta['algo']} differs from this training's")
+    linears = [m for m in model.policy.mlp_extractor.policy_net if isinstance(m, torch.nn.Linear)]
+    linears.append(model.policy.action_net)
+    theirs = [m for m in policy.network if isinstance(m, torch.nn.Linear)]
+    if [tuple(m.weight.shape) for m in linears] != [tuple(m.weight.shape) for m in theirs]:
+        raise ValueError(f"{policy.path}: its layers {[tuple(m.weight.shape) for m in theirs]} do not fit the model")
+    with torch.no_grad():
+        for mine, src in zip(linears, theirs, strict=True):
+            mine.weight.copy_(src.weight)
+            mine.bias.copy_(src.bias)

@@ -1,0 +1,173 @@
+"""``LLMSchedMix-v0``: a different workload every episode, for training one generalist scheduler.
+
+Each ``reset`` draws a workload: a library scenario (its ``split`` part) at a load drawn around that
+scenario's knee, or, with probability ``random_share``, a randomised synthetic scenario
+(``workloads.randomized``: 1-16 tenants, several engines and cost presets) at a load from its space's
+``load_range``; and a length prediction from ``length_predictions``. The episode then runs on an
+``LLMSched-v0`` of observation schema 2, whose observation and action layout are the same for every workload,
+so one policy learns across all of them.
+
+On ``split="val"`` or ``"test"`` the draw is deterministic and covers the library: episode seed ``s`` plays
+scenario ``s % len(scenarios)`` at its knee load without a length prediction (what a checkpoint is chosen on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from llmsched_env.decision.actions import ActionSpec
+from llmsched_env.decision.observation import OBS_CLIP, GenericObservationEncoder
+from llmsched_env.decision.policy import PolicyContext
+from llmsched_env.engine.config import EngineConfig, TenantConfig
+from llmsched_env.envs.reward import RewardConfig
+from llmsched_env.envs.single_node import LLMSchedEnv
+from llmsched_env.workloads.library import get_scenario, list_scenarios
+from llmsched_env.workloads.prediction import LengthPredictor
+from llmsched_env.workloads.randomized import DEFAULT_SPACE, RandomizedSpace, random_scenario
+from llmsched_env.workloads.scenarios import check_split
+
+__all__ = ["DEFAULT_KNEE_LOAD", "DEFAULT_PREDICTIONS", "WorkloadMixEnv"]
+
+DEFAULT_KNEE_LOAD = 1.5  # a library scenario's knee when none is given (its nominal rate is fcfs's knee)
+DEFAULT_PREDICTIONS = ("none", "exact", "lognormal:0.5", "lognormal:1.0")
+_LOAD_SPAN = (0.5, 1.5)  # training loads: this times the scenario's knee
+
+
+class WorkloadMixEnv(gym.Env):
+    """One engine iteration per step, as ``LLMSched-v0``; a new workload each episode (module docstring).
+
+    Arguments: ``scenarios`` (library names; default all), ``split``, ``knee_loads`` (scenario -> load at
+    which the best heuristic keeps 90% attainment; default ``DEFAULT_KNEE_LOAD``; training loads are drawn
+    uniformly on 0.5x-1.5x of it), ``random_share`` (probability of a randomised scenario, training only),
+    ``random_space``, ``length_predictions`` (drawn uniformly per training episode), ``num_requests`` (per
+    episode, capped by each scenario's own size; default the scenario's), ``iterations_per_step``,
+    ``reward``, ``check_invariants``. ``info["workload"]`` of ``reset`` says what was drawn.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    schema: ClassVar[int] = 2
+
+    def __init__(
+        self,
+        scenarios: Sequence[str] | None = None,
+        split: str = "train",
+        knee_loads: Mapping[str, float] | None = None,
+        random_share: float = 0.5,
+        random_space: RandomizedSpace = DEFAULT_SPACE,
+        length_predictions: Sequence[str] = DEFAULT_PREDICTIONS,
+        num_requests: int | None = None,
+        iterations_per_step: int = 1,
+        reward: RewardConfig | Mapping[str, float] | None = None,
+        check_invariants: bool = False,
+    ) -> None:
+        super().__init__()
+        names = tuple(list_scenarios() if scenarios is None else scenarios)
+        unknown = [s for s in names if s not in list_scenarios()]
+        if unknown or not names:
+            raise ValueError(f"WorkloadMixEnv.scenarios: unknown {unknown or names}; available: {list_scenarios()}")
+        self.scenarios = names
+        self.split = check_split(split)
+        self.knee_loads = {s: float((knee_loads or {}).get(s, DEFAULT_KNEE_LOAD)) for s in names}
+        if not all(v > 0 for v in self.knee_loads.values()):
+            raise ValueError(f"WorkloadMixEnv.knee_loads must be > 0, got {self.knee_loads}")
+        if not 0.0 <= random_share <= 1.0:
+            raise ValueError(f"WorkloadMixEnv.random_share must be in [0, 1], got {random_share!r}")
+        self.random_share = float(random_share)
+        self.random_space = random_space
+        self.length_predictions = tuple(str(LengthPredictor.of(p)) for p in length_predictions)
+        if not self.length_predictions:
+            raise ValueError("WorkloadMixEnv.length_predictions needs at least one entry (e.g. 'none')")
+        self.num_requests = num_requests
+        self.iterations_per_step = iterations_per_step
+        self.reward = reward
+        self.check_invariants = check_invariants
+        probe = GenericObservationEncoder(EngineConfig(), (TenantConfig("probe"),), 1.0)
+        self.obs_names = probe.names
+        self.observation_space = spaces.Box(-OBS_CLIP, OBS_CLIP, shape=(probe.size,), dtype=np.float32)
+        self.action_space = spaces.MultiDiscrete(np.array(ActionSpec.for_engine(EngineConfig(), 2).nvec))
+        self.inner: LLMSchedEnv | None = None
+        self.workload: dict[str, Any] = {}
+
+    # ---------------------------------------------------------------------------------------- the draw
+    def draw(self, seed: int) -> tuple[LLMSchedEnv, dict[str, Any]]:
+        """The env of the episode of ``seed`` and what was drawn (deterministic in ``seed``)."""
+        rng = np.random.default_rng([11, seed])
+        common: dict[str, Any] = {
+            "split": self.split,
+            "iterations_per_step": self.iterations_per_step,
+            "reward": self.reward,
+            "check_invariants": self.check_invariants,
+            "schema": 2,
+        }
+        if self.split != "train":
+            name = self.scenarios[seed % len(self.scenarios)]
+            load, prediction = self.knee_loads[name], "none"
+            env = LLMSchedEnv(name, load=load, num_requests=self._size(name), **common)
+        elif rng.random() < self.random_share:
+            scenario = random_scenario(int(rng.integers(2**31)), self.random_space)
+            name = scenario.name
+            load = float(rng.uniform(*self.random_space.load_range))
+            prediction = self.length_predictions[int(rng.integers(len(self.length_predictions)))]
+            env = LLMSchedEnv(
+                scenario, load=load, num_requests=self.num_requests, length_prediction=prediction, **common
+            )
+        else:
+            name = self.scenarios[int(rng.integers(len(self.scenarios)))]
+            load = float(self.knee_loads[name] * rng.uniform(*_LOAD_SPAN))
+            prediction = self.length_predictions[int(rng.integers(len(self.length_predictions)))]
+            env = LLMSchedEnv(name, load=load, num_requests=self._size(name), length_prediction=prediction, **common)
+        return env, {"scenario": name, "load": load, "length_prediction": prediction}
+
+    def _size(self, name: str) -> int | None:
+        """Episode size for library scenario ``name``: ``num_requests`` capped by the scenario's own."""
+        if self.num_requests is None:
+            return None
+        return min(self.num_requests, get_scenario(name).num_requests)
+
+    # ---------------------------------------------------------------------------------------- gym API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):  # type: ignore[override]
+        super().reset(seed=seed)
+        episode_seed = int(self.np_random.integers(2**31)) if seed is None or self.split == "train" else seed
+        if self.inner is not None:
+            self.inner.close()
+        self.inner, self.workload = self.draw(episode_seed)
+        obs, info = self.inner.reset(seed=episode_seed)
+        return obs, {**info, "workload": dict(self.workload)}
+
+    def step(self, action):  # type: ignore[override]
+        if self.inner is None:
+            raise RuntimeError("call reset() before step()")
+        obs, reward, terminated, truncated, info = self.inner.step(action)
+        if terminated or truncated:
+            info["workload"] = dict(self.workload)
+        return obs, reward, terminated, truncated, info
+
+    def action_masks(self) -> np.ndarray:
+        if self.inner is None:
+            raise RuntimeError("call reset() before action_masks()")
+        return self.inner.action_masks()
+
+    @property
+    def action_spec(self) -> ActionSpec:
+        """The current episode's action layout (its options are the same in every episode)."""
+        return self.inner.action_spec if self.inner is not None else ActionSpec.for_engine(EngineConfig(), 2)
+
+    @property
+    def sim(self) -> Any:
+        return self.inner.sim if self.inner is not None else None
+
+    def policy_context(self) -> PolicyContext:
+        """The current episode's context (a heuristic is built for each episode, after ``reset``)."""
+        if self.inner is None:
+            raise RuntimeError("call reset() before policy_context(): each episode has its own workload")
+        return self.inner.policy_context()
+
+    def close(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
+        super().close()
