@@ -16,17 +16,31 @@ import torch as th
 
 import baselines
 
-__all__ = ["behaviour_clone", "collect_demonstrations"]
+__all__ = ["behaviour_clone", "collect_demonstrations", "make_teacher"]
+
+
+def make_teacher(baseline: str, ctx: Any, seed: int) -> Any:
+    """The baseline a demonstration follows: ``baseline`` names one, or a comma list of them, the first that
+    builds for ``ctx`` (``tuned,slo_aware``: the tuned settings where the table has the scenario, else
+    slo_aware); the last one's ``ValueError`` when none does."""
+    names = [b for b in baseline.split(",") if b]
+    for name in names[:-1]:
+        try:
+            return baselines.make_for(name, ctx, seed=seed)
+        except ValueError:
+            continue
+    return baselines.make_for(names[-1], ctx, seed=seed)
 
 
 def collect_demonstrations(
     env: gym.Env, baseline: str, num_steps: int, gamma: float, seed: int
 ) -> dict[str, np.ndarray]:
-    """``num_steps`` steps of ``baseline`` on ``env``: observations, masks, actions and discounted returns."""
+    """``num_steps`` steps of ``baseline`` (``make_teacher``) on ``env``: observations, masks, actions and
+    discounted returns. On ``LLMSchedMix-v0`` the teacher is built again for each episode's workload."""
     unwrapped: Any = env.unwrapped
     obs_l, mask_l, act_l, rew_l, done_l = [], [], [], [], []
     obs, _ = env.reset(seed=seed)
-    policy = baselines.make_for(baseline, unwrapped.policy_context(), seed=seed)  # for this episode's workload
+    policy = make_teacher(baseline, unwrapped.policy_context(), seed)  # for this episode's workload
     episode = 0
     while len(obs_l) < num_steps:
         mask = unwrapped.action_masks()
@@ -41,7 +55,7 @@ def collect_demonstrations(
             episode += 1
             obs, _ = env.reset(seed=seed + 1000 * episode)
             if hasattr(unwrapped, "inner"):  # LLMSchedMix-v0: a new workload, a heuristic built for it
-                policy = baselines.make_for(baseline, unwrapped.policy_context(), seed=seed)
+                policy = make_teacher(baseline, unwrapped.policy_context(), seed)
     returns = np.zeros(len(rew_l), dtype=np.float32)
     running = 0.0
     for i in range(len(rew_l) - 1, -1, -1):  # the last, unfinished episode is cut: its tail return is 0

@@ -120,8 +120,11 @@ class TrainConfig:
         if not isinstance(self.hp, Mapping):
             raise ValueError(f"hp: expected a mapping of hyperparameter overrides, got {self.hp!r}")
         registry = ROUTERS if is_cluster(self.scenario) else SCHEDULERS
-        if self.bc not in (None, "none") and self.bc not in registry:
-            raise ValueError(f"bc: unknown {registry.kind} {self.bc!r}; available: {', '.join(registry)}")
+        if self.bc not in (None, "none") and not all(b in registry for b in str(self.bc).split(",") if b):
+            raise ValueError(
+                f"bc: unknown {registry.kind} in {self.bc!r} (a name or a comma list, the first that fits each "
+                f"episode); available: {', '.join(registry)}"
+            )
         if self.eval_baselines is not None:
             given = self.eval_baselines
             names = tuple(b for b in given.split(",") if b) if isinstance(given, str) else tuple(given)
@@ -161,6 +164,8 @@ class TrainConfig:
         """The baselines (or routers) the evaluation compares to."""
         if self.eval_baselines is not None:
             return self.eval_baselines
+        if is_generalist(self.scenario):  # the val episodes are library scenarios: tuned has each one's settings
+            return (*DEFAULT_EVAL_BASELINES, "tuned")
         return DEFAULT_EVAL_ROUTERS if is_cluster(self.scenario) else DEFAULT_EVAL_BASELINES
 
     def to_argv(self) -> list[str]:

@@ -101,13 +101,15 @@ class WaitingQueues:
                 yield r
 
     def best(self, order: QueueOrder, now_s: float, sjf_starvation_s: float) -> Request | None:
-        """The waiting request ``order`` puts first (LPM is FCFS here: the engine scores a window)."""
+        """The waiting request ``order`` puts first (LPM is FCFS here: the engine scores a window); between equal
+        keys, the earliest arrival."""
         if order == QueueOrder.SJF:
             return self._guarded_best(self._sjf, now_s, sjf_starvation_s)
         if order == QueueOrder.SPRW:
             return self._guarded_best(self._sprw, now_s, sjf_starvation_s)
         best: Request | None = None
         best_key = math.inf
+        best_arrival = math.inf
         for t, n in enumerate(self.num_waiting):
             if not n:
                 continue
@@ -122,8 +124,9 @@ class WaitingQueues:
                 key = self._vtc[t]
             else:  # FCFS, LPM
                 key = r.arrival_s
-            if key < best_key:
-                best, best_key = r, key
+            # equal keys (VTC counters at 0) go to the earliest arrival, never to the tenant listed first
+            if key < best_key or (key == best_key and r.arrival_s < best_arrival):
+                best, best_key, best_arrival = r, key, r.arrival_s
         return best
 
     def _guarded_best(
