@@ -93,8 +93,8 @@ class SJFPolicy(StaticPolicy):
 
 class SPRWPolicy(StaticPolicy):
     """``sprw``: shortest predicted remaining work first, as predicted-length schedulers do (learning-to-rank
-    and predicted-SJF schedulers): each waiting request's prefill tokens over the tokens one iteration takes,
-    plus its predicted output tokens (``length_prediction``), the least first; the engine's starvation guard
+    and predicted-SJF schedulers): each waiting request's prefill tokens plus its predicted output tokens
+    (``length_prediction``), the least first; the engine's starvation guard
     (the oldest request goes first once it has waited > 10 s). Else fcfs. Without a length prediction it
     orders by prefill alone, as ``sjf``. Needs the schema-2 action space (SPRW is not a schema-1 order)."""
 

@@ -120,7 +120,8 @@ def test_every_named_heuristic_and_tuned_act_exactly_through_the_schema_2_layout
     sc = get_scenario(scenario)
     spec = ActionSpec.for_engine(sc.engine, 2)
     tenants = sc.source("val").tenants
-    ctx = PolicyContext(sc.engine, tenants, COST, spec, GenericObservationEncoder(sc.engine, tenants, 1.0).names, scenario)
+    names = GenericObservationEncoder(sc.engine, tenants, 1.0).names
+    ctx = PolicyContext(sc.engine, tenants, COST, spec, names, scenario)
     for name in baselines.available():
         policy = baselines.make_for(name, ctx, seed=0)
         decision = getattr(policy, "decision", None)

@@ -30,7 +30,7 @@ class QueueOrder(IntEnum):
     SJF = 3  # shortest prefill first, with a starvation guard
     VTC = 4  # least-served tenant by its virtual token counter, FCFS within the tenant
     LPM = 5  # longest cached prefix first (SGLang lpm), among the oldest waiting requests
-    SPRW = 6  # shortest predicted remaining work (prefill steps + predicted output tokens), starvation guard
+    SPRW = 6  # shortest predicted remaining work (prefill + predicted output tokens), starvation guard
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,6 @@ class Engine:
             [t.slo.ttft_s for t in self.tenants],
             [t.priority * priority_aging_s for t in self.tenants],
             self.vtc,
-            config.max_num_batched_tokens,
         )
         self.num_waiting = self.queue.num_waiting  # per tenant (the queue's live list)
         self.waiting_tokens = self.queue.waiting_tokens  # prefill tokens waiting, per tenant

@@ -29,14 +29,11 @@ class WaitingQueues:
         ttft_slo_s: Sequence[float],
         aging_key_s: Sequence[float],
         vtc: list[float],
-        prefill_tokens_per_step: int = 4096,
     ) -> None:
         n = len(ttft_slo_s)
         self._queues: list[deque[tuple[int, Request]]] = [deque() for _ in range(n)]
-        self._sjf: list[tuple[float, float, int, int, Request]] = []
-        self._sprw: list[tuple[float, float, int, int, Request]] = []
-        # SPRW prices a prefill token at 1 / prefill_tokens_per_step of an iteration, a decode token at one
-        self._prefill_step = float(prefill_tokens_per_step)
+        self._sjf: list[tuple[int, float, int, int, Request]] = []
+        self._sprw: list[tuple[int, float, int, int, Request]] = []
         self._seq = 0
         self._live: dict[int, int] = {}  # request id -> seq of its live entry
         self._ttft = list(ttft_slo_s)
@@ -76,11 +73,12 @@ class WaitingQueues:
         self.waiting_tokens[r.tenant] -= r.num_prefill_tokens
         self.waiting_predicted[r.tenant] -= r.predicted_remaining_output
 
-    def predicted_work(self, r: Request) -> float:
-        """``r``'s predicted remaining work in iterations: its prefill tokens over the prefill tokens one
-        iteration takes, plus its predicted remaining output tokens (one iteration each); its prefill alone
-        (shortest prompt first) without a prediction."""
-        return r.num_prefill_tokens / self._prefill_step + r.predicted_remaining_output
+    @staticmethod
+    def predicted_work(r: Request) -> int:
+        """``r``'s predicted remaining work in tokens: the tokens its prefill computes plus its predicted
+        remaining output tokens (a prefill token and a decode token cost about the same GPU time per
+        request at the batch sizes served); its prefill alone (shortest prompt first) without a prediction."""
+        return r.num_prefill_tokens + r.predicted_remaining_output
 
     def head(self, t: int) -> Request | None:
         """The first live request of tenant ``t``'s queue."""
@@ -130,7 +128,7 @@ class WaitingQueues:
         return best
 
     def _guarded_best(
-        self, heap: list[tuple[float, float, int, int, Request]], now_s: float, starvation_s: float
+        self, heap: list[tuple[int, float, int, int, Request]], now_s: float, starvation_s: float
     ) -> Request | None:
         """The top of a shortest-first ``heap``, unless the oldest request has waited past ``starvation_s``."""
         oldest = self.best(QueueOrder.FCFS, now_s, starvation_s)

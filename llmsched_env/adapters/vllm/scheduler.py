@@ -324,9 +324,7 @@ class VllmState:
         self._ttft = [t.slo.ttft_s for t in self.tenants]
         self._tpot = [t.slo.tpot_s for t in self.tenants]
         self._weights = [t.weight for t in self.tenants]
-        self.queue = WaitingQueues(
-            self._ttft, [t.priority * 10.0 for t in self.tenants], self.vtc, config.max_num_batched_tokens
-        )
+        self.queue = WaitingQueues(self._ttft, [t.priority * 10.0 for t in self.tenants], self.vtc)
         self.num_waiting = self.queue.num_waiting
         self.waiting_tokens = self.queue.waiting_tokens
         self.waiting_predicted = self.queue.waiting_predicted  # all 0: vLLM requests carry no length prediction
