@@ -10,7 +10,7 @@ have:
 - ``conv_code_2tenants.csv``: Azure conversation and Azure code merged on their own timestamps, two tenants
   (generic format: ``arrival,prompt_len,output_len,tenant``);
 - ``sharegpt_12tenants.csv``: ShareGPT test-part lengths dealt to 12 tenants with their own arrival processes
-  (Poisson, bursty Gamma, on/off) and rates (generic format).
+  (Poisson, bursty Gamma, on/off) and rates, over ten minutes (generic format).
 
     python bench/make_heldout_traces.py        # rewrites tests/data/heldout (deterministic: seed 0)
 
@@ -30,6 +30,7 @@ from llmsched_env.workloads.public_traces import trace_path
 from llmsched_env.workloads.scenarios import split_bounds
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "heldout"
+HORIZON_S = 600.0  # the 12-tenant trace spans ten minutes
 
 
 def _lines(path: Path) -> list[str]:
@@ -84,7 +85,7 @@ def main() -> None:
     lo, _ = split_bounds("test")
     body = body[int(lo * len(body)) :]
     lengths = [(int(float(r.split(",")[pi])), int(float(r.split(",")[oi]))) for r in body]
-    rates = rng.uniform(0.05, 0.4, size=12)
+    rates = rng.uniform(0.1, 0.5, size=12)
     rows = []
     for k in range(12):
         kind = k % 3
@@ -95,7 +96,9 @@ def main() -> None:
             if kind == 1
             else OnOff(rates[k], on_s=float(rng.uniform(10, 30)), off_s=float(rng.uniform(10, 40)))
         )
-        for t in proc.sample(rng, 150).tolist():
+        for t in proc.sample(rng, 2000).tolist():
+            if t >= HORIZON_S:
+                break
             p, o = lengths[int(rng.integers(len(lengths)))]
             rows.append((t, max(p, 1), max(o, 1), f"tenant{k:02d}"))
     rows.sort()

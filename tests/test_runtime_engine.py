@@ -168,7 +168,7 @@ def test_an_exported_policy_runs_on_the_runtime(runner: ModelRunner) -> None:
     policy = load_policy_file(ROOT / "policies" / "mixed-slo")
     tenants = get_scenario("mixed-slo").source("test", COST).tenants
     engine = EngineConfig(num_kv_blocks=48, max_model_len=1024)  # the scenario's engine, with a small KV pool
-    spec = ActionSpec.for_engine(engine)
+    spec = ActionSpec.for_engine(engine, policy.schema_version)  # the layout the policy was trained on (1)
     encoder = ObservationEncoder(engine, tenants, 20.0)
     policy.check_compatible(encoder.names, spec.nvec, action_options=action_options(spec))
     reqs = make_requests()

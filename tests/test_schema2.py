@@ -35,9 +35,7 @@ CLASSES = ["interactive", "chat", "code", "batch", "summarization", "chat"]
 
 def _tenants(order: list[int], names: list[str]) -> list[TenantConfig]:
     """Six tenants of different classes, weights and priorities, listed in ``order`` and named ``names``."""
-    base = [
-        TenantConfig("x", SLO_CLASSES[CLASSES[k]], weight=1.0 + k % 3, priority=k % 2) for k in range(len(CLASSES))
-    ]
+    base = [TenantConfig("x", SLO_CLASSES[CLASSES[k]], weight=1.0 + k % 3, priority=k % 2) for k in range(len(CLASSES))]
     return [TenantConfig(names[i], base[k].slo, base[k].weight, base[k].priority) for i, k in enumerate(order)]
 
 

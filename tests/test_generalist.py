@@ -1,0 +1,162 @@
+"""The generalist's machinery: ``LLMSchedMix-v0`` (a workload per episode), a schema-2 policy on any trace (one
+tenant, twelve) in the simulator and on the torch runtime, ``--policies learned``, ``--init`` (fine-tuning)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.utils.env_checker import check_env as gym_check_env
+from sb3_contrib import MaskablePPO
+
+import baselines
+import llmsched_env  # noqa: F401
+from agents.export import export_policy
+from agents.generalist import init_from_policy, init_network, knee_loads
+from agents.train_config import TrainConfig
+from llmsched_env.envs.episode import run_episode
+from llmsched_env.envs.mixture import WorkloadMixEnv
+from llmsched_env.evaluation import policies as eval_policies
+from llmsched_env.runtime.policy_file import load_policy_file
+from llmsched_env.workloads.library import list_scenarios
+
+ROOT = Path(__file__).resolve().parents[1]
+HELDOUT = ROOT / "tests" / "data" / "heldout"
+GENERIC = "arrival=arrival,prompt_len=prompt_len,output_len=output_len,tenant=tenant"
+
+
+def test_mix_env_draws_a_workload_per_episode_deterministically() -> None:
+    env = WorkloadMixEnv(num_requests=50)
+    draws = [env.reset(seed=s)[1]["workload"] for s in range(40)]
+    assert draws == [env.reset(seed=s)[1]["workload"] for s in range(40)]  # same seed, same workload
+    randoms = sum(d["scenario"].startswith("random-") for d in draws)
+    assert 10 <= randoms <= 30  # random_share 0.5
+    library = [d for d in draws if not d["scenario"].startswith("random-")]
+    assert len({d["scenario"] for d in library}) >= 5
+    assert {d["length_prediction"] for d in draws} == {"none", "exact", "lognormal:0.5", "lognormal:1"}
+    shapes = set()
+    for s in range(6):  # one observation and action layout whatever the workload (tenants, engine)
+        obs, _ = env.reset(seed=s)
+        shapes.add((obs.shape, tuple(env.action_spec.nvec), env.action_masks().shape))
+        assert env.observation_space.contains(obs)
+    assert len(shapes) == 1
+
+
+def test_mix_env_val_split_plays_each_library_scenario_at_its_knee() -> None:
+    knees = knee_loads()
+    assert set(knees) == set(list_scenarios()) and all(v > 0.5 for v in knees.values())
+    env = WorkloadMixEnv(split="val", knee_loads=knees, num_requests=40)
+    seen = [env.reset(seed=s)[1]["workload"] for s in range(len(list_scenarios()))]
+    assert [d["scenario"] for d in seen] == list(list_scenarios())
+    assert all(d["load"] == knees[d["scenario"]] and d["length_prediction"] == "none" for d in seen)
+
+
+def test_mix_env_passes_the_gymnasium_checker_and_keeps_invariants() -> None:
+    gym_check_env(WorkloadMixEnv(num_requests=30), skip_render_check=True)
+    env = gym.make("LLMSchedMix-v0", num_requests=40, check_invariants=True)
+    for seed in range(3):  # a heuristic built for each episode's own workload (run_episode's factory)
+        m = run_episode(env, lambda e: baselines.make("slo_aware", e.unwrapped.policy_context()), seed)
+        assert m["num_finished"] + m["num_rejected"] == m["num_requests"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"scenarios": ["nope"]}, "unknown"), ({"random_share": 1.5}, "random_share"),
+     ({"length_predictions": ["oracle"]}, "kind must be"), ({"split": "eval"}, "val")],
+)  # fmt: skip
+def test_mix_env_bad_arguments(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        WorkloadMixEnv(**kwargs)
+
+
+@pytest.fixture(scope="module")
+def schema2_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An exported schema-2 policy (an untrained MaskablePPO of the generalist's shape)."""
+    torch.set_num_threads(1)
+    env = WorkloadMixEnv(num_requests=30)
+    model = MaskablePPO("MlpPolicy", env, seed=0, n_steps=64, policy_kwargs={"net_arch": [32, 32]})
+    out = tmp_path_factory.mktemp("g") / "generalist"
+    export_policy(model, env, out, extra={"scenario": "generalist", "iterations_per_step": 4})
+    return out
+
+
+@pytest.mark.parametrize(
+    ("trace", "fmt", "columns"),
+    [("azure_code_1tenant.csv", "azure", None), ("sharegpt_12tenants.csv", "generic", GENERIC),
+     ("mooncake_1tenant.jsonl", "mooncake", None), ("conv_code_2tenants.csv", "generic", GENERIC)],
+)  # fmt: skip
+def test_a_schema_2_policy_runs_on_any_trace_in_the_simulator(
+    schema2_policy: Path, tmp_path: Path, trace: str, fmt: str, columns: str | None
+) -> None:
+    from llmsched_env.commands.evaluate import main
+
+    out = tmp_path / "ev"
+    extra = ["--trace-columns", columns] if columns else []
+    code = main(
+        ["--trace", str(HELDOUT / trace), "--trace-format", fmt, *extra, "--num-requests", "40",
+         "--policies", f"sprw,g={schema2_policy}", "--check-invariants", "--out", str(out), "--no-plots",
+         "--no-progress", "--length-prediction", "lognormal:0.5"]
+    )  # fmt: skip
+    assert code == 0
+    rows = (out / "results.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    assert len(rows) == 3
+    for row in rows[1:]:
+        values = dict(zip(header, row.split(","), strict=True))
+        assert float(values["num_finished"]) + float(values["num_rejected"]) == 40
+
+
+@pytest.mark.parametrize("trace", ["azure_code_1tenant.csv", "sharegpt_12tenants.csv"])
+def test_a_schema_2_policy_runs_on_the_torch_runtime(schema2_policy: Path, tmp_path: Path, trace: str) -> None:
+    from llmsched_env.commands.evaluate import main
+
+    fmt = (
+        ["--trace-format", "azure"]
+        if trace.startswith("azure")
+        else ["--trace-format", "generic", "--trace-columns", GENERIC]
+    )
+    out = tmp_path / "rt"
+    code = main(
+        ["--backend", "runtime", "--model", "tiny", "--trace", str(HELDOUT / trace), *fmt, "--num-requests", "4",
+         "--max-model-len", "2048", "--policies", f"g={schema2_policy}", "--check-invariants", "--out", str(out),
+         "--no-plots", "--no-progress"]
+    )  # fmt: skip
+    assert code == 0
+    header, row = (out / "results.csv").read_text().splitlines()
+    values = dict(zip(header.split(","), row.split(","), strict=True))
+    assert float(values["num_finished"]) + float(values["num_rejected"]) == 4
+    assert float(values["policy_fallbacks"]) == 0
+
+
+def test_learned_names_the_shipped_generalist(monkeypatch: pytest.MonkeyPatch, schema2_policy: Path, tmp_path: Path):
+    monkeypatch.setattr(eval_policies, "GENERALIST_PATH", tmp_path / "missing")
+    with pytest.raises(ValueError, match="llmsched-train --scenario generalist"):
+        eval_policies.resolve_policy("learned")
+    monkeypatch.setattr(eval_policies, "GENERALIST_PATH", schema2_policy)
+    spec = eval_policies.resolve_policy("learned")
+    assert spec.name == "learned" and spec.schema == 2 and spec.path == schema2_policy
+
+
+def test_init_copies_the_policy_and_refuses_what_does_not_fit(schema2_policy: Path) -> None:
+    policy, net = init_network(schema2_policy)
+    assert net["net_arch"] == {"pi": [32, 32], "vf": [32, 32]}
+    env = WorkloadMixEnv(num_requests=30)
+    model = MaskablePPO("MlpPolicy", env, seed=1, n_steps=64, policy_kwargs=net)
+    init_from_policy(model, policy, env)
+    rng = np.random.default_rng(0)
+    env.reset(seed=0)
+    mask = np.ones(sum(env.action_spec.nvec), dtype=bool)
+    for _ in range(20):  # the model now acts as the exported policy
+        obs = rng.uniform(-1, 1, env.observation_space.shape).astype(np.float32)
+        mine, _ = model.predict(obs, deterministic=True, action_masks=mask)
+        assert mine.tolist() == policy.act(obs, mask).tolist()
+    with pytest.raises(ValueError, match="schema 1"):  # an old per-scenario policy cannot start the generalist
+        TrainConfig(scenario="generalist", init=ROOT / "policies" / "mixed-slo")
+    with pytest.raises(ValueError, match=r"init: .*no such policy"):
+        TrainConfig(scenario="mixed-slo", init=ROOT / "nope")
+    with pytest.raises(ValueError, match="--resume"):
+        TrainConfig(scenario="mixed-slo", init=schema2_policy, resume=True)
+    assert load_policy_file(schema2_policy).schema_version == 2
