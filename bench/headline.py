@@ -22,6 +22,7 @@ import numpy as np
 from llmsched_env.evaluation.stats import mean_ci95
 
 AGENT, TUNED = "agent", "tuned"
+LEARNED = ("agent", "learned")  # trained policies (per-scenario agents, the generalist): never a "baseline"
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -34,10 +35,12 @@ def _fmt(values: list[float], digits: int = 2) -> str:
     return f"{mean:.{digits}f} ± {half:.{digits}f}"
 
 
-def collect(results: Path) -> list[dict[str, object]]:
-    """One entry per scenario with per-seed rows for the agent and at least one other policy, gathered from
-    every ``*-capacity*/results.csv`` under ``results`` (a policy searched later, e.g. ``tuned``, may sit in
-    a folder of its own)."""
+def collect(results: Path, agent: str = AGENT) -> list[dict[str, object]]:
+    """One entry per scenario with per-seed rows for ``agent`` (the policy judged: ``agent``, the per-scenario
+    policy, or ``learned``, the generalist) and at least one baseline, gathered from every
+    ``*-capacity*/results.csv`` under ``results`` (a policy searched later, e.g. ``tuned``, may sit in a folder
+    of its own; a later folder's rows replace an earlier one's). Trained policies (``LEARNED``) are never
+    counted as baselines."""
     caps_of: dict[str, dict[str, dict[int, float]]] = {}
     for cap_file in sorted(results.glob("*-capacity*/results.csv")):
         for r in _rows(cap_file):
@@ -46,26 +49,27 @@ def collect(results: Path) -> list[dict[str, object]]:
             by_policy = caps_of.setdefault(r["scenario"], {})
             by_policy.setdefault(r["policy"], {})[int(r["seed"])] = float(r["capacity_load"])
     out = []
-    for scenario, caps in sorted(caps_of.items()):
-        if AGENT not in caps or len(caps) < 2:
+    for scenario, all_caps in sorted(caps_of.items()):
+        caps = {p: c for p, c in all_caps.items() if p == agent or p not in LEARNED}
+        if agent not in caps or len(caps) < 2:
             continue
-        seeds = sorted(caps[AGENT])
+        seeds = sorted(caps[agent])
         for policy, by_seed in caps.items():
             if sorted(by_seed) != seeds:
                 raise SystemExit(f"{results}: {scenario}: {policy} has seeds {sorted(by_seed)}, the agent {seeds}")
         mean = {p: float(np.mean([c[s] for s in seeds])) for p, c in caps.items()}
-        named = {p: m for p, m in mean.items() if p not in (AGENT, TUNED)}
+        named = {p: m for p, m in mean.items() if p not in (agent, TUNED)}
         best_named = max(named, key=named.__getitem__) if named else None
-        rival = max((p for p in mean if p != AGENT), key=mean.__getitem__)
-        agent = [caps[AGENT][s] for s in seeds]
+        rival = max((p for p in mean if p != agent), key=mean.__getitem__)
+        mine = [caps[agent][s] for s in seeds]
         other = [caps[rival][s] for s in seeds]
         named_caps = [caps[best_named][s] for s in seeds] if best_named else []
         out.append({
             "scenario": scenario, "seeds": seeds, "caps": caps, "best_named": best_named, "rival": rival,
-            "ratio": mean[AGENT] / mean[rival] if mean[rival] > 0 else float("inf"),
-            "paired_ratio": [a / b if b > 0 else float("inf") for a, b in zip(agent, other, strict=True)],
-            "paired_diff": [a - b for a, b in zip(agent, other, strict=True)],
-            "paired_named": [a / b if b > 0 else float("inf") for a, b in zip(agent, named_caps, strict=True)],
+            "agent": agent, "ratio": mean[agent] / mean[rival] if mean[rival] > 0 else float("inf"),
+            "paired_ratio": [a / b if b > 0 else float("inf") for a, b in zip(mine, other, strict=True)],
+            "paired_diff": [a - b for a, b in zip(mine, other, strict=True)],
+            "paired_named": [a / b if b > 0 else float("inf") for a, b in zip(mine, named_caps, strict=True)],
         })  # fmt: skip
     return out
 
@@ -85,13 +89,14 @@ def markdown(rows: list[dict[str, object]], learned: str = "agent", rival_word: 
         named_cell = f"`{named}` {cell(named)}" if named else "—"  # type: ignore[arg-type]
         versus_named = f"{_fmt(r['paired_named'], 3)}×" if r["paired_named"] else "—"  # type: ignore[arg-type]
         lines.append(
-            f"| `{r['scenario']}` | {cell(AGENT)} | {cell(TUNED)} | {named_cell} | {versus_named} | `{r['rival']}` | "
+            f"| `{r['scenario']}` | {cell(str(r['agent']))} | {cell(TUNED)} | {named_cell} | {versus_named} | "
+            f"`{r['rival']}` | "
             f"{r['ratio']:.3f}× | {_fmt(r['paired_ratio'], 3)}× | {_fmt(r['paired_diff'])} |"  # type: ignore[arg-type]
         )
     return "\n".join(lines)
 
 
-def plot(rows: list[dict[str, object]], path: Path) -> None:
+def plot(rows: list[dict[str, object]], path: Path, agent: str = AGENT) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -100,7 +105,7 @@ def plot(rows: list[dict[str, object]], path: Path) -> None:
     names = [str(r["scenario"]) for r in rows]
     fig, ax = plt.subplots(figsize=(12, 4.2))
     series = [("best named baseline", lambda r: r["best_named"]), ("tuned", lambda r: TUNED),
-              ("agent", lambda r: AGENT)]  # fmt: skip
+              (agent, lambda r: agent)]  # fmt: skip
     width = 0.8 / len(series)
     for k, (label, pick) in enumerate(series):
         means, halves = [], []
@@ -126,19 +131,20 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", type=Path, default=Path("docs/results/test"), help="the evaluate outputs")
     p.add_argument("--out", type=Path, default=None, help="OUT.md and OUT.png (default: RESULTS/headline)")
+    p.add_argument("--agent", default=AGENT, help="the policy judged: agent (per scenario) or learned (generalist)")
     args = p.parse_args()
     out = args.out or args.results / "headline"
-    rows = collect(args.results)
+    rows = collect(args.results, args.agent)
     single = [r for r in rows if not str(r["scenario"]).startswith("cluster-")]
     routers = [r for r in rows if str(r["scenario"]).startswith("cluster-")]
-    text = markdown(single)
+    text = markdown(single, args.agent)
     if routers:
         text += "\n\nRouters (LLMSchedCluster-v0):\n\n" + markdown(routers, "learned router", "best router")
     print(text)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".md").write_text(text + "\n")
     if single:
-        plot(single, out.with_suffix(".png"))
+        plot(single, out.with_suffix(".png"), args.agent)
     print(f"wrote {out.with_suffix('.md')}" + (f" and {out.with_suffix('.png')}" if single else ""))
 
 
