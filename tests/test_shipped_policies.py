@@ -11,15 +11,31 @@ import llmsched_env  # noqa: F401
 from llmsched_env.decision.actions import ACTION_COMPONENTS
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.runtime.policy_file import load_policy_file
+from llmsched_env.workloads.library import list_scenarios
 
 SHIPPED = sorted((Path(__file__).resolve().parents[1] / "policies").glob("*/policy.json"))
+PER_SCENARIO = [p for p in SHIPPED if p.parent.name != "generalist"]
 
 
 def test_policies_are_shipped() -> None:
-    assert {p.parent.name for p in SHIPPED} >= {"mixed-slo", "multi-tenant-overload"}
+    assert {p.parent.name for p in SHIPPED} >= {"mixed-slo", "multi-tenant-overload", "generalist"}
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("scenario", list_scenarios())
+def test_the_generalist_runs_on_every_scenario(scenario: str) -> None:
+    policy = load_policy_file(SHIPPED[0].parents[1] / "generalist")
+    assert policy.schema_version == 2 and policy.meta["scenario"] == "generalist"
+    env = gym.make(
+        "LLMSched-v0", scenario=scenario, split="test", num_requests=30, check_invariants=True,
+        iterations_per_step=policy.meta["iterations_per_step"], length_prediction="lognormal:0.5",
+    )  # fmt: skip
+    u = env.unwrapped
+    policy.check_compatible(u.obs_names, u.action_spec.nvec, u.schema)
+    metrics = run_episode(env, policy, seed=0)
+    assert metrics["num_finished"] + metrics["num_rejected"] == 30
+
+
+@pytest.mark.parametrize("path", PER_SCENARIO, ids=lambda p: p.parent.name)
 def test_shipped_policy_runs_on_its_scenario(path: Path) -> None:
     policy = load_policy_file(path)
     scenario = policy.meta["scenario"]

@@ -96,7 +96,8 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         type=csv_list(str),
         default=["fcfs"],
         help=f"schedulers ({','.join(SCHEDULERS.names())}), routers for cluster scenarios "
-        f"({','.join(ROUTERS.names())}), exported policies: a run folder holding policy.json + "
+        f"({','.join(ROUTERS.names())}), learned (the generalist, policies/generalist), exported policies: a run "
+        "folder holding policy.json + "
         "policy.safetensors, or the JSON; name=path names one (else the folder's name); tuned=FILE.json runs tuned "
         "with your own tuned-settings table (llmsched-tune --out FILE.json)",
     )
