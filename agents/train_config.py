@@ -120,11 +120,9 @@ class TrainConfig:
         if not isinstance(self.hp, Mapping):
             raise ValueError(f"hp: expected a mapping of hyperparameter overrides, got {self.hp!r}")
         registry = ROUTERS if is_cluster(self.scenario) else SCHEDULERS
-        if self.bc not in (None, "none") and not all(b in registry for b in str(self.bc).split(",") if b):
-            raise ValueError(
-                f"bc: unknown {registry.kind} in {self.bc!r} (a name or a comma list, the first that fits each "
-                f"episode); available: {', '.join(registry)}"
-            )
+        unknown = [b for b in str(self.bc).split(",") if b not in registry] if self.bc not in (None, "none") else []
+        if unknown:  # a name, or a comma list (the first that builds for each episode)
+            raise ValueError(f"bc: unknown {registry.kind} {','.join(unknown)!r}; available: {', '.join(registry)}")
         if self.eval_baselines is not None:
             given = self.eval_baselines
             names = tuple(b for b in given.split(",") if b) if isinstance(given, str) else tuple(given)

@@ -143,7 +143,7 @@ def test_masks_forbid_admission_from_an_empty_queue_and_masked_actions_are_proje
 @pytest.mark.parametrize(
     ("action", "component"),
     [
-        (np.array([6, 0, 0, 0, 0, 0, 0]), "queue_order"),
+        (np.array([7, 0, 0, 0, 0, 0, 0]), "queue_order"),
         (np.array([0, -1, 0, 0, 0, 0, 0]), "token_budget"),
         (np.array([0, 0, 0, 2, 0, 0, 0]), "batch_mix"),
         (np.array([0, 0, 0, 0, 0, 0, float("nan")]), "shed"),

@@ -190,7 +190,7 @@ def test_an_exported_policy_runs_by_path(tmp_path: Path, capsys: pytest.CaptureF
     from sb3_contrib import MaskablePPO
 
     torch.set_num_threads(1)
-    env = gym.make("LLMSched-v0", scenario="mixed-slo", num_requests=60)
+    env = gym.make("LLMSched-v0", scenario="mixed-slo", num_requests=60, schema=1)  # per-tenant features
     model = MaskablePPO("MlpPolicy", env, n_steps=64, seed=0)  # untrained: the format matters, not the skill
     folder = tmp_path / "ppo_mixed"
     export.export_policy(model, env, folder)

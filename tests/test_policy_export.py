@@ -306,14 +306,17 @@ def test_check_compatible_names_the_difference(exported) -> None:
     bigger = [nvec[0], nvec[1] + 1, *nvec[2:]]
     with pytest.raises(PolicyFileError, match=rf"action space mismatch: .*token_budget: policy {nvec[1]} options, env"):
         policy.check_compatible(names, bigger)
-    with pytest.raises(PolicyFileError, match=rf"schema version mismatch: .*schema {SCHEMA_VERSION}, .* uses 99"):
+    with pytest.raises(PolicyFileError, match=rf"observation schema {SCHEMA_VERSION} .* uses schema 99"):
         policy.check_compatible(names, nvec, schema_version=99)
     opts = action_options(env.action_spec)
     opts["token_budgets"] = [b * 2 for b in opts["token_budgets"]]
     with pytest.raises(PolicyFileError, match="action options token_budgets differ"):
         policy.check_compatible(names, nvec, action_options=opts)
     with pytest.raises(PolicyFileError, match=r"policy\.json does not fit"):
+        policy.check_compatible(other, bigger)
+    with pytest.raises(PolicyFileError, match=r"policy\.json: the policy was trained on") as err:  # schema first
         policy.check_compatible(other, bigger, schema_version=99)
+    assert "\n" not in str(err.value)
 
 
 def test_act_validates_inputs(exported, rollout) -> None:
@@ -343,7 +346,7 @@ def test_policy_file_imports_only_torch_numpy_stdlib() -> None:
             imported.add(node.module)
     top = {n.split(".")[0] for n in imported}
     assert not top & {"gymnasium", "stable_baselines3", "sb3_contrib", "agents", "baselines"}
-    allowed = {"llmsched_env.decision.actions", "llmsched_env.decision.observation"}
+    allowed = {"llmsched_env.decision.actions", "llmsched_env.decision.observation", "llmsched_env.decision.schema"}
     assert {n for n in imported if n.startswith("llmsched_env")} <= allowed
 
 

@@ -41,7 +41,7 @@ def _usage_line(capsys: pytest.CaptureFixture, argv: list[str]) -> str:
 def test_a_tenant_column_gives_that_many_tenants_with_their_slo_classes(tmp_path: Path) -> None:
     trace = _tenant_trace(tmp_path / "mix.csv")
     _, config = parse(_generic(trace, "--tenant-slo", "api=interactive,batch=2:0.5", "--num-requests", "40"))
-    env = config.make_env(config.scenarios[0], 1.0).unwrapped
+    env = config.make_env(config.scenarios[0], 1.0, schema=1).unwrapped  # schema 1 names the tenants
     assert [t.name for t in env.tenants] == TENANTS
     assert [t.slo.name for t in env.tenants] == ["chat", "interactive", "2:0.5"]
     assert (env.tenants[2].slo.ttft_s, env.tenants[2].slo.tpot_s) == (2.0, 0.5)
