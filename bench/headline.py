@@ -22,7 +22,7 @@ import numpy as np
 from llmsched_env.evaluation.stats import mean_ci95
 
 AGENT, TUNED = "agent", "tuned"
-LEARNED = ("agent", "learned")  # trained policies (per-scenario agents, the generalist): never a "baseline"
+LEARNED = ("agent", "learned", "quick")  # trained policies (per-scenario agents, generalists): never "baselines"
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
