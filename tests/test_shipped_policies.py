@@ -25,14 +25,15 @@ def test_policies_are_shipped() -> None:
 def test_the_generalist_runs_on_every_scenario(scenario: str) -> None:
     policy = load_policy_file(SHIPPED[0].parents[1] / "generalist")
     assert policy.schema_version == 2 and policy.meta["scenario"] == "generalist"
+    n = 10 if scenario in ("mooncake-conv", "remote-kv") else 30  # the invariant check scans their large pools
     env = gym.make(
-        "LLMSched-v0", scenario=scenario, split="test", num_requests=30, check_invariants=True,
+        "LLMSched-v0", scenario=scenario, split="test", num_requests=n, check_invariants=True,
         iterations_per_step=policy.meta["iterations_per_step"], length_prediction="lognormal:0.5",
     )  # fmt: skip
     u = env.unwrapped
     policy.check_compatible(u.obs_names, u.action_spec.nvec, u.schema)
     metrics = run_episode(env, policy, seed=0)
-    assert metrics["num_finished"] + metrics["num_rejected"] == 30
+    assert metrics["num_finished"] + metrics["num_rejected"] == n
 
 
 @pytest.mark.parametrize("path", PER_SCENARIO, ids=lambda p: p.parent.name)
