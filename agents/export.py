@@ -131,20 +131,20 @@ def _spec_info(obj: Any) -> tuple[tuple[str, ...], Any, int]:
     object. The schema is the object's ``schema`` (``LLMSched-v0``: 1 or 2; the cluster router: 1), else read
     from the action layout (schema 2's is capped at the engine's limit)."""
 
-    def schema_of(candidate: Any, spec: Any) -> int:
-        schema = getattr(candidate, "schema", None)
+    def schema_of(schema: Any, spec: Any) -> int:
         if schema is None:
             schema = 2 if getattr(spec, "max_tokens", None) is not None else 1
         return int(schema)
 
     for candidate in (obj, getattr(obj, "unwrapped", None)):
         if candidate is not None and hasattr(candidate, "obs_names") and hasattr(candidate, "action_spec"):
-            return tuple(candidate.obs_names), candidate.action_spec, schema_of(candidate, candidate.action_spec)
+            spec = candidate.action_spec
+            return tuple(candidate.obs_names), spec, schema_of(getattr(candidate, "schema", None), spec)
     if hasattr(obj, "get_attr"):  # a VecEnv: ask its first env
         try:
             spec = obj.get_attr("action_spec", [0])[0]
             schema = obj.get_attr("schema", [0])[0] if obj.has_attr("schema") else None
-            return tuple(obj.get_attr("obs_names", [0])[0]), spec, schema_of(type("_", (), {"schema": schema}), spec)
+            return tuple(obj.get_attr("obs_names", [0])[0]), spec, schema_of(schema, spec)
         except AttributeError:
             pass
     raise ValueError(f"{type(obj).__name__} has no obs_names and action_spec (pass the LLMSched-v0 env)")
