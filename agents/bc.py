@@ -3,6 +3,12 @@
 The baseline plays training episodes; the actor learns its actions by maximum likelihood (with the action
 masks, for MaskablePPO) and the critic learns the discounted returns of those episodes, so PPO starts from
 the heuristic's behaviour with a value function that already knows what it is worth.
+
+With ``dagger_iterations`` (DAgger, Ross et al. 2011), the clone then plays episodes itself, the baseline labels
+every state the clone reached with the action it would have taken there, and the actor is fitted again on all
+the labelled states so far: the clone learns to recover from its own mistakes, which plain cloning never shows
+it (on the generalist's mix, a clone of ``tuned`` fitted only on ``tuned``'s own states drifted to other
+settings at the loads near capacity where ``tuned`` never went).
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ import torch as th
 
 import baselines
 
-__all__ = ["behaviour_clone", "collect_demonstrations", "make_teacher"]
+__all__ = ["Actor", "behaviour_clone", "collect_demonstrations", "make_teacher"]
+
+Actor = Callable[[np.ndarray, np.ndarray], Any]  # (observation, mask) -> action: who plays the episodes
 
 
 def make_teacher(baseline: str, ctx: Any, seed: int) -> Any:
@@ -33,10 +41,12 @@ def make_teacher(baseline: str, ctx: Any, seed: int) -> Any:
 
 
 def collect_demonstrations(
-    env: gym.Env, baseline: str, num_steps: int, gamma: float, seed: int
+    env: gym.Env, baseline: str, num_steps: int, gamma: float, seed: int, actor: Actor | None = None
 ) -> dict[str, np.ndarray]:
-    """``num_steps`` steps of ``baseline`` (``make_teacher``) on ``env``: observations, masks, actions and
-    discounted returns. On ``LLMSchedMix-v0`` the teacher is built again for each episode's workload."""
+    """``num_steps`` steps on ``env``: observations, masks, the actions of ``baseline`` (``make_teacher``) and
+    discounted returns. ``actor`` (None: the baseline) plays the episodes; the baseline's action in each state
+    reached is the label (DAgger). On ``LLMSchedMix-v0`` the teacher is built again for each episode's
+    workload."""
     unwrapped: Any = env.unwrapped
     obs_l, mask_l, act_l, rew_l, done_l = [], [], [], [], []
     obs, _ = env.reset(seed=seed)
@@ -48,7 +58,7 @@ def collect_demonstrations(
         obs_l.append(obs)
         mask_l.append(mask)
         act_l.append(action)
-        obs, reward, terminated, truncated, _ = env.step(action)
+        obs, reward, terminated, truncated, _ = env.step(action if actor is None else actor(obs, mask))
         rew_l.append(reward)
         done_l.append(terminated or truncated)
         if terminated or truncated:
@@ -80,32 +90,81 @@ def behaviour_clone(
     seed: int = 0,
     smoothing: float = 0.1,
     on_epoch: Callable[[int, int], None] | None = None,
+    dagger_iterations: int = 0,
 ) -> dict[str, float]:
     """Fit ``model.policy`` (an SB3 actor-critic, masked or not) to ``baseline``; return the final accuracy
-    (share of steps whose every action component matches) and losses.
+    (share of the labelled steps whose every action component matches) and losses.
 
     The actor is fitted to a label-smoothed target: in each action component the baseline's choice gets
     ``1 - smoothing`` and the valid options share ``smoothing``, so the cloned policy picks the baseline's
-    action deterministically yet keeps exploring around it when PPO takes over. ``on_epoch(done, epochs)``
+    action deterministically yet keeps exploring around it when PPO takes over. ``dagger_iterations`` rounds of
+    DAgger follow (module docstring), each with ``num_steps`` steps played by the clone; ``dagger<i>_agreement``
+    is the share of those steps where the clone already chose the baseline's action. ``on_epoch(done, total)``
     is called after each epoch (a progress bar)."""
-    data = collect_demonstrations(make_env(), baseline, num_steps, float(getattr(model, "gamma", 0.99)), seed)
+    if dagger_iterations < 0:
+        raise ValueError(f"dagger_iterations must be >= 0, got {dagger_iterations!r}")
+    env = make_env()
+    gamma = float(getattr(model, "gamma", 0.99))
+    masked = "Maskable" in type(model).__name__
+    data = collect_demonstrations(env, baseline, num_steps, gamma, seed)
+    total = epochs * (1 + dagger_iterations)
+    optimizer = th.optim.Adam(model.policy.parameters(), lr=learning_rate)
+    gen = th.Generator().manual_seed(seed)
+    fit = {"epochs": epochs, "batch_size": batch_size, "smoothing": smoothing, "generator": gen}
+    stats = _fit(model, data, optimizer, masked, **fit, on_epoch=_offset(on_epoch, 0, total))
+    for it in range(1, dagger_iterations + 1):
+        visited = collect_demonstrations(env, baseline, num_steps, gamma, seed + 7919 * it, actor=_actor(model, masked))
+        stats[f"dagger{it}_agreement"] = _accuracy(model, visited, masked)
+        data = {k: np.concatenate([data[k], visited[k]]) for k in data}
+        stats.update(_fit(model, data, optimizer, masked, **fit, on_epoch=_offset(on_epoch, it * epochs, total)))
+    env.close()
+    stats["bc_accuracy"] = _accuracy(model, data, masked)
+    stats["bc_steps"] = float(len(data["obs"]))
+    return stats
+
+
+def _offset(on_epoch: Callable[[int, int], None] | None, done: int, total: int) -> Callable[[int, int], None] | None:
+    """``on_epoch`` counting the epochs of one fit after ``done`` others, out of ``total``."""
+    if on_epoch is None:
+        return None
+    return lambda k, _: on_epoch(done + k, total)
+
+
+def _actor(model: Any, masked: bool) -> Actor:
+    """The model's deterministic action in a state (the clone playing a DAgger round)."""
+
+    def act(obs: np.ndarray, mask: np.ndarray) -> Any:
+        kwargs = {"action_masks": mask} if masked else {}
+        return model.predict(obs, deterministic=True, **kwargs)[0]
+
+    return act
+
+
+def _fit(
+    model: Any,
+    data: dict[str, np.ndarray],
+    optimizer: th.optim.Optimizer,
+    masked: bool,
+    epochs: int,
+    batch_size: int,
+    smoothing: float,
+    generator: th.Generator,
+    on_epoch: Callable[[int, int], None] | None,
+) -> dict[str, float]:
+    """``epochs`` passes of the actor (smoothed likelihood of the labels) and critic (returns) over ``data``."""
     policy = model.policy
     device = policy.device
     obs = th.as_tensor(data["obs"], device=device)
     space = model.action_space  # MultiDiscrete (the scheduler) or Discrete (the cluster router)
     nvec = [int(n) for n in space.nvec] if hasattr(space, "nvec") else [int(space.n)]
-    demo_actions = np.asarray(data["actions"]).reshape(len(data["obs"]), len(nvec))
-    actions = th.as_tensor(demo_actions, device=device)
+    actions = th.as_tensor(np.asarray(data["actions"]).reshape(len(data["obs"]), len(nvec)), device=device)
     masks = th.as_tensor(data["masks"], device=device)
     returns = th.as_tensor(data["returns"], device=device)
-    masked = "Maskable" in type(model).__name__
-    optimizer = th.optim.Adam(policy.parameters(), lr=learning_rate)
-    gen = th.Generator().manual_seed(seed)
     n = obs.shape[0]
     policy.set_training_mode(True)
     stats: dict[str, float] = {}
     for epoch in range(epochs):
-        perm = th.randperm(n, generator=gen)
+        perm = th.randperm(n, generator=generator)
         for start in range(0, n, batch_size):
             idx = perm[start : start + batch_size]
             if masked:
@@ -141,14 +200,18 @@ def behaviour_clone(
         if on_epoch is not None:
             on_epoch(epoch + 1, epochs)
     policy.set_training_mode(False)
+    return stats
+
+
+def _accuracy(model: Any, data: dict[str, np.ndarray], masked: bool) -> float:
+    """Share of ``data``'s steps where the model's deterministic action equals the label in every component."""
+    labels = np.asarray(data["actions"])
+    labels = labels.reshape(len(labels), -1)
+    correct = 0
     with th.no_grad():
-        correct = 0
-        for start in range(0, n, 4096):
+        for start in range(0, len(labels), 4096):
             sl = slice(start, start + 4096)
             kwargs = {"action_masks": data["masks"][sl]} if masked else {}
             pred, _ = model.predict(data["obs"][sl], deterministic=True, **kwargs)
-            pred = np.asarray(pred).reshape(len(demo_actions[sl]), len(nvec))
-            correct += int(np.all(pred == demo_actions[sl], axis=1).sum())
-    stats["bc_accuracy"] = correct / n
-    stats["bc_steps"] = float(n)
-    return stats
+            correct += int(np.all(np.asarray(pred).reshape(labels[sl].shape) == labels[sl], axis=1).sum())
+    return correct / max(len(labels), 1)

@@ -56,6 +56,7 @@ RUN_KEYS = (
     "bc_warmstart",
     "bc_steps",
     "bc_smoothing",
+    "bc_dagger",
     "eval_freq",
     "eval_episodes",
 )
@@ -268,6 +269,9 @@ def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
     load = hp.get("eval_load")
     if load is not None and not (is_number(load) and load > 0):
         raise fail("eval_load", f"must be a finite number > 0, got {load!r}")
+    dagger = hp.get("bc_dagger")
+    if dagger is not None and (isinstance(dagger, bool) or not isinstance(dagger, int) or dagger < 0):
+        raise fail("bc_dagger", f"must be an integer >= 0 (DAgger rounds after cloning), got {dagger!r}")
     smoothing = hp.get("bc_smoothing")
     if smoothing is not None and not (is_number(smoothing) and 0 <= smoothing < 1):
         raise fail("bc_smoothing", f"must be a number in [0, 1), got {smoothing!r}")

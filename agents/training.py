@@ -107,9 +107,11 @@ def prepare_run_folder(config: TrainConfig, hp: Mapping[str, Any]) -> Path:
 def _clone(model: BaseAlgorithm, config: TrainConfig, run: dict[str, Any], env_kwargs: dict[str, Any]) -> None:
     """Behaviour-clone ``run["bc_warmstart"]`` into ``model``; its statistics to ``bc.json`` and stdout."""
     baseline, steps = run["bc_warmstart"], int(run.get("bc_steps", 20_000))
-    status(f"cloning the baseline {baseline}: {steps} demonstration steps, {BC_EPOCHS} epochs", enabled=config.progress)
+    rounds = int(run.get("bc_dagger", 0))
+    dagger = f", then {rounds} DAgger rounds of {steps} steps" if rounds else ""
+    status(f"cloning the baseline {baseline}: {steps} demonstration steps{dagger}", enabled=config.progress)
     t0 = time.perf_counter()
-    with Progress(BC_EPOCHS, f"cloning {baseline}", enabled=config.progress, unit="epoch") as bar:
+    with Progress(BC_EPOCHS * (1 + rounds), f"cloning {baseline}", enabled=config.progress, unit="epoch") as bar:
         stats = behaviour_clone(
             model,
             make_env_fn(config.scenario, config.algo, env_kwargs, agent=False),
@@ -119,9 +121,10 @@ def _clone(model: BaseAlgorithm, config: TrainConfig, run: dict[str, Any], env_k
             seed=config.seed,
             smoothing=float(run.get("bc_smoothing", 0.1)),
             on_epoch=lambda done, total: bar.update(),
+            dagger_iterations=rounds,
         )
     stats["bc_seconds"] = time.perf_counter() - t0
-    (config.run_folder / "bc.json").write_text(json.dumps({"baseline": baseline, **stats}, indent=1))
+    (config.run_folder / "bc.json").write_text(json.dumps({"baseline": baseline, "dagger": rounds, **stats}, indent=1))
     print(f"behaviour cloning from {baseline}: {stats}", flush=True)
 
 

@@ -8,7 +8,8 @@ scenario's knee, or, with probability ``random_share``, a randomised synthetic s
 so one policy learns across all of them.
 
 On ``split="val"`` or ``"test"`` the draw is deterministic and covers the library: episode seed ``s`` plays
-scenario ``s % len(scenarios)`` at its knee load without a length prediction (what a checkpoint is chosen on).
+scenario ``s % len(scenarios)`` at ``val_load`` times its knee load without a length prediction (what a
+checkpoint is chosen on).
 """
 
 from __future__ import annotations
@@ -31,19 +32,20 @@ from llmsched_env.workloads.prediction import LengthPredictor
 from llmsched_env.workloads.randomized import DEFAULT_SPACE, RandomizedSpace, random_scenario
 from llmsched_env.workloads.scenarios import check_split
 
-__all__ = ["DEFAULT_KNEE_LOAD", "DEFAULT_PREDICTIONS", "WorkloadMixEnv"]
+__all__ = ["DEFAULT_KNEE_LOAD", "DEFAULT_LOAD_SPAN", "DEFAULT_PREDICTIONS", "WorkloadMixEnv"]
 
 DEFAULT_KNEE_LOAD = 1.5  # a library scenario's knee when none is given (its nominal rate is fcfs's knee)
 DEFAULT_PREDICTIONS = ("none", "exact", "lognormal:0.5", "lognormal:1.0")
-_LOAD_SPAN = (0.5, 1.5)  # training loads: this times the scenario's knee
+DEFAULT_LOAD_SPAN = (0.5, 1.5)  # training loads: this times the scenario's knee
 
 
 class WorkloadMixEnv(gym.Env):
     """One engine iteration per step, as ``LLMSched-v0``; a new workload each episode (module docstring).
 
     Arguments: ``scenarios`` (library names; default all), ``split``, ``knee_loads`` (scenario -> load at
-    which the best heuristic keeps 90% attainment; default ``DEFAULT_KNEE_LOAD``; training loads are drawn
-    uniformly on 0.5x-1.5x of it), ``random_share`` (probability of a randomised scenario, training only),
+    which the best heuristic keeps 90% attainment; default ``DEFAULT_KNEE_LOAD``), ``load_span`` (training
+    loads are drawn uniformly on this span times the knee; default 0.5x-1.5x), ``val_load`` (the val and test
+    episodes' load, times the knee; default 1), ``random_share`` (probability of a randomised scenario, training only),
     ``random_space``, ``length_predictions`` (drawn uniformly per training episode), ``num_requests`` (per
     episode, capped by each scenario's own size; default the scenario's), ``iterations_per_step``,
     ``reward``, ``check_invariants``. ``info["workload"]`` of ``reset`` says what was drawn.
@@ -57,6 +59,8 @@ class WorkloadMixEnv(gym.Env):
         scenarios: Sequence[str] | None = None,
         split: str = "train",
         knee_loads: Mapping[str, float] | None = None,
+        load_span: Sequence[float] = DEFAULT_LOAD_SPAN,
+        val_load: float = 1.0,
         random_share: float = 0.5,
         random_space: RandomizedSpace = DEFAULT_SPACE,
         length_predictions: Sequence[str] = DEFAULT_PREDICTIONS,
@@ -75,6 +79,13 @@ class WorkloadMixEnv(gym.Env):
         self.knee_loads = {s: float((knee_loads or {}).get(s, DEFAULT_KNEE_LOAD)) for s in names}
         if not all(v > 0 for v in self.knee_loads.values()):
             raise ValueError(f"WorkloadMixEnv.knee_loads must be > 0, got {self.knee_loads}")
+        span = tuple(load_span)
+        if len(span) != 2 or not all(isinstance(v, (int, float)) and v > 0 for v in span) or span[0] > span[1]:
+            raise ValueError(f"WorkloadMixEnv.load_span must be [low, high] with 0 < low <= high, got {load_span!r}")
+        self.load_span = (float(span[0]), float(span[1]))
+        if not (isinstance(val_load, (int, float)) and val_load > 0):
+            raise ValueError(f"WorkloadMixEnv.val_load must be a number > 0, got {val_load!r}")
+        self.val_load = float(val_load)
         if not 0.0 <= random_share <= 1.0:
             raise ValueError(f"WorkloadMixEnv.random_share must be in [0, 1], got {random_share!r}")
         self.random_share = float(random_share)
@@ -106,7 +117,7 @@ class WorkloadMixEnv(gym.Env):
         }
         if self.split != "train":
             name = self.scenarios[seed % len(self.scenarios)]
-            load, prediction = self.knee_loads[name], "none"
+            load, prediction = self.knee_loads[name] * self.val_load, "none"
             env = LLMSchedEnv(name, load=load, num_requests=self._size(name), **common)
         elif rng.random() < self.random_share:
             scenario = random_scenario(int(rng.integers(2**31)), self.random_space)
@@ -118,7 +129,7 @@ class WorkloadMixEnv(gym.Env):
             )
         else:
             name = self.scenarios[int(rng.integers(len(self.scenarios)))]
-            load = float(self.knee_loads[name] * rng.uniform(*_LOAD_SPAN))
+            load = float(self.knee_loads[name] * rng.uniform(*self.load_span))
             prediction = self.length_predictions[int(rng.integers(len(self.length_predictions)))]
             env = LLMSchedEnv(name, load=load, num_requests=self._size(name), length_prediction=prediction, **common)
         return env, {"scenario": name, "load": load, "length_prediction": prediction}
