@@ -55,6 +55,17 @@ def test_mix_env_val_split_plays_each_library_scenario_at_its_knee() -> None:
     assert all(d["load"] == knees[d["scenario"]] and d["length_prediction"] == "none" for d in seen)
 
 
+def test_mix_env_load_span_and_val_load_set_the_loads() -> None:
+    knees = knee_loads()
+    val = WorkloadMixEnv(split="val", knee_loads=knees, num_requests=40, val_load=1.4)
+    for s in range(3):
+        d = val.reset(seed=s)[1]["workload"]
+        assert d["load"] == pytest.approx(1.4 * knees[d["scenario"]])
+    train = WorkloadMixEnv(knee_loads=knees, num_requests=40, random_share=0.0, load_span=(1.8, 2.0))
+    ratios = [d["load"] / knees[d["scenario"]] for d in (train.reset(seed=s)[1]["workload"] for s in range(20))]
+    assert min(ratios) >= 1.8 - 1e-9 and max(ratios) <= 2.0 + 1e-9
+
+
 def test_mix_env_passes_the_gymnasium_checker_and_keeps_invariants() -> None:
     # the invariant check scans the whole KV pool every step: small engines keep it quick
     small = RandomizedSpace(engines=(SMALL_ENGINE,))
@@ -71,7 +82,8 @@ def test_mix_env_passes_the_gymnasium_checker_and_keeps_invariants() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [({"scenarios": ["nope"]}, "unknown"), ({"random_share": 1.5}, "random_share"),
-     ({"length_predictions": ["oracle"]}, "kind must be"), ({"split": "eval"}, "val")],
+     ({"length_predictions": ["oracle"]}, "kind must be"), ({"split": "eval"}, "val"),
+     ({"load_span": (2.0, 1.0)}, "load_span"), ({"load_span": (0.5,)}, "load_span"), ({"val_load": 0}, "val_load")],
 )  # fmt: skip
 def test_mix_env_bad_arguments(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):

@@ -1,0 +1,74 @@
+"""The two bench scripts behind the generalist's checkpoint selection on val: exporting a checkpoint as a policy
+folder (``bench/export_checkpoint.py``) and ranking candidates by capacity relative to ``tuned``
+(``bench/ratio_to_tuned.py``)."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import math
+from pathlib import Path
+from types import ModuleType
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from agents.cli import main as train_main
+from agents.sb3 import ALGOS
+from llmsched_env.runtime.policy_file import load_policy_file
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def _script(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def test_an_exported_checkpoint_acts_as_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.set_num_threads(1)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    run = tmp_path / "run"
+    train_main([
+        "--scenario", "mixed-slo", "--timesteps", "256", "--n-envs", "1", "--bc", "none", "--hp", "eval_freq=128",
+        "--hp", "eval_episodes=1", "--hp", "n_steps=128", "--hp", "batch_size=64", "--hp",
+        "env_kwargs.num_requests=30", "--hp", "env_kwargs.iterations_per_step=32", "--eval-baselines", "fcfs",
+        "--no-progress", "--out", str(run), "--seed", "3",
+    ])  # fmt: skip
+    checkpoint = sorted((run / "checkpoints").glob("model_*_steps.zip"))[-1]
+    steps = _script("export_checkpoint").export_checkpoint(checkpoint, tmp_path / "exported")
+    policy = load_policy_file(tmp_path / "exported")
+    assert policy.meta["timesteps"] == steps and policy.meta["seed"] == 3
+    assert policy.meta["iterations_per_step"] == 32 and policy.meta["scenario"] == "mixed-slo"
+    model = ALGOS["maskable_ppo"].load(str(checkpoint), device="cpu")
+    env = gym.make("LLMSched-v0", scenario="mixed-slo", num_requests=30, load=2.0)
+    obs, _ = env.reset(seed=0)
+    for _ in range(20):
+        mask = env.unwrapped.action_masks()
+        mine = model.predict(obs, deterministic=True, action_masks=mask)[0]
+        np.testing.assert_array_equal(policy.act(obs, mask), mine)
+        obs, _, terminated, truncated, _ = env.step(mine)
+        if terminated or truncated:
+            break
+
+
+def test_ratio_to_tuned_ranks_by_paired_ratios(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    rows = [("tuned", "a", 0, 2.0), ("tuned", "a", 1, 4.0), ("x", "a", 0, 1.0), ("x", "a", 1, 4.0),
+            ("tuned", "b", 0, 1.0), ("x", "b", 0, 1.5), ("y", "c", 0, 9.0)]  # fmt: skip
+    path = tmp_path / "results.csv"
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["policy", "scenario", "seed", "capacity_load", "capacity_rps"])
+        w.writerows([(*r, 0.0) for r in rows])
+    script = _script("ratio_to_tuned")
+    assert script.ratios([path], "tuned") == {"x": {"a": 0.75, "b": 1.5}}  # y has no tuned beside it: left out
+    monkeypatch.setattr("sys.argv", ["ratio_to_tuned.py", str(path)])
+    script.main()
+    geo = math.sqrt(0.75 * 1.5)
+    assert f"| `x` | {geo:.3f} | a 0.750 |" in capsys.readouterr().out
