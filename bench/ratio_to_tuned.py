@@ -19,6 +19,8 @@ def ratios(files: list[Path], reference: str) -> dict[str, dict[str, float]]:
     """Policy -> scenario -> mean paired capacity ratio to ``reference`` (rows of later files replace earlier)."""
     caps: dict[tuple[str, str], dict[str, float]] = {}
     for path in files:
+        if not path.is_file():
+            raise SystemExit(f"{path}: no such file (a results.csv of llmsched-evaluate --capacity --per-seed)")
         with path.open() as f:
             for r in csv.DictReader(f):
                 if "seed" not in r:
