@@ -21,6 +21,7 @@ import numpy as np
 import torch as th
 
 import baselines
+from agents.sb3 import SB3Policy
 
 __all__ = ["Actor", "behaviour_clone", "collect_demonstrations", "make_teacher"]
 
@@ -113,7 +114,8 @@ def behaviour_clone(
     fit = {"epochs": epochs, "batch_size": batch_size, "smoothing": smoothing, "generator": gen}
     stats = _fit(model, data, optimizer, masked, **fit, on_epoch=_offset(on_epoch, 0, total))
     for it in range(1, dagger_iterations + 1):
-        visited = collect_demonstrations(env, baseline, num_steps, gamma, seed + 7919 * it, actor=_actor(model, masked))
+        clone = SB3Policy(model).act  # the model's deterministic action, masked where it takes masks
+        visited = collect_demonstrations(env, baseline, num_steps, gamma, seed + 7919 * it, actor=clone)
         stats[f"dagger{it}_agreement"] = _accuracy(model, visited, masked)
         data = {k: np.concatenate([data[k], visited[k]]) for k in data}
         stats.update(_fit(model, data, optimizer, masked, **fit, on_epoch=_offset(on_epoch, it * epochs, total)))
@@ -128,16 +130,6 @@ def _offset(on_epoch: Callable[[int, int], None] | None, done: int, total: int) 
     if on_epoch is None:
         return None
     return lambda k, _: on_epoch(done + k, total)
-
-
-def _actor(model: Any, masked: bool) -> Actor:
-    """The model's deterministic action in a state (the clone playing a DAgger round)."""
-
-    def act(obs: np.ndarray, mask: np.ndarray) -> Any:
-        kwargs = {"action_masks": mask} if masked else {}
-        return model.predict(obs, deterministic=True, **kwargs)[0]
-
-    return act
 
 
 def _fit(

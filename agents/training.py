@@ -62,6 +62,7 @@ __all__ = [
     "BC_EPOCHS",
     "TrainConfig",
     "eval_setup",
+    "export_run_policy",
     "latest_checkpoint",
     "make_env_fn",
     "prepare_run_folder",
@@ -91,6 +92,18 @@ def make_env_fn(
         return FlatActions(env) if agent and algo in FLAT_ACTION_ALGOS else env
 
     return make
+
+
+def export_run_policy(
+    model: BaseAlgorithm, env: gym.Env, out: Path, scenario: str, seed: int, env_kwargs: Mapping[str, Any]
+) -> None:
+    """Export ``model`` (trained on ``scenario`` with ``env_kwargs``) into ``out`` as a policy file, with the
+    run's scenario, seed, step count and iterations per step (``env``: one env of the run, for the layout)."""
+    from agents.export import export_policy
+
+    extra = {"scenario": scenario, "seed": seed, "timesteps": int(model.num_timesteps)}
+    extra["iterations_per_step"] = 1 if is_cluster(scenario) else int(env_kwargs.get("iterations_per_step", 1))
+    export_policy(model, env, out, extra=extra)
 
 
 def prepare_run_folder(config: TrainConfig, hp: Mapping[str, Any]) -> Path:
@@ -241,11 +254,7 @@ def _learn(
 
     def export(m: BaseAlgorithm) -> None:
         if exportable:
-            from agents.export import export_policy
-
-            extra = {"scenario": scenario, "seed": config.seed, "timesteps": int(m.num_timesteps)}
-            extra["iterations_per_step"] = 1 if is_cluster(scenario) else int(env_kwargs.get("iterations_per_step", 1))
-            export_policy(m, single, out, extra=extra)
+            export_run_policy(m, single, out, scenario, config.seed, env_kwargs)
 
     eval_kwargs = {k: v for k, v in env_kwargs.items() if k != "load"}
 

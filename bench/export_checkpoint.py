@@ -16,10 +16,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from agents.export import export_policy
 from agents.sb3 import ALGOS
-from agents.train_config import is_cluster
-from agents.training import make_env_fn
+from agents.training import export_run_policy, make_env_fn
 
 
 def export_checkpoint(checkpoint: Path, out: Path) -> int:
@@ -29,12 +27,8 @@ def export_checkpoint(checkpoint: Path, out: Path) -> int:
     seed = int(json.loads((run / "args.json").read_text()).get("seed", 0)) if (run / "args.json").is_file() else 0
     scenario, algo, env_kwargs = config["scenario"], config["algo"], dict(config["env_kwargs"])
     model = ALGOS[algo].load(str(checkpoint), device="cpu")
-    env = make_env_fn(scenario, algo, env_kwargs, agent=False)()
-    steps = int(model.num_timesteps)
-    ips = 1 if is_cluster(scenario) else int(env_kwargs.get("iterations_per_step", 1))
-    export_policy(model, env, out, extra={"scenario": scenario, "seed": seed, "timesteps": steps,
-                                          "iterations_per_step": ips})  # fmt: skip
-    return steps
+    export_run_policy(model, make_env_fn(scenario, algo, env_kwargs, agent=False)(), out, scenario, seed, env_kwargs)
+    return int(model.num_timesteps)
 
 
 def main() -> None:
