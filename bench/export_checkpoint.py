@@ -23,6 +23,9 @@ from agents.training import export_run_policy, make_env_fn
 def export_checkpoint(checkpoint: Path, out: Path) -> int:
     """Write ``out/policy.json`` and ``out/policy.safetensors`` for ``checkpoint``; return its step count."""
     run = checkpoint.parent.parent
+    for needed in (checkpoint, run / "config.yml"):
+        if not needed.is_file():
+            raise SystemExit(f"{needed}: no such file (a checkpoint RUN/checkpoints/model_N_steps.zip of a run folder)")
     config = yaml.safe_load((run / "config.yml").read_text())
     seed = int(json.loads((run / "args.json").read_text()).get("seed", 0)) if (run / "args.json").is_file() else 0
     scenario, algo, env_kwargs = config["scenario"], config["algo"], dict(config["env_kwargs"])
