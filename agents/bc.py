@@ -23,35 +23,24 @@ import torch as th
 import baselines
 from agents.sb3 import SB3Policy
 
-__all__ = ["Actor", "behaviour_clone", "collect_demonstrations", "make_teacher"]
+__all__ = ["Actor", "behaviour_clone", "collect_demonstrations"]
 
 Actor = Callable[[np.ndarray, np.ndarray], Any]  # (observation, mask) -> action: who plays the episodes
-
-
-def make_teacher(baseline: str, ctx: Any, seed: int) -> Any:
-    """The baseline a demonstration follows: ``baseline`` names one, or a comma list of them, the first that
-    builds for ``ctx`` (``tuned,slo_aware``: the tuned settings where the table has the scenario, else
-    slo_aware); the last one's ``ValueError`` when none does."""
-    names = [b for b in baseline.split(",") if b]
-    for name in names[:-1]:
-        try:
-            return baselines.make_for(name, ctx, seed=seed)
-        except ValueError:
-            continue
-    return baselines.make_for(names[-1], ctx, seed=seed)
 
 
 def collect_demonstrations(
     env: gym.Env, baseline: str, num_steps: int, gamma: float, seed: int, actor: Actor | None = None
 ) -> dict[str, np.ndarray]:
-    """``num_steps`` steps on ``env``: observations, masks, the actions of ``baseline`` (``make_teacher``) and
+    """``num_steps`` steps on ``env``: observations, masks, the actions of ``baseline`` (a name or a comma list,
+    ``baselines.per_workload``) and
     discounted returns. ``actor`` (None: the baseline) plays the episodes; the baseline's action in each state
     reached is the label (DAgger). On ``LLMSchedMix-v0`` the teacher is built again for each episode's
     workload."""
     unwrapped: Any = env.unwrapped
     obs_l, mask_l, act_l, rew_l, done_l = [], [], [], [], []
+    teacher = baselines.per_workload(baseline, seed)  # built for each episode's workload
     obs, _ = env.reset(seed=seed)
-    policy = make_teacher(baseline, unwrapped.policy_context(), seed)  # for this episode's workload
+    policy = teacher(env)
     episode = 0
     while len(obs_l) < num_steps:
         mask = unwrapped.action_masks()
@@ -65,8 +54,7 @@ def collect_demonstrations(
         if terminated or truncated:
             episode += 1
             obs, _ = env.reset(seed=seed + 1000 * episode)
-            if hasattr(unwrapped, "inner"):  # LLMSchedMix-v0: a new workload, a heuristic built for it
-                policy = make_teacher(baseline, unwrapped.policy_context(), seed)
+            policy = teacher(env)  # LLMSchedMix-v0: a new workload, a heuristic built for it
     returns = np.zeros(len(rew_l), dtype=np.float32)
     running = 0.0
     for i in range(len(rew_l) - 1, -1, -1):  # the last, unfinished episode is cut: its tail return is 0

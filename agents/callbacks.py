@@ -110,7 +110,7 @@ class PeriodicEvalCallback(BaseCallback):
         total = len(self.baseline_names) * len(self.seeds)
         with Progress(total, "baselines", enabled=self.progress, unit="episode") as bar:
             for name in self.baseline_names:
-                policy = _episode_policy(name)
+                policy = baselines.per_workload(name, seed=0)
                 runs = []
                 for seed in self.seeds:
                     runs.append(run_episode(env, policy, seed)["slo_attainment"])
@@ -162,21 +162,6 @@ class PeriodicEvalCallback(BaseCallback):
             line = f"eval @ {self.num_timesteps}: attainment {attainment:.3f} (best baseline {name} {base:.3f})"
             tqdm.write(line, file=sys.stdout)  # on stdout, past the training's bar on stderr
             sys.stdout.flush()
-
-
-def _episode_policy(name: str) -> Callable[[gym.Env], Any]:
-    """A factory of baseline ``name`` for ``run_episode``: built once for an env of one workload, again for
-    each episode of ``LLMSchedMix-v0`` (whose ``inner`` env, and so workload, changes every episode)."""
-    built: dict[str, Any] = {}
-
-    def make(env: gym.Env) -> Any:
-        inner = getattr(env.unwrapped, "inner", None)
-        if "policy" not in built or built.get("inner") is not inner:
-            built["policy"] = baselines.make_for(name, env.unwrapped.policy_context(), seed=0)  # type: ignore[attr-defined]
-            built["inner"] = inner
-        return built["policy"]
-
-    return make
 
 
 def read_best(folder: Path, eval_setup: dict[str, Any], warn: bool = True) -> float | None:

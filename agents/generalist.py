@@ -32,10 +32,11 @@ def knee_loads(table: str | Path = SHIPPED_TABLE) -> dict[str, float]:
     return out
 
 
-def init_network(path: str | Path) -> tuple[ExportedPolicy, dict[str, Any]]:
-    """The exported policy at ``path`` and the ``policy_kwargs`` (hidden layers, activation) a model needs to
-    take its weights. ``PolicyFileError`` (a ``ValueError``, one line, naming the file) for a bad file."""
-    policy = load_policy_file(path)
+def init_network(path: str | Path | ExportedPolicy) -> tuple[ExportedPolicy, dict[str, Any]]:
+    """The exported policy at ``path`` (or ``path`` itself, already loaded) and the ``policy_kwargs`` (hidden
+    layers, activation) a model needs to take its weights. ``PolicyFileError`` (a ``ValueError``, one line,
+    naming the file) for a bad file."""
+    policy = path if isinstance(path, ExportedPolicy) else load_policy_file(path)
     linears = [m for m in policy.network if isinstance(m, torch.nn.Linear)]
     widths = [int(m.out_features) for m in linears[:-1]]  # the hidden layers; the last gives the logits
     activation = ACTIVATIONS[policy.meta["network"]["activation"]]

@@ -14,13 +14,16 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.config import load_hyperparams, merge_config
 from agents.sb3 import ALGOS
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.workloads.library import list_scenarios
+
+if TYPE_CHECKING:
+    from llmsched_env.runtime.policy_file import ExportedPolicy
 
 __all__ = [
     "ACTOR_CRITIC_ALGOS",
@@ -151,6 +154,12 @@ class TrainConfig:
                 raise ValueError(
                     f"init: {start.path} has observation schema {start.schema_version}; the generalist needs schema 2"
                 )
+            object.__setattr__(self, "_init_policy", start)  # read once: the training takes it from here
+
+    @property
+    def init_policy(self) -> ExportedPolicy | None:
+        """The ``ExportedPolicy`` of ``init`` (read and checked once, by ``__post_init__``); None without it."""
+        return getattr(self, "_init_policy", None)
 
     @property
     def run_folder(self) -> Path:
@@ -195,12 +204,17 @@ def _leaves(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, An
 
 
 def resolve_hyperparams(config: TrainConfig) -> dict[str, Any]:
-    """The YAML entry for (algo, scenario), then ``QUICK`` if ``quick``, then ``hp``, then the explicit fields;
+    """The YAML entry for (algo, scenario), then ``QUICK`` and the entry's own ``quick:`` mapping if ``quick``,
+    then ``hp``, then the explicit fields;
     with the evaluation's defaults filled in. ``ValueError`` for a missing or malformed hyperparameter file."""
     hp = load_hyperparams(config.algo, config.scenario, path=config.hyperparams)
+    own_quick = hp.pop("quick", None) or {}  # the entry's own --quick preset, over QUICK
+    if not isinstance(own_quick, Mapping):
+        raise ValueError(f"quick: expected a mapping of hyperparameters for --quick, got {own_quick!r}")
     if config.quick:  # the keys this algorithm takes (A2C has no batch_size, DQN no n_steps)
         takes = {*_model_params(config.algo), *RUN_KEYS}
         hp = merge_config(hp, {k: v for k, v in QUICK.items() if k in takes})
+        hp = merge_config(hp, own_quick)
     hp = merge_config(hp, config.hp)
     if config.timesteps is not None:
         hp["n_timesteps"] = config.timesteps

@@ -156,7 +156,7 @@ def _model(
         status(f"resumed from {resume_from} at {model.num_timesteps} steps", enabled=config.progress)
         return model, True
     if config.init is not None:  # fine-tuning: the exported policy's weights, no cloning
-        start, net = init_network(config.init)
+        start, net = init_network(config.init_policy)
         hp = {**hp, "policy_kwargs": {**dict(hp.get("policy_kwargs") or {}), **net}}
         model = make_model(config.algo, vec_env, seed=config.seed, tensorboard_log=tb, **hp)
         probe = make_env_fn(config.scenario, config.algo, env_kwargs, agent=False)()
@@ -221,7 +221,7 @@ def train(config: TrainConfig) -> Path:
     if isinstance(env_kwargs.get("load"), list):
         env_kwargs["load"] = tuple(env_kwargs["load"])
     if config.init is not None and not is_generalist(config.scenario):  # fine-tune on the policy's own schema
-        env_kwargs.setdefault("schema", init_network(config.init)[0].schema_version)
+        env_kwargs.setdefault("schema", config.init_policy.schema_version)
     n_envs = int(run["n_envs"])
     env_id = "LLMSchedCluster-v0" if is_cluster(config.scenario) else "LLMSched-v0"
     env_id = "LLMSchedMix-v0" if is_generalist(config.scenario) else env_id

@@ -31,6 +31,9 @@ mask: ``make_router(name, env.unwrapped.policy_context(), seed)`` with ``name`` 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from baselines.base import BaselinePolicy, StaticPolicy
 from baselines.random_policy import RandomPolicy
 from baselines.routing import available_routers, make_router
@@ -75,6 +78,7 @@ __all__ = [
     "make",
     "make_for",
     "make_router",
+    "per_workload",
     "tpot_budget",
 ]
 
@@ -112,3 +116,32 @@ def make_for(name: str, ctx: PolicyContext | RouterContext, seed: int | None = N
     """A single-node baseline for a ``PolicyContext`` (``LLMSched-v0``) or a router for a ``RouterContext``
     (``LLMSchedCluster-v0``): ``make_for(name, env.unwrapped.policy_context(), seed)`` works on either env."""
     return make_policy(name, ctx, seed)  # type: ignore[return-value]
+
+
+def per_workload(names: str, seed: int | None = None) -> Callable[[Any], Policy]:
+    """A policy factory for ``run_episode`` (called with the env after each reset): the baseline ``names``
+    (one name, or a comma list: the first that builds for the workload, e.g. ``tuned,slo_aware``: the tuned
+    settings where the table has the scenario, else slo_aware) built for the env's workload, once for an env of
+    one workload and again whenever ``LLMSchedMix-v0`` has drawn a new one (its ``inner`` env changes). The
+    last name's ``ValueError`` when none builds."""
+    listed = [n for n in names.split(",") if n]
+    if not listed:
+        raise ValueError(f"per_workload: no baseline named in {names!r}")
+    built: dict[str, Any] = {}
+
+    def make(env: Any) -> Policy:
+        inner = getattr(env.unwrapped, "inner", None)
+        if "policy" not in built or built["inner"] is not inner:
+            ctx = env.unwrapped.policy_context()
+            for name in listed[:-1]:
+                try:
+                    built["policy"] = make_for(name, ctx, seed)
+                    break
+                except ValueError:
+                    continue
+            else:
+                built["policy"] = make_for(listed[-1], ctx, seed)
+            built["inner"] = inner
+        return built["policy"]
+
+    return make

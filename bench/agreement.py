@@ -12,23 +12,22 @@ from __future__ import annotations
 
 import argparse
 
-import gymnasium as gym
 import numpy as np
 import torch
 
 import llmsched_env  # noqa: F401
 from agents.generalist import knee_loads
 from llmsched_env.decision.registry import make_policy
-from llmsched_env.evaluation.policies import resolve_policy
+from llmsched_env.evaluation.config import EvalConfig
 
 COMPONENTS = ("order", "token_budget", "chunk_cap", "prefill_first", "admission", "kv_reserve", "shed")
 
 
 def agreement(policy: str, scenario: str, split: str, load: float, seed: int = 0) -> tuple[np.ndarray, int]:
     """Per action component, the share of the episode's steps where ``policy`` chose ``tuned``'s option."""
-    spec = resolve_policy(policy)
-    env = gym.make("LLMSched-v0", scenario=scenario, split=split, load=load,
-                   iterations_per_step=spec.iterations_per_step, schema=spec.schema)  # fmt: skip
+    config = EvalConfig(scenarios=(scenario,), policies=(policy,), split=split)  # the evaluation's own env
+    spec = config.policies[0]
+    env = config.make_env(config.scenarios[0], load, spec.iterations_per_step, spec.schema)
     obs, _ = env.reset(seed=seed)
     u = env.unwrapped
     mine, teacher = spec.make(env, seed), make_policy("tuned", u.policy_context(), seed=seed)

@@ -14,20 +14,15 @@ and the paired difference agent − rival, each mean ± 95% half-width. Prints a
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
 
 import numpy as np
 
+from llmsched_env.evaluation.capacity import read_per_seed
 from llmsched_env.evaluation.stats import mean_ci95
 
 AGENT, TUNED = "agent", "tuned"
 LEARNED = ("agent", "learned", "quick")  # trained policies (per-scenario agents, generalists): never "baselines"
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    with path.open() as f:
-        return list(csv.DictReader(f))
 
 
 def _fmt(values: list[float], digits: int = 2) -> str:
@@ -41,13 +36,10 @@ def collect(results: Path, agent: str = AGENT) -> list[dict[str, object]]:
     ``*-capacity*/results.csv`` under ``results`` (a policy searched later, e.g. ``tuned``, may sit in a folder
     of its own; a later folder's rows replace an earlier one's). Trained policies (``LEARNED``) are never
     counted as baselines."""
-    caps_of: dict[str, dict[str, dict[int, float]]] = {}
-    for cap_file in sorted(results.glob("*-capacity*/results.csv")):
-        for r in _rows(cap_file):
-            if "seed" not in r:
-                raise SystemExit(f"{cap_file}: no seed column; run llmsched-evaluate --capacity --per-seed")
-            by_policy = caps_of.setdefault(r["scenario"], {})
-            by_policy.setdefault(r["policy"], {})[int(r["seed"])] = float(r["capacity_load"])
+    try:
+        caps_of = read_per_seed(sorted(results.glob("*-capacity*/results.csv")))
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     out = []
     for scenario, all_caps in sorted(caps_of.items()):
         caps = {p: c for p, c in all_caps.items() if p == agent or p not in LEARNED}

@@ -10,29 +10,25 @@ then the geometric mean of those over the scenarios and the worst scenario. Read
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 from pathlib import Path
+
+from llmsched_env.evaluation.capacity import read_per_seed
 
 
 def ratios(files: list[Path], reference: str) -> dict[str, dict[str, float]]:
     """Policy -> scenario -> mean paired capacity ratio to ``reference`` (rows of later files replace earlier)."""
-    caps: dict[tuple[str, str], dict[str, float]] = {}
-    for path in files:
-        if not path.is_file():
-            raise SystemExit(f"{path}: no such file (a results.csv of llmsched-evaluate --capacity --per-seed)")
-        with path.open() as f:
-            for r in csv.DictReader(f):
-                if "seed" not in r:
-                    raise SystemExit(f"{path}: no seed column; run llmsched-evaluate --capacity --per-seed")
-                caps.setdefault((r["scenario"], r["seed"]), {})[r["policy"]] = float(r["capacity_load"])
+    try:
+        caps = read_per_seed(files)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     per: dict[str, dict[str, list[float]]] = {}
-    for (scenario, _), by_policy in caps.items():
-        if reference not in by_policy:
-            continue
-        for policy, cap in by_policy.items():
-            if policy != reference:
-                per.setdefault(policy, {}).setdefault(scenario, []).append(cap / by_policy[reference])
+    for scenario, by_policy in caps.items():
+        ref = by_policy.get(reference, {})
+        for policy, by_seed in by_policy.items():
+            for seed, cap in by_seed.items():
+                if policy != reference and seed in ref:
+                    per.setdefault(policy, {}).setdefault(scenario, []).append(cap / ref[seed])
     return {p: {s: sum(v) / len(v) for s, v in by_s.items()} for p, by_s in per.items()}
 
 

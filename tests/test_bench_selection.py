@@ -72,3 +72,20 @@ def test_ratio_to_tuned_ranks_by_paired_ratios(
     script.main()
     geo = math.sqrt(0.75 * 1.5)
     assert f"| `x` | {geo:.3f} | a 0.750 |" in capsys.readouterr().out
+
+
+def test_per_seed_results_are_read_with_errors_that_name_the_file(tmp_path: Path) -> None:
+    from llmsched_env.evaluation.capacity import read_per_seed
+
+    first, second = tmp_path / "a.csv", tmp_path / "b.csv"
+    first.write_text("policy,scenario,seed,capacity_load\nfcfs,x,0,1.5\nfcfs,x,1,2.0\n")
+    second.write_text("policy,scenario,seed,capacity_load\nfcfs,x,1,3.0\nsjf,y,0,0.5\n")
+    assert read_per_seed([first, second]) == {"x": {"fcfs": {0: 1.5, 1: 3.0}}, "y": {"sjf": {0: 0.5}}}
+    with pytest.raises(ValueError, match=r"nope\.csv: no such file"):
+        read_per_seed([tmp_path / "nope.csv"])
+    (bad := tmp_path / "bad.csv").write_text("policy,scenario,seed,capacity_load\nfcfs,x,zero,1.5\n")
+    with pytest.raises(ValueError, match=r"bad.csv:2: seed or capacity_load is not a number"):
+        read_per_seed([bad])
+    (old := tmp_path / "old.csv").write_text("policy,scenario,capacity_load\nfcfs,x,1.5\n")
+    with pytest.raises(ValueError, match=r"old\.csv: no seed"):
+        read_per_seed([old])

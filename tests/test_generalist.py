@@ -178,3 +178,46 @@ def test_init_copies_the_policy_and_refuses_what_does_not_fit(schema2_policy: Pa
     with pytest.raises(ValueError, match="--resume"):
         TrainConfig(scenario="mixed-slo", init=schema2_policy, resume=True)
     assert load_policy_file(schema2_policy).schema_version == 2
+
+
+def test_fine_tuning_reads_the_init_policy_once(
+    schema2_policy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import llmsched_env.runtime.policy_file as policy_file
+    from agents.cli import main as train_main
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    reads: list[Path] = []
+    real = policy_file.load_policy_file
+    monkeypatch.setattr(policy_file, "load_policy_file", lambda path: reads.append(Path(path)) or real(path))
+    run = tmp_path / "ft"
+    train_main([
+        "--scenario", "mixed-slo", "--init", str(schema2_policy), "--timesteps", "128", "--n-envs", "1",
+        "--hp", "n_steps=128", "--hp", "batch_size=64", "--hp", "eval_freq=128", "--hp", "eval_episodes=1",
+        "--hp", "env_kwargs.num_requests=30", "--eval-baselines", "fcfs", "--no-progress", "--out", str(run),
+    ])  # fmt: skip
+    assert reads == [schema2_policy]  # the config's check; the training takes the policy from the config
+    trained = load_policy_file(run)
+    assert trained.schema_version == 2 and trained.meta["scenario"] == "mixed-slo"
+
+
+def test_per_workload_builds_the_first_baseline_that_fits_each_episode() -> None:
+    env = WorkloadMixEnv(num_requests=30, random_share=0.5)
+    make = baselines.per_workload("tuned,slo_aware", seed=0)
+    kinds = set()
+    for seed in range(8):
+        env.reset(seed=seed)
+        policy = make(env)
+        assert make(env) is policy  # the same workload: built once
+        random = env.workload["scenario"].startswith("random-")
+        assert policy.name == ("slo_aware" if random else "tuned")  # tuned has no settings for a random workload
+        kinds.add(policy.name)
+    assert kinds == {"tuned", "slo_aware"}
+    single = gym.make("LLMSched-v0", scenario="mixed-slo", num_requests=30)
+    single.reset(seed=0)
+    first = baselines.per_workload("fcfs")(single)
+    assert first.name == "fcfs"
+    with pytest.raises(ValueError, match="no baseline"):
+        baselines.per_workload(",")
+    with pytest.raises(ValueError, match="nope"):
+        baselines.per_workload("nope")(single)

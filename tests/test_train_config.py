@@ -61,6 +61,19 @@ def test_the_config_resolves_the_yaml_quick_hp_then_flags() -> None:
     assert resolve_hyperparams(TrainConfig(algo="dqn", bc="slo_aware"))["bc_warmstart"] is None
 
 
+def test_an_entry_may_carry_its_own_quick_preset(tmp_path: Path) -> None:
+    quick = resolve_hyperparams(TrainConfig(scenario="generalist", quick=True))
+    full = resolve_hyperparams(TrainConfig(scenario="generalist"))
+    assert (quick["bc_steps"], quick["n_timesteps"], quick["eval_freq"]) == (15_000, 20_000, 10_000)  # its own
+    assert quick["env_kwargs"]["num_requests"] == QUICK["env_kwargs"]["num_requests"]  # QUICK beneath it
+    assert "quick" not in quick and "quick" not in full and full["bc_steps"] == 50_000
+    assert resolve_hyperparams(TrainConfig(scenario="mixed-slo", quick=True))["bc_steps"] == QUICK["bc_steps"]
+    bad = tmp_path / "hp.yml"
+    bad.write_text("default: {n_timesteps: 1000, quick: 5}\n")
+    with pytest.raises(ValueError, match="quick: expected a mapping"):
+        resolve_hyperparams(TrainConfig(hyperparams=bad))
+
+
 def test_the_config_is_its_command_line() -> None:
     config = TrainConfig(scenario="mixed-slo", algo="a2c", seed=2, timesteps=500, bc="none", quick=True,
                          hp={"learning_rate": 3e-4, "env_kwargs": {"load": [1.0, 3.0], "num_requests": 30}},

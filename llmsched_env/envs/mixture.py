@@ -108,30 +108,31 @@ class WorkloadMixEnv(gym.Env):
     def draw(self, seed: int) -> tuple[LLMSchedEnv, dict[str, Any]]:
         """The env of the episode of ``seed`` and what was drawn (deterministic in ``seed``)."""
         rng = np.random.default_rng([11, seed])
-        common: dict[str, Any] = {
-            "split": self.split,
-            "iterations_per_step": self.iterations_per_step,
-            "reward": self.reward,
-            "check_invariants": self.check_invariants,
-            "schema": 2,
-        }
-        if self.split != "train":
+        size: int | None
+        if self.split != "train":  # the library in turn at val_load x its knee, no prediction
             name = self.scenarios[seed % len(self.scenarios)]
-            load, prediction = self.knee_loads[name] * self.val_load, "none"
-            env = LLMSchedEnv(name, load=load, num_requests=self._size(name), **common)
-        elif rng.random() < self.random_share:
-            scenario = random_scenario(int(rng.integers(2**31)), self.random_space)
-            name = scenario.name
-            load = float(rng.uniform(*self.random_space.load_range))
-            prediction = self.length_predictions[int(rng.integers(len(self.length_predictions)))]
-            env = LLMSchedEnv(
-                scenario, load=load, num_requests=self.num_requests, length_prediction=prediction, **common
-            )
+            scenario: Any = name
+            load, size, prediction = self.knee_loads[name] * self.val_load, self._size(name), "none"
         else:
-            name = self.scenarios[int(rng.integers(len(self.scenarios)))]
-            load = float(self.knee_loads[name] * rng.uniform(*self.load_span))
+            if rng.random() < self.random_share:
+                scenario = random_scenario(int(rng.integers(2**31)), self.random_space)
+                name, size = scenario.name, self.num_requests
+                load = float(rng.uniform(*self.random_space.load_range))
+            else:
+                name = scenario = self.scenarios[int(rng.integers(len(self.scenarios)))]
+                load, size = float(self.knee_loads[name] * rng.uniform(*self.load_span)), self._size(name)
             prediction = self.length_predictions[int(rng.integers(len(self.length_predictions)))]
-            env = LLMSchedEnv(name, load=load, num_requests=self._size(name), length_prediction=prediction, **common)
+        env = LLMSchedEnv(
+            scenario,
+            load=load,
+            num_requests=size,
+            length_prediction=prediction,
+            split=self.split,
+            iterations_per_step=self.iterations_per_step,
+            reward=self.reward,
+            check_invariants=self.check_invariants,
+            schema=2,
+        )
         return env, {"scenario": name, "load": load, "length_prediction": prediction}
 
     def _size(self, name: str) -> int | None:

@@ -5,6 +5,7 @@
     capacity_grid(config)                                 # every (scenario, policy), serially or on Ray
     capacity_grid(config, per_seed=True)                  # one search per seed: a capacity per window
     summarize_capacity(rows)                              # per-seed rows -> mean and 95% interval
+    read_per_seed(files)                                  # per-seed results.csv files -> the capacities
 
 The number of evaluations is not known in advance: ``search_capacity`` reports after each one how many more
 it expects, so a progress bar can adjust its total as the search goes.
@@ -12,9 +13,11 @@ it expects, so a progress bar can adjust its total as the search goes.
 
 from __future__ import annotations
 
+import csv
 import math
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -26,7 +29,14 @@ from llmsched_env.evaluation.policies import PolicySpec, resolve_policy
 from llmsched_env.evaluation.progress import Progress
 from llmsched_env.evaluation.stats import mean_ci95
 
-__all__ = ["CAPACITY_TARGET", "capacity_grid", "find_capacity", "search_capacity", "summarize_capacity"]
+__all__ = [
+    "CAPACITY_TARGET",
+    "capacity_grid",
+    "find_capacity",
+    "read_per_seed",
+    "search_capacity",
+    "summarize_capacity",
+]
 
 CAPACITY_TARGET = 0.9  # the attainment a capacity is measured at (DistServe)
 _MAX_LOAD, _TOLERANCE = 64.0, 1.02  # bracket within [1/64, 64] x nominal; bisect to 2%
@@ -189,3 +199,26 @@ def _capacity_task(config: EvalConfig, cwd: str, si: int, pi: int, target: float
     """One (scenario, policy[, seed]) search on a Ray worker."""
     use_driver_folder(cwd)
     return find_capacity(config, config.scenarios[si], config.policies[pi], target, seed=seed)  # type: ignore[arg-type]
+
+
+def read_per_seed(files: Iterable[str | Path]) -> dict[str, dict[str, dict[int, float]]]:
+    """Scenario -> policy -> seed -> ``capacity_load``, from ``results.csv`` files of ``llmsched-evaluate
+    --capacity --per-seed`` (a later file's row replaces an earlier one's for the same scenario, policy and
+    seed). ``ValueError`` naming the file when it is missing or has no ``seed`` column."""
+    out: dict[str, dict[str, dict[int, float]]] = {}
+    for file in map(Path, files):
+        if not file.is_file():
+            raise ValueError(f"{file}: no such file (a results.csv of llmsched-evaluate --capacity --per-seed)")
+        with file.open(newline="") as f:
+            for line, r in enumerate(csv.DictReader(f), start=2):
+                if "seed" not in r or "capacity_load" not in r:
+                    raise ValueError(
+                        f"{file}: no seed or capacity_load column; run llmsched-evaluate --capacity --per-seed"
+                    )
+                try:
+                    out.setdefault(r["scenario"], {}).setdefault(r["policy"], {})[int(r["seed"])] = float(
+                        r["capacity_load"]
+                    )
+                except (TypeError, ValueError):
+                    raise ValueError(f"{file}:{line}: seed or capacity_load is not a number: {r}") from None
+    return out
