@@ -29,25 +29,37 @@ Actor = Callable[[np.ndarray, np.ndarray], Any]  # (observation, mask) -> action
 
 
 def collect_demonstrations(
-    env: gym.Env, baseline: str, num_steps: int, gamma: float, seed: int, actor: Actor | None = None
+    env: gym.Env,
+    baseline: str,
+    num_steps: int,
+    gamma: float,
+    seed: int,
+    actor: Actor | None = None,
+    stride: int = 1,
 ) -> dict[str, np.ndarray]:
     """``num_steps`` steps on ``env``: observations, masks, the actions of ``baseline`` (a name or a comma list,
     ``baselines.per_workload``) and
     discounted returns. ``actor`` (None: the baseline) plays the episodes; the baseline's action in each state
     reached is the label (DAgger). On ``LLMSchedMix-v0`` the teacher is built again for each episode's
-    workload."""
+    workload. ``stride``: keep one step in ``stride`` (``num_steps`` kept ones, from ``stride`` times as many
+    played): consecutive steps are near-duplicates, so the same number of labels covers more episodes, and
+    more workloads."""
+    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
+        raise ValueError(f"stride must be an integer >= 1, got {stride!r}")
     unwrapped: Any = env.unwrapped
-    obs_l, mask_l, act_l, rew_l, done_l = [], [], [], [], []
+    obs_l, mask_l, act_l, rew_l, done_l, kept = [], [], [], [], [], []
     teacher = baselines.per_workload(baseline, seed)  # built for each episode's workload
     obs, _ = env.reset(seed=seed)
     policy = teacher(env)
     episode = 0
     while len(obs_l) < num_steps:
         mask = unwrapped.action_masks()
-        action = policy.act(obs, mask)
-        obs_l.append(obs)
-        mask_l.append(mask)
-        act_l.append(action)
+        action = policy.act(obs, mask)  # every step: a teacher may keep state between its steps
+        if len(rew_l) % stride == 0:
+            kept.append(len(rew_l))
+            obs_l.append(obs)
+            mask_l.append(mask)
+            act_l.append(action)
         obs, reward, terminated, truncated, _ = env.step(action if actor is None else actor(obs, mask))
         rew_l.append(reward)
         done_l.append(terminated or truncated)
@@ -64,7 +76,7 @@ def collect_demonstrations(
         "obs": np.asarray(obs_l, dtype=np.float32),
         "masks": np.asarray(mask_l, dtype=bool),
         "actions": np.asarray(act_l, dtype=np.int64),
-        "returns": returns,
+        "returns": returns[kept],
     }
 
 
@@ -80,6 +92,7 @@ def behaviour_clone(
     smoothing: float = 0.1,
     on_epoch: Callable[[int, int], None] | None = None,
     dagger_iterations: int = 0,
+    stride: int = 1,
 ) -> dict[str, float]:
     """Fit ``model.policy`` (an SB3 actor-critic, masked or not) to ``baseline``; return the final accuracy
     (share of the labelled steps whose every action component matches) and losses.
@@ -88,14 +101,15 @@ def behaviour_clone(
     ``1 - smoothing`` and the valid options share ``smoothing``, so the cloned policy picks the baseline's
     action deterministically yet keeps exploring around it when PPO takes over. ``dagger_iterations`` rounds of
     DAgger follow (module docstring), each with ``num_steps`` steps played by the clone; ``dagger<i>_agreement``
-    is the share of those steps where the clone already chose the baseline's action. ``on_epoch(done, total)``
-    is called after each epoch (a progress bar)."""
+    is the share of those steps where the clone already chose the baseline's action. ``stride``: label one
+    played step in ``stride`` (``collect_demonstrations``). ``on_epoch(done, total)`` is called after each
+    epoch (a progress bar)."""
     if dagger_iterations < 0:
         raise ValueError(f"dagger_iterations must be >= 0, got {dagger_iterations!r}")
     env = make_env()
     gamma = float(getattr(model, "gamma", 0.99))
     masked = "Maskable" in type(model).__name__
-    data = collect_demonstrations(env, baseline, num_steps, gamma, seed)
+    data = collect_demonstrations(env, baseline, num_steps, gamma, seed, stride=stride)
     total = epochs * (1 + dagger_iterations)
     optimizer = th.optim.Adam(model.policy.parameters(), lr=learning_rate)
     gen = th.Generator().manual_seed(seed)
@@ -103,7 +117,7 @@ def behaviour_clone(
     stats = _fit(model, data, optimizer, masked, **fit, on_epoch=_offset(on_epoch, 0, total))
     for it in range(1, dagger_iterations + 1):
         clone = SB3Policy(model).act  # the model's deterministic action, masked where it takes masks
-        visited = collect_demonstrations(env, baseline, num_steps, gamma, seed + 7919 * it, actor=clone)
+        visited = collect_demonstrations(env, baseline, num_steps, gamma, seed + 7919 * it, actor=clone, stride=stride)
         stats[f"dagger{it}_agreement"] = _accuracy(model, visited, masked)
         data = {k: np.concatenate([data[k], visited[k]]) for k in data}
         stats.update(_fit(model, data, optimizer, masked, **fit, on_epoch=_offset(on_epoch, it * epochs, total)))

@@ -60,6 +60,7 @@ RUN_KEYS = (
     "bc_steps",
     "bc_smoothing",
     "bc_dagger",
+    "bc_stride",
     "eval_freq",
     "eval_episodes",
 )
@@ -233,7 +234,7 @@ def resolve_hyperparams(config: TrainConfig) -> dict[str, Any]:
 
 # the model's constructor arguments that the training sets itself, never a hyperparameter
 _SET_BY_TRAINING = frozenset({"self", "env", "seed", "tensorboard_log", "verbose", "device", "_init_setup_model"})
-_RUN_INTS = ("n_timesteps", "n_envs", "bc_steps", "eval_freq", "eval_episodes")
+_RUN_INTS = ("n_timesteps", "n_envs", "bc_steps", "bc_stride", "eval_freq", "eval_episodes")
 
 
 def _model_params(algo: str) -> dict[str, Any]:

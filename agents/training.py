@@ -120,8 +120,9 @@ def prepare_run_folder(config: TrainConfig, hp: Mapping[str, Any]) -> Path:
 def _clone(model: BaseAlgorithm, config: TrainConfig, run: dict[str, Any], env_kwargs: dict[str, Any]) -> None:
     """Behaviour-clone ``run["bc_warmstart"]`` into ``model``; its statistics to ``bc.json`` and stdout."""
     baseline, steps = run["bc_warmstart"], int(run.get("bc_steps", 20_000))
-    rounds = int(run.get("bc_dagger", 0))
+    rounds, stride = int(run.get("bc_dagger", 0)), int(run.get("bc_stride", 1))
     dagger = f", then {rounds} DAgger rounds of {steps} steps" if rounds else ""
+    dagger += f" (one step in {stride} labelled)" if stride > 1 else ""
     status(f"cloning the baseline {baseline}: {steps} demonstration steps{dagger}", enabled=config.progress)
     t0 = time.perf_counter()
     with Progress(BC_EPOCHS * (1 + rounds), f"cloning {baseline}", enabled=config.progress, unit="epoch") as bar:
@@ -135,9 +136,11 @@ def _clone(model: BaseAlgorithm, config: TrainConfig, run: dict[str, Any], env_k
             smoothing=float(run.get("bc_smoothing", 0.1)),
             on_epoch=lambda done, total: bar.update(),
             dagger_iterations=rounds,
+            stride=stride,
         )
     stats["bc_seconds"] = time.perf_counter() - t0
-    (config.run_folder / "bc.json").write_text(json.dumps({"baseline": baseline, "dagger": rounds, **stats}, indent=1))
+    record = {"baseline": baseline, "dagger": rounds, "stride": stride, **stats}
+    (config.run_folder / "bc.json").write_text(json.dumps(record, indent=1))
     print(f"behaviour cloning from {baseline}: {stats}", flush=True)
 
 

@@ -6,9 +6,9 @@ public trace, which training and selection never read, and reshaped into a situa
 have:
 
 - ``azure_code_1tenant.csv``: Azure code, Azure format, one tenant (the test part as it is);
-- ``mooncake_1tenant.jsonl``: Mooncake, Mooncake format, its first 600 test-part requests;
-- ``conv_code_2tenants.csv``: Azure conversation and Azure code merged on their own timestamps, two tenants
-  (generic format: ``arrival,prompt_len,output_len,tenant``);
+- ``mooncake_1tenant.jsonl``: Mooncake, Mooncake format, its test part;
+- ``conv_code_2tenants.csv``: Azure conversation and Azure code merged on their own timestamps over the span
+  both cover, two tenants throughout (generic format: ``arrival,prompt_len,output_len,tenant``);
 - ``sharegpt_12tenants.csv``: ShareGPT test-part lengths dealt to 12 tenants with their own arrival processes
   (Poisson, bursty Gamma, on/off) and rates, over ten minutes (generic format).
 
@@ -64,18 +64,20 @@ def main() -> None:
 
     moon = _lines(trace_path("mooncake-conv"))
     times = [json.loads(line)["timestamp"] / 1000.0 for line in moon]
-    keep = _test_rows(moon, times)[:600]
+    keep = _test_rows(moon, times)
     (OUT / "mooncake_1tenant.jsonl").write_text("\n".join(moon[i] for i in keep) + "\n")
 
     _, conv_rows, conv_t = _azure("azure-conv")
     merged = []
+    span = min(code_t[-1] - code_t[0], conv_t[-1] - conv_t[0])  # both tenants over the whole trace
     for rows, ts, tenant in ((conv_rows, conv_t, "conv"), (code_rows, code_t, "code")):
         t0 = ts[0]
         for row, t in zip(rows, ts, strict=True):
-            _, prompt, output = row.split(",")
-            merged.append((t - t0, int(prompt), int(output), tenant))
+            if t - t0 <= span:
+                _, prompt, output = row.split(",")
+                merged.append((t - t0, int(prompt), int(output), tenant))
     merged.sort(key=lambda r: (r[0], r[3]))
-    text = ["arrival,prompt_len,output_len,tenant"] + [f"{a:.6f},{p},{o},{k}" for a, p, o, k in merged[:3000]]
+    text = ["arrival,prompt_len,output_len,tenant"] + [f"{a:.6f},{p},{o},{k}" for a, p, o, k in merged]
     (OUT / "conv_code_2tenants.csv").write_text("\n".join(text) + "\n")
 
     share = _lines(trace_path("sharegpt"))

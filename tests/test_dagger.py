@@ -51,3 +51,17 @@ def test_bc_dagger_hyperparameter_is_checked() -> None:
     assert hp["bc_dagger"] >= 1
     with pytest.raises(ValueError, match="bc_dagger"):
         resolve_hyperparams(TrainConfig(scenario="generalist", hp={"bc_dagger": -1}))
+
+
+def test_a_stride_labels_one_played_step_in_k() -> None:
+    env = _env()
+    every = collect_demonstrations(env, "fcfs", 300, 0.99, seed=3)
+    strided = collect_demonstrations(env, "fcfs", 100, 0.99, seed=3, stride=3)  # the same episodes, 300 played
+    for key in ("obs", "masks", "actions", "returns"):
+        np.testing.assert_array_equal(strided[key], every[key][::3])  # returns over every step, then kept
+    assert len(strided["obs"]) == 100
+    with pytest.raises(ValueError, match="stride"):
+        collect_demonstrations(env, "fcfs", 10, 0.99, seed=3, stride=0)
+    with pytest.raises(ValueError, match="bc_stride"):
+        resolve_hyperparams(TrainConfig(scenario="generalist", hp={"bc_stride": 0}))
+    assert resolve_hyperparams(TrainConfig(scenario="generalist", quick=True))["bc_stride"] == 4

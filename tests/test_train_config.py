@@ -64,7 +64,7 @@ def test_the_config_resolves_the_yaml_quick_hp_then_flags() -> None:
 def test_an_entry_may_carry_its_own_quick_preset(tmp_path: Path) -> None:
     quick = resolve_hyperparams(TrainConfig(scenario="generalist", quick=True))
     full = resolve_hyperparams(TrainConfig(scenario="generalist"))
-    assert (quick["bc_steps"], quick["n_timesteps"], quick["eval_freq"]) == (15_000, 20_000, 10_000)  # its own
+    assert (quick["bc_steps"], quick["n_timesteps"], quick["bc_stride"]) == (15_000, 20_000, 4)  # its own
     assert quick["env_kwargs"]["num_requests"] == QUICK["env_kwargs"]["num_requests"]  # QUICK beneath it
     assert "quick" not in quick and "quick" not in full and full["bc_steps"] == 50_000
     assert resolve_hyperparams(TrainConfig(scenario="mixed-slo", quick=True))["bc_steps"] == QUICK["bc_steps"]
