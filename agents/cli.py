@@ -3,6 +3,7 @@
     llmsched-train --scenario mixed-slo --quick --out runs/quick          # the whole pipeline in minutes
     llmsched-train --scenario mixed-slo --algo maskable_ppo --timesteps 300000 --seed 0 --out runs/mixed0
     llmsched-train --scenarios mixed-slo,bursty --seeds 0,1 --ray --out runs/sweep   # 4 trainings on Ray
+    llmsched-train --trace my.csv --trace-format azure --init policies/generalist --out runs/mine  # fine-tune
 
 Hyperparameters come from agents/hyperparams/<algo>.yml keyed by scenario, then --quick, then --hp
 key=value, then the flags. The run folder keeps the resolved config (config.yml), the command line
@@ -26,6 +27,7 @@ from agents.sweep import run_sweep, sweep_configs
 from agents.train_config import DEFAULT_EVAL_BASELINES, DEFAULT_EVAL_ROUTERS, QUICK, TrainConfig, resolve_hyperparams
 from agents.training import resume_best, train
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
+from llmsched_env.commands.evaluate_args import add_engine_limits, add_trace_options, engine_limits, trace_options
 from llmsched_env.commands.help import DefaultsFormatter, from_args, program
 from llmsched_env.common.outputs import check_output
 from llmsched_env.evaluation.distributed import RAY_INSTALL_HINT
@@ -83,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-progress", action="store_true", help="no status lines and no progress bars on stderr")
     p.add_argument("--force", action="store_true", help="allow a run folder inside a shipped folder")
+    trace = p.add_argument_group("your own trace instead of --scenario (split in time: train, val, test)")
+    add_trace_options(trace)  # type: ignore[arg-type]
+    add_engine_limits(p, "engine limits of --trace's engine")
     sweep = p.add_argument_group("many trainings (each in its own run folder OUT/<scenario>-seed<K>[-key=value])")
     sweep.add_argument("--scenarios", default=None, help="comma list: one training per scenario (default: none)")
     sweep.add_argument("--seeds", default=None, help="comma list: one training per seed (default: --seed)")
@@ -118,6 +123,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.grid[key] = values.split(",")
     if args.ray_cpus is not None and args.ray_cpus < 1:
         p.error("--ray-cpus must be >= 1")
+    trace, limits = None, engine_limits(args)
+    if args.trace is not None:
+        if args.sweep or args.scenario != "default":
+            p.error("--trace replaces --scenario and trains once (no --scenarios, --seeds, --hp-grid or --ray)")
+        trace = {**trace_options(args), **({"engine": limits} if limits else {})}
+    elif limits or any(getattr(args, k) is not None for k in ("trace_format", "trace_rate", "tenant_slo")):
+        p.error("--trace-format, --trace-rate, --tenant-slo and the engine limits apply to --trace only")
     try:
         args.config = from_args(
             TrainConfig,
@@ -128,6 +140,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             hp=parse_overrides(args.hp),
             eval_baselines=args.eval_baselines or None,  # a comma string; TrainConfig splits it
             progress=not args.no_progress,
+            trace=trace,
         )
         check_output(args.config.run_folder, args.force)
         args.configs = [args.config]

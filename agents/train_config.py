@@ -90,7 +90,10 @@ class TrainConfig:
     ``force`` allows a run folder inside a shipped folder (``llmsched_env.common.outputs``). ``init``: an
     exported policy (folder or ``policy.json``) whose weights start the training instead of cloning (fine-tuning,
     e.g. ``policies/generalist`` on one scenario); its network shape wins over the hyperparameters'. The
-    scenario ``generalist`` trains one schema-2 policy on ``LLMSchedMix-v0``. Bad values raise a one-line
+    scenario ``generalist`` trains one schema-2 policy on ``LLMSchedMix-v0``. ``trace``: a user's trace to train
+    on instead of ``scenario`` (its options as ``llmsched-evaluate --trace`` names them, ``trace``,
+    ``trace_format``, ``trace_columns``, ...; ``engine``: engine limits such as ``num_kv_blocks``), split in time
+    into train, val and test parts; ``scenario`` becomes the trace's name. Bad values raise a one-line
     ``ValueError``."""
 
     scenario: str = "default"
@@ -109,9 +112,13 @@ class TrainConfig:
     progress: bool = True
     force: bool = False
     init: Path | None = None
+    trace: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        if self.trace is not None:
+            self._read_trace()
         known = [*list_scenarios(), GENERALIST, *list_cluster_scenarios()]
+        known += [self.scenario] if self.trace is not None else []
         if self.scenario not in known:
             raise ValueError(f"scenario: unknown scenario {self.scenario!r}; available: {', '.join(known)}")
         if self.algo not in ALGOS:
@@ -157,6 +164,34 @@ class TrainConfig:
                 )
             object.__setattr__(self, "_init_policy", start)  # read once: the training takes it from here
 
+    def _read_trace(self) -> None:
+        """Build the trace's scenario once (the training takes it from here) and name the run after it."""
+        from llmsched_env.commands.evaluate_args import ENGINE_LIMITS, build_trace_scenario
+
+        if not isinstance(self.trace, Mapping):
+            raise ValueError(f"trace: expected a mapping of trace options, got {self.trace!r}")
+        options = {k: v for k, v in self.trace.items() if k != "engine"}
+        limits = dict(self.trace.get("engine") or {})
+        bad = sorted(set(limits) - set(ENGINE_LIMITS))
+        if bad:
+            raise ValueError(f"trace: unknown engine limit(s) {bad}; known: {', '.join(ENGINE_LIMITS)}")
+        if self.scenario in list_cluster_scenarios():
+            raise ValueError("trace: a trace trains a single-node scheduler, not a router")
+        if self.scenario == GENERALIST:
+            raise ValueError("trace: the generalist trains on its mix; fine-tune it on a trace with init instead")
+        try:
+            scenario = build_trace_scenario(options, limits)
+        except ValueError as exc:
+            raise ValueError(f"trace: {exc}") from None
+        object.__setattr__(self, "trace", {**options, **({"engine": limits} if limits else {})})
+        object.__setattr__(self, "scenario", scenario.name)
+        object.__setattr__(self, "_trace_scenario", scenario)
+
+    @property
+    def env_scenario(self) -> Any:
+        """What the envs are built on: the trace's ``Scenario`` with ``trace``, else the ``scenario`` name."""
+        return getattr(self, "_trace_scenario", None) or self.scenario
+
     @property
     def init_policy(self) -> ExportedPolicy | None:
         """The ``ExportedPolicy`` of ``init`` (read and checked once, by ``__post_init__``); None without it."""
@@ -179,13 +214,19 @@ class TrainConfig:
 
     def to_argv(self) -> list[str]:
         """The ``llmsched-train`` arguments of this training (``hp`` as one ``--hp key=JSON`` per leaf)."""
-        argv = ["--scenario", self.scenario, "--algo", self.algo, "--seed", str(self.seed)]
+        argv = ["--scenario", self.scenario] if self.trace is None else []  # a trace replaces --scenario
+        argv += ["--algo", self.algo, "--seed", str(self.seed)]
         argv += ["--out", str(self.run_folder), "--vec-env", self.vec_env]
         optional = {"--timesteps": self.timesteps, "--n-envs": self.n_envs, "--bc": self.bc}
         optional["--hyperparams"] = self.hyperparams
         optional["--init"] = self.init
         optional["--eval-baselines"] = ",".join(self.eval_baselines) if self.eval_baselines is not None else None
         argv += [x for key, value in optional.items() if value is not None for x in (key, str(value))]
+        for key, value in (self.trace or {}).items():  # the trace replaces --scenario
+            if key == "engine":
+                argv += [x for name, n in value.items() for x in (f"--{name.replace('_', '-')}", str(n))]
+            else:
+                argv += [f"--{key.replace('_', '-')}", str(value)]
         argv += [x for key, value in _leaves(self.hp) for x in ("--hp", f"{key}={json.dumps(value)}")]
         flags = {"--quick": self.quick, "--resume": self.resume, "--no-progress": not self.progress}
         return argv + [flag for flag, on in flags.items() if on] + (["--force"] if self.force else [])
@@ -225,6 +266,11 @@ def resolve_hyperparams(config: TrainConfig) -> dict[str, Any]:
         hp["bc_warmstart"] = None if config.bc == "none" else config.bc
     if config.algo not in ACTOR_CRITIC_ALGOS:
         hp["bc_warmstart"] = None  # the warm start fits actor-critic policies
+    if config.trace is not None:  # episodes that fit in every part of the trace (val and test are the short ones)
+        env_kwargs = dict(hp.get("env_kwargs") or {})
+        fits = config.env_scenario.num_requests
+        env_kwargs["num_requests"] = min(int(env_kwargs.get("num_requests", fits)), fits)
+        hp["env_kwargs"] = env_kwargs
     hp.setdefault("eval_freq", max(hp.get("n_timesteps", 100_000) // 10, 1000))
     hp.setdefault("eval_episodes", 3)
     hp.setdefault("eval_load", 1.2)

@@ -57,6 +57,7 @@ from agents.wrappers import FlatActions
 from llmsched_env.common.outputs import check_output
 from llmsched_env.evaluation.progress import Progress, status
 from llmsched_env.workloads.library import list_scenarios
+from llmsched_env.workloads.scenarios import Scenario
 
 __all__ = [
     "BC_EPOCHS",
@@ -75,17 +76,17 @@ BC_EPOCHS = 10  # passes of behaviour cloning over the demonstrations
 
 
 def make_env_fn(
-    scenario: str, algo: str, env_kwargs: Mapping[str, Any], split: str = "train", agent: bool = True
+    scenario: str | Scenario, algo: str, env_kwargs: Mapping[str, Any], split: str = "train", agent: bool = True
 ) -> Callable[[], gym.Env]:
-    """A factory of ``LLMSched-v0`` envs (or, for a cluster scenario, ``LLMSchedCluster-v0``); ``agent`` wraps
-    them for the algorithm (DQN's flat actions)."""
+    """A factory of ``LLMSched-v0`` envs (or, for a cluster scenario, ``LLMSchedCluster-v0``) on ``scenario``
+    (a name, or a ``Scenario`` such as a trace's); ``agent`` wraps them for the algorithm (DQN's flat actions)."""
 
     def make() -> gym.Env:
-        if is_generalist(scenario):  # a new workload every episode; the loads are the mix's own
+        if isinstance(scenario, str) and is_generalist(scenario):  # a workload per episode, at the mix's loads
             kwargs = {k: v for k, v in env_kwargs.items() if k != "load"}
             kwargs.setdefault("knee_loads", knee_loads())
             return gym.make("LLMSchedMix-v0", split=split, **kwargs)
-        if is_cluster(scenario):  # one routing decision per arrival: no iterations_per_step
+        if isinstance(scenario, str) and is_cluster(scenario):  # one routing decision per arrival
             kwargs = {k: v for k, v in env_kwargs.items() if k != "iterations_per_step"}
             return gym.make("LLMSchedCluster-v0", scenario=scenario, split=split, **kwargs)
         env = gym.make("LLMSched-v0", scenario=scenario, split=split, **env_kwargs)
@@ -128,7 +129,7 @@ def _clone(model: BaseAlgorithm, config: TrainConfig, run: dict[str, Any], env_k
     with Progress(BC_EPOCHS * (1 + rounds), f"cloning {baseline}", enabled=config.progress, unit="epoch") as bar:
         stats = behaviour_clone(
             model,
-            make_env_fn(config.scenario, config.algo, env_kwargs, agent=False),
+            make_env_fn(config.env_scenario, config.algo, env_kwargs, agent=False),
             baseline,
             steps,
             epochs=BC_EPOCHS,
@@ -162,7 +163,7 @@ def _model(
         start, net = init_network(config.init_policy)
         hp = {**hp, "policy_kwargs": {**dict(hp.get("policy_kwargs") or {}), **net}}
         model = make_model(config.algo, vec_env, seed=config.seed, tensorboard_log=tb, **hp)
-        probe = make_env_fn(config.scenario, config.algo, env_kwargs, agent=False)()
+        probe = make_env_fn(config.env_scenario, config.algo, env_kwargs, agent=False)()
         try:
             init_from_policy(model, start, probe)
         finally:
@@ -231,7 +232,7 @@ def train(config: TrainConfig) -> Path:
     where = f"{config.scenario}, train split, {config.vec_env} vec env"
     status(f"building {n_envs} envs of {env_id} ({where})", enabled=config.progress)
     vec_cls = SubprocVecEnv if config.vec_env == "subproc" else DummyVecEnv
-    make_train_env = make_env_fn(config.scenario, config.algo, env_kwargs)
+    make_train_env = make_env_fn(config.env_scenario, config.algo, env_kwargs)
     vec_env = make_vec_env(make_train_env, n_envs=n_envs, seed=config.seed, vec_env_cls=vec_cls)
     try:
         model, resumed = _model(config, hp, run, vec_env, env_kwargs)
@@ -253,7 +254,7 @@ def _learn(
     ``best``: the best evaluation so far of the run being resumed (None: none to beat)."""
     out, scenario = config.run_folder, config.scenario
     exportable = config.algo in ACTOR_CRITIC_ALGOS
-    single = make_env_fn(scenario, config.algo, env_kwargs, agent=False)()
+    single = make_env_fn(config.env_scenario, config.algo, env_kwargs, agent=False)()
 
     def export(m: BaseAlgorithm) -> None:
         if exportable:
@@ -265,7 +266,7 @@ def _learn(
         kw = dict(eval_kwargs, load=run["eval_load"]) if not is_generalist(scenario) else dict(eval_kwargs)
         if not agent:
             kw["iterations_per_step"] = 1  # baselines decide every iteration
-        return make_env_fn(scenario, config.algo, kw, split="val", agent=agent)()
+        return make_env_fn(config.env_scenario, config.algo, kw, split="val", agent=agent)()
 
     every = max(int(run["eval_freq"]) // int(run["n_envs"]), 1)
     evaluator = PeriodicEvalCallback(

@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+import yaml
 from gymnasium.utils.env_checker import check_env as gym_check_env
 from sb3_contrib import MaskablePPO
 
@@ -221,3 +222,59 @@ def test_per_workload_builds_the_first_baseline_that_fits_each_episode() -> None
         baselines.per_workload(",")
     with pytest.raises(ValueError, match="nope"):
         baselines.per_workload("nope")(single)
+
+
+def _user_trace(path: Path, n: int = 900) -> Path:
+    rng = np.random.default_rng(0)
+    arrivals = np.cumsum(rng.exponential(0.3, n))
+    rows = [f"{t:.4f},{int(rng.integers(50, 800))},{int(rng.integers(10, 200))},{'a' if i % 3 else 'b'}"
+            for i, t in enumerate(arrivals)]  # fmt: skip
+    path.write_text("arrival,prompt_len,output_len,tenant\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def test_train_fine_tunes_on_a_users_trace(schema2_policy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from agents.cli import main as train_main
+    from agents.cli import parse_args
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    trace = _user_trace(tmp_path / "mine.csv")
+    run = tmp_path / "ft"
+    argv = [
+        "--trace", str(trace), "--trace-format", "generic", "--trace-columns", GENERIC,
+        "--tenant-slo", "a=chat,b=interactive", "--max-num-seqs", "32", "--init", str(schema2_policy),
+        "--timesteps", "128", "--n-envs", "1", "--hp", "n_steps=128", "--hp", "batch_size=64",
+        "--hp", "eval_freq=128", "--hp", "eval_episodes=1", "--eval-baselines", "fcfs", "--no-progress",
+        "--out", str(run),
+    ]  # fmt: skip
+    config = parse_args(argv).config
+    assert config.scenario == "mine" and config.env_scenario.engine.max_num_seqs == 32
+    assert [t.name for t in config.env_scenario.source("test").tenants] == ["b", "a"]  # order of appearance
+    assert parse_args(config.to_argv()).config == config  # command.txt trains the same again
+    train_main(argv)
+    policy = load_policy_file(run)
+    assert policy.schema_version == 2 and policy.meta["scenario"] == "mine"
+    sizes = yaml.safe_load((run / "config.yml").read_text())["env_kwargs"]["num_requests"]
+    assert sizes <= config.env_scenario.num_requests  # episodes fit the trace's val and test parts
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [(["--scenarios", "default,bursty"], "--trace replaces --scenario"),
+     (["--scenario", "generalist"], "--trace replaces --scenario"),
+     (["--trace-format", "azure"], "mine.csv:1: missing colum"),
+     (["--trace-format", "generic"], "needs --trace-columns")],
+)  # fmt: skip
+def test_train_trace_options_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture, extra: list, message: str):
+    from agents.cli import parse_args
+
+    trace = _user_trace(tmp_path / "mine.csv", 50)
+    with pytest.raises(SystemExit):
+        parse_args(["--trace", str(trace), "--out", str(tmp_path / "r"), *extra])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message in err
+    with pytest.raises(SystemExit):
+        parse_args(["--trace-format", "azure", "--out", str(tmp_path / "r")])  # no --trace
+    assert "apply to --trace only" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="generalist trains on its mix"):
+        TrainConfig(scenario="generalist", trace={"trace": trace, "trace_format": "generic", "trace_columns": GENERIC})

@@ -9,7 +9,7 @@ without ``--force``) checks the rest and its ``ValueError`` becomes the usage li
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +27,17 @@ from llmsched_env.workloads.traces import TRACE_FORMATS
 __all__ = [
     "ENGINE_LIMITS",
     "PROG",
+    "TRACE_OPTIONS",
     "add_engine_limits",
     "add_trace_options",
     "build_parser",
+    "build_trace_scenario",
     "config_from_args",
     "csv_list",
     "engine_limits",
     "int_at_least",
     "positive_int",
+    "trace_options",
     "trace_scenario",
 ]
 
@@ -219,9 +222,11 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
     add("--trace-time-unit", choices=("s", "ms"), default="s", help="generic format: timestamp unit")
 
 
-def add_engine_limits(p: argparse.ArgumentParser) -> None:
+def add_engine_limits(
+    p: argparse.ArgumentParser, title: str = "engine limits (override every scenario's engine, --trace's included)"
+) -> None:
     """``--num-kv-blocks`` and the other ``ENGINE_LIMITS``; ``engine_limits`` reads them back."""
-    eng = p.add_argument_group("engine limits (override every scenario's engine, --trace's included)")
+    eng = p.add_argument_group(title)
     for name, what in ENGINE_LIMITS.items():
         eng.add_argument(f"--{name.replace('_', '-')}", type=positive_int, default=None, help=what)
 
@@ -293,35 +298,66 @@ def tenant_slos(text: str) -> dict[str, SLOClass]:
     return out
 
 
+TRACE_OPTIONS = ("trace", "trace_format", "trace_rate", "trace_slo", "tenant_slo", "trace_columns", "trace_time_unit")
+
+
+def trace_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--trace`` options of ``args`` (``add_trace_options``) by name, the unset ones left out."""
+    return {k: getattr(args, k) for k in TRACE_OPTIONS if getattr(args, k, None) is not None}
+
+
+def build_trace_scenario(options: Mapping[str, Any], limits: Mapping[str, int] | None = None) -> Scenario:
+    """The scenario of a trace from its options (``trace_options``: ``trace``, ``trace_format`` and the optional
+    others, as the command line names them) over an engine with ``limits``; ``ValueError`` naming the option,
+    or from the trace reader naming the file."""
+    unknown = sorted(set(options) - set(TRACE_OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown trace option(s) {unknown}; known: {', '.join(TRACE_OPTIONS)}")
+    if options.get("trace") is None:
+        raise ValueError("--trace: no trace file given")
+    fmt = options.get("trace_format")
+    if fmt not in TRACE_FORMATS:
+        raise ValueError(f"--trace needs --trace-format ({', '.join(TRACE_FORMATS)}), got {fmt!r}")
+    try:
+        default = slo_class(str(options.get("trace_slo", "chat")))
+    except ValueError as exc:
+        raise ValueError(f"--trace-slo: {exc}") from None
+    try:
+        text = options.get("tenant_slo")
+        per_tenant = tenant_slos(str(text)) if text is not None else None
+    except ValueError as exc:
+        raise ValueError(f"--tenant-slo: {exc}") from None
+    reader: dict[str, Any] = {}
+    if fmt == "generic":
+        columns = options.get("trace_columns")
+        if not columns:
+            raise ValueError("--trace-format generic needs --trace-columns (e.g. prompt_len=input,output_len=output)")
+        try:
+            reader["columns"] = dict(kv.split("=", 1) for kv in str(columns).split(","))
+        except ValueError:
+            raise ValueError(
+                f"--trace-columns must be field=column pairs separated by commas, got {columns!r}"
+            ) from None
+        reader["time_unit"] = options.get("trace_time_unit", "s")
+    return scenario_from_trace(
+        Path(options["trace"]),
+        fmt,
+        options.get("trace_rate"),
+        default,
+        engine=EngineConfig(**(limits or {})),
+        tenant_slos=per_tenant,
+        **reader,
+    )
+
+
 def trace_scenario(p: argparse.ArgumentParser, args: argparse.Namespace, limits: dict[str, int]) -> Scenario:
     """The scenario of ``--trace`` and its options (``add_trace_options``); a usage error for a bad option, and
     ``ValueError`` from the trace reader, naming the file."""
     if args.trace_format is None:
         p.error(f"--trace needs --trace-format ({', '.join(TRACE_FORMATS)})")
     try:
-        default = slo_class(args.trace_slo)
+        return build_trace_scenario(trace_options(args), limits)  # EvalConfig puts the limits over it again
     except ValueError as exc:
-        p.error(f"--trace-slo: {exc}")
-    try:
-        per_tenant = tenant_slos(args.tenant_slo) if args.tenant_slo is not None else None
-    except ValueError as exc:
-        p.error(f"--tenant-slo: {exc}")
-    options: dict[str, Any] = {}
-    if args.trace_format == "generic":
-        if not args.trace_columns:
-            p.error("--trace-format generic needs --trace-columns (e.g. prompt_len=input,output_len=output)")
-        try:
-            options["columns"] = dict(kv.split("=", 1) for kv in args.trace_columns.split(","))
-        except ValueError:
-            p.error(f"--trace-columns must be field=column pairs separated by commas, got {args.trace_columns!r}")
-        options["time_unit"] = args.trace_time_unit
-    engine = EngineConfig(**limits)  # EvalConfig puts the limits over it again: the same engine
-    return scenario_from_trace(
-        args.trace,
-        args.trace_format,
-        args.trace_rate,
-        default,
-        engine=engine,
-        tenant_slos=per_tenant,
-        **options,
-    )
+        if str(exc).startswith("--"):
+            p.error(str(exc))
+        raise
