@@ -131,8 +131,9 @@ def behaviour_clone(
 
 def _clone_actor(model: Any, env: gym.Env) -> Actor:
     """The model's deterministic action (masked where it takes masks) as its exported policy computes it: the
-    same network in numpy, about a tenth of the cost of SB3's ``predict`` per call, which was most of a DAgger
-    round's time. A model the policy format cannot hold acts through ``SB3Policy``."""
+    same network in numpy, far cheaper per call than SB3's ``predict``, whose overhead was most of a DAgger
+    round's time (``bench/bench_clone_actor.py``). A model the policy format cannot hold acts through
+    ``SB3Policy``."""
     from agents.export import export_policy
     from llmsched_env.runtime.policy_file import load_policy_file
 
