@@ -351,13 +351,9 @@ def build_trace_scenario(options: Mapping[str, Any], limits: Mapping[str, int] |
 
 
 def trace_scenario(p: argparse.ArgumentParser, args: argparse.Namespace, limits: dict[str, int]) -> Scenario:
-    """The scenario of ``--trace`` and its options (``add_trace_options``); a usage error for a bad option, and
-    ``ValueError`` from the trace reader, naming the file."""
+    """The scenario of ``--trace`` and its options (``add_trace_options``); a usage error without
+    ``--trace-format``, else ``build_trace_scenario``'s ``ValueError`` naming the option or the file (which
+    the commands turn into their usage line)."""
     if args.trace_format is None:
         p.error(f"--trace needs --trace-format ({', '.join(TRACE_FORMATS)})")
-    try:
-        return build_trace_scenario(trace_options(args), limits)  # EvalConfig puts the limits over it again
-    except ValueError as exc:
-        if str(exc).startswith("--"):
-            p.error(str(exc))
-        raise
+    return build_trace_scenario(trace_options(args), limits)  # EvalConfig puts the limits over it again
