@@ -22,8 +22,8 @@ import gymnasium as gym
 import numpy as np
 import torch as th
 
-import baselines
 from agents.sb3 import SB3Policy
+from agents.teacher import teacher as make_teacher
 
 __all__ = ["Actor", "behaviour_clone", "collect_demonstrations"]
 
@@ -40,7 +40,7 @@ def collect_demonstrations(
     stride: int = 1,
 ) -> dict[str, np.ndarray]:
     """``num_steps`` steps on ``env``: observations, masks, the actions of ``baseline`` (a name or a comma list,
-    ``baselines.per_workload``) and
+    ``agents.teacher.teacher``: baselines, or ``searched`` on ``LLMSchedMix-v0``) and
     discounted returns. ``actor`` (None: the baseline) plays the episodes; the baseline's action in each state
     reached is the label (DAgger). On ``LLMSchedMix-v0`` the teacher is built again for each episode's
     workload. ``stride``: keep one step in ``stride`` (``num_steps`` kept ones, from ``stride`` times as many
@@ -50,7 +50,7 @@ def collect_demonstrations(
         raise ValueError(f"stride must be an integer >= 1, got {stride!r}")
     unwrapped: Any = env.unwrapped
     obs_l, mask_l, act_l, rew_l, done_l, kept = [], [], [], [], [], []
-    teacher = baselines.per_workload(baseline, seed)  # built for each episode's workload
+    teacher = make_teacher(baseline, seed)  # built for each episode's workload
     obs, _ = env.reset(seed=seed)
     policy = teacher(env)
     episode = 0

@@ -31,7 +31,7 @@ mask: ``make_router(name, env.unwrapped.policy_context(), seed)`` with ``name`` 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from baselines.base import BaselinePolicy, StaticPolicy
@@ -118,29 +118,35 @@ def make_for(name: str, ctx: PolicyContext | RouterContext, seed: int | None = N
     return make_policy(name, ctx, seed)  # type: ignore[return-value]
 
 
-def per_workload(names: str, seed: int | None = None) -> Callable[[Any], Policy]:
+def per_workload(
+    names: str, seed: int | None = None, builders: Mapping[str, Callable[[Any], Policy]] | None = None
+) -> Callable[[Any], Policy]:
     """A policy factory for ``run_episode`` (called with the env after each reset): the baseline ``names``
     (one name, or a comma list: the first that builds for the workload, e.g. ``tuned,slo_aware``: the tuned
     settings where the table has the scenario, else slo_aware) built for the env's workload, once for an env of
     one workload and again whenever ``LLMSchedMix-v0`` has drawn a new one (its ``inner`` env changes). The
-    last name's ``ValueError`` when none builds."""
+    last name's ``ValueError`` when none builds. ``builders``: names built by calling ``builders[name](env)``
+    rather than from the policy context (a teacher that needs the env itself: ``agents.teacher``)."""
     listed = [n for n in names.split(",") if n]
     if not listed:
         raise ValueError(f"per_workload: no baseline named in {names!r}")
+    extra = dict(builders or {})
     built: dict[str, Any] = {}
+
+    def build(name: str, env: Any) -> Policy:
+        return extra[name](env) if name in extra else make_for(name, env.unwrapped.policy_context(), seed)
 
     def make(env: Any) -> Policy:
         inner = getattr(env.unwrapped, "inner", None)
         if "policy" not in built or built["inner"] is not inner:
-            ctx = env.unwrapped.policy_context()
             for name in listed[:-1]:
                 try:
-                    built["policy"] = make_for(name, ctx, seed)
+                    built["policy"] = build(name, env)
                     break
                 except ValueError:
                     continue
             else:
-                built["policy"] = make_for(listed[-1], ctx, seed)
+                built["policy"] = build(listed[-1], env)
             built["inner"] = inner
         return built["policy"]
 

@@ -17,7 +17,7 @@ from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.engine.batch import Decision
 
-__all__ = ["BaselinePolicy", "StaticPolicy", "nearest_option", "valid_mask"]
+__all__ = ["BaselinePolicy", "FixedPolicy", "StaticPolicy", "nearest_option", "valid_mask"]
 
 _MAX_CACHED_MASKS = 64  # the env produces 4 mask patterns; the bound only guards against odd callers
 
@@ -101,3 +101,16 @@ class StaticPolicy(BaselinePolicy):
 
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
         return self._emit(0, action_mask)
+
+
+class FixedPolicy(StaticPolicy):
+    """Given knobs (a ``Decision``, e.g. a tuned-table entry's) at every iteration, whatever the workload."""
+
+    name = "fixed"
+
+    def __init__(self, ctx: PolicyContext, decision: Decision, seed: int | None = None) -> None:
+        self._given = decision
+        super().__init__(ctx, seed)
+
+    def decide(self, ctx: PolicyContext) -> Decision:
+        return self._given

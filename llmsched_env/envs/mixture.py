@@ -103,6 +103,7 @@ class WorkloadMixEnv(gym.Env):
         self.action_space = spaces.MultiDiscrete(np.array(ActionSpec.for_engine(EngineConfig(), 2).nvec))
         self.inner: LLMSchedEnv | None = None
         self.workload: dict[str, Any] = {}
+        self.episode_seed: int | None = None
 
     # ---------------------------------------------------------------------------------------- the draw
     def draw(self, seed: int) -> tuple[LLMSchedEnv, dict[str, Any]]:
@@ -135,6 +136,13 @@ class WorkloadMixEnv(gym.Env):
         )
         return env, {"scenario": name, "load": load, "length_prediction": prediction}
 
+    def replay(self) -> tuple[LLMSchedEnv, int]:
+        """A fresh env of the current episode's workload and the seed whose ``reset`` gives it the same requests
+        (a teacher that tries settings on the episode plays them there: ``agents.teacher``)."""
+        if self.episode_seed is None:
+            raise RuntimeError("call reset() before replay(): each episode has its own workload")
+        return self.draw(self.episode_seed)[0], self.episode_seed
+
     def _size(self, name: str) -> int | None:
         """Episode size for library scenario ``name``: ``num_requests`` capped by the scenario's own."""
         if self.num_requests is None:
@@ -148,6 +156,7 @@ class WorkloadMixEnv(gym.Env):
         if self.inner is not None:
             self.inner.close()
         self.inner, self.workload = self.draw(episode_seed)
+        self.episode_seed = episode_seed
         obs, info = self.inner.reset(seed=episode_seed)
         return obs, {**info, "workload": dict(self.workload)}
 

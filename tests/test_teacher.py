@@ -1,0 +1,92 @@
+"""The ``searched`` teacher (``agents.teacher``): the best of several settings, tried on the episode itself."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import llmsched_env  # noqa: F401
+from agents.bc import collect_demonstrations
+from agents.teacher import SEARCHED, candidate_factory, searched, teacher
+from llmsched_env.envs.episode import run_episode
+from llmsched_env.envs.mixture import WorkloadMixEnv
+
+CANDIDATES = ("fcfs", "sjf", "tuned:short-long", "tuned:default")
+
+
+def _mix() -> WorkloadMixEnv:
+    """Short library episodes (the search replays each once per candidate), at loads where the settings differ."""
+    return WorkloadMixEnv(
+        scenarios=("default", "short-long"),
+        num_requests=30,
+        random_share=0.0,
+        load_span=(2.0, 3.0),
+        check_invariants=True,
+    )
+
+
+def test_replay_gives_the_episode_again() -> None:
+    env = _mix()
+    env.reset(seed=4)
+    first = run_episode(env.replay()[0], candidate_factory("fcfs"), env.episode_seed)  # type: ignore[arg-type]
+    again = run_episode(env.replay()[0], candidate_factory("fcfs"), env.episode_seed)  # type: ignore[arg-type]
+    assert first == again
+    played = env  # the episode itself under fcfs: the same metrics as its replay
+    assert run_episode(played, candidate_factory("fcfs"), 4) == first
+    with pytest.raises(RuntimeError, match="reset"):
+        _mix().replay()
+
+
+def test_searched_plays_the_candidate_with_the_best_attainment() -> None:
+    env = _mix()
+    chosen_names = set()
+    for seed in range(4):
+        env.reset(seed=seed)
+        scores = {}
+        for c in CANDIDATES:
+            m = run_episode(env.replay()[0], candidate_factory(c), env.episode_seed)  # type: ignore[arg-type]
+            scores[c] = (m["slo_attainment"], m["goodput_rps"])
+        best = max(CANDIDATES, key=lambda c: scores[c])  # the first of equal scores, as the search keeps it
+        policy = searched(env, CANDIDATES)
+        expected = candidate_factory(best)(env)
+        assert type(policy) is type(expected) and policy.decision_for(0) == expected.decision_for(0)
+        # and it is no worse than any candidate on this episode
+        assert run_episode(env.replay()[0], lambda e, p=policy: p, env.episode_seed)["slo_attainment"] == max(  # type: ignore[arg-type]
+            s[0] for s in scores.values()
+        )
+        chosen_names.add(best)
+    assert len(chosen_names) >= 2  # the best setting depends on the episode
+
+
+def test_searched_refuses_other_envs_and_unknown_candidates() -> None:
+    single = gym.make("LLMSched-v0", scenario="default", num_requests=20)
+    single.reset(seed=0)
+    with pytest.raises(ValueError, match=r"searched.*LLMSchedMix-v0"):
+        searched(single)
+    with pytest.raises(ValueError, match="tuned:nowhere"):
+        candidate_factory("tuned:nowhere")
+    env = _mix()
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="at least one candidate"):
+        searched(env, ())
+
+
+def test_tuned_first_then_searched_on_random_workloads() -> None:
+    env = WorkloadMixEnv(scenarios=("default",), num_requests=8, random_share=0.5)
+    make = teacher(f"tuned,{SEARCHED}", seed=0)
+    kinds = set()
+    for seed in range(8):
+        env.reset(seed=seed)
+        policy = make(env)
+        random = env.workload["scenario"].startswith("random-")
+        assert (policy.name == "tuned") != random
+        kinds.add(random)
+    assert kinds == {True, False}
+
+
+def test_demonstrations_from_the_searched_teacher_are_deterministic() -> None:
+    a = collect_demonstrations(_mix(), f"tuned,{SEARCHED}", 120, 0.99, seed=2)
+    b = collect_demonstrations(_mix(), f"tuned,{SEARCHED}", 120, 0.99, seed=2)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
