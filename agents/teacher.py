@@ -75,5 +75,10 @@ def searched(env: Any, candidates: Sequence[str] = DEFAULT_CANDIDATES, seed: int
 
 
 def teacher(names: str, seed: int | None = None) -> Callable[[Any], Policy]:
-    """``baselines.per_workload`` over ``names``, which may also name ``searched``."""
-    return baselines.per_workload(names, seed, builders={SEARCHED: lambda env: searched(env, seed=seed)})
+    """``baselines.per_workload`` over ``names``, which may also name ``searched`` and ``tuned:SCENARIO`` (that
+    scenario's tuned settings on every workload)."""
+    builders: dict[str, Callable[[Any], Policy]] = {SEARCHED: lambda env: searched(env, seed=seed)}
+    for name in names.split(","):
+        if name.startswith(TUNED_PREFIX):
+            builders[name] = candidate_factory(name, seed)
+    return baselines.per_workload(names, seed, builders=builders)

@@ -90,3 +90,21 @@ def test_demonstrations_from_the_searched_teacher_are_deterministic() -> None:
     b = collect_demonstrations(_mix(), f"tuned,{SEARCHED}", 120, 0.99, seed=2)
     for key in a:
         np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_a_scenarios_tuned_settings_teach_every_workload() -> None:
+    env = WorkloadMixEnv(scenarios=("default",), num_requests=8, random_share=0.5)
+    make = teacher("tuned,tuned:mixed-slo", seed=0)
+    expected = candidate_factory("tuned:mixed-slo")
+    kinds = set()
+    for seed in range(10):
+        env.reset(seed=seed)
+        policy = make(env)
+        kinds.add(env.workload["scenario"].startswith("random-"))
+        if env.workload["scenario"].startswith("random-"):
+            assert policy.decision_for(0) == expected(env).decision_for(0)
+        else:
+            assert policy.name == "tuned"
+    assert kinds == {True, False}
+    with pytest.raises(ValueError, match="tuned:nowhere"):
+        teacher("tuned:nowhere")
