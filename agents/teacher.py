@@ -4,7 +4,7 @@ on the episode itself.
 ``searched`` is built on ``LLMSchedMix-v0`` only. For each episode it replays the episode's workload (the same
 requests: ``WorkloadMixEnv.replay``) under every candidate of ``candidates`` and plays the one with the highest
 SLO attainment (then goodput): per workload the best of the named rules and of the library's tuned settings,
-where a single rule (``slo_aware``) is the teacher otherwise. It sees the episode's future, as a teacher may;
+where one fixed teacher plays every randomised workload otherwise. It sees the episode's future, as a teacher may;
 the clone sees only the observation and learns which setting suits the state it is in. A candidate is a
 baseline name (``slo_aware``, ``sjf``, ...) or ``tuned:SCENARIO``, that library scenario's settings from the
 shipped tuned table played on any workload.
@@ -14,6 +14,7 @@ shipped tuned table played on any workload.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,12 +25,12 @@ from llmsched_env.decision.policy import Policy
 from llmsched_env.decision.tuned_table import load_tuned_table
 from llmsched_env.envs.episode import run_episode
 
-__all__ = ["DEFAULT_CANDIDATES", "SEARCHED", "searched", "teacher"]
+__all__ = ["DEFAULT_CANDIDATES", "SEARCHED", "candidate_factory", "searched", "shipped_settings", "teacher"]
 
 SEARCHED = "searched"
-# chosen on 60 randomised *train* episodes (400 requests, 0.3-2 x the knee), greedily: each added candidate raised
-# the mean of the best-of attainment most (0.924 for mixed-slo's settings alone, 0.935 with all six, 0.9355 with
-# all thirteen of the twelve tuned settings, slo_aware and sjf; slo_aware alone 0.917)
+# chosen on 60 randomised *train* episodes (400 requests, 0.3-2 x the knee; bench/teacher_candidates.py), greedily:
+# each added candidate raised the mean of the best-of attainment most (0.924 for mixed-slo's settings alone, 0.935
+# with all six, 0.9355 with all thirteen: the eleven distinct tuned settings, slo_aware and sjf; slo_aware alone 0.917)
 DEFAULT_CANDIDATES = (
     "tuned:mixed-slo",
     "tuned:default",
@@ -41,15 +42,21 @@ DEFAULT_CANDIDATES = (
 TUNED_PREFIX = "tuned:"
 
 
+@functools.cache
+def shipped_settings() -> dict[str, Any]:
+    """Scenario -> its settings (a ``Decision``) in the shipped tuned table, read once per process."""
+    table = load_tuned_table(SHIPPED_TABLE, shipped=True)
+    return {name: table.settings(name) for name in table.entries}
+
+
 def candidate_factory(candidate: str, seed: int | None = None) -> Callable[[Any], Policy]:
     """A policy factory for ``run_episode`` of one candidate: a baseline name, or ``tuned:SCENARIO``.
     ``ValueError`` naming the candidate when the scenario is not in the shipped table."""
     if candidate.startswith(TUNED_PREFIX):
         scenario = candidate[len(TUNED_PREFIX) :]
-        table = load_tuned_table(SHIPPED_TABLE, shipped=True)
-        if scenario not in table.entries:
+        decision = shipped_settings().get(scenario)
+        if decision is None:
             raise ValueError(f"teacher candidate {candidate!r}: the tuned table has no {scenario!r}")
-        decision = table.settings(scenario)
         return lambda env: FixedPolicy(env.unwrapped.policy_context(), decision)
     return baselines.per_workload(candidate, seed)
 

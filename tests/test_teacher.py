@@ -32,8 +32,7 @@ def test_replay_gives_the_episode_again() -> None:
     first = run_episode(env.replay()[0], candidate_factory("fcfs"), env.episode_seed)  # type: ignore[arg-type]
     again = run_episode(env.replay()[0], candidate_factory("fcfs"), env.episode_seed)  # type: ignore[arg-type]
     assert first == again
-    played = env  # the episode itself under fcfs: the same metrics as its replay
-    assert run_episode(played, candidate_factory("fcfs"), 4) == first
+    assert run_episode(env, candidate_factory("fcfs"), 4) == first  # the episode itself: the same as its replay
     with pytest.raises(RuntimeError, match="reset"):
         _mix().replay()
 
@@ -86,8 +85,8 @@ def test_tuned_first_then_searched_on_random_workloads() -> None:
 
 
 def test_demonstrations_from_the_searched_teacher_are_deterministic() -> None:
-    a = collect_demonstrations(_mix(), f"tuned,{SEARCHED}", 120, 0.99, seed=2)
-    b = collect_demonstrations(_mix(), f"tuned,{SEARCHED}", 120, 0.99, seed=2)
+    a = collect_demonstrations(_mix(), SEARCHED, 120, 0.99, seed=2)  # searched on every (library) episode
+    b = collect_demonstrations(_mix(), SEARCHED, 120, 0.99, seed=2)
     for key in a:
         np.testing.assert_array_equal(a[key], b[key])
 
