@@ -25,7 +25,15 @@ from llmsched_env.decision.policy import Policy
 from llmsched_env.decision.tuned_table import load_tuned_table
 from llmsched_env.envs.episode import run_episode
 
-__all__ = ["DEFAULT_CANDIDATES", "SEARCHED", "candidate_factory", "searched", "shipped_settings", "teacher"]
+__all__ = [
+    "DEFAULT_CANDIDATES",
+    "SEARCHED",
+    "candidate_factory",
+    "check_teacher",
+    "searched",
+    "shipped_settings",
+    "teacher",
+]
 
 SEARCHED = "searched"
 # chosen on 60 randomised *train* episodes (400 requests, 0.3-2 x the knee; bench/teacher_candidates.py), greedily:
@@ -79,6 +87,29 @@ def searched(env: Any, candidates: Sequence[str] = DEFAULT_CANDIDATES, seed: int
             best = (score, candidate)
     assert best is not None
     return candidate_factory(best[1], seed)(env)
+
+
+def check_teacher(names: str, registry: Any = None) -> None:
+    """``ValueError`` naming the first entry of the comma list ``names`` that is no teacher: neither a name of
+    ``registry`` (default: the schedulers; the routers for a cluster scenario), nor, for schedulers,
+    ``searched`` or ``tuned:SCENARIO`` with the scenario in the shipped tuned table. So a typo in
+    ``bc_warmstart`` or ``--bc`` fails when the configuration is read, before any episode is played."""
+    from llmsched_env.decision.registry import SCHEDULERS
+
+    registry = SCHEDULERS if registry is None else registry
+    extended = registry is SCHEDULERS  # searched and tuned:SCENARIO teach single-node schedulers only
+    listed = [n.strip() for n in str(names).split(",")]
+    if not any(listed):
+        raise ValueError(f"no teacher named in {names!r}")
+    for name in listed:
+        if extended and name.startswith(TUNED_PREFIX):
+            scenario = name[len(TUNED_PREFIX) :]
+            if scenario not in shipped_settings():
+                known = ", ".join(sorted(shipped_settings()))
+                raise ValueError(f"{name!r}: the tuned table has no {scenario!r} (it has {known})")
+        elif name not in registry and not (extended and name == SEARCHED):
+            known = ", ".join([*registry, *((SEARCHED, TUNED_PREFIX + "SCENARIO") if extended else ())])
+            raise ValueError(f"unknown {registry.kind} {name!r}; available: {known}")
 
 
 def teacher(names: str, seed: int | None = None) -> Callable[[Any], Policy]:

@@ -132,9 +132,13 @@ class TrainConfig:
         if not isinstance(self.hp, Mapping):
             raise ValueError(f"hp: expected a mapping of hyperparameter overrides, got {self.hp!r}")
         registry = ROUTERS if is_cluster(self.scenario) else SCHEDULERS
-        unknown = [b for b in str(self.bc).split(",") if b not in registry] if self.bc not in (None, "none") else []
-        if unknown:  # a name, or a comma list (the first that builds for each episode)
-            raise ValueError(f"bc: unknown {registry.kind} {','.join(unknown)!r}; available: {', '.join(registry)}")
+        if self.bc not in (None, "none"):  # a name, or a comma list (the first that builds for each episode)
+            from agents.teacher import check_teacher
+
+            try:
+                check_teacher(self.bc, registry)
+            except ValueError as err:
+                raise ValueError(f"bc: {err}") from None
         if self.eval_baselines is not None:
             given = self.eval_baselines
             names = tuple(b for b in given.split(",") if b) if isinstance(given, str) else tuple(given)
@@ -275,6 +279,13 @@ def resolve_hyperparams(config: TrainConfig) -> dict[str, Any]:
     hp.setdefault("eval_episodes", 3)
     hp.setdefault("eval_load", 1.2)
     check_hyperparams(config.algo, hp)
+    if hp.get("bc_warmstart") is not None:
+        from agents.teacher import check_teacher
+
+        try:
+            check_teacher(hp["bc_warmstart"], ROUTERS if is_cluster(config.scenario) else SCHEDULERS)
+        except ValueError as err:
+            raise ValueError(f"hyperparameter 'bc_warmstart' (from the hyperparameter file or --hp): {err}") from None
     return hp
 
 

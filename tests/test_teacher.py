@@ -8,7 +8,8 @@ import pytest
 
 import llmsched_env  # noqa: F401
 from agents.bc import collect_demonstrations
-from agents.teacher import SEARCHED, candidate_factory, searched, teacher
+from agents.teacher import SEARCHED, candidate_factory, check_teacher, searched, teacher
+from agents.train_config import TrainConfig, resolve_hyperparams
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.envs.mixture import WorkloadMixEnv
 
@@ -107,3 +108,23 @@ def test_a_scenarios_tuned_settings_teach_every_workload() -> None:
     assert kinds == {True, False}
     with pytest.raises(ValueError, match="tuned:nowhere"):
         teacher("tuned:nowhere")
+
+
+@pytest.mark.parametrize(
+    ("hp", "message"),
+    [
+        ({"bc_warmstart": "tuned,tuned:nowhere"}, "bc_warmstart.*'tuned:nowhere': the tuned table has no 'nowhere'"),
+        ({"bc_warmstart": "slo_awre"}, "bc_warmstart.*unknown scheduler 'slo_awre'"),
+        ({"bc_warmstart": "tuned,"}, "bc_warmstart.*unknown scheduler ''"),
+    ],
+)
+def test_a_bad_teacher_name_fails_when_the_config_is_read(hp: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        resolve_hyperparams(TrainConfig(scenario="generalist", hp=hp))
+
+
+def test_every_teacher_kind_passes_the_check() -> None:
+    check_teacher(f"tuned,tuned:mixed-slo,{SEARCHED},slo_aware")
+    resolve_hyperparams(TrainConfig(scenario="generalist", bc="tuned,tuned:mixed-slo"))
+    with pytest.raises(ValueError, match="bc: unknown scheduler 'nah'"):
+        TrainConfig(scenario="generalist", bc="fcfs,nah")
