@@ -4,12 +4,18 @@
 # baseline and the generalist (`learned`; `tuned` has no settings for a trace it never saw); then the table.
 #   bash bench/heldout.sh [RESULTS] [POLICIES]    (default docs/results/heldout and every named baseline +
 #                                                  learned; one core, about 30 minutes)
-# POLICIES=learned re-measures the generalist alone beside baselines already measured; its rows go into
-# RESULTS/T-capacity-generalist, which bench/headline.py reads after T-capacity.
+# A POLICIES list re-measures those policies beside the full run, into a folder of their own that no other list
+# writes: RESULTS/T-capacity-generalist for `learned` (the generalist), RESULTS/T-capacity-<p1+p2...> for any
+# other list. bench/headline.py reads every T-capacity* folder, a later one's rows replacing the full run's.
 set -euo pipefail
 OUT=${1:-docs/results/heldout}
-P=${2:-fcfs,prefill_first,priority_aging,sjf,sprw,lpm,vtc,kv_guard,sarathi,slo_aware,random,learned}
-SUFFIX=$([ "$P" = learned ] && echo "-generalist" || echo "")
+ALL=fcfs,prefill_first,priority_aging,sjf,sprw,lpm,vtc,kv_guard,sarathi,slo_aware,random,learned
+P=${2:-$ALL}
+case "$P" in
+    "$ALL") SUFFIX="" ;;
+    learned) SUFFIX="-generalist" ;;
+    *) SUFFIX="-${P//,/+}" ;;
+esac
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 G="--trace-format generic --trace-columns arrival=arrival,prompt_len=prompt_len,output_len=output_len,tenant=tenant"
 C="--capacity --per-seed --split test --seeds 0,1,2,3,4 --num-requests 100 --policies $P --no-progress --force"
