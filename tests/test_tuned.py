@@ -190,6 +190,20 @@ def test_writing_merges_into_the_table_and_round_trips(tmp_path: Path) -> None:
     assert tuple(SETTINGS) == SETTING_NAMES
 
 
+def test_a_table_is_read_once_until_its_file_changes(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    write_tuned_entries(path, {"default": {"settings": SETTINGS, "provenance": {}}})
+    first = load_tuned_table(path)
+    assert load_tuned_table(path) is first  # unchanged file: the table already read
+    other = {**SETTINGS, "max_admit": 8}
+    write_tuned_entries(path, {"default": {"settings": other, "provenance": {}}})  # same size, new file
+    again = load_tuned_table(path)
+    assert again is not first and settings_of(again.settings("default")) == other
+    path.write_text("{")  # broken in place: read again, and refused by name
+    with pytest.raises(ValueError, match=r"t\.json: not a readable JSON"):
+        load_tuned_table(path)
+
+
 # ------------------------------------------------------------------------------------------ evaluation
 def test_evaluate_runs_the_shipped_tuned_policy(capsys: pytest.CaptureFixture[str]) -> None:
     name = sorted(load_tuned_table(SHIPPED_TABLE).entries)[0]

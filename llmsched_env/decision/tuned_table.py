@@ -160,9 +160,31 @@ def is_tuned_table(path: str | Path) -> bool:
     return isinstance(data, dict) and data.get("format") == TUNED_FORMAT
 
 
+# (path, shipped) -> ((inode, mtime_ns, size), table): a table is read and checked again only when its file changed
+_LOADED: dict[tuple[str, bool], tuple[tuple[int, int, int], TunedTable]] = {}
+
+
 def load_tuned_table(path: str | Path, *, shipped: bool = False) -> TunedTable:
-    """The table in ``path``, every entry checked; one-line ``ValueError`` naming the file otherwise."""
+    """The table in ``path``, every entry checked; one-line ``ValueError`` naming the file otherwise. Read once
+    per process while the file is unchanged (same inode, modification time and size): ``tuned`` asks for it every
+    episode, and a table written again (``llmsched-tune``, ``write_tuned_entries``) is read again."""
     p = Path(path)
+    try:
+        st = p.stat()
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+    except OSError:
+        stamp = None  # _read_json names the problem
+    key = (str(p), shipped)
+    cached = _LOADED.get(key)
+    if stamp is not None and cached is not None and cached[0] == stamp:
+        return cached[1]
+    table = _load(p, shipped)
+    if stamp is not None:
+        _LOADED[key] = (stamp, table)
+    return table
+
+
+def _load(p: Path, shipped: bool) -> TunedTable:
     data = _read_json(p)
     if not isinstance(data, dict) or data.get("format") != TUNED_FORMAT:
         raise ValueError(f'{p}: not a tuned-settings table (it needs "format": "{TUNED_FORMAT}")')
