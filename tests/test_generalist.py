@@ -107,8 +107,8 @@ def schema2_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     [("azure_code_1tenant.csv", "azure", None), ("sharegpt_12tenants.csv", "generic", GENERIC),
      ("mooncake_1tenant.jsonl", "mooncake", None), ("conv_code_2tenants.csv", "generic", GENERIC)],
 )  # fmt: skip
-def test_a_schema_2_policy_runs_on_any_trace_in_the_simulator(
-    schema2_policy: Path, tmp_path: Path, trace: str, fmt: str, columns: str | None
+def test_the_shipped_generalist_runs_on_any_trace_in_the_simulator(
+    tmp_path: Path, trace: str, fmt: str, columns: str | None
 ) -> None:
     from llmsched_env.commands.evaluate import main
 
@@ -116,7 +116,7 @@ def test_a_schema_2_policy_runs_on_any_trace_in_the_simulator(
     extra = ["--trace-columns", columns] if columns else []
     code = main(
         ["--trace", str(HELDOUT / trace), "--trace-format", fmt, *extra, "--num-requests", "40",
-         "--policies", f"sprw,g={schema2_policy}", "--check-invariants", "--out", str(out), "--no-plots",
+         "--policies", "sprw,learned", "--check-invariants", "--out", str(out), "--no-plots",
          "--no-progress", "--length-prediction", "lognormal:0.5"]
     )  # fmt: skip
     assert code == 0
@@ -129,7 +129,7 @@ def test_a_schema_2_policy_runs_on_any_trace_in_the_simulator(
 
 
 @pytest.mark.parametrize("trace", ["azure_code_1tenant.csv", "sharegpt_12tenants.csv"])
-def test_a_schema_2_policy_runs_on_the_torch_runtime(schema2_policy: Path, tmp_path: Path, trace: str) -> None:
+def test_the_shipped_generalist_runs_on_the_torch_runtime(tmp_path: Path, trace: str) -> None:
     from llmsched_env.commands.evaluate import main
 
     fmt = (
@@ -140,7 +140,7 @@ def test_a_schema_2_policy_runs_on_the_torch_runtime(schema2_policy: Path, tmp_p
     out = tmp_path / "rt"
     code = main(
         ["--backend", "runtime", "--model", "tiny", "--trace", str(HELDOUT / trace), *fmt, "--num-requests", "4",
-         "--max-model-len", "2048", "--policies", f"g={schema2_policy}", "--check-invariants", "--out", str(out),
+         "--max-model-len", "2048", "--policies", "learned", "--check-invariants", "--out", str(out),
          "--no-plots", "--no-progress"]
     )  # fmt: skip
     assert code == 0
