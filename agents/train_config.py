@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -113,6 +113,10 @@ class TrainConfig:
     force: bool = False
     init: Path | None = None
     trace: Mapping[str, Any] | None = None
+    # derived once in __post_init__ (the policy file read, the trace's scenario built) and handed to the
+    # training from here; not arguments, not compared, not in as_dict
+    _init_policy: ExportedPolicy | None = field(default=None, init=False, repr=False, compare=False)
+    _trace_scenario: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.trace is not None:
@@ -194,12 +198,12 @@ class TrainConfig:
     @property
     def env_scenario(self) -> Any:
         """What the envs are built on: the trace's ``Scenario`` with ``trace``, else the ``scenario`` name."""
-        return getattr(self, "_trace_scenario", None) or self.scenario
+        return self._trace_scenario or self.scenario
 
     @property
     def init_policy(self) -> ExportedPolicy | None:
         """The ``ExportedPolicy`` of ``init`` (read and checked once, by ``__post_init__``); None without it."""
-        return getattr(self, "_init_policy", None)
+        return self._init_policy
 
     @property
     def run_folder(self) -> Path:
@@ -237,7 +241,7 @@ class TrainConfig:
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as JSON-ready values (paths as strings)."""
-        return json.loads(json.dumps(asdict(self), default=str))
+        return json.loads(json.dumps({f.name: getattr(self, f.name) for f in fields(self) if f.init}, default=str))
 
 
 def _leaves(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
