@@ -13,7 +13,9 @@ settings at the loads near capacity where ``tuned`` never went).
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -132,10 +134,13 @@ def _clone_actor(model: Any, env: gym.Env) -> Actor:
     same network in numpy, far cheaper per call than SB3's ``predict``, whose overhead was most of a DAgger
     round's time (``bench/bench_clone_actor.py``). A model the policy format cannot hold acts through
     ``SB3Policy``."""
-    from agents.export import exported_in_memory
+    from agents.export import export_policy
+    from llmsched_env.runtime.policy_file import load_policy_file
 
     try:
-        return exported_in_memory(model, env).act
+        with tempfile.TemporaryDirectory() as tmp:
+            export_policy(model, env, Path(tmp))
+            return load_policy_file(tmp).act
     except (TypeError, ValueError):
         return SB3Policy(model).act
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import save
+from safetensors.torch import save_file
 from sb3_contrib import MaskablePPO, RecurrentPPO
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from stable_baselines3 import A2C, PPO
@@ -32,13 +32,11 @@ from llmsched_env.runtime.policy_file import (
     FORMAT_VERSION,
     JSON_NAME,
     TENSORS_NAME,
-    ExportedPolicy,
     action_options,
     load_policy_file,
-    policy_from_payload,
 )
 
-__all__ = ["export_policy", "exported_in_memory"]
+__all__ = ["export_policy"]
 
 _ALGO_NAMES: tuple[tuple[type[BaseAlgorithm], str], ...] = ((MaskablePPO, "maskable_ppo"), (PPO, "ppo"), (A2C, "a2c"))
 _ACTIVATION_NAMES = {cls: name for name, cls in ACTIVATIONS.items()}
@@ -53,28 +51,6 @@ def export_policy(
     extra: dict[str, Any] | None = None,
 ) -> tuple[Path, Path]:
     """Write ``out_dir/policy.safetensors`` and ``out_dir/policy.json``; return their paths.
-    The arguments and errors are ``_payload``'s (below)."""
-    meta, data = _payload(model, env_or_spec_info, obs_rms=obs_rms, extra=extra)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tensors_path, json_path = out / TENSORS_NAME, out / JSON_NAME
-    tensors_path.write_bytes(data)
-    json_path.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
-    load_policy_file(json_path)  # what was written must load
-    return tensors_path, json_path
-
-
-def exported_in_memory(model: BaseAlgorithm, env_or_spec_info: Any) -> ExportedPolicy:
-    """The policy ``export_policy`` would write, built in memory and checked as a loaded file is (the DAgger
-    rounds' fast actor: ``agents.bc``). ``ValueError`` when the model cannot be exported."""
-    meta, data = _payload(model, env_or_spec_info)
-    return policy_from_payload(meta, data, Path(f"<{type(model).__name__} in memory>"))
-
-
-def _payload(
-    model: BaseAlgorithm, env_or_spec_info: Any, *, obs_rms: Any = None, extra: dict[str, Any] | None = None
-) -> tuple[dict[str, Any], bytes]:
-    """The policy file's JSON object and its safetensors bytes.
 
     ``model``: a MaskablePPO, PPO or A2C with an MLP policy on ``LLMSched-v0`` (a RecurrentPPO is refused:
     the format has no recurrent state). ``env_or_spec_info``: the env
@@ -123,7 +99,10 @@ def _payload(
         elif not isinstance(module, policy.activation_fn):
             raise ValueError(f"cannot export {name}: {type(module).__name__} (only Linear and the activation)")
 
-    data = save(tensors, metadata={"format": FORMAT})
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors_path, json_path = out / TENSORS_NAME, out / JSON_NAME
+    save_file(tensors, str(tensors_path), metadata={"format": FORMAT})
     meta = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -135,14 +114,16 @@ def _payload(
         "masked": algo == "maskable_ppo",
         "normalization": _normalization(obs_rms, n_obs),
         "network": {"activation": activation, "layers": layers},
-        "tensors_sha256": hashlib.sha256(data).hexdigest(),
+        "tensors_sha256": hashlib.sha256(tensors_path.read_bytes()).hexdigest(),
         "algo": algo,
     }
     clash = set(meta) & set(extra or {})
     if clash:
         raise ValueError(f"extra must not override the format's keys {sorted(clash)}")
     meta.update(extra or {})
-    return meta, data
+    json_path.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+    load_policy_file(json_path)  # what was written must load
+    return tensors_path, json_path
 
 
 def _spec_info(obj: Any) -> tuple[tuple[str, ...], Any, int]:

@@ -24,7 +24,7 @@ from sb3_contrib import MaskablePPO
 from stable_baselines3 import A2C, PPO
 
 import llmsched_env  # noqa: F401  (registers LLMSched-v0)
-from agents.export import export_policy, exported_in_memory
+from agents.export import export_policy
 from llmsched_env.decision.observation import SCHEMA_VERSION
 from llmsched_env.runtime.policy_file import ExportedPolicy, PolicyFileError, action_options, load_policy_file
 
@@ -113,16 +113,6 @@ def test_exported_actions_equal_sb3_predict(algo, models, rollout, tmp_path) -> 
         got = policy.act(obs, mask)
         assert got.dtype == np.int64
         np.testing.assert_array_equal(got, _sb3_action(model, obs, mask))
-
-
-def test_the_in_memory_export_is_the_written_file(models, rollout, exported) -> None:
-    """DAgger's fast actor (``exported_in_memory``) holds what ``export_policy`` writes and acts the same."""
-    memory, written = exported_in_memory(models["maskable_ppo"], _env()), load_policy_file(exported)
-    extra = ("scenario", "seed", "timesteps")  # the fixture's own keys
-    assert memory.meta == {k: v for k, v in written.meta.items() if k not in extra}
-    assert "in memory" in str(memory.path)
-    for obs, mask in rollout:
-        np.testing.assert_array_equal(memory.act(obs, mask), written.act(obs, mask))
 
 
 def test_normalization_matches_sb3_on_normalised_observations(models, rollout, tmp_path) -> None:

@@ -36,7 +36,6 @@ __all__ = [
     "PolicyFileError",
     "action_options",
     "load_policy_file",
-    "policy_from_payload",
 ]
 
 FORMAT = "llmsched-policy"
@@ -81,23 +80,9 @@ def load_policy_file(path: str | Path) -> ExportedPolicy:
     json_path, tensors_path = _paths(Path(path))
     meta = _read_json(json_path)
     _check_meta(meta, json_path)
-    try:
-        data = tensors_path.read_bytes()
-    except OSError as exc:
-        raise PolicyFileError(f"{tensors_path}: cannot read the policy weights: {exc}") from exc
-    return policy_from_payload(meta, data, json_path, tensors_path)
-
-
-def policy_from_payload(
-    meta: dict[str, Any], data: bytes, where: Path, tensors_where: Path | None = None
-) -> ExportedPolicy:
-    """The policy of a policy file's JSON object ``meta`` and safetensors bytes ``data``, checked as
-    ``load_policy_file`` checks a file (``where`` / ``tensors_where`` name them in errors)."""
-    _check_meta(meta, where)
-    tensors_where = tensors_where or where
-    tensors = _read_tensors(data, meta["tensors_sha256"], tensors_where)
-    weights = _check_layers(meta, tensors, tensors_where)
-    return ExportedPolicy(meta, weights, where)
+    tensors = _read_tensors(tensors_path, meta["tensors_sha256"])
+    weights = _check_layers(meta, tensors, tensors_path)
+    return ExportedPolicy(meta, weights, json_path)
 
 
 def _paths(path: Path) -> tuple[Path, Path]:
@@ -221,7 +206,11 @@ def _check_meta(meta: dict[str, Any], where: Path) -> None:
             raise fail(f"network.layers[{i}] must be an object with string keys 'weight' and 'bias', got {layer!r:.80}")
 
 
-def _read_tensors(data: bytes, sha256: str, path: Path) -> dict[str, torch.Tensor]:
+def _read_tensors(path: Path, sha256: str) -> dict[str, torch.Tensor]:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise PolicyFileError(f"{path}: cannot read the policy weights: {exc}") from exc
     digest = hashlib.sha256(data).hexdigest()
     if digest != sha256:
         raise PolicyFileError(
