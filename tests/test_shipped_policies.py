@@ -36,6 +36,18 @@ def test_the_generalist_runs_on_every_scenario(scenario: str) -> None:
     assert metrics["num_finished"] + metrics["num_rejected"] == n
 
 
+def test_the_generalist_recipe_is_the_one_that_trained_the_shipped_policy() -> None:
+    """``llmsched-train --scenario generalist --seed 0`` re-trains the shipped generalist (docs/training.md,
+    Reproducibility) only while the yml recipe is the one in its run's config.yml."""
+    import yaml
+
+    from agents.train_config import TrainConfig, resolve_hyperparams
+
+    shipped = yaml.safe_load((SHIPPED[0].parents[1] / "generalist" / "config.yml").read_text())
+    assert (shipped.pop("algo"), shipped.pop("scenario")) == ("maskable_ppo", "generalist")
+    assert shipped == resolve_hyperparams(TrainConfig(scenario="generalist"))
+
+
 @pytest.mark.parametrize("path", PER_SCENARIO, ids=lambda p: p.parent.name)
 def test_shipped_policy_runs_on_its_scenario(path: Path) -> None:
     policy = load_policy_file(path)
