@@ -98,8 +98,8 @@ def check_teacher(names: str, registry: Any = None) -> None:
 
     registry = SCHEDULERS if registry is None else registry
     extended = registry is SCHEDULERS  # searched and tuned:SCENARIO teach single-node schedulers only
-    listed = [n.strip() for n in str(names).split(",")]
-    if not any(listed):
+    listed = [n for n in str(names).split(",") if n]  # as per_workload reads them (no spaces around commas)
+    if not listed:
         raise ValueError(f"no teacher named in {names!r}")
     for name in listed:
         if extended and name.startswith(TUNED_PREFIX):

@@ -283,7 +283,7 @@ def resolve_hyperparams(config: TrainConfig) -> dict[str, Any]:
     hp.setdefault("eval_episodes", 3)
     hp.setdefault("eval_load", 1.2)
     check_hyperparams(config.algo, hp)
-    if hp.get("bc_warmstart") is not None:
+    if hp.get("bc_warmstart"):  # as the training reads it: empty or null clones nothing
         from agents.teacher import check_teacher
 
         try:

@@ -115,7 +115,8 @@ def test_a_scenarios_tuned_settings_teach_every_workload() -> None:
     [
         ({"bc_warmstart": "tuned,tuned:nowhere"}, "bc_warmstart.*'tuned:nowhere': the tuned table has no 'nowhere'"),
         ({"bc_warmstart": "slo_awre"}, "bc_warmstart.*unknown scheduler 'slo_awre'"),
-        ({"bc_warmstart": "tuned,"}, "bc_warmstart.*unknown scheduler ''"),
+        ({"bc_warmstart": "tuned, slo_aware"}, "bc_warmstart.*unknown scheduler ' slo_aware'"),
+        ({"bc_warmstart": ","}, "bc_warmstart.*no teacher named in ','"),
     ],
 )
 def test_a_bad_teacher_name_fails_when_the_config_is_read(hp: dict, message: str) -> None:
