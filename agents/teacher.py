@@ -64,7 +64,8 @@ def candidate_factory(candidate: str, seed: int | None = None) -> Callable[[Any]
         scenario = candidate[len(TUNED_PREFIX) :]
         decision = shipped_settings().get(scenario)
         if decision is None:
-            raise ValueError(f"teacher candidate {candidate!r}: the tuned table has no {scenario!r}")
+            known = ", ".join(sorted(shipped_settings()))
+            raise ValueError(f"teacher candidate {candidate!r}: the tuned table has no {scenario!r} (it has {known})")
         return lambda env: FixedPolicy(env.unwrapped.policy_context(), decision)
     return baselines.per_workload(candidate, seed)
 
@@ -103,10 +104,7 @@ def check_teacher(names: str, registry: Any = None) -> None:
         raise ValueError(f"no teacher named in {names!r}")
     for name in listed:
         if extended and name.startswith(TUNED_PREFIX):
-            scenario = name[len(TUNED_PREFIX) :]
-            if scenario not in shipped_settings():
-                known = ", ".join(sorted(shipped_settings()))
-                raise ValueError(f"{name!r}: the tuned table has no {scenario!r} (it has {known})")
+            candidate_factory(name)  # its ValueError names the scenario the table lacks
         elif name not in registry and not (extended and name == SEARCHED):
             known = ", ".join([*registry, *((SEARCHED, TUNED_PREFIX + "SCENARIO") if extended else ())])
             raise ValueError(f"unknown {registry.kind} {name!r}; available: {known}")
