@@ -24,7 +24,7 @@ import torch
 import llmsched_env  # noqa: F401
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.envs.single_node import LLMSchedEnv
-from llmsched_env.evaluation.policies import resolve_policy
+from llmsched_env.runtime.policy_spec import resolve_policy
 from llmsched_env.workloads.randomized import random_scenario
 
 VAL_SEED_BASE = 7_000_000_000  # above every 31-bit training seed

@@ -20,7 +20,7 @@ from agents.generalist import init_from_policy, init_network, knee_loads
 from agents.train_config import TrainConfig
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.envs.mixture import WorkloadMixEnv
-from llmsched_env.evaluation import policies as eval_policies
+from llmsched_env.runtime import policy_spec as eval_policies
 from llmsched_env.runtime.policy_file import load_policy_file
 from llmsched_env.workloads.library import list_scenarios
 from llmsched_env.workloads.randomized import SMALL_ENGINE, RandomizedSpace

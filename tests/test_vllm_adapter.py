@@ -111,17 +111,43 @@ def test_every_baseline_drains_without_loss(name: str) -> None:
 
 @pytest.mark.vllm
 def test_observation_names_match_the_engine() -> None:
-    from llmsched_env.decision.observation import ObservationEncoder
+    import gymnasium as gym
 
-    s, clock = _make("slo_aware", tenants=(TenantConfig("a"), TenantConfig("b")))
+    import llmsched_env  # noqa: F401
+    from llmsched_env.workloads.lengths import LengthDist
+    from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig
+
+    tenants = (TenantConfig("a"), TenantConfig("b"))
+    s, clock = _make("slo_aware", tenants=tenants)
     for i in range(6):
         _add(s, Request(i, 0.0, 300, 5), "ab"[i % 2])
     _step(s, clock)
     obs = s.encoder.encode(s.state)
-    assert s.encoder.names == ObservationEncoder(CFG, (TenantConfig("a"), TenantConfig("b")), 1.0).names
+    workload = WorkloadConfig(tuple(TenantWorkload(t, 1.0, LengthDist.fixed(100, 10)) for t in tenants), 10)
+    env = gym.make("LLMSched-v0", workload=workload, engine=CFG).unwrapped
+    assert s.encoder.names == env.encoder.names  # the env's current schema, name for name
     idx = s.encoder.index
     assert obs[idx["run/num_prefilling"]] > 0 and obs[idx["kv/used"]] > 0
     assert obs[idx["queue/num_waiting"]] == pytest.approx(sum(s.state.num_waiting) / CFG.max_num_seqs)
+
+
+@pytest.mark.vllm
+def test_the_stand_in_of_the_contract_test_reads_only_what_vllm_has() -> None:
+    """tests/test_vllm_contract.py checks VllmState over a stand-in scheduler with these attributes; vLLM's own
+    scheduler and requests must have every one of them."""
+    from llmsched_env.adapters.vllm.state import REQUEST_ATTRIBUTES, SCHEDULER_ATTRIBUTES
+
+    s, _ = _make()
+    _add(s, Request(0, 0.0, 40, 3))
+    missing = [a for a in SCHEDULER_ATTRIBUTES if not hasattr(s, a)]
+    vreq = s.requests["0"]
+    missing += [f"Request.{a}" for a in REQUEST_ATTRIBUTES if not hasattr(vreq, a)]
+    pool = s.kv_cache_manager.block_pool
+    missing += [a for a in ("num_gpu_blocks", "free_block_queue") if not hasattr(pool, a)]
+    q = pool.free_block_queue
+    names = ("num_free_blocks", "get_all_free_blocks", "popleft", "popleft_n", "remove", "append", "append_n")
+    missing += [f"free_block_queue.{a}" for a in (*names, "prepend_n") if not hasattr(q, a)]
+    assert not missing
 
 
 @pytest.mark.vllm
@@ -259,10 +285,45 @@ def test_a_bad_policy_falls_back_to_vllm_and_is_counted(kind: str) -> None:
     out = _step(s, clock)
     assert s.stats.fallbacks[kind] == 1 and s.stats.num_fallbacks == 1
     assert out.total_num_scheduled_tokens == 512  # vLLM's own budget, chunking and admission
-    assert s.max_num_active_reqs == s.base_active_reqs and s.kv_cache_manager.watermark_blocks == 0
+    assert s.max_num_active_reqs == s.base_knobs.max_num_active_reqs and s.kv_cache_manager.watermark_blocks == 0
     s.policy = _Fixed(tight)
     _step(s, clock)
     assert s.max_num_scheduled_tokens <= 256 and s.stats.num_fallbacks == 1
+
+
+@pytest.mark.vllm
+def test_a_hung_policy_cannot_hold_schedule_past_its_timeout() -> None:
+    import threading
+
+    release = threading.Event()
+
+    class Hangs:
+        calls = 0
+
+        def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
+            self.calls += 1
+            if self.calls == 1:
+                release.wait()  # stuck until the test lets it go
+            return np.array(tight)
+
+    s, clock = _make(policy_timeout_s=0.05)
+    tight = _action(s, token_budget=256, chunk_cap=128, max_admit=1)
+    s.policy = hung = Hangs()
+    for i in range(4):
+        _add(s, Request(i, 0.0, 400, 5))
+    t0 = time.perf_counter()
+    for _ in range(3):  # the first step times out; the next two fall back at once: the call is still stuck
+        out = _step(s, clock)
+        assert out.total_num_scheduled_tokens > 256  # vLLM's own step
+    assert time.perf_counter() - t0 < 3.0 and hung.calls == 1
+    assert s.stats.fallbacks["timeout"] == 3 and s.stats.num_decisions == 3
+    release.set()
+    for _ in range(100):  # once the late call has returned (its answer dropped), the policy decides again
+        _step(s, clock)
+        if s.stats.num_decisions > s.stats.num_fallbacks:
+            break
+        time.sleep(0.01)
+    assert hung.calls == 2 and s.max_num_scheduled_tokens <= 256
 
 
 @pytest.mark.vllm

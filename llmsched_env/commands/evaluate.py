@@ -119,7 +119,7 @@ def _vllm(config: EvalConfig, args: argparse.Namespace) -> int:
     from llmsched_env.evaluation.vllm_engine import compare_engines, format_comparison
 
     try:
-        rows = compare_engines(config)
+        rows = compare_engines(config, policy_timeout_s=args.policy_timeout_s)
     except ValueError as exc:
         raise SystemExit(f"{program(*PROG)}: error: {exc}") from None
     print(format_comparison(rows), flush=True)

@@ -36,6 +36,7 @@ __all__ = [
     "csv_list",
     "engine_limits",
     "int_at_least",
+    "positive_float",
     "positive_int",
     "trace_options",
     "trace_scenario",
@@ -88,6 +89,17 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
 
 
 positive_int = int_at_least(1)
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
 
 
 def build_parser(description: str) -> argparse.ArgumentParser:
@@ -166,6 +178,15 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         help="sim: llmsched's simulator; vllm: also run vLLM's real scheduler in the loop on the same requests "
         "and print both attainments (needs the 'vllm' extra)",
     )
+    add(
+        "--policy-timeout",
+        dest="policy_timeout_s",
+        type=positive_float,
+        default=0.1,
+        metavar="POLICY_TIMEOUT",
+        help="--backend runtime and --engine vllm: seconds before a decision falls back (to fcfs; to vLLM's own "
+        "step in vLLM)",
+    )
     add_engine_limits(p)
     rt = p.add_argument_group("torch runtime (--backend runtime)")
     rt.add_argument("--backend", choices=("sim", "runtime"), default="sim", help="simulator or real model")
@@ -176,14 +197,6 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     )
     rt.add_argument("--weights", type=Path, default=None, help="local safetensors weights (default: seeded random)")
     rt.add_argument("--realtime", action="store_true", help="sleep through idle gaps instead of skipping them")
-    rt.add_argument(
-        "--policy-timeout",
-        dest="policy_timeout_s",
-        type=float,
-        default=0.1,
-        metavar="POLICY_TIMEOUT",
-        help="seconds before a decision falls back to fcfs",
-    )
     rt.add_argument(
         "--no-speed-check",
         action="store_true",

@@ -51,10 +51,10 @@ from llmsched_env.evaluation.outputs import (
     write_results,
     write_tensorboard,
 )
-from llmsched_env.evaluation.policies import PolicySpec, resolve_policy
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.evaluation.stats import SUMMARY_METRICS, mean_ci95, summarize, t_quantile_975
 from llmsched_env.evaluation.tuning import TuneConfig, TuneResult, tune_scenario
+from llmsched_env.runtime.policy_spec import PolicySpec, resolve_policy
 
 __all__ = [
     "CAPACITY_TARGET",

@@ -25,9 +25,9 @@ from llmsched_env.cluster.scenarios import ClusterScenario
 from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row
 from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
 from llmsched_env.evaluation.grid import run_cell, runners_for
-from llmsched_env.evaluation.policies import PolicySpec, resolve_policy
 from llmsched_env.evaluation.progress import Progress
 from llmsched_env.evaluation.stats import mean_ci95
+from llmsched_env.runtime.policy_spec import PolicySpec, resolve_policy
 
 __all__ = [
     "CAPACITY_TARGET",

@@ -23,8 +23,8 @@ from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row
 from llmsched_env.evaluation.details import episode_details
 from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
-from llmsched_env.evaluation.policies import PolicySpec
 from llmsched_env.evaluation.progress import Progress
+from llmsched_env.runtime.policy_spec import PolicySpec
 
 if TYPE_CHECKING:  # the runtime backend imports torch: only when it runs
     from llmsched_env.evaluation.runtime_backend import Runners

@@ -12,10 +12,10 @@ from llmsched_env.decision.observation import make_encoder
 from llmsched_env.decision.registry import make_policy
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.evaluation.config import EvalConfig, InputError
-from llmsched_env.evaluation.policies import PolicySpec
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.runtime.calibrate import ProfileGrid, measured_over_predicted, profile
 from llmsched_env.runtime.executor import Runtime
+from llmsched_env.runtime.policy_spec import PolicySpec
 from llmsched_env.runtime.runner import ModelRunner
 from llmsched_env.runtime.serve import ServeOptions, serve
 from llmsched_env.workloads.scenarios import slo_scale

@@ -45,7 +45,7 @@ from llmsched_env.evaluation.capacity import find_capacity
 from llmsched_env.evaluation.config import EvalConfig
 from llmsched_env.evaluation.grid import run_cell
 from llmsched_env.evaluation.knob_space import STATIC_HEURISTICS, neighbours, random_candidates, static_decision
-from llmsched_env.evaluation.policies import PolicySpec
+from llmsched_env.runtime.policy_spec import PolicySpec
 from llmsched_env.workloads.scenarios import Scenario
 
 __all__ = ["TuneConfig", "TuneResult", "shipped_table", "tune_scenario"]

@@ -30,9 +30,12 @@ def check_vllm() -> None:
         raise ValueError(str(exc)) from None
 
 
-def compare_run(config: EvalConfig, scenario: Any, load: float, spec: Any, seed: int) -> Row:
+def compare_run(
+    config: EvalConfig, scenario: Any, load: float, spec: Any, seed: int, policy_timeout_s: float = 0.1
+) -> Row:
     """One (scenario, load, policy, seed) on both engines: a row of keys, both attainments, their gap and
-    every metric of each engine prefixed ``sim/`` and ``vllm/``."""
+    every metric of each engine prefixed ``sim/`` and ``vllm/``. A decision slower than ``policy_timeout_s``
+    falls back on both (to fcfs in the simulator, to vLLM's own step in vLLM)."""
     from llmsched_env.adapters.vllm.loop import VllmLoop
 
     env = config.make_env(scenario, load, spec.iterations_per_step, spec.schema)
@@ -45,7 +48,11 @@ def compare_run(config: EvalConfig, scenario: Any, load: float, spec: Any, seed:
         u.encoder,
         u.action_spec,
         make_policy("fcfs", ctx),  # type: ignore[arg-type]
-        ServeOptions(iterations_per_step=spec.iterations_per_step, check_invariants=config.check_invariants),
+        ServeOptions(
+            iterations_per_step=spec.iterations_per_step,
+            policy_timeout_s=policy_timeout_s,
+            check_invariants=config.check_invariants,
+        ),
     )
     loop = VllmLoop(
         u.engine_config,
@@ -56,6 +63,8 @@ def compare_run(config: EvalConfig, scenario: Any, load: float, spec: Any, seed:
         iterations_per_step=spec.iterations_per_step,
         nominal_rate_rps=u.source.nominal_rate_rps(),
         seed=seed,
+        policy_timeout_s=policy_timeout_s,
+        scenario=ctx.scenario,
     )
     vllm_metrics = loop.run()
     env.close()
@@ -73,13 +82,13 @@ def compare_run(config: EvalConfig, scenario: Any, load: float, spec: Any, seed:
     return row
 
 
-def compare_engines(config: EvalConfig) -> list[Row]:
+def compare_engines(config: EvalConfig, policy_timeout_s: float = 0.1) -> list[Row]:
     """``compare_run`` for every run of ``config`` (single-node scenarios, the simulator's cost model)."""
     check_vllm()
     if config.is_cluster or config.runtime is not None:
         raise ValueError("--engine vllm compares single-node scenarios on the simulator's cost model only")
     return [
-        compare_run(config, scenario, load, spec, seed)
+        compare_run(config, scenario, load, spec, seed, policy_timeout_s)
         for scenario in config.scenarios
         for load in config.loads
         for spec in config.policies

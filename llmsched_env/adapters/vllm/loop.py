@@ -17,8 +17,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from llmsched_env.adapters.vllm.config import AdapterConfig
 from llmsched_env.adapters.vllm.offline import fake_output, make_scheduler, to_vllm_request
-from llmsched_env.adapters.vllm.scheduler import TENANT_KEY, AdapterConfig, LLMSchedScheduler, SimClock
+from llmsched_env.adapters.vllm.scheduler import LLMSchedScheduler
+from llmsched_env.adapters.vllm.state import TENANT_KEY, SimClock
 from llmsched_env.costs.base import CostModel
 from llmsched_env.decision.policy import Policy
 from llmsched_env.engine.batch import Batch, Decision
@@ -46,6 +48,8 @@ class VllmLoop:
         iterations_per_step: int = 1,
         nominal_rate_rps: float = 1.0,
         seed: int = 0,
+        policy_timeout_s: float = 0.1,
+        scenario: str = "",
     ) -> None:
         self.config = config
         self.tenants = tuple(tenants)
@@ -61,6 +65,8 @@ class VllmLoop:
             iterations_per_step=iterations_per_step,
             nominal_rate_rps=nominal_rate_rps,
             seed=seed,
+            policy_timeout_s=policy_timeout_s,
+            scenario=scenario,
         )
         self.scheduler: LLMSchedScheduler = make_scheduler(  # type: ignore[assignment]
             config,

@@ -1,4 +1,5 @@
-"""The policies an evaluation judges: a scheduler or router by name, or an exported policy file.
+"""Policy specs: a scheduler or router by name, an exported policy file, or the tuned baseline with a table; one
+resolver for every place a user names a policy (``llmsched-evaluate --policies``, the vLLM adapter's ``policy``).
 
     resolve_policy("slo_aware")                  # a baseline, looked up in the registry by name
     resolve_policy("mine=runs/ppo0")             # an exported policy (folder or policy.json), named "mine"
@@ -85,11 +86,16 @@ class PolicySpec:
 
     def make(self, env: Any, seed: int) -> Policy:
         """The policy acting on ``env`` (``LLMSched-v0`` or ``LLMSchedCluster-v0``) for the episode of ``seed``."""
+        return self.make_for(env.unwrapped.policy_context(), seed)
+
+    def make_for(self, ctx: Any, seed: int) -> Policy:
+        """The policy acting in ``ctx`` (a ``PolicyContext``, or a router's context) with ``seed``; an exported
+        policy is the loaded file itself (its fit to ``ctx`` is the caller's to check)."""
         if self.table is not None:  # the tuned baseline takes its table as a keyword
             factory: Any = SCHEDULERS.get(self.baseline)  # type: ignore[arg-type]
-            return factory(env.unwrapped.policy_context(), seed, table=self.table)
+            return factory(ctx, seed, table=self.table)
         if self.baseline is not None:
-            return make_policy(self.baseline, env.unwrapped.policy_context(), seed=seed)  # type: ignore[return-value]
+            return make_policy(self.baseline, ctx, seed=seed)  # type: ignore[return-value]
         return self.exported
 
     def __getstate__(self) -> dict[str, Any]:

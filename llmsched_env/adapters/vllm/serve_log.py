@@ -1,0 +1,71 @@
+"""What a live ``LLMSchedScheduler`` logs for the simulator to be checked against it (``log_dir`` set).
+
+Two JSONL files, appended to, one JSON object per line:
+
+- ``steps.jsonl``, one record per engine step: ``t0`` (``time.time()`` as ``schedule()`` starts), ``t1`` (it
+  returned), ``t2`` (``update_from_output`` starts: the model ran in between), ``t3`` (it returned), the batch's
+  cost-model features ``prefill_tokens``, ``decode_seqs``, ``kv_tokens``, ``attn_pairs`` and
+  ``num_prefill_seqs`` (``contract.batch_features``), and ``busy`` (requests were left after the step, so vLLM's
+  engine loop went straight on to the next ``schedule()``);
+- ``requests.jsonl``, one record per request as it leaves the scheduler: ``id`` (vLLM's), ``label`` (the
+  client's own id, ``vllm_xargs: {"llmsched_request": ...}``, or null), ``tenant`` (the tenant the scheduler
+  served it as), ``arrival`` (vLLM's ``arrival_time``), ``first_scheduled``, ``first_token`` (null if never),
+  ``finish``, ``prompt_tokens``, ``output_tokens``, ``status`` (vLLM's finished status: ``stopped``,
+  ``length``, ``aborted``, ...) and ``preemptions``.
+
+Records are buffered and written once a second, when the scheduler runs out of requests, and at exit, so a
+step costs a list append. ``evaluation.live_replay`` reads these files.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["LABEL_KEY", "ServeLog"]
+
+LABEL_KEY = "llmsched_request"  # sampling_params.extra_args key carrying the client's id of a request
+_FLUSH_S = 1.0
+
+
+class ServeLog:
+    """Appends step and request records to ``folder``/steps.jsonl and ``folder``/requests.jsonl."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._steps: list[tuple[Any, ...]] = []
+        self._requests: list[dict[str, Any]] = []
+        self._last_flush = time.monotonic()
+        atexit.register(self.flush)
+
+    def step(
+        self, t0: float, t1: float, t2: float, t3: float, features: Any, busy: bool
+    ) -> None:
+        f = features
+        self._steps.append(
+            (t0, t1, t2, t3, f.num_prefill_tokens, f.num_decode_seqs, f.num_kv_tokens, f.prefill_attn_pairs,
+             f.num_prefill_seqs, busy)
+        )  # fmt: skip
+        if not busy or time.monotonic() - self._last_flush > _FLUSH_S:
+            self.flush()
+
+    def request(self, record: dict[str, Any]) -> None:
+        self._requests.append(record)
+
+    def flush(self) -> None:
+        """Write what is buffered."""
+        self._last_flush = time.monotonic()
+        if self._steps:
+            keys = ("t0", "t1", "t2", "t3", "prefill_tokens", "decode_seqs", "kv_tokens", "attn_pairs",
+                    "num_prefill_seqs", "busy")  # fmt: skip
+            with open(self.folder / "steps.jsonl", "a") as f:
+                f.writelines(json.dumps(dict(zip(keys, s, strict=True))) + "\n" for s in self._steps)
+            self._steps = []
+        if self._requests:
+            with open(self.folder / "requests.jsonl", "a") as f:
+                f.writelines(json.dumps(r) + "\n" for r in self._requests)
+            self._requests = []
