@@ -110,6 +110,57 @@ def test_every_baseline_drains_without_loss(name: str) -> None:
 
 
 @pytest.mark.vllm
+@pytest.mark.parametrize("name", ["fcfs", "slo_aware", "sjf", "vtc"])
+def test_the_async_variant_drains_without_loss_with_two_batches_in_flight(name: str) -> None:
+    """vLLM's engine core with async scheduling keeps two batches in flight: it schedules step n + 1 before the
+    output of step n comes back. The fake model's output is made when a batch is scheduled, delivered later."""
+    from collections import deque
+
+    from llmsched_env.adapters.vllm.offline import fake_output, make_scheduler
+    from llmsched_env.adapters.vllm.scheduler import AdapterConfig, LLMSchedAsyncScheduler, SimClock
+
+    clock = SimClock()
+    tenants = (TenantConfig("a"), TenantConfig("b", weight=2.0))
+    adapter = AdapterConfig(policy=name, tenants=tenants)
+    s = make_scheduler(CFG, scheduler_cls=LLMSchedAsyncScheduler, async_scheduling=True, adapter=adapter, clock=clock)
+    rng = np.random.default_rng(4)
+    for i in range(30):
+        r = Request(i, 0.0, int(rng.integers(20, 600)), int(rng.integers(1, 30)), prefix_ids=(i % 3,))
+        _add(s, r, "ab"[i % 2])
+    in_flight: deque[Any] = deque()
+    finished: dict[str, str] = {}
+    for _ in range(5000):
+        if not s.has_requests() and not in_flight:
+            break
+        if len(in_flight) < 2 and s.has_requests():
+            out = s.schedule()
+            in_flight.append((out, fake_output(s, out)))
+            continue
+        out, model_out = in_flight.popleft()
+        clock.now_s += 0.01
+        for eco in s.update_from_output(out, model_out).values():
+            for o in eco.outputs:
+                if o.finish_reason is not None:
+                    assert o.request_id not in finished, f"request {o.request_id} finished twice"
+                    finished[o.request_id] = str(o.finish_reason)
+    assert set(finished) == {str(i) for i in range(30)}
+    st = s.state
+    assert st.num_good + st.num_missed == 30 and not st.shadows and sum(st.num_running_t) == 0
+    assert s.stats.num_fallbacks == 0
+
+
+@pytest.mark.vllm
+def test_the_scheduler_class_must_match_vllms_async_setting() -> None:
+    from llmsched_env.adapters.vllm.offline import make_scheduler
+    from llmsched_env.adapters.vllm.scheduler import AdapterConfig, LLMSchedAsyncScheduler, LLMSchedScheduler
+
+    with pytest.raises(ValueError, match="LLMSchedAsyncScheduler, or start vLLM with --no-async-scheduling"):
+        make_scheduler(CFG, scheduler_cls=LLMSchedScheduler, async_scheduling=True, adapter=AdapterConfig())
+    with pytest.raises(ValueError, match="needs vLLM's async scheduling"):
+        make_scheduler(CFG, scheduler_cls=LLMSchedAsyncScheduler, async_scheduling=False, adapter=AdapterConfig())
+
+
+@pytest.mark.vllm
 def test_observation_names_match_the_engine() -> None:
     import gymnasium as gym
 

@@ -49,6 +49,7 @@ ENGINE_LIMITS = {
     "max_num_seqs": "most requests running at once (default: the scenario's)",
     "max_num_batched_tokens": "largest token budget of one iteration (default: the scenario's)",
     "max_model_len": "longest request, prompt + output; longer ones are rejected (default: the scenario's)",
+    "block_size": "tokens per KV block (default: the scenario's)",
 }
 
 

@@ -36,7 +36,8 @@ _DECISION = Decision()  # a placeholder: the Batch below is only priced, never b
 
 class VllmLoop:
     """One episode of ``requests`` (sorted by arrival; their fields are filled in as they are served)
-    through vLLM's scheduler under ``policy`` (a name or path for ``AdapterConfig``, or a ``Policy``)."""
+    through vLLM's scheduler under ``policy`` (named as ``AdapterConfig.policy``, or a ``Policy``), each decision
+    held ``iterations_per_step`` steps (None: an exported policy's own, else 1)."""
 
     def __init__(
         self,
@@ -45,7 +46,7 @@ class VllmLoop:
         cost_model: CostModel,
         requests: Sequence[Request],
         policy: str | Policy = "fcfs",
-        iterations_per_step: int = 1,
+        iterations_per_step: int | None = None,
         nominal_rate_rps: float = 1.0,
         seed: int = 0,
         policy_timeout_s: float = 0.1,
@@ -230,7 +231,7 @@ def run_vllm_loop(
     cost_model: CostModel,
     requests: Sequence[Request],
     policy: str | Policy = "fcfs",
-    iterations_per_step: int = 1,
+    iterations_per_step: int | None = None,
     nominal_rate_rps: float = 1.0,
     seed: int = 0,
 ) -> dict[str, float]:

@@ -82,9 +82,11 @@ def vllm_config(
     reserve_full_prefill: bool = True,
     policy: str = "fcfs",
     scheduler_cls: str | type | None = None,
+    async_scheduling: bool = False,
 ) -> VllmConfig:
     """The ``VllmConfig`` of an engine with llmsched ``config``'s limits, on the CPU, prefix caching and chunked
-    prefill on. ``chunk_cap`` is vLLM's ``long_prefill_token_threshold`` (0: none)."""
+    prefill on. ``chunk_cap`` is vLLM's ``long_prefill_token_threshold`` (0: none); ``async_scheduling``: vLLM
+    schedules a step ahead (its ``AsyncScheduler``; drive it with two batches in flight)."""
     require_vllm()
     model = ModelConfig(
         model=_model_dir(config.max_model_len),
@@ -103,6 +105,7 @@ def vllm_config(
         watermark=watermark,
         scheduler_reserve_full_isl=reserve_full_prefill,
         policy=policy,
+        async_scheduling=async_scheduling,
         **extra,
     )
     cache_config = CacheConfig(block_size=config.block_size, enable_prefix_caching=True)
@@ -119,11 +122,16 @@ def make_scheduler(
     reserve_full_prefill: bool = True,
     policy: str = "fcfs",
     scheduler_cls: type[Scheduler] = Scheduler,
+    async_scheduling: bool = False,
     **kwargs: Any,
 ) -> Scheduler:
     """vLLM's v1 scheduler (or the subclass ``scheduler_cls``, given ``kwargs``) over a pool of
-    ``config.num_kv_blocks`` usable blocks, as vLLM's engine core builds it."""
-    vc = vllm_config(config, chunk_cap, watermark, reserve_full_prefill, policy)
+    ``config.num_kv_blocks`` usable blocks, as vLLM's engine core builds it (``async_scheduling``: see
+    ``vllm_config``)."""
+    vc = vllm_config(config, chunk_cap, watermark, reserve_full_prefill, policy, async_scheduling=async_scheduling)
+    # vLLM's CPU platform turns async scheduling off while building the config (its engine cannot overlap
+    # steps); the scheduler itself runs either way, so offline it is set back as asked
+    vc.scheduler_config.async_scheduling = async_scheduling
     num_blocks = vc.cache_config.num_gpu_blocks
     assert num_blocks is not None
     spec = FullAttentionSpec(block_size=config.block_size, num_kv_heads=4, head_size=16, dtype=torch.float32)

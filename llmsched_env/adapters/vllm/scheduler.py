@@ -23,6 +23,7 @@ llmsched_env.adapters.vllm.scheduler.LLMSchedScheduler`` with ``LLMSCHED_VLLM_CO
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -78,7 +79,7 @@ class _LLMSchedAdapter:
         clock: Callable[[], float] | None = None,
         **kwargs: Any,
     ) -> None:
-        require_vllm()
+        vllm_version = require_vllm()
         cfg = adapter if adapter is not None else AdapterConfig.from_env()
         resolved = cfg.resolve()  # the whole configuration checked before vLLM allocates anything
         super().__init__(*args, **kwargs)  # type: ignore[call-arg]
@@ -127,6 +128,17 @@ class _LLMSchedAdapter:
         self.vllm_time_s = 0.0  # vLLM's own schedule(), summed over steps
         self.num_steps = 0
         self.log = ServeLog(cfg.log_dir) if cfg.log_dir else None
+        if self.log is not None:
+            self.log.engine(
+                {
+                    **dataclasses.asdict(self.engine_config),
+                    "tenants": [{"name": t.name, "ttft_s": t.slo.ttft_s, "tpot_s": t.slo.tpot_s,
+                                 "weight": t.weight, "priority": t.priority} for t in self.state.tenants],
+                    "policy": cfg.policy,
+                    "iterations_per_step": self.iterations_per_step,
+                    "vllm": "==".join(vllm_version),
+                }
+            )  # fmt: skip
         self._step_start: tuple[float, float, Any] | None = None  # (t0, t1, features) of the step being run
 
     @property
@@ -199,6 +211,7 @@ class _LLMSchedAdapter:
         t2 = time.perf_counter()
         for d in out.scheduled_new_reqs:
             state.admitted(d.req_id)
+            state.shadows[d.req_id].num_prefix_hit_tokens += d.num_computed_tokens  # found in the prefix cache
         for rid in out.scheduled_cached_reqs.resumed_req_ids:
             state.admitted(rid)
         if self.log is not None:
@@ -301,6 +314,7 @@ class _LLMSchedAdapter:
                 "first_token": sh.first_token_s,
                 "finish": self.clock(),
                 "prompt_tokens": vreq.num_prompt_tokens,
+                "cached_tokens": sh.num_prefix_hit_tokens,
                 "output_tokens": vreq.num_output_tokens,
                 "status": str(vreq.status.name).removeprefix("FINISHED_").lower(),
                 "preemptions": sh.num_preemptions,

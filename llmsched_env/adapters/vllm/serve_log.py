@@ -10,8 +10,13 @@ Two JSONL files, appended to, one JSON object per line:
 - ``requests.jsonl``, one record per request as it leaves the scheduler: ``id`` (vLLM's), ``label`` (the
   client's own id, ``vllm_xargs: {"llmsched_request": ...}``, or null), ``tenant`` (the tenant the scheduler
   served it as), ``arrival`` (vLLM's ``arrival_time``), ``first_scheduled``, ``first_token`` (null if never),
-  ``finish``, ``prompt_tokens``, ``output_tokens``, ``status`` (vLLM's finished status: ``stopped``,
+  ``finish``, ``prompt_tokens``, ``cached_tokens`` (found in vLLM's prefix cache when first scheduled),
+  ``output_tokens``, ``status`` (vLLM's finished status: ``stopped``,
   ``length``, ``aborted``, ...) and ``preemptions``.
+
+At start, ``engine.json`` holds the scheduler's limits as llmsched's ``EngineConfig`` fields (``num_kv_blocks``
+without vLLM's null block, ``block_size``, ``max_num_seqs``, ``max_num_batched_tokens``, ``max_model_len``),
+the tenants with their SLO targets, the policy and the vLLM distribution and version.
 
 Records are buffered and written once a second, when the scheduler runs out of requests, and at exit, so a
 step costs a list append. ``evaluation.live_replay`` reads these files.
@@ -42,9 +47,11 @@ class ServeLog:
         self._last_flush = time.monotonic()
         atexit.register(self.flush)
 
-    def step(
-        self, t0: float, t1: float, t2: float, t3: float, features: Any, busy: bool
-    ) -> None:
+    def engine(self, info: dict[str, Any]) -> None:
+        """Write ``engine.json`` (the server's limits, tenants, policy and vLLM version)."""
+        (self.folder / "engine.json").write_text(json.dumps(info, indent=1) + "\n")
+
+    def step(self, t0: float, t1: float, t2: float, t3: float, features: Any, busy: bool) -> None:
         f = features
         self._steps.append(
             (t0, t1, t2, t3, f.num_prefill_tokens, f.num_decode_seqs, f.num_kv_tokens, f.prefill_attn_pairs,

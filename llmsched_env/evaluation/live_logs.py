@@ -1,0 +1,148 @@
+"""The files of one live benchmark run against ``vllm serve`` with llmsched's scheduler, read and checked.
+
+A run folder holds what the client wrote, and the server's logs are in it or in ``server-log`` beside it
+(``find_log_dir``; ``adapters.vllm.live`` lays them out so):
+
+- ``steps.jsonl`` (the server's adapter): one ``StepRecord`` per engine iteration, with its four batch
+  features (``costs.base``) and the ``time.time()`` stamps of ``schedule()`` (``t0``, ``t1``) and
+  ``update_from_output()`` (``t2``, ``t3``);
+- ``requests.jsonl`` (the server's adapter): one ``ServerRequest`` per request when it finished;
+- ``requests.json`` (the client): the run's requests in send order (``PlannedRequest``), labelled;
+- the result JSON of ``vllm bench serve --save-result --save-detailed`` (``ClientResult``), its per-request
+  lists in the same order: ``result.json``, or the one other ``*.json`` file of the folder.
+
+The server's logs may be the whole log of a server that served several runs: ``load_run`` keeps the records
+whose label is one of ``requests.json`` (others, and vLLM's unlabelled ready-check and warm-up requests, are
+left out) and the steps that started between the run's first arrival and its last finish. A request that
+failed at the client without reaching the server is left out too (``LiveRun.unlogged``). Every reader
+raises ``ValueError`` naming the file, the line (JSONL) or entry (JSON) and the field of anything malformed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmsched_env.evaluation.live_records import (
+    ClientResult,
+    PlannedRequest,
+    ServerRequest,
+    StepRecord,
+    read_client_result,
+    read_plan,
+    read_server_requests,
+    read_steps,
+)
+
+__all__ = ["LiveRun", "find_log_dir", "find_result_file", "load_run"]
+
+PLAN_FILE = "requests.json"
+STEPS_FILE = "steps.jsonl"
+SERVER_FILE = "requests.jsonl"
+RESULT_FILE = "result.json"
+LOG_FOLDER = "server-log"  # beside the run folders, as ``adapters.vllm.live`` lays an experiment out
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    """One live run: its requests in send order (``plan``, with the server's record of each in ``server`` and
+    the client's measurements in ``client``, same order), the engine steps it ran (``steps``), the folder of
+    the server's logs (``log_dir``) and the labels of the requests left out because they failed at the client without
+    reaching the server (``unlogged``: rejected by the API server, say)."""
+
+    name: str
+    plan: tuple[PlannedRequest, ...]
+    server: tuple[ServerRequest, ...]
+    client: ClientResult
+    steps: tuple[StepRecord, ...]
+    log_dir: Path = Path(".")
+    unlogged: tuple[str, ...] = ()
+
+    @property
+    def start_s(self) -> float:
+        """The first server-side arrival (``time.time()`` clock)."""
+        return min(r.arrival_s for r in self.server)
+
+    @property
+    def end_s(self) -> float:
+        """The last server-side finish."""
+        return max(r.finish_s for r in self.server)
+
+
+def find_result_file(run_dir: Path) -> Path:
+    """The client's result JSON in ``run_dir``: ``result.json``, else the only ``*.json`` besides
+    ``requests.json``; ``ValueError`` naming the folder when there is none or more than one."""
+    preferred = run_dir / RESULT_FILE
+    if preferred.is_file():
+        return preferred
+    others = sorted(p for p in run_dir.glob("*.json") if p.name != PLAN_FILE)
+    if len(others) != 1:
+        found = ", ".join(p.name for p in others) or "none"
+        raise ValueError(
+            f"{run_dir}: expected one result JSON of vllm bench serve ({RESULT_FILE}, or a single *.json "
+            f"besides {PLAN_FILE}), found {found}"
+        )
+    return others[0]
+
+
+def find_log_dir(run_dir: Path) -> Path:
+    """Where the server's logs of ``run_dir`` are: ``run_dir`` itself when it holds ``requests.jsonl``, else the
+    ``server-log`` folder beside it; ``ValueError`` naming both when neither does."""
+    for folder in (run_dir, run_dir.parent / LOG_FOLDER):
+        if (folder / SERVER_FILE).is_file():
+            return folder
+    raise ValueError(
+        f"{run_dir}: no server log: neither {run_dir / SERVER_FILE} nor {run_dir.parent / LOG_FOLDER / SERVER_FILE}"
+    )
+
+
+def load_run(run_dir: str | Path, name: str | None = None, log_dir: str | Path | None = None) -> LiveRun:
+    """Read and cross-check the files of ``run_dir`` and the server's logs in ``log_dir`` (default:
+    ``find_log_dir``; see the module docstring); ``name`` defaults to the folder's name. ``ValueError`` naming
+    the file for a missing file, a label of ``requests.json`` with two server records, or with none while the
+    client says it succeeded (a request that failed at the client without a server record is left out, in
+    ``unlogged``), a tenant that differs between the two, or result lists of another length."""
+    folder = Path(run_dir)
+    if not folder.is_dir():
+        raise ValueError(f"{folder}: not a run folder")
+    logs = Path(log_dir) if log_dir is not None else find_log_dir(folder)
+    plan_path, server_path = folder / PLAN_FILE, logs / SERVER_FILE
+    plan = read_plan(plan_path)
+    result_path = find_result_file(folder)
+    client = read_client_result(result_path, len(plan))
+    wanted = {p.label: i for i, p in enumerate(plan)}
+    matched: list[ServerRequest | None] = [None] * len(plan)
+    lines: dict[str, int] = {}
+    for record in read_server_requests(server_path):
+        label, line = record.label, record.line
+        if label is None or label not in wanted:
+            continue  # another run's request, or vLLM's unlabelled ready check and warm-ups
+        i = wanted[label]
+        if label in lines:
+            raise ValueError(
+                f"{server_path}:{line}: field 'label' {label!r} was already logged at line {lines[label]}; "
+                "give each request of a run its own label"
+            )
+        lines[label] = line
+        if record.tenant != plan[i].tenant:
+            raise ValueError(
+                f"{server_path}:{line}: field 'tenant' is {record.tenant!r} but {plan_path} entry {i} "
+                f"(label {plan[i].label!r}) has {plan[i].tenant!r}"
+            )
+        matched[i] = record
+    for i, record in enumerate(matched):
+        if record is None and client.succeeded(i):
+            raise ValueError(
+                f"{server_path}: no record with label {plan[i].label!r} ({plan_path} entry {i}); the server's "
+                "request log must cover every request of the run that reached it"
+            )
+    keep = [i for i, record in enumerate(matched) if record is not None]
+    if not keep:
+        raise ValueError(f"{server_path}: no request of {plan_path} reached the server")
+    unlogged = tuple(plan[i].label for i, record in enumerate(matched) if record is None)
+    plan, client = [plan[i] for i in keep], client.subset(keep)
+    server = tuple(r for r in matched if r is not None)
+    start = min(r.arrival_s for r in server)
+    end = max(r.finish_s for r in server)
+    steps = tuple(s for s in read_steps(logs / STEPS_FILE) if start <= s.t0_s <= end)
+    return LiveRun(name or folder.name, tuple(plan), server, client, steps, logs, unlogged)

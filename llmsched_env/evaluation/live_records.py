@@ -1,0 +1,249 @@
+"""The records of a live run's files and their readers (``live_logs`` puts them together into a run).
+
+Each reader checks every field's type: ``ValueError`` naming the file, then the line (``steps.jsonl``,
+``requests.jsonl``) or the entry (``requests.json``, the result JSON) and the field. Times are seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "FINISHED_STATUSES",
+    "ClientResult",
+    "PlannedRequest",
+    "ServerRequest",
+    "StepRecord",
+    "read_client_result",
+    "read_plan",
+    "read_server_requests",
+    "read_steps",
+]
+
+FINISHED_STATUSES = ("stopped", "length_capped")  # a request that produced its tokens; others were aborted or failed
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One engine iteration: ``schedule()`` ran from ``t0_s`` to ``t1_s``, the model until ``t2_s``,
+    ``update_from_output()`` until ``t3_s``; ``busy``: requests were unfinished after it (the engine loop went
+    straight on to the next ``schedule()``)."""
+
+    t0_s: float
+    t1_s: float
+    t2_s: float
+    t3_s: float
+    prefill_tokens: int
+    decode_seqs: int
+    kv_tokens: int
+    attn_pairs: float
+    num_prefill_seqs: int
+    busy: bool
+
+    @property
+    def is_empty(self) -> bool:
+        return self.prefill_tokens == 0 and self.decode_seqs == 0
+
+
+@dataclass(frozen=True)
+class ServerRequest:
+    """The server's record of one finished request (any reason); ``line`` is its line in ``requests.jsonl``."""
+
+    id: str
+    label: str | None
+    tenant: str
+    arrival_s: float
+    first_scheduled_s: float | None
+    first_token_s: float | None
+    finish_s: float
+    prompt_tokens: int
+    output_tokens: int
+    status: str
+    preemptions: int
+    cached_tokens: int = 0  # prompt tokens vLLM's prefix cache held when the request was first scheduled
+    line: int = field(default=0, compare=False)
+
+    @property
+    def finished(self) -> bool:
+        """It produced its tokens (``status`` in ``FINISHED_STATUSES``)."""
+        return self.status in FINISHED_STATUSES
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    """One request the client sent: its label, tenant, lengths and planned send offset from the run start
+    (None when the client drew it as it went, e.g. Poisson arrivals at a rate)."""
+
+    label: str
+    tenant: str
+    prompt_tokens: int
+    output_tokens: int
+    send_s: float | None
+
+
+@dataclass(frozen=True)
+class ClientResult:
+    """What ``vllm bench serve`` measured: the run's ``duration_s`` and ``request_throughput_rps``, and per
+    request (send order) ``input_lens``, ``output_lens``, ``ttft_s``, ``latency_s`` (end to end) and ``errors``
+    ("" or None when it succeeded)."""
+
+    duration_s: float
+    request_throughput_rps: float
+    input_lens: tuple[int, ...]
+    output_lens: tuple[int, ...]
+    ttft_s: tuple[float, ...]
+    latency_s: tuple[float, ...]
+    errors: tuple[str, ...]
+
+    def succeeded(self, i: int) -> bool:
+        return not self.errors[i]
+
+    def subset(self, indices: Sequence[int]) -> ClientResult:
+        """The per-request lists of the requests at ``indices`` only (the run's figures unchanged)."""
+        lists = (self.input_lens, self.output_lens, self.ttft_s, self.latency_s, self.errors)
+        picked = [tuple(values[i] for i in indices) for values in lists]
+        return ClientResult(self.duration_s, self.request_throughput_rps, *picked)  # type: ignore[arg-type]
+
+
+_STEP_FIELDS = {"t0": "time", "t1": "time", "t2": "time", "t3": "time", "prefill_tokens": "count",
+                "decode_seqs": "count", "kv_tokens": "count", "attn_pairs": "number", "num_prefill_seqs": "count",
+                "busy": "bool"}  # fmt: skip
+_SERVER_FIELDS = {"id": "str", "label": "str?", "tenant": "str", "arrival": "time", "first_scheduled": "time?",
+                  "first_token": "time?", "finish": "time", "prompt_tokens": "count", "output_tokens": "count",
+                  "status": "str", "preemptions": "count", "cached_tokens": "count"}  # fmt: skip
+_PLAN_FIELDS = {"label": "str", "tenant": "str", "prompt_tokens": "count", "output_tokens": "count", "send_s": "time?"}
+_KINDS = {
+    "time": "a finite number",
+    "number": "a finite number >= 0",
+    "count": "an integer >= 0",
+    "bool": "true or false",
+    "str": "a string",
+}
+
+
+def _kind_text(kind: str) -> str:
+    return _KINDS[kind.rstrip("?")] + (" or null" if kind.endswith("?") else "")
+
+
+def _ok(kind: str, v: Any) -> bool:
+    if kind.endswith("?"):
+        return v is None or _ok(kind[:-1], v)
+    if kind == "bool" or kind == "str":
+        return isinstance(v, bool if kind == "bool" else str)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    if kind == "count":
+        return isinstance(v, int) and v >= 0
+    return math.isfinite(v) and (kind == "time" or v >= 0)
+
+
+def _fields(where: str, data: Any, spec: Mapping[str, str]) -> dict[str, Any]:
+    """``data``'s fields of ``spec`` (name -> kind), checked; ``ValueError`` starting with ``where``."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    for name, kind in spec.items():
+        if name not in data:
+            raise ValueError(f"{where}: missing field '{name}'")
+        if not _ok(kind, data[name]):
+            raise ValueError(f"{where}: field '{name}' must be {_kind_text(kind)}, got {data[name]!r}")
+    return {name: data[name] for name in spec}
+
+
+def _jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line number, parsed object)`` for every non-blank line of ``path``."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror}") from None
+    for n, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                yield n, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{n}: not valid JSON: {exc.msg} (column {exc.colno})") from None
+
+
+def _json(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg} (column {exc.colno})") from None
+
+
+def read_steps(path: str | Path) -> list[StepRecord]:
+    """Every record of a ``steps.jsonl`` in file order."""
+    p = Path(path)
+    out = []
+    for n, data in _jsonl(p):
+        f = _fields(f"{p}:{n}", data, _STEP_FIELDS)
+        out.append(StepRecord(float(f["t0"]), float(f["t1"]), float(f["t2"]), float(f["t3"]), f["prefill_tokens"],
+                              f["decode_seqs"], f["kv_tokens"], float(f["attn_pairs"]), f["num_prefill_seqs"],
+                              f["busy"]))  # fmt: skip
+    return out
+
+
+def read_server_requests(path: str | Path) -> list[ServerRequest]:
+    """Every record of a server's ``requests.jsonl`` in file order, each with its ``line``."""
+    p = Path(path)
+    out = []
+    for n, data in _jsonl(p):
+        f = _fields(f"{p}:{n}", data, _SERVER_FIELDS)
+        opt = {k: None if f[k] is None else float(f[k]) for k in ("first_scheduled", "first_token")}
+        out.append(ServerRequest(f["id"], f["label"], f["tenant"], float(f["arrival"]), opt["first_scheduled"],
+                                 opt["first_token"], float(f["finish"]), f["prompt_tokens"], f["output_tokens"],
+                                 f["status"], f["preemptions"], f["cached_tokens"], line=n))  # fmt: skip
+    return out
+
+
+def read_plan(path: str | Path) -> list[PlannedRequest]:
+    """The client's ``requests.json``: a non-empty list of requests with unique labels, in send order."""
+    p = Path(path)
+    data = _json(p)
+    if not isinstance(data, list) or not data:
+        raise ValueError(f"{p}: expected a non-empty JSON list of requests")
+    out, seen = [], {}
+    for i, entry in enumerate(data):
+        f = _fields(f"{p}: entry {i}", entry, _PLAN_FIELDS)
+        if f["label"] in seen:
+            raise ValueError(f"{p}: entry {i}: field 'label' {f['label']!r} repeats entry {seen[f['label']]}")
+        seen[f["label"]] = i
+        send_s = None if f["send_s"] is None else float(f["send_s"])
+        out.append(PlannedRequest(f["label"], f["tenant"], f["prompt_tokens"], f["output_tokens"], send_s))
+    return out
+
+
+def read_client_result(path: str | Path, num_requests: int) -> ClientResult:
+    """The result JSON of ``vllm bench serve --save-result --save-detailed`` for ``num_requests`` requests."""
+    p = Path(path)
+    raw = _json(p)
+    data = _fields(f"{p}", raw, {"duration": "number", "request_throughput": "number"})
+    lists: dict[str, list[Any]] = {}
+    for name, kind in (("input_lens", "count"), ("output_lens", "count"), ("ttfts", "number"),
+                       ("latencies", "number"), ("errors", "str?")):  # fmt: skip
+        values = raw.get(name)
+        if not isinstance(values, list):
+            raise ValueError(f"{p}: missing field '{name}' (a list per request: run with --save-detailed)")
+        if len(values) != num_requests:
+            raise ValueError(f"{p}: field '{name}' has {len(values)} entries, requests.json has {num_requests}")
+        for i, v in enumerate(values):
+            if not _ok(kind, v):
+                raise ValueError(f"{p}: field '{name}' entry {i} must be {_kind_text(kind)}, got {v!r}")
+        lists[name] = values
+    return ClientResult(
+        float(data["duration"]),
+        float(data["request_throughput"]),
+        tuple(lists["input_lens"]),
+        tuple(lists["output_lens"]),
+        tuple(float(v) for v in lists["ttfts"]),
+        tuple(float(v) for v in lists["latencies"]),
+        tuple(v or "" for v in lists["errors"]),
+    )

@@ -1,0 +1,154 @@
+"""Does llmsched's simulator predict a live vLLM server? A live benchmark run replayed in the simulator.
+
+    run = load_run("runs/r8")                     # live_logs: the run's four files, checked and matched
+    model = fit_live_cost_model(run.steps)        # live_fit: a cost model of the server's engine steps
+    sim = replay(run, "slo_aware", engine, tenants, model)   # live_sim: the same requests, simulated
+    rows = compare(run, sim, frontend_delay_s(load_run("runs/r1")))  # live_compare: live vs simulated
+    report = evaluate_runs([run], "slo_aware", engine, tenants)      # all of it, for several runs
+
+A run folder holds one ``vllm bench serve`` run against ``vllm serve`` with llmsched's scheduler: the result
+JSON (``--save-result --save-detailed``) and the client's ``requests.json``; the server's ``steps.jsonl`` and
+``requests.jsonl`` are in it or in ``server-log`` beside it (the whole server log will do: it is filtered by
+the labels of ``requests.json`` and the run's time span). Live is measured client-side and engine-side, so
+that front-end time (API server, HTTP, tokenisation) and a misprediction of the engine can be told apart. The
+command line is ``python -m llmsched_env.commands.live_replay``. Stdlib, numpy and llmsched only: no vLLM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from llmsched_env.costs.base import CostModel
+from llmsched_env.costs.linear import LinearCostModel
+from llmsched_env.engine.config import EngineConfig, TenantConfig
+from llmsched_env.evaluation.live_compare import (
+    COMPARE_COLUMNS,
+    client_latencies,
+    compare,
+    engine_latencies,
+    frontend_delay_s,
+)
+from llmsched_env.evaluation.live_fit import (
+    DURATIONS,
+    fit_live_cost_model,
+    live_fit_report,
+    step_breakdown,
+    step_samples,
+)
+from llmsched_env.evaluation.live_logs import LiveRun, find_log_dir, load_run
+from llmsched_env.evaluation.live_records import (
+    ClientResult,
+    PlannedRequest,
+    ServerRequest,
+    StepRecord,
+    read_client_result,
+    read_plan,
+    read_server_requests,
+    read_steps,
+)
+from llmsched_env.evaluation.live_sim import Latencies, ReplayResult, replay, replay_requests
+from llmsched_env.runtime.policy_spec import resolve_policy
+from llmsched_env.sim.metrics import format_table
+
+__all__ = [
+    "COMPARE_COLUMNS",
+    "DURATIONS",
+    "ClientResult",
+    "Latencies",
+    "LiveReport",
+    "LiveRun",
+    "PlannedRequest",
+    "ReplayResult",
+    "ServerRequest",
+    "StepRecord",
+    "client_latencies",
+    "compare",
+    "engine_latencies",
+    "evaluate_runs",
+    "find_log_dir",
+    "fit_live_cost_model",
+    "format_report",
+    "frontend_delay_s",
+    "live_fit_report",
+    "load_run",
+    "read_client_result",
+    "read_plan",
+    "read_server_requests",
+    "read_steps",
+    "replay",
+    "replay_requests",
+    "step_breakdown",
+    "step_samples",
+]
+
+
+@dataclass(frozen=True)
+class LiveReport:
+    """What ``evaluate_runs`` found: the fitted ``model``, its ``fit`` report (``live_fit_report``), the median
+    parts of a busy step (``step_breakdown``) of the fitting runs, the comparison ``rows`` of every run, the
+    ``policy`` replayed and the ``frontend_delay_s`` added to the simulated TTFT and E2E."""
+
+    model: LinearCostModel
+    fit: dict[str, float]
+    breakdown: dict[str, float]
+    rows: list[dict[str, float | str]]
+    policy: str
+    frontend_delay_s: float
+
+
+def evaluate_runs(
+    runs: Sequence[LiveRun],
+    policy: str,
+    engine: EngineConfig,
+    tenants: Sequence[TenantConfig],
+    fit_runs: Sequence[LiveRun] | None = None,
+    duration: str = "period",
+    concave_decodes: bool = False,
+    frontend_delay_s: float = 0.0,
+    policy_cost_model: CostModel | None = None,
+    seed: int = 0,
+    nominal_rate_rps: float | None = None,
+    scenario: str = "",
+    iterations_per_step: int | None = None,
+) -> LiveReport:
+    """Fit a cost model to the steps of ``fit_runs`` (default: ``runs``), replay every run under ``policy``
+    with it (``replay``, which takes the arguments from ``policy_cost_model`` on) and compare (``compare``,
+    with ``frontend_delay_s`` added to the simulated TTFT and E2E)."""
+    spec = resolve_policy(policy)  # once: an exported policy file is loaded once
+    fitting = list(fit_runs) if fit_runs else list(runs)
+    steps = [run.steps for run in fitting]  # one log per run: no period spans two runs
+    model = fit_live_cost_model(steps, duration, concave_decodes)
+    rows: list[dict[str, float | str]] = []
+    for run in runs:
+        sim = replay(
+            run, spec, engine, tenants, model, policy_cost_model, seed, nominal_rate_rps, scenario, iterations_per_step
+        )
+        rows.extend(compare(run, sim, frontend_delay_s))
+    fit = live_fit_report(model, steps, duration)
+    return LiveReport(model, fit, step_breakdown(steps), rows, spec.name, frontend_delay_s)
+
+
+def _percent(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def format_report(report: LiveReport) -> str:
+    """The fitted model, its fit, the parts of a busy step and the comparison table, as the command prints them."""
+    fit, parts = report.fit, report.breakdown
+    errors = ", ".join(f"{q} {_percent(fit[f'{q}_rel_error'])}" for q in ("mean", "p50", "p90", "max"))
+    busy = ", ".join(f"{k[:-2]} {v:.4g}" for k, v in parts.items() if k.endswith("_s"))
+    return "\n".join(
+        [
+            f"cost model: {report.model!r}",
+            f"  {report.model.description}; relative error {errors}",
+            f"  busy step, median s: {busy} (over {parts['num_busy_steps']:.0f} steps)",
+            f"policy {report.policy}; the simulated TTFT and E2E include a front-end delay of "
+            f"{report.frontend_delay_s:.4g} s",
+            format_table(report.rows, COMPARE_COLUMNS),
+        ]
+    )
+
+
+if __name__ == "__main__":  # the command line lives with the others, in commands/
+    raise SystemExit("the command line is: python -m llmsched_env.commands.live_replay (--help)")
