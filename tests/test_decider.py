@@ -1,4 +1,5 @@
-"""TimedDecider: a policy that hangs or raises cannot hold its caller past the deadline; late answers are dropped."""
+"""TimedDecider: a policy that hangs or raises cannot hold its caller past the deadline, in signal and thread
+mode; late answers are dropped; inline mode only drops them."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 from llmsched_env.decision.decider import TimedDecider
 
@@ -29,20 +31,74 @@ class _Gate:
         return np.array([n])
 
 
+class _Flaky:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def act(self, observation: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        self.n += 1
+        if self.n == 1:
+            raise RuntimeError("first call fails\nwith a second line")
+        return np.array([7])
+
+
 def _decide(d: TimedDecider, timeout_s: float) -> tuple[object, str | None, str]:
     return d.decide(OBS, MASK, time.perf_counter() + timeout_s)
 
 
-def test_an_answer_on_time_is_returned() -> None:
-    d = TimedDecider(_Gate())
+def test_auto_is_signal_on_the_main_thread_and_thread_elsewhere() -> None:
+    assert TimedDecider(_Gate()).mode == "signal"  # pytest runs tests on the main thread
+    modes = []
+    t = threading.Thread(target=lambda: modes.append(TimedDecider(_Gate()).mode))
+    t.start()
+    t.join()
+    assert modes == ["thread"]
+    with pytest.raises(ValueError, match="mode must be one of"):
+        TimedDecider(_Gate(), mode="fast")
+
+
+@pytest.mark.parametrize("mode", ["signal", "thread", "inline"])
+def test_an_answer_on_time_is_returned_and_an_exception_is_one_line(mode: str) -> None:
+    d = TimedDecider(_Gate(), mode=mode)
     action, reason, _ = _decide(d, 5.0)
     assert reason is None and list(action) == [1]  # type: ignore[call-overload]
+    d = TimedDecider(_Flaky(), mode=mode)
+    action, reason, error = _decide(d, 5.0)
+    assert action is None and reason == "error" and error == "RuntimeError: first call fails"
+    action, reason, _ = _decide(d, 5.0)
+    assert reason is None and list(action) == [7]  # type: ignore[call-overload]
     d.close()
 
 
-def test_a_hung_policy_does_not_hold_the_caller_and_its_late_answer_is_dropped() -> None:
+def test_signal_mode_interrupts_a_hung_policy_at_its_deadline() -> None:
     gate = _Gate()
-    d = TimedDecider(gate)
+    d = TimedDecider(gate, mode="signal")
+    gate.hold = True  # it would wait forever
+    t0 = time.perf_counter()
+    action, reason, error = _decide(d, 0.05)
+    assert action is None and reason == "timeout" and "interrupted" in error
+    assert time.perf_counter() - t0 < 4.0
+    gate.hold = False
+    action, reason, _ = _decide(d, 5.0)  # called again at the next decision
+    assert reason is None and list(action) == [2]  # type: ignore[call-overload]
+
+
+def test_signal_mode_is_not_swallowed_by_the_policys_own_except() -> None:
+    class Swallows:
+        def act(self, observation: np.ndarray, mask: np.ndarray) -> np.ndarray:
+            try:
+                while True:
+                    pass
+            except Exception:  # a policy catching every Exception cannot catch the deadline
+                return np.array([0])
+
+    action, reason, _ = _decide(TimedDecider(Swallows(), mode="signal"), 0.05)
+    assert action is None and reason == "timeout"
+
+
+def test_thread_mode_does_not_hold_the_caller_and_drops_the_late_answer() -> None:
+    gate = _Gate()
+    d = TimedDecider(gate, mode="thread")
     gate.hold = True
     t0 = time.perf_counter()
     action, reason, error = _decide(d, 0.05)  # would never return if the call were made inline
@@ -62,19 +118,11 @@ def test_a_hung_policy_does_not_hold_the_caller_and_its_late_answer_is_dropped()
     d.close()
 
 
-def test_an_exception_is_reported_in_one_line_and_the_worker_lives_on() -> None:
-    class Flaky:
-        n = 0
-
+def test_inline_mode_only_drops_a_late_answer() -> None:
+    class Slow:
         def act(self, observation: np.ndarray, mask: np.ndarray) -> np.ndarray:
-            self.n += 1
-            if self.n == 1:
-                raise RuntimeError("first call fails\nwith a second line")
-            return np.array([7])
+            time.sleep(0.05)
+            return np.array([1])
 
-    d = TimedDecider(Flaky())
-    action, reason, error = _decide(d, 5.0)
-    assert action is None and reason == "error" and error == "RuntimeError: first call fails"
-    action, reason, _ = _decide(d, 5.0)
-    assert reason is None and list(action) == [7]  # type: ignore[call-overload]
-    d.close()
+    action, reason, error = _decide(TimedDecider(Slow(), mode="inline"), 0.01)
+    assert action is None and reason == "timeout" and "after its deadline" in error

@@ -204,7 +204,7 @@ def test_the_stand_in_of_the_contract_test_reads_only_what_vllm_has() -> None:
 @pytest.mark.vllm
 def test_token_budget_caps_the_step() -> None:
     s, clock = _make()
-    s.policy = _Fixed(_action(s, token_budget=256, chunk_cap=512))
+    s.llmsched_policy = _Fixed(_action(s, token_budget=256, chunk_cap=512))
     for i in range(4):
         _add(s, Request(i, 0.0, 400, 5))
     out = _step(s, clock)
@@ -220,11 +220,11 @@ def test_admission_cap_zero_holds_and_fallback_restores() -> None:
     s, clock = _make()
     _add(s, Request(0, 0.0, 100, 50))
     _step(s, clock)  # one running request
-    s.policy = _Fixed(_action(s, max_admit=0))
+    s.llmsched_policy = _Fixed(_action(s, max_admit=0))
     _add(s, Request(1, 0.0, 100, 5))
     out = _step(s, clock)
     assert list(out.num_scheduled_tokens) == ["0"] and len(s.waiting) == 1
-    s.policy = _Fixed(_action(s, max_admit=1))
+    s.llmsched_policy = _Fixed(_action(s, max_admit=1))
     out = _step(s, clock)
     assert "1" in out.num_scheduled_tokens
 
@@ -238,7 +238,7 @@ def test_edf_admits_the_earliest_deadline_first() -> None:
         from llmsched_env.engine.batch import QueueOrder
 
         s, clock = _make(tenants=tenants)
-        s.policy = _Fixed(_action(s, order=QueueOrder[order], max_admit=1))
+        s.llmsched_policy = _Fixed(_action(s, order=QueueOrder[order], max_admit=1))
         _add(s, Request(0, 0.0, 100, 5), "batch")  # arrives first, 60 s deadline
         _add(s, Request(1, 0.001, 100, 5), "chat")  # 1 s deadline
         clock.now_s = 0.01
@@ -252,7 +252,7 @@ def test_kv_reserve_holds_admission_when_the_pool_is_near_full() -> None:
     results = {}
     for reserve in (0.0, 0.4):
         s, clock = _make(cfg=cfg)
-        s.policy = _Fixed(_action(s, kv_reserve=reserve))
+        s.llmsched_policy = _Fixed(_action(s, kv_reserve=reserve))
         _add(s, Request(0, 0.0, 300, 100))  # 19 + 7 blocks over its life
         _step(s, clock)
         _add(s, Request(1, 0.0, 160, 5))  # needs 11 blocks: leaves 40-19-11 = 10 < 16 reserved
@@ -267,12 +267,12 @@ def test_shedding_aborts_a_hopeless_request() -> None:
     from llmsched_env.engine.config import SLO_CLASSES
 
     s, clock = _make(tenants=(TenantConfig("i", SLO_CLASSES["interactive"]),))
-    s.policy = _Fixed(_action(s, shed=True, max_admit=0))  # hold, so only shedding can remove it
+    s.llmsched_policy = _Fixed(_action(s, shed=True, max_admit=0))  # hold, so only shedding can remove it
     _add(s, Request(0, 0.0, 100, 50))
-    s.policy = _Fixed(_action(s, max_admit=1))
+    s.llmsched_policy = _Fixed(_action(s, max_admit=1))
     _step(s, clock)
     _add(s, Request(1, 0.0, 1000, 5))
-    s.policy = _Fixed(_action(s, shed=True, max_admit=0))
+    s.llmsched_policy = _Fixed(_action(s, shed=True, max_admit=0))
     clock.now_s = 0.3  # past the 0.25 s TTFT target
     from llmsched_env.adapters.vllm.offline import fake_output
 
@@ -301,12 +301,12 @@ def test_shedding_prices_the_prefill_left_after_vllms_prefix_cache_hit() -> None
     t0 = clock.now_s
     _add(s, Request(2, t0, n, 2, prefix_ids=tuple(range(100, 124)), prefix_id_tokens=64))  # the head
     _add(s, Request(1, t0, n, 2, prefix_ids=tuple(range(24)), prefix_id_tokens=64))
-    s.policy = _Fixed(_action(s, shed=True, max_admit=0))
+    s.llmsched_policy = _Fixed(_action(s, shed=True, max_admit=0))
     clock.now_s = t0 + 0.001  # the old rule (now + full > deadline) would shed both, as they are heads in turn
     assert clock.now_s + full > t0 + slo.ttft_s
     _step(s, clock)
     assert s.num_shed == 1 and "2" not in s.requests and "1" in s.requests
-    s.policy = _Fixed(_action(s, max_admit=1))
+    s.llmsched_policy = _Fixed(_action(s, max_admit=1))
     assert _drain(s, clock) == {"1": "length"}
 
 
@@ -330,20 +330,21 @@ def test_a_bad_policy_falls_back_to_vllm_and_is_counted(kind: str) -> None:
     s, clock = _make(policy_timeout_s=0.005)
     tight = _action(s, token_budget=256, chunk_cap=128, max_admit=1, kv_reserve=0.4)
     policy = {"error": _Raises(), "invalid": _Fixed([99, 0, 0, 0, 0, 0, 0]), "timeout": _Slow(tight)}[kind]
-    s.policy = policy
+    s.llmsched_policy = policy
     for i in range(4):
         _add(s, Request(i, 0.0, 400, 5))
     out = _step(s, clock)
     assert s.stats.fallbacks[kind] == 1 and s.stats.num_fallbacks == 1
     assert out.total_num_scheduled_tokens == 512  # vLLM's own budget, chunking and admission
     assert s.max_num_active_reqs == s.base_knobs.max_num_active_reqs and s.kv_cache_manager.watermark_blocks == 0
-    s.policy = _Fixed(tight)
+    s.llmsched_policy = _Fixed(tight)
     _step(s, clock)
     assert s.max_num_scheduled_tokens <= 256 and s.stats.num_fallbacks == 1
 
 
 @pytest.mark.vllm
-def test_a_hung_policy_cannot_hold_schedule_past_its_timeout() -> None:
+@pytest.mark.parametrize("mode", ["signal", "thread"])
+def test_a_hung_policy_cannot_hold_schedule_past_its_timeout(mode: str) -> None:
     import threading
 
     release = threading.Event()
@@ -354,22 +355,24 @@ def test_a_hung_policy_cannot_hold_schedule_past_its_timeout() -> None:
         def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
             self.calls += 1
             if self.calls == 1:
-                release.wait()  # stuck until the test lets it go
+                release.wait()  # stuck until interrupted (signal) or let go by the test (thread)
             return np.array(tight)
 
-    s, clock = _make(policy_timeout_s=0.05)
+    s, clock = _make(policy_timeout_s=0.05, policy_deadline=mode)
     tight = _action(s, token_budget=256, chunk_cap=128, max_admit=1)
-    s.policy = hung = Hangs()
+    s.llmsched_policy = hung = Hangs()
     for i in range(4):
         _add(s, Request(i, 0.0, 400, 5))
     t0 = time.perf_counter()
-    for _ in range(3):  # the first step times out; the next two fall back at once: the call is still stuck
-        out = _step(s, clock)
-        assert out.total_num_scheduled_tokens > 256  # vLLM's own step
-    assert time.perf_counter() - t0 < 3.0 and hung.calls == 1
-    assert s.stats.fallbacks["timeout"] == 3 and s.stats.num_decisions == 3
-    release.set()
-    for _ in range(100):  # once the late call has returned (its answer dropped), the policy decides again
+    out = _step(s, clock)  # the stuck call: vLLM's own step
+    assert out.total_num_scheduled_tokens > 256 and s.stats.fallbacks["timeout"] == 1
+    if mode == "thread":  # the call is still stuck: the next steps fall back at once, without calling it
+        for _ in range(2):
+            assert _step(s, clock).total_num_scheduled_tokens > 256
+        assert hung.calls == 1 and s.stats.fallbacks["timeout"] == 3
+        release.set()
+    assert time.perf_counter() - t0 < 3.0
+    for _ in range(100):  # the policy decides again: interrupted (signal), or its late answer dropped (thread)
         _step(s, clock)
         if s.stats.num_decisions > s.stats.num_fallbacks:
             break
@@ -383,7 +386,7 @@ def test_an_exported_policy_loads_and_runs() -> None:
 
     env = gym.make("LLMSched-v0", scenario="default").unwrapped
     s, clock = _make(str(ROOT / "policies" / "default"), cfg=env.engine_config, tenants=env.tenants)
-    assert type(s.policy).__name__ == "ExportedPolicy"
+    assert type(s.llmsched_policy).__name__ == "ExportedPolicy"
     for i, r in enumerate(env.episode_requests(0)[:30]):
         _add(s, Request(i, 0.0, r.prompt_len, r.output_len), env.tenants[r.tenant].name)
     assert len(_drain(s, clock)) == 30 and s.stats.num_fallbacks == 0

@@ -1,44 +1,113 @@
 """A policy's ``act`` with a deadline that holds even when the policy hangs: ``TimedDecider``.
 
-An engine step must not wait on a slow or stuck policy. Checking the time after ``act`` returns cannot bound
-a call that never returns, so ``TimedDecider`` runs ``act`` on one worker thread and waits for the answer at
-most until the deadline. A late call goes on in the background; its answer, when it comes, is dropped, and
-while it runs every decision falls back at once (the policy is still past its deadline). Calls are
-serialised: the policy is never entered by two threads.
+An engine step must not wait on a slow or stuck policy. Checking the time after ``act`` returns cannot bound a
+call that never returns. Two ways bound it (``mode``):
 
-What a thread cannot do: a policy spinning in Python code keeps its share of the interpreter lock, so the
-engine's thread runs on but slower until the call ends; a policy blocked in a C call that holds the lock
-stops the process. Both are outside what a deadline in Python can bound. A handoff costs ~15 µs on the
-2-core machine (a ``queue.SimpleQueue`` round trip).
+- ``"signal"`` (where the caller is the process's main thread, on POSIX): ``act`` runs on the caller's thread
+  under a ``SIGALRM`` timer set to the deadline; at the deadline the call is interrupted (an exception raised
+  inside it) and the decision falls back. A few microseconds a call. The policy is called again at the next
+  decision.
+- ``"thread"``: ``act`` runs on one worker thread and the caller waits for the answer at most until the
+  deadline. A late call goes on in the background; its answer, when it comes, is dropped, and while it runs
+  every decision falls back at once. Calls are serialised. A handoff is two thread wake-ups: ~15 µs on an idle
+  2-core machine, but 1.2 ms per step median inside a live vLLM engine core sharing its core with vLLM's API
+  server and the client (measured, docs/vllm.md), because the operating system does not run a woken thread at
+  once on a busy core.
+
+``"auto"`` picks ``"signal"`` where it can, else ``"thread"``; ``"inline"`` has no hard deadline (a late answer
+is only dropped). What neither bounds: a policy blocked inside a C call that holds the interpreter lock, which
+no signal handler or other thread can run past.
 """
 
 from __future__ import annotations
 
 import queue
+import signal
 import threading
 import time
 from typing import Any
 
 import numpy as np
 
-__all__ = ["TimedDecider"]
+__all__ = ["DECIDER_MODES", "TimedDecider"]
+
+DECIDER_MODES = ("auto", "signal", "thread", "inline")
+
+
+class _Deadline(BaseException):
+    """Raised inside a policy's ``act`` by the SIGALRM timer (a BaseException, so a policy's ``except
+    Exception`` does not swallow it)."""
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise _Deadline
+
+
+def _signal_mode_available() -> bool:
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
 
 
 class TimedDecider:
-    """``act(observation, mask, deadline)`` of ``policy`` on a worker thread (started on first use).
+    """``decide(observation, mask, deadline)``: ``policy.act`` bounded by the deadline (see the module docstring
+    for ``mode``). Returns ``(action, reason, error)``: the policy's raw action and ``None`` on time; else no
+    action and a fallback ``reason`` — ``"error"`` (it raised), ``"timeout"`` (no answer by the deadline, or,
+    in thread mode, an earlier late call still running) — with a one-line ``error``."""
 
-    ``decide`` returns ``(action, reason, error)``: the policy's raw action and ``None`` on time; else no action
-    and a fallback ``reason`` — ``"error"`` (it raised), ``"timeout"`` (no answer by the deadline, or an
-    earlier late call still running) — with a one-line ``error``."""
-
-    def __init__(self, policy: Any, name: str = "llmsched-policy") -> None:
+    def __init__(self, policy: Any, mode: str = "auto", name: str = "llmsched-policy") -> None:
+        if mode not in DECIDER_MODES:
+            raise ValueError(f"TimedDecider mode must be one of {DECIDER_MODES}, got {mode!r}")
+        if mode == "signal" and not _signal_mode_available():
+            raise ValueError("TimedDecider mode 'signal' needs POSIX timers and the process's main thread")
         self.policy = policy
         self.name = name
+        self.mode = ("signal" if _signal_mode_available() else "thread") if mode == "auto" else mode
         self._jobs: queue.SimpleQueue[tuple[int, np.ndarray, np.ndarray] | None] = queue.SimpleQueue()
         self._results: queue.SimpleQueue[tuple[int, Any, BaseException | None]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._next_id = 0
-        self._pending: int | None = None  # the id of a call that timed out and has not returned yet
+        self._pending: int | None = None  # thread mode: a call that timed out and has not returned yet
+        if self.mode == "signal":
+            previous = signal.getsignal(signal.SIGALRM)
+            if previous not in (signal.SIG_DFL, signal.SIG_IGN, None, _alarm):
+                raise ValueError("TimedDecider mode 'signal': SIGALRM already has a handler in this process")
+            signal.signal(signal.SIGALRM, _alarm)
+
+    def decide(self, observation: np.ndarray, mask: np.ndarray, deadline: float) -> tuple[Any, str | None, str]:
+        """The policy's action for ``observation`` and ``mask`` if it answers before ``deadline`` (a
+        ``time.perf_counter()`` instant), else a fallback reason (see the class docstring)."""
+        if self.mode == "signal":
+            return self._signalled(observation, mask, deadline)
+        if self.mode == "inline":
+            return self._checked(self.policy.act, observation, mask, deadline)
+        return self._threaded(observation, mask, deadline)
+
+    # -- modes ----------------------------------------------------------------------------------------------
+    @staticmethod
+    def _error(exc: BaseException) -> tuple[None, str, str]:
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return None, "error", f"{type(exc).__name__}: {first}"
+
+    def _checked(self, act: Any, obs: np.ndarray, mask: np.ndarray, deadline: float) -> tuple[Any, str | None, str]:
+        try:
+            action = act(obs, mask)
+        except Exception as exc:
+            return self._error(exc)
+        if time.perf_counter() > deadline:
+            return None, "timeout", "policy answered after its deadline"
+        return action, None, ""
+
+    def _signalled(self, obs: np.ndarray, mask: np.ndarray, deadline: float) -> tuple[Any, str | None, str]:
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0:
+            return None, "timeout", "no time left before the deadline"
+        try:
+            signal.setitimer(signal.ITIMER_REAL, remaining)
+            try:
+                return self._checked(self.policy.act, obs, mask, deadline)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except _Deadline:
+            return None, "timeout", "policy interrupted at its deadline"
 
     def _run(self) -> None:
         act = self.policy.act
@@ -52,17 +121,15 @@ class TimedDecider:
             except BaseException as exc:  # reported to the caller, never raised on this thread
                 self._results.put((job_id, None, exc))
 
-    def decide(self, observation: np.ndarray, mask: np.ndarray, deadline: float) -> tuple[Any, str | None, str]:
-        """The policy's action for ``observation`` and ``mask`` if it answers before ``deadline`` (a
-        ``time.perf_counter()`` instant), else a fallback reason (see the class docstring)."""
-        if self._pending is not None and not self._collect(self._pending, timeout=0.0):
+    def _threaded(self, obs: np.ndarray, mask: np.ndarray, deadline: float) -> tuple[Any, str | None, str]:
+        if self._pending is not None and not self._collect(self._pending):
             return None, "timeout", "policy still running a call that passed its deadline"
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
             self._thread.start()
         job_id = self._next_id
         self._next_id += 1
-        self._jobs.put((job_id, observation, mask))
+        self._jobs.put((job_id, obs, mask))
         while True:
             try:
                 got_id, action, exc = self._results.get(timeout=max(deadline - time.perf_counter(), 0.0))
@@ -72,15 +139,14 @@ class TimedDecider:
             if got_id != job_id:  # a late answer of an earlier call
                 continue
             if exc is not None:
-                first = str(exc).splitlines()[0] if str(exc) else ""
-                return None, "error", f"{type(exc).__name__}: {first}"
+                return self._error(exc)
             return action, None, ""
 
-    def _collect(self, job_id: int, timeout: float) -> bool:
+    def _collect(self, job_id: int) -> bool:
         """Drop answers up to ``job_id``'s; True once it has come (the worker is free again)."""
         while True:
             try:
-                got_id, _, _ = self._results.get(timeout=timeout) if timeout > 0 else self._results.get_nowait()
+                got_id, _, _ = self._results.get_nowait()
             except queue.Empty:
                 return False
             if got_id == job_id:

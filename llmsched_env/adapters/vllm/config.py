@@ -20,6 +20,7 @@ from typing import Any
 
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.loader import load_cost_model
+from llmsched_env.decision.decider import DECIDER_MODES
 from llmsched_env.engine.config import SLO_CLASSES, SLOClass, TenantConfig
 from llmsched_env.runtime.policy_spec import PolicySpec, resolve_policy
 
@@ -36,6 +37,7 @@ CONFIG_FIELDS = (
     "seed",
     "scenario",
     "log_dir",
+    "policy_deadline",
 )
 
 
@@ -95,6 +97,9 @@ class AdapterConfig:
     timeout. ``nominal_rate_rps``: the unit of the ``arrival/rate`` feature. ``seed``: random policies.
     ``scenario``: the entry of a tuned-settings table the ``tuned`` baseline plays. ``log_dir``: where the
     scheduler appends its step and request logs (``steps.jsonl``, ``requests.jsonl``; "" for none).
+    ``policy_deadline``: how ``policy_timeout_s`` is enforced (``decision.decider``): ``auto`` (a ``SIGALRM`` timer
+    interrupting the policy where vLLM schedules on the main thread, else a worker thread), ``signal``,
+    ``thread``, or ``inline`` (no hard deadline: a late answer is only dropped).
     """
 
     policy: str = "fcfs"
@@ -106,6 +111,7 @@ class AdapterConfig:
     seed: int = 0
     scenario: str = ""
     log_dir: str = ""
+    policy_deadline: str = "auto"
     where: str = field(default="AdapterConfig", compare=False)
 
     def __post_init__(self) -> None:
@@ -128,6 +134,9 @@ class AdapterConfig:
                 errors.append(f"{w}: {name} must be a number > 0, got {v!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             errors.append(f"{w}: seed must be an integer, got {self.seed!r}")
+        if self.policy_deadline not in DECIDER_MODES:
+            modes = ", ".join(DECIDER_MODES)
+            errors.append(f"{w}: policy_deadline must be one of {modes}, got {self.policy_deadline!r}")
         for name in ("scenario", "log_dir"):
             if not isinstance(getattr(self, name), str):
                 errors.append(f"{w}: {name} must be a string, got {getattr(self, name)!r}")

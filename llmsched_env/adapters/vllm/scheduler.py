@@ -6,10 +6,11 @@ Every ``schedule()`` it encodes vLLM's state into llmsched's observation and act
 knobs from the ``Decision`` before running vLLM's own ``schedule()`` (``contract.vllm_knobs``; the table is in
 ``contract``'s docstring).
 
-The policy answers on a worker thread (``decision.decider.TimedDecider``): a policy that raises, returns an
-invalid action, or has not answered by ``policy_timeout_s`` leaves that step to vLLM's own behaviour (every knob
-restored to vLLM's setting, FCFS order), counted by reason in ``stats`` (``runtime.serve.ServeStats``). A hung
-policy cannot hold ``schedule()`` past its timeout: until its late call returns, every step is vLLM's own. The
+The policy answers under a hard deadline (``decision.decider.TimedDecider``: a ``SIGALRM`` timer where vLLM
+schedules on its main thread, else a worker thread): a policy that raises, returns an invalid action, or has
+not answered by ``policy_timeout_s`` leaves that step to vLLM's own behaviour (every knob restored to vLLM's
+setting, FCFS order), counted by reason in ``stats`` (``runtime.serve.ServeStats``). A hung policy cannot hold
+``schedule()`` past its timeout. The
 bookkeeping is incremental: hooks on admission, preemption and finishing keep per-tenant counters, so a step
 costs O(tenants + prefilling requests + changes), not O(requests).
 
@@ -109,7 +110,7 @@ class _LLMSchedAdapter:
         default_hold = spec.iterations_per_step if llmsched_policy is None else 1
         self.iterations_per_step = cfg.iterations_per_step or default_hold
         self._zero_obs = np.zeros(self.encoder.size, dtype=np.float32)
-        self.policy = policy
+        self.llmsched_policy = policy  # not ``policy``: vLLM's Scheduler keeps its SchedulingPolicy there
         self.stats = ServeStats()
         self.num_kv_blocks = self.engine_config.num_kv_blocks
         # vLLM's own settings, restored whenever the policy's step falls back
@@ -136,24 +137,25 @@ class _LLMSchedAdapter:
                                  "weight": t.weight, "priority": t.priority} for t in self.state.tenants],
                     "policy": cfg.policy,
                     "iterations_per_step": self.iterations_per_step,
+                    "policy_deadline": self.decider.mode,
                     "vllm": "==".join(vllm_version),
                 }
             )  # fmt: skip
         self._step_start: tuple[float, float, Any] | None = None  # (t0, t1, features) of the step being run
 
     @property
-    def policy(self) -> Policy:
-        """The policy deciding each step; setting it installs a new one (its own worker thread)."""
+    def llmsched_policy(self) -> Policy:
+        """The llmsched policy deciding each step; setting it installs a new one (its own worker thread)."""
         return self._policy
 
-    @policy.setter
-    def policy(self, policy: Policy) -> None:
+    @llmsched_policy.setter
+    def llmsched_policy(self, policy: Policy) -> None:
         old = getattr(self, "decider", None)
         if old is not None:
             old.close()
         self._policy = policy
         self._reads_obs = reads_observation(policy)
-        self.decider = TimedDecider(policy)
+        self.decider = TimedDecider(policy, mode=self.adapter.policy_deadline)
 
     def _check_vllm_config(self) -> None:
         sc = self.scheduler_config  # type: ignore[attr-defined]

@@ -202,8 +202,8 @@ class VllmState:
         self.awaiting_first: dict[str, Request] = {}  # running, first token not yet out
         self.running_ids: set[str] = set()  # vLLM ids of the requests in vLLM's running list
         self._ttft_heap: list[tuple[float, int, Request]] = []
-        # shadow id -> ((prefill tokens, cached tokens), the latest start from which its TTFT is reachable)
-        self._shed_after: dict[int, tuple[tuple[int, int], float]] = {}
+        # shadow id -> (prefill tokens, the latest start from which its TTFT is reachable with no cache hit)
+        self._shed_after: dict[int, tuple[int, float]] = {}
         self._next_id = 0
 
     # -- the EngineState views ---------------------------------------------------------------------------
@@ -348,14 +348,19 @@ class VllmState:
 
     def hopeless(self, sh: Request) -> bool:
         """Even alone and unchunked, ``sh``'s first token would come after its TTFT deadline (the engine's rule):
-        its prefill priced for the tokens left after the prefix-cache hit vLLM would give it now."""
+        its prefill priced for the tokens left after the prefix-cache hit vLLM would give it now. A cache hit
+        only makes a prefill cheaper, so while the deadline priced with no hit has not passed, vLLM's cache is
+        not asked (most heads, most steps)."""
         if sh.first_token_s is not None:
             return False
-        n = sh.num_prefill_tokens
+        n, now = sh.num_prefill_tokens, self.now_s
+        uncached = self._shed_after.get(sh.request_id)
+        if uncached is None or uncached[0] != n:  # priced once per prefill length
+            uncached = (n, sh.arrival_s + self._ttft[sh.tenant] - prefill_time_s(self.cost_model, n))
+            self._shed_after[sh.request_id] = uncached
+        if now <= uncached[1]:
+            return False
         _, cached, _ = self._s.kv_cache_manager.get_computed_blocks(self.vreqs[sh.request_id])
-        latest = self._shed_after.get(sh.request_id)
-        if latest is None or latest[0] != (n, cached):  # priced once per (prefill length, cached tokens)
-            price = prefill_time_s(self.cost_model, n, num_cached_tokens=cached)
-            latest = ((n, cached), sh.arrival_s + self._ttft[sh.tenant] - price)
-            self._shed_after[sh.request_id] = latest
-        return self.now_s > latest[1]
+        if not cached:
+            return True
+        return now > sh.arrival_s + self._ttft[sh.tenant] - prefill_time_s(self.cost_model, n, num_cached_tokens=cached)
