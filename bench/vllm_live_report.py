@@ -14,7 +14,8 @@ from vLLM's client measurements:
   request is a miss; a one-token request's TPOT counts as 0); goodput: those requests / duration.
 
 Then, per (scheduler, load): the mean and the Student-t 95% half-width over repeats. ``--paired REF`` adds each
-scheduler's throughput ratio to REF's, repeat by repeat (the same request stream), mean ± interval.
+scheduler's throughput ratio to REF's and its attainment minus REF's, repeat by repeat (the same request stream),
+mean ± interval.
 """
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ def summarize(rows: list[dict[str, Any]], paired: str | None) -> list[dict[str, 
             ref = {r["repeat"]: r for r in rows if r["scheduler"] == paired and r["rate"] == rate}
             ratios = [g["throughput_rps"] / ref[g["repeat"]]["throughput_rps"] for g in group if g["repeat"] in ref]
             row["throughput_vs_ref"], row["throughput_vs_ref_ci95"] = mean_ci95(ratios) if ratios else (math.nan, 0.0)
+            diffs = [g["attainment"] - ref[g["repeat"]]["attainment"] for g in group if g["repeat"] in ref]
+            row["attainment_vs_ref"], row["attainment_vs_ref_ci95"] = mean_ci95(diffs) if diffs else (math.nan, 0.0)
         out.append(row)
     return out
 
@@ -97,7 +100,7 @@ def markdown(summary: list[dict[str, Any]], paired: str | None) -> str:
     head = ["load (req/s)", "scheduler", "TTFT p50 (ms)", "TTFT p99 (ms)", "TPOT p50 (ms)", "TPOT p99 (ms)",
             "throughput (req/s)", "goodput (req/s)", "SLO attainment"]  # fmt: skip
     if paired:
-        head.append(f"throughput / {paired}")
+        head += [f"throughput / {paired}", f"attainment - {paired}"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     fmt = {"attainment": "{:.3f} ± {:.3f}", "throughput_rps": "{:.2f} ± {:.2f}", "goodput_rps": "{:.2f} ± {:.2f}"}
     for r in summary:
@@ -106,6 +109,7 @@ def markdown(summary: list[dict[str, Any]], paired: str | None) -> str:
             cells.append(fmt.get(m, "{:.0f} ± {:.0f}").format(r[m], r[f"{m}_ci95"]))
         if paired:
             cells.append(f"{r['throughput_vs_ref']:.3f} ± {r['throughput_vs_ref_ci95']:.3f}")
+            cells.append(f"{r['attainment_vs_ref']:+.3f} ± {r['attainment_vs_ref_ci95']:.3f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

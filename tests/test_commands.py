@@ -52,7 +52,8 @@ def test_evaluate_is_deterministic_by_seed(tmp_path: Path) -> None:
         (["--loads", "nan"], "every value must be > 0, got 'nan'"),
         (["--loads", "inf"], "EvalConfig.loads must be finite and > 0, got inf"),
         (["--seeds", "-1"], "EvalConfig.seeds must be an integer >= 0, got -1"),
-        (["--backend", "runtime", "--policy-timeout", "0"], "policy_timeout_s must be finite and > 0"),
+        (["--backend", "runtime", "--policy-timeout", "0"], "--policy-timeout: must be a finite number > 0"),
+        (["--engine", "vllm", "--policy-timeout", "inf"], "--policy-timeout: must be a finite number > 0"),
     ],
 )
 def test_evaluate_rejects_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:

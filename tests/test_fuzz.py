@@ -42,8 +42,11 @@ def _one_line(exc: BaseException) -> None:
     assert str(exc) and "\n" not in str(exc), repr(str(exc))
 
 
+_FOLDER = tempfile.TemporaryDirectory(prefix="llmsched-fuzz-")  # removed when the test process ends
+
+
 def _write(text: str | bytes, name: str) -> Path:
-    folder = Path(tempfile.mkdtemp(prefix="llmsched-fuzz-"))
+    folder = Path(tempfile.mkdtemp(dir=_FOLDER.name))
     path = folder / name
     path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass"))
     return path

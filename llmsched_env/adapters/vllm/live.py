@@ -402,8 +402,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--nominal-rate-rps", type=float, default=1.0, help="unit of the arrival/rate feature")
     p.add_argument("--tuned-scenario", default="", help="the tuned table's entry (tuned=TABLE with several)")
     p.add_argument("--policy-timeout-s", type=float, default=0.1)
-    p.add_argument("--policy-deadline", choices=("auto", "signal", "thread", "inline"), default="auto",
-                   help="how the adapter enforces the policy timeout (AdapterConfig.policy_deadline)")
+    p.add_argument(
+        "--policy-deadline",
+        choices=("auto", "signal", "thread", "inline"),
+        default="auto",
+        help="how the adapter enforces the policy timeout (AdapterConfig.policy_deadline)",
+    )
     p.add_argument("--model-dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "llmsched-tiny-llama")
     p.add_argument("--port", type=int, default=8011)
     p.add_argument("--max-model-len", type=int, default=2048)

@@ -14,8 +14,10 @@ Alignments with llmsched's engine: vLLM keeps one null block, so it gets ``num_k
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable
 from functools import cache
@@ -58,6 +60,7 @@ _POSITION_BITS = 24  # positions below 16M tokens per request
 def _model_dir(max_position_embeddings: int) -> str:
     """A folder with a tiny Llama ``config.json``: enough for ``ModelConfig`` with no tokenizer and no weights."""
     folder = tempfile.mkdtemp(prefix="llmsched-vllm-model-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     config = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
