@@ -29,6 +29,7 @@ from agents.training import resume_best, train
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.evaluate_args import add_engine_limits, add_trace_options, engine_limits, trace_options
 from llmsched_env.commands.help import DefaultsFormatter, from_args, program
+from llmsched_env.common.checks import check_unique
 from llmsched_env.common.outputs import check_output
 from llmsched_env.evaluation.distributed import RAY_INSTALL_HINT
 from llmsched_env.workloads.library import list_scenarios
@@ -120,7 +121,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         key, _, values = item.partition("=")
         if not key or not values:
             p.error(f"--hp-grid expects KEY=V1,V2,..., got {item!r}")
+        if key in args.grid:
+            p.error(f"--hp-grid: {key} given more than once (give its values in one KEY=V1,V2)")
         args.grid[key] = values.split(",")
+    try:  # two trainings into one run folder: refused, naming the option
+        check_unique("--scenarios", args.scenario_list)
+        check_unique("--seeds", args.seed_list)
+        for key, values in args.grid.items():
+            check_unique(f"--hp-grid {key}", values)
+    except ValueError as exc:
+        p.error(str(exc))
     if args.ray_cpus is not None and args.ray_cpus < 1:
         p.error("--ray-cpus must be >= 1")
     trace, limits = None, engine_limits(args)

@@ -23,6 +23,7 @@ from typing import Any
 
 from agents.config import merge_config, parse_overrides
 from agents.train_config import TrainConfig
+from llmsched_env.common.checks import check_unique
 from llmsched_env.common.outputs import check_output
 from llmsched_env.evaluation.progress import Progress, status
 
@@ -38,11 +39,15 @@ def sweep_configs(
 ) -> list[TrainConfig]:
     """``base`` for every scenario x seed x combination of ``hp_grid`` values (YAML text, as ``--hp`` takes
     them), each in ``out/<scenario>-seed<K>[-key=value...]`` without progress output. ``scenarios`` and
-    ``seeds`` default to ``base``'s. ``ValueError`` for an unknown scenario or a value that is not YAML."""
+    ``seeds`` default to ``base``'s. ``ValueError`` for an unknown scenario, a value that is not YAML, or a
+    scenario, seed or value given twice (two trainings would share a run folder)."""
+    check_unique("scenarios", scenarios or [])
+    check_unique("seeds", seeds or [])
     grid: list[list[tuple[str, str]]] = [[]]
     for key, values in (hp_grid or {}).items():
         if not values:
             raise ValueError(f"hp_grid: no values for {key!r}")
+        check_unique(f"hp_grid[{key!r}]", [str(v) for v in values])
         grid = [[*trial, (key, str(v))] for trial in grid for v in values]
     configs = []
     for scenario in scenarios or [base.scenario]:

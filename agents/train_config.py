@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from agents.config import load_hyperparams, merge_config
 from agents.sb3 import ALGOS
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
+from llmsched_env.common.checks import check_unique
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.workloads.library import list_scenarios
 
@@ -149,6 +150,7 @@ class TrainConfig:
             bad = [b for b in names if b not in registry]
             if bad or not names:
                 raise ValueError(f"eval_baselines: unknown {registry.kind}s {bad}; available: {', '.join(registry)}")
+            check_unique("eval_baselines", names)
             object.__setattr__(self, "eval_baselines", names)
         out = Path(self.out) if self.out is not None else Path("runs") / f"{self.scenario}-seed{self.seed}"
         object.__setattr__(self, "out", out)

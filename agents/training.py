@@ -57,7 +57,7 @@ from agents.wrappers import FlatActions
 from llmsched_env.common.outputs import check_output
 from llmsched_env.evaluation.progress import Progress, status
 from llmsched_env.workloads.library import list_scenarios
-from llmsched_env.workloads.scenarios import Scenario
+from llmsched_env.workloads.scenarios import Scenario, TraceSource
 
 __all__ = [
     "BC_EPOCHS",
@@ -188,6 +188,25 @@ def resume_checkpoint(config: TrainConfig) -> Path | None:
     return checkpoint
 
 
+def val_seeds(config: TrainConfig, env_kwargs: Mapping[str, Any], seeds: list[int]) -> list[int]:
+    """``seeds``, or the first of them for which the val part holds disjoint windows: a trace's val episode of
+    seed ``s`` replays the ``s``-th window of the episode's size (``workloads.scenarios.episode_window``), and
+    a short val part holds fewer than ``eval_episodes``; said on stderr when it cuts."""
+    env: Any = make_env_fn(config.env_scenario, config.algo, env_kwargs, split="val", agent=False)()
+    u = env.unwrapped
+    held = u.source.num_windows(u.num_requests) if isinstance(u.source, TraceSource) else len(seeds)
+    env.close()
+    if held >= len(seeds):
+        return seeds
+    print(
+        f"periodic evaluation: {u.source.trace.source}: the val part holds {held} window(s) of {u.num_requests} "
+        f"requests ({len(u.source.trace)} requests); evaluating on val seeds {list(range(held))}, not the "
+        f"{len(seeds)} eval_episodes asks for",
+        file=sys.stderr,
+    )
+    return seeds[:held]
+
+
 def eval_setup(config: TrainConfig, hp: Mapping[str, Any]) -> dict[str, Any]:
     """What the periodic evaluation measures the agent on (``hp``: the resolved hyperparameters): scenario,
     seeds, load and env arguments. A best score recorded under another setup does not compare."""
@@ -195,6 +214,8 @@ def eval_setup(config: TrainConfig, hp: Mapping[str, Any]) -> dict[str, Any]:
     seeds = list(range(int(hp["eval_episodes"])))
     if is_generalist(config.scenario):  # one val episode per library scenario, each at its knee
         seeds = list(range(len(list_scenarios())))
+    else:
+        seeds = val_seeds(config, env_kwargs, seeds)
     return {"scenario": config.scenario, "eval_seeds": seeds, "eval_load": hp["eval_load"], "eval_env": env_kwargs}
 
 

@@ -17,6 +17,7 @@ import torch
 
 import llmsched_env  # noqa: F401
 from agents.generalist import knee_loads
+from llmsched_env.commands.evaluate_args import csv_list
 from llmsched_env.decision.registry import make_policy
 from llmsched_env.evaluation.config import EvalConfig
 
@@ -44,7 +45,12 @@ def agreement(policy: str, scenario: str, split: str, load: float, seed: int = 0
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", default="learned", help="a policy as llmsched-evaluate --policies takes it")
-    p.add_argument("--scenarios", default="azure-conv,bursty,azure-code", help="library scenarios, comma-separated")
+    p.add_argument(
+        "--scenarios",
+        type=csv_list(str),
+        default=["azure-conv", "bursty", "azure-code"],
+        help="library scenarios, comma-separated",
+    )
     p.add_argument("--split", default="val", help="the split the episode is cut from (default: val)")
     p.add_argument("--load-factor", type=float, default=1.4, help="load, times the scenario's knee (default 1.4)")
     args = p.parse_args()
@@ -52,7 +58,7 @@ def main() -> None:
     knees = knee_loads()
     print(f"| scenario | steps | {' | '.join(COMPONENTS)} |")
     print("|---|---|" + "---|" * len(COMPONENTS))
-    for scenario in args.scenarios.split(","):
+    for scenario in args.scenarios:
         shares, steps = agreement(args.policy, scenario, args.split, knees[scenario] * args.load_factor)
         print(f"| `{scenario}` | {steps} | " + " | ".join(f"{v:.2f}" for v in shares) + " |")
 

@@ -28,13 +28,19 @@ sys.path.insert(0, str(ROOT))
 
 import baselines  # noqa: E402, F401  (registers the baselines where llmsched is not installed)
 from llmsched_env.adapters.vllm import require_vllm  # noqa: E402
+from llmsched_env.commands.evaluate_args import csv_list  # noqa: E402
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="100,1000", help="backlog sizes (requests waiting at time 0)")
     p.add_argument("--steps", type=int, default=400, help="vLLM steps timed per run")
-    p.add_argument("--policies", default="fcfs,slo_aware,learned", help="as llmsched-evaluate names them")
+    p.add_argument(
+        "--policies",
+        type=csv_list(str),
+        default=["fcfs", "slo_aware", "learned"],
+        help="as llmsched-evaluate names them",
+    )
     args = p.parse_args()
     try:
         require_vllm()
@@ -51,7 +57,7 @@ def main() -> None:
     )
     for size in (int(x) for x in args.sizes.split(",")):
         env = gym.make("LLMSched-v0", scenario="default", num_requests=size).unwrapped
-        for policy in args.policies.split(","):
+        for policy in args.policies:
             requests = env.episode_requests(0)
             for r in requests:
                 r.arrival_s = 0.0

@@ -20,6 +20,7 @@ import numpy as np
 import baselines
 import llmsched_env  # noqa: F401
 from llmsched_env.cluster.scenarios import get_cluster_scenario, list_cluster_scenarios
+from llmsched_env.commands.evaluate_args import csv_list
 from llmsched_env.envs.episode import run_episode
 
 TARGET = 0.9
@@ -54,13 +55,13 @@ def capacity(scenario: str, router: str, seeds: list[int], tol: float) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scenarios", default=",".join(list_cluster_scenarios()))
+    p.add_argument("--scenarios", type=csv_list(str), default=list_cluster_scenarios())
     p.add_argument("--router", default="round_robin")
-    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--seeds", type=csv_list(int), default=[0, 1, 2])
     p.add_argument("--tol", type=float, default=0.02)
     args = p.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",")]
-    for name in args.scenarios.split(","):
+    seeds = args.seeds
+    for name in args.scenarios:
         t0 = time.perf_counter()
         load = capacity(name, args.router, seeds, args.tol)
         rate = get_cluster_scenario(name).rate_rps

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 import baselines
+from llmsched_env.commands.evaluate_args import csv_list
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.engine.batch import Batch
 from llmsched_env.runtime.fidelity import RUNTIME_ENGINE, FidelityWorkload, PolicyFactory, drive, saturation_rps
@@ -31,10 +32,10 @@ class Scaled(Simulator):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="runtime-tiny-cpu")
-    parser.add_argument("--policies", default="fcfs,sjf,slo_aware")
-    parser.add_argument("--loads", default="0.4,0.7")
-    parser.add_argument("--seeds", default="1,2")
-    parser.add_argument("--scales", default="1.03,1.05")
+    parser.add_argument("--policies", type=csv_list(str), default=["fcfs", "sjf", "slo_aware"])
+    parser.add_argument("--loads", type=csv_list(float, 0.0), default=[0.4, 0.7])
+    parser.add_argument("--seeds", type=csv_list(int), default=[1, 2])
+    parser.add_argument("--scales", type=csv_list(float, 0.0), default=[1.03, 1.05])
     args = parser.parse_args()
     model = load_cost_model(args.preset)
     workload = FidelityWorkload()
@@ -44,13 +45,13 @@ def main() -> None:
         return lambda ctx: baselines.make(name, ctx, seed=0)
 
     sat = saturation_rps(model, workload, RUNTIME_ENGINE, make("fcfs"))
-    print(f"preset {args.preset}: mean relative change over seeds {args.seeds}")
+    print(f"preset {args.preset}: mean relative change over seeds {','.join(map(str, args.seeds))}")
     print(f"{'scale':>6} {'policy':>10} {'load':>5} " + " ".join(f"{m.removesuffix('_s'):>10}" for m in METRICS))
-    for scale in (float(x) for x in args.scales.split(",")):
-        for name in args.policies.split(","):
-            for load in (float(x) for x in args.loads.split(",")):
+    for scale in args.scales:
+        for name in args.policies:
+            for load in args.loads:
                 changes = {m: 0.0 for m in METRICS}
-                seeds = [int(x) for x in args.seeds.split(",")]
+                seeds = args.seeds
                 for seed in seeds:
                     reqs = workload.requests(model, sat * load, seed)
                     base = drive(Simulator(RUNTIME_ENGINE, tenants, model, reqs), make(name), make("fcfs"))

@@ -7,8 +7,16 @@ For each scenario with ``S-capacity/results.csv`` written by ``llmsched-evaluate
 named baseline, and the best of all of them (the one with the highest mean; the "rival"), each as the mean
 over seeds ± the 95% half-width (Student t); the paired ratio agent / best named baseline; then the agent's
 ratio to the rival (ratio of the means) and, seed by seed on the same windows, the paired ratio agent / rival
-and the paired difference agent − rival, each mean ± 95% half-width. Prints a Markdown table, writes it to
-``OUT.md`` and a bar chart of the capacities (with their intervals) to ``OUT.png``. Reads files only; runs nothing.
+and the paired difference agent − rival, each mean ± 95% half-width. A ``lookahead`` row (its policy name ends
+with ``(bound, not deployable)``, ``llmsched_env.decision.lookahead``) is never a baseline nor the rival: when
+one is present, three more columns give the bound's capacity and where ``tuned`` and the agent stand between
+the best named baseline and it, as the share of that gap they close, (x − best named) / (bound − best named)
+on the means (1: at the bound; below 0: behind the best named; "—" when the bound does not exceed the best
+named). Named baselines that played every seed's
+search alike (the same ``trajectory`` fingerprint, ``llmsched_env.evaluation.identity``; never a mere tie on
+capacity) are one candidate, labelled with the others, e.g. `fcfs` (= `lpm`, `vtc`). Prints a Markdown table,
+writes it to ``OUT.md`` and a bar chart of the capacities (with their intervals) to ``OUT.png``. Reads files
+only; runs nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+from llmsched_env.decision.lookahead import is_bound
 from llmsched_env.evaluation.capacity import read_per_seed
+from llmsched_env.evaluation.identity import TRAJECTORY, identical_groups, read_trajectories
 from llmsched_env.evaluation.stats import mean_ci95
 
 AGENT, TUNED = "agent", "tuned"
@@ -36,13 +46,16 @@ def collect(results: Path, agent: str = AGENT) -> list[dict[str, object]]:
     ``*-capacity*/results.csv`` under ``results`` (a policy searched later, e.g. ``tuned``, may sit in a folder
     of its own; a later folder's rows replace an earlier one's). Trained policies (``LEARNED``) are never
     counted as baselines."""
+    files = sorted(results.glob("*-capacity*/results.csv"))
     try:
-        caps_of = read_per_seed(sorted(results.glob("*-capacity*/results.csv")))
+        caps_of = read_per_seed(files)
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
+    runs_of = read_trajectories(files)
     out = []
     for scenario, all_caps in sorted(caps_of.items()):
-        caps = {p: c for p, c in all_caps.items() if p == agent or p not in LEARNED}
+        caps = {p: c for p, c in all_caps.items() if (p == agent or p not in LEARNED) and not is_bound(p)}
+        bounds = {p: c for p, c in all_caps.items() if is_bound(p)}  # lookahead: a reference, never a rival
         if agent not in caps or len(caps) < 2:
             continue
         seeds = sorted(caps[agent])
@@ -50,14 +63,24 @@ def collect(results: Path, agent: str = AGENT) -> list[dict[str, object]]:
             if sorted(by_seed) != seeds:
                 raise SystemExit(f"{results}: {scenario}: {policy} has seeds {sorted(by_seed)}, the agent {seeds}")
         mean = {p: float(np.mean([c[s] for s in seeds])) for p, c in caps.items()}
-        named = {p: m for p, m in mean.items() if p not in (agent, TUNED)}
+        same_as = _identical([p for p in caps if p not in (agent, TUNED)], runs_of.get(scenario, {}), seeds)
+        merged = {p for others in same_as.values() for p in others}
+        named = {p: m for p, m in mean.items() if p not in (agent, TUNED) and p not in merged}
         best_named = max(named, key=named.__getitem__) if named else None
-        rival = max((p for p in mean if p != agent), key=mean.__getitem__)
+        rival = max((p for p in mean if p != agent and p not in merged), key=mean.__getitem__)
         mine = [caps[agent][s] for s in seeds]
         other = [caps[rival][s] for s in seeds]
         named_caps = [caps[best_named][s] for s in seeds] if best_named else []
+        bound = max(bounds, key=lambda b: np.mean(list(bounds[b].values()))) if bounds else None
+        if bound is not None and sorted(bounds[bound]) != seeds:
+            raise SystemExit(f"{results}: {scenario}: {bound} has seeds {sorted(bounds[bound])}, the agent {seeds}")
+        bound_mean = float(np.mean([bounds[bound][s] for s in seeds])) if bound is not None else None
         out.append({
             "scenario": scenario, "seeds": seeds, "caps": caps, "best_named": best_named, "rival": rival,
+            "same_as": same_as,
+            "bound": bound, "bound_caps": [bounds[bound][s] for s in seeds] if bound is not None else [],
+            "gap_closed": {p: _gap_closed(mean[p], mean[best_named] if best_named else None, bound_mean)
+                           for p in (TUNED, agent) if p in mean},
             "agent": agent, "ratio": mean[agent] / mean[rival] if mean[rival] > 0 else float("inf"),
             "paired_ratio": [a / b if b > 0 else float("inf") for a, b in zip(mine, other, strict=True)],
             "paired_diff": [a - b for a, b in zip(mine, other, strict=True)],
@@ -66,10 +89,34 @@ def collect(results: Path, agent: str = AGENT) -> list[dict[str, object]]:
     return out
 
 
+def _gap_closed(x: float, named: float | None, bound: float | None) -> float | None:
+    """The share of the gap from the best named baseline to the bound that ``x`` closes (None: undefined)."""
+    if named is None or bound is None or bound <= named:
+        return None
+    return (x - named) / (bound - named)
+
+
+def _identical(named: list[str], runs: dict[str, dict[int, str]], seeds: list[int]) -> dict[str, list[str]]:
+    """The named baselines in groups of identical ones (``identity``: every seed's search with the same
+    fingerprint; a policy without one at some seed stays alone): the first of each group -> the others."""
+    rows = [{"policy": p, "scenario": "", "seed": s, TRAJECTORY: runs.get(p, {}).get(s)} for p in named for s in seeds]
+    return {group[0]: group[1:] for group in identical_groups(rows, fallback=False).get("", [])}
+
+
+def _label(policy: str, same_as: dict[str, list[str]]) -> str:
+    """``policy`` in backticks, followed by the policies identical to it: `` `fcfs` (= `lpm`, `vtc`)``."""
+    others = same_as.get(policy, [])
+    return f"`{policy}`" + (" (= " + ", ".join(f"`{p}`" for p in others) + ")" if others else "")
+
+
 def markdown(rows: list[dict[str, object]], learned: str = "agent", rival_word: str = "best baseline") -> str:
     head = (f"| scenario | {learned} | `tuned` | best named (capacity) | {learned} / best named, paired | "
             f"{rival_word} | ratio of means | paired ratio | paired difference |")  # fmt: skip
     lines = [head, "|---|---|---|---|---|---|---|---|---|"]
+    with_bound = any(r.get("bound") for r in rows)
+    if with_bound:
+        lines[0] += f" bound (capacity) | `tuned`: gap closed | {learned}: gap closed |"
+        lines[1] += "---|---|---|"
     for r in rows:
         caps: dict[str, dict[int, float]] = r["caps"]  # type: ignore[assignment]
         seeds: list[int] = r["seeds"]  # type: ignore[assignment]
@@ -78,13 +125,23 @@ def markdown(rows: list[dict[str, object]], learned: str = "agent", rival_word: 
             return _fmt([caps[policy][s] for s in seeds]) if policy in caps else "—"
 
         named = r["best_named"]
-        named_cell = f"`{named}` {cell(named)}" if named else "—"  # type: ignore[arg-type]
+        same_as: dict[str, list[str]] = r.get("same_as", {})  # type: ignore[assignment]
+        named_cell = f"{_label(named, same_as)} {cell(named)}" if named else "—"  # type: ignore[arg-type]
         versus_named = f"{_fmt(r['paired_named'], 3)}×" if r["paired_named"] else "—"  # type: ignore[arg-type]
         lines.append(
             f"| `{r['scenario']}` | {cell(str(r['agent']))} | {cell(TUNED)} | {named_cell} | {versus_named} | "
-            f"`{r['rival']}` | "
+            f"{_label(str(r['rival']), same_as)} | "
             f"{r['ratio']:.3f}× | {_fmt(r['paired_ratio'], 3)}× | {_fmt(r['paired_diff'])} |"  # type: ignore[arg-type]
         )
+        if with_bound:
+            gaps: dict[str, float | None] = r.get("gap_closed", {})  # type: ignore[assignment]
+
+            def share(policy: str, gaps: dict[str, float | None] = gaps) -> str:
+                g = gaps.get(policy)
+                return "—" if g is None else f"{100 * g:.0f}%"
+
+            bound_cell = _fmt(r["bound_caps"]) if r.get("bound") else "—"  # type: ignore[arg-type]
+            lines[-1] += f" {bound_cell} | {share(TUNED)} | {share(str(r['agent']))} |"
     return "\n".join(lines)
 
 

@@ -22,6 +22,8 @@ import numpy as np
 import torch
 
 import llmsched_env  # noqa: F401
+from llmsched_env.commands.evaluate_args import csv_list
+from llmsched_env.common.checks import check_unique
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.envs.single_node import LLMSchedEnv
 from llmsched_env.runtime.policy_spec import resolve_policy
@@ -32,16 +34,17 @@ VAL_SEED_BASE = 7_000_000_000  # above every 31-bit training seed
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--policies", required=True, help="comma list: baselines, learned, NAME=PATH")
+    p.add_argument("--policies", type=csv_list(str), required=True, help="comma list: baselines, learned, NAME=PATH")
     p.add_argument("--workloads", type=int, default=24)
-    p.add_argument("--loads", default="1.0,1.5", help="times each workload's estimated knee")
+    p.add_argument("--loads", type=csv_list(float, 0.0), default=[1.0, 1.5], help="times each workload's knee")
     p.add_argument("--num-requests", type=int, default=400)
     p.add_argument("--out", type=Path, default=None, help="CSV of every episode")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     try:
-        specs = [resolve_policy(e) for e in a.policies.split(",") if e]
-        loads = [float(x) for x in a.loads.split(",") if x]
+        specs = [resolve_policy(e) for e in a.policies]
+        check_unique("--policies", [spec.name for spec in specs])  # two files of one name: one column
+        loads = a.loads
     except ValueError as exc:
         p.error(str(exc))
     rows = []

@@ -45,7 +45,7 @@ def test_a_tenant_column_gives_that_many_tenants_with_their_slo_classes(tmp_path
     assert [t.name for t in env.tenants] == TENANTS
     assert [t.slo.name for t in env.tenants] == ["chat", "interactive", "2:0.5"]
     assert (env.tenants[2].slo.ttft_s, env.tenants[2].slo.tpot_s) == (2.0, 0.5)
-    requests = env.episode_requests(seed=3)
+    requests = env.episode_requests(seed=0)  # the test part holds one window of 40
     assert len(requests) == 40 and {r.tenant for r in requests} == {0, 1, 2}
     obs, _ = env.reset(seed=0)
     assert any(name.startswith("tenant/batch/") for name in env.obs_names) and np.all(np.isfinite(obs))

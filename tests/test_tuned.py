@@ -123,8 +123,8 @@ def test_missing_scenario_and_empty_context_say_what_to_do(tmp_path: Path) -> No
         TunedPolicy(ctx_of("mixed-slo"), table=path)
     expected = (f"no tuned settings for scenario 'mixed-slo' in {path}; tune it with: "
                 f"python -m llmsched_env.commands.tune --scenarios mixed-slo --out {path} (a library scenario), or "
-                "python -m llmsched_env.commands.tune --trace FILE [trace options] --out TABLE.json and then "
-                "--policies tuned=TABLE.json (a trace of your own)")  # fmt: skip
+                "python -m llmsched_env.commands.tune --trace FILE [trace options] and then --policies tuned with "
+                "the same --trace options (a trace of your own)")  # fmt: skip
     assert str(info.value) == expected and "\n" not in expected
     with pytest.raises(ValueError, match="no tuned settings for scenario 'nope' in .*tuned.json; tune it with: "
                        r"python -m llmsched_env.commands.tune --scenarios nope \(a library scenario\)"):  # fmt: skip
@@ -238,7 +238,9 @@ def test_the_tune_command_refuses_bad_options(capsys: pytest.CaptureFixture[str]
     for argv, message in (
         ([], "give --scenarios"),
         (["--scenarios", "nope"], "unknown scenario 'nope'"),
-        (["--scenarios", "default", "--seeds", "0,0"], "without repeats"),
+        (["--scenarios", "default", "--seeds", "0,0"], "argument --seeds: 0 given more than once in '0,0'"),
+        (["--scenarios", "default", "--reference", "sjf,sjf"], "argument --reference: sjf given more than once"),
+        (["--scenarios", "default,default"], "argument --scenarios: default given more than once"),
         (["--scenarios", "default", "--reference", "nope"], "unknown policy 'nope'"),
         (["--scenarios", "cluster-azure-conv-4"], "are cluster scenarios"),
     ):
@@ -254,8 +256,11 @@ def test_a_user_trace_is_tuned_and_then_evaluated_with_its_table(tmp_path: Path)
     options = ["--trace", str(trace), "--trace-format", "generic", "--trace-columns",
                "arrival=t,prompt_len=in,output_len=out,tenant=who"]  # fmt: skip
     out = tmp_path / "mine.json"
-    assert tune.main([*options, *TINY, "--candidates", "0", "--rounds", "0", "--out", str(out)]) == 0
-    entry = load_tuned_table(out).entries["mytrace"]  # a trace's scenario is named after its file
+    search = [*TINY, "--candidates", "0", "--rounds", "0", "--num-requests", "45"]  # 2 disjoint val windows of 45
+    assert tune.main([*options, *search, "--out", str(out)]) == 0
+    (key,) = load_tuned_table(out).entries  # a trace's entry: its file's stem and a hash of content and options
+    assert re.fullmatch(r"mytrace@[0-9a-f]{12}", key)
+    entry = load_tuned_table(out).entries[key]
     assert entry["provenance"]["command"].startswith(f"llmsched-tune --trace {trace}")
     _, config = evaluate.parse([*options, "--policies", f"tuned={out}", "--num-requests", "60"])
     env = config.make_env(config.scenarios[0], 1.0)

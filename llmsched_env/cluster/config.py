@@ -83,6 +83,12 @@ class KVLink:
         self.total_s = 0.0  # sum of (landing - start request) over transfers
         self.total_queue_s = 0.0  # of which waiting for the link
 
+    def copy(self) -> KVLink:
+        """An independent copy in the same state (``Cluster.fork``)."""
+        c = KVLink.__new__(KVLink)
+        c.__dict__.update(self.__dict__)
+        return c
+
     def send(self, now_s: float, num_bytes: int) -> float:
         """Queue a transfer of ``num_bytes`` at ``now_s``; return when it lands."""
         start = now_s if now_s > self.free_s else self.free_s

@@ -21,9 +21,8 @@ recomputes there, as vLLM does). TTFT is thus measured on the prefill replica, a
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from llmsched_env.cluster.config import DisaggConfig, KVLink, ReplicaSpec
 from llmsched_env.costs.base import CostModel
@@ -36,6 +35,8 @@ from llmsched_env.sim.kv_usage import KVUsage
 from llmsched_env.sim.simulator import check_arrival_order
 
 __all__ = ["Cluster", "LocalDecide", "Replica"]
+
+_new_object = object.__new__
 
 LocalDecide = Callable[[int, Engine], Decision]
 _STEP, _LAND = 0, 1  # heap event kinds: a replica's next decision point; a KV transfer landing
@@ -70,6 +71,18 @@ class Replica:
         self.num_iterations = 0
         self.last_step_s = 0.0
         self.kv_usage = KVUsage()
+
+    def copy(self, memo: Mapping[int, Request]) -> Replica:
+        """An independent copy in the same state for a fork of the cluster (``Cluster.fork``; ``memo`` as in
+        ``Engine.fork``)."""
+        c = _new_object(Replica)
+        c.index, c.role, c.cost_model = self.index, self.role, self.cost_model
+        c.engine = self.engine.fork(memo)
+        c.batch = self.batch.copy(memo) if self.batch is not None else None
+        c.busy, c.idle_tick_s, c.num_incoming = self.busy, self.idle_tick_s, self.num_incoming
+        c.num_iterations, c.last_step_s = self.num_iterations, self.last_step_s
+        c.kv_usage = self.kv_usage.copy()
+        return c
 
     @property
     def num_outstanding(self) -> int:
@@ -118,7 +131,7 @@ class Cluster:
         self.now_s = self.start_s
         self.block_size = specs[0].engine.block_size
         self._heap: list[tuple[float, int, int, int, Request | None]] = []
-        self._seq = itertools.count()
+        self._num_events = 0  # events scheduled so far: the heap's tie-break, in scheduling order
         self._next = 0  # arrival cursor: requests[:_next] have been routed
         self.placed: dict[int, int] = {}  # request id -> replica it was routed to
         self.home: dict[int, int] = {}  # request id -> decode replica it moved to (disaggregated)
@@ -128,6 +141,34 @@ class Cluster:
         if disagg is not None:
             num_links = 1 if disagg.shared_link else disagg.num_decode
             self.links = [KVLink(disagg.link_latency_s, disagg.link_bandwidth_Bps) for _ in range(num_links)]
+        # True once a fork shares the requests still to be routed: each is then copied as it is routed (``fork``)
+        self._pending_shared = False
+
+    def fork(self, local_decide: LocalDecide) -> Cluster:
+        """An independent cluster in the same state, whose replicas' iterations ``local_decide`` decides:
+        routing both the same way gives the same events, clocks and metrics, and neither sees the other's
+        steps. As ``Simulator.fork``: the live requests (waiting, running, landed, in flight, on any replica)
+        are copied, finished and rejected ones shared, and the requests still to be routed shared until they
+        are routed, each then copied first by both clusters. ``LLMSchedCluster-v0``'s ``snapshot()``."""
+        live = [r for rep in self.replicas for r in rep.engine.live_requests()]
+        memo = {id(r): r.copy() for r in (*live, *self.in_flight.values())}
+        get = memo.get
+        new = _new_object(Cluster)
+        d = new.__dict__
+        d.update(self.__dict__)  # numbers, the immutable tenants and disaggregation config
+        d["replicas"] = [rep.copy(memo) for rep in self.replicas]
+        d["routable"] = self.routable[:]
+        d["decode_pool"] = self.decode_pool[:]
+        nxt = self._next
+        d["requests"] = [get(id(r), r) for r in self.requests[:nxt]] + self.requests[nxt:]
+        d["local_decide"] = local_decide
+        d["_heap"] = [(t, seq, kind, i, r if r is None else get(id(r), r)) for t, seq, kind, i, r in self._heap]
+        d["placed"] = self.placed.copy()
+        d["home"] = self.home.copy()
+        d["in_flight"] = {rid: get(id(r), r) for rid, r in self.in_flight.items()}
+        d["links"] = [link.copy() for link in self.links]
+        d["_pending_shared"] = self._pending_shared = nxt < len(self.requests) or self._pending_shared
+        return new
 
     # ------------------------------------------------------------------------------------------ driving
     @property
@@ -159,6 +200,8 @@ class Cluster:
         r = self.requests[self._next]
         if r.arrival_s > self.now_s:
             raise ValueError("call advance() before route(): the next request has not arrived yet")
+        if self._pending_shared:  # another fork holds this very object, untouched: change a copy of it
+            r = self.requests[self._next] = r.copy()
         self._next += 1
         self.placed[r.request_id] = replica_index
         rep = self.replicas[replica_index]
@@ -218,7 +261,7 @@ class Cluster:
             rep.num_iterations += 1
         rep.last_step_s = dt
         rep.busy = True
-        heapq.heappush(self._heap, (t + dt, next(self._seq), _STEP, rep.index, None))
+        heapq.heappush(self._heap, (t + dt, self._event_seq(), _STEP, rep.index, None))
 
     def _send(self, r: Request, t: float) -> None:
         """``r`` finished its prefill: send its prompt KV to a decode replica."""
@@ -229,7 +272,13 @@ class Cluster:
         ready = link.send(t, r.prompt_len * disagg.kv_bytes_per_token)
         self.in_flight[r.request_id] = r
         self.replicas[j].num_incoming += 1
-        heapq.heappush(self._heap, (ready, next(self._seq), _LAND, j, r))
+        heapq.heappush(self._heap, (ready, self._event_seq(), _LAND, j, r))
+
+    def _event_seq(self) -> int:
+        """The next event's tie-break number (events at one time run in the order they were scheduled)."""
+        n = self._num_events
+        self._num_events = n + 1
+        return n
 
     def _land(self, rep: Replica, r: Request, t: float) -> None:
         del self.in_flight[r.request_id]

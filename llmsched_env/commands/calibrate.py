@@ -27,6 +27,7 @@ from pathlib import Path
 
 from llmsched_env.commands.help import DefaultsFormatter, program
 from llmsched_env.commands.runner_options import add_runner_options, runner_spec
+from llmsched_env.common.checks import check_unique
 from llmsched_env.common.outputs import check_output
 from llmsched_env.evaluation.progress import Progress, status
 from llmsched_env.runtime.fidelity import FIT_LOADS, FidelityWorkload
@@ -89,6 +90,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         else:
             args.out = args.out or Path("results/calibrate") / f"fidelity-{tag}"
             args.policies = [x for x in args.policies.split(",") if x]
+            check_unique("--policies", args.policies)
             for name in args.policies:
                 policy_factory(name)
             args.loads = _numbers("--loads", args.loads, float)
@@ -102,9 +104,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def _numbers(option: str, text: str, kind: type) -> list:
     try:
-        return [kind(x) for x in text.split(",") if x]
+        values = [kind(x) for x in text.split(",") if x]
     except ValueError:
         raise ValueError(f"{option} must be a comma list of {kind.__name__} values, got {text!r}") from None
+    check_unique(option, values)
+    return values
 
 
 class _Bars:

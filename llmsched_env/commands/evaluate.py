@@ -27,6 +27,7 @@ Everything it does is a library call (``llmsched_env.evaluation``: ``EvalConfig`
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -49,8 +50,10 @@ from llmsched_env.evaluation import (
     write_results,
     write_tensorboard,
 )
+from llmsched_env.evaluation.capacity import capacity_notes
 from llmsched_env.evaluation.outputs import RESULTS_TITLE, LiveTable
 from llmsched_env.evaluation.progress import Progress
+from llmsched_env.evaluation.sustained import absent_tenant_notes, unsustained
 
 __all__ = ["main", "parse"]
 
@@ -86,6 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"policy {spec.name}: {exported.path} ({exported.meta.get('algo', '?')})")  # type: ignore[union-attr]
     if args.engine == "vllm":
         return _vllm(config, args)
+    flagged = [] if args.capacity else unsustained(config)
+    notes = absent_tenant_notes(config) + [f"unsustained windows: {line}" for line in flagged]
+    for line in notes + (capacity_notes(config, args.per_seed) if args.capacity else []):
+        print(f"{program(*PROG)}: {line}", file=sys.stderr, flush=True)
     plots = args.plots if args.plots is not None else args.out is not None
     summary: list[Row] = []
     details: list[Row] = []
@@ -98,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 summary = summarize_capacity(rows)
                 print(format_capacity_summary(summary), flush=True)
         else:
-            rows, details = _grid(config, args, plots)
+            rows, details = _grid(config, args, plots, sustained_column=bool(flagged))
             summary = summarize(rows)
             if len(config.seeds) > 1:
                 print(format_summary(summary), flush=True)
@@ -132,7 +139,6 @@ def _vllm(config: EvalConfig, args: argparse.Namespace) -> int:
 def _speed_check(config: EvalConfig) -> None:
     """Profile this machine for a few seconds against the cost model that prices the runtime's SLOs and
     arrival rate; one line on stderr with the measured ratio, and a warning when it is far from 1."""
-    import sys
     import time
 
     from llmsched_env.evaluation.runtime_backend import Runners, speed_check, speed_message
@@ -167,10 +173,14 @@ def _live(
         }
 
 
-def _grid(config: EvalConfig, args: argparse.Namespace, details: bool) -> tuple[list[Row], list[Row]]:
-    """Every run, each row printed as it comes (as its cell comes on Ray); the bar counts runs (cells)."""
+def _grid(
+    config: EvalConfig, args: argparse.Namespace, details: bool, sustained_column: bool = False
+) -> tuple[list[Row], list[Row]]:
+    """Every run, each row printed as it comes (as its cell comes on Ray); the bar counts runs (cells). With
+    ``sustained_column`` (some window is not sustained) the table shows each run's ``sustained``."""
     unit = "cell" if args.ray else "run"
-    with _live(results_table(config), args, "grid", unit, config.num_runs, RESULTS_TITLE) as live:
+    table = results_table(config, sustained=sustained_column)
+    with _live(table, args, "grid", unit, config.num_runs, RESULTS_TITLE) as live:
         result = run_grid(config, details=details, **live)
     return result.rows, result.details
 

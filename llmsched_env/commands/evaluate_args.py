@@ -9,17 +9,22 @@ without ``--force``) checks the rest and its ``ValueError`` becomes the usage li
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.help import DefaultsFormatter, from_args, program
+from llmsched_env.commands.tuned_trace import trace_policies
+from llmsched_env.common.checks import duplicates
 from llmsched_env.common.outputs import check_output
+from llmsched_env.decision.lookahead import join_options
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, SLOClass
 from llmsched_env.evaluation import EvalConfig, RuntimeOptions
 from llmsched_env.evaluation.runtime_options import DTYPE_NAMES
+from llmsched_env.evaluation.sustained import unsustained
 from llmsched_env.workloads.library import list_scenarios
 from llmsched_env.workloads.scenarios import SPLITS, Scenario, scenario_from_trace
 from llmsched_env.workloads.traces import TRACE_FORMATS
@@ -53,8 +58,9 @@ ENGINE_LIMITS = {
 }
 
 
-def csv_list(kind: type, minimum: float | None = None) -> Callable[[str], list[Any]]:
-    """An argparse type: a comma-separated list of ``kind``, each > ``minimum`` when given."""
+def csv_list(kind: type, minimum: float | None = None, unique: bool = True) -> Callable[[str], list[Any]]:
+    """An argparse type: a comma-separated list of ``kind``, each > ``minimum`` when given, and with ``unique``
+    none given twice (argparse names the option: ``argument --seeds: 0 given more than once in '0,0'``)."""
 
     def parse(text: str) -> list[Any]:
         try:
@@ -67,6 +73,9 @@ def csv_list(kind: type, minimum: float | None = None) -> Callable[[str], list[A
             raise argparse.ArgumentTypeError(f"expected at least one entry, got {text!r}")
         if minimum is not None and any(not v > minimum for v in values):
             raise argparse.ArgumentTypeError(f"every value must be > {minimum:g}, got {text!r}")
+        repeated = duplicates(values) if unique else []
+        if repeated:
+            raise argparse.ArgumentTypeError(f"{', '.join(map(str, repeated))} given more than once in {text!r}")
         return values
 
     parse.__name__ = f"list of {kind.__name__}"
@@ -92,6 +101,18 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
 positive_int = int_at_least(1)
 
 
+def policy_list(text: str) -> list[str]:
+    """The ``--policies`` type: ``csv_list(str)``, except that a lookahead spelling keeps its options
+    (``lookahead:k=32,horizon=32,fcfs`` is two policies; ``decision.lookahead.join_options``)."""
+    values = join_options([x.strip() for x in text.split(",") if x.strip()])
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected at least one entry, got {text!r}")
+    repeated = duplicates(values)
+    if repeated:
+        raise argparse.ArgumentTypeError(f"{', '.join(map(str, repeated))} given more than once in {text!r}")
+    return values
+
+
 def positive_float(text: str) -> float:
     """An argparse type: a finite number > 0."""
     try:
@@ -109,13 +130,17 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     add = p.add_argument
     add(
         "--policies",
-        type=csv_list(str),
+        type=policy_list,
         default=["fcfs"],
         help=f"schedulers ({','.join(SCHEDULERS.names())}), routers for cluster scenarios "
         f"({','.join(ROUTERS.names())}), learned (the generalist, policies/generalist), exported policies: a run "
         "folder holding policy.json + "
         "policy.safetensors, or the JSON; name=path names one (else the folder's name); tuned=FILE.json runs tuned "
-        "with your own tuned-settings table (llmsched-tune --out FILE.json)",
+        "with your own tuned-settings table (llmsched-tune --out FILE.json); with --trace, tuned plays the entry "
+        "llmsched-tune --trace made for that trace and the same trace options, engine limits and --cost-model "
+        "(looked up in $LLMSCHED_TUNED_TABLE or ${XDG_DATA_HOME:-~/.local/share}/llmsched/tuned.json, "
+        "then the shipped table; tuned=FILE.json: in FILE.json); lookahead[:k=64,horizon=64,tail=256,"
+        "candidates=neighbours,base=tuned] is the clairvoyant bound (not deployable; docs/evaluation.md)",
     )
     add(
         "--scenarios",
@@ -150,6 +175,13 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         "--per-seed",
         action="store_true",
         help="with --capacity: one search per seed's window, so capacities get a mean and a 95%% interval",
+    )
+    add(
+        "--require-sustained",
+        action="store_true",
+        help="refuse a load at which some window's arrivals last less than 20x its largest TTFT target (a burst, "
+        "not a sustained rate; by default such runs are flagged on stderr and in the sustained column); "
+        "--capacity searches stop at the largest sustained load in any case",
     )
     add("--out", type=Path, default=None, help="folder for results.csv/.json, summary.csv and plots (default: none)")
     add(
@@ -280,9 +312,20 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
         runtime = from_args(RuntimeOptions, args) if args.backend == "runtime" else None
         limits = engine_limits(args)
         scenarios: list[Any] = [trace_scenario(p, args, limits)] if args.trace is not None else args.scenarios
-        config = from_args(EvalConfig, args, scenarios=scenarios, runtime=runtime, engine_limits=limits or None)
-    except ValueError as exc:
-        p.error(str(exc))
+        policies: list[Any] = args.policies
+        if args.trace is not None:  # tuned plays the entry of this trace and its options (llmsched-tune --trace)
+            model = args.cost_model or (runtime.cost_model_preset() if runtime is not None else None)
+            policies = trace_policies(policies, trace_options(args), scenarios[0], limits, cost_model=model)
+        config = from_args(
+            EvalConfig, args, scenarios=scenarios, policies=policies, runtime=runtime, engine_limits=limits or None
+        )
+    except ValueError as exc:  # a list field's message names its option (two policy files of one name)
+        p.error(re.sub(r"^EvalConfig\.(scenarios|policies|loads|seeds): ", r"--\1: ", str(exc)))
+    if args.require_sustained and not (args.capacity or args.describe):
+        short = unsustained(config)
+        if short:
+            more = f" (and {len(short) - 1} more)" if len(short) > 1 else ""
+            p.error(f"--require-sustained: {short[0]}{more}")
     return config
 
 

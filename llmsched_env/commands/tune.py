@@ -2,6 +2,7 @@
 
     llmsched-tune --scenarios mixed-slo,bursty          # into the shipped table (baselines/tuned.json)
     llmsched-tune --scenarios all --out my_tuned.json   # every library scenario, into a table of your own
+    llmsched-tune --trace my.csv --trace-format azure   # your own trace, into your user table (below)
     python -m llmsched_env.commands.tune ...            (the same command, from a checkout)
 
 For each scenario, on the val split only: the probe load is the highest val capacity of the --reference
@@ -10,7 +11,16 @@ narrowed by successive halving over --seeds at that load (1 seed, 3 seeds, all; 
 local search then moves one knob at a time (--rounds); last, the val capacity of the result and of the
 references. The entry (knobs and how they were found) is merged into --out, other scenarios kept:
 ``llmsched-evaluate --policies tuned`` (or ``tuned=FILE.json``) plays it. One progress line per step; the
-search is deterministic for the same options. Everything is a library call
+search is deterministic for the same options.
+
+A trace's entry is keyed by the trace and its options, ``STEM@HASH``: 12 hex digits of a hash of the file's
+content, its trace options, the engine after its limits and the cost model
+(``llmsched_env.evaluation.trace_tuned.trace_key``). Another file content or option is another entry. Without
+--num-requests a trace's episodes are its default size cut down until its val part holds a disjoint window for
+each of --seeds (the entry records the size). It goes
+to the user table by default, ``$LLMSCHED_TUNED_TABLE``, else ``${XDG_DATA_HOME:-~/.local/share}/llmsched/
+tuned.json``, never the shipped one; ``llmsched-evaluate --trace FILE [the same options] --policies tuned``
+finds it there. Everything is a library call
 (``llmsched_env.evaluation.tuning``: ``TuneConfig``, ``tune_scenario``; ``write_tuned_entries``).
 """
 
@@ -20,6 +30,7 @@ import argparse
 import shlex
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +42,12 @@ from llmsched_env.commands.evaluate_args import (
     engine_limits,
     int_at_least,
     positive_int,
+    trace_options,
     trace_scenario,
 )
 from llmsched_env.commands.help import DefaultsFormatter, program
-from llmsched_env.decision.tuned_table import write_tuned_entries
+from llmsched_env.decision.tuned_table import load_tuned_table, write_tuned_entries
+from llmsched_env.evaluation.trace_tuned import USER_TABLE_ENV, TraceKey, trace_key, user_table, val_episode_size
 from llmsched_env.evaluation.tuning import TuneConfig, shipped_table, tune_scenario
 from llmsched_env.workloads.library import list_scenarios
 
@@ -69,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         type=Path,
         default=None,
-        help="tuned-settings table to write into, its other scenarios kept (default: the shipped baselines/tuned.json)",
+        help="tuned-settings table to write into, its other entries kept (default: --scenarios: the shipped "
+        f"baselines/tuned.json; --trace: your user table, ${USER_TABLE_ENV} if set, else "
+        "${XDG_DATA_HOME:-~/.local/share}/llmsched/tuned.json, where llmsched-evaluate --trace --policies tuned looks)",
     )
     add_trace_options(p)
     add_engine_limits(p)
@@ -87,6 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--tenant-slo and --trace-rate apply to --trace only")
     limits = engine_limits(args)
     command = None
+    key: TraceKey | None = None
     try:
         config = TuneConfig(
             references=args.reference,
@@ -108,15 +124,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.trace is not None:
             scenarios = [trace_scenario(p, args, limits)]
             command = shlex.join([PROG[0], *(argv if argv is not None else sys.argv[1:])])
+            options = trace_options(args)  # the key: the file's content and these, as llmsched-evaluate sees them
+            key = trace_key(options, scenarios[0], cost_model=args.cost_model)
+            size = val_episode_size(scenarios[0], config.seeds) if args.num_requests is None else None
+            if size is not None:
+                config = replace(config, num_requests=size)
+                print(f"{scenarios[0].name}: val episodes of {size} requests, a disjoint window of the val part per "
+                      "seed (--num-requests sets another size)", flush=True)  # fmt: skip
         for scenario in scenarios:  # every name and option checked before the first (long) search
             config.eval_config(scenario, config.seeds)
+        out = args.out if args.out is not None else user_table() if key is not None else shipped_table()
+        if out.exists():
+            load_tuned_table(out)  # a file that is no table fails now, not after the search
     except ValueError as exc:
         p.error(str(exc))
-    out = args.out if args.out is not None else shipped_table()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        p.error(f"--out {out}: cannot create its folder: {exc}")
     for scenario in scenarios:
         result = tune_scenario(config, scenario, log=lambda line: print(line, flush=True), command=command)
-        write_tuned_entries(out, {result.scenario: result.entry})  # after each: a long run keeps what it found
-        print(f"{result.scenario}: wrote {out} ({result.num_episodes} episodes, {result.wall_s:.0f} s)", flush=True)
+        name, entry = result.scenario, result.entry
+        if key is not None:  # a trace: keyed by its content and options, which the provenance records
+            name = key.key
+            entry = {**entry, "provenance": {**entry["provenance"], "trace": {"key": key.key, **key.identity}}}
+        write_tuned_entries(out, {name: entry})  # after each: a long run keeps what it found
+        print(f"{name}: wrote {out} ({result.num_episodes} episodes, {result.wall_s:.0f} s)", flush=True)
     return 0
 
 

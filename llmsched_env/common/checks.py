@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["check_int", "check_number", "check_positive", "is_finite_number"]
+__all__ = ["check_int", "check_number", "check_positive", "check_unique", "duplicates", "is_finite_number"]
 
 
 def check_positive(owner: str, name: str, value: float, *, allow_zero: bool = False) -> None:
@@ -37,3 +38,25 @@ def check_number(owner: str, field: str, value: Any, *, positive: bool = False, 
 def is_finite_number(value: Any) -> bool:
     """Whether ``value`` is a finite int or float (Python or numpy; not a bool, not text)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def duplicates(values: Iterable[Any]) -> list[Any]:
+    """The values that ``values`` holds more than once, each once, in the order of their first repeat (equal
+    values repeat: ``1`` and ``1.0`` are one load)."""
+    seen: list[Any] = []
+    out: list[Any] = []
+    for value in values:
+        if value in seen:
+            if value not in out:
+                out.append(value)
+        else:
+            seen.append(value)
+    return out
+
+
+def check_unique(name: str, values: Iterable[Any]) -> None:
+    """Raise ``ValueError`` naming ``name`` (a field or an option) and the repeated value(s) when ``values``
+    holds one more than once: a repeated seed, load, scenario or policy would count the same runs twice."""
+    repeated = duplicates(values)
+    if repeated:
+        raise ValueError(f"{name}: {', '.join(map(str, repeated))} given more than once; give each value once")

@@ -93,11 +93,14 @@ def decision_of(settings: object, where: str) -> Decision:
 class TunedTable:
     """A loaded table (``load_tuned_table``): ``entries`` maps a scenario name to its ``settings`` and
     ``provenance``, every entry's settings already checked. ``path`` names the table in messages; ``shipped``
-    says it is the package's own (its re-tune hint then needs no ``--out``). Plain data: it pickles."""
+    says it is the package's own (its re-tune hint then needs no ``--out``); ``tune_command``, when set, is
+    the re-tune hint itself (a trace's entry: the ``llmsched-tune --trace`` command with its options). Plain
+    data: it pickles."""
 
     path: str
     entries: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     shipped: bool = False
+    tune_command: str | None = None
 
     def settings(self, scenario: str) -> Decision:
         """The stored knobs of ``scenario``; ``ValueError`` saying how to tune it when the table lacks it."""
@@ -132,10 +135,12 @@ class TunedTable:
 
     def command(self, scenario: str) -> str:
         """The command that (re)tunes ``scenario`` into this table."""
+        if self.tune_command is not None:
+            return self.tune_command
         out = "" if self.shipped else f" --out {self.path}"
         return (
             f"{TUNE_COMMAND} --scenarios {scenario}{out} (a library scenario), or {TUNE_COMMAND} --trace FILE "
-            "[trace options] --out TABLE.json and then --policies tuned=TABLE.json (a trace of your own)"
+            "[trace options] and then --policies tuned with the same --trace options (a trace of your own)"
         )
 
 

@@ -9,6 +9,7 @@ decode round. Executors (the simulator's cost model, the torch runtime) run a Ba
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING
@@ -100,6 +101,24 @@ class Batch:
         self.num_admitted = 0
         self.num_preempted = 0
         self.num_rejected = 0
+
+    def copy(self, memo: Mapping[int, Request]) -> Batch:
+        """A copy whose requests are replaced by their copies in ``memo`` (``id(request) -> copy``) when they
+        have one (``Engine.fork``)."""
+        c = Batch(self.decision)
+        get = memo.get
+        c.prefill_reqs = [get(id(r), r) for r in self.prefill_reqs]
+        c.prefill_chunks = self.prefill_chunks[:]
+        c.prefill_ctx = self.prefill_ctx[:]
+        c.decode_round = self.decode_round
+        c.num_decode_seqs = self.num_decode_seqs
+        c.num_kv_tokens = self.num_kv_tokens
+        c.num_prefill_tokens = self.num_prefill_tokens
+        c.prefill_attn_pairs = self.prefill_attn_pairs
+        c.num_admitted = self.num_admitted
+        c.num_preempted = self.num_preempted
+        c.num_rejected = self.num_rejected
+        return c
 
     @property
     def num_tokens(self) -> int:

@@ -16,7 +16,6 @@ hash). ``check_invariants`` verifies that partition.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from itertools import islice
 from typing import TYPE_CHECKING, TypeAlias
@@ -29,6 +28,7 @@ __all__ = ["BlockHash", "BlockPool", "chain_hashes", "check_prefix_layout"]
 # A block's content name: a chained hash (int) for prefix-id content any request may share, or
 # ``(request_id, block_index)`` for content only one request has (its own prompt tail and outputs).
 BlockHash: TypeAlias = int | tuple[int, int]
+_new_pool = object.__new__
 
 
 def chain_hashes(prefix_ids: Sequence[int], prefix_id_tokens: int, block_size: int, max_tokens: int) -> list[int]:
@@ -65,8 +65,13 @@ class BlockPool:
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
-        # refcount-0 blocks, least recently released first: allocations take the head
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        # The free queue: refcount-0 blocks, least recently released first (allocations take the head), as a
+        # doubly linked list through two lists indexed by block, with a sentinel at index ``num_blocks``
+        # (``_next[sentinel]`` is the head, ``_prev[sentinel]`` the tail): O(1) at both ends and in the middle,
+        # and a fork copies it as two lists (``copy``). Initially every block, in id order.
+        self._next = [*range(1, num_blocks + 1), 0 if num_blocks else num_blocks]
+        self._prev = [num_blocks, *range(num_blocks)]
+        self._num_free = num_blocks
         self.ref_count = [0] * num_blocks
         self.block_hash: list[BlockHash | None] = [None] * num_blocks
         # block hash -> the block lookups find; further blocks holding the same content (two requests that
@@ -77,11 +82,29 @@ class BlockPool:
         self.num_used = 0
         self.num_evictions = 0
 
+    def copy(self) -> BlockPool:
+        """An independent copy in the same state (the free queue's order, reference counts, cached content),
+        for a fork of the engine (``Engine.fork``). Block hashes are immutable and shared."""
+        c = _new_pool(BlockPool)
+        c.num_blocks = self.num_blocks
+        c.block_size = self.block_size
+        c._next = self._next[:]
+        c._prev = self._prev[:]
+        c._num_free = self._num_free
+        c.ref_count = self.ref_count[:]
+        c.block_hash = self.block_hash[:]
+        c._cached = self._cached.copy()
+        c._twins = {h: blocks[:] for h, blocks in self._twins.items()}
+        c._num_free_cached = self._num_free_cached
+        c.num_used = self.num_used
+        c.num_evictions = self.num_evictions
+        return c
+
     # -- capacity ----------------------------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
         """Blocks an allocation can take now: empty ones plus cached ones no request holds."""
-        return len(self._free)
+        return self._num_free
 
     @property
     def num_cached_blocks(self) -> int:
@@ -103,7 +126,7 @@ class BlockPool:
 
         ``shared`` are cached blocks found by ``lookup``; the free ones among them stop being free when shared,
         so they count against the free blocks as the new ones do."""
-        free = len(self._free) - num_blocks
+        free = self._num_free - num_blocks
         if shared:
             ref_count = self.ref_count
             free -= sum(1 for b in shared if ref_count[b] == 0)
@@ -119,16 +142,21 @@ class BlockPool:
         table = list(shared)
         if shared:
             self._share(shared)
-        assert num_blocks <= len(self._free), "allocate() on a full pool: callers ask can_allocate first"
-        pop = self._free.popitem
+        assert num_blocks <= self._num_free, "allocate() on a full pool: callers ask can_allocate first"
         ref_count = self.ref_count
         block_hash = self.block_hash
+        nxt, prv = self._next, self._prev
+        sentinel = self.num_blocks
         for _ in range(num_blocks):
-            block, _ = pop(last=False)
+            block = nxt[sentinel]  # the head of the free queue
+            after = nxt[block]
+            nxt[sentinel] = after
+            prv[after] = sentinel
             if block_hash[block] is not None:
                 self._evict(block)
             ref_count[block] = 1
             table.append(block)
+        self._num_free -= num_blocks
         self.num_used += num_blocks
         return table
 
@@ -177,7 +205,10 @@ class BlockPool:
         """Take a reference on cached blocks found by ``lookup`` (taking free ones out of the free queue)."""
         for block in blocks:
             if self.ref_count[block] == 0:
-                del self._free[block]
+                before, after = self._prev[block], self._next[block]  # out of the free queue
+                self._next[before] = after
+                self._prev[after] = before
+                self._num_free -= 1
                 self._num_free_cached -= 1
                 self.num_used += 1
             self.ref_count[block] += 1
@@ -198,26 +229,50 @@ class BlockPool:
         blocks are reused before its first ones."""
         empty: list[int] = []
         ref_count = self.ref_count
-        free = self._free
+        block_hash = self.block_hash
+        nxt, prv = self._next, self._prev
+        sentinel = self.num_blocks
         for block in reversed(blocks):
             count = ref_count[block] - 1
             ref_count[block] = count
             if count == 0:
                 self.num_used -= 1
-                if self.block_hash[block] is None:
+                self._num_free += 1
+                if block_hash[block] is None:
                     empty.append(block)
-                else:
-                    free[block] = None
+                else:  # to the tail
+                    tail = prv[sentinel]
+                    nxt[tail] = block
+                    prv[block] = tail
+                    nxt[block] = sentinel
+                    prv[sentinel] = block
                     self._num_free_cached += 1
-        for block in reversed(empty):
-            free[block] = None
-            free.move_to_end(block, last=False)
+        for block in reversed(empty):  # to the head
+            head = nxt[sentinel]
+            prv[head] = block
+            nxt[block] = head
+            prv[block] = sentinel
+            nxt[sentinel] = block
+
+    def free_blocks(self) -> list[int]:
+        """The free queue, head (next to be allocated) first. O(pool): for checks and tests."""
+        out: list[int] = []
+        nxt, sentinel = self._next, self.num_blocks
+        block = nxt[sentinel]
+        while block != sentinel and len(out) <= sentinel:
+            out.append(block)
+            block = nxt[block]
+        return out
 
     # -- checks ------------------------------------------------------------------------------------------
     def check_invariants(self, expected_refs: dict[int, int] | None = None) -> None:
         """Raise AssertionError unless every block is either used or free, and (when given) the reference counts
         equal ``expected_refs`` (block id -> number of block tables holding it). O(pool): it scans every block."""
-        free = set(self._free)
+        queue = self.free_blocks()
+        free = set(queue)
+        assert len(queue) == len(free) == self._num_free, f"free queue of {len(queue)} blocks, {self._num_free} counted"
+        nxt, prv = self._next, self._prev
+        assert all(prv[nxt[b]] == b for b in (self.num_blocks, *queue)), "free queue links disagree"
         used = {b for b in range(self.num_blocks) if self.ref_count[b] > 0}
         assert all(c >= 0 for c in self.ref_count), "negative reference count"
         assert not used & free, "a referenced block is also free"

@@ -23,7 +23,8 @@ import heapq
 import math
 from array import array
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from llmsched_env.costs.base import CostModel, prefill_time_s
 from llmsched_env.engine.batch import Batch, Decision, QueueOrder
@@ -33,11 +34,15 @@ from llmsched_env.engine.queues import WaitingQueues
 from llmsched_env.engine.remote_kv import RemoteKVStore
 from llmsched_env.engine.request import Request, Status, tpot_s
 
+if TYPE_CHECKING:
+    import numpy as np
+
 __all__ = ["Engine"]
 
 _LPM_WINDOW = 64  # SGLang scores at most this many of the oldest waiting requests by cached prefix
 _RATE_TAU_S = 10.0  # time constant of the arrival-rate estimate
 _LATENCY_EWMA = 0.05  # weight of the newest finished request in the recent latency averages
+_new_engine = object.__new__
 
 
 class Engine:
@@ -112,6 +117,43 @@ class Engine:
         self._ttft_slo = [t.slo.ttft_s for t in self.tenants]
         self._tpot_slo = [t.slo.tpot_s for t in self.tenants]
         self._weights = [t.weight for t in self.tenants]
+
+    # ---------------------------------------------------------------------------------- fork
+    def live_requests(self) -> list[Request]:
+        """The requests whose state may still change here: waiting, running, and landed hand-offs. Finished,
+        rejected and handed-off requests never change again on this engine."""
+        return [*self.queue.requests(), *self.running.values(), *self.landed]
+
+    def fork(self, memo: Mapping[int, Request], rng: np.random.Generator | None = None) -> Engine:
+        """An independent engine in the same state: running both on under the same decisions gives the same
+        batches, times and metrics, and neither sees the other's changes. ``memo`` maps ``id(request)`` to the
+        copy the fork holds instead, for every live request (``live_requests``; in a cluster, those of every
+        replica and the transfers in flight); the others (finished, rejected) never change again and are shared.
+        ``rng``: the generator the fork's remote KV store draws from. O(live requests + queue entries + KV
+        blocks): no deep copy (``Simulator.fork`` and the envs' ``snapshot()`` build on it)."""
+        get = memo.get
+        new = _new_engine(Engine)
+        d = new.__dict__
+        d.update(self.__dict__)  # numbers, flags and the immutable config, tenants and cost model
+        d["remote"] = self.remote.copy(rng) if self.remote is not None else None
+        d["handed_off"] = [get(id(r), r) for r in self.handed_off]
+        d["landed"] = deque([get(id(r), r) for r in self.landed])
+        d["pool"] = self.pool.copy()
+        d["_ttft_heap"] = [(t, rid, get(id(r), r)) for t, rid, r in self._ttft_heap]
+        for name in ("num_running_t", "num_decoding_t", "service_tokens", "num_arrived_t", "num_good_t",
+                     "num_missed_t", "finished", "rejected", "_ttft_slo", "_tpot_slo", "_weights"):  # fmt: skip
+            d[name] = self.__dict__[name][:]
+        vtc = d["vtc"] = self.vtc[:]
+        queue = d["queue"] = self.queue.copy(memo, vtc)
+        d["num_waiting"] = queue.num_waiting  # the queue's live lists, as in __init__
+        d["waiting_tokens"] = queue.waiting_tokens
+        d["waiting_predicted"] = queue.waiting_predicted
+        d["running"] = {rid: get(id(r), r) for rid, r in self.running.items()}
+        d["prefilling"] = {rid: get(id(r), r) for rid, r in self.prefilling.items()}
+        d["round_end_s"] = self.round_end_s[:]
+        d["decode_events"] = {k: [get(id(r), r) for r in bucket] for k, bucket in self.decode_events.items()}
+        d["last_batch"] = self.last_batch.copy(memo) if self.last_batch is not None else None
+        return new
 
     # ---------------------------------------------------------------------------------- arrivals, clock
     def advance_clock(self, t_s: float) -> None:

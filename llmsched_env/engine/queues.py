@@ -13,12 +13,14 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from llmsched_env.engine.batch import QueueOrder
 from llmsched_env.engine.request import Request, Status
 
 __all__ = ["WaitingQueues"]
+
+_new_queues = object.__new__
 
 
 class WaitingQueues:
@@ -42,6 +44,29 @@ class WaitingQueues:
         self.num_waiting = [0] * n
         self.waiting_tokens = [0] * n  # prefill tokens of the waiting requests, per tenant
         self.waiting_predicted = [0] * n  # predicted remaining output tokens of the waiting requests, per tenant
+
+    def copy(self, memo: Mapping[int, Request], vtc: list[float]) -> WaitingQueues:
+        """An independent copy in the same state for a fork of the engine (``Engine.fork``), each request
+        replaced by its copy in ``memo`` (``id(request) -> copy``); ``vtc`` is the forked engine's live list of
+        VTC counters. Only live entries are copied: every lookup skips stale ones, the tenant queues keep their
+        order and the heaps' keys are unique (their sequence numbers), so the copy answers every lookup as the
+        original does."""
+        c = _new_queues(WaitingQueues)
+        live = self._live
+        c._queues = [deque([(seq, memo[id(r)]) for seq, r in q if live.get(r.request_id) == seq]) for q in self._queues]
+        for name in ("_sjf", "_sprw"):
+            heap = [(a, b, rid, seq, memo[id(r)]) for a, b, rid, seq, r in getattr(self, name) if live.get(rid) == seq]
+            heapq.heapify(heap)
+            setattr(c, name, heap)
+        c._seq = self._seq
+        c._live = self._live.copy()
+        c._ttft = self._ttft[:]
+        c._aging = self._aging[:]
+        c._vtc = vtc
+        c.num_waiting = self.num_waiting[:]
+        c.waiting_tokens = self.waiting_tokens[:]
+        c.waiting_predicted = self.waiting_predicted[:]
+        return c
 
     def __len__(self) -> int:
         return len(self._live)

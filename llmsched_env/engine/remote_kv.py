@@ -48,12 +48,30 @@ class RemoteKVStore:
     def __init__(self, config: RemoteKVConfig, rng: np.random.Generator) -> None:
         self.config = config
         self._rng = rng
-        self._blocks: set[int] = set()
+        self._blocks: set[int] = set()  # published since the last fork
+        # Published before a fork: sets shared with the forks and never changed again (the store only grows), the
+        # oldest and largest first; ``copy`` adds a layer and merges the small ones, so a fork costs O(new).
+        self._layers: tuple[set[int], ...] = ()
         self.link_free_s = 0.0
         self.num_fetches = 0
         self.num_fetched_tokens = 0
         self.total_fetch_s = 0.0
         self._s_per_token = config.kv_bytes_per_token / (config.bandwidth_gbps * 1e9)
+
+    def copy(self, rng: np.random.Generator | None) -> RemoteKVStore:
+        """An independent copy in the same state that draws its slow transfers from ``rng`` (``Engine.fork``:
+        the env that owns the copy restores its own generator's state)."""
+        if self._blocks:  # freeze what was published since the last fork into a shared layer
+            layers = [*self._layers, self._blocks]
+            while len(layers) > 1 and 2 * len(layers[-1]) >= len(layers[-2]):  # merge layers of similar size
+                top = layers.pop()
+                layers[-1] = layers[-1] | top  # a new set: the merged ones may be shared with other forks
+            self._layers, self._blocks = tuple(layers), set()
+        c = RemoteKVStore.__new__(RemoteKVStore)
+        c.__dict__.update(self.__dict__)
+        c._rng = rng  # type: ignore[assignment]  # None only inside a snapshot, which never runs
+        c._blocks = set()
+        return c
 
     def publish(self, hashes: Sequence[int]) -> None:
         self._blocks.update(hashes)
@@ -61,9 +79,9 @@ class RemoteKVStore:
     def hit_blocks(self, hashes: Sequence[int], start: int, stop: int) -> int:
         """How many of ``hashes[start:stop]``, from ``start`` on without a gap, the store holds."""
         n = 0
-        blocks = self._blocks
+        blocks, layers = self._blocks, self._layers
         for h in hashes[start:stop]:
-            if h not in blocks:
+            if h not in blocks and not any(h in layer for layer in layers):
                 break
             n += 1
         return n

@@ -24,6 +24,7 @@ import numpy as np
 __all__ = ["Request", "Status", "tpot_s"]
 
 _T = TypeVar("_T", float, np.ndarray)
+_new_request = object.__new__
 
 
 def tpot_s(first_token_s: _T, last_token_s: _T, num_output_tokens: int | np.ndarray) -> _T:
@@ -128,6 +129,44 @@ class Request:
         # A length predictor's guess of output_len (``workloads.prediction``), known on arrival; None: no guess.
         # Schedulers may read it (QueueOrder.SPRW, the observation's pred/ features); the engine never does.
         self.predicted_output_len: int | None = None
+
+    def copy(self) -> Request:
+        """An independent copy in the same state, for a fork of the engine holding it (``Engine.fork``): every
+        field is immutable or copied (the block table and the token records), except ``prefix_hashes``, which
+        is shared (computed once, never changed in place)."""
+        c = _new_request(Request)
+        c.admit_seq = self.admit_seq
+        c.arrival_s = self.arrival_s
+        c.block_table = self.block_table[:]
+        c.decode_out0 = self.decode_out0
+        c.decode_round0 = self.decode_round0
+        c.decoding = self.decoding
+        c.event_round = self.event_round
+        c.fetch_ready_s = self.fetch_ready_s
+        c.finish_s = self.finish_s
+        c.first_scheduled_s = self.first_scheduled_s
+        c.first_token_s = self.first_token_s
+        c.num_admitted_tokens = self.num_admitted_tokens
+        c.num_cached_tokens = self.num_cached_tokens
+        c.num_computed_tokens = self.num_computed_tokens
+        c.num_output_tokens = self.num_output_tokens
+        c.num_preemptions = self.num_preemptions
+        c.num_prefix_hit_tokens = self.num_prefix_hit_tokens
+        c.num_remote_tokens = self.num_remote_tokens
+        c.output_len = self.output_len
+        c.predicted_output_len = self.predicted_output_len
+        c.prefill_token_s = self.prefill_token_s[:]
+        c.prefix_hashes = self.prefix_hashes
+        c.prefix_id_tokens = self.prefix_id_tokens
+        c.prefix_ids = self.prefix_ids
+        c.prompt_len = self.prompt_len
+        c.reject_reason = self.reject_reason
+        c.request_id = self.request_id
+        c.slo_resolved = self.slo_resolved
+        c.status = self.status
+        c.tenant = self.tenant
+        c.token_segments = self.token_segments[:]
+        return c
 
     @property
     def num_prefill_tokens(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -23,8 +24,9 @@ from llmsched_env.decision.registry import SCHEDULERS
 from llmsched_env.decision.router import ClusterObservationEncoder, RouterContext, RouteSpec, route_mask
 from llmsched_env.engine.request import Request
 from llmsched_env.envs.cluster_options import LocalPolicy, resolve_disagg, resolve_local_policies, resolve_specs
-from llmsched_env.envs.options import check_episode_args, load_arg
+from llmsched_env.envs.options import check_episode_args, load_arg, reset_window
 from llmsched_env.envs.reward import RewardConfig, RewardTracker
+from llmsched_env.envs.snapshot import EnvSnapshot, check_snapshot
 from llmsched_env.workloads.library import get_scenario
 from llmsched_env.workloads.scenarios import Scenario, TraceSource
 
@@ -84,9 +86,11 @@ class LLMSchedClusterEnv(gym.Env):
     ``disaggregated`` (None: the scenario's; False: colocated; a ``DisaggConfig`` or a dict of its fields:
     ``num_prefill``, ``num_decode``, ``link_latency_s``, ``link_bandwidth_Bps``, ...); ``local_policy`` (a
     baseline name, default ``fcfs``, or any object with ``act(obs, mask)``, or one per replica);
-    ``split``, ``load`` (relative to the cluster's nominal rate; a (low, high) pair draws one per episode),
-    ``num_requests``, ``reward``, ``horizon_s``, ``max_steps``, ``render_mode`` (``ansi``),
-    ``check_invariants`` (every step; for tests). SLOs are scaled to replica 0's cost model.
+    ``split`` (on val and test a trace's episode of seed ``s`` replays the ``s``-th of the part's disjoint
+    windows, ``reset(options={"window": k})`` or the ``window`` attribute the ``k``-th), ``load`` (relative to
+    the cluster's nominal rate; a (low, high) pair draws one per episode), ``num_requests``, ``reward``,
+    ``horizon_s``, ``max_steps``, ``render_mode`` (``ansi``), ``check_invariants`` (every step; for tests).
+    SLOs are scaled to replica 0's cost model.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 10}
@@ -158,10 +162,27 @@ class LLMSchedClusterEnv(gym.Env):
         self.observation_space = spaces.Box(-OBS_CLIP, OBS_CLIP, shape=(self.encoder.size,), dtype=np.float32)
         self.cluster: Cluster | None = None
         self._pending: Request | None = None
+        self.window: int | None = None  # the trace window every reset replays (None: the seed's on val and test)
+        self._episode_window: int | None = None
+        # what restore() compares: a snapshot fits another env made with the same arguments
+        self._signature = (
+            ("scenario", csc.name if csc is not None else base.name),
+            ("split", split),
+            ("num_requests", self.num_requests),
+            ("replicas", tuple(self.specs)),
+            ("disaggregated", self.disagg),
+            ("tenants", self.tenants),
+            ("cluster_rate_rps", self.cluster_rate_rps),
+            ("local_policy", tuple(p if isinstance(p, str) else type(p).__name__ for p in self.local_policy)),
+            ("reward", self.reward_config),
+            ("horizon_s", horizon_s),
+            ("max_steps", max_steps),
+        )
 
     # ---------------------------------------------------------------------------------------- gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):  # type: ignore[override]
         super().reset(seed=seed)
+        self._episode_window = reset_window(self, seed, options)
         requests = self._draw_requests()
         scheduler = self._local_scheduler()
         self.cluster = Cluster(self.specs, self.tenants, requests, scheduler, self.disagg)
@@ -227,6 +248,53 @@ class LLMSchedClusterEnv(gym.Env):
             )
         return "\n".join(lines)
 
+    # ---------------------------------------------------------------------------------------- fork
+    def snapshot(self) -> EnvSnapshot:
+        """The episode as it stands (``envs.snapshot``): the cluster (every replica's engine, the event heap,
+        the KV links, the requests still to route), the arriving request, the generator's state, the reward
+        bookkeeping, the step counter, and the state of local policies that may hold some (a copy of each one
+        that reads observations; a static rule, ``reads_observation = False``, acts on the mask alone and
+        holds none). ``restore(snapshot)`` and the same actions then replay the same observations, rewards,
+        infos and metrics."""
+        cluster = self.cluster
+        if cluster is None:
+            raise RuntimeError("call reset() before snapshot()")
+        scheduler: LocalScheduler = cluster.local_decide  # type: ignore[assignment]
+        state = {
+            "cluster": cluster.fork(scheduler),
+            "policies": _policy_states(scheduler),
+            "rng": self.np_random.bit_generator.state,
+            "seed": self._np_random_seed,
+            "reward": self._reward.copy(),
+            "steps": self._steps,
+            "load": self.load,
+            "window": self._episode_window,
+            "step": self._steps,
+        }
+        return EnvSnapshot(type(self).__name__, self._signature, state)
+
+    def restore(self, snapshot: EnvSnapshot) -> None:
+        """Put the episode back as ``snapshot`` (from this env, or another made with the same arguments) holds it;
+        the snapshot stays as it was, for another restore. One-line ``ValueError`` for a snapshot of another
+        kind of env or of other arguments."""
+        state = check_snapshot(self, snapshot, self._signature).state
+        scheduler = self.cluster.local_decide if self.cluster is not None else self._local_scheduler()
+        assert isinstance(scheduler, LocalScheduler)
+        for i, policy in _policy_states(state["policies"]).items():
+            scheduler.policies[i] = policy
+        self.np_random.bit_generator.state = state["rng"]
+        self._np_random_seed = state["seed"]
+        self.cluster = cluster = state["cluster"].fork(scheduler)
+        scheduler.cluster = cluster
+        # the arrival advance() returned last (None once all are routed and the cluster has drained)
+        self._pending = cluster.requests[cluster.num_routed] if cluster.num_routed < len(cluster.requests) else None
+        self._reward = state["reward"].copy()
+        self._steps = state["steps"]
+        self.load = state["load"]
+        self._episode_window = state["window"]
+        if self.check_invariants:
+            check_cluster(cluster)
+
     # ---------------------------------------------------------------------------------------- helpers
     def policy_context(self) -> RouterContext:
         """The static facts a router is built from (``decision.registry.ROUTERS``, ``baselines.make_router``)."""
@@ -242,7 +310,9 @@ class LLMSchedClusterEnv(gym.Env):
     def _draw_requests(self) -> list[Request]:
         if self.load_range is not None:
             self.load = float(self.np_random.uniform(*self.load_range))
-        return self.source.sample(self.np_random, self.num_requests, self.load * self._source_load)
+        return self.source.sample(
+            self.np_random, self.num_requests, self.load * self._source_load, self._episode_window
+        )
 
     def _local_scheduler(self) -> LocalScheduler:
         policies, needs_obs = [], []
@@ -252,6 +322,25 @@ class LLMSchedClusterEnv(gym.Env):
             policies.append(p)
             needs_obs.append(reads_observation(p))
         return LocalScheduler(policies, self.action_specs, self.local_encoders, needs_obs)
+
+
+def _policy_states(source: LocalScheduler | dict[int, Any]) -> dict[int, Any]:
+    """Copies of the local policies that may hold state (all but static rules), by replica: of a scheduler's
+    policies (``snapshot``), or of the copies a snapshot holds (``restore``, which leaves them as they were)."""
+    if isinstance(source, LocalScheduler):
+        source = {i: p for i, (p, obs) in enumerate(zip(source.policies, source.needs_obs, strict=True)) if obs}
+    return {i: _copy_policy(p) for i, p in source.items()}
+
+
+def _copy_policy(policy: Any) -> Any:
+    """A deep copy of ``policy`` that shares the frozen dataclasses it holds (its policy context, action spec:
+    immutable, and the bulk of a baseline), so that only what may change (a generator, a memory) is copied."""
+    memo: dict[int, Any] = {}
+    for value in getattr(policy, "__dict__", {}).values():
+        params = getattr(value, "__dataclass_params__", None)
+        if params is not None and params.frozen and not isinstance(value, type):
+            memo[id(value)] = value
+    return copy.deepcopy(policy, memo)
 
 
 def _replica_index(action: Any, n: int) -> int:

@@ -9,7 +9,8 @@ so one policy learns across all of them.
 
 On ``split="val"`` or ``"test"`` the draw is deterministic and covers the library: episode seed ``s`` plays
 scenario ``s % len(scenarios)`` at ``val_load`` times its knee load without a length prediction (what a
-checkpoint is chosen on).
+checkpoint is chosen on); on a trace scenario, the ``s // len(scenarios)``-th of its part's disjoint windows,
+so the seeds of one pass over the library all replay its first window.
 """
 
 from __future__ import annotations
@@ -134,6 +135,8 @@ class WorkloadMixEnv(gym.Env):
             check_invariants=self.check_invariants,
             schema=2,
         )
+        if self.split != "train":  # a trace's windows in turn, one pass over the library per window
+            env.window = seed // len(self.scenarios)
         return env, {"scenario": name, "load": load, "length_prediction": prediction}
 
     def replay(self) -> tuple[LLMSchedEnv, int]:

@@ -1,6 +1,6 @@
-"""Arguments both envs share: the episode's shape (``check_episode_args``), the load (``load_arg``) and the
-engine config (``engine_config``), each checked with a ``ValueError`` naming the argument (the reward
-weights are ``envs.reward.RewardConfig``)."""
+"""Arguments both envs share: the episode's shape (``check_episode_args``), the load (``load_arg``), the
+engine config (``engine_config``) and the trace window of a reset (``reset_window``), each checked with a
+``ValueError`` naming the argument (the reward weights are ``envs.reward.RewardConfig``)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import gymnasium as gym
 from llmsched_env.common.checks import check_int, check_positive, is_finite_number
 from llmsched_env.common.fields import as_dataclass
 from llmsched_env.engine.config import EngineConfig
-from llmsched_env.workloads.scenarios import check_split
+from llmsched_env.workloads.scenarios import check_split, episode_window
 
-__all__ = ["MAX_EPISODE_REQUESTS", "check_episode_args", "engine_config", "load_arg"]
+__all__ = ["MAX_EPISODE_REQUESTS", "check_episode_args", "engine_config", "load_arg", "reset_window"]
 
 MAX_EPISODE_REQUESTS = 1_000_000  # an episode holds every request in memory: more would exhaust it, not run
 
@@ -63,3 +63,14 @@ def load_arg(owner: str, load: float | Sequence[float]) -> tuple[float, tuple[fl
 def engine_config(engine: EngineConfig | Mapping[str, Any] | None) -> EngineConfig:
     """An ``EngineConfig`` from an env's ``engine`` argument: None (the defaults), a config, or a dict of fields."""
     return EngineConfig() if engine is None else as_dataclass(EngineConfig, "engine", engine)
+
+
+def reset_window(env: Any, seed: int | None, options: Mapping[str, Any] | None) -> int | None:
+    """The trace window a ``reset(seed=seed, options=options)`` of ``env`` replays: ``options["window"]``, else
+    ``env.window``, else the seed's on val and test (``episode_window``; None: a random one). ``ValueError``
+    naming the option for anything but an integer >= 0."""
+    window = (options or {}).get("window", env.window)
+    if window is None:
+        return episode_window(env.split, seed)
+    check_int(type(env).__name__, "window", window, 0)
+    return int(window)

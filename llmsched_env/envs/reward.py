@@ -58,6 +58,12 @@ class RewardTracker:
         self.num_missed = 0
         self.num_preempted = 0
 
+    def copy(self) -> RewardTracker:
+        """An independent copy (an env's ``snapshot()``)."""
+        c = RewardTracker.__new__(RewardTracker)
+        c.__dict__.update(self.__dict__)
+        return c
+
     def step(
         self, num_arrived: int, num_good: int, num_missed: int, num_preempted: int, ended: bool
     ) -> tuple[float, dict[str, float]]:

@@ -22,9 +22,10 @@ from llmsched_env.decision.schema import SCHEMA_VERSION, check_schema
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.engine.remote_kv import RemoteKVConfig
 from llmsched_env.engine.request import Request
-from llmsched_env.envs.options import check_episode_args, engine_config, load_arg
+from llmsched_env.envs.options import check_episode_args, engine_config, load_arg, reset_window
 from llmsched_env.envs.render import render_ansi, render_rgb
 from llmsched_env.envs.reward import RewardConfig, RewardTracker
+from llmsched_env.envs.snapshot import EnvSnapshot, check_snapshot
 from llmsched_env.sim.simulator import Simulator
 from llmsched_env.workloads.library import get_scenario
 from llmsched_env.workloads.prediction import LengthPredictor
@@ -89,7 +90,9 @@ class LLMSchedEnv(gym.Env):
     ## Arguments
     ``scenario`` (a name from the scenario library, e.g. ``azure-conv``, ``mixed-slo``; default ``default``:
     two tenants, chat and batch) or ``workload`` (a ``WorkloadConfig`` of your own); ``split`` (``train``:
-    random windows of the training part; ``eval``: the held-out part); ``num_requests`` per episode (default:
+    random windows of the training part; ``val``, ``test``: the held-out parts, where a trace's episode of seed
+    ``s`` replays the ``s``-th of the part's disjoint windows, ``reset(options={"window": k})`` or the
+    ``window`` attribute the ``k``-th; ``workloads.scenarios.episode_window``); ``num_requests`` per episode (default:
     the scenario's); ``load`` (arrival rate relative to the scenario's nominal rate); ``cost_model`` (preset
     name, JSON path or a ``CostModel``; default: the scenario's), ``engine`` (``EngineConfig`` or a dict of
     its fields; default: the scenario's), ``remote_kv`` (a ``RemoteKVConfig``; default: the scenario's),
@@ -169,12 +172,32 @@ class LLMSchedEnv(gym.Env):
         self.action_space = spaces.MultiDiscrete(np.array(self.action_spec.nvec, dtype=np.int64))
         self.observation_space = spaces.Box(-OBS_CLIP, OBS_CLIP, shape=(self.encoder.size,), dtype=np.float32)
         self.sim: Simulator | None = None
+        self.window: int | None = None  # the trace window every reset replays (None: the seed's on val and test)
+        self._episode_window: int | None = None
         self.history: deque[tuple[float, int, float, float]] = deque(maxlen=600)
         self._last_step_s = 0.0
+        # what restore() compares: a snapshot fits another env made with the same arguments
+        self._signature = (
+            ("scenario", sc.name),
+            ("split", split),
+            ("num_requests", self.num_requests),
+            ("engine", self.engine_config),
+            ("tenants", self.tenants),
+            ("cost_model", self.cost_model),
+            ("remote_kv", self.remote_kv),
+            ("action_spec", self.action_spec),
+            ("schema", self.schema),
+            ("iterations_per_step", iterations_per_step),
+            ("reward", self.reward_config),
+            ("horizon_s", horizon_s),
+            ("max_steps", max_steps),
+            ("length_prediction", str(self.length_predictor)),
+        )
 
     # ---------------------------------------------------------------------------------------- gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):  # type: ignore[override]
         super().reset(seed=seed)
+        self._episode_window = reset_window(self, seed, options)
         requests = self._draw_requests()
         self.sim = Simulator(
             self.engine_config, self.tenants, self.cost_model, requests, remote_kv=self.remote_kv, rng=self.np_random
@@ -226,7 +249,7 @@ class LLMSchedEnv(gym.Env):
         if self.load_range is not None:
             self.load = float(self.np_random.uniform(*self.load_range))
             self.nominal_rate_rps = self.source.nominal_rate_rps() * self.load
-        requests = self.source.sample(self.np_random, self.num_requests, self.load)
+        requests = self.source.sample(self.np_random, self.num_requests, self.load, self._episode_window)
         if self.length_predictor.enabled:  # its own stream: the requests are the same with or without it
             self.length_predictor.apply(requests, np.random.default_rng([7, int(self.np_random.integers(2**63))]))
         return requests
@@ -235,10 +258,11 @@ class LLMSchedEnv(gym.Env):
         """Fresh copies of the requests ``reset(seed=seed)`` replays (for another executor, e.g. the torch
         runtime, to serve the very same episode)."""
         rng, self.np_random = self.np_random, seeding.np_random(seed)[0]
+        window, self._episode_window = self._episode_window, reset_window(self, seed, None)
         try:
             return self._draw_requests()
         finally:
-            self.np_random = rng
+            self.np_random, self._episode_window = rng, window
 
     def action_masks(self) -> np.ndarray:
         """Valid options of each action component, concatenated (sb3-contrib MaskablePPO)."""
@@ -252,6 +276,47 @@ class LLMSchedEnv(gym.Env):
         if self.render_mode == "ansi":
             return render_ansi(self.sim, self._last_step_s)
         return render_rgb(self.sim, list(self.history))
+
+    # ---------------------------------------------------------------------------------------- fork
+    def snapshot(self) -> EnvSnapshot:
+        """The episode as it stands (``envs.snapshot``): the simulator (engine, clock, requests still to arrive),
+        the generator's state, the reward bookkeeping and the step counters. ``restore(snapshot)`` and the same
+        actions then replay the same observations, rewards, infos and metrics. O(live requests + KV blocks);
+        ``bench/bench_snapshot.py`` measures it."""
+        sim = self.sim
+        if sim is None:
+            raise RuntimeError("call reset() before snapshot()")
+        state = {
+            "sim": sim.fork(None),
+            "rng": self.np_random.bit_generator.state,
+            "seed": self._np_random_seed,
+            "reward": self._reward.copy(),
+            "last_step_s": self._last_step_s,
+            "history": list(self.history),
+            "load": self.load,
+            "nominal_rate_rps": self.nominal_rate_rps,
+            "window": self._episode_window,
+            "step": sim.num_steps,
+        }
+        return EnvSnapshot(type(self).__name__, self._signature, state)
+
+    def restore(self, snapshot: EnvSnapshot) -> None:
+        """Put the episode back as ``snapshot`` (from this env, or another made with the same arguments) holds it;
+        the snapshot stays as it was, for another restore. One-line ``ValueError`` for a snapshot of another
+        kind of env or of other arguments."""
+        state = check_snapshot(self, snapshot, self._signature).state
+        self.np_random.bit_generator.state = state["rng"]
+        self._np_random_seed = state["seed"]
+        self.sim = state["sim"].fork(self.np_random)  # the remote KV store draws from this env's generator
+        self._reward = state["reward"].copy()
+        self._last_step_s = state["last_step_s"]
+        self.history.clear()
+        self.history.extend(state["history"])
+        self.load = state["load"]
+        self.nominal_rate_rps = state["nominal_rate_rps"]
+        self._episode_window = state["window"]
+        if self.check_invariants:
+            self.sim.check_invariants()
 
     # ---------------------------------------------------------------------------------------- helpers
     def policy_context(self) -> PolicyContext:

@@ -16,9 +16,13 @@ statistics over seeds, result files, plots and scale-out on Ray.
 | ``runtime_options`` / ``runtime_backend`` | the torch runtime as a backend (imports torch) |
 | ``grid`` | ``run_grid``, ``run_cell``: the episodes, serially or on Ray |
 | ``details`` | per-request latencies and the KV series of an episode, for plots |
-| ``capacity`` | ``search_capacity``, ``find_capacity``, ``capacity_grid`` |
+| ``capacity`` | ``search_capacity``, ``find_capacity``, ``capacity_grid`` (capped at the largest sustained load) |
+| ``sustained`` | ``unsustained``, ``scenario_windows``: whether windows last long enough to measure a sustained rate |
 | ``stats`` | ``summarize``, ``mean_ci95``, ``t_quantile_975`` |
+| ``identity`` | a fingerprint per run; ``identical_groups``, ``merge_identical``: identical policies as one row |
 | ``tuning`` / ``knob_space`` | ``TuneConfig``, ``tune_scenario``: the val search behind the ``tuned`` baseline |
+| ``trace_tuned`` | ``trace_key``, ``user_table``, ``trace_tuned_policy``: ``tuned`` on a user's trace, by its key |
+| ``lookahead`` | ``LookaheadPolicy``: the clairvoyant ``lookahead`` bound, played forward on env snapshots |
 | ``outputs`` | live and summary tables, ``write_results``, ``write_tensorboard`` (CSV: ``common.outputs.write_csv``) |
 | ``describe`` | a scenario described in words |
 | ``plots`` | PNG plots (matplotlib) |
@@ -41,6 +45,7 @@ from llmsched_env.evaluation.config import EvalConfig, InputError, Row
 from llmsched_env.evaluation.describe import format_description
 from llmsched_env.evaluation.details import episode_details
 from llmsched_env.evaluation.grid import KEY_COLUMNS, GridResult, run_cell, run_grid
+from llmsched_env.evaluation.identity import identical_groups, merge_identical, policy_label
 from llmsched_env.evaluation.outputs import (
     TABLE_COLUMNS,
     LiveTable,
@@ -77,7 +82,10 @@ __all__ = [
     "format_capacity_summary",
     "format_description",
     "format_summary",
+    "identical_groups",
     "mean_ci95",
+    "merge_identical",
+    "policy_label",
     "resolve_policy",
     "results_table",
     "run_cell",

@@ -9,6 +9,11 @@
 
 The number of evaluations is not known in advance: ``search_capacity`` reports after each one how many more
 it expects, so a progress bar can adjust its total as the search goes.
+
+A search never reports a load above the largest at which the windows it runs are sustained
+(``evaluation.sustained``: the windows' arrivals last 20x their largest TTFT target): the bracket stops there,
+and a policy still meeting the target at that cap gets ``capacity_load`` = the cap and ``window_limited``
+True (its capacity is at least that; a longer window, ``--num-requests``, would measure more).
 """
 
 from __future__ import annotations
@@ -25,13 +30,16 @@ from llmsched_env.cluster.scenarios import ClusterScenario
 from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row
 from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
 from llmsched_env.evaluation.grid import run_cell, runners_for
+from llmsched_env.evaluation.identity import TRAJECTORY, combine_fingerprints, merge_identical
 from llmsched_env.evaluation.progress import Progress
 from llmsched_env.evaluation.stats import mean_ci95
+from llmsched_env.evaluation.sustained import env_windows, scenario_windows
 from llmsched_env.runtime.policy_spec import PolicySpec, resolve_policy
 
 __all__ = [
     "CAPACITY_TARGET",
     "capacity_grid",
+    "capacity_notes",
     "find_capacity",
     "read_per_seed",
     "search_capacity",
@@ -59,14 +67,17 @@ def search_capacity(
     attainment: Callable[[float], float],
     target: float = CAPACITY_TARGET,
     on_evaluation: Callable[[int], None] | None = None,
+    max_load: float = _MAX_LOAD,
 ) -> float:
     """The highest load with ``attainment(load) >= target``: bracket by doubling or halving from 1.0 (within
-    [1/64, 64]), then bisect geometrically to 2%; 0.0 when even 1/64 misses. After each evaluation,
+    [1/64, 64], and never above ``max_load``: from there when it is below 1.0), then bisect geometrically to
+    2%; 0.0 when even 1/64 misses, ``max_load`` when it is met there. After each evaluation,
     ``on_evaluation(remaining)`` gets the number of evaluations still expected: exact once the capacity is
     bracketed, before that a guess (one more bracket step, then bisection from a factor of 2)."""
+    top = min(_MAX_LOAD, float(max_load))
 
     def bracketing() -> bool:  # still doubling (or halving) towards the other end of the bracket
-        return (hi == 0.0 and load < _MAX_LOAD) or (lo == 0.0 and load > 1 / _MAX_LOAD)
+        return (hi == 0.0 and load < top) or (lo == 0.0 and load > 1 / _MAX_LOAD)
 
     def evaluate(at: float) -> None:
         nonlocal lo, hi
@@ -78,11 +89,11 @@ def search_capacity(
             on_evaluation(1 + _bisections(1.0, 2.0) if bracketing() else _bisections(lo, hi))
 
     lo, hi = 0.0, 0.0
-    load = 1.0
+    load = min(1.0, top)
     evaluate(load)
     factor = 2.0 if lo else 0.5  # met at 1.0: double until it misses; missed: halve until it meets
     while bracketing():
-        load *= factor
+        load = min(load * factor, top)
         evaluate(load)
     hi = hi or load  # met up to the top of the range: the bracket ends there
     while lo > 0 and hi / lo > _TOLERANCE:
@@ -100,30 +111,68 @@ def find_capacity(
 ) -> Row:
     """``policy``'s capacity on ``scenario``: the highest load (relative to nominal) at which its mean
     attainment over ``config.seeds`` (or over the one window of ``seed``) stays >= ``target``
-    (``search_capacity``; ``config.loads`` is not used). Returns ``policy``, ``scenario``, (``seed``,)
-    ``capacity_load`` and ``capacity_rps`` (the load times the nominal rate)."""
+    (``search_capacity``; ``config.loads`` is not used), searched up to ``max_sustained_load``, the largest
+    load at which those windows are sustained (``evaluation.sustained``). Returns ``policy``, ``scenario``,
+    (``seed``,) ``capacity_load``, ``capacity_rps`` (the load times the nominal rate), ``max_sustained_load``,
+    ``window_limited`` (the target was still met at that cap: the capacity is at least ``capacity_load``) and
+    ``trajectory``: one fingerprint of every load evaluated and every run there (``identity``), equal only
+    for searches that played alike."""
     spec = policy if isinstance(policy, PolicySpec) else resolve_policy(policy)
     runners = runners_for(config)
     seeds = None if seed is None else (seed,)
-
-    def attainment(load: float) -> float:
-        rows = run_cell(config, scenario, load, spec, runners=runners, seeds=seeds).rows
-        return float(np.mean([r["slo_attainment"] for r in rows]))
-
-    lo = search_capacity(attainment, target, on_evaluation)
     env = config.make_env(scenario, 1.0)
     u = env.unwrapped
     nominal = u.cluster_rate_rps if isinstance(scenario, ClusterScenario) else u.nominal_rate_rps  # type: ignore[attr-defined]
+    cap = env_windows(env, scenario.name).max_load(config.seeds if seed is None else (seed,))
     env.close()
+    played: list[tuple[float, list[str]]] = []
+
+    def attainment(load: float) -> float:
+        rows = run_cell(config, scenario, load, spec, runners=runners, seeds=seeds).rows
+        played.append((load, [r[TRAJECTORY] for r in rows]))
+        return float(np.mean([r["slo_attainment"] for r in rows]))
+
+    lo = search_capacity(attainment, target, on_evaluation, max_load=cap)
     row: Row = {"policy": spec.name, "scenario": scenario.name}
     if seed is not None:
         row["seed"] = seed
-    return {**row, "capacity_load": lo, "capacity_rps": lo * nominal}
+    limited = cap < _MAX_LOAD and lo >= cap
+    return {
+        **row,
+        "capacity_load": lo,
+        "capacity_rps": lo * nominal,
+        "max_sustained_load": cap,
+        "window_limited": limited,
+        TRAJECTORY: combine_fingerprints(played),
+    }
 
 
-def summarize_capacity(rows: Sequence[Row]) -> list[Row]:
+def capacity_notes(config: EvalConfig, per_seed: bool = False) -> list[str]:
+    """One line per scenario of ``config`` whose capacity searches stop below the search's own top (64x):
+    the largest load at which its windows are sustained (over the seeds, or the range of the seeds' own with
+    ``per_seed``), and how a policy meeting the target there is reported."""
+    lines = []
+    for scenario in config.scenarios:
+        windows = scenario_windows(config, scenario)  # type: ignore[arg-type]
+        caps = [windows.max_load((s,)) for s in config.seeds]
+        if min(caps) >= _MAX_LOAD:
+            continue
+        low, high = min(caps), max(caps)
+        where = f"up to load {low:.3g}" if not per_seed or high / low < 1.0005 else f"up to load {low:.3g}-{high:.3g}"
+        lines.append(
+            f"capacity on scenario {scenario.name!r} is searched {where}, where its {config.split} windows of "
+            f"{windows.num_requests} requests stop being sustained (evaluation.sustained); a policy meeting the "
+            "target there is reported as >= that load (window_limited)"
+        )
+    return lines
+
+
+def summarize_capacity(rows: Sequence[Row], merge: bool = True) -> list[Row]:
     """Per (scenario, policy) of per-seed capacity rows, in first-appearance order: ``num_seeds`` and the mean
-    and 95% half-width (Student t) of ``capacity_load`` and ``capacity_rps``."""
+    and 95% half-width (Student t) of ``capacity_load`` and ``capacity_rps``, and ``num_window_limited``, the
+    seeds whose capacity is only a lower bound (``window_limited``: the mean is one too). With ``merge``,
+    policies whose searches played alike at every seed (``identity.merge_identical``: equal fingerprints, not
+    merely equal capacities) are one row, the others named in ``same_as``."""
     groups: dict[tuple[str, str], list[Row]] = {}
     for r in rows:
         groups.setdefault((r["scenario"], r["policy"]), []).append(r)
@@ -132,8 +181,9 @@ def summarize_capacity(rows: Sequence[Row]) -> list[Row]:
         agg: Row = {"policy": policy, "scenario": scenario, "num_seeds": len(group)}
         for key in ("capacity_load", "capacity_rps"):
             agg[f"{key}_mean"], agg[f"{key}_ci95"] = mean_ci95([float(r[key]) for r in group])
+        agg["num_window_limited"] = sum(bool(r.get("window_limited", False)) for r in group)
         out.append(agg)
-    return out
+    return merge_identical(out, rows, fallback=False) if merge else out
 
 
 def capacity_grid(

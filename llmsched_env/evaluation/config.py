@@ -5,9 +5,11 @@
 Scenarios may be given by name (the single-node library or the cluster scenarios) or as objects (a
 ``scenario_from_trace`` result), policies by name or ``[alias=]path`` (``resolve_policy``) or as
 ``PolicySpec``; the config holds them as tuples of objects. Construction raises one ``ValueError`` naming
-the field for anything wrong, including an exported policy that does not fit a scenario's observations and
-actions. A config pickles with cloudpickle, Ray's pickler (library scenarios hold closures; an exported policy
-travels as its path), so a Ray worker gets it as it is.
+the field for anything wrong, including a scenario, load, seed or policy given twice, an exported policy
+that does not fit a scenario's observations and actions, an episode larger than a trace's part and seeds
+beyond the disjoint windows a trace's val or test part holds (``TraceSource.check_windows``). A config
+pickles with cloudpickle, Ray's pickler (library scenarios hold closures; an exported policy travels as its
+path), so a Ray worker gets it as it is.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ import gymnasium as gym
 
 import llmsched_env  # noqa: F401  (registers LLMSched-v0 and LLMSchedCluster-v0)
 from llmsched_env.cluster.scenarios import CLUSTER_SCENARIOS, ClusterScenario
-from llmsched_env.common.checks import check_int, check_positive
+from llmsched_env.common.checks import check_int, check_positive, check_unique, duplicates
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.actions import ACTION_COMPONENTS, ActionSpec
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.decision.schema import SCHEMA_VERSION
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.envs.options import MAX_EPISODE_REQUESTS, MAX_LOAD, MIN_LOAD
+from llmsched_env.evaluation.knob_space import static_decision
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.runtime.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.workloads.library import SCENARIOS
@@ -85,6 +88,9 @@ class EvalConfig:
                 raise ValueError(f"EvalConfig.loads must be between {MIN_LOAD} and {MAX_LOAD}, got {load!r}")
         for seed in self.seeds:
             check_int("EvalConfig", "seeds", seed, 0)
+        check_unique("EvalConfig.scenarios", [s.name for s in self.scenarios])  # a repeat would count runs twice
+        check_unique("EvalConfig.loads", self.loads)
+        check_unique("EvalConfig.seeds", self.seeds)
         try:
             check_split(self.split)
         except ValueError as exc:
@@ -102,17 +108,17 @@ class EvalConfig:
                 raise ValueError(f"EvalConfig.length_prediction: {exc}") from None
         if self.runtime is not None and not isinstance(self.runtime, RuntimeOptions):
             raise ValueError(f"EvalConfig.runtime must be RuntimeOptions or None, got {self.runtime!r}")
-        names = [spec.name for spec in self.policies]  # type: ignore[union-attr]
-        dup = sorted({n for n in names if names.count(n) > 1})
+        dup = duplicates(spec.name for spec in self.policies)  # type: ignore[union-attr]
         if dup:
-            raise ValueError(f"policy name(s) {dup} used twice; name each one with name=path")
+            raise ValueError(
+                f"EvalConfig.policies: {', '.join(dup)} given more than once; give each policy once (two policy "
+                "files of the same name: name each one with name=path)"
+            )
         self._check_kinds()
         if self.engine_limits:
             set_(self, "scenarios", tuple(self._with_limits(s) for s in self.scenarios))
-        if self.num_requests is not None:  # an episode larger than a trace's part fails here, naming the file
-            for scenario in self.scenarios:
-                if isinstance(scenario, Scenario):
-                    check_episode_size(scenario, self.split, self.num_requests)
+        for scenario in self.scenarios:  # an episode larger than a trace's part, or seeds beyond its disjoint
+            self._check_windows(scenario)  # val/test windows, fail here, naming the file and what it holds
         if self.runtime is not None and self.cost_model is None:
             set_(self, "cost_model", self.runtime.cost_model_preset())
         if self.cost_model is not None:  # a bad preset name or file fails here, not inside the first run
@@ -160,11 +166,26 @@ class EvalConfig:
             raise ValueError("the torch runtime backend serves single-node scenarios only")
         if self.is_cluster and self.length_prediction is not None:
             raise ValueError("length_prediction applies to single-node scenarios (the routers do not read it)")
+        bounds = [p.name for p in self.policies if p.lookahead is not None]  # type: ignore[union-attr]
+        if bounds and (self.is_cluster or self.runtime is not None):
+            where = "cluster scenarios (it is no router)" if self.is_cluster else "the torch runtime backend"
+            raise ValueError(f"policy {bounds[0]!r} plays the simulator forward on snapshots; it cannot run on {where}")
         right = ROUTERS.names() if self.is_cluster else SCHEDULERS.names()
         misplaced = [p.baseline for p in self.policies if p.baseline and p.baseline not in right]  # type: ignore[union-attr]
         if misplaced:
             kind = "single-node schedulers" if self.is_cluster else "routers (cluster scenarios only)"
             raise ValueError(f"{misplaced} are {kind}; use {'routers' if self.is_cluster else 'schedulers'} here")
+
+    def _check_windows(self, scenario: AnyScenario) -> None:
+        """``ValueError`` naming the trace file (and a library scenario) when an episode of this config does not
+        fit in ``scenario``'s part, or when the val or test part does not hold a disjoint window per seed."""
+        base = scenario.scenario() if isinstance(scenario, ClusterScenario) else scenario
+        size = self.num_requests if self.num_requests is not None else scenario.num_requests
+        try:
+            check_episode_size(base, self.split, size, self.seeds)
+        except ValueError as exc:
+            named = isinstance(scenario, ClusterScenario) or scenario.name in SCENARIOS
+            raise ValueError(f"scenario {scenario.name!r}: {exc}" if named else str(exc)) from None
 
     def _with_limits(self, scenario: AnyScenario) -> Scenario:
         """``scenario`` with ``engine_limits`` over its engine (``ValueError`` naming the field)."""
@@ -186,7 +207,7 @@ class EvalConfig:
         scenario: an exported policy its observations and actions (names and options); a scheduler baseline
         must build (``tuned`` needs the scenario in its table, with knobs among the engine's options)."""
         exported: list[PolicySpec] = [p for p in self.policies if p.path is not None]  # type: ignore[union-attr, misc]
-        baselines = [] if self.is_cluster else [p for p in self.policies if p.baseline is not None]  # type: ignore[union-attr]
+        baselines = [] if self.is_cluster else [p for p in self.policies if p.path is None]  # type: ignore[union-attr]
         if not exported and not baselines:
             return
         if exported:
@@ -212,6 +233,9 @@ class EvalConfig:
                                     action_options=options,
                                     action_components=components,
                                 )
+                            elif spec.lookahead is not None:  # its base must be a static rule of this space
+                                if spec.lookahead.base != "tuned":  # (no tuned entry: a fallback, said when run)
+                                    static_decision(spec.lookahead.base, u.policy_context())
                             else:
                                 spec.make(env, 0)
                         except ValueError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from llmsched_env.workloads.describe import describe_scenario
 from llmsched_env.workloads.scenarios import Scenario
+from llmsched_env.workloads.windows import SUSTAINED_SPAN_FACTOR
 
 __all__ = ["format_description"]
 
@@ -18,8 +19,9 @@ def format_description(
 ) -> str:
     """Lines describing the ``split`` episode of ``scenario`` at ``load`` for ``seed`` (``describe_scenario``,
     ``num_requests`` and ``cost_model`` defaulting to the scenario's): engine, cost model, arrival rate and
-    burstiness, prompt and output lengths, the requests rejected on arrival, each tenant, and the offered load
-    against the engine's estimated capacity."""
+    burstiness, prompt and output lengths, the requests rejected on arrival, each tenant, the offered load
+    against the engine's estimated capacity, whether the window is sustained at ``load`` (``workloads.windows``)
+    and the tenants the part leaves out."""
     d = describe_scenario(scenario, split, load, seed, num_requests, cost_model)
     eng = d["engine"]
     pr, out = d["prompt"], d["output"]
@@ -48,4 +50,16 @@ def format_description(
         f"(compute {d['compute_bound_rps']:.2f}, KV {d['kv_bound_rps']:.2f}): "
         f"offered load {d['offered_load']:.2f}"
     )
+    verdict = "sustained" if d["sustained"] else "NOT sustained (a burst, not a rate)"
+    lines.append(
+        f"   window: {_seconds(d['duration_s'])} of arrivals at load {load:g}, a sustained rate needs "
+        f"{_seconds(d['required_span_s'])} ({SUSTAINED_SPAN_FACTOR:g} x the largest TTFT target): {verdict}; "
+        f"sustained up to load {d['max_sustained_load']:.3g}"
+    )
+    if d["absent_tenants"]:
+        lines.append(f"   the {split} part has no request of tenants {', '.join(d['absent_tenants'])}")
     return "\n".join(lines)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.0f} s" if value >= 100 else f"{value:.3g} s"

@@ -6,9 +6,12 @@
 
 Each policy acts on the observation and action mask only, as an agent would, through ``LLMSched-v0`` /
 ``LLMSchedCluster-v0`` (or, with ``config.runtime``, on the torch runtime). A run's row holds ``policy``,
-``scenario``, ``load``, ``seed``, the episode's metrics and ``wall_s``; the rows come in grid order (scenario,
-then load, then policy, then seed) whichever way they ran. ``on_row`` sees each row as soon as its run ends
-(on Ray: as its cell ends); ``progress`` counts runs (on Ray: cells).
+``scenario``, ``load``, ``seed``, the episode's metrics, ``wall_s`` and ``trajectory`` (a fingerprint of the
+episode, ``identity.trajectory_fingerprint``: equal for two policies that played it alike); the rows come in
+grid order (scenario, then load, then policy, then seed) whichever way they ran. ``sustained`` says whether
+the run's window lasts long enough at its load to measure a sustained rate (``evaluation.sustained``).
+``on_row`` sees each row as soon as its run ends (on Ray: as its cell ends); ``progress`` counts runs (on Ray:
+cells).
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row
 from llmsched_env.evaluation.details import episode_details
 from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
+from llmsched_env.evaluation.identity import TRAJECTORY, trajectory_fingerprint
+from llmsched_env.evaluation.lookahead import lookahead_factory
 from llmsched_env.evaluation.progress import Progress
+from llmsched_env.evaluation.sustained import env_windows
 from llmsched_env.runtime.policy_spec import PolicySpec
 
 if TYPE_CHECKING:  # the runtime backend imports torch: only when it runs
@@ -59,6 +65,7 @@ def run_cell(
     ``runtime_backend.Runners``) lets the cells of one process share their models on the runtime backend; one
     is made when needed."""
     env = config.make_env(scenario, load, policy.iterations_per_step, policy.schema)
+    windows = env_windows(env, scenario.name)
     runners = runners or runners_for(config)
     out = GridResult([])
     seeds = config.seeds if seeds is None else seeds
@@ -69,11 +76,19 @@ def run_cell(
 
             metrics, sim = runtime_episode(config, env, policy, seed, runners)
         else:
-            metrics = run_episode(env, policy.make(env, seed), seed)
+            # the lookahead bound plays the env itself forward (evaluation.lookahead); every other policy acts
+            # on observations and masks
+            if policy.lookahead is not None:
+                acting: Any = lookahead_factory(policy.lookahead, seed, _tuned_table(config))
+            else:
+                acting = policy.make(env, seed)
+            metrics = run_episode(env, acting, seed)
             sim = getattr(env.unwrapped, "sim", None)  # None for a cluster (no per-request plot details)
         row: Row = {"policy": policy.name, "scenario": scenario.name, "load": load, "seed": seed}
         row.update(metrics)
         row["wall_s"] = time.perf_counter() - t0
+        row["sustained"] = windows.span(seed, load).sustained  # evaluation.sustained: a rate, not a burst
+        row[TRAJECTORY] = trajectory_fingerprint(sim if sim is not None else env.unwrapped.cluster)  # type: ignore[attr-defined]
         out.rows.append(row)
         if details and sim is not None:
             first = seed == seeds[0] and load == config.loads[0]
@@ -137,6 +152,12 @@ def run_grid(
         grid.rows.extend(result.rows)
         grid.details.extend(result.details)
     return grid
+
+
+def _tuned_table(config: EvalConfig) -> Any:
+    """The table of the evaluation's own ``tuned`` policy (a trace's entry, a table of the user's), which a
+    lookahead's ``tuned`` base reads too; None: the shipped one."""
+    return next((p.table for p in config.policies if p.baseline == "tuned" and p.table is not None), None)  # type: ignore[union-attr]
 
 
 def runners_for(config: EvalConfig) -> Runners | None:

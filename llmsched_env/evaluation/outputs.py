@@ -6,8 +6,9 @@
     write_results(out, rows, summary=summarize(rows), details=details, plots=True)
 
 Terminal tables show a few metrics under short headers (``TABLE_COLUMNS``); the files keep every metric:
-``results.csv`` / ``results.json`` one row per run, ``summary.csv`` the mean and 95% CI per (policy,
-scenario, load), PNG plots (matplotlib, imported only when plotting), TensorBoard scalars (step = seed).
+``results.csv`` / ``results.json`` one row per run (every policy, each with its ``trajectory`` fingerprint),
+``summary.csv`` the mean and 95% CI per (policy, scenario, load) (identical policies one row, the others in
+``same_as``), PNG plots (matplotlib, imported only when plotting), TensorBoard scalars (step = seed).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from llmsched_env.common.outputs import write_csv
 from llmsched_env.evaluation.config import EvalConfig, Row
 from llmsched_env.evaluation.grid import KEY_COLUMNS
+from llmsched_env.evaluation.identity import policy_label
 from llmsched_env.evaluation.stats import SUMMARY_METRICS
 from llmsched_env.sim.metrics import format_cell, format_line, format_table
 
@@ -85,14 +87,24 @@ class LiveTable:
         return [format_line(self.headers, self.widths, self.numeric), format_line(rule, self.widths, self.numeric)]
 
     def format(self, row: Mapping[str, Any]) -> str:
-        """One line for ``row`` (a missing column blank)."""
-        return format_line([format_cell(row.get(c)) for c in self.columns], self.widths, self.numeric)
+        """One line for ``row`` (a missing column blank; a window-limited capacity as ``≥ X``)."""
+        return format_line([_cell(row, c) for c in self.columns], self.widths, self.numeric)
 
 
-def results_table(config: EvalConfig) -> LiveTable:
-    """The live table of a grid's runs: the keys, then ``TABLE_COLUMNS`` under their short headers."""
+def _cell(row: Mapping[str, Any], column: str) -> str:
+    """``row[column]`` as a table cell; a capacity only known to be at least its value (``window_limited``, or
+    a mean over seeds some of which are) prefixed with ``≥``."""
+    text = format_cell(row.get(column))
+    limited = row.get("window_limited") or row.get("num_window_limited")
+    return f"≥ {text}" if limited and column.startswith("capacity") and "±" not in column else text
+
+
+def results_table(config: EvalConfig, sustained: bool = False) -> LiveTable:
+    """The live table of a grid's runs: the keys, then ``TABLE_COLUMNS`` under their short headers, and with
+    ``sustained`` (some window too short for its load: ``evaluation.sustained``) the ``sustained`` column."""
     known = {**_names(config), "load": list(config.loads), "seed": list(config.seeds)}
-    return LiveTable([*KEY_COLUMNS, *TABLE_COLUMNS], known, TABLE_COLUMNS)
+    columns = [*KEY_COLUMNS, *(["sustained"] if sustained else []), *TABLE_COLUMNS]
+    return LiveTable(columns, {**known, "sustained": [True, False]} if sustained else known, TABLE_COLUMNS)
 
 
 def capacity_table(config: EvalConfig, per_seed: bool = False) -> LiveTable:
@@ -104,14 +116,18 @@ def capacity_table(config: EvalConfig, per_seed: bool = False) -> LiveTable:
 
 
 def format_capacity_summary(summary: Sequence[Row]) -> str:
-    """The per-seed capacities' summary (``summarize_capacity`` rows): mean and 95% half-width, titled."""
+    """The per-seed capacities' summary (``summarize_capacity`` rows): mean and 95% half-width, titled; a row
+    with ``same_as`` is labelled ``policy (= others)`` (``identity.policy_label``)."""
     columns = ["policy", "scenario", "seeds", "capacity", "capacity ±", "req/s", "req/s ±"]
     short = [
-        {"policy": a["policy"], "scenario": a["scenario"], "seeds": a["num_seeds"],
+        {"policy": policy_label(a), "scenario": a["scenario"], "seeds": a["num_seeds"],
          "capacity": a["capacity_load_mean"], "capacity ±": a["capacity_load_ci95"],
          "req/s": a["capacity_rps_mean"], "req/s ±": a["capacity_rps_ci95"]}
         for a in summary
     ]  # fmt: skip
+    for a, row in zip(summary, short, strict=True):  # a mean over window-limited seeds is a lower bound
+        if a.get("num_window_limited"):
+            row["capacity"], row["req/s"] = _cell(a, "capacity_load_mean"), _cell(a, "capacity_rps_mean")
     return "capacity: mean over seeds ± 95% confidence half-width (Student t)\n" + format_table(short, columns)
 
 
@@ -124,11 +140,16 @@ def _names(config: EvalConfig) -> dict[str, list[str]]:
 
 
 def format_summary(summary: Sequence[Row]) -> str:
-    """The summary table (``stats.summarize`` rows): mean and 95% half-width of ``SUMMARY_METRICS``, titled."""
+    """The summary table (``stats.summarize`` rows): mean and 95% half-width of ``SUMMARY_METRICS``, titled; a
+    row with ``same_as`` is labelled ``policy (= others)`` (``identity.policy_label``); a ``sustained`` column
+    when some row's windows are not sustained at its load (``evaluation.sustained``)."""
     columns = ["policy", "scenario", "load", "seeds"]
+    if any(agg.get("sustained") is False for agg in summary):
+        columns.append("sustained")
     short = []
     for agg in summary:
-        row = {"policy": agg["policy"], "scenario": agg["scenario"], "load": agg["load"], "seeds": agg["num_seeds"]}
+        row = {"policy": policy_label(agg), "scenario": agg["scenario"], "load": agg["load"], "seeds": agg["num_seeds"]}
+        row["sustained"] = agg.get("sustained")
         for key, head in SUMMARY_METRICS.items():
             row[head], row[f"{head} ±"] = agg[f"{key}_mean"], agg[f"{key}_ci95"]
         short.append(row)

@@ -130,7 +130,9 @@ def plot_attainment_vs_load(summary: Sequence[Row], path: Path) -> Path:
                 (s["load"], s["slo_attainment_mean"], s["slo_attainment_ci95"]) for s in runs if s["policy"] == policy
             )
             load, mean, ci = (np.array(v, dtype=np.float64) for v in zip(*pts, strict=True))
-            ax.errorbar(load, mean, yerr=ci, marker="o", capsize=3, color=colors[policy], label=policy)
+            same = next((s.get("same_as") for s in runs if s["policy"] == policy and s.get("same_as")), "")
+            label = f"{policy} (= {same.replace(',', ', ')})" if same else policy  # identical policies merged
+            ax.errorbar(load, mean, yerr=ci, marker="o", capsize=3, color=colors[policy], label=label)
             ax.fill_between(load, mean - ci, mean + ci, color=colors[policy], alpha=0.15, linewidth=0)
         ax.axhline(_TARGET, color="gray", linestyle="--", linewidth=1, label=f"{_TARGET:.0%} target")
         ax.set_ylim(0, 1.02)

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from llmsched_env.evaluation.identity import merge_identical
+
 __all__ = ["SUMMARY_METRICS", "mean_ci95", "summarize", "t_quantile_975"]
 
 # metrics aggregated over seeds (summary.csv: NAME_mean, NAME_ci95) -> short header of the summary table
@@ -49,9 +51,12 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
     return float(x.mean()), t_quantile_975(x.size - 1) * float(x.std(ddof=1)) / math.sqrt(x.size)
 
 
-def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def summarize(rows: Sequence[dict[str, Any]], merge: bool = True) -> list[dict[str, Any]]:
     """One row per (policy, scenario, load) of the grid ``rows``, in first-seen order: ``num_seeds`` and, for
-    each of ``SUMMARY_METRICS``, ``NAME_mean`` and ``NAME_ci95`` over its seeds."""
+    each of ``SUMMARY_METRICS``, ``NAME_mean`` and ``NAME_ci95`` over its seeds, and ``sustained`` (every
+    seed's window sustained at that load) when the rows have it. With ``merge``, policies that
+    played every run of a scenario alike (``identity.merge_identical``) are one row there, the others named in
+    ``same_as``."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault((row["policy"], row["scenario"], row["load"]), []).append(row)
@@ -60,5 +65,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         agg: dict[str, Any] = {"policy": policy, "scenario": scenario, "load": load, "num_seeds": len(runs)}
         for key in SUMMARY_METRICS:
             agg[f"{key}_mean"], agg[f"{key}_ci95"] = mean_ci95([r[key] for r in runs])
+        if all("sustained" in r for r in runs):  # every seed's window lasts long enough at this load
+            agg["sustained"] = all(bool(r["sustained"]) for r in runs)
         out.append(agg)
-    return out
+    return merge_identical(out, rows) if merge else out

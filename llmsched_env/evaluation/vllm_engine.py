@@ -84,6 +84,9 @@ def compare_run(
 
 def compare_engines(config: EvalConfig, policy_timeout_s: float = 0.1) -> list[Row]:
     """``compare_run`` for every run of ``config`` (single-node scenarios, the simulator's cost model)."""
+    bounds = [spec.name for spec in config.policies if spec.lookahead is not None]  # type: ignore[union-attr]
+    if bounds:
+        raise ValueError(f"--engine vllm: policy {bounds[0]!r} plays the simulator forward on snapshots; vLLM has none")
     check_vllm()
     if config.is_cluster or config.runtime is not None:
         raise ValueError("--engine vllm compares single-node scenarios on the simulator's cost model only")

@@ -6,6 +6,7 @@ resolver for every place a user names a policy (``llmsched-evaluate --policies``
     resolve_policy("runs/ppo0/policy.json")      # named after its folder: "ppo0"
     resolve_policy("tuned=my_table.json")        # the ``tuned`` baseline with a tuned-settings table of your own
     resolve_policy("learned")                    # the shipped generalist, policies/generalist
+    resolve_policy("lookahead:k=32,horizon=32")  # the clairvoyant bound (decision.lookahead), not deployable
 
 Baselines come from ``llmsched_env.decision.registry`` (``SCHEDULERS``, ``ROUTERS``), which finds the
 ``baselines`` package through its entry point, so this module never imports it. torch is imported only when
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmsched_env.decision.lookahead import LookaheadConfig, parse_lookahead
 from llmsched_env.decision.policy import Policy
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy
 from llmsched_env.decision.schema import SCHEMA_VERSION
@@ -26,6 +28,7 @@ from llmsched_env.decision.tuned_table import TunedTable, is_tuned_table, load_t
 __all__ = ["GENERALIST_PATH", "LEARNED", "PolicySpec", "baseline_names", "resolve_policy"]
 
 LEARNED = "learned"  # the name of the shipped generalist policy
+TUNED_PREFIX = "tuned:"  # a teacher candidate's spelling (agents/teacher.py), refused here with a pointer
 GENERALIST_PATH = Path(__file__).resolve().parents[2] / "policies" / "generalist"  # in the checkout
 
 
@@ -41,20 +44,23 @@ class PolicySpec:
     ``name`` is the ``policy`` column of the results. The loaded file is kept and serves every seed; it is
     not pickled (a Ray task gets the path and loads the file again, where it runs). ``table`` (with the
     ``tuned`` baseline): a tuned-settings table's path, or a ``TunedTable`` (plain data, it pickles), passed
-    to the baseline as ``table=``; None: the baseline's own.
+    to the baseline as ``table=``; None: the baseline's own. ``lookahead`` set (instead of a baseline or a
+    path): the clairvoyant ``lookahead`` bound (``decision.lookahead``), which plays the env itself forward, so
+    only the evaluation's simulator episodes run it (``evaluation.lookahead``); ``make_for`` refuses it.
     """
 
     name: str
     baseline: str | None = None
     path: Path | None = None
     table: Path | TunedTable | None = None
+    lookahead: LookaheadConfig | None = None
     _exported: Any = field(default=None, repr=False, compare=False)  # an ExportedPolicy, loaded on demand
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a policy needs a non-empty name")
-        if (self.baseline is None) == (self.path is None):
-            raise ValueError(f"policy {self.name!r}: give either a baseline name or a policy file path")
+        if sum(x is not None for x in (self.baseline, self.path, self.lookahead)) != 1:
+            raise ValueError(f"policy {self.name!r}: give either a baseline name, a policy file path or a lookahead")
         if self.table is not None and self.baseline is None:
             raise ValueError(f"policy {self.name!r}: a tuned-settings table goes with a baseline (tuned)")
 
@@ -96,6 +102,12 @@ class PolicySpec:
             return factory(ctx, seed, table=self.table)
         if self.baseline is not None:
             return make_policy(self.baseline, ctx, seed=seed)  # type: ignore[return-value]
+        if self.lookahead is not None:
+            raise ValueError(
+                f"policy {self.name!r} is a clairvoyant bound that plays the simulator forward, not a policy of "
+                "observations: it runs only in llmsched-evaluate's simulator episodes (not on the torch runtime, "
+                "vLLM, or as a cluster's router or local policy)"
+            )
         return self.exported
 
     def __getstate__(self) -> dict[str, Any]:
@@ -111,6 +123,9 @@ def resolve_policy(entry: str) -> PolicySpec:
     names = baseline_names()
     if entry in names:
         return PolicySpec(entry, baseline=entry)
+    lookahead = parse_lookahead(entry)
+    if lookahead is not None:
+        return PolicySpec(lookahead.name, lookahead=lookahead)
     if entry == LEARNED:
         if not (GENERALIST_PATH / "policy.json").is_file():
             raise ValueError(
@@ -126,6 +141,12 @@ def resolve_policy(entry: str) -> PolicySpec:
     if target in names:
         return PolicySpec(alias, baseline=target)
     path = Path(target).expanduser()
+    if not path.exists() and target.startswith(TUNED_PREFIX):
+        raise ValueError(
+            f"policy {entry!r}: tuned:SCENARIO (another scenario's settings) is a training teacher's candidate, not "
+            "a policy to judge; evaluate with --policies tuned, the settings tuned for the scenario or trace at hand "
+            "(llmsched-tune --scenarios NAME, or llmsched-tune --trace FILE with its trace options) or tuned=TABLE.json"
+        )
     if not path.exists():
         raise ValueError(f"unknown policy {entry!r}: not a baseline ({', '.join(names)}) and no file or folder {path}")
     if is_tuned_table(path) or (alias == "tuned" and path.is_file()):

@@ -29,6 +29,14 @@ class KVUsage:
         self._series_t = array("d")
         self._series_used = array("d")
 
+    def copy(self) -> KVUsage:
+        """An independent copy (a fork of the simulator)."""
+        c = KVUsage.__new__(KVUsage)
+        c.weighted_s, c.time_s, c.peak = self.weighted_s, self.time_s, self.peak
+        c._series_t = self._series_t[:]
+        c._series_used = self._series_used[:]
+        return c
+
     def add(self, usage: float, dt: float) -> None:
         """An iteration of ``dt`` seconds ran with ``usage`` (in [0, 1]) of the pool in use."""
         self.weighted_s += usage * dt

@@ -27,6 +27,8 @@ from llmsched_env.sim.metrics import compute_metrics
 
 __all__ = ["Simulator", "check_arrival_order"]
 
+_new_simulator = object.__new__
+
 
 def check_arrival_order(requests: Sequence[Request]) -> None:
     """ValueError naming the first request that arrives before the one listed ahead of it: every driver of
@@ -66,6 +68,8 @@ class Simulator:
         self.idle_tick_s = cost_model.step_time_s(0, 1, 0, 0.0)
         self.kv_usage = KVUsage()  # time-weighted mean and peak, and the series after every step
         self._checked_now_s = 0.0
+        # True once a fork shares the requests still to arrive: each is then copied as it arrives (``fork``)
+        self._pending_shared = False
         self._arrive()
         self._skip_idle()
 
@@ -120,10 +124,44 @@ class Simulator:
         i = self._next
         now = self.engine.now_s
         add = self.engine.add_request
+        shared = self._pending_shared
         while i < len(reqs) and reqs[i].arrival_s <= now:
-            add(reqs[i])
+            r = reqs[i]
+            if shared:  # another fork holds this very object, untouched: change a copy of it
+                r = reqs[i] = r.copy()
+            add(r)
             i += 1
         self._next = i
+
+    # ------------------------------------------------------------------------------------------ fork
+    def fork(self, rng: np.random.Generator | None = None) -> Simulator:
+        """An independent simulator in the same state: stepping it and this one with the same decisions gives
+        the same batches, clock, observations and metrics, and neither sees the other's steps. Live requests
+        are copied (``Engine.fork``), finished and rejected ones shared (they never change again), and the
+        requests still to arrive shared until they arrive: from now on both simulators copy each arrival
+        before touching it. ``rng``: the generator the fork's remote KV store draws from (the env's own). The
+        simulator of ``LLMSched-v0``'s ``snapshot()`` / ``restore()``; the torch runtime's subclass, which
+        runs a real model, cannot fork (ValueError)."""
+        if type(self) is not Simulator:
+            raise ValueError(f"{type(self).__name__} cannot fork: only the simulator's own state can be copied")
+        engine = self.engine
+        memo = {id(r): r.copy() for r in engine.live_requests()}
+        get = memo.get
+        new = _new_simulator(Simulator)
+        new.engine = engine.fork(memo, rng)
+        new.cost_model = self.cost_model
+        nxt = self._next
+        reqs = self.requests
+        new.requests = [get(id(r), r) for r in reqs[:nxt]]
+        new.requests += reqs[nxt:]
+        new._next = nxt
+        new.num_steps = self.num_steps
+        new.start_s = self.start_s
+        new.idle_tick_s = self.idle_tick_s
+        new.kv_usage = self.kv_usage.copy()
+        new._checked_now_s = self._checked_now_s
+        new._pending_shared = self._pending_shared = nxt < len(reqs) or self._pending_shared
+        return new
 
     def _skip_idle(self) -> None:
         if not self.engine.has_work and self._next < len(self.requests):

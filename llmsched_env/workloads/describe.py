@@ -17,7 +17,8 @@ import numpy as np
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.workloads.arrivals import interarrival_cv
-from llmsched_env.workloads.scenarios import Scenario
+from llmsched_env.workloads.scenarios import Scenario, TraceSource, episode_window
+from llmsched_env.workloads.windows import max_sustained_load, window_span
 
 __all__ = ["capacity_estimate_rps", "describe_scenario"]
 
@@ -60,11 +61,13 @@ def describe_scenario(
     """One episode of ``scenario`` (``num_requests`` requests, default the scenario's; ``cost_model`` a preset
     name or JSON path, default the scenario's) summarised: overall and per-tenant rates and lengths, SLOs, the
     shares of requests the engine rejects on arrival (longer than ``max_model_len``, or than the whole KV pool),
-    and the offered load against the engine capacity estimate."""
+    the offered load against the engine capacity estimate, whether the window is sustained at ``load``
+    (``workloads.windows``: ``required_span_s``, ``sustained``, ``max_sustained_load``) and the tenants its
+    part leaves out (``absent_tenants``)."""
     cost = load_cost_model(cost_model if cost_model is not None else scenario.cost_model)
     source = scenario.source(split, cost)
     n = num_requests if num_requests is not None else scenario.num_requests
-    requests = source.sample(np.random.default_rng(seed), n, load)
+    requests = source.sample(np.random.default_rng(seed), n, load, episode_window(split, seed))
     arrival = np.array([r.arrival_s for r in requests])
     prompt = np.array([r.prompt_len for r in requests], dtype=np.float64)
     output = np.array([r.output_len for r in requests], dtype=np.float64)
@@ -92,6 +95,7 @@ def describe_scenario(
     over_len = total > eng.max_model_len
     over_kv = ~over_len & (np.ceil(total / eng.block_size) > eng.num_kv_blocks)  # the engine's order of checks
     cap = capacity_estimate_rps(scenario, cost, float(prompt.mean()), float(output.mean()))
+    window = window_span(source, split, seed, n, load)  # the same requests: their span and its requirement
     return {
         "name": scenario.name,
         "description": scenario.description,
@@ -112,4 +116,8 @@ def describe_scenario(
         "tenants": tenants,
         **cap,
         "offered_load": rate / cap["capacity_estimate_rps"] if cap["capacity_estimate_rps"] > 0 else 0.0,
+        "required_span_s": window.required_s,
+        "sustained": window.sustained,
+        "max_sustained_load": max_sustained_load(source, split, seed, n, load),
+        "absent_tenants": source.absent_tenants if isinstance(source, TraceSource) else [],
     }

@@ -3,8 +3,12 @@
 A scenario's ``source(split)`` gives the requests of one episode. Trace scenarios replay a window of
 consecutive requests of a real trace: the first ``TRAIN_FRACTION`` (70%) of the trace's time is the train
 part, the next ``VAL_FRACTION`` (15%) the val part, the last 15% the test part, so no choice made on val and
-no training ever replays a test window. Synthetic scenarios draw from one random stream per split (and, for
-length files, from the same disjoint shares of the file's rows). ``load``
+no training ever replays a test window. On the train part an episode starts at a random request (windows
+overlap, for diversity); on the val and test parts the part is cut into disjoint consecutive windows of the
+episode's size and the episode of seed ``s`` replays the ``s``-th (``episode_window``), so no two seeds share a
+request, and a seed beyond the windows the part holds is refused (``TraceSource.check_windows``). Synthetic
+scenarios draw from one random stream per split (and, for length files, from the same disjoint shares of the
+file's rows); their episodes share no request whatever the seeds. ``load``
 multiplies the arrival rate relative to the scenario's nominal rate. SLO targets scale with the cost
 model's unloaded decode step, so they stay meaningful when the hardware preset changes.
 """
@@ -41,6 +45,7 @@ __all__ = [
     "TraceSource",
     "check_episode_size",
     "check_split",
+    "episode_window",
     "scenario_from_trace",
     "slo_scale",
     "split_bounds",
@@ -66,7 +71,9 @@ class RequestSource(Protocol):
 
     tenants: tuple[TenantConfig, ...]
 
-    def sample(self, rng: np.random.Generator, num_requests: int, load: float) -> list[Request]: ...
+    def sample(
+        self, rng: np.random.Generator, num_requests: int, load: float, window: int | None = None
+    ) -> list[Request]: ...
 
     def nominal_rate_rps(self) -> float: ...
 
@@ -86,6 +93,12 @@ def check_split(split: object) -> str:
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     return split  # type: ignore[return-value]
+
+
+def episode_window(split: str, seed: int | None) -> int | None:
+    """The window of a trace part that the episode of ``seed`` replays on ``split``: the ``seed``-th of the part's
+    disjoint consecutive windows on val and test; None (a random start) on train or without a seed."""
+    return seed if seed is not None and check_split(split) != "train" else None
 
 
 def split_bounds(split: str) -> tuple[float, float]:
@@ -108,7 +121,11 @@ class SyntheticSource:
     def nominal_rate_rps(self) -> float:
         return self.workload.total_rate_rps
 
-    def sample(self, rng: np.random.Generator, num_requests: int, load: float) -> list[Request]:
+    def sample(
+        self, rng: np.random.Generator, num_requests: int, load: float, window: int | None = None
+    ) -> list[Request]:
+        """``num_requests`` generated requests at ``load``; ``window`` is ignored (generated episodes share no
+        request whatever their seeds: there is nothing to cut into windows)."""
         stream = np.random.default_rng([_SPLIT_STREAM[self.split], int(rng.integers(2**63))])
         wl = replace(self.workload, num_requests=num_requests)
         return generate(wl.scaled(load) if load != 1.0 else wl, stream)
@@ -150,13 +167,51 @@ class TraceSource:
                 f"ask for at most {n}"
             )
 
-    def sample(self, rng: np.random.Generator, num_requests: int, load: float) -> list[Request]:
+    def num_windows(self, num_requests: int) -> int:
+        """Disjoint consecutive windows of ``num_requests`` requests this part holds (its first requests first)."""
+        return len(self.trace) // num_requests
+
+    def check_windows(self, num_requests: int, seeds: Sequence[int]) -> None:
+        """Raise ``ValueError`` naming the trace file unless the part holds a window of ``num_requests``
+        requests for each of ``seeds`` (the window of seed ``s`` is the ``s``-th: ``episode_window``), saying
+        how many it holds and the episode size at which the seeds would fit."""
         self.check_episode(num_requests)
-        n = len(self.trace)
-        start = int(rng.integers(0, n - num_requests + 1))
-        window = self.trace.slice(start, start + num_requests)
+        held, top = self.num_windows(num_requests), max(seeds, default=-1)
+        if top >= held:
+            part = f"the {self.split} part" if self.split else "this part"
+            plural = "s" if held != 1 else ""
+            fit = len(self.trace) // (top + 1)
+            hint = f", or episodes of at most {fit} requests (--num-requests) fit seeds up to {top}" if fit else ""
+            raise ValueError(
+                f"{self.trace.source}: {part} holds {held} window{plural} of {num_requests} requests "
+                f"({len(self.trace)} requests); seeds must be < {held}{hint}"
+            )
+
+    @property
+    def absent_tenants(self) -> list[str]:
+        """Names of the tenants that have no request in this part (in their order)."""
+        if self.trace.tenant is None:
+            return []
+        present = set(np.unique(self.trace.tenant).tolist())
+        return [t.name for k, t in enumerate(self.tenants) if k not in present]
+
+    def sample(
+        self, rng: np.random.Generator, num_requests: int, load: float, window: int | None = None
+    ) -> list[Request]:
+        """``num_requests`` consecutive requests of the part at ``load``: the ``window``-th of its disjoint
+        consecutive windows (``ValueError`` beyond the last); without ``window``, one starting at a random
+        request on the train part, and a random one of the disjoint windows on val and test."""
+        self.check_episode(num_requests)
+        if window is None and self.split in ("val", "test"):
+            window = int(rng.integers(0, self.num_windows(num_requests)))
+        if window is None:
+            start = int(rng.integers(0, len(self.trace) - num_requests + 1))
+        else:
+            self.check_windows(num_requests, (window,))
+            start = window * num_requests
+        part = self.trace.slice(start, start + num_requests)
         scale = self.rate_rps / self.trace.mean_rate_rps() * load
-        return window.to_requests(time_scale=scale)  # the trace's tenant codes, or tenant 0 for every request
+        return part.to_requests(time_scale=scale)  # the trace's tenant codes, or tenant 0 for every request
 
 
 @dataclass(frozen=True)
@@ -314,8 +369,9 @@ def scenario_from_trace(
     given; a length-only file needs ``rate_rps`` for its Poisson arrivals (shared among its tenants as their
     rows are). A trace with a tenant column (generic format) keeps its tenants, in order of first appearance
     in the file, each with the SLO class ``tenant_slos`` names for it, else ``slo_class`` (``trace_tenants``).
-    The default episode is the smaller of ``DEFAULT_TRACE_EPISODE`` and the requests of each part.
-    Every problem is a ``ValueError`` naming the file."""
+    The default episode is the smaller of ``DEFAULT_TRACE_EPISODE`` and the requests of each part. A part
+    may hold no request of some tenants (``TraceSource.absent_tenants`` names them; ``llmsched-evaluate``
+    says so). Every problem is a ``ValueError`` naming the file."""
     path = Path(path)
     trace = load_trace(path, fmt, **options)  # fail now, with the file's own error, not at reset()
     if rate_rps is not None and not (is_finite_number(rate_rps) and rate_rps > 0):
@@ -357,9 +413,15 @@ def scenario_from_trace(
     return Scenario(name, f"{fmt} trace {path}", make, engine=engine, cost_model=cost_model, num_requests=num)
 
 
-def check_episode_size(scenario: Scenario, split: str, num_requests: int) -> None:
+def check_episode_size(scenario: Scenario, split: str, num_requests: int, seeds: Sequence[int] | None = None) -> None:
     """Raise ``ValueError`` naming the trace file when an episode of ``num_requests`` does not fit in
-    ``scenario``'s ``split`` part (a trace replay's window); synthetic sources fit any size."""
+    ``scenario``'s ``split`` part (a trace replay's window) or, on val and test with ``seeds``, when the part
+    does not hold a disjoint window for each seed (``TraceSource.check_windows``); synthetic sources fit any
+    size and any seeds."""
     source = scenario.make_source(split, 1.0)  # the SLO scale does not change the part's size
     if isinstance(source, TraceSource):
-        source.check_episode(num_requests)
+        windows = [w for w in (episode_window(split, s) for s in seeds or ()) if w is not None]
+        if windows:
+            source.check_windows(num_requests, windows)
+        else:
+            source.check_episode(num_requests)

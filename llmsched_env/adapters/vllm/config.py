@@ -155,6 +155,9 @@ class AdapterConfig:
             spec = resolve_policy(self.policy)
         except ValueError as exc:
             errors.append(f"{w}: policy: {exc}")
+        if spec is not None and spec.lookahead is not None:
+            errors.append(f"{w}: policy: {spec.name!r} plays the simulator forward on snapshots; vLLM cannot run it")
+            spec = None
         if spec is not None and spec.baseline == "tuned":
             scenario, problem = _tuned_scenario(spec, scenario)
             if problem:

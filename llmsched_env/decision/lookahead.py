@@ -1,0 +1,139 @@
+"""The options of the ``lookahead`` bound, and how a policy list names it; no env, no episode (the bound itself,
+which plays the env forward on snapshots, is ``evaluation.lookahead``).
+
+    parse_lookahead("lookahead")                              # the defaults
+    parse_lookahead("lookahead:k=32,horizon=32,tail=end")     # spelled options
+    LookaheadConfig(k=64, horizon=64, tail=256).name           # 'lookahead:tail=256 (bound, not deployable)'
+
+``lookahead`` is clairvoyant: every ``k`` iterations it copies the episode, plays each candidate static setting
+forward (``horizon`` iterations, then the base setting for ``tail`` more, or to the episode's end), keeps the one
+that scored best and plays it for the next ``k`` iterations. It reads requests that have not arrived yet, so it
+is a reference, not a scheduler: its rows are named with ``BOUND_MARK`` and never count as a baseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from llmsched_env.common.checks import check_int
+
+__all__ = [
+    "BOUND_MARK",
+    "CANDIDATE_SETS",
+    "LOOKAHEAD",
+    "LookaheadConfig",
+    "is_bound",
+    "join_options",
+    "parse_lookahead",
+]
+
+LOOKAHEAD = "lookahead"
+BOUND_MARK = " (bound, not deployable)"  # appended to every lookahead row's policy name
+CANDIDATE_SETS = ("neighbours", "base")  # the base and every single-knob move of it; the base alone
+END = "end"  # tail=end: the base plays to the episode's end
+
+
+def is_bound(policy: str) -> bool:
+    """Whether a results row's ``policy`` names a bound (a lookahead row), never a deployable policy."""
+    return str(policy).endswith(BOUND_MARK)
+
+
+@dataclass(frozen=True)
+class LookaheadConfig:
+    """``k``: iterations between two decisions (the chosen setting plays that long); ``horizon``: iterations each
+    candidate is played from a decision point; ``tail``: iterations of the base setting after the horizon
+    (None: to the episode's end, exact but costly); ``candidates``: ``neighbours`` (the base setting and every
+    single-knob move of it, ``evaluation.knob_space.neighbours``) or ``base`` (the base alone); ``base``: where
+    the base setting comes from, ``tuned`` (the scenario's tuned entry; without one, the best static named rule
+    on the episode, said in a warning) or a static named rule (``fcfs``, ``sjf``, ...). ``ValueError`` naming
+    the field."""
+
+    k: int = 64
+    horizon: int = 64
+    tail: int | None = 256
+    candidates: str = "neighbours"
+    base: str = "tuned"
+
+    def __post_init__(self) -> None:
+        check_int("lookahead", "k", self.k, 1)
+        check_int("lookahead", "horizon", self.horizon, 1)
+        if self.tail is not None:
+            check_int("lookahead", "tail", self.tail, 0)
+        if self.candidates not in CANDIDATE_SETS:
+            sets = ", ".join(CANDIDATE_SETS)
+            raise ValueError(f"lookahead.candidates must be one of {sets}, got {self.candidates!r}")
+        if not isinstance(self.base, str) or not self.base:
+            raise ValueError(f"lookahead.base must be tuned or a static named rule, got {self.base!r}")
+
+    @property
+    def spelled(self) -> str:
+        """The policy-list spelling: ``lookahead``, then the options that differ from the defaults."""
+        default = LookaheadConfig()
+        opts = [
+            f"{f.name}={_text(getattr(self, f.name))}"
+            for f in fields(self)
+            if getattr(self, f.name) != getattr(default, f.name)
+        ]
+        return LOOKAHEAD + (":" + ",".join(opts) if opts else "")
+
+    @property
+    def name(self) -> str:
+        """The ``policy`` column of its rows: the spelling, marked as a bound."""
+        return self.spelled + BOUND_MARK
+
+
+def _text(value: Any) -> str:
+    return END if value is None else str(value)
+
+
+def join_options(items: list[str]) -> list[str]:
+    """``items`` of a comma-separated policy list with each lookahead spelling's options joined back to it:
+    ``["lookahead:k=32", "horizon=32", "fcfs"]`` -> ``["lookahead:k=32,horizon=32", "fcfs"]`` (an item joins
+    the lookahead before it when it is ``KEY=VALUE`` with ``KEY`` an option of ``LookaheadConfig``)."""
+    keys = {f.name for f in fields(LookaheadConfig)}
+    out: list[str] = []
+    for item in items:
+        key, eq, _ = item.partition("=")
+        if out and eq and key in keys and out[-1].startswith(LOOKAHEAD + ":"):
+            out[-1] += "," + item
+        else:
+            out.append(item)
+    return out
+
+
+def parse_lookahead(entry: str) -> LookaheadConfig | None:
+    """The config ``entry`` spells (``lookahead`` or ``lookahead:KEY=VALUE,...``, keys ``k``, ``horizon``,
+    ``tail`` (a number or ``end``), ``candidates``, ``base``; a row name ending in ``BOUND_MARK`` is read too);
+    None when ``entry`` is not a lookahead. One-line ``ValueError`` naming the bad option."""
+    text = entry[: -len(BOUND_MARK)] if is_bound(entry) else entry
+    head, sep, rest = text.partition(":")
+    if head != LOOKAHEAD:
+        return None
+    if sep and not rest:
+        raise ValueError(f"policy {entry!r}: give options after 'lookahead:' as key=value,... or drop the colon")
+    known = {f.name: f for f in fields(LookaheadConfig)}
+    kwargs: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")) if sep else ():
+        key, eq, value = item.partition("=")
+        if not eq or key not in known:
+            raise ValueError(
+                f"policy {entry!r}: lookahead option {item!r} is not key=value with key one of {', '.join(known)}"
+            )
+        if key in kwargs:
+            raise ValueError(f"policy {entry!r}: lookahead option {key!r} is given twice")
+        if key in ("k", "horizon", "tail"):
+            if key == "tail" and value == END:
+                kwargs[key] = None
+                continue
+            try:
+                kwargs[key] = int(value)
+            except ValueError:
+                hint = " or end" if key == "tail" else ""
+                raise ValueError(f"policy {entry!r}: lookahead.{key} must be an integer{hint}, got {value!r}") from None
+        else:
+            kwargs[key] = value
+    try:
+        return LookaheadConfig(**kwargs)
+    except ValueError as exc:
+        raise ValueError(f"policy {entry!r}: {exc}") from None

@@ -1,0 +1,163 @@
+"""Which policies played the same episodes: a fingerprint of each run, and groups of identical policies.
+
+    row["trajectory"] = trajectory_fingerprint(env.unwrapped.sim)   # what run_cell records for each run
+    identical_groups(rows)           # {scenario: [["fcfs", "lpm", "vtc"], ["slo_aware"], ...]}
+    merge_identical(summary, rows)   # one summary row per group, its other members in ``same_as``
+    policy_label(row)                # "fcfs (= lpm, vtc)"
+
+Several schedulers make the same decisions on some workloads (``fcfs``, ``lpm``, ``priority_aging``, ``sarathi``
+and ``vtc`` on a single-tenant trace; ``sjf`` and ``sprw`` without a length prediction). Two policies are
+identical on a scenario when every run of the one has the fingerprint of the other's run at the same load and
+seed: the same iterations at the same times and every request's tokens at the same times. A capacity search
+records one fingerprint of all the runs it made, so two searches are identical only when they evaluated the
+same loads and played the same episodes at each, not when their capacities merely tie. Rows without a
+fingerprint (files written before it) are compared on every metric they hold; capacity rows without one are
+never merged. Merging happens within a scenario: a policy may equal another on one scenario and not on the next.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from llmsched_env.decision.lookahead import is_bound
+
+__all__ = [
+    "SAME_AS",
+    "TRAJECTORY",
+    "combine_fingerprints",
+    "identical_groups",
+    "merge_identical",
+    "policy_label",
+    "read_trajectories",
+    "trajectory_fingerprint",
+]
+
+TRAJECTORY = "trajectory"  # the column of a run's (or a capacity search's) fingerprint
+SAME_AS = "same_as"  # the summary column naming the policies merged into a row, comma-separated
+_NOT_METRICS = ("policy", "wall_s", TRAJECTORY, SAME_AS)
+
+
+def _digest(h: Any) -> str:
+    return str(h.hexdigest()[:16])
+
+
+def trajectory_fingerprint(state: Any) -> str:
+    """16 hex digits of a SHA-256 over what a finished episode did: the end time of every iteration of each
+    engine (one for a ``Simulator`` or runtime, one per replica for a ``Cluster``), each arrived request's
+    status, tokens, preemptions, prefill token times, decode segments and finish time, and in a cluster the
+    replica each request was placed on. Equal fingerprints mean the same token times for every request."""
+    h = hashlib.sha256()
+    engines = [state.engine] if hasattr(state, "engine") else [rep.engine for rep in state.replicas]
+    for engine in engines:
+        h.update(memoryview(engine.round_end_s).cast("B"))
+        h.update(b"|")
+    for r in state.arrived_requests():
+        fields = (r.request_id, int(r.status), r.num_output_tokens, r.num_preemptions, r.first_token_s, r.finish_s,
+                  r.prefill_token_s, r.token_segments, r.decoding, r.decode_round0, r.decode_out0)  # fmt: skip
+        h.update(repr(fields).encode())
+    placed = getattr(state, "placed", None)
+    if placed:
+        h.update(repr(sorted(placed.items())).encode())
+    return _digest(h)
+
+
+def combine_fingerprints(parts: Iterable[Any]) -> str:
+    """One fingerprint of a sequence (e.g. each load a capacity search evaluated and the fingerprints of its
+    runs there), in the format of ``trajectory_fingerprint``."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(repr(part).encode())
+        h.update(b"\n")
+    return _digest(h)
+
+
+def _signature(row: Mapping[str, Any], fallback: bool) -> Any:
+    """What must match between two runs: the fingerprint, else (``fallback``) every metric, else nothing
+    (None: the row matches no other)."""
+    if row.get(TRAJECTORY):
+        return row[TRAJECTORY]
+    if not fallback:
+        return None
+    return tuple(sorted((k, repr(v)) for k, v in row.items() if k not in _NOT_METRICS))
+
+
+def identical_groups(rows: Sequence[Mapping[str, Any]], *, fallback: bool = True) -> dict[str, list[list[str]]]:
+    """Per scenario of ``rows`` (one per run: ``policy``, ``scenario``, optional ``load`` and ``seed``, and a
+    ``trajectory`` fingerprint), the policies in groups that played identical runs: the same (load, seed)
+    runs, each with the same fingerprint. Groups and their members come in first-seen order. A run without a
+    fingerprint is compared on every other column when ``fallback`` (grid rows, whose metrics are many) and
+    never matches otherwise (capacity rows: a tie on a capacity is not identity). A bound (a ``lookahead`` row,
+    ``decision.lookahead.is_bound``) is always a group of its own: it is a reference, not one of the policies."""
+    runs: dict[str, dict[str, dict[tuple[Any, Any], Any]]] = {}
+    for row in rows:
+        key = (row.get("load"), row.get("seed"))
+        by_policy = runs.setdefault(str(row["scenario"]), {})
+        by_policy.setdefault(str(row["policy"]), {})[key] = _signature(row, fallback)
+    out: dict[str, list[list[str]]] = {}
+    for scenario, by_policy in runs.items():
+        groups: list[tuple[dict[tuple[Any, Any], Any], list[str]]] = []
+        for policy, signature in by_policy.items():
+            if is_bound(policy):  # a bound (lookahead) keeps a row of its own, even where it played a rule's runs
+                groups.append((object(), [policy]))  # type: ignore[arg-type]
+                continue
+            mergeable = all(v is not None for v in signature.values())
+            for known, members in groups:
+                if mergeable and known == signature:
+                    members.append(policy)
+                    break
+            else:
+                groups.append((signature, [policy]))
+        out[scenario] = [members for _, members in groups]
+    return out
+
+
+def merge_identical(
+    summary: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], *, fallback: bool = True
+) -> list[dict[str, Any]]:
+    """``summary`` (one row per policy and scenario, or per policy, scenario and load) with the rows of the
+    policies identical to an earlier one (``identical_groups`` of the runs ``rows``) left out, and on each
+    kept row ``same_as``: the policies merged into it, comma-separated ("" for none), after ``policy``."""
+    others = {(scenario, group[0]): group[1:] for scenario, groups in identical_groups(rows, fallback=fallback).items()
+              for group in groups}  # fmt: skip
+    merged = {(scenario, p) for (scenario, _), rest in others.items() for p in rest}
+    out = []
+    for agg in summary:
+        key = (str(agg["scenario"]), str(agg["policy"]))
+        if key in merged:
+            continue
+        row = {"policy": agg["policy"], SAME_AS: ",".join(others.get(key, []))}
+        row.update({k: v for k, v in agg.items() if k not in ("policy", SAME_AS)})
+        out.append(row)
+    return out
+
+
+def policy_label(row: Mapping[str, Any]) -> str:
+    """The policy of a summary row as the tables show it: ``fcfs (= lpm, vtc)`` when others were merged into it."""
+    same = [p for p in str(row.get(SAME_AS) or "").split(",") if p]
+    return f"{row['policy']} (= {', '.join(same)})" if same else str(row["policy"])
+
+
+def read_trajectories(files: Iterable[str | Path]) -> dict[str, dict[str, dict[int, str]]]:
+    """Scenario -> policy -> seed -> ``trajectory`` from per-seed ``results.csv`` files (as
+    ``capacity.read_per_seed`` reads them; a later file's row replaces an earlier one's); rows without a
+    fingerprint (files written before it) are left out."""
+    out: dict[str, dict[str, dict[int, str]]] = {}
+    for file in map(Path, files):
+        if not file.is_file():
+            continue
+        with file.open(newline="") as f:
+            for r in csv.DictReader(f):
+                try:
+                    seed = int(r.get("seed") or "")
+                except ValueError:
+                    continue
+                runs = out.setdefault(r["scenario"], {}).setdefault(r["policy"], {})
+                if r.get(TRAJECTORY):
+                    runs[seed] = r[TRAJECTORY]
+                else:  # a later file without a fingerprint for this run: no longer known
+                    runs.pop(seed, None)
+    return out
