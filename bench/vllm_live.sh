@@ -62,17 +62,21 @@ SCHEDULERS=${SCHEDULERS:-vllm,fcfs,slo_aware,learned,tuned=$SETUP/tuned.json}
     --cost-model "$CAL/cost-model.json" --nominal-rate-rps "$NOMINAL" "${LIMITS[@]}"
 "$PY" "$ROOT/bench/vllm_live_report.py" "$OUT/$WORKLOAD" --paired vllm --markdown --out "$OUT/$WORKLOAD/runs.csv"
 # the simulator's prediction of the fcfs and slo_aware runs, two ways: a cost model fitted to the calibration
-# runs (held out: other streams, another time), and one fitted to each run's own steps (in situ)
+# runs (held out: other streams, another time), and one fitted to each run's own steps (in situ), the latter
+# also with the front-end delay of the lightest calibration run added (frontend-*.csv)
 CALIB_RUNS=$(ls -d "$CAL"/fcfs/"$WORKLOAD"-rate*-rep0 | paste -sd,)
+LIGHT_RUN="$CAL/fcfs/$WORKLOAD-rate${CALIB_RATES%%,*}-rep0"
 for policy in fcfs slo_aware; do
     [ -d "$OUT/$WORKLOAD/$policy" ] || continue
     "$PY" -m llmsched_env.commands.live_replay "$OUT/$WORKLOAD/$policy/$WORKLOAD"-rate*-rep* \
         --adapter-config "$OUT/$WORKLOAD/$policy/adapter.json" --fit-from "$CALIB_RUNS" \
         --out "$OUT/$WORKLOAD/replay-$policy.csv"
-    rm -f "$OUT/$WORKLOAD/insitu-$policy"-*.csv
+    rm -f "$OUT/$WORKLOAD/insitu-$policy"-*.csv "$OUT/$WORKLOAD/frontend-$policy"-*.csv
     for run in "$OUT/$WORKLOAD/$policy/$WORKLOAD"-rate*-rep*; do
         "$PY" -m llmsched_env.commands.live_replay "$run" --adapter-config "$OUT/$WORKLOAD/$policy/adapter.json" \
             --out "$OUT/$WORKLOAD/insitu-$policy-$(basename "$run").csv" > /dev/null
+        "$PY" -m llmsched_env.commands.live_replay "$run" --adapter-config "$OUT/$WORKLOAD/$policy/adapter.json" \
+            --frontend-from "$LIGHT_RUN" --out "$OUT/$WORKLOAD/frontend-$policy-$(basename "$run").csv" > /dev/null
     done
 done
 echo "== $(date -u) done"

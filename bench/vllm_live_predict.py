@@ -30,12 +30,17 @@ def main() -> None:
     cells: dict[tuple[str, str, float], dict[str, dict[str, list[float]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list))
     )
+    seen: dict[tuple[str, str, str], Path] = {}
     for path in args.csvs:
         with open(path) as f:
             for row in csv.DictReader(f):
                 m = re.match(r"(\w+)-rate([\d.]+)-rep\d+", row["run"])
                 if not m or row["metric"] == "completed":
                     continue
+                run = (row["run"], row["policy"], row["metric"])
+                if run in seen:  # the same run twice (e.g. with and without a front-end delay) would count twice
+                    p.error(f"{path}: run {row['run']} ({row['policy']}, {row['metric']}) is also in {seen[run]}")
+                seen[run] = path
                 key = (m.group(1), row["policy"], float(m.group(2)))
                 for side in ("client", "engine"):
                     cells[key][row["metric"]][side].append(float(row[f"err_{side}"]))
