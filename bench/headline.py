@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from llmsched_env.decision.lookahead import is_bound
-from llmsched_env.evaluation.capacity import read_per_seed
+from llmsched_env.evaluation.capacity import read_per_seed, read_window_limited
 from llmsched_env.evaluation.identity import TRAJECTORY, identical_groups, read_trajectories
 from llmsched_env.evaluation.stats import mean_ci95
 
@@ -49,6 +49,7 @@ def collect(results: Path, agent: str = AGENT) -> list[dict[str, object]]:
     files = sorted(results.glob("*-capacity*/results.csv"))
     try:
         caps_of = read_per_seed(files)
+        limited_of = read_window_limited(files)
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
     runs_of = read_trajectories(files)
@@ -78,6 +79,7 @@ def collect(results: Path, agent: str = AGENT) -> list[dict[str, object]]:
         out.append({
             "scenario": scenario, "seeds": seeds, "caps": caps, "best_named": best_named, "rival": rival,
             "same_as": same_as,
+            "limited": {p: sorted(v) for p, v in limited_of.get(scenario, {}).items() if v},
             "bound": bound, "bound_caps": [bounds[bound][s] for s in seeds] if bound is not None else [],
             "gap_closed": {p: _gap_closed(mean[p], mean[best_named] if best_named else None, bound_mean)
                            for p in (TUNED, agent) if p in mean},
@@ -121,8 +123,18 @@ def markdown(rows: list[dict[str, object]], learned: str = "agent", rival_word: 
         caps: dict[str, dict[int, float]] = r["caps"]  # type: ignore[assignment]
         seeds: list[int] = r["seeds"]  # type: ignore[assignment]
 
-        def cell(policy: str | None, caps: dict[str, dict[int, float]] = caps, seeds: list[int] = seeds) -> str:
-            return _fmt([caps[policy][s] for s in seeds]) if policy in caps else "—"
+        limited: dict[str, list[int]] = r.get("limited", {})  # type: ignore[assignment]
+
+        def cell(
+            policy: str | None,
+            caps: dict[str, dict[int, float]] = caps,
+            seeds: list[int] = seeds,
+            limited: dict[str, list[int]] = limited,
+        ) -> str:
+            if policy not in caps:
+                return "—"
+            at_least = "≥ " if limited.get(policy) else ""  # some seed's search stopped at the sustained cap
+            return at_least + _fmt([caps[policy][s] for s in seeds])
 
         named = r["best_named"]
         same_as: dict[str, list[str]] = r.get("same_as", {})  # type: ignore[assignment]
@@ -140,8 +152,17 @@ def markdown(rows: list[dict[str, object]], learned: str = "agent", rival_word: 
                 g = gaps.get(policy)
                 return "—" if g is None else f"{100 * g:.0f}%"
 
-            bound_cell = _fmt(r["bound_caps"]) if r.get("bound") else "—"  # type: ignore[arg-type]
+            bound_cell = "—"
+            if r.get("bound"):
+                bound_cell = ("≥ " if limited.get(str(r["bound"])) else "") + _fmt(r["bound_caps"])  # type: ignore[arg-type]
             lines[-1] += f" {bound_cell} | {share(TUNED)} | {share(str(r['agent']))} |"
+    if any(r.get("limited") for r in rows):
+        lines += [
+            "",
+            "≥: at some seed the search reached the largest load at which that seed's window is sustained "
+            "and still met the target there (window-limited), so the mean is a lower bound; ratios and "
+            "differences with such a cell bound the true ones from one side only.",
+        ]
     return "\n".join(lines)
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The generalist on the held-out traces of tests/data/heldout (docs/generalist.md): per-seed capacity on the
-# test part of each trace, seeds 0-4 (five windows of 100 requests at different offsets), of every named
-# baseline, the generalist (`learned`) and `tuned`, the user's own rival: before judging, each trace is tuned on
+# test part of each trace, seeds 0-4 (its five disjoint windows: each trace's episodes are the largest whose
+# five windows fit in its test part, 48-92 requests), of every named baseline, the generalist (`learned`),
+# the lookahead bound (clairvoyant, not deployable) and `tuned`, the user's own rival: before judging, each trace is tuned on
 # its val part (`llmsched-tune --trace` with that trace's options, into RESULTS/tuned.json, not the user table;
 # wall times in RESULTS/tuning_times.csv), and `tuned=RESULTS/tuned.json` is judged on test; then the table and
 # what tuning cost next to what training the generalist cost (RESULTS/tuning.md).
@@ -12,7 +13,7 @@
 # other list. bench/headline.py reads every T-capacity* folder, a later one's rows replacing the full run's.
 set -euo pipefail
 OUT=${1:-docs/results/heldout}
-ALL=fcfs,prefill_first,priority_aging,sjf,sprw,lpm,vtc,kv_guard,sarathi,slo_aware,random,learned,tuned
+ALL=fcfs,prefill_first,priority_aging,sjf,sprw,lpm,vtc,kv_guard,sarathi,slo_aware,random,learned,tuned,lookahead
 P=${2:-$ALL}
 case "$P" in
     "$ALL") SUFFIX="" ;;
@@ -31,27 +32,27 @@ POL=${POL#,}
 POL=${POL%,}
 TUNING=0
 [[ ",$P," == *,tuned,* ]] && TUNING=1
-C="--capacity --per-seed --split test --seeds 0,1,2,3,4 --num-requests 100 --policies $POL --no-progress --force"
+C="--capacity --per-seed --split test --seeds 0,1,2,3,4 --policies $POL --no-progress --force"
 D=tests/data/heldout
 if ((TUNING)); then
     mkdir -p "$OUT"
     echo "trace,tune_wall_s" > "$TIMES"
 fi
-judge() {  # NAME TRACE-OPTIONS...: tune on the val part (when tuned is judged, timed), then judge on test
-    local name=$1 t0
-    shift
+judge() {  # NAME N TRACE-OPTIONS...: tune on the val part (when tuned is judged, timed), then judge on test
+    local name=$1 n=$2 t0  # n: requests per test window, the most for which the test part holds five
+    shift 2
     if ((TUNING)); then
         t0=$SECONDS
         python -m llmsched_env.commands.tune "$@" --seeds "$TUNE_SEEDS" --out "$TABLE"
         echo "$name,$((SECONDS - t0))" >> "$TIMES"
     fi
-    python evaluate.py $C "$@" --out "$OUT/$name-capacity$SUFFIX"
+    python evaluate.py $C --num-requests "$n" "$@" --out "$OUT/$name-capacity$SUFFIX"
 }
-judge azure_code_1tenant --trace $D/azure_code_1tenant.csv --trace-format azure --trace-slo code_long
-judge sharegpt_12tenants --trace $D/sharegpt_12tenants.csv $G \
+judge azure_code_1tenant 48 --trace $D/azure_code_1tenant.csv --trace-format azure --trace-slo code_long
+judge sharegpt_12tenants 71 --trace $D/sharegpt_12tenants.csv $G \
     --tenant-slo tenant00=interactive,tenant01=interactive,tenant02=interactive,tenant03=interactive,tenant04=chat,tenant05=chat,tenant06=chat,tenant07=chat,tenant08=code,tenant09=code,tenant10=batch,tenant11=batch
-judge conv_code_2tenants --trace $D/conv_code_2tenants.csv $G --tenant-slo conv=chat,code=code_long
-judge mooncake_1tenant --trace $D/mooncake_1tenant.jsonl --trace-format mooncake --trace-slo long_context \
+judge conv_code_2tenants 92 --trace $D/conv_code_2tenants.csv $G --tenant-slo conv=chat,code=code_long
+judge mooncake_1tenant 54 --trace $D/mooncake_1tenant.jsonl --trace-format mooncake --trace-slo long_context \
     --max-model-len 131072 --num-kv-blocks 16384 --max-num-seqs 64 --max-num-batched-tokens 8192
 python bench/headline.py --results "$OUT" --agent learned --out "$OUT/generalist"
 if ((TUNING)); then  # what a user pays for each rival: tuning per trace, against training the generalist once

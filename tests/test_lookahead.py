@@ -230,3 +230,25 @@ def test_its_tuned_base_reads_the_table_of_the_evaluations_own_tuned(tmp_path: P
     }
     shipped = run_grid(replace(config, policies=["tuned"])).rows[0]
     assert shipped["trajectory"] != bound["trajectory"]  # the shipped entry plays otherwise
+
+
+def test_the_headline_marks_a_window_limited_capacity_as_a_lower_bound(tmp_path: Path) -> None:
+    folder = tmp_path / "s-capacity"
+    folder.mkdir()
+    bound = "lookahead" + BOUND_MARK
+    rows = [("agent", 0, 2.5, "False"), ("agent", 1, 3.0, "True"), ("fcfs", 0, 2.0, "False"), ("fcfs", 1, 2.0, "")]
+    rows += [(bound, 0, 2.6, "False"), (bound, 1, 3.0, "True")]
+    with (folder / "results.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["policy", "scenario", "seed", "capacity_load", "capacity_rps", "window_limited"])
+        for policy, seed, cap, limited in rows:
+            w.writerow([policy, "s", seed, cap, 2 * cap, limited])
+    spec = importlib.util.spec_from_file_location("headline", Path(__file__).parents[1] / "bench" / "headline.py")
+    headline = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(headline)  # type: ignore[union-attr]
+    (row,) = headline.collect(tmp_path)
+    assert row["limited"] == {"agent": [1], bound: [1]}
+    text = headline.markdown([row])
+    cells = text.splitlines()[2].split(" | ")
+    assert cells[1] == "≥ 2.75 ± 3.18" and "`fcfs` 2.00 ± 0.00" in text and "≥ 2.80 ± 2.54" in text
+    assert "lower bound" in text.splitlines()[-1]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 from llmsched_env.commands.evaluate import main, parse
@@ -115,6 +116,15 @@ def test_span_is_the_window_s_arrival_span_at_the_load_against_twenty_ttft_targe
     assert max_sustained_load(source, "test", 1, 40) == pytest.approx(39.0 / 40.0)
 
 
+def test_the_target_is_the_mean_over_the_window_s_requests_not_the_laxest_tenant_s() -> None:
+    source = get_scenario("default").source("test")  # a chat majority and a 60 s batch tenant
+    requests = source.sample(np.random.default_rng(3), 300, 1.0, None)
+    targets = [source.tenants[r.tenant].slo.ttft_s for r in requests]
+    w = window_span(source, "test", 3, 300, 1.0)
+    assert w.ttft_s == pytest.approx(sum(targets) / len(targets))
+    assert min(targets) < w.ttft_s < max(targets) == 60.0  # both kinds are in it; the mean lies between
+
+
 def test_max_sustained_load_holds_for_a_process_with_periods_of_its_own() -> None:
     source = get_scenario("tenants-on-off").source("test")  # on/off periods do not scale with the load
     top = max_sustained_load(source, "test", 0, 200)
@@ -132,7 +142,7 @@ def test_a_short_window_is_flagged_at_a_high_load_and_not_at_a_lower_one(
     high = EvalConfig(scenarios=[sc], loads=[1.0, 4.0], seeds=[0, 1], num_requests=40)
     (line,) = unsustained(high)
     assert line.startswith("scenario 'u' at load 4: 2 of 2 test windows not sustained: seed 0's 40 requests arrive in")
-    assert "9.75 s, a sustained rate needs 20 s (20 x its largest TTFT target, 1 s)" in line
+    assert "9.75 s, a sustained rate needs 20 s (20 x its mean TTFT target, 1 s)" in line
     assert line.endswith(
         "sustained up to load 1.95, or at load 4 with about --num-requests 83, more than the test part's 150 requests "
         "hold for 2 window(s)"
@@ -212,7 +222,7 @@ def test_the_mixture_s_val_episodes_take_a_trace_s_windows_in_turn() -> None:
 
 def test_describe_says_whether_the_window_is_sustained() -> None:
     text = format_description(get_scenario("bursty"), load=14.0, num_requests=200)
-    assert "a sustained rate needs 5 s (20 x the largest TTFT target): NOT sustained" in text
+    assert "a sustained rate needs 5 s (20 x the mean TTFT target): NOT sustained" in text
     assert "sustained up to load 2.64" in text
     assert ": sustained; sustained up to load 2.64" in format_description(get_scenario("bursty"), num_requests=200)
 

@@ -179,7 +179,7 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     add(
         "--require-sustained",
         action="store_true",
-        help="refuse a load at which some window's arrivals last less than 20x its largest TTFT target (a burst, "
+        help="refuse a load at which some window's arrivals last less than 20x its mean TTFT target (a burst, "
         "not a sustained rate; by default such runs are flagged on stderr and in the sustained column); "
         "--capacity searches stop at the largest sustained load in any case",
     )

@@ -6,12 +6,13 @@
     capacity_grid(config, per_seed=True)                  # one search per seed: a capacity per window
     summarize_capacity(rows)                              # per-seed rows -> mean and 95% interval
     read_per_seed(files)                                  # per-seed results.csv files -> the capacities
+    read_window_limited(files)                            # ... -> the seeds whose capacity is a lower bound
 
 The number of evaluations is not known in advance: ``search_capacity`` reports after each one how many more
 it expects, so a progress bar can adjust its total as the search goes.
 
 A search never reports a load above the largest at which the windows it runs are sustained
-(``evaluation.sustained``: the windows' arrivals last 20x their largest TTFT target): the bracket stops there,
+(``evaluation.sustained``: the windows' arrivals last 20x their mean TTFT target): the bracket stops there,
 and a policy still meeting the target at that cap gets ``capacity_load`` = the cap and ``window_limited``
 True (its capacity is at least that; a longer window, ``--num-requests``, would measure more).
 """
@@ -42,6 +43,7 @@ __all__ = [
     "capacity_notes",
     "find_capacity",
     "read_per_seed",
+    "read_window_limited",
     "search_capacity",
     "summarize_capacity",
 ]
@@ -271,4 +273,19 @@ def read_per_seed(files: Iterable[str | Path]) -> dict[str, dict[str, dict[int, 
                     )
                 except (TypeError, ValueError):
                     raise ValueError(f"{file}:{line}: seed or capacity_load is not a number: {r}") from None
+    return out
+
+
+def read_window_limited(files: Iterable[str | Path]) -> dict[str, dict[str, set[int]]]:
+    """Scenario -> policy -> the seeds whose capacity in ``results.csv`` files of ``llmsched-evaluate
+    --capacity --per-seed`` is only a lower bound (``window_limited``: the search reached the largest sustained
+    load still meeting the target; a later file's row replaces an earlier one's, as in ``read_per_seed``).
+    Files written before the column existed count as not limited."""
+    out: dict[str, dict[str, set[int]]] = {}
+    for file in map(Path, files):
+        with file.open(newline="") as f:
+            for r in csv.DictReader(f):
+                seeds = out.setdefault(r["scenario"], {}).setdefault(r["policy"], set())
+                limited = str(r.get("window_limited", "")).strip().lower() in ("true", "1")
+                (seeds.add if limited else seeds.discard)(int(r["seed"]))
     return out

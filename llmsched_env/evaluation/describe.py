@@ -53,7 +53,7 @@ def format_description(
     verdict = "sustained" if d["sustained"] else "NOT sustained (a burst, not a rate)"
     lines.append(
         f"   window: {_seconds(d['duration_s'])} of arrivals at load {load:g}, a sustained rate needs "
-        f"{_seconds(d['required_span_s'])} ({SUSTAINED_SPAN_FACTOR:g} x the largest TTFT target): {verdict}; "
+        f"{_seconds(d['required_span_s'])} ({SUSTAINED_SPAN_FACTOR:g} x the mean TTFT target): {verdict}; "
         f"sustained up to load {d['max_sustained_load']:.3g}"
     )
     if d["absent_tenants"]:

@@ -109,7 +109,7 @@ def unsustained(config: EvalConfig) -> list[str]:
                 f"scenario {scenario.name!r} at load {load:g}: {len(short)} of {len(spans)} {config.split} windows "
                 f"not sustained: seed {worst.seed}'s {worst.num_requests} requests arrive in "
                 f"{_seconds(worst.span_s)}, a sustained rate needs {_seconds(worst.required_s)} "
-                f"({SUSTAINED_SPAN_FACTOR:g} x its largest TTFT target, {worst.ttft_s:g} s); the windows are "
+                f"({SUSTAINED_SPAN_FACTOR:g} x its mean TTFT target, {worst.ttft_s:g} s); the windows are "
                 f"sustained up to load {top:.3g}, or at load {load:g} with {windows.requests_for(worst, config.seeds)}"
             )
     return lines
