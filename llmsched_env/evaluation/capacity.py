@@ -110,6 +110,7 @@ def find_capacity(
     target: float = CAPACITY_TARGET,
     on_evaluation: Callable[[int], None] | None = None,
     seed: int | None = None,
+    sustained_only: bool = True,
 ) -> Row:
     """``policy``'s capacity on ``scenario``: the highest load (relative to nominal) at which its mean
     attainment over ``config.seeds`` (or over the one window of ``seed``) stays >= ``target``
@@ -118,7 +119,9 @@ def find_capacity(
     (``seed``,) ``capacity_load``, ``capacity_rps`` (the load times the nominal rate), ``max_sustained_load``,
     ``window_limited`` (the target was still met at that cap: the capacity is at least ``capacity_load``) and
     ``trajectory``: one fingerprint of every load evaluated and every run there (``identity``), equal only
-    for searches that played alike."""
+    for searches that played alike. ``sustained_only=False`` searches past that cap (``window_limited`` is then
+    False and ``max_sustained_load`` says where the windows stop being sustained): for a selection on val
+    windows too short to tell settings apart below it (``llmsched-tune``), never for a reported figure."""
     spec = policy if isinstance(policy, PolicySpec) else resolve_policy(policy)
     runners = runners_for(config)
     seeds = None if seed is None else (seed,)
@@ -134,11 +137,11 @@ def find_capacity(
         played.append((load, [r[TRAJECTORY] for r in rows]))
         return float(np.mean([r["slo_attainment"] for r in rows]))
 
-    lo = search_capacity(attainment, target, on_evaluation, max_load=cap)
+    lo = search_capacity(attainment, target, on_evaluation, max_load=cap if sustained_only else _MAX_LOAD)
     row: Row = {"policy": spec.name, "scenario": scenario.name}
     if seed is not None:
         row["seed"] = seed
-    limited = cap < _MAX_LOAD and lo >= cap
+    limited = sustained_only and cap < _MAX_LOAD and lo >= cap
     return {
         **row,
         "capacity_load": lo,

@@ -131,6 +131,7 @@ class _Search:
     log: Callable[[str], None]
     t0: float
     load: float = 1.0  # the probe load, once ``probe`` has found it
+    max_sustained: float = math.inf  # the largest load at which the probe's val windows are sustained
     num_episodes: int = 0
     _results: dict[tuple[Decision, int], tuple[float, float]] = field(default_factory=dict)
 
@@ -160,7 +161,9 @@ class _Search:
         def count(_remaining: int) -> None:
             self.num_episodes += len(seeds)
 
-        return float(find_capacity(cfg, self.scenario, spec, on_evaluation=count)["capacity_load"])
+        row = find_capacity(cfg, self.scenario, spec, on_evaluation=count, sustained_only=False)
+        self.max_sustained = float(row["max_sustained_load"])
+        return float(row["capacity_load"])
 
     def probe(self) -> dict[str, float]:
         """Set ``load`` to the references' highest val capacity on the first two seeds; those capacities."""
@@ -174,6 +177,10 @@ class _Search:
             )
         self.say(f"probe load {self.load:.3f} (val capacity on seeds {list(seeds)}: "
                  + ", ".join(f"{k} {v:.3f}" for k, v in caps.items()) + ")")  # fmt: skip
+        if self.load > self.max_sustained:  # a selection load: a short window's burst still ranks settings
+            self.say(f"the probe load is past {self.max_sustained:.3g}, the largest at which these val windows "
+                     "are sustained (evaluation.sustained): settings are ranked on bursts; longer val windows "
+                     "(--num-requests, a longer trace) rank them on a sustained rate")  # fmt: skip
         return caps
 
     def halving(self, cands: list[tuple[Decision, str]]) -> tuple[Decision, str]:
@@ -241,6 +248,7 @@ def tune_scenario(
         "split": SPLIT,
         "seeds": list(config.seeds),
         "probe_load": search.load,
+        "probe_sustained": bool(search.load <= search.max_sustained),
         "probe_seeds": list(config.seeds[:2]),
         "probe_capacity_load": probe_caps,
         "num_requests": config.num_requests if config.num_requests is not None else sc.num_requests,
