@@ -265,3 +265,17 @@ def test_a_user_trace_is_tuned_and_then_evaluated_with_its_table(tmp_path: Path)
     _, config = evaluate.parse([*options, "--policies", f"tuned={out}", "--num-requests", "60"])
     env = config.make_env(config.scenarios[0], 1.0)
     assert settings_of(config.policies[0].make(env, 0).decision) == entry["settings"]
+
+
+def test_library_scenarios_go_to_results_and_the_shipped_table_needs_force(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = SHIPPED_TABLE.read_bytes()
+    with pytest.raises(SystemExit):
+        tune.main(["--scenarios", "default", *TINY, "--out", str(SHIPPED_TABLE)])
+    err = capsys.readouterr().err
+    assert "refusing to write inside the shipped folder" in err and "--force" in err and "Traceback" not in err
+    monkeypatch.chdir(tmp_path)
+    assert tune.main(["--scenarios", "default", *TINY]) == 0
+    assert "default" in load_tuned_table(tmp_path / "results" / "tuned.json").entries
+    assert SHIPPED_TABLE.read_bytes() == before

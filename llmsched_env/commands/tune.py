@@ -1,7 +1,8 @@
 """Tune each scenario's static scheduler knobs on its val split and store them for the ``tuned`` baseline.
 
-    llmsched-tune --scenarios mixed-slo,bursty          # into the shipped table (baselines/tuned.json)
+    llmsched-tune --scenarios mixed-slo,bursty          # into results/tuned.json (tuned=results/tuned.json)
     llmsched-tune --scenarios all --out my_tuned.json   # every library scenario, into a table of your own
+    llmsched-tune --scenarios bursty --out baselines/tuned.json --force   # into the shipped table
     llmsched-tune --trace my.csv --trace-format azure   # your own trace, into your user table (below)
     python -m llmsched_env.commands.tune ...            (the same command, from a checkout)
 
@@ -9,8 +10,9 @@ For each scenario, on the val split only: the probe load is the highest val capa
 heuristics (2 seeds); the static decision of every static heuristic and --candidates random knob settings are
 narrowed by successive halving over --seeds at that load (1 seed, 3 seeds, all; the best third goes on); a
 local search then moves one knob at a time (--rounds); last, the val capacity of the result and of the
-references. The entry (knobs and how they were found) is merged into --out, other scenarios kept:
-``llmsched-evaluate --policies tuned`` (or ``tuned=FILE.json``) plays it. One progress line per step; the
+references. The entry (knobs and how they were found) is merged into --out (results/tuned.json by default;
+the shipped table only with --force), other scenarios kept: ``llmsched-evaluate --policies tuned=FILE.json``
+plays it (``tuned`` alone plays the shipped table). One progress line per step; the
 search is deterministic for the same options.
 
 A trace's entry is keyed by the trace and its options, ``STEM@HASH``: 12 hex digits of a hash of the file's
@@ -46,14 +48,16 @@ from llmsched_env.commands.evaluate_args import (
     trace_scenario,
 )
 from llmsched_env.commands.help import DefaultsFormatter, program
+from llmsched_env.common.outputs import check_output
 from llmsched_env.decision.tuned_table import load_tuned_table, write_tuned_entries
 from llmsched_env.evaluation.trace_tuned import USER_TABLE_ENV, TraceKey, trace_key, user_table, val_episode_size
-from llmsched_env.evaluation.tuning import TuneConfig, shipped_table, tune_scenario
+from llmsched_env.evaluation.tuning import TuneConfig, tune_scenario
 from llmsched_env.workloads.library import list_scenarios
 
 __all__ = ["build_parser", "main"]
 
 PROG = ("llmsched-tune", "tune.py")
+DEFAULT_OUT = Path("results/tuned.json")  # --scenarios' table by default: a copy of the user's, never the shipped one
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,10 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         type=Path,
         default=None,
-        help="tuned-settings table to write into, its other entries kept (default: --scenarios: the shipped "
-        f"baselines/tuned.json; --trace: your user table, ${USER_TABLE_ENV} if set, else "
+        help=f"tuned-settings table to write into, its other entries kept (default: --scenarios: {DEFAULT_OUT}, "
+        "which llmsched-evaluate plays with --policies tuned=FILE; the shipped baselines/tuned.json only with "
+        f"--force; --trace: your user table, ${USER_TABLE_ENV} if set, else "
         "${XDG_DATA_HOME:-~/.local/share}/llmsched/tuned.json, where llmsched-evaluate --trace --policies tuned looks)",
     )
+    add("--force", action="store_true", help="allow --out to write into the shipped table (or another shipped file)")
     add_trace_options(p)
     add_engine_limits(p)
     return p
@@ -133,7 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "seed (--num-requests sets another size)", flush=True)  # fmt: skip
         for scenario in scenarios:  # every name and option checked before the first (long) search
             config.eval_config(scenario, config.seeds)
-        out = args.out if args.out is not None else user_table() if key is not None else shipped_table()
+        out = args.out if args.out is not None else user_table() if key is not None else DEFAULT_OUT
+        check_output(out, args.force)  # never into the shipped table (or any shipped folder) unless asked
         if out.exists():
             load_tuned_table(out)  # a file that is no table fails now, not after the search
     except ValueError as exc:
