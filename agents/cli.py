@@ -21,11 +21,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from agents.config import parse_overrides
-from agents.sb3 import ALGOS
-from agents.sweep import run_sweep, sweep_configs
+from agents.config import ALGO_NAMES, parse_overrides
 from agents.train_config import DEFAULT_EVAL_BASELINES, DEFAULT_EVAL_ROUTERS, QUICK, TrainConfig, resolve_hyperparams
-from agents.training import resume_best, train
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.evaluate_args import add_engine_limits, add_trace_options, engine_limits, trace_options
 from llmsched_env.commands.help import DefaultsFormatter, from_args, program
@@ -48,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"one of {', '.join(list_scenarios())}; 'generalist' for one policy over every workload; or, to train "
         f"a router, {', '.join(list_cluster_scenarios())}",
     )
-    p.add_argument("--algo", choices=sorted(ALGOS), default="maskable_ppo", help="algorithm")
+    p.add_argument("--algo", choices=sorted(ALGO_NAMES), default="maskable_ppo", help="algorithm")
     p.add_argument("--timesteps", type=int, default=None, help="total environment steps (default: the YAML's)")
     p.add_argument("--seed", type=int, default=0, help="training seed")
     p.add_argument(
@@ -109,7 +106,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     several trainings were asked for, with ``args.scenario_list``, ``args.seed_list`` and ``args.grid``.
     A bad argument exits with a one-line usage error (status 2)."""
     p = build_parser()
-    args = p.parse_args(argv)
+    args = p.parse_args(argv)  # --help exits here, before torch and SB3 are imported (below)
+    from agents.sweep import sweep_configs
+    from agents.training import resume_best
+
     args.sweep = bool(args.scenarios or args.seeds or args.hp_grid or args.ray)
     args.scenario_list = [s for s in (args.scenarios or args.scenario).split(",") if s]
     try:
@@ -171,6 +171,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``llmsched-train``: one training, or a sweep of them; 0 when every training succeeded, 1 when a sweep
     had a failing training. A bad argument or a refused run folder exits with status 2 (``parse_args``)."""
     args = parse_args(argv)
+    from agents.sweep import run_sweep
+    from agents.training import train
+
     config: TrainConfig = args.config
     if args.sweep:
         results = run_sweep(args.configs, config.run_folder, args.ray, args.ray_cpus, config.progress, config.force)

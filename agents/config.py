@@ -10,7 +10,9 @@ from typing import Any
 
 import yaml
 
-__all__ = ["HYPERPARAM_DIR", "load_hyperparams", "merge_config", "parse_overrides"]
+__all__ = ["ALGO_NAMES", "HYPERPARAM_DIR", "load_hyperparams", "merge_config", "parse_overrides"]
+
+ALGO_NAMES = ("maskable_ppo", "ppo", "a2c", "dqn", "recurrent_ppo")  # agents.sb3.ALGOS' keys, known without SB3
 
 HYPERPARAM_DIR = Path(__file__).resolve().parent / "hyperparams"
 

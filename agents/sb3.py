@@ -11,6 +11,8 @@ from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import A2C, DQN, PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 
+from agents.config import ALGO_NAMES
+
 __all__ = ["ALGOS", "MASKED_ALGOS", "SB3Policy", "make_model"]
 
 ALGOS: dict[str, type[BaseAlgorithm]] = {
@@ -20,6 +22,7 @@ ALGOS: dict[str, type[BaseAlgorithm]] = {
     "dqn": DQN,
     "recurrent_ppo": RecurrentPPO,
 }
+assert tuple(ALGOS) == ALGO_NAMES, "agents.config.ALGO_NAMES must name ALGOS' keys"
 MASKED_ALGOS = {"maskable_ppo"}
 FLAT_ACTION_ALGOS = {"dqn"}  # trained through agents.wrappers.FlatActions
 

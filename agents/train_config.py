@@ -16,8 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agents.config import load_hyperparams, merge_config
-from agents.sb3 import ALGOS
+from agents.config import ALGO_NAMES, load_hyperparams, merge_config
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.common.checks import check_unique
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
@@ -126,8 +125,8 @@ class TrainConfig:
         known += [self.scenario] if self.trace is not None else []
         if self.scenario not in known:
             raise ValueError(f"scenario: unknown scenario {self.scenario!r}; available: {', '.join(known)}")
-        if self.algo not in ALGOS:
-            raise ValueError(f"algo: unknown algorithm {self.algo!r}; available: {', '.join(ALGOS)}")
+        if self.algo not in ALGO_NAMES:
+            raise ValueError(f"algo: unknown algorithm {self.algo!r}; available: {', '.join(ALGO_NAMES)}")
         for name in ("seed", "timesteps", "n_envs"):
             value, low = getattr(self, name), 0 if name == "seed" else 1
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
@@ -302,6 +301,8 @@ _RUN_INTS = ("n_timesteps", "n_envs", "bc_steps", "bc_stride", "eval_freq", "eva
 
 def _model_params(algo: str) -> dict[str, Any]:
     """The hyperparameters ``algo``'s model takes, each with its default (``inspect.Parameter.empty``: none)."""
+    from agents.sb3 import ALGOS  # SB3 and torch: only once a run's hyperparameters are checked
+
     return {
         name: p.default
         for name, p in inspect.signature(ALGOS[algo].__init__).parameters.items()

@@ -96,3 +96,15 @@ def test_from_args_builds_a_config_from_the_options_named_like_its_fields() -> N
     assert from_args(Config, args, num_requests=5, seeds=(1, 2)) == Config("big", 5, (1, 2))  # computed values win
     with pytest.raises(AssertionError, match="no field"):
         from_args(Config, args, nope=1)
+
+
+@pytest.mark.parametrize("module", ["agents.cli", "llmsched_env.commands.evaluate", "llmsched_env.commands.tune"])
+def test_help_is_printed_before_torch_or_sb3_is_imported(module: str) -> None:
+    code = (
+        f"import sys, runpy\nsys.argv = ['x', '--help']\n"
+        f"try:\n    runpy.run_module({module!r}, run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "heavy = sorted(m for m in ('torch', 'stable_baselines3', 'sb3_contrib', 'ray', 'scipy') if m in sys.modules)\n"
+        "print('HEAVY', heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "usage:" in out and out.strip().splitlines()[-1] == "HEAVY []"
