@@ -77,9 +77,11 @@ def test_the_help_names_the_program_the_user_ran() -> None:
      ("llmsched-calibrate", "profile")],
 )  # fmt: skip
 def test_each_console_script_runs_help(script: str, shown: str) -> None:
-    """The console scripts ``pip install`` puts on PATH (pyproject's [project.scripts]) start and show help."""
-    path = shutil.which(script)
-    assert path is not None, f"{script} is not on PATH: install the project (pip install -e .)"
+    """The console scripts ``pip install`` puts next to the interpreter (pyproject's [project.scripts]) start and
+    show help; found there first, so a venv used without activating it is tested too, then on PATH."""
+    beside = Path(sys.executable).with_name(script)
+    path = str(beside) if beside.is_file() else shutil.which(script)
+    assert path is not None, f"{script} is neither beside {sys.executable} nor on PATH: pip install -e ."
     done = subprocess.run([path, "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.startswith(f"usage: {script}") and shown in done.stdout, done.stderr
 

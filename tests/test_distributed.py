@@ -40,17 +40,33 @@ def test_evaluate_on_ray_equals_the_serial_run(tmp_path: Path) -> None:
     assert _rows(tmp_path / "cap_ray") == _rows(tmp_path / "cap_serial")
 
 
-def test_ray_imap_yields_each_result_as_its_task_ends() -> None:
-    jobs = [(3.0,), (0.0,)]  # the second task ends first
+def _after(marker: str, first: bool, timeout_s: float = 120.0) -> None:
+    """A task that ends in a set order, by a file and not by a race of sleeps: the first creates ``marker`` and
+    returns; the other waits until ``marker`` exists."""
+    if first:
+        Path(marker).touch()
+        return
+    deadline = time.monotonic() + timeout_s
+    while not Path(marker).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{marker} never appeared")
+        time.sleep(0.01)
+
+
+def test_ray_imap_yields_each_result_as_its_task_ends(tmp_path: Path) -> None:
+    marker = str(tmp_path / "second-ended")
+    jobs = [(marker, False), (marker, True)]  # the first task waits for the second to end
     # a lambda travels by value (cloudpickle), so the workers need not import this test module
-    assert list(ray_imap(lambda s: time.sleep(s), jobs, num_cpus=2)) == [(1, None), (0, None)]
+    assert list(ray_imap(lambda m, first: _after(m, first), jobs, num_cpus=2)) == [(1, None), (0, None)]
 
 
 def test_a_ray_sweep_prints_each_training_as_it_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def fake_training(argv: list[str], cwd: str) -> dict:  # seed 0 takes longer than seed 1
-        time.sleep(5.0 if argv[argv.index("--seed") + 1] == "0" else 0.0)
+    marker = str(tmp_path / "seed1-ended")
+
+    def fake_training(argv: list[str], cwd: str) -> dict:  # seed 0 ends after seed 1 has ended
+        _after(marker, first=argv[argv.index("--seed") + 1] == "1")
         return {"out": argv[argv.index("--out") + 1], "returncode": 0, "summary": {"best_eval_attainment": 0.5}}
 
     monkeypatch.setattr(sweep, "train_task", fake_training)  # a nested function travels by value, too
@@ -60,7 +76,7 @@ def test_a_ray_sweep_prints_each_training_as_it_ends(
     out, err = capsys.readouterr()
     lines = [line for line in out.splitlines() if "exit 0" in line]
     assert len(lines) == 2 and "bursty-seed1:" in lines[0] and "bursty-seed0:" in lines[1]  # as each ended
-    assert "2 trainings in parallel" in err and "2/2" in err  # the bar counts trainings
+    assert "2 trainings in parallel" in err and "0/2 [" in err and "training/s" in err  # the bar counts trainings
 
 
 def _listening_inodes() -> set[str]:

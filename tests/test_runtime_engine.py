@@ -132,7 +132,7 @@ class Returning:
 
 class Slow:
     def act(self, observation, action_mask):
-        time.sleep(0.02)
+        time.sleep(0.1)  # ten times the timeout: the deadline fires first under any load
         return np.zeros(len(SPEC.nvec), dtype=np.int64)
 
 

@@ -320,7 +320,7 @@ class _Slow:
         self.action = action
 
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
-        time.sleep(0.02)
+        time.sleep(0.1)  # twenty times the timeout: the deadline fires first under any load
         return np.array(self.action)
 
 
