@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,24 +47,38 @@ EPISODE_KEYS = (
 TENANT_SUFFIXES = ("/slo_attainment", "/service")
 
 
-def log_metrics(record: Callable[[str, float], None], prefix: str, metrics: dict[str, float]) -> None:
+def log_metrics(
+    record: Callable[[str, float], None],
+    prefix: str,
+    metrics: dict[str, float],
+    tenants: Collection[str] | None = None,
+) -> None:
+    """Record ``metrics``' ``EPISODE_KEYS`` and per-tenant figures under ``prefix/``; ``tenants``: the only
+    tenants whose figures are recorded (None: every one)."""
     for key in EPISODE_KEYS:
         if key in metrics:
             record(f"{prefix}/{key}", float(metrics[key]))
     for key, value in metrics.items():
-        if key.startswith("tenant/") and key.endswith(TENANT_SUFFIXES):
+        tenant_key = key.startswith("tenant/") and key.endswith(TENANT_SUFFIXES)
+        if tenant_key and (tenants is None or key.split("/")[1] in tenants):
             record(f"{prefix}/{key}", float(value))
 
 
 class EpisodeMetricsCallback(BaseCallback):
     """At each finished training episode, log its SLO attainment, goodput, TTFT/TPOT p99, Jain's index, KV
-    usage, preemptions, rejections and per-tenant figures (averaged over the episodes of a rollout)."""
+    usage, preemptions, rejections and per-tenant figures (averaged over the episodes of a rollout).
+    ``tenants``: the tenants whose figures get tags (None: every one). A randomised workload draws tenant
+    names of its own every episode; tags for those would each hold one point and bury the useful ones."""
+
+    def __init__(self, tenants: Collection[str] | None = None) -> None:
+        super().__init__()
+        self.tenants = None if tenants is None else frozenset(tenants)
 
     def _on_step(self) -> bool:
         for info in self.locals.get("infos", ()):
             metrics = info.get("metrics")
             if metrics is not None:
-                log_metrics(self.logger.record_mean, "episode", metrics)
+                log_metrics(self.logger.record_mean, "episode", metrics, self.tenants)
                 self.logger.record_mean("episode/load", float(info.get("load", float("nan"))))
         return True
 
@@ -102,8 +117,11 @@ class PeriodicEvalCallback(BaseCallback):
         self.eval_setup = dict(eval_setup or {})
         self.baseline_attainment: dict[str, float] = {}
         self.history: list[tuple[int, float]] = []
+        self.baselines_wall_s = 0.0  # the baselines' evaluation, once
+        self.eval_wall_s = 0.0  # every evaluation of the policy (the start policy's included)
 
     def _init_callback(self) -> None:
+        t0 = time.perf_counter()
         env = self.make_env(False)  # baselines decide every engine iteration
         names, seeds = ", ".join(self.baseline_names), ", ".join(map(str, self.seeds))
         status(f"evaluating the baselines {names} on val seeds {seeds}", enabled=self.progress)
@@ -117,6 +135,7 @@ class PeriodicEvalCallback(BaseCallback):
                     bar.update()
                 self.baseline_attainment[name] = float(np.mean(runs))
         self._agent_env = self.make_env(True)  # the agent's own granularity (iterations_per_step, wrappers)
+        self.baselines_wall_s = time.perf_counter() - t0
 
     @property
     def best_baseline(self) -> tuple[str, float]:
@@ -124,8 +143,14 @@ class PeriodicEvalCallback(BaseCallback):
         return name, self.baseline_attainment[name]
 
     def evaluate(self) -> float:
+        t0 = time.perf_counter()
         agent = SB3Policy(self.model)  # deterministic actions, with masks for MaskablePPO
-        runs = [run_episode(self._agent_env, agent, seed) for seed in self.seeds]
+        runs = []
+        with Progress(len(self.seeds), "evaluation", enabled=self.progress, unit="episode") as bar:
+            for seed in self.seeds:
+                runs.append(run_episode(self._agent_env, agent, seed))
+                bar.update()
+        self.eval_wall_s += time.perf_counter() - t0
         for m in runs:
             log_metrics(self.logger.record_mean, "eval", m)
         return float(np.mean([m["slo_attainment"] for m in runs]))

@@ -56,7 +56,7 @@ from agents.train_config import (
 from agents.wrappers import FlatActions
 from llmsched_env.common.outputs import check_output
 from llmsched_env.evaluation.progress import Progress, status
-from llmsched_env.workloads.library import list_scenarios
+from llmsched_env.workloads.library import get_scenario, list_scenarios
 from llmsched_env.workloads.scenarios import Scenario, TraceSource
 
 __all__ = [
@@ -231,12 +231,22 @@ def resume_best(config: TrainConfig, hp: Mapping[str, Any] | None = None, warn: 
     return read_best(config.run_folder, setup, warn=warn)
 
 
+def named_tenants(config: TrainConfig, env_kwargs: Mapping[str, Any]) -> frozenset[str] | None:
+    """The tenants whose per-tenant figures get TensorBoard tags: for the generalist, those its library
+    scenarios name (its randomised episodes draw tenant names of their own); None (every tenant) otherwise."""
+    if not is_generalist(config.scenario):
+        return None
+    names = env_kwargs.get("scenarios") or list_scenarios()
+    return frozenset(t.name for name in names for t in get_scenario(name).source("train").tenants)
+
+
 def train(config: TrainConfig) -> Path:
     """Run one training as ``config`` says and return its run folder (see the module docstring for what it
     holds). Sets torch to one thread (SB3 on small models runs far slower with more). ``ValueError`` for a
     run folder inside a shipped folder (without ``force``), a bad hyperparameter file or value, or (a
     ``CheckpointError``) a checkpoint to resume that this user's training did not sign."""
     torch.set_num_threads(1)
+    t_start = time.perf_counter()
     hp = resolve_hyperparams(config)
     best = resume_best(config, hp)  # refuse a foreign checkpoint or a bad best.json before writing anything
     setup = eval_setup(config, hp)
@@ -256,8 +266,10 @@ def train(config: TrainConfig) -> Path:
     make_train_env = make_env_fn(config.env_scenario, config.algo, env_kwargs)
     vec_env = make_vec_env(make_train_env, n_envs=n_envs, seed=config.seed, vec_env_cls=vec_cls)
     try:
+        t_model = time.perf_counter()
         model, resumed = _model(config, hp, run, vec_env, env_kwargs)
-        return _learn(config, model, resumed, run, env_kwargs, best if resumed else None, setup)
+        phases = {"start": t_start, "clone_s": time.perf_counter() - t_model}  # cloning and DAgger, if any
+        return _learn(config, model, resumed, run, env_kwargs, best if resumed else None, setup, phases)
     finally:
         vec_env.close()
 
@@ -270,9 +282,11 @@ def _learn(
     env_kwargs: dict[str, Any],
     best: float | None,
     setup: dict[str, Any],
+    phases: dict[str, float],
 ) -> Path:
     """Learn ``run["n_timesteps"]`` steps with checkpoints and periodic evaluation; export the best policy.
-    ``best``: the best evaluation so far of the run being resumed (None: none to beat)."""
+    ``best``: the best evaluation so far of the run being resumed (None: none to beat); ``phases``: when the
+    training started (``start``, ``time.perf_counter``) and how long cloning took (``clone_s``)."""
     out, scenario = config.run_folder, config.scenario
     exportable = config.algo in ACTOR_CRITIC_ALGOS
     single = make_env_fn(config.env_scenario, config.algo, env_kwargs, agent=False)()
@@ -306,7 +320,7 @@ def _learn(
     message = f"training {config.algo} for {steps} steps; TensorBoard events in {out / 'tb'}"
     callbacks = CallbackList(
         [
-            EpisodeMetricsCallback(),
+            EpisodeMetricsCallback(named_tenants(config, env_kwargs)),
             SignedCheckpointCallback(every, str(out / "checkpoints"), name_prefix="model"),
             evaluator,
             StatusCallback(message, enabled=config.progress),
@@ -327,8 +341,14 @@ def _learn(
         export(model)  # never evaluated (a very short run): export the final model
     if resumed and best is not None:
         print(f"resumed with the best evaluation so far {best:.3f}; best now {evaluator.best_attainment:.3f}")
+    evaluations = evaluator.baselines_wall_s + evaluator.eval_wall_s
+    total = time.perf_counter() - phases["start"]
     summary = {
-        "wall_s": wall,
+        "wall_s": wall,  # learning, its evaluations included
+        "total_wall_s": total,  # every phase: building the envs, cloning, evaluations, learning, export
+        "clone_wall_s": phases["clone_s"],
+        "eval_wall_s": evaluations,
+        "learn_wall_s": max(wall - evaluations, 0.0),
         "timesteps": int(model.num_timesteps),
         "best_eval_attainment": evaluator.best_attainment,
         "baseline_attainment": evaluator.baseline_attainment,
@@ -336,5 +356,10 @@ def _learn(
         "exported": exportable,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    print(f"trained {model.num_timesteps} steps in {wall:.0f} s; run folder {out}", flush=True)
+    print(
+        f"trained {model.num_timesteps} steps in {total:.0f} s: cloning {phases['clone_s']:.0f} s, evaluations "
+        f"{evaluations:.0f} s, {config.algo} {max(wall - evaluations, 0.0):.0f} s, the rest "
+        f"{max(total - phases['clone_s'] - wall, 0.0):.0f} s (envs, export); run folder {out}",
+        flush=True,
+    )
     return out

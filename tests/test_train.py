@@ -62,10 +62,15 @@ def test_train_writes_a_complete_run_folder(
     printed = capsys.readouterr()
     assert printed.err == ""  # --no-progress: no status line, no bar
     assert "behaviour cloning from slo_aware" in printed.out and "trained 256 steps" in printed.out
+    summary_line = next(line for line in printed.out.splitlines() if line.startswith("trained 256 steps"))
+    assert all(word in summary_line for word in ("cloning", "evaluations", "maskable_ppo", "the rest"))
     for name in ("config.yml", "args.json", "command.txt", "model.zip", "best_model.zip", "policy.json",
                  "policy.safetensors", "summary.json", "bc.json"):  # fmt: skip
         assert (out / name).exists(), name
     assert any((out / "checkpoints").glob("model_*_steps.zip"))
+    summary = json.loads((out / "summary.json").read_text())  # every phase counted, none larger than the whole
+    parts = [summary[k] for k in ("clone_wall_s", "eval_wall_s", "learn_wall_s")]
+    assert min(parts) >= 0 and summary["clone_wall_s"] > 0 and sum(parts) <= summary["total_wall_s"]
     assert (out / "command.txt").read_text().startswith("llmsched-train --scenario mixed-slo")
     tags = _tags(out / "tb")
     assert {"episode/slo_attainment", "episode/goodput_rps", "episode/ttft_p99_s", "episode/jain_fairness"} <= tags
@@ -156,3 +161,17 @@ def test_train_sweep_on_ray_equals_serial_trainings(tmp_path: Path) -> None:
         assert list((run / "tb").rglob("events.out.tfevents.*"))
     sha = json.loads((serial / "policy.json").read_text())["tensors_sha256"]
     assert json.loads((sweep / "mixed-slo-seed1" / "policy.json").read_text())["tensors_sha256"] == sha
+
+
+def test_tenant_tags_only_for_the_tenants_the_scenarios_name() -> None:
+    from agents.callbacks import log_metrics
+    from agents.train_config import TrainConfig
+    from agents.training import named_tenants
+
+    metrics = {"slo_attainment": 0.9, "tenant/chat/slo_attainment": 1.0, "tenant/x7f3q/slo_attainment": 0.5}
+    recorded: dict[str, float] = {}
+    log_metrics(recorded.__setitem__, "episode", metrics, named_tenants(TrainConfig(scenario="generalist"), {}))
+    assert recorded == {"episode/slo_attainment": 0.9, "episode/tenant/chat/slo_attainment": 1.0}
+    recorded.clear()
+    log_metrics(recorded.__setitem__, "episode", metrics, named_tenants(TrainConfig(scenario="mixed-slo"), {}))
+    assert "episode/tenant/x7f3q/slo_attainment" in recorded  # one scenario: every tenant is its own
