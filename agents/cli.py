@@ -2,7 +2,7 @@
 
     llmsched-train --scenario mixed-slo --quick --out runs/quick          # the whole pipeline in minutes
     llmsched-train --scenario mixed-slo --algo maskable_ppo --timesteps 300000 --seed 0 --out runs/mixed0
-    llmsched-train --scenarios mixed-slo,bursty --seeds 0,1 --ray --out runs/sweep   # 4 trainings on Ray
+    llmsched-train --scenarios mixed-slo,bursty --seeds 0,1 --workers 2 --out runs/sweep   # 4, two at a time
     llmsched-train --trace my.csv --trace-format azure --init policies/generalist --out runs/mine  # fine-tune
 
 Hyperparameters come from agents/hyperparams/<algo>.yml keyed by scenario, then --quick, then --hp
@@ -21,10 +21,19 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from agents.config import ALGO_NAMES, parse_overrides
+import yaml
+
+from agents.config import ALGO_NAMES, HYPERPARAM_DIR, parse_overrides
 from agents.train_config import DEFAULT_EVAL_BASELINES, DEFAULT_EVAL_ROUTERS, QUICK, TrainConfig, resolve_hyperparams
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
-from llmsched_env.commands.evaluate_args import add_engine_limits, add_trace_options, engine_limits, trace_options
+from llmsched_env.commands.evaluate_args import (
+    add_engine_limits,
+    add_scaleout_options,
+    add_trace_options,
+    engine_limits,
+    scaleout,
+    trace_options,
+)
 from llmsched_env.commands.help import DefaultsFormatter, from_args, program
 from llmsched_env.common.checks import check_unique
 from llmsched_env.common.outputs import check_output
@@ -32,6 +41,23 @@ from llmsched_env.evaluation.distributed import RAY_INSTALL_HINT
 from llmsched_env.workloads.library import list_scenarios
 
 __all__ = ["build_parser", "main", "parse_args"]
+
+
+def quick_help(algo: str = "maskable_ppo") -> str:
+    """What ``--quick`` sets: the common preset, then the scenarios whose entry in ``<algo>.yml`` has a
+    ``quick:`` mapping of its own (which ``resolve_hyperparams`` applies over it)."""
+    common = ", ".join(f"{k} {v}" for k, v in QUICK.items())
+    try:
+        data = yaml.safe_load((HYPERPARAM_DIR / f"{algo}.yml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        data = {}
+    own = {
+        name: ", ".join(f"{k} {v}" for k, v in entry["quick"].items())
+        for name, entry in data.items()
+        if isinstance(entry, dict) and isinstance(entry.get("quick"), dict)
+    }
+    text = f"{common}; for {algo}, these scenarios change it: " if own else common
+    return text + "; ".join(f"{name}: {items}" for name, items in own.items())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,8 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--hyperparams", type=Path, default=None, help="a YAML file (default: agents/hyperparams/<algo>.yml)"
     )
-    quick = ", ".join(f"{k} {v}" for k, v in QUICK.items())
-    p.add_argument("--quick", action="store_true", help=f"a short run ({quick})")
+    p.add_argument("--quick", action="store_true", help=f"a short run: {quick_help()}")
     p.add_argument(
         "--resume",
         action="store_true",
@@ -84,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no status lines and no progress bars on stderr")
     p.add_argument("--force", action="store_true", help="allow a run folder inside a shipped folder")
     trace = p.add_argument_group("your own trace instead of --scenario (split in time: train, val, test)")
-    add_trace_options(trace)  # type: ignore[arg-type]
+    add_trace_options(trace, replaces="--scenario")  # type: ignore[arg-type]
     add_engine_limits(p, "engine limits of --trace's engine")
     sweep = p.add_argument_group("many trainings (each in its own run folder OUT/<scenario>-seed<K>[-key=value])")
     sweep.add_argument("--scenarios", default=None, help="comma list: one training per scenario (default: none)")
@@ -92,12 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument(
         "--hp-grid", action="append", default=[], metavar="KEY=V1,V2", help="one training per value (default: none)"
     )
-    sweep.add_argument(
-        "--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
-        help="run the trainings on local worker processes (no ADDRESS; nothing listens on the network) or as "
-        "tasks of the Ray cluster at ADDRESS (needs the 'distributed' extra) (default: off, one after the other)",
-    )  # fmt: skip
-    sweep.add_argument("--ray-cpus", type=int, default=None, help="local worker processes of --ray (default: all CPUs)")
+    add_scaleout_options(sweep, "the trainings")
     return p
 
 
@@ -107,6 +127,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     A bad argument exits with a one-line usage error (status 2)."""
     p = build_parser()
     args = p.parse_args(argv)  # --help exits here, before torch and SB3 are imported (below)
+    scaleout(p, args)
     from agents.sweep import sweep_configs
     from agents.training import resume_best
 
@@ -131,12 +152,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             check_unique(f"--hp-grid {key}", values)
     except ValueError as exc:
         p.error(str(exc))
-    if args.ray_cpus is not None and args.ray_cpus < 1:
-        p.error("--ray-cpus must be >= 1")
     trace, limits = None, engine_limits(args)
     if args.trace is not None:
         if args.sweep or args.scenario != "default":
-            p.error("--trace replaces --scenario and trains once (no --scenarios, --seeds, --hp-grid or --ray)")
+            p.error(
+                "--trace replaces --scenario and trains once (no --scenarios, --seeds, --hp-grid, --workers or --ray)"
+            )
         trace = {**trace_options(args), **({"engine": limits} if limits else {})}
     elif limits or any(getattr(args, k) is not None for k in ("trace_format", "trace_rate", "tenant_slo")):
         p.error("--trace-format, --trace-rate, --tenant-slo and the engine limits apply to --trace only")

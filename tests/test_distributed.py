@@ -31,12 +31,12 @@ def test_evaluate_on_ray_equals_the_serial_run(tmp_path: Path) -> None:
     grid = ["--policies", "fcfs,slo_aware,agent=policies/mixed-slo", "--scenarios", "mixed-slo",
             "--loads", "1,1.2", "--seeds", "0,1", "--num-requests", "60", "--no-plots"]  # fmt: skip
     assert main([*grid, "--out", str(tmp_path / "serial")]) == 0
-    assert main([*grid, "--ray", "--ray-cpus", "2", "--out", str(tmp_path / "ray")]) == 0
+    assert main([*grid, "--workers", "2", "--out", str(tmp_path / "ray")]) == 0
     serial = _rows(tmp_path / "serial")
     assert len(serial) == 12 and _rows(tmp_path / "ray") == serial
     cap = ["--capacity", "--policies", "fcfs", "--scenarios", "bursty", "--num-requests", "60", "--no-plots"]
     assert main([*cap, "--out", str(tmp_path / "cap_serial")]) == 0
-    assert main([*cap, "--ray", "local", "--ray-cpus", "2", "--out", str(tmp_path / "cap_ray")]) == 0
+    assert main([*cap, "--workers", "2", "--out", str(tmp_path / "cap_ray")]) == 0
     assert _rows(tmp_path / "cap_ray") == _rows(tmp_path / "cap_serial")
 
 
@@ -134,9 +134,20 @@ def test_a_bad_cpu_count_is_refused_before_anything_starts(cpus: object) -> None
         ray_imap(time.sleep, [(0.0,)], num_cpus=cpus)  # type: ignore[arg-type]
 
 
-def test_ray_cpus_zero_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in (["--ray", "--ray-cpus", "0"], ["--ray", "local", "--ray-cpus", "-2"]):
-        with pytest.raises(SystemExit) as exc:
-            main([*argv, "--num-requests", "5"])
-        assert exc.value.code == 2
-        assert "--ray-cpus: must be >= 1" in capsys.readouterr().err
+def test_bad_worker_counts_and_the_old_spellings_are_usage_errors_naming_the_new_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from agents.cli import main as train_main
+
+    cases = [
+        (["--workers", "0"], "--workers: must be >= 1"),
+        (["--ray-cpus", "2"], "--ray-cpus is now --workers N"),
+        (["--ray"], "--ray needs the ADDRESS of a Ray cluster; for local worker processes give --workers N"),
+        (["--workers", "2", "--ray", "10.0.0.1:6379"], "not both"),
+    ]
+    for command in (main, train_main):
+        for argv, message in cases:
+            with pytest.raises(SystemExit) as exc:
+                command([*argv, "--num-requests", "5"] if command is main else [*argv, "--seeds", "0,1"])
+            err = capsys.readouterr().err
+            assert exc.value.code == 2 and message in err and "Traceback" not in err, (argv, err)

@@ -151,7 +151,7 @@ def test_train_sweep_on_ray_equals_serial_trainings(tmp_path: Path) -> None:
     argv = ["--scenario", "mixed-slo", "--seed", "1", "--out", str(serial), "--no-progress", *TINY_TRAIN]
     assert train_main(argv) == 0
     sweep = tmp_path / "sweep"
-    argv = ["--scenarios", "mixed-slo", "--seeds", "1", "--ray", "--ray-cpus", "2", "--out", str(sweep), *TINY_TRAIN]
+    argv = ["--scenarios", "mixed-slo", "--seeds", "1", "--workers", "2", "--out", str(sweep), *TINY_TRAIN]
     assert train_main(argv) == 0
     results = json.loads((sweep / "sweep.json").read_text())
     assert [Path(r["out"]).name for r in results] == ["mixed-slo-seed1"]

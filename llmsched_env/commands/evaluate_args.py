@@ -34,6 +34,7 @@ __all__ = [
     "PROG",
     "TRACE_OPTIONS",
     "add_engine_limits",
+    "add_scaleout_options",
     "add_trace_options",
     "build_parser",
     "build_trace_scenario",
@@ -43,6 +44,7 @@ __all__ = [
     "int_at_least",
     "positive_float",
     "positive_int",
+    "scaleout",
     "trace_options",
     "trace_scenario",
 ]
@@ -194,16 +196,7 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     add("--force", action="store_true", help="allow --out or --tensorboard inside a shipped folder")
     add("--check-invariants", action="store_true", help="verify the core's invariants every step")
     add("--no-progress", action="store_true", help="no progress bars on stderr")
-    add(
-        "--ray",
-        nargs="?",
-        const="local",
-        default=None,
-        metavar="ADDRESS",
-        help="spread the runs over local worker processes (no ADDRESS; nothing listens on the network) or the Ray "
-        "cluster at ADDRESS (needs the 'distributed' extra) (default: off, run here)",
-    )
-    add("--ray-cpus", type=positive_int, default=None, help="local worker processes of --ray (default: all CPUs)")
+    add_scaleout_options(p, "the runs")
     add(
         "--engine",
         choices=("sim", "vllm"),
@@ -238,11 +231,49 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
-def add_trace_options(p: argparse.ArgumentParser) -> None:
-    """``--trace`` (a user's trace file instead of ``--scenarios``) and the options that say how to read it;
-    ``trace_scenario`` turns them into a scenario."""
+_NO_ADDRESS = "<no address>"  # --ray given alone: the spelling of local workers before --workers
+
+
+def add_scaleout_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, what: str) -> None:
+    """``--workers N`` (local worker processes) and ``--ray ADDRESS`` (a Ray cluster) to spread ``what`` over;
+    ``scaleout`` checks them after parsing."""
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help=f"spread {what} over N local worker processes (nothing listens on the network) (default: off, run here)",
+    )
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const=_NO_ADDRESS,
+        default=None,
+        metavar="ADDRESS",
+        help=f"spread {what} over the Ray cluster at ADDRESS (needs the 'distributed' extra) (default: off)",
+    )
+    p.add_argument("--ray-cpus", type=int, default=None, help=argparse.SUPPRESS)  # the old spelling: a pointer
+
+
+def scaleout(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Check ``--workers`` and ``--ray`` and set ``args.ray`` ("local" for local workers, a Ray address, or
+    None) and ``args.ray_cpus`` (the local workers), what ``ray_imap`` takes; a usage error for the old
+    spellings (``--ray`` without an address, ``--ray-cpus``) that names the new one."""
+    if args.ray_cpus is not None:
+        p.error("--ray-cpus is now --workers N (local worker processes)")
+    if args.ray == _NO_ADDRESS:
+        p.error("--ray needs the ADDRESS of a Ray cluster; for local worker processes give --workers N")
+    if args.workers is not None and args.ray is not None:
+        p.error("--workers (local worker processes) or --ray ADDRESS (a Ray cluster), not both")
+    if args.workers is not None:
+        args.ray, args.ray_cpus = "local", args.workers
+
+
+def add_trace_options(p: argparse.ArgumentParser, replaces: str = "--scenarios") -> None:
+    """``--trace`` (a user's trace file instead of ``replaces``, the command's scenario option) and the options
+    that say how to read it; ``trace_scenario`` turns them into a scenario."""
     add = p.add_argument
-    add("--trace", type=Path, default=None, help="your own trace file instead of --scenarios")
+    add("--trace", type=Path, default=None, help=f"your own trace file instead of {replaces}")
     add("--trace-format", choices=TRACE_FORMATS, default=None, help="format of --trace (default: none; required)")
     add("--trace-rate", type=float, default=None, help="arrival rate for --trace in req/s (default: the trace's mean)")
     add(
@@ -284,6 +315,7 @@ def engine_limits(args: argparse.Namespace) -> dict[str, int]:
 
 def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> EvalConfig:
     """The ``EvalConfig`` the parsed ``args`` ask for; a usage error (exit 2) for anything wrong."""
+    scaleout(p, args)
     if args.plots and args.out is None:
         p.error("--plots needs --out (the folder the PNG files go to)")
     if args.per_seed and not args.capacity:
@@ -292,7 +324,7 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
         if args.backend != "sim" or args.capacity or args.describe or args.ray:
             p.error(
                 "--engine vllm runs on the simulator's cost model alone: no --backend runtime, --capacity, "
-                "--describe or --ray"
+                "--describe, --workers or --ray"
             )
         from llmsched_env.evaluation.vllm_engine import check_vllm
 

@@ -1,7 +1,7 @@
 """Scale-out: map independent jobs over local worker processes or a Ray cluster (the ``distributed`` extra).
 
-``evaluate.py --ray`` spreads its grid's (scenario, load, policy) cells and its capacity searches, and
-``train.py --ray`` its trainings, with ``ray_imap``: results as they come, each with its job's index, so a
+``llmsched-evaluate --workers N`` (or ``--ray ADDRESS``) spreads its grid's (scenario, load, policy) cells and
+its capacity searches, and ``llmsched-train --workers N`` its trainings, with ``ray_imap``: results as they come, each with its job's index, so a
 caller reports each at once and keeps the order of its jobs. Without an address the jobs run on a pool of
 ``num_cpus`` local worker processes that talk to this one through pipes only: nothing listens on a network
 port (a local Ray's GCS server, raylets and workers listen on every interface, which Ray offers no setting to
