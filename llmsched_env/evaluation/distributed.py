@@ -1,13 +1,14 @@
 """Scale-out: map independent jobs over local worker processes or a Ray cluster (the ``distributed`` extra).
 
 ``llmsched-evaluate --workers N`` (or ``--ray ADDRESS``) spreads its grid's (scenario, load, policy) cells and
-its capacity searches, and ``llmsched-train --workers N`` its trainings, with ``ray_imap``: results as they come, each with its job's index, so a
-caller reports each at once and keeps the order of its jobs. Without an address the jobs run on a pool of
-``num_cpus`` local worker processes that talk to this one through pipes only: nothing listens on a network
-port (a local Ray's GCS server, raylets and workers listen on every interface, which Ray offers no setting to
-change, so no local Ray is started). With an address (``ray://host:10001`` or ``host:6379``: a cluster the
-user started, see the docs for a multi-machine one) it ships the repository as the Ray job's
-``working_dir`` (run folders, results and .git excluded), so every node runs the same code.
+its capacity searches, and ``llmsched-train --workers N`` its trainings, with ``ray_imap``: results as they
+come, each with its job's index, so a caller reports each at once and keeps the order of its jobs. Without an
+address the jobs run on a pool of ``num_cpus`` local worker processes that talk to this one through pipes
+only: nothing listens on a network port (a local Ray's GCS server, raylets and workers listen on every
+interface, which Ray offers no setting to change, so no local Ray is started). With an address
+(``ray://host:10001`` or ``host:6379``: a cluster the user started, see the docs for a multi-machine one) it
+ships the repository as the Ray job's ``working_dir`` (run folders, results and .git excluded), so every node
+runs the same code.
 Each job is a plain function of arguments that cloudpickle can pickle returning picklable results; placed by
 their indices, they are exactly what the serial loop gives.
 """
