@@ -100,7 +100,7 @@ def speed_message(ratio: float, cost_model: str, model: str, device: str) -> str
     effect = "SLOs will be missed" if ratio > 1 else "the load is lighter than it says"
     return (
         f"warning: this machine runs {model} {way} than the cost model {cost_model} that prices the runtime's "
-        f"SLOs and arrival rate ({effect}); calibrate this machine with `python calibrate.py profile --model "
+        f"SLOs and arrival rate ({effect}); calibrate this machine with `llmsched-calibrate profile --model "
         f"{model} --device {device} --out mine.json` and pass --cost-model mine.json (--no-speed-check skips "
         "this check)"
     )

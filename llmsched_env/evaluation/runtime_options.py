@@ -59,7 +59,7 @@ class RuntimeOptions:
         preset = f"runtime-{self.model}-{self.device.split(':')[0]}"
         if preset not in list_presets():
             raise ValueError(
-                f"no calibrated cost model for {self.model} on {self.device}: run `python calibrate.py profile "
+                f"no calibrated cost model for {self.model} on {self.device}: run `llmsched-calibrate profile "
                 f"--model {self.model} --device {self.device} --out {preset}.json` and pass --cost-model {preset}.json"
             )
         return preset
