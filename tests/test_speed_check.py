@@ -20,7 +20,7 @@ def test_the_message_names_the_ratio_only_when_it_is_off() -> None:
     assert speed_message(0.85, "runtime-tiny-cpu", "tiny", "cpu") is None
     slow = speed_message(2.3, "runtime-tiny-cpu", "tiny", "cpu")
     assert slow is not None and "2.30x slower than the cost model runtime-tiny-cpu" in slow and "\n" not in slow
-    assert "calibrate.py profile --model tiny --device cpu" in slow
+    assert "`llmsched-calibrate profile --model tiny --device cpu" in slow  # the installed command
     fast = speed_message(0.5, "runtime-tiny-cpu", "tiny", "cpu")
     assert fast is not None and "2.00x faster" in fast
 
