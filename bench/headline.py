@@ -76,13 +76,15 @@ def collect(results: Path, agent: str = AGENT) -> list[dict[str, object]]:
         if bound is not None and sorted(bounds[bound]) != seeds:
             raise SystemExit(f"{results}: {scenario}: {bound} has seeds {sorted(bounds[bound])}, the agent {seeds}")
         bound_mean = float(np.mean([bounds[bound][s] for s in seeds])) if bound is not None else None
+        limited = {p: sorted(v) for p, v in limited_of.get(scenario, {}).items() if v}
         out.append({
             "scenario": scenario, "seeds": seeds, "caps": caps, "best_named": best_named, "rival": rival,
             "same_as": same_as,
-            "limited": {p: sorted(v) for p, v in limited_of.get(scenario, {}).items() if v},
+            "limited": limited,
             "bound": bound, "bound_caps": [bounds[bound][s] for s in seeds] if bound is not None else [],
             "gap_closed": {p: _gap_closed(mean[p], mean[best_named] if best_named else None, bound_mean)
-                           for p in (TUNED, agent) if p in mean},
+                           for p in (TUNED, agent)
+                           if p in mean and not limited.keys() & {p, best_named, bound}},  # a lower bound: none
             "agent": agent, "ratio": mean[agent] / mean[rival] if mean[rival] > 0 else float("inf"),
             "paired_ratio": [a / b if b > 0 else float("inf") for a, b in zip(mine, other, strict=True)],
             "paired_diff": [a - b for a, b in zip(mine, other, strict=True)],

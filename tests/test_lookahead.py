@@ -248,6 +248,7 @@ def test_the_headline_marks_a_window_limited_capacity_as_a_lower_bound(tmp_path:
     spec.loader.exec_module(headline)  # type: ignore[union-attr]
     (row,) = headline.collect(tmp_path)
     assert row["limited"] == {"agent": [1], bound: [1]}
+    assert row["gap_closed"] == {}  # a share of a gap between lower bounds means nothing: none is given
     text = headline.markdown([row])
     cells = text.splitlines()[2].split(" | ")
     assert cells[1] == "≥ 2.75 ± 3.18" and "`fcfs` 2.00 ± 0.00" in text and "≥ 2.80 ± 2.54" in text
