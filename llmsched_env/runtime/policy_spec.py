@@ -15,6 +15,7 @@ a policy file is loaded.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,11 +26,23 @@ from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy
 from llmsched_env.decision.schema import SCHEMA_VERSION
 from llmsched_env.decision.tuned_table import TunedTable, is_tuned_table, load_tuned_table
 
-__all__ = ["GENERALIST_PATH", "LEARNED", "PolicySpec", "baseline_names", "resolve_policy"]
+__all__ = ["GENERALIST_PATH", "LEARNED", "PolicySpec", "baseline_names", "resolve_policy", "shipped_policies"]
 
 LEARNED = "learned"  # the name of the shipped generalist policy
 TUNED_PREFIX = "tuned:"  # a teacher candidate's spelling (agents/teacher.py), refused here with a pointer
-GENERALIST_PATH = Path(__file__).resolve().parents[2] / "policies" / "generalist"  # in the checkout
+SHIPPED_POLICIES_PREFIX = "policies/"  # how the docs name a shipped policy: policies/generalist, policies/S
+
+
+def shipped_policies() -> Path:
+    """The folder of the shipped trained policies: ``policies/`` of the ``agents`` package (found, not
+    imported: this package sits below it), installed or in a checkout (where ``policies/`` links to it)."""
+    spec = importlib.util.find_spec("agents")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations))).resolve() / "policies"
+    return Path(__file__).resolve().parents[2] / "agents" / "policies"
+
+
+GENERALIST_PATH = shipped_policies() / "generalist"
 
 
 def baseline_names() -> list[str]:
@@ -116,7 +129,8 @@ class PolicySpec:
 
 def resolve_policy(entry: str) -> PolicySpec:
     """A baseline name, ``learned`` (the generalist, ``policies/generalist``), ``[alias=]path`` of an exported
-    policy (a run folder holding ``policy.json`` + ``policy.safetensors``, or the JSON), loaded and verified now,
+    policy (a run folder holding ``policy.json`` + ``policy.safetensors``, or the JSON), loaded and verified now
+    (a path ``policies/...`` that does not exist where the command runs is the shipped policy of that name),
     or ``[alias=]path`` of a tuned-settings table
     (a JSON file with ``"format": "llmsched-tuned"``): the ``tuned`` baseline with that table, named ``alias``
     (default: the file's stem). ``ValueError`` naming ``entry`` or the file otherwise."""
@@ -141,6 +155,9 @@ def resolve_policy(entry: str) -> PolicySpec:
     if target in names:
         return PolicySpec(alias, baseline=target)
     path = Path(target).expanduser()
+    if not path.exists() and target.startswith(SHIPPED_POLICIES_PREFIX):  # outside a checkout: the shipped copy
+        shipped = shipped_policies() / target[len(SHIPPED_POLICIES_PREFIX) :]
+        path = shipped if shipped.exists() else path
     if not path.exists() and target.startswith(TUNED_PREFIX):
         raise ValueError(
             f"policy {entry!r}: tuned:SCENARIO (another scenario's settings) is a training teacher's candidate, not "
