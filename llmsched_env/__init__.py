@@ -1,6 +1,7 @@
 """llmsched: learn, judge and run LLM inference schedulers.
 
-One folder per concern, each importing only the folders below it:
+One folder per concern, each importing only the folders listed before it in this table (the arrow names
+the nearest one):
 
     common      checks, dataclass fields, output paths, the registry type     stdlib
     costs       cost models (roofline, fitted) and their presets             <- common
@@ -9,14 +10,14 @@ One folder per concern, each importing only the folders below it:
     workloads   arrivals, lengths, traces (+ data/), scenarios, library      <- sim
     cluster     the cluster simulator, its config, metrics and scenarios     <- workloads
     decision    observations, actions, masks, policies, routers, registry    <- cluster
-    envs        LLMSched-v0, LLMSchedCluster-v0, render        (gymnasium)   <- decision
+    envs        LLMSched-v0, LLMSchedCluster-v0, LLMSchedMix-v0 (gymnasium)  <- decision
     runtime     model, paged KV cache, runner, serving loop   (torch)        <- decision
     adapters    vllm/: parity with vLLM, policies inside vLLM      (vllm)    <- runtime
     evaluation  episodes, grids, capacity search, statistics, outputs, Ray   <- envs, adapters
     commands    the command lines (llmsched-evaluate, llmsched-calibrate)    <- evaluation
 
-Importing the package registers ``LLMSched-v0`` and ``LLMSchedCluster-v0`` with Gymnasium when Gymnasium is
-installed; nothing below ``envs`` needs it.
+Importing the package registers ``LLMSched-v0``, ``LLMSchedCluster-v0`` and ``LLMSchedMix-v0`` with Gymnasium
+when Gymnasium is installed; no folder listed before ``envs`` needs it.
 """
 
 __version__ = "0.1.0"

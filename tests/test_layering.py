@@ -1,4 +1,4 @@
-"""Each folder imports only the folders below it (DESIGN.md "Layers and layout"), and no import cycle exists.
+"""Each folder imports only the folders below it (docs/architecture.md), and no import cycle exists.
 
 Reads every module's import statements (``TYPE_CHECKING`` blocks and function-level imports included), so a
 layer that reaches up, a heavy dependency in the wrong place, or two modules that import each other fail here.

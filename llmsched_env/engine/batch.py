@@ -1,6 +1,6 @@
 """What a scheduling decision says, and what one engine iteration runs.
 
-A ``Decision`` parameterises the batch builder for one iteration (see DESIGN.md, step semantics). A
+A ``Decision`` parameterises the batch builder for one iteration (docs/environment.md, step semantics). A
 ``Batch`` is the builder's answer: the prefill chunks to compute and whether the decoding requests take a
 decode round. Executors (the simulator's cost model, the torch runtime) run a Batch and hand it back to
 ``Engine.complete``.

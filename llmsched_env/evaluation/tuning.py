@@ -50,7 +50,7 @@ from llmsched_env.workloads.scenarios import Scenario
 
 __all__ = ["TuneConfig", "TuneResult", "shipped_table", "tune_scenario"]
 
-SPLIT = "val"  # every choice is made on val (DESIGN.md, "Evaluation protocol"); test is for reported figures
+SPLIT = "val"  # every choice is made on val (docs/results.md, the protocol); test is for reported figures
 RUNG_SEEDS = (1, 3)  # seeds of rungs 1 and 2; the last rung runs every seed
 Score = tuple[float, float]  # (mean SLO attainment, mean goodput) over the seeds
 

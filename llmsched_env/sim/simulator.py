@@ -186,7 +186,7 @@ class Simulator:
         return self.kv_usage.series(self.engine.pool.num_blocks)
 
     def metrics(self) -> dict[str, float]:
-        """The metrics of DESIGN.md over every request that has arrived (unfinished ones count as misses)."""
+        """The metrics (docs/baselines-and-metrics.md) over every request that has arrived (unfinished ones miss)."""
         engine = self.engine
         engine.sync_all()
         duration = max(engine.now_s - self.start_s, 1e-9)
