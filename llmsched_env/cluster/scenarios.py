@@ -68,15 +68,14 @@ class ClusterScenario:
         return [ReplicaSpec(self.engine or base.engine, cm) for _ in range(self.num_replicas)]
 
 
-# Nominal rates = round-robin + fcfs capacity, measured with `python bench/cluster_capacity.py` (the former eval
-# split, the last 30% of the trace's time, with 4,000 and 2,000-request episodes for the 8-replica scenarios,
-# mean attainment over seeds 0-2 >= 90%, bisection to 2%; it printed each capacity as a load of a first guess,
-# N x the single-node nominal rate: azure-conv-4 0.968 x 45.6, azure-conv-8 0.897 x 91.2, mooncake-4
-# 1.269 x 2.52, mooncake-8 1.255 x 5.04, azure-conv-pd 0.917 x 45.6 req/s), rounded down, then checked at
-# load 1.0: attainment 0.901, 0.901, 0.902, 0.902, 0.908 (and 0.79-0.89 at load 1.04; azure-conv-8 needed
-# 81.7 rather than 81.8). Per replica: 11.0 and 10.2 req/s for Azure (single-node fcfs capacity 11.4; the
-# 8-replica episodes are twice as long) and 0.80 and 0.79 req/s for Mooncake (single node 0.63: round robin
-# smooths each replica's arrivals).
+# Nominal rates = round-robin + fcfs capacity, measured with `python bench/cluster_capacity.py` (on the last 30% of the
+# trace's time, the val and test parts together, with 4,000 and 2,000-request episodes for the 8-replica scenarios, mean
+# attainment over seeds 0-2 >= 90%, bisection to 2%; it printed each capacity as a load of a first guess, N x the
+# single-node nominal rate: azure-conv-4 0.968 x 45.6, azure-conv-8 0.897 x 91.2, mooncake-4 1.269 x 2.52, mooncake-8
+# 1.255 x 5.04, azure-conv-pd 0.917 x 45.6 req/s), rounded down, then checked at load 1.0: attainment 0.901, 0.901,
+# 0.902, 0.902, 0.908 (and 0.79-0.89 at load 1.04; azure-conv-8 needed 81.7 rather than 81.8). Per replica: 11.0 and
+# 10.2 req/s for Azure (single-node fcfs capacity 11.4; the 8-replica episodes are twice as long) and 0.80 and 0.79
+# req/s for Mooncake (single node 0.63: round robin smooths each replica's arrivals).
 CLUSTER_SCENARIOS: Registry[ClusterScenario] = Registry("cluster scenario")
 for _s in (
     ClusterScenario(
@@ -93,7 +92,7 @@ for _s in (
         "azure-conv",
         8,
         rate_rps=81.7,
-        num_requests=2000,  # the val and test parts hold 2,747 and 2,166 requests (4,000 before the division)
+        num_requests=2000,  # the val and test parts hold 2,747 and 2,166 requests
     ),
     ClusterScenario(
         "cluster-mooncake-4",
@@ -109,7 +108,7 @@ for _s in (
         "mooncake-conv",
         8,
         rate_rps=6.32,
-        num_requests=1500,  # the val and test parts hold 1,939 and 1,969 requests (2,000 before the division)
+        num_requests=1500,  # the val and test parts hold 1,939 and 1,969 requests
     ),
     ClusterScenario(
         "cluster-azure-conv-pd",

@@ -55,7 +55,7 @@ COST_MODEL_CHOICES = ("llama3-8b-h100", "llama3-8b-a100", "llama2-70b-4xh100")
 ARRIVAL_CHOICES = ("poisson", "gamma", "on_off")
 # The estimate's constant: the library's FCFS knees (90% SLO attainment) over the throughput bound that
 # ``nominal_rate_rps`` computes, geometric mean over default, sharegpt-poisson, mixed-slo and short-long
-# (0.55, 0.34, 0.43, 0.36 before this factor).
+# (their ratios: 0.55, 0.34, 0.43, 0.36).
 KNEE_FRACTION = 0.41
 MIN_BATCHED_TOKENS = 64  # the smallest max_num_batched_tokens an engine of the space may have
 FIT_COPIES = 2  # the KV pool must hold this many of a family's longest requests at once
