@@ -33,33 +33,49 @@ Nothing here imports torch, matplotlib or Ray until a policy file, the runtime b
 needs it; schedulers and routers come from ``llmsched_env.decision.registry``, never from ``baselines``.
 """
 
-from llmsched_env.common.outputs import write_csv  # the one CSV writer, re-exported for evaluation's users
-from llmsched_env.evaluation.capacity import (
-    CAPACITY_TARGET,
-    capacity_grid,
-    find_capacity,
-    search_capacity,
-    summarize_capacity,
-)
-from llmsched_env.evaluation.config import EvalConfig, InputError, Row
-from llmsched_env.evaluation.describe import format_description
-from llmsched_env.evaluation.details import episode_details
-from llmsched_env.evaluation.grid import KEY_COLUMNS, GridResult, run_cell, run_grid
-from llmsched_env.evaluation.identity import identical_groups, merge_identical, policy_label
-from llmsched_env.evaluation.outputs import (
-    TABLE_COLUMNS,
-    LiveTable,
-    capacity_table,
-    format_capacity_summary,
-    format_summary,
-    results_table,
-    write_results,
-    write_tensorboard,
-)
-from llmsched_env.evaluation.runtime_options import RuntimeOptions
-from llmsched_env.evaluation.stats import SUMMARY_METRICS, mean_ci95, summarize, t_quantile_975
-from llmsched_env.evaluation.tuning import TuneConfig, TuneResult, tune_scenario
-from llmsched_env.runtime.policy_spec import PolicySpec, resolve_policy
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {  # name -> its module: imported on first use, so one submodule does not load them all
+    "CAPACITY_TARGET": "llmsched_env.evaluation.capacity",
+    "KEY_COLUMNS": "llmsched_env.evaluation.grid",
+    "SUMMARY_METRICS": "llmsched_env.evaluation.stats",
+    "TABLE_COLUMNS": "llmsched_env.evaluation.outputs",
+    "EvalConfig": "llmsched_env.evaluation.config",
+    "GridResult": "llmsched_env.evaluation.grid",
+    "InputError": "llmsched_env.evaluation.config",
+    "LiveTable": "llmsched_env.evaluation.outputs",
+    "PolicySpec": "llmsched_env.runtime.policy_spec",
+    "Row": "llmsched_env.evaluation.config",
+    "RuntimeOptions": "llmsched_env.evaluation.runtime_options",
+    "TuneConfig": "llmsched_env.evaluation.tuning",
+    "TuneResult": "llmsched_env.evaluation.tuning",
+    "capacity_grid": "llmsched_env.evaluation.capacity",
+    "capacity_table": "llmsched_env.evaluation.outputs",
+    "episode_details": "llmsched_env.evaluation.details",
+    "find_capacity": "llmsched_env.evaluation.capacity",
+    "format_capacity_summary": "llmsched_env.evaluation.outputs",
+    "format_description": "llmsched_env.evaluation.describe",
+    "format_summary": "llmsched_env.evaluation.outputs",
+    "identical_groups": "llmsched_env.evaluation.identity",
+    "mean_ci95": "llmsched_env.evaluation.stats",
+    "merge_identical": "llmsched_env.evaluation.identity",
+    "policy_label": "llmsched_env.evaluation.identity",
+    "resolve_policy": "llmsched_env.runtime.policy_spec",
+    "results_table": "llmsched_env.evaluation.outputs",
+    "run_cell": "llmsched_env.evaluation.grid",
+    "run_grid": "llmsched_env.evaluation.grid",
+    "search_capacity": "llmsched_env.evaluation.capacity",
+    "summarize": "llmsched_env.evaluation.stats",
+    "summarize_capacity": "llmsched_env.evaluation.capacity",
+    "t_quantile_975": "llmsched_env.evaluation.stats",
+    "tune_scenario": "llmsched_env.evaluation.tuning",
+    "write_csv": "llmsched_env.common.outputs",
+    "write_results": "llmsched_env.evaluation.outputs",
+    "write_tensorboard": "llmsched_env.evaluation.outputs",
+}
 
 __all__ = [
     "CAPACITY_TARGET",
@@ -99,3 +115,16 @@ __all__ = [
     "write_results",
     "write_tensorboard",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # once
+        return value
+    raise AttributeError(f"module 'llmsched_env.evaluation' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
