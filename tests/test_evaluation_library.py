@@ -3,6 +3,7 @@ runs finish, progress bars on stderr (off with --no-progress), defaults in --hel
 
 from __future__ import annotations
 
+import argparse
 import ast
 import json
 import pickle
@@ -123,7 +124,7 @@ def test_no_progress_leaves_stderr_empty(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_help_shows_every_default_and_runs_as_a_module() -> None:
     parser = build_parser("")
-    options = [a for a in parser._actions if a.option_strings and a.dest != "help"]
+    options = [a for a in parser._actions if a.option_strings and a.dest != "help" and a.help != argparse.SUPPRESS]
     text = parser.format_help()
     assert text.count("(default") == len(options), text
     for expected in ("(default: fcfs)", "(default: default)", "(default: 1.0)", "(default: test)", "(default: off)"):
