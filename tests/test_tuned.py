@@ -279,3 +279,19 @@ def test_library_scenarios_go_to_results_and_the_shipped_table_needs_force(
     assert tune.main(["--scenarios", "default", *TINY]) == 0
     assert "default" in load_tuned_table(tmp_path / "results" / "tuned.json").entries
     assert SHIPPED_TABLE.read_bytes() == before
+
+
+def test_a_library_trace_scenario_is_tuned_on_a_disjoint_val_window_per_seed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen: dict[str, Any] = {}
+
+    def fake(config: Any, scenario: Any, **kwargs: Any) -> Any:
+        seen[scenario.name] = config.num_requests
+        raise SystemExit(0)  # the search itself is not what this checks
+
+    monkeypatch.setattr(tune, "tune_scenario", fake)
+    with pytest.raises(SystemExit):
+        tune.main(["--scenarios", "azure-code", "--seeds", "0,1,2,3,4", "--out", str(tmp_path / "t.json")])
+    assert seen == {"azure-code": 121}  # 609 val requests: five windows of 121 (the scenario's own 500 fit one)
+    assert "azure-code: val episodes of 121 requests" in capsys.readouterr().out

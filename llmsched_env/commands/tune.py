@@ -52,7 +52,7 @@ from llmsched_env.common.outputs import check_output
 from llmsched_env.decision.tuned_table import load_tuned_table, write_tuned_entries
 from llmsched_env.evaluation.trace_tuned import USER_TABLE_ENV, TraceKey, trace_key, user_table, val_episode_size
 from llmsched_env.evaluation.tuning import TuneConfig, tune_scenario
-from llmsched_env.workloads.library import list_scenarios
+from llmsched_env.workloads.library import get_scenario, list_scenarios
 
 __all__ = ["build_parser", "main"]
 
@@ -132,13 +132,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             command = shlex.join([PROG[0], *(argv if argv is not None else sys.argv[1:])])
             options = trace_options(args)  # the key: the file's content and these, as llmsched-evaluate sees them
             key = trace_key(options, scenarios[0], cost_model=args.cost_model)
-            size = val_episode_size(scenarios[0], config.seeds) if args.num_requests is None else None
-            if size is not None:
-                config = replace(config, num_requests=size)
-                print(f"{scenarios[0].name}: val episodes of {size} requests, a disjoint window of the val part per "
+        configs = {}  # per scenario: a trace's val part cut into a disjoint window per seed
+        for scenario in scenarios:
+            scenario = get_scenario(scenario) if isinstance(scenario, str) else scenario
+            size = val_episode_size(scenario, config.seeds) if args.num_requests is None else None
+            mine = config
+            if size is not None and size != scenario.num_requests:
+                mine = replace(config, num_requests=size)
+                print(f"{scenario.name}: val episodes of {size} requests, a disjoint window of the val part per "
                       "seed (--num-requests sets another size)", flush=True)  # fmt: skip
-        for scenario in scenarios:  # every name and option checked before the first (long) search
-            config.eval_config(scenario, config.seeds)
+            mine.eval_config(scenario, config.seeds)  # every name and option checked before the first search
+            configs[scenario.name] = (scenario, mine)
         out = args.out if args.out is not None else user_table() if key is not None else DEFAULT_OUT
         check_output(out, args.force)  # never into the shipped table (or any shipped folder) unless asked
         if out.exists():
@@ -149,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         p.error(f"--out {out}: cannot create its folder: {exc}")
-    for scenario in scenarios:
+    for scenario, config in configs.values():
         result = tune_scenario(config, scenario, log=lambda line: print(line, flush=True), command=command)
         name, entry = result.scenario, result.entry
         if key is not None:  # a trace: keyed by its content and options, which the provenance records
