@@ -56,12 +56,15 @@ ALLOWED: dict[str, set[str]] = {
 THIRD_PARTY: dict[str, set[str]] = {
     "envs": {"gymnasium", "matplotlib"},
     "runtime": {"torch", "safetensors"},
-    "adapters": {"vllm", "torch", "safetensors"},
-    "evaluation": {"gymnasium", "matplotlib", "ray", "tqdm", "torch"},
+    "adapters": {"vllm", "torch", "safetensors", "yaml"},
+    "evaluation": {"gymnasium", "matplotlib", "ray", "tqdm", "torch", "tensorboard"},
     "commands": {"gymnasium", "matplotlib", "ray", "tqdm", "torch"},
 }
-HEAVY = {"gymnasium", "torch", "safetensors", "stable_baselines3", "sb3_contrib", "ray", "matplotlib", "vllm"}
+HEAVY = {"gymnasium", "torch", "safetensors", "stable_baselines3", "sb3_contrib", "ray", "matplotlib", "vllm", "scipy",
+         "yaml", "tensorboard", "hypothesis"}  # fmt: skip
 TOP = {"agents", "baselines", "train", "evaluate", "calibrate"}
+# heavy packages the agents may import (vLLM and Ray reach them only through llmsched_env's adapters and workers)
+AGENTS_THIRD_PARTY = {"gymnasium", "torch", "safetensors", "stable_baselines3", "sb3_contrib", "yaml", "tensorboard"}
 
 
 def _imports(path: Path) -> set[str]:
@@ -138,6 +141,14 @@ def test_baselines_use_the_decision_layer_and_below(path: Path) -> None:
 @pytest.mark.parametrize("path", sorted((ROOT / "agents").rglob("*.py")), ids=str)
 def test_agents_import_no_command_line_script(path: Path) -> None:
     assert not _imports(path) & {"train", "evaluate", "calibrate"}
+    heavy = {n.split(".")[0] for n in _imports(path)} & HEAVY
+    assert heavy <= AGENTS_THIRD_PARTY, f"{path.name} imports {sorted(heavy - AGENTS_THIRD_PARTY)}"  # no vllm, no ray
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "bench").glob("*.py")), ids=str)
+def test_bench_scripts_use_the_package_not_the_tests(path: Path) -> None:
+    """A benchmark measures the package as users get it: it may import any layer, never the test suite."""
+    assert not {n.split(".")[0] for n in _imports(path)} & {"tests", "conftest"}, path.name
 
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")) + sorted((ROOT / "baselines").rglob("*.py")), ids=str)
