@@ -48,7 +48,15 @@ def test_the_generalist_recipe_is_the_one_that_trained_the_shipped_policy() -> N
     assert shipped == resolve_hyperparams(TrainConfig(scenario="generalist"))
 
 
-@pytest.mark.parametrize("path", PER_SCENARIO, ids=lambda p: p.parent.name)
+# the longest of these (a minute each on the 2-core machine) run in the slow tier
+LONG = {"mooncake-conv", "remote-kv", "sharegpt-poisson"}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, marks=pytest.mark.slow) if p.parent.name in LONG else p for p in PER_SCENARIO],
+    ids=lambda p: p.parent.name,
+)
 def test_shipped_policy_runs_on_its_scenario(path: Path) -> None:
     policy = load_policy_file(path)
     scenario = policy.meta["scenario"]

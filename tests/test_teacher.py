@@ -38,6 +38,7 @@ def test_replay_gives_the_episode_again() -> None:
         _mix().replay()
 
 
+@pytest.mark.slow  # about 100 s on the 2-core machine
 def test_searched_plays_the_candidate_with_the_best_attainment() -> None:
     env = _mix()
     chosen_names = set()
@@ -85,6 +86,7 @@ def test_tuned_first_then_searched_on_random_workloads() -> None:
     assert kinds == {True, False}
 
 
+@pytest.mark.slow  # about 30 s on the 2-core machine
 def test_demonstrations_from_the_searched_teacher_are_deterministic() -> None:
     a = collect_demonstrations(_mix(), SEARCHED, 120, 0.99, seed=2)  # searched on every (library) episode
     b = collect_demonstrations(_mix(), SEARCHED, 120, 0.99, seed=2)
