@@ -26,7 +26,7 @@ from llmsched_env.engine.request import Request
 from llmsched_env.envs.cluster_options import LocalPolicy, resolve_disagg, resolve_local_policies, resolve_specs
 from llmsched_env.envs.options import check_episode_args, load_arg, reset_window
 from llmsched_env.envs.reward import RewardConfig, RewardTracker
-from llmsched_env.envs.snapshot import EnvSnapshot, check_snapshot
+from llmsched_env.envs.snapshot import EnvSnapshot, check_snapshot, episode_state, restore_episode_state
 from llmsched_env.workloads.library import get_scenario
 from llmsched_env.workloads.scenarios import Scenario, TraceSource
 
@@ -263,12 +263,7 @@ class LLMSchedClusterEnv(gym.Env):
         state = {
             "cluster": cluster.fork(scheduler),
             "policies": _policy_states(scheduler),
-            "rng": self.np_random.bit_generator.state,
-            "seed": self._np_random_seed,
-            "reward": self._reward.copy(),
-            "steps": self._steps,
-            "load": self.load,
-            "window": self._episode_window,
+            **episode_state(self),
             "step": self._steps,
         }
         return EnvSnapshot(type(self).__name__, self._signature, state)
@@ -282,16 +277,12 @@ class LLMSchedClusterEnv(gym.Env):
         assert isinstance(scheduler, LocalScheduler)
         for i, policy in _policy_states(state["policies"]).items():
             scheduler.policies[i] = policy
-        self.np_random.bit_generator.state = state["rng"]
-        self._np_random_seed = state["seed"]
+        restore_episode_state(self, state)
         self.cluster = cluster = state["cluster"].fork(scheduler)
         scheduler.cluster = cluster
         # the arrival advance() returned last (None once all are routed and the cluster has drained)
         self._pending = cluster.requests[cluster.num_routed] if cluster.num_routed < len(cluster.requests) else None
-        self._reward = state["reward"].copy()
-        self._steps = state["steps"]
-        self.load = state["load"]
-        self._episode_window = state["window"]
+        self._steps = state["step"]
         if self.check_invariants:
             check_cluster(cluster)
 

@@ -25,7 +25,7 @@ from llmsched_env.engine.request import Request
 from llmsched_env.envs.options import check_episode_args, engine_config, load_arg, reset_window
 from llmsched_env.envs.render import render_ansi, render_rgb
 from llmsched_env.envs.reward import RewardConfig, RewardTracker
-from llmsched_env.envs.snapshot import EnvSnapshot, check_snapshot
+from llmsched_env.envs.snapshot import EnvSnapshot, check_snapshot, episode_state, restore_episode_state
 from llmsched_env.sim.simulator import Simulator
 from llmsched_env.workloads.library import get_scenario
 from llmsched_env.workloads.prediction import LengthPredictor
@@ -288,14 +288,10 @@ class LLMSchedEnv(gym.Env):
             raise RuntimeError("call reset() before snapshot()")
         state = {
             "sim": sim.fork(None),
-            "rng": self.np_random.bit_generator.state,
-            "seed": self._np_random_seed,
-            "reward": self._reward.copy(),
+            **episode_state(self),
             "last_step_s": self._last_step_s,
             "history": list(self.history),
-            "load": self.load,
             "nominal_rate_rps": self.nominal_rate_rps,
-            "window": self._episode_window,
             "step": sim.num_steps,
         }
         return EnvSnapshot(type(self).__name__, self._signature, state)
@@ -305,16 +301,12 @@ class LLMSchedEnv(gym.Env):
         the snapshot stays as it was, for another restore. One-line ``ValueError`` for a snapshot of another
         kind of env or of other arguments."""
         state = check_snapshot(self, snapshot, self._signature).state
-        self.np_random.bit_generator.state = state["rng"]
-        self._np_random_seed = state["seed"]
+        restore_episode_state(self, state)
         self.sim = state["sim"].fork(self.np_random)  # the remote KV store draws from this env's generator
-        self._reward = state["reward"].copy()
         self._last_step_s = state["last_step_s"]
         self.history.clear()
         self.history.extend(state["history"])
-        self.load = state["load"]
         self.nominal_rate_rps = state["nominal_rate_rps"]
-        self._episode_window = state["window"]
         if self.check_invariants:
             self.sim.check_invariants()
 

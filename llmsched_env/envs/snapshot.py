@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["EnvSnapshot", "check_snapshot"]
+__all__ = ["EnvSnapshot", "check_snapshot", "episode_state", "restore_episode_state"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -51,3 +51,26 @@ def check_snapshot(owner: Any, snapshot: object, signature: tuple[Any, ...]) -> 
                     f"{kind}.restore: the snapshot's env was made with {name}={theirs!r}, this one with {mine!r}"
                 )
     return snapshot
+
+
+def episode_state(env: Any) -> dict[str, Any]:
+    """What every env's snapshot holds besides its simulator: the generator's state and seed, the reward
+    bookkeeping (copied), the load and the trace window of the episode."""
+    return {
+        "rng": env.np_random.bit_generator.state,
+        "seed": env._np_random_seed,
+        "reward": env._reward.copy(),
+        "load": env.load,
+        "window": env._episode_window,
+    }
+
+
+def restore_episode_state(env: Any, state: dict[str, Any]) -> None:
+    """Put ``episode_state``'s part of ``state`` back into ``env`` (the reward bookkeeping copied again, so the
+    snapshot can be restored any number of times). Before the simulator's fork, which may draw from the
+    restored generator."""
+    env.np_random.bit_generator.state = state["rng"]
+    env._np_random_seed = state["seed"]
+    env._reward = state["reward"].copy()
+    env.load = state["load"]
+    env._episode_window = state["window"]
