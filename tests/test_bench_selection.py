@@ -5,10 +5,8 @@ folder (``bench/export_checkpoint.py``) and ranking candidates by capacity relat
 from __future__ import annotations
 
 import csv
-import importlib.util
 import math
 from pathlib import Path
-from types import ModuleType
 
 import gymnasium as gym
 import numpy as np
@@ -18,15 +16,7 @@ import torch
 from agents.cli import main as train_main
 from agents.sb3 import ALGOS
 from llmsched_env.runtime.policy_file import load_policy_file
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-
-
-def _script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+from tests.bench_scripts import bench_script
 
 
 def test_an_exported_checkpoint_acts_as_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -40,7 +30,7 @@ def test_an_exported_checkpoint_acts_as_the_model(tmp_path: Path, monkeypatch: p
         "--no-progress", "--out", str(run), "--seed", "3",
     ])  # fmt: skip
     checkpoint = sorted((run / "checkpoints").glob("model_*_steps.zip"))[-1]
-    steps = _script("export_checkpoint").export_checkpoint(checkpoint, tmp_path / "exported")
+    steps = bench_script("export_checkpoint").export_checkpoint(checkpoint, tmp_path / "exported")
     policy = load_policy_file(tmp_path / "exported")
     assert policy.meta["timesteps"] == steps and policy.meta["seed"] == 3
     assert policy.meta["iterations_per_step"] == 32 and policy.meta["scenario"] == "mixed-slo"
@@ -66,7 +56,7 @@ def test_ratio_to_tuned_ranks_by_paired_ratios(
         w = csv.writer(f)
         w.writerow(["policy", "scenario", "seed", "capacity_load", "capacity_rps"])
         w.writerows([(*r, 0.0) for r in rows])
-    script = _script("ratio_to_tuned")
+    script = bench_script("ratio_to_tuned")
     assert script.ratios([path], "tuned") == {"x": {"a": 0.75, "b": 1.5}}  # y has no tuned beside it: left out
     monkeypatch.setattr("sys.argv", ["ratio_to_tuned.py", str(path)])
     script.main()

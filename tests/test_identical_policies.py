@@ -5,10 +5,8 @@ rows keep every policy."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -27,16 +25,7 @@ from llmsched_env.evaluation import (
     summarize_capacity,
 )
 from llmsched_env.workloads.library import get_scenario
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-
-
-def _script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
+from tests.bench_scripts import bench_script
 
 # --- duplicates ---------------------------------------------------------------------------------------------
 
@@ -200,7 +189,7 @@ def test_the_headline_picks_the_best_named_group_and_lists_it(tmp_path: Path) ->
         for policy, values in caps.items():
             for seed, cap in enumerate(values):
                 w.writerow([policy, "s", seed, cap, 2 * cap, f"{same.get(policy, policy)}-{seed}"])
-    headline = _script("headline")
+    headline = bench_script("headline")
     (row,) = headline.collect(tmp_path)
     assert row["best_named"] == "fcfs" and row["same_as"] == {"fcfs": ["lpm", "vtc"], "sjf": [], "slo_aware": []}
     text = headline.markdown([row])

@@ -6,7 +6,6 @@ in one line."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.evaluation.vllm_engine import compare_engines
 from llmsched_env.runtime.policy_spec import resolve_policy
 from llmsched_env.workloads.library import get_scenario
+from tests.bench_scripts import bench_script
 
 SMALL = "lookahead:k=16,horizon=16,tail=32"
 
@@ -194,9 +194,7 @@ def test_the_headline_never_counts_the_bound_and_says_where_tuned_and_the_agent_
         for policy, values in caps.items():
             for seed, cap in enumerate(values):
                 w.writerow([policy, "s", seed, cap, 2 * cap])
-    spec = importlib.util.spec_from_file_location("headline", Path(__file__).parents[1] / "bench" / "headline.py")
-    headline = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(headline)  # type: ignore[union-attr]
+    headline = bench_script("headline")
     (row,) = headline.collect(tmp_path)
     assert row["rival"] == "tuned" and row["best_named"] == "fcfs" and row["bound"] == bound
     assert row["gap_closed"]["tuned"] == pytest.approx(0.3) and row["gap_closed"]["agent"] == pytest.approx(0.5)
@@ -243,9 +241,7 @@ def test_the_headline_marks_a_window_limited_capacity_as_a_lower_bound(tmp_path:
         w.writerow(["policy", "scenario", "seed", "capacity_load", "capacity_rps", "window_limited"])
         for policy, seed, cap, limited in rows:
             w.writerow([policy, "s", seed, cap, 2 * cap, limited])
-    spec = importlib.util.spec_from_file_location("headline", Path(__file__).parents[1] / "bench" / "headline.py")
-    headline = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(headline)  # type: ignore[union-attr]
+    headline = bench_script("headline")
     (row,) = headline.collect(tmp_path)
     assert row["limited"] == {"agent": [1], bound: [1]}
     assert row["gap_closed"] == {}  # a share of a gap between lower bounds means nothing: none is given
