@@ -21,9 +21,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import yaml
-
-from agents.config import ALGO_NAMES, HYPERPARAM_DIR, parse_overrides
+from agents.config import ALGO_NAMES, parse_overrides, read_hyperparam_file
 from agents.train_config import DEFAULT_EVAL_BASELINES, DEFAULT_EVAL_ROUTERS, QUICK, TrainConfig, resolve_hyperparams
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.evaluate_args import (
@@ -48,8 +46,8 @@ def quick_help(algo: str = "maskable_ppo") -> str:
     ``quick:`` mapping of its own (which ``resolve_hyperparams`` applies over it)."""
     common = ", ".join(f"{k} {v}" for k, v in QUICK.items())
     try:
-        data = yaml.safe_load((HYPERPARAM_DIR / f"{algo}.yml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
+        data = read_hyperparam_file(algo)
+    except ValueError:  # the help still prints; the run itself reports the file
         data = {}
     own = {
         name: ", ".join(f"{k} {v}" for k, v in entry["quick"].items())

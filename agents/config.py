@@ -10,7 +10,14 @@ from typing import Any
 
 import yaml
 
-__all__ = ["ALGO_NAMES", "HYPERPARAM_DIR", "load_hyperparams", "merge_config", "parse_overrides"]
+__all__ = [
+    "ALGO_NAMES",
+    "HYPERPARAM_DIR",
+    "load_hyperparams",
+    "merge_config",
+    "parse_overrides",
+    "read_hyperparam_file",
+]
 
 ALGO_NAMES = ("maskable_ppo", "ppo", "a2c", "dqn", "recurrent_ppo")  # agents.sb3.ALGOS' keys, known without SB3
 
@@ -54,6 +61,14 @@ def load_hyperparams(
     algo: str, scenario: str, overrides: Mapping[str, Any] | None = None, path: Path | None = None
 ) -> dict[str, Any]:
     """``default`` merged with the ``scenario`` entry of ``<algo>.yml``, then with ``overrides``."""
+    data = read_hyperparam_file(algo, path)
+    params = merge_config(data.get("default", {}), data.get(scenario) or {})
+    return merge_config(params, overrides or {})
+
+
+def read_hyperparam_file(algo: str, path: Path | None = None) -> dict[str, Any]:
+    """The entries of ``<algo>.yml`` (or ``path``) as written, scenario -> hyperparameters; ``ValueError``
+    naming the file when it is missing, not YAML, or not such a mapping with a ``default`` entry."""
     file = path or HYPERPARAM_DIR / f"{algo}.yml"
     if not file.exists():
         raise ValueError(f"no hyperparameter file for algorithm {algo!r}: {file} does not exist")
@@ -63,5 +78,4 @@ def load_hyperparams(
         raise ValueError(f"{file}: invalid YAML ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("default", {}), dict):
         raise ValueError(f"{file}: expected a mapping of scenario -> hyperparameters with a 'default' entry")
-    params = merge_config(data.get("default", {}), data.get(scenario) or {})
-    return merge_config(params, overrides or {})
+    return data
