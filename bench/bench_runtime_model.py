@@ -1,6 +1,7 @@
 """Step times of the torch runtime's model runner: decode batches and prefill chunks.
 
-    python bench/bench_runtime_model.py                       # tiny preset, CPU, float32, one thread (--threads)
+    python bench/bench_runtime_model.py                       # tiny preset, one thread (--threads), on cuda
+                                                              # when there is one (float32 on cpu)
     python bench/bench_runtime_model.py --model llama-1b --device cuda --dtype bfloat16
 
 Each case is run on a fresh sequence layout (contiguous block ids) after warmup; the median of
@@ -20,7 +21,7 @@ from llmsched_env.runtime.runner import SeqChunk
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_runner_options(parser, device="cpu")
+    add_runner_options(parser)
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--context", type=int, default=512, help="tokens already cached for each decode")
     parser.add_argument("--warmup", type=int, default=2)

@@ -1,12 +1,12 @@
 """How steady is this machine? The same model steps timed again and again, window by window.
 
-    python bench/bench_speed_drift.py                  # tiny preset, CPU, float32, one thread, 60 s
+    python bench/bench_speed_drift.py                  # tiny preset, one thread, 60 s (cuda when there is one)
     python bench/bench_speed_drift.py --seconds 120 --window 10
 
 Alternates one fixed decode batch (``--decodes`` sequences at context ``--context``) and one fixed prefill
 chunk (``--prefill`` tokens) for ``--seconds``, and prints the mean step time of each per ``--window``
 seconds, then the slowest window over the fastest. A cost-model preset fitted at one moment is off by that
-much later on (why ``calibrate.py fidelity`` also reports in-situ errors); on a dedicated machine the ratio
+much later on (why ``llmsched-calibrate fidelity`` also reports in-situ errors); on a dedicated machine the ratio
 stays near 1.
 """
 
@@ -22,7 +22,7 @@ from llmsched_env.runtime.runner import SeqChunk
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_runner_options(parser, device="cpu")
+    add_runner_options(parser)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--window", type=float, default=5.0)
     parser.add_argument("--decodes", type=int, default=4)

@@ -16,8 +16,9 @@ torch = pytest.importorskip("torch")
 from llmsched_env.commands.calibrate import main, parse_args  # noqa: E402
 from llmsched_env.costs.linear import LinearCostModel  # noqa: E402
 from llmsched_env.costs.loader import load_cost_model  # noqa: E402
-from llmsched_env.evaluation.runtime_options import DTYPE_NAMES, RuntimeOptions  # noqa: E402
-from llmsched_env.runtime.fidelity import FIDELITY_METRICS  # noqa: E402
+from llmsched_env.evaluation.runtime_options import RuntimeOptions  # noqa: E402
+from llmsched_env.runtime import fidelity  # noqa: E402
+from llmsched_env.runtime.fidelity import FIDELITY_METRICS, FidelityWorkload  # noqa: E402
 from llmsched_env.runtime.fidelity_report import (  # noqa: E402
     check_fidelity_seeds,
     error_kinds,
@@ -25,7 +26,8 @@ from llmsched_env.runtime.fidelity_report import (  # noqa: E402
     run_fidelity,
     summarise,
 )
-from llmsched_env.runtime.model import DTYPES  # noqa: E402
+from llmsched_env.runtime.model import DTYPES, MODEL_PRESETS  # noqa: E402
+from llmsched_env.runtime.names import DTYPE_NAMES, FIDELITY_REQUESTS, FIT_LOADS, MODEL_NAMES  # noqa: E402
 from llmsched_env.runtime.profiling import profile_preset  # noqa: E402
 from llmsched_env.runtime.runner_spec import RunnerSpec  # noqa: E402
 
@@ -68,7 +70,8 @@ def test_help_runs_as_a_module_and_shows_every_default(command: str) -> None:
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.startswith(f"usage: llmsched-calibrate {command}")
     text = " ".join(done.stdout.split())  # argparse wraps lines
-    assert "(default: results/calibrate/" in text and "(default: tiny)" in text and "(default: float32)" in text
+    assert "(default: results/calibrate/" in text and "(default: tiny)" in text
+    assert "(default: float32 on cpu, else bfloat16)" in text and "(default: cuda when available, else cpu)" in text
     # every option's entry in the list below "options:" shows its default (or says it is required)
     entries = text.split("options:", 1)[1].split(" --")[2:]  # after -h, --help
     missing = [e.split()[0] for e in entries if "(default" not in e and "(required)" not in e]
@@ -104,7 +107,9 @@ def test_one_runner_spec_builds_the_runners_of_calibration_and_of_the_runtime_ba
         RuntimeOptions(model="nope")
     with pytest.raises(ValueError, match="dtype: unknown dtype 'float8'"):
         RuntimeOptions(dtype="float8")
-    assert set(DTYPE_NAMES) == set(DTYPES)  # evaluate's --dtype choices, listed without importing torch
+    # the command lines' choices and calibration defaults, listed without importing torch
+    assert set(DTYPE_NAMES) == set(DTYPES) and set(MODEL_NAMES) == set(MODEL_PRESETS)
+    assert FIT_LOADS == fidelity.FIT_LOADS and FidelityWorkload().num_requests == FIDELITY_REQUESTS
 
 
 def test_the_library_profiles_and_reports_without_the_command_line(tmp_path: Path) -> None:

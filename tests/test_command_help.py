@@ -100,10 +100,20 @@ def test_from_args_builds_a_config_from_the_options_named_like_its_fields() -> N
         from_args(Config, args, nope=1)
 
 
-@pytest.mark.parametrize("module", ["agents.cli", "llmsched_env.commands.evaluate", "llmsched_env.commands.tune"])
-def test_help_is_printed_before_torch_or_sb3_is_imported(module: str) -> None:
+@pytest.mark.parametrize(
+    "module, argv",
+    [
+        ("agents.cli", ["--help"]),
+        ("llmsched_env.commands.evaluate", ["--help"]),
+        ("llmsched_env.commands.tune", ["--help"]),
+        ("llmsched_env.commands.calibrate", ["--help"]),
+        ("llmsched_env.commands.calibrate", ["profile", "--help"]),
+        ("llmsched_env.commands.calibrate", ["fidelity", "--help"]),
+    ],
+)
+def test_help_is_printed_before_torch_or_sb3_is_imported(module: str, argv: list[str]) -> None:
     code = (
-        f"import sys, runpy\nsys.argv = ['x', '--help']\n"
+        f"import sys, runpy\nsys.argv = ['x', *{argv!r}]\n"
         f"try:\n    runpy.run_module({module!r}, run_name='__main__')\nexcept SystemExit:\n    pass\n"
         "heavy = sorted(m for m in ('torch', 'stable_baselines3', 'sb3_contrib', 'ray', 'scipy') if m in sys.modules)\n"
         "print('HEAVY', heavy)"

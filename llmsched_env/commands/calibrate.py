@@ -30,10 +30,7 @@ from llmsched_env.commands.runner_options import add_runner_options, runner_spec
 from llmsched_env.common.checks import check_unique
 from llmsched_env.common.outputs import check_output
 from llmsched_env.evaluation.progress import Progress, status
-from llmsched_env.runtime.fidelity import FIT_LOADS, FidelityWorkload
-from llmsched_env.runtime.fidelity_report import check_fidelity_seeds, error_kinds, format_row, run_fidelity
-from llmsched_env.runtime.profiling import policy_factory, profile_preset
-from llmsched_env.runtime.runner_spec import default_device
+from llmsched_env.runtime.names import FIDELITY_REQUESTS, FIT_LOADS
 
 __all__ = ["build_parser", "main", "parse_args"]
 
@@ -43,13 +40,14 @@ _UNITS = {"grid": "shape", "fitting episodes": "episode"}  # profile_preset's ph
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``llmsched-calibrate`` argument parser (subcommands ``profile`` and ``fidelity``)."""
-    p = argparse.ArgumentParser(prog=program(*PROG), description=__doc__, formatter_class=DefaultsFormatter)
-    sub = p.add_subparsers(dest="command", required=True)
-    device = default_device()
+    prog = program(*PROG)
+    epilog = f"each subcommand has its own options: {prog} profile --help, {prog} fidelity --help"
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, epilog=epilog, formatter_class=DefaultsFormatter)
+    sub = p.add_subparsers(dest="command", required=True, title="subcommands")
     for name in ("profile", "fidelity"):
-        s = sub.add_parser(name, formatter_class=DefaultsFormatter, help=f"see {name} --help")
-        add_runner_options(s, device)
-        s.add_argument("--num-requests", type=int, default=FidelityWorkload.num_requests, help="requests per workload")
+        s = sub.add_parser(name, formatter_class=DefaultsFormatter, help=f"its own options: {name} --help")
+        add_runner_options(s)
+        s.add_argument("--num-requests", type=int, default=FIDELITY_REQUESTS, help="requests per workload")
         s.add_argument("--no-progress", action="store_true", help="no status lines and no progress bars on stderr")
         s.add_argument("--force", action="store_true", help="allow writing inside a shipped folder")
         if name == "profile":
@@ -76,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse and check the arguments (``args.spec``: the ``RunnerSpec``; lists parsed; ``--out`` defaulted
-    and checked against shipped folders). A bad argument exits with a one-line usage error (status 2)."""
+    and checked against shipped folders). A bad argument exits with a one-line usage error (status 2). Torch
+    is imported only once the arguments are parsed: ``--help`` does not wait for it."""
     p = build_parser()
     args = p.parse_args(argv)
     args.spec = runner_spec(p, args)
@@ -88,6 +87,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             args.out = args.out or Path("results/calibrate") / f"runtime-{tag}.json"
             args.fit_loads = _numbers("--fit-loads", args.fit_loads, float)
         else:
+            from llmsched_env.runtime.fidelity_report import check_fidelity_seeds
+            from llmsched_env.runtime.profiling import policy_factory
+
             args.out = args.out or Path("results/calibrate") / f"fidelity-{tag}"
             args.policies = [x for x in args.policies.split(",") if x]
             check_unique("--policies", args.policies)
@@ -140,6 +142,8 @@ class _Bars:
 
 
 def _profile(args: argparse.Namespace) -> None:
+    from llmsched_env.runtime.profiling import profile_preset
+
     bars = _Bars(not args.no_progress)
     try:
         model, report = profile_preset(
@@ -153,6 +157,8 @@ def _profile(args: argparse.Namespace) -> None:
 
 
 def _fidelity(args: argparse.Namespace) -> None:
+    from llmsched_env.runtime.fidelity_report import error_kinds, format_row, run_fidelity
+
     kinds = error_kinds(args.in_situ)
     total = len(args.policies) * len(args.loads) * len(args.seeds)
     bar: Progress | None = None

@@ -16,6 +16,7 @@ from typing import Any
 
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.help import DefaultsFormatter, from_args, program
+from llmsched_env.commands.runner_options import add_runner_options
 from llmsched_env.commands.tuned_trace import trace_policies
 from llmsched_env.common.checks import duplicates
 from llmsched_env.common.outputs import check_output
@@ -23,7 +24,6 @@ from llmsched_env.decision.lookahead import join_options
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, SLOClass
 from llmsched_env.evaluation import EvalConfig, RuntimeOptions
-from llmsched_env.evaluation.runtime_options import DTYPE_NAMES
 from llmsched_env.evaluation.sustained import unsustained
 from llmsched_env.workloads.library import list_scenarios
 from llmsched_env.workloads.scenarios import SPLITS, Scenario, scenario_from_trace
@@ -216,12 +216,7 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     add_engine_limits(p)
     rt = p.add_argument_group("torch runtime (--backend runtime)")
     rt.add_argument("--backend", choices=("sim", "runtime"), default="sim", help="simulator or real model")
-    rt.add_argument("--model", default="tiny", help="model preset of the runtime (tiny, llama-1b, llama3-8b)")
-    rt.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    rt.add_argument(
-        "--dtype", default=None, choices=DTYPE_NAMES, help="model dtype (default: float32 on CPU, else bfloat16)"
-    )
-    rt.add_argument("--weights", type=Path, default=None, help="local safetensors weights (default: seeded random)")
+    add_runner_options(rt, seed_and_threads=False)
     rt.add_argument("--realtime", action="store_true", help="sleep through idle gaps instead of skipping them")
     rt.add_argument(
         "--no-speed-check",

@@ -15,9 +15,7 @@ from llmsched_env.common.fields import derived
 if TYPE_CHECKING:  # torch only once the options are built
     from llmsched_env.runtime.runner_spec import RunnerSpec
 
-__all__ = ["DTYPE_NAMES", "RuntimeOptions"]
-
-DTYPE_NAMES = ("float32", "bfloat16", "float16")  # runtime.model.DTYPES' names, for --help without torch
+__all__ = ["RuntimeOptions"]
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, TenantConfig
 from llmsched_env.engine.request import Request
 from llmsched_env.runtime.calibrate import fit, iteration_samples
 from llmsched_env.runtime.executor import Runtime
+from llmsched_env.runtime.names import FIDELITY_REQUESTS, FIT_LOADS
 from llmsched_env.runtime.runner import ModelRunner
 from llmsched_env.runtime.serve import ServeStats, serve, serving
 from llmsched_env.sim.simulator import Simulator
@@ -72,7 +73,6 @@ RUNTIME_ENGINE = EngineConfig(
 PolicyFactory = Callable[[PolicyContext], Policy]
 WARMUP_SEED = 999  # the workload served once, unmeasured, before a fidelity run
 FIT_SEED = 1000  # fitting workloads are seeds FIT_SEED, FIT_SEED + 1, ...: none is a fidelity workload
-FIT_LOADS = (0.3, 0.6, 0.9)  # fitting episodes' loads, fractions of the saturation rate
 LOCKSTEP_EPISODE_REQUESTS = 40  # short fitting episodes in lockstep, so every load recurs during one replay
 
 
@@ -81,7 +81,7 @@ class FidelityWorkload:
     """Chat-like traffic small enough for a CPU model: lognormal lengths, a quarter of the prompts starting
     with one of four shared system prompts (prefix-cache hits), the ``chat`` SLO scaled to the cost model."""
 
-    num_requests: int = 150
+    num_requests: int = FIDELITY_REQUESTS
     prompt_median: float = 160.0
     output_median: float = 40.0
     max_prompt_len: int = 1536
