@@ -7,7 +7,8 @@ import pytest
 
 from llmsched_env.engine.config import SLOClass, TenantConfig
 from llmsched_env.engine.request import Request, Status
-from llmsched_env.sim.metrics import compute_metrics, format_table, jain_index, token_times
+from llmsched_env.evaluation.tables import format_table
+from llmsched_env.sim.metrics import compute_metrics, jain_index, token_times
 
 # Decode round i ends at ROUNDS[i].
 ROUNDS = [1.0, 1.5, 2.0, 3.0, 4.0, 4.5, 5.0, 6.0]

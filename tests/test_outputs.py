@@ -1,5 +1,5 @@
 """The one CSV writer (``common.outputs.write_csv``) that evaluate and calibrate share, and the table cells
-and lines (``sim.metrics.format_cell`` / ``format_line``) that the printed tables share."""
+and lines (``evaluation.tables.format_cell`` / ``format_line``) that the printed tables share."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from llmsched_env.common.outputs import write_csv
 from llmsched_env.evaluation.outputs import LiveTable
-from llmsched_env.sim.metrics import format_cell, format_line, format_table
+from llmsched_env.evaluation.tables import format_cell, format_line, format_table
 
 
 def _read(path: Path) -> tuple[list[str], list[dict[str, str]]]:

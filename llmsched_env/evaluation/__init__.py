@@ -24,6 +24,7 @@ statistics over seeds, result files, plots and scale-out on Ray.
 | ``trace_tuned`` | ``trace_key``, ``user_table``, ``trace_tuned_policy``: ``tuned`` on a user's trace, by its key |
 | ``lookahead`` | ``LookaheadPolicy``: the clairvoyant ``lookahead`` bound, played forward on env snapshots |
 | ``outputs`` | live and summary tables, ``write_results``, ``write_tensorboard`` (CSV: ``common.outputs.write_csv``) |
+| ``tables`` | ``format_table``: the fixed-width text tables the commands print |
 | ``describe`` | a scenario described in words |
 | ``plots`` | PNG plots (matplotlib) |
 | ``distributed`` | ``ray_imap`` over Ray (results as the tasks finish) |
@@ -58,6 +59,7 @@ _LAZY = {  # name -> its module: imported on first use, so one submodule does no
     "find_capacity": "llmsched_env.evaluation.capacity",
     "format_capacity_summary": "llmsched_env.evaluation.outputs",
     "format_description": "llmsched_env.evaluation.describe",
+    "format_table": "llmsched_env.evaluation.tables",
     "format_summary": "llmsched_env.evaluation.outputs",
     "identical_groups": "llmsched_env.evaluation.identity",
     "mean_ci95": "llmsched_env.evaluation.stats",

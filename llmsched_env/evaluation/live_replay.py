@@ -48,8 +48,8 @@ from llmsched_env.evaluation.live_records import (
     read_steps,
 )
 from llmsched_env.evaluation.live_sim import Latencies, ReplayResult, replay, replay_requests
+from llmsched_env.evaluation.tables import format_table
 from llmsched_env.runtime.policy_spec import resolve_policy
-from llmsched_env.sim.metrics import format_table
 
 __all__ = [
     "COMPARE_COLUMNS",

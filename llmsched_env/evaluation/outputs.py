@@ -25,7 +25,7 @@ from llmsched_env.evaluation.config import EvalConfig, Row
 from llmsched_env.evaluation.grid import KEY_COLUMNS
 from llmsched_env.evaluation.identity import policy_label
 from llmsched_env.evaluation.stats import SUMMARY_METRICS
-from llmsched_env.sim.metrics import format_cell, format_line, format_table
+from llmsched_env.evaluation.tables import format_cell, format_line, format_table
 
 __all__ = [
     "CAPACITY_COLUMNS",

@@ -101,6 +101,6 @@ def compare_engines(config: EvalConfig, policy_timeout_s: float = 0.1) -> list[R
 
 def format_comparison(rows: list[Row]) -> str:
     """The rows as an aligned text table of ``COMPARE_COLUMNS``."""
-    from llmsched_env.sim.metrics import format_table
+    from llmsched_env.evaluation.tables import format_table
 
     return format_table(rows, COMPARE_COLUMNS)
