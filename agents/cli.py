@@ -28,6 +28,7 @@ from llmsched_env.commands.evaluate_args import (
     add_engine_limits,
     add_scaleout_options,
     add_trace_options,
+    as_flags,
     engine_limits,
     scaleout,
     trace_options,
@@ -179,8 +180,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             )
         for config in args.configs:  # a bad hyperparameter file or value, a foreign checkpoint, a bad best.json
             resume_best(config, resolve_hyperparams(config), warn=False)  # train() says it, once
-    except ValueError as exc:
-        p.error(str(exc))
+    except ValueError as exc:  # the trace's options named as their flags
+        p.error(as_flags(str(exc).removeprefix("trace: ")) if trace is not None else str(exc))
     if args.ray not in (None, "", "local") and importlib.util.find_spec("ray") is None:
         p.error(RAY_INSTALL_HINT)
     return args

@@ -175,15 +175,12 @@ class TrainConfig:
 
     def _read_trace(self) -> None:
         """Build the trace's scenario once (the training takes it from here) and name the run after it."""
-        from llmsched_env.commands.evaluate_args import ENGINE_LIMITS, build_trace_scenario
+        from llmsched_env.workloads.trace_options import build_trace_scenario
 
         if not isinstance(self.trace, Mapping):
             raise ValueError(f"trace: expected a mapping of trace options, got {self.trace!r}")
         options = {k: v for k, v in self.trace.items() if k != "engine"}
         limits = dict(self.trace.get("engine") or {})
-        bad = sorted(set(limits) - set(ENGINE_LIMITS))
-        if bad:
-            raise ValueError(f"trace: unknown engine limit(s) {bad}; known: {', '.join(ENGINE_LIMITS)}")
         if self.scenario in list_cluster_scenarios():
             raise ValueError("trace: a trace trains a single-node scheduler, not a router")
         if self.scenario == GENERALIST:

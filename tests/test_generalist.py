@@ -263,7 +263,7 @@ def test_train_fine_tunes_on_a_users_trace(schema2_policy: Path, tmp_path: Path,
     [(["--scenarios", "default,bursty"], "--trace replaces --scenario"),
      (["--scenario", "generalist"], "--trace replaces --scenario"),
      (["--trace-format", "azure"], "mine.csv:1: missing colum"),
-     (["--trace-format", "generic"], "needs --trace-columns")],
+     (["--trace-format", "generic"], "--trace-columns: the generic format needs them")],
 )  # fmt: skip
 def test_train_trace_options_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture, extra: list, message: str):
     from agents.cli import parse_args

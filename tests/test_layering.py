@@ -141,6 +141,8 @@ def test_baselines_use_the_decision_layer_and_below(path: Path) -> None:
 @pytest.mark.parametrize("path", sorted((ROOT / "agents").rglob("*.py")), ids=str)
 def test_agents_import_no_command_line_script(path: Path) -> None:
     assert not _imports(path) & {"train", "evaluate", "calibrate"}
+    if path.name != "cli.py":  # the library part of agents/ does not go through a command line
+        assert not {n for n in _imports(path) if n.startswith("llmsched_env.commands")}, path.name
     heavy = {n.split(".")[0] for n in _imports(path)} & HEAVY
     assert heavy <= AGENTS_THIRD_PARTY, f"{path.name} imports {sorted(heavy - AGENTS_THIRD_PARTY)}"  # no vllm, no ray
 

@@ -3,6 +3,7 @@ from the command line, ``--describe`` on the episode asked for; each bad trace i
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import gymnasium as gym
@@ -10,10 +11,12 @@ import numpy as np
 import pytest
 
 from llmsched_env.commands.evaluate import main, parse
+from llmsched_env.commands.evaluate_args import ENGINE_LIMITS, as_flags
 from llmsched_env.engine.config import SLO_CLASSES
 from llmsched_env.workloads.describe import describe_scenario
 from llmsched_env.workloads.library import get_scenario
 from llmsched_env.workloads.scenarios import scenario_from_trace
+from llmsched_env.workloads.trace_options import ENGINE_LIMIT_FIELDS, build_trace_scenario
 
 COLUMNS = "arrival=t,prompt_len=in,output_len=out,tenant=who"
 TENANTS = ["web", "api", "batch"]  # the file below cycles through them
@@ -219,3 +222,24 @@ def test_an_episode_too_large_for_memory_is_refused_when_made(capsys: pytest.Cap
     with pytest.raises(ValueError, match=r"LLMSchedEnv\.num_requests must be at most 1000000, got 1000001"):
         gym.make("LLMSched-v0", scenario="bursty", num_requests=1_000_001)
     assert "EvalConfig.num_requests must be at most 1000000" in _usage_line(capsys, ["--num-requests", "10000000"])
+
+
+def test_the_library_builds_a_trace_scenario_and_names_the_option_at_fault(tmp_path: Path) -> None:
+    trace = _tenant_trace(tmp_path / "mix.csv")
+    options = {"trace": trace, "trace_format": "generic", "trace_columns": COLUMNS}
+    scenario = build_trace_scenario({**options, "tenant_slo": "batch=batch"}, {"max_num_seqs": 16})
+    assert scenario.engine.max_num_seqs == 16
+    assert {t.name: t.slo.name for t in scenario.source("test").tenants}["batch"] == "batch"
+    for bad, expect in [
+        ({"trace_format": "nope"}, "trace_format: expected one of"),
+        ({"trace_slo": "slow"}, "trace_slo: unknown SLO class 'slow'"),
+        ({"trace_columns": ""}, "trace_columns: the generic format needs them"),
+        ({"trace_columns": "arrival"}, "trace_columns: expected field=column pairs"),
+        ({"rate": 2.0}, "unknown trace option(s) ['rate']"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(expect)):
+            build_trace_scenario({**options, **bad})
+    with pytest.raises(ValueError, match=re.escape("unknown engine limit(s) ['kv_blocks']")):
+        build_trace_scenario(options, {"kv_blocks": 8})
+    assert as_flags("tenant_slo: x; trace_columns: y") == "--tenant-slo: x; --trace-columns: y"
+    assert set(ENGINE_LIMITS) == set(ENGINE_LIMIT_FIELDS)  # the command line's limits are the library's

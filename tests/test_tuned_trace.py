@@ -20,7 +20,6 @@ import pytest
 from agents.teacher import check_teacher
 from baselines.tuned import SHIPPED_TABLE
 from llmsched_env.commands import evaluate, tune
-from llmsched_env.commands.evaluate_args import build_trace_scenario
 from llmsched_env.decision.tuned_table import TUNED_FORMAT, load_tuned_table, settings_of
 from llmsched_env.evaluation.trace_tuned import (
     USER_TABLE_ENV,
@@ -29,6 +28,7 @@ from llmsched_env.evaluation.trace_tuned import (
     trace_tables,
     user_table,
 )
+from llmsched_env.workloads.trace_options import build_trace_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 COLUMNS = "arrival=t,prompt_len=in,output_len=out,tenant=who"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +22,12 @@ from llmsched_env.common.checks import duplicates
 from llmsched_env.common.outputs import check_output
 from llmsched_env.decision.lookahead import join_options
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
-from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, SLOClass
+from llmsched_env.engine.config import SLO_CLASSES
 from llmsched_env.evaluation import EvalConfig, RuntimeOptions
 from llmsched_env.evaluation.sustained import unsustained
 from llmsched_env.workloads.library import list_scenarios
-from llmsched_env.workloads.scenarios import SPLITS, Scenario, scenario_from_trace
+from llmsched_env.workloads.scenarios import SPLITS, Scenario
+from llmsched_env.workloads.trace_options import TRACE_OPTIONS, build_trace_scenario, tenant_slos
 from llmsched_env.workloads.traces import TRACE_FORMATS
 
 __all__ = [
@@ -36,8 +37,8 @@ __all__ = [
     "add_engine_limits",
     "add_scaleout_options",
     "add_trace_options",
+    "as_flags",
     "build_parser",
-    "build_trace_scenario",
     "config_from_args",
     "csv_list",
     "engine_limits",
@@ -45,6 +46,7 @@ __all__ = [
     "positive_float",
     "positive_int",
     "scaleout",
+    "tenant_slos",
     "trace_options",
     "trace_scenario",
 ]
@@ -356,82 +358,9 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
     return config
 
 
-def slo_class(text: str) -> SLOClass:
-    """An SLO class from its name in ``SLO_CLASSES`` or ``TTFT_S:TPOT_S`` (seconds); ``ValueError`` otherwise."""
-    if text in SLO_CLASSES:
-        return SLO_CLASSES[text]
-    ttft, sep, tpot = text.partition(":")
-    try:
-        return SLOClass(text, float(ttft), float(tpot)) if sep else SLO_CLASSES[text]
-    except (KeyError, ValueError):
-        raise ValueError(
-            f"unknown SLO class {text!r}; available: {', '.join(SLO_CLASSES)}, or TTFT_S:TPOT_S with both > 0"
-        ) from None
-
-
-def tenant_slos(text: str) -> dict[str, SLOClass]:
-    """``NAME=CLASS[,NAME=CLASS...]`` as {tenant name: SLO class} (``slo_class``); ``ValueError`` otherwise."""
-    out: dict[str, SLOClass] = {}
-    for item in text.split(","):
-        name, sep, cls = item.strip().rpartition("=")
-        if not sep or not name.strip():
-            raise ValueError(f"expected NAME=CLASS pairs separated by commas, got {item.strip()!r}")
-        if name.strip() in out:
-            raise ValueError(f"tenant {name.strip()!r} named twice")
-        out[name.strip()] = slo_class(cls.strip())
-    return out
-
-
-TRACE_OPTIONS = ("trace", "trace_format", "trace_rate", "trace_slo", "tenant_slo", "trace_columns", "trace_time_unit")
-
-
 def trace_options(args: argparse.Namespace) -> dict[str, Any]:
     """The ``--trace`` options of ``args`` (``add_trace_options``) by name, the unset ones left out."""
     return {k: getattr(args, k) for k in TRACE_OPTIONS if getattr(args, k, None) is not None}
-
-
-def build_trace_scenario(options: Mapping[str, Any], limits: Mapping[str, int] | None = None) -> Scenario:
-    """The scenario of a trace from its options (``trace_options``: ``trace``, ``trace_format`` and the optional
-    others, as the command line names them) over an engine with ``limits``; ``ValueError`` naming the option,
-    or from the trace reader naming the file."""
-    unknown = sorted(set(options) - set(TRACE_OPTIONS))
-    if unknown:
-        raise ValueError(f"unknown trace option(s) {unknown}; known: {', '.join(TRACE_OPTIONS)}")
-    if options.get("trace") is None:
-        raise ValueError("--trace: no trace file given")
-    fmt = options.get("trace_format")
-    if fmt not in TRACE_FORMATS:
-        raise ValueError(f"--trace needs --trace-format ({', '.join(TRACE_FORMATS)}), got {fmt!r}")
-    try:
-        default = slo_class(str(options.get("trace_slo", "chat")))
-    except ValueError as exc:
-        raise ValueError(f"--trace-slo: {exc}") from None
-    try:
-        text = options.get("tenant_slo")
-        per_tenant = tenant_slos(str(text)) if text is not None else None
-    except ValueError as exc:
-        raise ValueError(f"--tenant-slo: {exc}") from None
-    reader: dict[str, Any] = {}
-    if fmt == "generic":
-        columns = options.get("trace_columns")
-        if not columns:
-            raise ValueError("--trace-format generic needs --trace-columns (e.g. prompt_len=input,output_len=output)")
-        try:
-            reader["columns"] = dict(kv.split("=", 1) for kv in str(columns).split(","))
-        except ValueError:
-            raise ValueError(
-                f"--trace-columns must be field=column pairs separated by commas, got {columns!r}"
-            ) from None
-        reader["time_unit"] = options.get("trace_time_unit", "s")
-    return scenario_from_trace(
-        Path(options["trace"]),
-        fmt,
-        options.get("trace_rate"),
-        default,
-        engine=EngineConfig(**(limits or {})),
-        tenant_slos=per_tenant,
-        **reader,
-    )
 
 
 def trace_scenario(p: argparse.ArgumentParser, args: argparse.Namespace, limits: dict[str, int]) -> Scenario:
@@ -440,4 +369,15 @@ def trace_scenario(p: argparse.ArgumentParser, args: argparse.Namespace, limits:
     the commands turn into their usage line)."""
     if args.trace_format is None:
         p.error(f"--trace needs --trace-format ({', '.join(TRACE_FORMATS)})")
-    return build_trace_scenario(trace_options(args), limits)  # EvalConfig puts the limits over it again
+    try:
+        return build_trace_scenario(trace_options(args), limits)  # EvalConfig puts the limits over it again
+    except ValueError as exc:
+        raise ValueError(as_flags(str(exc))) from None
+
+
+_OPTION_NAME = re.compile(rf"\b({'|'.join(sorted(TRACE_OPTIONS, key=len, reverse=True))})(?=: )")
+
+
+def as_flags(message: str) -> str:
+    """A library message with its trace options' names (``trace_slo: ...``) written as flags (``--trace-slo: ...``)."""
+    return _OPTION_NAME.sub(lambda m: "--" + m.group(1).replace("_", "-"), message)

@@ -1,0 +1,97 @@
+"""A user's trace as a scenario, from the options that describe it (the same names the command lines use).
+
+    scenario = build_trace_scenario({"trace": "mine.csv", "trace_format": "generic",
+                                     "trace_columns": "prompt_len=input,output_len=output"},
+                                    {"max_num_seqs": 64})
+
+``TRACE_OPTIONS`` names the options, ``ENGINE_LIMIT_FIELDS`` the engine limits a trace may set. A bad value
+raises ``ValueError`` that starts with the option's name (``trace_slo: unknown SLO class 'slow'; ...``); the
+trace reader's own errors name the file and line. The commands print those names as their flags.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, SLOClass
+from llmsched_env.workloads.scenarios import Scenario, scenario_from_trace
+from llmsched_env.workloads.traces import TRACE_FORMATS
+
+__all__ = ["ENGINE_LIMIT_FIELDS", "TRACE_OPTIONS", "build_trace_scenario", "slo_class", "tenant_slos"]
+
+TRACE_OPTIONS = ("trace", "trace_format", "trace_rate", "trace_slo", "tenant_slo", "trace_columns", "trace_time_unit")
+ENGINE_LIMIT_FIELDS = ("num_kv_blocks", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size")
+
+
+def slo_class(text: str) -> SLOClass:
+    """An SLO class from its name in ``SLO_CLASSES`` or ``TTFT_S:TPOT_S`` (seconds); ``ValueError`` otherwise."""
+    if text in SLO_CLASSES:
+        return SLO_CLASSES[text]
+    ttft, sep, tpot = text.partition(":")
+    try:
+        return SLOClass(text, float(ttft), float(tpot)) if sep else SLO_CLASSES[text]
+    except (KeyError, ValueError):
+        raise ValueError(
+            f"unknown SLO class {text!r}; available: {', '.join(SLO_CLASSES)}, or TTFT_S:TPOT_S with both > 0"
+        ) from None
+
+
+def tenant_slos(text: str) -> dict[str, SLOClass]:
+    """``NAME=CLASS[,NAME=CLASS...]`` as {tenant name: SLO class} (``slo_class``); ``ValueError`` otherwise."""
+    out: dict[str, SLOClass] = {}
+    for item in text.split(","):
+        name, sep, cls = item.strip().rpartition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"expected NAME=CLASS pairs separated by commas, got {item.strip()!r}")
+        if name.strip() in out:
+            raise ValueError(f"tenant {name.strip()!r} named twice")
+        out[name.strip()] = slo_class(cls.strip())
+    return out
+
+
+def build_trace_scenario(options: Mapping[str, Any], limits: Mapping[str, int] | None = None) -> Scenario:
+    """The scenario of a trace from its ``options`` (``TRACE_OPTIONS``: ``trace`` and ``trace_format`` required,
+    the others optional) over an engine with ``limits`` (``ENGINE_LIMIT_FIELDS``, default: the engine's own).
+    ``ValueError`` starting with the name of the option at fault, or from the trace reader naming the file."""
+    unknown = sorted(set(options) - set(TRACE_OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown trace option(s) {unknown}; known: {', '.join(TRACE_OPTIONS)}")
+    bad = sorted(set(limits or {}) - set(ENGINE_LIMIT_FIELDS))
+    if bad:
+        raise ValueError(f"unknown engine limit(s) {bad}; known: {', '.join(ENGINE_LIMIT_FIELDS)}")
+    if options.get("trace") is None:
+        raise ValueError("trace: no trace file given")
+    fmt = options.get("trace_format")
+    if fmt not in TRACE_FORMATS:
+        raise ValueError(f"trace_format: expected one of {', '.join(TRACE_FORMATS)}, got {fmt!r}")
+    try:
+        default = slo_class(str(options.get("trace_slo", "chat")))
+    except ValueError as exc:
+        raise ValueError(f"trace_slo: {exc}") from None
+    try:
+        text = options.get("tenant_slo")
+        per_tenant = tenant_slos(str(text)) if text is not None else None
+    except ValueError as exc:
+        raise ValueError(f"tenant_slo: {exc}") from None
+    reader: dict[str, Any] = {}
+    if fmt == "generic":
+        columns = options.get("trace_columns")
+        if not columns:
+            raise ValueError("trace_columns: the generic format needs them (e.g. prompt_len=input,output_len=output)")
+        try:
+            reader["columns"] = dict(kv.split("=", 1) for kv in str(columns).split(","))
+        except ValueError:
+            pairs = f"trace_columns: expected field=column pairs separated by commas, got {columns!r}"
+            raise ValueError(pairs) from None
+        reader["time_unit"] = options.get("trace_time_unit", "s")
+    return scenario_from_trace(
+        Path(options["trace"]),
+        fmt,
+        options.get("trace_rate"),
+        default,
+        engine=EngineConfig(**(limits or {})),
+        tenant_slos=per_tenant,
+        **reader,
+    )
