@@ -54,6 +54,7 @@ ALLOWED: dict[str, set[str]] = {
 }
 # third-party packages each folder may import (numpy and the standard library go everywhere)
 THIRD_PARTY: dict[str, set[str]] = {
+    "decision": {"safetensors"},  # safetensors.numpy: policy files without torch
     "envs": {"gymnasium", "matplotlib"},
     "runtime": {"torch", "safetensors"},
     "adapters": {"vllm", "torch", "safetensors", "yaml"},

@@ -1,4 +1,4 @@
-"""Policy export (agents.export) and the torch-only loader (llmsched_env.runtime.policy_file).
+"""Policy export (agents.export) and its loaders: numpy (decision.policy_file) and torch (runtime.policy_file).
 
 The exported policy must pick exactly the actions SB3's deterministic ``predict`` picks, and every kind of
 bad file must fail at load time with a message naming the file or the difference.
@@ -336,27 +336,66 @@ def test_act_validates_inputs(exported, rollout) -> None:
 
 
 # ------------------------------------------------------------------------------------------ layering
-def test_policy_file_imports_only_torch_numpy_stdlib() -> None:
-    path = ROOT / "llmsched_env" / "runtime" / "policy_file.py"
+def _module_imports(path: Path) -> set[str]:
     imported: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             imported.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module)
-    top = {n.split(".")[0] for n in imported}
-    assert not top & {"gymnasium", "stable_baselines3", "sb3_contrib", "agents", "baselines"}
-    allowed = {"llmsched_env.decision.actions", "llmsched_env.decision.observation", "llmsched_env.decision.schema"}
-    assert {n for n in imported if n.startswith("llmsched_env")} <= allowed
+    return imported
 
 
-def test_policy_file_loads_and_acts_without_gymnasium_or_sb3(exported, rollout) -> None:
+def test_policy_file_loaders_import_only_numpy_safetensors_and_torch_for_the_torch_one() -> None:
+    numpy_loader = _module_imports(ROOT / "llmsched_env" / "decision" / "policy_file.py")
+    assert {n.split(".")[0] for n in numpy_loader} - {"llmsched_env"} <= {"numpy", "safetensors"} | set(
+        sys.stdlib_module_names
+    )
+    allowed = {"llmsched_env.decision.actions", "llmsched_env.decision.schema"}
+    assert {n for n in numpy_loader if n.startswith("llmsched_env")} <= allowed
+    torch_loader = _module_imports(ROOT / "llmsched_env" / "runtime" / "policy_file.py")
+    assert {n.split(".")[0] for n in torch_loader} - {"llmsched_env"} <= {"numpy", "torch"} | set(
+        sys.stdlib_module_names
+    )
+    assert {n for n in torch_loader if n.startswith("llmsched_env")} <= {"llmsched_env.decision.policy_file"}
+
+
+def test_an_activation_numpy_lacks_runs_on_torch_and_the_numpy_loader_says_so(exported, rollout, tmp_path) -> None:
+    from llmsched_env.decision import policy_file as numpy_loader
+
+    gelu = tmp_path / "gelu"
+    shutil.copytree(exported, gelu)
+    meta = json.loads((gelu / "policy.json").read_text())
+    meta["network"]["activation"] = "gelu"
+    (gelu / "policy.json").write_text(json.dumps(meta))
+    with pytest.raises(PolicyFileError, match="activation 'gelu' runs on torch: load the policy with llmsched_env"):
+        numpy_loader.load_policy_file(gelu)
+    policy = load_policy_file(gelu)  # the runtime's loader: a torch forward pass
+    layers = [(torch.from_numpy(w), torch.from_numpy(b)) for w, b in policy.weights]
+    for obs, mask in rollout[:50]:
+        h = torch.as_tensor(obs, dtype=torch.float32)
+        for i, (w, b) in enumerate(layers):
+            h = h @ w.T + b
+            h = torch.nn.functional.gelu(h) if i < len(layers) - 1 else h
+        logits = h.numpy().copy()
+        start, expected = 0, []
+        for n in policy.action_nvec:
+            part = np.where(mask[start : start + n], logits[start : start + n], -np.inf)
+            expected.append(int(part.argmax()))
+            start += n
+        assert policy.act(obs, mask).tolist() == expected
+    # a numpy activation gives the same actions through either loader
+    same = numpy_loader.load_policy_file(exported)
+    assert all((same.act(o, m) == load_policy_file(exported).act(o, m)).all() for o, m in rollout[:50])
+
+
+def test_policy_file_loads_and_acts_without_torch_gymnasium_or_sb3(exported, rollout) -> None:
     obs, mask = rollout[5]
-    blocked = ["gymnasium", "stable_baselines3", "sb3_contrib", "agents", "baselines"]
+    blocked = ["gymnasium", "stable_baselines3", "sb3_contrib", "agents", "baselines", "torch"]
     code = (
         "import sys, numpy as np\n"
         f"for name in {blocked!r}: sys.modules[name] = None  # any import of these now fails\n"
-        "from llmsched_env.runtime.policy_file import load_policy_file\n"
+        "from llmsched_env.decision.policy_file import load_policy_file\n"
         f"p = load_policy_file({str(exported)!r})\n"
         f"print(p.act(np.array({obs.tolist()!r}, dtype=np.float32), np.array({mask.tolist()!r})).tolist())\n"
     )

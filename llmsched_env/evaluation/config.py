@@ -211,7 +211,7 @@ class EvalConfig:
         if not exported and not baselines:
             return
         if exported:
-            from llmsched_env.runtime.policy_file import action_options  # torch only for policy files
+            from llmsched_env.decision.policy_file import action_options
         by_schema: dict[int, list[PolicySpec]] = {}
         for spec in [*exported, *baselines]:
             by_schema.setdefault(spec.schema, []).append(spec)  # type: ignore[union-attr]

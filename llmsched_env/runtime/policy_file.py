@@ -1,29 +1,30 @@
-"""Load an exported policy (``policy.safetensors`` + ``policy.json``) and act with torch alone.
-
-The pair is written by ``agents.export.export_policy``. The JSON says what the weights mean (observation
-names, action components and their options, activation, layer tensors, optional observation normalisation)
-and carries the sha256 of the tensors file; the safetensors file holds float32 weights only (no pickle, no
-code). Everything is checked at load time, so a bad file fails with ``PolicyFileError`` naming the file and
-what is wrong, never later with a shape error in the middle of serving.
+"""Exported policies with torch at hand: ``llmsched_env.decision.policy_file``'s loader, whose actor runs in
+numpy, plus a torch forward pass for the activations numpy lacks (``ACTIVATIONS``: every ``torch.nn`` one an
+export may name). The runtime, the agents and anything that may meet such a policy load through here.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
-import re
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load as load_safetensors
 from torch import nn
 
-from llmsched_env.decision.actions import ACTION_COMPONENTS
-from llmsched_env.decision.schema import SCHEMAS, schema_summary
+from llmsched_env.decision.policy_file import (
+    ACTIVATION_NAMES,
+    FORMAT,
+    FORMAT_VERSION,
+    JSON_NAME,
+    OPTION_KEYS,
+    TENSORS_NAME,
+    ExportedPolicy,
+    Forward,
+    PolicyFileError,
+    action_options,
+)
+from llmsched_env.decision.policy_file import load_policy_file as _load_in_numpy
 
 __all__ = [
     "ACTIVATIONS",
@@ -36,16 +37,9 @@ __all__ = [
     "PolicyFileError",
     "action_options",
     "load_policy_file",
+    "torch_forward",
 ]
 
-FORMAT = "llmsched-policy"
-FORMAT_VERSION = 1
-JSON_NAME = "policy.json"
-TENSORS_NAME = "policy.safetensors"
-_NUMPY_ACTIVATIONS: dict[str, Any] = {
-    "tanh": np.tanh,
-    "relu": lambda h: np.maximum(h, 0.0, out=h),
-}
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh,
     "relu": nn.ReLU,
@@ -56,367 +50,32 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
     "sigmoid": nn.Sigmoid,
     "identity": nn.Identity,
 }
-# ActionSpec option lists and the action component each one sizes
-OPTION_KEYS = {
-    "token_budgets": "token_budget",
-    "chunk_caps": "chunk_cap",
-    "admission_caps": "admission_cap",
-    "kv_reserves": "kv_reserve",
-}
+assert tuple(ACTIVATIONS) == ACTIVATION_NAMES  # the names a policy file may hold
 
 
-class PolicyFileError(ValueError):
-    """An exported policy file is missing, corrupt, inconsistent, or does not fit the environment."""
+def torch_forward(meta: dict[str, Any], weights: list[tuple[np.ndarray, np.ndarray]]) -> Forward:
+    """The network of ``meta`` with ``weights`` ((weight [out, in], bias [out]) per layer) as a torch module
+    on the CPU: a function from the input [num_obs] (float32) to the logits [sum(nvec)]."""
+    activation = ACTIVATIONS[meta["network"]["activation"]]
+    modules: list[nn.Module] = []
+    for i, (w, b) in enumerate(weights):
+        linear = nn.Linear(w.shape[1], w.shape[0])
+        with torch.no_grad():
+            linear.weight.copy_(torch.from_numpy(w))
+            linear.bias.copy_(torch.from_numpy(b))
+        modules.append(linear)
+        if i < len(weights) - 1:
+            modules.append(activation())
+    network = nn.Sequential(*modules).eval().requires_grad_(False)
+
+    def forward(x: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return network(torch.from_numpy(x)[None])[0].numpy()  # [1, num_obs] -> [1, sum(nvec)]
+
+    return forward
 
 
-def action_options(spec: Any) -> dict[str, list[float]]:
-    """The option values of an ``ActionSpec`` (what each action index means), as stored in the JSON."""
-    return {key: list(getattr(spec, key)) for key in OPTION_KEYS}
-
-
-# ------------------------------------------------------------------------------------------------ loading
 def load_policy_file(path: str | Path) -> ExportedPolicy:
-    """Load and verify an exported policy from ``policy.json``, ``policy.safetensors`` or their folder."""
-    json_path, tensors_path = _paths(Path(path))
-    meta = _read_json(json_path)
-    _check_meta(meta, json_path)
-    tensors = _read_tensors(tensors_path, meta["tensors_sha256"])
-    weights = _check_layers(meta, tensors, tensors_path)
-    return ExportedPolicy(meta, weights, json_path)
-
-
-def _paths(path: Path) -> tuple[Path, Path]:
-    if path.is_dir():
-        json_path = path / JSON_NAME
-    elif path.suffix in (".json", ".safetensors"):
-        json_path = path.with_suffix(".json")
-    elif not path.exists():
-        raise PolicyFileError(f"{path}: no such policy file or folder")
-    else:
-        raise PolicyFileError(f"{path}: expected a {JSON_NAME}, a {TENSORS_NAME} or a folder holding them")
-    if not json_path.is_file():
-        raise PolicyFileError(f"{json_path}: policy description not found")
-    return json_path, json_path.with_suffix(".safetensors")
-
-
-def _int64(text: str) -> int:
-    """A JSON integer of the policy description: it must fit in 64 bits (every count and id does)."""
-    value = int(text) if len(text) <= 21 else None
-    if value is None or not -(2**63) <= value < 2**63:
-        raise ValueError(f"integer {text[:30]}{'...' if len(text) > 30 else ''} does not fit in 64 bits")
-    return value
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"), parse_int=_int64)
-    except (OSError, UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
-        raise PolicyFileError(f"{path}: cannot read the policy description: {exc}") from None
-    except RecursionError:
-        raise PolicyFileError(f"{path}: cannot read the policy description: nested too deeply") from None
-    if not isinstance(meta, dict):
-        raise PolicyFileError(f"{path}: the policy description must be a JSON object, got {type(meta).__name__}")
-    return meta
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: Any) -> bool:
-    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
-
-
-def _ints(v: Any) -> bool:
-    return isinstance(v, list) and all(_is_int(n) for n in v)
-
-
-def _strings(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(s, str) for s in v)
-
-
-_CHECKS: dict[str, tuple[str, Any]] = {  # key -> (what it must be, test)
-    "format": ("a string", lambda v: isinstance(v, str)),
-    "format_version": ("an integer", _is_int),
-    "schema_version": ("an integer", _is_int),
-    "obs_names": ("a non-empty list of strings", lambda v: _strings(v) and len(v) > 0),
-    "action_components": ("a list of strings", _strings),
-    "action_nvec": ("a non-empty list of integers >= 1", lambda v: _ints(v) and len(v) > 0 and min(v) >= 1),
-    "action_options": ("an object", lambda v: isinstance(v, dict)),
-    "masked": ("true or false", lambda v: isinstance(v, bool)),
-    "normalization": ("null or an object", lambda v: v is None or isinstance(v, dict)),
-    "network": ("an object", lambda v: isinstance(v, dict)),
-    "tensors_sha256": ("a sha256 hex digest", lambda v: isinstance(v, str) and re.fullmatch("[0-9a-f]{64}", v)),
-    "algo": ("a string", lambda v: isinstance(v, str)),
-}
-
-
-def _check_meta(meta: dict[str, Any], where: Path) -> None:
-    def fail(msg: str) -> PolicyFileError:
-        return PolicyFileError(f"{where}: {msg}")
-
-    for key, (what, ok) in _CHECKS.items():
-        if key not in meta:
-            raise fail(f"missing key {key!r}")
-        if not ok(meta[key]):
-            raise fail(f"key {key!r} must be {what}, got {meta[key]!r:.80}")
-    if meta["format"] != FORMAT:
-        raise fail(f"format is {meta['format']!r}, expected {FORMAT!r}")
-    if meta["format_version"] != FORMAT_VERSION:
-        raise fail(f"format_version {meta['format_version']} is not supported (this code reads {FORMAT_VERSION})")
-    if meta["schema_version"] not in SCHEMAS:
-        raise fail(
-            f"observation schema {meta['schema_version']} is not supported (this code reads schemas "
-            f"{', '.join(map(str, SCHEMAS))}): retrain the policy with this version of llmsched"
-        )
-    n_obs, comps, nvec = len(meta["obs_names"]), meta["action_components"], meta["action_nvec"]
-    if len(set(meta["obs_names"])) != n_obs:
-        raise fail("obs_names has duplicates")
-    if len(comps) != len(nvec):
-        raise fail(f"action_components has {len(comps)} names but action_nvec has {len(nvec)} entries")
-    for key, opts in meta["action_options"].items():
-        if not (isinstance(opts, list) and opts and all(_is_num(o) for o in opts)):
-            raise fail(f"action_options.{key} must be a non-empty list of numbers, got {opts!r:.80}")
-        comp = OPTION_KEYS.get(key)
-        if comp in comps and len(opts) != nvec[comps.index(comp)]:
-            raise fail(
-                f"action_options.{key} has {len(opts)} options but action_nvec gives {comp} {nvec[comps.index(comp)]}"
-            )
-    norm = meta["normalization"]
-    if norm is not None:
-        for key in ("mean", "var"):
-            v = norm.get(key)
-            if not (isinstance(v, list) and len(v) == n_obs and all(_is_num(x) for x in v)):
-                raise fail(f"normalization.{key} must be a list of {n_obs} finite numbers (one per observation)")
-        if any(x < 0 for x in norm["var"]):
-            raise fail("normalization.var must be >= 0")
-        for key in ("epsilon", "clip"):
-            if not (_is_num(norm.get(key)) and norm[key] >= 0):
-                raise fail(f"normalization.{key} must be a number >= 0, got {norm.get(key)!r}")
-        if norm["clip"] == 0 or any(v + norm["epsilon"] <= 0 for v in norm["var"]):
-            raise fail("normalization: clip must be > 0 and var + epsilon > 0")
-    net = meta["network"]
-    if net.get("activation") not in ACTIVATIONS:
-        raise fail(f"network.activation must be one of {sorted(ACTIVATIONS)}, got {net.get('activation')!r}")
-    layers = net.get("layers")
-    if not (isinstance(layers, list) and layers):
-        raise fail("network.layers must be a non-empty list")
-    for i, layer in enumerate(layers):
-        if not (isinstance(layer, dict) and _strings([layer.get("weight"), layer.get("bias")])):
-            raise fail(f"network.layers[{i}] must be an object with string keys 'weight' and 'bias', got {layer!r:.80}")
-
-
-def _read_tensors(path: Path, sha256: str) -> dict[str, torch.Tensor]:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise PolicyFileError(f"{path}: cannot read the policy weights: {exc}") from exc
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != sha256:
-        raise PolicyFileError(
-            f"{path}: sha256 {digest} does not match tensors_sha256 {sha256} in {path.with_suffix('.json').name} "
-            "(corrupt or replaced weights file)"
-        )
-    try:  # parse the very bytes that were hashed
-        return load_safetensors(data)
-    except Exception as exc:  # safetensors raises its own SafetensorError, or ValueError/RuntimeError
-        raise PolicyFileError(f"{path}: not a readable safetensors file: {exc}") from exc
-
-
-def _check_layers(
-    meta: dict[str, Any], tensors: dict[str, torch.Tensor], where: Path
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    layers = meta["network"]["layers"]
-    n_in = len(meta["obs_names"])
-    out: list[tuple[torch.Tensor, torch.Tensor]] = []
-    for i, layer in enumerate(layers):
-        w_name, b_name = layer["weight"], layer["bias"]
-        for name in (w_name, b_name):
-            if name not in tensors:
-                have = sorted(tensors)
-                raise PolicyFileError(f"{where}: tensor {name!r} (network.layers[{i}]) is missing; has {have}")
-            t = tensors[name]
-            if not t.is_floating_point() or not bool(torch.isfinite(t).all()):
-                raise PolicyFileError(f"{where}: tensor {name!r} must hold finite floats (dtype {t.dtype})")
-        w, b = tensors[w_name], tensors[b_name]
-        if w.ndim != 2 or b.ndim != 1 or b.shape[0] != w.shape[0]:
-            raise PolicyFileError(
-                f"{where}: layer {i}: weight {w_name!r} must be [out, in] and bias {b_name!r} [out]; "
-                f"got {list(w.shape)} and {list(b.shape)}"
-            )
-        if w.shape[1] != n_in:
-            what = f"len(obs_names) = {n_in}" if i == 0 else f"layer {i - 1}'s {n_in} outputs"
-            raise PolicyFileError(
-                f"{where}: layer {i}: weight {w_name!r} {list(w.shape)} takes {w.shape[1]} inputs, expected {what}"
-            )
-        n_in = w.shape[0]
-        out.append((w.to(torch.float32), b.to(torch.float32)))
-    n_logits = sum(meta["action_nvec"])
-    if n_in != n_logits:
-        raise PolicyFileError(f"{where}: the last layer gives {n_in} logits, expected sum(action_nvec) = {n_logits}")
-    return out
-
-
-# ------------------------------------------------------------------------------------------------ the policy
-class ExportedPolicy:
-    """An exported MLP policy acting through the ``Policy`` protocol: argmax per action component.
-
-    ``act`` mirrors SB3's deterministic ``predict``: normalise (if the policy was trained under
-    VecNormalize), run the actor, split the logits per component, drop masked-out options (``masked``
-    policies only: MaskablePPO), take the argmax. Not thread-safe: it reuses one input buffer.
-    """
-
-    def __init__(self, meta: dict[str, Any], weights: Sequence[tuple[torch.Tensor, torch.Tensor]], path: Path):
-        self.meta = meta
-        self.path = path
-        self.obs_names: tuple[str, ...] = tuple(meta["obs_names"])
-        self.action_components: tuple[str, ...] = tuple(meta["action_components"])
-        self.action_nvec: tuple[int, ...] = tuple(meta["action_nvec"])
-        self.action_options: dict[str, list[float]] = dict(meta["action_options"])
-        self.masked: bool = meta["masked"]
-        self.schema_version: int = meta["schema_version"]
-        activation = ACTIVATIONS[meta["network"]["activation"]]
-        modules: list[nn.Module] = []
-        for i, (w, b) in enumerate(weights):
-            linear = nn.Linear(w.shape[1], w.shape[0])
-            with torch.no_grad():
-                linear.weight.copy_(w)
-                linear.bias.copy_(b)
-            modules.append(linear)
-            if i < len(weights) - 1:
-                modules.append(activation())
-        self.network = nn.Sequential(*modules).eval().requires_grad_(False)
-        # The same network in numpy for the activations numpy has: a call of a small MLP through torch costs
-        # tens of microseconds of dispatch, which is most of a decision (bench/bench_vllm_adapter.py).
-        self._np_act = _NUMPY_ACTIVATIONS.get(meta["network"]["activation"])
-        self._np_layers = [(w.numpy().T.copy(), b.numpy().copy()) for w, b in weights]
-        n_obs, total = len(self.obs_names), sum(self.action_nvec)
-        self._x = torch.zeros(1, n_obs)  # x: [1, num_obs], the network input, reused by every act()
-        self._x_np = self._x.numpy()[0]  # a numpy view of the same memory
-        norm = meta["normalization"]
-        self._norm = norm is not None
-        if norm is not None:  # VecNormalize: clip((obs - mean) / sqrt(var + eps), ±clip), in float64 as SB3 does
-            self._mean = np.asarray(norm["mean"], dtype=np.float64)
-            self._std = np.sqrt(np.asarray(norm["var"], dtype=np.float64) + float(norm["epsilon"]))
-            self._clip = float(norm["clip"])
-            self._scratch = np.empty(n_obs, dtype=np.float64)
-        starts = np.cumsum((0, *self.action_nvec[:-1]))
-        self._starts = starts.astype(np.intp)
-        # gather: [num_components, max_options] indices into the logits, padded with the -inf slot at `total`
-        self._gather = np.full((len(self.action_nvec), max(self.action_nvec)), total, dtype=np.intp)
-        for i, (s, n) in enumerate(zip(starts, self.action_nvec, strict=True)):
-            self._gather[i, :n] = np.arange(s, s + n)
-        self._logits = np.full(total + 1, -np.inf, dtype=np.float32)  # [sum(nvec) + 1]
-        self._no_mask = np.ones(total, dtype=bool)
-
-    def __repr__(self) -> str:
-        return (
-            f"ExportedPolicy({str(self.path)!r}, algo={self.meta['algo']!r}, obs={len(self.obs_names)}, "
-            f"nvec={list(self.action_nvec)}, masked={self.masked})"
-        )
-
-    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
-        """The action (int64, one option index per component) for one observation and its mask."""
-        obs = np.asarray(observation)
-        x = self._x_np
-        if obs.shape != x.shape:
-            raise ValueError(f"observation must have shape {x.shape} ({self.path.name}), got {obs.shape}")
-        if self._norm:
-            s = self._scratch
-            np.subtract(obs, self._mean, out=s)
-            np.divide(s, self._std, out=s)
-            np.clip(s, -self._clip, self._clip, out=s)
-            x[:] = s
-        else:
-            x[:] = obs
-        if not np.isfinite(x).all():
-            raise ValueError(f"observation has non-finite values: {obs!r}")
-        logits = self._logits
-        total = logits.shape[0] - 1
-        if self._np_act is not None:
-            h = x
-            last = len(self._np_layers) - 1
-            for i, (w_t, b) in enumerate(self._np_layers):  # w_t: [in, out]
-                h = h @ w_t
-                h += b
-                if i < last:
-                    h = self._np_act(h)
-            logits[:total] = h
-        else:
-            with torch.inference_mode():
-                y = self.network(self._x)  # y: [1, sum(nvec)]
-            logits[:total] = y.numpy()[0]
-        if self.masked:
-            mask = np.asarray(action_mask, dtype=bool)
-            if mask.shape != (total,):
-                raise ValueError(f"action_mask must have shape ({total},), got {mask.shape}")
-            np.copyto(logits[:total], -np.inf, where=~mask)
-        action = logits[self._gather].argmax(axis=1)  # [num_components]
-        if self.masked and not mask[self._starts + action].all():
-            empty = [
-                c
-                for c, s, n in zip(self.action_components, self._starts, self.action_nvec, strict=True)
-                if not mask[s : s + n].any()
-            ]
-            raise PolicyFileError(f"action_mask leaves no valid option for component(s) {empty}")
-        return action.astype(np.int64, copy=False)
-
-    def check_compatible(
-        self,
-        obs_names: Sequence[str],
-        action_nvec: Sequence[int],
-        schema_version: int | None = None,
-        action_options: Mapping[str, Sequence[float]] | None = None,
-        action_components: Sequence[str] = ACTION_COMPONENTS,
-    ) -> None:
-        """Raise ``PolicyFileError`` saying exactly what differs between this policy and an environment.
-
-        ``schema_version``: the env's observation schema (None: not compared); a policy of another schema is
-        refused in one line, before anything else is compared. ``action_options`` (optional, e.g.
-        ``action_options(env.action_spec)``) also compares what each action index means: equal ``nvec`` with
-        different token budgets would silently change the policy's actions. ``action_components``: the env's
-        (``("replica",)`` for the cluster router, whose nvec is the replica count).
-        """
-        if schema_version is not None and schema_version != self.schema_version:
-            raise PolicyFileError(
-                f"{self.path}: the policy was trained on observation {schema_summary(self.schema_version)}, this "
-                f"env uses {schema_summary(schema_version)}; build the env with schema={self.schema_version} "
-                "(evaluate.py does so by itself) or use a policy of this schema"
-            )
-        problems = []
-        env_obs = tuple(obs_names)
-        if env_obs != self.obs_names:
-            mine, theirs = set(self.obs_names), set(env_obs)
-            missing = [n for n in self.obs_names if n not in theirs]
-            unexpected = [n for n in env_obs if n not in mine]
-            if not missing and not unexpected and len(env_obs) == len(self.obs_names):
-                i = next(i for i, (a, b) in enumerate(zip(self.obs_names, env_obs, strict=True)) if a != b)
-                problems.append(
-                    f"observation features in a different order: index {i} is {self.obs_names[i]!r} "
-                    f"for the policy, {env_obs[i]!r} in this env"
-                )
-            else:
-                problems.append(
-                    f"policy expects {len(self.obs_names)} observation features, this env has "
-                    f"{len(env_obs)}: missing {missing}, unexpected {unexpected}"
-                )
-        env_nvec = tuple(int(n) for n in action_nvec)
-        if env_nvec != self.action_nvec:
-            if len(env_nvec) == len(self.action_nvec):
-                pairs = zip(self.action_components, self.action_nvec, env_nvec, strict=True)
-                diff = ", ".join(f"{c}: policy {a} options, env {b}" for c, a, b in pairs if a != b)
-            else:
-                diff = f"policy has {len(self.action_nvec)} components, env {len(env_nvec)}"
-            problems.append(
-                f"action space mismatch: policy nvec {list(self.action_nvec)}, env nvec {list(env_nvec)} ({diff})"
-            )
-        if self.action_components != tuple(action_components):
-            problems.append(
-                f"action components {list(self.action_components)} differ from this env's {list(action_components)}"
-            )
-        for key, env_opts in (action_options or {}).items():
-            mine_opts = self.action_options.get(key)
-            if mine_opts is not None and [float(v) for v in mine_opts] != [float(v) for v in env_opts]:
-                problems.append(f"action options {key} differ: policy {list(mine_opts)}, env {list(env_opts)}")
-        if problems:
-            raise PolicyFileError(f"{self.path} does not fit this environment: " + "; ".join(problems))
+    """Load and verify an exported policy (``decision.policy_file.load_policy_file``), its actor in numpy
+    when numpy has its activation, else in torch (``torch_forward``)."""
+    return _load_in_numpy(path, forward=torch_forward)

@@ -9,8 +9,8 @@ resolver for every place a user names a policy (``llmsched-evaluate --policies``
     resolve_policy("lookahead:k=32,horizon=32")  # the clairvoyant bound (decision.lookahead), not deployable
 
 Baselines come from ``llmsched_env.decision.registry`` (``SCHEDULERS``, ``ROUTERS``), which finds the
-``baselines`` package through its entry point, so this module never imports it. torch is imported only when
-a policy file is loaded.
+``baselines`` package through its entry point, so this module never imports it. A policy file acts in numpy;
+torch is imported only for one whose activation numpy lacks.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 
 from llmsched_env.decision.lookahead import LookaheadConfig, parse_lookahead
 from llmsched_env.decision.policy import Policy
+from llmsched_env.decision.policy_file import Forward, load_policy_file
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy
 from llmsched_env.decision.schema import SCHEMA_VERSION
 from llmsched_env.decision.tuned_table import TunedTable, is_tuned_table, load_tuned_table
@@ -43,6 +44,13 @@ def shipped_policies() -> Path:
 
 
 GENERALIST_PATH = shipped_policies() / "generalist"
+
+
+def _torch_forward(meta: dict[str, Any], weights: list) -> Forward:
+    """A policy file's network in torch, for an activation numpy lacks: torch is imported only then."""
+    from llmsched_env.runtime.policy_file import torch_forward
+
+    return torch_forward(meta, weights)
 
 
 def baseline_names() -> list[str]:
@@ -79,15 +87,13 @@ class PolicySpec:
 
     @property
     def exported(self) -> Any:
-        """The exported policy (``runtime.policy_file.ExportedPolicy``), or None for a baseline."""
+        """The exported policy (``decision.policy_file.ExportedPolicy``), or None for a baseline."""
         return self.load() if self.path is not None else None
 
     def load(self) -> Any:
         """Load (once) and return the exported policy file; ``PolicyFileError`` (a ``ValueError``) if bad."""
         if self._exported is None:
-            from llmsched_env.runtime.policy_file import load_policy_file  # torch only for policy files
-
-            self._exported = load_policy_file(self.path)  # type: ignore[arg-type]
+            self._exported = load_policy_file(self.path, forward=_torch_forward)  # type: ignore[arg-type]
         return self._exported
 
     @property

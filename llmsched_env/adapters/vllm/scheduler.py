@@ -45,8 +45,8 @@ from llmsched_env.adapters.vllm.state import TENANT_KEY, SimClock, VllmState, en
 from llmsched_env.adapters.vllm.waiting import PolicyWaitingQueue
 from llmsched_env.decision.decider import TimedDecider
 from llmsched_env.decision.policy import Policy, PolicyContext, reads_observation
+from llmsched_env.decision.policy_file import action_options
 from llmsched_env.engine.batch import Decision, QueueOrder
-from llmsched_env.runtime.policy_file import action_options
 from llmsched_env.runtime.serve import ServeStats
 
 __all__ = [
