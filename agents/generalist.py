@@ -37,8 +37,7 @@ def init_network(path: str | Path | ExportedPolicy) -> tuple[ExportedPolicy, dic
     layers, activation) a model needs to take its weights. ``PolicyFileError`` (a ``ValueError``, one line,
     naming the file) for a bad file."""
     policy = path if isinstance(path, ExportedPolicy) else load_policy_file(path)
-    linears = [m for m in policy.network if isinstance(m, torch.nn.Linear)]
-    widths = [int(m.out_features) for m in linears[:-1]]  # the hidden layers; the last gives the logits
+    widths = [int(w.shape[0]) for w, _ in policy.weights[:-1]]  # the hidden layers; the last gives the logits
     activation = ACTIVATIONS[policy.meta["network"]["activation"]]
     return policy, {"net_arch": {"pi": widths, "vf": widths}, "activation_fn": activation}
 
@@ -57,10 +56,10 @@ def init_from_policy(model: BaseAlgorithm, policy: ExportedPolicy, env: Any) -> 
         raise ValueError(f"{policy.path}: its algorithm {policy.meta['algo']} differs from this training's")
     linears = [m for m in model.policy.mlp_extractor.policy_net if isinstance(m, torch.nn.Linear)]
     linears.append(model.policy.action_net)
-    theirs = [m for m in policy.network if isinstance(m, torch.nn.Linear)]
-    if [tuple(m.weight.shape) for m in linears] != [tuple(m.weight.shape) for m in theirs]:
-        raise ValueError(f"{policy.path}: its layers {[tuple(m.weight.shape) for m in theirs]} do not fit the model")
+    theirs = [w.shape for w, _ in policy.weights]
+    if [tuple(m.weight.shape) for m in linears] != theirs:
+        raise ValueError(f"{policy.path}: its layers {theirs} do not fit the model")
     with torch.no_grad():
-        for mine, src in zip(linears, theirs, strict=True):
-            mine.weight.copy_(src.weight)
-            mine.bias.copy_(src.bias)
+        for mine, (w, b) in zip(linears, policy.weights, strict=True):
+            mine.weight.copy_(torch.from_numpy(w))
+            mine.bias.copy_(torch.from_numpy(b))

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from agents.config import ALGO_NAMES, load_hyperparams, merge_config
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.common.checks import check_unique
+from llmsched_env.common.registry import Registry
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.workloads.library import list_scenarios
 
@@ -29,13 +30,14 @@ __all__ = [
     "ACTOR_CRITIC_ALGOS",
     "DEFAULT_EVAL_BASELINES",
     "DEFAULT_EVAL_ROUTERS",
+    "ENV_KINDS",
     "GENERALIST",
     "QUICK",
     "RUN_KEYS",
+    "EnvKind",
     "TrainConfig",
     "check_hyperparams",
-    "is_cluster",
-    "is_generalist",
+    "env_kind",
     "resolve_hyperparams",
 ]
 
@@ -71,14 +73,53 @@ DEFAULT_EVAL_ROUTERS = ("round_robin", "least_outstanding", "least_kv_load", "pr
 GENERALIST = "generalist"  # the pseudo-scenario of one policy over every workload (LLMSchedMix-v0)
 
 
-def is_generalist(scenario: str) -> bool:
-    """The generalist trains on ``LLMSchedMix-v0``: every library scenario's train split and random ones."""
-    return scenario == GENERALIST
+@dataclass(frozen=True)
+class EnvKind:
+    """What a training does differently for each kind of scenario, in one place (``ENV_KINDS``, ``env_kind``).
+
+    ``env_id``: the env it trains on; ``registry``: where its teachers and evaluation baselines come from;
+    ``eval_baselines``: the default ones; ``drops``: ``env_kwargs`` its env does not take; ``mixture``: one
+    workload per episode (``LLMSchedMix-v0``: no scenario argument, evaluated on one val episode per library
+    scenario at that scenario's knee, TensorBoard tags only for the library's tenants); ``iterations_per_step``:
+    fixed decisions per step (None: the run's ``env_kwargs``); ``flat_actions``: DQN sees a flat action space;
+    ``init_schema``: the observation schema a start policy must have (None: its own, which the env takes);
+    ``no_init`` / ``no_trace``: why ``init`` / ``trace`` are refused (None: allowed)."""
+
+    name: str
+    env_id: str
+    registry: Registry[Any]
+    eval_baselines: tuple[str, ...]
+    drops: tuple[str, ...] = ()
+    mixture: bool = False
+    iterations_per_step: int | None = None
+    flat_actions: bool = False
+    init_schema: int | None = None
+    no_init: str | None = None
+    no_trace: str | None = None
 
 
-def is_cluster(scenario: str) -> bool:
-    """Cluster scenarios train routers on ``LLMSchedCluster-v0``; the others schedulers on ``LLMSched-v0``."""
-    return scenario in list_cluster_scenarios()
+ENV_KINDS = {
+    "scheduler": EnvKind("scheduler", "LLMSched-v0", SCHEDULERS, DEFAULT_EVAL_BASELINES, flat_actions=True),
+    "router": EnvKind(
+        "router", "LLMSchedCluster-v0", ROUTERS, DEFAULT_EVAL_ROUTERS, drops=("iterations_per_step",),
+        iterations_per_step=1,  # one routing decision per arrival
+        no_init="fine-tuning starts single-node schedulers, not routers",
+        no_trace="a trace trains a single-node scheduler, not a router",
+    ),
+    "generalist": EnvKind(  # the val episodes are library scenarios: tuned has each one's settings
+        "generalist", "LLMSchedMix-v0", SCHEDULERS, (*DEFAULT_EVAL_BASELINES, "tuned"), drops=("load",),
+        mixture=True, init_schema=2,
+        no_trace="the generalist trains on its mix; fine-tune it on a trace with init instead",
+    ),
+}  # fmt: skip
+
+
+def env_kind(scenario: str | Any) -> EnvKind:
+    """The kind of ``scenario``: ``generalist``, a cluster scenario's ``router``, else (a library scenario or a
+    trace's ``Scenario``) ``scheduler``."""
+    if scenario == GENERALIST:
+        return ENV_KINDS["generalist"]
+    return ENV_KINDS["router" if scenario in list_cluster_scenarios() else "scheduler"]
 
 
 @dataclass(frozen=True)
@@ -135,7 +176,7 @@ class TrainConfig:
             raise ValueError(f"vec_env: expected 'dummy' or 'subproc', got {self.vec_env!r}")
         if not isinstance(self.hp, Mapping):
             raise ValueError(f"hp: expected a mapping of hyperparameter overrides, got {self.hp!r}")
-        registry = ROUTERS if is_cluster(self.scenario) else SCHEDULERS
+        registry = self.kind.registry
         if self.bc not in (None, "none"):  # a name, or a comma list (the first that builds for each episode)
             from agents.teacher import check_teacher
 
@@ -157,8 +198,8 @@ class TrainConfig:
             object.__setattr__(self, "hyperparams", Path(self.hyperparams))
         if self.init is not None:
             object.__setattr__(self, "init", Path(self.init))
-            if is_cluster(self.scenario):
-                raise ValueError("init: fine-tuning starts single-node schedulers, not routers")
+            if self.kind.no_init is not None:
+                raise ValueError(f"init: {self.kind.no_init}")
             if self.resume:
                 raise ValueError("init: give either --init (start from a policy) or --resume (continue a run)")
             from llmsched_env.runtime.policy_file import load_policy_file
@@ -167,9 +208,11 @@ class TrainConfig:
                 start = load_policy_file(self.init)
             except ValueError as exc:
                 raise ValueError(f"init: {exc}") from None
-            if is_generalist(self.scenario) and start.schema_version != 2:
+            need = self.kind.init_schema
+            if need is not None and start.schema_version != need:
                 raise ValueError(
-                    f"init: {start.path} has observation schema {start.schema_version}; the generalist needs schema 2"
+                    f"init: {start.path} has observation schema {start.schema_version}; the {self.kind.name} needs "
+                    f"schema {need}"
                 )
             object.__setattr__(self, "_init_policy", start)  # read once: the training takes it from here
 
@@ -181,10 +224,8 @@ class TrainConfig:
             raise ValueError(f"trace: expected a mapping of trace options, got {self.trace!r}")
         options = {k: v for k, v in self.trace.items() if k != "engine"}
         limits = dict(self.trace.get("engine") or {})
-        if self.scenario in list_cluster_scenarios():
-            raise ValueError("trace: a trace trains a single-node scheduler, not a router")
-        if self.scenario == GENERALIST:
-            raise ValueError("trace: the generalist trains on its mix; fine-tune it on a trace with init instead")
+        if self.kind.no_trace is not None:
+            raise ValueError(f"trace: {self.kind.no_trace}")
         try:
             scenario = build_trace_scenario(options, limits)
         except ValueError as exc:
@@ -192,6 +233,11 @@ class TrainConfig:
         object.__setattr__(self, "trace", {**options, **({"engine": limits} if limits else {})})
         object.__setattr__(self, "scenario", scenario.name)
         object.__setattr__(self, "_trace_scenario", scenario)
+
+    @property
+    def kind(self) -> EnvKind:
+        """The kind of this training's scenario (``env_kind``): its env, baselines and rules."""
+        return env_kind(self.scenario)
 
     @property
     def env_scenario(self) -> Any:
@@ -212,11 +258,7 @@ class TrainConfig:
     @property
     def baselines(self) -> tuple[str, ...]:
         """The baselines (or routers) the evaluation compares to."""
-        if self.eval_baselines is not None:
-            return self.eval_baselines
-        if is_generalist(self.scenario):  # the val episodes are library scenarios: tuned has each one's settings
-            return (*DEFAULT_EVAL_BASELINES, "tuned")
-        return DEFAULT_EVAL_ROUTERS if is_cluster(self.scenario) else DEFAULT_EVAL_BASELINES
+        return self.eval_baselines if self.eval_baselines is not None else self.kind.eval_baselines
 
     def to_argv(self) -> list[str]:
         """The ``llmsched-train`` arguments of this training (``hp`` as one ``--hp key=JSON`` per leaf)."""
@@ -285,7 +327,7 @@ def resolve_hyperparams(config: TrainConfig) -> dict[str, Any]:
         from agents.teacher import check_teacher
 
         try:
-            check_teacher(hp["bc_warmstart"], ROUTERS if is_cluster(config.scenario) else SCHEDULERS)
+            check_teacher(hp["bc_warmstart"], config.kind.registry)
         except ValueError as err:
             raise ValueError(f"hyperparameter 'bc_warmstart' (from the hyperparameter file or --hp): {err}") from None
     return hp

@@ -49,8 +49,7 @@ from agents.train_config import (
     ACTOR_CRITIC_ALGOS,
     RUN_KEYS,
     TrainConfig,
-    is_cluster,
-    is_generalist,
+    env_kind,
     resolve_hyperparams,
 )
 from agents.wrappers import FlatActions
@@ -78,19 +77,19 @@ BC_EPOCHS = 10  # passes of behaviour cloning over the demonstrations
 def make_env_fn(
     scenario: str | Scenario, algo: str, env_kwargs: Mapping[str, Any], split: str = "train", agent: bool = True
 ) -> Callable[[], gym.Env]:
-    """A factory of ``LLMSched-v0`` envs (or, for a cluster scenario, ``LLMSchedCluster-v0``) on ``scenario``
-    (a name, or a ``Scenario`` such as a trace's); ``agent`` wraps them for the algorithm (DQN's flat actions)."""
+    """A factory of the envs of ``scenario``'s kind (``env_kind``: ``LLMSched-v0``, ``LLMSchedCluster-v0`` or
+    ``LLMSchedMix-v0``) on ``scenario`` (a name, or a ``Scenario`` such as a trace's), without the
+    ``env_kwargs`` that env does not take; ``agent`` wraps them for the algorithm (DQN's flat actions)."""
+    kind = env_kind(scenario)
 
     def make() -> gym.Env:
-        if isinstance(scenario, str) and is_generalist(scenario):  # a workload per episode, at the mix's loads
-            kwargs = {k: v for k, v in env_kwargs.items() if k != "load"}
+        kwargs = {k: v for k, v in env_kwargs.items() if k not in kind.drops}
+        if kind.mixture:  # a workload per episode, at the mix's loads
             kwargs.setdefault("knee_loads", knee_loads())
-            return gym.make("LLMSchedMix-v0", split=split, **kwargs)
-        if isinstance(scenario, str) and is_cluster(scenario):  # one routing decision per arrival
-            kwargs = {k: v for k, v in env_kwargs.items() if k != "iterations_per_step"}
-            return gym.make("LLMSchedCluster-v0", scenario=scenario, split=split, **kwargs)
-        env = gym.make("LLMSched-v0", scenario=scenario, split=split, **env_kwargs)
-        return FlatActions(env) if agent and algo in FLAT_ACTION_ALGOS else env
+        else:
+            kwargs["scenario"] = scenario
+        env = gym.make(kind.env_id, split=split, **kwargs)
+        return FlatActions(env) if agent and kind.flat_actions and algo in FLAT_ACTION_ALGOS else env
 
     return make
 
@@ -103,7 +102,8 @@ def export_run_policy(
     from agents.export import export_policy
 
     extra = {"scenario": scenario, "seed": seed, "timesteps": int(model.num_timesteps)}
-    extra["iterations_per_step"] = 1 if is_cluster(scenario) else int(env_kwargs.get("iterations_per_step", 1))
+    fixed = env_kind(scenario).iterations_per_step
+    extra["iterations_per_step"] = fixed or int(env_kwargs.get("iterations_per_step", 1))
     export_policy(model, env, out, extra=extra)
 
 
@@ -211,11 +211,10 @@ def eval_setup(config: TrainConfig, hp: Mapping[str, Any]) -> dict[str, Any]:
     """What the periodic evaluation measures the agent on (``hp``: the resolved hyperparameters): scenario,
     seeds, load and env arguments. A best score recorded under another setup does not compare."""
     env_kwargs = {k: v for k, v in dict(hp.get("env_kwargs", {})).items() if k != "load"}
-    seeds = list(range(int(hp["eval_episodes"])))
-    if is_generalist(config.scenario):  # one val episode per library scenario, each at its knee
+    if config.kind.mixture:  # one val episode per library scenario, each at its knee
         seeds = list(range(len(list_scenarios())))
     else:
-        seeds = val_seeds(config, env_kwargs, seeds)
+        seeds = val_seeds(config, env_kwargs, list(range(int(hp["eval_episodes"]))))
     return {"scenario": config.scenario, "eval_seeds": seeds, "eval_load": hp["eval_load"], "eval_env": env_kwargs}
 
 
@@ -234,7 +233,7 @@ def resume_best(config: TrainConfig, hp: Mapping[str, Any] | None = None, warn: 
 def named_tenants(config: TrainConfig, env_kwargs: Mapping[str, Any]) -> frozenset[str] | None:
     """The tenants whose per-tenant figures get TensorBoard tags: for the generalist, those its library
     scenarios name (its randomised episodes draw tenant names of their own); None (every tenant) otherwise."""
-    if not is_generalist(config.scenario):
+    if not config.kind.mixture:
         return None
     names = env_kwargs.get("scenarios") or list_scenarios()
     return frozenset(t.name for name in names for t in get_scenario(name).source("train").tenants)
@@ -255,11 +254,10 @@ def train(config: TrainConfig) -> Path:
     env_kwargs = dict(run["env_kwargs"])
     if isinstance(env_kwargs.get("load"), list):
         env_kwargs["load"] = tuple(env_kwargs["load"])
-    if config.init is not None and not is_generalist(config.scenario):  # fine-tune on the policy's own schema
+    if config.init is not None and config.kind.init_schema is None:  # fine-tune on the policy's own schema
         env_kwargs.setdefault("schema", config.init_policy.schema_version)
     n_envs = int(run["n_envs"])
-    env_id = "LLMSchedCluster-v0" if is_cluster(config.scenario) else "LLMSched-v0"
-    env_id = "LLMSchedMix-v0" if is_generalist(config.scenario) else env_id
+    env_id = config.kind.env_id
     where = f"{config.scenario}, train split, {config.vec_env} vec env"
     status(f"building {n_envs} envs of {env_id} ({where})", enabled=config.progress)
     vec_cls = SubprocVecEnv if config.vec_env == "subproc" else DummyVecEnv
@@ -298,7 +296,7 @@ def _learn(
     eval_kwargs = {k: v for k, v in env_kwargs.items() if k != "load"}
 
     def make_eval_env(agent: bool) -> gym.Env:
-        kw = dict(eval_kwargs, load=run["eval_load"]) if not is_generalist(scenario) else dict(eval_kwargs)
+        kw = dict(eval_kwargs) if config.kind.mixture else dict(eval_kwargs, load=run["eval_load"])
         if not agent:
             kw["iterations_per_step"] = 1  # baselines decide every iteration
         return make_env_fn(config.env_scenario, config.algo, kw, split="val", agent=agent)()
