@@ -36,6 +36,7 @@ COMMON = ["--model", "tiny", "--num-requests", "12"]
 PROFILE = ["profile", *COMMON, "--quick", "--repeats", "1", "--fit-loads", "0.5"]
 
 
+@pytest.mark.slow
 def test_profile_and_fidelity_commands(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     preset = tmp_path / "tiny.json"
     assert main([*PROFILE, "--out", str(preset)]) == 0
@@ -112,6 +113,7 @@ def test_one_runner_spec_builds_the_runners_of_calibration_and_of_the_runtime_ba
     assert FIT_LOADS == fidelity.FIT_LOADS and FidelityWorkload().num_requests == FIDELITY_REQUESTS
 
 
+@pytest.mark.slow
 def test_the_library_profiles_and_reports_without_the_command_line(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="dtype: unknown dtype 'float8'"):
         RunnerSpec(dtype="float8")

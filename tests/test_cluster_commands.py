@@ -28,6 +28,7 @@ def router_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_a_trained_router_exports_and_evaluates_against_the_routing_baselines(router_run: Path, tmp_path) -> None:
     meta = json.loads((router_run / "policy.json").read_text())
     assert meta["action_components"] == ["replica"] and meta["action_nvec"] == [4] and meta["iterations_per_step"] == 1

@@ -27,6 +27,7 @@ def _rows(folder: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
 
 
+@pytest.mark.slow
 def test_evaluate_on_ray_equals_the_serial_run(tmp_path: Path) -> None:
     grid = ["--policies", "fcfs,slo_aware,agent=policies/mixed-slo", "--scenarios", "mixed-slo",
             "--loads", "1,1.2", "--seeds", "0,1", "--num-requests", "60", "--no-plots"]  # fmt: skip

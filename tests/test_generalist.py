@@ -104,8 +104,10 @@ def schema2_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize(
     ("trace", "fmt", "columns"),
-    [("azure_code_1tenant.csv", "azure", None), ("sharegpt_12tenants.csv", "generic", GENERIC),
-     ("mooncake_1tenant.jsonl", "mooncake", None), ("conv_code_2tenants.csv", "generic", GENERIC)],
+    [("azure_code_1tenant.csv", "azure", None),  # the others take a minute or more: the slow tier
+     pytest.param("sharegpt_12tenants.csv", "generic", GENERIC, marks=pytest.mark.slow),
+     pytest.param("mooncake_1tenant.jsonl", "mooncake", None, marks=pytest.mark.slow),
+     pytest.param("conv_code_2tenants.csv", "generic", GENERIC, marks=pytest.mark.slow)],
 )  # fmt: skip
 def test_the_shipped_generalist_runs_on_any_trace_in_the_simulator(
     tmp_path: Path, trace: str, fmt: str, columns: str | None
@@ -128,7 +130,9 @@ def test_the_shipped_generalist_runs_on_any_trace_in_the_simulator(
         assert float(values["num_finished"]) + float(values["num_rejected"]) == 40
 
 
-@pytest.mark.parametrize("trace", ["azure_code_1tenant.csv", "sharegpt_12tenants.csv"])
+@pytest.mark.parametrize(
+    "trace", ["azure_code_1tenant.csv", pytest.param("sharegpt_12tenants.csv", marks=pytest.mark.slow)]
+)
 def test_the_shipped_generalist_runs_on_the_torch_runtime(tmp_path: Path, trace: str) -> None:
     from llmsched_env.commands.evaluate import main
 
@@ -233,6 +237,7 @@ def _user_trace(path: Path, n: int = 900) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_train_fine_tunes_on_a_users_trace(schema2_policy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from agents.cli import main as train_main
     from agents.cli import parse_args

@@ -129,6 +129,7 @@ def test_identity_is_decided_per_scenario() -> None:
     assert policy_label(merged[0]) == "a (= b)" and policy_label(merged[1]) == "a"
 
 
+@pytest.mark.slow
 def test_identical_schedulers_are_one_summary_row_and_every_run_is_kept(tmp_path: Path) -> None:
     config = EvalConfig(scenarios=["azure-conv", "mixed-slo"], policies=["fcfs", "lpm", "vtc", "sjf"], seeds=[0, 1],
                         loads=[1.0, 2.0], num_requests=60)  # fmt: skip

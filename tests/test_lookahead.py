@@ -68,6 +68,7 @@ def test_with_the_base_alone_it_replays_tuned_exactly() -> None:
     assert la.num_decisions > 10 and la.num_rollouts == la.num_decisions and la.num_switches == 0
 
 
+@pytest.mark.slow
 def test_deterministic_for_a_seed_and_marked_as_a_bound_in_the_rows() -> None:
     config = EvalConfig(scenarios=["mixed-slo"], policies=[SMALL, "tuned"], seeds=[0, 1], num_requests=60, split="val")
     first, again = run_grid(config).rows, run_grid(config).rows
@@ -79,7 +80,7 @@ def test_deterministic_for_a_seed_and_marked_as_a_bound_in_the_rows() -> None:
         assert bound["slo_attainment"] >= tuned["slo_attainment"]
 
 
-@pytest.mark.parametrize(("seed", "tail"), [(0, 0), (1, 8), (3, 48)])
+@pytest.mark.parametrize(("seed", "tail"), [(0, 0), (1, 8), pytest.param(3, 48, marks=pytest.mark.slow)])
 def test_never_below_its_base(seed: int, tail: int) -> None:
     """Whatever its options, the plan is played only when it meets at least the requests the base meets alone."""
     env = _env(60)

@@ -93,6 +93,7 @@ def test_sprw_serves_the_shortest_predicted_work_first_with_a_starvation_guard()
     q.check_invariants()
 
 
+@pytest.mark.slow
 def test_sprw_baseline_gains_from_the_prediction() -> None:
     # equal prompts, outputs of 16 or 1,024 tokens, 16 sequence slots: which request goes first matters only
     # through its output length, which only a prediction tells

@@ -351,6 +351,7 @@ def test_runtime_on_cuda_serves_everything_and_tokens_ignore_scheduling(dtype: s
     assert same == 16 if dtype == "float32" else same >= 12
 
 
+@pytest.mark.slow
 def test_evaluate_runs_policies_on_the_runtime_backend(tmp_path: Path) -> None:
     from llmsched_env.commands.evaluate import main
 

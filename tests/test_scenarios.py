@@ -199,6 +199,7 @@ def test_describe_reports_rates_lengths_tenants_and_offered_load() -> None:
     assert d2["offered_load"] == pytest.approx(2 * d["offered_load"], rel=0.1)
 
 
+@pytest.mark.slow
 def test_evaluate_commands_for_scenarios_traces_describe_and_capacity(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

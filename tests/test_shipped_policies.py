@@ -1,8 +1,11 @@
-"""The trained policies shipped in policies/ load with torch alone and fit their scenario's env."""
+"""The trained policies shipped in policies/ load and fit their scenario's env. The fast tier plays a few of
+them (``FAST``: a minute or less in all on the 2-core machine); the slow tier plays every one."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import pytest
@@ -15,13 +18,19 @@ from llmsched_env.workloads.library import list_scenarios
 
 SHIPPED = sorted((Path(__file__).resolve().parents[1] / "policies").glob("*/policy.json"))
 PER_SCENARIO = [p for p in SHIPPED if p.parent.name != "generalist"]
+FAST = {"default", "azure-code", "cluster-azure-conv-4"}  # scenarios whose episodes here take seconds
+
+
+def _tiered(values: list, name: Callable[[Any], str] = str) -> list:
+    """``values`` as parameters, those not named in ``FAST`` marked slow."""
+    return [v if name(v) in FAST else pytest.param(v, marks=pytest.mark.slow) for v in values]
 
 
 def test_policies_are_shipped() -> None:
     assert {p.parent.name for p in SHIPPED} >= {"mixed-slo", "multi-tenant-overload", "generalist"}
 
 
-@pytest.mark.parametrize("scenario", list_scenarios())
+@pytest.mark.parametrize("scenario", _tiered(list_scenarios()))
 def test_the_generalist_runs_on_every_scenario(scenario: str) -> None:
     policy = load_policy_file(SHIPPED[0].parents[1] / "generalist")
     assert policy.schema_version == 2 and policy.meta["scenario"] == "generalist"
@@ -48,15 +57,7 @@ def test_the_generalist_recipe_is_the_one_that_trained_the_shipped_policy() -> N
     assert shipped == resolve_hyperparams(TrainConfig(scenario="generalist"))
 
 
-# the longest of these (a minute each on the 2-core machine) run in the slow tier
-LONG = {"mooncake-conv", "remote-kv", "sharegpt-poisson"}
-
-
-@pytest.mark.parametrize(
-    "path",
-    [pytest.param(p, marks=pytest.mark.slow) if p.parent.name in LONG else p for p in PER_SCENARIO],
-    ids=lambda p: p.parent.name,
-)
+@pytest.mark.parametrize("path", _tiered(PER_SCENARIO, lambda p: p.parent.name), ids=lambda p: p.parent.name)
 def test_shipped_policy_runs_on_its_scenario(path: Path) -> None:
     policy = load_policy_file(path)
     scenario = policy.meta["scenario"]

@@ -17,6 +17,7 @@ from llmsched_env.sim import simulator
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_a_short_soak_of_every_case_finds_no_violation() -> None:
     result = soak(1000, seed=0, num_requests=20)
     assert result.violations == []

@@ -25,6 +25,7 @@ def test_the_message_names_the_ratio_only_when_it_is_off() -> None:
     assert fast is not None and "2.00x faster" in fast
 
 
+@pytest.mark.slow
 def test_evaluate_measures_the_machine_and_warns(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
@@ -41,6 +42,7 @@ def test_evaluate_measures_the_machine_and_warns(
     assert "measured step time / runtime-tiny-cpu's = 2.30" in err and "2.30x slower" in err
 
 
+@pytest.mark.slow
 def test_no_speed_check_skips_it(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     def refuse(*args: object, **kwargs: object) -> float:
         raise AssertionError("--no-speed-check must not profile")

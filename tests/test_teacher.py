@@ -27,6 +27,7 @@ def _mix() -> WorkloadMixEnv:
     )
 
 
+@pytest.mark.slow
 def test_replay_gives_the_episode_again() -> None:
     env = _mix()
     env.reset(seed=4)
@@ -73,6 +74,7 @@ def test_searched_refuses_other_envs_and_unknown_candidates() -> None:
         searched(env, ())
 
 
+@pytest.mark.slow
 def test_tuned_first_then_searched_on_random_workloads() -> None:
     env = WorkloadMixEnv(scenarios=("default",), num_requests=8, random_share=0.5)
     make = teacher(f"tuned,{SEARCHED}", seed=0)

@@ -16,27 +16,9 @@ from agents import SB3Policy
 from agents.cli import main as train_main
 from agents.train_config import TrainConfig
 from agents.training import train
-from llmsched_env.commands.evaluate import main as evaluate_main
 from llmsched_env.envs.episode import run_episode
+from tests.trained_run import ALGO_HP, COMMON, TINY_TRAIN, TrainedRun
 
-COMMON = [
-    "--timesteps", "256", "--n-envs", "1", "--hp", "bc_steps=200", "--hp", "eval_freq=128", "--hp", "eval_episodes=1",
-    "--hp", "env_kwargs.num_requests=30", "--hp", "env_kwargs.iterations_per_step=32", "--eval-baselines",
-    "fcfs,slo_aware",
-]  # fmt: skip
-ALGO_HP = {
-    "maskable_ppo": ["--hp", "n_steps=128", "--hp", "batch_size=64"],
-    "ppo": ["--hp", "n_steps=128", "--hp", "batch_size=64"],
-    "recurrent_ppo": ["--hp", "n_steps=128", "--hp", "batch_size=64"],
-    "a2c": ["--hp", "n_steps=8"],
-    "dqn": ["--hp", "learning_starts=64", "--hp", "batch_size=32"],
-}
-TINY = [*COMMON, *ALGO_HP["maskable_ppo"], "--no-progress"]
-TINY_TRAIN = [
-    "--timesteps", "256", "--n-envs", "1", "--bc", "none", "--hp", "eval_freq=128", "--hp", "eval_episodes=1",
-    "--hp", "n_steps=128", "--hp", "batch_size=64", "--hp", "env_kwargs.num_requests=30",
-    "--hp", "env_kwargs.iterations_per_step=32", "--eval-baselines", "fcfs",
-]  # fmt: skip
 STATUS = ("building 1 envs", "cloning the baseline slo_aware", "evaluating the baselines fcfs, slo_aware",
           "evaluating the start policy", "training maskable_ppo for 256 steps")  # fmt: skip
 
@@ -52,17 +34,10 @@ def _tags(folder: Path) -> set[str]:
     return tags
 
 
-def test_train_writes_a_complete_run_folder(
-    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    torch.set_num_threads(1)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the checkpoint key: not the user's
-    out = tmp_path / "run"
-    assert train_main(["--scenario", "mixed-slo", "--out", str(out), *TINY]) == 0
-    printed = capsys.readouterr()
-    assert printed.err == ""  # --no-progress: no status line, no bar
-    assert "behaviour cloning from slo_aware" in printed.out and "trained 256 steps" in printed.out
-    summary_line = next(line for line in printed.out.splitlines() if line.startswith("trained 256 steps"))
+def test_train_writes_a_complete_run_folder(trained_run: TrainedRun) -> None:
+    out = trained_run.out
+    assert "behaviour cloning from slo_aware" in trained_run.stdout and "trained 256 steps" in trained_run.stdout
+    summary_line = next(line for line in trained_run.stdout.splitlines() if line.startswith("trained 256 steps"))
     assert all(word in summary_line for word in ("cloning", "evaluations", "maskable_ppo", "the rest"))
     for name in ("config.yml", "args.json", "command.txt", "model.zip", "best_model.zip", "policy.json",
                  "policy.safetensors", "summary.json", "bc.json"):  # fmt: skip
@@ -72,43 +47,46 @@ def test_train_writes_a_complete_run_folder(
     parts = [summary[k] for k in ("clone_wall_s", "eval_wall_s", "learn_wall_s")]
     assert min(parts) >= 0 and summary["clone_wall_s"] > 0 and sum(parts) <= summary["total_wall_s"]
     assert (out / "command.txt").read_text().startswith("llmsched-train --scenario mixed-slo")
-    tags = _tags(out / "tb")
+    config = (out / "config.yml").read_text()
+    assert "bc_warmstart: slo_aware" in config and "num_requests: 30" in config
+    assert json.loads((out / "policy.json").read_text())["iterations_per_step"] == 32
+
+
+def test_the_training_logs_tensorboard_tags(trained_run: TrainedRun) -> None:
+    tags = _tags(trained_run.out / "tb")
     assert {"episode/slo_attainment", "episode/goodput_rps", "episode/ttft_p99_s", "episode/jain_fairness"} <= tags
     assert {"eval/slo_attainment", "eval/attainment_over_best_baseline", "train/value_loss"} <= tags
     assert any(t.startswith("episode/tenant/") and t.endswith("/slo_attainment") for t in tags)
-    config = (out / "config.yml").read_text()
-    assert "bc_warmstart: slo_aware" in config and "num_requests: 30" in config
-    # the SB3 model acts as a Policy on the env it was trained for
-    policy = SB3Policy.load(out / "model.zip")
+
+
+def test_the_trained_model_and_its_export_serve_episodes(trained_run: TrainedRun) -> None:
+    torch.set_num_threads(1)
+    policy = SB3Policy.load(trained_run.out / "model.zip")  # the SB3 model acts as a Policy on its env
     env = gym.make("LLMSched-v0", scenario="mixed-slo", num_requests=30, iterations_per_step=32)
     assert run_episode(env, policy, seed=0)["num_requests"] == 30
-    # evaluate.py loads the exported policy from the run folder and holds its actions as in training
-    results = tmp_path / "eval"
-    argv = ["--policies", f"fcfs,agent={out}", "--scenarios", "mixed-slo", "--num-requests", "30"]
-    assert evaluate_main([*argv, "--out", str(results), "--no-plots"]) == 0
-    with open(results / "results.csv") as f:
+    # evaluate.py loaded the exported policy from the run folder and held its actions as in training
+    with open(trained_run.evaluated / "results.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["policy"] for r in rows] == ["fcfs", "agent"]
     assert float(rows[1]["num_iterations"]) > 0
-    assert json.loads((out / "policy.json").read_text())["iterations_per_step"] == 32
-    # each checkpoint is signed; resume continues from the latest
-    assert all(p.with_name(p.name + ".sig").exists() for p in (out / "checkpoints").glob("model_*_steps.zip"))
-    assert train_main(["--scenario", "mixed-slo", "--out", str(out), "--resume", *TINY]) == 0
-    assert '"timesteps": 512' in (out / "summary.json").read_text()
 
 
-def test_status_lines_come_on_stderr_before_training_starts(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    torch.set_num_threads(1)
-    argv = ["--scenario", "mixed-slo", "--out", str(tmp_path / "run"), *COMMON, *ALGO_HP["maskable_ppo"]]
-    assert train_main(argv) == 0
-    printed = capsys.readouterr()
-    at = [printed.err.find(line) for line in STATUS]
-    assert all(i >= 0 for i in at) and at == sorted(at), printed.err
-    bar = printed.err.find("training:")  # the bar over training steps
-    assert bar > at[-1] and "cloning slo_aware:" in printed.err and "baselines:" in printed.err
-    assert not any(line in printed.out for line in STATUS)  # stdout holds results only
+def test_resume_continues_from_the_latest_signed_checkpoint_silently(trained_run: TrainedRun) -> None:
+    checkpoints = list((trained_run.out / "checkpoints").glob("model_*_steps.zip"))
+    assert checkpoints and all(p.with_name(p.name + ".sig").exists() for p in checkpoints)  # each one signed
+    assert '"timesteps": 512' in (trained_run.resumed / "summary.json").read_text()
+    assert trained_run.resumed_stderr == ""  # --no-progress: no status line, no bar
 
 
+def test_status_lines_come_on_stderr_before_training_starts(trained_run: TrainedRun) -> None:
+    at = [trained_run.stderr.find(line) for line in STATUS]
+    assert all(i >= 0 for i in at) and at == sorted(at), trained_run.stderr
+    bar = trained_run.stderr.find("training:")  # the bar over training steps
+    assert bar > at[-1] and "cloning slo_aware:" in trained_run.stderr and "baselines:" in trained_run.stderr
+    assert not any(line in trained_run.stdout for line in STATUS)  # stdout holds results only
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["ppo", "a2c", "dqn", "recurrent_ppo"])
 def test_train_other_algorithms(tmp_path: Path, algo: str) -> None:
     torch.set_num_threads(1)
@@ -132,6 +110,7 @@ def test_the_library_trains_without_the_command_line(tmp_path: Path, capsys: pyt
     assert not (run / "bc.json").exists() and (run / "policy.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_train_sweep_runs_one_training_per_trial_serially(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     sweep = tmp_path / "sweep"
     argv = ["--scenarios", "mixed-slo", "--seeds", "1", "--hp-grid", "gamma=0.99,0.995", "--out", str(sweep)]
@@ -145,6 +124,7 @@ def test_train_sweep_runs_one_training_per_trial_serially(tmp_path: Path, capsys
     assert gammas == [0.99, 0.995] and all(r["summary"]["timesteps"] == 256 for r in results)
 
 
+@pytest.mark.slow
 def test_train_sweep_on_ray_equals_serial_trainings(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     serial = tmp_path / "serial"

@@ -57,6 +57,7 @@ def ctx_of(scenario: str, **engine: int) -> Any:
 
 
 # ------------------------------------------------------------------------------------------ the search
+@pytest.mark.slow
 def test_the_search_runs_on_val_only_and_is_deterministic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     splits: list[str] = []
     make = gymnasium.make
@@ -267,6 +268,7 @@ def test_a_user_trace_is_tuned_and_then_evaluated_with_its_table(tmp_path: Path)
     assert settings_of(config.policies[0].make(env, 0).decision) == entry["settings"]
 
 
+@pytest.mark.slow
 def test_library_scenarios_go_to_results_and_the_shipped_table_needs_force(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
