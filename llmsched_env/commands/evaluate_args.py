@@ -264,7 +264,7 @@ def scaleout(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         args.ray, args.ray_cpus = "local", args.workers
 
 
-def add_trace_options(p: argparse.ArgumentParser, replaces: str = "--scenarios") -> None:
+def add_trace_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, replaces: str = "--scenarios") -> None:
     """``--trace`` (a user's trace file instead of ``replaces``, the command's scenario option) and the options
     that say how to read it; ``trace_scenario`` turns them into a scenario."""
     add = p.add_argument
@@ -390,7 +390,7 @@ def trace_options(args: argparse.Namespace) -> dict[str, Any]:
     return {k: getattr(args, k) for k in TRACE_OPTIONS if getattr(args, k, None) is not None}
 
 
-def build_trace_scenario(options: Mapping[str, Any], limits: Mapping[str, int] | None = None) -> Scenario:
+def build_trace_scenario(options: Mapping[str, Any], limits: Mapping[str, Any] | None = None) -> Scenario:
     """The scenario of a trace from its options (``trace_options``: ``trace``, ``trace_format`` and the optional
     others, as the command line names them) over an engine with ``limits``; ``ValueError`` naming the option,
     or from the trace reader naming the file."""
