@@ -55,8 +55,9 @@ def init_from_policy(model: BaseAlgorithm, policy: ExportedPolicy, env: Any) -> 
         raise ValueError(f"{policy.path}: a policy trained under observation normalisation cannot start a training")
     if policy.masked != (type(model).__name__ == "MaskablePPO"):
         raise ValueError(f"{policy.path}: its algorithm {policy.meta['algo']} differs from this training's")
-    linears = [m for m in model.policy.mlp_extractor.policy_net if isinstance(m, torch.nn.Linear)]
-    linears.append(model.policy.action_net)
+    actor: Any = model.policy  # SB3's ActorCriticPolicy or sb3-contrib's MaskableActorCriticPolicy: no common base
+    linears = [m for m in actor.mlp_extractor.policy_net if isinstance(m, torch.nn.Linear)]
+    linears.append(actor.action_net)
     theirs = [m for m in policy.network if isinstance(m, torch.nn.Linear)]
     if [tuple(m.weight.shape) for m in linears] != [tuple(m.weight.shape) for m in theirs]:
         raise ValueError(f"{policy.path}: its layers {[tuple(m.weight.shape) for m in theirs]} do not fit the model")
