@@ -16,7 +16,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import gymnasium as gym
 import numpy as np
@@ -49,7 +49,12 @@ def collect_demonstrations(
     if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
         raise ValueError(f"stride must be an integer >= 1, got {stride!r}")
     unwrapped: Any = env.unwrapped
-    obs_l, mask_l, act_l, rew_l, done_l, kept = [], [], [], [], [], []
+    obs_l: list[np.ndarray] = []
+    mask_l: list[np.ndarray] = []
+    act_l: list[np.ndarray] = []
+    rew_l: list[float] = []
+    done_l: list[bool] = []
+    kept: list[int] = []
     teacher = make_teacher(baseline, seed)  # built for each episode's workload
     obs, _ = env.reset(seed=seed)
     policy = teacher(env)
@@ -63,7 +68,7 @@ def collect_demonstrations(
             mask_l.append(mask)
             act_l.append(action)
         obs, reward, terminated, truncated, _ = env.step(action if actor is None else actor(obs, mask))
-        rew_l.append(reward)
+        rew_l.append(float(reward))
         done_l.append(terminated or truncated)
         if terminated or truncated:
             episode += 1
@@ -115,7 +120,7 @@ def behaviour_clone(
     total = epochs * (1 + dagger_iterations)
     optimizer = th.optim.Adam(model.policy.parameters(), lr=learning_rate)
     gen = th.Generator().manual_seed(seed)
-    fit = {"epochs": epochs, "batch_size": batch_size, "smoothing": smoothing, "generator": gen}
+    fit: _FitOptions = {"epochs": epochs, "batch_size": batch_size, "smoothing": smoothing, "generator": gen}
     stats = _fit(model, data, optimizer, masked, **fit, on_epoch=_offset(on_epoch, 0, total))
     for it in range(1, dagger_iterations + 1):
         clone = _clone_actor(model, env)
@@ -150,6 +155,15 @@ def _offset(on_epoch: Callable[[int, int], None] | None, done: int, total: int) 
     if on_epoch is None:
         return None
     return lambda k, _: on_epoch(done + k, total)
+
+
+class _FitOptions(TypedDict):
+    """``_fit``'s options that stay the same over the rounds of one ``behaviour_clone``."""
+
+    epochs: int
+    batch_size: int
+    smoothing: float
+    generator: th.Generator
 
 
 def _fit(

@@ -21,6 +21,7 @@ import hmac
 import os
 import secrets
 from pathlib import Path
+from typing import Literal, overload
 
 from stable_baselines3.common.callbacks import CheckpointCallback
 
@@ -46,6 +47,12 @@ def key_path() -> Path:
     ``~/.config``)."""
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "llmsched" / "checkpoint.key"
+
+
+@overload
+def _key(create: Literal[True]) -> bytes: ...
+@overload
+def _key(create: bool) -> bytes | None: ...
 
 
 def _key(create: bool) -> bytes | None:
@@ -90,7 +97,7 @@ def _signature_path(checkpoint: Path) -> Path:
 def sign_checkpoint(checkpoint: Path) -> Path:
     """Write ``checkpoint``'s signature file (creating this user's key if needed) and return its path."""
     sig = _signature_path(checkpoint)
-    sig.write_text(_digest(_key(create=True), checkpoint) + "\n")  # type: ignore[arg-type]
+    sig.write_text(_digest(_key(create=True), checkpoint) + "\n")
     return sig
 
 

@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no status lines and no progress bars on stderr")
     p.add_argument("--force", action="store_true", help="allow a run folder inside a shipped folder")
     trace = p.add_argument_group("your own trace instead of --scenario (split in time: train, val, test)")
-    add_trace_options(trace, replaces="--scenario")  # type: ignore[arg-type]
+    add_trace_options(trace, replaces="--scenario")
     add_engine_limits(p, "engine limits of --trace's engine")
     sweep = p.add_argument_group("many trainings (each in its own run folder OUT/<scenario>-seed<K>[-key=value])")
     sweep.add_argument("--scenarios", default=None, help="comma list: one training per scenario (default: none)")

@@ -74,9 +74,11 @@ def export_policy(
         raise ValueError(f"export_policy needs an actor-critic MLP policy, got {type(policy).__name__}")
     if not isinstance(policy.pi_features_extractor, FlattenExtractor):
         raise ValueError(f"only the FlattenExtractor exports (no weights); got {type(policy.pi_features_extractor)}")
-    n_obs = int(np.prod(model.observation_space.shape))
-    if len(obs_names) != n_obs or len(model.observation_space.shape) != 1:
-        raise ValueError(f"the model observes shape {model.observation_space.shape}, the env names {len(obs_names)}")
+    shape = model.observation_space.shape
+    assert shape is not None  # SB3 builds an MLP policy on a Box, which has a shape
+    n_obs = int(np.prod(shape))
+    if len(obs_names) != n_obs or len(shape) != 1:
+        raise ValueError(f"the model observes shape {shape}, the env names {len(obs_names)}")
     nvec = [int(n) for n in spec.nvec]
     space = model.action_space
     model_nvec = getattr(space, "nvec", None)

@@ -54,9 +54,10 @@ def init_from_policy(model: BaseAlgorithm, policy: ExportedPolicy, env: Any) -> 
         raise ValueError(f"{policy.path}: a policy trained under observation normalisation cannot start a training")
     if policy.masked != (type(model).__name__ == "MaskablePPO"):
         raise ValueError(f"{policy.path}: its algorithm {policy.meta['algo']} differs from this training's")
-    linears = [m for m in model.policy.mlp_extractor.policy_net if isinstance(m, torch.nn.Linear)]
-    linears.append(model.policy.action_net)
-    theirs = [w.shape for w, _ in policy.weights]
+    actor: Any = model.policy  # SB3's ActorCriticPolicy or sb3-contrib's MaskableActorCriticPolicy: no common base
+    linears = [m for m in actor.mlp_extractor.policy_net if isinstance(m, torch.nn.Linear)]
+    linears.append(actor.action_net)
+    theirs = [tuple(w.shape) for w, _ in policy.weights]
     if [tuple(m.weight.shape) for m in linears] != theirs:
         raise ValueError(f"{policy.path}: its layers {theirs} do not fit the model")
     with torch.no_grad():

@@ -50,7 +50,6 @@ class SB3Policy:
 
     def __init__(self, model: BaseAlgorithm) -> None:
         self.model = model
-        self._masked = isinstance(model, MaskablePPO)
         self.recurrent = isinstance(model, RecurrentPPO)
         self._state: tuple[np.ndarray, ...] | None = None  # the LSTM's (hidden, cell) states after the last act
         self._episode_start = True
@@ -76,7 +75,7 @@ class SB3Policy:
                 observation, state=self._state, episode_start=start, deterministic=True
             )
             self._episode_start = False
-        elif self._masked:
+        elif isinstance(self.model, MaskablePPO):
             action, _ = self.model.predict(observation, action_masks=action_mask, deterministic=True)
         else:
             action, _ = self.model.predict(observation, deterministic=True)

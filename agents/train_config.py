@@ -265,7 +265,7 @@ class TrainConfig:
         argv = ["--scenario", self.scenario] if self.trace is None else []  # a trace replaces --scenario
         argv += ["--algo", self.algo, "--seed", str(self.seed)]
         argv += ["--out", str(self.run_folder), "--vec-env", self.vec_env]
-        optional = {"--timesteps": self.timesteps, "--n-envs": self.n_envs, "--bc": self.bc}
+        optional: dict[str, object] = {"--timesteps": self.timesteps, "--n-envs": self.n_envs, "--bc": self.bc}
         optional["--hyperparams"] = self.hyperparams
         optional["--init"] = self.init
         optional["--eval-baselines"] = ",".join(self.eval_baselines) if self.eval_baselines is not None else None

@@ -159,7 +159,7 @@ def _model(
         model = ALGOS[config.algo].load(str(resume_from), env=vec_env, device="cpu", tensorboard_log=tb)
         status(f"resumed from {resume_from} at {model.num_timesteps} steps", enabled=config.progress)
         return model, True
-    if config.init is not None:  # fine-tuning: the exported policy's weights, no cloning
+    if config.init_policy is not None:  # fine-tuning (--init): the exported policy's weights, no cloning
         start, net = init_network(config.init_policy)
         hp = {**hp, "policy_kwargs": {**dict(hp.get("policy_kwargs") or {}), **net}}
         model = make_model(config.algo, vec_env, seed=config.seed, tensorboard_log=tb, **hp)
@@ -254,7 +254,7 @@ def train(config: TrainConfig) -> Path:
     env_kwargs = dict(run["env_kwargs"])
     if isinstance(env_kwargs.get("load"), list):
         env_kwargs["load"] = tuple(env_kwargs["load"])
-    if config.init is not None and config.kind.init_schema is None:  # fine-tune on the policy's own schema
+    if config.init_policy is not None and config.kind.init_schema is None:  # fine-tune on its own schema
         env_kwargs.setdefault("schema", config.init_policy.schema_version)
     n_envs = int(run["n_envs"])
     env_id = config.kind.env_id

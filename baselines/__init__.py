@@ -51,8 +51,7 @@ from baselines.rules import (
 from baselines.slo import SarathiPolicy, SLOAwarePolicy, tpot_budget
 from baselines.tuned import TunedPolicy
 from llmsched_env.decision.policy import Policy, PolicyContext
-from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy
-from llmsched_env.decision.router import RouterContext
+from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy, make_scheduler
 
 __all__ = [
     "ROUTERS",
@@ -109,13 +108,11 @@ def make(name: str, ctx: PolicyContext, seed: int | None = None) -> Policy:
 
     Raises ``ValueError`` listing the available names when ``name`` is unknown.
     """
-    return SCHEDULERS.get(name)(ctx, seed)
+    return make_scheduler(name, ctx, seed)
 
 
-def make_for(name: str, ctx: PolicyContext | RouterContext, seed: int | None = None) -> Policy:
-    """A single-node baseline for a ``PolicyContext`` (``LLMSched-v0``) or a router for a ``RouterContext``
-    (``LLMSchedCluster-v0``): ``make_for(name, env.unwrapped.policy_context(), seed)`` works on either env."""
-    return make_policy(name, ctx, seed)  # type: ignore[return-value]
+# a single-node baseline for a PolicyContext (LLMSched-v0), a router for a RouterContext (LLMSchedCluster-v0)
+make_for = make_policy
 
 
 def per_workload(

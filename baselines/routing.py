@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmsched_env.decision.registry import ROUTERS
-from llmsched_env.decision.router import RouterContext, RoutingPolicy
+from llmsched_env.decision.registry import ROUTERS, make_router
+from llmsched_env.decision.router import RouterContext
 
 __all__ = [
     "ROUTERS",
@@ -174,8 +174,3 @@ for _cls in (
 def available_routers() -> list[str]:
     """Names ``make_router`` accepts: the table above, in its order, then any router registered elsewhere."""
     return ROUTERS.names()
-
-
-def make_router(name: str, ctx: RouterContext, seed: int | None = None) -> RoutingPolicy:
-    """The router ``name`` for ``ctx``; ``seed`` drives the random ones. ValueError listing the names otherwise."""
-    return ROUTERS.get(name)(ctx, seed)

@@ -18,7 +18,7 @@ import torch
 import llmsched_env  # noqa: F401
 from agents.generalist import knee_loads
 from llmsched_env.commands.evaluate_args import csv_list
-from llmsched_env.decision.registry import make_policy
+from llmsched_env.decision.registry import make_scheduler
 from llmsched_env.evaluation.config import EvalConfig
 
 COMPONENTS = ("order", "token_budget", "chunk_cap", "prefill_first", "admission", "kv_reserve", "shed")
@@ -31,7 +31,7 @@ def agreement(policy: str, scenario: str, split: str, load: float, seed: int = 0
     env = config.make_env(config.scenarios[0], load, spec.iterations_per_step, spec.schema)
     obs, _ = env.reset(seed=seed)
     u = env.unwrapped
-    mine, teacher = spec.make(env, seed), make_policy("tuned", u.policy_context(), seed=seed)
+    mine, teacher = spec.make(env, seed), make_scheduler("tuned", u.policy_context(), seed=seed)
     same = []
     while True:
         mask = u.action_masks()

@@ -22,7 +22,7 @@ import gymnasium as gym
 
 import llmsched_env  # noqa: F401
 from llmsched_env.decision.lookahead import parse_lookahead
-from llmsched_env.decision.registry import SCHEDULERS, make_policy
+from llmsched_env.decision.registry import SCHEDULERS, make_scheduler
 from llmsched_env.decision.tuned_table import load_tuned_table
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.lookahead import LookaheadPolicy
@@ -53,7 +53,7 @@ def main() -> None:
         env = gym.make("LLMSched-v0", scenario=scenario, split=args.split, num_requests=args.num_requests, load=load)
         u: Any = env.unwrapped
         t0 = time.perf_counter()
-        tuned = run_episode(env, make_policy("tuned", u.policy_context()), args.seed)["slo_attainment"]
+        tuned = run_episode(env, make_scheduler("tuned", u.policy_context()), args.seed)["slo_attainment"]
         tuned_s = time.perf_counter() - t0
         made: list[LookaheadPolicy] = []
 

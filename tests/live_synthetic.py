@@ -21,7 +21,7 @@ from llmsched_env.costs.linear import LinearCostModel
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.observation import make_encoder
 from llmsched_env.decision.policy import PolicyContext
-from llmsched_env.decision.registry import make_policy
+from llmsched_env.decision.registry import make_scheduler
 from llmsched_env.decision.schema import SCHEMA_VERSION
 from llmsched_env.engine.batch import Batch, Decision
 from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, TenantConfig
@@ -81,7 +81,7 @@ def simulate(policy: str, requests: list[Request], seen: CostModel = TRUE_MODEL)
     spec = ActionSpec.for_engine(ENGINE)
     encoder = make_encoder(SCHEMA_VERSION, ENGINE, TENANTS, 1.0)
     ctx = PolicyContext(ENGINE, TENANTS, seen, spec, encoder.names)
-    serve(sim, make_policy(policy, ctx), encoder, spec, make_policy("fcfs", ctx))  # type: ignore[arg-type]
+    serve(sim, make_scheduler(policy, ctx), encoder, spec, make_scheduler("fcfs", ctx))
     return sim
 
 

@@ -17,7 +17,7 @@ import pytest
 import llmsched_env  # noqa: F401
 from llmsched_env.adapters.vllm.config import AdapterConfig
 from llmsched_env.decision.lookahead import BOUND_MARK, LookaheadConfig, is_bound, parse_lookahead
-from llmsched_env.decision.registry import make_policy
+from llmsched_env.decision.registry import make_scheduler
 from llmsched_env.decision.tuned_table import settings_of, write_tuned_entries
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.config import EvalConfig
@@ -53,7 +53,7 @@ def _steps(env: gym.Env, policy: Any, seed: int) -> tuple[list[tuple[bytes, floa
 
 def test_with_the_base_alone_it_replays_tuned_exactly() -> None:
     env = _env(80)
-    tuned = make_policy("tuned", env.unwrapped.policy_context())
+    tuned = make_scheduler("tuned", env.unwrapped.policy_context())
     made: list[LookaheadPolicy] = []
 
     def bound(e: gym.Env) -> LookaheadPolicy:
@@ -84,7 +84,7 @@ def test_deterministic_for_a_seed_and_marked_as_a_bound_in_the_rows() -> None:
 def test_never_below_its_base(seed: int, tail: int) -> None:
     """Whatever its options, the plan is played only when it meets at least the requests the base meets alone."""
     env = _env(60)
-    base = _steps(env, make_policy("tuned", env.unwrapped.policy_context()), seed)[1]
+    base = _steps(env, make_scheduler("tuned", env.unwrapped.policy_context()), seed)[1]
     _, got = _steps(env, lambda e: LookaheadPolicy(e, LookaheadConfig(k=12, horizon=12, tail=tail)), seed)
     assert got["slo_attainment"] >= base["slo_attainment"]
 
@@ -94,7 +94,7 @@ def test_with_k_equal_horizon_and_a_tail_to_the_end_its_own_plan_is_never_below_
     least as much, k == horizon iterations later the plan stands where that rollout did: so by induction the plan
     meets at least what the base meets alone, and the final check never has to replace it."""
     env = _env(40)
-    base = _steps(env, make_policy("tuned", env.unwrapped.policy_context()), 1)[1]
+    base = _steps(env, make_scheduler("tuned", env.unwrapped.policy_context()), 1)[1]
     made: list[LookaheadPolicy] = []
 
     def bound(e: gym.Env) -> LookaheadPolicy:
@@ -116,10 +116,10 @@ def test_without_a_tuned_entry_the_base_is_the_best_static_rule_on_the_episode()
     rule = policy.base_source.split()[0]
     scores = {}
     for name in ("fcfs", "sjf", "kv_guard", rule):
-        scores[name] = run_episode(env, make_policy(name, env.unwrapped.policy_context()), 0)["slo_attainment"]
+        scores[name] = run_episode(env, make_scheduler(name, env.unwrapped.policy_context()), 0)["slo_attainment"]
     assert scores[rule] == max(scores.values())
     fixed = LookaheadPolicy(env, LookaheadConfig(base="sjf"))
-    assert fixed.base_source == "sjf" and fixed.base == make_policy("sjf", env.unwrapped.policy_context()).decision
+    assert fixed.base_source == "sjf" and fixed.base == make_scheduler("sjf", env.unwrapped.policy_context()).decision
 
 
 def test_spellings_and_defaults() -> None:
@@ -216,7 +216,7 @@ def test_a_bound_keeps_its_own_row_where_it_played_a_rules_runs() -> None:
 
 def test_its_tuned_base_reads_the_table_of_the_evaluations_own_tuned(tmp_path: Path) -> None:
     env = _env(20)
-    fcfs = make_policy("fcfs", env.unwrapped.policy_context()).decision
+    fcfs = make_scheduler("fcfs", env.unwrapped.policy_context()).decision
     table = tmp_path / "mine.json"
     write_tuned_entries(table, {"mixed-slo": {"settings": settings_of(fcfs), "provenance": {}}})
     config = EvalConfig(

@@ -10,7 +10,7 @@ import pytest
 
 import llmsched_env  # noqa: F401  (registers LLMSched-v0)
 from llmsched_env.costs.loader import load_cost_model
-from llmsched_env.decision.registry import make_policy
+from llmsched_env.decision.registry import make_scheduler
 from llmsched_env.engine.config import SLO_CLASSES, EngineConfig
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.workloads.library import get_scenario
@@ -118,7 +118,7 @@ def _run(seed: int, num_requests: int, check_invariants: bool) -> None:
         "LLMSched-v0", scenario=random_scenario(seed), num_requests=num_requests, check_invariants=check_invariants
     )
     try:
-        policy = make_policy("fcfs", env.unwrapped.policy_context(), seed=0)
+        policy = make_scheduler("fcfs", env.unwrapped.policy_context(), seed=0)
         metrics = run_episode(env, policy, seed=seed)
         engine = env.unwrapped.sim.engine
         assert env.unwrapped.sim.done

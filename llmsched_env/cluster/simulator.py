@@ -240,7 +240,8 @@ class Cluster:
                         eng.complete(batch, t)
                 self._start(rep, t)
             else:
-                self._land(rep, r, t)  # type: ignore[arg-type]
+                assert r is not None  # a landing event carries its request
+                self._land(rep, r, t)
 
     def _start(self, rep: Replica, t: float) -> None:
         """Begin ``rep``'s next iteration at ``t`` (or an idle tick when its policy runs nothing)."""

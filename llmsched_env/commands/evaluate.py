@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for scenario in config.scenarios:
             for load in config.loads:
                 text = format_description(
-                    scenario,  # type: ignore[arg-type]
+                    scenario,
                     config.split,
                     load,
                     config.seeds[0],
@@ -84,9 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(text)
         return 0
     for spec in config.policies:
-        if spec.path is not None:  # type: ignore[union-attr]
-            exported = spec.exported  # type: ignore[union-attr]
-            print(f"policy {spec.name}: {exported.path} ({exported.meta.get('algo', '?')})")  # type: ignore[union-attr]
+        if spec.path is not None:
+            exported = spec.load()
+            print(f"policy {spec.name}: {exported.path} ({exported.meta.get('algo', '?')})")
     if args.engine == "vllm":
         return _vllm(config, args)
     flagged = [] if args.capacity else unsustained(config)

@@ -266,7 +266,7 @@ def scaleout(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         args.ray, args.ray_cpus = "local", args.workers
 
 
-def add_trace_options(p: argparse.ArgumentParser, replaces: str = "--scenarios") -> None:
+def add_trace_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, replaces: str = "--scenarios") -> None:
     """``--trace`` (a user's trace file instead of ``replaces``, the command's scenario option) and the options
     that say how to read it; ``trace_scenario`` turns them into a scenario."""
     add = p.add_argument

@@ -18,11 +18,14 @@ import argparse
 import os
 import sys
 from dataclasses import fields
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = ["DefaultsFormatter", "default_text", "from_args", "program"]
 
-T = TypeVar("T")
+T = TypeVar("T", bound="DataclassInstance")
 
 
 def default_text(action: argparse.Action) -> str:
@@ -66,7 +69,7 @@ def from_args(cls: type[T], args: argparse.Namespace, **values: Any) -> T:
     """The dataclass ``cls`` built from the parsed options named like its init fields (``--num-requests``
     for ``num_requests``), ``values`` taking precedence: the fields a command computes from its options.
     Fields with neither keep their defaults; the dataclass checks the values (``ValueError``)."""
-    names = [f.name for f in fields(cls) if f.init]  # type: ignore[arg-type]
+    names = [f.name for f in fields(cls) if f.init]
     assert set(values) <= set(names), f"{cls.__name__} has no field(s) {sorted(set(values) - set(names))}"
     given = {name: getattr(args, name) for name in names if hasattr(args, name)}
     return cls(**{**given, **values})

@@ -10,13 +10,14 @@ from typing import Any
 __all__ = ["check_int", "check_number", "check_positive", "check_unique", "duplicates", "is_finite_number"]
 
 
-def check_positive(owner: str, name: str, value: float, *, allow_zero: bool = False) -> None:
-    """Raise ``ValueError`` unless ``value`` is a finite number > 0 (or >= 0 with ``allow_zero``)."""
+def check_positive(owner: str, name: str, value: object, *, allow_zero: bool = False) -> float:
+    """``value`` if it is a finite number > 0 (or >= 0 with ``allow_zero``), else ``ValueError``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{owner}.{name} must be a number, got {value!r}")
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{owner}.{name} must be finite and {bound}, got {value!r}")
+    return value
 
 
 def check_int(owner: str, name: str, value: int, minimum: int) -> None:

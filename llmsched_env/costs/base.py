@@ -30,7 +30,8 @@ __all__ = ["CostModel", "check_label", "prefill_time_s", "unloaded_decode_time_s
 class CostModel(Protocol):
     """Anything that prices one engine iteration (see the module docstring for the arguments)."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def step_time_s(
         self, num_prefill_tokens: int, num_decode_seqs: int, num_kv_tokens: int, prefill_attn_pairs: float

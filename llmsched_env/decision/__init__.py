@@ -7,7 +7,7 @@ from llmsched_env.decision.actions import ACTION_COMPONENTS, UNLIMITED, ActionSp
 from llmsched_env.decision.local import LocalScheduler
 from llmsched_env.decision.observation import OBS_CLIP, GenericObservationEncoder, ObservationEncoder, make_encoder
 from llmsched_env.decision.policy import Policy, PolicyContext
-from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy
+from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy, make_router, make_scheduler
 from llmsched_env.decision.router import ClusterObservationEncoder, RouterContext, RoutingPolicy
 from llmsched_env.decision.schema import SCHEMA_VERSION, SCHEMAS, check_schema
 
@@ -31,4 +31,6 @@ __all__ = [
     "check_schema",
     "make_encoder",
     "make_policy",
+    "make_router",
+    "make_scheduler",
 ]

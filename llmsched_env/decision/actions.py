@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -61,6 +61,14 @@ class ActionSpec:
     kv_reserves: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.4)
     num_orders: int = len(QueueOrder)
     max_tokens: int | None = None
+    # derived in __post_init__, not compared: each token budget's and chunk cap's value (``_effective``), and
+    # the caches of action tuple -> Decision and (queue non-empty, room to admit, engine idle) -> mask
+    _budget_values: tuple[int | None, ...] = field(init=False, repr=False, compare=False)
+    _chunk_values: tuple[int | None, ...] = field(init=False, repr=False, compare=False)
+    _decoded: dict[tuple[int, ...], Decision] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _masks: dict[tuple[bool, bool, bool], np.ndarray] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         for name in ("token_budgets", "chunk_caps", "admission_caps", "kv_reserves"):
@@ -79,8 +87,6 @@ class ActionSpec:
         set_ = object.__setattr__
         set_(self, "_budget_values", self._effective(self.token_budgets))
         set_(self, "_chunk_values", self._effective(self.chunk_caps))
-        set_(self, "_decoded", {})  # action tuple -> Decision
-        set_(self, "_masks", {})  # (queue non-empty, room to admit, engine idle) -> mask
 
     def _effective(self, options: tuple[int, ...]) -> tuple[int | None, ...]:
         """Each option's value under ``max_tokens``; None for an option past the first that reaches the limit
@@ -124,12 +130,12 @@ class ActionSpec:
     @property
     def token_budget_values(self) -> tuple[int, ...]:
         """The token budgets a decision can have here (the valid options' values), increasing."""
-        return tuple(v for v in self._budget_values if v is not None)  # type: ignore[attr-defined]
+        return tuple(v for v in self._budget_values if v is not None)
 
     @property
     def chunk_cap_values(self) -> tuple[int, ...]:
         """The chunk caps a decision can have here (the valid options' values), increasing."""
-        return tuple(v for v in self._chunk_values if v is not None)  # type: ignore[attr-defined]
+        return tuple(v for v in self._chunk_values if v is not None)
 
     @property
     def orders(self) -> tuple[QueueOrder, ...]:
@@ -154,7 +160,7 @@ class ActionSpec:
 
     def decode(self, action: Sequence[int] | np.ndarray) -> Decision:
         """The Decision an action means. Raises ValueError naming the component on a bad action."""
-        cache: dict[tuple[int, ...], Decision] = self._decoded  # type: ignore[attr-defined]
+        cache = self._decoded
         d = None
         # fast path: an action of plain integers seen before is valid (only validated keys enter the cache); a
         # bool, float or complex action always takes the checks (True == 1 and 1+0j == 1 hash alike)
@@ -204,8 +210,7 @@ class ActionSpec:
         """The action whose options are nearest to ``decision``'s knobs (what a heuristic uses to act)."""
 
         def nearest(options: Sequence[float | None], value: float) -> int:
-            valid = [i for i, o in enumerate(options) if o is not None]
-            return min(valid, key=lambda i: (abs(options[i] - value), i))  # type: ignore[operator]
+            return min((abs(o - value), i) for i, o in enumerate(options) if o is not None)[1]
 
         if int(decision.order) >= self.num_orders:
             raise ValueError(
@@ -215,8 +220,8 @@ class ActionSpec:
         return np.array(
             [
                 int(decision.order),
-                nearest(self._budget_values, decision.token_budget),  # type: ignore[attr-defined]
-                nearest(self._chunk_values, decision.chunk_cap),  # type: ignore[attr-defined]
+                nearest(self._budget_values, decision.token_budget),
+                nearest(self._chunk_values, decision.chunk_cap),
                 int(decision.prefill_first),
                 nearest(self.admission_caps, decision.max_admit),
                 nearest(self.kv_reserves, decision.kv_reserve),
@@ -238,11 +243,11 @@ class ActionSpec:
         room = len(engine.running) < engine.config.max_num_seqs
         idle = not engine.running
         key = (waiting, room, idle)
-        cache: dict[tuple[bool, bool, bool], np.ndarray] = self._masks  # type: ignore[attr-defined]
+        cache = self._masks
         m = cache.get(key)
         if m is None:
             parts = []
-            static = {"token_budget": self._budget_values, "chunk_cap": self._chunk_values}  # type: ignore[attr-defined]
+            static = {"token_budget": self._budget_values, "chunk_cap": self._chunk_values}
             for comp, n in zip(ACTION_COMPONENTS, self.nvec, strict=True):
                 p = np.array([v is not None for v in static[comp]]) if comp in static else np.ones(n, dtype=bool)
                 if comp in ("queue_order", "shed") and not waiting:

@@ -10,12 +10,21 @@ policy of your own with ``SCHEDULERS.register("mine", factory)``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import overload
 
 from llmsched_env.common.registry import Registry
 from llmsched_env.decision.policy import Policy, PolicyContext
 from llmsched_env.decision.router import RouterContext, RoutingPolicy
 
-__all__ = ["ROUTERS", "SCHEDULERS", "RouterFactory", "SchedulerFactory", "make_policy"]
+__all__ = [
+    "ROUTERS",
+    "SCHEDULERS",
+    "RouterFactory",
+    "SchedulerFactory",
+    "make_policy",
+    "make_router",
+    "make_scheduler",
+]
 
 SchedulerFactory = Callable[[PolicyContext, "int | None"], Policy]
 RouterFactory = Callable[[RouterContext, "int | None"], RoutingPolicy]
@@ -24,10 +33,30 @@ SCHEDULERS: Registry[SchedulerFactory] = Registry("scheduler", plugins="llmsched
 ROUTERS: Registry[RouterFactory] = Registry("router", plugins="llmsched.policies")
 
 
-def make_policy(name: str, ctx: PolicyContext | RouterContext, seed: int | None = None) -> Policy | RoutingPolicy:
-    """The scheduler ``name`` built for a ``PolicyContext`` (``LLMSched-v0``), or the router ``name`` for a
-    ``RouterContext`` (``LLMSchedCluster-v0``). ``seed`` drives the random ones. ``ValueError`` listing the
+def make_scheduler(name: str, ctx: PolicyContext, seed: int | None = None) -> Policy:
+    """The scheduler ``name`` built for ``ctx``; ``seed`` drives the random ones. ``ValueError`` listing the
     registered names when ``name`` is unknown."""
-    if isinstance(ctx, RouterContext):
-        return ROUTERS.get(name)(ctx, seed)
     return SCHEDULERS.get(name)(ctx, seed)
+
+
+def make_router(name: str, ctx: RouterContext, seed: int | None = None) -> RoutingPolicy:
+    """The router ``name`` built for ``ctx``; ``seed`` drives the random ones. ``ValueError`` listing the
+    registered names when ``name`` is unknown."""
+    return ROUTERS.get(name)(ctx, seed)
+
+
+@overload
+def make_policy(name: str, ctx: PolicyContext, seed: int | None = None) -> Policy: ...
+@overload
+def make_policy(name: str, ctx: RouterContext, seed: int | None = None) -> RoutingPolicy: ...
+@overload
+def make_policy(name: str, ctx: PolicyContext | RouterContext, seed: int | None = None) -> Policy | RoutingPolicy: ...
+
+
+def make_policy(name: str, ctx: PolicyContext | RouterContext, seed: int | None = None) -> Policy | RoutingPolicy:
+    """``make_scheduler`` for a ``PolicyContext`` (``LLMSched-v0``), ``make_router`` for a ``RouterContext``
+    (``LLMSchedCluster-v0``), for code that holds either kind: ``make_policy(name, env.unwrapped.policy_context(),
+    seed)`` works on either env."""
+    if isinstance(ctx, RouterContext):
+        return make_router(name, ctx, seed)
+    return make_scheduler(name, ctx, seed)

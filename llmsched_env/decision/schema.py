@@ -29,7 +29,7 @@ def check_schema(schema: object, where: str = "schema") -> int:
     """``schema`` if this code knows it, else ``ValueError`` naming ``where`` and the known ones."""
     if isinstance(schema, bool) or schema not in SCHEMAS:
         raise ValueError(f"{where}: observation schema {schema!r} is not supported (this code reads {SCHEMAS})")
-    return int(schema)  # type: ignore[call-overload]
+    return int(schema)
 
 
 def schema_summary(schema: int) -> str:

@@ -213,8 +213,9 @@ def write_tuned_entries(path: str | Path, entries: Mapping[str, Mapping[str, Any
     merged = {**old, **entries}
     for name, entry in entries.items():
         decision_of(entry.get("settings"), f"{p}: scenario {name!r}")
-    data = {"format": TUNED_FORMAT, "version": TUNED_VERSION, "scenarios": dict(sorted(merged.items()))}
+    scenarios = dict(sorted(merged.items()))
+    data = {"format": TUNED_FORMAT, "version": TUNED_VERSION, "scenarios": scenarios}
     tmp = p.with_name(p.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
     os.replace(tmp, p)
-    return TunedTable(str(p), data["scenarios"])
+    return TunedTable(str(p), scenarios)

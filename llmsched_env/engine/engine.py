@@ -262,10 +262,10 @@ class Engine:
                     yield r
             return
         while True:
-            r = queue.best(order, self.now_s, self.sjf_starvation_s)
-            if r is None:
+            best = queue.best(order, self.now_s, self.sjf_starvation_s)
+            if best is None:
                 return
-            yield r
+            yield best
 
     def _cached_prefix_blocks(self, r: Request) -> int:
         return len(self._lookup(r))
@@ -381,10 +381,11 @@ class Engine:
             batch.num_admitted += 1
             admitted += 1
             if remote_blocks:  # wait for the remote prefix KV before computing anything
+                assert self.remote is not None  # remote blocks come from it
                 remote_tokens = remote_blocks * bs
                 r.num_computed_tokens += remote_tokens
                 r.num_remote_tokens += remote_tokens
-                r.fetch_ready_s = self.remote.fetch(self.now_s, remote_tokens)  # type: ignore[union-attr]
+                r.fetch_ready_s = self.remote.fetch(self.now_s, remote_tokens)
                 self.num_fetching += 1
                 continue
             batch.add_prefill(r, chunk, cached)

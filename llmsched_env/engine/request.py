@@ -17,17 +17,24 @@ engine's decode-round clock (``token_segments``) plus the times of the tokens th
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import TypeVar
+from typing import overload
 
 import numpy as np
 
 __all__ = ["Request", "Status", "tpot_s"]
 
-_T = TypeVar("_T", float, np.ndarray)
 _new_request = object.__new__
 
 
-def tpot_s(first_token_s: _T, last_token_s: _T, num_output_tokens: int | np.ndarray) -> _T:
+@overload
+def tpot_s(first_token_s: float, last_token_s: float, num_output_tokens: int) -> float: ...
+@overload
+def tpot_s(first_token_s: np.ndarray, last_token_s: np.ndarray, num_output_tokens: int | np.ndarray) -> np.ndarray: ...
+
+
+def tpot_s(
+    first_token_s: float | np.ndarray, last_token_s: float | np.ndarray, num_output_tokens: int | np.ndarray
+) -> float | np.ndarray:
     """Time per output token as vLLM's benchmark defines it: ``(last - first) / (n - 1)``, and 0 for a request of
     one token (its first and last token are the same): that 0 is for the SLO check only, the TPOT statistics
     leave such requests out. Element-wise on numpy arrays. The one TPOT formula of the project: the engine's

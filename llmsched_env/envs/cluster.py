@@ -93,7 +93,8 @@ class LLMSchedClusterEnv(gym.Env):
     SLOs are scaled to replica 0's cost model.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 10}
+    # typed as gymnasium.Env types it (an instance attribute), set here for the class
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 10}  # noqa: RUF012
     schema: ClassVar[int] = 1  # the router observation's layout (exported router policies record it)
 
     def __init__(
@@ -134,10 +135,12 @@ class LLMSchedClusterEnv(gym.Env):
         self.routable = list(range(self.disagg.num_prefill if self.disagg else n))
         self.scenario, self.base_scenario, self.split, self.load = csc, base, split, float(load)
         self.source = base.source(split, self.specs[0].cost_model)
-        if num_requests is None and csc is None:  # N x the single-node episode, as much of a trace split as fits
+        if num_requests is None and csc is not None:
+            num_requests = csc.num_requests
+        elif num_requests is None:  # N x the single-node episode, as much of a trace split as fits
             trace = getattr(self.source, "trace", None)
             num_requests = min(base.num_requests * n, len(trace)) if trace is not None else base.num_requests * n
-        self.num_requests = num_requests if num_requests is not None else csc.num_requests  # type: ignore[union-attr]
+        self.num_requests = num_requests
         if isinstance(self.source, TraceSource):  # an episode larger than the trace's part fails now, not at reset
             self.source.check_episode(self.num_requests)
         self.tenants = self.source.tenants
@@ -180,7 +183,9 @@ class LLMSchedClusterEnv(gym.Env):
         )
 
     # ---------------------------------------------------------------------------------------- gym API
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):  # type: ignore[override]
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         self._episode_window = reset_window(self, seed, options)
         requests = self._draw_requests()
@@ -194,7 +199,7 @@ class LLMSchedClusterEnv(gym.Env):
             check_cluster(self.cluster)
         return self.encoder.encode(self.cluster, self._pending), {}
 
-    def step(self, action):  # type: ignore[override]
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         cluster = self.cluster
         if cluster is None:
             raise RuntimeError("call reset() before step()")
@@ -236,7 +241,7 @@ class LLMSchedClusterEnv(gym.Env):
             return np.ones(len(self.routable), dtype=bool)
         return route_mask(self.cluster, self._pending)
 
-    def render(self):  # type: ignore[override]
+    def render(self) -> str | None:
         if self.cluster is None or self.render_mode != "ansi":
             return None
         lines = [f"t={self.cluster.now_s:9.3f}s  routed {self.cluster.num_routed}/{len(self.cluster.requests)}"]
@@ -259,7 +264,8 @@ class LLMSchedClusterEnv(gym.Env):
         cluster = self.cluster
         if cluster is None:
             raise RuntimeError("call reset() before snapshot()")
-        scheduler: LocalScheduler = cluster.local_decide  # type: ignore[assignment]
+        scheduler = cluster.local_decide
+        assert isinstance(scheduler, LocalScheduler)  # reset builds the cluster with one
         state = {
             "cluster": cluster.fork(scheduler),
             "policies": _policy_states(scheduler),

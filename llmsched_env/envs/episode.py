@@ -21,10 +21,10 @@ def run_episode(env: gym.Env, policy: Policy | PolicyFactory, seed: int) -> dict
     ``LLMSchedMix-v0``)."""
     obs, _ = env.reset(seed=seed)
     if not hasattr(policy, "act"):
-        policy = policy(env)  # type: ignore[operator]
-    start_episode(policy)  # type: ignore[arg-type]
+        policy = policy(env)
+    start_episode(policy)
     unwrapped: Any = env.unwrapped
     while True:
-        obs, _, terminated, truncated, info = env.step(policy.act(obs, unwrapped.action_masks()))  # type: ignore[union-attr]
+        obs, _, terminated, truncated, info = env.step(policy.act(obs, unwrapped.action_masks()))
         if terminated or truncated:
             return dict(info["metrics"])

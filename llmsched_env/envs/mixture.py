@@ -52,7 +52,8 @@ class WorkloadMixEnv(gym.Env):
     ``reward``, ``check_invariants``. ``info["workload"]`` of ``reset`` says what was drawn.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    # typed as gymnasium.Env types it (an instance attribute), set here for the class
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012
     schema: ClassVar[int] = 2
 
     def __init__(
@@ -153,7 +154,9 @@ class WorkloadMixEnv(gym.Env):
         return min(self.num_requests, get_scenario(name).num_requests)
 
     # ---------------------------------------------------------------------------------------- gym API
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):  # type: ignore[override]
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         episode_seed = int(self.np_random.integers(2**31)) if seed is None or self.split == "train" else seed
         if self.inner is not None:
@@ -163,7 +166,7 @@ class WorkloadMixEnv(gym.Env):
         obs, info = self.inner.reset(seed=episode_seed)
         return obs, {**info, "workload": dict(self.workload)}
 
-    def step(self, action):  # type: ignore[override]
+    def step(self, action: np.ndarray | Sequence[int]) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self.inner is None:
             raise RuntimeError("call reset() before step()")
         obs, reward, terminated, truncated, info = self.inner.step(action)

@@ -54,10 +54,10 @@ def load_arg(owner: str, load: float | Sequence[float]) -> tuple[float, tuple[fl
                 f"{owner}.load range must be (low, high) with {MIN_LOAD} <= low <= high <= {MAX_LOAD}, got {load!r}"
             )
         return float(load[0]), (float(load[0]), float(load[1]))
-    check_positive(owner, "load", load)
-    if not MIN_LOAD <= load <= MAX_LOAD:
+    number = check_positive(owner, "load", load)
+    if not MIN_LOAD <= number <= MAX_LOAD:
         raise ValueError(f"{owner}.load must be between {MIN_LOAD} and {MAX_LOAD} (× the nominal rate), got {load!r}")
-    return float(load), None
+    return float(number), None
 
 
 def engine_config(engine: EngineConfig | Mapping[str, Any] | None) -> EngineConfig:

@@ -4,8 +4,8 @@ and ``decision``."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -107,7 +107,8 @@ class LLMSchedEnv(gym.Env):
     queue order and the ``pred/`` features.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 10}
+    # typed as gymnasium.Env types it (an instance attribute), set here for the class
+    metadata: dict[str, Any] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 10}  # noqa: RUF012
 
     def __init__(
         self,
@@ -195,7 +196,9 @@ class LLMSchedEnv(gym.Env):
         )
 
     # ---------------------------------------------------------------------------------------- gym API
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):  # type: ignore[override]
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         self._episode_window = reset_window(self, seed, options)
         requests = self._draw_requests()
@@ -209,7 +212,7 @@ class LLMSchedEnv(gym.Env):
             self.sim.check_invariants()
         return self.encoder.encode(self.sim.engine), {}
 
-    def step(self, action):  # type: ignore[override]
+    def step(self, action: np.ndarray | Sequence[int]) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         sim = self.sim
         if sim is None:
             raise RuntimeError("call reset() before step()")
@@ -270,7 +273,7 @@ class LLMSchedEnv(gym.Env):
             raise RuntimeError("call reset() before action_masks()")
         return self.action_spec.mask(self.sim.engine).copy()  # callers (SB3) may write to it
 
-    def render(self):  # type: ignore[override]
+    def render(self) -> str | np.ndarray | None:
         if self.sim is None or self.render_mode is None:
             return None
         if self.render_mode == "ansi":

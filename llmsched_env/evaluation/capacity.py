@@ -24,6 +24,7 @@ import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -77,6 +78,8 @@ def search_capacity(
     ``on_evaluation(remaining)`` gets the number of evaluations still expected: exact once the capacity is
     bracketed, before that a guess (one more bracket step, then bisection from a factor of 2)."""
     top = min(_MAX_LOAD, float(max_load))
+    lo, hi = 0.0, 0.0
+    load = min(1.0, top)
 
     def bracketing() -> bool:  # still doubling (or halving) towards the other end of the bracket
         return (hi == 0.0 and load < top) or (lo == 0.0 and load > 1 / _MAX_LOAD)
@@ -90,8 +93,6 @@ def search_capacity(
         if on_evaluation is not None:
             on_evaluation(1 + _bisections(1.0, 2.0) if bracketing() else _bisections(lo, hi))
 
-    lo, hi = 0.0, 0.0
-    load = min(1.0, top)
     evaluate(load)
     factor = 2.0 if lo else 0.5  # met at 1.0: double until it misses; missed: halve until it meets
     while bracketing():
@@ -126,8 +127,8 @@ def find_capacity(
     runners = runners_for(config)
     seeds = None if seed is None else (seed,)
     env = config.make_env(scenario, 1.0)
-    u = env.unwrapped
-    nominal = u.cluster_rate_rps if isinstance(scenario, ClusterScenario) else u.nominal_rate_rps  # type: ignore[attr-defined]
+    u: Any = env.unwrapped
+    nominal = u.cluster_rate_rps if isinstance(scenario, ClusterScenario) else u.nominal_rate_rps
     cap = env_windows(env, scenario.name).max_load(config.seeds if seed is None else (seed,))
     env.close()
     played: list[tuple[float, list[str]]] = []
@@ -158,7 +159,7 @@ def capacity_notes(config: EvalConfig, per_seed: bool = False) -> list[str]:
     ``per_seed``), and how a policy meeting the target there is reported."""
     lines = []
     for scenario in config.scenarios:
-        windows = scenario_windows(config, scenario)  # type: ignore[arg-type]
+        windows = scenario_windows(config, scenario)
         caps = [windows.max_load((s,)) for s in config.seeds]
         if min(caps) >= _MAX_LOAD:
             continue
@@ -247,13 +248,13 @@ def _searches(
                 progress.update()
 
         scenario, policy = config.scenarios[si], config.policies[pi]
-        yield index, find_capacity(config, scenario, policy, target, evaluated, seed)  # type: ignore[arg-type]
+        yield index, find_capacity(config, scenario, policy, target, evaluated, seed)
 
 
 def _capacity_task(config: EvalConfig, cwd: str, si: int, pi: int, target: float, seed: int | None) -> Row:
     """One (scenario, policy[, seed]) search on a Ray worker."""
     use_driver_folder(cwd)
-    return find_capacity(config, config.scenarios[si], config.policies[pi], target, seed=seed)  # type: ignore[arg-type]
+    return find_capacity(config, config.scenarios[si], config.policies[pi], target, seed=seed)
 
 
 def read_per_seed(files: Iterable[str | Path]) -> dict[str, dict[str, dict[int, float]]]:

@@ -15,7 +15,7 @@ path), so a Ray worker gets it as it is.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import gymnasium as gym
@@ -46,7 +46,7 @@ class InputError(ValueError):
     """Bad input found only when a run starts (a model weights file); the command prints it as one line."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class EvalConfig:
     """Every run of an evaluation: each (scenario, load, policy, seed), episodes of ``split`` with
     ``num_requests`` requests (default: the scenario's) and ``cost_model`` (a preset name or JSON path;
@@ -58,30 +58,54 @@ class EvalConfig:
     seen by every policy (single-node scenarios). Each policy runs on an env of its own observation schema
     (an exported policy's file says which; baselines run on the current one)."""
 
-    scenarios: Sequence[AnyScenario | str] = ("default",)
-    policies: Sequence[PolicySpec | str] = ("fcfs",)
-    loads: Sequence[float] = (1.0,)
-    seeds: Sequence[int] = (0,)
-    split: str = "test"
-    num_requests: int | None = None
-    cost_model: str | None = None
-    check_invariants: bool = False
-    runtime: RuntimeOptions | None = field(default=None)
-    engine_limits: Mapping[str, Any] | None = None
-    length_prediction: str | None = None
+    scenarios: tuple[AnyScenario, ...]
+    policies: tuple[PolicySpec, ...]
+    loads: tuple[float, ...]
+    seeds: tuple[int, ...]
+    split: str
+    num_requests: int | None
+    cost_model: str | None
+    check_invariants: bool
+    runtime: RuntimeOptions | None
+    engine_limits: Mapping[str, Any] | None
+    length_prediction: str | None
 
-    def __post_init__(self) -> None:
-        for name in ("scenarios", "policies", "loads", "seeds"):
-            value = getattr(self, name)
+    def __init__(
+        self,
+        scenarios: Sequence[AnyScenario | str] = ("default",),
+        policies: Sequence[PolicySpec | str] = ("fcfs",),
+        loads: Sequence[float] = (1.0,),
+        seeds: Sequence[int] = (0,),
+        split: str = "test",
+        num_requests: int | None = None,
+        cost_model: str | None = None,
+        check_invariants: bool = False,
+        runtime: RuntimeOptions | None = None,
+        engine_limits: Mapping[str, Any] | None = None,
+        length_prediction: str | None = None,
+    ) -> None:
+        """The fields as given; scenarios and policies by name are resolved here, the lists held as tuples."""
+        for name, value in (("scenarios", scenarios), ("policies", policies), ("loads", loads), ("seeds", seeds)):
             if isinstance(value, str):
                 raise ValueError(f"EvalConfig.{name} must be a list, got the string {value!r}")
             if not value:
                 raise ValueError(f"EvalConfig.{name} needs at least one entry, got {value!r}")
+        set_ = object.__setattr__  # frozen: set once, here
+        set_(self, "scenarios", tuple(_scenario(s) for s in scenarios))
+        set_(self, "policies", tuple(p if isinstance(p, PolicySpec) else resolve_policy(p) for p in policies))
+        set_(self, "loads", tuple(loads))
+        set_(self, "seeds", tuple(seeds))
+        set_(self, "split", split)
+        set_(self, "num_requests", num_requests)
+        set_(self, "cost_model", cost_model)
+        set_(self, "check_invariants", check_invariants)
+        set_(self, "runtime", runtime)
+        set_(self, "engine_limits", engine_limits)
+        set_(self, "length_prediction", length_prediction)
+        self._check()
+
+    def _check(self) -> None:
         set_ = object.__setattr__  # frozen: normalise once, here
-        set_(self, "scenarios", tuple(_scenario(s) for s in self.scenarios))
-        set_(self, "policies", tuple(p if isinstance(p, PolicySpec) else resolve_policy(p) for p in self.policies))
-        set_(self, "loads", tuple(self.loads))
-        set_(self, "seeds", tuple(self.seeds))
         for load in self.loads:
             check_positive("EvalConfig", "loads", load)
             if not MIN_LOAD <= load <= MAX_LOAD:  # the env's bounds, checked before anything runs
@@ -108,7 +132,7 @@ class EvalConfig:
                 raise ValueError(f"EvalConfig.length_prediction: {exc}") from None
         if self.runtime is not None and not isinstance(self.runtime, RuntimeOptions):
             raise ValueError(f"EvalConfig.runtime must be RuntimeOptions or None, got {self.runtime!r}")
-        dup = duplicates(spec.name for spec in self.policies)  # type: ignore[union-attr]
+        dup = duplicates(spec.name for spec in self.policies)
         if dup:
             raise ValueError(
                 f"EvalConfig.policies: {', '.join(dup)} given more than once; give each policy once (two policy "
@@ -140,7 +164,7 @@ class EvalConfig:
     ) -> gym.Env:
         """The env of ``scenario`` at ``load`` with this config's episode options; a single-node env has the
         observation ``schema`` (default: the current one; routers have one layout)."""
-        common = {
+        common: dict[str, Any] = {
             "scenario": scenario,
             "split": self.split,
             "num_requests": self.num_requests,
@@ -166,12 +190,12 @@ class EvalConfig:
             raise ValueError("the torch runtime backend serves single-node scenarios only")
         if self.is_cluster and self.length_prediction is not None:
             raise ValueError("length_prediction applies to single-node scenarios (the routers do not read it)")
-        bounds = [p.name for p in self.policies if p.lookahead is not None]  # type: ignore[union-attr]
+        bounds = [p.name for p in self.policies if p.lookahead is not None]
         if bounds and (self.is_cluster or self.runtime is not None):
             where = "cluster scenarios (it is no router)" if self.is_cluster else "the torch runtime backend"
             raise ValueError(f"policy {bounds[0]!r} plays the simulator forward on snapshots; it cannot run on {where}")
         right = ROUTERS.names() if self.is_cluster else SCHEDULERS.names()
-        misplaced = [p.baseline for p in self.policies if p.baseline and p.baseline not in right]  # type: ignore[union-attr]
+        misplaced = [p.baseline for p in self.policies if p.baseline and p.baseline not in right]
         if misplaced:
             kind = "single-node schedulers" if self.is_cluster else "routers (cluster scenarios only)"
             raise ValueError(f"{misplaced} are {kind}; use {'routers' if self.is_cluster else 'schedulers'} here")
@@ -206,18 +230,18 @@ class EvalConfig:
         """Every policy must fit every scenario, found here rather than in the middle of a grid, on one env per
         scenario: an exported policy its observations and actions (names and options); a scheduler baseline
         must build (``tuned`` needs the scenario in its table, with knobs among the engine's options)."""
-        exported: list[PolicySpec] = [p for p in self.policies if p.path is not None]  # type: ignore[union-attr, misc]
-        baselines = [] if self.is_cluster else [p for p in self.policies if p.path is None]  # type: ignore[union-attr]
+        exported = [p for p in self.policies if p.path is not None]
+        baselines = [] if self.is_cluster else [p for p in self.policies if p.path is None]
         if not exported and not baselines:
             return
         if exported:
             from llmsched_env.decision.policy_file import action_options
         by_schema: dict[int, list[PolicySpec]] = {}
         for spec in [*exported, *baselines]:
-            by_schema.setdefault(spec.schema, []).append(spec)  # type: ignore[union-attr]
+            by_schema.setdefault(spec.schema, []).append(spec)
         for scenario in self.scenarios:
             for schema, specs in by_schema.items():
-                env: Any = self.make_env(scenario, 1.0, schema=schema)  # type: ignore[arg-type]
+                env: Any = self.make_env(scenario, 1.0, schema=schema)
                 u = env.unwrapped
                 spec_ = u.action_spec
                 options = action_options(spec_) if exported and isinstance(spec_, ActionSpec) else None
@@ -226,7 +250,7 @@ class EvalConfig:
                     for spec in specs:
                         try:
                             if spec.path is not None:
-                                spec.exported.check_compatible(
+                                spec.load().check_compatible(
                                     u.obs_names,
                                     spec_.nvec,
                                     schema_version=u.schema,

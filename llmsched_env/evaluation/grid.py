@@ -65,15 +65,18 @@ def run_cell(
     ``runtime_backend.Runners``) lets the cells of one process share their models on the runtime backend; one
     is made when needed."""
     env = config.make_env(scenario, load, policy.iterations_per_step, policy.schema)
+    u: Any = env.unwrapped  # LLMSched-v0's or LLMSchedCluster-v0's
     windows = env_windows(env, scenario.name)
     runners = runners or runners_for(config)
     out = GridResult([])
     seeds = config.seeds if seeds is None else seeds
     for seed in seeds:
         t0 = time.perf_counter()
+        sim: Any  # the episode's engine: a Runtime, a Simulator, or None for a cluster
         if config.runtime is not None:
             from llmsched_env.evaluation.runtime_backend import runtime_episode
 
+            assert runners is not None  # runners_for makes them for the runtime backend
             metrics, sim = runtime_episode(config, env, policy, seed, runners)
         else:
             # the lookahead bound plays the env itself forward (evaluation.lookahead); every other policy acts
@@ -83,12 +86,12 @@ def run_cell(
             else:
                 acting = policy.make(env, seed)
             metrics = run_episode(env, acting, seed)
-            sim = getattr(env.unwrapped, "sim", None)  # None for a cluster (no per-request plot details)
+            sim = getattr(u, "sim", None)  # None for a cluster (no per-request plot details)
         row: Row = {"policy": policy.name, "scenario": scenario.name, "load": load, "seed": seed}
         row.update(metrics)
         row["wall_s"] = time.perf_counter() - t0
         row["sustained"] = windows.span(seed, load).sustained  # evaluation.sustained: a rate, not a burst
-        row[TRAJECTORY] = trajectory_fingerprint(sim if sim is not None else env.unwrapped.cluster)  # type: ignore[attr-defined]
+        row[TRAJECTORY] = trajectory_fingerprint(sim if sim is not None else u.cluster)
         out.rows.append(row)
         if details and sim is not None:
             first = seed == seeds[0] and load == config.loads[0]
@@ -120,8 +123,9 @@ def run_grid(
         jobs = [(config, os.getcwd(), si, load, pi, details) for si, load, pi in cells]
         for index, result in ray_imap(_cell_task, jobs, address=ray, num_cpus=ray_cpus):
             results[index] = result
-            for row in result.rows if on_row is not None else ():
-                on_row(row)
+            if on_row is not None:
+                for row in result.rows:
+                    on_row(row)
             if progress is not None:
                 progress.update()
     else:
@@ -144,7 +148,7 @@ def run_grid(
                 policy,
                 details=details,
                 runners=runners,
-                on_row=each,  # type: ignore[arg-type]
+                on_row=each,
             )
     grid = GridResult([])
     for result in results:
@@ -157,7 +161,7 @@ def run_grid(
 def _tuned_table(config: EvalConfig) -> Any:
     """The table of the evaluation's own ``tuned`` policy (a trace's entry, a table of the user's), which a
     lookahead's ``tuned`` base reads too; None: the shipped one."""
-    return next((p.table for p in config.policies if p.baseline == "tuned" and p.table is not None), None)  # type: ignore[union-attr]
+    return next((p.table for p in config.policies if p.baseline == "tuned" and p.table is not None), None)
 
 
 def runners_for(config: EvalConfig) -> Runners | None:
@@ -172,4 +176,4 @@ def runners_for(config: EvalConfig) -> Runners | None:
 def _cell_task(config: EvalConfig, cwd: str, si: int, load: float, pi: int, details: bool) -> GridResult:
     """One (scenario, load, policy) cell on a Ray worker."""
     use_driver_folder(cwd)
-    return run_cell(config, config.scenarios[si], load, config.policies[pi], details=details)  # type: ignore[arg-type]
+    return run_cell(config, config.scenarios[si], load, config.policies[pi], details=details)

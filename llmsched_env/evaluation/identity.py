@@ -99,10 +99,10 @@ def identical_groups(rows: Sequence[Mapping[str, Any]], *, fallback: bool = True
         by_policy.setdefault(str(row["policy"]), {})[key] = _signature(row, fallback)
     out: dict[str, list[list[str]]] = {}
     for scenario, by_policy in runs.items():
-        groups: list[tuple[dict[tuple[Any, Any], Any], list[str]]] = []
+        groups: list[tuple[object, list[str]]] = []  # (signature, or a bound's own sentinel; policies)
         for policy, signature in by_policy.items():
             if is_bound(policy):  # a bound (lookahead) keeps a row of its own, even where it played a rule's runs
-                groups.append((object(), [policy]))  # type: ignore[arg-type]
+                groups.append((object(), [policy]))
                 continue
             mergeable = all(v is not None for v in signature.values())
             for known, members in groups:

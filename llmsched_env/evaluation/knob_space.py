@@ -18,7 +18,7 @@ import numpy as np
 
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.policy import PolicyContext
-from llmsched_env.decision.registry import make_policy
+from llmsched_env.decision.registry import make_scheduler
 from llmsched_env.engine.batch import Decision
 
 __all__ = ["STATIC_HEURISTICS", "neighbours", "random_candidates", "search_options", "static_decision"]
@@ -67,7 +67,7 @@ def random_candidates(spec: ActionSpec, num: int, seed: int) -> list[Decision]:
 def static_decision(name: str, ctx: PolicyContext) -> Decision:
     """The knobs static heuristic ``name`` plays at every iteration (a ``baselines.StaticPolicy``'s decision),
     each moved onto ``ctx.action_spec``'s options as the heuristic's action moves it."""
-    decision = getattr(make_policy(name, ctx), "decision", None)
+    decision = getattr(make_scheduler(name, ctx), "decision", None)
     if not isinstance(decision, Decision):
         raise ValueError(f"scheduler {name!r} is not a static heuristic (it has no fixed decision)")
     return ctx.action_spec.decode(ctx.action_spec.encode(decision))

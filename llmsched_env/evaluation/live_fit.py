@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
@@ -47,9 +48,9 @@ StepLogs = Sequence[StepRecord] | Sequence[Sequence[StepRecord]]  # one step log
 
 def _logs(steps: StepLogs) -> list[Sequence[StepRecord]]:
     """``steps`` as a list of step logs: one log, or each of several."""
-    if steps and not isinstance(steps[0], StepRecord):
-        return list(steps)  # type: ignore[arg-type]
-    return [steps]  # type: ignore[list-item]
+    if steps and not isinstance(steps[0], StepRecord):  # so every item is a log
+        return list(cast("Sequence[Sequence[StepRecord]]", steps))
+    return [cast("Sequence[StepRecord]", steps)]
 
 
 def _periods(logs: list[Sequence[StepRecord]]) -> list[tuple[StepRecord, StepRecord, float]]:

@@ -130,8 +130,8 @@ def load_run(run_dir: str | Path, name: str | None = None, log_dir: str | Path |
                 f"(label {plan[i].label!r}) has {plan[i].tenant!r}"
             )
         matched[i] = record
-    for i, record in enumerate(matched):
-        if record is None and client.succeeded(i):
+    for i, found in enumerate(matched):
+        if found is None and client.succeeded(i):
             raise ValueError(
                 f"{server_path}: no record with label {plan[i].label!r} ({plan_path} entry {i}); the server's "
                 "request log must cover every request of the run that reached it"

@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "FINISHED_STATUSES",
@@ -24,6 +24,8 @@ __all__ = [
     "read_server_requests",
     "read_steps",
 ]
+
+_V = TypeVar("_V")
 
 FINISHED_STATUSES = ("stopped", "length_capped")  # a request that produced its tokens; others were aborted or failed
 
@@ -105,9 +107,19 @@ class ClientResult:
 
     def subset(self, indices: Sequence[int]) -> ClientResult:
         """The per-request lists of the requests at ``indices`` only (the run's figures unchanged)."""
-        lists = (self.input_lens, self.output_lens, self.ttft_s, self.latency_s, self.errors)
-        picked = [tuple(values[i] for i in indices) for values in lists]
-        return ClientResult(self.duration_s, self.request_throughput_rps, *picked)  # type: ignore[arg-type]
+
+        def pick(values: tuple[_V, ...]) -> tuple[_V, ...]:
+            return tuple(values[i] for i in indices)
+
+        return ClientResult(
+            self.duration_s,
+            self.request_throughput_rps,
+            pick(self.input_lens),
+            pick(self.output_lens),
+            pick(self.ttft_s),
+            pick(self.latency_s),
+            pick(self.errors),
+        )
 
 
 _STEP_FIELDS = {"t0": "time", "t1": "time", "t2": "time", "t3": "time", "prefill_tokens": "count",
@@ -210,7 +222,8 @@ def read_plan(path: str | Path) -> list[PlannedRequest]:
     data = _json(p)
     if not isinstance(data, list) or not data:
         raise ValueError(f"{p}: expected a non-empty JSON list of requests")
-    out, seen = [], {}
+    out: list[PlannedRequest] = []
+    seen: dict[str, int] = {}  # label -> entry
     for i, entry in enumerate(data):
         f = _fields(f"{p}: entry {i}", entry, _PLAN_FIELDS)
         if f["label"] in seen:

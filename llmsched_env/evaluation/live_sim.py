@@ -23,7 +23,7 @@ from llmsched_env.costs.base import CostModel
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.observation import make_encoder
 from llmsched_env.decision.policy import PolicyContext, start_episode
-from llmsched_env.decision.registry import make_policy
+from llmsched_env.decision.registry import make_scheduler
 from llmsched_env.engine.batch import Batch
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.engine.request import Request, Status, tpot_s
@@ -127,9 +127,9 @@ def replay(
     ctx = PolicyContext(engine, tenants, seen, action_spec, encoder.names, scenario)
     chosen = spec.make_for(ctx, seed)
     start_episode(chosen)
-    fallback = make_policy("fcfs", ctx)
+    fallback = make_scheduler("fcfs", ctx)
     options = ServeOptions(iterations_per_step=iterations_per_step or spec.iterations_per_step)
-    metrics, _ = serve(sim, chosen, encoder, action_spec, fallback, options)  # type: ignore[arg-type]
+    metrics, _ = serve(sim, chosen, encoder, action_spec, fallback, options)
     rounds = np.asarray(sim.engine.round_end_s, dtype=np.float64)
     ttft, tpot, e2e = (np.full(len(requests), np.nan) for _ in range(3))
     for r in requests:

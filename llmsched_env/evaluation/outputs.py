@@ -102,7 +102,7 @@ def _cell(row: Mapping[str, Any], column: str) -> str:
 def results_table(config: EvalConfig, sustained: bool = False) -> LiveTable:
     """The live table of a grid's runs: the keys, then ``TABLE_COLUMNS`` under their short headers, and with
     ``sustained`` (some window too short for its load: ``evaluation.sustained``) the ``sustained`` column."""
-    known = {**_names(config), "load": list(config.loads), "seed": list(config.seeds)}
+    known: dict[str, Sequence[Any]] = {**_names(config), "load": list(config.loads), "seed": list(config.seeds)}
     columns = [*KEY_COLUMNS, *(["sustained"] if sustained else []), *TABLE_COLUMNS]
     return LiveTable(columns, {**known, "sustained": [True, False]} if sustained else known, TABLE_COLUMNS)
 
@@ -110,7 +110,7 @@ def results_table(config: EvalConfig, sustained: bool = False) -> LiveTable:
 def capacity_table(config: EvalConfig, per_seed: bool = False) -> LiveTable:
     """The live table of a capacity search: one row per (scenario, policy), or per (scenario, policy, seed)."""
     if per_seed:
-        known = {**_names(config), "seed": list(config.seeds)}
+        known: dict[str, Sequence[Any]] = {**_names(config), "seed": list(config.seeds)}
         return LiveTable(["policy", "scenario", "seed", *CAPACITY_COLUMNS[2:]], known)
     return LiveTable(CAPACITY_COLUMNS, _names(config))
 
@@ -134,8 +134,8 @@ def format_capacity_summary(summary: Sequence[Row]) -> str:
 def _names(config: EvalConfig) -> dict[str, list[str]]:
     """The ``policy`` and ``scenario`` names of ``config``: what every live table knows in advance."""
     return {
-        "policy": [spec.name for spec in config.policies],  # type: ignore[union-attr]
-        "scenario": [s.name for s in config.scenarios],  # type: ignore[union-attr]
+        "policy": [spec.name for spec in config.policies],
+        "scenario": [s.name for s in config.scenarios],
     }
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.observation import make_encoder
-from llmsched_env.decision.registry import make_policy
+from llmsched_env.decision.registry import make_scheduler
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.evaluation.config import EvalConfig, InputError
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
@@ -71,7 +71,7 @@ def runtime_episode(
         spec.make(env, seed),
         encoder,
         u.action_spec,
-        make_policy("fcfs", u.policy_context()),  # type: ignore[arg-type]
+        make_scheduler("fcfs", u.policy_context()),
         ServeOptions(
             iterations_per_step=spec.iterations_per_step,
             policy_timeout_s=config.runtime.policy_timeout_s,

@@ -13,6 +13,7 @@ so one run reports them all. Same ``seed``, same episodes.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,7 +101,7 @@ def soak(steps: int, seed: int = 0, num_requests: int = 40, cases: tuple[str, ..
                     _, reward, term, trunc, info = env.step(_random_masked_action(env, rng))
                     result.steps += 1
                     result.steps_by_case[name] += 1
-                    if not np.isfinite(reward):
+                    if not math.isfinite(reward):
                         result.violations.append((name, episode_seed, f"reward {reward} is not finite"))
                     if term or trunc:
                         result.episodes += 1

@@ -96,7 +96,7 @@ def unsustained(config: EvalConfig) -> list[str]:
     sustained and the episode size that would make them sustained at this load."""
     lines = []
     for scenario in config.scenarios:
-        windows = scenario_windows(config, scenario)  # type: ignore[arg-type]
+        windows = scenario_windows(config, scenario)
         top: float | None = None
         for load in config.loads:
             spans = [windows.span(seed, load) for seed in config.seeds]
@@ -120,7 +120,7 @@ def absent_tenant_notes(config: EvalConfig) -> list[str]:
     lines = []
     for scenario in config.scenarios:
         base = scenario.scenario() if isinstance(scenario, ClusterScenario) else scenario
-        source = base.make_source(config.split, 1.0)  # type: ignore[union-attr]
+        source = base.make_source(config.split, 1.0)
         if isinstance(source, TraceSource) and source.absent_tenants:
             names = ", ".join(source.absent_tenants)
             lines.append(f"{source.trace.source}: the {config.split} part has no request of tenants {names}")

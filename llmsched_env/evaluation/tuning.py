@@ -119,7 +119,8 @@ class TuneResult:
 def shipped_table() -> Path:
     """The path of the table the ``tuned`` baseline ships (``baselines/tuned.json``), found through the
     scheduler registry (this package never imports ``baselines``)."""
-    return Path(SCHEDULERS.get("tuned").shipped_table)  # type: ignore[attr-defined]
+    tuned: Any = SCHEDULERS.get("tuned")  # baselines.TunedPolicy, registered as its own factory
+    return Path(tuned.shipped_table)
 
 
 @dataclass
@@ -228,7 +229,8 @@ def tune_scenario(
     command line to record (default: ``config.command``). ``ValueError`` when no reference meets 90% attainment
     at any load (nothing to probe at) or for a bad scenario or option."""
     t0 = time.perf_counter()
-    sc: Scenario = config.eval_config(scenario, config.seeds[:1]).scenarios[0]  # type: ignore[assignment]
+    sc = config.eval_config(scenario, config.seeds[:1]).scenarios[0]
+    assert isinstance(sc, Scenario)  # EvalConfig takes the references (schedulers) on single-node scenarios only
     search = _Search(config, sc, log, t0)
     probe_caps = search.probe()
     env: Any = config.eval_config(sc, config.seeds[:1]).make_env(sc, search.load).unwrapped

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmsched_env.adapters.vllm import require_vllm
-from llmsched_env.decision.registry import make_policy
+from llmsched_env.decision.registry import make_scheduler
 from llmsched_env.evaluation.config import EvalConfig, Row
 from llmsched_env.runtime.serve import ServeOptions, serve
 from llmsched_env.sim.simulator import Simulator
@@ -47,7 +47,7 @@ def compare_run(
         spec.make(env, seed),
         u.encoder,
         u.action_spec,
-        make_policy("fcfs", ctx),  # type: ignore[arg-type]
+        make_scheduler("fcfs", ctx),
         ServeOptions(
             iterations_per_step=spec.iterations_per_step,
             policy_timeout_s=policy_timeout_s,
@@ -84,7 +84,7 @@ def compare_run(
 
 def compare_engines(config: EvalConfig, policy_timeout_s: float = 0.1) -> list[Row]:
     """``compare_run`` for every run of ``config`` (single-node scenarios, the simulator's cost model)."""
-    bounds = [spec.name for spec in config.policies if spec.lookahead is not None]  # type: ignore[union-attr]
+    bounds = [spec.name for spec in config.policies if spec.lookahead is not None]
     if bounds:
         raise ValueError(f"--engine vllm: policy {bounds[0]!r} plays the simulator forward on snapshots; vLLM has none")
     check_vllm()

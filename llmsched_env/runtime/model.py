@@ -9,9 +9,10 @@ safetensors file or folder whose tensors have Hugging Face Llama names and the p
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import cast
 
 import torch
 from safetensors import safe_open
@@ -196,7 +197,8 @@ class LlamaModel(nn.Module):
         x = self.model.embed_tokens(token_ids)  # x: [N, hidden]
         cos = self.rope_cos[positions].to(x.dtype).unsqueeze(1)  # [N, 1, head_dim]
         sin = self.rope_sin[positions].to(x.dtype).unsqueeze(1)
-        for i, layer in enumerate(self.model.layers):
+        layers = cast("Iterable[DecoderLayer]", self.model.layers)  # Backbone holds DecoderLayers only
+        for i, layer in enumerate(layers):
             h = layer.input_layernorm(x)
             a = layer.self_attn
             q = self._rotate(a.q_proj(h).view(n, c.num_heads, c.head_dim), cos, sin)

@@ -22,7 +22,7 @@ from typing import Any
 
 from llmsched_env.decision.lookahead import LookaheadConfig, parse_lookahead
 from llmsched_env.decision.policy import Policy
-from llmsched_env.decision.policy_file import Forward, load_policy_file
+from llmsched_env.decision.policy_file import ExportedPolicy, Forward, load_policy_file
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy
 from llmsched_env.decision.schema import SCHEMA_VERSION
 from llmsched_env.decision.tuned_table import TunedTable, is_tuned_table, load_tuned_table
@@ -75,7 +75,7 @@ class PolicySpec:
     path: Path | None = None
     table: Path | TunedTable | None = None
     lookahead: LookaheadConfig | None = None
-    _exported: Any = field(default=None, repr=False, compare=False)  # an ExportedPolicy, loaded on demand
+    _exported: ExportedPolicy | None = field(default=None, repr=False, compare=False)  # loaded on demand
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -86,28 +86,29 @@ class PolicySpec:
             raise ValueError(f"policy {self.name!r}: a tuned-settings table goes with a baseline (tuned)")
 
     @property
-    def exported(self) -> Any:
+    def exported(self) -> ExportedPolicy | None:
         """The exported policy (``decision.policy_file.ExportedPolicy``), or None for a baseline."""
         return self.load() if self.path is not None else None
 
-    def load(self) -> Any:
+    def load(self) -> ExportedPolicy:
         """Load (once) and return the exported policy file; ``PolicyFileError`` (a ``ValueError``) if bad."""
         if self._exported is None:
-            self._exported = load_policy_file(self.path, forward=_torch_forward)  # type: ignore[arg-type]
+            assert self.path is not None, f"policy {self.name!r} is not a policy file"
+            self._exported = load_policy_file(self.path, forward=_torch_forward)
         return self._exported
 
     @property
     def schema(self) -> int:
         """The observation schema of the env this policy runs on: the file's for an exported policy, the
         current one for a baseline (baselines act on either)."""
-        return SCHEMA_VERSION if self.path is None else int(self.exported.schema_version)
+        return SCHEMA_VERSION if self.path is None else int(self.load().schema_version)
 
     @property
     def iterations_per_step(self) -> int:
         """Engine iterations each decision holds: 1 for baselines, the training setting for a trained policy."""
         if self.path is None:
             return 1
-        return int(self.exported.meta.get("iterations_per_step", 1))
+        return int(self.load().meta.get("iterations_per_step", 1))
 
     def make(self, env: Any, seed: int) -> Policy:
         """The policy acting on ``env`` (``LLMSched-v0`` or ``LLMSchedCluster-v0``) for the episode of ``seed``."""
@@ -116,18 +117,18 @@ class PolicySpec:
     def make_for(self, ctx: Any, seed: int) -> Policy:
         """The policy acting in ``ctx`` (a ``PolicyContext``, or a router's context) with ``seed``; an exported
         policy is the loaded file itself (its fit to ``ctx`` is the caller's to check)."""
-        if self.table is not None:  # the tuned baseline takes its table as a keyword
-            factory: Any = SCHEDULERS.get(self.baseline)  # type: ignore[arg-type]
-            return factory(ctx, seed, table=self.table)
         if self.baseline is not None:
-            return make_policy(self.baseline, ctx, seed=seed)  # type: ignore[return-value]
+            if self.table is not None:  # the tuned baseline takes its table as a keyword
+                factory: Any = SCHEDULERS.get(self.baseline)
+                return factory(ctx, seed, table=self.table)
+            return make_policy(self.baseline, ctx, seed=seed)
         if self.lookahead is not None:
             raise ValueError(
                 f"policy {self.name!r} is a clairvoyant bound that plays the simulator forward, not a policy of "
                 "observations: it runs only in llmsched-evaluate's simulator episodes (not on the torch runtime, "
                 "vLLM, or as a cluster's router or local policy)"
             )
-        return self.exported
+        return self.load()
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_exported": None}

@@ -22,7 +22,7 @@ import numpy as np
 
 from llmsched_env.common.outputs import check_output, write_csv
 from llmsched_env.costs.linear import LinearCostModel, fit_report
-from llmsched_env.decision.registry import SCHEDULERS, make_policy
+from llmsched_env.decision.registry import SCHEDULERS, make_scheduler
 from llmsched_env.runtime import calibrate as cal
 from llmsched_env.runtime.executor import Runtime
 from llmsched_env.runtime.fidelity import (
@@ -46,7 +46,7 @@ ProgressFn = Callable[[str, int, int], None]  # (phase, done, total)
 def policy_factory(name: str) -> PolicyFactory:
     """Builds the registered scheduler ``name`` (seed 0) for a policy context; ``ValueError`` if unknown."""
     SCHEDULERS.get(name)
-    return lambda ctx: make_policy(name, ctx, seed=0)  # type: ignore[return-value]
+    return lambda ctx: make_scheduler(name, ctx, seed=0)
 
 
 def profile_preset(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -58,12 +59,12 @@ class RunnerSpec:
 
     @classmethod
     def for_here(
-        cls, model: str = "tiny", device: str | None = None, dtype: str | None = None, **fields: object
+        cls, model: str = "tiny", device: str | None = None, dtype: str | None = None, **fields: Any
     ) -> RunnerSpec:
         """A spec whose ``device`` (None: ``default_device()``) and ``dtype`` (None: ``default_dtype`` of the
         device) suit this machine; ``fields`` are the other fields."""
         device = device or default_device()
-        return cls(model, device, dtype or default_dtype(device), **fields)  # type: ignore[arg-type]
+        return cls(model, device, dtype or default_dtype(device), **fields)
 
     def build(self, num_blocks: int, block_size: int) -> ModelRunner:
         """A ``ModelRunner`` with a KV pool of ``num_blocks`` blocks of ``block_size`` tokens; sets torch's CPU

@@ -260,6 +260,6 @@ def compute_metrics(
     out["remote_kv_hit_rate"] = remote_hits / admitted_tokens if admitted_tokens else 0.0
     out["preemptions"] = float(preemptions)
     if extra:
-        for k, v in extra.items():
-            out[k] = float(v)
+        for name, v in extra.items():
+            out[name] = float(v)
     return {k: float(v) for k, v in out.items()}

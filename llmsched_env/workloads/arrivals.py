@@ -76,6 +76,7 @@ class _Process:
 
     kind: ClassVar[str]
     _rate_fields: ClassVar[tuple[str, ...]]
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # each process is a dataclass (``scaled`` replaces fields)
 
     def _set_float(self, name: str, *, allow_zero: bool = False) -> None:
         value = getattr(self, name)
@@ -352,7 +353,8 @@ class TraceReplay(_Process):
         )
 
 
-_KINDS: dict[str, type[_Process]] = {c.kind: c for c in (Poisson, GammaArrivals, OnOff, Diurnal, Ramp, TraceReplay)}
+_PROCESSES = (Poisson, GammaArrivals, OnOff, Diurnal, Ramp, TraceReplay)
+_KINDS: dict[str, type[ArrivalProcess]] = {c.kind: c for c in _PROCESSES}
 ARRIVAL_KINDS = tuple(_KINDS)
 
 
@@ -365,7 +367,7 @@ def arrival_from_dict(d: Mapping[str, Any]) -> ArrivalProcess:
     cls = _KINDS.get(d["kind"]) if isinstance(d["kind"], str) else None
     if cls is None:
         raise ValueError(f"arrival_from_dict: unknown kind {d['kind']!r}, expected one of {ARRIVAL_KINDS}")
-    return from_fields(cls, f"arrival_from_dict: {cls.__name__}", d, ignore=("kind",))  # type: ignore[return-value]
+    return from_fields(cls, f"arrival_from_dict: {cls.__name__}", d, ignore=("kind",))
 
 
 def interarrival_cv(times: np.ndarray) -> float:

@@ -12,16 +12,21 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict, cast
 
 import numpy as np
 
 from llmsched_env.common.checks import check_int, check_positive
 from llmsched_env.workloads.trace_io import DECOMPRESS_ERRORS, bad_gzip_message, open_text
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = [
     "LENGTH_FILE_COLUMNS",
     "LENGTH_KINDS",
     "LengthDist",
+    "LengthLimits",
     "load_length_file",
 ]
 
@@ -111,6 +116,13 @@ def load_length_file(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarr
     return prompts, outputs
 
 
+class LengthLimits(TypedDict, total=False):
+    """The clipping limits a ``LengthDist`` constructor takes as keywords."""
+
+    max_prompt_len: int
+    max_output_len: int
+
+
 @dataclass(frozen=True, repr=False)
 class LengthDist:
     """Distribution of (prompt, output) lengths in tokens; samples are clipped to ``[1, max_*_len]``.
@@ -185,12 +197,20 @@ class LengthDist:
             )
 
     @classmethod
-    def fixed(cls, prompt_len: int, output_len: int, **limits: int) -> LengthDist:
+    def fixed(cls, prompt_len: int, output_len: int, **limits: Unpack[LengthLimits]) -> LengthDist:
         return cls("fixed", prompt_len=prompt_len, output_len=output_len, **limits)
 
     @classmethod
-    def uniform(cls, prompt_range: tuple[int, int], output_range: tuple[int, int], **limits: int) -> LengthDist:
-        return cls("uniform", prompt_range=tuple(prompt_range), output_range=tuple(output_range), **limits)
+    def uniform(
+        cls, prompt_range: tuple[int, int], output_range: tuple[int, int], **limits: Unpack[LengthLimits]
+    ) -> LengthDist:
+        prompt, output = tuple(prompt_range), tuple(output_range)  # a list of two too; __post_init__ checks them
+        return cls(
+            "uniform",
+            prompt_range=cast("tuple[int, int]", prompt),
+            output_range=cast("tuple[int, int]", output),
+            **limits,
+        )
 
     @classmethod
     def lognormal(
@@ -199,7 +219,7 @@ class LengthDist:
         output_median: float,
         prompt_sigma: float = 1.0,
         output_sigma: float = 1.0,
-        **limits: int,
+        **limits: Unpack[LengthLimits],
     ) -> LengthDist:
         return cls(
             "lognormal",
@@ -212,7 +232,11 @@ class LengthDist:
 
     @classmethod
     def empirical(
-        cls, prompt_samples: np.ndarray, output_samples: np.ndarray, source: str = "array", **limits: int
+        cls,
+        prompt_samples: np.ndarray,
+        output_samples: np.ndarray,
+        source: str = "array",
+        **limits: Unpack[LengthLimits],
     ) -> LengthDist:
         """Resample the given paired lengths; the arrays are copied (read-only) unless already read-only."""
         arrays = []

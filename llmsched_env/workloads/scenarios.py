@@ -69,7 +69,8 @@ def slo_scale(cost_model: CostModel) -> float:
 class RequestSource(Protocol):
     """Draws the requests of one episode."""
 
-    tenants: tuple[TenantConfig, ...]
+    @property
+    def tenants(self) -> tuple[TenantConfig, ...]: ...
 
     def sample(
         self, rng: np.random.Generator, num_requests: int, load: float, window: int | None = None
@@ -92,7 +93,7 @@ def check_split(split: object) -> str:
         )
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    return split  # type: ignore[return-value]
+    return split
 
 
 def episode_window(split: str, seed: int | None) -> int | None:
@@ -225,22 +226,21 @@ class Scenario:
     cost_model: str = REFERENCE_COST_MODEL
     num_requests: int = 1000
     remote_kv: RemoteKVConfig | None = None
-
-    def __post_init__(self) -> None:
-        # Sources built so far, per (split, SLO scale): each scenario object keeps its own, so two scenarios
-        # sharing a name (two user workloads, two trace files with the same stem) never share requests.
-        object.__setattr__(self, "_sources", {})
+    # Sources built so far, per (split, SLO scale): each scenario object keeps its own, so two scenarios
+    # sharing a name (two user workloads, two trace files with the same stem) never share requests.
+    _sources: dict[tuple[str, float], RequestSource] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def source(self, split: str, cost_model: CostModel | None = None) -> RequestSource:
         """The request source of ``split`` ("train", "val" or "test"), SLOs scaled to ``cost_model``."""
         check_split(split)
         model = cost_model if cost_model is not None else load_cost_model(self.cost_model)
         key = (split, round(slo_scale(model), 9))
-        sources: dict[tuple[str, float], RequestSource] = self._sources  # type: ignore[attr-defined]
-        src = sources.get(key)
+        src = self._sources.get(key)
         if src is None:
             src = self.make_source(split, key[1])
-            sources[key] = src
+            self._sources[key] = src
         return src
 
 
@@ -329,9 +329,11 @@ def _timed_parts(path: Path, trace: Trace) -> dict[str, Trace]:
     parts = {split: trace_split(trace, split) for split in SPLITS}
     for split, part in parts.items():
         if len(part) < 2 or part.duration_s() == 0.0:
+            times = part.arrival_s
+            assert times is not None  # a part of a timed trace
             raise ValueError(
                 f"{path}: the trace's {n} request(s) leave its {split} part ({_PARTS[split]}) {len(part)} "
-                f"request(s) at {len(np.unique(part.arrival_s))} distinct time(s); each part needs at least 2 "
+                f"request(s) at {len(np.unique(times))} distinct time(s); each part needs at least 2 "
                 "requests at different times: give a longer trace"
             )
     return parts

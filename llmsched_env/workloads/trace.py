@@ -22,7 +22,7 @@ MOONCAKE_PREFIX_ID_TOKENS = 512  # Mooncake's hash_ids each name a block of 512 
 
 
 def _frozen(values: Any, dtype: type, owner: str) -> np.ndarray:
-    arr = np.asarray(values, dtype=dtype)
+    arr: np.ndarray = np.asarray(values, dtype=dtype)
     if arr.ndim != 1:
         raise ValueError(f"Trace.{owner} must be 1-D, got shape {arr.shape}")
     if arr is values and arr.flags.writeable:
@@ -205,14 +205,15 @@ class Trace:
         (the best case for a prefix cache of unlimited size)."""
         nan = math.nan
         out: dict[str, float] = {"num_requests": float(len(self))}
-        timed = self.arrival_s is not None
+        arrival_s = self.arrival_s
+        timed = arrival_s is not None
         out["duration_s"] = self.duration_s() if timed else nan
         out["mean_rate_rps"] = self.mean_rate_rps() if timed else nan
         for side, values in (("prompt", self.prompt_len), ("output", self.output_len)):
             out[f"{side}_mean"] = float(values.mean()) if values.size else nan
             for q in (50, 90, 99):
                 out[f"{side}_p{q}"] = float(np.percentile(values, q)) if values.size else nan
-        gaps = np.diff(self.arrival_s) if timed else np.empty(0)
+        gaps = np.diff(arrival_s) if arrival_s is not None else np.empty(0)
         out["interarrival_cv"] = float(gaps.std() / gaps.mean()) if gaps.size and gaps.mean() > 0 else nan
         out["prefix_reuse_share"] = nan
         if self.prefix_ids is not None:

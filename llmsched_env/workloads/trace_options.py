@@ -51,7 +51,7 @@ def tenant_slos(text: str) -> dict[str, SLOClass]:
     return out
 
 
-def build_trace_scenario(options: Mapping[str, Any], limits: Mapping[str, int] | None = None) -> Scenario:
+def build_trace_scenario(options: Mapping[str, Any], limits: Mapping[str, Any] | None = None) -> Scenario:
     """The scenario of a trace from its ``options`` (``TRACE_OPTIONS``: ``trace`` and ``trace_format`` required,
     the others optional) over an engine with ``limits`` (``ENGINE_LIMIT_FIELDS``, default: the engine's own).
     ``ValueError`` starting with the name of the option at fault, or from the trace reader naming the file."""

@@ -226,12 +226,12 @@ class _Parser:
                     self._base = parsed[0]
                 rows.times.append((parsed[0] - self._base) + parsed[1])
             else:
-                number = _as_time(raw)
-                if number is None:
+                seconds = _as_time(raw)
+                if seconds is None:
                     raise self.error(line, "arrival", f"must be a finite number, got {_short(raw)}")
-                if number < 0:
+                if seconds < 0:
                     raise self.error(line, "arrival", f"must not be negative, got {raw!r}")
-                rows.times.append(number)
+                rows.times.append(seconds)
         if rows.prefix is not None:
             ids = _as_ids(values["prefix_ids"])
             if ids is None:
@@ -388,7 +388,8 @@ def _build(
                 prefix = list(prefix)
                 for i, p in zip(over.tolist(), new_prompt.tolist(), strict=True):
                     prefix[i] = prefix[i][: -(-p // prefix_id_tokens)]
-    codes, tenant_names = None, ()
+    codes: np.ndarray | None = None
+    tenant_names: tuple[str, ...] = ()
     if rows.tenants is not None:
         lookup: dict[str, int] = {}
         codes = np.asarray([lookup.setdefault(t, len(lookup)) for t in rows.tenants], dtype=np.int64)

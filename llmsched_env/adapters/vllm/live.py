@@ -347,7 +347,8 @@ def run_experiment(args: argparse.Namespace) -> None:
             server = LiveServer(model_dir, args.port, log, adapter, engine_args, pid)
             with server:
                 ready_s = server.wait_ready()
-                print(f"[{name}] repeat {repeat}: server ready in {ready_s:.0f} s (pid {server.proc.pid})", flush=True)  # type: ignore[union-attr]
+                assert server.proc is not None  # started on entering the with block
+                print(f"[{name}] repeat {repeat}: server ready in {ready_s:.0f} s (pid {server.proc.pid})", flush=True)
                 warm = folder / f"warmup-{repeat}"
                 run_bench(server.base_url, model_dir, warm, "random", 20.0, 40, 10_000 + repeat, f"w{repeat}-")
                 for k, rate in enumerate(args.rates):

@@ -69,7 +69,7 @@ class VllmLoop:
             policy_timeout_s=policy_timeout_s,
             scenario=scenario,
         )
-        self.scheduler: LLMSchedScheduler = make_scheduler(  # type: ignore[assignment]
+        self.scheduler: LLMSchedScheduler = make_scheduler(
             config,
             scheduler_cls=LLMSchedScheduler,
             adapter=adapter,

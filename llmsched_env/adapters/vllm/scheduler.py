@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -63,7 +63,13 @@ __all__ = [
 _COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
 
 
-class _LLMSchedAdapter:
+if TYPE_CHECKING:  # the adapter is always mixed in before vLLM's Scheduler: checked against it
+    from vllm.v1.core.sched.scheduler import Scheduler as _SchedulerBase
+else:
+    _SchedulerBase = object
+
+
+class _LLMSchedAdapter(_SchedulerBase):
     """The adapter, mixed in before vLLM's ``Scheduler`` or ``AsyncScheduler`` (see the module docstring).
 
     Keywords beyond vLLM's: ``adapter`` (an ``AdapterConfig``; default ``AdapterConfig.from_env()``),
@@ -83,7 +89,7 @@ class _LLMSchedAdapter:
         vllm_version = require_vllm()
         cfg = adapter if adapter is not None else AdapterConfig.from_env()
         resolved = cfg.resolve()  # the whole configuration checked before vLLM allocates anything
-        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
+        super().__init__(*args, **kwargs)
         self._check_vllm_config()
         self.adapter = cfg
         self.clock: Callable[[], float] = clock if clock is not None else time.time
@@ -101,7 +107,7 @@ class _LLMSchedAdapter:
         else:
             policy = spec.make_for(self.context, cfg.seed)
             if spec.path is not None:  # an exported policy must fit this engine and these tenants
-                spec.exported.check_compatible(
+                spec.load().check_compatible(
                     self.encoder.names,
                     self.action_spec.nvec,
                     schema_version=schema,
@@ -158,7 +164,7 @@ class _LLMSchedAdapter:
         self.decider = TimedDecider(policy, mode=self.adapter.policy_deadline)
 
     def _check_vllm_config(self) -> None:
-        sc = self.scheduler_config  # type: ignore[attr-defined]
+        sc = self.scheduler_config
         if sc.policy != "fcfs":
             raise ValueError(
                 f"LLMSchedScheduler orders the waiting queue itself: start vLLM with --scheduling-policy fcfs, "
@@ -176,15 +182,15 @@ class _LLMSchedAdapter:
     def _knobs_now(self) -> VllmKnobs:
         return VllmKnobs(
             QueueOrder.FCFS,
-            self.max_num_scheduled_tokens,  # type: ignore[attr-defined]
-            self.scheduler_config.long_prefill_token_threshold,  # type: ignore[attr-defined]
-            self.max_num_active_reqs,  # type: ignore[attr-defined]
-            self.kv_cache_manager.watermark_blocks,  # type: ignore[attr-defined]
+            self.max_num_scheduled_tokens,
+            self.scheduler_config.long_prefill_token_threshold,
+            self.max_num_active_reqs,
+            self.kv_cache_manager.watermark_blocks,
         )
 
     def _cached_blocks(self, vreq: VllmRequest) -> int:
-        _, n, _ = self.kv_cache_manager.get_computed_blocks(vreq)  # type: ignore[attr-defined]
-        return n // self.block_size  # type: ignore[attr-defined]
+        _, n, _ = self.kv_cache_manager.get_computed_blocks(vreq)
+        return n // self.block_size
 
     # -- the step ------------------------------------------------------------------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
@@ -209,7 +215,7 @@ class _LLMSchedAdapter:
             self._last_step_start = now
         self._apply(decision)
         t1 = time.perf_counter()
-        out = super().schedule(*args, **kwargs)  # type: ignore[misc]
+        out = super().schedule(*args, **kwargs)
         t2 = time.perf_counter()
         for d in out.scheduled_new_reqs:
             state.admitted(d.req_id)
@@ -217,7 +223,7 @@ class _LLMSchedAdapter:
         for rid in out.scheduled_cached_reqs.resumed_req_ids:
             state.admitted(rid)
         if self.log is not None:
-            features = batch_features(out.num_scheduled_tokens, self.requests)  # type: ignore[attr-defined]
+            features = batch_features(out.num_scheduled_tokens, self.requests)
             self._step_start = (wall0, time.time(), features)
         self.adapter_time_s += (t1 - t0) + (time.perf_counter() - t2)
         self.vllm_time_s += t2 - t1
@@ -256,14 +262,14 @@ class _LLMSchedAdapter:
         """Set vLLM's knobs from ``d``; vLLM's own settings for None."""
         if d is not None and d.shed:
             self._shed_heads()
-        n_running = len(self.running)  # type: ignore[attr-defined]
-        decodes = n_running - len(self._inflight_prefills)  # type: ignore[attr-defined]
+        n_running = len(self.running)
+        decodes = n_running - len(self._inflight_prefills)
         k = vllm_knobs(d, self.base_knobs, n_running, decodes, self.num_kv_blocks)
         self.queue.set_order(k.order)
         self.max_num_scheduled_tokens = k.max_num_scheduled_tokens
-        self.scheduler_config.long_prefill_token_threshold = k.long_prefill_token_threshold  # type: ignore[attr-defined]
+        self.scheduler_config.long_prefill_token_threshold = k.long_prefill_token_threshold
         self.max_num_active_reqs = k.max_num_active_reqs
-        self.kv_cache_manager.watermark_blocks = k.watermark_blocks  # type: ignore[attr-defined]
+        self.kv_cache_manager.watermark_blocks = k.watermark_blocks
 
     def _shed_heads(self) -> None:
         """Abort every tenant's waiting head while its TTFT is out of reach (the engine's ``_shed_heads``), in one
@@ -279,7 +285,7 @@ class _LLMSchedAdapter:
                 doomed.append(state.vreqs[sh.request_id])
         if doomed:
             t0 = time.perf_counter()
-            self.finish_requests([v.request_id for v in doomed], RequestStatus.FINISHED_ABORTED)  # type: ignore[attr-defined]
+            self.finish_requests([v.request_id for v in doomed], RequestStatus.FINISHED_ABORTED)
             self.abort_time_s += time.perf_counter() - t0
             self.shed_requests += doomed
             self.num_shed += len(doomed)
@@ -288,13 +294,13 @@ class _LLMSchedAdapter:
     def _preempt_request(self, request: VllmRequest, *args: Any, **kwargs: Any) -> None:
         self.state.left_running(request)
         self.state.shadows[request.request_id].num_preemptions += 1
-        super()._preempt_request(request, *args, **kwargs)  # type: ignore[misc]
+        super()._preempt_request(request, *args, **kwargs)
 
     def _free_request(self, request: VllmRequest, *args: Any, **kwargs: Any) -> Any:
         state = self.state
         if request.request_id in state.running_ids:
             state.left_running(request)
-        result = super()._free_request(request, *args, **kwargs)  # type: ignore[misc]
+        result = super()._free_request(request, *args, **kwargs)
         if self.log is not None:
             self._log_request(request)
         state.finished(request, completed=request.status in _COMPLETED)
@@ -328,11 +334,11 @@ class _LLMSchedAdapter:
         wall2 = time.time() if self.log is not None else 0.0
         state = self.state
         prefilling_t = [0] * len(state.tenants)
-        for r in self._inflight_prefills:  # type: ignore[attr-defined]
+        for r in self._inflight_prefills:
             prefilling_t[state.shadows[r.request_id].tenant] += 1
         decodes_t = [n - p for n, p in zip(state.num_running_t, prefilling_t, strict=True)]
         t1 = time.perf_counter()
-        outputs = super().update_from_output(scheduler_output, model_runner_output)  # type: ignore[misc]
+        outputs = super().update_from_output(scheduler_output, model_runner_output)
         t2 = time.perf_counter()
         state.count_decodes(decodes_t)
         state.decoded()
@@ -353,7 +359,7 @@ class _LLMSchedAdapter:
         if self.log is not None and self._step_start is not None:
             s0, s1, features = self._step_start
             self._step_start = None
-            self.log.step(s0, s1, wall2, time.time(), features, bool(self.has_unfinished_requests()))  # type: ignore[attr-defined]
+            self.log.step(s0, s1, wall2, time.time(), features, bool(self.has_unfinished_requests()))
         self.adapter_time_s += (t1 - t0) + (time.perf_counter() - t2)
         return outputs
 
