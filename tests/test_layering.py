@@ -192,3 +192,30 @@ def test_no_import_cycles() -> None:
     for m in sorted(graph):
         if m not in state:
             visit(m)
+
+
+def _layer_table(text: str, indent: str) -> list[tuple[str, list[str]]]:
+    """(folder, the folders its arrow names) per row of a layer table: a row starts with ``indent`` and a folder
+    name (a trailing ``/`` allowed), may go on over more deeply indented lines, and ends with ``<- a, b``."""
+    rows: list[tuple[str, str]] = []
+    for line in text.splitlines():
+        head = line[len(indent) :].split(" ", 1)[0].rstrip("/") if line.startswith(indent) else ""
+        if head in ALLOWED and not line[len(indent)].isspace():
+            rows.append((head, line))
+        elif rows and line.startswith(indent + " ") and line.strip():  # the row goes on
+            rows[-1] = (rows[-1][0], rows[-1][1] + line)
+        elif rows and rows[-1][0] == "commands":
+            break
+    arrows = [(folder, row.rsplit("<-", 1)[1] if "<-" in row else "") for folder, row in rows]
+    return [(folder, [a.strip() for a in arrow.split(",") if a.strip()]) for folder, arrow in arrows]
+
+
+@pytest.mark.parametrize(
+    ("path", "indent"), [(PACKAGE / "__init__.py", "    "), (ROOT / "docs" / "architecture.md", "  ")], ids=str
+)
+def test_the_layer_tables_of_the_docs_and_the_package_agree_with_the_layering(path: Path, indent: str) -> None:
+    rows = _layer_table(path.read_text(), indent)
+    assert [folder for folder, _ in rows] == list(ALLOWED), f"{path.name}: the folders, in the layering's order"
+    for folder, nearest in rows:
+        assert set(nearest) <= ALLOWED[folder], f"{path.name}: {folder} names {nearest}, not below it"
+        assert nearest or folder == "common", f"{path.name}: {folder} names no folder below it"

@@ -1,6 +1,6 @@
 """The soak (``llmsched_env.evaluation.soak``, ``bench/soak.py``): random masked actions over small pools,
-preemption, remote KV, a cluster and a disaggregated cluster, invariants checked every step, nothing lost. A
-short soak runs by default; the long one is ``slow``."""
+preemption, remote KV, a cluster and a disaggregated cluster, invariants checked every step, nothing lost. The
+fast tier soaks every case for a few steps (through the bench); the 1,000- and 200,000-step soaks are ``slow``."""
 
 from __future__ import annotations
 
