@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -79,63 +81,76 @@ def _run(env: gym.Env, policy: Any, seed: int) -> dict[str, Any]:
     return {"steps": steps, "reward": total, "obs_sha256": digest.hexdigest()[:16], "metrics": _clean(info["metrics"])}
 
 
-def fingerprint() -> dict[str, Any]:
-    """Every episode of the lists above, keyed by a readable name."""
-    out: dict[str, Any] = {}
-    for scenario, name, load, split, seed in SINGLE:
-        env = gym.make(
-            "LLMSched-v0",
-            scenario=scenario,
-            split=split,
-            load=load,
-            num_requests=SMALL.get(scenario, NUM_REQUESTS),
-            check_invariants=True,
-            engine=SMALL_ENGINE if scenario == "mixed-slo" else None,
-            schema=1,
-        )
-        policy = baselines.make_for(name, env.unwrapped.policy_context(), seed=seed)
-        out[f"{scenario}/{name}/{load}/{split}/{seed}"] = _run(env, policy, seed)
-    for scenario, name, load, split, seed, prediction in SCHEMA2:
-        env = gym.make(
-            "LLMSched-v0",
-            scenario=scenario,
-            split=split,
-            load=load,
-            num_requests=NUM_REQUESTS,
-            check_invariants=True,
-            schema=2,
-            length_prediction=prediction,
-        )
-        policy = baselines.make_for(name, env.unwrapped.policy_context(), seed=seed)
-        out[f"schema2:{scenario}/{name}/{load}/{split}/{seed}/{prediction}"] = _run(env, policy, seed)
+def _single(scenario: str, name: str, load: float, split: str, seed: int) -> dict[str, Any]:
+    env = gym.make(
+        "LLMSched-v0",
+        scenario=scenario,
+        split=split,
+        load=load,
+        num_requests=SMALL.get(scenario, NUM_REQUESTS),
+        check_invariants=True,
+        engine=SMALL_ENGINE if scenario == "mixed-slo" else None,
+        schema=1,
+    )
+    return _run(env, baselines.make_for(name, env.unwrapped.policy_context(), seed=seed), seed)
+
+
+def _schema2(scenario: str, name: str, load: float, split: str, seed: int, prediction: str | None) -> dict[str, Any]:
+    env = gym.make(
+        "LLMSched-v0",
+        scenario=scenario,
+        split=split,
+        load=load,
+        num_requests=NUM_REQUESTS,
+        check_invariants=True,
+        schema=2,
+        length_prediction=prediction,
+    )
+    return _run(env, baselines.make_for(name, env.unwrapped.policy_context(), seed=seed), seed)
+
+
+def _shipped(scenario: str, folder: str, load: float, seed: int) -> dict[str, Any]:
     from llmsched_env.runtime.policy_file import load_policy_file
 
+    policy = load_policy_file(POLICIES / folder)
+    env = gym.make(
+        "LLMSched-v0",
+        scenario=scenario,
+        split="val",
+        load=load,
+        num_requests=SMALL.get(scenario, NUM_REQUESTS),
+        check_invariants=True,
+        iterations_per_step=int(policy.meta.get("iterations_per_step", 1)),
+        schema=policy.schema_version,
+    )
+    return _run(env, policy, seed)
+
+
+def _cluster(scenario: str, name: str, load: float, seed: int) -> dict[str, Any]:
+    kwargs = {"split": "val", "load": load, "num_requests": NUM_REQUESTS, "check_invariants": True}
+    env = gym.make("LLMSchedCluster-v0", scenario=scenario, **kwargs)
+    return _run(env, baselines.make_for(name, env.unwrapped.policy_context(), seed=seed), seed)
+
+
+def cases() -> dict[str, Callable[[], dict[str, Any]]]:
+    """Every episode of the lists above, keyed by a readable name, to be played when called (one at a time, so
+    that the test suite can spread them over its workers)."""
+    out: dict[str, Callable[[], dict[str, Any]]] = {}
+    for scenario, name, load, split, seed in SINGLE:
+        out[f"{scenario}/{name}/{load}/{split}/{seed}"] = partial(_single, scenario, name, load, split, seed)
+    for scenario, name, load, split, seed, prediction in SCHEMA2:
+        key = f"schema2:{scenario}/{name}/{load}/{split}/{seed}/{prediction}"
+        out[key] = partial(_schema2, scenario, name, load, split, seed, prediction)
     for scenario, folder, load, seed in SHIPPED:
-        policy = load_policy_file(POLICIES / folder)
-        every = int(policy.meta.get("iterations_per_step", 1))
-        env = gym.make(
-            "LLMSched-v0",
-            scenario=scenario,
-            split="val",
-            load=load,
-            num_requests=SMALL.get(scenario, NUM_REQUESTS),
-            check_invariants=True,
-            iterations_per_step=every,
-            schema=policy.schema_version,
-        )
-        out[f"{scenario}/shipped:{folder}/{load}/val/{seed}"] = _run(env, policy, seed)
+        out[f"{scenario}/shipped:{folder}/{load}/val/{seed}"] = partial(_shipped, scenario, folder, load, seed)
     for scenario, name, load, seed in CLUSTER:
-        env = gym.make(
-            "LLMSchedCluster-v0",
-            scenario=scenario,
-            split="val",
-            load=load,
-            num_requests=NUM_REQUESTS,
-            check_invariants=True,
-        )
-        policy = baselines.make_for(name, env.unwrapped.policy_context(), seed=seed)
-        out[f"{scenario}/{name}/{load}/val/{seed}"] = _run(env, policy, seed)
+        out[f"{scenario}/{name}/{load}/val/{seed}"] = partial(_cluster, scenario, name, load, seed)
     return out
+
+
+def fingerprint() -> dict[str, Any]:
+    """Every episode of the lists above, played, keyed by a readable name."""
+    return {key: play() for key, play in cases().items()}
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from llmsched_env.runtime.policy_file import load_policy_file
 from tests.bench_scripts import bench_script
 
 
+@pytest.mark.slow  # a training of its own: the fast tier trains once (tests/trained_run.py)
 def test_an_exported_checkpoint_acts_as_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     torch.set_num_threads(1)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))

@@ -82,6 +82,29 @@ def test_invariant_check_catches_a_leak() -> None:
         pool.check_invariants({})
 
 
+@pytest.mark.parametrize(
+    ("corrupt", "match"),
+    [
+        (lambda p: p._next.__setitem__(p._next[6], 6), "free queue links disagree"),  # a loop in the free queue
+        (lambda p: p._prev.__setitem__(p._next[6], 0), "free queue links disagree"),
+        (lambda p: p.ref_count.__setitem__(p._next[6], 1), "a referenced block is also free"),
+        (lambda p: p.ref_count.__setitem__(0, -1), "negative reference count"),
+        (lambda p: setattr(p, "_num_free", p._num_free + 1), "counted"),
+        (lambda p: p.block_hash.__setitem__(1, 99), "cache maps hash to block 1 holding another hash"),
+        (lambda p: setattr(p, "_num_free_cached", 0), "cached free blocks"),
+        (lambda p: p.block_hash.__setitem__(3, 42), "blocks hold a hash"),
+    ],
+)
+def test_invariant_check_catches_each_kind_of_corruption(corrupt, match: str) -> None:
+    pool = BlockPool(6, 4)
+    used = pool.allocate(1)
+    cached_block(pool, 7)  # a cached, evictable block
+    pool.check_invariants({used[0]: 1})
+    corrupt(pool)
+    with pytest.raises(AssertionError, match=match):
+        pool.check_invariants({used[0]: 1})
+
+
 def test_can_allocate_counts_free_and_evictable_blocks_and_keeps_the_reserve() -> None:
     pool = BlockPool(6, 4)
     cached_block(pool, 7)  # one block evictable (cached), the rest empty: all six count as free

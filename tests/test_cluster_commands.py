@@ -45,6 +45,7 @@ def test_a_trained_router_exports_and_evaluates_against_the_routing_baselines(ro
     assert (out / "attainment_vs_load.png").is_file()
 
 
+@pytest.mark.slow  # a training of its own: the fast tier trains once (tests/trained_run.py)
 def test_router_policy_acts_like_sb3_on_the_cluster_env(router_run: Path) -> None:
     import gymnasium as gym
     from sb3_contrib import MaskablePPO
@@ -65,6 +66,7 @@ def test_router_policy_acts_like_sb3_on_the_cluster_env(router_run: Path) -> Non
             break
 
 
+@pytest.mark.slow  # a training of its own: the fast tier trains once (tests/trained_run.py)
 def test_policies_and_scenarios_must_match_in_kind(router_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cases = [
         (["--scenarios", "cluster-azure-conv-4", "--policies", "fcfs"], "single-node schedulers"),

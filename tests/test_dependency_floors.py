@@ -13,6 +13,7 @@ import torch
 import train
 
 
+@pytest.mark.slow  # a training of its own: the fast tier trains once (tests/trained_run.py)
 def test_maskable_ppo_trains_over_subprocess_workers(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     torch.set_num_threads(1)
     out = tmp_path / "run"

@@ -104,7 +104,7 @@ def schema2_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize(
     ("trace", "fmt", "columns"),
-    [("azure_code_1tenant.csv", "azure", None),  # the others take a minute or more: the slow tier
+    [pytest.param("azure_code_1tenant.csv", "azure", None, marks=pytest.mark.slow),
      pytest.param("sharegpt_12tenants.csv", "generic", GENERIC, marks=pytest.mark.slow),
      pytest.param("mooncake_1tenant.jsonl", "mooncake", None, marks=pytest.mark.slow),
      pytest.param("conv_code_2tenants.csv", "generic", GENERIC, marks=pytest.mark.slow)],
@@ -185,6 +185,7 @@ def test_init_copies_the_policy_and_refuses_what_does_not_fit(schema2_policy: Pa
     assert load_policy_file(schema2_policy).schema_version == 2
 
 
+@pytest.mark.slow  # a training of its own: the fast tier trains once (tests/trained_run.py)
 def test_fine_tuning_reads_the_init_policy_once(
     schema2_policy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -144,7 +144,7 @@ class Slow:
         (Returning(np.array(SPEC.nvec)), "invalid"),  # out of range
         (Returning(np.full(len(SPEC.nvec), np.nan)), "invalid"),
         (Returning("fcfs"), "invalid"),
-        (Slow(), "timeout"),
+        pytest.param(Slow(), "timeout", marks=pytest.mark.slow),  # a tenth of a second per decision
     ],
 )
 def test_a_failing_policy_falls_back_to_fcfs_and_loses_nothing(runner, policy, reason) -> None:

@@ -18,7 +18,7 @@ from llmsched_env.workloads.library import list_scenarios
 
 SHIPPED = sorted((Path(__file__).resolve().parents[1] / "policies").glob("*/policy.json"))
 PER_SCENARIO = [p for p in SHIPPED if p.parent.name != "generalist"]
-FAST = {"default", "azure-code", "cluster-azure-conv-4"}  # scenarios whose episodes here take seconds
+FAST = {"azure-code", "cluster-azure-conv-4", "generalist:default"}  # whose episodes here take seconds
 
 
 def _tiered(values: list, name: Callable[[Any], str] = str) -> list:
@@ -30,7 +30,7 @@ def test_policies_are_shipped() -> None:
     assert {p.parent.name for p in SHIPPED} >= {"mixed-slo", "multi-tenant-overload", "generalist"}
 
 
-@pytest.mark.parametrize("scenario", _tiered(list_scenarios()))
+@pytest.mark.parametrize("scenario", _tiered(list_scenarios(), lambda s: f"generalist:{s}"), ids=str)
 def test_the_generalist_runs_on_every_scenario(scenario: str) -> None:
     policy = load_policy_file(SHIPPED[0].parents[1] / "generalist")
     assert policy.schema_version == 2 and policy.meta["scenario"] == "generalist"

@@ -91,14 +91,20 @@ def _shared_prefixes() -> WorkloadConfig:
     [
         {"scenario": "mixed-slo", "engine": SMALL, "load": 2.0, "split": "train"},
         # remote KV fetches, a slow one drawn from the env's generator with probability 0.5
-        {"workload": _shared_prefixes(), "engine": {**SMALL, "num_kv_blocks": 256}, "remote_kv": SLOW_LINK},
-        {
-            "scenario": "azure-conv",
-            "engine": {**SMALL, "num_kv_blocks": 512},
-            "length_prediction": "lognormal:0.5",
-            "render_mode": "rgb_array",
-            "split": "train",
-        },
+        pytest.param(
+            {"workload": _shared_prefixes(), "engine": {**SMALL, "num_kv_blocks": 256}, "remote_kv": SLOW_LINK},
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            {
+                "scenario": "azure-conv",
+                "engine": {**SMALL, "num_kv_blocks": 512},
+                "length_prediction": "lognormal:0.5",
+                "render_mode": "rgb_array",
+                "split": "train",
+            },
+            marks=pytest.mark.slow,
+        ),
     ],
     ids=["mixed-slo", "remote-kv-draws", "azure-conv-predicted"],
 )

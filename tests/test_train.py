@@ -97,6 +97,7 @@ def test_train_other_algorithms(tmp_path: Path, algo: str) -> None:
     assert (out / "policy.json").exists() == (algo in ("ppo", "a2c"))  # MLP actor-critics export
 
 
+@pytest.mark.slow  # a training of its own: the fast tier trains once (tests/trained_run.py)
 def test_the_library_trains_without_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     hp = {"n_steps": 128, "batch_size": 64, "eval_freq": 128, "eval_episodes": 1}
     hp["env_kwargs"] = {"num_requests": 30, "iterations_per_step": 32}

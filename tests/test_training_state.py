@@ -106,6 +106,7 @@ def first_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Ca
     return out
 
 
+@pytest.mark.slow  # a training of its own: the fast tier trains once (tests/trained_run.py)
 def test_resume_keeps_the_best_evaluation_so_far(
     first_run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
@@ -130,6 +131,7 @@ def test_resume_keeps_the_best_evaluation_so_far(
     assert "best now 0.900" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a training of its own: the fast tier trains once (tests/trained_run.py)
 def test_resume_under_another_evaluation_does_not_compare_scores(
     first_run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
@@ -139,6 +141,7 @@ def test_resume_under_another_evaluation_does_not_compare_scores(
     assert json.loads((first_run / "best.json").read_text())["best_eval_attainment"] == 0.4
 
 
+@pytest.mark.slow  # a training of its own: the fast tier trains once (tests/trained_run.py)
 def test_resume_with_a_bad_best_file_is_a_one_line_usage_error(first_run: Path, capsys: pytest.CaptureFixture) -> None:
     (first_run / "best.json").write_text('{"best_eval_attainment": "high"}')
     with pytest.raises(SystemExit) as caught:
@@ -148,6 +151,7 @@ def test_resume_with_a_bad_best_file_is_a_one_line_usage_error(first_run: Path, 
     assert "best.json" in err and "'best_eval_attainment' must be a finite number" in err
 
 
+@pytest.mark.slow  # a training of its own: the fast tier trains once (tests/trained_run.py)
 def test_training_and_its_checkpoint_selection_never_touch_the_test_split(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

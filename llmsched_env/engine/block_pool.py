@@ -268,34 +268,43 @@ class BlockPool:
     def check_invariants(self, expected_refs: dict[int, int] | None = None) -> None:
         """Raise AssertionError unless every block is either used or free, and (when given) the reference counts
         equal ``expected_refs`` (block id -> number of block tables holding it). O(pool): it scans every block."""
-        queue = self.free_blocks()
-        free = set(queue)
-        assert len(queue) == len(free) == self._num_free, f"free queue of {len(queue)} blocks, {self._num_free} counted"
+        n, refs, hashes = self.num_blocks, self.ref_count, self.block_hash
         nxt, prv = self._next, self._prev
-        assert all(prv[nxt[b]] == b for b in (self.num_blocks, *queue)), "free queue links disagree"
-        used = {b for b in range(self.num_blocks) if self.ref_count[b] > 0}
-        assert all(c >= 0 for c in self.ref_count), "negative reference count"
-        assert not used & free, "a referenced block is also free"
-        assert len(used) == self.num_used, f"num_used {self.num_used} != {len(used)} referenced blocks"
-        assert len(used) + len(free) == self.num_blocks, (
-            f"used {len(used)} + free {len(free)} != pool {self.num_blocks}"
-        )
-        registered = 0
-        for h, block in self._cached.items():
-            assert self.block_hash[block] == h, f"cache maps hash to block {block} holding another hash"
-            registered += 1 + len(self._twins.get(h, ()))
-            for twin in self._twins.get(h, ()):
-                assert self.block_hash[twin] == h, f"block {twin} is a twin of hash it does not hold"
-        assert set(self._twins) <= set(self._cached), "twins of a hash the cache does not know"
-        hashed = sum(1 for h in self.block_hash if h is not None)
+        # one walk of the free queue checks its links, that no free block is referenced, and counts the cached ones
+        free: set[int] = set()
+        cached_free, before, block = 0, n, nxt[n]
+        while block != n and len(free) <= n:
+            assert prv[block] == before and block not in free, "free queue links disagree"
+            assert not refs[block], "a referenced block is also free"
+            free.add(block)
+            cached_free += hashes[block] is not None
+            before, block = block, nxt[block]
+        assert block == n and prv[n] == before, "free queue links disagree"
+        assert len(free) == self._num_free, f"free queue of {len(free)} blocks, {self._num_free} counted"
+        assert min(refs, default=0) >= 0, "negative reference count"
+        used = n - refs.count(0)  # the referenced blocks (list scans in C: this runs every step under checks)
+        assert used == self.num_used, f"num_used {self.num_used} != {used} referenced blocks"
+        assert used + len(free) == n, f"used {used} + free {len(free)} != pool {n}"
+        cached = self._cached
+        if [hashes[block] for block in cached.values()] != list(cached):
+            block = next(b for h, b in cached.items() if hashes[b] != h)
+            raise AssertionError(f"cache maps hash to block {block} holding another hash")
+        registered = len(cached)
+        for h, twins in self._twins.items():
+            assert h in cached, "twins of a hash the cache does not know"
+            registered += len(twins)
+            for twin in twins:
+                assert hashes[twin] == h, f"block {twin} is a twin of hash it does not hold"
+        hashed = n - hashes.count(None)
         assert registered == hashed, f"{hashed} blocks hold a hash, {registered} are registered"
-        cached_free = sum(1 for b in free if self.block_hash[b] is not None)
         assert cached_free == self._num_free_cached, (
             f"{cached_free} cached free blocks, counted {self._num_free_cached}"
         )
         if expected_refs is not None:
-            for block in range(self.num_blocks):
-                want = expected_refs.get(block, 0)
-                assert self.ref_count[block] == want, (
-                    f"block {block}: refcount {self.ref_count[block]} but {want} block tables hold it"
-                )
+            want = [0] * n
+            for block, count in expected_refs.items():
+                assert 0 <= block < n, f"a block table holds block {block}, outside the pool of {n}"
+                want[block] = count
+            if want != refs:
+                block = next(b for b in range(n) if refs[b] != want[b])
+                raise AssertionError(f"block {block}: refcount {refs[block]} but {want[block]} block tables hold it")
