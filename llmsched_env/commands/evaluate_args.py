@@ -17,14 +17,12 @@ from typing import Any
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.help import DefaultsFormatter, from_args, program
 from llmsched_env.commands.runner_options import add_runner_options
-from llmsched_env.commands.tuned_trace import trace_policies
 from llmsched_env.common.checks import duplicates
 from llmsched_env.common.outputs import check_output
 from llmsched_env.decision.lookahead import join_options
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.engine.config import SLO_CLASSES
 from llmsched_env.evaluation import EvalConfig, RuntimeOptions
-from llmsched_env.evaluation.sustained import unsustained
 from llmsched_env.workloads.library import list_scenarios
 from llmsched_env.workloads.scenarios import SPLITS, Scenario
 from llmsched_env.workloads.trace_options import TRACE_OPTIONS, build_trace_scenario, tenant_slos
@@ -344,6 +342,8 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
         policies: list[Any] = args.policies
         if args.trace is not None:  # tuned plays the entry of this trace and its options (llmsched-tune --trace)
             model = args.cost_model or (runtime.cost_model_preset() if runtime is not None else None)
+            from llmsched_env.commands.tuned_trace import trace_policies  # the search's modules: after --help
+
             policies = trace_policies(policies, trace_options(args), scenarios[0], limits, cost_model=model)
         config = from_args(
             EvalConfig, args, scenarios=scenarios, policies=policies, runtime=runtime, engine_limits=limits or None
@@ -351,6 +351,8 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
     except ValueError as exc:  # a list field's message names its option (two policy files of one name)
         p.error(re.sub(r"^EvalConfig\.(scenarios|policies|loads|seeds): ", r"--\1: ", str(exc)))
     if args.require_sustained and not (args.capacity or args.describe):
+        from llmsched_env.evaluation.sustained import unsustained
+
         short = unsustained(config)
         if short:
             more = f" (and {len(short) - 1} more)" if len(short) > 1 else ""
