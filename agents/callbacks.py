@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 import baselines
 from agents.sb3 import SB3Policy
+from llmsched_env.common.outputs import replaced_atomically, write_text_atomically
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.progress import Progress, status
 
@@ -178,9 +179,10 @@ class PeriodicEvalCallback(BaseCallback):
         self.history.append((self.num_timesteps, attainment))
         if attainment > self.best_attainment:
             self.best_attainment = attainment
-            self.model.save(str(self.out_dir / "best_model.zip"))
+            with replaced_atomically(self.out_dir / "best_model.zip") as tmp:  # a failed save keeps the old best
+                self.model.save(str(tmp))
             best = {"best_eval_attainment": attainment, "timesteps": int(self.num_timesteps), **self.eval_setup}
-            (self.out_dir / BEST_NAME).write_text(json.dumps(best, indent=1) + "\n")
+            write_text_atomically(self.out_dir / BEST_NAME, json.dumps(best, indent=1) + "\n")
             if self.on_best is not None:
                 self.on_best(self.model)
         if self.verbose:

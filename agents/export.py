@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -101,11 +103,7 @@ def export_policy(
         elif not isinstance(module, policy.activation_fn):
             raise ValueError(f"cannot export {name}: {type(module).__name__} (only Linear and the activation)")
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tensors_path, json_path = out / TENSORS_NAME, out / JSON_NAME
-    save_file(tensors, str(tensors_path), metadata={"format": FORMAT})
-    meta = {
+    meta: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "schema_version": schema,
@@ -116,15 +114,31 @@ def export_policy(
         "masked": algo == "maskable_ppo",
         "normalization": _normalization(obs_rms, n_obs),
         "network": {"activation": activation, "layers": layers},
-        "tensors_sha256": hashlib.sha256(tensors_path.read_bytes()).hexdigest(),
+        "tensors_sha256": "",  # the digest of the file written below
         "algo": algo,
     }
     clash = set(meta) & set(extra or {})
     if clash:
         raise ValueError(f"extra must not override the format's keys {sorted(clash)}")
     meta.update(extra or {})
-    json_path.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
-    load_policy_file(json_path)  # what was written must load
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    # The pair is written and checked in a folder of its own, then moved over the one in place (the weights,
+    # then their description): a failed or interrupted export leaves the previous pair whole, or a pair whose
+    # digest disagrees, which the loader refuses in one line; never a truncated file.
+    staging = out / f".export.{os.getpid()}.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        save_file(tensors, str(staging / TENSORS_NAME), metadata={"format": FORMAT})
+        meta["tensors_sha256"] = hashlib.sha256((staging / TENSORS_NAME).read_bytes()).hexdigest()
+        (staging / JSON_NAME).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        load_policy_file(staging / JSON_NAME)  # what was written must load
+        tensors_path, json_path = out / TENSORS_NAME, out / JSON_NAME
+        os.replace(staging / TENSORS_NAME, tensors_path)
+        os.replace(staging / JSON_NAME, json_path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return tensors_path, json_path
 
 

@@ -53,7 +53,7 @@ from agents.train_config import (
     resolve_hyperparams,
 )
 from agents.wrappers import FlatActions
-from llmsched_env.common.outputs import check_output
+from llmsched_env.common.outputs import check_output, replaced_atomically, write_text_atomically
 from llmsched_env.evaluation.progress import Progress, status
 from llmsched_env.workloads.library import get_scenario, list_scenarios
 from llmsched_env.workloads.scenarios import Scenario, TraceSource
@@ -334,7 +334,8 @@ def _learn(
         tb_log_name="run",
     )
     wall = time.perf_counter() - t0
-    model.save(str(out / "model.zip"))
+    with replaced_atomically(out / "model.zip") as tmp:
+        model.save(str(tmp))
     if evaluator.best_attainment == float("-inf"):
         export(model)  # never evaluated (a very short run): export the final model
     if resumed and best is not None:
@@ -353,7 +354,7 @@ def _learn(
         "eval_history": evaluator.history,
         "exported": exportable,
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    write_text_atomically(out / "summary.json", json.dumps(summary, indent=1))
     print(
         f"trained {model.num_timesteps} steps in {total:.0f} s: cloning {phases['clone_s']:.0f} s, evaluations "
         f"{evaluations:.0f} s, {config.algo} {max(wall - evaluations, 0.0):.0f} s, the rest "

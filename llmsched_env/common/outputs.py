@@ -11,11 +11,21 @@ from __future__ import annotations
 
 import csv
 import importlib.util
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PACKAGES", "REPO_FOLDERS", "check_output", "shipped_folders", "write_csv"]
+__all__ = [
+    "PACKAGES",
+    "REPO_FOLDERS",
+    "check_output",
+    "replaced_atomically",
+    "shipped_folders",
+    "write_csv",
+    "write_text_atomically",
+]
 
 PACKAGES = ("llmsched_env", "agents", "baselines")
 REPO_FOLDERS = ("policies", "docs/results")
@@ -68,3 +78,23 @@ def write_csv(rows: Sequence[Mapping[str, Any]], path: Path, columns: Sequence[s
             writer.writerows(rows)
         except ValueError as exc:  # DictWriter: "dict contains fields not in fieldnames: ..."
             raise ValueError(f"{path}: {exc}") from None
+
+
+@contextmanager
+def replaced_atomically(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` (same folder, same suffix) to write to; when the block ends without an
+    error it replaces ``path`` in one step (``os.replace``), so a crash or a full disk mid-write leaves the old
+    file whole. On an error the temporary file is removed and the error goes on."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text_atomically(path: str | Path, text: str) -> None:
+    """``path.write_text(text)`` through ``replaced_atomically``: the file holds the old text or the new, whole."""
+    with replaced_atomically(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")

@@ -1,0 +1,50 @@
+"""Files a crash or a full disk must not destroy: a write goes to a temporary file beside its target and
+replaces it in one step (``common.outputs.replaced_atomically``), so the old file survives a failed write.
+Training writes best_model.zip, best.json, model.zip and summary.json so, and exports a policy pair so."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+
+from llmsched_env.common.outputs import replaced_atomically, write_text_atomically
+
+
+def _full_disk(*args: object, **kwargs: object) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary_one(tmp_path: Path) -> None:
+    target = tmp_path / "best_model.zip"
+    target.write_bytes(b"the old best")
+    with pytest.raises(OSError, match="No space left"), replaced_atomically(target) as tmp:
+        assert tmp.parent == tmp_path and tmp.suffix == ".zip" and tmp != target
+        tmp.write_bytes(b"half of the new")
+        _full_disk()
+    assert target.read_bytes() == b"the old best" and sorted(tmp_path.iterdir()) == [target]
+    write_text_atomically(target, "the new best")
+    assert target.read_text() == "the new best" and sorted(tmp_path.iterdir()) == [target]
+
+
+def test_a_failed_export_keeps_the_previous_policy_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gymnasium as gym
+    import torch
+    from sb3_contrib import MaskablePPO
+
+    import agents.export as export
+    from llmsched_env.runtime.policy_file import load_policy_file
+
+    torch.set_num_threads(1)
+    env = gym.make("LLMSched-v0", scenario="mixed-slo", num_requests=20)
+    model = MaskablePPO("MlpPolicy", env, n_steps=32, batch_size=32, seed=0, device="cpu")
+    out = tmp_path / "policy"
+    export.export_policy(model, env, out, extra={"seed": 0})
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    model2 = MaskablePPO("MlpPolicy", env, n_steps=32, batch_size=32, seed=1, device="cpu")
+    monkeypatch.setattr(export, "load_policy_file", _full_disk)  # fails after both new files are written
+    with pytest.raises(OSError, match="No space left"):
+        export.export_policy(model2, env, out, extra={"seed": 1})
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no staging folder, the old pair whole
+    assert load_policy_file(out).meta["seed"] == 0
