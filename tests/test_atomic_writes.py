@@ -48,3 +48,26 @@ def test_a_failed_export_keeps_the_previous_policy_pair(tmp_path: Path, monkeypa
         export.export_policy(model2, env, out, extra={"seed": 1})
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no staging folder, the old pair whole
     assert load_policy_file(out).meta["seed"] == 0
+
+
+def test_an_unusable_out_is_refused_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    import os
+
+    from llmsched_env.commands.evaluate import main as evaluate_main
+    from llmsched_env.common.outputs import check_output
+
+    a_file = tmp_path / "results.txt"
+    a_file.write_text("x")
+    with pytest.raises(ValueError, match="is a file; give a folder"):
+        check_output(a_file)
+    with pytest.raises(ValueError, match="is a folder; give a file name"):
+        check_output(tmp_path, file=True)
+    assert check_output(tmp_path / "new" / "deeper") == tmp_path / "new" / "deeper"  # created later, may be
+    monkeypatch.setattr(os, "access", lambda *args: False)  # as on a read-only filesystem
+    with pytest.raises(ValueError, match=f"cannot be written \\({tmp_path} is not a writable folder\\)"):
+        check_output(tmp_path / "new" / "deeper")
+    with pytest.raises(SystemExit):  # the command: one usage line, before the grid runs
+        evaluate_main(["--scenarios", "default", "--policies", "fcfs", "--num-requests", "20", "--out", str(a_file)])
+    assert "--out" in capsys.readouterr().err.strip().splitlines()[-1]

@@ -98,7 +98,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             args.loads = _numbers("--loads", args.loads, float)
             args.seeds = _numbers("--seeds", args.seeds, int)
             check_fidelity_seeds(args.seeds)
-        check_output(args.out, args.force)
+        check_output(args.out, args.force, file=args.command == "profile")
     except ValueError as exc:
         p.error(str(exc))
     return args

@@ -150,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         for path, option in ((args.out, "--out"), (args.save_model, "--save-model")):
             if path:
-                check_output(path, option=option)
+                check_output(path, option=option, file=True)
         server = _server(args)
         runs = [load_run(d, log_dir=args.log_dir) for d in args.run_dirs]
         if args.engine_config:

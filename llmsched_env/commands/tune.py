@@ -144,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             mine.eval_config(scenario, config.seeds)  # every name and option checked before the first search
             configs[scenario.name] = (scenario, mine)
         out = args.out if args.out is not None else user_table() if key is not None else DEFAULT_OUT
-        check_output(out, args.force)  # never into the shipped table (or any shipped folder) unless asked
+        check_output(out, args.force, file=True)  # never into the shipped table (or any shipped folder) unless asked
         if out.exists():
             load_tuned_table(out)  # a file that is no table fails now, not after the search
     except ValueError as exc:

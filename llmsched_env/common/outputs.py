@@ -48,19 +48,30 @@ def shipped_folders() -> list[Path]:
     return packages + [root / folder for root in checkouts for folder in REPO_FOLDERS]
 
 
-def check_output(path: str | Path, force: bool = False, option: str = "--out") -> Path:
-    """``path`` unchanged when a command may write there; ``ValueError`` (one line naming the path) when it is
-    a shipped folder or inside one and ``force`` is False. ``option`` names the argument in the message."""
+def check_output(path: str | Path, force: bool = False, option: str = "--out", file: bool = False) -> Path:
+    """``path`` unchanged when a command may write there, checked before any work: ``ValueError`` (one line
+    naming the path) when it is a shipped folder or inside one and ``force`` is False, when it is a file where a
+    folder is written (or, with ``file``, a folder where a file is), or when the nearest folder that exists on
+    the way to it is not writable (a read-only filesystem, no permission). ``option`` names the argument."""
     target = Path(path)
-    if force:
-        return target
-    resolved = target.expanduser().resolve()
-    for folder in shipped_folders():
-        if resolved == folder or folder in resolved.parents:
-            raise ValueError(
-                f"{option} {target}: refusing to write inside the shipped folder {folder} "
-                "(choose a path under runs/ or results/, or pass --force to overwrite shipped files)"
-            )
+    if not force:
+        resolved = target.expanduser().resolve()
+        for folder in shipped_folders():
+            if resolved == folder or folder in resolved.parents:
+                raise ValueError(
+                    f"{option} {target}: refusing to write inside the shipped folder {folder} "
+                    "(choose a path under runs/ or results/, or pass --force to overwrite shipped files)"
+                )
+    if file and target.is_dir():
+        raise ValueError(f"{option} {target}: is a folder; give a file name")
+    if not file and target.exists() and not target.is_dir():
+        raise ValueError(f"{option} {target}: is a file; give a folder (it is created if missing)")
+    existing = (target.parent if file else target).expanduser().absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == target else f" ({existing} is not a writable folder)"
+        raise ValueError(f"{option} {target}: cannot be written{where}")
     return target
 
 

@@ -66,7 +66,7 @@ def profile_preset(
     stem) and ``<out>.samples.csv``; return the fitted model and the fit's report (where the files went, the
     profile's time, the loop overhead, residuals over the grid, over the iterations and by decode count).
     ``ValueError`` for ``out`` inside a shipped folder unless ``force``, or an empty ``fit_loads``."""
-    check_output(out, force)
+    check_output(out, force, file=True)
     if not fit_loads or any(not x > 0 for x in fit_loads):
         raise ValueError(f"fit_loads: expected loads > 0, got {list(fit_loads)}")
     say = on_status or (lambda line: None)
