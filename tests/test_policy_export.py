@@ -206,6 +206,10 @@ def test_missing_tensors_file(exported, tmp_path) -> None:
         load_policy_file(folder)
 
 
+def _normalization(n: int, clip: float) -> dict:
+    return {"mean": [0.0] * n, "var": [1.0] * n, "epsilon": 1e-8, "clip": clip}
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
@@ -222,6 +226,7 @@ def test_missing_tensors_file(exported, tmp_path) -> None:
             r"action_options\.token_budgets has \d+ options but action_nvec",
         ),
         (lambda m: m.update(normalization={"mean": [0.0]}), r"normalization\.mean must be a list of \d+"),
+        (lambda m: m.update(normalization=_normalization(len(m["obs_names"]), 1e308)), r"clip must be at most 3\.403e"),
     ],
     ids=[
         "missing-key",
@@ -234,6 +239,7 @@ def test_missing_tensors_file(exported, tmp_path) -> None:
         "nvec",
         "options",
         "norm",
+        "clip",
     ],
 )
 def test_bad_json_is_named(exported, tmp_path, edit, message) -> None:
@@ -241,6 +247,19 @@ def test_bad_json_is_named(exported, tmp_path, edit, message) -> None:
     _edit_json(folder, edit)
     with pytest.raises(PolicyFileError, match=message):
         load_policy_file(folder)
+
+
+def test_finite_weights_that_overflow_are_refused_when_they_act(exported, rollout) -> None:
+    policy = load_policy_file(exported)
+    layers = list(policy.weights)
+    (w, b), (w_last, b_last) = layers[-2], layers[-1]  # the last hidden layer saturates at +1, then 32 x 3e38
+    layers[-2] = (np.zeros_like(w), np.full_like(b, 10.0))
+    layers[-1] = (np.full_like(w_last, 3e38), np.zeros_like(b_last))
+    huge = ExportedPolicy(policy.meta, layers, policy.path)  # every weight finite
+    obs, mask = rollout[5]
+    with pytest.raises(PolicyFileError, match="non-finite logits"), np.errstate(over="ignore", invalid="ignore"):
+        huge.act(obs, mask)
+    assert policy.act(obs, mask).shape == (len(policy.action_nvec),)  # the file as it is acts
 
 
 def test_tensor_shape_mismatch_is_named(exported, tmp_path) -> None:

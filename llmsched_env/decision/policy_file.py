@@ -52,6 +52,7 @@ NUMPY_ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "relu": lambda h: np.maximum(h, 0.0, out=h),
     "identity": lambda h: h,
 }
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 Forward = Callable[[np.ndarray], np.ndarray]  # the network input [num_obs] (float32) -> its logits [sum(nvec)]
 # ActionSpec option lists and the action component each one sizes
 OPTION_KEYS = {
@@ -204,6 +205,8 @@ def _check_meta(meta: dict[str, Any], where: Path) -> None:
                 raise fail(f"normalization.{key} must be a number >= 0, got {norm.get(key)!r}")
         if norm["clip"] == 0 or any(v + norm["epsilon"] <= 0 for v in norm["var"]):
             raise fail("normalization: clip must be > 0 and var + epsilon > 0")
+        if norm["clip"] > _FLOAT32_MAX:  # the clipped observation goes into the network as float32
+            raise fail(f"normalization.clip must be at most {_FLOAT32_MAX:.4g} (float32), got {norm['clip']!r}")
     net = meta["network"]
     if net.get("activation") not in ACTIVATION_NAMES:
         raise fail(f"network.activation must be one of {sorted(ACTIVATION_NAMES)}, got {net.get('activation')!r}")
@@ -352,6 +355,8 @@ class ExportedPolicy:
                 if i < last:
                     h = self._np_act(h)
             logits[:total] = h
+        if not np.isfinite(logits[:total]).all():  # e.g. finite weights so large that a product overflows
+            raise PolicyFileError(f"{self.path}: the network gives non-finite logits for this observation")
         if self.masked:
             mask = np.asarray(action_mask, dtype=bool)
             if mask.shape != (total,):
