@@ -9,6 +9,7 @@ import contextlib
 import io
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,10 +50,10 @@ class TrainedRun:
     resumed_stderr: str
 
 
-def _run(main: object, argv: list[str]) -> tuple[str, str]:
+def _run(main: Callable[[list[str]], int], argv: list[str]) -> tuple[str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)  # type: ignore[operator]
+        code = main(argv)
     assert code == 0, f"{argv}: exit {code}\n{err.getvalue()[-2000:]}"
     return out.getvalue(), err.getvalue()
 

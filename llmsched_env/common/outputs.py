@@ -70,8 +70,7 @@ def check_output(path: str | Path, force: bool = False, option: str = "--out", f
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        where = "" if existing == target else f" ({existing} is not a writable folder)"
-        raise ValueError(f"{option} {target}: cannot be written{where}")
+        raise ValueError(f"{option} {target}: cannot be written ({existing} is not a writable folder)")
     return target
 
 

@@ -84,15 +84,8 @@ def load_policy_file(
     _check_meta(meta, json_path)
     tensors = _read_tensors(tensors_path, meta["tensors_sha256"])
     weights = _check_layers(meta, tensors, tensors_path)
-    activation = meta["network"]["activation"]
-    if activation in NUMPY_ACTIVATIONS:
-        return ExportedPolicy(meta, weights, json_path)
-    if forward is None:
-        raise PolicyFileError(
-            f"{json_path}: activation {activation!r} runs on torch: load the policy with "
-            "llmsched_env.runtime.policy_file.load_policy_file"
-        )
-    return ExportedPolicy(meta, weights, json_path, forward(meta, weights))
+    in_numpy = meta["network"]["activation"] in NUMPY_ACTIVATIONS
+    return ExportedPolicy(meta, weights, json_path, None if in_numpy or forward is None else forward(meta, weights))
 
 
 def _paths(path: Path) -> tuple[Path, Path]:
@@ -299,7 +292,10 @@ class ExportedPolicy:
         self._forward = forward
         self._np_act = NUMPY_ACTIVATIONS.get(meta["network"]["activation"])
         if forward is None and self._np_act is None:
-            raise PolicyFileError(f"{path}: activation {meta['network']['activation']!r} needs a forward pass")
+            raise PolicyFileError(
+                f"{path}: activation {meta['network']['activation']!r} runs on torch: load the policy with "
+                "llmsched_env.runtime.policy_file.load_policy_file"
+            )
         self._np_layers = [(w.T.copy(), b.copy()) for w, b in weights]
         n_obs, total = len(self.obs_names), sum(self.action_nvec)
         self._x_np = np.zeros(n_obs, dtype=np.float32)  # the network input, reused by every act()

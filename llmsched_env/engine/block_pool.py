@@ -273,7 +273,7 @@ class BlockPool:
         # one walk of the free queue checks its links, that no free block is referenced, and counts the cached ones
         free: set[int] = set()
         cached_free, before, block = 0, n, nxt[n]
-        while block != n and len(free) <= n:
+        while block != n:  # a loop that misses the sentinel revisits a block: the assertion below ends it
             assert prv[block] == before and block not in free, "free queue links disagree"
             assert not refs[block], "a referenced block is also free"
             free.add(block)
