@@ -11,16 +11,23 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 import os
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "COMPLETE_NAME",
+    "LOCK_NAME",
     "PACKAGES",
     "REPO_FOLDERS",
     "check_output",
+    "is_complete",
+    "locked_output",
+    "mark_complete",
     "replaced_atomically",
     "shipped_folders",
     "write_csv",
@@ -108,3 +115,52 @@ def write_text_atomically(path: str | Path, text: str) -> None:
     """``path.write_text(text)`` through ``replaced_atomically``: the file holds the old text or the new, whole."""
     with replaced_atomically(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+LOCK_NAME = ".llmsched.lock"  # in an output folder while a command writes there (ignored by git)
+COMPLETE_NAME = "complete.json"  # written last into an output folder by a command that finished
+
+
+@contextmanager
+def locked_output(out: str | Path, command: str, option: str = "--out") -> Iterator[Path]:
+    """Hold the folder ``out`` (created if missing) for one command while the block runs: an exclusive
+    ``flock`` on ``out/.llmsched.lock``, which the system releases when this process ends however it ends, so
+    a killed run never leaves a stale lock. A second process that asks for the same folder gets ``ValueError``
+    (one line naming ``option``, the folder and the command and PID that hold it) before it writes anything.
+    ``COMPLETE_NAME`` is removed on entry: the folder is marked complete again only by ``mark_complete``. On a
+    system without ``fcntl`` the folder is not locked."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on the systems this project runs on
+        (folder / COMPLETE_NAME).unlink(missing_ok=True)
+        yield folder
+        return
+    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode("utf-8", "replace").strip() or "another process"
+            raise ValueError(
+                f"{option} {folder}: {holder} is writing there; wait for it to end or choose another {option}"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{command} (pid {os.getpid()})\n".encode())
+        (folder / COMPLETE_NAME).unlink(missing_ok=True)
+        yield folder
+    finally:
+        os.close(fd)  # releases the lock; the file stays, so no second process can race on a fresh one
+
+
+def mark_complete(out: str | Path, record: Mapping[str, Any]) -> None:
+    """Write ``out/complete.json`` (``record`` and the time), atomically and last: a folder without it holds a
+    run that is still going, was killed, or failed."""
+    data = {**record, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    write_text_atomically(Path(out) / COMPLETE_NAME, json.dumps(data, indent=1, default=str) + "\n")
+
+
+def is_complete(out: str | Path) -> bool:
+    """Whether ``out`` holds a run that finished (``COMPLETE_NAME`` is there)."""
+    return (Path(out) / COMPLETE_NAME).is_file()

@@ -1,0 +1,59 @@
+"""The output-folder lock and completion marker (common/outputs.py): a second writer is refused in one line,
+a killed holder leaves no stale lock, and the marker says whether the run in a folder finished."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmsched_env.common.outputs import COMPLETE_NAME, is_complete, locked_output, mark_complete
+
+HOLD = (
+    "from llmsched_env.common.outputs import locked_output\nimport sys, time\n"
+    "with locked_output(sys.argv[1], 'holder-command'):\n    print('held', flush=True)\n    time.sleep(60)\n"
+)
+
+
+def _holder(folder: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_second_writer_refused_then_admitted_after_kill(tmp_path: Path) -> None:
+    proc = _holder(tmp_path / "out")
+    try:
+        with pytest.raises(ValueError) as err, locked_output(tmp_path / "out", "second"):
+            pass
+        message = str(err.value)
+        assert "\n" not in message and "holder-command" in message and f"pid {proc.pid}" in message
+        assert "--out" in message
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    with locked_output(tmp_path / "out", "third") as folder:  # the kernel released the killed holder's lock
+        assert folder == tmp_path / "out"
+
+
+def test_sequential_writers_and_marker(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with locked_output(out, "first"):
+        assert not is_complete(out)
+        mark_complete(out, {"command": "first"})
+    assert is_complete(out)
+    assert '"command": "first"' in (out / COMPLETE_NAME).read_text()
+    with locked_output(out, "second"):
+        assert not is_complete(out)  # a rerun is not complete until it says so
+    assert not is_complete(out)
+
+
+def test_lock_released_on_error(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError), locked_output(tmp_path, "failing"):
+        raise RuntimeError("boom")
+    with locked_output(tmp_path, "next"):  # not left held by the failed block
+        pass
