@@ -24,14 +24,17 @@ from llmsched_env.evaluation.progress import Progress, status
 __all__ = [
     "BEST_NAME",
     "EPISODE_KEYS",
+    "HISTORY_NAME",
     "EpisodeMetricsCallback",
     "PeriodicEvalCallback",
     "ProgressBarCallback",
     "StatusCallback",
     "read_best",
+    "read_history",
 ]
 
 BEST_NAME = "best.json"  # the best evaluation so far, next to best_model.zip: what --resume must beat
+HISTORY_NAME = "eval_history.json"  # every evaluation so far: what --resume carries on
 
 # Episode metrics logged under episode/ (training) and eval/ (evaluation), plus every tenant/NAME/... key
 # ending in one of TENANT_SUFFIXES.
@@ -177,6 +180,8 @@ class PeriodicEvalCallback(BaseCallback):
         self.logger.record("eval/best_baseline_attainment", base)
         self.logger.record("eval/attainment_over_best_baseline", attainment / base if base > 0 else float("nan"))
         self.history.append((self.num_timesteps, attainment))
+        record = {"eval_setup": self.eval_setup, "history": self.history}
+        write_text_atomically(self.out_dir / HISTORY_NAME, json.dumps(record) + "\n")
         if attainment > self.best_attainment:
             self.best_attainment = attainment
             with replaced_atomically(self.out_dir / "best_model.zip") as tmp:  # a failed save keeps the old best
@@ -218,6 +223,27 @@ def read_best(folder: Path, eval_setup: dict[str, Any], warn: bool = True) -> fl
         )
         return None
     return float(value)
+
+
+def read_history(folder: Path, eval_setup: dict[str, Any], upto: int) -> list[tuple[int, float]]:
+    """The evaluations that ``PeriodicEvalCallback`` recorded in ``folder/eval_history.json`` up to step
+    ``upto`` (a resumed run's checkpoint: later ones were of a model that is lost, and are run again), as
+    ``(timesteps, attainment)``; empty when there is no record, when it cannot be read or when it was measured on
+    another evaluation setup (said on stderr in the last two cases)."""
+    path = folder / HISTORY_NAME
+    if not path.exists():
+        return []
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        history = [(int(step), float(value)) for step, value in record["history"]]
+        setup = record["eval_setup"]
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError) as exc:
+        print(f"--resume: {path}: cannot read the evaluations so far ({exc}); starting a new history", file=sys.stderr)
+        return []
+    if setup != json.loads(json.dumps(eval_setup)):
+        print(f"--resume: {path} was measured on another evaluation setup; starting a new history", file=sys.stderr)
+        return []
+    return [(step, value) for step, value in history if step <= upto]
 
 
 class StatusCallback(BaseCallback):

@@ -25,11 +25,16 @@ from typing import Literal, overload
 
 from stable_baselines3.common.callbacks import CheckpointCallback
 
+from llmsched_env.common.outputs import replaced_atomically, write_text_atomically
+
 __all__ = [
     "CheckpointError",
     "SignedCheckpointCallback",
+    "checkpoints",
+    "ensure_key",
     "key_path",
     "latest_checkpoint",
+    "newest_signed_checkpoint",
     "sign_checkpoint",
     "verify_checkpoint",
 ]
@@ -94,45 +99,109 @@ def _signature_path(checkpoint: Path) -> Path:
     return checkpoint.with_name(checkpoint.name + SIGNATURE_SUFFIX)
 
 
-def sign_checkpoint(checkpoint: Path) -> Path:
-    """Write ``checkpoint``'s signature file (creating this user's key if needed) and return its path."""
-    sig = _signature_path(checkpoint)
-    sig.write_text(_digest(_key(create=True), checkpoint) + "\n")
+def ensure_key() -> Path:
+    """This user's checkpoint key, created if missing, checked before a training writes anything: its path, or
+    ``CheckpointError`` (one line) when it cannot be created or read (``XDG_CONFIG_HOME`` not a writable
+    folder, no permission), so that no run stops at its first checkpoint and leaves it unsigned."""
+    try:
+        _key(create=True)
+    except OSError as exc:
+        raise CheckpointError(
+            f"checkpoint key {key_path()}: cannot be created or read ({exc.strerror or exc}); checkpoints are signed "
+            "with it, so set XDG_CONFIG_HOME to a folder this user can write"
+        ) from None
+    return key_path()
+
+
+def sign_checkpoint(checkpoint: Path, name: Path | None = None) -> Path:
+    """Write the signature of ``checkpoint``'s bytes (creating this user's key if needed) for the checkpoint
+    file ``name`` (default ``checkpoint``: a checkpoint written under a temporary name is signed before it is
+    renamed) and return the signature's path. The signature itself is written atomically."""
+    sig = _signature_path(name or checkpoint)
+    write_text_atomically(sig, _digest(_key(create=True), checkpoint) + "\n")
     return sig
+
+
+NO_SIGNATURE = "it has no signature, as when a training is killed while writing it"
+MISMATCH = "its signature does not match its bytes (cut short, changed since it was signed, or signed by another user)"
+
+
+def _refusal(checkpoint: Path) -> str | None:
+    """Why ``checkpoint`` may not be loaded (``NO_SIGNATURE``, ``MISMATCH``, no key), or None when its
+    signature checks out under this user's key."""
+    try:
+        recorded = _signature_path(checkpoint).read_text().strip()
+    except OSError:
+        return NO_SIGNATURE
+    key = _key(create=False)
+    if key is None:
+        return f"there is no checkpoint key at {key_path()} to check it with"
+    if not hmac.compare_digest(recorded, _digest(key, checkpoint)):
+        return MISMATCH
+    return None
+
+
+WHY = "checkpoints are pickles that can run code, and only those this user's training signed are loaded"
 
 
 def verify_checkpoint(checkpoint: Path) -> None:
     """Return when ``checkpoint`` carries a valid signature under this user's key; ``CheckpointError`` (one
     line naming the file) otherwise."""
-    refuse = f"--resume: refusing to load {checkpoint}"
-    why = "checkpoints are pickles that can run code, and only those this user's training signed are loaded"
-    sig = _signature_path(checkpoint)
-    try:
-        recorded = sig.read_text().strip()
-    except OSError:
-        raise CheckpointError(f"{refuse}: it has no signature ({sig.name}); {why}") from None
-    key = _key(create=False)
-    if key is None:
-        raise CheckpointError(f"{refuse}: there is no checkpoint key at {key_path()} to check it with; {why}")
-    if not hmac.compare_digest(recorded, _digest(key, checkpoint)):
-        raise CheckpointError(f"{refuse}: its signature does not match (changed, or written by someone else); {why}")
+    reason = _refusal(checkpoint)
+    if reason is not None:
+        raise CheckpointError(f"--resume: refusing to load {checkpoint}: {reason}; {WHY}")
 
 
-def latest_checkpoint(folder: Path) -> Path | None:
-    """The checkpoint with the most steps in ``folder`` (``model_<steps>_steps.zip``), or None."""
+def checkpoints(folder: Path) -> list[Path]:
+    """The checkpoints in ``folder`` (``model_<steps>_steps.zip``), the most steps first."""
     steps: list[tuple[int, Path]] = []
     for path in folder.glob("model_*_steps.zip"):
         number = path.name[len("model_") : -len("_steps.zip")]
         if number.isdigit():
             steps.append((int(number), path))
-    return max(steps)[1] if steps else None
+    return [path for _, path in sorted(steps, reverse=True)]
+
+
+def newest_signed_checkpoint(folder: Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest checkpoint in ``folder`` whose signature checks out, and the newer ones skipped on the way,
+    each with why (``NO_SIGNATURE``, ``MISMATCH``). ``(None, [])`` for a folder without checkpoints;
+    ``CheckpointError`` (one line, about the newest) when none checks out, or when there is no key to check
+    with."""
+    found = checkpoints(folder)
+    skipped: list[tuple[Path, str]] = []
+    for checkpoint in found:
+        reason = _refusal(checkpoint)
+        if reason is None:
+            return checkpoint, skipped
+        if reason not in (NO_SIGNATURE, MISMATCH):  # no key: no checkpoint can be checked
+            break
+        skipped.append((checkpoint, reason))
+    if not found:
+        return None, []
+    more = f" (nor any of the {len(found) - 1} earlier ones)" if len(found) > 1 else ""
+    newest = found[0]
+    reason = _refusal(newest)
+    raise CheckpointError(f"--resume: refusing to load {newest}{more}: {reason}; {WHY}")
+
+
+def latest_checkpoint(folder: Path) -> Path | None:
+    """The checkpoint with the most steps in ``folder`` (``model_<steps>_steps.zip``), or None."""
+    found = checkpoints(folder)
+    return found[0] if found else None
 
 
 class SignedCheckpointCallback(CheckpointCallback):
-    """SB3's ``CheckpointCallback`` that signs each checkpoint it writes (``sign_checkpoint``)."""
+    """SB3's ``CheckpointCallback`` that writes each checkpoint under a temporary name, signs it
+    (``sign_checkpoint``) and then renames it: a crash or a full disk mid-write leaves no checkpoint of that
+    step rather than a torn one, and a checkpoint is never there without its signature. (The replay buffer and
+    VecNormalize statistics, which SB3's callback can also save, are not saved.)"""
 
     def _on_step(self) -> bool:
-        result = super()._on_step()
         if self.n_calls % self.save_freq == 0:
-            sign_checkpoint(Path(self._checkpoint_path(extension="zip")))
-        return result
+            path = Path(self._checkpoint_path(extension="zip"))
+            with replaced_atomically(path) as tmp:
+                self.model.save(str(tmp))
+                sign_checkpoint(tmp, name=path)
+            if self.verbose >= 2:
+                print(f"Saving model checkpoint to {path}")
+        return True

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agents.config import ALGO_NAMES, parse_overrides, read_hyperparam_file
-from agents.train_config import DEFAULT_EVAL_BASELINES, DEFAULT_EVAL_ROUTERS, QUICK, TrainConfig, resolve_hyperparams
+from agents.train_config import DEFAULT_EVAL_BASELINES, DEFAULT_EVAL_ROUTERS, QUICK, TrainConfig
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.evaluate_args import (
     add_engine_limits,
@@ -35,7 +35,7 @@ from llmsched_env.commands.evaluate_args import (
 )
 from llmsched_env.commands.help import DefaultsFormatter, from_args, program
 from llmsched_env.common.checks import check_unique
-from llmsched_env.common.outputs import check_output
+from llmsched_env.common.outputs import OutputBusyError, check_output
 from llmsched_env.evaluation.distributed import RAY_INSTALL_HINT
 from llmsched_env.workloads.library import list_scenarios
 
@@ -128,7 +128,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)  # --help exits here, before torch and SB3 are imported (below)
     scaleout(p, args)
     from agents.sweep import sweep_configs
-    from agents.training import resume_best
+    from agents.training import preflight
 
     args.sweep = bool(args.scenarios or args.seeds or args.hp_grid or args.ray)
     args.scenario_list = [s for s in (args.scenarios or args.scenario).split(",") if s]
@@ -178,8 +178,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             args.configs = sweep_configs(
                 args.config, args.config.run_folder, args.scenario_list, args.seed_list, args.grid
             )
-        for config in args.configs:  # a bad hyperparameter file or value, a foreign checkpoint, a bad best.json
-            resume_best(config, resolve_hyperparams(config), warn=False)  # train() says it, once
+        for config in args.configs:  # every refusal before anything is written; train() warns, once
+            preflight(config, warn=False)
     except ValueError as exc:  # the trace's options named as their flags
         p.error(as_flags(str(exc).removeprefix("trace: ")) if trace is not None else str(exc))
     if args.ray not in (None, "", "local") and importlib.util.find_spec("ray") is None:
@@ -195,10 +195,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from agents.training import train
 
     config: TrainConfig = args.config
-    if args.sweep:
-        results = run_sweep(args.configs, config.run_folder, args.ray, args.ray_cpus, config.progress, config.force)
-        return 0 if all(r["returncode"] == 0 for r in results) else 1
-    train(config)
+    try:
+        if args.sweep:
+            results = run_sweep(args.configs, config.run_folder, args.ray, args.ray_cpus, config.progress, config.force)
+            return 0 if all(r["returncode"] == 0 for r in results) else 1
+        train(config)
+    except OutputBusyError as exc:  # another training writes into --out: one usage line, nothing written
+        build_parser().error(str(exc))
     return 0
 
 

@@ -14,11 +14,12 @@ from typing import Any
 import torch
 from stable_baselines3.common.base_class import BaseAlgorithm
 
+from agents.sb3 import ALGOS, MASKED_ALGOS
 from baselines.tuned import SHIPPED_TABLE
 from llmsched_env.decision.tuned_table import load_tuned_table
 from llmsched_env.runtime.policy_file import ACTIVATIONS, ExportedPolicy, action_options, load_policy_file
 
-__all__ = ["init_from_policy", "init_network", "knee_loads"]
+__all__ = ["check_init", "init_from_policy", "init_network", "knee_loads"]
 
 
 def knee_loads(table: str | Path = SHIPPED_TABLE) -> dict[str, float]:
@@ -42,18 +43,25 @@ def init_network(path: str | Path | ExportedPolicy) -> tuple[ExportedPolicy, dic
     return policy, {"net_arch": {"pi": widths, "vf": widths}, "activation_fn": activation}
 
 
-def init_from_policy(model: BaseAlgorithm, policy: ExportedPolicy, env: Any) -> None:
-    """Copy ``policy``'s actor weights into ``model`` (built with ``init_network``'s policy_kwargs), after
-    checking that it fits ``env`` (observation names, schema, actions and their options). The value network
-    starts fresh. ``ValueError`` naming the file otherwise."""
+def check_init(policy: ExportedPolicy, env: Any, algo: str) -> None:
+    """``ValueError`` (one line naming the file) unless ``policy`` can start a training of ``algo`` on ``env``:
+    the same observation names, schema, actions and their options, no observation normalisation, and a
+    masked policy for MaskablePPO only."""
     u = env.unwrapped
     policy.check_compatible(
         u.obs_names, u.action_spec.nvec, schema_version=u.schema, action_options=action_options(u.action_spec)
     )
     if policy.meta.get("normalization") is not None:
         raise ValueError(f"{policy.path}: a policy trained under observation normalisation cannot start a training")
-    if policy.masked != (type(model).__name__ == "MaskablePPO"):
-        raise ValueError(f"{policy.path}: its algorithm {policy.meta['algo']} differs from this training's")
+    if policy.masked != (algo in MASKED_ALGOS):
+        raise ValueError(f"{policy.path}: its algorithm {policy.meta['algo']} differs from this training's ({algo})")
+
+
+def init_from_policy(model: BaseAlgorithm, policy: ExportedPolicy, env: Any) -> None:
+    """Copy ``policy``'s actor weights into ``model`` (built with ``init_network``'s policy_kwargs), after
+    checking that it fits ``env`` and the model's algorithm (``check_init``). The value network starts fresh.
+    ``ValueError`` naming the file otherwise."""
+    check_init(policy, env, next(name for name, cls in ALGOS.items() if type(model) is cls))
     actor: Any = model.policy  # SB3's ActorCriticPolicy or sb3-contrib's MaskableActorCriticPolicy: no common base
     linears = [m for m in actor.mlp_extractor.policy_net if isinstance(m, torch.nn.Linear)]
     linears.append(actor.action_net)

@@ -24,7 +24,7 @@ from typing import Any
 from agents.config import merge_config, parse_overrides
 from agents.train_config import TrainConfig
 from llmsched_env.common.checks import check_unique
-from llmsched_env.common.outputs import check_output
+from llmsched_env.common.outputs import check_output, locked_output, mark_complete, write_text_atomically
 from llmsched_env.evaluation.progress import Progress, status
 
 __all__ = ["run_sweep", "sweep_configs", "train_task"]
@@ -97,22 +97,23 @@ def run_sweep(
     ``out/sweep.json`` lists the results, returned in the order of ``configs``. ``ValueError`` for ``out``
     inside a shipped folder (unless ``force``); ``RuntimeError`` when Ray is asked for and missing."""
     check_output(out, force)
-    out.mkdir(parents=True, exist_ok=True)
-    jobs = [(config.to_argv(), os.getcwd()) for config in configs]
-    finished: Iterator[tuple[int, dict[str, Any]]]
-    if ray:
-        from llmsched_env.evaluation.distributed import ray_imap
+    with locked_output(out, "llmsched-train (a sweep)"):  # a second sweep into this folder is refused
+        jobs = [(config.to_argv(), os.getcwd()) for config in configs]
+        finished: Iterator[tuple[int, dict[str, Any]]]
+        if ray:
+            from llmsched_env.evaluation.distributed import ray_imap
 
-        status(f"{len(jobs)} trainings in parallel ({ray})", enabled=progress)
-        finished = ray_imap(train_task, jobs, address=ray, num_cpus=ray_cpus)
-    else:
-        status(f"{len(jobs)} trainings, one after the other (each logs to its train.log)", enabled=progress)
-        finished = ((index, train_task(*job)) for index, job in enumerate(jobs))
-    results: list[dict[str, Any]] = [{} for _ in jobs]
-    with Progress(len(jobs), "trainings", enabled=progress, unit="training") as bar:
-        for index, result in finished:  # as each training ends (on Ray: in the order they end)
-            results[index] = result
-            bar.print(_line(result))
-            bar.update()
-    (out / "sweep.json").write_text(json.dumps(results, indent=1))
+            status(f"{len(jobs)} trainings in parallel ({ray})", enabled=progress)
+            finished = ray_imap(train_task, jobs, address=ray, num_cpus=ray_cpus)
+        else:
+            status(f"{len(jobs)} trainings, one after the other (each logs to its train.log)", enabled=progress)
+            finished = ((index, train_task(*job)) for index, job in enumerate(jobs))
+        results: list[dict[str, Any]] = [{} for _ in jobs]
+        with Progress(len(jobs), "trainings", enabled=progress, unit="training") as bar:
+            for index, result in finished:  # as each training ends (on Ray: in the order they end)
+                results[index] = result
+                bar.print(_line(result))
+                bar.update()
+        write_text_atomically(out / "sweep.json", json.dumps(results, indent=1))
+        mark_complete(out, {"trainings": len(results), "failed": sum(r["returncode"] != 0 for r in results)})
     return results

@@ -41,9 +41,10 @@ from agents.callbacks import (
     ProgressBarCallback,
     StatusCallback,
     read_best,
+    read_history,
 )
-from agents.checkpoints import SignedCheckpointCallback, latest_checkpoint, verify_checkpoint
-from agents.generalist import init_from_policy, init_network, knee_loads
+from agents.checkpoints import SignedCheckpointCallback, ensure_key, latest_checkpoint, newest_signed_checkpoint
+from agents.generalist import check_init, init_from_policy, init_network, knee_loads
 from agents.sb3 import ALGOS, FLAT_ACTION_ALGOS, make_model
 from agents.train_config import (
     ACTOR_CRITIC_ALGOS,
@@ -53,7 +54,13 @@ from agents.train_config import (
     resolve_hyperparams,
 )
 from agents.wrappers import FlatActions
-from llmsched_env.common.outputs import check_output, replaced_atomically, write_text_atomically
+from llmsched_env.common.outputs import (
+    check_output,
+    locked_output,
+    mark_complete,
+    replaced_atomically,
+    write_text_atomically,
+)
 from llmsched_env.evaluation.progress import Progress, status
 from llmsched_env.workloads.library import get_scenario, list_scenarios
 from llmsched_env.workloads.scenarios import Scenario, TraceSource
@@ -65,6 +72,7 @@ __all__ = [
     "export_run_policy",
     "latest_checkpoint",
     "make_env_fn",
+    "preflight",
     "prepare_run_folder",
     "resume_best",
     "resume_checkpoint",
@@ -112,9 +120,9 @@ def prepare_run_folder(config: TrainConfig, hp: Mapping[str, Any]) -> Path:
     resolved hyperparameters, the config and the equivalent command line into it."""
     out = check_output(config.run_folder, config.force)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yml").write_text(yaml.safe_dump({"algo": config.algo, "scenario": config.scenario, **hp}))
-    (out / "args.json").write_text(json.dumps(config.as_dict(), indent=1))
-    (out / "command.txt").write_text(shlex.join(["llmsched-train", *config.to_argv()]) + "\n")
+    write_text_atomically(out / "config.yml", yaml.safe_dump({"algo": config.algo, "scenario": config.scenario, **hp}))
+    write_text_atomically(out / "args.json", json.dumps(config.as_dict(), indent=1))
+    write_text_atomically(out / "command.txt", shlex.join(["llmsched-train", *config.to_argv()]) + "\n")
     return out
 
 
@@ -141,7 +149,7 @@ def _clone(model: BaseAlgorithm, config: TrainConfig, run: dict[str, Any], env_k
         )
     stats["bc_seconds"] = time.perf_counter() - t0
     record = {"baseline": baseline, "dagger": rounds, "stride": stride, **stats}
-    (config.run_folder / "bc.json").write_text(json.dumps(record, indent=1))
+    write_text_atomically(config.run_folder / "bc.json", json.dumps(record, indent=1))
     print(f"behaviour cloning from {baseline}: {stats}", flush=True)
 
 
@@ -151,7 +159,7 @@ def _model(
     """The model to train and whether it was resumed: the latest checkpoint with ``resume``, else a fresh
     model, behaviour-cloned when the hyperparameters name a baseline."""
     tb = str(config.run_folder / "tb")
-    resume_from = resume_checkpoint(config)
+    resume_from = resume_checkpoint(config, warn=True)
     if config.resume and resume_from is None:
         ckpt_dir = config.run_folder / "checkpoints"
         print(f"--resume: no checkpoint in {ckpt_dir}; starting fresh", file=sys.stderr, flush=True)
@@ -176,16 +184,81 @@ def _model(
     return model, False
 
 
-def resume_checkpoint(config: TrainConfig) -> Path | None:
-    """The checkpoint ``config.resume`` continues from (the run folder's latest), verified to be one this
-    user's training signed (``CheckpointError``, one line, otherwise: checkpoints are pickles); None without
-    ``resume`` or without a checkpoint."""
+def resume_checkpoint(config: TrainConfig, warn: bool = False) -> Path | None:
+    """The checkpoint ``config.resume`` continues from: the run folder's newest one that this user's training
+    signed (checkpoints are pickles). A newer one without a valid signature (a training killed while writing
+    it) is skipped, and with ``warn`` said on stderr, naming it, why, and the one resumed from; ``CheckpointError``
+    (one line) when none checks out. None without ``resume`` or without a checkpoint."""
     if not config.resume:
         return None
-    checkpoint = latest_checkpoint(config.run_folder / "checkpoints")
-    if checkpoint is not None:
-        verify_checkpoint(checkpoint)
+    checkpoint, skipped = newest_signed_checkpoint(config.run_folder / "checkpoints")
+    for path, reason in skipped if warn else ():
+        print(f"--resume: skipping {path}: {reason}; resuming from {checkpoint}", file=sys.stderr, flush=True)
     return checkpoint
+
+
+RUN_OUTPUTS = ("args.json", "config.yml", "checkpoints", "model.zip", "best_model.zip", "summary.json")
+SAME_ON_RESUME = ("algo", "scenario", "trace")  # what a resumed training must share with the run it continues
+
+
+def check_run_folder(config: TrainConfig) -> None:
+    """``ValueError`` (one line) when ``config`` would mix with the training already in its run folder: the
+    folder holds one (``RUN_OUTPUTS``) and ``resume`` is off, or ``resume`` is on and the run was started with
+    another algorithm, scenario or trace (``args.json``)."""
+    out = config.run_folder
+    held = [name for name in RUN_OUTPUTS if (out / name).exists()]
+    if held and not config.resume:
+        raise ValueError(
+            f"--out {out}: holds an earlier training ({', '.join(held)}); pass --resume to continue it, "
+            "or choose another --out"
+        )
+    if not config.resume or not (out / "args.json").is_file():
+        return
+    try:
+        earlier = json.loads((out / "args.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"--resume: {out / 'args.json'}: cannot read the run's options: {exc}") from None
+    mine = config.as_dict()
+    for key in SAME_ON_RESUME:
+        if isinstance(earlier, dict) and earlier.get(key) != mine.get(key):
+            flag = "--" + key.replace("_", "-")
+            raise ValueError(
+                f"--resume: {out} was trained with {flag} {earlier.get(key)!r}, this command gives "
+                f"{mine.get(key)!r}; resume with the run's own {flag}, or choose another --out"
+            )
+
+
+def preflight(config: TrainConfig, warn: bool = True) -> tuple[dict[str, Any], float | None]:
+    """Everything that can refuse ``config``, checked before anything is written: the hyperparameters
+    (resolved, returned), the run folder (``check_run_folder``), the checkpoint key (``ensure_key``), the
+    checkpoint to resume and its best score (returned), one env built from the training's env arguments, and
+    the ``--init`` policy against that env and the algorithm. ``ValueError`` (a ``CheckpointError`` or a
+    ``PolicyFileError`` among them), one line, otherwise. ``warn``: as ``resume_best``."""
+    hp = resolve_hyperparams(config)
+    check_output(config.run_folder, config.force)
+    check_run_folder(config)
+    ensure_key()
+    best = resume_best(config, hp, warn=warn)
+    env_kwargs = _env_kwargs(config, dict(hp.get("env_kwargs", {})))
+    probe: Any = make_env_fn(config.env_scenario, config.algo, env_kwargs, agent=False)()
+    try:
+        if config.init_policy is not None and resume_checkpoint(config) is None:
+            start, _ = init_network(config.init_policy)
+            check_init(start, probe, config.algo)
+    finally:
+        probe.close()
+    return hp, best
+
+
+def _env_kwargs(config: TrainConfig, env_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The training envs' arguments from the hyperparameters' ``env_kwargs``: a load span as a tuple, and a
+    fine-tuned policy's schema when the scenario does not fix one."""
+    env_kwargs = dict(env_kwargs)
+    if isinstance(env_kwargs.get("load"), list):
+        env_kwargs["load"] = tuple(env_kwargs["load"])
+    if config.init_policy is not None and config.kind.init_schema is None:  # fine-tune on its own schema
+        env_kwargs.setdefault("schema", config.init_policy.schema_version)
+    return env_kwargs
 
 
 def val_seeds(config: TrainConfig, env_kwargs: Mapping[str, Any], seeds: list[int]) -> list[int]:
@@ -246,30 +319,29 @@ def train(config: TrainConfig) -> Path:
     ``CheckpointError``) a checkpoint to resume that this user's training did not sign."""
     torch.set_num_threads(1)
     t_start = time.perf_counter()
-    hp = resolve_hyperparams(config)
-    best = resume_best(config, hp)  # refuse a foreign checkpoint or a bad best.json before writing anything
-    setup = eval_setup(config, hp)
-    prepare_run_folder(config, hp)
-    run = {k: hp.pop(k) for k in RUN_KEYS if k in hp}
-    env_kwargs = dict(run["env_kwargs"])
-    if isinstance(env_kwargs.get("load"), list):
-        env_kwargs["load"] = tuple(env_kwargs["load"])
-    if config.init_policy is not None and config.kind.init_schema is None:  # fine-tune on its own schema
-        env_kwargs.setdefault("schema", config.init_policy.schema_version)
-    n_envs = int(run["n_envs"])
-    env_id = config.kind.env_id
-    where = f"{config.scenario}, train split, {config.vec_env} vec env"
-    status(f"building {n_envs} envs of {env_id} ({where})", enabled=config.progress)
-    vec_cls = SubprocVecEnv if config.vec_env == "subproc" else DummyVecEnv
-    make_train_env = make_env_fn(config.env_scenario, config.algo, env_kwargs)
-    vec_env = make_vec_env(make_train_env, n_envs=n_envs, seed=config.seed, vec_env_cls=vec_cls)
-    try:
-        t_model = time.perf_counter()
-        model, resumed = _model(config, hp, run, vec_env, env_kwargs)
-        phases = {"start": t_start, "clone_s": time.perf_counter() - t_model}  # cloning and DAgger, if any
-        return _learn(config, model, resumed, run, env_kwargs, best if resumed else None, setup, phases)
-    finally:
-        vec_env.close()
+    hp, best = preflight(config)  # every refusal before anything is written
+    with locked_output(config.run_folder, "llmsched-train"):  # a second training into this folder is refused
+        setup = eval_setup(config, hp)
+        prepare_run_folder(config, hp)
+        run = {k: hp.pop(k) for k in RUN_KEYS if k in hp}
+        env_kwargs = _env_kwargs(config, dict(run["env_kwargs"]))
+        n_envs = int(run["n_envs"])
+        env_id = config.kind.env_id
+        where = f"{config.scenario}, train split, {config.vec_env} vec env"
+        status(f"building {n_envs} envs of {env_id} ({where})", enabled=config.progress)
+        vec_cls = SubprocVecEnv if config.vec_env == "subproc" else DummyVecEnv
+        make_train_env = make_env_fn(config.env_scenario, config.algo, env_kwargs)
+        vec_env = make_vec_env(make_train_env, n_envs=n_envs, seed=config.seed, vec_env_cls=vec_cls)
+        try:
+            t_model = time.perf_counter()
+            model, resumed = _model(config, hp, run, vec_env, env_kwargs)
+            phases = {"start": t_start, "clone_s": time.perf_counter() - t_model}  # cloning and DAgger, if any
+            out = _learn(config, model, resumed, run, env_kwargs, best if resumed else None, setup, phases)
+        finally:
+            vec_env.close()
+        command = shlex.join(["llmsched-train", *config.to_argv()])
+        mark_complete(out, {"command": command, "timesteps": int(model.num_timesteps)})
+        return out
 
 
 def _learn(
@@ -314,8 +386,15 @@ def _learn(
         eval_setup=setup,
     )
     evaluator.verbose = 1
-    steps = int(run["n_timesteps"])
-    message = f"training {config.algo} for {steps} steps; TensorBoard events in {out / 'tb'}"
+    steps = int(run["n_timesteps"])  # the whole budget: a resumed run learns what remains of it
+    remaining = steps - int(model.num_timesteps) if resumed else steps
+    if resumed:
+        evaluator.history = read_history(out, setup, int(model.num_timesteps))
+    message = f"training {config.algo} for {remaining} steps; TensorBoard events in {out / 'tb'}"
+    if resumed:
+        message = (
+            f"training {config.algo} for the {remaining} steps left of {steps}; TensorBoard events in {out / 'tb'}"
+        )
     callbacks = CallbackList(
         [
             EpisodeMetricsCallback(named_tenants(config, env_kwargs)),
@@ -326,13 +405,17 @@ def _learn(
         ]
     )
     t0 = time.perf_counter()
-    model.learn(
-        total_timesteps=steps,
-        callback=callbacks,
-        progress_bar=False,  # ProgressBarCallback: on stderr, as every bar of the commands
-        reset_num_timesteps=not resumed,
-        tb_log_name="run",
-    )
+    if remaining > 0:
+        model.learn(
+            total_timesteps=remaining,  # SB3 counts on from the resumed model's steps
+            callback=callbacks,
+            progress_bar=False,  # ProgressBarCallback: on stderr, as every bar of the commands
+            reset_num_timesteps=not resumed,
+            tb_log_name="run",
+        )
+    else:
+        done = f"the checkpoint holds {model.num_timesteps} steps of the {steps} asked for: nothing left to learn"
+        status(done, enabled=config.progress)
     wall = time.perf_counter() - t0
     with replaced_atomically(out / "model.zip") as tmp:
         model.save(str(tmp))

@@ -74,7 +74,13 @@ def test_the_trained_model_and_its_export_serve_episodes(trained_run: TrainedRun
 def test_resume_continues_from_the_latest_signed_checkpoint_silently(trained_run: TrainedRun) -> None:
     checkpoints = list((trained_run.out / "checkpoints").glob("model_*_steps.zip"))
     assert checkpoints and all(p.with_name(p.name + ".sig").exists() for p in checkpoints)  # each one signed
-    assert '"timesteps": 512' in (trained_run.resumed / "summary.json").read_text()
+    summary = json.loads((trained_run.resumed / "summary.json").read_text())
+    assert summary["timesteps"] == 384  # the budget asked for, not 256 more than the checkpoint's 256
+    first = json.loads((trained_run.out / "summary.json").read_text())["eval_history"]
+    assert [step for step, _ in first] == [0, 128, 256]
+    assert summary["eval_history"][:3] == first  # the evaluations from before the resume are kept
+    assert [step for step, _ in summary["eval_history"]] == [0, 128, 256, 384]
+    assert (trained_run.resumed / "complete.json").is_file() and (trained_run.out / "complete.json").is_file()
     assert trained_run.resumed_stderr == ""  # --no-progress: no status line, no bar
 
 

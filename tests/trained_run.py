@@ -1,7 +1,7 @@
 """The one end-to-end training of the fast tier, run once per test session (the ``trained_run`` fixture of
 ``tests/conftest.py``): ``llmsched-train`` on mixed-slo with cloning, periodic evaluation, checkpoints and
-TensorBoard, then ``llmsched-evaluate`` on its exported policy, then ``--resume`` of the run (after a copy of
-the folder as the training left it)."""
+TensorBoard, then ``llmsched-evaluate`` on its exported policy, then ``--resume`` of the run to a budget of
+384 steps (after a copy of the folder as the training left it)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def train_once(base: Path) -> TrainedRun:
         evaluated = base / "eval"
         policies = ["--policies", f"fcfs,agent={out}", "--scenarios", "mixed-slo", "--num-requests", "30"]
         _run(evaluate_main, [*policies, "--out", str(evaluated), "--no-plots", "--no-progress"])
-        _, resumed_stderr = _run(train_main, [*argv, "--resume", *TINY])
+        _, resumed_stderr = _run(train_main, [*argv, "--resume", *TINY, "--timesteps", "384"])  # 128 more
     finally:
         if saved is None:
             os.environ.pop("XDG_CONFIG_HOME", None)

@@ -24,6 +24,7 @@ __all__ = [
     "LOCK_NAME",
     "PACKAGES",
     "REPO_FOLDERS",
+    "OutputBusyError",
     "check_output",
     "is_complete",
     "locked_output",
@@ -117,6 +118,10 @@ def write_text_atomically(path: str | Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+class OutputBusyError(ValueError):
+    """An output folder that another command holds (``locked_output``): one line naming it and the holder."""
+
+
 LOCK_NAME = ".llmsched.lock"  # in an output folder while a command writes there (ignored by git)
 COMPLETE_NAME = "complete.json"  # written last into an output folder by a command that finished
 
@@ -125,10 +130,10 @@ COMPLETE_NAME = "complete.json"  # written last into an output folder by a comma
 def locked_output(out: str | Path, command: str, option: str = "--out") -> Iterator[Path]:
     """Hold the folder ``out`` (created if missing) for one command while the block runs: an exclusive
     ``flock`` on ``out/.llmsched.lock``, which the system releases when this process ends however it ends, so
-    a killed run never leaves a stale lock. A second process that asks for the same folder gets ``ValueError``
-    (one line naming ``option``, the folder and the command and PID that hold it) before it writes anything.
-    ``COMPLETE_NAME`` is removed on entry: the folder is marked complete again only by ``mark_complete``. On a
-    system without ``fcntl`` the folder is not locked."""
+    a killed run never leaves a stale lock. A second process that asks for the same folder gets
+    ``OutputBusyError`` (a ``ValueError``: one line naming ``option``, the folder and the command and PID that
+    hold it) before it writes anything. ``COMPLETE_NAME`` is removed on entry: the folder is marked complete
+    again only by ``mark_complete``. On a system without ``fcntl`` the folder is not locked."""
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     try:
@@ -143,7 +148,7 @@ def locked_output(out: str | Path, command: str, option: str = "--out") -> Itera
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.read(fd, 200).decode("utf-8", "replace").strip() or "another process"
-            raise ValueError(
+            raise OutputBusyError(
                 f"{option} {folder}: {holder} is writing there; wait for it to end or choose another {option}"
             ) from None
         os.ftruncate(fd, 0)

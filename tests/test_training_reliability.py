@@ -1,0 +1,235 @@
+"""What a crash, a kill or a second process does to a training's run folder (docs/reliability.md): a
+checkpoint is written under a temporary name and signed before it is renamed; ``--resume`` skips a newer
+checkpoint that is not signed and says so; every refusal is one usage line before anything is written; a
+second training into a folder that another holds is refused."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.checkpoints import (
+    MISMATCH,
+    NO_SIGNATURE,
+    CheckpointError,
+    SignedCheckpointCallback,
+    latest_checkpoint,
+    newest_signed_checkpoint,
+    sign_checkpoint,
+)
+from agents.cli import main
+from tests.trained_run import TINY, TrainedRun
+
+
+@pytest.fixture()
+def key_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "config"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
+    return home
+
+
+def _refused(argv: list[str], capsys: pytest.CaptureFixture) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("llmsched-train: error: ")
+    return err[-1]
+
+
+def _listing(folder: Path) -> dict[str, float]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime for p in sorted(folder.rglob("*"))}
+
+
+def test_the_newest_signed_checkpoint_is_chosen_and_the_skipped_ones_named(tmp_path: Path, key_home: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    for steps in (100, 200):
+        sign_checkpoint(_write(folder / f"model_{steps}_steps.zip"))
+    torn = _write(folder / "model_300_steps.zip")  # killed before its signature
+    changed = _write(folder / "model_400_steps.zip")
+    sign_checkpoint(changed)
+    changed.write_bytes(b"PK cut short")
+    _write(folder / ".model_500_steps.123.tmp.zip")  # a temporary file a kill left: never a checkpoint
+    assert latest_checkpoint(folder) == changed
+    chosen, skipped = newest_signed_checkpoint(folder)
+    assert chosen == folder / "model_200_steps.zip"
+    assert skipped == [(changed, MISMATCH), (torn, NO_SIGNATURE)]
+    for path in folder.glob("model_*_steps.zip.sig"):
+        path.unlink()
+    with pytest.raises(CheckpointError, match=r"model_400_steps\.zip \(nor any of the 3 earlier ones\): it has no sig"):
+        newest_signed_checkpoint(folder)
+
+
+def _write(path: Path, data: bytes = b"PK\x03\x04 a checkpoint") -> Path:
+    path.write_bytes(data)
+    return path
+
+
+class _Model:
+    """What ``SignedCheckpointCallback`` needs of a model: ``save``, here writing half a file and then failing
+    as a full disk does (``fail``), or writing it whole."""
+
+    def __init__(self, fail: bool) -> None:
+        self.fail = fail
+        self.num_timesteps = 0
+
+    def save(self, path: str) -> None:
+        with open(path, "wb") as fh:
+            fh.write(b"PK\x03\x04 half")
+            if self.fail:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            fh.write(b" and the rest")
+
+
+def _save_checkpoint(folder: Path, steps: int, fail: bool) -> None:
+    callback = SignedCheckpointCallback(1, str(folder), name_prefix="model")
+    model: Any = _Model(fail)
+    callback.model = model
+    callback.num_timesteps = steps
+    callback.n_calls = 1
+    callback._on_step()
+
+
+def test_a_full_disk_mid_checkpoint_leaves_the_earlier_ones_and_no_torn_file(tmp_path: Path, key_home: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    _save_checkpoint(folder, 100, fail=False)
+    before = _listing(folder)
+    with pytest.raises(OSError, match="No space left"):
+        _save_checkpoint(folder, 200, fail=True)
+    assert _listing(folder) == before  # no model_200_steps.zip, no temporary file, no signature
+    assert newest_signed_checkpoint(folder) == (folder / "model_100_steps.zip", [])
+
+
+def test_a_kill_mid_checkpoint_leaves_no_checkpoint_of_that_step(tmp_path: Path, key_home: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    _save_checkpoint(folder, 100, fail=False)
+    code = (
+        "import os, signal, sys\n"
+        "from tests.test_training_reliability import _save_checkpoint, _Model\n"
+        "def save(self, path):\n"
+        "    open(path, 'wb').write(b'PK half')\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "_Model.save = save\n"
+        f"_save_checkpoint(__import__('pathlib').Path({str(folder)!r}), 200, fail=False)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == -signal.SIGKILL
+    assert not (folder / "model_200_steps.zip").exists()
+    assert newest_signed_checkpoint(folder) == (folder / "model_100_steps.zip", [])
+
+
+def _copy(trained_run: TrainedRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(trained_run.out.parent / "config"))  # the key that signed it
+    run = tmp_path / "run"
+    shutil.copytree(trained_run.out, run)
+    (run / "complete.json").unlink()
+    return run
+
+
+def test_resume_falls_back_past_a_torn_checkpoint_and_says_which(
+    trained_run: TrainedRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    run = _copy(trained_run, tmp_path, monkeypatch)
+    (run / "checkpoints" / "model_384_steps.zip").write_bytes(b"PK\x03\x04 torn by a kill")
+    assert main(["--scenario", "mixed-slo", "--out", str(run), "--resume", *TINY, "--timesteps", "256"]) == 0
+    err = capsys.readouterr().err
+    assert f"--resume: skipping {run / 'checkpoints' / 'model_384_steps.zip'}: {NO_SIGNATURE}; resuming from" in err
+    assert "model_256_steps.zip" in err and "refusing" not in err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["timesteps"] == 256  # the budget was reached: nothing more learned
+    assert (run / "complete.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--hp", "env_kwargs.load=inf"], "load must be finite and > 0, got inf"),
+        (["--hp", "env_kwargs.max_steps=nan"], "max_steps must be an integer >= 1, got nan"),
+        (["--hp", "env_kwargs.num_requests=0"], "num_requests must be an integer >= 1, got 0"),
+        (["--hp", "env_kwargs.cost_model=bogus"], "unknown cost model preset 'bogus'"),
+    ],
+)
+def test_bad_env_arguments_are_one_line_and_write_nothing(
+    tmp_path: Path, key_home: Path, extra: list[str], message: str, capsys: pytest.CaptureFixture
+) -> None:
+    run = tmp_path / "run"
+    line = _refused(["--scenario", "default", "--quick", "--out", str(run), "--no-progress", *extra], capsys)
+    assert message in line
+    assert not run.exists()
+
+
+def test_an_unwritable_key_folder_is_one_line_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", "/dev/null")
+    run = tmp_path / "run"
+    line = _refused(["--scenario", "mixed-slo", "--out", str(run), *TINY], capsys)
+    assert "checkpoint key /dev/null/llmsched/checkpoint.key: cannot be created or read" in line
+    assert "XDG_CONFIG_HOME" in line
+    assert not run.exists()
+
+
+def test_an_earlier_training_is_not_mixed_with_a_new_one(
+    trained_run: TrainedRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    run = _copy(trained_run, tmp_path, monkeypatch)
+    before = _listing(run)
+    line = _refused(["--scenario", "mixed-slo", "--out", str(run), *TINY], capsys)
+    assert f"--out {run}: holds an earlier training (args.json, config.yml, checkpoints" in line
+    assert "pass --resume" in line
+    line = _refused(["--scenario", "mixed-slo", "--out", str(run), "--resume", *TINY, "--algo", "ppo"], capsys)
+    assert "was trained with --algo 'maskable_ppo', this command gives 'ppo'" in line
+    line = _refused(["--scenario", "bursty", "--out", str(run), "--resume", *TINY], capsys)
+    assert "was trained with --scenario 'mixed-slo', this command gives 'bursty'" in line
+    assert _listing(run) == before  # config.yml, args.json and command.txt untouched
+
+
+def test_init_from_a_normalised_policy_is_one_line(
+    trained_run: TrainedRun, tmp_path: Path, key_home: Path, capsys: pytest.CaptureFixture
+) -> None:
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    for name in ("policy.json", "policy.safetensors"):
+        shutil.copy(trained_run.out / name, policy / name)
+    meta = json.loads((policy / "policy.json").read_text())
+    n = len(meta["obs_names"])
+    meta["normalization"] = {"mean": [0.0] * n, "var": [1.0] * n, "epsilon": 1e-8, "clip": 10.0}
+    (policy / "policy.json").write_text(json.dumps(meta))
+    run = tmp_path / "run"
+    line = _refused(["--scenario", "mixed-slo", "--out", str(run), "--init", str(policy), *TINY], capsys)
+    assert "trained under observation normalisation cannot start a training" in line
+    assert not run.exists()
+
+
+HOLD = (
+    "import sys, time\nfrom llmsched_env.common.outputs import locked_output\n"
+    "with locked_output(sys.argv[1], 'llmsched-train'):\n    print('held', flush=True)\n    time.sleep(120)\n"
+)
+
+
+def test_a_second_training_into_a_held_folder_is_refused(
+    tmp_path: Path, key_home: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(run)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        line = _refused(["--scenario", "mixed-slo", "--out", str(run), *TINY], capsys)
+        assert f"--out {run}: llmsched-train (pid {proc.pid}) is writing there" in line
+        assert sorted(p.name for p in run.iterdir()) == [".llmsched.lock"]  # nothing written
+    finally:
+        proc.kill()
+        proc.wait()
