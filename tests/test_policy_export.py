@@ -249,13 +249,34 @@ def test_bad_json_is_named(exported, tmp_path, edit, message) -> None:
         load_policy_file(folder)
 
 
-def test_finite_weights_that_overflow_are_refused_when_they_act(exported, rollout) -> None:
-    policy = load_policy_file(exported)
+def _overflowing(policy: ExportedPolicy) -> list:
     layers = list(policy.weights)
     (w, b), (w_last, b_last) = layers[-2], layers[-1]  # the last hidden layer saturates at +1, then 32 x 3e38
     layers[-2] = (np.zeros_like(w), np.full_like(b, 10.0))
     layers[-1] = (np.full_like(w_last, 3e38), np.zeros_like(b_last))
-    huge = ExportedPolicy(policy.meta, layers, policy.path)  # every weight finite
+    return layers  # every weight finite
+
+
+def test_finite_weights_that_overflow_are_refused_when_loaded(exported, tmp_path, recwarn) -> None:
+    policy = load_policy_file(exported)
+    with pytest.raises(PolicyFileError, match=r"non-finite logits on a probe input \(every input 0\): its weights"):
+        ExportedPolicy(policy.meta, _overflowing(policy), policy.path)
+    folder = _copy(exported, tmp_path)  # the same through the file
+    tensors = load_file(str(folder / "policy.safetensors"))
+    names = sorted(k for k in tensors if k.endswith(".weight") and "value" not in k and "vf" not in k)
+    for name in names:  # every actor weight huge: the hidden layers saturate, the logits overflow
+        tensors[name] = torch.full_like(tensors[name], 3e38)
+    save_file(tensors, str(folder / "policy.safetensors"))
+    _reseal(folder)
+    with pytest.raises(PolicyFileError, match=r"copy/policy\.json: the network gives non-finite logits on a probe"):
+        load_policy_file(folder)
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]  # no bare numpy warning
+
+
+def test_finite_weights_that_overflow_are_refused_when_they_act(exported, rollout, monkeypatch) -> None:
+    policy = load_policy_file(exported)
+    monkeypatch.setattr(ExportedPolicy, "_probe", lambda self: None)  # as if the probe inputs had not overflowed
+    huge = ExportedPolicy(policy.meta, _overflowing(policy), policy.path)
     obs, mask = rollout[5]
     with pytest.raises(PolicyFileError, match="non-finite logits"), np.errstate(over="ignore", invalid="ignore"):
         huge.act(obs, mask)

@@ -315,6 +315,39 @@ class ExportedPolicy:
         self._logits = np.full(total + 1, -np.inf, dtype=np.float32)  # [sum(nvec) + 1]
         self._no_mask = np.ones(total, dtype=bool)
 
+        self._probe()
+
+    def _network(self, x: np.ndarray) -> np.ndarray:
+        """The logits buffer (``[sum(nvec) + 1]``, the last slot -inf) filled with the actor's output for the
+        network input ``x`` (after normalisation)."""
+        logits = self._logits
+        if self._forward is not None:
+            logits[:-1] = self._forward(x)
+            return logits
+        assert self._np_act is not None  # checked in __init__
+        h = x
+        last = len(self._np_layers) - 1
+        for i, (w_t, b) in enumerate(self._np_layers):  # w_t: [in, out]
+            h = h @ w_t
+            h += b
+            if i < last:
+                h = self._np_act(h)
+        logits[:-1] = h
+        return logits
+
+    def _probe(self) -> None:
+        """``PolicyFileError`` when the network gives a non-finite logit on a probe input (every input 0, 1,
+        or -1 after normalisation): finite weights so large that their products overflow float32 would make every
+        decision NaN, so such a file is refused when it is loaded, not used."""
+        n = len(self.obs_names)
+        with np.errstate(over="ignore", invalid="ignore"):  # the overflow is the finding, not a warning
+            for value in (0.0, 1.0, -1.0):
+                if not np.isfinite(self._network(np.full(n, value, dtype=np.float32))[:-1]).all():
+                    raise PolicyFileError(
+                        f"{self.path}: the network gives non-finite logits on a probe input (every input {value:g}): "
+                        "its weights overflow float32"
+                    )
+
     def __repr__(self) -> str:
         return (
             f"ExportedPolicy({str(self.path)!r}, algo={self.meta['algo']!r}, obs={len(self.obs_names)}, "
@@ -337,20 +370,8 @@ class ExportedPolicy:
             x[:] = obs
         if not np.isfinite(x).all():
             raise ValueError(f"observation has non-finite values: {obs!r}")
-        logits = self._logits
+        logits = self._network(x)
         total = logits.shape[0] - 1
-        if self._forward is not None:
-            logits[:total] = self._forward(x)
-        else:
-            assert self._np_act is not None  # checked in __init__
-            h = x
-            last = len(self._np_layers) - 1
-            for i, (w_t, b) in enumerate(self._np_layers):  # w_t: [in, out]
-                h = h @ w_t
-                h += b
-                if i < last:
-                    h = self._np_act(h)
-            logits[:total] = h
         if not np.isfinite(logits[:total]).all():  # e.g. finite weights so large that a product overflows
             raise PolicyFileError(f"{self.path}: the network gives non-finite logits for this observation")
         if self.masked:
