@@ -1,0 +1,43 @@
+"""bench/bench_core.py --compare: the figures read back from a run's output and the side-by-side table."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.bench_scripts import BENCH, bench_script
+
+
+@pytest.fixture(autouse=True)
+def _bench_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))  # as when the script runs: its sibling modules import
+
+OUTPUT = """workload: 300 requests, Azure conv lengths, Poisson 10.0 req/s; EngineConfig(...)
+  simulated 30 s, 300 finished, slo_attainment 0.990, kv_usage_mean 0.10, preemptions 0
+bare simulator loop (fcfs): 66,512 iterations/s, 7,001 requests/s (1,234 iterations)
+env closed loop (obs + mask + fcfs.act + env.step): 27,100 steps/s
+env.step with random masked actions: 23,000 steps/s
+peak RSS: 112 MB
+"""
+
+
+def test_figures_are_read_from_the_output_and_a_missing_one_is_named() -> None:
+    bench = bench_script("bench_core")
+    figures = bench.parse_figures(OUTPUT)
+    assert figures == {
+        "bare simulator loop, iterations/s": 66512.0,
+        "env closed loop, steps/s": 27100.0,
+        "env.step, random masked actions, steps/s": 23000.0,
+        "peak RSS, MB": 112.0,
+    }
+    with pytest.raises(ValueError, match="no 'peak RSS, MB' figure"):
+        bench.parse_figures(OUTPUT.replace("peak RSS", "peak"))
+
+
+def test_the_table_gives_ranges_and_the_ratio_of_medians() -> None:
+    bench = bench_script("bench_core")
+    base = bench.parse_figures(OUTPUT)
+    theirs = [base, {k: 2 * v for k, v in base.items()}, {k: 3 * v for k, v in base.items()}]
+    mine = [{k: 4 * v for k, v in base.items()}] * 3
+    table = bench.format_comparison("abc123", theirs, mine)
+    assert table.splitlines()[0] == "| figure | abc123 | this tree | this / abc123 (medians) |"
+    assert "| env closed loop, steps/s | 27,100-81,300 | 108,400 | 2.00x |" in table
