@@ -54,6 +54,10 @@ def _parse_length_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
         return _parse_length_rows(path)
     except DECOMPRESS_ERRORS as e:  # a .gz name whose content is not gzip data, or a truncated stream
         raise ValueError(bad_gzip_message(path, e)) from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason}); is this a length file?") from None
+    except csv.Error as e:  # a field past the csv module's size limit, ...
+        raise ValueError(f"{path}: malformed CSV ({e})") from None
 
 
 def _parse_length_rows(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -75,6 +79,11 @@ def _parse_length_rows(path: Path) -> tuple[np.ndarray, np.ndarray]:
         for row in reader:
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue  # blank line
+            if len(row) > len(names) and any(cell.strip() for cell in row[len(names) :]):
+                raise ValueError(
+                    f"{path}:{reader.line_num}: the row has {len(row)} fields but the header {len(names)}; the "
+                    "extra ones belong to no column (a stray comma, or a column missing from the header?)"
+                )
             for col_i, col, dest in ((pi, prompt_col, prompts), (oi, output_col, outputs)):
                 text = row[col_i] if col_i < len(row) else ""
                 try:
