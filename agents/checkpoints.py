@@ -8,7 +8,10 @@ checkpoint, ``<name>.sig``: the HMAC-SHA256 of the checkpoint's bytes under this
 created on first use, readable by the user only). ``verify_checkpoint`` recomputes it before anything is
 unpickled and raises ``CheckpointError`` (one line) for a checkpoint with no signature, a wrong one, or one
 signed with another key (another user's or another machine's). A plain sha256 stored in the folder would not
-do: whoever wrote the folder could write that too.
+do: whoever wrote the folder could write that too. The checkpoint, its signature and the key are read bounded
+(``llmsched_env.common.files``): regular files only (a FIFO or ``/dev/zero`` in their place is refused, not waited
+on or read forever), a checkpoint of at most ``CHECKPOINT_BYTES`` (1 GiB, ``$LLMSCHED_MAX_CHECKPOINT_BYTES``), a
+signature and a key of at most 4 KiB.
 
     checkpoint = latest_checkpoint(run / "checkpoints")
     verify_checkpoint(checkpoint)     # CheckpointError unless this user's training wrote it
@@ -24,6 +27,17 @@ from pathlib import Path
 from typing import Literal, overload
 
 from stable_baselines3.common.callbacks import CheckpointCallback
+
+from llmsched_env.common.files import (
+    CHECKPOINT_BYTES,
+    KEY_BYTES,
+    SIGNATURE_BYTES,
+    FileRefusedError,
+    check_regular_file,
+    open_regular,
+    read_bytes,
+    read_text,
+)
 
 __all__ = [
     "CheckpointError",
@@ -59,7 +73,9 @@ def _key(create: bool) -> bytes | None:
     """This user's key; created (atomically, mode 0600) when missing and ``create``; None when missing."""
     path = key_path()
     try:
-        key = path.read_bytes()
+        key = read_bytes(path, KEY_BYTES)
+    except FileRefusedError as exc:
+        raise CheckpointError(str(exc)) from None
     except FileNotFoundError:
         if not create:
             return None
@@ -76,7 +92,7 @@ def _key(create: bool) -> bytes | None:
             pass
         finally:
             tmp.unlink()
-        key = path.read_bytes()
+        key = read_bytes(path, KEY_BYTES)
     if len(key) != _KEY_BYTES:
         raise CheckpointError(f"{path}: the checkpoint key must hold {_KEY_BYTES} bytes, found {len(key)}")
     return key
@@ -84,7 +100,7 @@ def _key(create: bool) -> bytes | None:
 
 def _digest(key: bytes, checkpoint: Path) -> str:
     mac = hmac.new(key, digestmod=hashlib.sha256)
-    with checkpoint.open("rb") as fh:
+    with open_regular(checkpoint, CHECKPOINT_BYTES) as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             mac.update(chunk)
     return mac.hexdigest()
@@ -108,13 +124,22 @@ def verify_checkpoint(checkpoint: Path) -> None:
     why = "checkpoints are pickles that can run code, and only those this user's training signed are loaded"
     sig = _signature_path(checkpoint)
     try:
-        recorded = sig.read_text().strip()
+        check_regular_file(checkpoint, CHECKPOINT_BYTES)  # before its signature: a FIFO is not waited on
+        recorded = read_text(sig, SIGNATURE_BYTES).strip()
+    except FileRefusedError as exc:
+        raise CheckpointError(f"--resume: {exc}") from None
+    except UnicodeDecodeError:
+        raise CheckpointError(f"{refuse}: its signature ({sig.name}) is not text; {why}") from None
     except OSError:
         raise CheckpointError(f"{refuse}: it has no signature ({sig.name}); {why}") from None
     key = _key(create=False)
     if key is None:
         raise CheckpointError(f"{refuse}: there is no checkpoint key at {key_path()} to check it with; {why}")
-    if not hmac.compare_digest(recorded, _digest(key, checkpoint)):
+    try:
+        digest = _digest(key, checkpoint)
+    except FileRefusedError as exc:  # the checkpoint grew past the limit, or became a FIFO, since the check
+        raise CheckpointError(f"--resume: {exc}") from None
+    if not hmac.compare_digest(recorded, digest):
         raise CheckpointError(f"{refuse}: its signature does not match (changed, or written by someone else); {why}")
 
 
