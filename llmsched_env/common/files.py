@@ -199,7 +199,8 @@ class BoundedReader(io.RawIOBase):
     """A binary stream over ``inner`` that raises ``FileRefusedError`` (naming ``path``) once more than ``limit``
     bytes come through it or, with ``line_limit``, once a line (up to a ``\\n``) grows longer than that. For a
     decompressing ``inner`` (``decompressed``: the message says so) this stops a bomb after ``limit`` bytes of
-    output, one chunk at a time. Closing it closes ``inner``."""
+    output, one chunk at a time. Closing it closes ``inner``, then ``underlying`` (the file a ``GzipFile`` reads,
+    which closing the ``GzipFile`` leaves open)."""
 
     def __init__(
         self,
@@ -208,6 +209,7 @@ class BoundedReader(io.RawIOBase):
         limit: ByteLimit,
         line_limit: ByteLimit | None = None,
         decompressed: bool = False,
+        underlying: Any = None,
     ) -> None:
         super().__init__()
         self._inner = inner
@@ -217,6 +219,7 @@ class BoundedReader(io.RawIOBase):
         self._line_limit = line_limit
         self._line_bound = line_limit.value() if line_limit is not None else 0
         self._decompressed = decompressed
+        self._underlying = underlying
         self._total = 0  # bytes through so far
         self._newlines = 0  # line ends through so far
         self._run = 0  # bytes since the last line end
@@ -275,5 +278,7 @@ class BoundedReader(io.RawIOBase):
         if not self.closed:
             try:
                 self._inner.close()
+                if self._underlying is not None:
+                    self._underlying.close()
             finally:
                 super().close()

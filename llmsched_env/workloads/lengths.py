@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, TypedDict, cast
 import numpy as np
 
 from llmsched_env.common.checks import check_int, check_positive
+from llmsched_env.common.files import TRACE_BYTES, check_regular_file
 from llmsched_env.workloads.trace_io import DECOMPRESS_ERRORS, bad_gzip_message, open_text
 
 if TYPE_CHECKING:
@@ -112,11 +113,13 @@ def load_length_file(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarr
     ending in ``.gz``). Parsed files are cached per
     (absolute path, modification time). Raises ``ValueError`` naming the file, line and column on bad input.
     """
-    p = Path(path).expanduser().resolve()
+    given = Path(path).expanduser()
+    p = given.resolve()
     try:
         mtime_ns = p.stat().st_mtime_ns
     except OSError as e:
         raise ValueError(f"length file {p} cannot be read ({e.strerror}); check the path") from None
+    check_regular_file(given, TRACE_BYTES)  # named as given: a link to /dev/zero is refused naming the link
     cached = _LENGTH_CACHE.get(str(p))
     if cached is not None and cached[0] == mtime_ns:
         return cached[1], cached[2]

@@ -57,8 +57,11 @@ def open_bytes(path: Path) -> io.BufferedReader:
     refusal is a ``FileRefusedError`` (a ``ValueError``) naming the file, the limit and its variable."""
     raw = open_regular(path, TRACE_BYTES)
     try:
-        inner = gzip.GzipFile(fileobj=raw, mode="rb") if is_gzip(path) else raw
-        bounded = BoundedReader(inner, path, TRACE_BYTES, TRACE_LINE_BYTES, decompressed=is_gzip(path))
+        if is_gzip(path):
+            unzipped = gzip.GzipFile(fileobj=raw, mode="rb")  # closing it leaves raw open: BoundedReader closes both
+            bounded = BoundedReader(unzipped, path, TRACE_BYTES, TRACE_LINE_BYTES, decompressed=True, underlying=raw)
+        else:
+            bounded = BoundedReader(raw, path, TRACE_BYTES, TRACE_LINE_BYTES)
     except BaseException:
         raw.close()
         raise
