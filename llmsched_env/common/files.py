@@ -183,7 +183,7 @@ def csv_records(path: str | os.PathLike[str], limit: ByteLimit) -> list[tuple[in
     rows: list[tuple[int, dict[str, str]]] = []
     try:
         for row in reader:
-            extra = row.pop(None, None)  # type: ignore[call-overload]
+            extra = row.pop(None, None)
             if extra is not None and any(str(cell).strip() for cell in extra):
                 raise ValueError(
                     f"{path}:{reader.line_num}: the row has {len(row) + len(extra)} fields but the header "
