@@ -8,7 +8,10 @@ checkpoint, ``<name>.sig``: the HMAC-SHA256 of the checkpoint's bytes under this
 created on first use, readable by the user only). ``verify_checkpoint`` recomputes it before anything is
 unpickled and raises ``CheckpointError`` (one line) for a checkpoint with no signature, a wrong one, or one
 signed with another key (another user's or another machine's). A plain sha256 stored in the folder would not
-do: whoever wrote the folder could write that too.
+do: whoever wrote the folder could write that too. The checkpoint, its signature and the key are read bounded
+(``llmsched_env.common.files``): regular files only (a FIFO or ``/dev/zero`` in their place is refused, not waited
+on or read forever), a checkpoint of at most ``CHECKPOINT_BYTES`` (1 GiB, ``$LLMSCHED_MAX_CHECKPOINT_BYTES``), a
+signature and a key of at most 4 KiB.
 
     checkpoint = latest_checkpoint(run / "checkpoints")
     verify_checkpoint(checkpoint)     # CheckpointError unless this user's training wrote it
@@ -25,6 +28,16 @@ from typing import Literal, overload
 
 from stable_baselines3.common.callbacks import CheckpointCallback
 
+from llmsched_env.common.files import (
+    CHECKPOINT_BYTES,
+    KEY_BYTES,
+    SIGNATURE_BYTES,
+    FileRefusedError,
+    check_regular_file,
+    open_regular,
+    read_bytes,
+    read_text,
+)
 from llmsched_env.common.outputs import replaced_atomically, write_text_atomically
 
 __all__ = [
@@ -64,7 +77,9 @@ def _key(create: bool) -> bytes | None:
     """This user's key; created (atomically, mode 0600) when missing and ``create``; None when missing."""
     path = key_path()
     try:
-        key = path.read_bytes()
+        key = read_bytes(path, KEY_BYTES)
+    except FileRefusedError as exc:
+        raise CheckpointError(str(exc)) from None
     except FileNotFoundError:
         if not create:
             return None
@@ -81,7 +96,7 @@ def _key(create: bool) -> bytes | None:
             pass
         finally:
             tmp.unlink()
-        key = path.read_bytes()
+        key = read_bytes(path, KEY_BYTES)
     if len(key) != _KEY_BYTES:
         raise CheckpointError(f"{path}: the checkpoint key must hold {_KEY_BYTES} bytes, found {len(key)}")
     return key
@@ -89,7 +104,7 @@ def _key(create: bool) -> bytes | None:
 
 def _digest(key: bytes, checkpoint: Path) -> str:
     mac = hmac.new(key, digestmod=hashlib.sha256)
-    with checkpoint.open("rb") as fh:
+    with open_regular(checkpoint, CHECKPOINT_BYTES) as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             mac.update(chunk)
     return mac.hexdigest()
@@ -128,15 +143,27 @@ MISMATCH = "its signature does not match its bytes (cut short, changed since it 
 
 def _refusal(checkpoint: Path) -> str | None:
     """Why ``checkpoint`` may not be loaded (``NO_SIGNATURE``, ``MISMATCH``, no key), or None when its
-    signature checks out under this user's key."""
+    signature checks out under this user's key. ``CheckpointError`` (one line) for a checkpoint or signature
+    that is not a regular file or is over its size limit (``llmsched_env.common.files``): checked before the
+    signature is read, so a FIFO is not waited on."""
+    sig = _signature_path(checkpoint)
     try:
-        recorded = _signature_path(checkpoint).read_text().strip()
+        check_regular_file(checkpoint, CHECKPOINT_BYTES)
+        recorded = read_text(sig, SIGNATURE_BYTES).strip()
+    except FileRefusedError as exc:
+        raise CheckpointError(f"--resume: {exc}") from None
+    except UnicodeDecodeError:
+        return MISMATCH
     except OSError:
         return NO_SIGNATURE
     key = _key(create=False)
     if key is None:
         return f"there is no checkpoint key at {key_path()} to check it with"
-    if not hmac.compare_digest(recorded, _digest(key, checkpoint)):
+    try:
+        digest = _digest(key, checkpoint)
+    except FileRefusedError as exc:  # the checkpoint grew past the limit, or became a FIFO, since the check
+        raise CheckpointError(f"--resume: {exc}") from None
+    if not hmac.compare_digest(recorded, digest):
         return MISMATCH
     return None
 

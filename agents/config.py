@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, read_text
+
 __all__ = [
     "ALGO_NAMES",
     "HYPERPARAM_DIR",
@@ -73,7 +75,11 @@ def read_hyperparam_file(algo: str, path: Path | None = None) -> dict[str, Any]:
     if not file.exists():
         raise ValueError(f"no hyperparameter file for algorithm {algo!r}: {file} does not exist")
     try:
-        data = yaml.safe_load(file.read_text()) or {}
+        data = yaml.safe_load(read_text(file, CONFIG_BYTES)) or {}
+    except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
+        raise
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{file}: cannot read the hyperparameter file ({exc})") from None
     except yaml.YAMLError as exc:
         raise ValueError(f"{file}: invalid YAML ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("default", {}), dict):

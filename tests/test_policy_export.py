@@ -391,7 +391,8 @@ def test_policy_file_loaders_import_only_numpy_safetensors_and_torch_for_the_tor
     assert {n.split(".")[0] for n in numpy_loader} - {"llmsched_env"} <= {"numpy", "safetensors"} | set(
         sys.stdlib_module_names
     )
-    allowed = {"llmsched_env.decision.actions", "llmsched_env.decision.schema"}
+    # common.files: the bounded reads (standard library only)
+    allowed = {"llmsched_env.common.files", "llmsched_env.decision.actions", "llmsched_env.decision.schema"}
     assert {n for n in numpy_loader if n.startswith("llmsched_env")} <= allowed
     torch_loader = _module_imports(ROOT / "llmsched_env" / "runtime" / "policy_file.py")
     assert {n.split(".")[0] for n in torch_loader} - {"llmsched_env"} <= {"numpy", "torch"} | set(

@@ -21,7 +21,7 @@ from llmsched_env.common.checks import duplicates
 from llmsched_env.common.outputs import check_output
 from llmsched_env.decision.lookahead import join_options
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
-from llmsched_env.engine.config import SLO_CLASSES
+from llmsched_env.engine.config import ENGINE_BOUNDS, SLO_CLASSES
 from llmsched_env.evaluation import EvalConfig, RuntimeOptions
 from llmsched_env.workloads.library import list_scenarios
 from llmsched_env.workloads.scenarios import SPLITS, Scenario
@@ -84,8 +84,8 @@ def csv_list(kind: type, minimum: float | None = None, unique: bool = True) -> C
     return parse
 
 
-def int_at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer >= ``minimum``."""
+def int_at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``minimum`` (and <= ``maximum`` when given)."""
 
     def parse(text: str) -> int:
         try:
@@ -94,6 +94,8 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum:,}, got {value}")
         return value
 
     parse.__name__ = "int"
@@ -299,8 +301,9 @@ def add_engine_limits(
 ) -> None:
     """``--num-kv-blocks`` and the other ``ENGINE_LIMITS``; ``engine_limits`` reads them back."""
     eng = p.add_argument_group(title)
-    for name, what in ENGINE_LIMITS.items():
-        eng.add_argument(f"--{name.replace('_', '-')}", type=positive_int, default=None, help=what)
+    for name, what in ENGINE_LIMITS.items():  # each bounded by EngineConfig's ENGINE_BOUNDS (docs/reliability.md)
+        kind = int_at_least(1, ENGINE_BOUNDS[name])
+        eng.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None, help=what)
 
 
 def engine_limits(args: argparse.Namespace) -> dict[str, int]:

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, read_text
 from llmsched_env.costs.analytic import AnalyticCostModel
 from llmsched_env.costs.base import CostModel, prefill_time_s, unloaded_decode_time_s
 from llmsched_env.costs.linear import LinearCostModel
@@ -42,7 +43,7 @@ def load_cost_model(name_or_path: str | os.PathLike[str]) -> CostModel:
     text = os.fspath(name_or_path)
     if text.endswith(".json") or os.sep in text or "/" in text:
         path = Path(text)
-        if not path.is_file():
+        if not path.exists():  # one that is there but not a regular file is refused as it is read
             raise ValueError(f"cost model file {path} does not exist")
     elif text in list_presets():
         path = PRESET_DIR / f"{text}.json"
@@ -51,7 +52,9 @@ def load_cost_model(name_or_path: str | os.PathLike[str]) -> CostModel:
             f"unknown cost model preset {text!r}; available presets: {list_presets()} (or give a .json path)"
         )
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path, CONFIG_BYTES))
+    except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
+        raise
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"cost model file {path}: not readable JSON ({err})") from None
     if not isinstance(data, dict):

@@ -4,7 +4,9 @@ The pair is written by ``agents.export.export_policy``. The JSON says what the w
 names, action components and their options, activation, layer tensors, optional observation normalisation)
 and carries the sha256 of the tensors file; the safetensors file holds float32 weights only (no pickle, no
 code). Everything is checked at load time, so a bad file fails with ``PolicyFileError`` naming the file and
-what is wrong, never later with a shape error in the middle of serving.
+what is wrong, never later with a shape error in the middle of serving. Both files are read bounded
+(``llmsched_env.common.files``): regular files only, the JSON at most ``CONFIG_BYTES`` (16 MiB,
+``$LLMSCHED_MAX_CONFIG_BYTES``) and the weights at most ``POLICY_BYTES`` (256 MiB, ``$LLMSCHED_MAX_POLICY_BYTES``).
 
 The actor runs in numpy for the activations numpy has (``NUMPY_ACTIVATIONS``: tanh, relu, identity; SB3's
 defaults); a policy with another one (``ACTIVATION_NAMES``) needs a ``forward`` over the logits, which
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load as load_safetensors
 
+from llmsched_env.common.files import CONFIG_BYTES, POLICY_BYTES, FileRefusedError, read_bytes, read_text
 from llmsched_env.decision.actions import ACTION_COMPONENTS
 from llmsched_env.decision.schema import SCHEMAS, schema_summary
 
@@ -97,7 +100,7 @@ def _paths(path: Path) -> tuple[Path, Path]:
         raise PolicyFileError(f"{path}: no such policy file or folder")
     else:
         raise PolicyFileError(f"{path}: expected a {JSON_NAME}, a {TENSORS_NAME} or a folder holding them")
-    if not json_path.is_file():
+    if not json_path.exists():  # one that is there but not a regular file is refused as it is read
         raise PolicyFileError(f"{json_path}: policy description not found")
     return json_path, json_path.with_suffix(".safetensors")
 
@@ -112,7 +115,9 @@ def _int64(text: str) -> int:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"), parse_int=_int64)
+        meta = json.loads(read_text(path, CONFIG_BYTES), parse_int=_int64)
+    except FileRefusedError as exc:  # a FIFO, a device, a file over the limit: the message names it already
+        raise PolicyFileError(str(exc)) from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
         raise PolicyFileError(f"{path}: cannot read the policy description: {exc}") from None
     except RecursionError:
@@ -213,7 +218,9 @@ def _check_meta(meta: dict[str, Any], where: Path) -> None:
 
 def _read_tensors(path: Path, sha256: str) -> dict[str, np.ndarray]:
     try:
-        data = path.read_bytes()
+        data = read_bytes(path, POLICY_BYTES)
+    except FileRefusedError as exc:
+        raise PolicyFileError(str(exc)) from None
     except OSError as exc:
         raise PolicyFileError(f"{path}: cannot read the policy weights: {exc}") from exc
     digest = hashlib.sha256(data).hexdigest()

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, read_text
 from llmsched_env.decision.actions import UNLIMITED, ActionSpec
 from llmsched_env.engine.batch import Decision, QueueOrder
 
@@ -146,7 +147,9 @@ class TunedTable:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        return json.loads(read_text(path, CONFIG_BYTES))
+    except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
+        raise
     except FileNotFoundError:
         raise ValueError(f"{path}: no such tuned-settings table") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -159,8 +162,8 @@ def is_tuned_table(path: str | Path) -> bool:
     if not p.is_file() or p.suffix != ".json":
         return False
     try:
-        data = json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = json.loads(read_text(p, CONFIG_BYTES))
+    except (OSError, ValueError):  # FileRefusedError, UnicodeDecodeError and JSONDecodeError are ValueErrors
         return False
     return isinstance(data, dict) and data.get("format") == TUNED_FORMAT
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from llmsched_env.common.checks import check_int, check_positive
 
 __all__ = [
+    "ENGINE_BOUNDS",
     "SLO_CLASSES",
     "EngineConfig",
     "SLOClass",
@@ -69,6 +70,21 @@ class TenantConfig:
 
 
 VICTIM_RULES = ("latest", "lowest_priority")
+# The largest value of each size of an engine (docs/reliability.md, "Bounded reads"). The simulator allocates
+# memory in proportion to one of them, ``num_kv_blocks``: its block pool (``engine.block_pool.BlockPool``) holds
+# four Python lists indexed by block, about 96 bytes per block (measured with tracemalloc and the peak RSS of a
+# pool of 1 and 4 million blocks), so 4,000,000 blocks take about 370 MiB, and a fork of the engine (lookahead
+# policies) 32 bytes per block more. The others allocate nothing per unit; they are bounded far above any real
+# engine (vLLM's defaults: 16-token blocks, 256 or 1024 sequences, budgets of thousands of tokens, contexts up to
+# millions of tokens) so that a mistyped size is refused at once rather than run.
+ENGINE_BOUNDS: dict[str, int] = {
+    "num_kv_blocks": 4_000_000,
+    "block_size": 65_536,
+    "max_num_seqs": 1_000_000,
+    "max_num_batched_tokens": 16_777_216,
+    "max_model_len": 1_073_741_824,
+}
+_BOUND_REASONS = {"num_kv_blocks": " (the simulator's block pool holds about 96 bytes per block: 370 MiB at the bound)"}
 
 
 @dataclass(frozen=True)
@@ -95,6 +111,12 @@ class EngineConfig:
         check_int("EngineConfig", "max_num_seqs", self.max_num_seqs, 1)
         check_int("EngineConfig", "max_num_batched_tokens", self.max_num_batched_tokens, 1)
         check_int("EngineConfig", "max_model_len", self.max_model_len, 2)
+        for name, bound in ENGINE_BOUNDS.items():
+            value = getattr(self, name)
+            if value > bound:
+                raise ValueError(
+                    f"EngineConfig.{name} must be at most {bound:,}{_BOUND_REASONS.get(name, '')}, got {value!r}"
+                )
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(
                 "EngineConfig.max_num_batched_tokens must be >= max_num_seqs so every running decode fits in "

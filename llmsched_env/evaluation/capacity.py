@@ -19,7 +19,6 @@ True (its capacity is at least that; a longer window, ``--num-requests``, would 
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -29,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from llmsched_env.cluster.scenarios import ClusterScenario
+from llmsched_env.common.files import RECORD_BYTES, csv_records
 from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row
 from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
 from llmsched_env.evaluation.grid import run_cell, runners_for
@@ -265,18 +265,17 @@ def read_per_seed(files: Iterable[str | Path]) -> dict[str, dict[str, dict[int, 
     for file in map(Path, files):
         if not file.is_file():
             raise ValueError(f"{file}: no such file (a results.csv of llmsched-evaluate --capacity --per-seed)")
-        with file.open(newline="") as f:
-            for line, r in enumerate(csv.DictReader(f), start=2):
-                if "seed" not in r or "capacity_load" not in r:
-                    raise ValueError(
-                        f"{file}: no seed or capacity_load column; run llmsched-evaluate --capacity --per-seed"
-                    )
-                try:
-                    out.setdefault(r["scenario"], {}).setdefault(r["policy"], {})[int(r["seed"])] = float(
-                        r["capacity_load"]
-                    )
-                except (TypeError, ValueError):
-                    raise ValueError(f"{file}:{line}: seed or capacity_load is not a number: {r}") from None
+        for line, r in csv_records(file, RECORD_BYTES):
+            if "seed" not in r or "capacity_load" not in r:
+                raise ValueError(
+                    f"{file}: no seed or capacity_load column; run llmsched-evaluate --capacity --per-seed"
+                )
+            try:
+                out.setdefault(r["scenario"], {}).setdefault(r["policy"], {})[int(r["seed"])] = float(
+                    r["capacity_load"]
+                )
+            except (TypeError, ValueError):
+                raise ValueError(f"{file}:{line}: seed or capacity_load is not a number: {r}") from None
     return out
 
 
@@ -287,9 +286,8 @@ def read_window_limited(files: Iterable[str | Path]) -> dict[str, dict[str, set[
     Files written before the column existed count as not limited."""
     out: dict[str, dict[str, set[int]]] = {}
     for file in map(Path, files):
-        with file.open(newline="") as f:
-            for r in csv.DictReader(f):
-                seeds = out.setdefault(r["scenario"], {}).setdefault(r["policy"], set())
-                limited = str(r.get("window_limited", "")).strip().lower() in ("true", "1")
-                (seeds.add if limited else seeds.discard)(int(r["seed"]))
+        for _, r in csv_records(file, RECORD_BYTES):
+            seeds = out.setdefault(r["scenario"], {}).setdefault(r["policy"], set())
+            limited = str(r.get("window_limited", "")).strip().lower() in ("true", "1")
+            (seeds.add if limited else seeds.discard)(int(r["seed"]))
     return out

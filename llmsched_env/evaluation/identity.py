@@ -17,12 +17,12 @@ never merged. Merging happens within a scenario: a policy may equal another on o
 
 from __future__ import annotations
 
-import csv
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from llmsched_env.common.files import RECORD_BYTES, csv_records
 from llmsched_env.decision.lookahead import is_bound
 
 __all__ = [
@@ -149,15 +149,14 @@ def read_trajectories(files: Iterable[str | Path]) -> dict[str, dict[str, dict[i
     for file in map(Path, files):
         if not file.is_file():
             continue
-        with file.open(newline="") as f:
-            for r in csv.DictReader(f):
-                try:
-                    seed = int(r.get("seed") or "")
-                except ValueError:
-                    continue
-                runs = out.setdefault(r["scenario"], {}).setdefault(r["policy"], {})
-                if r.get(TRAJECTORY):
-                    runs[seed] = r[TRAJECTORY]
-                else:  # a later file without a fingerprint for this run: no longer known
-                    runs.pop(seed, None)
+        for _, r in csv_records(file, RECORD_BYTES):
+            try:
+                seed = int(r.get("seed") or "")
+            except ValueError:
+                continue
+            runs = out.setdefault(r["scenario"], {}).setdefault(r["policy"], {})
+            if r.get(TRAJECTORY):
+                runs[seed] = r[TRAJECTORY]
+            else:  # a later file without a fingerprint for this run: no longer known
+                runs.pop(seed, None)
     return out

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from llmsched_env.common.files import RECORD_BYTES, read_text
+
 __all__ = [
     "FINISHED_STATUSES",
     "ClientResult",
@@ -169,7 +171,7 @@ def _fields(where: str, data: Any, spec: Mapping[str, str]) -> dict[str, Any]:
 def _jsonl(path: Path) -> Iterator[tuple[int, Any]]:
     """``(line number, parsed object)`` for every non-blank line of ``path``."""
     try:
-        text = path.read_text()
+        text = read_text(path, RECORD_BYTES)
     except OSError as exc:
         raise ValueError(f"{path}: cannot read: {exc.strerror}") from None
     for n, line in enumerate(text.splitlines(), start=1):
@@ -182,7 +184,7 @@ def _jsonl(path: Path) -> Iterator[tuple[int, Any]]:
 
 def _json(path: Path) -> Any:
     try:
-        text = path.read_text()
+        text = read_text(path, RECORD_BYTES)
     except OSError as exc:
         raise ValueError(f"{path}: cannot read: {exc.strerror}") from None
     try:

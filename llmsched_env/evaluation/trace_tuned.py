@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from llmsched_env.common.files import TRACE_BYTES, open_regular
 from llmsched_env.decision.tuned_table import TunedTable, load_tuned_table
 from llmsched_env.evaluation.tuning import shipped_table
 from llmsched_env.runtime.policy_spec import PolicySpec
@@ -63,7 +64,7 @@ def user_table() -> Path:
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     try:
-        with path.open("rb") as f:
+        with open_regular(path, TRACE_BYTES) as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
     except OSError as exc:

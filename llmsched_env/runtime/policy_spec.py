@@ -173,7 +173,7 @@ def resolve_policy(entry: str) -> PolicySpec:
         )
     if not path.exists():
         raise ValueError(f"unknown policy {entry!r}: not a baseline ({', '.join(names)}) and no file or folder {path}")
-    if is_tuned_table(path) or (alias == "tuned" and path.is_file()):
+    if is_tuned_table(path) or (alias == "tuned" and not path.is_dir()):  # a FIFO or device too: refused there
         load_tuned_table(path)  # a malformed table fails now, naming the file
         return PolicySpec(alias or path.stem, baseline="tuned", table=path)
     folder = path if path.is_dir() else path.parent

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, TypedDict, cast
 import numpy as np
 
 from llmsched_env.common.checks import check_int, check_positive
+from llmsched_env.common.files import TRACE_BYTES, check_regular_file
 from llmsched_env.workloads.trace_io import DECOMPRESS_ERRORS, bad_gzip_message, open_text
 
 if TYPE_CHECKING:
@@ -54,6 +55,10 @@ def _parse_length_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
         return _parse_length_rows(path)
     except DECOMPRESS_ERRORS as e:  # a .gz name whose content is not gzip data, or a truncated stream
         raise ValueError(bad_gzip_message(path, e)) from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason}); is this a length file?") from None
+    except csv.Error as e:  # a field past the csv module's size limit, ...
+        raise ValueError(f"{path}: malformed CSV ({e})") from None
 
 
 def _parse_length_rows(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -75,6 +80,11 @@ def _parse_length_rows(path: Path) -> tuple[np.ndarray, np.ndarray]:
         for row in reader:
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue  # blank line
+            if len(row) > len(names) and any(cell.strip() for cell in row[len(names) :]):
+                raise ValueError(
+                    f"{path}:{reader.line_num}: the row has {len(row)} fields but the header {len(names)}; the "
+                    "extra ones belong to no column (a stray comma, or a column missing from the header?)"
+                )
             for col_i, col, dest in ((pi, prompt_col, prompts), (oi, output_col, outputs)):
                 text = row[col_i] if col_i < len(row) else ""
                 try:
@@ -103,11 +113,13 @@ def load_length_file(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarr
     ending in ``.gz``). Parsed files are cached per
     (absolute path, modification time). Raises ``ValueError`` naming the file, line and column on bad input.
     """
-    p = Path(path).expanduser().resolve()
+    given = Path(path).expanduser()
+    p = given.resolve()
     try:
         mtime_ns = p.stat().st_mtime_ns
     except OSError as e:
         raise ValueError(f"length file {p} cannot be read ({e.strerror}); check the path") from None
+    check_regular_file(given, TRACE_BYTES)  # named as given: a link to /dev/zero is refused naming the link
     cached = _LENGTH_CACHE.get(str(p))
     if cached is not None and cached[0] == mtime_ns:
         return cached[1], cached[2]

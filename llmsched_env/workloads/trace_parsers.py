@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from llmsched_env.common.files import FileRefusedError
 from llmsched_env.workloads.trace import MOONCAKE_PREFIX_ID_TOKENS, Trace, is_finite_number
 from llmsched_env.workloads.trace_io import DECOMPRESS_ERRORS, bad_gzip_message, data_stem, data_suffix, read_bytes
 
@@ -53,9 +54,12 @@ def _unreadable(path: Path, error: OSError) -> TraceError:
 
 def _read_lines(path: Path) -> list[str]:
     """The file's lines without line ends (decompressed first for a ``.gz`` name); line i (0-based) is file
-    line i + 1."""
+    line i + 1. Bounded (``trace_io.open_bytes``): a file that is not regular, too large or with too long a line
+    is a ``TraceError`` naming it and the limit."""
     try:
         data = read_bytes(path)
+    except FileRefusedError as e:
+        raise TraceError(str(e)) from None
     except DECOMPRESS_ERRORS as e:  # before OSError: BadGzipFile is one
         raise TraceError(bad_gzip_message(path, e)) from None
     except OSError as e:
@@ -301,6 +305,12 @@ def _parse_csv(
             row = _split_csv(line)
         except csv.Error as e:
             raise TraceError(f"{path}:{i + 1}: malformed CSV row ({e})") from None
+        if len(row) > len(header) and any(cell.strip() for cell in row[len(header) :]):
+            raise TraceError(
+                f"{path}:{i + 1}: the row has {len(row)} fields but the header {len(header)}; "
+                f"{_short(row[len(header) :])} belong(s) to no column (a stray comma, or a column missing from the "
+                "header?)"
+            )
         parser.add_record(i + 1, [cell.strip() for cell in row], index, missing_cell)
     if not parser.rows.lines:
         raise TraceError(f"{path}:{header_i + 2}: no data rows after the header on line {header_i + 1}")

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from llmsched_env.common.files import TRACE_BYTES, FileRefusedError, check_regular_file
 from llmsched_env.workloads.trace import MOONCAKE_PREFIX_ID_TOKENS, Trace
 from llmsched_env.workloads.trace_parsers import (
     GENERIC_FIELDS,
@@ -57,11 +58,16 @@ _CACHE: OrderedDict[tuple[Any, ...], Trace] = OrderedDict()
 
 def _load(path: str | os.PathLike[str], fmt: str, reader: Callable[..., Trace], **options: Any) -> Trace:
     """``reader(resolved path, **options)``, cached per (path, mtime, size, ``fmt``, options)."""
-    p = Path(path).expanduser().resolve()
+    given = Path(path).expanduser()
+    p = given.resolve()
     try:
         st = p.stat()
     except OSError as e:
         raise _unreadable(p, e) from None
+    try:  # named as given: a link to /dev/zero is refused naming the link (the read checks again, bounded)
+        check_regular_file(given, TRACE_BYTES)
+    except FileRefusedError as e:
+        raise TraceError(str(e)) from None
     frozen = tuple(sorted((k, tuple(sorted(v.items())) if isinstance(v, Mapping) else v) for k, v in options.items()))
     key = (str(p), st.st_mtime_ns, st.st_size, fmt, frozen)
     try:

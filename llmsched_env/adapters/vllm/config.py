@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, read_text
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.decider import DECIDER_MODES
@@ -187,7 +188,9 @@ class AdapterConfig:
         file and the field for anything wrong."""
         p = Path(path)
         try:
-            text = p.read_text()
+            text = read_text(p, CONFIG_BYTES)
+        except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
+            raise
         except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"{p}: cannot read the llmsched adapter config: {exc}") from None
         yaml_file = p.suffix in (".yaml", ".yml")

@@ -1,0 +1,284 @@
+"""Reading a file a user names, bounded: only a regular file, and never more bytes than a limit.
+
+Every file the commands and the library read on a user's word (traces, exported policies, checkpoints and their
+signatures, cost models, tuned tables, configs) goes through here, so that none of them can take the host's
+memory or hang the process:
+
+- only a regular file is read (a symlink to one is fine). A FIFO, a device such as ``/dev/zero``, a socket or a
+  folder is refused in one line naming the file, checked with ``os.stat`` before the file is opened (opening a
+  FIFO blocks until a writer comes) and checked again on the open descriptor (opened non-blocking), so a file
+  swapped for a FIFO in between is refused too;
+- its size (``st_size``: a sparse file counts at its full size) must be at most the limit of its kind
+  (``ByteLimit``), and reading stops with the same error should the file grow past it while it is read;
+- a stream (a ``.gz`` trace being decompressed) is wrapped by ``BoundedReader``, which refuses it once it yields
+  more bytes than the limit, or a line longer than a line limit, without holding more than one chunk of it.
+
+Each limit has a default far above any legitimate file of its kind; those a user could outgrow are raised by an
+environment variable (``ByteLimit.env``), which the error message names. ``FileRefusedError`` (a ``ValueError``)
+carries the one-line message; the readers of each kind turn it into their own error class. Standard library only.
+
+    text = read_text(path, CONFIG_BYTES)                 # FileRefusedError for a FIFO, /dev/zero, a 2 GB file
+    with open_regular(path, TRACE_BYTES) as f: ...       # a binary file object that refuses to read past the limit
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = [
+    "CHECKPOINT_BYTES",
+    "CONFIG_BYTES",
+    "KEY_BYTES",
+    "LIMITS",
+    "POLICY_BYTES",
+    "RECORD_BYTES",
+    "SIGNATURE_BYTES",
+    "TRACE_BYTES",
+    "TRACE_LINE_BYTES",
+    "BoundedReader",
+    "ByteLimit",
+    "FileRefusedError",
+    "check_regular_file",
+    "csv_records",
+    "open_regular",
+    "read_bytes",
+    "read_text",
+]
+
+_KIB, _MIB, _GIB = 1 << 10, 1 << 20, 1 << 30
+_CHUNK = 1 << 20  # bytes read at a time by BoundedReader.readall
+
+
+class FileRefusedError(ValueError):
+    """A file that is not read: not a regular file, or larger than the limit of its kind. One line naming it."""
+
+
+@dataclass(frozen=True)
+class ByteLimit:
+    """The most bytes one kind of file may hold: ``default``, or ``$env`` when that is set (for the kinds a user
+    may outgrow; None for those whose size is fixed, such as a signature)."""
+
+    what: str  # the kind of file, for messages: "a trace", "the policy weights", ...
+    default: int
+    env: str | None = None
+
+    def value(self) -> int:
+        """The limit in bytes now: ``$env`` when it is set and not empty, else ``default``. ``ValueError`` naming
+        the variable for a value that is not a whole number of bytes > 0 (underscores allowed: 4_000_000_000)."""
+        text = os.environ.get(self.env, "").strip() if self.env else ""
+        if not text:
+            return self.default
+        try:
+            limit = int(text)
+        except ValueError:
+            limit = 0
+        if limit <= 0:
+            raise ValueError(f"{self.env}={text!r}: expected a whole number of bytes > 0 (the limit for {self.what})")
+        return limit
+
+    def hint(self) -> str:
+        """How to raise the limit, for the end of a message ("" when it is fixed)."""
+        return f"; set {self.env} to a larger number of bytes to raise it" if self.env else ""
+
+
+# The limits, each well above any legitimate file of its kind (docs/reliability.md, "Bounded reads").
+TRACE_BYTES = ByteLimit("a trace", 1 * _GIB, "LLMSCHED_MAX_TRACE_BYTES")  # on disk, and decompressed for a .gz
+TRACE_LINE_BYTES = ByteLimit("a trace line", 1 * _MIB, "LLMSCHED_MAX_TRACE_LINE_BYTES")
+POLICY_BYTES = ByteLimit("the policy weights", 256 * _MIB, "LLMSCHED_MAX_POLICY_BYTES")
+CHECKPOINT_BYTES = ByteLimit("a checkpoint", 1 * _GIB, "LLMSCHED_MAX_CHECKPOINT_BYTES")
+CONFIG_BYTES = ByteLimit("a JSON or YAML file", 16 * _MIB, "LLMSCHED_MAX_CONFIG_BYTES")
+RECORD_BYTES = ByteLimit("a live run's records", 1 * _GIB, "LLMSCHED_MAX_RECORD_BYTES")
+SIGNATURE_BYTES = ByteLimit("a checkpoint signature", 4 * _KIB)  # 64 hex digits and a newline
+KEY_BYTES = ByteLimit("the checkpoint key", 4 * _KIB)  # 32 bytes
+LIMITS = (
+    TRACE_BYTES,
+    TRACE_LINE_BYTES,
+    POLICY_BYTES,
+    CHECKPOINT_BYTES,
+    CONFIG_BYTES,
+    RECORD_BYTES,
+    SIGNATURE_BYTES,
+    KEY_BYTES,
+)
+
+_KINDS: tuple[tuple[Callable[[int], bool], str], ...] = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def _not_regular(path: Path, mode: int, what: str) -> FileRefusedError:
+    real = os.path.realpath(path)
+    target = f", reached through a link to {real}" if real != os.path.abspath(path) else ""
+    return FileRefusedError(f"{path}: {_kind(mode)}{target}; {what} must be a regular file")
+
+
+def _too_big(path: Path, size: int, limit: ByteLimit, bound: int) -> FileRefusedError:
+    return FileRefusedError(f"{path}: {size:,} bytes, over the {bound:,}-byte limit for {limit.what}{limit.hint()}")
+
+
+def check_regular_file(path: str | os.PathLike[str], limit: ByteLimit) -> os.stat_result:
+    """``path``'s ``os.stat`` (links followed) when it is a regular file of at most ``limit`` bytes;
+    ``FileRefusedError`` otherwise. Opens nothing. ``OSError`` (``FileNotFoundError``, ...) as ``os.stat`` raises
+    it, for the caller's own message."""
+    p = Path(path)
+    st = os.stat(p)
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_regular(p, st.st_mode, limit.what)
+    bound = limit.value()
+    if st.st_size > bound:
+        raise _too_big(p, st.st_size, limit, bound)
+    return st
+
+
+def open_regular(path: str | os.PathLike[str], limit: ByteLimit) -> IO[bytes]:
+    """``path`` opened for reading bytes once ``check_regular_file`` passes, as a buffered file object that
+    refuses (``FileRefusedError``) to read past ``limit`` should the file grow. Opened non-blocking and checked
+    again on the descriptor, so a FIFO put in its place after the check is refused rather than waited on."""
+    p = Path(path)
+    check_regular_file(p, limit)
+    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(p, st.st_mode, limit.what)
+        raw = io.FileIO(fd, "rb", closefd=True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return io.BufferedReader(BoundedReader(raw, p, limit), buffer_size=_CHUNK)
+
+
+def read_bytes(path: str | os.PathLike[str], limit: ByteLimit) -> bytes:
+    """The whole content of the regular file ``path`` of at most ``limit`` bytes (``open_regular``)."""
+    with open_regular(path, limit) as f:
+        return f.read()
+
+
+def read_text(path: str | os.PathLike[str], limit: ByteLimit, encoding: str = "utf-8") -> str:
+    """``read_bytes`` decoded (``UnicodeDecodeError``, a ``ValueError``, for bytes that are not ``encoding``)."""
+    return read_bytes(path, limit).decode(encoding)
+
+
+def csv_records(path: str | os.PathLike[str], limit: ByteLimit) -> list[tuple[int, dict[str, str]]]:
+    """The rows of the CSV file ``path`` (read as ``read_text``), each with its 1-based line, as dicts keyed by
+    the header. ``ValueError`` naming the file and line for a row with more fields than the header (``csv``'s
+    ``DictReader`` would keep them under the key None, and a reader drop them without a word) and for a
+    malformed row (``csv.Error``)."""
+    reader = csv.DictReader(io.StringIO(read_text(path, limit), newline=""))
+    rows: list[tuple[int, dict[str, str]]] = []
+    try:
+        for row in reader:
+            extra = row.pop(None, None)
+            if extra is not None and any(str(cell).strip() for cell in extra):
+                raise ValueError(
+                    f"{path}:{reader.line_num}: the row has {len(row) + len(extra)} fields but the header "
+                    f"{len(row)}; the extra ones belong to no column"
+                )
+            rows.append((reader.line_num, row))
+    except csv.Error as exc:
+        raise ValueError(f"{path}:{reader.line_num}: malformed CSV ({exc})") from None
+    return rows
+
+
+class BoundedReader(io.RawIOBase):
+    """A binary stream over ``inner`` that raises ``FileRefusedError`` (naming ``path``) once more than ``limit``
+    bytes come through it or, with ``line_limit``, once a line (up to a ``\\n``) grows longer than that. For a
+    decompressing ``inner`` (``decompressed``: the message says so) this stops a bomb after ``limit`` bytes of
+    output, one chunk at a time. Closing it closes ``inner``, then ``underlying`` (the file a ``GzipFile`` reads,
+    which closing the ``GzipFile`` leaves open)."""
+
+    def __init__(
+        self,
+        inner: Any,
+        path: str | os.PathLike[str],
+        limit: ByteLimit,
+        line_limit: ByteLimit | None = None,
+        decompressed: bool = False,
+        underlying: Any = None,
+    ) -> None:
+        super().__init__()
+        self._inner = inner
+        self._path = Path(path)
+        self._limit = limit
+        self._bound = limit.value()
+        self._line_limit = line_limit
+        self._line_bound = line_limit.value() if line_limit is not None else 0
+        self._decompressed = decompressed
+        self._underlying = underlying
+        self._total = 0  # bytes through so far
+        self._newlines = 0  # line ends through so far
+        self._run = 0  # bytes since the last line end
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n: int = self._inner.readinto(buffer) or 0
+        if n:
+            self._total += n
+            if self._total > self._bound:
+                how = "decompresses to" if self._decompressed else "holds"
+                raise FileRefusedError(
+                    f"{self._path}: {how} more than {self._bound:,} bytes, the limit for {self._limit.what}"
+                    f"{self._limit.hint()}"
+                )
+            if self._line_limit is not None:
+                self._count_lines(bytes(memoryview(buffer)[:n]))
+        return n
+
+    def readall(self) -> bytes:
+        chunks = []
+        while chunk := self.read(_CHUNK):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _count_lines(self, data: bytes) -> None:
+        bound = self._line_bound
+        first = data.find(b"\n")
+        if first < 0:
+            self._run += len(data)
+            if self._run > bound:
+                raise self._long_line(self._newlines + 1)
+            return
+        if self._run + first > bound:
+            raise self._long_line(self._newlines + 1)
+        last = data.rfind(b"\n")
+        if last - first - 1 > bound:  # the whole lines between the chunk's first and last line end
+            for i, piece in enumerate(data[first + 1 : last].split(b"\n"), start=2):
+                if len(piece) > bound:
+                    raise self._long_line(self._newlines + i)
+        self._newlines += data.count(b"\n")
+        self._run = len(data) - last - 1
+        if self._run > bound:
+            raise self._long_line(self._newlines + 1)
+
+    def _long_line(self, line: int) -> FileRefusedError:
+        assert self._line_limit is not None
+        return FileRefusedError(
+            f"{self._path}:{line}: a line longer than {self._line_bound:,} bytes, the limit for "
+            f"{self._line_limit.what}{self._line_limit.hint()}"
+        )
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                self._inner.close()
+                if self._underlying is not None:
+                    self._underlying.close()
+            finally:
+                super().close()
