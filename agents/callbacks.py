@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 import baselines
 from agents.sb3 import SB3Policy
-from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, read_text
+from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, parse_json, read_text
 from llmsched_env.common.outputs import replaced_atomically, write_text_atomically
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.progress import Progress, status
@@ -206,7 +206,7 @@ def read_best(folder: Path, eval_setup: dict[str, Any], warn: bool = True) -> fl
     if not path.exists():
         return None
     try:
-        best = json.loads(read_text(path, CONFIG_BYTES))
+        best = parse_json(read_text(path, CONFIG_BYTES))
     except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
         raise
     except (OSError, UnicodeDecodeError, ValueError) as exc:

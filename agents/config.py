@@ -48,6 +48,8 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
             value = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise ValueError(f"--hp {item!r}: the value is not valid YAML ({exc})") from None
+        except RecursionError:
+            raise ValueError(f"--hp {item[:40]!r}...: the value is nested too deeply to parse") from None
         if isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
             with contextlib.suppress(ValueError):
                 value = float(value)
@@ -82,6 +84,8 @@ def read_hyperparam_file(algo: str, path: Path | None = None) -> dict[str, Any]:
         raise ValueError(f"{file}: cannot read the hyperparameter file ({exc})") from None
     except yaml.YAMLError as exc:
         raise ValueError(f"{file}: invalid YAML ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"{file}: invalid YAML (nested too deeply to parse)") from None
     if not isinstance(data, dict) or not isinstance(data.get("default", {}), dict):
         raise ValueError(f"{file}: expected a mapping of scenario -> hyperparameters with a 'default' entry")
     return data

@@ -336,3 +336,30 @@ def test_a_tuned_table_through_a_link_is_read(tmp_path: Path) -> None:
     assert load_tuned_table(link).entries == {}
     with pytest.raises(FileRefusedError, match="a folder"):
         read_bytes(tmp_path, CONFIG_BYTES)
+
+
+# ------------------------------------------------------------------------------------ nested too deeply
+DEEP = "[" * 100_000  # 100 kB: past Python's recursion limit in json and yaml
+
+
+def test_deep_json_and_yaml_are_one_line_naming_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from agents.config import parse_overrides, read_hyperparam_file
+
+    deep = tmp_path / "deep.json"
+    deep.write_text(DEEP)
+    with pytest.raises(ValueError, match=r"deep\.json: not readable JSON \(nested too deeply to parse"):
+        load_cost_model(str(deep))
+    with pytest.raises(ValueError, match=r"deep\.json: not a readable JSON tuned-settings table: nested too deeply"):
+        load_tuned_table(deep)
+    folder = _policy(tmp_path)
+    (folder / "policy.json").write_text(DEEP)
+    with pytest.raises(PolicyFileError, match=r"policy\.json: cannot read the policy description: nested too deep"):
+        load_policy_file(folder)
+    yml = tmp_path / "deep.yml"
+    yml.write_text("default: " + DEEP)
+    with pytest.raises(ValueError, match=r"deep\.yml: invalid YAML \(nested too deeply to parse\)"):
+        read_hyperparam_file("maskable_ppo", yml)
+    with pytest.raises(ValueError, match=r"the value is nested too deeply to parse"):
+        parse_overrides(["x=" + DEEP])
+    line = _usage_error(["--policies", f"tuned={deep}", "--scenarios", "default"], capsys)
+    assert "nested too deeply to parse" in line

@@ -28,7 +28,6 @@ TTFT to the simulated TTFT and E2E.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from dataclasses import MISSING, fields
 from pathlib import Path
@@ -37,7 +36,7 @@ from typing import Any
 from llmsched_env.adapters.vllm.config import AdapterConfig
 from llmsched_env.commands.evaluate_args import tenant_slos
 from llmsched_env.commands.help import DefaultsFormatter
-from llmsched_env.common.files import CONFIG_BYTES, read_text
+from llmsched_env.common.files import CONFIG_BYTES, parse_json, read_text
 from llmsched_env.common.outputs import check_output, write_csv
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.engine.config import EngineConfig, TenantConfig
@@ -81,7 +80,7 @@ def logged_engine_config(log_dir: Path) -> EngineConfig:
     """The ``EngineConfig`` the adapter recorded in ``log_dir``/engine.json; ``ValueError`` naming the file."""
     path = log_dir / "engine.json"
     try:
-        data = json.loads(read_text(path, CONFIG_BYTES))
+        data = parse_json(read_text(path, CONFIG_BYTES))
         names = {f.name for f in fields(EngineConfig)}
         return EngineConfig(**{k: v for k, v in data.items() if k in names})
     except (OSError, ValueError, TypeError) as exc:

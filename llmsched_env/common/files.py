@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import stat
 from collections.abc import Callable
@@ -48,6 +49,7 @@ __all__ = [
     "check_regular_file",
     "csv_records",
     "open_regular",
+    "parse_json",
     "read_bytes",
     "read_text",
 ]
@@ -282,3 +284,13 @@ class BoundedReader(io.RawIOBase):
                     self._underlying.close()
             finally:
                 super().close()
+
+
+def parse_json(text: str, **kwargs: Any) -> Any:
+    """``json.loads(text, **kwargs)``, with a document nested deeper than Python's recursion limit (a few
+    kilobytes of ``[``) raised as the ``json.JSONDecodeError`` that every reader already reports, naming its
+    file, instead of a ``RecursionError``."""
+    try:
+        return json.loads(text, **kwargs)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply to parse", text[:80], 0) from None

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, read_text
+from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, parse_json, read_text
 from llmsched_env.costs.analytic import AnalyticCostModel
 from llmsched_env.costs.base import CostModel, prefill_time_s, unloaded_decode_time_s
 from llmsched_env.costs.linear import LinearCostModel
@@ -52,7 +52,7 @@ def load_cost_model(name_or_path: str | os.PathLike[str]) -> CostModel:
             f"unknown cost model preset {text!r}; available presets: {list_presets()} (or give a .json path)"
         )
     try:
-        data = json.loads(read_text(path, CONFIG_BYTES))
+        data = parse_json(read_text(path, CONFIG_BYTES))
     except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
         raise
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:

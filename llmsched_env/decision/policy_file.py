@@ -16,7 +16,6 @@ defaults); a policy with another one (``ACTIVATION_NAMES``) needs a ``forward`` 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +25,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load as load_safetensors
 
-from llmsched_env.common.files import CONFIG_BYTES, POLICY_BYTES, FileRefusedError, read_bytes, read_text
+from llmsched_env.common.files import CONFIG_BYTES, POLICY_BYTES, FileRefusedError, parse_json, read_bytes, read_text
 from llmsched_env.decision.actions import ACTION_COMPONENTS
 from llmsched_env.decision.schema import SCHEMAS, schema_summary
 
@@ -115,7 +114,7 @@ def _int64(text: str) -> int:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        meta = json.loads(read_text(path, CONFIG_BYTES), parse_int=_int64)
+        meta = parse_json(read_text(path, CONFIG_BYTES), parse_int=_int64)
     except FileRefusedError as exc:  # a FIFO, a device, a file over the limit: the message names it already
         raise PolicyFileError(str(exc)) from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, read_text
+from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, parse_json, read_text
 from llmsched_env.decision.actions import UNLIMITED, ActionSpec
 from llmsched_env.engine.batch import Decision, QueueOrder
 
@@ -147,7 +147,7 @@ class TunedTable:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(read_text(path, CONFIG_BYTES))
+        return parse_json(read_text(path, CONFIG_BYTES))
     except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
         raise
     except FileNotFoundError:
@@ -162,7 +162,7 @@ def is_tuned_table(path: str | Path) -> bool:
     if not p.is_file() or p.suffix != ".json":
         return False
     try:
-        data = json.loads(read_text(p, CONFIG_BYTES))
+        data = parse_json(read_text(p, CONFIG_BYTES))
     except (OSError, ValueError):  # FileRefusedError, UnicodeDecodeError and JSONDecodeError are ValueErrors
         return False
     return isinstance(data, dict) and data.get("format") == TUNED_FORMAT

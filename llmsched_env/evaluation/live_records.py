@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from llmsched_env.common.files import RECORD_BYTES, read_text
+from llmsched_env.common.files import RECORD_BYTES, parse_json, read_text
 
 __all__ = [
     "FINISHED_STATUSES",
@@ -177,7 +177,7 @@ def _jsonl(path: Path) -> Iterator[tuple[int, Any]]:
     for n, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             try:
-                yield n, json.loads(line)
+                yield n, parse_json(line)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{n}: not valid JSON: {exc.msg} (column {exc.colno})") from None
 
@@ -188,7 +188,7 @@ def _json(path: Path) -> Any:
     except OSError as exc:
         raise ValueError(f"{path}: cannot read: {exc.strerror}") from None
     try:
-        return json.loads(text)
+        return parse_json(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg} (column {exc.colno})") from None
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from llmsched_env.common.files import FileRefusedError
+from llmsched_env.common.files import FileRefusedError, parse_json
 from llmsched_env.workloads.trace import MOONCAKE_PREFIX_ID_TOKENS, Trace, is_finite_number
 from llmsched_env.workloads.trace_io import DECOMPRESS_ERRORS, bad_gzip_message, data_stem, data_suffix, read_bytes
 
@@ -110,7 +110,7 @@ def _as_ids(value: Any) -> tuple[int, ...] | None:
         text = value.strip()
         if text.startswith("["):
             try:
-                value = json.loads(text)
+                value = parse_json(text)
             except ValueError:
                 return None
         else:

@@ -11,14 +11,13 @@ naming the table's entry; a table of one entry needs none).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, read_text
+from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, parse_json, read_text
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.decider import DECIDER_MODES
@@ -200,7 +199,7 @@ class AdapterConfig:
 
                 data = yaml.safe_load(text)
             else:
-                data = json.loads(text)
+                data = parse_json(text)
         except Exception as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise ValueError(f"{p}: not valid {'YAML' if yaml_file else 'JSON'}: {first}") from None
