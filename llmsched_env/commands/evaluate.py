@@ -236,7 +236,8 @@ def _rows_log(
         except ValueError as exc:  # a rows file that is not one
             _fail(ValueError(f"--resume: {exc}"))
         clear_outputs(args.out, keep=(ROWS_NAME, RECORD_NAME))
-        what = "capacity searches" if args.capacity else "runs"
+        one, many = ("capacity search", "capacity searches") if args.capacity else ("run", "runs")
+        what = one if len(finished) == 1 else many
         _note(f"resuming: {len(finished)} finished {what} in {rows_path}")
         return log, finished
     if args.resume:
