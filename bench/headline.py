@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from llmsched_env.common.outputs import replaced_atomically, write_text_atomically
 from llmsched_env.decision.lookahead import is_bound
 from llmsched_env.evaluation.capacity import read_per_seed, read_window_limited
 from llmsched_env.evaluation.identity import TRAJECTORY, identical_groups, read_trajectories
@@ -195,7 +196,8 @@ def plot(rows: list[dict[str, object]], path: Path, agent: str = AGENT) -> None:
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with replaced_atomically(path) as tmp:  # a kill or a full disk mid-write leaves the old plot whole
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
 
 
@@ -214,7 +216,7 @@ def main() -> None:
         text += "\n\nRouters (LLMSchedCluster-v0):\n\n" + markdown(routers, "learned router", "best router")
     print(text)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".md").write_text(text + "\n")
+    write_text_atomically(out.with_suffix(".md"), text + "\n")
     if single:
         plot(single, out.with_suffix(".png"), args.agent)
     print(f"wrote {out.with_suffix('.md')}" + (f" and {out.with_suffix('.png')}" if single else ""))

@@ -8,6 +8,9 @@
 # The figures in the docs were produced scenario by scenario with these same commands (tuned searched
 # apart, into RESULTS/S-capacity-tuned, as its table was filled; the generalist, random and mixed-slo's vtc
 # into S-capacity-generalist and S-capacity-schema2 on 2026-12-02); bench/headline.py gathers them all.
+#   RESUME=1 bash bench/headline.sh RESULTS  continues after a kill: each run takes the searches its
+#                                             RESULTS/S-capacity/rows.jsonl holds (docs/reliability.md) and
+#                                             a finished one is rewritten from its rows, not measured again
 set -euo pipefail
 OUT=${1:-docs/results/test}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -27,11 +30,11 @@ size() {
 }
 for S in ${SCENARIOS-default azure-conv azure-code mooncake-conv sharegpt-poisson bursty multi-tenant-overload \
          mixed-slo tenants-on-off mix-shift short-long remote-kv}; do
-  python evaluate.py --capacity --per-seed --split test --seeds 0,1,2,3,4 --scenarios "$S" \
+  python evaluate.py --capacity --per-seed --split test --seeds 0,1,2,3,4 --scenarios "$S" ${RESUME:+--resume} \
       --num-requests "$(size "$S")" --policies "$B,agent=policies/$S" --no-progress --force --out "$OUT/$S-capacity"
 done
 for S in ${CLUSTERS-cluster-azure-conv-4 cluster-azure-conv-8 cluster-mooncake-4 cluster-mooncake-8}; do
-  python evaluate.py --capacity --per-seed --split test --seeds 0,1,2,3,4 --scenarios "$S" \
+  python evaluate.py --capacity --per-seed --split test --seeds 0,1,2,3,4 --scenarios "$S" ${RESUME:+--resume} \
       --num-requests "$(size "$S")" --policies "$R,agent=policies/$S" --no-progress --force --out "$OUT/$S-capacity"
 done
 python bench/headline.py --results "$OUT"

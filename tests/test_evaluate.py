@@ -177,8 +177,8 @@ def test_plots_module_needs_no_pyplot_gymnasium_or_torch() -> None:
     tree = ast.parse((ROOT / "llmsched_env" / "evaluation" / "plots.py").read_text())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert {m.split(".")[0] for m in imported} <= {"__future__", "collections", "math", "pathlib", "typing", "numpy",
-                                                   "matplotlib"}  # fmt: skip
+    assert {m.split(".")[0] for m in imported} <= {"__future__", "collections", "math", "os", "pathlib", "typing",
+                                                   "numpy", "matplotlib"}  # fmt: skip
     # drawing leaves pyplot's global state alone (the package itself registers the env, hence gymnasium)
     code = "import sys, llmsched_env.evaluation.plots; assert 'matplotlib.pyplot' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -14,6 +14,12 @@ writes every run's metrics as TensorBoard scalars (step = seed); either inside `
 ``docs/results/`` or the installed package is refused unless ``--force``. ``--capacity`` searches each
 policy's highest load with attainment >= 90% instead.
 
+``--out`` is held by one evaluation at a time (a second is refused in one line); a new evaluation there first
+removes the files an earlier one wrote (by name: ``outputs.EVALUATION_FILES``), appends each finished run (or
+capacity search) to ``rows.jsonl`` as it ends (``evaluation.json`` records what it runs), writes every file
+atomically and ``complete.json`` last. ``--resume`` continues a killed evaluation from ``rows.jsonl``: the
+same options, only the runs not yet there (docs/reliability.md).
+
 ``--engine vllm`` also runs every episode through vLLM's real scheduler (the ``vllm`` extra; the policy decides
 vLLM's batches, the same cost model prices them) and prints its SLO attainment next to the simulator's.
 
@@ -27,13 +33,17 @@ Everything it does is a library call (``llmsched_env.evaluation``: ``EvalConfig`
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
+import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any, NoReturn
 
 from llmsched_env.commands.evaluate_args import PROG, build_parser, config_from_args
 from llmsched_env.commands.help import program
+from llmsched_env.common.outputs import is_complete, locked_output, mark_complete
 from llmsched_env.evaluation import (
     EvalConfig,
     InputError,
@@ -51,24 +61,38 @@ from llmsched_env.evaluation import (
     write_tensorboard,
 )
 from llmsched_env.evaluation.capacity import capacity_notes
-from llmsched_env.evaluation.outputs import RESULTS_TITLE, LiveTable
+from llmsched_env.evaluation.grid import FinishedRun
+from llmsched_env.evaluation.outputs import RESULTS_TITLE, LiveTable, clear_outputs
 from llmsched_env.evaluation.progress import Progress
+from llmsched_env.evaluation.resume import RECORD_NAME, ROWS_NAME, RowsLog, check_resumable, evaluation_record
 from llmsched_env.evaluation.sustained import absent_tenant_notes, unsustained
 
 __all__ = ["main", "parse"]
 
 
 def parse(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, EvalConfig]:
-    """The options and the ``EvalConfig`` of a command line; a bad one exits (status 2) with a usage line."""
+    """The options and the ``EvalConfig`` of a command line; a bad one exits (status 2) with a usage line.
+    ``args.flags`` maps each option's name to its flag (``policy_timeout_s`` -> ``--policy-timeout``)."""
     parser = build_parser(__doc__ or "")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the evaluation in --out that was killed: run only what its rows.jsonl lacks (the same "
+        "options; another evaluation there is refused), then write every file from all the rows; with nothing "
+        "there to resume, start one",
+    )
     args = parser.parse_args(argv)
+    if args.resume and (args.out is None or args.describe or args.engine == "vllm"):
+        parser.error("--resume continues an evaluation in --out: it needs --out, and no --describe or --engine vllm")
+    args.flags = {a.dest: max(a.option_strings, key=len) for a in parser._actions if a.option_strings}
     return args, config_from_args(parser, args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``llmsched-evaluate`` with ``argv`` (default: the process's arguments); 0 on success. A bad
     argument exits with status 2 and one usage line; an input found bad only when its run starts (a weights
-    file) exits with status 1 and one error line."""
+    file), an ``--out`` another evaluation holds, or a ``--resume`` of another evaluation exits with status 1
+    and one error line."""
     args, config = parse(argv)
     if args.describe:
         for scenario in config.scenarios:
@@ -87,52 +111,160 @@ def main(argv: Sequence[str] | None = None) -> int:
         if spec.path is not None:
             exported = spec.load()
             print(f"policy {spec.name}: {exported.path} ({exported.meta.get('algo', '?')})")
+    line = [PROG[0], *(sys.argv[1:] if argv is None else argv)]
     if args.engine == "vllm":
-        return _vllm(config, args)
+        with _holding(args.out):  # before any episode: one evaluation per --out
+            return _vllm(config, args, line)
+    record = _record(config, args)
+    if record is not None and args.resume:  # another evaluation there: refused before the folder is touched
+        _resumable(args.out, record)
+    killed = args.out is not None and (args.out / ROWS_NAME).is_file() and not is_complete(args.out)
+    with _holding(args.out):
+        return _evaluate(config, args, line, record, killed)
+
+
+def _evaluate(
+    config: EvalConfig,
+    args: argparse.Namespace,
+    line: list[str],
+    record: dict[str, Any] | None = None,
+    killed: bool = False,
+) -> int:
+    """The grid or the capacity searches, with ``--out`` held (its evaluation ``record``; ``killed``: it holds
+    the rows of an evaluation that did not finish): its rows file, then the result files and the completion
+    marker."""
     flagged = [] if args.capacity else unsustained(config)
-    notes = absent_tenant_notes(config) + [f"unsustained windows: {line}" for line in flagged]
-    for line in notes + (capacity_notes(config, args.per_seed) if args.capacity else []):
-        print(f"{program(*PROG)}: {line}", file=sys.stderr, flush=True)
+    notes = absent_tenant_notes(config) + [f"unsustained windows: {text}" for text in flagged]
+    for note in notes + (capacity_notes(config, args.per_seed) if args.capacity else []):
+        _note(note)
     plots = args.plots if args.plots is not None else args.out is not None
     summary: list[Row] = []
     details: list[Row] = []
+    log, finished = _rows_log(args, line, record, killed)
     try:
         if config.runtime is not None and not args.no_speed_check:
             _speed_check(config)  # builds the model: a bad weights file is an InputError here
         if args.capacity:
-            rows = _capacity(config, args)
+            rows = _capacity(config, args, log, [run.row for run in finished])
             if args.per_seed:
                 summary = summarize_capacity(rows)
                 print(format_capacity_summary(summary), flush=True)
         else:
-            rows, details = _grid(config, args, plots, sustained_column=bool(flagged))
+            rows, details = _grid(config, args, plots, bool(flagged), log, finished)
             summary = summarize(rows)
             if len(config.seeds) > 1:
                 print(format_summary(summary), flush=True)
     except InputError as exc:  # found only when a run starts (a weights file): one line, no traceback
-        raise SystemExit(f"{program(*PROG)}: error: {exc}") from None  # as argparse names the program
+        _fail(exc)
+    finally:
+        if log is not None:
+            log.close()
     if args.out is not None:
         written = write_results(args.out, rows, summary=summary, details=details, plots=plots)
         print("wrote " + ", ".join(str(p) for p in written))
     if args.tensorboard is not None:
         write_tensorboard(rows, args.tensorboard)
         print(f"wrote TensorBoard events under {args.tensorboard} (tensorboard --logdir {args.tensorboard})")
+    if args.out is not None:  # last: a folder without it holds an evaluation killed or still going
+        taken = len(rows) - (log.appended if log is not None else 0)  # rows an earlier run made (--resume)
+        mark_complete(args.out, {"command": shlex.join(line), "rows": len(rows), "resumed_rows": taken})
     return 0
 
 
-def _vllm(config: EvalConfig, args: argparse.Namespace) -> int:
+def _fail(exc: Exception) -> NoReturn:
+    """Exit (status 1) with one line, as argparse names the program: ``PROG: error: EXC``."""
+    raise SystemExit(f"{program(*PROG)}: error: {exc}") from None
+
+
+def _note(text: str) -> None:
+    print(f"{program(*PROG)}: {text}", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _holding(out: Path | None) -> Iterator[None]:
+    """``out`` locked for this process while the block runs (``common.outputs.locked_output``; nothing
+    without ``--out``); held by another process: one error line."""
+    if out is None:
+        yield
+        return
+    stack = ExitStack()
+    try:
+        stack.enter_context(locked_output(out, PROG[0]))
+    except ValueError as exc:
+        _fail(exc)
+    except OSError as exc:  # the folder cannot be made (a permission, a read-only filesystem)
+        _fail(ValueError(f"--out {out}: cannot be written ({exc.strerror or exc})"))
+    with stack:
+        yield
+
+
+# options that do not change an evaluation's rows: --resume may give them otherwise than the run it continues
+_NOT_COMPARED = ("out", "plots", "tensorboard", "force", "no_progress", "workers", "ray", "ray_cpus", "resume",
+                 "describe", "no_speed_check", "require_sustained", "check_invariants", "flags")  # fmt: skip
+
+
+def _record(config: EvalConfig, args: argparse.Namespace) -> dict[str, Any] | None:
+    """The record of the evaluation ``args`` ask for (``evaluation.resume``), None without ``--out``: the
+    options that decide its rows, by flag, and the files they name."""
+    if args.out is None:
+        return None
+    options = {args.flags.get(k, k): v for k, v in vars(args).items() if k not in _NOT_COMPARED}
+    files = {"--trace": args.trace, "--cost-model": args.cost_model, "--weights": getattr(args, "weights", None)}
+    return evaluation_record(options, config, files)
+
+
+def _resumable(out: Path, record: dict[str, Any]) -> bool:
+    """Whether ``out`` holds an evaluation that ``record``'s resumes (another one there: one error line)."""
+    try:
+        return check_resumable(out, record)
+    except ValueError as exc:
+        _fail(ValueError(f"--resume: {exc}; give the options it ran with, or drop --resume to start afresh"))
+
+
+def _rows_log(
+    args: argparse.Namespace, line: list[str], record: dict[str, Any] | None, killed: bool = False
+) -> tuple[RowsLog | None, list[FinishedRun]]:
+    """With ``--out`` (held): ``--resume`` of the evaluation there, the runs it finished and its rows file open
+    (another evaluation there: one error line); else the files of an earlier evaluation removed (a note on
+    stderr when it was ``killed``) and a new rows file with ``record``. Without ``--out``: no rows file."""
+    if args.out is None or record is None:
+        return None, []
+    rows_path = args.out / ROWS_NAME
+    if args.resume and _resumable(args.out, record):
+        try:
+            log, finished = RowsLog.resume(args.out, record)
+        except ValueError as exc:  # a rows file that is not one
+            _fail(ValueError(f"--resume: {exc}"))
+        clear_outputs(args.out, keep=(ROWS_NAME, RECORD_NAME))
+        one, many = ("capacity search", "capacity searches") if args.capacity else ("run", "runs")
+        what = one if len(finished) == 1 else many
+        _note(f"resuming: {len(finished)} finished {what} in {rows_path}")
+        return log, finished
+    if args.resume:
+        _note(f"--resume: no evaluation to resume in {args.out}; starting one")
+    elif killed and rows_path.stat().st_size > 0:
+        _note(f"{args.out} held the rows of an evaluation that did not finish; starting afresh (--resume continues it)")
+    clear_outputs(args.out)
+    full = {**record, "command": shlex.join(line), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    return RowsLog.start(args.out, full), []
+
+
+def _vllm(config: EvalConfig, args: argparse.Namespace, line: list[str]) -> int:
     """``--engine vllm``: every run on llmsched's simulator and on vLLM's scheduler in the loop, same requests;
     a table of both attainments, and the rows (every metric of both engines) in ``--out``."""
     from llmsched_env.evaluation.vllm_engine import compare_engines, format_comparison
 
+    if args.out is not None:
+        clear_outputs(args.out)
     try:
         rows = compare_engines(config, policy_timeout_s=args.policy_timeout_s)
     except ValueError as exc:
-        raise SystemExit(f"{program(*PROG)}: error: {exc}") from None
+        _fail(exc)
     print(format_comparison(rows), flush=True)
     if args.out is not None:
         written = write_results(args.out, rows, plots=False)
         print("wrote " + ", ".join(str(p) for p in written))
+        mark_complete(args.out, {"command": shlex.join(line), "rows": len(rows)})
     return 0
 
 
@@ -157,13 +289,19 @@ def _speed_check(config: EvalConfig) -> None:
 
 @contextmanager
 def _live(
-    table: LiveTable, args: argparse.Namespace, desc: str, unit: str, total: int, title: str | None = None
+    table: LiveTable,
+    args: argparse.Namespace,
+    desc: str,
+    unit: str,
+    total: int,
+    title: str | None = None,
+    done: Sequence[Row] = (),
 ) -> Iterator[dict[str, Any]]:
-    """A bar over ``total`` steps on stderr, ``title`` and ``table``'s header on stdout now; yields the
-    keyword arguments ``run_grid`` and ``capacity_grid`` share: Ray, each row printed under the header as it
-    comes, the bar."""
+    """A bar over ``total`` steps on stderr, ``title``, ``table``'s header and the ``done`` rows (finished
+    before a ``--resume``) on stdout now; yields the keyword arguments ``run_grid`` and ``capacity_grid``
+    share: Ray, each row printed under the header as it comes, the bar."""
     with Progress(total=total, desc=desc, unit=unit, enabled=not args.no_progress) as bar:
-        for line in ([title] if title else []) + table.head():
+        for line in ([title] if title else []) + table.head() + [table.format(row) for row in done]:
             bar.print(line)
         yield {
             "ray": args.ray,
@@ -174,23 +312,41 @@ def _live(
 
 
 def _grid(
-    config: EvalConfig, args: argparse.Namespace, details: bool, sustained_column: bool = False
+    config: EvalConfig,
+    args: argparse.Namespace,
+    details: bool,
+    sustained_column: bool = False,
+    log: RowsLog | None = None,
+    finished: Sequence[FinishedRun] = (),
 ) -> tuple[list[Row], list[Row]]:
-    """Every run, each row printed as it comes (as its cell comes on Ray); the bar counts runs (cells). With
-    ``sustained_column`` (some window is not sustained) the table shows each run's ``sustained``."""
+    """Every run not ``finished``, each row printed as it comes (as its cell comes on Ray) and appended to
+    ``log``; the bar counts runs (cells). With ``sustained_column`` (some window is not sustained) the table
+    shows each run's ``sustained``."""
     unit = "cell" if args.ray else "run"
     table = results_table(config, sustained=sustained_column)
-    with _live(table, args, "grid", unit, config.num_runs, RESULTS_TITLE) as live:
-        result = run_grid(config, details=details, **live)
+    done = [run.row for run in finished]
+    with _live(table, args, "grid", unit, config.num_runs, RESULTS_TITLE, done) as live:
+        on_run = log.append if log is not None else None
+        result = run_grid(config, details=details, finished=finished, on_run=on_run, **live)
     return result.rows, result.details
 
 
-def _capacity(config: EvalConfig, args: argparse.Namespace) -> list[Row]:
-    """Every (scenario, policy) capacity search, each row printed as its search ends; the bar counts load
-    evaluations, its total growing as the searches go (on Ray: it counts searches)."""
+def _capacity(
+    config: EvalConfig, args: argparse.Namespace, log: RowsLog | None = None, finished: Sequence[Row] = ()
+) -> list[Row]:
+    """Every (scenario, policy) capacity search not ``finished``, each row appended to ``log`` and printed as
+    its search ends; the bar counts load evaluations, its total growing as the searches go (on Ray: it counts
+    searches)."""
     table = capacity_table(config, per_seed=args.per_seed)
-    with _live(table, args, "capacity", "search" if args.ray else "eval", 0) as live:
-        return capacity_grid(config, per_seed=args.per_seed, **live)
+    with _live(table, args, "capacity", "search" if args.ray else "eval", 0, done=finished) as live:
+        show = live.pop("on_row")
+
+        def on_row(row: Row) -> None:
+            if log is not None:
+                log.append(row)  # on disk before the next search starts
+            show(row)
+
+        return capacity_grid(config, per_seed=args.per_seed, finished=finished, on_row=on_row, **live)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,7 @@
-"""Where a command may write: never over what this project ships, unless asked to; and one CSV writer.
+"""Where a command may write and how: never over what this project ships unless asked to; every file through a
+temporary file renamed over it (``replaced_atomically``, ``write_text_atomically``, ``write_csv``); one writer
+per output folder (``locked_output``), marked complete last (``mark_complete``); a rerun's stale files removed
+by name (``remove_outputs``). docs/reliability.md says what each promises.
 
 The commands' defaults write under ``runs/`` and ``results/`` (both ignored by git). What ships is the
 installed packages (``llmsched_env``, ``agents``, ``baselines``: cost-model presets, hyperparameters,
@@ -10,11 +13,12 @@ the reported results). ``check_output(path)`` refuses a path equal to or inside 
 from __future__ import annotations
 
 import csv
+import glob
 import importlib.util
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -29,6 +33,7 @@ __all__ = [
     "is_complete",
     "locked_output",
     "mark_complete",
+    "remove_outputs",
     "replaced_atomically",
     "shipped_folders",
     "write_csv",
@@ -84,12 +89,13 @@ def check_output(path: str | Path, force: bool = False, option: str = "--out", f
 
 def write_csv(rows: Sequence[Mapping[str, Any]], path: Path, columns: Sequence[str] | None = None) -> None:
     """``rows`` as a CSV file with a header: ``columns``, by default every key of every row in first-seen
-    order (a row without a column leaves its cell empty). ``ValueError`` naming ``path`` for no rows and no
-    columns, or for a row with a key that ``columns`` lacks."""
+    order (a row without a column leaves its cell empty). Written atomically (``replaced_atomically``): a full
+    disk or a kill mid-write leaves the old file whole. ``ValueError`` naming ``path`` for no rows and no
+    columns, or for a row with a key that ``columns`` lacks (the old file, if any, then stays)."""
     if not rows and columns is None:
         raise ValueError(f"{path}: no rows to write and no columns given")
     fields = list(columns) if columns is not None else list(dict.fromkeys(key for row in rows for key in row))
-    with Path(path).open("w", newline="") as f:
+    with replaced_atomically(path) as tmp, tmp.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         try:
@@ -100,22 +106,62 @@ def write_csv(rows: Sequence[Mapping[str, Any]], path: Path, columns: Sequence[s
 
 @contextmanager
 def replaced_atomically(path: str | Path) -> Iterator[Path]:
-    """A temporary path beside ``path`` (same folder, same suffix) to write to; when the block ends without an
-    error it replaces ``path`` in one step (``os.replace``), so a crash or a full disk mid-write leaves the old
-    file whole. On an error the temporary file is removed and the error goes on."""
+    """A temporary path beside ``path`` (same folder, ``.STEM.PID.tmpSUFFIX``: the same suffix) to write to;
+    when the block ends without an error the temporary file is flushed to disk (``fsync``) and replaces
+    ``path`` in one step (``os.replace``), so a crash, a kill or a full disk mid-write leaves the old file
+    whole. On an error the temporary file is removed and the error goes on."""
     path = Path(path)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
     try:
         yield tmp
+        _fsync(tmp)
         os.replace(tmp, path)
+        _fsync(path.parent)  # the rename itself on disk (best effort: not every system opens a folder)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _fsync(path: Path) -> None:
+    """Flush the file ``path`` to disk, or a folder's entries (best effort: a system or filesystem that cannot
+    open or flush a folder skips it; a file's flush must work)."""
+    folder = path.is_dir()
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        if folder:
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError:
+        if not folder:
+            raise
+    finally:
+        os.close(fd)
 
 
 def write_text_atomically(path: str | Path, text: str) -> None:
     """``path.write_text(text)`` through ``replaced_atomically``: the file holds the old text or the new, whole."""
     with replaced_atomically(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def remove_outputs(folder: str | Path, names: Iterable[str], keep: Iterable[str] = ()) -> list[Path]:
+    """Remove the files ``names`` of ``folder`` but those in ``keep`` (a command's own outputs from an earlier
+    run, so that none of them lingers beside the new ones), and the temporary files ``replaced_atomically``
+    left beside any of ``names`` when a run was killed mid-write. Nothing else in the folder is touched; call
+    it holding the folder (``locked_output``). Returns the files removed."""
+    folder = Path(folder)
+    kept = set(keep)
+    removed = []
+    for name in names:
+        target = folder / name
+        leftovers = sorted(folder.glob(f".{glob.escape(target.stem)}.*.tmp{glob.escape(target.suffix)}"))
+        for path in [*([] if name in kept else [target]), *leftovers]:
+            if path.is_file() or path.is_symlink():
+                path.unlink()
+                removed.append(path)
+    return removed
 
 
 class OutputBusyError(ValueError):

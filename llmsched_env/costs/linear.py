@@ -20,6 +20,7 @@ import numpy as np
 
 from llmsched_env.common.checks import check_number
 from llmsched_env.common.fields import check_fields, derived
+from llmsched_env.common.outputs import write_text_atomically
 from llmsched_env.costs.base import CostModel, check_label
 
 __all__ = ["LinearCostModel", "fit_report"]
@@ -138,8 +139,9 @@ class LinearCostModel:
         }
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write ``to_dict()`` as JSON; ``load_cost_model(path)`` reads it back equal."""
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        """Write ``to_dict()`` as JSON (atomically: a failed write leaves the old file whole);
+        ``load_cost_model(path)`` reads it back equal."""
+        write_text_atomically(Path(path), json.dumps(self.to_dict(), indent=2) + "\n")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LinearCostModel:

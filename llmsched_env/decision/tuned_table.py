@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, parse_json, read_text
+from llmsched_env.common.outputs import write_text_atomically
 from llmsched_env.decision.actions import UNLIMITED, ActionSpec
 from llmsched_env.engine.batch import Decision, QueueOrder
 
@@ -218,7 +218,5 @@ def write_tuned_entries(path: str | Path, entries: Mapping[str, Mapping[str, Any
         decision_of(entry.get("settings"), f"{p}: scenario {name!r}")
     scenarios = dict(sorted(merged.items()))
     data = {"format": TUNED_FORMAT, "version": TUNED_VERSION, "scenarios": scenarios}
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, p)
+    write_text_atomically(p, json.dumps(data, indent=2) + "\n")
     return TunedTable(str(p), scenarios)

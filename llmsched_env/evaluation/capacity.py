@@ -4,6 +4,7 @@
     find_capacity(config, get_scenario("bursty"), "fcfs")  # one policy on one scenario, seeds averaged
     capacity_grid(config)                                 # every (scenario, policy), serially or on Ray
     capacity_grid(config, per_seed=True)                  # one search per seed: a capacity per window
+    capacity_grid(config, per_seed=True, finished=rows)   # the searches not among ``rows`` (a resumed run)
     summarize_capacity(rows)                              # per-seed rows -> mean and 95% interval
     read_per_seed(files)                                  # per-seed results.csv files -> the capacities
     read_window_limited(files)                            # ... -> the seeds whose capacity is a lower bound
@@ -46,6 +47,7 @@ __all__ = [
     "read_per_seed",
     "read_window_limited",
     "search_capacity",
+    "search_key",
     "summarize_capacity",
 ]
 
@@ -192,6 +194,11 @@ def summarize_capacity(rows: Sequence[Row], merge: bool = True) -> list[Row]:
     return merge_identical(out, rows, fallback=False) if merge else out
 
 
+def search_key(row: Row) -> tuple[str, str, int | None]:
+    """A capacity search's place in ``capacity_grid``: (scenario, policy, seed), seed None without ``per_seed``."""
+    return (row["scenario"], row["policy"], row.get("seed"))
+
+
 def capacity_grid(
     config: EvalConfig,
     *,
@@ -201,24 +208,35 @@ def capacity_grid(
     on_row: Callable[[Row], None] | None = None,
     progress: Progress | None = None,
     per_seed: bool = False,
+    finished: Sequence[Row] = (),
 ) -> list[Row]:
     """``find_capacity`` of every (scenario, policy) of ``config``, one row each in that order; with
     ``per_seed``, one search and row per (scenario, policy, seed), each on its seed's window alone (a capacity
     per window, so that capacities get intervals and paired comparisons). Serially, ``progress`` counts load
     evaluations and grows its total as the searches go; on Ray (``ray`` as in ``run_grid``) each search is a
-    task and ``progress`` counts searches. ``on_row`` sees each row at once."""
+    task and ``progress`` counts searches. ``on_row`` sees each row at once. ``finished`` rows (searches
+    read back from ``llmsched-evaluate``'s rows file: ``evaluation.resume``) are taken as they are and not
+    searched again (``on_row`` does not see them); ``ValueError`` for one that is no search of ``config``."""
     seeds: Sequence[int | None] = config.seeds if per_seed else (None,)
     cells = [(si, pi, seed) for si in range(len(config.scenarios)) for pi in range(len(config.policies))
              for seed in seeds]  # fmt: skip
-    rows: list[Row | None] = [None] * len(cells)
+    keys = [(config.scenarios[si].name, config.policies[pi].name, seed) for si, pi, seed in cells]
+    done = {search_key(row): row for row in finished}
+    stray = [key for key in done if key not in keys]
+    if stray:
+        scenario, policy, seed = stray[0]
+        which = f"policy {policy!r}, scenario {scenario!r}" + ("" if seed is None else f", seed {seed!r}")
+        raise ValueError(f"finished capacity search ({which}) is not a search of this evaluation")
+    rows: list[Row | None] = [done.get(key) for key in keys]
+    todo = [index for index, row in enumerate(rows) if row is None]
     results: Iterator[tuple[int, Row]]
     if ray:
         if progress is not None:
-            progress.set_total(len(cells))
-        jobs = [(config, os.getcwd(), si, pi, target, seed) for si, pi, seed in cells]
-        results = ray_imap(_capacity_task, jobs, address=ray, num_cpus=ray_cpus)
+            progress.set_total(len(todo))
+        jobs = [(config, os.getcwd(), *cells[index][:2], target, cells[index][2]) for index in todo]
+        results = ((todo[i], row) for i, row in ray_imap(_capacity_task, jobs, address=ray, num_cpus=ray_cpus))
     else:
-        results = _searches(config, cells, target, progress)
+        results = _searches(config, [(index, cells[index]) for index in todo], target, progress)
     for index, row in results:
         rows[index] = row
         if on_row is not None:
@@ -229,20 +247,24 @@ def capacity_grid(
 
 
 def _searches(
-    config: EvalConfig, cells: list[tuple[int, int, int | None]], target: float, progress: Progress | None
+    config: EvalConfig,
+    cells: list[tuple[int, tuple[int, int, int | None]]],
+    target: float,
+    progress: Progress | None,
 ) -> Iterator[tuple[int, Row]]:
-    """Each (scenario, policy) search in turn, yielded as it ends; ``progress`` steps per evaluation, its
-    total the sum over searches of evaluations done plus still expected (a first guess for those not begun)."""
+    """Each (index, (scenario, policy, seed)) search in turn, yielded with its index as it ends; ``progress``
+    steps per evaluation, its total the sum over searches of evaluations done plus still expected (a first
+    guess for those not begun)."""
     expected = [_FIRST_GUESS] * len(cells)
     if progress is not None:
         progress.set_total(sum(expected))
-    for index, (si, pi, seed) in enumerate(cells):
+    for k, (index, (si, pi, seed)) in enumerate(cells):
         done = 0
 
-        def evaluated(remaining: int, index: int = index) -> None:
+        def evaluated(remaining: int, k: int = k) -> None:
             nonlocal done
             done += 1
-            expected[index] = done + remaining
+            expected[k] = done + remaining
             if progress is not None:
                 progress.set_total(sum(expected))
                 progress.update()

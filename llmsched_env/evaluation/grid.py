@@ -10,8 +10,10 @@ Each policy acts on the observation and action mask only, as an agent would, thr
 episode, ``identity.trajectory_fingerprint``: equal for two policies that played it alike); the rows come in
 grid order (scenario, then load, then policy, then seed) whichever way they ran. ``sustained`` says whether
 the run's window lasts long enough at its load to measure a sustained rate (``evaluation.sustained``).
-``on_row`` sees each row as soon as its run ends (on Ray: as its cell ends); ``progress`` counts runs (on Ray:
-cells).
+``on_row`` sees each row as soon as its run ends (on Ray: as its cell ends), ``on_run`` the row and its details
+just before (what ``llmsched-evaluate --out`` appends to its rows file); ``progress`` counts runs (on Ray:
+cells). ``finished`` runs (read back from that file: ``evaluation.resume``) are not run again: the grid runs the
+others and returns all of them in grid order, as an uninterrupted grid would.
 """
 
 from __future__ import annotations
@@ -35,10 +37,25 @@ from llmsched_env.runtime.policy_spec import PolicySpec
 if TYPE_CHECKING:  # the runtime backend imports torch: only when it runs
     from llmsched_env.evaluation.runtime_backend import Runners
 
-__all__ = ["KEY_COLUMNS", "GridResult", "run_cell", "run_grid", "runners_for"]
+__all__ = ["KEY_COLUMNS", "FinishedRun", "GridResult", "RunHook", "run_cell", "run_grid", "run_key", "runners_for"]
 
 KEY_COLUMNS = ("policy", "scenario", "load", "seed")
 RowHook = Callable[[Row], None]
+RunHook = Callable[[Row, dict[str, Any] | None], None]  # a run's row and its details (None: none kept)
+RunKey = tuple[str, float, str, int]
+
+
+def run_key(row: Row) -> RunKey:
+    """A run's place in the grid: (scenario, load, policy, seed)."""
+    return (row["scenario"], row["load"], row["policy"], row["seed"])
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    """A run that need not run again: its row and, when kept, its ``episode_details`` (for the plots)."""
+
+    row: Row
+    details: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -60,10 +77,12 @@ def run_cell(
     runners: Runners | None = None,
     on_row: RowHook | None = None,
     seeds: Sequence[int] | None = None,
+    on_run: RunHook | None = None,
 ) -> GridResult:
     """Every seed of one (scenario, load, policy) of ``config`` (or of ``seeds``, when given). ``runners`` (a
     ``runtime_backend.Runners``) lets the cells of one process share their models on the runtime backend; one
-    is made when needed."""
+    is made when needed. After each run ``on_run`` sees its row and details (None without ``details``), then
+    ``on_row`` its row."""
     env = config.make_env(scenario, load, policy.iterations_per_step, policy.schema)
     u: Any = env.unwrapped  # LLMSched-v0's or LLMSchedCluster-v0's
     windows = env_windows(env, scenario.name)
@@ -93,9 +112,13 @@ def run_cell(
         row["sustained"] = windows.span(seed, load).sustained  # evaluation.sustained: a rate, not a burst
         row[TRAJECTORY] = trajectory_fingerprint(sim if sim is not None else u.cluster)
         out.rows.append(row)
+        entry: dict[str, Any] | None = None
         if details and sim is not None:
-            first = seed == seeds[0] and load == config.loads[0]
-            out.details.append({**{k: row[k] for k in KEY_COLUMNS}, **episode_details(sim, kv_series=first)})
+            first = seed == config.seeds[0] and load == config.loads[0]  # the grid's first run, however many run here
+            entry = {**{k: row[k] for k in KEY_COLUMNS}, **episode_details(sim, kv_series=first)}
+            out.details.append(entry)
+        if on_run is not None:
+            on_run(row, entry)
         if on_row is not None:
             on_row(row)
     env.close()
@@ -110,27 +133,45 @@ def run_grid(
     ray_cpus: int | None = None,
     on_row: RowHook | None = None,
     progress: Progress | None = None,
+    finished: Sequence[FinishedRun] = (),
+    on_run: RunHook | None = None,
 ) -> GridResult:
     """Every run of ``config`` (see the module docstring). ``ray``: a Ray address, or "local" for ``ray_cpus``
-    local worker processes; each (scenario, load, policy) cell is then one task, given the pickled config.
+    local worker processes; each (scenario, load, policy) cell (its seeds not ``finished``) is then one task,
+    given the pickled config. ``finished`` runs are taken as they are, not run (with ``details``, one kept
+    without its details runs again: the plots need them; the last of two for one run counts); ``on_run`` and
+    ``on_row`` see only the runs made here. ``ValueError`` for a finished run that is no run of ``config``;
     ``RuntimeError`` when Ray is asked for and missing."""
     cells = [(si, load, pi) for si in range(len(config.scenarios)) for load in config.loads
              for pi in range(len(config.policies))]  # fmt: skip
-    results: list[GridResult | None] = [None] * len(cells)
+    done = _finished(config, finished, details)
+    todo = [
+        [s for s in config.seeds if (config.scenarios[si].name, load, config.policies[pi].name, s) not in done]
+        for si, load, pi in cells
+    ]
+    made: dict[RunKey, FinishedRun] = {}
+
+    def each_run(row: Row, entry: dict[str, Any] | None) -> None:
+        made[run_key(row)] = FinishedRun(row, entry)
+        if on_run is not None:
+            on_run(row, entry)
+
     if ray:
         if progress is not None:
-            progress.set_total(len(cells))
-        jobs = [(config, os.getcwd(), si, load, pi, details) for si, load, pi in cells]
-        for index, result in ray_imap(_cell_task, jobs, address=ray, num_cpus=ray_cpus):
-            results[index] = result
-            if on_row is not None:
-                for row in result.rows:
+            progress.set_total(sum(1 for seeds in todo if seeds))
+        jobs = [(config, os.getcwd(), si, load, pi, details, tuple(seeds))
+                for (si, load, pi), seeds in zip(cells, todo, strict=True) if seeds]  # fmt: skip
+        for _, result in ray_imap(_cell_task, jobs, address=ray, num_cpus=ray_cpus):
+            entries = {run_key(d): d for d in result.details}
+            for row in result.rows:
+                each_run(row, entries.get(run_key(row)))
+                if on_row is not None:
                     on_row(row)
             if progress is not None:
                 progress.update()
     else:
         if progress is not None:
-            progress.set_total(config.num_runs)
+            progress.set_total(sum(map(len, todo)))
         runners = runners_for(config)
 
         def each(row: Row) -> None:
@@ -139,23 +180,42 @@ def run_grid(
             if progress is not None:
                 progress.update()
 
-        for index, (si, load, pi) in enumerate(cells):
-            scenario, policy = config.scenarios[si], config.policies[pi]
-            results[index] = run_cell(
-                config,
-                scenario,
-                load,
-                policy,
-                details=details,
-                runners=runners,
-                on_row=each,
-            )
+        for (si, load, pi), seeds in zip(cells, todo, strict=True):
+            if seeds:
+                scenario, policy = config.scenarios[si], config.policies[pi]
+                run_cell(config, scenario, load, policy, details=details, runners=runners, on_row=each,
+                         seeds=seeds, on_run=each_run)  # fmt: skip
     grid = GridResult([])
-    for result in results:
-        assert result is not None
-        grid.rows.extend(result.rows)
-        grid.details.extend(result.details)
+    for si, load, pi in cells:
+        for seed in config.seeds:
+            key = (config.scenarios[si].name, load, config.policies[pi].name, seed)
+            run = made.get(key) or done[key]
+            grid.rows.append(run.row)
+            if details and run.details is not None:
+                grid.details.append(run.details)
     return grid
+
+
+def _finished(config: EvalConfig, finished: Sequence[FinishedRun], details: bool) -> dict[RunKey, FinishedRun]:
+    """The ``finished`` runs by key, the last one of a key counting; with ``details``, those without details
+    left out (they run again) unless the scenarios are cluster scenarios (which keep none). ``ValueError``
+    naming a run that is not in ``config``'s grid."""
+    grid = {(s.name, load, p.name, seed) for s in config.scenarios for load in config.loads
+            for p in config.policies for seed in config.seeds}  # fmt: skip
+    done: dict[RunKey, FinishedRun] = {}
+    for run in finished:
+        key = run_key(run.row)
+        if key not in grid:
+            scenario, load, policy, seed = key
+            raise ValueError(
+                f"finished run (policy {policy!r}, scenario {scenario!r}, load {load!r}, seed {seed!r}) is not a run "
+                "of this evaluation"
+            )
+        if details and run.details is None and not config.is_cluster:
+            done.pop(key, None)
+            continue
+        done[key] = run
+    return done
 
 
 def _tuned_table(config: EvalConfig) -> Any:
@@ -173,7 +233,9 @@ def runners_for(config: EvalConfig) -> Runners | None:
     return Runners(config.runtime)
 
 
-def _cell_task(config: EvalConfig, cwd: str, si: int, load: float, pi: int, details: bool) -> GridResult:
-    """One (scenario, load, policy) cell on a Ray worker."""
+def _cell_task(
+    config: EvalConfig, cwd: str, si: int, load: float, pi: int, details: bool, seeds: Sequence[int]
+) -> GridResult:
+    """The ``seeds`` of one (scenario, load, policy) cell on a Ray worker."""
     use_driver_folder(cwd)
-    return run_cell(config, config.scenarios[si], load, config.policies[pi], details=details)
+    return run_cell(config, config.scenarios[si], load, config.policies[pi], details=details, seeds=seeds)

@@ -8,7 +8,10 @@
 Terminal tables show a few metrics under short headers (``TABLE_COLUMNS``); the files keep every metric:
 ``results.csv`` / ``results.json`` one row per run (every policy, each with its ``trajectory`` fingerprint),
 ``summary.csv`` the mean and 95% CI per (policy, scenario, load) (identical policies one row, the others in
-``same_as``), PNG plots (matplotlib, imported only when plotting), TensorBoard scalars (step = seed).
+``same_as``), PNG plots (matplotlib, imported only when plotting), TensorBoard scalars (step = seed). Each
+file is written to a temporary file and renamed over the old one; ``EVALUATION_FILES`` names every file an
+evaluation writes into its folder, which ``clear_outputs`` removes when a new one starts there (the rows file
+and record of a resumable evaluation: ``evaluation.resume``).
 """
 
 from __future__ import annotations
@@ -20,19 +23,24 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from llmsched_env.common.outputs import write_csv
+from llmsched_env.common.outputs import COMPLETE_NAME, remove_outputs, write_csv, write_text_atomically
 from llmsched_env.evaluation.config import EvalConfig, Row
 from llmsched_env.evaluation.grid import KEY_COLUMNS
 from llmsched_env.evaluation.identity import policy_label
+from llmsched_env.evaluation.resume import RECORD_NAME, ROWS_NAME
 from llmsched_env.evaluation.stats import SUMMARY_METRICS
 from llmsched_env.evaluation.tables import format_cell, format_line, format_table
 
 __all__ = [
     "CAPACITY_COLUMNS",
+    "EVALUATION_FILES",
+    "PLOT_FILES",
     "RESULTS_TITLE",
+    "RESULT_FILES",
     "TABLE_COLUMNS",
     "LiveTable",
     "capacity_table",
+    "clear_outputs",
     "format_capacity_summary",
     "format_summary",
     "results_table",
@@ -57,6 +65,11 @@ TABLE_COLUMNS = {
     "kv_usage_mean": "kv mean",
 }
 RESULTS_TITLE = "llmsched evaluation (times in seconds)"
+RESULT_FILES = ("results.csv", "results.json", "summary.csv")  # what write_results writes into --out, with:
+PLOT_FILES = ("ttft_cdf.png", "tpot_cdf.png", "kv_usage.png", "attainment_vs_load.png", "tenant_service.png",
+              "capacity.png")  # fmt: skip
+# every file an evaluation writes into --out: cleared when a new one starts there (``clear_outputs``)
+EVALUATION_FILES = (*RESULT_FILES, *PLOT_FILES, ROWS_NAME, RECORD_NAME, COMPLETE_NAME)
 CAPACITY_COLUMNS = ("policy", "scenario", "capacity_load", "capacity_rps")
 
 
@@ -168,11 +181,13 @@ def write_results(
 ) -> list[Path]:
     """Write ``results.csv`` and ``results.json`` (``rows``), ``summary.csv`` (when ``summary`` is given) and,
     with ``plots``, the PNG plots into the folder ``out`` (made if missing): the capacity plot for capacity
-    rows (with ``capacity_load``), else the latency, attainment, tenant and KV plots. Returns the files."""
+    rows (with ``capacity_load``), else the latency, attainment, tenant and KV plots. Each file is written to
+    a temporary file beside it and renamed over it (``common.outputs``): a full disk or a kill mid-write
+    leaves the file before it whole. Returns the files."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "results.csv")
-    (out / "results.json").write_text(json.dumps(list(rows), indent=1))
+    write_text_atomically(out / "results.json", json.dumps(list(rows), indent=1))
     written = [out / "results.csv", out / "results.json"]
     if summary:
         write_csv(summary, out / "summary.csv")
@@ -185,6 +200,14 @@ def write_results(
         else:
             written += write_plots(out, rows, summary, details)
     return written
+
+
+def clear_outputs(out: Path, keep: Sequence[str] = ()) -> list[Path]:
+    """Remove from ``out`` the files an evaluation writes there (``EVALUATION_FILES``: an earlier run's
+    results, summary, plots, completion marker, rows file and record) but those named in ``keep``, and the
+    temporary files a killed write left beside any of them; nothing else (a user's own files stay). Returns
+    the files removed."""
+    return remove_outputs(out, EVALUATION_FILES, keep)
 
 
 def _safe_name(text: str) -> str:

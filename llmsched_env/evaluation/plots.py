@@ -12,6 +12,7 @@ Needs stdlib, numpy and matplotlib only.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -85,8 +86,22 @@ def _grouped_bars(
 
 
 def _save(fig: Figure, path: Path) -> Path:
+    """``fig`` as a PNG at ``path``, written to a temporary file beside it, flushed to disk and renamed over it
+    (a full disk or a kill mid-write leaves the old plot whole): ``common.outputs.replaced_atomically``, its
+    temporary name included (``.STEM.PID.tmp.png``, which ``remove_outputs`` clears), in the stdlib alone as
+    this module needs. The format is given, not read from the temporary name."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        fig.savefig(tmp, dpi=100, format="png")
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 

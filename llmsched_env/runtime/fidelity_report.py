@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from llmsched_env.common.outputs import check_output, write_csv
+from llmsched_env.common.outputs import check_output, write_csv, write_text_atomically
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.runtime.fidelity import (
     FIDELITY_METRICS,
@@ -145,8 +145,9 @@ def run_fidelity(
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "fidelity.csv")
     summary = summarise(rows, kinds)
-    (out / "fidelity.json").write_text(
-        json.dumps({"preset": str(preset), "model": spec.model, "rows": rows, "summary": summary}, indent=2)
+    write_text_atomically(
+        out / "fidelity.json",
+        json.dumps({"preset": str(preset), "model": spec.model, "rows": rows, "summary": summary}, indent=2),
     )
     title = (
         f"Fidelity of preset `{preset}` against the runtime ({spec.model}, {spec.dtype}, {spec.device}); "
@@ -155,5 +156,5 @@ def run_fidelity(
         "and in situ (a model fitted to fitting episodes served in lockstep with each replay)."
     )
     markdown = _markdown(title, summary)
-    (out / "fidelity.md").write_text(markdown)
+    write_text_atomically(out / "fidelity.md", markdown)
     return FidelityReport(rows, summary, markdown)

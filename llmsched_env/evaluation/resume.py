@@ -1,0 +1,257 @@
+"""Resumable evaluations: each finished run (or capacity search) kept on disk as it ends, and read back.
+
+    record = evaluation_record(options, config, files)   # what decides the rows: options, input fingerprints
+    log = RowsLog.start(out, record)                     # a new evaluation: OUT/evaluation.json, empty rows.jsonl
+    check_resumable(out, record)                         # ValueError (one line): OUT ran another evaluation
+    log, finished = RowsLog.resume(out, record)          # the rows file continued, and the runs already done
+    log.append(row, details)                             # one line per run as it ends, flushed and fsynced
+    run_grid(config, finished=finished, on_run=log.append)
+
+``OUT/evaluation.json`` is the evaluation's record, written (atomically) when it starts: ``format``,
+``version``, ``options`` (the command-line options that decide the rows, by flag), ``inputs`` (a SHA-256 of
+every input file the options name and of every exported policy and tuned-settings table, so that a file
+changed between the runs is noticed) and, for people, the command line and the time. ``OUT/rows.jsonl`` holds
+one JSON object per line, appended as each run (or capacity search) ends: ``{"row": ROW}``, and for a grid
+run whose plots need them ``"details"`` (``episode_details``: per-request latencies and the KV series, as
+lists). Each line is flushed and fsynced before the next run starts, so a kill loses only the run in
+progress. A kill mid-append leaves a last line cut short (no newline, or not JSON): reading ignores it and
+``RowsLog.resume`` cuts it off before appending. Rows come in the order they finish (out of grid order with
+worker processes); ``run_grid`` and ``capacity_grid`` put them back in grid order.
+
+Resuming checks the record against the new one, and refuses (one line naming each difference) an evaluation
+with other options or inputs: rows of two evaluations never mix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from llmsched_env.common.outputs import replaced_atomically, write_text_atomically
+from llmsched_env.evaluation.config import EvalConfig, Row
+from llmsched_env.evaluation.grid import FinishedRun
+
+__all__ = [
+    "RECORD_FORMAT",
+    "RECORD_NAME",
+    "RECORD_VERSION",
+    "ROWS_NAME",
+    "RowsLog",
+    "check_resumable",
+    "differences",
+    "evaluation_record",
+    "read_record",
+    "read_rows",
+]
+
+ROWS_NAME = "rows.jsonl"  # in --out: one line per finished run (or capacity search)
+RECORD_NAME = "evaluation.json"  # in --out: what the evaluation runs, checked by --resume
+RECORD_FORMAT = "llmsched-evaluation"
+RECORD_VERSION = 1
+_COMPARED = ("format", "version", "options", "inputs")  # what must match to resume (the rest is for people)
+
+
+def _digest(chunks: Iterable[bytes]) -> str:
+    h = hashlib.sha256()
+    for chunk in chunks:
+        h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def _file_chunks(path: Path) -> Iterable[bytes]:
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            yield chunk
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON has it (paths as strings, tuples as lists): what a record read back holds."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def evaluation_record(
+    options: Mapping[str, Any], config: EvalConfig, files: Mapping[str, str | Path | None] | None = None
+) -> dict[str, Any]:
+    """The record of an evaluation: ``options`` (flag -> value; what decides its rows), and in ``inputs`` a
+    fingerprint of each of ``files`` (flag -> path; those that are no file, or None, left out: a preset name),
+    of each exported policy of ``config`` (its metadata and weights) and of each tuned-settings table given
+    to a policy. Informational fields (the command line, the time) are the caller's to add."""
+    inputs: dict[str, str] = {}
+    for flag, path in (files or {}).items():
+        if path is not None and Path(path).is_file():
+            inputs[flag] = _digest(_file_chunks(Path(path)))
+    for spec in config.policies:
+        if spec.path is not None:
+            exported = spec.load()
+            meta = json.dumps(exported.meta, sort_keys=True, default=str).encode()
+            weights = (np.ascontiguousarray(a).tobytes() for pair in exported.weights for a in pair)
+            inputs[f"policy {spec.name}"] = _digest([meta, *weights])
+        elif isinstance(spec.table, (str, Path)):
+            inputs[f"policy {spec.name}"] = _digest(_file_chunks(Path(spec.table)))
+        elif spec.table is not None:
+            entries = json.dumps(dict(spec.table.entries), sort_keys=True, default=str).encode()
+            inputs[f"policy {spec.name}"] = _digest([entries])
+    return {"format": RECORD_FORMAT, "version": RECORD_VERSION, "options": _plain(dict(options)), "inputs": inputs}
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """What differs between two evaluation records (``old`` the one on disk), one phrase each: an option's two
+    values, or an input file changed (or given to one only)."""
+    if (old.get("format"), old.get("version")) != (new.get("format"), new.get("version")):
+        return [f"record format {old.get('format')} {old.get('version')}, not {new['format']} {new['version']}"]
+    out = []
+    old_options, new_options = old.get("options") or {}, _plain(new.get("options") or {})
+    for flag in [*old_options, *(f for f in new_options if f not in old_options)]:
+        if old_options.get(flag) != new_options.get(flag):
+            out.append(f"{flag} {_shown(old_options.get(flag))} there, {_shown(new_options.get(flag))} here")
+    old_inputs, new_inputs = old.get("inputs") or {}, new.get("inputs") or {}
+    for name in [*old_inputs, *(n for n in new_inputs if n not in old_inputs)]:
+        if name not in new_inputs or name not in old_inputs:
+            out.append(f"{name}: a file {'there only' if name in old_inputs else 'here only'}")
+        elif old_inputs[name] != new_inputs[name]:
+            out.append(f"{name}: the file changed since")
+    return out
+
+
+def read_record(out: Path) -> dict[str, Any] | None:
+    """The record in ``out`` (``RECORD_NAME``), or None when there is none; ``ValueError`` (one line naming the
+    file) when it is not one."""
+    path = Path(out) / RECORD_NAME
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot be read as an evaluation record ({exc})") from None
+    if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
+        raise ValueError(f'{path}: not an evaluation record (no "format": "{RECORD_FORMAT}")')
+    return record
+
+
+def check_resumable(out: Path, record: Mapping[str, Any]) -> bool:
+    """Whether ``out`` holds an evaluation to resume with ``record`` (False: none there); ``ValueError`` (one
+    line naming ``out`` and every difference) when the one there ran with other options or inputs. Reads
+    only: a command checks it before taking the folder."""
+    old = read_record(out)
+    if old is None:
+        return False
+    diff = differences({k: old.get(k) for k in _COMPARED}, {k: record.get(k) for k in _COMPARED})
+    if diff:
+        raise ValueError(f"{out} holds another evaluation: " + "; ".join(diff))
+    return True
+
+
+def read_rows(path: Path) -> tuple[list[FinishedRun], int]:
+    """The runs in the rows file ``path`` (none when it is missing) and the length in bytes of its whole lines:
+    a last line cut short by a kill (no newline, or not JSON) is ignored. ``ValueError`` naming the file and
+    line for a line before the last that is no row."""
+    if not Path(path).is_file():
+        return [], 0
+    data = Path(path).read_bytes()
+    lines = data.split(b"\n")
+    runs: list[FinishedRun] = []
+    kept = 0
+    for number, raw in enumerate(lines[:-1], start=1):  # lines[-1]: after the last newline, b"" or cut short
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            if number == len(lines) - 1 and not lines[-1]:  # the last line, cut short: ignored
+                break
+            raise ValueError(f"{path}:{number}: not a line of an evaluation's rows file (not JSON)") from None
+        row = entry.get("row") if isinstance(entry, dict) else None
+        details = entry.get("details") if isinstance(entry, dict) else None
+        if not isinstance(row, dict) or not {"policy", "scenario"} <= set(row) or not isinstance(details, dict | None):
+            raise ValueError(f'{path}:{number}: not a line of an evaluation\'s rows file (no "row" object)')
+        arrays = None if details is None else {k: _array(v) for k, v in details.items()}
+        runs.append(FinishedRun(row, arrays))
+        kept += len(raw) + 1
+    return runs, kept
+
+
+def _array(value: Any) -> Any:
+    """A details value read back: a list of numbers as the float64 array it was, anything else as it is."""
+    return np.asarray(value, dtype=np.float64) if isinstance(value, list) else value
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+class RowsLog:
+    """``OUT/rows.jsonl`` open for appending: ``append`` writes one run per line, flushed and fsynced. Made by
+    ``start`` (a new evaluation) or ``resume`` (one continued); ``close`` (or a ``with`` block) closes it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.appended = 0  # lines appended through this object
+        self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
+
+    @classmethod
+    def start(cls, out: Path, record: Mapping[str, Any]) -> RowsLog:
+        """A new evaluation in ``out``: its record written (atomically), then an empty rows file (replacing
+        any). Call it after removing the files of an earlier evaluation (``outputs.clear_outputs``)."""
+        out = Path(out)
+        write_text_atomically(out / RECORD_NAME, json.dumps(dict(record), indent=1, default=str) + "\n")
+        with replaced_atomically(out / ROWS_NAME) as tmp:
+            tmp.write_bytes(b"")
+        return cls(out / ROWS_NAME)
+
+    @classmethod
+    def resume(cls, out: Path, record: Mapping[str, Any]) -> tuple[RowsLog, list[FinishedRun]]:
+        """The evaluation in ``out`` continued: ``ValueError`` (one line naming ``out`` and every difference)
+        when its record is not ``record``'s (other options or inputs), else the rows file open for appending
+        (a last line cut short removed) and the runs it holds. An ``out`` without a record: ``ValueError``."""
+        out = Path(out)
+        if not check_resumable(out, record):
+            raise ValueError(f"{out}: no {RECORD_NAME}, so no evaluation to resume there")
+        path = out / ROWS_NAME
+        runs, kept = read_rows(path)
+        if path.is_file() and path.stat().st_size != kept:
+            with path.open("r+b") as f:  # the torn last line, so that the next one starts on a line of its own
+                f.truncate(kept)
+                os.fsync(f.fileno())
+        return cls(path), runs
+
+    def append(self, row: Row, details: Mapping[str, Any] | None = None) -> None:
+        """One line ``{"row": row[, "details": details]}`` on disk before this returns (flushed, fsynced)."""
+        if self._file is None:
+            raise ValueError(f"{self.path}: closed")
+        entry: dict[str, Any] = {"row": row} if details is None else {"row": row, "details": details}
+        self._file.write(json.dumps(entry, default=_json_default) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self.appended += 1
+
+    def close(self) -> None:
+        """Close the file (appending again is an error)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> RowsLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
