@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from llmsched_env.common.outputs import write_text_atomically
 from llmsched_env.workloads.arrivals import GammaArrivals, OnOff, Poisson
 from llmsched_env.workloads.public_traces import trace_path
 from llmsched_env.workloads.scenarios import split_bounds
@@ -60,12 +61,12 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
     header, code_rows, code_t = _azure("azure-code")
-    (OUT / "azure_code_1tenant.csv").write_text("\n".join([header, *code_rows]) + "\n")
+    write_text_atomically(OUT / "azure_code_1tenant.csv", "\n".join([header, *code_rows]) + "\n")
 
     moon = _lines(trace_path("mooncake-conv"))
     times = [json.loads(line)["timestamp"] / 1000.0 for line in moon]
     keep = _test_rows(moon, times)
-    (OUT / "mooncake_1tenant.jsonl").write_text("\n".join(moon[i] for i in keep) + "\n")
+    write_text_atomically(OUT / "mooncake_1tenant.jsonl", "\n".join(moon[i] for i in keep) + "\n")
 
     _, conv_rows, conv_t = _azure("azure-conv")
     merged = []
@@ -78,7 +79,7 @@ def main() -> None:
                 merged.append((t - t0, int(prompt), int(output), tenant))
     merged.sort(key=lambda r: (r[0], r[3]))
     text = ["arrival,prompt_len,output_len,tenant"] + [f"{a:.6f},{p},{o},{k}" for a, p, o, k in merged]
-    (OUT / "conv_code_2tenants.csv").write_text("\n".join(text) + "\n")
+    write_text_atomically(OUT / "conv_code_2tenants.csv", "\n".join(text) + "\n")
 
     share = _lines(trace_path("sharegpt"))
     head = share[0].split(",")
@@ -105,7 +106,7 @@ def main() -> None:
             rows.append((t, max(p, 1), max(o, 1), f"tenant{k:02d}"))
     rows.sort()
     text = ["arrival,prompt_len,output_len,tenant"] + [f"{a:.6f},{p},{o},{k}" for a, p, o, k in rows]
-    (OUT / "sharegpt_12tenants.csv").write_text("\n".join(text) + "\n")
+    write_text_atomically(OUT / "sharegpt_12tenants.csv", "\n".join(text) + "\n")
     print(f"wrote {sorted(p.name for p in OUT.iterdir())} into {OUT}")
 
 

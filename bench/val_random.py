@@ -14,7 +14,6 @@ step; baselines decide every iteration.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import torch
 import llmsched_env  # noqa: F401
 from llmsched_env.commands.evaluate_args import csv_list
 from llmsched_env.common.checks import check_unique
+from llmsched_env.common.outputs import write_csv
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.envs.single_node import LLMSchedEnv
 from llmsched_env.runtime.policy_spec import resolve_policy
@@ -74,10 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{n}: best of all on {wins}/{len(rows)}, mean gap to the best other {np.mean(diff):+.4f}")
     if a.out is not None:
         a.out.parent.mkdir(parents=True, exist_ok=True)
-        with a.out.open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_csv(rows, a.out)
     return 0
 
 

@@ -21,12 +21,12 @@ With the cost model fitted to the live server's own steps (``python -m llmsched_
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 from pathlib import Path
 
 import numpy as np
 
+from llmsched_env.common.outputs import write_csv, write_text_atomically
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.workloads.lengths import LengthDist
@@ -82,17 +82,16 @@ def main() -> None:
         samples = np.array([(pl, ol) for _, pl, ol, _ in rows])
         mix = [(LengthDist("empirical", prompt_samples=samples[:, 0], output_samples=samples[:, 1]), 1.0)]
         rate = nominal_rate_rps(engine, model, mix)
-    with open(args.out / "tune.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["arrival", "prompt_len", "output_len", "tenant"])
-        w.writerows((f"{a:.6f}", pl, ol, tn) for a, pl, ol, tn in rows)
+    columns = ["arrival", "prompt_len", "output_len", "tenant"]
+    table = [dict(zip(columns, (f"{a:.6f}", pl, ol, tn), strict=True)) for a, pl, ol, tn in rows]
+    write_csv(table, args.out / "tune.csv")
     setup = {
         "slo_scale": slo_scale(model),
         "nominal_rate_rps": rate,
         "engine": {k: getattr(engine, k) for k in fields},
         "tune_trace": str(args.out / "tune.csv"),
     }
-    (args.out / "setup.json").write_text(json.dumps(setup, indent=1) + "\n")
+    write_text_atomically(args.out / "setup.json", json.dumps(setup, indent=1) + "\n")
     print(json.dumps(setup))
 
 

@@ -48,6 +48,7 @@ import numpy as np
 
 from llmsched_env.adapters.vllm.serve_log import LABEL_KEY
 from llmsched_env.adapters.vllm.state import TENANT_KEY
+from llmsched_env.common.outputs import write_text_atomically
 from llmsched_env.engine.config import SLO_CLASSES
 
 __all__ = ["LiveServer", "check_tenants", "run_bench", "trace_stream"]
@@ -92,7 +93,7 @@ class LiveServer:
                 self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
         if self.pid_path is not None:
-            self.pid_path.write_text(f"{self.proc.pid}\n")
+            write_text_atomically(self.pid_path, f"{self.proc.pid}\n")
 
     @property
     def base_url(self) -> str:
@@ -185,13 +186,14 @@ def _write_timed_trace(stream: list[dict[str, Any]], path: Path, first_id: int, 
     on (no prefix shared within the run, nor with another run given other ids), one per ``chunk`` prompt
     tokens, which is how that dataset sizes prompts."""
     next_id = first_id
-    with open(path, "w") as f:
-        for r in stream:
-            n = -(-r["input_length"] // chunk)
-            ids = list(range(next_id, next_id + n))
-            next_id += n
-            keep = {k: r[k] for k in ("timestamp", "input_length", "output_length")}
-            f.write(json.dumps({**keep, "hash_ids": ids}) + "\n")
+    lines = []
+    for r in stream:
+        n = -(-r["input_length"] // chunk)
+        ids = list(range(next_id, next_id + n))
+        next_id += n
+        keep = {k: r[k] for k in ("timestamp", "input_length", "output_length")}
+        lines.append(json.dumps({**keep, "hash_ids": ids}) + "\n")
+    write_text_atomically(path, "".join(lines))
 
 
 # -- vLLM's client ------------------------------------------------------------------------------------------
@@ -270,7 +272,7 @@ def run_bench(
     sidecar: list[dict[str, Any]] = []
     with _tagged_samples(tenants, prefix, sidecar):
         result = bench.main(args)
-    (out_dir / "requests.json").write_text(json.dumps(sidecar) + "\n")
+    write_text_atomically(out_dir / "requests.json", json.dumps(sidecar) + "\n")
     return result
 
 
@@ -308,7 +310,7 @@ def _adapter_config(path: Path, policy: str, tenants: dict[str, tuple[float, flo
     }
     if args.tuned_scenario:
         config["scenario"] = args.tuned_scenario
-    path.write_text(json.dumps(config, indent=1) + "\n")
+    write_text_atomically(path, json.dumps(config, indent=1) + "\n")
 
 
 def tenant_slos(workload: str, slo_scale: float) -> dict[str, tuple[float, float]]:
@@ -329,7 +331,7 @@ def run_experiment(args: argparse.Namespace) -> None:
     tenants = tenant_slos(args.workload, args.slo_scale)
     out.mkdir(parents=True, exist_ok=True)
     record = {**vars(args), "out": str(out), "model_dir": str(model_dir), "tenants": tenants, "argv": sys.argv}
-    (out / "experiment.json").write_text(json.dumps(record, default=str, indent=1) + "\n")
+    write_text_atomically(out / "experiment.json", json.dumps(record, default=str, indent=1) + "\n")
     engine_args = ["--max-model-len", str(args.max_model_len), "--max-num-seqs", str(args.max_num_seqs)]
     engine_args += ["--max-num-batched-tokens", str(args.max_num_batched_tokens), "--block-size", str(args.block_size)]
     if args.num_kv_blocks:

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from llmsched_env.common.outputs import write_text_atomically
+
 __all__ = ["LABEL_KEY", "ServeLog"]
 
 LABEL_KEY = "llmsched_request"  # sampling_params.extra_args key carrying the client's id of a request
@@ -49,7 +51,7 @@ class ServeLog:
 
     def engine(self, info: dict[str, Any]) -> None:
         """Write ``engine.json`` (the server's limits, tenants, policy and vLLM version)."""
-        (self.folder / "engine.json").write_text(json.dumps(info, indent=1) + "\n")
+        write_text_atomically(self.folder / "engine.json", json.dumps(info, indent=1) + "\n")
 
     def step(self, t0: float, t1: float, t2: float, t3: float, features: Any, busy: bool) -> None:
         f = features

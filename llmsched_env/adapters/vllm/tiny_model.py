@@ -17,6 +17,8 @@ import json
 import random
 from pathlib import Path
 
+from llmsched_env.common.outputs import write_text_atomically
+
 __all__ = ["TINY_MODEL", "build_tiny_model"]
 
 # The model's shape; ``vocab_size`` is the tokenizer's.
@@ -78,7 +80,7 @@ def build_tiny_model(folder: str | Path, seed: int = 0, dtype: str = "bfloat16")
     )
     model = LlamaForCausalLM(config).to(getattr(torch, dtype))
     model.save_pretrained(out)
-    marker.write_text(json.dumps(spec) + "\n")
+    write_text_atomically(marker, json.dumps(spec) + "\n")
     return out
 
 
