@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 from agents.config import merge_config, parse_overrides
 from agents.train_config import TrainConfig
 from llmsched_env.common.checks import check_unique
+from llmsched_env.common.lifetime import guarded_command
 from llmsched_env.common.outputs import check_output, locked_output, mark_complete, write_text_atomically
 from llmsched_env.evaluation.progress import Progress, status
 
@@ -61,14 +61,15 @@ def sweep_configs(
 
 
 def train_task(argv: list[str], cwd: str) -> dict[str, Any]:
-    """One training of a sweep as a child process ``python -m agents.cli *argv``, its output in the run
-    folder's ``train.log``; runs in ``cwd`` when that is a checkout here (else in this process's folder: a
-    Ray node's working_dir). Returns the run folder, the exit code and the run's summary (None if absent)."""
+    """One training of a sweep as a child process ``python -m agents.cli *argv`` that ends when this process
+    ends (``guarded_command``), its output in the run folder's ``train.log``; runs in ``cwd`` when that is a
+    checkout here (else in this process's folder: a Ray node's working_dir). Returns the run folder, the exit
+    code and the run's summary (None if absent)."""
     root = cwd if os.path.isfile(os.path.join(cwd, "agents", "cli.py")) else os.getcwd()
     out = Path(argv[argv.index("--out") + 1])
     out.mkdir(parents=True, exist_ok=True)
     with (out / "train.log").open("w") as log:
-        cmd = [sys.executable, "-m", "agents.cli", *argv]
+        cmd = guarded_command("agents.cli", argv)  # python -m agents.cli *argv, ending when this process ends
         code = subprocess.run(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT).returncode
     summary = out / "summary.json"
     return {

@@ -54,6 +54,7 @@ from agents.train_config import (
     resolve_hyperparams,
 )
 from agents.wrappers import FlatActions
+from llmsched_env.common.lifetime import die_with_parent
 from llmsched_env.common.outputs import (
     check_output,
     locked_output,
@@ -68,6 +69,7 @@ from llmsched_env.workloads.scenarios import Scenario, TraceSource
 __all__ = [
     "BC_EPOCHS",
     "TrainConfig",
+    "dying_with_parent",
     "eval_setup",
     "export_run_policy",
     "latest_checkpoint",
@@ -100,6 +102,17 @@ def make_env_fn(
         return FlatActions(env) if agent and kind.flat_actions and algo in FLAT_ACTION_ALGOS else env
 
     return make
+
+
+def dying_with_parent(make: Callable[[], gym.Env]) -> Callable[[], gym.Env]:
+    """``make`` for a subprocess env: the process that calls it (a ``SubprocVecEnv`` worker) first arranges to
+    end when its parent ends (``die_with_parent``), so a killed training leaves no env process behind."""
+
+    def make_in_worker() -> gym.Env:
+        die_with_parent()
+        return make()
+
+    return make_in_worker
 
 
 def export_run_policy(
@@ -331,6 +344,8 @@ def train(config: TrainConfig) -> Path:
         status(f"building {n_envs} envs of {env_id} ({where})", enabled=config.progress)
         vec_cls = SubprocVecEnv if config.vec_env == "subproc" else DummyVecEnv
         make_train_env = make_env_fn(config.env_scenario, config.algo, env_kwargs)
+        if vec_cls is SubprocVecEnv:
+            make_train_env = dying_with_parent(make_train_env)
         vec_env = make_vec_env(make_train_env, n_envs=n_envs, seed=config.seed, vec_env_cls=vec_cls)
         try:
             t_model = time.perf_counter()

@@ -22,10 +22,12 @@ only; runs nothing.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from llmsched_env.common.checks import check_label
 from llmsched_env.common.outputs import replaced_atomically, write_text_atomically
 from llmsched_env.decision.lookahead import is_bound
 from llmsched_env.evaluation.capacity import read_per_seed, read_window_limited
@@ -201,12 +203,26 @@ def plot(rows: list[dict[str, object]], path: Path, agent: str = AGENT) -> None:
     plt.close(fig)
 
 
-def main() -> None:
+def policy_name(text: str) -> str:
+    """The ``--agent`` type: a policy name that can label a Markdown table's row (``check_label``)."""
+    try:
+        check_label("policy name", text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", type=Path, default=Path("docs/results/test"), help="the evaluate outputs")
     p.add_argument("--out", type=Path, default=None, help="OUT.md and OUT.png (default: RESULTS/headline)")
-    p.add_argument("--agent", default=AGENT, help="the policy judged: agent (per scenario) or learned (generalist)")
-    args = p.parse_args()
+    p.add_argument(
+        "--agent",
+        type=policy_name,
+        default=AGENT,
+        help="the policy judged: agent (per scenario) or learned (generalist)",
+    )
+    args = p.parse_args(argv)
     out = args.out or args.results / "headline"
     rows = collect(args.results, args.agent)
     single = [r for r in rows if not str(r["scenario"]).startswith("cluster-")]

@@ -3,7 +3,7 @@
 One folder per concern, each importing only the folders listed before it in this table (the arrow names
 the nearest one):
 
-    common      checks, dataclass fields, output paths, the registry type     stdlib
+    common      checks, fields, output paths, worker lifetimes, registry      stdlib
     costs       cost models (roofline, fitted) and their presets             <- common
     engine      requests, batch, block pool, queues, engine, invariants      <- costs
     sim         the simulator (event clock), KV-usage accounting, metrics    <- engine

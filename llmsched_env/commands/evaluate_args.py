@@ -17,7 +17,7 @@ from typing import Any
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.help import DefaultsFormatter, from_args, program
 from llmsched_env.commands.runner_options import add_runner_options
-from llmsched_env.common.checks import duplicates
+from llmsched_env.common.checks import check_label, duplicates
 from llmsched_env.common.outputs import check_output
 from llmsched_env.decision.lookahead import join_options
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
@@ -25,6 +25,7 @@ from llmsched_env.engine.config import ENGINE_BOUNDS, SLO_CLASSES
 from llmsched_env.evaluation import EvalConfig, RuntimeOptions
 from llmsched_env.workloads.library import list_scenarios
 from llmsched_env.workloads.scenarios import SPLITS, Scenario
+from llmsched_env.workloads.trace_io import data_stem
 from llmsched_env.workloads.trace_options import TRACE_OPTIONS, build_trace_scenario, tenant_slos
 from llmsched_env.workloads.traces import TRACE_FORMATS
 
@@ -107,10 +108,20 @@ positive_int = int_at_least(1)
 
 def policy_list(text: str) -> list[str]:
     """The ``--policies`` type: ``csv_list(str)``, except that a lookahead spelling keeps its options
-    (``lookahead:k=32,horizon=32,fcfs`` is two policies; ``decision.lookahead.join_options``)."""
+    (``lookahead:k=32,horizon=32,fcfs`` is two policies; ``decision.lookahead.join_options``). An entry with a
+    control character, or a name (``NAME=PATH``) with ``|``, is refused: the names label the tables' rows
+    (``EvalConfig`` checks the names a path gives, e.g. its folder's)."""
     values = join_options([x.strip() for x in text.split(",") if x.strip()])
     if not values:
         raise argparse.ArgumentTypeError(f"expected at least one entry, got {text!r}")
+    for entry in values:
+        alias, sep, _ = entry.partition("=")
+        try:
+            if sep:  # NAME=PATH (a lookahead's options give 'lookahead:k', which passes)
+                check_label("policy name", alias)
+            check_label("policy", entry, separator=False)  # a path's folder may name it: EvalConfig checks that
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
     repeated = duplicates(values)
     if repeated:
         raise argparse.ArgumentTypeError(f"{', '.join(map(str, repeated))} given more than once in {text!r}")
@@ -371,9 +382,12 @@ def trace_options(args: argparse.Namespace) -> dict[str, Any]:
 def trace_scenario(p: argparse.ArgumentParser, args: argparse.Namespace, limits: dict[str, int]) -> Scenario:
     """The scenario of ``--trace`` and its options (``add_trace_options``); a usage error without
     ``--trace-format``, else ``build_trace_scenario``'s ``ValueError`` naming the option or the file (which
-    the commands turn into their usage line)."""
+    the commands turn into their usage line), or one for a file whose name (the scenario's) ``check_label``
+    refuses."""
     if args.trace_format is None:
         p.error(f"--trace needs --trace-format ({', '.join(TRACE_FORMATS)})")
+    # the file's stem names the scenario, which labels the tables' rows: refused before the file is read
+    check_label(f"--trace {str(args.trace)!r}: scenario name", data_stem(Path(args.trace)))
     try:
         return build_trace_scenario(trace_options(args), limits)  # EvalConfig puts the limits over it again
     except ValueError as exc:

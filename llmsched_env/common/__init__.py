@@ -1,5 +1,7 @@
-"""Shared primitives at the bottom of the package: number checks at public boundaries, the registry type for
-everything chosen by name, and dataclass fields to and from plain dicts. Standard library only.
+"""Shared primitives at the bottom of the package: checks at public boundaries (numbers, repeats, names that
+label tables), the registry type for everything chosen by name, dataclass fields to and from plain dicts,
+output folders (``outputs``) and worker processes that end with their parent (``lifetime``). Standard
+library only.
 """
 
 from llmsched_env.common.checks import check_int, check_number, check_positive

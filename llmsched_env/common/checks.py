@@ -1,13 +1,26 @@
-"""Validation of numbers at public boundaries: one ``ValueError`` naming the owner and the field."""
+"""Validation at public boundaries: one ``ValueError`` naming the owner and the field (numbers, repeats, and
+names that go into tables)."""
 
 from __future__ import annotations
 
 import math
 import numbers
+import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["check_int", "check_number", "check_positive", "check_unique", "duplicates", "is_finite_number"]
+__all__ = [
+    "check_int",
+    "check_label",
+    "check_number",
+    "check_positive",
+    "check_unique",
+    "duplicates",
+    "is_finite_number",
+    "label_fault",
+]
+
+TABLE_SEPARATOR = "|"  # a Markdown table's column separator
 
 
 def check_positive(owner: str, name: str, value: object, *, allow_zero: bool = False) -> float:
@@ -61,3 +74,23 @@ def check_unique(name: str, values: Iterable[Any]) -> None:
     repeated = duplicates(values)
     if repeated:
         raise ValueError(f"{name}: {', '.join(map(str, repeated))} given more than once; give each value once")
+
+
+def label_fault(name: str, separator: bool = True) -> str | None:
+    """What keeps ``name`` from labelling a row of a text or Markdown table, None when nothing does: a control
+    character (a newline, a tab, a carriage return...: Unicode category Cc, and the line and paragraph
+    separators) splits or shifts its row; with ``separator``, ``|`` splits a Markdown row into columns."""
+    for char in name:
+        if separator and char == TABLE_SEPARATOR:
+            return f"the table separator {char!r}"
+        if unicodedata.category(char) in ("Cc", "Zl", "Zp"):
+            return f"the control character {char!r}"
+    return None
+
+
+def check_label(what: str, name: str, separator: bool = True) -> None:
+    """Raise ``ValueError`` naming ``what`` (``policy name``, ``policy``...) and ``name`` (as its repr, so the
+    message stays one line) when ``name`` holds what ``label_fault`` refuses."""
+    fault = label_fault(name, separator)
+    if fault is not None:
+        raise ValueError(f"{what} {name!r} holds {fault}; names go into tables, which such a character breaks")

@@ -22,7 +22,7 @@ import gymnasium as gym
 
 import llmsched_env  # noqa: F401  (registers LLMSched-v0 and LLMSchedCluster-v0)
 from llmsched_env.cluster.scenarios import CLUSTER_SCENARIOS, ClusterScenario
-from llmsched_env.common.checks import check_int, check_positive, check_unique, duplicates
+from llmsched_env.common.checks import check_int, check_label, check_positive, check_unique, duplicates
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.actions import ACTION_COMPONENTS, ActionSpec
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
@@ -113,6 +113,10 @@ class EvalConfig:
         for seed in self.seeds:
             check_int("EvalConfig", "seeds", seed, 0)
         check_unique("EvalConfig.scenarios", [s.name for s in self.scenarios])  # a repeat would count runs twice
+        for scenario in self.scenarios:  # the names label the tables' rows (a trace's: its file's stem)
+            check_label("EvalConfig.scenarios: scenario name", scenario.name)
+        for spec in self.policies:  # NAME=PATH's NAME, or the folder's or table's name
+            check_label("EvalConfig.policies: policy name", spec.name)
         check_unique("EvalConfig.loads", self.loads)
         check_unique("EvalConfig.seeds", self.seeds)
         try:

@@ -11,16 +11,22 @@ ships the repository as the Ray job's ``working_dir`` (run folders, results and 
 runs the same code.
 Each job is a plain function of arguments that cloudpickle can pickle returning picklable results; placed by
 their indices, they are exactly what the serial loop gives.
+The local workers end with this process however it ends (``llmsched_env.common.lifetime``: a parent-death
+signal and a watching thread, so even ``kill -9`` leaves none behind); a job that fails, a caller that stops
+early, Ctrl-C or SIGTERM terminate the workers still running before this process goes on or exits.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
+
+from llmsched_env.common.lifetime import die_with_parent, sigterm_raises
 
 __all__ = ["RAY_INSTALL_HINT", "ray_imap", "use_driver_folder"]
 
@@ -57,13 +63,32 @@ def _local_imap(
 
     workers = max(1, min(num_cpus or os.cpu_count() or 1, len(jobs)))
     context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    # the workers are started by the submits below, from this thread: they end when this process does
+    guard = (os.getpid(), threading.current_thread() is threading.main_thread())
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=die_with_parent, initargs=guard)
+    finished = False
     try:
-        pending = {pool.submit(_run_pickled, cloudpickle.dumps((fn, tuple(job)))): i for i, job in enumerate(jobs)}
-        for future in as_completed(pending):
-            yield pending[future], future.result()
+        with sigterm_raises():  # SIGTERM unwinds to the finally below, as Ctrl-C does
+            pending = {pool.submit(_run_pickled, cloudpickle.dumps((fn, tuple(job)))): i for i, job in enumerate(jobs)}
+            for future in as_completed(pending):
+                yield pending[future], future.result()
+        finished = True
     finally:
+        if not finished:  # a job failed, or the caller stopped or was stopped: the jobs still running are unwanted
+            _stop_workers(pool)
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Terminate ``pool``'s worker processes (SIGTERM; a sweep's training in one ends with it, see
+    ``guarded_command``) rather than wait for their jobs to end."""
+    stop = getattr(pool, "terminate_workers", None)  # Python 3.14
+    if stop is not None:
+        stop()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive():
+            process.terminate()
 
 
 def _run_pickled(payload: bytes) -> Any:

@@ -1,0 +1,113 @@
+"""Worker processes that end with the process that started them, however that one ends.
+
+A worker (a local pool's process, a subprocess env, a sweep's training) calls ``die_with_parent`` first thing:
+
+- on Linux the kernel sends it SIGKILL when its parent dies (``prctl(PR_SET_PDEATHSIG)``), even when the
+  parent was killed with SIGKILL and ran no cleanup. The signal comes when the parent *thread* that started
+  the worker ends, so this is only set when that thread was the parent's main thread, which lives as long
+  as the process;
+- everywhere, a daemon thread checks twice a second that its parent is still the one it started with
+  (``os.getppid``; an orphan is adopted by another process) and ends the worker at once (``os._exit``)
+  when it is not: the fallback where the signal is not available or not set.
+
+A worker whose parent already died before the call ends there. ``guarded_command`` gives the command line
+that runs a module (``python -m``) the same way, for a child started with ``subprocess``; ``sigterm_raises``
+makes SIGTERM unwind the main thread like Ctrl-C does, so that a parent's cleanup (its pool's shutdown)
+runs. Standard library only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import runpy
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
+
+__all__ = ["ORPHAN_EXIT", "die_with_parent", "guarded_command", "set_parent_death_signal", "sigterm_raises"]
+
+ORPHAN_EXIT = 125  # the exit status of a worker that found its parent gone
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_POLL_S = 0.5
+
+
+def set_parent_death_signal(signum: int | None = None) -> bool:
+    """Ask the kernel to send this process ``signum`` (default SIGKILL) when the thread that started it ends
+    (Linux ``prctl(PR_SET_PDEATHSIG)``). True when set; False elsewhere or when prctl cannot be called."""
+    if not sys.platform.startswith("linux"):
+        return False
+    if signum is None:
+        signum = signal.SIGKILL  # not defined on Windows: looked up here, on Linux only
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return False
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return int(prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0)) == 0
+
+
+def die_with_parent(parent_pid: int | None = None, main_thread: bool = True) -> None:
+    """End this process when its parent ends (see the module docstring). ``parent_pid``: the process that
+    started this one, as that process saw itself (``os.getpid()`` there; None: this process's parent now);
+    when it is no longer the parent, it has died already and this process exits at once with
+    ``ORPHAN_EXIT``. ``main_thread``: whether the parent started this process from its main thread (False:
+    no death signal, since it would come when that thread ends; the watching thread alone)."""
+    parent = os.getppid() if parent_pid is None else int(parent_pid)
+    if main_thread:
+        set_parent_death_signal()
+    if os.getppid() != parent:  # the parent died before the signal was set: nothing would send it now
+        os._exit(ORPHAN_EXIT)
+    threading.Thread(target=_watch, args=(parent,), name="llmsched-parent-watch", daemon=True).start()
+
+
+def _watch(parent: int) -> None:
+    """Exit this process (no cleanup: its parent, which wanted the work, is gone) once ``parent`` is no
+    longer its parent."""
+    while os.getppid() == parent:
+        time.sleep(_POLL_S)
+    os._exit(ORPHAN_EXIT)
+
+
+def guarded_command(module: str, argv: Sequence[str]) -> list[str]:
+    """The command line of ``python -m module *argv`` that, started as a child of this process (with
+    ``subprocess``) from the current thread, ends when this process ends."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    return [sys.executable, "-m", __name__, str(os.getpid()), str(int(main_thread)), module, *argv]
+
+
+def _run_guarded(args: Sequence[str]) -> None:
+    """``guarded_command``'s child: ``args`` are the parent's PID, 1 or 0 (started from its main thread or
+    not), the module and its arguments."""
+    parent, main_thread, module, *rest = args
+    die_with_parent(int(parent), main_thread == "1")
+    sys.argv = [module, *rest]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """While inside, SIGTERM raises ``SystemExit(143)`` in the main thread (as SIGINT raises
+    KeyboardInterrupt), so ``finally`` blocks and context managers run before the process ends. Nothing
+    changes outside the main thread or when SIGTERM already has a handler or is ignored."""
+    ours = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    if ours:
+        signal.signal(signal.SIGTERM, _raise_exit)
+    try:
+        yield
+    finally:
+        if ours and signal.getsignal(signal.SIGTERM) is _raise_exit:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _raise_exit(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+if __name__ == "__main__":
+    _run_guarded(sys.argv[1:])
