@@ -116,15 +116,17 @@ def test_resume_keeps_the_best_evaluation_so_far(
     kept = {name: (out / name).read_bytes() for name in ("best_model.zip", "policy.safetensors", "policy.json")}
 
     _fake_evaluation(monkeypatch, 0.4)  # a worse model: must not replace the best
-    assert train_main([*TINY, "--out", str(out), "--resume"]) == 0
+    first = json.loads((out / "summary.json").read_text())["eval_history"]
+    assert [step for step, _ in first] == [0, 128]
+    assert train_main([*TINY, "--out", str(out), "--resume", "--timesteps", "256"]) == 0  # 128 steps more
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["timesteps"] == 256 and summary["eval_history"] == [[256, 0.4]]
+    assert summary["timesteps"] == 256 and summary["eval_history"] == [*first, [256, 0.4]]
     assert summary["best_eval_attainment"] == 0.7
     assert {name: (out / name).read_bytes() for name in kept} == kept
     assert json.loads((out / "best.json").read_text()) == best
 
     _fake_evaluation(monkeypatch, 0.9)  # a better one does
-    assert train_main([*TINY, "--out", str(out), "--resume"]) == 0
+    assert train_main([*TINY, "--out", str(out), "--resume", "--timesteps", "384"]) == 0
     assert json.loads((out / "best.json").read_text())["best_eval_attainment"] == 0.9
     assert (out / "best_model.zip").read_bytes() != kept["best_model.zip"]
     assert json.loads((out / "policy.json").read_text())["timesteps"] == 384
@@ -136,7 +138,8 @@ def test_resume_under_another_evaluation_does_not_compare_scores(
     first_run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     _fake_evaluation(monkeypatch, 0.4)
-    assert train_main([*TINY, "--out", str(first_run), "--resume", "--hp", "eval_load=2.0"]) == 0
+    argv = [*TINY, "--out", str(first_run), "--resume", "--timesteps", "256", "--hp", "eval_load=2.0"]
+    assert train_main(argv) == 0
     assert capsys.readouterr().err.count("the scores do not compare") == 1
     assert json.loads((first_run / "best.json").read_text())["best_eval_attainment"] == 0.4
 
