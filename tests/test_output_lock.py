@@ -57,3 +57,21 @@ def test_lock_released_on_error(tmp_path: Path) -> None:
         raise RuntimeError("boom")
     with locked_output(tmp_path, "next"):  # not left held by the failed block
         pass
+
+
+MERGE = (
+    "import sys\nfrom llmsched_env.decision.tuned_table import write_tuned_entries\n"
+    "settings = {'queue_order': 'sjf', 'token_budget': 4096, 'chunk_cap': 4096, 'prefill_first': False,\n"
+    "            'max_admit': 1, 'kv_reserve': 0.1, 'shed': True}\n"
+    "entry = {'settings': settings, 'provenance': {'by': sys.argv[2]}}\n"
+    "for i in range(15):\n    write_tuned_entries(sys.argv[1], {f'{sys.argv[2]}-{i}': entry})\n"
+)
+
+
+def test_concurrent_writers_of_one_tuned_table_lose_no_entry(tmp_path: Path) -> None:
+    from llmsched_env.decision.tuned_table import load_tuned_table
+
+    table = tmp_path / "tuned.json"
+    procs = [subprocess.Popen([sys.executable, "-c", MERGE, str(table), name]) for name in ("a", "b", "c")]
+    assert [p.wait() for p in procs] == [0, 0, 0]
+    assert sorted(load_tuned_table(table).entries) == sorted(f"{n}-{i}" for n in "abc" for i in range(15))

@@ -36,6 +36,7 @@ __all__ = [
     "remove_outputs",
     "replaced_atomically",
     "shipped_folders",
+    "updating",
     "write_csv",
     "write_text_atomically",
 ]
@@ -203,6 +204,26 @@ def locked_output(out: str | Path, command: str, option: str = "--out") -> Itera
         yield folder
     finally:
         os.close(fd)  # releases the lock; the file stays, so no second process can race on a fresh one
+
+
+@contextmanager
+def updating(path: str | Path) -> Iterator[Path]:
+    """Hold the file ``path`` for a read-modify-write (e.g. merging entries into a table that several commands
+    write): an exclusive ``flock`` on ``.NAME.lock`` beside it, waited for (the section is short), so that two
+    processes updating one file never lose each other's changes. Released when the block ends or the process
+    dies. On a system without ``fcntl`` nothing is locked."""
+    target = Path(path)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on the systems this project runs on
+        yield target
+        return
+    fd = os.open(target.with_name(f".{target.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield target
+    finally:
+        os.close(fd)
 
 
 def mark_complete(out: str | Path, record: Mapping[str, Any]) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, parse_json, read_text
-from llmsched_env.common.outputs import write_text_atomically
+from llmsched_env.common.outputs import updating, write_text_atomically
 from llmsched_env.decision.actions import UNLIMITED, ActionSpec
 from llmsched_env.engine.batch import Decision, QueueOrder
 
@@ -210,13 +210,14 @@ def _load(p: Path, shipped: bool) -> TunedTable:
 
 def write_tuned_entries(path: str | Path, entries: Mapping[str, Mapping[str, Any]]) -> TunedTable:
     """Write ``entries`` (scenario -> {"settings", "provenance"}) into the table at ``path``, keeping its other
-    scenarios (a new file when there is none); scenarios sorted, written atomically. Returns the new table."""
+    scenarios (a new file when there is none); scenarios sorted, written atomically, the file held (``updating``)
+    from the read to the write so that concurrent writers lose nothing. Returns the new table."""
     p = Path(path)
-    old = load_tuned_table(p).entries if p.exists() else {}
-    merged = {**old, **entries}
     for name, entry in entries.items():
         decision_of(entry.get("settings"), f"{p}: scenario {name!r}")
-    scenarios = dict(sorted(merged.items()))
-    data = {"format": TUNED_FORMAT, "version": TUNED_VERSION, "scenarios": scenarios}
-    write_text_atomically(p, json.dumps(data, indent=2) + "\n")
+    with updating(p):  # two searches writing into one table keep both their entries
+        old = load_tuned_table(p).entries if p.exists() else {}
+        scenarios = dict(sorted({**old, **entries}.items()))
+        data = {"format": TUNED_FORMAT, "version": TUNED_VERSION, "scenarios": scenarios}
+        write_text_atomically(p, json.dumps(data, indent=2) + "\n")
     return TunedTable(str(p), scenarios)
