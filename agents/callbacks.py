@@ -237,10 +237,10 @@ def read_history(folder: Path, eval_setup: dict[str, Any], upto: int) -> list[tu
     if not path.exists():
         return []
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = parse_json(read_text(path, CONFIG_BYTES))
         history = [(int(step), float(value)) for step, value in record["history"]]
         setup = record["eval_setup"]
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
         print(f"--resume: {path}: cannot read the evaluations so far ({exc}); starting a new history", file=sys.stderr)
         return []
     if setup != json.loads(json.dumps(eval_setup)):

@@ -201,13 +201,13 @@ def newest_signed_checkpoint(folder: Path) -> tuple[Path | None, list[tuple[Path
         if reason is None:
             return checkpoint, skipped
         if reason not in (NO_SIGNATURE, MISMATCH):  # no key: no checkpoint can be checked
+            skipped = [(checkpoint, reason)]  # the newest: the loop stops at the first one
             break
         skipped.append((checkpoint, reason))
     if not found:
         return None, []
     more = f" (nor any of the {len(found) - 1} earlier ones)" if len(found) > 1 else ""
-    newest = found[0]
-    reason = _refusal(newest)
+    newest, reason = skipped[0]  # each refusal was recorded, the newest first: none is checked twice
     raise CheckpointError(f"--resume: refusing to load {newest}{more}: {reason}; {WHY}")
 
 

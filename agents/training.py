@@ -54,6 +54,7 @@ from agents.train_config import (
     resolve_hyperparams,
 )
 from agents.wrappers import FlatActions
+from llmsched_env.common.files import CONFIG_BYTES, parse_json, read_text
 from llmsched_env.common.lifetime import die_with_parent
 from llmsched_env.common.outputs import (
     check_output,
@@ -228,8 +229,8 @@ def check_run_folder(config: TrainConfig) -> None:
     if not config.resume or not (out / "args.json").is_file():
         return
     try:
-        earlier = json.loads((out / "args.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        earlier = parse_json(read_text(out / "args.json", CONFIG_BYTES))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # FileRefusedError and JSONDecodeError among them
         raise ValueError(f"--resume: {out / 'args.json'}: cannot read the run's options: {exc}") from None
     mine = config.as_dict()
     for key in SAME_ON_RESUME:
@@ -255,7 +256,7 @@ def preflight(config: TrainConfig, warn: bool = True) -> tuple[dict[str, Any], f
     env_kwargs = _env_kwargs(config, dict(hp.get("env_kwargs", {})))
     probe: Any = make_env_fn(config.env_scenario, config.algo, env_kwargs, agent=False)()
     try:
-        if config.init_policy is not None and resume_checkpoint(config) is None:
+        if config.init_policy is not None:  # never with --resume (TrainConfig refuses the two together)
             start, _ = init_network(config.init_policy)
             check_init(start, probe, config.algo)
     finally:
@@ -405,11 +406,8 @@ def _learn(
     remaining = steps - int(model.num_timesteps) if resumed else steps
     if resumed:
         evaluator.history = read_history(out, setup, int(model.num_timesteps))
-    message = f"training {config.algo} for {remaining} steps; TensorBoard events in {out / 'tb'}"
-    if resumed:
-        message = (
-            f"training {config.algo} for the {remaining} steps left of {steps}; TensorBoard events in {out / 'tb'}"
-        )
+    left = f"the {remaining} steps left of {steps}" if resumed else f"{steps} steps"
+    message = f"training {config.algo} for {left}; TensorBoard events in {out / 'tb'}"
     callbacks = CallbackList(
         [
             EpisodeMetricsCallback(named_tenants(config, env_kwargs)),
