@@ -65,8 +65,10 @@ class ActionSpec:
     # the caches of action tuple -> Decision and (queue non-empty, room to admit, engine idle) -> mask
     _budget_values: tuple[int | None, ...] = field(init=False, repr=False, compare=False)
     _chunk_values: tuple[int | None, ...] = field(init=False, repr=False, compare=False)
+    _nvec: tuple[int, ...] = field(init=False, repr=False, compare=False)
     _decoded: dict[tuple[int, ...], Decision] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _masks: dict[tuple[bool, bool, bool], np.ndarray] = field(
+    # (queue non-empty, room to admit, engine idle) -> the mask, and the mask as a list of bools
+    _masks: dict[tuple[bool, bool, bool], tuple[np.ndarray, list[bool]]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
@@ -87,6 +89,9 @@ class ActionSpec:
         set_ = object.__setattr__
         set_(self, "_budget_values", self._effective(self.token_budgets))
         set_(self, "_chunk_values", self._effective(self.chunk_caps))
+        nvec = (self.num_orders, len(self.token_budgets), len(self.chunk_caps), 2, len(self.admission_caps),
+                len(self.kv_reserves), 2)  # fmt: skip
+        set_(self, "_nvec", nvec)
 
     def _effective(self, options: tuple[int, ...]) -> tuple[int | None, ...]:
         """Each option's value under ``max_tokens``; None for an option past the first that reaches the limit
@@ -144,15 +149,7 @@ class ActionSpec:
 
     @property
     def nvec(self) -> tuple[int, ...]:
-        return (
-            self.num_orders,
-            len(self.token_budgets),
-            len(self.chunk_caps),
-            2,
-            len(self.admission_caps),
-            len(self.kv_reserves),
-            2,
-        )
+        return self._nvec
 
     @property
     def mask_size(self) -> int:
@@ -239,6 +236,10 @@ class ActionSpec:
         engine with requests waiting may not hold (admit 0): holding then only delays everyone, and a policy
         that kept holding would leave requests waiting forever.
         """
+        return self._mask_of(engine)[0]
+
+    def _mask_of(self, engine: EngineState) -> tuple[np.ndarray, list[bool]]:
+        """``mask(engine)``, and the same as a list (``allowed_now``)."""
         waiting = any(engine.num_waiting)
         room = len(engine.running) < engine.config.max_num_seqs
         idle = not engine.running
@@ -257,27 +258,41 @@ class ActionSpec:
                 elif comp == "admission_cap" and idle:
                     p[0] = False
                 parts.append(p)
-            m = np.concatenate(parts)
-            m.setflags(write=False)
-            cache[key] = m
+            mask = np.concatenate(parts)
+            mask.setflags(write=False)
+            m = cache[key] = (mask, mask.tolist())
         return m
 
-    def allows(self, action: np.ndarray, mask: np.ndarray) -> bool:
+    def allows(self, action: np.ndarray | Sequence[int], mask: np.ndarray) -> bool:
         """Whether every component of an in-range ``action`` is a valid option under ``mask``."""
+        return self._allowed(action.tolist() if isinstance(action, np.ndarray) else action, mask.tolist())
+
+    def _allowed(self, values: Sequence[int], mask: list[bool]) -> bool:
         start = 0
-        for i, n in enumerate(self.nvec):
-            if not mask[start + int(action[i])]:
+        for v, n in zip(values, self._nvec, strict=True):
+            if not mask[start + v]:
                 return False
             start += n
         return True
 
-    def project(self, action: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """``action`` with every masked-out component moved to that component's first valid option."""
-        out = np.asarray(action, dtype=np.int64).copy()
+    def allowed_now(self, values: Sequence[int], engine: EngineState) -> bool:
+        """``allows(values, mask(engine))`` for an in-range action given as integers: the env's check of every
+        iteration, on the mask's cached list."""
+        return self._allowed(values, self._mask_of(engine)[1])
+
+    def project(self, action: np.ndarray | Sequence[int], mask: np.ndarray) -> np.ndarray:
+        """``action`` with every masked-out component moved to that component's first valid option (its first
+        option when none is valid). ValueError for a component outside its range."""
+        out = np.array(action, dtype=np.int64)
+        flags = mask.tolist()
         start = 0
-        for i, n in enumerate(self.nvec):
-            seg = mask[start : start + n]
-            if not seg[out[i]]:
-                out[i] = int(np.argmax(seg))
+        for i, (v, n) in enumerate(zip(out.tolist(), self._nvec, strict=True)):
+            if not 0 <= v < n:
+                raise ValueError(f"action component {ACTION_COMPONENTS[i]!r} must be in [0, {n}), got {v}")
+            if not flags[start + v]:
+                try:
+                    out[i] = flags.index(True, start, start + n) - start
+                except ValueError:
+                    out[i] = 0
             start += n
         return out

@@ -9,13 +9,15 @@ either.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+import struct
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from llmsched_env.decision.schema import SCHEMA_VERSION, check_schema
-from llmsched_env.decision.state import EngineState
+from llmsched_env.decision.state import EngineState, QueuedRequest
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 
 __all__ = [
@@ -105,58 +107,93 @@ class ObservationEncoder:
         return len(self.names)
 
     def encode(self, engine: EngineState, last_step_s: float = 0.0) -> np.ndarray:
-        head_slack = [self._head_slack(engine, k) for k in range(len(self.tenants))]
-        feats = self._globals(engine, last_step_s, head_slack)
+        waiting, running = engine.num_waiting, engine.num_running_t
+        head_slack, oldest_wait, vtc_floor = self._scan(engine, waiting, running)
+        feats = self._globals(engine, last_step_s, sum(waiting), oldest_wait, head_slack)
         seqs = self.config.max_num_seqs
-        total_service = sum(engine.service_tokens) or 1
-        vtc_floor, vtc_scale = self._vtc_scale(engine)
+        service, vtc = engine.service_tokens, engine.vtc
+        total_service = sum(service) or 1
+        vtc_scale = max(vtc) + 1.0
+        good, missed = engine.num_good_t, engine.num_missed_t
         for k in range(len(self.tenants)):
-            res_k = engine.num_good_t[k] + engine.num_missed_t[k]
+            res_k = good[k] + missed[k]
             feats += [
-                engine.num_waiting[k] / seqs,
-                engine.num_running_t[k] / seqs,
-                engine.service_tokens[k] / total_service,
-                (engine.vtc[k] - vtc_floor) / vtc_scale,
-                engine.num_good_t[k] / res_k if res_k else 1.0,
+                waiting[k] / seqs,
+                running[k] / seqs,
+                service[k] / total_service,
+                (vtc[k] - vtc_floor) / vtc_scale,
+                good[k] / res_k if res_k else 1.0,
                 head_slack[k],
             ]
-        obs = np.array(feats, dtype=np.float32)
-        np.clip(obs, -OBS_CLIP, OBS_CLIP, out=obs)
-        return obs
+        return _clipped(feats)
 
-    def _vtc_scale(self, engine: EngineState) -> tuple[float, float]:
-        """The least VTC counter among active tenants and the scale of the counters' gaps."""
-        active = [engine.vtc[k] for k in range(len(self.tenants)) if engine.num_waiting[k] or engine.num_running_t[k]]
-        return (min(active) if active else 0.0), max(engine.vtc) + 1.0
+    def _scan(
+        self, engine: EngineState, waiting: Sequence[int], running: Sequence[int]
+    ) -> tuple[list[float], float, float]:
+        """One pass over the tenants: each one's head TTFT slack (its queue head's time left to its TTFT
+        deadline, in units of its TTFT target; 1.0 with an empty queue), how long the oldest waiting request has
+        waited in units of its TTFT target (the earliest-arrived queue head, the first tenant's on a tie, as the
+        engine's FCFS order picks it; 0 with nothing waiting), and the least VTC counter among active tenants
+        (waiting or running; 0 with none)."""
+        now = engine.now_s
+        ttft = self._ttft
+        vtc = engine.vtc
+        slack: list[float] = []
+        oldest: QueuedRequest | None = None
+        floor: float | None = None
+        for k in range(len(ttft)):
+            if waiting[k]:
+                head = engine.head(k)
+                if head is None:
+                    slack.append(1.0)
+                else:
+                    arrival = head.arrival_s
+                    slack.append((arrival + ttft[k] - now) / ttft[k])
+                    if oldest is None or arrival < oldest.arrival_s:
+                        oldest = head
+            else:
+                slack.append(1.0)
+                if not running[k]:
+                    continue
+            v = vtc[k]
+            if floor is None or v < floor:
+                floor = v
+        oldest_wait = 0.0 if oldest is None else (now - oldest.arrival_s) / ttft[oldest.tenant]
+        return slack, oldest_wait, (0.0 if floor is None else floor)
 
-    def _globals(self, engine: EngineState, last_step_s: float, head_slack: Sequence[float]) -> list[float]:
-        """The ``GLOBAL_FEATURES`` (both schemas)."""
+    def _globals(
+        self, engine: EngineState, last_step_s: float, n_wait: int, oldest_wait: float, head_slack: list[float]
+    ) -> list[float]:
+        """The ``GLOBAL_FEATURES`` (both schemas), given what ``_scan`` found."""
         cfg = self.config
         pool = engine.pool
-        now = engine.now_s
         seqs = cfg.max_num_seqs
         nblocks = cfg.num_kv_blocks
-        n_wait = sum(engine.num_waiting)
-        oldest = engine.oldest_waiting() if n_wait else None
-        oldest_wait = (now - oldest.arrival_s) / self._ttft[oldest.tenant] if oldest is not None else 0.0
-        slack = min(head_slack) if n_wait else 1.0
         resolved = engine.num_good + engine.num_missed
         n_prefill = len(engine.prefilling)
+        used = pool.num_used
+        cached = pool.num_cached_blocks
+        fetching = engine.num_fetching
+        fetch_wait = 0.0
+        if fetching:
+            ready = engine.next_fetch_ready_s()
+            if ready is not None:
+                fetch_wait = max(ready - engine.now_s, 0.0) / self._min_ttft
         return [
             n_wait / seqs,
             sum(engine.waiting_tokens) / cfg.num_kv_tokens,
             oldest_wait,
-            slack,
-            pool.num_used / nblocks,
-            (pool.num_free_blocks - pool.num_cached_blocks) / nblocks,
-            pool.num_cached_blocks / nblocks,
-            max(engine.running_total_blocks - pool.num_used, 0) / nblocks,
+            min(head_slack) if n_wait else 1.0,
+            used / nblocks,
+            (pool.num_free_blocks - cached) / nblocks,
+            cached / nblocks,
+            max(engine.running_total_blocks - used, 0) / nblocks,
             engine.num_decoding / seqs,
             n_prefill / seqs,
             (engine.remaining_prefill_tokens() if n_prefill else 0) / cfg.max_num_batched_tokens,
             (seqs - len(engine.running)) / seqs,
-            engine.num_fetching / seqs,
-            self._fetch_wait(engine),
+            fetching / seqs,
+            fetch_wait,
             engine.ttft_ratio_ewma,
             engine.tpot_ratio_ewma,
             last_step_s / self._min_tpot,
@@ -164,17 +201,31 @@ class ObservationEncoder:
             engine.arrival_rate() / self.nominal_rate_rps,
         ]
 
-    def _fetch_wait(self, engine: EngineState) -> float:
-        """Time until the earliest remote KV transfer lands, in units of the tightest TTFT target."""
-        ready = engine.next_fetch_ready_s() if engine.num_fetching else None
-        return 0.0 if ready is None else max(ready - engine.now_s, 0.0) / self._min_ttft
 
-    def _head_slack(self, engine: EngineState, k: int) -> float:
-        """TTFT slack of tenant ``k``'s queue head in units of its TTFT target (1.0 with an empty queue)."""
-        head = engine.head(k) if engine.num_waiting[k] else None
-        if head is None:
-            return 1.0
-        return (head.arrival_s + self._ttft[k] - engine.now_s) / self._ttft[k]
+def _clipped(feats: list[float]) -> np.ndarray:
+    """The features as a float32 vector clipped to [-OBS_CLIP, OBS_CLIP]: ``np.clip(np.array(feats,
+    np.float32), ...)``, bit for bit, in about half its time (the encoder's last step, run every env step):
+    packed by ``struct`` (the same C cast to float32) into a buffer the array owns, clipped by numpy's clip
+    ufunc without ``np.clip``'s Python-level checks."""
+    try:
+        packed = _packer(len(feats))(*feats)
+    except OverflowError:  # beyond float32's range: numpy's cast gives inf, which the clip bounds
+        obs = np.array(feats, dtype=np.float32)
+    else:
+        obs = _frombuffer(bytearray(packed), _float32)
+    _clip(obs, _LOW, _HIGH, out=obs)
+    return obs
+
+
+@functools.cache
+def _packer(size: int) -> Callable[..., bytes]:
+    return struct.Struct(f"={size}f").pack
+
+
+_frombuffer, _float32 = np.frombuffer, np.float32
+# the bounds as 0-d float32 arrays: the ufunc then converts no Python scalar at each call
+_LOW, _HIGH = np.array(-OBS_CLIP, dtype=np.float32), np.array(OBS_CLIP, dtype=np.float32)
+_clip = getattr(getattr(getattr(np, "_core", None), "umath", None), "clip", None) or np.clip
 
 
 class GenericObservationEncoder(ObservationEncoder):
@@ -235,17 +286,21 @@ class GenericObservationEncoder(ObservationEncoder):
         names += ["rest/count", "rest/num_waiting", "rest/num_running", "rest/head_slack", "rest/attainment"]
         self.names = tuple(names)
         self.index = {n: i for i, n in enumerate(self.names)}
-        self._empty_slot = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+        empty_slot = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+        # with n <= NUM_SLOTS tenants the features past the last tenant's slot are constant: the empty slots, and
+        # the rest (none: count 0, waiting 0, running 0, least head slack 1, least attainment 1)
+        self._tail = {n: empty_slot * (NUM_SLOTS - n) + [0.0, 0, 0, 1.0, 1.0] for n in range(1, NUM_SLOTS + 1)}
 
     def encode(self, engine: EngineState, last_step_s: float = 0.0) -> np.ndarray:
         n = len(self.tenants)
-        head_slack = [self._head_slack(engine, k) for k in range(n)]
-        feats = self._globals(engine, last_step_s, head_slack)
+        waiting, running = engine.num_waiting, engine.num_running_t
+        head_slack, oldest_wait, vtc_floor = self._scan(engine, waiting, running)
+        n_wait = sum(waiting)
+        feats = self._globals(engine, last_step_s, n_wait, oldest_wait, head_slack)
         cfg = self.config
         seqs = cfg.max_num_seqs
-        waiting, running = engine.num_waiting, engine.num_running_t
+        kv_tokens = cfg.num_kv_tokens
         predicted = engine.waiting_predicted
-        n_wait = sum(waiting)
         total_pred = sum(predicted)
         late = urgent = 0
         for k in range(n):
@@ -254,51 +309,56 @@ class GenericObservationEncoder(ObservationEncoder):
                     late += waiting[k]
                 elif head_slack[k] < 0.5:
                     urgent += waiting[k]
-        total_service = sum(engine.service_tokens) or 1
-        vtc_floor, vtc_scale = self._vtc_scale(engine)
+        good, missed, tokens = engine.num_good_t, engine.num_missed_t, engine.waiting_tokens
+        service, vtc, static = engine.service_tokens, engine.vtc, self._static
+        total_service = sum(service) or 1
+        vtc_scale = max(vtc) + 1.0
         slots = []
         active = 0
         for k in range(n):
-            res_k = engine.num_good_t[k] + engine.num_missed_t[k]
-            busy = bool(waiting[k] or running[k])
+            res_k = good[k] + missed[k]
+            w = waiting[k]
+            busy = bool(w or running[k])
             active += busy
             slot = [
                 1.0,
-                waiting[k] / seqs,
+                w / seqs,
                 running[k] / seqs,
-                engine.waiting_tokens[k] / cfg.num_kv_tokens,
-                engine.service_tokens[k] / total_service,
-                (engine.vtc[k] - vtc_floor) / vtc_scale,
-                engine.num_good_t[k] / res_k if res_k else 1.0,
+                tokens[k] / kv_tokens,
+                service[k] / total_service,
+                (vtc[k] - vtc_floor) / vtc_scale,
+                good[k] / res_k if res_k else 1.0,
                 head_slack[k],
-                *self._static[k],
-                predicted[k] / waiting[k] / _KILO if waiting[k] else 0.0,
+                *static[k],
+                predicted[k] / w / _KILO if w else 0.0,
             ]
             # busy tenants first, then least head slack; the features themselves break ties
             slots.append((not busy, head_slack[k], slot))
-        slots.sort(key=lambda e: (e[0], e[1], e[2]))
+        if n > 1:
+            slots.sort()  # (idle, head slack, features): the features break ties
         feats += [
             n / _TENANT_SCALE,
             active / _TENANT_SCALE,
             late / seqs,
             urgent / seqs,
-            total_pred / cfg.num_kv_tokens,
+            total_pred / kv_tokens,
             total_pred / n_wait / _KILO if n_wait else 0.0,
             *self._spreads,
         ]
-        for i in range(NUM_SLOTS):
-            feats += slots[i][2] if i < n else self._empty_slot
-        rest = [e[2] for e in slots[NUM_SLOTS:]]
-        feats += [
-            len(rest) / _TENANT_SCALE,
-            sum(r[1] for r in rest),
-            sum(r[2] for r in rest),
-            min((r[7] for r in rest), default=1.0),
-            min((r[6] for r in rest), default=1.0),
-        ]
-        obs = np.array(feats, dtype=np.float32)
-        np.clip(obs, -OBS_CLIP, OBS_CLIP, out=obs)
-        return obs
+        for i in range(min(n, NUM_SLOTS)):
+            feats += slots[i][2]
+        if n <= NUM_SLOTS:
+            feats += self._tail[n]  # the empty slots and an empty rest
+        else:
+            rest = [e[2] for e in slots[NUM_SLOTS:]]
+            feats += [
+                len(rest) / _TENANT_SCALE,
+                sum(r[1] for r in rest),
+                sum(r[2] for r in rest),
+                min(r[7] for r in rest),
+                min(r[6] for r in rest),
+            ]
+        return _clipped(feats)
 
 
 def make_encoder(

@@ -147,24 +147,53 @@ class BlockPool:
         block_hash = self.block_hash
         nxt, prv = self._next, self._prev
         sentinel = self.num_blocks
+        cached, twins = self._cached, self._twins
+        evicted = 0
         for _ in range(num_blocks):
             block = nxt[sentinel]  # the head of the free queue
             after = nxt[block]
             nxt[sentinel] = after
             prv[after] = sentinel
-            if block_hash[block] is not None:
-                self._evict(block)
+            old = block_hash[block]
+            if old is not None:  # a cached block is handed out again: its content is forgotten
+                if twins and old in twins:
+                    self._unregister(block)
+                else:  # the one block holding that content (inlined: this runs for most blocks)
+                    block_hash[block] = None
+                    del cached[old]
+                evicted += 1
             ref_count[block] = 1
             table.append(block)
         self._num_free -= num_blocks
         self.num_used += num_blocks
+        if evicted:
+            self._num_free_cached -= evicted
+            self.num_evictions += evicted
         return table
 
-    def _evict(self, block: int) -> None:
-        """A cached free block is handed out again: its content is forgotten."""
-        self._unregister(block)
-        self._num_free_cached -= 1
-        self.num_evictions += 1
+    def allocate_one(self) -> int:
+        """``allocate(1)``'s block, without the list: the next block of a growing block table."""
+        assert self._num_free, "allocate() on a full pool: callers ask can_allocate first"
+        nxt = self._next
+        sentinel = self.num_blocks
+        block = nxt[sentinel]
+        after = nxt[block]
+        nxt[sentinel] = after
+        self._prev[after] = sentinel
+        old = self.block_hash[block]
+        if old is not None:
+            twins = self._twins
+            if twins and old in twins:
+                self._unregister(block)
+            else:
+                self.block_hash[block] = None
+                del self._cached[old]
+            self._num_free_cached -= 1
+            self.num_evictions += 1
+        self.ref_count[block] = 1
+        self._num_free -= 1
+        self.num_used += 1
+        return block
 
     def forget(self, block: int) -> None:
         """A block in use will not hold the content its hash names after all (the request that was to compute it
@@ -218,10 +247,23 @@ class BlockPool:
         if self.block_hash[block] is not None:
             return
         self.block_hash[block] = block_hash
-        if block_hash in self._cached:
+        if self._cached.setdefault(block_hash, block) != block:  # a twin of the block lookups find
             self._twins.setdefault(block_hash, []).append(block)
-        else:
-            self._cached[block_hash] = block
+
+    def commit_table(self, table: Sequence[int], lo: int, hi: int, hashes: Sequence[int], request_id: int) -> None:
+        """``commit`` blocks ``table[lo:hi]`` of one request: block ``j`` holds ``hashes[j]`` (shared prefix
+        content) while ``j < len(hashes)``, past it ``(request_id, j)`` (content only that request has)."""
+        block_hash = self.block_hash
+        setdefault = self._cached.setdefault
+        n = len(hashes)
+        for j in range(lo, hi):
+            block = table[j]
+            if block_hash[block] is not None:
+                continue
+            h: BlockHash = hashes[j] if j < n else (request_id, j)
+            block_hash[block] = h
+            if setdefault(h, block) != block:  # a twin of the block lookups find
+                self._twins.setdefault(h, []).append(block)
 
     def release(self, blocks: Sequence[int]) -> None:
         """Drop one reference on each block. As vLLM, blocks that hold no content go to the head of the free
@@ -232,21 +274,25 @@ class BlockPool:
         block_hash = self.block_hash
         nxt, prv = self._next, self._prev
         sentinel = self.num_blocks
+        tail = prv[sentinel]
+        freed = cached = 0
         for block in reversed(blocks):
             count = ref_count[block] - 1
             ref_count[block] = count
             if count == 0:
-                self.num_used -= 1
-                self._num_free += 1
+                freed += 1
                 if block_hash[block] is None:
                     empty.append(block)
                 else:  # to the tail
-                    tail = prv[sentinel]
                     nxt[tail] = block
                     prv[block] = tail
-                    nxt[block] = sentinel
-                    prv[sentinel] = block
-                    self._num_free_cached += 1
+                    tail = block
+                    cached += 1
+        nxt[tail] = sentinel
+        prv[sentinel] = tail
+        self.num_used -= freed
+        self._num_free += freed
+        self._num_free_cached += cached
         for block in reversed(empty):  # to the head
             head = nxt[sentinel]
             prv[head] = block

@@ -45,6 +45,10 @@ _LATENCY_EWMA = 0.05  # weight of the newest finished request in the recent late
 _new_engine = object.__new__
 
 
+def _admit_seq(r: Request) -> int:
+    return r.admit_seq
+
+
 class Engine:
     """Queues, running set, KV pool and per-tenant counters of one serving engine."""
 
@@ -290,20 +294,22 @@ class Engine:
     def schedule(self, decision: Decision) -> Batch:
         """Form this iteration's batch under ``decision``."""
         batch = Batch(decision)
-        self._expire_ttft()
+        if self._ttft_heap and self._ttft_heap[0][0] < self.now_s:
+            self._expire_ttft()
         if self.landed:
             self._admit_landed()
         cfg = self.config
         budget = min(decision.token_budget, cfg.max_num_batched_tokens)
         # The chunk cap keeps one long prefill from starving the others: alone, a request may use the whole
         # budget (vLLM drops long_prefill_token_threshold when one request is running or waiting).
-        chunk_cap = decision.chunk_cap if len(self.running) + self.num_waiting_total > 1 else budget
+        num_running = len(self.running)
+        chunk_cap = decision.chunk_cap if num_running > 1 or num_running + sum(self.num_waiting) > 1 else budget
         if decision.shed:
             self._shed_heads()
         prefill_first = decision.prefill_first
         left = budget if prefill_first else max(0, budget - self.num_decoding)
         # 1. running prefills, in admission order
-        for r in list(self.prefilling.values()):
+        for r in list(self.prefilling.values()) if self.prefilling else ():
             if left <= 0:
                 break
             if r.status != Status.RUNNING:  # preempted earlier in this loop
@@ -450,7 +456,10 @@ class Engine:
                 batch.num_preempted += 1
             if victim is r:
                 return False
-        r.block_table += pool.allocate(need)
+        if need == 1:  # a decoder's next block, the common case
+            r.block_table.append(pool.allocate_one())
+        else:
+            r.block_table += pool.allocate(need)
         return True
 
     def _victim(self) -> Request:
@@ -568,11 +577,22 @@ class Engine:
         # Every token of the batch is in; now the decoders that need a KV block for the next round get one, in
         # admission order, the latest admitted preempted while the pool is short (vLLM's running loop).
         if len(grow) > 1:
-            grow.sort(key=lambda q: q.admit_seq)
+            grow.sort(key=_admit_seq)
+        pool = self.pool
+        bs = self.block_size
         for r in grow:
-            if r.status == Status.RUNNING and self._reserve_or_preempt(r, r.prompt_len + r.num_output_tokens):
+            if r.status != Status.RUNNING:
+                continue
+            num_tokens = r.prompt_len + r.num_output_tokens
+            table = r.block_table
+            if len(table) * bs + bs >= num_tokens and pool.num_free_blocks:  # one more block, and one is free
+                if len(table) * bs < num_tokens:
+                    table.append(pool.allocate_one())
                 self._schedule_event(r)
-        self._expire_ttft()
+            elif self._reserve_or_preempt(r, num_tokens):
+                self._schedule_event(r)
+        if self._ttft_heap and self._ttft_heap[0][0] < end_s:
+            self._expire_ttft()
 
     def _commit(self, r: Request, start: int, end: int) -> None:
         """The full blocks of ``r`` among tokens [start, end) hold their content from this step on: cache them
@@ -583,14 +603,9 @@ class Engine:
         if hi <= lo:
             return
         hashes = r.prefix_hashes or ()
-        n = len(hashes)
-        table = r.block_table
-        commit = self.pool.commit
-        rid = r.request_id
-        for j in range(lo, hi):
-            commit(table[j], hashes[j] if j < n else (rid, j))
-        if self.remote is not None and min(hi, n) > lo:
-            self.remote.publish(hashes[lo : min(hi, n)])
+        self.pool.commit_table(r.block_table, lo, hi, hashes, r.request_id)
+        if self.remote is not None and min(hi, len(hashes)) > lo:
+            self.remote.publish(hashes[lo : min(hi, len(hashes))])
 
     def _commit_decoded(self, r: Request) -> None:
         """Cache the blocks a decoding ``r`` (synced) has filled since its prefill, before it lets them go."""

@@ -218,22 +218,24 @@ class LLMSchedEnv(gym.Env):
             raise RuntimeError("call reset() before step()")
         spec = self.action_spec
         decision = spec.decode(action)  # validates: ValueError on a bad action
-        a = np.asarray(action)
+        if isinstance(action, np.ndarray) and action.dtype.kind in "iu":
+            values = action.tolist()
+        else:  # integers in any form (decode checked them)
+            values = [int(v) for v in np.asarray(action).tolist()]
         projected = False
-        t0 = sim.now_s
+        engine = sim.engine
+        t0 = engine.now_s
         for _ in range(self.iterations_per_step):
-            mask = spec.mask(sim.engine)
-            if not spec.allows(a, mask):
-                projected = True
-                sim.step(spec.decode(spec.project(a, mask)))
-            else:
+            if spec.allowed_now(values, engine):
                 sim.step(decision)
+            else:
+                projected = True
+                sim.step(spec.decode(spec.project(values, spec.mask(engine))))
             if self.check_invariants:
                 sim.check_invariants()
             if sim.done:
                 break
-        self._last_step_s = sim.now_s - t0
-        engine = sim.engine
+        self._last_step_s = engine.now_s - t0
         terminated = sim.done
         truncated = not terminated and (sim.now_s >= self.horizon_s or sim.num_steps >= self.max_steps)
         reward, rewards = self._reward.step(

@@ -108,8 +108,11 @@ class Simulator:
             self.kv_usage.add(engine.pool.usage, dt)
             engine.complete(batch, start + dt)
         self.num_steps += 1
-        self._arrive()
-        self._skip_idle()
+        i = self._next
+        if i < len(self.requests):
+            if self.requests[i].arrival_s <= engine.now_s:
+                self._arrive()
+            self._skip_idle()
         self.kv_usage.record(engine.now_s, engine.pool.num_used)
         return batch
 
