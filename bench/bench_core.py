@@ -18,6 +18,7 @@ same load. ``REV`` must have this bench with the same options and output lines.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import resource
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import gymnasium as gym
@@ -132,24 +134,32 @@ def _run(root: Path, bench_args: list[str]) -> dict[str, float]:
     return parse_figures(done.stdout)
 
 
-def compare(rev: str, repeats: int, bench_args: list[str]) -> str:
-    """Run the bench on this tree and on ``rev`` alternately, ``repeats`` times each; the table of figures."""
+@contextlib.contextmanager
+def worktree(rev: str) -> Iterator[Path]:
+    """Commit ``rev`` checked out in a temporary git worktree (with ``../shared`` beside it, where older commits
+    read the traces from), removed on exit."""
     with tempfile.TemporaryDirectory(prefix="llmsched-compare-") as tmp:
         other = Path(tmp) / "tree"
-        shared = ROOT.parent / "shared"  # older commits read the traces from ../shared beside the checkout
+        shared = ROOT.parent / "shared"
         if shared.is_dir():
             (Path(tmp) / "shared").symlink_to(shared)
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(other), rev], check=True,
                        capture_output=True)  # fmt: skip
         try:
-            runs: dict[str, list[dict[str, float]]] = {"rev": [], "this": []}
-            for i in range(repeats):
-                for name, root in (("rev", other), ("this", ROOT)):
-                    runs[name].append(_run(root, bench_args))
-                    print(f"  run {i + 1}/{repeats} of {rev if name == 'rev' else 'this tree'} done", file=sys.stderr)
+            yield other
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(other)], check=False,
                            capture_output=True)  # fmt: skip
+
+
+def compare(rev: str, repeats: int, bench_args: list[str]) -> str:
+    """Run the bench on this tree and on ``rev`` alternately, ``repeats`` times each; the table of figures."""
+    with worktree(rev) as other:
+        runs: dict[str, list[dict[str, float]]] = {"rev": [], "this": []}
+        for i in range(repeats):
+            for name, root in (("rev", other), ("this", ROOT)):
+                runs[name].append(_run(root, bench_args))
+                print(f"  run {i + 1}/{repeats} of {rev if name == 'rev' else 'this tree'} done", file=sys.stderr)
     return format_comparison(rev, runs["rev"], runs["this"])
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from tests.bench_scripts import BENCH, bench_script
@@ -41,3 +43,24 @@ def test_the_table_gives_ranges_and_the_ratio_of_medians() -> None:
     table = bench.format_comparison("abc123", theirs, mine)
     assert table.splitlines()[0] == "| figure | abc123 | this tree | this / abc123 (medians) |"
     assert "| env closed loop, steps/s | 27,100-81,300 | 108,400 | 2.00x |" in table
+
+
+CACHEGRIND = """==123== Command: python -c ...
+==123==
+==123== I   refs:      1,669,370,258
+"""
+
+
+def test_the_instruction_count_is_read_from_cachegrind_and_its_absence_is_an_error() -> None:
+    bench = bench_script("bench_instructions")
+    assert bench.parse_refs(CACHEGRIND) == 1_669_370_258
+    with pytest.raises(ValueError, match="no instruction count"):
+        bench.parse_refs("==123== Command: python\n")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_instructions_per_step_are_counted_on_this_tree() -> None:
+    bench = bench_script("bench_instructions")
+    per_step = bench.per_step(bench.ROOT, "sim", 300)
+    assert 10_000 < per_step < 1_000_000  # a Simulator.step is tens of thousands of instructions, not none

@@ -149,11 +149,8 @@ class BlockPool:
         sentinel = self.num_blocks
         cached, twins = self._cached, self._twins
         evicted = 0
+        block = nxt[sentinel]  # the head of the free queue; the blocks taken are unlinked at once, after the loop
         for _ in range(num_blocks):
-            block = nxt[sentinel]  # the head of the free queue
-            after = nxt[block]
-            nxt[sentinel] = after
-            prv[after] = sentinel
             old = block_hash[block]
             if old is not None:  # a cached block is handed out again: its content is forgotten
                 if twins and old in twins:
@@ -164,6 +161,9 @@ class BlockPool:
                 evicted += 1
             ref_count[block] = 1
             table.append(block)
+            block = nxt[block]
+        nxt[sentinel] = block
+        prv[block] = sentinel
         self._num_free -= num_blocks
         self.num_used += num_blocks
         if evicted:
@@ -275,21 +275,22 @@ class BlockPool:
         nxt, prv = self._next, self._prev
         sentinel = self.num_blocks
         tail = prv[sentinel]
-        freed = cached = 0
+        kept = 0
         for block in reversed(blocks):
             count = ref_count[block] - 1
             ref_count[block] = count
-            if count == 0:
-                freed += 1
-                if block_hash[block] is None:
-                    empty.append(block)
-                else:  # to the tail
-                    nxt[tail] = block
-                    prv[block] = tail
-                    tail = block
-                    cached += 1
+            if count:
+                kept += 1  # another block table still holds it
+            elif block_hash[block] is None:
+                empty.append(block)
+            else:  # to the tail
+                nxt[tail] = block
+                prv[block] = tail
+                tail = block
         nxt[tail] = sentinel
         prv[sentinel] = tail
+        freed = len(blocks) - kept
+        cached = freed - len(empty)
         self.num_used -= freed
         self._num_free += freed
         self._num_free_cached += cached

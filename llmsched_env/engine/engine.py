@@ -548,8 +548,10 @@ class Engine:
             for r in due:  # finish first: a request done this round must never become a victim
                 if r.event_round != rnd:
                     continue  # preempted since the event was set
-                self._sync(r)
-                if r.num_output_tokens >= r.output_len:
+                out = r.decode_out0 + rnd + 1 - r.decode_round0  # _sync(r): an event is set only while decoding
+                r.num_output_tokens = out
+                r.num_computed_tokens = r.prompt_len + out - 1
+                if out >= r.output_len:
                     self._finish(r)
                 else:
                     grow.append(r)
@@ -580,15 +582,28 @@ class Engine:
             grow.sort(key=_admit_seq)
         pool = self.pool
         bs = self.block_size
+        events = self.decode_events
         for r in grow:
             if r.status != Status.RUNNING:
                 continue
             num_tokens = r.prompt_len + r.num_output_tokens
             table = r.block_table
-            if len(table) * bs + bs >= num_tokens and pool.num_free_blocks:  # one more block, and one is free
-                if len(table) * bs < num_tokens:
+            cap = len(table) * bs
+            if cap + bs >= num_tokens and pool.num_free_blocks:  # one more block at most, and one is free
+                if cap < num_tokens:
                     table.append(pool.allocate_one())
-                self._schedule_event(r)
+                    cap += bs
+                # _schedule_event(r), inlined: the round after which r finishes or needs its next block
+                base = r.decode_round0 - r.decode_out0
+                r_fin = base + r.output_len - 1
+                r_blk = base + cap - r.prompt_len
+                event = r_fin if r_fin < r_blk else r_blk
+                r.event_round = event
+                bucket = events.get(event)
+                if bucket is None:
+                    events[event] = [r]
+                else:
+                    bucket.append(r)
             elif self._reserve_or_preempt(r, num_tokens):
                 self._schedule_event(r)
         if self._ttft_heap and self._ttft_heap[0][0] < end_s:
