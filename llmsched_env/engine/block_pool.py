@@ -155,9 +155,10 @@ class BlockPool:
             if old is not None:  # a cached block is handed out again: its content is forgotten
                 if twins and old in twins:
                     self._unregister(block)
-                else:  # the one block holding that content (inlined: this runs for most blocks)
+                else:  # _unregister's common case, inlined: this loop runs for most blocks a request gets
                     block_hash[block] = None
-                    del cached[old]
+                    held = cached.pop(old)
+                    assert held == block, f"block {block} holds a hash the cache does not know"
                 evicted += 1
             ref_count[block] = 1
             table.append(block)
@@ -180,14 +181,8 @@ class BlockPool:
         after = nxt[block]
         nxt[sentinel] = after
         self._prev[after] = sentinel
-        old = self.block_hash[block]
-        if old is not None:
-            twins = self._twins
-            if twins and old in twins:
-                self._unregister(block)
-            else:
-                self.block_hash[block] = None
-                del self._cached[old]
+        if self.block_hash[block] is not None:
+            self._unregister(block)
             self._num_free_cached -= 1
             self.num_evictions += 1
         self.ref_count[block] = 1
@@ -203,9 +198,14 @@ class BlockPool:
             self._unregister(block)
 
     def _unregister(self, block: int) -> None:
+        """``block``'s content is forgotten: lookups stop finding it there."""
         old = self.block_hash[block]
         assert old is not None
         self.block_hash[block] = None
+        if not self._twins or old not in self._twins:  # the one block holding that content: the common case
+            held = self._cached.pop(old)
+            assert held == block, f"block {block} holds a hash the cache does not know"
+            return
         twins = self._twins.get(old)
         if self._cached[old] == block:
             if twins:

@@ -294,16 +294,14 @@ class Engine:
     def schedule(self, decision: Decision) -> Batch:
         """Form this iteration's batch under ``decision``."""
         batch = Batch(decision)
-        if self._ttft_heap and self._ttft_heap[0][0] < self.now_s:
-            self._expire_ttft()
+        self._expire_ttft()
         if self.landed:
             self._admit_landed()
         cfg = self.config
         budget = min(decision.token_budget, cfg.max_num_batched_tokens)
         # The chunk cap keeps one long prefill from starving the others: alone, a request may use the whole
         # budget (vLLM drops long_prefill_token_threshold when one request is running or waiting).
-        num_running = len(self.running)
-        chunk_cap = decision.chunk_cap if num_running > 1 or num_running + sum(self.num_waiting) > 1 else budget
+        chunk_cap = decision.chunk_cap if len(self.running) + self.num_waiting_total > 1 else budget
         if decision.shed:
             self._shed_heads()
         prefill_first = decision.prefill_first
@@ -438,10 +436,10 @@ class Engine:
         """Give running ``r`` blocks for ``num_tokens`` tokens, preempting victims (recorded in ``batch`` when
         one is being built) while the pool is short. False if ``r`` itself was preempted."""
         pool = self.pool
-        need = pool.blocks_for(num_tokens) - len(r.block_table)
+        need = -(-num_tokens // self.block_size) - len(r.block_table)  # pool.blocks_for(num_tokens), on the hot path
         if need <= 0:
             return True
-        while not pool.can_allocate(need):
+        while pool.num_free_blocks < need:  # pool.can_allocate(need)
             victim = self._victim()
             if batch is not None and victim in batch.prefill_reqs:
                 # its chunk will not run: the blocks it was to fill hold nothing a lookup may find
@@ -548,10 +546,8 @@ class Engine:
             for r in due:  # finish first: a request done this round must never become a victim
                 if r.event_round != rnd:
                     continue  # preempted since the event was set
-                out = r.decode_out0 + rnd + 1 - r.decode_round0  # _sync(r): an event is set only while decoding
-                r.num_output_tokens = out
-                r.num_computed_tokens = r.prompt_len + out - 1
-                if out >= r.output_len:
+                self._sync(r)
+                if r.num_output_tokens >= r.output_len:
                     self._finish(r)
                 else:
                     grow.append(r)
@@ -580,34 +576,10 @@ class Engine:
         # admission order, the latest admitted preempted while the pool is short (vLLM's running loop).
         if len(grow) > 1:
             grow.sort(key=_admit_seq)
-        pool = self.pool
-        bs = self.block_size
-        events = self.decode_events
         for r in grow:
-            if r.status != Status.RUNNING:
-                continue
-            num_tokens = r.prompt_len + r.num_output_tokens
-            table = r.block_table
-            cap = len(table) * bs
-            if cap + bs >= num_tokens and pool.num_free_blocks:  # one more block at most, and one is free
-                if cap < num_tokens:
-                    table.append(pool.allocate_one())
-                    cap += bs
-                # _schedule_event(r), inlined: the round after which r finishes or needs its next block
-                base = r.decode_round0 - r.decode_out0
-                r_fin = base + r.output_len - 1
-                r_blk = base + cap - r.prompt_len
-                event = r_fin if r_fin < r_blk else r_blk
-                r.event_round = event
-                bucket = events.get(event)
-                if bucket is None:
-                    events[event] = [r]
-                else:
-                    bucket.append(r)
-            elif self._reserve_or_preempt(r, num_tokens):
+            if r.status == Status.RUNNING and self._reserve_or_preempt(r, r.prompt_len + r.num_output_tokens):
                 self._schedule_event(r)
-        if self._ttft_heap and self._ttft_heap[0][0] < end_s:
-            self._expire_ttft()
+        self._expire_ttft()
 
     def _commit(self, r: Request, start: int, end: int) -> None:
         """The full blocks of ``r`` among tokens [start, end) hold their content from this step on: cache them
@@ -687,9 +659,6 @@ class Engine:
         for r in out:
             self._sync(r)
         return out
-
-    def oldest_waiting(self) -> Request | None:
-        return self.queue.best(QueueOrder.FCFS, self.now_s, self.sjf_starvation_s)
 
     def arrival_rate(self) -> float:
         """Exponentially decayed arrival-rate estimate (requests/s), time constant 10 s."""

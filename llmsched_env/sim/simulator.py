@@ -108,10 +108,8 @@ class Simulator:
             self.kv_usage.add(engine.pool.usage, dt)
             engine.complete(batch, start + dt)
         self.num_steps += 1
-        i = self._next
-        if i < len(self.requests):
-            if self.requests[i].arrival_s <= engine.now_s:
-                self._arrive()
+        if self._next < len(self.requests):  # requests still to arrive (nothing to do otherwise)
+            self._arrive()
             self._skip_idle()
         self.kv_usage.record(engine.now_s, engine.pool.num_used)
         return batch

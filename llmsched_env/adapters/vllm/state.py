@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from llmsched_env.costs.base import CostModel, prefill_time_s
-from llmsched_env.engine.batch import QueueOrder
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.engine.queues import WaitingQueues
 from llmsched_env.engine.request import Request, tpot_s
@@ -225,9 +224,6 @@ class VllmState:
 
     def head(self, t: int) -> Request | None:
         return self.queue.head(t)
-
-    def oldest_waiting(self) -> Request | None:
-        return self.queue.best(QueueOrder.FCFS, self.now_s, 10.0)
 
     def remaining_prefill_tokens(self) -> int:
         return sum(r.num_tokens - r.num_computed_tokens for r in self._s._inflight_prefills)
