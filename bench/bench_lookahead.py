@@ -7,7 +7,8 @@ Prints figures; asserts nothing about time.
 For each scenario: one episode of ``--num-requests`` requests (``--split``, seed ``--seed``) at ``tuned``'s val
 capacity load (its tuned-table provenance; ``--load`` overrides), played by ``tuned`` and by the lookahead
 (``--policy``, a ``lookahead[:options]`` spelling), each timed on this one core. Reports the attainment of
-both, the bound's gain in points, its decisions, how many chose another setting than the base, its rollouts,
+both, the bound's gain in points, its decisions, how many chose another setting than the base, how many of
+those were per-request moves (``candidates=requests``), its rollouts,
 the wall times, and whether its plan was kept (or the base, playing alone, met more requests and was played).
 Target (issue 26): <= 60 s for k=64 on a 1,000-request episode.
 """
@@ -46,7 +47,7 @@ def main() -> None:
           f"candidates={config.candidates} base={config.base}; {args.num_requests} requests, split {args.split}, "
           f"seed {args.seed}, one core")  # fmt: skip
     head = f"{'scenario':16s} {'load':>5s} {'tuned':>7s} {'bound':>7s} {'gain':>6s} {'decisions':>9s} "
-    print(head + f"{'switched':>8s} {'rollouts':>8s} {'tuned s':>8s} {'bound s':>8s}  plan")
+    print(head + f"{'switched':>8s} {'moves':>5s} {'rollouts':>8s} {'tuned s':>8s} {'bound s':>8s}  plan")
     for scenario in filter(None, args.scenarios.split(",")):
         entry = entries.entries.get(scenario)
         load = args.load if args.load is not None else float(entry["provenance"]["val_capacity_load"]) if entry else 1.0
@@ -65,7 +66,8 @@ def main() -> None:
         bound = run_episode(env, build, args.seed)["slo_attainment"]
         bound_s = time.perf_counter() - t0
         la = made[0]
-        counts = f"{la.num_decisions:9d} {la.num_switches:8d} {la.num_rollouts:8d} {tuned_s:8.2f} {bound_s:8.2f}"
+        counts = f"{la.num_decisions:9d} {la.num_switches:8d} {la.num_moves:5d} {la.num_rollouts:8d}"
+        counts += f" {tuned_s:8.2f} {bound_s:8.2f}"
         gain = 100 * (bound - tuned)
         kept = "kept" if la.kept_plan else "base played (it met more)"
         print(f"{scenario:16s} {load:5.2f} {tuned:7.3f} {bound:7.3f} {gain:+6.1f} {counts}  {kept}")

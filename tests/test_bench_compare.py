@@ -64,3 +64,13 @@ def test_instructions_per_step_are_counted_on_this_tree() -> None:
     bench = bench_script("bench_instructions")
     per_step = bench.per_step(bench.ROOT, "sim", 300)
     assert 10_000 < per_step < 1_000_000  # a Simulator.step is tens of thousands of instructions, not none
+
+
+@pytest.mark.slow
+def test_the_env_share_of_a_training_step_is_timed_in_its_parts() -> None:
+    bench = bench_script("bench_train_share")
+    (reset_s, step_s, mask_s), learn_s, steps = bench.measure("default", "maskable_ppo", 256, seed=0)
+    assert steps >= 256  # SB3 learns whole rollouts
+    assert step_s > 0 and mask_s > 0  # MaskablePPO asks every env for its mask every step
+    assert reset_s >= 0
+    assert reset_s + step_s + mask_s < learn_s  # the envs run inside learn, beside the network's work

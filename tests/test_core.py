@@ -349,3 +349,42 @@ def test_invariants_with_remote_kv_under_random_decisions(seed: int, cfg: Engine
         sim.check_invariants()
     assert sim.engine.num_fetching == 0
     assert all(r.num_output_tokens == r.output_len for r in sim.engine.finished)
+
+
+def test_per_request_moves_promote_preempt_and_shed_keep_every_invariant() -> None:
+    cfg = EngineConfig(num_kv_blocks=64, block_size=16, max_num_seqs=2, max_num_batched_tokens=4096)
+    reqs = [Request(i, 0.0, 40 + 10 * i, 20) for i in range(5)]
+    sim = Simulator(cfg, (TenantConfig("t"),), COST, reqs)
+    engine = sim.engine
+    sim.step(Decision(max_admit=0))  # nobody admitted yet: all five wait, FCFS would take 0 then 1
+    engine.promote(reqs[3])
+    b = sim.step(Decision())
+    assert b.prefill_reqs[:2] == [reqs[3], reqs[0]]  # the promoted one first, then the order resumes
+    sim.check_invariants()
+    with pytest.raises(ValueError, match="request 3 is not waiting"):
+        engine.promote(reqs[3])
+    with pytest.raises(ValueError, match="request 1 is not running"):
+        engine.preempt_request(reqs[1])
+    engine.preempt_request(reqs[3])
+    assert reqs[3].status == Status.WAITING and reqs[3].num_preemptions == 1 and engine.head(0) is reqs[3]
+    sim.check_invariants()
+    assert sim.step(Decision()).num_admitted == 0  # no admission right after a preemption, as vLLM
+    engine.shed_request(reqs[4])
+    assert reqs[4].status == Status.REJECTED and reqs[4].reject_reason == "shed" and engine.num_missed == 1
+    with pytest.raises(ValueError, match="request 4 is not waiting"):
+        engine.shed_request(reqs[4])
+    while not sim.done:
+        sim.step(Decision())
+        sim.check_invariants()
+    assert sorted(r.request_id for r in engine.finished) == [0, 1, 2, 3] and engine.rejected == [reqs[4]]
+
+
+def test_a_fork_keeps_the_promotion_on_its_own_copy() -> None:
+    cfg = EngineConfig(num_kv_blocks=64, block_size=16, max_num_seqs=1, max_num_batched_tokens=4096)
+    sim = Simulator(cfg, (TenantConfig("t"),), COST, [Request(i, 0.0, 40, 4) for i in range(3)])
+    sim.step(Decision(max_admit=0))
+    sim.engine.promote(sim.requests[2])
+    fork = sim.fork()
+    first = [sim.step(Decision()).prefill_reqs[0].request_id, fork.step(Decision()).prefill_reqs[0].request_id]
+    assert first == [2, 2]
+    assert fork.engine.running[2] is not sim.engine.running[2]  # each engine admitted its own copy

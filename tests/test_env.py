@@ -140,6 +140,38 @@ def test_masks_forbid_admission_from_an_empty_queue_and_masked_actions_are_proje
         assert info["action_projected"]
 
 
+def test_a_held_action_is_checked_against_every_iteration_s_mask() -> None:
+    # an env holding each action for 4 iterations plays exactly as one that is given it 4 times, one iteration at a
+    # time (each projected onto that iteration's mask): the held env re-checks the action whenever the mask changes.
+    # Admitting none is allowed while a request runs and refused once the engine is idle with requests waiting,
+    # so a held "admit none" must turn into an admission in the iteration where the last running request ends.
+    held, single = make(num_requests=60, load=3.0, iterations_per_step=4), make(num_requests=60, load=3.0)
+    held.reset(seed=2)
+    single.reset(seed=2)
+    rng = np.random.default_rng(0)
+    nvec = held.unwrapped.action_spec.nvec
+    projected = done = False
+    while not done:
+        action = np.array([int(rng.integers(n)) for n in nvec])  # unmasked: often invalid
+        action[ACTION_COMPONENTS.index("admission_cap")] = 0
+        _, _, term, trunc, info = held.step(action)
+        projected |= info["action_projected"]
+        done = term or trunc
+        for _ in range(4):
+            _, _, s_term, s_trunc, _ = single.step(action)
+            if s_term or s_trunc:
+                break
+        a, b = held.unwrapped.sim, single.unwrapped.sim
+        assert (a.num_steps, a.now_s, a.engine.num_good, a.engine.num_missed) == (
+            b.num_steps,
+            b.now_s,
+            b.engine.num_good,
+            b.engine.num_missed,
+        )
+    assert projected
+    assert held.unwrapped.sim.metrics() == single.unwrapped.sim.metrics()
+
+
 @pytest.mark.parametrize(
     ("action", "component"),
     [

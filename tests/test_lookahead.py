@@ -107,6 +107,26 @@ def test_with_k_equal_horizon_and_a_tail_to_the_end_its_own_plan_is_never_below_
     assert made[0].num_rollouts == made[0].num_decisions * len(made[0].candidates) > 0
 
 
+def test_per_request_moves_replay_exactly_and_never_leave_the_plan_below_the_base() -> None:
+    """With candidates=requests a decision may send one waiting request first, preempt or shed one; a move picks its
+    request from the state, so the env's steps replay the planned trajectory (a move whose pick is gone on replay is
+    an AssertionError), and the episode ends at least where the base alone does."""
+    env = _env(60)
+    base = _steps(env, make_scheduler("tuned", env.unwrapped.policy_context()), 0)[1]
+    made: list[LookaheadPolicy] = []
+
+    def bound(e: gym.Env) -> LookaheadPolicy:
+        made.append(LookaheadPolicy(e, LookaheadConfig(k=8, horizon=8, tail=32, candidates="requests")))
+        return made[-1]
+
+    first = _steps(env, bound, 0)
+    la = made[0]
+    assert la.num_moves > 0 and la.kept_plan  # some decision chose a per-request move
+    assert env.unwrapped.sim.engine.num_good == la.planned_met  # the steps met what the plan met
+    assert la.num_rollouts > la.num_decisions * len(la.candidates)  # the moves were played beside the settings
+    assert first[1]["slo_attainment"] >= base["slo_attainment"]
+
+
 def test_without_a_tuned_entry_the_base_is_the_best_static_rule_on_the_episode() -> None:
     scenario = replace(get_scenario("mixed-slo"), name="not-in-the-table")
     env = _env(40, scenario=scenario)

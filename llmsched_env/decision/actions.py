@@ -265,9 +265,10 @@ class ActionSpec:
 
     def allows(self, action: np.ndarray | Sequence[int], mask: np.ndarray) -> bool:
         """Whether every component of an in-range ``action`` is a valid option under ``mask``."""
-        return self._allowed(action.tolist() if isinstance(action, np.ndarray) else action, mask.tolist())
+        return self.allows_list(action.tolist() if isinstance(action, np.ndarray) else action, mask.tolist())
 
-    def _allowed(self, values: Sequence[int], mask: list[bool]) -> bool:
+    def allows_list(self, values: Sequence[int], mask: list[bool]) -> bool:
+        """``allows`` for an in-range action given as integers and a mask given as a list (``mask_list``)."""
         start = 0
         for v, n in zip(values, self._nvec, strict=True):
             if not mask[start + v]:
@@ -276,9 +277,14 @@ class ActionSpec:
         return True
 
     def allowed_now(self, values: Sequence[int], engine: EngineState) -> bool:
-        """``allows(values, mask(engine))`` for an in-range action given as integers: the env's check of every
-        iteration, on the mask's cached list."""
-        return self._allowed(values, self._mask_of(engine)[1])
+        """``allows(values, mask(engine))`` for an in-range action given as integers, on the mask's cached list."""
+        return self.allows_list(values, self._mask_of(engine)[1])
+
+    def mask_list(self, engine: EngineState) -> list[bool]:
+        """``mask(engine)`` as a list: one cached object per distinct mask, so a caller that checks one action
+        over several iterations checks it again only when this object changes (``allows_list``)."""
+        return self._mask_of(engine)[1]
+
 
     def project(self, action: np.ndarray | Sequence[int], mask: np.ndarray) -> np.ndarray:
         """``action`` with every masked-out component moved to that component's first valid option (its first

@@ -30,7 +30,9 @@ __all__ = [
 
 LOOKAHEAD = "lookahead"
 BOUND_MARK = " (bound, not deployable)"  # appended to every lookahead row's policy name
-CANDIDATE_SETS = ("neighbours", "base")  # the base and every single-knob move of it; the base alone
+# the base and every single-knob move of it; the base alone; the neighbours plus per-request moves (which waiting
+# request goes next, which running request is preempted, which waiting request is shed)
+CANDIDATE_SETS = ("neighbours", "base", "requests")
 END = "end"  # tail=end: the base plays to the episode's end
 
 
@@ -44,7 +46,9 @@ class LookaheadConfig:
     """``k``: iterations between two decisions (the chosen setting plays that long); ``horizon``: iterations each
     candidate is played from a decision point; ``tail``: iterations of the base setting after the horizon
     (None: to the episode's end, exact but costly); ``candidates``: ``neighbours`` (the base setting and every
-    single-knob move of it, ``evaluation.knob_space.neighbours``) or ``base`` (the base alone); ``base``: where
+    single-knob move of it, ``evaluation.knob_space.neighbours``), ``base`` (the base alone) or ``requests`` (the
+    neighbours plus per-request moves made at the decision point under the base setting: one waiting request
+    sent first, one running request preempted, one waiting request shed; ``evaluation.lookahead``); ``base``: where
     the base setting comes from, ``tuned`` (the scenario's tuned entry; without one, the best static named rule
     on the episode, said in a warning) or a static named rule (``fcfs``, ``sjf``, ...). ``ValueError`` naming
     the field."""

@@ -107,6 +107,7 @@ class Engine:
         self.num_decoding = 0
         self.decode_base = 0  # sum over decoding requests of (prompt + out0 - round0)
         self._preempted_since_schedule = False
+        self._promoted: Request | None = None  # waiting request the next admission pass considers first (promote)
         self.num_preemptions = 0
         self.num_prompt_tokens_admitted = 0
         self.num_prefix_hit_tokens = 0
@@ -157,6 +158,8 @@ class Engine:
         d["round_end_s"] = self.round_end_s[:]
         d["decode_events"] = {k: [get(id(r), r) for r in bucket] for k, bucket in self.decode_events.items()}
         d["last_batch"] = self.last_batch.copy(memo) if self.last_batch is not None else None
+        if self._promoted is not None:
+            d["_promoted"] = get(id(self._promoted), self._promoted)
         return new
 
     # ---------------------------------------------------------------------------------- arrivals, clock
@@ -224,6 +227,31 @@ class Engine:
         """The first waiting request of tenant ``t``."""
         return self.queue.head(t)
 
+    # ---------------------------------------------------------------------------------- per-request control
+    def promote(self, r: Request) -> None:
+        """Let waiting ``r`` go first in the next admission pass, whatever the decision's queue order: it is
+        admitted there if it fits (memory, batch and admission cap as for any other), and the order resumes after
+        it. One request at a time (a second call replaces the first); the pass clears it. ``ValueError`` for a
+        request that is not waiting here. The lookahead bound's per-request candidates use it."""
+        if r not in self.queue:
+            raise ValueError(f"promote: request {r.request_id} is not waiting")
+        self._promoted = r
+
+    def preempt_request(self, r: Request) -> None:
+        """Preempt running ``r`` now (recompute, as the pool's own preemption: its KV is freed and it waits at
+        its tenant's queue head); as after any preemption, the next batch admits nobody. ``ValueError`` for a
+        request that is not running here."""
+        if self.running.get(r.request_id) is not r:
+            raise ValueError(f"preempt_request: request {r.request_id} is not running")
+        self._preempt(r)
+
+    def shed_request(self, r: Request) -> None:
+        """Reject waiting ``r`` now (reason ``shed``): it counts as a miss. ``ValueError`` for a request that is
+        not waiting here."""
+        if r not in self.queue:
+            raise ValueError(f"shed_request: request {r.request_id} is not waiting")
+        self._reject(r, "shed")
+
     def _reject(self, r: Request, reason: str) -> None:
         if r in self.queue:
             self.queue.remove(r)
@@ -258,9 +286,14 @@ class Engine:
     def _candidates(self, order: QueueOrder) -> Iterator[Request]:
         """Waiting requests in ``order``; each yielded one is admitted or rejected before the next is asked."""
         queue = self.queue
+        promoted = self._promoted
+        if promoted is not None:
+            self._promoted = None
+            if promoted in queue:
+                yield promoted
         if order == QueueOrder.LPM:
             window = queue.oldest(_LPM_WINDOW)
-            window.sort(key=lambda r: -self._cached_prefix_blocks(r))  # stable: FCFS among equals
+            window.sort(key=lambda r: -self.cached_prefix_blocks(r))  # stable: FCFS among equals
             for r in window:
                 if r in queue:
                     yield r
@@ -271,7 +304,8 @@ class Engine:
                 return
             yield best
 
-    def _cached_prefix_blocks(self, r: Request) -> int:
+    def cached_prefix_blocks(self, r: Request) -> int:
+        """Blocks of waiting ``r``'s prompt the prefix cache holds now (what admission would start from)."""
         return len(self._lookup(r))
 
     def _lookup(self, r: Request) -> list[int]:
@@ -421,7 +455,7 @@ class Engine:
             return False  # a preempted request already has its first token
         deadline = r.arrival_s + self._ttft_slo[r.tenant]
         if cached is None:
-            cached = self._cached_prefix_blocks(r) * self.block_size
+            cached = self.cached_prefix_blocks(r) * self.block_size
         return self.now_s + prefill_time_s(self.cost_model, r.num_prefill_tokens, num_cached_tokens=cached) > deadline
 
     def _shed_heads(self) -> None:

@@ -225,8 +225,13 @@ class LLMSchedEnv(gym.Env):
         projected = False
         engine = sim.engine
         t0 = engine.now_s
+        checked: list[bool] | None = None  # the mask the action was last checked against (mask_list's object)
+        allowed = True
         for _ in range(self.iterations_per_step):
-            if spec.allowed_now(values, engine):
+            flags = spec.mask_list(engine)
+            if flags is not checked:  # the mask changed (or this is the first iteration): check the action again
+                checked, allowed = flags, spec.allows_list(values, flags)
+            if allowed:
                 sim.step(decision)
             else:
                 projected = True

@@ -16,6 +16,15 @@ is compared with the base setting played alone over the whole episode and replac
 more requests: the bound's attainment is never below its base's. The env's steps then replay the plan exactly
 (``restore`` is exact), so the episode's metrics are those of the trajectory the plan found.
 
+With ``candidates=requests`` each decision also weighs per-request moves, made at the decision point and followed
+by the base setting (``REQUEST_MOVES``): one waiting request sent first in the next admission (``Engine.promote``:
+the head of each queue order, the waiting request with the most cached prefix, the head of the tenant with the
+lowest attainment so far), the running request holding the most KV blocks preempted (``preempt_request``), or a
+waiting request shed (``shed_request``: the most urgent, or the longest prompt). A move picks its request from
+the state at the decision point, so the plan replays it exactly; a move whose request the base order would send
+first anyway, or that picks nobody, is not played. Comparing this bound with the knob-only one says how much
+room per-request control has beyond switching static settings.
+
 It is not deployable: its rollouts replay requests that have not arrived yet, with their true lengths, on the
 same simulator that judges it. It bounds what switching among static settings every ``k`` iterations could
 gain; rows carry ``decision.lookahead.BOUND_MARK``. Rollouts drive the simulator directly (no observation is
@@ -34,10 +43,77 @@ import numpy as np
 
 from llmsched_env.decision.lookahead import LookaheadConfig
 from llmsched_env.decision.registry import SCHEDULERS
-from llmsched_env.engine.batch import Decision
+from llmsched_env.engine.batch import Decision, QueueOrder
+from llmsched_env.engine.engine import Engine
+from llmsched_env.engine.request import Request
 from llmsched_env.evaluation.knob_space import STATIC_HEURISTICS, neighbours, static_decision
 
-__all__ = ["LookaheadPolicy", "lookahead_factory"]
+__all__ = ["REQUEST_MOVES", "LookaheadPolicy", "lookahead_factory", "pick"]
+
+_LPM_WINDOW = 64  # the oldest waiting requests the most-cached pick looks at (as the engine's LPM order)
+
+
+def _first(order: QueueOrder) -> Callable[[Engine], Request | None]:
+    return lambda e: e.queue.best(order, e.now_s, e.sjf_starvation_s)
+
+
+def _most_cached(e: Engine) -> Request | None:
+    window = e.queue.oldest(_LPM_WINDOW)
+    return max(window, key=e.cached_prefix_blocks, default=None)  # the oldest among equals
+
+
+def _least_attained_head(e: Engine) -> Request | None:
+    heads = [(t, h) for t in range(len(e.tenants)) if e.num_waiting[t] and (h := e.head(t)) is not None]
+    if len(heads) < 2:
+        return None  # one tenant waiting: its head is the base order's pick or one of the others
+    good, missed = e.num_good_t, e.num_missed_t
+
+    def attained(item: tuple[int, Request]) -> float:
+        t = item[0]
+        done = good[t] + missed[t]
+        return good[t] / done if done else 1.0
+
+    return min(heads, key=attained)[1]  # the tenant listed first among equals
+
+
+def _largest_running(e: Engine) -> Request | None:
+    if len(e.running) < 2:
+        return None  # preempting the only running request frees memory for nobody
+    return max(reversed(e.running.values()), key=lambda r: len(r.block_table))  # the latest admitted among equals
+
+
+def _longest_waiting_prompt(e: Engine) -> Request | None:
+    return max(e.queue.requests(), key=lambda r: r.num_prefill_tokens, default=None)
+
+
+# move name -> (what it does, how it picks its request from the engine's state at the decision point)
+REQUEST_MOVES: dict[str, tuple[str, Callable[[Engine], Request | None]]] = {
+    "first:edf": ("promote", _first(QueueOrder.EDF)),
+    "first:sjf": ("promote", _first(QueueOrder.SJF)),
+    "first:priority": ("promote", _first(QueueOrder.PRIORITY_AGING)),
+    "first:vtc": ("promote", _first(QueueOrder.VTC)),
+    "first:fcfs": ("promote", _first(QueueOrder.FCFS)),
+    "first:cached": ("promote", _most_cached),
+    "first:least_attained": ("promote", _least_attained_head),
+    "preempt:largest": ("preempt", _largest_running),
+    "shed:edf": ("shed", _first(QueueOrder.EDF)),
+    "shed:longest": ("shed", _longest_waiting_prompt),
+}
+
+
+def pick(move: str, engine: Engine) -> Request | None:
+    """The request ``move`` (a ``REQUEST_MOVES`` name) would act on in ``engine``'s state, or None."""
+    return REQUEST_MOVES[move][1](engine)
+
+
+def _make_move(move: str, engine: Engine, r: Request) -> None:
+    kind = REQUEST_MOVES[move][0]
+    if kind == "promote":
+        engine.promote(r)
+    elif kind == "preempt":
+        engine.preempt_request(r)
+    else:
+        engine.shed_request(r)
 
 
 class LookaheadPolicy:
@@ -47,8 +123,10 @@ class LookaheadPolicy:
     ``ValueError`` for an env it cannot play forward (the cluster env, a runtime, several iterations per step).
 
     ``base_source`` says where the base setting came from; ``num_decisions`` and ``num_switches`` (decisions that
-    chose a setting other than the base) count what its plan did, ``num_rollouts`` the rollouts it played, and
-    ``kept_plan`` is False when the base alone did better and was played instead."""
+    chose a setting other than the base, or a per-request move) count what its plan did, ``num_moves`` the
+    decisions that chose a per-request move, ``num_rollouts`` the rollouts it played, ``kept_plan`` is False
+    when the base alone did better and was played instead, and ``planned_met`` is the number of requests the
+    played plan met from the episode's first step (the env's own steps then meet exactly as many)."""
 
     def __init__(self, env: gym.Env, config: LookaheadConfig, seed: int = 0, table: Any = None) -> None:
         u: Any = env.unwrapped
@@ -67,13 +145,17 @@ class LookaheadPolicy:
         self.spec = u.action_spec
         self.base, self.base_source = self._base()
         self.candidates = [self.base]
-        if config.candidates == "neighbours":
+        if config.candidates in ("neighbours", "requests"):
             self.candidates += neighbours(self.base, self.spec)
         self._actions = [self.spec.encode(d) for d in self.candidates]
+        # per-request moves: candidate len(self._actions) + j is move self._moves[j] under the base setting
+        self._moves = list(REQUEST_MOVES) if config.candidates == "requests" else []
         self.num_decisions = 0
         self.num_switches = 0
+        self.num_moves = 0
         self.num_rollouts = 0
         self.kept_plan = True
+        self.planned_met = 0
         self._plan: list[int] = []
         self._steps = 0
         self._emit: dict[tuple[int, int], np.ndarray] = {}
@@ -87,9 +169,13 @@ class LookaheadPolicy:
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
         if self._steps == 0:
             self._plan = self._make_plan()
-        window = self._steps // self.config.k
+        window, offset = divmod(self._steps, self.config.k)
         chosen = self._plan[window] if window < len(self._plan) else 0
         self._steps += 1
+        if chosen >= len(self._actions):  # a per-request move, made as the plan made it, then the base setting
+            if offset == 0:
+                self._play(chosen)
+            chosen = 0
         mask = self.spec.mask(self.env.sim.engine)  # the env's own mask (cached per pattern), as action_mask
         out = self._emit.get((chosen, id(mask)))
         if out is None:
@@ -111,7 +197,7 @@ class LookaheadPolicy:
         plan: list[int] = []
         while not self._ended():
             plan.append(self._decide())
-            self._rollout([(self._actions[plan[-1]], self.config.k)])
+            self._rollout([(self._actions[self._play(plan[-1])], self.config.k)])
         plan_good = u.sim.engine.num_good - good0
         u.restore(start)
         self._rollout([(self._actions[0], None)])
@@ -119,7 +205,9 @@ class LookaheadPolicy:
         u.restore(start)
         self.num_decisions = len(plan)
         self.num_switches = sum(1 for c in plan if c)
+        self.num_moves = sum(1 for c in plan if c >= len(self._actions))
         self.kept_plan = plan_good >= base_good
+        self.planned_met = max(plan_good, base_good)  # what the env's steps will meet from here: the replay's check
         return plan if self.kept_plan else [0] * len(plan)
 
     def _ended(self) -> bool:
@@ -139,9 +227,36 @@ class LookaheadPolicy:
             score = self._rollout([(action, cfg.horizon), (self._actions[0], cfg.tail)])
             if i == 0 or score > best_score:
                 best, best_score = i, score
-        u.restore(snap)
         self.num_rollouts += len(self._actions)
+        base = self._actions[0]
+        first = self.base.order
+        for j, move in enumerate(self._moves):
+            u.restore(snap)
+            engine = u.sim.engine
+            r = pick(move, engine)
+            if r is None:
+                continue
+            if REQUEST_MOVES[move][0] == "promote" and r is _first(first)(engine):
+                continue  # the base order sends it first anyway: the base's own rollout
+            _make_move(move, engine, r)
+            score = self._rollout([(base, cfg.horizon), (base, cfg.tail)])
+            self.num_rollouts += 1
+            if score > best_score:
+                best, best_score = len(self._actions) + j, score
+        u.restore(snap)
         return best
+
+    def _play(self, candidate: int) -> int:
+        """Make ``candidate``'s per-request move on the env's engine now, if it is one; the index of the setting it
+        plays (its own, or the base's for a move)."""
+        if candidate < len(self._actions):
+            return candidate
+        move = self._moves[candidate - len(self._actions)]
+        engine = self.env.sim.engine
+        r = pick(move, engine)
+        assert r is not None, f"lookahead: move {move} picked a request when planned, none on replay"
+        _make_move(move, engine, r)
+        return 0
 
     def _rollout(self, plan: list[tuple[np.ndarray, int | None]]) -> int:
         """Play each (action, iterations) of ``plan`` on the env's simulator (None: to the episode's end), as

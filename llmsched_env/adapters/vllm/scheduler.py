@@ -125,7 +125,7 @@ class _LLMSchedAdapter(_SchedulerBase):
         self.waiting = self.queue
         self.decision: Decision | None = None  # the step's decision (None: vLLM's own)
         self._hold = 0
-        self._action: np.ndarray | None = None  # the policy's action behind ``decision``
+        self._action: list[int] | None = None  # the policy's action behind ``decision``
         self._last_step_start = 0.0
         self._last_step_s = 0.0
         self.shed_requests: list[VllmRequest] = []  # aborted by shedding, reported by the next update_from_output
@@ -202,10 +202,10 @@ class _LLMSchedAdapter(_SchedulerBase):
             self._hold -= 1
             decision = self.decision
             action = self._action
-            if action is not None:  # the held action, projected onto what the mask allows now (as the env does)
-                mask = self.action_spec.mask(state)
-                if not self.action_spec.allows(action, mask):
-                    decision = self.action_spec.decode(self.action_spec.project(action, mask))
+            if action is not None and not self.action_spec.allowed_now(action, state):
+                # the held action, projected onto what the mask allows now (as the env does)
+                spec = self.action_spec
+                decision = spec.decode(spec.project(action, spec.mask(state)))
         else:
             decision = self._decide()
             self._hold = self.iterations_per_step - 1
@@ -253,7 +253,7 @@ class _LLMSchedAdapter(_SchedulerBase):
             self._action = None
             return None
         assert action is not None
-        self._action = action
+        self._action = action.tolist()
         if not spec.allows(action, mask):
             action = spec.project(action, mask)
         return spec.decode(action)
