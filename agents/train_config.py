@@ -65,6 +65,8 @@ RUN_KEYS = (
     "bc_stride",
     "eval_freq",
     "eval_episodes",
+    "anchor_coef",
+    "anchor_epochs",
 )
 DEFAULT_EVAL_BASELINES = ("fcfs", "priority_aging", "sjf", "vtc", "kv_guard", "sarathi", "slo_aware")
 DEFAULT_EVAL_ROUTERS = ("round_robin", "least_outstanding", "least_kv_load", "prefix_affinity", "power_of_two")
@@ -335,7 +337,7 @@ def resolve_hyperparams(config: TrainConfig) -> dict[str, Any]:
 
 # the model's constructor arguments that the training sets itself, never a hyperparameter
 _SET_BY_TRAINING = frozenset({"self", "env", "seed", "tensorboard_log", "verbose", "device", "_init_setup_model"})
-_RUN_INTS = ("n_timesteps", "n_envs", "bc_steps", "bc_stride", "eval_freq", "eval_episodes")
+_RUN_INTS = ("n_timesteps", "n_envs", "bc_steps", "bc_stride", "eval_freq", "eval_episodes", "anchor_epochs")
 
 
 def _model_params(algo: str) -> dict[str, Any]:
@@ -390,6 +392,11 @@ def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
     dagger = hp.get("bc_dagger")
     if dagger is not None and (isinstance(dagger, bool) or not isinstance(dagger, int) or dagger < 0):
         raise fail("bc_dagger", f"must be an integer >= 0 (DAgger rounds after cloning), got {dagger!r}")
+    anchor = hp.get("anchor_coef")
+    if anchor is not None and not (is_number(anchor) and anchor >= 0):
+        raise fail("anchor_coef", f"must be a finite number >= 0 (0: no pull towards the start), got {anchor!r}")
+    if anchor and algo not in ("maskable_ppo", "ppo", "a2c"):
+        raise fail("anchor_coef", f"pulls a feed-forward actor-critic policy towards its start; {algo} has none")
     smoothing = hp.get("bc_smoothing")
     if smoothing is not None and not (is_number(smoothing) and 0 <= smoothing < 1):
         raise fail("bc_smoothing", f"must be a number in [0, 1), got {smoothing!r}")

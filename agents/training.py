@@ -29,7 +29,7 @@ import gymnasium as gym
 import torch
 import yaml
 from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.callbacks import CallbackList
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
@@ -253,6 +253,8 @@ def preflight(config: TrainConfig, warn: bool = True) -> tuple[dict[str, Any], f
     check_run_folder(config)
     ensure_key()
     best = resume_best(config, hp, warn=warn)
+    if hp.get("anchor_coef") and resume_checkpoint(config) is not None:  # the start the pull keeps to is gone
+        raise ValueError("anchor_coef: a resumed run cannot be anchored to its start; pass --hp anchor_coef=0")
     env_kwargs = _env_kwargs(config, dict(hp.get("env_kwargs", {})))
     probe: Any = make_env_fn(config.env_scenario, config.algo, env_kwargs, agent=False)()
     try:
@@ -408,15 +410,20 @@ def _learn(
         evaluator.history = read_history(out, setup, int(model.num_timesteps))
     left = f"the {remaining} steps left of {steps}" if resumed else f"{steps} steps"
     message = f"training {config.algo} for {left}; TensorBoard events in {out / 'tb'}"
-    callbacks = CallbackList(
-        [
-            EpisodeMetricsCallback(named_tenants(config, env_kwargs)),
-            SignedCheckpointCallback(every, str(out / "checkpoints"), name_prefix="model"),
-            evaluator,
-            StatusCallback(message, enabled=config.progress),
-            ProgressBarCallback(enabled=config.progress),
-        ]
-    )
+    parts: list[BaseCallback] = [
+        EpisodeMetricsCallback(named_tenants(config, env_kwargs)),
+        SignedCheckpointCallback(every, str(out / "checkpoints"), name_prefix="model"),
+        evaluator,
+        StatusCallback(message, enabled=config.progress),
+        ProgressBarCallback(enabled=config.progress),
+    ]
+    anchor = float(run.get("anchor_coef") or 0.0)
+    if anchor > 0:  # preflight refused it on a resumed run: the policy here is the start
+        from agents.anchor import AnchorCallback
+
+        batch = int(getattr(model, "batch_size", 0) or 256)
+        parts.append(AnchorCallback(anchor, int(run.get("anchor_epochs", 1)), batch, seed=config.seed))
+    callbacks = CallbackList(parts)
     t0 = time.perf_counter()
     if remaining > 0:
         model.learn(

@@ -207,6 +207,30 @@ def test_fine_tuning_reads_the_init_policy_once(
     assert trained.schema_version == 2 and trained.meta["scenario"] == "mixed-slo"
 
 
+@pytest.mark.slow  # a training of its own
+def test_an_anchored_fine_tuning_logs_its_pull_and_cannot_be_resumed(
+    schema2_policy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from agents.cli import main as train_main
+    from agents.train_config import TrainConfig
+    from agents.training import preflight
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    run = tmp_path / "ft"
+    common = ["--scenario", "mixed-slo", "--timesteps", "256", "--n-envs", "1", "--hp", "n_steps=128",
+              "--hp", "batch_size=64", "--hp", "eval_freq=128", "--hp", "eval_episodes=1",
+              "--hp", "env_kwargs.num_requests=30", "--hp", "anchor_coef=1.0", "--eval-baselines", "fcfs",
+              "--no-progress", "--out", str(run)]  # fmt: skip
+    train_main([*common, "--init", str(schema2_policy)])
+    events = EventAccumulator(str(next((run / "tb").rglob("events.out.tfevents.*")).parent))
+    events.Reload()
+    assert {"anchor/kl", "anchor/kl_after"} <= set(events.Tags()["scalars"])
+    with pytest.raises(ValueError, match="resumed run cannot be anchored"):
+        preflight(TrainConfig(scenario="mixed-slo", out=run, resume=True, hp={"anchor_coef": 1.0}, progress=False))
+
+
 def test_per_workload_builds_the_first_baseline_that_fits_each_episode() -> None:
     env = WorkloadMixEnv(num_requests=30, random_share=0.5)
     make = baselines.per_workload("tuned,slo_aware", seed=0)
