@@ -23,7 +23,7 @@ from typing import Protocol, runtime_checkable
 
 from llmsched_env.common.checks import check_number
 
-__all__ = ["CostModel", "check_label", "prefill_time_s", "unloaded_decode_time_s"]
+__all__ = ["CostModel", "check_label", "prefill_time_s", "prefill_time_unchecked_s", "unloaded_decode_time_s"]
 
 
 @runtime_checkable
@@ -58,10 +58,18 @@ def prefill_time_s(
     iteration (pairs = n * (n + 1) / 2 with no cache), or in iterations of ``chunk_tokens`` each."""
     check_number("prefill_time_s", "prompt_tokens", prompt_tokens, integer=True)
     check_number("prefill_time_s", "num_cached_tokens", num_cached_tokens, integer=True)
-    done = min(num_cached_tokens, prompt_tokens)
-    todo = prompt_tokens - done
     if chunk_tokens is not None:
         check_number("prefill_time_s", "chunk_tokens", chunk_tokens, positive=True, integer=True)
+    return prefill_time_unchecked_s(model, prompt_tokens, chunk_tokens, num_cached_tokens)
+
+
+def prefill_time_unchecked_s(
+    model: CostModel, prompt_tokens: int, chunk_tokens: int | None = None, num_cached_tokens: int = 0
+) -> float:
+    """``prefill_time_s`` without checking its arguments: for the engine's hot path, whose counts are its own
+    non-negative integers."""
+    done = min(num_cached_tokens, prompt_tokens)
+    todo = prompt_tokens - done
     step = todo if chunk_tokens is None else chunk_tokens
     total_s = 0.0
     while done < prompt_tokens:

@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from llmsched_env.costs.base import CostModel, prefill_time_s
+from llmsched_env.costs.base import CostModel, prefill_time_unchecked_s
 from llmsched_env.engine.batch import Batch, Decision, QueueOrder
 from llmsched_env.engine.block_pool import BlockPool, chain_hashes, check_prefix_layout
 from llmsched_env.engine.config import EngineConfig, TenantConfig
@@ -304,6 +304,13 @@ class Engine:
                 return
             yield best
 
+    def prefix_hashes(self, r: Request) -> list[int]:
+        """The chained hashes of ``r``'s shared prefix blocks in this engine's block size (``chain_hashes``),
+        computed once and kept on ``r`` (a pure function of its prefix ids: a copy of ``r`` carries them)."""
+        if r.prefix_ids and r.prefix_hashes is None:
+            r.prefix_hashes = chain_hashes(r.prefix_ids, r.prefix_id_tokens, self.block_size, r.prompt_len)
+        return r.prefix_hashes or []
+
     def cached_prefix_blocks(self, r: Request) -> int:
         """Blocks of waiting ``r``'s prompt the prefix cache holds now (what admission would start from)."""
         return len(self._lookup(r))
@@ -314,9 +321,7 @@ class Engine:
         the prefix ids' chained hashes; past them a request's blocks are its own, found again only by itself
         after a preemption."""
         max_blocks = (r.num_prefill_tokens - 1) // self.block_size
-        if r.prefix_ids and r.prefix_hashes is None:
-            r.prefix_hashes = chain_hashes(r.prefix_ids, r.prefix_id_tokens, self.block_size, r.prompt_len)
-        hashes = r.prefix_hashes or ()
+        hashes = self.prefix_hashes(r)
         hits = self.pool.lookup(hashes, max_blocks) if hashes else []
         if r.num_preemptions and len(hits) == min(len(hashes), max_blocks) < max_blocks:
             rid = r.request_id
@@ -455,8 +460,13 @@ class Engine:
             return False  # a preempted request already has its first token
         deadline = r.arrival_s + self._ttft_slo[r.tenant]
         if cached is None:
+            # a cache hit only shortens a prefill (the cost models are non-decreasing in every batch feature): a
+            # request that makes its deadline with no hit is not hopeless, and its prefix need not be looked up
+            if self.now_s + prefill_time_unchecked_s(self.cost_model, r.num_prefill_tokens) <= deadline:
+                return False
             cached = self.cached_prefix_blocks(r) * self.block_size
-        return self.now_s + prefill_time_s(self.cost_model, r.num_prefill_tokens, num_cached_tokens=cached) > deadline
+        cost = self.cost_model
+        return self.now_s + prefill_time_unchecked_s(cost, r.num_prefill_tokens, num_cached_tokens=cached) > deadline
 
     def _shed_heads(self) -> None:
         for t in range(len(self.tenants)):

@@ -129,6 +129,7 @@ class Simulator:
         while i < len(reqs) and reqs[i].arrival_s <= now:
             r = reqs[i]
             if shared:  # another fork holds this very object, untouched: change a copy of it
+                self.engine.prefix_hashes(r)  # once for every fork (a cache of its own prefix ids), not per copy
                 r = reqs[i] = r.copy()
             add(r)
             i += 1
