@@ -39,7 +39,7 @@ def kl_to_reference(reference: Any, policy: Any, obs: torch.Tensor, masks: torch
     cur = _distribution(policy, obs, masks)
     return sum(
         (torch.distributions.kl_divergence(r, c) for r, c in zip(ref, cur, strict=True)),
-        start=torch.zeros(obs.shape[0]),
+        start=torch.zeros(obs.shape[0], device=obs.device),
     )
 
 

@@ -285,7 +285,6 @@ class ActionSpec:
         over several iterations checks it again only when this object changes (``allows_list``)."""
         return self._mask_of(engine)[1]
 
-
     def project(self, action: np.ndarray | Sequence[int], mask: np.ndarray) -> np.ndarray:
         """``action`` with every masked-out component moved to that component's first valid option (its first
         option when none is valid). ValueError for a component outside its range."""

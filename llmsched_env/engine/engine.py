@@ -37,9 +37,9 @@ from llmsched_env.engine.request import Request, Status, tpot_s
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Engine"]
+__all__ = ["LPM_WINDOW", "Engine"]
 
-_LPM_WINDOW = 64  # SGLang scores at most this many of the oldest waiting requests by cached prefix
+LPM_WINDOW = 64  # SGLang scores at most this many of the oldest waiting requests by cached prefix
 _RATE_TAU_S = 10.0  # time constant of the arrival-rate estimate
 _LATENCY_EWMA = 0.05  # weight of the newest finished request in the recent latency averages
 _new_engine = object.__new__
@@ -292,7 +292,7 @@ class Engine:
             if promoted in queue:
                 yield promoted
         if order == QueueOrder.LPM:
-            window = queue.oldest(_LPM_WINDOW)
+            window = queue.oldest(LPM_WINDOW)
             window.sort(key=lambda r: -self.cached_prefix_blocks(r))  # stable: FCFS among equals
             for r in window:
                 if r in queue:
@@ -459,14 +459,14 @@ class Engine:
         if r.first_token_s is not None:
             return False  # a preempted request already has its first token
         deadline = r.arrival_s + self._ttft_slo[r.tenant]
+        cost, n = self.cost_model, r.num_prefill_tokens
         if cached is None:
             # a cache hit only shortens a prefill (the cost models are non-decreasing in every batch feature): a
             # request that makes its deadline with no hit is not hopeless, and its prefix need not be looked up
-            if self.now_s + prefill_time_unchecked_s(self.cost_model, r.num_prefill_tokens) <= deadline:
+            if self.now_s + prefill_time_unchecked_s(cost, n) <= deadline:
                 return False
             cached = self.cached_prefix_blocks(r) * self.block_size
-        cost = self.cost_model
-        return self.now_s + prefill_time_unchecked_s(cost, r.num_prefill_tokens, num_cached_tokens=cached) > deadline
+        return self.now_s + prefill_time_unchecked_s(cost, n, num_cached_tokens=cached) > deadline
 
     def _shed_heads(self) -> None:
         for t in range(len(self.tenants)):

@@ -44,13 +44,11 @@ import numpy as np
 from llmsched_env.decision.lookahead import LookaheadConfig
 from llmsched_env.decision.registry import SCHEDULERS
 from llmsched_env.engine.batch import Decision, QueueOrder
-from llmsched_env.engine.engine import Engine
+from llmsched_env.engine.engine import LPM_WINDOW, Engine
 from llmsched_env.engine.request import Request
 from llmsched_env.evaluation.knob_space import STATIC_HEURISTICS, neighbours, static_decision
 
 __all__ = ["REQUEST_MOVES", "LookaheadPolicy", "lookahead_factory", "pick"]
-
-_LPM_WINDOW = 64  # the oldest waiting requests the most-cached pick looks at (as the engine's LPM order)
 
 
 def _first(order: QueueOrder) -> Callable[[Engine], Request | None]:
@@ -58,7 +56,7 @@ def _first(order: QueueOrder) -> Callable[[Engine], Request | None]:
 
 
 def _most_cached(e: Engine) -> Request | None:
-    window = e.queue.oldest(_LPM_WINDOW)
+    window = e.queue.oldest(LPM_WINDOW)  # the window the engine's LPM order scores
     return max(window, key=e.cached_prefix_blocks, default=None)  # the oldest among equals
 
 

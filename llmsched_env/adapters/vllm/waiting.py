@@ -10,11 +10,10 @@ from vllm.v1.request import Request as VllmRequest
 
 from llmsched_env.adapters.vllm.state import VllmState
 from llmsched_env.engine.batch import QueueOrder
+from llmsched_env.engine.engine import LPM_WINDOW
 from llmsched_env.engine.request import Request
 
 __all__ = ["PolicyWaitingQueue"]
-
-_LPM_WINDOW = 64  # as llmsched's engine: LPM scores the oldest waiting requests
 
 
 class PolicyWaitingQueue(RequestQueue):
@@ -34,7 +33,7 @@ class PolicyWaitingQueue(RequestQueue):
     def set_order(self, order: QueueOrder) -> None:
         self.order = order
         if order == QueueOrder.LPM:
-            window = self._q.oldest(_LPM_WINDOW)
+            window = self._q.oldest(LPM_WINDOW)
             vreqs = self._state.vreqs
             window.sort(key=lambda r: -self._cached_blocks(vreqs[r.request_id]))  # stable: FCFS among equals
             self._lpm = window
