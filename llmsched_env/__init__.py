@@ -3,7 +3,7 @@
 One folder per concern, each importing only the folders listed before it in this table (the arrow names
 the nearest one):
 
-    common      checks, fields, output paths, worker lifetimes, registry      stdlib
+    common      checks, fields, outputs, worker lifetimes, registry, the compiled-engine guard  stdlib
     costs       cost models (roofline, fitted) and their presets             <- common
     engine      requests, batch, block pool, queues, engine, invariants      <- costs
     sim         the simulator (event clock), KV-usage accounting, metrics    <- engine
@@ -21,6 +21,10 @@ when Gymnasium is installed; no folder listed before ``envs`` needs it.
 """
 
 __version__ = "0.1.0"
+
+from llmsched_env.common.compiled import guard as _guard_compiled
+
+_guard_compiled()  # a compiled engine older than its sources never runs (llmsched-compile)
 
 
 def _register() -> None:

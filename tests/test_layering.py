@@ -126,8 +126,10 @@ def test_folder_imports_only_downward(module: str) -> None:
 
 
 def test_package_init_imports_nothing_of_its_folders() -> None:
-    """The package root only registers the envs (by entry-point string), so importing a low layer stays light."""
-    assert not {n for n in _imports(PACKAGE / "__init__.py") if n.startswith("llmsched_env.")}
+    """The package root only registers the envs (by entry-point string), so importing a low layer stays light;
+    its one import is the compiled engine's guard (standard library), which must run before the engine loads."""
+    names = {n for n in _imports(PACKAGE / "__init__.py") if n.startswith("llmsched_env.")}
+    assert names <= {"llmsched_env.common.compiled", "llmsched_env.common.compiled.guard"}, names
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "baselines").rglob("*.py")), ids=str)

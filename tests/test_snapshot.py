@@ -197,8 +197,10 @@ def test_a_fork_shares_no_mutable_state_and_copies_every_live_request() -> None:
     assert copy.num_waiting is copy.queue.num_waiting and copy.vtc is copy.queue._vtc  # aliases kept
     live = engine.live_requests()
     assert live and all(r is not c for r, c in zip(live, copy.live_requests(), strict=True))
+    fields = [n for n in dir(live[0]) if not n.startswith("__") and not callable(getattr(live[0], n))]
+    assert {"block_table", "token_segments", "num_computed_tokens"} <= set(fields)  # (compiled: no __slots__)
     for r, c in zip(live, copy.live_requests(), strict=True):
-        for name in type(r).__slots__:
+        for name in fields:
             value = getattr(r, name)
             assert getattr(c, name) == value, name
             if isinstance(value, list) and name != "prefix_hashes":

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING
 
+from mypy_extensions import mypyc_attr
+
 from llmsched_env.engine.request import Request
 
 if TYPE_CHECKING:
@@ -70,6 +72,7 @@ class Decision:
             raise ValueError(f"Decision.kv_reserve must be in [0, 1), got {self.kv_reserve!r}")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Batch:
     """One iteration's work, as the batch builder formed it."""
 

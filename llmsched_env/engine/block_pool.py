@@ -20,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from itertools import islice
 from typing import TYPE_CHECKING, TypeAlias
 
+from mypy_extensions import mypyc_attr
+
 if TYPE_CHECKING:
     from llmsched_env.engine.request import Request
 
@@ -28,7 +30,6 @@ __all__ = ["BlockHash", "BlockPool", "chain_hashes", "check_prefix_layout"]
 # A block's content name: a chained hash (int) for prefix-id content any request may share, or
 # ``(request_id, block_index)`` for content only one request has (its own prompt tail and outputs).
 BlockHash: TypeAlias = int | tuple[int, int]
-_new_pool = object.__new__
 
 
 def chain_hashes(prefix_ids: Sequence[int], prefix_id_tokens: int, block_size: int, max_tokens: int) -> list[int]:
@@ -59,6 +60,7 @@ def check_prefix_layout(requests: Iterable[Request], block_size: int) -> None:
             )
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class BlockPool:
     """``num_blocks`` KV blocks of ``block_size`` tokens, with prefix caching by chained block hashes."""
 
@@ -85,7 +87,7 @@ class BlockPool:
     def copy(self) -> BlockPool:
         """An independent copy in the same state (the free queue's order, reference counts, cached content),
         for a fork of the engine (``Engine.fork``). Block hashes are immutable and shared."""
-        c = _new_pool(BlockPool)
+        c = BlockPool.__new__(BlockPool)
         c.num_blocks = self.num_blocks
         c.block_size = self.block_size
         c._next = self._next[:]

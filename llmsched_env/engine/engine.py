@@ -26,6 +26,8 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from mypy_extensions import mypyc_attr
+
 from llmsched_env.costs.base import CostModel, prefill_time_unchecked_s
 from llmsched_env.engine.batch import Batch, Decision, QueueOrder
 from llmsched_env.engine.block_pool import BlockPool, chain_hashes, check_prefix_layout
@@ -42,13 +44,13 @@ __all__ = ["LPM_WINDOW", "Engine"]
 LPM_WINDOW = 64  # SGLang scores at most this many of the oldest waiting requests by cached prefix
 _RATE_TAU_S = 10.0  # time constant of the arrival-rate estimate
 _LATENCY_EWMA = 0.05  # weight of the newest finished request in the recent latency averages
-_new_engine = object.__new__
 
 
 def _admit_seq(r: Request) -> int:
     return r.admit_seq
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Engine:
     """Queues, running set, KV pool and per-tenant counters of one serving engine."""
 
@@ -137,29 +139,63 @@ class Engine:
         ``rng``: the generator the fork's remote KV store draws from. O(live requests + queue entries + KV
         blocks): no deep copy (``Simulator.fork`` and the envs' ``snapshot()`` build on it)."""
         get = memo.get
-        new = _new_engine(Engine)
-        d = new.__dict__
-        d.update(self.__dict__)  # numbers, flags and the immutable config, tenants and cost model
-        d["remote"] = self.remote.copy(rng) if self.remote is not None else None
-        d["handed_off"] = [get(id(r), r) for r in self.handed_off]
-        d["landed"] = deque([get(id(r), r) for r in self.landed])
-        d["pool"] = self.pool.copy()
-        d["_ttft_heap"] = [(t, rid, get(id(r), r)) for t, rid, r in self._ttft_heap]
-        for name in ("num_running_t", "num_decoding_t", "service_tokens", "num_arrived_t", "num_good_t",
-                     "num_missed_t", "finished", "rejected", "_ttft_slo", "_tpot_slo", "_weights"):  # fmt: skip
-            d[name] = self.__dict__[name][:]
-        vtc = d["vtc"] = self.vtc[:]
-        queue = d["queue"] = self.queue.copy(memo, vtc)
-        d["num_waiting"] = queue.num_waiting  # the queue's live lists, as in __init__
-        d["waiting_tokens"] = queue.waiting_tokens
-        d["waiting_predicted"] = queue.waiting_predicted
-        d["running"] = {rid: get(id(r), r) for rid, r in self.running.items()}
-        d["prefilling"] = {rid: get(id(r), r) for rid, r in self.prefilling.items()}
-        d["round_end_s"] = self.round_end_s[:]
-        d["decode_events"] = {k: [get(id(r), r) for r in bucket] for k, bucket in self.decode_events.items()}
-        d["last_batch"] = self.last_batch.copy(memo) if self.last_batch is not None else None
-        if self._promoted is not None:
-            d["_promoted"] = get(id(self._promoted), self._promoted)
+        new = Engine.__new__(Engine)  # no __init__: every attribute is set below (compiled, a slot each)
+        # numbers, flags, and the immutable config, tenants and cost model
+        new.config = self.config
+        new.tenants = self.tenants
+        new.cost_model = self.cost_model
+        new.num_fetching = self.num_fetching
+        new.prefill_only = self.prefill_only
+        new.priority_aging_s = self.priority_aging_s
+        new.sjf_starvation_s = self.sjf_starvation_s
+        new.block_size = self.block_size
+        new._num_admissions = self._num_admissions
+        new.running_total_blocks = self.running_total_blocks
+        new.num_arrived = self.num_arrived
+        new.now_s = self.now_s
+        new.num_rounds = self.num_rounds
+        new.num_decoding = self.num_decoding
+        new.decode_base = self.decode_base
+        new._preempted_since_schedule = self._preempted_since_schedule
+        new.num_preemptions = self.num_preemptions
+        new.num_prompt_tokens_admitted = self.num_prompt_tokens_admitted
+        new.num_prefix_hit_tokens = self.num_prefix_hit_tokens
+        new.num_good = self.num_good
+        new.num_missed = self.num_missed
+        new.num_output_tokens = self.num_output_tokens
+        new.rate_est = self.rate_est
+        new._rate_t = self._rate_t
+        new.ttft_ratio_ewma = self.ttft_ratio_ewma
+        new.tpot_ratio_ewma = self.tpot_ratio_ewma
+        # what changes, copied; requests replaced by their copies
+        new.remote = self.remote.copy(rng) if self.remote is not None else None
+        new.handed_off = [get(id(r), r) for r in self.handed_off]
+        new.landed = deque([get(id(r), r) for r in self.landed])
+        new.pool = self.pool.copy()
+        new._ttft_heap = [(t, rid, get(id(r), r)) for t, rid, r in self._ttft_heap]
+        new.num_running_t = self.num_running_t[:]
+        new.num_decoding_t = self.num_decoding_t[:]
+        new.service_tokens = self.service_tokens[:]
+        new.num_arrived_t = self.num_arrived_t[:]
+        new.num_good_t = self.num_good_t[:]
+        new.num_missed_t = self.num_missed_t[:]
+        new.finished = self.finished[:]
+        new.rejected = self.rejected[:]
+        new._ttft_slo = self._ttft_slo[:]
+        new._tpot_slo = self._tpot_slo[:]
+        new._weights = self._weights[:]
+        vtc = new.vtc = self.vtc[:]
+        queue = new.queue = self.queue.copy(memo, vtc)
+        new.num_waiting = queue.num_waiting  # the queue's live lists, as in __init__
+        new.waiting_tokens = queue.waiting_tokens
+        new.waiting_predicted = queue.waiting_predicted
+        new.running = {rid: get(id(r), r) for rid, r in self.running.items()}
+        new.prefilling = {rid: get(id(r), r) for rid, r in self.prefilling.items()}
+        new.round_end_s = self.round_end_s[:]
+        new.decode_events = {k: [get(id(r), r) for r in bucket] for k, bucket in self.decode_events.items()}
+        new.last_batch = self.last_batch.copy(memo) if self.last_batch is not None else None
+        promoted = self._promoted
+        new._promoted = get(id(promoted), promoted) if promoted is not None else None
         return new
 
     # ---------------------------------------------------------------------------------- arrivals, clock

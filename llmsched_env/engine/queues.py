@@ -15,14 +15,15 @@ import math
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 
+from mypy_extensions import mypyc_attr
+
 from llmsched_env.engine.batch import QueueOrder
 from llmsched_env.engine.request import Request, Status
 
 __all__ = ["WaitingQueues"]
 
-_new_queues = object.__new__
 
-
+@mypyc_attr(allow_interpreted_subclasses=True)
 class WaitingQueues:
     """Per-tenant waiting queues. ``vtc`` is the engine's live list of per-tenant virtual token counters."""
 
@@ -51,7 +52,7 @@ class WaitingQueues:
         VTC counters. Only live entries are copied: every lookup skips stale ones, the tenant queues keep their
         order and the heaps' keys are unique (their sequence numbers), so the copy answers every lookup as the
         original does."""
-        c = _new_queues(WaitingQueues)
+        c = WaitingQueues.__new__(WaitingQueues)
         live = self._live
         c._queues = [deque([(seq, memo[id(r)]) for seq, r in q if live.get(r.request_id) == seq]) for q in self._queues]
         for name in ("_sjf", "_sprw"):

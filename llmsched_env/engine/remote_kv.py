@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from llmsched_env.common.checks import check_positive
 
@@ -42,6 +43,7 @@ class RemoteKVConfig:
             raise ValueError(f"RemoteKVConfig.slow_factor must be >= 1, got {self.slow_factor!r}")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class RemoteKVStore:
     """The set of published block hashes and the shared transfer link."""
 
@@ -68,9 +70,15 @@ class RemoteKVStore:
                 layers[-1] = layers[-1] | top  # a new set: the merged ones may be shared with other forks
             self._layers, self._blocks = tuple(layers), set()
         c = RemoteKVStore.__new__(RemoteKVStore)
-        c.__dict__.update(self.__dict__)
+        c.config = self.config
         c._rng = rng  # type: ignore[assignment]  # None only inside a snapshot, which never runs
         c._blocks = set()
+        c._layers = self._layers
+        c.link_free_s = self.link_free_s
+        c.num_fetches = self.num_fetches
+        c.num_fetched_tokens = self.num_fetched_tokens
+        c.total_fetch_s = self.total_fetch_s
+        c._s_per_token = self._s_per_token
         return c
 
     def publish(self, hashes: Sequence[int]) -> None:

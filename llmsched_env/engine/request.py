@@ -20,10 +20,9 @@ from enum import IntEnum
 from typing import overload
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 __all__ = ["Request", "Status", "tpot_s"]
-
-_new_request = object.__new__
 
 
 @overload
@@ -50,6 +49,7 @@ class Status(IntEnum):
     TRANSFERRING = 4  # handed off by a prefill engine; not yet running on a decode engine
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Request:
     """A request as the engine sees it. Lengths are in tokens, times in seconds of the engine clock."""
 
@@ -141,7 +141,7 @@ class Request:
         """An independent copy in the same state, for a fork of the engine holding it (``Engine.fork``): every
         field is immutable or copied (the block table and the token records), except ``prefix_hashes``, which
         is shared (computed once, never changed in place)."""
-        c = _new_request(Request)
+        c = Request.__new__(Request)
         c.admit_seq = self.admit_seq
         c.arrival_s = self.arrival_s
         c.block_table = self.block_table[:]

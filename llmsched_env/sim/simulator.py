@@ -13,6 +13,7 @@ import itertools
 from collections.abc import Sequence
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from llmsched_env.costs.base import CostModel
 from llmsched_env.engine.batch import Batch, Decision
@@ -27,8 +28,6 @@ from llmsched_env.sim.metrics import compute_metrics
 
 __all__ = ["Simulator", "check_arrival_order"]
 
-_new_simulator = object.__new__
-
 
 def check_arrival_order(requests: Sequence[Request]) -> None:
     """ValueError naming the first request that arrives before the one listed ahead of it: every driver of
@@ -41,6 +40,7 @@ def check_arrival_order(requests: Sequence[Request]) -> None:
             )
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Simulator:
     """Replays ``requests`` (sorted by arrival) through an Engine timed by ``cost_model``."""
 
@@ -149,7 +149,7 @@ class Simulator:
         engine = self.engine
         memo = {id(r): r.copy() for r in engine.live_requests()}
         get = memo.get
-        new = _new_simulator(Simulator)
+        new = Simulator.__new__(Simulator)
         new.engine = engine.fork(memo, rng)
         new.cost_model = self.cost_model
         nxt = self._next

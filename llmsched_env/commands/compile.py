@@ -1,0 +1,130 @@
+"""``llmsched-compile``: compile the simulator's core with mypyc (optional; about twice the iterations a second).
+
+    llmsched-compile            # build the extensions beside the sources (needs `pip install -e '.[compile]'`
+                                # and a C compiler); about 3 minutes on one core
+    llmsched-compile --check    # say whether the engine runs compiled here, and why not
+    llmsched-compile --clean    # remove them: the Python sources run again
+
+The modules (``llmsched_env.common.compiled.MODULES``) are compiled as one mypyc group in a temporary folder;
+their extensions are then copied beside the sources, with ``_compiled.json`` recording each source's SHA-256 and
+the interpreter. A source edited later makes the build stale: importing ``llmsched_env`` then runs the sources
+(one line on stderr says so) until this is run again. Nothing else changes: the same seed gives the same
+trajectory compiled or not (``tests/test_compiled.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from llmsched_env.common.compiled import (
+    MANIFEST,
+    MODULES,
+    PACKAGE_DIR,
+    compiled_in_use,
+    extension_files,
+    python_tag,
+    source_digest,
+    source_path,
+    stale_sources,
+)
+
+__all__ = ["build", "clean", "main"]
+
+PROG = "llmsched-compile"
+GROUP = "llmsched_env._native"
+
+# Run in a fresh interpreter inside the temporary folder: setuptools exits the process on a failed build, and
+# mypy writes its cache into the working folder.
+_BUILD = """
+import sys
+from mypyc.build import mypycify
+from setuptools import setup
+tmp, group, paths = sys.argv[1], sys.argv[2], sys.argv[3:]
+extensions = mypycify(paths, opt_level="3", debug_level="0", group_name=group, target_dir=tmp + "/c")
+setup(name="llmsched-compiled", ext_modules=extensions,
+      script_args=["-q", "build_ext", "--build-lib", tmp + "/lib", "--build-temp", tmp + "/temp"])
+"""
+
+
+def clean(package_dir: Path = PACKAGE_DIR) -> list[Path]:
+    """Remove the compiled extensions and their record; returns what was removed."""
+    removed = extension_files(package_dir)
+    manifest = package_dir / MANIFEST.name
+    if manifest.exists():
+        removed.append(manifest)
+    for path in removed:
+        path.unlink()
+    return removed
+
+
+def build(package_dir: Path = PACKAGE_DIR, quiet: bool = False) -> list[Path]:
+    """Compile ``MODULES`` of the package in ``package_dir`` and install the extensions beside their sources.
+    Returns the files written. Raises RuntimeError (one line, with the compiler's last line) when it fails."""
+    if importlib.util.find_spec("mypyc") is None:
+        raise RuntimeError("mypyc is not installed: pip install -e '.[compile]' (it ships with mypy)")
+    sources = [source_path(m, package_dir) for m in MODULES]
+    missing = [str(p) for p in sources if not p.exists()]
+    if missing:
+        raise RuntimeError(f"no source to compile: {missing[0]}")
+    digests = {str(p.relative_to(package_dir)): source_digest(p) for p in sources}
+    with tempfile.TemporaryDirectory(prefix="llmsched-compile-") as tmp:
+        cmd = [sys.executable, "-c", _BUILD, tmp, GROUP, *map(str, sources)]
+        done = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+        if done.returncode != 0:
+            lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+            last = next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else "")
+            raise RuntimeError(f"mypyc failed (exit {done.returncode}): {last.strip()}")
+        if not quiet:
+            print(f"{PROG}: compiled {len(sources)} modules", file=sys.stderr)
+        clean(package_dir)
+        built = sorted((Path(tmp) / "lib").rglob("*.so")) + sorted((Path(tmp) / "lib").rglob("*.pyd"))
+        written: list[Path] = []
+        for path in built:
+            rel = path.relative_to(Path(tmp) / "lib")
+            if rel.parts[0] != package_dir.name:
+                raise RuntimeError(f"mypyc built {rel}, outside the package")
+            dest = package_dir.joinpath(*rel.parts[1:])
+            shutil.copy2(path, dest)
+            written.append(dest)
+    # the record last: a build interrupted before this line is extensions without a record, which never run
+    record = {"python": python_tag(), "sources": digests}
+    (package_dir / MANIFEST.name).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return [*written, package_dir / MANIFEST.name]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--check", action="store_true", help="say whether the engine runs compiled, and why not")
+    what.add_argument("--clean", action="store_true", help="remove the compiled extensions")
+    args = parser.parse_args(argv)
+    if args.clean:
+        removed = clean()
+        print(f"{PROG}: removed {len(removed)} file(s); the Python sources run")
+        return
+    if args.check:
+        reasons = stale_sources()
+        if reasons is None:
+            print(f"{PROG}: not compiled: the Python sources run")
+        elif reasons:
+            print(f"{PROG}: stale, the Python sources run: {'; '.join(reasons)}")
+        else:
+            print(f"{PROG}: compiled: {'in use' if compiled_in_use() else 'built, not loaded'} ({MANIFEST})")
+        return
+    try:
+        written = build()
+    except RuntimeError as e:
+        parser.exit(1, f"{PROG}: {e}\n")
+    print(f"{PROG}: wrote {len(written)} files into {PACKAGE_DIR}; the engine runs compiled from the next import")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""The compiled engine: which modules mypyc compiles, and the guard that never lets a stale build run.
+
+``llmsched-compile`` (``llmsched_env.commands.compile``) compiles the simulator's core (``MODULES``: requests,
+batches, the block pool, the waiting queues, the remote KV store, the engine and the simulator) with mypyc into
+C extensions placed beside their sources, and records each source's SHA-256 in ``_compiled.json`` at the
+package's root. Python imports an extension before a source of the same name, so from then on the compiled
+modules run; they behave exactly as the sources do (the same trajectories, observations and metrics:
+``tests/test_compiled.py``).
+
+A compiled module is a copy of its source at build time. ``guard()``, run when ``llmsched_env`` is imported,
+compares the recorded digests (and the Python that built them) with the sources now: when any differs, or
+extensions lie there without a record, every module of ``MODULES`` is loaded from its source instead (they
+call each other through one shared library, so they are compiled all together or not at all), with one line on
+stderr saying so and how to rebuild. Editing the engine therefore never runs old code. This module uses the
+standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+__all__ = [
+    "MANIFEST",
+    "MODULES",
+    "PACKAGE_DIR",
+    "SHARED_LIBRARY",
+    "compiled_in_use",
+    "extension_files",
+    "guard",
+    "source_digest",
+    "stale_sources",
+]
+
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+# Compiled together, in one shared library (mypyc's group): each calls the others' methods natively.
+MODULES = (
+    "llmsched_env.engine.request",
+    "llmsched_env.engine.batch",
+    "llmsched_env.engine.block_pool",
+    "llmsched_env.engine.queues",
+    "llmsched_env.engine.remote_kv",
+    "llmsched_env.engine.engine",
+    "llmsched_env.sim.simulator",
+)
+SHARED_LIBRARY = "llmsched_env._native__mypyc"  # mypyc's library for the group named llmsched_env._native
+MANIFEST = PACKAGE_DIR / "_compiled.json"
+
+
+def _relative(module: str) -> Path:
+    return Path(*module.split(".")[1:])
+
+
+def source_path(module: str, package_dir: Path = PACKAGE_DIR) -> Path:
+    """The ``.py`` source of ``module`` (one of ``MODULES``, or the shared library's stem)."""
+    return package_dir / _relative(module).with_suffix(".py")
+
+
+def source_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def extension_files(package_dir: Path = PACKAGE_DIR) -> list[Path]:
+    """The compiled extensions lying in the package: one per module of ``MODULES`` and the shared library."""
+    out: list[Path] = []
+    for module in (*MODULES, SHARED_LIBRARY):
+        stem = package_dir / _relative(module)
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = stem.with_name(stem.name + suffix)
+            if path.exists():
+                out.append(path)
+    return out
+
+
+def python_tag() -> str:
+    """The interpreter a build is for (an extension only loads into the one that built it)."""
+    return f"{sys.implementation.cache_tag}-{sys.platform}"
+
+
+def stale_sources(package_dir: Path = PACKAGE_DIR) -> list[str] | None:
+    """None when there is no compiled build here; otherwise the reasons it must not run (empty: it may).
+
+    A reason names a source that changed since the build, one missing from the record, a build for another
+    interpreter, or extensions with no record of what they were built from."""
+    manifest = package_dir / MANIFEST.name
+    extensions = extension_files(package_dir)
+    if not manifest.exists():
+        return [f"{len(extensions)} compiled extension(s) with no {MANIFEST.name}"] if extensions else None
+    try:
+        record = json.loads(manifest.read_text())
+        digests = record["sources"]
+        python = record["python"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return [f"{manifest}: unreadable ({e})"]
+    reasons: list[str] = []
+    if python != python_tag():
+        reasons.append(f"built for {python}, this is {python_tag()}")
+    for module in MODULES:
+        path = source_path(module, package_dir)
+        key = str(_relative(module).with_suffix(".py"))
+        if key not in digests:
+            reasons.append(f"{key} is not in the build")
+        elif not path.exists() or source_digest(path) != digests[key]:
+            reasons.append(f"{key} changed since it was compiled")
+    return reasons
+
+
+class _FromSource(importlib.abc.MetaPathFinder):
+    """Loads the modules of ``MODULES`` from their ``.py`` sources, ahead of any extension beside them."""
+
+    def __init__(self, package_dir: Path) -> None:
+        self.package_dir = package_dir
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in MODULES:
+            return None
+        return importlib.util.spec_from_file_location(fullname, source_path(fullname, self.package_dir))
+
+
+_guarded = False
+
+
+def guard(package_dir: Path = PACKAGE_DIR) -> bool:
+    """Make a stale compiled build harmless (see the module's docstring). True when the sources will run
+    because of it; called once, by ``llmsched_env/__init__.py``, before any module of ``MODULES`` is imported."""
+    global _guarded
+    reasons = stale_sources(package_dir)
+    if not reasons:
+        return False
+    if not _guarded:
+        _guarded = True
+        sys.meta_path.insert(0, _FromSource(package_dir))
+        print(
+            f"llmsched: the compiled engine is stale ({reasons[0]}"
+            f"{f', and {len(reasons) - 1} more' if len(reasons) > 1 else ''}); running the Python sources. "
+            "Rebuild with `llmsched-compile`, or remove it with `llmsched-compile --clean`.",
+            file=sys.stderr,
+        )
+    return True
+
+
+def compiled_in_use() -> bool:
+    """Whether the engine runs compiled in this process: where its module is (or would be) loaded from."""
+    module = sys.modules.get(MODULES[-2])
+    origin = getattr(module, "__file__", None) if module is not None else None
+    if origin is None:
+        spec = importlib.util.find_spec(MODULES[-2])
+        origin = spec.origin if spec is not None else None
+    return origin is not None and not origin.endswith(".py")
