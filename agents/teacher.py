@@ -1,5 +1,5 @@
-"""Teachers for behaviour cloning and DAgger: the baselines, and ``searched``, the best of several settings tried
-on the episode itself.
+"""Teachers for behaviour cloning and DAgger: the baselines; ``searched``, the best of several settings tried
+on the episode itself; and ``lookahead``, the lookahead bound's choice from the very state it is asked about.
 
 ``searched`` is built on ``LLMSchedMix-v0`` only. For each episode it replays the episode's workload (the same
 requests: ``WorkloadMixEnv.replay``) under every candidate of ``candidates`` and plays the one with the highest
@@ -10,24 +10,39 @@ baseline name (``slo_aware``, ``sjf``, ...) or ``tuned:SCENARIO``, that library 
 shipped tuned table played on any workload.
 
     teacher("tuned,searched", seed)  # tuned's settings on library episodes, the searched best on the others
+    teacher("lookahead", seed)       # the lookahead's label in each state reached (DAgger with the bound as expert)
+
+``lookahead`` (``LookaheadTeacher``) is clairvoyant too, and state-dependent: every ``k`` iterations of the episode
+(64) it snapshots the env where it stands, whoever brought it there, plays each candidate setting forward (the
+base setting and its single-knob neighbours: ``llmsched_env.evaluation.lookahead``) and labels that state, and the
+states until its next decision, with the best; the base is ``tuned``'s setting for a library episode, else the
+static named rule that scores best on the episode. Distilling it asks the network for more than any one
+setting per workload: to switch settings as the state moves.
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 import baselines
 from baselines.base import FixedPolicy
 from baselines.tuned import SHIPPED_TABLE
+from llmsched_env.decision.lookahead import LookaheadConfig
 from llmsched_env.decision.policy import Policy
 from llmsched_env.decision.tuned_table import load_tuned_table
 from llmsched_env.envs.episode import run_episode
+from llmsched_env.evaluation.lookahead import LookaheadPolicy
 
 __all__ = [
     "DEFAULT_CANDIDATES",
+    "LOOKAHEAD",
     "SEARCHED",
+    "LookaheadTeacher",
     "candidate_factory",
     "check_teacher",
     "searched",
@@ -36,6 +51,7 @@ __all__ = [
 ]
 
 SEARCHED = "searched"
+LOOKAHEAD = "lookahead"
 # chosen on 60 randomised *train* episodes (400 requests, 0.3-2 x the knee; bench/teacher_candidates.py), greedily:
 # each added candidate raised the mean of the best-of attainment most (0.924 for mixed-slo's settings alone, 0.935
 # with all six, 0.9355 with all thirteen: the eleven distinct tuned settings, slo_aware and sjf; slo_aware alone 0.917)
@@ -90,30 +106,62 @@ def searched(env: Any, candidates: Sequence[str] = DEFAULT_CANDIDATES, seed: int
     return candidate_factory(best[1], seed)(env)
 
 
+class LookaheadTeacher:
+    """The ``lookahead`` teacher on one episode of ``env`` (``LLMSched-v0`` or ``LLMSchedMix-v0``, after its
+    reset): ``act`` returns the lookahead's label for the env's current state (``LookaheadPolicy.label``),
+    decided again once ``config.k`` engine iterations have passed since the last decision, projected onto the
+    mask. ``num_labels`` counts the decisions."""
+
+    def __init__(self, env: Any, seed: int | None = 0, config: LookaheadConfig | None = None) -> None:
+        u = env.unwrapped
+        inner = getattr(u, "inner", None)  # LLMSchedMix-v0: the env of the episode it drew
+        self.config = config if config is not None else LookaheadConfig()
+        with warnings.catch_warnings():  # a randomised workload has no tuned entry: the fallback base is the rule
+            warnings.filterwarnings("ignore", message="lookahead on .*: no tuned settings", category=UserWarning)
+            self.bound = LookaheadPolicy(inner if inner is not None else u, self.config, seed or 0, labels_only=True)
+        self.base_source = self.bound.base_source  # tuned, or the best static named rule on the episode
+        self.num_labels = 0
+        self._label: np.ndarray | None = None
+        self._at = 0
+        self._sim: Any = None
+
+    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
+        sim = self.bound.env.sim
+        if self._label is None or sim is not self._sim or sim.num_steps - self._at >= self.config.k:
+            self._at = sim.num_steps  # before the label: its first rollout plays on this very simulator
+            self._label = self.bound.label()
+            self._sim = self.bound.env.sim  # the label restored the env (a new Simulator): the one steps go on with
+            self.num_labels += 1  # (another one later: a reset or a restore, so another state: decided anew)
+        return self.bound.spec.project(self._label, action_mask)
+
+
 def check_teacher(names: str, registry: Any = None) -> None:
     """``ValueError`` naming the first entry of the comma list ``names`` that is no teacher: neither a name of
     ``registry`` (default: the schedulers; the routers for a cluster scenario), nor, for schedulers,
-    ``searched`` or ``tuned:SCENARIO`` with the scenario in the shipped tuned table. So a typo in
+    ``searched``, ``lookahead`` or ``tuned:SCENARIO`` with the scenario in the shipped tuned table. So a typo in
     ``bc_warmstart`` or ``--bc`` fails when the configuration is read, before any episode is played."""
     from llmsched_env.decision.registry import SCHEDULERS
 
     registry = SCHEDULERS if registry is None else registry
-    extended = registry is SCHEDULERS  # searched and tuned:SCENARIO teach single-node schedulers only
+    extended = registry is SCHEDULERS  # searched, lookahead and tuned:SCENARIO teach single-node schedulers only
     listed = [n for n in str(names).split(",") if n]  # as per_workload reads them (no spaces around commas)
     if not listed:
         raise ValueError(f"no teacher named in {names!r}")
     for name in listed:
         if extended and name.startswith(TUNED_PREFIX):
             candidate_factory(name)  # its ValueError names the scenario the table lacks
-        elif name not in registry and not (extended and name == SEARCHED):
-            known = ", ".join([*registry, *((SEARCHED, TUNED_PREFIX + "SCENARIO") if extended else ())])
+        elif name not in registry and not (extended and name in (SEARCHED, LOOKAHEAD)):
+            known = ", ".join([*registry, *((SEARCHED, LOOKAHEAD, TUNED_PREFIX + "SCENARIO") if extended else ())])
             raise ValueError(f"unknown {registry.kind} {name!r}; available: {known}")
 
 
 def teacher(names: str, seed: int | None = None) -> Callable[[Any], Policy]:
-    """``baselines.per_workload`` over ``names``, which may also name ``searched`` and ``tuned:SCENARIO`` (that
-    scenario's tuned settings on every workload)."""
-    builders: dict[str, Callable[[Any], Policy]] = {SEARCHED: lambda env: searched(env, seed=seed)}
+    """``baselines.per_workload`` over ``names``, which may also name ``searched``, ``lookahead`` and
+    ``tuned:SCENARIO`` (that scenario's tuned settings on every workload)."""
+    builders: dict[str, Callable[[Any], Policy]] = {
+        SEARCHED: lambda env: searched(env, seed=seed),
+        LOOKAHEAD: lambda env: LookaheadTeacher(env, seed),
+    }
     for name in names.split(","):
         if name.startswith(TUNED_PREFIX):
             builders[name] = candidate_factory(name, seed)

@@ -1,4 +1,5 @@
-"""The ``searched`` teacher (``agents.teacher``): the best of several settings, tried on the episode itself."""
+"""The ``searched`` teacher (``agents.teacher``): the best of several settings, tried on the episode itself; and
+the ``lookahead`` teacher: the bound's label in each state reached."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import pytest
 
 import llmsched_env  # noqa: F401
 from agents.bc import collect_demonstrations
-from agents.teacher import SEARCHED, candidate_factory, check_teacher, searched, teacher
+from agents.teacher import LOOKAHEAD, SEARCHED, LookaheadTeacher, candidate_factory, check_teacher, searched, teacher
 from agents.train_config import TrainConfig, resolve_hyperparams
+from llmsched_env.decision.lookahead import LookaheadConfig
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.envs.mixture import WorkloadMixEnv
 
@@ -129,7 +131,66 @@ def test_a_bad_teacher_name_fails_when_the_config_is_read(hp: dict, message: str
 
 
 def test_every_teacher_kind_passes_the_check() -> None:
-    check_teacher(f"tuned,tuned:mixed-slo,{SEARCHED},slo_aware")
+    check_teacher(f"tuned,tuned:mixed-slo,{SEARCHED},{LOOKAHEAD},slo_aware")
     resolve_hyperparams(TrainConfig(scenario="generalist", bc="tuned,tuned:mixed-slo"))
     with pytest.raises(ValueError, match="bc: unknown scheduler 'nah'"):
         TrainConfig(scenario="generalist", bc="fcfs,nah")
+
+
+def test_the_lookahead_teacher_labels_the_state_it_is_asked_about() -> None:
+    """Its label is the bound's best candidate from the env's current state, whoever played the env there (a fresh
+    teacher on that state gives the same), valid under the mask; the env is left where it stood; a new decision
+    every k iterations, and anew when the env starts another episode."""
+    config = LookaheadConfig(k=8, horizon=8, tail=16)
+
+    def mix() -> WorkloadMixEnv:
+        return WorkloadMixEnv(scenarios=("mixed-slo",), num_requests=40, random_share=0.0, load_span=(2.5, 3.0),
+                              iterations_per_step=4, check_invariants=True)  # fmt: skip
+
+    env, twin = mix(), mix()  # the twin plays the same steps, untouched by the teacher
+    obs, _ = env.reset(seed=3)
+    twin_obs, _ = twin.reset(seed=3)
+    t = LookaheadTeacher(env, seed=0, config=config)
+    spec = env.action_spec
+    fcfs = candidate_factory("fcfs")(env)
+    decided = 0
+    for _ in range(12):  # fcfs plays (4 iterations a step); the teacher labels each state reached
+        mask = env.action_masks()
+        label = t.act(obs, mask)
+        np.testing.assert_array_equal(spec.project(label, mask), label)  # valid under the mask
+        if t.num_labels > decided:  # it decided here: a fresh teacher on the twin's same state gives the same label
+            decided = t.num_labels
+            np.testing.assert_array_equal(LookaheadTeacher(twin, seed=0, config=config).act(twin_obs, mask), label)
+        action = fcfs.act(obs, mask)
+        obs, _, terminated, truncated, _ = env.step(action)
+        twin_obs = twin.step(action)[0]
+        np.testing.assert_array_equal(obs, twin_obs)  # the teacher left the env where it stood
+        assert not (terminated or truncated)
+    assert decided == 6  # 12 steps of 4 iterations, a decision every 8
+    single = gym.make("LLMSched-v0", scenario="mixed-slo", num_requests=30, iterations_per_step=4)
+    u = single.unwrapped
+    single.reset(seed=0)
+    same = LookaheadTeacher(single, seed=0, config=config)
+    same.act(np.zeros(1), u.action_masks())
+    single.reset(seed=1)
+    same.act(np.zeros(1), u.action_masks())
+    assert same.num_labels == 2  # a new episode on the same env: decided anew at once
+    with pytest.raises(ValueError, match="candidates=requests"):
+        LookaheadTeacher(single, config=LookaheadConfig(candidates="requests"))
+    with pytest.raises(RuntimeError, match="labels_only"):
+        same.bound.act(np.zeros(1), u.action_masks())
+
+
+@pytest.mark.slow  # about 10 s on the 2-core machine
+def test_demonstrations_from_the_lookahead_teacher_are_deterministic() -> None:
+    def mix() -> WorkloadMixEnv:
+        return WorkloadMixEnv(scenarios=("mixed-slo", "default"), num_requests=40, random_share=0.5,
+                              load_span=(2.0, 3.0), iterations_per_step=4)  # fmt: skip
+
+    a = collect_demonstrations(mix(), LOOKAHEAD, 60, 0.99, seed=5)
+    b = collect_demonstrations(mix(), LOOKAHEAD, 60, 0.99, seed=5)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+    spec = mix().action_spec
+    for action, mask in zip(a["actions"], a["masks"], strict=True):
+        np.testing.assert_array_equal(spec.project(action, mask), action)

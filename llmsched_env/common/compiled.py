@@ -150,9 +150,10 @@ def guard(package_dir: Path = PACKAGE_DIR) -> bool:
 
 def compiled_in_use() -> bool:
     """Whether the engine runs compiled in this process: where its module is (or would be) loaded from."""
-    module = sys.modules.get(MODULES[-2])
+    name = "llmsched_env.engine.engine"
+    module = sys.modules.get(name)
     origin = getattr(module, "__file__", None) if module is not None else None
     if origin is None:
-        spec = importlib.util.find_spec(MODULES[-2])
+        spec = importlib.util.find_spec(name)
         origin = spec.origin if spec is not None else None
     return origin is not None and not origin.endswith(".py")

@@ -126,17 +126,22 @@ class LookaheadPolicy:
     when the base alone did better and was played instead, and ``planned_met`` is the number of requests the
     played plan met from the episode's first step (the env's own steps then meet exactly as many)."""
 
-    def __init__(self, env: gym.Env, config: LookaheadConfig, seed: int = 0, table: Any = None) -> None:
+    def __init__(
+        self, env: gym.Env, config: LookaheadConfig, seed: int = 0, table: Any = None, labels_only: bool = False
+    ) -> None:
         u: Any = env.unwrapped
         if not hasattr(u, "snapshot") or not hasattr(u, "sim") or not hasattr(u, "action_spec"):
             raise ValueError(
                 f"lookahead plays LLMSched-v0 forward on snapshots; {type(u).__name__} has no single-node simulator"
             )
-        if getattr(u, "iterations_per_step", 1) != 1:
+        if labels_only and config.candidates == "requests":
+            raise ValueError("lookahead labels are actions: candidates=requests (per-request moves) cannot be one")
+        if not labels_only and getattr(u, "iterations_per_step", 1) != 1:
             raise ValueError("lookahead needs an env of one engine iteration per step (iterations_per_step=1)")
         if u.sim is None:
             raise ValueError("lookahead: reset the env before building the bound (it may play the episode's start)")
         self.env = u
+        self.labels_only = labels_only
         self.config = config
         self.seed = seed
         self.table = table
@@ -165,6 +170,8 @@ class LookaheadPolicy:
         self._plan = []
 
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
+        if self.labels_only:
+            raise RuntimeError("a lookahead built with labels_only=True gives labels (label()), it plays no episode")
         if self._steps == 0:
             self._plan = self._make_plan()
         window, offset = divmod(self._steps, self.config.k)
@@ -179,6 +186,12 @@ class LookaheadPolicy:
         if out is None:
             out = self._emit[(chosen, id(mask))] = self.spec.project(self._actions[chosen], mask)
         return out.copy()
+
+    def label(self) -> np.ndarray:
+        """The candidate setting whose rollout from the env's current state scores best, as an action (the base's
+        on a tie): the expert's label for that state (DAgger, ``agents.teacher``'s ``lookahead``), whoever brought
+        the env there. The env is left as it was (its snapshot restored)."""
+        return self._actions[self._decide()].copy()
 
     # ------------------------------------------------------------------------------------------ inside
     def _make_plan(self) -> list[int]:
