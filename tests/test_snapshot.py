@@ -226,3 +226,33 @@ def test_snapshot_and_restore_refuse_bad_input_in_one_line() -> None:
         cluster.restore(snap)
     with pytest.raises(RuntimeError, match="reset"):
         cluster.snapshot()
+
+
+def test_deepcopy_and_pickle_of_a_mid_episode_simulator_replay_it() -> None:
+    """``copy.deepcopy`` and a pickle round trip of the simulator (remote KV draws, a batch and its decision held)
+    play the rest of the episode exactly as the original: compiled too (``tests/test_compiled.py`` runs this
+    file on a compiled tree, where frozen dataclasses are rebuilt through ``__init__``)."""
+    import copy
+    import pickle
+
+    env = gym.make("LLMSched-v0", scenario="remote-kv", num_requests=60, split="train")
+    u: Any = env.unwrapped
+    policy = baselines.make("fcfs", u.policy_context())
+    obs, _ = env.reset(seed=2)
+    _, obs = _play(env, policy, obs, 120)
+    sim = u.sim
+    assert sim.engine.last_batch is not None and sim.engine.remote is not None
+    decision = u.action_spec.decode(policy.act(obs, u.action_masks()))
+    copies = [copy.deepcopy(sim), pickle.loads(pickle.dumps(sim))]
+    for c in copies:
+        assert c.engine.last_batch.decision == sim.engine.last_batch.decision
+        assert c.engine.remote.config == sim.engine.remote.config
+    for _ in range(300):  # the same decision on all three: the same batches and clock
+        if sim.done:
+            break
+        for s in (sim, *copies):
+            s.step(decision)
+        for c in copies:
+            c.check_invariants()
+            assert c.now_s == sim.now_s and c.engine.num_good == sim.engine.num_good
+    assert copies[0].metrics() == sim.metrics() == copies[1].metrics()

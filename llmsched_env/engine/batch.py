@@ -71,6 +71,12 @@ class Decision:
         ):
             raise ValueError(f"Decision.kv_reserve must be in [0, 1), got {self.kv_reserve!r}")
 
+    def __reduce__(self) -> tuple[type[Decision], tuple[QueueOrder, int, int, bool, int, float, bool]]:
+        """Copies and pickles are rebuilt through ``__init__``: compiled (``llmsched-compile``), a frozen
+        dataclass cannot take its state back attribute by attribute."""
+        return (Decision, (self.order, self.token_budget, self.chunk_cap, self.prefill_first, self.max_admit,
+                           self.kv_reserve, self.shed))  # fmt: skip
+
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Batch:

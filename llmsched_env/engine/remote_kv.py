@@ -42,6 +42,12 @@ class RemoteKVConfig:
         if self.slow_factor < 1.0:
             raise ValueError(f"RemoteKVConfig.slow_factor must be >= 1, got {self.slow_factor!r}")
 
+    def __reduce__(self) -> tuple[type[RemoteKVConfig], tuple[float, float, int, float, float]]:
+        """Rebuilt through ``__init__`` when copied or pickled (compiled, a frozen dataclass cannot take its state
+        back attribute by attribute)."""
+        return (RemoteKVConfig, (self.latency_s, self.bandwidth_gbps, self.kv_bytes_per_token, self.slow_prob,
+                                 self.slow_factor))  # fmt: skip
+
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class RemoteKVStore:
