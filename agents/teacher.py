@@ -109,17 +109,16 @@ def searched(env: Any, candidates: Sequence[str] = DEFAULT_CANDIDATES, seed: int
 class LookaheadTeacher:
     """The ``lookahead`` teacher on one episode of ``env`` (``LLMSched-v0`` or ``LLMSchedMix-v0``, after its
     reset): ``act`` returns the lookahead's label for the env's current state (``LookaheadPolicy.label``),
-    decided again once ``config.k`` engine iterations have passed since the last decision, projected onto the
+    decided again once ``config.k`` (64) engine iterations have passed since the last decision, projected onto the
     mask. ``num_labels`` counts the decisions."""
 
     def __init__(self, env: Any, seed: int | None = 0, config: LookaheadConfig | None = None) -> None:
         u = env.unwrapped
         inner = getattr(u, "inner", None)  # LLMSchedMix-v0: the env of the episode it drew
-        self.config = config if config is not None else LookaheadConfig()
+        config = config if config is not None else LookaheadConfig()
         with warnings.catch_warnings():  # a randomised workload has no tuned entry: the fallback base is the rule
             warnings.filterwarnings("ignore", message="lookahead on .*: no tuned settings", category=UserWarning)
-            self.bound = LookaheadPolicy(inner if inner is not None else u, self.config, seed or 0, labels_only=True)
-        self.base_source = self.bound.base_source  # tuned, or the best static named rule on the episode
+            self.bound = LookaheadPolicy(inner if inner is not None else u, config, seed or 0, labels_only=True)
         self.num_labels = 0
         self._label: np.ndarray | None = None
         self._at = 0
@@ -127,7 +126,7 @@ class LookaheadTeacher:
 
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
         sim = self.bound.env.sim
-        if self._label is None or sim is not self._sim or sim.num_steps - self._at >= self.config.k:
+        if self._label is None or sim is not self._sim or sim.num_steps - self._at >= self.bound.config.k:
             self._at = sim.num_steps  # before the label: its first rollout plays on this very simulator
             self._label = self.bound.label()
             self._sim = self.bound.env.sim  # the label restored the env (a new Simulator): the one steps go on with

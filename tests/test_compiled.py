@@ -36,9 +36,7 @@ def fake_package(tmp_path: Path) -> Path:
 
 
 def record(pkg: Path, **changes: object) -> None:
-    sources = {str(compiled.source_path(m, pkg).relative_to(pkg)): compiled.source_digest(compiled.source_path(m, pkg))
-               for m in compiled.MODULES}  # fmt: skip
-    data = {"python": compiled.python_tag(), "sources": sources, **changes}
+    data = {"python": compiled.python_tag(), "sources": compiled.source_digests(pkg), **changes}
     (pkg / compiled.MANIFEST.name).write_text(json.dumps(data))
 
 

@@ -184,12 +184,19 @@ def _shared_mutables(a: object, b: object, where: str, seen: set[int]) -> list[s
     return out
 
 
-def test_a_fork_shares_no_mutable_state_and_copies_every_live_request() -> None:
+def _remote_kv_midway(seed: int, steps: int) -> tuple[Any, Any, np.ndarray]:
+    """A 60-request ``remote-kv`` episode (train split) after ``steps`` steps of ``fcfs``: (the unwrapped env,
+    the policy, the last observation)."""
     env = gym.make("LLMSched-v0", scenario="remote-kv", num_requests=60, split="train")
     u: Any = env.unwrapped
     policy = baselines.make("fcfs", u.policy_context())
-    obs, _ = env.reset(seed=1)
-    _, obs = _play(env, policy, obs, 80)
+    obs, _ = env.reset(seed=seed)
+    _, obs = _play(env, policy, obs, steps)
+    return u, policy, obs
+
+
+def test_a_fork_shares_no_mutable_state_and_copies_every_live_request() -> None:
+    u, _, _ = _remote_kv_midway(1, 80)
     sim = u.sim
     fork = sim.fork(u.np_random)
     assert _shared_mutables(sim, fork, "sim", set()) == []
@@ -235,11 +242,7 @@ def test_deepcopy_and_pickle_of_a_mid_episode_simulator_replay_it() -> None:
     import copy
     import pickle
 
-    env = gym.make("LLMSched-v0", scenario="remote-kv", num_requests=60, split="train")
-    u: Any = env.unwrapped
-    policy = baselines.make("fcfs", u.policy_context())
-    obs, _ = env.reset(seed=2)
-    _, obs = _play(env, policy, obs, 120)
+    u, policy, obs = _remote_kv_midway(2, 120)
     sim = u.sim
     assert sim.engine.last_batch is not None and sim.engine.remote is not None
     decision = u.action_spec.decode(policy.act(obs, u.action_masks()))

@@ -31,7 +31,7 @@ from llmsched_env.common.compiled import (
     compiled_in_use,
     extension_files,
     python_tag,
-    source_digest,
+    source_digests,
     source_path,
     stale_sources,
 )
@@ -71,10 +71,10 @@ def build(package_dir: Path = PACKAGE_DIR, quiet: bool = False) -> list[Path]:
     if importlib.util.find_spec("mypyc") is None:
         raise RuntimeError("mypyc is not installed: pip install -e '.[compile]' (it ships with mypy)")
     sources = [source_path(m, package_dir) for m in MODULES]
-    missing = [str(p) for p in sources if not p.exists()]
+    digests = source_digests(package_dir)
+    missing = [key for key, digest in digests.items() if digest is None]
     if missing:
-        raise RuntimeError(f"no source to compile: {missing[0]}")
-    digests = {str(p.relative_to(package_dir)): source_digest(p) for p in sources}
+        raise RuntimeError(f"no source to compile: {package_dir / missing[0]}")
     with tempfile.TemporaryDirectory(prefix="llmsched-compile-") as tmp:
         cmd = [sys.executable, "-c", _BUILD, tmp, GROUP, *map(str, sources)]
         done = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)

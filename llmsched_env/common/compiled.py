@@ -36,6 +36,7 @@ __all__ = [
     "extension_files",
     "guard",
     "source_digest",
+    "source_digests",
     "stale_sources",
 ]
 
@@ -59,12 +60,22 @@ def _relative(module: str) -> Path:
 
 
 def source_path(module: str, package_dir: Path = PACKAGE_DIR) -> Path:
-    """The ``.py`` source of ``module`` (one of ``MODULES``, or the shared library's stem)."""
+    """The ``.py`` source of ``module`` (one of ``MODULES``)."""
     return package_dir / _relative(module).with_suffix(".py")
 
 
 def source_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def source_digests(package_dir: Path = PACKAGE_DIR) -> dict[str, str | None]:
+    """Each module of ``MODULES`` by its source's path in the package (``engine/engine.py``): the source's
+    SHA-256, None where it is missing. What a build records and what ``stale_sources`` compares with."""
+    out: dict[str, str | None] = {}
+    for module in MODULES:
+        path = source_path(module, package_dir)
+        out[str(path.relative_to(package_dir))] = source_digest(path) if path.exists() else None
+    return out
 
 
 def extension_files(package_dir: Path = PACKAGE_DIR) -> list[Path]:
@@ -90,8 +101,8 @@ def stale_sources(package_dir: Path = PACKAGE_DIR) -> list[str] | None:
     A reason names a source that changed since the build, one missing from the record, a build for another
     interpreter, or extensions with no record of what they were built from."""
     manifest = package_dir / MANIFEST.name
-    extensions = extension_files(package_dir)
     if not manifest.exists():
+        extensions = extension_files(package_dir)
         return [f"{len(extensions)} compiled extension(s) with no {MANIFEST.name}"] if extensions else None
     try:
         record = json.loads(manifest.read_text())
@@ -102,12 +113,10 @@ def stale_sources(package_dir: Path = PACKAGE_DIR) -> list[str] | None:
     reasons: list[str] = []
     if python != python_tag():
         reasons.append(f"built for {python}, this is {python_tag()}")
-    for module in MODULES:
-        path = source_path(module, package_dir)
-        key = str(_relative(module).with_suffix(".py"))
+    for key, digest in source_digests(package_dir).items():
         if key not in digests:
             reasons.append(f"{key} is not in the build")
-        elif not path.exists() or source_digest(path) != digests[key]:
+        elif digest is None or digest != digests[key]:
             reasons.append(f"{key} changed since it was compiled")
     return reasons
 
