@@ -90,6 +90,7 @@ class StaticPolicy(BaselinePolicy):
     """The same knobs every iteration: ``decide(ctx)`` once, then only masking at ``act`` time."""
 
     reads_observation = False  # its action depends on the mask only (see ``decision.policy.Policy``)
+    bounded_act = True  # a cached lookup: no deadline timer need interrupt it (``decision.policy.bounded_act``)
 
     def __init__(self, ctx: PolicyContext, seed: int | None = None) -> None:
         super().__init__(ctx, seed)

@@ -20,6 +20,7 @@ class RandomPolicy(BaselinePolicy):
     """Uniform over the valid options of each action component, independently per component."""
 
     name = "random"
+    bounded_act = True  # one draw per component from a cached table (``decision.policy.bounded_act``)
 
     def __init__(self, ctx: PolicyContext, seed: int | None = None) -> None:
         super().__init__(ctx, seed)

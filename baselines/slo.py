@@ -75,6 +75,7 @@ class SLOAwarePolicy(BaselinePolicy):
     """
 
     name = "slo_aware"
+    bounded_act = True  # a lookup by the number of decodes (``decision.policy.bounded_act``)
 
     def __init__(self, ctx: PolicyContext, seed: int | None = None) -> None:
         super().__init__(ctx, seed)

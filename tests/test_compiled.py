@@ -117,7 +117,8 @@ def test_the_compiled_engine_plays_exactly_as_the_sources(tmp_path: Path) -> Non
     probe = "from llmsched_env.common.compiled import compiled_in_use as c; print(c())"
     run = subprocess.run([sys.executable, "-c", probe], cwd=tree, env=env, capture_output=True, text=True)
     assert run.stdout.strip() == "True", run.stderr
-    tests = ["tests/test_fingerprint.py", "tests/test_snapshot.py", "tests/test_lookahead.py", "tests/test_core.py"]
+    tests = ["tests/test_fingerprint.py", "tests/test_snapshot.py", "tests/test_lookahead.py", "tests/test_core.py",
+             "tests/test_env.py", "tests/test_schema2.py", "tests/test_kv_usage.py"]  # fmt: skip
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests], cwd=tree,
                          env=env, capture_output=True, text=True)  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]

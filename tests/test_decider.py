@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from llmsched_env.decision.decider import TimedDecider
+from llmsched_env.decision.policy import bounded_act
 
 OBS = np.zeros(3, dtype=np.float32)
 MASK = np.ones(4, dtype=bool)
@@ -55,6 +56,47 @@ def test_auto_is_signal_on_the_main_thread_and_thread_elsewhere() -> None:
     assert modes == ["thread"]
     with pytest.raises(ValueError, match="mode must be one of"):
         TimedDecider(_Gate(), mode="fast")
+
+
+class _Bounded(_Gate):
+    bounded_act = True  # declared by the class that defines act
+
+    def act(self, observation: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return super().act(observation, mask)
+
+
+class _Inherits(_Gate):
+    bounded_act = True  # but act is _Gate's, which makes no claim
+
+
+class _Overrides(_Bounded):
+    def act(self, observation: np.ndarray, mask: np.ndarray) -> np.ndarray:  # may hang: the claim is not inherited
+        return super().act(observation, mask)
+
+
+class _Renounces(_Bounded):
+    bounded_act = False
+
+
+def test_a_bounded_policy_runs_inline_under_auto_and_only_its_act_s_class_can_say_so() -> None:
+    assert bounded_act(_Bounded()) and TimedDecider(_Bounded()).mode == "inline"
+    assert not bounded_act(_Overrides()) and TimedDecider(_Overrides()).mode == "signal"
+    assert not bounded_act(_Renounces()) and not bounded_act(_Gate()) and not bounded_act(_Inherits())
+    assert TimedDecider(_Bounded(), mode="signal").mode == "signal"  # an explicit mode is kept
+
+
+def test_the_named_rules_and_a_numpy_network_declare_a_bounded_act() -> None:
+    import gymnasium as gym
+
+    import baselines
+    import llmsched_env  # noqa: F401
+    from llmsched_env.decision.policy_file import load_policy_file
+
+    env = gym.make("LLMSched-v0", scenario="default", num_requests=20).unwrapped
+    ctx = env.policy_context()  # type: ignore[attr-defined]
+    for name in ("fcfs", "slo_aware", "sjf", "tuned", "random"):
+        assert bounded_act(baselines.make(name, ctx)), name
+    assert bounded_act(load_policy_file("policies/generalist"))
 
 
 @pytest.mark.parametrize("mode", ["signal", "thread", "inline"])

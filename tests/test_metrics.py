@@ -8,7 +8,7 @@ import pytest
 from llmsched_env.engine.config import SLOClass, TenantConfig
 from llmsched_env.engine.request import Request, Status
 from llmsched_env.evaluation.tables import format_table
-from llmsched_env.sim.metrics import compute_metrics, jain_index, token_times
+from llmsched_env.sim.metrics import _stats, compute_metrics, jain_index, token_times
 
 # Decode round i ends at ROUNDS[i].
 ROUNDS = [1.0, 1.5, 2.0, 3.0, 4.0, 4.5, 5.0, 6.0]
@@ -232,7 +232,8 @@ def test_ten_thousand_requests_match_token_times() -> None:
     tpot = [(t[-1] - t[0]) / (len(t) - 1) for t in times if len(t) > 1]
     assert len(tpot) < len(times)  # some one-token requests, left out of the TPOT statistics
     assert m["itl_mean_s"] == pytest.approx(itl.mean())
-    assert m["itl_p99_s"] == pytest.approx(np.percentile(itl, 99))
+    for q in (50, 90, 99):
+        assert m[f"itl_p{q}_s"] == pytest.approx(np.percentile(itl, q), rel=1e-12, abs=0)
     assert m["tpot_p90_s"] == pytest.approx(np.percentile(tpot, 90))
     assert m["e2el_mean_s"] == pytest.approx(np.mean([t[-1] - r.arrival_s for t, r in zip(times, reqs, strict=True)]))
     assert all(len(t) == r.output_len for t, r in zip(times, reqs, strict=True))
@@ -246,3 +247,29 @@ def test_format_table() -> None:
     assert lines[2].split() == ["fcfs", "0.1235", "10"]
     assert lines[3].split() == ["vtc", "12.5"]
     assert len({len(line) for line in lines[:3]}) == 1
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_counted_statistics_equal_those_of_the_sample_written_out(seed: int) -> None:
+    """The ITL statistics count each distinct gap instead of listing the sample (a gap of the engine's clock
+    occurs once per request decoding across it): mean and percentiles equal numpy's on the listed sample, ties,
+    zero counts and a one-element sample included."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    values = rng.choice([0.01, 0.02, 0.5, 1.0, rng.random()], size=n) if seed % 2 else rng.random(n)
+    counts = rng.integers(0, 5, size=n)
+    counts[int(rng.integers(n))] += 1  # never an empty sample
+    listed = np.repeat(values, counts)
+    counted: dict[str, float] = {}
+    written: dict[str, float] = {}
+    _stats(counted, "x", values, counts)
+    _stats(written, "x", listed)
+    assert counted.keys() == written.keys()
+    for key, value in written.items():
+        assert counted[key] == pytest.approx(value, rel=1e-12, abs=1e-15), key
+
+
+def test_counted_statistics_of_an_empty_sample_are_zero() -> None:
+    out: dict[str, float] = {}
+    _stats(out, "x", np.array([0.5, 0.7]), np.array([0, 0]))
+    assert out == {"x_mean_s": 0.0, "x_p50_s": 0.0, "x_p90_s": 0.0, "x_p99_s": 0.0}

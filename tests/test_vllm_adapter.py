@@ -310,6 +310,53 @@ def test_shedding_prices_the_prefill_left_after_vllms_prefix_cache_hit() -> None
     assert _drain(s, clock) == {"1": "length"}
 
 
+@pytest.mark.vllm
+def test_vllms_cache_is_asked_only_between_the_two_deadlines_of_a_head() -> None:
+    """``hopeless`` prices a head with no cache hit and with the largest hit possible (all but its last token):
+    before the first deadline it stays, after the second it is shed, and only in between is vLLM's prefix
+    cache asked."""
+    from llmsched_env.costs.base import prefill_time_s
+
+    s, clock = _make()
+    n = 1600
+    _add(s, Request(0, 0.0, n, 2))
+    sh = s.state.shadows["0"]
+    deadline = s.state.tenants[sh.tenant].slo.ttft_s
+    cost = s.state.cost_model
+    uncached = deadline - prefill_time_s(cost, n)
+    fully_cached = deadline - prefill_time_s(cost, n, num_cached_tokens=n - 1)
+    assert 0.0 < uncached < fully_cached
+    lookup = s.kv_cache_manager.get_computed_blocks
+    calls: list[str] = []
+
+    def counted(vreq: Any, *args: Any) -> Any:
+        calls.append(vreq.request_id)
+        return lookup(vreq, *args)
+
+    s.kv_cache_manager.get_computed_blocks = counted
+    clock.now_s = uncached
+    assert not s.state.hopeless(sh) and calls == []
+    clock.now_s = (uncached + fully_cached) / 2
+    assert s.state.hopeless(sh) and calls == ["0"]  # nothing cached: out of reach
+    clock.now_s = fully_cached + 1e-6
+    assert s.state.hopeless(sh) and calls == ["0"]  # out of reach whatever is cached: not asked
+
+
+@pytest.mark.vllm
+def test_the_cached_block_count_is_rescanned_after_a_prefix_cache_reset() -> None:
+    """A reset drops every block's hash without moving a block on the free queue: the count of cached free
+    blocks the observation reads is rescanned, not left counting blocks that no lookup can find."""
+    s, clock = _make()
+    _add(s, Request(0, 0.0, 600, 2, prefix_ids=tuple(range(8)), prefix_id_tokens=64))
+    assert _drain(s, clock) == {"0": "length"}
+    pool = s.state.pool
+    assert pool.num_cached_blocks > 0
+    assert s.reset_prefix_cache()
+    assert pool.num_cached_blocks == 0
+    free = s.kv_cache_manager.block_pool.free_block_queue.get_all_free_blocks()
+    assert not any(b.block_hash is not None for b in free)
+
+
 class _Raises:
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
         raise RuntimeError("boom")

@@ -1,7 +1,8 @@
 """The compiled engine: which modules mypyc compiles, and the guard that never lets a stale build run.
 
 ``llmsched-compile`` (``llmsched_env.commands.compile``) compiles the simulator's core (``MODULES``: requests,
-batches, the block pool, the waiting queues, the remote KV store, the engine and the simulator) with mypyc into
+batches, the block pool, the waiting queues, the remote KV store, the engine, the simulator and its KV-usage
+accounting, and the observation encoders and action space every step goes through) with mypyc into
 C extensions placed beside their sources, and records each source's SHA-256 in ``_compiled.json`` at the
 package's root. Python imports an extension before a source of the same name, so from then on the compiled
 modules run; they behave exactly as the sources do (the same trajectories, observations and metrics:
@@ -50,6 +51,9 @@ MODULES = (
     "llmsched_env.engine.remote_kv",
     "llmsched_env.engine.engine",
     "llmsched_env.sim.simulator",
+    "llmsched_env.sim.kv_usage",
+    "llmsched_env.decision.observation",
+    "llmsched_env.decision.actions",
 )
 SHARED_LIBRARY = "llmsched_env._native__mypyc"  # mypyc's library for the group named llmsched_env._native
 MANIFEST = PACKAGE_DIR / "_compiled.json"

@@ -14,9 +14,10 @@ call that never returns. Two ways bound it (``mode``):
   server and the client (measured, docs/vllm.md), because the operating system does not run a woken thread at
   once on a busy core.
 
-``"auto"`` picks ``"signal"`` where it can, else ``"thread"``; ``"inline"`` has no hard deadline (a late answer
-is only dropped). What neither bounds: a policy blocked inside a C call that holds the interpreter lock, which
-no signal handler or other thread can run past.
+``"auto"`` picks ``"inline"`` for a policy whose ``act`` is bounded (``decision.policy.bounded_act``: the named
+rules, an exported network run in numpy), which no timer need interrupt, else ``"signal"`` where it can, else
+``"thread"``; ``"inline"`` has no hard deadline (a late answer is only dropped). What neither bounds: a policy
+blocked inside a C call that holds the interpreter lock, which no signal handler or other thread can run past.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import time
 from typing import Any
 
 import numpy as np
+
+from llmsched_env.decision.policy import bounded_act
 
 __all__ = ["DECIDER_MODES", "TimedDecider"]
 
@@ -60,7 +63,9 @@ class TimedDecider:
             raise ValueError("TimedDecider mode 'signal' needs POSIX timers and the process's main thread")
         self.policy = policy
         self.name = name
-        self.mode = ("signal" if _signal_mode_available() else "thread") if mode == "auto" else mode
+        if mode == "auto":
+            mode = "inline" if bounded_act(policy) else "signal" if _signal_mode_available() else "thread"
+        self.mode = mode
         self._jobs: queue.SimpleQueue[tuple[int, np.ndarray, np.ndarray] | None] = queue.SimpleQueue()
         self._results: queue.SimpleQueue[tuple[int, Any, BaseException | None]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None

@@ -349,15 +349,18 @@ class GenericObservationEncoder(ObservationEncoder):
             feats += slots[i][2]
         if n <= NUM_SLOTS:
             feats += self._tail[n]  # the empty slots and an empty rest
-        else:
-            rest = [e[2] for e in slots[NUM_SLOTS:]]
-            feats += [
-                len(rest) / _TENANT_SCALE,
-                sum(r[1] for r in rest),
-                sum(r[2] for r in rest),
-                min(r[7] for r in rest),
-                min(r[6] for r in rest),
-            ]
+        else:  # the rest in aggregate, in one pass: waiting and running summed, least head slack and attainment
+            num_waiting = num_running = 0.0
+            least_slack = least_attainment = math.inf
+            for e in slots[NUM_SLOTS:]:
+                r = e[2]
+                num_waiting += r[1]
+                num_running += r[2]
+                if r[7] < least_slack:
+                    least_slack = r[7]
+                if r[6] < least_attainment:
+                    least_attainment = r[6]
+            feats += [(n - NUM_SLOTS) / _TENANT_SCALE, num_waiting, num_running, least_slack, least_attainment]
         return _clipped(feats)
 
 

@@ -12,7 +12,7 @@ from llmsched_env.costs.base import CostModel
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 
-__all__ = ["Policy", "PolicyContext", "reads_observation", "start_episode"]
+__all__ = ["Policy", "PolicyContext", "bounded_act", "reads_observation", "start_episode"]
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,11 @@ class Policy(Protocol):
     A policy whose action depends on the mask alone may set a class attribute ``reads_observation = False``
     (see ``reads_observation``): callers then skip encoding the observation for it. A policy with memory
     (a recurrent one) defines ``start_episode()``, which clears it; whoever runs episodes calls
-    ``start_episode(policy)`` before each episode's first ``act``."""
+    ``start_episode(policy)`` before each episode's first ``act``.
+
+    A policy whose ``act`` does a fixed, small amount of work (a table lookup, a numpy forward pass of a given
+    network) may declare ``bounded_act = True`` in the class that defines its ``act`` (see ``bounded_act``):
+    the vLLM adapter then checks its deadline after the call instead of arming a timer around it."""
 
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray: ...
 
@@ -44,6 +48,16 @@ class Policy(Protocol):
 def reads_observation(policy: object) -> bool:
     """False for a policy that declares ``reads_observation = False`` (it acts on the mask alone), else True."""
     return bool(getattr(policy, "reads_observation", True))
+
+
+def bounded_act(policy: object) -> bool:
+    """True when the class that defines ``policy``'s ``act`` declares ``bounded_act`` and it is true for this
+    policy: its ``act`` cannot hang, so no timer need interrupt it. A subclass that overrides ``act`` does not
+    inherit its parent's claim."""
+    for klass in type(policy).__mro__:
+        if "act" in vars(klass):
+            return "bounded_act" in vars(klass) and bool(getattr(policy, "bounded_act", False))
+    return False
 
 
 def start_episode(policy: object) -> None:

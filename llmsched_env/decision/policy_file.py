@@ -360,6 +360,12 @@ class ExportedPolicy:
             f"nvec={list(self.action_nvec)}, masked={self.masked})"
         )
 
+    @property
+    def bounded_act(self) -> bool:
+        """True when the network runs in numpy (a fixed number of small array operations: no deadline timer need
+        interrupt it, ``decision.policy.bounded_act``); False for a forward pass given at load time."""
+        return self._forward is None
+
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
         """The action (int64, one option index per component) for one observation and its mask."""
         obs = np.asarray(observation)

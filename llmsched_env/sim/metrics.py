@@ -77,8 +77,12 @@ def jain_index(values: Sequence[float] | np.ndarray) -> float:
     return float(x.sum() ** 2 / (x.size * sq))
 
 
-def _stats(out: dict[str, float], name: str, x: np.ndarray) -> None:
-    """``{name}_{mean,p50,p90,p99}_s`` of ``x``; 0.0 for an empty sample (``num_finished`` says so)."""
+def _stats(out: dict[str, float], name: str, x: np.ndarray, counts: np.ndarray | None = None) -> None:
+    """``{name}_{mean,p50,p90,p99}_s`` of ``x``; 0.0 for an empty sample (``num_finished`` says so). With
+    ``counts``, of the sample in which ``x[i]`` appears ``counts[i]`` times (``_weighted_stats``)."""
+    if counts is not None:
+        _weighted_stats(out, name, x, counts)
+        return
     if x.size == 0:
         out[f"{name}_mean_s"] = 0.0
         for q in _PERCENTILES:
@@ -89,14 +93,45 @@ def _stats(out: dict[str, float], name: str, x: np.ndarray) -> None:
         out[f"{name}_p{q:.0f}_s"] = float(v)
 
 
+def _weighted_stats(out: dict[str, float], name: str, values: np.ndarray, counts: np.ndarray) -> None:
+    """``_stats`` of the sample holding ``values[i]`` ``counts[i]`` times, without building it: numpy's default
+    (linear) percentile read off the cumulative counts of the sorted values, interpolated as numpy does (the
+    same two order statistics, the same formula). The ITL sample is every decode gap of every request: one
+    gap of the engine's clock counted once per request decoding across it."""
+    keep = counts > 0
+    values, counts = values[keep], counts[keep].astype(np.int64)
+    total = int(counts.sum())
+    if total == 0:
+        _stats(out, name, values[:0])
+        return
+    out[f"{name}_mean_s"] = float(np.dot(values, counts) / total)
+    order = np.argsort(values, kind="stable")
+    sorted_values = values[order]
+    ends = np.cumsum(counts[order])  # ends[j]: how many sample elements are <= sorted_values[j] in order
+
+    def element(k: np.ndarray) -> np.ndarray:  # the k-th element (0-based) of the sorted sample
+        return sorted_values[np.searchsorted(ends, k, side="right")]
+
+    virtual = (total - 1) * (np.asarray(_PERCENTILES) / 100.0)
+    below = np.floor(virtual)
+    a = element(below.astype(np.int64))
+    b = element(np.minimum(below + 1, total - 1).astype(np.int64))
+    t = virtual - below
+    diff = b - a
+    v = np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)  # numpy's _lerp
+    for q, x in zip(_PERCENTILES, v, strict=True):
+        out[f"{name}_p{q:.0f}_s"] = float(x)
+
+
 def _p99(x: np.ndarray) -> float:
     return float(np.percentile(x, 99.0)) if x.size else 0.0
 
 
 def _finished_latencies(
     finished: list[Request], rounds: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """First token time, last token time and token count per finished request, and all their ITL gaps."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """First token time, last token time and token count per finished request, and all their ITL gaps as
+    (distinct gaps, how many times each occurs)."""
     nf = len(finished)
     rid: list[int] = []
     pre: list[float] = []
@@ -120,7 +155,7 @@ def _finished_latencies(
     e_a = np.asarray(seg_e, dtype=np.int64)
     if nf == 0:
         empty = np.zeros(0, dtype=np.float64)
-        return empty, empty, empty, empty
+        return empty, empty, empty, (empty, np.zeros(0, dtype=np.int64))
     if e_a.size and (int(e_a.max()) > len(rounds) or np.any(s_a > e_a) or np.any(s_a < 0)):
         raise ValueError(f"a decode segment lies outside round_end_s (length {len(rounds)})")
     lens = e_a - s_a
@@ -137,16 +172,18 @@ def _finished_latencies(
     # ITL gaps: prefill token -> first round of its segment; inside segments; segment end -> next prefill.
     gap_first = rounds[s_a[has]] - p_a[has] if rounds.size else np.zeros(0)
     gap_next = p_a[~new_req] - rec_last[np.flatnonzero(~new_req) - 1]
-    inner_len = np.maximum(lens - 1, 0)
-    total_inner = int(inner_len.sum())
-    if total_inner:
+    # inside segments: round gap j (rounds[j + 1] - rounds[j]) once for every segment decoding across it
+    # (start <= j <= end - 2), counted by a difference array, not listed gap by gap
+    inner = lens > 1
+    if inner.any() and rounds.size > 1:
+        marks = np.bincount(s_a[inner], minlength=rounds.size) - np.bincount(e_a[inner] - 1, minlength=rounds.size)
+        across = np.cumsum(marks)[:-1]
         round_gaps = np.diff(rounds)
-        offsets = np.cumsum(inner_len) - inner_len
-        idx = np.arange(total_inner) + np.repeat(s_a - offsets, inner_len)
-        gap_inner = round_gaps[idx]
     else:
-        gap_inner = np.zeros(0)
-    itl = np.concatenate([gap_first, gap_inner, gap_next])
+        across = np.zeros(0, dtype=np.int64)
+        round_gaps = np.zeros(0)
+    gaps = np.concatenate([gap_first, gap_next])
+    itl = (np.concatenate([gaps, round_gaps]), np.concatenate([np.ones(gaps.size, dtype=np.int64), across]))
     return first_t, last_t, num_tokens, itl
 
 
@@ -210,8 +247,8 @@ def compute_metrics(
     queue_delay = scheduled[is_fin] - arrival[is_fin]
 
     out: dict[str, float] = {}
-    for name, x in zip(_LATENCIES, (ttft, tpot[multi], itl, e2el, queue_delay), strict=True):
-        _stats(out, name, x)
+    for name, x in zip(_LATENCIES, (ttft, tpot[multi], itl[0], e2el, queue_delay), strict=True):
+        _stats(out, name, x, itl[1] if name == "itl" else None)
 
     num_finished = int(is_fin.sum())
     num_rejected = int((status == Status.REJECTED).sum())

@@ -124,8 +124,12 @@ class _LLMSchedAdapter(_SchedulerBase):
         self.queue = PolicyWaitingQueue(self.state, self._cached_blocks)
         self.waiting = self.queue
         self.decision: Decision | None = None  # the step's decision (None: vLLM's own)
+        # the (decision, running requests, decodes) vLLM's knobs were last set for
+        self._knobs_key: tuple[Decision | None, int, int] | None = None
         self._hold = 0
         self._action: list[int] | None = None  # the policy's action behind ``decision``
+        self._checked: list[bool] | None = None  # the mask (``mask_list``'s object) it was last checked against
+        self._allowed = True  # whether it was valid under that mask
         self._last_step_start = 0.0
         self._last_step_s = 0.0
         self.shed_requests: list[VllmRequest] = []  # aborted by shedding, reported by the next update_from_output
@@ -202,10 +206,13 @@ class _LLMSchedAdapter(_SchedulerBase):
             self._hold -= 1
             decision = self.decision
             action = self._action
-            if action is not None and not self.action_spec.allowed_now(action, state):
-                # the held action, projected onto what the mask allows now (as the env does)
+            if action is not None:
                 spec = self.action_spec
-                decision = spec.decode(spec.project(action, spec.mask(state)))
+                flags = spec.mask_list(state)
+                if flags is not self._checked:  # the mask changed: check the held action again (as the env does)
+                    self._checked, self._allowed = flags, spec.allows_list(action, flags)
+                if not self._allowed:  # the held action, projected onto what the mask allows now
+                    decision = spec.decode(spec.project(action, spec.mask(state)))
         else:
             decision = self._decide()
             self._hold = self.iterations_per_step - 1
@@ -238,9 +245,10 @@ class _LLMSchedAdapter(_SchedulerBase):
         mask = spec.mask(state)
         raw, reason, error = self.decider.decide(obs, mask, t0 + self.adapter.policy_timeout_s)
         action = None
+        decision = None
         if reason is None:
             try:
-                spec.decode(raw)
+                decision = spec.decode(raw)
                 action = np.asarray(raw, dtype=np.int64)
             except (ValueError, TypeError) as exc:
                 reason, error = "invalid", f"invalid action {raw!r}: {exc}"
@@ -252,11 +260,13 @@ class _LLMSchedAdapter(_SchedulerBase):
             stats.last_error = error
             self._action = None
             return None
-        assert action is not None
+        assert action is not None and decision is not None
         self._action = action.tolist()
-        if not spec.allows(action, mask):
-            action = spec.project(action, mask)
-        return spec.decode(action)
+        self._checked = flags = spec.mask_list(state)
+        self._allowed = spec.allows_list(self._action, flags)
+        if not self._allowed:
+            decision = spec.decode(spec.project(action, mask))
+        return decision
 
     def _apply(self, d: Decision | None) -> None:
         """Set vLLM's knobs from ``d``; vLLM's own settings for None."""
@@ -264,6 +274,12 @@ class _LLMSchedAdapter(_SchedulerBase):
             self._shed_heads()
         n_running = len(self.running)
         decodes = n_running - len(self._inflight_prefills)
+        key = (d, n_running, decodes)
+        if key == self._knobs_key:  # the same decision over the same batch: vLLM's knobs are set already
+            if d is not None and d.order == QueueOrder.LPM:
+                self.queue.set_order(QueueOrder.LPM)  # the window of the oldest requests, scored anew
+            return
+        self._knobs_key = key
         k = vllm_knobs(d, self.base_knobs, n_running, decodes, self.num_kv_blocks)
         self.queue.set_order(k.order)
         self.max_num_scheduled_tokens = k.max_num_scheduled_tokens
@@ -275,12 +291,16 @@ class _LLMSchedAdapter(_SchedulerBase):
         """Abort every tenant's waiting head while its TTFT is out of reach (the engine's ``_shed_heads``), in one
         call to vLLM."""
         state = self.state
+        queue, num_waiting, hopeless = state.queue, state.num_waiting, state.hopeless
         doomed: list[VllmRequest] = []
         for t in range(len(state.tenants)):
-            if not state.num_waiting[t]:
+            if not num_waiting[t]:
                 continue
-            for sh in state.queue.in_order(t):
-                if not state.hopeless(sh):
+            head = queue.head(t)
+            if head is None or not hopeless(head):  # most steps: the head can still make it
+                continue
+            for sh in queue.in_order(t):
+                if not hopeless(sh):
                     break
                 doomed.append(state.vreqs[sh.request_id])
         if doomed:
@@ -333,15 +353,11 @@ class _LLMSchedAdapter(_SchedulerBase):
         t0 = time.perf_counter()
         wall2 = time.time() if self.log is not None else 0.0
         state = self.state
-        prefilling_t = [0] * len(state.tenants)
-        for r in self._inflight_prefills:
-            prefilling_t[state.shadows[r.request_id].tenant] += 1
-        decodes_t = [n - p for n, p in zip(state.num_running_t, prefilling_t, strict=True)]
+        decodes_t = state.decodes_per_tenant(self._inflight_prefills)
         t1 = time.perf_counter()
         outputs = super().update_from_output(scheduler_output, model_runner_output)
         t2 = time.perf_counter()
-        state.count_decodes(decodes_t)
-        state.decoded()
+        state.decoded(decodes_t)
         if self.shed_requests:  # tell the clients of the requests shedding aborted
             for vreq in self.shed_requests:
                 eco = outputs.get(vreq.client_index)

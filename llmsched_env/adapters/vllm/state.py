@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from llmsched_env.costs.base import CostModel, prefill_time_s
+from llmsched_env.costs.base import CostModel, prefill_time_unchecked_s
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.engine.queues import WaitingQueues
 from llmsched_env.engine.request import Request, tpot_s
@@ -84,7 +84,8 @@ class _CachedFreeCounter:
     """Counts free blocks that still hold a block hash (llmsched's ``num_cached_blocks``) by wrapping the
     free-block queue's moves: O(blocks moved), never a scan. A block's hash does not change while it is free
     (vLLM hashes blocks in use and evicts when it takes one off the queue), except on a prefix-cache reset or
-    a connector eviction, after which ``recount()`` rescans once."""
+    a connector eviction (the pool's ``reset_prefix_cache`` and ``evict_blocks``), after which ``recount()``
+    rescans once."""
 
     def __init__(self, scheduler: Any) -> None:
         self.pool = scheduler.kv_cache_manager.block_pool
@@ -127,6 +128,19 @@ class _CachedFreeCounter:
             append_n,
             prepend_n,
         )
+        for name in ("reset_prefix_cache", "evict_blocks"):  # they drop hashes without moving blocks: rescan after
+            method = getattr(self.pool, name, None)
+            if method is not None:
+                setattr(self.pool, name, self._rescanning(method))
+
+    def _rescanning(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.recount()
+
+        return call
 
     def recount(self) -> None:
         """Rescan the pool (O(blocks)): after a prefix-cache reset or a connector eviction only."""
@@ -201,8 +215,9 @@ class VllmState:
         self.awaiting_first: dict[str, Request] = {}  # running, first token not yet out
         self.running_ids: set[str] = set()  # vLLM ids of the requests in vLLM's running list
         self._ttft_heap: list[tuple[float, int, Request]] = []
-        # shadow id -> (prefill tokens, the latest start from which its TTFT is reachable with no cache hit)
-        self._shed_after: dict[int, tuple[int, float]] = {}
+        # shadow id -> (prefill tokens, the latest start from which its TTFT is reachable with no cache hit, and
+        # with the largest hit possible)
+        self._shed_after: dict[int, tuple[int, float, float]] = {}
         self._next_id = 0
 
     # -- the EngineState views ---------------------------------------------------------------------------
@@ -285,21 +300,31 @@ class VllmState:
         self.running_total_blocks -= -(-sh.total_len // self.config.block_size)
         self.awaiting_first.pop(vreq.request_id, None)
 
-    def decoded(self) -> None:
-        """A step ran: every running decode produced a token (service and VTC, as the engine counts), and
-        requests whose prefill completed have their first token now."""
-        now = self.now_s
-        for rid, sh in list(self.awaiting_first.items()):
-            vreq = self.vreqs[sh.request_id]
-            if vreq.num_output_tokens > 0:
-                sh.first_token_s = now
-                del self.awaiting_first[rid]
+    def decodes_per_tenant(self, prefilling: Any) -> list[int]:
+        """Each tenant's running requests that decode this step (running, less ``prefilling``, vLLM's in-flight
+        prefills)."""
+        decodes = self.num_running_t[:]
+        shadows = self.shadows
+        for r in prefilling:
+            decodes[shadows[r.request_id].tenant] -= 1
+        return decodes
 
-    def count_decodes(self, per_tenant: Sequence[int]) -> None:
+    def decoded(self, per_tenant: Sequence[int]) -> None:
+        """A step ran with ``per_tenant`` decodes (``decodes_per_tenant`` before it): every one produced a token
+        (service and VTC, as the engine counts), and requests whose prefill completed have their first token
+        now."""
         for t, n in enumerate(per_tenant):
             if n:
                 self.vtc[t] += 2 * n / self._weights[t]
                 self.service_tokens[t] += 2 * n
+        awaiting = self.awaiting_first
+        if awaiting:
+            now = self.now_s
+            vreqs = self.vreqs
+            for rid, sh in list(awaiting.items()):
+                if vreqs[sh.request_id].num_output_tokens > 0:
+                    sh.first_token_s = now
+                    del awaiting[rid]
 
     def finished(self, vreq: Any, completed: bool) -> None:
         """``vreq`` is finished (``completed``: stopped or at its length; else aborted or failed): resolve its SLO
@@ -336,7 +361,10 @@ class VllmState:
 
     def expire_ttft(self) -> None:
         """Requests still without a first token past their TTFT deadline count as misses from now on."""
-        heap, now = self._ttft_heap, self.now_s
+        heap = self._ttft_heap
+        if not heap:
+            return
+        now = self.now_s
         while heap and heap[0][0] < now:
             _, _, sh = heapq.heappop(heap)
             if sh.first_token_s is None:
@@ -345,18 +373,28 @@ class VllmState:
     def hopeless(self, sh: Request) -> bool:
         """Even alone and unchunked, ``sh``'s first token would come after its TTFT deadline (the engine's rule):
         its prefill priced for the tokens left after the prefix-cache hit vLLM would give it now. A cache hit
-        only makes a prefill cheaper, so while the deadline priced with no hit has not passed, vLLM's cache is
-        not asked (most heads, most steps)."""
+        only makes a prefill cheaper, so vLLM's cache is asked only between two deadlines priced once per prefill
+        length: while the one with no hit has not passed, ``sh`` is not hopeless; once the one with the largest
+        hit possible (all but its last token) has passed, it is."""
         if sh.first_token_s is not None:
             return False
         n, now = sh.num_prefill_tokens, self.now_s
-        uncached = self._shed_after.get(sh.request_id)
-        if uncached is None or uncached[0] != n:  # priced once per prefill length
-            uncached = (n, sh.arrival_s + self._ttft[sh.tenant] - prefill_time_s(self.cost_model, n))
-            self._shed_after[sh.request_id] = uncached
-        if now <= uncached[1]:
+        bounds = self._shed_after.get(sh.request_id)
+        if bounds is None or bounds[0] != n:  # priced once per prefill length
+            deadline = sh.arrival_s + self._ttft[sh.tenant]
+            cost = self.cost_model
+            last = deadline - prefill_time_unchecked_s(cost, n, num_cached_tokens=n - 1)
+            if now > last:  # shed now: the other deadline is not needed
+                return True
+            bounds = (n, deadline - prefill_time_unchecked_s(cost, n), last)
+            self._shed_after[sh.request_id] = bounds
+        if now <= bounds[1]:
             return False
+        if now > bounds[2]:
+            return True
         _, cached, _ = self._s.kv_cache_manager.get_computed_blocks(self.vreqs[sh.request_id])
         if not cached:
             return True
-        return now > sh.arrival_s + self._ttft[sh.tenant] - prefill_time_s(self.cost_model, n, num_cached_tokens=cached)
+        return now > sh.arrival_s + self._ttft[sh.tenant] - prefill_time_unchecked_s(
+            self.cost_model, n, num_cached_tokens=cached
+        )
