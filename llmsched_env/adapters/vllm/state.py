@@ -114,11 +114,13 @@ class _CachedFreeCounter:
 
         def append_n(blocks: list[Any]) -> None:
             appn(blocks)
-            self.count += sum(b._block_hash is not None for b in blocks)
+            if blocks:  # a request aborted while waiting frees none
+                self.count += sum(b._block_hash is not None for b in blocks)
 
         def prepend_n(blocks: list[Any]) -> None:
             prepn(blocks)
-            self.count += sum(b._block_hash is not None for b in blocks)
+            if blocks:
+                self.count += sum(b._block_hash is not None for b in blocks)
 
         q.popleft, q.popleft_n, q.remove, q.append, q.append_n, q.prepend_n = (
             popleft,
