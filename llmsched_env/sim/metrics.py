@@ -99,7 +99,7 @@ def _weighted_stats(out: dict[str, float], name: str, values: np.ndarray, counts
     same two order statistics, the same formula). The ITL sample is every decode gap of every request: one
     gap of the engine's clock counted once per request decoding across it."""
     keep = counts > 0
-    values, counts = values[keep], counts[keep].astype(np.int64)
+    values, counts = values[keep], counts[keep].astype(np.int64, copy=False)
     total = int(counts.sum())
     if total == 0:
         _stats(out, name, values[:0])

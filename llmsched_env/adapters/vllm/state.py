@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from llmsched_env.costs.base import CostModel, prefill_time_unchecked_s
@@ -302,7 +302,7 @@ class VllmState:
         self.running_total_blocks -= -(-sh.total_len // self.config.block_size)
         self.awaiting_first.pop(vreq.request_id, None)
 
-    def decodes_per_tenant(self, prefilling: Any) -> list[int]:
+    def decodes_per_tenant(self, prefilling: Iterable[Any]) -> list[int]:
         """Each tenant's running requests that decode this step (running, less ``prefilling``, vLLM's in-flight
         prefills)."""
         decodes = self.num_running_t[:]
