@@ -7,20 +7,28 @@
 For each backlog size (requests of the ``default`` scenario's evaluation episode, all waiting at time 0) and
 each policy (``fcfs``, ``slo_aware`` and the shipped generalist ``learned``, an MLP run in numpy), it runs
 vLLM's scheduler in the loop (``adapters.vllm.loop``) for ``--steps`` steps and prints the mean time per step of
-the adapter (observation encoding + action mask + ``act``, on the adapter's worker thread, handoff included +
-setting vLLM's knobs + its bookkeeping hooks) and of vLLM's own ``schedule()``, and their ratio. A trained
+the adapter (observation encoding + action mask + ``act`` under its deadline + setting vLLM's knobs + shedding +
+its bookkeeping around vLLM's calls) and of vLLM's own ``schedule()``, and their ratio. A trained
 agent holds each decision for the ``iterations_per_step`` it was trained with (``hold``), as ``evaluate.py``
 runs it. ``abort_us`` is the part of the adapter's time spent inside vLLM's ``finish_requests`` aborting the
-requests shedding gave up on (vLLM's work done for the policy); ``overhead`` is all adapter time over vLLM's
-``schedule()``, ``decision`` the same without the aborts. Target: <= 10% at 100 and 1,000 requests.
+requests shedding gave up on, freeing them included (vLLM's work done for the policy); ``overhead`` is all
+adapter time over vLLM's ``schedule()``, ``decision`` the same without the aborts. Target: <= 10% at 100 and
+1,000 requests.
+
+``--hooks`` runs each policy once more with timers around the llmsched code that vLLM's own ``schedule()`` and
+``update_from_output()`` call back (the policy's waiting queue, the admission/preemption/finish bookkeeping)
+and prints ``hooks_us``, that time per step (timers included: an upper bound), counted above as vLLM's.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +49,7 @@ def main() -> None:
         default=["fcfs", "slo_aware", "learned"],
         help="as llmsched-evaluate names them",
     )
+    p.add_argument("--hooks", action="store_true", help="also time the llmsched code vLLM's own calls run")
     args = p.parse_args()
     try:
         require_vllm()
@@ -51,9 +60,15 @@ def main() -> None:
     import llmsched_env  # noqa: F401
     from llmsched_env.adapters.vllm.loop import VllmLoop
 
+    # as vLLM's engine core does once it has started: what exists now (vLLM, torch, the package) is left out of
+    # the garbage collector's full passes, which otherwise stopped one step for about 0.3 s here, charged to
+    # whichever part of the step happened to run then
+    gc.collect()
+    gc.freeze()
+
     print(
         f"{'policy':<12} {'hold':>4} {'requests':>8} {'steps':>6} {'adapter_us':>10} {'abort_us':>8} "
-        f"{'vllm_us':>9} {'overhead':>9} {'decision':>9}"
+        f"{'vllm_us':>9} {'overhead':>9} {'decision':>9}" + (f" {'hooks_us':>8}" if args.hooks else "")
     )
     for size in (int(x) for x in args.sizes.split(",")):
         env = gym.make("LLMSched-v0", scenario="default", num_requests=size).unwrapped
@@ -66,14 +81,77 @@ def main() -> None:
             while not loop.done and loop.num_steps < args.steps:
                 loop.step()
             s = loop.scheduler
+            hooks = ""
+            if args.hooks:
+                hooks = f" {_hooks_us(env, policy, args.steps):>8.1f}"
             n = max(s.num_steps, 1)
             name = Path(policy).name if os.sep in policy else policy
             print(
                 f"{name:<12} {s.iterations_per_step:>4} {size:>8} {s.num_steps:>6} {s.adapter_time_s / n * 1e6:>10.1f} "
                 f"{s.abort_time_s / n * 1e6:>8.1f} {s.vllm_time_s / n * 1e6:>9.1f} "
-                f"{s.adapter_time_s / s.vllm_time_s:>9.1%} {(s.adapter_time_s - s.abort_time_s) / s.vllm_time_s:>9.1%}",
+                f"{s.adapter_time_s / s.vllm_time_s:>9.1%} {(s.adapter_time_s - s.abort_time_s) / s.vllm_time_s:>9.1%}"
+                f"{hooks}",
                 flush=True,
             )
+
+
+def _hooks_us(env: Any, policy: str, steps: int) -> float:
+    """Per step, the time spent in llmsched code while vLLM's own ``schedule()`` or ``update_from_output()`` runs
+    (a second run of the same episode with timers around those callbacks)."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from llmsched_env.adapters.vllm.loop import VllmLoop
+    from llmsched_env.adapters.vllm.state import VllmState
+    from llmsched_env.adapters.vllm.waiting import PolicyWaitingQueue
+
+    depth = {"vllm": 0, "hook": 0}
+    total = [0.0]
+
+    def in_vllm(f: Any) -> Any:
+        def run(*a: Any, **k: Any) -> Any:
+            depth["vllm"] += 1
+            try:
+                return f(*a, **k)
+            finally:
+                depth["vllm"] -= 1
+
+        return run
+
+    def hook(f: Any) -> Any:
+        def run(*a: Any, **k: Any) -> Any:
+            if not depth["vllm"] or depth["hook"]:
+                return f(*a, **k)
+            depth["hook"] += 1
+            t0 = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                total[0] += time.perf_counter() - t0
+                depth["hook"] -= 1
+
+        return run
+
+    patched = [(Scheduler, n, in_vllm) for n in ("schedule", "update_from_output")]
+    patched += [(VllmState, n, hook) for n in ("admitted", "left_running", "finished", "shadow_of")]
+    patched += [
+        (PolicyWaitingQueue, n, hook)
+        for n in ("add_request", "prepend_request", "prepend_requests", "peek_request", "pop_request",
+                  "remove_request", "remove_requests", "__bool__", "__len__", "__iter__")
+    ]  # fmt: skip
+    saved = [(cls, name, cls.__dict__[name]) for cls, name, _ in patched]
+    try:
+        for cls, name, wrap in patched:
+            setattr(cls, name, wrap(cls.__dict__[name]))
+        requests = env.episode_requests(0)
+        for r in requests:
+            r.arrival_s = 0.0
+        loop = VllmLoop(env.engine_config, env.tenants, env.cost_model, requests, policy)
+        while not loop.done and loop.num_steps < steps:
+            loop.step()
+    finally:
+        for cls, name, f in saved:
+            setattr(cls, name, f)
+    return total[0] / max(loop.scheduler.num_steps, 1) * 1e6
 
 
 if __name__ == "__main__":

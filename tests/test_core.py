@@ -210,6 +210,29 @@ def test_shedding_prices_only_the_prefill_left_after_the_prefix_cache() -> None:
     assert second.first_token_s is not None and second.first_token_s - second.arrival_s <= tenant.slo.ttft_s
 
 
+@pytest.mark.parametrize("where", ["below", "between", "above"])
+def test_shedding_looks_a_head_up_only_between_its_two_deadlines(where: str, monkeypatch) -> None:
+    """A waiting head is priced with no cache hit and with the largest hit a lookup can give (every whole block
+    short of its last token): the prefix cache is looked up only when its TTFT falls between the two prices."""
+    n = 4000
+    full = prefill_time_s(COST, n)
+    best = prefill_time_s(COST, n, num_cached_tokens=(n - 1) // 16 * 16)
+    ttft = {"below": best / 2, "between": (best + full) / 2, "above": 2 * full}[where]
+    tenant = TenantConfig("t", SLOClass("mid", ttft_s=ttft, tpot_s=1.0))
+    blocker = Request(0, 0.0, 64, 200)  # keeps the engine busy: the head below waits for shedding to judge it
+    head = Request(1, 0.0, n, 2, prefix_ids=tuple(range(62)), prefix_id_tokens=64)  # nothing of it cached
+    sim = Simulator(EngineConfig(max_num_seqs=1), (tenant,), COST, [blocker, head])
+    sim.step(Decision())
+    assert blocker.status == Status.RUNNING and head.status == Status.WAITING
+    lookups = []
+    original = sim.engine.cached_prefix_blocks
+    monkeypatch.setattr(sim.engine, "cached_prefix_blocks", lambda r: lookups.append(r) or original(r))
+    sim.step(Decision(shed=True))
+    sim.check_invariants()
+    assert len(lookups) == (where == "between")
+    assert (head.status == Status.REJECTED) == (where != "above")
+
+
 def test_a_prefix_id_layout_that_splits_blocks_is_refused_in_one_line() -> None:
     """``prefix_id_tokens`` not a multiple of the block size would give one block hash to different tokens:
     the simulator (engine, single node and cluster) refuses it as the runtime does."""

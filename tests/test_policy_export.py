@@ -375,6 +375,36 @@ def test_act_validates_inputs(exported, rollout) -> None:
     np.testing.assert_array_equal(policy.act(obs, only), np.array(policy.action_nvec) - 1)
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 1e300])
+def test_a_non_finite_observation_is_refused(exported, rollout, bad: float) -> None:
+    policy = load_policy_file(exported)
+    obs, mask = rollout[0]
+    x = obs.astype(np.float64)
+    x[3] = bad  # 1e300: finite in float64, inf once cast to the network's float32
+    with np.errstate(over="ignore"):
+        for given in (x, x.astype(np.float32)):
+            with pytest.raises(ValueError, match="observation has non-finite values"):
+                policy.act(given, mask)
+
+
+def test_act_takes_the_first_best_allowed_option_as_numpy_argmax_does(exported, rollout) -> None:
+    policy = load_policy_file(exported)
+    obs, _ = rollout[0]
+    nvec, total = policy.action_nvec, sum(policy.action_nvec)
+    starts = np.cumsum((0, *nvec[:-1]))
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        logits = rng.integers(0, 3, total).astype(np.float32)  # many ties
+        mask = rng.random(total) < 0.7
+        mask[starts + rng.integers(0, nvec)] = True  # every component keeps an option
+        policy._network = lambda x, v=logits: v  # type: ignore[method-assign]
+        expected = [
+            int(np.where(mask[s : s + n], logits[s : s + n], -np.inf).argmax())
+            for s, n in zip(starts, nvec, strict=True)
+        ]
+        np.testing.assert_array_equal(policy.act(obs, mask), expected)
+
+
 # ------------------------------------------------------------------------------------------ layering
 def _module_imports(path: Path) -> set[str]:
     imported: set[str] = set()

@@ -312,24 +312,17 @@ class ExportedPolicy:
             self._std = np.sqrt(np.asarray(norm["var"], dtype=np.float64) + float(norm["epsilon"]))
             self._clip = float(norm["clip"])
             self._scratch = np.empty(n_obs, dtype=np.float64)
-        starts = np.cumsum((0, *self.action_nvec[:-1]))
-        self._starts = starts.astype(np.intp)
-        # gather: [num_components, max_options] indices into the logits, padded with the -inf slot at `total`
-        self._gather = np.full((len(self.action_nvec), max(self.action_nvec)), total, dtype=np.intp)
-        for i, (s, n) in enumerate(zip(starts, self.action_nvec, strict=True)):
-            self._gather[i, :n] = np.arange(s, s + n)
-        self._logits = np.full(total + 1, -np.inf, dtype=np.float32)  # [sum(nvec) + 1]
-        self._no_mask = np.ones(total, dtype=bool)
+        starts = np.cumsum((0, *self.action_nvec[:-1])).tolist()
+        # each component's slice of the logits: (start, end)
+        self._ranges = [(s, s + n) for s, n in zip(starts, self.action_nvec, strict=True)]
+        self._total = total
 
         self._probe()
 
     def _network(self, x: np.ndarray) -> np.ndarray:
-        """The logits buffer (``[sum(nvec) + 1]``, the last slot -inf) filled with the actor's output for the
-        network input ``x`` (after normalisation)."""
-        logits = self._logits
+        """The actor's logits (float32, ``[sum(nvec)]``) for the network input ``x`` (after normalisation)."""
         if self._forward is not None:
-            logits[:-1] = self._forward(x)
-            return logits
+            return np.asarray(self._forward(x), dtype=np.float32)
         assert self._np_act is not None  # checked in __init__
         h = x
         last = len(self._np_layers) - 1
@@ -338,8 +331,7 @@ class ExportedPolicy:
             h += b
             if i < last:
                 h = self._np_act(h)
-        logits[:-1] = h
-        return logits
+        return h
 
     def _probe(self) -> None:
         """``PolicyFileError`` when the network gives a non-finite logit on a probe input (every input 0, 1,
@@ -348,7 +340,7 @@ class ExportedPolicy:
         n = len(self.obs_names)
         with np.errstate(over="ignore", invalid="ignore"):  # the overflow is the finding, not a warning
             for value in (0.0, 1.0, -1.0):
-                if not np.isfinite(self._network(np.full(n, value, dtype=np.float32))[:-1]).all():
+                if not np.isfinite(self._network(np.full(n, value, dtype=np.float32))).all():
                     raise PolicyFileError(
                         f"{self.path}: the network gives non-finite logits on a probe input (every input {value:g}): "
                         "its weights overflow float32"
@@ -367,7 +359,10 @@ class ExportedPolicy:
         return self._forward is None
 
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
-        """The action (int64, one option index per component) for one observation and its mask."""
+        """The action (int64, one option index per component) for one observation and its mask.
+
+        A decision is a few small array operations and a pass over the logits in Python: with tens of logits,
+        each numpy call costs more than its work (the argmax per component of numpy's, first maximum wins)."""
         obs = np.asarray(observation)
         x = self._x_np
         if obs.shape != x.shape:
@@ -378,28 +373,37 @@ class ExportedPolicy:
             np.divide(s, self._std, out=s)
             np.clip(s, -self._clip, self._clip, out=s)
             x[:] = s
+        elif obs.dtype == np.float32:
+            x = obs  # the network does not write to its input
         else:
             x[:] = obs
         if not np.isfinite(x).all():
             raise ValueError(f"observation has non-finite values: {obs!r}")
-        logits = self._network(x)
-        total = logits.shape[0] - 1
-        if not np.isfinite(logits[:total]).all():  # e.g. finite weights so large that a product overflows
+        logits = self._network(x).tolist()
+        if not math.isfinite(sum(logits)):  # e.g. finite weights so large that a product overflows
             raise PolicyFileError(f"{self.path}: the network gives non-finite logits for this observation")
+        allowed: list[bool] | None = None
         if self.masked:
             mask = np.asarray(action_mask, dtype=bool)
-            if mask.shape != (total,):
-                raise ValueError(f"action_mask must have shape ({total},), got {mask.shape}")
-            np.copyto(logits[:total], -np.inf, where=~mask)
-        action = logits[self._gather].argmax(axis=1)  # [num_components]
-        if self.masked and not mask[self._starts + action].all():
-            empty = [
-                c
-                for c, s, n in zip(self.action_components, self._starts, self.action_nvec, strict=True)
-                if not mask[s : s + n].any()
-            ]
-            raise PolicyFileError(f"action_mask leaves no valid option for component(s) {empty}")
-        return action.astype(np.int64, copy=False)
+            if mask.shape != (self._total,):
+                raise ValueError(f"action_mask must have shape ({self._total},), got {mask.shape}")
+            allowed = mask.tolist()
+        action = []
+        for s, e in self._ranges:
+            seg = logits[s:e]
+            if allowed is not None:
+                ok = allowed[s:e]
+                if False in ok:
+                    if True not in ok:
+                        empty = self._empty(allowed)
+                        raise PolicyFileError(f"action_mask leaves no valid option for component(s) {empty}")
+                    seg = [v if a else -math.inf for v, a in zip(seg, ok, strict=True)]
+            action.append(seg.index(max(seg)))
+        return np.array(action, dtype=np.int64)
+
+    def _empty(self, allowed: list[bool]) -> list[str]:
+        """The action components ``allowed`` leaves no option for."""
+        return [c for c, (s, e) in zip(self.action_components, self._ranges, strict=True) if not any(allowed[s:e])]
 
     def check_compatible(
         self,

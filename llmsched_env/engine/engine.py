@@ -498,9 +498,13 @@ class Engine:
         cost, n = self.cost_model, r.num_prefill_tokens
         if cached is None:
             # a cache hit only shortens a prefill (the cost models are non-decreasing in every batch feature): a
-            # request that makes its deadline with no hit is not hopeless, and its prefix need not be looked up
+            # request that makes its deadline with no hit is not hopeless, one that misses it with the largest hit
+            # a lookup can give (every whole block but the last token's) is; only between is its prefix looked up
             if self.now_s + prefill_time_unchecked_s(cost, n) <= deadline:
                 return False
+            largest = (n - 1) // self.block_size * self.block_size
+            if self.now_s + prefill_time_unchecked_s(cost, n, num_cached_tokens=largest) > deadline:
+                return True
             cached = self.cached_prefix_blocks(r) * self.block_size
         return self.now_s + prefill_time_unchecked_s(cost, n, num_cached_tokens=cached) > deadline
 

@@ -132,7 +132,8 @@ class _LLMSchedAdapter(_SchedulerBase):
         self._allowed = True  # whether it was valid under that mask
         self._last_step_start = 0.0
         self._last_step_s = 0.0
-        self.shed_requests: list[VllmRequest] = []  # aborted by shedding, reported by the next update_from_output
+        # aborted by shedding, reported by the next update_from_output: (request id, client, finish reason, events)
+        self.shed_requests: list[tuple[str, int, Any, Any]] = []
         self.num_shed = 0
         self.adapter_time_s = 0.0  # encode + mask + act + apply + bookkeeping, summed over steps
         self.abort_time_s = 0.0  # of that, vLLM's finish_requests aborting the requests shedding gave up
@@ -306,9 +307,14 @@ class _LLMSchedAdapter(_SchedulerBase):
         if doomed:
             t0 = time.perf_counter()
             self.finish_requests([v.request_id for v in doomed], RequestStatus.FINISHED_ABORTED)
-            self.abort_time_s += time.perf_counter() - t0
-            self.shed_requests += doomed
+            # what the clients are told (by the next update_from_output), kept without the requests themselves:
+            # freeing them (their token lists) is part of aborting them, done here, not in a later step
+            self.shed_requests += [
+                (v.request_id, v.client_index, v.get_finished_reason(), v.take_events()) for v in doomed
+            ]
             self.num_shed += len(doomed)
+            del doomed
+            self.abort_time_s += time.perf_counter() - t0
 
     # -- hooks into vLLM's bookkeeping ----------------------------------------------------------------------
     def _preempt_request(self, request: VllmRequest, *args: Any, **kwargs: Any) -> None:
@@ -359,17 +365,12 @@ class _LLMSchedAdapter(_SchedulerBase):
         t2 = time.perf_counter()
         state.decoded(decodes_t)
         if self.shed_requests:  # tell the clients of the requests shedding aborted
-            for vreq in self.shed_requests:
-                eco = outputs.get(vreq.client_index)
+            for request_id, client, reason, events in self.shed_requests:
+                eco = outputs.get(client)
                 if eco is None:
-                    eco = outputs[vreq.client_index] = EngineCoreOutputs()
+                    eco = outputs[client] = EngineCoreOutputs()
                 eco.outputs.append(
-                    EngineCoreOutput(
-                        request_id=vreq.request_id,
-                        new_token_ids=[],
-                        finish_reason=vreq.get_finished_reason(),
-                        events=vreq.take_events(),
-                    )
+                    EngineCoreOutput(request_id=request_id, new_token_ids=[], finish_reason=reason, events=events)
                 )
             self.shed_requests = []
         if self.log is not None and self._step_start is not None:
