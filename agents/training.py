@@ -21,7 +21,7 @@ import json
 import shlex
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,7 @@ from llmsched_env.common.outputs import (
     write_text_atomically,
 )
 from llmsched_env.evaluation.progress import Progress, status
+from llmsched_env.evaluation.sustained import env_windows
 from llmsched_env.workloads.library import get_scenario, list_scenarios
 from llmsched_env.workloads.scenarios import Scenario, TraceSource
 
@@ -296,6 +297,16 @@ def val_seeds(config: TrainConfig, env_kwargs: Mapping[str, Any], seeds: list[in
     return seeds[:held]
 
 
+def val_window_note(env: gym.Env, seeds: Sequence[int], load: float) -> str | None:
+    """None when the periodic evaluation's val windows (``env``'s, of ``seeds``) are sustained at ``load``
+    (``evaluation.sustained``); else one line saying which are not and the episode size that would be. ``env``
+    is closed."""
+    try:
+        return env_windows(env).unsustained_note(seeds, load)
+    finally:
+        env.close()
+
+
 def eval_setup(config: TrainConfig, hp: Mapping[str, Any]) -> dict[str, Any]:
     """What the periodic evaluation measures the agent on (``hp``: the resolved hyperparameters): scenario,
     seeds, load and env arguments. A best score recorded under another setup does not compare."""
@@ -391,6 +402,14 @@ def _learn(
             kw["iterations_per_step"] = 1  # baselines decide every iteration
         return make_env_fn(config.env_scenario, config.algo, kw, split="val", agent=agent)()
 
+    if not config.kind.mixture and int(run["eval_freq"]) > 0:  # the generalist's val episodes: each at its knee
+        note = val_window_note(make_eval_env(False), setup["eval_seeds"], float(run["eval_load"]))
+        if note is not None:
+            print(
+                f"periodic evaluation at eval_load {float(run['eval_load']):g}: {note}: the checkpoints are compared "
+                "on windows too short to hold that load",
+                file=sys.stderr,
+            )
     every = max(int(run["eval_freq"]) // int(run["n_envs"]), 1)
     evaluator = PeriodicEvalCallback(
         make_eval_env,

@@ -211,9 +211,10 @@ def test_shedding_prices_only_the_prefill_left_after_the_prefix_cache() -> None:
 
 
 @pytest.mark.parametrize("where", ["below", "between", "above"])
-def test_shedding_looks_a_head_up_only_between_its_two_deadlines(where: str, monkeypatch) -> None:
+def test_shedding_looks_a_head_up_only_between_its_two_deadlines(where: str) -> None:
     """A waiting head is priced with no cache hit and with the largest hit a lookup can give (every whole block
-    short of its last token): the prefix cache is looked up only when its TTFT falls between the two prices."""
+    short of its last token): the prefix cache is looked up only when its TTFT falls between the two prices (a
+    lookup leaves the request's prefix hashes on it)."""
     n = 4000
     full = prefill_time_s(COST, n)
     best = prefill_time_s(COST, n, num_cached_tokens=(n - 1) // 16 * 16)
@@ -224,12 +225,10 @@ def test_shedding_looks_a_head_up_only_between_its_two_deadlines(where: str, mon
     sim = Simulator(EngineConfig(max_num_seqs=1), (tenant,), COST, [blocker, head])
     sim.step(Decision())
     assert blocker.status == Status.RUNNING and head.status == Status.WAITING
-    lookups = []
-    original = sim.engine.cached_prefix_blocks
-    monkeypatch.setattr(sim.engine, "cached_prefix_blocks", lambda r: lookups.append(r) or original(r))
+    assert head.prefix_hashes is None  # never looked up so far
     sim.step(Decision(shed=True))
     sim.check_invariants()
-    assert len(lookups) == (where == "between")
+    assert (head.prefix_hashes is not None) == (where == "between")
     assert (head.status == Status.REJECTED) == (where != "above")
 
 

@@ -15,7 +15,7 @@ import torch
 from agents import SB3Policy
 from agents.cli import main as train_main
 from agents.train_config import TrainConfig
-from agents.training import train
+from agents.training import train, val_window_note
 from llmsched_env.envs.episode import run_episode
 from tests.trained_run import ALGO_HP, COMMON, TINY_TRAIN, TrainedRun
 
@@ -81,7 +81,21 @@ def test_resume_continues_from_the_latest_signed_checkpoint_silently(trained_run
     assert summary["eval_history"][:3] == first  # the evaluations from before the resume are kept
     assert [step for step, _ in summary["eval_history"]] == [0, 128, 256, 384]
     assert (trained_run.resumed / "complete.json").is_file() and (trained_run.out / "complete.json").is_file()
-    assert trained_run.resumed_stderr == ""  # --no-progress: no status line, no bar
+    # --no-progress: no status line, no bar; only the warning that its 30-request val window is no sustained load
+    warning = "periodic evaluation at eval_load 1.2: 1 of 1 val windows not sustained: seed 0's 30 requests arrive"
+    lines = trained_run.resumed_stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(warning), trained_run.resumed_stderr
+    assert lines[0].endswith("the checkpoints are compared on windows too short to hold that load")
+
+
+def test_the_periodic_evaluation_says_when_its_val_windows_are_not_sustained() -> None:
+    def val_env(n: int) -> gym.Env:
+        return gym.make("LLMSched-v0", scenario="bursty", num_requests=n, split="val", load=1.2)
+
+    assert val_window_note(val_env(600), [0, 1, 2], 1.2) is None
+    note = val_window_note(val_env(20), [0, 1], 1.2)
+    assert note is not None and note.startswith("2 of 2 val windows not sustained: seed ")
+    assert "or at load 1.2 with about --num-requests " in note
 
 
 def test_status_lines_come_on_stderr_before_training_starts(trained_run: TrainedRun) -> None:
@@ -110,7 +124,9 @@ def test_the_library_trains_without_the_command_line(tmp_path: Path, capsys: pyt
     config = TrainConfig(scenario="bursty", timesteps=128, n_envs=1, bc="none", hp=hp, eval_baselines=("fcfs",),
                          out=tmp_path / "lib", progress=False)  # fmt: skip
     run = train(config)
-    assert run == tmp_path / "lib" and capsys.readouterr().err == ""
+    err = capsys.readouterr().err  # progress=False: nothing but the warning about its 30-request val window
+    assert run == tmp_path / "lib"
+    assert all(line.startswith("periodic evaluation at eval_load") for line in err.splitlines()), err
     summary = json.loads((run / "summary.json").read_text())
     assert summary["timesteps"] == 128 and set(summary["baseline_attainment"]) == {"fcfs"}
     assert json.loads((run / "args.json").read_text())["hp"]["env_kwargs"]["num_requests"] == 30

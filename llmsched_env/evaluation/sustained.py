@@ -69,6 +69,24 @@ class ScenarioWindows:
         return text
 
 
+    def unsustained_note(self, seeds: Sequence[int], load: float) -> str | None:
+        """None when the windows of every seed are sustained at ``load``; else one line: how many are not, the
+        shortest one's span against the span it needs, the largest load at which every window is sustained and
+        the episode size that would make them sustained at this load."""
+        spans = [self.span(seed, load) for seed in seeds]
+        short = [w for w in spans if not w.sustained]
+        if not short:
+            return None
+        worst = min(short, key=lambda w: w.span_s / w.required_s)
+        return (
+            f"{len(short)} of {len(spans)} {self.split} windows not sustained: seed {worst.seed}'s "
+            f"{worst.num_requests} requests arrive in {_seconds(worst.span_s)}, a sustained rate needs "
+            f"{_seconds(worst.required_s)} ({SUSTAINED_SPAN_FACTOR:g} x its mean TTFT target, {worst.ttft_s:g} s); "
+            f"the windows are sustained up to load {self.max_load(seeds):.3g}, or at load {load:g} with "
+            f"{self.requests_for(worst, seeds)}"
+        )
+
+
 def env_windows(env: Any, name: str | None = None) -> ScenarioWindows:
     """The ``ScenarioWindows`` of an env (``LLMSched-v0`` or ``LLMSchedCluster-v0``, wrapped or not)."""
     u = env.unwrapped
@@ -91,27 +109,15 @@ def _seconds(value: float) -> str:
 
 
 def unsustained(config: EvalConfig) -> list[str]:
-    """One line per (scenario, load) of ``config`` whose window of some seed is not sustained at that load:
-    how many, the shortest one's span against the span it needs, the largest load at which every window is
-    sustained and the episode size that would make them sustained at this load."""
+    """One line per (scenario, load) of ``config`` whose window of some seed is not sustained at that load
+    (``ScenarioWindows.unsustained_note``)."""
     lines = []
     for scenario in config.scenarios:
         windows = scenario_windows(config, scenario)
-        top: float | None = None
         for load in config.loads:
-            spans = [windows.span(seed, load) for seed in config.seeds]
-            short = [w for w in spans if not w.sustained]
-            if not short:
-                continue
-            worst = min(short, key=lambda w: w.span_s / w.required_s)
-            top = windows.max_load(config.seeds) if top is None else top
-            lines.append(
-                f"scenario {scenario.name!r} at load {load:g}: {len(short)} of {len(spans)} {config.split} windows "
-                f"not sustained: seed {worst.seed}'s {worst.num_requests} requests arrive in "
-                f"{_seconds(worst.span_s)}, a sustained rate needs {_seconds(worst.required_s)} "
-                f"({SUSTAINED_SPAN_FACTOR:g} x its mean TTFT target, {worst.ttft_s:g} s); the windows are "
-                f"sustained up to load {top:.3g}, or at load {load:g} with {windows.requests_for(worst, config.seeds)}"
-            )
+            note = windows.unsustained_note(config.seeds, load)
+            if note is not None:
+                lines.append(f"scenario {scenario.name!r} at load {load:g}: {note}")
     return lines
 
 
