@@ -68,7 +68,6 @@ class ScenarioWindows:
                 text += f", more than the {self.split} part's {held} requests hold for {windows} window(s)"
         return text
 
-
     def unsustained_note(self, seeds: Sequence[int], load: float) -> str | None:
         """None when the windows of every seed are sustained at ``load``; else one line: how many are not, the
         shortest one's span against the span it needs, the largest load at which every window is sustained and
