@@ -17,7 +17,9 @@ adapter time over vLLM's ``schedule()``, ``decision`` the same without the abort
 
 ``--hooks`` runs each policy once more with timers around the llmsched code that vLLM's own ``schedule()`` and
 ``update_from_output()`` call back (the policy's waiting queue, the admission/preemption/finish bookkeeping)
-and prints ``hooks_us``, that time per step (timers included: an upper bound), counted above as vLLM's.
+and prints ``hooks_us``, that time per step (timers included: an upper bound), counted above as vLLM's, and
+``own+hooks``: the decision share with that time moved from vLLM's side to the adapter's, (adapter - abort +
+hooks) / (vLLM - hooks).
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def main() -> None:
 
     print(
         f"{'policy':<12} {'hold':>4} {'requests':>8} {'steps':>6} {'adapter_us':>10} {'abort_us':>8} "
-        f"{'vllm_us':>9} {'overhead':>9} {'decision':>9}" + (f" {'hooks_us':>8}" if args.hooks else "")
+        f"{'vllm_us':>9} {'overhead':>9} {'decision':>9}" + (f" {'hooks_us':>8} {'own+hooks':>9}" if args.hooks else "")
     )
     for size in (int(x) for x in args.sizes.split(",")):
         env = gym.make("LLMSched-v0", scenario="default", num_requests=size).unwrapped
@@ -83,7 +85,9 @@ def main() -> None:
             s = loop.scheduler
             hooks = ""
             if args.hooks:
-                hooks = f" {_hooks_us(env, policy, args.steps):>8.1f}"
+                h = _hooks_us(env, policy, args.steps) * 1e-6 * s.num_steps  # seconds over the timed steps
+                own = (s.adapter_time_s - s.abort_time_s + h) / (s.vllm_time_s - h)
+                hooks = f" {h / s.num_steps * 1e6:>8.1f} {own:>9.1%}"
             n = max(s.num_steps, 1)
             name = Path(policy).name if os.sep in policy else policy
             print(
