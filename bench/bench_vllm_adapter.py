@@ -60,7 +60,6 @@ def main() -> None:
     import gymnasium as gym
 
     import llmsched_env  # noqa: F401
-    from llmsched_env.adapters.vllm.loop import VllmLoop
 
     # as vLLM's engine core does once it has started: what exists now (vLLM, torch, the package) is left out of
     # the garbage collector's full passes, which otherwise stopped one step for about 0.3 s here, charged to
@@ -75,20 +74,13 @@ def main() -> None:
     for size in (int(x) for x in args.sizes.split(",")):
         env = gym.make("LLMSched-v0", scenario="default", num_requests=size).unwrapped
         for policy in args.policies:
-            requests = env.episode_requests(0)
-            for r in requests:
-                r.arrival_s = 0.0
-            # a trained agent holds each decision as it was trained (its policy.json): the loop reads it
-            loop = VllmLoop(env.engine_config, env.tenants, env.cost_model, requests, policy)
-            while not loop.done and loop.num_steps < args.steps:
-                loop.step()
-            s = loop.scheduler
+            s = _backlog(env, policy, args.steps).scheduler
+            n = max(s.num_steps, 1)
             hooks = ""
             if args.hooks:
-                h = _hooks_us(env, policy, args.steps) * 1e-6 * s.num_steps  # seconds over the timed steps
+                h = _hooks_s(env, policy, args.steps)  # the same steps, replayed: the same decisions
                 own = (s.adapter_time_s - s.abort_time_s + h) / (s.vllm_time_s - h)
-                hooks = f" {h / s.num_steps * 1e6:>8.1f} {own:>9.1%}"
-            n = max(s.num_steps, 1)
+                hooks = f" {h / n * 1e6:>8.1f} {own:>9.1%}"
             name = Path(policy).name if os.sep in policy else policy
             print(
                 f"{name:<12} {s.iterations_per_step:>4} {size:>8} {s.num_steps:>6} {s.adapter_time_s / n * 1e6:>10.1f} "
@@ -99,12 +91,26 @@ def main() -> None:
             )
 
 
-def _hooks_us(env: Any, policy: str, steps: int) -> float:
-    """Per step, the time spent in llmsched code while vLLM's own ``schedule()`` or ``update_from_output()`` runs
-    (a second run of the same episode with timers around those callbacks)."""
+def _backlog(env: Any, policy: str, steps: int) -> Any:
+    """vLLM's scheduler in the loop under ``policy`` for at most ``steps`` steps of the env's evaluation episode,
+    every request waiting at time 0; the ``VllmLoop``. A trained agent holds each decision as it was trained
+    (its policy.json): the loop reads it."""
+    from llmsched_env.adapters.vllm.loop import VllmLoop
+
+    requests = env.episode_requests(0)
+    for r in requests:
+        r.arrival_s = 0.0
+    loop = VllmLoop(env.engine_config, env.tenants, env.cost_model, requests, policy)
+    while not loop.done and loop.num_steps < steps:
+        loop.step()
+    return loop
+
+
+def _hooks_s(env: Any, policy: str, steps: int) -> float:
+    """The time, in seconds over the run, spent in llmsched code while vLLM's own ``schedule()`` or
+    ``update_from_output()`` runs (a second run of the same episode with timers around those callbacks)."""
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    from llmsched_env.adapters.vllm.loop import VllmLoop
     from llmsched_env.adapters.vllm.state import VllmState
     from llmsched_env.adapters.vllm.waiting import PolicyWaitingQueue
 
@@ -146,16 +152,11 @@ def _hooks_us(env: Any, policy: str, steps: int) -> float:
     try:
         for cls, name, wrap in patched:
             setattr(cls, name, wrap(cls.__dict__[name]))
-        requests = env.episode_requests(0)
-        for r in requests:
-            r.arrival_s = 0.0
-        loop = VllmLoop(env.engine_config, env.tenants, env.cost_model, requests, policy)
-        while not loop.done and loop.num_steps < steps:
-            loop.step()
+        _backlog(env, policy, steps)
     finally:
         for cls, name, f in saved:
             setattr(cls, name, f)
-    return total[0] / max(loop.scheduler.num_steps, 1) * 1e6
+    return total[0]
 
 
 if __name__ == "__main__":
