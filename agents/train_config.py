@@ -65,6 +65,7 @@ RUN_KEYS = (
     "bc_stride",
     "eval_freq",
     "eval_episodes",
+    "eval_num_requests",
     "anchor_coef",
     "anchor_epochs",
 )
@@ -337,7 +338,16 @@ def resolve_hyperparams(config: TrainConfig) -> dict[str, Any]:
 
 # the model's constructor arguments that the training sets itself, never a hyperparameter
 _SET_BY_TRAINING = frozenset({"self", "env", "seed", "tensorboard_log", "verbose", "device", "_init_setup_model"})
-_RUN_INTS = ("n_timesteps", "n_envs", "bc_steps", "bc_stride", "eval_freq", "eval_episodes", "anchor_epochs")
+_RUN_INTS = (
+    "n_timesteps",
+    "n_envs",
+    "bc_steps",
+    "bc_stride",
+    "eval_freq",
+    "eval_episodes",
+    "eval_num_requests",
+    "anchor_epochs",
+)
 
 
 def _model_params(algo: str) -> dict[str, Any]:

@@ -299,22 +299,37 @@ def val_seeds(config: TrainConfig, env_kwargs: Mapping[str, Any], seeds: list[in
 
 def val_window_note(env: gym.Env, seeds: Sequence[int], load: float) -> str | None:
     """None when the periodic evaluation's val windows (``env``'s, of ``seeds``) are sustained at ``load``
-    (``evaluation.sustained``); else one line saying which are not and the episode size that would be. ``env``
-    is closed."""
+    (``evaluation.sustained``); else one line saying which are not and the val episode size that would be
+    (as ``--hp eval_num_requests=N``). ``env`` is closed."""
     try:
-        return env_windows(env).unsustained_note(seeds, load)
+        return env_windows(env).unsustained_note(seeds, load, option="--hp eval_num_requests=")
     finally:
         env.close()
 
 
+def eval_env_kwargs(env_kwargs: Mapping[str, Any], hp: Mapping[str, Any]) -> dict[str, Any]:
+    """The periodic evaluation's env arguments: the training envs' ``env_kwargs`` without their load, with
+    ``hp``'s ``eval_num_requests`` (when set) as the val episodes' size."""
+    kwargs = {k: v for k, v in env_kwargs.items() if k != "load"}
+    if hp.get("eval_num_requests") is not None:
+        kwargs["num_requests"] = int(hp["eval_num_requests"])
+    return kwargs
+
+
 def eval_setup(config: TrainConfig, hp: Mapping[str, Any]) -> dict[str, Any]:
     """What the periodic evaluation measures the agent on (``hp``: the resolved hyperparameters): scenario,
-    seeds, load and env arguments. A best score recorded under another setup does not compare."""
-    env_kwargs = {k: v for k, v in dict(hp.get("env_kwargs", {})).items() if k != "load"}
+    seeds, load and env arguments. A best score recorded under another setup does not compare. ``ValueError``
+    (one line) when ``eval_num_requests`` asks for val episodes larger than a trace's val part."""
+    env_kwargs = eval_env_kwargs(dict(hp.get("env_kwargs", {})), hp)
     if config.kind.mixture:  # one val episode per library scenario, each at its knee
         seeds = list(range(len(list_scenarios())))
     else:
-        seeds = val_seeds(config, env_kwargs, list(range(int(hp["eval_episodes"]))))
+        try:
+            seeds = val_seeds(config, env_kwargs, list(range(int(hp["eval_episodes"]))))
+        except ValueError as err:
+            if hp.get("eval_num_requests") is None:
+                raise
+            raise ValueError(f"hyperparameter 'eval_num_requests' (the val episodes' size): {err}") from None
     return {"scenario": config.scenario, "eval_seeds": seeds, "eval_load": hp["eval_load"], "eval_env": env_kwargs}
 
 
@@ -394,7 +409,7 @@ def _learn(
         if exportable:
             export_run_policy(m, single, out, scenario, config.seed, env_kwargs)
 
-    eval_kwargs = {k: v for k, v in env_kwargs.items() if k != "load"}
+    eval_kwargs = eval_env_kwargs(env_kwargs, run)
 
     def make_eval_env(agent: bool) -> gym.Env:
         kw = dict(eval_kwargs) if config.kind.mixture else dict(eval_kwargs, load=run["eval_load"])

@@ -236,3 +236,21 @@ def test_training_evaluates_on_as_many_val_seeds_as_the_part_holds(capsys: pytes
     assert "the val part holds 1 window(s) of 500 requests" in capsys.readouterr().err
     assert val_seeds(config, {"num_requests": 100}, [0, 1, 2]) == [0, 1, 2]
     assert val_seeds(TrainConfig(scenario="bursty"), {}, list(range(9))) == list(range(9))  # generated: any
+
+
+def test_eval_num_requests_sizes_the_val_episodes_alone() -> None:
+    from agents.train_config import TrainConfig, resolve_hyperparams
+    from agents.training import eval_setup
+
+    def setup(**hp: object) -> dict[str, object]:
+        config = TrainConfig(scenario="azure-code", hp=dict(hp))
+        return eval_setup(config, resolve_hyperparams(config))
+
+    plain = setup()
+    assert plain["eval_seeds"] == [0] and plain["eval_env"]["num_requests"] == 600  # type: ignore[index]
+    smaller = setup(eval_num_requests=100)  # three windows of 100 in the 609 val requests; training keeps 600
+    assert smaller["eval_seeds"] == [0, 1, 2] and smaller["eval_env"]["num_requests"] == 100  # type: ignore[index]
+    with pytest.raises(ValueError, match=r"^hyperparameter 'eval_num_requests' \(the val episodes' size\): .*609"):
+        setup(eval_num_requests=5000)
+    with pytest.raises(ValueError, match=r"'eval_num_requests'.*must be an integer >= 1"):
+        setup(eval_num_requests=0)

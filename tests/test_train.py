@@ -95,7 +95,7 @@ def test_the_periodic_evaluation_says_when_its_val_windows_are_not_sustained() -
     assert val_window_note(val_env(600), [0, 1, 2], 1.2) is None
     note = val_window_note(val_env(20), [0, 1], 1.2)
     assert note is not None and note.startswith("2 of 2 val windows not sustained: seed ")
-    assert "or at load 1.2 with about --num-requests " in note
+    assert "or at load 1.2 with about --hp eval_num_requests=" in note  # the val episodes' own size
 
 
 def test_status_lines_come_on_stderr_before_training_starts(trained_run: TrainedRun) -> None:
@@ -119,7 +119,7 @@ def test_train_other_algorithms(tmp_path: Path, algo: str) -> None:
 
 @pytest.mark.slow  # a training of its own: the fast tier trains once (tests/trained_run.py)
 def test_the_library_trains_without_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    hp = {"n_steps": 128, "batch_size": 64, "eval_freq": 128, "eval_episodes": 1}
+    hp = {"n_steps": 128, "batch_size": 64, "eval_freq": 128, "eval_episodes": 1, "eval_num_requests": 40}
     hp["env_kwargs"] = {"num_requests": 30, "iterations_per_step": 32}
     config = TrainConfig(scenario="bursty", timesteps=128, n_envs=1, bc="none", hp=hp, eval_baselines=("fcfs",),
                          out=tmp_path / "lib", progress=False)  # fmt: skip
@@ -127,6 +127,8 @@ def test_the_library_trains_without_the_command_line(tmp_path: Path, capsys: pyt
     err = capsys.readouterr().err  # progress=False: nothing but the warning about its 30-request val window
     assert run == tmp_path / "lib"
     assert all(line.startswith("periodic evaluation at eval_load") for line in err.splitlines()), err
+    assert "seed 0's 40 requests arrive" in err  # the val episodes have their own size
+    assert json.loads((run / "best.json").read_text())["eval_env"]["num_requests"] == 40
     summary = json.loads((run / "summary.json").read_text())
     assert summary["timesteps"] == 128 and set(summary["baseline_attainment"]) == {"fcfs"}
     assert json.loads((run / "args.json").read_text())["hp"]["env_kwargs"]["num_requests"] == 30

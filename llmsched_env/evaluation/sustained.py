@@ -56,11 +56,12 @@ class ScenarioWindows:
             for s in seeds
         )
 
-    def requests_for(self, span: WindowSpan, seeds: Sequence[int]) -> str:
+    def requests_for(self, span: WindowSpan, seeds: Sequence[int], option: str = "--num-requests ") -> str:
         """Words for the episode size that would make ``span``'s window sustained at its load (spans grow about
-        in proportion to the requests), and whether the part holds a window of that size for every seed."""
+        in proportion to the requests), given as ``option`` followed by the size, and whether the part holds a
+        window of that size for every seed."""
         need = math.ceil(self.num_requests * span.required_s / max(span.span_s, 1e-12))
-        text = f"about --num-requests {need}"
+        text = f"about {option}{need}"
         if isinstance(self.source, TraceSource):
             held = len(self.source.trace)
             windows = max(seeds) + 1 if self.split != "train" else 1
@@ -68,10 +69,10 @@ class ScenarioWindows:
                 text += f", more than the {self.split} part's {held} requests hold for {windows} window(s)"
         return text
 
-    def unsustained_note(self, seeds: Sequence[int], load: float) -> str | None:
+    def unsustained_note(self, seeds: Sequence[int], load: float, option: str = "--num-requests ") -> str | None:
         """None when the windows of every seed are sustained at ``load``; else one line: how many are not, the
         shortest one's span against the span it needs, the largest load at which every window is sustained and
-        the episode size that would make them sustained at this load."""
+        the episode size that would make them sustained at this load (as ``option`` and the size)."""
         spans = [self.span(seed, load) for seed in seeds]
         short = [w for w in spans if not w.sustained]
         if not short:
@@ -82,7 +83,7 @@ class ScenarioWindows:
             f"{worst.num_requests} requests arrive in {_seconds(worst.span_s)}, a sustained rate needs "
             f"{_seconds(worst.required_s)} ({SUSTAINED_SPAN_FACTOR:g} x its mean TTFT target, {worst.ttft_s:g} s); "
             f"the windows are sustained up to load {self.max_load(seeds):.3g}, or at load {load:g} with "
-            f"{self.requests_for(worst, seeds)}"
+            f"{self.requests_for(worst, seeds, option)}"
         )
 
 
