@@ -15,8 +15,15 @@ import pytest
 import baselines
 import llmsched_env  # noqa: F401
 from llmsched_env.costs.loader import load_cost_model
+from llmsched_env.decision import observation
 from llmsched_env.decision.actions import FIXED_CHUNK_CAPS, FIXED_TOKEN_BUDGETS, ActionSpec
-from llmsched_env.decision.observation import NUM_SLOTS, GenericObservationEncoder, ObservationEncoder, make_encoder
+from llmsched_env.decision.observation import (
+    NUM_SLOTS,
+    OBS_CLIP,
+    GenericObservationEncoder,
+    ObservationEncoder,
+    make_encoder,
+)
 from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.decision.schema import SCHEMAS, check_schema
 from llmsched_env.decision.tuned_table import load_tuned_table
@@ -76,6 +83,52 @@ def test_identical_engine_state_gives_identical_observation_whatever_the_tenants
     assert a.shape == b.shape and a.shape[0] > 50
     np.testing.assert_array_equal(a, b)
     assert (a[:, list(enc.names).index("tenants/active")] > 2 / 16).any()  # several tenants were busy at once
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # numpy's cast of 1e300
+@pytest.mark.parametrize("tail", [[], [0.0, 1.0, 0.25]])
+def test_clipped_gives_numpys_clipped_float32(tail: list[float]) -> None:
+    """``_clipped``, the encoders' last step: struct-packed features (and a pre-packed constant tail), clipped in
+    place, are the same bits as ``np.clip(np.array(features, float32), -OBS_CLIP, OBS_CLIP)``, in an array the
+    caller owns; values past float32's range take numpy's own cast."""
+    rng = np.random.default_rng(0)
+    packed = np.array(tail, np.float32).tobytes()
+    for extreme in ([], [1e300], [-1e300, 3e38, 4e38], [np.inf, -np.inf]):
+        feats = [*rng.normal(0.0, 20.0, 30).tolist(), 1e-45, -0.0, *extreme]
+        ref = np.clip(np.array(feats + tail, np.float32), -OBS_CLIP, OBS_CLIP)
+        obs = observation._clipped(list(feats), packed)
+        assert obs.dtype == np.float32 and obs.flags.writeable
+        np.testing.assert_array_equal(obs, ref)
+        assert np.signbit(obs).tolist() == np.signbit(ref).tolist()  # -0.0 stays -0.0
+        obs[:] = 5.0  # the caller owns it: the packed tail is untouched
+        np.testing.assert_array_equal(observation._clipped(list(feats), packed), ref)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+@pytest.mark.parametrize("num_tenants", [1, 3, NUM_SLOTS, 6])
+def test_schema_2_tail_reads_as_empty_slots_and_an_empty_rest(num_tenants: int) -> None:
+    """With at most ``NUM_SLOTS`` tenants the slots past the last tenant and the rest are constant (packed
+    once): an empty slot reads as an idle tenant, the rest as none; a feature past the bounds is clipped."""
+    order = list(range(num_tenants))
+    tenants = _tenants(order, [f"t{k}" for k in order])
+    requests = [r for r in _requests(list(range(len(CLASSES))), 0) if r.tenant < num_tenants]
+    sim = Simulator(ENGINE, tenants, COST, requests)
+    decision = Decision(order=QueueOrder.EDF, token_budget=512, chunk_cap=256, max_admit=4, shed=True)
+    for _ in range(40):
+        sim.step(decision)
+    enc = GenericObservationEncoder(ENGINE, tenants, 20.0)
+    obs = dict(zip(enc.names, enc.encode(sim.engine, 1e300).tolist(), strict=True))
+    assert obs["latency/last_step_over_tpot"] == OBS_CLIP
+    assert obs["tenants/count"] == num_tenants / 16
+    for i in range(NUM_SLOTS):
+        assert obs[f"slot{i}/present"] == (1.0 if i < num_tenants else 0.0)
+        if i >= num_tenants:
+            assert (obs[f"slot{i}/head_slack"], obs[f"slot{i}/attainment"], obs[f"slot{i}/num_waiting"]) == (1, 1, 0)
+    rest = [obs[f"rest/{f}"] for f in ("count", "num_waiting", "num_running", "head_slack", "attainment")]
+    if num_tenants <= NUM_SLOTS:
+        assert rest == [0.0, 0.0, 0.0, 1.0, 1.0]
+    else:
+        assert rest[0] == (num_tenants - NUM_SLOTS) / 16
 
 
 def test_schema_2_names_do_not_depend_on_the_tenants() -> None:

@@ -202,17 +202,20 @@ class ObservationEncoder:
         ]
 
 
-def _clipped(feats: list[float]) -> np.ndarray:
-    """The features as a float32 vector clipped to [-OBS_CLIP, OBS_CLIP]: ``np.clip(np.array(feats,
-    np.float32), ...)``, bit for bit, in about half its time (the encoder's last step, run every env step):
-    packed by ``struct`` (the same C cast to float32) into a buffer the array owns, clipped by numpy's clip
-    ufunc without ``np.clip``'s Python-level checks."""
+def _clipped(feats: list[float], tail: bytes = b"") -> np.ndarray:
+    """The features, followed by ``tail`` (constant features already packed as float32 within the bounds), as
+    a float32 vector clipped to [-OBS_CLIP, OBS_CLIP]: ``np.clip(np.array(feats + tail's values, np.float32),
+    ...)``, bit for bit, in about half its time (the encoder's last step, run every env step): packed by
+    ``struct`` (the same C cast to float32) into a buffer the array owns, clipped by numpy's clip ufunc without
+    ``np.clip``'s Python-level checks."""
     try:
         packed = _packer(len(feats))(*feats)
     except OverflowError:  # beyond float32's range: numpy's cast gives inf, which the clip bounds
-        obs = np.array(feats, dtype=np.float32)
+        obs = np.concatenate([np.array(feats, dtype=np.float32), _frombuffer(tail, _float32)])
     else:
-        obs = _frombuffer(bytearray(packed), _float32)
+        buffer = bytearray(packed)
+        buffer += tail
+        obs = _frombuffer(buffer, _float32)
     _clip(obs, _LOW, _HIGH, out=obs)
     return obs
 
@@ -289,7 +292,8 @@ class GenericObservationEncoder(ObservationEncoder):
         empty_slot = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
         # with n <= NUM_SLOTS tenants the features past the last tenant's slot are constant: the empty slots, and
         # the rest (none: count 0, waiting 0, running 0, least head slack 1, least attainment 1)
-        self._tail = {n: empty_slot * (NUM_SLOTS - n) + [0.0, 0, 0, 1.0, 1.0] for n in range(1, NUM_SLOTS + 1)}
+        tail = {n: empty_slot * (NUM_SLOTS - n) + [0.0, 0.0, 0.0, 1.0, 1.0] for n in range(1, NUM_SLOTS + 1)}
+        self._tail = {n: _packer(len(v))(*v) for n, v in tail.items()}  # packed once: float32, within the bounds
 
     def encode(self, engine: EngineState, last_step_s: float = 0.0) -> np.ndarray:
         n = len(self.tenants)
@@ -348,19 +352,19 @@ class GenericObservationEncoder(ObservationEncoder):
         for i in range(min(n, NUM_SLOTS)):
             feats += slots[i][2]
         if n <= NUM_SLOTS:
-            feats += self._tail[n]  # the empty slots and an empty rest
-        else:  # the rest in aggregate, in one pass: waiting and running summed, least head slack and attainment
-            num_waiting = num_running = 0.0
-            least_slack = least_attainment = math.inf
-            for e in slots[NUM_SLOTS:]:
-                r = e[2]
-                num_waiting += r[1]
-                num_running += r[2]
-                if r[7] < least_slack:
-                    least_slack = r[7]
-                if r[6] < least_attainment:
-                    least_attainment = r[6]
-            feats += [(n - NUM_SLOTS) / _TENANT_SCALE, num_waiting, num_running, least_slack, least_attainment]
+            return _clipped(feats, self._tail[n])  # the empty slots and an empty rest
+        # the rest in aggregate, in one pass: waiting and running summed, least head slack and attainment
+        num_waiting = num_running = 0.0
+        least_slack = least_attainment = math.inf
+        for e in slots[NUM_SLOTS:]:
+            r = e[2]
+            num_waiting += r[1]
+            num_running += r[2]
+            if r[7] < least_slack:
+                least_slack = r[7]
+            if r[6] < least_attainment:
+                least_attainment = r[6]
+        feats += [(n - NUM_SLOTS) / _TENANT_SCALE, num_waiting, num_running, least_slack, least_attainment]
         return _clipped(feats)
 
 

@@ -177,6 +177,9 @@ class LLMSchedEnv(gym.Env):
         self._episode_window: int | None = None
         self.history: deque[tuple[float, int, float, float]] = deque(maxlen=600)
         self._last_step_s = 0.0
+        # the last step's action, the mask (mask_list's object) it was last checked against and the answer: an
+        # action held over steps is checked again only when the mask changes
+        self._held: tuple[list[int], list[bool] | None, bool] = ([], None, True)
         # what restore() compares: a snapshot fits another env made with the same arguments
         self._signature = (
             ("scenario", sc.name),
@@ -225,11 +228,13 @@ class LLMSchedEnv(gym.Env):
         projected = False
         engine = sim.engine
         t0 = engine.now_s
-        checked: list[bool] | None = None  # the mask the action was last checked against (mask_list's object)
-        allowed = True
+        held, checked, allowed = self._held  # checked: the mask the action was last checked against, if it is held
+        if values != held:
+            checked, allowed = None, True
+        terminated = False
         for _ in range(self.iterations_per_step):
             flags = spec.mask_list(engine)
-            if flags is not checked:  # the mask changed (or this is the first iteration): check the action again
+            if flags is not checked:  # the mask changed (or the action is not the one held): check the action again
                 checked, allowed = flags, spec.allows_list(values, flags)
             if allowed:
                 sim.step(decision)
@@ -239,9 +244,10 @@ class LLMSchedEnv(gym.Env):
             if self.check_invariants:
                 sim.check_invariants()
             if sim.done:
+                terminated = True
                 break
+        self._held = (values, checked, allowed)
         self._last_step_s = engine.now_s - t0
-        terminated = sim.done
         truncated = not terminated and (sim.now_s >= self.horizon_s or sim.num_steps >= self.max_steps)
         reward, rewards = self._reward.step(
             engine.num_arrived, engine.num_good, engine.num_missed, engine.num_preemptions, terminated or truncated
