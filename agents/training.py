@@ -246,7 +246,8 @@ def check_run_folder(config: TrainConfig) -> None:
 def preflight(config: TrainConfig, warn: bool = True) -> tuple[dict[str, Any], float | None]:
     """Everything that can refuse ``config``, checked before anything is written: the hyperparameters
     (resolved, returned), the run folder (``check_run_folder``), the checkpoint key (``ensure_key``), the
-    checkpoint to resume and its best score (returned), one env built from the training's env arguments, and
+    checkpoint to resume and its best score (returned), the periodic evaluation's val episodes (``eval_setup``),
+    one env built from the training's env arguments, and
     the ``--init`` policy against that env and the algorithm. ``ValueError`` (a ``CheckpointError`` or a
     ``PolicyFileError`` among them), one line, otherwise. ``warn``: as ``resume_best``."""
     hp = resolve_hyperparams(config)
@@ -254,6 +255,7 @@ def preflight(config: TrainConfig, warn: bool = True) -> tuple[dict[str, Any], f
     check_run_folder(config)
     ensure_key()
     best = resume_best(config, hp, warn=warn)
+    eval_setup(config, hp, warn=False)  # the val episodes fit in the val part
     if hp.get("anchor_coef") and resume_checkpoint(config) is not None:  # the start the pull keeps to is gone
         raise ValueError("anchor_coef: a resumed run cannot be anchored to its start; pass --hp anchor_coef=0")
     env_kwargs = _env_kwargs(config, dict(hp.get("env_kwargs", {})))
@@ -278,16 +280,16 @@ def _env_kwargs(config: TrainConfig, env_kwargs: dict[str, Any]) -> dict[str, An
     return env_kwargs
 
 
-def val_seeds(config: TrainConfig, env_kwargs: Mapping[str, Any], seeds: list[int]) -> list[int]:
+def val_seeds(config: TrainConfig, env_kwargs: Mapping[str, Any], seeds: list[int], warn: bool = True) -> list[int]:
     """``seeds``, or the first of them for which the val part holds disjoint windows: a trace's val episode of
     seed ``s`` replays the ``s``-th window of the episode's size (``workloads.scenarios.episode_window``), and
-    a short val part holds fewer than ``eval_episodes``; said on stderr when it cuts."""
+    a short val part holds fewer than ``eval_episodes``; said on stderr when it cuts (with ``warn``)."""
     env: Any = make_env_fn(config.env_scenario, config.algo, env_kwargs, split="val", agent=False)()
     u = env.unwrapped
     held = u.source.num_windows(u.num_requests) if isinstance(u.source, TraceSource) else len(seeds)
     env.close()
-    if held >= len(seeds):
-        return seeds
+    if held >= len(seeds) or not warn:
+        return seeds[:held]
     print(
         f"periodic evaluation: {u.source.trace.source}: the val part holds {held} window(s) of {u.num_requests} "
         f"requests ({len(u.source.trace)} requests); evaluating on val seeds {list(range(held))}, not the "
@@ -316,16 +318,17 @@ def eval_env_kwargs(env_kwargs: Mapping[str, Any], hp: Mapping[str, Any]) -> dic
     return kwargs
 
 
-def eval_setup(config: TrainConfig, hp: Mapping[str, Any]) -> dict[str, Any]:
+def eval_setup(config: TrainConfig, hp: Mapping[str, Any], warn: bool = True) -> dict[str, Any]:
     """What the periodic evaluation measures the agent on (``hp``: the resolved hyperparameters): scenario,
     seeds, load and env arguments. A best score recorded under another setup does not compare. ``ValueError``
-    (one line) when ``eval_num_requests`` asks for val episodes larger than a trace's val part."""
+    (one line) when ``eval_num_requests`` asks for val episodes larger than a trace's val part. ``warn``: as
+    ``val_seeds``."""
     env_kwargs = eval_env_kwargs(dict(hp.get("env_kwargs", {})), hp)
     if config.kind.mixture:  # one val episode per library scenario, each at its knee
         seeds = list(range(len(list_scenarios())))
     else:
         try:
-            seeds = val_seeds(config, env_kwargs, list(range(int(hp["eval_episodes"]))))
+            seeds = val_seeds(config, env_kwargs, list(range(int(hp["eval_episodes"]))), warn)
         except ValueError as err:
             if hp.get("eval_num_requests") is None:
                 raise

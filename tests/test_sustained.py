@@ -254,3 +254,16 @@ def test_eval_num_requests_sizes_the_val_episodes_alone() -> None:
         setup(eval_num_requests=5000)
     with pytest.raises(ValueError, match=r"'eval_num_requests'.*must be an integer >= 1"):
         setup(eval_num_requests=0)
+
+
+def test_the_command_line_refuses_val_episodes_past_the_val_part(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agents.cli import parse_args
+
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit):
+        parse_args(["--scenario", "azure-code", "--hp", "eval_num_requests=5000", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "hyperparameter 'eval_num_requests' (the val episodes' size): " in err and "609 requests" in err
+    assert not out.exists()  # refused before anything is written
