@@ -3,6 +3,7 @@ tenant, twelve) in the simulator and on the torch runtime, ``--policies learned`
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import gymnasium as gym
@@ -205,6 +206,31 @@ def test_fine_tuning_reads_the_init_policy_once(
     assert reads == [schema2_policy]  # the config's check; the training takes the policy from the config
     trained = load_policy_file(run)
     assert trained.schema_version == 2 and trained.meta["scenario"] == "mixed-slo"
+
+
+def test_a_fine_tuning_never_ships_a_policy_below_its_start_on_val(
+    schema2_policy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from safetensors.numpy import load_file
+
+    from agents.callbacks import PeriodicEvalCallback
+    from agents.cli import main as train_main
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    scores = iter([0.8, 0.5])  # the start, evaluated before learning, then the checkpoint after 128 steps
+    monkeypatch.setattr(PeriodicEvalCallback, "evaluate", lambda self: next(scores))
+    run = tmp_path / "ft"
+    assert train_main([
+        "--scenario", "mixed-slo", "--init", str(schema2_policy), "--timesteps", "128", "--n-envs", "1",
+        "--hp", "n_steps=128", "--hp", "batch_size=64", "--hp", "eval_freq=128", "--hp", "eval_episodes=1",
+        "--hp", "env_kwargs.num_requests=30", "--eval-baselines", "fcfs", "--no-progress", "--out", str(run),
+    ]) == 0  # fmt: skip
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["eval_history"] == [[0, 0.8], [128, 0.5]] and summary["best_eval_attainment"] == 0.8
+    shipped, start = load_file(run / "policy.safetensors"), load_file(schema2_policy / "policy.safetensors")
+    assert shipped.keys() == start.keys()
+    assert all(np.array_equal(shipped[k], start[k]) for k in start)  # the start itself, not the later model
+    assert json.loads((run / "policy.json").read_text())["timesteps"] == 0
 
 
 @pytest.mark.slow  # a training of its own
