@@ -24,14 +24,13 @@ from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.observation import make_encoder
 from llmsched_env.decision.policy import PolicyContext, start_episode
 from llmsched_env.decision.registry import make_scheduler
-from llmsched_env.engine.batch import Batch
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.engine.request import Request, Status, tpot_s
 from llmsched_env.evaluation.live_logs import LiveRun
 from llmsched_env.runtime.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.runtime.serve import ServeOptions, serve
 from llmsched_env.sim.metrics import token_times
-from llmsched_env.sim.simulator import Simulator
+from llmsched_env.sim.repriced import RepricedSimulator
 
 __all__ = ["Latencies", "ReplayResult", "replay", "replay_requests"]
 
@@ -57,25 +56,6 @@ class ReplayResult(Latencies):
 
     policy: str = ""
     metrics: dict[str, float] = field(default_factory=dict)
-
-
-class _Clocked(Simulator):
-    """A simulator whose iterations are priced by ``clock`` while its engine (and so the policy) sees its own
-    ``cost_model``."""
-
-    def __init__(
-        self,
-        clock: CostModel,
-        config: EngineConfig,
-        tenants: Sequence[TenantConfig],
-        cost_model: CostModel,
-        requests: Sequence[Request],
-    ) -> None:
-        super().__init__(config, tenants, cost_model, requests)
-        self.clock = clock
-
-    def execute(self, batch: Batch) -> float:
-        return batch.time_s(self.clock)
 
 
 def replay_requests(run: LiveRun, tenants: Sequence[TenantConfig]) -> list[Request]:
@@ -119,7 +99,7 @@ def replay(
     seen = policy_cost_model or cost_model
     requests = replay_requests(run, tenants)
     ordered = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
-    sim = _Clocked(cost_model, engine, tenants, seen, ordered)
+    sim = RepricedSimulator(cost_model, engine, tenants, seen, ordered)
     action_spec = ActionSpec.for_engine(engine, spec.schema)
     span = ordered[-1].arrival_s
     rate = nominal_rate_rps or (len(ordered) / span if span > 0 else 1.0)

@@ -30,7 +30,6 @@ from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.observation import ObservationEncoder, make_encoder
 from llmsched_env.decision.policy import Policy, PolicyContext
 from llmsched_env.decision.schema import SCHEMA_VERSION
-from llmsched_env.engine.batch import Batch
 from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, TenantConfig
 from llmsched_env.engine.request import Request
 from llmsched_env.runtime.calibrate import fit, iteration_samples
@@ -38,6 +37,7 @@ from llmsched_env.runtime.executor import Runtime
 from llmsched_env.runtime.names import FIDELITY_REQUESTS, FIT_LOADS
 from llmsched_env.runtime.runner import ModelRunner
 from llmsched_env.runtime.serve import ServeStats, serve, serving
+from llmsched_env.sim.repriced import RepricedSimulator
 from llmsched_env.sim.simulator import Simulator
 from llmsched_env.workloads.lengths import LengthDist
 from llmsched_env.workloads.scenarios import slo_scale
@@ -160,25 +160,6 @@ def drive_lockstep(
     return runtime.metrics()
 
 
-class _Repriced(Simulator):
-    """A simulator whose iterations are priced by ``clock`` while its engine and policy see ``cost_model``:
-    the in-situ replay, whose decisions must see the preset the runtime's did."""
-
-    def __init__(
-        self,
-        clock: CostModel,
-        config: EngineConfig,
-        tenants: Sequence[TenantConfig],
-        cost_model: CostModel,
-        requests: Sequence[Request],
-    ) -> None:
-        super().__init__(config, tenants, cost_model, requests)
-        self.clock = clock
-
-    def execute(self, batch: Batch) -> float:
-        return batch.time_s(self.clock)
-
-
 def saturation_rps(
     cost_model: CostModel, workload: FidelityWorkload, engine: EngineConfig, policy: PolicyFactory, seed: int = 0
 ) -> float:
@@ -267,7 +248,7 @@ def _in_situ(
     real = drive_lockstep(test, make, fallback, episodes())
     samples = [s for rt in partners for s in iteration_samples(rt)]
     model = fit([], 0.0, name="in-situ", iterations=samples)
-    sim = _Repriced(model, engine, tenants, cost_model, workload.requests(cost_model, rate, seed))
+    sim = RepricedSimulator(model, engine, tenants, cost_model, workload.requests(cost_model, rate, seed))
     pred = drive(sim, make, fallback)
     return {"insitu_fit_iterations": float(len(samples)), **_errors(real, pred, "insitu_")}
 
