@@ -243,19 +243,19 @@ def check_run_folder(config: TrainConfig) -> None:
             )
 
 
-def preflight(config: TrainConfig, warn: bool = True) -> tuple[dict[str, Any], float | None]:
+def preflight(config: TrainConfig, warn: bool = True) -> tuple[dict[str, Any], float | None, dict[str, Any]]:
     """Everything that can refuse ``config``, checked before anything is written: the hyperparameters
     (resolved, returned), the run folder (``check_run_folder``), the checkpoint key (``ensure_key``), the
-    checkpoint to resume and its best score (returned), the periodic evaluation's val episodes (``eval_setup``),
-    one env built from the training's env arguments, and
+    checkpoint to resume and its best score (returned), the periodic evaluation's setup (``eval_setup``:
+    its val episodes fit in the val part; returned), one env built from the training's env arguments, and
     the ``--init`` policy against that env and the algorithm. ``ValueError`` (a ``CheckpointError`` or a
-    ``PolicyFileError`` among them), one line, otherwise. ``warn``: as ``resume_best``."""
+    ``PolicyFileError`` among them), one line, otherwise. ``warn``: as ``resume_best`` and ``val_seeds``."""
     hp = resolve_hyperparams(config)
     check_output(config.run_folder, config.force)
     check_run_folder(config)
     ensure_key()
-    best = resume_best(config, hp, warn=warn)
-    eval_setup(config, hp, warn=False)  # the val episodes fit in the val part
+    setup = eval_setup(config, hp, warn=warn)
+    best = resume_best(config, hp, warn=warn, setup=setup)
     if hp.get("anchor_coef") and resume_checkpoint(config) is not None:  # the start the pull keeps to is gone
         raise ValueError("anchor_coef: a resumed run cannot be anchored to its start; pass --hp anchor_coef=0")
     env_kwargs = _env_kwargs(config, dict(hp.get("env_kwargs", {})))
@@ -266,7 +266,7 @@ def preflight(config: TrainConfig, warn: bool = True) -> tuple[dict[str, Any], f
             check_init(start, probe, config.algo)
     finally:
         probe.close()
-    return hp, best
+    return hp, best, setup
 
 
 def _env_kwargs(config: TrainConfig, env_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -336,15 +336,21 @@ def eval_setup(config: TrainConfig, hp: Mapping[str, Any], warn: bool = True) ->
     return {"scenario": config.scenario, "eval_seeds": seeds, "eval_load": hp["eval_load"], "eval_env": env_kwargs}
 
 
-def resume_best(config: TrainConfig, hp: Mapping[str, Any] | None = None, warn: bool = True) -> float | None:
+def resume_best(
+    config: TrainConfig,
+    hp: Mapping[str, Any] | None = None,
+    warn: bool = True,
+    setup: dict[str, Any] | None = None,
+) -> float | None:
     """The best evaluation attainment that a resumed training must beat (``best.json`` of the run folder,
     written with each new ``best_model.zip``); None without ``resume``, without a checkpoint to resume, or
-    when the score was measured on another evaluation setup. ``CheckpointError`` for a checkpoint this user's
-    training did not sign, ``ValueError`` for an unreadable ``best.json`` (both one line). ``warn``: say on
-    stderr when the recorded score does not compare."""
+    when the score was measured on another evaluation setup (``setup``, else ``eval_setup``'s for ``hp``).
+    ``CheckpointError`` for a checkpoint this user's training did not sign, ``ValueError`` for an unreadable
+    ``best.json`` (both one line). ``warn``: say on stderr when the recorded score does not compare."""
     if resume_checkpoint(config) is None:
         return None
-    setup = eval_setup(config, resolve_hyperparams(config) if hp is None else hp)
+    if setup is None:
+        setup = eval_setup(config, resolve_hyperparams(config) if hp is None else hp)
     return read_best(config.run_folder, setup, warn=warn)
 
 
@@ -364,9 +370,8 @@ def train(config: TrainConfig) -> Path:
     ``CheckpointError``) a checkpoint to resume that this user's training did not sign."""
     torch.set_num_threads(1)
     t_start = time.perf_counter()
-    hp, best = preflight(config)  # every refusal before anything is written
+    hp, best, setup = preflight(config)  # every refusal before anything is written
     with locked_output(config.run_folder, "llmsched-train"):  # a second training into this folder is refused
-        setup = eval_setup(config, hp)
         prepare_run_folder(config, hp)
         run = {k: hp.pop(k) for k in RUN_KEYS if k in hp}
         env_kwargs = _env_kwargs(config, dict(run["env_kwargs"]))
