@@ -32,12 +32,17 @@ def _register() -> None:
         from gymnasium.envs.registration import register, registry
     except ImportError:  # the torch runtime may run without gymnasium
         return
-    if "LLMSched-v0" not in registry:
-        register(id="LLMSched-v0", entry_point="llmsched_env.envs.single_node:LLMSchedEnv")
-    if "LLMSchedCluster-v0" not in registry:
-        register(id="LLMSchedCluster-v0", entry_point="llmsched_env.envs.cluster:LLMSchedClusterEnv")
-    if "LLMSchedMix-v0" not in registry:
-        register(id="LLMSchedMix-v0", entry_point="llmsched_env.envs.mixture:WorkloadMixEnv")
+    envs = {
+        "LLMSched-v0": "llmsched_env.envs.single_node:LLMSchedEnv",
+        "LLMSchedCluster-v0": "llmsched_env.envs.cluster:LLMSchedClusterEnv",
+        "LLMSchedMix-v0": "llmsched_env.envs.mixture:WorkloadMixEnv",
+    }
+    for env_id, entry_point in envs.items():
+        if env_id not in registry:
+            # gym.make returns the env itself: no OrderEnforcing wrapper (step, action_masks and snapshot refuse to
+            # run before reset with their own error; render returns None) and no PassiveEnvChecker (the tests run
+            # gymnasium's and SB3's full check_env on each env); the two cost two Python calls every step.
+            register(id=env_id, entry_point=entry_point, order_enforce=False, disable_env_checker=True)
 
 
 _register()

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -38,6 +39,20 @@ def fake_package(tmp_path: Path) -> Path:
 def record(pkg: Path, **changes: object) -> None:
     data = {"python": compiled.python_tag(), "sources": compiled.source_digests(pkg), **changes}
     (pkg / compiled.MANIFEST.name).write_text(json.dumps(data))
+
+
+def guarded_origins(pkg: Path) -> list[str | None]:
+    """Run ``guard(pkg)``, which must steer imports to the sources, and say where its finder loads a compiled module
+    (the engine) and a module outside the group from (None: not its business); the import system is restored."""
+    finders = list(sys.meta_path)
+    try:
+        assert compiled.guard(pkg) is True
+        (finder,) = [f for f in sys.meta_path if f not in finders]
+        names = ("llmsched_env.engine.engine", "llmsched_env.envs.single_node")
+        specs = [finder.find_spec(name, None) for name in names]
+        return [None if spec is None else spec.origin for spec in specs]
+    finally:
+        sys.meta_path[:] = finders
 
 
 def test_no_build_is_not_stale_and_a_fresh_record_may_run(tmp_path: Path) -> None:
@@ -66,15 +81,7 @@ def test_a_stale_build_is_named_and_the_sources_run(
     (reason,) = compiled.stale_sources(pkg) or [""]
     assert reason.startswith(f"{pkg / compiled.MANIFEST.name}: unreadable")
     monkeypatch.setattr(compiled, "_guarded", False)
-    finders = list(sys.meta_path)
-    try:
-        assert compiled.guard(pkg) is True
-        (finder,) = [f for f in sys.meta_path if f not in finders]
-        spec = finder.find_spec("llmsched_env.engine.engine", None)
-        assert spec is not None and spec.origin == str(pkg / "engine" / "engine.py")
-        assert finder.find_spec("llmsched_env.envs.single_node", None) is None
-    finally:
-        sys.meta_path[:] = finders
+    assert guarded_origins(pkg) == [str(pkg / "engine" / "engine.py"), None]
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "the compiled engine is stale" in err and "llmsched-compile --clean" in err
 
@@ -105,6 +112,11 @@ def copy_tree(dest: Path) -> None:
     (dest / "policies").symlink_to("agents/policies")  # as in the checkout
 
 
+# the tests that pin trajectories, observations and snapshots exactly: replayed on the other build
+REPLAYED = ["tests/test_fingerprint.py", "tests/test_snapshot.py", "tests/test_lookahead.py", "tests/test_core.py",
+            "tests/test_env.py", "tests/test_schema2.py", "tests/test_kv_usage.py"]  # fmt: skip
+
+
 @pytest.mark.slow
 def test_the_compiled_engine_plays_exactly_as_the_sources(tmp_path: Path) -> None:
     if importlib.util.find_spec("mypyc") is None or (shutil.which("cc") is None and shutil.which("gcc") is None):
@@ -117,9 +129,7 @@ def test_the_compiled_engine_plays_exactly_as_the_sources(tmp_path: Path) -> Non
     probe = "from llmsched_env.common.compiled import compiled_in_use as c; print(c())"
     run = subprocess.run([sys.executable, "-c", probe], cwd=tree, env=env, capture_output=True, text=True)
     assert run.stdout.strip() == "True", run.stderr
-    tests = ["tests/test_fingerprint.py", "tests/test_snapshot.py", "tests/test_lookahead.py", "tests/test_core.py",
-             "tests/test_env.py", "tests/test_schema2.py", "tests/test_kv_usage.py"]  # fmt: skip
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests], cwd=tree,
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *REPLAYED], cwd=tree,
                          env=env, capture_output=True, text=True)  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     # an edited source makes the build stale: the sources run, and one line says so
@@ -128,3 +138,106 @@ def test_the_compiled_engine_plays_exactly_as_the_sources(tmp_path: Path) -> Non
     run = subprocess.run([sys.executable, "-c", probe], cwd=tree, env=env, capture_output=True, text=True)
     assert run.stdout.strip() == "False"
     assert run.stderr.count("\n") == 1 and "engine/engine.py changed since it was compiled" in run.stderr
+
+
+@pytest.mark.slow
+def test_the_sources_play_as_recorded_where_the_install_compiled_them() -> None:
+    """Where installing compiled the engine, the fast tier ran the compiled modules: the sources must play the
+    same recorded trajectories, run here with LLMSCHED_PURE=1."""
+    if not compiled.compiled_in_use():
+        pytest.skip("the engine runs from its sources here: the fast tier played them")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", compiled.PURE_ENV: "1"}
+    probe = "from llmsched_env.common.compiled import compiled_in_use as c; print(c())"
+    run = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert (run.stdout.strip(), run.stderr) == ("False", "")  # the sources, silently
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *REPLAYED], cwd=ROOT,
+                         env=env, capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+
+
+def test_llmsched_pure_runs_the_sources_of_a_fresh_build_silently(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pkg = fake_package(tmp_path)
+    monkeypatch.setenv(compiled.PURE_ENV, "1")
+    monkeypatch.setattr(compiled, "_guarded", False)
+    assert compiled.guard(pkg) is False  # nothing built: nothing to steer
+    (pkg / "engine" / f"engine{SUFFIX}").write_bytes(b"")
+    record(pkg)
+    assert compiled.stale_sources(pkg) == []
+    assert guarded_origins(pkg) == [str(pkg / "engine" / "engine.py"), None]
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv(compiled.PURE_ENV, "0")  # "0" asks for nothing
+    monkeypatch.setattr(compiled, "_guarded", False)
+    assert compiled.guard(pkg) is False
+
+
+def load_setup() -> ModuleType:
+    """The checkout's setup.py as a module (its ``setup()`` runs only as a script, as pip's build runs it)."""
+    spec = importlib.util.spec_from_file_location("llmsched_setup", ROOT / "setup.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_build_compiles_only_when_it_builds_and_may_and_says_why_not(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    setup_py = load_setup()
+    calls: list[object] = []
+
+    def fake(*args: object) -> list[str]:
+        calls.append(args)
+        return ["ext"]
+
+    monkeypatch.setattr(setup_py.COMPILED, "mypyc_extensions", fake)
+    monkeypatch.delenv(compiled.PURE_ENV, raising=False)
+    monkeypatch.setattr(sys, "argv", ["setup.py", "egg_info"])  # metadata only: nothing compiled
+    assert setup_py.extensions() == [] and calls == []
+    monkeypatch.setattr(sys, "argv", ["setup.py", "editable_wheel", "--dist-dir", "x"])
+    assert setup_py.extensions() == ["ext"] and len(calls) == 1
+    monkeypatch.setenv(compiled.PURE_ENV, "1")
+    assert setup_py.extensions() == [] and len(calls) == 1
+    assert "LLMSCHED_PURE is set: the Python sources alone" in capsys.readouterr().err
+    monkeypatch.delenv(compiled.PURE_ENV)
+
+    def type_error(*args: object) -> list[str]:
+        raise SystemExit(1)  # what mypyc does on a type error
+
+    monkeypatch.setattr(setup_py.COMPILED, "mypyc_extensions", type_error)
+    assert setup_py.extensions() == []
+    assert "mypyc could not translate the engine (SystemExit: 1): the Python sources alone" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler")
+@pytest.mark.parametrize("compiles", [True, False])
+def test_the_build_records_what_it_compiled_or_leaves_nothing_when_the_compiler_fails(
+    compiles: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tiny C extension stands in for mypyc's: built, the record lies beside it with the sources' digests;
+    failed, the build goes on with no extension and no record (the package installs pure)."""
+    from setuptools import Distribution, Extension
+
+    setup_py = load_setup()
+    source = tmp_path / "probe.c"
+    body = 'static struct PyModuleDef m = {PyModuleDef_HEAD_INIT, "probe", NULL, -1, NULL};'
+    body += "PyMODINIT_FUNC PyInit_probe(void) { return PyModule_Create(&m); }"
+    source.write_text("#include <Python.h>\n" + (body if compiles else "this is not C;"))
+    dist = Distribution({"name": "probe", "ext_modules": [Extension("llmsched_env.probe", [str(source)])]})
+    cmd = setup_py.BuildCompiled(dist)
+    cmd.build_lib, cmd.build_temp = str(tmp_path / "lib"), str(tmp_path / "temp")
+    cmd.ensure_finalized()
+    cmd.run()
+    out = tmp_path / "lib" / "llmsched_env"
+    built = list(out.glob("probe*")) if out.exists() else []
+    manifest = out / compiled.MANIFEST.name
+    err = capsys.readouterr().err
+    if compiles:
+        assert len(built) == 1 and manifest.exists()
+        record = json.loads(manifest.read_text())
+        assert record == {"python": compiled.python_tag(), "sources": compiled.source_digests()}
+        assert "llmsched build: compiled" in err
+    else:
+        assert built == [] and not manifest.exists()
+        assert "the C compiler failed (CompileError" in err and "the Python sources alone" in err

@@ -264,3 +264,16 @@ def test_load_range_draws_a_load_per_episode() -> None:
     assert len(loads) == 4
     with pytest.raises(ValueError, match="load range"):
         make(load=(2.0, 1.0))
+
+
+@pytest.mark.parametrize("env_id", ["LLMSched-v0", "LLMSchedCluster-v0", "LLMSchedMix-v0"])
+def test_gym_make_gives_the_env_itself_which_refuses_to_step_before_reset(env_id: str) -> None:
+    """No OrderEnforcing or PassiveEnvChecker wrapper (two Python calls a step): the env's own checks stand in."""
+    env = gym.make(env_id)
+    assert env.unwrapped is env
+    assert env.render() is None
+    with pytest.raises(RuntimeError, match=r"call reset\(\) before step\(\)"):
+        env.step(env.action_space.sample())
+    with pytest.raises(RuntimeError, match=r"call reset\(\) before action_masks\(\)"):
+        env.unwrapped.action_masks()  # type: ignore[attr-defined]
+    env.close()

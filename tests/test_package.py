@@ -1,9 +1,12 @@
 """The package as a user installs it: a wheel built from this checkout holds the shipped policies, tables,
-cost models, hyperparameters and traces, and (slow tier) installed into a fresh venv it serves the shipped
-generalist and a per-scenario agent from a folder outside the checkout."""
+cost models, hyperparameters and traces, and (slow tier) built with its compiled engine and installed into a
+fresh venv it runs compiled and serves the shipped generalist and a per-scenario agent from a folder outside the
+checkout."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -17,24 +20,34 @@ ROOT = Path(__file__).resolve().parents[1]
 POLICIES = sorted(p.name for p in (ROOT / "agents" / "policies").iterdir() if (p / "policy.json").is_file())
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A wheel of this checkout, built from a copy of what it packages (the build writes no file here)."""
+def build_wheel(tmp_path_factory: pytest.TempPathFactory, pure: bool) -> Path:
+    """A wheel of this checkout, built from a copy of what it packages (the build writes no file here); ``pure``:
+    with LLMSCHED_PURE=1, so without the compiled engine (seconds instead of about 3 minutes)."""
     src = tmp_path_factory.mktemp("src")
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.pyd", "_compiled.json")
     for name in ("llmsched_env", "agents", "baselines"):
         shutil.copytree(ROOT / name, src / name, ignore=ignore)
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(ROOT / name, src / name)
     out = tmp_path_factory.mktemp("wheel")
     cmd = [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", "-q", "-w", str(out)]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    env = {k: v for k, v in os.environ.items() if k != "LLMSCHED_PURE"}
+    if pure:
+        env["LLMSCHED_PURE"] = "1"
+    subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     (found,) = out.glob("llmsched-*.whl")
     return found
 
 
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_wheel(tmp_path_factory, pure=True)
+
+
 def test_the_wheel_holds_every_shipped_file(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
+    assert wheel.name.endswith("-py3-none-any.whl")  # LLMSCHED_PURE=1: no compiled engine, any platform
+    assert not any(n.endswith((".so", ".pyd", "_compiled.json")) for n in names)
     assert len(POLICIES) >= 17 and "generalist" in POLICIES
     for policy in POLICIES:
         assert {f"agents/policies/{policy}/policy.json", f"agents/policies/{policy}/policy.safetensors"} <= names
@@ -45,7 +58,16 @@ def test_the_wheel_holds_every_shipped_file(wheel: Path) -> None:
 
 
 @pytest.mark.slow
-def test_an_installed_wheel_serves_the_shipped_policies_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:
+def test_an_installed_wheel_serves_the_shipped_policies_outside_the_checkout(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """The wheel `pip install .` builds, compiled engine and all (where this machine has a C compiler and mypy)."""
+    if importlib.util.find_spec("mypyc") is None or (shutil.which("cc") is None and shutil.which("gcc") is None):
+        pytest.skip("mypyc or a C compiler is missing: the wheel would be the pure one")
+    wheel = build_wheel(tmp_path_factory, pure=False)
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "llmsched_env/_compiled.json" in names
+    assert any(n.startswith("llmsched_env/_native__mypyc") for n in names)
     env_dir = tmp_path / "venv"
     venv.create(env_dir, system_site_packages=True, with_pip=True)  # the dependencies come from this Python
     bin_dir = env_dir / "bin"
@@ -56,6 +78,8 @@ def test_an_installed_wheel_serves_the_shipped_policies_outside_the_checkout(whe
     where = subprocess.run([str(bin_dir / "python"), "-c", "import llmsched_env; print(llmsched_env.__file__)"],
                            cwd=work, check=True, capture_output=True, text=True).stdout  # fmt: skip
     assert where.startswith(str(env_dir))  # the installed package, not this checkout
+    check = subprocess.run([str(bin_dir / "llmsched-compile"), "--check"], cwd=work, capture_output=True, text=True)
+    assert check.returncode == 0 and "compiled: in use" in check.stdout, check.stdout + check.stderr
     run = [str(bin_dir / "llmsched-evaluate"), "--policies", "fcfs,learned,agent=policies/mixed-slo",
            "--scenarios", "mixed-slo", "--num-requests", "60", "--seeds", "0", "--no-progress"]  # fmt: skip
     done = subprocess.run(run, cwd=work, capture_output=True, text=True)

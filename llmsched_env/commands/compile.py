@@ -1,8 +1,11 @@
-"""``llmsched-compile``: compile the simulator's core with mypyc (optional; about twice the iterations a second).
+"""``llmsched-compile``: compile the simulator's core with mypyc again (about twice the iterations a second).
 
-    llmsched-compile            # build the extensions beside the sources (needs `pip install -e '.[compile]'`
+Installing the package compiles it already (``setup.py``, where a C compiler is found); this command rebuilds it
+in a checkout after the sources changed, or removes it.
+
+    llmsched-compile            # build the extensions beside the sources (needs mypy, `pip install -e '.[compile]'`,
                                 # and a C compiler); about 3 minutes on one core
-    llmsched-compile --check    # say whether the engine runs compiled here, and why not
+    llmsched-compile --check    # say whether the engine runs compiled here, and why not (exit status 1 if not)
     llmsched-compile --clean    # remove them: the Python sources run again
 
 The modules (``llmsched_env.common.compiled.MODULES``) are compiled as one mypyc group in a temporary folder;
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
+import os
 import shutil
 import subprocess
 import sys
@@ -28,28 +31,28 @@ from llmsched_env.common.compiled import (
     MANIFEST,
     MODULES,
     PACKAGE_DIR,
+    PURE_ENV,
     compiled_in_use,
     extension_files,
-    python_tag,
     source_digests,
     source_path,
     stale_sources,
+    write_manifest,
 )
 
 __all__ = ["build", "clean", "main"]
 
 PROG = "llmsched-compile"
-GROUP = "llmsched_env._native"
 
 # Run in a fresh interpreter inside the temporary folder: setuptools exits the process on a failed build, and
 # mypy writes its cache into the working folder.
 _BUILD = """
 import sys
-from mypyc.build import mypycify
+from pathlib import Path
 from setuptools import setup
-tmp, group, paths = sys.argv[1], sys.argv[2], sys.argv[3:]
-extensions = mypycify(paths, opt_level="3", debug_level="0", group_name=group, target_dir=tmp + "/c")
-setup(name="llmsched-compiled", ext_modules=extensions,
+from llmsched_env.common.compiled import mypyc_extensions
+tmp, package_dir = sys.argv[1], Path(sys.argv[2])
+setup(name="llmsched-compiled", ext_modules=mypyc_extensions(package_dir, tmp + "/c"),
       script_args=["-q", "build_ext", "--build-lib", tmp + "/lib", "--build-temp", tmp + "/temp"])
 """
 
@@ -76,8 +79,10 @@ def build(package_dir: Path = PACKAGE_DIR, quiet: bool = False) -> list[Path]:
     if missing:
         raise RuntimeError(f"no source to compile: {package_dir / missing[0]}")
     with tempfile.TemporaryDirectory(prefix="llmsched-compile-") as tmp:
-        cmd = [sys.executable, "-c", _BUILD, tmp, GROUP, *map(str, sources)]
-        done = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+        cmd = [sys.executable, "-c", _BUILD, tmp, str(package_dir)]
+        # this checkout's llmsched_env first on the path: the build's own code is the one being compiled
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(package_dir.parent), os.environ.get("PYTHONPATH", "")])}
+        done = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
             last = next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else "")
@@ -95,15 +100,15 @@ def build(package_dir: Path = PACKAGE_DIR, quiet: bool = False) -> list[Path]:
             shutil.copy2(path, dest)
             written.append(dest)
     # the record last: a build interrupted before this line is extensions without a record, which never run
-    record = {"python": python_tag(), "sources": digests}
-    (package_dir / MANIFEST.name).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    return [*written, package_dir / MANIFEST.name]
+    return [*written, write_manifest(package_dir, digests)]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     what = parser.add_mutually_exclusive_group()
-    what.add_argument("--check", action="store_true", help="say whether the engine runs compiled, and why not")
+    what.add_argument(
+        "--check", action="store_true", help="say whether the engine runs compiled (exit 1 if not), and why not"
+    )
     what.add_argument("--clean", action="store_true", help="remove the compiled extensions")
     args = parser.parse_args(argv)
     if args.clean:
@@ -116,9 +121,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"{PROG}: not compiled: the Python sources run")
         elif reasons:
             print(f"{PROG}: stale, the Python sources run: {'; '.join(reasons)}")
+        elif compiled_in_use():
+            print(f"{PROG}: compiled: in use ({MANIFEST})")
+            return
         else:
-            print(f"{PROG}: compiled: {'in use' if compiled_in_use() else 'built, not loaded'} ({MANIFEST})")
-        return
+            pure = f" ({PURE_ENV} is set)" if os.environ.get(PURE_ENV, "") not in ("", "0") else ""
+            print(f"{PROG}: compiled, not loaded{pure}: the Python sources run ({MANIFEST})")
+        sys.exit(1)
     try:
         written = build()
     except RuntimeError as e:

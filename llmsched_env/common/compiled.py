@@ -1,19 +1,22 @@
 """The compiled engine: which modules mypyc compiles, and the guard that never lets a stale build run.
 
-``llmsched-compile`` (``llmsched_env.commands.compile``) compiles the simulator's core (``MODULES``: requests,
-batches, the block pool, the waiting queues, the remote KV store, the engine, the simulator and its KV-usage
-accounting, and the observation encoders and action space every step goes through) with mypyc into
-C extensions placed beside their sources, and records each source's SHA-256 in ``_compiled.json`` at the
-package's root. Python imports an extension before a source of the same name, so from then on the compiled
-modules run; they behave exactly as the sources do (the same trajectories, observations and metrics:
+Installing the package (``pip install .``, ``pip install -e .``: ``setup.py``) compiles the simulator's core
+(``MODULES``: requests, batches, the block pool, the waiting queues, the remote KV store, the engine, the
+simulator and its KV-usage accounting, and the observation encoders and action space every step goes through)
+with mypyc into C extensions placed beside their sources, and records each source's SHA-256 in
+``_compiled.json`` at the package's root; where there is no C compiler, or with ``LLMSCHED_PURE=1``, it installs
+the Python sources alone. ``llmsched-compile`` (``llmsched_env.commands.compile``) builds the same extensions
+again in a checkout, or removes them. Python imports an extension before a source of the same name, so the
+compiled modules run; they behave exactly as the sources do (the same trajectories, observations and metrics:
 ``tests/test_compiled.py``).
 
 A compiled module is a copy of its source at build time. ``guard()``, run when ``llmsched_env`` is imported,
 compares the recorded digests (and the Python that built them) with the sources now: when any differs, or
 extensions lie there without a record, every module of ``MODULES`` is loaded from its source instead (they
 call each other through one shared library, so they are compiled all together or not at all), with one line on
-stderr saying so and how to rebuild. Editing the engine therefore never runs old code. This module uses the
-standard library only.
+stderr saying so and how to rebuild. Editing the engine therefore never runs old code. ``LLMSCHED_PURE=1`` in
+the environment runs the sources too, silently. This module uses the standard library only (and mypy to
+build).
 """
 
 from __future__ import annotations
@@ -23,22 +26,28 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 __all__ = [
+    "GROUP",
     "MANIFEST",
     "MODULES",
     "PACKAGE_DIR",
+    "PURE_ENV",
     "SHARED_LIBRARY",
     "compiled_in_use",
     "extension_files",
     "guard",
+    "mypyc_extensions",
     "source_digest",
     "source_digests",
     "stale_sources",
+    "write_manifest",
 ]
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -55,8 +64,12 @@ MODULES = (
     "llmsched_env.decision.observation",
     "llmsched_env.decision.actions",
 )
-SHARED_LIBRARY = "llmsched_env._native__mypyc"  # mypyc's library for the group named llmsched_env._native
+GROUP = "llmsched_env._native"
+SHARED_LIBRARY = "llmsched_env._native__mypyc"  # mypyc's library for the group named GROUP
 MANIFEST = PACKAGE_DIR / "_compiled.json"
+# LLMSCHED_PURE=1: the package's build compiles nothing, and importing llmsched_env runs the sources even where a
+# fresh compiled build lies (to debug the engine in Python, or to time the pure package beside the compiled one)
+PURE_ENV = "LLMSCHED_PURE"
 
 
 def _relative(module: str) -> Path:
@@ -92,6 +105,26 @@ def extension_files(package_dir: Path = PACKAGE_DIR) -> list[Path]:
             if path.exists():
                 out.append(path)
     return out
+
+
+def mypyc_extensions(package_dir: Path = PACKAGE_DIR, target_dir: str = "build/mypyc") -> list[Any]:
+    """mypyc's setuptools extensions for ``MODULES`` of the package in ``package_dir``: one group (a shared
+    library and a small extension per module), C sources written under ``target_dir``. What both the package's
+    build (``setup.py``) and ``llmsched-compile`` compile. Needs mypy (mypyc ships with it); type-checks the
+    modules first and exits (``SystemExit``) on a type error."""
+    from mypyc.build import mypycify
+
+    paths = [str(source_path(m, package_dir)) for m in MODULES]
+    return list(mypycify(paths, opt_level="3", debug_level="0", group_name=GROUP, target_dir=target_dir))
+
+
+def write_manifest(package_dir: Path, digests: dict[str, str | None]) -> Path:
+    """Record, in ``package_dir``'s ``_compiled.json``, the interpreter and the compiled sources' SHA-256
+    (``source_digests`` taken before the build). Written last by a build: extensions without it never run."""
+    record = {"python": python_tag(), "sources": digests}
+    path = package_dir / MANIFEST.name
+    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return path
 
 
 def python_tag() -> str:
@@ -146,7 +179,13 @@ def guard(package_dir: Path = PACKAGE_DIR) -> bool:
     """Make a stale compiled build harmless (see the module's docstring). True when the sources will run
     because of it; called once, by ``llmsched_env/__init__.py``, before any module of ``MODULES`` is imported."""
     global _guarded
+    pure = os.environ.get(PURE_ENV, "") not in ("", "0")
     reasons = stale_sources(package_dir)
+    if pure and reasons is not None:  # asked for the sources: no line to print
+        if not _guarded:
+            _guarded = True
+            sys.meta_path.insert(0, _FromSource(package_dir))
+        return True
     if not reasons:
         return False
     if not _guarded:

@@ -179,6 +179,10 @@ class WorkloadMixEnv(gym.Env):
             raise RuntimeError("call reset() before action_masks()")
         return self.inner.action_masks()
 
+    def render(self) -> None:
+        """No render modes: nothing to draw (``render_mode`` is always None)."""
+        return None
+
     @property
     def action_spec(self) -> ActionSpec:
         """The current episode's action layout (its options are the same in every episode)."""
