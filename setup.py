@@ -4,10 +4,10 @@
 engine, the simulator, the observation encoders, the action space) into C extensions beside their sources and
 record what they were built from (``_compiled.json``): the same trajectories, observations and metrics as the
 sources, at about twice the simulator's speed (docs/architecture.md, docs/results.md). It takes a C compiler
-and the Python headers, and about 3 minutes on one core. With ``LLMSCHED_PURE=1`` in the environment, or when
-the type check or the C compiler fails, the package installs without them (one line on stderr says why; pip shows it with -v) and
-the Python sources run: the same results, slower. ``llmsched-compile`` builds them again in a checkout, or
-removes them.
+and the Python headers, and about 2.5 minutes on one core. With ``LLMSCHED_PURE=1`` in the environment, or
+when the type check or the C compiler fails, the package installs without them (one line on stderr says why;
+pip shows it with -v) and the Python sources run: the same results, slower. ``llmsched-compile`` builds them
+again in a checkout, or removes them.
 """
 
 from __future__ import annotations
