@@ -13,7 +13,6 @@ again in a checkout, or removes them.
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -26,6 +25,8 @@ from setuptools.errors import CCompilerError, CompileError, ExecError, LinkError
 ROOT = Path(__file__).resolve().parent
 # the commands that build the package's files (metadata alone, egg_info or dist_info, needs no compiling)
 BUILDS = {"build", "build_ext", "bdist_wheel", "editable_wheel", "install", "develop"}
+# the commands whose extensions land beside the sources (an editable install)
+IN_PLACE = {"editable_wheel", "develop", "--inplace"}
 
 
 def _say(message: str) -> None:
@@ -46,25 +47,35 @@ def _compiled_module() -> ModuleType:
 COMPILED = _compiled_module()
 
 
+def _sources_alone(reason: str, in_place: bool) -> None:
+    """Say why the engine is not compiled. In place (an editable install), also remove an earlier build lying
+    beside the sources: it, not the sources, would run where it is still fresh."""
+    removed = COMPILED.clean(COMPILED.PACKAGE_DIR) if in_place else []
+    earlier = f" (removed the {len(removed)} files of an earlier build)" if removed else ""
+    _say(f"{reason}: the Python sources alone, not compiled{earlier}")
+
+
 def extensions() -> list[Any]:
     """mypyc's extensions, or none (with the reason on stderr) where they are not to be or cannot be built."""
     if not BUILDS.intersection(sys.argv[1:]):
         return []
-    if os.environ.get(COMPILED.PURE_ENV, "") not in ("", "0"):
-        _say(f"{COMPILED.PURE_ENV} is set: the Python sources alone, not compiled")
+    in_place = bool(IN_PLACE.intersection(sys.argv[1:]))
+    if COMPILED.pure_requested():
+        _sources_alone(f"{COMPILED.PURE_ENV} is set", in_place)
         return []
     try:
         return COMPILED.mypyc_extensions(COMPILED.PACKAGE_DIR, str(ROOT / "build" / "mypyc"))
     except ImportError as e:
-        _say(f"mypyc is not available ({e}): the Python sources alone, not compiled")
+        _sources_alone(f"mypyc is not available ({e})", in_place)
     except (Exception, SystemExit) as e:  # mypy's type check exits on an error
-        _say(f"mypyc could not translate the engine ({type(e).__name__}: {e}): the Python sources alone")
+        _sources_alone(f"mypyc could not translate the engine ({type(e).__name__}: {e})", in_place)
     return []
 
 
 class BuildCompiled(build_ext):
-    """build_ext that never fails the install: when the C compiler fails it removes what it built and leaves the
-    Python sources; when it succeeds it writes ``_compiled.json`` beside the extensions, last."""
+    """build_ext that never fails the install: when the C compiler fails it removes what it built (and, in place,
+    an earlier build) and leaves the Python sources; when it succeeds it writes ``_compiled.json`` beside the
+    extensions, last."""
 
     def run(self) -> None:
         if not self.extensions:
@@ -77,7 +88,7 @@ class BuildCompiled(build_ext):
             for ext in self.extensions:  # no extension without its record is left to be packaged
                 built = Path(self.build_lib) / self.get_ext_filename(self.get_ext_fullname(ext.name))
                 built.unlink(missing_ok=True)
-            _say(f"the C compiler failed ({type(e).__name__}: {e}): the Python sources alone, not compiled")
+            _sources_alone(f"the C compiler failed ({type(e).__name__}: {e})", inplace)
             return
         package_dir = COMPILED.PACKAGE_DIR if inplace else Path(self.build_lib) / "llmsched_env"
         COMPILED.write_manifest(package_dir, digests)

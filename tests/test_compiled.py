@@ -182,9 +182,13 @@ def load_setup() -> ModuleType:
 
 
 def test_the_build_compiles_only_when_it_builds_and_may_and_says_why_not(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Compiled only for a build command; with LLMSCHED_PURE or a mypyc error, none, and an editable install
+    also removes an earlier build beside the sources (a wheel's build leaves the checkout alone)."""
     setup_py = load_setup()
+    pkg = fake_package(tmp_path)  # stands in for the checkout's package: this tree's own build stays
+    monkeypatch.setattr(setup_py.COMPILED, "PACKAGE_DIR", pkg)
     calls: list[object] = []
 
     def fake(*args: object) -> list[str]:
@@ -197,9 +201,19 @@ def test_the_build_compiles_only_when_it_builds_and_may_and_says_why_not(
     assert setup_py.extensions() == [] and calls == []
     monkeypatch.setattr(sys, "argv", ["setup.py", "editable_wheel", "--dist-dir", "x"])
     assert setup_py.extensions() == ["ext"] and len(calls) == 1
+    earlier = pkg / "engine" / f"engine{SUFFIX}"
+    earlier.write_bytes(b"")
+    record(pkg)
     monkeypatch.setenv(compiled.PURE_ENV, "1")
+    monkeypatch.setattr(sys, "argv", ["setup.py", "bdist_wheel"])  # a wheel: the checkout's build is not its
     assert setup_py.extensions() == [] and len(calls) == 1
-    assert "LLMSCHED_PURE is set: the Python sources alone" in capsys.readouterr().err
+    assert "LLMSCHED_PURE is set: the Python sources alone, not compiled\n" in capsys.readouterr().err
+    assert earlier.exists() and compiled.stale_sources(pkg) == []
+    monkeypatch.setattr(sys, "argv", ["setup.py", "editable_wheel", "--dist-dir", "x"])
+    assert setup_py.extensions() == [] and len(calls) == 1
+    err = capsys.readouterr().err
+    assert "LLMSCHED_PURE is set: the Python sources alone, not compiled (removed the 2 files of an earlier" in err
+    assert compiled.stale_sources(pkg) is None  # no extension, no record: the sources run
     monkeypatch.delenv(compiled.PURE_ENV)
 
     def type_error(*args: object) -> list[str]:

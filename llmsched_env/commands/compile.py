@@ -32,10 +32,10 @@ from llmsched_env.common.compiled import (
     MODULES,
     PACKAGE_DIR,
     PURE_ENV,
+    clean,
     compiled_in_use,
-    extension_files,
+    pure_requested,
     source_digests,
-    source_path,
     stale_sources,
     write_manifest,
 )
@@ -57,23 +57,11 @@ setup(name="llmsched-compiled", ext_modules=mypyc_extensions(package_dir, tmp + 
 """
 
 
-def clean(package_dir: Path = PACKAGE_DIR) -> list[Path]:
-    """Remove the compiled extensions and their record; returns what was removed."""
-    removed = extension_files(package_dir)
-    manifest = package_dir / MANIFEST.name
-    if manifest.exists():
-        removed.append(manifest)
-    for path in removed:
-        path.unlink()
-    return removed
-
-
 def build(package_dir: Path = PACKAGE_DIR, quiet: bool = False) -> list[Path]:
     """Compile ``MODULES`` of the package in ``package_dir`` and install the extensions beside their sources.
     Returns the files written. Raises RuntimeError (one line, with the compiler's last line) when it fails."""
     if importlib.util.find_spec("mypyc") is None:
         raise RuntimeError("mypyc is not installed: pip install -e '.[compile]' (it ships with mypy)")
-    sources = [source_path(m, package_dir) for m in MODULES]
     digests = source_digests(package_dir)
     missing = [key for key, digest in digests.items() if digest is None]
     if missing:
@@ -81,14 +69,15 @@ def build(package_dir: Path = PACKAGE_DIR, quiet: bool = False) -> list[Path]:
     with tempfile.TemporaryDirectory(prefix="llmsched-compile-") as tmp:
         cmd = [sys.executable, "-c", _BUILD, tmp, str(package_dir)]
         # this checkout's llmsched_env first on the path: the build's own code is the one being compiled
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(package_dir.parent), os.environ.get("PYTHONPATH", "")])}
+        search = [str(package_dir.parent), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(search)}
         done = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
             last = next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else "")
             raise RuntimeError(f"mypyc failed (exit {done.returncode}): {last.strip()}")
         if not quiet:
-            print(f"{PROG}: compiled {len(sources)} modules", file=sys.stderr)
+            print(f"{PROG}: compiled {len(MODULES)} modules", file=sys.stderr)
         clean(package_dir)
         built = sorted((Path(tmp) / "lib").rglob("*.so")) + sorted((Path(tmp) / "lib").rglob("*.pyd"))
         written: list[Path] = []
@@ -125,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"{PROG}: compiled: in use ({MANIFEST})")
             return
         else:
-            pure = f" ({PURE_ENV} is set)" if os.environ.get(PURE_ENV, "") not in ("", "0") else ""
+            pure = f" ({PURE_ENV} is set)" if pure_requested() else ""
             print(f"{PROG}: compiled, not loaded{pure}: the Python sources run ({MANIFEST})")
         sys.exit(1)
     try:

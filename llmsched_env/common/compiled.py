@@ -40,10 +40,12 @@ __all__ = [
     "PACKAGE_DIR",
     "PURE_ENV",
     "SHARED_LIBRARY",
+    "clean",
     "compiled_in_use",
     "extension_files",
     "guard",
     "mypyc_extensions",
+    "pure_requested",
     "source_digest",
     "source_digests",
     "stale_sources",
@@ -105,6 +107,22 @@ def extension_files(package_dir: Path = PACKAGE_DIR) -> list[Path]:
             if path.exists():
                 out.append(path)
     return out
+
+
+def pure_requested() -> bool:
+    """Whether ``LLMSCHED_PURE`` asks for the sources (set, and neither empty nor ``0``)."""
+    return os.environ.get(PURE_ENV, "") not in ("", "0")
+
+
+def clean(package_dir: Path = PACKAGE_DIR) -> list[Path]:
+    """Remove the compiled extensions and their record from ``package_dir``; returns what was removed."""
+    removed = extension_files(package_dir)
+    manifest = package_dir / MANIFEST.name
+    if manifest.exists():
+        removed.append(manifest)
+    for path in removed:
+        path.unlink()
+    return removed
 
 
 def mypyc_extensions(package_dir: Path = PACKAGE_DIR, target_dir: str = "build/mypyc") -> list[Any]:
@@ -179,7 +197,7 @@ def guard(package_dir: Path = PACKAGE_DIR) -> bool:
     """Make a stale compiled build harmless (see the module's docstring). True when the sources will run
     because of it; called once, by ``llmsched_env/__init__.py``, before any module of ``MODULES`` is imported."""
     global _guarded
-    pure = os.environ.get(PURE_ENV, "") not in ("", "0")
+    pure = pure_requested()
     reasons = stale_sources(package_dir)
     if pure and reasons is not None:  # asked for the sources: no line to print
         if not _guarded:
