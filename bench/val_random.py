@@ -24,9 +24,9 @@ import llmsched_env  # noqa: F401
 from llmsched_env.commands.evaluate_args import csv_list
 from llmsched_env.common.checks import check_unique
 from llmsched_env.common.outputs import write_csv
+from llmsched_env.decision.policy_spec import resolve_policy
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.envs.single_node import LLMSchedEnv
-from llmsched_env.runtime.policy_spec import resolve_policy
 from llmsched_env.workloads.randomized import random_scenario
 
 VAL_SEED_BASE = 7_000_000_000  # above every 31-bit training seed

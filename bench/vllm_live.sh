@@ -32,7 +32,7 @@ echo "== $(date -u) $WORKLOAD into $OUT"
 
 CAL="$OUT/calibrate-$WORKLOAD"
 if [ ! -f "$CAL/cost-model.json" ]; then
-    "$PY" -m llmsched_env.adapters.vllm.live --out "$CAL" --schedulers fcfs --workload "$WORKLOAD" \
+    "$PY" -m llmsched_env.live.server --out "$CAL" --schedulers fcfs --workload "$WORKLOAD" \
         --rates "$CALIB_RATES" --repeats 1 --num-requests "$NUM_REQUESTS" --split val "${LIMITS[@]}"
     "$PY" -m llmsched_env.commands.live_replay "$CAL"/fcfs/"$WORKLOAD"-rate*-rep0 \
         --adapter-config "$CAL/fcfs/adapter.json" --save-model "$CAL/cost-model.json" --out "$CAL/replay.csv"
@@ -57,7 +57,7 @@ if [ ! -f "$SETUP/tuned.json" ]; then
 fi
 
 SCHEDULERS=${SCHEDULERS:-vllm,fcfs,slo_aware,learned,tuned=$SETUP/tuned.json}
-"$PY" -m llmsched_env.adapters.vllm.live --out "$OUT/$WORKLOAD" --schedulers "$SCHEDULERS" --workload "$WORKLOAD" \
+"$PY" -m llmsched_env.live.server --out "$OUT/$WORKLOAD" --schedulers "$SCHEDULERS" --workload "$WORKLOAD" \
     --rates "$RATES" --repeats "$REPEATS" --num-requests "$NUM_REQUESTS" --slo-scale "$SCALE" \
     --cost-model "$CAL/cost-model.json" --nominal-rate-rps "$NOMINAL" "${LIMITS[@]}"
 "$PY" "$ROOT/bench/vllm_live_report.py" "$OUT/$WORKLOAD" --paired vllm --markdown --out "$OUT/$WORKLOAD/runs.csv"

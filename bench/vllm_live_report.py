@@ -2,7 +2,7 @@
 
     python bench/vllm_live_report.py runs/vllm-live/random [--out table.csv] [--markdown]
 
-Reads what ``python -m llmsched_env.adapters.vllm.live`` (bench/vllm_serve.sh) wrote under the folder: vLLM's
+Reads what ``python -m llmsched_env.live.server`` (bench/vllm_serve.sh) wrote under the folder: vLLM's
 result JSON of every run (``<scheduler>/<workload>-rate<R>-rep<K>/result.json``, per-request timings included)
 and ``requests.json`` (each request's tenant), and the tenants' SLO targets in ``experiment.json``. Per run,
 from vLLM's client measurements:

@@ -9,12 +9,13 @@ the nearest one):
     sim         the simulator (event clock), KV-usage accounting, metrics    <- engine
     workloads   arrivals, lengths, traces (+ data/), scenarios, library      <- sim
     cluster     the cluster simulator, its config, metrics and scenarios     <- workloads
-    decision    observations, actions, masks, policies, routers, registry    <- cluster
+    decision    the decision loop, observations, actions, policies, registry <- cluster
     envs        LLMSched-v0, LLMSchedCluster-v0, LLMSchedMix-v0 (gymnasium)  <- decision
-    runtime     model, paged KV cache, runner, serving loop   (torch)        <- decision
+    runtime     model, paged KV cache, runner, Runtime        (torch)        <- decision
     adapters    vllm/: parity with vLLM, policies inside vLLM      (vllm)    <- runtime
     evaluation  episodes, grids, capacity search, statistics, outputs, Ray   <- envs, adapters
-    commands    the command lines (llmsched-evaluate, llmsched-calibrate)    <- evaluation
+    live        live vLLM servers measured, fitted and replayed               <- evaluation
+    commands    the command lines (llmsched-evaluate, llmsched-calibrate)    <- live
 
 Importing the package registers ``LLMSched-v0``, ``LLMSchedCluster-v0`` and ``LLMSchedMix-v0`` with Gymnasium
 when Gymnasium is installed; no folder listed before ``envs`` needs it.

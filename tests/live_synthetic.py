@@ -23,10 +23,10 @@ from llmsched_env.decision.observation import make_encoder
 from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.decision.registry import make_scheduler
 from llmsched_env.decision.schema import SCHEMA_VERSION
+from llmsched_env.decision.serve import serve
 from llmsched_env.engine.batch import Batch, Decision
 from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, TenantConfig
 from llmsched_env.engine.request import Request
-from llmsched_env.runtime.serve import serve
 from llmsched_env.sim.metrics import token_times
 from llmsched_env.sim.simulator import Simulator
 

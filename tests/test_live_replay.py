@@ -1,4 +1,4 @@
-"""The live-replay tool (``llmsched_env.evaluation.live_replay``) on "live" runs made by llmsched's own simulator
+"""The live-replay tool (``llmsched_env.live.replay``) on "live" runs made by llmsched's own simulator
 (``tests/live_synthetic.py``): replayed with the cost model that made them, they come back exactly; with the
 cost model fitted to their step log, nearly so; a wrong policy or cost model shows. Bad inputs:
 ``test_live_replay_inputs.py``."""
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from llmsched_env.commands.live_replay import main
-from llmsched_env.evaluation.live_replay import (
+from llmsched_env.live.replay import (
     StepRecord,
     compare,
     evaluate_runs,
@@ -111,7 +111,7 @@ def test_step_samples_by_duration() -> None:
 
 
 def test_command_line_prints_and_writes_the_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # adapters.vllm.live's layout: the runs of one server side by side, its whole log in server-log/ beside them;
+    # live.server's layout: the runs of one server side by side, its whole log in server-log/ beside them;
     # the server's policy saw a cost model of its own, named in the adapter's config
     logs, seen = tmp_path / "server-log", TRUE_MODEL.scaled(30.0)
     seen.save(tmp_path / "seen.json")

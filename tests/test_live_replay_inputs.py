@@ -14,7 +14,7 @@ import pytest
 
 from llmsched_env.commands.live_replay import main, parse_engine_config
 from llmsched_env.engine.config import EngineConfig
-from llmsched_env.evaluation.live_replay import compare, frontend_delay_s, load_run, replay
+from llmsched_env.live.replay import compare, frontend_delay_s, load_run, replay
 from tests.live_synthetic import ENGINE, TENANTS, TRUE_MODEL, write_run
 
 

@@ -422,7 +422,9 @@ def test_policy_file_loaders_import_only_numpy_safetensors_and_torch_for_the_tor
         sys.stdlib_module_names
     )
     # common.files: the bounded reads (standard library only)
-    allowed = {"llmsched_env.common.files", "llmsched_env.decision.actions", "llmsched_env.decision.schema"}
+    # common.registry: FORWARDS, where the torch loader registers its forward pass (found by entry point)
+    allowed = {"llmsched_env.common.files", "llmsched_env.common.registry", "llmsched_env.decision.actions",
+               "llmsched_env.decision.schema"}  # fmt: skip
     assert {n for n in numpy_loader if n.startswith("llmsched_env")} <= allowed
     torch_loader = _module_imports(ROOT / "llmsched_env" / "runtime" / "policy_file.py")
     assert {n.split(".")[0] for n in torch_loader} - {"llmsched_env"} <= {"numpy", "torch"} | set(
@@ -455,6 +457,13 @@ def test_an_activation_numpy_lacks_runs_on_torch_and_the_numpy_loader_says_so(ex
             expected.append(int(part.argmax()))
             start += n
         assert policy.act(obs, mask).tolist() == expected
+    # the decision layer's resolver (llmsched-evaluate, the vLLM adapter) reaches torch's forward pass through
+    # FORWARDS without importing torch itself
+    from llmsched_env.decision.policy_spec import resolve_policy
+
+    resolved = resolve_policy(f"g={gelu}").load()
+    assert not resolved.bounded_act  # a forward pass given at load time
+    assert all((resolved.act(o, m) == policy.act(o, m)).all() for o, m in rollout[:50])
     # a numpy activation gives the same actions through either loader
     same = numpy_loader.load_policy_file(exported)
     assert all((same.act(o, m) == load_policy_file(exported).act(o, m)).all() for o, m in rollout[:50])

@@ -16,6 +16,7 @@ from llmsched_env.costs.loader import load_cost_model  # noqa: E402
 from llmsched_env.decision.actions import ActionSpec  # noqa: E402
 from llmsched_env.decision.observation import ObservationEncoder  # noqa: E402
 from llmsched_env.decision.policy import PolicyContext  # noqa: E402
+from llmsched_env.decision.serve import ServeOptions, serve  # noqa: E402
 from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, TenantConfig  # noqa: E402
 from llmsched_env.engine.request import Request  # noqa: E402
 from llmsched_env.runtime import calibrate as cal  # noqa: E402
@@ -23,7 +24,6 @@ from llmsched_env.runtime.executor import Runtime  # noqa: E402
 from llmsched_env.runtime.model import ModelConfig  # noqa: E402
 from llmsched_env.runtime.policy_file import action_options, load_policy_file  # noqa: E402
 from llmsched_env.runtime.runner import ModelRunner  # noqa: E402
-from llmsched_env.runtime.serve import ServeOptions, serve  # noqa: E402
 from llmsched_env.runtime.tokens import PromptTokens  # noqa: E402
 from llmsched_env.sim.simulator import Simulator  # noqa: E402
 from llmsched_env.workloads.library import get_scenario  # noqa: E402

@@ -11,8 +11,8 @@ import pytest
 
 from llmsched_env.commands.evaluate import parse
 from llmsched_env.common.checks import check_label, label_fault
+from llmsched_env.decision.policy_spec import PolicySpec
 from llmsched_env.evaluation import EvalConfig
-from llmsched_env.runtime.policy_spec import PolicySpec
 from tests.bench_scripts import bench_script
 
 ROOT = Path(__file__).resolve().parents[1]

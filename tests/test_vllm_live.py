@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from llmsched_env.adapters.vllm.live import (
+from llmsched_env.engine.config import SLO_CLASSES
+from llmsched_env.live.server import (
     LiveServer,
     _write_timed_trace,
     check_tenants,
     tenant_slos,
     trace_stream,
 )
-from llmsched_env.engine.config import SLO_CLASSES
 
 
 def test_the_trace_stream_is_the_merged_azure_traces_at_the_rate() -> None:

@@ -10,7 +10,7 @@
 Each RUN_DIR holds one `vllm bench serve` run against `vllm serve` with llmsched's scheduler: the result JSON
 (--save-result --save-detailed; result.json, or the one *.json besides requests.json) and the client's
 requests.json. The server's steps.jsonl and requests.jsonl are in RUN_DIR, in server-log/ beside it (as
-`python -m llmsched_env.adapters.vllm.live` lays them out) or in --log-dir: the whole server log will do, its
+`python -m llmsched_env.live.server` lays them out) or in --log-dir: the whole server log will do, its
 records are filtered by the labels of requests.json and its steps by the run's span, first arrival to last
 finish. --adapter-config (that layout's adapter.json) gives the server's policy, tenants, the cost model its
 policy saw, nominal rate, seed and scenario; --policy and --tenants override it.
@@ -40,8 +40,8 @@ from llmsched_env.common.files import CONFIG_BYTES, parse_json, read_text
 from llmsched_env.common.outputs import check_output, write_csv
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.engine.config import EngineConfig, TenantConfig
-from llmsched_env.evaluation.live_logs import find_log_dir
-from llmsched_env.evaluation.live_replay import DURATIONS, evaluate_runs, format_report, frontend_delay_s, load_run
+from llmsched_env.live.logs import find_log_dir
+from llmsched_env.live.replay import DURATIONS, evaluate_runs, format_report, frontend_delay_s, load_run
 
 __all__ = ["PROG", "build_parser", "logged_engine_config", "main", "parse_engine_config"]
 

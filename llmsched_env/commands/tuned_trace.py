@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.evaluation.trace_tuned import trace_key, trace_tuned_policy
-from llmsched_env.runtime.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.workloads.scenarios import Scenario
 
 __all__ = ["TUNE_PROG", "trace_policies", "trace_tune_command"]

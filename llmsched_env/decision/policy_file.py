@@ -10,7 +10,9 @@ what is wrong, never later with a shape error in the middle of serving. Both fil
 
 The actor runs in numpy for the activations numpy has (``NUMPY_ACTIVATIONS``: tanh, relu, identity; SB3's
 defaults); a policy with another one (``ACTIVATION_NAMES``) needs a ``forward`` over the logits, which
-``llmsched_env.runtime.policy_file.load_policy_file`` builds in torch.
+``llmsched_env.runtime.policy_file.load_policy_file`` builds in torch. ``torch_forward`` reaches that builder from
+this layer through ``FORWARDS``, the registry the torch runtime fills (found through the entry point
+``llmsched.forwards``, so nothing here imports torch).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 from safetensors.numpy import load as load_safetensors
 
 from llmsched_env.common.files import CONFIG_BYTES, POLICY_BYTES, FileRefusedError, parse_json, read_bytes, read_text
+from llmsched_env.common.registry import Registry
 from llmsched_env.decision.actions import ACTION_COMPONENTS
 from llmsched_env.decision.schema import SCHEMAS, schema_summary
 
@@ -33,15 +36,18 @@ __all__ = [
     "ACTIVATION_NAMES",
     "FORMAT",
     "FORMAT_VERSION",
+    "FORWARDS",
     "JSON_NAME",
     "NUMPY_ACTIVATIONS",
     "OPTION_KEYS",
     "TENSORS_NAME",
     "ExportedPolicy",
     "Forward",
+    "ForwardBuilder",
     "PolicyFileError",
     "action_options",
     "load_policy_file",
+    "torch_forward",
 ]
 
 FORMAT = "llmsched-policy"
@@ -56,6 +62,11 @@ NUMPY_ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 Forward = Callable[[np.ndarray], np.ndarray]  # the network input [num_obs] (float32) -> its logits [sum(nvec)]
+# (meta, weights) -> the forward pass of that network
+ForwardBuilder = Callable[[dict[str, Any], list[tuple[np.ndarray, np.ndarray]]], Forward]
+# Builders of the actor's forward pass for the activations numpy lacks: ``torch`` is registered by the torch runtime
+# (llmsched_env/runtime/policy_file.py), which the entry point ``llmsched.forwards`` imports on the first lookup.
+FORWARDS: Registry[ForwardBuilder] = Registry("policy forward pass", plugins="llmsched.forwards")
 # ActionSpec option lists and the action component each one sizes
 OPTION_KEYS = {
     "token_budgets": "token_budget",
@@ -75,9 +86,20 @@ def action_options(spec: Any) -> dict[str, list[float]]:
 
 
 # ------------------------------------------------------------------------------------------------ loading
-def load_policy_file(
-    path: str | Path, forward: Callable[[dict[str, Any], list[tuple[np.ndarray, np.ndarray]]], Forward] | None = None
-) -> ExportedPolicy:
+def torch_forward(meta: dict[str, Any], weights: list[tuple[np.ndarray, np.ndarray]]) -> Forward:
+    """The network of ``meta`` in torch (``FORWARDS["torch"]``), for an activation numpy lacks; ``PolicyFileError``
+    where torch's builder is not to be had."""
+    try:
+        builder = FORWARDS.get("torch")
+    except (ValueError, ImportError) as exc:
+        raise PolicyFileError(
+            f"activation {meta['network']['activation']!r} runs on torch, whose forward pass is not available here "
+            f"({str(exc).splitlines()[0]})"
+        ) from None
+    return builder(meta, weights)
+
+
+def load_policy_file(path: str | Path, forward: ForwardBuilder | None = None) -> ExportedPolicy:
     """Load and verify an exported policy from ``policy.json``, ``policy.safetensors`` or their folder.
     ``forward(meta, weights)`` builds the network's forward pass for an activation numpy does not have
     (``runtime.policy_file`` passes a torch one); without it such a policy is refused, naming that loader."""

@@ -1,5 +1,6 @@
 """Judging schedulers: episodes, grids over policies, scenarios, loads and seeds, capacity search,
-statistics over seeds, result files, plots and scale-out on Ray.
+statistics over seeds, result files, plots and scale-out on Ray. (Live vLLM servers are measured in
+``llmsched_env.live``.)
 
     from llmsched_env.evaluation import EvalConfig, run_grid, summarize, write_results
 
@@ -12,7 +13,7 @@ statistics over seeds, result files, plots and scale-out on Ray.
 | module | what |
 |---|---|
 | ``config`` | ``EvalConfig``: the runs, checked once; ``InputError`` |
-| ``policies`` | ``PolicySpec``, ``resolve_policy``: a baseline by name or an exported policy file |
+| (``decision.policy_spec``) | ``PolicySpec``, ``resolve_policy``: a baseline by name or an exported policy file |
 | ``runtime_options`` / ``runtime_backend`` | the torch runtime as a backend (imports torch) |
 | ``grid`` | ``run_grid``, ``run_cell``: the episodes, serially or on Ray |
 | ``details`` | per-request latencies and the KV series of an episode, for plots |
@@ -48,7 +49,7 @@ _LAZY = {  # name -> its module: imported on first use, so one submodule does no
     "GridResult": "llmsched_env.evaluation.grid",
     "InputError": "llmsched_env.evaluation.config",
     "LiveTable": "llmsched_env.evaluation.outputs",
-    "PolicySpec": "llmsched_env.runtime.policy_spec",
+    "PolicySpec": "llmsched_env.decision.policy_spec",
     "Row": "llmsched_env.evaluation.config",
     "RuntimeOptions": "llmsched_env.evaluation.runtime_options",
     "TuneConfig": "llmsched_env.evaluation.tuning",
@@ -65,7 +66,7 @@ _LAZY = {  # name -> its module: imported on first use, so one submodule does no
     "mean_ci95": "llmsched_env.evaluation.stats",
     "merge_identical": "llmsched_env.evaluation.identity",
     "policy_label": "llmsched_env.evaluation.identity",
-    "resolve_policy": "llmsched_env.runtime.policy_spec",
+    "resolve_policy": "llmsched_env.decision.policy_spec",
     "results_table": "llmsched_env.evaluation.outputs",
     "run_cell": "llmsched_env.evaluation.grid",
     "run_grid": "llmsched_env.evaluation.grid",

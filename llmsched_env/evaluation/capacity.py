@@ -30,6 +30,7 @@ import numpy as np
 
 from llmsched_env.cluster.scenarios import ClusterScenario
 from llmsched_env.common.files import RECORD_BYTES, csv_records
+from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row
 from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
 from llmsched_env.evaluation.grid import run_cell, runners_for
@@ -37,7 +38,6 @@ from llmsched_env.evaluation.identity import TRAJECTORY, combine_fingerprints, m
 from llmsched_env.evaluation.progress import Progress
 from llmsched_env.evaluation.stats import mean_ci95
 from llmsched_env.evaluation.sustained import env_windows, scenario_windows
-from llmsched_env.runtime.policy_spec import PolicySpec, resolve_policy
 
 __all__ = [
     "CAPACITY_TARGET",

@@ -25,13 +25,13 @@ from llmsched_env.cluster.scenarios import CLUSTER_SCENARIOS, ClusterScenario
 from llmsched_env.common.checks import check_int, check_label, check_positive, check_unique, duplicates
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.actions import ACTION_COMPONENTS, ActionSpec
+from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.decision.schema import SCHEMA_VERSION
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.envs.options import MAX_EPISODE_REQUESTS, MAX_LOAD, MIN_LOAD
 from llmsched_env.evaluation.knob_space import static_decision
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
-from llmsched_env.runtime.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.workloads.library import SCENARIOS
 from llmsched_env.workloads.prediction import LengthPredictor
 from llmsched_env.workloads.scenarios import Scenario, check_episode_size, check_split

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from llmsched_env.decision.policy_spec import PolicySpec
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row
 from llmsched_env.evaluation.details import episode_details
@@ -32,7 +33,6 @@ from llmsched_env.evaluation.identity import TRAJECTORY, trajectory_fingerprint
 from llmsched_env.evaluation.lookahead import lookahead_factory
 from llmsched_env.evaluation.progress import Progress
 from llmsched_env.evaluation.sustained import env_windows
-from llmsched_env.runtime.policy_spec import PolicySpec
 
 if TYPE_CHECKING:  # the runtime backend imports torch: only when it runs
     from llmsched_env.evaluation.runtime_backend import Runners

@@ -9,15 +9,15 @@ from typing import Any
 
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.observation import make_encoder
+from llmsched_env.decision.policy_spec import PolicySpec
 from llmsched_env.decision.registry import make_scheduler
+from llmsched_env.decision.serve import ServeOptions, serve
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.evaluation.config import EvalConfig, InputError
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.runtime.calibrate import ProfileGrid, measured_over_predicted, profile
 from llmsched_env.runtime.executor import Runtime
-from llmsched_env.runtime.policy_spec import PolicySpec
 from llmsched_env.runtime.runner import ModelRunner
-from llmsched_env.runtime.serve import ServeOptions, serve
 from llmsched_env.workloads.scenarios import slo_scale
 
 __all__ = ["SPEED_CHECK_GRID", "SPEED_WARN_RATIO", "Runners", "runtime_episode", "speed_check", "speed_message"]

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_env.common.files import TRACE_BYTES, open_regular
+from llmsched_env.decision.policy_spec import PolicySpec
 from llmsched_env.decision.tuned_table import TunedTable, load_tuned_table
 from llmsched_env.evaluation.tuning import shipped_table
-from llmsched_env.runtime.policy_spec import PolicySpec
 from llmsched_env.workloads.scenarios import Scenario
 
 __all__ = [

@@ -1,7 +1,7 @@
 """vLLM's real scheduler as an evaluation engine, next to llmsched's simulator on the same workload.
 
 ``compare_engines(config)`` runs every (scenario, load, policy, seed) of an ``EvalConfig`` twice on the very
-same requests: through llmsched's simulator (``runtime.serve`` driving a ``Simulator``: the env's loop, policy
+same requests: through llmsched's simulator (``decision.serve`` driving a ``Simulator``: the env's loop, policy
 decisions held for the policy's ``iterations_per_step``) and through vLLM's scheduler in the loop
 (``adapters.vllm.loop``), both priced by the scenario's cost model. ``check_vllm()`` says in one line when vLLM
 is missing; nothing here imports vLLM until a run starts.
@@ -13,8 +13,8 @@ from typing import Any
 
 from llmsched_env.adapters.vllm import require_vllm
 from llmsched_env.decision.registry import make_scheduler
+from llmsched_env.decision.serve import ServeOptions, serve
 from llmsched_env.evaluation.config import EvalConfig, Row
-from llmsched_env.runtime.serve import ServeOptions, serve
 from llmsched_env.sim.simulator import Simulator
 
 __all__ = ["COMPARE_COLUMNS", "check_vllm", "compare_engines", "compare_run", "format_comparison"]

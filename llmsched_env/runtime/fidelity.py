@@ -30,13 +30,13 @@ from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.observation import ObservationEncoder, make_encoder
 from llmsched_env.decision.policy import Policy, PolicyContext
 from llmsched_env.decision.schema import SCHEMA_VERSION
+from llmsched_env.decision.serve import ServeStats, serve, serving
 from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, TenantConfig
 from llmsched_env.engine.request import Request
 from llmsched_env.runtime.calibrate import fit, iteration_samples
 from llmsched_env.runtime.executor import Runtime
 from llmsched_env.runtime.names import FIDELITY_REQUESTS, FIT_LOADS
 from llmsched_env.runtime.runner import ModelRunner
-from llmsched_env.runtime.serve import ServeStats, serve, serving
 from llmsched_env.sim.repriced import RepricedSimulator
 from llmsched_env.sim.simulator import Simulator
 from llmsched_env.workloads.lengths import LengthDist

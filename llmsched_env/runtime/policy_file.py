@@ -16,6 +16,7 @@ from llmsched_env.decision.policy_file import (
     ACTIVATION_NAMES,
     FORMAT,
     FORMAT_VERSION,
+    FORWARDS,
     JSON_NAME,
     OPTION_KEYS,
     TENSORS_NAME,
@@ -73,6 +74,9 @@ def torch_forward(meta: dict[str, Any], weights: list[tuple[np.ndarray, np.ndarr
             return network(torch.from_numpy(x)[None])[0].numpy()  # [1, num_obs] -> [1, sum(nvec)]
 
     return forward
+
+
+FORWARDS.register("torch", torch_forward)  # what the decision layer's loader asks for an activation numpy lacks
 
 
 def load_policy_file(path: str | Path) -> ExportedPolicy:

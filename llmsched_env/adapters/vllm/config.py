@@ -4,7 +4,7 @@ absent (the default suite, a launcher validating before it starts a server).
 
 Every error is one line naming the file (or ``environment``) and the field; all the errors found are reported
 together, one line each. The policy is named as ``llmsched-evaluate --policies`` names it (the same resolver,
-``runtime.policy_spec.resolve_policy``): a registered scheduler, ``learned`` (the shipped generalist),
+``decision.policy_spec.resolve_policy``): a registered scheduler, ``learned`` (the shipped generalist),
 ``[name=]FOLDER`` or ``policy.json`` of an exported policy, ``tuned`` or ``tuned=TABLE.json`` (with ``scenario``
 naming the table's entry; a table of one entry needs none).
 """
@@ -21,8 +21,8 @@ from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, parse_json
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.decider import DECIDER_MODES
+from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.engine.config import SLO_CLASSES, SLOClass, TenantConfig
-from llmsched_env.runtime.policy_spec import PolicySpec, resolve_policy
 
 __all__ = ["CONFIG_ENV", "CONFIG_FIELDS", "AdapterConfig", "ResolvedAdapter"]
 

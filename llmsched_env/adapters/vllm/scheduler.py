@@ -9,7 +9,7 @@ knobs from the ``Decision`` before running vLLM's own ``schedule()`` (``contract
 The policy answers under a hard deadline (``decision.decider.TimedDecider``: a ``SIGALRM`` timer where vLLM
 schedules on its main thread, else a worker thread): a policy that raises, returns an invalid action, or has
 not answered by ``policy_timeout_s`` leaves that step to vLLM's own behaviour (every knob restored to vLLM's
-setting, FCFS order), counted by reason in ``stats`` (``runtime.serve.ServeStats``). A hung policy cannot hold
+setting, FCFS order), counted by reason in ``stats`` (``decision.serve.ServeStats``). A hung policy cannot hold
 ``schedule()`` past its timeout. The
 bookkeeping is incremental: hooks on admission, preemption and finishing keep per-tenant counters, so a step
 costs O(tenants + prefilling requests + changes), not O(requests).
@@ -46,8 +46,8 @@ from llmsched_env.adapters.vllm.waiting import PolicyWaitingQueue
 from llmsched_env.decision.decider import TimedDecider
 from llmsched_env.decision.policy import Policy, PolicyContext, reads_observation
 from llmsched_env.decision.policy_file import action_options
+from llmsched_env.decision.serve import ServeStats
 from llmsched_env.engine.batch import Decision, QueueOrder
-from llmsched_env.runtime.serve import ServeStats
 
 __all__ = [
     "CONFIG_ENV",

@@ -19,7 +19,7 @@ without vLLM's null block, ``block_size``, ``max_num_seqs``, ``max_num_batched_t
 the tenants with their SLO targets, the policy and the vLLM distribution and version.
 
 Records are buffered and written once a second, when the scheduler runs out of requests, and at exit, so a
-step costs a list append. ``evaluation.live_replay`` reads these files.
+step costs a list append. ``live.replay`` reads these files.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from typing import cast
 import numpy as np
 
 from llmsched_env.costs.linear import LinearCostModel, fit_report
-from llmsched_env.evaluation.live_records import StepRecord
+from llmsched_env.live.records import StepRecord
 
 __all__ = [
     "DURATIONS",

@@ -20,8 +20,8 @@ import math
 
 import numpy as np
 
-from llmsched_env.evaluation.live_logs import LiveRun
-from llmsched_env.evaluation.live_sim import Latencies, ReplayResult
+from llmsched_env.live.logs import LiveRun
+from llmsched_env.live.sim import Latencies, ReplayResult
 
 __all__ = ["COMPARE_COLUMNS", "client_latencies", "compare", "engine_latencies", "frontend_delay_s"]
 

@@ -4,10 +4,10 @@
 run's first), the prompt length the server counted, the exact output length the client asked for (the client
 ignores EOS, so every request runs to it) and its tenant. It serves them with a ``Simulator`` under the same
 policy, resolved as ``llmsched-evaluate --policies`` and the vLLM adapter resolve one, through the serving
-loop (``runtime.serve``: the env's observation, mask and decision holding, an ``fcfs`` fallback), and returns
+loop (``decision.serve``: the env's observation, mask and decision holding, an ``fcfs`` fallback), and returns
 each request's TTFT, TPOT and E2E in the run's send order, with the request throughput.
 
-The simulator's clock is priced by ``cost_model`` (typically ``live_fit.fit_live_cost_model`` of the run's
+The simulator's clock is priced by ``cost_model`` (typically ``fit.fit_live_cost_model`` of the run's
 steps); the engine and the policy see ``policy_cost_model`` when given: the model the live server's adapter
 was configured with, which a policy such as ``slo_aware`` sizes its token budget by.
 """
@@ -23,12 +23,12 @@ from llmsched_env.costs.base import CostModel
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.observation import make_encoder
 from llmsched_env.decision.policy import PolicyContext, start_episode
+from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.decision.registry import make_scheduler
+from llmsched_env.decision.serve import ServeOptions, serve
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.engine.request import Request, Status, tpot_s
-from llmsched_env.evaluation.live_logs import LiveRun
-from llmsched_env.runtime.policy_spec import PolicySpec, resolve_policy
-from llmsched_env.runtime.serve import ServeOptions, serve
+from llmsched_env.live.logs import LiveRun
 from llmsched_env.sim.metrics import token_times
 from llmsched_env.sim.repriced import RepricedSimulator
 

@@ -1,9 +1,9 @@
 """Does llmsched's simulator predict a live vLLM server? A live benchmark run replayed in the simulator.
 
-    run = load_run("runs/r8")                     # live_logs: the run's four files, checked and matched
-    model = fit_live_cost_model(run.steps)        # live_fit: a cost model of the server's engine steps
-    sim = replay(run, "slo_aware", engine, tenants, model)   # live_sim: the same requests, simulated
-    rows = compare(run, sim, frontend_delay_s(load_run("runs/r1")))  # live_compare: live vs simulated
+    run = load_run("runs/r8")                     # logs: the run's four files, checked and matched
+    model = fit_live_cost_model(run.steps)        # fit: a cost model of the server's engine steps
+    sim = replay(run, "slo_aware", engine, tenants, model)   # sim: the same requests, simulated
+    rows = compare(run, sim, frontend_delay_s(load_run("runs/r1")))  # compare: live vs simulated
     report = evaluate_runs([run], "slo_aware", engine, tenants)      # all of it, for several runs
 
 A run folder holds one ``vllm bench serve`` run against ``vllm serve`` with llmsched's scheduler: the result
@@ -21,23 +21,25 @@ from dataclasses import dataclass
 
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.linear import LinearCostModel
+from llmsched_env.decision.policy_spec import resolve_policy
 from llmsched_env.engine.config import EngineConfig, TenantConfig
-from llmsched_env.evaluation.live_compare import (
+from llmsched_env.evaluation.tables import format_table
+from llmsched_env.live.compare import (
     COMPARE_COLUMNS,
     client_latencies,
     compare,
     engine_latencies,
     frontend_delay_s,
 )
-from llmsched_env.evaluation.live_fit import (
+from llmsched_env.live.fit import (
     DURATIONS,
     fit_live_cost_model,
     live_fit_report,
     step_breakdown,
     step_samples,
 )
-from llmsched_env.evaluation.live_logs import LiveRun, find_log_dir, load_run
-from llmsched_env.evaluation.live_records import (
+from llmsched_env.live.logs import LiveRun, find_log_dir, load_run
+from llmsched_env.live.records import (
     ClientResult,
     PlannedRequest,
     ServerRequest,
@@ -47,9 +49,7 @@ from llmsched_env.evaluation.live_records import (
     read_server_requests,
     read_steps,
 )
-from llmsched_env.evaluation.live_sim import Latencies, ReplayResult, replay, replay_requests
-from llmsched_env.evaluation.tables import format_table
-from llmsched_env.runtime.policy_spec import resolve_policy
+from llmsched_env.live.sim import Latencies, ReplayResult, replay, replay_requests
 
 __all__ = [
     "COMPARE_COLUMNS",

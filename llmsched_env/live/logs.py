@@ -1,7 +1,7 @@
 """The files of one live benchmark run against ``vllm serve`` with llmsched's scheduler, read and checked.
 
 A run folder holds what the client wrote, and the server's logs are in it or in ``server-log`` beside it
-(``find_log_dir``; ``adapters.vllm.live`` lays them out so):
+(``find_log_dir``; ``live.server`` lays them out so):
 
 - ``steps.jsonl`` (the server's adapter): one ``StepRecord`` per engine iteration, with its four batch
   features (``costs.base``) and the ``time.time()`` stamps of ``schedule()`` (``t0``, ``t1``) and
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmsched_env.evaluation.live_records import (
+from llmsched_env.live.records import (
     ClientResult,
     PlannedRequest,
     ServerRequest,
@@ -40,7 +40,7 @@ PLAN_FILE = "requests.json"
 STEPS_FILE = "steps.jsonl"
 SERVER_FILE = "requests.jsonl"
 RESULT_FILE = "result.json"
-LOG_FOLDER = "server-log"  # beside the run folders, as ``adapters.vllm.live`` lays an experiment out
+LOG_FOLDER = "server-log"  # beside the run folders, as ``live.server`` lays an experiment out
 
 
 @dataclass(frozen=True)

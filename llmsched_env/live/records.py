@@ -1,4 +1,4 @@
-"""The records of a live run's files and their readers (``live_logs`` puts them together into a run).
+"""The records of a live run's files and their readers (``logs`` puts them together into a run).
 
 Each reader checks every field's type: ``ValueError`` naming the file, then the line (``steps.jsonl``,
 ``requests.jsonl``) or the entry (``requests.json``, the result JSON) and the field. Times are seconds.

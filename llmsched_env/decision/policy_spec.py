@@ -22,7 +22,7 @@ from typing import Any
 
 from llmsched_env.decision.lookahead import LookaheadConfig, parse_lookahead
 from llmsched_env.decision.policy import Policy
-from llmsched_env.decision.policy_file import ExportedPolicy, Forward, load_policy_file
+from llmsched_env.decision.policy_file import ExportedPolicy, load_policy_file, torch_forward
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy
 from llmsched_env.decision.schema import SCHEMA_VERSION
 from llmsched_env.decision.tuned_table import TunedTable, is_tuned_table, load_tuned_table
@@ -44,13 +44,6 @@ def shipped_policies() -> Path:
 
 
 GENERALIST_PATH = shipped_policies() / "generalist"
-
-
-def _torch_forward(meta: dict[str, Any], weights: list) -> Forward:
-    """A policy file's network in torch, for an activation numpy lacks: torch is imported only then."""
-    from llmsched_env.runtime.policy_file import torch_forward
-
-    return torch_forward(meta, weights)
 
 
 def baseline_names() -> list[str]:
@@ -94,7 +87,7 @@ class PolicySpec:
         """Load (once) and return the exported policy file; ``PolicyFileError`` (a ``ValueError``) if bad."""
         if self._exported is None:
             assert self.path is not None, f"policy {self.name!r} is not a policy file"
-            self._exported = load_policy_file(self.path, forward=_torch_forward)
+            self._exported = load_policy_file(self.path, forward=torch_forward)
         return self._exported
 
     @property
