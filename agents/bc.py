@@ -14,7 +14,8 @@ settings at the loads near capacity where ``tuned`` never went).
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -24,10 +25,13 @@ import torch as th
 
 from agents.sb3 import SB3Policy
 from agents.teacher import teacher as make_teacher
+from llmsched_env.decision.actions import ACTION_COMPONENTS
 
-__all__ = ["Actor", "behaviour_clone", "collect_demonstrations"]
+__all__ = ["Actor", "CloneLog", "behaviour_clone", "collect_demonstrations"]
 
 Actor = Callable[[np.ndarray, np.ndarray], Any]  # (observation, mask) -> action: who plays the episodes
+# (scalars, step) -> None: the cloning's figures as it goes, step = cloning epochs done (TensorBoard's tb/clone)
+CloneLog = Callable[[Mapping[str, float], int], None]
 
 
 def collect_demonstrations(
@@ -100,6 +104,7 @@ def behaviour_clone(
     on_epoch: Callable[[int, int], None] | None = None,
     dagger_iterations: int = 0,
     stride: int = 1,
+    on_log: CloneLog | None = None,
 ) -> dict[str, float]:
     """Fit ``model.policy`` (an SB3 actor-critic, masked or not) to ``baseline``; return the final accuracy
     (share of the labelled steps whose every action component matches) and losses.
@@ -110,28 +115,60 @@ def behaviour_clone(
     DAgger follow (module docstring), each with ``num_steps`` steps played by the clone; ``dagger<i>_agreement``
     is the share of those steps where the clone already chose the baseline's action. ``stride``: label one
     played step in ``stride`` (``collect_demonstrations``). ``on_epoch(done, total)`` is called after each
-    epoch (a progress bar)."""
+    epoch (a progress bar). ``on_log(scalars, step)`` gets the ``clone/*`` figures, ``step`` = the epochs
+    fitted so far over every round (docs/training.md, TensorBoard): each epoch's means, and at the start of
+    each round (step = round x ``epochs``) its labelled steps, the time it took to play and label them and,
+    for a DAgger round, the agreement of the clone that played it."""
     if dagger_iterations < 0:
         raise ValueError(f"dagger_iterations must be >= 0, got {dagger_iterations!r}")
+    log: CloneLog = on_log if on_log is not None else (lambda values, step: None)
     env = make_env()
     gamma = float(getattr(model, "gamma", 0.99))
     masked = "Maskable" in type(model).__name__
+    t0 = time.perf_counter()
     data = collect_demonstrations(env, baseline, num_steps, gamma, seed, stride=stride)
+    log({"clone/labelled_steps": len(data["obs"]), "clone/collect_s": time.perf_counter() - t0}, 0)
     total = epochs * (1 + dagger_iterations)
     optimizer = th.optim.Adam(model.policy.parameters(), lr=learning_rate)
     gen = th.Generator().manual_seed(seed)
-    fit: _FitOptions = {"epochs": epochs, "batch_size": batch_size, "smoothing": smoothing, "generator": gen}
-    stats = _fit(model, data, optimizer, masked, **fit, on_epoch=_offset(on_epoch, 0, total))
+    fit: _FitOptions = {
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "smoothing": smoothing,
+        "generator": gen,
+        "components": _component_names(env, model),
+    }
+    stats = _fit(model, data, optimizer, masked, **fit, on_epoch=_offset(on_epoch, 0, total), on_log=_shifted(log, 0))
     for it in range(1, dagger_iterations + 1):
+        t0 = time.perf_counter()
         clone = _clone_actor(model, env)
         visited = collect_demonstrations(env, baseline, num_steps, gamma, seed + 7919 * it, actor=clone, stride=stride)
         stats[f"dagger{it}_agreement"] = _accuracy(model, visited, masked)
         data = {k: np.concatenate([data[k], visited[k]]) for k in data}
-        stats.update(_fit(model, data, optimizer, masked, **fit, on_epoch=_offset(on_epoch, it * epochs, total)))
+        played = {"clone/dagger_agreement": stats[f"dagger{it}_agreement"], "clone/labelled_steps": len(data["obs"])}
+        log({**played, "clone/collect_s": time.perf_counter() - t0}, it * epochs)
+        progress, on_fit = _offset(on_epoch, it * epochs, total), _shifted(log, it * epochs)
+        stats.update(_fit(model, data, optimizer, masked, **fit, on_epoch=progress, on_log=on_fit))
     env.close()
     stats["bc_accuracy"] = _accuracy(model, data, masked)
     stats["bc_steps"] = float(len(data["obs"]))
+    log({"clone/final_accuracy": stats["bc_accuracy"]}, total)
     return stats
+
+
+def _component_names(env: gym.Env, model: Any) -> list[str]:
+    """The action components' names, as the exported policy names them (``clone/accuracy/NAME``)."""
+    space = model.action_space
+    count = len(space.nvec) if hasattr(space, "nvec") else 1
+    spec = getattr(env.unwrapped, "action_spec", None)
+    names = list(getattr(spec, "components", ACTION_COMPONENTS))
+    return names if len(names) == count else [f"component{i}" for i in range(count)]
+
+
+def _shifted(log: CloneLog, done: int) -> Callable[[int, dict[str, float]], None]:
+    """``_fit``'s report of its epoch ``k`` to ``log`` at step ``done + k``: the epochs of every fit before it
+    come first on the cloning's axis."""
+    return lambda k, values: log(values, done + k)
 
 
 def _clone_actor(model: Any, env: gym.Env) -> Actor:
@@ -164,6 +201,7 @@ class _FitOptions(TypedDict):
     batch_size: int
     smoothing: float
     generator: th.Generator
+    components: list[str]  # the action components' names: clone/accuracy/NAME
 
 
 def _fit(
@@ -175,9 +213,15 @@ def _fit(
     batch_size: int,
     smoothing: float,
     generator: th.Generator,
+    components: list[str],
     on_epoch: Callable[[int, int], None] | None,
+    on_log: Callable[[int, dict[str, float]], None] | None = None,
 ) -> dict[str, float]:
-    """``epochs`` passes of the actor (smoothed likelihood of the labels) and critic (returns) over ``data``."""
+    """``epochs`` passes of the actor (smoothed likelihood of the labels) and critic (returns) over ``data``;
+    the last minibatch's losses and entropy returned (``bc.json``). ``on_log(epoch, scalars)`` after each epoch:
+    its ``clone/*`` means over the labelled steps (losses, entropy, the accuracy of the deterministic action
+    in every component and per component, each minibatch's measured before its gradient step), and with the
+    last epoch the fit's seconds."""
     policy = model.policy
     device = policy.device
     obs = th.as_tensor(data["obs"], device=device)
@@ -189,8 +233,13 @@ def _fit(
     n = obs.shape[0]
     policy.set_training_mode(True)
     stats: dict[str, float] = {}
+    t0 = time.perf_counter()
     for epoch in range(epochs):
         perm = th.randperm(n, generator=generator)
+        # the epoch's sums over its labelled steps: losses and entropy weighted by batch size, and the steps
+        # whose deterministic action matches the label in every component and in each
+        sums = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0}
+        hits = th.zeros(len(nvec) + 1, dtype=th.long)
         for start in range(0, n, batch_size):
             idx = perm[start : start + batch_size]
             if masked:
@@ -211,6 +260,9 @@ def _fit(
                     policy_loss - (target * logp.clamp(min=-1e4) * valid.clamp(min=float(not masked))).sum(1).mean()
                 )
                 offset += k
+            with th.no_grad():  # no gradient, no random draw: the fit is the same with or without it
+                match = th.stack([cat.logits.argmax(-1) == actions[idx, c] for c, cat in enumerate(cats)], 1)
+                hits += th.cat([match.all(1, keepdim=True), match], 1).sum(0).cpu()
             values = policy.predict_values(obs[idx]).flatten()
             value_loss = th.nn.functional.mse_loss(values, returns[idx])
             loss = policy_loss + 0.5 * value_loss
@@ -223,6 +275,16 @@ def _fit(
                 "bc_value_loss": value_loss.item(),
                 "bc_entropy": float(dist.entropy().mean().item()),
             }
+            size = len(idx)
+            for key in sums:
+                sums[key] += stats["bc_" + key] * size
+        if on_log is not None:
+            scalars = {f"clone/{key}": total / n for key, total in sums.items()}
+            scalars["clone/accuracy"] = int(hits[0]) / n
+            scalars.update({f"clone/accuracy/{name}": int(h) / n for name, h in zip(components, hits[1:], strict=True)})
+            if epoch + 1 == epochs:
+                scalars["clone/fit_s"] = time.perf_counter() - t0
+            on_log(epoch + 1, scalars)
         if on_epoch is not None:
             on_epoch(epoch + 1, epochs)
     policy.set_training_mode(False)

@@ -1,4 +1,11 @@
-"""Training callbacks: domain metrics to TensorBoard, periodic evaluation against the best baseline."""
+"""Training callbacks: domain metrics to TensorBoard, periodic evaluation against the best baseline.
+
+Every tag and its step axis is listed in docs/training.md (TensorBoard). The axis of the run's own events
+(``tb/run_N``) is the environment steps taken so far (``model.num_timesteps``, as the console's ``eval @ N``);
+``write_scalars`` writes a group at the step it belongs to rather than at SB3's next dump, which comes at the
+end of the rollout under way, and ``UpdateLogCallback`` writes what an on-policy update recorded at the step
+of the rollout it learnt from.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +13,15 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import Logger
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from tqdm import tqdm
 
 import baselines
@@ -24,25 +33,34 @@ from llmsched_env.evaluation.progress import Progress, status
 
 __all__ = [
     "BEST_NAME",
+    "CLONE_RUN",
     "EPISODE_KEYS",
     "HISTORY_NAME",
+    "SCENARIO_KEYS",
     "EpisodeMetricsCallback",
     "PeriodicEvalCallback",
     "ProgressBarCallback",
     "StatusCallback",
+    "UpdateLogCallback",
+    "log_metrics",
+    "mean_metrics",
     "read_best",
     "read_history",
+    "write_scalars",
 ]
 
 BEST_NAME = "best.json"  # the best evaluation so far, next to best_model.zip: what --resume must beat
 HISTORY_NAME = "eval_history.json"  # every evaluation so far: what --resume carries on
+CLONE_RUN = "clone"  # tb/clone: the cloning's events, on an axis of their own (cloning epochs), beside tb/run_N
 
 # Episode metrics logged under episode/ (training) and eval/ (evaluation), plus every tenant/NAME/... key
 # ending in one of TENANT_SUFFIXES.
 EPISODE_KEYS = (
     "slo_attainment",
     "goodput_rps",
+    "ttft_p50_s",
     "ttft_p99_s",
+    "tpot_p50_s",
     "tpot_p99_s",
     "jain_fairness",
     "kv_usage_mean",
@@ -50,16 +68,18 @@ EPISODE_KEYS = (
     "rejection_rate",
 )
 TENANT_SUFFIXES = ("/slo_attainment", "/service")
+# the generalist's evaluation per library scenario: eval_scenario/SCENARIO/KEY
+SCENARIO_KEYS = ("slo_attainment", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s")
 
 
 def log_metrics(
     record: Callable[[str, float], None],
     prefix: str,
-    metrics: dict[str, float],
+    metrics: Mapping[str, float],
     tenants: Collection[str] | None = None,
 ) -> None:
     """Record ``metrics``' ``EPISODE_KEYS`` and per-tenant figures under ``prefix/``; ``tenants``: the only
-    tenants whose figures are recorded (None: every one)."""
+    tenants whose figures are recorded (None: every one; empty: none)."""
     for key in EPISODE_KEYS:
         if key in metrics:
             record(f"{prefix}/{key}", float(metrics[key]))
@@ -69,11 +89,32 @@ def log_metrics(
             record(f"{prefix}/{key}", float(value))
 
 
+def mean_metrics(runs: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Per key, the mean over the runs that hold it (a tenant's key is in the runs of its scenario only)."""
+    values: dict[str, list[float]] = {}
+    for run in runs:
+        for key, value in run.items():
+            values.setdefault(key, []).append(float(value))
+    return {key: float(np.mean(v)) for key, v in values.items()}
+
+
+def write_scalars(logger: Logger, values: Mapping[str, float], step: int) -> None:
+    """Write ``values`` to ``logger``'s outputs (TensorBoard) at ``step`` now. What SB3 has recorded but not
+    yet dumped stays pending: ``logger.dump`` would write it at this step too, and ``logger.record`` would wait
+    for the next dump, at the end of the rollout under way, a step later than the one ``values`` belong to."""
+    if not values:
+        return
+    scalars = {key: float(value) for key, value in values.items()}
+    excluded: dict[str, tuple[str, ...]] = {key: () for key in scalars}
+    for output in logger.output_formats:
+        output.write(scalars, excluded, int(step))
+
+
 class EpisodeMetricsCallback(BaseCallback):
-    """At each finished training episode, log its SLO attainment, goodput, TTFT/TPOT p99, Jain's index, KV
-    usage, preemptions, rejections and per-tenant figures (averaged over the episodes of a rollout).
-    ``tenants``: the tenants whose figures get tags (None: every one). A randomised workload draws tenant
-    names of its own every episode; tags for those would each hold one point and bury the useful ones."""
+    """At each finished training episode, log its SLO attainment, goodput, TTFT/TPOT p50 and p99, Jain's
+    index, KV usage, preemptions, rejections and per-tenant figures (averaged over the episodes of a rollout).
+    ``tenants``: the tenants whose figures get tags (None: every one; empty: none, as for the generalist,
+    whose episodes each draw a workload and a load: a tenant's name means a different tenant in each)."""
 
     def __init__(self, tenants: Collection[str] | None = None) -> None:
         super().__init__()
@@ -88,11 +129,61 @@ class EpisodeMetricsCallback(BaseCallback):
         return True
 
 
+class UpdateLogCallback(BaseCallback):
+    """Write what an on-policy algorithm's update records (``train/*``, and ``anchor/*`` from an
+    ``AnchorCallback`` placed before this one) at the step of the rollout it learnt from. SB3 dumps a rollout's
+    logs (every ``log_interval`` rollouts: 1, A2C's 100) before the update on it records its figures, so left
+    alone they wait for the next dump, one rollout (or a hundred) late, and the last update's are never
+    written. Here the update's figures are written as soon as it is made, when its rollout was dumped, and
+    dropped when it was not (a later update's take their place), so each ``train/*`` point is the update on
+    the rollout that ended at its step. At the end of training, whatever is pending is written. Off-policy
+    algorithms (DQN) dump at episode ends with the latest gradient steps' figures: nothing to do there."""
+
+    MARK = "llmsched/rollout_not_dumped"  # pending from a rollout's end until SB3 dumps (which clears it)
+    _NOWHERE = ("stdout", "log", "json", "csv", "tensorboard")  # the mark is written to no output
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._before_update: set[str] = set()  # what was pending at the rollout's end, the mark included
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        if isinstance(self.model, OnPolicyAlgorithm):
+            self.logger.record(self.MARK, 1, exclude=self._NOWHERE)
+            self._before_update = set(self.logger.name_to_value)
+
+    def _on_rollout_start(self) -> None:  # the update on the previous rollout has just been made
+        if not isinstance(self.model, OnPolicyAlgorithm):
+            return
+        if self.MARK in self.logger.name_to_value:  # not dumped: the update's figures have no step to go with
+            for key in set(self.logger.name_to_value) - self._before_update:
+                self._forget(key)
+            self._forget(self.MARK)
+        elif self.logger.name_to_value:
+            self.logger.dump(self.num_timesteps)
+
+    def _on_training_end(self) -> None:  # the last update, and a last rollout SB3 did not dump
+        if isinstance(self.model, OnPolicyAlgorithm):
+            self._forget(self.MARK)
+            if self.logger.name_to_value:
+                self.logger.dump(self.num_timesteps)
+
+    def _forget(self, key: str) -> None:
+        for pending in (self.logger.name_to_value, self.logger.name_to_count, self.logger.name_to_excluded):
+            pending.pop(key, None)
+
+
 class PeriodicEvalCallback(BaseCallback):
     """Every ``eval_freq`` calls, run the deterministic policy on ``seeds`` episodes of the val split,
     log ``eval/*`` and the ratio to the best baseline's attainment on the same episodes, and keep the best
     model (``best_model.zip``, and ``on_best(model)`` e.g. to export it). With ``progress``, a status line on
     stderr before the baselines' and the start policy's evaluations, and a bar over the baselines' episodes.
+    Its tags are written at the step the console's ``eval @ N`` names (``write_scalars``); ``per_scenario``
+    (the generalist, whose val episodes are one per library scenario) adds ``eval_scenario/SCENARIO/*``, each
+    episode's scenario read from the env's ``workload``, and keeps per-tenant tags there only, where a tenant's
+    name means one tenant.
 
     Each new best is recorded in ``best.json`` (its attainment, step, and ``eval_setup``: what it was measured
     on); a resumed training passes it back as ``best_attainment`` (``read_best``), so only a better model
@@ -109,6 +200,7 @@ class PeriodicEvalCallback(BaseCallback):
         progress: bool = False,
         best_attainment: float = -np.inf,
         eval_setup: dict[str, Any] | None = None,
+        per_scenario: bool = False,
     ) -> None:
         super().__init__()
         self.make_env = make_env
@@ -120,7 +212,12 @@ class PeriodicEvalCallback(BaseCallback):
         self.progress = progress
         self.best_attainment = float(best_attainment)
         self.eval_setup = dict(eval_setup or {})
+        self.per_scenario = per_scenario
         self.baseline_attainment: dict[str, float] = {}
+        # per_scenario: scenario -> baseline -> its attainment on that scenario's val episodes
+        self.baseline_by_scenario: dict[str, dict[str, list[float]]] = {}
+        # the latest evaluation's episodes: (scenario, metrics); scenario None unless per_scenario
+        self.last_runs: list[tuple[str | None, dict[str, float]]] = []
         self.history: list[tuple[int, float]] = []
         self.baselines_wall_s = 0.0  # the baselines' evaluation, once
         self.eval_wall_s = 0.0  # every evaluation of the policy (the start policy's included)
@@ -136,11 +233,21 @@ class PeriodicEvalCallback(BaseCallback):
                 policy = baselines.per_workload(name, seed=0)
                 runs = []
                 for seed in self.seeds:
-                    runs.append(run_episode(env, policy, seed)["slo_attainment"])
+                    scenario, metrics = self._episode(env, policy, seed)
+                    runs.append(metrics["slo_attainment"])
+                    if scenario is not None:
+                        by_name = self.baseline_by_scenario.setdefault(scenario, {})
+                        by_name.setdefault(name, []).append(metrics["slo_attainment"])
                     bar.update()
                 self.baseline_attainment[name] = float(np.mean(runs))
         self._agent_env = self.make_env(True)  # the agent's own granularity (iterations_per_step, wrappers)
         self.baselines_wall_s = time.perf_counter() - t0
+
+    def _episode(self, env: gym.Env, policy: Any, seed: int) -> tuple[str | None, dict[str, float]]:
+        """One val episode's metrics, and its scenario when ``per_scenario`` (``LLMSchedMix-v0``'s draw)."""
+        metrics = run_episode(env, policy, seed)
+        workload = getattr(env.unwrapped, "workload", None) if self.per_scenario else None
+        return (str(workload["scenario"]) if workload else None), metrics
 
     @property
     def best_baseline(self) -> tuple[str, float]:
@@ -148,17 +255,40 @@ class PeriodicEvalCallback(BaseCallback):
         return name, self.baseline_attainment[name]
 
     def evaluate(self) -> float:
+        """The policy's mean SLO attainment over the val episodes; their metrics are kept in ``last_runs``."""
         t0 = time.perf_counter()
         agent = SB3Policy(self.model)  # deterministic actions, with masks for MaskablePPO
         runs = []
         with Progress(len(self.seeds), "evaluation", enabled=self.progress, unit="episode") as bar:
             for seed in self.seeds:
-                runs.append(run_episode(self._agent_env, agent, seed))
+                runs.append(self._episode(self._agent_env, agent, seed))
                 bar.update()
         self.eval_wall_s += time.perf_counter() - t0
-        for m in runs:
-            log_metrics(self.logger.record_mean, "eval", m)
-        return float(np.mean([m["slo_attainment"] for m in runs]))
+        self.last_runs = runs
+        return float(np.mean([m["slo_attainment"] for _, m in runs]))
+
+    def eval_scalars(self, attainment: float) -> dict[str, float]:
+        """The TensorBoard scalars of an evaluation that scored ``attainment`` (its episodes: ``last_runs``)."""
+        values: dict[str, float] = {}
+        tenants: frozenset[str] | None = frozenset() if self.per_scenario else None  # generalist: eval_scenario/ only
+        log_metrics(values.__setitem__, "eval", mean_metrics([m for _, m in self.last_runs]), tenants)
+        by_scenario: dict[str, list[dict[str, float]]] = {}
+        for scenario, metrics in self.last_runs:
+            if scenario is not None:
+                by_scenario.setdefault(scenario, []).append(metrics)
+        for scenario, runs in by_scenario.items():
+            mean = mean_metrics(runs)
+            prefix = f"eval_scenario/{scenario}"
+            values.update({f"{prefix}/{key}": mean[key] for key in SCENARIO_KEYS if key in mean})
+            log_metrics(values.__setitem__, prefix, {k: v for k, v in mean.items() if k.startswith("tenant/")})
+            theirs = self.baseline_by_scenario.get(scenario)
+            if theirs:
+                values[f"{prefix}/best_baseline_attainment"] = max(float(np.mean(v)) for v in theirs.values())
+        _, base = self.best_baseline
+        values["eval/slo_attainment"] = attainment  # what the console, the history and best.json say
+        values["eval/best_baseline_attainment"] = base
+        values["eval/attainment_over_best_baseline"] = attainment / base if base > 0 else float("nan")
+        return values
 
     def _on_training_start(self) -> None:
         # A fresh run is evaluated before learning too, so a behaviour-cloned start (which acts like its
@@ -175,11 +305,10 @@ class PeriodicEvalCallback(BaseCallback):
         return True
 
     def _evaluate_and_keep(self) -> None:
+        self.last_runs = []
         attainment = self.evaluate()
         name, base = self.best_baseline
-        self.logger.record("eval/mean_slo_attainment", attainment)
-        self.logger.record("eval/best_baseline_attainment", base)
-        self.logger.record("eval/attainment_over_best_baseline", attainment / base if base > 0 else float("nan"))
+        write_scalars(self.logger, self.eval_scalars(attainment), self.num_timesteps)
         self.history.append((self.num_timesteps, attainment))
         record = {"eval_setup": self.eval_setup, "history": self.history}
         write_text_atomically(self.out_dir / HISTORY_NAME, json.dumps(record) + "\n")

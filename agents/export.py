@@ -54,7 +54,7 @@ def export_policy(
 ) -> tuple[Path, Path]:
     """Write ``out_dir/policy.safetensors`` and ``out_dir/policy.json``; return their paths.
 
-    ``model``: a MaskablePPO, PPO or A2C with an MLP policy on ``LLMSched-v0`` (a RecurrentPPO is refused:
+    ``model``: a MaskablePPO, PPO or A2C with an MLP policy on ``LLMSched-v1`` (a RecurrentPPO is refused:
     the format has no recurrent state). ``env_or_spec_info``: the env
     (possibly wrapped, or a VecEnv) or anything with ``obs_names`` and ``action_spec`` (e.g. a
     ``PolicyContext``). ``obs_rms``: the statistics the model was trained under, as a ``VecNormalize``, a
@@ -144,7 +144,7 @@ def export_policy(
 
 def _spec_info(obj: Any) -> tuple[tuple[str, ...], Any, int]:
     """(obs_names, action_spec, observation schema) from an env, a wrapped env, a VecEnv or a PolicyContext-like
-    object. The schema is the object's ``schema`` (``LLMSched-v0``: 1 or 2; the cluster router: 1), else read
+    object. The schema is the object's ``schema`` (``LLMSched-v1``: 1 or 2; the cluster router: 1), else read
     from the action layout (schema 2's is capped at the engine's limit)."""
 
     def schema_of(schema: Any, spec: Any) -> int:
@@ -163,7 +163,7 @@ def _spec_info(obj: Any) -> tuple[tuple[str, ...], Any, int]:
             return tuple(obj.get_attr("obs_names", [0])[0]), spec, schema_of(schema, spec)
         except AttributeError:
             pass
-    raise ValueError(f"{type(obj).__name__} has no obs_names and action_spec (pass the LLMSched-v0 env)")
+    raise ValueError(f"{type(obj).__name__} has no obs_names and action_spec (pass the LLMSched-v1 env)")
 
 
 def _normalization(obs_rms: Any, n_obs: int) -> dict[str, Any] | None:

@@ -1,4 +1,4 @@
-"""Build SB3 / sb3-contrib models for ``LLMSched-v0`` and wrap trained ones as a ``Policy``."""
+"""Build SB3 / sb3-contrib models for ``LLMSched-v1`` and wrap trained ones as a ``Policy``."""
 
 from __future__ import annotations
 

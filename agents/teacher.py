@@ -107,7 +107,7 @@ def searched(env: Any, candidates: Sequence[str] = DEFAULT_CANDIDATES, seed: int
 
 
 class LookaheadTeacher:
-    """The ``lookahead`` teacher on one episode of ``env`` (``LLMSched-v0`` or ``LLMSchedMix-v0``, after its
+    """The ``lookahead`` teacher on one episode of ``env`` (``LLMSched-v1`` or ``LLMSchedMix-v0``, after its
     reset): ``act`` returns the lookahead's label for the env's current state (``LookaheadPolicy.label``),
     decided again once ``config.k`` (64) engine iterations have passed since the last decision, projected onto the
     mask. ``num_labels`` counts the decisions."""

@@ -21,6 +21,8 @@ from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.common.checks import check_unique
 from llmsched_env.common.registry import Registry
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
+from llmsched_env.decision.schema import SCHEMA_VERSION
+from llmsched_env.decision.schema import env_id as schema_env_id
 from llmsched_env.workloads.library import list_scenarios
 
 if TYPE_CHECKING:
@@ -83,9 +85,11 @@ class EnvKind:
     ``env_id``: the env it trains on; ``registry``: where its teachers and evaluation baselines come from;
     ``eval_baselines``: the default ones; ``drops``: ``env_kwargs`` its env does not take; ``mixture``: one
     workload per episode (``LLMSchedMix-v0``: no scenario argument, evaluated on one val episode per library
-    scenario at that scenario's knee, TensorBoard tags only for the library's tenants); ``iterations_per_step``:
+    scenario at that scenario's knee, no per-tenant episode tags in TensorBoard but evaluation tags per scenario);
+    ``iterations_per_step``:
     fixed decisions per step (None: the run's ``env_kwargs``); ``flat_actions``: DQN sees a flat action space;
     ``init_schema``: the observation schema a start policy must have (None: its own, which the env takes);
+    ``by_schema``: ``env_id`` is the single-node env of the run's observation schema (``env_id_for``);
     ``no_init`` / ``no_trace``: why ``init`` / ``trace`` are refused (None: allowed)."""
 
     name: str
@@ -97,12 +101,21 @@ class EnvKind:
     iterations_per_step: int | None = None
     flat_actions: bool = False
     init_schema: int | None = None
+    by_schema: bool = False
     no_init: str | None = None
     no_trace: str | None = None
 
+    def env_id_for(self, schema: int | None = None) -> str:
+        """The env this kind trains on for observation ``schema`` (None: the current one): ``env_id``, or for a
+        kind ``by_schema`` the single-node env of that schema (``LLMSched-v1``, or ``LLMSched-v1`` for a
+        schema-1 start policy)."""
+        return schema_env_id(SCHEMA_VERSION if schema is None else schema) if self.by_schema else self.env_id
+
 
 ENV_KINDS = {
-    "scheduler": EnvKind("scheduler", "LLMSched-v0", SCHEDULERS, DEFAULT_EVAL_BASELINES, flat_actions=True),
+    "scheduler": EnvKind(
+        "scheduler", "LLMSched-v1", SCHEDULERS, DEFAULT_EVAL_BASELINES, flat_actions=True, by_schema=True
+    ),
     "router": EnvKind(
         "router", "LLMSchedCluster-v0", ROUTERS, DEFAULT_EVAL_ROUTERS, drops=("iterations_per_step",),
         iterations_per_step=1,  # one routing decision per arrival

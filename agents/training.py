@@ -17,6 +17,7 @@ is not exported: the file format is stateless). While it works, ``train`` says w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import sys
@@ -31,17 +32,21 @@ import yaml
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
-import llmsched_env  # noqa: F401  (registers LLMSched-v0)
+import llmsched_env  # noqa: F401  (registers LLMSched-v1)
 from agents.bc import behaviour_clone
 from agents.callbacks import (
+    CLONE_RUN,
     EpisodeMetricsCallback,
     PeriodicEvalCallback,
     ProgressBarCallback,
     StatusCallback,
+    UpdateLogCallback,
     read_best,
     read_history,
+    write_scalars,
 )
 from agents.checkpoints import SignedCheckpointCallback, ensure_key, latest_checkpoint, newest_signed_checkpoint
 from agents.generalist import check_init, init_from_policy, init_network, knee_loads
@@ -65,7 +70,7 @@ from llmsched_env.common.outputs import (
 )
 from llmsched_env.evaluation.progress import Progress, status
 from llmsched_env.evaluation.sustained import env_windows
-from llmsched_env.workloads.library import get_scenario, list_scenarios
+from llmsched_env.workloads.library import list_scenarios
 from llmsched_env.workloads.scenarios import Scenario, TraceSource
 
 __all__ = [
@@ -89,7 +94,7 @@ BC_EPOCHS = 10  # passes of behaviour cloning over the demonstrations
 def make_env_fn(
     scenario: str | Scenario, algo: str, env_kwargs: Mapping[str, Any], split: str = "train", agent: bool = True
 ) -> Callable[[], gym.Env]:
-    """A factory of the envs of ``scenario``'s kind (``env_kind``: ``LLMSched-v0``, ``LLMSchedCluster-v0`` or
+    """A factory of the envs of ``scenario``'s kind (``env_kind``: ``LLMSched-v1``, ``LLMSchedCluster-v0`` or
     ``LLMSchedMix-v0``) on ``scenario`` (a name, or a ``Scenario`` such as a trace's), without the
     ``env_kwargs`` that env does not take; ``agent`` wraps them for the algorithm (DQN's flat actions)."""
     kind = env_kind(scenario)
@@ -100,7 +105,7 @@ def make_env_fn(
             kwargs.setdefault("knee_loads", knee_loads())
         else:
             kwargs["scenario"] = scenario
-        env = gym.make(kind.env_id, split=split, **kwargs)
+        env = gym.make(kind.env_id_for(kwargs.get("schema")), split=split, **kwargs)
         return FlatActions(env) if agent and kind.flat_actions and algo in FLAT_ACTION_ALGOS else env
 
     return make
@@ -142,14 +147,18 @@ def prepare_run_folder(config: TrainConfig, hp: Mapping[str, Any]) -> Path:
 
 
 def _clone(model: BaseAlgorithm, config: TrainConfig, run: dict[str, Any], env_kwargs: dict[str, Any]) -> None:
-    """Behaviour-clone ``run["bc_warmstart"]`` into ``model``; its statistics to ``bc.json`` and stdout."""
+    """Behaviour-clone ``run["bc_warmstart"]`` into ``model``; its statistics to ``bc.json`` and stdout, its
+    figures as it goes to TensorBoard (``tb/clone``: an axis of cloning epochs, apart from the training's
+    environment steps in ``tb/run_N``)."""
     baseline, steps = run["bc_warmstart"], int(run.get("bc_steps", 20_000))
     rounds, stride = int(run.get("bc_dagger", 0)), int(run.get("bc_stride", 1))
     dagger = f", then {rounds} DAgger rounds of {steps} steps" if rounds else ""
     dagger += f" (one step in {stride} labelled)" if stride > 1 else ""
     status(f"cloning the baseline {baseline}: {steps} demonstration steps{dagger}", enabled=config.progress)
     t0 = time.perf_counter()
-    with Progress(BC_EPOCHS * (1 + rounds), f"cloning {baseline}", enabled=config.progress, unit="epoch") as bar:
+    tb = configure(str(config.run_folder / "tb" / CLONE_RUN), ["tensorboard"])
+    bar = Progress(BC_EPOCHS * (1 + rounds), f"cloning {baseline}", enabled=config.progress, unit="epoch")
+    with bar, contextlib.closing(tb):
         stats = behaviour_clone(
             model,
             make_env_fn(config.env_scenario, config.algo, env_kwargs, agent=False),
@@ -161,6 +170,7 @@ def _clone(model: BaseAlgorithm, config: TrainConfig, run: dict[str, Any], env_k
             on_epoch=lambda done, total: bar.update(),
             dagger_iterations=rounds,
             stride=stride,
+            on_log=lambda values, step: write_scalars(tb, values, step),
         )
     stats["bc_seconds"] = time.perf_counter() - t0
     record = {"baseline": baseline, "dagger": rounds, "stride": stride, **stats}
@@ -354,13 +364,13 @@ def resume_best(
     return read_best(config.run_folder, setup, warn=warn)
 
 
-def named_tenants(config: TrainConfig, env_kwargs: Mapping[str, Any]) -> frozenset[str] | None:
-    """The tenants whose per-tenant figures get TensorBoard tags: for the generalist, those its library
-    scenarios name (its randomised episodes draw tenant names of their own); None (every tenant) otherwise."""
-    if not config.kind.mixture:
-        return None
-    names = env_kwargs.get("scenarios") or list_scenarios()
-    return frozenset(t.name for name in names for t in get_scenario(name).source("train").tenants)
+def named_tenants(config: TrainConfig) -> frozenset[str] | None:
+    """The tenants whose training episodes' per-tenant figures get TensorBoard tags (``episode/tenant/*``):
+    None (every tenant) for one scenario or trace, whose tenants are the same in every episode; none for the
+    generalist, whose episodes each draw a workload (library or randomised) and a load, so one name is a
+    different tenant from one episode to the next (``chat`` in five library scenarios): its per-tenant
+    figures are the periodic evaluation's, per scenario (``eval_scenario/SCENARIO/tenant/*``)."""
+    return frozenset() if config.kind.mixture else None
 
 
 def train(config: TrainConfig) -> Path:
@@ -376,7 +386,7 @@ def train(config: TrainConfig) -> Path:
         run = {k: hp.pop(k) for k in RUN_KEYS if k in hp}
         env_kwargs = _env_kwargs(config, dict(run["env_kwargs"]))
         n_envs = int(run["n_envs"])
-        env_id = config.kind.env_id
+        env_id = config.kind.env_id_for(env_kwargs.get("schema"))
         where = f"{config.scenario}, train split, {config.vec_env} vec env"
         status(f"building {n_envs} envs of {env_id} ({where})", enabled=config.progress)
         vec_cls = SubprocVecEnv if config.vec_env == "subproc" else DummyVecEnv
@@ -444,6 +454,7 @@ def _learn(
         progress=config.progress,
         best_attainment=float("-inf") if best is None else best,
         eval_setup=setup,
+        per_scenario=config.kind.mixture,  # one val episode per library scenario
     )
     evaluator.verbose = 1
     steps = int(run["n_timesteps"])  # the whole budget: a resumed run learns what remains of it
@@ -453,7 +464,7 @@ def _learn(
     left = f"the {remaining} steps left of {steps}" if resumed else f"{steps} steps"
     message = f"training {config.algo} for {left}; TensorBoard events in {out / 'tb'}"
     parts: list[BaseCallback] = [
-        EpisodeMetricsCallback(named_tenants(config, env_kwargs)),
+        EpisodeMetricsCallback(named_tenants(config)),
         SignedCheckpointCallback(every, str(out / "checkpoints"), name_prefix="model"),
         evaluator,
         StatusCallback(message, enabled=config.progress),
@@ -465,6 +476,7 @@ def _learn(
 
         batch = int(getattr(model, "batch_size", 0) or 256)
         parts.append(AnchorCallback(anchor, int(run.get("anchor_epochs", 1)), batch, seed=config.seed))
+    parts.append(UpdateLogCallback())  # last: after the anchor's pull, which records with the update
     callbacks = CallbackList(parts)
     t0 = time.perf_counter()
     if remaining > 0:

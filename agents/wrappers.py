@@ -1,4 +1,4 @@
-"""Wrappers that let algorithms without MultiDiscrete support (DQN) act in ``LLMSched-v0``."""
+"""Wrappers that let algorithms without MultiDiscrete support (DQN) act in ``LLMSched-v1``."""
 
 from __future__ import annotations
 

@@ -111,7 +111,7 @@ def make(name: str, ctx: PolicyContext, seed: int | None = None) -> Policy:
     return make_scheduler(name, ctx, seed)
 
 
-# a single-node baseline for a PolicyContext (LLMSched-v0), a router for a RouterContext (LLMSchedCluster-v0)
+# a single-node baseline for a PolicyContext (LLMSched-v1), a router for a RouterContext (LLMSchedCluster-v0)
 make_for = make_policy
 
 

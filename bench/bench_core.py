@@ -54,7 +54,7 @@ def azure_workload(num_requests: int, rate: float) -> WorkloadConfig:
 def bench_simulator(wl: WorkloadConfig, engine: EngineConfig) -> tuple[float, float, int]:
     cost = load_cost_model("llama3-8b-h100")
     requests = generate(wl, np.random.default_rng(0))
-    env = gym.make("LLMSched-v0", workload=wl, engine=engine)
+    env = gym.make("LLMSched-v1", workload=wl, engine=engine)
     policy = baselines.make("fcfs", env.unwrapped.policy_context())  # type: ignore[attr-defined]
     spec = env.unwrapped.action_spec  # type: ignore[attr-defined]
     sim = Simulator(engine, tenant_configs(wl), cost, requests)
@@ -71,7 +71,7 @@ def bench_simulator(wl: WorkloadConfig, engine: EngineConfig) -> tuple[float, fl
 
 
 def bench_env_policy(wl: WorkloadConfig, engine: EngineConfig) -> float:
-    env = gym.make("LLMSched-v0", workload=wl, engine=engine)
+    env = gym.make("LLMSched-v1", workload=wl, engine=engine)
     policy = baselines.make("fcfs", env.unwrapped.policy_context())  # type: ignore[attr-defined]
     obs, _ = env.reset(seed=0)
     masks = env.unwrapped.action_masks  # type: ignore[attr-defined]
@@ -86,7 +86,7 @@ def bench_env_policy(wl: WorkloadConfig, engine: EngineConfig) -> float:
 
 
 def bench_env_random(wl: WorkloadConfig, engine: EngineConfig, num_steps: int) -> float:
-    env = gym.make("LLMSched-v0", workload=wl, engine=engine)
+    env = gym.make("LLMSched-v1", workload=wl, engine=engine)
     spec = env.unwrapped.action_spec  # type: ignore[attr-defined]
     rng = np.random.default_rng(0)
     # Random actions drawn up front; each step applies the current mask (masked components take their only

@@ -41,7 +41,7 @@ tree, mode, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 sys.path.insert(0, tree + "/bench")
 import numpy as np, gymnasium as gym
 import bench_core as bc, baselines
-env = gym.make("LLMSched-v0", workload=bc.azure_workload(1500, 10.0), engine=bc.EngineConfig())
+env = gym.make("LLMSched-v1", workload=bc.azure_workload(1500, 10.0), engine=bc.EngineConfig())
 u = env.unwrapped
 spec = u.action_spec
 rng = np.random.default_rng(0)

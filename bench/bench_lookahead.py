@@ -51,7 +51,7 @@ def main() -> None:
     for scenario in filter(None, args.scenarios.split(",")):
         entry = entries.entries.get(scenario)
         load = args.load if args.load is not None else float(entry["provenance"]["val_capacity_load"]) if entry else 1.0
-        env = gym.make("LLMSched-v0", scenario=scenario, split=args.split, num_requests=args.num_requests, load=load)
+        env = gym.make("LLMSched-v1", scenario=scenario, split=args.split, num_requests=args.num_requests, load=load)
         u: Any = env.unwrapped
         t0 = time.perf_counter()
         tuned = run_episode(env, make_scheduler("tuned", u.policy_context()), args.seed)["slo_attainment"]

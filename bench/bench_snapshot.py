@@ -54,7 +54,7 @@ def bench(env_id: str, scenario: str, args: argparse.Namespace) -> None:
     kwargs["load"] = args.load
     env = gym.make(env_id, **kwargs)
     u = env.unwrapped
-    policy = make_policy(args.policy if env_id == "LLMSched-v0" else "round_robin", u.policy_context(), 0)
+    policy = make_policy(args.policy if env_id == "LLMSched-v1" else "round_robin", u.policy_context(), 0)
     obs, _ = env.reset(seed=0)
     _, total = _play(env, policy, obs, None)
     obs, _ = env.reset(seed=0)
@@ -62,10 +62,10 @@ def bench(env_id: str, scenario: str, args: argparse.Namespace) -> None:
     snap = u.snapshot()
     snap_ms = _ms(u.snapshot, args.repeats)
     restore_ms = _ms(lambda: u.restore(snap), args.repeats)
-    core = u.sim if env_id == "LLMSched-v0" else u.cluster
+    core = u.sim if env_id == "LLMSched-v1" else u.cluster
     deep_ms = _ms(lambda: copy.deepcopy(core), max(1, args.repeats // 10))
     pickle_ms = _ms(lambda: pickle.loads(pickle.dumps(core)), max(1, args.repeats // 10))
-    engines = [u.sim.engine] if env_id == "LLMSched-v0" else [rep.engine for rep in u.cluster.replicas]
+    engines = [u.sim.engine] if env_id == "LLMSched-v1" else [rep.engine for rep in u.cluster.replicas]
     waiting = sum(e.num_waiting_total for e in engines)
     running = sum(len(e.running) for e in engines)
     blocks = sum(e.pool.num_blocks for e in engines)
@@ -95,7 +95,7 @@ def main() -> None:
     print(f"snapshot / restore at {args.at:.0%} of a {args.num_requests}-request episode ({args.policy}, "
           f"load {args.load}, split {args.split}); median of {args.repeats}, one core{gc_note}")  # fmt: skip
     for scenario in filter(None, args.scenarios.split(",")):
-        bench("LLMSched-v0", scenario, args)
+        bench("LLMSched-v1", scenario, args)
     for scenario in filter(None, args.cluster.split(",")):
         bench("LLMSchedCluster-v0", scenario, args)
 

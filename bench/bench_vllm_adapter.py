@@ -72,7 +72,7 @@ def main() -> None:
         f"{'vllm_us':>9} {'overhead':>9} {'decision':>9}" + (f" {'hooks_us':>8} {'own+hooks':>9}" if args.hooks else "")
     )
     for size in (int(x) for x in args.sizes.split(",")):
-        env = gym.make("LLMSched-v0", scenario="default", num_requests=size).unwrapped
+        env = gym.make("LLMSched-v1", scenario="default", num_requests=size).unwrapped
         for policy in args.policies:
             s = _backlog(env, policy, args.steps).scheduler
             n = max(s.num_steps, 1)

@@ -10,15 +10,16 @@ the nearest one):
     workloads   arrivals, lengths, traces (+ data/), scenarios, library      <- sim
     cluster     the cluster simulator, its config, metrics and scenarios     <- workloads
     decision    the decision loop, observations, actions, policies, registry <- cluster
-    envs        LLMSched-v0, LLMSchedCluster-v0, LLMSchedMix-v0 (gymnasium)  <- decision
+    envs        LLMSched-v1, LLMSchedCluster-v0, LLMSchedMix-v0 (gymnasium)  <- decision
     runtime     model, paged KV cache, runner, Runtime        (torch)        <- decision
     adapters    vllm/: parity with vLLM, policies inside vLLM      (vllm)    <- runtime
     evaluation  episodes, grids, capacity search, statistics, outputs, Ray   <- envs, adapters
     live        live vLLM servers measured, fitted and replayed               <- evaluation
     commands    the command lines (llmsched-evaluate, llmsched-calibrate)    <- live
 
-Importing the package registers ``LLMSched-v0``, ``LLMSchedCluster-v0`` and ``LLMSchedMix-v0`` with Gymnasium
-when Gymnasium is installed; no folder listed before ``envs`` needs it.
+Importing the package registers ``LLMSched-v1`` (and its schema-1 predecessor ``LLMSched-v0``),
+``LLMSchedCluster-v0`` and ``LLMSchedMix-v0`` with Gymnasium when Gymnasium is installed; no folder listed before
+``envs`` needs it.
 """
 
 __version__ = "0.1.0"
@@ -29,12 +30,19 @@ _guard_compiled()  # a compiled engine older than its sources never runs (llmsch
 
 
 def _register() -> None:
+    # Gymnasium imported by name, not by an import statement: the type check of the compiled engine's build
+    # (setup.py, mypyc) follows every import statement of this file, even one inside a function, and pip's build
+    # environment holds only the build requirements (tests/test_compiled.py checks that it needs nothing else)
+    import importlib
+
     try:
-        from gymnasium.envs.registration import register, registry
+        registration = importlib.import_module("gymnasium.envs.registration")
     except ImportError:  # the torch runtime may run without gymnasium
         return
+    register, registry = registration.register, registration.registry
     envs = {
-        "LLMSched-v0": "llmsched_env.envs.single_node:LLMSchedEnv",
+        "LLMSched-v0": "llmsched_env.envs.single_node:make_v0",  # observation schema 1 (per named tenant)
+        "LLMSched-v1": "llmsched_env.envs.single_node:make_v1",  # observation schema 2 (workload-agnostic)
         "LLMSchedCluster-v0": "llmsched_env.envs.cluster:LLMSchedClusterEnv",
         "LLMSchedMix-v0": "llmsched_env.envs.mixture:WorkloadMixEnv",
     }

@@ -20,6 +20,7 @@ import numpy as np
 
 import baselines
 import llmsched_env  # noqa: F401  (registers the envs)
+from llmsched_env.envs.single_node import env_id
 
 DATA = Path(__file__).resolve().parent / "data" / "fingerprint.json"
 POLICIES = Path(__file__).resolve().parents[1] / "policies"
@@ -97,7 +98,7 @@ def _single(scenario: str, name: str, load: float, split: str, seed: int) -> dic
 
 def _schema2(scenario: str, name: str, load: float, split: str, seed: int, prediction: str | None) -> dict[str, Any]:
     env = gym.make(
-        "LLMSched-v0",
+        "LLMSched-v1",
         scenario=scenario,
         split=split,
         load=load,
@@ -114,7 +115,7 @@ def _shipped(scenario: str, folder: str, load: float, seed: int) -> dict[str, An
 
     policy = load_policy_file(POLICIES / folder)
     env = gym.make(
-        "LLMSched-v0",
+        env_id(policy.schema_version),
         scenario=scenario,
         split="val",
         load=load,

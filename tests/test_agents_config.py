@@ -50,7 +50,7 @@ def test_bad_hyperparameters_are_clear_errors(tmp_path: Path) -> None:
 
 
 def test_flat_actions_round_trip() -> None:
-    env = FlatActions(gym.make("LLMSched-v0", num_requests=10))
+    env = FlatActions(gym.make("LLMSched-v1", num_requests=10))
     nvec = env.nvec
     assert env.action_space.n == int(np.prod(nvec))
     for flat in (0, 1, 777, env.action_space.n - 1):

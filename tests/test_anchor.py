@@ -16,7 +16,7 @@ from agents.train_config import check_hyperparams
 @pytest.mark.parametrize("algo", [MaskablePPO, PPO])
 def test_the_pull_brings_the_policy_back_towards_its_start(algo: type) -> None:
     torch.set_num_threads(1)
-    env = gym.make("LLMSched-v0", scenario="mixed-slo", num_requests=30)
+    env = gym.make("LLMSched-v1", scenario="mixed-slo", num_requests=30)
     model = algo("MlpPolicy", env, seed=0, n_steps=64, batch_size=32, n_epochs=4, learning_rate=3e-3)
     anchor = AnchorCallback(1.0, epochs=5, batch_size=32)
     model.learn(192, callback=anchor)

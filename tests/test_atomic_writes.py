@@ -37,7 +37,7 @@ def test_a_failed_export_keeps_the_previous_policy_pair(tmp_path: Path, monkeypa
     from llmsched_env.runtime.policy_file import load_policy_file
 
     torch.set_num_threads(1)
-    env = gym.make("LLMSched-v0", scenario="mixed-slo", num_requests=20)
+    env = gym.make("LLMSched-v1", scenario="mixed-slo", num_requests=20)
     model = MaskablePPO("MlpPolicy", env, n_steps=32, batch_size=32, seed=0, device="cpu")
     out = tmp_path / "policy"
     export.export_policy(model, env, out, extra={"seed": 0})

@@ -155,7 +155,7 @@ def run_episode(
     """A 100-request episode under load on a small KV pool (queues, preemptions); actions, metrics, and the
     number of requests finished or rejected."""
     env = gymnasium.make(
-        "LLMSched-v0",
+        "LLMSched-v1",
         num_requests=100,
         load=4.0,
         engine={"num_kv_blocks": 1024},
@@ -299,7 +299,7 @@ def test_prefill_first_stalls_decodes_while_prefill_is_pending() -> None:
     )
     tpot = {}
     for name in ("fcfs", "prefill_first"):
-        env = gymnasium.make("LLMSched-v0", workload=workload, check_invariants=True)
+        env = gymnasium.make("LLMSched-v1", workload=workload, check_invariants=True)
         u = env.unwrapped
         policy = baselines.make(name, u.policy_context())
         obs, _ = env.reset(seed=0)

@@ -36,7 +36,7 @@ def test_an_exported_checkpoint_acts_as_the_model(tmp_path: Path, monkeypatch: p
     assert policy.meta["timesteps"] == steps and policy.meta["seed"] == 3
     assert policy.meta["iterations_per_step"] == 32 and policy.meta["scenario"] == "mixed-slo"
     model = ALGOS["maskable_ppo"].load(str(checkpoint), device="cpu")
-    env = gym.make("LLMSched-v0", scenario="mixed-slo", num_requests=30, load=2.0)
+    env = gym.make("LLMSched-v1", scenario="mixed-slo", num_requests=30, load=2.0)
     obs, _ = env.reset(seed=0)
     for _ in range(20):
         mask = env.unwrapped.action_masks()

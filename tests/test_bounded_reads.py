@@ -292,7 +292,7 @@ def test_engine_sizes_past_their_bounds(capsys: pytest.CaptureFixture[str]) -> N
         with pytest.raises(ValueError, match=rf"^EngineConfig\.{name} must be at most {bound:,}"):
             EngineConfig(**{name: bound + 1})
     with pytest.raises(ValueError, match=r"EngineConfig\.num_kv_blocks must be at most 4,000,000 \(") as info:
-        gym.make("LLMSched-v0", engine={"num_kv_blocks": 100_000_000})
+        gym.make("LLMSched-v1", engine={"num_kv_blocks": 100_000_000})
     assert "\n" not in str(info.value)
 
 

@@ -15,7 +15,7 @@ from agents.train_config import TrainConfig, resolve_hyperparams
 
 
 def _env() -> gym.Env:
-    return gym.make("LLMSched-v0", scenario="default", num_requests=40, load=2.0, check_invariants=True)
+    return gym.make("LLMSched-v1", scenario="default", num_requests=40, load=2.0, check_invariants=True)
 
 
 def test_an_actor_plays_and_the_teacher_labels() -> None:

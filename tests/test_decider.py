@@ -92,7 +92,7 @@ def test_the_named_rules_and_a_numpy_network_declare_a_bounded_act() -> None:
     import llmsched_env  # noqa: F401
     from llmsched_env.decision.policy_file import load_policy_file
 
-    env = gym.make("LLMSched-v0", scenario="default", num_requests=20).unwrapped
+    env = gym.make("LLMSched-v1", scenario="default", num_requests=20).unwrapped
     ctx = env.policy_context()  # type: ignore[attr-defined]
     for name in ("fcfs", "slo_aware", "sjf", "tuned", "random"):
         assert bounded_act(baselines.make(name, ctx)), name

@@ -1,4 +1,5 @@
-"""``LLMSched-v0``: API checkers, masks, invariants under random masked actions, rewards, determinism, bad input."""
+"""``LLMSched-v1`` (and the schema-1 ``LLMSched-v0``): versioned ids, API checkers, masks, invariants under random
+masked actions, rewards, determinism, bad input."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import llmsched_env  # noqa: F401
 from llmsched_env.decision.actions import ACTION_COMPONENTS
+from llmsched_env.decision.schema import SCHEMA_VERSION, env_id
 
 
 def make(**kwargs) -> gym.Env:
     kwargs.setdefault("num_requests", 80)
-    return gym.make("LLMSched-v0", **kwargs)
+    return gym.make(env_id(kwargs.pop("schema", SCHEMA_VERSION)), **kwargs)
 
 
 def random_masked_action(env: gym.Env, rng: np.random.Generator) -> np.ndarray:
@@ -266,7 +268,7 @@ def test_load_range_draws_a_load_per_episode() -> None:
         make(load=(2.0, 1.0))
 
 
-@pytest.mark.parametrize("env_id", ["LLMSched-v0", "LLMSchedCluster-v0", "LLMSchedMix-v0"])
+@pytest.mark.parametrize("env_id", ["LLMSched-v0", "LLMSched-v1", "LLMSchedCluster-v0", "LLMSchedMix-v0"])
 def test_gym_make_gives_the_env_itself_which_refuses_to_step_before_reset(env_id: str) -> None:
     """No OrderEnforcing or PassiveEnvChecker wrapper (two Python calls a step): the env's own checks stand in."""
     env = gym.make(env_id)
@@ -277,3 +279,21 @@ def test_gym_make_gives_the_env_itself_which_refuses_to_step_before_reset(env_id
     with pytest.raises(RuntimeError, match=r"call reset\(\) before action_masks\(\)"):
         env.unwrapped.action_masks()  # type: ignore[attr-defined]
     env.close()
+
+
+def test_each_env_id_has_one_observation_schema_and_refuses_the_other_naming_its_id() -> None:
+    """A new id when the spaces change (Gymnasium's convention): LLMSched-v1 is schema 2, LLMSched-v0 schema 1."""
+    v0, v1 = gym.make("LLMSched-v0").unwrapped, gym.make("LLMSched-v1").unwrapped
+    assert (v0.schema, v1.schema) == (1, 2) and SCHEMA_VERSION == 2
+    assert v0.observation_space.shape != v1.observation_space.shape
+    assert "tenant/chat/num_waiting" in v0.obs_names and "slot0/num_waiting" in v1.obs_names
+    assert gym.make("LLMSched-v0", schema=1).unwrapped.schema == 1  # repeating the id's own schema is fine
+    with pytest.raises(ValueError, match=r"LLMSched-v0 is the env of observation schema 1, not 2: "
+                                         r"gym.make\('LLMSched-v1'\) is the env of schema 2"):  # fmt: skip
+        gym.make("LLMSched-v0", schema=2)
+    with pytest.raises(ValueError, match=r"LLMSched-v1 is the env of observation schema 2, not 1: "
+                                         r"gym.make\('LLMSched-v0'\)"):  # fmt: skip
+        gym.make("LLMSched-v1", schema=1)
+    with pytest.raises(ValueError, match=r"not 3 \(schemas: \[1, 2\]\)"):
+        gym.make("LLMSched-v1", schema=3)
+    assert (env_id(1), env_id(2)) == ("LLMSched-v0", "LLMSched-v1")

@@ -122,7 +122,7 @@ def test_tensorboard_scalars_per_run_with_seed_as_step(run: Path) -> None:
 
 
 def test_kv_usage_series_is_ordered_in_time_and_a_share_of_the_pool() -> None:
-    env = gym.make("LLMSched-v0", scenario="mixed-slo", split="test", num_requests=60, load=1.5)
+    env = gym.make("LLMSched-v1", scenario="mixed-slo", split="test", num_requests=60, load=1.5)
     run_episode(env, baselines.make("fcfs", env.unwrapped.policy_context()), seed=0)
     sim = env.unwrapped.sim
     t, u = sim.kv_usage_series()

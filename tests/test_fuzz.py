@@ -142,7 +142,7 @@ def test_env_arguments_build_or_fail_in_one_line(
         if cluster:
             env = gym.make("LLMSchedCluster-v0", scenario="cluster-azure-conv-4", num_replicas=2, **kwargs)
         else:
-            env = gym.make("LLMSched-v0", scenario="bursty", **kwargs)
+            env = gym.make("LLMSched-v1", scenario="bursty", **kwargs)
     except ValueError as exc:
         _one_line(exc)
         return
@@ -170,7 +170,7 @@ def test_actions_step_or_fail_in_one_line(action: Any) -> None:
         _one_line(exc)
 
 
-_ENV = gym.make("LLMSched-v0", scenario="bursty", num_requests=20)
+_ENV = gym.make("LLMSched-v1", scenario="bursty", num_requests=20)
 _GOOD_META = json.loads((Path(__file__).resolve().parents[1] / "policies" / "mixed-slo" / "policy.json").read_text())
 
 

@@ -19,9 +19,9 @@ import llmsched_env  # noqa: F401
 from agents.export import export_policy
 from agents.generalist import init_from_policy, init_network, knee_loads
 from agents.train_config import TrainConfig
+from llmsched_env.decision import policy_spec as eval_policies
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.envs.mixture import WorkloadMixEnv
-from llmsched_env.runtime import policy_spec as eval_policies
 from llmsched_env.runtime.policy_file import load_policy_file
 from llmsched_env.workloads.library import list_scenarios
 from llmsched_env.workloads.randomized import SMALL_ENGINE, RandomizedSpace
@@ -269,7 +269,7 @@ def test_per_workload_builds_the_first_baseline_that_fits_each_episode() -> None
         assert policy.name == ("slo_aware" if random else "tuned")  # tuned has no settings for a random workload
         kinds.add(policy.name)
     assert kinds == {"tuned", "slo_aware"}
-    single = gym.make("LLMSched-v0", scenario="mixed-slo", num_requests=30)
+    single = gym.make("LLMSched-v1", scenario="mixed-slo", num_requests=30)
     single.reset(seed=0)
     first = baselines.per_workload("fcfs")(single)
     assert first.name == "fcfs"

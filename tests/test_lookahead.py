@@ -34,7 +34,7 @@ SMALL = "lookahead:k=16,horizon=16,tail=32"
 
 
 def _env(num_requests: int = 60, scenario: Any = "mixed-slo", load: float = 3.0) -> gym.Env:
-    return gym.make("LLMSched-v0", scenario=scenario, num_requests=num_requests, split="train", load=load)
+    return gym.make("LLMSched-v1", scenario=scenario, num_requests=num_requests, split="train", load=load)
 
 
 def _steps(env: gym.Env, policy: Any, seed: int) -> tuple[list[tuple[bytes, float]], dict[str, float]]:
@@ -197,7 +197,7 @@ def test_refused_where_it_cannot_run() -> None:
     cluster.reset(seed=0)
     with pytest.raises(ValueError, match="no single-node simulator"):
         LookaheadPolicy(cluster, LookaheadConfig())
-    held = gym.make("LLMSched-v0", scenario="mixed-slo", num_requests=20, iterations_per_step=4)
+    held = gym.make("LLMSched-v1", scenario="mixed-slo", num_requests=20, iterations_per_step=4)
     held.reset(seed=0)
     with pytest.raises(ValueError, match="iterations_per_step=1"):
         LookaheadPolicy(held, LookaheadConfig())

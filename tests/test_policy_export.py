@@ -41,7 +41,7 @@ def _one_thread():
 
 
 def _env() -> gym.Env:
-    return gym.make("LLMSched-v0", num_requests=30)
+    return gym.make("LLMSched-v1", num_requests=30)
 
 
 @pytest.fixture(scope="module")

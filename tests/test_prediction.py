@@ -59,7 +59,7 @@ def test_bad_predictor_specs_are_refused(spec: object, match: str) -> None:
 
 def test_the_env_draws_predictions_from_their_own_stream_and_reports_them() -> None:
     def requests(prediction: str | None) -> list[Request]:
-        env = gym.make("LLMSched-v0", scenario="sharegpt-poisson", num_requests=300, length_prediction=prediction)
+        env = gym.make("LLMSched-v1", scenario="sharegpt-poisson", num_requests=300, length_prediction=prediction)
         return env.unwrapped.episode_requests(seed=3)
 
     plain, exact, noisy = requests(None), requests("exact"), requests("lognormal:0.5")
@@ -102,7 +102,7 @@ def test_sprw_baseline_gains_from_the_prediction() -> None:
     got = {}
     for prediction in ("none", "exact"):
         env = gym.make(
-            "LLMSched-v0", workload=wl, length_prediction=prediction,
+            "LLMSched-v1", workload=wl, length_prediction=prediction,
             engine={"num_kv_blocks": 4096, "max_num_seqs": 16},
         )  # fmt: skip
         policy = baselines.make("sprw", env.unwrapped.policy_context())

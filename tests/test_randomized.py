@@ -115,7 +115,7 @@ def test_every_request_fits_its_engine():
 
 def _run(seed: int, num_requests: int, check_invariants: bool) -> None:
     env = gym.make(
-        "LLMSched-v0", scenario=random_scenario(seed), num_requests=num_requests, check_invariants=check_invariants
+        "LLMSched-v1", scenario=random_scenario(seed), num_requests=num_requests, check_invariants=check_invariants
     )
     try:
         policy = make_scheduler("fcfs", env.unwrapped.policy_context(), seed=0)

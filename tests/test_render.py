@@ -19,7 +19,7 @@ ADMIT = np.array([0, 2, 2, 0, 6, 0, 0])
 
 
 def make_env(render_mode: str | None, **kwargs) -> gym.Env:
-    return gym.make("LLMSched-v0", render_mode=render_mode, num_requests=50, **kwargs)
+    return gym.make("LLMSched-v1", render_mode=render_mode, num_requests=50, **kwargs)
 
 
 def check_ascii_width(text: str) -> None:

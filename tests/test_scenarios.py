@@ -53,7 +53,7 @@ def test_library_holds_the_required_scenarios() -> None:
 
 @pytest.mark.parametrize("name", list_scenarios())
 def test_every_scenario_runs_with_invariants_checked(name: str) -> None:
-    env = gym.make("LLMSched-v0", scenario=name, split="test", load=1.5, check_invariants=True)
+    env = gym.make("LLMSched-v1", scenario=name, split="test", load=1.5, check_invariants=True)
     policy = baselines.make("slo_aware", env.unwrapped.policy_context())
     obs, _ = env.reset(seed=0)
     for _ in range(300):
@@ -132,7 +132,7 @@ def test_synthetic_splits_use_disjoint_streams_and_are_deterministic() -> None:
 
 
 def test_training_episodes_sample_random_windows_by_seed() -> None:
-    env = gym.make("LLMSched-v0", scenario="azure-conv", split="train", num_requests=100)
+    env = gym.make("LLMSched-v1", scenario="azure-conv", split="train", num_requests=100)
     starts = set()
     for seed in range(4):
         env.reset(seed=seed)
@@ -155,15 +155,15 @@ def test_load_scales_the_arrival_rate(name: str) -> None:
 
 
 def test_slos_scale_with_the_cost_model() -> None:
-    h100 = gym.make("LLMSched-v0", scenario="mixed-slo").unwrapped
-    a100 = gym.make("LLMSched-v0", scenario="mixed-slo", cost_model="llama3-8b-a100").unwrapped
+    h100 = gym.make("LLMSched-v1", scenario="mixed-slo").unwrapped
+    a100 = gym.make("LLMSched-v1", scenario="mixed-slo", cost_model="llama3-8b-a100").unwrapped
     ratio = a100.tenants[0].slo.ttft_s / h100.tenants[0].slo.ttft_s
     assert ratio == pytest.approx(slo_scale(a100.cost_model)) and ratio > 1.4
     assert h100.tenants[0].slo.ttft_s == pytest.approx(0.25)  # the reference preset keeps the literature's SLO
 
 
 def test_remote_kv_scenario_fetches_and_reports_it() -> None:
-    env = gym.make("LLMSched-v0", scenario="remote-kv", split="test", num_requests=300)  # invariants: test_core
+    env = gym.make("LLMSched-v1", scenario="remote-kv", split="test", num_requests=300)  # invariants: test_core
     policy = baselines.make("fcfs", env.unwrapped.policy_context())
     m = run_episode(env, policy, seed=1)
     assert m["remote_kv_fetches"] > 0 and m["remote_kv_hit_rate"] > 0
@@ -175,7 +175,7 @@ def test_user_trace_scenarios(tmp_path: Path) -> None:
     rows = ["t,in,out"] + [f"{i * 0.5},{100 + i},{20 + i % 7}" for i in range(400)]
     csv.write_text("\n".join(rows) + "\n")
     sc = scenario_from_trace(csv, "generic", columns={"arrival": "t", "prompt_len": "in", "output_len": "out"})
-    env = gym.make("LLMSched-v0", scenario=sc, split="test", check_invariants=True)
+    env = gym.make("LLMSched-v1", scenario=sc, split="test", check_invariants=True)
     m = run_episode(env, baselines.make("fcfs", env.unwrapped.policy_context()), seed=0)
     assert m["num_requests"] == sc.num_requests and m["num_finished"] == sc.num_requests
     lengths = tmp_path / "lengths.csv"
@@ -229,6 +229,6 @@ def test_two_user_workloads_never_share_a_source() -> None:
     def workload(name: str) -> WorkloadConfig:
         return WorkloadConfig((TenantWorkload(TenantConfig(name), 5.0, LengthDist.fixed(10, 10)),), 50)
 
-    a = gym.make("LLMSched-v0", workload=workload("alpha")).unwrapped
-    b = gym.make("LLMSched-v0", workload=workload("beta")).unwrapped
+    a = gym.make("LLMSched-v1", workload=workload("alpha")).unwrapped
+    b = gym.make("LLMSched-v1", workload=workload("beta")).unwrapped
     assert [t.name for t in a.tenants] == ["alpha"] and [t.name for t in b.tenants] == ["beta"]

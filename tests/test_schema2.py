@@ -150,7 +150,7 @@ def test_schema_2_action_layout_is_fixed_and_capped_at_the_engine(top: int) -> N
     assert spec.nvec == (len(QueueOrder), len(FIXED_TOKEN_BUDGETS), len(FIXED_CHUNK_CAPS), 2, 7, 5, 2)
     assert spec.token_budget_values[-1] == min(top, FIXED_TOKEN_BUDGETS[-1])
     assert all(v <= top for v in (*spec.token_budget_values, *spec.chunk_cap_values))
-    env = gym.make("LLMSched-v0", engine=engine, num_requests=30, check_invariants=True)
+    env = gym.make("LLMSched-v1", engine=engine, num_requests=30, check_invariants=True)
     env.reset(seed=0)
     mask = env.unwrapped.action_masks()
     budgets = mask[len(QueueOrder) : len(QueueOrder) + len(FIXED_TOKEN_BUDGETS)]
@@ -203,7 +203,7 @@ def test_a_policy_file_of_an_unknown_schema_is_refused_in_one_line(tmp_path: Pat
 def test_an_old_schema_policy_is_refused_in_one_line_by_a_schema_2_env() -> None:
     policy = load_policy_file(POLICIES / "mixed-slo")
     assert policy.schema_version == 1
-    env = gym.make("LLMSched-v0", scenario="mixed-slo", schema=2)
+    env = gym.make("LLMSched-v1", scenario="mixed-slo", schema=2)
     u = env.unwrapped
     with pytest.raises(PolicyFileError) as err:
         policy.check_compatible(u.obs_names, u.action_spec.nvec, schema_version=u.schema)

@@ -13,6 +13,7 @@ import pytest
 import llmsched_env  # noqa: F401
 from llmsched_env.decision.actions import ACTION_COMPONENTS
 from llmsched_env.envs.episode import run_episode
+from llmsched_env.envs.single_node import env_id
 from llmsched_env.runtime.policy_file import load_policy_file
 from llmsched_env.workloads.library import list_scenarios
 
@@ -36,7 +37,7 @@ def test_the_generalist_runs_on_every_scenario(scenario: str) -> None:
     assert policy.schema_version == 2 and policy.meta["scenario"] == "generalist"
     n = 10 if scenario in ("mooncake-conv", "remote-kv") else 30  # the invariant check scans their large pools
     env = gym.make(
-        "LLMSched-v0", scenario=scenario, split="test", num_requests=n, check_invariants=True,
+        "LLMSched-v1", scenario=scenario, split="test", num_requests=n, check_invariants=True,
         iterations_per_step=policy.meta["iterations_per_step"], length_prediction="lognormal:0.5",
     )  # fmt: skip
     u = env.unwrapped
@@ -66,7 +67,7 @@ def test_shipped_policy_runs_on_its_scenario(path: Path) -> None:
         env = gym.make("LLMSchedCluster-v0", scenario=scenario, split="test", num_requests=80, check_invariants=True)
     else:
         env = gym.make(
-            "LLMSched-v0",
+            env_id(policy.schema_version),
             scenario=scenario,
             split="test",
             num_requests=80,

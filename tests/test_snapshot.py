@@ -112,7 +112,7 @@ def test_single_node_restore_replays_the_episode_exactly(kwargs: dict[str, Any])
     kwargs = {"num_requests": 120, **kwargs} if "workload" not in kwargs else kwargs
 
     def make() -> gym.Env:
-        return gym.make("LLMSched-v0", check_invariants=True, **kwargs)
+        return gym.make("LLMSched-v1", check_invariants=True, **kwargs)
 
     _check_replays(make, lambda env: baselines.make("random", env.unwrapped.policy_context(), seed=5), 2, 60)
     if "remote_kv" in kwargs:  # the case exercises what it is for: transfers, some drawn slow
@@ -141,7 +141,7 @@ def test_cluster_restore_replays_the_episode_exactly(disaggregated: Any) -> None
 
 
 def test_restore_leaves_a_consistent_engine_that_metrics_read_alike() -> None:
-    env = gym.make("LLMSched-v0", scenario="tenants-on-off", num_requests=150, split="train")
+    env = gym.make("LLMSched-v1", scenario="tenants-on-off", num_requests=150, split="train")
     u: Any = env.unwrapped
     policy = baselines.make("slo_aware", u.policy_context())
     obs, _ = env.reset(seed=0)
@@ -187,7 +187,7 @@ def _shared_mutables(a: object, b: object, where: str, seen: set[int]) -> list[s
 def _remote_kv_midway(seed: int, steps: int) -> tuple[Any, Any, np.ndarray]:
     """A 60-request ``remote-kv`` episode (train split) after ``steps`` steps of ``fcfs``: (the unwrapped env,
     the policy, the last observation)."""
-    env = gym.make("LLMSched-v0", scenario="remote-kv", num_requests=60, split="train")
+    env = gym.make("LLMSched-v1", scenario="remote-kv", num_requests=60, split="train")
     u: Any = env.unwrapped
     policy = baselines.make("fcfs", u.policy_context())
     obs, _ = env.reset(seed=seed)
@@ -216,7 +216,7 @@ def test_a_fork_shares_no_mutable_state_and_copies_every_live_request() -> None:
 
 
 def test_snapshot_and_restore_refuse_bad_input_in_one_line() -> None:
-    env = gym.make("LLMSched-v0", scenario="default", num_requests=30)
+    env = gym.make("LLMSched-v1", scenario="default", num_requests=30)
     u: Any = env.unwrapped
     with pytest.raises(RuntimeError, match="reset"):
         u.snapshot()
@@ -224,7 +224,7 @@ def test_snapshot_and_restore_refuse_bad_input_in_one_line() -> None:
     snap = u.snapshot()
     with pytest.raises(ValueError, match="expected what snapshot"):
         u.restore({"sim": None})
-    other: Any = gym.make("LLMSched-v0", scenario="default", num_requests=40).unwrapped
+    other: Any = gym.make("LLMSched-v1", scenario="default", num_requests=40).unwrapped
     with pytest.raises(ValueError, match=r"num_requests=30, this one with 40") as err:
         other.restore(snap)
     assert "\n" not in str(err.value)

@@ -45,7 +45,7 @@ def test_val_and_test_seeds_replay_disjoint_consecutive_windows(tmp_path: Path, 
     sc = _scenario(_uniform_trace(tmp_path / "u.csv"))
     part = sc.source(split).trace  # type: ignore[attr-defined]
     first = int(part.prompt_len[0]) - 1  # the part's first row of the file
-    env = gym.make("LLMSched-v0", scenario=sc, split=split, num_requests=40).unwrapped
+    env = gym.make("LLMSched-v1", scenario=sc, split=split, num_requests=40).unwrapped
     held = len(part) // 40
     assert held == 3  # 150 requests in each held-out part
     seen: list[list[int]] = [_rows(env.episode_requests(seed)) for seed in range(held)]
@@ -64,7 +64,7 @@ def test_val_and_test_seeds_replay_disjoint_consecutive_windows(tmp_path: Path, 
 
 def test_train_keeps_random_overlapping_windows(tmp_path: Path) -> None:
     sc = _scenario(_uniform_trace(tmp_path / "u.csv"))
-    env = gym.make("LLMSched-v0", scenario=sc, split="train", num_requests=40).unwrapped
+    env = gym.make("LLMSched-v1", scenario=sc, split="train", num_requests=40).unwrapped
     starts = [_rows(env.episode_requests(seed))[0] for seed in range(12)]
     assert len(set(starts)) == 12 and any(s % 40 for s in starts)  # not cut into the fixed windows
     env.close()
@@ -72,7 +72,7 @@ def test_train_keeps_random_overlapping_windows(tmp_path: Path) -> None:
 
 def test_a_reset_option_or_the_window_attribute_picks_a_window(tmp_path: Path) -> None:
     sc = _scenario(_uniform_trace(tmp_path / "u.csv"))
-    env = gym.make("LLMSched-v0", scenario=sc, split="test", num_requests=40).unwrapped
+    env = gym.make("LLMSched-v1", scenario=sc, split="test", num_requests=40).unwrapped
     by_seed = _rows(env.episode_requests(2))
     env.reset(seed=0, options={"window": 2})
     assert _rows(env.sim.requests) == by_seed

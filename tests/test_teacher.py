@@ -64,7 +64,7 @@ def test_searched_plays_the_candidate_with_the_best_attainment() -> None:
 
 
 def test_searched_refuses_other_envs_and_unknown_candidates() -> None:
-    single = gym.make("LLMSched-v0", scenario="default", num_requests=20)
+    single = gym.make("LLMSched-v1", scenario="default", num_requests=20)
     single.reset(seed=0)
     with pytest.raises(ValueError, match=r"searched.*LLMSchedMix-v0"):
         searched(single)
@@ -167,7 +167,7 @@ def test_the_lookahead_teacher_labels_the_state_it_is_asked_about() -> None:
         np.testing.assert_array_equal(obs, twin_obs)  # the teacher left the env where it stood
         assert not (terminated or truncated)
     assert decided == 6  # 12 steps of 4 iterations, a decision every 8
-    single = gym.make("LLMSched-v0", scenario="mixed-slo", num_requests=30, iterations_per_step=4)
+    single = gym.make("LLMSched-v1", scenario="mixed-slo", num_requests=30, iterations_per_step=4)
     u = single.unwrapped
     single.reset(seed=0)
     same = LookaheadTeacher(single, seed=0, config=config)

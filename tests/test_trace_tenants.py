@@ -72,7 +72,7 @@ def test_tenant_codes_follow_the_rows_through_the_replay(tmp_path: Path) -> None
 
 
 def test_the_library_scenarios_keep_one_tenant() -> None:
-    env = gym.make("LLMSched-v0", scenario="azure-conv", split="test", num_requests=20).unwrapped
+    env = gym.make("LLMSched-v1", scenario="azure-conv", split="test", num_requests=20).unwrapped
     assert len(env.tenants) == 1 and {r.tenant for r in env.episode_requests(0)} == {0}
 
 
@@ -213,14 +213,14 @@ def test_describe_honours_num_requests_and_reports_rejections(tmp_path: Path, ca
 def test_the_env_refuses_an_episode_larger_than_the_trace_part_when_made() -> None:
     message = r"AzureLLMInferenceTrace_conv\.csv\.gz: an episode of 900000 requests does not fit in the test split"
     with pytest.raises(ValueError, match=message):
-        gym.make("LLMSched-v0", scenario="azure-conv", split="test", num_requests=900_000)
+        gym.make("LLMSched-v1", scenario="azure-conv", split="test", num_requests=900_000)
     with pytest.raises(ValueError, match=r"an episode of 900000 requests does not fit in the train split"):
         gym.make("LLMSchedCluster-v0", scenario="cluster-azure-conv-4", num_replicas=2, num_requests=900_000)
 
 
 def test_an_episode_too_large_for_memory_is_refused_when_made(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(ValueError, match=r"LLMSchedEnv\.num_requests must be at most 1000000, got 1000001"):
-        gym.make("LLMSched-v0", scenario="bursty", num_requests=1_000_001)
+        gym.make("LLMSched-v1", scenario="bursty", num_requests=1_000_001)
     assert "EvalConfig.num_requests must be at most 1000000" in _usage_line(capsys, ["--num-requests", "10000000"])
 
 

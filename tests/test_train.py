@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import gymnasium as gym
@@ -15,23 +16,13 @@ import torch
 from agents import SB3Policy
 from agents.cli import main as train_main
 from agents.train_config import TrainConfig
-from agents.training import train, val_window_note
+from agents.training import BC_EPOCHS, train, val_window_note
 from llmsched_env.envs.episode import run_episode
-from tests.trained_run import ALGO_HP, COMMON, TINY_TRAIN, TrainedRun
+from tests.test_tensorboard import undocumented
+from tests.trained_run import ALGO_HP, COMMON, DAGGER_ROUNDS, TINY_TRAIN, TrainedRun, tensorboard_scalars
 
 STATUS = ("building 1 envs", "cloning the baseline slo_aware", "evaluating the baselines fcfs, slo_aware",
           "evaluating the start policy", "training maskable_ppo for 256 steps")  # fmt: skip
-
-
-def _tags(folder: Path) -> set[str]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    tags: set[str] = set()
-    for events in folder.rglob("events.out.tfevents.*"):
-        acc = EventAccumulator(str(events))
-        acc.Reload()
-        tags |= set(acc.Tags()["scalars"])
-    return tags
 
 
 def test_train_writes_a_complete_run_folder(trained_run: TrainedRun) -> None:
@@ -53,16 +44,56 @@ def test_train_writes_a_complete_run_folder(trained_run: TrainedRun) -> None:
 
 
 def test_the_training_logs_tensorboard_tags(trained_run: TrainedRun) -> None:
-    tags = _tags(trained_run.out / "tb")
-    assert {"episode/slo_attainment", "episode/goodput_rps", "episode/ttft_p99_s", "episode/jain_fairness"} <= tags
-    assert {"eval/slo_attainment", "eval/attainment_over_best_baseline", "train/value_loss"} <= tags
+    runs = tensorboard_scalars(trained_run.out / "tb")
+    assert set(runs) == {"clone", "run_1"}  # the cloning on its own axis, beside learning's
+    tags = runs["run_1"]
+    assert {"episode/slo_attainment", "episode/goodput_rps", "episode/ttft_p99_s", "episode/jain_fairness"} <= set(tags)
+    assert {"rollout/ep_rew_mean", "time/fps", "train/value_loss"} <= set(tags)
     assert any(t.startswith("episode/tenant/") and t.endswith("/slo_attainment") for t in tags)
+    assert "eval/mean_slo_attainment" not in tags  # it was eval/slo_attainment again
+
+
+def _steps(series: list[tuple[int, float]]) -> list[int]:
+    return [step for step, _ in series]
+
+
+def test_evaluations_are_logged_at_the_consoles_steps_with_ttft_and_tpot(trained_run: TrainedRun) -> None:
+    tags = tensorboard_scalars(trained_run.out / "tb")["run_1"]
+    console = [int(step) for step in re.findall(r"^eval @ (\d+):", trained_run.stdout, re.MULTILINE)]
+    history = json.loads((trained_run.out / "summary.json").read_text())["eval_history"]
+    assert console == [0, 128, 256] == [step for step, _ in history]
+    assert tags["eval/slo_attainment"] == [(step, pytest.approx(value)) for step, value in history]
+    for key in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "best_baseline_attainment"):
+        assert _steps(tags[f"eval/{key}"]) == console and all(v > 0 for _, v in tags[f"eval/{key}"]), key
+    assert all(p50 <= p99 for (_, p50), (_, p99) in zip(tags["eval/ttft_p50_s"], tags["eval/ttft_p99_s"], strict=True))
+    # each PPO update at the step of the rollout it learnt from (n_steps=128), the last one included
+    assert _steps(tags["train/value_loss"]) == _steps(tags["time/fps"]) == [128, 256]
+
+
+def test_the_cloning_and_each_dagger_round_are_logged_per_epoch(trained_run: TrainedRun) -> None:
+    clone = tensorboard_scalars(trained_run.out / "tb")["clone"]
+    bc = json.loads((trained_run.out / "bc.json").read_text())
+    rounds, epochs = bc["dagger"], BC_EPOCHS * (1 + bc["dagger"])
+    assert rounds == DAGGER_ROUNDS
+    for tag in ("policy_loss", "value_loss", "entropy", "accuracy", "accuracy/queue_order", "accuracy/shed"):
+        assert _steps(clone[f"clone/{tag}"]) == list(range(1, epochs + 1)), tag
+    assert all(0 <= v <= 1 for t, series in clone.items() if "accuracy" in t for _, v in series)
+    losses = [v for _, v in clone["clone/policy_loss"]]
+    assert losses[-1] < losses[0]  # it converges: the fit lowers its loss
+    # one agreement per DAgger round, at the epochs its clone had been fitted for: bc.json's
+    agreements = [(BC_EPOCHS * r, pytest.approx(bc[f"dagger{r}_agreement"])) for r in range(1, rounds + 1)]
+    assert clone["clone/dagger_agreement"] == agreements
+    starts = [BC_EPOCHS * r for r in range(rounds + 1)]
+    assert clone["clone/labelled_steps"] == [(step, 200.0 * (r + 1)) for r, step in enumerate(starts)]
+    assert _steps(clone["clone/collect_s"]) == starts  # a round's figures at its start; its fit's at its end
+    assert _steps(clone["clone/fit_s"]) == [step + BC_EPOCHS for step in starts]
+    assert clone["clone/final_accuracy"] == [(epochs, pytest.approx(bc["bc_accuracy"]))]
 
 
 def test_the_trained_model_and_its_export_serve_episodes(trained_run: TrainedRun) -> None:
     torch.set_num_threads(1)
     policy = SB3Policy.load(trained_run.out / "model.zip")  # the SB3 model acts as a Policy on its env
-    env = gym.make("LLMSched-v0", scenario="mixed-slo", num_requests=30, iterations_per_step=32)
+    env = gym.make("LLMSched-v1", scenario="mixed-slo", num_requests=30, iterations_per_step=32)
     assert run_episode(env, policy, seed=0)["num_requests"] == 30
     # evaluate.py loaded the exported policy from the run folder and held its actions as in training
     with open(trained_run.evaluated / "results.csv") as f:
@@ -90,7 +121,7 @@ def test_resume_continues_from_the_latest_signed_checkpoint_silently(trained_run
 
 def test_the_periodic_evaluation_says_when_its_val_windows_are_not_sustained() -> None:
     def val_env(n: int) -> gym.Env:
-        return gym.make("LLMSched-v0", scenario="bursty", num_requests=n, split="val", load=1.2)
+        return gym.make("LLMSched-v1", scenario="bursty", num_requests=n, split="val", load=1.2)
 
     assert val_window_note(val_env(600), [0, 1, 2], 1.2) is None
     note = val_window_note(val_env(20), [0, 1], 1.2)
@@ -115,6 +146,8 @@ def test_train_other_algorithms(tmp_path: Path, algo: str) -> None:
     assert train_main(argv) == 0
     assert (out / "model.zip").exists() and (out / "summary.json").exists()
     assert (out / "policy.json").exists() == (algo in ("ppo", "a2c"))  # MLP actor-critics export
+    written = {tag for tags in tensorboard_scalars(out / "tb").values() for tag in tags}
+    assert {"eval/slo_attainment", "train/learning_rate"} <= written and undocumented(written) == set()
 
 
 @pytest.mark.slow  # a training of its own: the fast tier trains once (tests/trained_run.py)
@@ -168,15 +201,15 @@ def test_train_sweep_on_ray_equals_serial_trainings(tmp_path: Path) -> None:
     assert json.loads((sweep / "mixed-slo-seed1" / "policy.json").read_text())["tensors_sha256"] == sha
 
 
-def test_tenant_tags_only_for_the_tenants_the_scenarios_name() -> None:
+def test_tenant_tags_only_where_a_tenants_name_means_one_tenant() -> None:
     from agents.callbacks import log_metrics
     from agents.train_config import TrainConfig
     from agents.training import named_tenants
 
     metrics = {"slo_attainment": 0.9, "tenant/chat/slo_attainment": 1.0, "tenant/x7f3q/slo_attainment": 0.5}
     recorded: dict[str, float] = {}
-    log_metrics(recorded.__setitem__, "episode", metrics, named_tenants(TrainConfig(scenario="generalist"), {}))
-    assert recorded == {"episode/slo_attainment": 0.9, "episode/tenant/chat/slo_attainment": 1.0}
+    log_metrics(recorded.__setitem__, "episode", metrics, named_tenants(TrainConfig(scenario="generalist")))
+    assert recorded == {"episode/slo_attainment": 0.9}  # a new workload every episode: `chat` is not one tenant
     recorded.clear()
-    log_metrics(recorded.__setitem__, "episode", metrics, named_tenants(TrainConfig(scenario="mixed-slo"), {}))
+    log_metrics(recorded.__setitem__, "episode", metrics, named_tenants(TrainConfig(scenario="mixed-slo")))
     assert "episode/tenant/x7f3q/slo_attainment" in recorded  # one scenario: every tenant is its own

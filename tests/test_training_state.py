@@ -32,7 +32,7 @@ TINY = [
 @pytest.fixture(scope="module")
 def recurrent() -> RecurrentPPO:
     torch.set_num_threads(1)
-    env = gym.make("LLMSched-v0", **ENV_KWARGS)
+    env = gym.make("LLMSched-v1", **ENV_KWARGS)
     kwargs = {"net_arch": [16], "lstm_hidden_size": 16}
     return RecurrentPPO("MlpLstmPolicy", env, n_steps=32, batch_size=32, seed=3, device="cpu", policy_kwargs=kwargs)
 
@@ -49,7 +49,7 @@ def test_a_recurrent_policy_carries_its_lstm_state_through_each_episode(
         return action, new_state
 
     monkeypatch.setattr(recurrent, "predict", spy)
-    env = gym.make("LLMSched-v0", **ENV_KWARGS)
+    env = gym.make("LLMSched-v1", **ENV_KWARGS)
     policy = SB3Policy(recurrent)
     run_episode(env, policy, seed=0)
     first_len = len(calls)
@@ -65,7 +65,7 @@ def test_a_recurrent_policy_carries_its_lstm_state_through_each_episode(
 
 
 def test_a_recurrent_policy_acts_as_a_manual_loop_with_state(recurrent: RecurrentPPO) -> None:
-    env = gym.make("LLMSched-v0", **ENV_KWARGS)
+    env = gym.make("LLMSched-v1", **ENV_KWARGS)
     mine: list[list[int]] = []
     policy = SB3Policy(recurrent)
     act = policy.act
@@ -84,7 +84,7 @@ def test_a_recurrent_policy_acts_as_a_manual_loop_with_state(recurrent: Recurren
 
 
 def test_export_refuses_a_recurrent_policy_in_one_line(recurrent: RecurrentPPO, tmp_path: Path) -> None:
-    env = gym.make("LLMSched-v0", **ENV_KWARGS)
+    env = gym.make("LLMSched-v1", **ENV_KWARGS)
     with pytest.raises(ValueError, match="RecurrentPPO policy cannot be exported") as caught:
         export_policy(recurrent, env, tmp_path / "out")
     assert "\n" not in str(caught.value) and not (tmp_path / "out").exists()

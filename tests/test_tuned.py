@@ -52,7 +52,7 @@ def table_file(path: Path, scenarios: dict[str, Any]) -> Path:
 
 
 def ctx_of(scenario: str, **engine: int) -> Any:
-    env = gymnasium.make("LLMSched-v0", scenario=scenario, split="val", engine=engine or None)
+    env = gymnasium.make("LLMSched-v1", scenario=scenario, split="val", engine=engine or None)
     return env.unwrapped.policy_context()
 
 

@@ -175,7 +175,7 @@ def test_observation_names_match_the_engine() -> None:
     _step(s, clock)
     obs = s.encoder.encode(s.state)
     workload = WorkloadConfig(tuple(TenantWorkload(t, 1.0, LengthDist.fixed(100, 10)) for t in tenants), 10)
-    env = gym.make("LLMSched-v0", workload=workload, engine=CFG).unwrapped
+    env = gym.make("LLMSched-v1", workload=workload, engine=CFG).unwrapped
     assert s.encoder.names == env.encoder.names  # the env's current schema, name for name
     idx = s.encoder.index
     assert obs[idx["run/num_prefilling"]] > 0 and obs[idx["kv/used"]] > 0
@@ -431,7 +431,7 @@ def test_a_hung_policy_cannot_hold_schedule_past_its_timeout(mode: str) -> None:
 def test_an_exported_policy_loads_and_runs() -> None:
     import gymnasium as gym
 
-    env = gym.make("LLMSched-v0", scenario="default").unwrapped
+    env = gym.make("LLMSched-v1", scenario="default").unwrapped
     s, clock = _make(str(ROOT / "policies" / "default"), cfg=env.engine_config, tenants=env.tenants)
     assert type(s.llmsched_policy).__name__ == "ExportedPolicy"
     for i, r in enumerate(env.episode_requests(0)[:30]):
@@ -465,7 +465,7 @@ def _loop_metrics(policy: str, seed: int) -> dict[str, float]:
 
     from llmsched_env.adapters.vllm.loop import run_vllm_loop
 
-    env = gym.make("LLMSched-v0", scenario="default", num_requests=60, load=2.0).unwrapped
+    env = gym.make("LLMSched-v1", scenario="default", num_requests=60, load=2.0).unwrapped
     return run_vllm_loop(env.engine_config, env.tenants, env.cost_model, env.episode_requests(seed), policy)
 
 

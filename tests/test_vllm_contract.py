@@ -23,6 +23,7 @@ from llmsched_env.engine.batch import Decision, QueueOrder
 from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, TenantConfig
 from llmsched_env.engine.engine import Engine
 from llmsched_env.engine.request import Request
+from llmsched_env.envs.single_node import env_id
 from llmsched_env.workloads.lengths import LengthDist
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig
 
@@ -37,7 +38,7 @@ TENANTS = (
 def _env(schema: int) -> Any:
     lengths = LengthDist.fixed(100, 10)
     workload = WorkloadConfig(tuple(TenantWorkload(t, 1.0, lengths) for t in TENANTS), num_requests=10)
-    return gym.make("LLMSched-v0", workload=workload, engine=CFG, schema=schema).unwrapped
+    return gym.make(env_id(schema), workload=workload, engine=CFG).unwrapped
 
 
 @pytest.mark.parametrize("schema", [1, SCHEMA_VERSION])

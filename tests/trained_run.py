@@ -1,7 +1,8 @@
 """The one end-to-end training of the fast tier, run once per test session (the ``trained_run`` fixture of
-``tests/conftest.py``): ``llmsched-train`` on mixed-slo with cloning, periodic evaluation, checkpoints and
-TensorBoard, then ``llmsched-evaluate`` on its exported policy, then ``--resume`` of the run to a budget of
-384 steps (after a copy of the folder as the training left it)."""
+``tests/conftest.py``): ``llmsched-train`` on mixed-slo with cloning and two DAgger rounds, periodic
+evaluation, checkpoints and TensorBoard, then ``llmsched-evaluate`` on its exported policy, then ``--resume`` of
+the run to a budget of 384 steps (after a copy of the folder as the training left it). ``tensorboard_scalars``
+reads a run folder's events back."""
 
 from __future__ import annotations
 
@@ -13,7 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ALGO_HP", "COMMON", "TINY", "TINY_TRAIN", "TrainedRun", "train_once"]
+__all__ = [
+    "ALGO_HP",
+    "COMMON",
+    "DAGGER_ROUNDS",
+    "TINY",
+    "TINY_TRAIN",
+    "TrainedRun",
+    "tensorboard_scalars",
+    "train_once",
+]
 
 COMMON = [
     "--timesteps", "256", "--n-envs", "1", "--hp", "bc_steps=200", "--hp", "eval_freq=128", "--hp", "eval_episodes=1",
@@ -28,6 +38,7 @@ ALGO_HP = {
     "dqn": ["--hp", "learning_starts=64", "--hp", "batch_size=32"],
 }
 TINY = [*COMMON, *ALGO_HP["maskable_ppo"], "--no-progress"]
+DAGGER_ROUNDS = 2  # the trained run's: its TensorBoard holds one agreement per round
 TINY_TRAIN = [
     "--timesteps", "256", "--n-envs", "1", "--bc", "none", "--hp", "eval_freq=128", "--hp", "eval_episodes=1",
     "--hp", "n_steps=128", "--hp", "batch_size=64", "--hp", "env_kwargs.num_requests=30",
@@ -71,7 +82,8 @@ def train_once(base: Path) -> TrainedRun:
     try:
         run = base / "run"
         argv = ["--scenario", "mixed-slo", "--out", str(run)]
-        stdout, stderr = _run(train_main, [*argv, *COMMON, *ALGO_HP["maskable_ppo"]])
+        dagger = ["--hp", f"bc_dagger={DAGGER_ROUNDS}"]
+        stdout, stderr = _run(train_main, [*argv, *COMMON, *ALGO_HP["maskable_ppo"], *dagger])
         out = base / "trained"
         shutil.copytree(run, out)
         evaluated = base / "eval"
@@ -84,3 +96,16 @@ def train_once(base: Path) -> TrainedRun:
         else:
             os.environ["XDG_CONFIG_HOME"] = saved
     return TrainedRun(out, stdout, stderr, evaluated, run, resumed_stderr)
+
+
+def tensorboard_scalars(folder: Path) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """Every scalar under ``folder`` (a run's ``tb/``): run (``clone``, ``run_1``) -> tag -> [(step, value)]."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    runs: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    for events in sorted({p.parent for p in folder.rglob("events.out.tfevents.*")}):
+        acc = EventAccumulator(str(events), size_guidance={"scalars": 0})  # 0: every point, not a sample
+        acc.Reload()
+        tags = acc.Tags()["scalars"]
+        runs[events.relative_to(folder).as_posix()] = {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in tags}
+    return runs

@@ -3,7 +3,7 @@
     llmsched-evaluate --policies fcfs,slo_aware,mine=runs/ppo0 --seeds 0,1,2 --out results/
     python evaluate.py ...            (the same command, from a checkout)
 
-Runs every (policy, scenario, load, seed) episode to its end through ``LLMSched-v0``; each policy acts on
+Runs every (policy, scenario, load, seed) episode to its end through ``LLMSched-v1``; each policy acts on
 the observation and action mask only, as an agent would. A policy is a baseline name or the path of an
 exported policy (a run folder holding ``policy.json`` + ``policy.safetensors``, or the JSON itself),
 optionally named ``alias=path``. Prints one row per run as it finishes (a progress bar with an ETA on

@@ -1,15 +1,14 @@
 """Each replica's own scheduler inside a cluster: ``LocalScheduler`` drives every replica's iterations with a
-single-node ``Policy`` through that replica's ``ObservationEncoder`` and ``ActionSpec``. No gymnasium, no
-torch."""
+single-node ``Policy``, through one ``DecisionLoop`` per replica (that replica's ``ObservationEncoder`` and
+``ActionSpec``). No gymnasium, no torch."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from llmsched_env.cluster.simulator import Cluster
 from llmsched_env.decision.actions import ActionSpec
+from llmsched_env.decision.loop import DecisionLoop
 from llmsched_env.decision.observation import ObservationEncoder
 from llmsched_env.decision.policy import Policy
 from llmsched_env.engine.batch import Decision
@@ -19,44 +18,41 @@ __all__ = ["LocalScheduler"]
 
 
 class LocalScheduler:
-    """``local_decide`` for ``Cluster``: replica i's single-node ``policies[i]`` acts on replica i's
-    observation (``encoders[i]``) and mask (``specs[i]``); an action the mask forbids is projected onto it.
-    A policy with ``needs_obs[i]`` False (a static rule) skips the encoding and is cached per mask."""
+    """``local_decide`` for ``Cluster``: replica i's single-node ``policies[i]`` decides every iteration of replica
+    i through ``loops[i]``, a ``DecisionLoop`` over ``encoders[i]`` and ``specs[i]`` (one decision an iteration, no
+    deadline, no fallback: an action the mask forbids is corrected, a malformed one is refused with a
+    ``ValueError`` naming the replica, and a policy's error reaches the cluster's caller). A policy that acts on
+    the mask alone (``reads_observation = False``) is asked once per mask pattern, as the loop keeps its answers.
+    The observation's last step time is replica i's last iteration time. ``record``: each loop keeps its
+    ``history`` (``DecisionLoop``)."""
 
     def __init__(
         self,
         policies: Sequence[Policy],
         specs: Sequence[ActionSpec],
         encoders: Sequence[ObservationEncoder],
-        needs_obs: Sequence[bool],
+        record: bool = False,
     ) -> None:
-        if not (len(policies) == len(specs) == len(encoders) == len(needs_obs)):
-            raise ValueError("LocalScheduler needs one policy, action spec, encoder and needs_obs per replica")
-        self.policies = list(policies)
-        self.specs = list(specs)
-        self.encoders = list(encoders)
-        self.needs_obs = list(needs_obs)
-        self._zeros = [np.zeros(e.size, dtype=np.float32) for e in encoders]
-        self._static: list[dict[int, Decision]] = [{} for _ in policies]
+        if not (len(policies) == len(specs) == len(encoders)):
+            raise ValueError("LocalScheduler needs one policy, action spec and encoder per replica")
+        self.loops = [
+            DecisionLoop(spec, encoder, policy, name=f"replica {i}'s local policy", record=record)
+            for i, (policy, spec, encoder) in enumerate(zip(policies, specs, encoders, strict=True))
+        ]
         self.cluster: Cluster | None = None  # bound after the cluster is built: last iteration times
 
-    def __call__(self, i: int, engine: Engine) -> Decision:
-        spec = self.specs[i]
-        mask = spec.mask(engine)  # one cached read-only array per mask pattern
-        if not self.needs_obs[i]:
-            d = self._static[i].get(id(mask))
-            if d is None:
-                d = self._decide(i, self._zeros[i], mask)
-                self._static[i][id(mask)] = d
-            return d
-        last = self.cluster.replicas[i].last_step_s if self.cluster is not None else 0.0
-        return self._decide(i, self.encoders[i].encode(engine, last), mask)
+    @property
+    def policies(self) -> list[Policy]:
+        """Each replica's policy (every loop has one)."""
+        return [loop.policy for loop in self.loops if loop.policy is not None]
 
-    def _decide(self, i: int, obs: np.ndarray, mask: np.ndarray) -> Decision:
-        spec = self.specs[i]
-        action = np.asarray(self.policies[i].act(obs, mask), dtype=np.int64)
-        if action.shape != (len(spec.nvec),) or np.any(action < 0) or np.any(action >= np.array(spec.nvec)):
-            raise ValueError(f"replica {i}'s local policy returned {action!r}, outside MultiDiscrete{spec.nvec}")
-        if not spec.allows(action, mask):
-            action = spec.project(action, mask)
-        return spec.decode(action)
+    def set_policy(self, i: int, policy: Policy) -> None:
+        """Replica ``i``'s policy from now on (``LLMSchedClusterEnv.restore`` puts a copy back)."""
+        self.loops[i].policy = policy
+
+    def __call__(self, i: int, engine: Engine) -> Decision:
+        # the replica's own last iteration time (its clock also covers the idle gaps between iterations)
+        last = self.cluster.replicas[i].last_step_s if self.cluster is not None else 0.0
+        decision = self.loops[i].next(engine, last)
+        assert decision is not None  # no ENGINE_DEFAULT fallback here
+        return decision

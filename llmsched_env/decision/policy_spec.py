@@ -104,7 +104,7 @@ class PolicySpec:
         return int(self.load().meta.get("iterations_per_step", 1))
 
     def make(self, env: Any, seed: int) -> Policy:
-        """The policy acting on ``env`` (``LLMSched-v0`` or ``LLMSchedCluster-v0``) for the episode of ``seed``."""
+        """The policy acting on ``env`` (``LLMSched-v1`` or ``LLMSchedCluster-v0``) for the episode of ``seed``."""
         return self.make_for(env.unwrapped.policy_context(), seed)
 
     def make_for(self, ctx: Any, seed: int) -> Policy:

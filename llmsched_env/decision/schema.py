@@ -14,10 +14,13 @@ encoder and the action layout of that schema, and refuse a policy of another one
 
 from __future__ import annotations
 
-__all__ = ["SCHEMAS", "SCHEMA_VERSION", "check_schema", "schema_summary"]
+__all__ = ["ENV_IDS", "SCHEMAS", "SCHEMA_VERSION", "check_schema", "env_id", "schema_summary"]
 
 SCHEMA_VERSION = 2  # what new policies are trained on
 SCHEMAS = (1, 2)  # what this code reads
+# The single-node env's Gymnasium id per schema: a new id when the spaces change (schema 2 is LLMSched-v1;
+# LLMSched-v0 keeps the per-tenant schema 1 of the policies trained on it)
+ENV_IDS = {1: "LLMSched-v0", 2: "LLMSched-v1"}
 
 _SUMMARY = {
     1: "per-tenant features named after the tenants it was trained on",
@@ -30,6 +33,11 @@ def check_schema(schema: object, where: str = "schema") -> int:
     if isinstance(schema, bool) or schema not in SCHEMAS:
         raise ValueError(f"{where}: observation schema {schema!r} is not supported (this code reads {SCHEMAS})")
     return int(schema)
+
+
+def env_id(schema: int) -> str:
+    """The id of the single-node env of observation ``schema`` (``ENV_IDS``)."""
+    return ENV_IDS[check_schema(schema, "env_id")]
 
 
 def schema_summary(schema: int) -> str:

@@ -1,4 +1,4 @@
-"""The Gymnasium environments ``LLMSched-v0`` (one engine, one iteration per step) and ``LLMSchedCluster-v0``
+"""The Gymnasium environments ``LLMSched-v1`` (one engine, one iteration per step) and ``LLMSchedCluster-v0``
 (a router over N engines, one arrival per step): thin wrappers over the simulators and the decision layer.
 """
 

@@ -66,7 +66,7 @@ class LLMSchedClusterEnv(gym.Env):
     | decode/kv_used, decode/num_landed, decode/link_backlog | disaggregated only: decode pool, KV link wait |
 
     ## Rewards
-    As ``LLMSched-v0``: ``good`` (+1/N) when a request finishes within its SLOs, ``miss`` (−1/N) when it is
+    As ``LLMSched-v1``: ``good`` (+1/N) when a request finishes within its SLOs, ``miss`` (−1/N) when it is
     rejected, passes its TTFT deadline without a first token or finishes too slowly, each counted once, when
     known; unresolved requests count as misses at the end, so a drained episode returns ``2·attainment − 1``.
     ``preempt`` (weight 0 by default) charges each recompute preemption on any replica. Terms are in
@@ -282,7 +282,7 @@ class LLMSchedClusterEnv(gym.Env):
         scheduler = self.cluster.local_decide if self.cluster is not None else self._local_scheduler()
         assert isinstance(scheduler, LocalScheduler)
         for i, policy in _policy_states(state["policies"]).items():
-            scheduler.policies[i] = policy
+            scheduler.set_policy(i, policy)
         restore_episode_state(self, state)
         self.cluster = cluster = state["cluster"].fork(scheduler)
         scheduler.cluster = cluster
@@ -312,20 +312,19 @@ class LLMSchedClusterEnv(gym.Env):
         )
 
     def _local_scheduler(self) -> LocalScheduler:
-        policies, needs_obs = [], []
+        policies = []
         for i, p in enumerate(self.local_policy):
             if isinstance(p, str):
                 p = SCHEDULERS.get(p)(self.local_policy_context(i), int(self.np_random.integers(2**31)))
             policies.append(p)
-            needs_obs.append(reads_observation(p))
-        return LocalScheduler(policies, self.action_specs, self.local_encoders, needs_obs)
+        return LocalScheduler(policies, self.action_specs, self.local_encoders)
 
 
 def _policy_states(source: LocalScheduler | dict[int, Any]) -> dict[int, Any]:
     """Copies of the local policies that may hold state (all but static rules), by replica: of a scheduler's
     policies (``snapshot``), or of the copies a snapshot holds (``restore``, which leaves them as they were)."""
     if isinstance(source, LocalScheduler):
-        source = {i: p for i, (p, obs) in enumerate(zip(source.policies, source.needs_obs, strict=True)) if obs}
+        source = {i: p for i, p in enumerate(source.policies) if reads_observation(p)}
     return {i: _copy_policy(p) for i, p in source.items()}
 
 

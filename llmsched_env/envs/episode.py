@@ -1,4 +1,4 @@
-"""Run one episode of an env (``LLMSched-v0`` or ``LLMSchedCluster-v0``) under a policy."""
+"""Run one episode of an env (``LLMSched-v1`` or ``LLMSchedCluster-v0``) under a policy."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Each ``reset`` draws a workload: a library scenario (its ``split`` part) at a lo
 scenario's knee, or, with probability ``random_share``, a randomised synthetic scenario
 (``workloads.randomized``: 1-16 tenants, several engines and cost presets) at a load from its space's
 ``load_range``; and a length prediction from ``length_predictions``. The episode then runs on an
-``LLMSched-v0`` of observation schema 2, whose observation and action layout are the same for every workload,
+``LLMSched-v1`` of observation schema 2, whose observation and action layout are the same for every workload,
 so one policy learns across all of them.
 
 On ``split="val"`` or ``"test"`` the draw is deterministic and covers the library: episode seed ``s`` plays
@@ -41,7 +41,7 @@ DEFAULT_LOAD_SPAN = (0.5, 1.5)  # training loads: this times the scenario's knee
 
 
 class WorkloadMixEnv(gym.Env):
-    """One engine iteration per step, as ``LLMSched-v0``; a new workload each episode (module docstring).
+    """One engine iteration per step, as ``LLMSched-v1``; a new workload each episode (module docstring).
 
     Arguments: ``scenarios`` (library names; default all), ``split``, ``knee_loads`` (scenario -> load at
     which the best heuristic keeps 90% attainment; default ``DEFAULT_KNEE_LOAD``), ``load_span`` (training

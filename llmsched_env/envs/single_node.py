@@ -1,5 +1,9 @@
-"""``LLMSched-v0``: the Gymnasium environment. A thin wrapper: the scheduling logic lives in ``engine``, ``sim``
-and ``decision``."""
+"""``LLMSched-v1`` (and ``LLMSched-v0``): the single-node Gymnasium environment. A thin wrapper: the scheduling logic
+lives in ``engine``, ``sim`` and ``decision``.
+
+``LLMSched-v1`` observes and acts in schema 2 (workload-agnostic, ``decision.schema``), ``LLMSched-v0`` in schema 1
+(features per named tenant); both are ``LLMSchedEnv``, whose ``schema`` argument picks the layout when the class is
+built directly."""
 
 from __future__ import annotations
 
@@ -16,9 +20,10 @@ from llmsched_env.common.checks import check_int
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.actions import ActionSpec
+from llmsched_env.decision.loop import DecisionLoop
 from llmsched_env.decision.observation import OBS_CLIP, make_encoder
 from llmsched_env.decision.policy import PolicyContext
-from llmsched_env.decision.schema import SCHEMA_VERSION, check_schema
+from llmsched_env.decision.schema import ENV_IDS, SCHEMA_VERSION, check_schema, env_id
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.engine.remote_kv import RemoteKVConfig
 from llmsched_env.engine.request import Request
@@ -32,7 +37,7 @@ from llmsched_env.workloads.prediction import LengthPredictor
 from llmsched_env.workloads.scenarios import Scenario, SyntheticSource, TraceSource
 from llmsched_env.workloads.workload import WorkloadConfig
 
-__all__ = ["LLMSchedEnv"]
+__all__ = ["ENV_IDS", "LLMSchedEnv", "env_id", "make_v0", "make_v1"]
 
 
 class LLMSchedEnv(gym.Env):
@@ -49,9 +54,10 @@ class LLMSchedEnv(gym.Env):
     earliest TTFT deadline, shortest prompt, least-served tenant (VTC), longest cached prefix); token budget;
     chunk cap; batch mix (decode-first hybrid / prefill-first); admission cap (0 holds admission); KV reserve
     kept free when admitting; shedding of requests that can no longer meet their TTFT. ``action_masks()``
-    gives the valid options (sb3-contrib MaskablePPO); an in-range action that the mask forbids is moved to
-    the first valid option of each forbidden component (``info["action_projected"]``). Out-of-range, NaN or
-    wrongly shaped actions raise ``ValueError`` naming the component.
+    gives the valid options (sb3-contrib MaskablePPO). The action reaches the engine through
+    ``decision.loop.DecisionLoop``, as every policy's does: an in-range action that the mask forbids is
+    corrected, each forbidden component moved to its first valid option (``info["action_projected"]``);
+    out-of-range, NaN or wrongly shaped actions are refused with a ``ValueError`` naming the component.
 
     ## Observation space
     ``Box(-10, 10, (n,), float32)`` of named features (``env.unwrapped.obs_names``). Schema 2 (the default)
@@ -177,9 +183,9 @@ class LLMSchedEnv(gym.Env):
         self._episode_window: int | None = None
         self.history: deque[tuple[float, int, float, float]] = deque(maxlen=600)
         self._last_step_s = 0.0
-        # the last step's action, the mask (mask_list's object) it was last checked against and the answer: an
-        # action held over steps is checked again only when the mask changes
-        self._held: tuple[list[int], list[bool] | None, bool] = ([], None, True)
+        # how the agent's action reaches the engine (decision.loop): validated, held for iterations_per_step
+        # iterations, corrected where the mask forbids it; the agent is the policy, so no deadline or fallback
+        self.decisions = DecisionLoop(self.action_spec, self.encoder, hold=iterations_per_step, name="the action")
         # what restore() compares: a snapshot fits another env made with the same arguments
         self._signature = (
             ("scenario", sc.name),
@@ -210,43 +216,32 @@ class LLMSchedEnv(gym.Env):
         )
         self._reward = RewardTracker(self.reward_config, len(requests))
         self._last_step_s = 0.0
+        self.decisions.reset()
         self.history.clear()
         if self.check_invariants:
             self.sim.check_invariants()
-        return self.encoder.encode(self.sim.engine), {}
+        return self.decisions.observe(self.sim.engine, 0.0), {}
 
     def step(self, action: np.ndarray | Sequence[int]) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         sim = self.sim
         if sim is None:
             raise RuntimeError("call reset() before step()")
-        spec = self.action_spec
-        decision = spec.decode(action)  # validates: ValueError on a bad action
-        if isinstance(action, np.ndarray) and action.dtype.kind in "iu":
-            values = action.tolist()
-        else:  # integers in any form (decode checked them)
-            values = [int(v) for v in np.asarray(action).tolist()]
-        projected = False
+        loop = self.decisions
         engine = sim.engine
+        loop.take(action, engine)  # validates: ValueError naming the component of a malformed action
+        corrected = loop.stats.num_corrected
         t0 = engine.now_s
-        held, checked, allowed = self._held  # checked: the mask the action was last checked against, if it is held
-        if values != held:
-            checked, allowed = None, True
         terminated = False
         for _ in range(self.iterations_per_step):
-            flags = spec.mask_list(engine)
-            if flags is not checked:  # the mask changed (or the action is not the one held): check the action again
-                checked, allowed = flags, spec.allows_list(values, flags)
-            if allowed:
-                sim.step(decision)
-            else:
-                projected = True
-                sim.step(spec.decode(spec.project(values, spec.mask(engine))))
+            decision = loop.next(engine)  # the action, corrected where the mask forbids it now
+            assert decision is not None  # no ENGINE_DEFAULT fallback here
+            sim.step(decision)
             if self.check_invariants:
                 sim.check_invariants()
             if sim.done:
                 terminated = True
                 break
-        self._held = (values, checked, allowed)
+        projected = loop.stats.num_corrected != corrected
         self._last_step_s = engine.now_s - t0
         truncated = not terminated and (sim.now_s >= self.horizon_s or sim.num_steps >= self.max_steps)
         reward, rewards = self._reward.step(
@@ -258,7 +253,7 @@ class LLMSchedEnv(gym.Env):
             info["load"] = self.load
         if self.render_mode is not None:
             self.history.append((sim.now_s, engine.num_waiting_total, engine.pool.usage, self._last_step_s))
-        obs = self.encoder.encode(engine, self._last_step_s)
+        obs = loop.observe(engine, self._last_step_s)
         return obs, reward, terminated, truncated, info
 
     def _draw_requests(self) -> list[Request]:
@@ -332,3 +327,24 @@ class LLMSchedEnv(gym.Env):
         return PolicyContext(
             self.engine_config, self.tenants, self.cost_model, self.action_spec, self.obs_names, self.scenario.name
         )
+
+
+def _versioned(schema: int, kwargs: dict[str, Any]) -> LLMSchedEnv:
+    given = kwargs.pop("schema", schema)
+    if given != schema:
+        other = ENV_IDS.get(given) if isinstance(given, int) and not isinstance(given, bool) else None
+        hint = f": gym.make({other!r}) is the env of schema {given}" if other else f" (schemas: {sorted(ENV_IDS)})"
+        raise ValueError(f"{ENV_IDS[schema]} is the env of observation schema {schema}, not {given!r}{hint}")
+    return LLMSchedEnv(schema=schema, **kwargs)
+
+
+def make_v0(**kwargs: Any) -> LLMSchedEnv:
+    """``gym.make("LLMSched-v0", ...)``: the env of schema 1 (features per named tenant; the layout of the
+    per-tenant policies). ``schema=`` may only repeat 1."""
+    return _versioned(1, kwargs)
+
+
+def make_v1(**kwargs: Any) -> LLMSchedEnv:
+    """``gym.make("LLMSched-v1", ...)``: the env of schema 2 (workload-agnostic features; the generalist's).
+    ``schema=`` may only repeat 2."""
+    return _versioned(2, kwargs)

@@ -1,4 +1,4 @@
-"""Fork an episode: what ``env.unwrapped.snapshot()`` returns and ``restore(snapshot)`` takes, on ``LLMSched-v0``
+"""Fork an episode: what ``env.unwrapped.snapshot()`` returns and ``restore(snapshot)`` takes, on ``LLMSched-v1``
 and ``LLMSchedCluster-v0`` (CompilerGym's ``fork()`` is the model).
 
     snap = env.unwrapped.snapshot()      # mid-episode: everything the rest of the episode depends on

@@ -20,7 +20,7 @@ from typing import Any
 
 import gymnasium as gym
 
-import llmsched_env  # noqa: F401  (registers LLMSched-v0 and LLMSchedCluster-v0)
+import llmsched_env  # noqa: F401  (registers LLMSched-v1, LLMSched-v1 and LLMSchedCluster-v0)
 from llmsched_env.cluster.scenarios import CLUSTER_SCENARIOS, ClusterScenario
 from llmsched_env.common.checks import check_int, check_label, check_positive, check_unique, duplicates
 from llmsched_env.costs.loader import load_cost_model
@@ -30,6 +30,7 @@ from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.decision.schema import SCHEMA_VERSION
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.envs.options import MAX_EPISODE_REQUESTS, MAX_LOAD, MIN_LOAD
+from llmsched_env.envs.single_node import env_id
 from llmsched_env.evaluation.knob_space import static_decision
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.workloads.library import SCENARIOS
@@ -179,9 +180,8 @@ class EvalConfig:
         if isinstance(scenario, ClusterScenario):  # a router decides per arrival: no iterations_per_step
             return gym.make("LLMSchedCluster-v0", **common)
         return gym.make(
-            "LLMSched-v0",
+            env_id(SCHEMA_VERSION if schema is None else schema),  # the env of the policy's observation schema
             iterations_per_step=iterations_per_step,
-            schema=SCHEMA_VERSION if schema is None else schema,
             length_prediction=self.length_prediction,
             **common,
         )

@@ -4,7 +4,7 @@
     result = run_grid(config)                 # result.rows: one dict of metrics per run
     summarize(result.rows)                    # mean and 95% CI over seeds per (policy, scenario, load)
 
-Each policy acts on the observation and action mask only, as an agent would, through ``LLMSched-v0`` /
+Each policy acts on the observation and action mask only, as an agent would, through ``LLMSched-v1`` /
 ``LLMSchedCluster-v0`` (or, with ``config.runtime``, on the torch runtime). A run's row holds ``policy``,
 ``scenario``, ``load``, ``seed``, the episode's metrics, ``wall_s`` and ``trajectory`` (a fingerprint of the
 episode, ``identity.trajectory_fingerprint``: equal for two policies that played it alike); the rows come in
@@ -84,7 +84,7 @@ def run_cell(
     is made when needed. After each run ``on_run`` sees its row and details (None without ``details``), then
     ``on_row`` its row."""
     env = config.make_env(scenario, load, policy.iterations_per_step, policy.schema)
-    u: Any = env.unwrapped  # LLMSched-v0's or LLMSchedCluster-v0's
+    u: Any = env.unwrapped  # LLMSched-v1's or LLMSchedCluster-v0's
     windows = env_windows(env, scenario.name)
     runners = runners or runners_for(config)
     out = GridResult([])

@@ -42,6 +42,7 @@ import gymnasium as gym
 import numpy as np
 
 from llmsched_env.decision.lookahead import LookaheadConfig
+from llmsched_env.decision.loop import DecisionLoop
 from llmsched_env.decision.registry import SCHEDULERS
 from llmsched_env.engine.batch import Decision, QueueOrder
 from llmsched_env.engine.engine import LPM_WINDOW, Engine
@@ -115,7 +116,7 @@ def _make_move(move: str, engine: Engine, r: Request) -> None:
 
 
 class LookaheadPolicy:
-    """The ``lookahead`` bound on ``env`` (``LLMSched-v0``, already reset for the episode it plays; see the module
+    """The ``lookahead`` bound on ``env`` (``LLMSched-v1``, already reset for the episode it plays; see the module
     docstring); ``table``: the tuned-settings table (a ``TunedTable`` or a path) of a ``tuned`` base (None: the
     shipped one). ``act(observation, action_mask)`` ignores the observation: it reads the env itself. One-line
     ``ValueError`` for an env it cannot play forward (the cluster env, a runtime, several iterations per step).
@@ -132,7 +133,7 @@ class LookaheadPolicy:
         u: Any = env.unwrapped
         if not hasattr(u, "snapshot") or not hasattr(u, "sim") or not hasattr(u, "action_spec"):
             raise ValueError(
-                f"lookahead plays LLMSched-v0 forward on snapshots; {type(u).__name__} has no single-node simulator"
+                f"lookahead plays LLMSched-v1 forward on snapshots; {type(u).__name__} has no single-node simulator"
             )
         if labels_only and config.candidates == "requests":
             raise ValueError("lookahead labels are actions: candidates=requests (per-request moves) cannot be one")
@@ -146,6 +147,8 @@ class LookaheadPolicy:
         self.seed = seed
         self.table = table
         self.spec = u.action_spec
+        # the rollouts apply each candidate as the env applies an action (decision.loop), without observations
+        self._loop = DecisionLoop(self.spec, name="lookahead")
         self.base, self.base_source = self._base()
         self.candidates = [self.base]
         if config.candidates in ("neighbours", "requests"):
@@ -271,24 +274,23 @@ class LookaheadPolicy:
 
     def _rollout(self, plan: list[tuple[np.ndarray, int | None]]) -> int:
         """Play each (action, iterations) of ``plan`` on the env's simulator (None: to the episode's end), as
-        ``env.step`` would (the action projected onto each iteration's mask) but without observations; stops
+        ``env.step`` would (through a ``DecisionLoop``: the action corrected onto each iteration's mask) but without
+        observations; stops
         where the episode ends or would be truncated. Returns requests met minus requests missed meanwhile."""
         u = self.env
         sim = u.sim
         engine = sim.engine
-        spec = self.spec
+        loop = self._loop
         start = engine.num_good - engine.num_missed
         horizon_s, max_steps = u.horizon_s, u.max_steps
         for action, n in plan:
-            decisions: dict[int, Decision] = {}
+            loop.take(action, hold=None)  # held until the next take, corrected where the mask forbids it
             i = 0
             while n is None or i < n:
                 if sim.done or sim.now_s >= horizon_s or sim.num_steps >= max_steps:
                     return engine.num_good - engine.num_missed - start
-                mask = spec.mask(engine)
-                d = decisions.get(id(mask))
-                if d is None:
-                    d = decisions[id(mask)] = spec.decode(spec.project(action, mask))
+                d = loop.next(engine)
+                assert d is not None  # no ENGINE_DEFAULT fallback here
                 sim.step(d)
                 i += 1
         return engine.num_good - engine.num_missed - start

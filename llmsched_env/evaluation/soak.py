@@ -21,16 +21,16 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-import llmsched_env  # noqa: F401  (registers LLMSched-v0 and LLMSchedCluster-v0)
+import llmsched_env  # noqa: F401  (registers LLMSched-v1 and LLMSchedCluster-v0)
 
 __all__ = ["SOAK_CASES", "SoakResult", "soak"]
 
 _SMALL_POOL = {"num_kv_blocks": 48, "block_size": 16, "max_num_seqs": 8, "max_num_batched_tokens": 512}
 # name -> (env id, env arguments)
 SOAK_CASES: dict[str, tuple[str, dict[str, Any]]] = {
-    "small-pool": ("LLMSched-v0", {"scenario": "short-long", "engine": _SMALL_POOL, "load": 4.0}),
-    "preemption": ("LLMSched-v0", {"scenario": "mixed-slo", "load": (2.0, 8.0)}),
-    "remote-kv": ("LLMSched-v0", {"scenario": "remote-kv", "load": (1.0, 4.0)}),
+    "small-pool": ("LLMSched-v1", {"scenario": "short-long", "engine": _SMALL_POOL, "load": 4.0}),
+    "preemption": ("LLMSched-v1", {"scenario": "mixed-slo", "load": (2.0, 8.0)}),
+    "remote-kv": ("LLMSched-v1", {"scenario": "remote-kv", "load": (1.0, 4.0)}),
     "cluster": ("LLMSchedCluster-v0", {"scenario": "cluster-azure-conv-4", "load": (0.5, 3.0), "num_replicas": 2}),
     "disaggregated": ("LLMSchedCluster-v0", {"scenario": "cluster-azure-conv-pd", "load": (0.5, 3.0)}),
 }

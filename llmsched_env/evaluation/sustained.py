@@ -88,7 +88,7 @@ class ScenarioWindows:
 
 
 def env_windows(env: Any, name: str | None = None) -> ScenarioWindows:
-    """The ``ScenarioWindows`` of an env (``LLMSched-v0`` or ``LLMSchedCluster-v0``, wrapped or not)."""
+    """The ``ScenarioWindows`` of an env (``LLMSched-v1`` or ``LLMSchedCluster-v0``, wrapped or not)."""
     u = env.unwrapped
     scale = u.cluster_rate_rps / u.source.nominal_rate_rps() if hasattr(u, "cluster_rate_rps") else 1.0
     label = name if name is not None else getattr(getattr(u, "scenario", None), "name", "?")

@@ -30,7 +30,7 @@ from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.observation import ObservationEncoder, make_encoder
 from llmsched_env.decision.policy import Policy, PolicyContext
 from llmsched_env.decision.schema import SCHEMA_VERSION
-from llmsched_env.decision.serve import ServeStats, serve, serving
+from llmsched_env.decision.serve import ServeOptions, decision_loop, serve, serving
 from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, TenantConfig
 from llmsched_env.engine.request import Request
 from llmsched_env.runtime.calibrate import fit, iteration_samples
@@ -143,11 +143,11 @@ def drive_lockstep(
     their own KV blocks (``Runtime(block_offset=...)``). Returns ``runtime``'s metrics."""
     partner: Runtime | None = None
     partner_loop: Iterator[None] | None = None
-    for _ in serving(runtime, *_loop_parts(runtime, make, fallback), ServeStats()):
+    for _ in serving(runtime, decision_loop(*_loop_parts(runtime, make, fallback), ServeOptions())):
         runtime.pause()
         if partner_loop is None:
             partner = next(partners)
-            partner_loop = serving(partner, *_loop_parts(partner, fallback, fallback), ServeStats())
+            partner_loop = serving(partner, decision_loop(*_loop_parts(partner, fallback, fallback), ServeOptions()))
         else:
             assert partner is not None
             partner.resume()

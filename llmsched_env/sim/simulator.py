@@ -142,7 +142,7 @@ class Simulator:
         are copied (``Engine.fork``), finished and rejected ones shared (they never change again), and the
         requests still to arrive shared until they arrive: from now on both simulators copy each arrival
         before touching it. ``rng``: the generator the fork's remote KV store draws from (the env's own). The
-        simulator of ``LLMSched-v0``'s ``snapshot()`` / ``restore()``; the torch runtime's subclass, which
+        simulator of ``LLMSched-v1``'s ``snapshot()`` / ``restore()``; the torch runtime's subclass, which
         runs a real model, cannot fork (ValueError)."""
         if type(self) is not Simulator:
             raise ValueError(f"{type(self).__name__} cannot fork: only the simulator's own state can be copied")

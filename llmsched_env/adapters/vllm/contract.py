@@ -64,7 +64,7 @@ def adapter_spaces(
     config: EngineConfig, tenants: Sequence[TenantConfig], schema: int, nominal_rate_rps: float
 ) -> tuple[ActionSpec, Any]:
     """The action space and observation encoder the adapter builds for an engine of ``config`` serving
-    ``tenants``, for a policy of observation ``schema``: the same ones ``LLMSched-v0`` builds."""
+    ``tenants``, for a policy of observation ``schema``: the same ones ``LLMSched-v1`` builds."""
     return ActionSpec.for_engine(config, schema), make_encoder(schema, config, tuple(tenants), nominal_rate_rps)
 
 

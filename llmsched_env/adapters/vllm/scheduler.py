@@ -6,10 +6,12 @@ Every ``schedule()`` it encodes vLLM's state into llmsched's observation and act
 knobs from the ``Decision`` before running vLLM's own ``schedule()`` (``contract.vllm_knobs``; the table is in
 ``contract``'s docstring).
 
-The policy answers under a hard deadline (``decision.decider.TimedDecider``: a ``SIGALRM`` timer where vLLM
-schedules on its main thread, else a worker thread): a policy that raises, returns an invalid action, or has
-not answered by ``policy_timeout_s`` leaves that step to vLLM's own behaviour (every knob restored to vLLM's
-setting, FCFS order), counted by reason in ``stats`` (``decision.serve.ServeStats``). A hung policy cannot hold
+Each step's decision comes from ``decision.loop.DecisionLoop``, as the env's and the runtime's do (held for
+``iterations_per_step`` steps, corrected where the mask forbids it), under a hard deadline (``policy_timeout_s``;
+``decision.decider.TimedDecider``: a ``SIGALRM`` timer where vLLM schedules on its main thread, else a worker
+thread): a policy that raises, returns a malformed action, or has not answered by its deadline leaves that
+decision to vLLM's own behaviour (the loop's ``ENGINE_DEFAULT`` fallback: every knob restored to vLLM's setting,
+FCFS order), counted by cause in ``stats`` (``decision.loop.DecisionStats``). A hung policy cannot hold
 ``schedule()`` past its timeout. The
 bookkeeping is incremental: hooks on admission, preemption and finishing keep per-tenant counters, so a step
 costs O(tenants + prefilling requests + changes), not O(requests).
@@ -29,7 +31,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
@@ -43,10 +44,9 @@ from llmsched_env.adapters.vllm.contract import VllmKnobs, adapter_spaces, batch
 from llmsched_env.adapters.vllm.serve_log import LABEL_KEY, ServeLog
 from llmsched_env.adapters.vllm.state import TENANT_KEY, SimClock, VllmState, engine_config_of
 from llmsched_env.adapters.vllm.waiting import PolicyWaitingQueue
-from llmsched_env.decision.decider import TimedDecider
-from llmsched_env.decision.policy import Policy, PolicyContext, reads_observation
+from llmsched_env.decision.loop import ENGINE_DEFAULT, DecisionLoop
+from llmsched_env.decision.policy import Policy, PolicyContext
 from llmsched_env.decision.policy_file import action_options
-from llmsched_env.decision.serve import ServeStats
 from llmsched_env.engine.batch import Decision, QueueOrder
 
 __all__ = [
@@ -115,23 +115,25 @@ class _LLMSchedAdapter(_SchedulerBase):
                 )
         default_hold = spec.iterations_per_step if llmsched_policy is None else 1
         self.iterations_per_step = cfg.iterations_per_step or default_hold
-        self._zero_obs = np.zeros(self.encoder.size, dtype=np.float32)
-        self.llmsched_policy = policy  # not ``policy``: vLLM's Scheduler keeps its SchedulingPolicy there
-        self.stats = ServeStats()
+        # the step between the policy and vLLM's knobs; vLLM's own settings where the policy fails
+        self.decisions = DecisionLoop(
+            self.action_spec,
+            self.encoder,
+            policy,
+            hold=self.iterations_per_step,
+            fallback=ENGINE_DEFAULT,
+            timeout_s=cfg.policy_timeout_s,
+            deadline_mode=cfg.policy_deadline,
+            name="llmsched-policy",
+        )
+        self.stats = self.decisions.stats
         self.num_kv_blocks = self.engine_config.num_kv_blocks
         # vLLM's own settings, restored whenever the policy's step falls back
         self.base_knobs = self._knobs_now()
         self.queue = PolicyWaitingQueue(self.state, self._cached_blocks)
         self.waiting = self.queue
-        self.decision: Decision | None = None  # the step's decision (None: vLLM's own)
         # the (decision, running requests, decodes) vLLM's knobs were last set for
         self._knobs_key: tuple[Decision | None, int, int] | None = None
-        self._hold = 0
-        self._action: list[int] | None = None  # the policy's action behind ``decision``
-        self._checked: list[bool] | None = None  # the mask (``mask_list``'s object) it was last checked against
-        self._allowed = True  # whether it was valid under that mask
-        self._last_step_start = 0.0
-        self._last_step_s = 0.0
         # aborted by shedding, reported by the next update_from_output: (request id, client, finish reason, events)
         self.shed_requests: list[tuple[str, int, Any, Any]] = []
         self.num_shed = 0
@@ -148,7 +150,7 @@ class _LLMSchedAdapter(_SchedulerBase):
                                  "weight": t.weight, "priority": t.priority} for t in self.state.tenants],
                     "policy": cfg.policy,
                     "iterations_per_step": self.iterations_per_step,
-                    "policy_deadline": self.decider.mode,
+                    "policy_deadline": self.decisions.deadline,
                     "vllm": "==".join(vllm_version),
                 }
             )  # fmt: skip
@@ -156,17 +158,15 @@ class _LLMSchedAdapter(_SchedulerBase):
 
     @property
     def llmsched_policy(self) -> Policy:
-        """The llmsched policy deciding each step; setting it installs a new one (its own worker thread)."""
-        return self._policy
+        """The llmsched policy deciding each step (not ``policy``: vLLM's Scheduler keeps its SchedulingPolicy
+        there); setting it installs a new one (its own deadline timer) from the next decision on."""
+        policy = self.decisions.policy
+        assert policy is not None
+        return policy
 
     @llmsched_policy.setter
     def llmsched_policy(self, policy: Policy) -> None:
-        old = getattr(self, "decider", None)
-        if old is not None:
-            old.close()
-        self._policy = policy
-        self._reads_obs = reads_observation(policy)
-        self.decider = TimedDecider(policy, mode=self.adapter.policy_deadline)
+        self.decisions.policy = policy
 
     def _check_vllm_config(self) -> None:
         sc = self.scheduler_config
@@ -203,24 +203,7 @@ class _LLMSchedAdapter(_SchedulerBase):
         wall0 = time.time() if self.log is not None else 0.0
         state = self.state
         state.expire_ttft()
-        if self._hold > 0:
-            self._hold -= 1
-            decision = self.decision
-            action = self._action
-            if action is not None:
-                spec = self.action_spec
-                flags = spec.mask_list(state)
-                if flags is not self._checked:  # the mask changed: check the held action again (as the env does)
-                    self._checked, self._allowed = flags, spec.allows_list(action, flags)
-                if not self._allowed:  # the held action, projected onto what the mask allows now
-                    decision = spec.decode(spec.project(action, spec.mask(state)))
-        else:
-            decision = self._decide()
-            self._hold = self.iterations_per_step - 1
-            self.decision = decision
-            now = state.now_s
-            self._last_step_s = now - self._last_step_start
-            self._last_step_start = now
+        decision = self.decisions.next(state)  # held, checked against the mask; a new one every k steps
         self._apply(decision)
         t1 = time.perf_counter()
         out = super().schedule(*args, **kwargs)
@@ -237,37 +220,6 @@ class _LLMSchedAdapter(_SchedulerBase):
         self.vllm_time_s += t2 - t1
         self.num_steps += 1
         return out
-
-    def _decide(self) -> Decision | None:
-        """The policy's decision now, or None (vLLM's own step) when it fails, counted by reason."""
-        t0 = time.perf_counter()
-        state, spec, stats = self.state, self.action_spec, self.stats
-        obs = self.encoder.encode(state, self._last_step_s) if self._reads_obs else self._zero_obs
-        mask = spec.mask(state)
-        raw, reason, error = self.decider.decide(obs, mask, t0 + self.adapter.policy_timeout_s)
-        action = None
-        decision = None
-        if reason is None:
-            try:
-                decision = spec.decode(raw)
-                action = np.asarray(raw, dtype=np.int64)
-            except (ValueError, TypeError) as exc:
-                reason, error = "invalid", f"invalid action {raw!r}: {exc}"
-        stats.num_decisions += 1
-        stats.policy_time_s += time.perf_counter() - t0
-        if reason is not None:
-            stats.num_fallbacks += 1
-            stats.fallbacks[reason] += 1
-            stats.last_error = error
-            self._action = None
-            return None
-        assert action is not None and decision is not None
-        self._action = action.tolist()
-        self._checked = flags = spec.mask_list(state)
-        self._allowed = spec.allows_list(self._action, flags)
-        if not self._allowed:
-            decision = spec.decode(spec.project(action, mask))
-        return decision
 
     def _apply(self, d: Decision | None) -> None:
         """Set vLLM's knobs from ``d``; vLLM's own settings for None."""

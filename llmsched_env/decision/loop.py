@@ -1,0 +1,351 @@
+"""The one step between a policy and an engine: ``DecisionLoop``.
+
+Every place an action reaches an engine goes through it, so there is one answer to each question of how a
+decision is applied: the env's ``step`` (the agent's action), the serving loop over the simulator and the torch
+runtime (``decision.serve``), the vLLM scheduler (``adapters.vllm.scheduler``), a cluster's local schedulers
+(``decision.local``) and the lookahead bound's rollouts (``evaluation.lookahead``) are drivers around it.
+
+    loop = DecisionLoop(spec, encoder, policy, hold=4, fallback=fcfs, timeout_s=0.1)   # a policy decides
+    while not sim.done:
+        sim.step(loop.next(sim.engine))        # one engine iteration's Decision
+
+    loop = DecisionLoop(spec, encoder, hold=k)                                         # the caller decides (env)
+    loop.take(action)                          # validated now: ValueError naming the component
+    for _ in range(k):
+        sim.step(loop.next(sim.engine))
+
+The rules, one per question:
+
+- **observe**: at each decision the policy gets ``encoder.encode(engine, last_step_s)``, ``last_step_s`` being
+  the engine's clock now minus its clock at the previous decision (0 at the first), and the mask
+  ``ActionSpec.mask(engine)``. A policy that declares ``reads_observation = False`` (its action depends on the
+  mask alone) gets zeros, and is asked once per mask pattern: its answer is kept and reused.
+- **act under a deadline**: with ``timeout_s``, the deadline counts from the start of the decision (before the
+  observation is encoded) and ``decision.decider.TimedDecider`` enforces it: a policy whose ``act`` is bounded
+  is checked after the call, any other is interrupted at the deadline (a ``SIGALRM`` timer on the main thread,
+  else a worker thread). Without ``timeout_s`` (simulated decisions cost no simulated time) nothing is timed.
+- **validate**: ``ActionSpec.decode``'s check (a sequence of one integer per component, each in range; no NaN,
+  no float that is not an integer). A malformed action is **refused**, never repaired.
+- **correct**: an action in range that the mask forbids is **corrected**: each forbidden component moves to its
+  first allowed option (``ActionSpec.project``). Counted per iteration (``num_corrected``).
+- **hold**: a decision holds for ``hold`` engine iterations; every held iteration reads the mask again and, when
+  it changed, checks (and corrects) the held action against it.
+- **fall back**: when the policy raises, misses its deadline or returns a malformed action, the ``fallback``
+  decides instead (a ``Policy``, e.g. ``fcfs``; or ``ENGINE_DEFAULT``: ``next`` returns None and the engine
+  keeps its own settings, as vLLM's scheduler does), counted by cause (``FALLBACK_CAUSES``); the fallback's
+  decision holds like any other. Without a fallback (the env, the lookahead's rollouts, a cluster's local
+  schedulers) the error reaches the caller: the policy's own exception, or ``ValueError`` naming the component
+  of a malformed action.
+
+No request is lost either way: the engine only ever sees a valid ``Decision`` (or, with ``ENGINE_DEFAULT``, its
+own settings).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+
+from llmsched_env.decision.actions import ActionSpec
+from llmsched_env.decision.decider import DECIDER_MODES, TimedDecider
+from llmsched_env.decision.observation import ObservationEncoder
+from llmsched_env.decision.policy import Policy, reads_observation
+from llmsched_env.decision.state import EngineState
+from llmsched_env.engine.batch import Decision
+
+__all__ = ["ENGINE_DEFAULT", "FALLBACK_CAUSES", "DecisionLoop", "DecisionStats"]
+
+FALLBACK_CAUSES = ("error", "invalid", "timeout")  # the policy raised; its action was malformed; it was late
+
+
+class _EngineDefault:
+    """The fallback that leaves an iteration to the engine's own settings (``next`` returns None)."""
+
+    def __repr__(self) -> str:
+        return "ENGINE_DEFAULT"
+
+
+ENGINE_DEFAULT: Final = _EngineDefault()
+
+
+@dataclass
+class DecisionStats:
+    """What a ``DecisionLoop`` counted: decisions made (by the policy, a kept answer or the fallback), engine
+    iterations served, those served by a held decision, those whose action the mask forbade (corrected), and the
+    fallbacks by cause (``FALLBACK_CAUSES``: ``error`` — the policy raised, ``invalid`` — its action was
+    malformed, ``timeout`` — it was late), with the last one's message. ``policy_time_s`` sums, per decision,
+    the time from its start (before the observation is encoded) to the decision in hand."""
+
+    num_decisions: int = 0
+    num_iterations: int = 0
+    num_held: int = 0
+    num_corrected: int = 0
+    fallbacks: Counter[str] = field(default_factory=Counter)
+    policy_time_s: float = 0.0
+    last_error: str = ""
+
+    @property
+    def num_fallbacks(self) -> int:
+        return sum(self.fallbacks.values())
+
+    @property
+    def num_failed(self) -> int:
+        """Decisions whose policy raised."""
+        return self.fallbacks["error"]
+
+    @property
+    def num_late(self) -> int:
+        """Decisions whose policy missed its deadline."""
+        return self.fallbacks["timeout"]
+
+    @property
+    def num_invalid(self) -> int:
+        """Decisions whose policy returned a malformed action."""
+        return self.fallbacks["invalid"]
+
+    def as_metrics(self) -> dict[str, float]:
+        """The counts as the metrics columns of a run (``policy_*``)."""
+        out = {
+            "policy_decisions": float(self.num_decisions),
+            "policy_fallbacks": float(self.num_fallbacks),
+            "policy_corrected": float(self.num_corrected),
+            "policy_time_mean_s": self.policy_time_s / self.num_decisions if self.num_decisions else 0.0,
+        }
+        for cause in FALLBACK_CAUSES:
+            out[f"policy_fallbacks_{cause}"] = float(self.fallbacks[cause])
+        return out
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+class DecisionLoop:
+    """Observe, mask, act under a deadline, validate, correct or refuse, hold for ``hold`` iterations, fall back:
+    the rules are in the module docstring.
+
+    ``spec`` and ``encoder``: the engine's action space and observation encoder (``encoder`` may be None where
+    nothing is observed: a caller that only ``take``s actions). ``policy``: who decides when a hold runs out (None:
+    the caller ``take``s every action). ``hold``: engine iterations per decision. ``fallback``: a ``Policy``,
+    ``ENGINE_DEFAULT`` or None (errors reach the caller). ``timeout_s``: the deadline of each decision (None: no
+    deadline; it needs a fallback). ``deadline_mode``: ``TimedDecider``'s mode. ``name``: who the policy is, in
+    error messages. ``record``: keep every iteration's (mask, decision applied, whether it was corrected) in
+    ``history`` (for tests and debugging). ``ValueError`` for a bad argument."""
+
+    def __init__(
+        self,
+        spec: ActionSpec,
+        encoder: ObservationEncoder | None = None,
+        policy: Policy | None = None,
+        *,
+        hold: int = 1,
+        fallback: Policy | _EngineDefault | None = None,
+        timeout_s: float | None = None,
+        deadline_mode: str = "auto",
+        name: str = "policy",
+        record: bool = False,
+    ) -> None:
+        if isinstance(hold, bool) or not isinstance(hold, int) or hold < 1:
+            raise ValueError(f"DecisionLoop: hold must be an integer >= 1, got {hold!r}")
+        if timeout_s is not None and not timeout_s > 0:
+            raise ValueError(f"DecisionLoop: timeout_s must be > 0 or None, got {timeout_s!r}")
+        if timeout_s is not None and fallback is None:
+            raise ValueError("DecisionLoop: a deadline (timeout_s) needs a fallback to decide in a late policy's place")
+        if deadline_mode not in DECIDER_MODES:
+            raise ValueError(f"DecisionLoop: deadline_mode must be one of {DECIDER_MODES}, got {deadline_mode!r}")
+        if policy is not None and encoder is None and reads_observation(policy):
+            raise ValueError("DecisionLoop: a policy that reads observations needs an encoder")
+        self.spec = spec
+        self.encoder = encoder
+        self.hold = hold
+        self.fallback = fallback
+        self.timeout_s = timeout_s
+        self.deadline_mode = deadline_mode
+        self.name = name
+        self.stats = DecisionStats()
+        self._zeros = np.zeros(encoder.size if encoder is not None else 0, dtype=np.float32)
+        self._policy: Policy | None = None
+        self._reads_obs = True
+        self._decider: TimedDecider | None = None
+        # the policy's kept answers where it acts on the mask alone: the mask list's object -> (values, decision)
+        self._kept: dict[int, tuple[list[int], Decision]] = {}
+        # the decision held: its action's values ([] for the engine's own settings) and the Decision they mean
+        self._values: list[int] = []
+        self._decision: Decision | None = None
+        self._left = 0  # iterations the held decision still covers (negative: until the next take)
+        self._fresh = False  # the decision held has served no iteration yet
+        # the held action under each mask met while it is held (mask_list's object: one per mask pattern) ->
+        # (the decision applied, whether the mask forbade the action), so a mask seen before costs a lookup
+        self._applied: dict[int, tuple[Decision, bool]] = {}
+        self._decided_at_s = -1.0  # the engine's clock at the last decision (-1: none yet)
+        # with record=True: per iteration, the mask, the decision applied (None: the engine's own) and whether the
+        # mask forbade the action held (corrected)
+        self.history: list[tuple[tuple[bool, ...], Decision | None, bool]] | None = [] if record else None
+        self.policy = policy
+
+    # -- the policy ------------------------------------------------------------------------------------------
+    @property
+    def policy(self) -> Policy | None:
+        """The policy deciding when a hold runs out; setting it installs a new one (a new deadline timer)."""
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: Policy | None) -> None:
+        self.close()
+        self._policy = policy
+        self._reads_obs = policy is None or reads_observation(policy)
+        self._kept = {}
+        self._decider = None
+        if policy is not None and self.timeout_s is not None:
+            self._decider = TimedDecider(policy, mode=self.deadline_mode, name=f"llmsched-{self.name}")
+
+    @property
+    def deadline(self) -> str:
+        """How the deadline is enforced: ``TimedDecider``'s mode, or ``none``."""
+        return self._decider.mode if self._decider is not None else "none"
+
+    def close(self) -> None:
+        """Stop a deadline's worker thread, if one runs (thread mode)."""
+        if self._decider is not None:
+            self._decider.close()
+
+    def reset(self) -> None:
+        """Forget the held decision and the clock of the last one (a new episode); the statistics stay."""
+        self._values, self._decision, self._left, self._fresh = [], None, 0, False
+        self._applied = {}
+        self._decided_at_s = -1.0
+
+    # -- observe ---------------------------------------------------------------------------------------------
+    def last_step_s(self, engine: EngineState) -> float:
+        """The engine's clock now minus its clock at the previous decision (0 before the first)."""
+        return engine.now_s - self._decided_at_s if self._decided_at_s >= 0.0 else 0.0
+
+    def observe(self, engine: EngineState, last_step_s: float | None = None) -> np.ndarray:
+        """The observation the policy gets now (zeros for a policy that acts on the mask alone);
+        ``last_step_s`` defaults to ``last_step_s(engine)``."""
+        if not self._reads_obs or self.encoder is None:
+            return self._zeros
+        return self.encoder.encode(engine, self.last_step_s(engine) if last_step_s is None else last_step_s)
+
+    # -- decisions -------------------------------------------------------------------------------------------
+    def take(self, action: Any, engine: EngineState | None = None, hold: int | None = 0) -> None:
+        """Hold the caller's ``action`` (an env's agent, a planner) from the next iteration on, for ``hold``
+        iterations (0: the loop's ``hold``; None: until the next ``take``). ``ValueError`` naming the component
+        of a malformed action (refused: there is no fallback for the caller's own action). ``engine``: where the
+        decision is made, for the clock of ``last_step_s``."""
+        decision = self.spec.decode(action)  # validates
+        if isinstance(action, np.ndarray) and action.dtype.kind in "iu":
+            values = action.tolist()
+        else:  # integers in some other form (decode checked them)
+            values = [int(v) for v in np.asarray(action).tolist()]
+        self._hold(values, decision)
+        self._left = self.hold if hold == 0 else -1 if hold is None else hold
+        self._fresh = True
+        self.stats.num_decisions += 1
+        if engine is not None:
+            self._decided_at_s = engine.now_s
+
+    def next(self, engine: EngineState, last_step_s: float | None = None) -> Decision | None:
+        """The decision for ``engine``'s next iteration: the held one, checked against the mask now (corrected where
+        it forbids it), or, once the hold has run out, a new one from the policy (or its fallback), whose
+        observation's ``last_step_s`` is the one given (a cluster's replica gives its own last iteration time) or
+        else ``last_step_s(engine)``. None: the engine's own settings (the ``ENGINE_DEFAULT`` fallback)."""
+        stats = self.stats
+        if self._left == 0:
+            self.decide(engine, last_step_s)
+        if self._fresh:
+            self._fresh = False
+        else:
+            stats.num_held += 1
+        self._left -= 1
+        stats.num_iterations += 1
+        decision = self._decision
+        spec = self.spec
+        if decision is None:
+            if self.history is not None:
+                self.history.append((tuple(spec.mask_list(engine)), None, False))
+            return None
+        flags = spec.mask_list(engine)
+        applied = self._applied.get(id(flags))
+        if applied is None:  # a mask not met while this action is held: check the action against it
+            if spec.allows_list(self._values, flags):
+                applied = (decision, False)
+            else:
+                applied = (spec.decode(spec.project(self._values, spec.mask(engine))), True)
+            self._applied[id(flags)] = applied
+        if applied[1]:
+            stats.num_corrected += 1
+        if self.history is not None:
+            self.history.append((tuple(flags), applied[0], applied[1]))
+        return applied[0]
+
+    def decide(self, engine: EngineState, last_step_s: float | None = None) -> None:
+        """Make a new decision now (the policy's, or its fallback's) and hold it for ``hold`` iterations;
+        ``last_step_s`` as in ``next``."""
+        policy = self._policy
+        if policy is None:
+            raise RuntimeError(f"DecisionLoop ({self.name}): the held action ran out and no policy decides; take() one")
+        t0 = time.perf_counter()
+        stats = self.stats
+        spec = self.spec
+        mask = spec.mask(engine)
+        kept = None if self._reads_obs else self._kept.get(id(mask))
+        if kept is not None:
+            self._hold(*kept)
+        else:
+            obs = self.observe(engine, last_step_s)
+            cause, error, raw = self._ask(policy, obs, mask, t0)
+            if cause is None:
+                try:
+                    decision = spec.decode(raw)
+                except (ValueError, TypeError) as exc:
+                    if self.fallback is None:
+                        raise ValueError(f"{self.name} returned {raw!r}: {exc}") from None
+                    cause, error = "invalid", f"invalid action {raw!r}: {exc}"
+                else:
+                    values = np.asarray(raw).astype(np.int64).tolist()
+                    self._hold(values, decision)
+                    if not self._reads_obs:
+                        self._kept[id(mask)] = (values, decision)
+            if cause is not None:
+                stats.fallbacks[cause] += 1
+                stats.last_error = error
+                self._fall_back(obs, mask)
+        self._left = self.hold
+        self._fresh = True
+        self._decided_at_s = engine.now_s
+        stats.num_decisions += 1
+        stats.policy_time_s += time.perf_counter() - t0
+
+    def _ask(self, policy: Policy, obs: np.ndarray, mask: np.ndarray, t0: float) -> tuple[str | None, str, Any]:
+        """The policy's raw action, or the cause and message of a fallback; without a fallback its exception
+        propagates."""
+        if self._decider is not None:
+            raw, cause, error = self._decider.decide(obs, mask, t0 + float(self.timeout_s or 0.0))
+            return cause, error, raw
+        if self.fallback is None:
+            return None, "", policy.act(obs, mask)
+        try:
+            return None, "", policy.act(obs, mask)
+        except Exception as exc:  # a failing policy must not stop serving: its fallback decides
+            return "error", _first_line(exc), None
+
+    def _fall_back(self, obs: np.ndarray, mask: np.ndarray) -> None:
+        fallback = self.fallback
+        if isinstance(fallback, _EngineDefault):
+            self._hold([], None)
+            return
+        assert fallback is not None  # a cause is only set where there is a fallback
+        raw = fallback.act(obs, mask)  # the fallback must not fail: an error here is a bug, raised
+        self._hold(np.asarray(raw).astype(np.int64).tolist(), self.spec.decode(raw))
+
+    def _hold(self, values: list[int], decision: Decision | None) -> None:
+        """Hold ``decision`` (its action's ``values``); the mask checks are kept when the action is the one held."""
+        if values != self._values or decision is None:
+            self._applied = {}
+        self._values, self._decision = values, decision
