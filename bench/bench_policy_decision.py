@@ -5,7 +5,7 @@
 
 Serves one evaluation episode of ``--scenario`` (its requests, SLOs scaled to the runtime's cost model and
 arrivals stretched the same way, as ``evaluate.py --backend runtime`` does) on the runtime, once per policy:
-a trained agent (``policies/<scenario>``, an MLP run by ``runtime.policy_file``) and the ``slo_aware``
+the shipped generalist (``learned``, an MLP run in numpy by ``decision.policy_file``) and the ``slo_aware``
 heuristic. Prints the mean time of one decision (observation encoding + action mask + ``act``) and of one
 model step, and their ratio per engine iteration (an agent holds each decision for ``iterations_per_step``
 iterations). Target: <= 2% of a step on a GPU with the ~1B preset.
@@ -41,7 +41,7 @@ def main() -> None:
     runtime = RuntimeOptions(model=args.model, device=args.device, dtype=args.dtype)
     config = EvalConfig(
         scenarios=[args.scenario],
-        policies=[f"agent={ROOT / 'policies' / args.scenario}", "slo_aware"],
+        policies=["learned", "slo_aware"],
         num_requests=args.num_requests,
         cost_model=args.cost_model,
         runtime=runtime,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The headline (README, docs/results.md): per-seed capacity on test seeds 0-4 of every named baseline,
-# `tuned`, the shipped per-scenario agent and the generalist (learned), per scenario, then the router
-# scenarios; then the tables (per-scenario agents and routers: headline.md; the generalist: generalist.md).
+# `tuned`, the generalist (learned) and the lookahead bound, per scenario, then the router scenarios with the
+# shipped trained router (agent); then the tables (routers: headline.md; the generalist: generalist.md).
 #   bash bench/headline.sh [RESULTS]          (default docs/results/test; one core; see docs/results.md)
 #   SCENARIOS="azure-code bursty" CLUSTERS="" POLICIES=fcfs,tuned,lookahead bash bench/headline.sh RESULTS
 #                                             (a part: those scenarios, no router scenario, those policies)
@@ -31,7 +31,7 @@ size() {
 for S in ${SCENARIOS-default azure-conv azure-code mooncake-conv sharegpt-poisson bursty multi-tenant-overload \
          mixed-slo tenants-on-off mix-shift short-long remote-kv}; do
   python evaluate.py --capacity --per-seed --split test --seeds 0,1,2,3,4 --scenarios "$S" ${RESUME:+--resume} \
-      --num-requests "$(size "$S")" --policies "$B,agent=policies/$S" --no-progress --force --out "$OUT/$S-capacity"
+      --num-requests "$(size "$S")" --policies "$B" --no-progress --force --out "$OUT/$S-capacity"
 done
 for S in ${CLUSTERS-cluster-azure-conv-4 cluster-azure-conv-8 cluster-mooncake-4 cluster-mooncake-8}; do
   python evaluate.py --capacity --per-seed --split test --seeds 0,1,2,3,4 --scenarios "$S" ${RESUME:+--resume} \

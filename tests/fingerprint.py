@@ -23,7 +23,7 @@ import llmsched_env  # noqa: F401  (registers the envs)
 from llmsched_env.envs.single_node import env_id
 
 DATA = Path(__file__).resolve().parent / "data" / "fingerprint.json"
-POLICIES = Path(__file__).resolve().parents[1] / "policies"
+POLICIES = Path(__file__).resolve().parent / "data" / "policies"  # schema-1 fixtures
 NUM_REQUESTS = 60
 
 # (scenario, policy, load, split, seed): every scenario once, every baseline on mixed-slo (but tuned, whose knobs

@@ -47,7 +47,7 @@ from llmsched_env.workloads.lengths import load_length_file
 from llmsched_env.workloads.traces import TraceError, clear_trace_cache, load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
-POLICY = ROOT / "policies" / "default"
+POLICY = ROOT / "tests" / "data" / "policies" / "mixed-slo"
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 AZURE_ROW = "2023-11-16 18:15:46.6805900,374,44\n"
 KINDS = ("zero", "fifo", "sparse")

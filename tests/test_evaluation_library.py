@@ -82,10 +82,10 @@ def test_a_bad_config_is_one_value_error_naming_the_field(kwargs: dict, message:
 def test_a_config_with_a_policy_file_pickles_as_its_path() -> None:
     pytest.importorskip("torch")
     cloudpickle = pytest.importorskip("cloudpickle")  # Ray's pickler (scenarios hold closures)
-    config = EvalConfig(scenarios=["mixed-slo"], policies=["agent=policies/mixed-slo"], num_requests=30)
+    config = EvalConfig(scenarios=["mixed-slo"], policies=["agent=tests/data/policies/mixed-slo"], num_requests=30)
     again = pickle.loads(cloudpickle.dumps(config))
     spec = again.policies[0]
-    assert spec._exported is None and spec.path == Path("policies/mixed-slo")
+    assert spec._exported is None and spec.path == Path("tests/data/policies/mixed-slo")
     assert spec.exported.meta == config.policies[0].exported.meta  # loaded again from the path
     assert _without_wall(run_grid(again).rows) == _without_wall(run_grid(config).rows)
 

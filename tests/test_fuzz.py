@@ -171,7 +171,8 @@ def test_actions_step_or_fail_in_one_line(action: Any) -> None:
 
 
 _ENV = gym.make("LLMSched-v1", scenario="bursty", num_requests=20)
-_GOOD_META = json.loads((Path(__file__).resolve().parents[1] / "policies" / "mixed-slo" / "policy.json").read_text())
+_FIXTURE = Path(__file__).resolve().parent / "data" / "policies" / "mixed-slo"  # a schema-1 policy
+_GOOD_META = json.loads((_FIXTURE / "policy.json").read_text())
 
 
 def _mutations() -> st.SearchStrategy[Any]:
@@ -189,7 +190,7 @@ def _mutations() -> st.SearchStrategy[Any]:
 @example(key="algo", value=None, raw=b'{"format_version": ' + b"9" * 5000 + b"}")
 def test_policy_files_load_or_fail_in_one_line(key: str, value: Any, raw: bytes | None) -> None:
     folder = _write(b"", "placeholder").parent
-    source = Path(__file__).resolve().parents[1] / "policies" / "mixed-slo" / "policy.safetensors"
+    source = _FIXTURE / "policy.safetensors"
     (folder / "policy.safetensors").write_bytes(source.read_bytes())
     meta = dict(_GOOD_META, **{key: value})
     (folder / "policy.json").write_bytes(raw if raw is not None else json.dumps(meta, allow_nan=True).encode())

@@ -178,7 +178,7 @@ def test_init_copies_the_policy_and_refuses_what_does_not_fit(schema2_policy: Pa
         mine, _ = model.predict(obs, deterministic=True, action_masks=mask)
         assert mine.tolist() == policy.act(obs, mask).tolist()
     with pytest.raises(ValueError, match="schema 1"):  # an old per-scenario policy cannot start the generalist
-        TrainConfig(scenario="generalist", init=ROOT / "policies" / "mixed-slo")
+        TrainConfig(scenario="generalist", init=ROOT / "tests" / "data" / "policies" / "mixed-slo")
     with pytest.raises(ValueError, match=r"init: .*no such policy"):
         TrainConfig(scenario="mixed-slo", init=ROOT / "nope")
     with pytest.raises(ValueError, match="--resume"):

@@ -165,7 +165,7 @@ def test_a_masked_choice_is_projected_not_a_fallback(runner: ModelRunner) -> Non
 
 
 def test_an_exported_policy_runs_on_the_runtime(runner: ModelRunner) -> None:
-    policy = load_policy_file(ROOT / "policies" / "mixed-slo")
+    policy = load_policy_file(ROOT / "tests" / "data" / "policies" / "mixed-slo")
     tenants = get_scenario("mixed-slo").source("test", COST).tenants
     engine = EngineConfig(num_kv_blocks=48, max_model_len=1024)  # the scenario's engine, with a small KV pool
     spec = ActionSpec.for_engine(engine, policy.schema_version)  # the layout the policy was trained on (1)
@@ -358,7 +358,8 @@ def test_evaluate_runs_policies_on_the_runtime_backend(tmp_path: Path) -> None:
     out = tmp_path / "ev"
     code = main(
         ["--backend", "runtime", "--model", "tiny", "--scenarios", "mixed-slo", "--num-requests", "4",
-         "--policies", "fcfs,agent=policies/mixed-slo", "--check-invariants", "--out", str(out), "--no-plots"]
+         "--policies", "fcfs,agent=tests/data/policies/mixed-slo", "--check-invariants", "--out", str(out),
+         "--no-plots"]
     )  # fmt: skip
     assert code == 0
     rows = (out / "results.csv").read_text().splitlines()

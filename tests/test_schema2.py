@@ -34,7 +34,7 @@ from llmsched_env.runtime.policy_file import PolicyFileError, load_policy_file
 from llmsched_env.sim.simulator import Simulator
 from llmsched_env.workloads.library import get_scenario, list_scenarios
 
-POLICIES = Path(__file__).resolve().parents[1] / "policies"
+POLICIES = Path(__file__).resolve().parent / "data" / "policies"  # schema-1 fixtures
 ENGINE = EngineConfig(num_kv_blocks=600, max_num_seqs=24, max_num_batched_tokens=1024)
 COST = load_cost_model("llama3-8b-h100")
 CLASSES = ["interactive", "chat", "code", "batch", "summarization", "chat"]

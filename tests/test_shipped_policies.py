@@ -1,5 +1,6 @@
 """The trained policies shipped in policies/ load and fit their scenario's env. The fast tier plays a few of
-them (``FAST``: a minute or less in all on the 2-core machine); the slow tier plays every one."""
+them (``FAST``: a minute or less in all on the 2-core machine); the slow tier plays every one. The schema-1
+fixtures of tests/data/policies are played by the fingerprint."""
 
 from __future__ import annotations
 
@@ -13,13 +14,12 @@ import pytest
 import llmsched_env  # noqa: F401
 from llmsched_env.decision.actions import ACTION_COMPONENTS
 from llmsched_env.envs.episode import run_episode
-from llmsched_env.envs.single_node import env_id
 from llmsched_env.runtime.policy_file import load_policy_file
 from llmsched_env.workloads.library import list_scenarios
 
 SHIPPED = sorted((Path(__file__).resolve().parents[1] / "policies").glob("*/policy.json"))
-PER_SCENARIO = [p for p in SHIPPED if p.parent.name != "generalist"]
-FAST = {"azure-code", "cluster-azure-conv-4", "generalist:default"}  # whose episodes here take seconds
+ROUTERS = [p for p in SHIPPED if p.parent.name != "generalist"]  # the trained routers, one per cluster scenario
+FAST = {"cluster-azure-conv-4", "generalist:default"}  # whose episodes here take seconds
 
 
 def _tiered(values: list, name: Callable[[Any], str] = str) -> list:
@@ -28,7 +28,10 @@ def _tiered(values: list, name: Callable[[Any], str] = str) -> list:
 
 
 def test_policies_are_shipped() -> None:
-    assert {p.parent.name for p in SHIPPED} >= {"mixed-slo", "multi-tenant-overload", "generalist"}
+    """The generalist and one trained router per cluster scenario; the per-scenario single-node agents are retired
+    (two of them stay as schema-1 test fixtures, tests/data/policies)."""
+    routers = ("cluster-azure-conv-4", "cluster-azure-conv-8", "cluster-mooncake-4", "cluster-mooncake-8")
+    assert {p.parent.name for p in SHIPPED} == {"generalist", *routers}
 
 
 @pytest.mark.parametrize("scenario", _tiered(list_scenarios(), lambda s: f"generalist:{s}"), ids=str)
@@ -58,23 +61,12 @@ def test_the_generalist_recipe_is_the_one_that_trained_the_shipped_policy() -> N
     assert shipped == resolve_hyperparams(TrainConfig(scenario="generalist"))
 
 
-@pytest.mark.parametrize("path", _tiered(PER_SCENARIO, lambda p: p.parent.name), ids=lambda p: p.parent.name)
-def test_shipped_policy_runs_on_its_scenario(path: Path) -> None:
+@pytest.mark.parametrize("path", _tiered(ROUTERS, lambda p: p.parent.name), ids=lambda p: p.parent.name)
+def test_shipped_router_runs_on_its_scenario(path: Path) -> None:
     policy = load_policy_file(path)
     scenario = policy.meta["scenario"]
-    assert scenario == path.parent.name
-    if scenario.startswith("cluster-"):  # a router
-        env = gym.make("LLMSchedCluster-v0", scenario=scenario, split="test", num_requests=80, check_invariants=True)
-    else:
-        env = gym.make(
-            env_id(policy.schema_version),
-            scenario=scenario,
-            split="test",
-            num_requests=80,
-            iterations_per_step=policy.meta["iterations_per_step"],
-            check_invariants=True,
-            schema=policy.schema_version,
-        )
+    assert scenario == path.parent.name and scenario.startswith("cluster-")
+    env = gym.make("LLMSchedCluster-v0", scenario=scenario, split="test", num_requests=80, check_invariants=True)
     u = env.unwrapped
     components = getattr(u.action_spec, "components", ACTION_COMPONENTS)  # ("replica",) for a router
     policy.check_compatible(u.obs_names, u.action_spec.nvec, u.schema, action_components=components)

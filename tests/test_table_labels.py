@@ -54,7 +54,7 @@ def _usage_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 @pytest.mark.parametrize(
     ("policies", "shown"),
-    [("fcfs,mine\nx=policies/mixed-slo", "policy name 'mine\\nx' holds the control character '\\n'"),
+    [("fcfs,mine\nx=tests/data/policies/mixed-slo", "policy name 'mine\\nx' holds the control character '\\n'"),
      ("a\tb=fcfs", "policy name 'a\\tb' holds the control character '\\t'"),
      ("fcfs,a|b=fcfs", "policy name 'a|b' holds the table separator '|'"),
      ("fcfs\nslo_aware", "policy 'fcfs\\nslo_aware' holds the control character '\\n'")],
@@ -70,7 +70,7 @@ def test_evaluate_refuses_a_policy_folder_whose_name_breaks_tables(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     folder = tmp_path / "ppo|v2"  # no NAME=: the folder's name labels the rows
-    shutil.copytree(ROOT / "policies" / "mixed-slo", folder)
+    shutil.copytree(ROOT / "tests" / "data" / "policies" / "mixed-slo", folder)
     line = _usage_line(["--policies", f"fcfs,{folder}", "--scenarios", "mixed-slo", "--num-requests", "5"], capsys)
     assert "--policies: policy name 'ppo|v2' holds the table separator '|'" in line
     _, config = parse(["--policies", f"fcfs,v2={folder}", "--scenarios", "mixed-slo", "--num-requests", "5"])

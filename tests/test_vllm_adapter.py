@@ -431,14 +431,17 @@ def test_a_hung_policy_cannot_hold_schedule_past_its_timeout(mode: str) -> None:
 def test_an_exported_policy_loads_and_runs() -> None:
     import gymnasium as gym
 
-    env = gym.make("LLMSched-v1", scenario="default").unwrapped
-    s, clock = _make(str(ROOT / "policies" / "default"), cfg=env.engine_config, tenants=env.tenants)
-    assert type(s.llmsched_policy).__name__ == "ExportedPolicy"
-    for i, r in enumerate(env.episode_requests(0)[:30]):
-        _add(s, Request(i, 0.0, r.prompt_len, r.output_len), env.tenants[r.tenant].name)
-    assert len(_drain(s, clock)) == 30 and s.stats.num_fallbacks == 0
+    for path, env_id in [(ROOT / "policies" / "generalist", "LLMSched-v1"),
+                         (ROOT / "tests" / "data" / "policies" / "mixed-slo", "LLMSched-v0")]:  # fmt: skip
+        scenario = "mixed-slo"
+        env = gym.make(env_id, scenario=scenario).unwrapped
+        s, clock = _make(str(path), cfg=env.engine_config, tenants=env.tenants)
+        assert type(s.llmsched_policy).__name__ == "ExportedPolicy"
+        for i, r in enumerate(env.episode_requests(0)[:30]):
+            _add(s, Request(i, 0.0, r.prompt_len, r.output_len), env.tenants[r.tenant].name)
+        assert len(_drain(s, clock)) == 30 and s.stats.num_fallbacks == 0
     with pytest.raises(ValueError, match="does not fit"):
-        _make(str(ROOT / "policies" / "default"))  # one tenant: other observation names
+        _make(str(ROOT / "tests" / "data" / "policies" / "mixed-slo"))  # one tenant: other observation names
 
 
 @pytest.mark.vllm
