@@ -54,8 +54,8 @@ def reference_pages() -> list[Path]:
     return [p for p in sorted(DOCS.glob("*.md")) if p.name != "results.md"]
 
 
-def prose_lines(text: str) -> list[tuple[int, str]]:
-    """(line number, line) outside fenced code blocks, with inline code spans blanked."""
+def unfenced_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, line) outside fenced code blocks."""
     lines: list[tuple[int, str]] = []
     fence: str | None = None
     for number, line in enumerate(text.splitlines(), start=1):
@@ -67,8 +67,13 @@ def prose_lines(text: str) -> list[tuple[int, str]]:
         if match:
             fence = match.group(1)
             continue
-        lines.append((number, _CODE_SPAN.sub("``", line)))
+        lines.append((number, line))
     return lines
+
+
+def prose_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, line) outside fenced code blocks, with inline code spans blanked."""
+    return [(number, _CODE_SPAN.sub("``", line)) for number, line in unfenced_lines(text)]
 
 
 def dated_entries(text: str) -> list[str]:
@@ -99,16 +104,7 @@ def anchors(text: str) -> set[str]:
     any HTML ``name``/``id``."""
     seen: dict[str, int] = {}
     found: set[str] = set()
-    fence: str | None = None
-    for line in text.splitlines():
-        match = _FENCE.match(line)
-        if fence is not None:
-            if match and match.group(1)[0] == fence[0] and len(match.group(1)) >= len(fence):
-                fence = None
-            continue
-        if match:
-            fence = match.group(1)
-            continue
+    for _, line in unfenced_lines(text):
         found.update(_HTML_ID.findall(line))
         heading = _HEADING.match(line)
         if heading:
