@@ -13,13 +13,22 @@ import os
 import shutil
 import subprocess
 import sys
+import venv
+from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from llmsched_env.commands import compile as compile_command
 from llmsched_env.common import compiled
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pytest itself depends on tomli below Python 3.11
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
@@ -55,7 +64,8 @@ def guarded_origins(pkg: Path) -> list[str | None]:
         sys.meta_path[:] = finders
 
 
-def test_no_build_is_not_stale_and_a_fresh_record_may_run(tmp_path: Path) -> None:
+def test_no_build_is_not_stale_and_a_fresh_record_may_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(compiled.PURE_ENV, raising=False)  # the guard as it runs by default (LLMSCHED_PURE: below)
     pkg = fake_package(tmp_path)
     assert compiled.stale_sources(pkg) is None
     assert compiled.guard(pkg) is False
@@ -68,6 +78,7 @@ def test_no_build_is_not_stale_and_a_fresh_record_may_run(tmp_path: Path) -> Non
 def test_a_stale_build_is_named_and_the_sources_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv(compiled.PURE_ENV, raising=False)  # with it, the sources run silently (tested below)
     pkg = fake_package(tmp_path)
     (pkg / "engine" / f"engine{SUFFIX}").write_bytes(b"")
     assert compiled.stale_sources(pkg) == [f"1 compiled extension(s) with no {compiled.MANIFEST.name}"]
@@ -86,6 +97,15 @@ def test_a_stale_build_is_named_and_the_sources_run(
     assert err.count("\n") == 1 and "the compiled engine is stale" in err and "llmsched-compile --clean" in err
 
 
+def run_check(capsys: pytest.CaptureFixture[str]) -> tuple[object, str]:
+    """``llmsched-compile --check`` in this process: its exit status (0 when it returns) and its stdout."""
+    try:
+        compile_command.main(["--check"])
+    except SystemExit as e:
+        return e.code, capsys.readouterr().out
+    return 0, capsys.readouterr().out
+
+
 def test_check_and_clean_say_what_they_did(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     pkg = fake_package(tmp_path)
@@ -94,12 +114,42 @@ def test_check_and_clean_say_what_they_did(tmp_path: Path, capsys: pytest.Captur
     record(pkg)
     assert compile_command.clean(pkg) == [ext, pkg / compiled.MANIFEST.name]
     assert compiled.stale_sources(pkg) is None
-    compile_command.main(["--check"])
-    out = capsys.readouterr().out
-    assert out.startswith("llmsched-compile: ") and ("not compiled" in out or "compiled:" in out or "stale" in out)
+    # this install as it is: exit 0 and "in use" exactly where the engine runs compiled (a pure install, or
+    # LLMSCHED_PURE=1, exits 1 with the reason)
+    code, out = run_check(capsys)
+    if compiled.compiled_in_use():
+        assert (code, out) == (0, f"llmsched-compile: compiled: in use ({compiled.MANIFEST})\n")
+    else:
+        assert code == 1 and out.startswith("llmsched-compile: ") and "the Python sources run" in out, out
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     with pytest.raises(RuntimeError, match=r"mypyc is not installed: pip install -e '.\[compile\]'"):
         compile_command.build(pkg)
+
+
+@pytest.mark.parametrize(
+    ("reasons", "in_use", "pure", "code", "line"),
+    [
+        (None, False, False, 1, "not compiled: the Python sources run"),
+        (["a.py changed since it was compiled", "b"], False, False, 1,
+         "stale, the Python sources run: a.py changed since it was compiled; b"),
+        ([], True, False, 0, f"compiled: in use ({compiled.MANIFEST})"),
+        ([], False, True, 1,
+         f"compiled, not loaded (LLMSCHED_PURE is set): the Python sources run ({compiled.MANIFEST})"),
+        ([], False, False, 1, f"compiled, not loaded: the Python sources run ({compiled.MANIFEST})"),
+    ],
+)  # fmt: skip
+def test_check_exits_0_only_where_the_compiled_engine_runs(
+    reasons: list[str] | None, in_use: bool, pure: bool, code: int, line: str,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """CI and the fresh-install test rely on the exit status: each state of a build, and what --check says."""
+    monkeypatch.setattr(compile_command, "stale_sources", lambda: reasons)
+    monkeypatch.setattr(compile_command, "compiled_in_use", lambda: in_use)
+    if pure:
+        monkeypatch.setenv(compiled.PURE_ENV, "1")
+    else:
+        monkeypatch.delenv(compiled.PURE_ENV, raising=False)
+    assert run_check(capsys) == (code, f"llmsched-compile: {line}\n")
 
 
 def copy_tree(dest: Path) -> None:
@@ -255,3 +305,58 @@ def test_the_build_records_what_it_compiled_or_leaves_nothing_when_the_compiler_
     else:
         assert built == [] and not manifest.exists()
         assert "the C compiler failed (CompileError" in err and "the Python sources alone" in err
+
+
+def build_environment() -> list[metadata.Distribution]:
+    """The distributions installed here that pip's build environment holds: pyproject.toml's [build-system]
+    requirements and, recursively, what they require on this Python (no extras). One not installed here is left
+    out, which can only make a check against them stricter."""
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    todo, seen, found = [Requirement(r) for r in requires], set(), []
+    while todo:
+        req = todo.pop()
+        name = canonicalize_name(req.name)
+        if name in seen or (req.marker is not None and not req.marker.evaluate({"extra": ""})):
+            continue
+        seen.add(name)
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        found.append(dist)
+        todo.extend(Requirement(r) for r in dist.requires or [])
+    return found
+
+
+def python_with_only(dists: list[metadata.Distribution], where: Path) -> Path:
+    """A Python (a venv without pip) whose site-packages holds links to ``dists``' files and nothing else."""
+    venv.create(where, with_pip=False, symlinks=os.name != "nt")
+    python = where / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    ask = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(subprocess.run([python, "-c", ask], check=True, capture_output=True, text=True).stdout.strip())
+    for dist in dists:
+        for top in {f.parts[0] for f in dist.files or [] if f.parts[0] not in ("..", "__pycache__")}:
+            if not (site / top).exists():
+                (site / top).symlink_to(str(dist.locate_file(top)))
+    return python
+
+
+def test_the_builds_type_check_needs_only_the_build_requirements(tmp_path: Path) -> None:
+    """pip builds the package (``pip install -e .`` and ``pip install .``) in an environment holding only the
+    build requirements, where mypyc first type-checks MODULES, following every import statement of theirs and of
+    the packages above them: an import that needs a runtime dependency (``gymnasium`` in
+    ``llmsched_env/__init__.py``, issue 43) fails that check in a fresh environment and the install falls back to the
+    sources, while a second install, whose build then sees the installed packages, compiles. The same check here,
+    run by mypy with the build's arguments against a Python that has only the build requirements (about 4 s)."""
+    if importlib.util.find_spec("mypy") is None:
+        pytest.skip("mypy is not installed (pip install -e '.[dev]')")
+    python = python_with_only(build_environment(), tmp_path / "build-env")
+    probe = "import importlib.util as u, numpy, mypy_extensions; print(u.find_spec('gymnasium') is None)"
+    seen = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    assert seen.stdout == "True\n", seen.stderr  # the build requirements there, the runtime dependencies not
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MYPYPATH")}
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"  # mypyc checks for the Python it builds for
+    cmd = [sys.executable, "-m", "mypy", "--python-executable", str(python), "--python-version", version,
+           "--cache-dir", str(tmp_path / "cache"), *compiled.type_check_arguments()]  # fmt: skip
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -11,6 +11,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any, TextIO
 
 import pytest
 
@@ -41,38 +42,60 @@ def test_evaluate_on_ray_equals_the_serial_run(tmp_path: Path) -> None:
     assert _rows(tmp_path / "cap_ray") == _rows(tmp_path / "cap_serial")
 
 
-def _after(marker: str, first: bool, timeout_s: float = 120.0) -> None:
-    """A task that ends in a set order, by a file and not by a race of sleeps: the first creates ``marker`` and
-    returns; the other waits until ``marker`` exists."""
-    if first:
-        Path(marker).touch()
-        return
+def _when(marker: str, timeout_s: float = 120.0) -> None:
+    """A task that ends only once ``marker`` exists. The driver creates it when it has reported the other task's
+    result, so the order in which the results come is set, not a race: a marker made by the other task itself
+    would still let this one's result reach the driver first (the other, descheduled on a busy machine between
+    making it and sending its result, failed 2 runs in 10 beside two busy processes on 2 cores). Where the driver
+    reported nothing before all tasks ended, this one times out and its error ends the run."""
     deadline = time.monotonic() + timeout_s
     while not Path(marker).exists():
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{marker} never appeared")
+            raise TimeoutError(f"{marker} never appeared: the driver reported nothing while this task ran")
         time.sleep(0.01)
 
 
 def test_ray_imap_yields_each_result_as_its_task_ends(tmp_path: Path) -> None:
-    marker = str(tmp_path / "second-ended")
-    jobs = [(marker, False), (marker, True)]  # the first task waits for the second to end
+    marker = str(tmp_path / "second-reported")
+    jobs = [(marker, True), (marker, False)]  # the first task ends only once the second's result has come
     # a lambda travels by value (cloudpickle), so the workers need not import this test module
-    assert list(ray_imap(lambda m, first: _after(m, first), jobs, num_cpus=2)) == [(1, None), (0, None)]
+    results = ray_imap(lambda m, wait: _when(m) if wait else None, jobs, num_cpus=2)
+    first = next(results)
+    Path(marker).touch()
+    assert (first, list(results)) == ((1, None), [(0, None)])
+
+
+class _MarkingStdout:
+    """stdout that creates ``marker`` once a line holding ``needle`` has been written to it."""
+
+    def __init__(self, stream: TextIO, needle: str, marker: str) -> None:
+        self.stream, self.needle, self.marker = stream, needle, marker
+
+    def write(self, text: str) -> int:
+        written = self.stream.write(text)
+        if self.needle in text:
+            Path(self.marker).touch()
+        return written
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, encoding, ...: the stream's
+        return getattr(self.stream, name)
 
 
 def test_a_ray_sweep_prints_each_training_as_it_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    marker = str(tmp_path / "seed1-ended")
+    marker = str(tmp_path / "seed1-printed")
 
-    def fake_training(argv: list[str], cwd: str) -> dict:  # seed 0 ends after seed 1 has ended
-        _after(marker, first=argv[argv.index("--seed") + 1] == "1")
+    def fake_training(argv: list[str], cwd: str) -> dict:  # seed 0 ends only once seed 1's line is printed
+        if argv[argv.index("--seed") + 1] == "0":
+            _when(marker)
         return {"out": argv[argv.index("--out") + 1], "returncode": 0, "summary": {"best_eval_attainment": 0.5}}
 
     monkeypatch.setattr(sweep, "train_task", fake_training)  # a nested function travels by value, too
     configs = sweep.sweep_configs(TrainConfig(scenario="bursty"), tmp_path, seeds=[0, 1])
-    results = sweep.run_sweep(configs, tmp_path, ray="local", ray_cpus=2)
+    with monkeypatch.context() as patch:  # undone before capsys restores the real stdout
+        patch.setattr(sys, "stdout", _MarkingStdout(sys.stdout, "bursty-seed1:", marker))
+        results = sweep.run_sweep(configs, tmp_path, ray="local", ray_cpus=2)
     assert [Path(r["out"]).name for r in results] == ["bursty-seed0", "bursty-seed1"]  # in the order of configs
     out, err = capsys.readouterr()
     lines = [line for line in out.splitlines() if "exit 0" in line]

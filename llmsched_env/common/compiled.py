@@ -49,6 +49,7 @@ __all__ = [
     "source_digest",
     "source_digests",
     "stale_sources",
+    "type_check_arguments",
     "write_manifest",
 ]
 
@@ -125,15 +126,32 @@ def clean(package_dir: Path = PACKAGE_DIR) -> list[Path]:
     return removed
 
 
+def type_check_arguments(package_dir: Path = PACKAGE_DIR) -> list[str]:
+    """The mypy command line of the type check mypyc runs before it translates ``MODULES`` of the package in
+    ``package_dir`` (``mypyc_extensions``): their sources and, where the package lies in a checkout or a build's
+    copy of one, the project's mypy settings (``pyproject.toml``, the ones ``mypy`` checks them with) named
+    explicitly, so that the check does not depend on the folder the build runs in (mypy would look for a
+    configuration from there up).
+
+    The check follows every import statement of those modules and of the packages above them (``__init__.py``,
+    even an import inside a function), and in pip's build it sees only the build requirements (setuptools, mypy,
+    numpy, mypy-extensions: pyproject.toml's [build-system]): what it follows must need nothing else, or a first
+    install in a fresh environment falls back to the sources (``tests/test_compiled.py`` runs this check against
+    the build requirements alone; ``tests/test_package.py``, slow, installs as the README says in a fresh venv)."""
+    config = package_dir.parent / "pyproject.toml"
+    options = ["--config-file", str(config)] if config.is_file() else []
+    return [*options, *(str(source_path(m, package_dir)) for m in MODULES)]
+
+
 def mypyc_extensions(package_dir: Path = PACKAGE_DIR, target_dir: str = "build/mypyc") -> list[Any]:
     """mypyc's setuptools extensions for ``MODULES`` of the package in ``package_dir``: one group (a shared
     library and a small extension per module), C sources written under ``target_dir``. What both the package's
     build (``setup.py``) and ``llmsched-compile`` compile. Needs mypy (mypyc ships with it); type-checks the
-    modules first and exits (``SystemExit``) on a type error."""
+    modules first (``type_check_arguments``) and exits (``SystemExit``) on a type error."""
     from mypyc.build import mypycify
 
-    paths = [str(source_path(m, package_dir)) for m in MODULES]
-    return list(mypycify(paths, opt_level="3", debug_level="0", group_name=GROUP, target_dir=target_dir))
+    arguments = type_check_arguments(package_dir)
+    return list(mypycify(arguments, opt_level="3", debug_level="0", group_name=GROUP, target_dir=target_dir))
 
 
 def write_manifest(package_dir: Path, digests: dict[str, str | None]) -> Path:
