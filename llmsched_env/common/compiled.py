@@ -2,8 +2,8 @@
 
 Installing the package (``pip install .``, ``pip install -e .``: ``setup.py``) compiles the simulator's core
 (``MODULES``: requests, batches, the block pool, the waiting queues, the remote KV store, the engine, the
-simulator and its KV-usage accounting, and the observation encoders and action space every step goes through)
-with mypyc into C extensions placed beside their sources, and records each source's SHA-256 in
+simulator and its KV-usage accounting, and the observation encoders, action space and decision loop every step
+goes through) with mypyc into C extensions placed beside their sources, and records each source's SHA-256 in
 ``_compiled.json`` at the package's root; where there is no C compiler, or with ``LLMSCHED_PURE=1``, it installs
 the Python sources alone. ``llmsched-compile`` (``llmsched_env.commands.compile``) builds the same extensions
 again in a checkout, or removes them. Python imports an extension before a source of the same name, so the
@@ -66,6 +66,7 @@ MODULES = (
     "llmsched_env.sim.kv_usage",
     "llmsched_env.decision.observation",
     "llmsched_env.decision.actions",
+    "llmsched_env.decision.loop",
 )
 GROUP = "llmsched_env._native"
 SHARED_LIBRARY = "llmsched_env._native__mypyc"  # mypyc's library for the group named GROUP
