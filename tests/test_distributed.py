@@ -30,7 +30,8 @@ def _rows(folder: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_evaluate_on_ray_equals_the_serial_run(tmp_path: Path) -> None:
-    grid = ["--policies", "fcfs,slo_aware,agent=policies/mixed-slo", "--scenarios", "mixed-slo",
+    fixture = Path(__file__).resolve().parent / "data" / "policies" / "mixed-slo"  # a policy file, run on Ray too
+    grid = ["--policies", f"fcfs,slo_aware,agent={fixture}", "--scenarios", "mixed-slo",
             "--loads", "1,1.2", "--seeds", "0,1", "--num-requests", "60", "--no-plots"]  # fmt: skip
     assert main([*grid, "--out", str(tmp_path / "serial")]) == 0
     assert main([*grid, "--workers", "2", "--out", str(tmp_path / "ray")]) == 0
