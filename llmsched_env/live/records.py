@@ -36,7 +36,9 @@ FINISHED_STATUSES = ("stopped", "length_capped")  # a request that produced its 
 class StepRecord:
     """One engine iteration: ``schedule()`` ran from ``t0_s`` to ``t1_s``, the model until ``t2_s``,
     ``update_from_output()`` until ``t3_s``; ``busy``: requests were unfinished after it (the engine loop went
-    straight on to the next ``schedule()``)."""
+    straight on to the next ``schedule()``); ``policy``: the policy active when it was decided, ``fallback``: the
+    cause of a fallback decision made at it (``error``, ``invalid``, ``timeout``), None otherwise (and both None
+    in logs written before the adapter recorded them)."""
 
     t0_s: float
     t1_s: float
@@ -48,6 +50,8 @@ class StepRecord:
     attn_pairs: float
     num_prefill_seqs: int
     busy: bool
+    policy: str | None = None
+    fallback: str | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -56,7 +60,8 @@ class StepRecord:
 
 @dataclass(frozen=True)
 class ServerRequest:
-    """The server's record of one finished request (any reason); ``line`` is its line in ``requests.jsonl``."""
+    """The server's record of one finished request (any reason); ``line`` is its line in ``requests.jsonl``;
+    ``policy``: the policy active when it was added (None in logs written before the adapter recorded it)."""
 
     id: str
     label: str | None
@@ -70,6 +75,7 @@ class ServerRequest:
     status: str
     preemptions: int
     cached_tokens: int = 0  # prompt tokens vLLM's prefix cache held when the request was first scheduled
+    policy: str | None = None
     line: int = field(default=0, compare=False)
 
     @property
@@ -130,6 +136,9 @@ _STEP_FIELDS = {"t0": "time", "t1": "time", "t2": "time", "t3": "time", "prefill
 _SERVER_FIELDS = {"id": "str", "label": "str?", "tenant": "str", "arrival": "time", "first_scheduled": "time?",
                   "first_token": "time?", "finish": "time", "prompt_tokens": "count", "output_tokens": "count",
                   "status": "str", "preemptions": "count", "cached_tokens": "count"}  # fmt: skip
+# fields a record may lack (logs written before the adapter recorded them): None when absent
+_STEP_OPTIONAL = {"policy": "str?", "fallback": "str?"}
+_SERVER_OPTIONAL = {"policy": "str?"}
 _PLAN_FIELDS = {"label": "str", "tenant": "str", "prompt_tokens": "count", "output_tokens": "count", "send_s": "time?"}
 _KINDS = {
     "time": "a finite number",
@@ -156,8 +165,11 @@ def _ok(kind: str, v: Any) -> bool:
     return math.isfinite(v) and (kind == "time" or v >= 0)
 
 
-def _fields(where: str, data: Any, spec: Mapping[str, str]) -> dict[str, Any]:
-    """``data``'s fields of ``spec`` (name -> kind), checked; ``ValueError`` starting with ``where``."""
+def _fields(
+    where: str, data: Any, spec: Mapping[str, str], optional: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """``data``'s fields of ``spec`` (name -> kind) and of ``optional`` (None when absent), checked;
+    ``ValueError`` starting with ``where``."""
     if not isinstance(data, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(data).__name__}")
     for name, kind in spec.items():
@@ -165,7 +177,12 @@ def _fields(where: str, data: Any, spec: Mapping[str, str]) -> dict[str, Any]:
             raise ValueError(f"{where}: missing field '{name}'")
         if not _ok(kind, data[name]):
             raise ValueError(f"{where}: field '{name}' must be {_kind_text(kind)}, got {data[name]!r}")
-    return {name: data[name] for name in spec}
+    out = {name: data[name] for name in spec}
+    for name, kind in (optional or {}).items():
+        out[name] = data.get(name)
+        if not _ok(kind, out[name]):
+            raise ValueError(f"{where}: field '{name}' must be {_kind_text(kind)}, got {out[name]!r}")
+    return out
 
 
 def _jsonl(path: Path) -> Iterator[tuple[int, Any]]:
@@ -198,10 +215,10 @@ def read_steps(path: str | Path) -> list[StepRecord]:
     p = Path(path)
     out = []
     for n, data in _jsonl(p):
-        f = _fields(f"{p}:{n}", data, _STEP_FIELDS)
+        f = _fields(f"{p}:{n}", data, _STEP_FIELDS, _STEP_OPTIONAL)
         out.append(StepRecord(float(f["t0"]), float(f["t1"]), float(f["t2"]), float(f["t3"]), f["prefill_tokens"],
                               f["decode_seqs"], f["kv_tokens"], float(f["attn_pairs"]), f["num_prefill_seqs"],
-                              f["busy"]))  # fmt: skip
+                              f["busy"], f["policy"], f["fallback"]))  # fmt: skip
     return out
 
 
@@ -210,11 +227,12 @@ def read_server_requests(path: str | Path) -> list[ServerRequest]:
     p = Path(path)
     out = []
     for n, data in _jsonl(p):
-        f = _fields(f"{p}:{n}", data, _SERVER_FIELDS)
+        f = _fields(f"{p}:{n}", data, _SERVER_FIELDS, _SERVER_OPTIONAL)
         opt = {k: None if f[k] is None else float(f[k]) for k in ("first_scheduled", "first_token")}
         out.append(ServerRequest(f["id"], f["label"], f["tenant"], float(f["arrival"]), opt["first_scheduled"],
                                  opt["first_token"], float(f["finish"]), f["prompt_tokens"], f["output_tokens"],
-                                 f["status"], f["preemptions"], f["cached_tokens"], line=n))  # fmt: skip
+                                 f["status"], f["preemptions"], f["cached_tokens"], f["policy"],
+                                 line=n))  # fmt: skip
     return out
 
 

@@ -6,7 +6,9 @@ Every error is one line naming the file (or ``environment``) and the field; all 
 together, one line each. The policy is named as ``llmsched-evaluate --policies`` names it (the same resolver,
 ``decision.policy_spec.resolve_policy``): a registered scheduler, ``learned`` (the shipped generalist),
 ``[name=]FOLDER`` or ``policy.json`` of an exported policy, ``tuned`` or ``tuned=TABLE.json`` (with ``scenario``
-naming the table's entry; a table of one entry needs none).
+naming the table's entry; a table of one entry needs none). ``policies`` names more policies the same way: the
+server loads the whole set at start and switches among them, by their resolved names, when the driver's
+``control_file`` says so (``scheduler``: only while the engine holds no request).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ CONFIG_FIELDS = (
     "scenario",
     "log_dir",
     "policy_deadline",
+    "policies",
+    "control_file",
 )
 
 
@@ -78,11 +82,25 @@ def _tenant(entry: Any, where: str, errors: list[str]) -> TenantConfig | None:
 
 @dataclass(frozen=True)
 class ResolvedAdapter:
-    """An ``AdapterConfig``'s policy and cost model, loaded and checked (``AdapterConfig.resolve``)."""
+    """An ``AdapterConfig``'s policies and cost model, loaded and checked (``AdapterConfig.resolve``): ``spec``,
+    the policy that starts active, with the scenario its ``PolicyContext`` names (``scenario``: a tuned table's
+    entry), and ``more``, the other policies of the set (``AdapterConfig.policies``), each with its own entry."""
 
     spec: PolicySpec
     cost_model: CostModel
     scenario: str
+    more: tuple[tuple[PolicySpec, str], ...] = ()
+
+    @property
+    def policies(self) -> tuple[tuple[PolicySpec, str], ...]:
+        """Every policy of the set with its scenario, the one that starts active first."""
+        return ((self.spec, self.scenario), *self.more)
+
+    @property
+    def schema(self) -> int:
+        """The observation schema the server encodes: its exported policies' (``resolve`` checked that they
+        agree), else the current one (baselines act on either)."""
+        return next((s.schema for s, _ in self.policies if s.path is not None), self.spec.schema)
 
 
 @dataclass(frozen=True)
@@ -99,7 +117,10 @@ class AdapterConfig:
     scheduler appends its step and request logs (``steps.jsonl``, ``requests.jsonl``; "" for none).
     ``policy_deadline``: how ``policy_timeout_s`` is enforced (``decision.decider``): ``auto`` (a ``SIGALRM`` timer
     interrupting the policy where vLLM schedules on the main thread, else a worker thread), ``signal``,
-    ``thread``, or ``inline`` (no hard deadline: a late answer is only dropped).
+    ``thread``, or ``inline`` (no hard deadline: a late answer is only dropped). ``policies``: more policies
+    loaded at start, each named as ``policy`` is; the set (``policy`` first) needs distinct resolved names.
+    ``control_file``: the file naming the policy to switch to, read when a request reaches an engine holding
+    none ("" for no switching; it needs ``policies``); the outcome goes to ``<control_file>.status``.
     """
 
     policy: str = "fcfs"
@@ -112,6 +133,8 @@ class AdapterConfig:
     scenario: str = ""
     log_dir: str = ""
     policy_deadline: str = "auto"
+    policies: tuple[str, ...] = ()
+    control_file: str = ""
     where: str = field(default="AdapterConfig", compare=False)
 
     def __post_init__(self) -> None:
@@ -137,31 +160,36 @@ class AdapterConfig:
         if self.policy_deadline not in DECIDER_MODES:
             modes = ", ".join(DECIDER_MODES)
             errors.append(f"{w}: policy_deadline must be one of {modes}, got {self.policy_deadline!r}")
-        for name in ("scenario", "log_dir"):
+        for name in ("scenario", "log_dir", "control_file"):
             if not isinstance(getattr(self, name), str):
                 errors.append(f"{w}: {name} must be a string, got {getattr(self, name)!r}")
+        policies = self.policies
+        if not isinstance(policies, (list, tuple)):  # a bare string would read as one policy per character
+            errors.append(f"{w}: policies must be a list of scheduler names or policy paths, got {policies!r}")
+        else:
+            object.__setattr__(self, "policies", tuple(policies))
+            for i, entry in enumerate(policies):
+                if not isinstance(entry, str) or not entry:
+                    errors.append(f"{w}: policies: entry {i} must be a scheduler name or a policy path, got {entry!r}")
+            if isinstance(self.control_file, str) and self.control_file and not policies:
+                errors.append(
+                    f"{w}: control_file: switching needs at least one more policy in policies besides {self.policy!r}"
+                )
         if not isinstance(self.cost_model, (str, CostModel)) or self.cost_model == "":
             errors.append(f"{w}: cost_model must be a preset name, a JSON path or a CostModel")
         if errors:
             raise ValueError("\n".join(errors))
 
     def resolve(self) -> ResolvedAdapter:
-        """Load the policy spec (an exported policy's file read and verified), the cost model and, for a tuned
-        table, its scenario entry; ``ValueError`` with one line per problem, naming the config and the field."""
-        w, errors = self.where, []
-        spec = cost_model = None
-        scenario = self.scenario
-        try:
-            spec = resolve_policy(self.policy)
-        except ValueError as exc:
-            errors.append(f"{w}: policy: {exc}")
-        if spec is not None and spec.lookahead is not None:
-            errors.append(f"{w}: policy: {spec.name!r} plays the simulator forward on snapshots; vLLM cannot run it")
-            spec = None
-        if spec is not None and spec.baseline == "tuned":
-            scenario, problem = _tuned_scenario(spec, scenario)
-            if problem:
-                errors.append(f"{w}: scenario: {problem}")
+        """Load every policy of the set (an exported policy's file read and verified), the cost model and, for a
+        tuned table, its scenario entry, and check the control file's folder; ``ValueError`` with one line per
+        problem, naming the config, the field and the entry."""
+        w = self.where
+        errors: list[str] = []
+        cost_model = None
+        first = _resolve_entry(self.policy, "policy", self.scenario, w, errors)
+        more = [_resolve_entry(entry, "policies", self.scenario, w, errors) for entry in self.policies]
+        _check_set([(self.policy, first), *zip(self.policies, more, strict=True)], w, errors)
         if isinstance(self.cost_model, CostModel):
             cost_model = self.cost_model
         else:
@@ -176,10 +204,21 @@ class AdapterConfig:
                     raise OSError("not writable")
             except OSError as exc:
                 errors.append(f"{w}: log_dir: cannot write into {self.log_dir}: {exc}")
+        if self.control_file:  # the driver writes the control file; the adapter writes its status beside it
+            control = Path(self.control_file)
+            try:
+                if control.is_dir():
+                    raise OSError("it is a folder")
+                control.parent.mkdir(parents=True, exist_ok=True)
+                if not os.access(control.parent, os.W_OK):
+                    raise OSError(f"the folder {control.parent} is not writable")
+            except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+                reason = getattr(exc, "strerror", None) or str(exc)
+                errors.append(f"{w}: control_file: cannot write the status beside {self.control_file}: {reason}")
         if errors:
             raise ValueError("\n".join(errors))
-        assert spec is not None and cost_model is not None
-        return ResolvedAdapter(spec, cost_model, scenario)
+        assert first is not None and cost_model is not None and all(m is not None for m in more)
+        return ResolvedAdapter(first[0], cost_model, first[1], tuple(m for m in more if m is not None))
 
     @classmethod
     def from_file(cls, path: str | Path) -> AdapterConfig:
@@ -218,7 +257,8 @@ class AdapterConfig:
     def from_env(cls, environ: dict[str, str] | None = None) -> AdapterConfig:
         """``LLMSCHED_VLLM_CONFIG`` (a file, see ``from_file``), else ``LLMSCHED_POLICY``, ``LLMSCHED_TENANTS``
         (``name:slo_class,...``), ``LLMSCHED_COST_MODEL``, ``LLMSCHED_POLICY_TIMEOUT_S``,
-        ``LLMSCHED_SCENARIO``, ``LLMSCHED_LOG_DIR``; defaults otherwise."""
+        ``LLMSCHED_SCENARIO``, ``LLMSCHED_LOG_DIR``, ``LLMSCHED_POLICIES`` (comma-separated),
+        ``LLMSCHED_CONTROL_FILE``; defaults otherwise."""
         env = os.environ if environ is None else environ
         if env.get(CONFIG_ENV):
             return cls.from_file(env[CONFIG_ENV])
@@ -228,6 +268,7 @@ class AdapterConfig:
             ("LLMSCHED_COST_MODEL", "cost_model"),
             ("LLMSCHED_SCENARIO", "scenario"),
             ("LLMSCHED_LOG_DIR", "log_dir"),
+            ("LLMSCHED_CONTROL_FILE", "control_file"),
         ):
             if env.get(var):
                 kwargs[name] = env[var]
@@ -244,7 +285,53 @@ class AdapterConfig:
                 name, _, slo = item.partition(":")
                 tenants.append({"name": name.strip(), "slo": slo.strip() or "chat"})
             kwargs["tenants"] = tuple(tenants)
+        if env.get("LLMSCHED_POLICIES"):
+            kwargs["policies"] = tuple(p.strip() for p in env["LLMSCHED_POLICIES"].split(","))
         return cls(**kwargs)
+
+
+def _resolve_entry(entry: str, name: str, scenario: str, w: str, errors: list[str]) -> tuple[PolicySpec, str] | None:
+    """The spec of the policy ``entry`` (of the field ``name``) and the scenario its context names (for a tuned
+    table, the entry it plays); None with the problems appended to ``errors``."""
+    try:
+        spec = resolve_policy(entry)
+    except ValueError as exc:
+        errors.append(f"{w}: {name}: {exc}")
+        return None
+    if spec.lookahead is not None:
+        errors.append(f"{w}: {name}: {spec.name!r} plays the simulator forward on snapshots; vLLM cannot run it")
+        return None
+    if spec.baseline != "tuned":
+        return spec, scenario
+    played, problem = _tuned_scenario(spec, scenario)
+    if problem:
+        errors.append(f"{w}: scenario: {problem}" + ("" if name == "policy" else f" (policies: {entry!r})"))
+        return None
+    return spec, played
+
+
+def _check_set(resolved: list[tuple[str, tuple[PolicySpec, str] | None]], w: str, errors: list[str]) -> None:
+    """The policies of one server, by entry: distinct names (the control file names them), and exported
+    policies of one observation schema (the server encodes one)."""
+    seen: dict[str, str] = {}  # name -> the entry that took it
+    schemas: dict[int, str] = {}  # observation schema -> an exported policy's name
+    for entry, found in resolved:
+        if found is None:
+            continue
+        spec = found[0]
+        if spec.name in seen:
+            errors.append(
+                f"{w}: policies: {entry!r} is named {spec.name!r}, as {seen[spec.name]!r} is already; each policy "
+                "of the set needs a name of its own (NAME=...)"
+            )
+        seen.setdefault(spec.name, entry)
+        if spec.path is not None:
+            schemas.setdefault(spec.schema, spec.name)
+    if len(schemas) > 1:
+        listed = ", ".join(f"{name} (schema {v})" for v, name in sorted(schemas.items()))
+        errors.append(
+            f"{w}: policies: exported policies of different observation schemas cannot share a server: {listed}"
+        )
 
 
 def _tuned_scenario(spec: PolicySpec, scenario: str) -> tuple[str, str]:

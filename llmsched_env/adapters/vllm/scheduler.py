@@ -22,11 +22,22 @@ llmsched_env.adapters.vllm.scheduler.LLMSchedScheduler`` with ``LLMSCHED_VLLM_CO
 ``LLMSCHED_POLICY`` / ``LLMSCHED_TENANTS`` / ...). A request's tenant is
 ``sampling_params.extra_args["llmsched_tenant"]`` (default: the first tenant). The clock is ``time.time()``
 (vLLM stamps ``arrival_time`` with it) unless a ``clock`` is given (``SimClock`` offline).
+
+Several policies on one server: every policy of the set (``policy``, then ``policies``) is built at start and
+kept by its resolved name. With a ``control_file``, a request that reaches an engine holding no running and no
+waiting request first has the file read (only when its inode, mtime or size changed; missing or empty: no
+change); a loaded name other than the active one is switched to before the request is added (the loop's policy
+and hold, and a fresh hold), an unknown one refused on stderr. So a switch falls between two blocks of requests,
+never inside one. Each read that finds a name is answered in ``<control_file>.status`` (JSON: ``active``,
+``loaded``, ``switches``, ``refused``, ``at``), also written at start.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -44,6 +55,8 @@ from llmsched_env.adapters.vllm.contract import VllmKnobs, adapter_spaces, batch
 from llmsched_env.adapters.vllm.serve_log import LABEL_KEY, ServeLog
 from llmsched_env.adapters.vllm.state import TENANT_KEY, SimClock, VllmState, engine_config_of
 from llmsched_env.adapters.vllm.waiting import PolicyWaitingQueue
+from llmsched_env.common.files import ByteLimit, read_text
+from llmsched_env.common.outputs import write_text_atomically
 from llmsched_env.decision.loop import ENGINE_DEFAULT, DecisionLoop
 from llmsched_env.decision.policy import Policy, PolicyContext
 from llmsched_env.decision.policy_file import action_options
@@ -61,6 +74,8 @@ __all__ = [
 ]
 
 _COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
+_CONTROL_BYTES = ByteLimit("a control file", 4096)  # one policy name
+_SHOWN_CHARS = 80  # of a refused control file's content, in the one-line message
 
 
 if TYPE_CHECKING:  # the adapter is always mixed in before vLLM's Scheduler: checked against it
@@ -73,8 +88,8 @@ class _LLMSchedAdapter(_SchedulerBase):
     """The adapter, mixed in before vLLM's ``Scheduler`` or ``AsyncScheduler`` (see the module docstring).
 
     Keywords beyond vLLM's: ``adapter`` (an ``AdapterConfig``; default ``AdapterConfig.from_env()``),
-    ``llmsched_policy`` (a ``Policy`` object, overriding ``adapter.policy``), ``clock`` (seconds, comparable with
-    requests' ``arrival_time``; default ``time.time``)."""
+    ``llmsched_policy`` (a ``Policy`` object, overriding ``adapter.policy`` under its name), ``clock`` (seconds,
+    comparable with requests' ``arrival_time``; default ``time.time``)."""
 
     _async = False  # whether the vLLM class mixed with is the AsyncScheduler
 
@@ -96,16 +111,23 @@ class _LLMSchedAdapter(_SchedulerBase):
         self.engine_config = engine_config_of(self)
         cost_model = resolved.cost_model
         self.state = VllmState(self, self.engine_config, cfg.tenants, cost_model, self.clock)
-        spec = resolved.spec
-        schema = int(getattr(llmsched_policy, "schema_version", spec.schema))
+        schema = int(getattr(llmsched_policy, "schema_version", resolved.schema))
         self.action_spec, self.encoder = adapter_spaces(self.engine_config, cfg.tenants, schema, cfg.nominal_rate_rps)
         self.context = PolicyContext(
             self.engine_config, self.state.tenants, cost_model, self.action_spec, self.encoder.names, resolved.scenario
         )
-        if llmsched_policy is not None:
-            policy = llmsched_policy
-        else:
-            policy = spec.make_for(self.context, cfg.seed)
+        # every policy of the set by its resolved name, built now (not at a switch, in the middle of serving), each
+        # with the steps its decisions hold
+        self.loaded_policies: dict[str, Policy] = {}
+        self._holds: dict[str, int] = {}
+        for k, (spec, scenario) in enumerate(resolved.policies):
+            if k == 0 and llmsched_policy is not None:
+                self.loaded_policies[spec.name], self._holds[spec.name] = llmsched_policy, 1
+                continue
+            self.loaded_policies[spec.name] = spec.make_for(
+                dataclasses.replace(self.context, scenario=scenario), cfg.seed
+            )
+            self._holds[spec.name] = spec.iterations_per_step
             if spec.path is not None:  # an exported policy must fit this engine and these tenants
                 spec.load().check_compatible(
                     self.encoder.names,
@@ -113,13 +135,13 @@ class _LLMSchedAdapter(_SchedulerBase):
                     schema_version=schema,
                     action_options=action_options(self.action_spec),
                 )
-        default_hold = spec.iterations_per_step if llmsched_policy is None else 1
-        self.iterations_per_step = cfg.iterations_per_step or default_hold
+        self.active_policy = resolved.spec.name  # the name of the policy deciding now
+        self.iterations_per_step = cfg.iterations_per_step or self._holds[self.active_policy]
         # the step between the policy and vLLM's knobs; vLLM's own settings where the policy fails
         self.decisions = DecisionLoop(
             self.action_spec,
             self.encoder,
-            policy,
+            self.loaded_policies[self.active_policy],
             hold=self.iterations_per_step,
             fallback=ENGINE_DEFAULT,
             timeout_s=cfg.policy_timeout_s,
@@ -141,7 +163,14 @@ class _LLMSchedAdapter(_SchedulerBase):
         self.abort_time_s = 0.0  # of that, vLLM's finish_requests aborting the requests shedding gave up
         self.vllm_time_s = 0.0  # vLLM's own schedule(), summed over steps
         self.num_steps = 0
+        self.control_file = cfg.control_file  # "" : no switching
+        self.num_switches = 0
+        self._control_key: tuple[int, int, int] | None = None  # (inode, mtime, size) of the control file last read
+        self._control_text = ""  # its last content read (a refusal of the same content is logged once)
+        self._refused: str | None = None  # the message of the last read, when it refused
         self.log = ServeLog(cfg.log_dir) if cfg.log_dir else None
+        self._request_policy: dict[str, str] = {}  # with a log: request id -> the active policy when it was added
+        self._fallbacks_seen: dict[str, int] = {}  # the loop's fallback counts at the last step logged
         if self.log is not None:
             self.log.engine(
                 {
@@ -149,12 +178,17 @@ class _LLMSchedAdapter(_SchedulerBase):
                     "tenants": [{"name": t.name, "ttft_s": t.slo.ttft_s, "tpot_s": t.slo.tpot_s,
                                  "weight": t.weight, "priority": t.priority} for t in self.state.tenants],
                     "policy": cfg.policy,
+                    "policies": list(self.loaded_policies),
+                    "control_file": cfg.control_file or None,
                     "iterations_per_step": self.iterations_per_step,
                     "policy_deadline": self.decisions.deadline,
                     "vllm": "==".join(vllm_version),
                 }
             )  # fmt: skip
-        self._step_start: tuple[float, float, Any] | None = None  # (t0, t1, features) of the step being run
+        # (t0, t1, features, policy, fallback cause) of the step being run
+        self._step_start: tuple[float, float, Any, str, str | None] | None = None
+        if self.control_file:  # a status from an earlier server must not answer for this one
+            self._write_status()
 
     @property
     def llmsched_policy(self) -> Policy:
@@ -215,7 +249,11 @@ class _LLMSchedAdapter(_SchedulerBase):
             state.admitted(rid)
         if self.log is not None:
             features = batch_features(out.num_scheduled_tokens, self.requests)
-            self._step_start = (wall0, time.time(), features)
+            fallbacks, cause = self.stats.fallbacks, None
+            if fallbacks != self._fallbacks_seen:  # counted by this step's next(): its decision was a fallback
+                cause = next(c for c in fallbacks if fallbacks[c] != self._fallbacks_seen.get(c, 0))
+                self._fallbacks_seen = dict(fallbacks)
+            self._step_start = (wall0, time.time(), features, self.active_policy, cause)
         self.adapter_time_s += (t1 - t0) + (time.perf_counter() - t2)
         self.vllm_time_s += t2 - t1
         self.num_steps += 1
@@ -285,6 +323,7 @@ class _LLMSchedAdapter(_SchedulerBase):
         return result
 
     def _log_request(self, vreq: VllmRequest) -> None:
+        policy = self._request_policy.pop(vreq.request_id, self.active_policy)
         sh = self.state.shadows.get(vreq.request_id)
         if sh is None or self.log is None:
             return
@@ -304,6 +343,7 @@ class _LLMSchedAdapter(_SchedulerBase):
                 "output_tokens": vreq.num_output_tokens,
                 "status": str(vreq.status.name).removeprefix("FINISHED_").lower(),
                 "preemptions": sh.num_preemptions,
+                "policy": policy,
             }
         )
 
@@ -326,11 +366,95 @@ class _LLMSchedAdapter(_SchedulerBase):
                 )
             self.shed_requests = []
         if self.log is not None and self._step_start is not None:
-            s0, s1, features = self._step_start
+            s0, s1, features, policy, fallback = self._step_start
             self._step_start = None
-            self.log.step(s0, s1, wall2, time.time(), features, bool(self.has_unfinished_requests()))
+            busy = bool(self.has_unfinished_requests())
+            self.log.step(s0, s1, wall2, time.time(), features, busy, policy, fallback)
         self.adapter_time_s += (t1 - t0) + (time.perf_counter() - t2)
         return outputs
+
+    # -- switching policies between blocks ------------------------------------------------------------------
+    def add_request(self, request: VllmRequest) -> None:
+        """vLLM's, after a switch to the policy the control file names when ``request`` is the first to reach an
+        engine holding no running and no waiting request (the driver drains the server between blocks)."""
+        if (
+            self.control_file
+            and not self.running
+            and not len(self.waiting)
+            and not len(getattr(self, "kv_holding_waiting", ()))  # waiting with blocks held, where vLLM has it
+            and request.request_id not in self.requests  # not a streaming session's next input
+        ):
+            self._read_control()
+        if self.log is not None:
+            self._request_policy.setdefault(request.request_id, self.active_policy)
+        super().add_request(request)
+
+    def _read_control(self) -> None:
+        """Read the control file if it changed since the last read; switch to the loaded policy it names, or
+        refuse another name (the active policy stays), and answer in the status file. Never raises: a bad control
+        file must not stop serving."""
+        path = self.control_file
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):  # missing (the driver has not written it yet): no change
+            return
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)  # an atomic replace changes the inode, a rewrite the rest
+        if key == self._control_key:
+            return
+        self._control_key = key
+        try:
+            text = read_text(path, _CONTROL_BYTES).strip()
+        except FileNotFoundError:  # removed since the stat
+            return
+        except (OSError, ValueError) as exc:  # a folder, a FIFO, over the limit, not UTF-8
+            text = f"\0{exc}"  # what was read, to say a refusal once per content; never a policy name
+            problem = f"cannot be read ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        else:
+            shown = text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
+            problem = f"names {shown!r}, which is not loaded"
+        if not text:  # empty: no change
+            return
+        new = text != self._control_text
+        self._control_text = text
+        if text in self.loaded_policies:
+            self._refused = None
+            if text != self.active_policy:
+                self._switch(text)
+        else:
+            loaded = ", ".join(self.loaded_policies)
+            self._refused = (
+                f"llmsched: control file {path} {problem}; the policy stays {self.active_policy!r} (loaded: {loaded})"
+            )
+            if new:  # vLLM's log says it once per content, however often the driver rewrites it
+                print(self._refused, file=sys.stderr, flush=True)
+        self._write_status()  # every read answered, so a driver that rewrote the file sees a newer "at"
+
+    def _switch(self, name: str) -> None:
+        """Make the loaded policy ``name`` decide from the next step on, with its own hold (unless the config sets
+        one), starting a new hold; nothing of vLLM's state changes."""
+        before = self.active_policy
+        self.decisions.policy = self.loaded_policies[name]
+        self.decisions.reset()
+        self.iterations_per_step = self.adapter.iterations_per_step or self._holds[name]
+        self.decisions.hold = self.iterations_per_step
+        self.active_policy = name
+        self.num_switches += 1
+        print(f"llmsched: policy {before} -> {name} (switch {self.num_switches})", file=sys.stderr, flush=True)
+
+    def _write_status(self) -> None:
+        """``<control_file>.status``, replaced whole: the active and loaded policies, the switches so far, and the
+        refusal of the last read (None if it did not refuse)."""
+        status = {
+            "active": self.active_policy,
+            "loaded": list(self.loaded_policies),
+            "switches": self.num_switches,
+            "refused": self._refused,
+            "at": time.time(),
+        }
+        try:
+            write_text_atomically(f"{self.control_file}.status", json.dumps(status) + "\n")
+        except OSError as exc:  # the driver misses an answer; serving goes on
+            print(f"llmsched: cannot write {self.control_file}.status: {exc}", file=sys.stderr, flush=True)
 
 
 class LLMSchedScheduler(_LLMSchedAdapter, Scheduler):
