@@ -48,7 +48,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "runtime": {"torch", "safetensors"},
     "adapters": {"vllm", "torch", "safetensors", "yaml"},
     "evaluation": {"gymnasium", "matplotlib", "ray", "tqdm", "torch", "tensorboard"},
-    "live": {"vllm"},  # server.py's client and launcher, in the vLLM venv
+    "live": {"vllm", "matplotlib"},  # server.py's client and launcher, in the vLLM venv; the verdict's plots
     "commands": {"gymnasium", "matplotlib", "ray", "tqdm", "torch"},
 }
 HEAVY = {"gymnasium", "torch", "safetensors", "stable_baselines3", "sb3_contrib", "ray", "matplotlib", "vllm", "scipy",

@@ -51,7 +51,7 @@ from llmsched_env.adapters.vllm.state import TENANT_KEY
 from llmsched_env.common.outputs import write_text_atomically
 from llmsched_env.engine.config import SLO_CLASSES
 
-__all__ = ["LiveServer", "check_tenants", "run_bench", "trace_stream"]
+__all__ = ["LiveServer", "check_tenants", "run_bench", "trace_stream", "unwind_on_sigterm"]
 
 VLLM_OWN = "vllm"  # the scheduler name that means vLLM's own scheduler (no --scheduler-cls)
 SCHEDULER_CLS = "llmsched_env.adapters.vllm.scheduler.LLMSchedScheduler"
@@ -62,7 +62,8 @@ TRACE_TENANTS = {"conv": "chat", "code": "code"}  # tenant -> the SLO class it i
 class LiveServer:
     """``vllm serve`` of ``model_dir`` on 127.0.0.1:``port``, with ``LLMSchedScheduler`` configured by
     ``adapter_config`` (a YAML/JSON path), or vLLM's own scheduler when it is None. ``engine_args``: more
-    ``vllm serve`` arguments. Output goes to ``log_path``; the PID to ``pid_path``."""
+    ``vllm serve`` arguments. Output goes to ``log_path``; the PID to ``pid_path``. ``cpus``: (the CPU list of
+    the server's processes, ``taskset -c``; the one vLLM binds its CPU worker's threads to), or None."""
 
     model_dir: Path
     port: int
@@ -71,10 +72,14 @@ class LiveServer:
     engine_args: Sequence[str] = ()
     pid_path: Path | None = None
     kv_cache_gib: int = 1
+    cpus: tuple[str, str] | None = None
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "llmsched_env.adapters.vllm.launch", "serve", str(self.model_dir)]
+        # cpus: the API server (and vLLM's processes but its CPU worker's threads) under taskset on the first CPUs,
+        # the worker's OpenMP threads bound by vLLM to the second (VLLM_CPU_OMP_THREADS_BIND, set in start())
+        pin = ["taskset", "-c", self.cpus[0]] if self.cpus is not None else []
+        cmd = [*pin, sys.executable, "-m", "llmsched_env.adapters.vllm.launch", "serve", str(self.model_dir)]
         cmd += ["--host", "127.0.0.1", "--port", str(self.port), "--dtype", "bfloat16", "--scheduling-policy", "fcfs"]
         if self.adapter_config is not None:
             cmd += ["--scheduler-cls", SCHEDULER_CLS]
@@ -85,6 +90,8 @@ class LiveServer:
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_gib))
         env.setdefault("HF_HUB_OFFLINE", "1")
         env.pop("LLMSCHED_VLLM_CONFIG", None)
+        if self.cpus is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpus[1]
         if self.adapter_config is not None:
             env["LLMSCHED_VLLM_CONFIG"] = str(self.adapter_config)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -242,30 +249,39 @@ def run_bench(
     output_len: int = 64,
     range_ratio: float = 0.5,
     split: str = "test",
+    stream: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One run of vLLM's benchmark client against ``base_url``: vLLM's result JSON (``result.json``, per-request
     timings included) and ``requests.json`` (each request's label, tenant, lengths and planned send time) in
-    ``out_dir``; returns the result."""
+    ``out_dir``; returns the result. ``workload``: ``random`` (vLLM's random dataset at ``rate_rps``), ``trace``
+    (``trace_stream``) or ``stream`` (the requests of ``stream``, ``{"timestamp", "input_length",
+    "output_length", "tenant"}`` each, sent at their timestamps). A timed stream's prompts are made of token
+    blocks of their own, numbered from ``prefix``'s hash, so no run finds another's prompts in the prefix cache."""
     from vllm.benchmarks import serve as bench
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    if workload == "stream":
+        if not stream:
+            raise ValueError("run_bench: workload 'stream' needs a non-empty stream")
+        num_requests = len(stream)
     argv = ["--base-url", base_url, "--model", str(model_dir), "--backend", "vllm", "--endpoint", "/v1/completions"]
     argv += ["--num-prompts", str(num_requests), "--seed", str(seed), "--ready-check-timeout-sec", "0"]
     argv += ["--save-result", "--save-detailed", "--result-dir", str(out_dir), "--result-filename", "result.json"]
     argv += ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99", "--disable-tqdm"]
+    argv += ["--ignore-eos"]  # every request produces exactly its output length, as the simulator replays it
     if workload == "random":
         argv += ["--dataset-name", "random", "--random-input-len", str(input_len), "--random-output-len"]
         argv += [str(output_len), "--random-range-ratio", str(range_ratio), "--request-rate", str(rate_rps)]
         tenants: list[str] = ["chat"]
-    elif workload == "trace":
-        stream = trace_stream(num_requests, rate_rps, seed, split)
+    elif workload in ("trace", "stream"):
+        timed = stream if workload == "stream" and stream else trace_stream(num_requests, rate_rps, seed, split)
         path = out_dir / "timed_trace.jsonl"
-        _write_timed_trace(stream, path, first_id=zlib.crc32(prefix.encode()) << 24)
+        _write_timed_trace(timed, path, first_id=zlib.crc32(prefix.encode()) << 24)
         argv += ["--dataset-name", "timed_trace", "--dataset-path", str(path)]
-        tenants = [r["tenant"] for r in stream]
+        tenants = [r["tenant"] for r in timed]
     else:
-        raise ValueError(f"unknown workload {workload!r}; random or trace")
+        raise ValueError(f"unknown workload {workload!r}; random, trace or stream")
     parser = FlexibleArgumentParser()
     bench.add_cli_args(parser)
     args = parser.parse_args(argv)
@@ -373,6 +389,15 @@ def run_experiment(args: argparse.Namespace) -> None:
                     print(line, flush=True)
 
 
+def unwind_on_sigterm() -> None:
+    """Make SIGTERM unwind like Ctrl-C (``SystemExit``), so that ``LiveServer``'s exit stops the server."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name.split("=")[0])
 
@@ -420,10 +445,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--num-kv-blocks", type=int, default=0, help="usable KV blocks (0: what 1 GiB holds)")
     args = p.parse_args(argv)
 
-    def stop(signum: int, frame: object) -> None:  # SIGTERM unwinds like Ctrl-C: the server is stopped
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, stop)
+    unwind_on_sigterm()
     run_experiment(args)
 
 

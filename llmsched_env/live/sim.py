@@ -32,7 +32,7 @@ from llmsched_env.live.logs import LiveRun
 from llmsched_env.sim.metrics import token_times
 from llmsched_env.sim.repriced import RepricedSimulator
 
-__all__ = ["Latencies", "ReplayResult", "replay", "replay_requests"]
+__all__ = ["Latencies", "ReplayResult", "replay", "replay_requests", "simulate"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,14 +94,34 @@ def replay(
     module docstring. ``nominal_rate_rps`` is the observation's arrival-rate unit (the live adapter's
     setting; default: the run's mean arrival rate), ``scenario`` the tuned baseline's table entry and
     ``iterations_per_step`` how long a decision holds (default: the policy's own, 1 for a baseline)."""
+    requests = replay_requests(run, tenants)
+    return simulate(requests, policy, engine, tenants, cost_model, policy_cost_model, seed, nominal_rate_rps,
+                    scenario, iterations_per_step)  # fmt: skip
+
+
+def simulate(
+    requests: Sequence[Request],
+    policy: str | PolicySpec,
+    engine: EngineConfig,
+    tenants: Sequence[TenantConfig],
+    cost_model: CostModel,
+    policy_cost_model: CostModel | None = None,
+    seed: int = 0,
+    nominal_rate_rps: float | None = None,
+    scenario: str = "",
+    iterations_per_step: int | None = None,
+) -> ReplayResult:
+    """Serve ``requests`` (``request_id`` = their position, arrivals in seconds) in the simulator under
+    ``policy``, each iteration priced by ``cost_model`` while the engine and the policy see ``policy_cost_model``
+    (default: the same), as ``replay`` describes; the latencies come back in ``requests``' order. The requests
+    are changed as they are served: pass fresh ones."""
     spec = resolve_policy(policy) if isinstance(policy, str) else policy
     tenants = tuple(tenants)
     seen = policy_cost_model or cost_model
-    requests = replay_requests(run, tenants)
     ordered = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
     sim = RepricedSimulator(cost_model, engine, tenants, seen, ordered)
     action_spec = ActionSpec.for_engine(engine, spec.schema)
-    span = ordered[-1].arrival_s
+    span = ordered[-1].arrival_s - ordered[0].arrival_s
     rate = nominal_rate_rps or (len(ordered) / span if span > 0 else 1.0)
     encoder = make_encoder(spec.schema, engine, tenants, rate)
     ctx = PolicyContext(engine, tenants, seen, action_spec, encoder.names, scenario)

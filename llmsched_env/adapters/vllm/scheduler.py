@@ -186,7 +186,7 @@ class _LLMSchedAdapter(_SchedulerBase):
                 }
             )  # fmt: skip
         # (t0, t1, features, policy, fallback cause) of the step being run
-        self._step_start: tuple[float, float, Any, str, str | None] | None = None
+        self._step_start: tuple[float, float, Any, str, str | None, Decision | None] | None = None
         if self.control_file:  # a status from an earlier server must not answer for this one
             self._write_status()
 
@@ -253,7 +253,7 @@ class _LLMSchedAdapter(_SchedulerBase):
             if fallbacks != self._fallbacks_seen:  # counted by this step's next(): its decision was a fallback
                 cause = next(c for c in fallbacks if fallbacks[c] != self._fallbacks_seen.get(c, 0))
                 self._fallbacks_seen = dict(fallbacks)
-            self._step_start = (wall0, time.time(), features, self.active_policy, cause)
+            self._step_start = (wall0, time.time(), features, self.active_policy, cause, decision)
         self.adapter_time_s += (t1 - t0) + (time.perf_counter() - t2)
         self.vllm_time_s += t2 - t1
         self.num_steps += 1
@@ -366,10 +366,10 @@ class _LLMSchedAdapter(_SchedulerBase):
                 )
             self.shed_requests = []
         if self.log is not None and self._step_start is not None:
-            s0, s1, features, policy, fallback = self._step_start
+            s0, s1, features, policy, fallback, decision = self._step_start
             self._step_start = None
             busy = bool(self.has_unfinished_requests())
-            self.log.step(s0, s1, wall2, time.time(), features, busy, policy, fallback)
+            self.log.step(s0, s1, wall2, time.time(), features, busy, policy, fallback, decision)
         self.adapter_time_s += (t1 - t0) + (time.perf_counter() - t2)
         return outputs
 

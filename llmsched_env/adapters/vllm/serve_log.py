@@ -7,8 +7,10 @@ Two JSONL files, appended to, one JSON object per line:
   cost-model features ``prefill_tokens``, ``decode_seqs``, ``kv_tokens``, ``attn_pairs`` and
   ``num_prefill_seqs`` (``contract.batch_features``), ``busy`` (requests were left after the step, so vLLM's
   engine loop went straight on to the next ``schedule()``), ``policy`` (the name of the policy active when the
-  step was decided) and ``fallback`` (the cause of a fallback decision made at that step: ``error``,
-  ``invalid`` or ``timeout``; null when the policy decided or its decision was held);
+  step was decided), ``fallback`` (the cause of a fallback decision made at that step: ``error``,
+  ``invalid`` or ``timeout``; null when the policy decided or its decision was held) and ``decision`` (the
+  knobs the step ran with, ``[order, token_budget, chunk_cap, prefill_first, max_admit, kv_reserve, shed]``
+  after the mask's correction; null for vLLM's own settings);
 - ``requests.jsonl``, one record per request as it leaves the scheduler: ``id`` (vLLM's), ``label`` (the
   client's own id, ``vllm_xargs: {"llmsched_request": ...}``, or null), ``tenant`` (the tenant the scheduler
   served it as), ``arrival`` (vLLM's ``arrival_time``), ``first_scheduled``, ``first_token`` (null if never),
@@ -43,6 +45,15 @@ LABEL_KEY = "llmsched_request"  # sampling_params.extra_args key carrying the cl
 _FLUSH_S = 1.0
 
 
+def _knobs(decision: Any) -> list[Any] | None:
+    """A step's ``Decision`` as the log keeps it: ``[order, token_budget, chunk_cap, prefill_first, max_admit,
+    kv_reserve, shed]`` (the order by name); None for vLLM's own settings (a fallback to them)."""
+    if decision is None:
+        return None
+    d = decision
+    return [d.order.name, d.token_budget, d.chunk_cap, int(d.prefill_first), d.max_admit, d.kv_reserve, int(d.shed)]
+
+
 class ServeLog:
     """Appends step and request records to ``folder``/steps.jsonl and ``folder``/requests.jsonl."""
 
@@ -59,12 +70,21 @@ class ServeLog:
         write_text_atomically(self.folder / "engine.json", json.dumps(info, indent=1) + "\n")
 
     def step(
-        self, t0: float, t1: float, t2: float, t3: float, features: Any, busy: bool, policy: str, fallback: str | None
+        self,
+        t0: float,
+        t1: float,
+        t2: float,
+        t3: float,
+        features: Any,
+        busy: bool,
+        policy: str,
+        fallback: str | None,
+        decision: Any = None,
     ) -> None:
         f = features
         self._steps.append(
             (t0, t1, t2, t3, f.num_prefill_tokens, f.num_decode_seqs, f.num_kv_tokens, f.prefill_attn_pairs,
-             f.num_prefill_seqs, busy, policy, fallback)
+             f.num_prefill_seqs, busy, policy, fallback, decision)
         )  # fmt: skip
         if not busy or time.monotonic() - self._last_flush > _FLUSH_S:
             self.flush()
@@ -77,9 +97,11 @@ class ServeLog:
         self._last_flush = time.monotonic()
         if self._steps:
             keys = ("t0", "t1", "t2", "t3", "prefill_tokens", "decode_seqs", "kv_tokens", "attn_pairs",
-                    "num_prefill_seqs", "busy", "policy", "fallback")  # fmt: skip
+                    "num_prefill_seqs", "busy", "policy", "fallback", "decision")  # fmt: skip
             with open(self.folder / "steps.jsonl", "a") as f:
-                f.writelines(json.dumps(dict(zip(keys, s, strict=True))) + "\n" for s in self._steps)
+                f.writelines(
+                    json.dumps(dict(zip(keys, (*s[:-1], _knobs(s[-1])), strict=True))) + "\n" for s in self._steps
+                )
             self._steps = []
         if self._requests:
             with open(self.folder / "requests.jsonl", "a") as f:

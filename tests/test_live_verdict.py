@@ -1,0 +1,448 @@
+"""The verdict of a paired live experiment (``llmsched_env.live.verdict``) on synthetic runs whose truth is known.
+
+``make_run`` writes a run folder in the driver's formats (``experiment.json``, the predictions with their
+SHA-256, ``cells/CELL/blocks.jsonl`` in a Williams order): every round draws a shock shared by its blocks (the
+stream, the host's mood), every block its own noise; an arm's attainment is the control's plus a known amount and
+its TTFT the control's times a known factor, so the paired differences' truth is known exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from llmsched_env.live.design import williams_rounds
+from llmsched_env.live.verdict import (
+    AA_ARM,
+    BLOCK_METRICS,
+    Verdict,
+    build_verdict,
+    kendall_tau_b,
+    main,
+    paired_interval,
+    pooled_quantile_ratio,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+EPOCH_S = 1.7e9  # blocks start here (a time.time() clock); the predictions are written before
+ARMS = ("fcfs", AA_ARM, "good", "bad")
+BASE_ATTAINMENT = 0.85
+ATTAINMENT = {"fcfs": 0.0, AA_ARM: 0.0, "good": 0.08, "bad": -0.06}  # the true difference from fcfs
+TTFT = {"fcfs": 1.0, AA_ARM: 1.0, "good": 0.7, "bad": 1.4}  # the true TTFT ratio to fcfs
+PREEMPTIONS = {"fcfs": 3, AA_ARM: 3, "good": 1, "bad": 7}
+BLOCK_S, GAP_S = 60.0, 10.0
+Predict = Callable[[dict[str, Any]], None]
+
+
+def _block(cell: str, r: int, arm: str, k: int, rng: np.random.Generator, shock: tuple[float, float],
+           requests: int, drift: float) -> dict[str, Any]:  # fmt: skip
+    """One block's record: attainment BASE + ATTAINMENT[arm] + the round's shock, TTFT lognormal around 0.2 s x
+    TTFT[arm] x the round's factor; 1% of requests fail (no latencies)."""
+    p = min(max(BASE_ATTAINMENT + ATTAINMENT.get(arm, -0.1) + shock[0], 0.0), 1.0)
+    good = rng.random(requests) < p
+    ttft = np.exp(math.log(0.2 * TTFT.get(arm, 1.2)) + shock[1] + 0.6 * rng.standard_normal(requests))
+    tpot = np.exp(math.log(0.02) + 0.2 * rng.standard_normal(requests))
+    e2e = ttft + 50 * tpot
+    failed = rng.random(requests) < 0.01
+    for a in (ttft, tpot, e2e):
+        a[failed] = np.nan
+    good &= ~failed
+    t_start = EPOCH_S + k * (BLOCK_S + GAP_S)
+    metrics = {"slo_attainment": float(good.mean()), "goodput_rps": float(good.sum() / BLOCK_S)}
+    for name, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
+        for q in (50, 90, 99):
+            metrics[f"{name}_p{q}_s"] = float(np.percentile(values[~failed], q))
+    return {
+        "cell": cell, "round": r, "arm": arm, "policy": None if arm == "vllm" else arm.split("/")[0],
+        "warmup": r < 0, "stream_seed": 1000 + r, "t_start": t_start, "t_end": t_start + BLOCK_S,
+        "num_requests": requests, "completed": int((~failed).sum()), "shed": int(arm == "bad"),
+        "failed": int(failed.sum()), "preemptions": PREEMPTIONS.get(arm, 0),
+        "fallbacks": {"timeout": 2} if arm == "bad" else {}, "steps": 1000,
+        "step_time_median_s": 0.02 * (1 + drift * (t_start - EPOCH_S) / 3600),
+        "metrics": {m: metrics[m] for m in BLOCK_METRICS},
+        "tenants": {"chat": {"requests": requests, "slo_attainment": float(good.mean())}},
+        "requests": [{"tenant": "chat", "ttft_s": float(ttft[i]), "tpot_s": float(tpot[i]), "e2e_s": float(e2e[i]),
+                      "good": bool(good[i])} for i in range(requests)],
+    }  # fmt: skip
+
+
+def _write_predictions(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1))
+    path.with_suffix(".sha256").write_text(hashlib.sha256(path.read_bytes()).hexdigest() + "  " + path.name + "\n")
+    os.utime(path, (EPOCH_S - 100, EPOCH_S - 100))  # written before the first compared block
+
+
+def make_run(
+    out: Path,
+    cells: tuple[str, ...] = ("c1",),
+    rounds: int = 16,
+    seed: int = 0,
+    requests: int = 200,
+    predict: Predict | None = None,
+    fidelity: float = 1.0,
+    drift: float = 0.0,
+    reference: bool = False,
+    folders: bool = False,
+) -> dict[str, Any]:
+    """A run folder at ``out`` (module docstring); returns its predictions document. ``fidelity``: the predicted
+    latencies are the live means over the arm's blocks times this; ``predict`` edits the predictions before they
+    are written; ``folders``: one predictions file per cell in ``predictions/`` (the driver's layout per
+    workload) rather than ``predictions.json``."""
+    rng = np.random.default_rng(seed)
+    order = williams_rounds(ARMS, rounds)
+    k = 0
+    blocks: dict[str, list[dict[str, Any]]] = {c: [] for c in cells}
+    for c in cells:  # the discarded warm-up: far off, so that counting it would show
+        blocks[c].append({**_block(c, -1, "fcfs", k, rng, (-0.5, 3.0), requests, drift), "warmup": True})
+        k += 1
+    for r in range(rounds):
+        for c in cells:
+            shock = (float(rng.normal(0, 0.04)), float(rng.normal(0, 0.25)))
+            for arm in order[r]:
+                blocks[c].append(_block(c, r, arm, k, rng, shock, requests, drift))
+                k += 1
+            if reference and r < 3:
+                blocks[c].append(_block(c, r, "vllm", k, rng, shock, requests, drift))
+                k += 1
+    predictions: dict[str, Any] = {"format": "llmsched-live-predictions", "version": 1,
+                                   "metrics": [*BLOCK_METRICS, "preemptions", "shed"], "cells": {}}  # fmt: skip
+    for c in cells:
+        arms = {}
+        for arm in ARMS:
+            mine = [b for b in blocks[c] if b["arm"] == arm and not b["warmup"]]
+            att = BASE_ATTAINMENT + ATTAINMENT[arm]
+            values = {m: fidelity * float(np.mean([b["metrics"][m] for b in mine])) for m in BLOCK_METRICS}
+            values |= {"slo_attainment": att, "goodput_rps": att * requests / BLOCK_S}
+            arms[arm] = values | {"preemptions": float(PREEMPTIONS[arm]), "shed": float(arm == "bad")}
+        arms[AA_ARM] = dict(arms["fcfs"])  # the simulator plays the A/A arm as the control
+        predictions["cells"][c] = {"rate_rps": 3.0, "arms": arms}
+    if predict is not None:
+        predict(predictions)
+    out.mkdir(parents=True, exist_ok=True)
+    if folders:
+        for c in cells:
+            one = {**predictions, "cells": {c: predictions["cells"][c]}}
+            _write_predictions(out / "predictions" / f"w-{c}.json", one)
+    else:
+        _write_predictions(out / "predictions.json", predictions)
+    experiment = {"workloads": {}, "cells": list(cells), "arms": list(ARMS), "statistics": {},
+                  "reference": "vllm" if reference else None}  # fmt: skip
+    (out / "experiment.json").write_text(json.dumps(experiment))
+    for c in cells:
+        (out / "cells" / c).mkdir(parents=True)
+        (out / "cells" / c / "blocks.jsonl").write_text("".join(json.dumps(b) + "\n" for b in blocks[c]))
+    return predictions
+
+
+def _rows(verdict: Verdict, arm: str) -> dict[str, dict[str, Any]]:
+    return {r["statistic"]: r for c in verdict.cells for r in c.paired if r["arm"] == arm}
+
+
+def _target(verdict: Verdict, start: str) -> Any:
+    return next(t for t in verdict.targets if t.name.startswith(start))
+
+
+@pytest.fixture(scope="module")
+def truthful(tmp_path_factory: pytest.TempPathFactory) -> Verdict:
+    """A run whose predictions are the truth (latencies: the live means)."""
+    out = tmp_path_factory.mktemp("truthful")
+    make_run(out, reference=True)
+    return build_verdict(out)
+
+
+def test_a_known_difference_is_covered_with_its_sign(truthful: Verdict) -> None:
+    for arm in ("good", "bad"):
+        rows = _rows(truthful, arm)
+        truth = {"attainment": ATTAINMENT[arm], "ttft_p90": math.log(TTFT[arm]), "ttft_p99_pooled": math.log(TTFT[arm])}
+        for stat, value in truth.items():
+            r = rows[stat]
+            assert r["rounds"] == 16  # the warm-up is not a round
+            assert r["low"] <= value <= r["high"], (arm, stat, r)
+            assert r["excludes_zero"] and r["sign_agrees"], (arm, stat, r)
+            assert r["inside"] is True
+        assert rows["attainment"]["predicted"] == pytest.approx(ATTAINMENT[arm])
+    good = _rows(truthful, "good")
+    assert good["ttft_p99_pooled"]["live"] < 0 < good["attainment"]["live"]  # better: faster and more in SLO
+    assert _target(truthful, "predicted differences").status == "met"
+    assert _target(truthful, "Kendall").status == "met"
+    assert all(c.tau["attainment"] == pytest.approx(1.0) for c in truthful.cells)
+
+
+def test_the_aa_arm_measures_the_noise_floor(truthful: Verdict) -> None:
+    rows = _rows(truthful, AA_ARM)
+    assert set(rows) == {"attainment", "goodput", "ttft_p90", "ttft_p99_pooled"}
+    for r in rows.values():
+        assert r["low"] <= 0 <= r["high"] and not r["excludes_zero"], r
+        assert r["sign_agrees"] is None  # predicted 0: no sign
+    aa = _target(truthful, "A/A")
+    assert aa.status == "met" and aa.detail.startswith("4 of 4 A/A intervals contain 0"), aa.detail
+    assert "0.95^4 = 0.81" in aa.detail
+
+
+def test_the_report_reads_as_the_figures_say(truthful: Verdict) -> None:
+    md = truthful.markdown
+    for heading in ("## Targets", "## Paired differences against fcfs", "## Rankings", "## A/A", "## Preemptions",
+                    "## Step-time drift", "## Held-out fidelity", "## Reference: `vllm`"):  # fmt: skip
+        assert heading in md, heading
+    assert "WARNING" not in md
+    good = _rows(truthful, "good")["attainment"]
+    assert f"| c1 | good | attainment | 16 | {100 * good['live']:+.1f} pp |" in md
+    ops = {r["arm"]: r for c in truthful.cells for r in c.operations}
+    assert ops["bad"]["preemptions"] == 7 and ops["bad"]["shed"] == 1 and ops["bad"]["fallbacks"] == 2
+    assert ops["bad"]["fallback_causes"] == {"timeout": 2.0} and ops["good"]["fallbacks"] == 0
+    assert ops["fcfs"]["blocks"] == 16  # the warm-up left out
+    assert ops["vllm"]["blocks"] == 3 and ops["vllm"]["predicted_preemptions"] != ops["vllm"]["predicted_preemptions"]
+    # the reference: absolute figures, in no paired row
+    assert all(r["arm"] != "vllm" for c in truthful.cells for r in c.paired)
+    ref = {r["arm"]: r for c in truthful.cells for r in c.reference}
+    assert ref["vllm"]["blocks"] == 3 and ref["fcfs"]["blocks"] == 3  # fcfs on the rounds the reference played
+    assert ref["vllm"]["slo_attainment"].estimate < ref["fcfs"]["slo_attainment"].estimate  # 10 points lower
+
+
+def test_a_prediction_far_off_is_flagged_outside(tmp_path: Path) -> None:
+    def far(doc: dict[str, Any]) -> None:
+        doc["cells"]["c1"]["arms"]["good"]["slo_attainment"] = BASE_ATTAINMENT + 0.35
+
+    make_run(tmp_path, predict=far)
+    verdict = build_verdict(tmp_path)
+    r = _rows(verdict, "good")["attainment"]
+    assert r["predicted"] == pytest.approx(0.35) and r["inside"] is False and r["sign_agrees"] is True
+    inside = _target(verdict, "the prediction inside")
+    assert inside.detail.startswith("7 of 8 inside"), inside.detail  # 2 arms x 4 statistics: no control, no A/A
+    assert "| c1 | good | attainment | 16 |" in verdict.markdown and "| +35.0 pp | yes | **no** |" in verdict.markdown
+
+
+def test_a_wrong_ranking_fails_kendall_and_the_confirmation(tmp_path: Path) -> None:
+    def swapped(doc: dict[str, Any]) -> None:
+        arms = doc["cells"]["c1"]["arms"]
+        arms["good"], arms["bad"] = arms["bad"], arms["good"]
+
+    make_run(tmp_path, predict=swapped)
+    verdict = build_verdict(tmp_path)
+    assert verdict.cells[0].tau["attainment"] == pytest.approx(-1.0)
+    assert _target(verdict, "Kendall").status == "not met"
+    confirmed = _target(verdict, "predicted differences")
+    assert confirmed.status == "not met" and confirmed.detail.startswith("0 of 4 confirmed"), confirmed.detail
+
+
+@pytest.mark.parametrize(("factor", "status"), [(1.1, "met"), (1.2, "not met")])
+def test_held_out_fidelity_is_the_mean_relative_error(tmp_path: Path, factor: float, status: str) -> None:
+    """Predicted latencies ``factor`` x the live means: every error is factor - 1 (the warm-up, 15x slower, would
+    show if it counted); 10% passes both limits, 20% fails the p50 one (15%) and passes the p99 one (25%)."""
+    make_run(tmp_path, fidelity=factor)
+    verdict = build_verdict(tmp_path)
+    for r in verdict.cells[0].fidelity:
+        assert r["p50"] == pytest.approx(factor - 1) and r["p99"] == pytest.approx(factor - 1), r
+    target = _target(verdict, "held-out fidelity")
+    assert target.status == status and f"fcfs p50 {factor - 1:.1%}, p99 {factor - 1:.1%}" in target.detail
+
+
+def test_the_step_time_drift_of_the_control(tmp_path: Path) -> None:
+    make_run(tmp_path, rounds=12, drift=0.3)
+    drift = build_verdict(tmp_path).cells[0].drift
+    fcfs = [json.loads(line) for line in (tmp_path / "cells/c1/blocks.jsonl").read_text().splitlines()]
+    steps = [b["step_time_median_s"] for b in fcfs if b["arm"] == "fcfs" and not b["warmup"]]
+    assert drift["blocks"] == 12
+    assert drift["first_third_s"] == pytest.approx(float(np.median(steps[:4])))
+    assert drift["last_third_s"] == pytest.approx(float(np.median(steps[-4:])))
+    assert drift["change"] == pytest.approx(np.median(steps[-4:]) / np.median(steps[:4]) - 1) and drift["change"] > 0.1
+    assert drift["slope_per_h"] == pytest.approx(0.02 * 0.3 / float(np.mean(steps)))
+    steady = tmp_path / "steady"
+    make_run(steady, rounds=12)
+    assert build_verdict(steady).cells[0].drift["slope_per_h"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_the_paired_t_interval_covers_the_truth_95_percent_of_the_time() -> None:
+    rng = np.random.default_rng(7)
+    hits = sum(paired_interval(rng.normal(0.03, 0.05, 10).tolist()).contains(0.03) for _ in range(1000))
+    assert 920 <= hits <= 980, hits
+    iv = paired_interval([0.1, 0.3, math.nan])
+    assert iv.n == 2 and iv.estimate == pytest.approx(0.2) and iv.high - iv.low == pytest.approx(2 * 12.7062 * 0.1)
+    assert not paired_interval([0.1]).measured
+
+
+def test_the_pooled_p99_bootstrap_covers_the_truth() -> None:
+    rng = np.random.default_rng(3)
+    hits = 0
+    for k in range(60):
+        shocks = rng.normal(0, 0.25, 12)
+        control = [np.exp(math.log(0.2) + s + 0.6 * rng.standard_normal(200)) for s in shocks]
+        arm = [np.exp(math.log(0.2 * 0.7) + s + 0.6 * rng.standard_normal(200)) for s in shocks]
+        hits += pooled_quantile_ratio(arm, control, samples=300, seed=k).contains(math.log(0.7))
+    assert hits >= 51, hits  # 95% nominal; the percentile bootstrap on 12 rounds runs a little short
+    same = [np.arange(1.0, 101.0)] * 3
+    exact = pooled_quantile_ratio([2 * v for v in same], same)
+    assert exact.estimate == pytest.approx(math.log(2)) and exact.low == pytest.approx(math.log(2))
+    assert pooled_quantile_ratio(same, same).estimate == 0.0
+    # the pooled p99 is the inverted-CDF quantile of all rounds' values together: the 198th of 1..200
+    pooled = pooled_quantile_ratio([np.arange(1.0, 101.0), np.arange(101.0, 201.0)], [np.ones(100), np.ones(100)])
+    assert pooled.estimate == pytest.approx(math.log(198.0))
+    assert float(np.quantile(np.arange(1.0, 201.0), 0.99, method="inverted_cdf")) == 198.0
+    again = pooled_quantile_ratio(arm, control)
+    assert again == pooled_quantile_ratio(arm, control)  # seeded
+
+
+def test_kendall_tau_b_on_hand_made_rankings() -> None:
+    assert kendall_tau_b([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
+    assert kendall_tau_b([1, 2, 3, 4], [4, 3, 2, 1]) == -1.0
+    # pairs: 4 concordant, 0 discordant, one tied in x, one tied in y: 4 / sqrt(5 * 5)
+    assert kendall_tau_b([1, 2, 2, 3], [1, 2, 3, 3]) == pytest.approx(0.8)
+    # 1 concordant, 1 discordant, 1 tied in x: 0
+    assert kendall_tau_b([0, 0, 1], [1, 2, 1.5]) == pytest.approx(0.0)
+    assert math.isnan(kendall_tau_b([1, 1, 1], [1, 2, 3]))  # no ranking on one side
+    assert kendall_tau_b([1, math.nan, 2, 3], [1, 5, 2, 3]) == 1.0  # NaN pairs dropped
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        x, y = rng.integers(0, 4, 7).tolist(), rng.integers(0, 4, 7).tolist()
+        expected = stats.kendalltau(x, y, variant="b").statistic
+        assert kendall_tau_b(x, y) == pytest.approx(expected, nan_ok=True), (x, y)
+
+
+def test_the_command_writes_the_report_and_the_plots(tmp_path: Path) -> None:
+    make_run(tmp_path, cells=("c1", "c2"), rounds=6)
+    env = {**os.environ, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "llmsched_env.live.verdict", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("| cell | arm | statistic | rounds | live | 95% interval | predicted |")
+    assert "| target | status | numbers |" in done.stdout
+    assert (tmp_path / "report.md").read_text().startswith(f"# Live verdict: {tmp_path.name}")
+    for c in ("c1", "c2"):
+        assert (tmp_path / "plots" / f"{c}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _fails(out: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    assert main([str(out), "--no-plots"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err  # one line
+    assert not (out / "report.md").exists()
+    return err
+
+
+@pytest.mark.parametrize("name", ["experiment.json", "predictions.json", "cells/c1/blocks.jsonl"])
+def test_a_missing_file_is_named_in_one_line(tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    make_run(tmp_path, rounds=4)
+    (tmp_path / name).unlink()
+    assert _fails(tmp_path, capsys) == f"llmsched verdict: {tmp_path / name}: missing\n"
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda b: b.pop("preemptions"), "blocks.jsonl:3: missing field 'preemptions'"),
+        (lambda b: b.update(round="1"), "blocks.jsonl:3: field 'round' must be int"),
+        (lambda b: b.update(arm="nope"), "blocks.jsonl:3: arm 'nope' is not an arm of experiment.json"),
+        (lambda b: b["requests"][0].update(good=1), "blocks.jsonl:3: requests[0]: field 'good' must be bool"),
+        (lambda b: b["metrics"].pop("ttft_p90_s"), "blocks.jsonl:3: metrics: missing field 'ttft_p90_s'"),
+    ],
+)
+def test_a_malformed_block_is_named_by_file_and_line(
+    tmp_path: Path, edit: Callable[[dict[str, Any]], Any], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_run(tmp_path, rounds=4)
+    path = tmp_path / "cells/c1/blocks.jsonl"
+    lines = path.read_text().splitlines()
+    block = json.loads(lines[2])
+    edit(block)
+    lines[2] = json.dumps(block)
+    path.write_text("\n".join(lines) + "\n")
+    err = _fails(tmp_path, capsys)
+    assert f"{tmp_path}/cells/c1/{message}" in err, err
+
+
+def test_a_round_played_twice_is_refused_and_a_missing_block_warned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_run(tmp_path, rounds=6)
+    path = tmp_path / "cells/c1/blocks.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([*lines, lines[1]]) + "\n")
+    assert "again (line 2)" in _fails(tmp_path, capsys)
+    gone = [line for line in lines if not (json.loads(line)["round"] == 2 and json.loads(line)["arm"] == "good")]
+    path.write_text("\n".join(gone) + "\n")
+    verdict = build_verdict(tmp_path)
+    assert _rows(verdict, "good")["attainment"]["rounds"] == 5 and _rows(verdict, "bad")["attainment"]["rounds"] == 6
+    assert verdict.warnings == ["cell c1, round 2: no block of good (the round pairs without it)"]
+
+
+def test_changed_predictions_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    make_run(tmp_path, rounds=4)
+    pred = tmp_path / "predictions.json"
+    pred.write_text(pred.read_text().replace('"version": 1', '"version": 1 '))  # one byte more, same content
+    err = _fails(tmp_path, capsys)
+    assert err.startswith(f"llmsched verdict: {tmp_path / 'predictions.sha256'}: records ")
+    assert "the predictions changed after the run began" in err
+    (tmp_path / "predictions.sha256").write_text("not a hash\n")
+    assert "expected a SHA-256" in _fails(tmp_path, capsys)
+    (tmp_path / "predictions.sha256").unlink()  # nothing recorded: accepted, and the report says so
+    assert "(no `.sha256`)" in build_verdict(tmp_path).markdown
+
+
+def test_predictions_written_after_the_first_block_are_warned(tmp_path: Path) -> None:
+    make_run(tmp_path, rounds=4)
+    os.utime(tmp_path / "predictions.json", (EPOCH_S + 30, EPOCH_S + 30))  # after the warm-up, before the rounds
+    assert build_verdict(tmp_path).warnings == []
+    os.utime(tmp_path / "predictions.json", (EPOCH_S + BLOCK_S + GAP_S, EPOCH_S + BLOCK_S + GAP_S))
+    verdict = build_verdict(tmp_path)
+    assert len(verdict.warnings) == 1 and "after the first compared block" in verdict.warnings[0]
+    assert "**WARNING: predictions.json was last modified at" in verdict.markdown
+
+
+def test_predictions_of_a_malformed_kind_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def no_good(doc: dict[str, Any]) -> None:
+        del doc["cells"]["c1"]["arms"]["good"]
+
+    make_run(tmp_path, rounds=4, predict=no_good)
+    assert "no predictions for arm 'good' of cell 'c1'" in _fails(tmp_path, capsys)
+
+    def text_value(doc: dict[str, Any]) -> None:
+        doc["cells"]["c1"]["arms"]["bad"]["shed"] = "1"
+
+    other = tmp_path / "other"
+    make_run(other, rounds=4, predict=text_value)
+    assert "cells.c1.arms.bad: field 'shed' must be number or null" in _fails(other, capsys)
+
+
+def test_predictions_per_workload_in_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The driver's layout: ``predictions/WORKLOAD.json`` and its ``.sha256``, each for its cells; no A/A prediction
+    (the control's is used); values NaN where the simulator had none."""
+
+    def edit(doc: dict[str, Any]) -> None:
+        for c in doc["cells"].values():
+            del c["arms"][AA_ARM]
+        doc["cells"]["c2"]["arms"]["bad"]["tpot_p99_s"] = math.nan
+
+    make_run(tmp_path, cells=("c1", "c2"), rounds=4, predict=edit, folders=True)
+    verdict = build_verdict(tmp_path)
+    assert "`predictions/w-c1.json` (c1)" in verdict.markdown and "`predictions/w-c2.json` (c2)" in verdict.markdown
+    assert _rows(verdict, AA_ARM)["attainment"]["predicted"] == 0.0
+    bad_c2 = next(r for r in verdict.cells[1].fidelity if r["arm"] == "bad")
+    assert math.isnan(bad_c2["tpot_p99_s"]) and math.isnan(bad_c2["p99"])
+    assert _target(verdict, "held-out fidelity").status == "not measurable"
+    second = tmp_path / "predictions" / "w-c2.json"
+    second.write_text(second.read_text() + " ")
+    assert f"{second.with_suffix('.sha256')}: records" in _fails(tmp_path, capsys)
+
+
+def test_a_block_without_latencies_leaves_its_round_out_of_that_statistic(tmp_path: Path) -> None:
+    make_run(tmp_path, rounds=5)
+    path = tmp_path / "cells/c1/blocks.jsonl"
+    blocks = [json.loads(line) for line in path.read_text().splitlines()]
+    target = next(b for b in blocks if b["arm"] == "good" and b["round"] == 3)
+    target["metrics"]["ttft_p90_s"] = math.nan  # written as NaN, as json.dumps does
+    target["metrics"]["ttft_p99_s"] = None
+    path.write_text("".join(json.dumps(b) + "\n" for b in blocks))
+    rows = _rows(build_verdict(tmp_path), "good")
+    assert rows["ttft_p90"]["rounds"] == 4 and rows["attainment"]["rounds"] == 5
