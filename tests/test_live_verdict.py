@@ -62,6 +62,7 @@ def _block(cell: str, r: int, arm: str, k: int, rng: np.random.Generator, shock:
     for name, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
         for q in (50, 90, 99):
             metrics[f"{name}_p{q}_s"] = float(np.percentile(values[~failed], q))
+    unlogged = {"shed": None, "preemptions": None, "steps": None} if arm == "vllm" else {}  # no adapter, no log
     return {
         "cell": cell, "round": r, "arm": arm, "policy": None if arm == "vllm" else arm.split("/")[0],
         "warmup": r < 0, "stream_seed": 1000 + r, "t_start": t_start, "t_end": t_start + BLOCK_S,
@@ -73,6 +74,7 @@ def _block(cell: str, r: int, arm: str, k: int, rng: np.random.Generator, shock:
         "tenants": {"chat": {"requests": requests, "slo_attainment": float(good.mean())}},
         "requests": [{"tenant": "chat", "ttft_s": float(ttft[i]), "tpot_s": float(tpot[i]), "e2e_s": float(e2e[i]),
                       "good": bool(good[i])} for i in range(requests)],
+        **unlogged,
     }  # fmt: skip
 
 
@@ -446,3 +448,28 @@ def test_a_block_without_latencies_leaves_its_round_out_of_that_statistic(tmp_pa
     path.write_text("".join(json.dumps(b) + "\n" for b in blocks))
     rows = _rows(build_verdict(tmp_path), "good")
     assert rows["ttft_p90"]["rounds"] == 4 and rows["attainment"]["rounds"] == 5
+
+
+def test_a_run_that_stopped_early_is_judged_on_the_cells_it_reached(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_run(tmp_path, cells=("c1", "c2"), rounds=4)
+    (tmp_path / "cells" / "c2" / "blocks.jsonl").unlink()
+    experiment = json.loads((tmp_path / "experiment.json").read_text())
+    (tmp_path / "experiment.json").write_text(json.dumps({**experiment, "started": EPOCH_S - 200}))
+    verdict = build_verdict(tmp_path)
+    assert [c.name for c in verdict.cells] == ["c1"]
+    assert any("stopped before its end" in w and "cell c2 has no blocks" in w for w in verdict.warnings)
+    assert "WARNING: the run stopped before its end" in verdict.markdown
+    finished = {**experiment, "started": EPOCH_S - 200, "finished": EPOCH_S + 1e4}
+    (tmp_path / "experiment.json").write_text(json.dumps(finished))  # a finished run must have every cell
+    assert _fails(tmp_path, capsys) == f"llmsched verdict: {tmp_path / 'cells' / 'c2' / 'blocks.jsonl'}: missing\n"
+
+
+def test_a_written_time_in_the_predictions_wins_over_the_files_time(tmp_path: Path) -> None:
+    make_run(tmp_path, rounds=4, predict=lambda doc: doc.update(written=EPOCH_S - 100))
+    os.utime(tmp_path / "predictions.json", (EPOCH_S + 1e5, EPOCH_S + 1e5))  # a checkout: the file's time is now
+    assert build_verdict(tmp_path).warnings == []
+    make_run(tmp_path / "late", rounds=4, predict=lambda doc: doc.update(written=EPOCH_S + 1e4))
+    warnings = build_verdict(tmp_path / "late").warnings
+    assert len(warnings) == 1 and "predictions.json was written at" in warnings[0] and "written field" in warnings[0]

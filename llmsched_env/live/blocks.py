@@ -7,10 +7,12 @@ token, TPOT = (end to end - TTFT) / (output tokens - 1) over requests of more th
 **good** when it succeeded with TTFT and TPOT within its tenant's targets (a one-token request's TPOT counts as 0);
 SLO attainment = good / all requests of the block (failed and shed ones are misses); goodput = good requests per
 second of the block's duration (the client's, from its first send to its last answer). Percentiles are over the
-requests that succeeded. From the server's logs come the preemptions, the requests shed (aborted by the
-policy), the fallbacks by cause, the engine steps and their median period, and the check that the block was
-decided by the policy it was meant for: every request of the block and every engine step within its span must
-carry that policy's name, else ``BlockError``.
+requests that succeeded. The front end's figures (``frontend_figures``) say whether the requests reached the
+engine when they were meant to: how late the client sent them against the plan, the client-minus-engine TTFT
+(HTTP, the API server's processing, streaming) and the engine steps per second. From the server's logs come the
+preemptions, the requests shed (aborted by the policy), the fallbacks by cause, the engine steps and their median
+period, and the check that the block was decided by the policy it was meant for: every request of the block and
+every engine step within its span must carry that policy's name, else ``BlockError``.
 """
 
 from __future__ import annotations
@@ -24,9 +26,26 @@ from typing import Any
 import numpy as np
 
 from llmsched_env.engine.config import TenantConfig
-from llmsched_env.live.logs import load_run
+from llmsched_env.live.logs import PLAN_FILE, find_result_file, load_run
+from llmsched_env.live.records import (
+    ClientResult,
+    PlannedRequest,
+    ServerRequest,
+    StepRecord,
+    read_client_result,
+    read_plan,
+)
 
-__all__ = ["METRICS", "BlockError", "block_metrics", "block_record", "step_period_median_s"]
+__all__ = [
+    "FRONTEND_FIGURES",
+    "LATE_SEND_S",
+    "METRICS",
+    "BlockError",
+    "block_metrics",
+    "block_record",
+    "frontend_figures",
+    "step_period_median_s",
+]
 
 # the per-block statistics of blocks.jsonl's "metrics" and of the predictions
 METRICS = (
@@ -40,6 +59,11 @@ METRICS = (
     "e2e_p50_s",
     "e2e_p99_s",
 )
+
+
+# the front end's per-block figures (``frontend_figures``)
+FRONTEND_FIGURES = ("late_share", "send_lag_p90_s", "send_lag_max_s", "frontend_p50_s", "frontend_p90_s", "steps_per_s")
+LATE_SEND_S = 0.1  # a request the client sent this much later than planned counts as late
 
 
 class BlockError(RuntimeError):
@@ -106,46 +130,106 @@ def step_period_median_s(t0_s: Sequence[float], busy: Sequence[bool]) -> float:
     return float(np.median(periods)) if periods else math.nan
 
 
+def frontend_figures(
+    plan: Sequence[PlannedRequest],
+    server: Sequence[ServerRequest],
+    client: ClientResult,
+    steps: Sequence[StepRecord],
+) -> dict[str, float]:
+    """Did the block's requests reach the engine on time? Over the requests in send order (the three sequences
+    aligned, as ``live.logs.load_run`` gives them) and the engine steps of the block's span:
+
+    - ``late_share``: the share sent more than ``LATE_SEND_S`` later than planned (both times from the first
+      request with a planned time), ``send_lag_p90_s`` and ``send_lag_max_s`` that lag's p90 and maximum (NaN
+      without the client's send times or planned times);
+    - ``frontend_p50_s``, ``frontend_p90_s``: the client's TTFT minus the engine's (first token minus the API
+      server's arrival), over the requests with a first token: HTTP, the API server and streaming;
+    - ``steps_per_s``: busy engine steps per second of the span from the first arrival to the last finish.
+    """
+    planned = [(p.send_s, c) for p, c in zip(plan, client.start_s, strict=False) if p.send_s is not None]
+    # both clocks from the first request that has a planned time
+    lags = np.array([(c - planned[0][1]) - (s - planned[0][0]) for s, c in planned], dtype=np.float64)
+    front = np.array(
+        [client.ttft_s[i] - (r.first_token_s - r.arrival_s) for i, r in enumerate(server)
+         if r.first_token_s is not None and client.succeeded(i)],
+        dtype=np.float64,
+    )  # fmt: skip
+    span = max(r.finish_s for r in server) - min(r.arrival_s for r in server) if server else 0.0
+    return {
+        "late_share": float(np.mean(lags > LATE_SEND_S)) if lags.size else math.nan,
+        "send_lag_p90_s": _pct(lags, 90),
+        "send_lag_max_s": float(lags.max()) if lags.size else math.nan,
+        "frontend_p50_s": _pct(front, 50),
+        "frontend_p90_s": _pct(front, 90),
+        "steps_per_s": sum(1 for s in steps if s.busy) / span if span > 0 else math.nan,
+    }
+
+
 def block_record(
-    folder: Path, log_dir: Path, slos: dict[str, TenantConfig], policy: str | None, meta: dict[str, Any]
+    folder: Path,
+    log_dir: Path | None,
+    slos: dict[str, TenantConfig],
+    policy: str | None,
+    meta: dict[str, Any],
+    span_s: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """The ``blocks.jsonl`` record of the block whose client files are in ``folder`` and whose server logs are in
     ``log_dir`` (``live.logs.load_run`` matches them by label), with ``meta`` (cell, round, arm, ...) first.
     ``policy``: the adapter policy that must have decided every request and step of the block (None: vLLM's own
-    scheduler, nothing to check); ``BlockError`` naming the first request or step that says otherwise."""
-    run = load_run(folder, log_dir=log_dir)
-    n = len(run.plan)
-    tenants = [p.tenant for p in run.plan]
-    client = run.client
-    ok = np.array([client.succeeded(i) and run.server[i].finished for i in range(n)], dtype=bool)
+    scheduler, nothing to check); ``BlockError`` naming the first request or step that says otherwise.
+
+    ``log_dir`` None: a server without llmsched's adapter (vLLM's own scheduler) logs nothing, so the record holds
+    the client's figures only: ``preemptions``, ``shed``, ``steps`` and ``step_time_median_s`` are null, a request
+    counts as completed when the client says it succeeded, and ``t_start``/``t_end`` are ``span_s`` (the driver's
+    ``time.time()`` before and after the block), which it then needs."""
+    if log_dir is None:
+        if span_s is None:
+            raise ValueError("block_record: a block without server logs needs span_s (its start and end)")
+        plan = read_plan(folder / PLAN_FILE)
+        client = read_client_result(find_result_file(folder), len(plan))
+        run_plan = tuple(plan)
+        server: tuple[ServerRequest, ...] = ()
+        steps: tuple[StepRecord, ...] = ()
+        ok = np.array([client.succeeded(i) for i in range(len(plan))], dtype=bool)
+        unlogged: tuple[str, ...] = ()
+        t_start, t_end = span_s
+    else:
+        run = load_run(folder, log_dir=log_dir)
+        run_plan, server, steps, client, unlogged = run.plan, run.server, run.steps, run.client, run.unlogged
+        ok = np.array([client.succeeded(i) and server[i].finished for i in range(len(run_plan))], dtype=bool)
+        t_start, t_end = run.start_s, run.end_s
+    n = len(run_plan)
+    tenants = [p.tenant for p in run_plan]
     ttft = np.array(client.ttft_s, dtype=np.float64)
     e2e = np.array(client.latency_s, dtype=np.float64)
     out_tokens = np.array(client.output_lens, dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out_tokens > 1, (e2e - ttft) / (out_tokens - 1), math.nan)
     metrics, records, per_tenant = block_metrics(tenants, ttft, tpot, e2e, ok, slos, client.duration_s)
-    if policy is not None:
+    if policy is not None and log_dir is not None:
         requests_log = log_dir / "requests.jsonl"
         checks: list[tuple[str | None, str]] = [
-            (r.policy, f"{requests_log}:{r.line}: request {r.label!r}") for r in run.server
+            (r.policy, f"{requests_log}:{r.line}: request {r.label!r}") for r in server
         ]
-        checks += [(s.policy, f"{log_dir / 'steps.jsonl'}: the step at t0={s.t0_s:.6f}") for s in run.steps]
+        checks += [(s.policy, f"{log_dir / 'steps.jsonl'}: the step at t0={s.t0_s:.6f}") for s in steps]
         for seen, what in checks:
             if seen != policy:
                 raise BlockError(f"{what} of block {folder.name} was decided by {seen!r}, not its policy {policy!r}")
-    fallbacks = Counter(s.fallback for s in run.steps if s.fallback)
+    logged = log_dir is not None
+    shed = sum(1 for r in server if r.status == "aborted")
     return {
         **meta,
-        "t_start": run.start_s,
-        "t_end": run.end_s,
-        "num_requests": n + len(run.unlogged),
+        "t_start": t_start,
+        "t_end": t_end,
+        "num_requests": n + len(unlogged),
         "completed": int(ok.sum()),
-        "shed": sum(1 for r in run.server if r.status == "aborted"),
-        "failed": int((~ok).sum()) - sum(1 for r in run.server if r.status == "aborted") + len(run.unlogged),
-        "preemptions": int(sum(r.preemptions for r in run.server)),
-        "fallbacks": dict(fallbacks),
-        "steps": len(run.steps),
-        "step_time_median_s": step_period_median_s([s.t0_s for s in run.steps], [s.busy for s in run.steps]),
+        "shed": shed if logged else None,
+        "failed": int((~ok).sum()) - shed + len(unlogged),
+        "preemptions": int(sum(r.preemptions for r in server)) if logged else None,
+        "fallbacks": dict(Counter(s.fallback for s in steps if s.fallback)),
+        "steps": len(steps) if logged else None,
+        "step_time_median_s": step_period_median_s([s.t0_s for s in steps], [s.busy for s in steps]),
+        "frontend": frontend_figures(run_plan, server, client, steps),
         "metrics": metrics,
         "tenants": per_tenant,
         "requests": records,

@@ -99,8 +99,9 @@ class PlannedRequest:
 @dataclass(frozen=True)
 class ClientResult:
     """What ``vllm bench serve`` measured: the run's ``duration_s`` and ``request_throughput_rps``, and per
-    request (send order) ``input_lens``, ``output_lens``, ``ttft_s``, ``latency_s`` (end to end) and ``errors``
-    ("" or None when it succeeded)."""
+    request (send order) ``input_lens``, ``output_lens``, ``ttft_s``, ``latency_s`` (end to end), ``errors``
+    ("" or None when it succeeded) and ``start_s``: when the client actually sent it, in seconds from its first
+    send (vLLM's ``start_times``; empty in a result without them)."""
 
     duration_s: float
     request_throughput_rps: float
@@ -109,6 +110,7 @@ class ClientResult:
     ttft_s: tuple[float, ...]
     latency_s: tuple[float, ...]
     errors: tuple[str, ...]
+    start_s: tuple[float, ...] = ()
 
     def succeeded(self, i: int) -> bool:
         return not self.errors[i]
@@ -127,6 +129,7 @@ class ClientResult:
             pick(self.ttft_s),
             pick(self.latency_s),
             pick(self.errors),
+            pick(self.start_s) if self.start_s else (),
         )
 
 
@@ -271,6 +274,11 @@ def read_client_result(path: str | Path, num_requests: int) -> ClientResult:
             if not _ok(kind, v):
                 raise ValueError(f"{p}: field '{name}' entry {i} must be {_kind_text(kind)}, got {v!r}")
         lists[name] = values
+    starts = raw.get("start_times")
+    if starts is not None and (
+        not isinstance(starts, list) or len(starts) != num_requests or not all(_ok("number", v) for v in starts)
+    ):
+        raise ValueError(f"{p}: field 'start_times' must be a list of {num_requests} numbers (one per request)")
     return ClientResult(
         float(data["duration"]),
         float(data["request_throughput"]),
@@ -279,4 +287,5 @@ def read_client_result(path: str | Path, num_requests: int) -> ClientResult:
         tuple(float(v) for v in lists["ttfts"]),
         tuple(float(v) for v in lists["latencies"]),
         tuple(v or "" for v in lists["errors"]),
+        tuple(float(v) - float(starts[0]) for v in starts) if starts else (),
     )

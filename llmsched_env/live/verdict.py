@@ -9,7 +9,8 @@ The run folder (written by the experiment's driver; the design: ``live.design``)
   round, is ``fcfs/aa``), optionally ``reference`` (vLLM's own scheduler, played outside the rounds);
 - ``predictions.json`` (``llmsched-live-predictions`` version 1), or one ``predictions/WORKLOAD.json`` per
   workload: per cell and arm, the simulator's per-block mean of each of ``PREDICTED_METRICS``, written before
-  any compared block ran (a file modified later is warned about in the report); a ``.sha256`` beside a file
+  any compared block ran (one written later, by its ``written`` field or else the file's time, is warned about in
+  the report); a ``.sha256`` beside a file
   (``predictions.sha256``), when present, holds its SHA-256 as recorded when the run began (a mismatch is
   refused);
 - ``cells/<cell>/blocks.jsonl``: one record per block in run order (``Block``).
@@ -48,8 +49,10 @@ import numpy as np
 from llmsched_env.common.files import RECORD_BYTES, parse_json, read_bytes
 from llmsched_env.common.outputs import replaced_atomically, write_text_atomically
 from llmsched_env.evaluation.stats import mean_ci95
-from llmsched_env.live.blocks import METRICS
+from llmsched_env.live.blocks import FRONTEND_FIGURES, LATE_SEND_S, METRICS
 from llmsched_env.live.design import format_difference, paired_difference
+from llmsched_env.live.frontend import FRONTEND_FILE, write_frontend
+from llmsched_env.live.logs import SERVER_FILE
 
 __all__ = [
     "AA_ARM",
@@ -76,6 +79,7 @@ __all__ = [
     "prediction_paths",
     "read_blocks",
     "read_experiment",
+    "read_frontend",
     "read_predictions",
 ]
 
@@ -178,6 +182,7 @@ class Experiment:
     cells: tuple[str, ...]
     arms: tuple[str, ...]
     reference: str | None = None
+    finished: bool = True
 
     @property
     def policies(self) -> tuple[str, ...]:
@@ -187,7 +192,8 @@ class Experiment:
 
 def read_experiment(path: Path) -> Experiment:
     """``cells`` (names usable as folder names), ``arms`` (``fcfs`` first, at least two) and the optional
-    ``reference`` (an arm name absent from ``arms``, or null) of ``experiment.json``."""
+    ``reference`` (an arm name absent from ``arms``, or null) of ``experiment.json``; ``finished``: false when the
+    file has ``started`` but no ``finished`` time (the driver stopped before the end)."""
     data, _ = _read_json(path)
     if not isinstance(data, dict):
         raise VerdictError(f"{path}: expected a JSON object")
@@ -201,19 +207,23 @@ def read_experiment(path: Path) -> Experiment:
     reference = data.get("reference")
     if reference is not None and (not isinstance(reference, str) or not reference or reference in arms):
         raise VerdictError(f"{path}: 'reference' must be an arm name not in 'arms', got {reference!r}")
-    return Experiment(cells, arms, reference)
+    finished = "started" not in data or data.get("finished") is not None
+    return Experiment(cells, arms, reference, finished)
 
 
 @dataclass(frozen=True)
 class PredictionFile:
-    """One predictions file: its SHA-256, modification time, the cells it predicts and whether a ``.sha256``
-    beside it recorded (and matched) its hash."""
+    """One predictions file: its SHA-256, when it was written (``mtime``: its ``written`` field, a ``time.time()``
+    the driver puts in, where it has one, since a copy or a checkout does not keep file times; else the file's
+    modification time), the cells it predicts and whether a ``.sha256`` beside it recorded (and matched) its
+    hash."""
 
     path: Path
     sha256: str
     mtime: float
     cells: tuple[str, ...]
     recorded: bool
+    stamped: bool = False
 
 
 @dataclass(frozen=True)
@@ -286,7 +296,10 @@ def _prediction_file(path: Path, experiment: Experiment) -> tuple[PredictionFile
             f"{path.with_suffix('.sha256')}: records {recorded} but {path.name}'s SHA-256 is {sha}: the predictions "
             "changed after the run began"
         )
-    return PredictionFile(path, sha, path.stat().st_mtime, tuple(values), recorded is not None), values
+    written = data.get("written")
+    stamped = isinstance(written, (int, float)) and not isinstance(written, bool) and math.isfinite(written)
+    when = float(written) if isinstance(written, (int, float)) and stamped else path.stat().st_mtime
+    return PredictionFile(path, sha, when, tuple(values), recorded is not None, stamped), values
 
 
 def read_predictions(paths: Sequence[Path], experiment: Experiment) -> Predictions:
@@ -317,7 +330,9 @@ class Block:
     """One block of ``blocks.jsonl``: ``arm`` served the stream ``stream_seed`` (the round's stream: the same
     arrivals, lengths and tenants for every arm of a round) from ``t_start`` to ``t_end`` (``time.time()``
     seconds), ``round`` -1 for the warm-up. ``metrics``: the client's per-block figures of ``BLOCK_METRICS``
-    (NaN for null); ``ttft_s``: every request's TTFT (NaN for one without a first token); ``line``: its line."""
+    (NaN for null); ``ttft_s``: every request's TTFT (NaN for one without a first token); ``line``: its line;
+    ``frontend``: the front end's figures (``live.blocks.FRONTEND_FIGURES``), empty where the run recorded none;
+    ``shed``, ``preemptions`` and ``steps`` NaN (null in the record) for a server that logs none: vLLM's own."""
 
     cell: str
     round: int
@@ -329,20 +344,28 @@ class Block:
     t_end: float
     num_requests: int
     completed: int
-    shed: int
+    shed: float
     failed: int
-    preemptions: int
+    preemptions: float
     fallbacks: dict[str, int]
-    steps: int
+    steps: float
     step_time_median_s: float
     metrics: dict[str, float]
     ttft_s: np.ndarray
     line: int = 0
+    frontend: dict[str, float] = field(default_factory=dict)
 
     @property
     def compared(self) -> bool:
         """A block of the paired comparison (not the warm-up)."""
         return not self.warmup and self.round >= 0
+
+
+def _count_or_nan(where: str, data: Mapping[str, Any], name: str) -> float:
+    """A count, or NaN for null (a figure only llmsched's adapter logs)."""
+    if name in data and data[name] is None:
+        return math.nan
+    return float(_field(where, data, name, "count"))
 
 
 def _block(where: str, data: Any, cell: str) -> Block:
@@ -372,6 +395,12 @@ def _block(where: str, data: Any, cell: str) -> Block:
         v = _field(at, r, "ttft_s", "number?")
         ttft[i] = np.nan if v is None else v
     step = _field(where, data, "step_time_median_s", "number?")
+    front: dict[str, float] = {}
+    if data.get("frontend") is not None:
+        given = _field(where, data, "frontend", "dict")
+        for k in FRONTEND_FIGURES:
+            v = _field(f"{where}: frontend", given, k, "number?")
+            front[k] = math.nan if v is None else float(v)
     return Block(
         cell=cell,
         round=round_,
@@ -383,14 +412,15 @@ def _block(where: str, data: Any, cell: str) -> Block:
         t_end=float(_field(where, data, "t_end", "number")),
         num_requests=_field(where, data, "num_requests", "count"),
         completed=_field(where, data, "completed", "count"),
-        shed=_field(where, data, "shed", "count"),
+        shed=_count_or_nan(where, data, "shed"),
         failed=_field(where, data, "failed", "count"),
-        preemptions=_field(where, data, "preemptions", "count"),
+        preemptions=_count_or_nan(where, data, "preemptions"),
         fallbacks=dict(fallbacks),
-        steps=_field(where, data, "steps", "count"),
+        steps=_count_or_nan(where, data, "steps"),
         step_time_median_s=math.nan if step is None else float(step),
         metrics={m: math.nan if v is None else float(v) for m, v in metrics.items()},
         ttft_s=ttft,
+        frontend=front,
     )
 
 
@@ -420,6 +450,39 @@ def read_blocks(path: Path, cell: str, experiment: Experiment) -> list[Block]:
     if not blocks:
         raise VerdictError(f"{path}: no blocks")
     return blocks
+
+
+def read_frontend(path: Path) -> dict[str, dict[float, dict[str, float]]]:
+    """``frontend.json`` (``live.frontend``): per cell, the front end's figures by block ``t_start``; empty when
+    there is no such file."""
+    if not path.exists():
+        return {}
+    data, _ = _read_json(path)
+    if not isinstance(data, dict):
+        raise VerdictError(f"{path}: expected a JSON object of cells")
+    out: dict[str, dict[float, dict[str, float]]] = {}
+    for cell, rows in data.items():
+        if not isinstance(rows, list):
+            raise VerdictError(f"{path}: cell '{cell}': expected a list of blocks")
+        table: dict[float, dict[str, float]] = {}
+        for i, row in enumerate(rows):
+            where = f"{path}: cell '{cell}' entry {i}"
+            if not isinstance(row, dict):
+                raise VerdictError(f"{where}: expected a JSON object")
+            t = float(_field(where, row, "t_start", "number"))
+            values = {k: _field(where, row, k, "number?") for k in FRONTEND_FIGURES}
+            table[t] = {k: math.nan if v is None else float(v) for k, v in values.items()}
+        out[cell] = table
+    return out
+
+
+def _with_frontend(blocks: Sequence[Block], figures: Mapping[float, dict[str, float]]) -> list[Block]:
+    """``blocks``, each without figures of its own given those of ``figures`` recorded at its ``t_start``."""
+    out = []
+    for b in blocks:
+        found = figures.get(b.t_start)
+        out.append(dataclasses.replace(b, frontend=found) if not b.frontend and found is not None else b)
+    return out
 
 
 # ------------------------------------------------------------------------------------------- statistics
@@ -555,6 +618,8 @@ class CellResult:
     drift: dict[str, float] = field(default_factory=dict)
     fidelity: list[dict[str, Any]] = field(default_factory=list)
     reference: list[dict[str, Any]] = field(default_factory=list)
+    frontend: list[dict[str, Any]] = field(default_factory=list)
+    frontend_rho: float = math.nan
     warnings: list[str] = field(default_factory=list)
 
 
@@ -692,6 +757,57 @@ def _reference(blocks: Sequence[Block], exp: Experiment) -> list[dict[str, Any]]
     return rows
 
 
+def _spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation (average ranks for ties); NaN with fewer than three pairs or a constant side."""
+    pairs = [(a, b) for a, b in zip(x, y, strict=True) if math.isfinite(a) and math.isfinite(b)]
+    if len(pairs) < 3:
+        return math.nan
+
+    def ranks(v: Sequence[float]) -> np.ndarray:
+        arr = np.asarray(v, dtype=np.float64)
+        order = arr.argsort(kind="stable")
+        r = np.empty(len(arr))
+        r[order] = np.arange(len(arr), dtype=np.float64)
+        for value in np.unique(arr):  # ties share their mean rank
+            r[arr == value] = r[arr == value].mean()
+        return r
+
+    rx, ry = ranks([a for a, _ in pairs]), ranks([b for _, b in pairs])
+    if rx.std() == 0 or ry.std() == 0:
+        return math.nan
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def _frontend(blocks: Sequence[Block], exp: Experiment) -> tuple[list[dict[str, Any]], float]:
+    """Per arm over its compared blocks that carry the figures: the mean share of late sends, the median of the
+    blocks' largest send lag, the median client-minus-engine TTFT p90 and the mean engine steps per second; and
+    Spearman's correlation between steps per second and the late share over all the cell's compared blocks."""
+    rows = []
+    for arm in exp.arms:
+        mine = [b.frontend for b in blocks if b.compared and b.arm == arm and b.frontend]
+        if not mine:
+            continue
+
+        def median(key: str, mine: list[dict[str, float]] = mine) -> float:
+            values = [f[key] for f in mine if math.isfinite(f[key])]
+            return float(np.median(values)) if values else math.nan
+
+        rows.append(
+            {
+                "arm": arm,
+                "blocks": len(mine),
+                "late_share": _mean([f["late_share"] for f in mine]),
+                "late_blocks": sum(1 for f in mine if f["late_share"] > 0.05),
+                "send_lag_max_s": median("send_lag_max_s"),
+                "frontend_p90_s": median("frontend_p90_s"),
+                "steps_per_s": _mean([f["steps_per_s"] for f in mine]),
+            }
+        )
+    compared = [b.frontend for b in blocks if b.compared and b.arm in exp.arms and b.frontend]
+    rho = _spearman([f["steps_per_s"] for f in compared], [f["late_share"] for f in compared])
+    return rows, rho
+
+
 def _warnings(cell: str, blocks: Sequence[Block], exp: Experiment) -> list[str]:
     """Rounds an arm is missing from, and rounds whose blocks differ in stream or request count."""
     out = []
@@ -722,6 +838,7 @@ def analyse_cell(cell: str, blocks: Sequence[Block], exp: Experiment, pred: Pred
     result.drift = _drift(blocks)
     result.fidelity = _fidelity(cell, blocks, exp, pred)
     result.reference = _reference(blocks, exp)
+    result.frontend, result.frontend_rho = _frontend(blocks, exp)
     result.warnings = _warnings(cell, blocks, exp)
     return result
 
@@ -956,6 +1073,20 @@ def _reference_table(cells: Sequence[CellResult]) -> str:
     return _md(("cell", "arm", "blocks", "attainment", "goodput (req/s)", "TTFT p90 (s)", "TTFT p99 (s)"), rows)
 
 
+def _frontend_table(cells: Sequence[CellResult]) -> str:
+    rows = [
+        [c.name, r["arm"], str(r["blocks"]), _pct(r["late_share"]), str(r["late_blocks"]), _num(r["send_lag_max_s"]),
+         _num(1e3 * r["frontend_p90_s"]), _num(r["steps_per_s"], ".0f")]
+        for c in cells
+        for r in c.frontend
+    ]  # fmt: skip
+    header = ("cell", "arm", "blocks", "sent late", "blocks > 5% late", "largest lag (s)",
+              "client - engine TTFT p90 (ms)", "engine steps/s")  # fmt: skip
+    rho = "; ".join(f"{c.name} {_num(c.frontend_rho, '.2f')}" for c in cells if c.frontend)
+    note = f"Spearman's correlation over the compared blocks, engine steps/s against the share sent late: {rho}."
+    return _md(header, rows) + "\n\n" + note
+
+
 def _render(out: Path, exp: Experiment, pred: Predictions, verdict: Verdict) -> str:
     cells, targets = verdict.cells, verdict.targets
     files = [
@@ -1016,6 +1147,20 @@ def _render(out: Path, exp: Experiment, pred: Predictions, verdict: Verdict) -> 
         "",
         _fidelity_table(cells),
     ]  # fmt: skip
+    if any(c.frontend for c in cells):
+        parts += [
+            "",
+            "## The front end: did the requests reach the engine on time?",
+            "",
+            f"Per block: the share of requests the client sent more than {LATE_SEND_S * 1e3:.0f} ms after their "
+            "planned time (the client shares a CPU with the API server and the engine core), the largest such lag, "
+            "the client's TTFT minus the engine's (HTTP, the API server, streaming) and the engine's busy steps "
+            "per second; per arm the mean share, the number of blocks with more than 5% sent late, and the median "
+            "or mean over blocks. The simulator replays the planned arrivals: where the client sends late, the "
+            "live block served another stream than the predicted one.",
+            "",
+            _frontend_table(cells),
+        ]
     if exp.reference:
         parts += [
             "",
@@ -1085,13 +1230,14 @@ class Verdict:
 
 
 def _late_predictions(pred: Predictions, blocks: Mapping[str, Sequence[Block]], exp: Experiment) -> list[str]:
-    """A warning per predictions file modified at or after the first compared block of its cells began."""
+    """A warning per predictions file written at or after the first compared block of its cells began."""
     out = []
     for f in pred.files:
         starts = [b.t_start for c in f.cells for b in blocks[c] if b.compared and b.arm in exp.arms]
         if starts and f.mtime >= min(starts):
             out.append(
-                f"{f.path.name} was last modified at {_stamp(f.mtime)}, after the first compared block of its cells "
+                f"{f.path.name} was {'written' if f.stamped else 'last modified'} at {_stamp(f.mtime)}"
+                f"{' (its written field)' if f.stamped else ''}, after the first compared block of its cells "
                 f"began ({_stamp(min(starts))}): the predictions may not have been made before the run"
             )
     return out
@@ -1106,10 +1252,21 @@ def build_verdict(out: str | Path) -> Verdict:
     file, or predictions whose recorded SHA-256 they no longer have."""
     out = Path(out)
     exp = read_experiment(out / "experiment.json")
+    stopped: list[str] = []
+    if not exp.finished:  # a run that stopped early: the cells it never reached (no blocks) are left out
+        reached = tuple(c for c in exp.cells if (out / "cells" / c / "blocks.jsonl").exists())
+        stopped = [
+            f"the run stopped before its end (experiment.json has no 'finished'): cell {c} has no blocks, left out"
+            for c in exp.cells
+            if c not in reached
+        ]
+        exp = dataclasses.replace(exp, cells=reached or exp.cells)
     pred = read_predictions(prediction_paths(out), exp)
     blocks = {c: read_blocks(out / "cells" / c / "blocks.jsonl", c, exp) for c in exp.cells}
+    front = read_frontend(out / FRONTEND_FILE)
+    blocks = {c: _with_frontend(bs, front.get(c, {})) for c, bs in blocks.items()}
     cells = [analyse_cell(c, blocks[c], exp, pred) for c in exp.cells]
-    warnings = _late_predictions(pred, blocks, exp) + [w for c in cells for w in c.warnings]
+    warnings = stopped + _late_predictions(pred, blocks, exp) + [w for c in cells for w in c.warnings]
     verdict = Verdict(cells, _targets(cells, exp), warnings)
     table = "\n\n".join([_paired_table(cells), _targets_table(verdict.targets)])
     return dataclasses.replace(verdict, markdown=_render(out, exp, pred, verdict), table=table)
@@ -1127,8 +1284,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--no-plots", action="store_true", help="write the report only (default: off)")
     args = p.parse_args(argv)
     try:
+        if any((args.out / "workloads").glob(f"*/*/blocks/server-log/{SERVER_FILE}")):
+            write_frontend(args.out)  # the raw folders are there: the front end's figures recomputed (live.frontend)
         verdict = build_verdict(args.out)
-    except VerdictError as exc:
+    except (ValueError, OSError) as exc:  # VerdictError is a ValueError
         print(f"llmsched verdict: {exc}", file=sys.stderr)
         return 1
     write_text_atomically(args.out / "report.md", verdict.markdown)
