@@ -19,7 +19,7 @@ import bisect
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,8 @@ import numpy as np
 from llmsched_env.common.files import RECORD_BYTES, parse_json, read_bytes
 from llmsched_env.common.outputs import write_text_atomically
 from llmsched_env.live.blocks import frontend_figures
-from llmsched_env.live.logs import LOG_FOLDER, PLAN_FILE, SERVER_FILE, STEPS_FILE, find_result_file
-from llmsched_env.live.records import read_client_result, read_plan, read_server_requests, read_steps
+from llmsched_env.live.logs import LOG_FOLDER, PLAN_FILE, SERVER_FILE, load_run, read_server_logs
+from llmsched_env.live.records import read_plan
 
 __all__ = ["FRONTEND_FILE", "collect", "main", "summary", "write_frontend"]
 
@@ -38,25 +38,17 @@ _MATCH_S = 1e-6  # a record's t_start and a block's first arrival: the same floa
 
 
 def _instance_blocks(instance: Path) -> list[tuple[float, dict[str, float]]]:
-    """(first server-side arrival, figures) of every block folder of one server instance."""
-    logs = instance / "blocks" / LOG_FOLDER
-    by_label = {r.label: r for r in read_server_requests(logs / SERVER_FILE) if r.label is not None}
-    steps = read_steps(logs / STEPS_FILE)
-    starts = [s.t0_s for s in steps]
+    """(first server-side arrival, figures) of every block folder of one server instance whose requests reached
+    the server (a block cut short by a stopped run may have none)."""
+    log_dir = instance / "blocks" / LOG_FOLDER
+    logs = read_server_logs(log_dir)
+    labels = {r.label for r in logs.requests}
     out = []
     for folder in sorted(p for p in (instance / "blocks").iterdir() if p.is_dir() and p.name.isdigit()):
-        if not (folder / PLAN_FILE).is_file():
+        if not (folder / PLAN_FILE).is_file() or not any(p.label in labels for p in read_plan(folder / PLAN_FILE)):
             continue
-        plan = read_plan(folder / PLAN_FILE)
-        client = read_client_result(find_result_file(folder), len(plan))
-        keep = [i for i, p in enumerate(plan) if p.label in by_label]
-        if not keep:
-            continue
-        server = [by_label[plan[i].label] for i in keep]
-        first, last = min(r.arrival_s for r in server), max(r.finish_s for r in server)
-        span = steps[bisect.bisect_left(starts, first) : bisect.bisect_right(starts, last)]
-        figures = frontend_figures([plan[i] for i in keep], server, client.subset(keep), span)
-        out.append((first, figures))
+        run = load_run(folder, log_dir=log_dir, server_logs=logs)
+        out.append((run.start_s, frontend_figures(run.plan, run.server, run.client, run.steps)))
     return out
 
 
@@ -101,22 +93,43 @@ def write_frontend(out: str | Path) -> tuple[Path, dict[str, list[dict[str, Any]
     return path, data
 
 
-def summary(data: dict[str, list[dict[str, Any]]], arms: Sequence[str] | None = None) -> str:
-    """Per cell and arm (compared blocks only): the mean late share, the median send-lag p90, the median
-    client-minus-engine TTFT p90 and the mean engine steps per second."""
-    header = ("cell", "arm", "blocks", "late", "lag p90 (s)", "front p90 (ms)", "steps/s")
-    lines = ["{:<18} {:<11} {:>6} {:>6} {:>12} {:>15} {:>8}".format(*header)]
+def arm_figures(blocks: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """One arm's front end over its blocks' figures (``live.blocks.FRONTEND_FIGURES``, NaN where unknown): the
+    number of blocks, the mean share of late sends, the blocks with more than 5% sent late, the median of the
+    blocks' largest send lag and of their client-minus-engine TTFT p90, and the mean engine steps per second."""
+
+    def finite(key: str) -> list[float]:
+        return [f[key] for f in blocks if math.isfinite(f[key])]
+
+    def mean(key: str) -> float:
+        return float(np.mean(finite(key))) if finite(key) else math.nan
+
+    def median(key: str) -> float:
+        return float(np.median(finite(key))) if finite(key) else math.nan
+
+    return {
+        "blocks": len(blocks),
+        "late_share": mean("late_share"),
+        "late_blocks": sum(1 for f in blocks if f["late_share"] > 0.05),
+        "send_lag_max_s": median("send_lag_max_s"),
+        "frontend_p90_s": median("frontend_p90_s"),
+        "steps_per_s": mean("steps_per_s"),
+    }
+
+
+def summary(data: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
+    """Per cell and arm (compared blocks only), ``arm_figures`` as a text table."""
+    header = ("cell", "arm", "blocks", "late", "> 5% late", "largest lag (s)", "front p90 (ms)", "steps/s")
+    lines = ["{:<18} {:<11} {:>6} {:>6} {:>9} {:>15} {:>15} {:>8}".format(*header)]
     for cell, rows in data.items():
-        names = arms or list(dict.fromkeys(str(r["arm"]) for r in rows if not r["warmup"]))
-        for arm in names:
+        for arm in dict.fromkeys(str(r["arm"]) for r in rows if not r["warmup"]):
             mine = [r for r in rows if r["arm"] == arm and not r["warmup"] and r["round"] is not None]
             if not mine:
                 continue
-            late = float(np.nanmean([r["late_share"] for r in mine]))
-            lag = float(np.nanmedian([r["send_lag_p90_s"] for r in mine]))
-            front = 1e3 * float(np.nanmedian([r["frontend_p90_s"] for r in mine]))
-            steps = float(np.nanmean([r["steps_per_s"] for r in mine]))
-            lines.append(f"{cell:<18} {arm:<11} {len(mine):>6} {late:>6.1%} {lag:>12.3f} {front:>15.1f} {steps:>8.0f}")
+            f = arm_figures(mine)
+            lag, front = f["send_lag_max_s"], 1e3 * f["frontend_p90_s"]
+            lines.append(f"{cell:<18} {arm:<11} {f['blocks']:>6} {f['late_share']:>6.1%} {f['late_blocks']:>9} "
+                         f"{lag:>15.3f} {front:>15.1f} {f['steps_per_s']:>8.0f}")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -34,7 +34,7 @@ from llmsched_env.live.records import (
     read_steps,
 )
 
-__all__ = ["LiveRun", "find_log_dir", "find_result_file", "load_run"]
+__all__ = ["LiveRun", "ServerLogs", "find_log_dir", "find_result_file", "load_run", "read_server_logs"]
 
 PLAN_FILE = "requests.json"
 STEPS_FILE = "steps.jsonl"
@@ -96,12 +96,32 @@ def find_log_dir(run_dir: Path) -> Path:
     )
 
 
-def load_run(run_dir: str | Path, name: str | None = None, log_dir: str | Path | None = None) -> LiveRun:
+@dataclass(frozen=True)
+class ServerLogs:
+    """A server's two logs read once (``read_server_logs``), for ``load_run`` over the many runs it served."""
+
+    requests: tuple[ServerRequest, ...]
+    steps: tuple[StepRecord, ...]
+
+
+def read_server_logs(log_dir: str | Path) -> ServerLogs:
+    """``requests.jsonl`` and ``steps.jsonl`` of ``log_dir``, every record in file order."""
+    logs = Path(log_dir)
+    return ServerLogs(tuple(read_server_requests(logs / SERVER_FILE)), tuple(read_steps(logs / STEPS_FILE)))
+
+
+def load_run(
+    run_dir: str | Path,
+    name: str | None = None,
+    log_dir: str | Path | None = None,
+    server_logs: ServerLogs | None = None,
+) -> LiveRun:
     """Read and cross-check the files of ``run_dir`` and the server's logs in ``log_dir`` (default:
     ``find_log_dir``; see the module docstring); ``name`` defaults to the folder's name. ``ValueError`` naming
     the file for a missing file, a label of ``requests.json`` with two server records, or with none while the
     client says it succeeded (a request that failed at the client without a server record is left out, in
-    ``unlogged``), a tenant that differs between the two, or result lists of another length."""
+    ``unlogged``), a tenant that differs between the two, or result lists of another length. ``server_logs``:
+    the logs of ``log_dir`` already read (``read_server_logs``), so that many runs of one server read them once."""
     folder = Path(run_dir)
     if not folder.is_dir():
         raise ValueError(f"{folder}: not a run folder")
@@ -113,7 +133,8 @@ def load_run(run_dir: str | Path, name: str | None = None, log_dir: str | Path |
     wanted = {p.label: i for i, p in enumerate(plan)}
     matched: list[ServerRequest | None] = [None] * len(plan)
     lines: dict[str, int] = {}
-    for record in read_server_requests(server_path):
+    records = server_logs.requests if server_logs is not None else read_server_requests(server_path)
+    for record in records:
         label, line = record.label, record.line
         if label is None or label not in wanted:
             continue  # another run's request, or vLLM's unlabelled ready check and warm-ups
@@ -144,5 +165,6 @@ def load_run(run_dir: str | Path, name: str | None = None, log_dir: str | Path |
     server = tuple(r for r in matched if r is not None)
     start = min(r.arrival_s for r in server)
     end = max(r.finish_s for r in server)
-    steps = tuple(s for s in read_steps(logs / STEPS_FILE) if start <= s.t0_s <= end)
+    all_steps = server_logs.steps if server_logs is not None else read_steps(logs / STEPS_FILE)
+    steps = tuple(s for s in all_steps if start <= s.t0_s <= end)
     return LiveRun(name or folder.name, tuple(plan), server, client, steps, logs, unlogged)

@@ -51,7 +51,7 @@ from llmsched_env.common.outputs import replaced_atomically, write_text_atomical
 from llmsched_env.evaluation.stats import mean_ci95
 from llmsched_env.live.blocks import FRONTEND_FIGURES, LATE_SEND_S, METRICS
 from llmsched_env.live.design import format_difference, paired_difference
-from llmsched_env.live.frontend import FRONTEND_FILE, write_frontend
+from llmsched_env.live.frontend import FRONTEND_FILE, arm_figures, write_frontend
 from llmsched_env.live.logs import SERVER_FILE
 
 __all__ = [
@@ -779,30 +779,13 @@ def _spearman(x: Sequence[float], y: Sequence[float]) -> float:
 
 
 def _frontend(blocks: Sequence[Block], exp: Experiment) -> tuple[list[dict[str, Any]], float]:
-    """Per arm over its compared blocks that carry the figures: the mean share of late sends, the median of the
-    blocks' largest send lag, the median client-minus-engine TTFT p90 and the mean engine steps per second; and
-    Spearman's correlation between steps per second and the late share over all the cell's compared blocks."""
+    """Per arm over its compared blocks that carry the figures, ``live.frontend.arm_figures``; and Spearman's
+    correlation between steps per second and the late share over all the cell's compared blocks."""
     rows = []
     for arm in exp.arms:
         mine = [b.frontend for b in blocks if b.compared and b.arm == arm and b.frontend]
-        if not mine:
-            continue
-
-        def median(key: str, mine: list[dict[str, float]] = mine) -> float:
-            values = [f[key] for f in mine if math.isfinite(f[key])]
-            return float(np.median(values)) if values else math.nan
-
-        rows.append(
-            {
-                "arm": arm,
-                "blocks": len(mine),
-                "late_share": _mean([f["late_share"] for f in mine]),
-                "late_blocks": sum(1 for f in mine if f["late_share"] > 0.05),
-                "send_lag_max_s": median("send_lag_max_s"),
-                "frontend_p90_s": median("frontend_p90_s"),
-                "steps_per_s": _mean([f["steps_per_s"] for f in mine]),
-            }
-        )
+        if mine:
+            rows.append({"arm": arm, **arm_figures(mine)})
     compared = [b.frontend for b in blocks if b.compared and b.arm in exp.arms and b.frontend]
     rho = _spearman([f["steps_per_s"] for f in compared], [f["late_share"] for f in compared])
     return rows, rho
