@@ -213,6 +213,19 @@ def test_a_limit_is_raised_by_its_variable(tmp_path: Path, monkeypatch: pytest.M
         read_bytes(trace, TRACE_BYTES)
 
 
+
+def test_a_read_from_a_later_byte_counts_the_bytes_before_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``read_bytes(..., start)`` (a log read again as it grows) gives the bytes from ``start`` on, and the
+    limit holds for the whole file, not the part read."""
+    log = tmp_path / "steps.jsonl"
+    log.write_bytes(b"x" * 60 + b"y" * 40)
+    monkeypatch.setenv("LLMSCHED_MAX_TRACE_BYTES", "100")
+    assert read_bytes(log, TRACE_BYTES, 60) == b"y" * 40
+    with log.open("ab") as f:
+        f.write(b"z")
+    with pytest.raises(FileRefusedError, match=r"steps\.jsonl: 101 bytes, over the 100-byte limit"):
+        read_bytes(log, TRACE_BYTES, 90)
+
 # ------------------------------------------------------------------------------------------ gzip and lines
 def _bomb(path: Path, member: bytes, copies: int, head: bytes = b"") -> Path:
     """A gzip file of ``head`` and ``copies`` identical members of ``member`` (a multi-member file decompresses

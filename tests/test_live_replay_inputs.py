@@ -3,6 +3,7 @@ bad options end in one usage line; requests that failed before the server, or ev
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -14,8 +15,9 @@ import pytest
 
 from llmsched_env.commands.live_replay import main, parse_engine_config
 from llmsched_env.engine.config import EngineConfig
+from llmsched_env.live.logs import ServerLogs, ServerLogTail, read_server_logs
 from llmsched_env.live.replay import compare, frontend_delay_s, load_run, replay
-from tests.live_synthetic import ENGINE, TENANTS, TRUE_MODEL, write_run
+from tests.live_synthetic import ENGINE, EPOCH_S, TENANTS, TRUE_MODEL, write_run
 
 
 def test_engine_config_option() -> None:
@@ -184,3 +186,36 @@ def test_a_request_that_failed_before_the_server_is_left_out(tmp_path: Path) -> 
     run = load_run(tmp_path)
     assert run.unlogged == ("req-4",) and len(run.plan) == len(run.server) == len(run.client.errors) == 19
     assert "req-4" not in {p.label for p in run.plan} and all(run.client.errors[i] == "" for i in range(19))
+
+
+def test_a_growing_servers_logs_are_read_as_they_grow_each_line_once(tmp_path: Path) -> None:
+    """``ServerLogTail`` over logs written a piece at a time (a piece may end mid-line) gives, after each piece,
+    the records of the complete lines so far with their file line numbers, and at the end what reading the
+    whole files gives; two runs of one server match as they do from the whole files."""
+    whole = tmp_path / "whole"
+    write_run(tmp_path / "a", log_dir=whole, prefix="a-")
+    write_run(tmp_path / "b", log_dir=whole, prefix="b-", seed=1, epoch_s=EPOCH_S + 100.0)
+    growing = tmp_path / "growing"
+    growing.mkdir()
+    tail = ServerLogTail(growing)
+    assert tail.read() == ServerLogs((), ())  # nothing written yet
+    texts = {name: (whole / name).read_bytes() for name in (SERVER, STEPS)}
+    cuts = [0.0, 0.13, 0.5, 0.77, 1.0]
+    for lo, hi in itertools.pairwise(cuts):
+        for name, data in texts.items():
+            with (growing / name).open("ab") as f:
+                f.write(data[int(lo * len(data)) : int(hi * len(data))])
+        seen = tail.read()
+        done = {n: d[: int(hi * len(d))] for n, d in texts.items()}
+        assert len(seen.requests) == done[SERVER].count(b"\n") and len(seen.steps) == done[STEPS].count(b"\n")
+    assert tail.read() == read_server_logs(whole)
+    assert [r.line for r in tail.read().requests] == list(range(1, len(tail.read().requests) + 1))
+    for run in ("a", "b"):
+        assert load_run(tmp_path / run, log_dir=growing, server_logs=tail.read()) == load_run(
+            tmp_path / run, log_dir=growing
+        )
+    with (growing / SERVER).open("ab") as f:
+        f.write(b'{"id": "x"}\n')  # a malformed record appended: its line is named
+    n = texts[SERVER].count(b"\n") + 1
+    with pytest.raises(ValueError, match=re.escape(f"{growing / SERVER}:{n}: ")):
+        tail.read()

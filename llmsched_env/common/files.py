@@ -147,10 +147,11 @@ def check_regular_file(path: str | os.PathLike[str], limit: ByteLimit) -> os.sta
     return st
 
 
-def open_regular(path: str | os.PathLike[str], limit: ByteLimit) -> IO[bytes]:
+def open_regular(path: str | os.PathLike[str], limit: ByteLimit, start: int = 0) -> IO[bytes]:
     """``path`` opened for reading bytes once ``check_regular_file`` passes, as a buffered file object that
     refuses (``FileRefusedError``) to read past ``limit`` should the file grow. Opened non-blocking and checked
-    again on the descriptor, so a FIFO put in its place after the check is refused rather than waited on."""
+    again on the descriptor, so a FIFO put in its place after the check is refused rather than waited on.
+    ``start``: the byte to read from (a log read again as it grows); the bytes before it count against ``limit``."""
     p = Path(path)
     check_regular_file(p, limit)
     fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -158,16 +159,19 @@ def open_regular(path: str | os.PathLike[str], limit: ByteLimit) -> IO[bytes]:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise _not_regular(p, st.st_mode, limit.what)
+        if start:
+            os.lseek(fd, start, os.SEEK_SET)
         raw = io.FileIO(fd, "rb", closefd=True)
     except BaseException:
         os.close(fd)
         raise
-    return io.BufferedReader(BoundedReader(raw, p, limit), buffer_size=_CHUNK)
+    return io.BufferedReader(BoundedReader(raw, p, limit, before=start), buffer_size=_CHUNK)
 
 
-def read_bytes(path: str | os.PathLike[str], limit: ByteLimit) -> bytes:
-    """The whole content of the regular file ``path`` of at most ``limit`` bytes (``open_regular``)."""
-    with open_regular(path, limit) as f:
+def read_bytes(path: str | os.PathLike[str], limit: ByteLimit, start: int = 0) -> bytes:
+    """The content of the regular file ``path`` of at most ``limit`` bytes (``open_regular``), from byte
+    ``start`` to its end."""
+    with open_regular(path, limit, start) as f:
         return f.read()
 
 
@@ -212,6 +216,7 @@ class BoundedReader(io.RawIOBase):
         line_limit: ByteLimit | None = None,
         decompressed: bool = False,
         underlying: Any = None,
+        before: int = 0,
     ) -> None:
         super().__init__()
         self._inner = inner
@@ -222,7 +227,7 @@ class BoundedReader(io.RawIOBase):
         self._line_bound = line_limit.value() if line_limit is not None else 0
         self._decompressed = decompressed
         self._underlying = underlying
-        self._total = 0  # bytes through so far
+        self._total = before  # bytes through so far (``before``: those of the file before ``inner``'s position)
         self._newlines = 0  # line ends through so far
         self._run = 0  # bytes since the last line end
 

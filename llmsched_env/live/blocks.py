@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from llmsched_env.engine.config import TenantConfig
-from llmsched_env.live.logs import PLAN_FILE, find_result_file, load_run
+from llmsched_env.live.logs import PLAN_FILE, ServerLogs, find_result_file, load_run
 from llmsched_env.live.records import (
     ClientResult,
     PlannedRequest,
@@ -172,6 +172,7 @@ def block_record(
     policy: str | None,
     meta: dict[str, Any],
     span_s: tuple[float, float] | None = None,
+    server_logs: ServerLogs | None = None,
 ) -> dict[str, Any]:
     """The ``blocks.jsonl`` record of the block whose client files are in ``folder`` and whose server logs are in
     ``log_dir`` (``live.logs.load_run`` matches them by label), with ``meta`` (cell, round, arm, ...) first.
@@ -181,7 +182,8 @@ def block_record(
     ``log_dir`` None: a server without llmsched's adapter (vLLM's own scheduler) logs nothing, so the record holds
     the client's figures only: ``preemptions``, ``shed``, ``steps`` and ``step_time_median_s`` are null, a request
     counts as completed when the client says it succeeded, and ``t_start``/``t_end`` are ``span_s`` (the driver's
-    ``time.time()`` before and after the block), which it then needs."""
+    ``time.time()`` before and after the block), which it then needs. ``server_logs``: the logs of ``log_dir``
+    already read (``live.logs.ServerLogTail`` for a server that is still running)."""
     if log_dir is None:
         if span_s is None:
             raise ValueError("block_record: a block without server logs needs span_s (its start and end)")
@@ -194,7 +196,7 @@ def block_record(
         unlogged: tuple[str, ...] = ()
         t_start, t_end = span_s
     else:
-        run = load_run(folder, log_dir=log_dir)
+        run = load_run(folder, log_dir=log_dir, server_logs=server_logs)
         run_plan, server, steps, client, unlogged = run.plan, run.server, run.steps, run.client, run.unlogged
         ok = np.array([client.succeeded(i) and server[i].finished for i in range(len(run_plan))], dtype=bool)
         t_start, t_end = run.start_s, run.end_s

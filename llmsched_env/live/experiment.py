@@ -30,8 +30,9 @@ Per workload (``live.workloads``):
    in-band), plays the first rounds' streams of each cell; ``fcfs`` links the two instances.
 
 The driver pins itself (and the server's API process) to CPU 0 and vLLM's CPU worker to CPU 1
-(``VLLM_CPU_OMP_THREADS_BIND``) on a machine of two or more CPUs; ``--engine-nice N`` lowers the priority of the
-engine core's threads (which busy-wait on the worker, on CPU 0) so that the client and the API server run first.
+(``VLLM_CPU_OMP_THREADS_BIND``) on a machine of two or more CPUs, and lowers the priority of the engine core's
+threads (which busy-wait on the worker, on CPU 0) to niceness ``--engine-nice`` (default 19; 0 leaves it) so that
+the client and the API server run first.
 Everything it does is written to ``OUT``:
 ``experiment.json`` first, ``log.txt`` as it goes.
 """
@@ -65,7 +66,7 @@ from llmsched_env.live.blocks import METRICS, block_record
 from llmsched_env.live.compare import frontend_delay_s
 from llmsched_env.live.design import paired_difference, plan_rounds, williams_rounds
 from llmsched_env.live.fit import fit_live_cost_model, live_fit_report
-from llmsched_env.live.logs import load_run
+from llmsched_env.live.logs import LiveRun, ServerLogTail, load_run
 from llmsched_env.live.predict import mean_prediction, predict_block
 from llmsched_env.live.server import LiveServer, run_bench, unwind_on_sigterm
 from llmsched_env.live.workloads import WORKLOADS, LiveWorkload, block_stream, length_mix, tenant_configs
@@ -103,7 +104,7 @@ class ExperimentConfig:
     model_dir: Path = field(default_factory=lambda: Path(os.environ.get("TMPDIR", "/tmp")) / "llmsched-tiny-llama")
     policy_timeout_s: float = 0.1
     tune_candidates: int = 24
-    engine_nice: int = 0
+    engine_nice: int = 19
 
     def __post_init__(self) -> None:
         unknown = [w for w in self.workloads if w not in WORKLOADS]
@@ -225,6 +226,7 @@ class Instance:
         folder.mkdir(parents=True, exist_ok=True)
         self.blocks_dir = folder / "blocks"
         self.log_dir = self.blocks_dir / "server-log"
+        self.logs = ServerLogTail(self.log_dir)  # read as the server writes them, each line once
         self.control = folder / "control"
         adapter_path = None
         if adapter is not None:
@@ -279,6 +281,10 @@ class Instance:
     def __exit__(self, *exc: object) -> None:
         self.server.stop()
 
+    def load(self, folder: Path) -> LiveRun:
+        """The block (or run) in ``folder`` with this server's logs (``live.logs.load_run``)."""
+        return load_run(folder, log_dir=self.log_dir, server_logs=self.logs.read())
+
     def block(
         self, stream: list[dict[str, Any]], policy: str | None, slos: dict[str, TenantConfig], meta: dict[str, Any]
     ) -> dict[str, Any]:
@@ -297,7 +303,7 @@ class Instance:
         for attempt in range(20):  # the adapter writes its logs as the engine empties
             time.sleep(0.25)
             try:
-                return block_record(folder, self.log_dir, slos, policy, meta)
+                return block_record(folder, self.log_dir, slos, policy, meta, server_logs=self.logs.read())
             except ValueError as exc:
                 if attempt == 19 or "no record" not in str(exc):
                     raise
@@ -439,7 +445,7 @@ def _fit_instance(config: ExperimentConfig, workload: LiveWorkload, folder: Path
             )
 
         def fitted() -> tuple[LinearCostModel, float, float, tuple[TenantConfig, ...], float]:
-            loaded = [load_run(r, log_dir=inst.log_dir) for r in runs]
+            loaded = [inst.load(r) for r in runs]
             model = fit_live_cost_model([r.steps for r in loaded], name=f"live-{workload.name}-fit")
             frontend = frontend_delay_s(loaded[0])
             scale = slo_scale(model)
@@ -562,12 +568,12 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
                     calibration[cell].append(rec)
                     calib_dirs.append(inst.blocks_dir / f"{inst.count - 1:04d}")
                     _append(out / "calibration" / f"{cell}.jsonl", rec)
-        loaded = [load_run(d, log_dir=inst.log_dir) for d in calib_dirs]
+        loaded = [inst.load(d) for d in calib_dirs]
         model = fit_live_cost_model([r.steps for r in loaded], name=f"live-{workload.name}")
         model_path = folder / "compare" / "cost-model.json"
         model.save(model_path)
         fit_report = live_fit_report(model, [r.steps for r in loaded])
-        frontend = frontend_delay_s(load_run(light_dir, log_dir=inst.log_dir))
+        frontend = frontend_delay_s(inst.load(light_dir))
         log(
             f"{workload.name}: calibration on the compared instance: {len(calib_dirs)} blocks, model fitted on "
             f"{int(fit_report['num_steps'])} steps (p50 |error| {fit_report['p50_rel_error']:.1%}), "
@@ -763,8 +769,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-pin", action="store_true", help="leave CPU placement to the OS")
     p.add_argument("--port", type=int, default=8011)
     p.add_argument(
-        "--engine-nice", type=int, default=0,
-        help="niceness of the engine core's threads (0-19): the client and the API server on its CPU run first",
+        "--engine-nice", type=int, default=ExperimentConfig.engine_nice,
+        help="niceness of the engine core's threads (0-19, default %(default)s): the client and the API server "
+        "on its CPU run first; 0 leaves their priority as it is",
     )  # fmt: skip
     args = p.parse_args(argv)
     if (args.out / "experiment.json").exists():

@@ -20,9 +20,12 @@ raises ``ValueError`` naming the file, the line (JSONL) or entry (JSON) and the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
+from llmsched_env.common.files import RECORD_BYTES, read_bytes
 from llmsched_env.live.records import (
     ClientResult,
     PlannedRequest,
@@ -34,7 +37,9 @@ from llmsched_env.live.records import (
     read_steps,
 )
 
-__all__ = ["LiveRun", "ServerLogs", "find_log_dir", "find_result_file", "load_run", "read_server_logs"]
+__all__ = ["LiveRun", "ServerLogTail", "ServerLogs", "find_log_dir", "find_result_file", "load_run", "read_server_logs"]
+
+_R = TypeVar("_R")
 
 PLAN_FILE = "requests.json"
 STEPS_FILE = "steps.jsonl"
@@ -108,6 +113,43 @@ def read_server_logs(log_dir: str | Path) -> ServerLogs:
     """``requests.jsonl`` and ``steps.jsonl`` of ``log_dir``, every record in file order."""
     logs = Path(log_dir)
     return ServerLogs(tuple(read_server_requests(logs / SERVER_FILE)), tuple(read_steps(logs / STEPS_FILE)))
+
+
+class ServerLogTail:
+    """The logs of a server that is still writing them, read as they grow: each ``read()`` parses only the
+    complete lines appended since the last one (a driver that records every block would otherwise read the
+    whole of both logs again after each block, a cost that grows with the square of the run)."""
+
+    def __init__(self, log_dir: str | Path) -> None:
+        self.log_dir = Path(log_dir)
+        self._at = {SERVER_FILE: (0, 1), STEPS_FILE: (0, 1)}  # per file: bytes and lines read so far
+        self._requests: list[ServerRequest] = []
+        self._steps: list[StepRecord] = []
+
+    def read(self) -> ServerLogs:
+        """Both logs as they stand now (a file not yet written reads as empty; a line still being written waits
+        for the next call); ``ValueError`` naming the file and line for a malformed record."""
+        self._requests += self._new_lines(SERVER_FILE, read_server_requests)
+        self._steps += self._new_lines(STEPS_FILE, read_steps)
+        return ServerLogs(tuple(self._requests), tuple(self._steps))
+
+    def _new_lines(self, name: str, parse: Callable[[Path, str, int], list[_R]]) -> list[_R]:
+        path = self.log_dir / name
+        offset, line = self._at[name]
+        try:
+            data = read_bytes(path, RECORD_BYTES, offset)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise ValueError(f"{path}: cannot read: {exc.strerror}") from None
+        end = data.rfind(b"\n") + 1
+        try:
+            text = data[:end].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}: not UTF-8 after byte {offset + exc.start}") from None
+        records = parse(path, text, line)
+        self._at[name] = (offset + end, line + text.count("\n"))
+        return records
 
 
 def load_run(

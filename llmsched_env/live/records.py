@@ -188,13 +188,15 @@ def _fields(
     return out
 
 
-def _jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    """``(line number, parsed object)`` for every non-blank line of ``path``."""
-    try:
-        text = read_text(path, RECORD_BYTES)
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read: {exc.strerror}") from None
-    for n, line in enumerate(text.splitlines(), start=1):
+def _jsonl(path: Path, text: str | None = None, first_line: int = 1) -> Iterator[tuple[int, Any]]:
+    """``(line number, parsed object)`` for every non-blank line of ``path``, or of ``text`` (lines of ``path``
+    from its line ``first_line`` on) when given."""
+    if text is None:
+        try:
+            text = read_text(path, RECORD_BYTES)
+        except OSError as exc:
+            raise ValueError(f"{path}: cannot read: {exc.strerror}") from None
+    for n, line in enumerate(text.splitlines(), start=first_line):
         if line.strip():
             try:
                 yield n, parse_json(line)
@@ -213,11 +215,11 @@ def _json(path: Path) -> Any:
         raise ValueError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg} (column {exc.colno})") from None
 
 
-def read_steps(path: str | Path) -> list[StepRecord]:
-    """Every record of a ``steps.jsonl`` in file order."""
+def read_steps(path: str | Path, text: str | None = None, first_line: int = 1) -> list[StepRecord]:
+    """Every record of a ``steps.jsonl`` in file order (of ``text``, its lines from ``first_line`` on, if given)."""
     p = Path(path)
     out = []
-    for n, data in _jsonl(p):
+    for n, data in _jsonl(p, text, first_line):
         f = _fields(f"{p}:{n}", data, _STEP_FIELDS, _STEP_OPTIONAL)
         out.append(StepRecord(float(f["t0"]), float(f["t1"]), float(f["t2"]), float(f["t3"]), f["prefill_tokens"],
                               f["decode_seqs"], f["kv_tokens"], float(f["attn_pairs"]), f["num_prefill_seqs"],
@@ -225,11 +227,12 @@ def read_steps(path: str | Path) -> list[StepRecord]:
     return out
 
 
-def read_server_requests(path: str | Path) -> list[ServerRequest]:
-    """Every record of a server's ``requests.jsonl`` in file order, each with its ``line``."""
+def read_server_requests(path: str | Path, text: str | None = None, first_line: int = 1) -> list[ServerRequest]:
+    """Every record of a server's ``requests.jsonl`` in file order, each with its ``line`` (of ``text``, its lines
+    from ``first_line`` on, if given)."""
     p = Path(path)
     out = []
-    for n, data in _jsonl(p):
+    for n, data in _jsonl(p, text, first_line):
         f = _fields(f"{p}:{n}", data, _SERVER_FIELDS, _SERVER_OPTIONAL)
         opt = {k: None if f[k] is None else float(f[k]) for k in ("first_scheduled", "first_token")}
         out.append(ServerRequest(f["id"], f["label"], f["tenant"], float(f["arrival"]), opt["first_scheduled"],
