@@ -473,3 +473,17 @@ def test_a_written_time_in_the_predictions_wins_over_the_files_time(tmp_path: Pa
     make_run(tmp_path / "late", rounds=4, predict=lambda doc: doc.update(written=EPOCH_S + 1e4))
     warnings = build_verdict(tmp_path / "late").warnings
     assert len(warnings) == 1 and "predictions.json was written at" in warnings[0] and "written field" in warnings[0]
+
+
+_COMMITTED = Path(__file__).resolve().parents[1] / "docs" / "results" / "vllm-verdict"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", sorted(p.parent.name for p in _COMMITTED.glob("*/report.md")) or ["none"])
+def test_the_committed_live_reports_are_what_their_data_give(run: str) -> None:
+    """Every report in docs/results/vllm-verdict is the verdict of the data committed beside it, byte for byte
+    (the figures docs/results.md quotes come from these reports)."""
+    folder = _COMMITTED / run
+    if run == "none":
+        pytest.skip("no committed live verdict")
+    assert build_verdict(folder).markdown == (folder / "report.md").read_text()
