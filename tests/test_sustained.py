@@ -3,6 +3,7 @@ and its flag, the capacity search capped at the largest sustained load, and tena
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import gymnasium as gym
@@ -13,7 +14,7 @@ from llmsched_env.commands.evaluate import main, parse
 from llmsched_env.engine.config import SLOClass
 from llmsched_env.envs.mixture import WorkloadMixEnv
 from llmsched_env.evaluation import EvalConfig, run_grid
-from llmsched_env.evaluation.capacity import find_capacity, search_capacity
+from llmsched_env.evaluation.capacity import capacity_notes, find_capacity, search_capacity
 from llmsched_env.evaluation.describe import format_description
 from llmsched_env.evaluation.sustained import absent_tenant_notes, scenario_windows, unsustained
 from llmsched_env.workloads.library import get_scenario
@@ -267,3 +268,29 @@ def test_the_command_line_refuses_val_episodes_past_the_val_part(
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "hyperparameter 'eval_num_requests' (the val episodes' size): " in err and "609 requests" in err
     assert not out.exists()  # refused before anything is written
+
+
+def test_capacity_grows_a_generated_scenarios_windows_past_where_they_stop_being_sustained() -> None:
+    """Without --num-requests a generated scenario's search goes on above the load where its windows stop
+    being sustained, each load on windows long enough for it: a verdict, not a lower bound. The windows below
+    that load are the scenario's own (the same episodes as before), and a size the user chose is kept."""
+    sc = replace(get_scenario("bursty"), num_requests=60)
+    config = EvalConfig(scenarios=[sc], seeds=[0, 1])
+    windows = scenario_windows(config, sc)
+    cap = windows.max_load((0, 1))
+    kept = find_capacity(EvalConfig(scenarios=[sc], seeds=[0, 1], num_requests=60), sc, "fcfs")
+    assert kept["window_limited"] is True and kept["capacity_load"] == cap and kept["window_requests"] == 60
+    row = find_capacity(config, sc, "fcfs")
+    assert row["window_limited"] is False and row["capacity_load"] > 1.5 * cap
+    size = row["window_requests"]
+    assert size > 60 and replace(windows, num_requests=size).max_load((0, 1)) >= row["capacity_load"]
+    assert replace(windows, num_requests=int(size / 1.03)).max_load((0, 1)) < row["capacity_load"]  # no longer
+    assert row["max_sustained_load"] == pytest.approx(replace(windows, num_requests=60 * 64).max_load((0, 1)))
+    again = find_capacity(config, sc, "fcfs")
+    assert again == row  # same seed, same search
+    at_cap = run_grid(EvalConfig(scenarios=[sc], seeds=[0, 1], loads=[int(cap * 1000) / 1000])).rows
+    assert all(r["sustained"] for r in at_cap)  # below the cap the windows are the scenario's own
+    (note,) = capacity_notes(config)
+    head = "capacity on scenario 'bursty': its test windows of 60 requests are sustained up to load"
+    assert note.startswith(f"{head} {cap:.3g}")
+    assert "above that each load of the search plays windows long enough" in note

@@ -12,10 +12,12 @@
 The number of evaluations is not known in advance: ``search_capacity`` reports after each one how many more
 it expects, so a progress bar can adjust its total as the search goes.
 
-A search never reports a load above the largest at which the windows it runs are sustained
-(``evaluation.sustained``: the windows' arrivals last 20x their mean TTFT target): the bracket stops there,
-and a policy still meeting the target at that cap gets ``capacity_load`` = the cap and ``window_limited``
-True (its capacity is at least that; a longer window, ``--num-requests``, would measure more).
+A search only reports a load at which the windows it ran are sustained (``evaluation.sustained``: the windows'
+arrivals last 20x their mean TTFT target). A generated scenario's windows (no ``config.num_requests``) grow past
+the load where its own size stops being sustained: each load above it plays windows of ``sustained_size``, up to
+``EXTEND_FACTOR`` times the scenario's size (``extended_size``). Elsewhere (a trace replay, a cluster scenario, a
+size the user gave) the bracket stops at that load, and a policy still meeting the target there gets
+``capacity_load`` = that load and ``window_limited`` True (its capacity is at least that).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,24 +34,29 @@ import numpy as np
 from llmsched_env.cluster.scenarios import ClusterScenario
 from llmsched_env.common.files import RECORD_BYTES, csv_records
 from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
+from llmsched_env.envs.options import MAX_EPISODE_REQUESTS
 from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row
 from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
 from llmsched_env.evaluation.grid import run_cell, runners_for
 from llmsched_env.evaluation.identity import TRAJECTORY, combine_fingerprints, merge_identical
 from llmsched_env.evaluation.progress import Progress
 from llmsched_env.evaluation.stats import mean_ci95
-from llmsched_env.evaluation.sustained import env_windows, scenario_windows
+from llmsched_env.evaluation.sustained import ScenarioWindows, env_windows, scenario_windows
+from llmsched_env.workloads.scenarios import TraceSource
 
 __all__ = [
     "CAPACITY_TARGET",
+    "EXTEND_FACTOR",
     "capacity_grid",
     "capacity_notes",
+    "extended_size",
     "find_capacity",
     "read_per_seed",
     "read_window_limited",
     "search_capacity",
     "search_key",
     "summarize_capacity",
+    "sustained_size",
 ]
 
 CAPACITY_TARGET = 0.9  # the attainment a capacity is measured at (DistServe)
@@ -128,19 +136,42 @@ def find_capacity(
     spec = policy if isinstance(policy, PolicySpec) else resolve_policy(policy)
     runners = runners_for(config)
     seeds = None if seed is None else (seed,)
+    judged = config.seeds if seed is None else (seed,)
     env = config.make_env(scenario, 1.0)
     u: Any = env.unwrapped
     nominal = u.cluster_rate_rps if isinstance(scenario, ClusterScenario) else u.nominal_rate_rps
-    cap = env_windows(env, scenario.name).max_load(config.seeds if seed is None else (seed,))
+    windows = env_windows(env, scenario.name)
     env.close()
+    cap = windows.max_load(judged)
     played: list[tuple[float, list[str]]] = []
+    met: dict[float, float] = {}  # load -> attainment, on the windows of the config's size
 
-    def attainment(load: float) -> float:
-        rows = run_cell(config, scenario, load, spec, runners=runners, seeds=seeds).rows
+    def attainment(load: float, sized: EvalConfig = config) -> float:
+        rows = run_cell(sized, scenario, load, spec, runners=runners, seeds=seeds).rows
         played.append((load, [r[TRAJECTORY] for r in rows]))
         return float(np.mean([r["slo_attainment"] for r in rows]))
 
-    lo = search_capacity(attainment, target, on_evaluation, max_load=cap if sustained_only else _MAX_LOAD)
+    def on_windows(load: float) -> float:
+        met[load] = attainment(load)
+        return met[load]
+
+    lo = search_capacity(on_windows, target, on_evaluation, max_load=cap if sustained_only else _MAX_LOAD)
+    size = windows.num_requests
+    longest = extended_size(config, scenario, windows) if sustained_only else None
+    if longest is not None and cap < _MAX_LOAD and lo >= cap:
+        # met where the windows stop being sustained: above there each load plays windows long enough for it
+        top = min(_MAX_LOAD, replace(windows, num_requests=longest).max_load(judged))
+
+        def on_longer(x: float) -> float:
+            load = cap * x
+            if x == 1.0 and load in met:
+                return met[load]
+            n = sustained_size(windows, load, judged, longest)
+            return attainment(load, replace(config, num_requests=n))
+
+        lo = cap * search_capacity(on_longer, target, on_evaluation, max_load=top / cap)
+        cap = top
+        size = sustained_size(windows, lo, judged, longest)
     row: Row = {"policy": spec.name, "scenario": scenario.name}
     if seed is not None:
         row["seed"] = seed
@@ -151,14 +182,53 @@ def find_capacity(
         "capacity_rps": lo * nominal,
         "max_sustained_load": cap,
         "window_limited": limited,
+        "window_requests": size,
         TRAJECTORY: combine_fingerprints(played),
     }
 
 
+EXTEND_FACTOR = 64  # the longest window a capacity search grows to, in multiples of the scenario's own size
+
+
+def extended_size(config: EvalConfig, scenario: AnyScenario, windows: ScenarioWindows) -> int | None:
+    """The longest window a capacity search of ``scenario`` may grow its windows to above the load where they
+    stop being sustained (``EXTEND_FACTOR`` times its size), or None where it keeps them: an episode size the
+    user chose (``config.num_requests``), a trace replay (its windows are the trace's, disjoint per seed) and
+    a cluster scenario (a replay too)."""
+    if config.num_requests is not None or isinstance(scenario, ClusterScenario):
+        return None
+    if isinstance(windows.source, TraceSource):
+        return None
+    return min(MAX_EPISODE_REQUESTS, EXTEND_FACTOR * windows.num_requests)
+
+
+def sustained_size(windows: ScenarioWindows, load: float, seeds: Sequence[int], longest: int) -> int:
+    """The smallest episode size, from ``windows``' own up to ``longest`` and within about 2%, whose windows of
+    every seed are sustained at ``load`` (``longest`` when none is): sized in proportion to the span first, then
+    narrowed by bisection (a window's span is not quite proportional to its requests: bursts and gaps)."""
+
+    def reach(n: int) -> float:
+        return replace(windows, num_requests=n).max_load(seeds)
+
+    short, n = 0, windows.num_requests
+    while True:
+        at = reach(n)
+        if at >= load:
+            break
+        if n >= longest:
+            return longest
+        short, n = n, min(longest, max(n + 1, math.ceil(n * load / max(at, 1e-12))))
+    while n - short > max(1, n // 50):
+        mid = (short + n) // 2
+        short, n = (short, mid) if reach(mid) >= load else (mid, n)
+    return n
+
+
 def capacity_notes(config: EvalConfig, per_seed: bool = False) -> list[str]:
-    """One line per scenario of ``config`` whose capacity searches stop below the search's own top (64x):
-    the largest load at which its windows are sustained (over the seeds, or the range of the seeds' own with
-    ``per_seed``), and how a policy meeting the target there is reported."""
+    """One line per scenario of ``config`` whose capacity searches reach a load where its windows stop being
+    sustained (over the seeds, or the range of the seeds' own with ``per_seed``): how far they are sustained, and
+    either how the searches go on past it (longer windows: ``extended_size``) or how a policy meeting the target
+    there is reported."""
     lines = []
     for scenario in config.scenarios:
         windows = scenario_windows(config, scenario)
@@ -167,10 +237,18 @@ def capacity_notes(config: EvalConfig, per_seed: bool = False) -> list[str]:
             continue
         low, high = min(caps), max(caps)
         where = f"up to load {low:.3g}" if not per_seed or high / low < 1.0005 else f"up to load {low:.3g}-{high:.3g}"
+        head = (
+            f"capacity on scenario {scenario.name!r}: its {config.split} windows of {windows.num_requests} requests "
+            f"are sustained {where} (evaluation.sustained); "
+        )
+        longest = extended_size(config, scenario, windows)
+        if longest is None:
+            lines.append(head + "a policy meeting the target there is reported as >= that load (window_limited)")
+            continue
+        reach = min(_MAX_LOAD, replace(windows, num_requests=longest).max_load(config.seeds))
         lines.append(
-            f"capacity on scenario {scenario.name!r} is searched {where}, where its {config.split} windows of "
-            f"{windows.num_requests} requests stop being sustained (evaluation.sustained); a policy meeting the "
-            "target there is reported as >= that load (window_limited)"
+            head + "above that each load of the search plays windows long enough to be sustained there (up to "
+            f"{longest} requests, sustained up to load {reach:.3g}; the capacity row's window_requests)"
         )
     return lines
 
