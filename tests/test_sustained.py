@@ -14,7 +14,7 @@ from llmsched_env.commands.evaluate import main, parse
 from llmsched_env.engine.config import SLOClass
 from llmsched_env.envs.mixture import WorkloadMixEnv
 from llmsched_env.evaluation import EvalConfig, run_grid
-from llmsched_env.evaluation.capacity import capacity_notes, find_capacity, search_capacity
+from llmsched_env.evaluation.capacity import capacity_notes, find_capacity, search_capacity, verdict_notes
 from llmsched_env.evaluation.describe import format_description
 from llmsched_env.evaluation.sustained import absent_tenant_notes, scenario_windows, unsustained
 from llmsched_env.workloads.library import get_scenario
@@ -294,3 +294,33 @@ def test_capacity_grows_a_generated_scenarios_windows_past_where_they_stop_being
     head = "capacity on scenario 'bursty': its test windows of 60 requests are sustained up to load"
     assert note.startswith(f"{head} {cap:.3g}")
     assert "above that each load of the search plays windows long enough" in note
+
+
+def test_a_capacity_that_is_a_lower_bound_says_what_would_give_a_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sc = _scenario(_uniform_trace(tmp_path / "u.csv"), slo="5:5")  # met at any load: every search ends at the cap
+    config = EvalConfig(scenarios=[sc], seeds=[0, 1], num_requests=40)
+    rows = [find_capacity(config, sc, "fcfs", seed=s) for s in (0, 1)]
+    assert all(r["window_limited"] for r in rows)
+    windows = scenario_windows(config, sc)
+    held = len(windows.source.trace)  # type: ignore[attr-defined]
+    whole = replace(windows, num_requests=held).max_load((0,))
+    (line,) = verdict_notes(config, rows)
+    assert line.startswith("capacity on scenario 'u': 2 of 2 searches end at a lower bound (>= 0.39, where its test")
+    assert f"--seeds 0 --num-requests {held} (one window of the whole part) is sustained up to load {whole:.3g}" in line
+    assert (
+        whole > 2 * windows.max_load((0, 1)) and "2 windows sustained up to about 0.78 need about 80 requests" in line
+    )
+    assert verdict_notes(config, [{**rows[0], "window_limited": False}]) == []  # a verdict: nothing to say
+    generated = replace(get_scenario("bursty"), num_requests=60)
+    fixed = EvalConfig(scenarios=[generated], seeds=[0, 1], num_requests=60)
+    (hint,) = verdict_notes(fixed, [find_capacity(fixed, generated, "fcfs")])
+    assert hint.endswith("leave out --num-requests (the search then grows the windows with the load)")
+    columns = "arrival=t,prompt_len=in,output_len=out"
+    argv = ["--trace", str(tmp_path / "u.csv"), "--trace-format", "generic", "--trace-columns", columns,
+            "--trace-slo", "5:5", "--num-requests", "40", "--seeds", "0,1", "--capacity", "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    err = capsys.readouterr().err  # one search over both seeds: the same advice
+    said = f"llmsched-evaluate: {line.replace('2 of 2 searches', '1 of 1 searches')}"
+    assert said in err.splitlines()

@@ -60,7 +60,7 @@ from llmsched_env.evaluation import (
     write_results,
     write_tensorboard,
 )
-from llmsched_env.evaluation.capacity import capacity_notes
+from llmsched_env.evaluation.capacity import capacity_notes, verdict_notes
 from llmsched_env.evaluation.grid import FinishedRun
 from llmsched_env.evaluation.outputs import RESULTS_TITLE, LiveTable, clear_outputs
 from llmsched_env.evaluation.progress import Progress
@@ -146,6 +146,8 @@ def _evaluate(
             _speed_check(config)  # builds the model: a bad weights file is an InputError here
         if args.capacity:
             rows = _capacity(config, args, log, [run.row for run in finished])
+            for note in verdict_notes(config, rows):
+                _note(note)
             if args.per_seed:
                 summary = summarize_capacity(rows)
                 print(format_capacity_summary(summary), flush=True)

@@ -57,6 +57,7 @@ __all__ = [
     "search_key",
     "summarize_capacity",
     "sustained_size",
+    "verdict_notes",
 ]
 
 CAPACITY_TARGET = 0.9  # the attainment a capacity is measured at (DistServe)
@@ -250,6 +251,43 @@ def capacity_notes(config: EvalConfig, per_seed: bool = False) -> list[str]:
             head + "above that each load of the search plays windows long enough to be sustained there (up to "
             f"{longest} requests, sustained up to load {reach:.3g}; the capacity row's window_requests)"
         )
+    return lines
+
+
+def verdict_notes(config: EvalConfig, rows: Sequence[Row]) -> list[str]:
+    """One line per scenario of ``config`` where some capacity of ``rows`` is only a lower bound
+    (``window_limited``): how many, where its windows stop being sustained, and what would give a verdict with
+    the data at hand: on a trace's val or test part, fewer seeds (one window of the whole part) and how far that
+    is sustained, and the window size (and part size, for the seeds asked) that would be sustained at twice the
+    load; elsewhere the ``--num-requests`` that would be."""
+    lines = []
+    for scenario in config.scenarios:
+        mine = [r for r in rows if r.get("scenario") == scenario.name]
+        limited = [r for r in mine if r.get("window_limited")]
+        if not limited:
+            continue
+        windows = scenario_windows(config, scenario)
+        cap = min(float(r["max_sustained_load"]) for r in limited)
+        n, seeds = windows.num_requests, config.seeds
+        double = math.ceil(2 * n * cap / max(windows.max_load(seeds), 1e-12))  # spans grow about with the requests
+        head = (
+            f"capacity on scenario {scenario.name!r}: {len(limited)} of {len(mine)} searches end at a lower bound "
+            f"(>= {cap:.3g}, where its {config.split} windows of {n} requests stop being sustained); for a verdict: "
+        )
+        source = windows.source
+        if isinstance(source, TraceSource) and config.split != "train":
+            held = len(source.trace)
+            whole = replace(windows, num_requests=held).max_load((0,))
+            count = max(seeds) + 1
+            lines.append(
+                head + f"--seeds 0 --num-requests {held} (one window of the whole part) is sustained up to load "
+                f"{whole:.3g}; {count} windows sustained up to about {2 * cap:.3g} need about {double} requests "
+                f"each, a {config.split} part of about {double * count} requests (a longer trace)"
+            )
+        elif extended_size(replace(config, num_requests=None), scenario, windows) is not None:
+            lines.append(head + "leave out --num-requests (the search then grows the windows with the load)")
+        else:
+            lines.append(head + f"about --num-requests {double} is sustained up to about load {2 * cap:.3g}")
     return lines
 
 
