@@ -162,17 +162,18 @@ def find_capacity(
     if longest is not None and cap < _MAX_LOAD and lo >= cap:
         # met where the windows stop being sustained: above there each load plays windows long enough for it
         top = min(_MAX_LOAD, replace(windows, num_requests=longest).max_load(judged))
+        sizes = {cap: size}  # load -> the episode size it played
 
         def on_longer(x: float) -> float:
             load = cap * x
             if x == 1.0 and load in met:
                 return met[load]
-            n = sustained_size(windows, load, judged, longest)
-            return attainment(load, replace(config, num_requests=n))
+            sizes[load] = sustained_size(windows, load, judged, longest)
+            return attainment(load, replace(config, num_requests=sizes[load]))
 
         lo = cap * search_capacity(on_longer, target, on_evaluation, max_load=top / cap)
         cap = top
-        size = sustained_size(windows, lo, judged, longest)
+        size = sizes[lo]
     row: Row = {"policy": spec.name, "scenario": scenario.name}
     if seed is not None:
         row["seed"] = seed
@@ -196,11 +197,14 @@ def extended_size(config: EvalConfig, scenario: AnyScenario, windows: ScenarioWi
     stop being sustained (``EXTEND_FACTOR`` times its size), or None where it keeps them: an episode size the
     user chose (``config.num_requests``), a trace replay (its windows are the trace's, disjoint per seed) and
     a cluster scenario (a replay too)."""
-    if config.num_requests is not None or isinstance(scenario, ClusterScenario):
-        return None
-    if isinstance(windows.source, TraceSource):
+    if config.num_requests is not None or not _generated(scenario, windows):
         return None
     return min(MAX_EPISODE_REQUESTS, EXTEND_FACTOR * windows.num_requests)
+
+
+def _generated(scenario: AnyScenario, windows: ScenarioWindows) -> bool:
+    """Whether ``scenario``'s windows are generated traffic (any size a search asks for), not a trace's."""
+    return not isinstance(scenario, ClusterScenario) and not isinstance(windows.source, TraceSource)
 
 
 def sustained_size(windows: ScenarioWindows, load: float, seeds: Sequence[int], longest: int) -> int:
@@ -246,10 +250,9 @@ def capacity_notes(config: EvalConfig, per_seed: bool = False) -> list[str]:
         if longest is None:
             lines.append(head + "a policy meeting the target there is reported as >= that load (window_limited)")
             continue
-        reach = min(_MAX_LOAD, replace(windows, num_requests=longest).max_load(config.seeds))
         lines.append(
             head + "above that each load of the search plays windows long enough to be sustained there (up to "
-            f"{longest} requests, sustained up to load {reach:.3g}; the capacity row's window_requests)"
+            f"{longest} requests; the capacity row's window_requests and max_sustained_load)"
         )
     return lines
 
@@ -259,7 +262,8 @@ def verdict_notes(config: EvalConfig, rows: Sequence[Row]) -> list[str]:
     (``window_limited``): how many, where its windows stop being sustained, and what would give a verdict with
     the data at hand: on a trace's val or test part, fewer seeds (one window of the whole part) and how far that
     is sustained, and the window size (and part size, for the seeds asked) that would be sustained at twice the
-    load; elsewhere the ``--num-requests`` that would be."""
+    load; for a generated scenario run with ``--num-requests``, to leave it out (the search then grows them);
+    elsewhere (a search whose grown windows reached their limit) the ``--num-requests`` that would be."""
     lines = []
     for scenario in config.scenarios:
         mine = [r for r in rows if r.get("scenario") == scenario.name]
@@ -284,7 +288,7 @@ def verdict_notes(config: EvalConfig, rows: Sequence[Row]) -> list[str]:
                 f"{whole:.3g}; {count} windows sustained up to about {2 * cap:.3g} need about {double} requests "
                 f"each, a {config.split} part of about {double * count} requests (a longer trace)"
             )
-        elif extended_size(replace(config, num_requests=None), scenario, windows) is not None:
+        elif config.num_requests is not None and _generated(scenario, windows):
             lines.append(head + "leave out --num-requests (the search then grows the windows with the load)")
         else:
             lines.append(head + f"about --num-requests {double} is sustained up to about load {2 * cap:.3g}")
