@@ -70,7 +70,7 @@ from llmsched_env.common.outputs import (
 )
 from llmsched_env.evaluation.progress import Progress, status
 from llmsched_env.evaluation.sustained import env_windows
-from llmsched_env.workloads.library import list_scenarios
+from llmsched_env.workloads.library import mixture_scenarios
 from llmsched_env.workloads.scenarios import Scenario, TraceSource
 
 __all__ = [
@@ -335,7 +335,7 @@ def eval_setup(config: TrainConfig, hp: Mapping[str, Any], warn: bool = True) ->
     ``val_seeds``."""
     env_kwargs = eval_env_kwargs(dict(hp.get("env_kwargs", {})), hp)
     if config.kind.mixture:  # one val episode per library scenario, each at its knee
-        seeds = list(range(len(list_scenarios())))
+        seeds = list(range(len(mixture_scenarios())))
     else:
         try:
             seeds = val_seeds(config, env_kwargs, list(range(int(hp["eval_episodes"]))), warn)

@@ -13,12 +13,17 @@ have:
   (Poisson, bursty Gamma, on/off) and rates, over ten minutes (generic format).
 
     python bench/make_heldout_traces.py        # rewrites tests/data/heldout (deterministic: seed 0)
+    python bench/make_heldout_traces.py --user-trace /tmp/two_tenants.csv
+        # instead, a user's trace of 24,000 requests (docs/evaluation.md, "A trace too short to judge"): two
+        # tenants over about 4.6 hours, "chat" (Gamma arrivals, CV 2, at 0.45 req/s) and "summarize" (Poisson at
+        # 1 req/s, the longer prompts), lengths of ShareGPT's test part (generic format)
 
 The files keep the licences of their sources (tests/data/heldout/README.md).
 """
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 from pathlib import Path
@@ -57,6 +62,39 @@ def _azure(key: str) -> tuple[str, list[str], list[float]]:
     return header, [rows[i] for i in keep], [times[i] for i in keep]
 
 
+def _sharegpt_test_lengths() -> list[tuple[int, int]]:
+    """(prompt, output) lengths of the rows of ShareGPT's test part (its last 15% of the rows)."""
+    share = _lines(trace_path("sharegpt"))
+    head = share[0].split(",")
+    pi, oi = head.index("num_prefill_tokens"), head.index("num_decode_tokens")
+    body = share[1:]
+    lo, _ = split_bounds("test")
+    body = body[int(lo * len(body)) :]
+    return [(max(int(float(r.split(",")[pi])), 1), max(int(float(r.split(",")[oi])), 1)) for r in body]
+
+
+def _write_generic(path: Path, rows: list[tuple[float, int, int, str]]) -> None:
+    text = ["arrival,prompt_len,output_len,tenant"] + [f"{a:.6f},{p},{o},{k}" for a, p, o, k in rows]
+    write_text_atomically(path, "\n".join(text) + "\n")
+
+
+def user_trace(path: Path, num_requests: int = 24000) -> None:
+    """A two-tenant trace of ``num_requests`` requests (seed 0): ``chat`` at 0.45 req/s in Gamma bursts (CV 2) and
+    ``summarize`` at 1 req/s, Poisson, taking the prompts of 1,000 tokens or more; lengths drawn from
+    ShareGPT's test part."""
+    rng = np.random.default_rng(0)
+    lengths = _sharegpt_test_lengths()
+    longer = [pair for pair in lengths if pair[0] >= 1000]
+    rows: list[tuple[float, int, int, str]] = []
+    for name, proc, pool in (("chat", GammaArrivals(0.45, cv=2.0), lengths), ("summarize", Poisson(1.0), longer)):
+        for t in proc.sample(rng, num_requests).tolist():
+            p, o = pool[int(rng.integers(len(pool)))]
+            rows.append((t, p, o, name))
+    rows.sort()
+    _write_generic(path, rows[:num_requests])
+    print(f"wrote {path} ({num_requests} requests over {rows[num_requests - 1][0]:.0f} s)")
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
@@ -78,16 +116,9 @@ def main() -> None:
                 _, prompt, output = row.split(",")
                 merged.append((t - t0, int(prompt), int(output), tenant))
     merged.sort(key=lambda r: (r[0], r[3]))
-    text = ["arrival,prompt_len,output_len,tenant"] + [f"{a:.6f},{p},{o},{k}" for a, p, o, k in merged]
-    write_text_atomically(OUT / "conv_code_2tenants.csv", "\n".join(text) + "\n")
+    _write_generic(OUT / "conv_code_2tenants.csv", merged)
 
-    share = _lines(trace_path("sharegpt"))
-    head = share[0].split(",")
-    pi, oi = head.index("num_prefill_tokens"), head.index("num_decode_tokens")
-    body = share[1:]
-    lo, _ = split_bounds("test")
-    body = body[int(lo * len(body)) :]
-    lengths = [(int(float(r.split(",")[pi])), int(float(r.split(",")[oi]))) for r in body]
+    lengths = _sharegpt_test_lengths()
     rates = rng.uniform(0.1, 0.5, size=12)
     rows = []
     for k in range(12):
@@ -103,12 +134,17 @@ def main() -> None:
             if t >= HORIZON_S:
                 break
             p, o = lengths[int(rng.integers(len(lengths)))]
-            rows.append((t, max(p, 1), max(o, 1), f"tenant{k:02d}"))
+            rows.append((t, p, o, f"tenant{k:02d}"))
     rows.sort()
-    text = ["arrival,prompt_len,output_len,tenant"] + [f"{a:.6f},{p},{o},{k}" for a, p, o, k in rows]
-    write_text_atomically(OUT / "sharegpt_12tenants.csv", "\n".join(text) + "\n")
+    _write_generic(OUT / "sharegpt_12tenants.csv", rows)
     print(f"wrote {sorted(p.name for p in OUT.iterdir())} into {OUT}")
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--user-trace", type=Path, default=None, help="write the 24,000-request user trace there")
+    args = parser.parse_args()
+    if args.user_trace is not None:
+        user_trace(args.user_trace)
+    else:
+        main()

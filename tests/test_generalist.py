@@ -23,7 +23,7 @@ from llmsched_env.decision import policy_spec as eval_policies
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.envs.mixture import WorkloadMixEnv
 from llmsched_env.runtime.policy_file import load_policy_file
-from llmsched_env.workloads.library import list_scenarios
+from llmsched_env.workloads.library import mixture_scenarios
 from llmsched_env.workloads.randomized import SMALL_ENGINE, RandomizedSpace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,10 +50,10 @@ def test_mix_env_draws_a_workload_per_episode_deterministically() -> None:
 
 def test_mix_env_val_split_plays_each_library_scenario_at_its_knee() -> None:
     knees = knee_loads()
-    assert set(knees) == set(list_scenarios()) and all(v > 0.5 for v in knees.values())
+    assert set(knees) == set(mixture_scenarios()) and all(v > 0.5 for v in knees.values())
     env = WorkloadMixEnv(split="val", knee_loads=knees, num_requests=40)
-    seen = [env.reset(seed=s)[1]["workload"] for s in range(len(list_scenarios()))]
-    assert [d["scenario"] for d in seen] == list(list_scenarios())
+    seen = [env.reset(seed=s)[1]["workload"] for s in range(len(mixture_scenarios()))]
+    assert [d["scenario"] for d in seen] == list(mixture_scenarios())
     assert all(d["load"] == knees[d["scenario"]] and d["length_prediction"] == "none" for d in seen)
 
 

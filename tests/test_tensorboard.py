@@ -73,10 +73,10 @@ def test_every_tag_the_training_writes_is_documented(trained_run: TrainedRun) ->
 
 
 def test_the_generalists_evaluation_is_logged_per_scenario(generalist_eval: tuple[list[str], dict[str, float]]) -> None:
-    from llmsched_env.workloads.library import get_scenario, list_scenarios
+    from llmsched_env.workloads.library import get_scenario, mixture_scenarios
 
     scenarios, values = generalist_eval
-    assert scenarios == list_scenarios()[:3]  # val seed s plays library scenario s
+    assert scenarios == mixture_scenarios()[:3]  # val seed s plays library scenario s
     for scenario in scenarios:
         for key in (
             "slo_attainment",

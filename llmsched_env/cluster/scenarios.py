@@ -12,13 +12,14 @@ val/test division (a scale for the loads, not a choice between policies), found 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llmsched_env.cluster.config import DisaggConfig, ReplicaSpec
 from llmsched_env.common.checks import check_int, check_positive
 from llmsched_env.common.registry import Registry
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.engine.config import EngineConfig
+from llmsched_env.workloads.fitted import FITTED_SUFFIX
 from llmsched_env.workloads.library import get_scenario
 from llmsched_env.workloads.scenarios import Scenario
 
@@ -121,6 +122,18 @@ for _s in (
     ),
 ):
     CLUSTER_SCENARIOS.register(_s.name, _s)
+# The same clusters serving traffic fitted to the trace's parts (workloads.fitted: generated, each window as long
+# as a load needs), at the same nominal rates: a replay's test part holds five windows of 433 (Azure) or 393
+# (Mooncake) requests, sustained only up to loads 0.26-1.19 over 4 or 8 replicas, below where routers differ.
+for _name in list(CLUSTER_SCENARIOS.names()):
+    _c = CLUSTER_SCENARIOS.get(_name)
+    _f = replace(
+        _c,
+        name=_name + FITTED_SUFFIX,
+        description=f"traffic fitted to the {_c.description}",
+        base=_c.base + FITTED_SUFFIX,
+    )
+    CLUSTER_SCENARIOS.register(_f.name, _f)
 
 list_cluster_scenarios = CLUSTER_SCENARIOS.names
 get_cluster_scenario = CLUSTER_SCENARIOS.get

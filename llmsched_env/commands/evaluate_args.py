@@ -34,6 +34,7 @@ __all__ = [
     "PROG",
     "TRACE_OPTIONS",
     "add_engine_limits",
+    "add_fitted_option",
     "add_scaleout_options",
     "add_trace_options",
     "as_flags",
@@ -48,6 +49,7 @@ __all__ = [
     "tenant_slos",
     "trace_options",
     "trace_scenario",
+    "trace_scenarios",
 ]
 
 PROG = ("llmsched-evaluate", "evaluate.py")  # the console script, the checkout's script (``help.program``)
@@ -180,6 +182,7 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         "(default: none)",
     )
     add_trace_options(p)
+    add_fitted_option(p)
     add(
         "--describe",
         action="store_true",
@@ -307,6 +310,19 @@ def add_trace_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, repl
     add("--trace-time-unit", choices=("s", "ms"), default="s", help="generic format: timestamp unit")
 
 
+def add_fitted_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--fitted-traffic``: beside ``--trace``'s replay, traffic generated from each of its parts
+    (``trace_scenarios``)."""
+    p.add_argument(
+        "--fitted-traffic",
+        action="store_true",
+        help="with --trace: also run on traffic fitted to each part of the trace (generated: per-tenant Gamma "
+        "arrivals at its rate and burstiness, its rows drawn in rounds; windows of any size, so capacities are "
+        "sustained where the trace's own windows are too short), as scenario STEM-fitted, every row labelled "
+        "'traffic: fitted to FILE', beside the replay's rows (docs/workloads.md, \"Traffic fitted to a trace\")",
+    )
+
+
 def add_engine_limits(
     p: argparse.ArgumentParser, title: str = "engine limits (override every scenario's engine, --trace's included)"
 ) -> None:
@@ -341,8 +357,8 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
             check_vllm()
         except ValueError as exc:
             p.error(f"--engine vllm: {exc}")
-    if args.trace is None and (args.tenant_slo is not None or args.trace_rate is not None):
-        p.error("--tenant-slo and --trace-rate apply to --trace only")
+    if args.trace is None and (args.tenant_slo is not None or args.trace_rate is not None or args.fitted_traffic):
+        p.error("--tenant-slo, --trace-rate and --fitted-traffic apply to --trace only")
     if args.describe and set(args.scenarios) & set(list_cluster_scenarios()):
         p.error("--describe is single-node only")
     try:
@@ -352,13 +368,13 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
             check_output(args.tensorboard, args.force, "--tensorboard")
         runtime = from_args(RuntimeOptions, args) if args.backend == "runtime" else None
         limits = engine_limits(args)
-        scenarios: list[Any] = [trace_scenario(p, args, limits)] if args.trace is not None else args.scenarios
+        scenarios: list[Any] = trace_scenarios(p, args, limits) if args.trace is not None else args.scenarios
         policies: list[Any] = args.policies
         if args.trace is not None:  # tuned plays the entry of this trace and its options (llmsched-tune --trace)
             model = args.cost_model or (runtime.cost_model_preset() if runtime is not None else None)
             from llmsched_env.commands.tuned_trace import trace_policies  # the search's modules: after --help
 
-            policies = trace_policies(policies, trace_options(args), scenarios[0], limits, cost_model=model)
+            policies = trace_policies(policies, trace_options(args), scenarios, limits, cost_model=model)
         config = from_args(
             EvalConfig, args, scenarios=scenarios, policies=policies, runtime=runtime, engine_limits=limits or None
         )
@@ -392,6 +408,21 @@ def trace_scenario(p: argparse.ArgumentParser, args: argparse.Namespace, limits:
         return build_trace_scenario(trace_options(args), limits)  # EvalConfig puts the limits over it again
     except ValueError as exc:
         raise ValueError(as_flags(str(exc))) from None
+
+
+def trace_scenarios(p: argparse.ArgumentParser, args: argparse.Namespace, limits: dict[str, int]) -> list[Scenario]:
+    """``--trace``'s scenario (``trace_scenario``) and, with ``--fitted-traffic``, the same scenario on traffic
+    fitted to each of its parts (``workloads.fitted.fitted_scenario``, named ``STEM-fitted``), in that order; a
+    usage error when the trace has no arrival times (a length-only file is generated traffic already)."""
+    replay = trace_scenario(p, args, limits)
+    if not getattr(args, "fitted_traffic", False):
+        return [replay]
+    from llmsched_env.workloads.fitted import fitted_scenario
+    from llmsched_env.workloads.scenarios import TraceSource
+
+    if not isinstance(replay.make_source("test", 1.0), TraceSource):
+        p.error(f"--fitted-traffic: {args.trace} has no arrival times; its episodes are generated already")
+    return [replay, fitted_scenario(replay, str(args.trace))]
 
 
 _OPTION_NAME = re.compile(rf"\b({'|'.join(sorted(TRACE_OPTIONS, key=len, reverse=True))})(?=: )")

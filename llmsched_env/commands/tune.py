@@ -39,13 +39,14 @@ from typing import Any
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.evaluate_args import (
     add_engine_limits,
+    add_fitted_option,
     add_trace_options,
     csv_list,
     engine_limits,
     int_at_least,
     positive_int,
     trace_options,
-    trace_scenario,
+    trace_scenarios,
 )
 from llmsched_env.commands.help import DefaultsFormatter, program
 from llmsched_env.common.outputs import check_output
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--force", action="store_true", help="allow --out to write into the shipped table (or another shipped file)")
     add_trace_options(p)
+    add_fitted_option(p)
     add_engine_limits(p)
     return p
 
@@ -104,11 +106,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if (args.scenarios is None) == (args.trace is None):
         p.error("give --scenarios (names, or all) or --trace, one of the two")
-    if args.trace is None and (args.tenant_slo is not None or args.trace_rate is not None):
-        p.error("--tenant-slo and --trace-rate apply to --trace only")
+    if args.trace is None and (args.tenant_slo is not None or args.trace_rate is not None or args.fitted_traffic):
+        p.error("--tenant-slo, --trace-rate and --fitted-traffic apply to --trace only")
     limits = engine_limits(args)
     command = None
-    key: TraceKey | None = None
+    keys: dict[str, TraceKey] = {}  # a trace's scenarios (its replay, its fitted traffic) -> their entries' keys
     try:
         config = TuneConfig(
             references=args.reference,
@@ -128,10 +130,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.error(f"{clusters} are cluster scenarios: tune the single-node scenario their replicas run (a tuned "
                     "local policy plays its entry)")  # fmt: skip
         if args.trace is not None:
-            scenarios = [trace_scenario(p, args, limits)]
+            scenarios = trace_scenarios(p, args, limits)
             command = shlex.join([PROG[0], *(argv if argv is not None else sys.argv[1:])])
             options = trace_options(args)  # the key: the file's content and these, as llmsched-evaluate sees them
-            key = trace_key(options, scenarios[0], cost_model=args.cost_model)
+            keys = {s.name: trace_key(options, s, cost_model=args.cost_model) for s in scenarios}
         configs = {}  # per scenario: a trace's val part cut into a disjoint window per seed
         for scenario in scenarios:
             scenario = get_scenario(scenario) if isinstance(scenario, str) else scenario
@@ -143,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "seed (--num-requests sets another size)", flush=True)  # fmt: skip
             mine.eval_config(scenario, config.seeds)  # every name and option checked before the first search
             configs[scenario.name] = (scenario, mine)
-        out = args.out if args.out is not None else user_table() if key is not None else DEFAULT_OUT
+        out = args.out if args.out is not None else user_table() if keys else DEFAULT_OUT
         check_output(out, args.force, file=True)  # never into the shipped table (or any shipped folder) unless asked
         if out.exists():
             load_tuned_table(out)  # a file that is no table fails now, not after the search
@@ -156,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for scenario, config in configs.values():
         result = tune_scenario(config, scenario, log=lambda line: print(line, flush=True), command=command)
         name, entry = result.scenario, result.entry
+        key = keys.get(name)
         if key is not None:  # a trace: keyed by its content and options, which the provenance records
             name = key.key
             entry = {**entry, "provenance": {**entry["provenance"], "trace": {"key": key.key, **key.identity}}}

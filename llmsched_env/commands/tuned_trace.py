@@ -37,10 +37,12 @@ def trace_tune_command(
     *,
     cost_model: str | None = None,
     out: Path | None = None,
+    fitted: bool = False,
 ) -> str:
     """The ``llmsched-tune --trace ...`` command whose entry has the key of these ``options``, cost model and
     engine ``limits`` (each option left out at its default), with ``--out`` when the entry goes to a table of
-    the user's choosing (``tuned=TABLE.json``). No ``--num-requests``: the search picks the size its val
+    the user's choosing (``tuned=TABLE.json``), with ``--fitted-traffic`` when ``fitted`` (the entries of the
+    trace's fitted traffic as well). No ``--num-requests``: the search picks the size its val
     windows allow (``val_episode_size``), whatever size the evaluation's test windows have."""
     words = [TUNE_PROG, "--trace", str(options["trace"])]
     for name, default in _TRACE_FLAGS.items():
@@ -53,6 +55,8 @@ def trace_tune_command(
         words += ["--cost-model", str(cost_model)]
     for name, value in limits.items():
         words += [f"--{name.replace('_', '-')}", str(value)]
+    if fitted:
+        words.append("--fitted-traffic")
     if out is not None:
         words += ["--out", str(out)]
     return shlex.join(words)
@@ -61,25 +65,26 @@ def trace_tune_command(
 def trace_policies(
     entries: Sequence[str],
     options: Mapping[str, Any],
-    scenario: Scenario,
+    scenarios: Sequence[Scenario],
     limits: Mapping[str, int],
     *,
     cost_model: str | None = None,
 ) -> list[PolicySpec]:
     """``entries`` (``--policies``) resolved, every ``tuned`` among them (``tuned``, ``NAME=TABLE.json``) bound
-    to the entry of the trace's key (``trace_tuned_policy``) on ``scenario``, the trace built from ``options``
-    with ``limits``, under ``cost_model`` (default: the scenario's).
-    ``ValueError`` in one line naming the policy, or giving the ``llmsched-tune`` command when no table holds
-    the key."""
+    to the entries of the trace's keys (``trace_tuned_policy``) on ``scenarios`` (the trace built from
+    ``options`` with ``limits``, and its fitted traffic when asked for: ``evaluate_args.trace_scenarios``), under
+    ``cost_model`` (default: the scenario's). ``ValueError`` in one line naming the policy, or giving the
+    ``llmsched-tune`` command when no table holds a key."""
     specs = [resolve_policy(entry) for entry in entries]
     if not any(spec.baseline == "tuned" for spec in specs):
         return specs
-    key = trace_key(options, scenario, cost_model=cost_model)
+    keyed = [(scenario, trace_key(options, scenario, cost_model=cost_model)) for scenario in scenarios]
+    fitted = any(scenario.traffic for scenario in scenarios)
     out: list[PolicySpec] = []
     for spec in specs:
         if spec.baseline == "tuned":
             table = Path(spec.table) if isinstance(spec.table, (str, Path)) else None
-            command = trace_tune_command(options, limits, cost_model=cost_model, out=table)
-            spec = trace_tuned_policy(spec, scenario, key, command)
+            command = trace_tune_command(options, limits, cost_model=cost_model, out=table, fitted=fitted)
+            spec = trace_tuned_policy(spec, keyed, command)
         out.append(spec)
     return out

@@ -28,7 +28,7 @@ from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.envs.reward import RewardConfig
 from llmsched_env.envs.single_node import LLMSchedEnv
-from llmsched_env.workloads.library import get_scenario, list_scenarios
+from llmsched_env.workloads.library import get_scenario, list_scenarios, mixture_scenarios
 from llmsched_env.workloads.prediction import LengthPredictor
 from llmsched_env.workloads.randomized import DEFAULT_SPACE, RandomizedSpace, random_scenario
 from llmsched_env.workloads.scenarios import check_split
@@ -43,14 +43,14 @@ DEFAULT_LOAD_SPAN = (0.5, 1.5)  # training loads: this times the scenario's knee
 class WorkloadMixEnv(gym.Env):
     """One engine iteration per step, as ``LLMSched-v1``; a new workload each episode (module docstring).
 
-    Arguments: ``scenarios`` (library names; default all), ``split``, ``knee_loads`` (scenario -> load at
-    which the best heuristic keeps 90% attainment; default ``DEFAULT_KNEE_LOAD``), ``load_span`` (training
-    loads are drawn uniformly on this span times the knee; default 0.5x-1.5x), ``val_load`` (the val and test
-    episodes' load, times the knee; default 1), ``random_share`` (probability of a randomised scenario, training only),
-    ``random_space``, ``length_predictions`` (drawn uniformly per training episode), ``num_requests`` (per
-    episode, capped by each scenario's own size; default the scenario's), ``iterations_per_step``,
-    ``reward``, ``check_invariants``. ``info["workload"]`` of ``reset`` says what was drawn.
-    """
+    Arguments: ``scenarios`` (library names; default ``mixture_scenarios()``: all but those of fitted traffic),
+    ``split``, ``knee_loads`` (scenario -> load at which the best heuristic keeps 90% attainment; default
+    ``DEFAULT_KNEE_LOAD``), ``load_span`` (training loads are drawn uniformly on this span times the knee; default
+    0.5x-1.5x), ``val_load`` (the val and test episodes' load, times the knee; default 1), ``random_share``
+    (probability of a randomised scenario, training only), ``random_space``, ``length_predictions`` (drawn uniformly
+    per training episode), ``num_requests`` (per episode, capped by each scenario's own size; default the
+    scenario's), ``iterations_per_step``, ``reward``, ``check_invariants``. ``info["workload"]`` of ``reset`` says
+    what was drawn."""
 
     # typed as gymnasium.Env types it (an instance attribute), set here for the class
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012
@@ -72,7 +72,7 @@ class WorkloadMixEnv(gym.Env):
         check_invariants: bool = False,
     ) -> None:
         super().__init__()
-        names = tuple(list_scenarios() if scenarios is None else scenarios)
+        names = tuple(mixture_scenarios() if scenarios is None else scenarios)
         unknown = [s for s in names if s not in list_scenarios()]
         if unknown or not names:
             raise ValueError(f"WorkloadMixEnv.scenarios: unknown {unknown or names}; available: {list_scenarios()}")

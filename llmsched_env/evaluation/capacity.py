@@ -15,9 +15,10 @@ it expects, so a progress bar can adjust its total as the search goes.
 A search only reports a load at which the windows it ran are sustained (``evaluation.sustained``: the windows'
 arrivals last 20x their mean TTFT target). A generated scenario's windows (no ``config.num_requests``) grow past
 the load where its own size stops being sustained: each load above it plays windows of ``sustained_size``, up to
-``EXTEND_FACTOR`` times the scenario's size (``extended_size``). Elsewhere (a trace replay, a cluster scenario, a
-size the user gave) the bracket stops at that load, and a policy still meeting the target there gets
-``capacity_load`` = that load and ``window_limited`` True (its capacity is at least that).
+``EXTEND_FACTOR`` times the scenario's size (``extended_size``); so do a cluster scenario's of generated traffic
+and traffic fitted to a trace (``workloads.fitted``) even from a size the user gave. Elsewhere (a trace replay,
+single-node or a cluster's, a size the user gave) the bracket stops at that load, and a policy still meeting
+the target there gets ``capacity_load`` = that load and ``window_limited`` True (its capacity is at least that).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from llmsched_env.cluster.scenarios import ClusterScenario
 from llmsched_env.common.files import RECORD_BYTES, csv_records
 from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.envs.options import MAX_EPISODE_REQUESTS
-from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row
+from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row, traffic_label
 from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
 from llmsched_env.evaluation.grid import run_cell, runners_for
 from llmsched_env.evaluation.identity import TRAJECTORY, combine_fingerprints, merge_identical
@@ -169,12 +170,13 @@ def find_capacity(
             if x == 1.0 and load in met:
                 return met[load]
             sizes[load] = sustained_size(windows, load, judged, longest)
-            return attainment(load, replace(config, num_requests=sizes[load]))
+            sized = replace(config, scenarios=(scenario,), num_requests=sizes[load])  # a replay beside it keeps its own
+            return attainment(load, sized)
 
         lo = cap * search_capacity(on_longer, target, on_evaluation, max_load=top / cap)
         cap = top
         size = sizes[lo]
-    row: Row = {"policy": spec.name, "scenario": scenario.name}
+    row: Row = {"policy": spec.name, "scenario": scenario.name, **traffic_label(scenario)}
     if seed is not None:
         row["seed"] = seed
     limited = sustained_only and cap < _MAX_LOAD and lo >= cap
@@ -194,17 +196,19 @@ EXTEND_FACTOR = 64  # the longest window a capacity search grows to, in multiple
 
 def extended_size(config: EvalConfig, scenario: AnyScenario, windows: ScenarioWindows) -> int | None:
     """The longest window a capacity search of ``scenario`` may grow its windows to above the load where they
-    stop being sustained (``EXTEND_FACTOR`` times its size), or None where it keeps them: an episode size the
-    user chose (``config.num_requests``), a trace replay (its windows are the trace's, disjoint per seed) and
-    a cluster scenario (a replay too)."""
-    if config.num_requests is not None or not _generated(scenario, windows):
+    stop being sustained (``EXTEND_FACTOR`` times its size), or None where it keeps them: a trace replay,
+    single-node or a cluster's (its windows are the trace's, disjoint per seed), and a generated scenario of an
+    episode size the user chose (``config.num_requests``), but for traffic fitted to a trace, which exists to
+    be grown (``--num-requests`` sizes its first windows, and the replay's beside it)."""
+    if not _generated(scenario, windows) or (config.num_requests is not None and not traffic_label(scenario)):
         return None
     return min(MAX_EPISODE_REQUESTS, EXTEND_FACTOR * windows.num_requests)
 
 
 def _generated(scenario: AnyScenario, windows: ScenarioWindows) -> bool:
-    """Whether ``scenario``'s windows are generated traffic (any size a search asks for), not a trace's."""
-    return not isinstance(scenario, ClusterScenario) and not isinstance(windows.source, TraceSource)
+    """Whether ``scenario``'s windows are generated traffic (any size a search asks for), not a trace's: a
+    cluster scenario's too, when its base scenario's traffic is generated (fitted to a trace)."""
+    return not isinstance(windows.source, TraceSource)
 
 
 def sustained_size(windows: ScenarioWindows, load: float, seeds: Sequence[int], longest: int) -> int:
@@ -261,9 +265,10 @@ def verdict_notes(config: EvalConfig, rows: Sequence[Row]) -> list[str]:
     """One line per scenario of ``config`` where some capacity of ``rows`` is only a lower bound
     (``window_limited``): how many, where its windows stop being sustained, and what would give a verdict with
     the data at hand: on a trace's val or test part, fewer seeds (one window of the whole part) and how far that
-    is sustained, and the window size (and part size, for the seeds asked) that would be sustained at twice the
-    load; for a generated scenario run with ``--num-requests``, to leave it out (the search then grows them);
-    elsewhere (a search whose grown windows reached their limit) the ``--num-requests`` that would be."""
+    is sustained, the window size (and part size, for the seeds asked) that would be sustained at twice the
+    load, and traffic fitted to the trace (``--fitted-traffic``); for a generated scenario run with
+    ``--num-requests``, to leave it out (the search then grows them); elsewhere (a search whose grown windows
+    reached their limit) the ``--num-requests`` that would be."""
     lines = []
     for scenario in config.scenarios:
         mine = [r for r in rows if r.get("scenario") == scenario.name]
@@ -286,7 +291,8 @@ def verdict_notes(config: EvalConfig, rows: Sequence[Row]) -> list[str]:
             lines.append(
                 head + f"--seeds 0 --num-requests {held} (one window of the whole part) is sustained up to load "
                 f"{whole:.3g}; {count} windows sustained up to about {2 * cap:.3g} need about {double} requests "
-                f"each, a {config.split} part of about {double * count} requests (a longer trace)"
+                f"each, a {config.split} part of about {double * count} requests (a longer trace); or "
+                "--fitted-traffic (generated traffic fitted to the trace, as long as each load needs, labelled)"
             )
         elif config.num_requests is not None and _generated(scenario, windows):
             lines.append(head + "leave out --num-requests (the search then grows the windows with the load)")
@@ -306,12 +312,17 @@ def summarize_capacity(rows: Sequence[Row], merge: bool = True) -> list[Row]:
         groups.setdefault((r["scenario"], r["policy"]), []).append(r)
     out = []
     for (scenario, policy), group in groups.items():
-        agg: Row = {"policy": policy, "scenario": scenario, "num_seeds": len(group)}
+        agg: Row = {"policy": policy, "scenario": scenario, **_traffic(group), "num_seeds": len(group)}
         for key in ("capacity_load", "capacity_rps"):
             agg[f"{key}_mean"], agg[f"{key}_ci95"] = mean_ci95([float(r[key]) for r in group])
         agg["num_window_limited"] = sum(bool(r.get("window_limited", False)) for r in group)
         out.append(agg)
     return merge_identical(out, rows, fallback=False) if merge else out
+
+
+def _traffic(rows: Sequence[Row]) -> Row:
+    """The ``traffic`` label the rows of one group carry (fitted traffic: ``config.traffic_label``), if any."""
+    return {"traffic": rows[0]["traffic"]} if rows and rows[0].get("traffic") else {}
 
 
 def search_key(row: Row) -> tuple[str, str, int | None]:

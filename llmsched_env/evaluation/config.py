@@ -37,10 +37,17 @@ from llmsched_env.workloads.library import SCENARIOS
 from llmsched_env.workloads.prediction import LengthPredictor
 from llmsched_env.workloads.scenarios import Scenario, check_episode_size, check_split
 
-__all__ = ["AnyScenario", "EvalConfig", "InputError", "Row"]
+__all__ = ["AnyScenario", "EvalConfig", "InputError", "Row", "traffic_label"]
 
 Row = dict[str, Any]  # one run's (or one summary group's) keys and metrics
 AnyScenario = Scenario | ClusterScenario
+
+
+def traffic_label(scenario: AnyScenario) -> dict[str, str]:
+    """``{"traffic": "fitted to FILE"}`` for a scenario (or a cluster's base scenario) of generated traffic
+    fitted to a trace (``workloads.fitted``), else ``{}``: the key every row of such a scenario carries."""
+    base = scenario.scenario() if isinstance(scenario, ClusterScenario) else scenario
+    return {"traffic": base.traffic} if base.traffic else {}
 
 
 class InputError(ValueError):

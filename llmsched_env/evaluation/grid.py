@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmsched_env.decision.policy_spec import PolicySpec
 from llmsched_env.envs.episode import run_episode
-from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row
+from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row, traffic_label
 from llmsched_env.evaluation.details import episode_details
 from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
 from llmsched_env.evaluation.identity import TRAJECTORY, trajectory_fingerprint
@@ -106,7 +106,8 @@ def run_cell(
                 acting = policy.make(env, seed)
             metrics = run_episode(env, acting, seed)
             sim = getattr(u, "sim", None)  # None for a cluster (no per-request plot details)
-        row: Row = {"policy": policy.name, "scenario": scenario.name, "load": load, "seed": seed}
+        row: Row = {"policy": policy.name, "scenario": scenario.name, **traffic_label(scenario), "load": load}
+        row["seed"] = seed
         row.update(metrics)
         row["wall_s"] = time.perf_counter() - t0
         row["sustained"] = windows.span(seed, load).sustained  # evaluation.sustained: a rate, not a burst

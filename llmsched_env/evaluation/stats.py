@@ -63,6 +63,8 @@ def summarize(rows: Sequence[dict[str, Any]], merge: bool = True) -> list[dict[s
     out = []
     for (policy, scenario, load), runs in groups.items():
         agg: dict[str, Any] = {"policy": policy, "scenario": scenario, "load": load, "num_seeds": len(runs)}
+        if runs[0].get("traffic"):  # generated traffic fitted to a trace (evaluation.config.traffic_label)
+            agg["traffic"] = runs[0]["traffic"]
         for key in SUMMARY_METRICS:
             agg[f"{key}_mean"], agg[f"{key}_ci95"] = mean_ci95([r[key] for r in runs])
         if all("sustained" in r for r in runs):  # every seed's window lasts long enough at this load

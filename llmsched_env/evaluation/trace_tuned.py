@@ -1,7 +1,7 @@
 """The user's tuned rival on a trace of their own: the key of its entry, the user's table, and the lookup.
 
     key = trace_key(options, scenario)                      # "azure_code@3f0c9e1a2b4d" and what it hashes
-    spec = trace_tuned_policy(resolve_policy("tuned"), scenario, key, command="llmsched-tune --trace ...")
+    spec = trace_tuned_policy(resolve_policy("tuned"), [(scenario, key)], command="llmsched-tune --trace ...")
 
 ``llmsched-tune --trace FILE [trace options]`` stores its entry under ``trace_key``: the trace's stem, ``@``, and
 12 hex digits of a SHA-256 over the file's content and every option that shapes the workload or the engine
@@ -32,7 +32,7 @@ from llmsched_env.common.files import TRACE_BYTES, open_regular
 from llmsched_env.decision.policy_spec import PolicySpec
 from llmsched_env.decision.tuned_table import TunedTable, load_tuned_table
 from llmsched_env.evaluation.tuning import shipped_table
-from llmsched_env.workloads.scenarios import Scenario
+from llmsched_env.workloads.scenarios import Scenario, TraceSource
 
 __all__ = [
     "KEY_DIGITS",
@@ -118,6 +118,8 @@ def trace_key(options: Mapping[str, Any], scenario: Scenario, *, cost_model: str
     if model_path.suffix == ".json" and model_path.is_file():  # a fitted model's file: its content counts
         identity["cost_model_sha256"] = _sha256(model_path)
     identity["engine"] = asdict(scenario.engine)
+    if scenario.traffic:  # traffic fitted to the trace (workloads.fitted): settings of its own
+        identity["traffic"] = "fitted"
     where = {"trace", "cost_model"} if "cost_model_sha256" in identity else {"trace"}
     hashed = {k: v for k, v in identity.items() if k not in where}  # the files' content counts, not where they lie
     text = json.dumps(hashed, sort_keys=True, separators=(",", ":"))
@@ -128,12 +130,12 @@ def trace_key(options: Mapping[str, Any], scenario: Scenario, *, cost_model: str
 def val_episode_size(scenario: Scenario, seeds: Sequence[int]) -> int | None:
     """The episode size a search on ``scenario``'s val part uses by default: the scenario's own, cut down until
     the part holds a disjoint window for each of ``seeds`` (seed ``s`` replays the ``s``-th window); None for a
-    generated (length-only) source, whose episodes share no request at any size. ``ValueError`` naming the file
-    when the part holds fewer requests than ``max(seeds) + 1``."""
+    generated source (length-only, or fitted to the trace), whose episodes share no request at any size.
+    ``ValueError`` naming the file when the part holds fewer requests than ``max(seeds) + 1``."""
     source = scenario.make_source("val", 1.0)  # the SLO scale does not change the part's size
-    trace = getattr(source, "trace", None)
-    if trace is None:
+    if not isinstance(source, TraceSource):
         return None
+    trace = source.trace
     fit = len(trace) // (max(seeds) + 1)
     if fit < 1:
         raise ValueError(
@@ -162,19 +164,23 @@ def find_trace_entry(key: str, tables: Sequence[Path]) -> tuple[Path, Mapping[st
     return None
 
 
-def trace_tuned_policy(spec: PolicySpec, scenario: Scenario, key: TraceKey, command: str) -> PolicySpec:
-    """``spec`` (a ``tuned`` policy: plain ``tuned`` or ``NAME=TABLE.json``) playing the entry of ``key``
-    on ``scenario``: a one-entry table under the scenario's name, so ``tuned`` finds it by
-    ``PolicyContext.scenario`` as it finds a library scenario's. ``ValueError`` in one line when no table
-    holds the key, giving ``command``, the one that makes the entry."""
+def trace_tuned_policy(spec: PolicySpec, keyed: Sequence[tuple[Scenario, TraceKey]], command: str) -> PolicySpec:
+    """``spec`` (a ``tuned`` policy: plain ``tuned`` or ``NAME=TABLE.json``) playing, on each scenario of
+    ``keyed``, the entry of its key: a table of those entries under the scenarios' names, so ``tuned`` finds
+    each by ``PolicyContext.scenario`` as it finds a library scenario's. ``ValueError`` in one line when no
+    table holds a key, giving ``command``, the one that makes the entries."""
     tables = trace_tables(spec.table)
-    found = find_trace_entry(key.key, tables)
-    if found is None:
-        where = " or ".join(str(t) for t in tables)
-        raise ValueError(
-            f"policy {spec.name!r}: no tuned settings for trace {key.trace} with these options (key {key.key}) "
-            f"in {where}; make them (on the trace's val part) with: {command}"
-        )
-    path, entry = found
-    table = TunedTable(str(path), {scenario.name: entry}, tune_command=command)
+    entries: dict[str, Mapping[str, Any]] = {}
+    where: list[str] = []
+    for scenario, key in keyed:
+        found = find_trace_entry(key.key, tables)
+        if found is None:
+            places = " or ".join(str(t) for t in tables)
+            raise ValueError(
+                f"policy {spec.name!r}: no tuned settings for trace {key.trace} with these options (key {key.key}) "
+                f"in {places}; make them (on the trace's val part) with: {command}"
+            )
+        path, entries[scenario.name] = found
+        where.append(str(path))
+    table = TunedTable(" and ".join(dict.fromkeys(where)), entries, tune_command=command)
     return PolicySpec(spec.name, baseline=TUNED, table=table)

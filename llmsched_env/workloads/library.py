@@ -11,8 +11,9 @@ from llmsched_env.common.registry import Registry
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.engine.remote_kv import RemoteKVConfig
 from llmsched_env.workloads.arrivals import GammaArrivals, OnOff, Ramp
+from llmsched_env.workloads.fitted import fitted_scenario
 from llmsched_env.workloads.lengths import LengthDist
-from llmsched_env.workloads.public_traces import trace_path
+from llmsched_env.workloads.public_traces import TRACE_FILES, trace_path
 from llmsched_env.workloads.scenarios import (
     RequestSource,
     Scenario,
@@ -25,7 +26,7 @@ from llmsched_env.workloads.scenarios import (
 from llmsched_env.workloads.traces import load_azure, load_mooncake, load_trace
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig, default_workload
 
-__all__ = ["SCENARIOS", "get_scenario", "list_scenarios"]
+__all__ = ["SCENARIOS", "get_scenario", "list_scenarios", "mixture_scenarios"]
 
 # Engines: the default (Llama-3-8B, 64k KV tokens) and a long-context one for Mooncake's 12k-token prompts.
 LONG_CONTEXT = EngineConfig(
@@ -220,6 +221,17 @@ for _s in (
     ),
 ):
     SCENARIOS.register(_s.name, _s)
+# Generated traffic fitted to a replayed trace's parts (workloads.fitted), for loads its windows do not sustain:
+# `azure-conv`'s test part holds five 433-request windows, sustained only up to about 1.9x its nominal rate.
+for _base, _file in (("azure-conv", TRACE_FILES["azure-conv"]), ("mooncake-conv", TRACE_FILES["mooncake-conv"])):
+    _s = fitted_scenario(SCENARIOS.get(_base), _file)
+    SCENARIOS.register(_s.name, _s)
 
 list_scenarios = SCENARIOS.names
 get_scenario = SCENARIOS.get
+
+
+def mixture_scenarios() -> list[str]:
+    """The library scenarios with traffic of their own (not fitted to another's trace): those the generalist
+    trains on and is selected on (``LLMSched-Mix-v0``'s default)."""
+    return [name for name in list_scenarios() if not get_scenario(name).traffic]

@@ -50,6 +50,7 @@ __all__ = [
     "slo_scale",
     "split_bounds",
     "split_rows",
+    "split_stream",
     "trace_dir",
     "trace_path",
     "trace_tenants",
@@ -82,6 +83,11 @@ class RequestSource(Protocol):
 # Random stream of each split of a synthetic workload. "val" keeps the stream the former "eval" split drew
 # from (the shipped checkpoints were chosen on it); "test" is a stream no choice has seen.
 _SPLIT_STREAM = {"train": 0, "val": 1, "test": 2}
+
+
+def split_stream(split: str) -> int:
+    """The number of ``split``'s random stream (generated episodes of each split draw from their own)."""
+    return _SPLIT_STREAM[check_split(split)]
 
 
 def check_split(split: object) -> str:
@@ -127,7 +133,7 @@ class SyntheticSource:
     ) -> list[Request]:
         """``num_requests`` generated requests at ``load``; ``window`` is ignored (generated episodes share no
         request whatever their seeds: there is nothing to cut into windows)."""
-        stream = np.random.default_rng([_SPLIT_STREAM[self.split], int(rng.integers(2**63))])
+        stream = np.random.default_rng([split_stream(self.split), int(rng.integers(2**63))])
         wl = replace(self.workload, num_requests=num_requests)
         return generate(wl.scaled(load) if load != 1.0 else wl, stream)
 
@@ -226,6 +232,7 @@ class Scenario:
     cost_model: str = REFERENCE_COST_MODEL
     num_requests: int = 1000
     remote_kv: RemoteKVConfig | None = None
+    traffic: str = ""  # "" for the scenario's own traffic; "fitted to FILE" for traffic generated from a trace
     # Sources built so far, per (split, SLO scale): each scenario object keeps its own, so two scenarios
     # sharing a name (two user workloads, two trace files with the same stem) never share requests.
     _sources: dict[tuple[str, float], RequestSource] = field(
