@@ -18,14 +18,19 @@ from agents.sb3 import ALGOS, MASKED_ALGOS
 from baselines.tuned import SHIPPED_TABLE
 from llmsched_env.decision.tuned_table import load_tuned_table
 from llmsched_env.runtime.policy_file import ACTIVATIONS, ExportedPolicy, action_options, load_policy_file
+from llmsched_env.workloads.library import mixture_scenarios
 
 __all__ = ["check_init", "init_from_policy", "init_network", "knee_loads"]
 
 
 def knee_loads(table: str | Path = SHIPPED_TABLE) -> dict[str, float]:
-    """Scenario -> the best named heuristic's val capacity (load), from a tuned-settings table's provenance."""
+    """Scenario -> the best named heuristic's val capacity (load), from a tuned-settings table's provenance, for
+    the scenarios of the generalist's mixture (``mixture_scenarios``: not those of fitted traffic)."""
     out: dict[str, float] = {}
+    mixture = set(mixture_scenarios())
     for name, entry in load_tuned_table(table).entries.items():
+        if name not in mixture:
+            continue
         reference = entry["provenance"].get("reference_capacity_load") or {}
         loads = [float(v) for v in reference.values() if isinstance(v, (int, float))]
         if loads:

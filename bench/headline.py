@@ -33,6 +33,7 @@ from llmsched_env.decision.lookahead import is_bound
 from llmsched_env.evaluation.capacity import read_per_seed, read_window_limited
 from llmsched_env.evaluation.identity import TRAJECTORY, identical_groups, read_trajectories
 from llmsched_env.evaluation.stats import mean_ci95
+from llmsched_env.workloads.fitted import FITTED_SUFFIX
 
 AGENT, TUNED = "agent", "tuned"
 LEARNED = ("agent", "learned", "quick")  # trained policies (per-scenario agents, generalists): never "baselines"
@@ -167,6 +168,13 @@ def markdown(rows: list[dict[str, object]], learned: str = "agent", rival_word: 
             "≥: at some seed the search reached the largest load at which that seed's window is sustained "
             "and still met the target there (window-limited), so the mean is a lower bound; ratios and "
             "differences with such a cell bound the true ones from one side only.",
+        ]
+    if any(str(r["scenario"]).endswith(FITTED_SUFFIX) for r in rows):
+        lines += [
+            "",
+            f"`*{FITTED_SUFFIX}`: generated traffic, fitted to the trace's test part (per-tenant Gamma arrivals at its "
+            "rate and burstiness, its rows drawn in rounds: docs/workloads.md, \"Traffic fitted to a trace\"), on "
+            "windows as long as each load needs; not a replay of the trace.",
         ]
     return "\n".join(lines)
 

@@ -217,3 +217,29 @@ def test_bad_tables_and_teacher_spellings_are_refused_in_one_line(
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert info.value.code == 2 and "training teacher's candidate" in err and "--policies tuned" in err
     check_teacher("tuned,tuned:mixed-slo")  # training keeps tuned:SCENARIO as a teacher
+
+
+def test_fitted_traffic_is_tuned_beside_the_replay_and_each_plays_its_own_entry(
+    tmp_path: Path, user_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--fitted-traffic``: one entry per scenario (the replay's, the fitted traffic's, under keys of their own);
+    a missing one is one line giving the tune command with ``--fitted-traffic``; evaluate binds each scenario's."""
+    trace = write_trace(tmp_path / "mytrace.csv")
+    opts = cli_options(trace)
+    assert tune.main([*opts, *TINY]) == 0  # the replay's entry alone
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        evaluate.main([*opts, "--fitted-traffic", "--num-requests", "50", "--policies", "tuned", "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "(key mytrace-fitted@" in err and err.endswith("--fitted-traffic")
+    assert tune.main([*opts, "--fitted-traffic", *TINY]) == 0
+    entries = load_tuned_table(user_dir).entries
+    assert sorted(k.split("@")[0] for k in entries) == ["mytrace", "mytrace-fitted"]
+    fitted_key = next(k for k in entries if k.startswith("mytrace-fitted@"))
+    assert entries[fitted_key]["provenance"]["trace"]["traffic"] == "fitted"
+    _, config = evaluate.parse([*opts, "--fitted-traffic", "--num-requests", "50", "--policies", "tuned"])
+    (spec,) = config.policies
+    for scenario in config.scenarios:
+        env = config.make_env(scenario, 1.0)
+        key = next(k for k in entries if k.split("@")[0] == scenario.name)
+        assert settings_of(spec.make(env, 0).decision) == entries[key]["settings"]
