@@ -51,7 +51,7 @@ from llmsched_env.commands.evaluate_args import (
 from llmsched_env.commands.help import DefaultsFormatter, program
 from llmsched_env.common.outputs import check_output
 from llmsched_env.decision.tuned_table import load_tuned_table, write_tuned_entries
-from llmsched_env.evaluation.trace_tuned import USER_TABLE_ENV, TraceKey, trace_key, user_table, val_episode_size
+from llmsched_env.evaluation.trace_tuned import USER_TABLE_ENV, TraceKey, trace_keys, user_table, val_episode_size
 from llmsched_env.evaluation.tuning import TuneConfig, tune_scenario
 from llmsched_env.workloads.library import get_scenario, list_scenarios
 
@@ -133,7 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             scenarios = trace_scenarios(p, args, limits)
             command = shlex.join([PROG[0], *(argv if argv is not None else sys.argv[1:])])
             options = trace_options(args)  # the key: the file's content and these, as llmsched-evaluate sees them
-            keys = {s.name: trace_key(options, s, cost_model=args.cost_model) for s in scenarios}
+            named = trace_keys(options, scenarios, cost_model=args.cost_model)
+            keys = {scenario.name: key for scenario, key in zip(scenarios, named, strict=True)}
         configs = {}  # per scenario: a trace's val part cut into a disjoint window per seed
         for scenario in scenarios:
             scenario = get_scenario(scenario) if isinstance(scenario, str) else scenario

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
-from llmsched_env.evaluation.trace_tuned import trace_key, trace_tuned_policy
+from llmsched_env.evaluation.trace_tuned import trace_keys, trace_tuned_policy
 from llmsched_env.workloads.scenarios import Scenario
 
 __all__ = ["TUNE_PROG", "trace_policies", "trace_tune_command"]
@@ -78,7 +78,7 @@ def trace_policies(
     specs = [resolve_policy(entry) for entry in entries]
     if not any(spec.baseline == "tuned" for spec in specs):
         return specs
-    keyed = [(scenario, trace_key(options, scenario, cost_model=cost_model)) for scenario in scenarios]
+    keyed = list(zip(scenarios, trace_keys(options, scenarios, cost_model=cost_model), strict=True))
     fitted = any(scenario.traffic for scenario in scenarios)
     out: list[PolicySpec] = []
     for spec in specs:

@@ -41,7 +41,7 @@ from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
 from llmsched_env.evaluation.grid import run_cell, runners_for
 from llmsched_env.evaluation.identity import TRAJECTORY, combine_fingerprints, merge_identical
 from llmsched_env.evaluation.progress import Progress
-from llmsched_env.evaluation.stats import mean_ci95
+from llmsched_env.evaluation.stats import group_traffic, mean_ci95
 from llmsched_env.evaluation.sustained import ScenarioWindows, env_windows, scenario_windows
 from llmsched_env.workloads.scenarios import TraceSource
 
@@ -200,14 +200,14 @@ def extended_size(config: EvalConfig, scenario: AnyScenario, windows: ScenarioWi
     single-node or a cluster's (its windows are the trace's, disjoint per seed), and a generated scenario of an
     episode size the user chose (``config.num_requests``), but for traffic fitted to a trace, which exists to
     be grown (``--num-requests`` sizes its first windows, and the replay's beside it)."""
-    if not _generated(scenario, windows) or (config.num_requests is not None and not traffic_label(scenario)):
+    if not _generated(windows) or (config.num_requests is not None and not traffic_label(scenario)):
         return None
     return min(MAX_EPISODE_REQUESTS, EXTEND_FACTOR * windows.num_requests)
 
 
-def _generated(scenario: AnyScenario, windows: ScenarioWindows) -> bool:
-    """Whether ``scenario``'s windows are generated traffic (any size a search asks for), not a trace's: a
-    cluster scenario's too, when its base scenario's traffic is generated (fitted to a trace)."""
+def _generated(windows: ScenarioWindows) -> bool:
+    """Whether ``windows`` are generated traffic (any size a search asks for), not a trace's: a cluster
+    scenario's too, when its base scenario's traffic is generated (fitted to a trace)."""
     return not isinstance(windows.source, TraceSource)
 
 
@@ -294,7 +294,7 @@ def verdict_notes(config: EvalConfig, rows: Sequence[Row]) -> list[str]:
                 f"each, a {config.split} part of about {double * count} requests (a longer trace); or "
                 "--fitted-traffic (generated traffic fitted to the trace, as long as each load needs, labelled)"
             )
-        elif config.num_requests is not None and _generated(scenario, windows):
+        elif config.num_requests is not None and _generated(windows):
             lines.append(head + "leave out --num-requests (the search then grows the windows with the load)")
         else:
             lines.append(head + f"about --num-requests {double} is sustained up to about load {2 * cap:.3g}")
@@ -312,17 +312,12 @@ def summarize_capacity(rows: Sequence[Row], merge: bool = True) -> list[Row]:
         groups.setdefault((r["scenario"], r["policy"]), []).append(r)
     out = []
     for (scenario, policy), group in groups.items():
-        agg: Row = {"policy": policy, "scenario": scenario, **_traffic(group), "num_seeds": len(group)}
+        agg: Row = {"policy": policy, "scenario": scenario, **group_traffic(group), "num_seeds": len(group)}
         for key in ("capacity_load", "capacity_rps"):
             agg[f"{key}_mean"], agg[f"{key}_ci95"] = mean_ci95([float(r[key]) for r in group])
         agg["num_window_limited"] = sum(bool(r.get("window_limited", False)) for r in group)
         out.append(agg)
     return merge_identical(out, rows, fallback=False) if merge else out
-
-
-def _traffic(rows: Sequence[Row]) -> Row:
-    """The ``traffic`` label the rows of one group carry (fitted traffic: ``config.traffic_label``), if any."""
-    return {"traffic": rows[0]["traffic"]} if rows and rows[0].get("traffic") else {}
 
 
 def search_key(row: Row) -> tuple[str, str, int | None]:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from llmsched_env.evaluation.identity import merge_identical
 
-__all__ = ["SUMMARY_METRICS", "mean_ci95", "summarize", "t_quantile_975"]
+__all__ = ["SUMMARY_METRICS", "group_traffic", "mean_ci95", "summarize", "t_quantile_975"]
 
 # metrics aggregated over seeds (summary.csv: NAME_mean, NAME_ci95) -> short header of the summary table
 SUMMARY_METRICS = {
@@ -51,6 +51,13 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
     return float(x.mean()), t_quantile_975(x.size - 1) * float(x.std(ddof=1)) / math.sqrt(x.size)
 
 
+def group_traffic(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``{"traffic": label}`` when the rows of one summary group carry a ``traffic`` label (generated traffic
+    fitted to a trace: ``evaluation.config.traffic_label``; every row of a scenario carries the same), else
+    ``{}``."""
+    return {"traffic": rows[0]["traffic"]} if rows and rows[0].get("traffic") else {}
+
+
 def summarize(rows: Sequence[dict[str, Any]], merge: bool = True) -> list[dict[str, Any]]:
     """One row per (policy, scenario, load) of the grid ``rows``, in first-seen order: ``num_seeds`` and, for
     each of ``SUMMARY_METRICS``, ``NAME_mean`` and ``NAME_ci95`` over its seeds, and ``sustained`` (every
@@ -63,8 +70,7 @@ def summarize(rows: Sequence[dict[str, Any]], merge: bool = True) -> list[dict[s
     out = []
     for (policy, scenario, load), runs in groups.items():
         agg: dict[str, Any] = {"policy": policy, "scenario": scenario, "load": load, "num_seeds": len(runs)}
-        if runs[0].get("traffic"):  # generated traffic fitted to a trace (evaluation.config.traffic_label)
-            agg["traffic"] = runs[0]["traffic"]
+        agg.update(group_traffic(runs))
         for key in SUMMARY_METRICS:
             agg[f"{key}_mean"], agg[f"{key}_ci95"] = mean_ci95([r[key] for r in runs])
         if all("sustained" in r for r in runs):  # every seed's window lasts long enough at this load

@@ -40,6 +40,7 @@ __all__ = [
     "TraceKey",
     "find_trace_entry",
     "trace_key",
+    "trace_keys",
     "trace_tables",
     "trace_tuned_policy",
     "user_table",
@@ -98,12 +99,26 @@ def trace_key(options: Mapping[str, Any], scenario: Scenario, *, cost_model: str
     ``trace_format``, ``trace_rate``, ``trace_slo``, ``tenant_slo``, ``trace_columns``, ``trace_time_unit``) with
     its engine limits applied, under ``cost_model`` (a preset name or JSON path; default: the scenario's).
     ``ValueError`` naming the file if it cannot be read."""
+    (key,) = trace_keys(options, [scenario], cost_model=cost_model)
+    return key
+
+
+def trace_keys(
+    options: Mapping[str, Any], scenarios: Sequence[Scenario], *, cost_model: str | None = None
+) -> list[TraceKey]:
+    """``trace_key`` of each of ``scenarios`` built from the same trace (its replay and its fitted traffic),
+    the file read and hashed once."""
+    digest = _sha256(Path(options["trace"]))
+    return [_trace_key(options, scenario, cost_model, digest) for scenario in scenarios]
+
+
+def _trace_key(options: Mapping[str, Any], scenario: Scenario, cost_model: str | None, digest: str) -> TraceKey:
     path = Path(options["trace"])
     fmt = options.get("trace_format")
     rate = options.get("trace_rate")
     identity: dict[str, Any] = {
         "trace": str(path),
-        "sha256": _sha256(path),
+        "sha256": digest,
         "trace_format": fmt,
         "trace_rate": float(rate) if rate is not None else None,  # None: the trace's own mean rate
         "trace_slo": str(options.get("trace_slo") or "chat"),

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -88,6 +89,12 @@ class FittedSource:
         if not any(f.share > 0 for f in self.fits):
             raise ValueError(f"{self.fitted_to}: the {self.split} part has no request to fit traffic to")
 
+    @cached_property
+    def _prefix_span(self) -> int:
+        """One more than the part's largest prefix id (0 without ids): round ``n``'s ids are shifted by ``n`` x it."""
+        prefix = self.trace.prefix_ids
+        return 1 + max((max(ids) for ids in prefix if ids), default=0) if prefix is not None else 0
+
     @classmethod
     def of_replay(cls, replay: TraceSource, fitted_to: str) -> FittedSource:
         """Traffic fitted to the part that ``replay`` replays, at the same nominal rate and with its tenants."""
@@ -116,16 +123,15 @@ class FittedSource:
                     more = streams[k].gamma(1.0 / cv2, cv2 / f.share, size=need[k] - draws[k].size)
                     last = draws[k][-1] if draws[k].size else 0.0
                     draws[k] = np.concatenate([draws[k], last + np.cumsum(more)])
-            times = np.concatenate(draws)
+            times = np.concatenate(draws)  # at least num_requests: the first draws hold 1.25x every share
             owner = np.concatenate([np.full(d.size, k, dtype=np.int64) for k, d in enumerate(draws)])
             order = np.argsort(times, kind="stable")[:num_requests]
-            end = times[order[-1]] if order.size else 0.0
             # exact once every tenant's draws reach past the last arrival kept (or it drew none at all)
-            short = [k for k, d in enumerate(draws) if d.size and order.size == num_requests and d[-1] < end]
-            if order.size == num_requests and not short:
+            short = [k for k, d in enumerate(draws) if d.size and d[-1] < times[order[-1]]]
+            if not short:
                 break
-            for k in short or [k for k, f in enumerate(self.fits) if f.share > 0]:
-                need[k] = 2 * max(need[k], 1)
+            for k in short:
+                need[k] *= 2
         arrivals, tenants = times[order] / rate, owner[order]
         return self._requests(arrivals, tenants, streams)
 
@@ -142,9 +148,7 @@ class FittedSource:
             order = np.concatenate([streams[k].permutation(f.rows) for _ in range(count)])
             rows[mine] = order[: mine.size]
             rounds[mine] = np.arange(mine.size) // f.rows.size
-        prefix = trace.prefix_ids
-        span = 1 + max((max(ids) for ids in prefix if ids), default=0) if prefix is not None else 0
-        pit = trace.prefix_id_tokens
+        prefix, span, pit = trace.prefix_ids, self._prefix_span, trace.prefix_id_tokens
         out = []
         columns = (arrivals.tolist(), rows.tolist(), tenants.tolist(), rounds.tolist())
         for i, (a, r, k, n) in enumerate(zip(*columns, strict=True)):
