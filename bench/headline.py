@@ -12,7 +12,8 @@ with ``(bound, not deployable)``, ``llmsched_env.decision.lookahead``) is never 
 one is present, three more columns give the bound's capacity and where ``tuned`` and the agent stand between
 the best named baseline and it, as the share of that gap they close, (x − best named) / (bound − best named)
 on the means (1: at the bound; below 0: behind the best named; "—" when the bound does not exceed the best
-named). Named baselines that played every seed's
+named). A router scenario with no trained router (``cluster-azure-conv-pd``) still gets its row: its rules and
+bound, "—" for the agent's columns. Named baselines that played every seed's
 search alike (the same ``trajectory`` fingerprint, ``llmsched_env.evaluation.identity``; never a mere tie on
 capacity) are one candidate, labelled with the others, e.g. `fcfs` (= `lpm`, `vtc`). Prints a Markdown table,
 writes it to ``OUT.md`` and a bar chart of the capacities (with their intervals) to ``OUT.png``. Reads files
@@ -61,9 +62,10 @@ def collect(results: Path, agent: str = AGENT) -> list[dict[str, object]]:
     for scenario, all_caps in sorted(caps_of.items()):
         caps = {p: c for p, c in all_caps.items() if (p == agent or p not in LEARNED) and not is_bound(p)}
         bounds = {p: c for p, c in all_caps.items() if is_bound(p)}  # lookahead: a reference, never a rival
-        if agent not in caps or len(caps) < 2:
+        judged = agent in caps  # a router scenario with no trained router still shows its rules and bound
+        if not (judged or scenario.startswith("cluster-")) or len(caps) < (2 if judged else 1):
             continue
-        seeds = sorted(caps[agent])
+        seeds = sorted(caps[agent] if judged else next(iter(caps.values())))
         for policy, by_seed in caps.items():
             if sorted(by_seed) != seeds:
                 raise SystemExit(f"{results}: {scenario}: {policy} has seeds {sorted(by_seed)}, the agent {seeds}")
@@ -73,9 +75,9 @@ def collect(results: Path, agent: str = AGENT) -> list[dict[str, object]]:
         named = {p: m for p, m in mean.items() if p not in (agent, TUNED) and p not in merged}
         best_named = max(named, key=named.__getitem__) if named else None
         rival = max((p for p in mean if p != agent and p not in merged), key=mean.__getitem__)
-        mine = [caps[agent][s] for s in seeds]
-        other = [caps[rival][s] for s in seeds]
-        named_caps = [caps[best_named][s] for s in seeds] if best_named else []
+        mine = [caps[agent][s] for s in seeds] if judged else []
+        other = [caps[rival][s] for s in seeds] if judged else []
+        named_caps = [caps[best_named][s] for s in seeds] if best_named and judged else []
         bound = max(bounds, key=lambda b: np.mean(list(bounds[b].values()))) if bounds else None
         if bound is not None and sorted(bounds[bound]) != seeds:
             raise SystemExit(f"{results}: {scenario}: {bound} has seeds {sorted(bounds[bound])}, the agent {seeds}")
@@ -89,7 +91,8 @@ def collect(results: Path, agent: str = AGENT) -> list[dict[str, object]]:
             "gap_closed": {p: _gap_closed(mean[p], mean[best_named] if best_named else None, bound_mean)
                            for p in (TUNED, agent)
                            if p in mean and not limited.keys() & {p, best_named, bound}},  # a lower bound: none
-            "agent": agent, "ratio": mean[agent] / mean[rival] if mean[rival] > 0 else float("inf"),
+            "agent": agent,
+            "ratio": None if not judged else mean[agent] / mean[rival] if mean[rival] > 0 else float("inf"),
             "paired_ratio": [a / b if b > 0 else float("inf") for a, b in zip(mine, other, strict=True)],
             "paired_diff": [a - b for a, b in zip(mine, other, strict=True)],
             "paired_named": [a / b if b > 0 else float("inf") for a, b in zip(mine, named_caps, strict=True)],
@@ -146,10 +149,12 @@ def markdown(rows: list[dict[str, object]], learned: str = "agent", rival_word: 
         same_as: dict[str, list[str]] = r.get("same_as", {})  # type: ignore[assignment]
         named_cell = f"{_label(named, same_as)} {cell(named)}" if named else "—"  # type: ignore[arg-type]
         versus_named = f"{_fmt(r['paired_named'], 3)}×" if r["paired_named"] else "—"  # type: ignore[arg-type]
+        ratios = "— | — | — |"  # no agent judged here (a router scenario with no trained router)
+        if r["ratio"] is not None:
+            ratios = f"{r['ratio']:.3f}× | {_fmt(r['paired_ratio'], 3)}× | {_fmt(r['paired_diff'])} |"  # type: ignore[arg-type]
         lines.append(
             f"| `{r['scenario']}` | {cell(str(r['agent']))} | {cell(TUNED)} | {named_cell} | {versus_named} | "
-            f"{_label(str(r['rival']), same_as)} | "
-            f"{r['ratio']:.3f}× | {_fmt(r['paired_ratio'], 3)}× | {_fmt(r['paired_diff'])} |"  # type: ignore[arg-type]
+            f"{_label(str(r['rival']), same_as)} | {ratios}"
         )
         if with_bound:
             gaps: dict[str, float | None] = r.get("gap_closed", {})  # type: ignore[assignment]
@@ -173,7 +178,7 @@ def markdown(rows: list[dict[str, object]], learned: str = "agent", rival_word: 
         lines += [
             "",
             f"`*{FITTED_SUFFIX}`: generated traffic, fitted to the trace's test part (per-tenant Gamma arrivals at its "
-            "rate and burstiness, its rows drawn in rounds: docs/workloads.md, \"Traffic fitted to a trace\"), on "
+            'rate and burstiness, its rows drawn in rounds: docs/workloads.md, "Traffic fitted to a trace"), on '
             "windows as long as each load needs; not a replay of the trace.",
         ]
     return "\n".join(lines)
@@ -235,9 +240,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     rows = collect(args.results, args.agent)
     single = [r for r in rows if not str(r["scenario"]).startswith("cluster-")]
     routers = [r for r in rows if str(r["scenario"]).startswith("cluster-")]
-    text = markdown(single, args.agent)
+    parts = [markdown(single, args.agent)] if single or not routers else []
     if routers:
-        text += "\n\nRouters (LLMSchedCluster-v0):\n\n" + markdown(routers, "learned router", "best router")
+        parts.append("Routers (LLMSchedCluster-v0):\n\n" + markdown(routers, "learned router", "best router"))
+    text = "\n\n".join(parts)
     print(text)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomically(out.with_suffix(".md"), text + "\n")

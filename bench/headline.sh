@@ -4,7 +4,8 @@
 # shipped trained router (agent); then the tables (routers: headline.md; the generalist: generalist.md).
 #   bash bench/headline.sh [RESULTS]          (default docs/results/test; one core; see docs/results.md)
 #   SCENARIOS="azure-code bursty" CLUSTERS="" POLICIES=fcfs,tuned,lookahead bash bench/headline.sh RESULTS
-#                                             (a part: those scenarios, no router scenario, those policies)
+#                                             (a part: those scenarios, no router scenario, those policies;
+#                                             RP=POLICIES the same for the router scenarios)
 # The figures in the docs were produced scenario by scenario with these same commands (tuned searched
 # apart, into RESULTS/S-capacity-tuned, as its table was filled; the generalist, random and mixed-slo's vtc
 # into S-capacity-generalist and S-capacity-schema2 on 2026-12-02); bench/headline.py gathers them all.
@@ -16,6 +17,9 @@ OUT=${1:-docs/results/test}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 B=${POLICIES:-fcfs,prefill_first,priority_aging,sjf,sprw,lpm,vtc,kv_guard,sarathi,slo_aware,random,tuned,learned,lookahead}
 R=round_robin,least_outstanding,least_kv_load,prefix_affinity,power_of_two,random
+# the routing bound (evaluation.route_lookahead): the named rules switched every 64 arrivals, each choice played 64
+# arrivals ahead then 64 more under the base rule (the best rule on the episode); RP=POLICIES replaces the whole list
+LB=lookahead:tail=64
 # Episode sizes (--num-requests): a trace replay's test part holds five disjoint windows of at most 433
 # (azure-conv), 143 (azure-code) and 393 (mooncake-conv, remote-kv) requests. A generated scenario (the synthetic
 # ones, and those fitted to a trace: *-fitted) gets none: its capacity searches grow the windows with the load
@@ -38,10 +42,12 @@ for S in ${SCENARIOS-default azure-conv azure-conv-fitted azure-code mooncake-co
       $(sized "$S") --policies "$B" --no-progress --force --out "$OUT/$S-capacity"
 done
 for S in ${CLUSTERS-cluster-azure-conv-4-fitted cluster-azure-conv-8-fitted cluster-mooncake-4-fitted \
-         cluster-mooncake-8-fitted}; do
+         cluster-mooncake-8-fitted cluster-azure-conv-pd-fitted}; do
+  A=policies/${S%-fitted}  # the trained router of the scenario's replay, where one is shipped (none for -pd)
+  [ -d "$A" ] && A=",agent=$A" || A=""
   # shellcheck disable=SC2046
   python evaluate.py --capacity --per-seed --split test --seeds 0,1,2,3,4 --scenarios "$S" ${RESUME:+--resume} \
-      $(sized "$S") --policies "$R,agent=policies/${S%-fitted}" --no-progress --force --out "$OUT/$S-capacity"
+      $(sized "$S") --policies "${RP:-$R$A,$LB}" --no-progress --force --out "$OUT/$S-capacity"
 done
 python bench/headline.py --results "$OUT"
 python bench/headline.py --results "$OUT" --agent learned --out "$OUT/generalist"

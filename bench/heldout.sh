@@ -8,6 +8,10 @@
 # what tuning cost next to what training the generalist cost (RESULTS/tuning.md).
 #   bash bench/heldout.sh [RESULTS] [POLICIES]    (default docs/results/heldout and every named baseline +
 #                                                  learned + tuned; one core, about 30 minutes plus the tuning)
+#   FITTED=1 bash bench/heldout.sh docs/results/heldout-fitted
+#                                                 each trace also judged on traffic fitted to it (--fitted-traffic:
+#                                                 scenario T-fitted beside the replay T, its windows growing with
+#                                                 the load, so its capacities are sustained), tuned on both
 # A POLICIES list re-measures those policies beside the full run, into a folder of their own that no other list
 # writes: RESULTS/T-capacity-generalist for `learned` (the generalist), RESULTS/T-capacity-<p1+p2...> for any
 # other list. bench/headline.py reads every T-capacity* folder, a later one's rows replacing the full run's.
@@ -32,6 +36,8 @@ POL=${POL#,}
 POL=${POL%,}
 TUNING=0
 [[ ",$P," == *,tuned,* ]] && TUNING=1
+F=""
+((${FITTED:-0})) && F=--fitted-traffic
 C="--capacity --per-seed --split test --seeds 0,1,2,3,4 --policies $POL --no-progress --force"
 D=tests/data/heldout
 if ((TUNING)); then
@@ -43,10 +49,10 @@ judge() {  # NAME N TRACE-OPTIONS...: tune on the val part (when tuned is judged
     shift 2
     if ((TUNING)); then
         t0=$SECONDS
-        python -m llmsched_env.commands.tune "$@" --seeds "$TUNE_SEEDS" --out "$TABLE"
+        python -m llmsched_env.commands.tune "$@" $F --seeds "$TUNE_SEEDS" --force --out "$TABLE"
         echo "$name,$((SECONDS - t0))" >> "$TIMES"
     fi
-    python evaluate.py $C --num-requests "$n" "$@" --out "$OUT/$name-capacity$SUFFIX"
+    python evaluate.py $C $F --num-requests "$n" "$@" --out "$OUT/$name-capacity$SUFFIX"
 }
 judge azure_code_1tenant 48 --trace $D/azure_code_1tenant.csv --trace-format azure --trace-slo code_long
 judge sharegpt_12tenants 71 --trace $D/sharegpt_12tenants.csv $G \

@@ -28,7 +28,8 @@ from llmsched_env.evaluation.lookahead import LookaheadPolicy
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.evaluation.vllm_engine import compare_engines
 from llmsched_env.workloads.library import get_scenario
-from tests.bench_scripts import bench_script
+from tests.bench_scripts import bench_script, write_capacities
+from tests.episode_steps import episode_steps
 
 SMALL = "lookahead:k=16,horizon=16,tail=32"
 
@@ -37,18 +38,7 @@ def _env(num_requests: int = 60, scenario: Any = "mixed-slo", load: float = 3.0)
     return gym.make("LLMSched-v1", scenario=scenario, num_requests=num_requests, split="train", load=load)
 
 
-def _steps(env: gym.Env, policy: Any, seed: int) -> tuple[list[tuple[bytes, float]], dict[str, float]]:
-    """Every observation and reward of the episode under ``policy`` (or a factory of it), and its metrics."""
-    u: Any = env.unwrapped
-    obs, _ = env.reset(seed=seed)
-    if not hasattr(policy, "act"):
-        policy = policy(env)
-    out = []
-    while True:
-        obs, reward, terminated, truncated, info = env.step(policy.act(obs, u.action_masks()))
-        out.append((obs.tobytes(), float(reward)))
-        if terminated or truncated:
-            return out, info["metrics"]
+_steps = episode_steps
 
 
 def test_with_the_base_alone_it_replays_tuned_exactly() -> None:
@@ -180,7 +170,8 @@ def test_refused_where_it_cannot_run() -> None:
         assert "\n" not in str(err.value)
 
     refused("slo_aware.*not a static heuristic", policies=["lookahead:base=slo_aware"])
-    refused("cannot run on cluster scenarios", scenarios=["cluster-azure-conv-4"])
+    refused("on cluster scenarios: .*candidates=requests", scenarios=["cluster-azure-conv-4"],
+            policies=["lookahead:candidates=requests"])  # fmt: skip
     refused("cannot run on the torch runtime backend", runtime=RuntimeOptions())
     with pytest.raises(ValueError, match=r"--engine vllm: policy 'lookahead .* vLLM has none"):
         compare_engines(EvalConfig(policies=["lookahead"], num_requests=20))
@@ -206,15 +197,9 @@ def test_refused_where_it_cannot_run() -> None:
 
 def test_the_headline_never_counts_the_bound_and_says_where_tuned_and_the_agent_stand(tmp_path: Path) -> None:
     folder = tmp_path / "s-capacity"
-    folder.mkdir()
     bound = "lookahead" + BOUND_MARK
     caps = {"agent": (2.4, 2.6), "tuned": (2.2, 2.4), "fcfs": (1.9, 2.1), bound: (2.9, 3.1)}
-    with (folder / "results.csv").open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["policy", "scenario", "seed", "capacity_load", "capacity_rps"])
-        for policy, values in caps.items():
-            for seed, cap in enumerate(values):
-                w.writerow([policy, "s", seed, cap, 2 * cap])
+    write_capacities(folder, "s", caps)
     headline = bench_script("headline")
     (row,) = headline.collect(tmp_path)
     assert row["rival"] == "tuned" and row["best_named"] == "fcfs" and row["bound"] == bound

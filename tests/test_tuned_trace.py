@@ -236,7 +236,13 @@ def test_fitted_traffic_is_tuned_beside_the_replay_and_each_plays_its_own_entry(
     entries = load_tuned_table(user_dir).entries
     assert sorted(k.split("@")[0] for k in entries) == ["mytrace", "mytrace-fitted"]
     fitted_key = next(k for k in entries if k.startswith("mytrace-fitted@"))
-    assert entries[fitted_key]["provenance"]["trace"]["traffic"] == "fitted"
+    fitted = entries[fitted_key]["provenance"]
+    replay = next(e["provenance"] for k, e in entries.items() if k != fitted_key)
+    assert fitted["trace"]["traffic"] == "fitted"
+    # the replay ranks settings on bursts past where its short val windows stop being sustained; the fitted traffic
+    # grows them until the probe load is sustained
+    assert not replay["probe_sustained"] and fitted["probe_sustained"]
+    assert fitted["num_requests"] > replay["num_requests"]
     _, config = evaluate.parse([*opts, "--fitted-traffic", "--num-requests", "50", "--policies", "tuned"])
     (spec,) = config.policies
     for scenario in config.scenarios:

@@ -32,6 +32,7 @@ from llmsched_env.engine.config import EngineConfig
 from llmsched_env.envs.options import MAX_EPISODE_REQUESTS, MAX_LOAD, MIN_LOAD
 from llmsched_env.envs.single_node import env_id
 from llmsched_env.evaluation.knob_space import static_decision
+from llmsched_env.evaluation.route_lookahead import check_route_lookahead
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.workloads.library import SCENARIOS
 from llmsched_env.workloads.prediction import LengthPredictor
@@ -201,10 +202,18 @@ class EvalConfig:
             raise ValueError("the torch runtime backend serves single-node scenarios only")
         if self.is_cluster and self.length_prediction is not None:
             raise ValueError("length_prediction applies to single-node scenarios (the routers do not read it)")
-        bounds = [p.name for p in self.policies if p.lookahead is not None]
-        if bounds and (self.is_cluster or self.runtime is not None):
-            where = "cluster scenarios (it is no router)" if self.is_cluster else "the torch runtime backend"
-            raise ValueError(f"policy {bounds[0]!r} plays the simulator forward on snapshots; it cannot run on {where}")
+        bounds = [p for p in self.policies if p.lookahead is not None]
+        if bounds and self.runtime is not None:
+            raise ValueError(
+                f"policy {bounds[0].name!r} plays the simulator forward on snapshots; it cannot run on the torch "
+                "runtime backend"
+            )
+        for p in bounds if self.is_cluster else ():  # the routing bound: rules, not scheduling moves
+            assert p.lookahead is not None
+            try:
+                check_route_lookahead(p.lookahead)
+            except ValueError as exc:
+                raise ValueError(f"policy {p.name!r} on cluster scenarios: {exc}") from None
         right = ROUTERS.names() if self.is_cluster else SCHEDULERS.names()
         misplaced = [p.baseline for p in self.policies if p.baseline and p.baseline not in right]
         if misplaced:
@@ -268,6 +277,8 @@ class EvalConfig:
                                     action_options=options,
                                     action_components=components,
                                 )
+                            elif spec.lookahead is not None and self.is_cluster:
+                                pass  # the routing bound: checked with the kinds (_check_kinds)
                             elif spec.lookahead is not None:  # its base must be a static rule of this space
                                 if spec.lookahead.base != "tuned":  # (no tuned entry: a fallback, said when run)
                                     static_decision(spec.lookahead.base, u.policy_context())

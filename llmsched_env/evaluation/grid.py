@@ -32,6 +32,7 @@ from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
 from llmsched_env.evaluation.identity import TRAJECTORY, trajectory_fingerprint
 from llmsched_env.evaluation.lookahead import lookahead_factory
 from llmsched_env.evaluation.progress import Progress
+from llmsched_env.evaluation.route_lookahead import route_lookahead_factory
 from llmsched_env.evaluation.sustained import env_windows
 
 if TYPE_CHECKING:  # the runtime backend imports torch: only when it runs
@@ -100,8 +101,10 @@ def run_cell(
         else:
             # the lookahead bound plays the env itself forward (evaluation.lookahead); every other policy acts
             # on observations and masks
-            if policy.lookahead is not None:
-                acting: Any = lookahead_factory(policy.lookahead, seed, _tuned_table(config))
+            if policy.lookahead is not None and config.is_cluster:  # the routing bound (evaluation.route_lookahead)
+                acting: Any = route_lookahead_factory(policy.lookahead, seed)
+            elif policy.lookahead is not None:
+                acting = lookahead_factory(policy.lookahead, seed, _tuned_table(config))
             else:
                 acting = policy.make(env, seed)
             metrics = run_episode(env, acting, seed)

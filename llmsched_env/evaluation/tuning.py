@@ -9,7 +9,11 @@ For one scenario, every episode on ``val`` (``test`` is never built), in four st
 1. **Probe load**: the highest val capacity (``find_capacity``, the first two seeds) of the reference heuristics
    (``slo_aware``, ``sjf``). Candidates are scored by SLO attainment at this load, where the best reference sits
    at about 90%: a setting that beats it there is what raises capacity. Capacity itself (a bracket and bisection,
-   8-10 loads x seeds) is too costly to measure for every candidate on a 2-core machine.
+   8-10 loads x seeds) is too costly to measure for every candidate on a 2-core machine. On generated traffic
+   (a synthetic scenario without ``num_requests``, traffic fitted to a trace) the capacities are searched on
+   windows grown to be sustained at each load, and candidates are scored on windows sustained at the probe load,
+   as ``llmsched-evaluate`` judges them; a trace's windows are what they are, and a probe past the load where
+   they stop being sustained ranks settings on bursts (said, and recorded as ``probe_sustained: false``).
 2. **Successive halving** over seeds: the static decision of every static named heuristic plus ``candidates``
    uniformly random knob settings (drawn with ``seed``). Rung 1 runs each on one seed and keeps the best third,
    rung 2 adds two seeds and keeps the best third, rung 3 runs the rest on all seeds. Most candidates are poor
@@ -30,7 +34,7 @@ import datetime
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +46,11 @@ from llmsched_env.decision.policy_spec import PolicySpec
 from llmsched_env.decision.registry import SCHEDULERS
 from llmsched_env.decision.tuned_table import TUNE_COMMAND, TunedTable, settings_of
 from llmsched_env.engine.batch import Decision
-from llmsched_env.evaluation.capacity import find_capacity
+from llmsched_env.evaluation.capacity import extended_size, find_capacity, sustained_size
 from llmsched_env.evaluation.config import EvalConfig
 from llmsched_env.evaluation.grid import run_cell
 from llmsched_env.evaluation.knob_space import STATIC_HEURISTICS, neighbours, random_candidates, static_decision
+from llmsched_env.evaluation.sustained import ScenarioWindows, env_windows
 from llmsched_env.workloads.scenarios import Scenario
 
 __all__ = ["TuneConfig", "TuneResult", "shipped_table", "tune_scenario"]
@@ -133,6 +138,7 @@ class _Search:
     t0: float
     load: float = 1.0  # the probe load, once ``probe`` has found it
     max_sustained: float = math.inf  # the largest load at which the probe's val windows are sustained
+    score_size: int | None = None  # generated traffic: the val windows' size at which the probe load is sustained
     num_episodes: int = 0
     _results: dict[tuple[Decision, int], tuple[float, float]] = field(default_factory=dict)
 
@@ -149,7 +155,8 @@ class _Search:
         """Mean attainment and goodput of ``d`` at the probe load over ``seeds``."""
         missing = [s for s in seeds if (d, s) not in self._results]
         if missing:
-            cfg = self.config.eval_config(self.scenario, missing)
+            sized = self.config if self.score_size is None else replace(self.config, num_requests=self.score_size)
+            cfg = sized.eval_config(self.scenario, missing)
             for row in run_cell(cfg, self.scenario, self.load, self.spec(d)).rows:
                 self._results[(d, row["seed"])] = (row["slo_attainment"], row["goodput_rps"])
             self.num_episodes += len(missing)
@@ -157,14 +164,42 @@ class _Search:
         return float(np.mean([r[0] for r in runs])), float(np.mean([r[1] for r in runs]))
 
     def capacity(self, spec: PolicySpec | str, seeds: Sequence[int]) -> float:
+        """The val capacity of ``spec`` on ``seeds``: on a trace's windows, searched past the load where they stop
+        being sustained (``max_sustained``); on generated traffic, on windows grown to be sustained at every load
+        (as ``llmsched-evaluate``'s search grows them)."""
         cfg = self.config.eval_config(self.scenario, seeds)
 
         def count(_remaining: int) -> None:
             self.num_episodes += len(seeds)
 
-        row = find_capacity(cfg, self.scenario, spec, on_evaluation=count, sustained_only=False)
-        self.max_sustained = float(row["max_sustained_load"])
+        growable = self._longest(seeds) is not None
+        row = find_capacity(cfg, self.scenario, spec, on_evaluation=count, sustained_only=growable)
+        if not growable:
+            self.max_sustained = float(row["max_sustained_load"])
         return float(row["capacity_load"])
+
+    def _windows(self, seeds: Sequence[int]) -> tuple[ScenarioWindows, int | None]:
+        """The val windows of ``seeds`` and the longest a search may grow them to (None: a trace's, kept)."""
+        cfg = self.config.eval_config(self.scenario, seeds)
+        env = cfg.make_env(self.scenario, 1.0)
+        windows = env_windows(env, self.scenario.name)
+        env.close()
+        return windows, extended_size(cfg, self.scenario, windows)
+
+    def _longest(self, seeds: Sequence[int]) -> int | None:
+        return self._windows(seeds)[1]
+
+    def size_for_probe(self) -> None:
+        """On generated traffic whose val windows are not sustained at the probe load, score every setting on
+        windows grown until they are (``sustained_size``, on every seed of the search)."""
+        windows, longest = self._windows(self.config.seeds)
+        if longest is None:
+            return
+        size = sustained_size(windows, self.load, self.config.seeds, longest)
+        self.max_sustained = replace(windows, num_requests=size).max_load(self.config.seeds)
+        if size != windows.num_requests:
+            self.score_size = size
+            self.say(f"val windows of {size} requests, sustained at the probe load (generated traffic)")
 
     def probe(self) -> dict[str, float]:
         """Set ``load`` to the references' highest val capacity on the first two seeds; those capacities."""
@@ -178,6 +213,7 @@ class _Search:
             )
         self.say(f"probe load {self.load:.3f} (val capacity on seeds {list(seeds)}: "
                  + ", ".join(f"{k} {v:.3f}" for k, v in caps.items()) + ")")  # fmt: skip
+        self.size_for_probe()
         if self.load > self.max_sustained:  # a selection load: a short window's burst still ranks settings
             self.say(f"the probe load is past {self.max_sustained:.3g}, the largest at which these val windows "
                      "are sustained (evaluation.sustained): settings are ranked on bursts; longer val windows "
@@ -253,7 +289,7 @@ def tune_scenario(
         "probe_sustained": bool(search.load <= search.max_sustained),
         "probe_seeds": list(config.seeds[:2]),
         "probe_capacity_load": probe_caps,
-        "num_requests": config.num_requests if config.num_requests is not None else sc.num_requests,
+        "num_requests": search.score_size or (sc.num_requests if config.num_requests is None else config.num_requests),
         "val_attainment": score[0],
         "val_goodput_rps": score[1],
         "val_capacity_load": capacity,
