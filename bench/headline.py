@@ -12,8 +12,8 @@ with ``(bound, not deployable)``, ``llmsched_env.decision.lookahead``) is never 
 one is present, three more columns give the bound's capacity and where ``tuned`` and the agent stand between
 the best named baseline and it, as the share of that gap they close, (x − best named) / (bound − best named)
 on the means (1: at the bound; below 0: behind the best named; "—" when the bound does not exceed the best
-named). A router scenario with no trained router (``cluster-azure-conv-pd``) still gets its row: its rules and
-bound, "—" for the agent's columns. Named baselines that played every seed's
+named). A router scenario with no trained policy in its results (``cluster-azure-conv-pd``) still gets its row: its
+rules and bound, "—" for the agent's columns. Named baselines that played every seed's
 search alike (the same ``trajectory`` fingerprint, ``llmsched_env.evaluation.identity``; never a mere tie on
 capacity) are one candidate, labelled with the others, e.g. `fcfs` (= `lpm`, `vtc`). Prints a Markdown table,
 writes it to ``OUT.md`` and a bar chart of the capacities (with their intervals) to ``OUT.png``. Reads files
@@ -62,8 +62,11 @@ def collect(results: Path, agent: str = AGENT) -> list[dict[str, object]]:
     for scenario, all_caps in sorted(caps_of.items()):
         caps = {p: c for p, c in all_caps.items() if (p == agent or p not in LEARNED) and not is_bound(p)}
         bounds = {p: c for p, c in all_caps.items() if is_bound(p)}  # lookahead: a reference, never a rival
-        judged = agent in caps  # a router scenario with no trained router still shows its rules and bound
-        if not (judged or scenario.startswith("cluster-")) or len(caps) < (2 if judged else 1):
+        judged = agent in caps
+        # in the router table (the per-scenario agent judged), a router scenario with no trained policy at all
+        # still shows its rules and bound ("—" for the agent)
+        untrained = agent == AGENT and scenario.startswith("cluster-") and not any(p in LEARNED for p in all_caps)
+        if not (judged or untrained) or len(caps) < (2 if judged else 1):
             continue
         seeds = sorted(caps[agent] if judged else next(iter(caps.values())))
         for policy, by_seed in caps.items():

@@ -112,5 +112,6 @@ def test_the_headline_gives_a_router_scenario_with_no_trained_router_its_rules_a
     assert row["best_named"] == "least_kv_load" and row["bound"] == bound and row["ratio"] is None
     text = headline.markdown([row], "learned router", "best router")
     assert "| `cluster-x` | — | — | `least_kv_load` 1.50 ± 1.27 | — | `least_kv_load` | — | — | — | 1.70 ±" in text
+    assert headline.collect(tmp_path, "learned") == []  # the generalist's table has no router rows
     results.write_text(results.read_text().replace("cluster-x", "single-x"))
     assert headline.collect(tmp_path) == []  # a single-node scenario is judged only with its agent
