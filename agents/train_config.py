@@ -10,6 +10,7 @@ run it; the run folder's ``command.txt`` records it).
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
@@ -374,6 +375,82 @@ def _model_params(algo: str) -> dict[str, Any]:
     }
 
 
+# The range of each numeric hyperparameter a model takes: (low, low included, high, high included, integer).
+# Checked before anything is written, so a value SB3 would refuse after the run folder exists (n_steps=0), or
+# one that trains nonsense without a word (learning_rate=-1, gamma=2, clip_range=-0.2), fails first.
+_INF = float("inf")
+MAX_TIMESTEPS = 10**9  # a budget past this is a typo (the library's runs train 10^4 to 3 x 10^5 steps)
+MAX_ENVS = 256
+MAX_LAYER_WIDTH = 1 << 16  # units in one hidden layer
+MAX_HIDDEN_WEIGHTS = 10**8  # weights between hidden layers, summed over every network of the policy
+HP_RANGES: dict[str, tuple[float, bool, float, bool, bool]] = {
+    "learning_rate": (0.0, False, 1.0, True, False),
+    "n_steps": (1, True, 1 << 20, True, True),
+    "batch_size": (1, True, 1 << 20, True, True),
+    "n_epochs": (1, True, 10_000, True, True),
+    "gamma": (0.0, False, 1.0, True, False),
+    "gae_lambda": (0.0, True, 1.0, True, False),
+    "clip_range": (0.0, False, _INF, False, False),
+    "clip_range_vf": (0.0, False, _INF, False, False),
+    "ent_coef": (0.0, True, _INF, False, False),
+    "vf_coef": (0.0, True, _INF, False, False),
+    "max_grad_norm": (0.0, False, _INF, False, False),
+    "target_kl": (0.0, False, _INF, False, False),
+    "rms_prop_eps": (0.0, False, 1.0, True, False),
+    "buffer_size": (1, True, 1 << 27, True, True),
+    "learning_starts": (0, True, 1 << 40, True, True),
+    "tau": (0.0, False, 1.0, True, False),
+    "train_freq": (1, True, 1 << 20, True, True),
+    "target_update_interval": (1, True, 1 << 40, True, True),
+    "exploration_fraction": (0.0, True, 1.0, True, False),
+    "exploration_initial_eps": (0.0, True, 1.0, True, False),
+    "exploration_final_eps": (0.0, True, 1.0, True, False),
+    "n_timesteps": (1, True, MAX_TIMESTEPS, True, True),
+    "n_envs": (1, True, MAX_ENVS, True, True),
+}
+
+
+def _range_problem(value: Any, bounds: tuple[float, bool, float, bool, bool]) -> str | None:
+    """Why ``value`` is outside ``bounds`` (``HP_RANGES``), or None when it is inside."""
+    low, low_in, high, high_in, integer = bounds
+    if integer and (isinstance(value, bool) or not isinstance(value, int)):
+        return f"must be an integer, got {value!r}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return f"must be a number, got {value!r}"
+    if (value < low or (value == low and not low_in)) or (value > high or (value == high and not high_in)):
+
+        def text(x: float) -> str:
+            return "inf" if x == _INF else f"{int(x):,}" if integer else f"{x:g}"
+
+        span = f"{'[' if low_in else '('}{text(low)}, {text(high)}{']' if high_in else ')'}"
+        return f"must be {'an integer' if integer else 'a number'} in {span}, got {value!r}"
+    return None
+
+
+def _network_problem(policy_kwargs: Any) -> str | None:
+    """Why ``policy_kwargs``' hidden layers are too big (a layer over ``MAX_LAYER_WIDTH`` units, or more than
+    ``MAX_HIDDEN_WEIGHTS`` weights between hidden layers), or malformed; None when they fit."""
+    if policy_kwargs is None:
+        return None
+    if not isinstance(policy_kwargs, Mapping):
+        return f"must be a mapping (e.g. {{net_arch: [128, 128]}}), got {policy_kwargs!r}"
+    arch = policy_kwargs.get("net_arch")
+    if arch is None:
+        return None
+    nets = list(arch.values()) if isinstance(arch, Mapping) else [arch]
+    total = 0
+    for net in nets:
+        if not isinstance(net, (list, tuple)):
+            return f"net_arch must be a list of layer widths (or pi/vf lists), got {arch!r}"
+        for width in net:
+            if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_LAYER_WIDTH:
+                return f"net_arch widths must be integers in [1, {MAX_LAYER_WIDTH}], got {width!r}"
+        total += sum(a * b for a, b in itertools.pairwise(net))
+    if total > MAX_HIDDEN_WEIGHTS:
+        return f"net_arch {arch!r} holds {total:,} weights between hidden layers, over {MAX_HIDDEN_WEIGHTS:,}"
+    return None
+
+
 def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
     """``ValueError`` naming the key for a hyperparameter that ``algo``'s model does not take (with the
     closest known name), a number given as something else (``learning_rate=abc``), a bad run key, or an
@@ -409,6 +486,16 @@ def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
         value = hp.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise fail(key, f"must be an integer >= 1, got {value!r}")
+    for key, bounds in HP_RANGES.items():
+        value = hp.get(key)
+        if value is None or (key in params and not isinstance(params[key], (int, float))):
+            continue  # unset, or a value SB3 takes in another form here (a schedule, a (n, unit) tuple)
+        problem = _range_problem(value, bounds)
+        if problem is not None:
+            raise fail(key, problem)
+    network = _network_problem(hp.get("policy_kwargs"))
+    if network is not None:
+        raise fail("policy_kwargs", network)
     load = hp.get("eval_load")
     if load is not None and not (is_number(load) and load > 0):
         raise fail("eval_load", f"must be a finite number > 0, got {load!r}")

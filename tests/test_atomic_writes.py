@@ -71,3 +71,51 @@ def test_an_unusable_out_is_refused_before_any_work(
     with pytest.raises(SystemExit):  # the command: one usage line, before the grid runs
         evaluate_main(["--scenarios", "default", "--policies", "fcfs", "--num-requests", "20", "--out", str(a_file)])
     assert "--out" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_a_device_fifo_socket_or_link_at_an_output_is_refused_and_left_as_it_was(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    import os
+    import socket
+
+    from llmsched_env.commands.calibrate import main as calibrate_main
+    from llmsched_env.commands.tune import main as tune_main
+    from llmsched_env.common.outputs import check_output
+
+    os.mkfifo(tmp_path / "fifo.json")
+    real = tmp_path / "real.json"
+    real.write_text("{}")
+    (tmp_path / "link.json").symlink_to(real)
+    (tmp_path / "null.json").symlink_to("/dev/null")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock.json"))
+    cases = {
+        "/dev/null": "is a character device",
+        str(tmp_path / "fifo.json"): "is a FIFO",
+        str(tmp_path / "sock.json"): "is a socket",
+        str(tmp_path / "null.json"): "null.json -> /dev/null: is a character device",  # a link: its target
+    }
+    try:
+        for path, kind in cases.items():
+            with pytest.raises(ValueError, match=kind) as err:
+                check_output(path, force=True, file=True)
+            assert "\n" not in str(err.value) and path in str(err.value)
+            with pytest.raises(ValueError, match=kind.split(": ")[-1]):
+                write_text_atomically(path, "x")  # every atomic write refuses it too, whoever checked before
+            for command in (["--scenarios", "mixed-slo", "--seeds", "0", "--out", path, "--force"],):
+                with pytest.raises(SystemExit):
+                    tune_main(command)
+                assert "--out" in capsys.readouterr().err.strip().splitlines()[-1]
+        with pytest.raises(SystemExit):  # before profiling: /dev/null stays a device, /dev/null.samples.csv unmade
+            calibrate_main(["profile", "--model", "tiny", "--out", "/dev/null", "--force"])
+        assert "character device" in capsys.readouterr().err.strip().splitlines()[-1]
+        assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
+        assert not os.path.exists("/dev/null.samples.csv")
+        assert (tmp_path / "null.json").is_symlink()
+        # a link to a regular file is followed: its target is written, the link stays
+        assert check_output(tmp_path / "link.json", file=True) == tmp_path / "link.json"
+        write_text_atomically(tmp_path / "link.json", "new")
+        assert (tmp_path / "link.json").is_symlink() and real.read_text() == "new"
+    finally:
+        sock.close()

@@ -98,6 +98,19 @@ def test_resume_refuses_a_folder_someone_else_wrote_before_loading_or_writing(
         ("eval_load=-1", "'eval_load'"),
         ("env_kwargs.num_requets=30", "'env_kwargs.num_requets' (maskable_ppo; from the hyperparameter file or --hp): "
          "unknown env argument; did you mean 'num_requests'?"),
+        # ranges: each of these failed after the run folder was written, or trained nonsense without a word
+        ("learning_rate=-1", "'learning_rate' (maskable_ppo; from the hyperparameter file or --hp): must be a number "
+         "in (0, 1], got -1"),
+        ("n_steps=0", "'n_steps' (maskable_ppo; from the hyperparameter file or --hp): must be an integer in [1, "),
+        ("batch_size=0", "'batch_size'"),
+        ("n_epochs=-1", "'n_epochs'"),
+        ("gamma=2", "'gamma' (maskable_ppo; from the hyperparameter file or --hp): must be a number in (0, 1], got 2"),
+        ("clip_range=-0.2", "'clip_range' (maskable_ppo; from the hyperparameter file or --hp): must be a number in "
+         "(0, inf), got -0.2"),
+        ("policy_kwargs.net_arch=[100000, 100000]", "net_arch widths must be integers in [1, 65536], got 100000"),
+        ("policy_kwargs.net_arch=[60000, 60000, 60000]", "holds 7,200,000,000 weights between hidden layers"),
+        ("n_timesteps=1000000000000", "'n_timesteps' (maskable_ppo; from the hyperparameter file or --hp): must be an "
+         "integer in [1, 1,000,000,000]"),
     ],
 )  # fmt: skip
 def test_a_bad_hyperparameter_is_one_usage_line_and_writes_no_run_folder(

@@ -48,6 +48,7 @@ __all__ = [
     "FileRefusedError",
     "check_regular_file",
     "csv_records",
+    "file_kind",
     "open_regular",
     "parse_json",
     "read_bytes",
@@ -119,14 +120,15 @@ _KINDS: tuple[tuple[Callable[[int], bool], str], ...] = (
 )
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file of ``mode`` (``st_mode``) is, in words, when it is no regular file ("a FIFO (named pipe)", ...)."""
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 def _not_regular(path: Path, mode: int, what: str) -> FileRefusedError:
     real = os.path.realpath(path)
     target = f", reached through a link to {real}" if real != os.path.abspath(path) else ""
-    return FileRefusedError(f"{path}: {_kind(mode)}{target}; {what} must be a regular file")
+    return FileRefusedError(f"{path}: {file_kind(mode)}{target}; {what} must be a regular file")
 
 
 def _too_big(path: Path, size: int, limit: ByteLimit, bound: int) -> FileRefusedError:

@@ -17,11 +17,14 @@ import glob
 import importlib.util
 import json
 import os
+import stat
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from llmsched_env.common.files import file_kind
 
 __all__ = [
     "COMPLETE_NAME",
@@ -30,6 +33,7 @@ __all__ = [
     "REPO_FOLDERS",
     "OutputBusyError",
     "check_output",
+    "check_replaceable",
     "is_complete",
     "locked_output",
     "mark_complete",
@@ -39,6 +43,7 @@ __all__ = [
     "updating",
     "write_csv",
     "write_text_atomically",
+    "written_path",
 ]
 
 PACKAGES = ("llmsched_env", "agents", "baselines")
@@ -78,6 +83,8 @@ def check_output(path: str | Path, force: bool = False, option: str = "--out", f
                 )
     if file and target.is_dir():
         raise ValueError(f"{option} {target}: is a folder; give a file name")
+    if file:  # a link is followed: its target is what is written (replaced_atomically), so it is what must fit
+        check_replaceable(written_path(target), option if not target.is_symlink() else f"{option} {target} ->")
     if not file and target.exists() and not target.is_dir():
         raise ValueError(f"{option} {target}: is a file; give a folder (it is created if missing)")
     existing = (target.parent if file else target).expanduser().absolute()
@@ -105,13 +112,39 @@ def write_csv(rows: Sequence[Mapping[str, Any]], path: Path, columns: Sequence[s
             raise ValueError(f"{path}: {exc}") from None
 
 
+def written_path(path: str | Path) -> Path:
+    """Where a write to ``path`` lands: ``path`` itself, or for a symbolic link the file it points to (followed
+    to the end, made absolute), so that the link stays and its target is replaced."""
+    path = Path(path)
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def check_replaceable(path: str | Path, option: str | None = None) -> None:
+    """``ValueError`` (one line naming ``path``, and ``option`` when given) when something other than a regular
+    file sits at ``path``: a device (``/dev/null``), a FIFO, a socket or a folder, which an atomic rename would
+    replace (a device node, as root) or which is no file to replace. Nothing there: no error. ``path`` is taken
+    as it is (``written_path`` first, to check the target of a link)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(mode):
+        return
+    kind = "a symbolic link" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else file_kind(mode)
+    where = f"{option} {path}" if option else str(path)
+    raise ValueError(f"{where}: is {kind}, not a regular file; refusing to replace it (give a file name)")
+
+
 @contextmanager
 def replaced_atomically(path: str | Path) -> Iterator[Path]:
     """A temporary path beside ``path`` (same folder, ``.STEM.PID.tmpSUFFIX``: the same suffix) to write to;
     when the block ends without an error the temporary file is flushed to disk (``fsync``) and replaces
     ``path`` in one step (``os.replace``), so a crash, a kill or a full disk mid-write leaves the old file
-    whole. On an error the temporary file is removed and the error goes on."""
-    path = Path(path)
+    whole. On an error the temporary file is removed and the error goes on. Only a regular file (or nothing)
+    is ever replaced: anything else at ``path`` is refused before the block runs (``check_replaceable``); a
+    symbolic link is followed, and the file it points to is replaced (``written_path``), the link kept."""
+    path = written_path(path)
+    check_replaceable(path)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
     try:
         yield tmp

@@ -67,6 +67,7 @@ def profile_preset(
     profile's time, the loop overhead, residuals over the grid, over the iterations and by decode count).
     ``ValueError`` for ``out`` inside a shipped folder unless ``force``, or an empty ``fit_loads``."""
     check_output(out, force, file=True)
+    check_output(out.with_suffix(".samples.csv"), force, file=True)  # the grid samples go beside it
     if not fit_loads or any(not x > 0 for x in fit_loads):
         raise ValueError(f"fit_loads: expected loads > 0, got {list(fit_loads)}")
     say = on_status or (lambda line: None)
