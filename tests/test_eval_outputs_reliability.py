@@ -21,7 +21,13 @@ import pytest
 from llmsched_env.commands.evaluate import main
 from llmsched_env.common.outputs import COMPLETE_NAME, is_complete, write_csv
 from llmsched_env.evaluation import resume
-from llmsched_env.evaluation.outputs import EVALUATION_FILES, PLOT_FILES, clear_outputs, write_results
+from llmsched_env.evaluation.outputs import (
+    EVALUATION_FILES,
+    FINISHED_FILES,
+    PLOT_FILES,
+    clear_outputs,
+    write_results,
+)
 from llmsched_env.evaluation.resume import RECORD_NAME, ROWS_NAME, RowsLog, read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -504,3 +510,38 @@ def test_a_changed_input_file_is_a_difference(tmp_path: Path) -> None:
     new = resume.evaluation_record({"--trace": str(trace)}, config, {"--trace": trace})
     assert resume.differences(old, new) == ["--trace: the file changed since"]
     assert resume.differences(old, old) == []
+
+
+def _copy_finished(reference: Path, out: Path) -> dict[str, bytes]:
+    """``out`` holding the reference's finished evaluation; its finished files' bytes."""
+    out.mkdir()
+    for p in reference.iterdir():
+        if p.is_file():
+            (out / p.name).write_bytes(p.read_bytes())
+    return {name: (out / name).read_bytes() for name in FINISHED_FILES if (out / name).exists()}
+
+
+def test_a_rerun_killed_or_out_of_space_leaves_the_earlier_results_whole(
+    reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "out"
+    before = _copy_finished(reference, out)
+    assert {"results.csv", "results.json", "summary.csv", "ttft_cdf.png"} <= before.keys()
+    _interrupt_after(monkeypatch, 2)
+    with pytest.raises(Interrupt):  # a rerun with other loads, killed before it has its own results
+        main([*GRID[:-3], "--loads", "0.5", "--no-progress", "--out", str(out)])
+    monkeypatch.undo()
+    assert {name: (out / name).read_bytes() for name in before} == before  # every finished file as it was
+    assert not is_complete(out)  # and the folder says the last run did not finish
+    import llmsched_env.evaluation.outputs as outputs
+
+    monkeypatch.setattr(outputs, "write_csv", _no_space)  # the disk fills as the new results are written
+    with pytest.raises(SystemExit) as exc:
+        main([*GRID[:-3], "--loads", "0.5", "--no-progress", "--no-plots", "--out", str(out)])
+    err = str(exc.value)
+    assert "\n" not in err and "No space left on device while writing the results" in err and str(out) in err
+    assert {name: (out / name).read_bytes() for name in before} == before
+    monkeypatch.undo()
+    assert main([*GRID[:-3], "--loads", "0.5", "--no-progress", "--no-plots", "--out", str(out)]) == 0
+    assert {r["load"] for r in _csv(out / "results.csv")} == {"0.5"} and is_complete(out)
+    assert not (out / "ttft_cdf.png").exists()  # the earlier run's plots go once the new results are there

@@ -15,9 +15,10 @@ writes every run's metrics as TensorBoard scalars (step = seed); either inside `
 policy's highest load with attainment >= 90% instead.
 
 ``--out`` is held by one evaluation at a time (a second is refused in one line); a new evaluation there first
-removes the files an earlier one wrote (by name: ``outputs.EVALUATION_FILES``), appends each finished run (or
-capacity search) to ``rows.jsonl`` as it ends (``evaluation.json`` records what it runs), writes every file
-atomically and ``complete.json`` last. ``--resume`` continues a killed evaluation from ``rows.jsonl``: the
+removes ``complete.json``, appends each finished run (or capacity search) to ``rows.jsonl`` as it ends
+(``evaluation.json`` records what it runs), writes every file atomically over the earlier run's (which stay whole
+until then), removes the earlier files it did not write (by name: ``outputs.EVALUATION_FILES``) and writes
+``complete.json`` last. ``--resume`` continues a killed evaluation from ``rows.jsonl``: the
 same options, only the runs not yet there (docs/reliability.md).
 
 ``--engine vllm`` also runs every episode through vLLM's real scheduler (the ``vllm`` extra; the policy decides
@@ -33,10 +34,11 @@ Everything it does is a library call (``llmsched_env.evaluation``: ``EvalConfig`
 from __future__ import annotations
 
 import argparse
+import errno
 import shlex
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
@@ -62,7 +64,7 @@ from llmsched_env.evaluation import (
 )
 from llmsched_env.evaluation.capacity import capacity_notes, verdict_notes
 from llmsched_env.evaluation.grid import FinishedRun
-from llmsched_env.evaluation.outputs import RESULTS_TITLE, LiveTable, clear_outputs
+from llmsched_env.evaluation.outputs import FINISHED_FILES, RESULTS_TITLE, LiveTable, clear_outputs
 from llmsched_env.evaluation.progress import Progress
 from llmsched_env.evaluation.resume import RECORD_NAME, ROWS_NAME, RowsLog, check_resumable, evaluation_record
 from llmsched_env.evaluation.sustained import absent_tenant_notes, unsustained
@@ -162,8 +164,7 @@ def _evaluate(
         if log is not None:
             log.close()
     if args.out is not None:
-        written = write_results(args.out, rows, summary=summary, details=details, plots=plots)
-        print("wrote " + ", ".join(str(p) for p in written))
+        _finish(args.out, lambda: write_results(args.out, rows, summary=summary, details=details, plots=plots))
     if args.tensorboard is not None:
         write_tensorboard(rows, args.tensorboard)
         print(f"wrote TensorBoard events under {args.tensorboard} (tensorboard --logdir {args.tensorboard})")
@@ -171,6 +172,21 @@ def _evaluate(
         taken = len(rows) - (log.appended if log is not None else 0)  # rows an earlier run made (--resume)
         mark_complete(args.out, {"command": shlex.join(line), "rows": len(rows), "resumed_rows": taken})
     return 0
+
+
+def _finish(out: Path, write: Callable[[], list[Path]]) -> None:
+    """The new results written into ``out`` (each file replacing its earlier version in one step), then the
+    files of an earlier evaluation that this one did not write removed: until then the earlier results stay
+    whole, so a kill or a full disk before the end leaves them as they were. A full disk is one line."""
+    try:
+        written = write()
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        _fail(ValueError(f"--out {out}: {exc.strerror} while writing the results; the earlier results there are "
+                         "as they were"))  # fmt: skip
+    clear_outputs(out, keep=(ROWS_NAME, RECORD_NAME, *(p.name for p in written)))
+    print("wrote " + ", ".join(str(p) for p in written))
 
 
 def _fail(exc: Exception) -> NoReturn:
@@ -237,7 +253,7 @@ def _rows_log(
             log, finished = RowsLog.resume(args.out, record)
         except ValueError as exc:  # a rows file that is not one
             _fail(ValueError(f"--resume: {exc}"))
-        clear_outputs(args.out, keep=(ROWS_NAME, RECORD_NAME))
+        clear_outputs(args.out, keep=(ROWS_NAME, RECORD_NAME, *FINISHED_FILES))
         one, many = ("capacity search", "capacity searches") if args.capacity else ("run", "runs")
         what = one if len(finished) == 1 else many
         _note(f"resuming: {len(finished)} finished {what} in {rows_path}")
@@ -246,7 +262,7 @@ def _rows_log(
         _note(f"--resume: no evaluation to resume in {args.out}; starting one")
     elif killed and rows_path.stat().st_size > 0:
         _note(f"{args.out} held the rows of an evaluation that did not finish; starting afresh (--resume continues it)")
-    clear_outputs(args.out)
+    clear_outputs(args.out, keep=FINISHED_FILES)  # an earlier run's results stay until this one has its own
     full = {**record, "command": shlex.join(line), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     return RowsLog.start(args.out, full), []
 
@@ -257,15 +273,14 @@ def _vllm(config: EvalConfig, args: argparse.Namespace, line: list[str]) -> int:
     from llmsched_env.evaluation.vllm_engine import compare_engines, format_comparison
 
     if args.out is not None:
-        clear_outputs(args.out)
+        clear_outputs(args.out, keep=FINISHED_FILES)  # an earlier run's results stay until this one has its own
     try:
         rows = compare_engines(config, policy_timeout_s=args.policy_timeout_s)
     except ValueError as exc:
         _fail(exc)
     print(format_comparison(rows), flush=True)
     if args.out is not None:
-        written = write_results(args.out, rows, plots=False)
-        print("wrote " + ", ".join(str(p) for p in written))
+        _finish(args.out, lambda: write_results(args.out, rows, plots=False))
         mark_complete(args.out, {"command": shlex.join(line), "rows": len(rows)})
     return 0
 

@@ -10,8 +10,9 @@ Terminal tables show a few metrics under short headers (``TABLE_COLUMNS``); the 
 ``summary.csv`` the mean and 95% CI per (policy, scenario, load) (identical policies one row, the others in
 ``same_as``), PNG plots (matplotlib, imported only when plotting), TensorBoard scalars (step = seed). Each
 file is written to a temporary file and renamed over the old one; ``EVALUATION_FILES`` names every file an
-evaluation writes into its folder, which ``clear_outputs`` removes when a new one starts there (the rows file
-and record of a resumable evaluation: ``evaluation.resume``).
+evaluation writes into its folder: a new one there removes the completion marker first and, once its own results
+are written, the earlier files it did not write (``clear_outputs``; ``FINISHED_FILES`` stay until then; the rows
+file and record of a resumable evaluation: ``evaluation.resume``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from llmsched_env.evaluation.tables import format_cell, format_line, format_tabl
 __all__ = [
     "CAPACITY_COLUMNS",
     "EVALUATION_FILES",
+    "FINISHED_FILES",
     "PLOT_FILES",
     "RESULTS_TITLE",
     "RESULT_FILES",
@@ -70,6 +72,8 @@ PLOT_FILES = ("ttft_cdf.png", "tpot_cdf.png", "kv_usage.png", "attainment_vs_loa
               "capacity.png")  # fmt: skip
 # every file an evaluation writes into --out: cleared when a new one starts there (``clear_outputs``)
 EVALUATION_FILES = (*RESULT_FILES, *PLOT_FILES, ROWS_NAME, RECORD_NAME, COMPLETE_NAME)
+# an earlier evaluation's finished results: kept while a new one runs, replaced (or removed) once it has its own
+FINISHED_FILES = (*RESULT_FILES, *PLOT_FILES)
 CAPACITY_COLUMNS = ("policy", "scenario", "capacity_load", "capacity_rps")
 
 
