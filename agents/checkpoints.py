@@ -23,6 +23,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import stat
 from pathlib import Path
 from typing import Literal, overload
 
@@ -99,7 +100,26 @@ def _key(create: bool) -> bytes | None:
         key = read_bytes(path, KEY_BYTES)
     if len(key) != _KEY_BYTES:
         raise CheckpointError(f"{path}: the checkpoint key must hold {_KEY_BYTES} bytes, found {len(key)}")
+    _check_private(path)
     return key
+
+
+def _check_private(path: Path) -> None:
+    """``CheckpointError`` (one line, with the command that fixes it) when the key at ``path`` is not this user's
+    own or another user may read or write it: anyone who can read the key can sign a pickle that ``--resume``
+    would then run."""
+    st = os.stat(path)
+    getuid = getattr(os, "getuid", None)
+    if getuid is not None and st.st_uid != getuid():
+        raise CheckpointError(
+            f"{path}: the checkpoint key belongs to another user (uid {st.st_uid}); checkpoints are signed with "
+            "this user's own key: move it away (a new one is made) or set XDG_CONFIG_HOME"
+        )
+    if st.st_mode & 0o077:
+        raise CheckpointError(
+            f"{path}: the checkpoint key is readable or writable by others (mode {stat.S_IMODE(st.st_mode):04o}); "
+            f"anyone who can read it can sign a checkpoint that --resume runs: chmod 600 {path}"
+        )
 
 
 def _digest(key: bytes, checkpoint: Path) -> str:

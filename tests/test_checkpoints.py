@@ -40,6 +40,21 @@ def test_a_signed_checkpoint_verifies_and_the_key_is_private(tmp_path: Path, _ow
     assert key.parent.parent == _own_key and key.stat().st_mode & 0o077 == 0 and len(key.read_bytes()) == 32
 
 
+def test_a_key_others_may_read_is_refused_with_the_chmod_to_run(tmp_path: Path) -> None:
+    ckpt = _checkpoint(tmp_path / "checkpoints", 32)
+    sign_checkpoint(ckpt)
+    key = checkpoints.key_path()
+    for mode in (0o644, 0o660, 0o602):
+        key.chmod(mode)
+        with pytest.raises(CheckpointError, match=rf"readable or writable by others \(mode {mode:04o}\)") as info:
+            verify_checkpoint(ckpt)
+        assert str(info.value).endswith(f"chmod 600 {key}") and "\n" not in str(info.value)
+        with pytest.raises(CheckpointError, match="chmod 600"):
+            sign_checkpoint(ckpt)  # nor does a training sign with it
+    key.chmod(0o600)
+    verify_checkpoint(ckpt)
+
+
 def test_unsigned_changed_and_foreign_checkpoints_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ckpt = _checkpoint(tmp_path / "checkpoints", 64)
     with pytest.raises(CheckpointError, match=r"refusing to load .*model_64_steps\.zip: it has no signature"):
