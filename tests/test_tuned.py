@@ -244,6 +244,9 @@ def test_the_tune_command_refuses_bad_options(capsys: pytest.CaptureFixture[str]
         (["--scenarios", "default,default"], "argument --scenarios: default given more than once"),
         (["--scenarios", "default", "--reference", "nope"], "unknown policy 'nope'"),
         (["--scenarios", "cluster-azure-conv-4"], "are cluster scenarios"),
+        # every candidate is built up front: an absurd count is refused before any is
+        (["--scenarios", "default", "--candidates", "100000000"], "--candidates: must be at most 10,000"),
+        (["--scenarios", "default", "--rounds", "1000000"], "--rounds: must be at most 100"),
     ):
         with pytest.raises(SystemExit) as info:
             tune.main(argv)

@@ -52,7 +52,7 @@ from llmsched_env.commands.help import DefaultsFormatter, program
 from llmsched_env.common.outputs import check_output
 from llmsched_env.decision.tuned_table import load_tuned_table, write_tuned_entries
 from llmsched_env.evaluation.trace_tuned import USER_TABLE_ENV, TraceKey, trace_keys, user_table, val_episode_size
-from llmsched_env.evaluation.tuning import TuneConfig, tune_scenario
+from llmsched_env.evaluation.tuning import MAX_CANDIDATES, MAX_ROUNDS, TuneConfig, tune_scenario
 from llmsched_env.workloads.library import get_scenario, list_scenarios
 
 __all__ = ["build_parser", "main"]
@@ -78,9 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="heuristics whose highest val capacity is the load candidates are scored at",
     )
     add("--seeds", type=csv_list(int), default=[0, 1, 2, 3, 4], help="val seeds of the last rung and local search")
-    add("--candidates", type=int_at_least(0), default=48, help="uniformly random knob settings besides the heuristics'")
+    add("--candidates", type=int_at_least(0, MAX_CANDIDATES), default=48,
+        help="uniformly random knob settings besides the heuristics'")  # fmt: skip
     add("--seed", type=int_at_least(0), default=0, help="seed of the random knob settings")
-    add("--rounds", type=int_at_least(0), default=2, help="local-search rounds (0: none)")
+    add("--rounds", type=int_at_least(0, MAX_ROUNDS), default=2, help="local-search rounds (0: none)")
     add("--num-requests", type=positive_int, default=None, help="requests per episode (default: the scenario's)")
     add("--cost-model", default=None, help="cost-model preset name or JSON path (default: the scenario's)")
     add(

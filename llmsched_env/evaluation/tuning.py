@@ -56,6 +56,8 @@ from llmsched_env.workloads.scenarios import Scenario
 __all__ = ["TuneConfig", "TuneResult", "shipped_table", "tune_scenario"]
 
 SPLIT = "val"  # every choice is made on val (docs/results.md, the protocol); test is for reported figures
+MAX_CANDIDATES = 10_000  # random settings per search (the default 48)
+MAX_ROUNDS = 100  # local-search rounds (the default 2; a search stops as soon as no move improves)
 RUNG_SEEDS = (1, 3)  # seeds of rungs 1 and 2; the last rung runs every seed
 Score = tuple[float, float]  # (mean SLO attainment, mean goodput) over the seeds
 
@@ -83,6 +85,9 @@ class TuneConfig:
             object.__setattr__(self, name, tuple(value))
         for name in ("candidates", "seed", "rounds"):
             check_int("TuneConfig", name, getattr(self, name), 0)
+        for name, most in (("candidates", MAX_CANDIDATES), ("rounds", MAX_ROUNDS)):
+            if getattr(self, name) > most:  # every candidate is built up front: a typo must not fill the memory
+                raise ValueError(f"TuneConfig.{name} must be at most {most:,}, got {getattr(self, name):,}")
 
     def eval_config(self, scenario: Scenario | str, seeds: Sequence[int]) -> EvalConfig:
         """The ``EvalConfig`` of ``scenario`` on ``val`` with ``seeds`` and this config's episode options."""
