@@ -8,10 +8,13 @@ checkpoint, ``<name>.sig``: the HMAC-SHA256 of the checkpoint's bytes under this
 created on first use, readable by the user only). ``verify_checkpoint`` recomputes it before anything is
 unpickled and raises ``CheckpointError`` (one line) for a checkpoint with no signature, a wrong one, or one
 signed with another key (another user's or another machine's). A plain sha256 stored in the folder would not
-do: whoever wrote the folder could write that too. The checkpoint, its signature and the key are read bounded
-(``llmsched_env.common.files``): regular files only (a FIFO or ``/dev/zero`` in their place is refused, not waited
-on or read forever), a checkpoint of at most ``CHECKPOINT_BYTES`` (1 GiB, ``$LLMSCHED_MAX_CHECKPOINT_BYTES``), a
-signature and a key of at most 4 KiB.
+do: whoever wrote the folder could write that too. A training binds each signature to its run: the signature
+(then a JSON record) covers and names the run's id, algorithm, scenario, observation and action spaces and the
+checkpoint's step, so a checkpoint copied to another step's name (a rollback) or from another run is refused
+with one line naming what differs. The key must be this user's own and private (mode 0600). The checkpoint,
+its signature and the key are read bounded (``llmsched_env.common.files``): regular files only (a FIFO or
+``/dev/zero`` in their place is refused, not waited on or read forever), a checkpoint of at most
+``CHECKPOINT_BYTES`` (1 GiB, ``$LLMSCHED_MAX_CHECKPOINT_BYTES``), a signature and a key of at most 4 KiB.
 
     checkpoint = latest_checkpoint(run / "checkpoints")
     verify_checkpoint(checkpoint)     # CheckpointError unless this user's training wrote it
@@ -21,11 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import secrets
 import stat
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 from stable_baselines3.common.callbacks import CheckpointCallback
 
@@ -44,12 +49,15 @@ from llmsched_env.common.outputs import replaced_atomically, write_text_atomical
 __all__ = [
     "CheckpointError",
     "SignedCheckpointCallback",
+    "check_spaces",
     "checkpoints",
     "ensure_key",
     "key_path",
     "latest_checkpoint",
+    "model_spaces",
     "newest_signed_checkpoint",
     "sign_checkpoint",
+    "step_of",
     "verify_checkpoint",
 ]
 
@@ -122,8 +130,11 @@ def _check_private(path: Path) -> None:
         )
 
 
-def _digest(key: bytes, checkpoint: Path) -> str:
+def _digest(key: bytes, checkpoint: Path, binding: Mapping[str, Any] | None = None) -> str:
+    """HMAC-SHA256 under ``key`` of ``binding`` (canonical JSON, when given) and then ``checkpoint``'s bytes."""
     mac = hmac.new(key, digestmod=hashlib.sha256)
+    if binding is not None:
+        mac.update(json.dumps(dict(binding), sort_keys=True).encode() + b"\n")
     with open_regular(checkpoint, CHECKPOINT_BYTES) as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             mac.update(chunk)
@@ -148,24 +159,48 @@ def ensure_key() -> Path:
     return key_path()
 
 
-def sign_checkpoint(checkpoint: Path, name: Path | None = None) -> Path:
+def step_of(checkpoint: Path) -> int | None:
+    """The steps in a checkpoint's name (``model_<steps>_steps.zip``), or None for another name."""
+    number = checkpoint.name[len("model_") : -len("_steps.zip")]
+    ok = checkpoint.name.startswith("model_") and checkpoint.name.endswith("_steps.zip") and number.isdigit()
+    return int(number) if ok else None
+
+
+def sign_checkpoint(checkpoint: Path, name: Path | None = None, binding: Mapping[str, Any] | None = None) -> Path:
     """Write the signature of ``checkpoint``'s bytes (creating this user's key if needed) for the checkpoint
     file ``name`` (default ``checkpoint``: a checkpoint written under a temporary name is signed before it is
-    renamed) and return the signature's path. The signature itself is written atomically."""
-    sig = _signature_path(name or checkpoint)
-    write_text_atomically(sig, _digest(_key(create=True), checkpoint) + "\n")
+    renamed) and return the signature's path. With ``binding`` (its run: ``run``, ``algo``, ``scenario``,
+    ``observation_space``, ``action_space``) the signature covers it and the step in ``name`` too, and records
+    them, so that the checkpoint verifies only as that step of that run (``verify_checkpoint``); without, the
+    bytes alone (unbound). The signature itself is written atomically."""
+    target = name or checkpoint
+    sig = _signature_path(target)
+    key = _key(create=True)
+    if binding is None:
+        write_text_atomically(sig, _digest(key, checkpoint) + "\n")
+        return sig
+    bound = {**{k: str(v) for k, v in binding.items()}, "step": str(step_of(target))}
+    record = {"format": SIGNATURE_FORMAT, "binding": bound, "hmac": _digest(key, checkpoint, bound)}
+    write_text_atomically(sig, json.dumps(record, sort_keys=True) + "\n")
     return sig
+
+
+SIGNATURE_FORMAT = "llmsched-checkpoint-signature"
 
 
 NO_SIGNATURE = "it has no signature, as when a training is killed while writing it"
 MISMATCH = "its signature does not match its bytes (cut short, changed since it was signed, or signed by another user)"
 
 
-def _refusal(checkpoint: Path) -> str | None:
-    """Why ``checkpoint`` may not be loaded (``NO_SIGNATURE``, ``MISMATCH``, no key), or None when its
-    signature checks out under this user's key. ``CheckpointError`` (one line) for a checkpoint or signature
-    that is not a regular file or is over its size limit (``llmsched_env.common.files``): checked before the
-    signature is read, so a FIFO is not waited on."""
+UNBOUND = "its signature names no run (signed before signatures bound a checkpoint to its run and step)"
+
+
+def _refusal(checkpoint: Path, binding: Mapping[str, Any] | None = None) -> str | None:
+    """Why ``checkpoint`` may not be loaded (``NO_SIGNATURE``, ``MISMATCH``, ``UNBOUND``, a binding that differs
+    from ``binding`` and the step in its name, no key), or None when its signature checks out under this user's
+    key (and, with ``binding``, binds it to that run and to its own step). ``CheckpointError`` (one line) for a
+    checkpoint or signature that is not a regular file or is over its size limit (``llmsched_env.common.files``):
+    checked before the signature is read, so a FIFO is not waited on."""
     sig = _signature_path(checkpoint)
     try:
         check_regular_file(checkpoint, CHECKPOINT_BYTES)
@@ -176,11 +211,29 @@ def _refusal(checkpoint: Path) -> str | None:
         return MISMATCH
     except OSError:
         return NO_SIGNATURE
+    bound: dict[str, str] | None = None
+    if recorded.startswith("{"):
+        try:
+            record = json.loads(recorded)
+            bound = {str(k): str(v) for k, v in record["binding"].items()}
+            recorded = str(record["hmac"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return MISMATCH
+    if binding is not None:
+        if bound is None:
+            return UNBOUND
+        expected = {**{k: str(v) for k, v in binding.items()}, "step": str(step_of(checkpoint))}
+        differs = [k for k in expected if bound.get(k) != expected[k]]
+        if differs:
+            k = differs[0]
+            why = {"step": "a checkpoint copied from another step: a rollback", "run": "another run's checkpoint"}
+            hint = f" ({why[k]})" if k in why else ""
+            return f"its signature binds it to {k} {bound.get(k)!r}, not {expected[k]!r} as here{hint}"
     key = _key(create=False)
     if key is None:
         return f"there is no checkpoint key at {key_path()} to check it with"
     try:
-        digest = _digest(key, checkpoint)
+        digest = _digest(key, checkpoint, bound)
     except FileRefusedError as exc:  # the checkpoint grew past the limit, or became a FIFO, since the check
         raise CheckpointError(f"--resume: {exc}") from None
     if not hmac.compare_digest(recorded, digest):
@@ -191,10 +244,11 @@ def _refusal(checkpoint: Path) -> str | None:
 WHY = "checkpoints are pickles that can run code, and only those this user's training signed are loaded"
 
 
-def verify_checkpoint(checkpoint: Path) -> None:
-    """Return when ``checkpoint`` carries a valid signature under this user's key; ``CheckpointError`` (one
-    line naming the file) otherwise."""
-    reason = _refusal(checkpoint)
+def verify_checkpoint(checkpoint: Path, binding: Mapping[str, Any] | None = None) -> None:
+    """Return when ``checkpoint`` carries a valid signature under this user's key (with ``binding``: one that
+    binds it to that run and to the step its name says); ``CheckpointError`` (one line naming the file and what
+    differs) otherwise."""
+    reason = _refusal(checkpoint, binding)
     if reason is not None:
         raise CheckpointError(f"--resume: refusing to load {checkpoint}: {reason}; {WHY}")
 
@@ -203,24 +257,26 @@ def checkpoints(folder: Path) -> list[Path]:
     """The checkpoints in ``folder`` (``model_<steps>_steps.zip``), the most steps first."""
     steps: list[tuple[int, Path]] = []
     for path in folder.glob("model_*_steps.zip"):
-        number = path.name[len("model_") : -len("_steps.zip")]
-        if number.isdigit():
-            steps.append((int(number), path))
+        number = step_of(path)
+        if number is not None:
+            steps.append((number, path))
     return [path for _, path in sorted(steps, reverse=True)]
 
 
-def newest_signed_checkpoint(folder: Path) -> tuple[Path | None, list[tuple[Path, str]]]:
-    """The newest checkpoint in ``folder`` whose signature checks out, and the newer ones skipped on the way,
-    each with why (``NO_SIGNATURE``, ``MISMATCH``). ``(None, [])`` for a folder without checkpoints;
-    ``CheckpointError`` (one line, about the newest) when none checks out, or when there is no key to check
-    with."""
+def newest_signed_checkpoint(
+    folder: Path, binding: Mapping[str, Any] | None = None
+) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest checkpoint in ``folder`` whose signature checks out (with ``binding``: binds it to that run
+    and its own step), and the newer ones skipped on the way, each with why (``NO_SIGNATURE``, ``MISMATCH``, a
+    binding that differs). ``(None, [])`` for a folder without checkpoints; ``CheckpointError`` (one line, about
+    the newest) when none checks out, or when there is no key to check with."""
     found = checkpoints(folder)
     skipped: list[tuple[Path, str]] = []
     for checkpoint in found:
-        reason = _refusal(checkpoint)
+        reason = _refusal(checkpoint, binding)
         if reason is None:
             return checkpoint, skipped
-        if reason not in (NO_SIGNATURE, MISMATCH):  # no key: no checkpoint can be checked
+        if reason.startswith("there is no checkpoint key"):  # no key: no checkpoint can be checked
             skipped = [(checkpoint, reason)]  # the newest: the loop stops at the first one
             break
         skipped.append((checkpoint, reason))
@@ -229,6 +285,27 @@ def newest_signed_checkpoint(folder: Path) -> tuple[Path | None, list[tuple[Path
     more = f" (nor any of the {len(found) - 1} earlier ones)" if len(found) > 1 else ""
     newest, reason = skipped[0]  # each refusal was recorded, the newest first: none is checked twice
     raise CheckpointError(f"--resume: refusing to load {newest}{more}: {reason}; {WHY}")
+
+
+def check_spaces(checkpoint: Path, spaces: Mapping[str, str]) -> None:
+    """``CheckpointError`` (one line) when ``checkpoint``'s signature binds it to other observation or action
+    spaces than ``spaces`` (``model_spaces`` of the env it would be loaded into); call it after the signature
+    checked out (an unbound signature records none and passes here)."""
+    try:
+        bound = json.loads(read_text(_signature_path(checkpoint), SIGNATURE_BYTES))["binding"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    for name, mine in spaces.items():
+        if name in bound and bound[name] != mine:
+            raise CheckpointError(
+                f"--resume: refusing to load {checkpoint}: its signature binds it to {name} {bound[name]}, "
+                f"not {mine} as the env here has it"
+            )
+
+
+def model_spaces(model: Any) -> dict[str, str]:
+    """A model's (or a vec env's) observation and action spaces, as a signature binds them."""
+    return {"observation_space": str(model.observation_space), "action_space": str(model.action_space)}
 
 
 def latest_checkpoint(folder: Path) -> Path | None:
@@ -243,12 +320,20 @@ class SignedCheckpointCallback(CheckpointCallback):
     step rather than a torn one, and a checkpoint is never there without its signature. (The replay buffer and
     VecNormalize statistics, which SB3's callback can also save, are not saved.)"""
 
+    def __init__(self, *args: Any, binding: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.binding = binding  # the run every checkpoint is bound to (its spaces added from the model)
+
     def _on_step(self) -> bool:
         if self.n_calls % self.save_freq == 0:
             path = Path(self._checkpoint_path(extension="zip"))
+            binding = None
+            if self.binding is not None:
+                spaces = model_spaces(self.model)
+                binding = {**self.binding, **spaces}
             with replaced_atomically(path) as tmp:
                 self.model.save(str(tmp))
-                sign_checkpoint(tmp, name=path)
+                sign_checkpoint(tmp, name=path, binding=binding)
             if self.verbose >= 2:
                 print(f"Saving model checkpoint to {path}")
         return True

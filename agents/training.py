@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import shlex
 import sys
 import time
@@ -48,7 +49,14 @@ from agents.callbacks import (
     read_history,
     write_scalars,
 )
-from agents.checkpoints import SignedCheckpointCallback, ensure_key, latest_checkpoint, newest_signed_checkpoint
+from agents.checkpoints import (
+    SignedCheckpointCallback,
+    check_spaces,
+    ensure_key,
+    latest_checkpoint,
+    model_spaces,
+    newest_signed_checkpoint,
+)
 from agents.generalist import check_init, init_from_policy, init_network, knee_loads
 from agents.sb3 import ALGOS, FLAT_ACTION_ALGOS, make_model
 from agents.train_config import (
@@ -141,7 +149,9 @@ def prepare_run_folder(config: TrainConfig, hp: Mapping[str, Any]) -> Path:
     out = check_output(config.run_folder, config.force)
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomically(out / "config.yml", yaml.safe_dump({"algo": config.algo, "scenario": config.scenario, **hp}))
-    write_text_atomically(out / "args.json", json.dumps(config.as_dict(), indent=1))
+    run_id = read_run_id(out) if config.resume else None  # a resumed run keeps its id; a new one gets its own
+    args = {**config.as_dict(), "run_id": run_id or secrets.token_hex(8)}
+    write_text_atomically(out / "args.json", json.dumps(args, indent=1))
     write_text_atomically(out / "command.txt", shlex.join(["llmsched-train", *config.to_argv()]) + "\n")
     return out
 
@@ -189,6 +199,7 @@ def _model(
         ckpt_dir = config.run_folder / "checkpoints"
         print(f"--resume: no checkpoint in {ckpt_dir}; starting fresh", file=sys.stderr, flush=True)
     if resume_from is not None:
+        check_spaces(resume_from, model_spaces(vec_env))  # before anything is unpickled
         model = ALGOS[config.algo].load(str(resume_from), env=vec_env, device="cpu", tensorboard_log=tb)
         status(f"resumed from {resume_from} at {model.num_timesteps} steps", enabled=config.progress)
         return model, True
@@ -209,6 +220,22 @@ def _model(
     return model, False
 
 
+def read_run_id(out: Path) -> str | None:
+    """The id ``args.json`` in the run folder ``out`` gives its run (``prepare_run_folder``), or None."""
+    try:
+        earlier = parse_json(read_text(out / "args.json", CONFIG_BYTES))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    run_id = earlier.get("run_id") if isinstance(earlier, dict) else None
+    return run_id if isinstance(run_id, str) else None
+
+
+def run_binding(config: TrainConfig) -> dict[str, str]:
+    """What a checkpoint's signature binds it to (``agents.checkpoints``): the run (its id in ``args.json``), the
+    algorithm and the scenario; the callback adds the model's spaces, the signature the step."""
+    return {"run": read_run_id(config.run_folder) or "", "algo": config.algo, "scenario": config.scenario}
+
+
 def resume_checkpoint(config: TrainConfig, warn: bool = False) -> Path | None:
     """The checkpoint ``config.resume`` continues from: the run folder's newest one that this user's training
     signed (checkpoints are pickles). A newer one without a valid signature (a training killed while writing
@@ -216,7 +243,7 @@ def resume_checkpoint(config: TrainConfig, warn: bool = False) -> Path | None:
     (one line) when none checks out. None without ``resume`` or without a checkpoint."""
     if not config.resume:
         return None
-    checkpoint, skipped = newest_signed_checkpoint(config.run_folder / "checkpoints")
+    checkpoint, skipped = newest_signed_checkpoint(config.run_folder / "checkpoints", run_binding(config))
     for path, reason in skipped if warn else ():
         print(f"--resume: skipping {path}: {reason}; resuming from {checkpoint}", file=sys.stderr, flush=True)
     return checkpoint
@@ -465,7 +492,7 @@ def _learn(
     message = f"training {config.algo} for {left}; TensorBoard events in {out / 'tb'}"
     parts: list[BaseCallback] = [
         EpisodeMetricsCallback(named_tenants(config)),
-        SignedCheckpointCallback(every, str(out / "checkpoints"), name_prefix="model"),
+        SignedCheckpointCallback(every, str(out / "checkpoints"), name_prefix="model", binding=run_binding(config)),
         evaluator,
         StatusCallback(message, enabled=config.progress),
         ProgressBarCallback(enabled=config.progress),

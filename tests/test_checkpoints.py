@@ -145,3 +145,43 @@ def test_every_shipped_hyperparameter_entry_passes_the_checks() -> None:
             if scenario != "default":  # every entry resolves on top of "default"
                 for quick in (False, True):
                     resolve_hyperparams(TrainConfig(algo=file.stem, scenario=scenario, quick=quick))
+
+
+def test_a_signature_binds_its_checkpoint_to_the_run_and_the_step(tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    run = {"run": "a1b2", "algo": "maskable_ppo", "scenario": "bursty"}
+    spaces = {"observation_space": "Box(-10.0, 10.0, (40,), float32)", "action_space": "MultiDiscrete([3 4])"}
+    early = _checkpoint(tmp_path / "checkpoints", 128)
+    sign_checkpoint(early, binding={**run, **spaces})
+    verify_checkpoint(early, run)
+    checkpoints.check_spaces(early, spaces)
+
+    def refused(path: Path, binding: dict[str, str], match: str) -> None:
+        with pytest.raises(CheckpointError, match=match) as info:
+            verify_checkpoint(path, binding)
+        assert "\n" not in str(info.value) and str(path) in str(info.value)
+
+    # a rollback: the earlier checkpoint and its signature copied to a later step's names
+    late = tmp_path / "checkpoints" / "model_512_steps.zip"
+    shutil.copy(early, late)
+    shutil.copy(str(early) + ".sig", str(late) + ".sig")
+    refused(late, run, r"binds it to step '128', not '512' as here \(a checkpoint copied from another step")
+    refused(early, {**run, "run": "c3d4"}, r"binds it to run 'a1b2', not 'c3d4' as here \(another run's checkpoint\)")
+    refused(early, {**run, "algo": "dqn"}, "binds it to algo 'maskable_ppo', not 'dqn'")
+    with pytest.raises(CheckpointError, match="binds it to observation_space Box"):
+        checkpoints.check_spaces(early, {**spaces, "observation_space": "Box(-10.0, 10.0, (41,), float32)"})
+    # the binding is under the HMAC: rewriting the recorded step to match the name breaks the signature
+    record = json.loads(Path(str(late) + ".sig").read_text())
+    record["binding"]["step"] = "512"
+    Path(str(late) + ".sig").write_text(json.dumps(record))
+    refused(late, run, "its signature does not match")
+    # a signature that binds nothing (as before bindings) is not taken for a run's
+    sign_checkpoint(late)
+    verify_checkpoint(late)  # bytes alone, where no run is asked for
+    refused(late, run, "its signature names no run")
+    assert checkpoints.newest_signed_checkpoint(tmp_path / "checkpoints", run) == (
+        early,
+        [(late, checkpoints.UNBOUND)],
+    )
