@@ -277,10 +277,9 @@ class EvalConfig:
                                     action_options=options,
                                     action_components=components,
                                 )
-                            elif spec.lookahead is not None and self.is_cluster:
-                                pass  # the routing bound: checked with the kinds (_check_kinds)
                             elif spec.lookahead is not None:  # its base must be a static rule of this space
-                                if spec.lookahead.base != "tuned":  # (no tuned entry: a fallback, said when run)
+                                # (no tuned entry: a fallback, said when run; a cluster's: _check_kinds)
+                                if not self.is_cluster and spec.lookahead.base != "tuned":
                                     static_decision(spec.lookahead.base, u.policy_context())
                             else:
                                 spec.make(env, 0)

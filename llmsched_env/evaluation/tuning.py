@@ -35,6 +35,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -177,27 +178,26 @@ class _Search:
         def count(_remaining: int) -> None:
             self.num_episodes += len(seeds)
 
-        growable = self._longest(seeds) is not None
+        growable = self._val_windows[1] is not None
         row = find_capacity(cfg, self.scenario, spec, on_evaluation=count, sustained_only=growable)
         if not growable:
             self.max_sustained = float(row["max_sustained_load"])
         return float(row["capacity_load"])
 
-    def _windows(self, seeds: Sequence[int]) -> tuple[ScenarioWindows, int | None]:
-        """The val windows of ``seeds`` and the longest a search may grow them to (None: a trace's, kept)."""
-        cfg = self.config.eval_config(self.scenario, seeds)
+    @cached_property
+    def _val_windows(self) -> tuple[ScenarioWindows, int | None]:
+        """The val windows of the search's seeds and the longest a search may grow them to (None: a trace's,
+        kept as they are); built once (whether windows grow does not depend on the seeds)."""
+        cfg = self.config.eval_config(self.scenario, self.config.seeds)
         env = cfg.make_env(self.scenario, 1.0)
         windows = env_windows(env, self.scenario.name)
         env.close()
         return windows, extended_size(cfg, self.scenario, windows)
 
-    def _longest(self, seeds: Sequence[int]) -> int | None:
-        return self._windows(seeds)[1]
-
     def size_for_probe(self) -> None:
         """On generated traffic whose val windows are not sustained at the probe load, score every setting on
         windows grown until they are (``sustained_size``, on every seed of the search)."""
-        windows, longest = self._windows(self.config.seeds)
+        windows, longest = self._val_windows
         if longest is None:
             return
         size = sustained_size(windows, self.load, self.config.seeds, longest)
