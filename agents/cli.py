@@ -16,7 +16,6 @@ installed package is refused unless --force. From Python: agents.training.train(
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,7 +35,7 @@ from llmsched_env.commands.evaluate_args import (
 from llmsched_env.commands.help import DefaultsFormatter, from_args, program
 from llmsched_env.common.checks import check_unique
 from llmsched_env.common.outputs import OutputBusyError, check_output
-from llmsched_env.evaluation.distributed import RAY_INSTALL_HINT
+from llmsched_env.evaluation.distributed import check_ray_address
 from llmsched_env.workloads.library import list_scenarios
 
 __all__ = ["build_parser", "main", "parse_args"]
@@ -182,8 +181,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             preflight(config, warn=False)
     except ValueError as exc:  # the trace's options named as their flags
         p.error(as_flags(str(exc).removeprefix("trace: ")) if trace is not None else str(exc))
-    if args.ray not in (None, "", "local") and importlib.util.find_spec("ray") is None:
-        p.error(RAY_INSTALL_HINT)
+    if args.ray not in (None, "", "local"):  # a cluster that does not answer: refused now, not a hang
+        try:
+            check_ray_address(args.ray)
+        except ValueError as exc:
+            p.error(str(exc))
     return args
 
 

@@ -2,8 +2,9 @@
 
 Only what acting needs leaves SB3: the actor's linear layers (``mlp_extractor.policy_net`` and
 ``action_net``), the activation name, the observation names and action options, and optionally the
-VecNormalize statistics. ``llmsched_env.runtime.policy_file.load_policy_file`` reads the pair back with torch
-alone; the export ends by doing exactly that, so a file that is written is a file that loads.
+VecNormalize statistics, with ``fields_sha256`` (a digest of every field that decides an action:
+``decision.policy_file.seal_meta``). ``llmsched_env.runtime.policy_file.load_policy_file`` reads the pair
+back with torch alone; the export ends by doing exactly that, so a file that is written is a file that loads.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from stable_baselines3.common.torch_layers import FlattenExtractor
 from torch import nn
 
 from llmsched_env.decision.actions import ACTION_COMPONENTS, ActionSpec
+from llmsched_env.decision.policy_file import FIELDS_KEY, seal_meta
 from llmsched_env.runtime.policy_file import (
     ACTIVATIONS,
     FORMAT,
@@ -117,7 +119,7 @@ def export_policy(
         "tensors_sha256": "",  # the digest of the file written below
         "algo": algo,
     }
-    clash = set(meta) & set(extra or {})
+    clash = {*meta, FIELDS_KEY} & set(extra or {})
     if clash:
         raise ValueError(f"extra must not override the format's keys {sorted(clash)}")
     meta.update(extra or {})
@@ -132,6 +134,7 @@ def export_policy(
     try:
         save_file(tensors, str(staging / TENSORS_NAME), metadata={"format": FORMAT})
         meta["tensors_sha256"] = hashlib.sha256((staging / TENSORS_NAME).read_bytes()).hexdigest()
+        meta = seal_meta(meta)  # every field that decides an action, under its digest (checked at load)
         (staging / JSON_NAME).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
         load_policy_file(staging / JSON_NAME)  # what was written must load
         tensors_path, json_path = out / TENSORS_NAME, out / JSON_NAME

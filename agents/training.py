@@ -70,6 +70,8 @@ from agents.wrappers import FlatActions
 from llmsched_env.common.files import CONFIG_BYTES, parse_json, read_text
 from llmsched_env.common.lifetime import die_with_parent
 from llmsched_env.common.outputs import (
+    COMPLETE_NAME,
+    LOCK_NAME,
     check_output,
     locked_output,
     mark_complete,
@@ -146,7 +148,7 @@ def export_run_policy(
 def prepare_run_folder(config: TrainConfig, hp: Mapping[str, Any]) -> Path:
     """Create the run folder (``ValueError`` inside a shipped folder unless ``config.force``) and write the
     resolved hyperparameters, the config and the equivalent command line into it."""
-    out = check_output(config.run_folder, config.force)
+    out = check_output(config.run_folder, config.force, files=RUN_FILES, folders=RUN_FOLDERS)
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomically(out / "config.yml", yaml.safe_dump({"algo": config.algo, "scenario": config.scenario, **hp}))
     run_id = read_run_id(out) if config.resume else None  # a resumed run keeps its id; a new one gets its own
@@ -250,6 +252,13 @@ def resume_checkpoint(config: TrainConfig, warn: bool = False) -> Path | None:
 
 
 RUN_OUTPUTS = ("args.json", "config.yml", "checkpoints", "model.zip", "best_model.zip", "summary.json")
+# every file and folder a training writes in its run folder: a folder at one of the files, a file at one of the
+# folders, or a FIFO, device or socket anywhere among them is refused before anything is written
+RUN_FILES = (
+    *("args.json", "config.yml", "command.txt", "bc.json", "model.zip", "best_model.zip", "best.json"),
+    *("eval_history.json", "summary.json", "policy.json", "policy.safetensors", COMPLETE_NAME, LOCK_NAME),
+)
+RUN_FOLDERS = ("checkpoints", "tb")
 SAME_ON_RESUME = ("algo", "scenario", "trace")  # what a resumed training must share with the run it continues
 
 
@@ -288,7 +297,7 @@ def preflight(config: TrainConfig, warn: bool = True) -> tuple[dict[str, Any], f
     the ``--init`` policy against that env and the algorithm. ``ValueError`` (a ``CheckpointError`` or a
     ``PolicyFileError`` among them), one line, otherwise. ``warn``: as ``resume_best`` and ``val_seeds``."""
     hp = resolve_hyperparams(config)
-    check_output(config.run_folder, config.force)
+    check_output(config.run_folder, config.force, files=RUN_FILES, folders=RUN_FOLDERS)
     check_run_folder(config)
     ensure_key()
     setup = eval_setup(config, hp, warn=warn)

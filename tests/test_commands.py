@@ -50,8 +50,8 @@ def test_evaluate_is_deterministic_by_seed(tmp_path: Path) -> None:
         (["--cost-model", "nope"], "unknown cost model preset 'nope'"),
         (["--cost-model", "{not json"], "unknown cost model preset '{not json'"),
         (["--loads", "nan"], "every value must be > 0, got 'nan'"),
-        (["--loads", "inf"], "EvalConfig.loads must be finite and > 0, got inf"),
-        (["--seeds", "-1"], "EvalConfig.seeds must be an integer >= 0, got -1"),
+        (["--loads", "inf"], "error: --loads must be finite and > 0, got inf"),
+        (["--seeds", "-1"], "error: --seeds must be an integer >= 0, got -1"),
         (["--backend", "runtime", "--policy-timeout", "0"], "--policy-timeout: must be a finite number > 0"),
         (["--engine", "vllm", "--policy-timeout", "inf"], "--policy-timeout: must be a finite number > 0"),
     ],
@@ -60,6 +60,31 @@ def test_evaluate_rejects_bad_arguments(argv: list[str], message: str, capsys: p
     with pytest.raises(SystemExit):
         parse(argv)
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--trace", "t.csv", "--scenarios", "default"], "--scenarios does nothing with --trace"),
+        (["--capacity", "--loads", "1"], "--loads does nothing with --capacity"),
+        (["--capacity", "--load", "1,2"], "--loads does nothing with --capacity"),  # an abbreviation counts
+        (["--describe", "--out", "x"], "--out does nothing with --describe"),
+        (["--describe", "--tensorboard", "x"], "--tensorboard does nothing with --describe"),
+        (["--describe", "--policies", "sjf"], "--policies does nothing with --describe"),
+        (["--describe", "--capacity"], "--capacity does nothing with --describe"),
+    ],
+)
+def test_evaluate_refuses_options_that_do_nothing_together(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture
+) -> None:
+    """An option that another makes a no-op is a usage error naming both, not ignored without a word; the
+    same options alone (or at their defaults, not given) are fine."""
+    with pytest.raises(SystemExit) as exc:
+        parse(argv)
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exc.value.code == 2 and message in err and "leave one of them out" in err
+    args, _ = parse(["--capacity", "--num-requests", "20"])  # --loads left at its default: no refusal
+    assert args.capacity and "loads" not in args.given
 
 
 def test_loading_a_corrupt_model_is_a_clear_error(tmp_path: Path) -> None:
@@ -92,7 +117,8 @@ def test_a_bad_trace_rate_is_one_usage_line_naming_the_file(
         parse(["--trace", str(trace), "--trace-format", "azure", "--trace-rate", rate])
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert f"{trace}: the rate (--trace-rate) must be a finite number > 0" in err and "Traceback" not in err
+    bound = "in (0, 10,000,000] requests/s"
+    assert f"{trace}: the rate (--trace-rate) must be a finite number {bound}" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("rate", [[], ["--trace-rate", "2"]])

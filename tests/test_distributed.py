@@ -176,3 +176,49 @@ def test_bad_worker_counts_and_the_old_spellings_are_usage_errors_naming_the_new
                 command([*argv, "--num-requests", "5"] if command is main else [*argv, "--seeds", "0,1"])
             err = capsys.readouterr().err
             assert exc.value.code == 2 and message in err and "Traceback" not in err, (argv, err)
+
+
+def test_a_ray_address_that_does_not_answer_is_one_usage_line_not_a_hang(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--ray`` to a port nothing listens on is refused at once; to a port that accepts connections and says
+    nothing (no Ray cluster), within ``LLMSCHED_RAY_CONNECT_TIMEOUT_S`` (here 3 s), by both commands, in one
+    usage line naming the address, before any run."""
+    import socket
+    import threading
+
+    pytest.importorskip("ray")
+    from agents.cli import main as train_main
+    from llmsched_env.evaluation.distributed import check_ray_address
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    dead = f"127.0.0.1:{closed.getsockname()[1]}"
+    closed.close()  # bound then closed: nothing listens there
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: [accepted.append(silent.accept()[0]) for _ in range(8)], daemon=True).start()
+    mute = f"127.0.0.1:{silent.getsockname()[1]}"
+    monkeypatch.setenv("LLMSCHED_RAY_CONNECT_TIMEOUT_S", "3")
+    try:
+        with pytest.raises(ValueError, match=f"--ray {dead}: cannot connect to 127.0.0.1"):
+            check_ray_address(dead)
+        t0 = time.monotonic()
+        for command in (main, train_main):
+            argv = ["--ray", mute, "--num-requests", "5"] if command is main else ["--ray", mute, "--seeds", "0,1"]
+            with pytest.raises(SystemExit) as exc:
+                command(argv)
+            err = capsys.readouterr().err
+            last = err.strip().splitlines()[-1]
+            assert exc.value.code == 2 and f"error: --ray {mute}: no Ray cluster answered within 3 s" in last, err
+            assert "Traceback" not in err
+        assert time.monotonic() - t0 < 60
+        monkeypatch.setenv("LLMSCHED_RAY_CONNECT_TIMEOUT_S", "soon")
+        with pytest.raises(ValueError, match="LLMSCHED_RAY_CONNECT_TIMEOUT_S='soon'"):
+            check_ray_address(mute)
+    finally:
+        silent.close()
+        for conn in accepted:
+            conn.close()

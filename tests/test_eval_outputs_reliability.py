@@ -442,13 +442,13 @@ def test_resume_refuses_another_evaluation_in_one_line_and_leaves_the_folder(
         if p.is_file():
             (out / p.name).write_bytes(p.read_bytes())
     before = _files(out)
-    for change, said in (
-        (["--seeds", "0"], "--seeds 0,1 there, 0 here"),
-        (["--num-requests", "30"], "--num-requests 20 there, 30 here"),
-        (["--capacity", "--no-plots"], "--capacity off there, on here"),
+    for argv, said in (
+        ([*GRID, "--seeds", "0"], "--seeds 0,1 there, 0 here"),
+        ([*GRID, "--num-requests", "30"], "--num-requests 20 there, 30 here"),
+        ([*TINY, "--no-progress", "--capacity", "--no-plots"], "--capacity off there, on here"),  # no --loads
     ):
         with pytest.raises(SystemExit) as exit_:
-            main([*GRID, *change, "--out", str(out), "--resume"])
+            main([*argv, "--out", str(out), "--resume"])
         message = str(exit_.value.code)
         assert "\n" not in message and message.startswith(f"llmsched-evaluate: error: --resume: {out} holds another")
         assert said in message
@@ -474,14 +474,14 @@ def test_the_rows_file_ignores_and_cuts_a_torn_last_line(tmp_path: Path) -> None
               "inputs": {}}  # fmt: skip
     with RowsLog.start(out, record) as log:
         log.append({"policy": "fcfs", "scenario": "s", "load": 1.0, "seed": 0, "x": 0.1}, {"ttft_s": [0.5, 1.5]})
-        log.append({"policy": "fcfs", "scenario": "s", "load": 1.0, "seed": 1, "x": float("nan")})
+        log.append({"policy": "fcfs", "scenario": "s", "load": 1.0, "seed": 1, "x": 0.2})
     whole = (out / ROWS_NAME).read_bytes()
     with (out / ROWS_NAME).open("ab") as f:
         f.write(b'{"row": {"policy": "fc')
     runs, kept = read_rows(out / ROWS_NAME)
     assert kept == len(whole) and [r.row["seed"] for r in runs] == [0, 1]
     assert runs[0].details is not None and runs[0].details["ttft_s"].tolist() == [0.5, 1.5]
-    assert runs[1].details is None and runs[1].row["x"] != runs[1].row["x"]  # NaN kept
+    assert runs[1].details is None and runs[1].row["x"] == 0.2
     log, again = RowsLog.resume(out, record)
     with log:
         log.append({"policy": "fcfs", "scenario": "s", "load": 1.0, "seed": 2})
@@ -545,3 +545,106 @@ def test_a_rerun_killed_or_out_of_space_leaves_the_earlier_results_whole(
     assert main([*GRID[:-3], "--loads", "0.5", "--no-progress", "--no-plots", "--out", str(out)]) == 0
     assert {r["load"] for r in _csv(out / "results.csv")} == {"0.5"} and is_complete(out)
     assert not (out / "ttft_cdf.png").exists()  # the earlier run's plots go once the new results are there
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("slo_attainment", float("nan"), "slo_attainment is nan"),
+        ("slo_attainment", 1.5, "slo_attainment is 1.5, outside [0, 1]"),
+        ("tenant/chat/slo_attainment", -0.1, "tenant/chat/slo_attainment is -0.1, outside [0, 1]"),
+        ("ttft_p99_s", -1.0, "ttft_p99_s is -1.0, below 0"),
+        ("num_finished", float("inf"), "num_finished is inf"),
+        ("capacity_load", -2, "capacity_load is -2, below 0"),
+        ("policy", "", "policy is '', not a name"),
+        ("goodput_rps", [1, 2], "goodput_rps is a list"),
+    ],
+)
+def test_resume_refuses_a_forged_row_in_one_line(
+    reference: Path, tmp_path: Path, capsys: pytest.CaptureFixture, field: str, value: Any, problem: str
+) -> None:
+    """A row edited by hand (a NaN or out-of-range value, which no run writes) is refused by ``--resume`` in one
+    line naming the file, the line and the field; every row a run wrote passes the same check."""
+    out = tmp_path / "out"
+    _copy_finished(reference, out)
+    (out / COMPLETE_NAME).unlink()
+    lines = (out / ROWS_NAME).read_text().splitlines()
+    assert all(resume.check_row(json.loads(line)["row"]) is None for line in lines)
+    entry = json.loads(lines[1])
+    entry["row"][field] = value
+    lines[1] = json.dumps(entry)
+    (out / ROWS_NAME).write_text("\n".join(lines) + "\n")
+    with pytest.raises(SystemExit) as exc:
+        main([*GRID, "--out", str(out), "--resume"])
+    err = str(exc.value)
+    assert "\n" not in err and f"{ROWS_NAME}:2: {problem}" in err and "Traceback" not in capsys.readouterr().err
+
+
+def test_a_full_disk_while_a_run_is_appended_is_one_line_and_resumes(
+    reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOSPC as the third run is appended to rows.jsonl: one line saying the earlier runs are kept; the
+    ``--resume`` that follows runs the rest and writes the uninterrupted run's files."""
+    out = tmp_path / "out"
+    write = RowsLog.append
+    count = [0]
+
+    def fill(self: RowsLog, row: dict[str, Any], details: Any = None) -> None:
+        count[0] += 1
+        if count[0] == 3:
+            assert self._file is not None
+            self._file.write('{"row": {"policy": "fc')  # half a line reaches the disk, then it is full
+            self._file.flush()
+            raise OSError(errno.ENOSPC, "No space left on device")
+        write(self, row, details)
+
+    monkeypatch.setattr(RowsLog, "append", fill)
+    with pytest.raises(SystemExit) as exc:
+        main([*GRID, "--out", str(out)])
+    err = str(exc.value)
+    assert "\n" not in err and "No space left on device" in err and "rerun with --resume" in err
+    assert len(read_rows(out / ROWS_NAME)[0]) == 2 and not is_complete(out)
+    monkeypatch.undo()
+    assert main([*GRID, "--out", str(out), "--resume"]) == 0
+    _same_results(out, reference)
+
+
+@pytest.mark.parametrize("name", [ROWS_NAME, RECORD_NAME, "results.csv", ".llmsched.lock"])
+def test_a_fifo_in_the_out_folder_is_refused_before_any_run(
+    reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """A FIFO at any name in --out (the rows file a --resume reads and appends to, the record, a result file,
+    the lock) is refused in one line before any run: nothing opens it, so nothing hangs."""
+    import llmsched_env.commands.evaluate as command
+
+    out = tmp_path / "out"
+    _copy_finished(reference, out)
+    (out / COMPLETE_NAME).unlink()
+    (out / name).unlink(missing_ok=True)
+    os.mkfifo(out / name)
+    monkeypatch.setattr(command, "run_grid", _no_space)  # no episode may run
+    signal.alarm(30)  # a FIFO opened would block: fail instead of hanging the suite
+    try:
+        with pytest.raises(SystemExit) as exc:
+            main([*GRID, "--out", str(out), "--resume"])
+    finally:
+        signal.alarm(0)
+    assert exc.value.code == 2
+    assert (out / name).is_fifo()
+
+
+def test_the_rows_file_is_read_and_opened_only_as_a_regular_file(tmp_path: Path) -> None:
+    """Past the command's check (a FIFO swapped in afterwards), the rows file and the record are refused in one
+    line by ``read_rows``, ``read_record`` and ``RowsLog`` rather than waited on."""
+    os.mkfifo(tmp_path / ROWS_NAME)
+    os.mkfifo(tmp_path / RECORD_NAME)
+    signal.alarm(30)
+    try:
+        with pytest.raises(ValueError, match="FIFO"):
+            read_rows(tmp_path / ROWS_NAME)
+        with pytest.raises(ValueError, match="FIFO"):
+            resume.read_record(tmp_path)
+        with pytest.raises(ValueError, match="FIFO"):
+            RowsLog(tmp_path / ROWS_NAME)
+    finally:
+        signal.alarm(0)

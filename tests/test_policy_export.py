@@ -26,6 +26,7 @@ from stable_baselines3 import A2C, PPO
 import llmsched_env  # noqa: F401  (registers LLMSched-v0)
 from agents.export import export_policy
 from llmsched_env.decision.observation import SCHEMA_VERSION
+from llmsched_env.decision.policy_file import field_digests, seal_meta
 from llmsched_env.runtime.policy_file import ExportedPolicy, PolicyFileError, action_options, load_policy_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,6 +149,8 @@ def test_json_schema_and_paths(exported, models) -> None:
     assert meta["masked"] is True and meta["normalization"] is None
     assert meta["tensors_sha256"] == hashlib.sha256((exported / "policy.safetensors").read_bytes()).hexdigest()
     assert (meta["scenario"], meta["seed"], meta["timesteps"]) == ("default", 0, 128)
+    assert meta["fields_sha256"] == field_digests(meta) and "masked" in meta["fields_sha256"]  # every field but these
+    assert not {"scenario", "seed", "timesteps"} & set(meta["fields_sha256"])
     names = set(load_file(str(exported / "policy.safetensors")))
     assert not any("value" in n for n in names)  # the critic stays behind
     for p in (exported, exported / "policy.json", exported / "policy.safetensors"):
@@ -177,8 +180,11 @@ def _edit_json(folder: Path, edit) -> None:
 
 
 def _reseal(folder: Path) -> None:
+    """The weights' digest and the fields' record made again, as an export of the edited pair would."""
     digest = hashlib.sha256((folder / "policy.safetensors").read_bytes()).hexdigest()
-    _edit_json(folder, lambda m: m.update(tensors_sha256=digest))
+    meta = json.loads((folder / "policy.json").read_text())
+    meta["tensors_sha256"] = digest
+    (folder / "policy.json").write_text(json.dumps(seal_meta(meta)))
 
 
 def test_flipped_byte_fails_the_checksum(exported, tmp_path) -> None:
@@ -440,7 +446,7 @@ def test_an_activation_numpy_lacks_runs_on_torch_and_the_numpy_loader_says_so(ex
     shutil.copytree(exported, gelu)
     meta = json.loads((gelu / "policy.json").read_text())
     meta["network"]["activation"] = "gelu"
-    (gelu / "policy.json").write_text(json.dumps(meta))
+    (gelu / "policy.json").write_text(json.dumps(seal_meta(meta)))
     with pytest.raises(PolicyFileError, match="activation 'gelu' runs on torch: load the policy with llmsched_env"):
         numpy_loader.load_policy_file(gelu)
     policy = load_policy_file(gelu)  # the runtime's loader: a torch forward pass

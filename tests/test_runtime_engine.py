@@ -81,7 +81,7 @@ def served_all(metrics: dict[str, float], n: int) -> bool:
 def test_every_baseline_serves_every_request(runner: ModelRunner, name: str) -> None:
     rt, metrics, stats = run(runner, name)
     assert served_all(metrics, 16)
-    assert stats.num_fallbacks == 0
+    assert stats.num_fallbacks == 0 and metrics["fallback_share"] == 0
     for r in rt.requests:
         if r.finish_s is not None and r.reject_reason is None:
             assert len(rt.output_tokens[r.request_id]) == r.output_len
@@ -154,6 +154,7 @@ def test_a_failing_policy_falls_back_to_fcfs_and_loses_nothing(runner, policy, r
     assert stats.num_fallbacks == stats.num_decisions > 0
     assert stats.fallbacks[reason] == stats.num_fallbacks
     assert metrics[f"policy_fallbacks_{reason}"] == stats.num_fallbacks
+    assert metrics["fallback_share"] == 1.0  # the share evaluation rows carry and mark (evaluation.fallbacks)
     assert rt.output_tokens == ref.output_tokens
 
 

@@ -27,6 +27,7 @@ from agents.checkpoints import (
     sign_checkpoint,
 )
 from agents.cli import main
+from llmsched_env.decision.policy_file import seal_meta
 from tests.trained_run import TINY, TrainedRun
 
 
@@ -207,7 +208,7 @@ def test_init_from_a_normalised_policy_is_one_line(
     meta = json.loads((policy / "policy.json").read_text())
     n = len(meta["obs_names"])
     meta["normalization"] = {"mean": [0.0] * n, "var": [1.0] * n, "epsilon": 1e-8, "clip": 10.0}
-    (policy / "policy.json").write_text(json.dumps(meta))
+    (policy / "policy.json").write_text(json.dumps(seal_meta(meta)))  # as an export under normalisation writes it
     run = tmp_path / "run"
     line = _refused(["--scenario", "mixed-slo", "--out", str(run), "--init", str(policy), *TINY], capsys)
     assert "trained under observation normalisation cannot start a training" in line
@@ -233,3 +234,38 @@ def test_a_second_training_into_a_held_folder_is_refused(
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("place", "kind", "message"),
+    [
+        ("policy.json", "fifo", "policy.json is a FIFO (named pipe); an output folder may hold only regular files"),
+        ("args.json", "fifo", "args.json is a FIFO (named pipe)"),
+        (".llmsched.lock", "fifo", ".llmsched.lock is a FIFO (named pipe)"),
+        ("checkpoints/model_128_steps.zip", "fifo", "checkpoints/model_128_steps.zip is a FIFO (named pipe)"),
+        ("checkpoints", "file", "checkpoints is not a folder, and the run writes into checkpoints/"),
+        ("summary.json", "folder", "summary.json is a folder where a file is written"),
+    ],
+)
+def test_a_resumed_folder_holding_something_it_cannot_open_is_refused_before_anything(
+    trained_run: TrainedRun, tmp_path: Path, key_home: Path, capsys: pytest.CaptureFixture, place: str, kind: str,
+    message: str,
+) -> None:  # fmt: skip
+    """A FIFO (which would hang the read or the write), a file where the run writes a folder, or a folder where
+    it writes a file, anywhere a resumed training reads or writes: one usage line, nothing touched."""
+    run = tmp_path / "run"
+    shutil.copytree(trained_run.out, run)
+    target = run / place
+    if target.is_dir():
+        shutil.rmtree(target)
+    else:
+        target.unlink(missing_ok=True)
+    {"fifo": os.mkfifo, "file": lambda p: Path(p).write_text("x"), "folder": os.mkdir}[kind](target)
+    before = _listing(run)
+    signal.alarm(60)  # a FIFO opened would block: fail instead of hanging the suite
+    try:
+        line = _refused(["--scenario", "mixed-slo", "--out", str(run), "--resume", *TINY, "--timesteps", "384"], capsys)
+    finally:
+        signal.alarm(0)
+    assert message in line
+    assert _listing(run) == before

@@ -25,7 +25,9 @@ same options, only the runs not yet there (docs/reliability.md).
 vLLM's batches, the same cost model prices them) and prints its SLO attainment next to the simulator's.
 
 ``--backend runtime --model tiny`` serves the same episodes on the torch runtime (a real model, paged KV
-cache, the same core engine and the same policies) instead of the simulator.
+cache, the same core engine and the same policies) instead of the simulator. A run whose policy fell back
+(to fcfs: it raised or was late) on more than 1% of its decisions is marked ``policy [fallback N%]`` in the
+tables and warned about on stderr (``evaluation.fallbacks``).
 
 Everything it does is a library call (``llmsched_env.evaluation``: ``EvalConfig``, ``run_grid``,
 ``capacity_grid``, ``summarize``, ``write_results``).
@@ -44,7 +46,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from llmsched_env.commands.evaluate_args import PROG, build_parser, config_from_args
-from llmsched_env.commands.help import program
+from llmsched_env.commands.help import given_options, program
 from llmsched_env.common.outputs import is_complete, locked_output, mark_complete
 from llmsched_env.evaluation import (
     EvalConfig,
@@ -63,6 +65,7 @@ from llmsched_env.evaluation import (
     write_tensorboard,
 )
 from llmsched_env.evaluation.capacity import capacity_notes, verdict_notes
+from llmsched_env.evaluation.fallbacks import fallback_warning
 from llmsched_env.evaluation.grid import FinishedRun
 from llmsched_env.evaluation.outputs import FINISHED_FILES, RESULTS_TITLE, LiveTable, clear_outputs
 from llmsched_env.evaluation.progress import Progress
@@ -84,6 +87,7 @@ def parse(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, EvalCo
         "there to resume, start one",
     )
     args = parser.parse_args(argv)
+    args.given = given_options(parser, argv)
     if args.resume and (args.out is None or args.describe or args.engine == "vllm"):
         parser.error("--resume continues an evaluation in --out: it needs --out, and no --describe or --engine vllm")
     args.flags = {a.dest: max(a.option_strings, key=len) for a in parser._actions if a.option_strings}
@@ -121,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if record is not None and args.resume:  # another evaluation there: refused before the folder is touched
         _resumable(args.out, record)
     killed = args.out is not None and (args.out / ROWS_NAME).is_file() and not is_complete(args.out)
-    with _holding(args.out):
+    with _holding(args.out), _disk_full(args.out):
         return _evaluate(config, args, line, record, killed)
 
 
@@ -189,6 +193,22 @@ def _finish(out: Path, write: Callable[[], list[Path]]) -> None:
     print("wrote " + ", ".join(str(p) for p in written))
 
 
+@contextmanager
+def _disk_full(out: Path | None) -> Iterator[None]:
+    """A full disk (``ENOSPC``, ``EDQUOT``) anywhere in the block as one error line: the runs finished before it
+    are in ``out``'s rows file (each line on disk before the next run starts; a line cut short is cut off by the
+    next ``--resume``), so the line says to free space and resume."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        if out is None:
+            _fail(ValueError(f"{exc.filename or 'a file'}: {exc.strerror}"))
+        kept = f"the runs finished before it are kept in {out / ROWS_NAME}: free space and rerun with --resume"
+        _fail(ValueError(f"{exc.filename or f'--out {out}'}: {exc.strerror}; {kept}"))
+
+
 def _fail(exc: Exception) -> NoReturn:
     """Exit (status 1) with one line, as argparse names the program: ``PROG: error: EXC``."""
     raise SystemExit(f"{program(*PROG)}: error: {exc}") from None
@@ -218,7 +238,7 @@ def _holding(out: Path | None) -> Iterator[None]:
 
 # options that do not change an evaluation's rows: --resume may give them otherwise than the run it continues
 _NOT_COMPARED = ("out", "plots", "tensorboard", "force", "no_progress", "workers", "ray", "ray_cpus", "resume",
-                 "describe", "no_speed_check", "require_sustained", "check_invariants", "flags")  # fmt: skip
+                 "describe", "no_speed_check", "require_sustained", "check_invariants", "flags", "given")  # fmt: skip
 
 
 def _record(config: EvalConfig, args: argparse.Namespace) -> dict[str, Any] | None:
@@ -279,6 +299,8 @@ def _vllm(config: EvalConfig, args: argparse.Namespace, line: list[str]) -> int:
     except ValueError as exc:
         _fail(exc)
     print(format_comparison(rows), flush=True)
+    for row in rows:
+        _warn_fallbacks(row)
     if args.out is not None:
         _finish(args.out, lambda: write_results(args.out, rows, plots=False))
         mark_complete(args.out, {"command": shlex.join(line), "rows": len(rows)})
@@ -342,10 +364,28 @@ def _grid(
     unit = "cell" if args.ray else "run"
     table = results_table(config, sustained=sustained_column)
     done = [run.row for run in finished]
+    for row in done:
+        _warn_fallbacks(row)
     with _live(table, args, "grid", unit, config.num_runs, RESULTS_TITLE, done) as live:
         on_run = log.append if log is not None else None
-        result = run_grid(config, details=details, finished=finished, on_run=on_run, **live)
+        show, bar = live.pop("on_row"), live["progress"]
+
+        def on_row(row: Row) -> None:
+            show(row)
+            _warn_fallbacks(row, bar.note)
+
+        result = run_grid(config, details=details, finished=finished, on_run=on_run, on_row=on_row, **live)
     return result.rows, result.details
+
+
+def _warn_fallbacks(row: Row, note: Callable[[str], None] | None = None) -> None:
+    """One line on stderr (through ``note``, a bar's, when given) for a run whose policy fell back over
+    ``fallbacks.FALLBACK_LIMIT`` of its decisions."""
+    warning = fallback_warning(row)
+    if warning is not None and note is not None:
+        note(f"{program(*PROG)}: {warning}")
+    elif warning is not None:
+        _note(warning)
 
 
 def _capacity(

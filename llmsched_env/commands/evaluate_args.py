@@ -18,11 +18,13 @@ from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.help import DefaultsFormatter, from_args, program
 from llmsched_env.commands.runner_options import add_runner_options
 from llmsched_env.common.checks import check_label, duplicates
-from llmsched_env.common.outputs import check_output
+from llmsched_env.common.outputs import COMPLETE_NAME, LOCK_NAME, check_output
 from llmsched_env.decision.lookahead import join_options
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.engine.config import ENGINE_BOUNDS, SLO_CLASSES
 from llmsched_env.evaluation import EvalConfig, RuntimeOptions
+from llmsched_env.evaluation.outputs import FINISHED_FILES
+from llmsched_env.evaluation.resume import RECORD_NAME, ROWS_NAME
 from llmsched_env.workloads.library import list_scenarios
 from llmsched_env.workloads.scenarios import SPLITS, Scenario
 from llmsched_env.workloads.trace_io import data_stem
@@ -242,6 +244,8 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+# the files an evaluation writes in --out (a folder at one of these names is refused before any run)
+OUT_FILES = (*FINISHED_FILES, ROWS_NAME, RECORD_NAME, COMPLETE_NAME, LOCK_NAME)
 _NO_ADDRESS = "<no address>"  # --ray given alone: the spelling of local workers before --workers
 
 
@@ -278,6 +282,13 @@ def scaleout(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error("--workers (local worker processes) or --ray ADDRESS (a Ray cluster), not both")
     if args.workers is not None:
         args.ray, args.ray_cpus = "local", args.workers
+    elif args.ray is not None:  # a cluster that does not answer: refused now, not a hang at the first run
+        from llmsched_env.evaluation.distributed import check_ray_address
+
+        try:
+            check_ray_address(args.ray)
+        except ValueError as exc:
+            p.error(str(exc))
 
 
 def add_trace_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, replaces: str = "--scenarios") -> None:
@@ -338,9 +349,33 @@ def engine_limits(args: argparse.Namespace) -> dict[str, int]:
     return {name: getattr(args, name) for name in ENGINE_LIMITS if getattr(args, name) is not None}
 
 
+# options that do nothing beside another: (option, the one that makes it do nothing, why), refused in one line
+_NO_OPS = (
+    ("scenarios", "trace", "--trace replaces --scenarios (the trace is the one scenario)"),
+    ("loads", "capacity", "--capacity searches the load itself (--loads is not used)"),
+    ("out", "describe", "--describe prints the scenarios and writes no files"),
+    ("tensorboard", "describe", "--describe prints the scenarios and writes no files"),
+    ("plots", "describe", "--describe prints the scenarios and writes no files"),
+    ("policies", "describe", "--describe runs no policy"),
+    ("capacity", "describe", "--describe runs no policy"),
+)
+
+
+def check_combinations(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A usage error for an option given beside one that makes it do nothing (``_NO_OPS``: ``--scenarios`` with
+    ``--trace``, ``--loads`` with ``--capacity``, ``--out`` with ``--describe``, ...), so that no option is
+    ignored without a word. Only options given on the command line count (``args.given``)."""
+    given: set[str] = getattr(args, "given", set())
+    for option, other, why in _NO_OPS:
+        if option in given and getattr(args, other, None):
+            flag, by = "--" + option.replace("_", "-"), "--" + other.replace("_", "-")
+            p.error(f"{flag} does nothing with {by}: {why}; leave one of them out")
+
+
 def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> EvalConfig:
     """The ``EvalConfig`` the parsed ``args`` ask for; a usage error (exit 2) for anything wrong."""
     scaleout(p, args)
+    check_combinations(p, args)
     if args.plots and args.out is None:
         p.error("--plots needs --out (the folder the PNG files go to)")
     if args.per_seed and not args.capacity:
@@ -363,7 +398,7 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
         p.error("--describe is single-node only")
     try:
         if args.out is not None:
-            check_output(args.out, args.force)
+            check_output(args.out, args.force, files=OUT_FILES)
         if args.tensorboard is not None:
             check_output(args.tensorboard, args.force, "--tensorboard")
         runtime = from_args(RuntimeOptions, args) if args.backend == "runtime" else None
@@ -379,7 +414,7 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
             EvalConfig, args, scenarios=scenarios, policies=policies, runtime=runtime, engine_limits=limits or None
         )
     except ValueError as exc:  # a list field's message names its option (two policy files of one name)
-        p.error(re.sub(r"^EvalConfig\.(scenarios|policies|loads|seeds): ", r"--\1: ", str(exc)))
+        p.error(re.sub(r"^EvalConfig\.(scenarios|policies|loads|seeds)(: | must)", r"--\1\2", str(exc)))
     if args.require_sustained and not (args.capacity or args.describe):
         from llmsched_env.evaluation.sustained import unsustained
 

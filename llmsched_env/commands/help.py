@@ -17,13 +17,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["DefaultsFormatter", "default_text", "from_args", "program"]
+__all__ = ["DefaultsFormatter", "default_text", "from_args", "given_options", "program"]
 
 T = TypeVar("T", bound="DataclassInstance")
 
@@ -56,6 +57,21 @@ class DefaultsFormatter(argparse.RawDescriptionHelpFormatter):
         if not action.option_strings or action.default is argparse.SUPPRESS or "(default" in text:
             return text
         return f"{text} ({default_text(action).replace('%', '%%')})".lstrip()  # the value is not a format
+
+
+_NOT_GIVEN = object()
+
+
+def given_options(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> set[str]:
+    """The destinations of the options ``argv`` (default: the process's arguments) gives on the command line,
+    whatever their value (``--loads 1`` counts though 1 is the default; abbreviations resolved as argparse
+    resolves them). Parses ``argv`` a second time into a namespace holding a marker for every option, which
+    argparse leaves where an option is not given: call it once ``argv`` has parsed without an error."""
+    accumulating = (argparse._AppendAction, argparse._AppendConstAction, argparse._CountAction)  # add to a value
+    dests = {a.dest for a in parser._actions if a.option_strings and not isinstance(a, accumulating)}
+    marked = argparse.Namespace(**dict.fromkeys(dests, _NOT_GIVEN))
+    args, _ = parser.parse_known_args(None if argv is None else list(argv), namespace=marked)
+    return {dest for dest in dests if getattr(args, dest, _NOT_GIVEN) is not _NOT_GIVEN}
 
 
 def program(console_script: str, script: str) -> str:

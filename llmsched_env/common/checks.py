@@ -10,26 +10,50 @@ from collections.abc import Iterable
 from typing import Any
 
 __all__ = [
+    "MAX_LOAD",
+    "MAX_RATE_RPS",
+    "MAX_REWARD_WEIGHT",
+    "MAX_SLO_S",
+    "MIN_LOAD",
     "check_int",
     "check_label",
     "check_number",
     "check_positive",
     "check_unique",
     "duplicates",
+    "in_range",
     "is_finite_number",
     "label_fault",
+    "range_text",
 ]
 
 TABLE_SEPARATOR = "|"  # a Markdown table's column separator
 
+# Physical ranges (docs/reliability.md, "Physical ranges"): bounds far outside anything real, so a mistyped or
+# hostile figure (1e308) is refused in one line instead of giving absurd results. An arrival rate (a tenant's, a
+# process's, a trace's --trace-rate, fitted traffic's) is at most 10 million requests/s: some 300x the prompts
+# per second of the busiest public LLM service as a whole (billions a day), 10,000x what one engine serves; an
+# env's load (a multiple of its scenario's nominal rate) is within [MIN_LOAD, MAX_LOAD]: beyond these, arrival
+# times underflow or overflow. An SLO target (TTFT, TPOT) is at most 1e6 s (11.6 days): the classes' targets are
+# scaled to a slow cost model (``SLOClass.scaled``; the batch class's 60 s TTFT times the scale of a 405B model run
+# on CPUs, ~1,200, is most of a day), and must stay in range. A reward weight is at most 1e6, where the default
+# weights are 1 (a return of 2e6 per episode stays far from float overflow in any discounted sum).
+MIN_LOAD = 1e-3
+MAX_LOAD = 1e3
+MAX_RATE_RPS = 1e7
+MAX_SLO_S = 1e6
+MAX_REWARD_WEIGHT = 1e6
 
-def check_positive(owner: str, name: str, value: object, *, allow_zero: bool = False) -> float:
-    """``value`` if it is a finite number > 0 (or >= 0 with ``allow_zero``), else ``ValueError``."""
+
+def check_positive(
+    owner: str, name: str, value: object, *, allow_zero: bool = False, maximum: float | None = None, unit: str = ""
+) -> float:
+    """``value`` if it is a finite number > 0 (or >= 0 with ``allow_zero``), and at most ``maximum`` when given
+    (a physical range: ``MAX_RATE_RPS``...), else ``ValueError`` naming the range (in ``unit``)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{owner}.{name} must be a number, got {value!r}")
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{owner}.{name} must be finite and {bound}, got {value!r}")
+    if not in_range(value, allow_zero, maximum):
+        raise ValueError(f"{owner}.{name} must be finite and {range_text(allow_zero, maximum, unit)}, got {value!r}")
     return value
 
 
@@ -39,14 +63,39 @@ def check_int(owner: str, name: str, value: int, minimum: int) -> None:
         raise ValueError(f"{owner}.{name} must be an integer >= {minimum}, got {value!r}")
 
 
-def check_number(owner: str, field: str, value: Any, *, positive: bool = False, integer: bool = False) -> float:
-    """Return ``value`` if it is a finite number >= 0 (> 0 with ``positive``), else raise ``ValueError``."""
+def check_number(
+    owner: str,
+    field: str,
+    value: Any,
+    *,
+    positive: bool = False,
+    integer: bool = False,
+    maximum: float | None = None,
+    unit: str = "",
+) -> float:
+    """Return ``value`` if it is a finite number >= 0 (> 0 with ``positive``) and at most ``maximum`` when given,
+    else raise ``ValueError`` naming the field and the range (in ``unit``)."""
     kind = "an integer" if integer else "a number"
     bad_type = isinstance(value, bool) or not isinstance(value, int if integer else (int, float))
-    if bad_type or not math.isfinite(value) or value < 0 or (positive and value == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise ValueError(f"{owner}: field '{field}' must be {kind} {bound}, got {value!r}")
+    if bad_type or not in_range(value, not positive, maximum):
+        raise ValueError(
+            f"{owner}: field '{field}' must be {kind} {range_text(not positive, maximum, unit)}, got {value!r}"
+        )
     return value
+
+
+def in_range(value: float, allow_zero: bool, maximum: float | None) -> bool:
+    """Whether the number ``value`` is finite, > 0 (>= 0 with ``allow_zero``) and <= ``maximum`` when given (an
+    integer too large for a float is over any maximum, not an ``OverflowError``)."""
+    finite = isinstance(value, int) or math.isfinite(value)
+    return finite and (value > 0 or (allow_zero and value == 0)) and (maximum is None or value <= maximum)
+
+
+def range_text(allow_zero: bool, maximum: float | None, unit: str) -> str:
+    """``> 0``, ``>= 0``, or with a maximum ``in (0, 1e+07] requests/s`` (``[0, ...`` with ``allow_zero``)."""
+    if maximum is None:
+        return ">= 0" if allow_zero else "> 0"
+    return f"in {'[' if allow_zero else '('}0, {maximum:,.15g}]{' ' + unit if unit else ''}"
 
 
 def is_finite_number(value: Any) -> bool:

@@ -45,6 +45,7 @@ __all__ = [
     "TRACE_LINE_BYTES",
     "BoundedReader",
     "ByteLimit",
+    "CountLimit",
     "FileRefusedError",
     "check_regular_file",
     "csv_records",
@@ -71,6 +72,7 @@ class ByteLimit:
     what: str  # the kind of file, for messages: "a trace", "the policy weights", ...
     default: int
     env: str | None = None
+    unit: str = "bytes"  # what the limit counts, for messages ("" for a plain count: ``CountLimit``)
 
     def value(self) -> int:
         """The limit in bytes now: ``$env`` when it is set and not empty, else ``default``. ``ValueError`` naming
@@ -83,12 +85,25 @@ class ByteLimit:
         except ValueError:
             limit = 0
         if limit <= 0:
-            raise ValueError(f"{self.env}={text!r}: expected a whole number of bytes > 0 (the limit for {self.what})")
+            raise ValueError(
+                f"{self.env}={text!r}: expected a whole number{self._of()} > 0 (the limit for {self.what})"
+            )
         return limit
 
     def hint(self) -> str:
         """How to raise the limit, for the end of a message ("" when it is fixed)."""
-        return f"; set {self.env} to a larger number of bytes to raise it" if self.env else ""
+        return f"; set {self.env} to a larger number{self._of()} to raise it" if self.env else ""
+
+    def _of(self) -> str:
+        return f" of {self.unit}" if self.unit else ""
+
+
+@dataclass(frozen=True)
+class CountLimit(ByteLimit):
+    """A limit on a number of things rather than bytes (the tenants of a workload, ``common.tenants``): set and
+    parsed as a ``ByteLimit``, its messages saying "a whole number > 0" and "a larger number"."""
+
+    unit: str = ""
 
 
 # The limits, each well above any legitimate file of its kind (docs/reliability.md, "Bounded reads").

@@ -32,6 +32,7 @@ __all__ = [
     "PACKAGES",
     "REPO_FOLDERS",
     "OutputBusyError",
+    "check_folder",
     "check_output",
     "check_replaceable",
     "is_complete",
@@ -67,11 +68,23 @@ def shipped_folders() -> list[Path]:
     return packages + [root / folder for root in checkouts for folder in REPO_FOLDERS]
 
 
-def check_output(path: str | Path, force: bool = False, option: str = "--out", file: bool = False) -> Path:
+def check_output(
+    path: str | Path,
+    force: bool = False,
+    option: str = "--out",
+    file: bool = False,
+    files: Iterable[str] = (),
+    folders: Iterable[str] = (),
+) -> Path:
     """``path`` unchanged when a command may write there, checked before any work: ``ValueError`` (one line
     naming the path) when it is a shipped folder or inside one and ``force`` is False, when it is a file where a
     folder is written (or, with ``file``, a folder where a file is), or when the nearest folder that exists on
-    the way to it is not writable (a read-only filesystem, no permission). ``option`` names the argument."""
+    the way to it is not writable (a read-only filesystem, no permission). ``option`` names the argument.
+
+    An existing output folder must hold only regular files and folders (``check_folder``): a FIFO, a device or a
+    socket there (or in one of its subfolders ``folders``, which the command writes into) is refused, since the
+    command may open it (a FIFO blocks) or replace it; so are a folder at one of the names ``files`` that the
+    command writes as files and a file at one of ``folders``."""
     target = Path(path)
     if not force:
         resolved = target.expanduser().resolve()
@@ -87,12 +100,44 @@ def check_output(path: str | Path, force: bool = False, option: str = "--out", f
         check_replaceable(written_path(target), option if not target.is_symlink() else f"{option} {target} ->")
     if not file and target.exists() and not target.is_dir():
         raise ValueError(f"{option} {target}: is a file; give a folder (it is created if missing)")
+    if not file and target.is_dir():
+        check_folder(target, option, files, folders)
     existing = (target.parent if file else target).expanduser().absolute()
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"{option} {target}: cannot be written ({existing} is not a writable folder)")
     return target
+
+
+def check_folder(folder: Path, option: str = "--out", files: Iterable[str] = (), folders: Iterable[str] = ()) -> None:
+    """``ValueError`` (one line naming the entry) when the output folder ``folder`` holds, at its top level or
+    directly in one of its subfolders ``folders``, anything but regular files and folders (links followed: a link
+    to ``/dev/null`` is a device; a dangling link is left alone), a folder at one of the file names ``files`` or a
+    non-folder at one of ``folders``. Reads the folder's entries only (not the whole tree below it)."""
+    where = f"{option} {folder}"
+    subfolders = set(folders)
+    for name in sorted(set(files)):
+        if (folder / name).is_dir():
+            raise ValueError(f"{where}: {name} is a folder where a file is written; remove it or choose another "
+                             f"{option}")  # fmt: skip
+    for name in sorted(subfolders):
+        if (folder / name).exists() and not (folder / name).is_dir():
+            raise ValueError(f"{where}: {name} is not a folder, and the run writes into {name}/; remove it or "
+                             f"choose another {option}")  # fmt: skip
+    scanned = [folder, *(folder / name for name in sorted(subfolders) if (folder / name).is_dir())]
+    for place in scanned:
+        for entry in sorted(os.scandir(place), key=lambda e: e.name):
+            try:
+                mode = os.stat(entry.path).st_mode
+            except OSError:  # a dangling link, or an entry gone since: nothing the command will open
+                continue
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                name = os.path.relpath(entry.path, folder)
+                raise ValueError(
+                    f"{where}: {name} is {file_kind(mode)}; an output folder may hold only regular files and "
+                    f"folders (remove it or choose another {option})"
+                )
 
 
 def write_csv(rows: Sequence[Mapping[str, Any]], path: Path, columns: Sequence[str] | None = None) -> None:
@@ -222,8 +267,11 @@ def locked_output(out: str | Path, command: str, option: str = "--out") -> Itera
         (folder / COMPLETE_NAME).unlink(missing_ok=True)
         yield folder
         return
-    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):  # a FIFO there would block the read below: refused, as check_folder does
+            raise OutputBusyError(f"{option} {folder}: {LOCK_NAME} is {file_kind(mode)}, not a regular file; remove it")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

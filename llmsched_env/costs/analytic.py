@@ -7,9 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
-from llmsched_env.common.checks import check_number
 from llmsched_env.common.fields import derived, from_fields, to_fields
-from llmsched_env.costs.base import check_label
+from llmsched_env.costs.base import check_cost_field, check_label, check_step_times
 
 __all__ = ["AnalyticCostModel"]
 
@@ -38,7 +37,8 @@ class AnalyticCostModel:
     roofline max); the two all-reduces per layer (after attention and after the MLP) do not.
 
     A frozen dataclass built by keyword (the fields above, plus ``name`` and ``description``); each field is
-    checked on construction (``ValueError`` naming it) and the roofline's slopes are derived once, so
+    checked on construction (``ValueError`` naming it; within ``costs.base.COST_BOUNDS``, and a 1-token step
+    within ``MAX_STEP_S``) and the roofline's slopes are derived once, so
     ``step_time_s`` is plain arithmetic. Equal (and hashed) by its fields; pickles natively.
     """
 
@@ -77,7 +77,8 @@ class AnalyticCostModel:
         "head_dim",
         "tensor_parallel",
     )
-    _MAY_BE_ZERO: ClassVar[tuple[str, ...]] = ("overhead_s", "allreduce_latency_s", "interconnect_bandwidth_gbps")
+    # overhead_s > 0 so that an empty iteration takes time
+    _MAY_BE_ZERO: ClassVar[tuple[str, ...]] = ("allreduce_latency_s", "interconnect_bandwidth_gbps")
 
     def __post_init__(self) -> None:
         owner = f"AnalyticCostModel {self.name!r}"
@@ -85,14 +86,12 @@ class AnalyticCostModel:
         for f in fields(self):
             if f.init and f.name not in ("name", "description"):
                 positive = f.name not in self._MAY_BE_ZERO
-                check_number(owner, f.name, getattr(self, f.name), positive=positive, integer=f.name in self._INTS)
+                check_cost_field(owner, f.name, getattr(self, f.name), positive=positive, integer=f.name in self._INTS)
         for name in ("compute_efficiency", "bandwidth_efficiency"):
             if getattr(self, name) > 1:
                 raise ValueError(
                     f"{owner}: field '{name}' is a fraction of peak, must be <= 1, got {getattr(self, name)!r}"
                 )
-        if self.overhead_s <= 0:
-            raise ValueError(f"{owner}: field 'overhead_s' must be > 0 so an empty iteration takes time")
         tp = self.tensor_parallel
         if tp > 1 and self.interconnect_bandwidth_gbps <= 0:
             raise ValueError(f"{owner}: field 'interconnect_bandwidth_gbps' must be > 0 when tensor_parallel > 1")
@@ -118,6 +117,7 @@ class AnalyticCostModel:
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
+        check_step_times(owner, self)  # each field in range, and together a 1-token step within an hour
 
     def step_time_s(
         self, num_prefill_tokens: int, num_decode_seqs: int, num_kv_tokens: int, prefill_attn_pairs: float

@@ -23,7 +23,47 @@ from typing import Protocol, runtime_checkable
 
 from llmsched_env.common.checks import check_number
 
-__all__ = ["CostModel", "check_label", "prefill_time_s", "prefill_time_unchecked_s", "unloaded_decode_time_s"]
+__all__ = [
+    "COST_BOUNDS",
+    "MAX_STEP_S",
+    "CostModel",
+    "check_cost_field",
+    "check_label",
+    "check_step_times",
+    "prefill_time_s",
+    "prefill_time_unchecked_s",
+    "unloaded_decode_time_s",
+]
+
+# Physical ranges of a cost model's constants (docs/reliability.md, "Physical ranges"), far outside anything
+# real so that every shipped preset and calibrated file passes and a mistyped or hostile figure (1e308, or one
+# that makes a step take days) is refused in one line. One iteration (the empty one, a 1-token prefill, one
+# decode of 1 token of context) takes at most an hour: real ones take milliseconds. Per device: 1e6 TFLOP/s
+# (1e18 FLOP/s, some 1,000x an H100's 989 dense bf16 TFLOP/s and 450x a B200's) and 1e6 GB/s of memory or
+# interconnect bandwidth (1e15 B/s, 300x an H100's 3.35 TB/s and 100x a B200's 8 TB/s; NVLink 5 is 0.9 TB/s a
+# direction); 1e15 parameters (500x the largest published models); 64 bytes per value (8x float64); the sizes of
+# a model (layers, widths, heads, tensor-parallel degree, the attention query tile) at most 2**20 each (64x the
+# widest model's hidden size of 16,384, 8,000x the deepest's 126 layers). A linear model's coefficients are
+# seconds per unit, each at most an hour.
+MAX_STEP_S = 3600.0
+_MAX_SIZE = 1 << 20
+COST_BOUNDS: dict[str, float] = {
+    "peak_tflops": 1e6,
+    "mem_bandwidth_gbps": 1e6,
+    "interconnect_bandwidth_gbps": 1e6,
+    "num_params": 1e15,
+    "dtype_bytes": 64.0,
+    "overhead_s": MAX_STEP_S,
+    "allreduce_latency_s": MAX_STEP_S,
+    **dict.fromkeys(
+        ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim", "tensor_parallel"), _MAX_SIZE
+    ),
+    "prefill_attn_query_tile": _MAX_SIZE,
+    **dict.fromkeys(
+        ("prefill_token_s", "decode_seq_s", "kv_token_s", "prefill_attn_pair_s", "decode_log_s"), MAX_STEP_S
+    ),
+}
+_UNITS = {"peak_tflops": "TFLOP/s", "mem_bandwidth_gbps": "GB/s", "interconnect_bandwidth_gbps": "GB/s"}
 
 
 @runtime_checkable
@@ -43,6 +83,26 @@ def check_label(owner: str, name: object, description: object) -> None:
     for field, value in (("name", name), ("description", description)):
         if not isinstance(value, str):
             raise ValueError(f"{owner}: field '{field}' must be a string, got {value!r}")
+
+
+def check_cost_field(owner: str, field: str, value: object, *, positive: bool = False, integer: bool = False) -> None:
+    """``check_number`` of a cost model's constant ``field`` within its physical range (``COST_BOUNDS``)."""
+    maximum = COST_BOUNDS.get(field)
+    unit = _UNITS.get(field, "s" if field.endswith("_s") else "")
+    check_number(owner, field, value, positive=positive, integer=integer, maximum=maximum, unit=unit)
+
+
+def check_step_times(owner: str, model: CostModel) -> None:
+    """Raise ``ValueError`` naming ``owner`` unless the smallest iterations ``model`` prices (a 1-token prefill,
+    one decode of 1 token of context) each take at most ``MAX_STEP_S``: constants each within their range can
+    still price one token at days together (a slow device and a huge model)."""
+    for what, batch in (("a 1-token prefill", (1, 0, 0, 1.0)), ("one decode of 1 context token", (0, 1, 1, 0.0))):
+        step_s = model.step_time_s(*batch)
+        if not step_s <= MAX_STEP_S:  # NaN too
+            raise ValueError(
+                f"{owner}: one iteration of {what} takes {step_s:g} s, over the {MAX_STEP_S:g} s a step may take "
+                '(docs/reliability.md, "Physical ranges"): its constants are outside physical ranges'
+            )
 
 
 def unloaded_decode_time_s(model: CostModel, context_tokens: int = 1024) -> float:

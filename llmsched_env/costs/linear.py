@@ -18,10 +18,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from llmsched_env.common.checks import check_number
 from llmsched_env.common.fields import check_fields, derived
 from llmsched_env.common.outputs import write_text_atomically
-from llmsched_env.costs.base import CostModel, check_label
+from llmsched_env.costs.base import CostModel, check_cost_field, check_label, check_step_times
 
 __all__ = ["LinearCostModel", "fit_report"]
 
@@ -38,7 +37,8 @@ class LinearCostModel:
     ``"linear"``) names the coefficients ``COEF_FIELDS`` (a preset without ``decode_log_s`` has it 0).
 
     A frozen dataclass: ``coef_s`` (any sequence of 5 or 6 numbers, the sixth 0 when left out) is stored as a
-    tuple of 6 floats, each checked on construction (``ValueError`` naming the coefficient). Equal when the
+    tuple of 6 floats, each checked on construction (``ValueError`` naming the coefficient: >= 0 and at most
+    ``costs.base.MAX_STEP_S``, and together a 1-token step within it). Equal when the
     coefficients, name and description are (and hashed by them); pickles natively.
     """
 
@@ -74,11 +74,12 @@ class LinearCostModel:
         if len(coefs) != len(self.COEF_FIELDS):
             raise ValueError(f"{owner}: coef_s needs {required} or {len(self.COEF_FIELDS)} values {self.COEF_FIELDS}")
         for name, c in zip(self.COEF_FIELDS, coefs, strict=True):
-            check_number(owner, name, c, positive=name == "overhead_s")
+            check_cost_field(owner, name, c, positive=name == "overhead_s")  # seconds, at most MAX_STEP_S each
         coef_s = tuple(float(c) for c in coefs)
         object.__setattr__(self, "coef_s", coef_s)
         for i, c in enumerate(coef_s):
             object.__setattr__(self, f"_c{i}", c)
+        check_step_times(owner, self)
 
     def step_time_s(
         self, num_prefill_tokens: int, num_decode_seqs: int, num_kv_tokens: int, prefill_attn_pairs: float

@@ -4,7 +4,11 @@ The pair is written by ``agents.export.export_policy``. The JSON says what the w
 names, action components and their options, activation, layer tensors, optional observation normalisation)
 and carries the sha256 of the tensors file; the safetensors file holds float32 weights only (no pickle, no
 code). Everything is checked at load time, so a bad file fails with ``PolicyFileError`` naming the file and
-what is wrong, never later with a shape error in the middle of serving. Both files are read bounded
+what is wrong, never later with a shape error in the middle of serving. ``fields_sha256`` records a sha256 of
+every field of the JSON but the informational ones (``INFORMATIONAL_FIELDS``: what the training was), so a
+field edited after export (``masked``, ``iterations_per_step``, the normalisation, ...) is refused, named; a
+file exported before the record is refused with the command that adds it (``seal_meta``,
+``python -m llmsched_env.commands.seal_policy``). Both files are read bounded
 (``llmsched_env.common.files``): regular files only, the JSON at most ``CONFIG_BYTES`` (16 MiB,
 ``$LLMSCHED_MAX_CONFIG_BYTES``) and the weights at most ``POLICY_BYTES`` (256 MiB, ``$LLMSCHED_MAX_POLICY_BYTES``).
 
@@ -18,8 +22,10 @@ this layer through ``FORWARDS``, the registry the torch runtime fills (found thr
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,9 +40,11 @@ from llmsched_env.decision.schema import SCHEMAS, schema_summary
 
 __all__ = [
     "ACTIVATION_NAMES",
+    "FIELDS_KEY",
     "FORMAT",
     "FORMAT_VERSION",
     "FORWARDS",
+    "INFORMATIONAL_FIELDS",
     "JSON_NAME",
     "NUMPY_ACTIVATIONS",
     "OPTION_KEYS",
@@ -45,8 +53,12 @@ __all__ = [
     "Forward",
     "ForwardBuilder",
     "PolicyFileError",
+    "UnsealedPolicyError",
     "action_options",
+    "check_fields",
+    "field_digests",
     "load_policy_file",
+    "seal_meta",
     "torch_forward",
 ]
 
@@ -54,6 +66,9 @@ FORMAT = "llmsched-policy"
 FORMAT_VERSION = 1
 JSON_NAME = "policy.json"
 TENSORS_NAME = "policy.safetensors"
+FIELDS_KEY = "fields_sha256"  # field -> sha256 of its canonical JSON, for every field but these and itself:
+INFORMATIONAL_FIELDS = ("scenario", "seed", "timesteps")  # what the training was; no decision reads them
+SEAL_COMMAND = "python -m llmsched_env.commands.seal_policy"
 ACTIVATION_NAMES = ("tanh", "relu", "elu", "leaky_relu", "gelu", "silu", "sigmoid", "identity")  # torch.nn's
 NUMPY_ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tanh": np.tanh,
@@ -78,6 +93,10 @@ OPTION_KEYS = {
 
 class PolicyFileError(ValueError):
     """An exported policy file is missing, corrupt, inconsistent, or does not fit the environment."""
+
+
+class UnsealedPolicyError(PolicyFileError):
+    """A policy file without ``FIELDS_KEY`` (exported before policy files recorded their fields), else sound."""
 
 
 def action_options(spec: Any) -> dict[str, list[float]]:
@@ -108,8 +127,56 @@ def load_policy_file(path: str | Path, forward: ForwardBuilder | None = None) ->
     _check_meta(meta, json_path)
     tensors = _read_tensors(tensors_path, meta["tensors_sha256"])
     weights = _check_layers(meta, tensors, tensors_path)
+    check_fields(meta, json_path)  # last: a file edited into another fault is named for that fault
     in_numpy = meta["network"]["activation"] in NUMPY_ACTIVATIONS
     return ExportedPolicy(meta, weights, json_path, None if in_numpy or forward is None else forward(meta, weights))
+
+
+def _field_digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)  # canonical
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def field_digests(meta: Mapping[str, Any]) -> dict[str, str]:
+    """``FIELDS_KEY``'s record of ``meta``: each field but ``INFORMATIONAL_FIELDS`` (and the record itself) ->
+    the sha256 of its canonical JSON (keys sorted, no spaces)."""
+    skip = (FIELDS_KEY, *INFORMATIONAL_FIELDS)
+    return {key: _field_digest(meta[key]) for key in sorted(meta) if key not in skip}
+
+
+def seal_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """``meta`` with its ``FIELDS_KEY`` record (``field_digests``), as an export writes it."""
+    return {**{k: v for k, v in meta.items() if k != FIELDS_KEY}, FIELDS_KEY: field_digests(meta)}
+
+
+def check_fields(meta: Mapping[str, Any], where: Path) -> None:
+    """``PolicyFileError`` in one line unless ``meta``'s fields are those its ``FIELDS_KEY`` record was made of:
+    naming each field whose value differs, was added or was removed since; a file without the record (exported
+    before it) is refused with the command that adds it."""
+    if FIELDS_KEY not in meta:
+        raise UnsealedPolicyError(
+            f"{where}: no {FIELDS_KEY}: the file was exported before policy files recorded their fields, so an edit "
+            f"of masked, iterations_per_step or any other field cannot be told; if it is as it was exported, add the "
+            f"record with `{SEAL_COMMAND} {shlex.quote(str(where.parent))}` (or export the policy again)"
+        )
+    recorded = meta[FIELDS_KEY]
+    if not (isinstance(recorded, dict) and all(_is_digest(v) for v in recorded.values())):
+        raise PolicyFileError(f"{where}: key {FIELDS_KEY!r} must be an object of sha256 digests, got {recorded!r:.80}")
+    now = field_digests(meta)
+    changed = [k for k in now if k in recorded and now[k] != recorded[k]]
+    added = [k for k in now if k not in recorded]
+    removed = [k for k in recorded if k not in meta]
+    if changed or added or removed:
+        edits = [f"{', '.join(map(repr, keys))} {what}" for keys, what in ((changed, "changed"), (added, "added"),
+                 (removed, "removed")) if keys]  # fmt: skip
+        raise PolicyFileError(
+            f"{where}: edited after export: {'; '.join(edits)} ({FIELDS_KEY} records every field that decides the "
+            "policy's actions as it was exported); export the policy again or restore the file"
+        )
+
+
+def _is_digest(v: Any) -> bool:
+    return isinstance(v, str) and re.fullmatch("[0-9a-f]{64}", v) is not None
 
 
 def _paths(path: Path) -> tuple[Path, Path]:
@@ -175,7 +242,7 @@ _CHECKS: dict[str, tuple[str, Any]] = {  # key -> (what it must be, test)
     "masked": ("true or false", lambda v: isinstance(v, bool)),
     "normalization": ("null or an object", lambda v: v is None or isinstance(v, dict)),
     "network": ("an object", lambda v: isinstance(v, dict)),
-    "tensors_sha256": ("a sha256 hex digest", lambda v: isinstance(v, str) and re.fullmatch("[0-9a-f]{64}", v)),
+    "tensors_sha256": ("a sha256 hex digest", _is_digest),
     "algo": ("a string", lambda v: isinstance(v, str)),
 }
 
@@ -189,6 +256,9 @@ def _check_meta(meta: dict[str, Any], where: Path) -> None:
             raise fail(f"missing key {key!r}")
         if not ok(meta[key]):
             raise fail(f"key {key!r} must be {what}, got {meta[key]!r:.80}")
+    steps = meta.get("iterations_per_step", 1)
+    if not (_is_int(steps) and steps >= 1):
+        raise fail(f"key 'iterations_per_step' must be an integer >= 1, got {steps!r:.80}")
     if meta["format"] != FORMAT:
         raise fail(f"format is {meta['format']!r}, expected {FORMAT!r}")
     if meta["format_version"] != FORMAT_VERSION:

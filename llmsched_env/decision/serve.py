@@ -6,8 +6,9 @@ the policy sees what it sees in the env (the same encoder and mask on the same e
 ``iterations_per_step`` iterations as the exported policy was trained, and an action the mask forbids is corrected.
 What the env would refuse falls back instead: if the policy raises, returns a malformed action (wrong shape, not
 integers, out of range, NaN) or misses its deadline (``policy_timeout_s``, counted from the start of the decision),
-that decision comes from ``fallback`` (``fcfs`` in ``llmsched-evaluate``), counted by cause. No request is lost
-either way: the engine only ever sees a valid ``Decision``.
+that decision comes from ``fallback`` (``fcfs`` in ``llmsched-evaluate``), counted by cause; the metrics say what
+share of the decisions fell back (``FALLBACK_SHARE``). No request is lost either way: the engine only ever sees a
+valid ``Decision``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from llmsched_env.decision.observation import ObservationEncoder
 from llmsched_env.decision.policy import Policy
 from llmsched_env.sim.simulator import Simulator
 
-__all__ = ["ServeOptions", "decision_loop", "serve", "serving"]
+__all__ = ["FALLBACK_SHARE", "ServeOptions", "decision_loop", "decision_metrics", "serve", "serving"]
+
+FALLBACK_SHARE = "fallback_share"  # the metric: decisions taken from the fallback / all decisions (0 with none)
 
 
 @dataclass(frozen=True)
@@ -54,13 +57,21 @@ def serve(
     options: ServeOptions = ServeOptions(),
 ) -> tuple[dict[str, float], DecisionStats]:
     """Run ``runtime`` until every request has finished or been rejected; return its metrics (with the decision
-    statistics' ``policy_*`` columns) and the statistics."""
+    statistics' ``policy_*`` columns and ``fallback_share``: ``decision_metrics``) and the statistics."""
     loop = decision_loop(policy, encoder, spec, fallback, options)
     for _ in serving(runtime, loop, options):
         pass
     metrics = runtime.metrics()
-    metrics.update(loop.stats.as_metrics())
+    metrics.update(decision_metrics(loop.stats))
     return metrics, loop.stats
+
+
+def decision_metrics(stats: DecisionStats) -> dict[str, float]:
+    """The metrics columns of a serving loop's ``stats``: ``as_metrics``'s ``policy_*`` counts and
+    ``FALLBACK_SHARE``, the share of the decisions that came from the fallback (a policy that raised, was late
+    or gave a malformed action)."""
+    share = stats.num_fallbacks / stats.num_decisions if stats.num_decisions else 0.0
+    return {**stats.as_metrics(), FALLBACK_SHARE: share}
 
 
 def decision_loop(

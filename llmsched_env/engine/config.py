@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llmsched_env.common.checks import check_int, check_positive
+from llmsched_env.common.checks import MAX_SLO_S, check_int, check_positive
+from llmsched_env.common.tenants import check_tenant_name
 
 __all__ = [
     "ENGINE_BOUNDS",
@@ -29,8 +30,8 @@ class SLOClass:
     tpot_s: float
 
     def __post_init__(self) -> None:
-        check_positive(f"SLOClass({self.name!r})", "ttft_s", self.ttft_s)
-        check_positive(f"SLOClass({self.name!r})", "tpot_s", self.tpot_s)
+        for name in ("ttft_s", "tpot_s"):  # a target of over 11 days is a mistyped figure (docs/reliability.md)
+            check_positive(f"SLOClass({self.name!r})", name, getattr(self, name), maximum=MAX_SLO_S, unit="s")
 
     def scaled(self, factor: float) -> SLOClass:
         """The same class with both targets multiplied by ``factor`` (hardware scaling)."""
@@ -60,8 +61,7 @@ class TenantConfig:
     priority: int = 0
 
     def __post_init__(self) -> None:
-        if not self.name:
-            raise ValueError("TenantConfig.name must be a non-empty string")
+        check_tenant_name("TenantConfig", self.name)  # printable, no | or /, not "other" (common.tenants)
         check_positive(f"TenantConfig({self.name!r})", "weight", self.weight)
         if isinstance(self.priority, bool) or not isinstance(self.priority, int):
             raise ValueError(f"TenantConfig({self.name!r}).priority must be an integer, got {self.priority!r}")

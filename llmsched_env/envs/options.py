@@ -9,12 +9,20 @@ from typing import Any
 
 import gymnasium as gym
 
-from llmsched_env.common.checks import check_int, check_positive, is_finite_number
+from llmsched_env.common.checks import MAX_LOAD, MIN_LOAD, check_int, check_positive, is_finite_number
 from llmsched_env.common.fields import as_dataclass
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.workloads.scenarios import check_split, episode_window
 
-__all__ = ["MAX_EPISODE_REQUESTS", "check_episode_args", "engine_config", "load_arg", "reset_window"]
+__all__ = [
+    "MAX_EPISODE_REQUESTS",
+    "MAX_LOAD",
+    "MIN_LOAD",
+    "check_episode_args",
+    "engine_config",
+    "load_arg",
+    "reset_window",
+]
 
 MAX_EPISODE_REQUESTS = 1_000_000  # an episode holds every request in memory: more would exhaust it, not run
 
@@ -37,11 +45,6 @@ def check_episode_args(
     check_int(owner, "max_steps", max_steps, 1)
     if render_mode is not None and render_mode not in render_modes:
         raise ValueError(f"render_mode must be one of {list(render_modes)}, got {render_mode!r}")
-
-
-# a load is a multiple of the scenario's nominal rate: beyond these, arrival times underflow or overflow
-MIN_LOAD = 1e-3
-MAX_LOAD = 1e3
 
 
 def load_arg(owner: str, load: float | Sequence[float]) -> tuple[float, tuple[float, float] | None]:

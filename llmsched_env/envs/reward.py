@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
-from llmsched_env.common.checks import check_int, check_positive
+from llmsched_env.common.checks import MAX_REWARD_WEIGHT, check_int, check_positive
 from llmsched_env.common.fields import as_dataclass
 
 __all__ = ["RewardConfig", "RewardTracker"]
@@ -20,7 +20,8 @@ __all__ = ["RewardConfig", "RewardTracker"]
 
 @dataclass(frozen=True)
 class RewardConfig:
-    """Weights (>= 0) of the named reward terms ``good``, ``miss`` and ``preempt``."""
+    """Weights (>= 0 and at most ``MAX_REWARD_WEIGHT``, 1e6) of the named reward terms ``good``, ``miss`` and
+    ``preempt``."""
 
     good: float = 1.0
     miss: float = 1.0
@@ -28,7 +29,7 @@ class RewardConfig:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            check_positive("RewardConfig", f.name, getattr(self, f.name), allow_zero=True)
+            check_positive("RewardConfig", f.name, getattr(self, f.name), allow_zero=True, maximum=MAX_REWARD_WEIGHT)
 
     @classmethod
     def of(cls, reward: RewardConfig | Mapping[str, float] | None) -> RewardConfig:

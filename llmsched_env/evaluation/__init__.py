@@ -21,6 +21,7 @@ statistics over seeds, result files, plots and scale-out on Ray. (Live vLLM serv
 | ``sustained`` | ``unsustained``, ``scenario_windows``: whether windows last long enough to measure a sustained rate |
 | ``stats`` | ``summarize``, ``mean_ci95``, ``t_quantile_975`` |
 | ``identity`` | a fingerprint per run; ``identical_groups``, ``merge_identical``: identical policies as one row |
+| ``fallbacks`` | ``FALLBACK_LIMIT``, ``fallback_mark``, ``fallback_warning``: runs whose policy fell back, marked |
 | ``tuning`` / ``knob_space`` | ``TuneConfig``, ``tune_scenario``: the val search behind the ``tuned`` baseline |
 | ``trace_tuned`` | ``trace_key``, ``user_table``, ``trace_tuned_policy``: ``tuned`` on a user's trace, by its key |
 | ``lookahead`` | ``LookaheadPolicy``: the clairvoyant ``lookahead`` bound, played forward on env snapshots |

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from llmsched_env.common.tenants import listed_tenants
 from llmsched_env.workloads.describe import describe_scenario
 from llmsched_env.workloads.scenarios import Scenario
 from llmsched_env.workloads.windows import SUSTAINED_SPAN_FACTOR
@@ -57,7 +58,7 @@ def format_description(
         f"sustained up to load {d['max_sustained_load']:.3g}"
     )
     if d["absent_tenants"]:
-        lines.append(f"   the {split} part has no request of tenants {', '.join(d['absent_tenants'])}")
+        lines.append(f"   the {split} part has no request of tenants {listed_tenants(d['absent_tenants'])}")
     return "\n".join(lines)
 
 

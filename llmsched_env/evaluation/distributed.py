@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -28,10 +31,12 @@ from typing import Any
 
 from llmsched_env.common.lifetime import die_with_parent, sigterm_raises
 
-__all__ = ["RAY_INSTALL_HINT", "ray_imap", "use_driver_folder"]
+__all__ = ["RAY_CONNECT_TIMEOUT_ENV", "RAY_INSTALL_HINT", "check_ray_address", "ray_imap", "use_driver_folder"]
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: llmsched_env/, baselines/, agents/
 RAY_INSTALL_HINT = "Ray is not installed: pip install -e '.[distributed]'"
+RAY_CONNECT_TIMEOUT_ENV = "LLMSCHED_RAY_CONNECT_TIMEOUT_S"  # seconds a Ray address has to answer (default 60)
+_RAY_CONNECT_TIMEOUT_S = 60.0
 _EXCLUDES = ["runs/", "results/", ".git/", "docs/", "*.zip", "__pycache__/", ".pytest_cache/", ".ruff_cache/"]
 
 
@@ -97,6 +102,62 @@ def _run_pickled(payload: bytes) -> Any:
 
     fn, job = cloudpickle.loads(payload)
     return fn(*job)
+
+
+def _connect_timeout() -> float:
+    """``$LLMSCHED_RAY_CONNECT_TIMEOUT_S`` (seconds > 0), default 60; ``ValueError`` naming the variable."""
+    text = os.environ.get(RAY_CONNECT_TIMEOUT_ENV, "").strip()
+    if not text:
+        return _RAY_CONNECT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{RAY_CONNECT_TIMEOUT_ENV}={text!r}: expected a number of seconds > 0")
+    return value
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """The host and port of a Ray address (``ray://host:10001``, ``host:6379``, ``[::1]:6379``), None when it
+    names none (``auto``)."""
+    rest = address.removeprefix("ray://")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return None
+    return host.strip("[]"), int(port)
+
+
+def check_ray_address(address: str, timeout_s: float | None = None) -> None:
+    """``ValueError`` (one line naming ``address``) unless a Ray cluster answers there within ``timeout_s``
+    seconds (default ``$LLMSCHED_RAY_CONNECT_TIMEOUT_S`` or 60): first a TCP connection to its host and port
+    (refused or unreachable: said at once), then ``ray.init`` in a child process, killed at the deadline, since
+    Ray itself retries an address that accepts connections but is no Ray cluster for as long as it is left to.
+    The install hint when Ray is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        raise ValueError(RAY_INSTALL_HINT)
+    timeout = _connect_timeout() if timeout_s is None else timeout_s
+    where = _host_port(address)
+    if where is not None:
+        try:
+            socket.create_connection(where, timeout=min(timeout, 10.0)).close()
+        except OSError as exc:
+            reason = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+            raise ValueError(f"--ray {address}: cannot connect to {where[0]}:{where[1]} ({reason})") from None
+    probe = "import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); ray.shutdown()"
+    try:
+        done = subprocess.run([sys.executable, "-c", probe, address], capture_output=True, text=True,
+                              timeout=timeout, check=False)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise ValueError(
+            f"--ray {address}: no Ray cluster answered within {timeout:g} s (is it a Ray head's address and "
+            f"port?); set {RAY_CONNECT_TIMEOUT_ENV} to wait longer"
+        ) from None
+    if done.returncode != 0:
+        last = next((line for line in reversed(done.stderr.splitlines()) if line.strip()), "no message")
+        raise ValueError(f"--ray {address}: Ray could not connect ({last.strip()[:300]})")
 
 
 def _ray_imap(fn: Callable[..., Any], jobs: Sequence[Sequence[Any]], address: str) -> Iterator[tuple[int, Any]]:

@@ -26,6 +26,7 @@ from typing import Any
 
 from llmsched_env.common.outputs import COMPLETE_NAME, remove_outputs, write_csv, write_text_atomically
 from llmsched_env.evaluation.config import EvalConfig, Row
+from llmsched_env.evaluation.fallbacks import fallback_mark
 from llmsched_env.evaluation.grid import KEY_COLUMNS
 from llmsched_env.evaluation.identity import policy_label
 from llmsched_env.evaluation.resume import RECORD_NAME, ROWS_NAME
@@ -110,8 +111,11 @@ class LiveTable:
 
 def _cell(row: Mapping[str, Any], column: str) -> str:
     """``row[column]`` as a table cell; a capacity only known to be at least its value (``window_limited``, or
-    a mean over seeds some of which are) prefixed with ``≥``."""
+    a mean over seeds some of which are) prefixed with ``≥``; the policy of a run that fell back more than
+    ``fallbacks.FALLBACK_LIMIT`` of its decisions followed by `` [fallback N%]``."""
     text = format_cell(row.get(column))
+    if column == "policy":
+        return text + fallback_mark(row)
     limited = row.get("window_limited") or row.get("num_window_limited")
     return f"≥ {text}" if limited and column.startswith("capacity") and "±" not in column else text
 
@@ -158,14 +162,16 @@ def _names(config: EvalConfig) -> dict[str, list[str]]:
 
 def format_summary(summary: Sequence[Row]) -> str:
     """The summary table (``stats.summarize`` rows): mean and 95% half-width of ``SUMMARY_METRICS``, titled; a
-    row with ``same_as`` is labelled ``policy (= others)`` (``identity.policy_label``); a ``sustained`` column
-    when some row's windows are not sustained at its load (``evaluation.sustained``)."""
+    row with ``same_as`` is labelled ``policy (= others)`` (``identity.policy_label``), one whose decisions fell
+    back over ``fallbacks.FALLBACK_LIMIT`` ``policy [fallback N%]``; a ``sustained`` column when some row's
+    windows are not sustained at its load (``evaluation.sustained``)."""
     columns = ["policy", "scenario", "load", "seeds"]
     if any(agg.get("sustained") is False for agg in summary):
         columns.append("sustained")
     short = []
     for agg in summary:
-        row = {"policy": policy_label(agg), "scenario": agg["scenario"], "load": agg["load"], "seeds": agg["num_seeds"]}
+        row = {"policy": policy_label(agg) + fallback_mark(agg), "scenario": agg["scenario"], "load": agg["load"],
+               "seeds": agg["num_seeds"]}  # fmt: skip
         row["sustained"] = agg.get("sustained")
         for key, head in SUMMARY_METRICS.items():
             row[head], row[f"{head} ±"] = agg[f"{key}_mean"], agg[f"{key}_ci95"]

@@ -34,6 +34,10 @@ __all__ = [
 Row = Mapping[str, Any]
 _MAX_POINTS = 4000  # a KV series is thinned to about this many points before drawing
 _TARGET = 0.9  # the attainment a capacity is measured at (DistServe)
+# The metrics' tenant groups (``sim.metrics.TOP_TENANTS``, ``common.tenants.OTHER_TENANTS``), copied: this module
+# imports nothing of the package (tests/test_tenant_limits.py checks they agree).
+_TOP_TENANTS = 16
+_OTHER_TENANTS = "other"
 
 
 def _unique(values: Sequence[Any]) -> list[Any]:
@@ -162,14 +166,14 @@ def plot_attainment_vs_load(summary: Sequence[Row], path: Path) -> Path:
 
 def plot_tenant_service(rows: Sequence[Row], path: Path) -> Path:
     """Per-tenant VTC service (``tenant/NAME/service``, mean over seeds) as grouped bars, one bar per policy,
-    for the first scenario at its first load."""
+    for the first scenario at its first load; at most ``TOP_TENANTS`` tenants and ``other`` (``_tenant_groups``)."""
     scenario = rows[0]["scenario"]
     load = _first_load(rows, scenario)
     runs = [r for r in rows if r["scenario"] == scenario and r["load"] == load]
     policies = _unique([r["policy"] for r in runs])
-    tenants = _unique([k.split("/")[1] for r in runs for k in r if k.startswith("tenant/") and k.endswith("/service")])
+    tenants, per_run = _tenant_groups(runs)
     service = {
-        p: [float(np.mean([r.get(f"tenant/{t}/service", 0.0) for r in runs if r["policy"] == p])) for t in tenants]
+        p: [float(np.mean([s[t] for r, s in zip(runs, per_run, strict=True) if r["policy"] == p])) for t in tenants]
         for p in policies
     }
     width = max(6.0, 1.2 * len(tenants) * max(len(policies), 1) ** 0.5 + 3)
@@ -182,6 +186,26 @@ def plot_tenant_service(rows: Sequence[Row], path: Path) -> Path:
     ax.set_ylabel("service (input + 2 × output tokens) / weight")
     ax.set_title(f"per-tenant service, {scenario}, load {load:g}" + (f"\nJain: {jain}" if jain else ""))
     return _save(fig, path)
+
+
+def _tenant_groups(runs: Sequence[Row]) -> tuple[list[str], list[dict[str, float]]]:
+    """The bars of the service plot and each run's service per bar: every tenant of the runs' metrics when
+    they are at most ``TOP_TENANTS``, else the ``TOP_TENANTS`` with the most requests over the runs (ties by
+    name), and ``other`` holding the rest summed, each run's own ``other`` group included (runs of different
+    windows may pool different tenants): at most ``TOP_TENANTS`` + 1 bars, whatever the number of tenants."""
+    names = _unique([k.split("/")[1] for r in runs for k in r if k.startswith("tenant/") and k.endswith("/service")])
+    tenants = [t for t in names if t != _OTHER_TENANTS]
+    requests = {t: sum(float(r.get(f"tenant/{t}/num_requests", 0.0)) for r in runs) for t in tenants}
+    busiest = set(sorted(tenants, key=lambda t: (-requests[t], t))[:_TOP_TENANTS])
+    shown = [t for t in tenants if t in busiest]
+    rest = [t for t in names if t not in busiest]
+    per_run = []
+    for r in runs:
+        service = {t: float(r.get(f"tenant/{t}/service", 0.0)) for t in shown}
+        if rest:
+            service[_OTHER_TENANTS] = sum(float(r.get(f"tenant/{t}/service", 0.0)) for t in rest)
+        per_run.append(service)
+    return shown + ([_OTHER_TENANTS] if rest else []), per_run
 
 
 def plot_kv_usage(details: Sequence[Row], path: Path) -> Path:

@@ -55,6 +55,13 @@ class Progress:
         else:
             print(line, flush=True)
 
+    def note(self, line: str) -> None:
+        """``line`` on stderr (a warning), flushed, without breaking the bar."""
+        if self.enabled:
+            tqdm.write(line, file=sys.stderr)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
     def close(self) -> None:
         self._bar.close()
 

@@ -24,16 +24,22 @@ with other options or inputs: rows of two evaluations never mix.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import math
 import os
+import re
+import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
+from llmsched_env.common.files import CONFIG_BYTES, RECORD_BYTES, file_kind, parse_json, read_bytes, read_text
 from llmsched_env.common.outputs import replaced_atomically, write_text_atomically
+from llmsched_env.decision.policy_file import FIELDS_KEY
 from llmsched_env.evaluation.config import EvalConfig, Row
 from llmsched_env.evaluation.grid import FinishedRun
 
@@ -44,6 +50,7 @@ __all__ = [
     "ROWS_NAME",
     "RowsLog",
     "check_resumable",
+    "check_row",
     "differences",
     "evaluation_record",
     "read_record",
@@ -89,7 +96,9 @@ def evaluation_record(
     for spec in config.policies:
         if spec.path is not None:
             exported = spec.load()
-            meta = json.dumps(exported.meta, sort_keys=True, default=str).encode()
+            # the fields' record is left out: it is made of the other fields (a file sealed since is the same input)
+            fields = {k: v for k, v in exported.meta.items() if k != FIELDS_KEY}
+            meta = json.dumps(fields, sort_keys=True, default=str).encode()
             weights = (np.ascontiguousarray(a).tobytes() for pair in exported.weights for a in pair)
             inputs[f"policy {spec.name}"] = _digest([meta, *weights])
         elif isinstance(spec.table, (str, Path)):
@@ -133,10 +142,10 @@ def read_record(out: Path) -> dict[str, Any] | None:
     """The record in ``out`` (``RECORD_NAME``), or None when there is none; ``ValueError`` (one line naming the
     file) when it is not one."""
     path = Path(out) / RECORD_NAME
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+    try:  # bounded, and only a regular file (a FIFO put there is refused, not waited on)
+        record = parse_json(read_text(path, CONFIG_BYTES))
     except (OSError, ValueError) as exc:
         raise ValueError(f"{path}: cannot be read as an evaluation record ({exc})") from None
     if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
@@ -161,9 +170,9 @@ def read_rows(path: Path) -> tuple[list[FinishedRun], int]:
     """The runs in the rows file ``path`` (none when it is missing) and the length in bytes of its whole lines:
     a last line cut short by a kill (no newline, or not JSON) is ignored. ``ValueError`` naming the file and
     line for a line before the last that is no row."""
-    if not Path(path).is_file():
+    if not os.path.lexists(path):
         return [], 0
-    data = Path(path).read_bytes()
+    data = read_bytes(path, RECORD_BYTES)  # bounded, and only a regular file
     lines = data.split(b"\n")
     runs: list[FinishedRun] = []
     kept = 0
@@ -178,10 +187,44 @@ def read_rows(path: Path) -> tuple[list[FinishedRun], int]:
         details = entry.get("details") if isinstance(entry, dict) else None
         if not isinstance(row, dict) or not {"policy", "scenario"} <= set(row) or not isinstance(details, dict | None):
             raise ValueError(f'{path}:{number}: not a line of an evaluation\'s rows file (no "row" object)')
+        problem = check_row(row)
+        if problem is not None:
+            raise ValueError(
+                f"{path}:{number}: {problem}, which no finished run gives: the rows file was changed; remove that "
+                "line (its run runs again) or start afresh without --resume"
+            )
         arrays = None if details is None else {k: _array(v) for k, v in details.items()}
         runs.append(FinishedRun(row, arrays))
         kept += len(raw) + 1
     return runs, kept
+
+
+# the row columns whose values are shares (in [0, 1]) and those that are never negative (times, counts, rates)
+_SHARE = re.compile(r"(attainment|_rate|jain_fairness|kv_usage_mean|kv_usage_peak|_share)$")
+_NON_NEGATIVE = re.compile(r"(_s|_rps|_tps|^num_[a-z_]+|/num_[a-z_]+|^load|^capacity_[a-z]+|^seed|preemptions|"
+                           r"window_requests|max_sustained_load|/service)$")  # fmt: skip
+
+
+def check_row(row: Mapping[str, Any]) -> str | None:
+    """What is wrong with a row read back from a rows file (None: nothing): ``policy`` and ``scenario`` must be
+    non-empty strings, every value a string, a boolean, None or a finite number, shares (attainments, rates,
+    fairness, KV usage) in [0, 1] and times, counts, rates and loads not negative. A row a run wrote always
+    passes; a line edited by hand (a NaN attainment) does not."""
+    for key in ("policy", "scenario"):
+        if not isinstance(row.get(key), str) or not row[key]:
+            return f"{key} is {row.get(key)!r}, not a name"
+    for key, value in row.items():
+        if value is None or isinstance(value, (str, bool)):
+            continue
+        if not isinstance(value, (int, float)):
+            return f"{key} is a {type(value).__name__}"
+        if not math.isfinite(value):
+            return f"{key} is {value!r}"
+        if _SHARE.search(key) and not 0.0 <= value <= 1.0:
+            return f"{key} is {value!r}, outside [0, 1]"
+        if _NON_NEGATIVE.search(key) and value < 0:
+            return f"{key} is {value!r}, below 0"
+    return None
 
 
 def _array(value: Any) -> Any:
@@ -206,7 +249,19 @@ class RowsLog:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.appended = 0  # lines appended through this object
-        self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
+        # opened non-blocking and checked on the descriptor: a FIFO put at the name is refused, not waited on
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: a FIFO nothing reads
+                raise
+            raise ValueError(f"{self.path}: a FIFO (named pipe); the rows file must be a regular file") from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise ValueError(f"{self.path}: {file_kind(mode)}; the rows file must be a regular file")
+        os.set_blocking(fd, True)
+        self._file: IO[str] | None = os.fdopen(fd, "a", encoding="utf-8")
 
     @classmethod
     def start(cls, out: Path, record: Mapping[str, Any]) -> RowsLog:

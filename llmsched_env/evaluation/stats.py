@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from llmsched_env.evaluation.fallbacks import fallback_summary
 from llmsched_env.evaluation.identity import merge_identical
 
 __all__ = ["SUMMARY_METRICS", "group_traffic", "mean_ci95", "summarize", "t_quantile_975"]
@@ -61,7 +62,8 @@ def group_traffic(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def summarize(rows: Sequence[dict[str, Any]], merge: bool = True) -> list[dict[str, Any]]:
     """One row per (policy, scenario, load) of the grid ``rows``, in first-seen order: ``num_seeds`` and, for
     each of ``SUMMARY_METRICS``, ``NAME_mean`` and ``NAME_ci95`` over its seeds, and ``sustained`` (every
-    seed's window sustained at that load) when the rows have it. With ``merge``, policies that
+    seed's window sustained at that load) when the rows have it, and ``fallback_share_mean`` and
+    ``fallback_over_limit`` when they carry ``fallback_share`` (``evaluation.fallbacks``). With ``merge``, policies that
     played every run of a scenario alike (``identity.merge_identical``) are one row there, the others named in
     ``same_as``."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
@@ -75,5 +77,6 @@ def summarize(rows: Sequence[dict[str, Any]], merge: bool = True) -> list[dict[s
             agg[f"{key}_mean"], agg[f"{key}_ci95"] = mean_ci95([r[key] for r in runs])
         if all("sustained" in r for r in runs):  # every seed's window lasts long enough at this load
             agg["sustained"] = all(bool(r["sustained"]) for r in runs)
+        agg.update(fallback_summary(runs))  # the runtime's: the share of decisions that fell back
         out.append(agg)
     return merge_identical(out, rows) if merge else out

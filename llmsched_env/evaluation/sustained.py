@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llmsched_env.cluster.scenarios import ClusterScenario
+from llmsched_env.common.tenants import listed_tenants
 from llmsched_env.evaluation.config import AnyScenario, EvalConfig
 from llmsched_env.workloads.scenarios import RequestSource, TraceSource
 from llmsched_env.workloads.windows import SUSTAINED_SPAN_FACTOR, WindowSpan, max_sustained_load, window_span
@@ -128,6 +129,6 @@ def absent_tenant_notes(config: EvalConfig) -> list[str]:
         base = scenario.scenario() if isinstance(scenario, ClusterScenario) else scenario
         source = base.make_source(config.split, 1.0)
         if isinstance(source, TraceSource) and source.absent_tenants:
-            names = ", ".join(source.absent_tenants)
+            names = listed_tenants(source.absent_tenants)  # the first 16 and how many
             lines.append(f"{source.trace.source}: the {config.split} part has no request of tenants {names}")
     return lines

@@ -100,7 +100,9 @@ def compare_engines(config: EvalConfig, policy_timeout_s: float = 0.1) -> list[R
 
 
 def format_comparison(rows: list[Row]) -> str:
-    """The rows as an aligned text table of ``COMPARE_COLUMNS``."""
+    """The rows as an aligned text table of ``COMPARE_COLUMNS``, the policy of a run whose decisions fell back
+    over ``fallbacks.FALLBACK_LIMIT`` (on either engine) marked ``policy [fallback N%]``."""
+    from llmsched_env.evaluation.fallbacks import fallback_mark
     from llmsched_env.evaluation.tables import format_table
 
-    return format_table(rows, COMPARE_COLUMNS)
+    return format_table([{**row, "policy": f"{row['policy']}{fallback_mark(row)}"} for row in rows], COMPARE_COLUMNS)

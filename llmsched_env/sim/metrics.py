@@ -17,6 +17,11 @@ figures, prefix-cache hits and preemptions. Definitions, for a request with outp
   tokens; tokens of rejected or unfinished requests do not count.
 - Tenant k's service S_k = (prompt tokens of its requests ever scheduled + 2 x output tokens produced) /
   weight_k (VTC, the engine's ``vtc`` counter); Jain's index over tenants with at least one arrival.
+- Per tenant, ``tenant/NAME/{num_requests,slo_attainment,service,ttft_p99_s,tpot_p99_s}``; past ``TOP_TENANTS``
+  tenants, only the busiest ``TOP_TENANTS`` (most requests, ties by name) get their own, and the others are one
+  group ``tenant/other/...``: their requests summed, attainment and p99s over their pooled requests, service
+  summed (the group's total), and ``tenant/other/num_tenants`` how many it holds. Jain's index is still over
+  every tenant.
 
 Token times are stored lazily (see ``request.py``); ``token_times`` rebuilds them. Everything is vectorised
 over the flat list of (prefill token, decode segment) records, so 10,000 requests take milliseconds.
@@ -29,12 +34,17 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from llmsched_env.common.tenants import OTHER_TENANTS
 from llmsched_env.engine.config import TenantConfig
 from llmsched_env.engine.request import Request, Status, tpot_s
 
-__all__ = ["compute_metrics", "jain_index", "token_times"]
+__all__ = ["TOP_TENANTS", "busiest_tenants", "compute_metrics", "jain_index", "token_times"]
 
 _PERCENTILES = (50.0, 90.0, 99.0)
+# Per-tenant figures are given for at most this many tenants, the busiest (``busiest_tenants``); the rest are
+# pooled into one group ``tenant/other/...`` (``OTHER_TENANTS``), so results.csv, the plots and TensorBoard stay
+# readable with many tenants. Jain's index is over every tenant all the same.
+TOP_TENANTS = 16
 _LATENCIES = ("ttft", "tpot", "itl", "e2el", "queue_delay")
 
 
@@ -66,6 +76,16 @@ def _num_produced(r: Request, num_rounds: int) -> int:
     if r.decoding:
         return r.decode_out0 + num_rounds - r.decode_round0
     return r.num_output_tokens
+
+
+def busiest_tenants(names: Sequence[str], num_requests: Sequence[float] | np.ndarray) -> list[int]:
+    """The indices of the tenants whose figures the metrics give one by one, in their order: every tenant when
+    there are at most ``TOP_TENANTS``, else the ``TOP_TENANTS`` with the most requests (ties by name, then
+    index: deterministic); the others are pooled as ``tenant/other/...``."""
+    if len(names) <= TOP_TENANTS:
+        return list(range(len(names)))
+    ranked = sorted(range(len(names)), key=lambda k: (-float(num_requests[k]), names[k], k))
+    return sorted(ranked[:TOP_TENANTS])
 
 
 def jain_index(values: Sequence[float] | np.ndarray) -> float:
@@ -282,14 +302,21 @@ def compute_metrics(
     out["jain_fairness"] = jain_index(service[arrived_t > 0])
 
     met_t = np.bincount(fin_tenant[met], minlength=nt)
-    for k, t in enumerate(tenants):
-        key = f"tenant/{t.name}"
-        mine = fin_tenant == k
-        out[f"{key}/num_requests"] = float(arrived_t[k])
-        out[f"{key}/slo_attainment"] = float(met_t[k] / arrived_t[k]) if arrived_t[k] else 0.0
-        out[f"{key}/service"] = float(service[k])
+    shown = busiest_tenants([t.name for t in tenants], arrived_t)
+    groups: list[tuple[str, np.ndarray]] = [(tenants[k].name, np.array([k])) for k in shown]
+    if len(shown) < nt:  # the rest pooled as one group, OTHER_TENANTS (a name no tenant may have)
+        groups.append((OTHER_TENANTS, np.setdiff1d(np.arange(nt), shown)))
+    for name, members in groups:
+        key = f"tenant/{name}"
+        mine = fin_tenant == members[0] if members.size == 1 else np.isin(fin_tenant, members)
+        arrived, num_met = int(arrived_t[members].sum()), int(met_t[members].sum())
+        out[f"{key}/num_requests"] = float(arrived)
+        out[f"{key}/slo_attainment"] = float(num_met / arrived) if arrived else 0.0
+        out[f"{key}/service"] = float(service[members].sum())
         out[f"{key}/ttft_p99_s"] = _p99(ttft[mine])
         out[f"{key}/tpot_p99_s"] = _p99(tpot[mine & multi])
+        if len(groups) > len(shown) and name == OTHER_TENANTS:
+            out[f"{key}/num_tenants"] = float(members.size)
 
     # over every admission (a preempted request is admitted again): prefill tokens found in the local prefix
     # cache / fetched from a remote KV store, over the prefill tokens the admissions needed

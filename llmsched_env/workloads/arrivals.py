@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from llmsched_env.common.checks import check_int, check_positive
+from llmsched_env.common.checks import MAX_RATE_RPS, check_int, check_positive
 from llmsched_env.common.fields import from_fields, to_fields
 
 __all__ = [
@@ -80,7 +80,9 @@ class _Process:
 
     def _set_float(self, name: str, *, allow_zero: bool = False) -> None:
         value = getattr(self, name)
-        check_positive(type(self).__name__, name, value, allow_zero=allow_zero)
+        rate = name.endswith("rate_rps")  # a rate in requests/s: within its physical range (``MAX_RATE_RPS``)
+        maximum, unit = (MAX_RATE_RPS, "requests/s") if rate else (None, "")
+        check_positive(type(self).__name__, name, value, allow_zero=allow_zero, maximum=maximum, unit=unit)
         object.__setattr__(self, name, float(value))
 
     def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:

@@ -28,6 +28,7 @@ from functools import cached_property
 
 import numpy as np
 
+from llmsched_env.common.checks import MAX_RATE_RPS, check_positive
 from llmsched_env.engine.config import TenantConfig
 from llmsched_env.engine.request import Request
 from llmsched_env.workloads.scenarios import RequestSource, Scenario, TraceSource, check_split, split_stream
@@ -84,6 +85,8 @@ class FittedSource:
 
     def __post_init__(self) -> None:
         check_split(self.split)
+        rate = self.rate_rps
+        check_positive(f"{self.fitted_to}: FittedSource", "rate_rps", rate, maximum=MAX_RATE_RPS, unit="requests/s")
         if not self.fits:
             object.__setattr__(self, "fits", fit_tenants(self.trace, len(self.tenants)))
         if not any(f.share > 0 for f in self.fits):

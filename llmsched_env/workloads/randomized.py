@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from llmsched_env.common.checks import check_int, is_finite_number
+from llmsched_env.common.checks import MAX_LOAD, MIN_LOAD, check_int, is_finite_number
+from llmsched_env.common.tenants import check_tenant_count
 from llmsched_env.costs.base import CostModel, prefill_time_s
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.engine.config import SLO_CLASSES, EngineConfig
@@ -182,6 +183,7 @@ class RandomizedSpace:
     def __post_init__(self) -> None:
         check_int("RandomizedSpace", "min_tenants", self.min_tenants, 1)
         check_int("RandomizedSpace", "max_tenants", self.max_tenants, self.min_tenants)
+        check_tenant_count("RandomizedSpace.max_tenants", self.max_tenants)  # at most MAX_TENANTS (common.tenants)
         check_int("RandomizedSpace", "max_priority", self.max_priority, 0)
         if not is_finite_number(self.prefix_prob) or not 0 <= self.prefix_prob <= 1:
             raise ValueError(f"RandomizedSpace.prefix_prob must be a probability in [0, 1], got {self.prefix_prob!r}")
@@ -192,7 +194,7 @@ class RandomizedSpace:
             "gamma_cv_range": _check_range("gamma_cv_range", self.gamma_cv_range, 0.0),
             "on_off_cycle_s": _check_range("on_off_cycle_s", self.on_off_cycle_s, 0.0),
             "on_fraction_range": _check_range("on_fraction_range", self.on_fraction_range, 0.0, 1.0),
-            "load_range": _check_range("load_range", self.load_range, 0.0),
+            "load_range": _check_range("load_range", self.load_range, MIN_LOAD, MAX_LOAD),  # the env's
             "weight_range": _check_range("weight_range", self.weight_range, 0.0),
             "prefix_share_range": _check_range("prefix_share_range", self.prefix_share_range, 0.0, 1.0),
             "engines": self._checked_engines(),

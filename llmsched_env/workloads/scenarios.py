@@ -22,7 +22,8 @@ from typing import Protocol
 
 import numpy as np
 
-from llmsched_env.common.checks import is_finite_number
+from llmsched_env.common.checks import MAX_RATE_RPS, check_positive, in_range, is_finite_number, range_text
+from llmsched_env.common.tenants import check_tenant_count
 from llmsched_env.costs.base import CostModel, unloaded_decode_time_s
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, SLOClass, TenantConfig
@@ -153,6 +154,7 @@ class TraceSource:
 
     def __post_init__(self) -> None:
         tenants = (self.tenants,) if isinstance(self.tenants, TenantConfig) else tuple(self.tenants)
+        check_tenant_count(f"{self.trace.source}: TraceSource.tenants", len(tenants))  # at most MAX_TENANTS
         need = len(self.trace.tenant_names) if self.trace.tenant is not None else 1
         if len(tenants) != need or not all(isinstance(t, TenantConfig) for t in tenants):
             raise ValueError(
@@ -160,6 +162,8 @@ class TraceSource:
                 f"{list(self.trace.tenant_names)}, got {len(tenants)}"
             )
         object.__setattr__(self, "tenants", tenants)
+        rate = self.rate_rps
+        check_positive(f"{self.trace.source}: TraceSource", "rate_rps", rate, maximum=MAX_RATE_RPS, unit="requests/s")
 
     def nominal_rate_rps(self) -> float:
         return self.rate_rps
@@ -383,8 +387,9 @@ def scenario_from_trace(
     says so). Every problem is a ``ValueError`` naming the file."""
     path = Path(path)
     trace = load_trace(path, fmt, **options)  # fail now, with the file's own error, not at reset()
-    if rate_rps is not None and not (is_finite_number(rate_rps) and rate_rps > 0):
-        raise ValueError(f"{path}: the rate (--trace-rate) must be a finite number > 0, got {rate_rps!r}")
+    if rate_rps is not None and not (is_finite_number(rate_rps) and in_range(rate_rps, False, MAX_RATE_RPS)):
+        bound = range_text(False, MAX_RATE_RPS, "requests/s")
+        raise ValueError(f"{path}: the rate (--trace-rate) must be a finite number {bound}, got {rate_rps!r}")
     for _, cls in tenant_slos.items() if tenant_slos else ():
         if isinstance(cls, str) and cls not in SLO_CLASSES:
             raise ValueError(f"{path}: unknown SLO class {cls!r}; available: {', '.join(SLO_CLASSES)}")
@@ -411,6 +416,11 @@ def scenario_from_trace(
     else:
         parts = _timed_parts(path, trace)
         rate = float(rate_rps) if rate_rps is not None else trace.mean_rate_rps()
+        if not rate <= MAX_RATE_RPS:  # the trace's own rate: its timestamps in another unit than they say
+            raise ValueError(
+                f"{path}: the trace's mean rate is {rate:g} requests/s, over the {MAX_RATE_RPS:,.0f} a rate may be; "
+                "check the unit of its timestamps (--trace-time-unit) or give a rate (--trace-rate)"
+            )
 
         def make_timed(split: str, scale: float) -> RequestSource:
             configs = tuple(scaled_tenant(name, cls, scale) for name, cls in tenants)

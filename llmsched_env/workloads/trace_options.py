@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from llmsched_env.common.checks import MAX_SLO_S, range_text
 from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, SLOClass
 from llmsched_env.workloads.scenarios import Scenario, scenario_from_trace
 from llmsched_env.workloads.traces import TRACE_FORMATS
@@ -26,7 +27,8 @@ ENGINE_LIMIT_FIELDS = ("num_kv_blocks", "max_num_seqs", "max_num_batched_tokens"
 
 
 def slo_class(text: str) -> SLOClass:
-    """An SLO class from its name in ``SLO_CLASSES`` or ``TTFT_S:TPOT_S`` (seconds); ``ValueError`` otherwise."""
+    """An SLO class from its name in ``SLO_CLASSES`` or ``TTFT_S:TPOT_S`` (seconds, each within ``MAX_SLO_S``);
+    ``ValueError`` otherwise."""
     if text in SLO_CLASSES:
         return SLO_CLASSES[text]
     ttft, sep, tpot = text.partition(":")
@@ -34,7 +36,8 @@ def slo_class(text: str) -> SLOClass:
         return SLOClass(text, float(ttft), float(tpot)) if sep else SLO_CLASSES[text]
     except (KeyError, ValueError):
         raise ValueError(
-            f"unknown SLO class {text!r}; available: {', '.join(SLO_CLASSES)}, or TTFT_S:TPOT_S with both > 0"
+            f"unknown SLO class {text!r}; available: {', '.join(SLO_CLASSES)}, or TTFT_S:TPOT_S with both "
+            f"{range_text(False, MAX_SLO_S, 's')}"
         ) from None
 
 

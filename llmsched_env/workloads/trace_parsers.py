@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from llmsched_env.common.files import FileRefusedError, parse_json
+from llmsched_env.common.tenants import MAX_TENANTS, tenant_name_problem, too_many_tenants
 from llmsched_env.workloads.trace import MOONCAKE_PREFIX_ID_TOKENS, Trace, is_finite_number
 from llmsched_env.workloads.trace_io import DECOMPRESS_ERRORS, bad_gzip_message, data_stem, data_suffix, read_bytes
 
@@ -193,8 +194,24 @@ class _Parser:
             [] if "tenant" in fields else None,
         )
         self.clock = clock  # arrival is a wall-clock string (Azure), relative to the first row
+        self._tenants: set[str] = set()  # the distinct tenants so far
+        try:
+            self._max_tenants = MAX_TENANTS.value() if "tenant" in fields else 0
+        except ValueError as e:  # $LLMSCHED_MAX_TENANTS is no whole number > 0
+            raise TraceError(f"{path}: {e}") from None
         self._days: dict[str, int] = {}
         self._base: int | None = None
+
+    def _new_tenant(self, line: int, name: str) -> None:
+        """Admit the tenant ``name``, first seen on ``line``: its name must pass the name rule, and the distinct
+        tenants so far stay within ``MAX_TENANTS`` (refused at the first one past it, before the rest is parsed)."""
+        problem = tenant_name_problem(name)
+        if problem is not None:
+            raise self.error(line, "tenant", problem)
+        self._tenants.add(name)
+        count = len(self._tenants)
+        if count > self._max_tenants:
+            raise self.error(line, "tenant", f"brings the trace to {too_many_tenants(count, self._max_tenants)}")
 
     def error(self, line: int, fld: str, problem: str) -> TraceError:
         return TraceError(f"{self.path}:{line}: {_field_label(self.names, fld, self.kind)} {problem}")
@@ -261,7 +278,10 @@ class _Parser:
             tenant = values["tenant"]
             if isinstance(tenant, bool) or not isinstance(tenant, (str, int)) or tenant == "":
                 raise self.error(line, "tenant", f"must be a non-empty string or integer, got {_short(tenant)}")
-            rows.tenants.append(str(tenant))
+            name = str(tenant)
+            if name not in self._tenants:
+                self._new_tenant(line, name)
+            rows.tenants.append(name)
         rows.lines.append(line)
 
 

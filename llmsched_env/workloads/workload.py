@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from llmsched_env.common.checks import check_int, check_positive
+from llmsched_env.common.checks import MAX_RATE_RPS, check_int, check_positive
+from llmsched_env.common.tenants import check_tenant_count
 from llmsched_env.engine.config import SLO_CLASSES, TenantConfig
 from llmsched_env.engine.request import Request
 from llmsched_env.workloads.arrivals import ArrivalProcess, Poisson, TraceReplay
@@ -68,7 +69,7 @@ class TenantWorkload:
         if not isinstance(self.tenant, TenantConfig):
             raise ValueError(f"TenantWorkload.tenant must be a TenantConfig, got {self.tenant!r}")
         owner = f"TenantWorkload({self.tenant.name!r})"
-        check_positive(owner, "rate_rps", self.rate_rps)
+        check_positive(owner, "rate_rps", self.rate_rps, maximum=MAX_RATE_RPS, unit="requests/s")
         if self.arrival is not None:
             if not isinstance(self.arrival, ArrivalProcess):
                 raise ValueError(f"{owner}.arrival must be an arrival process, got {self.arrival!r}")
@@ -123,6 +124,7 @@ class WorkloadConfig:
             object.__setattr__(self, "tenants", tuple(self.tenants))
         if not isinstance(self.tenants, tuple) or not self.tenants:
             raise ValueError(f"WorkloadConfig.tenants must be a non-empty tuple of TenantWorkload, got {self.tenants}")
+        check_tenant_count("WorkloadConfig.tenants", len(self.tenants))  # at most MAX_TENANTS (common.tenants)
         for i, t in enumerate(self.tenants):
             if not isinstance(t, TenantWorkload):
                 raise ValueError(f"WorkloadConfig.tenants[{i}] must be a TenantWorkload, got {t!r}")

@@ -23,6 +23,7 @@ from llmsched_env.adapters.vllm.scheduler import LLMSchedScheduler
 from llmsched_env.adapters.vllm.state import TENANT_KEY, SimClock
 from llmsched_env.costs.base import CostModel
 from llmsched_env.decision.policy import Policy
+from llmsched_env.decision.serve import decision_metrics
 from llmsched_env.engine.batch import Batch, Decision
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.engine.request import Request, Status
@@ -220,7 +221,7 @@ class VllmLoop:
             "num_iterations": float(self.num_steps),
             "duration_s": duration,
             "num_shed": float(s.num_shed),
-            **s.stats.as_metrics(),
+            **decision_metrics(s.stats),
         }
         return compute_metrics(self.requests[: self._next], self.tenants, self.token_log, duration, extra)
 

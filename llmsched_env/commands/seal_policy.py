@@ -1,0 +1,62 @@
+"""Add ``fields_sha256`` to exported policies written before policy files recorded their fields.
+
+    python -m llmsched_env.commands.seal_policy runs/ppo0 [more policies ...]
+
+A policy file's ``fields_sha256`` (``decision.policy_file.seal_meta``) records a digest of every field that
+decides its actions; the loader refuses a file whose fields differ from it, or that has none. This adds the
+record to a file without one, after checking the pair otherwise loads (its weights' digest, shapes and
+layers): run it only on a file as it was exported, since it records whatever the fields hold now. A file
+that has a record already is left as it is (one that fails its record stays refused: export it again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from llmsched_env.common.files import CONFIG_BYTES, parse_json, read_text
+from llmsched_env.common.outputs import write_text_atomically
+from llmsched_env.decision.policy_file import JSON_NAME, PolicyFileError, UnsealedPolicyError, seal_meta
+from llmsched_env.runtime.policy_file import load_policy_file
+
+__all__ = ["main", "seal_policy_file"]
+
+
+def seal_policy_file(path: str | Path) -> tuple[Path, bool]:
+    """Add ``fields_sha256`` to the policy at ``path`` (a folder, its JSON or its weights) when it has none;
+    return the JSON's path and whether it was written. ``PolicyFileError`` naming the file when the pair does
+    not load for another reason."""
+    try:
+        return load_policy_file(path).path, False  # it has its record, which holds
+    except UnsealedPolicyError:  # every other check passed: the fields, the weights and their digest
+        pass
+    json_path = Path(path) / JSON_NAME if Path(path).is_dir() else Path(path).with_suffix(".json")
+    sealed = seal_meta(parse_json(read_text(json_path, CONFIG_BYTES)))
+    write_text_atomically(json_path, json.dumps(sealed, indent=1) + "\n")
+    load_policy_file(json_path)  # and the network's probe, which runs once the record holds
+    return json_path, True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Seal each policy named on the command line: one line per policy, an error line for one that does not
+    load (and status 1 at the end)."""
+    parser = argparse.ArgumentParser(prog="python -m llmsched_env.commands.seal_policy", description=__doc__)
+    parser.add_argument("policies", nargs="+", type=Path, help="policy folders (or their policy.json)")
+    args = parser.parse_args(argv)
+    status = 0
+    for path in args.policies:
+        try:
+            json_path, written = seal_policy_file(path)
+        except PolicyFileError as exc:
+            print(f"seal_policy: error: {exc}", file=sys.stderr)
+            status = 1
+            continue
+        print(f"{json_path}: {'sealed' if written else 'has its fields_sha256 already; left as it is'}")
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,69 @@
+"""Runs whose policy fell back: marked in the tables and summary.csv, warned about on stderr.
+
+On the torch runtime (and in ``--engine vllm``'s loops) a decision the policy fails to make — it raised, was late
+(``--policy-timeout``) or gave a malformed action — is taken from a fallback (fcfs; vLLM's own step in vLLM) and
+counted; the run's row carries ``fallback_share`` (``decision.serve.FALLBACK_SHARE``: fallback decisions / all
+decisions). A run over ``FALLBACK_LIMIT`` is the fallback's as much as the policy's, so its policy is shown as
+``mine [fallback 100%]`` in the printed tables, its summary row says so (``fallback_share_mean``,
+``fallback_over_limit``) and ``fallback_warning`` is its line for stderr. The simulator's episodes never fall
+back: their rows have no such field and nothing here changes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from llmsched_env.decision.serve import FALLBACK_SHARE
+from llmsched_env.evaluation.tables import format_cell
+
+__all__ = [
+    "FALLBACK_LIMIT",
+    "FALLBACK_SHARE",
+    "fallback_mark",
+    "fallback_share",
+    "fallback_summary",
+    "fallback_warning",
+]
+
+FALLBACK_LIMIT = 0.01  # a run whose share of fallback decisions exceeds this is marked (1%)
+_SHARE_KEYS = (FALLBACK_SHARE, f"{FALLBACK_SHARE}_mean", f"sim/{FALLBACK_SHARE}", f"vllm/{FALLBACK_SHARE}")
+
+
+def fallback_share(row: Mapping[str, Any]) -> float | None:
+    """The share of ``row``'s decisions that fell back: a run's ``fallback_share``, a summary row's mean, or the
+    larger of ``--engine vllm``'s two engines'; None for a row without one (the simulator's)."""
+    shares = [float(row[key]) for key in _SHARE_KEYS if row.get(key) is not None]
+    return max(shares) if shares else None
+
+
+def _percent(share: float) -> str:
+    return f"{share * 100:.3g}%"
+
+
+def fallback_mark(row: Mapping[str, Any]) -> str:
+    """`` [fallback 100%]`` to follow the policy's name when ``row``'s share is over ``FALLBACK_LIMIT``, else ""."""
+    share = fallback_share(row)
+    return f" [fallback {_percent(share)}]" if share is not None and share > FALLBACK_LIMIT else ""
+
+
+def fallback_warning(row: Mapping[str, Any]) -> str | None:
+    """The stderr line for a run over ``FALLBACK_LIMIT`` (naming its policy, scenario, load, seed and share), else
+    None."""
+    share = fallback_share(row)
+    if share is None or share <= FALLBACK_LIMIT:
+        return None
+    return (
+        f"warning: policy {row['policy']} on scenario {row['scenario']} at load {format_cell(row.get('load'))}, seed "
+        f"{format_cell(row.get('seed'))}: {_percent(share)} of its decisions fell back (the policy raised, was late "
+        f"or gave a malformed action), over the {_percent(FALLBACK_LIMIT)} limit; its row is marked [fallback]"
+    )
+
+
+def fallback_summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A summary row's ``fallback_share_mean`` (over its seeds) and ``fallback_over_limit`` when its ``runs``
+    carry ``fallback_share``, else ``{}`` (the simulator's rows: summary.csv keeps its columns)."""
+    if not runs or any(FALLBACK_SHARE not in r for r in runs):
+        return {}
+    mean = sum(float(r[FALLBACK_SHARE]) for r in runs) / len(runs)
+    return {f"{FALLBACK_SHARE}_mean": mean, "fallback_over_limit": mean > FALLBACK_LIMIT}
