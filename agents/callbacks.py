@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import gymnasium as gym
 import numpy as np
@@ -25,6 +25,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from tqdm import tqdm
 
 import baselines
+from agents.config import finite_json
 from agents.sb3 import SB3Policy
 from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, parse_json, read_text
 from llmsched_env.common.outputs import replaced_atomically, write_text_atomically
@@ -311,13 +312,13 @@ class PeriodicEvalCallback(BaseCallback):
         write_scalars(self.logger, self.eval_scalars(attainment), self.num_timesteps)
         self.history.append((self.num_timesteps, attainment))
         record = {"eval_setup": self.eval_setup, "history": self.history}
-        write_text_atomically(self.out_dir / HISTORY_NAME, json.dumps(record) + "\n")
+        write_text_atomically(self.out_dir / HISTORY_NAME, finite_json(record) + "\n")
         if attainment > self.best_attainment:
             self.best_attainment = attainment
             with replaced_atomically(self.out_dir / "best_model.zip") as tmp:  # a failed save keeps the old best
                 self.model.save(str(tmp))
             best = {"best_eval_attainment": attainment, "timesteps": int(self.num_timesteps), **self.eval_setup}
-            write_text_atomically(self.out_dir / BEST_NAME, json.dumps(best, indent=1) + "\n")
+            write_text_atomically(self.out_dir / BEST_NAME, finite_json(best, indent=1) + "\n")
             if self.on_best is not None:
                 self.on_best(self.model)
         if self.verbose:
@@ -341,8 +342,8 @@ def read_best(folder: Path, eval_setup: dict[str, Any], warn: bool = True) -> fl
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ValueError(f"{path}: cannot read the best evaluation so far: {exc}") from None
     value = best.get("best_eval_attainment") if isinstance(best, dict) else None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        raise ValueError(f"{path}: 'best_eval_attainment' must be a finite number, got {value!r:.80}")
+    if not _is_share(value):
+        raise ValueError(f"{path}: 'best_eval_attainment' must be a finite number in [0, 1], got {value!r:.80}")
     recorded = {k: best.get(k) for k in eval_setup}
     if recorded != json.loads(json.dumps(eval_setup)):  # compared as JSON holds them (tuples are lists)
         if not warn:
@@ -357,23 +358,57 @@ def read_best(folder: Path, eval_setup: dict[str, Any], warn: bool = True) -> fl
     return float(value)
 
 
-def read_history(folder: Path, eval_setup: dict[str, Any], upto: int) -> list[tuple[int, float]]:
+def _is_share(value: Any) -> TypeGuard[float]:
+    """Whether ``value`` is an attainment an evaluation gives: a finite number in [0, 1]."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 <= value <= 1
+
+
+def _history_problem(entry: Any, after: int | None) -> str | None:
+    """Why ``entry`` of ``eval_history.json``'s history is not one an evaluation writes (``[step, attainment]``:
+    an integer step >= 0, later than the entry before it, ``after``, and an attainment in [0, 1]); None if it is."""
+    if not isinstance(entry, list) or len(entry) != 2:
+        return "expected [step, attainment]"
+    step, value = entry
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        return f"the step must be an integer >= 0, got {step!r:.40}"
+    if after is not None and step <= after:
+        return f"the steps must increase, and step {step} comes after step {after}"
+    if not _is_share(value):
+        return f"the attainment must be a finite number in [0, 1], got {value!r:.40}"
+    return None
+
+
+def read_history(folder: Path, eval_setup: dict[str, Any], upto: int, warn: bool = True) -> list[tuple[int, float]]:
     """The evaluations that ``PeriodicEvalCallback`` recorded in ``folder/eval_history.json`` up to step
     ``upto`` (a resumed run's checkpoint: later ones were of a model that is lost, and are run again), as
-    ``(timesteps, attainment)``; empty when there is no record, when it cannot be read or when it was measured on
-    another evaluation setup (said on stderr in the last two cases)."""
+    ``(timesteps, attainment)``; empty when there is no record or when it was measured on another evaluation
+    setup (then, with ``warn``, said on stderr). ``ValueError`` (one line, naming the file and the entry) for a
+    file that cannot be read or an entry that no evaluation writes (a NaN attainment, steps out of order): such
+    a history is not carried into ``summary.json``."""
     path = folder / HISTORY_NAME
     if not path.exists():
         return []
     try:
         record = parse_json(read_text(path, CONFIG_BYTES))
-        history = [(int(step), float(value)) for step, value in record["history"]]
-        setup = record["eval_setup"]
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-        print(f"--resume: {path}: cannot read the evaluations so far ({exc}); starting a new history", file=sys.stderr)
-        return []
-    if setup != json.loads(json.dumps(eval_setup)):
-        print(f"--resume: {path} was measured on another evaluation setup; starting a new history", file=sys.stderr)
+    except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
+        raise
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot read the evaluations so far: {exc}") from None
+    entries = record.get("history") if isinstance(record, dict) else None
+    if not isinstance(entries, list) or not isinstance(record.get("eval_setup"), dict):
+        raise ValueError(f"{path}: expected an object with 'eval_setup' and 'history' ([[step, attainment], ...])")
+    history: list[tuple[int, float]] = []
+    for index, entry in enumerate(entries):
+        problem = _history_problem(entry, history[-1][0] if history else None)
+        if problem is not None:
+            raise ValueError(
+                f"{path}: history entry {index} ({json.dumps(entry)[:80]}): {problem}, which no evaluation writes: "
+                "the file was changed; restore it, or remove it to resume with a new history"
+            )
+        history.append((entry[0], float(entry[1])))
+    if record["eval_setup"] != json.loads(json.dumps(eval_setup)):
+        if warn:
+            print(f"--resume: {path} was measured on another evaluation setup; starting a new history", file=sys.stderr)
         return []
     return [(step, value) for step, value in history if step <= upto]
 

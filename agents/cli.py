@@ -34,7 +34,7 @@ from llmsched_env.commands.evaluate_args import (
 )
 from llmsched_env.commands.help import DefaultsFormatter, from_args, program
 from llmsched_env.common.checks import check_unique
-from llmsched_env.common.outputs import OutputBusyError, check_output
+from llmsched_env.common.outputs import OutputBusyError, check_output, output_path
 from llmsched_env.evaluation.distributed import check_ray_address
 from llmsched_env.workloads.library import list_scenarios
 
@@ -73,7 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timesteps", type=int, default=None, help="total environment steps (default: the YAML's)")
     p.add_argument("--seed", type=int, default=0, help="training seed")
     p.add_argument(
-        "--out", type=Path, default=None, help="run folder (default: runs/<scenario>-seed<seed>; a sweep: runs/sweep)"
+        "--out",
+        type=output_path,
+        default=None,
+        help="run folder (default: runs/<scenario>-seed<seed>; a sweep: runs/sweep)",
     )
     p.add_argument("--n-envs", type=int, default=None, help="parallel environments (default: the YAML's)")
     p.add_argument("--vec-env", choices=("dummy", "subproc"), default="dummy", help="vectorised env class")

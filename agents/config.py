@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, read_text
 __all__ = [
     "ALGO_NAMES",
     "HYPERPARAM_DIR",
+    "finite_json",
     "load_hyperparams",
     "merge_config",
     "parse_overrides",
@@ -24,6 +27,23 @@ __all__ = [
 ALGO_NAMES = ("maskable_ppo", "ppo", "a2c", "dqn", "recurrent_ppo")  # agents.sb3.ALGOS' keys, known without SB3
 
 HYPERPARAM_DIR = Path(__file__).resolve().parent / "hyperparams"
+
+
+def finite_json(value: Any, **kwargs: Any) -> str:
+    """``json.dumps(value, **kwargs)`` with every float that is not finite (NaN, ±inf) written as ``null``: a run's
+    JSON files never hold the ``NaN`` / ``Infinity`` tokens, which JSON does not have (``allow_nan=False``)."""
+    return json.dumps(_finite(value), allow_nan=False, **kwargs)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with its non-finite floats, in mappings, lists and tuples at any depth, as None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def merge_config(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:

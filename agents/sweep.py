@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agents.config import merge_config, parse_overrides
+from agents.config import finite_json, merge_config, parse_overrides
 from agents.train_config import TrainConfig
 from llmsched_env.common.checks import check_unique
 from llmsched_env.common.lifetime import guarded_command
@@ -115,6 +115,6 @@ def run_sweep(
                 results[index] = result
                 bar.print(_line(result))
                 bar.update()
-        write_text_atomically(out / "sweep.json", json.dumps(results, indent=1))
+        write_text_atomically(out / "sweep.json", finite_json(results, indent=1))
         mark_complete(out, {"trainings": len(results), "failed": sum(r["returncode"] != 0 for r in results)})
     return results

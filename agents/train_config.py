@@ -12,18 +12,19 @@ from __future__ import annotations
 import inspect
 import itertools
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agents.config import ALGO_NAMES, load_hyperparams, merge_config
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
-from llmsched_env.common.checks import check_unique
+from llmsched_env.common.checks import MAX_LOAD, MIN_LOAD, check_unique
 from llmsched_env.common.registry import Registry
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.decision.schema import SCHEMA_VERSION
 from llmsched_env.decision.schema import env_id as schema_env_id
+from llmsched_env.envs.options import MAX_EPISODE_REQUESTS
 from llmsched_env.workloads.library import list_scenarios
 
 if TYPE_CHECKING:
@@ -77,6 +78,11 @@ DEFAULT_EVAL_ROUTERS = ("round_robin", "least_outstanding", "least_kv_load", "pr
 
 
 GENERALIST = "generalist"  # the pseudo-scenario of one policy over every workload (LLMSchedMix-v0)
+# TrainConfig's fields that set a hyperparameter, and the hyperparameter: giving both (--n-envs 1 --hp n_envs=8)
+# is refused rather than one of them ignored
+FIELD_HYPERPARAMS = {"timesteps": "n_timesteps", "n_envs": "n_envs", "bc": "bc_warmstart"}
+# the behaviour cloning's hyperparameters: with --bc none or --init nothing is cloned, and giving one is refused
+BC_KEYS = ("bc_steps", "bc_smoothing", "bc_dagger", "bc_stride")
 
 
 @dataclass(frozen=True)
@@ -189,10 +195,20 @@ class TrainConfig:
             value, low = getattr(self, name), 0 if name == "seed" else 1
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
+        for name, high in (("timesteps", MAX_TIMESTEPS), ("n_envs", MAX_ENVS)):
+            if (getattr(self, name) or 0) > high:
+                raise ValueError(f"{name}: expected an integer in [1, {high:,}], got {getattr(self, name)!r}")
         if self.vec_env not in ("dummy", "subproc"):
             raise ValueError(f"vec_env: expected 'dummy' or 'subproc', got {self.vec_env!r}")
         if not isinstance(self.hp, Mapping):
             raise ValueError(f"hp: expected a mapping of hyperparameter overrides, got {self.hp!r}")
+        for name, key in FIELD_HYPERPARAMS.items():  # one value, one place: the field would win without a word
+            if getattr(self, name) is not None and key in self.hp:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(
+                    f"{name}: given twice, as {flag} {getattr(self, name)} and as --hp {key}={self.hp[key]!r} (the "
+                    f"first would override the second); give one of them"
+                )
         registry = self.kind.registry
         if self.bc not in (None, "none"):  # a name, or a comma list (the first that builds for each episode)
             from agents.teacher import check_teacher
@@ -219,6 +235,10 @@ class TrainConfig:
                 raise ValueError(f"init: {self.kind.no_init}")
             if self.resume:
                 raise ValueError("init: give either --init (start from a policy) or --resume (continue a run)")
+            if self.bc not in (None, "none"):
+                raise ValueError(
+                    f"init: give either --init (start from a policy's weights) or --bc {self.bc} (clone a baseline)"
+                )
             from llmsched_env.runtime.policy_file import load_policy_file
 
             try:
@@ -340,6 +360,7 @@ def resolve_hyperparams(config: TrainConfig) -> dict[str, Any]:
     hp.setdefault("eval_episodes", 3)
     hp.setdefault("eval_load", 1.2)
     check_hyperparams(config.algo, hp)
+    _check_overrides_act(config, hp)
     if hp.get("bc_warmstart"):  # as the training reads it: empty or null clones nothing
         from agents.teacher import check_teacher
 
@@ -348,6 +369,29 @@ def resolve_hyperparams(config: TrainConfig) -> dict[str, Any]:
         except ValueError as err:
             raise ValueError(f"hyperparameter 'bc_warmstart' (from the hyperparameter file or --hp): {err}") from None
     return hp
+
+
+def _check_overrides_act(config: TrainConfig, hp: Mapping[str, Any]) -> None:
+    """``ValueError`` (one line) for a ``--hp`` override (``config.hp``) that the chosen options leave unused:
+    a cloning hyperparameter (``BC_KEYS``) with ``--bc none`` or ``--init``, ``anchor_epochs`` without
+    ``anchor_coef`` > 0, or ``eval_episodes`` / ``eval_load`` for the generalist (evaluated on one val episode per
+    library scenario, each at its knee). The hyperparameter file's values are defaults, never refused."""
+    given = set(config.hp)
+    unused: list[tuple[list[str], str]] = []
+    cloning = [key for key in (*BC_KEYS, "bc_warmstart") if key in given]
+    if cloning and config.bc == "none":
+        unused.append((cloning, "--bc none clones nothing"))
+    elif cloning and config.init is not None:
+        unused.append((cloning, "--init starts from the policy's weights, with no cloning"))
+    if "anchor_epochs" in given and not hp.get("anchor_coef"):
+        unused.append((["anchor_epochs"], "anchor_coef is 0, so there is no pull to take passes of"))
+    evaluation: list[str] = [key for key in ("eval_episodes", "eval_load") if key in given]
+    if evaluation and config.kind.mixture:
+        why = "the generalist is evaluated on one val episode per library scenario, each at its knee load"
+        unused.append((evaluation, why))
+    for keys, why in unused[:1]:
+        does, it = ("does", "it") if len(keys) == 1 else ("do", "them")
+        raise ValueError(f"--hp {', '.join(keys)} {does} nothing here: {why}; drop {it}")
 
 
 # the model's constructor arguments that the training sets itself, never a hyperparameter
@@ -375,14 +419,23 @@ def _model_params(algo: str) -> dict[str, Any]:
     }
 
 
-# The range of each numeric hyperparameter a model takes: (low, low included, high, high included, integer).
-# Checked before anything is written, so a value SB3 would refuse after the run folder exists (n_steps=0), or
-# one that trains nonsense without a word (learning_rate=-1, gamma=2, clip_range=-0.2), fails first.
+# The range of each numeric hyperparameter a model or the run takes: (low, low included, high, high included,
+# integer). Checked before anything is written, so a value SB3 would refuse after the run folder exists
+# (n_steps=0), one that trains nonsense without a word (learning_rate=-1, gamma=2, clip_range=-0.2), or a count
+# that would fill the memory or the disk (eval_episodes=10^9 built a list of 10^9 seeds) fails first. Every
+# count has a cap far above any use: the shipped hyperparameters' largest value is named beside each.
 _INF = float("inf")
 MAX_TIMESTEPS = 10**9  # a budget past this is a typo (the library's runs train 10^4 to 3 x 10^5 steps)
-MAX_ENVS = 256
+MAX_ENVS = 256  # shipped: 4
 MAX_LAYER_WIDTH = 1 << 16  # units in one hidden layer
 MAX_HIDDEN_WEIGHTS = 10**8  # weights between hidden layers, summed over every network of the policy
+MAX_LSTM_LAYERS = 64  # a recurrent policy's LSTM layers (its hidden size is at most MAX_LAYER_WIDTH)
+MAX_ROLLOUT = 1 << 24  # n_steps x n_envs transitions held in one rollout (shipped: 2,048 x 4); ~16.7M x the obs
+MAX_EVAL_EPISODES = 10_000  # val episodes per evaluation (shipped: 3): each evaluation plays them all
+MAX_EVALUATIONS = 10_000  # n_timesteps // eval_freq: each evaluation also writes a checkpoint (shipped: 30)
+MAX_BC_STEPS = 10**7  # labelled steps per cloning round (shipped: 50,000); each holds an observation in memory
+MAX_BC_LABELLED = 10**7  # bc_steps x (1 + bc_dagger): every round's labelled steps are kept, in memory, to the end
+MAX_BC_PLAYED = 10**8  # bc_steps x bc_stride: steps a round plays (shipped: 200,000), a reward and a flag each
 HP_RANGES: dict[str, tuple[float, bool, float, bool, bool]] = {
     "learning_rate": (0.0, False, 1.0, True, False),
     "n_steps": (1, True, 1 << 20, True, True),
@@ -405,8 +458,20 @@ HP_RANGES: dict[str, tuple[float, bool, float, bool, bool]] = {
     "exploration_fraction": (0.0, True, 1.0, True, False),
     "exploration_initial_eps": (0.0, True, 1.0, True, False),
     "exploration_final_eps": (0.0, True, 1.0, True, False),
+    "stats_window_size": (1, True, 1_000_000, True, True),  # episodes SB3 averages its rollout/ figures over
+    "sde_sample_freq": (-1, True, 1 << 20, True, True),
+    "gradient_steps": (-1, True, 100_000, True, True),  # per rollout (-1: as many as steps played)
     "n_timesteps": (1, True, MAX_TIMESTEPS, True, True),
     "n_envs": (1, True, MAX_ENVS, True, True),
+    "eval_freq": (1, True, MAX_TIMESTEPS, True, True),  # and at most MAX_EVALUATIONS evaluations in n_timesteps
+    "eval_episodes": (1, True, MAX_EVAL_EPISODES, True, True),
+    "eval_num_requests": (1, True, MAX_EPISODE_REQUESTS, True, True),  # the env's own cap on an episode
+    "eval_load": (MIN_LOAD, True, MAX_LOAD, True, False),  # the env's own range of loads
+    "bc_steps": (1, True, MAX_BC_STEPS, True, True),
+    "bc_dagger": (0, True, 100, True, True),  # DAgger rounds after cloning (shipped: 6)
+    "bc_stride": (1, True, 1_000, True, True),  # one played step in bc_stride labelled (shipped: 4)
+    "bc_smoothing": (0.0, True, 1.0, False, False),
+    "anchor_epochs": (1, True, 1_000, True, True),  # passes over each rollout per pull (default 1)
 }
 
 
@@ -434,6 +499,10 @@ def _network_problem(policy_kwargs: Any) -> str | None:
         return None
     if not isinstance(policy_kwargs, Mapping):
         return f"must be a mapping (e.g. {{net_arch: [128, 128]}}), got {policy_kwargs!r}"
+    for key, high in (("lstm_hidden_size", MAX_LAYER_WIDTH), ("n_lstm_layers", MAX_LSTM_LAYERS)):
+        value = policy_kwargs.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high):
+            return f"{key} must be an integer in [1, {high:,}], got {value!r}"
     arch = policy_kwargs.get("net_arch")
     if arch is None:
         return None
@@ -449,6 +518,42 @@ def _network_problem(policy_kwargs: Any) -> str | None:
     if total > MAX_HIDDEN_WEIGHTS:
         return f"net_arch {arch!r} holds {total:,} weights between hidden layers, over {MAX_HIDDEN_WEIGHTS:,}"
     return None
+
+
+def _check_products(hp: Mapping[str, Any], fail: Callable[[str, str], ValueError]) -> None:
+    """``fail(key, why)`` for counts that are each in range but together too many: evaluations (and checkpoints)
+    over the budget (``MAX_EVALUATIONS``), transitions in one rollout (``MAX_ROLLOUT``), steps cloning labels and
+    keeps (``MAX_BC_LABELLED``) or plays in one round (``MAX_BC_PLAYED``)."""
+
+    def count(key: str, default: int) -> int:
+        value = hp.get(key, default)
+        return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+    steps, freq = count("n_timesteps", 0), count("eval_freq", 1)
+    if steps // freq > MAX_EVALUATIONS:
+        least = steps // (MAX_EVALUATIONS + 1) + 1
+        raise fail(
+            "eval_freq",
+            f"{freq:,} gives {steps // freq:,} evaluations, each with a checkpoint, in n_timesteps {steps:,}; at most "
+            f"{MAX_EVALUATIONS:,}: give eval_freq >= {least:,}",
+        )
+    if "n_steps" in hp and count("n_steps", 1) * count("n_envs", 1) > MAX_ROLLOUT:
+        raise fail(
+            "n_steps", f"n_steps {hp['n_steps']:,} x n_envs {count('n_envs', 1)} transitions in one rollout are over "
+            f"{MAX_ROLLOUT:,}"
+        )  # fmt: skip
+    bc_steps = count("bc_steps", 0)
+    rounds, stride = count("bc_dagger", 0), count("bc_stride", 1)
+    if bc_steps * (1 + rounds) > MAX_BC_LABELLED:
+        raise fail(
+            "bc_steps", f"bc_steps {bc_steps:,} x (1 + bc_dagger {rounds}) labelled steps, all kept in memory, are "
+            f"over {MAX_BC_LABELLED:,}"
+        )  # fmt: skip
+    if bc_steps * stride > MAX_BC_PLAYED:
+        raise fail(
+            "bc_stride", f"bc_steps {bc_steps:,} x bc_stride {stride} steps played in one round are over "
+            f"{MAX_BC_PLAYED:,}"
+        )  # fmt: skip
 
 
 def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
@@ -496,20 +601,15 @@ def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
     network = _network_problem(hp.get("policy_kwargs"))
     if network is not None:
         raise fail("policy_kwargs", network)
-    load = hp.get("eval_load")
-    if load is not None and not (is_number(load) and load > 0):
-        raise fail("eval_load", f"must be a finite number > 0, got {load!r}")
-    dagger = hp.get("bc_dagger")
-    if dagger is not None and (isinstance(dagger, bool) or not isinstance(dagger, int) or dagger < 0):
-        raise fail("bc_dagger", f"must be an integer >= 0 (DAgger rounds after cloning), got {dagger!r}")
+    _check_products(hp, fail)
+    for key, value in _leaves({k: v for k, v in hp.items() if k != "env_kwargs"}):  # the env checks its own
+        if isinstance(value, float) and value != value:
+            raise fail(key, "must be a number, got nan")
     anchor = hp.get("anchor_coef")
     if anchor is not None and not (is_number(anchor) and anchor >= 0):
         raise fail("anchor_coef", f"must be a finite number >= 0 (0: no pull towards the start), got {anchor!r}")
     if anchor and algo not in ("maskable_ppo", "ppo", "a2c"):
         raise fail("anchor_coef", f"pulls a feed-forward actor-critic policy towards its start; {algo} has none")
-    smoothing = hp.get("bc_smoothing")
-    if smoothing is not None and not (is_number(smoothing) and 0 <= smoothing < 1):
-        raise fail("bc_smoothing", f"must be a number in [0, 1), got {smoothing!r}")
     env_kwargs = hp.get("env_kwargs", {})
     if not isinstance(env_kwargs, Mapping):
         raise fail("env_kwargs", f"must be a mapping of env arguments, got {env_kwargs!r}")

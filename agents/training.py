@@ -18,7 +18,6 @@ is not exported: the file format is stateless). While it works, ``train`` says w
 from __future__ import annotations
 
 import contextlib
-import json
 import secrets
 import shlex
 import sys
@@ -57,6 +56,7 @@ from agents.checkpoints import (
     model_spaces,
     newest_signed_checkpoint,
 )
+from agents.config import finite_json
 from agents.generalist import check_init, init_from_policy, init_network, knee_loads
 from agents.sb3 import ALGOS, FLAT_ACTION_ALGOS, make_model
 from agents.train_config import (
@@ -153,7 +153,7 @@ def prepare_run_folder(config: TrainConfig, hp: Mapping[str, Any]) -> Path:
     write_text_atomically(out / "config.yml", yaml.safe_dump({"algo": config.algo, "scenario": config.scenario, **hp}))
     run_id = read_run_id(out) if config.resume else None  # a resumed run keeps its id; a new one gets its own
     args = {**config.as_dict(), "run_id": run_id or secrets.token_hex(8)}
-    write_text_atomically(out / "args.json", json.dumps(args, indent=1))
+    write_text_atomically(out / "args.json", finite_json(args, indent=1))
     write_text_atomically(out / "command.txt", shlex.join(["llmsched-train", *config.to_argv()]) + "\n")
     return out
 
@@ -186,7 +186,7 @@ def _clone(model: BaseAlgorithm, config: TrainConfig, run: dict[str, Any], env_k
         )
     stats["bc_seconds"] = time.perf_counter() - t0
     record = {"baseline": baseline, "dagger": rounds, "stride": stride, **stats}
-    write_text_atomically(config.run_folder / "bc.json", json.dumps(record, indent=1))
+    write_text_atomically(config.run_folder / "bc.json", finite_json(record, indent=1))
     print(f"behaviour cloning from {baseline}: {stats}", flush=True)
 
 
@@ -259,19 +259,33 @@ RUN_FILES = (
     *("eval_history.json", "summary.json", "policy.json", "policy.safetensors", COMPLETE_NAME, LOCK_NAME),
 )
 RUN_FOLDERS = ("checkpoints", "tb")
+# what a training leaves once it has evaluated, cloned or learnt: --resume without a checkpoint starts afresh only
+# in a folder that holds none of them (empty, or a training killed before its first evaluation)
+RUN_RESULTS = (
+    *("model.zip", "best_model.zip", "best.json", "eval_history.json", "summary.json", "bc.json"),
+    *("policy.json", "policy.safetensors", COMPLETE_NAME),
+)
 SAME_ON_RESUME = ("algo", "scenario", "trace")  # what a resumed training must share with the run it continues
 
 
 def check_run_folder(config: TrainConfig) -> None:
     """``ValueError`` (one line) when ``config`` would mix with the training already in its run folder: the
-    folder holds one (``RUN_OUTPUTS``) and ``resume`` is off, or ``resume`` is on and the run was started with
-    another algorithm, scenario or trace (``args.json``)."""
+    folder holds one (``RUN_OUTPUTS``) and ``resume`` is off; or ``resume`` is on, the folder holds no
+    checkpoint to resume from and an earlier training's results (``RUN_RESULTS``), which starting afresh would
+    replace; or the run was started with another algorithm, scenario or trace (``args.json``)."""
     out = config.run_folder
     held = [name for name in RUN_OUTPUTS if (out / name).exists()]
     if held and not config.resume:
         raise ValueError(
             f"--out {out}: holds an earlier training ({', '.join(held)}); pass --resume to continue it, "
             "or choose another --out"
+        )
+    results = [name for name in RUN_RESULTS if (out / name).exists()]
+    if config.resume and results and latest_checkpoint(out / "checkpoints") is None:
+        raise ValueError(
+            f"--resume: {out / 'checkpoints'} holds no checkpoint, so there is nothing to resume from, and {out} holds "
+            f"an earlier training's results ({', '.join(results)}), which starting afresh would replace; they are "
+            "kept: choose another --out"
         )
     if not config.resume or not (out / "args.json").is_file():
         return
@@ -292,18 +306,21 @@ def check_run_folder(config: TrainConfig) -> None:
 def preflight(config: TrainConfig, warn: bool = True) -> tuple[dict[str, Any], float | None, dict[str, Any]]:
     """Everything that can refuse ``config``, checked before anything is written: the hyperparameters
     (resolved, returned), the run folder (``check_run_folder``), the checkpoint key (``ensure_key``), the
-    checkpoint to resume and its best score (returned), the periodic evaluation's setup (``eval_setup``:
-    its val episodes fit in the val part; returned), one env built from the training's env arguments, and
-    the ``--init`` policy against that env and the algorithm. ``ValueError`` (a ``CheckpointError`` or a
-    ``PolicyFileError`` among them), one line, otherwise. ``warn``: as ``resume_best`` and ``val_seeds``."""
+    checkpoint to resume, its best score (returned) and its evaluations so far (``read_history``), the
+    periodic evaluation's setup (``eval_setup``: its val episodes fit in the val part; returned), one env built
+    from the training's env arguments, and the ``--init`` policy against that env and the algorithm.
+    ``ValueError`` (a ``CheckpointError`` or a ``PolicyFileError`` among them), one line, otherwise. ``warn``:
+    as ``resume_best`` and ``val_seeds``."""
     hp = resolve_hyperparams(config)
     check_output(config.run_folder, config.force, files=RUN_FILES, folders=RUN_FOLDERS)
     check_run_folder(config)
     ensure_key()
     setup = eval_setup(config, hp, warn=warn)
     best = resume_best(config, hp, warn=warn, setup=setup)
-    if hp.get("anchor_coef") and resume_checkpoint(config) is not None:  # the start the pull keeps to is gone
-        raise ValueError("anchor_coef: a resumed run cannot be anchored to its start; pass --hp anchor_coef=0")
+    if resume_checkpoint(config) is not None:
+        read_history(config.run_folder, setup, 0, warn=False)  # an entry no evaluation writes: refused here
+        if hp.get("anchor_coef"):  # the start the pull keeps to is gone
+            raise ValueError("anchor_coef: a resumed run cannot be anchored to its start; pass --hp anchor_coef=0")
     env_kwargs = _env_kwargs(config, dict(hp.get("env_kwargs", {})))
     probe: Any = make_env_fn(config.env_scenario, config.algo, env_kwargs, agent=False)()
     try:
@@ -542,12 +559,12 @@ def _learn(
         "eval_wall_s": evaluations,
         "learn_wall_s": max(wall - evaluations, 0.0),
         "timesteps": int(model.num_timesteps),
-        "best_eval_attainment": evaluator.best_attainment,
+        "best_eval_attainment": evaluator.best_attainment,  # -inf (null) when never evaluated
         "baseline_attainment": evaluator.baseline_attainment,
         "eval_history": evaluator.history,
         "exported": exportable,
     }
-    write_text_atomically(out / "summary.json", json.dumps(summary, indent=1))
+    write_text_atomically(out / "summary.json", finite_json(summary, indent=1))
     print(
         f"trained {model.num_timesteps} steps in {total:.0f} s: cloning {phases['clone_s']:.0f} s, evaluations "
         f"{evaluations:.0f} s, {config.algo} {max(wall - evaluations, 0.0):.0f} s, the rest "

@@ -119,3 +119,155 @@ def test_a_device_fifo_socket_or_link_at_an_output_is_refused_and_left_as_it_was
         assert (tmp_path / "link.json").is_symlink() and real.read_text() == "new"
     finally:
         sock.close()
+
+
+def _last_err_line(capsys: pytest.CaptureFixture) -> str:
+    lines = capsys.readouterr().err.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def test_an_empty_output_path_is_refused_by_every_command(capsys: pytest.CaptureFixture) -> None:
+    """``--out "$UNSET"``: Path("") is the working folder, which would be written into (its results.csv replaced,
+    its PNGs removed). Every output option parses through ``output_path``, which refuses an empty or blank path."""
+    import argparse
+
+    from agents.cli import parse_args as train_args
+    from llmsched_env.commands.calibrate import main as calibrate_main
+    from llmsched_env.commands.live_replay import build_parser as live_replay_parser
+    from llmsched_env.commands.tune import main as tune_main
+    from llmsched_env.common.outputs import output_path
+
+    for blank in ("", "  "):
+        with pytest.raises(argparse.ArgumentTypeError, match="an empty path"):
+            output_path(blank)
+    assert output_path("runs/x") == Path("runs/x") and output_path(".") == Path(".")  # the folder, when asked
+    commands = [
+        ("--out", lambda: tune_main(["--scenarios", "mixed-slo", "--out", ""])),
+        ("--out", lambda: train_args(["--out", ""])),
+        ("--out", lambda: calibrate_main(["fidelity", "--model", "tiny", "--preset", "x", "--out", " "])),
+        ("--save-model", lambda: live_replay_parser().parse_args(["run", "--save-model", ""])),
+        ("--out", lambda: live_replay_parser().parse_args(["run", "--out", ""])),
+    ]
+    for option, run in commands:
+        with pytest.raises(SystemExit) as exit_:
+            run()
+        assert exit_.value.code == 2
+        assert f"argument {option}: an empty path (an unset variable?)" in _last_err_line(capsys)
+
+
+def test_a_link_in_an_output_folder_at_a_name_the_command_writes_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A link at ``results.csv`` would have the run replace the file it points to, outside --out; a link loop
+    there would fail after the whole run. Refused before any work, in one line; the link and its target stay."""
+    from llmsched_env.commands.evaluate import main as evaluate_main
+    from llmsched_env.common.outputs import check_output
+
+    victim = tmp_path / "victim.csv"
+    victim.write_text("precious")
+    out = tmp_path / "O"
+    (out / "inside").mkdir(parents=True)
+    (out / "results.csv").symlink_to("../victim.csv")
+    (out / "results.json").symlink_to("results.json")  # a loop
+    (out / "checkpoints").symlink_to(tmp_path)  # a folder written into, outside --out
+    (out / "tb").symlink_to("inside")  # a folder written into, inside --out: the files stay inside
+    for name, to in (("results.csv", "../victim.csv"), ("results.json", "results.json")):
+        with pytest.raises(ValueError) as err:
+            check_output(out, files=[name])
+        message = str(err.value)
+        assert "\n" not in message and f"{name} is a symbolic link (to {to})" in message
+        assert "the command writes its own files in --out: remove it" in message
+    with pytest.raises(ValueError, match="checkpoints is a symbolic link"):
+        check_output(out, folders=["checkpoints"])
+    assert check_output(out, folders=["tb"], files=["other.csv"]) == out  # a link it does not write through
+    with pytest.raises(SystemExit):
+        evaluate_main(["--scenarios", "mixed-slo", "--policies", "fcfs", "--num-requests", "20", "--out", str(out)])
+    assert "results.csv is a symbolic link" in _last_err_line(capsys)
+    assert victim.read_text() == "precious" and (out / "results.csv").is_symlink()
+
+
+def test_a_link_loop_a_dangling_link_or_a_file_on_the_way_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``ln -s B A; ln -s A B`` as --out was a RuntimeError traceback (from resolving it), a dangling link as
+    --tensorboard a FileExistsError after every run, ``--out f/x.json`` under a file a NotADirectoryError: each
+    is one line before any work now, naming the option. A FIFO given as a folder is called a FIFO."""
+    import os
+
+    from agents.cli import parse_args as train_args
+    from llmsched_env.commands.evaluate import main as evaluate_main
+    from llmsched_env.commands.tune import main as tune_main
+    from llmsched_env.common.outputs import check_output, check_replaceable
+
+    (tmp_path / "A").symlink_to("B")
+    (tmp_path / "B").symlink_to("A")
+    (tmp_path / "S.json").symlink_to("S.json")
+    (tmp_path / "f").write_text("x")
+    (tmp_path / "L").symlink_to(tmp_path / "nothing")
+    os.mkfifo(tmp_path / "fifo")
+    loop = "is a symbolic link loop"
+    cases = [
+        (dict(path=tmp_path / "A"), loop),
+        (dict(path=tmp_path / "A", force=True), loop),  # not only where the shipped folders are looked for
+        (dict(path=tmp_path / "S.json", file=True), loop),  # a link the user names is followed, to no end here
+        (dict(path=tmp_path / "A" / "x"), "a symbolic link loop (a link that leads back to itself) lies on the way"),
+        (dict(path=tmp_path / "f" / "x.json", file=True), f"{tmp_path / 'f'} is not a folder (a regular file)"),
+        (dict(path=tmp_path / "f" / "x"), f"{tmp_path / 'f'} is not a folder"),
+        (dict(path=tmp_path / "L", option="--tensorboard"), f"is a symbolic link to {tmp_path / 'nothing'}, which"),
+        (dict(path=tmp_path / "fifo"), "is a FIFO (named pipe); give a folder"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError) as err:
+            check_output(**kwargs)
+        assert message in str(err.value) and "\n" not in str(err.value)
+        assert str(err.value).startswith(f"{kwargs.get('option', '--out')} {kwargs['path']}: ")
+    with pytest.raises(ValueError, match="is not a folder"):
+        check_replaceable(tmp_path / "f" / "x.json")  # every atomic write: one line, not NotADirectoryError
+    with pytest.raises(ValueError, match="is not a folder"):
+        write_text_atomically(tmp_path / "f" / "x.json", "x")
+    runs = {
+        "tune": lambda out: tune_main(["--scenarios", "mixed-slo", "--seeds", "0", "--out", out]),
+        "train": lambda out: train_args(["--out", out]),
+        "evaluate": lambda out: evaluate_main(["--scenarios", "mixed-slo", "--policies", "fcfs", "--out", out]),
+    }
+    for command, run in runs.items():
+        for out, message in ((tmp_path / "A", loop), (tmp_path / "f" / "x.json", f"{tmp_path / 'f'} is not a folder")):
+            with pytest.raises(SystemExit):
+                run(str(out))
+            assert f"--out {out}: {message}" in _last_err_line(capsys), command
+    with pytest.raises(SystemExit):
+        evaluate_main(["--scenarios", "mixed-slo", "--policies", "fcfs", "--tensorboard", str(tmp_path / "L")])
+    assert "--tensorboard" in _last_err_line(capsys) and (tmp_path / "L").is_symlink()
+
+
+def test_a_policy_that_cannot_be_replaced_is_one_error_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """seal_policy on a policy.json that cannot be replaced (immutable, a read-only folder) was a PermissionError
+    traceback: one error line per policy now, the next policies still sealed, status 1, the file as it was."""
+    import json
+    import os
+    import shutil
+
+    from llmsched_env.commands.seal_policy import main as seal_main
+    from llmsched_env.decision.policy_file import FIELDS_KEY
+
+    folder = tmp_path / "p"
+    shutil.copytree(Path(__file__).parent / "data" / "policies" / "mixed-slo", folder)
+    meta = json.loads((folder / "policy.json").read_text())
+    meta.pop(FIELDS_KEY)
+    (folder / "policy.json").write_text(json.dumps(meta, indent=1))
+    before = (folder / "policy.json").read_bytes()
+
+    def refused(src: object, dst: object) -> None:
+        raise PermissionError(1, "Operation not permitted", str(src), None, str(dst))
+
+    monkeypatch.setattr(os, "replace", refused)  # as chattr +i, or a read-only folder for a non-root user
+    assert seal_main([str(folder)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [
+        f"seal_policy: error: {folder / 'policy.json'}: cannot be replaced (Operation not permitted); left as it was"
+    ]
+    assert (folder / "policy.json").read_bytes() == before and sorted(p.name for p in folder.iterdir()) == sorted(
+        p.name for p in (Path(__file__).parent / "data" / "policies" / "mixed-slo").iterdir()
+    )  # no temporary file left

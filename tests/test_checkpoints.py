@@ -126,6 +126,26 @@ def test_resume_refuses_a_folder_someone_else_wrote_before_loading_or_writing(
         ("policy_kwargs.net_arch=[60000, 60000, 60000]", "holds 7,200,000,000 weights between hidden layers"),
         ("n_timesteps=1000000000000", "'n_timesteps' (maskable_ppo; from the hyperparameter file or --hp): must be an "
          "integer in [1, 1,000,000,000]"),
+        # counts with a cap (each unbounded one grew a list, a buffer or a folder of checkpoints until the OOM killer)
+        ("eval_episodes=1000000000", "'eval_episodes' (maskable_ppo; from the hyperparameter file or --hp): must be an "
+         "integer in [1, 10,000], got 1000000000"),
+        ("eval_freq=1", "'eval_freq' (maskable_ppo; from the hyperparameter file or --hp): 1 gives 300,000 "
+         "evaluations, each with a checkpoint, in n_timesteps 300,000; at most 10,000: give eval_freq >= 30"),
+        ("eval_freq=2000000000", "'eval_freq' (maskable_ppo; from the hyperparameter file or --hp): must be an "
+         "integer in [1, 1,000,000,000]"),
+        ("eval_num_requests=10000000", "'eval_num_requests'"),
+        ("eval_load=5000", "'eval_load' (maskable_ppo; from the hyperparameter file or --hp): must be a number in "
+         "[0.001, 1000], got 5000"),
+        ("bc_steps=100000000000", "'bc_steps' (maskable_ppo; from the hyperparameter file or --hp): must be an integer "
+         "in [1, 10,000,000], got 100000000000"),
+        ("bc_dagger=1000", "'bc_dagger'"),
+        ("bc_stride=100000", "'bc_stride'"),
+        ("anchor_epochs=100000", "'anchor_epochs'"),
+        ("stats_window_size=0", "'stats_window_size'"),
+        ("n_envs=100000", "'n_envs' (maskable_ppo; from the hyperparameter file or --hp): must be an integer in "
+         "[1, 256], got 100000"),
+        ("policy_kwargs.optimizer_kwargs.eps=.nan", "'policy_kwargs.optimizer_kwargs.eps' (maskable_ppo; from the "
+         "hyperparameter file or --hp): must be a number, got nan"),
     ],
 )  # fmt: skip
 def test_a_bad_hyperparameter_is_one_usage_line_and_writes_no_run_folder(

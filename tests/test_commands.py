@@ -87,6 +87,65 @@ def test_evaluate_refuses_options_that_do_nothing_together(
     assert args.capacity and "loads" not in args.given
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--policy-timeout", "0.001"], "--policy-timeout does nothing without --backend runtime or --engine vllm"),
+        (["--model", "llama-1b"], "--model does nothing without --backend runtime"),
+        (["--weights", "/nonexistent/w.safetensors"], "--weights does nothing without --backend runtime"),
+        (["--realtime"], "--realtime does nothing without --backend runtime"),
+        (["--device", "cuda:7"], "--device does nothing without --backend runtime"),
+        (["--backend", "sim", "--dtype", "float16"], "--dtype does nothing without --backend runtime"),
+        (["--no-speed-check"], "--no-speed-check does nothing without --backend runtime"),
+        (["--trace-columns", "arrival=a"], "--trace-columns does nothing without --trace"),
+        (["--trace-time-unit", "ms"], "--trace-time-unit does nothing without --trace"),
+        (["--trace-format", "azure"], "--trace-format does nothing without --trace"),
+        (["--trace-slo", "batch"], "--trace-slo does nothing without --trace"),
+        (["--trace-rate", "2"], "--trace-rate does nothing without --trace"),
+        (["--tenant-slo", "a=chat"], "--tenant-slo does nothing without --trace"),
+        (["--fitted-traffic"], "--fitted-traffic does nothing without --trace"),
+        (["--force"], "--force does nothing without --out or --tensorboard"),
+    ],
+)
+def test_evaluate_refuses_options_without_the_one_they_need(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture
+) -> None:
+    """A runtime option on the simulator, a trace option without ``--trace`` and ``--force`` with nothing to
+    write are usage errors naming both options, not ignored without a word (docs/reliability.md, "Options
+    that do nothing together"); their defaults, not given, are not."""
+    with pytest.raises(SystemExit) as exc:
+        parse(argv)
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exc.value.code == 2 and message in err and "leave it out, or give" in err and "Traceback" not in err
+    args, _ = parse(["--num-requests", "20"])  # every one at its default: no refusal
+    assert args.policy_timeout_s == 0.1 and args.model == "tiny" and args.trace_slo == "chat" and not args.force
+
+
+def test_runtime_and_trace_options_pass_with_what_they_need(tmp_path: Path) -> None:
+    args, _ = parse(["--backend", "runtime", "--model", "tiny", "--device", "cpu", "--policy-timeout", "0.5",
+                     "--realtime", "--no-speed-check", "--num-requests", "4"])  # fmt: skip
+    assert args.policy_timeout_s == 0.5 and args.realtime
+    parse(["--out", str(tmp_path / "o"), "--force"])
+    parse(["--tensorboard", str(tmp_path / "tb"), "--force"])
+
+
+def test_a_flag_given_as_text_is_refused_naming_the_field() -> None:
+    """``check_invariants="no"`` is truthy: taken for its truth it would turn the checks on without a word."""
+    import gymnasium as gym
+
+    from llmsched_env.evaluation import EvalConfig
+
+    for make, field in (
+        (lambda: EvalConfig(check_invariants="no"), "EvalConfig.check_invariants"),
+        (lambda: EvalConfig(check_invariants=1), "EvalConfig.check_invariants"),
+        (lambda: gym.make("LLMSched-v1", check_invariants="no"), "LLMSchedEnv.check_invariants"),
+        (lambda: gym.make("LLMSchedCluster-v0", check_invariants="no"), "LLMSchedClusterEnv.check_invariants"),
+    ):
+        with pytest.raises(ValueError, match=rf"^{field} must be True or False, got"):
+            make()
+    assert EvalConfig(check_invariants=True).check_invariants is True
+
+
 def test_loading_a_corrupt_model_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "model.zip"
     bad.write_bytes(b"not a zip")
@@ -107,7 +166,7 @@ def test_evaluate_refuses_shipped_folders_unless_forced(capsys: pytest.CaptureFi
     assert args.out == results and args.tensorboard == tb
 
 
-@pytest.mark.parametrize("rate", ["0", "-3", "nan", "inf"])
+@pytest.mark.parametrize("rate", ["0", "-3", "nan", "inf", "1e-300", "9e-7"])
 def test_a_bad_trace_rate_is_one_usage_line_naming_the_file(
     rate: str, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -117,7 +176,7 @@ def test_a_bad_trace_rate_is_one_usage_line_naming_the_file(
         parse(["--trace", str(trace), "--trace-format", "azure", "--trace-rate", rate])
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    bound = "in (0, 10,000,000] requests/s"
+    bound = "in [1e-06, 10,000,000] requests/s"
     assert f"{trace}: the rate (--trace-rate) must be a finite number {bound}" in err and "Traceback" not in err
 
 

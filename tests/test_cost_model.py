@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmsched_env.costs.analytic import AnalyticCostModel
+from llmsched_env.costs.analytic import SHAPE_FACTOR, AnalyticCostModel
 from llmsched_env.costs.base import CostModel, prefill_time_s, unloaded_decode_time_s
 from llmsched_env.costs.linear import LinearCostModel, fit_report
-from llmsched_env.costs.loader import list_presets, load_cost_model
+from llmsched_env.costs.loader import PRESET_DIR, cost_model_of, list_presets, load_cost_model
 
 PRESETS = ("llama3-8b-h100", "llama3-8b-a100", "llama2-70b-4xh100")
 MS = 1e-3
@@ -312,6 +312,49 @@ def test_constructors_validate() -> None:
         LinearCostModel([1e-3, 0.0, 0.0, 0.0, 0.0], name=3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"unknown field\(s\) \['decode_s'\]"):
         LinearCostModel.from_dict({"kind": "linear", "decode_s": 1.0})
+
+
+def test_the_attention_shape_must_hold_together() -> None:
+    """Each field in range is not enough: KV heads must divide the query heads, and the query heads' width
+    (heads x head_dim) must be within ``SHAPE_FACTOR`` of hidden_size (docs/reliability.md, "Physical ranges")."""
+    fields = load_cost_model("llama3-8b-h100").to_dict()  # type: ignore[attr-defined]
+    del fields["kind"]
+    for ok in ({"num_kv_heads": 1}, {"num_kv_heads": 32}, {"head_dim": 1024}, {"head_dim": 16}):  # 8x either way
+        AnalyticCostModel(**{**fields, **ok})
+    for bad, message in (
+        ({"num_kv_heads": 64}, r"field 'num_kv_heads' \(64\) must divide 'num_attention_heads' \(32\)"),
+        ({"num_kv_heads": 12}, r"field 'num_kv_heads' \(12\) must divide"),
+        ({"head_dim": 1048576}, r"\(32 x 1048576 = 33554432\) must be within 8x of 'hidden_size' \(4096\)"),
+        ({"head_dim": 8}, r"\(32 x 8 = 256\) must be within 8x of 'hidden_size' \(4096\)"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            AnalyticCostModel(**{**fields, **bad})
+    assert SHAPE_FACTOR == 8.0
+
+
+def test_a_cost_model_of_the_wrong_type_is_a_value_error_naming_the_field() -> None:
+    import gymnasium as gym
+
+    import llmsched_env  # noqa: F401  (registers the envs)
+    from llmsched_env.evaluation import EvalConfig
+
+    for make, field in (
+        (lambda: gym.make("LLMSched-v1", scenario="mixed-slo", cost_model=123), "LLMSchedEnv.cost_model"),
+        (lambda: gym.make("LLMSchedCluster-v0", cost_model=123), "LLMSchedClusterEnv.cost_model"),
+        (lambda: cost_model_of("owner.cost_model", {"kind": "analytic"}), "owner.cost_model"),
+        (lambda: EvalConfig(cost_model=5), "EvalConfig.cost_model"),
+    ):
+        with pytest.raises(ValueError, match=rf"^{field} must be a cost-model preset name") as info:
+            make()
+        assert "\n" not in str(info.value)
+    model = load_cost_model("llama3-8b-a100")
+    assert cost_model_of("c", model) is model and cost_model_of("c", "llama3-8b-a100") == model
+    assert EvalConfig(cost_model=PRESET_DIR / "llama3-8b-a100.json").cost_model == str(
+        PRESET_DIR / "llama3-8b-a100.json"
+    )  # a path is held as its text (what the evaluation's record names)
+    env = gym.make("LLMSched-v1", scenario="mixed-slo", cost_model=model)
+    assert env.unwrapped.cost_model is model  # type: ignore[attr-defined]
+    env.close()
 
 
 @pytest.mark.parametrize("name", [*PRESETS, "runtime-tiny-cpu"])

@@ -563,16 +563,18 @@ def test_a_rerun_killed_or_out_of_space_leaves_the_earlier_results_whole(
 def test_resume_refuses_a_forged_row_in_one_line(
     reference: Path, tmp_path: Path, capsys: pytest.CaptureFixture, field: str, value: Any, problem: str
 ) -> None:
-    """A row edited by hand (a NaN or out-of-range value, which no run writes) is refused by ``--resume`` in one
-    line naming the file, the line and the field; every row a run wrote passes the same check."""
+    """A row forged with its digest recomputed (a NaN or out-of-range value, which no run writes) is refused by
+    ``--resume`` in one line naming the file, the line and the field; every row a run wrote passes the same
+    check."""
     out = tmp_path / "out"
     _copy_finished(reference, out)
     (out / COMPLETE_NAME).unlink()
     lines = (out / ROWS_NAME).read_text().splitlines()
     assert all(resume.check_row(json.loads(line)["row"]) is None for line in lines)
     entry = json.loads(lines[1])
+    entry.pop(resume.DIGEST_KEY)
     entry["row"][field] = value
-    lines[1] = json.dumps(entry)
+    lines[1] = json.dumps({**entry, resume.DIGEST_KEY: resume._entry_digest(entry)})
     (out / ROWS_NAME).write_text("\n".join(lines) + "\n")
     with pytest.raises(SystemExit) as exc:
         main([*GRID, "--out", str(out), "--resume"])
@@ -648,3 +650,68 @@ def test_the_rows_file_is_read_and_opened_only_as_a_regular_file(tmp_path: Path)
             RowsLog(tmp_path / ROWS_NAME)
     finally:
         signal.alarm(0)
+
+
+def _forged(out: Path, line: int, edit: Any, digest: bool = True) -> None:
+    """Line ``line`` (from 0) of ``out``'s rows file passed through ``edit(entry)``, its digest recomputed (a
+    forger who knows the format) or, without ``digest``, left as it was (an edit by hand)."""
+    lines = (out / ROWS_NAME).read_text().splitlines()
+    entry = json.loads(lines[line])
+    recorded = entry.pop(resume.DIGEST_KEY)
+    edit(entry)
+    lines[line] = json.dumps({**entry, resume.DIGEST_KEY: resume._entry_digest(entry) if digest else recorded})
+    (out / ROWS_NAME).write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("edit", "digest", "said"),
+    [
+        (lambda e: e["row"].update(ttft_p99_s=77.5), False, "rows.jsonl:2: the line was changed since its run"),
+        (lambda e: e["row"].update(ttft_p99_s=True), False, "the line was changed since its run wrote it"),
+        (lambda e: e["row"].update(evil_column=1.0), False, "the line was changed since its run wrote it"),
+        (lambda e: e["details"]["ttft_s"].clear(), False, "the line was changed since its run wrote it"),
+        (lambda e: e["row"].update(seed=99), True, "(policy 'fcfs', scenario 'mixed-slo', load 0.8, seed 99) is not"),
+        (lambda e: e["row"].update(policy="p" * 2_000_000), True, "finished run (policy 'ppppp"),
+    ],
+)
+def test_resume_refuses_an_edited_or_foreign_line_in_one_short_line(
+    reference: Path, tmp_path: Path, capsys: pytest.CaptureFixture, edit: Any, digest: bool, said: str
+) -> None:
+    """Each line of the rows file carries the sha256 of its run: an edit (a value, a type, an extra column, the
+    details) is refused naming the line; a forged line with its digest recomputed that names a run outside the
+    grid is refused in one short line (a 2 MB name cut), not a traceback."""
+    out = tmp_path / "out"
+    _copy_finished(reference, out)
+    (out / COMPLETE_NAME).unlink()
+    _forged(out, 1, edit, digest)
+    with pytest.raises(SystemExit) as exc:
+        main([*GRID, "--out", str(out), "--resume"])
+    err = str(exc.value)
+    assert "\n" not in err and said in err and len(err) < 600 and "Traceback" not in capsys.readouterr().err
+    assert not is_complete(out)
+
+
+def test_a_line_nested_too_deeply_is_one_line(reference: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _copy_finished(reference, out)
+    (out / COMPLETE_NAME).unlink()
+    lines = (out / ROWS_NAME).read_text().splitlines()
+    lines.insert(1, "[" * 200_000)
+    (out / ROWS_NAME).write_text("\n".join(lines) + "\n")
+    with pytest.raises(SystemExit) as exc:
+        main([*GRID, "--out", str(out), "--resume"])
+    assert "rows.jsonl:2: not a line of an evaluation's rows file (not JSON)" in str(exc.value)
+
+
+def test_a_folder_that_held_no_evaluation_keeps_the_users_files(tmp_path: Path) -> None:
+    """``--out`` at a folder of the user's own files (no evaluation's record or marker): the files the evaluation
+    writes replace theirs namesakes, and nothing else is removed (a plot of the same name it did not write stays)."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "kv_usage.png").write_bytes(b"my own plot")
+    (out / "notes.txt").write_text("mine")
+    assert main([*GRID, "--no-plots", "--out", str(out)]) == 0
+    assert (out / "kv_usage.png").read_bytes() == b"my own plot" and (out / "notes.txt").read_text() == "mine"
+    assert (out / "results.csv").is_file() and is_complete(out)
+    assert main([*GRID, "--no-plots", "--loads", "0.8", "--out", str(out)]) == 0  # it holds an evaluation now
+    assert not (out / "kv_usage.png").exists()  # an earlier evaluation's file this one did not write: removed

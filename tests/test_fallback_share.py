@@ -109,3 +109,48 @@ def test_a_runtime_run_whose_policy_always_falls_back_is_marked(
     with (out / "summary.csv").open() as f:
         summary = {r["policy"]: r for r in csv.DictReader(f)}
     assert summary["agent"]["fallback_over_limit"] == "True" and summary["fcfs"]["fallback_over_limit"] == "False"
+
+
+def test_a_runtime_capacity_search_whose_policy_always_falls_back_is_marked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A capacity row carries the share of every decision its search took (``capacity.search_fallbacks``), so a
+    policy that never decided is shown ``[fallback 100%]``, not as a capacity of its own."""
+    from llmsched_env.commands.evaluate import main
+
+    def raising(self: ExportedPolicy, observation: object, action_mask: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(ExportedPolicy, "act", raising)
+    monkeypatch.setattr("llmsched_env.evaluation.capacity._MAX_LOAD", 2.0)  # a short search: loads 1, 1/2, 2
+    out = tmp_path / "cap"
+    argv = ["--backend", "runtime", "--model", "tiny", "--scenarios", "mixed-slo", "--num-requests", "4",
+            "--seeds", "0", "--policies", f"fcfs,agent={POLICY}", "--no-speed-check", "--no-progress",
+            "--capacity", "--out", str(out), "--no-plots"]  # fmt: skip
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    table = [line for line in captured.out.splitlines() if line.startswith(("fcfs ", "agent"))]
+    assert len(table) == 2 and table[1].startswith("agent [fallback 100%]") and "[fallback" not in table[0]
+    warned = [line for line in captured.err.splitlines() if "fell back" in line]
+    assert len(warned) == 1 and "warning: policy agent on scenario mixed-slo in its capacity search: 100%" in warned[0]
+    with (out / "results.csv").open() as f:
+        rows = {r["policy"]: r for r in csv.DictReader(f)}
+    assert float(rows["agent"]["fallback_share"]) == 1.0 and float(rows["fcfs"]["fallback_share"]) == 0.0
+    warning = fallback_warning(rows["agent"])
+    assert warning is not None and "policy agent on scenario mixed-slo in its capacity search: 100%" in warning
+    assert fallback_warning(rows["fcfs"]) is None
+
+
+def test_capacity_rows_carry_the_share_of_every_decision_their_search_took() -> None:
+    from llmsched_env.evaluation.capacity import search_fallbacks, summarize_capacity
+
+    runs = [{"fallback_share": 1.0, "policy_decisions": 10.0, "policy_fallbacks": 10.0},
+            {"fallback_share": 0.0, "policy_decisions": 30.0, "policy_fallbacks": 0.0}]  # fmt: skip
+    assert search_fallbacks(runs) == {"fallback_share": 0.25}  # over the decisions, not a mean of the runs
+    assert search_fallbacks([{"slo_attainment": 1.0}]) == {}  # the simulator's: no column
+    rows = [{"policy": "m", "scenario": "s", "seed": seed, "capacity_load": 1.0, "capacity_rps": 2.0,
+             "fallback_share": share, "trajectory": f"m{seed}"} for seed, share in ((0, 1.0), (1, 0.0))]  # fmt: skip
+    summary = summarize_capacity(rows)
+    assert summary[0]["fallback_share_mean"] == 0.5 and summary[0]["fallback_over_limit"] is True
+    plain = summarize_capacity([{k: v for k, v in r.items() if k != "fallback_share"} for r in rows])
+    assert not any(key.startswith("fallback") for key in plain[0])

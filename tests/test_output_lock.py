@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llmsched_env.common.outputs import COMPLETE_NAME, is_complete, locked_output, mark_complete
+from llmsched_env.common.outputs import COMPLETE_NAME, LOCK_NAME, is_complete, locked_output, mark_complete
 
 HOLD = (
     "from llmsched_env.common.outputs import locked_output\nimport sys, time\n"
@@ -75,3 +75,38 @@ def test_concurrent_writers_of_one_tuned_table_lose_no_entry(tmp_path: Path) -> 
     procs = [subprocess.Popen([sys.executable, "-c", MERGE, str(table), name]) for name in ("a", "b", "c")]
     assert [p.wait() for p in procs] == [0, 0, 0]
     assert sorted(load_tuned_table(table).entries) == sorted(f"{n}-{i}" for n in "abc" for i in range(15))
+
+
+def test_a_lock_that_is_no_regular_file_is_refused_up_front_and_never_followed(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``.t.json.lock`` a folder made llmsched-tune run its whole search and then fail with IsADirectoryError:
+    refused before the search in one line (``check_update_lock``). A link at a lock is never followed (it would
+    create or truncate the file it points to): ``updating`` and ``locked_output`` refuse it in one line."""
+    from llmsched_env.commands.tune import main as tune_main
+    from llmsched_env.common.outputs import OutputBusyError, check_update_lock, update_lock, updating
+
+    table = tmp_path / "t.json"
+    assert update_lock(table) == tmp_path / ".t.json.lock"
+    update_lock(table).mkdir()
+    with pytest.raises(SystemExit):
+        tune_main(["--scenarios", "mixed-slo", "--seeds", "0", "--out", str(table)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(f"--out {table}: its lock {update_lock(table)} is a folder, not a regular file; remove it")
+    assert not any("rung" in line for line in err) and not table.exists()  # before the search
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    update_lock(table).rmdir()
+    update_lock(table).symlink_to(victim)
+    with pytest.raises(ValueError, match="is a symbolic link, not a regular file; remove it"):
+        check_update_lock(table)
+    with pytest.raises(ValueError, match="is a symbolic link"), updating(table):
+        pass
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / LOCK_NAME).symlink_to(victim)
+    with pytest.raises(OutputBusyError) as busy, locked_output(out, "second"):
+        pass
+    assert str(busy.value) == f"--out {out}: {LOCK_NAME} is a symbolic link; remove it"
+    assert victim.read_text() == "precious"  # neither truncated nor written to

@@ -6,6 +6,7 @@ committed cost-model file passes."""
 from __future__ import annotations
 
 import json
+import pickle
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,16 @@ import pytest
 
 import llmsched_env  # noqa: F401  (registers LLMSched-v1)
 from llmsched_env.commands.evaluate import parse
-from llmsched_env.common.checks import MAX_RATE_RPS, MAX_REWARD_WEIGHT, MAX_SLO_S, check_number, check_positive
+from llmsched_env.common.checks import (
+    MAX_RATE_RPS,
+    MAX_REWARD_WEIGHT,
+    MAX_SLO_S,
+    MIN_RATE_RPS,
+    check_number,
+    check_positive,
+    in_range,
+    range_text,
+)
 from llmsched_env.costs.base import COST_BOUNDS, MAX_STEP_S
 from llmsched_env.costs.loader import PRESET_DIR, from_dict, list_presets, load_cost_model
 from llmsched_env.engine.config import SLO_CLASSES, SLOClass, TenantConfig
@@ -84,6 +94,10 @@ def _cost_file(tmp_path: Path, base: dict[str, Any], **fields: Any) -> Path:
         (H100, {"num_params": 1e308}, "field 'num_params' must be a number in (0, 1e+15]"),
         (H100, {"num_layers": 10**400}, "field 'num_layers' must be an integer in (0, 1,048,576]"),
         (H100, {"peak_tflops": 1e-300}, "one iteration of a 1-token prefill takes 3.2"),
+        (H100, {"num_kv_heads": 64}, "field 'num_kv_heads' (64) must divide 'num_attention_heads' (32)"),
+        (H100, {"num_kv_heads": 5}, "field 'num_kv_heads' (5) must divide 'num_attention_heads' (32)"),
+        (H100, {"head_dim": 1048576}, "'num_attention_heads' x 'head_dim' (32 x 1048576 = 33554432) must be within"),
+        (H100, {"hidden_size": 1048576}, "(32 x 128 = 4096) must be within 8x of 'hidden_size' (1048576)"),
         (LINEAR, {"prefill_token_s": 1e308}, "field 'prefill_token_s' must be a number in [0, 3,600] s, got 1e+308"),
         (LINEAR, {"kv_token_s": -1e-3}, "field 'kv_token_s' must be a number in [0, 3,600] s, got -0.001"),
         (LINEAR, {"overhead_s": 3000.0, "prefill_token_s": 700.0}, "a 1-token prefill takes 3700 s, over the 3600 s"),
@@ -127,8 +141,9 @@ def test_evaluate_refuses_each_class_in_one_usage_line(tmp_path: Path, capsys: p
         (["--cost-model", str(cost)], f"error: cost model file {cost}: AnalyticCostModel 'cost': field 'overhead_s'"),
         (["--loads", "1e308"], "error: --loads must be between 0.001 and 1000.0, got 1e+308"),
         (["--loads", "1,inf"], "error: --loads must be finite and > 0, got inf"),
-        ([*trace, "--trace-rate", "1e308"], "the rate (--trace-rate) must be a finite number in (0, 10,000,000]"),
-        ([*trace, "--trace-rate", "inf"], "the rate (--trace-rate) must be a finite number in (0, 10,000,000]"),
+        ([*trace, "--trace-rate", "1e308"], "the rate (--trace-rate) must be a finite number in [1e-06, 10,000,000]"),
+        ([*trace, "--trace-rate", "inf"], "the rate (--trace-rate) must be a finite number in [1e-06, 10,000,000]"),
+        ([*trace, "--trace-rate", "1e-300"], "the rate (--trace-rate) must be a finite number in [1e-06, 10,000,000]"),
         ([*trace, "--trace-slo", "1e308:0.1"], "--trace-slo: unknown SLO class '1e308:0.1'"),
         ([*trace, "--trace-slo", "0:0.1"], "or TTFT_S:TPOT_S with both in (0, 1,000,000] s"),
     ):
@@ -146,7 +161,7 @@ def test_tune_refuses_a_cost_model_and_a_rate_in_one_usage_line(
     line = _usage_error(main, ["--scenarios", "default", "--cost-model", str(cost), *out], capsys)
     assert f"llmsched-tune: error: cost model file {cost}: " in line and "'prefill_token_s'" in line
     argv = ["--trace", str(AZURE), "--trace-format", "azure", "--trace-rate", "1e308", *out]
-    assert "the rate (--trace-rate) must be a finite number in (0, 10,000,000]" in _usage_error(main, argv, capsys)
+    assert "the rate (--trace-rate) must be a finite number in [1e-06, 10,000,000]" in _usage_error(main, argv, capsys)
     assert not (tmp_path / "tuned.json").exists()
 
 
@@ -177,10 +192,15 @@ def test_the_library_refuses_each_class_with_a_value_error_naming_the_field() ->
         (lambda: gym.make("LLMSched-v1", reward={"preempt": 1e7}), r"^RewardConfig\.preempt must be"),
         (lambda: SLOClass("x", 1e308, 0.1), r"^SLOClass\('x'\)\.ttft_s must be finite and in \(0, 1,000,000\] s"),
         (lambda: SLOClass("x", 1.0, 0.0), r"^SLOClass\('x'\)\.tpot_s must be finite and in \(0, 1,000,000\] s"),
-        (lambda: Poisson(1e308), r"^Poisson\.rate_rps must be finite and in \(0, 10,000,000\] requests/s"),
+        (lambda: Poisson(1e308), r"^Poisson\.rate_rps must be finite and in \[1e-06, 10,000,000\] requests/s"),
         (
             lambda: TenantWorkload(TenantConfig("t"), float("inf"), LengthDist.fixed(16, 16)),
-            r"^TenantWorkload\('t'\)\.rate_rps must be finite and in \(0, 10,000,000\]",
+            r"^TenantWorkload\('t'\)\.rate_rps must be finite and in \[1e-06, 10,000,000\]",
+        ),
+        (lambda: Poisson(1e-300), r"^Poisson\.rate_rps must be finite and in \[1e-06, 10,000,000\] requests/s"),
+        (
+            lambda: TenantWorkload(TenantConfig("t"), MIN_RATE_RPS / 2, LengthDist.fixed(16, 16)),
+            r"^TenantWorkload\('t'\)\.rate_rps must be finite and in \[1e-06, 10,000,000\]",
         ),
         (lambda: gym.make("LLMSched-v1", load=float("inf")), r"^LLMSchedEnv\.load must be finite and > 0"),
         (lambda: gym.make("LLMSched-v1", load=(0.5, 1e308)), r"^LLMSchedEnv\.load range must be"),
@@ -194,6 +214,13 @@ def test_the_library_refuses_each_class_with_a_value_error_naming_the_field() ->
 
 def test_the_helpers_bound_what_they_are_given() -> None:
     assert check_positive("o", "rate", MAX_RATE_RPS, maximum=MAX_RATE_RPS) == MAX_RATE_RPS
+    assert check_positive("o", "rate", MIN_RATE_RPS, maximum=MAX_RATE_RPS) == MIN_RATE_RPS  # both ends in range
+    assert check_positive("o", "rate", 0.0, allow_zero=True, maximum=MAX_RATE_RPS) == 0.0  # a ramp from 0
+    with pytest.raises(ValueError, match=r"^o\.rate must be finite and 0 or in \[1e-06, 10,000,000\] requests/s"):
+        check_positive("o", "rate", 1e-300, allow_zero=True, maximum=MAX_RATE_RPS, unit="requests/s")
+    assert not in_range(MIN_RATE_RPS / 2, False, MAX_RATE_RPS) and in_range(MIN_RATE_RPS / 2, False, 1e7)
+    assert range_text(False, MAX_RATE_RPS, "requests/s") == "in [1e-06, 10,000,000] requests/s"
+    assert pickle.loads(pickle.dumps(MAX_RATE_RPS)).minimum == MIN_RATE_RPS and float(MAX_RATE_RPS) == 1e7
     assert check_number("o", "w", MAX_REWARD_WEIGHT, maximum=MAX_REWARD_WEIGHT) == MAX_REWARD_WEIGHT
     SLOClass("x", MAX_SLO_S, MAX_SLO_S)  # the bound itself is in range
     with pytest.raises(ValueError, match=r"^o: field 'n' must be an integer in \(0, 8\], got 10000"):

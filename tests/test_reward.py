@@ -58,3 +58,12 @@ def test_reward_config_of_parses_none_config_and_dict() -> None:
         RewardConfig.of({"miss": -1.0})
     with pytest.raises(ValueError, match=r"reward must be a RewardConfig or a dict of its fields, got 3\.0"):
         RewardConfig.of(3.0)  # type: ignore[arg-type]
+
+
+def test_all_zero_reward_weights_are_refused() -> None:
+    """A reward that is 0 at every step trains nothing: refused, naming the weights; one weight > 0 is enough."""
+    for zero in (RewardConfig.of, lambda w: RewardConfig(**w)):
+        with pytest.raises(ValueError, match=r"^RewardConfig: the reward weights good, miss and preempt are all 0"):
+            zero({"good": 0.0, "miss": 0.0, "preempt": 0.0})
+    assert RewardConfig(good=0.0, miss=0.0, preempt=0.5).preempt == 0.5
+    assert RewardConfig(good=0.0, miss=1.0).good == 0.0

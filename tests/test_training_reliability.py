@@ -26,9 +26,11 @@ from agents.checkpoints import (
     newest_signed_checkpoint,
     sign_checkpoint,
 )
-from agents.cli import main
+from agents.cli import main, parse_args
+from agents.config import finite_json
+from agents.train_config import TrainConfig, resolve_hyperparams
 from llmsched_env.decision.policy_file import seal_meta
-from tests.trained_run import TINY, TrainedRun
+from tests.trained_run import TINY, TINY_TRAIN, TrainedRun
 
 
 @pytest.fixture()
@@ -210,7 +212,7 @@ def test_init_from_a_normalised_policy_is_one_line(
     meta["normalization"] = {"mean": [0.0] * n, "var": [1.0] * n, "epsilon": 1e-8, "clip": 10.0}
     (policy / "policy.json").write_text(json.dumps(seal_meta(meta)))  # as an export under normalisation writes it
     run = tmp_path / "run"
-    line = _refused(["--scenario", "mixed-slo", "--out", str(run), "--init", str(policy), *TINY], capsys)
+    line = _refused(["--scenario", "mixed-slo", "--out", str(run), "--init", str(policy), *TINY_TRAIN], capsys)
     assert "trained under observation normalisation cannot start a training" in line
     assert not run.exists()
 
@@ -269,3 +271,152 @@ def test_a_resumed_folder_holding_something_it_cannot_open_is_refused_before_any
         signal.alarm(0)
     assert message in line
     assert _listing(run) == before
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--n-envs", "1", "--hp", "n_envs=100000"], "n_envs: given twice, as --n-envs 1 and as --hp n_envs=100000"),
+        (["--timesteps", "256", "--hp", "n_timesteps=512"], "timesteps: given twice, as --timesteps 256 and as --hp "
+         "n_timesteps=512"),
+        (["--bc", "fcfs", "--hp", "bc_warmstart=sjf"], "bc: given twice, as --bc fcfs and as --hp bc_warmstart='sjf'"),
+        (["--bc", "none", "--hp", "bc_steps=100000000000"], "must be an integer in [1, 10,000,000], got 100000000000"),
+        (["--bc", "none", "--hp", "bc_steps=200"], "--hp bc_steps does nothing here: --bc none clones nothing; "
+         "drop it"),
+        (["--bc", "none", "--hp", "bc_dagger=2", "--hp", "bc_stride=2"], "--hp bc_dagger, bc_stride do nothing here: "
+         "--bc none clones nothing; drop them"),
+        (["--init", "tests/data/policies/mixed-slo", "--hp", "bc_steps=200"], "--hp bc_steps does nothing here: --init "
+         "starts from the policy's weights, with no cloning"),
+        (["--init", "tests/data/policies/mixed-slo", "--bc", "fcfs"], "init: give either --init (start from a policy's "
+         "weights) or --bc fcfs (clone a baseline)"),
+        (["--hp", "anchor_epochs=3"], "--hp anchor_epochs does nothing here: anchor_coef is 0"),
+        (["--scenario", "generalist", "--hp", "eval_episodes=5", "--hp", "eval_load=2"], "--hp eval_episodes, "
+         "eval_load do nothing here: the generalist is evaluated on one val episode per library scenario"),
+        ([x for w in ("good", "miss", "preempt") for x in ("--hp", f"env_kwargs.reward.{w}=0")],
+         "RewardConfig: the reward weights good, miss and preempt are all 0"),
+    ],
+)  # fmt: skip
+def test_an_option_given_twice_or_to_no_effect_is_one_line_and_writes_nothing(
+    tmp_path: Path, key_home: Path, extra: list[str], message: str, capsys: pytest.CaptureFixture
+) -> None:
+    """A value that one option would silently override or ignore (``--hp n_envs`` under ``--n-envs``, a cloning
+    hyperparameter with ``--bc none``), or a reward that is 0 at every step: refused before anything is written."""
+    run = tmp_path / "run"
+    scenario = [] if "--scenario" in extra else ["--scenario", "mixed-slo"]
+    line = _refused([*scenario, "--out", str(run), "--no-progress", *extra], capsys)
+    assert message in line
+    assert not run.exists()
+
+
+@pytest.mark.parametrize(
+    ("hp", "message"),
+    [
+        ({"n_steps": 1 << 20, "n_envs": 32}, "'n_steps' (maskable_ppo; from the hyperparameter file or --hp): n_steps "
+         "1,048,576 x n_envs 32 transitions in one rollout are over 16,777,216"),
+        ({"bc_steps": 10**7, "bc_dagger": 1}, "'bc_steps' (maskable_ppo; from the hyperparameter file or --hp): "
+         "bc_steps 10,000,000 x (1 + bc_dagger 1) labelled steps, all kept in memory, are over 10,000,000"),
+        ({"bc_steps": 10**6, "bc_stride": 1000}, "bc_steps 1,000,000 x bc_stride 1000 steps played in one round are "
+         "over 100,000,000"),
+        ({"policy_kwargs": {"lstm_hidden_size": 10**6}}, "lstm_hidden_size must be an integer in [1, 65,536]"),
+    ],
+)  # fmt: skip
+def test_counts_in_range_but_too_many_together_are_refused(hp: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        resolve_hyperparams(TrainConfig(scenario="bursty", hp=hp))
+    assert message in str(caught.value)
+    with pytest.raises(ValueError, match=r"^n_envs: expected an integer in \[1, 256\], got 100000$"):
+        TrainConfig(n_envs=100_000)
+
+
+def test_resume_without_a_checkpoint_keeps_the_earlier_runs_results(
+    trained_run: TrainedRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """``--resume`` on a finished run whose checkpoints are gone: nothing to resume from, and starting afresh would
+    replace its model and policy; refused, nothing touched. A folder without an earlier training's results
+    (empty, or one killed before its first evaluation) still starts afresh under ``--resume``."""
+    run = _copy(trained_run, tmp_path, monkeypatch)
+    for path in (run / "checkpoints").iterdir():
+        path.unlink()
+    before = _listing(run)
+    line = _refused(["--scenario", "mixed-slo", "--out", str(run), "--resume", *TINY, "--timesteps", "384"], capsys)
+    assert f"--resume: {run / 'checkpoints'} holds no checkpoint, so there is nothing to resume from" in line
+    assert "results (model.zip, best_model.zip, best.json, eval_history.json, summary.json, bc.json, policy" in line
+    assert "they are kept: choose another --out" in line
+    assert _listing(run) == before
+    (run / "checkpoints").rmdir()
+    line = _refused(["--scenario", "mixed-slo", "--out", str(run), "--resume", *TINY], capsys)
+    assert "nothing to resume from" in line and _listing(run) == {k: v for k, v in before.items() if k != "checkpoints"}
+    for fresh in ("empty", "killed"):  # no earlier results: --resume starts afresh, as scripts that always pass it do
+        folder = tmp_path / fresh
+        folder.mkdir()
+        if fresh == "killed":  # killed before its first evaluation: only the set-up files and the key of its run
+            for name in ("args.json", "config.yml", "command.txt"):
+                shutil.copy(trained_run.out / name, folder / name)
+        args = parse_args(["--scenario", "mixed-slo", "--out", str(folder), "--resume", *TINY])
+        assert args.config.resume
+
+
+def _edit_history(run: Path, entry: int, value: Any, *, step: bool = False) -> None:
+    path = run / "eval_history.json"
+    record = json.loads(path.read_text())
+    record["history"][entry][0 if step else 1] = value
+    path.write_text(json.dumps(record))  # NaN as the token NaN, as an edit writes it
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda run: _edit_history(run, 1, float("nan")), "history entry 1 ([128, NaN]): the attainment must be a "
+         "finite number in [0, 1], got nan, which no evaluation writes: the file was changed"),
+        (lambda run: _edit_history(run, 2, 1.5), "history entry 2 ([256, 1.5]): the attainment must be a finite "
+         "number in [0, 1], got 1.5"),
+        (lambda run: _edit_history(run, 2, 64, step=True), "history entry 2 ([64, "),
+        (lambda run: _edit_history(run, 0, -1, step=True), "history entry 0 ([-1, "),
+        (lambda run: _edit_history(run, 1, "128", step=True), "the step must be an integer >= 0, got '128'"),
+        (lambda run: (run / "eval_history.json").write_text("{"), "eval_history.json: cannot read the evaluations "
+         "so far"),
+        (lambda run: (run / "best.json").write_text('{"best_eval_attainment": NaN}'), "best.json: "
+         "'best_eval_attainment' must be a finite number in [0, 1], got nan"),
+    ],
+)  # fmt: skip
+def test_resume_refuses_an_evaluation_record_no_evaluation_writes(
+    trained_run: TrainedRun,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    edit: Any,
+    message: str,
+) -> None:
+    """A NaN, an attainment outside [0, 1], a step out of order in ``eval_history.json`` (or ``best.json``): one
+    line naming the file and the entry, before anything is written, never carried into ``summary.json``."""
+    run = _copy(trained_run, tmp_path, monkeypatch)
+    edit(run)
+    before = _listing(run)
+    line = _refused(["--scenario", "mixed-slo", "--out", str(run), "--resume", *TINY, "--timesteps", "384"], capsys)
+    assert message in line and str(run) in line
+    assert _listing(run) == before
+
+
+def _strict(text: str) -> Any:
+    def refuse(token: str) -> None:
+        raise AssertionError(f"{token} in a JSON file")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_the_runs_json_files_hold_no_nan_and_a_score_never_measured_is_null(
+    trained_run: TrainedRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    written = finite_json({"a": float("nan"), "b": [float("-inf"), 1.5], "c": (2,)})
+    assert written == '{"a": null, "b": [null, 1.5], "c": [2]}'
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(trained_run.out.parent / "config"))
+    run = tmp_path / "run"
+    shutil.copytree(trained_run.resumed, run)  # at its budget of 384 steps
+    (run / "best.json").unlink()  # no best to beat, and nothing left to learn: no evaluation in this resume
+    assert main(["--scenario", "mixed-slo", "--out", str(run), "--resume", *TINY, "--timesteps", "384"]) == 0
+    summary = _strict((run / "summary.json").read_text())
+    assert summary["best_eval_attainment"] is None  # -inf, never measured: null, not -Infinity
+    assert [step for step, _ in summary["eval_history"]] == [0, 128, 256, 384]
+    for path in run.rglob("*.json"):
+        _strict(path.read_text())
+    capsys.readouterr()

@@ -28,13 +28,14 @@ from pathlib import Path
 from llmsched_env.commands.help import DefaultsFormatter, program
 from llmsched_env.commands.runner_options import add_runner_options, runner_spec
 from llmsched_env.common.checks import check_unique
-from llmsched_env.common.outputs import check_output
+from llmsched_env.common.outputs import check_output, output_path
 from llmsched_env.evaluation.progress import Progress, status
 from llmsched_env.runtime.names import FIDELITY_REQUESTS, FIT_LOADS
 
 __all__ = ["build_parser", "main", "parse_args"]
 
 PROG = ("llmsched-calibrate", "calibrate.py")
+FIDELITY_FILES = ("fidelity.csv", "fidelity.json", "fidelity.md")  # what fidelity writes in --out (run_fidelity)
 _UNITS = {"grid": "shape", "fitting episodes": "episode"}  # profile_preset's phases
 
 
@@ -52,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--force", action="store_true", help="allow writing inside a shipped folder")
         if name == "profile":
             out = "preset file (default: results/calibrate/runtime-MODEL-DEVICE.json)"
-            s.add_argument("--out", type=Path, default=None, help=out)
+            s.add_argument("--out", type=output_path, default=None, help=out)
             s.add_argument("--repeats", type=int, default=3, help="timed runs per batch shape (median kept)")
             s.add_argument("--quick", action="store_true", help="a small grid (tests, smoke runs)")
             s.add_argument("--name", default=None, help="preset name (default: the file stem)")
@@ -61,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
             )
         else:
             out = "report folder (default: results/calibrate/fidelity-MODEL-DEVICE)"
-            s.add_argument("--out", type=Path, default=None, help=out)
+            s.add_argument("--out", type=output_path, default=None, help=out)
             s.add_argument("--preset", required=True, help="cost-model preset name or JSON path")
             s.add_argument("--policies", default="fcfs,sjf,slo_aware", help="schedulers, comma list")
             s.add_argument("--loads", default="0.5,0.8", help="fractions of the simulated saturation throughput")
@@ -98,7 +99,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             args.loads = _numbers("--loads", args.loads, float)
             args.seeds = _numbers("--seeds", args.seeds, int)
             check_fidelity_seeds(args.seeds)
-        check_output(args.out, args.force, file=args.command == "profile")
+        profile = args.command == "profile"
+        check_output(args.out, args.force, file=profile, files=() if profile else FIDELITY_FILES)
     except ValueError as exc:
         p.error(str(exc))
     return args

@@ -66,7 +66,7 @@ from llmsched_env.evaluation import (
 )
 from llmsched_env.evaluation.capacity import capacity_notes, verdict_notes
 from llmsched_env.evaluation.fallbacks import fallback_warning
-from llmsched_env.evaluation.grid import FinishedRun
+from llmsched_env.evaluation.grid import FinishedRun, ForeignRunError
 from llmsched_env.evaluation.outputs import FINISHED_FILES, RESULTS_TITLE, LiveTable, clear_outputs
 from llmsched_env.evaluation.progress import Progress
 from llmsched_env.evaluation.resume import RECORD_NAME, ROWS_NAME, RowsLog, check_resumable, evaluation_record
@@ -118,6 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             exported = spec.load()
             print(f"policy {spec.name}: {exported.path} ({exported.meta.get('algo', '?')})")
     line = [PROG[0], *(sys.argv[1:] if argv is None else argv)]
+    # whether --out held an evaluation: only then are the earlier results this one does not write removed at the
+    # end (a folder of the user's own files named like an evaluation's, without its marks, keeps them)
+    args.held_evaluation = args.out is not None and ((args.out / RECORD_NAME).exists() or is_complete(args.out))
     if args.engine == "vllm":
         with _holding(args.out):  # before any episode: one evaluation per --out
             return _vllm(config, args, line)
@@ -164,11 +167,15 @@ def _evaluate(
                 print(format_summary(summary), flush=True)
     except InputError as exc:  # found only when a run starts (a weights file): one line, no traceback
         _fail(exc)
+    except ForeignRunError as exc:  # a line of the rows file that is no run of this evaluation (--resume)
+        _fail(ValueError(f"--resume: {args.out / ROWS_NAME if args.out else ROWS_NAME}: {exc}; remove that line or "
+                         "start afresh without --resume"))  # fmt: skip
     finally:
         if log is not None:
             log.close()
     if args.out is not None:
-        _finish(args.out, lambda: write_results(args.out, rows, summary=summary, details=details, plots=plots))
+        _finish(args.out, lambda: write_results(args.out, rows, summary=summary, details=details, plots=plots),
+                args.held_evaluation)  # fmt: skip
     if args.tensorboard is not None:
         write_tensorboard(rows, args.tensorboard)
         print(f"wrote TensorBoard events under {args.tensorboard} (tensorboard --logdir {args.tensorboard})")
@@ -178,10 +185,11 @@ def _evaluate(
     return 0
 
 
-def _finish(out: Path, write: Callable[[], list[Path]]) -> None:
-    """The new results written into ``out`` (each file replacing its earlier version in one step), then the
-    files of an earlier evaluation that this one did not write removed: until then the earlier results stay
-    whole, so a kill or a full disk before the end leaves them as they were. A full disk is one line."""
+def _finish(out: Path, write: Callable[[], list[Path]], earlier: bool = True) -> None:
+    """The new results written into ``out`` (each file replacing its earlier version in one step), then, when
+    ``out`` held an ``earlier`` evaluation, the files of it that this one did not write removed: until then the
+    earlier results stay whole, so a kill or a full disk before the end leaves them as they were. A full disk is
+    one line."""
     try:
         written = write()
     except OSError as exc:
@@ -189,7 +197,7 @@ def _finish(out: Path, write: Callable[[], list[Path]]) -> None:
             raise
         _fail(ValueError(f"--out {out}: {exc.strerror} while writing the results; the earlier results there are "
                          "as they were"))  # fmt: skip
-    clear_outputs(out, keep=(ROWS_NAME, RECORD_NAME, *(p.name for p in written)))
+    clear_outputs(out, keep=(ROWS_NAME, RECORD_NAME, *(p.name for p in written), *(() if earlier else FINISHED_FILES)))
     print("wrote " + ", ".join(str(p) for p in written))
 
 
@@ -238,7 +246,8 @@ def _holding(out: Path | None) -> Iterator[None]:
 
 # options that do not change an evaluation's rows: --resume may give them otherwise than the run it continues
 _NOT_COMPARED = ("out", "plots", "tensorboard", "force", "no_progress", "workers", "ray", "ray_cpus", "resume",
-                 "describe", "no_speed_check", "require_sustained", "check_invariants", "flags", "given")  # fmt: skip
+                 "describe", "no_speed_check", "require_sustained", "check_invariants", "flags", "given",
+                 "held_evaluation")  # fmt: skip
 
 
 def _record(config: EvalConfig, args: argparse.Namespace) -> dict[str, Any] | None:
@@ -302,7 +311,7 @@ def _vllm(config: EvalConfig, args: argparse.Namespace, line: list[str]) -> int:
     for row in rows:
         _warn_fallbacks(row)
     if args.out is not None:
-        _finish(args.out, lambda: write_results(args.out, rows, plots=False))
+        _finish(args.out, lambda: write_results(args.out, rows, plots=False), args.held_evaluation)
         mark_complete(args.out, {"command": shlex.join(line), "rows": len(rows)})
     return 0
 
@@ -395,13 +404,17 @@ def _capacity(
     its search ends; the bar counts load evaluations, its total growing as the searches go (on Ray: it counts
     searches)."""
     table = capacity_table(config, per_seed=args.per_seed)
+    for row in finished:
+        _warn_fallbacks(row)
     with _live(table, args, "capacity", "search" if args.ray else "eval", 0, done=finished) as live:
         show = live.pop("on_row")
+        bar = live["progress"]
 
         def on_row(row: Row) -> None:
             if log is not None:
                 log.append(row)  # on disk before the next search starts
             show(row)
+            _warn_fallbacks(row, bar.note)
 
         return capacity_grid(config, per_seed=args.per_seed, finished=finished, on_row=on_row, **live)
 

@@ -18,7 +18,7 @@ from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.help import DefaultsFormatter, from_args, program
 from llmsched_env.commands.runner_options import add_runner_options
 from llmsched_env.common.checks import check_label, duplicates
-from llmsched_env.common.outputs import COMPLETE_NAME, LOCK_NAME, check_output
+from llmsched_env.common.outputs import COMPLETE_NAME, LOCK_NAME, check_output, output_path
 from llmsched_env.decision.lookahead import join_options
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.engine.config import ENGINE_BOUNDS, SLO_CLASSES
@@ -203,14 +203,15 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         "not a sustained rate; by default such runs are flagged on stderr and in the sustained column); "
         "--capacity searches stop at the largest sustained load in any case",
     )
-    add("--out", type=Path, default=None, help="folder for results.csv/.json, summary.csv and plots (default: none)")
+    add("--out", type=output_path, default=None, help="folder for results.csv/.json, summary.csv and plots (default: "
+        "none)")
     add(
         "--plots",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="write PNG plots into --out (default: on when --out is given)",
     )
-    add("--tensorboard", type=Path, default=None, help="write each run's metrics as TensorBoard scalars here")
+    add("--tensorboard", type=output_path, default=None, help="write each run's metrics as TensorBoard scalars here")
     add("--force", action="store_true", help="allow --out or --tensorboard inside a shipped folder")
     add("--check-invariants", action="store_true", help="verify the core's invariants every step")
     add("--no-progress", action="store_true", help="no progress bars on stderr")
@@ -361,15 +362,58 @@ _NO_OPS = (
 )
 
 
+# options that do something only beside another: (option, what it needs, whether args give that, why), refused in
+# one line when given without it
+_Needs = tuple[str, str, Callable[[argparse.Namespace], bool], str]
+_RUNTIME = "it applies to the torch runtime only, not to the simulator (--backend sim, the default)"
+_TRACED = (*(name for name in TRACE_OPTIONS if name != "trace"), "fitted_traffic")  # the options of --trace
+_TRACE_ONLY = (
+    ", ".join(f"--{name.replace('_', '-')}" for name in _TRACED[:-1]) + " and --fitted-traffic apply to --trace only"
+)
+
+
+def _runtime(args: argparse.Namespace) -> bool:
+    return bool(args.backend == "runtime")
+
+
+def _traced(args: argparse.Namespace) -> bool:
+    return args.trace is not None
+
+
+_NEEDS: tuple[_Needs, ...] = (
+    *((name, "--backend runtime", _runtime, _RUNTIME) for name in ("model", "weights", "device", "dtype", "realtime")),
+    ("no_speed_check", "--backend runtime", _runtime, "the speed check profiles the torch runtime's model only"),
+    (
+        "policy_timeout_s",
+        "--backend runtime or --engine vllm",
+        lambda args: _runtime(args) or args.engine == "vllm",
+        "the simulator's decisions have no deadline",
+    ),
+    *((name, "--trace", _traced, _TRACE_ONLY) for name in _TRACED),
+    (
+        "force",
+        "--out or --tensorboard",
+        lambda args: args.out is not None or args.tensorboard is not None,
+        "it only lets those write inside a shipped folder",
+    ),
+)
+
+
 def check_combinations(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """A usage error for an option given beside one that makes it do nothing (``_NO_OPS``: ``--scenarios`` with
-    ``--trace``, ``--loads`` with ``--capacity``, ``--out`` with ``--describe``, ...), so that no option is
-    ignored without a word. Only options given on the command line count (``args.given``)."""
+    ``--trace``, ``--loads`` with ``--capacity``, ``--out`` with ``--describe``, ...) or without the one it
+    needs (``_NEEDS``: ``--model`` without ``--backend runtime``, ``--trace-columns`` without ``--trace``,
+    ``--force`` without ``--out`` or ``--tensorboard``, ...), so that no option is ignored without a word. Only
+    options given on the command line count (``args.given``)."""
     given: set[str] = getattr(args, "given", set())
     for option, other, why in _NO_OPS:
         if option in given and getattr(args, other, None):
             flag, by = "--" + option.replace("_", "-"), "--" + other.replace("_", "-")
             p.error(f"{flag} does nothing with {by}: {why}; leave one of them out")
+    flags = {a.dest: max(a.option_strings, key=len) for a in p._actions if a.option_strings}
+    for option, needs, met, why in _NEEDS:
+        if option in given and not met(args):
+            p.error(f"{flags[option]} does nothing without {needs}: {why}; leave it out, or give {needs}")
 
 
 def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> EvalConfig:
@@ -392,8 +436,6 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
             check_vllm()
         except ValueError as exc:
             p.error(f"--engine vllm: {exc}")
-    if args.trace is None and (args.tenant_slo is not None or args.trace_rate is not None or args.fitted_traffic):
-        p.error("--tenant-slo, --trace-rate and --fitted-traffic apply to --trace only")
     if args.describe and set(args.scenarios) & set(list_cluster_scenarios()):
         p.error("--describe is single-node only")
     try:

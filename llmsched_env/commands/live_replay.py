@@ -37,7 +37,7 @@ from llmsched_env.adapters.vllm.config import AdapterConfig
 from llmsched_env.commands.evaluate_args import tenant_slos
 from llmsched_env.commands.help import DefaultsFormatter
 from llmsched_env.common.files import CONFIG_BYTES, parse_json, read_text
-from llmsched_env.common.outputs import check_output, write_csv
+from llmsched_env.common.outputs import check_output, output_path, write_csv
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.live.logs import find_log_dir
@@ -118,8 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="add this light-load run's median client - engine TTFT to the simulated TTFT and E2E",
     )
     delay.add_argument("--frontend-delay-s", type=float, default=0.0, metavar="S", help="or add this many seconds")
-    p.add_argument("--save-model", metavar="FILE.json", help="write the fitted cost model as a preset")
-    p.add_argument("--out", metavar="FILE.csv", help="write the table as CSV (with policy and sim_delay_s)")
+    p.add_argument(
+        "--save-model", type=output_path, metavar="FILE.json", help="write the fitted cost model as a preset"
+    )
+    p.add_argument(
+        "--out", type=output_path, metavar="FILE.csv", help="write the table as CSV (with policy and sim_delay_s)"
+    )
     return p
 
 

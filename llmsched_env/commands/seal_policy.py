@@ -28,21 +28,24 @@ __all__ = ["main", "seal_policy_file"]
 def seal_policy_file(path: str | Path) -> tuple[Path, bool]:
     """Add ``fields_sha256`` to the policy at ``path`` (a folder, its JSON or its weights) when it has none;
     return the JSON's path and whether it was written. ``PolicyFileError`` naming the file when the pair does
-    not load for another reason."""
+    not load for another reason or cannot be written."""
     try:
         return load_policy_file(path).path, False  # it has its record, which holds
     except UnsealedPolicyError:  # every other check passed: the fields, the weights and their digest
         pass
     json_path = Path(path) / JSON_NAME if Path(path).is_dir() else Path(path).with_suffix(".json")
     sealed = seal_meta(parse_json(read_text(json_path, CONFIG_BYTES)))
-    write_text_atomically(json_path, json.dumps(sealed, indent=1) + "\n")
+    try:
+        write_text_atomically(json_path, json.dumps(sealed, indent=1) + "\n")
+    except OSError as exc:  # an immutable file, a read-only folder or filesystem, a full disk: left as it was
+        raise PolicyFileError(f"{json_path}: cannot be replaced ({exc.strerror or exc}); left as it was") from None
     load_policy_file(json_path)  # and the network's probe, which runs once the record holds
     return json_path, True
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Seal each policy named on the command line: one line per policy, an error line for one that does not
-    load (and status 1 at the end)."""
+    load or cannot be written (and status 1 at the end)."""
     parser = argparse.ArgumentParser(prog="python -m llmsched_env.commands.seal_policy", description=__doc__)
     parser.add_argument("policies", nargs="+", type=Path, help="policy folders (or their policy.json)")
     args = parser.parse_args(argv)
@@ -50,8 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in args.policies:
         try:
             json_path, written = seal_policy_file(path)
-        except PolicyFileError as exc:
-            print(f"seal_policy: error: {exc}", file=sys.stderr)
+        except (ValueError, OSError) as exc:  # PolicyFileError, a refused file; OSError: reading met (EACCES, EIO)
+            why = f"{path}: {exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
+            print(f"seal_policy: error: {why}", file=sys.stderr)
             status = 1
             continue
         print(f"{json_path}: {'sealed' if written else 'has its fields_sha256 already; left as it is'}")

@@ -38,6 +38,7 @@ from typing import Any
 
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.evaluate_args import (
+    TRACE_OPTIONS,
     add_engine_limits,
     add_fitted_option,
     add_trace_options,
@@ -48,8 +49,8 @@ from llmsched_env.commands.evaluate_args import (
     trace_options,
     trace_scenarios,
 )
-from llmsched_env.commands.help import DefaultsFormatter, program
-from llmsched_env.common.outputs import check_output
+from llmsched_env.commands.help import DefaultsFormatter, given_options, program
+from llmsched_env.common.outputs import check_output, check_update_lock, output_path
 from llmsched_env.decision.tuned_table import load_tuned_table, write_tuned_entries
 from llmsched_env.evaluation.trace_tuned import USER_TABLE_ENV, TraceKey, trace_keys, user_table, val_episode_size
 from llmsched_env.evaluation.tuning import MAX_CANDIDATES, MAX_ROUNDS, TuneConfig, tune_scenario
@@ -86,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--cost-model", default=None, help="cost-model preset name or JSON path (default: the scenario's)")
     add(
         "--out",
-        type=Path,
+        type=output_path,
         default=None,
         help=f"tuned-settings table to write into, its other entries kept (default: --scenarios: {DEFAULT_OUT}, "
         "which llmsched-evaluate plays with --policies tuned=FILE; the shipped baselines/tuned.json only with "
@@ -107,8 +108,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if (args.scenarios is None) == (args.trace is None):
         p.error("give --scenarios (names, or all) or --trace, one of the two")
-    if args.trace is None and (args.tenant_slo is not None or args.trace_rate is not None or args.fitted_traffic):
-        p.error("--tenant-slo, --trace-rate and --fitted-traffic apply to --trace only")
+    if args.trace is None:  # a trace option without --trace would change nothing: refused, not ignored
+        given = given_options(p, argv)  # on the command line: a default (--trace-slo chat) is no option given
+        stray = [f"--{d.replace('_', '-')}" for d in (*TRACE_OPTIONS, "fitted_traffic") if d in given]
+        if stray:
+            p.error(f"{', '.join(stray)} appl{'y' if len(stray) > 1 else 'ies'} to --trace only (give --trace FILE)")
     limits = engine_limits(args)
     command = None
     keys: dict[str, TraceKey] = {}  # a trace's scenarios (its replay, its fitted traffic) -> their entries' keys
@@ -149,6 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             configs[scenario.name] = (scenario, mine)
         out = args.out if args.out is not None else user_table() if keys else DEFAULT_OUT
         check_output(out, args.force, file=True)  # never into the shipped table (or any shipped folder) unless asked
+        check_update_lock(out)  # each entry is merged under .NAME.lock (updating): a folder there fails now
         if out.exists():
             load_tuned_table(out)  # a file that is no table fails now, not after the search
     except ValueError as exc:

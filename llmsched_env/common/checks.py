@@ -15,6 +15,9 @@ __all__ = [
     "MAX_REWARD_WEIGHT",
     "MAX_SLO_S",
     "MIN_LOAD",
+    "MIN_RATE_RPS",
+    "Bound",
+    "check_bool",
     "check_int",
     "check_label",
     "check_number",
@@ -37,10 +40,35 @@ TABLE_SEPARATOR = "|"  # a Markdown table's column separator
 # times underflow or overflow. An SLO target (TTFT, TPOT) is at most 1e6 s (11.6 days): the classes' targets are
 # scaled to a slow cost model (``SLOClass.scaled``; the batch class's 60 s TTFT times the scale of a 405B model run
 # on CPUs, ~1,200, is most of a day), and must stay in range. A reward weight is at most 1e6, where the default
-# weights are 1 (a return of 2e6 per episode stays far from float overflow in any discounted sum).
+# weights are 1 (a return of 2e6 per episode stays far from float overflow in any discounted sum). An arrival rate
+# is also at least 1e-6 requests/s, one request per 11.6 days (the longest SLO target, MAX_SLO_S, between two
+# arrivals): no serving load is slower, and a window of a million requests at load MIN_LOAD then spans 1e15 s,
+# where arrival times stay far from float overflow (1e-300 requests/s put them at 1e300 s and the observation's
+# float32 cast overflowed). The bottom travels with the top (``Bound``): every check given
+# ``maximum=MAX_RATE_RPS`` applies both.
+
+
+class Bound(float):
+    """The top of a physical range that also has a bottom: it is the number ``top`` (compared, formatted and
+    passed as a ``maximum`` like any float) and carries ``minimum``, the least nonzero value the range holds,
+    which ``in_range``, ``check_positive``, ``check_number`` and ``range_text`` apply wherever it is the
+    maximum (zero stays allowed where ``allow_zero`` allows it)."""
+
+    minimum: float
+
+    def __new__(cls, top: float, minimum: float) -> Bound:
+        bound = super().__new__(cls, top)
+        bound.minimum = float(minimum)
+        return bound
+
+    def __reduce__(self) -> tuple[type[Bound], tuple[float, float]]:
+        return (Bound, (float(self), self.minimum))
+
+
 MIN_LOAD = 1e-3
 MAX_LOAD = 1e3
-MAX_RATE_RPS = 1e7
+MIN_RATE_RPS = 1e-6
+MAX_RATE_RPS = Bound(1e7, MIN_RATE_RPS)
 MAX_SLO_S = 1e6
 MAX_REWARD_WEIGHT = 1e6
 
@@ -54,6 +82,14 @@ def check_positive(
         raise ValueError(f"{owner}.{name} must be a number, got {value!r}")
     if not in_range(value, allow_zero, maximum):
         raise ValueError(f"{owner}.{name} must be finite and {range_text(allow_zero, maximum, unit)}, got {value!r}")
+    return value
+
+
+def check_bool(owner: str, name: str, value: object) -> bool:
+    """``value`` if it is ``True`` or ``False``, else ``ValueError`` naming the field: a flag given as text
+    (``"no"``) or a number would be taken for its truth without a word."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{owner}.{name} must be True or False, got {value!r}")
     return value
 
 
@@ -85,17 +121,24 @@ def check_number(
 
 
 def in_range(value: float, allow_zero: bool, maximum: float | None) -> bool:
-    """Whether the number ``value`` is finite, > 0 (>= 0 with ``allow_zero``) and <= ``maximum`` when given (an
-    integer too large for a float is over any maximum, not an ``OverflowError``)."""
+    """Whether the number ``value`` is finite, > 0 (>= 0 with ``allow_zero``) and <= ``maximum`` when given, and
+    when ``maximum`` is a ``Bound`` 0 or at least its ``minimum`` (an integer too large for a float is over any
+    maximum, not an ``OverflowError``)."""
     finite = isinstance(value, int) or math.isfinite(value)
-    return finite and (value > 0 or (allow_zero and value == 0)) and (maximum is None or value <= maximum)
+    low = maximum.minimum if isinstance(maximum, Bound) else 0.0
+    above = value > 0 and value >= low
+    return finite and (above or (allow_zero and value == 0)) and (maximum is None or value <= maximum)
 
 
 def range_text(allow_zero: bool, maximum: float | None, unit: str) -> str:
-    """``> 0``, ``>= 0``, or with a maximum ``in (0, 1e+07] requests/s`` (``[0, ...`` with ``allow_zero``)."""
+    """``> 0``, ``>= 0``, or with a maximum ``in (0, 1e+06] s`` (``[0, ...`` with ``allow_zero``); with a
+    ``Bound`` ``in [1e-06, 10,000,000] requests/s`` (``0 or in [...`` with ``allow_zero``)."""
     if maximum is None:
         return ">= 0" if allow_zero else "> 0"
-    return f"in {'[' if allow_zero else '('}0, {maximum:,.15g}]{' ' + unit if unit else ''}"
+    unit = " " + unit if unit else ""
+    if isinstance(maximum, Bound):
+        return f"{'0 or ' if allow_zero else ''}in [{maximum.minimum:g}, {maximum:,.15g}]{unit}"
+    return f"in {'[' if allow_zero else '('}0, {maximum:,.15g}]{unit}"
 
 
 def is_finite_number(value: Any) -> bool:

@@ -12,7 +12,9 @@ the reported results). ``check_output(path)`` refuses a path equal to or inside 
 
 from __future__ import annotations
 
+import argparse
 import csv
+import errno
 import glob
 import importlib.util
 import json
@@ -35,12 +37,15 @@ __all__ = [
     "check_folder",
     "check_output",
     "check_replaceable",
+    "check_update_lock",
     "is_complete",
     "locked_output",
     "mark_complete",
+    "output_path",
     "remove_outputs",
     "replaced_atomically",
     "shipped_folders",
+    "update_lock",
     "updating",
     "write_csv",
     "write_text_atomically",
@@ -68,6 +73,14 @@ def shipped_folders() -> list[Path]:
     return packages + [root / folder for root in checkouts for folder in REPO_FOLDERS]
 
 
+def output_path(text: str) -> Path:
+    """An output option's value as a path (an argparse ``type``): ``argparse.ArgumentTypeError`` for an empty
+    or blank one, which ``Path`` would read as the working folder (``--out "$UNSET"`` writing into ``.``)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (an unset variable?); give a path, ./ for this folder")
+    return Path(text)
+
+
 def check_output(
     path: str | Path,
     force: bool = False,
@@ -78,16 +91,22 @@ def check_output(
 ) -> Path:
     """``path`` unchanged when a command may write there, checked before any work: ``ValueError`` (one line
     naming the path) when it is a shipped folder or inside one and ``force`` is False, when it is a file where a
-    folder is written (or, with ``file``, a folder where a file is), or when the nearest folder that exists on
-    the way to it is not writable (a read-only filesystem, no permission). ``option`` names the argument.
+    folder is written (or, with ``file``, a folder where a file is), when a file sits on the way to it, when it
+    is a link loop or (for a folder) a link to nothing, or when the nearest folder that exists on the way to it
+    is not writable (a read-only filesystem, no permission). ``option`` names the argument.
 
     An existing output folder must hold only regular files and folders (``check_folder``): a FIFO, a device or a
     socket there (or in one of its subfolders ``folders``, which the command writes into) is refused, since the
     command may open it (a FIFO blocks) or replace it; so are a folder at one of the names ``files`` that the
-    command writes as files and a file at one of ``folders``."""
+    command writes as files and a file at one of ``folders``, and a symbolic link at one of ``files`` (or at one
+    of ``folders``, leading out of the folder), through which the command would write elsewhere."""
     target = Path(path)
+    _check_reachable(target, option)
     if not force:
-        resolved = target.expanduser().resolve()
+        try:
+            resolved = target.expanduser().resolve()
+        except (RuntimeError, OSError) as exc:  # a loop that _check_reachable missed (e.g. through "~")
+            raise ValueError(f"{option} {target}: cannot be resolved ({exc}); choose another {option}") from None
         for folder in shipped_folders():
             if resolved == folder or folder in resolved.parents:
                 raise ValueError(
@@ -96,13 +115,19 @@ def check_output(
                 )
     if file and target.is_dir():
         raise ValueError(f"{option} {target}: is a folder; give a file name")
+    written = written_path(target) if file else target
     if file:  # a link is followed: its target is what is written (replaced_atomically), so it is what must fit
-        check_replaceable(written_path(target), option if not target.is_symlink() else f"{option} {target} ->")
+        check_replaceable(written, option if not target.is_symlink() else f"{option} {target} ->")
+    if not file and target.is_symlink() and not target.exists():
+        raise ValueError(f"{option} {target}: is a symbolic link to {os.readlink(target)}, which does not exist; "
+                         f"create that folder, remove the link or choose another {option}")  # fmt: skip
     if not file and target.exists() and not target.is_dir():
-        raise ValueError(f"{option} {target}: is a file; give a folder (it is created if missing)")
+        mode = os.stat(target).st_mode
+        kind = "a file" if stat.S_ISREG(mode) else file_kind(mode)
+        raise ValueError(f"{option} {target}: is {kind}; give a folder (it is created if missing)")
     if not file and target.is_dir():
         check_folder(target, option, files, folders)
-    existing = (target.parent if file else target).expanduser().absolute()
+    existing = (written.parent if file else target).expanduser().absolute()
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
@@ -110,13 +135,58 @@ def check_output(
     return target
 
 
+def _check_reachable(path: Path, option: str) -> None:
+    """``ValueError`` (one line) when ``path`` cannot be looked up: a symbolic link loop on the way to it or at
+    it (``ln -s A A``), or a file where the way to it needs a folder (``f/x.json`` with ``f`` a file)."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ValueError(f"{option} {path}: {_unreachable(path, exc)}; choose another {option}") from None
+
+
+def _unreachable(path: Path, exc: OSError) -> str:
+    """Why ``path`` cannot be looked up (``exc``, from ``os.stat`` or ``os.lstat``), in words."""
+    if exc.errno == errno.ELOOP:
+        try:
+            os.stat(path.parent)
+        except OSError:
+            return "a symbolic link loop (a link that leads back to itself) lies on the way to it"
+        return "is a symbolic link loop (a link that leads back to itself)"
+    if exc.errno == errno.ENOTDIR:
+        on_the_way = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), None)
+        if on_the_way is None:  # reached through a link
+            return "a file lies on the way to it (links followed) where a folder is needed"
+        return f"{on_the_way} is not a folder ({_kind(on_the_way)}), so nothing can be written under it"
+    return f"cannot be looked up ({exc.strerror or exc})"
+
+
+def _kind(path: Path) -> str:
+    """What sits at ``path`` (links followed), in words: "a regular file", "a folder", "a FIFO (named pipe)"..."""
+    mode = os.stat(path).st_mode
+    return "a regular file" if stat.S_ISREG(mode) else file_kind(mode)
+
+
 def check_folder(folder: Path, option: str = "--out", files: Iterable[str] = (), folders: Iterable[str] = ()) -> None:
     """``ValueError`` (one line naming the entry) when the output folder ``folder`` holds, at its top level or
     directly in one of its subfolders ``folders``, anything but regular files and folders (links followed: a link
     to ``/dev/null`` is a device; a dangling link is left alone), a folder at one of the file names ``files`` or a
-    non-folder at one of ``folders``. Reads the folder's entries only (not the whole tree below it)."""
+    non-folder at one of ``folders``; or a symbolic link at one of ``files`` (a write through it would land
+    wherever it points, or fail on a loop after the whole run) or at one of ``folders`` that leads out of
+    ``folder`` or to nothing. Reads the folder's entries only (not the whole tree below it)."""
     where = f"{option} {folder}"
     subfolders = set(folders)
+    inside = os.path.realpath(folder)
+    for name in sorted(set(files) | subfolders):
+        place = folder / name
+        if not place.is_symlink():
+            continue
+        real = os.path.realpath(place)
+        if name in subfolders and os.path.isdir(real) and os.path.commonpath([inside, real]) == inside:
+            continue  # a link to a folder inside the output folder: the files stay inside
+        raise ValueError(f"{where}: {name} is a symbolic link (to {os.readlink(place)}); the command writes its "
+                         f"own files in {option}: remove it")  # fmt: skip
     for name in sorted(set(files)):
         if (folder / name).is_dir():
             raise ValueError(f"{where}: {name} is a folder where a file is written; remove it or choose another "
@@ -167,16 +237,19 @@ def written_path(path: str | Path) -> Path:
 def check_replaceable(path: str | Path, option: str | None = None) -> None:
     """``ValueError`` (one line naming ``path``, and ``option`` when given) when something other than a regular
     file sits at ``path``: a device (``/dev/null``), a FIFO, a socket or a folder, which an atomic rename would
-    replace (a device node, as root) or which is no file to replace. Nothing there: no error. ``path`` is taken
-    as it is (``written_path`` first, to check the target of a link)."""
+    replace (a device node, as root) or which is no file to replace, and when a file or a link loop on the way
+    to ``path`` leaves no place to write it. Nothing there: no error. ``path`` is taken as it is
+    (``written_path`` first, to check the target of a link)."""
+    where = f"{option} {path}" if option else str(path)
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return
+    except OSError as exc:  # a file on the way to it (f/x.json), a link loop on the way
+        raise ValueError(f"{where}: {_unreachable(Path(path), exc)}") from None
     if stat.S_ISREG(mode):
         return
     kind = "a symbolic link" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else file_kind(mode)
-    where = f"{option} {path}" if option else str(path)
     raise ValueError(f"{where}: is {kind}, not a regular file; refusing to replace it (give a file name)")
 
 
@@ -267,7 +340,12 @@ def locked_output(out: str | Path, command: str, option: str = "--out") -> Itera
         (folder / COMPLETE_NAME).unlink(missing_ok=True)
         yield folder
         return
-    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW  # never through a link
+    try:
+        fd = os.open(folder / LOCK_NAME, flags, 0o644)
+    except OSError as exc:  # a link (ELOOP) or a folder there, put in place after check_folder
+        why = "is a symbolic link" if exc.errno == errno.ELOOP else f"cannot be opened ({exc.strerror or exc})"
+        raise OutputBusyError(f"{option} {folder}: {LOCK_NAME} {why}; remove it") from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):  # a FIFO there would block the read below: refused, as check_folder does
@@ -287,20 +365,53 @@ def locked_output(out: str | Path, command: str, option: str = "--out") -> Itera
         os.close(fd)  # releases the lock; the file stays, so no second process can race on a fresh one
 
 
+def update_lock(path: str | Path) -> Path:
+    """The lock file ``updating`` holds for ``path``: ``.NAME.lock`` beside it."""
+    target = Path(path)
+    return target.with_name(f".{target.name}.lock")
+
+
+def check_update_lock(path: str | Path, option: str | None = "--out") -> None:
+    """``ValueError`` (one line naming ``option``, ``path`` and the lock) when ``updating(path)`` could not
+    take its lock: something other than a regular file at ``update_lock(path)`` (a folder, a FIFO, a symbolic
+    link). A command calls it before its work, so that it does not fail at its first write."""
+    lock = update_lock(path)
+    where = f"{option} {path}" if option else str(path)
+    try:
+        mode = os.lstat(lock).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ValueError(f"{where}: its lock {lock}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else file_kind(mode)
+        raise ValueError(f"{where}: its lock {lock} is {kind}, not a regular file; remove it")
+
+
 @contextmanager
 def updating(path: str | Path) -> Iterator[Path]:
     """Hold the file ``path`` for a read-modify-write (e.g. merging entries into a table that several commands
-    write): an exclusive ``flock`` on ``.NAME.lock`` beside it, waited for (the section is short), so that two
-    processes updating one file never lose each other's changes. Released when the block ends or the process
-    dies. On a system without ``fcntl`` nothing is locked."""
+    write): an exclusive ``flock`` on ``.NAME.lock`` beside it (``update_lock``), waited for (the section is
+    short), so that two processes updating one file never lose each other's changes. Released when the block
+    ends or the process dies. The lock is opened without following a link and without blocking on a FIFO;
+    anything but a regular file there is ``ValueError`` (``check_update_lock``, which a command calls before
+    its work). On a system without ``fcntl`` nothing is locked."""
     target = Path(path)
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not on the systems this project runs on
         yield target
         return
-    fd = os.open(target.with_name(f".{target.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    check_update_lock(target, None)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
+        fd = os.open(update_lock(target), flags, 0o644)
+    except OSError as exc:  # put in place since the check: a folder (EISDIR), a link (ELOOP)
+        raise ValueError(f"{target}: cannot take its lock {update_lock(target)}: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"{target}: its lock {update_lock(target)} is {file_kind(mode)}, not a regular file")
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield target
     finally:

@@ -10,7 +10,12 @@ from typing import Any, ClassVar
 from llmsched_env.common.fields import derived, from_fields, to_fields
 from llmsched_env.costs.base import check_cost_field, check_label, check_step_times
 
-__all__ = ["AnalyticCostModel"]
+__all__ = ["SHAPE_FACTOR", "AnalyticCostModel"]
+
+# How far the query heads' width (num_attention_heads * head_dim) may be from hidden_size: published decoder-only
+# models span 0.67x (PaLM: 48 x 256 against 18,432) to 3.4x (DeepSeek-V3's MLA: 128 x 192 against 7,168); Llama's
+# are equal. A head_dim or head count off by this much (1,048,576 x 32 against 4,096) prices attention absurdly.
+SHAPE_FACTOR = 8.0
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -38,7 +43,8 @@ class AnalyticCostModel:
 
     A frozen dataclass built by keyword (the fields above, plus ``name`` and ``description``); each field is
     checked on construction (``ValueError`` naming it; within ``costs.base.COST_BOUNDS``, and a 1-token step
-    within ``MAX_STEP_S``) and the roofline's slopes are derived once, so
+    within ``MAX_STEP_S``; ``num_kv_heads`` dividing ``num_attention_heads``, whose width ``* head_dim`` is
+    within ``SHAPE_FACTOR`` of ``hidden_size``) and the roofline's slopes are derived once, so
     ``step_time_s`` is plain arithmetic. Equal (and hashed) by its fields; pickles natively.
     """
 
@@ -92,6 +98,7 @@ class AnalyticCostModel:
                 raise ValueError(
                     f"{owner}: field '{name}' is a fraction of peak, must be <= 1, got {getattr(self, name)!r}"
                 )
+        self._check_shape(owner)
         tp = self.tensor_parallel
         if tp > 1 and self.interconnect_bandwidth_gbps <= 0:
             raise ValueError(f"{owner}: field 'interconnect_bandwidth_gbps' must be > 0 when tensor_parallel > 1")
@@ -118,6 +125,26 @@ class AnalyticCostModel:
         for name, value in derived.items():
             object.__setattr__(self, name, value)
         check_step_times(owner, self)  # each field in range, and together a 1-token step within an hour
+
+    def _check_shape(self, owner: str) -> None:
+        """``ValueError`` naming the fields when the attention's shape contradicts itself, each field in range:
+        ``num_kv_heads`` must divide ``num_attention_heads`` (grouped-query attention shares each KV head among
+        a whole group of query heads; multi-head and multi-query attention are the two ends), and the query
+        heads' width ``num_attention_heads * head_dim`` must be within ``SHAPE_FACTOR`` of ``hidden_size``."""
+        heads, kv_heads = self.num_attention_heads, self.num_kv_heads
+        if kv_heads > heads or heads % kv_heads:
+            raise ValueError(
+                f"{owner}: field 'num_kv_heads' ({kv_heads}) must divide 'num_attention_heads' ({heads}): each KV "
+                "head serves a whole group of query heads (num_kv_heads = num_attention_heads without grouping, 1 "
+                "for multi-query attention)"
+            )
+        width = heads * self.head_dim
+        if not self.hidden_size / SHAPE_FACTOR <= width <= self.hidden_size * SHAPE_FACTOR:
+            raise ValueError(
+                f"{owner}: fields 'num_attention_heads' x 'head_dim' ({heads} x {self.head_dim} = {width}) must be "
+                f"within {SHAPE_FACTOR:g}x of 'hidden_size' ({self.hidden_size}): the attention's width is about the "
+                "model's (Llama: equal; Qwen3, Gemma, DeepSeek's MLA: 0.7x to 3.4x)"
+            )
 
     def step_time_s(
         self, num_prefill_tokens: int, num_decode_seqs: int, num_kv_tokens: int, prefill_attn_pairs: float

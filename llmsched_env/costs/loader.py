@@ -17,7 +17,7 @@ from llmsched_env.costs.analytic import AnalyticCostModel
 from llmsched_env.costs.base import CostModel, prefill_time_s, unloaded_decode_time_s
 from llmsched_env.costs.linear import LinearCostModel
 
-__all__ = ["from_dict", "list_presets", "load_cost_model"]
+__all__ = ["cost_model_of", "from_dict", "list_presets", "load_cost_model"]
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 
@@ -67,6 +67,20 @@ def load_cost_model(name_or_path: str | os.PathLike[str]) -> CostModel:
         return _KINDS[kind].from_dict({"name": path.stem, **data})
     except (TypeError, ValueError) as err:
         raise ValueError(f"cost model file {path}: {err}") from None
+
+
+def cost_model_of(owner: str, value: object) -> CostModel:
+    """The cost model ``value`` gives: a preset name or JSON path (``load_cost_model``) or a ``CostModel`` as it
+    is; anything else (a number, a dict) is a ``ValueError`` naming ``owner`` (the field), not an error deep in
+    the first step priced."""
+    if isinstance(value, (str, os.PathLike)):
+        return load_cost_model(value)
+    if isinstance(value, CostModel):
+        return value
+    raise ValueError(
+        f"{owner} must be a cost-model preset name ({', '.join(list_presets())}), a JSON path or a CostModel, "
+        f"got {value!r}"
+    )
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ from llmsched_env.cluster.invariants import check_cluster
 from llmsched_env.cluster.metrics import cluster_metrics
 from llmsched_env.cluster.scenarios import CLUSTER_SCENARIOS, ClusterScenario
 from llmsched_env.cluster.simulator import Cluster
+from llmsched_env.common.checks import check_bool
 from llmsched_env.costs.base import CostModel
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.local import LocalScheduler
@@ -151,7 +152,8 @@ class LLMSchedClusterEnv(gym.Env):
         self._source_load = self.cluster_rate_rps / single
         self.reward_config = RewardConfig.of(reward)
         self.horizon_s, self.max_steps = horizon_s, max_steps
-        self.render_mode, self.check_invariants = render_mode, check_invariants
+        self.render_mode = render_mode
+        self.check_invariants = check_bool("LLMSchedClusterEnv", "check_invariants", check_invariants)
         self.local_policy = resolve_local_policies(local_policy, n)
         # the replicas' local schedulers see schema 1 (the router's own observation has one layout)
         self.action_specs = [ActionSpec.for_engine(s.engine, schema=1) for s in self.specs]

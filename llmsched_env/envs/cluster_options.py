@@ -11,7 +11,7 @@ from llmsched_env.cluster.scenarios import ClusterScenario
 from llmsched_env.common.checks import check_int
 from llmsched_env.common.fields import as_dataclass
 from llmsched_env.costs.base import CostModel
-from llmsched_env.costs.loader import load_cost_model
+from llmsched_env.costs.loader import cost_model_of
 from llmsched_env.decision.policy import Policy
 from llmsched_env.decision.registry import SCHEDULERS
 from llmsched_env.envs.options import engine_config
@@ -30,7 +30,7 @@ def resolve_disagg(value: Any, csc: ClusterScenario | None) -> DisaggConfig | No
 
 
 def _cost_model(cm: Any) -> CostModel:
-    return load_cost_model(cm) if isinstance(cm, str) else cm
+    return cost_model_of("LLMSchedClusterEnv.cost_model", cm)
 
 
 def resolve_specs(

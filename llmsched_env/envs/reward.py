@@ -21,7 +21,7 @@ __all__ = ["RewardConfig", "RewardTracker"]
 @dataclass(frozen=True)
 class RewardConfig:
     """Weights (>= 0 and at most ``MAX_REWARD_WEIGHT``, 1e6) of the named reward terms ``good``, ``miss`` and
-    ``preempt``."""
+    ``preempt``; at least one of them > 0 (a reward that is 0 at every step teaches nothing)."""
 
     good: float = 1.0
     miss: float = 1.0
@@ -30,6 +30,11 @@ class RewardConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             check_positive("RewardConfig", f.name, getattr(self, f.name), allow_zero=True, maximum=MAX_REWARD_WEIGHT)
+        if not any(getattr(self, f.name) for f in fields(self)):
+            raise ValueError(
+                "RewardConfig: the reward weights good, miss and preempt are all 0: the reward is 0 at every step "
+                "and trains nothing; give at least one a weight > 0"
+            )
 
     @classmethod
     def of(cls, reward: RewardConfig | Mapping[str, float] | None) -> RewardConfig:

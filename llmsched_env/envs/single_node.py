@@ -16,9 +16,9 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.utils import seeding
 
-from llmsched_env.common.checks import check_int
+from llmsched_env.common.checks import check_bool, check_int
 from llmsched_env.costs.base import CostModel
-from llmsched_env.costs.loader import load_cost_model
+from llmsched_env.costs.loader import cost_model_of
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.loop import DecisionLoop
 from llmsched_env.decision.observation import OBS_CLIP, make_encoder
@@ -159,7 +159,7 @@ class LLMSchedEnv(gym.Env):
         self.num_requests = num_requests if num_requests is not None else sc.num_requests
         self.engine_config = engine_config(engine if engine is not None else sc.engine)
         cm = cost_model if cost_model is not None else sc.cost_model
-        self.cost_model = cm if not isinstance(cm, str) else load_cost_model(cm)
+        self.cost_model = cost_model_of("LLMSchedEnv.cost_model", cm)
         self.remote_kv = remote_kv if remote_kv is not None else sc.remote_kv
         self.source = sc.source(split, self.cost_model)
         if isinstance(self.source, TraceSource):  # an episode larger than the trace's part fails now, not at reset
@@ -170,7 +170,7 @@ class LLMSchedEnv(gym.Env):
         self.horizon_s = horizon_s
         self.max_steps = max_steps
         self.render_mode = render_mode
-        self.check_invariants = check_invariants
+        self.check_invariants = check_bool("LLMSchedEnv", "check_invariants", check_invariants)
         self.tenants = self.source.tenants
         self.nominal_rate_rps = self.source.nominal_rate_rps() * self.load
         # arrival/rate is measured against the scenario's nominal (load 1.0) rate, so it reads as the load

@@ -38,7 +38,8 @@ from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.envs.options import MAX_EPISODE_REQUESTS
 from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row, traffic_label
 from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
-from llmsched_env.evaluation.grid import run_cell, runners_for
+from llmsched_env.evaluation.fallbacks import FALLBACK_SHARE, fallback_summary
+from llmsched_env.evaluation.grid import ForeignRunError, run_cell, runners_for, shown_value
 from llmsched_env.evaluation.identity import TRAJECTORY, combine_fingerprints, merge_identical
 from llmsched_env.evaluation.progress import Progress
 from llmsched_env.evaluation.stats import group_traffic, mean_ci95
@@ -55,6 +56,7 @@ __all__ = [
     "read_per_seed",
     "read_window_limited",
     "search_capacity",
+    "search_fallbacks",
     "search_key",
     "summarize_capacity",
     "sustained_size",
@@ -130,11 +132,13 @@ def find_capacity(
     (``search_capacity``; ``config.loads`` is not used), searched up to ``max_sustained_load``, the largest
     load at which those windows are sustained (``evaluation.sustained``). Returns ``policy``, ``scenario``,
     (``seed``,) ``capacity_load``, ``capacity_rps`` (the load times the nominal rate), ``max_sustained_load``,
-    ``window_limited`` (the target was still met at that cap: the capacity is at least ``capacity_load``) and
-    ``trajectory``: one fingerprint of every load evaluated and every run there (``identity``), equal only
-    for searches that played alike. ``sustained_only=False`` searches past that cap (``window_limited`` is then
-    False and ``max_sustained_load`` says where the windows stop being sustained): for a selection on val
-    windows too short to tell settings apart below it (``llmsched-tune``), never for a reported figure."""
+    ``window_limited`` (the target was still met at that cap: the capacity is at least ``capacity_load``), on
+    the torch runtime ``fallback_share`` (``search_fallbacks``: the share of the search's decisions that fell
+    back, which ``evaluation.fallbacks`` marks over its limit), and ``trajectory``: one fingerprint of every
+    load evaluated and every run there (``identity``), equal only for searches that played alike.
+    ``sustained_only=False`` searches past that cap (``window_limited`` is then False and
+    ``max_sustained_load`` says where the windows stop being sustained): for a selection on val windows too
+    short to tell settings apart below it (``llmsched-tune``), never for a reported figure."""
     spec = policy if isinstance(policy, PolicySpec) else resolve_policy(policy)
     runners = runners_for(config)
     seeds = None if seed is None else (seed,)
@@ -146,11 +150,13 @@ def find_capacity(
     env.close()
     cap = windows.max_load(judged)
     played: list[tuple[float, list[str]]] = []
+    episodes: list[Row] = []  # every run of the search (the runtime's carry their decisions' fallbacks)
     met: dict[float, float] = {}  # load -> attainment, on the windows of the config's size
 
     def attainment(load: float, sized: EvalConfig = config) -> float:
         rows = run_cell(sized, scenario, load, spec, runners=runners, seeds=seeds).rows
         played.append((load, [r[TRAJECTORY] for r in rows]))
+        episodes.extend(rows)
         return float(np.mean([r["slo_attainment"] for r in rows]))
 
     def on_windows(load: float) -> float:
@@ -187,8 +193,21 @@ def find_capacity(
         "max_sustained_load": cap,
         "window_limited": limited,
         "window_requests": size,
+        **search_fallbacks(episodes),
         TRAJECTORY: combine_fingerprints(played),
     }
+
+
+def search_fallbacks(runs: Sequence[Row]) -> Row:
+    """``{FALLBACK_SHARE: share}`` of a capacity search whose ``runs`` (every episode it played, at every load)
+    count their decisions (the torch runtime's: ``policy_decisions``, ``policy_fallbacks``): the fallback
+    decisions over all decisions of the whole search, since each load it tried moved its bracket; ``{}`` for the
+    simulator's runs, which never fall back (its capacity rows keep their columns)."""
+    if not runs or any(FALLBACK_SHARE not in r for r in runs):
+        return {}
+    decisions = sum(float(r["policy_decisions"]) for r in runs)
+    fallbacks = sum(float(r["policy_fallbacks"]) for r in runs)
+    return {FALLBACK_SHARE: fallbacks / decisions if decisions else 0.0}
 
 
 EXTEND_FACTOR = 64  # the longest window a capacity search grows to, in multiples of the scenario's own size
@@ -304,7 +323,8 @@ def verdict_notes(config: EvalConfig, rows: Sequence[Row]) -> list[str]:
 def summarize_capacity(rows: Sequence[Row], merge: bool = True) -> list[Row]:
     """Per (scenario, policy) of per-seed capacity rows, in first-appearance order: ``num_seeds`` and the mean
     and 95% half-width (Student t) of ``capacity_load`` and ``capacity_rps``, and ``num_window_limited``, the
-    seeds whose capacity is only a lower bound (``window_limited``: the mean is one too). With ``merge``,
+    seeds whose capacity is only a lower bound (``window_limited``: the mean is one too), and on the torch
+    runtime ``fallback_share_mean`` and ``fallback_over_limit`` (``fallbacks.fallback_summary``). With ``merge``,
     policies whose searches played alike at every seed (``identity.merge_identical``: equal fingerprints, not
     merely equal capacities) are one row, the others named in ``same_as``."""
     groups: dict[tuple[str, str], list[Row]] = {}
@@ -316,6 +336,7 @@ def summarize_capacity(rows: Sequence[Row], merge: bool = True) -> list[Row]:
         for key in ("capacity_load", "capacity_rps"):
             agg[f"{key}_mean"], agg[f"{key}_ci95"] = mean_ci95([float(r[key]) for r in group])
         agg["num_window_limited"] = sum(bool(r.get("window_limited", False)) for r in group)
+        agg.update(fallback_summary(group))  # the runtime's: the share of the searches' decisions that fell back
         out.append(agg)
     return merge_identical(out, rows, fallback=False) if merge else out
 
@@ -351,8 +372,9 @@ def capacity_grid(
     stray = [key for key in done if key not in keys]
     if stray:
         scenario, policy, seed = stray[0]
-        which = f"policy {policy!r}, scenario {scenario!r}" + ("" if seed is None else f", seed {seed!r}")
-        raise ValueError(f"finished capacity search ({which}) is not a search of this evaluation")
+        which = f"policy {shown_value(policy)}, scenario {shown_value(scenario)}"
+        which += "" if seed is None else f", seed {shown_value(seed)}"
+        raise ForeignRunError(f"finished capacity search ({which}) is not a search of this evaluation")
     rows: list[Row | None] = [done.get(key) for key in keys]
     todo = [index for index, row in enumerate(rows) if row is None]
     results: Iterator[tuple[int, Row]]

@@ -14,6 +14,7 @@ path), so a Ray worker gets it as it is.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -22,7 +23,14 @@ import gymnasium as gym
 
 import llmsched_env  # noqa: F401  (registers LLMSched-v1, LLMSched-v1 and LLMSchedCluster-v0)
 from llmsched_env.cluster.scenarios import CLUSTER_SCENARIOS, ClusterScenario
-from llmsched_env.common.checks import check_int, check_label, check_positive, check_unique, duplicates
+from llmsched_env.common.checks import (
+    check_bool,
+    check_int,
+    check_label,
+    check_positive,
+    check_unique,
+    duplicates,
+)
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.actions import ACTION_COMPONENTS, ActionSpec
 from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
@@ -87,7 +95,7 @@ class EvalConfig:
         seeds: Sequence[int] = (0,),
         split: str = "test",
         num_requests: int | None = None,
-        cost_model: str | None = None,
+        cost_model: str | os.PathLike[str] | None = None,
         check_invariants: bool = False,
         runtime: RuntimeOptions | None = None,
         engine_limits: Mapping[str, Any] | None = None,
@@ -106,7 +114,7 @@ class EvalConfig:
         set_(self, "seeds", tuple(seeds))
         set_(self, "split", split)
         set_(self, "num_requests", num_requests)
-        set_(self, "cost_model", cost_model)
+        set_(self, "cost_model", os.fspath(cost_model) if isinstance(cost_model, os.PathLike) else cost_model)
         set_(self, "check_invariants", check_invariants)
         set_(self, "runtime", runtime)
         set_(self, "engine_limits", engine_limits)
@@ -115,6 +123,12 @@ class EvalConfig:
 
     def _check(self) -> None:
         set_ = object.__setattr__  # frozen: normalise once, here
+        check_bool("EvalConfig", "check_invariants", self.check_invariants)
+        # a name or a path (a CostModel object is the env's argument: this config's record names its file)
+        if self.cost_model is not None and not isinstance(self.cost_model, str):
+            raise ValueError(
+                f"EvalConfig.cost_model must be a cost-model preset name or a JSON path, got {self.cost_model!r}"
+            )
         for load in self.loads:
             check_positive("EvalConfig", "loads", load)
             if not MIN_LOAD <= load <= MAX_LOAD:  # the env's bounds, checked before anything runs

@@ -5,8 +5,9 @@ On the torch runtime (and in ``--engine vllm``'s loops) a decision the policy fa
 counted; the run's row carries ``fallback_share`` (``decision.serve.FALLBACK_SHARE``: fallback decisions / all
 decisions). A run over ``FALLBACK_LIMIT`` is the fallback's as much as the policy's, so its policy is shown as
 ``mine [fallback 100%]`` in the printed tables, its summary row says so (``fallback_share_mean``,
-``fallback_over_limit``) and ``fallback_warning`` is its line for stderr. The simulator's episodes never fall
-back: their rows have no such field and nothing here changes them.
+``fallback_over_limit``) and ``fallback_warning`` is its line for stderr. A capacity search on the runtime
+carries the share of all the decisions of every episode it played (``capacity.search_fallbacks``), marked alike.
+The simulator's episodes never fall back: their rows have no such field and nothing here changes them.
 """
 
 from __future__ import annotations
@@ -48,15 +49,20 @@ def fallback_mark(row: Mapping[str, Any]) -> str:
 
 
 def fallback_warning(row: Mapping[str, Any]) -> str | None:
-    """The stderr line for a run over ``FALLBACK_LIMIT`` (naming its policy, scenario, load, seed and share), else
-    None."""
+    """The stderr line for a run over ``FALLBACK_LIMIT`` (naming its policy, scenario, load, seed and share; for
+    a capacity search's row its policy, scenario and seed), else None."""
     share = fallback_share(row)
     if share is None or share <= FALLBACK_LIMIT:
         return None
+    where = f"policy {row['policy']} on scenario {row['scenario']}"
+    seed = f"seed {format_cell(row.get('seed'))}"
+    if "capacity_load" in row:  # a capacity search's row: its share is over every episode the search played
+        where += " in its capacity search" + (f" of {seed}" if row.get("seed") is not None else "")
+    else:
+        where += f" at load {format_cell(row.get('load'))}, {seed}"
     return (
-        f"warning: policy {row['policy']} on scenario {row['scenario']} at load {format_cell(row.get('load'))}, seed "
-        f"{format_cell(row.get('seed'))}: {_percent(share)} of its decisions fell back (the policy raised, was late "
-        f"or gave a malformed action), over the {_percent(FALLBACK_LIMIT)} limit; its row is marked [fallback]"
+        f"warning: {where}: {_percent(share)} of its decisions fell back (the policy raised, was late or gave a "
+        f"malformed action), over the {_percent(FALLBACK_LIMIT)} limit; its row is marked [fallback]"
     )
 
 

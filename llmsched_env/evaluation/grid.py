@@ -38,7 +38,18 @@ from llmsched_env.evaluation.sustained import env_windows
 if TYPE_CHECKING:  # the runtime backend imports torch: only when it runs
     from llmsched_env.evaluation.runtime_backend import Runners
 
-__all__ = ["KEY_COLUMNS", "FinishedRun", "GridResult", "RunHook", "run_cell", "run_grid", "run_key", "runners_for"]
+__all__ = [
+    "KEY_COLUMNS",
+    "FinishedRun",
+    "ForeignRunError",
+    "GridResult",
+    "RunHook",
+    "run_cell",
+    "run_grid",
+    "run_key",
+    "runners_for",
+    "shown_value",
+]
 
 KEY_COLUMNS = ("policy", "scenario", "load", "seed")
 RowHook = Callable[[Row], None]
@@ -49,6 +60,16 @@ RunKey = tuple[str, float, str, int]
 def run_key(row: Row) -> RunKey:
     """A run's place in the grid: (scenario, load, policy, seed)."""
     return (row["scenario"], row["load"], row["policy"], row["seed"])
+
+
+class ForeignRunError(ValueError):
+    """A finished run (or capacity search) read back for a resume that is not one of the evaluation's: one line."""
+
+
+def shown_value(value: object, limit: int = 60) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters (a forged 2 MB name stays one short line)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -210,10 +231,10 @@ def _finished(config: EvalConfig, finished: Sequence[FinishedRun], details: bool
     for run in finished:
         key = run_key(run.row)
         if key not in grid:
-            scenario, load, policy, seed = key
-            raise ValueError(
-                f"finished run (policy {policy!r}, scenario {scenario!r}, load {load!r}, seed {seed!r}) is not a run "
-                "of this evaluation"
+            scenario, load, policy, seed = map(shown_value, key)
+            raise ForeignRunError(
+                f"finished run (policy {policy}, scenario {scenario}, load {load}, seed {seed}) is not a run of this "
+                "evaluation"
             )
         if details and run.details is None and not config.is_cluster:
             done.pop(key, None)

@@ -141,7 +141,7 @@ def format_capacity_summary(summary: Sequence[Row]) -> str:
     with ``same_as`` is labelled ``policy (= others)`` (``identity.policy_label``)."""
     columns = ["policy", "scenario", "seeds", "capacity", "capacity ±", "req/s", "req/s ±"]
     short = [
-        {"policy": policy_label(a), "scenario": a["scenario"], "seeds": a["num_seeds"],
+        {"policy": policy_label(a) + fallback_mark(a), "scenario": a["scenario"], "seeds": a["num_seeds"],
          "capacity": a["capacity_load_mean"], "capacity ±": a["capacity_load_ci95"],
          "req/s": a["capacity_rps_mean"], "req/s ±": a["capacity_rps_ci95"]}
         for a in summary

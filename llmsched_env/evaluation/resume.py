@@ -57,10 +57,11 @@ __all__ = [
     "read_rows",
 ]
 
+DIGEST_KEY = "sha256"  # in each line of the rows file: the digest of the rest of the line (``_entry_digest``)
 ROWS_NAME = "rows.jsonl"  # in --out: one line per finished run (or capacity search)
 RECORD_NAME = "evaluation.json"  # in --out: what the evaluation runs, checked by --resume
 RECORD_FORMAT = "llmsched-evaluation"
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 2: each line of the rows file carries the sha256 of its run
 _COMPARED = ("format", "version", "options", "inputs")  # what must match to resume (the rest is for people)
 
 
@@ -178,11 +179,18 @@ def read_rows(path: Path) -> tuple[list[FinishedRun], int]:
     kept = 0
     for number, raw in enumerate(lines[:-1], start=1):  # lines[-1]: after the last newline, b"" or cut short
         try:
-            entry = json.loads(raw)
+            entry = parse_json(raw.decode("utf-8"))  # a line nested too deeply is a ValueError, not a RecursionError
         except ValueError:
             if number == len(lines) - 1 and not lines[-1]:  # the last line, cut short: ignored
                 break
             raise ValueError(f"{path}:{number}: not a line of an evaluation's rows file (not JSON)") from None
+        recorded = entry.pop(DIGEST_KEY, None) if isinstance(entry, dict) else None
+        if isinstance(entry, dict) and recorded != _entry_digest(entry):
+            raise ValueError(
+                f"{path}:{number}: the line was changed since its run wrote it (its {DIGEST_KEY} "
+                f"{'is missing' if recorded is None else 'does not match'}); remove that line (its run runs "
+                "again) or start afresh without --resume"
+            )
         row = entry.get("row") if isinstance(entry, dict) else None
         details = entry.get("details") if isinstance(entry, dict) else None
         if not isinstance(row, dict) or not {"policy", "scenario"} <= set(row) or not isinstance(details, dict | None):
@@ -225,6 +233,14 @@ def check_row(row: Mapping[str, Any]) -> str | None:
         if _NON_NEGATIVE.search(key) and value < 0:
             return f"{key} is {value!r}, below 0"
     return None
+
+
+def _entry_digest(entry: Mapping[str, Any]) -> str:
+    """The sha256 (a prefix of 32 hex digits) of a rows-file entry's canonical JSON (keys sorted, no spaces): what
+    the line of a run carries under ``DIGEST_KEY``, so that a line edited since is told from one a run wrote. The
+    same entry read back (numbers as JSON holds them, arrays as lists) gives the same digest."""
+    text = json.dumps(entry, sort_keys=True, separators=(",", ":"), default=_json_default)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
 def _array(value: Any) -> Any:
@@ -294,6 +310,7 @@ class RowsLog:
         if self._file is None:
             raise ValueError(f"{self.path}: closed")
         entry: dict[str, Any] = {"row": row} if details is None else {"row": row, "details": details}
+        entry[DIGEST_KEY] = _entry_digest(entry)
         self._file.write(json.dumps(entry, default=_json_default) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
