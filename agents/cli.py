@@ -153,6 +153,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             check_unique(f"--hp-grid {key}", values)
     except ValueError as exc:
         p.error(str(exc))
+    if args.eval_baselines is not None and not args.eval_baselines.replace(",", "").strip():
+        empty = f"an empty list ({args.eval_baselines!r})"
+        p.error(f"--eval-baselines: {empty}; name baselines, or leave it out for the default ones")
     trace, limits = None, engine_limits(args)
     if args.trace is not None:
         if args.sweep or args.scenario != "default":
@@ -170,7 +173,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             seed=args.seed_list[0] if args.sweep else args.seed,
             out=args.out if args.out is not None or not args.sweep else Path("runs/sweep"),
             hp=parse_overrides(args.hp),
-            eval_baselines=args.eval_baselines or None,  # a comma string; TrainConfig splits it
+            eval_baselines=args.eval_baselines,  # a comma string; TrainConfig splits it
             progress=not args.no_progress,
             trace=trace,
         )

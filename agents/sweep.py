@@ -13,6 +13,7 @@ exported policy; ``OUT/sweep.json`` lists the runs with their exit codes and sum
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
@@ -27,7 +28,12 @@ from llmsched_env.common.lifetime import guarded_command
 from llmsched_env.common.outputs import check_output, locked_output, mark_complete, write_text_atomically
 from llmsched_env.evaluation.progress import Progress, status
 
-__all__ = ["run_sweep", "sweep_configs", "train_task"]
+__all__ = ["MAX_SWEEP_TRAININGS", "run_sweep", "sweep_configs", "train_task"]
+
+# The most trainings one sweep builds (scenarios x seeds x hyperparameter combinations): each is a whole
+# training in its own process and run folder, and each is checked before the first starts (``preflight``, some
+# 10 ms), so a grid of 3,000 x 3,000 values (9 million) hung there; 1,000 trainings are already days of work.
+MAX_SWEEP_TRAININGS = 1_000
 
 
 def sweep_configs(
@@ -40,9 +46,17 @@ def sweep_configs(
     """``base`` for every scenario x seed x combination of ``hp_grid`` values (YAML text, as ``--hp`` takes
     them), each in ``out/<scenario>-seed<K>[-key=value...]`` without progress output. ``scenarios`` and
     ``seeds`` default to ``base``'s. ``ValueError`` for an unknown scenario, a value that is not YAML, or a
-    scenario, seed or value given twice (two trainings would share a run folder)."""
+    scenario, seed or value given twice (two trainings would share a run folder), or more than
+    ``MAX_SWEEP_TRAININGS`` trainings in all (counted before any is built)."""
     check_unique("scenarios", scenarios or [])
     check_unique("seeds", seeds or [])
+    sizes = [len(scenarios or [base.scenario]), len(seeds if seeds is not None else [base.seed])]
+    sizes += [len(values) for values in (hp_grid or {}).values()]
+    if math.prod(sizes) > MAX_SWEEP_TRAININGS:
+        raise ValueError(
+            f"a sweep of {math.prod(sizes):,} trainings ({' x '.join(map(str, sizes))}: scenarios x seeds x the values "
+            f"of each grid key) is more than the {MAX_SWEEP_TRAININGS:,} one sweep may run; split it"
+        )
     grid: list[list[tuple[str, str]]] = [[]]
     for key, values in (hp_grid or {}).items():
         if not values:

@@ -220,8 +220,13 @@ class TrainConfig:
         if self.eval_baselines is not None:
             given = self.eval_baselines
             names = tuple(b for b in given.split(",") if b) if isinstance(given, str) else tuple(given)
+            if not names:
+                raise ValueError(
+                    f"eval_baselines: an empty list; name at least one {registry.kind} ({', '.join(registry)}), "
+                    "or leave it out for the default ones"
+                )
             bad = [b for b in names if b not in registry]
-            if bad or not names:
+            if bad:
                 raise ValueError(f"eval_baselines: unknown {registry.kind}s {bad}; available: {', '.join(registry)}")
             check_unique("eval_baselines", names)
             object.__setattr__(self, "eval_baselines", names)
@@ -556,6 +561,31 @@ def _check_products(hp: Mapping[str, Any], fail: Callable[[str, str], ValueError
         )  # fmt: skip
 
 
+def _check_minibatch(
+    algo: str, hp: Mapping[str, Any], params: Mapping[str, Any], fail: Callable[[str, str], ValueError]
+) -> None:
+    """``fail("batch_size", why)`` for an on-policy algorithm with mini-batches (PPO, MaskablePPO, RecurrentPPO)
+    whose ``batch_size`` is over its rollout, ``n_steps x n_envs`` transitions: SB3 cuts each epoch's
+    mini-batches from that rollout, so a larger one is the whole rollout, and the value has no effect (A2C has
+    no ``batch_size``; DQN samples its batches from a replay buffer, and its ``n_steps`` is n-step returns)."""
+    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+
+    from agents.sb3 import ALGOS
+
+    if not issubclass(ALGOS[algo], OnPolicyAlgorithm) or "n_steps" not in params or "batch_size" not in params:
+        return
+    n_steps, batch = hp.get("n_steps", params["n_steps"]), hp.get("batch_size", params["batch_size"])
+    n_envs = hp.get("n_envs", 1)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (n_steps, batch, n_envs)):
+        return  # reported as such
+    if batch > n_steps * n_envs:
+        raise fail(
+            "batch_size", f"{batch:,} is over the rollout its mini-batches are cut from (n_steps {n_steps:,} x n_envs "
+            f"{n_envs} = {n_steps * n_envs:,} transitions), so it would have no effect; give batch_size <= "
+            f"{n_steps * n_envs:,}"
+        )  # fmt: skip
+
+
 def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
     """``ValueError`` naming the key for a hyperparameter that ``algo``'s model does not take (with the
     closest known name), a number given as something else (``learning_rate=abc``), a bad run key, or an
@@ -602,6 +632,7 @@ def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
     if network is not None:
         raise fail("policy_kwargs", network)
     _check_products(hp, fail)
+    _check_minibatch(algo, hp, params, fail)
     for key, value in _leaves({k: v for k, v in hp.items() if k != "env_kwargs"}):  # the env checks its own
         if isinstance(value, float) and value != value:
             raise fail(key, "must be a number, got nan")

@@ -272,7 +272,8 @@ def check_run_folder(config: TrainConfig) -> None:
     """``ValueError`` (one line) when ``config`` would mix with the training already in its run folder: the
     folder holds one (``RUN_OUTPUTS``) and ``resume`` is off; or ``resume`` is on, the folder holds no
     checkpoint to resume from and an earlier training's results (``RUN_RESULTS``), which starting afresh would
-    replace; or the run was started with another algorithm, scenario or trace (``args.json``)."""
+    replace; or the run was started with another algorithm, scenario or trace (``args.json``); or its
+    ``args.json`` is not a JSON object, or holds no ``run_id`` beside checkpoints (signed with that id)."""
     out = config.run_folder
     held = [name for name in RUN_OUTPUTS if (out / name).exists()]
     if held and not config.resume:
@@ -293,9 +294,20 @@ def check_run_folder(config: TrainConfig) -> None:
         earlier = parse_json(read_text(out / "args.json", CONFIG_BYTES))
     except (OSError, UnicodeDecodeError, ValueError) as exc:  # FileRefusedError and JSONDecodeError among them
         raise ValueError(f"--resume: {out / 'args.json'}: cannot read the run's options: {exc}") from None
+    if not isinstance(earlier, dict):
+        raise ValueError(
+            f"--resume: {out / 'args.json'}: expected a JSON object (the run's options), got "
+            f"{type(earlier).__name__}; it was edited or is not a training's: choose another --out"
+        )
+    checkpointed = latest_checkpoint(out / "checkpoints") is not None  # signed with the run's id in args.json
+    if checkpointed and not (isinstance(earlier.get("run_id"), str) and earlier["run_id"]):
+        raise ValueError(
+            f"--resume: {out / 'args.json'}: no run_id (the run's id, which its checkpoints are signed with), got "
+            f"{earlier.get('run_id')!r}; it was edited: choose another --out"
+        )
     mine = config.as_dict()
     for key in SAME_ON_RESUME:
-        if isinstance(earlier, dict) and earlier.get(key) != mine.get(key):
+        if earlier.get(key) != mine.get(key):
             flag = "--" + key.replace("_", "-")
             raise ValueError(
                 f"--resume: {out} was trained with {flag} {earlier.get(key)!r}, this command gives "

@@ -9,6 +9,7 @@ the simulator env and in the torch runtime.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
@@ -17,7 +18,16 @@ from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.engine.batch import Decision
 
-__all__ = ["BaselinePolicy", "FixedPolicy", "StaticPolicy", "nearest_option", "valid_mask"]
+__all__ = [
+    "BaselinePolicy",
+    "FixedPolicy",
+    "StaticPolicy",
+    "check_context",
+    "check_observation",
+    "check_seed",
+    "nearest_option",
+    "valid_mask",
+]
 
 _MAX_CACHED_MASKS = 64  # the env produces 4 mask patterns; the bound only guards against odd callers
 
@@ -25,6 +35,33 @@ _MAX_CACHED_MASKS = 64  # the env produces 4 mask patterns; the bound only guard
 def nearest_option(options: Sequence[int], value: int) -> int:
     """The option nearest ``value`` (the lower one on a tie), as ``ActionSpec.encode`` picks it."""
     return min(options, key=lambda o: (abs(o - value), o))
+
+
+def check_context(owner: str, ctx: object, kind: type) -> None:
+    """``TypeError`` naming ``owner``'s argument ``ctx`` unless it is a ``kind`` (``PolicyContext`` or
+    ``RouterContext``): a ``None`` or a string would otherwise fail later as an ``AttributeError``."""
+    if not isinstance(ctx, kind):
+        raise TypeError(
+            f"{owner}: argument 'ctx' must be a {kind.__name__} (env.unwrapped.policy_context()), "
+            f"got {type(ctx).__name__} {ctx!r:.80}"
+        )
+
+
+def check_seed(owner: str, seed: object) -> None:
+    """``TypeError`` naming ``owner``'s argument ``seed`` unless it is None or an integer (not a bool)."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+        raise TypeError(f"{owner}: argument 'seed' must be None or an integer, got {seed!r:.80}")
+
+
+def check_observation(owner: str, observation: object, size: int) -> None:
+    """``ValueError`` naming ``owner``'s argument ``observation`` unless it is an array of shape ``(size,)``
+    (the context's ``obs_names``): one shape comparison, cheap enough for every ``act``."""
+    if getattr(observation, "shape", None) != (size,):
+        shape = getattr(observation, "shape", type(observation).__name__)
+        raise ValueError(
+            f"{owner}.act: argument 'observation' must be an array of shape ({size},) (one value per name of "
+            f"the context's obs_names), got {shape}"
+        )
 
 
 def valid_mask(spec: ActionSpec, mask: np.ndarray) -> np.ndarray:
@@ -50,6 +87,8 @@ class BaselinePolicy:
     name = "baseline"
 
     def __init__(self, ctx: PolicyContext, seed: int | None = None) -> None:
+        check_context(type(self).__name__, ctx, PolicyContext)
+        check_seed(type(self).__name__, seed)
         self.ctx = ctx
         self.spec: ActionSpec = ctx.action_spec
         self.seed = seed

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from baselines.base import check_context, check_observation, check_seed
 from llmsched_env.decision.registry import ROUTERS, make_router
 from llmsched_env.decision.router import RouterContext
 
@@ -44,8 +45,11 @@ class Router:
     name = "router"
 
     def __init__(self, ctx: RouterContext, seed: int | None = None) -> None:
+        check_context(type(self).__name__, ctx, RouterContext)
+        check_seed(type(self).__name__, seed)
         self.ctx = ctx
         self.n = ctx.num_replicas
+        self._obs_size = len(ctx.obs_names)
         self.seed = seed
         self.rng = np.random.default_rng(seed)  # what the random rules draw from
         self._waiting = ctx.feature_index("num_waiting")
@@ -58,8 +62,16 @@ class Router:
             raise ValueError(f"action_mask must be {self.n} booleans with at least one True, got {action_mask!r}")
         return m
 
+    def _features(self, observation: np.ndarray) -> np.ndarray:
+        """``observation`` after one shape comparison (``ValueError`` naming the argument when it is not one value
+        per name of ``ctx.obs_names``): an index error deep in a rule would not say what was wrong."""
+        if getattr(observation, "shape", None) != (self._obs_size,):
+            check_observation(type(self).__name__, observation, self._obs_size)
+        return observation
+
     def outstanding(self, observation: np.ndarray) -> np.ndarray:
         """Waiting + running requests per replica (in count-scale units)."""
+        observation = self._features(observation)
         return observation[self._waiting] + observation[self._running]
 
     def _argmin(self, score: np.ndarray, mask: np.ndarray) -> int:
@@ -107,7 +119,7 @@ class LeastKVLoadRouter(Router):
         self._free = ctx.feature_index("kv_free_per_request")
 
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> int:
-        return self._argmin(-observation[self._free], self._valid(action_mask))
+        return self._argmin(-self._features(observation)[self._free], self._valid(action_mask))
 
 
 class PrefixAffinityRouter(Router):
@@ -125,7 +137,7 @@ class PrefixAffinityRouter(Router):
 
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> int:
         m = self._valid(action_mask)
-        load = self.outstanding(observation)
+        load = self.outstanding(observation)  # checks the observation's shape
         hit = np.where(m, observation[self._hit], -1.0)
         best = float(hit.max())
         if best > 0.0:

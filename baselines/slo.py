@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from baselines.base import BaselinePolicy, StaticPolicy
+from baselines.base import BaselinePolicy, StaticPolicy, check_observation
 from llmsched_env.costs.base import CostModel
 from llmsched_env.decision.actions import UNLIMITED, ActionSpec
 from llmsched_env.decision.policy import PolicyContext
@@ -83,6 +83,7 @@ class SLOAwarePolicy(BaselinePolicy):
         if feature not in ctx.obs_names:
             raise ValueError(f"slo_aware needs the observation feature {feature!r}; got {ctx.obs_names}")
         self._obs_index = ctx.obs_names.index(feature)
+        self._obs_size = len(ctx.obs_names)
         self._max_seqs = ctx.engine.max_num_seqs
         tpot_s = tightest_tpot_s(ctx)
         self.budgets = [
@@ -96,6 +97,8 @@ class SLOAwarePolicy(BaselinePolicy):
         return 0 if d < 0 else min(d, self._max_seqs)
 
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
+        if getattr(observation, "shape", None) != (self._obs_size,):  # one comparison; the message in the helper
+            check_observation("SLOAwarePolicy", observation, self._obs_size)
         return self._emit(self.num_decodes(observation), action_mask)
 
 

@@ -6,6 +6,9 @@ Micro-scenarios drive the core ``Simulator`` through the baseline's actions (obs
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import gymnasium
 import numpy as np
 import pytest
@@ -115,6 +118,63 @@ def test_act_returns_a_fresh_int64_action_and_rejects_a_bad_mask(name: str) -> N
     empty[: spec.nvec[0]] = False
     with pytest.raises(ValueError, match="component 0"):
         policy.act(obs, empty)
+
+
+@pytest.mark.parametrize("ctx", [None, "ctx", 3])
+def test_a_context_or_seed_of_the_wrong_type_is_a_type_error_naming_the_argument(ctx: object) -> None:
+    """``make("slo_aware", None)`` and ``SLOAwarePolicy("ctx")`` were ``AttributeError``s deep in a constructor."""
+    for name in [*baselines.available(), "tuned"]:
+        with pytest.raises(TypeError, match=r"argument 'ctx' must be a PolicyContext \(env\.unwrapped\.policy_context"):
+            baselines.make(name, ctx)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="SLOAwarePolicy: argument 'ctx' must be a PolicyContext"):
+        baselines.SLOAwarePolicy(ctx)  # type: ignore[arg-type]
+    for router in baselines.available_routers():
+        with pytest.raises(TypeError, match="argument 'ctx' must be a RouterContext"):
+            baselines.make_router(router, ctx)  # type: ignore[arg-type]
+    good, _ = make_ctx(EngineConfig(), [TenantConfig("t", slo=CHAT)])
+    with pytest.raises(TypeError, match="RandomPolicy: argument 'seed' must be None or an integer, got 'x'"):
+        baselines.make("random", good, seed="x")  # type: ignore[arg-type]
+    baselines.make("random", good, seed=np.int64(3))  # a numpy integer is a seed
+
+
+def test_an_observation_of_the_wrong_shape_is_a_value_error_naming_the_argument() -> None:
+    """``slo_aware.act(np.zeros(3), mask)`` was an ``IndexError``; so was a router's on a short observation."""
+    ctx, _ = make_ctx(EngineConfig(), [TenantConfig("t", slo=CHAT)])
+    policy = baselines.make("slo_aware", ctx)
+    mask = np.ones(ctx.action_spec.mask_size, dtype=bool)
+    size = len(ctx.obs_names)
+    for bad, shape in ((np.zeros(3), "(3,)"), (np.zeros((1, size)), f"(1, {size})"), ([0.0] * size, "list")):
+        message = rf"SLOAwarePolicy\.act: argument 'observation' must be an array of shape \({size},\).*got "
+        message += re.escape(shape)
+        with pytest.raises(ValueError, match=message):
+            policy.act(bad, mask)  # type: ignore[arg-type]
+    policy.act(np.zeros(size, dtype=np.float32), mask)
+    env = gymnasium.make("LLMSchedCluster-v0", num_replicas=2)
+    env.reset(seed=0)
+    rctx = env.unwrapped.policy_context()
+    for router in ("least_outstanding", "least_kv_load", "prefix_affinity", "power_of_two"):
+        with pytest.raises(ValueError, match=r"\.act: argument 'observation' must be an array of shape"):
+            baselines.make_router(router, rctx, seed=0).act(np.zeros(3), np.ones(2, dtype=bool))
+    env.close()
+
+
+def test_a_policy_label_may_not_take_another_policys_name(tmp_path: Path) -> None:
+    """``--policies fcfs=PATH`` credited the learned policy's rows to ``fcfs``: a label that is a baseline's,
+    ``learned``'s or ``lookahead``'s name must denote that policy."""
+    from llmsched_env.decision.policy_spec import resolve_policy
+
+    assert resolve_policy("fcfs=fcfs").baseline == "fcfs"
+    assert resolve_policy("mine=fcfs").name == "mine"
+    for entry, named in (("fcfs=slo_aware", "fcfs"), ("random=sjf", "random"), ("round_robin=fcfs", "round_robin")):
+        message = rf"^policy '{entry}' is named '{named}', the name of the baseline"
+        with pytest.raises(ValueError, match=message) as info:
+            resolve_policy(entry)
+        assert "\n" not in str(info.value)
+    table = tmp_path / "fcfs.json"  # a tuned table named after its stem: 'fcfs'
+    table.write_text(baselines.TunedPolicy.shipped_table.read_text())
+    for entry in (f"fcfs={table}", str(table), f"learned={table}", f"lookahead={table}"):
+        with pytest.raises(ValueError, match=r"is named '(fcfs|learned|lookahead)', the name of .*\(NAME=PATH"):
+            resolve_policy(entry)
 
 
 def test_fcfs_knobs_are_vllm_v1_defaults() -> None:

@@ -149,3 +149,46 @@ def test_report_pieces() -> None:
     assert math.isnan(summarise([nan_row], kinds)["preset"]["ttft_p50_s"]["mean"])
     assert format_row(row, kinds)[1].endswith("in-situ: ttft_p50=10.0% ttft_p99=10.0% tpot_p50=10.0% tpot_p99=10.0% "
                                               "e2el_p50=10.0% e2el_p99=10.0% request_throughput_rps=10.0%")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([*PROFILE, "--repeats", "1000000000"], "--repeats must be an integer from 1 to 1,000, got 1000000000"),
+        ([*PROFILE, "--repeats", "0"], "--repeats must be an integer from 1 to 1,000, got 0"),
+        ([*PROFILE, "--threads", "100000"], "--threads (4 per CPU here, at most 1,024) must be an integer from 1 to "),
+        ([*PROFILE, "--num-requests", "1000000"], "--num-requests must be an integer from 1 to 10,000, got 1000000"),
+        ([*PROFILE, "--seed", str(2**64)], "--seed must be an integer from 0 to 9,223,372,036,854,775,807"),
+        ([*PROFILE, "--fit-loads", "0.5,inf"], "--fit-loads: loads must be finite numbers from 0.001 to 1000, got inf"),
+        ([*PROFILE, "--fit-loads", ",".join(f"0.{i:03d}1" for i in range(101))], "--fit-loads: expected 1 to 100 "),
+        ([*PROFILE, "--out", "m/"], "'m/' ends with '/', a folder; profile writes a file (the preset)"),
+        (["fidelity", "--preset", "x", "--loads", "1e9"], "--loads: loads must be finite numbers from 0.001 to 1000"),
+        (["fidelity", "--preset", "x", "--seeds", "-1"], "--seeds: expected at most 100 seeds, each >= 0, got [-1]"),
+    ],
+)
+def test_counts_and_outputs_are_bounded_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, argv: list[str], message: str
+) -> None:
+    """``--repeats 1000000000`` ran for ever, ``--threads 100000`` failed in torch's allocator, ``--out m/`` wrote a
+    file named ``m``: each a usage line before the runner is built, and nothing written."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        parse_args(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and message in err[-1], err
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_library_bounds_the_same_counts(tmp_path: Path) -> None:
+    spec = RunnerSpec(model="tiny", device="cpu")
+    for kwargs, message in (
+        ({"repeats": 10**9}, "repeats must be an integer from 1 to 1,000"),
+        ({"num_requests": 0}, "num_requests must be an integer from 1 to 10,000"),
+        ({"fit_loads": ()}, "fit_loads: expected 1 to 100 loads, got 0"),
+        ({"fit_loads": (float("nan"),)}, "fit_loads: loads must be finite numbers"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            profile_preset(spec, tmp_path / "m.json", quick=True, **kwargs)
+    with pytest.raises(ValueError, match="threads must be an integer from 1 to"):
+        profile_preset(RunnerSpec(model="tiny", device="cpu", threads=100_000), tmp_path / "m.json", quick=True)
+    assert not any(tmp_path.iterdir())

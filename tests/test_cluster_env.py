@@ -143,3 +143,24 @@ def test_local_policy_objects_drive_the_replicas() -> None:
     env = make(scenario="azure-conv", num_replicas=2, local_policy=policy, check_invariants=True, num_requests=20)
     m = run_episode(env, baselines.make_router("round_robin", env.unwrapped.policy_context()), 0)
     assert m["num_finished"] == 20 and policy.calls >= m["num_iterations"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_replicas": 10**6}, r"LLMSchedClusterEnv\.num_replicas must be an integer from 1 to 1,024, got 1000000"),
+        ({"num_replicas": 0}, r"LLMSchedClusterEnv\.num_replicas must be an integer from 1 to 1,024, got 0"),
+        ({"replicas": [1, 2]}, r"LLMSchedClusterEnv\.replicas\[0\] must be an \(engine, cost_model\) pair or a dict"),
+        ({"replicas": "llama3-8b-h100"}, r"LLMSchedClusterEnv\.replicas must be a list of replicas, got str"),
+        ({"replicas": []}, r"LLMSchedClusterEnv\.replicas must list 1 to 1,024 replicas, got 0"),
+        ({"replicas": [{"engin": None}]}, r"LLMSchedClusterEnv\.replicas\[0\]: unknown keys \['engin'\]"),
+        ({"replicas": [(None, None, None)]}, r"LLMSchedClusterEnv\.replicas\[0\] must be an \(engine, cost_model\)"),
+        ({"disaggregated": {"num_prefill": 2000}}, r"DisaggConfig\.num_prefill must be an integer from 1 to 1,024"),
+        ({"disaggregated": {"num_prefill": 600, "num_decode": 600}}, r"num_prefill \+ num_decode must be at most"),
+    ],
+)
+def test_the_replicas_are_capped_and_their_shape_checked(kwargs: dict, message: str) -> None:
+    """A million replicas never finished building; ``replicas=[1, 2]`` was a TypeError from unpacking an int: each a
+    ValueError naming the field, before anything is built."""
+    with pytest.raises(ValueError, match=message):
+        make(scenario="azure-conv", **kwargs)

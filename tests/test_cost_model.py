@@ -14,7 +14,7 @@ import pytest
 from llmsched_env.costs.analytic import SHAPE_FACTOR, AnalyticCostModel
 from llmsched_env.costs.base import CostModel, prefill_time_s, unloaded_decode_time_s
 from llmsched_env.costs.linear import LinearCostModel, fit_report
-from llmsched_env.costs.loader import PRESET_DIR, cost_model_of, list_presets, load_cost_model
+from llmsched_env.costs.loader import PRESET_DIR, cost_model_of, from_dict, list_presets, load_cost_model
 
 PRESETS = ("llama3-8b-h100", "llama3-8b-a100", "llama2-70b-4xh100")
 MS = 1e-3
@@ -302,7 +302,7 @@ def test_constructors_validate() -> None:
         AnalyticCostModel.from_dict(fields)
     with pytest.raises(TypeError, match="num_params"):  # a keyword-only dataclass field without a default
         AnalyticCostModel(**fields)
-    with pytest.raises(ValueError, match=r"field 'peak_tflops' must be a number in \(0, 1,000,000\] TFLOP/s"):
+    with pytest.raises(ValueError, match=r"field 'peak_tflops' must be a number in \[0\.001, 1,000,000\] TFLOP/s"):
         AnalyticCostModel(**{**fields, "num_params": 1e9, "peak_tflops": 0.0})
     with pytest.raises(ValueError, match="coef_s needs 5"):
         LinearCostModel([1.0, 2.0])
@@ -386,3 +386,18 @@ def test_replace_and_scaled_derive_the_constants_again() -> None:
     assert linear.scaled(3.0).step_time_s(*big) == pytest.approx(3 * linear.step_time_s(*big))
     with pytest.raises(ValueError, match="overhead_s"):
         dataclasses.replace(model, overhead_s=0.0)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({}, r"^cost model: field 'kind' must be one of \['analytic', 'linear'\], it is missing$"),
+        ({"kind": "cubic"}, r"^cost model: field 'kind' must be one of .*, got 'cubic'$"),
+        ({"kind": ["linear"]}, r"field 'kind' must be one of .*, got \['linear'\]$"),
+        ([], r"^a cost model must be a mapping of fields \(with 'kind'\), got list$"),
+    ],
+)
+def test_from_dict_without_a_known_kind_is_a_value_error_naming_the_field(data: object, message: str) -> None:
+    """``from_dict({})`` was a ``KeyError: 'kind'``."""
+    with pytest.raises(ValueError, match=message):
+        from_dict(data)  # type: ignore[arg-type]

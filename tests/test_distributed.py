@@ -215,9 +215,10 @@ def test_a_ray_address_that_does_not_answer_is_one_usage_line_not_a_hang(
             assert exc.value.code == 2 and f"error: --ray {mute}: no Ray cluster answered within 3 s" in last, err
             assert "Traceback" not in err
         assert time.monotonic() - t0 < 60
-        monkeypatch.setenv("LLMSCHED_RAY_CONNECT_TIMEOUT_S", "soon")
-        with pytest.raises(ValueError, match="LLMSCHED_RAY_CONNECT_TIMEOUT_S='soon'"):
-            check_ray_address(mute)
+        for bad in ("soon", "1e308", "0"):
+            monkeypatch.setenv("LLMSCHED_RAY_CONNECT_TIMEOUT_S", bad)
+            with pytest.raises(ValueError, match=f"LLMSCHED_RAY_CONNECT_TIMEOUT_S='{bad}': expected a number"):
+                check_ray_address(mute)
     finally:
         silent.close()
         for conn in accepted:

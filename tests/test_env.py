@@ -297,3 +297,12 @@ def test_each_env_id_has_one_observation_schema_and_refuses_the_other_naming_its
     with pytest.raises(ValueError, match=r"not 3 \(schemas: \[1, 2\]\)"):
         gym.make("LLMSched-v1", schema=3)
     assert (env_id(1), env_id(2)) == ("LLMSched-v0", "LLMSched-v1")
+
+
+@pytest.mark.parametrize("scenario", ["", "  ", "nope", 3])
+def test_an_empty_or_unknown_scenario_name_is_a_value_error_naming_the_field(scenario: object) -> None:
+    """``scenario=""`` was taken for ``default`` without a word; None still is the default."""
+    with pytest.raises(ValueError, match=r"^LLMSchedEnv\.scenario[: ].*default, ") as info:
+        gym.make("LLMSched-v1", scenario=scenario)
+    assert "\n" not in str(info.value)
+    assert gym.make("LLMSched-v1", scenario=None).unwrapped.scenario.name == "default"

@@ -10,6 +10,7 @@ import csv
 import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -557,7 +558,7 @@ def test_a_rerun_killed_or_out_of_space_leaves_the_earlier_results_whole(
         ("num_finished", float("inf"), "num_finished is inf"),
         ("capacity_load", -2, "capacity_load is -2, below 0"),
         ("policy", "", "policy is '', not a name"),
-        ("goodput_rps", [1, 2], "goodput_rps is a list"),
+        ("goodput_rps", [1, 2], "goodput_rps is [1, 2], not a number"),
     ],
 )
 def test_resume_refuses_a_forged_row_in_one_line(
@@ -574,7 +575,7 @@ def test_resume_refuses_a_forged_row_in_one_line(
     entry = json.loads(lines[1])
     entry.pop(resume.DIGEST_KEY)
     entry["row"][field] = value
-    lines[1] = json.dumps({**entry, resume.DIGEST_KEY: resume._entry_digest(entry)})
+    lines[1] = json.dumps({**entry, resume.DIGEST_KEY: resume._entry_digest(entry, resume.evaluation_id(out))})
     (out / ROWS_NAME).write_text("\n".join(lines) + "\n")
     with pytest.raises(SystemExit) as exc:
         main([*GRID, "--out", str(out), "--resume"])
@@ -659,7 +660,8 @@ def _forged(out: Path, line: int, edit: Any, digest: bool = True) -> None:
     entry = json.loads(lines[line])
     recorded = entry.pop(resume.DIGEST_KEY)
     edit(entry)
-    lines[line] = json.dumps({**entry, resume.DIGEST_KEY: resume._entry_digest(entry) if digest else recorded})
+    salt = resume.evaluation_id(out)
+    lines[line] = json.dumps({**entry, resume.DIGEST_KEY: resume._entry_digest(entry, salt) if digest else recorded})
     (out / ROWS_NAME).write_text("\n".join(lines) + "\n")
 
 
@@ -672,6 +674,12 @@ def _forged(out: Path, line: int, edit: Any, digest: bool = True) -> None:
         (lambda e: e["details"]["ttft_s"].clear(), False, "the line was changed since its run wrote it"),
         (lambda e: e["row"].update(seed=99), True, "(policy 'fcfs', scenario 'mixed-slo', load 0.8, seed 99) is not"),
         (lambda e: e["row"].update(policy="p" * 2_000_000), True, "finished run (policy 'ppppp"),
+        (lambda e: e["row"].update(ttft_p99_s=1e308), True, "rows.jsonl:2: ttft_p99_s is 1e+308"),
+        (lambda e: e["row"].update(ttft_p99_s=True), True, "ttft_p99_s is True, not a number"),
+        (lambda e: e["row"].update(preemptions=3.5), True, "preemptions is 3.5, not a whole number"),
+        (lambda e: e["row"].update(sustained="yes"), True, "sustained is 'yes', not true or false"),
+        (lambda e: e["row"].pop("slo_attainment"), True, "rows.jsonl:2: no slo_attainment"),
+        (lambda e: e["details"].update(ttft_s=[[1.0]]), True, "details 'ttft_s' holds something other than"),
     ],
 )
 def test_resume_refuses_an_edited_or_foreign_line_in_one_short_line(
@@ -715,3 +723,79 @@ def test_a_folder_that_held_no_evaluation_keeps_the_users_files(tmp_path: Path) 
     assert (out / "results.csv").is_file() and is_complete(out)
     assert main([*GRID, "--no-plots", "--loads", "0.8", "--out", str(out)]) == 0  # it holds an evaluation now
     assert not (out / "kv_usage.png").exists()  # an earlier evaluation's file this one did not write: removed
+
+
+def test_a_line_of_another_evaluation_or_a_second_line_for_a_run_is_refused(
+    reference: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A genuine line of another evaluation (another cost model: other figures for the same run) appended to the
+    rows file does not pass its digest, which holds the evaluation's id; a line of this evaluation written twice
+    (the later would win) is refused as a second line for its run."""
+    out, other = tmp_path / "out", tmp_path / "other"
+    _copy_finished(reference, out)
+    (out / COMPLETE_NAME).unlink()
+    assert main([*GRID, "--no-plots", "--seeds", "0", "--loads", "0.8", "--cost-model", "llama3-8b-a100",
+                 "--out", str(other)]) == 0  # fmt: skip
+    whole = (out / ROWS_NAME).read_text()
+    with (out / ROWS_NAME).open("a") as f:
+        f.write((other / ROWS_NAME).read_text().splitlines()[0] + "\n")
+    with pytest.raises(SystemExit) as exc:
+        main([*GRID, "--out", str(out), "--resume"])
+    assert "rows.jsonl:9: the line was changed since its run wrote it, or another evaluation wrote it" in str(exc.value)
+    (out / ROWS_NAME).write_text(whole + whole.splitlines()[0] + "\n")
+    with pytest.raises(SystemExit) as exc:
+        main([*GRID, "--out", str(out), "--resume"])
+    assert "a second line for the run (policy 'fcfs', scenario 'mixed-slo', load 0.8, seed 0)" in str(exc.value)
+
+
+def test_hard_links_out_of_the_folder_are_never_written_through(reference: Path, tmp_path: Path) -> None:
+    """The lock and, on --resume, the rows file are written in place: a hard link from either to a file outside
+    --out is refused in one line, and the outside file keeps its bytes."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.link(victim, out / ".llmsched.lock")
+    with pytest.raises(SystemExit) as exc:
+        main([*GRID, "--out", str(out)])
+    assert ".llmsched.lock has 1 other hard link(s)" in str(exc.value) and victim.read_text() == "precious"
+    (out / ".llmsched.lock").unlink()
+    shutil.rmtree(out)
+    _copy_finished(reference, out)
+    (out / COMPLETE_NAME).unlink()
+    kept = tmp_path / "rows.copy"
+    os.replace(out / ROWS_NAME, kept)
+    os.link(kept, out / ROWS_NAME)
+    before = kept.read_bytes()
+    with pytest.raises(SystemExit) as exc:
+        main([*GRID, "--out", str(out), "--resume"])
+    assert "rows.jsonl: has 1 other hard link(s)" in str(exc.value) and kept.read_bytes() == before
+
+
+def test_results_that_cannot_be_replaced_are_one_line(
+    reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A results file made immutable (here: the rename over it refused, as ``chattr +i`` does) after the check:
+    one line after the runs, the earlier results as they were."""
+    out = tmp_path / "out"
+    before = _copy_finished(reference, out)
+    real = os.replace
+
+    def refuse(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(dst).name == "results.csv":
+            raise PermissionError(errno.EPERM, "Operation not permitted", str(dst))
+        real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(SystemExit) as exc:
+        main([*GRID, "--no-plots", "--out", str(out)])
+    err = str(exc.value)
+    assert "\n" not in err and "Operation not permitted" in err and "the earlier results there are as they were" in err
+    assert (out / "results.csv").read_bytes() == before["results.csv"]
+
+
+def test_tensorboard_at_a_file_of_out_is_refused_before_any_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exc:
+        main([*GRID, "--out", str(out), "--tensorboard", str(out / "results.csv")])
+    assert exc.value.code == 2 and "is results.csv of --out" in capsys.readouterr().err and not out.exists()

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from llmsched_env.commands.live_replay import main, parse_engine_config
+from llmsched_env.commands.live_replay import PROG, main, parse_engine_config
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.live.logs import ServerLogs, ServerLogTail, read_server_logs
-from llmsched_env.live.replay import compare, frontend_delay_s, load_run, replay
+from llmsched_env.live.replay import compare, evaluate_runs, frontend_delay_s, load_run, replay
 from tests.live_synthetic import ENGINE, EPOCH_S, TENANTS, TRUE_MODEL, write_run
 
 
@@ -45,6 +45,23 @@ def test_command_line_errors_are_one_usage_line(tmp_path: Path, capsys: pytest.C
             main([*base, *extra])
         assert exit_info.value.code == 2
         assert re.search(message, capsys.readouterr().err), message
+
+
+@pytest.mark.parametrize("value", ["nan", "-5", "inf", "3601", "1e308", "soon"])
+def test_a_frontend_delay_outside_its_range_is_one_usage_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    """nan and -5 were taken and gave nan and negative errors: the delay is a finite number of seconds in
+    [0, MAX_FRONTEND_DELAY_S], refused before any run is read (docs/reliability.md, "Physical ranges")."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path / "none"), "--policy", "fcfs", "--tenants", "chat=chat", f"--frontend-delay-s={value}"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "Traceback" not in "\n".join(err)
+    assert err[-1].startswith(f"{PROG}: error: argument --frontend-delay-s: "), err[-1]
+    assert repr(value) in err[-1]
+    with pytest.raises(ValueError, match="frontend_delay_s must be a finite number"):
+        evaluate_runs([], "fcfs", ENGINE, TENANTS, frontend_delay_s=math.nan)
 
 
 def test_no_finished_request_has_no_frontend_delay(tmp_path: Path) -> None:

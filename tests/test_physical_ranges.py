@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from llmsched_env.common.checks import (
     MAX_REWARD_WEIGHT,
     MAX_SLO_S,
     MIN_RATE_RPS,
+    Bound,
     check_number,
     check_positive,
     in_range,
@@ -89,11 +91,14 @@ def _cost_file(tmp_path: Path, base: dict[str, Any], **fields: Any) -> Path:
     [
         (H100, {"overhead_s": 1e308}, "field 'overhead_s' must be a number in (0, 3,600] s, got 1e+308"),
         (H100, {"overhead_s": -1.0}, "field 'overhead_s' must be a number in (0, 3,600] s, got -1.0"),
-        (H100, {"peak_tflops": 1e308}, "field 'peak_tflops' must be a number in (0, 1,000,000] TFLOP/s"),
-        (H100, {"mem_bandwidth_gbps": 2e6}, "field 'mem_bandwidth_gbps' must be a number in (0, 1,000,000] GB/s"),
-        (H100, {"num_params": 1e308}, "field 'num_params' must be a number in (0, 1e+15]"),
+        (H100, {"peak_tflops": 1e308}, "field 'peak_tflops' must be a number in [0.001, 1,000,000] TFLOP/s"),
+        (H100, {"mem_bandwidth_gbps": 2e6}, "field 'mem_bandwidth_gbps' must be a number in [0.001, 1,000,000] GB/s"),
+        (H100, {"num_params": 1e308}, "field 'num_params' must be a number in [1000, 1e+15]"),
         (H100, {"num_layers": 10**400}, "field 'num_layers' must be an integer in (0, 1,048,576]"),
-        (H100, {"peak_tflops": 1e-300}, "one iteration of a 1-token prefill takes 3.2"),
+        (H100, {"peak_tflops": 1e-300}, "field 'peak_tflops' must be a number in [0.001, 1,000,000] TFLOP/s"),
+        (H100, {"dtype_bytes": 1e-12}, "field 'dtype_bytes' must be a number in [0.125, 64], got 1e-12"),
+        (H100, {"compute_efficiency": 1.5}, "field 'compute_efficiency' must be a number in [0.001, 1] of peak"),
+        (H100, {"peak_tflops": 1e-3, "mem_bandwidth_gbps": 1e-3}, "a 1-token prefill takes 20075.2 s, over the 3600 s"),
         (H100, {"num_kv_heads": 64}, "field 'num_kv_heads' (64) must divide 'num_attention_heads' (32)"),
         (H100, {"num_kv_heads": 5}, "field 'num_kv_heads' (5) must divide 'num_attention_heads' (32)"),
         (H100, {"head_dim": 1048576}, "'num_attention_heads' x 'head_dim' (32 x 1048576 = 33554432) must be within"),
@@ -122,6 +127,38 @@ def test_every_cost_bound_refuses_just_past_it(tmp_path: Path) -> None:
         past = int(bound) + 1 if isinstance(base[name], int) and not isinstance(base[name], bool) else bound * 1.01
         with pytest.raises(ValueError, match=f"field '{name}' must be"):
             load_cost_model(_cost_file(tmp_path, base, **{name: past}))
+        if isinstance(bound, Bound):  # and just below its bottom: a figure that divides a step's time
+            with pytest.raises(ValueError, match=f"field '{name}' must be a number (0 or )?in \\[{bound.minimum:g}, "):
+                load_cost_model(_cost_file(tmp_path, base, **{name: bound.minimum * 0.99}))
+    for name in ("peak_tflops", "mem_bandwidth_gbps", "num_params", "dtype_bytes", "compute_efficiency"):
+        assert isinstance(COST_BOUNDS[name], Bound), name  # each has a bottom far below any real device's
+
+
+def test_a_tiny_dtype_is_refused_not_priced_at_microseconds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """dtype_bytes=1e-12 priced an 8B model's decode at 0.6 ms: the bottom is 1-bit weights (0.125 bytes)."""
+    cost = _cost_file(tmp_path, H100, dtype_bytes=1e-12)
+    line = _usage_error(parse, ["--cost-model", str(cost)], capsys)
+    assert line.endswith("field 'dtype_bytes' must be a number in [0.125, 64], got 1e-12"), line
+    from_dict({**H100, "dtype_bytes": 0.125})  # 1-bit weights: the bottom itself is in range
+
+
+def test_requests_longer_than_max_model_len_are_noted() -> None:
+    """``--max-model-len 8`` gave attainment 0 and rejection 1 without a word: evaluate notes (on stderr,
+    ``overlong_notes``) a scenario where OVERLONG_NOTE_SHARE or more of the requests are longer."""
+    from llmsched_env.evaluation import EvalConfig
+    from llmsched_env.evaluation.sustained import OVERLONG_NOTE_SHARE, absent_tenant_notes, overlong_notes
+
+    def config(max_model_len: int) -> EvalConfig:
+        limits = {"max_model_len": max_model_len}
+        return EvalConfig(scenarios=["mixed-slo"], policies=["fcfs"], seeds=[0], num_requests=20, engine_limits=limits)
+
+    (line,) = overlong_notes(config(8))
+    assert line.startswith("scenario 'mixed-slo': all 20 requests of its test windows are longer than max_model_len 8")
+    assert "--max-model-len" in line and line not in absent_tenant_notes(config(8))
+    assert overlong_notes(config(16384)) == []  # the scenario's own limit: none
+    (some,) = overlong_notes(config(600))
+    assert re.match(r"scenario 'mixed-slo': \d+% \(\d+ of 20\) requests", some), some
+    assert 0 < OVERLONG_NOTE_SHARE < 0.5
 
 
 def _usage_error(main: Callable[[list[str]], Any], argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:

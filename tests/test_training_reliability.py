@@ -294,6 +294,14 @@ def test_a_resumed_folder_holding_something_it_cannot_open_is_refused_before_any
          "eval_load do nothing here: the generalist is evaluated on one val episode per library scenario"),
         ([x for w in ("good", "miss", "preempt") for x in ("--hp", f"env_kwargs.reward.{w}=0")],
          "RewardConfig: the reward weights good, miss and preempt are all 0"),
+        (["--n-envs", "2", "--hp", "n_steps=64", "--hp", "batch_size=100000"], "'batch_size' (maskable_ppo; from the "
+         "hyperparameter file or --hp): 100,000 is over the rollout its mini-batches are cut from (n_steps 64 x n_envs "
+         "2 = 128 transitions), so it would have no effect; give batch_size <= 128"),
+        (["--eval-baselines", ""], "--eval-baselines: an empty list (''); name baselines, or leave it out"),
+        (["--eval-baselines", ","], "--eval-baselines: an empty list (','); name baselines"),
+        (["--hp-grid", "learning_rate=" + ",".join(f"{i}e-6" for i in range(1, 3001)), "--hp-grid",
+          "gamma=" + ",".join(f"0.9{i:04d}" for i in range(3000))], "a sweep of 9,000,000 trainings (1 x 1 x 3000 x "
+         "3000: scenarios x seeds x the values of each grid key) is more than the 1,000 one sweep may run; split it"),
     ],
 )  # fmt: skip
 def test_an_option_given_twice_or_to_no_effect_is_one_line_and_writes_nothing(
@@ -326,6 +334,28 @@ def test_counts_in_range_but_too_many_together_are_refused(hp: dict[str, Any], m
     assert message in str(caught.value)
     with pytest.raises(ValueError, match=r"^n_envs: expected an integer in \[1, 256\], got 100000$"):
         TrainConfig(n_envs=100_000)
+
+
+def test_an_on_policy_batch_size_over_its_rollout_is_refused_only_where_it_means_that() -> None:
+    """SB3's PPO family cuts mini-batches from one rollout (``n_steps x n_envs``): a larger ``batch_size`` is the
+    whole rollout. DQN's ``batch_size`` samples a replay buffer (its ``n_steps`` is n-step returns): not refused."""
+    hp = {"n_steps": 64, "n_envs": 2, "batch_size": 129}
+    for algo in ("maskable_ppo", "ppo", "recurrent_ppo"):
+        with pytest.raises(ValueError, match=r"'batch_size' .*129 is over the rollout .*give batch_size <= 128"):
+            resolve_hyperparams(TrainConfig(algo=algo, hp=hp))
+        assert resolve_hyperparams(TrainConfig(algo=algo, hp={**hp, "batch_size": 128}))["batch_size"] == 128
+    assert resolve_hyperparams(TrainConfig(algo="dqn", hp={"batch_size": 1024, "n_envs": 1}))["batch_size"] == 1024
+
+
+def test_a_sweep_is_capped_before_its_trainings_are_built() -> None:
+    from agents.sweep import MAX_SWEEP_TRAININGS, sweep_configs
+
+    base = TrainConfig(quick=True)
+    grid = {"ent_coef": [str(i) for i in range(10)], "gamma": [f"0.{i}" for i in range(1, 10)]}
+    seeds = list(range(MAX_SWEEP_TRAININGS // 90 + 1))
+    with pytest.raises(ValueError, match=r"a sweep of 1,080 trainings \(1 x 12 x 10 x 9: scenarios x seeds"):
+        sweep_configs(base, Path("runs/sweep"), seeds=seeds, hp_grid=grid)
+    assert len(sweep_configs(base, Path("runs/sweep"), seeds=seeds[:11], hp_grid=grid)) == 990
 
 
 def test_resume_without_a_checkpoint_keeps_the_earlier_runs_results(
@@ -363,6 +393,11 @@ def _edit_history(run: Path, entry: int, value: Any, *, step: bool = False) -> N
     path.write_text(json.dumps(record))  # NaN as the token NaN, as an edit writes it
 
 
+def _edit_args(run: Path, edit: Any) -> None:
+    path = run / "args.json"
+    path.write_text(json.dumps(edit(json.loads(path.read_text()))))
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
@@ -377,6 +412,13 @@ def _edit_history(run: Path, entry: int, value: Any, *, step: bool = False) -> N
          "so far"),
         (lambda run: (run / "best.json").write_text('{"best_eval_attainment": NaN}'), "best.json: "
          "'best_eval_attainment' must be a finite number in [0, 1], got nan"),
+        # args.json without the run's id: named, not the checkpoint (once blamed as another run's)
+        (lambda run: _edit_args(run, lambda d: {k: v for k, v in d.items() if k != "run_id"}), "args.json: no run_id "
+         "(the run's id, which its checkpoints are signed with), got None; it was edited: choose another --out"),
+        (lambda run: _edit_args(run, lambda d: {**d, "run_id": ""}), "args.json: no run_id (the run's id, which its "
+         "checkpoints are signed with), got ''"),
+        (lambda run: _edit_args(run, lambda d: [1, 2]), "args.json: expected a JSON object (the run's options), got "
+         "list"),
     ],
 )  # fmt: skip
 def test_resume_refuses_an_evaluation_record_no_evaluation_writes(
@@ -388,12 +430,13 @@ def test_resume_refuses_an_evaluation_record_no_evaluation_writes(
     message: str,
 ) -> None:
     """A NaN, an attainment outside [0, 1], a step out of order in ``eval_history.json`` (or ``best.json``): one
-    line naming the file and the entry, before anything is written, never carried into ``summary.json``."""
+    line naming the file and the entry, before anything is written, never carried into ``summary.json``. So is an
+    ``args.json`` without the run's id (its checkpoints are signed with it)."""
     run = _copy(trained_run, tmp_path, monkeypatch)
     edit(run)
     before = _listing(run)
     line = _refused(["--scenario", "mixed-slo", "--out", str(run), "--resume", *TINY, "--timesteps", "384"], capsys)
-    assert message in line and str(run) in line
+    assert message in line and str(run) in line and "signature binds" not in line
     assert _listing(run) == before
 
 

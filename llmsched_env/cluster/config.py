@@ -9,17 +9,37 @@ first ``num_prefill`` replicas only prefill, and every request's prompt KV then 
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
+from typing import Any
 
-from llmsched_env.common.checks import check_int, check_positive
+from llmsched_env.common.checks import check_positive
 from llmsched_env.costs.base import CostModel
 from llmsched_env.engine.config import EngineConfig
 
-__all__ = ["DECODE_RULES", "LLAMA3_8B_KV_BYTES_PER_TOKEN", "DisaggConfig", "KVLink", "ReplicaSpec"]
+__all__ = [
+    "DECODE_RULES",
+    "LLAMA3_8B_KV_BYTES_PER_TOKEN",
+    "MAX_REPLICAS",
+    "DisaggConfig",
+    "KVLink",
+    "ReplicaSpec",
+    "check_num_replicas",
+]
 
 # K and V, 32 layers, 8 KV heads of 128 dims, 2 bytes (bf16): Llama-3-8B's KV per token.
 LLAMA3_8B_KV_BYTES_PER_TOKEN = 2 * 32 * 8 * 128 * 2
 DECODE_RULES = ("kv_per_request", "least_outstanding", "round_robin")
+# The most replicas a cluster has: each is a whole engine with its KV pool, stepped and observed (9 features) at
+# every arrival, so a million of them never finished building; the scenarios have 4 and 8.
+MAX_REPLICAS = 1024
+
+
+def check_num_replicas(owner: str, name: str, value: Any) -> int:
+    """``value`` if it is an integer from 1 to ``MAX_REPLICAS``; ``ValueError`` naming ``owner.name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 1 <= int(value) <= MAX_REPLICAS:
+        raise ValueError(f"{owner}.{name} must be an integer from 1 to {MAX_REPLICAS:,}, got {value!r}")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -55,8 +75,12 @@ class DisaggConfig:
     decode_rule: str = "kv_per_request"
 
     def __post_init__(self) -> None:
-        check_int("DisaggConfig", "num_prefill", self.num_prefill, 1)
-        check_int("DisaggConfig", "num_decode", self.num_decode, 1)
+        check_num_replicas("DisaggConfig", "num_prefill", self.num_prefill)
+        check_num_replicas("DisaggConfig", "num_decode", self.num_decode)
+        if self.num_replicas > MAX_REPLICAS:
+            raise ValueError(
+                f"DisaggConfig: num_prefill + num_decode must be at most {MAX_REPLICAS:,}, got {self.num_replicas:,}"
+            )
         check_positive("DisaggConfig", "link_latency_s", self.link_latency_s, allow_zero=True)
         check_positive("DisaggConfig", "link_bandwidth_Bps", self.link_bandwidth_Bps)
         check_positive("DisaggConfig", "kv_bytes_per_token", self.kv_bytes_per_token)

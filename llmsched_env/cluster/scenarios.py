@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from llmsched_env.cluster.config import DisaggConfig, ReplicaSpec
-from llmsched_env.common.checks import check_int, check_positive
+from llmsched_env.cluster.config import DisaggConfig, ReplicaSpec, check_num_replicas
+from llmsched_env.common.checks import check_positive
 from llmsched_env.common.registry import Registry
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.engine.config import EngineConfig
@@ -47,7 +47,7 @@ class ClusterScenario:
     disagg: DisaggConfig | None = None
 
     def __post_init__(self) -> None:
-        check_int("ClusterScenario", "num_replicas", self.num_replicas, 1)
+        check_num_replicas("ClusterScenario", "num_replicas", self.num_replicas)
         check_positive(f"ClusterScenario({self.name!r})", "rate_rps", self.rate_rps)
         if self.replicas is not None and len(self.replicas) != self.num_replicas:
             raise ValueError(f"ClusterScenario.replicas has {len(self.replicas)} entries for {self.num_replicas}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,13 +49,17 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("profile", "fidelity"):
         s = sub.add_parser(name, formatter_class=DefaultsFormatter, help=f"its own options: {name} --help")
         add_runner_options(s)
-        s.add_argument("--num-requests", type=int, default=FIDELITY_REQUESTS, help="requests per workload")
+        s.add_argument(
+            "--num-requests", type=int, default=FIDELITY_REQUESTS, help="requests per workload (at most 10,000)"
+        )
         s.add_argument("--no-progress", action="store_true", help="no status lines and no progress bars on stderr")
         s.add_argument("--force", action="store_true", help="allow writing inside a shipped folder")
         if name == "profile":
             out = "preset file (default: results/calibrate/runtime-MODEL-DEVICE.json)"
-            s.add_argument("--out", type=output_path, default=None, help=out)
-            s.add_argument("--repeats", type=int, default=3, help="timed runs per batch shape (median kept)")
+            s.add_argument("--out", type=_file_path, default=None, help=out)
+            s.add_argument(
+                "--repeats", type=int, default=3, help="timed runs per batch shape (median kept; at most 1,000)"
+            )
             s.add_argument("--quick", action="store_true", help="a small grid (tests, smoke runs)")
             s.add_argument("--name", default=None, help="preset name (default: the file stem)")
             s.add_argument(
@@ -79,31 +84,60 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     is imported only once the arguments are parsed: ``--help`` does not wait for it."""
     p = build_parser()
     args = p.parse_args(argv)
+    from llmsched_env.runtime.profiling import (
+        MAX_LIST,
+        MAX_REPEATS,
+        MAX_REQUESTS,
+        check_count,
+        check_loads,
+        max_threads,
+        policy_factory,
+    )
+
+    try:  # the counts first: a runner with 100,000 threads is not even built
+        check_count("--threads (4 per CPU here, at most 1,024)", args.threads, max_threads())
+        check_count("--num-requests", args.num_requests, MAX_REQUESTS)
+        check_count("--seed", args.seed, 2**63 - 1, minimum=0)  # torch's generator takes a 64-bit seed
+        if args.command == "profile":
+            check_count("--repeats", args.repeats, MAX_REPEATS)
+    except ValueError as exc:
+        p.error(str(exc))
     args.spec = runner_spec(p, args)
     try:
-        if args.num_requests < 1:
-            raise ValueError(f"--num-requests must be >= 1, got {args.num_requests}")
         tag = f"{args.model}-{args.device.split(':')[0]}"
         if args.command == "profile":
             args.out = args.out or Path("results/calibrate") / f"runtime-{tag}.json"
-            args.fit_loads = _numbers("--fit-loads", args.fit_loads, float)
+            args.fit_loads = check_loads("--fit-loads", _numbers("--fit-loads", args.fit_loads, float))
         else:
             from llmsched_env.runtime.fidelity_report import check_fidelity_seeds
-            from llmsched_env.runtime.profiling import policy_factory
 
             args.out = args.out or Path("results/calibrate") / f"fidelity-{tag}"
             args.policies = [x for x in args.policies.split(",") if x]
             check_unique("--policies", args.policies)
             for name in args.policies:
                 policy_factory(name)
-            args.loads = _numbers("--loads", args.loads, float)
+            args.loads = check_loads("--loads", _numbers("--loads", args.loads, float))
             args.seeds = _numbers("--seeds", args.seeds, int)
+            if len(args.seeds) > MAX_LIST or any(x < 0 for x in args.seeds):
+                raise ValueError(f"--seeds: expected at most {MAX_LIST} seeds, each >= 0, got {args.seeds[:MAX_LIST]}")
             check_fidelity_seeds(args.seeds)
         profile = args.command == "profile"
         check_output(args.out, args.force, file=profile, files=() if profile else FIDELITY_FILES)
     except ValueError as exc:
         p.error(str(exc))
     return args
+
+
+def _file_path(text: str) -> Path:
+    """``--out`` of ``profile`` (a file) as a path: ``output_path``'s checks, and ``argparse.ArgumentTypeError``
+    when it ends with a path separator (``m/``: a folder is meant, and ``Path`` would drop the slash and write a
+    file named ``m``)."""
+    if text.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} ends with {text[-1]!r}, a folder; profile writes a file (the preset): give its path, e.g. "
+            f"{text}runtime-tiny-cpu.json"
+        )
+    return output_path(text)
 
 
 def _numbers(option: str, text: str, kind: type) -> list:

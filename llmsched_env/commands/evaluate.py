@@ -66,11 +66,18 @@ from llmsched_env.evaluation import (
 )
 from llmsched_env.evaluation.capacity import capacity_notes, verdict_notes
 from llmsched_env.evaluation.fallbacks import fallback_warning
-from llmsched_env.evaluation.grid import FinishedRun, ForeignRunError
-from llmsched_env.evaluation.outputs import FINISHED_FILES, RESULTS_TITLE, LiveTable, clear_outputs
+from llmsched_env.evaluation.grid import KEY_COLUMNS, FinishedRun, ForeignRunError
+from llmsched_env.evaluation.outputs import (
+    CAPACITY_COLUMNS,
+    FINISHED_FILES,
+    RESULTS_TITLE,
+    LiveTable,
+    clear_outputs,
+)
 from llmsched_env.evaluation.progress import Progress
 from llmsched_env.evaluation.resume import RECORD_NAME, ROWS_NAME, RowsLog, check_resumable, evaluation_record
-from llmsched_env.evaluation.sustained import absent_tenant_notes, unsustained
+from llmsched_env.evaluation.stats import SUMMARY_METRICS
+from llmsched_env.evaluation.sustained import absent_tenant_notes, overlong_notes, unsustained
 
 __all__ = ["main", "parse"]
 
@@ -143,7 +150,7 @@ def _evaluate(
     the rows of an evaluation that did not finish): its rows file, then the result files and the completion
     marker."""
     flagged = [] if args.capacity else unsustained(config)
-    notes = absent_tenant_notes(config) + [f"unsustained windows: {text}" for text in flagged]
+    notes = absent_tenant_notes(config) + overlong_notes(config) + [f"unsustained windows: {text}" for text in flagged]
     for note in notes + (capacity_notes(config, args.per_seed) if args.capacity else []):
         _note(note)
     plots = args.plots if args.plots is not None else args.out is not None
@@ -192,11 +199,10 @@ def _finish(out: Path, write: Callable[[], list[Path]], earlier: bool = True) ->
     one line."""
     try:
         written = write()
-    except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        _fail(ValueError(f"--out {out}: {exc.strerror} while writing the results; the earlier results there are "
-                         "as they were"))  # fmt: skip
+    except OSError as exc:  # a full disk, a file made immutable, a folder made read-only since the check
+        what = f"{exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "")
+        _fail(ValueError(f"--out {out}: {what} while writing the results; the earlier results there are as they "
+                         "were"))  # fmt: skip
     clear_outputs(out, keep=(ROWS_NAME, RECORD_NAME, *(p.name for p in written), *(() if earlier else FINISHED_FILES)))
     print("wrote " + ", ".join(str(p) for p in written))
 
@@ -279,7 +285,8 @@ def _rows_log(
     rows_path = args.out / ROWS_NAME
     if args.resume and _resumable(args.out, record):
         try:
-            log, finished = RowsLog.resume(args.out, record)
+            required = CAPACITY_COLUMNS if args.capacity else (*KEY_COLUMNS, *SUMMARY_METRICS)
+            log, finished = RowsLog.resume(args.out, record, required)
         except ValueError as exc:  # a rows file that is not one
             _fail(ValueError(f"--resume: {exc}"))
         clear_outputs(args.out, keep=(ROWS_NAME, RECORD_NAME, *FINISHED_FILES))

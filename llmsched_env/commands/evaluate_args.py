@@ -416,6 +416,18 @@ def check_combinations(p: argparse.ArgumentParser, args: argparse.Namespace) -> 
             p.error(f"{flags[option]} does nothing without {needs}: {why}; leave it out, or give {needs}")
 
 
+def _check_apart(p: argparse.ArgumentParser, out: Path | None, tensorboard: Path) -> None:
+    """A usage error when ``--tensorboard`` is, or lies under, a file the evaluation writes in ``--out``
+    (``OUT_FILES``): the events would go where a result file is written, found only after every run."""
+    if out is None:
+        return
+    board, folder = tensorboard.expanduser().absolute(), out.expanduser().absolute()
+    for name in OUT_FILES:
+        if board == folder / name or folder / name in board.parents:
+            p.error(f"--tensorboard {tensorboard}: is {name} of --out {out}, a file the evaluation writes; choose "
+                    "a folder of its own")  # fmt: skip
+
+
 def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> EvalConfig:
     """The ``EvalConfig`` the parsed ``args`` ask for; a usage error (exit 2) for anything wrong."""
     scaleout(p, args)
@@ -443,6 +455,7 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
             check_output(args.out, args.force, files=OUT_FILES)
         if args.tensorboard is not None:
             check_output(args.tensorboard, args.force, "--tensorboard")
+            _check_apart(p, args.out, args.tensorboard)
         runtime = from_args(RuntimeOptions, args) if args.backend == "runtime" else None
         limits = engine_limits(args)
         scenarios: list[Any] = trace_scenarios(p, args, limits) if args.trace is not None else args.scenarios

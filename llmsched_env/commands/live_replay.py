@@ -28,6 +28,7 @@ TTFT to the simulated TTFT and E2E.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Sequence
 from dataclasses import MISSING, fields
 from pathlib import Path
@@ -41,7 +42,14 @@ from llmsched_env.common.outputs import check_output, output_path, write_csv
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.live.logs import find_log_dir
-from llmsched_env.live.replay import DURATIONS, evaluate_runs, format_report, frontend_delay_s, load_run
+from llmsched_env.live.replay import (
+    DURATIONS,
+    MAX_FRONTEND_DELAY_S,
+    evaluate_runs,
+    format_report,
+    frontend_delay_s,
+    load_run,
+)
 
 __all__ = ["PROG", "build_parser", "logged_engine_config", "main", "parse_engine_config"]
 
@@ -74,6 +82,21 @@ def parse_engine_config(pairs: Sequence[str]) -> EngineConfig:
         return EngineConfig(**values)
     except ValueError as exc:
         raise ValueError(f"--engine-config: {exc}") from None
+
+
+def _delay_s(text: str) -> float:
+    """``--frontend-delay-s``: a finite number of seconds in [0, ``MAX_FRONTEND_DELAY_S``] (an argparse ``type``:
+    anything else is one usage line naming the option; nan or a negative delay gave nan or negative errors)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (math.isfinite(value) and 0.0 <= value <= MAX_FRONTEND_DELAY_S):
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number of seconds in [0, {MAX_FRONTEND_DELAY_S:,.0f}] (a front-end delay: API "
+            f"server, HTTP and tokenisation take milliseconds), got {text!r}"
+        )
+    return value
 
 
 def logged_engine_config(log_dir: Path) -> EngineConfig:
@@ -117,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RUN_DIR",
         help="add this light-load run's median client - engine TTFT to the simulated TTFT and E2E",
     )
-    delay.add_argument("--frontend-delay-s", type=float, default=0.0, metavar="S", help="or add this many seconds")
+    delay.add_argument("--frontend-delay-s", type=_delay_s, default=0.0, metavar="S",
+                       help=f"or add this many seconds (0 to {MAX_FRONTEND_DELAY_S:g})")  # fmt: skip
     p.add_argument(
         "--save-model", type=output_path, metavar="FILE.json", help="write the fitted cost model as a preset"
     )

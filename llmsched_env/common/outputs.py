@@ -347,9 +347,13 @@ def locked_output(out: str | Path, command: str, option: str = "--out") -> Itera
         why = "is a symbolic link" if exc.errno == errno.ELOOP else f"cannot be opened ({exc.strerror or exc})"
         raise OutputBusyError(f"{option} {folder}: {LOCK_NAME} {why}; remove it") from None
     try:
-        mode = os.fstat(fd).st_mode
+        st = os.fstat(fd)
+        mode = st.st_mode
         if not stat.S_ISREG(mode):  # a FIFO there would block the read below: refused, as check_folder does
             raise OutputBusyError(f"{option} {folder}: {LOCK_NAME} is {file_kind(mode)}, not a regular file; remove it")
+        if st.st_nlink > 1:  # written below: through a hard link, a file outside the folder would be
+            raise OutputBusyError(f"{option} {folder}: {LOCK_NAME} has {st.st_nlink - 1} other hard link(s), so "
+                                  "writing it would write a file elsewhere; remove it")  # fmt: skip
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

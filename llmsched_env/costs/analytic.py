@@ -93,11 +93,6 @@ class AnalyticCostModel:
             if f.init and f.name not in ("name", "description"):
                 positive = f.name not in self._MAY_BE_ZERO
                 check_cost_field(owner, f.name, getattr(self, f.name), positive=positive, integer=f.name in self._INTS)
-        for name in ("compute_efficiency", "bandwidth_efficiency"):
-            if getattr(self, name) > 1:
-                raise ValueError(
-                    f"{owner}: field '{name}' is a fraction of peak, must be <= 1, got {getattr(self, name)!r}"
-                )
         self._check_shape(owner)
         tp = self.tensor_parallel
         if tp > 1 and self.interconnect_bandwidth_gbps <= 0:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from llmsched_env.common.checks import check_number
+from llmsched_env.common.checks import Bound, check_number
 
 __all__ = [
     "COST_BOUNDS",
@@ -44,15 +44,20 @@ __all__ = [
 # direction); 1e15 parameters (500x the largest published models); 64 bytes per value (8x float64); the sizes of
 # a model (layers, widths, heads, tensor-parallel degree, the attention query tile) at most 2**20 each (64x the
 # widest model's hidden size of 16,384, 8,000x the deepest's 126 layers). A linear model's coefficients are
-# seconds per unit, each at most an hour.
+# seconds per unit, each at most an hour. The figures that divide a step's time also have a bottom (``Bound``), as
+# a tiny one prices an 8B model at microseconds: 1e-3 TFLOP/s (1 GFLOP/s, below any CPU core's), 1e-3 GB/s
+# (1 MB/s) of memory or interconnect bandwidth, 1e3 parameters (a toy model has 1e5), 0.125 bytes per value
+# (1-bit weights), and a compute or bandwidth efficiency of 1e-3 to 1 of peak (real ones are 0.3 to 0.9).
 MAX_STEP_S = 3600.0
 _MAX_SIZE = 1 << 20
 COST_BOUNDS: dict[str, float] = {
-    "peak_tflops": 1e6,
-    "mem_bandwidth_gbps": 1e6,
-    "interconnect_bandwidth_gbps": 1e6,
-    "num_params": 1e15,
-    "dtype_bytes": 64.0,
+    "peak_tflops": Bound(1e6, 1e-3),
+    "mem_bandwidth_gbps": Bound(1e6, 1e-3),
+    "interconnect_bandwidth_gbps": Bound(1e6, 1e-3),  # 0 too where it may be (one device: no interconnect)
+    "num_params": Bound(1e15, 1e3),
+    "dtype_bytes": Bound(64.0, 0.125),
+    "compute_efficiency": Bound(1.0, 1e-3),
+    "bandwidth_efficiency": Bound(1.0, 1e-3),
     "overhead_s": MAX_STEP_S,
     "allreduce_latency_s": MAX_STEP_S,
     **dict.fromkeys(
@@ -63,7 +68,13 @@ COST_BOUNDS: dict[str, float] = {
         ("prefill_token_s", "decode_seq_s", "kv_token_s", "prefill_attn_pair_s", "decode_log_s"), MAX_STEP_S
     ),
 }
-_UNITS = {"peak_tflops": "TFLOP/s", "mem_bandwidth_gbps": "GB/s", "interconnect_bandwidth_gbps": "GB/s"}
+_UNITS = {
+    "peak_tflops": "TFLOP/s",
+    "mem_bandwidth_gbps": "GB/s",
+    "interconnect_bandwidth_gbps": "GB/s",
+    "compute_efficiency": "of peak",
+    "bandwidth_efficiency": "of peak",
+}
 
 
 @runtime_checkable

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,21 @@ _KINDS: dict[str, Any] = {"analytic": AnalyticCostModel, "linear": LinearCostMod
 
 
 def from_dict(data: dict[str, Any]) -> CostModel:
-    """The cost model a ``to_dict()`` output (or a preset's fields, with ``kind``) describes."""
-    return _KINDS[data["kind"]].from_dict(data)
+    """The cost model a ``to_dict()`` output (or a preset's fields, with ``kind``) describes; ``ValueError``
+    naming the field for a missing or unknown ``kind`` (or a bad field of that kind), or when ``data`` is not
+    a mapping."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"a cost model must be a mapping of fields (with 'kind'), got {type(data).__name__}")
+    return _KINDS[_kind(data, "cost model")].from_dict(data)
+
+
+def _kind(data: Mapping[str, Any], owner: str) -> str:
+    """``data``'s ``kind``, or ``ValueError`` naming ``owner`` and the field (missing, or not a known kind)."""
+    kind = data.get("kind")
+    if not isinstance(kind, str) or kind not in _KINDS:
+        got = "it is missing" if "kind" not in data else f"got {kind!r:.80}"
+        raise ValueError(f"{owner}: field 'kind' must be one of {sorted(_KINDS)}, {got}")
+    return str(kind)
 
 
 def list_presets() -> list[str]:
@@ -59,10 +73,7 @@ def load_cost_model(name_or_path: str | os.PathLike[str]) -> CostModel:
         raise ValueError(f"cost model file {path}: not readable JSON ({err})") from None
     if not isinstance(data, dict):
         raise ValueError(f"cost model file {path}: top level must be a JSON object of fields")
-    kind = data.get("kind")
-    if kind not in _KINDS:
-        kinds = sorted(_KINDS)
-        raise ValueError(f"cost model file {path}: field 'kind' must be one of {kinds}, got {kind!r}")
+    kind = _kind(data, f"cost model file {path}")
     try:
         return _KINDS[kind].from_dict({"name": path.stem, **data})
     except (TypeError, ValueError) as err:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmsched_env.decision.lookahead import LookaheadConfig, parse_lookahead
+from llmsched_env.decision.lookahead import LOOKAHEAD, LookaheadConfig, parse_lookahead
 from llmsched_env.decision.policy import Policy
 from llmsched_env.decision.policy_file import ExportedPolicy, load_policy_file, torch_forward
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy
@@ -133,7 +133,54 @@ def resolve_policy(entry: str) -> PolicySpec:
     (a path ``policies/...`` that does not exist where the command runs is the shipped policy of that name),
     or ``[alias=]path`` of a tuned-settings table
     (a JSON file with ``"format": "llmsched-tuned"``): the ``tuned`` baseline with that table, named ``alias``
-    (default: the file's stem). ``ValueError`` naming ``entry`` or the file otherwise."""
+    (default: the file's stem). ``ValueError`` naming ``entry`` or the file otherwise, and when the name given
+    (or taken from the folder or file) is another policy's: a baseline's, ``learned`` or ``lookahead``
+    (``fcfs=runs/ppo0`` would credit the learned policy's rows to ``fcfs``)."""
+    spec = _resolve(entry)
+    _check_label(entry, spec)
+    return spec
+
+
+def _check_label(entry: str, spec: PolicySpec) -> None:
+    """``ValueError`` when ``spec``'s name (the ``policy`` column of its rows) is a name the resolver gives
+    another policy: a baseline's or router's, ``learned`` or ``lookahead``, so that a table never credits one
+    policy's results to another (``fcfs=runs/ppo0``, or a folder named ``fcfs``). The name may denote what it
+    names: ``fcfs=fcfs``, ``tuned=TABLE.json`` (the ``tuned`` baseline with a table), ``learned`` itself."""
+    name = spec.name
+    if spec.lookahead is not None:
+        return
+    if name in baseline_names():
+        if spec.baseline == name:
+            return
+        what = f"the baseline {name!r}"
+    elif name == LEARNED:
+        if spec.path is not None and _same_path(spec.path, GENERALIST_PATH):
+            return
+        what = f"the shipped generalist ({LEARNED!r})"
+    elif name == LOOKAHEAD or name.startswith(LOOKAHEAD + ":"):
+        what = "the lookahead bound"
+    else:
+        return
+    denotes = f"the baseline {spec.baseline!r}" if spec.baseline is not None else f"the policy file {spec.path}"
+    if spec.table is not None:
+        denotes += f" with the table {spec.table}"
+    raise ValueError(
+        f"policy {entry!r} is named {name!r}, the name of {what}, but is {denotes}: its rows would be credited to "
+        f"{name!r}; name it otherwise (NAME=PATH with another NAME)"
+    )
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    """Whether ``a`` is ``b`` or the ``policy.json`` inside folder ``b``."""
+    try:
+        ra, rb = a.resolve(), b.resolve()
+    except OSError:
+        return False
+    return ra == rb or ra == rb / "policy.json"
+
+
+def _resolve(entry: str) -> PolicySpec:
+    """``resolve_policy`` before the check of the name it gives."""
     names = baseline_names()
     if entry in names:
         return PolicySpec(entry, baseline=entry)

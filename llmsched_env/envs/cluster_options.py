@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from llmsched_env.cluster.config import DisaggConfig, ReplicaSpec
+from llmsched_env.cluster.config import MAX_REPLICAS, DisaggConfig, ReplicaSpec, check_num_replicas
 from llmsched_env.cluster.scenarios import ClusterScenario
-from llmsched_env.common.checks import check_int
 from llmsched_env.common.fields import as_dataclass
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.loader import cost_model_of
@@ -44,19 +43,17 @@ def resolve_specs(
 ) -> list[ReplicaSpec]:
     """One spec per replica from ``replicas=`` (heterogeneous), else ``num_replicas`` copies of ``engine`` /
     ``cost_model``, else the cluster scenario's, else the base scenario's."""
+    if num_replicas is not None:
+        check_num_replicas("LLMSchedClusterEnv", "num_replicas", num_replicas)
     if replicas is not None:
         if engine is not None or cost_model is not None:
             raise ValueError("give either replicas= (one engine and cost model each) or engine=/cost_model=")
-        if num_replicas is not None and len(replicas) != num_replicas:
-            raise ValueError(f"num_replicas={num_replicas} but {len(replicas)} replicas were given")
-        out = []
-        for entry in replicas:
-            e, cm = (entry.get("engine"), entry.get("cost_model")) if isinstance(entry, Mapping) else entry
-            out.append(ReplicaSpec(engine_config(e or base.engine), _cost_model(cm or base.cost_model)))
-        return out
+        entries = _replica_entries(replicas)
+        if num_replicas is not None and len(entries) != num_replicas:
+            raise ValueError(f"num_replicas={num_replicas} but {len(entries)} replicas were given")
+        return [ReplicaSpec(engine_config(e or base.engine), _cost_model(cm or base.cost_model)) for e, cm in entries]
     if num_replicas is None:
         num_replicas = csc.num_replicas if csc is not None else disagg.num_replicas if disagg is not None else 4
-    check_int("LLMSchedClusterEnv", "num_replicas", num_replicas, 1)
     if csc is not None and engine is None and cost_model is None:
         specs = csc.specs()
         if len(specs) == num_replicas:
@@ -70,6 +67,33 @@ def resolve_specs(
         cost_model = csc.cost_model if csc is not None and csc.cost_model is not None else base.cost_model
     e, cm = engine_config(engine), _cost_model(cost_model)
     return [ReplicaSpec(e, cm) for _ in range(num_replicas)]
+
+
+def _replica_entries(replicas: object) -> list[tuple[Any, Any]]:
+    """``replicas=`` as ``(engine, cost_model)`` pairs: a list or tuple of 1 to ``MAX_REPLICAS`` entries, each a
+    pair or a dict with the keys ``engine`` and ``cost_model`` (either may be left out or None: the base
+    scenario's); ``ValueError`` naming ``replicas`` and the entry otherwise."""
+    if isinstance(replicas, (str, bytes, Mapping)) or not isinstance(replicas, Sequence):
+        raise ValueError(f"LLMSchedClusterEnv.replicas must be a list of replicas, got {type(replicas).__name__}")
+    if not 1 <= len(replicas) <= MAX_REPLICAS:
+        raise ValueError(f"LLMSchedClusterEnv.replicas must list 1 to {MAX_REPLICAS:,} replicas, got {len(replicas):,}")
+    entries = []
+    for i, entry in enumerate(replicas):
+        if isinstance(entry, Mapping):
+            unknown = sorted(map(str, set(entry) - {"engine", "cost_model"}))
+            if unknown:
+                raise ValueError(
+                    f"LLMSchedClusterEnv.replicas[{i}]: unknown keys {unknown}; expected engine, cost_model"
+                )
+            entries.append((entry.get("engine"), entry.get("cost_model")))
+        elif isinstance(entry, Sequence) and not isinstance(entry, (str, bytes)) and len(entry) == 2:
+            entries.append((entry[0], entry[1]))
+        else:
+            raise ValueError(
+                f"LLMSchedClusterEnv.replicas[{i}] must be an (engine, cost_model) pair or a dict with those keys, "
+                f"got {entry!r}"
+            )
+    return entries
 
 
 def resolve_local_policies(value: Any, n: int) -> list[LocalPolicy]:

@@ -32,12 +32,28 @@ from llmsched_env.envs.render import render_ansi, render_rgb
 from llmsched_env.envs.reward import RewardConfig, RewardTracker
 from llmsched_env.envs.snapshot import EnvSnapshot, check_snapshot, episode_state, restore_episode_state
 from llmsched_env.sim.simulator import Simulator
-from llmsched_env.workloads.library import get_scenario
+from llmsched_env.workloads.library import get_scenario, list_scenarios
 from llmsched_env.workloads.prediction import LengthPredictor
 from llmsched_env.workloads.scenarios import Scenario, SyntheticSource, TraceSource
 from llmsched_env.workloads.workload import WorkloadConfig
 
 __all__ = ["ENV_IDS", "LLMSchedEnv", "env_id", "make_v0", "make_v1"]
+
+
+def _named_scenario(name: object) -> Scenario:
+    """The library scenario ``name`` (None: ``default``); ``ValueError`` naming the field ``scenario`` for an
+    empty, unknown or non-text name (an empty one is not taken for ``default``)."""
+    if name is None:
+        return get_scenario("default")
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(
+            f"LLMSchedEnv.scenario must be a scenario name ({', '.join(list_scenarios())}) or a Scenario, "
+            f"got {name!r:.80}"
+        )
+    try:
+        return get_scenario(name)
+    except ValueError as exc:
+        raise ValueError(f"LLMSchedEnv.scenario: {exc}") from None
 
 
 class LLMSchedEnv(gym.Env):
@@ -146,7 +162,7 @@ class LLMSchedEnv(gym.Env):
             scenario = Scenario(
                 "custom", "a user workload", lambda sp, scale: SyntheticSource(wl, sp), num_requests=wl.num_requests
             )
-        sc = get_scenario(scenario or "default") if not isinstance(scenario, Scenario) else scenario
+        sc = scenario if isinstance(scenario, Scenario) else _named_scenario(scenario)
         check_episode_args(self, split, num_requests, horizon_s, max_steps, render_mode)
         load, self.load_range = load_arg("LLMSchedEnv", load)
         check_int("LLMSchedEnv", "iterations_per_step", iterations_per_step, 1)

@@ -369,6 +369,9 @@ def capacity_grid(
              for seed in seeds]  # fmt: skip
     keys = [(config.scenarios[si].name, config.policies[pi].name, seed) for si, pi, seed in cells]
     done = {search_key(row): row for row in finished}
+    if len(done) < len(finished):  # a search ends in one line
+        twice = next(key for key in done if sum(search_key(row) == key for row in finished) > 1)
+        raise ForeignRunError(f"a second line for the capacity search ({', '.join(map(shown_value, twice))})")
     stray = [key for key in done if key not in keys]
     if stray:
         scenario, policy, seed = stray[0]

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository: llmsched_env/, bas
 RAY_INSTALL_HINT = "Ray is not installed: pip install -e '.[distributed]'"
 RAY_CONNECT_TIMEOUT_ENV = "LLMSCHED_RAY_CONNECT_TIMEOUT_S"  # seconds a Ray address has to answer (default 60)
 _RAY_CONNECT_TIMEOUT_S = 60.0
+_RAY_CONNECT_TIMEOUT_MAX_S = 86_400.0  # a day: longer is no timeout
 _EXCLUDES = ["runs/", "results/", ".git/", "docs/", "*.zip", "__pycache__/", ".pytest_cache/", ".ruff_cache/"]
 
 
@@ -113,8 +114,11 @@ def _connect_timeout() -> float:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not 0 < value < float("inf"):
-        raise ValueError(f"{RAY_CONNECT_TIMEOUT_ENV}={text!r}: expected a number of seconds > 0")
+    if not 0 < value <= _RAY_CONNECT_TIMEOUT_MAX_S:
+        raise ValueError(
+            f"{RAY_CONNECT_TIMEOUT_ENV}={text!r}: expected a number of seconds > 0 and at most "
+            f"{_RAY_CONNECT_TIMEOUT_MAX_S:,.0f} (a day)"
+        )
     return value
 
 

@@ -222,12 +222,14 @@ def run_grid(
 
 
 def _finished(config: EvalConfig, finished: Sequence[FinishedRun], details: bool) -> dict[RunKey, FinishedRun]:
-    """The ``finished`` runs by key, the last one of a key counting; with ``details``, those without details
-    left out (they run again) unless the scenarios are cluster scenarios (which keep none). ``ValueError``
-    naming a run that is not in ``config``'s grid."""
+    """The ``finished`` runs by key; with ``details``, those without details left out (they run again) unless the
+    scenarios are cluster scenarios (which keep none). A key has one line, or two when a run kept without details
+    ran again with them (the later counts). ``ForeignRunError`` naming a run that is not in ``config``'s grid or
+    a run of more lines than that."""
     grid = {(s.name, load, p.name, seed) for s in config.scenarios for load in config.loads
             for p in config.policies for seed in config.seeds}  # fmt: skip
     done: dict[RunKey, FinishedRun] = {}
+    seen: dict[RunKey, FinishedRun] = {}
     for run in finished:
         key = run_key(run.row)
         if key not in grid:
@@ -236,6 +238,13 @@ def _finished(config: EvalConfig, finished: Sequence[FinishedRun], details: bool
                 f"finished run (policy {policy}, scenario {scenario}, load {load}, seed {seed}) is not a run of this "
                 "evaluation"
             )
+        earlier = seen.get(key)
+        if earlier is not None and not (earlier.details is None and run.details is not None):
+            scenario, load, policy, seed = map(shown_value, key)
+            raise ForeignRunError(  # only a run kept without details, run again for the plots, has two lines
+                f"a second line for the run (policy {policy}, scenario {scenario}, load {load}, seed {seed})"
+            )
+        seen[key] = run
         if details and run.details is None and not config.is_cluster:
             done.pop(key, None)
             continue

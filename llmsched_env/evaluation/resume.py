@@ -30,8 +30,9 @@ import json
 import math
 import os
 import re
+import secrets
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -41,7 +42,7 @@ from llmsched_env.common.files import CONFIG_BYTES, RECORD_BYTES, file_kind, par
 from llmsched_env.common.outputs import replaced_atomically, write_text_atomically
 from llmsched_env.decision.policy_file import FIELDS_KEY
 from llmsched_env.evaluation.config import EvalConfig, Row
-from llmsched_env.evaluation.grid import FinishedRun
+from llmsched_env.evaluation.grid import FinishedRun, shown_value
 
 __all__ = [
     "RECORD_FORMAT",
@@ -49,9 +50,11 @@ __all__ = [
     "RECORD_VERSION",
     "ROWS_NAME",
     "RowsLog",
+    "check_details",
     "check_resumable",
     "check_row",
     "differences",
+    "evaluation_id",
     "evaluation_record",
     "read_record",
     "read_rows",
@@ -167,12 +170,22 @@ def check_resumable(out: Path, record: Mapping[str, Any]) -> bool:
     return True
 
 
-def read_rows(path: Path) -> tuple[list[FinishedRun], int]:
+def evaluation_id(out: Path) -> str:
+    """The id of the evaluation in ``out`` (its record's ``id``, drawn when it started; "" without one), which
+    every line of its rows file folds into its digest: a line of another evaluation does not pass here."""
+    record = read_record(out)
+    return str(record.get("id") or "") if record is not None else ""
+
+
+def read_rows(path: Path, salt: str | None = None, required: Sequence[str] = ()) -> tuple[list[FinishedRun], int]:
     """The runs in the rows file ``path`` (none when it is missing) and the length in bytes of its whole lines:
     a last line cut short by a kill (no newline, or not JSON) is ignored. ``ValueError`` naming the file and
-    line for a line before the last that is no row."""
+    line for a line before the last that is no row: not JSON, its digest not that of its content and ``salt``
+    (the evaluation's id; default: read from the record beside ``path``), or a row without the columns
+    ``required`` or with values no run gives (``check_row``, ``check_details``)."""
     if not os.path.lexists(path):
         return [], 0
+    salt = evaluation_id(Path(path).parent) if salt is None else salt
     data = read_bytes(path, RECORD_BYTES)  # bounded, and only a regular file
     lines = data.split(b"\n")
     runs: list[FinishedRun] = []
@@ -185,17 +198,17 @@ def read_rows(path: Path) -> tuple[list[FinishedRun], int]:
                 break
             raise ValueError(f"{path}:{number}: not a line of an evaluation's rows file (not JSON)") from None
         recorded = entry.pop(DIGEST_KEY, None) if isinstance(entry, dict) else None
-        if isinstance(entry, dict) and recorded != _entry_digest(entry):
+        if isinstance(entry, dict) and recorded != _entry_digest(entry, salt):
             raise ValueError(
-                f"{path}:{number}: the line was changed since its run wrote it (its {DIGEST_KEY} "
-                f"{'is missing' if recorded is None else 'does not match'}); remove that line (its run runs "
-                "again) or start afresh without --resume"
+                f"{path}:{number}: the line was changed since its run wrote it, or another evaluation wrote it (its "
+                f"{DIGEST_KEY} {'is missing' if recorded is None else 'does not match'}); remove that line (its run "
+                "runs again) or start afresh without --resume"
             )
         row = entry.get("row") if isinstance(entry, dict) else None
         details = entry.get("details") if isinstance(entry, dict) else None
         if not isinstance(row, dict) or not {"policy", "scenario"} <= set(row) or not isinstance(details, dict | None):
             raise ValueError(f'{path}:{number}: not a line of an evaluation\'s rows file (no "row" object)')
-        problem = check_row(row)
+        problem = check_row(row, required) or (check_details(details) if details is not None else None)
         if problem is not None:
             raise ValueError(
                 f"{path}:{number}: {problem}, which no finished run gives: the rows file was changed; remove that "
@@ -207,40 +220,82 @@ def read_rows(path: Path) -> tuple[list[FinishedRun], int]:
     return runs, kept
 
 
-# the row columns whose values are shares (in [0, 1]) and those that are never negative (times, counts, rates)
+# the row columns whose values are shares (in [0, 1]), those that are never negative (times, counts, rates),
+# those that count (whole numbers) and those that are booleans; no figure of a run is as large as _MAX_VALUE
 _SHARE = re.compile(r"(attainment|_rate|jain_fairness|kv_usage_mean|kv_usage_peak|_share)$")
 _NON_NEGATIVE = re.compile(r"(_s|_rps|_tps|^num_[a-z_]+|/num_[a-z_]+|^load|^capacity_[a-z]+|^seed|preemptions|"
                            r"window_requests|max_sustained_load|/service)$")  # fmt: skip
+_COUNT = re.compile(r"(^num_[a-z_]+|/num_[a-z_]+|^seed|preemptions|window_requests)$")
+_BOOLEAN = ("sustained", "window_limited")
+_MAX_VALUE = 1e15
 
 
-def check_row(row: Mapping[str, Any]) -> str | None:
+def check_row(row: Mapping[str, Any], required: Sequence[str] = ()) -> str | None:
     """What is wrong with a row read back from a rows file (None: nothing): ``policy`` and ``scenario`` must be
-    non-empty strings, every value a string, a boolean, None or a finite number, shares (attainments, rates,
-    fairness, KV usage) in [0, 1] and times, counts, rates and loads not negative. A row a run wrote always
-    passes; a line edited by hand (a NaN attainment) does not."""
+    non-empty strings and every key of ``required`` there; every value a string, a boolean, None or a finite
+    number of magnitude at most 10^15; the boolean columns (``sustained``, ``window_limited``) booleans; shares
+    (attainments, rates, fairness, KV usage) numbers in [0, 1]; times, counts, rates and loads numbers not
+    negative, and counts whole. A row a run wrote always passes; a line forged with values no run gives (a NaN
+    attainment, a count of 3.5, ``true`` for a time) does not."""
     for key in ("policy", "scenario"):
         if not isinstance(row.get(key), str) or not row[key]:
-            return f"{key} is {row.get(key)!r}, not a name"
+            return f"{key} is {shown_value(row.get(key))}, not a name"
+    missing = [key for key in required if key not in row]
+    if missing:
+        return f"no {', '.join(missing)}"
     for key, value in row.items():
-        if value is None or isinstance(value, (str, bool)):
+        if key in _BOOLEAN:
+            if not isinstance(value, bool):
+                return f"{key} is {shown_value(value)}, not true or false"
             continue
-        if not isinstance(value, (int, float)):
-            return f"{key} is a {type(value).__name__}"
-        if not math.isfinite(value):
+        numeric = bool(_SHARE.search(key) or _NON_NEGATIVE.search(key))
+        if value is None or (isinstance(value, str) and not numeric):
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"{key} is {shown_value(value)}, not a number"
+        if not math.isfinite(value) or abs(value) > _MAX_VALUE:
             return f"{key} is {value!r}"
         if _SHARE.search(key) and not 0.0 <= value <= 1.0:
             return f"{key} is {value!r}, outside [0, 1]"
         if _NON_NEGATIVE.search(key) and value < 0:
             return f"{key} is {value!r}, below 0"
+        if _COUNT.search(key) and not float(value).is_integer():
+            return f"{key} is {value!r}, not a whole number"
     return None
 
 
-def _entry_digest(entry: Mapping[str, Any]) -> str:
-    """The sha256 (a prefix of 32 hex digits) of a rows-file entry's canonical JSON (keys sorted, no spaces): what
-    the line of a run carries under ``DIGEST_KEY``, so that a line edited since is told from one a run wrote. The
-    same entry read back (numbers as JSON holds them, arrays as lists) gives the same digest."""
+def check_details(details: Mapping[str, Any]) -> str | None:
+    """What is wrong with a run's details read back (None: nothing): each value a string, a finite number, or a
+    list of finite numbers not negative (the latencies, the KV series), as ``details.episode_details`` gives."""
+    for key, value in details.items():
+        if isinstance(value, list):
+            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < math.inf for x in value):
+                return f"details {key!r} holds something other than finite numbers >= 0"
+        elif value is not None and not isinstance(value, str) and not (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        ):
+            return f"details {key!r} is {shown_value(value)}"
+    return None
+
+
+def _not_appendable(path: Path, st: os.stat_result) -> str:
+    """Why the rows file ``path`` (of ``os.stat`` ``st``) may not be appended to or cut, "" when it may: only a
+    regular file with no other hard link (appending through a link would write a file outside ``--out``)."""
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path}: {file_kind(st.st_mode)}; the rows file must be a regular file"
+    if st.st_nlink > 1:
+        return (f"{path}: has {st.st_nlink - 1} other hard link(s), so appending to it would write a file elsewhere; "
+                "copy it to a file of its own (cp, then mv over it) to resume")  # fmt: skip
+    return ""
+
+
+def _entry_digest(entry: Mapping[str, Any], salt: str = "") -> str:
+    """The sha256 (a prefix of 32 hex digits) of the evaluation's id ``salt`` and a rows-file entry's canonical
+    JSON (keys sorted, no spaces): what the line of a run carries under ``DIGEST_KEY``, so that a line edited
+    since, or copied from another evaluation's rows, is told from one this evaluation's run wrote. The same entry
+    read back (numbers as JSON holds them, arrays as lists) gives the same digest."""
     text = json.dumps(entry, sort_keys=True, separators=(",", ":"), default=_json_default)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+    return hashlib.sha256((salt + "\n" + text).encode("utf-8")).hexdigest()[:32]
 
 
 def _array(value: Any) -> Any:
@@ -262,8 +317,9 @@ class RowsLog:
     """``OUT/rows.jsonl`` open for appending: ``append`` writes one run per line, flushed and fsynced. Made by
     ``start`` (a new evaluation) or ``resume`` (one continued); ``close`` (or a ``with`` block) closes it."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, salt: str = "") -> None:
         self.path = Path(path)
+        self.salt = salt  # the evaluation's id, in each line's digest
         self.appended = 0  # lines appended through this object
         # opened non-blocking and checked on the descriptor: a FIFO put at the name is refused, not waited on
         try:
@@ -272,10 +328,10 @@ class RowsLog:
             if exc.errno != errno.ENXIO:  # ENXIO: a FIFO nothing reads
                 raise
             raise ValueError(f"{self.path}: a FIFO (named pipe); the rows file must be a regular file") from None
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
             os.close(fd)
-            raise ValueError(f"{self.path}: {file_kind(mode)}; the rows file must be a regular file")
+            raise ValueError(_not_appendable(self.path, st))
         os.set_blocking(fd, True)
         self._file: IO[str] | None = os.fdopen(fd, "a", encoding="utf-8")
 
@@ -284,33 +340,40 @@ class RowsLog:
         """A new evaluation in ``out``: its record written (atomically), then an empty rows file (replacing
         any). Call it after removing the files of an earlier evaluation (``outputs.clear_outputs``)."""
         out = Path(out)
+        record = {**record, "id": record.get("id") or secrets.token_hex(8)}  # this evaluation's, in every digest
         write_text_atomically(out / RECORD_NAME, json.dumps(dict(record), indent=1, default=str) + "\n")
         with replaced_atomically(out / ROWS_NAME) as tmp:
             tmp.write_bytes(b"")
-        return cls(out / ROWS_NAME)
+        return cls(out / ROWS_NAME, str(record["id"]))
 
     @classmethod
-    def resume(cls, out: Path, record: Mapping[str, Any]) -> tuple[RowsLog, list[FinishedRun]]:
+    def resume(
+        cls, out: Path, record: Mapping[str, Any], required: Sequence[str] = ()
+    ) -> tuple[RowsLog, list[FinishedRun]]:
         """The evaluation in ``out`` continued: ``ValueError`` (one line naming ``out`` and every difference)
         when its record is not ``record``'s (other options or inputs), else the rows file open for appending
-        (a last line cut short removed) and the runs it holds. An ``out`` without a record: ``ValueError``."""
+        (a last line cut short removed) and the runs it holds (each row holding the columns ``required``). An
+        ``out`` without a record: ``ValueError``."""
         out = Path(out)
         if not check_resumable(out, record):
             raise ValueError(f"{out}: no {RECORD_NAME}, so no evaluation to resume there")
         path = out / ROWS_NAME
-        runs, kept = read_rows(path)
+        salt = evaluation_id(out)
+        runs, kept = read_rows(path, salt, required)
+        if os.path.lexists(path) and (problem := _not_appendable(path, os.stat(path))):
+            raise ValueError(problem)  # before the torn line is cut: nothing is written through another link
         if path.is_file() and path.stat().st_size != kept:
             with path.open("r+b") as f:  # the torn last line, so that the next one starts on a line of its own
                 f.truncate(kept)
                 os.fsync(f.fileno())
-        return cls(path), runs
+        return cls(path, salt), runs
 
     def append(self, row: Row, details: Mapping[str, Any] | None = None) -> None:
         """One line ``{"row": row[, "details": details]}`` on disk before this returns (flushed, fsynced)."""
         if self._file is None:
             raise ValueError(f"{self.path}: closed")
         entry: dict[str, Any] = {"row": row} if details is None else {"row": row, "details": details}
-        entry[DIGEST_KEY] = _entry_digest(entry)
+        entry[DIGEST_KEY] = _entry_digest(entry, self.salt)
         self._file.write(json.dumps(entry, default=_json_default) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())

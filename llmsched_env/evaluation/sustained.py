@@ -7,6 +7,7 @@ and the tenants a part leaves out.
     windows.max_load(seeds)                         # the largest load at which every seed's window is sustained
     unsustained(config)                             # one line per (scenario, load) of the grid that is not
     absent_tenant_notes(config)                     # one line per trace part that leaves tenants out
+    overlong_notes(config)                          # one line per scenario whose requests overrun max_model_len
 
 A window's span is measured on the very requests its episode replays (the env's source, episode size and
 load scaling: a cluster's load is a multiple of its own rate, the source's of the base scenario's).
@@ -19,19 +20,29 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from llmsched_env.cluster.scenarios import ClusterScenario
 from llmsched_env.common.tenants import listed_tenants
+from llmsched_env.engine.request import Request
 from llmsched_env.evaluation.config import AnyScenario, EvalConfig
-from llmsched_env.workloads.scenarios import RequestSource, TraceSource
+from llmsched_env.workloads.scenarios import RequestSource, TraceSource, episode_window
 from llmsched_env.workloads.windows import SUSTAINED_SPAN_FACTOR, WindowSpan, max_sustained_load, window_span
 
 __all__ = [
+    "OVERLONG_NOTE_SHARE",
     "ScenarioWindows",
     "absent_tenant_notes",
     "env_windows",
+    "overlong_notes",
     "scenario_windows",
     "unsustained",
 ]
+
+
+# The share of a scenario's requests longer than max_model_len from which evaluate says so (``overlong_notes``):
+# a few over-long requests are a scenario's tail, rejected as vLLM rejects them; a tenth or more is a setting.
+OVERLONG_NOTE_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -49,6 +60,13 @@ class ScenarioWindows:
         """The window of ``seed`` at the scenario's ``load``."""
         w = window_span(self.source, self.split, seed, self.num_requests, load * self.load_scale)
         return replace(w, load=float(load))
+
+    def requests(self, seed: int, load: float = 1.0) -> list[Request]:
+        """The requests of the window of ``seed`` at the scenario's ``load``, as ``reset(seed=seed)`` draws them."""
+        rng = np.random.default_rng(seed)  # what gymnasium's reset(seed=seed) seeds the env's stream with
+        return list(
+            self.source.sample(rng, self.num_requests, load * self.load_scale, episode_window(self.split, seed))
+        )
 
     def max_load(self, seeds: Sequence[int]) -> float:
         """The largest load of the scenario at which the windows of all ``seeds`` are sustained."""
@@ -123,7 +141,51 @@ def unsustained(config: EvalConfig) -> list[str]:
 
 
 def absent_tenant_notes(config: EvalConfig) -> list[str]:
-    """One line per (single-node) scenario whose ``config.split`` part has no request of some of its tenants."""
+    """One line per (single-node) scenario whose ``config.split`` part has no request of some of its tenants:
+    what a scenario's rows leave out, said before they are read."""
+    return _absent_tenants(config)
+
+
+def overlong_notes(config: EvalConfig) -> list[str]:
+    """One line per scenario of ``config`` where at least ``OVERLONG_NOTE_SHARE`` of the requests its episodes
+    replay (every seed's window at load 1) are longer than the engine's ``max_model_len`` (prompt + output):
+    the engine rejects each of them unserved, so a tiny ``--max-model-len`` gives attainment 0 and rejection
+    1 for every policy. For a cluster, the largest of its replicas' limits."""
+    lines = []
+    for scenario in config.scenarios:
+        env = config.make_env(scenario, 1.0)
+        try:
+            limit = _max_model_len(env.unwrapped)
+            windows = env_windows(env, scenario.name)
+        finally:
+            env.close()
+        if limit is None:
+            continue
+        lengths = [r.total_len for seed in config.seeds for r in windows.requests(seed)]
+        over = sum(n > limit for n in lengths)
+        if not lengths or over < OVERLONG_NOTE_SHARE * len(lengths):
+            continue
+        share = "all" if over == len(lengths) else f"{over / len(lengths):.0%} ({over} of"
+        lines.append(
+            f"scenario {scenario.name!r}: {share} {len(lengths)}{')' if over < len(lengths) else ''} requests of its "
+            f"{config.split} windows are longer than max_model_len {limit} (prompt + output; the longest "
+            f"{max(lengths)} tokens): the engine rejects each unserved, whatever the policy; raise max_model_len "
+            "(--max-model-len) if that is not the point"
+        )
+    return lines
+
+
+def _max_model_len(env: Any) -> int | None:
+    """The longest request ``env`` (unwrapped) can serve: its engine's ``max_model_len``, or a cluster's
+    largest; None when neither is at hand."""
+    engine = getattr(env, "engine_config", None)
+    if engine is not None:
+        return int(engine.max_model_len)
+    specs = getattr(env, "specs", None)
+    return max(int(s.engine.max_model_len) for s in specs) if specs else None
+
+
+def _absent_tenants(config: EvalConfig) -> list[str]:
     lines = []
     for scenario in config.scenarios:
         base = scenario.scenario() if isinstance(scenario, ClusterScenario) else scenario

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from llmsched_env.common.checks import is_finite_number
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.linear import LinearCostModel
 from llmsched_env.decision.policy_spec import resolve_policy
@@ -51,9 +52,14 @@ from llmsched_env.live.records import (
 )
 from llmsched_env.live.sim import Latencies, ReplayResult, replay, replay_requests
 
+# A front-end delay (API server, HTTP, tokenisation: milliseconds) added to simulated TTFT and E2E is at most an
+# hour (docs/reliability.md, "Physical ranges"); ``--frontend-delay-s`` is refused outside [0, this].
+MAX_FRONTEND_DELAY_S = 3600.0
+
 __all__ = [
     "COMPARE_COLUMNS",
     "DURATIONS",
+    "MAX_FRONTEND_DELAY_S",
     "ClientResult",
     "Latencies",
     "LiveReport",
@@ -114,7 +120,13 @@ def evaluate_runs(
 ) -> LiveReport:
     """Fit a cost model to the steps of ``fit_runs`` (default: ``runs``), replay every run under ``policy``
     with it (``replay``, which takes the arguments from ``policy_cost_model`` on) and compare (``compare``,
-    with ``frontend_delay_s`` added to the simulated TTFT and E2E)."""
+    with ``frontend_delay_s`` added to the simulated TTFT and E2E: finite, at most ``MAX_FRONTEND_DELAY_S`` s either
+    way, as a light-load run's measured median may be a little negative)."""
+    if not (is_finite_number(frontend_delay_s) and abs(frontend_delay_s) <= MAX_FRONTEND_DELAY_S):
+        raise ValueError(
+            f"evaluate_runs: frontend_delay_s must be a finite number of seconds within {MAX_FRONTEND_DELAY_S:g} of 0, "
+            f"got {frontend_delay_s!r:.80}"
+        )
     spec = resolve_policy(policy)  # once: an exported policy file is loaded once
     fitting = list(fit_runs) if fit_runs else list(runs)
     steps = [run.steps for run in fitting]  # one log per run: no period spans two runs

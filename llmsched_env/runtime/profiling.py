@@ -13,6 +13,7 @@ phase and ``on_progress(phase, done, total)`` over the grid and over the fitting
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from llmsched_env.common.checks import MAX_LOAD, MIN_LOAD, is_finite_number
 from llmsched_env.common.outputs import check_output, write_csv
 from llmsched_env.costs.linear import LinearCostModel, fit_report
 from llmsched_env.decision.registry import SCHEDULERS, make_scheduler
@@ -36,11 +38,58 @@ from llmsched_env.runtime.fidelity import (
 )
 from llmsched_env.runtime.runner_spec import RunnerSpec
 
-__all__ = ["QUICK_GRID", "ProgressFn", "StatusFn", "policy_factory", "profile_preset"]
+__all__ = [
+    "MAX_LIST",
+    "MAX_REPEATS",
+    "MAX_REQUESTS",
+    "QUICK_GRID",
+    "ProgressFn",
+    "StatusFn",
+    "check_count",
+    "check_loads",
+    "max_threads",
+    "policy_factory",
+    "profile_preset",
+]
 
 QUICK_GRID = cal.ProfileGrid((0, 64, 512), (0, 512), (0, 1, 8), (128, 512))  # tests and smoke runs
 StatusFn = Callable[[str], None]
 ProgressFn = Callable[[str, int, int], None]  # (phase, done, total)
+# Bounds of a calibration's counts, so that none runs for ever or fills the memory: a batch shape is timed at
+# most MAX_REPEATS times (the median of 3 is the default; 1,000 already makes the full grid run for hours), a
+# workload holds at most MAX_REQUESTS requests (150 by default: each is served by the real model), and a list of
+# loads or seeds holds at most MAX_LIST values (each is a whole episode on the runtime, or several).
+MAX_REPEATS = 1_000
+MAX_REQUESTS = 10_000
+MAX_LIST = 100
+_MAX_THREADS = 1_024
+
+
+def max_threads() -> int:
+    """The most torch CPU threads a calibration takes: 4 per CPU of this machine, and never over 1,024. More
+    threads than cores only wait on each other (timings get worse, not better), and torch allocates a buffer per
+    thread: 100,000 threads failed with an allocation error in the middle of the run rather than up front."""
+    return min(_MAX_THREADS, 4 * (os.cpu_count() or 1))
+
+
+def check_count(name: str, value: object, maximum: int, minimum: int = 1) -> int:
+    """``value`` if it is an integer from ``minimum`` to ``maximum``; ``ValueError`` naming ``name`` (a field or
+    an option) otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise ValueError(f"{name} must be an integer from {minimum:,} to {maximum:,}, got {value!r}")
+    return value
+
+
+def check_loads(name: str, loads: Sequence[float]) -> list[float]:
+    """``loads`` (fractions of a saturation rate) as a list if it holds 1 to ``MAX_LIST`` finite numbers from
+    ``MIN_LOAD`` to ``MAX_LOAD`` (the env's own range); ``ValueError`` naming ``name`` otherwise."""
+    values = list(loads)
+    if not 1 <= len(values) <= MAX_LIST:
+        raise ValueError(f"{name}: expected 1 to {MAX_LIST} loads, got {len(values):,}")
+    bad = [x for x in values if not is_finite_number(x) or not MIN_LOAD <= x <= MAX_LOAD]
+    if bad:
+        raise ValueError(f"{name}: loads must be finite numbers from {MIN_LOAD} to {MAX_LOAD:g}, got {bad[0]!r}")
+    return values
 
 
 def policy_factory(name: str) -> PolicyFactory:
@@ -65,11 +114,15 @@ def profile_preset(
     """Profile, record fitting episodes, fit and save the preset ``out`` (named ``name``, default the file
     stem) and ``<out>.samples.csv``; return the fitted model and the fit's report (where the files went, the
     profile's time, the loop overhead, residuals over the grid, over the iterations and by decode count).
-    ``ValueError`` for ``out`` inside a shipped folder unless ``force``, or an empty ``fit_loads``."""
+    ``ValueError``, before anything runs, for ``out`` inside a shipped folder unless ``force``, ``repeats`` or
+    ``num_requests`` out of 1..``MAX_REPEATS`` / ``MAX_REQUESTS``, ``spec.threads`` over ``max_threads()``, or
+    ``fit_loads`` not 1 to ``MAX_LIST`` loads in [``MIN_LOAD``, ``MAX_LOAD``]."""
     check_output(out, force, file=True)
     check_output(out.with_suffix(".samples.csv"), force, file=True)  # the grid samples go beside it
-    if not fit_loads or any(not x > 0 for x in fit_loads):
-        raise ValueError(f"fit_loads: expected loads > 0, got {list(fit_loads)}")
+    check_count("repeats", repeats, MAX_REPEATS)
+    check_count("num_requests", num_requests, MAX_REQUESTS)
+    check_count("threads", spec.threads, max_threads())
+    fit_loads = check_loads("fit_loads", fit_loads)
     say = on_status or (lambda line: None)
     runner = spec.build(RUNTIME_ENGINE.num_kv_blocks, RUNTIME_ENGINE.block_size)
     workload = FidelityWorkload(num_requests=num_requests)
