@@ -381,12 +381,20 @@ def _history_problem(entry: Any, after: int | None) -> str | None:
 def read_history(folder: Path, eval_setup: dict[str, Any], upto: int, warn: bool = True) -> list[tuple[int, float]]:
     """The evaluations that ``PeriodicEvalCallback`` recorded in ``folder/eval_history.json`` up to step
     ``upto`` (a resumed run's checkpoint: later ones were of a model that is lost, and are run again), as
-    ``(timesteps, attainment)``; empty when there is no record or when it was measured on another evaluation
+    ``(timesteps, attainment)``; empty when there is no record (then, with ``warn`` and ``upto`` > 0, said on
+    stderr: the evaluations before the checkpoint are lost) or when it was measured on another evaluation
     setup (then, with ``warn``, said on stderr). ``ValueError`` (one line, naming the file and the entry) for a
     file that cannot be read or an entry that no evaluation writes (a NaN attainment, steps out of order): such
     a history is not carried into ``summary.json``."""
     path = folder / HISTORY_NAME
     if not path.exists():
+        if warn and upto > 0:  # a resumed run whose record was removed: its earlier evaluations are gone
+            print(
+                f"--resume: {path} is missing: the evaluations before step {upto} are lost, and summary.json's "
+                f"eval_history starts with this run's; {folder / BEST_NAME} still holds the best so far",
+                file=sys.stderr,
+                flush=True,
+            )
         return []
     try:
         record = parse_json(read_text(path, CONFIG_BYTES))

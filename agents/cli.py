@@ -32,7 +32,7 @@ from llmsched_env.commands.evaluate_args import (
     scaleout,
     trace_options,
 )
-from llmsched_env.commands.help import DefaultsFormatter, from_args, program
+from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
 from llmsched_env.common.checks import check_unique
 from llmsched_env.common.outputs import OutputBusyError, check_output, output_path
 from llmsched_env.evaluation.distributed import check_ray_address
@@ -146,6 +146,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if key in args.grid:
             p.error(f"--hp-grid: {key} given more than once (give its values in one KEY=V1,V2)")
         args.grid[key] = values.split(",")
+    _check_both_given(p, args, argv)
     try:  # two trainings into one run folder: refused, naming the option
         check_unique("--scenarios", args.scenario_list)
         check_unique("--seeds", args.seed_list)
@@ -193,6 +194,28 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         except ValueError as exc:
             p.error(str(exc))
     return args
+
+
+def _check_both_given(p: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str] | None) -> None:
+    """A usage error for two options given together where one would be ignored: ``--seed`` with ``--seeds``,
+    ``--scenario`` with ``--scenarios`` (the sweep's list replaces the single value), and ``--hp KEY=V`` with
+    ``--hp-grid`` of the same key, or of one inside or around it (each grid value replaces the ``--hp`` one).
+    Only options given on the command line count (``given_options``), not defaults."""
+    given = given_options(p, argv)
+    for one, many in (("seed", "seeds"), ("scenario", "scenarios")):
+        if one in given and many in given:
+            p.error(
+                f"--{one} {getattr(args, one)} and --{many} {getattr(args, many)}: --{many} runs one training per "
+                f"{one} and --{one} would be ignored; give the {one} in --{many}"
+            )
+    for item in args.hp:
+        key = item.partition("=")[0].strip()
+        for grid in (g.strip() for g in args.grid):
+            if key == grid or key.startswith(f"{grid}.") or grid.startswith(f"{key}."):
+                p.error(
+                    f"--hp {item} and --hp-grid {grid}: each of the grid's values replaces "
+                    f"the --hp one, which would be ignored; give {grid} in one of them"
+                )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

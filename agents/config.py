@@ -86,7 +86,20 @@ def load_hyperparams(
 ) -> dict[str, Any]:
     """``default`` merged with the ``scenario`` entry of ``<algo>.yml``, then with ``overrides``."""
     data = read_hyperparam_file(algo, path)
-    params = merge_config(data.get("default", {}), data.get(scenario) or {})
+    if scenario not in data and "default" not in data:  # a flat file (learning_rate: 0.5) would apply nothing
+        keys = ", ".join(map(str, list(data)[:6])) + (", ..." if len(data) > 6 else "") if data else "none"
+        raise ValueError(
+            f"{path or HYPERPARAM_DIR / f'{algo}.yml'}: no entry for scenario {scenario!r} and no 'default' entry (its "
+            f"keys: {keys}); expected a mapping of scenario -> hyperparameters, e.g. 'default: {{learning_rate: "
+            f"0.0003}}' or '{scenario}: {{learning_rate: 0.0003}}'"
+        )
+    entry = data.get(scenario)
+    if entry is not None and not isinstance(entry, dict):
+        raise ValueError(
+            f"{path or HYPERPARAM_DIR / f'{algo}.yml'}: the {scenario!r} entry must be a mapping of hyperparameters, "
+            f"got {entry!r:.60}"
+        )
+    params = merge_config(data.get("default", {}), entry or {})
     return merge_config(params, overrides or {})
 
 

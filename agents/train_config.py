@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agents.config import ALGO_NAMES, load_hyperparams, merge_config
+from agents.config import ALGO_NAMES, HYPERPARAM_DIR, load_hyperparams, merge_config
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.common.checks import MAX_LOAD, MIN_LOAD, check_unique
 from llmsched_env.common.registry import Registry
@@ -340,6 +340,7 @@ def resolve_hyperparams(config: TrainConfig) -> dict[str, Any]:
     then ``hp``, then the explicit fields;
     with the evaluation's defaults filled in. ``ValueError`` for a missing or malformed hyperparameter file."""
     hp = load_hyperparams(config.algo, config.scenario, path=config.hyperparams)
+    _check_file_keys(config, hp)
     own_quick = hp.pop("quick", None) or {}  # the entry's own --quick preset, over QUICK
     if not isinstance(own_quick, Mapping):
         raise ValueError(f"quick: expected a mapping of hyperparameters for --quick, got {own_quick!r}")
@@ -374,6 +375,24 @@ def resolve_hyperparams(config: TrainConfig) -> dict[str, Any]:
         except ValueError as err:
             raise ValueError(f"hyperparameter 'bc_warmstart' (from the hyperparameter file or --hp): {err}") from None
     return hp
+
+
+def _check_file_keys(config: TrainConfig, hp: Mapping[str, Any]) -> None:
+    """``ValueError`` (one line, naming the file) for a key of the hyperparameter file's entry for the scenario
+    (``default`` merged with the scenario's own) that ``config.algo``'s model and the run do not take, as ``--hp``
+    refuses one: a key the file holds but no training reads would be silently ignored."""
+    import difflib
+
+    known = sorted({*_model_params(config.algo), *RUN_KEYS, "quick"})
+    unknown = [str(key) for key in hp if key not in known]
+    if unknown:
+        file = config.hyperparams or HYPERPARAM_DIR / f"{config.algo}.yml"
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}"
+        raise ValueError(
+            f"{file}: unknown hyperparameter(s) {', '.join(map(repr, unknown))} for {config.algo} in the entry used "
+            f"for scenario {config.scenario!r}{hint}"
+        )
 
 
 def _check_overrides_act(config: TrainConfig, hp: Mapping[str, Any]) -> None:
@@ -438,6 +457,9 @@ MAX_LSTM_LAYERS = 64  # a recurrent policy's LSTM layers (its hidden size is at 
 MAX_ROLLOUT = 1 << 24  # n_steps x n_envs transitions held in one rollout (shipped: 2,048 x 4); ~16.7M x the obs
 MAX_EVAL_EPISODES = 10_000  # val episodes per evaluation (shipped: 3): each evaluation plays them all
 MAX_EVALUATIONS = 10_000  # n_timesteps // eval_freq: each evaluation also writes a checkpoint (shipped: 30)
+# val episodes over the whole run: (evaluations + the start's) x eval_episodes (shipped: 31 x 3); each episode is
+# some 0.1-1 s, so 100,000 are hours of evaluation alone (eval_freq=1 with eval_episodes=10,000 was 10^8: a hang)
+MAX_EVAL_EPISODES_TOTAL = 100_000
 MAX_BC_STEPS = 10**7  # labelled steps per cloning round (shipped: 50,000); each holds an observation in memory
 MAX_BC_LABELLED = 10**7  # bc_steps x (1 + bc_dagger): every round's labelled steps are kept, in memory, to the end
 MAX_BC_PLAYED = 10**8  # bc_steps x bc_stride: steps a round plays (shipped: 200,000), a reward and a flag each
@@ -527,7 +549,8 @@ def _network_problem(policy_kwargs: Any) -> str | None:
 
 def _check_products(hp: Mapping[str, Any], fail: Callable[[str, str], ValueError]) -> None:
     """``fail(key, why)`` for counts that are each in range but together too many: evaluations (and checkpoints)
-    over the budget (``MAX_EVALUATIONS``), transitions in one rollout (``MAX_ROLLOUT``), steps cloning labels and
+    over the budget (``MAX_EVALUATIONS``), their val episodes together (``MAX_EVAL_EPISODES_TOTAL``), transitions
+    in one rollout (``MAX_ROLLOUT``), steps cloning labels and
     keeps (``MAX_BC_LABELLED``) or plays in one round (``MAX_BC_PLAYED``)."""
 
     def count(key: str, default: int) -> int:
@@ -541,6 +564,16 @@ def _check_products(hp: Mapping[str, Any], fail: Callable[[str, str], ValueError
             "eval_freq",
             f"{freq:,} gives {steps // freq:,} evaluations, each with a checkpoint, in n_timesteps {steps:,}; at most "
             f"{MAX_EVALUATIONS:,}: give eval_freq >= {least:,}",
+        )
+    episodes = count("eval_episodes", 1)
+    evaluations = steps // freq + 1  # and the start policy's, before learning
+    if evaluations * episodes > MAX_EVAL_EPISODES_TOTAL:
+        most = max(MAX_EVAL_EPISODES_TOTAL // episodes, 1)  # evaluations that fit at this eval_episodes
+        raise fail(
+            "eval_episodes",
+            f"{episodes:,} val episodes x {evaluations:,} evaluations (n_timesteps {steps:,} // eval_freq {freq:,}, "
+            f"and the start's) are {evaluations * episodes:,} evaluation episodes, over {MAX_EVAL_EPISODES_TOTAL:,}: "
+            f"give eval_freq >= {steps // most + 1:,} or eval_episodes <= {MAX_EVAL_EPISODES_TOTAL // evaluations:,}",
         )
     if "n_steps" in hp and count("n_steps", 1) * count("n_envs", 1) > MAX_ROLLOUT:
         raise fail(

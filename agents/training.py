@@ -38,7 +38,9 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 import llmsched_env  # noqa: F401  (registers LLMSched-v1)
 from agents.bc import behaviour_clone
 from agents.callbacks import (
+    BEST_NAME,
     CLONE_RUN,
+    HISTORY_NAME,
     EpisodeMetricsCallback,
     PeriodicEvalCallback,
     ProgressBarCallback,
@@ -61,6 +63,7 @@ from agents.generalist import check_init, init_from_policy, init_network, knee_l
 from agents.sb3 import ALGOS, FLAT_ACTION_ALGOS, make_model
 from agents.train_config import (
     ACTOR_CRITIC_ALGOS,
+    BC_KEYS,
     RUN_KEYS,
     TrainConfig,
     env_kind,
@@ -198,8 +201,7 @@ def _model(
     tb = str(config.run_folder / "tb")
     resume_from = resume_checkpoint(config, warn=True)
     if config.resume and resume_from is None:
-        ckpt_dir = config.run_folder / "checkpoints"
-        print(f"--resume: no checkpoint in {ckpt_dir}; starting fresh", file=sys.stderr, flush=True)
+        print(fresh_start_note(config), file=sys.stderr, flush=True)
     if resume_from is not None:
         check_spaces(resume_from, model_spaces(vec_env))  # before anything is unpickled
         model = ALGOS[config.algo].load(str(resume_from), env=vec_env, device="cpu", tensorboard_log=tb)
@@ -268,13 +270,64 @@ RUN_RESULTS = (
 SAME_ON_RESUME = ("algo", "scenario", "trace")  # what a resumed training must share with the run it continues
 
 
+def _read_json(path: Path) -> Any:
+    """``path``'s JSON, or None when it cannot be read."""
+    try:
+        return parse_json(read_text(path, CONFIG_BYTES))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+
+
+def start_records_only(out: Path) -> bool:
+    """Whether the results in the run folder ``out`` are only those a training killed before its first checkpoint
+    leaves: no final model, summary or completion mark, a best (``best.json``) and every evaluation
+    (``eval_history.json``) at step 0, so ``best_model.zip`` and the policy pair hold the start policy, which a
+    fresh start builds again (a best model without ``best.json`` to date it counts as learnt)."""
+    if any((out / name).exists() for name in ("model.zip", "summary.json", COMPLETE_NAME)):
+        return False
+    if (out / BEST_NAME).exists():
+        best = _read_json(out / BEST_NAME)
+        step = best.get("timesteps") if isinstance(best, dict) else None
+        if type(step) is not int or step != 0:
+            return False
+    elif any((out / name).exists() for name in ("best_model.zip", "policy.json", "policy.safetensors")):
+        return False
+    if (out / HISTORY_NAME).exists():
+        record = _read_json(out / HISTORY_NAME)
+        entries = record.get("history") if isinstance(record, dict) else None
+        if not isinstance(entries, list) or any(not isinstance(e, list) or e[:1] != [0] for e in entries):
+            return False
+    return True
+
+
+def fresh_start_note(config: TrainConfig) -> str:
+    """What ``--resume`` without a checkpoint says on stderr as it starts afresh, naming the start's records of a
+    training killed before its first checkpoint that it replaces (``start_records_only``)."""
+    out = config.run_folder
+    note = f"--resume: no checkpoint in {out / 'checkpoints'}; starting afresh"
+    results = [name for name in RUN_RESULTS if (out / name).exists()]
+    if results:
+        note += (
+            f", replacing what a training killed before its first checkpoint left ({', '.join(results)}: its "
+            "evaluation of the start policy, at step 0)"
+        )
+    return note
+
+
+EVALUATION_MARKS = ("evaluation.json", "rows.jsonl")  # what an evaluation's --out holds (llmsched-evaluate)
+
+
 def check_run_folder(config: TrainConfig) -> None:
     """``ValueError`` (one line) when ``config`` would mix with the training already in its run folder: the
     folder holds one (``RUN_OUTPUTS``) and ``resume`` is off; or ``resume`` is on, the folder holds no
     checkpoint to resume from and an earlier training's results (``RUN_RESULTS``), which starting afresh would
     replace; or the run was started with another algorithm, scenario or trace (``args.json``); or its
-    ``args.json`` is not a JSON object, or holds no ``run_id`` beside checkpoints (signed with that id)."""
+    ``args.json`` is not a JSON object, or holds no ``run_id`` beside checkpoints (signed with that id); or the
+    folder holds an evaluation (``EVALUATION_MARKS``), whose completion marker a training would take."""
     out = config.run_folder
+    evaluation = [name for name in EVALUATION_MARKS if (out / name).exists()]
+    if evaluation:  # a training would take its completion marker
+        raise ValueError(f"--out {out}: holds an evaluation ({', '.join(evaluation)}); choose another --out")
     held = [name for name in RUN_OUTPUTS if (out / name).exists()]
     if held and not config.resume:
         raise ValueError(
@@ -282,7 +335,7 @@ def check_run_folder(config: TrainConfig) -> None:
             "or choose another --out"
         )
     results = [name for name in RUN_RESULTS if (out / name).exists()]
-    if config.resume and results and latest_checkpoint(out / "checkpoints") is None:
+    if config.resume and results and latest_checkpoint(out / "checkpoints") is None and not start_records_only(out):
         raise ValueError(
             f"--resume: {out / 'checkpoints'} holds no checkpoint, so there is nothing to resume from, and {out} holds "
             f"an earlier training's results ({', '.join(results)}), which starting afresh would replace; they are "
@@ -315,6 +368,58 @@ def check_run_folder(config: TrainConfig) -> None:
             )
 
 
+# hyperparameters a resumed training may give other values than the run's: the budget (--timesteps), the periodic
+# evaluation's (a best measured on another setup is not compared: resume_best) and the anchor's (refused on a
+# resume unless 0); the cloning's (START_KEYS) are not compared either, as a resumed run clones nothing, and its
+# config.yml keeps the run's values of them
+MAY_CHANGE_ON_RESUME = ("n_timesteps", "eval_freq", "eval_episodes", "eval_load", "eval_num_requests")
+START_KEYS = ("bc_warmstart", *BC_KEYS, "anchor_coef", "anchor_epochs")
+
+
+def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"dotted.key": value}`` for every non-mapping value (or empty mapping) of a nested mapping."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def resumed_hyperparams(config: TrainConfig, hp: dict[str, Any]) -> dict[str, Any]:
+    """``hp`` (the resolved hyperparameters of ``config``, which resumes a checkpoint) with the run's cloning
+    values (``config.yml``); ``ValueError`` (one line, naming the keys) when any other hyperparameter differs from
+    the run's, but for those that ``MAY_CHANGE_ON_RESUME`` or only act at the start (``START_KEYS``): a checkpoint
+    trained at one learning rate would go on at another, and config.yml would say the whole run used it."""
+    path = config.run_folder / "config.yml"
+    if not path.is_file():
+        return hp
+    try:
+        earlier = yaml.safe_load(read_text(path, CONFIG_BYTES))
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError, RecursionError) as exc:
+        raise ValueError(f"--resume: {path}: cannot read the run's hyperparameters: {exc}"[:400]) from None
+    if not isinstance(earlier, dict):
+        raise ValueError(f"--resume: {path}: expected a mapping of the run's hyperparameters, got {earlier!r:.60}")
+    skip = {"algo", "scenario", *MAY_CHANGE_ON_RESUME, *START_KEYS}
+    theirs = _flat({k: v for k, v in earlier.items() if k not in skip})
+    mine = _flat(yaml.safe_load(yaml.safe_dump({k: v for k, v in hp.items() if k not in skip})))
+    unset = "(unset)"
+    differ = [key for key in sorted({*theirs, *mine}) if theirs.get(key, unset) != mine.get(key, unset)]
+    if differ:
+        shown = "; ".join(
+            f"{k} {theirs.get(k, unset)!r:.40} there, {mine.get(k, unset)!r:.40} here" for k in differ[:4]
+        )
+        more = f" and {len(differ) - 4} more" if len(differ) > 4 else ""
+        raise ValueError(
+            f"--resume: {config.run_folder} was trained with other hyperparameters ({path.name}): {shown}{more}; "
+            f"resume with the run's own (its command.txt), or choose another --out (only "
+            f"{', '.join(MAY_CHANGE_ON_RESUME)} may change on a resume)"
+        )
+    cloning = ("bc_warmstart", *BC_KEYS)  # what the run cloned, as it did; a resumed run clones nothing
+    return {**{k: v for k, v in hp.items() if k not in cloning}, **{k: earlier[k] for k in cloning if k in earlier}}
+
+
 def preflight(config: TrainConfig, warn: bool = True) -> tuple[dict[str, Any], float | None, dict[str, Any]]:
     """Everything that can refuse ``config``, checked before anything is written: the hyperparameters
     (resolved, returned), the run folder (``check_run_folder``), the checkpoint key (``ensure_key``), the
@@ -333,6 +438,7 @@ def preflight(config: TrainConfig, warn: bool = True) -> tuple[dict[str, Any], f
         read_history(config.run_folder, setup, 0, warn=False)  # an entry no evaluation writes: refused here
         if hp.get("anchor_coef"):  # the start the pull keeps to is gone
             raise ValueError("anchor_coef: a resumed run cannot be anchored to its start; pass --hp anchor_coef=0")
+        hp = resumed_hyperparams(config, hp)
     env_kwargs = _env_kwargs(config, dict(hp.get("env_kwargs", {})))
     probe: Any = make_env_fn(config.env_scenario, config.algo, env_kwargs, agent=False)()
     try:

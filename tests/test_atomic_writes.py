@@ -155,6 +155,25 @@ def test_an_empty_output_path_is_refused_by_every_command(capsys: pytest.Capture
         assert f"argument {option}: an empty path (an unset variable?)" in _last_err_line(capsys)
 
 
+def test_a_file_output_ending_with_a_separator_is_refused(capsys: pytest.CaptureFixture) -> None:
+    """``--out t/`` names a folder; an option that writes a file wrote a file ``t`` instead. Every option that
+    writes one file parses through ``file_output_path``, which refuses a trailing separator."""
+    from llmsched_env.commands.live_replay import build_parser as live_replay_parser
+    from llmsched_env.commands.tune import main as tune_main
+
+    commands = [
+        ("--out", lambda: tune_main(["--scenarios", "mixed-slo", "--out", "t/"])),
+        ("--save-model", lambda: live_replay_parser().parse_args(["run", "--save-model", "m/"])),
+        ("--out", lambda: live_replay_parser().parse_args(["run", "--out", "r/"])),
+    ]
+    for option, run in commands:
+        with pytest.raises(SystemExit) as exit_:
+            run()
+        assert exit_.value.code == 2
+        line = _last_err_line(capsys)
+        assert f"argument {option}: " in line and "a folder; this option writes a file" in line
+
+
 def test_a_link_in_an_output_folder_at_a_name_the_command_writes_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

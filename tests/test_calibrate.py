@@ -28,12 +28,14 @@ from llmsched_env.runtime.fidelity_report import (  # noqa: E402
 )
 from llmsched_env.runtime.model import DTYPES, MODEL_PRESETS  # noqa: E402
 from llmsched_env.runtime.names import DTYPE_NAMES, FIDELITY_REQUESTS, FIT_LOADS, MODEL_NAMES  # noqa: E402
-from llmsched_env.runtime.profiling import profile_preset  # noqa: E402
+from llmsched_env.runtime.profiling import policy_factory, profile_preset  # noqa: E402
 from llmsched_env.runtime.runner_spec import RunnerSpec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMON = ["--model", "tiny", "--num-requests", "12"]
 PROFILE = ["profile", *COMMON, "--quick", "--repeats", "1", "--fit-loads", "0.5"]
+LOADS_100 = ",".join(f"{(i + 1) / 100:g}" for i in range(100))
+SEEDS_100 = ",".join(map(str, range(100)))
 
 
 @pytest.mark.slow
@@ -161,11 +163,26 @@ def test_report_pieces() -> None:
         ([*PROFILE, "--seed", str(2**64)], "--seed must be an integer from 0 to 9,223,372,036,854,775,807"),
         ([*PROFILE, "--fit-loads", "0.5,inf"], "--fit-loads: loads must be finite numbers from 0.001 to 1000, got inf"),
         ([*PROFILE, "--fit-loads", ",".join(f"0.{i:03d}1" for i in range(101))], "--fit-loads: expected 1 to 100 "),
-        ([*PROFILE, "--out", "m/"], "'m/' ends with '/', a folder; profile writes a file (the preset)"),
+        ([*PROFILE, "--out", "m/"], "'m/' ends with '/', a folder; this option writes a file"),
         (["fidelity", "--preset", "x", "--loads", "1e9"], "--loads: loads must be finite numbers from 0.001 to 1000"),
         (["fidelity", "--preset", "x", "--seeds", "-1"], "--seeds: expected at most 100 seeds, each >= 0, got [-1]"),
+        (
+            ["fidelity", "--preset", "x", "--policies", "fcfs", "--loads", LOADS_100, "--seeds", SEEDS_100,
+             "--num-requests", "10000", "--no-in-situ"],
+            "--policies x --loads x --seeds x --num-requests = 1 x 100 x 100 x 10,000 = 100,000,000 requests served "
+            "on the runtime, more than 100,000",
+        ),
+        (
+            ["fidelity", "--preset", "x", "--policies", "fcfs,sjf", "--loads", "0.5,0.8", "--num-requests", "10000"],
+            "--policies x --loads x --seeds x --num-requests x 3 (the in-situ replays) = 2 x 2 x 2 x 10,000 x 3 = "
+            "240,000 requests",
+        ),
+        (
+            [*PROFILE[:-1], LOADS_100, "--num-requests", "10000"],
+            "--fit-loads x --num-requests = 100 x 10,000 = 1,000,000 requests served on the runtime",
+        ),
     ],
-)
+)  # fmt: skip
 def test_counts_and_outputs_are_bounded_before_anything_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, argv: list[str], message: str
 ) -> None:
@@ -191,4 +208,26 @@ def test_the_library_bounds_the_same_counts(tmp_path: Path) -> None:
             profile_preset(spec, tmp_path / "m.json", quick=True, **kwargs)
     with pytest.raises(ValueError, match="threads must be an integer from 1 to"):
         profile_preset(RunnerSpec(model="tiny", device="cpu", threads=100_000), tmp_path / "m.json", quick=True)
+    loads = [(i + 1) / 100 for i in range(100)]
+    with pytest.raises(ValueError, match=r"fit_loads x num_requests = 100 x 10,000 = 1,000,000 requests served"):
+        profile_preset(spec, tmp_path / "m.json", quick=True, fit_loads=loads, num_requests=10_000)
     assert not any(tmp_path.iterdir())
+
+
+def test_the_requests_of_a_whole_calibration_are_bounded_before_anything_runs() -> None:
+    """100 loads x 100 seeds x 10,000 requests (each option within its bound) would have served 10^8 requests on
+    the runtime, weeks: ``compare`` refuses it before it touches the runner (here ``None``)."""
+    loads, seeds = [(i + 1) / 100 for i in range(100)], list(range(100))
+    factory = policy_factory("fcfs")
+    message = r"policies x loads x seeds x num_requests = 1 x 100 x 100 x 10,000 = 100,000,000 requests served"
+    with pytest.raises(ValueError, match=message):
+        fidelity.compare(None, load_cost_model("runtime-tiny-cpu"), {"fcfs": factory}, factory, loads, seeds,
+                         FidelityWorkload(num_requests=10_000))  # fmt: skip
+    bound = fidelity.MAX_RUNTIME_REQUESTS
+    assert fidelity.check_runtime_requests({"a": bound}) == bound
+    assert fidelity.check_runtime_requests({"a": 10, "b": 10}, in_situ=True) == 100 * fidelity.IN_SITU_FACTOR
+    with pytest.raises(ValueError, match=r"a x b = 1 x 100,001 = 100,001 requests"):
+        fidelity.check_runtime_requests({"a": 1, "b": bound + 1})
+    # the largest single workload still runs, in situ too; the default run is far inside the bound
+    assert fidelity.check_runtime_requests({"n": 10_000}, in_situ=True) == 30_000
+    assert fidelity.check_runtime_requests({"p": 3, "l": 2, "s": 2, "n": FIDELITY_REQUESTS}, in_situ=True) == 5_400

@@ -3,6 +3,8 @@ determinism, heterogeneous replicas and bad input."""
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -11,7 +13,11 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import baselines
 import llmsched_env  # noqa: F401
-from llmsched_env.engine.config import EngineConfig
+from llmsched_env.cluster.config import MAX_CLUSTER_KV_BLOCKS, ReplicaSpec, check_cluster_kv_blocks
+from llmsched_env.cluster.scenarios import CLUSTER_SCENARIOS
+from llmsched_env.cluster.simulator import Cluster
+from llmsched_env.costs.loader import load_cost_model
+from llmsched_env.engine.config import ENGINE_BOUNDS, EngineConfig
 from llmsched_env.envs.episode import run_episode
 
 SMALL = {"num_kv_blocks": 96, "block_size": 16, "max_num_seqs": 8, "max_num_batched_tokens": 512}
@@ -164,3 +170,50 @@ def test_the_replicas_are_capped_and_their_shape_checked(kwargs: dict, message: 
     ValueError naming the field, before anything is built."""
     with pytest.raises(ValueError, match=message):
         make(scenario="azure-conv", **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"num_replicas": 1024, "engine": {"num_kv_blocks": 4_000_000}},
+            r"num_replicas x engine\.num_kv_blocks = 1,024 x 4,000,000 = 4,096,000,000 KV blocks over the cluster, "
+            r"more than 4,000,000 \(one engine's bound",
+        ),
+        (
+            {
+                "num_replicas": 4,
+                "engine": {"num_kv_blocks": 2_000_000},
+                "disaggregated": {"num_prefill": 2, "num_decode": 2},
+            },
+            r"\(num_prefill \+ num_decode\) x engine\.num_kv_blocks = \(2 \+ 2\) x 2,000,000 = 8,000,000 KV blocks",
+        ),
+        (
+            {
+                "replicas": [{"engine": {"num_kv_blocks": 3_000_000}}, {"engine": {"num_kv_blocks": 2_000_000}}],
+                "disaggregated": {"num_prefill": 1, "num_decode": 1},
+            },
+            r"the 2 replicas' engine\.num_kv_blocks sum to 5,000,000 KV blocks \(prefill pool 3,000,000 \+ decode pool "
+            r"2,000,000\) over the cluster",
+        ),
+    ],
+)
+def test_the_kv_blocks_of_the_whole_cluster_are_bounded_before_any_pool_is_built(kwargs: dict, message: str) -> None:
+    """1,024 replicas of 4,000,000 blocks each (every value within its own cap) took some 380 GB and ended in a
+    MemoryError after 22 s: now a ValueError naming the fields and their product, at once."""
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=message):
+        make(scenario="azure-conv", **kwargs)
+    assert time.perf_counter() - t0 < 5.0
+
+
+def test_the_cluster_kv_bound_admits_its_limit_and_every_shipped_scenario() -> None:
+    env = make(scenario="azure-conv", num_replicas=1000, engine={**SMALL, "num_kv_blocks": 4000})  # 4,000,000 exactly
+    assert env.unwrapped.num_replicas == 1000
+    for name in CLUSTER_SCENARIOS.names():
+        specs = CLUSTER_SCENARIOS.get(name).specs()
+        assert check_cluster_kv_blocks(name, specs) <= MAX_CLUSTER_KV_BLOCKS == ENGINE_BOUNDS["num_kv_blocks"]
+        make(scenario=name)
+    big = ReplicaSpec(EngineConfig(num_kv_blocks=2_000_001), load_cost_model("llama3-8b-h100"))
+    with pytest.raises(ValueError, match=r"Cluster: num_replicas x engine\.num_kv_blocks = 2 x 2,000,001"):
+        Cluster([big, big], (), [], lambda i, engine: None)  # the simulator refuses it too, from Python

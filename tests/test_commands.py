@@ -191,3 +191,13 @@ def test_a_timed_trace_without_a_time_span_is_one_line_naming_the_file(
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"{trace}: all 2 requests arrive at the same time" in err
+
+
+def test_evaluate_refuses_a_training_run_folder_as_out(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """An evaluation into a training's run folder would replace the training's complete.json with its own."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "args.json").write_text("{}")
+    with pytest.raises(SystemExit) as exc:
+        parse(["--out", str(run)])
+    assert exc.value.code == 2 and "holds a training (args.json)" in capsys.readouterr().err

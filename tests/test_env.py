@@ -306,3 +306,14 @@ def test_an_empty_or_unknown_scenario_name_is_a_value_error_naming_the_field(sce
         gym.make("LLMSched-v1", scenario=scenario)
     assert "\n" not in str(info.value)
     assert gym.make("LLMSched-v1", scenario=None).unwrapped.scenario.name == "default"
+
+
+@pytest.mark.parametrize("env_id", ["LLMSched-v1", "LLMSchedCluster-v0"])
+def test_reset_names_a_seed_that_is_no_integer(env_id: str) -> None:
+    """``reset(seed=1.5)`` ended in gymnasium's own error class; the envs name the argument in a ValueError."""
+    env = gym.make(env_id, num_requests=20)
+    for seed in (1.5, -1, "1"):
+        with pytest.raises(ValueError, match=r"\.reset\.seed must be an integer >= 0"):
+            env.reset(seed=seed)
+    env.reset(seed=3)
+    env.close()

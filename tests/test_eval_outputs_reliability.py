@@ -474,7 +474,8 @@ def test_the_rows_file_ignores_and_cuts_a_torn_last_line(tmp_path: Path) -> None
     record = {"format": resume.RECORD_FORMAT, "version": resume.RECORD_VERSION, "options": {"--seeds": [0]},
               "inputs": {}}  # fmt: skip
     with RowsLog.start(out, record) as log:
-        log.append({"policy": "fcfs", "scenario": "s", "load": 1.0, "seed": 0, "x": 0.1}, {"ttft_s": [0.5, 1.5]})
+        key = {"policy": "fcfs", "scenario": "s", "load": 1.0, "seed": 0}
+        log.append({**key, "x": 0.1}, {**key, "ttft_s": [0.5, 1.5], "tpot_s": []})
         log.append({"policy": "fcfs", "scenario": "s", "load": 1.0, "seed": 1, "x": 0.2})
     whole = (out / ROWS_NAME).read_bytes()
     with (out / ROWS_NAME).open("ab") as f:
@@ -672,14 +673,20 @@ def _forged(out: Path, line: int, edit: Any, digest: bool = True) -> None:
         (lambda e: e["row"].update(ttft_p99_s=True), False, "the line was changed since its run wrote it"),
         (lambda e: e["row"].update(evil_column=1.0), False, "the line was changed since its run wrote it"),
         (lambda e: e["details"]["ttft_s"].clear(), False, "the line was changed since its run wrote it"),
-        (lambda e: e["row"].update(seed=99), True, "(policy 'fcfs', scenario 'mixed-slo', load 0.8, seed 99) is not"),
-        (lambda e: e["row"].update(policy="p" * 2_000_000), True, "finished run (policy 'ppppp"),
+        (lambda e: [e[k].update(seed=99) for k in ("row", "details")], True,
+         "(policy 'fcfs', scenario 'mixed-slo', load 0.8, seed 99) is not"),
+        (lambda e: [e[k].update(policy="p" * 2_000_000) for k in ("row", "details")], True,
+         "finished run (policy 'ppppp"),
         (lambda e: e["row"].update(ttft_p99_s=1e308), True, "rows.jsonl:2: ttft_p99_s is 1e+308"),
         (lambda e: e["row"].update(ttft_p99_s=True), True, "ttft_p99_s is True, not a number"),
         (lambda e: e["row"].update(preemptions=3.5), True, "preemptions is 3.5, not a whole number"),
         (lambda e: e["row"].update(sustained="yes"), True, "sustained is 'yes', not true or false"),
         (lambda e: e["row"].pop("slo_attainment"), True, "rows.jsonl:2: no slo_attainment"),
-        (lambda e: e["details"].update(ttft_s=[[1.0]]), True, "details 'ttft_s' holds something other than"),
+        (lambda e: e["details"].update(ttft_s=[[1.0]]), True, "details 'ttft_s' is not a list of finite numbers"),
+        (lambda e: e["details"].update(policy=[0.1]), True, "details 'policy' is [0.1], not the row's 'fcfs'"),
+        (lambda e: e["details"].pop("ttft_s"), True, "details 'ttft_s' is not a list of finite numbers >= 0"),
+        (lambda e: e["details"].update(kv_usage=[5.0, 7.0]), True, "a KV series whose times and usages do not pair"),
+        (lambda e: e["details"].update(extra="x" * 100), True, "details hold 'extra', which no run keeps"),
     ],
 )
 def test_resume_refuses_an_edited_or_foreign_line_in_one_short_line(

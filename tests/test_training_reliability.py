@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from agents.callbacks import read_history
 from agents.checkpoints import (
     MISMATCH,
     NO_SIGNATURE,
@@ -29,6 +31,7 @@ from agents.checkpoints import (
 from agents.cli import main, parse_args
 from agents.config import finite_json
 from agents.train_config import TrainConfig, resolve_hyperparams
+from agents.training import fresh_start_note, preflight
 from llmsched_env.decision.policy_file import seal_meta
 from tests.trained_run import TINY, TINY_TRAIN, TrainedRun
 
@@ -297,6 +300,14 @@ def test_a_resumed_folder_holding_something_it_cannot_open_is_refused_before_any
         (["--n-envs", "2", "--hp", "n_steps=64", "--hp", "batch_size=100000"], "'batch_size' (maskable_ppo; from the "
          "hyperparameter file or --hp): 100,000 is over the rollout its mini-batches are cut from (n_steps 64 x n_envs "
          "2 = 128 transitions), so it would have no effect; give batch_size <= 128"),
+        (["--seed", "3", "--seeds", "1,2"], "--seed 3 and --seeds 1,2: --seeds runs one training per seed and --seed "
+         "would be ignored; give the seed in --seeds"),
+        (["--scenario", "mixed-slo", "--scenarios", "bursty"], "--scenario mixed-slo and --scenarios bursty: "
+         "--scenarios runs one training per scenario and --scenario would be ignored"),
+        (["--hp", "learning_rate=0.01", "--hp-grid", "learning_rate=0.001,0.002"], "--hp learning_rate=0.01 and "
+         "--hp-grid learning_rate: each of the grid's values replaces the --hp one, which would be ignored"),
+        (["--hp", "env_kwargs={load: 1.0}", "--hp-grid", "env_kwargs.load=1,2"], "--hp env_kwargs={load: 1.0} and "
+         "--hp-grid env_kwargs.load: each"),
         (["--eval-baselines", ""], "--eval-baselines: an empty list (''); name baselines, or leave it out"),
         (["--eval-baselines", ","], "--eval-baselines: an empty list (','); name baselines"),
         (["--hp-grid", "learning_rate=" + ",".join(f"{i}e-6" for i in range(1, 3001)), "--hp-grid",
@@ -326,6 +337,11 @@ def test_an_option_given_twice_or_to_no_effect_is_one_line_and_writes_nothing(
         ({"bc_steps": 10**6, "bc_stride": 1000}, "bc_steps 1,000,000 x bc_stride 1000 steps played in one round are "
          "over 100,000,000"),
         ({"policy_kwargs": {"lstm_hidden_size": 10**6}}, "lstm_hidden_size must be an integer in [1, 65,536]"),
+        # 10^8 val episodes (a hang): refused with the least eval_freq and the most eval_episodes that fit
+        ({"eval_freq": 1, "eval_episodes": 10_000, "n_timesteps": 10_000}, "'eval_episodes' (maskable_ppo; from the "
+         "hyperparameter file or --hp): 10,000 val episodes x 10,001 evaluations (n_timesteps 10,000 // eval_freq 1, "
+         "and the start's) are 100,010,000 evaluation episodes, over 100,000: give eval_freq >= 1,001 or "
+         "eval_episodes <= 9"),
     ],
 )  # fmt: skip
 def test_counts_in_range_but_too_many_together_are_refused(hp: dict[str, Any], message: str) -> None:
@@ -463,3 +479,115 @@ def test_the_runs_json_files_hold_no_nan_and_a_score_never_measured_is_null(
     for path in run.rglob("*.json"):
         _strict(path.read_text())
     capsys.readouterr()
+
+
+def test_the_evaluation_episodes_cap_lets_the_fix_it_names_through() -> None:
+    hp = {"eval_freq": 1_001, "eval_episodes": 10_000, "n_timesteps": 10_000}  # 10 evaluations x 10,000 episodes
+    assert resolve_hyperparams(TrainConfig(scenario="bursty", hp=hp))["eval_freq"] == 1_001
+    with pytest.raises(ValueError, match="give eval_freq >= 1,001"):
+        resolve_hyperparams(TrainConfig(scenario="bursty", hp={**hp, "eval_freq": 1_000}))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("learning_rate: 0.5\n", "h.yml: no entry for scenario 'mixed-slo' and no 'default' entry (its keys: "
+         "learning_rate); expected a mapping of scenario -> hyperparameters, e.g. 'default: {learning_rate: 0.0003}'"),
+        ("warp_speed: 9\n", "h.yml: no entry for scenario 'mixed-slo' and no 'default' entry (its keys: warp_speed)"),
+        ("", "h.yml: no entry for scenario 'mixed-slo' and no 'default' entry (its keys: none)"),
+        ("default: {warp_speed: 9}\n", "h.yml: unknown hyperparameter(s) 'warp_speed' for maskable_ppo in the entry "
+         "used for scenario 'mixed-slo'"),
+        ("mixed-slo: {learnin_rate: 0.1}\n", "did you mean 'learning_rate'?"),
+        ("mixed-slo: 0.5\n", "h.yml: the 'mixed-slo' entry must be a mapping of hyperparameters, got 0.5"),
+    ],
+)  # fmt: skip
+def test_a_hyperparameter_file_that_would_apply_nothing_is_one_line_naming_it(
+    tmp_path: Path, key_home: Path, text: str, message: str, capsys: pytest.CaptureFixture
+) -> None:
+    """A flat ``--hyperparams`` file (``learning_rate: 0.5``) is read as keyed by scenario: with no entry for the
+    scenario and no ``default`` it applied nothing (and dropped the algorithm's own file) without a word."""
+    (tmp_path / "h.yml").write_text(text)
+    run = tmp_path / "run"
+    line = _refused(["--scenario", "mixed-slo", "--out", str(run), "--hyperparams", str(tmp_path / "h.yml")], capsys)
+    assert message in line
+    assert not run.exists()
+    (tmp_path / "h.yml").write_text("default: {learning_rate: 0.5}\n")  # the shape it expects: applied
+    config = parse_args(["--scenario", "mixed-slo", "--out", str(run), "--hyperparams", str(tmp_path / "h.yml")]).config
+    assert resolve_hyperparams(config)["learning_rate"] == 0.5
+
+
+def test_resume_with_other_hyperparameters_is_refused_naming_them(
+    trained_run: TrainedRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A checkpoint trained at one learning rate would go on at another, and config.yml would say the whole run
+    used it; the budget, the evaluation's keys and the cloning's (a resumed run clones nothing) may differ."""
+    run = _copy(trained_run, tmp_path, monkeypatch)
+    before = _listing(run)
+    argv = ["--scenario", "mixed-slo", "--out", str(run), "--resume", *TINY, "--timesteps", "384"]
+    line = _refused([*argv, "--hp", "learning_rate=0.1", "--hp", "gamma=0.5"], capsys)
+    assert f"--resume: {run} was trained with other hyperparameters (config.yml): gamma 0.995 there, 0.5 here; " in line
+    assert "learning_rate 0.0003 there, 0.1 here; resume with the run's own (its command.txt)" in line
+    assert "(only n_timesteps, eval_freq, eval_episodes, eval_load, eval_num_requests may change on a resume)" in line
+    line = _refused([*argv, "--hp", "env_kwargs.num_requests=40"], capsys)
+    assert "env_kwargs.num_requests 30 there, 40 here" in line
+    assert _listing(run) == before
+    args = parse_args([*argv, "--hp", "eval_load=2.0", "--hp", "bc_steps=300"])  # no bc_dagger: a clone's keys
+    hp, _, _ = preflight(args.config, warn=False)
+    earlier = yaml.safe_load((run / "config.yml").read_text())
+    assert (hp["bc_steps"], hp["bc_dagger"]) == (earlier["bc_steps"], earlier["bc_dagger"]) == (200, 2)
+
+
+def test_a_resume_without_its_evaluation_record_says_what_is_lost(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert read_history(tmp_path, {}, 256) == []
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"--resume: {tmp_path / 'eval_history.json'} is missing: the evaluations before step 256 are lost, and "
+        f"summary.json's eval_history starts with this run's; {tmp_path / 'best.json'} still holds the best so far"
+    ]
+    assert read_history(tmp_path, {}, 256, warn=False) == read_history(tmp_path, {}, 0) == []  # a fresh run: none
+    assert capsys.readouterr().err == ""
+
+
+def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_afresh(
+    trained_run: TrainedRun, tmp_path: Path, key_home: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A training killed after its evaluation of the start policy (step 0) but before its first checkpoint left
+    best.json, eval_history.json, best_model.zip and the policy pair, all of the start policy, which a fresh start
+    builds again: ``--resume`` starts afresh, saying what it replaces. A best or an evaluation past step 0 is a
+    learnt model: refused, as a finished run is
+    (``test_resume_without_a_checkpoint_keeps_the_earlier_runs_results``)."""
+    run = tmp_path / "killed"
+    run.mkdir()
+    for name in ("args.json", "config.yml", "command.txt", "best_model.zip", "policy.json", "policy.safetensors"):
+        shutil.copy(trained_run.out / name, run / name)
+    best = json.loads((trained_run.out / "best.json").read_text())
+    (run / "best.json").write_text(json.dumps({**best, "timesteps": 0}))
+    history = json.loads((trained_run.out / "eval_history.json").read_text())
+    (run / "eval_history.json").write_text(json.dumps({**history, "history": history["history"][:1]}))
+    argv = ["--scenario", "mixed-slo", "--out", str(run), "--resume", *TINY]
+    assert parse_args(argv).config.resume
+    assert fresh_start_note(parse_args(argv).config) == (
+        f"--resume: no checkpoint in {run / 'checkpoints'}; starting afresh, replacing what a training killed before "
+        "its first checkpoint left (best_model.zip, best.json, eval_history.json, policy.json, policy.safetensors: "
+        "its evaluation of the start policy, at step 0)"
+    )
+    before = _listing(run)
+    (run / "eval_history.json").write_text(json.dumps(history))  # evaluated at 128 too: learnt
+    line = _refused(argv, capsys)
+    assert "holds an earlier training's results (best_model.zip, best.json, eval_history.json, policy.json" in line
+    (run / "eval_history.json").write_text(json.dumps({**history, "history": history["history"][:1]}))
+    (run / "best.json").unlink()  # a best model that nothing dates
+    assert "they are kept: choose another --out" in _refused(argv, capsys)
+    assert _listing(run).keys() == before.keys() - {"best.json"}
+
+
+def test_a_training_into_an_evaluations_folder_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A training would replace an evaluation's complete.json with its own."""
+    out = tmp_path / "eval"
+    out.mkdir()
+    (out / "evaluation.json").write_text("{}")
+    before = _listing(out)
+    line = _refused(["--scenario", "mixed-slo", "--out", str(out), *TINY_TRAIN], capsys)
+    assert "holds an evaluation (evaluation.json); choose another --out" in line and _listing(out) == before

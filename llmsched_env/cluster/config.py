@@ -10,20 +10,23 @@ first ``num_prefill`` replicas only prefill, and every request's prompt KV then 
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from llmsched_env.common.checks import check_positive
 from llmsched_env.costs.base import CostModel
-from llmsched_env.engine.config import EngineConfig
+from llmsched_env.engine.config import ENGINE_BOUNDS, EngineConfig
 
 __all__ = [
     "DECODE_RULES",
     "LLAMA3_8B_KV_BYTES_PER_TOKEN",
+    "MAX_CLUSTER_KV_BLOCKS",
     "MAX_REPLICAS",
     "DisaggConfig",
     "KVLink",
     "ReplicaSpec",
+    "check_cluster_kv_blocks",
     "check_num_replicas",
 ]
 
@@ -33,6 +36,12 @@ DECODE_RULES = ("kv_per_request", "least_outstanding", "round_robin")
 # The most replicas a cluster has: each is a whole engine with its KV pool, stepped and observed (9 features) at
 # every arrival, so a million of them never finished building; the scenarios have 4 and 8.
 MAX_REPLICAS = 1024
+# The most KV blocks over all the replicas of a cluster (prefill and decode pools together): one engine's bound
+# (ENGINE_BOUNDS num_kv_blocks). Every replica's block pool holds about 96 bytes per block (docs/reliability.md,
+# "Engine sizes"), so the cluster's pools take at most about 370 MiB, as one engine's; 1,024 replicas of
+# 4,000,000 blocks each would have taken some 390 GB (a MemoryError after 22 s of building).
+MAX_CLUSTER_KV_BLOCKS = ENGINE_BOUNDS["num_kv_blocks"]
+_BYTES_PER_KV_BLOCK = 96
 
 
 def check_num_replicas(owner: str, name: str, value: Any) -> int:
@@ -92,6 +101,31 @@ class DisaggConfig:
     @property
     def num_replicas(self) -> int:
         return self.num_prefill + self.num_decode
+
+
+def check_cluster_kv_blocks(owner: str, specs: Sequence[ReplicaSpec], disagg: DisaggConfig | None = None) -> int:
+    """The KV blocks of all ``specs`` together if at most ``MAX_CLUSTER_KV_BLOCKS``; ``ValueError`` naming the
+    fields and their product otherwise, before any block pool is built."""
+    blocks = [s.engine.num_kv_blocks for s in specs]
+    total = sum(blocks)
+    if total <= MAX_CLUSTER_KV_BLOCKS:
+        return total
+    if disagg is not None and len(specs) == disagg.num_replicas:
+        names, count = "(num_prefill + num_decode)", f"({disagg.num_prefill:,} + {disagg.num_decode:,})"
+        prefill, decode = sum(blocks[: disagg.num_prefill]), sum(blocks[disagg.num_prefill :])
+        pools = f" (prefill pool {prefill:,} + decode pool {decode:,})"
+    else:
+        names, count, pools = "num_replicas", f"{len(specs):,}", ""
+    if len(set(blocks)) == 1:
+        what = f"{names} x engine.num_kv_blocks = {count} x {blocks[0]:,} = {total:,} KV blocks"
+    else:
+        what = f"the {len(specs):,} replicas' engine.num_kv_blocks sum to {total:,} KV blocks{pools}"
+    gb = total * _BYTES_PER_KV_BLOCK / 1e9
+    raise ValueError(
+        f"{owner}: {what} over the cluster, more than {MAX_CLUSTER_KV_BLOCKS:,} (one engine's bound, "
+        f"ENGINE_BOUNDS num_kv_blocks: the simulator's block pools hold about {_BYTES_PER_KV_BLOCK} bytes per "
+        f"block, {gb:,.1f} GB here); give fewer replicas or fewer num_kv_blocks each"
+    )
 
 
 class KVLink:

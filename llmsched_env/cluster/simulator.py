@@ -24,7 +24,7 @@ import heapq
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-from llmsched_env.cluster.config import DisaggConfig, KVLink, ReplicaSpec
+from llmsched_env.cluster.config import DisaggConfig, KVLink, ReplicaSpec, check_cluster_kv_blocks
 from llmsched_env.costs.base import CostModel
 from llmsched_env.engine.batch import Batch, Decision
 from llmsched_env.engine.block_pool import check_prefix_layout
@@ -111,6 +111,7 @@ class Cluster:
                 f"DisaggConfig has {disagg.num_prefill} prefill + {disagg.num_decode} decode replicas but "
                 f"{len(specs)} ReplicaSpecs were given"
             )
+        check_cluster_kv_blocks("Cluster", specs, disagg)
         check_arrival_order(requests)
         if len({r.request_id for r in requests}) != len(requests):
             raise ValueError("request ids must be unique within a cluster run")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,7 +28,7 @@ from pathlib import Path
 from llmsched_env.commands.help import DefaultsFormatter, program
 from llmsched_env.commands.runner_options import add_runner_options, runner_spec
 from llmsched_env.common.checks import check_unique
-from llmsched_env.common.outputs import check_output, output_path
+from llmsched_env.common.outputs import check_output, file_output_path, output_path
 from llmsched_env.evaluation.progress import Progress, status
 from llmsched_env.runtime.names import FIDELITY_REQUESTS, FIT_LOADS
 
@@ -56,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--force", action="store_true", help="allow writing inside a shipped folder")
         if name == "profile":
             out = "preset file (default: results/calibrate/runtime-MODEL-DEVICE.json)"
-            s.add_argument("--out", type=_file_path, default=None, help=out)
+            s.add_argument("--out", type=file_output_path, default=None, help=out)
             s.add_argument(
                 "--repeats", type=int, default=3, help="timed runs per batch shape (median kept; at most 1,000)"
             )
@@ -84,6 +83,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     is imported only once the arguments are parsed: ``--help`` does not wait for it."""
     p = build_parser()
     args = p.parse_args(argv)
+    from llmsched_env.runtime.fidelity import check_runtime_requests
     from llmsched_env.runtime.profiling import (
         MAX_LIST,
         MAX_REPEATS,
@@ -108,6 +108,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if args.command == "profile":
             args.out = args.out or Path("results/calibrate") / f"runtime-{tag}.json"
             args.fit_loads = check_loads("--fit-loads", _numbers("--fit-loads", args.fit_loads, float))
+            check_runtime_requests({"--fit-loads": len(args.fit_loads), "--num-requests": args.num_requests})
         else:
             from llmsched_env.runtime.fidelity_report import check_fidelity_seeds
 
@@ -121,23 +122,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             if len(args.seeds) > MAX_LIST or any(x < 0 for x in args.seeds):
                 raise ValueError(f"--seeds: expected at most {MAX_LIST} seeds, each >= 0, got {args.seeds[:MAX_LIST]}")
             check_fidelity_seeds(args.seeds)
+            counts = {"--policies": len(args.policies), "--loads": len(args.loads), "--seeds": len(args.seeds)}
+            check_runtime_requests({**counts, "--num-requests": args.num_requests}, args.in_situ)
         profile = args.command == "profile"
         check_output(args.out, args.force, file=profile, files=() if profile else FIDELITY_FILES)
     except ValueError as exc:
         p.error(str(exc))
     return args
-
-
-def _file_path(text: str) -> Path:
-    """``--out`` of ``profile`` (a file) as a path: ``output_path``'s checks, and ``argparse.ArgumentTypeError``
-    when it ends with a path separator (``m/``: a folder is meant, and ``Path`` would drop the slash and write a
-    file named ``m``)."""
-    if text.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} ends with {text[-1]!r}, a folder; profile writes a file (the preset): give its path, e.g. "
-            f"{text}runtime-tiny-cpu.json"
-        )
-    return output_path(text)
 
 
 def _numbers(option: str, text: str, kind: type) -> list:

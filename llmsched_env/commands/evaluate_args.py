@@ -416,6 +416,19 @@ def check_combinations(p: argparse.ArgumentParser, args: argparse.Namespace) -> 
             p.error(f"{flags[option]} does nothing without {needs}: {why}; leave it out, or give {needs}")
 
 
+# what a training's run folder holds (agents.training): an evaluation there would take its completion marker
+_TRAINING_MARKS = ("args.json", "model.zip", "checkpoints", "policy.json")
+
+
+def _check_not_a_training(p: argparse.ArgumentParser, out: Path) -> None:
+    """A usage error when ``--out`` is a training's run folder: the evaluation would replace the training's
+    ``complete.json`` with its own (so the run would look unfinished, or finished by an evaluation)."""
+    held = [name for name in _TRAINING_MARKS if (out / name).exists()]
+    if held:
+        p.error(f"--out {out}: holds a training ({', '.join(held)}); an evaluation writes its own files and marker "
+                "there: choose another --out (give its policy with --policies NAME=FOLDER)")  # fmt: skip
+
+
 def _check_apart(p: argparse.ArgumentParser, out: Path | None, tensorboard: Path) -> None:
     """A usage error when ``--tensorboard`` is, or lies under, a file the evaluation writes in ``--out``
     (``OUT_FILES``): the events would go where a result file is written, found only after every run."""
@@ -453,6 +466,7 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
     try:
         if args.out is not None:
             check_output(args.out, args.force, files=OUT_FILES)
+            _check_not_a_training(p, args.out)
         if args.tensorboard is not None:
             check_output(args.tensorboard, args.force, "--tensorboard")
             _check_apart(p, args.out, args.tensorboard)

@@ -38,7 +38,7 @@ from llmsched_env.adapters.vllm.config import AdapterConfig
 from llmsched_env.commands.evaluate_args import tenant_slos
 from llmsched_env.commands.help import DefaultsFormatter
 from llmsched_env.common.files import CONFIG_BYTES, parse_json, read_text
-from llmsched_env.common.outputs import check_output, output_path, write_csv
+from llmsched_env.common.outputs import check_output, file_output_path, write_csv
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.live.logs import find_log_dir
@@ -143,10 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     delay.add_argument("--frontend-delay-s", type=_delay_s, default=0.0, metavar="S",
                        help=f"or add this many seconds (0 to {MAX_FRONTEND_DELAY_S:g})")  # fmt: skip
     p.add_argument(
-        "--save-model", type=output_path, metavar="FILE.json", help="write the fitted cost model as a preset"
+        "--save-model", type=file_output_path, metavar="FILE.json", help="write the fitted cost model as a preset"
     )
     p.add_argument(
-        "--out", type=output_path, metavar="FILE.csv", help="write the table as CSV (with policy and sim_delay_s)"
+        "--out", type=file_output_path, metavar="FILE.csv", help="write the table as CSV (with policy and sim_delay_s)"
     )
     return p
 

@@ -50,7 +50,7 @@ from llmsched_env.commands.evaluate_args import (
     trace_scenarios,
 )
 from llmsched_env.commands.help import DefaultsFormatter, given_options, program
-from llmsched_env.common.outputs import check_output, check_update_lock, output_path
+from llmsched_env.common.outputs import check_output, check_update_lock, file_output_path
 from llmsched_env.decision.tuned_table import load_tuned_table, write_tuned_entries
 from llmsched_env.evaluation.trace_tuned import USER_TABLE_ENV, TraceKey, trace_keys, user_table, val_episode_size
 from llmsched_env.evaluation.tuning import MAX_CANDIDATES, MAX_ROUNDS, TuneConfig, tune_scenario
@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--cost-model", default=None, help="cost-model preset name or JSON path (default: the scenario's)")
     add(
         "--out",
-        type=output_path,
+        type=file_output_path,
         default=None,
         help=f"tuned-settings table to write into, its other entries kept (default: --scenarios: {DEFAULT_OUT}, "
         "which llmsched-evaluate plays with --policies tuned=FILE; the shipped baselines/tuned.json only with "

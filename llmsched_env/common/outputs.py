@@ -38,6 +38,7 @@ __all__ = [
     "check_output",
     "check_replaceable",
     "check_update_lock",
+    "file_output_path",
     "is_complete",
     "locked_output",
     "mark_complete",
@@ -79,6 +80,17 @@ def output_path(text: str) -> Path:
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path (an unset variable?); give a path, ./ for this folder")
     return Path(text)
+
+
+def file_output_path(text: str) -> Path:
+    """An output option that names a file (an argparse ``type``): ``output_path``'s checks, and
+    ``argparse.ArgumentTypeError`` for a value ending with a path separator, which names a folder (``--out m/``
+    would otherwise write a file ``m``)."""
+    path = output_path(text)
+    if text.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
+        raise argparse.ArgumentTypeError(f"{text!r} ends with {text[-1]!r}, a folder; this option writes a file: "
+                                         "give a file name")  # fmt: skip
+    return path
 
 
 def check_output(

@@ -10,12 +10,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from llmsched_env.cluster.config import DisaggConfig
+from llmsched_env.cluster.config import DisaggConfig, check_cluster_kv_blocks
 from llmsched_env.cluster.invariants import check_cluster
 from llmsched_env.cluster.metrics import cluster_metrics
 from llmsched_env.cluster.scenarios import CLUSTER_SCENARIOS, ClusterScenario
 from llmsched_env.cluster.simulator import Cluster
-from llmsched_env.common.checks import check_bool
+from llmsched_env.common.checks import check_bool, check_int
 from llmsched_env.costs.base import CostModel
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.local import LocalScheduler
@@ -132,6 +132,7 @@ class LLMSchedClusterEnv(gym.Env):
                 f"disaggregated asks for {self.disagg.num_prefill} prefill + {self.disagg.num_decode} decode "
                 f"replicas but the cluster has {n}; give num_replicas={self.disagg.num_replicas} or matching replicas"
             )
+        check_cluster_kv_blocks("LLMSchedClusterEnv", self.specs, self.disagg)  # before the trace or any pool
         self.num_replicas = n
         self.routable = list(range(self.disagg.num_prefill if self.disagg else n))
         self.scenario, self.base_scenario, self.split, self.load = csc, base, split, float(load)
@@ -188,6 +189,8 @@ class LLMSchedClusterEnv(gym.Env):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
+        if seed is not None:  # gymnasium's own check ends in its error class; this names the argument
+            check_int(f"{type(self).__name__}.reset", "seed", seed, 0)
         super().reset(seed=seed)
         self._episode_window = reset_window(self, seed, options)
         requests = self._draw_requests()

@@ -224,6 +224,8 @@ class LLMSchedEnv(gym.Env):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
+        if seed is not None:  # gymnasium's own check ends in its error class; this names the argument
+            check_int(f"{type(self).__name__}.reset", "seed", seed, 0)
         super().reset(seed=seed)
         self._episode_window = reset_window(self, seed, options)
         requests = self._draw_requests()

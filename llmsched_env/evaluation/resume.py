@@ -201,14 +201,15 @@ def read_rows(path: Path, salt: str | None = None, required: Sequence[str] = ())
         if isinstance(entry, dict) and recorded != _entry_digest(entry, salt):
             raise ValueError(
                 f"{path}:{number}: the line was changed since its run wrote it, or another evaluation wrote it (its "
-                f"{DIGEST_KEY} {'is missing' if recorded is None else 'does not match'}); remove that line (its run "
-                "runs again) or start afresh without --resume"
+                f"{DIGEST_KEY} {'is missing' if recorded is None else 'does not match'}"
+                f"{'' if salt else f'; {RECORD_NAME} has no id'}); remove that line (its run runs again) or start "
+                "afresh without --resume"
             )
         row = entry.get("row") if isinstance(entry, dict) else None
         details = entry.get("details") if isinstance(entry, dict) else None
         if not isinstance(row, dict) or not {"policy", "scenario"} <= set(row) or not isinstance(details, dict | None):
             raise ValueError(f'{path}:{number}: not a line of an evaluation\'s rows file (no "row" object)')
-        problem = check_row(row, required) or (check_details(details) if details is not None else None)
+        problem = check_row(row, required) or (check_details(details, row) if details is not None else None)
         if problem is not None:
             raise ValueError(
                 f"{path}:{number}: {problem}, which no finished run gives: the rows file was changed; remove that "
@@ -264,17 +265,33 @@ def check_row(row: Mapping[str, Any], required: Sequence[str] = ()) -> str | Non
     return None
 
 
-def check_details(details: Mapping[str, Any]) -> str | None:
-    """What is wrong with a run's details read back (None: nothing): each value a string, a finite number, or a
-    list of finite numbers not negative (the latencies, the KV series), as ``details.episode_details`` gives."""
-    for key, value in details.items():
-        if isinstance(value, list):
-            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < math.inf for x in value):
-                return f"details {key!r} holds something other than finite numbers >= 0"
-        elif value is not None and not isinstance(value, str) and not (
-            isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+_LATENCIES = ("ttft_s", "tpot_s")  # a run's details: its latencies, and for one run of a grid the KV series
+_KV_SERIES = ("kv_time_s", "kv_usage")
+
+
+def check_details(details: Mapping[str, Any], row: Mapping[str, Any] | None = None) -> str | None:
+    """What is wrong with a run's details read back (None: nothing), held to what ``details.episode_details``
+    gives: the run's key (``policy``, ``scenario``, ``load``, ``seed``; those of ``row`` when given), the
+    latencies ``ttft_s`` and ``tpot_s`` and, together or not at all, the KV series ``kv_time_s`` and
+    ``kv_usage`` of one length; each a list of finite numbers >= 0 (the usage at most 1); nothing else."""
+    keys = ("policy", "scenario", "load", "seed")
+    unknown = [k for k in details if k not in (*keys, *_LATENCIES, *_KV_SERIES)]
+    if unknown:
+        return f"details hold {shown_value(unknown[0])}, which no run keeps"
+    for key in keys:
+        if row is not None and details.get(key) != row.get(key):
+            return f"details {key!r} is {shown_value(details.get(key))}, not the row's {shown_value(row.get(key))}"
+    present = [k for k in _KV_SERIES if k in details]
+    for key in (*_LATENCIES, *present):
+        value = details.get(key)
+        if not isinstance(value, list) or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < math.inf for x in value
         ):
-            return f"details {key!r} is {shown_value(value)}"
+            return f"details {key!r} is not a list of finite numbers >= 0"
+    if present and (len(present) == 1 or len(details["kv_time_s"]) != len(details["kv_usage"])):
+        return "details hold a KV series whose times and usages do not pair up"
+    if present and any(x > 1 for x in details["kv_usage"]):
+        return "details 'kv_usage' holds a usage above 1"
     return None
 
 

@@ -20,6 +20,7 @@ saw that replay. Its errors are the ``insitu_*`` columns.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -47,10 +48,13 @@ __all__ = [
     "FIDELITY_METRICS",
     "FIT_LOADS",
     "FIT_SEED",
+    "IN_SITU_FACTOR",
+    "MAX_RUNTIME_REQUESTS",
     "RUNTIME_ENGINE",
     "WARMUP_SEED",
     "FidelityWorkload",
     "PolicyFactory",
+    "check_runtime_requests",
     "compare",
     "drive",
     "drive_lockstep",
@@ -74,6 +78,15 @@ PolicyFactory = Callable[[PolicyContext], Policy]
 WARMUP_SEED = 999  # the workload served once, unmeasured, before a fidelity run
 FIT_SEED = 1000  # fitting workloads are seeds FIT_SEED, FIT_SEED + 1, ...: none is a fidelity workload
 LOCKSTEP_EPISODE_REQUESTS = 40  # short fitting episodes in lockstep, so every load recurs during one replay
+# The most requests one calibration serves on the runtime, its workloads together, each request by the real model:
+# fidelity's policies x loads x seeds x num_requests (x IN_SITU_FACTOR with the in-situ replays), profile's
+# fit_loads x num_requests. Measured on the 2-core CPU VM with the tiny model (`llmsched-calibrate fidelity`, fcfs,
+# load 0.7, 150 requests per workload): each workload added 5.4 s, 36 ms per request, and 14 s with its in-situ
+# replay (served again, alternating with as many steps of fitting episodes), hence the factor 3. So the bound is
+# about an hour, 18 times the default fidelity run (3 x 2 x 2 x 150 x 3 = 5,400); 100 loads x 100 seeds x 10,000
+# requests (10^8) would have run for six weeks.
+MAX_RUNTIME_REQUESTS = 100_000
+IN_SITU_FACTOR = 3
 
 
 @dataclass(frozen=True)
@@ -169,6 +182,23 @@ def saturation_rps(
     return drive(sim, policy, policy)["request_throughput_rps"]
 
 
+def check_runtime_requests(factors: Mapping[str, int], in_situ: bool = False) -> int:
+    """The requests served on the runtime, the product of ``factors`` (name -> count: options or arguments) times
+    ``IN_SITU_FACTOR`` if ``in_situ``, if at most ``MAX_RUNTIME_REQUESTS``; ``ValueError`` naming every factor
+    and the product otherwise."""
+    total = math.prod(factors.values()) * (IN_SITU_FACTOR if in_situ else 1)
+    if total <= MAX_RUNTIME_REQUESTS:
+        return total
+    names = " x ".join(factors)
+    values = " x ".join(f"{v:,}" for v in factors.values())
+    if in_situ:
+        names, values = f"{names} x {IN_SITU_FACTOR} (the in-situ replays)", f"{values} x {IN_SITU_FACTOR}"
+    raise ValueError(
+        f"{names} = {values} = {total:,} requests served on the runtime, more than {MAX_RUNTIME_REQUESTS:,} "
+        f"(about an hour at the 36 ms per request of the tiny model on a 2-core CPU); give fewer of them"
+    )
+
+
 def compare(
     runner: ModelRunner,
     cost_model: CostModel,
@@ -185,8 +215,11 @@ def compare(
     (``real_*``), predicted by the simulator (``sim_*``) and the relative error (``err_*``). With
     ``in_situ`` also the lockstep replay and its in-situ fitted simulator (``insitu_real_*``,
     ``insitu_sim_*``, ``err_insitu_*``, see the module docstring); the runner then needs twice the engine's
-    KV blocks."""
+    KV blocks. ``ValueError`` if the runs would serve more than ``MAX_RUNTIME_REQUESTS`` requests on the runtime
+    (``check_runtime_requests``)."""
     workload = workload or FidelityWorkload()
+    counts = {"policies": len(policies), "loads": len(loads), "seeds": len(seeds)}
+    check_runtime_requests({**counts, "num_requests": workload.num_requests}, in_situ)
     tenants = workload.tenants(cost_model)
     if in_situ and runner.num_blocks < 2 * engine.num_kv_blocks:
         raise ValueError(

@@ -33,6 +33,7 @@ from llmsched_env.runtime.fidelity import (
     RUNTIME_ENGINE,
     FidelityWorkload,
     PolicyFactory,
+    check_runtime_requests,
     drive,
     saturation_rps,
 )
@@ -115,14 +116,16 @@ def profile_preset(
     stem) and ``<out>.samples.csv``; return the fitted model and the fit's report (where the files went, the
     profile's time, the loop overhead, residuals over the grid, over the iterations and by decode count).
     ``ValueError``, before anything runs, for ``out`` inside a shipped folder unless ``force``, ``repeats`` or
-    ``num_requests`` out of 1..``MAX_REPEATS`` / ``MAX_REQUESTS``, ``spec.threads`` over ``max_threads()``, or
-    ``fit_loads`` not 1 to ``MAX_LIST`` loads in [``MIN_LOAD``, ``MAX_LOAD``]."""
+    ``num_requests`` out of 1..``MAX_REPEATS`` / ``MAX_REQUESTS``, ``spec.threads`` over ``max_threads()``,
+    ``fit_loads`` not 1 to ``MAX_LIST`` loads in [``MIN_LOAD``, ``MAX_LOAD``], or fitting episodes of more than
+    ``MAX_RUNTIME_REQUESTS`` requests together (``fidelity.check_runtime_requests``)."""
     check_output(out, force, file=True)
     check_output(out.with_suffix(".samples.csv"), force, file=True)  # the grid samples go beside it
     check_count("repeats", repeats, MAX_REPEATS)
     check_count("num_requests", num_requests, MAX_REQUESTS)
     check_count("threads", spec.threads, max_threads())
     fit_loads = check_loads("fit_loads", fit_loads)
+    check_runtime_requests({"fit_loads": len(fit_loads), "num_requests": num_requests})
     say = on_status or (lambda line: None)
     runner = spec.build(RUNTIME_ENGINE.num_kv_blocks, RUNTIME_ENGINE.block_size)
     workload = FidelityWorkload(num_requests=num_requests)
