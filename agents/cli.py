@@ -129,10 +129,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = build_parser()
     args = p.parse_args(argv)  # --help exits here, before torch and SB3 are imported (below)
     scaleout(p, args)
+    several = bool(args.scenarios or args.seeds or args.hp_grid)
+    if args.ray is not None and not several:  # local workers ("local") or a cluster: for a sweep's trainings
+        flag = "--workers" if args.workers is not None else "--ray"
+        p.error(
+            f"{flag} spreads a sweep's trainings over workers, and this command trains once (no --scenarios, --seeds "
+            f"or --hp-grid); leave {flag} out, or give the sweep"
+        )
     from agents.sweep import sweep_configs
     from agents.training import preflight
 
-    args.sweep = bool(args.scenarios or args.seeds or args.hp_grid or args.ray)
+    args.sweep = several
     args.scenario_list = [s for s in (args.scenarios or args.scenario).split(",") if s]
     try:
         args.seed_list = [int(x) for x in (args.seeds or str(args.seed)).split(",") if x]

@@ -57,6 +57,7 @@ from agents.checkpoints import (
     latest_checkpoint,
     model_spaces,
     newest_signed_checkpoint,
+    step_of,
 )
 from agents.config import finite_json
 from agents.generalist import check_init, init_from_policy, init_network, knee_loads
@@ -267,7 +268,11 @@ RUN_RESULTS = (
     *("model.zip", "best_model.zip", "best.json", "eval_history.json", "summary.json", "bc.json"),
     *("policy.json", "policy.safetensors", COMPLETE_NAME),
 )
-SAME_ON_RESUME = ("algo", "scenario", "trace")  # what a resumed training must share with the run it continues
+# what a resumed training must share with the run it continues (args.json): every TrainConfig field that changes
+# the run, but for the budget (timesteps), the output and progress options (out, force, progress), the resume
+# itself, what the resolved hyperparameters hold and resumed_hyperparams compares (hp, hyperparams, quick, n_envs),
+# what does not change what is learnt (vec_env, eval_baselines) and init (never with resume)
+SAME_ON_RESUME = ("algo", "scenario", "trace", "seed", "bc")
 
 
 def _read_json(path: Path) -> Any:
@@ -362,10 +367,36 @@ def check_run_folder(config: TrainConfig) -> None:
     for key in SAME_ON_RESUME:
         if earlier.get(key) != mine.get(key):
             flag = "--" + key.replace("_", "-")
+            theirs, given = ("(not given)" if v is None else repr(v) for v in (earlier.get(key), mine.get(key)))
             raise ValueError(
-                f"--resume: {out} was trained with {flag} {earlier.get(key)!r}, this command gives "
-                f"{mine.get(key)!r}; resume with the run's own {flag}, or choose another --out"
+                f"--resume: {out} was trained with {flag} {theirs}, this command gives {given}; resume with the "
+                f"run's own {flag} (its command.txt), or choose another --out"
             )
+
+
+def check_budget(config: TrainConfig, hp: Mapping[str, Any]) -> None:
+    """``ValueError`` (one line) when ``config`` resumes a run whose budget ``hp["n_timesteps"]`` is already
+    reached or passed: a finished run (``complete.json``) that trained as many steps or more (resuming it would
+    replace its ``model.zip`` with its last checkpoint, saved before the last update, and learn nothing), or a
+    run whose checkpoint to resume is past the budget (``args.json`` would then record a budget below what the
+    model trained). Nothing without ``resume``."""
+    if not config.resume:
+        return
+    out, budget = config.run_folder, int(hp["n_timesteps"])
+    record = _read_json(out / COMPLETE_NAME) if (out / COMPLETE_NAME).is_file() else None
+    finished = record.get("timesteps") if isinstance(record, dict) else None
+    if type(finished) is int and finished >= budget:
+        raise ValueError(
+            f"--resume: {out} finished at {finished} steps ({COMPLETE_NAME}); nothing to resume; give --timesteps > "
+            f"{finished} to train on, or choose another --out"
+        )
+    checkpoint = resume_checkpoint(config)
+    step = step_of(checkpoint) if checkpoint is not None else None
+    if checkpoint is not None and step is not None and step > budget:
+        raise ValueError(
+            f"--resume: {out} has trained {step} steps (its checkpoint {checkpoint.name}), more than the budget of "
+            f"{budget} (--timesteps); give --timesteps >= {step}, or choose another --out"
+        )
 
 
 # hyperparameters a resumed training may give other values than the run's: the budget (--timesteps), the periodic
@@ -423,6 +454,7 @@ def resumed_hyperparams(config: TrainConfig, hp: dict[str, Any]) -> dict[str, An
 def preflight(config: TrainConfig, warn: bool = True) -> tuple[dict[str, Any], float | None, dict[str, Any]]:
     """Everything that can refuse ``config``, checked before anything is written: the hyperparameters
     (resolved, returned), the run folder (``check_run_folder``), the checkpoint key (``ensure_key``), the
+    budget of a resume (``check_budget``), the
     checkpoint to resume, its best score (returned) and its evaluations so far (``read_history``), the
     periodic evaluation's setup (``eval_setup``: its val episodes fit in the val part; returned), one env built
     from the training's env arguments, and the ``--init`` policy against that env and the algorithm.
@@ -434,6 +466,7 @@ def preflight(config: TrainConfig, warn: bool = True) -> tuple[dict[str, Any], f
     ensure_key()
     setup = eval_setup(config, hp, warn=warn)
     best = resume_best(config, hp, warn=warn, setup=setup)
+    check_budget(config, hp)
     if resume_checkpoint(config) is not None:
         read_history(config.run_folder, setup, 0, warn=False)  # an entry no evaluation writes: refused here
         if hp.get("anchor_coef"):  # the start the pull keeps to is gone

@@ -231,3 +231,17 @@ def test_the_requests_of_a_whole_calibration_are_bounded_before_anything_runs() 
     # the largest single workload still runs, in situ too; the default run is far inside the bound
     assert fidelity.check_runtime_requests({"n": 10_000}, in_situ=True) == 30_000
     assert fidelity.check_runtime_requests({"p": 3, "l": 2, "s": 2, "n": FIDELITY_REQUESTS}, in_situ=True) == 5_400
+
+
+@pytest.mark.parametrize("name", ["", "   "])
+def test_an_empty_preset_name_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, name: str
+) -> None:
+    """``profile --name ""`` silently named the preset after the file: one usage line, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        parse_args([*PROFILE, "--name", name])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and "--name must name the preset" in err[-1], err
+    assert not any(tmp_path.iterdir())
+    assert parse_args([*PROFILE, "--name", "mine"]).name == "mine"

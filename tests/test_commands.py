@@ -72,6 +72,9 @@ def test_evaluate_rejects_bad_arguments(argv: list[str], message: str, capsys: p
         (["--describe", "--tensorboard", "x"], "--tensorboard does nothing with --describe"),
         (["--describe", "--policies", "sjf"], "--policies does nothing with --describe"),
         (["--describe", "--capacity"], "--capacity does nothing with --describe"),
+        (["--describe", "--check-invariants"], "--check-invariants does nothing with --describe"),
+        (["--describe", "--length-prediction", "exact"], "--length-prediction does nothing with --describe"),
+        (["--describe", "--workers", "2"], "--workers does nothing with --describe"),
     ],
 )
 def test_evaluate_refuses_options_that_do_nothing_together(
@@ -201,3 +204,24 @@ def test_evaluate_refuses_a_training_run_folder_as_out(tmp_path: Path, capsys: p
     with pytest.raises(SystemExit) as exc:
         parse(["--out", str(run)])
     assert exc.value.code == 2 and "holds a training (args.json)" in capsys.readouterr().err
+
+
+def test_evaluate_refuses_a_plan_of_more_requests_than_its_bound(
+    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each option within its cap, the product not: 1,000 seeds x 101 loads of 1,000 requests ran for minutes
+    before its first run. The planned requests (episode sizes x policies x seeds x loads, or x about 16 loads per
+    capacity search) are bounded, and the bound raised by its variable."""
+    seeds = ",".join(map(str, range(100)))
+    argv = ["--scenarios", "mixed-slo", "--num-requests", "10000", "--seeds", seeds, "--loads", "1,2"]
+    monkeypatch.setenv("LLMSCHED_MAX_EVALUATION_REQUESTS", "1000000")
+    with pytest.raises(SystemExit):
+        parse(argv)
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "plans 2,000,000 requests (episode sizes 10,000 over --scenarios x 1 --policies x 100 --seeds x 2" in err
+    assert "LLMSCHED_MAX_EVALUATION_REQUESTS" in err
+    with pytest.raises(SystemExit):
+        parse(["--capacity", *argv[:6]])
+    assert "x about 16 loads a capacity search), more than 1,000,000" in capsys.readouterr().err
+    monkeypatch.setenv("LLMSCHED_MAX_EVALUATION_REQUESTS", "3000000")
+    parse(argv)  # raised: the plan fits

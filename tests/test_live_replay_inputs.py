@@ -236,3 +236,19 @@ def test_a_growing_servers_logs_are_read_as_they_grow_each_line_once(tmp_path: P
     n = texts[SERVER].count(b"\n") + 1
     with pytest.raises(ValueError, match=re.escape(f"{growing / SERVER}:{n}: ")):
         tail.read()
+
+
+@pytest.mark.parametrize("other", ["r.json", "./r.json", "sub/../r.json"])
+def test_one_path_for_the_model_and_the_table_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], other: str
+) -> None:
+    """``--save-model r.json --out r.json``: the CSV overwrote the fitted model. One usage line, before any run
+    is read, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["none", "--policy", "fcfs", "--tenants", "chat=chat", "--save-model", "r.json", "--out", other])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--out and --save-model are the same file" in err[-1], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sub"]

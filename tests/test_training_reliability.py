@@ -472,6 +472,7 @@ def test_the_runs_json_files_hold_no_nan_and_a_score_never_measured_is_null(
     run = tmp_path / "run"
     shutil.copytree(trained_run.resumed, run)  # at its budget of 384 steps
     (run / "best.json").unlink()  # no best to beat, and nothing left to learn: no evaluation in this resume
+    (run / "complete.json").unlink()  # killed after its last checkpoint (a finished run at its budget is refused)
     assert main(["--scenario", "mixed-slo", "--out", str(run), "--resume", *TINY, "--timesteps", "384"]) == 0
     summary = _strict((run / "summary.json").read_text())
     assert summary["best_eval_attainment"] is None  # -inf, never measured: null, not -Infinity
@@ -591,3 +592,47 @@ def test_a_training_into_an_evaluations_folder_is_refused(tmp_path: Path, capsys
     before = _listing(out)
     line = _refused(["--scenario", "mixed-slo", "--out", str(out), *TINY_TRAIN], capsys)
     assert "holds an evaluation (evaluation.json); choose another --out" in line and _listing(out) == before
+
+
+def test_a_resume_with_its_budget_reached_or_passed_is_refused_and_nothing_written(
+    trained_run: TrainedRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A finished run resumed to the budget it reached would replace its ``model.zip`` with its last checkpoint
+    (saved before the last update) and learn nothing; a budget below the steps trained would make ``args.json``
+    say the run trained fewer: both refused in one line, nothing written."""
+    run = _copy(trained_run, tmp_path, monkeypatch)
+    shutil.copy(trained_run.out / "complete.json", run / "complete.json")
+    assert json.loads((run / "complete.json").read_text())["timesteps"] == 256
+    before = _listing(run)
+    argv = ["--scenario", "mixed-slo", "--out", str(run), "--resume", *TINY]
+    for budget in ("256", "128"):
+        line = _refused([*argv, "--timesteps", budget], capsys)
+        assert f"--resume: {run} finished at 256 steps (complete.json); nothing to resume; give --timesteps > 256" in (
+            line
+        )
+    (run / "complete.json").unlink()  # killed after its last checkpoint: a budget below it is refused
+    before.pop("complete.json")
+    line = _refused([*argv, "--timesteps", "128"], capsys)
+    assert f"--resume: {run} has trained 256 steps (its checkpoint model_256_steps.zip), more than the budget" in line
+    assert "give --timesteps >= 256" in line
+    assert _listing(run) == before
+
+
+def test_a_resume_with_another_seed_or_cloning_is_refused_naming_both_values(
+    trained_run: TrainedRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    run = _copy(trained_run, tmp_path, monkeypatch)
+    before = _listing(run)
+    argv = ["--scenario", "mixed-slo", "--out", str(run), "--resume", *TINY, "--timesteps", "384"]
+    line = _refused([*argv, "--seed", "5"], capsys)
+    assert f"--resume: {run} was trained with --seed 0, this command gives 5; resume with the run's own --seed" in line
+    line = _refused([*argv, "--bc", "fcfs"], capsys)
+    assert "was trained with --bc (not given), this command gives 'fcfs'; resume with the run's own --bc" in line
+    assert _listing(run) == before  # args.json, config.yml and command.txt untouched
+
+
+def test_workers_without_a_sweep_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    run = tmp_path / "run"
+    line = _refused(["--scenario", "mixed-slo", "--out", str(run), *TINY, "--workers", "2"], capsys)
+    assert "--workers spreads a sweep's trainings over workers, and this command trains once" in line
+    assert not run.exists()

@@ -100,6 +100,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         check_count("--seed", args.seed, 2**63 - 1, minimum=0)  # torch's generator takes a 64-bit seed
         if args.command == "profile":
             check_count("--repeats", args.repeats, MAX_REPEATS)
+            if args.name is not None and not args.name.strip():  # was the file stem, without a word
+                raise ValueError(f"--name must name the preset, got {args.name!r} (leave it out for the file stem)")
     except ValueError as exc:
         p.error(str(exc))
     args.spec = runner_spec(p, args)

@@ -18,6 +18,7 @@ from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.help import DefaultsFormatter, from_args, program
 from llmsched_env.commands.runner_options import add_runner_options
 from llmsched_env.common.checks import check_label, duplicates
+from llmsched_env.common.files import CountLimit
 from llmsched_env.common.outputs import COMPLETE_NAME, LOCK_NAME, check_output, output_path
 from llmsched_env.decision.lookahead import join_options
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
@@ -359,6 +360,10 @@ _NO_OPS = (
     ("plots", "describe", "--describe prints the scenarios and writes no files"),
     ("policies", "describe", "--describe runs no policy"),
     ("capacity", "describe", "--describe runs no policy"),
+    ("check_invariants", "describe", "--describe runs no policy"),
+    ("length_prediction", "describe", "--describe runs no policy"),
+    ("workers", "describe", "--describe runs no policy"),
+    ("ray", "describe", "--describe runs no policy"),
 )
 
 
@@ -484,6 +489,8 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
         )
     except ValueError as exc:  # a list field's message names its option (two policy files of one name)
         p.error(re.sub(r"^EvalConfig\.(scenarios|policies|loads|seeds)(: | must)", r"--\1\2", str(exc)))
+    if not args.describe:
+        check_planned_requests(p, args, config)
     if args.require_sustained and not (args.capacity or args.describe):
         from llmsched_env.evaluation.sustained import unsustained
 
@@ -492,6 +499,31 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
             more = f" (and {len(short) - 1} more)" if len(short) > 1 else ""
             p.error(f"--require-sustained: {short[0]}{more}")
     return config
+
+
+# The most requests an evaluation may plan (each option within its cap, their product unbounded: 1,000 seeds x 101
+# loads took minutes before its first run); the simulator serves some 10,000 requests/s on one core through the
+# env, so 10^8 is hours. Raised by LLMSCHED_MAX_EVALUATION_REQUESTS.
+MAX_PLANNED_REQUESTS = CountLimit("the requests an evaluation plans", 100_000_000, "LLMSCHED_MAX_EVALUATION_REQUESTS")
+CAPACITY_LOADS = 16  # loads a capacity search plays, about (a bracket and its bisection), for the plan's size
+
+
+def check_planned_requests(p: argparse.ArgumentParser, args: argparse.Namespace, config: EvalConfig) -> None:
+    """A usage error when the evaluation plans more requests than ``MAX_PLANNED_REQUESTS``: scenarios' episode
+    sizes x policies x seeds x loads (a grid) or x ``CAPACITY_LOADS`` (capacity searches, whose windows may grow
+    further), naming the options and the product."""
+    sizes = sum(config.num_requests or int(getattr(s, "num_requests", 1)) for s in config.scenarios)
+    plays = CAPACITY_LOADS if args.capacity else len(config.loads)
+    total = sizes * len(config.policies) * len(config.seeds) * plays
+    try:
+        bound = MAX_PLANNED_REQUESTS.value()
+    except ValueError as exc:
+        p.error(str(exc))
+    if total > bound:
+        what = f"about {CAPACITY_LOADS} loads a capacity search" if args.capacity else f"{plays} --loads"
+        p.error(f"the evaluation plans {total:,} requests (episode sizes {sizes:,} over --scenarios x "
+                f"{len(config.policies)} --policies x {len(config.seeds)} --seeds x {what}), more than "
+                f"{bound:,} for {MAX_PLANNED_REQUESTS.what}{MAX_PLANNED_REQUESTS.hint()}")  # fmt: skip
 
 
 def trace_options(args: argparse.Namespace) -> dict[str, Any]:

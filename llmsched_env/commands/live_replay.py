@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", choices=DURATIONS, default="period",
                    help="what a step costs: the busy period between schedule() starts, t3 - t0, or model time "
                         "plus a constant")  # fmt: skip
-    p.add_argument("--concave-decodes", action="store_true", help="also fit the log2(1 + decodes) term")
+    p.add_argument("--concave-decodes", action="store_true",
+                   help="also fit the log2(1 + decodes) term (to --fit-from's runs, else the runs')")  # fmt: skip
     delay = p.add_mutually_exclusive_group()
     delay.add_argument(
         "--frontend-from",
@@ -175,6 +176,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Parse, fit, replay, print; every bad input ends in one usage line."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.out and args.save_model and Path(args.out).resolve() == Path(args.save_model).resolve():
+        parser.error(f"--out and --save-model are the same file {args.out}: the CSV would overwrite the fitted "
+                     "model; give two paths")  # fmt: skip
     try:
         for path, option in ((args.out, "--out"), (args.save_model, "--save-model")):
             if path:

@@ -29,6 +29,7 @@ finds it there. Everything is a library call
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import sys
 from collections.abc import Sequence
@@ -52,14 +53,35 @@ from llmsched_env.commands.evaluate_args import (
 from llmsched_env.commands.help import DefaultsFormatter, given_options, program
 from llmsched_env.common.outputs import check_output, check_update_lock, file_output_path
 from llmsched_env.decision.tuned_table import load_tuned_table, write_tuned_entries
+from llmsched_env.evaluation.knob_space import STATIC_HEURISTICS
 from llmsched_env.evaluation.trace_tuned import USER_TABLE_ENV, TraceKey, trace_keys, user_table, val_episode_size
-from llmsched_env.evaluation.tuning import MAX_CANDIDATES, MAX_ROUNDS, TuneConfig, tune_scenario
+from llmsched_env.evaluation.tuning import MAX_CANDIDATES, MAX_ROUNDS, RUNG_SEEDS, TuneConfig, tune_scenario
 from llmsched_env.workloads.library import get_scenario, list_scenarios
 
 __all__ = ["build_parser", "main"]
 
 PROG = ("llmsched-tune", "tune.py")
 DEFAULT_OUT = Path("results/tuned.json")  # --scenarios' table by default: a copy of the user's, never the shipped one
+# The most simulated requests one scenario's search may plan: each option within its cap, the product of
+# --candidates, --rounds, --seeds and --num-requests could still run for months. The simulator runs about 19,000
+# requests/s on a 2-core machine (bench/bench_core.py --num-requests 2000, bare loop; an episode driven by a
+# policy is slower), so 10**9 is half a day or more; the default search of a library scenario plans ~10**6.
+MAX_PLANNED_REQUESTS = 10**9
+MOVES_PER_ROUND = 10  # single-knob moves a local-search round scores (knob_space.neighbours; a few more or fewer)
+CAPACITY_LOADS = 8  # loads one capacity search runs on each of its seeds (a bracket and bisection: 8-10)
+
+
+def planned_episodes(config: TuneConfig) -> int:
+    """About how many episodes a search with ``config`` runs at most (``tuning``'s steps): the capacity of each
+    reference on 2 seeds, successive halving of the static heuristics and the random candidates, every local-search
+    round (a search stops earlier when no move improves), the capacity of the result and the references."""
+    seeds = len(config.seeds)
+    episodes = CAPACITY_LOADS * (len(config.references) * min(2, seeds) + (1 + len(config.references)) * seeds)
+    pool, done = config.candidates + len(STATIC_HEURISTICS), 0
+    for size in sorted({min(k, seeds) for k in (*RUNG_SEEDS, seeds)}):
+        episodes += pool * (size - done)  # each setting left runs on the seeds this rung adds
+        pool, done = max(1, math.ceil(pool / 3)), size
+    return episodes + config.rounds * MOVES_PER_ROUND * seeds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,6 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         stray = [f"--{d.replace('_', '-')}" for d in (*TRACE_OPTIONS, "fitted_traffic") if d in given]
         if stray:
             p.error(f"{', '.join(stray)} appl{'y' if len(stray) > 1 else 'ies'} to --trace only (give --trace FILE)")
+    if args.candidates == 0 and "seed" in given_options(p, argv):  # it draws the random candidates only
+        p.error("--seed seeds the random candidates, and --candidates 0 draws none: give --candidates N or drop --seed")
     limits = engine_limits(args)
     command = None
     keys: dict[str, TraceKey] = {}  # a trace's scenarios (its replay, its fitted traffic) -> their entries' keys
@@ -150,6 +174,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{scenario.name}: val episodes of {size} requests, a disjoint window of the val part per "
                       "seed (--num-requests sets another size)", flush=True)  # fmt: skip
             mine.eval_config(scenario, config.seeds)  # every name and option checked before the first search
+            size = mine.num_requests if mine.num_requests is not None else scenario.num_requests
+            episodes = planned_episodes(mine)
+            if episodes * size > MAX_PLANNED_REQUESTS:  # each option within its cap, their product need not be
+                p.error(f"{scenario.name}: --candidates {mine.candidates}, --rounds {mine.rounds}, "
+                        f"{len(mine.seeds)} --seeds and --num-requests {size} plan about {episodes:,} episodes of "
+                        f"{size:,} requests, {episodes * size:.1e} requests, more than {MAX_PLANNED_REQUESTS:.0e} "
+                        "(half a day or more at ~19,000 requests/s): give fewer candidates, rounds, seeds or "
+                        "requests")  # fmt: skip
             configs[scenario.name] = (scenario, mine)
         out = args.out if args.out is not None else user_table() if keys else DEFAULT_OUT
         check_output(out, args.force, file=True)  # never into the shipped table (or any shipped folder) unless asked

@@ -284,6 +284,8 @@ def check_details(details: Mapping[str, Any], row: Mapping[str, Any] | None = No
     present = [k for k in _KV_SERIES if k in details]
     for key in (*_LATENCIES, *present):
         value = details.get(key)
+        if key not in details:
+            return f"details have no {key!r}"
         if not isinstance(value, list) or not all(
             isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < math.inf for x in value
         ):

@@ -106,7 +106,9 @@ class TuneConfig:
         """The command line that tunes ``scenario`` with this config (recorded in the table)."""
         words = [TUNE_COMMAND, "--scenarios", scenario, "--reference", ",".join(self.references)]
         words += ["--seeds", ",".join(map(str, self.seeds)), "--candidates", str(self.candidates)]
-        words += ["--seed", str(self.seed), "--rounds", str(self.rounds)]
+        if self.candidates:  # the seed draws the random candidates: llmsched-tune refuses it without any
+            words += ["--seed", str(self.seed)]
+        words += ["--rounds", str(self.rounds)]
         if self.num_requests is not None:
             words += ["--num-requests", str(self.num_requests)]
         if self.cost_model is not None:
