@@ -137,7 +137,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             f"or --hp-grid); leave {flag} out, or give the sweep"
         )
     from agents.sweep import sweep_configs
-    from agents.training import preflight
+    from agents.training import finished_at_budget, preflight
+    from llmsched_env.evaluation.progress import status
 
     args.sweep = several
     args.scenario_list = [s for s in (args.scenarios or args.scenario).split(",") if s]
@@ -191,6 +192,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             args.configs = sweep_configs(
                 args.config, args.config.run_folder, args.scenario_list, args.seed_list, args.grid
             )
+        args.kept = []
+        if args.sweep:  # a resumed sweep: its trainings that finished at their budget are kept as they are
+            done = {id(c): finished_at_budget(c) for c in args.configs}
+            for config in args.configs:
+                if done[id(config)] is not None:
+                    status(f"--resume: {config.run_folder} finished at {done[id(config)]} steps; kept as it is")
+                    args.kept.append(config)
+            args.configs = [c for c in args.configs if done[id(c)] is None]
         for config in args.configs:  # every refusal before anything is written; train() warns, once
             preflight(config, warn=False)
     except ValueError as exc:  # the trace's options named as their flags
@@ -229,13 +238,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``llmsched-train``: one training, or a sweep of them; 0 when every training succeeded, 1 when a sweep
     had a failing training. A bad argument or a refused run folder exits with status 2 (``parse_args``)."""
     args = parse_args(argv)
-    from agents.sweep import run_sweep
+    from agents.sweep import finished_result, run_sweep
     from agents.training import train
 
     config: TrainConfig = args.config
     try:
         if args.sweep:
-            results = run_sweep(args.configs, config.run_folder, args.ray, args.ray_cpus, config.progress, config.force)
+            results = run_sweep(args.configs, config.run_folder, args.ray, args.ray_cpus, config.progress, config.force,
+                                kept=[finished_result(c.run_folder) for c in args.kept])  # fmt: skip
             return 0 if all(r["returncode"] == 0 for r in results) else 1
         train(config)
     except OutputBusyError as exc:  # another training writes into --out: one usage line, nothing written

@@ -74,6 +74,13 @@ def sweep_configs(
     return configs
 
 
+def finished_result(out: Path) -> dict[str, Any]:
+    """The sweep result of a training that finished before (a resumed sweep keeps it): its folder, exit 0 and its
+    summary (None if absent), as ``train_task`` returns them."""
+    summary = out / "summary.json"
+    return {"out": str(out), "returncode": 0, "summary": json.loads(summary.read_text()) if summary.is_file() else None}
+
+
 def train_task(argv: list[str], cwd: str) -> dict[str, Any]:
     """One training of a sweep as a child process ``python -m agents.cli *argv`` that ends when this process
     ends (``guarded_command``), its output in the run folder's ``train.log``; runs in ``cwd`` when that is a
@@ -105,11 +112,13 @@ def run_sweep(
     ray_cpus: int | None = None,
     progress: bool = True,
     force: bool = False,
+    kept: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """Run every training of ``configs`` (``train_task``), serially or, with ``ray`` (an address, or
     ``"local"`` for ``ray_cpus`` local worker processes), as parallel tasks; one line on stdout as each training
     ends (on Ray, in the order they end), a bar over the trainings on stderr unless ``progress`` is False;
-    ``out/sweep.json`` lists the results, returned in the order of ``configs``. ``ValueError`` for ``out``
+    ``out/sweep.json`` lists the results, returned in the order of ``configs``, after those ``kept`` (trainings
+    a resumed sweep found finished: ``finished_result``). ``ValueError`` for ``out``
     inside a shipped folder (unless ``force``); ``RuntimeError`` when Ray is asked for and missing."""
     check_output(out, force)
     with locked_output(out, "llmsched-train (a sweep)"):  # a second sweep into this folder is refused
@@ -129,6 +138,7 @@ def run_sweep(
                 results[index] = result
                 bar.print(_line(result))
                 bar.update()
+        results = [*kept, *results]  # the trainings a resumed sweep found finished, then those it ran
         write_text_atomically(out / "sweep.json", finite_json(results, indent=1))
         mark_complete(out, {"trainings": len(results), "failed": sum(r["returncode"] != 0 for r in results)})
     return results

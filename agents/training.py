@@ -372,6 +372,23 @@ def check_run_folder(config: TrainConfig) -> None:
                 f"--resume: {out} was trained with {flag} {theirs}, this command gives {given}; resume with the "
                 f"run's own {flag} (its command.txt), or choose another --out"
             )
+    lost = [name for name in ("policy.json", "policy.safetensors") if not (out / name).exists()]
+    if checkpointed and (out / "best.json").exists() and lost:  # exported with each new best, not otherwise
+        raise ValueError(
+            f"--resume: {out}: the best model's export ({', '.join(lost)}) is gone (best.json records a best), and "
+            "a resume writes it only with a new best; restore it, or choose another --out"
+        )
+
+
+def finished_at_budget(config: TrainConfig) -> int | None:
+    """The steps a resumed run ``config`` finished at (``complete.json``) when they reach its budget, so there is
+    nothing to resume (``check_budget`` refuses it; a resumed sweep skips it); None otherwise."""
+    if not config.resume or not (config.run_folder / COMPLETE_NAME).is_file():
+        return None
+    record = _read_json(config.run_folder / COMPLETE_NAME)
+    finished = record.get("timesteps") if isinstance(record, dict) else None
+    budget = int(resolve_hyperparams(config)["n_timesteps"])
+    return finished if type(finished) is int and finished >= budget else None
 
 
 def check_budget(config: TrainConfig, hp: Mapping[str, Any]) -> None:

@@ -636,3 +636,40 @@ def test_workers_without_a_sweep_is_a_usage_error(tmp_path: Path, capsys: pytest
     line = _refused(["--scenario", "mixed-slo", "--out", str(run), *TINY, "--workers", "2"], capsys)
     assert "--workers spreads a sweep's trainings over workers, and this command trains once" in line
     assert not run.exists()
+
+
+def test_a_resumed_sweep_keeps_the_trainings_that_finished_at_their_budget(
+    tmp_path: Path, key_home: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Rerunning a killed sweep with --resume: each training that finished at its budget (complete.json) is kept
+    as it is and listed in sweep.json, instead of the whole sweep being refused for it (a resume at the budget
+    of one training alone is refused: ``check_budget``)."""
+    from agents.sweep import finished_result, run_sweep
+    from agents.training import finished_at_budget
+
+    sweep = tmp_path / "sweep"
+    argv = ["--scenario", "mixed-slo", "--seeds", "0,1", "--out", str(sweep), "--resume", *TINY_TRAIN]
+    args = parse_args(argv)
+    assert len(args.configs) == 2 and args.kept == []  # nothing finished yet: both train
+    done = args.configs[0].run_folder
+    done.mkdir(parents=True)
+    (done / "complete.json").write_text(json.dumps({"timesteps": 256}))
+    (done / "summary.json").write_text(json.dumps({"best_eval_attainment": 0.9}))
+    assert finished_at_budget(args.configs[0]) == 256
+    args = parse_args(argv)
+    assert [c.run_folder for c in args.kept] == [done] and len(args.configs) == 1
+    assert f"--resume: {done} finished at 256 steps; kept as it is" in capsys.readouterr().err
+    results = run_sweep([], sweep, progress=False, kept=[finished_result(done)])
+    assert results == [{"out": str(done), "returncode": 0, "summary": {"best_eval_attainment": 0.9}}]
+    assert json.loads((sweep / "sweep.json").read_text()) == results
+
+
+def test_resume_refuses_a_run_whose_exported_best_is_gone(
+    trained_run: TrainedRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The policy pair is written with each new best only: a resume of a run whose pair was deleted would finish
+    without one (complete.json beside no policy), so it is refused in one line naming the files."""
+    run = _copy(trained_run, tmp_path, monkeypatch)
+    (run / "policy.json").unlink()
+    line = _refused(["--scenario", "mixed-slo", "--out", str(run), "--resume", *TINY, "--timesteps", "512"], capsys)
+    assert "the best model's export (policy.json) is gone" in line

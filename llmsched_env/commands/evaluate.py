@@ -149,6 +149,9 @@ def _evaluate(
     """The grid or the capacity searches, with ``--out`` held (its evaluation ``record``; ``killed``: it holds
     the rows of an evaluation that did not finish): its rows file, then the result files and the completion
     marker."""
+    windows = len(config.scenarios) * len(config.loads) * len(config.seeds)
+    if not args.capacity and windows > 10_000:  # about a millisecond each: say so before a long silence
+        _note(f"checking that the {windows:,} windows of the grid are sustained (about {windows // 3_000 + 1} s)")
     flagged = [] if args.capacity else unsustained(config)
     notes = absent_tenant_notes(config) + overlong_notes(config) + [f"unsustained windows: {text}" for text in flagged]
     for note in notes + (capacity_notes(config, args.per_seed) if args.capacity else []):

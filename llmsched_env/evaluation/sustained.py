@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -55,6 +55,7 @@ class ScenarioWindows:
     split: str
     num_requests: int
     load_scale: float = 1.0
+    _max_loads: dict[tuple[int, ...], float] = field(default_factory=dict, compare=False, repr=False)
 
     def span(self, seed: int, load: float) -> WindowSpan:
         """The window of ``seed`` at the scenario's ``load``."""
@@ -69,11 +70,15 @@ class ScenarioWindows:
         )
 
     def max_load(self, seeds: Sequence[int]) -> float:
-        """The largest load of the scenario at which the windows of all ``seeds`` are sustained."""
-        return min(
-            max_sustained_load(self.source, self.split, s, self.num_requests, self.load_scale) / self.load_scale
-            for s in seeds
-        )
+        """The largest load of the scenario at which the windows of all ``seeds`` are sustained (kept per set of
+        seeds: it does not depend on the load, and a note per load of a grid asks for it again)."""
+        key = tuple(seeds)
+        if key not in self._max_loads:
+            self._max_loads[key] = min(
+                max_sustained_load(self.source, self.split, s, self.num_requests, self.load_scale) / self.load_scale
+                for s in seeds
+            )
+        return self._max_loads[key]
 
     def requests_for(self, span: WindowSpan, seeds: Sequence[int], option: str = "--num-requests ") -> str:
         """Words for the episode size that would make ``span``'s window sustained at its load (spans grow about
@@ -148,19 +153,21 @@ def absent_tenant_notes(config: EvalConfig) -> list[str]:
 
 def overlong_notes(config: EvalConfig) -> list[str]:
     """One line per scenario of ``config`` where at least ``OVERLONG_NOTE_SHARE`` of the requests its episodes
-    replay (every seed's window at load 1) are longer than the engine's ``max_model_len`` (prompt + output):
+    replay (every seed's window at load 1) are longer than the engine's ``max_model_len``, or the tokens its KV
+    pool holds when fewer (prompt + output):
     the engine rejects each of them unserved, so a tiny ``--max-model-len`` gives attainment 0 and rejection
     1 for every policy. For a cluster, the largest of its replicas' limits."""
     lines = []
     for scenario in config.scenarios:
         env = config.make_env(scenario, 1.0)
         try:
-            limit = _max_model_len(env.unwrapped)
+            found = _max_model_len(env.unwrapped)
             windows = env_windows(env, scenario.name)
         finally:
             env.close()
-        if limit is None:
+        if found is None:
             continue
+        limit, what = found
         lengths = [r.total_len for seed in config.seeds for r in windows.requests(seed)]
         over = sum(n > limit for n in lengths)
         if not lengths or over < OVERLONG_NOTE_SHARE * len(lengths):
@@ -168,21 +175,30 @@ def overlong_notes(config: EvalConfig) -> list[str]:
         share = "all" if over == len(lengths) else f"{over / len(lengths):.0%} ({over} of"
         lines.append(
             f"scenario {scenario.name!r}: {share} {len(lengths)}{')' if over < len(lengths) else ''} requests of its "
-            f"{config.split} windows are longer than max_model_len {limit} (prompt + output; the longest "
-            f"{max(lengths)} tokens): the engine rejects each unserved, whatever the policy; raise max_model_len "
-            "(--max-model-len) if that is not the point"
+            f"{config.split} windows are longer than {what} {limit} (prompt + output; the longest "
+            f"{max(lengths)} tokens): the engine rejects each unserved, whatever the policy; raise "
+            f"{'max_model_len (--max-model-len)' if what == 'max_model_len' else 'the KV pool'} if that is not the "
+            "point"
         )
     return lines
 
 
-def _max_model_len(env: Any) -> int | None:
-    """The longest request ``env`` (unwrapped) can serve: its engine's ``max_model_len``, or a cluster's
-    largest; None when neither is at hand."""
+def _max_model_len(env: Any) -> tuple[int, str] | None:
+    """The longest request ``env`` (unwrapped) can serve and what sets it: its engine's ``max_model_len`` or,
+    when smaller, the tokens its KV pool holds (``num_kv_blocks`` x ``block_size``: a longer request never fits
+    and is rejected); for a cluster, its replicas' largest. None when no engine is at hand."""
     engine = getattr(env, "engine_config", None)
-    if engine is not None:
-        return int(engine.max_model_len)
     specs = getattr(env, "specs", None)
-    return max(int(s.engine.max_model_len) for s in specs) if specs else None
+    engines = [engine] if engine is not None else [s.engine for s in specs] if specs else []
+    if not engines:
+        return None
+    limits = [
+        (int(e.max_model_len), "max_model_len")
+        if e.max_model_len <= e.num_kv_blocks * e.block_size
+        else (int(e.num_kv_blocks * e.block_size), "the KV pool's tokens (--num-kv-blocks x --block-size)")
+        for e in engines
+    ]
+    return max(limits)
 
 
 def _absent_tenants(config: EvalConfig) -> list[str]:
