@@ -224,6 +224,14 @@ def _check_both_given(p: argparse.ArgumentParser, args: argparse.Namespace, argv
                 f"--{one} {getattr(args, one)} and --{many} {getattr(args, many)}: --{many} runs one training per "
                 f"{one} and --{one} would be ignored; give the {one} in --{many}"
             )
+    keys = [item.partition("=")[0].strip() for item in args.hp]
+    for i, key in enumerate(keys):  # a mapping and a key inside it: one would replace what the other sets
+        for j in range(i + 1, len(keys)):  # (one key given twice is an override: the last one counts, as documented)
+            if keys[j].startswith(f"{key}.") or key.startswith(f"{keys[j]}."):
+                p.error(
+                    f"--hp {args.hp[i]} and --hp {args.hp[j]}: one sets a key inside the other, so the later "
+                    "replaces what the earlier sets there; give the keys one by one (KEY.SUBKEY=VALUE)"
+                )
     for item in args.hp:
         key = item.partition("=")[0].strip()
         for grid in (g.strip() for g in args.grid):

@@ -372,7 +372,7 @@ def check_run_folder(config: TrainConfig) -> None:
                 f"--resume: {out} was trained with {flag} {theirs}, this command gives {given}; resume with the "
                 f"run's own {flag} (its command.txt), or choose another --out"
             )
-    lost = [name for name in ("policy.json", "policy.safetensors") if not (out / name).exists()]
+    lost = [name for name in ("best_model.zip", "policy.json", "policy.safetensors") if not (out / name).exists()]
     if checkpointed and (out / "best.json").exists() and lost:  # exported with each new best, not otherwise
         raise ValueError(
             f"--resume: {out}: the best model's export ({', '.join(lost)}) is gone (best.json records a best), and "

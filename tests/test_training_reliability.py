@@ -673,3 +673,23 @@ def test_resume_refuses_a_run_whose_exported_best_is_gone(
     (run / "policy.json").unlink()
     line = _refused(["--scenario", "mixed-slo", "--out", str(run), "--resume", *TINY, "--timesteps", "512"], capsys)
     assert "the best model's export (policy.json) is gone" in line
+    (run / "best_model.zip").unlink()
+    line = _refused(["--scenario", "mixed-slo", "--out", str(run), "--resume", *TINY, "--timesteps", "512"], capsys)
+    assert "the best model's export (best_model.zip, policy.json) is gone" in line
+
+
+@pytest.mark.parametrize(
+    "hp",
+    [
+        ["env_kwargs.num_requests=30", 'env_kwargs={"iterations_per_step": 16}'],
+        ['env_kwargs={"iterations_per_step": 16}', "env_kwargs.num_requests=30"],
+    ],
+)
+def test_an_hp_mapping_and_a_key_inside_it_are_refused(
+    hp: list[str], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``--hp env_kwargs.num_requests=30 --hp 'env_kwargs={...}'``: the mapping silently replaced the key set inside
+    it (the episodes ran at the file's 600 requests). One key given twice stays an override (the last counts)."""
+    argv = ["--scenario", "mixed-slo", "--out", str(tmp_path / "r"), "--timesteps", "256"]
+    line = _refused([*argv, *(x for item in hp for x in ("--hp", item))], capsys)
+    assert f"--hp {hp[0]} and --hp {hp[1]}: one sets a key inside the other" in line and not (tmp_path / "r").exists()

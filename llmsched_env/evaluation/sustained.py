@@ -55,7 +55,8 @@ class ScenarioWindows:
     split: str
     num_requests: int
     load_scale: float = 1.0
-    _max_loads: dict[tuple[int, ...], float] = field(default_factory=dict, compare=False, repr=False)
+    # max_load per set of seeds; not an init field, so each replace() (another episode size) starts it afresh
+    _max_loads: dict[tuple[int, ...], float] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def span(self, seed: int, load: float) -> WindowSpan:
         """The window of ``seed`` at the scenario's ``load``."""
