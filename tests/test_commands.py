@@ -225,3 +225,22 @@ def test_evaluate_refuses_a_plan_of_more_requests_than_its_bound(
     assert "x about 16 loads a capacity search), more than 1,000,000" in capsys.readouterr().err
     monkeypatch.setenv("LLMSCHED_MAX_EVALUATION_REQUESTS", "3000000")
     parse(argv)  # raised: the plan fits
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["--policies", "fcfs,,sjf"], "--policies"),
+        (["--policies", "fcfs,"], "--policies"),
+        (["--loads", "1,,2"], "--loads"),
+        (["--seeds", "0,"], "--seeds"),
+    ],
+)
+def test_an_empty_entry_in_a_list_option_is_refused(
+    argv: list[str], option: str, capsys: pytest.CaptureFixture
+) -> None:
+    """``fcfs,,sjf`` (a typo, or a shell variable that expanded to nothing) was read as ``fcfs,sjf`` without a
+    word; every comma list refuses an empty entry."""
+    with pytest.raises(SystemExit):
+        parse(argv)
+    assert f"argument {option}: an empty entry in" in capsys.readouterr().err
