@@ -66,17 +66,23 @@ ENGINE_LIMITS = {
 }
 
 
+def _entries(text: str) -> list[str]:
+    """The stripped entries of a comma list (none for a blank one); ``argparse.ArgumentTypeError`` for an empty
+    entry (``fcfs,,sjf``, ``fcfs,``: a typo, or a variable that expanded to nothing)."""
+    items = [x.strip() for x in text.split(",")]
+    if text.strip() and not all(items):
+        raise argparse.ArgumentTypeError(f"an empty entry in {text!r} (a comma too many, or an empty variable?)")
+    return [x for x in items if x]
+
+
 def csv_list(kind: type, minimum: float | None = None, unique: bool = True) -> Callable[[str], list[Any]]:
     """An argparse type: a comma-separated list of ``kind``, each > ``minimum`` when given, no entry empty
     (``fcfs,,sjf``), and with ``unique`` none given twice (argparse names the option: ``argument --seeds: 0 given
     more than once in '0,0'``)."""
 
     def parse(text: str) -> list[Any]:
-        items = text.split(",")
-        if text.strip() and any(not x.strip() for x in items):  # "fcfs,,sjf", "fcfs,": a typo or an empty variable
-            raise argparse.ArgumentTypeError(f"an empty entry in {text!r} (a comma too many, or an empty variable?)")
         try:
-            values = [kind(x.strip()) for x in items if x.strip()]
+            values = [kind(x) for x in _entries(text)]
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"expected a comma-separated list of {kind.__name__}, got {text!r}"
@@ -120,10 +126,7 @@ def policy_list(text: str) -> list[str]:
     (``lookahead:k=32,horizon=32,fcfs`` is two policies; ``decision.lookahead.join_options``). An entry with a
     control character, or a name (``NAME=PATH``) with ``|``, is refused: the names label the tables' rows
     (``EvalConfig`` checks the names a path gives, e.g. its folder's)."""
-    items = text.split(",")
-    if text.strip() and any(not x.strip() for x in items):
-        raise argparse.ArgumentTypeError(f"an empty entry in {text!r} (a comma too many, or an empty variable?)")
-    values = join_options([x.strip() for x in items if x.strip()])
+    values = join_options(_entries(text))
     if not values:
         raise argparse.ArgumentTypeError(f"expected at least one entry, got {text!r}")
     for entry in values:
