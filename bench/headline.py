@@ -31,6 +31,7 @@ import numpy as np
 from llmsched_env.common.checks import check_label
 from llmsched_env.common.outputs import replaced_atomically, write_text_atomically
 from llmsched_env.decision.lookahead import is_bound
+from llmsched_env.decision.mpc import MPC
 from llmsched_env.evaluation.capacity import read_per_seed, read_window_limited
 from llmsched_env.evaluation.identity import TRAJECTORY, identical_groups, read_trajectories
 from llmsched_env.evaluation.stats import mean_ci95
@@ -58,9 +59,10 @@ def collect(results: Path, agent: str = AGENT) -> list[dict[str, object]]:
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
     runs_of = read_trajectories(files)
-    out = []
+    out: list[dict[str, object]] = []
     for scenario, all_caps in sorted(caps_of.items()):
         caps = {p: c for p, c in all_caps.items() if (p == agent or p not in LEARNED) and not is_bound(p)}
+        planners = [p for p in caps if is_planner(p)]
         bounds = {p: c for p, c in all_caps.items() if is_bound(p)}  # lookahead: a reference, never a rival
         judged = agent in caps
         # in the router table (the per-scenario agent judged), a router scenario with no trained policy at all
@@ -75,7 +77,7 @@ def collect(results: Path, agent: str = AGENT) -> list[dict[str, object]]:
         mean = {p: float(np.mean([c[s] for s in seeds])) for p, c in caps.items()}
         same_as = _identical([p for p in caps if p not in (agent, TUNED)], runs_of.get(scenario, {}), seeds)
         merged = {p for others in same_as.values() for p in others}
-        named = {p: m for p, m in mean.items() if p not in (agent, TUNED) and p not in merged}
+        named = {p: m for p, m in mean.items() if p not in (agent, TUNED) and p not in merged and not is_planner(p)}
         best_named = max(named, key=named.__getitem__) if named else None
         rival = max((p for p in mean if p != agent and p not in merged), key=mean.__getitem__)
         mine = [caps[agent][s] for s in seeds] if judged else []
@@ -86,6 +88,13 @@ def collect(results: Path, agent: str = AGENT) -> list[dict[str, object]]:
             raise SystemExit(f"{results}: {scenario}: {bound} has seeds {sorted(bounds[bound])}, the agent {seeds}")
         bound_mean = float(np.mean([bounds[bound][s] for s in seeds])) if bound is not None else None
         limited = {p: sorted(v) for p, v in limited_of.get(scenario, {}).items() if v}
+        planner = max(planners, key=mean.__getitem__) if planners else None
+        tuned_caps = [caps[TUNED][s] for s in seeds] if TUNED in caps else []
+        planner_gap: float | None = None
+        open_gap = bound_mean is not None and TUNED in mean and bound_mean > mean[TUNED]
+        exact = not limited.keys() & {planner, TUNED, bound}  # a lower bound among them: no share
+        if planner is not None and bound_mean is not None and open_gap and exact:
+            planner_gap = (mean[planner] - mean[TUNED]) / (bound_mean - mean[TUNED])
         out.append({
             "scenario": scenario, "seeds": seeds, "caps": caps, "best_named": best_named, "rival": rival,
             "same_as": same_as,
@@ -95,12 +104,22 @@ def collect(results: Path, agent: str = AGENT) -> list[dict[str, object]]:
                            for p in (TUNED, agent)
                            if p in mean and not limited.keys() & {p, best_named, bound}},  # a lower bound: none
             "agent": agent,
+            "planner": planner,
+            "planner_vs_tuned": [caps[planner][s] / t if t > 0 else float("inf") for s, t in zip(seeds, tuned_caps,
+                                 strict=True)] if planner is not None and tuned_caps else [],
+            "planner_gap": planner_gap,
             "ratio": None if not judged else mean[agent] / mean[rival] if mean[rival] > 0 else float("inf"),
             "paired_ratio": [a / b if b > 0 else float("inf") for a, b in zip(mine, other, strict=True)],
             "paired_diff": [a - b for a, b in zip(mine, other, strict=True)],
             "paired_named": [a / b if b > 0 else float("inf") for a, b in zip(mine, named_caps, strict=True)],
         })  # fmt: skip
     return out
+
+
+def is_planner(policy: str) -> bool:
+    """Whether a results row's ``policy`` is the ``mpc`` planner (any of its spellings): deployable, so it may be
+    the rival, but no named baseline."""
+    return policy == MPC or policy.startswith(MPC + ":")
 
 
 def _gap_closed(x: float, named: float | None, bound: float | None) -> float | None:
@@ -130,6 +149,10 @@ def markdown(rows: list[dict[str, object]], learned: str = "agent", rival_word: 
     with_bound = any(r.get("bound") for r in rows)
     if with_bound:
         lines[0] += f" bound (capacity) | `tuned`: gap closed | {learned}: gap closed |"
+        lines[1] += "---|---|---|"
+    with_planner = any(r.get("planner") for r in rows)
+    if with_planner:
+        lines[0] += " mpc (capacity) | mpc / `tuned`, paired | mpc: share of `tuned` → bound |"
         lines[1] += "---|---|---|"
     for r in rows:
         caps: dict[str, dict[int, float]] = r["caps"]  # type: ignore[assignment]
@@ -170,6 +193,17 @@ def markdown(rows: list[dict[str, object]], learned: str = "agent", rival_word: 
             if r.get("bound"):
                 bound_cell = ("≥ " if limited.get(str(r["bound"])) else "") + _fmt(r["bound_caps"])  # type: ignore[arg-type]
             lines[-1] += f" {bound_cell} | {share(TUNED)} | {share(str(r['agent']))} |"
+        if with_planner:
+            planner = r.get("planner")
+            gap: float | None = r.get("planner_gap")  # type: ignore[assignment]
+            ratio: list[float] = r.get("planner_vs_tuned") or []  # type: ignore[assignment]
+            if planner:
+                lines[-1] += (
+                    f" `{planner}` {cell(str(planner))} | {_fmt(ratio, 3) + '×' if ratio else '—'} |"
+                    f" {'—' if gap is None else f'{100 * gap:.0f}%'} |"
+                )
+            else:
+                lines[-1] += " — | — | — |"
     if any(r.get("limited") for r in rows):
         lines += [
             "",

@@ -17,6 +17,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from llmsched_env.common.checks import check_int
+from llmsched_env.decision.mpc import MPC, MPCConfig
+from llmsched_env.decision.spelling import spell, split_options
 
 __all__ = [
     "BOUND_MARK",
@@ -73,13 +75,7 @@ class LookaheadConfig:
     @property
     def spelled(self) -> str:
         """The policy-list spelling: ``lookahead``, then the options that differ from the defaults."""
-        default = LookaheadConfig()
-        opts = [
-            f"{f.name}={_text(getattr(self, f.name))}"
-            for f in fields(self)
-            if getattr(self, f.name) != getattr(default, f.name)
-        ]
-        return LOOKAHEAD + (":" + ",".join(opts) if opts else "")
+        return spell(LOOKAHEAD, self, _text)
 
     @property
     def name(self) -> str:
@@ -92,14 +88,18 @@ def _text(value: Any) -> str:
 
 
 def join_options(items: list[str]) -> list[str]:
-    """``items`` of a comma-separated policy list with each lookahead spelling's options joined back to it:
-    ``["lookahead:k=32", "horizon=32", "fcfs"]`` -> ``["lookahead:k=32,horizon=32", "fcfs"]`` (an item joins
-    the lookahead before it when it is ``KEY=VALUE`` with ``KEY`` an option of ``LookaheadConfig``)."""
-    keys = {f.name for f in fields(LookaheadConfig)}
+    """``items`` of a comma-separated policy list with each lookahead or mpc spelling's options joined back to
+    it: ``["lookahead:k=32", "horizon=32", "fcfs"]`` -> ``["lookahead:k=32,horizon=32", "fcfs"]`` (an item joins
+    the lookahead or mpc before it when it is ``KEY=VALUE`` with ``KEY`` an option of its config)."""
+    keys = {
+        LOOKAHEAD + ":": {f.name for f in fields(LookaheadConfig)},
+        MPC + ":": {f.name for f in fields(MPCConfig)},
+    }
     out: list[str] = []
     for item in items:
         key, eq, _ = item.partition("=")
-        if out and eq and key in keys and out[-1].startswith(LOOKAHEAD + ":"):
+        head = next((h for h in keys if out and out[-1].startswith(h)), None)
+        if eq and head is not None and key in keys[head]:
             out[-1] += "," + item
         else:
             out.append(item)
@@ -111,21 +111,11 @@ def parse_lookahead(entry: str) -> LookaheadConfig | None:
     ``tail`` (a number or ``end``), ``candidates``, ``base``; a row name ending in ``BOUND_MARK`` is read too);
     None when ``entry`` is not a lookahead. One-line ``ValueError`` naming the bad option."""
     text = entry[: -len(BOUND_MARK)] if is_bound(entry) else entry
-    head, sep, rest = text.partition(":")
-    if head != LOOKAHEAD:
+    given = split_options(text, LOOKAHEAD, LookaheadConfig)
+    if given is None:
         return None
-    if sep and not rest:
-        raise ValueError(f"policy {entry!r}: give options after 'lookahead:' as key=value,... or drop the colon")
-    known = {f.name: f for f in fields(LookaheadConfig)}
     kwargs: dict[str, Any] = {}
-    for item in filter(None, rest.split(",")) if sep else ():
-        key, eq, value = item.partition("=")
-        if not eq or key not in known:
-            raise ValueError(
-                f"policy {entry!r}: lookahead option {item!r} is not key=value with key one of {', '.join(known)}"
-            )
-        if key in kwargs:
-            raise ValueError(f"policy {entry!r}: lookahead option {key!r} is given twice")
+    for key, value in given.items():
         if key in ("k", "horizon", "tail"):
             if key == "tail" and value == END:
                 kwargs[key] = None

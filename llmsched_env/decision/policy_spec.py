@@ -7,6 +7,7 @@ resolver for every place a user names a policy (``llmsched-evaluate --policies``
     resolve_policy("tuned=my_table.json")        # the ``tuned`` baseline with a tuned-settings table of your own
     resolve_policy("learned")                    # the shipped generalist, policies/generalist
     resolve_policy("lookahead:k=32,horizon=32")  # the clairvoyant bound (decision.lookahead), not deployable
+    resolve_policy("mpc:futures=8")              # the model-predictive planner on forecast futures (decision.mpc)
 
 Baselines come from ``llmsched_env.decision.registry`` (``SCHEDULERS``, ``ROUTERS``), which finds the
 ``baselines`` package through its entry point, so this module never imports it. A policy file acts in numpy;
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_env.decision.lookahead import LOOKAHEAD, LookaheadConfig, parse_lookahead
+from llmsched_env.decision.mpc import MPC, MPCConfig, parse_mpc
 from llmsched_env.decision.policy import Policy
 from llmsched_env.decision.policy_file import ExportedPolicy, load_policy_file, torch_forward
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy
@@ -60,7 +62,9 @@ class PolicySpec:
     ``tuned`` baseline): a tuned-settings table's path, or a ``TunedTable`` (plain data, it pickles), passed
     to the baseline as ``table=``; None: the baseline's own. ``lookahead`` set (instead of a baseline or a
     path): the clairvoyant ``lookahead`` bound (``decision.lookahead``), which plays the env itself forward, so
-    only the evaluation's simulator episodes run it (``evaluation.lookahead``); ``make_for`` refuses it.
+    only the evaluation's simulator episodes run it (``evaluation.lookahead``); ``make_for`` refuses it. ``mpc``
+    set: the model-predictive planner (``decision.mpc``), which plans on forks of the simulator it drives, so
+    it too runs only in the evaluation's simulator episodes (``evaluation.mpc``).
     """
 
     name: str
@@ -68,13 +72,16 @@ class PolicySpec:
     path: Path | None = None
     table: Path | TunedTable | None = None
     lookahead: LookaheadConfig | None = None
+    mpc: MPCConfig | None = None
     _exported: ExportedPolicy | None = field(default=None, repr=False, compare=False)  # loaded on demand
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a policy needs a non-empty name")
-        if sum(x is not None for x in (self.baseline, self.path, self.lookahead)) != 1:
-            raise ValueError(f"policy {self.name!r}: give either a baseline name, a policy file path or a lookahead")
+        if sum(x is not None for x in (self.baseline, self.path, self.lookahead, self.mpc)) != 1:
+            raise ValueError(
+                f"policy {self.name!r}: give either a baseline name, a policy file path, a lookahead or an mpc"
+            )
         if self.table is not None and self.baseline is None:
             raise ValueError(f"policy {self.name!r}: a tuned-settings table goes with a baseline (tuned)")
 
@@ -121,6 +128,11 @@ class PolicySpec:
                 "observations: it runs only in llmsched-evaluate's simulator episodes (not on the torch runtime, "
                 "vLLM, or as a cluster's router or local policy)"
             )
+        if self.mpc is not None:
+            raise ValueError(
+                f"policy {self.name!r} plans on forks of the simulator it drives: it runs in llmsched-evaluate's "
+                "simulator episodes (not on the torch runtime, vLLM, or as a cluster's router or local policy)"
+            )
         return self.load()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -147,7 +159,7 @@ def _check_label(entry: str, spec: PolicySpec) -> None:
     policy's results to another (``fcfs=runs/ppo0``, or a folder named ``fcfs``). The name may denote what it
     names: ``fcfs=fcfs``, ``tuned=TABLE.json`` (the ``tuned`` baseline with a table), ``learned`` itself."""
     name = spec.name
-    if spec.lookahead is not None:
+    if spec.lookahead is not None or spec.mpc is not None:
         return
     if name in baseline_names():
         if spec.baseline == name:
@@ -159,6 +171,8 @@ def _check_label(entry: str, spec: PolicySpec) -> None:
         what = f"the shipped generalist ({LEARNED!r})"
     elif name == LOOKAHEAD or name.startswith(LOOKAHEAD + ":"):
         what = "the lookahead bound"
+    elif name == MPC or name.startswith(MPC + ":"):
+        what = "the mpc planner"
     else:
         return
     denotes = f"the baseline {spec.baseline!r}" if spec.baseline is not None else f"the policy file {spec.path}"
@@ -187,6 +201,9 @@ def _resolve(entry: str) -> PolicySpec:
     lookahead = parse_lookahead(entry)
     if lookahead is not None:
         return PolicySpec(lookahead.name, lookahead=lookahead)
+    mpc = parse_mpc(entry)
+    if mpc is not None:
+        return PolicySpec(mpc.name, mpc=mpc)
     if entry == LEARNED:
         if not (GENERALIST_PATH / "policy.json").is_file():
             raise ValueError(

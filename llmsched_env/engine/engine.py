@@ -288,6 +288,35 @@ class Engine:
             raise ValueError(f"shed_request: request {r.request_id} is not waiting")
         self._reject(r, "shed")
 
+    def set_output_len(self, r: Request, output_len: int) -> None:
+        """Give live ``r`` (waiting or running here) another output length from now on: a planner's forecast
+        on a fork of the engine (``Simulator.with_future``), which must not read the true one. ``output_len``
+        must exceed the tokens ``r`` has produced; a decoding request's finishing round and the running set's
+        block total follow. ``ValueError`` otherwise."""
+        if r not in self.queue and self.running.get(r.request_id) is not r:
+            raise ValueError(f"set_output_len: request {r.request_id} is neither waiting nor running")
+        self._sync(r)
+        if output_len <= r.num_output_tokens:
+            raise ValueError(
+                f"set_output_len: request {r.request_id} has produced {r.num_output_tokens} tokens; "
+                f"its output length must exceed that, got {output_len}"
+            )
+        running = r.status == Status.RUNNING
+        if running:
+            self.running_total_blocks -= self.pool.blocks_for(r.total_len)
+        r.output_len = output_len
+        if running:
+            self.running_total_blocks += self.pool.blocks_for(r.total_len)
+        if r.decoding and r.event_round >= 0:
+            old = r.event_round
+            cap = len(r.block_table) * self.block_size
+            base = r.decode_round0 - r.decode_out0
+            r_fin = base + output_len - 1
+            r_blk = base + cap - r.prompt_len
+            event = r_fin if r_fin < r_blk else r_blk
+            if event != old:  # the old bucket's entry is skipped (its round no longer matches)
+                self._schedule_event(r)
+
     def _reject(self, r: Request, reason: str) -> None:
         if r in self.queue:
             self.queue.remove(r)

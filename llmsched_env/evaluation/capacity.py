@@ -34,6 +34,7 @@ import numpy as np
 
 from llmsched_env.cluster.scenarios import ClusterScenario
 from llmsched_env.common.files import RECORD_BYTES, csv_records
+from llmsched_env.decision.lookahead import is_bound
 from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.envs.options import MAX_EPISODE_REQUESTS
 from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row, traffic_label
@@ -338,7 +339,37 @@ def summarize_capacity(rows: Sequence[Row], merge: bool = True) -> list[Row]:
         agg["num_window_limited"] = sum(bool(r.get("window_limited", False)) for r in group)
         agg.update(fallback_summary(group))  # the runtime's: the share of the searches' decisions that fell back
         out.append(agg)
-    return merge_identical(out, rows, fallback=False) if merge else out
+    out = merge_identical(out, rows, fallback=False) if merge else out
+    _against_tuned(out, groups)
+    return out
+
+
+def _against_tuned(summary: list[Row], groups: dict[tuple[str, str], list[Row]]) -> None:
+    """Where a scenario's searches include ``tuned``: each other policy's capacity paired with ``tuned``'s seed by
+    seed (``ratio_to_tuned_mean`` and ``_ci95``, over the seeds both searched); where they also include a bound
+    (lookahead) above ``tuned``, the share of the gap from ``tuned`` to the bound each policy closes on the means
+    (``gap_closed``: 0 at ``tuned``, 1 at the bound, below 0 behind ``tuned``): the realizable share of the
+    bound."""
+    by_scenario: dict[str, dict[str, Row]] = {}
+    for a in summary:
+        by_scenario.setdefault(a["scenario"], {})[a["policy"]] = a
+    for scenario, aggs in by_scenario.items():
+        tuned = groups.get((scenario, "tuned"))
+        if tuned is None:
+            continue
+        tuned_at = {r.get("seed"): float(r["capacity_load"]) for r in tuned}
+        bounds = [a for p, a in aggs.items() if is_bound(p)]
+        bound = max((float(a["capacity_load_mean"]) for a in bounds), default=None)
+        base = float(aggs["tuned"]["capacity_load_mean"]) if "tuned" in aggs else None
+        for policy, a in aggs.items():
+            if policy == "tuned":
+                continue
+            mine = {r.get("seed"): float(r["capacity_load"]) for r in groups.get((scenario, policy), [])}
+            ratios = [mine[s] / tuned_at[s] for s in mine if s in tuned_at and tuned_at[s] > 0]
+            if ratios:
+                a["ratio_to_tuned_mean"], a["ratio_to_tuned_ci95"] = mean_ci95(ratios)
+            if bound is not None and base is not None and bound > base:
+                a["gap_closed"] = (float(a["capacity_load_mean"]) - base) / (bound - base)
 
 
 def search_key(row: Row) -> tuple[str, str, int | None]:

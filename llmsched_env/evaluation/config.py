@@ -39,7 +39,7 @@ from llmsched_env.decision.schema import SCHEMA_VERSION
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.envs.options import MAX_EPISODE_REQUESTS, MAX_LOAD, MIN_LOAD
 from llmsched_env.envs.single_node import env_id
-from llmsched_env.evaluation.knob_space import static_decision
+from llmsched_env.evaluation.knob_space import base_decision, static_decision
 from llmsched_env.evaluation.route_lookahead import check_route_lookahead
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.workloads.library import SCENARIOS
@@ -222,6 +222,12 @@ class EvalConfig:
                 f"policy {bounds[0].name!r} plays the simulator forward on snapshots; it cannot run on the torch "
                 "runtime backend"
             )
+        planners = [p for p in self.policies if p.mpc is not None]
+        if planners and (self.runtime is not None or self.is_cluster):
+            where = "the torch runtime backend" if self.runtime is not None else "cluster scenarios"
+            raise ValueError(
+                f"policy {planners[0].name!r} plans on forks of the single-node simulator; it cannot run on {where}"
+            )
         for p in bounds if self.is_cluster else ():  # the routing bound: rules, not scheduling moves
             assert p.lookahead is not None
             try:
@@ -260,6 +266,11 @@ class EvalConfig:
             raise ValueError(f"scenario {scenario.name!r}: {exc}") from None
         return replace(scenario, engine=engine)
 
+    def tuned_table(self) -> Any:
+        """The table of the evaluation's own ``tuned`` policy (a trace's entry, a table of the user's), which the
+        ``tuned`` base of a lookahead or an mpc reads too; None: the shipped one."""
+        return next((p.table for p in self.policies if p.baseline == "tuned" and p.table is not None), None)
+
     def _check_policies(self) -> None:
         """Every policy must fit every scenario, found here rather than in the middle of a grid, on one env per
         scenario: an exported policy its observations and actions (names and options); a scheduler baseline
@@ -295,6 +306,8 @@ class EvalConfig:
                                 # (no tuned entry: a fallback, said when run; a cluster's: _check_kinds)
                                 if not self.is_cluster and spec.lookahead.base != "tuned":
                                     static_decision(spec.lookahead.base, u.policy_context())
+                            elif spec.mpc is not None:  # its base: a tuned entry or a static rule here
+                                base_decision(spec.mpc.base, u.policy_context(), 0, self.tuned_table())
                             else:
                                 spec.make(env, 0)
                         except ValueError as exc:

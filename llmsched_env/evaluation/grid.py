@@ -31,6 +31,7 @@ from llmsched_env.evaluation.details import episode_details
 from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
 from llmsched_env.evaluation.identity import TRAJECTORY, trajectory_fingerprint
 from llmsched_env.evaluation.lookahead import lookahead_factory
+from llmsched_env.evaluation.mpc import mpc_factory
 from llmsched_env.evaluation.progress import Progress
 from llmsched_env.evaluation.route_lookahead import route_lookahead_factory
 from llmsched_env.evaluation.sustained import env_windows
@@ -125,7 +126,9 @@ def run_cell(
             if policy.lookahead is not None and config.is_cluster:  # the routing bound (evaluation.route_lookahead)
                 acting: Any = route_lookahead_factory(policy.lookahead, seed)
             elif policy.lookahead is not None:
-                acting = lookahead_factory(policy.lookahead, seed, _tuned_table(config))
+                acting = lookahead_factory(policy.lookahead, seed, config.tuned_table())
+            elif policy.mpc is not None:
+                acting = mpc_factory(policy.mpc, seed, config.tuned_table())
             else:
                 acting = policy.make(env, seed)
             metrics = run_episode(env, acting, seed)
@@ -250,12 +253,6 @@ def _finished(config: EvalConfig, finished: Sequence[FinishedRun], details: bool
             continue
         done[key] = run
     return done
-
-
-def _tuned_table(config: EvalConfig) -> Any:
-    """The table of the evaluation's own ``tuned`` policy (a trace's entry, a table of the user's), which a
-    lookahead's ``tuned`` base reads too; None: the shipped one."""
-    return next((p.table for p in config.policies if p.baseline == "tuned" and p.table is not None), None)
 
 
 def runners_for(config: EvalConfig) -> Runners | None:

@@ -18,10 +18,10 @@ import numpy as np
 
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.policy import PolicyContext
-from llmsched_env.decision.registry import make_scheduler
+from llmsched_env.decision.registry import SCHEDULERS, make_scheduler
 from llmsched_env.engine.batch import Decision
 
-__all__ = ["STATIC_HEURISTICS", "neighbours", "random_candidates", "search_options", "static_decision"]
+__all__ = ["STATIC_HEURISTICS", "base_decision", "neighbours", "random_candidates", "search_options", "static_decision"]
 
 STATIC_HEURISTICS = ("fcfs", "prefill_first", "priority_aging", "sjf", "lpm", "vtc", "kv_guard", "sarathi")
 
@@ -71,3 +71,15 @@ def static_decision(name: str, ctx: PolicyContext) -> Decision:
     if not isinstance(decision, Decision):
         raise ValueError(f"scheduler {name!r} is not a static heuristic (it has no fixed decision)")
     return ctx.action_spec.decode(ctx.action_spec.encode(decision))
+
+
+def base_decision(name: str, ctx: PolicyContext, seed: int = 0, table: Any = None) -> Decision:
+    """The base setting a planner switches around (``lookahead``, ``mpc``): ``tuned``'s entry for ``ctx``'s
+    scenario (from ``table``, a ``TunedTable`` or a path; None: the shipped table), or the knobs of the static
+    named rule ``name``. ``ValueError`` where ``tuned`` has no entry for the scenario, or ``name`` is no static
+    rule."""
+    if name != "tuned":
+        return static_decision(name, ctx)
+    tuned: Any = SCHEDULERS.get("tuned")
+    made = tuned(ctx, seed) if table is None else tuned(ctx, seed, table=table)
+    return made.decision

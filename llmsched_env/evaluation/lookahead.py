@@ -43,11 +43,10 @@ import numpy as np
 
 from llmsched_env.decision.lookahead import LookaheadConfig
 from llmsched_env.decision.loop import DecisionLoop
-from llmsched_env.decision.registry import SCHEDULERS
 from llmsched_env.engine.batch import Decision, QueueOrder
 from llmsched_env.engine.engine import LPM_WINDOW, Engine
 from llmsched_env.engine.request import Request
-from llmsched_env.evaluation.knob_space import STATIC_HEURISTICS, neighbours, static_decision
+from llmsched_env.evaluation.knob_space import STATIC_HEURISTICS, base_decision, neighbours, static_decision
 
 __all__ = ["REQUEST_MOVES", "LookaheadPolicy", "lookahead_factory", "pick"]
 
@@ -304,9 +303,7 @@ class LookaheadPolicy:
         if name != "tuned":
             return static_decision(name, ctx), name
         try:
-            tuned: Any = SCHEDULERS.get("tuned")
-            made = tuned(ctx, self.seed) if self.table is None else tuned(ctx, self.seed, table=self.table)
-            return made.decision, "tuned"
+            return base_decision(name, ctx, self.seed, self.table), "tuned"
         except ValueError as exc:
             reason = str(exc).split(";")[0]
         rules: dict[Decision, str] = {}

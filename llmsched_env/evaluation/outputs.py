@@ -149,7 +149,20 @@ def format_capacity_summary(summary: Sequence[Row]) -> str:
     for a, row in zip(summary, short, strict=True):  # a mean over window-limited seeds is a lower bound
         if a.get("num_window_limited"):
             row["capacity"], row["req/s"] = _cell(a, "capacity_load_mean"), _cell(a, "capacity_rps_mean")
-    return "capacity: mean over seeds ± 95% confidence half-width (Student t)\n" + format_table(short, columns)
+    notes = ""
+    if any("ratio_to_tuned_mean" in a for a in summary):  # capacity.summarize_capacity's comparison with tuned
+        columns += ["× tuned", "× tuned ±"]
+        for a, row in zip(summary, short, strict=True):
+            row["× tuned"], row["× tuned ±"] = a.get("ratio_to_tuned_mean", ""), a.get("ratio_to_tuned_ci95", "")
+        notes += "\n× tuned: capacity / tuned's, paired seed by seed (mean ± 95% half-width)"
+    if any("gap_closed" in a for a in summary):
+        columns.append("gap closed")
+        for a, row in zip(summary, short, strict=True):
+            gap = a.get("gap_closed")
+            row["gap closed"] = "" if gap is None else f"{100 * gap:.0f}%"
+        notes += "\ngap closed: the share of the gap from tuned to the lookahead bound (clairvoyant), on the means"
+    title = "capacity: mean over seeds ± 95% confidence half-width (Student t)"
+    return title + notes + "\n" + format_table(short, columns)
 
 
 def _names(config: EvalConfig) -> dict[str, list[str]]:

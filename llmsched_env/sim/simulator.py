@@ -165,6 +165,28 @@ class Simulator:
         new._pending_shared = self._pending_shared = nxt < len(reqs) or self._pending_shared
         return new
 
+    def with_future(
+        self, arrivals: Sequence[Request], output_lens: Sequence[int], rng: np.random.Generator | None = None
+    ) -> Simulator:
+        """A fork (``fork``) in which ``arrivals`` (fresh requests sorted by arrival, none before the clock) replace
+        every request still to arrive, and the live requests (``Engine.live_requests``, in that order) get
+        ``output_lens`` as their output lengths: a forecast future, for a planner that must not read the real
+        one (``decision.mpc``). ``ValueError`` for a length no longer than what its request has produced, an
+        arrival before the clock, or a list of the wrong size."""
+        check_arrival_order(arrivals)
+        if arrivals and arrivals[0].arrival_s < self.engine.now_s:
+            raise ValueError(f"with_future: arrival {arrivals[0].request_id} lies before the clock")
+        new = self.fork(rng)
+        live = new.engine.live_requests()
+        if len(live) != len(output_lens):
+            raise ValueError(f"with_future: {len(output_lens)} output lengths for {len(live)} live requests")
+        for r, n in zip(live, output_lens, strict=True):
+            new.engine.set_output_len(r, int(n))
+        check_prefix_layout(arrivals, new.engine.config.block_size)
+        new.requests = new.requests[: new._next] + list(arrivals)
+        new._pending_shared = False  # the arrivals are this fork's own (a fork of it shares them again)
+        return new
+
     def _skip_idle(self) -> None:
         if not self.engine.has_work and self._next < len(self.requests):
             self.engine.advance_clock(max(self.requests[self._next].arrival_s, self.engine.now_s))

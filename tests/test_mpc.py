@@ -1,0 +1,299 @@
+"""``mpc``, the model-predictive planner on forecast futures: it is not clairvoyant (its decisions before a time
+``t`` stay the same when every request arriving after ``t`` and every output length not yet known at ``t``
+change, while a planner fed the true future does change them); with the true future it plays what the
+lookahead bound of the same horizon plays; the engine and simulator hooks it uses keep the invariants; the
+forecaster fits and conditions as documented; the policy list spells it; bad options and places it cannot run
+are refused in one line."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import llmsched_env  # noqa: F401
+from llmsched_env.commands.evaluate_args import policy_list
+from llmsched_env.decision.loop import DecisionLoop
+from llmsched_env.decision.mpc import MPCConfig, MPCPlanner, parse_mpc
+from llmsched_env.decision.policy_spec import resolve_policy
+from llmsched_env.decision.registry import make_scheduler
+from llmsched_env.decision.tuned_table import settings_of, write_tuned_entries
+from llmsched_env.engine.request import Request, Status
+from llmsched_env.envs.episode import run_episode
+from llmsched_env.evaluation.config import EvalConfig
+from llmsched_env.evaluation.grid import run_grid
+from llmsched_env.evaluation.knob_space import neighbours
+from llmsched_env.evaluation.mpc import MPCPolicy
+from llmsched_env.sim.simulator import Simulator
+from llmsched_env.workloads.forecast import Forecast, Forecaster
+
+SMALL = MPCConfig(k=16, futures=2, horizon=16, tail=16)
+
+
+def _env(num_requests: int = 200, load: float = 2.6, scenario: str = "mixed-slo") -> gym.Env:
+    return gym.make("LLMSched-v1", scenario=scenario, num_requests=num_requests, split="train", load=load)
+
+
+def _fresh(requests: list[Request]) -> list[Request]:
+    return [
+        Request(
+            r.request_id, r.arrival_s, r.prompt_len, r.output_len, r.tenant, r.prefix_ids or None, r.prefix_id_tokens
+        )
+        for r in requests
+    ]
+
+
+def _setting(seed: int = 0) -> tuple[Any, list[Request], MPCPlanner]:
+    """The engine parts and requests of one mixed-slo episode, and a planner over tuned's neighbourhood."""
+    env = _env()
+    env.reset(seed=seed)
+    u: Any = env.unwrapped
+    requests = _fresh(u.sim.requests)
+    base = make_scheduler("tuned", u.policy_context()).decision  # type: ignore[attr-defined]
+    candidates = [base, *neighbours(base, u.action_spec)]
+    env.close()
+    return u, requests, MPCPlanner(u.action_spec, candidates, SMALL, seed)
+
+
+def _drive(u: Any, requests: list[Request], planner: MPCPlanner, until_s: float) -> list[tuple[float, int]]:
+    """Run a simulator of ``requests`` under ``planner`` until the clock passes ``until_s``; its decisions as
+    (clock, candidate). The invariants are checked after every iteration."""
+    sim = Simulator(u.sim.engine.config, u.sim.engine.tenants, u.sim.cost_model, requests)
+    loop = DecisionLoop(planner.spec, name="test")
+    decisions: list[tuple[float, int]] = []
+    step = 0
+    while not sim.done and sim.now_s < until_s:
+        if step % planner.config.k == 0:
+            chosen = planner.decide(sim)
+            decisions.append((sim.now_s, chosen))
+            loop.take(planner.actions[chosen], hold=None)
+        decision = loop.next(sim.engine)
+        assert decision is not None
+        sim.step(decision)
+        sim.check_invariants()
+        step += 1
+    return decisions
+
+
+def _changed_after(requests: list[Request], t: float, finished_ids: set[int], seed: int) -> list[Request]:
+    """``requests`` with every arrival after ``t`` replaced (other times, prompts, outputs, tenants) and every
+    output length not known at ``t`` (the request had not finished by then) made longer."""
+    rng = np.random.default_rng(seed)
+    before = [r for r in requests if r.arrival_s <= t]
+    after = [r for r in requests if r.arrival_s > t]
+    times = np.sort(t + rng.uniform(1e-3, 2.0 * (after[-1].arrival_s - t) + 1.0, size=len(after) + 7))
+    tenants = sorted({r.tenant for r in requests})
+    out = []
+    for r in before:
+        length = r.output_len if r.request_id in finished_ids else r.output_len + int(rng.integers(1, 300))
+        out.append(Request(r.request_id, r.arrival_s, r.prompt_len, length, r.tenant))
+    for i, a in enumerate(times.tolist()):
+        prompt, output = int(rng.integers(8, 3000)), int(rng.integers(1, 800))
+        out.append(Request(10_000 + i, a, prompt, output, tenants[i % len(tenants)]))
+    return out
+
+
+def test_its_decisions_before_t_ignore_everything_after_t() -> None:
+    u, requests, planner = _setting()
+    first = _drive(u, _fresh(requests), planner, float("inf"))
+    assert len(first) > 8 and len({c for _, c in first}) > 1  # it switches: a planner that never did proves nothing
+    t = requests[len(requests) // 2].arrival_s  # half the requests arrive after t
+    assert sum(1 for d in first if d[0] < t) > 4
+    finished = _finished_by(u, requests, t, planner.candidates, SMALL)
+    other = _changed_after(requests, t, finished, seed=5)
+    assert [r.output_len for r in other if r.arrival_s <= t] != [r.output_len for r in requests if r.arrival_s <= t]
+    changed = _drive(u, other, MPCPlanner(planner.spec, planner.candidates, SMALL, 0), t)
+    assert changed == [d for d in first if d[0] < t]
+
+
+def _finished_by(u: Any, requests: list[Request], t: float, candidates: list[Any], config: MPCConfig) -> set[int]:
+    planner = MPCPlanner(u.action_spec, candidates, config, 0)
+    sim = Simulator(u.sim.engine.config, u.sim.engine.tenants, u.sim.cost_model, _fresh(requests))
+    loop = DecisionLoop(planner.spec, name="test")
+    step = 0
+    while not sim.done and sim.now_s < t:
+        if step % config.k == 0:
+            loop.take(planner.actions[planner.decide(sim)], hold=None)
+        decision = loop.next(sim.engine)
+        assert decision is not None
+        sim.step(decision)
+        step += 1
+    return {r.request_id for r in sim.engine.finished if r.finish_s is not None and r.finish_s <= t}
+
+
+def test_a_planner_fed_the_true_future_does_change_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The non-clairvoyance test can fail: the same planner, handed the true arrivals and lengths, decides
+    otherwise before ``t`` when they change."""
+    u, requests, planner = _setting()
+    _drive(u, _fresh(requests), planner, float("inf"))
+    t = requests[len(requests) // 2].arrival_s
+    finished = _finished_by(u, requests, t, planner.candidates, SMALL)
+    other = _changed_after(requests, t, finished, seed=5)
+    _clairvoyant(monkeypatch)
+    told = _drive(u, _fresh(requests), MPCPlanner(planner.spec, planner.candidates, SMALL, 0), t)
+    told_other = _drive(u, other, MPCPlanner(planner.spec, planner.candidates, SMALL, 0), t)
+    assert told != told_other
+
+
+def _clairvoyant(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every planner's futures the true one: each live request's true output length, and the requests
+    still to arrive (copies), every one of them."""
+    current: list[Simulator] = []
+    decide = MPCPlanner.decide
+
+    def spy(self: MPCPlanner, sim: Simulator) -> int:
+        current[:] = [sim]
+        return decide(self, sim)
+
+    def arrivals(self: Forecast, rng: Any, until_s: float, first_id: int) -> list[Request]:
+        sim = current[0]
+        return [r.copy() for r in sim.requests[len(sim.requests) - sim.num_pending_arrivals :]]
+
+    monkeypatch.setattr(MPCPlanner, "decide", spy)
+    monkeypatch.setattr(Forecast, "arrivals", arrivals)
+    monkeypatch.setattr(Forecast, "output_len", lambda self, rng, r, produced: r.output_len)
+
+
+def test_with_the_true_future_it_plays_the_lookahead_of_the_same_horizon(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One future, the true one: its choices are the lookahead bound's with k, horizon and tail alike (both
+    score rollouts of the candidates by requests met minus missed; the bound's tail stops at the episode's end)."""
+    from llmsched_env.decision.lookahead import LookaheadConfig
+    from llmsched_env.evaluation.lookahead import LookaheadPolicy
+
+    _clairvoyant(monkeypatch)
+    env = _env(120)
+    config = MPCConfig(k=16, futures=1, horizon=16, tail=16)
+    planned: list[MPCPolicy] = []
+
+    def make(e: gym.Env) -> MPCPolicy:
+        planned.append(MPCPolicy(e, config, 0))
+        return planned[-1]
+
+    mpc_metrics = run_episode(env, make, 0)
+    bound: list[LookaheadPolicy] = []
+
+    def make_bound(e: gym.Env) -> LookaheadPolicy:
+        bound.append(LookaheadPolicy(e, LookaheadConfig(k=16, horizon=16, tail=16), 0))
+        return bound[-1]
+
+    bound_metrics = run_episode(env, make_bound, 0)
+    assert bound[0].kept_plan and planned[0].planner.num_switches > 0
+    assert mpc_metrics["slo_attainment"] == bound_metrics["slo_attainment"]
+    env.close()
+
+
+def test_set_output_len_moves_the_finish_and_keeps_the_invariants() -> None:
+    env = _env(60)
+    env.reset(seed=0)
+    u: Any = env.unwrapped
+    policy = make_scheduler("fcfs", u.policy_context())
+    for _ in range(40):
+        env.step(policy.act(np.zeros(1), u.action_masks()))
+    sim = u.sim.fork()
+    decoding = [r for r in sim.engine.running.values() if r.decoding]
+    assert decoding
+    r = decoding[0]
+    true_len = r.output_len
+    produced = r.decode_out0 + sim.engine.num_rounds - r.decode_round0
+    with pytest.raises(ValueError, match="must exceed"):
+        sim.engine.set_output_len(r, produced)
+    sim.engine.set_output_len(r, produced + 3)
+    sim.check_invariants()
+    while r.status != Status.FINISHED:
+        sim.step(make_scheduler("fcfs", u.policy_context()).decision)  # type: ignore[attr-defined]
+        sim.check_invariants()
+    assert r.num_output_tokens == produced + 3
+    assert u.sim.engine.running[r.request_id].output_len == true_len != produced + 3  # the env's own is untouched
+    env.close()
+
+
+def test_with_future_replaces_the_arrivals_and_leaves_the_original_alone() -> None:
+    env = _env(80)
+    env.reset(seed=0)
+    u: Any = env.unwrapped
+    sim = u.sim
+    pending = sim.num_pending_arrivals
+    live = sim.engine.live_requests()
+    lens = [r.num_output_tokens + 5 for r in live]
+    arrivals = [Request(1 << 40, sim.now_s + 0.5, 100, 7, 0)]
+    future = sim.with_future(arrivals, lens)
+    assert future.num_pending_arrivals == 1 and sim.num_pending_arrivals == pending
+    assert [r.output_len for r in future.engine.live_requests()] == lens
+    assert [r.output_len for r in sim.engine.live_requests()] == [r.output_len for r in live]
+    with pytest.raises(ValueError, match="output lengths"):
+        sim.with_future([], [*lens, 3])
+    with pytest.raises(ValueError, match="before the clock"):
+        sim.with_future([Request(1 << 40, sim.now_s - 1.0, 10, 2, 0)], lens)
+    env.close()
+
+
+def test_forecaster_fits_the_rate_and_conditions_lengths() -> None:
+    rng = np.random.default_rng(0)
+    times = np.cumsum(rng.exponential(0.5, size=400))  # 2 req/s, Poisson
+    arrived = [Request(i, t, 100, 50 + i % 10, i % 2) for i, t in enumerate(times.tolist())]
+    finished = arrived[:300]
+    fc = Forecaster(window=256).fit(arrived, finished, float(times[-1]))
+    assert 1.6 < fc.rate_rps < 2.4 and 0.6 < fc.cv2 < 1.5
+    future = fc.arrivals(np.random.default_rng(1), float(times[-1]) + 100.0, 1 << 40)
+    assert 150 < len(future) < 250 and all(r.arrival_s > times[-1] for r in future)
+    assert {r.output_len for r in future} <= {50 + k for k in range(10)}
+    live = Request(9999, float(times[-1]), 100, 10_000, 1)
+    draws = {fc.output_len(np.random.default_rng(s), live, 55) for s in range(50)}
+    assert draws and min(draws) > 55 and max(draws) <= 59  # among the finished outputs longer than 55
+    past = {fc.output_len(np.random.default_rng(s), live, 80) for s in range(20)}
+    assert min(past) > 80  # longer than anything seen: more than it produced
+    live.predicted_output_len = 70
+    assert fc.output_len(np.random.default_rng(0), live, 55) == 70  # a prediction is what is known of it
+    assert Forecaster().fit([], [], 0.0).arrivals(rng, 10.0, 0) == []
+
+
+def test_policy_spelling_and_refusals() -> None:
+    assert parse_mpc("fcfs") is None
+    assert parse_mpc("mpc") == MPCConfig()
+    assert parse_mpc("mpc:k=32,futures=8,score=worst,margin=1.5").name == "mpc:k=32,futures=8,score=worst,margin=1.5"
+    for bad, match in [
+        ("mpc:", "give options"),
+        ("mpc:k", "key=value"),
+        ("mpc:k=1,k=2", "twice"),
+        ("mpc:k=x", "integer"),
+        ("mpc:score=best", "score"),
+        ("mpc:futures=0", "futures"),
+        ("mpc:margin=-1", "margin"),
+        ("mpc:k=1000000", "at most"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            parse_mpc(bad)
+    assert policy_list("mpc:k=32,futures=2,fcfs") == ["mpc:k=32,futures=2", "fcfs"]
+    spec = resolve_policy("mpc:futures=2")
+    assert spec.mpc == MPCConfig(futures=2) and spec.name == "mpc:futures=2"
+    with pytest.raises(ValueError, match="plans on forks"):
+        spec.make_for(None, 0)
+    with pytest.raises(ValueError, match="cluster scenarios"):
+        EvalConfig(scenarios=["cluster-azure-conv-4"], policies=["mpc"], seeds=[0], num_requests=20)
+
+
+def test_without_a_tuned_entry_it_asks_for_a_static_base(tmp_path: Any) -> None:
+    env = _env(40)
+    env.reset(seed=0)
+    fcfs = make_scheduler("fcfs", env.unwrapped.policy_context()).decision  # type: ignore[attr-defined]
+    table = tmp_path / "tuned.json"
+    write_tuned_entries(table, {"bursty": {"settings": settings_of(fcfs), "provenance": {}}})
+    with pytest.raises(ValueError, match="mpc:base=fcfs"):
+        MPCPolicy(env, MPCConfig(), 0, table=table)
+    policy = MPCPolicy(env, replace(SMALL, base="fcfs"), 0)
+    assert policy.planner.candidates[0] == fcfs
+    env.close()
+
+
+def test_in_a_grid_same_seed_same_rows() -> None:
+    config = EvalConfig(
+        scenarios=["mixed-slo"], policies=["mpc:k=16,futures=2,horizon=16,tail=16", "tuned"], seeds=[0],
+        num_requests=60, split="val",
+    )  # fmt: skip
+    first, again = run_grid(config).rows, run_grid(config).rows
+    strip = [{k: v for k, v in row.items() if k != "wall_s"} for row in first]
+    assert strip == [{k: v for k, v in row.items() if k != "wall_s"} for row in again]
+    assert first[0]["policy"] == "mpc:k=16,futures=2,horizon=16,tail=16"
