@@ -11,6 +11,7 @@ shipped tuned table played on any workload.
 
     teacher("tuned,searched", seed)  # tuned's settings on library episodes, the searched best on the others
     teacher("lookahead", seed)       # the lookahead's label in each state reached (DAgger with the bound as expert)
+    teacher("mpc", seed)             # the mpc planner's choice in each state reached (an expert that sees no future)
 
 ``lookahead`` (``LookaheadTeacher``) is clairvoyant too, and state-dependent: every ``k`` iterations of the episode
 (64) it snapshots the env where it stands, whoever brought it there, plays each candidate setting forward (the
@@ -18,6 +19,12 @@ base setting and its single-knob neighbours: ``llmsched_env.evaluation.lookahead
 states until its next decision, with the best; the base is ``tuned``'s setting for a library episode, else the
 static named rule that scores best on the episode. Distilling it asks the network for more than any one
 setting per workload: to switch settings as the state moves.
+
+``mpc`` (``MPCTeacher``) labels the same way with the ``mpc`` planner (``llmsched_env.decision.mpc``): every 64
+iterations it plans on forecast futures built from the state alone, never from the episode's future, so its
+labels depend only on what the observation could summarise. Its base is ``tuned``'s setting for a library
+episode, else ``mixed-slo``'s tuned setting (the best single candidate of ``DEFAULT_CANDIDATES``): choosing a
+base by playing the episode would see its future.
 """
 
 from __future__ import annotations
@@ -33,16 +40,20 @@ import baselines
 from baselines.base import FixedPolicy
 from baselines.tuned import SHIPPED_TABLE
 from llmsched_env.decision.lookahead import LookaheadConfig
+from llmsched_env.decision.mpc import MPCConfig, MPCPlanner
 from llmsched_env.decision.policy import Policy
 from llmsched_env.decision.tuned_table import load_tuned_table
 from llmsched_env.envs.episode import run_episode
+from llmsched_env.evaluation.knob_space import neighbours
 from llmsched_env.evaluation.lookahead import LookaheadPolicy
 
 __all__ = [
     "DEFAULT_CANDIDATES",
     "LOOKAHEAD",
+    "MPC",
     "SEARCHED",
     "LookaheadTeacher",
+    "MPCTeacher",
     "candidate_factory",
     "check_teacher",
     "searched",
@@ -52,6 +63,8 @@ __all__ = [
 
 SEARCHED = "searched"
 LOOKAHEAD = "lookahead"
+MPC = "mpc"
+MPC_FALLBACK_BASE = "mixed-slo"  # the base of an episode without a tuned entry: its tuned setting
 # chosen on 60 randomised *train* episodes (400 requests, 0.3-2 x the knee; bench/teacher_candidates.py), greedily:
 # each added candidate raised the mean of the best-of attainment most (0.924 for mixed-slo's settings alone, 0.935
 # with all six, 0.9355 with all thirteen: the eleven distinct tuned settings, slo_aware and sjf; slo_aware alone 0.917)
@@ -134,32 +147,63 @@ class LookaheadTeacher:
         return self.bound.spec.project(self._label, action_mask)
 
 
+class MPCTeacher:
+    """The ``mpc`` teacher on one episode of ``env`` (``LLMSched-v1`` or ``LLMSchedMix-v0``, after its reset):
+    ``act`` returns the planner's choice for the env's current state (``MPCPlanner.decide`` on its simulator,
+    which it forks and never changes), decided again once ``config.k`` (64) engine iterations have passed since
+    the last decision, projected onto the mask. ``num_labels`` counts the decisions."""
+
+    def __init__(self, env: Any, seed: int | None = 0, config: MPCConfig | None = None) -> None:
+        u = env.unwrapped
+        self.env = getattr(u, "inner", None) or u  # LLMSchedMix-v0: the env of the episode it drew
+        config = config if config is not None else MPCConfig()
+        scenario = self.env.policy_context().scenario
+        settings = shipped_settings()
+        base = settings.get(scenario, settings[MPC_FALLBACK_BASE])
+        spec = self.env.action_spec
+        base = spec.decode(spec.encode(base))  # onto this env's options
+        self.planner = MPCPlanner(spec, [base, *neighbours(base, spec)], config, seed or 0)
+        self.num_labels = 0
+        self._label: np.ndarray | None = None
+        self._at = 0
+        self._sim: Any = None
+
+    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
+        sim = self.env.sim
+        if self._label is None or sim is not self._sim or sim.num_steps - self._at >= self.planner.config.k:
+            self._at, self._sim = sim.num_steps, sim
+            self._label = self.planner.actions[self.planner.decide(sim)]
+            self.num_labels += 1
+        return self.planner.spec.project(self._label, np.asarray(action_mask, dtype=bool))
+
+
 def check_teacher(names: str, registry: Any = None) -> None:
     """``ValueError`` naming the first entry of the comma list ``names`` that is no teacher: neither a name of
     ``registry`` (default: the schedulers; the routers for a cluster scenario), nor, for schedulers,
-    ``searched``, ``lookahead`` or ``tuned:SCENARIO`` with the scenario in the shipped tuned table. So a typo in
-    ``bc_warmstart`` or ``--bc`` fails when the configuration is read, before any episode is played."""
+    ``searched``, ``lookahead``, ``mpc`` or ``tuned:SCENARIO`` with the scenario in the shipped tuned table. So a
+    typo in ``bc_warmstart`` or ``--bc`` fails when the configuration is read, before any episode is played."""
     from llmsched_env.decision.registry import SCHEDULERS
 
     registry = SCHEDULERS if registry is None else registry
-    extended = registry is SCHEDULERS  # searched, lookahead and tuned:SCENARIO teach single-node schedulers only
+    extended = registry is SCHEDULERS  # searched, lookahead, mpc and tuned:SCENARIO teach single-node schedulers only
     listed = [n for n in str(names).split(",") if n]  # as per_workload reads them (no spaces around commas)
     if not listed:
         raise ValueError(f"no teacher named in {names!r}")
     for name in listed:
         if extended and name.startswith(TUNED_PREFIX):
             candidate_factory(name)  # its ValueError names the scenario the table lacks
-        elif name not in registry and not (extended and name in (SEARCHED, LOOKAHEAD)):
-            known = ", ".join([*registry, *((SEARCHED, LOOKAHEAD, TUNED_PREFIX + "SCENARIO") if extended else ())])
+        elif name not in registry and not (extended and name in (SEARCHED, LOOKAHEAD, MPC)):
+            known = ", ".join([*registry, *((SEARCHED, LOOKAHEAD, MPC, TUNED_PREFIX + "SCENARIO") if extended else ())])
             raise ValueError(f"unknown {registry.kind} {name!r}; available: {known}")
 
 
 def teacher(names: str, seed: int | None = None) -> Callable[[Any], Policy]:
-    """``baselines.per_workload`` over ``names``, which may also name ``searched``, ``lookahead`` and
+    """``baselines.per_workload`` over ``names``, which may also name ``searched``, ``lookahead``, ``mpc`` and
     ``tuned:SCENARIO`` (that scenario's tuned settings on every workload)."""
     builders: dict[str, Callable[[Any], Policy]] = {
         SEARCHED: lambda env: searched(env, seed=seed),
         LOOKAHEAD: lambda env: LookaheadTeacher(env, seed),
+        MPC: lambda env: MPCTeacher(env, seed),
     }
     for name in names.split(","):
         if name.startswith(TUNED_PREFIX):

@@ -8,6 +8,7 @@ are refused in one line."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -16,19 +17,24 @@ import pytest
 
 import llmsched_env  # noqa: F401
 from llmsched_env.commands.evaluate_args import policy_list
+from llmsched_env.decision.lookahead import BOUND_MARK
 from llmsched_env.decision.loop import DecisionLoop
+from llmsched_env.decision.moves import REQUEST_MOVES, make_move, pick
 from llmsched_env.decision.mpc import MPCConfig, MPCPlanner, parse_mpc
 from llmsched_env.decision.policy_spec import resolve_policy
 from llmsched_env.decision.registry import make_scheduler
 from llmsched_env.decision.tuned_table import settings_of, write_tuned_entries
 from llmsched_env.engine.request import Request, Status
 from llmsched_env.envs.episode import run_episode
+from llmsched_env.evaluation.capacity import summarize_capacity
 from llmsched_env.evaluation.config import EvalConfig
 from llmsched_env.evaluation.grid import run_grid
 from llmsched_env.evaluation.knob_space import neighbours
 from llmsched_env.evaluation.mpc import MPCPolicy
+from llmsched_env.evaluation.outputs import format_capacity_summary
 from llmsched_env.sim.simulator import Simulator
 from llmsched_env.workloads.forecast import Forecast, Forecaster
+from tests.bench_scripts import bench_script, write_capacities
 
 SMALL = MPCConfig(k=16, futures=2, horizon=16, tail=16)
 
@@ -46,7 +52,7 @@ def _fresh(requests: list[Request]) -> list[Request]:
     ]
 
 
-def _setting(seed: int = 0) -> tuple[Any, list[Request], MPCPlanner]:
+def _setting(seed: int = 0, moves: bool = False) -> tuple[Any, list[Request], MPCPlanner]:
     """The engine parts and requests of one mixed-slo episode, and a planner over tuned's neighbourhood."""
     env = _env()
     env.reset(seed=seed)
@@ -55,13 +61,17 @@ def _setting(seed: int = 0) -> tuple[Any, list[Request], MPCPlanner]:
     base = make_scheduler("tuned", u.policy_context()).decision  # type: ignore[attr-defined]
     candidates = [base, *neighbours(base, u.action_spec)]
     env.close()
-    return u, requests, MPCPlanner(u.action_spec, candidates, SMALL, seed)
+    return u, requests, MPCPlanner(u.action_spec, candidates, SMALL, seed, list(REQUEST_MOVES) if moves else None)
 
 
 def _drive(u: Any, requests: list[Request], planner: MPCPlanner, until_s: float) -> list[tuple[float, int]]:
-    """Run a simulator of ``requests`` under ``planner`` until the clock passes ``until_s``; its decisions as
+    """Run a simulator of ``requests`` under ``planner`` until the clock reaches ``until_s``; its decisions as
     (clock, candidate). The invariants are checked after every iteration."""
     sim = Simulator(u.sim.engine.config, u.sim.engine.tenants, u.sim.cost_model, requests)
+    return _drive_sim(sim, planner, until_s)
+
+
+def _drive_sim(sim: Simulator, planner: MPCPlanner, until_s: float) -> list[tuple[float, int]]:
     loop = DecisionLoop(planner.spec, name="test")
     decisions: list[tuple[float, int]] = []
     step = 0
@@ -69,6 +79,12 @@ def _drive(u: Any, requests: list[Request], planner: MPCPlanner, until_s: float)
         if step % planner.config.k == 0:
             chosen = planner.decide(sim)
             decisions.append((sim.now_s, chosen))
+            if chosen >= len(planner.actions):  # a per-request move, made now; then the base
+                move = planner.moves[chosen - len(planner.actions)]
+                r = pick(move, sim.engine)
+                assert r is not None
+                make_move(move, sim.engine, r)
+                chosen = 0
             loop.take(planner.actions[chosen], hold=None)
         decision = loop.next(sim.engine)
         assert decision is not None
@@ -96,32 +112,29 @@ def _changed_after(requests: list[Request], t: float, finished_ids: set[int], se
     return out
 
 
-def test_its_decisions_before_t_ignore_everything_after_t() -> None:
-    u, requests, planner = _setting()
+@pytest.mark.parametrize("moves", [False, True], ids=["settings", "with-per-request-moves"])
+def test_its_decisions_before_t_ignore_everything_after_t(moves: bool) -> None:
+    u, requests, planner = _setting(moves=moves)
     first = _drive(u, _fresh(requests), planner, float("inf"))
     assert len(first) > 8 and len({c for _, c in first}) > 1  # it switches: a planner that never did proves nothing
     t = requests[len(requests) // 2].arrival_s  # half the requests arrive after t
     assert sum(1 for d in first if d[0] < t) > 4
-    finished = _finished_by(u, requests, t, planner.candidates, SMALL)
+    if moves:
+        assert max(c for _, c in first) >= len(planner.actions)  # it made per-request moves
+    finished = {r.request_id for r in _run_until(u, requests, t, planner).engine.finished}
     other = _changed_after(requests, t, finished, seed=5)
     assert [r.output_len for r in other if r.arrival_s <= t] != [r.output_len for r in requests if r.arrival_s <= t]
-    changed = _drive(u, other, MPCPlanner(planner.spec, planner.candidates, SMALL, 0), t)
+    changed = _drive(u, other, MPCPlanner(planner.spec, planner.candidates, SMALL, 0, planner.moves), t)
     assert changed == [d for d in first if d[0] < t]
 
 
-def _finished_by(u: Any, requests: list[Request], t: float, candidates: list[Any], config: MPCConfig) -> set[int]:
-    planner = MPCPlanner(u.action_spec, candidates, config, 0)
+def _run_until(u: Any, requests: list[Request], t: float, planner: MPCPlanner) -> Simulator:
+    """The simulator of ``requests`` under a fresh planner like ``planner``, stepped until its clock reaches ``t``:
+    who has finished by then (their output lengths are known at ``t``)."""
+    fresh = MPCPlanner(planner.spec, planner.candidates, planner.config, 0, planner.moves)
     sim = Simulator(u.sim.engine.config, u.sim.engine.tenants, u.sim.cost_model, _fresh(requests))
-    loop = DecisionLoop(planner.spec, name="test")
-    step = 0
-    while not sim.done and sim.now_s < t:
-        if step % config.k == 0:
-            loop.take(planner.actions[planner.decide(sim)], hold=None)
-        decision = loop.next(sim.engine)
-        assert decision is not None
-        sim.step(decision)
-        step += 1
-    return {r.request_id for r in sim.engine.finished if r.finish_s is not None and r.finish_s <= t}
+    _drive_sim(sim, fresh, t)
+    return sim
 
 
 def test_a_planner_fed_the_true_future_does_change_them(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -130,7 +143,7 @@ def test_a_planner_fed_the_true_future_does_change_them(monkeypatch: pytest.Monk
     u, requests, planner = _setting()
     _drive(u, _fresh(requests), planner, float("inf"))
     t = requests[len(requests) // 2].arrival_s
-    finished = _finished_by(u, requests, t, planner.candidates, SMALL)
+    finished = {r.request_id for r in _run_until(u, requests, t, planner).engine.finished}
     other = _changed_after(requests, t, finished, seed=5)
     _clairvoyant(monkeypatch)
     told = _drive(u, _fresh(requests), MPCPlanner(planner.spec, planner.candidates, SMALL, 0), t)
@@ -297,3 +310,28 @@ def test_in_a_grid_same_seed_same_rows() -> None:
     strip = [{k: v for k, v in row.items() if k != "wall_s"} for row in first]
     assert strip == [{k: v for k, v in row.items() if k != "wall_s"} for row in again]
     assert first[0]["policy"] == "mpc:k=16,futures=2,horizon=16,tail=16"
+
+
+def test_the_headline_and_the_capacity_summary_place_mpc_between_tuned_and_the_bound(tmp_path: Path) -> None:
+    """mpc is no named baseline; the headline pairs it with tuned and gives the share of the tuned-to-bound gap it
+    closes; llmsched-evaluate's capacity summary gives every policy the same two figures."""
+    bound = "lookahead" + BOUND_MARK
+    caps = {"agent": (2.4, 2.6), "tuned": (2.2, 2.4), "fcfs": (1.9, 2.1), "mpc": (2.3, 2.5), bound: (2.6, 2.8)}
+    write_capacities(tmp_path / "s-capacity", "s", caps)
+    headline = bench_script("headline")
+    (row,) = headline.collect(tmp_path)
+    assert row["best_named"] == "fcfs" and row["planner"] == "mpc" and row["rival"] == "mpc"
+    assert row["planner_gap"] == pytest.approx(0.25)
+    assert row["planner_vs_tuned"] == pytest.approx([2.3 / 2.2, 2.5 / 2.4])
+    text = headline.markdown([row])
+    assert "mpc: share of `tuned` → bound" in text and "| `mpc` 2.40 ± " in text and "| 25% |" in text
+    rows = [
+        {"policy": p, "scenario": "s", "seed": s, "capacity_load": c, "capacity_rps": 2 * c}
+        for p, values in caps.items()
+        for s, c in enumerate(values)
+    ]
+    by_policy = {a["policy"]: a for a in summarize_capacity(rows, merge=False)}
+    assert by_policy["mpc"]["gap_closed"] == pytest.approx(0.25) and "ratio_to_tuned_mean" not in by_policy["tuned"]
+    assert by_policy["fcfs"]["ratio_to_tuned_mean"] == pytest.approx((1.9 / 2.2 + 2.1 / 2.4) / 2)
+    table = format_capacity_summary(list(by_policy.values()))
+    assert "× tuned" in table and "gap closed" in table and "25%" in table and "100%" in table

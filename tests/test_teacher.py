@@ -9,9 +9,21 @@ import pytest
 
 import llmsched_env  # noqa: F401
 from agents.bc import collect_demonstrations
-from agents.teacher import LOOKAHEAD, SEARCHED, LookaheadTeacher, candidate_factory, check_teacher, searched, teacher
+from agents.teacher import (
+    LOOKAHEAD,
+    MPC,
+    SEARCHED,
+    LookaheadTeacher,
+    MPCTeacher,
+    candidate_factory,
+    check_teacher,
+    searched,
+    shipped_settings,
+    teacher,
+)
 from agents.train_config import TrainConfig, resolve_hyperparams
 from llmsched_env.decision.lookahead import LookaheadConfig
+from llmsched_env.decision.mpc import MPCConfig
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.envs.mixture import WorkloadMixEnv
 
@@ -194,3 +206,40 @@ def test_demonstrations_from_the_lookahead_teacher_are_deterministic() -> None:
     spec = mix().action_spec
     for action, mask in zip(a["actions"], a["masks"], strict=True):
         np.testing.assert_array_equal(spec.project(action, mask), action)
+
+
+def test_the_mpc_teacher_labels_states_without_touching_the_env() -> None:
+    """Its label is the planner's choice from the env's current state, valid under the mask; the env is left where
+    it stood; a new decision every k iterations; a randomised workload (no tuned entry) gets mixed-slo's tuned
+    setting as its base, chosen without playing the episode; demonstrations are deterministic for a seed."""
+    config = MPCConfig(k=8, futures=2, horizon=8, tail=8)
+
+    def mix(random_share: float = 0.0) -> WorkloadMixEnv:
+        return WorkloadMixEnv(scenarios=("mixed-slo",), num_requests=40, random_share=random_share,
+                              load_span=(2.5, 3.0), iterations_per_step=4, check_invariants=True)  # fmt: skip
+
+    env, twin = mix(), mix()
+    obs, _ = env.reset(seed=3)
+    twin_obs, _ = twin.reset(seed=3)
+    t = MPCTeacher(env, seed=0, config=config)
+    spec = env.action_spec
+    fcfs = candidate_factory("fcfs")(env)
+    for _ in range(12):
+        mask = env.action_masks()
+        label = t.act(obs, mask)
+        np.testing.assert_array_equal(spec.project(label, mask), label)
+        action = fcfs.act(obs, mask)
+        obs, _, terminated, truncated, _ = env.step(action)
+        twin_obs = twin.step(action)[0]
+        np.testing.assert_array_equal(obs, twin_obs)  # the planner forks the simulator, never steps it
+        assert not (terminated or truncated)
+    assert t.num_labels == 6
+    randomised = mix(random_share=1.0)
+    randomised.reset(seed=0)
+    base = MPCTeacher(randomised, seed=0, config=config).planner.candidates[0]
+    assert base == spec.decode(spec.encode(shipped_settings()["mixed-slo"]))
+    check_teacher(MPC)
+    a = collect_demonstrations(mix(), MPC, 24, 0.99, seed=5)
+    b = collect_demonstrations(mix(), MPC, 24, 0.99, seed=5)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])

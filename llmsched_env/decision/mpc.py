@@ -33,6 +33,7 @@ import numpy as np
 from llmsched_env.common.checks import check_int
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.loop import DecisionLoop
+from llmsched_env.decision.moves import REQUEST_MOVES, make_move, pick, redundant
 from llmsched_env.decision.spelling import spell, split_options
 from llmsched_env.engine.batch import Decision
 from llmsched_env.sim.simulator import Simulator
@@ -42,6 +43,7 @@ __all__ = ["MPC", "SCORES", "MPCConfig", "MPCPlanner", "parse_mpc"]
 
 MPC = "mpc"
 SCORES = ("mean", "worst")
+CANDIDATE_SETS = ("neighbours", "requests")  # the base and its single-knob moves; those and per-request moves
 _FIRST_FORECAST_ID = 1 << 40  # forecast requests' ids: far above any real one
 
 
@@ -54,7 +56,9 @@ class MPCConfig:
     over the futures (0: the plain mean); ``window``: recent arrivals (and finished requests per tenant) the
     forecast is fitted on; ``base``: ``tuned`` (the scenario's tuned entry) or a static named rule; ``terminal``:
     also count as missed, at a rollout's end, the running requests whose time per output token so far exceeds
-    their target (an estimate of the misses the horizon cuts off). ``ValueError`` naming the field."""
+    their target (an estimate of the misses the horizon cuts off); ``candidates``: ``neighbours`` (the settings
+    the caller gives) or ``requests`` (those and the per-request moves of ``decision.moves``). ``ValueError``
+    naming the field."""
 
     k: int = 64
     futures: int = 4
@@ -66,6 +70,7 @@ class MPCConfig:
     window: int = 256
     base: str = "tuned"
     terminal: bool = False
+    candidates: str = "neighbours"
 
     def __post_init__(self) -> None:
         for name, low, high in (
@@ -87,6 +92,8 @@ class MPCConfig:
             raise ValueError(f"mpc.z must be a number in [0, 100), got {self.z!r}")
         if not isinstance(self.base, str) or not self.base:
             raise ValueError(f"mpc.base must be tuned or a static named rule, got {self.base!r}")
+        if self.candidates not in CANDIDATE_SETS:
+            raise ValueError(f"mpc.candidates must be one of {', '.join(CANDIDATE_SETS)}, got {self.candidates!r}")
         if not isinstance(self.terminal, bool):
             raise ValueError(f"mpc.terminal must be true or false, got {self.terminal!r}")
 
@@ -111,7 +118,7 @@ def parse_mpc(entry: str) -> MPCConfig | None:
         return None
     kwargs: dict[str, Any] = {}
     for key, value in given.items():
-        if key in ("score", "base"):
+        if key in ("score", "base", "candidates"):
             kwargs[key] = value
         elif key == "terminal":
             if value not in ("true", "false"):
@@ -132,14 +139,29 @@ def parse_mpc(entry: str) -> MPCConfig | None:
 
 class MPCPlanner:
     """The planner (module docstring) over ``candidates`` (settings; ``candidates[0]`` is the base) in the action
-    space ``spec``; ``seed`` drives its forecasts. ``decide(sim)`` returns the index of the candidate to play.
-    ``num_decisions``, ``num_switches`` (decisions that chose another candidate than the base), ``planning_s``
+    space ``spec``, and the per-request ``moves`` (names of ``decision.moves.REQUEST_MOVES``: each made at the
+    decision point, then the base played); ``seed`` drives its forecasts. ``decide(sim)`` returns the index of the
+    candidate to play: a setting's, or ``len(candidates) + j`` for move ``moves[j]``, which the caller makes on its
+    engine at once (``decision.moves.make_move`` on the request ``pick`` names) before playing the base.
+    ``num_decisions``, ``num_switches`` (decisions that chose another candidate than the base), ``num_moves``
+    (those that chose a move), ``planning_s``
     (wall seconds spent in ``decide``) and ``engine_s`` (the engine's clock between the first and the last
     decision) say what it did and cost."""
 
-    def __init__(self, spec: ActionSpec, candidates: list[Decision], config: MPCConfig, seed: int = 0) -> None:
+    def __init__(
+        self,
+        spec: ActionSpec,
+        candidates: list[Decision],
+        config: MPCConfig,
+        seed: int = 0,
+        moves: list[str] | None = None,
+    ) -> None:
         if not candidates:
             raise ValueError("mpc needs at least one candidate setting (the base)")
+        unknown = sorted(set(moves or ()) - set(REQUEST_MOVES))
+        if unknown:
+            raise ValueError(f"mpc: unknown per-request moves {unknown}; known: {', '.join(REQUEST_MOVES)}")
+        self.moves = list(moves or ())
         self.spec = spec
         self.config = config
         self.candidates = list(candidates)
@@ -149,6 +171,7 @@ class MPCPlanner:
         self._loop = DecisionLoop(spec, name="mpc")
         self.num_decisions = 0
         self.num_switches = 0
+        self.num_moves = 0
         self.planning_s = 0.0
         self.first_decision_s: float | None = None
         self.last_decision_s = 0.0
@@ -173,18 +196,32 @@ class MPCPlanner:
         until = now + 2.0 * (cfg.horizon + cfg.tail) * step_s
         forecast = self.forecaster.fit(sim.arrived_requests(), engine.finished, now, engine.config.max_model_len)
         live = engine.live_requests()
-        scores = np.zeros((cfg.futures, len(self.actions)))
+        # the per-request moves that act on someone here (the same in every future: they pick by state alone)
+        moves = [
+            j
+            for j, move in enumerate(self.moves)
+            if (r := pick(move, engine)) is not None and not redundant(move, engine, r, self.candidates[0].order)
+        ]
+        n = len(self.actions)
+        scores = np.full((cfg.futures, n + len(self.moves)), -np.inf)
         for m in range(cfg.futures):
             lens = [forecast.output_len(self.rng, r, _produced(engine, r)) for r in live]
             arrivals = forecast.arrivals(self.rng, until, _FIRST_FORECAST_ID)
             future = sim.with_future(arrivals, lens, rng=np.random.default_rng(self.rng.integers(2**63)))
+            last = n - 1 + len(moves)  # the last rollout of this future plays on it, the others on forks of it
             for i, action in enumerate(self.actions):
-                run = future.fork() if i + 1 < len(self.actions) else future
-                scores[m, i] = self._rollout(run, action, until)
+                scores[m, i] = self._rollout(future.fork() if i < last else future, action, until)
+            for k, j in enumerate(moves):
+                run = future.fork() if n + k < last else future
+                made = pick(self.moves[j], run.engine)
+                assert made is not None  # picked by state, as on the engine the planner was given
+                make_move(self.moves[j], run.engine, made)
+                scores[m, n + j] = self._rollout(run, self.actions[0], until)
         value = scores.mean(axis=0) if cfg.score == "mean" else _worst_quarter(scores)
         # the paired advantage over the base, less z standard errors of it over the futures
         diff = scores - scores[:, :1]
-        spread = diff.std(axis=0, ddof=1) / np.sqrt(cfg.futures) if cfg.futures > 1 else np.zeros(len(value))
+        with np.errstate(invalid="ignore"):  # a move that picked nobody: -inf, never chosen
+            spread = diff.std(axis=0, ddof=1) / np.sqrt(cfg.futures) if cfg.futures > 1 else np.zeros(len(value))
         sure = value - value[0] - cfg.z * spread
         best = 0
         for i in range(1, len(value)):
@@ -193,6 +230,7 @@ class MPCPlanner:
         self.last_scores = scores
         self.num_decisions += 1
         self.num_switches += best != 0
+        self.num_moves += best >= n
         self.last_decision_s = now
         self.planning_s += time.perf_counter() - t0
         return best

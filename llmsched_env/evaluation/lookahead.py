@@ -43,75 +43,11 @@ import numpy as np
 
 from llmsched_env.decision.lookahead import LookaheadConfig
 from llmsched_env.decision.loop import DecisionLoop
-from llmsched_env.engine.batch import Decision, QueueOrder
-from llmsched_env.engine.engine import LPM_WINDOW, Engine
-from llmsched_env.engine.request import Request
+from llmsched_env.decision.moves import REQUEST_MOVES, make_move, pick, redundant
+from llmsched_env.engine.batch import Decision
 from llmsched_env.evaluation.knob_space import STATIC_HEURISTICS, base_decision, neighbours, static_decision
 
-__all__ = ["REQUEST_MOVES", "LookaheadPolicy", "lookahead_factory", "pick"]
-
-
-def _first(order: QueueOrder) -> Callable[[Engine], Request | None]:
-    return lambda e: e.queue.best(order, e.now_s, e.sjf_starvation_s)
-
-
-def _most_cached(e: Engine) -> Request | None:
-    window = e.queue.oldest(LPM_WINDOW)  # the window the engine's LPM order scores
-    return max(window, key=e.cached_prefix_blocks, default=None)  # the oldest among equals
-
-
-def _least_attained_head(e: Engine) -> Request | None:
-    heads = [(t, h) for t in range(len(e.tenants)) if e.num_waiting[t] and (h := e.head(t)) is not None]
-    if len(heads) < 2:
-        return None  # one tenant waiting: its head is the base order's pick or one of the others
-    good, missed = e.num_good_t, e.num_missed_t
-
-    def attained(item: tuple[int, Request]) -> float:
-        t = item[0]
-        done = good[t] + missed[t]
-        return good[t] / done if done else 1.0
-
-    return min(heads, key=attained)[1]  # the tenant listed first among equals
-
-
-def _largest_running(e: Engine) -> Request | None:
-    if len(e.running) < 2:
-        return None  # preempting the only running request frees memory for nobody
-    return max(reversed(e.running.values()), key=lambda r: len(r.block_table))  # the latest admitted among equals
-
-
-def _longest_waiting_prompt(e: Engine) -> Request | None:
-    return max(e.queue.requests(), key=lambda r: r.num_prefill_tokens, default=None)
-
-
-# move name -> (what it does, how it picks its request from the engine's state at the decision point)
-REQUEST_MOVES: dict[str, tuple[str, Callable[[Engine], Request | None]]] = {
-    "first:edf": ("promote", _first(QueueOrder.EDF)),
-    "first:sjf": ("promote", _first(QueueOrder.SJF)),
-    "first:priority": ("promote", _first(QueueOrder.PRIORITY_AGING)),
-    "first:vtc": ("promote", _first(QueueOrder.VTC)),
-    "first:fcfs": ("promote", _first(QueueOrder.FCFS)),
-    "first:cached": ("promote", _most_cached),
-    "first:least_attained": ("promote", _least_attained_head),
-    "preempt:largest": ("preempt", _largest_running),
-    "shed:edf": ("shed", _first(QueueOrder.EDF)),
-    "shed:longest": ("shed", _longest_waiting_prompt),
-}
-
-
-def pick(move: str, engine: Engine) -> Request | None:
-    """The request ``move`` (a ``REQUEST_MOVES`` name) would act on in ``engine``'s state, or None."""
-    return REQUEST_MOVES[move][1](engine)
-
-
-def _make_move(move: str, engine: Engine, r: Request) -> None:
-    kind = REQUEST_MOVES[move][0]
-    if kind == "promote":
-        engine.promote(r)
-    elif kind == "preempt":
-        engine.preempt_request(r)
-    else:
-        engine.shed_request(r)
+__all__ = ["REQUEST_MOVES", "LookaheadPolicy", "lookahead_factory", "pick"]  # the moves: decision.moves
 
 
 class LookaheadPolicy:
@@ -249,9 +185,9 @@ class LookaheadPolicy:
             r = pick(move, engine)
             if r is None:
                 continue
-            if REQUEST_MOVES[move][0] == "promote" and r is _first(first)(engine):
+            if redundant(move, engine, r, first):
                 continue  # the base order sends it first anyway: the base's own rollout
-            _make_move(move, engine, r)
+            make_move(move, engine, r)
             score = self._rollout([(base, cfg.horizon), (base, cfg.tail)])
             self.num_rollouts += 1
             if score > best_score:
@@ -268,7 +204,7 @@ class LookaheadPolicy:
         engine = self.env.sim.engine
         r = pick(move, engine)
         assert r is not None, f"lookahead: move {move} picked a request when planned, none on replay"
-        _make_move(move, engine, r)
+        make_move(move, engine, r)
         return 0
 
     def _rollout(self, plan: list[tuple[np.ndarray, int | None]]) -> int:

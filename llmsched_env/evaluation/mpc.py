@@ -7,8 +7,9 @@ Every ``k`` steps it hands the env's simulator to its ``MPCPlanner``, which fork
 requests still to arrive and the true output lengths of live requests are replaced in the fork before anything
 runs there: it never sees them) and returns the setting to play for the next ``k`` steps. The candidates are
 the base setting (``tuned``'s entry for the scenario, or a named static rule) and every single-knob move of it
-(``knob_space.neighbours``), as ``lookahead``'s. Unlike ``lookahead`` it is a scheduler one could deploy; its
-rows are ordinary policy rows.
+(``knob_space.neighbours``), as ``lookahead``'s; with ``candidates=requests`` also the per-request moves of
+``decision.moves``, each made on the env's engine at the decision point when chosen. Unlike ``lookahead`` it is
+a scheduler one could deploy; its rows are ordinary policy rows.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from llmsched_env.decision.moves import REQUEST_MOVES, make_move, pick
 from llmsched_env.decision.mpc import MPCConfig, MPCPlanner
 from llmsched_env.evaluation.knob_space import base_decision, neighbours
 
@@ -50,7 +52,8 @@ class MPCPolicy:
                 "(llmsched-tune)"
             ) from None
         self.spec = u.action_spec
-        self.planner = MPCPlanner(self.spec, [base, *neighbours(base, self.spec)], config, seed)
+        moves = list(REQUEST_MOVES) if config.candidates == "requests" else []
+        self.planner = MPCPlanner(self.spec, [base, *neighbours(base, self.spec)], config, seed, moves)
         self._steps = 0
         self._chosen = 0
         self._emit: dict[tuple[int, int], np.ndarray] = {}
@@ -61,8 +64,16 @@ class MPCPolicy:
         self._chosen = 0
 
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
-        if self._steps % self.planner.config.k == 0:
-            self._chosen = self.planner.decide(self.env.sim)
+        planner = self.planner
+        if self._steps % planner.config.k == 0:
+            self._chosen = planner.decide(self.env.sim)
+            if self._chosen >= len(planner.actions):  # a per-request move: made now, then the base plays
+                move = planner.moves[self._chosen - len(planner.actions)]
+                engine = self.env.sim.engine
+                r = pick(move, engine)
+                assert r is not None  # the planner weighed it on this very state
+                make_move(move, engine, r)
+                self._chosen = 0
         self._steps += 1
         mask = self.spec.mask(self.env.sim.engine)  # the env's own mask (cached per pattern), as action_mask
         key = (self._chosen, id(mask))

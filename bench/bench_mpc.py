@@ -1,0 +1,135 @@
+"""What ``mpc`` gains over ``tuned`` at a fixed load and what its planning costs, beside the same episodes under
+``tuned``; with ``--oracle``, the same planner handed part of the true future, to measure what each piece of
+information is worth (a measurement, not a policy: an oracle planner is clairvoyant).
+
+    OMP_NUM_THREADS=1 python bench/bench_mpc.py --scenarios mixed-slo,mix-shift --policy mpc --seeds 0,1,2,3,4
+    OMP_NUM_THREADS=1 python bench/bench_mpc.py --scenarios mixed-slo --policy mpc:futures=1 --oracle both
+
+Per scenario, at ``--load`` (default: ``tuned``'s val capacity load from the shipped table), on ``--split``
+windows of ``--num-requests`` requests, one episode per seed: SLO attainment of ``tuned`` and of the planner, the
+paired gain in points (mean ± 95% half-width, Student t), the decisions that switched away from the base (and
+chose a per-request move), and the planning cost: wall milliseconds per decision on this machine against the
+engine's own time (simulated, on the scenario's cost model) over the ``k`` iterations a decision governs, and
+their ratio, the share of a core the planner would need to keep up beside the engine. ``--oracle``: ``lengths``
+gives every future the true output lengths of the live requests, ``arrivals`` the true requests still to arrive
+(with their true lengths), ``both`` both (one future is then the truth: use ``futures=1``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+import llmsched_env  # noqa: F401
+from llmsched_env.decision.mpc import MPCPlanner, parse_mpc
+from llmsched_env.decision.registry import SCHEDULERS, make_scheduler
+from llmsched_env.decision.tuned_table import load_tuned_table
+from llmsched_env.engine.request import Request
+from llmsched_env.envs.episode import run_episode
+from llmsched_env.evaluation.mpc import MPCPolicy
+from llmsched_env.evaluation.stats import mean_ci95
+from llmsched_env.sim.simulator import Simulator
+from llmsched_env.workloads.forecast import Forecast, Forecaster
+
+ORACLES = ("none", "lengths", "arrivals", "both")
+
+
+class _Told(Forecaster):
+    """A forecaster that hands the planner part of the truth (``oracle``): the measurement's, never a policy's."""
+
+    def __init__(self, oracle: str, window: int) -> None:
+        super().__init__(window=window)
+        object.__setattr__(self, "oracle", oracle)
+        object.__setattr__(self, "sim", None)
+
+    def fit(self, arrived: Any, finished: Any, now_s: float, max_model_len: int | None = None) -> Forecast:
+        fc = super().fit(arrived, finished, now_s, max_model_len)
+        sim: Simulator = self.sim  # type: ignore[attr-defined]
+        oracle: str = self.oracle  # type: ignore[attr-defined]
+        if oracle in ("lengths", "both"):
+            object.__setattr__(fc, "output_len", lambda rng, r, produced: r.output_len)
+        if oracle in ("arrivals", "both"):
+            pending = sim.requests[len(sim.requests) - sim.num_pending_arrivals :]
+
+            def arrivals(rng: Any, until_s: float, first_id: int, pending: list[Request] = pending) -> list[Request]:
+                return [r.copy() for r in pending if r.arrival_s <= until_s]
+
+            object.__setattr__(fc, "arrivals", arrivals)
+        return fc
+
+
+class _ToldPlanner(MPCPlanner):
+    def decide(self, sim: Simulator) -> int:
+        object.__setattr__(self.forecaster, "sim", sim)
+        return super().decide(sim)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scenarios", default="mixed-slo,mix-shift")
+    p.add_argument("--policy", default="mpc", help="mpc[:k=..,futures=..,horizon=..,tail=..,...]")
+    p.add_argument("--num-requests", type=int, default=1000)
+    p.add_argument("--split", default="val")
+    p.add_argument("--load", type=float, default=None, help="default: tuned's val capacity for the scenario")
+    p.add_argument("--seeds", default="0,1,2,3,4")
+    p.add_argument("--oracle", choices=ORACLES, default="none")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    config = parse_mpc(args.policy)
+    if config is None:
+        raise SystemExit(f"--policy {args.policy!r} is not an mpc spelling")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    table: Any = SCHEDULERS.get("tuned").shipped_table  # type: ignore[attr-defined]
+    entries = load_tuned_table(table).entries
+    told = "" if args.oracle == "none" else f", told the true {args.oracle}"
+    print(f"{config.name}{told}: {args.num_requests} requests, split {args.split}, seeds {args.seeds}, one core")
+    print(f"{'scenario':22s} {'load':>5s} {'tuned':>6s} {'mpc':>6s} {'gain (points)':>15s} {'switched':>12s} "
+          f"{'moves':>5s} {'plan ms':>8s} {'engine ms':>9s} {'share':>6s} {'wall s':>7s}")  # fmt: skip
+    for scenario in filter(None, args.scenarios.split(",")):
+        entry = entries.get(scenario)
+        load = args.load if args.load is not None else float(entry["provenance"]["val_capacity_load"]) if entry else 1.0
+        env = gym.make("LLMSched-v1", scenario=scenario, split=args.split, num_requests=args.num_requests, load=load)
+        u: Any = env.unwrapped
+        gains, tuned_att, mpc_att = [], [], []
+        decisions = switches = moves = 0
+        planning = engine = 0.0
+        t0 = time.perf_counter()
+        for seed in seeds:
+            tuned = run_episode(env, make_scheduler("tuned", u.policy_context()), seed)["slo_attainment"]
+            made: list[MPCPolicy] = []
+
+            def build(e: gym.Env, made: list[MPCPolicy] = made, seed: int = seed) -> MPCPolicy:
+                policy = MPCPolicy(e, config, seed)
+                if args.oracle != "none":
+                    old = policy.planner
+                    planner = _ToldPlanner(old.spec, old.candidates, config, seed, old.moves)
+                    planner.forecaster = _Told(args.oracle, config.window)
+                    policy.planner = planner
+                made.append(policy)
+                return policy
+
+            mine = run_episode(env, build, seed)["slo_attainment"]
+            planner = made[0].planner
+            tuned_att.append(tuned)
+            mpc_att.append(mine)
+            gains.append(100 * (mine - tuned))
+            decisions += planner.num_decisions
+            switches += planner.num_switches
+            moves += planner.num_moves
+            planning += planner.planning_s
+            engine += planner.engine_s * planner.num_decisions / max(planner.num_decisions - 1, 1)
+        mean, half = mean_ci95(gains)
+        plan_ms, engine_ms = 1000 * planning / decisions, 1000 * engine / decisions
+        print(f"{scenario:22s} {load:5.2f} {np.mean(tuned_att):6.3f} {np.mean(mpc_att):6.3f} "
+              f"{mean:+7.2f} ± {half:4.2f} {switches:5d} / {decisions:4d} {moves:5d} {plan_ms:8.0f} {engine_ms:9.0f} "
+              f"{plan_ms / engine_ms:6.2f} {time.perf_counter() - t0:7.0f}", flush=True)  # fmt: skip
+        env.close()
+
+
+if __name__ == "__main__":
+    main()
