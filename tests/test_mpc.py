@@ -32,6 +32,8 @@ from llmsched_env.evaluation.grid import run_grid
 from llmsched_env.evaluation.knob_space import neighbours
 from llmsched_env.evaluation.mpc import MPCPolicy
 from llmsched_env.evaluation.outputs import format_capacity_summary
+from llmsched_env.evaluation.runtime_options import RuntimeOptions
+from llmsched_env.evaluation.vllm_engine import compare_engines
 from llmsched_env.sim.simulator import Simulator
 from llmsched_env.workloads.forecast import Forecast, Forecaster
 from tests.bench_scripts import bench_script, write_capacities
@@ -286,6 +288,10 @@ def test_policy_spelling_and_refusals() -> None:
         spec.make_for(None, 0)
     with pytest.raises(ValueError, match="cluster scenarios"):
         EvalConfig(scenarios=["cluster-azure-conv-4"], policies=["mpc"], seeds=[0], num_requests=20)
+    with pytest.raises(ValueError, match="torch runtime backend"):
+        EvalConfig(policies=["mpc"], num_requests=20, runtime=RuntimeOptions())
+    with pytest.raises(ValueError, match=r"--engine vllm: policy 'mpc' .* vLLM has none"):
+        compare_engines(EvalConfig(policies=["mpc"], num_requests=20))
 
 
 def test_without_a_tuned_entry_it_asks_for_a_static_base(tmp_path: Any) -> None:

@@ -70,6 +70,7 @@ BAD_CONFIGS: dict[str, tuple[dict[str, Any], str]] = {
         r"mixed-slo \(schema 1\), learned \(schema 2\)$",
     ),
     "bound": ({"policies": ["lookahead"]}, r"^AdapterConfig: policies: 'lookahead .*vLLM cannot run it"),
+    "planner": ({"policies": ["mpc"]}, r"^AdapterConfig: policies: 'mpc' plays .*vLLM cannot run it yet"),
     "tuned entry": ({"policies": ["tuned"]}, r"^AdapterConfig: scenario: the tuned table .* \(policies: 'tuned'\)$"),
 }
 

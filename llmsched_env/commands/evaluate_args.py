@@ -122,7 +122,7 @@ positive_int = int_at_least(1)
 
 
 def policy_list(text: str) -> list[str]:
-    """The ``--policies`` type: ``csv_list(str)``, except that a lookahead spelling keeps its options
+    """The ``--policies`` type: ``csv_list(str)``, except that a lookahead or mpc spelling keeps its options
     (``lookahead:k=32,horizon=32,fcfs`` is two policies; ``decision.lookahead.join_options``). An entry with a
     control character, or a name (``NAME=PATH``) with ``|``, is refused: the names label the tables' rows
     (``EvalConfig`` checks the names a path gives, e.g. its folder's)."""
@@ -170,7 +170,8 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         "llmsched-tune --trace made for that trace and the same trace options, engine limits and --cost-model "
         "(looked up in $LLMSCHED_TUNED_TABLE or ${XDG_DATA_HOME:-~/.local/share}/llmsched/tuned.json, "
         "then the shipped table; tuned=FILE.json: in FILE.json); lookahead[:k=64,horizon=64,tail=256,"
-        "candidates=neighbours,base=tuned] is the clairvoyant bound (not deployable; docs/evaluation.md)",
+        "candidates=neighbours,base=tuned] is the clairvoyant bound (not deployable; docs/evaluation.md); "
+        "mpc[:k=64,futures=4,horizon=64,tail=64,...] plans on forecast futures (deployable; docs/evaluation.md)",
     )
     add(
         "--scenarios",

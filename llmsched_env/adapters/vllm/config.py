@@ -298,8 +298,8 @@ def _resolve_entry(entry: str, name: str, scenario: str, w: str, errors: list[st
     except ValueError as exc:
         errors.append(f"{w}: {name}: {exc}")
         return None
-    if spec.lookahead is not None:
-        errors.append(f"{w}: {name}: {spec.name!r} plays the simulator forward on snapshots; vLLM cannot run it")
+    if spec.lookahead is not None or spec.mpc is not None:
+        errors.append(f"{w}: {name}: {spec.name!r} plays the simulator forward on forks; vLLM cannot run it yet")
         return None
     if spec.baseline != "tuned":
         return spec, scenario
