@@ -13,12 +13,19 @@ engine's own time (simulated, on the scenario's cost model) over the ``k`` itera
 their ratio, the share of a core the planner would need to keep up beside the engine. ``--oracle``: ``lengths``
 gives every future the true output lengths of the live requests, ``arrivals`` the true requests still to arrive
 (with their true lengths), ``both`` both (one future is then the truth: use ``futures=1``).
+
+``--advantages`` instead plays ``tuned``'s own episode (``--seeds``' first) and, at every ``k``-th iteration, asks
+the planner and the same planner told the whole truth (one future) for their scores, without acting on them:
+per candidate, its mean advantage over the base under the forecasts and under the truth, how often each saw it
+ahead, and the correlation of the two across decision points. A forecast that favours a candidate the truth
+does not is a bias no number of futures removes.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import fields, replace
 from typing import Any
 
 import gymnasium as gym
@@ -78,6 +85,7 @@ def main() -> None:
     p.add_argument("--load", type=float, default=None, help="default: tuned's val capacity for the scenario")
     p.add_argument("--seeds", default="0,1,2,3,4")
     p.add_argument("--oracle", choices=ORACLES, default="none")
+    p.add_argument("--advantages", action="store_true", help="forecast against truth along tuned's episode")
     args = p.parse_args()
     torch.set_num_threads(1)
     config = parse_mpc(args.policy)
@@ -90,6 +98,12 @@ def main() -> None:
     print(f"{config.name}{told}: {args.num_requests} requests, split {args.split}, seeds {args.seeds}, one core")
     print(f"{'scenario':22s} {'load':>5s} {'tuned':>6s} {'mpc':>6s} {'gain (points)':>15s} {'switched':>12s} "
           f"{'moves':>5s} {'plan ms':>8s} {'engine ms':>9s} {'share':>6s} {'wall s':>7s}")  # fmt: skip
+    if args.advantages:
+        for scenario in filter(None, args.scenarios.split(",")):
+            entry = entries.get(scenario)
+            load = args.load or (float(entry["provenance"]["val_capacity_load"]) if entry else 1.0)
+            advantages(scenario, args.split, args.num_requests, load, seeds[0], config)
+        return
     for scenario in filter(None, args.scenarios.split(",")):
         entry = entries.get(scenario)
         load = args.load if args.load is not None else float(entry["provenance"]["val_capacity_load"]) if entry else 1.0
@@ -129,6 +143,43 @@ def main() -> None:
               f"{mean:+7.2f} ± {half:4.2f} {switches:5d} / {decisions:4d} {moves:5d} {plan_ms:8.0f} {engine_ms:9.0f} "
               f"{plan_ms / engine_ms:6.2f} {time.perf_counter() - t0:7.0f}", flush=True)  # fmt: skip
         env.close()
+
+
+def advantages(scenario: str, split: str, num_requests: int, load: float, seed: int, config: Any) -> None:
+    """``--advantages`` (module docstring) on one episode of ``scenario``."""
+    env = gym.make("LLMSched-v1", scenario=scenario, split=split, num_requests=num_requests, load=load)
+    env.reset(seed=seed)
+    u: Any = env.unwrapped
+    tuned = make_scheduler("tuned", u.policy_context())
+    forecast = MPCPolicy(env, config, seed).planner
+    truth = _ToldPlanner(forecast.spec, forecast.candidates, replace(config, futures=1), seed)
+    truth.forecaster = _Told("both", config.window)
+    seen: list[np.ndarray] = []
+    told: list[np.ndarray] = []
+    steps = 0
+    while True:
+        if steps % config.k == 0:
+            for planner, out in ((forecast, seen), (truth, told)):
+                planner.decide(u.sim)
+                assert planner.last_scores is not None
+                mean = planner.last_scores.mean(axis=0)
+                out.append(mean - mean[0])
+        _, _, terminated, truncated, _ = env.step(tuned.act(np.zeros(1), u.action_masks()))
+        steps += 1
+        if terminated or truncated:
+            break
+    env.close()
+    f, t = np.array(seen), np.array(told)
+    base = forecast.candidates[0]
+    print(f"{scenario} at load {load:.2f}, seed {seed}: {len(f)} decision points along tuned's episode; base {base}")
+    print(f"{'candidate (its move from the base)':44s} {'forecast':>9s} {'truth':>7s} {'f > 0':>6s} {'t > 0':>6s} "
+          f"{'corr':>6s}")  # fmt: skip
+    for i, c in enumerate(forecast.candidates[1:], 1):
+        move = {f.name: getattr(c, f.name) for f in fields(base) if getattr(c, f.name) != getattr(base, f.name)}
+        text = ", ".join(f"{k}={getattr(v, 'name', v)}" for k, v in move.items())
+        a, b = f[:, i], t[:, i]
+        corr = float(np.corrcoef(a, b)[0, 1]) if a.std() > 0 and b.std() > 0 else float("nan")
+        print(f"{text:44s} {a.mean():+9.2f} {b.mean():+7.2f} {np.mean(a > 0):6.2f} {np.mean(b > 0):6.2f} {corr:+6.2f}")
 
 
 if __name__ == "__main__":

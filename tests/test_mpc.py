@@ -341,3 +341,18 @@ def test_the_headline_and_the_capacity_summary_place_mpc_between_tuned_and_the_b
     assert by_policy["fcfs"]["ratio_to_tuned_mean"] == pytest.approx((1.9 / 2.2 + 2.1 / 2.4) / 2)
     table = format_capacity_summary(list(by_policy.values()))
     assert "× tuned" in table and "gap closed" in table and "25%" in table and "100%" in table
+
+
+def test_the_bench_prints_the_gain_the_planning_share_and_the_advantages(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bench = bench_script("bench_mpc")
+    small = ["--scenarios", "mixed-slo", "--num-requests", "60", "--seeds", "0", "--policy", "mpc:k=16,futures=1"]
+    monkeypatch.setattr("sys.argv", ["bench_mpc.py", *small, "--oracle", "both"])
+    bench.main()
+    out = capsys.readouterr().out
+    assert "told the true both" in out and "mixed-slo" in out.splitlines()[-1]
+    monkeypatch.setattr("sys.argv", ["bench_mpc.py", *small, "--advantages"])
+    bench.main()
+    out = capsys.readouterr().out
+    assert "decision points along tuned's episode" in out and "token_budget=" in out
