@@ -54,8 +54,10 @@ class _Told(Forecaster):
         object.__setattr__(self, "oracle", oracle)
         object.__setattr__(self, "sim", None)
 
-    def fit(self, arrived: Any, finished: Any, now_s: float, max_model_len: int | None = None) -> Forecast:
-        fc = super().fit(arrived, finished, now_s, max_model_len)
+    def fit(
+        self, arrived: Any, finished: Any, now_s: float, max_model_len: int | None = None, live: Any = ()
+    ) -> Forecast:
+        fc = super().fit(arrived, finished, now_s, max_model_len, live)
         sim: Simulator = self.sim  # type: ignore[attr-defined]
         oracle: str = self.oracle  # type: ignore[attr-defined]
         if oracle in ("lengths", "both"):

@@ -35,7 +35,7 @@ from llmsched_env.evaluation.outputs import format_capacity_summary
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.evaluation.vllm_engine import compare_engines
 from llmsched_env.sim.simulator import Simulator
-from llmsched_env.workloads.forecast import Forecast, Forecaster
+from llmsched_env.workloads.forecast import Forecast, Forecaster, OutputLengths
 from tests.bench_scripts import bench_script, write_capacities
 
 SMALL = MPCConfig(k=16, futures=2, horizon=16, tail=16)
@@ -356,3 +356,17 @@ def test_the_bench_prints_the_gain_the_planning_share_and_the_advantages(
     bench.main()
     out = capsys.readouterr().out
     assert "decision points along tuned's episode" in out and "token_budget=" in out
+
+
+def test_output_lengths_count_the_running_requests_as_censored() -> None:
+    """Kaplan-Meier: without censored observations the estimate is the finished lengths' empirical distribution;
+    requests still running (longer than what they produced) move mass to longer lengths and past the longest."""
+    plain = OutputLengths.fit([10, 20, 20, 40])
+    assert plain.values.tolist() == [10, 20, 40] and plain.mass.tolist() == [0.25, 0.5, 0.25] and plain.tail == 0
+    censored = OutputLengths.fit([10, 20, 20, 40], censored=[15, 15, 50])
+    assert censored.mass[0] == pytest.approx(1 / 7)  # seven at risk at 10, one finishes there
+    assert censored.mass[1] == pytest.approx(6 / 7 * 2 / 4)  # four at risk at 20 (the two censored at 15 left)
+    assert censored.tail > 0 and censored.mass.sum() + censored.tail == pytest.approx(1.0)
+    draws = [censored.draw(np.random.default_rng(s), 30) for s in range(200)]
+    assert {d for d in draws if d is not None} == {40} and None in draws  # past 30: 40, or past the longest
+    assert OutputLengths.fit([]).draw(np.random.default_rng(0), 0) is None

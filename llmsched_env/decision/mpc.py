@@ -194,8 +194,15 @@ class MPCPlanner:
         steps = max(sim.num_steps, 1)
         step_s = max((now - sim.start_s) / steps, sim.idle_tick_s)
         until = now + 2.0 * (cfg.horizon + cfg.tail) * step_s
-        forecast = self.forecaster.fit(sim.arrived_requests(), engine.finished, now, engine.config.max_model_len)
         live = engine.live_requests()
+        produced = [_produced(engine, r) for r in live]
+        forecast = self.forecaster.fit(
+            sim.arrived_requests(),
+            engine.finished,
+            now,
+            engine.config.max_model_len,
+            [(r.tenant, g) for r, g in zip(live, produced, strict=True)],
+        )
         # the per-request moves that act on someone here (the same in every future: they pick by state alone)
         moves = [
             j
@@ -205,7 +212,7 @@ class MPCPlanner:
         n = len(self.actions)
         scores = np.full((cfg.futures, n + len(self.moves)), -np.inf)
         for m in range(cfg.futures):
-            lens = [forecast.output_len(self.rng, r, _produced(engine, r)) for r in live]
+            lens = [forecast.output_len(self.rng, r, g) for r, g in zip(live, produced, strict=True)]
             arrivals = forecast.arrivals(self.rng, until, _FIRST_FORECAST_ID)
             future = sim.with_future(arrivals, lens, rng=np.random.default_rng(self.rng.integers(2**63)))
             last = n - 1 + len(moves)  # the last rollout of this future plays on it, the others on forks of it

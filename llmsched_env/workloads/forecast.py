@@ -1,9 +1,9 @@
 """Forecasts of the traffic to come, from what a scheduler has seen so far: the futures a planner plays.
 
     forecaster = Forecaster(window=256)
-    fc = forecaster.fit(arrived, finished, now_s)     # the arrivals seen so far, the requests finished so far
-    future = fc.arrivals(rng, until_s, first_id)       # requests arriving in (now_s, until_s], sampled
-    lens = [fc.output_len(rng, r) for r in live]       # an output length for each live request
+    fc = forecaster.fit(arrived, finished, now_s, live=[(r.tenant, g) for r, g in zip(live, produced)])
+    future = fc.arrivals(rng, until_s, first_id)             # requests arriving in (now_s, until_s], sampled
+    lens = [fc.output_len(rng, r, g) for r, g in zip(live, produced)]   # a length for each live request
 
 Nothing here reads a request's true output length unless the request has finished (its length is then known),
 nor any request that has not arrived: a forecast is fitted on
@@ -15,14 +15,16 @@ nor any request that has not arrived: a forecast is fitted on
 - **who arrives and with what prompt**: each future request copies one of the last ``window`` arrivals, drawn
   uniformly (its tenant, prompt length and prefix ids together), so the tenant mix and the prompt lengths per
   tenant are the recent ones;
-- **output lengths**: drawn from the outputs of the last ``window`` finished requests of the same tenant (of
-  any tenant while that tenant has fewer than ``min_finished``); a live request that has produced ``g`` tokens
-  draws among those longer than ``g`` (the empirical distribution conditioned on what it has produced), and past
-  the longest seen, ``g`` plus ``g`` times an exponential draw of mean 1. A request with a length prediction
+- **output lengths**: a Kaplan-Meier estimate per tenant (``OutputLengths``) from the outputs of its last
+  ``window`` finished requests and, as right-censored observations, the tokens produced so far by its live
+  requests (each is longer than that; without them the estimate is short, since the long requests are the ones
+  still running); of all tenants while a tenant has fewer than ``min_finished`` finished. A live request that has
+  produced ``g`` tokens draws from the estimate conditioned on being longer than ``g``; past the longest seen,
+  that length plus that length times an exponential draw of mean 1. A request with a length prediction
   (``Request.predicted_output_len``, the scenario's length predictor, as ``sprw`` reads it) longer than ``g``
   takes the prediction instead: it is what the scheduler knows of it (an ``exact`` predictor is an oracle, and
-  so is the forecast then). Before any request has finished, a live request's length is ``g`` plus ``g``
-  times an exponential draw (at least 16 tokens).
+  so is the forecast then). Before any request has finished, a live request's length is ``g`` plus ``g`` times
+  an exponential draw (at least 16 tokens).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import numpy as np
 from llmsched_env.common.checks import check_int
 from llmsched_env.engine.request import Request
 
-__all__ = ["Forecast", "Forecaster"]
+__all__ = ["Forecast", "Forecaster", "OutputLengths"]
 
 _MIN_GUESS = 16  # tokens: the output length guessed while nothing has finished yet
 _CV2_RANGE = (0.05, 20.0)  # burstiness kept to a sane range (a few gaps estimate it poorly)
@@ -60,9 +62,11 @@ class Forecaster:
         finished: Sequence[Request],
         now_s: float,
         max_model_len: int | None = None,
+        live: Sequence[tuple[int, int]] = (),
     ) -> Forecast:
-        """The forecast from ``arrived`` (every request that has arrived, in arrival order) and ``finished`` (the
-        finished ones, in finishing order) at clock ``now_s``; ``max_model_len`` caps prompt + output."""
+        """The forecast from ``arrived`` (every request that has arrived, in arrival order), ``finished`` (the
+        finished ones, in finishing order) and ``live`` (``(tenant, tokens produced)`` of every request still
+        waiting or running) at clock ``now_s``; ``max_model_len`` caps prompt + output."""
         recent = list(arrived[-self.window :])
         rate, cv2 = 0.0, 1.0
         if len(recent) >= 2:
@@ -72,16 +76,20 @@ class Forecaster:
             mean = float(gaps.mean())
             if len(gaps) >= 2 and mean > 0:
                 cv2 = float(np.clip(gaps.var() / (mean * mean), *_CV2_RANGE))
-        outputs: dict[int, list[int]] = {}
+        events: dict[int, list[int]] = {}
         pooled: list[int] = []
         for r in reversed(finished):  # newest first
             if len(pooled) < self.window:
                 pooled.append(r.output_len)
-            own = outputs.setdefault(r.tenant, [])
+            own = events.setdefault(r.tenant, [])
             if len(own) < self.window:
                 own.append(r.output_len)
+        alive: dict[int, list[int]] = {}
+        for tenant, produced in live:
+            if produced > 0:
+                alive.setdefault(tenant, []).append(produced)
         per_tenant = {
-            t: np.sort(np.asarray(v, dtype=np.int64)) for t, v in outputs.items() if len(v) >= self.min_finished
+            t: OutputLengths.fit(v, alive.get(t, ())) for t, v in events.items() if len(v) >= self.min_finished
         }
         return Forecast(
             now_s=now_s,
@@ -89,9 +97,55 @@ class Forecaster:
             cv2=cv2,
             rows=recent,
             outputs=per_tenant,
-            pooled=np.sort(np.asarray(pooled, dtype=np.int64)),
+            pooled=OutputLengths.fit(pooled, [g for v in alive.values() for g in v]),
             max_model_len=max_model_len,
         )
+
+
+@dataclass(frozen=True, eq=False)
+class OutputLengths:
+    """A Kaplan-Meier estimate of a distribution of output lengths: ``values`` (sorted, distinct lengths seen to
+    finish), ``mass`` (the probability of each) and ``tail`` (of a length past the longest seen). Requests still
+    running are right-censored observations (longer than what they have produced): without them the finished
+    ones alone under-represent long outputs, which are the ones still running at any moment."""
+
+    values: np.ndarray
+    mass: np.ndarray
+    tail: float
+
+    @classmethod
+    def fit(cls, finished: Sequence[int], censored: Sequence[int] = ()) -> OutputLengths:
+        """From the lengths of ``finished`` requests and the produced counts of ``censored`` ones (each longer
+        than its count)."""
+        done = np.asarray(finished, dtype=np.int64)
+        if not done.size:
+            return cls(np.zeros(0, dtype=np.int64), np.zeros(0), 1.0)
+        values, deaths = np.unique(done, return_counts=True)
+        cens = np.sort(np.asarray(censored, dtype=np.int64))
+        # at risk at length v: every finished length >= v, and every censored count >= v (it outlived v)
+        at_risk = (done.size - np.searchsorted(np.sort(done), values, side="left")) + (
+            cens.size - np.searchsorted(cens, values, side="left")
+        )
+        survive = np.cumprod(1.0 - deaths / at_risk)
+        before = np.concatenate(([1.0], survive[:-1]))
+        return cls(values, before - survive, float(survive[-1]))
+
+    @property
+    def size(self) -> int:
+        return int(self.values.size)
+
+    def draw(self, rng: np.random.Generator, produced: int) -> int | None:
+        """A length longer than ``produced``, drawn from the estimate conditioned on it; None when none is seen
+        longer (the caller extrapolates)."""
+        start = int(np.searchsorted(self.values, produced, side="right"))
+        mass = self.mass[start:]
+        total = float(mass.sum()) + self.tail
+        if not mass.size or total <= 0:
+            return None
+        u = rng.random() * total
+        if u >= total - self.tail:
+            return None  # past the longest seen
+        return int(self.values[start + int(np.searchsorted(np.cumsum(mass), u, side="right"))])
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,8 +158,8 @@ class Forecast:
     rate_rps: float
     cv2: float
     rows: list[Request]
-    outputs: dict[int, np.ndarray]
-    pooled: np.ndarray
+    outputs: dict[int, OutputLengths]
+    pooled: OutputLengths
     max_model_len: int | None = None
 
     def arrivals(self, rng: np.random.Generator, until_s: float, first_id: int) -> list[Request]:
@@ -141,13 +195,12 @@ class Forecast:
         return self._draw(rng, r.tenant, produced, r.prompt_len)
 
     def _draw(self, rng: np.random.Generator, tenant: int, produced: int, prompt_len: int) -> int:
-        values = self.outputs.get(tenant, self.pooled)
-        longer = values[np.searchsorted(values, produced, side="right") :] if values.size else values
-        if longer.size:
-            length = int(longer[int(rng.integers(longer.size))])
-        else:
-            base = max(produced, _MIN_GUESS if not values.size else produced)
-            length = produced + max(1, round(base * rng.exponential()))
+        lengths = self.outputs.get(tenant, self.pooled)
+        length = lengths.draw(rng, produced)
+        if length is None:  # nothing seen longer: extrapolate
+            longest = int(lengths.values[-1]) if lengths.size else 0
+            base = max(produced, longest, _MIN_GUESS if not lengths.size else 1)
+            length = max(produced, longest) + max(1, round(base * rng.exponential()))
         return self._cap(length, prompt_len, produced)
 
     def _cap(self, length: int, prompt_len: int, produced: int) -> int:
