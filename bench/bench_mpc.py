@@ -19,6 +19,11 @@ the planner and the same planner told the whole truth (one future) for their sco
 per candidate, its mean advantage over the base under the forecasts and under the truth, how often each saw it
 ahead, and the correlation of the two across decision points. A forecast that favours a candidate the truth
 does not is a bias no number of futures removes.
+
+``--calibration`` plays ``tuned``'s episode too and checks the forecast itself at every ``k``-th iteration: the
+mean tokens still to come of the live requests, drawn against their true ones, and the forecast arrival rate
+against the arrivals of the next 5 s (only while arrivals go on that long: the end of a window is a drain no
+forecast of the past foresees); ``--uncensored`` fits the lengths on the finished requests alone.
 """
 
 from __future__ import annotations
@@ -88,6 +93,8 @@ def main() -> None:
     p.add_argument("--seeds", default="0,1,2,3,4")
     p.add_argument("--oracle", choices=ORACLES, default="none")
     p.add_argument("--advantages", action="store_true", help="forecast against truth along tuned's episode")
+    p.add_argument("--calibration", action="store_true", help="the forecast's lengths and rate against the truth")
+    p.add_argument("--uncensored", action="store_true", help="--calibration: lengths from finished requests alone")
     args = p.parse_args()
     torch.set_num_threads(1)
     config = parse_mpc(args.policy)
@@ -100,11 +107,14 @@ def main() -> None:
     print(f"{config.name}{told}: {args.num_requests} requests, split {args.split}, seeds {args.seeds}, one core")
     print(f"{'scenario':22s} {'load':>5s} {'tuned':>6s} {'mpc':>6s} {'gain (points)':>15s} {'switched':>12s} "
           f"{'moves':>5s} {'plan ms':>8s} {'engine ms':>9s} {'share':>6s} {'wall s':>7s}")  # fmt: skip
-    if args.advantages:
+    if args.advantages or args.calibration:
         for scenario in filter(None, args.scenarios.split(",")):
             entry = entries.get(scenario)
             load = args.load or (float(entry["provenance"]["val_capacity_load"]) if entry else 1.0)
-            advantages(scenario, args.split, args.num_requests, load, seeds[0], config)
+            if args.advantages:
+                advantages(scenario, args.split, args.num_requests, load, seeds[0], config)
+            else:
+                calibration(scenario, args.split, args.num_requests, load, seeds[0], config, args.uncensored)
         return
     for scenario in filter(None, args.scenarios.split(",")):
         entry = entries.get(scenario)
@@ -182,6 +192,52 @@ def advantages(scenario: str, split: str, num_requests: int, load: float, seed: 
         a, b = f[:, i], t[:, i]
         corr = float(np.corrcoef(a, b)[0, 1]) if a.std() > 0 and b.std() > 0 else float("nan")
         print(f"{text:44s} {a.mean():+9.2f} {b.mean():+7.2f} {np.mean(a > 0):6.2f} {np.mean(b > 0):6.2f} {corr:+6.2f}")
+
+
+def calibration(
+    scenario: str, split: str, num_requests: int, load: float, seed: int, config: Any, uncensored: bool = False
+) -> None:
+    """``--calibration`` (module docstring) on one episode of ``scenario``; ``uncensored``: the length estimate
+    from the finished requests alone, without the running ones as censored observations."""
+    env = gym.make("LLMSched-v1", scenario=scenario, split=split, num_requests=num_requests, load=load)
+    env.reset(seed=seed)
+    u: Any = env.unwrapped
+    tuned = make_scheduler("tuned", u.policy_context())
+    forecaster = Forecaster(window=config.window)
+    rng = np.random.default_rng(seed)
+    drawn: list[int] = []
+    true: list[int] = []
+    rates: list[tuple[float, float]] = []
+    steps, ahead_s = 0, 5.0
+    while True:
+        if steps % config.k == 0 and steps:
+            sim, engine = u.sim, u.sim.engine
+            live = engine.live_requests()
+            produced = [r.decode_out0 + engine.num_rounds - r.decode_round0 if r.decoding else r.num_output_tokens
+                        for r in live]  # fmt: skip
+            fc = forecaster.fit(
+                sim.arrived_requests(), engine.finished, engine.now_s, engine.config.max_model_len,
+                [] if uncensored else [(r.tenant, g) for r, g in zip(live, produced, strict=True)],
+            )  # fmt: skip
+            for r, g in zip(live, produced, strict=True):
+                drawn.append(fc.output_len(rng, r, g) - g)
+                true.append(r.output_len - g)
+            pending = sim.requests[len(sim.requests) - sim.num_pending_arrivals :]
+            if pending and pending[-1].arrival_s > engine.now_s + ahead_s:
+                came = sum(1 for r in pending if r.arrival_s <= engine.now_s + ahead_s)
+                rates.append((fc.rate_rps, came / ahead_s))
+        _, _, terminated, truncated, _ = env.step(tuned.act(np.zeros(1), u.action_masks()))
+        steps += 1
+        if terminated or truncated:
+            break
+    env.close()
+    d, t, r = np.array(drawn), np.array(true), np.array(rates)
+    print(f"{scenario} at load {load:.2f}, seed {seed}, along tuned's episode:")
+    print(f"  tokens still to come of the live requests ({d.size} draws): forecast mean {d.mean():.1f}, median "
+          f"{np.median(d):.0f}; true mean {t.mean():.1f}, median {np.median(t):.0f}")  # fmt: skip
+    if r.size:
+        print(f"  arrival rate ({len(r)} points): forecast mean {r[:, 0].mean():.2f}/s, the next 5 s "
+              f"{r[:, 1].mean():.2f}/s")  # fmt: skip
 
 
 if __name__ == "__main__":

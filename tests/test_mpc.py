@@ -356,6 +356,9 @@ def test_the_bench_prints_the_gain_the_planning_share_and_the_advantages(
     bench.main()
     out = capsys.readouterr().out
     assert "decision points along tuned's episode" in out and "token_budget=" in out
+    monkeypatch.setattr("sys.argv", ["bench_mpc.py", *small, "--calibration"])
+    bench.main()
+    assert "tokens still to come of the live requests" in capsys.readouterr().out
 
 
 def test_output_lengths_count_the_running_requests_as_censored() -> None:
