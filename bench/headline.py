@@ -12,7 +12,11 @@ with ``(bound, not deployable)``, ``llmsched_env.decision.lookahead``) is never 
 one is present, three more columns give the bound's capacity and where ``tuned`` and the agent stand between
 the best named baseline and it, as the share of that gap they close, (x − best named) / (bound − best named)
 on the means (1: at the bound; below 0: behind the best named; "—" when the bound does not exceed the best
-named). A router scenario with no trained policy in its results (``cluster-azure-conv-pd``) still gets its row: its
+named). An ``mpc`` row (the planner on forecast futures, ``llmsched_env.decision.mpc``; the best of its spellings
+when several were searched) is deployable, so it may be the rival, but never a named baseline: three more
+columns give its capacity, its capacity paired with ``tuned``'s seed by seed, and the share of the gap from
+``tuned`` to the bound it closes, (mpc − tuned) / (bound − tuned) on the means. A router scenario with no
+trained policy in its results (``cluster-azure-conv-pd``) still gets its row: its
 rules and bound, "—" for the agent's columns. Named baselines that played every seed's
 search alike (the same ``trajectory`` fingerprint, ``llmsched_env.evaluation.identity``; never a mere tie on
 capacity) are one candidate, labelled with the others, e.g. `fcfs` (= `lpm`, `vtc`). Prints a Markdown table,
