@@ -7,12 +7,13 @@ information is worth (a measurement, not a policy: an oracle planner is clairvoy
 
 Per scenario, at ``--load`` (default: ``tuned``'s val capacity load from the shipped table), on ``--split``
 windows of ``--num-requests`` requests, one episode per seed: SLO attainment of ``tuned`` and of the planner, the
-paired gain in points (mean ± 95% half-width, Student t), the decisions that switched away from the base (and
-chose a per-request move), and the planning cost: wall milliseconds per decision on this machine against the
-engine's own time (simulated, on the scenario's cost model) over the ``k`` iterations a decision governs, and
-their ratio, the share of a core the planner would need to keep up beside the engine. ``--oracle``: ``lengths``
-gives every future the true output lengths of the live requests, ``arrivals`` the true requests still to arrive
-(with their true lengths), ``both`` both (one future is then the truth: use ``futures=1``).
+paired gain in points (mean ± 95% half-width, Student t; and seed by seed), the decisions that switched away
+from the base (and chose a per-request move), and the planning cost: wall milliseconds per decision on this
+machine against the engine's own time (simulated, on the scenario's cost model) over the ``k`` iterations a
+decision governs, and their ratio, the share of a core the planner would need to keep up beside the engine.
+``--oracle``: ``lengths`` gives every future the true output lengths of the live requests, ``arrivals`` the true
+requests still to arrive (with their true lengths), ``both`` both (one future is then the truth: use
+``futures=1``).
 
 ``--advantages`` instead plays ``tuned``'s own episode (``--seeds``' first) and, at every ``k``-th iteration, asks
 the planner and the same planner told the whole truth (one future) for their scores, without acting on them:
@@ -106,7 +107,7 @@ def main() -> None:
     told = "" if args.oracle == "none" else f", told the true {args.oracle}"
     print(f"{config.name}{told}: {args.num_requests} requests, split {args.split}, seeds {args.seeds}, one core")
     print(f"{'scenario':22s} {'load':>5s} {'tuned':>6s} {'mpc':>6s} {'gain (points)':>15s} {'switched':>12s} "
-          f"{'moves':>5s} {'plan ms':>8s} {'engine ms':>9s} {'share':>6s} {'wall s':>7s}")  # fmt: skip
+          f"{'moves':>5s} {'plan ms':>8s} {'engine ms':>9s} {'share':>6s} {'wall s':>7s}  gain per seed")  # fmt: skip
     if args.advantages or args.calibration:
         for scenario in filter(None, args.scenarios.split(",")):
             entry = entries.get(scenario)
@@ -153,7 +154,8 @@ def main() -> None:
         plan_ms, engine_ms = 1000 * planning / decisions, 1000 * engine / decisions
         print(f"{scenario:22s} {load:5.2f} {np.mean(tuned_att):6.3f} {np.mean(mpc_att):6.3f} "
               f"{mean:+7.2f} ± {half:4.2f} {switches:5d} / {decisions:4d} {moves:5d} {plan_ms:8.0f} {engine_ms:9.0f} "
-              f"{plan_ms / engine_ms:6.2f} {time.perf_counter() - t0:7.0f}", flush=True)  # fmt: skip
+              f"{plan_ms / engine_ms:6.2f} {time.perf_counter() - t0:7.0f}  "
+              f"[{' '.join(f'{g:+.1f}' for g in gains)}]", flush=True)  # fmt: skip
         env.close()
 
 
