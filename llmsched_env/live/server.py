@@ -129,7 +129,8 @@ class LiveServer:
             return ""
 
     def stop(self) -> None:
-        """SIGTERM to the server's process group, SIGKILL after 30 s."""
+        """SIGTERM to the server's process group, SIGKILL after 30 s; returns once the group is gone (its
+        children too, SIGKILLed if they outlive the server by 5 s), or after another second of waiting."""
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
@@ -141,6 +142,10 @@ class LiveServer:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        if not _group_gone(proc.pid, 5.0):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            _group_gone(proc.pid, 1.0)
 
     def __enter__(self) -> LiveServer:
         self.start()
@@ -148,6 +153,21 @@ class LiveServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _group_gone(pgid: int, timeout_s: float) -> bool:
+    """Whether process group ``pgid`` has no process left, polled for up to ``timeout_s`` seconds."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
 
 
 # -- workloads --------------------------------------------------------------------------------------------
