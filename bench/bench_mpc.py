@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 import llmsched_env  # noqa: F401
-from llmsched_env.decision.mpc import MPCPlanner, parse_mpc
+from llmsched_env.decision.mpc import MPCPlanner, parse_mpc, produced_tokens
 from llmsched_env.decision.registry import SCHEDULERS, make_scheduler
 from llmsched_env.decision.tuned_table import load_tuned_table
 from llmsched_env.engine.request import Request
@@ -215,8 +215,7 @@ def calibration(
         if steps % config.k == 0 and steps:
             sim, engine = u.sim, u.sim.engine
             live = engine.live_requests()
-            produced = [r.decode_out0 + engine.num_rounds - r.decode_round0 if r.decoding else r.num_output_tokens
-                        for r in live]  # fmt: skip
+            produced = [produced_tokens(engine, r) for r in live]
             fc = forecaster.fit(
                 sim.arrived_requests(), engine.finished, engine.now_s, engine.config.max_model_len,
                 [] if uncensored else [(r.tenant, g) for r, g in zip(live, produced, strict=True)],

@@ -36,10 +36,12 @@ from llmsched_env.decision.loop import DecisionLoop
 from llmsched_env.decision.moves import REQUEST_MOVES, make_move, pick, redundant
 from llmsched_env.decision.spelling import spell, split_options
 from llmsched_env.engine.batch import Decision
+from llmsched_env.engine.engine import Engine
+from llmsched_env.engine.request import Request
 from llmsched_env.sim.simulator import Simulator
 from llmsched_env.workloads.forecast import Forecaster
 
-__all__ = ["MPC", "SCORES", "MPCConfig", "MPCPlanner", "parse_mpc"]
+__all__ = ["CANDIDATE_SETS", "MPC", "SCORES", "MPCConfig", "MPCPlanner", "parse_mpc", "produced_tokens"]
 
 MPC = "mpc"
 SCORES = ("mean", "worst")
@@ -195,7 +197,7 @@ class MPCPlanner:
         step_s = max((now - sim.start_s) / steps, sim.idle_tick_s)
         until = now + 2.0 * (cfg.horizon + cfg.tail) * step_s
         live = engine.live_requests()
-        produced = [_produced(engine, r) for r in live]
+        produced = [produced_tokens(engine, r) for r in live]
         forecast = self.forecaster.fit(
             sim.arrived_requests(),
             engine.finished,
@@ -269,14 +271,15 @@ class MPCPlanner:
             first = r.first_token_s
             if first is None:
                 continue
-            produced = _produced(engine, r)
+            produced = produced_tokens(engine, r)
             if produced > 1 and (now - first) / (produced - 1) > tenants[r.tenant].slo.tpot_s:
                 late += 1
         return late
 
 
-def _produced(engine: Any, r: Any) -> int:
-    """Output tokens ``r`` has produced by now (a decoding request's counter is brought up to date lazily)."""
+def produced_tokens(engine: Engine, r: Request) -> int:
+    """Output tokens ``r`` has produced on ``engine`` by now, without touching it (a decoding request's counter is
+    brought up to date lazily, ``Engine.sync``)."""
     if r.decoding:
         return int(r.decode_out0 + engine.num_rounds - r.decode_round0)
     return int(r.num_output_tokens)
