@@ -373,3 +373,12 @@ def test_output_lengths_count_the_running_requests_as_censored() -> None:
     draws = [censored.draw(np.random.default_rng(s), 30) for s in range(200)]
     assert {d for d in draws if d is not None} == {40} and None in draws  # past 30: 40, or past the longest
     assert OutputLengths.fit([]).draw(np.random.default_rng(0), 0) is None
+
+
+def test_it_plans_where_remote_kv_fetches_draw_from_a_generator() -> None:
+    """remote-kv: every rollout's fork carries a generator for its remote KV store's slow fetches."""
+    env = _env(80, load=2.0, scenario="remote-kv")
+    metrics = run_episode(env, lambda e: MPCPolicy(e, SMALL, 0), 0)
+    again = run_episode(env, lambda e: MPCPolicy(e, SMALL, 0), 0)
+    assert metrics == again and metrics["num_requests"] > 0
+    env.close()

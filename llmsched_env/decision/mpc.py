@@ -216,12 +216,18 @@ class MPCPlanner:
         for m in range(cfg.futures):
             lens = [forecast.output_len(self.rng, r, g) for r, g in zip(live, produced, strict=True)]
             arrivals = forecast.arrivals(self.rng, until, _FIRST_FORECAST_ID)
-            future = sim.with_future(arrivals, lens, rng=np.random.default_rng(self.rng.integers(2**63)))
+            key = int(self.rng.integers(2**63))
+            future = sim.with_future(arrivals, lens, rng=np.random.default_rng(key))
+
+            def fork(future: Simulator = future, key: int = key) -> Simulator:
+                # its remote KV store draws what the future's own would: the same draws for every candidate
+                return future.fork(np.random.default_rng(key))
+
             last = n - 1 + len(moves)  # the last rollout of this future plays on it, the others on forks of it
             for i, action in enumerate(self.actions):
-                scores[m, i] = self._rollout(future.fork() if i < last else future, action, until)
+                scores[m, i] = self._rollout(fork() if i < last else future, action, until)
             for k, j in enumerate(moves):
-                run = future.fork() if n + k < last else future
+                run = fork() if n + k < last else future
                 made = pick(self.moves[j], run.engine)
                 assert made is not None  # picked by state, as on the engine the planner was given
                 make_move(self.moves[j], run.engine, made)
