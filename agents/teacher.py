@@ -40,12 +40,12 @@ import baselines
 from baselines.base import FixedPolicy
 from baselines.tuned import SHIPPED_TABLE
 from llmsched_env.decision.lookahead import LookaheadConfig
-from llmsched_env.decision.mpc import MPCConfig, MPCPlanner
+from llmsched_env.decision.mpc import MPCConfig
 from llmsched_env.decision.policy import Policy
 from llmsched_env.decision.tuned_table import load_tuned_table
 from llmsched_env.envs.episode import run_episode
-from llmsched_env.evaluation.knob_space import neighbours
 from llmsched_env.evaluation.lookahead import LookaheadPolicy
+from llmsched_env.evaluation.mpc import planner_around
 
 __all__ = [
     "DEFAULT_CANDIDATES",
@@ -119,7 +119,38 @@ def searched(env: Any, candidates: Sequence[str] = DEFAULT_CANDIDATES, seed: int
     return candidate_factory(best[1], seed)(env)
 
 
-class LookaheadTeacher:
+class _StateTeacher:
+    """A teacher that labels the state it is asked about, anew once ``k`` engine iterations have passed since its
+    last label or when the env runs another simulator (a reset or a restore: another state), the label held in
+    between and projected onto each mask. ``num_labels`` counts the decisions. A subclass gives ``_simulator()``
+    (the env's current one), ``_decide()`` (the label for its state) and ``spec``."""
+
+    spec: Any
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.num_labels = 0
+        self._label: np.ndarray | None = None
+        self._at = 0
+        self._sim: Any = None
+
+    def _simulator(self) -> Any:
+        raise NotImplementedError
+
+    def _decide(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
+        sim = self._simulator()
+        if self._label is None or sim is not self._sim or sim.num_steps - self._at >= self.k:
+            self._at = sim.num_steps  # before the label: a lookahead's first rollout plays on this very simulator
+            self._label = self._decide()
+            self._sim = self._simulator()  # a lookahead's label restored the env (a new Simulator): steps go on there
+            self.num_labels += 1
+        return self.spec.project(self._label, np.asarray(action_mask, dtype=bool))
+
+
+class LookaheadTeacher(_StateTeacher):
     """The ``lookahead`` teacher on one episode of ``env`` (``LLMSched-v1`` or ``LLMSchedMix-v0``, after its
     reset): ``act`` returns the lookahead's label for the env's current state (``LookaheadPolicy.label``),
     decided again once ``config.k`` (64) engine iterations have passed since the last decision, projected onto the
@@ -132,49 +163,42 @@ class LookaheadTeacher:
         with warnings.catch_warnings():  # a randomised workload has no tuned entry: the fallback base is the rule
             warnings.filterwarnings("ignore", message="lookahead on .*: no tuned settings", category=UserWarning)
             self.bound = LookaheadPolicy(inner if inner is not None else u, config, seed or 0, labels_only=True)
-        self.num_labels = 0
-        self._label: np.ndarray | None = None
-        self._at = 0
-        self._sim: Any = None
+        self.spec = self.bound.spec
+        super().__init__(config.k)
 
-    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
-        sim = self.bound.env.sim
-        if self._label is None or sim is not self._sim or sim.num_steps - self._at >= self.bound.config.k:
-            self._at = sim.num_steps  # before the label: its first rollout plays on this very simulator
-            self._label = self.bound.label()
-            self._sim = self.bound.env.sim  # the label restored the env (a new Simulator): the one steps go on with
-            self.num_labels += 1  # (another one later: a reset or a restore, so another state: decided anew)
-        return self.bound.spec.project(self._label, action_mask)
+    def _simulator(self) -> Any:
+        return self.bound.env.sim
+
+    def _decide(self) -> np.ndarray:
+        return self.bound.label()
 
 
-class MPCTeacher:
+class MPCTeacher(_StateTeacher):
     """The ``mpc`` teacher on one episode of ``env`` (``LLMSched-v1`` or ``LLMSchedMix-v0``, after its reset):
     ``act`` returns the planner's choice for the env's current state (``MPCPlanner.decide`` on its simulator,
     which it forks and never changes), decided again once ``config.k`` (64) engine iterations have passed since
-    the last decision, projected onto the mask. ``num_labels`` counts the decisions."""
+    the last decision, projected onto the mask. ``num_labels`` counts the decisions. Its labels are settings:
+    ``candidates=requests`` (per-request moves) is refused."""
 
     def __init__(self, env: Any, seed: int | None = 0, config: MPCConfig | None = None) -> None:
+        config = config if config is not None else MPCConfig()
+        if config.candidates == "requests":
+            raise ValueError("mpc labels are actions: candidates=requests (per-request moves) cannot be one")
         u = env.unwrapped
         self.env = getattr(u, "inner", None) or u  # LLMSchedMix-v0: the env of the episode it drew
-        config = config if config is not None else MPCConfig()
         scenario = self.env.policy_context().scenario
         settings = shipped_settings()
         base = settings.get(scenario, settings[MPC_FALLBACK_BASE])
-        spec = self.env.action_spec
-        base = spec.decode(spec.encode(base))  # onto this env's options
-        self.planner = MPCPlanner(spec, [base, *neighbours(base, spec)], config, seed or 0)
-        self.num_labels = 0
-        self._label: np.ndarray | None = None
-        self._at = 0
-        self._sim: Any = None
+        self.spec = self.env.action_spec
+        base = self.spec.decode(self.spec.encode(base))  # onto this env's options
+        self.planner = planner_around(base, self.spec, config, seed or 0)
+        super().__init__(config.k)
 
-    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
-        sim = self.env.sim
-        if self._label is None or sim is not self._sim or sim.num_steps - self._at >= self.planner.config.k:
-            self._at, self._sim = sim.num_steps, sim
-            self._label = self.planner.actions[self.planner.decide(sim)]
-            self.num_labels += 1
-        return self.planner.spec.project(self._label, np.asarray(action_mask, dtype=bool))
+    def _simulator(self) -> Any:
+        return self.env.sim
+
+    def _decide(self) -> np.ndarray:
+        return self.planner.actions[self.planner.decide(self.env.sim)]
 
 
 def check_teacher(names: str, registry: Any = None) -> None:

@@ -36,7 +36,7 @@ from llmsched_env.common.checks import check_label
 from llmsched_env.common.outputs import replaced_atomically, write_text_atomically
 from llmsched_env.decision.lookahead import is_bound
 from llmsched_env.decision.mpc import MPC
-from llmsched_env.evaluation.capacity import read_per_seed, read_window_limited
+from llmsched_env.evaluation.capacity import gap_share, read_per_seed, read_window_limited
 from llmsched_env.evaluation.identity import TRAJECTORY, identical_groups, read_trajectories
 from llmsched_env.evaluation.stats import mean_ci95
 from llmsched_env.workloads.fitted import FITTED_SUFFIX
@@ -94,17 +94,15 @@ def collect(results: Path, agent: str = AGENT) -> list[dict[str, object]]:
         limited = {p: sorted(v) for p, v in limited_of.get(scenario, {}).items() if v}
         planner = max(planners, key=mean.__getitem__) if planners else None
         tuned_caps = [caps[TUNED][s] for s in seeds] if TUNED in caps else []
-        planner_gap: float | None = None
-        open_gap = bound_mean is not None and TUNED in mean and bound_mean > mean[TUNED]
-        exact = not limited.keys() & {planner, TUNED, bound}  # a lower bound among them: no share
-        if planner is not None and bound_mean is not None and open_gap and exact:
-            planner_gap = (mean[planner] - mean[TUNED]) / (bound_mean - mean[TUNED])
+        planner_gap = None
+        if planner is not None and not limited.keys() & {planner, TUNED, bound}:  # a lower bound among them: none
+            planner_gap = gap_share(mean[planner], mean.get(TUNED), bound_mean)
         out.append({
             "scenario": scenario, "seeds": seeds, "caps": caps, "best_named": best_named, "rival": rival,
             "same_as": same_as,
             "limited": limited,
             "bound": bound, "bound_caps": [bounds[bound][s] for s in seeds] if bound is not None else [],
-            "gap_closed": {p: _gap_closed(mean[p], mean[best_named] if best_named else None, bound_mean)
+            "gap_closed": {p: gap_share(mean[p], mean[best_named] if best_named else None, bound_mean)
                            for p in (TUNED, agent)
                            if p in mean and not limited.keys() & {p, best_named, bound}},  # a lower bound: none
             "agent": agent,
@@ -124,13 +122,6 @@ def is_planner(policy: str) -> bool:
     """Whether a results row's ``policy`` is the ``mpc`` planner (any of its spellings): deployable, so it may be
     the rival, but no named baseline."""
     return policy == MPC or policy.startswith(MPC + ":")
-
-
-def _gap_closed(x: float, named: float | None, bound: float | None) -> float | None:
-    """The share of the gap from the best named baseline to the bound that ``x`` closes (None: undefined)."""
-    if named is None or bound is None or bound <= named:
-        return None
-    return (x - named) / (bound - named)
 
 
 def _identical(named: list[str], runs: dict[str, dict[int, str]], seeds: list[int]) -> dict[str, list[str]]:

@@ -19,7 +19,7 @@ import llmsched_env  # noqa: F401
 from llmsched_env.commands.evaluate_args import policy_list
 from llmsched_env.decision.lookahead import BOUND_MARK
 from llmsched_env.decision.loop import DecisionLoop
-from llmsched_env.decision.moves import REQUEST_MOVES, make_move, pick
+from llmsched_env.decision.moves import REQUEST_MOVES, play
 from llmsched_env.decision.mpc import MPCConfig, MPCPlanner, parse_mpc
 from llmsched_env.decision.policy_spec import resolve_policy
 from llmsched_env.decision.registry import make_scheduler
@@ -82,10 +82,7 @@ def _drive_sim(sim: Simulator, planner: MPCPlanner, until_s: float) -> list[tupl
             chosen = planner.decide(sim)
             decisions.append((sim.now_s, chosen))
             if chosen >= len(planner.actions):  # a per-request move, made now; then the base
-                move = planner.moves[chosen - len(planner.actions)]
-                r = pick(move, sim.engine)
-                assert r is not None
-                make_move(move, sim.engine, r)
+                play(planner.moves[chosen - len(planner.actions)], sim.engine)
                 chosen = 0
             loop.take(planner.actions[chosen], hold=None)
         decision = loop.next(sim.engine)

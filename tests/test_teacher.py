@@ -239,6 +239,8 @@ def test_the_mpc_teacher_labels_states_without_touching_the_env() -> None:
     base = MPCTeacher(randomised, seed=0, config=config).planner.candidates[0]
     assert base == spec.decode(spec.encode(shipped_settings()["mixed-slo"]))
     check_teacher(MPC)
+    with pytest.raises(ValueError, match="candidates=requests"):
+        MPCTeacher(randomised, seed=0, config=MPCConfig(candidates="requests"))
     a = collect_demonstrations(mix(), MPC, 24, 0.99, seed=5)
     b = collect_demonstrations(mix(), MPC, 24, 0.99, seed=5)
     for key in a:

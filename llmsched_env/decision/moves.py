@@ -6,7 +6,7 @@ weigh them.
 
     r = pick("first:edf", engine)          # the request the move would act on, or None
     if r is not None and not redundant("first:edf", engine, r, base_order):
-        make_move("first:edf", engine, r)
+        make_move("first:edf", engine, r)    # or play("first:edf", engine): pick and make at once
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from llmsched_env.engine.batch import QueueOrder
 from llmsched_env.engine.engine import LPM_WINDOW, Engine
 from llmsched_env.engine.request import Request
 
-__all__ = ["REQUEST_MOVES", "make_move", "pick", "redundant"]
+__all__ = ["REQUEST_MOVES", "make_move", "pick", "play", "redundant"]
 
 
 def _first(order: QueueOrder) -> Callable[[Engine], Request | None]:
@@ -81,6 +81,14 @@ def make_move(move: str, engine: Engine, r: Request) -> None:
         engine.preempt_request(r)
     else:
         engine.shed_request(r)
+
+
+def play(move: str, engine: Engine) -> None:
+    """Make ``move`` on ``engine`` now, on the request it picks there: a move a planner chose on this very state
+    (or on a copy of it), so it picks someone (it picks by state alone)."""
+    r = pick(move, engine)
+    assert r is not None, f"move {move} picked a request when planned, none now"
+    make_move(move, engine, r)
 
 
 def redundant(move: str, engine: Engine, r: Request, order: QueueOrder) -> bool:

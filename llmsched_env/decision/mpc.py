@@ -33,7 +33,7 @@ import numpy as np
 from llmsched_env.common.checks import check_int
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.loop import DecisionLoop
-from llmsched_env.decision.moves import REQUEST_MOVES, make_move, pick, redundant
+from llmsched_env.decision.moves import REQUEST_MOVES, pick, play, redundant
 from llmsched_env.decision.spelling import spell, split_options
 from llmsched_env.engine.batch import Decision
 from llmsched_env.engine.engine import Engine
@@ -228,9 +228,7 @@ class MPCPlanner:
                 scores[m, i] = self._rollout(fork() if i < last else future, action, until)
             for k, j in enumerate(moves):
                 run = fork() if n + k < last else future
-                made = pick(self.moves[j], run.engine)
-                assert made is not None  # picked by state, as on the engine the planner was given
-                make_move(self.moves[j], run.engine, made)
+                play(self.moves[j], run.engine)  # it picks by state, as on the engine the planner was given
                 scores[m, n + j] = self._rollout(run, self.actions[0], until)
         value = scores.mean(axis=0) if cfg.score == "mean" else _worst_quarter(scores)
         # the paired advantage over the base, less z standard errors of it over the futures

@@ -301,21 +301,13 @@ class Engine:
                 f"set_output_len: request {r.request_id} has produced {r.num_output_tokens} tokens; "
                 f"its output length must exceed that, got {output_len}"
             )
-        running = r.status == Status.RUNNING
-        if running:
-            self.running_total_blocks -= self.pool.blocks_for(r.total_len)
+        if r.status == Status.RUNNING:
+            pool = self.pool
+            self.running_total_blocks += pool.blocks_for(r.prompt_len + output_len) - pool.blocks_for(r.total_len)
         r.output_len = output_len
-        if running:
-            self.running_total_blocks += self.pool.blocks_for(r.total_len)
-        if r.decoding and r.event_round >= 0:
-            old = r.event_round
-            cap = len(r.block_table) * self.block_size
-            base = r.decode_round0 - r.decode_out0
-            r_fin = base + output_len - 1
-            r_blk = base + cap - r.prompt_len
-            event = r_fin if r_fin < r_blk else r_blk
-            if event != old:  # the old bucket's entry is skipped (its round no longer matches)
-                self._schedule_event(r)
+        if r.decoding and r.event_round >= 0 and self._event_round(r) != r.event_round:  # its event moves
+            self.decode_events[r.event_round].remove(r)
+            self._schedule_event(r)
 
     def _reject(self, r: Request, reason: str) -> None:
         if r in self.queue:
@@ -626,13 +618,17 @@ class Engine:
         self.num_decoding_t[r.tenant] -= 1
         self.decode_base -= r.prompt_len + r.decode_out0 - r.decode_round0
 
-    def _schedule_event(self, r: Request) -> None:
-        """The round after which ``r`` finishes or needs another KV block for the round that follows."""
+    def _event_round(self, r: Request) -> int:
+        """The round after which decoding ``r`` finishes or needs another KV block for the round that follows."""
         cap = len(r.block_table) * self.block_size
         base = r.decode_round0 - r.decode_out0
         r_fin = base + r.output_len - 1
         r_blk = base + cap - r.prompt_len
-        event = r_fin if r_fin < r_blk else r_blk
+        return r_fin if r_fin < r_blk else r_blk
+
+    def _schedule_event(self, r: Request) -> None:
+        """Put ``r`` in the bucket of its event round (``_event_round``)."""
+        event = self._event_round(r)
         r.event_round = event
         bucket = self.decode_events.get(event)
         if bucket is None:

@@ -54,6 +54,7 @@ __all__ = [
     "capacity_notes",
     "extended_size",
     "find_capacity",
+    "gap_share",
     "read_per_seed",
     "read_window_limited",
     "search_capacity",
@@ -368,8 +369,18 @@ def _against_tuned(summary: list[Row], groups: dict[tuple[str, str], list[Row]])
             ratios = [mine[s] / tuned_at[s] for s in mine if s in tuned_at and tuned_at[s] > 0]
             if ratios:
                 a["ratio_to_tuned_mean"], a["ratio_to_tuned_ci95"] = mean_ci95(ratios)
-            if bound is not None and base is not None and bound > base:
-                a["gap_closed"] = (float(a["capacity_load_mean"]) - base) / (bound - base)
+            gap = gap_share(float(a["capacity_load_mean"]), base, bound)
+            if gap is not None:
+                a["gap_closed"] = gap
+
+
+def gap_share(value: float, base: float | None, bound: float | None) -> float | None:
+    """The share of the gap from ``base`` to ``bound`` that ``value`` closes, (value - base) / (bound - base): 0 at
+    the base, 1 at the bound, below 0 behind the base; None when either is missing or the bound is not above the
+    base."""
+    if base is None or bound is None or bound <= base:
+        return None
+    return (value - base) / (bound - base)
 
 
 def search_key(row: Row) -> tuple[str, str, int | None]:

@@ -43,7 +43,7 @@ import numpy as np
 
 from llmsched_env.decision.lookahead import LookaheadConfig
 from llmsched_env.decision.loop import DecisionLoop
-from llmsched_env.decision.moves import REQUEST_MOVES, make_move, pick, redundant
+from llmsched_env.decision.moves import REQUEST_MOVES, make_move, pick, play, redundant
 from llmsched_env.engine.batch import Decision
 from llmsched_env.evaluation.knob_space import STATIC_HEURISTICS, base_decision, neighbours, static_decision
 
@@ -200,11 +200,7 @@ class LookaheadPolicy:
         plays (its own, or the base's for a move)."""
         if candidate < len(self._actions):
             return candidate
-        move = self._moves[candidate - len(self._actions)]
-        engine = self.env.sim.engine
-        r = pick(move, engine)
-        assert r is not None, f"lookahead: move {move} picked a request when planned, none on replay"
-        make_move(move, engine, r)
+        play(self._moves[candidate - len(self._actions)], self.env.sim.engine)
         return 0
 
     def _rollout(self, plan: list[tuple[np.ndarray, int | None]]) -> int:

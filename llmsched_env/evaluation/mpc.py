@@ -20,11 +20,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from llmsched_env.decision.moves import REQUEST_MOVES, make_move, pick
+from llmsched_env.decision.actions import ActionSpec
+from llmsched_env.decision.moves import REQUEST_MOVES, play
 from llmsched_env.decision.mpc import MPCConfig, MPCPlanner
+from llmsched_env.engine.batch import Decision
 from llmsched_env.evaluation.knob_space import base_decision, neighbours
 
-__all__ = ["MPCPolicy", "mpc_factory"]
+__all__ = ["MPCPolicy", "mpc_factory", "planner_around"]
 
 
 class MPCPolicy:
@@ -52,8 +54,7 @@ class MPCPolicy:
                 "(llmsched-tune)"
             ) from None
         self.spec = u.action_spec
-        moves = list(REQUEST_MOVES) if config.candidates == "requests" else []
-        self.planner = MPCPlanner(self.spec, [base, *neighbours(base, self.spec)], config, seed, moves)
+        self.planner = planner_around(base, self.spec, config, seed)
         self._steps = 0
         self._chosen = 0
         self._emit: dict[tuple[int, int], np.ndarray] = {}
@@ -68,11 +69,7 @@ class MPCPolicy:
         if self._steps % planner.config.k == 0:
             self._chosen = planner.decide(self.env.sim)
             if self._chosen >= len(planner.actions):  # a per-request move: made now, then the base plays
-                move = planner.moves[self._chosen - len(planner.actions)]
-                engine = self.env.sim.engine
-                r = pick(move, engine)
-                assert r is not None  # the planner weighed it on this very state
-                make_move(move, engine, r)
+                play(planner.moves[self._chosen - len(planner.actions)], self.env.sim.engine)
                 self._chosen = 0
         self._steps += 1
         mask = self.spec.mask(self.env.sim.engine)  # the env's own mask (cached per pattern), as action_mask
@@ -81,6 +78,13 @@ class MPCPolicy:
         if out is None:
             out = self._emit[key] = self.spec.project(self.planner.actions[self._chosen], mask)
         return out.copy()
+
+
+def planner_around(base: Decision, spec: ActionSpec, config: MPCConfig, seed: int) -> MPCPlanner:
+    """The planner over ``base`` and every single-knob move of it in ``spec`` (``knob_space.neighbours``), and with
+    ``candidates=requests`` the per-request moves of ``decision.moves``: ``MPCPolicy``'s, and the mpc teacher's."""
+    moves = list(REQUEST_MOVES) if config.candidates == "requests" else []
+    return MPCPlanner(spec, [base, *neighbours(base, spec)], config, seed, moves)
 
 
 def mpc_factory(config: MPCConfig, seed: int, table: Any = None) -> Callable[[gym.Env], MPCPolicy]:

@@ -122,10 +122,10 @@ class OutputLengths:
             return cls(np.zeros(0, dtype=np.int64), np.zeros(0), 1.0)
         values, deaths = np.unique(done, return_counts=True)
         cens = np.sort(np.asarray(censored, dtype=np.int64))
-        # at risk at length v: every finished length >= v, and every censored count >= v (it outlived v)
-        at_risk = (done.size - np.searchsorted(np.sort(done), values, side="left")) + (
-            cens.size - np.searchsorted(cens, values, side="left")
-        )
+        # at risk at length v: every finished length >= v (all but those that finished shorter), and every
+        # censored count >= v (it outlived v)
+        shorter = np.concatenate(([0], np.cumsum(deaths)[:-1]))
+        at_risk = (done.size - shorter) + (cens.size - np.searchsorted(cens, values, side="left"))
         survive = np.cumprod(1.0 - deaths / at_risk)
         before = np.concatenate(([1.0], survive[:-1]))
         return cls(values, before - survive, float(survive[-1]))
@@ -151,8 +151,8 @@ class OutputLengths:
 @dataclass(frozen=True, eq=False)
 class Forecast:
     """A fitted forecast (``Forecaster.fit``): ``rate_rps`` and ``cv2`` of the arrivals, the recent arrivals
-    ``rows`` the future copies, and the sorted outputs of recent finished requests per tenant (``outputs``, only
-    tenants with enough of them) and of all tenants (``pooled``)."""
+    ``rows`` the future copies, and the estimates of output lengths per tenant (``outputs``, only tenants with
+    enough finished requests) and over all tenants (``pooled``)."""
 
     now_s: float
     rate_rps: float
