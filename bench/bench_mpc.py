@@ -39,12 +39,12 @@ import numpy as np
 import torch
 
 import llmsched_env  # noqa: F401
-from llmsched_env.decision.mpc import MPCPlanner, parse_mpc, produced_tokens
+from llmsched_env.decision.mpc import MPCPlanner, MPCPolicy, parse_mpc, produced_tokens
 from llmsched_env.decision.registry import SCHEDULERS, make_scheduler
 from llmsched_env.decision.tuned_table import load_tuned_table
 from llmsched_env.engine.request import Request
 from llmsched_env.envs.episode import run_episode
-from llmsched_env.evaluation.mpc import MPCPolicy
+from llmsched_env.evaluation.mpc import mpc_on_env
 from llmsched_env.evaluation.stats import mean_ci95
 from llmsched_env.sim.simulator import Simulator
 from llmsched_env.workloads.forecast import Forecast, Forecaster
@@ -131,7 +131,7 @@ def main() -> None:
             made: list[MPCPolicy] = []
 
             def build(e: gym.Env, made: list[MPCPolicy] = made, seed: int = seed) -> MPCPolicy:
-                policy = MPCPolicy(e, config, seed)
+                policy = mpc_on_env(e, config, seed)
                 if args.oracle != "none":
                     old = policy.planner
                     planner = _ToldPlanner(old.spec, old.candidates, config, seed, old.moves)
@@ -165,7 +165,7 @@ def advantages(scenario: str, split: str, num_requests: int, load: float, seed: 
     env.reset(seed=seed)
     u: Any = env.unwrapped
     tuned = make_scheduler("tuned", u.policy_context())
-    forecast = MPCPolicy(env, config, seed).planner
+    forecast = mpc_on_env(env, config, seed).planner
     truth = _ToldPlanner(forecast.spec, forecast.candidates, replace(config, futures=1), seed)
     truth.forecaster = _Told("both", config.window)
     seen: list[np.ndarray] = []

@@ -173,9 +173,9 @@ def test_refused_where_it_cannot_run() -> None:
     refused("on cluster scenarios: .*candidates=requests", scenarios=["cluster-azure-conv-4"],
             policies=["lookahead:candidates=requests"])  # fmt: skip
     refused("cannot run on the torch runtime backend", runtime=RuntimeOptions())
-    with pytest.raises(ValueError, match=r"--engine vllm: policy 'lookahead .* vLLM has none"):
+    with pytest.raises(ValueError, match=r"--engine vllm: policy 'lookahead .* is clairvoyant"):
         compare_engines(EvalConfig(policies=["lookahead"], num_requests=20))
-    with pytest.raises(ValueError, match=r"policy: 'lookahead \(bound, not deployable\)' plays .* vLLM cannot") as err:
+    with pytest.raises(ValueError, match=r"policy: 'lookahead \(bound, not deployable\)' replays .* vLLM") as err:
         AdapterConfig(policy="lookahead").resolve()  # the vLLM adapter, checked at build (no vLLM needed)
     assert "\n" not in str(err.value)
     env = _env(20)

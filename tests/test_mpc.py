@@ -17,10 +17,11 @@ import pytest
 
 import llmsched_env  # noqa: F401
 from llmsched_env.commands.evaluate_args import policy_list
+from llmsched_env.decision.knob_space import neighbours
 from llmsched_env.decision.lookahead import BOUND_MARK
 from llmsched_env.decision.loop import DecisionLoop
 from llmsched_env.decision.moves import REQUEST_MOVES, play
-from llmsched_env.decision.mpc import MPCConfig, MPCPlanner, parse_mpc
+from llmsched_env.decision.mpc import MPCConfig, MPCPlanner, MPCPolicy, parse_mpc
 from llmsched_env.decision.policy_spec import resolve_policy
 from llmsched_env.decision.registry import make_scheduler
 from llmsched_env.decision.tuned_table import settings_of, write_tuned_entries
@@ -29,8 +30,7 @@ from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.capacity import summarize_capacity
 from llmsched_env.evaluation.config import EvalConfig
 from llmsched_env.evaluation.grid import run_grid
-from llmsched_env.evaluation.knob_space import neighbours
-from llmsched_env.evaluation.mpc import MPCPolicy
+from llmsched_env.evaluation.mpc import mpc_on_env
 from llmsched_env.evaluation.outputs import format_capacity_summary
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.evaluation.vllm_engine import compare_engines
@@ -181,7 +181,7 @@ def test_with_the_true_future_it_plays_the_lookahead_of_the_same_horizon(monkeyp
     planned: list[MPCPolicy] = []
 
     def make(e: gym.Env) -> MPCPolicy:
-        planned.append(MPCPolicy(e, config, 0))
+        planned.append(mpc_on_env(e, config, 0))
         return planned[-1]
 
     mpc_metrics = run_episode(env, make, 0)
@@ -281,13 +281,20 @@ def test_policy_spelling_and_refusals() -> None:
     assert policy_list("mpc:k=32,futures=2,fcfs") == ["mpc:k=32,futures=2", "fcfs"]
     spec = resolve_policy("mpc:futures=2")
     assert spec.mpc == MPCConfig(futures=2) and spec.name == "mpc:futures=2"
-    with pytest.raises(ValueError, match="plans on forks"):
-        spec.make_for(None, 0)
+    assert resolve_policy("mpc:futures=2,table=t.json").name == "mpc:futures=2"  # the table is not in the name
+    env = _env(20)
+    env.reset(seed=0)
+    ctx = env.unwrapped.policy_context()  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="which this driver does not give"):
+        spec.make_for(ctx, 0)
+    with pytest.raises(ValueError, match="only llmsched-evaluate's simulator episodes run candidates=requests"):
+        resolve_policy("mpc:candidates=requests").make_for(replace(ctx, planning_state=lambda: None), 0)
+    env.close()
     with pytest.raises(ValueError, match="cluster scenarios"):
         EvalConfig(scenarios=["cluster-azure-conv-4"], policies=["mpc"], seeds=[0], num_requests=20)
     with pytest.raises(ValueError, match="torch runtime backend"):
         EvalConfig(policies=["mpc"], num_requests=20, runtime=RuntimeOptions())
-    with pytest.raises(ValueError, match=r"--engine vllm: policy 'mpc' .* vLLM has none"):
+    with pytest.raises(ValueError, match=r"--engine vllm: policy 'mpc' plans on the vLLM adapter's state"):
         compare_engines(EvalConfig(policies=["mpc"], num_requests=20))
 
 
@@ -298,8 +305,8 @@ def test_without_a_tuned_entry_it_asks_for_a_static_base(tmp_path: Any) -> None:
     table = tmp_path / "tuned.json"
     write_tuned_entries(table, {"bursty": {"settings": settings_of(fcfs), "provenance": {}}})
     with pytest.raises(ValueError, match="mpc:base=fcfs"):
-        MPCPolicy(env, MPCConfig(), 0, table=table)
-    policy = MPCPolicy(env, replace(SMALL, base="fcfs"), 0)
+        mpc_on_env(env, MPCConfig(), 0, table=table)
+    policy = mpc_on_env(env, replace(SMALL, base="fcfs"), 0)
     assert policy.planner.candidates[0] == fcfs
     env.close()
 
@@ -375,7 +382,117 @@ def test_output_lengths_count_the_running_requests_as_censored() -> None:
 def test_it_plans_where_remote_kv_fetches_draw_from_a_generator() -> None:
     """remote-kv: every rollout's fork carries a generator for its remote KV store's slow fetches."""
     env = _env(80, load=2.0, scenario="remote-kv")
-    metrics = run_episode(env, lambda e: MPCPolicy(e, SMALL, 0), 0)
-    again = run_episode(env, lambda e: MPCPolicy(e, SMALL, 0), 0)
+    metrics = run_episode(env, lambda e: mpc_on_env(e, SMALL, 0), 0)
+    again = run_episode(env, lambda e: mpc_on_env(e, SMALL, 0), 0)
     assert metrics == again and metrics["num_requests"] > 0
     env.close()
+
+
+def _replay_requests(n: int = 80, seed: int = 2) -> list[Request]:
+    rng = np.random.default_rng(seed)
+    out, t = [], 0.0
+    for i in range(n):
+        t += float(rng.exponential(0.05))
+        out.append(Request(i, t, int(rng.integers(50, 700)), int(rng.integers(5, 150)), tenant=int(rng.integers(0, 2))))
+    return out
+
+
+def _replay_setting() -> tuple[Any, Any, Any]:
+    from llmsched_env.costs.loader import load_cost_model
+    from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, TenantConfig
+
+    cfg = EngineConfig(num_kv_blocks=512, block_size=16, max_num_seqs=16, max_num_batched_tokens=512)
+    tenants = (TenantConfig("chat", SLO_CLASSES["chat"]), TenantConfig("code", SLO_CLASSES["code"]))
+    return cfg, tenants, load_cost_model("llama3-8b-h100")
+
+
+def test_the_replays_planning_copy_plans_as_the_simulator_itself() -> None:
+    """The in-situ replays (``live.sim.simulate``) give mpc a plain copy of their simulator's state
+    (``planning_view``): it decides exactly as mpc planning on the simulator itself (the same rows), and the same
+    seed gives the same rows again."""
+    from llmsched_env.decision.actions import ActionSpec
+    from llmsched_env.decision.knob_space import static_decision
+    from llmsched_env.decision.mpc import planner_around
+    from llmsched_env.decision.observation import make_encoder
+    from llmsched_env.decision.policy import PolicyContext
+    from llmsched_env.decision.serve import ServeOptions, serve
+    from llmsched_env.live.sim import simulate
+
+    cfg, tenants, cost = _replay_setting()
+    entry = "mpc:k=16,futures=2,horizon=16,tail=16,base=fcfs"
+    replayed = simulate(_replay_requests(), entry, cfg, tenants, cost, seed=3, nominal_rate_rps=20.0)
+    again = simulate(_replay_requests(), entry, cfg, tenants, cost, seed=3, nominal_rate_rps=20.0)
+    timed = ("policy_time_mean_s",)  # wall time
+    assert {k: v for k, v in replayed.metrics.items() if k not in timed} == {
+        k: v for k, v in again.metrics.items() if k not in timed
+    }
+    spec = ActionSpec.for_engine(cfg, 2)
+    encoder = make_encoder(2, cfg, tenants, 20.0)
+    ctx = PolicyContext(cfg, tenants, cost, spec, encoder.names)
+    sim = Simulator(cfg, tenants, cost, _replay_requests())
+    config = replace(SMALL, base="fcfs")
+    policy = MPCPolicy(planner_around(static_decision("fcfs", ctx), spec, config, 3), lambda: sim, live=True)
+    options = ServeOptions(policy_timeout_s=None)  # as the replay serves a planner: no wall-clock deadline
+    metrics, _ = serve(sim, policy, encoder, spec, make_scheduler("fcfs", ctx), options)
+    assert policy.planner.num_decisions > 4 and metrics["fallback_share"] == replayed.metrics["fallback_share"] == 0
+    for key in ("slo_attainment", "num_iterations", "duration_s", "ttft_p90_s"):
+        assert replayed.metrics[key] == metrics[key], key
+
+
+def test_in_the_background_a_plan_lands_at_the_first_decision_after_it() -> None:
+    """``background=True`` (the vLLM adapter's): the k-th act hands the state to the worker thread and plays the
+    setting in force meanwhile; the plan's answer is adopted at the first act after it lands, counted with its
+    lag; it is the answer an inline planner gives on the same state."""
+    from llmsched_env.decision.mpc import planner_around
+
+    env = _env(120)
+    env.reset(seed=0)
+    u: Any = env.unwrapped
+    ctx = u.policy_context()
+    fcfs = make_scheduler("fcfs", ctx).decision  # type: ignore[attr-defined]
+    config = replace(SMALL, base="fcfs", k=4)
+    for _ in range(40):  # a state with work in it
+        u.step(u.action_spec.encode(fcfs))
+    mask = u.action_spec.mask(u.sim.engine)
+    inline = MPCPolicy(planner_around(fcfs, u.action_spec, config, 5), lambda: u.sim, live=True)
+    expected = inline.act(np.zeros(1), mask)
+    background = MPCPolicy(planner_around(fcfs, u.action_spec, config, 5), lambda: u.sim, background=True)
+    first = background.act(np.zeros(1), mask)  # the plan starts; the base plays meanwhile
+    assert np.array_equal(first, u.action_spec.project(u.action_spec.encode(fcfs), mask))
+    assert background._pending is not None
+    background._pending.result(timeout=60)
+    adopted = background.act(np.zeros(1), mask)
+    assert np.array_equal(adopted, expected)
+    assert (background.num_adopted, background.lag_steps, background.num_skipped) == (1, 1, 0)
+    assert background.summary().startswith("mpc: 1 plans") and "1 adopted 1.0 decisions late, 0 skipped" in (
+        background.summary()
+    )
+    background.close()
+    with pytest.raises(ValueError, match="per-request moves"):
+        MPCPolicy(planner_around(fcfs, u.action_spec, replace(config, candidates="requests"), 5), lambda: u.sim,
+                  background=True)  # fmt: skip
+    env.close()
+
+
+def test_the_adapter_and_the_live_experiment_name_mpc_around_the_workloads_tuned_table(tmp_path: Path) -> None:
+    from llmsched_env.adapters.vllm.config import AdapterConfig
+    from llmsched_env.live.experiment import ExperimentConfig, _policy_entries, _wants_tuned, tuned_entry
+
+    env = _env(20)
+    env.reset(seed=0)
+    fcfs = make_scheduler("fcfs", env.unwrapped.policy_context()).decision  # type: ignore[attr-defined]
+    env.close()
+    table = tmp_path / "tuned.json"
+    write_tuned_entries(table, {"live-chat": {"settings": settings_of(fcfs), "provenance": {}}})
+    config = ExperimentConfig(out=tmp_path / "x", policies=("mpc", "mpc:futures=8,z=2", "sjf"))
+    assert _wants_tuned(config) and not _wants_tuned(replace(config, policies=("mpc:base=fcfs",)))
+    entries = _policy_entries(config, table)
+    assert entries == [f"mpc:table={table}", f"mpc:futures=8,z=2,table={table}", "sjf"]
+    specs = [resolve_policy(e) for e in entries[:2]]
+    assert [s.name for s in specs] == ["mpc", "mpc:futures=8,z=2"] and tuned_entry(specs[0]) == "live-chat"
+    resolved = AdapterConfig(policy="fcfs", policies=tuple(entries[:2])).resolve()
+    assert [(s.name, scenario) for s, scenario in resolved.more] == [
+        ("mpc", "live-chat"),
+        ("mpc:futures=8,z=2", "live-chat"),
+    ]
+    assert AdapterConfig(policy="mpc:base=fcfs").resolve().spec.mpc == MPCConfig(base="fcfs")

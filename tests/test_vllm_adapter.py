@@ -45,20 +45,26 @@ def _add(s: Any, r: Request, tenant: str | None = None) -> None:
 
 def _drain(s: Any, clock: Any, max_steps: int = 5000) -> dict[str, str]:
     """Run to the end; request id -> finish reason, each reported once."""
-    from llmsched_env.adapters.vllm.offline import fake_output
-
     finished: dict[str, str] = {}
     for _ in range(max_steps):
         if not s.has_requests():
             return finished
-        out = s.schedule()
-        clock.now_s += 0.01
-        for eco in s.update_from_output(out, fake_output(s, out)).values():
-            for o in eco.outputs:
-                if o.finish_reason is not None:
-                    assert o.request_id not in finished, f"request {o.request_id} finished twice"
-                    finished[o.request_id] = str(o.finish_reason)
+        _step_recording(s, clock, finished)
     raise AssertionError("not drained")
+
+
+def _step_recording(s: Any, clock: Any, finished: dict[str, str]) -> None:
+    """One step (10 ms of the clock); the requests it finished into ``finished`` (request id -> reason), each
+    reported once."""
+    from llmsched_env.adapters.vllm.offline import fake_output
+
+    out = s.schedule()
+    clock.now_s += 0.01
+    for eco in s.update_from_output(out, fake_output(s, out)).values():
+        for o in eco.outputs:
+            if o.finish_reason is not None:
+                assert o.request_id not in finished, f"request {o.request_id} finished twice"
+                finished[o.request_id] = str(o.finish_reason)
 
 
 def _step(s: Any, clock: Any) -> Any:
@@ -107,6 +113,43 @@ def test_every_baseline_drains_without_loss(name: str) -> None:
     st = s.state
     assert st.num_good + st.num_missed == 40 and not st.shadows and st.running_total_blocks == 0
     assert sum(st.num_running_t) == 0 and sum(st.num_waiting) == 0
+
+
+@pytest.mark.vllm
+def test_mpc_plans_in_the_background_on_a_copy_of_vllms_state_and_loses_nothing() -> None:
+    """mpc inside vLLM: every k steps it takes a copy of vLLM's state (``planning.simulator_of``: every live
+    request where vLLM holds it, the engine's invariants kept) to a worker thread and adopts the plan's setting at
+    the first step after it lands; the requests all drain, none twice, and no decision falls back."""
+    from llmsched_env.adapters.vllm.planning import simulator_of
+    from llmsched_env.engine.invariants import check_engine
+
+    tenants = (TenantConfig("a"), TenantConfig("b", weight=2.0))
+    s, clock = _make("mpc:k=8,futures=2,horizon=8,tail=8,base=fcfs", tenants=tenants)
+    policy = s.llmsched_policy
+    rng = np.random.default_rng(6)
+    for i in range(40):
+        r = Request(i, 0.0, int(rng.integers(20, 600)), int(rng.integers(2, 60)), prefix_ids=(i % 3,))
+        _add(s, r, "ab"[i % 2])
+    finished: dict[str, str] = {}
+
+    def step() -> None:
+        if policy._pending is not None:  # offline the clock is simulated: let the plan land before the next step
+            policy._pending.result(timeout=60)
+        _step_recording(s, clock, finished)
+
+    for _ in range(12):
+        step()
+    copy = simulator_of(s.state)
+    check_engine(copy.engine)
+    assert s.running and len(copy.engine.running) + copy.engine.num_waiting_total == len(s.running) + len(s.waiting)
+    assert all(r.block_table for r in copy.engine.running.values())
+    for _ in range(5000):
+        if not s.has_requests():
+            break
+        step()
+    assert set(finished) == {str(i) for i in range(40)}
+    assert s.stats.num_fallbacks == 0 and policy.planner.num_decisions >= 5 and policy.num_adopted >= 5
+    policy.close()
 
 
 @pytest.mark.vllm

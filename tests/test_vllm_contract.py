@@ -5,6 +5,7 @@ vLLM, that the stand-in reads only what vLLM's classes have."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -189,3 +190,76 @@ def test_batch_features_price_prefill_chunks_and_decodes_as_the_engine() -> None
     f = batch_features({"p": 512, "r": 300, "d": 1}, {"p": prompt, "r": resumed, "d": decode})
     assert (f.num_prefill_tokens, f.num_prefill_seqs, f.num_decode_seqs, f.num_kv_tokens) == (812, 2, 1, 401)
     assert f.prefill_attn_pairs == 512 * (0 + 513 / 2) + 300 * (0 + 301 / 2)
+
+
+def _mirror(sim: Any, cost: Any, cfg: EngineConfig) -> tuple[VllmState, dict[int, int]]:
+    """A ``VllmState`` over a stand-in scheduler in the state of ``sim``'s engine (running in admission order,
+    waiting in queue order, counters), as the adapter's hooks would have kept it; and shadow id -> engine id."""
+    engine = sim.engine
+    engine.sync_all()
+    stand_in = _stand_in(cfg)
+    clock = SimpleNamespace(now_s=engine.now_s)
+    state = VllmState(stand_in, cfg, TENANTS, cost, lambda: clock.now_s)
+    vreqs = {}
+    for r in sorted(engine.live_requests(), key=lambda q: q.request_id):  # shadow ids in the engine's id order
+        v = _vreq(r, TENANTS[r.tenant].name)
+        v.num_output_tokens, v.num_computed_tokens = r.num_output_tokens, r.num_computed_tokens
+        sh = state.shadow_of(v)
+        sh.first_scheduled_s, sh.first_token_s = r.first_scheduled_s, r.first_token_s
+        sh.slo_resolved, sh.num_preemptions = r.slo_resolved, r.num_preemptions
+        vreqs[r.request_id] = v
+    stand_in.running = [vreqs[rid] for rid in engine.running]
+    for t in range(len(TENANTS)):
+        for r in engine.queue.in_order(t):
+            state.queue.push(state.shadows[str(r.request_id)])
+    state.vtc[:] = engine.vtc
+    state.service_tokens[:] = engine.service_tokens
+    return state, {sh.request_id: int(rid) for rid, sh in state.shadows.items()}
+
+
+def test_a_planning_copy_of_vllms_state_plays_on_as_the_engine_in_that_state() -> None:
+    """``simulator_of`` (the state the adapter gives mpc): over a scheduler in the state of an engine mid-run
+    (prefills in flight, decodes, a queue), the copy holds every request where the engine does, passes the
+    engine's invariants, and played on under the same decisions forms the same batches at the same times as the
+    engine (no arrivals after now, each request at the length the copy was given: its max_tokens here)."""
+    from llmsched_env.adapters.vllm.planning import simulator_of
+    from llmsched_env.engine.invariants import check_engine
+    from llmsched_env.sim.simulator import Simulator
+
+    cost = load_cost_model("llama3-8b-h100")
+    rng = np.random.default_rng(11)
+    requests, t = [], 0.0
+    for i in range(60):
+        t += float(rng.exponential(0.01))
+        prompt, out = int(rng.integers(50, 900)), int(rng.integers(5, 200))
+        requests.append(Request(i, t, prompt, out, tenant=int(rng.integers(0, 3))))
+    cfg = replace(CFG, num_kv_blocks=4096)  # no preemption: a preempted request's own blocks stay cached in vLLM
+    sim = Simulator(cfg, TENANTS, cost, requests)
+    engine = sim.engine
+    for _ in range(300):  # on until every place is held: prefills in flight, decodes, a queue
+        sim.step(Decision(token_budget=512, chunk_cap=256))
+        if sim.num_steps > 20 and engine.prefilling and engine.num_decoding and engine.num_waiting_total:
+            break
+    assert engine.prefilling and engine.num_decoding and engine.num_waiting_total and not engine.num_preemptions
+    state, original = _mirror(sim, cost, cfg)
+    copy = simulator_of(state)
+    check_engine(copy.engine)
+    assert [original[r.request_id] for r in copy.engine.running.values()] == list(engine.running)
+    assert sorted(original[r] for r in copy.engine.prefilling) == sorted(engine.prefilling)
+    for t_ in range(len(TENANTS)):
+        ours = [original[r.request_id] for r in copy.engine.queue.in_order(t_)]
+        assert ours == [r.request_id for r in engine.queue.in_order(t_)]
+    truth = sim.with_future([], [r.output_len for r in engine.live_requests()])
+    decisions = [Decision(token_budget=512, chunk_cap=256), Decision(order=QueueOrder.EDF, chunk_cap=64)]
+    for step in range(5000):
+        if truth.done:
+            break
+        d = decisions[(step // 7) % 2]
+        a, b = truth.step(d), copy.step(d)
+        assert [(r.request_id, c) for r, c in zip(a.prefill_reqs, a.prefill_chunks, strict=True)] == [
+            (original[r.request_id], c) for r, c in zip(b.prefill_reqs, b.prefill_chunks, strict=True)
+        ], step
+        assert (a.num_decode_seqs, a.num_admitted, a.num_preempted) == (b.num_decode_seqs, b.num_admitted, 0)
+        assert truth.now_s == pytest.approx(copy.now_s, rel=1e-12, abs=1e-12)
+        check_engine(copy.engine)
+    assert truth.done and copy.done

@@ -70,7 +70,11 @@ BAD_CONFIGS: dict[str, tuple[dict[str, Any], str]] = {
         r"mixed-slo \(schema 1\), learned \(schema 2\)$",
     ),
     "bound": ({"policies": ["lookahead"]}, r"^AdapterConfig: policies: 'lookahead .*vLLM cannot run it"),
-    "planner": ({"policies": ["mpc"]}, r"^AdapterConfig: policies: 'mpc' plays .*vLLM cannot run it yet"),
+    "planner moves": (
+        {"policies": ["mpc:candidates=requests"]},
+        r"^AdapterConfig: policies: 'mpc:candidates=requests': per-request moves .*vLLM runs mpc over settings only$",
+    ),
+    "planner entry": ({"policies": ["mpc"]}, r"^AdapterConfig: scenario: the tuned table .* \(policies: 'mpc'\)$"),
     "tuned entry": ({"policies": ["tuned"]}, r"^AdapterConfig: scenario: the tuned table .* \(policies: 'tuned'\)$"),
 }
 

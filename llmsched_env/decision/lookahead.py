@@ -48,7 +48,7 @@ class LookaheadConfig:
     """``k``: iterations between two decisions (the chosen setting plays that long); ``horizon``: iterations each
     candidate is played from a decision point; ``tail``: iterations of the base setting after the horizon
     (None: to the episode's end, exact but costly); ``candidates``: ``neighbours`` (the base setting and every
-    single-knob move of it, ``evaluation.knob_space.neighbours``), ``base`` (the base alone) or ``requests`` (the
+    single-knob move of it, ``decision.knob_space.neighbours``), ``base`` (the base alone) or ``requests`` (the
     neighbours plus per-request moves made at the decision point under the base setting: one waiting request
     sent first, one running request preempted, one waiting request shed; ``evaluation.lookahead``); ``base``: where
     the base setting comes from, ``tuned`` (the scenario's tuned entry; without one, the best static named rule

@@ -25,15 +25,17 @@ decisions before any time ``t`` do not change when everything after ``t`` does (
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from llmsched_env.common.checks import check_int
 from llmsched_env.decision.actions import ActionSpec
+from llmsched_env.decision.knob_space import base_decision, neighbours
 from llmsched_env.decision.loop import DecisionLoop
 from llmsched_env.decision.moves import REQUEST_MOVES, pick, play, redundant
+from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.decision.spelling import spell, split_options
 from llmsched_env.engine.batch import Decision
 from llmsched_env.engine.engine import Engine
@@ -41,7 +43,20 @@ from llmsched_env.engine.request import Request
 from llmsched_env.sim.simulator import Simulator
 from llmsched_env.workloads.forecast import Forecaster
 
-__all__ = ["CANDIDATE_SETS", "MPC", "SCORES", "MPCConfig", "MPCPlanner", "parse_mpc", "produced_tokens"]
+__all__ = [
+    "CANDIDATE_SETS",
+    "MPC",
+    "SCORES",
+    "MPCConfig",
+    "MPCPlanner",
+    "MPCPolicy",
+    "mpc_for",
+    "parse_mpc",
+    "planner_around",
+    "planner_for",
+    "planning_view",
+    "produced_tokens",
+]
 
 MPC = "mpc"
 SCORES = ("mean", "worst")
@@ -59,8 +74,9 @@ class MPCConfig:
     forecast is fitted on; ``base``: ``tuned`` (the scenario's tuned entry) or a static named rule; ``terminal``:
     also count as missed, at a rollout's end, the running requests whose time per output token so far exceeds
     their target (an estimate of the misses the horizon cuts off); ``candidates``: ``neighbours`` (the settings
-    the caller gives) or ``requests`` (those and the per-request moves of ``decision.moves``). ``ValueError``
-    naming the field."""
+    the caller gives) or ``requests`` (those and the per-request moves of ``decision.moves``); ``table``: the
+    tuned-settings table (a path) of a ``tuned`` base ("": the shipped one, or the evaluation's), left out of the
+    name as ``tuned=TABLE.json``'s table is. ``ValueError`` naming the field."""
 
     k: int = 64
     futures: int = 4
@@ -73,6 +89,7 @@ class MPCConfig:
     base: str = "tuned"
     terminal: bool = False
     candidates: str = "neighbours"
+    table: str = ""
 
     def __post_init__(self) -> None:
         for name, low, high in (
@@ -98,12 +115,14 @@ class MPCConfig:
             raise ValueError(f"mpc.candidates must be one of {', '.join(CANDIDATE_SETS)}, got {self.candidates!r}")
         if not isinstance(self.terminal, bool):
             raise ValueError(f"mpc.terminal must be true or false, got {self.terminal!r}")
+        if not isinstance(self.table, str):
+            raise ValueError(f"mpc.table must be a path, got {self.table!r}")
 
     @property
     def name(self) -> str:
         """The policy-list spelling and the ``policy`` column of its rows: ``mpc``, then the options that differ
-        from the defaults."""
-        return spell(MPC, self, _text)
+        from the defaults (``table`` left out)."""
+        return spell(MPC, replace(self, table=""), _text)
 
 
 def _text(value: Any) -> str:
@@ -120,7 +139,7 @@ def parse_mpc(entry: str) -> MPCConfig | None:
         return None
     kwargs: dict[str, Any] = {}
     for key, value in given.items():
-        if key in ("score", "base", "candidates"):
+        if key in ("score", "base", "candidates", "table"):
             kwargs[key] = value
         elif key == "terminal":
             if value not in ("true", "false"):
@@ -293,3 +312,157 @@ def _worst_quarter(scores: np.ndarray) -> np.ndarray:
     """Per candidate, the mean over its worst quarter of futures (at least one)."""
     n = max(1, scores.shape[0] // 4)
     return np.sort(scores, axis=0)[:n].mean(axis=0)
+
+
+def planning_view(sim: Simulator) -> Simulator:
+    """A plain simulator in ``sim``'s state now, priced by its engine's cost model: what a planner forks when
+    ``sim`` is of a class that cannot fork (the in-situ replays' ``RepricedSimulator``, whose clock the policy
+    must not see). O(live requests + KV blocks), as a fork."""
+    engine = sim.engine
+    memo = {id(r): r.copy() for r in engine.live_requests()}
+    copy = engine.fork(memo)
+    arrived = [memo.get(id(r), r) for r in sim.arrived_requests()]
+    return Simulator.around(copy, arrived, sim.num_steps, sim.start_s)
+
+
+class MPCPolicy:
+    """``mpc`` as a ``Policy``: every ``k``-th ``act`` it has ``planner`` decide on ``state()`` (the simulator
+    state to plan from: the env's own simulator, or a copy built from an engine it does not drive), and plays the
+    chosen setting, projected on each ``act``'s mask, until the next decision. The observation is not read (but it
+    must be asked at every iteration: it does not declare ``reads_observation = False``, whose answers are kept
+    per mask).
+
+    ``live``: ``state()`` is the engine the policy drives, so a per-request move the planner chooses is made on
+    it (the planner's ``candidates=requests``); otherwise the planner must not have moves (``ValueError``).
+    ``background``: the planning runs on a worker thread: the ``k``-th ``act`` takes ``state()`` on the calling
+    thread (it reads the engine) and hands it to the thread; every ``act`` plays the setting in force until the
+    plan's answer lands, and adopts it at the first ``act`` after that (a decision is late by the planning time;
+    a plan still running at the next ``k``-th ``act`` makes that one wait: ``num_skipped``). ``num_adopted`` and
+    ``lag_steps`` (summed over adopted plans: the ``act`` calls from a plan's state to its adoption) say how late.
+    A plan that raised raises from the ``act`` that would adopt it (a serving loop's fallback decides then)."""
+
+    bounded_act = False  # planning inline has no fixed cost; in the background act does O(live requests)
+
+    def __init__(
+        self, planner: MPCPlanner, state: Any, *, live: bool = False, background: bool = False
+    ) -> None:
+        if planner.moves and (not live or background):
+            raise ValueError(
+                "mpc: per-request moves (candidates=requests) are made on the engine the planner drives, inline: "
+                "only llmsched-evaluate's simulator episodes run them"
+            )
+        self.planner = planner
+        self.state = state
+        self.live = live
+        self.background = background
+        self.bounded_act = background
+        self.num_adopted = 0
+        self.num_skipped = 0
+        self.lag_steps = 0
+        self._steps = 0
+        self._chosen = 0
+        self._emit: dict[tuple[int, bytes], np.ndarray] = {}
+        self._pool: Any = None
+        self._pending: Any = None  # the plan in flight: a Future of (candidate, the act count at its state)
+
+    def start_episode(self) -> None:
+        """A new episode: plan again from its first ``act`` (a plan still in flight is dropped)."""
+        self._steps = 0
+        self._chosen = 0
+        self._pending = None
+
+    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
+        k = self.planner.config.k
+        if self._pending is not None and self._pending.done():
+            pending, self._pending = self._pending, None
+            chosen, at = pending.result()
+            self._chosen = chosen
+            self.num_adopted += 1
+            self.lag_steps += self._steps - at
+        if self._steps % k == 0:
+            if not self.background:
+                self._chosen = self._decide(self.state())
+            elif self._pending is None:
+                if self._pool is None:
+                    from concurrent.futures import ThreadPoolExecutor
+
+                    self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmsched-mpc")
+                view, at = self.state(), self._steps
+                self._pending = self._pool.submit(lambda: (self.planner.decide(view), at))
+            else:
+                self.num_skipped += 1
+        self._steps += 1
+        key = (self._chosen, action_mask.tobytes())
+        out = self._emit.get(key)
+        if out is None:
+            out = self._emit[key] = self.planner.spec.project(self.planner.actions[self._chosen], action_mask)
+        return out.copy()
+
+    def _decide(self, sim: Simulator) -> int:
+        """The planner's choice on ``sim``; a per-request move is made on it now, and the base plays."""
+        planner = self.planner
+        chosen = planner.decide(sim)
+        if chosen >= len(planner.actions):
+            play(planner.moves[chosen - len(planner.actions)], sim.engine)
+            return 0
+        return chosen
+
+    def summary(self) -> str:
+        """One line of what it did so far: decisions planned, switches, the mean planning time, and in the
+        background the plans adopted, their mean lag in decisions and the plans skipped."""
+        p = self.planner
+        mean_ms = 1e3 * p.planning_s / p.num_decisions if p.num_decisions else 0.0
+        line = f"mpc: {p.num_decisions} plans, {p.num_switches} off the base, {mean_ms:.1f} ms each"
+        if self.background:
+            lag = self.lag_steps / self.num_adopted if self.num_adopted else 0.0
+            line += f", {self.num_adopted} adopted {lag:.1f} decisions late, {self.num_skipped} skipped"
+        return line
+
+    def close(self) -> None:
+        """Stop the planning thread (a plan in flight finishes first)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self._pending = None
+
+
+def mpc_for(config: MPCConfig, ctx: PolicyContext, seed: int = 0) -> MPCPolicy:
+    """``mpc`` in ``ctx``, planning on ``ctx.planning_state()`` (a serving loop's simulator, a copy of a vLLM
+    scheduler's state), on a worker thread where ``ctx.background_planning``: ``PolicySpec.make_for``'s. One-line
+    ``ValueError`` where ``ctx`` gives no state to plan on, for per-request moves (made only in llmsched-evaluate's
+    episodes), or a scenario without a tuned entry."""
+    if ctx.planning_state is None:
+        raise ValueError(
+            f"policy {config.name!r} plans on a copy of the engine's state, which this driver does not give: it runs "
+            "in llmsched-evaluate's simulator episodes, the in-situ replays and the vLLM adapter (not on the torch "
+            "runtime or as a cluster's router or local policy)"
+        )
+    if config.candidates == "requests":
+        raise ValueError(
+            f"policy {config.name!r}: per-request moves are made on the engine the planner drives; only "
+            "llmsched-evaluate's simulator episodes run candidates=requests"
+        )
+    planner = planner_for(config, ctx, seed, None)
+    return MPCPolicy(planner, ctx.planning_state, background=ctx.background_planning)
+
+
+def planner_for(config: MPCConfig, ctx: PolicyContext, seed: int, table: Any = None) -> MPCPlanner:
+    """The planner around ``config``'s base in ``ctx`` (``planner_around``): ``tuned``'s entry for ``ctx``'s
+    scenario from ``config.table``, else ``table``, else the shipped table, or a static rule's setting. One-line
+    ``ValueError`` for a scenario without a tuned entry."""
+    try:
+        base = base_decision(config.base, ctx, seed, config.table or table)
+    except ValueError as exc:
+        reason = str(exc).split(";")[0]
+        raise ValueError(
+            f"mpc on {ctx.scenario!r}: {reason}; give it a static base (mpc:base=fcfs) or tune the scenario "
+            "(llmsched-tune)"
+        ) from None
+    return planner_around(base, ctx.action_spec, config, seed)
+
+
+def planner_around(base: Decision, spec: ActionSpec, config: MPCConfig, seed: int) -> MPCPlanner:
+    """The planner over ``base`` and every single-knob move of it in ``spec`` (``knob_space.neighbours``), and with
+    ``candidates=requests`` the per-request moves of ``decision.moves``: ``MPCPolicy``'s, and the mpc teacher's."""
+    moves = list(REQUEST_MOVES) if config.candidates == "requests" else []
+    return MPCPlanner(spec, [base, *neighbours(base, spec)], config, seed, moves)

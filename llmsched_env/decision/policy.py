@@ -3,14 +3,18 @@ from (``PolicyContext``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
 from llmsched_env.costs.base import CostModel
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.engine.config import EngineConfig, TenantConfig
+
+if TYPE_CHECKING:
+    from llmsched_env.sim.simulator import Simulator
 
 __all__ = ["Policy", "PolicyContext", "bounded_act", "reads_observation", "start_episode"]
 
@@ -19,7 +23,10 @@ __all__ = ["Policy", "PolicyContext", "bounded_act", "reads_observation", "start
 class PolicyContext:
     """What a heuristic may know about the engine it schedules, besides its observations. ``scenario`` names
     the scenario the engine serves ("" where none is at hand: the vLLM adapter, the runtime's fidelity runs), so
-    a policy can look settings up by name (``tuned``)."""
+    a policy can look settings up by name (``tuned``). ``planning_state``: where the driver can give one, a
+    function returning a simulator in the engine's state now, for a planner to fork (``mpc``): a serving loop's
+    own simulator, or a copy built from vLLM's scheduler (None: no planner runs here); ``background_planning``:
+    the driver's loop must not wait for a plan (vLLM's), so a planner plans on a worker thread."""
 
     engine: EngineConfig
     tenants: tuple[TenantConfig, ...]
@@ -27,6 +34,8 @@ class PolicyContext:
     action_spec: ActionSpec
     obs_names: tuple[str, ...]
     scenario: str = ""
+    planning_state: Callable[[], Simulator] | None = field(default=None, compare=False)
+    background_planning: bool = False
 
 
 @runtime_checkable

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_env.decision.lookahead import LOOKAHEAD, LookaheadConfig, parse_lookahead
-from llmsched_env.decision.mpc import MPC, MPCConfig, parse_mpc
+from llmsched_env.decision.mpc import MPC, MPCConfig, mpc_for, parse_mpc
 from llmsched_env.decision.policy import Policy
 from llmsched_env.decision.policy_file import ExportedPolicy, load_policy_file, torch_forward
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy
@@ -63,8 +63,9 @@ class PolicySpec:
     to the baseline as ``table=``; None: the baseline's own. ``lookahead`` set (instead of a baseline or a
     path): the clairvoyant ``lookahead`` bound (``decision.lookahead``), which plays the env itself forward, so
     only the evaluation's simulator episodes run it (``evaluation.lookahead``); ``make_for`` refuses it. ``mpc``
-    set: the model-predictive planner (``decision.mpc``), which plans on forks of the simulator it drives, so
-    it too runs only in the evaluation's simulator episodes (``evaluation.mpc``).
+    set: the model-predictive planner (``decision.mpc``), which plans on a copy of the engine's state: ``make_for``
+    builds it where the context's driver gives one (``PolicyContext.planning_state``: the in-situ replays, the
+    vLLM adapter), the evaluation's episodes on the env's simulator (``evaluation.mpc``).
     """
 
     name: str
@@ -128,11 +129,8 @@ class PolicySpec:
                 "observations: it runs only in llmsched-evaluate's simulator episodes (not on the torch runtime, "
                 "vLLM, or as a cluster's router or local policy)"
             )
-        if self.mpc is not None:
-            raise ValueError(
-                f"policy {self.name!r} plans on forks of the simulator it drives: it runs in llmsched-evaluate's "
-                "simulator episodes (not on the torch runtime, vLLM, or as a cluster's router or local policy)"
-            )
+        if self.mpc is not None:  # it plans on the state the context's driver gives
+            return mpc_for(self.mpc, ctx, seed)
         return self.load()
 
     def __getstate__(self) -> dict[str, Any]:

@@ -31,12 +31,13 @@ FALLBACK_SHARE = "fallback_share"  # the metric: decisions taken from the fallba
 class ServeOptions:
     """How the serving loop runs a policy: each decision held for ``iterations_per_step`` iterations (as the
     exported policy was trained), a decision later than ``policy_timeout_s`` replaced by the fallback's
-    (``deadline_mode``: how the deadline is enforced, ``decision.decider.TimedDecider``), the engine and the token
+    (``deadline_mode``: how the deadline is enforced, ``decision.decider.TimedDecider``; None: no deadline, for a
+    planner whose planning costs no simulated time), the engine and the token
     bookkeeping checked after every iteration with ``check_invariants``, and a ``RuntimeError`` past
     ``max_iterations`` (a loop that does not drain). ``ValueError`` for a bad value."""
 
     iterations_per_step: int = 1
-    policy_timeout_s: float = 0.1
+    policy_timeout_s: float | None = 0.1
     check_invariants: bool = False
     max_iterations: int = 10_000_000
     deadline_mode: str = "auto"
@@ -44,7 +45,7 @@ class ServeOptions:
     def __post_init__(self) -> None:
         if self.iterations_per_step < 1:
             raise ValueError(f"iterations_per_step must be >= 1, got {self.iterations_per_step}")
-        if not self.policy_timeout_s > 0:
+        if self.policy_timeout_s is not None and not self.policy_timeout_s > 0:
             raise ValueError(f"policy_timeout_s must be > 0, got {self.policy_timeout_s}")
 
 

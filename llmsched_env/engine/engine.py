@@ -309,6 +309,43 @@ class Engine:
             self.decode_events[r.event_round].remove(r)
             self._schedule_event(r)
 
+    def resume(self, r: Request, num_computed_tokens: int) -> None:
+        """Install ``r``, a request running on another engine (a planner's copy of vLLM's state), as running here
+        with ``num_computed_tokens`` tokens of KV computed and ``r.num_output_tokens`` produced: it takes fresh
+        blocks for them (no prefix is shared) and joins the running set last in admission order; it decodes from
+        the next round when every token but the last produced has KV (``prompt_len + num_output_tokens - 1``,
+        at least one produced), else it goes on prefilling from ``num_computed_tokens``. It counts as arrived
+        here. ``ValueError`` for a request that is not fresh, a count out of range, or a pool without the blocks
+        (the caller can leave such a request waiting)."""
+        if r.status != Status.WAITING or r.block_table or r.decoding:
+            raise ValueError(f"resume: request {r.request_id} is not a fresh request")
+        if not 0 <= r.tenant < len(self.tenants):
+            raise ValueError(f"resume: request {r.request_id}: unknown tenant {r.tenant}")
+        decoding = r.num_output_tokens >= 1 and num_computed_tokens == r.num_prefill_tokens - 1
+        if not 0 <= num_computed_tokens < r.num_prefill_tokens or r.num_output_tokens >= r.output_len:
+            raise ValueError(
+                f"resume: request {r.request_id}: {num_computed_tokens} computed tokens and {r.num_output_tokens} "
+                f"produced of {r.output_len} do not describe a running request"
+            )
+        pool = self.pool
+        need = pool.blocks_for(r.num_prefill_tokens if decoding else num_computed_tokens)
+        if need > pool.num_free_blocks or len(self.running) >= self.config.max_num_seqs:
+            raise ValueError(f"resume: no room for request {r.request_id} ({need} blocks)")
+        t = r.tenant
+        self.num_arrived += 1
+        self.num_arrived_t[t] += 1
+        if r.first_token_s is None and not r.slo_resolved:
+            heapq.heappush(self._ttft_heap, (r.arrival_s + self._ttft_slo[t], r.request_id, r))
+        r.block_table = pool.allocate(pool.blocks_for(num_computed_tokens))
+        r.status = Status.RUNNING
+        r.num_computed_tokens = num_computed_tokens
+        self._enter_running(r)
+        if decoding:  # the token that ended its prefill, recorded as its first token's (its token records pair up)
+            r.prefill_token_s.append(r.first_token_s if r.first_token_s is not None else self.now_s)
+            self._start_decoding(r)  # its next token's block: free, checked above
+        else:
+            self.prefilling[r.request_id] = r
+
     def _reject(self, r: Request, reason: str) -> None:
         if r in self.queue:
             self.queue.remove(r)

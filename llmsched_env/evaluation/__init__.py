@@ -22,7 +22,7 @@ statistics over seeds, result files, plots and scale-out on Ray. (Live vLLM serv
 | ``stats`` | ``summarize``, ``mean_ci95``, ``t_quantile_975`` |
 | ``identity`` | a fingerprint per run; ``identical_groups``, ``merge_identical``: identical policies as one row |
 | ``fallbacks`` | ``FALLBACK_LIMIT``, ``fallback_mark``, ``fallback_warning``: runs whose policy fell back, marked |
-| ``tuning`` / ``knob_space`` | ``TuneConfig``, ``tune_scenario``: the val search behind the ``tuned`` baseline |
+| ``tuning`` | ``TuneConfig``, ``tune_scenario``: the val search behind ``tuned`` (over ``decision.knob_space``) |
 | ``trace_tuned`` | ``trace_key``, ``user_table``, ``trace_tuned_policy``: ``tuned`` on a user's trace, by its key |
 | ``lookahead`` | ``LookaheadPolicy``: the clairvoyant ``lookahead`` bound, played forward on env snapshots |
 | ``outputs`` | live and summary tables, ``write_results``, ``write_tensorboard`` (CSV: ``common.outputs.write_csv``) |

@@ -41,11 +41,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from llmsched_env.decision.knob_space import STATIC_HEURISTICS, base_decision, neighbours, static_decision
 from llmsched_env.decision.lookahead import LookaheadConfig
 from llmsched_env.decision.loop import DecisionLoop
 from llmsched_env.decision.moves import REQUEST_MOVES, make_move, pick, play, redundant
 from llmsched_env.engine.batch import Decision
-from llmsched_env.evaluation.knob_space import STATIC_HEURISTICS, base_decision, neighbours, static_decision
 
 __all__ = ["REQUEST_MOVES", "LookaheadPolicy", "lookahead_factory", "pick"]  # the moves: decision.moves
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from llmsched_env.common.checks import check_int
 from llmsched_env.decision.actions import ActionSpec
+from llmsched_env.decision.knob_space import STATIC_HEURISTICS, neighbours, random_candidates, static_decision
 from llmsched_env.decision.policy_spec import PolicySpec
 from llmsched_env.decision.registry import SCHEDULERS
 from llmsched_env.decision.tuned_table import TUNE_COMMAND, TunedTable, settings_of
@@ -50,7 +51,6 @@ from llmsched_env.engine.batch import Decision
 from llmsched_env.evaluation.capacity import extended_size, find_capacity, sustained_size
 from llmsched_env.evaluation.config import EvalConfig
 from llmsched_env.evaluation.grid import run_cell
-from llmsched_env.evaluation.knob_space import STATIC_HEURISTICS, neighbours, random_candidates, static_decision
 from llmsched_env.evaluation.sustained import ScenarioWindows, env_windows
 from llmsched_env.workloads.scenarios import Scenario
 

@@ -84,9 +84,14 @@ def compare_run(
 
 def compare_engines(config: EvalConfig, policy_timeout_s: float = 0.1) -> list[Row]:
     """``compare_run`` for every run of ``config`` (single-node scenarios, the simulator's cost model)."""
-    bounds = [spec.name for spec in config.policies if spec.lookahead is not None or spec.mpc is not None]
-    if bounds:
-        raise ValueError(f"--engine vllm: policy {bounds[0]!r} plays the simulator forward on forks; vLLM has none")
+    for spec in config.policies:
+        if spec.lookahead is not None:
+            raise ValueError(f"--engine vllm: policy {spec.name!r} is clairvoyant (it replays the requests to come)")
+        if spec.mpc is not None:  # it plans on the adapter's state: the adapter builds it, not this comparison
+            raise ValueError(
+                f"--engine vllm: policy {spec.name!r} plans on the vLLM adapter's state; run it through the adapter "
+                "(policy: mpc in its config) or the live experiment"
+            )
     check_vllm()
     if config.is_cluster or config.runtime is not None:
         raise ValueError("--engine vllm compares single-node scenarios on the simulator's cost model only")

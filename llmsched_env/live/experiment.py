@@ -59,6 +59,7 @@ from llmsched_env.common.outputs import write_csv, write_text_atomically
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.linear import LinearCostModel
 from llmsched_env.costs.loader import load_cost_model
+from llmsched_env.decision.mpc import parse_mpc
 from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.decision.tuned_table import TunedTable, load_tuned_table
 from llmsched_env.engine.config import TenantConfig
@@ -480,21 +481,38 @@ def _fit_instance(config: ExperimentConfig, workload: LiveWorkload, folder: Path
 
 
 def tuned_entry(spec: PolicySpec) -> str:
-    """The entry a ``tuned`` spec with a table of one entry plays, as the adapter picks it; "" otherwise."""
-    if spec.baseline != "tuned" or spec.table is None:
+    """The entry a ``tuned`` spec (or an ``mpc`` around a tuned base) with a table of one entry plays, as the
+    adapter picks it; "" otherwise."""
+    given: Any = spec.table if spec.baseline == "tuned" else None
+    if spec.mpc is not None and spec.mpc.base == "tuned":
+        given = spec.mpc.table or None
+    if given is None:
         return ""
-    table = spec.table if isinstance(spec.table, TunedTable) else load_tuned_table(spec.table)
+    table = given if isinstance(given, TunedTable) else load_tuned_table(given)
     names = sorted(table.entries)
     return names[0] if len(names) == 1 else ""
 
 
 def _wants_tuned(config: ExperimentConfig) -> bool:
-    return any(p == "tuned" or p.startswith("tuned=") for p in config.policies)
+    """Whether a compared policy plays the workload's tuned table: ``tuned``, or ``mpc`` around a tuned base."""
+    for p in config.policies:
+        mpc = parse_mpc(p)
+        if p == "tuned" or p.startswith("tuned=") or (mpc is not None and mpc.base == "tuned"):
+            return True
+    return False
 
 
 def _policy_entries(config: ExperimentConfig, table: Path | None) -> list[str]:
-    """The compared policies as the adapter names them (``tuned`` with the workload's table)."""
-    return [f"tuned={table}" if (p == "tuned" and table is not None) else p for p in config.policies]
+    """The compared policies as the adapter names them: ``tuned`` with the workload's table, and an ``mpc``
+    around a tuned base with it as its base's table (the name stays)."""
+    out = []
+    for p in config.policies:
+        if table is not None and p == "tuned":
+            p = f"tuned={table}"
+        elif table is not None and parse_mpc(p) is not None and "table=" not in p:
+            p = f"{p}{',' if ':' in p else ':'}table={table}"
+        out.append(p)
+    return out
 
 
 def _adapter(

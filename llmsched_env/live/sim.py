@@ -21,6 +21,7 @@ import numpy as np
 
 from llmsched_env.costs.base import CostModel
 from llmsched_env.decision.actions import ActionSpec
+from llmsched_env.decision.mpc import planning_view
 from llmsched_env.decision.observation import make_encoder
 from llmsched_env.decision.policy import PolicyContext, start_episode
 from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
@@ -124,11 +125,18 @@ def simulate(
     span = ordered[-1].arrival_s - ordered[0].arrival_s
     rate = nominal_rate_rps or (len(ordered) / span if span > 0 else 1.0)
     encoder = make_encoder(spec.schema, engine, tenants, rate)
-    ctx = PolicyContext(engine, tenants, seen, action_spec, encoder.names, scenario)
+    # a planner (mpc) plans on a plain copy of the replay's state, priced by the model the policy sees
+    ctx = PolicyContext(
+        engine, tenants, seen, action_spec, encoder.names, scenario, planning_state=lambda: planning_view(sim)
+    )
     chosen = spec.make_for(ctx, seed)
     start_episode(chosen)
     fallback = make_scheduler("fcfs", ctx)
-    options = ServeOptions(iterations_per_step=iterations_per_step or spec.iterations_per_step)
+    # a planner's time is not the simulator's (on vLLM it plans off the critical path): no wall-clock deadline
+    options = ServeOptions(
+        iterations_per_step=iterations_per_step or spec.iterations_per_step,
+        policy_timeout_s=None if spec.mpc is not None else ServeOptions.policy_timeout_s,
+    )
     metrics, _ = serve(sim, chosen, encoder, action_spec, fallback, options)
     rounds = np.asarray(sim.engine.round_end_s, dtype=np.float64)
     ttft, tpot, e2e = (np.full(len(requests), np.nan) for _ in range(3))

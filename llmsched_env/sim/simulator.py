@@ -187,6 +187,28 @@ class Simulator:
         new._pending_shared = False  # the arrivals are this fork's own (a fork of it shares them again)
         return new
 
+    @staticmethod
+    def around(engine: Engine, arrived: Sequence[Request], num_steps: int, start_s: float) -> Simulator:
+        """A simulator that goes on from ``engine``'s state (it owns the engine from now on), priced by the
+        engine's cost model, with no request still to arrive: a planner's view of an engine it does not drive
+        (a copy of vLLM's scheduler state, ``adapters.vllm.planning``; or of a simulator of another class,
+        ``decision.mpc.planning_view``). ``arrived``: the requests seen so far, in arrival order, the engine's
+        live ones among them as the very objects it holds (a forecast reads them; they need not be every request
+        the engine counts); ``num_steps`` and ``start_s``: the iterations run since ``start_s``, whose mean
+        estimates the step time."""
+        new = Simulator.__new__(Simulator)
+        new.engine = engine
+        new.cost_model = engine.cost_model
+        new.requests = list(arrived)
+        new._next = len(new.requests)
+        new.num_steps = num_steps
+        new.start_s = start_s
+        new.idle_tick_s = engine.cost_model.step_time_s(0, 1, 0, 0.0)
+        new.kv_usage = KVUsage()
+        new._checked_now_s = engine.now_s
+        new._pending_shared = False
+        return new
+
     def _skip_idle(self) -> None:
         if not self.engine.has_work and self._next < len(self.requests):
             self.engine.advance_clock(max(self.requests[self._next].arrival_s, self.engine.now_s))

@@ -298,12 +298,24 @@ def _resolve_entry(entry: str, name: str, scenario: str, w: str, errors: list[st
     except ValueError as exc:
         errors.append(f"{w}: {name}: {exc}")
         return None
-    if spec.lookahead is not None or spec.mpc is not None:
-        errors.append(f"{w}: {name}: {spec.name!r} plays the simulator forward on forks; vLLM cannot run it yet")
+    if spec.lookahead is not None:
+        errors.append(f"{w}: {name}: {spec.name!r} replays the requests to come (clairvoyant): vLLM cannot run it")
         return None
-    if spec.baseline != "tuned":
+    base = spec
+    if spec.mpc is not None:
+        if spec.mpc.candidates == "requests":
+            errors.append(
+                f"{w}: {name}: {entry!r}: per-request moves (candidates=requests) are made on the engine the planner "
+                "drives; vLLM runs mpc over settings only"
+            )
+            return None
+        if spec.mpc.base != "tuned":
+            return spec, scenario
+        table = Path(spec.mpc.table) if spec.mpc.table else None
+        base = PolicySpec("tuned", baseline="tuned", table=table)  # its base: tuned with its table
+    elif spec.baseline != "tuned":
         return spec, scenario
-    played, problem = _tuned_scenario(spec, scenario)
+    played, problem = _tuned_scenario(base, scenario)
     if problem:
         errors.append(f"{w}: scenario: {problem}" + ("" if name == "policy" else f" (policies: {entry!r})"))
         return None

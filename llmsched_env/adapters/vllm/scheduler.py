@@ -52,6 +52,7 @@ from vllm.v1.request import RequestStatus
 from llmsched_env.adapters.vllm import require_vllm
 from llmsched_env.adapters.vllm.config import CONFIG_ENV, AdapterConfig
 from llmsched_env.adapters.vllm.contract import VllmKnobs, adapter_spaces, batch_features, vllm_knobs
+from llmsched_env.adapters.vllm.planning import simulator_of
 from llmsched_env.adapters.vllm.serve_log import LABEL_KEY, ServeLog
 from llmsched_env.adapters.vllm.state import TENANT_KEY, SimClock, VllmState, engine_config_of
 from llmsched_env.adapters.vllm.waiting import PolicyWaitingQueue
@@ -113,8 +114,16 @@ class _LLMSchedAdapter(_SchedulerBase):
         self.state = VllmState(self, self.engine_config, cfg.tenants, cost_model, self.clock)
         schema = int(getattr(llmsched_policy, "schema_version", resolved.schema))
         self.action_spec, self.encoder = adapter_spaces(self.engine_config, cfg.tenants, schema, cfg.nominal_rate_rps)
+        # a planner (mpc) plans in the background on a copy of vLLM's state, taken at its decision
         self.context = PolicyContext(
-            self.engine_config, self.state.tenants, cost_model, self.action_spec, self.encoder.names, resolved.scenario
+            self.engine_config,
+            self.state.tenants,
+            cost_model,
+            self.action_spec,
+            self.encoder.names,
+            resolved.scenario,
+            planning_state=lambda: simulator_of(self.state),
+            background_planning=True,
         )
         # every policy of the set by its resolved name, built now (not at a switch, in the middle of serving), each
         # with the steps its decisions hold
@@ -433,6 +442,9 @@ class _LLMSchedAdapter(_SchedulerBase):
         """Make the loaded policy ``name`` decide from the next step on, with its own hold (unless the config sets
         one), starting a new hold; nothing of vLLM's state changes."""
         before = self.active_policy
+        summary = getattr(self.loaded_policies[before], "summary", None)  # a planner's counts, for vLLM's log
+        if callable(summary):
+            print(f"llmsched: {before}: {summary()}", file=sys.stderr, flush=True)
         self.decisions.policy = self.loaded_policies[name]
         self.decisions.reset()
         self.iterations_per_step = self.adapter.iterations_per_step or self._holds[name]

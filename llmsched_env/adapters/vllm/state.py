@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from llmsched_env.costs.base import CostModel, prefill_time_unchecked_s
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.engine.queues import WaitingQueues
-from llmsched_env.engine.request import Request, tpot_s
+from llmsched_env.engine.request import Request, Status, tpot_s
 
 __all__ = [
+    "HISTORY",
     "REQUEST_ATTRIBUTES",
     "SCHEDULER_ATTRIBUTES",
     "TENANT_KEY",
@@ -32,6 +34,9 @@ __all__ = [
 TENANT_KEY = "llmsched_tenant"  # sampling_params.extra_args key naming a request's tenant
 _RATE_TAU_S = 10.0  # the engine's arrival-rate time constant
 _LATENCY_EWMA = 0.05  # the engine's latency average weight
+HISTORY = 1024  # recent arrivals and finished requests kept for a planner's forecast (adapters.vllm.planning)
+_STEP_EWMA = 0.05  # weight of the newest step in the step-time average
+_IDLE_GAP_S = 1.0  # a longer gap between two steps is idle time, not a step
 # What the adapter reads of vLLM's Scheduler and Request (tests/test_vllm_adapter.py checks vLLM has them)
 SCHEDULER_ATTRIBUTES = (
     "running",
@@ -221,6 +226,12 @@ class VllmState:
         # with the largest hit possible)
         self._shed_after: dict[int, tuple[int, float, float]] = {}
         self._next_id = 0
+        # what a planner's forecast reads (adapters.vllm.planning): the last HISTORY arrivals (shadows, arrival
+        # order) and completed requests (each a finished llmsched Request of the length it produced)
+        self.recent_arrivals: deque[Request] = deque(maxlen=HISTORY)
+        self.recent_finished: deque[Request] = deque(maxlen=HISTORY)
+        self.step_s = 0.0  # the recent mean time of a step (0 before two steps)
+        self._last_step_end = -1.0
 
     # -- the EngineState views ---------------------------------------------------------------------------
     @property
@@ -270,6 +281,7 @@ class VllmState:
         self._next_id += 1
         self.shadows[vreq.request_id] = sh
         self.vreqs[sh.request_id] = vreq
+        self.recent_arrivals.append(sh)
         decay = math.exp(-(sh.arrival_s - self._rate_t) / _RATE_TAU_S) if sh.arrival_s > self._rate_t else 1.0
         self.rate_est = self.rate_est * decay + 1.0 / _RATE_TAU_S
         self._rate_t = max(self._rate_t, sh.arrival_s)
@@ -319,9 +331,13 @@ class VllmState:
             if n:
                 self.vtc[t] += 2 * n / self._weights[t]
                 self.service_tokens[t] += 2 * n
+        now = self.now_s
+        dt = now - self._last_step_end
+        if 0.0 < dt < _IDLE_GAP_S and self._last_step_end >= 0.0:
+            self.step_s += (dt - self.step_s) * (_STEP_EWMA if self.step_s else 1.0)
+        self._last_step_end = now
         awaiting = self.awaiting_first
         if awaiting:
-            now = self.now_s
             vreqs = self.vreqs
             for rid, sh in list(awaiting.items()):
                 if vreqs[sh.request_id].num_output_tokens > 0:
@@ -349,6 +365,11 @@ class VllmState:
         self.ttft_ratio_ewma += _LATENCY_EWMA * (ttft_ratio - self.ttft_ratio_ewma)
         self.tpot_ratio_ewma += _LATENCY_EWMA * (tpot_ratio - self.tpot_ratio_ewma)
         self._resolve(sh, met=ttft_ratio <= 1.0 and tpot_ratio <= 1.0)
+        done = Request(sh.request_id, sh.arrival_s, sh.prompt_len, max(vreq.num_output_tokens, 1), tenant=t)
+        done.num_output_tokens = done.output_len
+        done.status = Status.FINISHED
+        done.first_token_s, done.finish_s, done.slo_resolved = first, now, True
+        self.recent_finished.append(done)
 
     def _resolve(self, sh: Request, met: bool) -> None:
         if sh.slo_resolved:

@@ -1,4 +1,5 @@
-"""The space of static knob settings the ``tuned`` search explores (``llmsched_env.evaluation.tuning``).
+"""The space of static knob settings the ``tuned`` search explores (``llmsched_env.evaluation.tuning``), and the
+base settings the planners (``lookahead``, ``mpc``) move around.
 
     search_options(spec)               # the values of each knob, in ``Decision`` field order
     random_candidates(spec, 48, seed)  # uniform draws over them
