@@ -212,6 +212,27 @@ def test_the_report_reads_as_the_figures_say(truthful: Verdict) -> None:
     assert ref["vllm"]["slo_attainment"].estimate < ref["fcfs"]["slo_attainment"].estimate  # 10 points lower
 
 
+def test_against_another_arm_pairs_every_other_arm_with_it(tmp_path: Path) -> None:
+    """``--against good``: the paired differences of every other arm (the control among them, the A/A arm left
+    out) against ``good``'s block of each round, live and predicted: their truth is the difference of the known
+    amounts; an arm that was not compared is refused in one line."""
+    make_run(tmp_path)
+    verdict = build_verdict(tmp_path, against=["good"])
+    rows = {(r["arm"], r["statistic"]): r for c in verdict.cells for r in c.against["good"]}
+    assert {arm for arm, _ in rows} == {"fcfs", "bad"}
+    for arm in ("fcfs", "bad"):
+        r = rows[(arm, "attainment")]
+        truth = ATTAINMENT[arm] - ATTAINMENT["good"]
+        assert r["low"] <= truth <= r["high"] and r["excludes_zero"] and r["inside"], r
+        assert r["predicted"] == pytest.approx(truth)
+        assert rows[(arm, "ttft_p90")]["live"] == pytest.approx(math.log(TTFT[arm] / TTFT["good"]), abs=0.1)
+    assert "## Paired differences against good" in verdict.markdown and "against good:" in verdict.table
+    assert _rows(verdict, "good") == _rows(build_verdict(tmp_path), "good")  # the table against fcfs unchanged
+    for bad in ("fcfs", AA_ARM, "nope"):
+        with pytest.raises(ValueError, match=rf"^--against '{bad}': not a compared arm of .* \(one of: good, bad\)$"):
+            build_verdict(tmp_path, against=[bad])
+
+
 def test_a_prediction_far_off_is_flagged_outside(tmp_path: Path) -> None:
     def far(doc: dict[str, Any]) -> None:
         doc["cells"]["c1"]["arms"]["good"]["slo_attainment"] = BASE_ATTAINMENT + 0.35

@@ -464,7 +464,7 @@ def test_in_the_background_a_plan_lands_at_the_first_decision_after_it() -> None
     adopted = background.act(np.zeros(1), mask)
     assert np.array_equal(adopted, expected)
     assert (background.num_adopted, background.lag_steps, background.num_skipped) == (1, 1, 0)
-    assert background.summary().startswith("mpc: 1 plans") and "1 adopted 1.0 decisions late, 0 skipped" in (
+    assert background.summary().startswith("1 plans, ") and "1 adopted 1.0 decisions late, 0 skipped" in (
         background.summary()
     )
     background.close()

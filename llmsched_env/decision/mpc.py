@@ -412,7 +412,7 @@ class MPCPolicy:
         background the plans adopted, their mean lag in decisions and the plans skipped."""
         p = self.planner
         mean_ms = 1e3 * p.planning_s / p.num_decisions if p.num_decisions else 0.0
-        line = f"mpc: {p.num_decisions} plans, {p.num_switches} off the base, {mean_ms:.1f} ms each"
+        line = f"{p.num_decisions} plans, {p.num_switches} off the base, {mean_ms:.1f} ms each"
         if self.background:
             lag = self.lag_steps / self.num_adopted if self.num_adopted else 0.0
             line += f", {self.num_adopted} adopted {lag:.1f} decisions late, {self.num_skipped} skipped"

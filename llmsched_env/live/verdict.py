@@ -2,6 +2,7 @@
 as the simulator predicted it, and the issue's targets met or not.
 
     python -m llmsched_env.live.verdict OUT      # writes OUT/report.md and OUT/plots/<cell>.png
+    python -m llmsched_env.live.verdict OUT --against tuned   # also every arm paired with tuned's blocks
 
 The run folder (written by the experiment's driver; the design: ``live.design``):
 
@@ -24,7 +25,9 @@ The statistics, per cell and arm against ``fcfs`` over the rounds both played (w
   inverted-CDF quantile), its interval the 2.5 and 97.5 percentiles of the same ratio over ``BOOTSTRAP_SAMPLES``
   resamplings of the rounds (paired: both arms keep the same rounds), seed ``BOOTSTRAP_SEED``;
 - the predicted difference is the same transform of the predicted values (``design.paired_difference``);
-  Kendall's tau-b ranks the policies (the A/A arm left out; ``fcfs`` at 0) by predicted and live difference.
+  Kendall's tau-b ranks the policies (the A/A arm left out; ``fcfs`` at 0) by predicted and live difference;
+- with ``--against ARM``: the same paired statistics of every other arm (``fcfs`` among them, the A/A arm left
+  out) against ``ARM``'s block of each round, in a table of their own (a planner against its base, say).
 
 ``ValueError`` (``VerdictError``) for a missing or malformed file, in one line naming it; the command prints it
 and exits 1.
@@ -613,6 +616,7 @@ class CellResult:
 
     name: str
     paired: list[dict[str, Any]] = field(default_factory=list)
+    against: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # arm -> the paired rows against it
     tau: dict[str, float] = field(default_factory=dict)
     operations: list[dict[str, Any]] = field(default_factory=list)
     drift: dict[str, float] = field(default_factory=dict)
@@ -627,10 +631,15 @@ def _by_round(blocks: Sequence[Block], arm: str) -> dict[int, Block]:
     return {b.round: b for b in blocks if b.compared and b.arm == arm}
 
 
-def _paired_rows(cell: str, blocks: Sequence[Block], exp: Experiment, pred: Predictions) -> list[dict[str, Any]]:
-    control = _by_round(blocks, CONTROL)
+def _paired_rows(
+    cell: str, blocks: Sequence[Block], exp: Experiment, pred: Predictions, against: str = CONTROL
+) -> list[dict[str, Any]]:
+    """Each arm's paired differences against the arm ``against`` (the control, or another arm: then the A/A arm
+    is left out, and the control is one of the arms)."""
+    control = _by_round(blocks, against)
     rows = []
-    for arm in exp.arms[1:]:
+    arms = exp.arms[1:] if against == CONTROL else [a for a in exp.arms if a not in (against, AA_ARM)]
+    for arm in arms:
         mine = _by_round(blocks, arm)
         rounds = sorted(set(control) & set(mine))
         for name, metric, how in STATISTICS:
@@ -640,7 +649,7 @@ def _paired_rows(cell: str, blocks: Sequence[Block], exp: Experiment, pred: Pred
                 )
             else:
                 iv = pooled_quantile_ratio([mine[r].ttft_s for r in rounds], [control[r].ttft_s for r in rounds])
-            predicted = paired_difference(metric, pred.get(cell, arm, metric), pred.get(cell, CONTROL, metric))
+            predicted = paired_difference(metric, pred.get(cell, arm, metric), pred.get(cell, against, metric))
             known = math.isfinite(predicted) and math.isfinite(iv.estimate) and predicted != 0
             rows.append(
                 {
@@ -807,10 +816,14 @@ def _warnings(cell: str, blocks: Sequence[Block], exp: Experiment) -> list[str]:
     return out
 
 
-def analyse_cell(cell: str, blocks: Sequence[Block], exp: Experiment, pred: Predictions) -> CellResult:
-    """Every figure of one cell's blocks (``Verdict`` puts the cells together)."""
+def analyse_cell(
+    cell: str, blocks: Sequence[Block], exp: Experiment, pred: Predictions, against: Sequence[str] = ()
+) -> CellResult:
+    """Every figure of one cell's blocks (``Verdict`` puts the cells together); ``against``: arms the others are
+    also paired with (``--against``)."""
     result = CellResult(cell)
     result.paired = _paired_rows(cell, blocks, exp, pred)
+    result.against = {arm: _paired_rows(cell, blocks, exp, pred, arm) for arm in against}
     for name in ("attainment", "goodput"):
         live = {r["arm"]: r["live"] for r in result.paired if r["statistic"] == name}
         predicted = {r["arm"]: r["predicted"] for r in result.paired if r["statistic"] == name}
@@ -977,13 +990,13 @@ def _md(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([line(header), "|" + "---|" * len(header), *(line(r) for r in rows)])
 
 
-def _paired_table(cells: Sequence[CellResult]) -> str:
+def _paired_table(cells: Sequence[CellResult], against: str = CONTROL) -> str:
     header = ("cell", "arm", "statistic", "rounds", "live", "95% interval", "predicted", "sign agrees", "inside")
     rows = [
         [r["cell"], r["arm"], r["statistic"], str(r["rounds"]), format_difference(r["metric"], r["live"]),
          _interval_text(r), format_difference(r["metric"], r["predicted"]), _yes(r["sign_agrees"]), _yes(r["inside"])]
         for c in cells
-        for r in c.paired
+        for r in (c.paired if against == CONTROL else c.against[against])
     ]  # fmt: skip
     return _md(header, rows)
 
@@ -1104,6 +1117,12 @@ def _render(out: Path, exp: Experiment, pred: Predictions, verdict: Verdict) -> 
         "",
         _paired_table(cells),
         "",
+        *(
+            line
+            for arm in (cells[0].against if cells else ())
+            for line in (f"## Paired differences against {arm}", "", f"As above, with `{arm}`'s block of each round "
+                         f"as the control (the A/A arm left out).", "", _paired_table(cells, arm), "")
+        ),
         "## Rankings: Kendall's tau-b, predicted against live",
         "",
         _md(("cell", "attainment", "goodput"), [[c.name, _num(c.tau["attainment"], ".2f"),
@@ -1230,11 +1249,16 @@ def _stamp(t: float) -> str:
     return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def build_verdict(out: str | Path) -> Verdict:
-    """Read the run folder ``out`` and judge it (writes nothing). ``VerdictError`` for a missing or malformed
-    file, or predictions whose recorded SHA-256 they no longer have."""
+def build_verdict(out: str | Path, against: Sequence[str] = ()) -> Verdict:
+    """Read the run folder ``out`` and judge it (writes nothing); ``against``: arms every other arm is also paired
+    with, in a table of its own each. ``VerdictError`` for a missing or malformed file, predictions whose recorded
+    SHA-256 they no longer have, or an ``against`` that is not a compared arm of the run."""
     out = Path(out)
     exp = read_experiment(out / "experiment.json")
+    for arm in against:
+        if arm in (CONTROL, AA_ARM) or arm not in exp.arms:
+            compared = ", ".join(a for a in exp.arms if a not in (CONTROL, AA_ARM))
+            raise VerdictError(f"--against {arm!r}: not a compared arm of {out} (one of: {compared})")
     stopped: list[str] = []
     if not exp.finished:  # a run that stopped early: the cells it never reached (no blocks) are left out
         reached = tuple(c for c in exp.cells if (out / "cells" / c / "blocks.jsonl").exists())
@@ -1248,10 +1272,11 @@ def build_verdict(out: str | Path) -> Verdict:
     blocks = {c: read_blocks(out / "cells" / c / "blocks.jsonl", c, exp) for c in exp.cells}
     front = read_frontend(out / FRONTEND_FILE)
     blocks = {c: _with_frontend(bs, front.get(c, {})) for c, bs in blocks.items()}
-    cells = [analyse_cell(c, blocks[c], exp, pred) for c in exp.cells]
+    cells = [analyse_cell(c, blocks[c], exp, pred, against) for c in exp.cells]
     warnings = stopped + _late_predictions(pred, blocks, exp) + [w for c in cells for w in c.warnings]
     verdict = Verdict(cells, _targets(cells, exp), warnings)
-    table = "\n\n".join([_paired_table(cells), _targets_table(verdict.targets)])
+    tables = [_paired_table(cells), *(f"against {arm}:\n{_paired_table(cells, arm)}" for arm in against)]
+    table = "\n\n".join([*tables, _targets_table(verdict.targets)])
     return dataclasses.replace(verdict, markdown=_render(out, exp, pred, verdict), table=table)
 
 
@@ -1265,11 +1290,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("out", type=Path, help="the run folder (experiment.json, predictions, cells/)")
     p.add_argument("--no-plots", action="store_true", help="write the report only (default: off)")
+    p.add_argument(
+        "--against", default="", help="comma list of compared arms to pair every other arm with as well (e.g. tuned)"
+    )
     args = p.parse_args(argv)
+    against = [a for a in args.against.split(",") if a]
     try:
         if any((args.out / "workloads").glob(f"*/*/blocks/server-log/{SERVER_FILE}")):
             write_frontend(args.out)  # the raw folders are there: the front end's figures recomputed (live.frontend)
-        verdict = build_verdict(args.out)
+        verdict = build_verdict(args.out, against)
     except (ValueError, OSError) as exc:  # VerdictError is a ValueError
         print(f"llmsched verdict: {exc}", file=sys.stderr)
         return 1
