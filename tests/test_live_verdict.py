@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -503,8 +504,10 @@ _COMMITTED = Path(__file__).resolve().parents[1] / "docs" / "results" / "vllm-ve
 @pytest.mark.parametrize("run", sorted(p.parent.name for p in _COMMITTED.glob("*/report.md")) or ["none"])
 def test_the_committed_live_reports_are_what_their_data_give(run: str) -> None:
     """Every report in docs/results/vllm-verdict is the verdict of the data committed beside it, byte for byte
-    (the figures docs/results.md quotes come from these reports)."""
+    (the figures docs/results.md quotes come from these reports), with the arms its ``--against`` tables name."""
     folder = _COMMITTED / run
     if run == "none":
         pytest.skip("no committed live verdict")
-    assert build_verdict(folder).markdown == (folder / "report.md").read_text()
+    report = (folder / "report.md").read_text()
+    against = re.findall(r"^## Paired differences against (?!fcfs$)(.+)$", report, flags=re.MULTILINE)
+    assert build_verdict(folder, against=against).markdown == report
