@@ -343,9 +343,7 @@ class MPCPolicy:
 
     bounded_act = False  # planning inline has no fixed cost; in the background act does O(live requests)
 
-    def __init__(
-        self, planner: MPCPlanner, state: Any, *, live: bool = False, background: bool = False
-    ) -> None:
+    def __init__(self, planner: MPCPlanner, state: Any, *, live: bool = False, background: bool = False) -> None:
         if planner.moves and (not live or background):
             raise ValueError(
                 "mpc: per-request moves (candidates=requests) are made on the engine the planner drives, inline: "
@@ -353,7 +351,6 @@ class MPCPolicy:
             )
         self.planner = planner
         self.state = state
-        self.live = live
         self.background = background
         self.bounded_act = background
         self.num_adopted = 0

@@ -507,9 +507,10 @@ def _policy_entries(config: ExperimentConfig, table: Path | None) -> list[str]:
     around a tuned base with it as its base's table (the name stays)."""
     out = []
     for p in config.policies:
+        mpc = parse_mpc(p)
         if table is not None and p == "tuned":
             p = f"tuned={table}"
-        elif table is not None and parse_mpc(p) is not None and "table=" not in p:
+        elif table is not None and mpc is not None and not mpc.table:
             p = f"{p}{',' if ':' in p else ':'}table={table}"
         out.append(p)
     return out

@@ -77,5 +77,5 @@ def simulator_of(state: VllmState) -> Simulator:
     for r in unplaced:
         engine.add_request(r)
     arrived = [copies.get(id(sh), sh) for sh in state.recent_arrivals]
-    step_s = state.step_s if state.step_s > 0 else state.cost_model.step_time_s(0, 1, 0, 0.0)
-    return Simulator.around(engine, arrived, _STEPS, engine.now_s - _STEPS * step_s)
+    # before two steps the mean is 0: the planner takes at least the simulator's idle tick
+    return Simulator.around(engine, arrived, _STEPS, engine.now_s - _STEPS * state.step_s)
