@@ -314,6 +314,23 @@ def _worst_quarter(scores: np.ndarray) -> np.ndarray:
     return np.sort(scores, axis=0)[:n].mean(axis=0)
 
 
+class Emitter:
+    """The actions a planner plays: candidate ``i``'s action projected on the mask of the step, kept per mask
+    pattern (the same setting on the same mask projects alike), a fresh copy per call."""
+
+    def __init__(self, spec: ActionSpec, actions: list[np.ndarray]) -> None:
+        self.spec = spec
+        self.actions = actions
+        self._cache: dict[tuple[int, bytes], np.ndarray] = {}
+
+    def __call__(self, chosen: int, mask: np.ndarray) -> np.ndarray:
+        key = (chosen, mask.tobytes())
+        out = self._cache.get(key)
+        if out is None:
+            out = self._cache[key] = self.spec.project(self.actions[chosen], mask)
+        return out.copy()
+
+
 def planning_view(sim: Simulator) -> Simulator:
     """A plain simulator in ``sim``'s state now, priced by its engine's cost model: what a planner forks when
     ``sim`` is of a class that cannot fork (the in-situ replays' ``RepricedSimulator``, whose clock the policy
@@ -358,7 +375,7 @@ class MPCPolicy:
         self.lag_steps = 0
         self._steps = 0
         self._chosen = 0
-        self._emit: dict[tuple[int, bytes], np.ndarray] = {}
+        self._emit = Emitter(planner.spec, planner.actions)
         self._pool: Any = None
         self._pending: Any = None  # the plan in flight: a Future of (candidate, the act count at its state)
 
@@ -389,11 +406,7 @@ class MPCPolicy:
             else:
                 self.num_skipped += 1
         self._steps += 1
-        key = (self._chosen, action_mask.tobytes())
-        out = self._emit.get(key)
-        if out is None:
-            out = self._emit[key] = self.planner.spec.project(self.planner.actions[self._chosen], action_mask)
-        return out.copy()
+        return self._emit(self._chosen, action_mask)
 
     def _decide(self, sim: Simulator) -> int:
         """The planner's choice on ``sim``; a per-request move is made on it now, and the base plays."""

@@ -45,6 +45,7 @@ from llmsched_env.decision.knob_space import STATIC_HEURISTICS, base_decision, n
 from llmsched_env.decision.lookahead import LookaheadConfig
 from llmsched_env.decision.loop import DecisionLoop
 from llmsched_env.decision.moves import REQUEST_MOVES, make_move, pick, play, redundant
+from llmsched_env.decision.mpc import Emitter
 from llmsched_env.engine.batch import Decision
 
 __all__ = ["REQUEST_MOVES", "LookaheadPolicy", "lookahead_factory", "pick"]  # the moves: decision.moves
@@ -99,7 +100,7 @@ class LookaheadPolicy:
         self.planned_met = 0
         self._plan: list[int] = []
         self._steps = 0
-        self._emit: dict[tuple[int, int], np.ndarray] = {}
+        self._emit = Emitter(self.spec, self._actions)
 
     # ------------------------------------------------------------------------------------------ policy
     def start_episode(self) -> None:
@@ -120,10 +121,7 @@ class LookaheadPolicy:
                 self._play(chosen)
             chosen = 0
         mask = self.spec.mask(self.env.sim.engine)  # the env's own mask (cached per pattern), as action_mask
-        out = self._emit.get((chosen, id(mask)))
-        if out is None:
-            out = self._emit[(chosen, id(mask))] = self.spec.project(self._actions[chosen], mask)
-        return out.copy()
+        return self._emit(chosen, mask)
 
     def label(self) -> np.ndarray:
         """The candidate setting whose rollout from the env's current state scores best, as an action (the base's
