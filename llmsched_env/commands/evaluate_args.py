@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
-from llmsched_env.commands.help import DefaultsFormatter, from_args, program
+from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
 from llmsched_env.commands.runner_options import add_runner_options
 from llmsched_env.common.checks import check_label, duplicates
 from llmsched_env.common.files import CountLimit
@@ -154,88 +156,79 @@ def positive_float(text: str) -> float:
     return value
 
 
-def build_parser(description: str) -> argparse.ArgumentParser:
-    """The parser of ``llmsched-evaluate`` (``python evaluate.py``), ``description`` its help's head."""
+def build_parser(description: str = "") -> argparse.ArgumentParser:
+    """The parser of ``llmsched-evaluate``, its options in groups (the common ones first)."""
     p = argparse.ArgumentParser(prog=program(*PROG), description=description, formatter_class=DefaultsFormatter)
-    add = p.add_argument
-    add(
+    run = p.add_argument_group("what to run").add_argument
+    run(
         "--policies",
         type=policy_list,
         default=["fcfs"],
         help=f"schedulers ({','.join(SCHEDULERS.names())}), routers for cluster scenarios "
         f"({','.join(ROUTERS.names())}), learned (the generalist, policies/generalist), exported policies: a run "
-        "folder holding policy.json + "
-        "policy.safetensors, or the JSON; name=path names one (else the folder's name); tuned=FILE.json runs tuned "
-        "with your own tuned-settings table (llmsched-tune --out FILE.json); with --trace, tuned plays the entry "
-        "llmsched-tune --trace made for that trace and the same trace options, engine limits and --cost-model "
-        "(looked up in $LLMSCHED_TUNED_TABLE or ${XDG_DATA_HOME:-~/.local/share}/llmsched/tuned.json, "
+        "folder holding policy.json + policy.safetensors, or the JSON; name=path names one (else the folder's name); "
+        "tuned=FILE.json runs tuned with your own tuned-settings table (llmsched-tune --out FILE.json); with --trace, "
+        "tuned plays the entry llmsched-tune --trace made for that trace and the same trace options, engine limits "
+        "and --cost-model (looked up in $LLMSCHED_TUNED_TABLE or ${XDG_DATA_HOME:-~/.local/share}/llmsched/tuned.json, "
         "then the shipped table; tuned=FILE.json: in FILE.json); lookahead[:k=64,horizon=64,tail=256,"
         "candidates=neighbours,base=tuned] is the clairvoyant bound (not deployable; docs/evaluation.md); "
         "mpc[:k=64,futures=4,horizon=64,tail=64,...] plans on forecast futures (deployable; docs/evaluation.md)",
     )
-    add(
-        "--scenarios",
-        type=csv_list(str),
-        default=["default"],
-        help=f"scenario library: {','.join(list_scenarios())}; cluster: {','.join(list_cluster_scenarios())}",
-    )
-    add("--loads", type=csv_list(float, 0.0), default=[1.0], help="arrival rates relative to nominal")
-    add("--seeds", type=csv_list(int), default=[0], help="one episode per seed")
-    add(
-        "--split",
-        choices=SPLITS,
-        default="test",
-        help="test: the part reported figures come from; val: the part every choice is made on",
-    )
-    add("--num-requests", type=positive_int, default=None, help="requests per episode (default: the scenario's)")
-    add("--cost-model", default=None, help="cost-model preset name or JSON path (default: the scenario's)")
-    add(
+    scenarios = f"scenario library: {','.join(list_scenarios())}; cluster: {','.join(list_cluster_scenarios())}"
+    run("--scenarios", type=csv_list(str), default=["default"], help=scenarios)
+    run("--loads", type=csv_list(float, 0.0), default=[1.0], help="arrival rates relative to nominal")
+    run("--seeds", type=csv_list(int), default=[0], help="one episode per seed")
+    run("--capacity", action="store_true", help="search each policy's capacity (attainment >= 90%%)")
+    per_seed = "with --capacity: one search per seed's window, so capacities get a mean and a 95%% interval"
+    run("--per-seed", action="store_true", help=per_seed)
+    describe = "describe the scenarios (one episode of --num-requests at each load) instead of running policies"
+    run("--describe", action="store_true", help=describe)
+    work = p.add_argument_group("workload").add_argument
+    split = "test: the part reported figures come from; val: the part every choice is made on"
+    work("--split", choices=SPLITS, default="test", help=split)
+    work("--num-requests", type=positive_int, default=None, help="requests per episode (default: the scenario's)")
+    work("--cost-model", default=None, help="cost-model preset name or JSON path (default: the scenario's)")
+    work(
         "--length-prediction",
         default=None,
         help="each request's predicted output length, seen by every policy: none, exact or lognormal:SIGMA "
         "(default: none)",
     )
-    add_trace_options(p)
-    add_fitted_option(p)
-    add(
-        "--describe",
-        action="store_true",
-        help="describe the scenarios (one episode of --num-requests at each load) instead of running policies",
-    )
-    add("--capacity", action="store_true", help="search each policy's capacity (attainment >= 90%%)")
-    add(
-        "--per-seed",
-        action="store_true",
-        help="with --capacity: one search per seed's window, so capacities get a mean and a 95%% interval",
-    )
-    add(
+    work(
         "--require-sustained",
         action="store_true",
         help="refuse a load at which some window's arrivals last less than 20x its mean TTFT target (a burst, "
         "not a sustained rate; by default such runs are flagged on stderr and in the sustained column); "
         "--capacity searches stop at the largest sustained load in any case",
     )
-    add("--out", type=output_path, default=None, help="folder for results.csv/.json, summary.csv and plots (default: "
-        "none)")
-    add(
-        "--plots",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="write PNG plots into --out (default: on when --out is given)",
+    out = p.add_argument_group("output").add_argument
+    out_help = "folder for results.csv/.json, summary.csv and plots (default: none)"
+    out("--out", type=output_path, default=None, help=out_help)
+    plots = "write PNG plots into --out (default: on when --out is given)"
+    out("--plots", action=argparse.BooleanOptionalAction, default=None, help=plots)
+    out("--tensorboard", type=output_path, default=None, help="write each run's metrics as TensorBoard scalars here")
+    out("--force", action="store_true", help="allow --out or --tensorboard inside a shipped folder")
+    out(
+        "--resume",
+        action="store_true",
+        help="continue the evaluation in --out that was killed: run only what its rows.jsonl lacks (the same "
+        "options; another evaluation there is refused), then write every file from all the rows; with nothing "
+        "there to resume, start one",
     )
-    add("--tensorboard", type=output_path, default=None, help="write each run's metrics as TensorBoard scalars here")
-    add("--force", action="store_true", help="allow --out or --tensorboard inside a shipped folder")
-    add("--check-invariants", action="store_true", help="verify the core's invariants every step")
-    add("--no-progress", action="store_true", help="no progress bars on stderr")
-    add_scaleout_options(p, "the runs")
-    add(
+    out("--no-progress", action="store_true", help="no progress bars on stderr")
+    trace = p.add_argument_group("your own trace (instead of --scenarios)")
+    add_trace_options(trace)
+    add_fitted_option(trace)
+    add_scaleout_options(p.add_argument_group("scale-out"), "the runs")
+    engine = p.add_argument_group("engine").add_argument
+    engine(
         "--engine",
         choices=("sim", "vllm"),
         default="sim",
         help="sim: llmsched's simulator; vllm: also run vLLM's real scheduler in the loop on the same requests "
         "and print both attainments (needs the 'vllm' extra)",
     )
-    add(
+    engine(
         "--policy-timeout",
         dest="policy_timeout_s",
         type=positive_float,
@@ -244,16 +237,14 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         help="--backend runtime and --engine vllm: seconds before a decision falls back (to fcfs; to vLLM's own "
         "step in vLLM)",
     )
+    engine("--check-invariants", action="store_true", help="verify the core's invariants every step")
     add_engine_limits(p)
     rt = p.add_argument_group("torch runtime (--backend runtime)")
     rt.add_argument("--backend", choices=("sim", "runtime"), default="sim", help="simulator or real model")
     add_runner_options(rt, seed_and_threads=False)
     rt.add_argument("--realtime", action="store_true", help="sleep through idle gaps instead of skipping them")
-    rt.add_argument(
-        "--no-speed-check",
-        action="store_true",
-        help="skip the few-second profile that compares this machine with the cost model pricing SLOs and load",
-    )
+    speed = "skip the few-second profile that compares this machine with the cost model pricing SLOs and load"
+    rt.add_argument("--no-speed-check", action="store_true", help=speed)
     return p
 
 
@@ -280,21 +271,18 @@ def add_scaleout_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, w
         metavar="ADDRESS",
         help=f"spread {what} over the Ray cluster at ADDRESS (needs the 'distributed' extra) (default: off)",
     )
-    p.add_argument("--ray-cpus", type=int, default=None, help=argparse.SUPPRESS)  # the old spelling: a pointer
 
 
 def scaleout(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Check ``--workers`` and ``--ray`` and set ``args.ray`` ("local" for local workers, a Ray address, or
-    None) and ``args.ray_cpus`` (the local workers), what ``ray_imap`` takes; a usage error for the old
-    spellings (``--ray`` without an address, ``--ray-cpus``) that names the new one."""
-    if args.ray_cpus is not None:
-        p.error("--ray-cpus is now --workers N (local worker processes)")
+    """Check ``--workers`` and ``--ray``; set ``args.ray`` ("local", a Ray address or None) and ``args.ray_cpus``
+    (the local workers), what ``ray_imap`` takes."""
+    args.ray_cpus = args.workers
     if args.ray == _NO_ADDRESS:
         p.error("--ray needs the ADDRESS of a Ray cluster; for local worker processes give --workers N")
     if args.workers is not None and args.ray is not None:
         p.error("--workers (local worker processes) or --ray ADDRESS (a Ray cluster), not both")
     if args.workers is not None:
-        args.ray, args.ray_cpus = "local", args.workers
+        args.ray = "local"
     elif args.ray is not None:  # a cluster that does not answer: refused now, not a hang at the first run
         from llmsched_env.evaluation.distributed import check_ray_address
 
@@ -455,6 +443,65 @@ def _check_apart(p: argparse.ArgumentParser, out: Path | None, tensorboard: Path
         if board == folder / name or folder / name in board.parents:
             p.error(f"--tensorboard {tensorboard}: is {name} of --out {out}, a file the evaluation writes; choose "
                     "a folder of its own")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One ``llmsched-evaluate`` command, checked: its runs (``config``) and what the command does around them."""
+
+    config: EvalConfig
+    line: tuple[str, ...]  # the command line as typed (recorded in the rows file and complete.json)
+    options: Mapping[str, Any]  # flag -> value of the options that decide the rows (what --resume compares)
+    files: Mapping[str, Path | str | None]  # flag -> the input file it names (fingerprinted in the record)
+    out: Path | None = None
+    tensorboard: Path | None = None
+    plots: bool = False
+    describe: bool = False
+    capacity: bool = False
+    per_seed: bool = False
+    resume: bool = False
+    engine: str = "sim"
+    ray: str | None = None
+    ray_cpus: int | None = None
+    progress: bool = True
+    speed_check: bool = True
+    policy_timeout_s: float = 0.1
+
+
+# options that do not change an evaluation's rows: --resume may give them otherwise than the run it continues
+_NOT_COMPARED = ("out", "plots", "tensorboard", "force", "no_progress", "workers", "ray", "ray_cpus", "resume",
+                 "describe", "no_speed_check", "require_sustained", "check_invariants", "given")  # fmt: skip
+
+
+def evaluation(argv: Sequence[str] | None = None, description: str = "") -> Evaluation:
+    """The ``Evaluation`` of a command line (default: the process's arguments); a bad one exits (status 2)
+    with one usage line."""
+    p = build_parser(description)
+    args = p.parse_args(argv)
+    args.given = given_options(p, argv)
+    if args.resume and (args.out is None or args.describe or args.engine == "vllm"):
+        p.error("--resume continues an evaluation in --out: it needs --out, and no --describe or --engine vllm")
+    config = config_from_args(p, args)
+    flags = {a.dest: max(a.option_strings, key=len) for a in p._actions if a.option_strings}
+    return Evaluation(
+        config=config,
+        line=(PROG[0], *(sys.argv[1:] if argv is None else argv)),
+        options={flags.get(k, k): v for k, v in vars(args).items() if k not in _NOT_COMPARED},
+        files={"--trace": args.trace, "--cost-model": args.cost_model, "--weights": getattr(args, "weights", None)},
+        out=args.out,
+        tensorboard=args.tensorboard,
+        plots=args.plots if args.plots is not None else args.out is not None,
+        describe=args.describe,
+        capacity=args.capacity,
+        per_seed=args.per_seed,
+        resume=args.resume,
+        engine=args.engine,
+        ray=args.ray,
+        ray_cpus=args.ray_cpus,
+        progress=not args.no_progress,
+        speed_check=not args.no_speed_check,
+        policy_timeout_s=args.policy_timeout_s,
+    )
 
 
 def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> EvalConfig:
