@@ -105,7 +105,7 @@ def run(ev: Evaluation) -> int:
         with _holding(ev.out):  # before any episode: one evaluation per --out
             return _vllm(ev, held)
     record = None if ev.out is None else evaluation_record(ev.options, config, ev.files)
-    if record is not None and ev.resume:  # another evaluation there: refused before the folder is touched
+    if ev.out is not None and record is not None and ev.resume:  # another evaluation there: refused now
         _resumable(ev.out, record)
     killed = ev.out is not None and (ev.out / ROWS_NAME).is_file() and not is_complete(ev.out)
     with _holding(ev.out), _disk_full(ev.out):
