@@ -47,33 +47,28 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, title="subcommands")
     for name in ("profile", "fidelity"):
         s = sub.add_parser(name, formatter_class=DefaultsFormatter, help=f"its own options: {name} --help")
-        add_runner_options(s)
-        s.add_argument(
-            "--num-requests", type=int, default=FIDELITY_REQUESTS, help="requests per workload (at most 10,000)"
-        )
-        s.add_argument("--no-progress", action="store_true", help="no status lines and no progress bars on stderr")
-        s.add_argument("--force", action="store_true", help="allow writing inside a shipped folder")
+        work = s.add_argument_group("what to measure").add_argument
+        out = s.add_argument_group("output").add_argument
         if name == "profile":
-            out = "preset file (default: results/calibrate/runtime-MODEL-DEVICE.json)"
-            s.add_argument("--out", type=file_output_path, default=None, help=out)
-            s.add_argument(
-                "--repeats", type=int, default=3, help="timed runs per batch shape (median kept; at most 1,000)"
-            )
-            s.add_argument("--quick", action="store_true", help="a small grid (tests, smoke runs)")
-            s.add_argument("--name", default=None, help="preset name (default: the file stem)")
-            s.add_argument(
-                "--fit-loads", default=",".join(map(str, FIT_LOADS)), help="loads of the recorded fitting episodes"
-            )
+            out("--out", type=file_output_path, default=None,
+                help="preset file (default: results/calibrate/runtime-MODEL-DEVICE.json)")  # fmt: skip
+            out("--name", default=None, help="preset name (default: the file stem)")
+            work("--repeats", type=int, default=3, help="timed runs per batch shape (median kept; at most 1,000)")
+            work("--quick", action="store_true", help="a small grid (tests, smoke runs)")
+            fit = ",".join(map(str, FIT_LOADS))
+            work("--fit-loads", default=fit, help="loads of the recorded fitting episodes")
         else:
-            out = "report folder (default: results/calibrate/fidelity-MODEL-DEVICE)"
-            s.add_argument("--out", type=output_path, default=None, help=out)
-            s.add_argument("--preset", required=True, help="cost-model preset name or JSON path")
-            s.add_argument("--policies", default="fcfs,sjf,slo_aware", help="schedulers, comma list")
-            s.add_argument("--loads", default="0.5,0.8", help="fractions of the simulated saturation throughput")
-            s.add_argument("--seeds", default="1,2", help="workload seeds (not 999, not 1000 and up)")
-            s.add_argument(
-                "--no-in-situ", dest="in_situ", action="store_false", help="skip the lockstep in-situ replays"
-            )
+            out("--out", type=output_path, default=None,
+                help="report folder (default: results/calibrate/fidelity-MODEL-DEVICE)")  # fmt: skip
+            work("--preset", required=True, help="cost-model preset name or JSON path")
+            work("--policies", default="fcfs,sjf,slo_aware", help="schedulers, comma list")
+            work("--loads", default="0.5,0.8", help="fractions of the simulated saturation throughput")
+            work("--seeds", default="1,2", help="workload seeds (not 999, not 1000 and up)")
+            work("--no-in-situ", dest="in_situ", action="store_false", help="skip the lockstep in-situ replays")
+        work("--num-requests", type=int, default=FIDELITY_REQUESTS, help="requests per workload (at most 10,000)")
+        out("--no-progress", action="store_true", help="no status lines and no progress bars on stderr")
+        out("--force", action="store_true", help="allow writing inside a shipped folder")
+        add_runner_options(s.add_argument_group("model"))
     return p
 
 

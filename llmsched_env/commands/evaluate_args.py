@@ -51,6 +51,7 @@ __all__ = [
     "positive_float",
     "positive_int",
     "scaleout",
+    "stray_trace_options",
     "tenant_slos",
     "trace_options",
     "trace_scenario",
@@ -320,6 +321,11 @@ def add_trace_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, repl
         "(default: none; required by --trace-format generic)",
     )
     add("--trace-time-unit", choices=("s", "ms"), default="s", help="generic format: timestamp unit")
+
+
+def stray_trace_options(given: set[str], extra: Sequence[str] = ()) -> list[str]:
+    """The flags of the trace options (and ``extra``) among ``given``: without ``--trace`` they do nothing."""
+    return [f"--{d.replace('_', '-')}" for d in (*TRACE_OPTIONS, "fitted_traffic", *extra) if d in given]
 
 
 def add_fitted_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

@@ -39,7 +39,6 @@ from typing import Any
 
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.evaluate_args import (
-    TRACE_OPTIONS,
     add_engine_limits,
     add_fitted_option,
     add_trace_options,
@@ -47,6 +46,7 @@ from llmsched_env.commands.evaluate_args import (
     engine_limits,
     int_at_least,
     positive_int,
+    stray_trace_options,
     trace_options,
     trace_scenarios,
 )
@@ -85,29 +85,28 @@ def planned_episodes(config: TuneConfig) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``llmsched-tune``."""
+    """The parser of ``llmsched-tune``, its options in groups (the common ones first)."""
     p = argparse.ArgumentParser(prog=program(*PROG), description=__doc__, formatter_class=DefaultsFormatter)
-    add = p.add_argument
-    add(
+    what = p.add_argument_group("what to tune").add_argument
+    what(
         "--scenarios",
         type=csv_list(str),
         default=None,
         help=f"scenarios to tune, or all: {','.join(list_scenarios())} (default: none; required without --trace)",
     )
-    add(
-        "--reference",
-        type=csv_list(str),
-        default=["slo_aware", "sjf"],
-        help="heuristics whose highest val capacity is the load candidates are scored at",
-    )
-    add("--seeds", type=csv_list(int), default=[0, 1, 2, 3, 4], help="val seeds of the last rung and local search")
-    add("--candidates", type=int_at_least(0, MAX_CANDIDATES), default=48,
-        help="uniformly random knob settings besides the heuristics'")  # fmt: skip
-    add("--seed", type=int_at_least(0), default=0, help="seed of the random knob settings")
-    add("--rounds", type=int_at_least(0, MAX_ROUNDS), default=2, help="local-search rounds (0: none)")
-    add("--num-requests", type=positive_int, default=None, help="requests per episode (default: the scenario's)")
-    add("--cost-model", default=None, help="cost-model preset name or JSON path (default: the scenario's)")
-    add(
+    what("--num-requests", type=positive_int, default=None, help="requests per episode (default: the scenario's)")
+    what("--cost-model", default=None, help="cost-model preset name or JSON path (default: the scenario's)")
+    search = p.add_argument_group("search").add_argument
+    reference = "heuristics whose highest val capacity is the load candidates are scored at"
+    search("--reference", type=csv_list(str), default=["slo_aware", "sjf"], help=reference)
+    seeds = "val seeds of the last rung and local search"
+    search("--seeds", type=csv_list(int), default=[0, 1, 2, 3, 4], help=seeds)
+    candidates = "uniformly random knob settings besides the heuristics'"
+    search("--candidates", type=int_at_least(0, MAX_CANDIDATES), default=48, help=candidates)
+    search("--seed", type=int_at_least(0), default=0, help="seed of the random knob settings")
+    search("--rounds", type=int_at_least(0, MAX_ROUNDS), default=2, help="local-search rounds (0: none)")
+    out = p.add_argument_group("output").add_argument
+    out(
         "--out",
         type=file_output_path,
         default=None,
@@ -116,9 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
         f"--force; --trace: your user table, ${USER_TABLE_ENV} if set, else "
         "${XDG_DATA_HOME:-~/.local/share}/llmsched/tuned.json, where llmsched-evaluate --trace --policies tuned looks)",
     )
-    add("--force", action="store_true", help="allow --out to write into the shipped table (or another shipped file)")
-    add_trace_options(p)
-    add_fitted_option(p)
+    out("--force", action="store_true", help="allow --out to write into the shipped table (or another shipped file)")
+    trace = p.add_argument_group("your own trace (instead of --scenarios)")
+    add_trace_options(trace)
+    add_fitted_option(trace)
     add_engine_limits(p)
     return p
 
@@ -131,8 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if (args.scenarios is None) == (args.trace is None):
         p.error("give --scenarios (names, or all) or --trace, one of the two")
     if args.trace is None:  # a trace option without --trace would change nothing: refused, not ignored
-        given = given_options(p, argv)  # on the command line: a default (--trace-slo chat) is no option given
-        stray = [f"--{d.replace('_', '-')}" for d in (*TRACE_OPTIONS, "fitted_traffic") if d in given]
+        stray = stray_trace_options(given_options(p, argv))  # given: a default (--trace-slo chat) is not
         if stray:
             p.error(f"{', '.join(stray)} appl{'y' if len(stray) > 1 else 'ies'} to --trace only (give --trace FILE)")
     if args.candidates == 0 and "seed" in given_options(p, argv):  # it draws the random candidates only
