@@ -3,34 +3,15 @@
     llmsched-evaluate --policies fcfs,slo_aware,mine=runs/ppo0 --seeds 0,1,2 --out results/
     python evaluate.py ...            (the same command, from a checkout)
 
-Runs every (policy, scenario, load, seed) episode to its end through ``LLMSched-v1``; each policy acts on
-the observation and action mask only, as an agent would. A policy is a baseline name or the path of an
-exported policy (a run folder holding ``policy.json`` + ``policy.safetensors``, or the JSON itself),
-optionally named ``alias=path``. Prints one row per run as it finishes (a progress bar with an ETA on
-stderr; --no-progress turns it off) and, with several seeds, the mean and 95% confidence half-width
-(Student t) per (policy, scenario, load). ``--out`` gets ``results.csv`` and ``results.json`` (one row per
-run, one column per metric), ``summary.csv`` and the plots (``--no-plots`` skips them); ``--tensorboard DIR``
-writes every run's metrics as TensorBoard scalars (step = seed); either inside ``policies/``,
-``docs/results/`` or the installed package is refused unless ``--force``. ``--capacity`` searches each
-policy's highest load with attainment >= 90% instead.
-
-``--out`` is held by one evaluation at a time (a second is refused in one line); a new evaluation there first
-removes ``complete.json``, appends each finished run (or capacity search) to ``rows.jsonl`` as it ends
-(``evaluation.json`` records what it runs), writes every file atomically over the earlier run's (which stay whole
-until then), removes the earlier files it did not write (by name: ``outputs.EVALUATION_FILES``) and writes
-``complete.json`` last. ``--resume`` continues a killed evaluation from ``rows.jsonl``: the
-same options, only the runs not yet there (docs/reliability.md).
-
-``--engine vllm`` also runs every episode through vLLM's real scheduler (the ``vllm`` extra; the policy decides
-vLLM's batches, the same cost model prices them) and prints its SLO attainment next to the simulator's.
-
-``--backend runtime --model tiny`` serves the same episodes on the torch runtime (a real model, paged KV
-cache, the same core engine and the same policies) instead of the simulator. A run whose policy fell back
-(to fcfs: it raised or was late) on more than 1% of its decisions is marked ``policy [fallback N%]`` in the
-tables and warned about on stderr (``evaluation.fallbacks``).
-
-Everything it does is a library call (``llmsched_env.evaluation``: ``EvalConfig``, ``run_grid``,
-``capacity_grid``, ``summarize``, ``write_results``).
+Runs every (policy, scenario, load, seed) episode through ``LLMSched-v1`` (``--capacity``: searches each
+policy's highest load with attainment >= 90% instead). A policy is a baseline name or an exported policy (a run
+folder or its ``policy.json``), optionally ``alias=path``. One row per run as it finishes (a bar on stderr),
+then, with several seeds, the mean and 95% interval. ``--out`` gets results.csv/.json, summary.csv and plots,
+held by one evaluation at a time, written atomically and marked ``complete.json`` last; each run is appended to
+``rows.jsonl`` as it ends, so ``--resume`` continues a killed evaluation (docs/reliability.md). ``--engine vllm``
+also runs vLLM's real scheduler; ``--backend runtime`` serves the episodes on the torch runtime. A run whose
+policy fell back on more than 1% of its decisions is marked ``[fallback N%]``. From Python:
+``llmsched_env.evaluation`` (``EvalConfig``, ``run_grid``, ``capacity_grid``, ``summarize``, ``write_results``).
 """
 
 from __future__ import annotations
@@ -85,8 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(ev: Evaluation) -> int:
-    """Run a parsed evaluation. An input found bad only when its run starts (a weights file), an ``--out``
-    another evaluation holds, or a ``--resume`` of another evaluation exits with status 1 and one line."""
+    """Run a parsed evaluation; an input found bad only when a run starts, a busy ``--out`` or a foreign ``--resume``:
+    status 1, one line."""
     config = ev.config
     if ev.describe:
         for scenario in config.scenarios:
@@ -113,8 +94,8 @@ def run(ev: Evaluation) -> int:
 
 
 def _evaluate(ev: Evaluation, held: bool, record: dict[str, Any] | None = None, killed: bool = False) -> int:
-    """The grid or the capacity searches, with ``--out`` held (``held``: it held an evaluation; ``record``: this
-    one's; ``killed``: its rows are of one that did not finish): the rows file, the results, the marker."""
+    """The grid or the capacity searches with ``--out`` held (``held``: it held an evaluation; ``killed``: its rows are
+    of one that did not finish)."""
     config = ev.config
     windows = len(config.scenarios) * len(config.loads) * len(config.seeds)
     if not ev.capacity and windows > 10_000:  # about a millisecond each: say so before a long silence
@@ -162,10 +143,8 @@ def _evaluate(ev: Evaluation, held: bool, record: dict[str, Any] | None = None, 
 
 
 def _finish(out: Path, write: Callable[[], list[Path]], earlier: bool = True) -> None:
-    """The new results written into ``out`` (each file replacing its earlier version in one step), then, when
-    ``out`` held an ``earlier`` evaluation, the files of it that this one did not write removed: until then the
-    earlier results stay whole, so a kill or a full disk before the end leaves them as they were. A full disk is
-    one line."""
+    """Write the results into ``out``, then remove the files of an ``earlier`` evaluation this one did not write; a full
+    disk is one line."""
     try:
         written = write()
     except OSError as exc:  # a full disk, a file made immutable, a folder made read-only since the check
@@ -178,9 +157,7 @@ def _finish(out: Path, write: Callable[[], list[Path]], earlier: bool = True) ->
 
 @contextmanager
 def _disk_full(out: Path | None) -> Iterator[None]:
-    """A full disk (``ENOSPC``, ``EDQUOT``) anywhere in the block as one error line: the runs finished before it
-    are in ``out``'s rows file (each line on disk before the next run starts; a line cut short is cut off by the
-    next ``--resume``), so the line says to free space and resume."""
+    """A full disk in the block as one error line saying to free space and ``--resume``."""
     try:
         yield
     except OSError as exc:
@@ -203,8 +180,7 @@ def _note(text: str) -> None:
 
 @contextmanager
 def _holding(out: Path | None) -> Iterator[None]:
-    """``out`` locked for this process while the block runs (``common.outputs.locked_output``; nothing
-    without ``--out``); held by another process: one error line."""
+    """``out`` locked for this process while the block runs; held by another: one error line."""
     if out is None:
         yield
         return
@@ -220,7 +196,7 @@ def _holding(out: Path | None) -> Iterator[None]:
 
 
 def _resumable(out: Path, record: dict[str, Any]) -> bool:
-    """Whether ``out`` holds an evaluation that ``record``'s resumes (another one there: one error line)."""
+    """Whether ``out`` holds an evaluation ``record`` resumes (another one: one error line)."""
     try:
         return check_resumable(out, record)
     except ValueError as exc:
@@ -230,8 +206,8 @@ def _resumable(out: Path, record: dict[str, Any]) -> bool:
 def _rows_log(
     ev: Evaluation, record: dict[str, Any] | None, killed: bool = False
 ) -> tuple[RowsLog | None, list[FinishedRun]]:
-    """With ``--out`` (held): on ``--resume``, the runs the evaluation there finished and its rows file open;
-    else an earlier evaluation's files removed and a new rows file with ``record``. Without: no rows file."""
+    """The rows file of ``--out``: on ``--resume``, the evaluation's finished runs and its file reopened; else a new
+    one."""
     out = ev.out
     if out is None or record is None:
         return None, []
@@ -256,8 +232,7 @@ def _rows_log(
 
 
 def _vllm(ev: Evaluation, held: bool) -> int:
-    """``--engine vllm``: every run on the simulator and on vLLM's scheduler in the loop, same requests; a
-    table of both attainments, and the rows (every metric of both engines) in ``--out``."""
+    """``--engine vllm``: every run on the simulator and on vLLM's scheduler, a table of both attainments."""
     from llmsched_env.evaluation.vllm_engine import compare_engines, format_comparison
 
     out = ev.out
@@ -277,8 +252,8 @@ def _vllm(ev: Evaluation, held: bool) -> int:
 
 
 def _speed_check(ev: Evaluation) -> None:
-    """Profile this machine for a few seconds against the cost model that prices the runtime's SLOs and
-    arrival rate: the ratio on stderr, and a warning when it is far from 1."""
+    """Profile this machine against the cost model pricing the runtime's SLOs: the ratio on stderr, a warning if far
+    from 1."""
     from llmsched_env.evaluation.runtime_backend import Runners, speed_check, speed_message
 
     config = ev.config
@@ -304,9 +279,8 @@ def _live(
     title: str | None = None,
     done: Sequence[Row] = (),
 ) -> Iterator[tuple[dict[str, Any], Callable[[Row], None]]]:
-    """A bar over ``total`` steps on stderr, ``title``, ``table``'s header and the ``done`` rows on stdout now;
-    yields the keyword arguments ``run_grid`` and ``capacity_grid`` share and the ``on_row`` that prints a row
-    under the header and warns about its fallbacks."""
+    """A bar on stderr, the table's head and the ``done`` rows; yields ``run_grid``'s keyword arguments and the
+    ``on_row`` printer."""
     for row in done:
         _warn_fallbacks(row)
     with Progress(total=total, desc=desc, unit=unit, enabled=ev.progress) as bar:
@@ -323,8 +297,7 @@ def _live(
 def _grid(
     ev: Evaluation, sustained_column: bool = False, log: RowsLog | None = None, finished: Sequence[FinishedRun] = ()
 ) -> tuple[list[Row], list[Row]]:
-    """Every run not ``finished``, each row printed as it comes and appended to ``log``; with
-    ``sustained_column`` the table shows each run's ``sustained``."""
+    """Every run not ``finished``, each printed as it comes and appended to ``log``."""
     table = results_table(ev.config, sustained=sustained_column)
     done = [run.row for run in finished]
     unit = "cell" if ev.ray else "run"
@@ -335,7 +308,7 @@ def _grid(
 
 
 def _warn_fallbacks(row: Row, note: Callable[[str], None] | None = None) -> None:
-    """One line on stderr (through ``note``, a bar's, when given) for a run whose policy fell back too often."""
+    """One line on stderr (through a bar's ``note`` when given) for a run whose policy fell back too often."""
     warning = fallback_warning(row)
     if warning is not None and note is not None:
         note(f"{program(*PROG)}: {warning}")
@@ -344,8 +317,7 @@ def _warn_fallbacks(row: Row, note: Callable[[str], None] | None = None) -> None
 
 
 def _capacity(ev: Evaluation, log: RowsLog | None = None, finished: Sequence[Row] = ()) -> list[Row]:
-    """Every capacity search not ``finished``, each row appended to ``log`` and printed as it ends; the bar
-    counts load evaluations (on Ray: searches)."""
+    """Every capacity search not ``finished``, each appended to ``log`` and printed as it ends."""
     table = capacity_table(ev.config, per_seed=ev.per_seed)
     with _live(table, ev, "capacity", "search" if ev.ray else "eval", 0, done=finished) as (live, show):
 

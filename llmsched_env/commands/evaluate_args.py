@@ -1,9 +1,7 @@
-"""The options of ``llmsched-evaluate`` and their translation into an ``EvalConfig``.
+"""The options of ``llmsched-evaluate`` and the ``Evaluation`` they make, and the option helpers the commands share.
 
-Every bad value ends in one usage line (``parser.error``), never a traceback: argparse types check the
-shape of each value, the library (``EvalConfig``, ``resolve_policy``, ``RuntimeOptions``,
-``scenario_from_trace``, ``check_output`` for ``--out`` and ``--tensorboard`` inside a shipped folder
-without ``--force``) checks the rest and its ``ValueError`` becomes the usage line.
+Every bad value ends in one usage line (``parser.error``), never a traceback: argparse types check each value's
+shape, the library (``EvalConfig``, ``RuntimeOptions``, ``check_output``, ...) the rest.
 """
 
 from __future__ import annotations
@@ -34,29 +32,10 @@ from llmsched_env.workloads.trace_io import data_stem
 from llmsched_env.workloads.trace_options import TRACE_OPTIONS, build_trace_scenario, tenant_slos
 from llmsched_env.workloads.traces import TRACE_FORMATS
 
-__all__ = [
-    "ENGINE_LIMITS",
-    "PROG",
-    "TRACE_OPTIONS",
-    "add_engine_limits",
-    "add_fitted_option",
-    "add_scaleout_options",
-    "add_trace_options",
-    "as_flags",
-    "build_parser",
-    "config_from_args",
-    "csv_list",
-    "engine_limits",
-    "int_at_least",
-    "positive_float",
-    "positive_int",
-    "scaleout",
-    "stray_trace_options",
-    "tenant_slos",
-    "trace_options",
-    "trace_scenario",
-    "trace_scenarios",
-]
+__all__ = ["ENGINE_LIMITS", "PROG", "TRACE_OPTIONS", "Evaluation", "add_engine_limits", "add_fitted_option",
+           "add_scaleout_options", "add_trace_options", "as_flags", "build_parser", "config_from_args", "csv_list",
+           "engine_limits", "evaluation", "int_at_least", "positive_float", "positive_int", "scaleout",
+           "stray_trace_options", "tenant_slos", "trace_options", "trace_scenario", "trace_scenarios"]  # fmt: skip
 
 PROG = ("llmsched-evaluate", "evaluate.py")  # the console script, the checkout's script (``help.program``)
 # EngineConfig fields settable from the command line, each --NAME-WITH-DASHES (default: the scenario's)
@@ -70,8 +49,7 @@ ENGINE_LIMITS = {
 
 
 def _entries(text: str) -> list[str]:
-    """The stripped entries of a comma list (none for a blank one); ``argparse.ArgumentTypeError`` for an empty
-    entry (``fcfs,,sjf``, ``fcfs,``: a typo, or a variable that expanded to nothing)."""
+    """The stripped entries of a comma list; an error for an empty entry (``fcfs,,sjf``: a typo or empty variable)."""
     items = [x.strip() for x in text.split(",")]
     if text.strip() and not all(items):
         raise argparse.ArgumentTypeError(f"an empty entry in {text!r} (a comma too many, or an empty variable?)")
@@ -79,9 +57,7 @@ def _entries(text: str) -> list[str]:
 
 
 def csv_list(kind: type, minimum: float | None = None, unique: bool = True) -> Callable[[str], list[Any]]:
-    """An argparse type: a comma-separated list of ``kind``, each > ``minimum`` when given, no entry empty
-    (``fcfs,,sjf``), and with ``unique`` none given twice (argparse names the option: ``argument --seeds: 0 given
-    more than once in '0,0'``)."""
+    """An argparse type: a comma list of ``kind``, each > ``minimum`` when given, with ``unique`` none twice."""
 
     def parse(text: str) -> list[Any]:
         try:
@@ -90,14 +66,9 @@ def csv_list(kind: type, minimum: float | None = None, unique: bool = True) -> C
             raise argparse.ArgumentTypeError(
                 f"expected a comma-separated list of {kind.__name__}, got {text!r}"
             ) from None
-        if not values:
-            raise argparse.ArgumentTypeError(f"expected at least one entry, got {text!r}")
         if minimum is not None and any(not v > minimum for v in values):
             raise argparse.ArgumentTypeError(f"every value must be > {minimum:g}, got {text!r}")
-        repeated = duplicates(values) if unique else []
-        if repeated:
-            raise argparse.ArgumentTypeError(f"{', '.join(map(str, repeated))} given more than once in {text!r}")
-        return values
+        return _checked(values, text, unique)
 
     parse.__name__ = f"list of {kind.__name__}"
     return parse
@@ -125,13 +96,9 @@ positive_int = int_at_least(1)
 
 
 def policy_list(text: str) -> list[str]:
-    """The ``--policies`` type: ``csv_list(str)``, except that a lookahead or mpc spelling keeps its options
-    (``lookahead:k=32,horizon=32,fcfs`` is two policies; ``decision.lookahead.join_options``). An entry with a
-    control character, or a name (``NAME=PATH``) with ``|``, is refused: the names label the tables' rows
-    (``EvalConfig`` checks the names a path gives, e.g. its folder's)."""
-    values = join_options(_entries(text))
-    if not values:
-        raise argparse.ArgumentTypeError(f"expected at least one entry, got {text!r}")
+    """The ``--policies`` type: a comma list whose lookahead or mpc entries keep their options
+    (``lookahead:k=32,horizon=32,fcfs`` is two), each name fit to label a table's row."""
+    values = _checked(join_options(_entries(text)), text, False)
     for entry in values:
         alias, sep, _ = entry.partition("=")
         try:
@@ -140,7 +107,14 @@ def policy_list(text: str) -> list[str]:
             check_label("policy", entry, separator=False)  # a path's folder may name it: EvalConfig checks that
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
-    repeated = duplicates(values)
+    return _checked(values, text, True)
+
+
+def _checked(values: list[Any], text: str, unique: bool) -> list[Any]:
+    """``values``, refused when empty or (with ``unique``) with an entry given twice."""
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected at least one entry, got {text!r}")
+    repeated = duplicates(values) if unique else []
     if repeated:
         raise argparse.ArgumentTypeError(f"{', '.join(map(str, repeated))} given more than once in {text!r}")
     return values
@@ -255,8 +229,7 @@ _NO_ADDRESS = "<no address>"  # --ray given alone: the spelling of local workers
 
 
 def add_scaleout_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, what: str) -> None:
-    """``--workers N`` (local worker processes) and ``--ray ADDRESS`` (a Ray cluster) to spread ``what`` over;
-    ``scaleout`` checks them after parsing."""
+    """``--workers N`` (local worker processes) and ``--ray ADDRESS`` (a Ray cluster) to spread ``what`` over."""
     p.add_argument(
         "--workers",
         type=positive_int,
@@ -294,8 +267,7 @@ def scaleout(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 
 def add_trace_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, replaces: str = "--scenarios") -> None:
-    """``--trace`` (a user's trace file instead of ``replaces``, the command's scenario option) and the options
-    that say how to read it; ``trace_scenario`` turns them into a scenario."""
+    """``--trace`` (a trace file instead of ``replaces``) and the options that say how to read it."""
     add = p.add_argument
     add("--trace", type=Path, default=None, help=f"your own trace file instead of {replaces}")
     add("--trace-format", choices=TRACE_FORMATS, default=None, help="format of --trace (default: none; required)")
@@ -329,8 +301,7 @@ def stray_trace_options(given: set[str], extra: Sequence[str] = ()) -> list[str]
 
 
 def add_fitted_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """``--fitted-traffic``: beside ``--trace``'s replay, traffic generated from each of its parts
-    (``trace_scenarios``)."""
+    """``--fitted-traffic``: beside ``--trace``'s replay, traffic generated from each of its parts."""
     p.add_argument(
         "--fitted-traffic",
         action="store_true",
@@ -356,7 +327,7 @@ def engine_limits(args: argparse.Namespace) -> dict[str, int]:
     return {name: getattr(args, name) for name in ENGINE_LIMITS if getattr(args, name) is not None}
 
 
-# options that do nothing beside another: (option, the one that makes it do nothing, why), refused in one line
+# (option, the option that makes it do nothing, why): refused together
 _NO_OPS = (
     ("scenarios", "trace", "--trace replaces --scenarios (the trace is the one scenario)"),
     ("loads", "capacity", "--capacity searches the load itself (--loads is not used)"),
@@ -372,8 +343,7 @@ _NO_OPS = (
 )
 
 
-# options that do something only beside another: (option, what it needs, whether args give that, why), refused in
-# one line when given without it
+# (option, what it needs, whether args give that, why): refused without it
 _Needs = tuple[str, str, Callable[[argparse.Namespace], bool], str]
 _RUNTIME = "it applies to the torch runtime only, not to the simulator (--backend sim, the default)"
 _TRACED = (*(name for name in TRACE_OPTIONS if name != "trace"), "fitted_traffic")  # the options of --trace
@@ -410,11 +380,8 @@ _NEEDS: tuple[_Needs, ...] = (
 
 
 def check_combinations(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """A usage error for an option given beside one that makes it do nothing (``_NO_OPS``: ``--scenarios`` with
-    ``--trace``, ``--loads`` with ``--capacity``, ``--out`` with ``--describe``, ...) or without the one it
-    needs (``_NEEDS``: ``--model`` without ``--backend runtime``, ``--trace-columns`` without ``--trace``,
-    ``--force`` without ``--out`` or ``--tensorboard``, ...), so that no option is ignored without a word. Only
-    options given on the command line count (``args.given``)."""
+    """A usage error for an option given (``args.given``) beside one that makes it do nothing (``_NO_OPS``) or without
+    the one it needs (``_NEEDS``)."""
     given: set[str] = getattr(args, "given", set())
     for option, other, why in _NO_OPS:
         if option in given and getattr(args, other, None):
@@ -431,8 +398,7 @@ _TRAINING_MARKS = ("args.json", "model.zip", "checkpoints", "policy.json")
 
 
 def _check_not_a_training(p: argparse.ArgumentParser, out: Path) -> None:
-    """A usage error when ``--out`` is a training's run folder: the evaluation would replace the training's
-    ``complete.json`` with its own (so the run would look unfinished, or finished by an evaluation)."""
+    """A usage error when ``--out`` is a training's run folder, whose ``complete.json`` the evaluation would replace."""
     held = [name for name in _TRAINING_MARKS if (out / name).exists()]
     if held:
         p.error(f"--out {out}: holds a training ({', '.join(held)}); an evaluation writes its own files and marker "
@@ -440,8 +406,7 @@ def _check_not_a_training(p: argparse.ArgumentParser, out: Path) -> None:
 
 
 def _check_apart(p: argparse.ArgumentParser, out: Path | None, tensorboard: Path) -> None:
-    """A usage error when ``--tensorboard`` is, or lies under, a file the evaluation writes in ``--out``
-    (``OUT_FILES``): the events would go where a result file is written, found only after every run."""
+    """A usage error when ``--tensorboard`` is, or lies under, a file the evaluation writes in ``--out``."""
     if out is None:
         return
     board, folder = tensorboard.expanduser().absolute(), out.expanduser().absolute()
@@ -480,8 +445,8 @@ _NOT_COMPARED = ("out", "plots", "tensorboard", "force", "no_progress", "workers
 
 
 def evaluation(argv: Sequence[str] | None = None, description: str = "") -> Evaluation:
-    """The ``Evaluation`` of a command line (default: the process's arguments); a bad one exits (status 2)
-    with one usage line."""
+    """The checked ``Evaluation`` of a command line (default: the process's); a bad one exits (status 2) with one usage
+    line."""
     p = build_parser(description)
     args = p.parse_args(argv)
     args.given = given_options(p, argv)
@@ -489,24 +454,16 @@ def evaluation(argv: Sequence[str] | None = None, description: str = "") -> Eval
         p.error("--resume continues an evaluation in --out: it needs --out, and no --describe or --engine vllm")
     config = config_from_args(p, args)
     flags = {a.dest: max(a.option_strings, key=len) for a in p._actions if a.option_strings}
-    return Evaluation(
+    return from_args(
+        Evaluation,
+        args,
         config=config,
         line=(PROG[0], *(sys.argv[1:] if argv is None else argv)),
         options={flags.get(k, k): v for k, v in vars(args).items() if k not in _NOT_COMPARED},
         files={"--trace": args.trace, "--cost-model": args.cost_model, "--weights": getattr(args, "weights", None)},
-        out=args.out,
-        tensorboard=args.tensorboard,
         plots=args.plots if args.plots is not None else args.out is not None,
-        describe=args.describe,
-        capacity=args.capacity,
-        per_seed=args.per_seed,
-        resume=args.resume,
-        engine=args.engine,
-        ray=args.ray,
-        ray_cpus=args.ray_cpus,
         progress=not args.no_progress,
         speed_check=not args.no_speed_check,
-        policy_timeout_s=args.policy_timeout_s,
     )
 
 
@@ -565,17 +522,14 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
     return config
 
 
-# The most requests an evaluation may plan (each option within its cap, their product unbounded: 1,000 seeds x 101
-# loads took minutes before its first run); the simulator serves some 10,000 requests/s on one core through the
-# env, so 10^8 is hours. Raised by LLMSCHED_MAX_EVALUATION_REQUESTS.
+# the most requests an evaluation may plan (10^8: hours at ~10,000 requests/s); LLMSCHED_MAX_EVALUATION_REQUESTS
 MAX_PLANNED_REQUESTS = CountLimit("the requests an evaluation plans", 100_000_000, "LLMSCHED_MAX_EVALUATION_REQUESTS")
 CAPACITY_LOADS = 16  # loads a capacity search plays, about (a bracket and its bisection), for the plan's size
 
 
 def check_planned_requests(p: argparse.ArgumentParser, args: argparse.Namespace, config: EvalConfig) -> None:
-    """A usage error when the evaluation plans more requests than ``MAX_PLANNED_REQUESTS``: scenarios' episode
-    sizes x policies x seeds x loads (a grid) or x ``CAPACITY_LOADS`` (capacity searches, whose windows may grow
-    further), naming the options and the product."""
+    """A usage error when the evaluation plans more than ``MAX_PLANNED_REQUESTS`` requests (episode sizes x policies x
+    seeds x loads), naming the options."""
     sizes = sum(config.num_requests or int(getattr(s, "num_requests", 1)) for s in config.scenarios)
     plays = CAPACITY_LOADS if args.capacity else len(config.loads)
     total = sizes * len(config.policies) * len(config.seeds) * plays
@@ -596,13 +550,10 @@ def trace_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def trace_scenario(p: argparse.ArgumentParser, args: argparse.Namespace, limits: dict[str, int]) -> Scenario:
-    """The scenario of ``--trace`` and its options (``add_trace_options``); a usage error without
-    ``--trace-format``, else ``build_trace_scenario``'s ``ValueError`` naming the option or the file (which
-    the commands turn into their usage line), or one for a file whose name (the scenario's) ``check_label``
-    refuses."""
+    """The scenario of ``--trace`` and its options; a usage error without ``--trace-format``, a ``ValueError`` naming
+    the option or the file otherwise."""
     if args.trace_format is None:
         p.error(f"--trace needs --trace-format ({', '.join(TRACE_FORMATS)})")
-    # the file's stem names the scenario, which labels the tables' rows: refused before the file is read
     check_label(f"--trace {str(args.trace)!r}: scenario name", data_stem(Path(args.trace)))
     try:
         return build_trace_scenario(trace_options(args), limits)  # EvalConfig puts the limits over it again
@@ -611,9 +562,7 @@ def trace_scenario(p: argparse.ArgumentParser, args: argparse.Namespace, limits:
 
 
 def trace_scenarios(p: argparse.ArgumentParser, args: argparse.Namespace, limits: dict[str, int]) -> list[Scenario]:
-    """``--trace``'s scenario (``trace_scenario``) and, with ``--fitted-traffic``, the same scenario on traffic
-    fitted to each of its parts (``workloads.fitted.fitted_scenario``, named ``STEM-fitted``), in that order; a
-    usage error when the trace has no arrival times (a length-only file is generated traffic already)."""
+    """``--trace``'s scenario and, with ``--fitted-traffic``, its fitted traffic (``STEM-fitted``)."""
     replay = trace_scenario(p, args, limits)
     if not getattr(args, "fitted_traffic", False):
         return [replay]

@@ -23,14 +23,7 @@ import gymnasium as gym
 
 import llmsched_env  # noqa: F401  (registers LLMSched-v1, LLMSched-v1 and LLMSchedCluster-v0)
 from llmsched_env.cluster.scenarios import CLUSTER_SCENARIOS, ClusterScenario
-from llmsched_env.common.checks import (
-    check_bool,
-    check_int,
-    check_label,
-    check_positive,
-    check_unique,
-    duplicates,
-)
+from llmsched_env.common.checks import check_bool, check_int, check_label, check_positive, check_unique, duplicates
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.actions import ACTION_COMPONENTS, ActionSpec
 from llmsched_env.decision.knob_space import base_decision, static_decision
