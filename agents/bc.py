@@ -1,14 +1,8 @@
 """Behaviour-cloning warm start: fit the agent's policy to a baseline's actions before reinforcement learning.
 
-The baseline plays training episodes; the actor learns its actions by maximum likelihood (with the action
-masks, for MaskablePPO) and the critic learns the discounted returns of those episodes, so PPO starts from
-the heuristic's behaviour with a value function that already knows what it is worth.
-
-With ``dagger_iterations`` (DAgger, Ross et al. 2011), the clone then plays episodes itself, the baseline labels
-every state the clone reached with the action it would have taken there, and the actor is fitted again on all
-the labelled states so far: the clone learns to recover from its own mistakes, which plain cloning never shows
-it (on the generalist's mix, a clone of ``tuned`` fitted only on ``tuned``'s own states drifted to other
-settings at the loads near capacity where ``tuned`` never went).
+The actor learns the baseline's actions by maximum likelihood (with the action masks), the critic the discounted
+returns of its episodes. With ``dagger_iterations`` (DAgger, Ross et al. 2011) the clone then plays episodes
+itself, the baseline labels every state it reached, and the actor is fitted again on all labels so far.
 """
 
 from __future__ import annotations
@@ -35,13 +29,7 @@ CloneLog = Callable[[Mapping[str, float], int], None]
 
 
 def collect_demonstrations(
-    env: gym.Env,
-    baseline: str,
-    num_steps: int,
-    gamma: float,
-    seed: int,
-    actor: Actor | None = None,
-    stride: int = 1,
+    env: gym.Env, baseline: str, num_steps: int, gamma: float, seed: int, actor: Actor | None = None, stride: int = 1
 ) -> dict[str, np.ndarray]:
     """``num_steps`` steps on ``env``: observations, masks, the actions of ``baseline`` (a name or a comma list,
     ``agents.teacher.teacher``: baselines, or ``searched`` on ``LLMSchedMix-v0``) and

@@ -1,10 +1,8 @@
 """Export a trained SB3 policy as ``policy.safetensors`` + ``policy.json`` for the torch runtime.
 
-Only what acting needs leaves SB3: the actor's linear layers (``mlp_extractor.policy_net`` and
-``action_net``), the activation name, the observation names and action options, and optionally the
-VecNormalize statistics, with ``fields_sha256`` (a digest of every field that decides an action:
-``decision.policy_file.seal_meta``). ``llmsched_env.runtime.policy_file.load_policy_file`` reads the pair
-back with torch alone; the export ends by doing exactly that, so a file that is written is a file that loads.
+Only what acting needs leaves SB3: the actor's linear layers, the activation, the observation names and action
+options, optionally the VecNormalize statistics, and ``fields_sha256`` (``decision.policy_file.seal_meta``). The
+export ends by loading the pair back with torch alone, so a file that is written is a file that loads.
 """
 
 from __future__ import annotations

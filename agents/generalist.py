@@ -1,9 +1,6 @@
-"""What training the generalist and fine-tuning need beyond a one-scenario training.
-
-``knee_loads()``: per library scenario, the load at which the best named heuristic keeps 90% SLO attainment on
-the val split (measured by ``llmsched-tune`` and kept in the provenance of ``baselines/tuned.json``), around
-which ``LLMSchedMix-v0`` draws its training loads and at which it selects checkpoints. ``init_from_policy``:
-an exported policy's weights into a fresh SB3 model (``llmsched-train --init``).
+"""What training the generalist and fine-tuning need: ``knee_loads()``, per library scenario the load at which the
+best named heuristic keeps 90% attainment (``baselines/tuned.json``'s provenance), and ``init_from_policy``, an
+exported policy's weights into a fresh SB3 model (``llmsched-train --init``).
 """
 
 from __future__ import annotations

@@ -1,30 +1,14 @@
-"""Teachers for behaviour cloning and DAgger: the baselines; ``searched``, the best of several settings tried
-on the episode itself; and ``lookahead``, the lookahead bound's choice from the very state it is asked about.
-
-``searched`` is built on ``LLMSchedMix-v0`` only. For each episode it replays the episode's workload (the same
-requests: ``WorkloadMixEnv.replay``) under every candidate of ``candidates`` and plays the one with the highest
-SLO attainment (then goodput): per workload the best of the named rules and of the library's tuned settings,
-where one fixed teacher plays every randomised workload otherwise. It sees the episode's future, as a teacher may;
-the clone sees only the observation and learns which setting suits the state it is in. A candidate is a
-baseline name (``slo_aware``, ``sjf``, ...) or ``tuned:SCENARIO``, that library scenario's settings from the
-shipped tuned table played on any workload.
+"""Teachers for behaviour cloning and DAgger: the baselines; ``searched``, the best of several settings tried on
+the episode itself; ``lookahead`` and ``mpc``, a planner's choice from the very state it is asked about.
 
     teacher("tuned,searched", seed)  # tuned's settings on library episodes, the searched best on the others
     teacher("lookahead", seed)       # the lookahead's label in each state reached (DAgger with the bound as expert)
     teacher("mpc", seed)             # the mpc planner's choice in each state reached (an expert that sees no future)
 
-``lookahead`` (``LookaheadTeacher``) is clairvoyant too, and state-dependent: every ``k`` iterations of the episode
-(64) it snapshots the env where it stands, whoever brought it there, plays each candidate setting forward (the
-base setting and its single-knob neighbours: ``llmsched_env.evaluation.lookahead``) and labels that state, and the
-states until its next decision, with the best; the base is ``tuned``'s setting for a library episode, else the
-static named rule that scores best on the episode. Distilling it asks the network for more than any one
-setting per workload: to switch settings as the state moves.
-
-``mpc`` (``MPCTeacher``) labels the same way with the ``mpc`` planner (``llmsched_env.decision.mpc``): every 64
-iterations it plans on forecast futures built from the state alone, never from the episode's future, so its
-labels depend only on what the observation could summarise. Its base is ``tuned``'s setting for a library
-episode, else ``mixed-slo``'s tuned setting (the best single candidate of ``DEFAULT_CANDIDATES``): choosing a
-base by playing the episode would see its future.
+``searched`` (``LLMSchedMix-v0`` only) replays each episode's workload under every candidate (a baseline name or
+``tuned:SCENARIO``) and plays the best. ``lookahead`` every 64 iterations plays each candidate setting forward
+from a snapshot of the env and labels the state with the best (clairvoyant). ``mpc`` plans on forecast futures
+built from the state alone; its base is ``tuned``'s setting for a library episode, else ``mixed-slo``'s.
 """
 
 from __future__ import annotations
@@ -46,19 +30,8 @@ from llmsched_env.decision.tuned_table import load_tuned_table
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.lookahead import LookaheadPolicy
 
-__all__ = [
-    "DEFAULT_CANDIDATES",
-    "LOOKAHEAD",
-    "MPC",
-    "SEARCHED",
-    "LookaheadTeacher",
-    "MPCTeacher",
-    "candidate_factory",
-    "check_teacher",
-    "searched",
-    "shipped_settings",
-    "teacher",
-]
+__all__ = ["DEFAULT_CANDIDATES", "LOOKAHEAD", "MPC", "SEARCHED", "LookaheadTeacher", "MPCTeacher", "candidate_factory",
+           "check_teacher", "searched", "shipped_settings", "teacher"]  # fmt: skip
 
 SEARCHED = "searched"
 LOOKAHEAD = "lookahead"
@@ -67,14 +40,8 @@ MPC_FALLBACK_BASE = "mixed-slo"  # the base of an episode without a tuned entry:
 # chosen on 60 randomised *train* episodes (400 requests, 0.3-2 x the knee; bench/teacher_candidates.py), greedily:
 # each added candidate raised the mean of the best-of attainment most (0.924 for mixed-slo's settings alone, 0.935
 # with all six, 0.9355 with all thirteen: the eleven distinct tuned settings, slo_aware and sjf; slo_aware alone 0.917)
-DEFAULT_CANDIDATES = (
-    "tuned:mixed-slo",
-    "tuned:default",
-    "tuned:short-long",
-    "tuned:bursty",
-    "tuned:azure-code",
-    "slo_aware",
-)
+DEFAULT_CANDIDATES = ("tuned:mixed-slo", "tuned:default", "tuned:short-long", "tuned:bursty", "tuned:azure-code",
+                      "slo_aware")  # fmt: skip
 TUNED_PREFIX = "tuned:"
 
 
