@@ -38,9 +38,8 @@ def kl_to_reference(reference: Any, policy: Any, obs: torch.Tensor, masks: torch
 
 
 class AnchorCallback(BaseCallback):
-    """After each update, pull the policy towards its frozen start (see the module docstring). ``coef``: the weight
-    of the KL term (> 0); ``epochs``: passes over the last rollout's observations per pull; ``batch_size``:
-    observations per gradient step. ``seed``: the order of those observations."""
+    """After each update, pull the policy towards its frozen start with weight ``coef``, ``epochs`` passes over the
+    rollout."""
 
     def __init__(self, coef: float, epochs: int = 1, batch_size: int = 256, seed: int = 0) -> None:
         super().__init__()

@@ -5,12 +5,9 @@
     llmsched-train --scenarios mixed-slo,bursty --seeds 0,1 --workers 2 --out runs/sweep   # 4, two at a time
     llmsched-train --trace my.csv --trace-format azure --init policies/generalist --out runs/mine  # fine-tune
 
-Hyperparameters come from agents/hyperparams/<algo>.yml keyed by scenario, then --quick, then --hp
-key=value, then the flags. The run folder keeps the resolved config (config.yml), the command line
-(command.txt), TensorBoard events (tb/), checkpoints, the final and best models and the exported policy
-(policy.safetensors + policy.json) that llmsched-evaluate and the torch runtime load. What it is doing goes
-to stderr (off with --no-progress), results to stdout. A run folder inside policies/, docs/results/ or the
-installed package is refused unless --force. From Python: agents.training.train(TrainConfig(...)).
+Hyperparameters come from agents/hyperparams/<algo>.yml keyed by scenario, then --quick, then --hp key=value,
+then the flags. The run folder keeps the config, the command line, TensorBoard events, checkpoints, the models
+and the exported policy. From Python: agents.training.train(TrainConfig(...)).
 """
 
 from __future__ import annotations
@@ -115,9 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse and check the arguments; ``args.config`` is the (base) ``TrainConfig``, ``args.sweep`` whether
-    several trainings were asked for, with ``args.scenario_list``, ``args.seed_list`` and ``args.grid``.
-    A bad argument exits with a one-line usage error (status 2)."""
+    """Parse and check the arguments: ``args.config`` (the base ``TrainConfig``), ``args.configs``, ``args.sweep``; a
+    bad one exits (status 2)."""
     p = build_parser()
     args = p.parse_args(argv)  # --help exits here, before torch and SB3 are imported (below)
     scaleout(p, args)

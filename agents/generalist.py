@@ -36,9 +36,7 @@ def knee_loads(table: str | Path = SHIPPED_TABLE) -> dict[str, float]:
 
 
 def init_network(path: str | Path | ExportedPolicy) -> tuple[ExportedPolicy, dict[str, Any]]:
-    """The exported policy at ``path`` (or ``path`` itself, already loaded) and the ``policy_kwargs`` (hidden
-    layers, activation) a model needs to take its weights. ``PolicyFileError`` (a ``ValueError``, one line,
-    naming the file) for a bad file."""
+    """The exported policy at ``path`` and the ``policy_kwargs`` a model needs to take its weights."""
     policy = path if isinstance(path, ExportedPolicy) else load_policy_file(path)
     widths = [int(w.shape[0]) for w, _ in policy.weights[:-1]]  # the hidden layers; the last gives the logits
     activation = ACTIVATIONS[policy.meta["network"]["activation"]]
@@ -46,9 +44,8 @@ def init_network(path: str | Path | ExportedPolicy) -> tuple[ExportedPolicy, dic
 
 
 def check_init(policy: ExportedPolicy, env: Any, algo: str) -> None:
-    """``ValueError`` (one line naming the file) unless ``policy`` can start a training of ``algo`` on ``env``:
-    the same observation names, schema, actions and their options, no observation normalisation, and a
-    masked policy for MaskablePPO only."""
+    """``ValueError`` unless ``policy`` can start a training of ``algo`` on ``env`` (same observations, actions,
+    masks)."""
     u = env.unwrapped
     policy.check_compatible(
         u.obs_names, u.action_spec.nvec, schema_version=u.schema, action_options=action_options(u.action_spec)
@@ -60,9 +57,7 @@ def check_init(policy: ExportedPolicy, env: Any, algo: str) -> None:
 
 
 def init_from_policy(model: BaseAlgorithm, policy: ExportedPolicy, env: Any) -> None:
-    """Copy ``policy``'s actor weights into ``model`` (built with ``init_network``'s policy_kwargs), after
-    checking that it fits ``env`` and the model's algorithm (``check_init``). The value network starts fresh.
-    ``ValueError`` naming the file otherwise."""
+    """Copy ``policy``'s actor weights into ``model`` after ``check_init``; the value network starts fresh."""
     check_init(policy, env, next(name for name, cls in ALGOS.items() if type(model) is cls))
     actor: Any = model.policy  # SB3's ActorCriticPolicy or sb3-contrib's MaskableActorCriticPolicy: no common base
     linears = [m for m in actor.mlp_extractor.policy_net if isinstance(m, torch.nn.Linear)]

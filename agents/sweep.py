@@ -41,11 +41,8 @@ def sweep_configs(
     seeds: Sequence[int] | None = None,
     hp_grid: Mapping[str, Sequence[str]] | None = None,
 ) -> list[TrainConfig]:
-    """``base`` for every scenario x seed x combination of ``hp_grid`` values (YAML text, as ``--hp`` takes
-    them), each in ``out/<scenario>-seed<K>[-key=value...]`` without progress output. ``scenarios`` and
-    ``seeds`` default to ``base``'s. ``ValueError`` for an unknown scenario, a value that is not YAML, or a
-    scenario, seed or value given twice (two trainings would share a run folder), or more than
-    ``MAX_SWEEP_TRAININGS`` trainings in all (counted before any is built)."""
+    """``base`` for every scenario x seed x ``hp_grid`` combination, each in
+    ``out/<scenario>-seed<K>[-key=value...]``; ``ValueError`` for a bad one."""
     check_unique("scenarios", scenarios or [])
     check_unique("seeds", seeds or [])
     sizes = [len(scenarios or [base.scenario]), len(seeds if seeds is not None else [base.seed])]
@@ -80,10 +77,8 @@ def finished_result(out: Path) -> dict[str, Any]:
 
 
 def train_task(argv: list[str], cwd: str) -> dict[str, Any]:
-    """One training of a sweep as a child process ``python -m agents.cli *argv`` that ends when this process
-    ends (``guarded_command``), its output in the run folder's ``train.log``; runs in ``cwd`` when that is a
-    checkout here (else in this process's folder: a Ray node's working_dir). Returns the run folder, the exit
-    code and the run's summary (None if absent)."""
+    """One training of a sweep as a child process ``python -m agents.cli *argv`` ending with this process, logged to
+    ``train.log``."""
     root = cwd if os.path.isfile(os.path.join(cwd, "agents", "cli.py")) else os.getcwd()
     out = Path(argv[argv.index("--out") + 1])
     out.mkdir(parents=True, exist_ok=True)
@@ -112,12 +107,8 @@ def run_sweep(
     force: bool = False,
     kept: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
-    """Run every training of ``configs`` (``train_task``), serially or, with ``ray`` (an address, or
-    ``"local"`` for ``ray_cpus`` local worker processes), as parallel tasks; one line on stdout as each training
-    ends (on Ray, in the order they end), a bar over the trainings on stderr unless ``progress`` is False;
-    ``out/sweep.json`` lists the results, returned in the order of ``configs``, after those ``kept`` (trainings
-    a resumed sweep found finished: ``finished_result``). ``ValueError`` for ``out``
-    inside a shipped folder (unless ``force``); ``RuntimeError`` when Ray is asked for and missing."""
+    """Run every training of ``configs``, serially or on ``ray`` (an address, or ``"local"``: ``ray_cpus`` local
+    workers); one line as each ends."""
     check_output(out, force)
     with locked_output(out, "llmsched-train (a sweep)"):  # a second sweep into this folder is refused
         jobs = [(config.to_argv(), os.getcwd()) for config in configs]

@@ -86,10 +86,8 @@ def searched(env: Any, candidates: Sequence[str] = DEFAULT_CANDIDATES, seed: int
 
 
 class _StateTeacher:
-    """A teacher that labels the state it is asked about, anew once ``k`` engine iterations have passed since its
-    last label or when the env runs another simulator (a reset or a restore: another state), the label held in
-    between and projected onto each mask. ``num_labels`` counts the decisions. A subclass gives ``_simulator()``
-    (the env's current one), ``_decide()`` (the label for its state) and ``spec``."""
+    """A teacher that labels the state it is asked about anew every ``k`` engine iterations (or on another
+    simulator), the label projected onto each mask."""
 
     spec: Any
 
@@ -117,10 +115,7 @@ class _StateTeacher:
 
 
 class LookaheadTeacher(_StateTeacher):
-    """The ``lookahead`` teacher on one episode of ``env`` (``LLMSched-v1`` or ``LLMSchedMix-v0``, after its
-    reset): ``act`` returns the lookahead's label for the env's current state (``LookaheadPolicy.label``),
-    decided again once ``config.k`` (64) engine iterations have passed since the last decision, projected onto the
-    mask. ``num_labels`` counts the decisions."""
+    """The ``lookahead`` teacher on one episode of ``env``: the lookahead's label for the env's current state."""
 
     def __init__(self, env: Any, seed: int | None = 0, config: LookaheadConfig | None = None) -> None:
         u = env.unwrapped
@@ -140,11 +135,8 @@ class LookaheadTeacher(_StateTeacher):
 
 
 class MPCTeacher(_StateTeacher):
-    """The ``mpc`` teacher on one episode of ``env`` (``LLMSched-v1`` or ``LLMSchedMix-v0``, after its reset):
-    ``act`` returns the planner's choice for the env's current state (``MPCPlanner.decide`` on its simulator,
-    which it forks and never changes), decided again once ``config.k`` (64) engine iterations have passed since
-    the last decision, projected onto the mask. ``num_labels`` counts the decisions. Its labels are settings:
-    ``candidates=requests`` (per-request moves) is refused."""
+    """The ``mpc`` teacher on one episode of ``env``: the planner's choice for the env's current state, from forecast
+    futures."""
 
     def __init__(self, env: Any, seed: int | None = 0, config: MPCConfig | None = None) -> None:
         config = config if config is not None else MPCConfig()
@@ -168,10 +160,7 @@ class MPCTeacher(_StateTeacher):
 
 
 def check_teacher(names: str, registry: Any = None) -> None:
-    """``ValueError`` naming the first entry of the comma list ``names`` that is no teacher: neither a name of
-    ``registry`` (default: the schedulers; the routers for a cluster scenario), nor, for schedulers,
-    ``searched``, ``lookahead``, ``mpc`` or ``tuned:SCENARIO`` with the scenario in the shipped tuned table. So a
-    typo in ``bc_warmstart`` or ``--bc`` fails when the configuration is read, before any episode is played."""
+    """``ValueError`` naming the first entry of the comma list ``names`` that is no teacher of ``registry``'s kind."""
     from llmsched_env.decision.registry import SCHEDULERS
 
     registry = SCHEDULERS if registry is None else registry

@@ -4,16 +4,10 @@
     llmsched-calibrate fidelity --model tiny --preset runtime-tiny-cpu --policies fcfs,sjf,slo_aware \\
         --loads 0.4,0.7 --seeds 1,2                             # -> results/calibrate/fidelity-tiny-cpu/
 
-profile times the model runner over a grid of batch shapes, records fcfs fitting episodes (real iterations
-with the serving loop's own time), fits the linear cost model and writes it as a preset (with the grid
-samples beside it as CSV); load it anywhere by its path, e.g. evaluate.py --cost-model PATH. fidelity
-replays the same workloads, under several policies and loads, on the runtime and in the simulator priced by
-that preset, and writes the relative errors of TTFT / TPOT / E2E at p50 and p99 and of the throughput
-(fidelity.csv, fidelity.json, fidelity.md); unless --no-in-situ, each workload is also replayed in lockstep
-with fitting episodes and predicted by a model fitted to them: the error without the machine's speed drift
-since the preset was fitted. Fitting workloads (seeds 1000 and up) and the warm-up workload (999) are never
-fidelity workloads. Bars and status lines go to stderr (off with --no-progress), results to stdout. Writing
-inside the installed package (presets) or docs/results/ is refused unless --force. From Python:
+profile times the model over a grid of batch shapes and fcfs fitting episodes, fits the linear cost model and
+writes it as a preset (load it by its path: evaluate.py --cost-model PATH). fidelity replays the same workloads on
+the runtime and in the simulator priced by that preset and reports the relative errors of TTFT / TPOT / E2E at
+p50 and p99 and of the throughput (unless --no-in-situ, also against a model fitted in lockstep). From Python:
 llmsched_env.runtime.profiling.profile_preset and llmsched_env.runtime.fidelity_report.run_fidelity.
 """
 
@@ -73,9 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse and check the arguments (``args.spec``: the ``RunnerSpec``; lists parsed; ``--out`` defaulted
-    and checked against shipped folders). A bad argument exits with a one-line usage error (status 2). Torch
-    is imported only once the arguments are parsed: ``--help`` does not wait for it."""
+    """Parse and check the arguments (``args.spec``: the ``RunnerSpec``; ``--out`` defaulted); a bad one exits
+    (status 2), before torch is imported."""
     p = build_parser()
     args = p.parse_args(argv)
     from llmsched_env.runtime.fidelity import check_runtime_requests
@@ -138,8 +131,8 @@ def _numbers(option: str, text: str, kind: type) -> list:
 
 
 class _Bars:
-    """``on_status(line)`` and ``on_progress(phase, done, total)`` on stderr: a status line ends the bars
-    before it, and each phase has its own bar until the next phase or status line."""
+    """``on_status(line)`` and ``on_progress(phase, done, total)`` on stderr: one bar per phase, ended by the next
+    phase or status line."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled

@@ -26,9 +26,8 @@ __all__ = ["main", "seal_policy_file"]
 
 
 def seal_policy_file(path: str | Path) -> tuple[Path, bool]:
-    """Add ``fields_sha256`` to the policy at ``path`` (a folder, its JSON or its weights) when it has none;
-    return the JSON's path and whether it was written. ``PolicyFileError`` naming the file when the pair does
-    not load for another reason or cannot be written."""
+    """Add ``fields_sha256`` to the policy at ``path`` when it has none; the JSON's path and whether it was written
+    (``PolicyFileError`` otherwise)."""
     try:
         return load_policy_file(path).path, False  # it has its record, which holds
     except UnsealedPolicyError:  # every other check passed: the fields, the weights and their digest

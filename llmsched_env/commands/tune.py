@@ -6,24 +6,12 @@
     llmsched-tune --trace my.csv --trace-format azure   # your own trace, into your user table (below)
     python -m llmsched_env.commands.tune ...            (the same command, from a checkout)
 
-For each scenario, on the val split only: the probe load is the highest val capacity of the --reference
-heuristics (2 seeds); the static decision of every static heuristic and --candidates random knob settings are
-narrowed by successive halving over --seeds at that load (1 seed, 3 seeds, all; the best third goes on); a
-local search then moves one knob at a time (--rounds); last, the val capacity of the result and of the
-references. The entry (knobs and how they were found) is merged into --out (results/tuned.json by default;
-the shipped table only with --force), other scenarios kept: ``llmsched-evaluate --policies tuned=FILE.json``
-plays it (``tuned`` alone plays the shipped table). One progress line per step; the
-search is deterministic for the same options.
-
-A trace's entry is keyed by the trace and its options, ``STEM@HASH``: 12 hex digits of a hash of the file's
-content, its trace options, the engine after its limits and the cost model
-(``llmsched_env.evaluation.trace_tuned.trace_key``). Another file content or option is another entry. Without
---num-requests a trace's episodes are its default size cut down until its val part holds a disjoint window for
-each of --seeds (the entry records the size). It goes
-to the user table by default, ``$LLMSCHED_TUNED_TABLE``, else ``${XDG_DATA_HOME:-~/.local/share}/llmsched/
-tuned.json``, never the shipped one; ``llmsched-evaluate --trace FILE [the same options] --policies tuned``
-finds it there. Everything is a library call
-(``llmsched_env.evaluation.tuning``: ``TuneConfig``, ``tune_scenario``; ``write_tuned_entries``).
+On the val split only: the probe load is the highest val capacity of the --reference heuristics; the static
+heuristics and --candidates random settings are narrowed by successive halving over --seeds; a local search
+moves one knob at a time (--rounds); the entry is merged into --out (deterministic for the same options). A
+trace's entry is keyed ``STEM@HASH`` (the file's content, its options, the engine and the cost model) and goes
+to the user table ($LLMSCHED_TUNED_TABLE, else ${XDG_DATA_HOME:-~/.local/share}/llmsched/tuned.json), where
+``llmsched-evaluate --trace FILE --policies tuned`` finds it. From Python: ``llmsched_env.evaluation.tuning``.
 """
 
 from __future__ import annotations
@@ -72,9 +60,8 @@ CAPACITY_LOADS = 8  # loads one capacity search runs on each of its seeds (a bra
 
 
 def planned_episodes(config: TuneConfig) -> int:
-    """About how many episodes a search with ``config`` runs at most (``tuning``'s steps): the capacity of each
-    reference on 2 seeds, successive halving of the static heuristics and the random candidates, every local-search
-    round (a search stops earlier when no move improves), the capacity of the result and the references."""
+    """About how many episodes a search with ``config`` runs at most (references, successive halving, local search,
+    last capacities)."""
     seeds = len(config.seeds)
     episodes = CAPACITY_LOADS * (len(config.references) * min(2, seeds) + (1 + len(config.references)) * seeds)
     pool, done = config.candidates + len(STATIC_HEURISTICS), 0
@@ -124,8 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``llmsched-tune`` with ``argv`` (default: the process's arguments); 0 on success. A bad option
-    exits with status 2 and one usage line."""
+    """Run ``llmsched-tune`` with ``argv`` (default: the process's arguments); 0 on success, a bad option: status 2,
+    one line."""
     p = build_parser()
     args = p.parse_args(argv)
     if (args.scenarios is None) == (args.trace is None):

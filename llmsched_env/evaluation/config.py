@@ -2,14 +2,8 @@
 
     config = EvalConfig(scenarios=["mixed-slo"], policies=["fcfs", "mine=runs/ppo0"], seeds=[0, 1, 2])
 
-Scenarios may be given by name (the single-node library or the cluster scenarios) or as objects (a
-``scenario_from_trace`` result), policies by name or ``[alias=]path`` (``resolve_policy``) or as
-``PolicySpec``; the config holds them as tuples of objects. Construction raises one ``ValueError`` naming
-the field for anything wrong, including a scenario, load, seed or policy given twice, an exported policy
-that does not fit a scenario's observations and actions, an episode larger than a trace's part and seeds
-beyond the disjoint windows a trace's val or test part holds (``TraceSource.check_windows``). A config
-pickles with cloudpickle, Ray's pickler (library scenarios hold closures; an exported policy travels as its
-path), so a Ray worker gets it as it is.
+Scenarios and policies may be given by name; anything wrong (a repeat, a policy that does not fit a scenario, an
+episode larger than a trace's part) is one ``ValueError`` naming the field. A config pickles with cloudpickle.
 """
 
 from __future__ import annotations
@@ -46,8 +40,7 @@ AnyScenario = Scenario | ClusterScenario
 
 
 def traffic_label(scenario: AnyScenario) -> dict[str, str]:
-    """``{"traffic": "fitted to FILE"}`` for a scenario (or a cluster's base scenario) of generated traffic
-    fitted to a trace (``workloads.fitted``), else ``{}``: the key every row of such a scenario carries."""
+    """``{"traffic": "fitted to FILE"}`` for a scenario of traffic fitted to a trace, else ``{}``."""
     base = scenario.scenario() if isinstance(scenario, ClusterScenario) else scenario
     return {"traffic": base.traffic} if base.traffic else {}
 
@@ -58,15 +51,10 @@ class InputError(ValueError):
 
 @dataclass(frozen=True, init=False)
 class EvalConfig:
-    """Every run of an evaluation: each (scenario, load, policy, seed), episodes of ``split`` with
-    ``num_requests`` requests (default: the scenario's) and ``cost_model`` (a preset name or JSON path;
-    default: the scenario's, or the runtime's calibrated preset). ``runtime`` set: the torch runtime serves
-    the episodes instead of the simulator (single-node scenarios only). ``engine_limits``: ``EngineConfig``
-    fields (``num_kv_blocks``, ``max_num_seqs``, ``max_num_batched_tokens``, ``max_model_len``, ...) that
-    override every (single-node) scenario's engine; the config then holds the scenarios with those engines.
-    ``length_prediction`` (``none``, ``exact``, ``lognormal:SIGMA``): each request's predicted output length,
-    seen by every policy (single-node scenarios). Each policy runs on an env of its own observation schema
-    (an exported policy's file says which; baselines run on the current one)."""
+    """Every run of an evaluation: each (scenario, load, policy, seed), episodes of ``split`` with ``num_requests``
+    requests and ``cost_model`` (default: the scenario's); ``runtime``: the torch runtime serves them;
+    ``engine_limits``: ``EngineConfig`` fields over every scenario's engine; ``length_prediction``: the predicted
+    output lengths every policy sees."""
 
     scenarios: tuple[AnyScenario, ...]
     policies: tuple[PolicySpec, ...]
@@ -182,8 +170,8 @@ class EvalConfig:
     def make_env(
         self, scenario: AnyScenario, load: float, iterations_per_step: int = 1, schema: int | None = None
     ) -> gym.Env:
-        """The env of ``scenario`` at ``load`` with this config's episode options; a single-node env has the
-        observation ``schema`` (default: the current one; routers have one layout)."""
+        """The env of ``scenario`` at ``load`` with this config's episode options (a single-node env of observation
+        ``schema``)."""
         common: dict[str, Any] = {
             "scenario": scenario,
             "split": self.split,
@@ -234,8 +222,8 @@ class EvalConfig:
             raise ValueError(f"{misplaced} are {kind}; use {'routers' if self.is_cluster else 'schedulers'} here")
 
     def _check_windows(self, scenario: AnyScenario) -> None:
-        """``ValueError`` naming the trace file (and a library scenario) when an episode of this config does not
-        fit in ``scenario``'s part, or when the val or test part does not hold a disjoint window per seed."""
+        """``ValueError`` naming the trace when an episode does not fit in ``scenario``'s part or its seeds' disjoint
+        windows."""
         base = scenario.scenario() if isinstance(scenario, ClusterScenario) else scenario
         size = self.num_requests if self.num_requests is not None else scenario.num_requests
         try:
@@ -260,14 +248,13 @@ class EvalConfig:
         return replace(scenario, engine=engine)
 
     def tuned_table(self) -> Any:
-        """The table of the evaluation's own ``tuned`` policy (a trace's entry, a table of the user's), which the
-        ``tuned`` base of a lookahead or an mpc reads too; None: the shipped one."""
+        """The table of the evaluation's own ``tuned`` policy, which a lookahead's or mpc's ``tuned`` base reads too;
+        None: the shipped one."""
         return next((p.table for p in self.policies if p.baseline == "tuned" and p.table is not None), None)
 
     def _check_policies(self) -> None:
-        """Every policy must fit every scenario, found here rather than in the middle of a grid, on one env per
-        scenario: an exported policy its observations and actions (names and options); a scheduler baseline
-        must build (``tuned`` needs the scenario in its table, with knobs among the engine's options)."""
+        """Every policy must fit every scenario (an exported policy its observations and actions; a baseline must
+        build), found here, not mid-grid."""
         exported = [p for p in self.policies if p.path is not None]
         baselines = [] if self.is_cluster else [p for p in self.policies if p.path is None]
         if not exported and not baselines:
