@@ -30,7 +30,7 @@ from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.progress import Progress, status
 
 __all__ = ["BEST_NAME", "CLONE_RUN", "EPISODE_KEYS", "HISTORY_NAME", "SCENARIO_KEYS", "EpisodeMetricsCallback",
-           "PeriodicEvalCallback", "ProgressBarCallback", "StatusCallback", "UpdateLogCallback", "log_metrics",
+           "PeriodicEvalCallback", "ProgressBarCallback", "UpdateLogCallback", "log_metrics",
            "mean_metrics", "read_best", "read_history", "write_scalars"]  # fmt: skip
 
 BEST_NAME = "best.json"  # the best evaluation so far, next to best_model.zip: what --resume must beat
@@ -287,12 +287,7 @@ def read_best(folder: Path, eval_setup: dict[str, Any], warn: bool = True) -> fl
     path = folder / BEST_NAME
     if not path.exists():
         return None
-    try:
-        best = parse_json(read_text(path, CONFIG_BYTES))
-    except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
-        raise
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot read the best evaluation so far: {exc}") from None
+    best = _read_record(path, "the best evaluation so far")
     value = best.get("best_eval_attainment") if isinstance(best, dict) else None
     if not _is_share(value):
         raise ValueError(f"{path}: 'best_eval_attainment' must be a finite number in [0, 1], got {value!r:.80}")
@@ -308,6 +303,16 @@ def read_best(folder: Path, eval_setup: dict[str, Any], warn: bool = True) -> fl
         )
         return None
     return float(value)
+
+
+def _read_record(path: Path, what: str) -> Any:
+    """``path``'s JSON; ``ValueError`` (one line naming the file and ``what`` it holds) when it cannot be read."""
+    try:
+        return parse_json(read_text(path, CONFIG_BYTES))
+    except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
+        raise
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot read {what}: {exc}") from None
 
 
 def _is_share(value: Any) -> TypeGuard[float]:
@@ -343,12 +348,7 @@ def read_history(folder: Path, eval_setup: dict[str, Any], upto: int, warn: bool
                 flush=True,
             )
         return []
-    try:
-        record = parse_json(read_text(path, CONFIG_BYTES))
-    except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
-        raise
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot read the evaluations so far: {exc}") from None
+    record = _read_record(path, "the evaluations so far")
     entries = record.get("history") if isinstance(record, dict) else None
     if not isinstance(entries, list) or not isinstance(record.get("eval_setup"), dict):
         raise ValueError(f"{path}: expected an object with 'eval_setup' and 'history' ([[step, attainment], ...])")
@@ -368,32 +368,19 @@ def read_history(folder: Path, eval_setup: dict[str, Any], upto: int, warn: bool
     return [(step, value) for step, value in history if step <= upto]
 
 
-class StatusCallback(BaseCallback):
-    """A status line on stderr when training starts: after the callbacks before it in a ``CallbackList``
-    (the evaluations before learning), just before the training's bar (``ProgressBarCallback``) appears."""
+class ProgressBarCallback(BaseCallback):
+    """When training starts (after the callbacks before it: the evaluations before learning), a status line, then a
+    bar over the training's environment steps on stderr, in place of SB3's bar, which rich draws on stdout."""
 
-    def __init__(self, message: str, enabled: bool = True) -> None:
+    def __init__(self, message: str = "", enabled: bool = True) -> None:
         super().__init__()
         self.message = message
-        self.enabled = enabled
-
-    def _on_training_start(self) -> None:
-        status(self.message, enabled=self.enabled)
-
-    def _on_step(self) -> bool:
-        return True
-
-
-class ProgressBarCallback(BaseCallback):
-    """A bar over the training's environment steps on stderr (``llmsched_env.evaluation.progress``, like
-    every other bar of the commands), in place of SB3's own bar, which rich draws on stdout."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        super().__init__()
         self.enabled = enabled
         self._bar: Progress | None = None
 
     def _on_training_start(self) -> None:
+        if self.message:
+            status(self.message, enabled=self.enabled)
         total = int(self.locals["total_timesteps"]) - self.model.num_timesteps
         self._bar = Progress(total, "training", enabled=self.enabled, unit="step")
 

@@ -37,7 +37,6 @@ from agents.callbacks import (
     EpisodeMetricsCallback,
     PeriodicEvalCallback,
     ProgressBarCallback,
-    StatusCallback,
     UpdateLogCallback,
     read_best,
     read_history,
@@ -342,12 +341,17 @@ def check_run_folder(config: TrainConfig) -> None:
 def finished_at_budget(config: TrainConfig) -> int | None:
     """The steps a resumed run ``config`` finished at (``complete.json``) when they reach its budget, so there is
     nothing to resume (``check_budget`` refuses it; a resumed sweep skips it); None otherwise."""
-    if not config.resume or not (config.run_folder / COMPLETE_NAME).is_file():
+    if not config.resume:
         return None
-    record = _read_json(config.run_folder / COMPLETE_NAME)
+    finished, budget = _finished_steps(config.run_folder), int(resolve_hyperparams(config)["n_timesteps"])
+    return finished if finished is not None and finished >= budget else None
+
+
+def _finished_steps(out: Path) -> int | None:
+    """The steps ``complete.json`` in the run folder ``out`` says the training finished at, or None."""
+    record = _read_json(out / COMPLETE_NAME) if (out / COMPLETE_NAME).is_file() else None
     finished = record.get("timesteps") if isinstance(record, dict) else None
-    budget = int(resolve_hyperparams(config)["n_timesteps"])
-    return finished if type(finished) is int and finished >= budget else None
+    return finished if type(finished) is int else None
 
 
 def check_budget(config: TrainConfig, hp: Mapping[str, Any]) -> None:
@@ -355,9 +359,8 @@ def check_budget(config: TrainConfig, hp: Mapping[str, Any]) -> None:
     if not config.resume:
         return
     out, budget = config.run_folder, int(hp["n_timesteps"])
-    record = _read_json(out / COMPLETE_NAME) if (out / COMPLETE_NAME).is_file() else None
-    finished = record.get("timesteps") if isinstance(record, dict) else None
-    if type(finished) is int and finished >= budget:
+    finished = _finished_steps(out)
+    if finished is not None and finished >= budget:
         raise ValueError(
             f"--resume: {out} finished at {finished} steps ({COMPLETE_NAME}); nothing to resume; give --timesteps > "
             f"{finished} to train on, or choose another --out"
@@ -617,8 +620,7 @@ def _learn(
         EpisodeMetricsCallback(named_tenants(config)),
         SignedCheckpointCallback(every, str(out / "checkpoints"), name_prefix="model", binding=run_binding(config)),
         evaluator,
-        StatusCallback(message, enabled=config.progress),
-        ProgressBarCallback(enabled=config.progress),
+        ProgressBarCallback(message, enabled=config.progress),
     ]
     anchor = float(run.get("anchor_coef") or 0.0)
     if anchor > 0:  # preflight refused it on a resumed run: the policy here is the start

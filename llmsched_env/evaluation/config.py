@@ -88,18 +88,12 @@ class EvalConfig:
                 raise ValueError(f"EvalConfig.{name} must be a list, got the string {value!r}")
             if not value:
                 raise ValueError(f"EvalConfig.{name} needs at least one entry, got {value!r}")
-        set_ = object.__setattr__  # frozen: set once, here
-        set_(self, "scenarios", tuple(_scenario(s) for s in scenarios))
-        set_(self, "policies", tuple(p if isinstance(p, PolicySpec) else resolve_policy(p) for p in policies))
-        set_(self, "loads", tuple(loads))
-        set_(self, "seeds", tuple(seeds))
-        set_(self, "split", split)
-        set_(self, "num_requests", num_requests)
-        set_(self, "cost_model", os.fspath(cost_model) if isinstance(cost_model, os.PathLike) else cost_model)
-        set_(self, "check_invariants", check_invariants)
-        set_(self, "runtime", runtime)
-        set_(self, "engine_limits", engine_limits)
-        set_(self, "length_prediction", length_prediction)
+        given = {**locals(), "loads": tuple(loads), "seeds": tuple(seeds)}
+        given["scenarios"] = tuple(_scenario(s) for s in scenarios)
+        given["policies"] = tuple(p if isinstance(p, PolicySpec) else resolve_policy(p) for p in policies)
+        given["cost_model"] = os.fspath(cost_model) if isinstance(cost_model, os.PathLike) else cost_model
+        for f in fields(self):  # frozen: set once, here
+            object.__setattr__(self, f.name, given[f.name])
         self._check()
 
     def _check(self) -> None:
