@@ -81,8 +81,7 @@ BC_EPOCHS = 10  # passes of behaviour cloning over the demonstrations
 def make_env_fn(
     scenario: str | Scenario, algo: str, env_kwargs: Mapping[str, Any], split: str = "train", agent: bool = True
 ) -> Callable[[], gym.Env]:
-    """A factory of ``scenario``'s envs (``env_kind``) without the ``env_kwargs`` they do not take; ``agent``:
-    wrapped for the algorithm."""
+    """A factory of ``scenario``'s envs (``env_kind``); ``agent``: wrapped for the algorithm."""
     kind = env_kind(scenario)
 
     def make() -> gym.Env:
@@ -98,8 +97,7 @@ def make_env_fn(
 
 
 def dying_with_parent(make: Callable[[], gym.Env]) -> Callable[[], gym.Env]:
-    """``make`` for a subprocess env: the process that calls it (a ``SubprocVecEnv`` worker) first arranges to
-    end when its parent ends (``die_with_parent``), so a killed training leaves no env process behind."""
+    """``make`` for a ``SubprocVecEnv`` worker, which first arranges to end when its parent ends."""
 
     def make_in_worker() -> gym.Env:
         die_with_parent()
@@ -111,8 +109,7 @@ def dying_with_parent(make: Callable[[], gym.Env]) -> Callable[[], gym.Env]:
 def export_run_policy(
     model: BaseAlgorithm, env: gym.Env, out: Path, scenario: str, seed: int, env_kwargs: Mapping[str, Any]
 ) -> None:
-    """Export ``model`` (trained on ``scenario`` with ``env_kwargs``) into ``out`` as a policy file, with the
-    run's scenario, seed, step count and iterations per step (``env``: one env of the run, for the layout)."""
+    """Export ``model`` into ``out`` as a policy file with the run's scenario, seed, steps and iterations per step."""
     from agents.export import export_policy
 
     extra = {"scenario": scenario, "seed": seed, "timesteps": int(model.num_timesteps)}
@@ -122,8 +119,7 @@ def export_run_policy(
 
 
 def prepare_run_folder(config: TrainConfig, hp: Mapping[str, Any]) -> Path:
-    """Create the run folder (``ValueError`` inside a shipped folder unless ``config.force``) and write the
-    resolved hyperparameters, the config and the equivalent command line into it."""
+    """Create the run folder and write the resolved hyperparameters, the config and the command line into it."""
     out = check_output(config.run_folder, config.force, files=RUN_FILES, folders=RUN_FOLDERS)
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomically(out / "config.yml", yaml.safe_dump({"algo": config.algo, "scenario": config.scenario, **hp}))
@@ -135,8 +131,7 @@ def prepare_run_folder(config: TrainConfig, hp: Mapping[str, Any]) -> Path:
 
 
 def _clone(model: BaseAlgorithm, config: TrainConfig, run: dict[str, Any], env_kwargs: dict[str, Any]) -> None:
-    """Behaviour-clone ``run["bc_warmstart"]`` into ``model``; its statistics to ``bc.json``, stdout and
-    ``tb/clone``."""
+    """Behaviour-clone ``run["bc_warmstart"]`` into ``model``; its statistics to ``bc.json`` and stdout."""
     baseline, steps = run["bc_warmstart"], int(run.get("bc_steps", 20_000))
     rounds, stride = int(run.get("bc_dagger", 0)), int(run.get("bc_stride", 1))
     dagger = f", then {rounds} DAgger rounds of {steps} steps" if rounds else ""
@@ -168,8 +163,7 @@ def _clone(model: BaseAlgorithm, config: TrainConfig, run: dict[str, Any], env_k
 def _model(
     config: TrainConfig, hp: dict[str, Any], run: dict[str, Any], vec_env: VecEnv, env_kwargs: dict[str, Any]
 ) -> tuple[BaseAlgorithm, bool]:
-    """The model to train and whether it was resumed: the latest checkpoint with ``resume``, else a fresh
-    model, behaviour-cloned when the hyperparameters name a baseline."""
+    """The model to train (a resumed checkpoint, an ``--init`` policy's, or fresh and cloned) and whether resumed."""
     tb = str(config.run_folder / "tb")
     resume_from = resume_checkpoint(config, warn=True)
     if config.resume and resume_from is None:
@@ -204,14 +198,12 @@ def read_run_id(out: Path) -> str | None:
 
 
 def run_binding(config: TrainConfig) -> dict[str, str]:
-    """What a checkpoint's signature binds it to (``agents.checkpoints``): the run (its id in ``args.json``), the
-    algorithm and the scenario; the callback adds the model's spaces, the signature the step."""
+    """What a checkpoint's signature binds it to: the run's id (``args.json``), the algorithm and the scenario."""
     return {"run": read_run_id(config.run_folder) or "", "algo": config.algo, "scenario": config.scenario}
 
 
 def resume_checkpoint(config: TrainConfig, warn: bool = False) -> Path | None:
-    """The run folder's newest checkpoint this user's training signed (newer unsigned ones skipped, said with
-    ``warn``), or None."""
+    """The newest checkpoint this user's training signed (newer unsigned ones skipped), or None."""
     if not config.resume:
         return None
     checkpoint, skipped = newest_signed_checkpoint(config.run_folder / "checkpoints", run_binding(config))
@@ -269,8 +261,7 @@ def start_records_only(out: Path) -> bool:
 
 
 def fresh_start_note(config: TrainConfig) -> str:
-    """What ``--resume`` without a checkpoint says on stderr as it starts afresh, naming the start's records of a
-    training killed before its first checkpoint that it replaces (``start_records_only``)."""
+    """What ``--resume`` without a checkpoint says on stderr as it starts afresh."""
     out = config.run_folder
     note = f"--resume: no checkpoint in {out / 'checkpoints'}; starting afresh"
     results = [name for name in RUN_RESULTS if (out / name).exists()]
@@ -339,8 +330,7 @@ def check_run_folder(config: TrainConfig) -> None:
 
 
 def finished_at_budget(config: TrainConfig) -> int | None:
-    """The steps a resumed run ``config`` finished at (``complete.json``) when they reach its budget, so there is
-    nothing to resume (``check_budget`` refuses it; a resumed sweep skips it); None otherwise."""
+    """The steps a resumed run finished at when they reach its budget (nothing to resume), else None."""
     if not config.resume:
         return None
     finished, budget = _finished_steps(config.run_folder), int(resolve_hyperparams(config)["n_timesteps"])
@@ -394,8 +384,7 @@ def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def resumed_hyperparams(config: TrainConfig, hp: dict[str, Any]) -> dict[str, Any]:
-    """``hp`` with the run's cloning values; ``ValueError`` when another hyperparameter differs from the run's
-    ``config.yml``."""
+    """``hp`` with the run's cloning values; ``ValueError`` when another one differs from ``config.yml``."""
     path = config.run_folder / "config.yml"
     if not path.is_file():
         return hp
@@ -425,8 +414,7 @@ def resumed_hyperparams(config: TrainConfig, hp: dict[str, Any]) -> dict[str, An
 
 
 def preflight(config: TrainConfig, warn: bool = True) -> tuple[dict[str, Any], float | None, dict[str, Any]]:
-    """Every check that can refuse ``config``, before anything is written: the resolved hyperparameters, the best
-    score to beat and the evaluation setup, or a one-line ``ValueError``."""
+    """Every check that can refuse ``config``, before anything is written: ``(hp, best to beat, eval setup)``."""
     hp = resolve_hyperparams(config)
     check_output(config.run_folder, config.force, files=RUN_FILES, folders=RUN_FOLDERS)
     check_run_folder(config)
@@ -451,8 +439,7 @@ def preflight(config: TrainConfig, warn: bool = True) -> tuple[dict[str, Any], f
 
 
 def _env_kwargs(config: TrainConfig, env_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The training envs' arguments from the hyperparameters' ``env_kwargs``: a load span as a tuple, and a
-    fine-tuned policy's schema when the scenario does not fix one."""
+    """The training envs' arguments: a load span as a tuple, a fine-tuned policy's schema."""
     env_kwargs = dict(env_kwargs)
     if isinstance(env_kwargs.get("load"), list):
         env_kwargs["load"] = tuple(env_kwargs["load"])
@@ -479,8 +466,7 @@ def val_seeds(config: TrainConfig, env_kwargs: Mapping[str, Any], seeds: list[in
 
 
 def val_window_note(env: gym.Env, seeds: Sequence[int], load: float) -> str | None:
-    """None when the val windows of ``seeds`` are sustained at ``load``, else a line saying which are not; closes
-    ``env``."""
+    """None when the val windows of ``seeds`` are sustained at ``load``, else a line saying which are not."""
     try:
         return env_windows(env).unsustained_note(seeds, load, option="--hp eval_num_requests=")
     finally:
@@ -488,8 +474,7 @@ def val_window_note(env: gym.Env, seeds: Sequence[int], load: float) -> str | No
 
 
 def eval_env_kwargs(env_kwargs: Mapping[str, Any], hp: Mapping[str, Any]) -> dict[str, Any]:
-    """The periodic evaluation's env arguments: the training envs' ``env_kwargs`` without their load, with
-    ``hp``'s ``eval_num_requests`` (when set) as the val episodes' size."""
+    """The periodic evaluation's env arguments: ``env_kwargs`` without the load, sized by ``eval_num_requests``."""
     kwargs = {k: v for k, v in env_kwargs.items() if k != "load"}
     if hp.get("eval_num_requests") is not None:
         kwargs["num_requests"] = int(hp["eval_num_requests"])
@@ -497,8 +482,7 @@ def eval_env_kwargs(env_kwargs: Mapping[str, Any], hp: Mapping[str, Any]) -> dic
 
 
 def eval_setup(config: TrainConfig, hp: Mapping[str, Any], warn: bool = True) -> dict[str, Any]:
-    """What the periodic evaluation measures on (scenario, seeds, load, env arguments): a best score of another does
-    not compare."""
+    """What the periodic evaluation measures on: scenario, seeds, load and env arguments."""
     env_kwargs = eval_env_kwargs(dict(hp.get("env_kwargs", {})), hp)
     if config.kind.mixture:  # one val episode per library scenario, each at its knee
         seeds = list(range(len(mixture_scenarios())))
@@ -515,8 +499,7 @@ def eval_setup(config: TrainConfig, hp: Mapping[str, Any], warn: bool = True) ->
 def resume_best(
     config: TrainConfig, hp: Mapping[str, Any] | None = None, warn: bool = True, setup: dict[str, Any] | None = None
 ) -> float | None:
-    """The best evaluation a resumed training must beat (``best.json``); None when there is none or it does not
-    compare."""
+    """The best evaluation a resumed training must beat (``best.json``), or None."""
     if resume_checkpoint(config) is None:
         return None
     if setup is None:
@@ -525,8 +508,7 @@ def resume_best(
 
 
 def named_tenants(config: TrainConfig) -> frozenset[str] | None:
-    """The tenants whose per-tenant figures get tags: every one (None), or none for the generalist, whose tenants
-    change per episode."""
+    """The tenants whose figures get tags: every one (None), none for the generalist (they change per episode)."""
     return frozenset() if config.kind.mixture else None
 
 
@@ -570,8 +552,7 @@ def _learn(
     setup: dict[str, Any],
     phases: dict[str, float],
 ) -> Path:
-    """Learn ``run["n_timesteps"]`` steps with checkpoints and periodic evaluation, export the best policy, write the
-    summary."""
+    """Learn with checkpoints and periodic evaluation, export the best policy, write the summary."""
     out, scenario = config.run_folder, config.scenario
     exportable = config.algo in ACTOR_CRITIC_ALGOS
     single = make_env_fn(config.env_scenario, config.algo, env_kwargs, agent=False)()

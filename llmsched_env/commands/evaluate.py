@@ -66,8 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(ev: Evaluation) -> int:
-    """Run a parsed evaluation; an input found bad only when a run starts, a busy ``--out`` or a foreign ``--resume``:
-    status 1, one line."""
+    """Run a parsed evaluation; a bad input found when a run starts is one line, status 1."""
     config = ev.config
     if ev.describe:
         for scenario in config.scenarios:
@@ -94,8 +93,7 @@ def run(ev: Evaluation) -> int:
 
 
 def _evaluate(ev: Evaluation, held: bool, record: dict[str, Any] | None = None, killed: bool = False) -> int:
-    """The grid or the capacity searches with ``--out`` held (``held``: it held an evaluation; ``killed``: its rows are
-    of one that did not finish)."""
+    """The grid or the capacity searches with ``--out`` held (``held``: an earlier evaluation's)."""
     config = ev.config
     windows = len(config.scenarios) * len(config.loads) * len(config.seeds)
     if not ev.capacity and windows > 10_000:  # about a millisecond each: say so before a long silence
@@ -143,8 +141,7 @@ def _evaluate(ev: Evaluation, held: bool, record: dict[str, Any] | None = None, 
 
 
 def _finish(out: Path, write: Callable[[], list[Path]], earlier: bool = True) -> None:
-    """Write the results into ``out``, then remove the files of an ``earlier`` evaluation this one did not write; a full
-    disk is one line."""
+    """Write the results into ``out``, then remove an ``earlier`` evaluation's files not written again."""
     try:
         written = write()
     except OSError as exc:  # a full disk, a file made immutable, a folder made read-only since the check
@@ -206,8 +203,7 @@ def _resumable(out: Path, record: dict[str, Any]) -> bool:
 def _rows_log(
     ev: Evaluation, record: dict[str, Any] | None, killed: bool = False
 ) -> tuple[RowsLog | None, list[FinishedRun]]:
-    """The rows file of ``--out``: on ``--resume``, the evaluation's finished runs and its file reopened; else a new
-    one."""
+    """The rows file of ``--out``: on ``--resume`` reopened with its finished runs, else a new one."""
     out = ev.out
     if out is None or record is None:
         return None, []
@@ -252,8 +248,7 @@ def _vllm(ev: Evaluation, held: bool) -> int:
 
 
 def _speed_check(ev: Evaluation) -> None:
-    """Profile this machine against the cost model pricing the runtime's SLOs: the ratio on stderr, a warning if far
-    from 1."""
+    """Profile this machine against the runtime's cost model: the ratio on stderr, a warning if far from 1."""
     from llmsched_env.evaluation.runtime_backend import Runners, speed_check, speed_message
 
     config = ev.config
@@ -279,8 +274,7 @@ def _live(
     title: str | None = None,
     done: Sequence[Row] = (),
 ) -> Iterator[tuple[dict[str, Any], Callable[[Row], None]]]:
-    """A bar on stderr, the table's head and the ``done`` rows; yields ``run_grid``'s keyword arguments and the
-    ``on_row`` printer."""
+    """A bar, the table's head and the ``done`` rows; yields ``run_grid``'s keyword arguments and ``on_row``."""
     for row in done:
         _warn_fallbacks(row)
     with Progress(total=total, desc=desc, unit=unit, enabled=ev.progress) as bar:

@@ -96,8 +96,7 @@ positive_int = int_at_least(1)
 
 
 def policy_list(text: str) -> list[str]:
-    """The ``--policies`` type: a comma list whose lookahead or mpc entries keep their options
-    (``lookahead:k=32,horizon=32,fcfs`` is two), each name fit to label a table's row."""
+    """The ``--policies`` type: a comma list whose lookahead or mpc entries keep their options."""
     values = _checked(join_options(_entries(text)), text, False)
     for entry in values:
         alias, sep, _ = entry.partition("=")
@@ -248,8 +247,7 @@ def add_scaleout_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, w
 
 
 def scaleout(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Check ``--workers`` and ``--ray``; set ``args.ray`` ("local", a Ray address or None) and ``args.ray_cpus``
-    (the local workers), what ``ray_imap`` takes."""
+    """Check ``--workers`` and ``--ray``; set ``args.ray`` and ``args.ray_cpus``, what ``ray_imap`` takes."""
     args.ray_cpus = args.workers
     if args.ray == _NO_ADDRESS:
         p.error("--ray needs the ADDRESS of a Ray cluster; for local worker processes give --workers N")
@@ -380,8 +378,7 @@ _NEEDS: tuple[_Needs, ...] = (
 
 
 def check_combinations(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """A usage error for an option given (``args.given``) beside one that makes it do nothing (``_NO_OPS``) or without
-    the one it needs (``_NEEDS``)."""
+    """A usage error for a given option that another makes a no-op (``_NO_OPS``, ``_NEEDS``)."""
     given: set[str] = getattr(args, "given", set())
     for option, other, why in _NO_OPS:
         if option in given and getattr(args, other, None):
@@ -445,8 +442,7 @@ _NOT_COMPARED = ("out", "plots", "tensorboard", "force", "no_progress", "workers
 
 
 def evaluation(argv: Sequence[str] | None = None, description: str = "") -> Evaluation:
-    """The checked ``Evaluation`` of a command line (default: the process's); a bad one exits (status 2) with one usage
-    line."""
+    """The checked ``Evaluation`` of a command line; a bad one exits (status 2) with one usage line."""
     p = build_parser(description)
     args = p.parse_args(argv)
     args.given = given_options(p, argv)
@@ -528,8 +524,7 @@ CAPACITY_LOADS = 16  # loads a capacity search plays, about (a bracket and its b
 
 
 def check_planned_requests(p: argparse.ArgumentParser, args: argparse.Namespace, config: EvalConfig) -> None:
-    """A usage error when the evaluation plans more than ``MAX_PLANNED_REQUESTS`` requests (episode sizes x policies x
-    seeds x loads), naming the options."""
+    """A usage error when the evaluation plans more than ``MAX_PLANNED_REQUESTS`` requests."""
     sizes = sum(config.num_requests or int(getattr(s, "num_requests", 1)) for s in config.scenarios)
     plays = CAPACITY_LOADS if args.capacity else len(config.loads)
     total = sizes * len(config.policies) * len(config.seeds) * plays
@@ -550,8 +545,7 @@ def trace_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def trace_scenario(p: argparse.ArgumentParser, args: argparse.Namespace, limits: dict[str, int]) -> Scenario:
-    """The scenario of ``--trace`` and its options; a usage error without ``--trace-format``, a ``ValueError`` naming
-    the option or the file otherwise."""
+    """The scenario of ``--trace``; a ``ValueError`` naming the option or the file for a bad one."""
     if args.trace_format is None:
         p.error(f"--trace needs --trace-format ({', '.join(TRACE_FORMATS)})")
     check_label(f"--trace {str(args.trace)!r}: scenario name", data_stem(Path(args.trace)))
