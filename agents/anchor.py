@@ -38,8 +38,7 @@ def kl_to_reference(reference: Any, policy: Any, obs: torch.Tensor, masks: torch
 
 
 class AnchorCallback(BaseCallback):
-    """After each update, pull the policy towards its frozen start with weight ``coef``, ``epochs`` passes over the
-    rollout."""
+    """After each update, pull the policy towards its frozen start (weight ``coef``, ``epochs`` passes)."""
 
     def __init__(self, coef: float, epochs: int = 1, batch_size: int = 256, seed: int = 0) -> None:
         super().__init__()

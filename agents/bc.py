@@ -31,8 +31,7 @@ CloneLog = Callable[[Mapping[str, float], int], None]
 def collect_demonstrations(
     env: gym.Env, baseline: str, num_steps: int, gamma: float, seed: int, actor: Actor | None = None, stride: int = 1
 ) -> dict[str, np.ndarray]:
-    """``num_steps`` steps on ``env``: observations, masks, ``baseline``'s actions (``agents.teacher.teacher``) and
-    discounted returns; ``actor`` (None: the baseline) plays the episodes."""
+    """``num_steps`` steps on ``env`` played by ``actor`` (None: the teacher), labelled by ``baseline``."""
     if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
         raise ValueError(f"stride must be an integer >= 1, got {stride!r}")
     unwrapped: Any = env.unwrapped
@@ -89,8 +88,7 @@ def behaviour_clone(
     stride: int = 1,
     on_log: CloneLog | None = None,
 ) -> dict[str, float]:
-    """Fit ``model.policy`` to ``baseline`` (label-smoothed actor, critic on returns; with ``dagger_iterations``,
-    DAgger rounds); return the accuracy and losses."""
+    """Fit ``model.policy`` to ``baseline`` (then DAgger rounds); return the accuracy and losses."""
     if dagger_iterations < 0:
         raise ValueError(f"dagger_iterations must be >= 0, got {dagger_iterations!r}")
     log: CloneLog = on_log if on_log is not None else (lambda values, step: None)
@@ -138,14 +136,12 @@ def _component_names(env: gym.Env, model: Any) -> list[str]:
 
 
 def _shifted(log: CloneLog, done: int) -> Callable[[int, dict[str, float]], None]:
-    """``_fit``'s report of its epoch ``k`` to ``log`` at step ``done + k``: the epochs of every fit before it
-    come first on the cloning's axis."""
+    """``_fit``'s report of epoch ``k`` to ``log`` at step ``done + k`` on the cloning's axis."""
     return lambda k, values: log(values, done + k)
 
 
 def _clone_actor(model: Any, env: gym.Env) -> Actor:
-    """The model's deterministic action as its exported policy computes it, in numpy (far cheaper than SB3's
-    ``predict``)."""
+    """The model's deterministic action as its exported policy computes it, in numpy."""
     from agents.export import export_policy
     from llmsched_env.runtime.policy_file import load_policy_file
 
@@ -187,8 +183,7 @@ def _fit(
     on_epoch: Callable[[int, int], None] | None,
     on_log: Callable[[int, dict[str, float]], None] | None = None,
 ) -> dict[str, float]:
-    """``epochs`` passes of the actor and critic over ``data``; the last minibatch's losses and entropy; ``on_log``
-    after each epoch."""
+    """``epochs`` passes of the actor and critic over ``data``; the last minibatch's losses and entropy."""
     policy = model.policy
     device = policy.device
     obs = th.as_tensor(data["obs"], device=device)

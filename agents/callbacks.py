@@ -52,8 +52,7 @@ def log_metrics(
     metrics: Mapping[str, float],
     tenants: Collection[str] | None = None,
 ) -> None:
-    """Record ``metrics``' ``EPISODE_KEYS`` and per-tenant figures under ``prefix/``; ``tenants``: the only
-    tenants whose figures are recorded (None: every one; empty: none)."""
+    """Record ``metrics``' ``EPISODE_KEYS`` and the figures of ``tenants`` (None: all) under ``prefix/``."""
     for key in EPISODE_KEYS:
         if key in metrics:
             record(f"{prefix}/{key}", float(metrics[key]))
@@ -83,8 +82,7 @@ def write_scalars(logger: Logger, values: Mapping[str, float], step: int) -> Non
 
 
 class EpisodeMetricsCallback(BaseCallback):
-    """Log each finished training episode's metrics (``EPISODE_KEYS``, per-tenant figures of ``tenants``: None for
-    every one)."""
+    """Log each finished training episode's metrics and the figures of ``tenants`` (None: all)."""
 
     def __init__(self, tenants: Collection[str] | None = None) -> None:
         super().__init__()
@@ -100,8 +98,7 @@ class EpisodeMetricsCallback(BaseCallback):
 
 
 class UpdateLogCallback(BaseCallback):
-    """Write what an on-policy update records (``train/*``, ``anchor/*``) at the step of the rollout it learnt from
-    (SB3 would write it a dump later, and the last never), dropping an update whose rollout was not dumped."""
+    """Write what an on-policy update records at the step of the rollout it learnt from, not a dump later."""
 
     MARK = "llmsched/rollout_not_dumped"  # pending from a rollout's end until SB3 dumps (which clears it)
     _NOWHERE = ("stdout", "log", "json", "csv", "tensorboard")  # the mark is written to no output
@@ -140,9 +137,7 @@ class UpdateLogCallback(BaseCallback):
 
 
 class PeriodicEvalCallback(BaseCallback):
-    """Every ``eval_freq`` calls, run the deterministic policy on the val ``seeds``, log ``eval/*`` against the best
-    baseline, and keep the best model (``best_model.zip``, ``best.json``, ``on_best``); ``per_scenario`` (the
-    generalist) adds ``eval_scenario/SCENARIO/*``."""
+    """Every ``eval_freq`` calls, evaluate the policy on the val ``seeds`` against the best baseline; keep the best."""
 
     def __init__(
         self,
@@ -282,8 +277,7 @@ class PeriodicEvalCallback(BaseCallback):
 
 
 def read_best(folder: Path, eval_setup: dict[str, Any], warn: bool = True) -> float | None:
-    """The best attainment in ``folder/best.json``; None without one or when measured on another ``eval_setup`` (said
-    with ``warn``)."""
+    """The best attainment in ``best.json``; None without one or when measured on another ``eval_setup``."""
     path = folder / BEST_NAME
     if not path.exists():
         return None
@@ -321,8 +315,7 @@ def _is_share(value: Any) -> TypeGuard[float]:
 
 
 def _history_problem(entry: Any, after: int | None) -> str | None:
-    """Why ``entry`` of ``eval_history.json``'s history is not one an evaluation writes (``[step, attainment]``:
-    an integer step >= 0, later than the entry before it, ``after``, and an attainment in [0, 1]); None if it is."""
+    """Why ``entry`` is no ``[step, attainment]`` an evaluation writes after step ``after``; None if it is."""
     if not isinstance(entry, list) or len(entry) != 2:
         return "expected [step, attainment]"
     step, value = entry
@@ -336,8 +329,7 @@ def _history_problem(entry: Any, after: int | None) -> str | None:
 
 
 def read_history(folder: Path, eval_setup: dict[str, Any], upto: int, warn: bool = True) -> list[tuple[int, float]]:
-    """The evaluations in ``folder/eval_history.json`` up to step ``upto``; empty without a record or for another
-    ``eval_setup`` (said with ``warn``); ``ValueError`` for an entry no evaluation writes."""
+    """The evaluations in ``eval_history.json`` up to step ``upto`` (none for another ``eval_setup``)."""
     path = folder / HISTORY_NAME
     if not path.exists():
         if warn and upto > 0:  # a resumed run whose record was removed: its earlier evaluations are gone
@@ -369,8 +361,7 @@ def read_history(folder: Path, eval_setup: dict[str, Any], upto: int, warn: bool
 
 
 class ProgressBarCallback(BaseCallback):
-    """When training starts (after the callbacks before it: the evaluations before learning), a status line, then a
-    bar over the training's environment steps on stderr, in place of SB3's bar, which rich draws on stdout."""
+    """When training starts, a status line and a bar over its steps on stderr (in place of SB3's on stdout)."""
 
     def __init__(self, message: str = "", enabled: bool = True) -> None:
         super().__init__()

@@ -50,8 +50,7 @@ class CheckpointError(ValueError):
 
 
 def key_path() -> Path:
-    """Where this user's checkpoint key lives: ``$XDG_CONFIG_HOME/llmsched/checkpoint.key`` (default
-    ``~/.config``)."""
+    """This user's checkpoint key: ``$XDG_CONFIG_HOME/llmsched/checkpoint.key`` (default ``~/.config``)."""
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "llmsched" / "checkpoint.key"
 
@@ -124,8 +123,7 @@ def _signature_path(checkpoint: Path) -> Path:
 
 
 def ensure_key() -> Path:
-    """This user's checkpoint key (created if missing), checked before a training writes anything;
-    ``CheckpointError`` otherwise."""
+    """This user's checkpoint key, created if missing; ``CheckpointError`` when it cannot be."""
     try:
         _key(create=True)
     except OSError as exc:
@@ -144,8 +142,7 @@ def step_of(checkpoint: Path) -> int | None:
 
 
 def sign_checkpoint(checkpoint: Path, name: Path | None = None, binding: Mapping[str, Any] | None = None) -> Path:
-    """Sign ``checkpoint``'s bytes for the file ``name`` (with ``binding``: bound to its run and step) and return the
-    signature's path."""
+    """Sign ``checkpoint``'s bytes for the file ``name`` (bound to ``binding``); the signature's path."""
     target = name or checkpoint
     sig = _signature_path(target)
     key = _key(create=True)
@@ -169,8 +166,7 @@ UNBOUND = "its signature names no run (signed before signatures bound a checkpoi
 
 
 def _refusal(checkpoint: Path, binding: Mapping[str, Any] | None = None) -> str | None:
-    """Why ``checkpoint`` may not be loaded, or None when its signature checks out under this user's key (and
-    ``binding``)."""
+    """Why ``checkpoint`` may not be loaded, or None when its signature checks out."""
     sig = _signature_path(checkpoint)
     try:
         check_regular_file(checkpoint, CHECKPOINT_BYTES)
@@ -215,8 +211,7 @@ WHY = "checkpoints are pickles that can run code, and only those this user's tra
 
 
 def verify_checkpoint(checkpoint: Path, binding: Mapping[str, Any] | None = None) -> None:
-    """``CheckpointError`` (one line) unless ``checkpoint`` carries a valid signature under this user's key (and
-    ``binding``)."""
+    """``CheckpointError`` (one line) unless ``checkpoint``'s signature checks out."""
     reason = _refusal(checkpoint, binding)
     if reason is not None:
         raise CheckpointError(f"--resume: refusing to load {checkpoint}: {reason}; {WHY}")
@@ -235,8 +230,7 @@ def checkpoints(folder: Path) -> list[Path]:
 def newest_signed_checkpoint(
     folder: Path, binding: Mapping[str, Any] | None = None
 ) -> tuple[Path | None, list[tuple[Path, str]]]:
-    """The newest checkpoint in ``folder`` whose signature checks out and the newer ones skipped, with why; ``(None,
-    [])`` without checkpoints."""
+    """The newest checkpoint in ``folder`` whose signature checks out, and the newer ones skipped."""
     found = checkpoints(folder)
     skipped: list[tuple[Path, str]] = []
     for checkpoint in found:

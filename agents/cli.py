@@ -41,8 +41,7 @@ __all__ = ["build_parser", "main", "parse_args"]
 
 
 def quick_help(algo: str = "maskable_ppo") -> str:
-    """What ``--quick`` sets: the common preset, then the scenarios whose entry in ``<algo>.yml`` has a
-    ``quick:`` mapping of its own (which ``resolve_hyperparams`` applies over it)."""
+    """What ``--quick`` sets: the common preset, then the scenarios whose ``<algo>.yml`` entry changes it."""
     common = ", ".join(f"{k} {v}" for k, v in QUICK.items())
     try:
         data = read_hyperparam_file(algo)
@@ -112,8 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse and check the arguments: ``args.config`` (the base ``TrainConfig``), ``args.configs``, ``args.sweep``; a
-    bad one exits (status 2)."""
+    """Parse and check the arguments (``args.config``, ``args.configs``); a bad one exits (status 2)."""
     p = build_parser()
     args = p.parse_args(argv)  # --help exits here, before torch and SB3 are imported (below)
     scaleout(p, args)
@@ -231,8 +229,7 @@ def _check_both_given(p: argparse.ArgumentParser, args: argparse.Namespace, argv
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``llmsched-train``: one training, or a sweep of them; 0 when every training succeeded, 1 when a sweep
-    had a failing training. A bad argument or a refused run folder exits with status 2 (``parse_args``)."""
+    """``llmsched-train``: 0 when every training succeeded, 1 when a sweep had a failing one."""
     args = parse_args(argv)
     from agents.sweep import finished_result, run_sweep
     from agents.training import train

@@ -137,8 +137,7 @@ def export_policy(
 
 
 def _spec_info(obj: Any) -> tuple[tuple[str, ...], Any, int]:
-    """(obs_names, action_spec, observation schema) from an env, a wrapped env, a VecEnv or a PolicyContext-like
-    object."""
+    """(obs_names, action_spec, schema) of an env, a wrapped env, a VecEnv or a PolicyContext."""
 
     def schema_of(schema: Any, spec: Any) -> int:
         if schema is None:

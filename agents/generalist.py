@@ -21,8 +21,7 @@ __all__ = ["check_init", "init_from_policy", "init_network", "knee_loads"]
 
 
 def knee_loads(table: str | Path = SHIPPED_TABLE) -> dict[str, float]:
-    """Scenario -> the best named heuristic's val capacity (load), from a tuned-settings table's provenance, for
-    the scenarios of the generalist's mixture (``mixture_scenarios``: not those of fitted traffic)."""
+    """Scenario -> the best named heuristic's val capacity, for the generalist's mixture scenarios."""
     out: dict[str, float] = {}
     mixture = set(mixture_scenarios())
     for name, entry in load_tuned_table(table).entries.items():
@@ -44,8 +43,7 @@ def init_network(path: str | Path | ExportedPolicy) -> tuple[ExportedPolicy, dic
 
 
 def check_init(policy: ExportedPolicy, env: Any, algo: str) -> None:
-    """``ValueError`` unless ``policy`` can start a training of ``algo`` on ``env`` (same observations, actions,
-    masks)."""
+    """``ValueError`` unless ``policy`` can start a training of ``algo`` on ``env``."""
     u = env.unwrapped
     policy.check_compatible(
         u.obs_names, u.action_spec.nvec, schema_version=u.schema, action_options=action_options(u.action_spec)

@@ -42,8 +42,7 @@ def make_model(
 
 
 class SB3Policy:
-    """A trained SB3 model acting through the ``Policy`` protocol (deterministic; a ``RecurrentPPO`` keeps its LSTM
-    state per episode)."""
+    """A trained SB3 model acting through the ``Policy`` protocol (deterministic actions)."""
 
     def __init__(self, model: BaseAlgorithm) -> None:
         self.model = model

@@ -41,8 +41,7 @@ def sweep_configs(
     seeds: Sequence[int] | None = None,
     hp_grid: Mapping[str, Sequence[str]] | None = None,
 ) -> list[TrainConfig]:
-    """``base`` for every scenario x seed x ``hp_grid`` combination, each in
-    ``out/<scenario>-seed<K>[-key=value...]``; ``ValueError`` for a bad one."""
+    """``base`` for every scenario x seed x ``hp_grid`` combination, each in its own run folder."""
     check_unique("scenarios", scenarios or [])
     check_unique("seeds", seeds or [])
     sizes = [len(scenarios or [base.scenario]), len(seeds if seeds is not None else [base.seed])]
@@ -70,15 +69,13 @@ def sweep_configs(
 
 
 def finished_result(out: Path) -> dict[str, Any]:
-    """The sweep result of a training that finished before (a resumed sweep keeps it): its folder, exit 0 and its
-    summary (None if absent), as ``train_task`` returns them."""
+    """The result ``train_task`` gives of a training that finished before (kept by a resumed sweep)."""
     summary = out / "summary.json"
     return {"out": str(out), "returncode": 0, "summary": json.loads(summary.read_text()) if summary.is_file() else None}
 
 
 def train_task(argv: list[str], cwd: str) -> dict[str, Any]:
-    """One training of a sweep as a child process ``python -m agents.cli *argv`` ending with this process, logged to
-    ``train.log``."""
+    """One training of a sweep as a child process ending with this one, logged to ``train.log``."""
     root = cwd if os.path.isfile(os.path.join(cwd, "agents", "cli.py")) else os.getcwd()
     out = Path(argv[argv.index("--out") + 1])
     out.mkdir(parents=True, exist_ok=True)
@@ -107,8 +104,7 @@ def run_sweep(
     force: bool = False,
     kept: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
-    """Run every training of ``configs``, serially or on ``ray`` (an address, or ``"local"``: ``ray_cpus`` local
-    workers); one line as each ends."""
+    """Run every training of ``configs``, serially or on ``ray``; one line as each ends."""
     check_output(out, force)
     with locked_output(out, "llmsched-train (a sweep)"):  # a second sweep into this folder is refused
         jobs = [(config.to_argv(), os.getcwd()) for config in configs]

@@ -53,8 +53,7 @@ def shipped_settings() -> dict[str, Any]:
 
 
 def candidate_factory(candidate: str, seed: int | None = None) -> Callable[[Any], Policy]:
-    """A policy factory for ``run_episode`` of one candidate: a baseline name, or ``tuned:SCENARIO``.
-    ``ValueError`` naming the candidate when the scenario is not in the shipped table."""
+    """A policy factory of a candidate (a baseline name or ``tuned:SCENARIO``); ``ValueError`` if unknown."""
     if candidate.startswith(TUNED_PREFIX):
         scenario = candidate[len(TUNED_PREFIX) :]
         decision = shipped_settings().get(scenario)
@@ -66,8 +65,7 @@ def candidate_factory(candidate: str, seed: int | None = None) -> Callable[[Any]
 
 
 def searched(env: Any, candidates: Sequence[str] = DEFAULT_CANDIDATES, seed: int | None = 0) -> Policy:
-    """The policy of the candidate with the best (attainment, goodput) on the current episode of ``env`` (an
-    ``LLMSchedMix-v0`` after its reset), built for that episode. ``ValueError`` on any other env."""
+    """The policy of the candidate with the best (attainment, goodput) on ``env``'s current episode."""
     mix = env.unwrapped
     if not hasattr(mix, "replay"):
         raise ValueError(f"the {SEARCHED!r} teacher replays LLMSchedMix-v0 episodes; {type(mix).__name__} has none")
@@ -86,8 +84,7 @@ def searched(env: Any, candidates: Sequence[str] = DEFAULT_CANDIDATES, seed: int
 
 
 class _StateTeacher:
-    """A teacher that labels the state it is asked about anew every ``k`` engine iterations (or on another
-    simulator), the label projected onto each mask."""
+    """Labels the state it is asked about anew every ``k`` engine iterations, projected onto each mask."""
 
     spec: Any
 
@@ -135,8 +132,7 @@ class LookaheadTeacher(_StateTeacher):
 
 
 class MPCTeacher(_StateTeacher):
-    """The ``mpc`` teacher on one episode of ``env``: the planner's choice for the env's current state, from forecast
-    futures."""
+    """The ``mpc`` teacher on one episode of ``env``: the planner's choice for the current state."""
 
     def __init__(self, env: Any, seed: int | None = 0, config: MPCConfig | None = None) -> None:
         config = config if config is not None else MPCConfig()
@@ -177,8 +173,7 @@ def check_teacher(names: str, registry: Any = None) -> None:
 
 
 def teacher(names: str, seed: int | None = None) -> Callable[[Any], Policy]:
-    """``baselines.per_workload`` over ``names``, which may also name ``searched``, ``lookahead``, ``mpc`` and
-    ``tuned:SCENARIO`` (that scenario's tuned settings on every workload)."""
+    """``baselines.per_workload`` over ``names``, also ``searched``, ``lookahead``, ``mpc`` and ``tuned:SCENARIO``."""
     builders: dict[str, Callable[[Any], Policy]] = {
         SEARCHED: lambda env: searched(env, seed=seed),
         LOOKAHEAD: lambda env: LookaheadTeacher(env, seed),

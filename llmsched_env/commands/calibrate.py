@@ -67,8 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse and check the arguments (``args.spec``: the ``RunnerSpec``; ``--out`` defaulted); a bad one exits
-    (status 2), before torch is imported."""
+    """Parse and check the arguments (``args.spec``, ``--out`` defaulted); a bad one exits (status 2)."""
     p = build_parser()
     args = p.parse_args(argv)
     from llmsched_env.runtime.fidelity import check_runtime_requests
@@ -131,8 +130,7 @@ def _numbers(option: str, text: str, kind: type) -> list:
 
 
 class _Bars:
-    """``on_status(line)`` and ``on_progress(phase, done, total)`` on stderr: one bar per phase, ended by the next
-    phase or status line."""
+    """``on_status`` and ``on_progress`` on stderr: one bar per phase, ended by the next phase or status line."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled

@@ -58,8 +58,7 @@ setup(name="llmsched-compiled", ext_modules=mypyc_extensions(package_dir, tmp + 
 
 
 def build(package_dir: Path = PACKAGE_DIR, quiet: bool = False) -> list[Path]:
-    """Compile ``MODULES`` of the package in ``package_dir`` and install the extensions beside their sources.
-    Returns the files written. Raises RuntimeError (one line, with the compiler's last line) when it fails."""
+    """Compile ``MODULES`` and install the extensions beside their sources; ``RuntimeError`` (one line) if it fails."""
     if importlib.util.find_spec("mypyc") is None:
         raise RuntimeError("mypyc is not installed: pip install -e '.[compile]' (it ships with mypy)")
     digests = source_digests(package_dir)

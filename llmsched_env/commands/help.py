@@ -39,8 +39,7 @@ def default_text(action: argparse.Action) -> str:
 
 
 class DefaultsFormatter(argparse.RawDescriptionHelpFormatter):
-    """``RawDescriptionHelpFormatter`` that ends each option's help with its ``default_text`` unless it says its
-    default."""
+    """Ends each option's help with its ``default_text`` unless it says its default."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
@@ -53,8 +52,7 @@ _NOT_GIVEN = object()
 
 
 def given_options(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> set[str]:
-    """The destinations of the options ``argv`` gives on the command line, whatever their value (abbreviations
-    resolved); call it once ``argv`` has parsed."""
+    """The destinations of the options ``argv`` gives, whatever their value; call it once ``argv`` parsed."""
     accumulating = (argparse._AppendAction, argparse._AppendConstAction, argparse._CountAction)  # add to a value
     dests = {a.dest for a in parser._actions if a.option_strings and not isinstance(a, accumulating)}
     marked = argparse.Namespace(**dict.fromkeys(dests, _NOT_GIVEN))

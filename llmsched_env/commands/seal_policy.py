@@ -26,8 +26,7 @@ __all__ = ["main", "seal_policy_file"]
 
 
 def seal_policy_file(path: str | Path) -> tuple[Path, bool]:
-    """Add ``fields_sha256`` to the policy at ``path`` when it has none; the JSON's path and whether it was written
-    (``PolicyFileError`` otherwise)."""
+    """Add ``fields_sha256`` to the policy at ``path`` when it has none; (its JSON, whether written)."""
     try:
         return load_policy_file(path).path, False  # it has its record, which holds
     except UnsealedPolicyError:  # every other check passed: the fields, the weights and their digest
@@ -43,8 +42,7 @@ def seal_policy_file(path: str | Path) -> tuple[Path, bool]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Seal each policy named on the command line: one line per policy, an error line for one that does not
-    load or cannot be written (and status 1 at the end)."""
+    """Seal each policy given: one line each, an error line (and status 1) for one that fails."""
     parser = argparse.ArgumentParser(prog="python -m llmsched_env.commands.seal_policy", description=__doc__)
     parser.add_argument("policies", nargs="+", type=Path, help="policy folders (or their policy.json)")
     args = parser.parse_args(argv)

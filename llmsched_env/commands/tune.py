@@ -60,8 +60,7 @@ CAPACITY_LOADS = 8  # loads one capacity search runs on each of its seeds (a bra
 
 
 def planned_episodes(config: TuneConfig) -> int:
-    """About how many episodes a search with ``config`` runs at most (references, successive halving, local search,
-    last capacities)."""
+    """About how many episodes a search with ``config`` runs at most."""
     seeds = len(config.seeds)
     episodes = CAPACITY_LOADS * (len(config.references) * min(2, seeds) + (1 + len(config.references)) * seeds)
     pool, done = config.candidates + len(STATIC_HEURISTICS), 0
@@ -111,8 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``llmsched-tune`` with ``argv`` (default: the process's arguments); 0 on success, a bad option: status 2,
-    one line."""
+    """Run ``llmsched-tune`` with ``argv``; 0 on success, a bad option: status 2, one line."""
     p = build_parser()
     args = p.parse_args(argv)
     if (args.scenarios is None) == (args.trace is None):

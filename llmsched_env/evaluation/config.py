@@ -164,8 +164,7 @@ class EvalConfig:
     def make_env(
         self, scenario: AnyScenario, load: float, iterations_per_step: int = 1, schema: int | None = None
     ) -> gym.Env:
-        """The env of ``scenario`` at ``load`` with this config's episode options (a single-node env of observation
-        ``schema``)."""
+        """The env of ``scenario`` at ``load`` with this config's episode options."""
         common: dict[str, Any] = {
             "scenario": scenario,
             "split": self.split,
@@ -216,8 +215,7 @@ class EvalConfig:
             raise ValueError(f"{misplaced} are {kind}; use {'routers' if self.is_cluster else 'schedulers'} here")
 
     def _check_windows(self, scenario: AnyScenario) -> None:
-        """``ValueError`` naming the trace when an episode does not fit in ``scenario``'s part or its seeds' disjoint
-        windows."""
+        """``ValueError`` when an episode does not fit in ``scenario``'s part or its seeds' windows."""
         base = scenario.scenario() if isinstance(scenario, ClusterScenario) else scenario
         size = self.num_requests if self.num_requests is not None else scenario.num_requests
         try:
@@ -242,13 +240,11 @@ class EvalConfig:
         return replace(scenario, engine=engine)
 
     def tuned_table(self) -> Any:
-        """The table of the evaluation's own ``tuned`` policy, which a lookahead's or mpc's ``tuned`` base reads too;
-        None: the shipped one."""
+        """The table of the evaluation's own ``tuned`` policy (None: the shipped one)."""
         return next((p.table for p in self.policies if p.baseline == "tuned" and p.table is not None), None)
 
     def _check_policies(self) -> None:
-        """Every policy must fit every scenario (an exported policy its observations and actions; a baseline must
-        build), found here, not mid-grid."""
+        """Every policy must fit every scenario, found here, not mid-grid."""
         exported = [p for p in self.policies if p.path is not None]
         baselines = [] if self.is_cluster else [p for p in self.policies if p.path is None]
         if not exported and not baselines:
