@@ -1,12 +1,7 @@
-"""Add ``fields_sha256`` to exported policies written before policy files recorded their fields.
+"""Add ``fields_sha256`` (``decision.policy_file.seal_meta``) to exported policies written before policy files
+recorded their fields, after checking the pair otherwise loads; a file with a record is left as it is.
 
     python -m llmsched_env.commands.seal_policy runs/ppo0 [more policies ...]
-
-A policy file's ``fields_sha256`` (``decision.policy_file.seal_meta``) records a digest of every field that
-decides its actions; the loader refuses a file whose fields differ from it, or that has none. This adds the
-record to a file without one, after checking the pair otherwise loads (its weights' digest, shapes and
-layers): run it only on a file as it was exported, since it records whatever the fields hold now. A file
-that has a record already is left as it is (one that fails its record stays refused: export it again).
 """
 
 from __future__ import annotations
