@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -293,7 +293,7 @@ def add_trace_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, repl
     add("--trace-time-unit", choices=("s", "ms"), default="s", help="generic format: timestamp unit")
 
 
-def stray_trace_options(given: set[str], extra: Sequence[str] = ()) -> list[str]:
+def stray_trace_options(given: set[str], extra: Iterable[str] = ()) -> list[str]:
     """The flags of the trace options (and ``extra``) among ``given``: without ``--trace`` they do nothing."""
     return [f"--{d.replace('_', '-')}" for d in (*TRACE_OPTIONS, "fitted_traffic", *extra) if d in given]
 
