@@ -34,7 +34,6 @@ from llmsched_env.commands.evaluate_args import (
 from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
 from llmsched_env.common.checks import check_unique
 from llmsched_env.common.outputs import OutputBusyError, check_output, output_path
-from llmsched_env.evaluation.distributed import check_ray_address
 from llmsched_env.workloads.library import list_scenarios
 
 __all__ = ["build_parser", "main", "parse_args"]
@@ -173,13 +172,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             trace=trace,
         )
         check_output(args.config.run_folder, args.force)
-        args.configs = [args.config]
-        if args.sweep:
-            args.configs = sweep_configs(
-                args.config, args.config.run_folder, args.scenario_list, args.seed_list, args.grid
-            )
-        args.kept = []
+        args.configs, args.kept = [args.config], []
         if args.sweep:  # a resumed sweep: its trainings that finished at their budget are kept as they are
+            args.configs = sweep_configs(args.config, args.config.run_folder, args.scenario_list, args.seed_list,
+                                         args.grid)  # fmt: skip
             done = {id(c): finished_at_budget(c) for c in args.configs}
             for config in args.configs:
                 if done[id(config)] is not None:
@@ -190,11 +186,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             preflight(config, warn=False)
     except ValueError as exc:  # the trace's options named as their flags
         p.error(as_flags(str(exc).removeprefix("trace: ")) if trace is not None else str(exc))
-    if args.ray not in (None, "", "local"):  # a cluster that does not answer: refused now, not a hang
-        try:
-            check_ray_address(args.ray)
-        except ValueError as exc:
-            p.error(str(exc))
     return args
 
 

@@ -213,23 +213,19 @@ def resume_checkpoint(config: TrainConfig, warn: bool = False) -> Path | None:
 
 
 RUN_OUTPUTS = ("args.json", "config.yml", "checkpoints", "model.zip", "best_model.zip", "summary.json")
-# every file and folder a training writes in its run folder: a folder at one of the files, a file at one of the
-# folders, or a FIFO, device or socket anywhere among them is refused before anything is written
+# every file and folder a training writes in its run folder (anything else at those names is refused first)
 RUN_FILES = (
     *("args.json", "config.yml", "command.txt", "bc.json", "model.zip", "best_model.zip", "best.json"),
     *("eval_history.json", "summary.json", "policy.json", "policy.safetensors", COMPLETE_NAME, LOCK_NAME),
 )
 RUN_FOLDERS = ("checkpoints", "tb")
-# what a training leaves once it has evaluated, cloned or learnt: --resume without a checkpoint starts afresh only
-# in a folder that holds none of them (empty, or a training killed before its first evaluation)
+# what a training leaves once it has evaluated, cloned or learnt (--resume without a checkpoint: none may be there)
 RUN_RESULTS = (
     *("model.zip", "best_model.zip", "best.json", "eval_history.json", "summary.json", "bc.json"),
     *("policy.json", "policy.safetensors", COMPLETE_NAME),
 )
-# what a resumed training must share with the run it continues (args.json): every TrainConfig field that changes
-# the run, but for the budget (timesteps), the output and progress options (out, force, progress), the resume
-# itself, what the resolved hyperparameters hold and resumed_hyperparams compares (hp, hyperparams, quick, n_envs),
-# what does not change what is learnt (vec_env, eval_baselines) and init (never with resume)
+# the TrainConfig fields a resumed training must share with its run (args.json); the hyperparameters are compared
+# by resumed_hyperparams
 SAME_ON_RESUME = ("algo", "scenario", "trace", "seed", "bc")
 
 
@@ -364,10 +360,8 @@ def check_budget(config: TrainConfig, hp: Mapping[str, Any]) -> None:
         )
 
 
-# hyperparameters a resumed training may give other values than the run's: the budget (--timesteps), the periodic
-# evaluation's (a best measured on another setup is not compared: resume_best) and the anchor's (refused on a
-# resume unless 0); the cloning's (START_KEYS) are not compared either, as a resumed run clones nothing, and its
-# config.yml keeps the run's values of them
+# hyperparameters a resumed training may change (the budget, the evaluation's, the anchor's: 0 on a resume);
+# the cloning's (START_KEYS) act only at the start, and config.yml keeps the run's
 MAY_CHANGE_ON_RESUME = ("n_timesteps", "eval_freq", "eval_episodes", "eval_load", "eval_num_requests")
 START_KEYS = ("bc_warmstart", *BC_KEYS, "anchor_coef", "anchor_epochs")
 

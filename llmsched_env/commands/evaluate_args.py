@@ -329,16 +329,10 @@ def engine_limits(args: argparse.Namespace) -> dict[str, int]:
 _NO_OPS = (
     ("scenarios", "trace", "--trace replaces --scenarios (the trace is the one scenario)"),
     ("loads", "capacity", "--capacity searches the load itself (--loads is not used)"),
-    ("out", "describe", "--describe prints the scenarios and writes no files"),
-    ("tensorboard", "describe", "--describe prints the scenarios and writes no files"),
-    ("plots", "describe", "--describe prints the scenarios and writes no files"),
-    ("policies", "describe", "--describe runs no policy"),
-    ("capacity", "describe", "--describe runs no policy"),
-    ("check_invariants", "describe", "--describe runs no policy"),
-    ("length_prediction", "describe", "--describe runs no policy"),
-    ("workers", "describe", "--describe runs no policy"),
-    ("ray", "describe", "--describe runs no policy"),
-)
+    *((o, "describe", "--describe prints the scenarios and writes no files") for o in ("out", "tensorboard", "plots")),
+    *((o, "describe", "--describe runs no policy")
+      for o in ("policies", "capacity", "check_invariants", "length_prediction", "workers", "ray")),
+)  # fmt: skip
 
 
 # (option, what it needs, whether args give that, why): refused without it
@@ -346,35 +340,19 @@ _Needs = tuple[str, str, Callable[[argparse.Namespace], bool], str]
 _RUNTIME = "it applies to the torch runtime only, not to the simulator (--backend sim, the default)"
 _TRACED = (*(name for name in TRACE_OPTIONS if name != "trace"), "fitted_traffic")  # the options of --trace
 _TRACE_ONLY = (
-    ", ".join(f"--{name.replace('_', '-')}" for name in _TRACED[:-1]) + " and --fitted-traffic apply to --trace only"
+    ", ".join(f"--{n.replace('_', '-')}" for n in _TRACED[:-1]) + " and --fitted-traffic apply to --trace only"
 )
-
-
-def _runtime(args: argparse.Namespace) -> bool:
-    return bool(args.backend == "runtime")
-
-
-def _traced(args: argparse.Namespace) -> bool:
-    return args.trace is not None
-
-
 _NEEDS: tuple[_Needs, ...] = (
-    *((name, "--backend runtime", _runtime, _RUNTIME) for name in ("model", "weights", "device", "dtype", "realtime")),
-    ("no_speed_check", "--backend runtime", _runtime, "the speed check profiles the torch runtime's model only"),
-    (
-        "policy_timeout_s",
-        "--backend runtime or --engine vllm",
-        lambda args: _runtime(args) or args.engine == "vllm",
-        "the simulator's decisions have no deadline",
-    ),
-    *((name, "--trace", _traced, _TRACE_ONLY) for name in _TRACED),
-    (
-        "force",
-        "--out or --tensorboard",
-        lambda args: args.out is not None or args.tensorboard is not None,
-        "it only lets those write inside a shipped folder",
-    ),
-)
+    *((name, "--backend runtime", lambda a: a.backend == "runtime", _RUNTIME)
+      for name in ("model", "weights", "device", "dtype", "realtime")),
+    ("no_speed_check", "--backend runtime", lambda a: a.backend == "runtime",
+     "the speed check profiles the torch runtime's model only"),
+    ("policy_timeout_s", "--backend runtime or --engine vllm", lambda a: a.backend == "runtime" or a.engine == "vllm",
+     "the simulator's decisions have no deadline"),
+    *((name, "--trace", lambda a: a.trace is not None, _TRACE_ONLY) for name in _TRACED),
+    ("force", "--out or --tensorboard", lambda a: a.out is not None or a.tensorboard is not None,
+     "it only lets those write inside a shipped folder"),
+)  # fmt: skip
 
 
 def check_combinations(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:

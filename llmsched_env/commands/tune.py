@@ -38,7 +38,7 @@ from llmsched_env.commands.evaluate_args import (
     trace_options,
     trace_scenarios,
 )
-from llmsched_env.commands.help import DefaultsFormatter, given_options, program
+from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
 from llmsched_env.common.outputs import check_output, check_update_lock, file_output_path
 from llmsched_env.decision.knob_space import STATIC_HEURISTICS
 from llmsched_env.decision.tuned_table import load_tuned_table, write_tuned_entries
@@ -50,10 +50,8 @@ __all__ = ["build_parser", "main"]
 
 PROG = ("llmsched-tune", "tune.py")
 DEFAULT_OUT = Path("results/tuned.json")  # --scenarios' table by default: a copy of the user's, never the shipped one
-# The most simulated requests one scenario's search may plan: each option within its cap, the product of
-# --candidates, --rounds, --seeds and --num-requests could still run for months. The simulator runs about 19,000
-# requests/s on a 2-core machine (bench/bench_core.py --num-requests 2000, bare loop; an episode driven by a
-# policy is slower), so 10**9 is half a day or more; the default search of a library scenario plans ~10**6.
+# the most simulated requests one scenario's search may plan: 10**9 is half a day or more at ~19,000 requests/s
+# (bench/bench_core.py); the default search of a library scenario plans ~10**6
 MAX_PLANNED_REQUESTS = 10**9
 MOVES_PER_ROUND = 10  # single-knob moves a local-search round scores (knob_space.neighbours; a few more or fewer)
 CAPACITY_LOADS = 8  # loads one capacity search runs on each of its seeds (a bracket and bisection: 8-10)
@@ -125,16 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = None
     keys: dict[str, TraceKey] = {}  # a trace's scenarios (its replay, its fitted traffic) -> their entries' keys
     try:
-        config = TuneConfig(
-            references=args.reference,
-            seeds=args.seeds,
-            candidates=args.candidates,
-            seed=args.seed,
-            rounds=args.rounds,
-            num_requests=args.num_requests,
-            cost_model=args.cost_model,
-            engine_limits=limits or None,
-        )
+        config = from_args(TuneConfig, args, references=args.reference, engine_limits=limits or None)
         scenarios: list[Any] = args.scenarios or []
         if scenarios == ["all"]:
             scenarios = list_scenarios()
