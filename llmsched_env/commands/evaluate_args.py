@@ -182,13 +182,10 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     out("--plots", action=argparse.BooleanOptionalAction, default=None, help=plots)
     out("--tensorboard", type=output_path, default=None, help="write each run's metrics as TensorBoard scalars here")
     out("--force", action="store_true", help="allow --out or --tensorboard inside a shipped folder")
-    out(
-        "--resume",
-        action="store_true",
-        help="continue the evaluation in --out that was killed: run only what its rows.jsonl lacks (the same "
-        "options; another evaluation there is refused), then write every file from all the rows; with nothing "
-        "there to resume, start one",
-    )
+    resume = ("continue the evaluation in --out that was killed: run only what its rows.jsonl lacks (the same options; "
+              "another evaluation there is refused), then write every file from all the rows; with nothing there to "
+              "resume, start one")  # fmt: skip
+    out("--resume", action="store_true", help=resume)
     out("--no-progress", action="store_true", help="no progress bars on stderr")
     trace = p.add_argument_group("your own trace (instead of --scenarios)")
     add_trace_options(trace)
