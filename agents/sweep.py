@@ -28,9 +28,7 @@ from llmsched_env.evaluation.progress import Progress, status
 
 __all__ = ["MAX_SWEEP_TRAININGS", "run_sweep", "sweep_configs", "train_task"]
 
-# The most trainings one sweep builds (scenarios x seeds x hyperparameter combinations): each is a whole
-# training in its own process and run folder, and each is checked before the first starts (``preflight``, some
-# 10 ms), so a grid of 3,000 x 3,000 values (9 million) hung there; 1,000 trainings are already days of work.
+# the most trainings one sweep builds (scenarios x seeds x grid values): 1,000 trainings are days of work already
 MAX_SWEEP_TRAININGS = 1_000
 
 
@@ -82,12 +80,7 @@ def train_task(argv: list[str], cwd: str) -> dict[str, Any]:
     with (out / "train.log").open("w") as log:
         cmd = guarded_command("agents.cli", argv)  # python -m agents.cli *argv, ending when this process ends
         code = subprocess.run(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT).returncode
-    summary = out / "summary.json"
-    return {
-        "out": str(out),
-        "returncode": code,
-        "summary": json.loads(summary.read_text()) if summary.is_file() else None,
-    }
+    return {**finished_result(out), "returncode": code}
 
 
 def _line(result: Mapping[str, Any]) -> str:
