@@ -172,10 +172,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             trace=trace,
         )
         check_output(args.config.run_folder, args.force)
-        args.configs, args.kept = [args.config], []
+        args.configs = [args.config]
+        if args.sweep:
+            args.configs = sweep_configs(
+                args.config, args.config.run_folder, args.scenario_list, args.seed_list, args.grid
+            )
+        args.kept = []
         if args.sweep:  # a resumed sweep: its trainings that finished at their budget are kept as they are
-            args.configs = sweep_configs(args.config, args.config.run_folder, args.scenario_list, args.seed_list,
-                                         args.grid)  # fmt: skip
             done = {id(c): finished_at_budget(c) for c in args.configs}
             for config in args.configs:
                 if done[id(config)] is not None:
