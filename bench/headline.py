@@ -27,6 +27,7 @@ only; runs nothing.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -40,6 +41,9 @@ from llmsched_env.evaluation.capacity import gap_share, read_per_seed, read_wind
 from llmsched_env.evaluation.identity import TRAJECTORY, identical_groups, read_trajectories
 from llmsched_env.evaluation.stats import mean_ci95
 from llmsched_env.workloads.fitted import FITTED_SUFFIX
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, also when a test loads this file
+from results_archive import unpacked
 
 AGENT, TUNED = "agent", "tuned"
 LEARNED = ("agent", "learned", "quick")  # trained policies (per-scenario agents, generalists): never "baselines"
@@ -55,14 +59,15 @@ def collect(results: Path, agent: str = AGENT) -> list[dict[str, object]]:
     policy, or ``learned``, the generalist) and at least one baseline, gathered from every
     ``*-capacity*/results.csv`` under ``results`` (a policy searched later, e.g. ``tuned``, may sit in a folder
     of its own; a later folder's rows replace an earlier one's). Trained policies (``LEARNED``) are never
-    counted as baselines."""
-    files = sorted(results.glob("*-capacity*/results.csv"))
-    try:
-        caps_of = read_per_seed(files)
-        limited_of = read_window_limited(files)
-    except ValueError as exc:
-        raise SystemExit(str(exc)) from None
-    runs_of = read_trajectories(files)
+    counted as baselines. Packed runs (``bench/results_archive.py``) are read as if extracted."""
+    with unpacked(results) as root:
+        files = sorted(root.glob("*-capacity*/results.csv"))
+        try:
+            caps_of = read_per_seed(files)
+            limited_of = read_window_limited(files)
+        except ValueError as exc:
+            raise SystemExit(str(exc).replace(str(root), str(results))) from None
+        runs_of = read_trajectories(files)
     out: list[dict[str, object]] = []
     for scenario, all_caps in sorted(caps_of.items()):
         caps = {p: c for p, c in all_caps.items() if (p == agent or p not in LEARNED) and not is_bound(p)}
