@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -294,7 +295,7 @@ def compact(rows: list[dict[str, object]], learned: str = "learned") -> tuple[st
             f"{_ratio(rule)} | {_ratio(plan)}{spelling} | {_ratio(clairvoyant)}{' †' if beating else ''} |"
         )
     for note in dict.fromkeys(notes):
-        lines += ["", note]
+        lines += ["", _wrap(note)]
     words = [f"Of these {_word(len(shown))} scenarios, `{learned}` is level with `tuned` on "
              f"{_word(len(stand['level']))} (the paired interval includes 1)"]  # fmt: skip
     if stand["above"]:
@@ -311,7 +312,11 @@ def compact(rows: list[dict[str, object]], learned: str = "learned") -> tuple[st
         words.append(f"; the clairvoyant `lookahead` reaches at most {top_ratio:.3f}× `tuned` (`{where}`)")
         if over:
             words.append(f", and a deployable policy's mean passes it on {', '.join(over)}")
-    return "\n".join(lines), "".join(words) + "."
+    return "\n".join(lines), _wrap("".join(words) + ".")
+
+
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, width=115, break_long_words=False, break_on_hyphens=False)
 
 
 def write_readme(readme: Path, block: str) -> None:

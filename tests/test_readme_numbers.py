@@ -43,8 +43,8 @@ def _block(text: str) -> str:
 
 def _rows(text: str) -> tuple[list[str], dict[str, list[str]]]:
     """The README headline's header cells and scenario -> its row's cells (scenario first)."""
-    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in _block(text).splitlines()]
-    table = [c for c in cells if c and c[0].startswith(("scenario", "`"))]
+    lines = [line for line in _block(text).splitlines() if line.startswith("| ")]
+    table = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
     return table[0], {row[0].strip("`"): row for row in table[1:]}
 
 
