@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench_scripts import bench_script
+from llmsched_env.decision.lookahead import BOUND_MARK
+from tests.bench_scripts import bench_script, write_capacities
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -144,6 +145,27 @@ def test_the_readme_headline_is_what_the_committed_data_give() -> None:
     )
     header, rows = _rows(README.read_text(encoding="utf-8"))
     assert len(header) <= 8 and len(rows) >= 12
+
+
+def test_the_compact_headline_pairs_every_policy_with_tuned_and_marks_a_pass_of_the_clairvoyant(
+    tmp_path: Path,
+) -> None:
+    bound = "lookahead" + BOUND_MARK
+    same = {"tuned": (2.0, 2.0, 2.0), "fcfs": (1.0, 1.0, 1.0)}
+    write_capacities(tmp_path / "s-capacity", "s", {**same, "learned": (2.0, 2.2, 2.1), bound: (2.05,) * 3})
+    write_capacities(tmp_path / "s-capacity-mpc", "s", {"mpc": (1.8, 1.8, 1.8)})
+    write_capacities(tmp_path / "r-capacity", "r", {**same, "learned": (9.0, 9.0, 9.0)})  # its fitted twin shows
+    write_capacities(tmp_path / "r-fitted-capacity", "r-fitted", {**same, "learned": (1.5, 1.6, 1.5)})
+    table, summary = headline.compact(headline.collect(tmp_path, "learned"), "learned")
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert [row.split(" | ")[0] for row in rows] == ["| `r-fitted`", "| `s`"]
+    assert all(row.count(" | ") == 7 for row in rows)  # 8 columns
+    assert rows[1].endswith("| 1.050 ± 0.124× | `fcfs` 1.00 ± 0.00 | 0.500 ± 0.000× | 0.900 ± 0.000× | 1.025 ± 0.000× † |")
+    assert headline.ABOVE_CLAIRVOYANT.split(":")[0] in table
+    flat = " ".join(summary.split())
+    assert flat.startswith("Of these two scenarios, `learned` is level with `tuned` on one (the paired interval")
+    assert "behind it on `r-fitted` (0.767 ± 0.072×)" in flat and "`mpc` is level with `tuned` on none, behind" in flat
+    assert flat.endswith("at most 1.025× `tuned` (`s`), and a deployable policy's mean passes it on `s` (`learned`).")
 
 
 @pytest.mark.slow
