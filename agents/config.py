@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from llmsched_env.common.fields import split_items
 from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, read_text
 
 __all__ = [
@@ -58,23 +59,23 @@ def merge_config(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, A
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    """``["learning_rate=1e-4", "env_kwargs.load=[1, 2]"]`` -> nested dict; values are parsed as YAML."""
+    """``["learning_rate=1e-4", "env_kwargs.load=[1, 2]"]`` -> nested dict, values read as YAML (a key given twice:
+    the last counts)."""
     out: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise ValueError(f"--hp {item!r}: expected key=value (e.g. learning_rate=1e-4)")
-        key, text = item.split("=", 1)
+    given = split_items(items, "--hp", what="item", form="key=value (e.g. learning_rate=1e-4)", repeat=True)
+    for key, text in given.items():
         try:
             value = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise ValueError(f"--hp {item!r}: the value is not valid YAML ({exc})") from None
+            why = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise ValueError(f"--hp {key}={text[:40]}: the value is not valid YAML ({why})") from None
         except RecursionError:
-            raise ValueError(f"--hp {item[:40]!r}...: the value is nested too deeply to parse") from None
+            raise ValueError(f"--hp {key}={text[:40]}...: the value is nested too deeply to parse") from None
         if isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
             with contextlib.suppress(ValueError):
                 value = float(value)
         node = out
-        parts = key.strip().split(".")
+        parts = key.split(".")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
         node[parts[-1]] = value

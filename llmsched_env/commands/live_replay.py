@@ -30,13 +30,14 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Sequence
-from dataclasses import MISSING, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from llmsched_env.adapters.vllm.config import AdapterConfig
 from llmsched_env.commands.evaluate_args import tenant_slos
 from llmsched_env.commands.help import DefaultsFormatter
+from llmsched_env.common.fields import parse_config
 from llmsched_env.common.files import CONFIG_BYTES, parse_json, read_text
 from llmsched_env.common.outputs import check_output, file_output_path, write_csv
 from llmsched_env.costs.loader import load_cost_model
@@ -54,34 +55,11 @@ from llmsched_env.live.replay import (
 __all__ = ["PROG", "build_parser", "logged_engine_config", "main", "parse_engine_config"]
 
 PROG = "python -m llmsched_env.commands.live_replay"
-_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
 def parse_engine_config(pairs: Sequence[str]) -> EngineConfig:
-    """``--engine-config``: an ``EngineConfig`` from ``KEY=VALUE`` items (its field names; the others keep their
-    defaults); ``ValueError`` naming the item for an unknown key or a bad value."""
-    defaults = {f.name: f.default for f in fields(EngineConfig) if f.default is not MISSING}
-    values: dict[str, Any] = {}
-    for item in pairs:
-        key, sep, text = (part.strip() for part in item.partition("="))
-        if not sep or key not in defaults:
-            raise ValueError(f"--engine-config {item!r}: expected KEY=VALUE with KEY one of {', '.join(defaults)}")
-        kind = type(defaults[key])
-        if kind is bool:
-            if text.lower() not in _TRUE + _FALSE:
-                raise ValueError(f"--engine-config {item!r}: {key} must be true or false")
-            values[key] = text.lower() in _TRUE
-        elif kind is int:
-            try:
-                values[key] = int(text)
-            except ValueError:
-                raise ValueError(f"--engine-config {item!r}: {key} must be an integer") from None
-        else:
-            values[key] = text
-    try:
-        return EngineConfig(**values)
-    except ValueError as exc:
-        raise ValueError(f"--engine-config: {exc}") from None
+    """``--engine-config``: an ``EngineConfig`` from ``KEY=VALUE`` items (the others at their defaults)."""
+    return parse_config(EngineConfig, pairs, "--engine-config")
 
 
 def _delay_s(text: str) -> float:
