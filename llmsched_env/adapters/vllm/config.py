@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmsched_env.common.fields import check_fields, coerce, field_kinds
 from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, parse_json, read_text
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.loader import load_cost_model
@@ -29,20 +30,6 @@ from llmsched_env.engine.config import SLO_CLASSES, SLOClass, TenantConfig
 __all__ = ["CONFIG_ENV", "CONFIG_FIELDS", "AdapterConfig", "ResolvedAdapter"]
 
 CONFIG_ENV = "LLMSCHED_VLLM_CONFIG"  # path of a YAML or JSON file holding AdapterConfig's fields
-CONFIG_FIELDS = (
-    "policy",
-    "tenants",
-    "cost_model",
-    "iterations_per_step",
-    "policy_timeout_s",
-    "nominal_rate_rps",
-    "seed",
-    "scenario",
-    "log_dir",
-    "policy_deadline",
-    "policies",
-    "control_file",
-)
 
 
 def _tenant(entry: Any, where: str, errors: list[str]) -> TenantConfig | None:
@@ -244,9 +231,7 @@ class AdapterConfig:
             raise ValueError(f"{p}: not valid {'YAML' if yaml_file else 'JSON'}: {first}") from None
         if not isinstance(data, dict):
             raise ValueError(f"{p}: expected a mapping of AdapterConfig fields, got {type(data).__name__}")
-        unknown = set(data) - set(CONFIG_FIELDS)
-        if unknown:
-            raise ValueError(f"{p}: unknown field(s) {sorted(unknown)}; known: {sorted(CONFIG_FIELDS)}")
+        check_fields(str(p), data, CONFIG_FIELDS)
         if "tenants" in data:
             if not isinstance(data["tenants"], list):
                 raise ValueError(f"{p}: tenants must be a list of mappings")
@@ -263,31 +248,25 @@ class AdapterConfig:
         if env.get(CONFIG_ENV):
             return cls.from_file(env[CONFIG_ENV])
         kwargs: dict[str, Any] = {"where": "environment"}
-        for var, name in (
-            ("LLMSCHED_POLICY", "policy"),
-            ("LLMSCHED_COST_MODEL", "cost_model"),
-            ("LLMSCHED_SCENARIO", "scenario"),
-            ("LLMSCHED_LOG_DIR", "log_dir"),
-            ("LLMSCHED_CONTROL_FILE", "control_file"),
-        ):
-            if env.get(var):
-                kwargs[name] = env[var]
-        if env.get("LLMSCHED_POLICY_TIMEOUT_S"):
-            try:
-                kwargs["policy_timeout_s"] = float(env["LLMSCHED_POLICY_TIMEOUT_S"])
-            except ValueError:
-                raise ValueError(
-                    f"environment: LLMSCHED_POLICY_TIMEOUT_S must be a number, got {env['LLMSCHED_POLICY_TIMEOUT_S']!r}"
-                ) from None
-        if env.get("LLMSCHED_TENANTS"):
-            tenants = []
-            for item in env["LLMSCHED_TENANTS"].split(","):
-                name, _, slo = item.partition(":")
-                tenants.append({"name": name.strip(), "slo": slo.strip() or "chat"})
-            kwargs["tenants"] = tuple(tenants)
-        if env.get("LLMSCHED_POLICIES"):
-            kwargs["policies"] = tuple(p.strip() for p in env["LLMSCHED_POLICIES"].split(","))
+        for name in ENV_FIELDS:
+            var = f"LLMSCHED_{name.upper()}"
+            if not env.get(var):
+                continue
+            items = [item.strip() for item in env[var].split(",")]
+            if name == "tenants":  # name:slo_class,...
+                kwargs[name] = tuple(
+                    {"name": n.strip(), "slo": s.strip() or "chat"} for n, _, s in (i.partition(":") for i in items)
+                )
+            elif name == "policies":
+                kwargs[name] = tuple(items)
+            else:
+                kwargs[name] = coerce(var, env[var], field_kinds(cls)[name][0], where="environment")
         return cls(**kwargs)
+
+
+CONFIG_FIELDS = tuple(name for name in field_kinds(AdapterConfig) if name != "where")  # a config file's keys
+# the fields LLMSCHED_<NAME> sets (AdapterConfig.from_env)
+ENV_FIELDS = ("policy", "tenants", "cost_model", "policy_timeout_s", "scenario", "log_dir", "policies", "control_file")
 
 
 def _resolve_entry(entry: str, name: str, scenario: str, w: str, errors: list[str]) -> tuple[PolicySpec, str] | None:
