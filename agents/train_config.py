@@ -463,46 +463,42 @@ MAX_EVAL_EPISODES_TOTAL = 100_000
 MAX_BC_STEPS = 10**7  # labelled steps per cloning round (shipped: 50,000); each holds an observation in memory
 MAX_BC_LABELLED = 10**7  # bc_steps x (1 + bc_dagger): every round's labelled steps are kept, in memory, to the end
 MAX_BC_PLAYED = 10**8  # bc_steps x bc_stride: steps a round plays (shipped: 200,000), a reward and a flag each
-HP_RANGES: dict[str, tuple[float, bool, float, bool, bool]] = {
-    "learning_rate": (0.0, False, 1.0, True, False),
-    "n_steps": (1, True, 1 << 20, True, True),
-    "batch_size": (1, True, 1 << 20, True, True),
-    "n_epochs": (1, True, 10_000, True, True),
-    "gamma": (0.0, False, 1.0, True, False),
-    "gae_lambda": (0.0, True, 1.0, True, False),
-    "clip_range": (0.0, False, _INF, False, False),
-    "clip_range_vf": (0.0, False, _INF, False, False),
-    "ent_coef": (0.0, True, _INF, False, False),
-    "vf_coef": (0.0, True, _INF, False, False),
-    "max_grad_norm": (0.0, False, _INF, False, False),
-    "target_kl": (0.0, False, _INF, False, False),
-    "rms_prop_eps": (0.0, False, 1.0, True, False),
-    "buffer_size": (1, True, 1 << 27, True, True),
-    "learning_starts": (0, True, 1 << 40, True, True),
-    "tau": (0.0, False, 1.0, True, False),
-    "train_freq": (1, True, 1 << 20, True, True),
-    "target_update_interval": (1, True, 1 << 40, True, True),
-    "exploration_fraction": (0.0, True, 1.0, True, False),
-    "exploration_initial_eps": (0.0, True, 1.0, True, False),
-    "exploration_final_eps": (0.0, True, 1.0, True, False),
-    "stats_window_size": (1, True, 1_000_000, True, True),  # episodes SB3 averages its rollout/ figures over
-    "sde_sample_freq": (-1, True, 1 << 20, True, True),
-    "gradient_steps": (-1, True, 100_000, True, True),  # per rollout (-1: as many as steps played)
-    "n_timesteps": (1, True, MAX_TIMESTEPS, True, True),
-    "n_envs": (1, True, MAX_ENVS, True, True),
-    "eval_freq": (1, True, MAX_TIMESTEPS, True, True),  # and at most MAX_EVALUATIONS evaluations in n_timesteps
-    "eval_episodes": (1, True, MAX_EVAL_EPISODES, True, True),
-    "eval_num_requests": (1, True, MAX_EPISODE_REQUESTS, True, True),  # the env's own cap on an episode
+Bounds = tuple[float, bool, float, bool, bool]  # (low, low included, high, high included, integer)
+
+
+def _ints(low: int, high: float) -> Bounds:
+    return (low, True, high, True, True)
+
+
+HP_RANGES: dict[str, Bounds] = {
+    **dict.fromkeys(("learning_rate", "gamma", "rms_prop_eps", "tau"), (0.0, False, 1.0, True, False)),
+    **dict.fromkeys(("gae_lambda", "exploration_fraction", "exploration_initial_eps", "exploration_final_eps"),
+                    (0.0, True, 1.0, True, False)),
+    **dict.fromkeys(("clip_range", "clip_range_vf", "max_grad_norm", "target_kl"), (0.0, False, _INF, False, False)),
+    **dict.fromkeys(("ent_coef", "vf_coef"), (0.0, True, _INF, False, False)),
+    **dict.fromkeys(("n_steps", "batch_size", "train_freq"), _ints(1, 1 << 20)),
+    "n_epochs": _ints(1, 10_000),
+    "buffer_size": _ints(1, 1 << 27),
+    "learning_starts": _ints(0, 1 << 40),
+    "target_update_interval": _ints(1, 1 << 40),
+    "stats_window_size": _ints(1, 1_000_000),  # episodes SB3 averages its rollout/ figures over
+    "sde_sample_freq": _ints(-1, 1 << 20),
+    "gradient_steps": _ints(-1, 100_000),  # per rollout (-1: as many as steps played)
+    "n_timesteps": _ints(1, MAX_TIMESTEPS),
+    "n_envs": _ints(1, MAX_ENVS),
+    "eval_freq": _ints(1, MAX_TIMESTEPS),  # and at most MAX_EVALUATIONS evaluations in n_timesteps
+    "eval_episodes": _ints(1, MAX_EVAL_EPISODES),
+    "eval_num_requests": _ints(1, MAX_EPISODE_REQUESTS),  # the env's own cap on an episode
     "eval_load": (MIN_LOAD, True, MAX_LOAD, True, False),  # the env's own range of loads
-    "bc_steps": (1, True, MAX_BC_STEPS, True, True),
-    "bc_dagger": (0, True, 100, True, True),  # DAgger rounds after cloning (shipped: 6)
-    "bc_stride": (1, True, 1_000, True, True),  # one played step in bc_stride labelled (shipped: 4)
+    "bc_steps": _ints(1, MAX_BC_STEPS),
+    "bc_dagger": _ints(0, 100),  # DAgger rounds after cloning (shipped: 6)
+    "bc_stride": _ints(1, 1_000),  # one played step in bc_stride labelled (shipped: 4)
     "bc_smoothing": (0.0, True, 1.0, False, False),
-    "anchor_epochs": (1, True, 1_000, True, True),  # passes over each rollout per pull (default 1)
-}
+    "anchor_epochs": _ints(1, 1_000),  # passes over each rollout per pull (default 1)
+}  # fmt: skip
 
 
-def _range_problem(value: Any, bounds: tuple[float, bool, float, bool, bool]) -> str | None:
+def _range_problem(value: Any, bounds: Bounds) -> str | None:
     """Why ``value`` is outside ``bounds`` (``HP_RANGES``), or None when it is inside."""
     low, low_in, high, high_in, integer = bounds
     if integer and (isinstance(value, bool) or not isinstance(value, int)):
