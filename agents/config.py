@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from llmsched_env.common.fields import split_items
-from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, read_text
+from llmsched_env.common.files import read_config
 
 __all__ = [
     "ALGO_NAMES",
@@ -110,16 +110,7 @@ def read_hyperparam_file(algo: str, path: Path | None = None) -> dict[str, Any]:
     file = path or HYPERPARAM_DIR / f"{algo}.yml"
     if not file.exists():
         raise ValueError(f"no hyperparameter file for algorithm {algo!r}: {file} does not exist")
-    try:
-        data = yaml.safe_load(read_text(file, CONFIG_BYTES)) or {}
-    except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
-        raise
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{file}: cannot read the hyperparameter file ({exc})") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{file}: invalid YAML ({exc})") from None
-    except RecursionError:
-        raise ValueError(f"{file}: invalid YAML (nested too deeply to parse)") from None
+    data = read_config(file, "the hyperparameter file", yaml=True) or {}
     if not isinstance(data, dict) or not isinstance(data.get("default", {}), dict):
         raise ValueError(f"{file}: expected a mapping of scenario -> hyperparameters with a 'default' entry")
     return data

@@ -53,6 +53,7 @@ __all__ = [
     "open_regular",
     "parse_json",
     "read_bytes",
+    "read_config",
     "read_text",
 ]
 
@@ -316,3 +317,27 @@ def parse_json(text: str, **kwargs: Any) -> Any:
         return json.loads(text, **kwargs)
     except RecursionError:
         raise json.JSONDecodeError("nested too deeply to parse", text[:80], 0) from None
+
+
+def read_config(path: str | os.PathLike[str], what: str, yaml: bool = False) -> Any:
+    """The YAML (with ``yaml``, or a ``.yaml``/``.yml`` file) or JSON document in the file ``path`` (at most
+    ``CONFIG_BYTES``); one-line ``ValueError`` naming the file when it cannot be read (``what`` it is) or parsed."""
+    p = Path(path)
+    try:
+        text = read_text(p, CONFIG_BYTES)
+    except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
+        raise
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{p}: cannot read {what} ({exc})") from None
+    kind = "YAML" if yaml or p.suffix in (".yaml", ".yml") else "JSON"
+    try:
+        if kind == "JSON":
+            return parse_json(text)
+        import yaml as pyyaml
+
+        return pyyaml.safe_load(text)
+    except RecursionError:
+        raise ValueError(f"{p}: invalid YAML (nested too deeply to parse)") from None
+    except Exception as exc:  # yaml.YAMLError, json.JSONDecodeError
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"{p}: invalid {kind} ({first})") from None

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_env.common.fields import check_fields, coerce, field_kinds
-from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, parse_json, read_text
+from llmsched_env.common.files import read_config
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.decider import DECIDER_MODES
@@ -212,23 +212,7 @@ class AdapterConfig:
         """Read a YAML (``.yaml``/``.yml``) or JSON file of ``AdapterConfig``'s fields; ``ValueError`` naming the
         file and the field for anything wrong."""
         p = Path(path)
-        try:
-            text = read_text(p, CONFIG_BYTES)
-        except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
-            raise
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{p}: cannot read the llmsched adapter config: {exc}") from None
-        yaml_file = p.suffix in (".yaml", ".yml")
-        try:
-            if yaml_file:
-                import yaml
-
-                data = yaml.safe_load(text)
-            else:
-                data = parse_json(text)
-        except Exception as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise ValueError(f"{p}: not valid {'YAML' if yaml_file else 'JSON'}: {first}") from None
+        data = read_config(p, "the llmsched adapter config")
         if not isinstance(data, dict):
             raise ValueError(f"{p}: expected a mapping of AdapterConfig fields, got {type(data).__name__}")
         check_fields(str(p), data, CONFIG_FIELDS)
