@@ -10,6 +10,7 @@ environment). Standard library only.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import MISSING, field, fields, is_dataclass
 from pathlib import Path
@@ -21,7 +22,9 @@ __all__ = [
     "coerce",
     "derived",
     "field_kinds",
+    "field_problems",
     "from_fields",
+    "option",
     "parse_config",
     "split_items",
     "to_fields",
@@ -70,6 +73,39 @@ def derived() -> Any:
 def to_fields(obj: Any) -> dict[str, Any]:
     """The init fields of the dataclass instance ``obj`` and their values, in order (``from_fields`` inverts it)."""
     return {f.name: getattr(obj, f.name) for f in fields(obj) if f.init}
+
+
+def option(default: Any, *, low: float | None = None, above: bool = False, choices: Collection[Any] = ()) -> Any:
+    """A dataclass field whose value ``field_problems`` checks against its declared type (``int``, ``float``,
+    ``str``; None where the type allows it), at least ``low`` (more than ``low`` with ``above``) or in ``choices``."""
+    return field(default=default, metadata={"low": low, "above": above, "choices": tuple(choices)})
+
+
+def field_problems(obj: Any, where: str) -> list[str]:
+    """One line (``where: NAME must be ..., got VALUE``) per ``option`` field of the dataclass ``obj`` whose value
+    is not of its type, out of its range or not one of its choices."""
+    problems = []
+    kinds = field_kinds(type(obj))
+    for f in fields(obj):
+        if "choices" not in f.metadata:
+            continue
+        value, (kind, optional), meta = getattr(obj, f.name), kinds[f.name], f.metadata
+        if value is None and optional:
+            continue
+        low, choices = meta["low"], meta["choices"]
+        if choices:
+            ok, expected = value in choices, f"one of {', '.join(map(str, choices))}"
+        elif kind == "str":
+            ok, expected = isinstance(value, str), "a string"
+        else:
+            ok = isinstance(value, int if kind == "int" else (int, float)) and not isinstance(value, bool)
+            ok = ok and math.isfinite(value) and (low is None or value > low or (value == low and not meta["above"]))
+            expected = ("an integer" if kind == "int" else "a number") + (
+                "" if low is None else f" {'>' if meta['above'] else '>='} {low:g}"
+            )
+        if not ok:
+            problems.append(f"{where}: {f.name} must be {expected}, got {value!r}")
+    return problems
 
 
 def split_items(
