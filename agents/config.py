@@ -18,6 +18,7 @@ from llmsched_env.common.files import read_config
 __all__ = [
     "ALGO_NAMES",
     "HYPERPARAM_DIR",
+    "dotted",
     "finite_json",
     "load_hyperparams",
     "merge_config",
@@ -31,13 +32,12 @@ HYPERPARAM_DIR = Path(__file__).resolve().parent / "hyperparams"
 
 
 def finite_json(value: Any, **kwargs: Any) -> str:
-    """``json.dumps(value, **kwargs)`` with every float that is not finite (NaN, ±inf) written as ``null``: a run's
-    JSON files never hold the ``NaN`` / ``Infinity`` tokens, which JSON does not have (``allow_nan=False``)."""
+    """``json.dumps`` with every non-finite float written as ``null`` (JSON has no ``NaN``/``Infinity``)."""
     return json.dumps(_finite(value), allow_nan=False, **kwargs)
 
 
 def _finite(value: Any) -> Any:
-    """``value`` with its non-finite floats, in mappings, lists and tuples at any depth, as None."""
+    """``value`` with its non-finite floats, at any depth of mappings, lists and tuples, as None."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, Mapping):
@@ -48,7 +48,7 @@ def _finite(value: Any) -> Any:
 
 
 def merge_config(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` updated by ``update``, nested mappings merged key by key (neither argument is modified)."""
+    """``base`` updated by ``update``, nested mappings merged key by key (neither is modified)."""
     out = copy.deepcopy(base)
     for key, value in update.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), dict):
@@ -82,10 +82,22 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def dotted(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"dotted.key": value}`` for every value of a nested mapping that is no (non-empty) mapping: what
+    ``parse_overrides`` reads back."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and value:
+            out.update(dotted(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def load_hyperparams(
     algo: str, scenario: str, overrides: Mapping[str, Any] | None = None, path: Path | None = None
 ) -> dict[str, Any]:
-    """``default`` merged with the ``scenario`` entry of ``<algo>.yml``, then with ``overrides``."""
+    """``default`` merged with the ``scenario`` entry of ``<algo>.yml`` (or ``path``), then with ``overrides``."""
     data = read_hyperparam_file(algo, path)
     if scenario not in data and "default" not in data:  # a flat file (learning_rate: 0.5) would apply nothing
         keys = ", ".join(map(str, list(data)[:6])) + (", ..." if len(data) > 6 else "") if data else "none"
@@ -105,8 +117,8 @@ def load_hyperparams(
 
 
 def read_hyperparam_file(algo: str, path: Path | None = None) -> dict[str, Any]:
-    """The entries of ``<algo>.yml`` (or ``path``) as written, scenario -> hyperparameters; ``ValueError``
-    naming the file when it is missing, not YAML, or not such a mapping with a ``default`` entry."""
+    """The entries of ``<algo>.yml`` (or ``path``), scenario -> hyperparameters; ``ValueError`` naming the file when
+    it is missing, not YAML, or not such a mapping."""
     file = path or HYPERPARAM_DIR / f"{algo}.yml"
     if not file.exists():
         raise ValueError(f"no hyperparameter file for algorithm {algo!r}: {file} does not exist")

@@ -13,12 +13,12 @@ import difflib
 import inspect
 import itertools
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agents.config import ALGO_NAMES, HYPERPARAM_DIR, load_hyperparams, merge_config
+from agents.config import ALGO_NAMES, HYPERPARAM_DIR, dotted, load_hyperparams, merge_config
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.common.checks import MAX_LOAD, MIN_LOAD, check_unique, is_finite_number
 from llmsched_env.common.registry import Registry
@@ -306,22 +306,13 @@ class TrainConfig:
                 argv += [x for name, n in value.items() for x in (f"--{name.replace('_', '-')}", str(n))]
             else:
                 argv += [f"--{key.replace('_', '-')}", str(value)]
-        argv += [x for key, value in _leaves(self.hp) for x in ("--hp", f"{key}={json.dumps(value)}")]
+        argv += [x for key, value in dotted(self.hp).items() for x in ("--hp", f"{key}={json.dumps(value)}")]
         flags = {"--quick": self.quick, "--resume": self.resume, "--no-progress": not self.progress}
         return argv + [flag for flag, on in flags.items() if on] + (["--force"] if self.force else [])
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as JSON-ready values (paths as strings)."""
         return json.loads(json.dumps({f.name: getattr(self, f.name) for f in fields(self) if f.init}, default=str))
-
-
-def _leaves(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """``(dotted.key, value)`` for every non-mapping value of a nested mapping."""
-    for key, value in tree.items():
-        if isinstance(value, Mapping) and value:
-            yield from _leaves(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}", value
 
 
 def resolve_hyperparams(config: TrainConfig) -> dict[str, Any]:
@@ -626,7 +617,7 @@ def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
         raise fail("policy_kwargs", network)
     _check_products(hp, fail)
     _check_minibatch(algo, hp, params, fail)
-    for key, value in _leaves({k: v for k, v in hp.items() if k != "env_kwargs"}):  # the env checks its own
+    for key, value in dotted({k: v for k, v in hp.items() if k != "env_kwargs"}).items():  # the env checks its own
         if isinstance(value, float) and value != value:
             raise fail(key, "must be a number, got nan")
     anchor = hp.get("anchor_coef")

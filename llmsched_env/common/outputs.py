@@ -36,6 +36,7 @@ __all__ = [
     "locked_output",
     "mark_complete",
     "output_path",
+    "package_dir",
     "remove_outputs",
     "replaced_atomically",
     "shipped_folders",
@@ -50,7 +51,7 @@ PACKAGES = ("llmsched_env", "agents", "baselines")
 REPO_FOLDERS = ("policies", "docs/results")
 
 
-def _package_dir(name: str) -> Path | None:
+def package_dir(name: str) -> Path | None:
     """The folder of the top-level package ``name`` (found, not imported), or None."""
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
@@ -61,7 +62,7 @@ def _package_dir(name: str) -> Path | None:
 def shipped_folders() -> list[Path]:
     """The folders ``check_output`` protects: the installed packages, and ``policies/`` and ``docs/results/`` of the
     checkout they lie in and of the working directory when it is one."""
-    packages = [p for p in map(_package_dir, PACKAGES) if p is not None]
+    packages = [p for p in map(package_dir, PACKAGES) if p is not None]
     roots = {p.parent for p in packages} | {Path.cwd().resolve()}
     checkouts = sorted(r for r in roots if (r / "pyproject.toml").is_file() and (r / "llmsched_env").is_dir())
     return packages + [root / folder for root in checkouts for folder in REPO_FOLDERS]
