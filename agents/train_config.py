@@ -48,32 +48,12 @@ __all__ = [
 
 ACTOR_CRITIC_ALGOS = frozenset({"maskable_ppo", "ppo", "a2c"})  # behaviour cloning and export fit these
 QUICK: dict[str, Any] = {  # the --quick preset: the whole pipeline in a few minutes on a 2-core laptop
-    "n_timesteps": 100_000,
-    "n_envs": 2,
-    "n_steps": 1024,
-    "batch_size": 256,
-    "bc_steps": 10_000,
-    "env_kwargs": {"num_requests": 300},
-    "eval_freq": 50_000,
-    "eval_episodes": 2,
-}
+    "n_timesteps": 100_000, "n_envs": 2, "n_steps": 1024, "batch_size": 256, "bc_steps": 10_000,
+    "env_kwargs": {"num_requests": 300}, "eval_freq": 50_000, "eval_episodes": 2,
+}  # fmt: skip
 # keys of the resolved hyperparameters that shape the run, not the SB3 model
-RUN_KEYS = (
-    "n_timesteps",
-    "n_envs",
-    "env_kwargs",
-    "eval_load",
-    "bc_warmstart",
-    "bc_steps",
-    "bc_smoothing",
-    "bc_dagger",
-    "bc_stride",
-    "eval_freq",
-    "eval_episodes",
-    "eval_num_requests",
-    "anchor_coef",
-    "anchor_epochs",
-)
+RUN_KEYS = ("n_timesteps", "n_envs", "env_kwargs", "eval_load", "bc_warmstart", "bc_steps", "bc_smoothing", "bc_dagger",
+            "bc_stride", "eval_freq", "eval_episodes", "eval_num_requests", "anchor_coef", "anchor_epochs")  # fmt: skip
 DEFAULT_EVAL_BASELINES = ("fcfs", "priority_aging", "sjf", "vtc", "kv_guard", "sarathi", "slo_aware")
 DEFAULT_EVAL_ROUTERS = ("round_robin", "least_outstanding", "least_kv_load", "prefix_affinity", "power_of_two")
 
