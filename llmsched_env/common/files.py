@@ -307,6 +307,9 @@ def read_config(path: str | os.PathLike[str], what: str, yaml: bool = False) -> 
         return parse_json(text) if kind == "JSON" else importlib.import_module("yaml").safe_load(text)
     except RecursionError:
         raise ValueError(f"{p}: invalid YAML (nested too deeply to parse)") from None
-    except Exception as exc:  # yaml.YAMLError, json.JSONDecodeError
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ValueError(f"{p}: invalid {kind} ({first})") from None
+    except Exception as exc:  # yaml.YAMLError (its context, problem and line), json.JSONDecodeError
+        why = "; ".join(str(x) for x in (getattr(exc, "context", None), getattr(exc, "problem", None)) if x)
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        why = why or (str(exc) or type(exc).__name__).splitlines()[0]
+        raise ValueError(f"{p}{line}: invalid {kind} ({why})") from None
