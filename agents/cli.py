@@ -33,6 +33,7 @@ from llmsched_env.commands.evaluate_args import (
 )
 from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
 from llmsched_env.common.checks import check_unique
+from llmsched_env.common.fields import split_items
 from llmsched_env.common.outputs import OutputBusyError, check_output, output_path
 from llmsched_env.workloads.library import list_scenarios
 
@@ -131,14 +132,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.seed_list = [int(x) for x in (args.seeds or str(args.seed)).split(",") if x]
     except ValueError:
         p.error(f"--seeds must be a comma list of integers, got {args.seeds!r}")
-    args.grid = {}
-    for item in args.hp_grid:
-        key, _, values = item.partition("=")
-        if not key or not values:
-            p.error(f"--hp-grid expects KEY=V1,V2,..., got {item!r}")
-        if key in args.grid:
-            p.error(f"--hp-grid: {key} given more than once (give its values in one KEY=V1,V2)")
-        args.grid[key] = values.split(",")
+    try:
+        grid = split_items(args.hp_grid, "--hp-grid", what="item", form="KEY=V1,V2,...")
+    except ValueError as exc:
+        p.error(str(exc))
+    args.grid = {key: values.split(",") if values else [] for key, values in grid.items()}  # none: refused below
     _check_both_given(p, args, argv)
     try:  # two trainings into one run folder: refused, naming the option
         check_unique("--scenarios", args.scenario_list)

@@ -51,7 +51,7 @@ from agents.checkpoints import (
     newest_signed_checkpoint,
     step_of,
 )
-from agents.config import finite_json
+from agents.config import dotted, finite_json
 from agents.generalist import check_init, init_from_policy, init_network, knee_loads
 from agents.sb3 import ALGOS, FLAT_ACTION_ALGOS, make_model
 from agents.train_config import ACTOR_CRITIC_ALGOS, BC_KEYS, RUN_KEYS, TrainConfig, env_kind, resolve_hyperparams
@@ -366,17 +366,6 @@ MAY_CHANGE_ON_RESUME = ("n_timesteps", "eval_freq", "eval_episodes", "eval_load"
 START_KEYS = ("bc_warmstart", *BC_KEYS, "anchor_coef", "anchor_epochs")
 
 
-def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"dotted.key": value}`` for every non-mapping value (or empty mapping) of a nested mapping."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping) and value:
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def resumed_hyperparams(config: TrainConfig, hp: dict[str, Any]) -> dict[str, Any]:
     """``hp`` with the run's cloning values; ``ValueError`` when another one differs from ``config.yml``."""
     path = config.run_folder / "config.yml"
@@ -389,8 +378,8 @@ def resumed_hyperparams(config: TrainConfig, hp: dict[str, Any]) -> dict[str, An
     if not isinstance(earlier, dict):
         raise ValueError(f"--resume: {path}: expected a mapping of the run's hyperparameters, got {earlier!r:.60}")
     skip = {"algo", "scenario", *MAY_CHANGE_ON_RESUME, *START_KEYS}
-    theirs = _flat({k: v for k, v in earlier.items() if k not in skip})
-    mine = _flat(yaml.safe_load(yaml.safe_dump({k: v for k, v in hp.items() if k not in skip})))
+    theirs = dotted({k: v for k, v in earlier.items() if k not in skip})
+    mine = dotted(yaml.safe_load(yaml.safe_dump({k: v for k, v in hp.items() if k not in skip})))
     unset = "(unset)"
     differ = [key for key in sorted({*theirs, *mine}) if theirs.get(key, unset) != mine.get(key, unset)]
     if differ:

@@ -81,8 +81,8 @@ def test_the_library_scenarios_keep_one_tenant() -> None:
     [
         (["--tenant-slo", "nobody=chat"], "no tenant 'nobody' in the trace's tenant column; its tenants are 'web'"),
         (["--tenant-slo", "api=fast"], "--tenant-slo: unknown SLO class 'fast'"),
-        (["--tenant-slo", "api"], "--tenant-slo: expected NAME=CLASS pairs"),
-        (["--tenant-slo", "api=chat,api=batch"], "--tenant-slo: tenant 'api' named twice"),
+        (["--tenant-slo", "api"], "--tenant-slo: tenant 'api' is not NAME=CLASS"),
+        (["--tenant-slo", "api=chat,api=batch"], "--tenant-slo: tenant 'api' is given twice"),
         (["--tenant-slo", "api=0:1"], "--tenant-slo: unknown SLO class '0:1'"),
         (["--trace-slo", "slow"], "--trace-slo: unknown SLO class 'slow'"),
     ],
@@ -234,7 +234,7 @@ def test_the_library_builds_a_trace_scenario_and_names_the_option_at_fault(tmp_p
         ({"trace_format": "nope"}, "trace_format: expected one of"),
         ({"trace_slo": "slow"}, "trace_slo: unknown SLO class 'slow'"),
         ({"trace_columns": ""}, "trace_columns: the generic format needs them"),
-        ({"trace_columns": "arrival"}, "trace_columns: expected field=column pairs"),
+        ({"trace_columns": "arrival"}, "trace_columns: pair 'arrival' is not field=column"),
         ({"rate": 2.0}, "unknown trace option(s) ['rate']"),
     ]:
         with pytest.raises(ValueError, match=re.escape(expect)):

@@ -16,7 +16,6 @@ from typing import Any
 
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
-from llmsched_env.commands.runner_options import add_runner_options
 from llmsched_env.common.checks import check_label, duplicates
 from llmsched_env.common.files import CountLimit
 from llmsched_env.common.outputs import COMPLETE_NAME, LOCK_NAME, check_output, output_path
@@ -26,6 +25,7 @@ from llmsched_env.engine.config import ENGINE_BOUNDS, SLO_CLASSES
 from llmsched_env.evaluation import EvalConfig, RuntimeOptions
 from llmsched_env.evaluation.outputs import FINISHED_FILES
 from llmsched_env.evaluation.resume import RECORD_NAME, ROWS_NAME
+from llmsched_env.evaluation.runtime_options import add_runner_options
 from llmsched_env.workloads.library import list_scenarios
 from llmsched_env.workloads.scenarios import SPLITS, Scenario
 from llmsched_env.workloads.trace_io import data_stem
