@@ -26,15 +26,8 @@ from typing import Any
 import numpy as np
 
 from llmsched_env.engine.config import TenantConfig
-from llmsched_env.live.logs import PLAN_FILE, ServerLogs, find_result_file, load_run
-from llmsched_env.live.records import (
-    ClientResult,
-    PlannedRequest,
-    ServerRequest,
-    StepRecord,
-    read_client_result,
-    read_plan,
-)
+from llmsched_env.live.logs import ServerLogs, load_run, read_client
+from llmsched_env.live.records import ClientResult, PlannedRequest, ServerRequest, StepRecord
 
 __all__ = [
     "FRONTEND_FIGURES",
@@ -187,8 +180,7 @@ def block_record(
     if log_dir is None:
         if span_s is None:
             raise ValueError("block_record: a block without server logs needs span_s (its start and end)")
-        plan = read_plan(folder / PLAN_FILE)
-        client = read_client_result(find_result_file(folder), len(plan))
+        plan, client = read_client(folder)
         run_plan = tuple(plan)
         server: tuple[ServerRequest, ...] = ()
         steps: tuple[StepRecord, ...] = ()

@@ -39,7 +39,6 @@ Everything it does is written to ``OUT``:
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
@@ -69,7 +68,7 @@ from llmsched_env.live.design import paired_difference, plan_rounds, williams_ro
 from llmsched_env.live.fit import fit_live_cost_model, live_fit_report
 from llmsched_env.live.logs import LiveRun, ServerLogTail, load_run
 from llmsched_env.live.predict import mean_prediction, predict_block
-from llmsched_env.live.server import LiveServer, run_bench, unwind_on_sigterm
+from llmsched_env.live.server import LiveServer, cli_parser, run_bench, unwind_on_sigterm
 from llmsched_env.live.workloads import WORKLOADS, LiveWorkload, block_stream, length_mix, tenant_configs
 from llmsched_env.workloads.randomized import nominal_rate_rps
 from llmsched_env.workloads.scenarios import slo_scale
@@ -773,11 +772,7 @@ def run_experiment(config: ExperimentConfig, log: Callable[[str], None] | None =
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(
-        prog="python -m llmsched_env.live.experiment",
-        description=(__doc__ or "").split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    p = cli_parser("llmsched_env.live.experiment", __doc__)
     p.add_argument("--out", type=Path, required=True, help="the run folder (must not hold an earlier run)")
     p.add_argument("--quick", action="store_true", help="one workload, 3 rounds, no reference (~15 min)")
     p.add_argument("--workloads", default=None, help=f"comma list of {', '.join(WORKLOADS)}")

@@ -37,7 +37,8 @@ from llmsched_env.live.records import (
     read_steps,
 )
 
-__all__ = ["LiveRun", "ServerLogTail", "ServerLogs", "find_log_dir", "find_result_file", "load_run", "read_server_logs"]
+__all__ = ["LiveRun", "ServerLogTail", "ServerLogs", "find_log_dir", "find_result_file", "load_run", "read_client",
+           "read_server_logs"]
 
 _R = TypeVar("_R")
 
@@ -152,6 +153,12 @@ class ServerLogTail:
         return records
 
 
+def read_client(run_dir: Path) -> tuple[list[PlannedRequest], ClientResult]:
+    """The client's files of ``run_dir``: ``requests.json`` and the result JSON (``find_result_file``)."""
+    plan = read_plan(run_dir / PLAN_FILE)
+    return plan, read_client_result(find_result_file(run_dir), len(plan))
+
+
 def load_run(
     run_dir: str | Path,
     name: str | None = None,
@@ -169,9 +176,7 @@ def load_run(
         raise ValueError(f"{folder}: not a run folder")
     logs = Path(log_dir) if log_dir is not None else find_log_dir(folder)
     plan_path, server_path = folder / PLAN_FILE, logs / SERVER_FILE
-    plan = read_plan(plan_path)
-    result_path = find_result_file(folder)
-    client = read_client_result(result_path, len(plan))
+    plan, client = read_client(folder)
     wanted = {p.label: i for i, p in enumerate(plan)}
     matched: list[ServerRequest | None] = [None] * len(plan)
     lines: dict[str, int] = {}

@@ -6,50 +6,26 @@
     rows = compare(run, sim, frontend_delay_s(load_run("runs/r1")))  # compare: live vs simulated
     report = evaluate_runs([run], "slo_aware", engine, tenants)      # all of it, for several runs
 
-A run folder holds one ``vllm bench serve`` run against ``vllm serve`` with llmsched's scheduler: the result
-JSON (``--save-result --save-detailed``) and the client's ``requests.json``; the server's ``steps.jsonl`` and
-``requests.jsonl`` are in it or in ``server-log`` beside it (the whole server log will do: it is filtered by
-the labels of ``requests.json`` and the run's time span). Live is measured client-side and engine-side, so
-that front-end time (API server, HTTP, tokenisation) and a misprediction of the engine can be told apart. The
-command line is ``python -m llmsched_env.commands.live_replay``. Stdlib, numpy and llmsched only: no vLLM.
+A run folder holds a ``vllm bench serve`` result JSON and the client's ``requests.json``; the server's logs are in
+it or in ``server-log`` beside it (``live.logs``). Live is measured client-side and engine-side, so front-end time
+and an engine misprediction can be told apart. Command line: ``python -m llmsched_env.commands.live_replay``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from llmsched_env.common.checks import is_finite_number
-from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.linear import LinearCostModel
 from llmsched_env.decision.policy_spec import resolve_policy
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.evaluation.tables import format_table
-from llmsched_env.live.compare import (
-    COMPARE_COLUMNS,
-    client_latencies,
-    compare,
-    engine_latencies,
-    frontend_delay_s,
-)
-from llmsched_env.live.fit import (
-    DURATIONS,
-    fit_live_cost_model,
-    live_fit_report,
-    step_breakdown,
-    step_samples,
-)
+from llmsched_env.live.compare import COMPARE_COLUMNS, client_latencies, compare, engine_latencies, frontend_delay_s
+from llmsched_env.live.fit import DURATIONS, fit_live_cost_model, live_fit_report, step_breakdown, step_samples
 from llmsched_env.live.logs import LiveRun, find_log_dir, load_run
-from llmsched_env.live.records import (
-    ClientResult,
-    PlannedRequest,
-    ServerRequest,
-    StepRecord,
-    read_client_result,
-    read_plan,
-    read_server_requests,
-    read_steps,
-)
+from llmsched_env.live.records import StepRecord
 from llmsched_env.live.sim import Latencies, ReplayResult, replay, replay_requests
 
 # A front-end delay (API server, HTTP, tokenisation: milliseconds) added to simulated TTFT and E2E is at most an
@@ -57,36 +33,11 @@ from llmsched_env.live.sim import Latencies, ReplayResult, replay, replay_reques
 MAX_FRONTEND_DELAY_S = 3600.0
 
 __all__ = [
-    "COMPARE_COLUMNS",
-    "DURATIONS",
-    "MAX_FRONTEND_DELAY_S",
-    "ClientResult",
-    "Latencies",
-    "LiveReport",
-    "LiveRun",
-    "PlannedRequest",
-    "ReplayResult",
-    "ServerRequest",
-    "StepRecord",
-    "client_latencies",
-    "compare",
-    "engine_latencies",
-    "evaluate_runs",
-    "find_log_dir",
-    "fit_live_cost_model",
-    "format_report",
-    "frontend_delay_s",
-    "live_fit_report",
-    "load_run",
-    "read_client_result",
-    "read_plan",
-    "read_server_requests",
-    "read_steps",
-    "replay",
-    "replay_requests",
-    "step_breakdown",
-    "step_samples",
-]
+    "COMPARE_COLUMNS", "DURATIONS", "MAX_FRONTEND_DELAY_S", "Latencies", "LiveReport", "LiveRun", "ReplayResult",
+    "StepRecord", "client_latencies", "compare", "engine_latencies", "evaluate_runs", "find_log_dir",
+    "fit_live_cost_model", "format_report", "frontend_delay_s", "live_fit_report", "load_run", "replay",
+    "replay_requests", "step_breakdown", "step_samples",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -112,16 +63,11 @@ def evaluate_runs(
     duration: str = "period",
     concave_decodes: bool = False,
     frontend_delay_s: float = 0.0,
-    policy_cost_model: CostModel | None = None,
-    seed: int = 0,
-    nominal_rate_rps: float | None = None,
-    scenario: str = "",
-    iterations_per_step: int | None = None,
+    **replay_options: Any,
 ) -> LiveReport:
-    """Fit a cost model to the steps of ``fit_runs`` (default: ``runs``), replay every run under ``policy``
-    with it (``replay``, which takes the arguments from ``policy_cost_model`` on) and compare (``compare``,
-    with ``frontend_delay_s`` added to the simulated TTFT and E2E: finite, at most ``MAX_FRONTEND_DELAY_S`` s either
-    way, as a light-load run's measured median may be a little negative)."""
+    """Fit a cost model to the steps of ``fit_runs`` (default: ``runs``), replay every run under ``policy`` with
+    it (``replay``, given ``replay_options``: ``policy_cost_model``, ``seed``, ...) and compare (``compare``, with
+    ``frontend_delay_s`` added to the simulated TTFT and E2E: finite, within ``MAX_FRONTEND_DELAY_S`` s of 0)."""
     if not (is_finite_number(frontend_delay_s) and abs(frontend_delay_s) <= MAX_FRONTEND_DELAY_S):
         raise ValueError(
             f"evaluate_runs: frontend_delay_s must be a finite number of seconds within {MAX_FRONTEND_DELAY_S:g} of 0, "
@@ -133,10 +79,7 @@ def evaluate_runs(
     model = fit_live_cost_model(steps, duration, concave_decodes)
     rows: list[dict[str, float | str]] = []
     for run in runs:
-        sim = replay(
-            run, spec, engine, tenants, model, policy_cost_model, seed, nominal_rate_rps, scenario, iterations_per_step
-        )
-        rows.extend(compare(run, sim, frontend_delay_s))
+        rows.extend(compare(run, replay(run, spec, engine, tenants, model, **replay_options), frontend_delay_s))
     fit = live_fit_report(model, steps, duration)
     return LiveReport(model, fit, step_breakdown(steps), rows, spec.name, frontend_delay_s)
 

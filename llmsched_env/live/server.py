@@ -426,12 +426,14 @@ def _floats(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x]
 
 
+def cli_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
+    """The parser of ``python -m MODULE``: the first paragraph of ``doc`` as its description, defaults shown."""
+    return argparse.ArgumentParser(prog=f"python -m {module}", description=(doc or "").split("\n\n")[0],
+                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(
-        prog="python -m llmsched_env.live.server",
-        description=(__doc__ or "").split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    p = cli_parser("llmsched_env.live.server", __doc__)
     p.add_argument("--out", type=Path, required=True, help="folder of the runs")
     p.add_argument(
         "--schedulers",

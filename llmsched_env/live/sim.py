@@ -1,15 +1,9 @@
-"""A live run's request stream replayed in llmsched's simulator, request by request.
+"""A live run's requests served again by llmsched's simulator (``simulate``, ``replay``).
 
-``replay`` builds one llmsched ``Request`` per request of the run: its server-side arrival (relative to the
-run's first), the prompt length the server counted, the exact output length the client asked for (the client
-ignores EOS, so every request runs to it) and its tenant. It serves them with a ``Simulator`` under the same
-policy, resolved as ``llmsched-evaluate --policies`` and the vLLM adapter resolve one, through the serving
-loop (``decision.serve``: the env's observation, mask and decision holding, an ``fcfs`` fallback), and returns
-each request's TTFT, TPOT and E2E in the run's send order, with the request throughput.
-
-The simulator's clock is priced by ``cost_model`` (typically ``fit.fit_live_cost_model`` of the run's
-steps); the engine and the policy see ``policy_cost_model`` when given: the model the live server's adapter
-was configured with, which a policy such as ``slo_aware`` sizes its token budget by.
+One llmsched ``Request`` per request of the run (``replay_requests``: server-side arrival, the prompt length the
+server counted, the output length the client asked for, the tenant), served under the same policy through
+``decision.serve``; the clock priced by ``cost_model`` (the run's fitted steps), the engine and the policy seeing
+``policy_cost_model`` (the live adapter's model). Each request's TTFT, TPOT and E2E come back in send order.
 """
 
 from __future__ import annotations
@@ -78,30 +72,8 @@ def replay_requests(run: LiveRun, tenants: Sequence[TenantConfig]) -> list[Reque
     return out
 
 
-def replay(
-    run: LiveRun,
-    policy: str | PolicySpec,
-    engine: EngineConfig,
-    tenants: Sequence[TenantConfig],
-    cost_model: CostModel,
-    policy_cost_model: CostModel | None = None,
-    seed: int = 0,
-    nominal_rate_rps: float | None = None,
-    scenario: str = "",
-    iterations_per_step: int | None = None,
-) -> ReplayResult:
-    """Serve ``run``'s requests (``replay_requests``) in the simulator under ``policy`` (a name for
-    ``resolve_policy``, or a ``PolicySpec``) on ``engine`` and ``tenants``, priced by ``cost_model``; see the
-    module docstring. ``nominal_rate_rps`` is the observation's arrival-rate unit (the live adapter's
-    setting; default: the run's mean arrival rate), ``scenario`` the tuned baseline's table entry and
-    ``iterations_per_step`` how long a decision holds (default: the policy's own, 1 for a baseline)."""
-    requests = replay_requests(run, tenants)
-    return simulate(requests, policy, engine, tenants, cost_model, policy_cost_model, seed, nominal_rate_rps,
-                    scenario, iterations_per_step)  # fmt: skip
-
-
 def simulate(
-    requests: Sequence[Request],
+    requests: Sequence[Request] | LiveRun,
     policy: str | PolicySpec,
     engine: EngineConfig,
     tenants: Sequence[TenantConfig],
@@ -112,10 +84,14 @@ def simulate(
     scenario: str = "",
     iterations_per_step: int | None = None,
 ) -> ReplayResult:
-    """Serve ``requests`` (``request_id`` = their position, arrivals in seconds) in the simulator under
-    ``policy``, each iteration priced by ``cost_model`` while the engine and the policy see ``policy_cost_model``
-    (default: the same), as ``replay`` describes; the latencies come back in ``requests``' order. The requests
-    are changed as they are served: pass fresh ones."""
+    """Serve ``requests`` (``request_id`` = their position, arrivals in seconds; fresh ones: they are changed as
+    they are served), or a live run's (``replay_requests``), under ``policy`` (a name for ``resolve_policy`` or a
+    ``PolicySpec``), each iteration priced by ``cost_model`` while the engine and the policy see
+    ``policy_cost_model`` (default: the same); latencies in ``requests``' order. ``nominal_rate_rps``: the
+    observation's arrival-rate unit (default: the mean arrival rate); ``scenario``: the tuned table's entry;
+    ``iterations_per_step``: how long a decision holds (default: the policy's own)."""
+    if isinstance(requests, LiveRun):
+        requests = replay_requests(requests, tenants)
     spec = resolve_policy(policy) if isinstance(policy, str) else policy
     tenants = tuple(tenants)
     seen = policy_cost_model or cost_model
@@ -149,3 +125,6 @@ def simulate(
         if len(t) > 1:
             tpot[i] = tpot_s(float(t[0]), float(t[-1]), len(t))
     return ReplayResult(ttft, tpot, e2e, metrics["request_throughput_rps"], spec.name, metrics)
+
+
+replay = simulate  # a live run replayed: ``simulate`` of its requests

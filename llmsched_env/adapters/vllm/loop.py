@@ -41,18 +41,10 @@ class VllmLoop:
     held ``iterations_per_step`` steps (None: an exported policy's own, else 1)."""
 
     def __init__(
-        self,
-        config: EngineConfig,
-        tenants: Sequence[TenantConfig],
-        cost_model: CostModel,
-        requests: Sequence[Request],
-        policy: str | Policy = "fcfs",
-        iterations_per_step: int | None = None,
-        nominal_rate_rps: float = 1.0,
-        seed: int = 0,
-        policy_timeout_s: float = 0.1,
-        scenario: str = "",
-    ) -> None:
+        self, config: EngineConfig, tenants: Sequence[TenantConfig], cost_model: CostModel, requests: Sequence[Request],
+        policy: str | Policy = "fcfs", iterations_per_step: int | None = None, nominal_rate_rps: float = 1.0,
+        seed: int = 0, policy_timeout_s: float = 0.1, scenario: str = "",
+    ) -> None:  # fmt: skip
         self.config = config
         self.tenants = tuple(tenants)
         self.cost_model = cost_model
@@ -61,15 +53,10 @@ class VllmLoop:
         self.start_s = self.requests[0].arrival_s if self.requests else 0.0
         self.clock = SimClock(self.start_s)
         adapter = AdapterConfig(
-            policy=policy if isinstance(policy, str) else "fcfs",
-            tenants=self.tenants,
-            cost_model=cost_model,
-            iterations_per_step=iterations_per_step,
-            nominal_rate_rps=nominal_rate_rps,
-            seed=seed,
-            policy_timeout_s=policy_timeout_s,
-            scenario=scenario,
-        )
+            policy=policy if isinstance(policy, str) else "fcfs", tenants=self.tenants, cost_model=cost_model,
+            iterations_per_step=iterations_per_step, nominal_rate_rps=nominal_rate_rps, seed=seed,
+            policy_timeout_s=policy_timeout_s, scenario=scenario,
+        )  # fmt: skip
         self.scheduler: LLMSchedScheduler = make_scheduler(
             config,
             scheduler_cls=LLMSchedScheduler,
@@ -226,16 +213,6 @@ class VllmLoop:
         return compute_metrics(self.requests[: self._next], self.tenants, self.token_log, duration, extra)
 
 
-def run_vllm_loop(
-    config: EngineConfig,
-    tenants: Sequence[TenantConfig],
-    cost_model: CostModel,
-    requests: Sequence[Request],
-    policy: str | Policy = "fcfs",
-    iterations_per_step: int | None = None,
-    nominal_rate_rps: float = 1.0,
-    seed: int = 0,
-) -> dict[str, float]:
-    """The metrics of serving ``requests`` through vLLM's scheduler under ``policy`` (see ``VllmLoop``)."""
-    loop = VllmLoop(config, tenants, cost_model, requests, policy, iterations_per_step, nominal_rate_rps, seed)
-    return loop.run()
+def run_vllm_loop(*args: Any, **kwargs: Any) -> dict[str, float]:
+    """The metrics of serving requests through vLLM's scheduler: ``VllmLoop(*args, **kwargs).run()``."""
+    return VllmLoop(*args, **kwargs).run()

@@ -84,57 +84,37 @@ def vllm_config(
     watermark: float = 0.0,
     reserve_full_prefill: bool = True,
     policy: str = "fcfs",
-    scheduler_cls: str | type | None = None,
     async_scheduling: bool = False,
 ) -> VllmConfig:
     """The ``VllmConfig`` of an engine with llmsched ``config``'s limits, on the CPU, prefix caching and chunked
     prefill on. ``chunk_cap`` is vLLM's ``long_prefill_token_threshold`` (0: none); ``async_scheduling``: vLLM
     schedules a step ahead (its ``AsyncScheduler``; drive it with two batches in flight)."""
     require_vllm()
-    model = ModelConfig(
-        model=_model_dir(config.max_model_len),
-        skip_tokenizer_init=True,
-        max_model_len=config.max_model_len,
-        dtype="float32",
-    )
-    extra: dict[str, Any] = {} if scheduler_cls is None else {"scheduler_cls": scheduler_cls}
+    model = ModelConfig(model=_model_dir(config.max_model_len), skip_tokenizer_init=True,
+                        max_model_len=config.max_model_len, dtype="float32")  # fmt: skip
     sched = SchedulerConfig(
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        max_num_seqs=config.max_num_seqs,
-        max_model_len=config.max_model_len,
-        enable_chunked_prefill=True,
-        is_encoder_decoder=False,
-        long_prefill_token_threshold=chunk_cap,
-        watermark=watermark,
-        scheduler_reserve_full_isl=reserve_full_prefill,
-        policy=policy,
-        async_scheduling=async_scheduling,
-        **extra,
-    )
+        max_num_batched_tokens=config.max_num_batched_tokens, max_num_seqs=config.max_num_seqs,
+        max_model_len=config.max_model_len, enable_chunked_prefill=True, is_encoder_decoder=False,
+        long_prefill_token_threshold=chunk_cap, watermark=watermark, scheduler_reserve_full_isl=reserve_full_prefill,
+        policy=policy, async_scheduling=async_scheduling,
+    )  # fmt: skip
     cache_config = CacheConfig(block_size=config.block_size, enable_prefix_caching=True)
     cache_config.num_gpu_blocks = config.num_kv_blocks + 1  # vLLM keeps one null block
-    return VllmConfig(
+    vc = VllmConfig(
         model_config=model, scheduler_config=sched, cache_config=cache_config, device_config=DeviceConfig("cpu")
     )
-
-
-def make_scheduler(
-    config: EngineConfig,
-    chunk_cap: int = 0,
-    watermark: float = 0.0,
-    reserve_full_prefill: bool = True,
-    policy: str = "fcfs",
-    scheduler_cls: type[Scheduler] = Scheduler,
-    async_scheduling: bool = False,
-    **kwargs: Any,
-) -> Scheduler:
-    """vLLM's v1 scheduler (or the subclass ``scheduler_cls``, given ``kwargs``) over a pool of
-    ``config.num_kv_blocks`` usable blocks, as vLLM's engine core builds it (``async_scheduling``: see
-    ``vllm_config``)."""
-    vc = vllm_config(config, chunk_cap, watermark, reserve_full_prefill, policy, async_scheduling=async_scheduling)
     # vLLM's CPU platform turns async scheduling off while building the config (its engine cannot overlap
     # steps); the scheduler itself runs either way, so offline it is set back as asked
     vc.scheduler_config.async_scheduling = async_scheduling
+    return vc
+
+
+def make_scheduler(config: EngineConfig, scheduler_cls: type[Scheduler] = Scheduler, **kwargs: Any) -> Scheduler:
+    """vLLM's v1 scheduler (or the subclass ``scheduler_cls``, given the keywords of ``kwargs`` that
+    ``vllm_config`` does not take) over a pool of ``config.num_kv_blocks`` usable blocks, as vLLM's engine core
+    builds it; ``vllm_config`` gets the others (``chunk_cap``, ``async_scheduling``, ...)."""
+    names = ("chunk_cap", "watermark", "reserve_full_prefill", "policy", "async_scheduling")
+    vc = vllm_config(config, **{k: kwargs.pop(k) for k in names if k in kwargs})
     num_blocks = vc.cache_config.num_gpu_blocks
     assert num_blocks is not None
     spec = FullAttentionSpec(block_size=config.block_size, num_kv_heads=4, head_size=16, dtype=torch.float32)
