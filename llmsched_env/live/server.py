@@ -356,6 +356,17 @@ def tenant_slos(workload: str, slo_scale: float) -> dict[str, tuple[float, float
     return {t: (SLO_CLASSES[c].ttft_s * slo_scale, SLO_CLASSES[c].tpot_s * slo_scale) for t, c in classes.items()}
 
 
+def serve_args(
+    max_model_len: int, max_num_seqs: int, max_num_batched_tokens: int, block_size: int, num_kv_blocks: int = 0
+) -> list[str]:
+    """``vllm serve``'s engine limits (``num_kv_blocks`` usable KV blocks, 0: what the memory holds)."""
+    out = ["--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs)]
+    out += ["--max-num-batched-tokens", str(max_num_batched_tokens), "--block-size", str(block_size)]
+    if num_kv_blocks:
+        out += ["--num-gpu-blocks-override", str(num_kv_blocks + 1)]  # vLLM keeps one null block
+    return out
+
+
 def run_experiment(args: argparse.Namespace) -> None:
     """Every scheduler x rate x repeat of ``args`` (see ``main``), the server restarted per scheduler and repeat
     so no run inherits another's warm state; outputs under ``args.out``."""
@@ -368,10 +379,8 @@ def run_experiment(args: argparse.Namespace) -> None:
     out.mkdir(parents=True, exist_ok=True)
     record = {**vars(args), "out": str(out), "model_dir": str(model_dir), "tenants": tenants, "argv": sys.argv}
     write_text_atomically(out / "experiment.json", json.dumps(record, default=str, indent=1) + "\n")
-    engine_args = ["--max-model-len", str(args.max_model_len), "--max-num-seqs", str(args.max_num_seqs)]
-    engine_args += ["--max-num-batched-tokens", str(args.max_num_batched_tokens), "--block-size", str(args.block_size)]
-    if args.num_kv_blocks:
-        engine_args += ["--num-gpu-blocks-override", str(args.num_kv_blocks + 1)]  # vLLM keeps one null block
+    engine_args = serve_args(args.max_model_len, args.max_num_seqs, args.max_num_batched_tokens, args.block_size,
+                             args.num_kv_blocks)  # fmt: skip
     for repeat in range(args.repeats):
         for name in args.schedulers:
             folder = out / _safe(name)
