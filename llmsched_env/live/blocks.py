@@ -30,15 +30,9 @@ from llmsched_env.live.logs import ServerLogs, load_run, read_client
 from llmsched_env.live.records import ClientResult, PlannedRequest, ServerRequest, StepRecord
 
 __all__ = [
-    "FRONTEND_FIGURES",
-    "LATE_SEND_S",
-    "METRICS",
-    "BlockError",
-    "block_metrics",
-    "block_record",
-    "frontend_figures",
+    "FRONTEND_FIGURES", "LATE_SEND_S", "METRICS", "BlockError", "block_metrics", "block_record", "frontend_figures",
     "step_period_median_s",
-]
+]  # fmt: skip
 
 # the per-block statistics of blocks.jsonl's "metrics" and of the predictions
 METRICS = (

@@ -51,7 +51,7 @@ from llmsched_env.live.design import paired_difference, plan_rounds, williams_ro
 from llmsched_env.live.fit import fit_live_cost_model, live_fit_report
 from llmsched_env.live.logs import LiveRun, ServerLogTail, load_run
 from llmsched_env.live.predict import mean_prediction, predict_block
-from llmsched_env.live.server import LiveServer, cli_parser, run_bench, serve_args, unwind_on_sigterm
+from llmsched_env.live.server import LiveServer, cli_parser, run_bench, serve_args, unwind_on_sigterm, write_adapter
 from llmsched_env.live.verdict import AA_ARM, CONTROL
 from llmsched_env.live.workloads import WORKLOADS, LiveWorkload, block_stream, length_mix, tenant_configs
 from llmsched_env.workloads.randomized import nominal_rate_rps
@@ -133,10 +133,8 @@ def _sha256(path: Path) -> str:
 
 
 def placement(enabled: bool) -> tuple[str, str] | None:
-    """Where the processes go, read before this process pins itself: (the CPU of this process, the client, and of
-    the server's API process and engine core, for ``taskset``; the CPU vLLM binds its CPU worker's threads to,
-    ``VLLM_CPU_OMP_THREADS_BIND``): the first two CPUs this process may use. None with fewer than two, or
-    ``enabled`` false."""
+    """The first two CPUs this process may use: (the client's, API server's and engine core's, for ``taskset``;
+    vLLM's CPU worker's, ``VLLM_CPU_OMP_THREADS_BIND``). None with fewer, or not ``enabled``."""
     if not enabled or not hasattr(os, "sched_getaffinity"):
         return None
     cpus = sorted(os.sched_getaffinity(0))
@@ -158,9 +156,7 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _renice_engine_core(pid: int, nice: int) -> int:
-    """Set the niceness of every thread of the server's engine core (the processes named ``VLLM::EngineCor``
-    below ``pid``) to ``nice``, so that the API server and the client on its CPU run first when they have work;
-    the number of threads changed."""
+    """Renice every thread of the engine core (``VLLM::EngineCor`` below ``pid``) to ``nice``; how many."""
     changed = 0
     for p in _descendants(pid):
         with contextlib.suppress(OSError):
@@ -174,8 +170,7 @@ def _renice_engine_core(pid: int, nice: int) -> int:
 
 
 def _affinities(pid: int) -> dict[str, list[str]]:
-    """The CPUs each process below ``pid`` (the server) may run on, by process name: ``{"VLLM::Worker": ["1"]}``
-    (a thread's ``Cpus_allowed_list``; a process whose threads differ lists each), for the record."""
+    """The CPU lists of the threads of each process below ``pid``, by process name, for the record."""
     out: dict[str, list[str]] = {}
     for p in _descendants(pid):
         with contextlib.suppress(OSError, StopIteration):
@@ -190,8 +185,7 @@ def _affinities(pid: int) -> dict[str, list[str]]:
 
 
 class Instance:
-    """One ``vllm serve`` of the experiment, with its folder, its adapter config (None: vLLM's own scheduler)
-    and the control file its adapter reads."""
+    """One ``vllm serve`` of the experiment: its folder, adapter config (None: vLLM's own) and control file."""
 
     def __init__(
         self, config: ExperimentConfig, workload: LiveWorkload, folder: Path, adapter: dict[str, Any] | None, log: Log
@@ -208,11 +202,7 @@ class Instance:
             if len(adapter.get("policies", [])) > 0:
                 adapter["control_file"] = str(self.control)
                 write_text_atomically(self.control, CONTROL + "\n")
-            adapter_path = folder / "adapter.json"
-            write_text_atomically(adapter_path, json.dumps(adapter, indent=1) + "\n")
-            from llmsched_env.adapters.vllm.config import AdapterConfig
-
-            AdapterConfig.from_file(adapter_path).resolve()  # a bad policy fails here, in one line
+            adapter_path = write_adapter(folder / "adapter.json", adapter)
         w = workload
         engine_args = serve_args(w.max_model_len, w.max_num_seqs, w.max_num_batched_tokens, w.block_size,
                                  w.num_kv_blocks)  # fmt: skip
@@ -245,8 +235,7 @@ class Instance:
     def block(
         self, stream: list[dict[str, Any]], policy: str | None, slos: dict[str, TenantConfig], meta: dict[str, Any]
     ) -> dict[str, Any]:
-        """Play ``stream`` under ``policy`` (the adapter's name; None on vLLM's own), the server drained before and
-        after; the block's record (``live.blocks.block_record``) with ``meta``."""
+        """Play ``stream`` under ``policy`` (None: vLLM's own), drained; its ``block_record`` with ``meta``."""
         if policy is not None and policy != self.active:
             write_text_atomically(self.control, policy + "\n")  # read by the adapter when the next block arrives
             self.active = policy
@@ -268,16 +257,10 @@ class Instance:
 
 
 # -- the simulator's side --------------------------------------------------------------------------------------
-def knee_rate(
-    workload: LiveWorkload,
-    tenants: Sequence[TenantConfig],
-    model: CostModel,
-    frontend_s: float,
-    guess: float,
-    seeds: Sequence[int] = (0, 1, 2),
-) -> float:
-    """The highest rate (bisection to 3%) at which the simulator's ``fcfs`` meets ``KNEE_ATTAINMENT`` on blocks
-    of the workload (mean over ``seeds``' streams), under ``model`` on both sides."""
+def knee_rate(workload: LiveWorkload, tenants: Sequence[TenantConfig], model: CostModel, frontend_s: float,
+              guess: float, seeds: Sequence[int] = (0, 1, 2)) -> float:  # fmt: skip
+    """The highest rate (to 3%) at which the simulator's ``fcfs`` meets ``KNEE_ATTAINMENT`` on the workload's
+    blocks (mean over ``seeds``), under ``model``."""
     spec = resolve_policy(CONTROL)
 
     def attained(rate: float) -> float:
@@ -296,15 +279,8 @@ def knee_rate(
     return lo
 
 
-def tune_table(
-    config: ExperimentConfig,
-    workload: LiveWorkload,
-    tenants: Sequence[TenantConfig],
-    model_path: Path,
-    knee: float,
-    folder: Path,
-    log: Log,
-) -> Path:
+def tune_table(config: ExperimentConfig, workload: LiveWorkload, tenants: Sequence[TenantConfig], model_path: Path,
+               knee: float, folder: Path, log: Log) -> Path:  # fmt: skip
     """``tuned`` for the workload: ``llmsched-tune --trace`` on a val stream of it (40 blocks' worth of requests at
     the knee, seeds of their own) with the fitted model and the server's limits; the table's path."""
     rows: list[dict[str, Any]] = []
@@ -337,10 +313,8 @@ def tune_table(
 
 # -- the experiment ----------------------------------------------------------------------------------------------
 def _fit_instance(config: ExperimentConfig, workload: LiveWorkload, folder: Path, log: Log) -> dict[str, Any]:
-    """Step 1 (module docstring): the fitted model, SLO scale, knee, cells' rates and tuned table. The fit is made
-    twice: on blocks at loads of the preset's knee estimate, then again with two blocks more at 0.8 and 1.2 x the
-    knee the first fit finds, so that the model is fitted where the cells will run (batches, preemptions), not
-    extrapolated there."""
+    """Step 1: the fitted model, SLO scale, knee and tuned table; fitted again with two blocks at 0.8 and 1.2 x the
+    first fit's knee, so that the model is fitted where the cells run, not extrapolated there."""
     preset = load_cost_model(PRESET)
     guess = nominal_rate_rps(workload.engine, preset, length_mix(workload))
     tenants0 = tenant_configs(workload, slo_scale(preset))
@@ -383,15 +357,8 @@ def _fit_instance(config: ExperimentConfig, workload: LiveWorkload, folder: Path
     table = (
         tune_table(config, workload, tenants, model_path, knee, folder / "fit", log) if _wants_tuned(config) else None
     )
-    return {
-        "model": model_path,
-        "slo_scale": scale,
-        "frontend_s": frontend,
-        "knee_rps": knee,
-        "first_knee_rps": first_knee,
-        "tenants": tenants,
-        "tuned_table": table,
-    }
+    return {"model": model_path, "slo_scale": scale, "frontend_s": frontend, "knee_rps": knee,
+            "first_knee_rps": first_knee, "tenants": tenants, "tuned_table": table}  # fmt: skip
 
 
 def tuned_entry(spec: PolicySpec) -> str:
@@ -417,8 +384,7 @@ def _wants_tuned(config: ExperimentConfig) -> bool:
 
 
 def _policy_entries(config: ExperimentConfig, table: Path | None) -> list[str]:
-    """The compared policies as the adapter names them: ``tuned`` with the workload's table, and an ``mpc``
-    around a tuned base with it as its base's table (the name stays)."""
+    """The compared policies as the adapter names them: ``tuned`` (or ``mpc`` around it) with ``table``."""
     out = []
     for p in config.policies:
         mpc = parse_mpc(p)
@@ -433,17 +399,10 @@ def _policy_entries(config: ExperimentConfig, table: Path | None) -> list[str]:
 def _adapter(
     tenants: Sequence[TenantConfig], cost_model: str, rate: float, policies: list[str], config: ExperimentConfig
 ) -> dict[str, Any]:
-    return {
-        "policy": CONTROL,
-        "policies": policies,
-        "tenants": [
-            {"name": t.name, "slo": {"ttft_s": t.slo.ttft_s, "tpot_s": t.slo.tpot_s}, "priority": t.priority}
-            for t in tenants
-        ],
-        "cost_model": cost_model,
-        "nominal_rate_rps": rate,
-        "policy_timeout_s": config.policy_timeout_s,
-    }
+    tenant_list = [{"name": t.name, "slo": {"ttft_s": t.slo.ttft_s, "tpot_s": t.slo.tpot_s}, "priority": t.priority}
+                   for t in tenants]  # fmt: skip
+    return {"policy": CONTROL, "policies": policies, "tenants": tenant_list, "cost_model": cost_model,
+            "nominal_rate_rps": rate, "policy_timeout_s": config.policy_timeout_s}  # fmt: skip
 
 
 def _paired_sd(records: list[dict[str, Any]], metric: str) -> float:
@@ -609,26 +568,25 @@ def run_experiment(config: ExperimentConfig, log: Callable[[str], None] | None =
         os.sched_setaffinity(0, {int(cpus[0])})
     record: dict[str, Any] = {
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()},
-        "argv": sys.argv,
-        "started": time.time(),
+        "argv": sys.argv, "started": time.time(),
         "placement": None if cpus is None else {"client_and_api_server": cpus[0], "vllm_cpu_worker": cpus[1]},
-        "arms": config.arms,
-        "control": CONTROL,
-        "aa_arm": AA_ARM,
-        "reference": REFERENCE if config.reference else None,
+        "arms": config.arms, "control": CONTROL, "aa_arm": AA_ARM, "reference": REFERENCE if config.reference else None,
         "statistics": {"paired": ["slo_attainment", "goodput_rps", "ttft_p90_s"], "pooled": ["ttft_p99_s"]},
         "workloads": {},
         "cells": [w.cell(load) for name in config.workloads for w in [WORKLOADS[name]] for load in w.loads],
-    }
-    write_text_atomically(out / "experiment.json", json.dumps(record, indent=1, default=str) + "\n")
+    }  # fmt: skip
+
+    def save() -> None:
+        write_text_atomically(out / "experiment.json", json.dumps(record, indent=1, default=str) + "\n")
+
+    save()
     deadline = time.monotonic() + config.budget_s
     for i, name in enumerate(config.workloads):
-        workload = WORKLOADS[name]
         share = deadline - (config.budget_s * (len(config.workloads) - i - 1) / len(config.workloads))
-        record["workloads"][name] = run_workload(config, workload, share, logger)
-        write_text_atomically(out / "experiment.json", json.dumps(record, indent=1, default=str) + "\n")
+        record["workloads"][name] = run_workload(config, WORKLOADS[name], share, logger)
+        save()
     record["finished"] = time.time()
-    write_text_atomically(out / "experiment.json", json.dumps(record, indent=1, default=str) + "\n")
+    save()
     logger(
         f"done in {(record['finished'] - record['started']) / 60:.1f} min; report: python -m "
         f"llmsched_env.live.verdict {out}"

@@ -30,14 +30,8 @@ from llmsched_env.costs.linear import LinearCostModel, fit_report
 from llmsched_env.live.records import StepRecord
 
 __all__ = [
-    "DURATIONS",
-    "Sample",
-    "StepLogs",
-    "fit_live_cost_model",
-    "live_fit_report",
-    "step_breakdown",
-    "step_samples",
-]
+    "DURATIONS", "Sample", "StepLogs", "fit_live_cost_model", "live_fit_report", "step_breakdown", "step_samples",
+]  # fmt: skip
 
 DURATIONS = ("period", "step", "model")
 Sample = tuple[int, int, int, float, float]  # prefill tokens, decode seqs, KV tokens, attention pairs, seconds

@@ -334,6 +334,15 @@ def check_tenants(log_dir: Path, sidecar: list[dict[str, Any]]) -> dict[str, int
 
 
 # -- the experiment -----------------------------------------------------------------------------------------
+def write_adapter(path: Path, config: dict[str, Any]) -> Path:
+    """``config`` written to ``path`` as JSON and loaded as the adapter will (a bad policy fails here, in one line)."""
+    from llmsched_env.adapters.vllm.config import AdapterConfig
+
+    write_text_atomically(path, json.dumps(config, indent=1) + "\n")
+    AdapterConfig.from_file(path).resolve()
+    return path
+
+
 def _adapter_config(path: Path, policy: str, tenants: dict[str, tuple[float, float]], args: argparse.Namespace) -> None:
     config: dict[str, Any] = {
         "policy": policy,
@@ -346,7 +355,7 @@ def _adapter_config(path: Path, policy: str, tenants: dict[str, tuple[float, flo
     }
     if args.tuned_scenario:
         config["scenario"] = args.tuned_scenario
-    write_text_atomically(path, json.dumps(config, indent=1) + "\n")
+    write_adapter(path, config)
 
 
 def tenant_slos(workload: str, slo_scale: float) -> dict[str, tuple[float, float]]:
@@ -370,7 +379,6 @@ def serve_args(
 def run_experiment(args: argparse.Namespace) -> None:
     """Every scheduler x rate x repeat of ``args`` (see ``main``), the server restarted per scheduler and repeat
     so no run inherits another's warm state; outputs under ``args.out``."""
-    from llmsched_env.adapters.vllm.config import AdapterConfig
     from llmsched_env.adapters.vllm.tiny_model import build_tiny_model
 
     out: Path = args.out
@@ -388,8 +396,7 @@ def run_experiment(args: argparse.Namespace) -> None:
             adapter = None
             if name != VLLM_OWN:
                 adapter = folder / "adapter.json"
-                _adapter_config(adapter, name, tenants, args)
-                AdapterConfig.from_file(adapter).resolve()  # a bad policy or cost model fails here, in one line
+                _adapter_config(adapter, name, tenants, args)  # checked: a bad policy fails here, in one line
             log, pid = folder / "server.log", folder / "server.pid"
             server = LiveServer(model_dir, args.port, log, adapter, engine_args, pid)
             with server:

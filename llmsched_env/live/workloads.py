@@ -23,15 +23,7 @@ from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, SLOClass, Tena
 from llmsched_env.engine.request import Request
 from llmsched_env.workloads.lengths import LengthDist
 
-__all__ = [
-    "WORKLOADS",
-    "LiveTenant",
-    "LiveWorkload",
-    "block_stream",
-    "length_mix",
-    "stream_requests",
-    "tenant_configs",
-]
+__all__ = ["WORKLOADS", "LiveTenant", "LiveWorkload", "block_stream", "length_mix", "stream_requests", "tenant_configs"]
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,5 @@
 """The adapter's contract with llmsched and with vLLM, without vLLM: what a policy sees and what its decision
-sets. ``LLMSchedScheduler`` calls these, and the default suite tests them where vLLM is absent, so a drift
-between the adapter and the engine (observation names, the mask, the knob mapping) fails in CI.
+sets (tested in the default suite, so a drift between the adapter and the engine fails in CI).
 
 | Decision | vLLM knob (``vllm_knobs``) |
 |---|---|

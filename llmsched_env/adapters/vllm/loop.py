@@ -1,15 +1,11 @@
 """vLLM in the loop: vLLM's real scheduler (``LLMSchedScheduler``, driven by a policy) makes every batch,
-llmsched's cost model prices it, on a simulated clock.
+llmsched's cost model prices it (as ``Batch`` prices its own), on a simulated clock.
 
-Each step: arrivals up to the clock join vLLM's waiting queue, ``schedule()`` forms the batch, the batch is
-priced from the ``SchedulerOutput`` as llmsched's ``Batch`` prices its own (``Batch.add_prefill`` for each
-prefill chunk and its context, one decode token per decoding request reading its whole context, then
-``Batch.time_s``), the clock moves on by that price, and the fake model (``offline.fake_output``) samples one
-token for every request whose prefill is complete. An empty step advances the clock to the next arrival, or
-by the simulator's idle tick while requests wait. Token times are kept per request in llmsched's layout
-(``prefill_token_s`` and decode segments over one time log), so ``sim.metrics.compute_metrics`` gives the
-same metrics as llmsched's simulator. Requests llmsched's engine would reject (longer than the model or the
-KV pool) are rejected here before vLLM sees them, with the engine's reasons.
+Each step, arrivals join vLLM's queue, ``schedule()`` forms the batch, the clock moves on by its price, and the
+fake model (``offline.fake_output``) samples a token for every request whose prefill is complete; an empty step
+jumps to the next arrival, or by the idle tick while requests wait. Token times are kept in llmsched's layout, so
+``sim.metrics.compute_metrics`` gives the simulator's metrics. Requests llmsched's engine would reject are
+rejected here too, with its reasons.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """vLLM's real v1 ``Scheduler`` on a machine without a GPU and without a model: the offline harness.
 
-``make_scheduler`` builds the scheduler vLLM's engine core would build, from an llmsched ``EngineConfig``, with a
-hand-written Llama ``config.json`` in a temporary folder (nothing is downloaded) and the CPU device. Requests are
-llmsched requests turned into vLLM ones by ``to_vllm_request``: their token ids are synthetic but carry the same
-content identity as llmsched's prefix ids (equal ``prefix_ids`` at the same position give equal tokens, every
-other prompt and output token is unique to its request), so vLLM's block hashes and llmsched's agree on which
-blocks two requests can share. ``fake_output`` stands in for the model: one sampled token for every scheduled
-request whose prefill is complete, none for one mid-prefill.
-
-Alignments with llmsched's engine: vLLM keeps one null block, so it gets ``num_kv_blocks + 1``; a chunk cap of 0
-(``long_prefill_token_threshold``) means none; the watermark is vLLM's default 0.
+``make_scheduler`` builds the scheduler vLLM's engine core would, from an llmsched ``EngineConfig`` (a
+hand-written Llama ``config.json``, the CPU device, ``num_kv_blocks + 1`` for vLLM's null block). ``to_vllm_request``
+gives synthetic tokens with the content identity of llmsched's prefix ids, so both agree on which blocks two
+requests share; ``fake_output`` stands in for the model (one token per request whose prefill is complete).
 """
 
 from __future__ import annotations
@@ -43,14 +37,7 @@ from llmsched_env.adapters.vllm import require_vllm
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.engine.request import Request
 
-__all__ = [
-    "fake_output",
-    "make_scheduler",
-    "output_token",
-    "prompt_token_ids",
-    "to_vllm_request",
-    "vllm_config",
-]
+__all__ = ["fake_output", "make_scheduler", "output_token", "prompt_token_ids", "to_vllm_request", "vllm_config"]
 
 _UNIQUE_BASE = 1 << 40  # token ids at or above this are unique to one request and position
 _POSITION_BITS = 24  # positions below 16M tokens per request

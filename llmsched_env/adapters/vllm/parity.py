@@ -1,15 +1,10 @@
 """Lockstep parity: vLLM's real v1 scheduler and llmsched's engine, fed the same requests, step by step.
 
-Both engines get the same limits (token budget, chunk cap, block size, pool size, max sequences, prefix caching
-on) and llmsched's vLLM-v1 settings (FCFS, decode-first hybrid, no KV reserve, no shedding). Each step, every
-request that has arrived by llmsched's clock joins both; each builds its batch; the batches are compared (the
-tokens each request is scheduled, the requests preempted since the last step, the requests that finish); then
-llmsched's cost model prices llmsched's batch to advance the clock, and vLLM gets a fake model output with one
-sampled token for each request whose prefill is complete, as llmsched's engine gives one. After a divergence each
-engine runs on under its own rules, so a difference is counted in every step it shows in.
+Both get the same limits and llmsched's vLLM-v1 settings (FCFS, decode-first, no KV reserve, no shedding). Each
+step both build their batches, which are compared (tokens per request, preemptions, finishes); llmsched's batch
+price advances the clock and vLLM gets a fake output. After a divergence each runs on under its own rules.
 
-``python -m llmsched_env.adapters.vllm.parity`` prints the agreement on the shipped workloads (needs the [vllm]
-extra).
+``python -m llmsched_env.adapters.vllm.parity`` prints the agreement on the shipped workloads (needs vLLM).
 """
 
 from __future__ import annotations

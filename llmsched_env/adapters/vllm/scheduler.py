@@ -1,35 +1,17 @@
 """Any llmsched policy deciding vLLM's batches: ``LLMSchedScheduler``, a subclass of vLLM v1's ``Scheduler``, and
-``LLMSchedAsyncScheduler``, the same over vLLM's ``AsyncScheduler`` (for vLLM running with async scheduling).
+``LLMSchedAsyncScheduler``, the same over vLLM's ``AsyncScheduler``.
 
-Every ``schedule()`` it encodes vLLM's state into llmsched's observation and action mask (``VllmState`` is an
-``EngineState``: the same features, by name, as llmsched's engine gives), asks the policy, and sets vLLM's
-knobs from the ``Decision`` before running vLLM's own ``schedule()`` (``contract.vllm_knobs``; the table is in
-``contract``'s docstring).
+Every ``schedule()`` encodes vLLM's state (``VllmState``, an ``EngineState``) into llmsched's observation and mask,
+takes the step's decision from ``decision.loop.DecisionLoop`` (held, corrected by the mask, under the
+``policy_timeout_s`` deadline) and sets vLLM's knobs (``contract.vllm_knobs``) before vLLM's own ``schedule()``; a
+policy that fails leaves the step to vLLM's own settings (counted by cause in ``stats``). Hooks on admission,
+preemption and finishing keep the bookkeeping incremental.
 
-Each step's decision comes from ``decision.loop.DecisionLoop``, as the env's and the runtime's do (held for
-``iterations_per_step`` steps, corrected where the mask forbids it), under a hard deadline (``policy_timeout_s``;
-``decision.decider.TimedDecider``: a ``SIGALRM`` timer where vLLM schedules on its main thread, else a worker
-thread): a policy that raises, returns a malformed action, or has not answered by its deadline leaves that
-decision to vLLM's own behaviour (the loop's ``ENGINE_DEFAULT`` fallback: every knob restored to vLLM's setting,
-FCFS order), counted by cause in ``stats`` (``decision.loop.DecisionStats``). A hung policy cannot hold
-``schedule()`` past its timeout. The
-bookkeeping is incremental: hooks on admission, preemption and finishing keep per-tenant counters, so a step
-costs O(tenants + prefilling requests + changes), not O(requests).
-
-Configuration (``config.AdapterConfig``, checked in full before vLLM builds anything): the constructor keyword
-``adapter=`` offline, else ``AdapterConfig.from_env()`` (``vllm serve --scheduler-cls
-llmsched_env.adapters.vllm.scheduler.LLMSchedScheduler`` with ``LLMSCHED_VLLM_CONFIG=config.yaml``, or
-``LLMSCHED_POLICY`` / ``LLMSCHED_TENANTS`` / ...). A request's tenant is
-``sampling_params.extra_args["llmsched_tenant"]`` (default: the first tenant). The clock is ``time.time()``
-(vLLM stamps ``arrival_time`` with it) unless a ``clock`` is given (``SimClock`` offline).
-
-Several policies on one server: every policy of the set (``policy``, then ``policies``) is built at start and
-kept by its resolved name. With a ``control_file``, a request that reaches an engine holding no running and no
-waiting request first has the file read (only when its inode, mtime or size changed; missing or empty: no
-change); a loaded name other than the active one is switched to before the request is added (the loop's policy
-and hold, and a fresh hold), an unknown one refused on stderr. So a switch falls between two blocks of requests,
-never inside one. Each read that finds a name is answered in ``<control_file>.status`` (JSON: ``active``,
-``loaded``, ``switches``, ``refused``, ``at``), also written at start.
+Configuration: ``config.AdapterConfig`` (the ``adapter=`` keyword offline, else ``AdapterConfig.from_env()``:
+``vllm serve --scheduler-cls llmsched_env.adapters.vllm.scheduler.LLMSchedScheduler`` with
+``LLMSCHED_VLLM_CONFIG=config.yaml``). A request's tenant is ``sampling_params.extra_args["llmsched_tenant"]``.
+With several policies loaded and a ``control_file``, the first request to reach an empty engine has the file read
+(when changed) and the policy it names switched to; each read is answered in ``<control_file>.status``.
 """
 
 from __future__ import annotations
@@ -64,15 +46,9 @@ from llmsched_env.decision.policy_file import action_options
 from llmsched_env.engine.batch import Decision, QueueOrder
 
 __all__ = [
-    "CONFIG_ENV",
-    "TENANT_KEY",
-    "AdapterConfig",
-    "LLMSchedAsyncScheduler",
-    "LLMSchedScheduler",
-    "PolicyWaitingQueue",
-    "SimClock",
-    "VllmState",
-]
+    "CONFIG_ENV", "TENANT_KEY", "AdapterConfig", "LLMSchedAsyncScheduler", "LLMSchedScheduler",
+    "PolicyWaitingQueue", "SimClock", "VllmState",
+]  # fmt: skip
 
 _COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
 _CONTROL_BYTES = ByteLimit("a control file", 4096)  # one policy name

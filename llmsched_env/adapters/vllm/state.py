@@ -1,11 +1,8 @@
 """vLLM's scheduler state as llmsched's ``EngineState``: ``VllmState`` and the views under it.
 
-``VllmState`` gives llmsched's observation encoder and action mask the same features, by name, that llmsched's
-engine gives, read from a vLLM v1 ``Scheduler``: live views of its running list, in-flight prefills and block
-pool, plus per-tenant counters and one shadow llmsched ``Request`` per live vLLM request, kept by the
-scheduler's hooks (``LLMSchedScheduler``). It reads the scheduler duck-typed and imports no vLLM: the names it
-reads (``SCHEDULER_ATTRIBUTES``, ``REQUEST_ATTRIBUTES``) are checked against vLLM's classes in the ``vllm`` tier,
-and the observation and mask it yields against the engine's in the default suite (a stand-in scheduler).
+Live views of a vLLM v1 ``Scheduler``'s running list, in-flight prefills and block pool, plus per-tenant
+counters and one shadow llmsched ``Request`` per live vLLM request, kept by the scheduler's hooks. It reads the
+scheduler duck-typed and imports no vLLM (the names it reads: ``SCHEDULER_ATTRIBUTES``, ``REQUEST_ATTRIBUTES``).
 """
 
 from __future__ import annotations
@@ -22,14 +19,9 @@ from llmsched_env.engine.queues import WaitingQueues
 from llmsched_env.engine.request import Request, Status, tpot_s
 
 __all__ = [
-    "HISTORY",
-    "REQUEST_ATTRIBUTES",
-    "SCHEDULER_ATTRIBUTES",
-    "TENANT_KEY",
-    "SimClock",
-    "VllmState",
+    "HISTORY", "REQUEST_ATTRIBUTES", "SCHEDULER_ATTRIBUTES", "TENANT_KEY", "SimClock", "VllmState",
     "engine_config_of",
-]
+]  # fmt: skip
 
 TENANT_KEY = "llmsched_tenant"  # sampling_params.extra_args key naming a request's tenant
 _RATE_TAU_S = 10.0  # the engine's arrival-rate time constant

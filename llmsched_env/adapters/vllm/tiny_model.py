@@ -1,11 +1,8 @@
 """A tiny Llama with random weights and a tokenizer trained here, for a live vLLM server with nothing downloaded.
 
-``build_tiny_model(folder)`` writes what ``vllm serve FOLDER`` and ``AutoTokenizer.from_pretrained(FOLDER)`` read:
-a ``LlamaConfig`` (hidden 256, 4 layers, 4 heads, 4,096 positions) with seeded random weights saved by
-``save_pretrained``, and a byte-level BPE of 4,096 tokens trained with ``tokenizers`` on a seeded synthetic
-corpus. The same seed gives the same files' contents. The model's outputs are meaningless; what is measured with
-it is serving: scheduling, batching, KV blocks and the time steps take. Needs ``transformers`` and ``tokenizers``
-(vLLM's own requirements).
+``build_tiny_model(folder)``: a seeded ``LlamaConfig`` (hidden 256, 4 layers, 4 heads, 4,096 positions) and a
+byte-level BPE of 4,096 tokens trained on a seeded synthetic corpus; the same seed gives the same files. Its
+outputs are meaningless: what it measures is serving. Needs ``transformers`` and ``tokenizers``.
 
     python -m llmsched_env.adapters.vllm.tiny_model /tmp/tiny-llama    # prints the folder
 """
