@@ -62,11 +62,9 @@ else:
 
 
 class _LLMSchedAdapter(_SchedulerBase):
-    """The adapter, mixed in before vLLM's ``Scheduler`` or ``AsyncScheduler`` (see the module docstring).
-
-    Keywords beyond vLLM's: ``adapter`` (an ``AdapterConfig``; default ``AdapterConfig.from_env()``),
-    ``llmsched_policy`` (a ``Policy`` object, overriding ``adapter.policy`` under its name), ``clock`` (seconds,
-    comparable with requests' ``arrival_time``; default ``time.time``)."""
+    """The adapter, mixed in before vLLM's ``Scheduler`` or ``AsyncScheduler``. Keywords beyond vLLM's: ``adapter``
+    (default ``AdapterConfig.from_env()``), ``llmsched_policy`` (a ``Policy`` in place of ``adapter.policy``),
+    ``clock`` (default ``time.time``, vLLM's ``arrival_time`` clock)."""
 
     _async = False  # whether the vLLM class mixed with is the AsyncScheduler
 
@@ -91,16 +89,9 @@ class _LLMSchedAdapter(_SchedulerBase):
         schema = int(getattr(llmsched_policy, "schema_version", resolved.schema))
         self.action_spec, self.encoder = adapter_spaces(self.engine_config, cfg.tenants, schema, cfg.nominal_rate_rps)
         # a planner (mpc) plans in the background on a copy of vLLM's state, taken at its decision
-        self.context = PolicyContext(
-            self.engine_config,
-            self.state.tenants,
-            cost_model,
-            self.action_spec,
-            self.encoder.names,
-            resolved.scenario,
-            planning_state=lambda: simulator_of(self.state),
-            background_planning=True,
-        )
+        self.context = PolicyContext(self.engine_config, self.state.tenants, cost_model, self.action_spec,
+                                     self.encoder.names, resolved.scenario,
+                                     planning_state=lambda: simulator_of(self.state), background_planning=True)
         # every policy of the set by its resolved name, built now (not at a switch, in the middle of serving), each
         # with the steps its decisions hold
         self.loaded_policies: dict[str, Policy] = {}
@@ -109,30 +100,19 @@ class _LLMSchedAdapter(_SchedulerBase):
             if k == 0 and llmsched_policy is not None:
                 self.loaded_policies[spec.name], self._holds[spec.name] = llmsched_policy, 1
                 continue
-            self.loaded_policies[spec.name] = spec.make_for(
-                dataclasses.replace(self.context, scenario=scenario), cfg.seed
-            )
+            context = dataclasses.replace(self.context, scenario=scenario)
+            self.loaded_policies[spec.name] = spec.make_for(context, cfg.seed)
             self._holds[spec.name] = spec.iterations_per_step
             if spec.path is not None:  # an exported policy must fit this engine and these tenants
-                spec.load().check_compatible(
-                    self.encoder.names,
-                    self.action_spec.nvec,
-                    schema_version=schema,
-                    action_options=action_options(self.action_spec),
-                )
+                spec.load().check_compatible(self.encoder.names, self.action_spec.nvec, schema_version=schema,
+                                             action_options=action_options(self.action_spec))  # fmt: skip
         self.active_policy = resolved.spec.name  # the name of the policy deciding now
         self.iterations_per_step = cfg.iterations_per_step or self._holds[self.active_policy]
         # the step between the policy and vLLM's knobs; vLLM's own settings where the policy fails
-        self.decisions = DecisionLoop(
-            self.action_spec,
-            self.encoder,
-            self.loaded_policies[self.active_policy],
-            hold=self.iterations_per_step,
-            fallback=ENGINE_DEFAULT,
-            timeout_s=cfg.policy_timeout_s,
-            deadline_mode=cfg.policy_deadline,
-            name="llmsched-policy",
-        )
+        self.decisions = DecisionLoop(self.action_spec, self.encoder, self.loaded_policies[self.active_policy],
+                                      hold=self.iterations_per_step, fallback=ENGINE_DEFAULT,
+                                      timeout_s=cfg.policy_timeout_s, deadline_mode=cfg.policy_deadline,
+                                      name="llmsched-policy")  # fmt: skip
         self.stats = self.decisions.stats
         self.num_kv_blocks = self.engine_config.num_kv_blocks
         # vLLM's own settings, restored whenever the policy's step falls back
@@ -177,8 +157,7 @@ class _LLMSchedAdapter(_SchedulerBase):
 
     @property
     def llmsched_policy(self) -> Policy:
-        """The llmsched policy deciding each step (not ``policy``: vLLM's Scheduler keeps its SchedulingPolicy
-        there); setting it installs a new one (its own deadline timer) from the next decision on."""
+        """The llmsched policy deciding each step (vLLM keeps its own in ``policy``); settable."""
         policy = self.decisions.policy
         assert policy is not None
         return policy
@@ -204,13 +183,9 @@ class _LLMSchedAdapter(_SchedulerBase):
             )
 
     def _knobs_now(self) -> VllmKnobs:
-        return VllmKnobs(
-            QueueOrder.FCFS,
-            self.max_num_scheduled_tokens,
-            self.scheduler_config.long_prefill_token_threshold,
-            self.max_num_active_reqs,
-            self.kv_cache_manager.watermark_blocks,
-        )
+        return VllmKnobs(QueueOrder.FCFS, self.max_num_scheduled_tokens,
+                         self.scheduler_config.long_prefill_token_threshold, self.max_num_active_reqs,
+                         self.kv_cache_manager.watermark_blocks)  # fmt: skip
 
     def _cached_blocks(self, vreq: VllmRequest) -> int:
         _, n, _ = self.kv_cache_manager.get_computed_blocks(vreq)
@@ -264,8 +239,7 @@ class _LLMSchedAdapter(_SchedulerBase):
         self.kv_cache_manager.watermark_blocks = k.watermark_blocks
 
     def _shed_heads(self) -> None:
-        """Abort every tenant's waiting head while its TTFT is out of reach (the engine's ``_shed_heads``), in one
-        call to vLLM."""
+        """Abort every tenant's waiting heads while their TTFT is out of reach (the engine's rule), in one call."""
         state = self.state
         queue, num_waiting, hopeless = state.queue, state.num_waiting, state.hopeless
         doomed: list[VllmRequest] = []
@@ -314,23 +288,14 @@ class _LLMSchedAdapter(_SchedulerBase):
             return
         extra = vreq.sampling_params.extra_args if vreq.sampling_params is not None else None
         label = extra.get(LABEL_KEY) if extra else None
-        self.log.request(
-            {
-                "id": vreq.request_id,
-                "label": None if label is None else str(label),
-                "tenant": self.state.tenants[sh.tenant].name,
-                "arrival": vreq.arrival_time,
-                "first_scheduled": sh.first_scheduled_s,
-                "first_token": sh.first_token_s,
-                "finish": self.clock(),
-                "prompt_tokens": vreq.num_prompt_tokens,
-                "cached_tokens": sh.num_prefix_hit_tokens,
-                "output_tokens": vreq.num_output_tokens,
-                "status": str(vreq.status.name).removeprefix("FINISHED_").lower(),
-                "preemptions": sh.num_preemptions,
-                "policy": policy,
-            }
-        )
+        self.log.request({
+            "id": vreq.request_id, "label": None if label is None else str(label),
+            "tenant": self.state.tenants[sh.tenant].name, "arrival": vreq.arrival_time,
+            "first_scheduled": sh.first_scheduled_s, "first_token": sh.first_token_s, "finish": self.clock(),
+            "prompt_tokens": vreq.num_prompt_tokens, "cached_tokens": sh.num_prefix_hit_tokens,
+            "output_tokens": vreq.num_output_tokens, "status": str(vreq.status.name).removeprefix("FINISHED_").lower(),
+            "preemptions": sh.num_preemptions, "policy": policy,
+        })  # fmt: skip
 
     def update_from_output(self, scheduler_output: SchedulerOutput, model_runner_output: Any) -> Any:
         t0 = time.perf_counter()
@@ -360,8 +325,7 @@ class _LLMSchedAdapter(_SchedulerBase):
 
     # -- switching policies between blocks ------------------------------------------------------------------
     def add_request(self, request: VllmRequest) -> None:
-        """vLLM's, after a switch to the policy the control file names when ``request`` is the first to reach an
-        engine holding no running and no waiting request (the driver drains the server between blocks)."""
+        """vLLM's, after a switch to the policy the control file names when ``request`` reaches an empty engine."""
         if (
             self.control_file
             and not self.running
@@ -375,9 +339,8 @@ class _LLMSchedAdapter(_SchedulerBase):
         super().add_request(request)
 
     def _read_control(self) -> None:
-        """Read the control file if it changed since the last read; switch to the loaded policy it names, or
-        refuse another name (the active policy stays), and answer in the status file. Never raises: a bad control
-        file must not stop serving."""
+        """Read the control file if it changed; switch to the loaded policy it names or refuse another, and answer
+        in the status file. Never raises: a bad control file must not stop serving."""
         path = self.control_file
         try:
             st = os.stat(path)
@@ -415,8 +378,7 @@ class _LLMSchedAdapter(_SchedulerBase):
         self._write_status()  # every read answered, so a driver that rewrote the file sees a newer "at"
 
     def _switch(self, name: str) -> None:
-        """Make the loaded policy ``name`` decide from the next step on, with its own hold (unless the config sets
-        one), starting a new hold; nothing of vLLM's state changes."""
+        """Make the loaded policy ``name`` decide from the next step on, with its own hold, starting afresh."""
         before = self.active_policy
         summary = getattr(self.loaded_policies[before], "summary", None)  # a planner's counts, for vLLM's log
         if callable(summary):
@@ -430,15 +392,9 @@ class _LLMSchedAdapter(_SchedulerBase):
         print(f"llmsched: policy {before} -> {name} (switch {self.num_switches})", file=sys.stderr, flush=True)
 
     def _write_status(self) -> None:
-        """``<control_file>.status``, replaced whole: the active and loaded policies, the switches so far, and the
-        refusal of the last read (None if it did not refuse)."""
-        status = {
-            "active": self.active_policy,
-            "loaded": list(self.loaded_policies),
-            "switches": self.num_switches,
-            "refused": self._refused,
-            "at": time.time(),
-        }
+        """``<control_file>.status``: the active and loaded policies, the switches, the last read's refusal."""
+        status = {"active": self.active_policy, "loaded": list(self.loaded_policies), "switches": self.num_switches,
+                  "refused": self._refused, "at": time.time()}  # fmt: skip
         try:
             write_text_atomically(f"{self.control_file}.status", json.dumps(status) + "\n")
         except OSError as exc:  # the driver misses an answer; serving goes on
@@ -446,12 +402,11 @@ class _LLMSchedAdapter(_SchedulerBase):
 
 
 class LLMSchedScheduler(_LLMSchedAdapter, Scheduler):
-    """vLLM v1's ``Scheduler`` with an llmsched policy setting its knobs every step (see the module docstring).
-    For vLLM without async scheduling (vLLM's CPU build always; ``--no-async-scheduling`` on GPUs)."""
+    """vLLM v1's ``Scheduler`` with an llmsched policy setting its knobs every step, for vLLM without async
+    scheduling (the CPU build; ``--no-async-scheduling`` on GPUs)."""
 
 
 class LLMSchedAsyncScheduler(_LLMSchedAdapter, AsyncScheduler):
-    """The same over vLLM's ``AsyncScheduler``, for vLLM with async scheduling (0.33's default on GPUs): vLLM
-    schedules step n + 1 while step n runs, so the policy sees the state one step behind."""
+    """The same over vLLM's ``AsyncScheduler`` (0.33's default on GPUs): the policy sees the state a step behind."""
 
     _async = True
