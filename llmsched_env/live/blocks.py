@@ -36,16 +36,9 @@ __all__ = [
 
 # the per-block statistics of blocks.jsonl's "metrics" and of the predictions
 METRICS = (
-    "slo_attainment",
-    "goodput_rps",
-    "ttft_p50_s",
-    "ttft_p90_s",
-    "ttft_p99_s",
-    "tpot_p50_s",
-    "tpot_p99_s",
-    "e2e_p50_s",
+    "slo_attainment", "goodput_rps", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2e_p50_s",
     "e2e_p99_s",
-)
+)  # fmt: skip
 
 
 # the front end's per-block figures (``frontend_figures``)
@@ -118,11 +111,8 @@ def step_period_median_s(t0_s: Sequence[float], busy: Sequence[bool]) -> float:
 
 
 def frontend_figures(
-    plan: Sequence[PlannedRequest],
-    server: Sequence[ServerRequest],
-    client: ClientResult,
-    steps: Sequence[StepRecord],
-) -> dict[str, float]:
+    plan: Sequence[PlannedRequest], server: Sequence[ServerRequest], client: ClientResult, steps: Sequence[StepRecord],
+) -> dict[str, float]:  # fmt: skip
     """Did the block's requests reach the engine on time? Over the requests in send order (the three sequences
     aligned, as ``live.logs.load_run`` gives them) and the engine steps of the block's span:
 
@@ -153,14 +143,9 @@ def frontend_figures(
 
 
 def block_record(
-    folder: Path,
-    log_dir: Path | None,
-    slos: dict[str, TenantConfig],
-    policy: str | None,
-    meta: dict[str, Any],
-    span_s: tuple[float, float] | None = None,
-    server_logs: ServerLogs | None = None,
-) -> dict[str, Any]:
+    folder: Path, log_dir: Path | None, slos: dict[str, TenantConfig], policy: str | None, meta: dict[str, Any],
+    span_s: tuple[float, float] | None = None, server_logs: ServerLogs | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """The ``blocks.jsonl`` record of the block whose client files are in ``folder`` and whose server logs are in
     ``log_dir`` (``live.logs.load_run`` matches them by label), with ``meta`` (cell, round, arm, ...) first.
     ``policy``: the adapter policy that must have decided every request and step of the block (None: vLLM's own

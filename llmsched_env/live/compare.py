@@ -1,17 +1,9 @@
 """Live against simulated: TTFT, TPOT and E2E at p50 and p99 and the request throughput, side by side.
 
-"Live" is measured two ways:
-
-- ``client``: what ``vllm bench serve`` saw (its result JSON): from sending the HTTP request to the streamed
-  tokens, so it includes the API server (HTTP, tokenisation, detokenisation, streaming);
-- ``engine``: the server's own log (``requests.jsonl``): TTFT = first token - arrival, E2E = finish - arrival,
-  TPOT = (finish - first token) / (output tokens - 1), from vLLM's arrival stamp.
-
-Their difference per request, ``client - engine``, is the front-end time the simulator does not model: the
-``frontend_s`` column gives its median (p50 rows) and p99 (p99 rows), so a prediction error can be told
-apart from front-end time. ``frontend_delay_s(run)`` (its TTFT median on a light-load run) is the constant
-that ``compare`` may add to the simulated TTFT and E2E. Relative errors are signed, ``(sim - live) / live``:
-positive when the simulator predicts more.
+Live is measured at the ``client`` (``vllm bench serve``'s result JSON: includes the API server) and at the
+``engine`` (the server's ``requests.jsonl``, from vLLM's arrival stamp); their difference per request, the
+``frontend_s`` column, is the front-end time the simulator does not model (``frontend_delay_s``: its median on a
+light-load run). Relative errors are signed, ``(sim - live) / live``.
 """
 
 from __future__ import annotations
@@ -32,8 +24,7 @@ Row = dict[str, float | str]
 
 
 def client_latencies(run: LiveRun) -> Latencies:
-    """The client's per-request latencies (NaN for a failed request) and its request throughput. TPOT as
-    vLLM's benchmark: (latency - TTFT) / (output tokens - 1), for more than one output token."""
+    """The client's per-request latencies (NaN: failed), TPOT as vLLM's benchmark, and its throughput."""
     c = run.client
     n = len(run.plan)
     ok = np.array([c.succeeded(i) for i in range(n)], dtype=bool)
@@ -47,8 +38,7 @@ def client_latencies(run: LiveRun) -> Latencies:
 
 
 def engine_latencies(run: LiveRun) -> Latencies:
-    """The server's per-request latencies (NaN for a request that did not finish) and its request
-    throughput: finished requests over the time from the run's first arrival to its last finish."""
+    """The server's per-request latencies (NaN: unfinished) and its throughput over the run's span."""
     n = len(run.server)
     ttft, tpot, e2e = (np.full(n, np.nan) for _ in range(3))
     for i, r in enumerate(run.server):
@@ -71,8 +61,7 @@ def _both(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def frontend_delay_s(run: LiveRun) -> float:
-    """The median over ``run``'s requests of client TTFT - engine TTFT: the constant front-end delay to add
-    to simulated latencies (fit it on a light-load run, where queueing does not blur it)."""
+    """The median client TTFT - engine TTFT of ``run``: the front-end delay to add to simulated latencies."""
     diff = _both(client_latencies(run).ttft_s, engine_latencies(run).ttft_s)
     if diff.size == 0:
         raise ValueError(f"run {run.name}: no request with both a client and an engine TTFT")
@@ -89,9 +78,8 @@ def _err(sim: float, live: float) -> float:
 
 
 def compare(run: LiveRun, simulated: ReplayResult, frontend_delay_s: float = 0.0) -> list[Row]:
-    """One row per metric (``ttft``, ``tpot``, ``e2e`` at ``p50`` and ``p99``, ``throughput_rps``,
-    ``completed``) with ``COMPARE_COLUMNS`` (see the module docstring) plus ``policy`` and ``sim_delay_s``:
-    the simulated TTFT and E2E have ``frontend_delay_s`` added."""
+    """One row (``COMPARE_COLUMNS``, ``policy``, ``sim_delay_s``) per metric, ``frontend_delay_s`` added to the
+    simulated TTFT and E2E."""
     client, engine = client_latencies(run), engine_latencies(run)
     sim: Latencies = simulated.shifted(frontend_delay_s) if frontend_delay_s else simulated
     base: Row = {"run": run.name, "policy": simulated.policy}

@@ -105,7 +105,8 @@ class ExperimentConfig:
     def quick_of(cls, out: Path, **kw: Any) -> ExperimentConfig:
         """``--quick``: one workload, 3 compared rounds, 2 A/A rounds, no reference, a 9-minute budget."""
         base: dict[str, Any] = {"workloads": ("mixed-slo",), "min_rounds": 3, "max_rounds": 3, "aa_rounds": 2,
-                                "budget_s": 9 * 60.0, "reference": False, "quick": True, "tune_candidates": 12}
+                                "budget_s": 9 * 60.0, "reference": False, "quick": True,
+                                "tune_candidates": 12}  # fmt: skip
         return cls(out, **{**base, **kw})
 
     @property

@@ -35,10 +35,10 @@ from llmsched_env.live.records import (
     read_plan,
     read_server_requests,
     read_steps,
-)
+)  # fmt: skip
 
 __all__ = ["LiveRun", "ServerLogTail", "ServerLogs", "find_log_dir", "find_result_file", "load_run", "read_client",
-           "read_server_logs"]
+           "read_server_logs"]  # fmt: skip
 
 _R = TypeVar("_R")
 

@@ -27,17 +27,10 @@ __all__ = ["mean_prediction", "predict_block"]
 
 
 def predict_block(
-    stream: Sequence[dict[str, Any]],
-    spec: PolicySpec,
-    engine: EngineConfig,
-    tenants: Sequence[TenantConfig],
-    clock_model: CostModel,
-    policy_model: CostModel,
-    frontend_delay_s: float,
-    nominal_rate_rps: float,
-    seed: int = 0,
+    stream: Sequence[dict[str, Any]], spec: PolicySpec, engine: EngineConfig, tenants: Sequence[TenantConfig],
+    clock_model: CostModel, policy_model: CostModel, frontend_delay_s: float, nominal_rate_rps: float, seed: int = 0,
     scenario: str = "",
-) -> dict[str, float]:
+) -> dict[str, float]:  # fmt: skip
     """The statistics (``live.blocks.METRICS``, plus ``preemptions`` and ``shed``) the simulator predicts for
     ``stream`` under ``spec``: see the module docstring. ``scenario``: the entry of a tuned table to play."""
     requests = stream_requests(stream, tenants)

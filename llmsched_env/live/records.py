@@ -16,8 +16,16 @@ from typing import Any, TypeVar
 from llmsched_env.common.files import RECORD_BYTES, parse_json, read_text
 
 __all__ = [
-    "FINISHED_STATUSES", "ClientResult", "PlannedRequest", "ServerRequest", "StepRecord", "read_client_result",
-    "read_plan", "read_server_requests", "read_steps",
+    "FINISHED_STATUSES",
+    "ClientResult",
+    "PlannedRequest",
+    "ServerRequest",
+    "StepRecord",
+    "jsonl_records",
+    "read_client_result",
+    "read_plan",
+    "read_server_requests",
+    "read_steps",
 ]  # fmt: skip
 
 _V = TypeVar("_V")
@@ -115,15 +123,9 @@ class ClientResult:
             return tuple(values[i] for i in indices)
 
         return ClientResult(
-            self.duration_s,
-            self.request_throughput_rps,
-            pick(self.input_lens),
-            pick(self.output_lens),
-            pick(self.ttft_s),
-            pick(self.latency_s),
-            pick(self.errors),
-            pick(self.start_s) if self.start_s else (),
-        )
+            self.duration_s, self.request_throughput_rps, pick(self.input_lens), pick(self.output_lens),
+            pick(self.ttft_s), pick(self.latency_s), pick(self.errors), pick(self.start_s) if self.start_s else (),
+        )  # fmt: skip
 
 
 _STEP_FIELDS = {"t0": "time", "t1": "time", "t2": "time", "t3": "time", "prefill_tokens": "count",
@@ -137,12 +139,9 @@ _STEP_OPTIONAL = {"policy": "str?", "fallback": "str?"}
 _SERVER_OPTIONAL = {"policy": "str?"}
 _PLAN_FIELDS = {"label": "str", "tenant": "str", "prompt_tokens": "count", "output_tokens": "count", "send_s": "time?"}
 _KINDS = {
-    "time": "a finite number",
-    "number": "a finite number >= 0",
-    "count": "an integer >= 0",
-    "bool": "true or false",
+    "time": "a finite number", "number": "a finite number >= 0", "count": "an integer >= 0", "bool": "true or false",
     "str": "a string",
-}
+}  # fmt: skip
 
 
 def _kind_text(kind: str) -> str:
@@ -181,7 +180,7 @@ def _fields(
     return out
 
 
-def _jsonl(path: Path, text: str | None = None, first_line: int = 1) -> Iterator[tuple[int, Any]]:
+def jsonl_records(path: Path, text: str | None = None, first_line: int = 1) -> Iterator[tuple[int, Any]]:
     """``(line number, parsed object)`` for every non-blank line of ``path``, or of ``text`` (lines of ``path``
     from its line ``first_line`` on) when given."""
     if text is None:
@@ -212,7 +211,7 @@ def read_steps(path: str | Path, text: str | None = None, first_line: int = 1) -
     """Every record of a ``steps.jsonl`` in file order (of ``text``, its lines from ``first_line`` on, if given)."""
     p = Path(path)
     out = []
-    for n, data in _jsonl(p, text, first_line):
+    for n, data in jsonl_records(p, text, first_line):
         f = _fields(f"{p}:{n}", data, _STEP_FIELDS, _STEP_OPTIONAL)
         out.append(StepRecord(float(f["t0"]), float(f["t1"]), float(f["t2"]), float(f["t3"]), f["prefill_tokens"],
                               f["decode_seqs"], f["kv_tokens"], float(f["attn_pairs"]), f["num_prefill_seqs"],
@@ -225,7 +224,7 @@ def read_server_requests(path: str | Path, text: str | None = None, first_line: 
     from ``first_line`` on, if given)."""
     p = Path(path)
     out = []
-    for n, data in _jsonl(p, text, first_line):
+    for n, data in jsonl_records(p, text, first_line):
         f = _fields(f"{p}:{n}", data, _SERVER_FIELDS, _SERVER_OPTIONAL)
         opt = {k: None if f[k] is None else float(f[k]) for k in ("first_scheduled", "first_token")}
         out.append(ServerRequest(f["id"], f["label"], f["tenant"], float(f["arrival"]), opt["first_scheduled"],

@@ -38,6 +38,7 @@ from llmsched_env.live.blocks import FRONTEND_FIGURES, LATE_SEND_S, METRICS
 from llmsched_env.live.design import format_difference, paired_difference
 from llmsched_env.live.frontend import FRONTEND_FILE, arm_figures, write_frontend
 from llmsched_env.live.logs import SERVER_FILE
+from llmsched_env.live.records import jsonl_records
 
 __all__ = [
     "AA_ARM", "BLOCK_METRICS", "BOOTSTRAP_SAMPLES", "BOOTSTRAP_SEED", "CONTROL", "PREDICTED_METRICS", "Block",
@@ -56,11 +57,9 @@ BOOTSTRAP_SEED = 0
 # the paired statistics: (name, metric, how); "block": a per-round difference of per-block figures, t interval;
 # "pooled": the ratio of the p99 of the requests pooled over the rounds, bootstrap interval
 STATISTICS = (
-    ("attainment", "slo_attainment", "block"),
-    ("goodput", "goodput_rps", "block"),
-    ("ttft_p90", "ttft_p90_s", "block"),
-    ("ttft_p99_pooled", "ttft_p99_s", "pooled"),
-)
+    ("attainment", "slo_attainment", "block"), ("goodput", "goodput_rps", "block"), ("ttft_p90", "ttft_p90_s",
+    "block"), ("ttft_p99_pooled", "ttft_p99_s", "pooled"),
+)  # fmt: skip
 MATERIAL_ATTAINMENT = 0.05  # a predicted difference the targets expect confirmed: 5 attainment points ...
 MATERIAL_TTFT_P99 = 0.20  # ... or a TTFT p99 ratio at least 20% away from 1
 INSIDE_SHARE = 0.80  # predictions inside the live interval
@@ -360,7 +359,7 @@ def _block(where: str, data: Any, cell: str) -> Block:
              ("t_end", "number"), ("num_requests", "count"), ("completed", "count"), ("shed", None),
              ("failed", "count"), ("preemptions", None))  # fmt: skip
     f: dict[str, Any] = {k: _field(where, data, k, kind) if kind else _count_or_nan(where, data, k)
-                          for k, kind in kinds}
+                          for k, kind in kinds}  # fmt: skip
     return Block(cell, round_, f["arm"], f["policy"], f["warmup"], f["stream_seed"], float(f["t_start"]),
                  float(f["t_end"]), f["num_requests"], f["completed"], f["shed"], f["failed"], f["preemptions"],
                  dict(fallbacks), _count_or_nan(where, data, "steps"), math.nan if step is None else float(step),
@@ -374,14 +373,8 @@ def read_blocks(path: Path, cell: str, experiment: Experiment) -> list[Block]:
     known = set(experiment.arms) | ({experiment.reference} if experiment.reference else set())
     blocks: list[Block] = []
     seen: dict[tuple[int, str], int] = {}
-    for n, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), start=1):
-        if not line.strip():
-            continue
+    for n, data in jsonl_records(path, raw.decode("utf-8", errors="replace")):
         where = f"{path}:{n}"
-        try:
-            data = parse_json(line)
-        except json.JSONDecodeError as exc:
-            raise VerdictError(f"{where}: not valid JSON: {exc.msg} (column {exc.colno})") from None
         b = _block(where, data, cell)
         if b.arm not in known:
             raise VerdictError(f"{where}: arm '{b.arm}' is not an arm of experiment.json ({sorted(known)})")
@@ -808,7 +801,8 @@ def _targets(cells: Sequence[CellResult], exp: Experiment) -> list[Target]:
         "per (cell, arm) so predicted: the live interval (attainment: paired t; TTFT p99: pooled, bootstrap) "
         "excludes 0 and the live difference has the predicted sign",
         _judge(len(ok), len(material) - len(ok) - unknown, unknown, CONFIRMED_SHARE),
-        f"{len(ok)} of {len(material)} confirmed" + (f": {listed}" if listed else " (no such prediction)")))
+        f"{len(ok)} of {len(material)} confirmed" + (f": {listed}" if listed else " (no such prediction)"),
+    ))  # fmt: skip
     # 3. predictions inside the live intervals
     rows = [r for c in cells for r in c.paired if r["arm"] != AA_ARM]
     inside = sum(1 for r in rows if r["inside"])
@@ -837,7 +831,8 @@ def _targets(cells: Sequence[CellResult], exp: Experiment) -> list[Target]:
         f"held-out fidelity within {FIDELITY_P50:.0%} at p50 and {FIDELITY_P99:.0%} at p99",
         "per policy: |predicted - live| / live of TTFT, TPOT and E2E (per-block figure, mean over the arm's "
         "blocks), averaged over the three latencies per cell, then over cells",
-        _judge(len(exp.policies) * len(limits) - failed - unknown, failed, unknown, 1.0), "; ".join(shown)))
+        _judge(len(exp.policies) * len(limits) - failed - unknown, failed, unknown, 1.0), "; ".join(shown),
+    ))  # fmt: skip
     # 5. rankings
     taus = [(c.name, c.tau["attainment"]) for c in cells]
     failed = sum(1 for _, t in taus if math.isfinite(t) and t < TAU_MIN)
@@ -847,7 +842,8 @@ def _targets(cells: Sequence[CellResult], exp: Experiment) -> list[Target]:
         "tau-b between the predicted and the live ranking of the policies (A/A arm left out, fcfs at 0) on "
         "the attainment difference",
         _judge(len(taus) - failed - unknown, failed, unknown, 1.0),
-        "; ".join(f"{c} {_num(t, '.2f')}" for c, t in taus) + (" (NaN: a side all ties)" if unknown else "")))
+        "; ".join(f"{c} {_num(t, '.2f')}" for c, t in taus) + (" (NaN: a side all ties)" if unknown else ""),
+    ))  # fmt: skip
     return out
 
 

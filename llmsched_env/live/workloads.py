@@ -76,12 +76,9 @@ class LiveWorkload:
     def engine(self) -> EngineConfig:
         """The server's limits as llmsched's ``EngineConfig``."""
         return EngineConfig(
-            num_kv_blocks=self.num_kv_blocks,
-            block_size=self.block_size,
-            max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            max_model_len=self.max_model_len,
-        )
+            num_kv_blocks=self.num_kv_blocks, block_size=self.block_size, max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens, max_model_len=self.max_model_len,
+        )  # fmt: skip
 
     def cell(self, load: float) -> str:
         """The name of the cell of this workload at ``load``: ``mixed-slo@1.4``."""

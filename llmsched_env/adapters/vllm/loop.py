@@ -201,11 +201,9 @@ class VllmLoop:
         s = self.scheduler
         duration = max(self.clock.now_s - self.start_s, 1e-9)
         extra = {
-            "num_iterations": float(self.num_steps),
-            "duration_s": duration,
-            "num_shed": float(s.num_shed),
+            "num_iterations": float(self.num_steps), "duration_s": duration, "num_shed": float(s.num_shed),
             **decision_metrics(s.stats),
-        }
+        }  # fmt: skip
         return compute_metrics(self.requests[: self._next], self.tenants, self.token_log, duration, extra)
 
 

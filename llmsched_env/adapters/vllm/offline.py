@@ -49,17 +49,10 @@ def _model_dir(max_position_embeddings: int) -> str:
     folder = tempfile.mkdtemp(prefix="llmsched-vllm-model-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 4,
-        "num_hidden_layers": 1,
-        "vocab_size": 32000,
-        "max_position_embeddings": max_position_embeddings,
-        "torch_dtype": "float32",
-    }
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+        "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 1, "vocab_size": 32000,
+        "max_position_embeddings": max_position_embeddings, "torch_dtype": "float32",
+    }  # fmt: skip
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f)
     return folder
@@ -110,13 +103,9 @@ def make_scheduler(config: EngineConfig, scheduler_cls: type[Scheduler] = Schedu
     )
     init_none_hash(sha256)
     return scheduler_cls(
-        vllm_config=vc,
-        kv_cache_config=kv_cache_config,
-        structured_output_manager=StructuredOutputManager(vc),
-        block_size=config.block_size,
-        log_stats=True,
-        **kwargs,
-    )
+        vllm_config=vc, kv_cache_config=kv_cache_config, structured_output_manager=StructuredOutputManager(vc),
+        block_size=config.block_size, log_stats=True, **kwargs,
+    )  # fmt: skip
 
 
 def _unique_token(request_id: int, position: int) -> int:
@@ -149,14 +138,10 @@ def to_vllm_request(r: Request, block_size: int, priority: int = 0) -> VllmReque
     """The vLLM request for llmsched request ``r``: its synthetic prompt, ``max_tokens=r.output_len`` with EOS
     ignored, its arrival time and ``priority``; the request id is ``str(r.request_id)``."""
     return VllmRequest(
-        request_id=str(r.request_id),
-        prompt_token_ids=prompt_token_ids(r),
-        sampling_params=SamplingParams(max_tokens=r.output_len, ignore_eos=True),
-        pooling_params=None,
-        arrival_time=r.arrival_s,
-        priority=priority,
-        block_hasher=_block_hasher(block_size),
-    )
+        request_id=str(r.request_id), prompt_token_ids=prompt_token_ids(r),
+        sampling_params=SamplingParams(max_tokens=r.output_len, ignore_eos=True), pooling_params=None,
+        arrival_time=r.arrival_s, priority=priority, block_hasher=_block_hasher(block_size),
+    )  # fmt: skip
 
 
 def fake_output(scheduler: Scheduler, out: SchedulerOutput, skip: Iterable[str] = ()) -> ModelRunnerOutput:

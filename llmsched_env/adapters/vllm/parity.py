@@ -87,12 +87,9 @@ def _copy(r: Request) -> Request:
 
 
 def compare(
-    case: ParityCase,
-    cost_model: CostModel,
-    check: bool = False,
-    max_steps: int = 1_000_000,
-    engine_rules: dict[str, Any] | None = None,
-) -> ParityReport:
+    case: ParityCase, cost_model: CostModel, check: bool = False, max_steps: int = 1_000_000, engine_rules: dict[str,
+    Any] | None = None,
+) -> ParityReport:  # fmt: skip
     """Run ``case`` through both engines in lockstep and count the steps they agree on. ``check`` runs the
     engine's invariant check every step; ``engine_rules`` overrides fields of llmsched's ``EngineConfig`` only
     (to measure what one rule changes); the comparison stops after ``max_steps``."""
@@ -103,11 +100,8 @@ def compare(
     vllm = make_scheduler(cfg, chunk_cap=case.chunk_cap, reserve_full_prefill=case.reserve_full_prefill)
     budget = cfg.max_num_batched_tokens
     decision = Decision(
-        order=QueueOrder.FCFS,
-        token_budget=budget,
-        chunk_cap=case.chunk_cap or budget,
-        max_admit=_UNLIMITED,
-    )
+        order=QueueOrder.FCFS, token_budget=budget, chunk_cap=case.chunk_cap or budget, max_admit=_UNLIMITED,
+    )  # fmt: skip
     report = ParityReport(case.name, len(requests))  # reqs: the requests both ran (refused ones not counted)
     by_id = {r.request_id: r for r in requests}
     first_ll: dict[int, int] = {}
@@ -197,13 +191,8 @@ def compare(
 
 
 def _describe(
-    step: int,
-    ll: dict[int, int],
-    vl: dict[int, int],
-    ll_pre: set[int],
-    vl_pre: set[int],
-    by_id: dict[int, Request],
-) -> str:
+    step: int, ll: dict[int, int], vl: dict[int, int], ll_pre: set[int], vl_pre: set[int], by_id: dict[int, Request],
+) -> str:  # fmt: skip
     diff = sorted(k for k in set(ll) | set(vl) if ll.get(k) != vl.get(k))[:6]
     parts = [f"req {k}: llmsched {ll.get(k, 0)} vLLM {vl.get(k, 0)} ({by_id[k]!r})" for k in diff]
     if ll_pre != vl_pre:

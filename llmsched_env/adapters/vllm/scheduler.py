@@ -90,8 +90,8 @@ class _LLMSchedAdapter(_SchedulerBase):
         self.action_spec, self.encoder = adapter_spaces(self.engine_config, cfg.tenants, schema, cfg.nominal_rate_rps)
         # a planner (mpc) plans in the background on a copy of vLLM's state, taken at its decision
         self.context = PolicyContext(self.engine_config, self.state.tenants, cost_model, self.action_spec,
-                                     self.encoder.names, resolved.scenario,
-                                     planning_state=lambda: simulator_of(self.state), background_planning=True)
+                                     self.encoder.names, resolved.scenario, background_planning=True,
+                                     planning_state=lambda: simulator_of(self.state))  # fmt: skip
         # every policy of the set by its resolved name, built now (not at a switch, in the middle of serving), each
         # with the steps its decisions hold
         self.loaded_policies: dict[str, Policy] = {}

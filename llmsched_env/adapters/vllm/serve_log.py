@@ -54,17 +54,9 @@ class ServeLog:
         write_text_atomically(self.folder / "engine.json", json.dumps(info, indent=1) + "\n")
 
     def step(
-        self,
-        t0: float,
-        t1: float,
-        t2: float,
-        t3: float,
-        features: Any,
-        busy: bool,
-        policy: str,
-        fallback: str | None,
+        self, t0: float, t1: float, t2: float, t3: float, features: Any, busy: bool, policy: str, fallback: str | None,
         decision: Any = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         f = features
         self._steps.append(
             (t0, t1, t2, t3, f.num_prefill_tokens, f.num_decode_seqs, f.num_kv_tokens, f.prefill_attn_pairs,

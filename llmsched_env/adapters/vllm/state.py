@@ -51,7 +51,8 @@ def engine_config_of(scheduler: Any) -> EngineConfig:
     sc = scheduler.scheduler_config
     return EngineConfig(num_kv_blocks=scheduler.kv_cache_manager.block_pool.num_gpu_blocks - 1,
                         block_size=scheduler.block_size, max_num_seqs=sc.max_num_seqs,
-                        max_num_batched_tokens=sc.max_num_batched_tokens, max_model_len=scheduler.max_model_len)
+                        max_num_batched_tokens=sc.max_num_batched_tokens,
+                        max_model_len=scheduler.max_model_len)  # fmt: skip
 
 
 class _CachedFreeCounter:

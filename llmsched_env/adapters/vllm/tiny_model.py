@@ -20,14 +20,9 @@ __all__ = ["TINY_MODEL", "build_tiny_model"]
 
 # The model's shape; ``vocab_size`` is the tokenizer's.
 TINY_MODEL = {
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "max_position_embeddings": 4096,
-    "vocab_size": 4096,
-}
+    "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 4,
+    "num_key_value_heads": 4, "max_position_embeddings": 4096, "vocab_size": 4096,
+}  # fmt: skip
 _MARKER = "llmsched-tiny.json"  # written last: its presence means the folder is complete
 
 
@@ -58,11 +53,9 @@ def build_tiny_model(folder: str | Path, seed: int = 0, dtype: str = "bfloat16")
     tok.decoder = decoders.ByteLevel()
     specials = ["<s>", "</s>"]
     trainer = trainers.BpeTrainer(
-        vocab_size=TINY_MODEL["vocab_size"],
-        special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
+        vocab_size=TINY_MODEL["vocab_size"], special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )  # fmt: skip
     tok.train_from_iterator(_corpus(seed), trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
     fast.model_max_length = TINY_MODEL["max_position_embeddings"]
@@ -70,11 +63,9 @@ def build_tiny_model(folder: str | Path, seed: int = 0, dtype: str = "bfloat16")
 
     torch.manual_seed(seed)
     config = LlamaConfig(
-        **{**TINY_MODEL, "vocab_size": len(fast)},
-        bos_token_id=fast.bos_token_id,
-        eos_token_id=fast.eos_token_id,
+        **{**TINY_MODEL, "vocab_size": len(fast)}, bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
         torch_dtype=dtype,
-    )
+    )  # fmt: skip
     model = LlamaForCausalLM(config).to(getattr(torch, dtype))
     model.save_pretrained(out)
     write_text_atomically(marker, json.dumps(spec) + "\n")
