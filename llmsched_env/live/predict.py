@@ -1,11 +1,6 @@
-"""What the simulator predicts for a block of the live experiment: the block's stream served by llmsched's
-simulator under an arm's policy, its statistics computed as the live block's are (``live.blocks``).
-
-The simulator's clock is the cost model fitted to the server's own calibration blocks; the engine and the policy
-see the cost model the live adapter was given (``RepricedSimulator``, as in ``live.sim``). The client-side
-latencies the live figures measure include the API server's front end, which the simulator does not model: a
-constant ``frontend_delay_s`` (the median client-minus-engine TTFT of a light calibration block,
-``live.compare.frontend_delay_s``) is added to every simulated TTFT and E2E before the SLOs are checked.
+"""What the simulator predicts for a block of the live experiment: the block's stream served under an arm's policy
+(``live.sim.simulate``, clock from the fitted model, the policy seeing the adapter's), its statistics computed as
+the live block's are (``live.blocks``), with the constant ``frontend_delay_s`` added to every TTFT and E2E.
 """
 
 from __future__ import annotations
@@ -31,8 +26,8 @@ def predict_block(
     clock_model: CostModel, policy_model: CostModel, frontend_delay_s: float, nominal_rate_rps: float, seed: int = 0,
     scenario: str = "",
 ) -> dict[str, float]:  # fmt: skip
-    """The statistics (``live.blocks.METRICS``, plus ``preemptions`` and ``shed``) the simulator predicts for
-    ``stream`` under ``spec``: see the module docstring. ``scenario``: the entry of a tuned table to play."""
+    """The ``METRICS``, ``preemptions`` and ``shed`` predicted for ``stream`` under ``spec`` (``scenario``: the
+    tuned table's entry)."""
     requests = stream_requests(stream, tenants)
     result = simulate(
         requests, spec, engine, tenants, clock_model, policy_model, seed, nominal_rate_rps, scenario=scenario

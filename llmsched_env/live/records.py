@@ -16,16 +16,8 @@ from typing import Any, TypeVar
 from llmsched_env.common.files import RECORD_BYTES, parse_json, read_text
 
 __all__ = [
-    "FINISHED_STATUSES",
-    "ClientResult",
-    "PlannedRequest",
-    "ServerRequest",
-    "StepRecord",
-    "jsonl_records",
-    "read_client_result",
-    "read_plan",
-    "read_server_requests",
-    "read_steps",
+    "FINISHED_STATUSES", "ClientResult", "PlannedRequest", "ServerRequest", "StepRecord", "jsonl_records",
+    "read_client_result", "read_plan", "read_server_requests", "read_steps",
 ]  # fmt: skip
 
 _V = TypeVar("_V")

@@ -6,9 +6,7 @@
     rows = compare(run, sim, frontend_delay_s(load_run("runs/r1")))  # compare: live vs simulated
     report = evaluate_runs([run], "slo_aware", engine, tenants)      # all of it, for several runs
 
-A run folder holds a ``vllm bench serve`` result JSON and the client's ``requests.json``; the server's logs are in
-it or in ``server-log`` beside it (``live.logs``). Live is measured client-side and engine-side, so front-end time
-and an engine misprediction can be told apart. Command line: ``python -m llmsched_env.commands.live_replay``.
+The command line is ``python -m llmsched_env.commands.live_replay``.
 """
 
 from __future__ import annotations
@@ -42,9 +40,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class LiveReport:
-    """What ``evaluate_runs`` found: the fitted ``model``, its ``fit`` report (``live_fit_report``), the median
-    parts of a busy step (``step_breakdown``) of the fitting runs, the comparison ``rows`` of every run, the
-    ``policy`` replayed and the ``frontend_delay_s`` added to the simulated TTFT and E2E."""
+    """What ``evaluate_runs`` found: the ``model``, its ``fit`` report, the busy step's ``breakdown``, the
+    comparison ``rows``, the ``policy`` and the ``frontend_delay_s`` added."""
 
     model: LinearCostModel
     fit: dict[str, float]

@@ -4,15 +4,11 @@ as the simulator predicted it, and the issue's targets met or not.
     python -m llmsched_env.live.verdict OUT      # writes OUT/report.md and OUT/plots/<cell>.png
     python -m llmsched_env.live.verdict OUT --against tuned   # also every arm paired with tuned's blocks
 
-The run folder (``live.experiment`` writes it; design: ``live.design``): ``experiment.json`` (``cells``, ``arms``
-with ``fcfs`` first and the A/A arm ``fcfs/aa``, an optional ``reference``); ``predictions.json`` or
-``predictions/WORKLOAD.json`` (per cell and arm the predicted per-block mean of each of ``PREDICTED_METRICS``,
-written before the compared blocks: a later one is warned about; a ``.sha256`` beside it must match); and
-``cells/<cell>/blocks.jsonl`` (one ``Block`` a line). Per cell and arm against ``fcfs`` over the rounds both
-played: attainment and goodput as the mean per-round difference with a Student-t 95% interval; TTFT p90 as the
-mean per-round log ratio; TTFT p99 of the requests pooled over the rounds, its interval from a paired bootstrap
-of the rounds; predicted differences the same transform of the predictions (``design.paired_difference``);
-Kendall's tau-b ranking the policies. ``VerdictError`` (a ``ValueError``) names a missing or malformed file.
+The run folder (``live.experiment``): ``experiment.json``; ``predictions.json`` or ``predictions/WORKLOAD.json``
+(written before the compared blocks, a ``.sha256`` beside each); ``cells/<cell>/blocks.jsonl``. Per cell and arm
+against ``fcfs`` over the rounds both played: attainment and goodput as mean per-round differences with t
+intervals, TTFT p90 as the mean log ratio, TTFT p99 of the pooled requests with a paired bootstrap interval;
+the predictions transformed alike; Kendall's tau-b of the rankings. ``VerdictError`` names a bad file.
 """
 
 from __future__ import annotations
