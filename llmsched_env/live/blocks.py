@@ -50,14 +50,9 @@ def _pct(values: np.ndarray, q: float) -> float:
 
 
 def block_metrics(
-    tenants: Sequence[str],
-    ttft_s: np.ndarray,
-    tpot_s: np.ndarray,
-    e2e_s: np.ndarray,
-    succeeded: np.ndarray,
-    slos: dict[str, TenantConfig],
-    duration_s: float,
-) -> tuple[dict[str, float], list[dict[str, Any]], dict[str, dict[str, float]]]:
+    tenants: Sequence[str], ttft_s: np.ndarray, tpot_s: np.ndarray, e2e_s: np.ndarray, succeeded: np.ndarray,
+    slos: dict[str, TenantConfig], duration_s: float,
+) -> tuple[dict[str, float], list[dict[str, Any]], dict[str, dict[str, float]]]:  # fmt: skip
     """The block's ``METRICS``, per-request records and per-tenant ``{requests, slo_attainment}``, from per-request
     arrays (``tpot_s`` NaN for one token; ``succeeded`` false for a failed or shed request)."""
     n = len(tenants)
@@ -72,24 +67,18 @@ def block_metrics(
     metrics = {
         "slo_attainment": float(good.sum() / n) if n else math.nan,
         "goodput_rps": float(good.sum() / duration_s) if duration_s > 0 else math.nan,
-        "ttft_p50_s": _pct(ttft_s[ok], 50),
-        "ttft_p90_s": _pct(ttft_s[ok], 90),
-        "ttft_p99_s": _pct(ttft_s[ok], 99),
-        "tpot_p50_s": _pct(tpot_s[ok], 50),
-        "tpot_p99_s": _pct(tpot_s[ok], 99),
-        "e2e_p50_s": _pct(e2e_s[ok], 50),
+        "ttft_p50_s": _pct(ttft_s[ok], 50), "ttft_p90_s": _pct(ttft_s[ok], 90), "ttft_p99_s": _pct(ttft_s[ok], 99),
+        "tpot_p50_s": _pct(tpot_s[ok], 50), "tpot_p99_s": _pct(tpot_s[ok], 99), "e2e_p50_s": _pct(e2e_s[ok], 50),
         "e2e_p99_s": _pct(e2e_s[ok], 99),
-    }
+    }  # fmt: skip
     records = [
         {
-            "tenant": tenants[i],
-            "ttft_s": float(ttft_s[i]) if ok[i] else math.nan,
-            "tpot_s": float(tpot_s[i]) if ok[i] else math.nan,
-            "e2e_s": float(e2e_s[i]) if ok[i] else math.nan,
+            "tenant": tenants[i], "ttft_s": float(ttft_s[i]) if ok[i] else math.nan,
+            "tpot_s": float(tpot_s[i]) if ok[i] else math.nan, "e2e_s": float(e2e_s[i]) if ok[i] else math.nan,
             "good": bool(good[i]),
         }
         for i in range(n)
-    ]
+    ]  # fmt: skip
     per_tenant: dict[str, dict[str, float]] = {}
     for name in dict.fromkeys(tenants):
         mine = [i for i in range(n) if tenants[i] == name]
@@ -119,13 +108,11 @@ def frontend_figures(
     )  # fmt: skip
     span = max(r.finish_s for r in server) - min(r.arrival_s for r in server) if server else 0.0
     return {
-        "late_share": float(np.mean(lags > LATE_SEND_S)) if lags.size else math.nan,
-        "send_lag_p90_s": _pct(lags, 90),
-        "send_lag_max_s": float(lags.max()) if lags.size else math.nan,
-        "frontend_p50_s": _pct(front, 50),
+        "late_share": float(np.mean(lags > LATE_SEND_S)) if lags.size else math.nan, "send_lag_p90_s": _pct(lags, 90),
+        "send_lag_max_s": float(lags.max()) if lags.size else math.nan, "frontend_p50_s": _pct(front, 50),
         "frontend_p90_s": _pct(front, 90),
         "steps_per_s": sum(1 for s in steps if s.busy) / span if span > 0 else math.nan,
-    }
+    }  # fmt: skip
 
 
 def block_record(
@@ -170,19 +157,11 @@ def block_record(
     logged = log_dir is not None
     shed = sum(1 for r in server if r.status == "aborted")
     return {
-        **meta,
-        "t_start": t_start,
-        "t_end": t_end,
-        "num_requests": n + len(unlogged),
-        "completed": int(ok.sum()),
-        "shed": shed if logged else None,
-        "failed": int((~ok).sum()) - shed + len(unlogged),
+        **meta, "t_start": t_start, "t_end": t_end, "num_requests": n + len(unlogged), "completed": int(ok.sum()),
+        "shed": shed if logged else None, "failed": int((~ok).sum()) - shed + len(unlogged),
         "preemptions": int(sum(r.preemptions for r in server)) if logged else None,
-        "fallbacks": dict(Counter(s.fallback for s in steps if s.fallback)),
-        "steps": len(steps) if logged else None,
+        "fallbacks": dict(Counter(s.fallback for s in steps if s.fallback)), "steps": len(steps) if logged else None,
         "step_time_median_s": step_period_median_s([s.t0_s for s in steps], [s.busy for s in steps]),
-        "frontend": frontend_figures(run_plan, server, client, steps),
-        "metrics": metrics,
-        "tenants": per_tenant,
+        "frontend": frontend_figures(run_plan, server, client, steps), "metrics": metrics, "tenants": per_tenant,
         "requests": records,
-    }
+    }  # fmt: skip

@@ -294,18 +294,14 @@ class RoundPlan:
         """The power calculation as a fixed-width table, then a line on the choice."""
         shown = [
             {
-                "cell": r["cell"],
-                "arm": r["arm"],
-                "metric": r["metric"],
-                "predicted": format_difference(r["metric"], r["predicted"]),
-                "aa sd": f"{r['aa_sd']:.3g}",
+                "cell": r["cell"], "arm": r["arm"], "metric": r["metric"],
+                "predicted": format_difference(r["metric"], r["predicted"]), "aa sd": f"{r['aa_sd']:.3g}",
                 "needed": "never" if r["needed"] is None else str(r["needed"]),
-                "powered": "yes" if r["powered"] else "no",
-                "detectable": _format_effect(r["metric"], r["detectable"]),
+                "powered": "yes" if r["powered"] else "no", "detectable": _format_effect(r["metric"], r["detectable"]),
                 "detected": "yes" if r["detected"] else "no",
             }
             for r in self.rows
-        ]
+        ]  # fmt: skip
         columns = ("cell", "arm", "metric", "predicted", "aa sd", "needed", "powered", "detectable", "detected")
         cap = "" if self.maximum is None else f", at most {self.maximum}"
         need = "nothing powered" if self.wanted is None else f"the powered differences need {self.wanted}"
@@ -324,18 +320,10 @@ def _format_effect(metric: str, d: float) -> str:
 
 
 def plan_rounds(
-    predicted: Mapping[str, Mapping[str, Mapping[str, float]]],
-    aa_sd: Mapping[str, Mapping[str, float]],
-    round_s: float,
-    budget_s: float,
-    minimum: int = 10,
-    maximum: int | None = None,
-    *,
-    control: str = "fcfs",
-    alpha: float = 0.05,
-    power: float = 0.8,
-    powered: Mapping[str, float] = DEFAULT_POWERED,
-) -> RoundPlan:
+    predicted: Mapping[str, Mapping[str, Mapping[str, float]]], aa_sd: Mapping[str, Mapping[str, float]],
+    round_s: float, budget_s: float, minimum: int = 10, maximum: int | None = None, *, control: str = "fcfs",
+    alpha: float = 0.05, power: float = 0.8, powered: Mapping[str, float] = DEFAULT_POWERED,
+) -> RoundPlan:  # fmt: skip
     """How many rounds to play (``RoundPlan``), from the predicted per-block values ``predicted[cell][arm][metric]``
     (the ``control`` among them) and the A/A noise ``aa_sd[cell][metric]`` (SD of the paired difference): what the
     ``powered`` differences need (metric -> smallest |difference| that drives the count), at most ``maximum`` and

@@ -144,11 +144,9 @@ def read_client(run_dir: Path) -> tuple[list[PlannedRequest], ClientResult]:
 
 
 def load_run(
-    run_dir: str | Path,
-    name: str | None = None,
-    log_dir: str | Path | None = None,
+    run_dir: str | Path, name: str | None = None, log_dir: str | Path | None = None,
     server_logs: ServerLogs | None = None,
-) -> LiveRun:
+) -> LiveRun:  # fmt: skip
     """Read and cross-check ``run_dir`` and the server's logs in ``log_dir`` (default ``find_log_dir``; or
     ``server_logs``, already read). ``ValueError`` naming the file for a missing file, a label logged twice, or
     not at all for a request that succeeded, or a tenant that differs."""

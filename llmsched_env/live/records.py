@@ -267,12 +267,8 @@ def read_client_result(path: str | Path, num_requests: int) -> ClientResult:
     ):
         raise ValueError(f"{p}: field 'start_times' must be a list of {num_requests} numbers (one per request)")
     return ClientResult(
-        float(data["duration"]),
-        float(data["request_throughput"]),
-        tuple(lists["input_lens"]),
-        tuple(lists["output_lens"]),
-        tuple(float(v) for v in lists["ttfts"]),
-        tuple(float(v) for v in lists["latencies"]),
-        tuple(v or "" for v in lists["errors"]),
+        float(data["duration"]), float(data["request_throughput"]), tuple(lists["input_lens"]),
+        tuple(lists["output_lens"]), tuple(float(v) for v in lists["ttfts"]),
+        tuple(float(v) for v in lists["latencies"]), tuple(v or "" for v in lists["errors"]),
         tuple(float(v) - float(starts[0]) for v in starts) if starts else (),
-    )
+    )  # fmt: skip

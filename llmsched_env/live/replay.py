@@ -52,16 +52,10 @@ class LiveReport:
 
 
 def evaluate_runs(
-    runs: Sequence[LiveRun],
-    policy: str,
-    engine: EngineConfig,
-    tenants: Sequence[TenantConfig],
-    fit_runs: Sequence[LiveRun] | None = None,
-    duration: str = "period",
-    concave_decodes: bool = False,
-    frontend_delay_s: float = 0.0,
-    **replay_options: Any,
-) -> LiveReport:
+    runs: Sequence[LiveRun], policy: str, engine: EngineConfig, tenants: Sequence[TenantConfig],
+    fit_runs: Sequence[LiveRun] | None = None, duration: str = "period", concave_decodes: bool = False,
+    frontend_delay_s: float = 0.0, **replay_options: Any,
+) -> LiveReport:  # fmt: skip
     """Fit a cost model to the steps of ``fit_runs`` (default: ``runs``), replay every run under ``policy`` with
     it (``replay``, given ``replay_options``: ``policy_cost_model``, ``seed``, ...) and compare (``compare``, with
     ``frontend_delay_s`` added to the simulated TTFT and E2E: finite, within ``MAX_FRONTEND_DELAY_S`` s of 0)."""

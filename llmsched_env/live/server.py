@@ -300,14 +300,11 @@ def write_adapter(path: Path, config: dict[str, Any]) -> Path:
 
 def _adapter_config(path: Path, policy: str, tenants: dict[str, tuple[float, float]], args: argparse.Namespace) -> None:
     config: dict[str, Any] = {
-        "policy": policy,
-        "tenants": [{"name": n, "slo": {"ttft_s": t, "tpot_s": p}} for n, (t, p) in tenants.items()],
-        "cost_model": str(args.cost_model),
-        "policy_timeout_s": args.policy_timeout_s,
-        "nominal_rate_rps": args.nominal_rate_rps,
-        "log_dir": str(path.parent / "server-log"),
+        "policy": policy, "tenants": [{"name": n, "slo": {"ttft_s": t, "tpot_s": p}} for n, (t, p) in tenants.items()],
+        "cost_model": str(args.cost_model), "policy_timeout_s": args.policy_timeout_s,
+        "nominal_rate_rps": args.nominal_rate_rps, "log_dir": str(path.parent / "server-log"),
         "policy_deadline": args.policy_deadline,
-    }
+    }  # fmt: skip
     if args.tuned_scenario:
         config["scenario"] = args.tuned_scenario
     write_adapter(path, config)

@@ -73,17 +73,10 @@ def replay_requests(run: LiveRun, tenants: Sequence[TenantConfig]) -> list[Reque
 
 
 def simulate(
-    requests: Sequence[Request] | LiveRun,
-    policy: str | PolicySpec,
-    engine: EngineConfig,
-    tenants: Sequence[TenantConfig],
-    cost_model: CostModel,
-    policy_cost_model: CostModel | None = None,
-    seed: int = 0,
-    nominal_rate_rps: float | None = None,
-    scenario: str = "",
-    iterations_per_step: int | None = None,
-) -> ReplayResult:
+    requests: Sequence[Request] | LiveRun, policy: str | PolicySpec, engine: EngineConfig,
+    tenants: Sequence[TenantConfig], cost_model: CostModel, policy_cost_model: CostModel | None = None, seed: int = 0,
+    nominal_rate_rps: float | None = None, scenario: str = "", iterations_per_step: int | None = None,
+) -> ReplayResult:  # fmt: skip
     """Serve ``requests`` (``request_id`` = their position, arrivals in seconds; fresh ones: they are changed as
     they are served), or a live run's (``replay_requests``), under ``policy`` (a name for ``resolve_policy`` or a
     ``PolicySpec``), each iteration priced by ``cost_model`` while the engine and the policy see

@@ -111,16 +111,12 @@ def _field(where: str, data: Mapping[str, Any], name: str, kind: str) -> Any:
         raise VerdictError(f"{where}: missing field '{name}'")
     v = data[name]
     ok = {
-        "str": isinstance(v, str),
-        "str?": v is None or isinstance(v, str),
-        "bool": isinstance(v, bool),
+        "str": isinstance(v, str), "str?": v is None or isinstance(v, str), "bool": isinstance(v, bool),
         "int": isinstance(v, int) and not isinstance(v, bool),
         "count": isinstance(v, int) and not isinstance(v, bool) and v >= 0,
-        "number": _is_number(v) and math.isfinite(v),
-        "number?": v is None or (_is_number(v) and not math.isinf(v)),
-        "dict": isinstance(v, dict),
-        "list": isinstance(v, list),
-    }[kind]
+        "number": _is_number(v) and math.isfinite(v), "number?": v is None or (_is_number(v) and not math.isinf(v)),
+        "dict": isinstance(v, dict), "list": isinstance(v, list),
+    }[kind]  # fmt: skip
     if not ok:
         raise VerdictError(f"{where}: field '{name}' must be {kind.replace('?', ' or null')}, got {v!r}")
     return v
@@ -463,12 +459,9 @@ def _weighted_quantiles(values: np.ndarray, rounds: np.ndarray, weights: np.ndar
 
 
 def pooled_quantile_ratio(
-    arm: Sequence[np.ndarray],
-    control: Sequence[np.ndarray],
-    q: float = 0.99,
-    samples: int = BOOTSTRAP_SAMPLES,
+    arm: Sequence[np.ndarray], control: Sequence[np.ndarray], q: float = 0.99, samples: int = BOOTSTRAP_SAMPLES,
     seed: int = BOOTSTRAP_SEED,
-) -> Interval:
+) -> Interval:  # fmt: skip
     """``log(Q_arm / Q_control)``, Q the ``q`` quantile (inverted CDF) of round r's values ``arm[r]`` and
     ``control[r]`` pooled over the rounds (NaN ignored), and its 95% interval over ``samples`` seeded paired
     resamplings of the rounds (the same rounds for both; one where either pool is empty dropped)."""

@@ -54,12 +54,9 @@ class VllmLoop:
             policy_timeout_s=policy_timeout_s, scenario=scenario,
         )  # fmt: skip
         self.scheduler: LLMSchedScheduler = make_scheduler(
-            config,
-            scheduler_cls=LLMSchedScheduler,
-            adapter=adapter,
-            llmsched_policy=None if isinstance(policy, str) else policy,
-            clock=self.clock,
-        )
+            config, scheduler_cls=LLMSchedScheduler, adapter=adapter,
+            llmsched_policy=None if isinstance(policy, str) else policy, clock=self.clock,
+        )  # fmt: skip
         self.idle_tick_s = cost_model.step_time_s(0, 1, 0, 0.0)
         self.token_log: list[float] = []  # every decode token's time, each request's segment contiguous
         self._open: dict[int, list[float]] = {}  # request id -> decode token times of its open segment

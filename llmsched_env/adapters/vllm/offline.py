@@ -59,13 +59,9 @@ def _model_dir(max_position_embeddings: int) -> str:
 
 
 def vllm_config(
-    config: EngineConfig,
-    chunk_cap: int = 0,
-    watermark: float = 0.0,
-    reserve_full_prefill: bool = True,
-    policy: str = "fcfs",
-    async_scheduling: bool = False,
-) -> VllmConfig:
+    config: EngineConfig, chunk_cap: int = 0, watermark: float = 0.0, reserve_full_prefill: bool = True,
+    policy: str = "fcfs", async_scheduling: bool = False,
+) -> VllmConfig:  # fmt: skip
     """The ``VllmConfig`` of an engine with llmsched ``config``'s limits, on the CPU, prefix caching and chunked
     prefill on. ``chunk_cap`` is vLLM's ``long_prefill_token_threshold`` (0: none); ``async_scheduling``: vLLM
     schedules a step ahead (its ``AsyncScheduler``; drive it with two batches in flight)."""

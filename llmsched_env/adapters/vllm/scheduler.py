@@ -69,13 +69,9 @@ class _LLMSchedAdapter(_SchedulerBase):
     _async = False  # whether the vLLM class mixed with is the AsyncScheduler
 
     def __init__(
-        self,
-        *args: Any,
-        adapter: AdapterConfig | None = None,
-        llmsched_policy: Policy | None = None,
-        clock: Callable[[], float] | None = None,
-        **kwargs: Any,
-    ) -> None:
+        self, *args: Any, adapter: AdapterConfig | None = None, llmsched_policy: Policy | None = None,
+        clock: Callable[[], float] | None = None, **kwargs: Any,
+    ) -> None:  # fmt: skip
         vllm_version = require_vllm()
         cfg = adapter if adapter is not None else AdapterConfig.from_env()
         resolved = cfg.resolve()  # the whole configuration checked before vLLM allocates anything
