@@ -122,6 +122,11 @@ def _field(where: str, data: Mapping[str, Any], name: str, kind: str) -> Any:
     return v
 
 
+def _figures(where: str, data: Mapping[str, Any], names: Sequence[str]) -> dict[str, float]:
+    """``data``'s ``number?`` fields ``names`` as floats, NaN for null."""
+    return {k: math.nan if (v := _field(where, data, k, "number?")) is None else float(v) for k in names}
+
+
 def _names(where: str, v: Any, what: str) -> tuple[str, ...]:
     if not isinstance(v, list) or not v or not all(isinstance(x, str) and x for x in v) or len(set(v)) != len(v):
         raise VerdictError(f"{where}: '{what}' must be a non-empty list of distinct names, got {v!r}")
@@ -236,9 +241,7 @@ def _prediction_file(path: Path, experiment: Experiment) -> tuple[PredictionFile
                 continue  # the A/A arm is the control; the reference need not be predicted
             if not isinstance(got, dict):
                 raise VerdictError(f"{where}: no predictions for arm '{arm}' of cell '{cell}'")
-            at = f"{where}: cells.{cell}.arms.{arm}"
-            checked = {m: _field(at, got, m, "number?") for m in PREDICTED_METRICS}
-            values[cell][arm] = {m: math.nan if v is None else float(v) for m, v in checked.items()}
+            values[cell][arm] = _figures(f"{where}: cells.{cell}.arms.{arm}", got, PREDICTED_METRICS)
     sha = hashlib.sha256(raw).hexdigest()
     recorded = _recorded_sha(path)
     if recorded is not None and recorded != sha:
@@ -325,8 +328,7 @@ def _block(where: str, data: Any, cell: str) -> Block:
     fallbacks = _field(where, data, "fallbacks", "dict")
     for cause in fallbacks:
         _field(f"{where}: fallbacks", fallbacks, cause, "count")
-    metrics_in = _field(where, data, "metrics", "dict")
-    metrics = {m: _field(f"{where}: metrics", metrics_in, m, "number?") for m in BLOCK_METRICS}
+    metrics = _figures(f"{where}: metrics", _field(where, data, "metrics", "dict"), BLOCK_METRICS)
     _field(where, data, "tenants", "dict")
     requests = _field(where, data, "requests", "list")
     ttft = np.full(len(requests), np.nan)
@@ -343,10 +345,7 @@ def _block(where: str, data: Any, cell: str) -> Block:
     step = _field(where, data, "step_time_median_s", "number?")
     front: dict[str, float] = {}
     if data.get("frontend") is not None:
-        given = _field(where, data, "frontend", "dict")
-        for k in FRONTEND_FIGURES:
-            v = _field(f"{where}: frontend", given, k, "number?")
-            front[k] = math.nan if v is None else float(v)
+        front = _figures(f"{where}: frontend", _field(where, data, "frontend", "dict"), FRONTEND_FIGURES)
     kinds = (("arm", "str"), ("policy", "str?"), ("warmup", "bool"), ("stream_seed", "int"), ("t_start", "number"),
              ("t_end", "number"), ("num_requests", "count"), ("completed", "count"), ("shed", None),
              ("failed", "count"), ("preemptions", None))  # fmt: skip
@@ -355,7 +354,7 @@ def _block(where: str, data: Any, cell: str) -> Block:
     return Block(cell, round_, f["arm"], f["policy"], f["warmup"], f["stream_seed"], float(f["t_start"]),
                  float(f["t_end"]), f["num_requests"], f["completed"], f["shed"], f["failed"], f["preemptions"],
                  dict(fallbacks), _count_or_nan(where, data, "steps"), math.nan if step is None else float(step),
-                 {m: math.nan if v is None else float(v) for m, v in metrics.items()}, ttft, 0, front)  # fmt: skip
+                 metrics, ttft, 0, front)  # fmt: skip
 
 
 def read_blocks(path: Path, cell: str, experiment: Experiment) -> list[Block]:
@@ -397,9 +396,8 @@ def read_frontend(path: Path) -> dict[str, dict[float, dict[str, float]]]:
             where = f"{path}: cell '{cell}' entry {i}"
             if not isinstance(row, dict):
                 raise VerdictError(f"{where}: expected a JSON object")
-            t = float(_field(where, row, "t_start", "number"))
-            values = {k: _field(where, row, k, "number?") for k in FRONTEND_FIGURES}
-            table[t] = {k: math.nan if v is None else float(v) for k, v in values.items()}
+            t = float(_field(where, row, "t_start", "number"))  # checked first
+            table[t] = _figures(where, row, FRONTEND_FIGURES)
         out[cell] = table
     return out
 
