@@ -965,88 +965,54 @@ def _render(out: Path, exp: Experiment, pred: Predictions, verdict: Verdict) -> 
         for f in pred.files
     ]
     reference = f"; reference `{exp.reference}` (absolute figures only)" if exp.reference else ""
-    parts = [
+    blocks = [  # joined by blank lines
         f"# Live verdict: {out.name}",
-        "",
-        *files,
-        f"- cells: {', '.join(exp.cells)}; arms: {', '.join(exp.arms)} (control `{CONTROL}`, A/A arm "
-        f"`{AA_ARM}`){reference}",
-        "",
-        *(f"**WARNING: {w}**\n" for w in verdict.warnings),
-        "## Targets",
-        "",
-        _targets_table(targets),
-        "",
-        "The statistic each target uses:",
-        "",
-        *(f"- {t.name}: {t.statistic}." for t in targets),
-        "",
+        "\n".join([*files, f"- cells: {', '.join(exp.cells)}; arms: {', '.join(exp.arms)} (control `{CONTROL}`, "
+                              f"A/A arm `{AA_ARM}`){reference}"]),
+        *(f"**WARNING: {w}**" for w in verdict.warnings),
+        "## Targets", _targets_table(targets), "The statistic each target uses:",
+        "\n".join(f"- {t.name}: {t.statistic}." for t in targets),
         "## Paired differences against fcfs",
-        "",
         "Per round, the arm's block against the control's block of the same round (warm-up excluded). "
         "Attainment in points and goodput in req/s: mean difference, 95% Student-t interval. TTFT p90: mean of "
         "the per-round log ratio, t interval, shown as a ratio. TTFT p99 pooled: the ratio of the p99s of all "
         f"requests over the paired rounds, its interval from {BOOTSTRAP_SAMPLES} paired bootstrap resamplings of "
         f"the rounds (seed {BOOTSTRAP_SEED}). Predicted: the same difference of the simulator's per-block means.",
-        "",
         _paired_table(cells),
-        "",
-        *(
-            line
-            for arm in (cells[0].against if cells else ())
-            for line in (f"## Paired differences against {arm}", "", f"As above, with `{arm}`'s block of each round "
-                         f"as the control (the A/A arm left out).", "", _paired_table(cells, arm), "")
-        ),
+        *(line for arm in (cells[0].against if cells else ())
+          for line in (f"## Paired differences against {arm}", f"As above, with `{arm}`'s block of each round as the "
+                       "control (the A/A arm left out).", _paired_table(cells, arm))),
         "## Rankings: Kendall's tau-b, predicted against live",
-        "",
         _md(("cell", "attainment", "goodput"), [[c.name, _num(c.tau["attainment"], ".2f"),
                                                 _num(c.tau["goodput"], ".2f")] for c in cells]),
-        "",
-        "## A/A: fcfs against fcfs",
-        "",
-        _aa_table(cells),
-        "",
-        "## Preemptions, shed and failed requests and fallbacks per block",
-        "",
-        _operations_table(cells),
-        "",
+        "## A/A: fcfs against fcfs", _aa_table(cells),
+        "## Preemptions, shed and failed requests and fallbacks per block", _operations_table(cells),
         "## Step-time drift of the fcfs control",
-        "",
         "The server's median engine-step period per fcfs block, by block start: the median over the first and "
         "the last third of the blocks, and the least-squares slope relative to the mean.",
-        "",
         _drift_table(cells),
-        "",
         "## Held-out fidelity: |predicted - live| / live",
-        "",
         "Live: the mean over the arm's compared blocks of the per-block figure, as predicted.",
-        "",
         _fidelity_table(cells),
     ]  # fmt: skip
     if any(c.frontend for c in cells):
-        parts += [
-            "",
+        blocks += [
             "## The front end: did the requests reach the engine on time?",
-            "",
             f"Per block: the share of requests the client sent more than {LATE_SEND_S * 1e3:.0f} ms after their "
             "planned time (the client shares a CPU with the API server and the engine core), the largest such lag, "
             "the client's TTFT minus the engine's (HTTP, the API server, streaming) and the engine's busy steps "
             "per second; per arm the mean share, the number of blocks with more than 5% sent late, and the median "
             "or mean over blocks. The simulator replays the planned arrivals: where the client sends late, the "
             "live block served another stream than the predicted one.",
-            "",
             _frontend_table(cells),
         ]
     if exp.reference:
-        parts += [
-            "",
+        blocks += [
             f"## Reference: `{exp.reference}` (its own server instance; absolute per-block figures, mean ± 95%)",
-            "",
             f"`{CONTROL}` on the rounds (streams) the reference played; the two instances are not paired.",
-            "",
             _reference_table(cells),
         ]
-    return "\n".join(parts) + "\n"
+    return "\n\n".join(blocks) + "\n"
 
 
 def _plot(cell: CellResult, path: Path) -> Path:
