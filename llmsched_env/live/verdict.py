@@ -52,10 +52,8 @@ BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0
 # the paired statistics: (name, metric, how); "block": a per-round difference of per-block figures, t interval;
 # "pooled": the ratio of the p99 of the requests pooled over the rounds, bootstrap interval
-STATISTICS = (
-    ("attainment", "slo_attainment", "block"), ("goodput", "goodput_rps", "block"), ("ttft_p90", "ttft_p90_s",
-    "block"), ("ttft_p99_pooled", "ttft_p99_s", "pooled"),
-)  # fmt: skip
+STATISTICS = (("attainment", "slo_attainment", "block"), ("goodput", "goodput_rps", "block"),
+              ("ttft_p90", "ttft_p90_s", "block"), ("ttft_p99_pooled", "ttft_p99_s", "pooled"))  # fmt: skip
 MATERIAL_ATTAINMENT = 0.05  # a predicted difference the targets expect confirmed: 5 attainment points ...
 MATERIAL_TTFT_P99 = 0.20  # ... or a TTFT p99 ratio at least 20% away from 1
 INSIDE_SHARE = 0.80  # predictions inside the live interval

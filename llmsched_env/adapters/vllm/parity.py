@@ -87,8 +87,8 @@ def _copy(r: Request) -> Request:
 
 
 def compare(
-    case: ParityCase, cost_model: CostModel, check: bool = False, max_steps: int = 1_000_000, engine_rules: dict[str,
-    Any] | None = None,
+    case: ParityCase, cost_model: CostModel, check: bool = False, max_steps: int = 1_000_000,
+    engine_rules: dict[str, Any] | None = None,
 ) -> ParityReport:  # fmt: skip
     """Run ``case`` through both engines in lockstep and count the steps they agree on. ``check`` runs the
     engine's invariant check every step; ``engine_rules`` overrides fields of llmsched's ``EngineConfig`` only
