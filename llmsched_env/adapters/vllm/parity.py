@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,20 +35,18 @@ _UNLIMITED = 1 << 30
 
 @dataclass
 class ParityReport:
-    """How often the two engines' steps agreed, and where they first did not."""
+    """How often the two engines' steps agreed, and where they first did not; ``mismatches``: the steps whose
+    ``tokens``, ``preempted`` or ``finished`` requests differed; per engine (llmsched, vLLM) the preemptions and
+    the prefix-cache hit tokens."""
 
     name: str
     num_requests: int
     num_refused: int = 0  # requests longer than max_model_len or the KV pool: neither engine runs them
     steps: int = 0
     identical_steps: int = 0
-    token_mismatch_steps: int = 0
-    preempt_mismatch_steps: int = 0
-    finish_mismatch_steps: int = 0
-    preemptions_llmsched: int = 0
-    preemptions_vllm: int = 0
-    prefix_hit_tokens_llmsched: int = 0
-    prefix_hit_tokens_vllm: int = 0
+    mismatches: Counter[str] = field(default_factory=Counter)
+    preemptions: list[int] = field(default_factory=lambda: [0, 0])
+    prefix_hit_tokens: tuple[int, int] = (0, 0)
     first_token_step_equal: float = 1.0  # share of requests whose first token came in the same step
     finish_step_equal: float = 1.0  # share of requests that finished in the same step
     first_divergence: str = ""
@@ -60,7 +59,7 @@ class ParityReport:
     def row(self) -> str:
         return (
             f"{self.name:<38} {self.num_requests - self.num_refused:>5} {self.steps:>6} {100 * self.agreement:>8.2f}% "
-            f"{self.preemptions_llmsched:>7} {self.preemptions_vllm:>7} "
+            f"{self.preemptions[0]:>7} {self.preemptions[1]:>7} "
             f"{100 * self.first_token_step_equal:>8.2f}% {100 * self.finish_step_equal:>8.2f}%"
         )
 
@@ -166,23 +165,22 @@ def compare(
             if rid not in first_vl and (rid in vl_finished or vllm.requests[str(rid)].num_output_tokens > 0):
                 first_vl[rid] = step
         report.steps += 1
-        report.preemptions_llmsched += len(ll_preempted)
-        report.preemptions_vllm += len(vl_preempted)
+        report.preemptions[0] += len(ll_preempted)
+        report.preemptions[1] += len(vl_preempted)
         same_tokens = ll_tokens == vl_tokens
         same_preempt = ll_preempted == vl_preempted
         same_finish = ll_finished == vl_finished
         if same_tokens and same_preempt and same_finish:
             report.identical_steps += 1
             continue
-        report.token_mismatch_steps += not same_tokens
-        report.preempt_mismatch_steps += not same_preempt
-        report.finish_mismatch_steps += not same_finish
+        report.mismatches.update(k for k, same in (("tokens", same_tokens), ("preempted", same_preempt),
+                                                   ("finished", same_finish)) if not same)  # fmt: skip
         if len(report.divergences) < 20:
             report.divergences.append(_describe(step, ll_tokens, vl_tokens, ll_preempted, vl_preempted, by_id))
     report.first_divergence = report.divergences[0] if report.divergences else ""
-    report.prefix_hit_tokens_llmsched = engine.num_prefix_hit_tokens
     stats = vllm.kv_cache_manager.prefix_cache_stats
-    report.prefix_hit_tokens_vllm = int(getattr(stats, "hits", 0)) if stats is not None else 0
+    hits = int(getattr(stats, "hits", 0)) if stats is not None else 0
+    report.prefix_hit_tokens = (engine.num_prefix_hit_tokens, hits)
     ran = [k for k, r in by_id.items() if r.status != Status.REJECTED]
     n = max(len(ran), 1)
     report.first_token_step_equal = sum(first_ll.get(k) == first_vl.get(k) for k in ran) / n
