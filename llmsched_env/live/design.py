@@ -324,10 +324,8 @@ def plan_rounds(
     round_s: float, budget_s: float, minimum: int = 10, maximum: int | None = None, *, control: str = "fcfs",
     alpha: float = 0.05, power: float = 0.8, powered: Mapping[str, float] = DEFAULT_POWERED,
 ) -> RoundPlan:  # fmt: skip
-    """How many rounds to play (``RoundPlan``), from the predicted per-block values ``predicted[cell][arm][metric]``
-    (the ``control`` among them) and the A/A noise ``aa_sd[cell][metric]`` (SD of the paired difference): what the
-    ``powered`` differences need (metric -> smallest |difference| that drives the count), at most ``maximum`` and
-    what ``budget_s`` allows at ``round_s`` a round, never fewer than ``minimum``."""
+    """The rounds (``RoundPlan``) the ``powered`` differences of ``predicted[cell][arm][metric]`` need under the A/A
+    noise ``aa_sd[cell][metric]``, within ``maximum`` and the budget, never fewer than ``minimum``."""
     if minimum < 2:
         raise ValueError(f"minimum must be >= 2 rounds, got {minimum}")
     if maximum is not None and maximum < minimum:

@@ -27,11 +27,8 @@ FINISHED_STATUSES = ("stopped", "length_capped")  # a request that produced its 
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One engine iteration: ``schedule()`` ran from ``t0_s`` to ``t1_s``, the model until ``t2_s``,
-    ``update_from_output()`` until ``t3_s``; ``busy``: requests were unfinished after it (the engine loop went
-    straight on to the next ``schedule()``); ``policy``: the policy active when it was decided, ``fallback``: the
-    cause of a fallback decision made at it (``error``, ``invalid``, ``timeout``), None otherwise (and both None
-    in logs written before the adapter recorded them)."""
+    """One engine iteration: ``schedule()`` from ``t0_s`` to ``t1_s``, the model to ``t2_s``, the update to
+    ``t3_s``; ``busy``: requests left after it; its ``policy`` and ``fallback`` cause (None: not logged)."""
 
     t0_s: float
     t1_s: float
@@ -91,10 +88,8 @@ class PlannedRequest:
 
 @dataclass(frozen=True)
 class ClientResult:
-    """What ``vllm bench serve`` measured: the run's ``duration_s`` and ``request_throughput_rps``, and per
-    request (send order) ``input_lens``, ``output_lens``, ``ttft_s``, ``latency_s`` (end to end), ``errors``
-    ("" or None when it succeeded) and ``start_s``: when the client actually sent it, in seconds from its first
-    send (vLLM's ``start_times``; empty in a result without them)."""
+    """What ``vllm bench serve`` measured: the run's duration and throughput, and per request in send order its
+    lengths, TTFT, latency, error ("": none) and send time from the first send (``start_s``, empty: unknown)."""
 
     duration_s: float
     request_throughput_rps: float

@@ -228,10 +228,9 @@ def run_bench(
     prefix: str, input_len: int = 256, output_len: int = 64, range_ratio: float = 0.5, split: str = "test",
     stream: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """One run of vLLM's benchmark client against ``base_url``; writes ``result.json`` and ``requests.json`` (the
-    requests' labels, tenants, lengths and planned send times) in ``out_dir`` and returns the result.
-    ``workload``: ``random`` (at ``rate_rps``), ``trace`` (``trace_stream``) or ``stream`` (``stream``'s requests
-    at their timestamps, prompts of blocks numbered from ``prefix``'s hash: none found in the prefix cache)."""
+    """One run of vLLM's benchmark client: ``result.json`` and ``requests.json`` in ``out_dir``; the result.
+    ``workload``: ``random`` (at ``rate_rps``), ``trace`` (``trace_stream``) or ``stream`` (``stream``'s requests,
+    their prompts unique to ``prefix``)."""
     from vllm.benchmarks import serve as bench
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 

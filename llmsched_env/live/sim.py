@@ -77,12 +77,9 @@ def simulate(
     tenants: Sequence[TenantConfig], cost_model: CostModel, policy_cost_model: CostModel | None = None, seed: int = 0,
     nominal_rate_rps: float | None = None, scenario: str = "", iterations_per_step: int | None = None,
 ) -> ReplayResult:  # fmt: skip
-    """Serve ``requests`` (``request_id`` = their position, arrivals in seconds; fresh ones: they are changed as
-    they are served), or a live run's (``replay_requests``), under ``policy`` (a name for ``resolve_policy`` or a
-    ``PolicySpec``), each iteration priced by ``cost_model`` while the engine and the policy see
-    ``policy_cost_model`` (default: the same); latencies in ``requests``' order. ``nominal_rate_rps``: the
-    observation's arrival-rate unit (default: the mean arrival rate); ``scenario``: the tuned table's entry;
-    ``iterations_per_step``: how long a decision holds (default: the policy's own)."""
+    """Serve fresh ``requests`` (``request_id`` = position), or a live run's, under ``policy``, priced by
+    ``cost_model`` while the engine and policy see ``policy_cost_model``; latencies in ``requests``' order.
+    ``nominal_rate_rps`` defaults to the mean arrival rate, ``iterations_per_step`` to the policy's own."""
     if isinstance(requests, LiveRun):
         requests = replay_requests(requests, tenants)
     spec = resolve_policy(policy) if isinstance(policy, str) else policy

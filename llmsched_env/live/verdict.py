@@ -276,10 +276,8 @@ def read_predictions(paths: Sequence[Path], experiment: Experiment) -> Predictio
 
 @dataclass(frozen=True)
 class Block:
-    """One block of ``blocks.jsonl``: ``arm`` served the round's stream ``stream_seed`` from ``t_start`` to
-    ``t_end`` (``round`` -1: warm-up); ``metrics`` of ``BLOCK_METRICS`` and every request's ``ttft_s`` (NaN: none);
-    ``frontend``: ``live.blocks.FRONTEND_FIGURES`` (empty: not recorded); ``shed``, ``preemptions``, ``steps``
-    NaN for vLLM's own scheduler, which logs none."""
+    """One block of ``blocks.jsonl`` (``round`` -1: warm-up): ``metrics`` of ``BLOCK_METRICS``, every request's
+    ``ttft_s``, the ``frontend`` figures (empty: none); counts NaN for vLLM's own scheduler, which logs none."""
 
     cell: str
     round: int

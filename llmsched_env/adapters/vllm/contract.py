@@ -79,10 +79,8 @@ class BatchFeatures:
 
 
 def batch_features(num_scheduled_tokens: dict[str, int], requests: dict[str, Any]) -> BatchFeatures:
-    """The features of a batch right after vLLM's ``schedule()`` built it (``num_scheduled_tokens`` of its
-    ``SchedulerOutput``; ``requests``: vLLM's request by id, their computed counts already advanced). A request
-    with one token past its last output is a decode reading its whole context; any other is a prefill chunk
-    (a new prompt, or a preempted request recomputing), priced as ``engine.batch.Batch.add_prefill`` does."""
+    """The features of a batch just scheduled (computed counts already advanced): a request one token past its last
+    output is a decode reading its context, any other a prefill chunk priced as ``Batch.add_prefill`` does."""
     f = BatchFeatures()
     for rid, n in num_scheduled_tokens.items():
         r = requests[rid]

@@ -32,9 +32,8 @@ _DECISION = Decision()  # a placeholder: the Batch below is only priced, never b
 
 
 class VllmLoop:
-    """One episode of ``requests`` (sorted by arrival; their fields are filled in as they are served)
-    through vLLM's scheduler under ``policy`` (named as ``AdapterConfig.policy``, or a ``Policy``), each decision
-    held ``iterations_per_step`` steps (None: an exported policy's own, else 1)."""
+    """One episode of ``requests`` (sorted by arrival; filled in as served) through vLLM's scheduler under
+    ``policy`` (a name or a ``Policy``), each decision held ``iterations_per_step`` steps (None: the policy's)."""
 
     def __init__(
         self, config: EngineConfig, tenants: Sequence[TenantConfig], cost_model: CostModel, requests: Sequence[Request],

@@ -62,9 +62,8 @@ def vllm_config(
     config: EngineConfig, chunk_cap: int = 0, watermark: float = 0.0, reserve_full_prefill: bool = True,
     policy: str = "fcfs", async_scheduling: bool = False,
 ) -> VllmConfig:  # fmt: skip
-    """The ``VllmConfig`` of an engine with llmsched ``config``'s limits, on the CPU, prefix caching and chunked
-    prefill on. ``chunk_cap`` is vLLM's ``long_prefill_token_threshold`` (0: none); ``async_scheduling``: vLLM
-    schedules a step ahead (its ``AsyncScheduler``; drive it with two batches in flight)."""
+    """The ``VllmConfig`` of ``config``'s limits on the CPU, prefix caching and chunked prefill on (``chunk_cap``:
+    ``long_prefill_token_threshold``, 0 none; ``async_scheduling``: vLLM's ``AsyncScheduler``)."""
     require_vllm()
     model = ModelConfig(model=_model_dir(config.max_model_len), skip_tokenizer_init=True,
                         max_model_len=config.max_model_len, dtype="float32")  # fmt: skip
@@ -86,9 +85,8 @@ def vllm_config(
 
 
 def make_scheduler(config: EngineConfig, scheduler_cls: type[Scheduler] = Scheduler, **kwargs: Any) -> Scheduler:
-    """vLLM's v1 scheduler (or the subclass ``scheduler_cls``, given the keywords of ``kwargs`` that
-    ``vllm_config`` does not take) over a pool of ``config.num_kv_blocks`` usable blocks, as vLLM's engine core
-    builds it; ``vllm_config`` gets the others (``chunk_cap``, ``async_scheduling``, ...)."""
+    """vLLM's v1 scheduler (or ``scheduler_cls``) as its engine core builds it, ``vllm_config``'s keywords taken
+    from ``kwargs`` and the rest passed to the class."""
     names = ("chunk_cap", "watermark", "reserve_full_prefill", "policy", "async_scheduling")
     vc = vllm_config(config, **{k: kwargs.pop(k) for k in names if k in kwargs})
     num_blocks = vc.cache_config.num_gpu_blocks
@@ -109,9 +107,7 @@ def _unique_token(request_id: int, position: int) -> int:
 
 
 def prompt_token_ids(r: Request) -> list[int]:
-    """Synthetic prompt tokens of ``r``: prefix-id ``i`` gives tokens ``1 + i * prefix_id_tokens + offset`` at its
-    positions (so equal ids at the same position are equal content), every other position a token unique to
-    ``r``."""
+    """Synthetic prompt tokens of ``r``: equal prefix ids at one position give equal tokens, the rest are unique."""
     pit = r.prefix_id_tokens
     covered = min(len(r.prefix_ids) * pit, r.prompt_len)
     tokens = [1 + r.prefix_ids[p // pit] * pit + p % pit for p in range(covered)]
@@ -141,9 +137,8 @@ def to_vllm_request(r: Request, block_size: int, priority: int = 0) -> VllmReque
 
 
 def fake_output(scheduler: Scheduler, out: SchedulerOutput, skip: Iterable[str] = ()) -> ModelRunnerOutput:
-    """What a model would return for ``out``: one sampled token for every scheduled request whose prompt (and
-    any recomputed output) is now all computed, none for one still mid-prefill. ``schedule()`` has already
-    advanced each request's ``num_computed_tokens`` by its scheduled tokens. Requests in ``skip`` get none."""
+    """What a model would return for ``out``: a token for every scheduled request now fully computed, none for one
+    mid-prefill or in ``skip``."""
     req_ids = list(out.num_scheduled_tokens)
     skipped = set(skip)
     sampled: list[list[int]] = []

@@ -89,9 +89,8 @@ def compare(
     case: ParityCase, cost_model: CostModel, check: bool = False, max_steps: int = 1_000_000,
     engine_rules: dict[str, Any] | None = None,
 ) -> ParityReport:  # fmt: skip
-    """Run ``case`` through both engines in lockstep and count the steps they agree on. ``check`` runs the
-    engine's invariant check every step; ``engine_rules`` overrides fields of llmsched's ``EngineConfig`` only
-    (to measure what one rule changes); the comparison stops after ``max_steps``."""
+    """Run ``case`` through both engines in lockstep, counting the steps they agree on (``check``: the engine's
+    invariants every step; ``engine_rules``: fields of llmsched's ``EngineConfig`` alone overridden)."""
     cfg = case.engine
     requests = sorted((_copy(r) for r in case.requests), key=lambda r: (r.arrival_s, r.request_id))
     rules = {"reserve_full_prefill": case.reserve_full_prefill, **(engine_rules or {})}

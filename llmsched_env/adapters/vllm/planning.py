@@ -34,9 +34,7 @@ def _copy(sh: Request, produced: int) -> Request:
 
 
 def simulator_of(state: VllmState) -> Simulator:
-    """A simulator in the state of the vLLM scheduler ``state`` reads, now (see the module docstring): the
-    ``PolicyContext.planning_state`` of the adapter. O(live requests + ``HISTORY``); called on the scheduler's
-    thread, since it reads vLLM's lists."""
+    """A simulator in the state of ``state``'s vLLM scheduler now, in O(live requests); on the scheduler's thread."""
     engine = Engine(state.config, state.tenants, state.cost_model)
     engine.advance_clock(max(state.now_s, 0.0))
     engine.vtc[:] = state.vtc  # in place: the queue reads this very list
