@@ -761,16 +761,10 @@ def _targets(cells: Sequence[CellResult], exp: Experiment) -> list[Target]:
         "over rounds), TTFT p99 pooled (paired bootstrap over rounds)",
         _judge(passed, len(aa) - passed - unknown, unknown, 1.0), detail))  # fmt: skip
     # 2. material predictions confirmed
-    material = [
-        r
-        for c in cells
-        for r in c.paired
-        if r["arm"] != AA_ARM
-        and (
-            (r["statistic"] == "attainment" and abs(r["predicted"]) >= MATERIAL_ATTAINMENT - 1e-12)
-            or (r["statistic"] == "ttft_p99_pooled" and abs(math.exp(r["predicted"]) - 1) >= MATERIAL_TTFT_P99 - 1e-12)
-        )
-    ]
+    material = [r for c in cells for r in c.paired if r["arm"] != AA_ARM and (
+        (r["statistic"] == "attainment" and abs(r["predicted"]) >= MATERIAL_ATTAINMENT - 1e-12)
+        or (r["statistic"] == "ttft_p99_pooled" and abs(math.exp(r["predicted"]) - 1) >= MATERIAL_TTFT_P99 - 1e-12)
+    )]  # fmt: skip
     ok = [r for r in material if r["sign_agrees"] and r["excludes_zero"]]
     unknown = sum(1 for r in material if not math.isfinite(r["low"]))
     listed = "; ".join(
