@@ -40,12 +40,12 @@ from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.decision.tuned_table import TunedTable, load_tuned_table
 from llmsched_env.engine.config import TenantConfig
 from llmsched_env.live.blocks import METRICS, block_record
-from llmsched_env.live.compare import frontend_delay_s
 from llmsched_env.live.design import paired_difference, plan_rounds, williams_rounds
 from llmsched_env.live.fit import fit_live_cost_model, live_fit_report
 from llmsched_env.live.logs import LiveRun, ServerLogTail, load_run
-from llmsched_env.live.predict import mean_prediction, predict_block
+from llmsched_env.live.replay import frontend_delay_s
 from llmsched_env.live.server import LiveServer, cli_parser, run_bench, serve_args, unwind_on_sigterm, write_adapter
+from llmsched_env.live.sim import mean_prediction, predict_block
 from llmsched_env.live.verdict import AA_ARM, CONTROL
 from llmsched_env.live.workloads import WORKLOADS, LiveWorkload, block_stream, length_mix, tenant_configs
 from llmsched_env.workloads.randomized import nominal_rate_rps

@@ -1,15 +1,19 @@
-"""A live run's requests served again by llmsched's simulator (``simulate``, ``replay``).
+"""A live run's requests, or a block's predicted stream, served again by llmsched's simulator.
 
-One llmsched ``Request`` per request of the run (``replay_requests``: server-side arrival, the prompt length the
-server counted, the output length the client asked for, the tenant), served under the same policy through
-``decision.serve``; the clock priced by ``cost_model`` (the run's fitted steps), the engine and the policy seeing
-``policy_cost_model`` (the live adapter's model). Each request's TTFT, TPOT and E2E come back in send order.
+``simulate`` (``replay`` for a run: ``replay_requests`` gives its server-side arrivals, prompt lengths, requested
+output lengths and tenants) serves them under a policy through ``decision.serve``, the clock priced by
+``cost_model`` (fitted to the server's steps) while the engine and the policy see ``policy_cost_model`` (the live
+adapter's), and returns each request's TTFT, TPOT and E2E in send order. ``predict_block``: a block of the live
+experiment predicted, its statistics computed as the live block's (``live.blocks``), a constant front-end delay
+added to every TTFT and E2E.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -23,11 +27,13 @@ from llmsched_env.decision.registry import make_scheduler
 from llmsched_env.decision.serve import ServeOptions, serve
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.engine.request import Request, Status, tpot_s
+from llmsched_env.live.blocks import METRICS, block_metrics
 from llmsched_env.live.logs import LiveRun
+from llmsched_env.live.workloads import stream_requests
 from llmsched_env.sim.metrics import token_times
 from llmsched_env.sim.repriced import RepricedSimulator
 
-__all__ = ["Latencies", "ReplayResult", "replay", "replay_requests", "simulate"]
+__all__ = ["Latencies", "ReplayResult", "mean_prediction", "predict_block", "replay", "replay_requests", "simulate"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,3 +124,38 @@ def simulate(
 
 
 replay = simulate  # a live run replayed: ``simulate`` of its requests
+
+
+def predict_block(
+    stream: Sequence[dict[str, Any]], spec: PolicySpec, engine: EngineConfig, tenants: Sequence[TenantConfig],
+    clock_model: CostModel, policy_model: CostModel, frontend_delay_s: float, nominal_rate_rps: float, seed: int = 0,
+    scenario: str = "",
+) -> dict[str, float]:  # fmt: skip
+    """The ``METRICS``, ``preemptions`` and ``shed`` predicted for ``stream`` under ``spec`` (``scenario``: the
+    tuned table's entry)."""
+    requests = stream_requests(stream, tenants)
+    result = simulate(
+        requests, spec, engine, tenants, clock_model, policy_model, seed, nominal_rate_rps, scenario=scenario
+    )
+    names = [str(r["tenant"]) for r in stream]
+    arrivals = np.array([float(r["timestamp"]) for r in stream])
+    succeeded = np.isfinite(result.ttft_s)
+    ttft, e2e = result.ttft_s + frontend_delay_s, result.e2e_s + frontend_delay_s
+    ends = arrivals[succeeded] + e2e[succeeded]
+    duration = float(ends.max() - arrivals.min()) if ends.size else math.nan
+    slos = {t.name: t for t in tenants}
+    metrics, _, _ = block_metrics(names, ttft, result.tpot_s, e2e, succeeded, slos, duration)
+    metrics["preemptions"] = float(result.metrics.get("preemptions", 0.0))
+    metrics["shed"] = float(result.metrics.get("num_rejected", 0.0))
+    return metrics
+
+
+def mean_prediction(blocks: Sequence[dict[str, float]]) -> dict[str, float]:
+    """The mean of per-block predictions, key by key (NaNs left out; NaN where every block has none)."""
+    keys = [*METRICS, "preemptions", "shed"]
+    out = {}
+    for k in keys:
+        values = np.array([b[k] for b in blocks], dtype=np.float64)
+        finite = values[np.isfinite(values)]
+        out[k] = float(finite.mean()) if finite.size else math.nan
+    return out
