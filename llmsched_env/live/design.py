@@ -141,18 +141,14 @@ def t_cdf(t: float, df: int) -> float:
         return 1.0 if t > 0 else 0.0
     theta = math.atan(abs(t) / math.sqrt(df))
     s, c2 = math.sin(theta), math.cos(theta) ** 2
-    if df % 2 == 1:  # A(t|df) = 2/pi (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...)), df - 3 powers
-        term, total = 1.0, 1.0 if df > 1 else 0.0
-        for k in range(2, df - 1, 2):
-            term *= c2 * k / (k + 1)
-            total += term
-        a = 2 / math.pi * (theta + s * math.cos(theta) * total)
-    else:  # A(t|df) = sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...), df - 2 powers
-        term = total = 1.0
-        for k in range(1, df - 2, 2):
-            term *= c2 * k / (k + 1)
-            total += term
-        a = s * total
+    # odd df: A(t|df) = 2/pi (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...)), df - 3 powers;
+    # even df: A(t|df) = sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...), df - 2 powers
+    odd = df % 2 == 1
+    term, total = 1.0, 0.0 if odd and df == 1 else 1.0
+    for k in range(2, df - 1, 2) if odd else range(1, df - 2, 2):
+        term *= c2 * k / (k + 1)
+        total += term
+    a = 2 / math.pi * (theta + s * math.cos(theta) * total) if odd else s * total
     a = min(a, 1.0)  # rounding; A is P(|T| <= |t|)
     return 0.5 + a / 2 if t >= 0 else 0.5 - a / 2
 
@@ -179,10 +175,7 @@ def t_quantile(p: float, df: int) -> float:
         lo, hi = hi, 2 * hi
     while hi - lo > 1e-12 * hi:
         mid = (lo + hi) / 2
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
+        lo, hi = (mid, hi) if t_cdf(mid, df) < p else (lo, mid)
     return (lo + hi) / 2
 
 
@@ -244,10 +237,7 @@ def rounds_needed(sd_diff: float, delta: float, alpha: float = 0.05, power: floa
     hi = maximum
     while hi - lo > 1:  # enough(hi), not enough(lo)
         mid = (lo + hi) // 2
-        if enough(mid):
-            hi = mid
-        else:
-            lo = mid
+        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
     return hi
 
 
