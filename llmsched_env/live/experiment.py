@@ -371,11 +371,8 @@ def tuned_entry(spec: PolicySpec) -> str:
 
 def _wants_tuned(config: ExperimentConfig) -> bool:
     """Whether a compared policy plays the workload's tuned table: ``tuned``, or ``mpc`` around a tuned base."""
-    for p in config.policies:
-        mpc = parse_mpc(p)
-        if p == "tuned" or p.startswith("tuned=") or (mpc is not None and mpc.base == "tuned"):
-            return True
-    return False
+    return any(((mpc := parse_mpc(p)) is not None and mpc.base == "tuned") or p == "tuned" or p.startswith("tuned=")
+               for p in config.policies)  # fmt: skip
 
 
 def _policy_entries(config: ExperimentConfig, table: Path | None) -> list[str]:
