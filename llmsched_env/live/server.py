@@ -26,6 +26,7 @@ import sys
 import time
 import urllib.request
 import zlib
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -281,10 +282,7 @@ def check_tenants(log_dir: Path, sidecar: list[dict[str, Any]]) -> dict[str, int
     problems += [f"{lab}: sent as {sent[lab]!r}, served as {t[0]!r}" for lab, t in seen.items() if t[0] != sent[lab]]
     if problems:
         raise RuntimeError(f"tenant check failed in {path} ({len(problems)} problems): {'; '.join(problems[:5])}")
-    counts: dict[str, int] = {}
-    for tenant in sent.values():
-        counts[tenant] = counts.get(tenant, 0) + 1
-    return counts
+    return dict(Counter(sent.values()))
 
 
 # -- the experiment -----------------------------------------------------------------------------------------
