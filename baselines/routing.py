@@ -26,16 +26,8 @@ from llmsched_env.decision.registry import ROUTERS, make_router
 from llmsched_env.decision.router import RouterContext
 
 __all__ = [
-    "ROUTERS",
-    "LeastKVLoadRouter",
-    "LeastOutstandingRouter",
-    "PowerOfTwoRouter",
-    "PrefixAffinityRouter",
-    "RandomRouter",
-    "RoundRobinRouter",
-    "Router",
-    "available_routers",
-    "make_router",
+    "ROUTERS", "LeastKVLoadRouter", "LeastOutstandingRouter", "PowerOfTwoRouter", "PrefixAffinityRouter",
+    "RandomRouter", "RoundRobinRouter", "Router", "available_routers", "make_router",
 ]
 
 

@@ -76,12 +76,7 @@ class AnalyticCostModel:
     _comm_token_s: float = derived()
 
     _INTS: ClassVar[tuple[str, ...]] = (
-        "num_layers",
-        "hidden_size",
-        "num_attention_heads",
-        "num_kv_heads",
-        "head_dim",
-        "tensor_parallel",
+        "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim", "tensor_parallel",
     )
     # overhead_s > 0 so that an empty iteration takes time
     _MAY_BE_ZERO: ClassVar[tuple[str, ...]] = ("allreduce_latency_s", "interconnect_bandwidth_gbps")

@@ -24,15 +24,8 @@ from typing import Protocol, runtime_checkable
 from llmsched_env.common.checks import Bound, check_number
 
 __all__ = [
-    "COST_BOUNDS",
-    "MAX_STEP_S",
-    "CostModel",
-    "check_cost_field",
-    "check_label",
-    "check_step_times",
-    "prefill_time_s",
-    "prefill_time_unchecked_s",
-    "unloaded_decode_time_s",
+    "COST_BOUNDS", "MAX_STEP_S", "CostModel", "check_cost_field", "check_label", "check_step_times", "prefill_time_s",
+    "prefill_time_unchecked_s", "unloaded_decode_time_s",
 ]
 
 # Physical ranges of a cost model's constants (docs/reliability.md, "Physical ranges"), far outside anything

@@ -54,12 +54,7 @@ class LinearCostModel:
     _c5: float = derived()
 
     COEF_FIELDS: ClassVar[tuple[str, ...]] = (
-        "overhead_s",
-        "prefill_token_s",
-        "decode_seq_s",
-        "kv_token_s",
-        "prefill_attn_pair_s",
-        "decode_log_s",
+        "overhead_s", "prefill_token_s", "decode_seq_s", "kv_token_s", "prefill_attn_pair_s", "decode_log_s",
     )
     OPTIONAL_FIELDS: ClassVar[tuple[str, ...]] = ("decode_log_s",)
     MIN_OVERHEAD_S: ClassVar[float] = 1e-6  # a fit's intercept is floored here so an empty iteration takes time

@@ -83,18 +83,8 @@ class Batch:
     """One iteration's work, as the batch builder formed it."""
 
     __slots__ = (
-        "decision",
-        "decode_round",
-        "num_admitted",
-        "num_decode_seqs",
-        "num_kv_tokens",
-        "num_preempted",
-        "num_prefill_tokens",
-        "num_rejected",
-        "prefill_attn_pairs",
-        "prefill_chunks",
-        "prefill_ctx",
-        "prefill_reqs",
+        "decision", "decode_round", "num_admitted", "num_decode_seqs", "num_kv_tokens", "num_preempted",
+        "num_prefill_tokens", "num_rejected", "prefill_attn_pairs", "prefill_chunks", "prefill_ctx", "prefill_reqs",
     )
 
     def __init__(self, decision: Decision) -> None:
@@ -117,16 +107,11 @@ class Batch:
         c = Batch(self.decision)
         get = memo.get
         c.prefill_reqs = [get(id(r), r) for r in self.prefill_reqs]
-        c.prefill_chunks = self.prefill_chunks[:]
-        c.prefill_ctx = self.prefill_ctx[:]
-        c.decode_round = self.decode_round
-        c.num_decode_seqs = self.num_decode_seqs
-        c.num_kv_tokens = self.num_kv_tokens
-        c.num_prefill_tokens = self.num_prefill_tokens
-        c.prefill_attn_pairs = self.prefill_attn_pairs
-        c.num_admitted = self.num_admitted
-        c.num_preempted = self.num_preempted
-        c.num_rejected = self.num_rejected
+        c.prefill_chunks, c.prefill_ctx = self.prefill_chunks[:], self.prefill_ctx[:]
+        (c.decode_round, c.num_decode_seqs, c.num_kv_tokens, c.num_prefill_tokens, c.prefill_attn_pairs, c.num_admitted,
+         c.num_preempted, c.num_rejected) = (
+            self.decode_round, self.num_decode_seqs, self.num_kv_tokens, self.num_prefill_tokens,
+            self.prefill_attn_pairs, self.num_admitted, self.num_preempted, self.num_rejected)  # fmt: skip
         return c
 
     @property

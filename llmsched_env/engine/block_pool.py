@@ -88,18 +88,13 @@ class BlockPool:
         """An independent copy in the same state (the free queue's order, reference counts, cached content),
         for a fork of the engine (``Engine.fork``). Block hashes are immutable and shared."""
         c = BlockPool.__new__(BlockPool)
-        c.num_blocks = self.num_blocks
-        c.block_size = self.block_size
-        c._next = self._next[:]
-        c._prev = self._prev[:]
-        c._num_free = self._num_free
-        c.ref_count = self.ref_count[:]
+        (c.num_blocks, c.block_size, c._num_free, c._num_free_cached, c.num_used, c.num_evictions) = (
+            self.num_blocks, self.block_size, self._num_free, self._num_free_cached, self.num_used,
+            self.num_evictions)  # fmt: skip
+        c._next, c._prev, c.ref_count = self._next[:], self._prev[:], self.ref_count[:]
         c.block_hash = self.block_hash[:]
         c._cached = self._cached.copy()
         c._twins = {h: blocks[:] for h, blocks in self._twins.items()}
-        c._num_free_cached = self._num_free_cached
-        c.num_used = self.num_used
-        c.num_evictions = self.num_evictions
         return c
 
     # -- capacity ----------------------------------------------------------------------------------------

@@ -12,13 +12,9 @@ from dataclasses import dataclass, field
 from llmsched_env.common.checks import MAX_SLO_S, check_int, check_positive
 from llmsched_env.common.tenants import check_tenant_name
 
-__all__ = [
-    "ENGINE_BOUNDS",
-    "SLO_CLASSES",
-    "EngineConfig",
-    "SLOClass",
-    "TenantConfig",
-]
+__all__ = ["ENGINE_BOUNDS", "SLO_CLASSES", "EngineConfig", "SLOClass", "TenantConfig"]
+
+VICTIM_RULES = ("latest", "lowest_priority")
 
 
 @dataclass(frozen=True)
@@ -69,7 +65,6 @@ class TenantConfig:
             raise ValueError(f"TenantConfig({self.name!r}).slo must be an SLOClass, got {self.slo!r}")
 
 
-VICTIM_RULES = ("latest", "lowest_priority")
 # The largest value of each size of an engine (docs/reliability.md, "Bounded reads"). The simulator allocates
 # memory in proportion to one of them, ``num_kv_blocks``: its block pool (``engine.block_pool.BlockPool``) holds
 # four Python lists indexed by block, about 96 bytes per block (measured with tracemalloc and the peak RSS of a

@@ -141,49 +141,28 @@ class Engine:
         get = memo.get
         new = Engine.__new__(Engine)  # no __init__: every attribute is set below (compiled, a slot each)
         # numbers, flags, and the immutable config, tenants and cost model
-        new.config = self.config
-        new.tenants = self.tenants
-        new.cost_model = self.cost_model
-        new.num_fetching = self.num_fetching
-        new.prefill_only = self.prefill_only
-        new.priority_aging_s = self.priority_aging_s
-        new.sjf_starvation_s = self.sjf_starvation_s
-        new.block_size = self.block_size
-        new._num_admissions = self._num_admissions
-        new.running_total_blocks = self.running_total_blocks
-        new.num_arrived = self.num_arrived
-        new.now_s = self.now_s
-        new.num_rounds = self.num_rounds
-        new.num_decoding = self.num_decoding
-        new.decode_base = self.decode_base
-        new._preempted_since_schedule = self._preempted_since_schedule
-        new.num_preemptions = self.num_preemptions
-        new.num_prompt_tokens_admitted = self.num_prompt_tokens_admitted
-        new.num_prefix_hit_tokens = self.num_prefix_hit_tokens
-        new.num_good = self.num_good
-        new.num_missed = self.num_missed
-        new.num_output_tokens = self.num_output_tokens
-        new.rate_est = self.rate_est
-        new._rate_t = self._rate_t
-        new.ttft_ratio_ewma = self.ttft_ratio_ewma
-        new.tpot_ratio_ewma = self.tpot_ratio_ewma
+        (new.config, new.tenants, new.cost_model, new.num_fetching, new.prefill_only, new.priority_aging_s,
+         new.sjf_starvation_s, new.block_size, new._num_admissions, new.running_total_blocks, new.num_arrived,
+         new.now_s, new.num_rounds, new.num_decoding, new.decode_base, new._preempted_since_schedule,
+         new.num_preemptions, new.num_prompt_tokens_admitted, new.num_prefix_hit_tokens, new.num_good, new.num_missed,
+         new.num_output_tokens, new.rate_est, new._rate_t, new.ttft_ratio_ewma, new.tpot_ratio_ewma) = (
+            self.config, self.tenants, self.cost_model, self.num_fetching, self.prefill_only, self.priority_aging_s,
+            self.sjf_starvation_s, self.block_size, self._num_admissions, self.running_total_blocks, self.num_arrived,
+            self.now_s, self.num_rounds, self.num_decoding, self.decode_base, self._preempted_since_schedule,
+            self.num_preemptions, self.num_prompt_tokens_admitted, self.num_prefix_hit_tokens, self.num_good,
+            self.num_missed, self.num_output_tokens, self.rate_est, self._rate_t, self.ttft_ratio_ewma,
+            self.tpot_ratio_ewma)  # fmt: skip
         # what changes, copied; requests replaced by their copies
         new.remote = self.remote.copy(rng) if self.remote is not None else None
         new.handed_off = [get(id(r), r) for r in self.handed_off]
         new.landed = deque([get(id(r), r) for r in self.landed])
         new.pool = self.pool.copy()
         new._ttft_heap = [(t, rid, get(id(r), r)) for t, rid, r in self._ttft_heap]
-        new.num_running_t = self.num_running_t[:]
-        new.num_decoding_t = self.num_decoding_t[:]
-        new.service_tokens = self.service_tokens[:]
-        new.num_arrived_t = self.num_arrived_t[:]
-        new.num_good_t = self.num_good_t[:]
-        new.num_missed_t = self.num_missed_t[:]
-        new.finished = self.finished[:]
-        new.rejected = self.rejected[:]
-        new._ttft_slo = self._ttft_slo[:]
-        new._tpot_slo = self._tpot_slo[:]
-        new._weights = self._weights[:]
+        (new.num_running_t, new.num_decoding_t, new.service_tokens, new.num_arrived_t, new.num_good_t, new.num_missed_t,
+         new.finished, new.rejected, new._ttft_slo, new._tpot_slo, new._weights) = (
+            self.num_running_t[:], self.num_decoding_t[:], self.service_tokens[:], self.num_arrived_t[:],
+            self.num_good_t[:], self.num_missed_t[:], self.finished[:], self.rejected[:], self._ttft_slo[:],
+            self._tpot_slo[:], self._weights[:])  # fmt: skip
         vtc = new.vtc = self.vtc[:]
         queue = new.queue = self.queue.copy(memo, vtc)
         new.num_waiting = queue.num_waiting  # the queue's live lists, as in __init__

@@ -32,6 +32,12 @@ class RemoteKVConfig:
     slow_prob: float = 0.0
     slow_factor: float = 10.0
 
+    def __reduce__(self) -> tuple[type[RemoteKVConfig], tuple[float, float, int, float, float]]:
+        """Rebuilt through ``__init__`` when copied or pickled (compiled, a frozen dataclass cannot take its state
+        back attribute by attribute)."""
+        return (RemoteKVConfig, (self.latency_s, self.bandwidth_gbps, self.kv_bytes_per_token, self.slow_prob,
+                                 self.slow_factor))  # fmt: skip
+
     def __post_init__(self) -> None:
         check_positive("RemoteKVConfig", "latency_s", self.latency_s, allow_zero=True)
         check_positive("RemoteKVConfig", "bandwidth_gbps", self.bandwidth_gbps)
@@ -41,12 +47,6 @@ class RemoteKVConfig:
             raise ValueError(f"RemoteKVConfig.slow_prob must be in [0, 1], got {self.slow_prob!r}")
         if self.slow_factor < 1.0:
             raise ValueError(f"RemoteKVConfig.slow_factor must be >= 1, got {self.slow_factor!r}")
-
-    def __reduce__(self) -> tuple[type[RemoteKVConfig], tuple[float, float, int, float, float]]:
-        """Rebuilt through ``__init__`` when copied or pickled (compiled, a frozen dataclass cannot take its state
-        back attribute by attribute)."""
-        return (RemoteKVConfig, (self.latency_s, self.bandwidth_gbps, self.kv_bytes_per_token, self.slow_prob,
-                                 self.slow_factor))  # fmt: skip
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -76,15 +76,11 @@ class RemoteKVStore:
                 layers[-1] = layers[-1] | top  # a new set: the merged ones may be shared with other forks
             self._layers, self._blocks = tuple(layers), set()
         c = RemoteKVStore.__new__(RemoteKVStore)
-        c.config = self.config
         c._rng = rng  # type: ignore[assignment]  # None only inside a snapshot, which never runs
-        c._blocks = set()
-        c._layers = self._layers
-        c.link_free_s = self.link_free_s
-        c.num_fetches = self.num_fetches
-        c.num_fetched_tokens = self.num_fetched_tokens
-        c.total_fetch_s = self.total_fetch_s
-        c._s_per_token = self._s_per_token
+        c._blocks, c._layers = set(), self._layers
+        (c.config, c.link_free_s, c.num_fetches, c.num_fetched_tokens, c.total_fetch_s, c._s_per_token) = (
+            self.config, self.link_free_s, self.num_fetches, self.num_fetched_tokens, self.total_fetch_s,
+            self._s_per_token)  # fmt: skip
         return c
 
     def publish(self, hashes: Sequence[int]) -> None:

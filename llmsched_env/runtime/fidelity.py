@@ -45,30 +45,13 @@ from llmsched_env.workloads.scenarios import slo_scale
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig, generate
 
 __all__ = [
-    "FIDELITY_METRICS",
-    "FIT_LOADS",
-    "FIT_SEED",
-    "IN_SITU_FACTOR",
-    "MAX_RUNTIME_REQUESTS",
-    "RUNTIME_ENGINE",
-    "WARMUP_SEED",
-    "FidelityWorkload",
-    "PolicyFactory",
-    "check_runtime_requests",
-    "compare",
-    "drive",
-    "drive_lockstep",
+    "FIDELITY_METRICS", "FIT_LOADS", "FIT_SEED", "IN_SITU_FACTOR", "MAX_RUNTIME_REQUESTS", "RUNTIME_ENGINE",
+    "WARMUP_SEED", "FidelityWorkload", "PolicyFactory", "check_runtime_requests", "compare", "drive", "drive_lockstep",
     "saturation_rps",
 ]
 
 FIDELITY_METRICS = (
-    "ttft_p50_s",
-    "ttft_p99_s",
-    "tpot_p50_s",
-    "tpot_p99_s",
-    "e2el_p50_s",
-    "e2el_p99_s",
-    "request_throughput_rps",
+    "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2el_p50_s", "e2el_p99_s", "request_throughput_rps",
 )
 # An engine sized for the CPU ``tiny`` preset: 16k KV tokens, up to 32 sequences, 1024-token iterations.
 RUNTIME_ENGINE = EngineConfig(
@@ -95,36 +78,26 @@ class FidelityWorkload:
     with one of four shared system prompts (prefix-cache hits), the ``chat`` SLO scaled to the cost model."""
 
     num_requests: int = FIDELITY_REQUESTS
+    slo_class: str = "chat"
+    # lognormal lengths (sigma 0.8), clipped
     prompt_median: float = 160.0
     output_median: float = 40.0
     max_prompt_len: int = 1536
     max_output_len: int = 384
+    # shared system prompts (four of them)
     prefix_share: float = 0.25
     shared_prefix_tokens: int = 256
     prefix_id_tokens: int = 64
-    slo_class: str = "chat"
 
     def tenants(self, cost_model: CostModel) -> tuple[TenantConfig, ...]:
         slo = SLO_CLASSES[self.slo_class].scaled(slo_scale(cost_model))
         return (TenantConfig(self.slo_class, slo=slo),)
 
     def requests(self, cost_model: CostModel, rate_rps: float, seed: int) -> list[Request]:
-        lengths = LengthDist.lognormal(
-            self.prompt_median,
-            self.output_median,
-            0.8,
-            0.8,
-            max_prompt_len=self.max_prompt_len,
-            max_output_len=self.max_output_len,
-        )
-        tenant = TenantWorkload(
-            self.tenants(cost_model)[0],
-            rate_rps,
-            lengths,
-            prefix_share=self.prefix_share,
-            num_shared_prefixes=4,
-            shared_prefix_tokens=self.shared_prefix_tokens,
-        )
+        lengths = LengthDist.lognormal(self.prompt_median, self.output_median, 0.8, 0.8,
+                                       max_prompt_len=self.max_prompt_len, max_output_len=self.max_output_len)
+        tenant = TenantWorkload(self.tenants(cost_model)[0], rate_rps, lengths, prefix_share=self.prefix_share,
+                                num_shared_prefixes=4, shared_prefix_tokens=self.shared_prefix_tokens)
         wl = WorkloadConfig((tenant,), self.num_requests, prefix_id_tokens=self.prefix_id_tokens)
         return generate(wl, np.random.default_rng(seed))
 

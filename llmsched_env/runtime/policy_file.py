@@ -28,17 +28,8 @@ from llmsched_env.decision.policy_file import (
 from llmsched_env.decision.policy_file import load_policy_file as _load_in_numpy
 
 __all__ = [
-    "ACTIVATIONS",
-    "FORMAT",
-    "FORMAT_VERSION",
-    "JSON_NAME",
-    "OPTION_KEYS",
-    "TENSORS_NAME",
-    "ExportedPolicy",
-    "PolicyFileError",
-    "action_options",
-    "load_policy_file",
-    "torch_forward",
+    "ACTIVATIONS", "FORMAT", "FORMAT_VERSION", "JSON_NAME", "OPTION_KEYS", "TENSORS_NAME", "ExportedPolicy",
+    "PolicyFileError", "action_options", "load_policy_file", "torch_forward",
 ]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {

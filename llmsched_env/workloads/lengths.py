@@ -23,13 +23,7 @@ from llmsched_env.workloads.trace_io import DECOMPRESS_ERRORS, bad_gzip_message,
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = [
-    "LENGTH_FILE_COLUMNS",
-    "LENGTH_KINDS",
-    "LengthDist",
-    "LengthLimits",
-    "load_length_file",
-]
+__all__ = ["LENGTH_FILE_COLUMNS", "LENGTH_KINDS", "LengthDist", "LengthLimits", "load_length_file"]
 
 LENGTH_KINDS = ("fixed", "uniform", "lognormal", "empirical")
 # Accepted length-file formats: name -> (prompt column, output column), detected from the header.

@@ -34,18 +34,8 @@ from llmsched_env.workloads.scenarios import Scenario, SyntheticSource, scaled_t
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig
 
 __all__ = [
-    "ARRIVAL_CHOICES",
-    "COST_MODEL_CHOICES",
-    "ENGINE_CHOICES",
-    "KNEE_FRACTION",
-    "LENGTH_FAMILIES",
-    "SMALL_ENGINE",
-    "RandomizedSpace",
-    "RandomizedWorkload",
-    "fits_engine",
-    "nominal_rate_rps",
-    "random_scenario",
-    "random_scenarios",
+    "ARRIVAL_CHOICES", "COST_MODEL_CHOICES", "ENGINE_CHOICES", "KNEE_FRACTION", "LENGTH_FAMILIES", "SMALL_ENGINE",
+    "RandomizedSpace", "RandomizedWorkload", "fits_engine", "nominal_rate_rps", "random_scenario", "random_scenarios",
     "workload_nominal_rate_rps",
 ]
 

@@ -36,25 +36,9 @@ from llmsched_env.workloads.traces import Trace, load_trace
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig, generate
 
 __all__ = [
-    "DEFAULT_TRACE_EPISODE",
-    "SPLITS",
-    "TRAIN_FRACTION",
-    "VAL_FRACTION",
-    "RequestSource",
-    "Scenario",
-    "SyntheticSource",
-    "TraceSource",
-    "check_episode_size",
-    "check_split",
-    "episode_window",
-    "scenario_from_trace",
-    "slo_scale",
-    "split_bounds",
-    "split_rows",
-    "split_stream",
-    "trace_dir",
-    "trace_path",
-    "trace_tenants",
+    "DEFAULT_TRACE_EPISODE", "SPLITS", "TRAIN_FRACTION", "VAL_FRACTION", "RequestSource", "Scenario", "SyntheticSource",
+    "TraceSource", "check_episode_size", "check_split", "episode_window", "scenario_from_trace", "slo_scale",
+    "split_bounds", "split_rows", "split_stream", "trace_dir", "trace_path", "trace_tenants",
 ]
 
 SPLITS = ("train", "val", "test")

@@ -18,15 +18,8 @@ from typing import TextIO
 from llmsched_env.common.files import TRACE_BYTES, TRACE_LINE_BYTES, BoundedReader, open_regular
 
 __all__ = [
-    "DECOMPRESS_ERRORS",
-    "GZIP_SUFFIX",
-    "bad_gzip_message",
-    "data_stem",
-    "data_suffix",
-    "is_gzip",
-    "open_bytes",
-    "open_text",
-    "read_bytes",
+    "DECOMPRESS_ERRORS", "GZIP_SUFFIX", "bad_gzip_message", "data_stem", "data_suffix", "is_gzip", "open_bytes",
+    "open_text", "read_bytes",
 ]
 
 GZIP_SUFFIX = ".gz"

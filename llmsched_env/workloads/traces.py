@@ -36,19 +36,8 @@ from llmsched_env.workloads.trace_parsers import (
 )
 
 __all__ = [
-    "GENERIC_FIELDS",
-    "MOONCAKE_PREFIX_ID_TOKENS",
-    "OVERLONG_OPTIONS",
-    "TIME_UNITS",
-    "TRACE_FORMATS",
-    "Trace",
-    "TraceError",
-    "clear_trace_cache",
-    "load_azure",
-    "load_generic",
-    "load_lengths",
-    "load_mooncake",
-    "load_trace",
+    "GENERIC_FIELDS", "MOONCAKE_PREFIX_ID_TOKENS", "OVERLONG_OPTIONS", "TIME_UNITS", "TRACE_FORMATS", "Trace",
+    "TraceError", "clear_trace_cache", "load_azure", "load_generic", "load_lengths", "load_mooncake", "load_trace",
 ]
 
 TRACE_FORMATS = ("azure", "mooncake", "lengths", "generic")

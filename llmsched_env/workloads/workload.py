@@ -22,19 +22,9 @@ from llmsched_env.workloads.arrivals import ArrivalProcess, Poisson, TraceReplay
 from llmsched_env.workloads.lengths import LENGTH_FILE_COLUMNS, LENGTH_KINDS, LengthDist, load_length_file
 
 __all__ = [
-    "ARRIVALS",
-    "DEFAULT_BATCH_RATE_RPS",
-    "DEFAULT_CHAT_RATE_RPS",
-    "LENGTH_FILE_COLUMNS",
-    "LENGTH_KINDS",
-    "SHARED_PREFIX_ID_BASE",
-    "LengthDist",
-    "TenantWorkload",
-    "WorkloadConfig",
-    "default_workload",
-    "generate",
-    "load_length_file",
-    "tenant_configs",
+    "ARRIVALS", "DEFAULT_BATCH_RATE_RPS", "DEFAULT_CHAT_RATE_RPS", "LENGTH_FILE_COLUMNS", "LENGTH_KINDS",
+    "SHARED_PREFIX_ID_BASE", "LengthDist", "TenantWorkload", "WorkloadConfig", "default_workload", "generate",
+    "load_length_file", "tenant_configs",
 ]
 
 ARRIVALS = ("poisson",)
