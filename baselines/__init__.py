@@ -54,25 +54,36 @@ from llmsched_env.decision.policy import Policy, PolicyContext
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy, make_scheduler
 
 __all__ = [
-    "ROUTERS", "SCHEDULERS", "BaselinePolicy", "FCFSPolicy", "KVGuardPolicy", "LPMPolicy", "Policy",
-    "PrefillFirstPolicy", "PriorityAgingPolicy", "RandomPolicy", "SJFPolicy", "SLOAwarePolicy", "SPRWPolicy",
-    "SarathiPolicy", "StaticPolicy", "TunedPolicy", "VTCPolicy", "available", "available_routers", "fcfs_decision",
-    "make", "make_for", "make_router", "per_workload", "tpot_budget",
+    "ROUTERS",
+    "SCHEDULERS",
+    "BaselinePolicy",
+    "FCFSPolicy",
+    "KVGuardPolicy",
+    "LPMPolicy",
+    "Policy",
+    "PrefillFirstPolicy",
+    "PriorityAgingPolicy",
+    "RandomPolicy",
+    "SJFPolicy",
+    "SLOAwarePolicy",
+    "SPRWPolicy",
+    "SarathiPolicy",
+    "StaticPolicy",
+    "TunedPolicy",
+    "VTCPolicy",
+    "available",
+    "available_routers",
+    "fcfs_decision",
+    "make",
+    "make_for",
+    "make_router",
+    "per_workload",
+    "tpot_budget",
 ]
 
 for _cls in (
-    FCFSPolicy,
-    PrefillFirstPolicy,
-    PriorityAgingPolicy,
-    SJFPolicy,
-    SPRWPolicy,
-    LPMPolicy,
-    VTCPolicy,
-    KVGuardPolicy,
-    SarathiPolicy,
-    SLOAwarePolicy,
-    TunedPolicy,
-    RandomPolicy,
+    FCFSPolicy, PrefillFirstPolicy, PriorityAgingPolicy, SJFPolicy, SPRWPolicy, LPMPolicy, VTCPolicy, KVGuardPolicy,
+    SarathiPolicy, SLOAwarePolicy, TunedPolicy, RandomPolicy,
 ):
     SCHEDULERS.register(_cls.name, _cls)
 
@@ -83,10 +94,8 @@ def available() -> list[str]:
 
 
 def make(name: str, ctx: PolicyContext, seed: int | None = None) -> Policy:
-    """The baseline ``name`` built for ``ctx``. ``seed`` drives the random ones (the others ignore it).
-
-    Raises ``ValueError`` listing the available names when ``name`` is unknown.
-    """
+    """The baseline ``name`` built for ``ctx`` (``seed`` drives the random ones); ``ValueError`` listing the
+    names when ``name`` is unknown."""
     return make_scheduler(name, ctx, seed)
 
 
@@ -97,12 +106,10 @@ make_for = make_policy
 def per_workload(
     names: str, seed: int | None = None, builders: Mapping[str, Callable[[Any], Policy]] | None = None
 ) -> Callable[[Any], Policy]:
-    """A policy factory for ``run_episode`` (called with the env after each reset): the baseline ``names``
-    (one name, or a comma list: the first that builds for the workload, e.g. ``tuned,slo_aware``: the tuned
-    settings where the table has the scenario, else slo_aware) built for the env's workload, once for an env of
-    one workload and again whenever ``LLMSchedMix-v0`` has drawn a new one (its ``inner`` env changes). The
-    last name's ``ValueError`` when none builds. ``builders``: names built by calling ``builders[name](env)``
-    rather than from the policy context (a teacher that needs the env itself: ``agents.teacher``)."""
+    """A policy factory for ``run_episode`` (called with the env after each reset): the first of ``names`` (a
+    comma list, e.g. ``tuned,slo_aware``) that builds for the env's workload, rebuilt whenever
+    ``LLMSchedMix-v0`` draws a new one; the last name's ``ValueError`` when none builds. ``builders``: names
+    built by ``builders[name](env)`` instead of from the policy context (``agents.teacher``)."""
     listed = [n for n in names.split(",") if n]
     if not listed:
         raise ValueError(f"per_workload: no baseline named in {names!r}")

@@ -165,12 +165,7 @@ class RandomRouter(Router):
 
 
 for _cls in (
-    RoundRobinRouter,
-    LeastOutstandingRouter,
-    LeastKVLoadRouter,
-    PrefixAffinityRouter,
-    PowerOfTwoRouter,
-    RandomRouter,
+    RoundRobinRouter, LeastOutstandingRouter, LeastKVLoadRouter, PrefixAffinityRouter, PowerOfTwoRouter, RandomRouter,
 ):
     ROUTERS.register(_cls.name, _cls)
 
