@@ -7,7 +7,6 @@ accepts the ShareGPT stats CSV and the Azure LLM 2023 trace, plain or ``.gz``). 
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ import numpy as np
 
 from llmsched_env.common.checks import check_int, check_positive
 from llmsched_env.common.files import TRACE_BYTES, check_regular_file
-from llmsched_env.workloads.trace_io import DECOMPRESS_ERRORS, bad_gzip_message, open_text
+from llmsched_env.workloads.trace_parsers import LENGTH_FILE_COLUMNS, read_length_pairs
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -26,11 +25,6 @@ if TYPE_CHECKING:
 __all__ = ["LENGTH_FILE_COLUMNS", "LENGTH_KINDS", "LengthDist", "LengthLimits", "load_length_file"]
 
 LENGTH_KINDS = ("fixed", "uniform", "lognormal", "empirical")
-# Accepted length-file formats: name -> (prompt column, output column), detected from the header.
-LENGTH_FILE_COLUMNS: dict[str, tuple[str, str]] = {
-    "sharegpt": ("num_prefill_tokens", "num_decode_tokens"),
-    "azure_llm_2023": ("ContextTokens", "GeneratedTokens"),
-}
 # Parsed length files: absolute path -> (mtime_ns, prompt lengths, output lengths), arrays read-only.
 _LENGTH_CACHE: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
 
@@ -40,73 +34,10 @@ def _readonly(values: np.ndarray) -> np.ndarray:
     return values
 
 
-def _parse_error(path: Path, line: int, column: str, value: str) -> ValueError:
-    return ValueError(f"{path}:{line}: column {column!r} must be a positive integer, got {value!r}")
-
-
-def _parse_length_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    try:
-        return _parse_length_rows(path)
-    except DECOMPRESS_ERRORS as e:  # a .gz name whose content is not gzip data, or a truncated stream
-        raise ValueError(bad_gzip_message(path, e)) from None
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text ({e.reason}); is this a length file?") from None
-    except csv.Error as e:  # a field past the csv module's size limit, ...
-        raise ValueError(f"{path}: malformed CSV ({e})") from None
-
-
-def _parse_length_rows(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    with open_text(path) as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None or not any(h.strip() for h in header):
-            raise ValueError(f"{path}: length file is empty (expected a CSV header on line 1)")
-        names = [h.strip() for h in header]
-        for prompt_col, output_col in LENGTH_FILE_COLUMNS.values():
-            if prompt_col in names and output_col in names:
-                break
-        else:
-            accepted = "; ".join(f"{fmt}: {p},{o}" for fmt, (p, o) in LENGTH_FILE_COLUMNS.items())
-            raise ValueError(f"{path}:1: unknown header {names}; expected columns including one of: {accepted}")
-        pi, oi = names.index(prompt_col), names.index(output_col)
-        prompts: list[int] = []
-        outputs: list[int] = []
-        for row in reader:
-            if not row or (len(row) == 1 and not row[0].strip()):
-                continue  # blank line
-            if len(row) > len(names) and any(cell.strip() for cell in row[len(names) :]):
-                raise ValueError(
-                    f"{path}:{reader.line_num}: the row has {len(row)} fields but the header {len(names)}; the "
-                    "extra ones belong to no column (a stray comma, or a column missing from the header?)"
-                )
-            for col_i, col, dest in ((pi, prompt_col, prompts), (oi, output_col, outputs)):
-                text = row[col_i] if col_i < len(row) else ""
-                try:
-                    value = int(text)
-                except ValueError:
-                    try:  # tolerate "12.0" but nothing fractional
-                        as_float = float(text)
-                    except ValueError:
-                        raise _parse_error(path, reader.line_num, col, text) from None
-                    if not as_float.is_integer():
-                        raise _parse_error(path, reader.line_num, col, text) from None
-                    value = int(as_float)
-                if value < 1:
-                    raise _parse_error(path, reader.line_num, col, text)
-                dest.append(value)
-    if not prompts:
-        raise ValueError(f"{path}: length file has a header but no data rows")
-    return np.asarray(prompts, dtype=np.int64), np.asarray(outputs, dtype=np.int64)
-
-
 def load_length_file(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Paired ``(prompt_lens, output_lens)`` (read-only int64 arrays, one entry per row) from a length CSV.
-
-    Accepts the ShareGPT stats CSV (``num_prefill_tokens,num_decode_tokens,...``) and the Azure LLM 2023 trace
-    (``TIMESTAMP,ContextTokens,GeneratedTokens``), told apart by the header, plain or gzip-compressed (a name
-    ending in ``.gz``). Parsed files are cached per
-    (absolute path, modification time). Raises ``ValueError`` naming the file, line and column on bad input.
-    """
+    """Paired ``(prompt_lens, output_lens)`` (read-only int64 arrays) from a ShareGPT stats CSV or an Azure LLM
+    2023 trace (told apart by the header, ``LENGTH_FILE_COLUMNS``), plain or ``.gz``; cached per (path, mtime).
+    ``ValueError`` naming the file, line and column on bad input."""
     given = Path(path).expanduser()
     p = given.resolve()
     try:
@@ -117,7 +48,7 @@ def load_length_file(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarr
     cached = _LENGTH_CACHE.get(str(p))
     if cached is not None and cached[0] == mtime_ns:
         return cached[1], cached[2]
-    prompts, outputs = _parse_length_file(p)
+    prompts, outputs = read_length_pairs(p)
     _LENGTH_CACHE[str(p)] = (mtime_ns, _readonly(prompts), _readonly(outputs))
     return prompts, outputs
 

@@ -1,16 +1,9 @@
-"""Randomised synthetic serving situations: one seed, one ``Scenario``, drawn from a ``RandomizedSpace``.
+"""Randomised serving situations for training a generalist: one seed, one ``Scenario``, from a ``RandomizedSpace``.
 
-For training one "generalist" scheduling policy across a distribution of workloads rather than one named
-scenario. ``random_scenario(seed)`` draws an engine, a cost-model preset and 1 to 16 tenants, each with its
-own length family (short chat, ShareGPT-like, code, summarization, long context) and parameters, SLO class,
-weight, priority, arrival process (Poisson, bursty Gamma, on/off) and optional shared system prompts. The
-tenants' rates are set so that load 1.0 sits roughly at the knee of that engine for that workload
-(``nominal_rate_rps``), as for the library's scenarios; the episode's load itself is the caller's to draw
-(``RandomizedSpace.load_range`` is its suggested range, for the env's ``load=(low, high)``).
-
-Every length family is paired only with engines it fits (its longest request within ``max_model_len`` and,
-twice over, within the KV pool), so no request of a random scenario is rejected for its size. Stdlib and
-numpy only; the same seed and space give an equal ``Scenario``.
+``random_scenario(seed)`` draws an engine, a cost-model preset and 1 to 16 tenants, each with a length family,
+SLO class, weight, priority, arrival process and optional shared system prompts, at rates that put load 1.0 near
+the engine's knee (``nominal_rate_rps``). Families only pair with engines they fit, so no request is rejected for
+its size. The same seed and space give an equal ``Scenario``.
 """
 
 from __future__ import annotations
@@ -58,12 +51,8 @@ MAX_SHARED_PREFIXES = 8
 
 @dataclass(frozen=True)
 class _Family:
-    """A family of length distributions; each tenant draws its own parameters from these ranges.
-
-    Lognormal families draw the prompt and output medians from ``prompt`` / ``output`` and both sigmas from
-    ``sigma``. Uniform families (``sigma`` None) draw sub-ranges of ``prompt`` / ``output``: the low end in
-    the first third of the range, the high end in the last third.
-    """
+    """A family of length distributions: lognormal medians from ``prompt`` / ``output`` and sigmas from ``sigma``,
+    or (``sigma`` None) uniform sub-ranges, low end in the range's first third, high end in its last."""
 
     max_prompt_len: int
     max_output_len: int
@@ -106,8 +95,7 @@ LENGTH_FAMILIES = tuple(_FAMILIES)
 
 
 def fits_engine(engine: EngineConfig, max_total_len: int) -> bool:
-    """Whether requests of up to ``max_total_len`` tokens (prompt + output) fit ``engine``: within its
-    ``max_model_len``, and ``FIT_COPIES`` of them at once within its KV pool."""
+    """Whether requests of ``max_total_len`` tokens fit ``max_model_len``, and ``FIT_COPIES`` of them the KV pool."""
     blocks = -(-max_total_len // engine.block_size)
     return max_total_len <= engine.max_model_len and FIT_COPIES * blocks <= engine.num_kv_blocks
 
@@ -124,8 +112,7 @@ def _check_choices(name: str, value: Any, allowed: Sequence[str]) -> tuple[str, 
 
 
 def _check_range(name: str, value: Any, lowest: float, highest: float = math.inf) -> tuple[float, float]:
-    """``value`` as a (lo, hi) pair of floats with ``lowest <= lo <= hi <= highest`` (``lowest`` excluded when
-    it is 0)."""
+    """``value`` as floats (lo, hi) with ``lowest <= lo <= hi <= highest`` (``lowest`` excluded when 0)."""
     ok = isinstance(value, (tuple, list)) and len(value) == 2 and all(is_finite_number(v) for v in value)
     if not ok or not (lowest <= value[0] <= value[1] <= highest) or (lowest == 0 and value[0] == 0):
         low = "0 <" if lowest == 0 else f"{lowest} <="
@@ -136,22 +123,11 @@ def _check_range(name: str, value: Any, lowest: float, highest: float = math.inf
 
 @dataclass(frozen=True)
 class RandomizedSpace:
-    """The ranges a random scenario is drawn from; every field is checked (``ValueError`` naming it).
-
-    - ``min_tenants``, ``max_tenants``: the number of tenants, uniform on the inclusive range;
-    - ``slo_classes``: names of ``SLO_CLASSES`` a tenant's class is drawn from, among those whose TTFT target
-      (scaled to the cost model) is at least ``TTFT_HEADROOM`` x the tenant's typical prompt prefilled alone
-      (the class with the loosest TTFT when none is);
-    - ``length_families``: of ``LENGTH_FAMILIES``; a tenant's family is drawn among those fitting the engine;
-    - ``arrival_kinds``: of ``ARRIVAL_CHOICES`` ("poisson", "gamma" with a CV from ``gamma_cv_range``,
-      "on_off" with a cycle from ``on_off_cycle_s`` and an on-fraction from ``on_fraction_range``, random phase);
-    - ``load_range``: the loads (multiples of the nominal rate) a caller should draw an episode's from,
-      light to well past the knee; not used here;
-    - ``engines``: each with ``max_num_batched_tokens >= 64`` and fitting at least one of the families;
-    - ``cost_models``: preset names (or JSON paths) for ``load_cost_model``;
-    - ``weight_range``: a tenant's share weight, log-uniform; ``max_priority``: priorities 0..max_priority;
-    - ``prefix_prob``: the chance a tenant sends shared system prompts; then the share of its requests that do
-      is drawn from ``prefix_share_range``.
+    """The ranges a random scenario is drawn from, each field checked (``ValueError`` naming it). A tenant's SLO
+    class is drawn among ``slo_classes`` whose TTFT target is at least ``TTFT_HEADROOM`` x its typical prefill
+    (else the loosest); its family among ``length_families`` fitting the engine; weights log-uniform in
+    ``weight_range``; priorities 0..``max_priority``; shared prompts with probability ``prefix_prob``.
+    ``load_range`` is the loads a caller should draw from (unused here).
     """
 
     min_tenants: int = 1
@@ -240,20 +216,11 @@ def nominal_rate_rps(
     max_step_s: float | None = None,
     num_samples: int = 8192,
 ) -> float:
-    """An estimate of the knee (load 1.0) of ``engine`` on ``cost_model`` for the length mix ``mix``: pairs
-    (lengths, share of the requests; shares need not sum to 1), in requests per second.
-
-    Method: a steady state in which ``x`` requests start per engine iteration. Per iteration the batch then
-    holds ``B = x E[o]`` decodes (Little's law, one token each), ``x E[p]`` prefill tokens, ``x E[p(p+1)/2]``
-    prefill attention pairs, and the decodes read ``x E[(p + o/2) o]`` KV tokens: a request holds on average
-    ``p + o/2`` tokens for its ``o`` iterations, so the pool holds that many too (``p``, ``o``: prompt and output
-    lengths; expectations over ``num_samples`` draws per entry, seeded, so the estimate is deterministic).
-    With the iteration time ``t(x)`` of the cost model the throughput is ``x / t(x)``, rising with ``x``; ``x``
-    is the largest that keeps ``B <= max_num_seqs``, the KV held within the pool, the tokens of an iteration
-    within ``max_num_batched_tokens`` and, with ``max_step_s`` (the tightest TPOT target), ``t(x) <=
-    max_step_s``. The bound times ``KNEE_FRACTION`` (calibrated on the library's FCFS knees, see there) is the
-    estimate. Shared system prompts are left out (prefix caching makes them nearly free), and so are the
-    arrival process and the SLOs' TTFT targets, which move the real knee: within about 2x of it.
+    """An estimate of the knee (load 1.0, requests/s) of ``engine`` on ``cost_model`` for ``mix``: (lengths, share)
+    pairs. In a steady state where ``x`` requests start per iteration, a batch holds ``x E[o]`` decodes,
+    ``x E[p]`` prefill tokens, ``x E[p(p+1)/2]`` attention pairs and ``x E[(p + o/2) o]`` KV tokens (seeded
+    samples); ``x`` is the largest within ``max_num_seqs``, the KV pool, the token budget and (given)
+    ``max_step_s``, and ``KNEE_FRACTION * x / t(x)`` is the estimate (within about 2x of the real knee).
     """
     model = load_cost_model(cost_model) if isinstance(cost_model, str) else cost_model
     check_int("nominal_rate_rps", "num_samples", num_samples, 1)
@@ -273,11 +240,8 @@ def nominal_rate_rps(
     def step_s(x: float) -> float:
         return model.step_time_s(x * prompt, x * output, x * held, x * pairs)  # type: ignore[arg-type]
 
-    x = min(
-        engine.max_num_seqs / output,
-        engine.num_kv_tokens / held,
-        engine.max_num_batched_tokens / (prompt + output),
-    )
+    x = min(engine.max_num_seqs / output, engine.num_kv_tokens / held)
+    x = min(x, engine.max_num_batched_tokens / (prompt + output))
     if max_step_s is not None and step_s(x) > max_step_s:
         lo, hi = 0.0, x  # t(x) rises with x: bisect for t(x) = max_step_s
         for _ in range(60):
@@ -288,17 +252,14 @@ def nominal_rate_rps(
 
 
 def workload_nominal_rate_rps(engine: EngineConfig, cost_model: CostModel | str, workload: WorkloadConfig) -> float:
-    """``nominal_rate_rps`` of ``workload``'s tenants (their lengths, in the shares of their rates), with the
-    tightest TPOT target among them as the iteration-time cap."""
+    """``nominal_rate_rps`` of ``workload``'s tenants by rate share, capped by their tightest TPOT target."""
     mix = [(t.lengths, t.rate_rps) for t in workload.tenants]
     return nominal_rate_rps(engine, cost_model, mix, max_step_s=min(t.tenant.slo.tpot_s for t in workload.tenants))
 
 
 @dataclass(frozen=True)
 class RandomizedWorkload:
-    """A random scenario's ``make_source``: ``workload`` with its tenants' SLOs at the reference hardware;
-    called with (split, SLO scale), the ``SyntheticSource`` of the split with every SLO scaled. Equal for equal
-    workloads, so random scenarios of one seed compare equal."""
+    """A random scenario's ``make_source``: (split, SLO scale) -> the split's ``SyntheticSource``, SLOs scaled."""
 
     workload: WorkloadConfig
 
@@ -338,15 +299,8 @@ def _draw_slo(rng: np.random.Generator, space: RandomizedSpace, typical_prefill_
     return suited[int(rng.integers(len(suited)))]
 
 
-def _draw_tenant(
-    rng: np.random.Generator,
-    space: RandomizedSpace,
-    index: int,
-    share: float,
-    families: Sequence[str],
-    engine: EngineConfig,
-    model: CostModel,
-) -> TenantWorkload:
+def _draw_tenant(rng: np.random.Generator, space: RandomizedSpace, index: int, share: float, families: Sequence[str],
+                 engine: EngineConfig, model: CostModel) -> TenantWorkload:  # fmt: skip
     """Tenant ``index`` at rate ``share`` (rescaled later), SLOs at the reference hardware."""
     family = families[int(rng.integers(len(families)))]
     lengths = _FAMILIES[family].draw(rng)
@@ -371,14 +325,9 @@ def _draw_tenant(
 
 
 def random_scenario(seed: int, space: RandomizedSpace = DEFAULT_SPACE, num_requests: int = 1000) -> Scenario:
-    """The random scenario ``random-<seed>`` of ``space``: the same seed and space give an equal scenario.
-
-    Draws, in order: the engine, the cost-model preset, the number of tenants, their shares of the traffic
-    (flat Dirichlet), and per tenant its length family (among those fitting the engine, see ``fits_engine``)
-    and parameters, SLO class, weight, priority, arrival process and shared prefixes. The tenants' rates are
-    then their shares of ``workload_nominal_rate_rps``, so load 1.0 is about the engine's knee. Tenants are
-    named ``t<i>-<family>-<arrival kind>``; their SLOs scale with the cost model like the library's.
-    """
+    """The random scenario ``random-<seed>`` of ``space``: engine, cost model, tenants and their traffic shares
+    (flat Dirichlet), then per tenant its draws; rates are the shares of ``workload_nominal_rate_rps``. Tenants
+    are named ``t<i>-<family>-<arrival kind>``."""
     check_int("random_scenario", "seed", seed, 0)
     check_int("random_scenario", "num_requests", num_requests, 1)
     if not isinstance(space, RandomizedSpace):
@@ -402,9 +351,8 @@ def random_scenario(seed: int, space: RandomizedSpace = DEFAULT_SPACE, num_reque
         f"{engine.num_kv_tokens} KV tokens, {engine.max_num_seqs} seqs, {engine.max_num_batched_tokens} "
         f"batched tokens; {cost_model}"
     )
-    return Scenario(
-        f"random-{seed}", description, source, engine=engine, cost_model=cost_model, num_requests=num_requests
-    )
+    name = f"random-{seed}"
+    return Scenario(name, description, source, engine=engine, cost_model=cost_model, num_requests=num_requests)
 
 
 def random_scenarios(

@@ -1,16 +1,9 @@
-"""The scenario library: named workload + tenants + SLOs + engine + cost model, with train/val/test splits.
+"""Scenarios: named workload + tenants + SLOs + engine + cost model, with train/val/test splits.
 
-A scenario's ``source(split)`` gives the requests of one episode. Trace scenarios replay a window of
-consecutive requests of a real trace: the first ``TRAIN_FRACTION`` (70%) of the trace's time is the train
-part, the next ``VAL_FRACTION`` (15%) the val part, the last 15% the test part, so no choice made on val and
-no training ever replays a test window. On the train part an episode starts at a random request (windows
-overlap, for diversity); on the val and test parts the part is cut into disjoint consecutive windows of the
-episode's size and the episode of seed ``s`` replays the ``s``-th (``episode_window``), so no two seeds share a
-request, and a seed beyond the windows the part holds is refused (``TraceSource.check_windows``). Synthetic
-scenarios draw from one random stream per split (and, for length files, from the same disjoint shares of the
-file's rows); their episodes share no request whatever the seeds. ``load``
-multiplies the arrival rate relative to the scenario's nominal rate. SLO targets scale with the cost
-model's unloaded decode step, so they stay meaningful when the hardware preset changes.
+Trace scenarios replay windows of consecutive requests: the first 70% of the trace's time trains, the next 15%
+is val, the last 15% test. On train an episode starts at a random request; on val and test the episode of seed
+``s`` replays the ``s``-th disjoint window (``episode_window``). Synthetic scenarios draw from one random stream
+per split. ``load`` multiplies the nominal rate; SLO targets scale with the cost model's unloaded decode step.
 """
 
 from __future__ import annotations
@@ -71,7 +64,7 @@ _SPLIT_STREAM = {"train": 0, "val": 1, "test": 2}
 
 
 def split_stream(split: str) -> int:
-    """The number of ``split``'s random stream (generated episodes of each split draw from their own)."""
+    """The number of ``split``'s random stream."""
     return _SPLIT_STREAM[check_split(split)]
 
 
@@ -88,8 +81,7 @@ def check_split(split: object) -> str:
 
 
 def episode_window(split: str, seed: int | None) -> int | None:
-    """The window of a trace part that the episode of ``seed`` replays on ``split``: the ``seed``-th of the part's
-    disjoint consecutive windows on val and test; None (a random start) on train or without a seed."""
+    """The window the episode of ``seed`` replays: the ``seed``-th on val and test; None (random) on train."""
     return seed if seed is not None and check_split(split) != "train" else None
 
 
@@ -116,8 +108,7 @@ class SyntheticSource:
     def sample(
         self, rng: np.random.Generator, num_requests: int, load: float, window: int | None = None
     ) -> list[Request]:
-        """``num_requests`` generated requests at ``load``; ``window`` is ignored (generated episodes share no
-        request whatever their seeds: there is nothing to cut into windows)."""
+        """``num_requests`` generated requests at ``load`` (``window`` is ignored)."""
         stream = np.random.default_rng([split_stream(self.split), int(rng.integers(2**63))])
         wl = replace(self.workload, num_requests=num_requests)
         return generate(wl.scaled(load) if load != 1.0 else wl, stream)
@@ -125,11 +116,8 @@ class SyntheticSource:
 
 @dataclass(frozen=True)
 class TraceSource:
-    """Windows of consecutive requests of one part of a trace, replayed at ``rate_rps × load``.
-
-    The trace's tenant codes index ``tenants`` (one ``TenantConfig`` per name of ``trace.tenant_names``, in
-    that order); a trace without a tenant column gives every request to its one tenant. ``split`` names the
-    part in messages."""
+    """Windows of consecutive requests of one part of a trace, replayed at ``rate_rps × load``; the trace's tenant
+    codes index ``tenants``. ``split`` names the part in messages."""
 
     trace: Trace
     tenants: tuple[TenantConfig, ...]
@@ -167,9 +155,7 @@ class TraceSource:
         return len(self.trace) // num_requests
 
     def check_windows(self, num_requests: int, seeds: Sequence[int]) -> None:
-        """Raise ``ValueError`` naming the trace file unless the part holds a window of ``num_requests``
-        requests for each of ``seeds`` (the window of seed ``s`` is the ``s``-th: ``episode_window``), saying
-        how many it holds and the episode size at which the seeds would fit."""
+        """``ValueError`` naming the trace file unless the part holds a window of ``num_requests`` for each seed."""
         self.check_episode(num_requests)
         held, top = self.num_windows(num_requests), max(seeds, default=-1)
         if top >= held:
@@ -193,9 +179,8 @@ class TraceSource:
     def sample(
         self, rng: np.random.Generator, num_requests: int, load: float, window: int | None = None
     ) -> list[Request]:
-        """``num_requests`` consecutive requests of the part at ``load``: the ``window``-th of its disjoint
-        consecutive windows (``ValueError`` beyond the last); without ``window``, one starting at a random
-        request on the train part, and a random one of the disjoint windows on val and test."""
+        """``num_requests`` consecutive requests at ``load``: the ``window``-th disjoint window; without one, a
+        random start on train and a random window on val and test."""
         self.check_episode(num_requests)
         if window is None and self.split in ("val", "test"):
             window = int(rng.integers(0, self.num_windows(num_requests)))
@@ -221,11 +206,9 @@ class Scenario:
     num_requests: int = 1000
     remote_kv: RemoteKVConfig | None = None
     traffic: str = ""  # "" for the scenario's own traffic; "fitted to FILE" for traffic generated from a trace
-    # Sources built so far, per (split, SLO scale): each scenario object keeps its own, so two scenarios
-    # sharing a name (two user workloads, two trace files with the same stem) never share requests.
+    # Sources built so far, per (split, SLO scale), per scenario object (two with one name never share them).
     _sources: dict[tuple[str, float], RequestSource] = field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
+        default_factory=dict, init=False, repr=False, compare=False)
 
     def source(self, split: str, cost_model: CostModel | None = None) -> RequestSource:
         """The request source of ``split`` ("train", "val" or "test"), SLOs scaled to ``cost_model``."""
@@ -248,8 +231,7 @@ def scaled_tenant(
 
 
 def trace_split(trace: Trace, split: str) -> Trace:
-    """The part of a timed trace that ``split`` replays: the requests arriving in its share of the trace's time
-    (``split_bounds``). The three parts are disjoint and together hold every request."""
+    """The requests of a timed trace arriving in ``split``'s share of its time (``split_bounds``)."""
     lo, hi = split_bounds(split)
     duration = trace.duration_s()
     return trace.window(duration * lo if lo > 0 else 0.0, duration * hi if hi < 1 else duration + 1.0)
@@ -264,13 +246,8 @@ def split_rows(trace: Trace, split: str) -> Trace:
 def length_split(trace: Trace, split: str, max_prompt_len: int, max_output_len: int) -> LengthDist:
     """An empirical length distribution over ``split``'s share of ``trace``'s rows (``split_rows``)."""
     part = split_rows(trace, split)
-    return LengthDist.empirical(
-        part.prompt_len,
-        part.output_len,
-        source=f"{trace.source}[{split}]",
-        max_prompt_len=max_prompt_len,
-        max_output_len=max_output_len,
-    )
+    return LengthDist.empirical(part.prompt_len, part.output_len, source=f"{trace.source}[{split}]",
+                                max_prompt_len=max_prompt_len, max_output_len=max_output_len)
 
 
 DEFAULT_TRACE_EPISODE = 1000  # requests per episode of a user trace, when its parts hold that many
@@ -292,9 +269,8 @@ def trace_tenants(
     slo_class: str | SLOClass = "chat",
     tenant_slos: Mapping[str, str | SLOClass] | None = None,
 ) -> list[tuple[str, str | SLOClass]]:
-    """(name, SLO class) of each tenant of ``trace``, in the order of its tenant codes (first appearance in
-    the file): the class ``tenant_slos`` names for it, else ``slo_class``. A trace without a tenant column has
-    one tenant, named after ``slo_class``. ``ValueError`` naming the file for a tenant the trace lacks."""
+    """(name, SLO class) of each tenant of ``trace`` in code order: ``tenant_slos``'s class, else ``slo_class`` (one
+    tenant named after it without a tenant column). ``ValueError`` naming the file for a tenant the trace lacks."""
     tenant_slos = dict(tenant_slos or {})
     if trace.tenant is None:
         if tenant_slos:
@@ -335,8 +311,7 @@ def _timed_parts(path: Path, trace: Trace) -> dict[str, Trace]:
 
 
 def _length_parts(path: Path, trace: Trace) -> list[tuple[float, Trace]]:
-    """(share of the rows, rows) of each tenant of a length-only trace (the whole trace when it has no tenant
-    column), each with rows for both parts."""
+    """(share of the rows, rows) of each tenant of a length-only trace, each with rows for every part."""
     if trace.tenant is None:
         groups = [("", trace)]
     else:
@@ -362,13 +337,9 @@ def scenario_from_trace(
     **options: object,
 ) -> Scenario:
     """A scenario replaying a user's trace file (``fmt``: azure, mooncake, lengths, generic), split in time
-    into train, val and test parts (``split_bounds``). A timed trace replays at its own mean rate unless ``rate_rps`` is
-    given; a length-only file needs ``rate_rps`` for its Poisson arrivals (shared among its tenants as their
-    rows are). A trace with a tenant column (generic format) keeps its tenants, in order of first appearance
-    in the file, each with the SLO class ``tenant_slos`` names for it, else ``slo_class`` (``trace_tenants``).
-    The default episode is the smaller of ``DEFAULT_TRACE_EPISODE`` and the requests of each part. A part
-    may hold no request of some tenants (``TraceSource.absent_tenants`` names them; ``llmsched-evaluate``
-    says so). Every problem is a ``ValueError`` naming the file."""
+    (``split_bounds``). A timed trace replays at its mean rate unless ``rate_rps`` is given; a length-only one
+    needs ``rate_rps`` (Poisson, shared among tenants by rows). Tenants and SLOs: ``trace_tenants``. Episodes
+    default to ``DEFAULT_TRACE_EPISODE`` or each part's size. Every problem is a ``ValueError`` naming the file."""
     path = Path(path)
     trace = load_trace(path, fmt, **options)  # fail now, with the file's own error, not at reset()
     if rate_rps is not None and not (is_finite_number(rate_rps) and in_range(rate_rps, False, MAX_RATE_RPS)):
@@ -417,10 +388,8 @@ def scenario_from_trace(
 
 
 def check_episode_size(scenario: Scenario, split: str, num_requests: int, seeds: Sequence[int] | None = None) -> None:
-    """Raise ``ValueError`` naming the trace file when an episode of ``num_requests`` does not fit in
-    ``scenario``'s ``split`` part (a trace replay's window) or, on val and test with ``seeds``, when the part
-    does not hold a disjoint window for each seed (``TraceSource.check_windows``); synthetic sources fit any
-    size and any seeds."""
+    """``ValueError`` naming the trace file when a trace part cannot hold an episode of ``num_requests`` (on val
+    and test, one disjoint window per seed); synthetic sources fit any size."""
     source = scenario.make_source(split, 1.0)  # the SLO scale does not change the part's size
     if isinstance(source, TraceSource):
         windows = [w for w in (episode_window(split, s) for s in seeds or ()) if w is not None]

@@ -34,6 +34,8 @@ _MOONCAKE_KEYS = {
     "prefix_ids": "hash_ids",
 }
 _LENGTHS_COLUMNS = {"prompt_len": "num_prefill_tokens", "output_len": "num_decode_tokens"}
+# Length files (``lengths.load_length_file``), told apart by their header: the ShareGPT stats CSV and Azure's trace.
+LENGTH_FILE_COLUMNS = {"sharegpt": _LENGTHS_COLUMNS, "azure_llm_2023": {k: _AZURE_COLUMNS[k] for k in _LENGTHS_COLUMNS}}
 _MAX_TOKENS = 2**40  # lengths above this are corrupt data (and would overflow int64 sums)
 _MAX_PREFIX_ID = 2**63  # prefix ids are stored as int64
 
@@ -291,14 +293,22 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 def _parse_csv(
-    path: Path, names: Mapping[str, str], clock: bool = False, prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS
+    path: Path, given: Mapping[str, Any], clock: bool = False, prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS
 ) -> _Rows:
+    """The rows of a CSV file whose header holds the columns ``given`` maps our fields to; or, with ``given``
+    mapping format names to such mappings, the first format whose columns the header holds."""
     lines = _read_lines(path)
     header_i = next((i for i, line in enumerate(lines) if line.strip()), None)
-    expected = list(names.values())
     if header_i is None:
-        raise TraceError(f"{path}:1: trace file is empty; expected a CSV header with columns {expected}")
+        raise TraceError(f"{path}:1: trace file is empty; expected a CSV header")
     header = [h.strip() for h in _split_csv(lines[header_i])]
+    names: Mapping[str, str] = given
+    if all(isinstance(v, Mapping) for v in given.values()):  # alternative formats
+        names = next((n for n in given.values() if all(c in header for c in n.values())), {})
+        if not names:
+            accepted = "; ".join(f"{fmt}: {','.join(n.values())}" for fmt, n in given.items())
+            raise TraceError(f"{path}:1: unknown header {header}; expected columns including one of: {accepted}")
+    expected = list(names.values())
     twice = sorted({col for col in header if col and header.count(col) > 1})
     if twice:
         raise TraceError(
@@ -489,6 +499,12 @@ def read_mooncake(
     return _build(
         rows, max_context=max_context, overlong=overlong, sort=sort, time_to_s=1e-3, tick=tick_ms, seed=int(seed)
     )
+
+
+def read_length_pairs(p: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The (prompt, output) lengths of every row of the length file ``p`` (``LENGTH_FILE_COLUMNS``)."""
+    rows = _parse_csv(p, LENGTH_FILE_COLUMNS)
+    return np.asarray(rows.prompts, dtype=np.int64), np.asarray(rows.outputs, dtype=np.int64)
 
 
 def read_lengths(p: Path, max_context: int | None, overlong: str, sort: bool) -> Trace:
