@@ -10,14 +10,13 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, cast
 
 import numpy as np
 
 from llmsched_env.common.checks import check_int, check_positive
-from llmsched_env.common.files import TRACE_BYTES, check_regular_file
-from llmsched_env.workloads.trace_parsers import LENGTH_FILE_COLUMNS, read_length_pairs
+from llmsched_env.workloads.trace_parsers import LENGTH_FILE_COLUMNS, read_length_file
+from llmsched_env.workloads.traces import cached_load
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -25,8 +24,6 @@ if TYPE_CHECKING:
 __all__ = ["LENGTH_FILE_COLUMNS", "LENGTH_KINDS", "LengthDist", "LengthLimits", "load_length_file"]
 
 LENGTH_KINDS = ("fixed", "uniform", "lognormal", "empirical")
-# Parsed length files: absolute path -> (mtime_ns, prompt lengths, output lengths), arrays read-only.
-_LENGTH_CACHE: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
 
 
 def _readonly(values: np.ndarray) -> np.ndarray:
@@ -36,21 +33,10 @@ def _readonly(values: np.ndarray) -> np.ndarray:
 
 def load_length_file(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]:
     """Paired ``(prompt_lens, output_lens)`` (read-only int64 arrays) from a ShareGPT stats CSV or an Azure LLM
-    2023 trace (told apart by the header, ``LENGTH_FILE_COLUMNS``), plain or ``.gz``; cached per (path, mtime).
+    2023 trace (told apart by the header, ``LENGTH_FILE_COLUMNS``), plain or ``.gz``; cached as traces are.
     ``ValueError`` naming the file, line and column on bad input."""
-    given = Path(path).expanduser()
-    p = given.resolve()
-    try:
-        mtime_ns = p.stat().st_mtime_ns
-    except OSError as e:
-        raise ValueError(f"length file {p} cannot be read ({e.strerror}); check the path") from None
-    check_regular_file(given, TRACE_BYTES)  # named as given: a link to /dev/zero is refused naming the link
-    cached = _LENGTH_CACHE.get(str(p))
-    if cached is not None and cached[0] == mtime_ns:
-        return cached[1], cached[2]
-    prompts, outputs = read_length_pairs(p)
-    _LENGTH_CACHE[str(p)] = (mtime_ns, _readonly(prompts), _readonly(outputs))
-    return prompts, outputs
+    trace = cached_load(path, "length-file", read_length_file)
+    return trace.prompt_len, trace.output_len
 
 
 class LengthLimits(TypedDict, total=False):

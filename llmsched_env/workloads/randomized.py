@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -265,11 +265,7 @@ class RandomizedWorkload:
 
     def scaled_slos(self, scale: float) -> WorkloadConfig:
         """The workload with every tenant's SLO targets multiplied by ``scale`` (see ``slo_scale``)."""
-        tenants = tuple(
-            replace(t, tenant=scaled_tenant(t.tenant.name, t.tenant.slo, scale, t.tenant.weight, t.tenant.priority))
-            for t in self.workload.tenants
-        )
-        return replace(self.workload, tenants=tenants)
+        return self.workload.slo_scaled(scale)
 
     def __call__(self, split: str, scale: float) -> SyntheticSource:
         return SyntheticSource(self.scaled_slos(scale), split)

@@ -501,10 +501,9 @@ def read_mooncake(
     )
 
 
-def read_length_pairs(p: Path) -> tuple[np.ndarray, np.ndarray]:
-    """The (prompt, output) lengths of every row of the length file ``p`` (``LENGTH_FILE_COLUMNS``)."""
-    rows = _parse_csv(p, LENGTH_FILE_COLUMNS)
-    return np.asarray(rows.prompts, dtype=np.int64), np.asarray(rows.outputs, dtype=np.int64)
+def read_length_file(p: Path) -> Trace:
+    """The length-only trace of the length file ``p`` (a format of ``LENGTH_FILE_COLUMNS``, told by its header)."""
+    return _build(_parse_csv(p, LENGTH_FILE_COLUMNS), max_context=None, overlong="reject", sort=False)
 
 
 def read_lengths(p: Path, max_context: int | None, overlong: str, sort: bool) -> Trace:

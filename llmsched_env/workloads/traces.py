@@ -1,15 +1,8 @@
-"""Real serving traces as immutable, numpy-backed ``Trace``s (``trace``), read from the files their publishers
-release.
-
-Loaders: ``load_azure`` (Azure LLM inference 2023 CSV), ``load_mooncake`` (Mooncake FAST'25 JSONL, with
-prefix-block ids), ``load_lengths`` (ShareGPT stats CSV: lengths only), ``load_generic`` (your own CSV/JSONL
-through a column mapping) and ``load_trace`` (dispatch on a format name). A file whose name ends in ``.gz`` is
-read through gzip (``trace.csv.gz`` is a CSV file, named ``trace``). Every loader accepts
-``max_context``/``overlong`` (what to do with a request whose prompt + output exceeds the context) and ``sort``
-(sort out-of-order timestamps instead of failing). Every problem in a file raises ``TraceError`` naming the
-file, the 1-based line and the field; no row is ever dropped silently (blank lines are skipped). Parsed traces
-are cached per (absolute path, mtime, size, format, options). The parsing lives in ``trace_parsers``. Stdlib and
-numpy only.
+"""Real serving traces as immutable ``Trace``s: ``load_azure`` (Azure LLM 2023 CSV), ``load_mooncake`` (Mooncake
+JSONL with prefix ids), ``load_lengths`` (ShareGPT stats CSV), ``load_generic`` (your CSV/JSONL through a column
+mapping) and ``load_trace`` (by format name), plain or ``.gz``. Each takes ``max_context``/``overlong`` and
+``sort``; every problem is a ``TraceError`` naming the file, line and field (parsing: ``trace_parsers``). Parsed
+traces are cached per (path, mtime, size, format, options).
 """
 
 from __future__ import annotations
@@ -45,7 +38,7 @@ _CACHE_MAX_ENTRIES = 32
 _CACHE: OrderedDict[tuple[Any, ...], Trace] = OrderedDict()
 
 
-def _load(path: str | os.PathLike[str], fmt: str, reader: Callable[..., Trace], **options: Any) -> Trace:
+def cached_load(path: str | os.PathLike[str], fmt: str, reader: Callable[..., Trace], **options: Any) -> Trace:
     """``reader(resolved path, **options)``, cached per (path, mtime, size, ``fmt``, options)."""
     given = Path(path).expanduser()
     p = given.resolve()
@@ -84,7 +77,7 @@ def load_azure(
     path: str | os.PathLike[str], *, max_context: int | None = None, overlong: str = "reject", sort: bool = False
 ) -> Trace:
     """The Azure LLM inference 2023 CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``; wall-clock timestamps)."""
-    return _load(path, "azure", read_azure, max_context=max_context, overlong=overlong, sort=sort)
+    return cached_load(path, "azure", read_azure, max_context=max_context, overlong=overlong, sort=sort)
 
 
 def load_mooncake(
@@ -102,7 +95,7 @@ def load_mooncake(
     ``np.random.default_rng(seed)``, then sorted. ``tick_s=None`` detects the tick as the median gap between
     distinct timestamps (0 with fewer than two distinct ones); ``tick_s=0`` keeps the raw timestamps."""
     limits = {"max_context": max_context, "overlong": overlong, "sort": sort}
-    return _load(path, "mooncake", read_mooncake, seed=seed, tick_s=tick_s, **limits)
+    return cached_load(path, "mooncake", read_mooncake, seed=seed, tick_s=tick_s, **limits)
 
 
 def load_lengths(
@@ -110,7 +103,7 @@ def load_lengths(
 ) -> Trace:
     """Paired lengths from a CSV with ``num_prefill_tokens`` and ``num_decode_tokens`` columns (the ShareGPT
     stats file); ``arrival_s`` is None, an arrival process supplies the times. ``sort`` has nothing to sort."""
-    return _load(path, "lengths", read_lengths, max_context=max_context, overlong=overlong, sort=sort)
+    return cached_load(path, "lengths", read_lengths, max_context=max_context, overlong=overlong, sort=sort)
 
 
 def load_generic(
@@ -130,7 +123,7 @@ def load_generic(
     ``tenant`` (any string; codes in order of first appearance). Without ``arrival`` the trace is length-only."""
     limits = {"max_context": max_context, "overlong": overlong, "sort": sort}
     options = {"columns": columns, "time_unit": time_unit, "prefix_id_tokens": prefix_id_tokens}
-    return _load(path, "generic", read_generic, **options, **limits)
+    return cached_load(path, "generic", read_generic, **options, **limits)
 
 
 _LOADERS: dict[str, Callable[..., Trace]] = {

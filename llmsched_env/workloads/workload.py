@@ -1,10 +1,5 @@
-"""Synthetic multi-tenant workloads: Poisson arrivals, length distributions, shared system prompts.
-
-A ``WorkloadConfig`` lists tenants, each with an arrival rate and a ``LengthDist``; ``generate`` draws exactly
-``num_requests`` requests from the superposition of the tenants' Poisson processes. Length distributions
-(``LengthDist``, ``load_length_file``) live in ``workloads/lengths.py`` and are re-exported here. Stdlib and numpy
-only.
-"""
+"""Synthetic multi-tenant workloads: a ``WorkloadConfig`` lists tenants, each with an arrival process and a
+``LengthDist`` (``workloads/lengths.py``, re-exported here); ``generate`` draws ``num_requests`` requests."""
 
 from __future__ import annotations
 
@@ -28,9 +23,7 @@ __all__ = [
 ]
 
 ARRIVALS = ("poisson",)
-# Rates of ``default_workload``: 13 req/s in all, the capacity of fcfs on the default engine (EngineConfig() on
-# llama3-8b-h100): the highest rate at which it keeps 90% SLO attainment on the evaluation split
-# (`python evaluate.py --capacity --policies fcfs --seeds 0,1,2`), so load 1.0 sits at the knee.
+# Rates of ``default_workload``: 13 req/s in all, fcfs's capacity (90% SLO attainment) on the default engine.
 DEFAULT_CHAT_RATE_RPS = 10.4
 DEFAULT_BATCH_RATE_RPS = 2.6
 # Synthetic shared-prefix ids start here so they never collide with the small ids of trace files (Mooncake).
@@ -39,13 +32,9 @@ SHARED_PREFIX_ID_BASE = 1 << 40
 
 @dataclass(frozen=True)
 class TenantWorkload:
-    """One tenant's traffic: Poisson arrivals at ``rate_rps`` with lengths from ``lengths``.
-
-    With probability ``prefix_share`` a request's prompt starts with one of ``num_shared_prefixes`` system
-    prompts (chosen uniformly) of ``shared_prefix_tokens`` tokens, prepended to its sampled prompt (the sum
-    clipped to ``lengths.max_prompt_len``). The whole ``prefix_id_tokens`` blocks of that system prompt become
-    the request's ``prefix_ids``, so the KV prefix cache can share them; the rest of the prompt is its own.
-    """
+    """One tenant's traffic: Poisson arrivals at ``rate_rps`` (or ``arrival``) with lengths from ``lengths``. With
+    probability ``prefix_share`` a prompt starts with one of ``num_shared_prefixes`` system prompts of
+    ``shared_prefix_tokens`` tokens, whose whole ``prefix_id_tokens`` blocks become its ``prefix_ids``."""
 
     tenant: TenantConfig
     rate_rps: float
@@ -82,9 +71,8 @@ class TenantWorkload:
             )
 
     @classmethod
-    def with_arrival(
-        cls, tenant: TenantConfig, arrival: ArrivalProcess, lengths: LengthDist, **kwargs: Any
-    ) -> TenantWorkload:
+    def with_arrival(cls, tenant: TenantConfig, arrival: ArrivalProcess, lengths: LengthDist,
+                     **kwargs: Any) -> TenantWorkload:  # fmt: skip
         """A tenant whose requests come from ``arrival`` (bursty, on/off, diurnal, ramp, trace replay)."""
         return cls(tenant, arrival.mean_rate_rps, lengths, arrival=arrival, **kwargs)
 
@@ -142,6 +130,11 @@ class WorkloadConfig:
         check_positive("WorkloadConfig.scaled", "load", load)
         return replace(self, tenants=tuple(t.scaled(load) for t in self.tenants))
 
+    def slo_scaled(self, scale: float) -> WorkloadConfig:
+        """The same workload with every tenant's SLO targets multiplied by ``scale`` (``scenarios.slo_scale``)."""
+        tenants = tuple(replace(t, tenant=replace(t.tenant, slo=t.tenant.slo.scaled(scale))) for t in self.tenants)
+        return replace(self, tenants=tenants)
+
 
 def tenant_configs(config: WorkloadConfig) -> tuple[TenantConfig, ...]:
     """The tenants' configs, indexed like ``Request.tenant``."""
@@ -149,12 +142,8 @@ def tenant_configs(config: WorkloadConfig) -> tuple[TenantConfig, ...]:
 
 
 def generate(config: WorkloadConfig, rng: np.random.Generator) -> list[Request]:
-    """Exactly ``config.num_requests`` requests, sorted by arrival, ``request_id`` 0..n-1 in arrival order.
-
-    Arrivals are the superposition of the tenants' Poisson processes: exponential gaps at the total rate, each
-    request given tenant k with probability rate_k / total. The first arrival is > 0. Deterministic given
-    the state of ``rng``.
-    """
+    """Exactly ``config.num_requests`` requests sorted by arrival (ids 0..n-1): all-Poisson tenants superposed
+    (gaps at the total rate, tenant k with probability rate_k / total), else ``_merge_arrivals``."""
     if not isinstance(config, WorkloadConfig):
         raise ValueError(f"generate: config must be a WorkloadConfig, got {type(config).__name__}")
     n = config.num_requests
@@ -186,24 +175,12 @@ def generate(config: WorkloadConfig, rng: np.random.Generator) -> list[Request]:
         for i, j in zip(sharing.tolist(), which.tolist(), strict=True):
             prefix_ids[i] = shared[j]
     pit = config.prefix_id_tokens
-    return [
-        Request(i, a, p, o, k, ids, pit)
-        for i, (a, p, o, k, ids) in enumerate(
-            zip(
-                arrivals.tolist(),
-                prompts.tolist(),
-                outputs.tolist(),
-                tenant_idx.tolist(),
-                prefix_ids,
-                strict=True,
-            )
-        )
-    ]
+    rows = zip(arrivals.tolist(), prompts.tolist(), outputs.tolist(), tenant_idx.tolist(), prefix_ids, strict=True)
+    return [Request(i, a, p, o, k, ids, pit) for i, (a, p, o, k, ids) in enumerate(rows)]
 
 
 def _merge_arrivals(config: WorkloadConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """The first ``num_requests`` arrivals of the tenants' own processes, merged in time. Exact: any of the
-    first n arrivals overall is among its tenant's first n."""
+    """The first ``num_requests`` arrivals of the tenants' own processes, merged in time."""
     n = config.num_requests
     procs = [t.arrival_process for t in config.tenants]
     streams = [p.sample(rng, min(n, p.num_arrivals) if isinstance(p, TraceReplay) else n) for p in procs]
