@@ -53,33 +53,10 @@ from baselines.tuned import TunedPolicy
 from llmsched_env.decision.policy import Policy, PolicyContext
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy, make_scheduler
 
-__all__ = [
-    "ROUTERS",
-    "SCHEDULERS",
-    "BaselinePolicy",
-    "FCFSPolicy",
-    "KVGuardPolicy",
-    "LPMPolicy",
-    "Policy",
-    "PrefillFirstPolicy",
-    "PriorityAgingPolicy",
-    "RandomPolicy",
-    "SJFPolicy",
-    "SLOAwarePolicy",
-    "SPRWPolicy",
-    "SarathiPolicy",
-    "StaticPolicy",
-    "TunedPolicy",
-    "VTCPolicy",
-    "available",
-    "available_routers",
-    "fcfs_decision",
-    "make",
-    "make_for",
-    "make_router",
-    "per_workload",
-    "tpot_budget",
-]
+__all__ = ["ROUTERS", "SCHEDULERS", "BaselinePolicy", "FCFSPolicy", "KVGuardPolicy", "LPMPolicy", "Policy",
+           "PrefillFirstPolicy", "PriorityAgingPolicy", "RandomPolicy", "SJFPolicy", "SLOAwarePolicy",
+           "SPRWPolicy", "SarathiPolicy", "StaticPolicy", "TunedPolicy", "VTCPolicy", "available",
+           "available_routers", "fcfs_decision", "make", "make_for", "make_router", "per_workload", "tpot_budget"]
 
 for _cls in (
     FCFSPolicy, PrefillFirstPolicy, PriorityAgingPolicy, SJFPolicy, SPRWPolicy, LPMPolicy, VTCPolicy, KVGuardPolicy,

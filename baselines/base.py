@@ -18,10 +18,8 @@ from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.engine.batch import Decision
 
-__all__ = [
-    "BaselinePolicy", "FixedPolicy", "StaticPolicy", "check_context", "check_observation", "check_seed",
-    "nearest_option", "valid_mask",
-]
+__all__ = ["BaselinePolicy", "FixedPolicy", "StaticPolicy", "check_context", "check_observation", "check_seed",
+           "nearest_option", "valid_mask"]
 
 _MAX_CACHED_MASKS = 64  # the env produces 4 mask patterns; the bound only guards against odd callers
 
@@ -35,10 +33,8 @@ def check_context(owner: str, ctx: object, kind: type) -> None:
     """``TypeError`` naming ``owner``'s argument ``ctx`` unless it is a ``kind`` (``PolicyContext`` or
     ``RouterContext``): a ``None`` or a string would otherwise fail later as an ``AttributeError``."""
     if not isinstance(ctx, kind):
-        raise TypeError(
-            f"{owner}: argument 'ctx' must be a {kind.__name__} (env.unwrapped.policy_context()), "
-            f"got {type(ctx).__name__} {ctx!r:.80}"
-        )
+        raise TypeError(f"{owner}: argument 'ctx' must be a {kind.__name__} (env.unwrapped.policy_context()), "
+                        f"got {type(ctx).__name__} {ctx!r:.80}")
 
 
 def check_seed(owner: str, seed: object) -> None:

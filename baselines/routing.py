@@ -25,10 +25,8 @@ from baselines.base import check_context, check_observation, check_seed
 from llmsched_env.decision.registry import ROUTERS, make_router
 from llmsched_env.decision.router import RouterContext
 
-__all__ = [
-    "ROUTERS", "LeastKVLoadRouter", "LeastOutstandingRouter", "PowerOfTwoRouter", "PrefixAffinityRouter",
-    "RandomRouter", "RoundRobinRouter", "Router", "available_routers", "make_router",
-]
+__all__ = ["ROUTERS", "LeastKVLoadRouter", "LeastOutstandingRouter", "PowerOfTwoRouter", "PrefixAffinityRouter",
+           "RandomRouter", "RoundRobinRouter", "Router", "available_routers", "make_router"]
 
 
 class Router:

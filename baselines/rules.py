@@ -44,54 +44,23 @@ class FCFSPolicy(StaticPolicy):
         return replace(fcfs_decision(ctx), **self.changes) if self.changes else fcfs_decision(ctx)
 
 
-class PriorityAgingPolicy(FCFSPolicy):
-    """``priority_aging``: vLLM's priority scheduling with aging (tenant priority minus waited time)."""
-
-    name = "priority_aging"
-    changes: ClassVar[dict[str, Any]] = {"order": QueueOrder.PRIORITY_AGING}
+def _variant(class_name: str, name: str, doc: str, **changes: Any) -> type[FCFSPolicy]:
+    """A subclass of ``FCFSPolicy`` named ``class_name`` (registered as ``name``) that changes ``changes``."""
+    return type(class_name, (FCFSPolicy,), {"__doc__": f"``{name}``: {doc}", "name": name, "changes": changes})
 
 
-class VTCPolicy(FCFSPolicy):
-    """``vtc``: Virtual Token Counter fair queueing (Sheng et al., OSDI'24): the least-served tenant first."""
-
-    name = "vtc"
-    changes: ClassVar[dict[str, Any]] = {"order": QueueOrder.VTC}
-
-
-class SJFPolicy(FCFSPolicy):
-    """``sjf``: shortest prefill first, with the engine's starvation guard (10 s)."""
-
-    name = "sjf"
-    changes: ClassVar[dict[str, Any]] = {"order": QueueOrder.SJF}
-
-
-class SPRWPolicy(FCFSPolicy):
-    """``sprw``: shortest predicted remaining work (prefill + predicted output tokens) first, with the starvation
-    guard; prefill alone without a prediction. Needs the schema-2 action space."""
-
-    name = "sprw"
-    changes: ClassVar[dict[str, Any]] = {"order": QueueOrder.SPRW}
-
-
-class LPMPolicy(FCFSPolicy):
-    """``lpm``: SGLang's longest-prefix-match order among the oldest waiting requests."""
-
-    name = "lpm"
-    changes: ClassVar[dict[str, Any]] = {"order": QueueOrder.LPM}
-
-
-class PrefillFirstPolicy(FCFSPolicy):
-    """``prefill_first``: vLLM v0 / SGLang default: an iteration with pending prefill runs only prefill."""
-
-    name = "prefill_first"
-    changes: ClassVar[dict[str, Any]] = {"prefill_first": True}
-
-
-class KVGuardPolicy(FCFSPolicy):
-    """``kv_guard``: conservative admission (Orca, SGLang's ``new_token_ratio``): keep 10% of the KV pool free,
-    admit at most 8 per iteration."""
-
-    name = "kv_guard"
-    KV_RESERVE = 0.1
-    MAX_ADMIT = 8
-    changes: ClassVar[dict[str, Any]] = {"kv_reserve": KV_RESERVE, "max_admit": MAX_ADMIT}
+PriorityAgingPolicy = _variant("PriorityAgingPolicy", "priority_aging", "vLLM's priority scheduling with aging (tenant "
+                               "priority minus waited time).", order=QueueOrder.PRIORITY_AGING)
+VTCPolicy = _variant("VTCPolicy", "vtc", "Virtual Token Counter fair queueing (Sheng et al., OSDI'24): the "
+                     "least-served tenant first.", order=QueueOrder.VTC)
+SJFPolicy = _variant("SJFPolicy", "sjf", "shortest prefill first, with the engine's starvation guard (10 s).",
+                     order=QueueOrder.SJF)
+SPRWPolicy = _variant("SPRWPolicy", "sprw", "shortest predicted remaining work (prefill + predicted output tokens) "
+                      "first, with the starvation guard; prefill alone without a prediction. Needs the schema-2 "
+                      "action space.", order=QueueOrder.SPRW)
+LPMPolicy = _variant("LPMPolicy", "lpm", "SGLang's longest-prefix-match order among the oldest waiting requests.",
+                     order=QueueOrder.LPM)
+PrefillFirstPolicy = _variant("PrefillFirstPolicy", "prefill_first", "vLLM v0 / SGLang default: an iteration with "
+                              "pending prefill runs only prefill.", prefill_first=True)
+KVGuardPolicy = _variant("KVGuardPolicy", "kv_guard", "conservative admission (Orca, SGLang's new_token_ratio): keep "
+                         "10% of the KV pool free, admit at most 8 per iteration.", kv_reserve=0.1, max_admit=8)

@@ -138,8 +138,6 @@ class AnalyticCostModel:
         return from_fields(cls, f"AnalyticCostModel {data.get('name', 'analytic')!r}", data, ignore=("kind",))
 
     def __repr__(self) -> str:
-        return (
-            f"AnalyticCostModel(name={self.name!r}, num_params={self.num_params:.3g}, "
-            f"tensor_parallel={self.tensor_parallel}, peak_tflops={self.peak_tflops}, "
-            f"mem_bandwidth_gbps={self.mem_bandwidth_gbps}, overhead_s={self.overhead_s})"
-        )
+        return (f"AnalyticCostModel(name={self.name!r}, num_params={self.num_params:.3g}, "
+                f"tensor_parallel={self.tensor_parallel}, peak_tflops={self.peak_tflops}, "
+                f"mem_bandwidth_gbps={self.mem_bandwidth_gbps}, overhead_s={self.overhead_s})")

@@ -69,14 +69,8 @@ class LinearCostModel:
         return replace(self, coef_s=[c * factor for c in self.coef_s])
 
     @classmethod
-    def fit(
-        cls,
-        samples: Iterable[Sequence[float]],
-        name: str = "linear",
-        description: str = "",
-        relative: bool = True,
-        concave_decodes: bool = False,
-    ) -> LinearCostModel:
+    def fit(cls, samples: Iterable[Sequence[float]], name: str = "linear", description: str = "", relative: bool = True,
+            concave_decodes: bool = False) -> LinearCostModel:
         """Non-negative least squares over ``(num_prefill_tokens, num_decode_seqs, num_kv_tokens,
         prefill_attn_pairs, seconds)`` samples. ``relative`` weights each sample by 1/seconds, so a 5 ms
         decode step counts as much as a 500 ms prefill (relative errors are minimised). ``concave_decodes``
@@ -99,12 +93,8 @@ class LinearCostModel:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON preset of this model (kind ``"linear"``)."""
-        return {
-            "kind": "linear",
-            "name": self.name,
-            "description": self.description,
-            **dict(zip(self.COEF_FIELDS, self.coef_s, strict=True)),
-        }
+        return {"kind": "linear", "name": self.name, "description": self.description,
+                **dict(zip(self.COEF_FIELDS, self.coef_s, strict=True))}
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write ``to_dict()`` as JSON (atomically: a failed write leaves the old file whole);
@@ -176,10 +166,6 @@ def fit_report(model: CostModel, samples: Iterable[Sequence[float]]) -> dict[str
     x, y = _samples_array(samples, min_rows=1)
     pred = np.array([model.step_time_s(int(p), int(d), int(kv), float(q)) for p, d, kv, q in x])
     err = np.abs(pred - y) / y
-    return {
-        "num_samples": float(len(y)),
-        "mean_rel_error": float(err.mean()),
-        "p50_rel_error": float(np.percentile(err, 50)),
-        "p90_rel_error": float(np.percentile(err, 90)),
-        "max_rel_error": float(err.max()),
-    }
+    return {"num_samples": float(len(y)), "mean_rel_error": float(err.mean()),
+            "p50_rel_error": float(np.percentile(err, 50)), "p90_rel_error": float(np.percentile(err, 90)),
+            "max_rel_error": float(err.max())}

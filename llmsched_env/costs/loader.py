@@ -102,10 +102,8 @@ def main() -> None:
         decode_ms = unloaded_decode_time_s(model, 1024) * 1e3
         prefill_ms = prefill_time_s(model, 1024) * 1e3
         batch_ms = model.step_time_s(0, 64, 64 * 1024, 0.0) * 1e3
-        print(
-            f"{name:<20} decode@1k {decode_ms:6.2f} ms   prefill 1024 tok {prefill_ms:7.2f} ms   "
-            f"64 decodes@1k {batch_ms:6.2f} ms"
-        )
+        print(f"{name:<20} decode@1k {decode_ms:6.2f} ms   prefill 1024 tok {prefill_ms:7.2f} ms   "
+              f"64 decodes@1k {batch_ms:6.2f} ms")
 
 
 if __name__ == "__main__":

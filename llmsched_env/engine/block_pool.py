@@ -42,10 +42,8 @@ def check_prefix_layout(requests: Iterable[Request], block_size: int) -> None:
     would get one hash for different tokens)."""
     for r in requests:
         if r.prefix_ids and r.prefix_id_tokens % block_size:
-            raise ValueError(
-                f"request {r.request_id}: prefix_id_tokens={r.prefix_id_tokens} is not a multiple of the "
-                f"block size {block_size}, so a shared block could hold different tokens"
-            )
+            raise ValueError(f"request {r.request_id}: prefix_id_tokens={r.prefix_id_tokens} is not a multiple of the "
+                             f"block size {block_size}, so a shared block could hold different tokens")
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

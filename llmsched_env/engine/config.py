@@ -72,13 +72,8 @@ class TenantConfig:
 # policies) 32 bytes per block more. The others allocate nothing per unit; they are bounded far above any real
 # engine (vLLM's defaults: 16-token blocks, 256 or 1024 sequences, budgets of thousands of tokens, contexts up to
 # millions of tokens) so that a mistyped size is refused at once rather than run.
-ENGINE_BOUNDS: dict[str, int] = {
-    "num_kv_blocks": 4_000_000,
-    "block_size": 65_536,
-    "max_num_seqs": 1_000_000,
-    "max_num_batched_tokens": 16_777_216,
-    "max_model_len": 1_073_741_824,
-}
+ENGINE_BOUNDS: dict[str, int] = {"num_kv_blocks": 4_000_000, "block_size": 65_536, "max_num_seqs": 1_000_000,
+                                 "max_num_batched_tokens": 16_777_216, "max_model_len": 1_073_741_824}
 _BOUND_REASONS = {"num_kv_blocks": " (the simulator's block pool holds about 96 bytes per block: 370 MiB at the bound)"}
 
 

@@ -45,16 +45,9 @@ def _admit_seq(r: Request) -> int:
 class Engine:
     """Queues, running set, KV pool and per-tenant counters of one serving engine."""
 
-    def __init__(
-        self,
-        config: EngineConfig,
-        tenants: Sequence[TenantConfig],
-        cost_model: CostModel,
-        priority_aging_s: float = 10.0,
-        sjf_starvation_s: float = 10.0,
-        remote: RemoteKVStore | None = None,
-        prefill_only: bool = False,
-    ) -> None:
+    def __init__(self, config: EngineConfig, tenants: Sequence[TenantConfig], cost_model: CostModel,
+                 priority_aging_s: float = 10.0, sjf_starvation_s: float = 10.0, remote: RemoteKVStore | None = None,
+                 prefill_only: bool = False) -> None:
         if not tenants:
             raise ValueError("Engine needs at least one tenant")
         self.config = config
@@ -74,11 +67,8 @@ class Engine:
         self.num_running_t = [0] * n
         self.num_decoding_t = [0] * n
         self.vtc = [0.0] * n  # virtual token counters: (input + 2 * output tokens) / weight
-        self.queue = WaitingQueues(
-            [t.slo.ttft_s for t in self.tenants],
-            [t.priority * priority_aging_s for t in self.tenants],
-            self.vtc,
-        )
+        self.queue = WaitingQueues([t.slo.ttft_s for t in self.tenants],
+                                   [t.priority * priority_aging_s for t in self.tenants], self.vtc)
         self.num_waiting = self.queue.num_waiting  # per tenant (the queue's live list)
         self.waiting_tokens = self.queue.waiting_tokens  # prefill tokens waiting, per tenant
         self.waiting_predicted = self.queue.waiting_predicted  # predicted output tokens waiting, per tenant
@@ -255,10 +245,8 @@ class Engine:
             raise ValueError(f"set_output_len: request {r.request_id} is neither waiting nor running")
         self._sync(r)
         if output_len <= r.num_output_tokens:
-            raise ValueError(
-                f"set_output_len: request {r.request_id} has produced {r.num_output_tokens} tokens; "
-                f"its output length must exceed that, got {output_len}"
-            )
+            raise ValueError(f"set_output_len: request {r.request_id} has produced {r.num_output_tokens} tokens; "
+                             f"its output length must exceed that, got {output_len}")
         if r.status == Status.RUNNING:
             pool = self.pool
             self.running_total_blocks += pool.blocks_for(r.prompt_len + output_len) - pool.blocks_for(r.total_len)

@@ -53,16 +53,8 @@ class Request:
         "prompt_len", "reject_reason", "request_id", "slo_resolved", "status", "tenant", "token_segments",
     )
 
-    def __init__(
-        self,
-        request_id: int,
-        arrival_s: float,
-        prompt_len: int,
-        output_len: int,
-        tenant: int = 0,
-        prefix_ids: tuple[int, ...] | None = None,
-        prefix_id_tokens: int = 512,
-    ) -> None:
+    def __init__(self, request_id: int, arrival_s: float, prompt_len: int, output_len: int, tenant: int = 0,
+                 prefix_ids: tuple[int, ...] | None = None, prefix_id_tokens: int = 512) -> None:
         if prompt_len < 1 or output_len < 1:
             raise ValueError(
                 f"request {request_id}: prompt_len and output_len must be >= 1, got {prompt_len}, {output_len}"
@@ -139,8 +131,6 @@ class Request:
         return self.prompt_len + self.output_len
 
     def __repr__(self) -> str:
-        return (
-            f"Request(id={self.request_id}, tenant={self.tenant}, status={self.status.name}, "
-            f"prompt={self.prompt_len}, out={self.num_output_tokens}/{self.output_len}, "
-            f"computed={self.num_computed_tokens})"
-        )
+        return (f"Request(id={self.request_id}, tenant={self.tenant}, status={self.status.name}, "
+                f"prompt={self.prompt_len}, out={self.num_output_tokens}/{self.output_len}, "
+                f"computed={self.num_computed_tokens})")

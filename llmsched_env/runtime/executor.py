@@ -35,10 +35,8 @@ class Runtime(Simulator):
         if not isinstance(block_offset, int) or block_offset < 0:
             raise ValueError(f"block_offset must be an integer >= 0, got {block_offset!r}")
         if config.block_size != runner.block_size:
-            raise ValueError(
-                f"EngineConfig.block_size={config.block_size} differs from the runner's KV block size "
-                f"{runner.block_size}"
-            )
+            raise ValueError(f"EngineConfig.block_size={config.block_size} differs from the runner's KV block size "
+                             f"{runner.block_size}")
         if config.num_kv_blocks + block_offset > runner.num_blocks:
             raise ValueError(
                 f"EngineConfig.num_kv_blocks={config.num_kv_blocks} from block {block_offset} on exceeds the "

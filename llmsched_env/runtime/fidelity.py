@@ -158,18 +158,10 @@ def check_runtime_requests(factors: Mapping[str, int], in_situ: bool = False) ->
     )
 
 
-def compare(
-    runner: ModelRunner,
-    cost_model: CostModel,
-    policies: Mapping[str, PolicyFactory],
-    fallback: PolicyFactory,
-    loads: Sequence[float],
-    seeds: Sequence[int],
-    workload: FidelityWorkload | None = None,
-    engine: EngineConfig = RUNTIME_ENGINE,
-    progress: Callable[[dict[str, float | str]], None] | None = None,
-    in_situ: bool = False,
-) -> list[dict[str, float | str]]:
+def compare(runner: ModelRunner, cost_model: CostModel, policies: Mapping[str, PolicyFactory], fallback: PolicyFactory,
+            loads: Sequence[float], seeds: Sequence[int], workload: FidelityWorkload | None = None,
+            engine: EngineConfig = RUNTIME_ENGINE, progress: Callable[[dict[str, float | str]], None] | None = None,
+            in_situ: bool = False) -> list[dict[str, float | str]]:
     """One row per (policy, load, seed): each ``FIDELITY_METRICS`` entry on the runtime (``real_*``), in the
     simulator (``sim_*``) and their relative error (``err_*``); with ``in_situ`` the ``insitu_*`` columns too (the
     runner then needs twice the engine's KV blocks). ``ValueError`` past ``MAX_RUNTIME_REQUESTS``."""
@@ -178,10 +170,8 @@ def compare(
     check_runtime_requests({**counts, "num_requests": workload.num_requests}, in_situ)
     tenants = workload.tenants(cost_model)
     if in_situ and runner.num_blocks < 2 * engine.num_kv_blocks:
-        raise ValueError(
-            f"in-situ calibration needs a runner with 2 x {engine.num_kv_blocks} KV blocks (the fitting "
-            f"episodes use the second half), it has {runner.num_blocks}"
-        )
+        raise ValueError(f"in-situ calibration needs a runner with 2 x {engine.num_kv_blocks} KV blocks (the fitting "
+                         f"episodes use the second half), it has {runner.num_blocks}")
     sat = saturation_rps(cost_model, workload, engine, fallback)
     # Warm the runtime up first: a cold first run was 10-20% slower (start-up cost, not what a cost model predicts).
     warm = workload.requests(cost_model, sat * max(loads), WARMUP_SEED)

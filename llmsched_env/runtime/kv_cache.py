@@ -1,10 +1,5 @@
-"""The paged KV cache: fixed-size blocks of key/value vectors, addressed by the core's block tables.
-
-Token position ``p`` of a sequence lives in block ``block_table[p // block_size]`` at offset
-``p % block_size``, i.e. at flat slot ``block_table[p // block_size] * block_size + p % block_size``. The
-block ids are the ``BlockPool``'s, so the core's prefix sharing (several sequences whose tables start with
-the same ids) and preemption (blocks dropped and the tokens recomputed into other ids) need nothing here.
-"""
+"""The paged KV cache: fixed-size blocks of key/value vectors, addressed by the ``BlockPool``'s block tables
+(position ``p`` at slot ``block_table[p // block_size] * block_size + p % block_size``)."""
 
 from __future__ import annotations
 
@@ -18,21 +13,11 @@ __all__ = ["PagedKVCache"]
 
 
 class PagedKVCache:
-    """Per layer a key and a value tensor ``[num_blocks, block_size, num_kv_heads, head_dim]``.
+    """Per layer a key and a value tensor ``[num_blocks, block_size, num_kv_heads, head_dim]``, views of one
+    zero-initialised tensor (stale slots stay finite)."""
 
-    All of them are views of one zero-initialised tensor, so stale slots hold finite numbers (masked-out
-    positions never turn into NaN through ``0 * garbage``).
-    """
-
-    def __init__(
-        self,
-        config: ModelConfig,
-        *,
-        num_blocks: int,
-        block_size: int,
-        dtype: torch.dtype = torch.float32,
-        device: str | torch.device = "cpu",
-    ) -> None:
+    def __init__(self, config: ModelConfig, *, num_blocks: int, block_size: int, dtype: torch.dtype = torch.float32,
+                 device: str | torch.device = "cpu") -> None:
         """``num_blocks`` blocks of ``block_size`` tokens, shaped for ``config``'s layers and kv heads."""
         num_layers, num_kv_heads, head_dim = config.num_layers, config.num_kv_heads, config.head_dim
         sizes = {"num_layers": num_layers, "num_blocks": num_blocks, "block_size": block_size}

@@ -27,21 +27,12 @@ from llmsched_env.decision.policy_file import (
 )
 from llmsched_env.decision.policy_file import load_policy_file as _load_in_numpy
 
-__all__ = [
-    "ACTIVATIONS", "FORMAT", "FORMAT_VERSION", "JSON_NAME", "OPTION_KEYS", "TENSORS_NAME", "ExportedPolicy",
-    "PolicyFileError", "action_options", "load_policy_file", "torch_forward",
-]
+__all__ = ["ACTIVATIONS", "FORMAT", "FORMAT_VERSION", "JSON_NAME", "OPTION_KEYS", "TENSORS_NAME", "ExportedPolicy",
+           "PolicyFileError", "action_options", "load_policy_file", "torch_forward"]
 
-ACTIVATIONS: dict[str, type[nn.Module]] = {
-    "tanh": nn.Tanh,
-    "relu": nn.ReLU,
-    "elu": nn.ELU,
-    "leaky_relu": nn.LeakyReLU,
-    "gelu": nn.GELU,
-    "silu": nn.SiLU,
-    "sigmoid": nn.Sigmoid,
-    "identity": nn.Identity,
-}
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU,
+                                           "leaky_relu": nn.LeakyReLU, "gelu": nn.GELU, "silu": nn.SiLU,
+                                           "sigmoid": nn.Sigmoid, "identity": nn.Identity}
 assert tuple(ACTIVATIONS) == ACTIVATION_NAMES  # the names a policy file may hold
 
 

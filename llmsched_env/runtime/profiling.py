@@ -75,19 +75,10 @@ def policy_factory(name: str) -> PolicyFactory:
     return lambda ctx: make_scheduler(name, ctx, seed=0)
 
 
-def profile_preset(
-    spec: RunnerSpec,
-    out: Path,
-    *,
-    quick: bool = False,
-    repeats: int = 3,
-    name: str | None = None,
-    fit_loads: Sequence[float] = FIT_LOADS,
-    num_requests: int = FidelityWorkload.num_requests,
-    force: bool = False,
-    on_status: StatusFn | None = None,
-    on_progress: ProgressFn | None = None,
-) -> tuple[LinearCostModel, dict[str, Any]]:
+def profile_preset(spec: RunnerSpec, out: Path, *, quick: bool = False, repeats: int = 3, name: str | None = None,
+                   fit_loads: Sequence[float] = FIT_LOADS, num_requests: int = FidelityWorkload.num_requests,
+                   force: bool = False, on_status: StatusFn | None = None,
+                   on_progress: ProgressFn | None = None) -> tuple[LinearCostModel, dict[str, Any]]:
     """Profile, record fitting episodes, fit and save the preset ``out`` (named ``name``, default its stem) and
     ``<out>.samples.csv``; return the model and the fit's report. ``ValueError`` before anything runs for a
     shipped ``out`` (unless ``force``) or a count out of its bounds."""
@@ -124,22 +115,16 @@ def profile_preset(
         if on_progress is not None:
             on_progress("fitting episodes", k + 1, len(fit_loads))
     overhead = float(np.mean(overheads))
-    desc = (
-        f"runtime {spec.model} {spec.dtype} on {spec.device}: fitted by `llmsched-calibrate profile` on "
-        f"{len(samples)} batch shapes (plus {overhead * 1e6:.0f} us of serving-loop time per iteration) and "
-        f"{len(iterations)} iterations of fcfs fitting episodes at loads {list(fit_loads)}"
-    )
+    desc = (f"runtime {spec.model} {spec.dtype} on {spec.device}: fitted by `llmsched-calibrate profile` on "
+            f"{len(samples)} batch shapes (plus {overhead * 1e6:.0f} us of serving-loop time per iteration) and "
+            f"{len(iterations)} iterations of fcfs fitting episodes at loads {list(fit_loads)}")
     model = cal.fit(samples, overhead, name=name, description=desc, iterations=iterations)
     out.parent.mkdir(parents=True, exist_ok=True)
     model.save(out)
     samples_path = out.with_suffix(".samples.csv")
     write_csv(cal.samples_table(samples), samples_path)
-    return model, {
-        "preset": str(out),
-        "samples": str(samples_path),
-        "profile_s": profile_s,
-        "loop_overhead_s": overhead,
-        "grid": fit_report(model, [(p, d, kv, q, t + overhead) for p, d, kv, q, t in samples]),
-        "iterations": fit_report(model, iterations),
-        "iterations_by_decodes": cal.residuals_by_decodes(model, iterations),
-    }
+    return model, {"preset": str(out), "samples": str(samples_path), "profile_s": profile_s,
+                   "loop_overhead_s": overhead,
+                   "grid": fit_report(model, [(p, d, kv, q, t + overhead) for p, d, kv, q, t in samples]),
+                   "iterations": fit_report(model, iterations),
+                   "iterations_by_decodes": cal.residuals_by_decodes(model, iterations)}

@@ -49,14 +49,8 @@ def _pct(values: np.ndarray) -> dict[str, float]:
     return {"p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
-def describe_scenario(
-    scenario: Scenario,
-    split: str = "test",
-    load: float = 1.0,
-    seed: int = 0,
-    num_requests: int | None = None,
-    cost_model: str | None = None,
-) -> dict[str, Any]:
+def describe_scenario(scenario: Scenario, split: str = "test", load: float = 1.0, seed: int = 0,
+                      num_requests: int | None = None, cost_model: str | None = None) -> dict[str, Any]:
     """One episode of ``scenario`` summarised (``num_requests`` and ``cost_model``, a preset name or JSON path,
     default to the scenario's): rates, lengths and SLOs overall and per tenant, the shares rejected on arrival,
     the offered load against the capacity estimate, whether the window is sustained at ``load``
@@ -87,31 +81,17 @@ def describe_scenario(
     over_kv = ~over_len & (np.ceil(total / eng.block_size) > eng.num_kv_blocks)  # the engine's order of checks
     cap = capacity_estimate_rps(scenario, cost, float(prompt.mean()), float(output.mean()))
     window = window_span(source, split, seed, n, load)  # the same requests: their span and its requirement
-    return {
-        "name": scenario.name,
-        "description": scenario.description,
-        "split": split,
-        "load": load,
-        "engine": scenario.engine,
-        "cost_model": cost.name,
-        "remote_kv": scenario.remote_kv,
-        "num_requests": len(requests),
-        "duration_s": span,
-        "rate_rps": rate,
-        "interarrival_cv": interarrival_cv(arrival) if len(requests) > 2 else 0.0,
-        "prompt": _pct(prompt),
-        "output": _pct(output),
-        "share_with_prefix_ids": with_prefix / len(requests) if requests else 0.0,
-        "share_over_max_model_len": float(over_len.mean()) if requests else 0.0,
-        "share_over_kv_pool": float(over_kv.mean()) if requests else 0.0,
-        "tenants": tenants,
-        **cap,
-        "offered_load": rate / cap["capacity_estimate_rps"] if cap["capacity_estimate_rps"] > 0 else 0.0,
-        "required_span_s": window.required_s,
-        "sustained": window.sustained,
-        "max_sustained_load": max_sustained_load(source, split, seed, n, load),
-        "absent_tenants": source.absent_tenants if isinstance(source, TraceSource) else [],
-    }
+    return {"name": scenario.name, "description": scenario.description, "split": split, "load": load,
+            "engine": scenario.engine, "cost_model": cost.name, "remote_kv": scenario.remote_kv,
+            "num_requests": len(requests), "duration_s": span, "rate_rps": rate,
+            "interarrival_cv": interarrival_cv(arrival) if len(requests) > 2 else 0.0, "prompt": _pct(prompt),
+            "output": _pct(output), "share_with_prefix_ids": with_prefix / len(requests) if requests else 0.0,
+            "share_over_max_model_len": float(over_len.mean()) if requests else 0.0,
+            "share_over_kv_pool": float(over_kv.mean()) if requests else 0.0, "tenants": tenants, **cap,
+            "offered_load": rate / cap["capacity_estimate_rps"] if cap["capacity_estimate_rps"] > 0 else 0.0,
+            "required_span_s": window.required_s, "sustained": window.sustained,
+            "max_sustained_load": max_sustained_load(source, split, seed, n, load),
+            "absent_tenants": source.absent_tenants if isinstance(source, TraceSource) else []}
 
 
 def format_description(scenario: Scenario, *args: Any, **kwargs: Any) -> str:
@@ -135,22 +115,16 @@ def format_description(scenario: Scenario, *args: Any, **kwargs: Any) -> str:
     ]
     for t in d["tenants"]:
         tp, to = t["prompt"], t["output"]
-        lines.append(
-            f"   tenant {t['name']:<12} {t['share']:5.0%} {t['rate_rps']:6.2f} req/s  {t['slo']}  "
-            f"weight {t['weight']:g} priority {t['priority']}  "
-            f"prompt p50 {tp['p50']:.0f} output p50 {to['p50']:.0f}"
-        )
-    lines.append(
-        f"   engine capacity estimate {d['capacity_estimate_rps']:.2f} req/s "
-        f"(compute {d['compute_bound_rps']:.2f}, KV {d['kv_bound_rps']:.2f}): "
-        f"offered load {d['offered_load']:.2f}"
-    )
+        lines.append(f"   tenant {t['name']:<12} {t['share']:5.0%} {t['rate_rps']:6.2f} req/s  {t['slo']}  "
+                     f"weight {t['weight']:g} priority {t['priority']}  "
+                     f"prompt p50 {tp['p50']:.0f} output p50 {to['p50']:.0f}")
+    lines.append(f"   engine capacity estimate {d['capacity_estimate_rps']:.2f} req/s "
+                 f"(compute {d['compute_bound_rps']:.2f}, KV {d['kv_bound_rps']:.2f}): "
+                 f"offered load {d['offered_load']:.2f}")
     verdict = "sustained" if d["sustained"] else "NOT sustained (a burst, not a rate)"
-    lines.append(
-        f"   window: {_seconds(d['duration_s'])} of arrivals at load {load:g}, a sustained rate needs "
-        f"{_seconds(d['required_span_s'])} ({SUSTAINED_SPAN_FACTOR:g} x the mean TTFT target): {verdict}; "
-        f"sustained up to load {d['max_sustained_load']:.3g}"
-    )
+    lines.append(f"   window: {_seconds(d['duration_s'])} of arrivals at load {load:g}, a sustained rate needs "
+                 f"{_seconds(d['required_span_s'])} ({SUSTAINED_SPAN_FACTOR:g} x the mean TTFT target): {verdict}; "
+                 f"sustained up to load {d['max_sustained_load']:.3g}")
     if d["absent_tenants"]:
         lines.append(f"   the {split} part has no request of tenants {listed_tenants(d['absent_tenants'])}")
     return "\n".join(lines)

@@ -1,9 +1,5 @@
-"""Request length distributions and the public length files they can be drawn from.
-
-A ``LengthDist`` gives the (prompt, output) token lengths of a tenant's requests: parametric (fixed, uniform,
-lognormal) or empirical (paired lengths resampled from a trace file read by ``load_length_file``, which
-accepts the ShareGPT stats CSV and the Azure LLM 2023 trace, plain or ``.gz``). Stdlib and numpy only.
-"""
+"""Request length distributions (``LengthDist``: fixed, uniform, lognormal, or resampled from a length file read by
+``load_length_file``)."""
 
 from __future__ import annotations
 
@@ -48,15 +44,9 @@ class LengthLimits(TypedDict, total=False):
 
 @dataclass(frozen=True, repr=False)
 class LengthDist:
-    """Distribution of (prompt, output) lengths in tokens; samples are clipped to ``[1, max_*_len]``.
-
-    Only the fields of ``kind`` are read; build one with ``fixed``, ``uniform``, ``lognormal``, ``empirical``
-    or ``from_file``:
-
-    - ``fixed``: every request has ``prompt_len`` / ``output_len``;
-    - ``uniform``: integers uniform on the inclusive ``prompt_range`` / ``output_range``;
-    - ``lognormal``: ``round(median * exp(sigma * N(0, 1)))``, independently for prompt and output;
-    - ``empirical``: (prompt, output) pairs drawn with replacement from ``prompt_samples``/``output_samples``.
+    """Distribution of (prompt, output) lengths in tokens, clipped to ``[1, max_*_len]``; only ``kind``'s fields
+    are read: ``fixed`` (``*_len``), ``uniform`` (inclusive ``*_range``), ``lognormal`` (``round(median *
+    exp(sigma * N(0, 1)))``) or ``empirical`` (pairs resampled from ``*_samples``). Build one with the classmethods.
     """
 
     kind: str
@@ -88,16 +78,11 @@ class LengthDist:
                     raise ValueError(f"{owner}.{side}_len must be <= max_{side}_len={max_len}, got {value}")
             elif self.kind == "uniform":
                 lo_hi = getattr(self, f"{side}_range")
-                if (
-                    not isinstance(lo_hi, tuple)
-                    or len(lo_hi) != 2
-                    or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in lo_hi)
-                    or not 1 <= lo_hi[0] <= lo_hi[1] <= max_len
-                ):
-                    raise ValueError(
-                        f"{owner}.{side}_range must be a tuple (lo, hi) of integers with "
-                        f"1 <= lo <= hi <= max_{side}_len={max_len}, got {lo_hi!r}"
-                    )
+                ok = isinstance(lo_hi, tuple) and len(lo_hi) == 2
+                ok = ok and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in lo_hi)
+                if not ok or not 1 <= lo_hi[0] <= lo_hi[1] <= max_len:
+                    raise ValueError(f"{owner}.{side}_range must be a tuple (lo, hi) of integers with "
+                                     f"1 <= lo <= hi <= max_{side}_len={max_len}, got {lo_hi!r}")
             elif self.kind == "lognormal":
                 check_positive(owner, f"{side}_median", getattr(self, f"{side}_median"))
                 check_positive(owner, f"{side}_sigma", getattr(self, f"{side}_sigma"), allow_zero=True)
@@ -114,53 +99,29 @@ class LengthDist:
                 raise ValueError(f"LengthDist.{side}_samples must be non-empty with every length >= 1")
             arrays.append(values)
         if arrays[0].shape != arrays[1].shape:
-            raise ValueError(
-                "LengthDist.prompt_samples and output_samples must be paired (same length), got "
-                f"{arrays[0].size} and {arrays[1].size}"
-            )
+            sizes = f"{arrays[0].size} and {arrays[1].size}"
+            raise ValueError(f"LengthDist.prompt_samples and output_samples must be paired (same length), got {sizes}")
 
     @classmethod
     def fixed(cls, prompt_len: int, output_len: int, **limits: Unpack[LengthLimits]) -> LengthDist:
         return cls("fixed", prompt_len=prompt_len, output_len=output_len, **limits)
 
     @classmethod
-    def uniform(
-        cls, prompt_range: tuple[int, int], output_range: tuple[int, int], **limits: Unpack[LengthLimits]
-    ) -> LengthDist:
-        prompt, output = tuple(prompt_range), tuple(output_range)  # a list of two too; __post_init__ checks them
-        return cls(
-            "uniform",
-            prompt_range=cast("tuple[int, int]", prompt),
-            output_range=cast("tuple[int, int]", output),
-            **limits,
-        )
+    def uniform(cls, prompt_range: tuple[int, int], output_range: tuple[int, int],
+                **limits: Unpack[LengthLimits]) -> LengthDist:  # fmt: skip
+        # a list of two too; __post_init__ checks them
+        prompt, output = cast("tuple[int, int]", tuple(prompt_range)), cast("tuple[int, int]", tuple(output_range))
+        return cls("uniform", prompt_range=prompt, output_range=output, **limits)
 
     @classmethod
-    def lognormal(
-        cls,
-        prompt_median: float,
-        output_median: float,
-        prompt_sigma: float = 1.0,
-        output_sigma: float = 1.0,
-        **limits: Unpack[LengthLimits],
-    ) -> LengthDist:
-        return cls(
-            "lognormal",
-            prompt_median=prompt_median,
-            output_median=output_median,
-            prompt_sigma=prompt_sigma,
-            output_sigma=output_sigma,
-            **limits,
-        )
+    def lognormal(cls, prompt_median: float, output_median: float, prompt_sigma: float = 1.0,
+                  output_sigma: float = 1.0, **limits: Unpack[LengthLimits]) -> LengthDist:  # fmt: skip
+        return cls("lognormal", prompt_median=prompt_median, output_median=output_median, prompt_sigma=prompt_sigma,
+                   output_sigma=output_sigma, **limits)  # fmt: skip
 
     @classmethod
-    def empirical(
-        cls,
-        prompt_samples: np.ndarray,
-        output_samples: np.ndarray,
-        source: str = "array",
-        **limits: Unpack[LengthLimits],
-    ) -> LengthDist:
+    def empirical(cls, prompt_samples: np.ndarray, output_samples: np.ndarray, source: str = "array",
+                  **limits: Unpack[LengthLimits]) -> LengthDist:  # fmt: skip
         """Resample the given paired lengths; the arrays are copied (read-only) unless already read-only."""
         arrays = []
         for values in (prompt_samples, output_samples):
@@ -171,14 +132,11 @@ class LengthDist:
         return cls("empirical", prompt_samples=arrays[0], output_samples=arrays[1], source=source, **limits)
 
     @classmethod
-    def from_file(
-        cls, path: str | os.PathLike[str], max_prompt_len: int = 8192, max_output_len: int = 2048
-    ) -> LengthDist:
+    def from_file(cls, path: str | os.PathLike[str], max_prompt_len: int = 8192,
+                  max_output_len: int = 2048) -> LengthDist:  # fmt: skip
         """An empirical distribution over the rows of a length file (see ``load_length_file``)."""
-        prompts, outputs = load_length_file(path)
-        return cls.empirical(
-            prompts, outputs, source=str(path), max_prompt_len=max_prompt_len, max_output_len=max_output_len
-        )
+        limits: LengthLimits = {"max_prompt_len": max_prompt_len, "max_output_len": max_output_len}
+        return cls.empirical(*load_length_file(path), source=str(path), **limits)
 
     def __repr__(self) -> str:
         params = {

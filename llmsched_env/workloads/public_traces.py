@@ -21,12 +21,10 @@ TRACE_DIR_ENV = "LLMSCHED_TRACE_DIR"
 PACKAGED_TRACE_DIR = Path(__file__).resolve().parent / "data"
 
 # The public traces, by key, relative to ``trace_dir()``; each may also be stored as the name plus ``.gz``.
-TRACE_FILES = {
-    "azure-conv": "azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
-    "azure-code": "azure_llm_2023/AzureLLMInferenceTrace_code.csv",
-    "mooncake-conv": "mooncake/conversation_trace.jsonl",
-    "sharegpt": "sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
-}
+TRACE_FILES = {"azure-conv": "azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
+               "azure-code": "azure_llm_2023/AzureLLMInferenceTrace_code.csv",
+               "mooncake-conv": "mooncake/conversation_trace.jsonl",
+               "sharegpt": "sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv"}
 
 
 def trace_dir() -> Path:

@@ -209,13 +209,8 @@ class RandomizedSpace:
 DEFAULT_SPACE = RandomizedSpace()
 
 
-def nominal_rate_rps(
-    engine: EngineConfig,
-    cost_model: CostModel | str,
-    mix: Sequence[tuple[LengthDist, float]],
-    max_step_s: float | None = None,
-    num_samples: int = 8192,
-) -> float:
+def nominal_rate_rps(engine: EngineConfig, cost_model: CostModel | str, mix: Sequence[tuple[LengthDist, float]],
+                     max_step_s: float | None = None, num_samples: int = 8192) -> float:
     """An estimate of the knee (load 1.0, requests/s) of ``engine`` on ``cost_model`` for ``mix``: (lengths, share)
     pairs. In a steady state where ``x`` requests start per iteration, a batch holds ``x E[o]`` decodes,
     ``x E[p]`` prefill tokens, ``x E[p(p+1)/2]`` attention pairs and ``x E[(p + o/2) o]`` KV tokens (seeded
@@ -309,11 +304,9 @@ def _draw_tenant(rng: np.random.Generator, space: RandomizedSpace, index: int, s
     extra: dict[str, Any] = {}
     prefix_choices = [n for n in SHARED_PREFIX_CHOICES if n < lengths.max_prompt_len]
     if rng.random() < space.prefix_prob and prefix_choices:
-        extra = {
-            "prefix_share": round(float(rng.uniform(*space.prefix_share_range)), 3),
-            "num_shared_prefixes": int(rng.integers(1, MAX_SHARED_PREFIXES + 1)),
-            "shared_prefix_tokens": prefix_choices[int(rng.integers(len(prefix_choices)))],
-        }
+        extra = {"prefix_share": round(float(rng.uniform(*space.prefix_share_range)), 3),
+                 "num_shared_prefixes": int(rng.integers(1, MAX_SHARED_PREFIXES + 1)),
+                 "shared_prefix_tokens": prefix_choices[int(rng.integers(len(prefix_choices)))]}
     tenant = scaled_tenant(f"t{index}-{family}-{kind}", slo, 1.0, weight, priority)
     if arrival is None:
         return TenantWorkload(tenant, share, lengths, **extra)
@@ -342,11 +335,9 @@ def random_scenario(seed: int, space: RandomizedSpace = DEFAULT_SPACE, num_reque
     rate = workload_nominal_rate_rps(engine, model, draft.scaled_slos(slo_scale(model)))
     source = RandomizedWorkload(draft.workload.scaled(rate / float(shares.sum())))
     kinds = sorted({t.tenant.name.split("-", 1)[1] for t in tenants})
-    description = (
-        f"random: {num_tenants} tenant(s) ({', '.join(kinds)}) at {rate:.3g} req/s nominal; engine with "
-        f"{engine.num_kv_tokens} KV tokens, {engine.max_num_seqs} seqs, {engine.max_num_batched_tokens} "
-        f"batched tokens; {cost_model}"
-    )
+    description = (f"random: {num_tenants} tenant(s) ({', '.join(kinds)}) at {rate:.3g} req/s nominal; engine with "
+                   f"{engine.num_kv_tokens} KV tokens, {engine.max_num_seqs} seqs, {engine.max_num_batched_tokens} "
+                   f"batched tokens; {cost_model}")
     name = f"random-{seed}"
     return Scenario(name, description, source, engine=engine, cost_model=cost_model, num_requests=num_requests)
 

@@ -163,10 +163,8 @@ class TraceSource:
             plural = "s" if held != 1 else ""
             fit = len(self.trace) // (top + 1)
             hint = f", or episodes of at most {fit} requests (--num-requests) fit seeds up to {top}" if fit else ""
-            raise ValueError(
-                f"{self.trace.source}: {part} holds {held} window{plural} of {num_requests} requests "
-                f"({len(self.trace)} requests); seeds must be < {held}{hint}"
-            )
+            raise ValueError(f"{self.trace.source}: {part} holds {held} window{plural} of {num_requests} requests "
+                             f"({len(self.trace)} requests); seeds must be < {held}{hint}")
 
     @property
     def absent_tenants(self) -> list[str]:
@@ -251,11 +249,8 @@ def length_split(trace: Trace, split: str, max_prompt_len: int, max_output_len: 
 
 
 DEFAULT_TRACE_EPISODE = 1000  # requests per episode of a user trace, when its parts hold that many
-_PARTS = {
-    "train": f"the first {TRAIN_FRACTION:.0%} of its time",
-    "val": f"the next {VAL_FRACTION:.0%}",
-    "test": f"the last {1 - TRAIN_FRACTION - VAL_FRACTION:.0%}",
-}
+_PARTS = {"train": f"the first {TRAIN_FRACTION:.0%} of its time", "val": f"the next {VAL_FRACTION:.0%}",
+          "test": f"the last {1 - TRAIN_FRACTION - VAL_FRACTION:.0%}"}
 
 
 def _names(values: Sequence[str], limit: int = 8) -> str:
@@ -263,12 +258,8 @@ def _names(values: Sequence[str], limit: int = 8) -> str:
     return shown + (f", ... ({len(values)} in all)" if len(values) > limit else "")
 
 
-def trace_tenants(
-    path: str | Path,
-    trace: Trace,
-    slo_class: str | SLOClass = "chat",
-    tenant_slos: Mapping[str, str | SLOClass] | None = None,
-) -> list[tuple[str, str | SLOClass]]:
+def trace_tenants(path: str | Path, trace: Trace, slo_class: str | SLOClass = "chat",
+                  tenant_slos: Mapping[str, str | SLOClass] | None = None) -> list[tuple[str, str | SLOClass]]:
     """(name, SLO class) of each tenant of ``trace`` in code order: ``tenant_slos``'s class, else ``slo_class`` (one
     tenant named after it without a tenant column). ``ValueError`` naming the file for a tenant the trace lacks."""
     tenant_slos = dict(tenant_slos or {})
@@ -281,10 +272,8 @@ def trace_tenants(
         return [(slo_class if isinstance(slo_class, str) else slo_class.name, slo_class)]
     unknown = sorted(set(tenant_slos) - set(trace.tenant_names))
     if unknown:
-        raise ValueError(
-            f"{path}: no tenant {_names(unknown)} in the trace's tenant column; its tenants are "
-            f"{_names(trace.tenant_names)}"
-        )
+        raise ValueError(f"{path}: no tenant {_names(unknown)} in the trace's tenant column; its tenants are "
+                         f"{_names(trace.tenant_names)}")
     return [(name, tenant_slos.get(name, slo_class)) for name in trace.tenant_names]
 
 
@@ -302,11 +291,9 @@ def _timed_parts(path: Path, trace: Trace) -> dict[str, Trace]:
         if len(part) < 2 or part.duration_s() == 0.0:
             times = part.arrival_s
             assert times is not None  # a part of a timed trace
-            raise ValueError(
-                f"{path}: the trace's {n} request(s) leave its {split} part ({_PARTS[split]}) {len(part)} "
-                f"request(s) at {len(np.unique(times))} distinct time(s); each part needs at least 2 "
-                "requests at different times: give a longer trace"
-            )
+            raise ValueError(f"{path}: the trace's {n} request(s) leave its {split} part ({_PARTS[split]}) {len(part)} "
+                             f"request(s) at {len(np.unique(times))} distinct time(s); each part needs at least 2 "
+                             "requests at different times: give a longer trace")
     return parts
 
 
@@ -326,16 +313,9 @@ def _length_parts(path: Path, trace: Trace) -> list[tuple[float, Trace]]:
     return [(len(rows) / len(trace), rows) for _, rows in groups]
 
 
-def scenario_from_trace(
-    path: str | Path,
-    fmt: str,
-    rate_rps: float | None = None,
-    slo_class: str | SLOClass = "chat",
-    engine: EngineConfig | None = None,
-    cost_model: str = REFERENCE_COST_MODEL,
-    tenant_slos: Mapping[str, str | SLOClass] | None = None,
-    **options: object,
-) -> Scenario:
+def scenario_from_trace(path: str | Path, fmt: str, rate_rps: float | None = None, slo_class: str | SLOClass = "chat",
+                        engine: EngineConfig | None = None, cost_model: str = REFERENCE_COST_MODEL,
+                        tenant_slos: Mapping[str, str | SLOClass] | None = None, **options: object) -> Scenario:
     """A scenario replaying a user's trace file (``fmt``: azure, mooncake, lengths, generic), split in time
     (``split_bounds``). A timed trace replays at its mean rate unless ``rate_rps`` is given; a length-only one
     needs ``rate_rps`` (Poisson, shared among tenants by rows). Tenants and SLOs: ``trace_tenants``. Episodes
@@ -357,11 +337,8 @@ def scenario_from_trace(
 
         def make_lengths(split: str, scale: float) -> RequestSource:
             workloads = tuple(
-                TenantWorkload(
-                    scaled_tenant(name, cls, scale),
-                    float(rate_rps) * share,
-                    length_split(rows, split, engine.max_model_len - 1, engine.max_model_len - 1),
-                )
+                TenantWorkload(scaled_tenant(name, cls, scale), float(rate_rps) * share,
+                               length_split(rows, split, engine.max_model_len - 1, engine.max_model_len - 1))
                 for (name, cls), (share, rows) in zip(tenants, groups, strict=True)
             )
             return SyntheticSource(WorkloadConfig(workloads, DEFAULT_TRACE_EPISODE), split)

@@ -80,15 +80,8 @@ def load_azure(
     return cached_load(path, "azure", read_azure, max_context=max_context, overlong=overlong, sort=sort)
 
 
-def load_mooncake(
-    path: str | os.PathLike[str],
-    seed: int = 0,
-    tick_s: float | None = None,
-    *,
-    max_context: int | None = None,
-    overlong: str = "reject",
-    sort: bool = False,
-) -> Trace:
+def load_mooncake(path: str | os.PathLike[str], seed: int = 0, tick_s: float | None = None, *,
+                  max_context: int | None = None, overlong: str = "reject", sort: bool = False) -> Trace:
     """The Mooncake FAST'25 JSONL (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``).
 
     Timestamps come in ~3 s ticks: each request is spread uniformly at random over ``[t, t + tick_s)`` with
@@ -106,16 +99,9 @@ def load_lengths(
     return cached_load(path, "lengths", read_lengths, max_context=max_context, overlong=overlong, sort=sort)
 
 
-def load_generic(
-    path: str | os.PathLike[str],
-    columns: Mapping[str, str],
-    time_unit: str = "s",
-    *,
-    prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS,
-    max_context: int | None = None,
-    overlong: str = "reject",
-    sort: bool = False,
-) -> Trace:
+def load_generic(path: str | os.PathLike[str], columns: Mapping[str, str], time_unit: str = "s", *,
+                 prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS, max_context: int | None = None,
+                 overlong: str = "reject", sort: bool = False) -> Trace:
     """Your own CSV (``.csv``) or JSON-lines (``.jsonl``/``.json``) file, plain or gzip-compressed (``.csv.gz``,
     ``.jsonl.gz``), read through ``columns``: our field -> the file's column (CSV) or key (JSONL). Fields:
     ``prompt_len``, ``output_len`` (required), ``arrival`` (numeric, absolute or relative, in ``time_unit`` "s"
@@ -126,12 +112,8 @@ def load_generic(
     return cached_load(path, "generic", read_generic, **options, **limits)
 
 
-_LOADERS: dict[str, Callable[..., Trace]] = {
-    "azure": load_azure,
-    "mooncake": load_mooncake,
-    "lengths": load_lengths,
-    "generic": load_generic,
-}
+_LOADERS: dict[str, Callable[..., Trace]] = {"azure": load_azure, "mooncake": load_mooncake, "lengths": load_lengths,
+                                             "generic": load_generic}
 
 
 def load_trace(path: str | os.PathLike[str], format: str, **options: Any) -> Trace:

@@ -16,11 +16,9 @@ from llmsched_env.engine.request import Request
 from llmsched_env.workloads.arrivals import ArrivalProcess, Poisson, TraceReplay
 from llmsched_env.workloads.lengths import LENGTH_FILE_COLUMNS, LENGTH_KINDS, LengthDist, load_length_file
 
-__all__ = [
-    "ARRIVALS", "DEFAULT_BATCH_RATE_RPS", "DEFAULT_CHAT_RATE_RPS", "LENGTH_FILE_COLUMNS", "LENGTH_KINDS",
-    "SHARED_PREFIX_ID_BASE", "LengthDist", "TenantWorkload", "WorkloadConfig", "default_workload", "generate",
-    "load_length_file", "tenant_configs",
-]
+__all__ = ["ARRIVALS", "DEFAULT_BATCH_RATE_RPS", "DEFAULT_CHAT_RATE_RPS", "LENGTH_FILE_COLUMNS", "LENGTH_KINDS",
+           "SHARED_PREFIX_ID_BASE", "LengthDist", "TenantWorkload", "WorkloadConfig", "default_workload", "generate",
+           "load_length_file", "tenant_configs"]
 
 ARRIVALS = ("poisson",)
 # Rates of ``default_workload``: 13 req/s in all, fcfs's capacity (90% SLO attainment) on the default engine.
@@ -53,10 +51,8 @@ class TenantWorkload:
             if not isinstance(self.arrival, ArrivalProcess):
                 raise ValueError(f"{owner}.arrival must be an arrival process, got {self.arrival!r}")
             if not math.isclose(self.arrival.mean_rate_rps, self.rate_rps, rel_tol=1e-6):
-                raise ValueError(
-                    f"{owner}.rate_rps={self.rate_rps} must equal its arrival process's mean rate "
-                    f"{self.arrival.mean_rate_rps} (use TenantWorkload.with_arrival)"
-                )
+                raise ValueError(f"{owner}.rate_rps={self.rate_rps} must equal its arrival process's mean rate "
+                                 f"{self.arrival.mean_rate_rps} (use TenantWorkload.with_arrival)")
         if not isinstance(self.lengths, LengthDist):
             raise ValueError(f"{owner}.lengths must be a LengthDist, got {self.lengths!r}")
         check_positive(owner, "prefix_share", self.prefix_share, allow_zero=True)
@@ -195,14 +191,10 @@ def _merge_arrivals(config: WorkloadConfig, rng: np.random.Generator) -> tuple[n
 def default_workload(num_requests: int = 1000) -> WorkloadConfig:
     """Two tenants, no file needed: interactive ``chat`` (ShareGPT-like lognormal lengths) at
     ``DEFAULT_CHAT_RATE_RPS`` and lower-priority ``batch`` (longer prompts) at ``DEFAULT_BATCH_RATE_RPS``."""
-    chat = TenantWorkload(
-        TenantConfig("chat", slo=SLO_CLASSES["chat"], weight=1.0, priority=0),
-        rate_rps=DEFAULT_CHAT_RATE_RPS,
-        lengths=LengthDist.lognormal(250, 200, 1.0, 1.0, max_prompt_len=4096, max_output_len=1024),
-    )
-    batch = TenantWorkload(
-        TenantConfig("batch", slo=SLO_CLASSES["batch"], weight=1.0, priority=1),
-        rate_rps=DEFAULT_BATCH_RATE_RPS,
-        lengths=LengthDist.lognormal(1000, 300, 0.8, 0.8, max_prompt_len=8192, max_output_len=1024),
-    )
+    chat = TenantWorkload(TenantConfig("chat", slo=SLO_CLASSES["chat"], weight=1.0, priority=0),
+                          rate_rps=DEFAULT_CHAT_RATE_RPS,
+                          lengths=LengthDist.lognormal(250, 200, 1.0, 1.0, max_prompt_len=4096, max_output_len=1024))
+    batch = TenantWorkload(TenantConfig("batch", slo=SLO_CLASSES["batch"], weight=1.0, priority=1),
+                           rate_rps=DEFAULT_BATCH_RATE_RPS,
+                           lengths=LengthDist.lognormal(1000, 300, 0.8, 0.8, max_prompt_len=8192, max_output_len=1024))
     return WorkloadConfig((chat, batch), num_requests=num_requests)
