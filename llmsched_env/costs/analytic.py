@@ -116,9 +116,8 @@ class AnalyticCostModel:
                 "model's (Llama: equal; Qwen3, Gemma, DeepSeek's MLA: 0.7x to 3.4x)"
             )
 
-    def step_time_s(
-        self, num_prefill_tokens: int, num_decode_seqs: int, num_kv_tokens: int, prefill_attn_pairs: float
-    ) -> float:
+    def step_time_s(self, num_prefill_tokens: int, num_decode_seqs: int, num_kv_tokens: int,
+                    prefill_attn_pairs: float) -> float:
         tokens = num_prefill_tokens + num_decode_seqs
         if tokens == 0:  # an empty iteration launches no kernels and reads no weights
             return self.overhead_s

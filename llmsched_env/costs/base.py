@@ -84,9 +84,8 @@ def unloaded_decode_time_s(model: CostModel, context_tokens: int = 1024) -> floa
     return model.step_time_s(0, 1, context_tokens, 0.0)
 
 
-def prefill_time_s(
-    model: CostModel, prompt_tokens: int, chunk_tokens: int | None = None, num_cached_tokens: int = 0
-) -> float:
+def prefill_time_s(model: CostModel, prompt_tokens: int, chunk_tokens: int | None = None,
+                   num_cached_tokens: int = 0) -> float:
     """Time to prefill one request alone: its ``prompt_tokens - num_cached_tokens`` uncached tokens in one
     iteration (pairs = n * (n + 1) / 2 with no cache), or in iterations of ``chunk_tokens`` each."""
     check_number("prefill_time_s", "prompt_tokens", prompt_tokens, integer=True)
@@ -96,9 +95,8 @@ def prefill_time_s(
     return prefill_time_unchecked_s(model, prompt_tokens, chunk_tokens, num_cached_tokens)
 
 
-def prefill_time_unchecked_s(
-    model: CostModel, prompt_tokens: int, chunk_tokens: int | None = None, num_cached_tokens: int = 0
-) -> float:
+def prefill_time_unchecked_s(model: CostModel, prompt_tokens: int, chunk_tokens: int | None = None,
+                             num_cached_tokens: int = 0) -> float:
     """``prefill_time_s`` without checking its arguments (the engine's hot path)."""
     done = min(num_cached_tokens, prompt_tokens)
     todo = prompt_tokens - done

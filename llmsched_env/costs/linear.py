@@ -53,9 +53,8 @@ class LinearCostModel:
         object.__setattr__(self, "coef_s", tuple(float(c) for c in coefs))
         check_step_times(owner, self)
 
-    def step_time_s(
-        self, num_prefill_tokens: int, num_decode_seqs: int, num_kv_tokens: int, prefill_attn_pairs: float
-    ) -> float:
+    def step_time_s(self, num_prefill_tokens: int, num_decode_seqs: int, num_kv_tokens: int,
+                    prefill_attn_pairs: float) -> float:
         c0, c1, c2, c3, c4, c5 = self.coef_s
         t = c0 + c1 * num_prefill_tokens + c2 * num_decode_seqs + c3 * num_kv_tokens + c4 * prefill_attn_pairs
         if c5:
@@ -71,10 +70,8 @@ class LinearCostModel:
     @classmethod
     def fit(cls, samples: Iterable[Sequence[float]], name: str = "linear", description: str = "", relative: bool = True,
             concave_decodes: bool = False) -> LinearCostModel:
-        """Non-negative least squares over ``(num_prefill_tokens, num_decode_seqs, num_kv_tokens,
-        prefill_attn_pairs, seconds)`` samples. ``relative`` weights each sample by 1/seconds, so a 5 ms
-        decode step counts as much as a 500 ms prefill (relative errors are minimised). ``concave_decodes``
-        also fits the ``log2(1 + d)`` term, else its coefficient is 0."""
+        """Non-negative least squares over ``(p, d, kv, pairs, seconds)`` samples, weighted by 1/seconds when
+        ``relative``; ``concave_decodes`` also fits the ``log2(1 + d)`` term."""
         x, y = _samples_array(samples, min_rows=5 + concave_decodes)  # one per fitted coefficient
         if concave_decodes:
             x = np.column_stack([x, np.log2(1 + x[:, 1])])

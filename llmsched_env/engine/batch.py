@@ -1,10 +1,5 @@
-"""What a scheduling decision says, and what one engine iteration runs.
-
-A ``Decision`` parameterises the batch builder for one iteration (docs/environment.md, step semantics). A
-``Batch`` is the builder's answer: the prefill chunks to compute and whether the decoding requests take a
-decode round. Executors (the simulator's cost model, the torch runtime) run a Batch and hand it back to
-``Engine.complete``.
-"""
+"""A ``Decision`` (the batch builder's knobs for one iteration) and a ``Batch`` (what the iteration runs: prefill
+chunks and whether the decoders take a round), which an executor runs and hands to ``Engine.complete``."""
 
 from __future__ import annotations
 
@@ -38,16 +33,10 @@ class QueueOrder(IntEnum):
 
 @dataclass(frozen=True)
 class Decision:
-    """Knobs of one iteration.
-
-    ``token_budget``: most tokens in the iteration; a running decode takes 1 and, in the decode-first
-    hybrid, every running decode is always scheduled (stall-free), prefill chunks get the rest.
-    ``chunk_cap``: most prefill tokens one request may take this iteration.
-    ``prefill_first``: run pending prefills alone and let decodes wait (vLLM v0 / SGLang default).
-    ``max_admit``: most waiting requests admitted now (0 holds admission).
-    ``kv_reserve``: share of the KV pool that must stay free after an admission.
-    ``shed``: reject waiting requests that can no longer meet their TTFT deadline.
-    """
+    """Knobs of one iteration: ``token_budget`` (most tokens; each decode takes 1, prefill chunks the rest),
+    ``chunk_cap`` (most prefill tokens per request), ``prefill_first`` (prefills alone, decodes wait),
+    ``max_admit`` (most admissions now), ``kv_reserve`` (KV share kept free after admitting), ``shed`` (reject
+    requests that can no longer meet their TTFT deadline)."""
 
     order: QueueOrder = QueueOrder.FCFS
     token_budget: int = 2048
@@ -72,8 +61,7 @@ class Decision:
             raise ValueError(f"Decision.kv_reserve must be in [0, 1), got {self.kv_reserve!r}")
 
     def __reduce__(self) -> tuple[type[Decision], tuple[QueueOrder, int, int, bool, int, float, bool]]:
-        """Copies and pickles are rebuilt through ``__init__``: compiled (``llmsched-compile``), a frozen
-        dataclass cannot take its state back attribute by attribute."""
+        """Rebuilt through ``__init__`` when copied or pickled (compiled, a frozen dataclass cannot be set)."""
         return (Decision, (self.order, self.token_budget, self.chunk_cap, self.prefill_first, self.max_admit,
                            self.kv_reserve, self.shed))  # fmt: skip
 
@@ -102,8 +90,7 @@ class Batch:
         self.num_rejected = 0
 
     def copy(self, memo: Mapping[int, Request]) -> Batch:
-        """A copy whose requests are replaced by their copies in ``memo`` (``id(request) -> copy``) when they
-        have one (``Engine.fork``)."""
+        """A copy holding the requests' copies in ``memo`` (``id(request) -> copy``), for ``Engine.fork``."""
         c = Batch(self.decision)
         get = memo.get
         c.prefill_reqs = [get(id(r), r) for r in self.prefill_reqs]

@@ -1,9 +1,5 @@
-"""Validated, frozen configuration of an engine and its tenants: the engine's limits, SLO classes, tenants.
-
-Everything here is plain data: every layer above reads it, and it imports nothing of the project but the
-number checks. Each dataclass checks its fields in ``__post_init__`` and raises ``ValueError`` naming the
-field, so a bad config fails at construction with a message a user can act on.
-"""
+"""Validated, frozen configuration of an engine and its tenants (limits, SLO classes, tenants); each dataclass
+raises ``ValueError`` naming a bad field at construction."""
 
 from __future__ import annotations
 
@@ -79,13 +75,9 @@ _BOUND_REASONS = {"num_kv_blocks": " (the simulator's block pool holds about 96 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Hard limits of one serving engine, as vLLM names them.
-
-    ``max_num_batched_tokens`` is the largest token budget any iteration may use; a policy chooses a budget
-    at or below it. ``victim_rule`` picks the running request preempted (by recompute) when KV blocks run
-    out: ``latest`` (the most recently admitted, vLLM's FCFS rule) or ``lowest_priority`` (largest
-    ``(priority, arrival)``, vLLM's priority rule).
-    """
+    """Hard limits of one serving engine, as vLLM names them (``max_num_batched_tokens``: the largest token
+    budget). ``victim_rule`` picks whom KV shortage preempts: ``latest`` admitted (vLLM's FCFS rule) or
+    ``lowest_priority`` (largest ``(priority, arrival)``)."""
 
     num_kv_blocks: int = 4096
     block_size: int = 16

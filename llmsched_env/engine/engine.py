@@ -257,9 +257,7 @@ class Engine:
 
     def resume(self, r: Request, num_computed_tokens: int) -> None:
         """Install fresh ``r`` as running here (a planner's copy of vLLM's state) with ``num_computed_tokens`` of KV
-        and ``r.num_output_tokens`` produced, in fresh blocks, last in admission order: decoding when every token
-        but the last produced has KV, else prefilling. It counts as arrived. ``ValueError`` for a request not
-        fresh, a count out of range, or no room."""
+        in fresh blocks: decoding when all but its last token have KV, else prefilling. ``ValueError`` if invalid."""
         if r.status != Status.WAITING or r.block_table or r.decoding:
             raise ValueError(f"resume: request {r.request_id} is not a fresh request")
         if not 0 <= r.tenant < len(self.tenants):

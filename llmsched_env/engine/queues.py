@@ -135,9 +135,8 @@ class WaitingQueues:
                 best, best_key, best_arrival = r, key, r.arrival_s
         return best
 
-    def _guarded_best(
-        self, heap: list[tuple[int, float, int, int, Request]], now_s: float, starvation_s: float
-    ) -> Request | None:
+    def _guarded_best(self, heap: list[tuple[int, float, int, int, Request]], now_s: float,
+                      starvation_s: float) -> Request | None:
         """The top of a shortest-first ``heap``, unless the oldest request has waited past ``starvation_s``."""
         oldest = self.best(QueueOrder.FCFS, now_s, starvation_s)
         if oldest is not None and now_s - oldest.arrival_s > starvation_s:

@@ -25,9 +25,8 @@ def tpot_s(first_token_s: float, last_token_s: float, num_output_tokens: int) ->
 def tpot_s(first_token_s: np.ndarray, last_token_s: np.ndarray, num_output_tokens: int | np.ndarray) -> np.ndarray: ...
 
 
-def tpot_s(
-    first_token_s: float | np.ndarray, last_token_s: float | np.ndarray, num_output_tokens: int | np.ndarray
-) -> float | np.ndarray:
+def tpot_s(first_token_s: float | np.ndarray, last_token_s: float | np.ndarray,
+           num_output_tokens: int | np.ndarray) -> float | np.ndarray:
     """Time per output token as vLLM's benchmark defines it, ``(last - first) / (n - 1)``; 0 for one token (the
     SLO check only: TPOT statistics leave such requests out). Element-wise on arrays; the project's one formula."""
     return (last_token_s - first_token_s) / np.maximum(num_output_tokens - 1, 1)

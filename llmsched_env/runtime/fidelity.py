@@ -90,9 +90,8 @@ class FidelityWorkload:
         return generate(wl, np.random.default_rng(seed))
 
 
-def _loop_parts(
-    sim: Simulator, make: PolicyFactory, fallback: PolicyFactory
-) -> tuple[Policy, ObservationEncoder, ActionSpec, Policy]:
+def _loop_parts(sim: Simulator, make: PolicyFactory,
+                fallback: PolicyFactory) -> tuple[Policy, ObservationEncoder, ActionSpec, Policy]:
     """The policy, encoder, action spec and fallback ``serve`` needs for ``sim``, as the env builds them."""
     engine, tenants, cost_model = sim.engine.config, sim.engine.tenants, sim.cost_model
     spec = ActionSpec.for_engine(engine)
@@ -108,9 +107,8 @@ def drive(sim: Simulator, make: PolicyFactory, fallback: PolicyFactory) -> dict[
     return metrics
 
 
-def drive_lockstep(
-    runtime: Runtime, make: PolicyFactory, fallback: PolicyFactory, partners: Iterator[Runtime]
-) -> dict[str, float]:
+def drive_lockstep(runtime: Runtime, make: PolicyFactory, fallback: PolicyFactory,
+                   partners: Iterator[Runtime]) -> dict[str, float]:
     """Serve ``runtime`` under ``make``'s policy, alternating every decision with one of a partner from
     ``partners`` served by ``fallback``, each clock paused while the other runs (partners use their own KV
     blocks). Returns ``runtime``'s metrics."""
@@ -133,9 +131,8 @@ def drive_lockstep(
     return runtime.metrics()
 
 
-def saturation_rps(
-    cost_model: CostModel, workload: FidelityWorkload, engine: EngineConfig, policy: PolicyFactory, seed: int = 0
-) -> float:
+def saturation_rps(cost_model: CostModel, workload: FidelityWorkload, engine: EngineConfig, policy: PolicyFactory,
+                   seed: int = 0) -> float:
     """Requests/s the simulator finishes when the whole workload arrives at once (the engine saturated)."""
     reqs = workload.requests(cost_model, 1e6, seed)
     sim = Simulator(engine, workload.tenants(cost_model), cost_model, reqs)

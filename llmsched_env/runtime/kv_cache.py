@@ -50,9 +50,8 @@ class PagedKVCache:
         return 2 * config.num_layers * block_size * config.num_kv_heads * config.head_dim * itemsize
 
     @classmethod
-    def num_blocks_for(
-        cls, config: ModelConfig, block_size: int, memory_bytes: int, dtype: torch.dtype = torch.float32
-    ) -> int:
+    def num_blocks_for(cls, config: ModelConfig, block_size: int, memory_bytes: int,
+                       dtype: torch.dtype = torch.float32) -> int:
         """How many blocks fit in ``memory_bytes`` (``ValueError`` when not even one does)."""
         per_block = cls.bytes_per_block(config, block_size, dtype)
         if memory_bytes < per_block:

@@ -54,9 +54,8 @@ class RunnerSpec:
             object.__setattr__(self, "weights", Path(self.weights))
 
     @classmethod
-    def for_here(
-        cls, model: str = "tiny", device: str | None = None, dtype: str | None = None, **fields: Any
-    ) -> RunnerSpec:
+    def for_here(cls, model: str = "tiny", device: str | None = None, dtype: str | None = None,
+                 **fields: Any) -> RunnerSpec:
         """A spec whose ``device`` (None: ``default_device()``) and ``dtype`` (None: ``default_dtype`` of the
         device) suit this machine; ``fields`` are the other fields."""
         device = device or default_device()

@@ -1,7 +1,5 @@
-"""Where requests come from: arrival processes, length distributions, trace loaders (Azure, Mooncake,
-ShareGPT lengths, a generic CSV/JSONL), synthetic workloads, scenarios with train/val/test splits, and the
-scenario library.
-"""
+"""Where requests come from: arrival processes, length distributions, trace loaders, synthetic workloads,
+scenarios with train/val/test splits, and the scenario library."""
 
 from llmsched_env.workloads.arrivals import ArrivalProcess, GammaArrivals, OnOff, Poisson, Ramp, TraceReplay
 from llmsched_env.workloads.describe import describe_scenario

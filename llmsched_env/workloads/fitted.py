@@ -91,9 +91,8 @@ class FittedSource:
     def nominal_rate_rps(self) -> float:
         return self.rate_rps
 
-    def sample(
-        self, rng: np.random.Generator, num_requests: int, load: float, window: int | None = None
-    ) -> list[Request]:
+    def sample(self, rng: np.random.Generator, num_requests: int, load: float,
+               window: int | None = None) -> list[Request]:
         """``num_requests`` requests at ``load``; ``window`` is ignored (every episode draws its own)."""
         if not (isinstance(num_requests, int) and num_requests >= 1):
             raise ValueError(f"FittedSource.sample: num_requests must be an int >= 1, got {num_requests!r}")

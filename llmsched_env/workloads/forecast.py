@@ -1,10 +1,5 @@
-"""Forecasts of the traffic to come, from what a scheduler has seen so far: the futures a planner plays.
-
-    forecaster = Forecaster(window=256)
-    fc = forecaster.fit(arrived, finished, now_s, live=[(r.tenant, g) for r, g in zip(live, produced)])
-    future = fc.arrivals(rng, until_s, first_id)             # requests arriving in (now_s, until_s], sampled
-    lens = [fc.output_len(rng, r, g) for r, g in zip(live, produced)]   # a length for each live request
-
+"""Forecasts of the traffic to come from what a scheduler has seen (the futures a planner plays):
+``Forecaster(window).fit(...)`` gives a ``Forecast`` whose ``arrivals`` and ``output_len`` sample the future.
 A forecast reads no true output length of an unfinished request and no request not yet arrived:
 
 - **arrivals**: Gamma renewal gaps with the rate (count over the time since the first) and squared CV of the

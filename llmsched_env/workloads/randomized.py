@@ -342,8 +342,7 @@ def random_scenario(seed: int, space: RandomizedSpace = DEFAULT_SPACE, num_reque
     return Scenario(name, description, source, engine=engine, cost_model=cost_model, num_requests=num_requests)
 
 
-def random_scenarios(
-    seeds: Iterable[int], space: RandomizedSpace = DEFAULT_SPACE, num_requests: int = 1000
-) -> list[Scenario]:
+def random_scenarios(seeds: Iterable[int], space: RandomizedSpace = DEFAULT_SPACE,
+                     num_requests: int = 1000) -> list[Scenario]:
     """``random_scenario`` of each seed, in order."""
     return [random_scenario(seed, space, num_requests) for seed in seeds]

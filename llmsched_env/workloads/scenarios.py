@@ -105,9 +105,8 @@ class SyntheticSource:
     def nominal_rate_rps(self) -> float:
         return self.workload.total_rate_rps
 
-    def sample(
-        self, rng: np.random.Generator, num_requests: int, load: float, window: int | None = None
-    ) -> list[Request]:
+    def sample(self, rng: np.random.Generator, num_requests: int, load: float,
+               window: int | None = None) -> list[Request]:
         """``num_requests`` generated requests at ``load`` (``window`` is ignored)."""
         stream = np.random.default_rng([split_stream(self.split), int(rng.integers(2**63))])
         wl = replace(self.workload, num_requests=num_requests)
@@ -174,9 +173,8 @@ class TraceSource:
         present = set(np.unique(self.trace.tenant).tolist())
         return [t.name for k, t in enumerate(self.tenants) if k not in present]
 
-    def sample(
-        self, rng: np.random.Generator, num_requests: int, load: float, window: int | None = None
-    ) -> list[Request]:
+    def sample(self, rng: np.random.Generator, num_requests: int, load: float,
+               window: int | None = None) -> list[Request]:
         """``num_requests`` consecutive requests at ``load``: the ``window``-th disjoint window; without one, a
         random start on train and a random window on val and test."""
         self.check_episode(num_requests)
@@ -220,9 +218,8 @@ class Scenario:
         return src
 
 
-def scaled_tenant(
-    name: str, slo_class: str | SLOClass, scale: float, weight: float = 1.0, priority: int = 0
-) -> TenantConfig:
+def scaled_tenant(name: str, slo_class: str | SLOClass, scale: float, weight: float = 1.0,
+                  priority: int = 0) -> TenantConfig:
     """A tenant whose SLO class targets are multiplied by ``scale`` (see ``slo_scale``)."""
     slo = SLO_CLASSES[slo_class] if isinstance(slo_class, str) else slo_class
     return TenantConfig(name, slo=slo.scaled(scale), weight=weight, priority=priority)

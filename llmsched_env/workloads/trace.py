@@ -141,9 +141,8 @@ class Trace:
 
     def to_requests(self, first_id: int = 0, arrival_offset_s: float = 0.0, time_scale: float = 1.0,
                     tenant_of: Sequence[int] | np.ndarray | None = None) -> list[Request]:
-        """One ``Request`` per row, ids ``first_id, first_id + 1, ...``, arriving at
-        ``arrival_offset_s + arrival_s / time_scale`` (``time_scale`` 2.0 replays at twice the rate). Tenants are
-        ``tenant_of[i]`` when given, else the trace's codes, else 0."""
+        """One ``Request`` per row (ids from ``first_id``) at ``arrival_offset_s + arrival_s / time_scale``, tenant
+        ``tenant_of[i]``, else the trace's code, else 0."""
         arrival = self._arrivals("to_requests")
         if not is_finite_number(time_scale) or time_scale <= 0:
             raise ValueError(f"time_scale must be a finite number > 0, got {time_scale!r}")
@@ -169,10 +168,8 @@ class Trace:
         ]
 
     def describe(self) -> dict[str, float]:
-        """Summary statistics; nan where undefined (no arrivals, no prefix ids, empty trace).
-
-        ``prefix_reuse_share`` is the fraction of all prefix-id occurrences whose id appeared earlier in the trace
-        (the best case for a prefix cache of unlimited size)."""
+        """Summary statistics, nan where undefined; ``prefix_reuse_share``: the share of prefix-id occurrences
+        seen earlier in the trace (an unlimited prefix cache's hits)."""
         nan = math.nan
         out: dict[str, float] = {"num_requests": float(len(self))}
         arrival_s = self.arrival_s

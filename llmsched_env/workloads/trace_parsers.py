@@ -261,9 +261,8 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _parse_csv(
-    path: Path, given: Mapping[str, Any], clock: bool = False, prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS
-) -> _Rows:
+def _parse_csv(path: Path, given: Mapping[str, Any], clock: bool = False,
+               prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS) -> _Rows:
     """The rows of a CSV file whose header holds the columns ``given`` maps our fields to; or, with ``given``
     mapping format names to such mappings, the first format whose columns the header holds."""
     lines = _read_lines(path)

@@ -73,9 +73,8 @@ def clear_trace_cache() -> None:
 # -------------------------------------------------------------------------------------------------- loaders
 
 
-def load_azure(
-    path: str | os.PathLike[str], *, max_context: int | None = None, overlong: str = "reject", sort: bool = False
-) -> Trace:
+def load_azure(path: str | os.PathLike[str], *, max_context: int | None = None, overlong: str = "reject",
+               sort: bool = False) -> Trace:
     """The Azure LLM inference 2023 CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``; wall-clock timestamps)."""
     return cached_load(path, "azure", read_azure, max_context=max_context, overlong=overlong, sort=sort)
 
@@ -91,9 +90,8 @@ def load_mooncake(path: str | os.PathLike[str], seed: int = 0, tick_s: float | N
     return cached_load(path, "mooncake", read_mooncake, seed=seed, tick_s=tick_s, **limits)
 
 
-def load_lengths(
-    path: str | os.PathLike[str], *, max_context: int | None = None, overlong: str = "reject", sort: bool = False
-) -> Trace:
+def load_lengths(path: str | os.PathLike[str], *, max_context: int | None = None, overlong: str = "reject",
+                 sort: bool = False) -> Trace:
     """Paired lengths from a CSV with ``num_prefill_tokens`` and ``num_decode_tokens`` columns (the ShareGPT
     stats file); ``arrival_s`` is None, an arrival process supplies the times. ``sort`` has nothing to sort."""
     return cached_load(path, "lengths", read_lengths, max_context=max_context, overlong=overlong, sort=sort)
