@@ -13,9 +13,17 @@ import numpy as np
 from llmsched_env.common.checks import check_int, is_finite_number
 from llmsched_env.engine.request import Request
 
-__all__ = ["MOONCAKE_PREFIX_ID_TOKENS", "Trace", "is_finite_number"]
+__all__ = ["MOONCAKE_PREFIX_ID_TOKENS", "Trace", "is_finite_number", "make_requests"]
 
 MOONCAKE_PREFIX_ID_TOKENS = 512  # Mooncake's hash_ids each name a block of 512 prompt tokens
+
+
+def make_requests(arrivals: Sequence[float], prompts: Sequence[int], outputs: Sequence[int], tenants: Sequence[int],
+                  prefix_ids: Sequence[tuple[int, ...] | None], prefix_id_tokens: int,
+                  first_id: int = 0) -> list[Request]:
+    """One ``Request`` per row of the columns, ids from ``first_id`` on."""
+    rows = zip(arrivals, prompts, outputs, tenants, prefix_ids, strict=True)
+    return [Request(first_id + i, a, p, o, k, ids, prefix_id_tokens) for i, (a, p, o, k, ids) in enumerate(rows)]
 
 
 def _frozen(values: Any, dtype: type, owner: str) -> np.ndarray:
@@ -159,13 +167,8 @@ class Trace:
             tenants = np.zeros(len(self), dtype=np.int64)
         times = (arrival_offset_s + arrival / time_scale).tolist()
         prefix = self.prefix_ids if self.prefix_ids is not None else (None,) * len(self)
-        pit = self.prefix_id_tokens
-        return [
-            Request(first_id + i, a, p, o, k, ids, pit)
-            for i, (a, p, o, k, ids) in enumerate(
-                zip(times, self.prompt_len.tolist(), self.output_len.tolist(), tenants.tolist(), prefix, strict=True)
-            )
-        ]
+        columns = (times, self.prompt_len.tolist(), self.output_len.tolist(), tenants.tolist(), prefix)
+        return make_requests(*columns, self.prefix_id_tokens, first_id)
 
     def describe(self) -> dict[str, float]:
         """Summary statistics, nan where undefined; ``prefix_reuse_share``: the share of prefix-id occurrences

@@ -15,6 +15,7 @@ from llmsched_env.engine.config import SLO_CLASSES, TenantConfig
 from llmsched_env.engine.request import Request
 from llmsched_env.workloads.arrivals import ArrivalProcess, Poisson, TraceReplay
 from llmsched_env.workloads.lengths import LENGTH_FILE_COLUMNS, LENGTH_KINDS, LengthDist, load_length_file
+from llmsched_env.workloads.trace import make_requests
 
 __all__ = ["ARRIVALS", "DEFAULT_BATCH_RATE_RPS", "DEFAULT_CHAT_RATE_RPS", "LENGTH_FILE_COLUMNS", "LENGTH_KINDS",
            "SHARED_PREFIX_ID_BASE", "LengthDist", "TenantWorkload", "WorkloadConfig", "default_workload", "generate",
@@ -170,9 +171,8 @@ def generate(config: WorkloadConfig, rng: np.random.Generator) -> list[Request]:
         prompts[sharing] = np.minimum(prompts[sharing] + t.shared_prefix_tokens, t.lengths.max_prompt_len)
         for i, j in zip(sharing.tolist(), which.tolist(), strict=True):
             prefix_ids[i] = shared[j]
-    pit = config.prefix_id_tokens
-    rows = zip(arrivals.tolist(), prompts.tolist(), outputs.tolist(), tenant_idx.tolist(), prefix_ids, strict=True)
-    return [Request(i, a, p, o, k, ids, pit) for i, (a, p, o, k, ids) in enumerate(rows)]
+    columns = (arrivals.tolist(), prompts.tolist(), outputs.tolist(), tenant_idx.tolist(), prefix_ids)
+    return make_requests(*columns, config.prefix_id_tokens)
 
 
 def _merge_arrivals(config: WorkloadConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
