@@ -12,9 +12,8 @@ from llmsched_env.costs.base import check_cost_field, check_label, check_step_ti
 
 __all__ = ["SHAPE_FACTOR", "AnalyticCostModel"]
 
-# How far the query heads' width (num_attention_heads * head_dim) may be from hidden_size: published decoder-only
-# models span 0.67x (PaLM: 48 x 256 against 18,432) to 3.4x (DeepSeek-V3's MLA: 128 x 192 against 7,168); Llama's
-# are equal. A head_dim or head count off by this much (1,048,576 x 32 against 4,096) prices attention absurdly.
+# How far the query heads' width (num_attention_heads * head_dim) may be from hidden_size (published models: 0.67x
+# to 3.4x).
 SHAPE_FACTOR = 8.0
 
 

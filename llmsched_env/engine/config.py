@@ -88,11 +88,8 @@ class EngineConfig:
     reserve_full_prefill: bool = True
 
     def __post_init__(self) -> None:
-        check_int("EngineConfig", "num_kv_blocks", self.num_kv_blocks, 2)
-        check_int("EngineConfig", "block_size", self.block_size, 1)
-        check_int("EngineConfig", "max_num_seqs", self.max_num_seqs, 1)
-        check_int("EngineConfig", "max_num_batched_tokens", self.max_num_batched_tokens, 1)
-        check_int("EngineConfig", "max_model_len", self.max_model_len, 2)
+        for name in ENGINE_BOUNDS:
+            check_int("EngineConfig", name, getattr(self, name), 2 if name in ("num_kv_blocks", "max_model_len") else 1)
         for name, bound in ENGINE_BOUNDS.items():
             value = getattr(self, name)
             if value > bound:

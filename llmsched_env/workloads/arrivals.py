@@ -1,10 +1,6 @@
-"""Arrival processes: when requests reach the engine. Stdlib and numpy only.
-
-Each process is a frozen, validated dataclass with ``mean_rate_rps``, ``sample(rng, n, start_s)`` (``n`` sorted
-float64 times, all > ``start_s``), ``scaled(load)`` and ``to_dict()`` (``arrival_from_dict`` reads it back).
-``scaled(load)`` multiplies the rate function: the time-varying kinds (``OnOff``, ``Diurnal``, ``Ramp``) keep their
-periods and durations; ``TraceReplay`` compresses time. Time-varying processes are functions of absolute time:
-``start_s`` says from when on arrivals are drawn, and sampling again from the last arrival continues the process.
+"""Arrival processes: frozen, validated dataclasses with ``mean_rate_rps``, ``sample(rng, n, start_s)`` (``n``
+sorted times > ``start_s``, functions of absolute time), ``scaled(load)`` (the rate function times ``load``;
+periods stay, a ``TraceReplay`` compresses time) and ``to_dict()`` (``arrival_from_dict`` reads it back).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""What a scenario offers: rates, length percentiles, tenant mix, and offered load against the engine, as data
-(``describe_scenario``) or lines of text (``format_description``).
-
-The capacity here is a back-of-the-envelope bound, not a simulation: the smaller of the compute bound (a request's
-prompt at the prefill rate of a full chunk plus its output at the decode rate of a full batch) and the KV bound
-(Little's law with as many requests in flight as the KV pool holds at their mean footprint).
-``python evaluate.py --capacity`` measures a scheduler's real capacity.
+"""What a scenario offers (rates, length percentiles, tenant mix, offered load) as data (``describe_scenario``) or
+text (``format_description``). Its capacity is a bound, not a simulation: the smaller of the compute bound and
+the KV bound (Little's law); ``evaluate.py --capacity`` measures a scheduler's real one.
 """
 
 from __future__ import annotations

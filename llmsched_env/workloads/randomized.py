@@ -37,9 +37,8 @@ SMALL_ENGINE = EngineConfig(num_kv_blocks=2048, max_num_seqs=64, max_num_batched
 ENGINE_CHOICES: tuple[EngineConfig, ...] = (EngineConfig(), LONG_CONTEXT, SMALL_LOCAL, SMALL_ENGINE)
 COST_MODEL_CHOICES = ("llama3-8b-h100", "llama3-8b-a100", "llama2-70b-4xh100")
 ARRIVAL_CHOICES = ("poisson", "gamma", "on_off")
-# The estimate's constant: the library's FCFS knees (90% SLO attainment) over the throughput bound that
-# ``nominal_rate_rps`` computes, geometric mean over default, sharegpt-poisson, mixed-slo and short-long
-# (their ratios: 0.55, 0.34, 0.43, 0.36).
+# The library's FCFS knees over ``nominal_rate_rps``'s bound: geometric mean of 0.55, 0.34, 0.43, 0.36 (default,
+# sharegpt-poisson, mixed-slo, short-long).
 KNEE_FRACTION = 0.41
 MIN_BATCHED_TOKENS = 64  # the smallest max_num_batched_tokens an engine of the space may have
 FIT_COPIES = 2  # the KV pool must hold this many of a family's longest requests at once
@@ -80,15 +79,10 @@ def _sub_range(rng: np.random.Generator, bounds: tuple[int, int]) -> tuple[int, 
 
 
 _FAMILIES: dict[str, _Family] = {
-    # Short chat turns.
     "short_chat": _Family(2048, 512, prompt=(50, 300), output=(30, 250), sigma=(0.5, 1.0)),
-    # ShareGPT-like conversations: heavy-tailed prompts (mean ~2k tokens) and outputs of a few hundred.
     "sharegpt": _Family(8192, 2048, prompt=(400, 1500), output=(150, 400), sigma=(0.8, 1.2)),
-    # Code completion: long prompts (context), short outputs.
     "code": _Family(8192, 512, prompt=(800, 3000), output=(15, 80), sigma=(0.5, 0.9)),
-    # Summarization: long documents in, paragraphs out.
     "summarization": _Family(12288, 1024, prompt=(2000, 5000), output=(150, 400), sigma=(0.4, 0.7)),
-    # Long context: 8k-32k-token prompts, uniform.
     "long_context": _Family(32768, 1024, prompt=(8192, 32768), output=(16, 1024), sigma=None),
 }
 LENGTH_FAMILIES = tuple(_FAMILIES)
@@ -123,12 +117,9 @@ def _check_range(name: str, value: Any, lowest: float, highest: float = math.inf
 
 @dataclass(frozen=True)
 class RandomizedSpace:
-    """The ranges a random scenario is drawn from, each field checked (``ValueError`` naming it). A tenant's SLO
-    class is drawn among ``slo_classes`` whose TTFT target is at least ``TTFT_HEADROOM`` x its typical prefill
-    (else the loosest); its family among ``length_families`` fitting the engine; weights log-uniform in
-    ``weight_range``; priorities 0..``max_priority``; shared prompts with probability ``prefix_prob``.
-    ``load_range`` is the loads a caller should draw from (unused here).
-    """
+    """The ranges a random scenario is drawn from, each field checked (``ValueError`` naming it); a tenant's SLO
+    class among those with a TTFT target of at least ``TTFT_HEADROOM`` x its typical prefill (else the loosest).
+    ``load_range``: the loads a caller should draw from."""
 
     min_tenants: int = 1
     max_tenants: int = 16

@@ -58,8 +58,7 @@ class RequestSource(Protocol):
     def nominal_rate_rps(self) -> float: ...
 
 
-# Random stream of each split of a synthetic workload. "val" keeps the stream the former "eval" split drew
-# from (the shipped checkpoints were chosen on it); "test" is a stream no choice has seen.
+# Random stream of each split of a synthetic workload ("val" keeps the former "eval" split's).
 _SPLIT_STREAM = {"train": 0, "val": 1, "test": 2}
 
 
@@ -313,10 +312,9 @@ def _length_parts(path: Path, trace: Trace) -> list[tuple[float, Trace]]:
 def scenario_from_trace(path: str | Path, fmt: str, rate_rps: float | None = None, slo_class: str | SLOClass = "chat",
                         engine: EngineConfig | None = None, cost_model: str = REFERENCE_COST_MODEL,
                         tenant_slos: Mapping[str, str | SLOClass] | None = None, **options: object) -> Scenario:
-    """A scenario replaying a user's trace file (``fmt``: azure, mooncake, lengths, generic), split in time
-    (``split_bounds``). A timed trace replays at its mean rate unless ``rate_rps`` is given; a length-only one
-    needs ``rate_rps`` (Poisson, shared among tenants by rows). Tenants and SLOs: ``trace_tenants``. Episodes
-    default to ``DEFAULT_TRACE_EPISODE`` or each part's size. Every problem is a ``ValueError`` naming the file."""
+    """A scenario replaying a user's trace file (``fmt``), split in time; at its mean rate unless ``rate_rps`` is
+    given (which a length-only trace needs). Tenants and SLOs: ``trace_tenants``. Every problem is a
+    ``ValueError`` naming the file."""
     path = Path(path)
     trace = load_trace(path, fmt, **options)  # fail now, with the file's own error, not at reset()
     if rate_rps is not None and not (is_finite_number(rate_rps) and in_range(rate_rps, False, MAX_RATE_RPS)):
