@@ -119,16 +119,13 @@ def run_fidelity(spec: RunnerSpec, preset: str | Path, policies: Sequence[str], 
     say = on_status or (lambda line: None)
     also = " (each also in situ)" if in_situ else ""
     say(f"fidelity of {preset} on {spec.describe()}: {runs} workloads{also}, after a warm-up run")
-    rows = compare(
-        runner, model, factories, policy_factory("fcfs"), loads, seeds, workload, progress=on_row, in_situ=in_situ
-    )
+    rows = compare(runner, model, factories, policy_factory("fcfs"), loads, seeds, workload, progress=on_row,
+                   in_situ=in_situ)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "fidelity.csv")
     summary = summarise(rows, kinds)
-    write_text_atomically(
-        out / "fidelity.json",
-        json.dumps({"preset": str(preset), "model": spec.model, "rows": rows, "summary": summary}, indent=2),
-    )
+    data = {"preset": str(preset), "model": spec.model, "rows": rows, "summary": summary}
+    write_text_atomically(out / "fidelity.json", json.dumps(data, indent=2))
     title = (f"Fidelity of preset `{preset}` against the runtime ({spec.model}, {spec.dtype}, {spec.device}); "
              f"{num_requests} requests per run, policies {', '.join(factories)}, loads {list(loads)}, "
              f"seeds {list(seeds)}. Relative errors of the simulator, mean (max) over the runs: against the preset, "

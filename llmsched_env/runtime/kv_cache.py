@@ -25,17 +25,13 @@ class PagedKVCache:
         for key, value in sizes.items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"PagedKVCache {key} must be an integer >= 1, got {value!r}")
-        self.num_layers = num_layers
-        self.num_blocks = num_blocks
-        self.block_size = block_size
-        self.num_kv_heads = num_kv_heads
-        self.head_dim = head_dim
+        self.num_layers, self.num_blocks, self.block_size = num_layers, num_blocks, block_size
+        self.num_kv_heads, self.head_dim = num_kv_heads, head_dim
         # data: [num_layers, 2 (key, value), num_blocks, block_size, kv_heads, head_dim]
         # empty + zero_ rather than zeros: writing commits the pages now; lazily mapped zero pages made every
         # gather through them several times slower on CPU
-        self.data = torch.empty(
-            num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype, device=device
-        ).zero_()
+        shape = (num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim)
+        self.data = torch.empty(shape, dtype=dtype, device=device).zero_()
         self.k = [self.data[i, 0] for i in range(num_layers)]  # k[layer]: [num_blocks, block_size, kv_heads, head_dim]
         self.v = [self.data[i, 1] for i in range(num_layers)]
         # gather scratch (keys, values): [rows, block_size * kv_heads * head_dim], grown to the largest gather;
