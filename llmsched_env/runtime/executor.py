@@ -1,10 +1,6 @@
 """The torch executor: ``Runtime`` is a ``sim.Simulator`` whose ``execute(batch)`` runs the batch on a
-``ModelRunner`` and returns its wall time, so everything but the cost model is the simulator's own code.
-
-An iteration lasts from the end of the previous model step to the end of this one, loop included. Idle gaps are
-skipped unless ``realtime=True`` (then slept through); ``pause()`` / ``resume()`` stop the clock (lockstep runs,
-each on its own KV blocks: ``block_offset``). Prompts come from ``PromptTokens``; a preempted request re-runs its
-prompt plus the tokens it produced, as vLLM does.
+``ModelRunner`` and returns its wall time (from the previous model step's end, loop included). Idle gaps are
+skipped unless ``realtime=True``; ``pause()`` / ``resume()`` stop the clock (lockstep runs, ``block_offset``).
 """
 
 from __future__ import annotations
@@ -26,8 +22,7 @@ __all__ = ["Runtime"]
 
 
 class Runtime(Simulator):
-    """Serve ``requests`` on ``runner`` under the core engine; ``cost_model`` only prices shedding decisions
-    (the engine's "can this prefill still meet its TTFT?") and the idle tick, so give it a calibrated preset."""
+    """Serve ``requests`` on ``runner``; ``cost_model`` only prices shedding decisions and the idle tick."""
 
     def __init__(self, runner: ModelRunner, config: EngineConfig, tenants: Sequence[TenantConfig],
                  cost_model: CostModel, requests: Sequence[Request], *, seed: int = 0, realtime: bool = False,

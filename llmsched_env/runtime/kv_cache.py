@@ -76,17 +76,15 @@ class PagedKVCache:
         self.v[layer].view(-1, self.num_kv_heads, self.head_dim).index_copy_(0, slots, v)
 
     def gather(self, layer: int, blocks: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values ``[length, kv_heads, head_dim]`` of positions ``[0, length)`` of one sequence
-        whose block table (covering them) is ``blocks [num_seq_blocks]`` (int64, on the cache's device).
-        The result lives in a scratch buffer: valid until the next ``gather``/``gather_batch``."""
+        """Keys and values ``[length, kv_heads, head_dim]`` of positions ``[0, length)`` of the sequence with block
+        table ``blocks``, in a scratch buffer valid until the next gather."""
         shape = (-1, self.num_kv_heads, self.head_dim)
         k = self._rows(0, self.k[layer], blocks).view(shape)[:length]
         return k, self._rows(1, self.v[layer], blocks).view(shape)[:length]
 
     def gather_batch(self, layer: int, block_tables: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values ``[B, max_blocks * block_size, kv_heads, head_dim]`` of B sequences whose block
-        tables are padded into ``block_tables [B, max_blocks]``; the caller masks positions past each length.
-        The result lives in a scratch buffer: valid until the next ``gather``/``gather_batch``."""
+        """Keys and values ``[B, max_blocks * block_size, kv_heads, head_dim]`` of the sequences of the padded
+        ``block_tables [B, max_blocks]`` (the caller masks), in a scratch buffer valid until the next gather."""
         b, m = block_tables.shape
         shape = (b, m * self.block_size, self.num_kv_heads, self.head_dim)
         flat = block_tables.reshape(-1)

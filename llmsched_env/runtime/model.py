@@ -25,9 +25,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Shapes of a Llama-style decoder. ``rope_llama3`` = (factor, low_freq_factor, high_freq_factor,
-    original_max_position) of Llama 3.1/3.2's rope scaling, or None; ``tie_word_embeddings``: lm_head
-    shares the embedding matrix (Llama 3.2 1B/3B), so a checkpoint may omit ``lm_head.weight``."""
+    """Shapes of a Llama-style decoder; ``rope_llama3``: Llama 3.1's rope scaling (factor, low, high, original max
+    position) or None; ``tie_word_embeddings``: lm_head shares the embedding (``lm_head.weight`` may be absent)."""
 
     name: str
     vocab_size: int
@@ -226,9 +225,8 @@ class LlamaModel(nn.Module):
 
 def build_model(config: str | ModelConfig, *, seed: int = 0, dtype: torch.dtype = torch.float32,
                 device: str | torch.device = "cpu", weights_path: str | Path | None = None) -> LlamaModel:
-    """A ``LlamaModel`` in eval mode on ``device``: seeded random weights (normal, std 0.02; norms 1;
-    deterministic for a seed on a given device type), or the tensors of a local safetensors file or folder
-    (``ValueError`` naming the file and tensor when one is missing, unexpected or of the wrong shape)."""
+    """A ``LlamaModel`` in eval mode on ``device``: seeded random weights (std 0.02), or a local safetensors file or
+    folder's (``ValueError`` naming the file and a missing, unexpected or misshapen tensor)."""
     config = model_config(config)
     device = torch.device(device)
     with torch.device("meta"):  # no host allocation: the 8B preset goes straight to the GPU, in its dtype

@@ -1,7 +1,5 @@
-"""Exported policies with torch at hand: ``llmsched_env.decision.policy_file``'s loader, whose actor runs in
-numpy, plus a torch forward pass for the activations numpy lacks (``ACTIVATIONS``: every ``torch.nn`` one an
-export may name). The runtime, the agents and anything that may meet such a policy load through here.
-"""
+"""Exported policies with torch at hand: ``decision.policy_file``'s loader plus a torch forward pass for the
+activations numpy lacks (``ACTIVATIONS``)."""
 
 from __future__ import annotations
 

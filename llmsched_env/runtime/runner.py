@@ -88,9 +88,8 @@ class ModelRunner:
         self.decode_group_slack = decode_group_slack  # padding tokens per decode before a new group starts
 
     def run(self, chunks: Sequence[SeqChunk]) -> list[int | None]:
-        """Run one iteration in one forward pass (K/V written to the cache, causal attention over the cached prefix
-        and the chunk): per chunk the next token (greedy at temperature 0, else seeded sampling), None where
-        ``sample`` is False."""
+        """Run one iteration in one forward pass: per chunk the next token (greedy at temperature 0, else seeded
+        sampling), None where ``sample`` is False."""
         logits = self.forward_logits(chunks)  # [M, vocab]
         if logits.shape[0] == 0:
             return [None] * len(chunks)
