@@ -40,10 +40,8 @@ def check_observation(owner: str, observation: object, size: int) -> None:
     """``ValueError`` naming ``owner``'s argument ``observation`` unless its shape is ``(size,)``."""
     if getattr(observation, "shape", None) != (size,):
         shape = getattr(observation, "shape", type(observation).__name__)
-        raise ValueError(
-            f"{owner}.act: argument 'observation' must be an array of shape ({size},) (one value per name of "
-            f"the context's obs_names), got {shape}"
-        )
+        raise ValueError(f"{owner}.act: argument 'observation' must be an array of shape ({size},) (one value per name "
+                         f"of the context's obs_names), got {shape}")
 
 
 def valid_mask(spec: ActionSpec, mask: np.ndarray) -> np.ndarray:

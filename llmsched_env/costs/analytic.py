@@ -102,18 +102,15 @@ class AnalyticCostModel:
         """``ValueError`` naming the fields when the attention's shape contradicts itself."""
         heads, kv_heads = self.num_attention_heads, self.num_kv_heads
         if kv_heads > heads or heads % kv_heads:
-            raise ValueError(
-                f"{owner}: field 'num_kv_heads' ({kv_heads}) must divide 'num_attention_heads' ({heads}): each KV "
-                "head serves a whole group of query heads (num_kv_heads = num_attention_heads without grouping, 1 "
-                "for multi-query attention)"
-            )
+            raise ValueError(f"{owner}: field 'num_kv_heads' ({kv_heads}) must divide 'num_attention_heads' ({heads}): "
+                             f"each KV head serves a whole group of query heads (num_kv_heads = num_attention_heads "
+                             f"without grouping, 1 for multi-query attention)")
         width = heads * self.head_dim
         if not self.hidden_size / SHAPE_FACTOR <= width <= self.hidden_size * SHAPE_FACTOR:
-            raise ValueError(
-                f"{owner}: fields 'num_attention_heads' x 'head_dim' ({heads} x {self.head_dim} = {width}) must be "
-                f"within {SHAPE_FACTOR:g}x of 'hidden_size' ({self.hidden_size}): the attention's width is about the "
-                "model's (Llama: equal; Qwen3, Gemma, DeepSeek's MLA: 0.7x to 3.4x)"
-            )
+            raise ValueError(f"{owner}: fields 'num_attention_heads' x 'head_dim' ({heads} x {self.head_dim} = "
+                             f"{width}) must be within {SHAPE_FACTOR:g}x of 'hidden_size' ({self.hidden_size}): the "
+                             f"attention's width is about the model's (Llama: equal; Qwen3, Gemma, DeepSeek's MLA: "
+                             f"0.7x to 3.4x)")
 
     def step_time_s(self, num_prefill_tokens: int, num_decode_seqs: int, num_kv_tokens: int,
                     prefill_attn_pairs: float) -> float:

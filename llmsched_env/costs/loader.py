@@ -78,10 +78,8 @@ def cost_model_of(owner: str, value: object) -> CostModel:
         return load_cost_model(value)
     if isinstance(value, CostModel):
         return value
-    raise ValueError(
-        f"{owner} must be a cost-model preset name ({', '.join(list_presets())}), a JSON path or a CostModel, "
-        f"got {value!r}"
-    )
+    raise ValueError(f"{owner} must be a cost-model preset name ({', '.join(list_presets())}), a JSON path or a "
+                     f"CostModel, got {value!r}")
 
 
 def main() -> None:

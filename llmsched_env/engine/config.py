@@ -97,10 +97,8 @@ class EngineConfig:
                     f"EngineConfig.{name} must be at most {bound:,}{_BOUND_REASONS.get(name, '')}, got {value!r}"
                 )
         if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(
-                "EngineConfig.max_num_batched_tokens must be >= max_num_seqs so every running decode fits in "
-                f"one iteration, got {self.max_num_batched_tokens} < {self.max_num_seqs}"
-            )
+            raise ValueError(f"EngineConfig.max_num_batched_tokens must be >= max_num_seqs so every running decode "
+                             f"fits in one iteration, got {self.max_num_batched_tokens} < {self.max_num_seqs}")
         if not isinstance(self.reserve_full_prefill, bool):
             raise ValueError(
                 f"EngineConfig.reserve_full_prefill must be true or false, got {self.reserve_full_prefill!r}"

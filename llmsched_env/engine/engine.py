@@ -264,10 +264,8 @@ class Engine:
             raise ValueError(f"resume: request {r.request_id}: unknown tenant {r.tenant}")
         decoding = r.num_output_tokens >= 1 and num_computed_tokens == r.num_prefill_tokens - 1
         if not 0 <= num_computed_tokens < r.num_prefill_tokens or r.num_output_tokens >= r.output_len:
-            raise ValueError(
-                f"resume: request {r.request_id}: {num_computed_tokens} computed tokens and {r.num_output_tokens} "
-                f"produced of {r.output_len} do not describe a running request"
-            )
+            raise ValueError(f"resume: request {r.request_id}: {num_computed_tokens} computed tokens and "
+                             f"{r.num_output_tokens} produced of {r.output_len} do not describe a running request")
         pool = self.pool
         need = pool.blocks_for(r.num_prefill_tokens if decoding else num_computed_tokens)
         if need > pool.num_free_blocks or len(self.running) >= self.config.max_num_seqs:

@@ -33,15 +33,11 @@ class Runtime(Simulator):
             raise ValueError(f"EngineConfig.block_size={config.block_size} differs from the runner's KV block size "
                              f"{runner.block_size}")
         if config.num_kv_blocks + block_offset > runner.num_blocks:
-            raise ValueError(
-                f"EngineConfig.num_kv_blocks={config.num_kv_blocks} from block {block_offset} on exceeds the "
-                f"runner's {runner.num_blocks} KV blocks"
-            )
+            raise ValueError(f"EngineConfig.num_kv_blocks={config.num_kv_blocks} from block {block_offset} on exceeds "
+                             f"the runner's {runner.num_blocks} KV blocks")
         if config.max_model_len > runner.config.max_position:
-            raise ValueError(
-                f"EngineConfig.max_model_len={config.max_model_len} exceeds model {runner.config.name!r}'s "
-                f"max_position={runner.config.max_position}"
-            )
+            raise ValueError(f"EngineConfig.max_model_len={config.max_model_len} exceeds model "
+                             f"{runner.config.name!r}'s max_position={runner.config.max_position}")
         self.runner = runner
         self.prompts = PromptTokens(runner.config.vocab_size, seed)
         self.output_tokens: dict[int, list[int]] = {}  # sampled tokens per request id, kept after it ends

@@ -149,10 +149,9 @@ def check_runtime_requests(factors: Mapping[str, int], in_situ: bool = False) ->
     values = " x ".join(f"{v:,}" for v in factors.values())
     if in_situ:
         names, values = f"{names} x {IN_SITU_FACTOR} (the in-situ replays)", f"{values} x {IN_SITU_FACTOR}"
-    raise ValueError(
-        f"{names} = {values} = {total:,} requests served on the runtime, more than {MAX_RUNTIME_REQUESTS:,} "
-        f"(about an hour at the 36 ms per request of the tiny model on a 2-core CPU); give fewer of them"
-    )
+    raise ValueError(f"{names} = {values} = {total:,} requests served on the runtime, more than "
+                     f"{MAX_RUNTIME_REQUESTS:,} (about an hour at the 36 ms per request of the tiny model on a 2-core "
+                     f"CPU); give fewer of them")
 
 
 def compare(runner: ModelRunner, cost_model: CostModel, policies: Mapping[str, PolicyFactory], fallback: PolicyFactory,

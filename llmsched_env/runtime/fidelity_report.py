@@ -49,10 +49,8 @@ def check_fidelity_seeds(seeds: Sequence[int]) -> None:
         raise ValueError("seeds: at least one fidelity workload seed is needed")
     taken = [x for x in seeds if x >= FIT_SEED or x == WARMUP_SEED]
     if taken:
-        raise ValueError(
-            f"seeds {taken}: {FIT_SEED} and up (fitting) and {WARMUP_SEED} (warm-up) are not fidelity workloads; "
-            "choose others"
-        )
+        raise ValueError(f"seeds {taken}: {FIT_SEED} and up (fitting) and {WARMUP_SEED} (warm-up) are not fidelity "
+                         f"workloads; choose others")
 
 
 def error_kinds(in_situ: bool) -> dict[str, str]:

@@ -133,10 +133,8 @@ class ModelRunner:
                 raise ValueError(f"chunk {i}: positions up to {end} exceed max_position {self.config.max_position}")
             need = -(-end // bs)
             if len(c.block_table) < need:
-                raise ValueError(
-                    f"chunk {i}: block_table has {len(c.block_table)} blocks, positions [0, {end}) need {need} "
-                    f"of {bs} tokens"
-                )
+                raise ValueError(f"chunk {i}: block_table has {len(c.block_table)} blocks, positions [0, {end}) need "
+                                 f"{need} of {bs} tokens")
             used = c.block_table[:need]
             if min(used) < 0 or max(used) >= self.num_blocks:
                 raise ValueError(f"chunk {i}: block ids must be in [0, {self.num_blocks}), got {list(used)}")

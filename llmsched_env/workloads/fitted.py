@@ -153,10 +153,8 @@ def fitted_scenario(base: Scenario, fitted_to: str, name: str | None = None) -> 
     def make(split: str, scale: float) -> RequestSource:
         replay = base.make_source(split, scale)
         if not isinstance(replay, TraceSource):
-            raise ValueError(
-                f"scenario {base.name!r}: traffic can be fitted to a timed trace's replay only (its {split} part "
-                f"is {type(replay).__name__})"
-            )
+            raise ValueError(f"scenario {base.name!r}: traffic can be fitted to a timed trace's replay only (its "
+                             f"{split} part is {type(replay).__name__})")
         return FittedSource.of_replay(replay, fitted_to)
 
     description = f"traffic fitted to {fitted_to} (generated: {base.description})"

@@ -169,20 +169,15 @@ class RandomizedSpace:
             if not isinstance(engine, EngineConfig):
                 raise ValueError(f"RandomizedSpace.engines[{i}] must be an EngineConfig, got {engine!r}")
             if engine.max_num_batched_tokens < MIN_BATCHED_TOKENS:
-                raise ValueError(
-                    f"RandomizedSpace.engines[{i}].max_num_batched_tokens must be >= {MIN_BATCHED_TOKENS}, got "
-                    f"{engine.max_num_batched_tokens}"
-                )
+                raise ValueError(f"RandomizedSpace.engines[{i}].max_num_batched_tokens must be >= "
+                                 f"{MIN_BATCHED_TOKENS}, got {engine.max_num_batched_tokens}")
             if not any(fits_engine(engine, _FAMILIES[f].max_total_len) for f in families):
-                raise ValueError(
-                    f"RandomizedSpace.engines[{i}] fits none of the length families {families} (a family's longest "
-                    f"request must fit max_model_len, and {FIT_COPIES} of them the KV pool): {engine}"
-                )
+                raise ValueError(f"RandomizedSpace.engines[{i}] fits none of the length families {families} (a "
+                                 f"family's longest request must fit max_model_len, and {FIT_COPIES} of them the KV "
+                                 f"pool): {engine}")
             if self.prefix_prob > 0 and PREFIX_ID_TOKENS % engine.block_size:
-                raise ValueError(
-                    f"RandomizedSpace.engines[{i}].block_size={engine.block_size} must divide {PREFIX_ID_TOKENS} "
-                    "for shared prefixes (or set prefix_prob=0)"
-                )
+                raise ValueError(f"RandomizedSpace.engines[{i}].block_size={engine.block_size} must divide "
+                                 f"{PREFIX_ID_TOKENS} for shared prefixes (or set prefix_prob=0)")
         return tuple(engines)
 
     def _checked_cost_models(self) -> tuple[str, ...]:

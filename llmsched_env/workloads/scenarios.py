@@ -70,10 +70,8 @@ def split_stream(split: str) -> int:
 def check_split(split: object) -> str:
     """``split`` if it names one of ``SPLITS``, else ``ValueError`` (which says what became of "eval")."""
     if split == "eval":
-        raise ValueError(
-            "split 'eval' was divided in two: use 'val' for choices (checkpoints, seeds, tuned knobs) and 'test' "
-            "for reported figures"
-        )
+        raise ValueError("split 'eval' was divided in two: use 'val' for choices (checkpoints, seeds, tuned knobs) and "
+                         "'test' for reported figures")
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     return split
@@ -127,10 +125,8 @@ class TraceSource:
         check_tenant_count(f"{self.trace.source}: TraceSource.tenants", len(tenants))  # at most MAX_TENANTS
         need = len(self.trace.tenant_names) if self.trace.tenant is not None else 1
         if len(tenants) != need or not all(isinstance(t, TenantConfig) for t in tenants):
-            raise ValueError(
-                f"{self.trace.source}: TraceSource needs {need} TenantConfig(s), one per tenant of the trace "
-                f"{list(self.trace.tenant_names)}, got {len(tenants)}"
-            )
+            raise ValueError(f"{self.trace.source}: TraceSource needs {need} TenantConfig(s), one per tenant of the "
+                             f"trace {list(self.trace.tenant_names)}, got {len(tenants)}")
         object.__setattr__(self, "tenants", tenants)
         rate = self.rate_rps
         check_positive(f"{self.trace.source}: TraceSource", "rate_rps", rate, maximum=MAX_RATE_RPS, unit="requests/s")
@@ -143,10 +139,8 @@ class TraceSource:
         n = len(self.trace)
         if num_requests > n:
             part = f"the {self.split} split's" if self.split else "this split's"
-            raise ValueError(
-                f"{self.trace.source}: an episode of {num_requests} requests does not fit in {part} {n} requests; "
-                f"ask for at most {n}"
-            )
+            raise ValueError(f"{self.trace.source}: an episode of {num_requests} requests does not fit in {part} {n} "
+                             f"requests; ask for at most {n}")
 
     def num_windows(self, num_requests: int) -> int:
         """Disjoint consecutive windows of ``num_requests`` requests this part holds (its first requests first)."""
@@ -261,10 +255,8 @@ def trace_tenants(path: str | Path, trace: Trace, slo_class: str | SLOClass = "c
     tenant_slos = dict(tenant_slos or {})
     if trace.tenant is None:
         if tenant_slos:
-            raise ValueError(
-                f"{path}: SLO classes given for tenant(s) {_names(sorted(tenant_slos))} but the trace has no "
-                "tenant column (generic format: map one with tenant=COLUMN)"
-            )
+            raise ValueError(f"{path}: SLO classes given for tenant(s) {_names(sorted(tenant_slos))} but the trace has "
+                             f"no tenant column (generic format: map one with tenant=COLUMN)")
         return [(slo_class if isinstance(slo_class, str) else slo_class.name, slo_class)]
     unknown = sorted(set(tenant_slos) - set(trace.tenant_names))
     if unknown:
@@ -277,11 +269,9 @@ def _timed_parts(path: Path, trace: Trace) -> dict[str, Trace]:
     """The train, val and test parts of a timed trace, each checked to hold an arrival pattern."""
     n = len(trace)
     if n >= 2 and trace.duration_s() == 0.0:
-        raise ValueError(
-            f"{path}: all {n} requests arrive at the same time, so the trace has no arrival pattern to replay; "
-            "give it distinct timestamps, or replay its lengths alone (generic format without an arrival column, "
-            "with a rate: --trace-rate)"
-        )
+        raise ValueError(f"{path}: all {n} requests arrive at the same time, so the trace has no arrival pattern to "
+                         f"replay; give it distinct timestamps, or replay its lengths alone (generic format without an "
+                         f"arrival column, with a rate: --trace-rate)")
     parts = {split: trace_split(trace, split) for split in SPLITS}
     for split, part in parts.items():
         if len(part) < 2 or part.duration_s() == 0.0:
@@ -302,10 +292,9 @@ def _length_parts(path: Path, trace: Trace) -> list[tuple[float, Trace]]:
     for name, rows in groups:
         if any(len(split_rows(rows, split)) == 0 for split in SPLITS):
             who = f"tenant {name!r} has" if name else "the trace has"
-            raise ValueError(
-                f"{path}: {who} {len(rows)} row(s), too few to give each of its train, val and test parts a row "
-                f"(the first {TRAIN_FRACTION:.0%} of the rows, the next {VAL_FRACTION:.0%}, the rest); give more rows"
-            )
+            raise ValueError(f"{path}: {who} {len(rows)} row(s), too few to give each of its train, val and test parts "
+                             f"a row (the first {TRAIN_FRACTION:.0%} of the rows, the next {VAL_FRACTION:.0%}, the "
+                             f"rest); give more rows")
     return [(len(rows) / len(trace), rows) for _, rows in groups]
 
 
@@ -344,10 +333,9 @@ def scenario_from_trace(path: str | Path, fmt: str, rate_rps: float | None = Non
         parts = _timed_parts(path, trace)
         rate = float(rate_rps) if rate_rps is not None else trace.mean_rate_rps()
         if not rate <= MAX_RATE_RPS:  # the trace's own rate: its timestamps in another unit than they say
-            raise ValueError(
-                f"{path}: the trace's mean rate is {rate:g} requests/s, over the {MAX_RATE_RPS:,.0f} a rate may be; "
-                "check the unit of its timestamps (--trace-time-unit) or give a rate (--trace-rate)"
-            )
+            raise ValueError(f"{path}: the trace's mean rate is {rate:g} requests/s, over the {MAX_RATE_RPS:,.0f} a "
+                             f"rate may be; check the unit of its timestamps (--trace-time-unit) or give a rate "
+                             f"(--trace-rate)")
 
         def make_timed(split: str, scale: float) -> RequestSource:
             configs = tuple(scaled_tenant(name, cls, scale) for name, cls in tenants)

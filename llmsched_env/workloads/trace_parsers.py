@@ -279,16 +279,12 @@ def _parse_csv(path: Path, given: Mapping[str, Any], clock: bool = False,
     expected = list(names.values())
     twice = sorted({col for col in header if col and header.count(col) > 1})
     if twice:
-        raise TraceError(
-            f"{path}:{header_i + 1}: column(s) {twice} appear more than once in the CSV header; which one holds "
-            "the data is ambiguous, rename or drop the duplicates"
-        )
+        raise TraceError(f"{path}:{header_i + 1}: column(s) {twice} appear more than once in the CSV header; which one "
+                         f"holds the data is ambiguous, rename or drop the duplicates")
     missing = [col for col in expected if col not in header]
     if missing:
-        raise TraceError(
-            f"{path}:{header_i + 1}: missing column(s) {missing} in the CSV header; found columns {header}, "
-            f"expected {expected}"
-        )
+        raise TraceError(f"{path}:{header_i + 1}: missing column(s) {missing} in the CSV header; found columns "
+                         f"{header}, expected {expected}")
     index = {fld: header.index(col) for fld, col in names.items()}
     parser = _Parser(path, names, "column", clock=clock, prefix_id_tokens=prefix_id_tokens)
 
@@ -304,11 +300,9 @@ def _parse_csv(path: Path, given: Mapping[str, Any], clock: bool = False,
         except csv.Error as e:
             raise TraceError(f"{path}:{i + 1}: malformed CSV row ({e})") from None
         if len(row) > len(header) and any(cell.strip() for cell in row[len(header) :]):
-            raise TraceError(
-                f"{path}:{i + 1}: the row has {len(row)} fields but the header {len(header)}; "
-                f"{_short(row[len(header) :])} belong(s) to no column (a stray comma, or a column missing from the "
-                "header?)"
-            )
+            raise TraceError(f"{path}:{i + 1}: the row has {len(row)} fields but the header {len(header)}; "
+                             f"{_short(row[len(header) :])} belong(s) to no column (a stray comma, or a column missing "
+                             f"from the header?)")
         parser.add_record(i + 1, [cell.strip() for cell in row], index, missing_cell)
     if not parser.rows.lines:
         raise TraceError(f"{path}:{header_i + 2}: no data rows after the header on line {header_i + 1}")
@@ -376,12 +370,10 @@ def _build(rows: _Rows, *, max_context: int | None, overlong: str, sort: bool, t
         over = np.flatnonzero(prompt + output > max_context)
         if over.size and overlong == "error":
             i = int(over[0])
-            raise TraceError(
-                f"{path}:{lines[i]}: {_field_label(names, 'prompt_len', rows.kind)} + "
-                f"{_field_label(names, 'output_len', rows.kind)} = {prompt[i]} + {output[i]} exceeds "
-                f"max_context={max_context} (overlong='error'; use 'reject' to let the engine reject it or "
-                "'truncate' to cut it)"
-            )
+            raise TraceError(f"{path}:{lines[i]}: {_field_label(names, 'prompt_len', rows.kind)} + "
+                             f"{_field_label(names, 'output_len', rows.kind)} = {prompt[i]} + {output[i]} exceeds "
+                             f"max_context={max_context} (overlong='error'; use 'reject' to let the engine reject it "
+                             f"or 'truncate' to cut it)")
         if over.size and overlong == "truncate":
             new_prompt = np.maximum(max_context - output[over], 1)  # cut the prompt first, the output if needed
             output[over] = max_context - new_prompt

@@ -62,10 +62,9 @@ class TenantWorkload:
         check_int(owner, "num_shared_prefixes", self.num_shared_prefixes, 1)
         check_int(owner, "shared_prefix_tokens", self.shared_prefix_tokens, 1)
         if self.prefix_share > 0 and self.shared_prefix_tokens >= self.lengths.max_prompt_len:
-            raise ValueError(
-                f"{owner}.shared_prefix_tokens must be < lengths.max_prompt_len={self.lengths.max_prompt_len}"
-                f" so every prompt has a token of its own, got {self.shared_prefix_tokens}"
-            )
+            raise ValueError(f"{owner}.shared_prefix_tokens must be < "
+                             f"lengths.max_prompt_len={self.lengths.max_prompt_len} so every prompt has a token of its "
+                             f"own, got {self.shared_prefix_tokens}")
 
     @classmethod
     def with_arrival(cls, tenant: TenantConfig, arrival: ArrivalProcess, lengths: LengthDist,
@@ -113,10 +112,9 @@ class WorkloadConfig:
         check_int("WorkloadConfig", "prefix_id_tokens", self.prefix_id_tokens, 1)
         for t in self.tenants:
             if t.prefix_share > 0 and t.shared_prefix_tokens < self.prefix_id_tokens:
-                raise ValueError(
-                    f"TenantWorkload({t.tenant.name!r}).shared_prefix_tokens={t.shared_prefix_tokens} is "
-                    f"shorter than WorkloadConfig.prefix_id_tokens={self.prefix_id_tokens}: nothing to share"
-                )
+                raise ValueError(f"TenantWorkload({t.tenant.name!r}).shared_prefix_tokens={t.shared_prefix_tokens} is "
+                                 f"shorter than WorkloadConfig.prefix_id_tokens={self.prefix_id_tokens}: nothing to "
+                                 f"share")
 
     @property
     def total_rate_rps(self) -> float:
