@@ -111,9 +111,8 @@ class Batch:
 
     def time_s(self, model: CostModel) -> float:
         """What ``model`` prices this iteration at, from its four features."""
-        return model.step_time_s(
-            self.num_prefill_tokens, self.num_decode_seqs, self.num_kv_tokens, self.prefill_attn_pairs
-        )
+        return model.step_time_s(self.num_prefill_tokens, self.num_decode_seqs, self.num_kv_tokens,
+                                 self.prefill_attn_pairs)
 
     def add_prefill(self, request: Request, chunk: int, context: int) -> None:
         self.prefill_reqs.append(request)

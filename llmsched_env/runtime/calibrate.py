@@ -58,9 +58,8 @@ class ProfileGrid:
     def shapes(self) -> list[tuple[int, int, int, int]]:
         """``(p, c, d, l)`` for every non-empty batch; context only matters where there is work it sizes."""
         out = set()
-        for p, c, d, ln in itertools.product(
-            self.prefill_tokens, self.prefill_context, self.decode_seqs, self.decode_context
-        ):
+        for p, c, d, ln in itertools.product(self.prefill_tokens, self.prefill_context, self.decode_seqs,
+                                             self.decode_context):
             if p == 0 and d == 0:
                 continue
             out.add((p, c if p else 0, d, ln if d else 0))

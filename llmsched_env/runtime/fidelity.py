@@ -47,9 +47,8 @@ FIDELITY_METRICS = (
     "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2el_p50_s", "e2el_p99_s", "request_throughput_rps",
 )
 # An engine sized for the CPU ``tiny`` preset: 16k KV tokens, up to 32 sequences, 1024-token iterations.
-RUNTIME_ENGINE = EngineConfig(
-    num_kv_blocks=1024, block_size=16, max_num_seqs=32, max_num_batched_tokens=1024, max_model_len=2048
-)
+RUNTIME_ENGINE = EngineConfig(num_kv_blocks=1024, block_size=16, max_num_seqs=32, max_num_batched_tokens=1024,
+                              max_model_len=2048)
 PolicyFactory = Callable[[PolicyContext], Policy]
 WARMUP_SEED = 999  # the workload served once, unmeasured, before a fidelity run
 FIT_SEED = 1000  # fitting workloads are seeds FIT_SEED, FIT_SEED + 1, ...: none is a fidelity workload

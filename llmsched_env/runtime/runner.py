@@ -108,9 +108,8 @@ class ModelRunner:
         self._validate(chunks)
         with torch.inference_mode():
             plan = self._plan(chunks)
-            hidden = self.model.hidden(
-                plan.token_ids, plan.positions, lambda i, q, k, v: self._attend(plan, i, q, k, v)
-            )
+            hidden = self.model.hidden(plan.token_ids, plan.positions,
+                                       lambda i, q, k, v: self._attend(plan, i, q, k, v))
             return self.model.logits(hidden[plan.sample_rows])
 
     def synchronize(self) -> None:
@@ -199,9 +198,8 @@ class ModelRunner:
             end = plan.dec_groups[g + 1][0] if g + 1 < len(plan.dec_groups) else plan.num_decodes
             out[row:end] = self._attend_decodes(layer, q[row:end], tables, lens, mask)
         for row, n, start, blocks in plan.prefills:
-            out[row : row + n] = self._attend_prefill(
-                layer, q[row : row + n], k[row : row + n], v[row : row + n], start, blocks
-            )
+            out[row : row + n] = self._attend_prefill(layer, q[row : row + n], k[row : row + n], v[row : row + n],
+                                                      start, blocks)
         return out
 
     def _flash(self, layer: int, q: torch.Tensor, lens: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:

@@ -91,22 +91,19 @@ def _mixed_slo(rate: float, split: str, scale: float) -> WorkloadConfig:
 def _on_off(rate: float, split: str, scale: float) -> WorkloadConfig:
     """A steady tenant and an on/off tenant that bursts at four times its mean rate a quarter of the time."""
     steady = TenantWorkload(scaled_tenant("steady", "chat", scale), rate / 2, CHAT_LENGTHS)
-    bursty = TenantWorkload.with_arrival(
-        scaled_tenant("on_off", "chat", scale), OnOff(2 * rate, on_s=10.0, off_s=30.0), CHAT_LENGTHS
-    )
+    bursty = TenantWorkload.with_arrival(scaled_tenant("on_off", "chat", scale), OnOff(2 * rate, on_s=10.0, off_s=30.0),
+                                         CHAT_LENGTHS)
     return WorkloadConfig((steady, bursty), 1000)
 
 
 def _mix_shift(rate: float, split: str, scale: float) -> WorkloadConfig:
     """Short interactive traffic ramps down while long-prompt batch traffic ramps up, over one episode."""
     span = 1000 / rate
-    short = TenantWorkload.with_arrival(
-        scaled_tenant("short", "interactive", scale), Ramp(rate * 0.9, rate * 0.1, span), CHAT_LENGTHS
-    )
+    short = TenantWorkload.with_arrival(scaled_tenant("short", "interactive", scale),
+                                        Ramp(rate * 0.9, rate * 0.1, span), CHAT_LENGTHS)
     long_lengths = LengthDist.lognormal(2500, 300, 0.5, 0.6, max_prompt_len=8192, max_output_len=1024)
-    longer = TenantWorkload.with_arrival(
-        scaled_tenant("long", "summarization", scale), Ramp(rate * 0.1, rate * 0.5, span), long_lengths
-    )
+    longer = TenantWorkload.with_arrival(scaled_tenant("long", "summarization", scale),
+                                         Ramp(rate * 0.1, rate * 0.5, span), long_lengths)
     return WorkloadConfig((short, longer), 1000)
 
 

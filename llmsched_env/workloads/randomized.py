@@ -314,9 +314,8 @@ def random_scenario(seed: int, space: RandomizedSpace = DEFAULT_SPACE, num_reque
     families = [f for f in space.length_families if fits_engine(engine, _FAMILIES[f].max_total_len)]
     num_tenants = int(rng.integers(space.min_tenants, space.max_tenants + 1))
     shares = np.maximum(rng.dirichlet(np.ones(num_tenants)), 1e-3)  # no tenant without traffic
-    tenants = tuple(
-        _draw_tenant(rng, space, i, float(share), families, engine, model) for i, share in enumerate(shares)
-    )
+    tenants = tuple(_draw_tenant(rng, space, i, float(share), families, engine, model) for i,
+                    share in enumerate(shares))
     draft = RandomizedWorkload(WorkloadConfig(tenants, num_requests))
     rate = workload_nominal_rate_rps(engine, model, draft.scaled_slos(slo_scale(model)))
     source = RandomizedWorkload(draft.workload.scaled(rate / float(shares.sum())))
