@@ -28,9 +28,8 @@ def _readonly(values: np.ndarray) -> np.ndarray:
 
 
 def load_length_file(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Paired ``(prompt_lens, output_lens)`` (read-only int64 arrays) from a ShareGPT stats CSV or an Azure LLM
-    2023 trace (told apart by the header, ``LENGTH_FILE_COLUMNS``), plain or ``.gz``; cached as traces are.
-    ``ValueError`` naming the file, line and column on bad input."""
+    """Paired read-only ``(prompt_lens, output_lens)`` from a length file (``LENGTH_FILE_COLUMNS``, by its header),
+    cached as traces are; ``ValueError`` naming the file, line and column on bad input."""
     trace = cached_load(path, "length-file", read_length_file)
     return trace.prompt_len, trace.output_len
 

@@ -144,19 +144,13 @@ class RandomizedSpace:
         check_int("RandomizedSpace", "max_priority", self.max_priority, 0)
         if not is_finite_number(self.prefix_prob) or not 0 <= self.prefix_prob <= 1:
             raise ValueError(f"RandomizedSpace.prefix_prob must be a probability in [0, 1], got {self.prefix_prob!r}")
-        fields: dict[str, Any] = {
-            "slo_classes": _check_choices("slo_classes", self.slo_classes, tuple(SLO_CLASSES)),
-            "length_families": _check_choices("length_families", self.length_families, LENGTH_FAMILIES),
-            "arrival_kinds": _check_choices("arrival_kinds", self.arrival_kinds, ARRIVAL_CHOICES),
-            "gamma_cv_range": _check_range("gamma_cv_range", self.gamma_cv_range, 0.0),
-            "on_off_cycle_s": _check_range("on_off_cycle_s", self.on_off_cycle_s, 0.0),
-            "on_fraction_range": _check_range("on_fraction_range", self.on_fraction_range, 0.0, 1.0),
-            "load_range": _check_range("load_range", self.load_range, MIN_LOAD, MAX_LOAD),  # the env's
-            "weight_range": _check_range("weight_range", self.weight_range, 0.0),
-            "prefix_share_range": _check_range("prefix_share_range", self.prefix_share_range, 0.0, 1.0),
-            "engines": self._checked_engines(),
-            "cost_models": self._checked_cost_models(),
-        }
+        choices = {"slo_classes": tuple(SLO_CLASSES), "length_families": LENGTH_FAMILIES,
+                   "arrival_kinds": ARRIVAL_CHOICES}
+        ranges = {"gamma_cv_range": (0.0, math.inf), "on_off_cycle_s": (0.0, math.inf), "on_fraction_range": (0.0, 1.0),
+                  "load_range": (MIN_LOAD, MAX_LOAD), "weight_range": (0.0, math.inf), "prefix_share_range": (0.0, 1.0)}
+        fields: dict[str, Any] = {name: _check_choices(name, getattr(self, name), a) for name, a in choices.items()}
+        fields |= {name: _check_range(name, getattr(self, name), *bounds) for name, bounds in ranges.items()}
+        fields |= {"engines": self._checked_engines(), "cost_models": self._checked_cost_models()}
         for name, value in fields.items():
             object.__setattr__(self, name, value)
 

@@ -348,8 +348,7 @@ def scenario_from_trace(path: str | Path, fmt: str, rate_rps: float | None = Non
 
 
 def check_episode_size(scenario: Scenario, split: str, num_requests: int, seeds: Sequence[int] | None = None) -> None:
-    """``ValueError`` naming the trace file when a trace part cannot hold an episode of ``num_requests`` (on val
-    and test, one disjoint window per seed); synthetic sources fit any size."""
+    """``ValueError`` naming the trace file when a trace part cannot hold ``num_requests`` (a window per seed)."""
     source = scenario.make_source(split, 1.0)  # the SLO scale does not change the part's size
     if isinstance(source, TraceSource):
         windows = [w for w in (episode_window(split, s) for s in seeds or ()) if w is not None]

@@ -113,8 +113,7 @@ class Trace:
         return (len(self) - 1) / duration if duration > 0 else math.inf
 
     def select(self, indices: Sequence[int] | np.ndarray) -> Trace:
-        """The requests at ``indices`` (ints, or a boolean mask), in the given order, arrivals rebased to start
-        at 0. For a timed trace the selected arrivals must stay sorted (pass indices in increasing order)."""
+        """The requests at ``indices`` (ints in increasing order, or a boolean mask), arrivals rebased to 0."""
         idx = np.asarray(indices)
         if idx.dtype == bool:
             if idx.shape != (len(self),):

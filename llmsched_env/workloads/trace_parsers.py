@@ -195,8 +195,7 @@ class _Parser:
         return TraceError(f"{self.path}:{line}: {_field_label(self.names, fld, self.kind)} {problem}")
 
     def add_record(self, line: int, record: Any, where: Mapping[str, Any], missing: Callable[[Any], str]) -> None:
-        """``add`` the row whose field ``fld`` is ``record[where[fld]]``; a missing one is the error
-        ``missing(record)``."""
+        """``add`` the row whose field ``fld`` is ``record[where[fld]]`` (else the error ``missing(record)``)."""
         values = {}
         for fld, at in where.items():
             try:

@@ -81,30 +81,24 @@ def load_azure(path: str | os.PathLike[str], *, max_context: int | None = None, 
 
 def load_mooncake(path: str | os.PathLike[str], seed: int = 0, tick_s: float | None = None, *,
                   max_context: int | None = None, overlong: str = "reject", sort: bool = False) -> Trace:
-    """The Mooncake FAST'25 JSONL (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``).
-
-    Timestamps come in ~3 s ticks: each request is spread uniformly at random over ``[t, t + tick_s)`` with
-    ``np.random.default_rng(seed)``, then sorted. ``tick_s=None`` detects the tick as the median gap between
-    distinct timestamps (0 with fewer than two distinct ones); ``tick_s=0`` keeps the raw timestamps."""
+    """The Mooncake FAST'25 JSONL, each request spread at random (``seed``) over its ~3 s tick ``[t, t + tick_s)``
+    (None: the median gap between distinct timestamps; 0: the raw timestamps), then sorted."""
     limits = {"max_context": max_context, "overlong": overlong, "sort": sort}
     return cached_load(path, "mooncake", read_mooncake, seed=seed, tick_s=tick_s, **limits)
 
 
 def load_lengths(path: str | os.PathLike[str], *, max_context: int | None = None, overlong: str = "reject",
                  sort: bool = False) -> Trace:
-    """Paired lengths from a CSV with ``num_prefill_tokens`` and ``num_decode_tokens`` columns (the ShareGPT
-    stats file); ``arrival_s`` is None, an arrival process supplies the times. ``sort`` has nothing to sort."""
+    """Paired lengths (no arrival times) from a CSV with ``num_prefill_tokens`` and ``num_decode_tokens`` columns."""
     return cached_load(path, "lengths", read_lengths, max_context=max_context, overlong=overlong, sort=sort)
 
 
 def load_generic(path: str | os.PathLike[str], columns: Mapping[str, str], time_unit: str = "s", *,
                  prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS, max_context: int | None = None,
                  overlong: str = "reject", sort: bool = False) -> Trace:
-    """Your own CSV (``.csv``) or JSON-lines (``.jsonl``/``.json``) file, plain or gzip-compressed (``.csv.gz``,
-    ``.jsonl.gz``), read through ``columns``: our field -> the file's column (CSV) or key (JSONL). Fields:
-    ``prompt_len``, ``output_len`` (required), ``arrival`` (numeric, absolute or relative, in ``time_unit`` "s"
-    or "ms"; rebased to the first), ``prefix_ids`` (a JSON list, or space-separated integers in a CSV cell),
-    ``tenant`` (any string; codes in order of first appearance). Without ``arrival`` the trace is length-only."""
+    """Your own CSV or JSON-lines file (plain or ``.gz``) read through ``columns`` (our field -> its column or key):
+    ``prompt_len``, ``output_len`` (required), ``arrival`` (in ``time_unit``; none: length-only), ``prefix_ids``
+    (a JSON list or space-separated integers), ``tenant`` (any string)."""
     limits = {"max_context": max_context, "overlong": overlong, "sort": sort}
     options = {"columns": columns, "time_unit": time_unit, "prefix_id_tokens": prefix_id_tokens}
     return cached_load(path, "generic", read_generic, **options, **limits)

@@ -49,8 +49,7 @@ class WindowSpan:
 
 
 def window_span(source: RequestSource, split: str, seed: int, num_requests: int, load: float) -> WindowSpan:
-    """The ``WindowSpan`` of the episode that ``reset(seed=seed)`` replays from ``source`` (of ``split``) at
-    ``load`` (the source's own load: a cluster's is its load times its rate over the source's)."""
+    """The ``WindowSpan`` of the episode ``reset(seed=seed)`` replays from ``source`` at ``load`` (the source's)."""
     rng = np.random.default_rng(seed)  # what gymnasium's reset(seed=seed) seeds the env's stream with
     requests = source.sample(rng, num_requests, load, episode_window(split, seed))
     arrivals = [r.arrival_s for r in requests]
