@@ -38,8 +38,7 @@ def chain_hashes(prefix_ids: Sequence[int], prefix_id_tokens: int, block_size: i
 
 
 def check_prefix_layout(requests: Iterable[Request], block_size: int) -> None:
-    """Refuse requests whose ``prefix_id_tokens`` is not a multiple of ``block_size`` (a block spanning two ids
-    would get one hash for different tokens)."""
+    """Refuse requests whose ``prefix_id_tokens`` is not a multiple of ``block_size``."""
     for r in requests:
         if r.prefix_ids and r.prefix_id_tokens % block_size:
             raise ValueError(f"request {r.request_id}: prefix_id_tokens={r.prefix_id_tokens} is not a multiple of the "
@@ -101,8 +100,7 @@ class BlockPool:
 
     # -- allocation --------------------------------------------------------------------------------------
     def can_allocate(self, num_blocks: int, reserve: int = 0, shared: Sequence[int] = ()) -> bool:
-        """Whether ``allocate(num_blocks, shared)`` can run now and leave ``reserve`` blocks free (free blocks among
-        ``shared`` count as taken)."""
+        """Whether ``allocate(num_blocks, shared)`` can run now and leave ``reserve`` blocks free."""
         free = self._num_free - num_blocks
         if shared:
             ref_count = self.ref_count
@@ -224,8 +222,7 @@ class BlockPool:
             self._twins.setdefault(block_hash, []).append(block)
 
     def commit_table(self, table: Sequence[int], lo: int, hi: int, hashes: Sequence[int], request_id: int) -> None:
-        """``commit`` blocks ``table[lo:hi]``: block ``j`` holds ``hashes[j]`` while there is one, else
-        ``(request_id, j)``."""
+        """``commit`` blocks ``table[lo:hi]``: block ``j`` holds ``hashes[j]``, past them ``(request_id, j)``."""
         block_hash = self.block_hash
         setdefault = self._cached.setdefault
         n = len(hashes)
@@ -239,8 +236,7 @@ class BlockPool:
                 self._twins.setdefault(h, []).append(block)
 
     def release(self, blocks: Sequence[int]) -> None:
-        """Drop one reference on each block; freed empty blocks go to the queue's head, cached ones to its tail,
-        last block first."""
+        """Drop a reference on each block; freed ones go to the queue's head (empty) or tail (cached), last first."""
         empty: list[int] = []
         ref_count = self.ref_count
         block_hash = self.block_hash

@@ -172,11 +172,7 @@ class Engine:
         decay = math.exp(-(r.arrival_s - self._rate_t) / _RATE_TAU_S) if r.arrival_s > self._rate_t else 1.0
         self.rate_est = self.rate_est * decay + 1.0 / _RATE_TAU_S
         self._rate_t = max(self._rate_t, r.arrival_s)
-        if r.total_len > self.config.max_model_len:
-            self._reject(r, "exceeds_max_model_len")
-            return
-        if self.pool.blocks_for(r.total_len) > self.config.num_kv_blocks:
-            self._reject(r, "exceeds_kv_capacity")
+        if self._rejected_oversized(r):
             return
         if self.num_waiting[t] == 0 and self.num_running_t[t] == 0:
             # VTC counter lift: a returning tenant starts level with the least-served active tenant, so
@@ -188,17 +184,20 @@ class Engine:
         self.queue.push(r)
 
     def add_handoff(self, r: Request) -> None:
-        """The prompt KV of ``r``, handed off by another engine, arrived now: it decodes here once its KV fits (FIFO,
-        before any admission); one that can never fit is rejected."""
+        """The prompt KV of ``r``, handed off by another engine, arrived: it decodes here once its KV fits (FIFO)."""
         assert r.status == Status.TRANSFERRING and not r.block_table, f"{r} is not a handed-off request"
         self.num_arrived += 1
         self.num_arrived_t[r.tenant] += 1
-        if r.total_len > self.config.max_model_len:
-            self._reject(r, "exceeds_max_model_len")
-        elif self.pool.blocks_for(r.total_len) > self.config.num_kv_blocks:
-            self._reject(r, "exceeds_kv_capacity")
-        else:
+        if not self._rejected_oversized(r):
             self.landed.append(r)
+
+    def _rejected_oversized(self, r: Request) -> bool:
+        """Reject ``r`` if it can never run here (longer than the model or the whole KV pool); whether it was."""
+        too_long = r.total_len > self.config.max_model_len
+        if too_long or self.pool.blocks_for(r.total_len) > self.config.num_kv_blocks:
+            self._reject(r, "exceeds_max_model_len" if too_long else "exceeds_kv_capacity")
+            return True
+        return False
 
     def _admit_landed(self) -> None:
         """Give landed hand-offs blocks for their prompt KV and the next token, and start their decoding."""
@@ -220,8 +219,7 @@ class Engine:
 
     # ---------------------------------------------------------------------------------- per-request control
     def promote(self, r: Request) -> None:
-        """Let waiting ``r`` go first in the next admission pass (if it fits), then the decision's order resumes.
-        One at a time; the pass clears it. ``ValueError`` for a request not waiting here."""
+        """Let waiting ``r`` go first in the next admission pass (if it fits); ``ValueError`` if it is not waiting."""
         if r not in self.queue:
             raise ValueError(f"promote: request {r.request_id} is not waiting")
         self._promoted = r
@@ -239,8 +237,7 @@ class Engine:
         self._reject(r, "shed")
 
     def set_output_len(self, r: Request, output_len: int) -> None:
-        """Give live ``r`` another output length (a planner's forecast on a fork, ``Simulator.with_future``),
-        greater than the tokens it has produced; ``ValueError`` otherwise."""
+        """Give live ``r`` a longer output length than it has produced (a planner's forecast on a fork)."""
         if r not in self.queue and self.running.get(r.request_id) is not r:
             raise ValueError(f"set_output_len: request {r.request_id} is neither waiting nor running")
         self._sync(r)
@@ -348,8 +345,7 @@ class Engine:
         return len(self._lookup(r))
 
     def _lookup(self, r: Request) -> list[int]:
-        """The cached blocks ``r``'s prefill can start from, leaving a token to compute (vLLM's
-        ``get_computed_blocks``): shared prefix blocks by hash, then, after a preemption, its own blocks."""
+        """The cached blocks ``r``'s prefill can start from (vLLM's ``get_computed_blocks``)."""
         max_blocks = (r.num_prefill_tokens - 1) // self.block_size
         hashes = self.prefix_hashes(r)
         hits = self.pool.lookup(hashes, max_blocks) if hashes else []
@@ -483,8 +479,7 @@ class Engine:
         r.block_table = []
 
     def _hopeless(self, r: Request, cached: int | None = None) -> bool:
-        """Even alone and unchunked, ``r``'s first token would miss its TTFT deadline, after the prefix-cache hit it
-        would get now (``cached`` tokens, when the caller has looked it up)."""
+        """Even alone, unchunked and after its prefix-cache hit (``cached`` tokens), ``r`` would miss its TTFT."""
         if r.first_token_s is not None:
             return False  # a preempted request already has its first token
         deadline = r.arrival_s + self._ttft_slo[r.tenant]
@@ -510,8 +505,7 @@ class Engine:
                 self._reject(r, "ttft_unreachable")
 
     def _reserve_or_preempt(self, r: Request, num_tokens: int, batch: Batch | None = None) -> bool:
-        """Give running ``r`` blocks for ``num_tokens`` tokens, preempting victims (recorded in ``batch``) while the
-        pool is short. False if ``r`` itself was preempted."""
+        """Give running ``r`` blocks for ``num_tokens`` tokens, preempting victims; False if ``r`` itself was."""
         pool = self.pool
         need = -(-num_tokens // self.block_size) - len(r.block_table)  # pool.blocks_for(num_tokens), on the hot path
         if need <= 0:

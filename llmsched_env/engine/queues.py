@@ -107,8 +107,7 @@ class WaitingQueues:
                 yield r
 
     def best(self, order: QueueOrder, now_s: float, sjf_starvation_s: float) -> Request | None:
-        """The waiting request ``order`` puts first (LPM is FCFS here: the engine scores a window); between equal
-        keys, the earliest arrival."""
+        """The waiting request ``order`` puts first, the earliest arrival among equals (LPM is FCFS here)."""
         if order == QueueOrder.SJF:
             return self._guarded_best(self._sjf, now_s, sjf_starvation_s)
         if order == QueueOrder.SPRW:

@@ -115,8 +115,7 @@ class Request:
 
     @property
     def num_prefill_tokens(self) -> int:
-        """Tokens the current prefill computes KV for: the prompt plus, after a preemption, every output
-        token already produced (as vLLM v1 recomputes); the prefill's last position samples the next token."""
+        """Tokens the current prefill computes: the prompt plus, after a preemption, every output token so far."""
         return self.prompt_len + self.num_output_tokens
 
     @property
