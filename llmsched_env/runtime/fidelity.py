@@ -65,16 +65,14 @@ class FidelityWorkload:
     four system prompts, the ``chat`` SLO scaled to the cost model)."""
 
     num_requests: int = FIDELITY_REQUESTS
-    slo_class: str = "chat"
-    # lognormal lengths (sigma 0.8), clipped
-    prompt_median: float = 160.0
+    prompt_median: float = 160.0  # lognormal lengths (sigma 0.8), clipped
     output_median: float = 40.0
     max_prompt_len: int = 1536
     max_output_len: int = 384
-    # shared system prompts (four of them)
-    prefix_share: float = 0.25
+    prefix_share: float = 0.25  # of the prompts starting with one of four system prompts
     shared_prefix_tokens: int = 256
     prefix_id_tokens: int = 64
+    slo_class: str = "chat"
 
     def tenants(self, cost_model: CostModel) -> tuple[TenantConfig, ...]:
         slo = SLO_CLASSES[self.slo_class].scaled(slo_scale(cost_model))
