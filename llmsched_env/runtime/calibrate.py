@@ -104,8 +104,7 @@ def time_step(runner: ModelRunner, chunks: Sequence[SeqChunk], warmup: int = 1, 
 
 def profile(runner: ModelRunner, grid: ProfileGrid | None = None, repeats: int = 3, seed: int = 0,
             progress: Callable[[int, int], None] | None = None) -> list[Sample]:  # fmt: skip
-    """One sample per shape of ``grid`` that fits ``runner``'s KV cache: the median of ``repeats`` runs after a
-    warm-up run."""
+    """One sample per shape of ``grid`` that fits ``runner``'s KV cache (the median of ``repeats`` runs)."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     grid = grid or ProfileGrid()
@@ -131,9 +130,8 @@ def iteration_samples(runtime: Runtime) -> list[Sample]:
 
 def fit(grid_samples: Iterable[Sample], loop_overhead_s: float = 0.0, name: str = "runtime", description: str = "",
         iterations: Iterable[Sample] = ()) -> LinearCostModel:  # fmt: skip
-    """``LinearCostModel`` (relative errors, with the concave decode term) fitted to ``grid_samples`` raised by
-    ``loop_overhead_s`` and recorded ``iterations``; with iterations, scaled so its total over them equals their
-    measured total (real steps have a tail that relative errors leave out)."""
+    """``LinearCostModel`` fitted to ``grid_samples`` (plus ``loop_overhead_s``) and ``iterations``, then scaled so
+    its total over the iterations equals theirs (real steps have a tail relative errors leave out)."""
     if loop_overhead_s < 0:
         raise ValueError(f"loop_overhead_s must be >= 0, got {loop_overhead_s}")
     recorded = list(iterations)

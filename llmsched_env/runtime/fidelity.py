@@ -61,8 +61,7 @@ IN_SITU_FACTOR = 3
 
 @dataclass(frozen=True)
 class FidelityWorkload:
-    """Chat-like traffic small enough for a CPU model (lognormal lengths, a quarter of the prompts sharing one of
-    four system prompts, the ``chat`` SLO scaled to the cost model)."""
+    """Chat-like traffic small enough for a CPU model, the ``chat`` SLO scaled to the cost model."""
 
     num_requests: int = FIDELITY_REQUESTS
     prompt_median: float = 160.0  # lognormal lengths (sigma 0.8), clipped
@@ -106,9 +105,8 @@ def drive(sim: Simulator, make: PolicyFactory, fallback: PolicyFactory) -> dict[
 
 def drive_lockstep(runtime: Runtime, make: PolicyFactory, fallback: PolicyFactory,
                    partners: Iterator[Runtime]) -> dict[str, float]:
-    """Serve ``runtime`` under ``make``'s policy, alternating every decision with one of a partner from
-    ``partners`` served by ``fallback``, each clock paused while the other runs (partners use their own KV
-    blocks). Returns ``runtime``'s metrics."""
+    """``runtime``'s metrics served under ``make``'s policy, each decision alternating with one of a partner from
+    ``partners`` (own KV blocks) served by ``fallback``, each clock paused while the other runs."""
     partner: Runtime | None = None
     partner_loop: Iterator[None] | None = None
     for _ in serving(runtime, decision_loop(*_loop_parts(runtime, make, fallback), ServeOptions())):
@@ -137,8 +135,7 @@ def saturation_rps(cost_model: CostModel, workload: FidelityWorkload, engine: En
 
 
 def check_runtime_requests(factors: Mapping[str, int], in_situ: bool = False) -> int:
-    """The requests served on the runtime (the product of ``factors``, x ``IN_SITU_FACTOR`` in situ) if at most
-    ``MAX_RUNTIME_REQUESTS``, else ``ValueError`` naming every factor."""
+    """The requests served on the runtime (the product of ``factors``) if at most ``MAX_RUNTIME_REQUESTS``."""
     total = math.prod(factors.values()) * (IN_SITU_FACTOR if in_situ else 1)
     if total <= MAX_RUNTIME_REQUESTS:
         return total
@@ -156,8 +153,7 @@ def compare(runner: ModelRunner, cost_model: CostModel, policies: Mapping[str, P
             engine: EngineConfig = RUNTIME_ENGINE, progress: Callable[[dict[str, float | str]], None] | None = None,
             in_situ: bool = False) -> list[dict[str, float | str]]:
     """One row per (policy, load, seed): each ``FIDELITY_METRICS`` entry on the runtime (``real_*``), in the
-    simulator (``sim_*``) and their relative error (``err_*``); with ``in_situ`` the ``insitu_*`` columns too (the
-    runner then needs twice the engine's KV blocks). ``ValueError`` past ``MAX_RUNTIME_REQUESTS``."""
+    simulator (``sim_*``), their relative error (``err_*``) and in situ (``insitu_*``, on twice the KV blocks)."""
     workload = workload or FidelityWorkload()
     counts = {"policies": len(policies), "loads": len(loads), "seeds": len(seeds)}
     check_runtime_requests({**counts, "num_requests": workload.num_requests}, in_situ)

@@ -34,8 +34,7 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True)
 class FidelityReport:
-    """What ``run_fidelity`` measured and wrote: the rows, the summary (kind -> metric -> mean, max) and the
-    markdown table."""
+    """What ``run_fidelity`` wrote: rows, summary (kind -> metric -> mean, max) and the markdown table."""
 
     rows: list[Row]
     summary: dict[str, dict[str, dict[str, float]]]
@@ -43,8 +42,7 @@ class FidelityReport:
 
 
 def check_fidelity_seeds(seeds: Sequence[int]) -> None:
-    """``ValueError`` unless ``seeds`` is non-empty and holds no fitting (``FIT_SEED`` and up) or warm-up
-    (``WARMUP_SEED``) workload."""
+    """``ValueError`` unless ``seeds`` is non-empty and holds no fitting or warm-up workload's seed."""
     if not seeds:
         raise ValueError("seeds: at least one fidelity workload seed is needed")
     taken = [x for x in seeds if x >= FIT_SEED or x == WARMUP_SEED]

@@ -79,9 +79,8 @@ def profile_preset(spec: RunnerSpec, out: Path, *, quick: bool = False, repeats:
                    fit_loads: Sequence[float] = FIT_LOADS, num_requests: int = FidelityWorkload.num_requests,
                    force: bool = False, on_status: StatusFn | None = None,
                    on_progress: ProgressFn | None = None) -> tuple[LinearCostModel, dict[str, Any]]:
-    """Profile, record fitting episodes, fit and save the preset ``out`` (named ``name``, default its stem) and
-    ``<out>.samples.csv``; return the model and the fit's report. ``ValueError`` before anything runs for a
-    shipped ``out`` (unless ``force``) or a count out of its bounds."""
+    """Profile, record fitting episodes, fit, save ``out`` and ``<out>.samples.csv``; the model and the fit's
+    report. ``ValueError`` before anything runs for a shipped ``out`` (unless ``force``) or a bad count."""
     check_output(out, force, file=True)
     check_output(out.with_suffix(".samples.csv"), force, file=True)  # the grid samples go beside it
     check_count("repeats", repeats, MAX_REPEATS)

@@ -30,8 +30,7 @@ _CV2_RANGE = (0.05, 20.0)  # burstiness kept to a sane range (a few gaps estimat
 
 @dataclass(frozen=True)
 class Forecaster:
-    """How a ``Forecast`` is fitted: the ``window`` recent arrivals (and finished requests per tenant) it reads;
-    ``min_finished`` finished requests a tenant needs for an estimate of its own."""
+    """How a ``Forecast`` is fitted: from ``window`` recent requests, own estimates past ``min_finished``."""
 
     window: int = 256
     min_finished: int = 8
