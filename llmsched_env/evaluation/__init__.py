@@ -60,7 +60,7 @@ _LAZY = {  # name -> its module: imported on first use, so one submodule does no
     "episode_details": "llmsched_env.evaluation.details",
     "find_capacity": "llmsched_env.evaluation.capacity",
     "format_capacity_summary": "llmsched_env.evaluation.outputs",
-    "format_description": "llmsched_env.evaluation.describe",
+    "format_description": "llmsched_env.workloads.describe",
     "format_table": "llmsched_env.evaluation.tables",
     "format_summary": "llmsched_env.evaluation.outputs",
     "identical_groups": "llmsched_env.evaluation.identity",
