@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
@@ -15,7 +15,6 @@ from llmsched_env.cluster.invariants import check_cluster
 from llmsched_env.cluster.metrics import cluster_metrics
 from llmsched_env.cluster.scenarios import CLUSTER_SCENARIOS, ClusterScenario
 from llmsched_env.cluster.simulator import Cluster
-from llmsched_env.common.checks import check_bool, check_int
 from llmsched_env.costs.base import CostModel
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.local import LocalScheduler
@@ -24,17 +23,30 @@ from llmsched_env.decision.policy import PolicyContext, reads_observation
 from llmsched_env.decision.registry import SCHEDULERS
 from llmsched_env.decision.router import ClusterObservationEncoder, RouterContext, RouteSpec, route_mask
 from llmsched_env.engine.request import Request
+from llmsched_env.envs.base import EnvBase
 from llmsched_env.envs.cluster_options import LocalPolicy, resolve_disagg, resolve_local_policies, resolve_specs
-from llmsched_env.envs.options import check_episode_args, load_arg, reset_window
-from llmsched_env.envs.reward import RewardConfig, RewardTracker
-from llmsched_env.envs.snapshot import EnvSnapshot, check_snapshot, episode_state, restore_episode_state
+from llmsched_env.envs.options import EpisodeConfig
+from llmsched_env.envs.render import render_cluster_ansi
 from llmsched_env.workloads.library import get_scenario
 from llmsched_env.workloads.scenarios import Scenario, TraceSource
 
-__all__ = ["LLMSchedClusterEnv"]
+__all__ = ["ClusterEnvConfig", "LLMSchedClusterEnv"]
 
 
-class LLMSchedClusterEnv(gym.Env):
+@dataclass(frozen=True, kw_only=True)
+class ClusterEnvConfig(EpisodeConfig):
+    """``LLMSchedClusterEnv``'s arguments (its class docstring says what each means)."""
+
+    scenario: str | ClusterScenario | Scenario = "cluster-azure-conv-4"
+    num_replicas: int | None = None
+    replicas: Sequence[Any] | None = None
+    engine: Any = None
+    cost_model: str | CostModel | None = None
+    disaggregated: DisaggConfig | Mapping[str, Any] | bool | None = None
+    local_policy: LocalPolicy | Sequence[LocalPolicy] = "fcfs"
+
+
+class LLMSchedClusterEnv(EnvBase[ClusterEnvConfig]):
     """Route each arriving request to one of N LLM serving replicas, one arrival per step.
 
     ## Description
@@ -79,53 +91,37 @@ class LLMSchedClusterEnv(gym.Env):
     metrics: the single-node set, ``replica/i/...`` and ``imbalance/...`` (``cluster.metrics``).
 
     ## Arguments
-    ``scenario``: a cluster scenario (``cluster-azure-conv-4``, ``cluster-azure-conv-8``, ``cluster-mooncake-4``,
-    ``cluster-mooncake-8``, ``cluster-azure-conv-pd``, or a ``ClusterScenario``) or a single-node scenario
-    (name or ``Scenario``), whose nominal rate is then scaled by the number of replicas. ``num_replicas``;
-    ``replicas`` (one ``(engine, cost_model)`` pair per replica, or a dict with those keys: heterogeneous);
-    ``engine`` (``EngineConfig`` or dict) and ``cost_model`` (preset name or ``CostModel``) for every replica;
-    ``disaggregated`` (None: the scenario's; False: colocated; a ``DisaggConfig`` or a dict of its fields:
-    ``num_prefill``, ``num_decode``, ``link_latency_s``, ``link_bandwidth_Bps``, ...); ``local_policy`` (a
-    baseline name, default ``fcfs``, or any object with ``act(obs, mask)``, or one per replica);
-    ``split`` (on val and test a trace's episode of seed ``s`` replays the ``s``-th of the part's disjoint
-    windows, ``reset(options={"window": k})`` or the ``window`` attribute the ``k``-th), ``load`` (relative to
-    the cluster's nominal rate; a (low, high) pair draws one per episode), ``num_requests``, ``reward``,
-    ``horizon_s``, ``max_steps``, ``render_mode`` (``ansi``), ``check_invariants`` (every step; for tests).
-    SLOs are scaled to replica 0's cost model.
+    A ``ClusterEnvConfig``, or its fields as keywords: ``scenario``: a cluster scenario (``cluster-azure-conv-4``,
+    ``cluster-azure-conv-8``, ``cluster-mooncake-4``, ``cluster-mooncake-8``, ``cluster-azure-conv-pd``, or a
+    ``ClusterScenario``) or a single-node scenario (name or ``Scenario``), whose nominal rate is then scaled by the
+    number of replicas. ``num_replicas``; ``replicas`` (one ``(engine, cost_model)`` pair per replica, or a dict
+    with those keys: heterogeneous); ``engine`` (``EngineConfig`` or dict) and ``cost_model`` (preset name or
+    ``CostModel``) for every replica; ``disaggregated`` (None: the scenario's; False: colocated; a ``DisaggConfig``
+    or a dict of its fields: ``num_prefill``, ``num_decode``, ``link_latency_s``, ``link_bandwidth_Bps``, ...);
+    ``local_policy`` (a baseline name, default ``fcfs``, or any object with ``act(obs, mask)``, or one per replica);
+    ``split`` (on val and test a trace's episode of seed ``s`` replays the ``s``-th of the part's disjoint windows,
+    ``reset(options={"window": k})`` or the ``window`` attribute the ``k``-th), ``load`` (relative to the cluster's
+    nominal rate; a (low, high) pair draws one per episode), ``num_requests``, ``reward``, ``horizon_s``,
+    ``max_steps``, ``render_mode`` (``ansi``), ``check_invariants`` (every step; for tests). SLOs are scaled to
+    replica 0's cost model.
     """
 
-    # typed as gymnasium.Env types it (an instance attribute), set here for the class
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 10}  # noqa: RUF012
     schema: ClassVar[int] = 1  # the router observation's layout (exported router policies record it)
+    config_class = ClusterEnvConfig
 
-    def __init__(
-        self,
-        scenario: str | ClusterScenario | Scenario = "cluster-azure-conv-4",
-        split: str = "train",
-        num_requests: int | None = None,
-        load: float | tuple[float, float] = 1.0,
-        num_replicas: int | None = None,
-        replicas: Sequence[Any] | None = None,
-        engine: Any = None,
-        cost_model: str | CostModel | None = None,
-        disaggregated: DisaggConfig | Mapping[str, Any] | bool | None = None,
-        local_policy: LocalPolicy | Sequence[LocalPolicy] = "fcfs",
-        reward: RewardConfig | Mapping[str, float] | None = None,
-        horizon_s: float = float("inf"),
-        max_steps: int = 1_000_000,
-        render_mode: str | None = None,
-        check_invariants: bool = False,
-    ) -> None:
-        super().__init__()
-        check_episode_args(self, split, num_requests, horizon_s, max_steps, render_mode)
-        load, self.load_range = load_arg("LLMSchedClusterEnv", load)
+    def __init__(self, config: ClusterEnvConfig | None = None, **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        c = self.config
+        scenario = c.scenario
         csc = scenario if isinstance(scenario, ClusterScenario) else None
         if csc is None and str(scenario) in CLUSTER_SCENARIOS:
             csc = CLUSTER_SCENARIOS.get(str(scenario))
         base = csc.scenario() if csc is not None else scenario if isinstance(scenario, Scenario) else None
         base = base or get_scenario(str(scenario))
-        self.disagg = resolve_disagg(disaggregated, csc)
-        self.specs = resolve_specs(csc, base, num_replicas, replicas, engine, cost_model, self.disagg)
+        self._episode_args(c, None)
+        self.disagg = resolve_disagg(c.disaggregated, csc)
+        self.specs = resolve_specs(csc, base, c.num_replicas, c.replicas, c.engine, c.cost_model, self.disagg)
         n = len(self.specs)
         if self.disagg is not None and self.disagg.num_replicas != n:
             raise ValueError(
@@ -135,8 +131,9 @@ class LLMSchedClusterEnv(gym.Env):
         check_cluster_kv_blocks("LLMSchedClusterEnv", self.specs, self.disagg)  # before the trace or any pool
         self.num_replicas = n
         self.routable = list(range(self.disagg.num_prefill if self.disagg else n))
-        self.scenario, self.base_scenario, self.split, self.load = csc, base, split, float(load)
-        self.source = base.source(split, self.specs[0].cost_model)
+        self.scenario, self.base_scenario = csc, base
+        self.source = base.source(self.split, self.specs[0].cost_model)
+        num_requests = c.num_requests
         if num_requests is None and csc is not None:
             num_requests = csc.num_requests
         elif num_requests is None:  # N x the single-node episode, as much of a trace split as fits
@@ -151,11 +148,7 @@ class LLMSchedClusterEnv(gym.Env):
         # replicas at the single-node scenario's nominal rate each
         self.cluster_rate_rps = csc.rate_rps * n / csc.num_replicas if csc is not None else single * n
         self._source_load = self.cluster_rate_rps / single
-        self.reward_config = RewardConfig.of(reward)
-        self.horizon_s, self.max_steps = horizon_s, max_steps
-        self.render_mode = render_mode
-        self.check_invariants = check_bool("LLMSchedClusterEnv", "check_invariants", check_invariants)
-        self.local_policy = resolve_local_policies(local_policy, n)
+        self.local_policy = resolve_local_policies(c.local_policy, n)
         # the replicas' local schedulers see schema 1 (the router's own observation has one layout)
         self.action_specs = [ActionSpec.for_engine(s.engine, schema=1) for s in self.specs]
         self.local_encoders = [ObservationEncoder(s.engine, self.tenants, single) for s in self.specs]
@@ -168,12 +161,10 @@ class LLMSchedClusterEnv(gym.Env):
         self.observation_space = spaces.Box(-OBS_CLIP, OBS_CLIP, shape=(self.encoder.size,), dtype=np.float32)
         self.cluster: Cluster | None = None
         self._pending: Request | None = None
-        self.window: int | None = None  # the trace window every reset replays (None: the seed's on val and test)
-        self._episode_window: int | None = None
-        # what restore() compares: a snapshot fits another env made with the same arguments
+        self._steps = 0
         self._signature = (
             ("scenario", csc.name if csc is not None else base.name),
-            ("split", split),
+            ("split", self.split),
             ("num_requests", self.num_requests),
             ("replicas", tuple(self.specs)),
             ("disaggregated", self.disagg),
@@ -181,33 +172,25 @@ class LLMSchedClusterEnv(gym.Env):
             ("cluster_rate_rps", self.cluster_rate_rps),
             ("local_policy", tuple(p if isinstance(p, str) else type(p).__name__ for p in self.local_policy)),
             ("reward", self.reward_config),
-            ("horizon_s", horizon_s),
-            ("max_steps", max_steps),
+            ("horizon_s", self.horizon_s),
+            ("max_steps", self.max_steps),
         )
 
-    # ---------------------------------------------------------------------------------------- gym API
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        if seed is not None:  # gymnasium's own check ends in its error class; this names the argument
-            check_int(f"{type(self).__name__}.reset", "seed", seed, 0)
-        super().reset(seed=seed)
-        self._episode_window = reset_window(self, seed, options)
-        requests = self._draw_requests()
+    # ---------------------------------------------------------------------------------------- hooks
+    def _core(self) -> Cluster | None:
+        return self.cluster
+
+    def _start(self, requests: list[Request]) -> np.ndarray:
         scheduler = self._local_scheduler()
         self.cluster = Cluster(self.specs, self.tenants, requests, scheduler, self.disagg)
         scheduler.cluster = self.cluster
-        self._reward = RewardTracker(self.reward_config, len(requests))
         self._steps = 0
         self._pending = self.cluster.advance()
-        if self.check_invariants:
-            check_cluster(self.cluster)
-        return self.encoder.encode(self.cluster, self._pending), {}
+        return self.encoder.encode(self.cluster, self._pending)
 
-    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+    def _advance(self, action: Any) -> tuple[bool, bool, dict[str, Any]]:
         cluster = self.cluster
-        if cluster is None:
-            raise RuntimeError("call reset() before step()")
+        assert cluster is not None
         a = _replica_index(action, len(self.routable))
         projected = False
         if self._pending is not None:
@@ -221,100 +204,75 @@ class LLMSchedClusterEnv(gym.Env):
             if self.check_invariants:
                 check_cluster(cluster)
         self._steps += 1
-        terminated = self._pending is None
-        truncated = not terminated and (cluster.now_s >= self.horizon_s or self._steps >= self.max_steps)
-        reps = cluster.replicas
-        reward, rewards = self._reward.step(
-            cluster.num_routed,
-            sum(rep.engine.num_good for rep in reps),
-            sum(rep.engine.num_missed for rep in reps),
-            sum(rep.engine.num_preemptions for rep in reps),
-            terminated or truncated,
-        )
-        info: dict[str, Any] = {"rewards": rewards, "action_projected": projected, "replica": self.routable[a]}
-        if terminated or truncated:
-            info["metrics"] = cluster_metrics(cluster)
-            info["load"] = self.load
-        obs = self.encoder.encode(cluster, self._pending)
-        return obs, reward, terminated, truncated, info
+        return self._pending is None, projected, {"replica": self.routable[a]}
 
-    def action_masks(self) -> np.ndarray:
-        """Replicas that could hold the arriving request (sb3-contrib MaskablePPO)."""
-        if self.cluster is None:
-            raise RuntimeError("call reset() before action_masks()")
+    def _clock(self) -> tuple[float, int]:
+        assert self.cluster is not None
+        return self.cluster.now_s, self._steps
+
+    def _counts(self) -> tuple[int, int, int, int]:
+        assert self.cluster is not None
+        engines = [rep.engine for rep in self.cluster.replicas]
+        return (
+            self.cluster.num_routed,
+            sum(e.num_good for e in engines),
+            sum(e.num_missed for e in engines),
+            sum(e.num_preemptions for e in engines),
+        )
+
+    def _metrics(self) -> dict[str, float]:
+        assert self.cluster is not None
+        return cluster_metrics(self.cluster)
+
+    def _observe(self) -> np.ndarray:
+        assert self.cluster is not None
+        return self.encoder.encode(self.cluster, self._pending)
+
+    def _mask(self) -> np.ndarray:
+        """Replicas that could hold the arriving request."""
+        assert self.cluster is not None
         if self._pending is None:
             return np.ones(len(self.routable), dtype=bool)
         return route_mask(self.cluster, self._pending)
 
-    def render(self) -> str | None:
-        if self.cluster is None or self.render_mode != "ansi":
-            return None
-        lines = [f"t={self.cluster.now_s:9.3f}s  routed {self.cluster.num_routed}/{len(self.cluster.requests)}"]
-        for rep in self.cluster.replicas:
-            e = rep.engine
-            lines.append(
-                f"  replica {rep.index} ({rep.role:7s}) waiting {sum(e.num_waiting) + len(e.landed):4d}  running "
-                f"{len(e.running):4d}  KV {e.pool.usage:5.1%}  iterations {rep.num_iterations}"
-            )
-        return "\n".join(lines)
+    def _check(self) -> None:
+        assert self.cluster is not None
+        check_cluster(self.cluster)
 
-    # ---------------------------------------------------------------------------------------- fork
-    def snapshot(self) -> EnvSnapshot:
-        """The episode as it stands (``envs.snapshot``): the cluster (every replica's engine, the event heap,
-        the KV links, the requests still to route), the arriving request, the generator's state, the reward
-        bookkeeping, the step counter, and the state of local policies that may hold some (a copy of each one
-        that reads observations; a static rule, ``reads_observation = False``, acts on the mask alone and
-        holds none). ``restore(snapshot)`` and the same actions then replay the same observations, rewards,
-        infos and metrics."""
-        cluster = self.cluster
-        if cluster is None:
-            raise RuntimeError("call reset() before snapshot()")
-        scheduler = cluster.local_decide
+    def _render(self) -> str:
+        assert self.cluster is not None
+        return render_cluster_ansi(self.cluster)
+
+    def _fork(self) -> dict[str, Any]:
+        """The cluster (replicas' engines, event heap, KV links, requests to route), the step counter and copies
+        of the local policies that may hold state (those that read observations)."""
+        assert self.cluster is not None
+        scheduler = self.cluster.local_decide
         assert isinstance(scheduler, LocalScheduler)  # reset builds the cluster with one
-        state = {
-            "cluster": cluster.fork(scheduler),
-            "policies": _policy_states(scheduler),
-            **episode_state(self),
-            "step": self._steps,
-        }
-        return EnvSnapshot(type(self).__name__, self._signature, state)
+        return {"cluster": self.cluster.fork(scheduler), "policies": _policy_states(scheduler), "step": self._steps}
 
-    def restore(self, snapshot: EnvSnapshot) -> None:
-        """Put the episode back as ``snapshot`` (from this env, or another made with the same arguments) holds it;
-        the snapshot stays as it was, for another restore. One-line ``ValueError`` for a snapshot of another
-        kind of env or of other arguments."""
-        state = check_snapshot(self, snapshot, self._signature).state
+    def _restore(self, state: dict[str, Any]) -> None:
         scheduler = self.cluster.local_decide if self.cluster is not None else self._local_scheduler()
         assert isinstance(scheduler, LocalScheduler)
         for i, policy in _policy_states(state["policies"]).items():
             scheduler.set_policy(i, policy)
-        restore_episode_state(self, state)
+        self._restore_episode(state)
         self.cluster = cluster = state["cluster"].fork(scheduler)
         scheduler.cluster = cluster
         # the arrival advance() returned last (None once all are routed and the cluster has drained)
         self._pending = cluster.requests[cluster.num_routed] if cluster.num_routed < len(cluster.requests) else None
         self._steps = state["step"]
-        if self.check_invariants:
-            check_cluster(cluster)
 
-    # ---------------------------------------------------------------------------------------- helpers
     def policy_context(self) -> RouterContext:
         """The static facts a router is built from (``decision.registry.ROUTERS``, ``baselines.make_router``)."""
         return self.encoder.context()
 
     def local_policy_context(self, i: int) -> PolicyContext:
-        """Replica ``i``'s single-node policy context (``decision.registry.SCHEDULERS``, ``baselines.make``), named
-        after the single-node scenario the cluster replicates (a tuned local policy uses that scenario's settings)."""
+        """Replica ``i``'s single-node policy context, named after the single-node scenario the cluster
+        replicates (a tuned local policy uses that scenario's settings)."""
         s = self.specs[i]
         names = self.local_encoders[i].names
         return PolicyContext(s.engine, self.tenants, s.cost_model, self.action_specs[i], names, self.base_scenario.name)
-
-    def _draw_requests(self) -> list[Request]:
-        if self.load_range is not None:
-            self.load = float(self.np_random.uniform(*self.load_range))
-        return self.source.sample(
-            self.np_random, self.num_requests, self.load * self._source_load, self._episode_window
-        )
 
     def _local_scheduler(self) -> LocalScheduler:
         policies = []
