@@ -192,15 +192,7 @@ class EnvBase(gym.Env, Generic[C]):
         """The episode as it stands; ``restore(snapshot)`` and the same actions then replay the same
         observations, rewards, infos and metrics."""
         self._require("snapshot")
-        assert self._reward is not None
-        state = {
-            **self._fork(),
-            "rng": self.np_random.bit_generator.state,
-            "seed": self._np_random_seed,
-            "reward": self._reward.copy(),
-            "load": self.load,
-            "window": self._episode_window,
-        }
+        state = {**self._fork(), **self._episode_state()}
         return EnvSnapshot(type(self).__name__, self._signature, state)
 
     def restore(self, snapshot: EnvSnapshot) -> None:
@@ -220,6 +212,18 @@ class EnvBase(gym.Env, Generic[C]):
         self._restore(snapshot.state)
         if self.check_invariants:
             self._check()
+
+    def _episode_state(self) -> dict[str, Any]:
+        """What a snapshot holds besides the simulator: the generator, the reward bookkeeping (copied), the load
+        and the trace window."""
+        assert self._reward is not None
+        return {
+            "rng": self.np_random.bit_generator.state,
+            "seed": self._np_random_seed,
+            "reward": self._reward.copy(),
+            "load": self.load,
+            "window": self._episode_window,
+        }
 
     def _restore_episode(self, state: dict[str, Any]) -> None:
         """The generator, reward bookkeeping (copied again), load and window of ``state``."""

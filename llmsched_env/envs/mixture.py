@@ -16,7 +16,7 @@ so the seeds of one pass over the library all replay its first window.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 import numpy as np
@@ -110,6 +110,7 @@ class WorkloadMixEnv(EnvBase[MixConfig]):
         self.inner: LLMSchedEnv | None = None
         self.workload: dict[str, Any] = {}
         self.episode_seed: int | None = None
+        self._signature = tuple((f.name, getattr(c, f.name)) for f in fields(c))
 
     # ---------------------------------------------------------------------------------------- the draw
     def draw(self, seed: int) -> tuple[LLMSchedEnv, dict[str, Any]]:
@@ -181,6 +182,28 @@ class WorkloadMixEnv(EnvBase[MixConfig]):
     def _mask(self) -> np.ndarray:
         assert self.inner is not None
         return self.inner.action_masks()
+
+    def _fork(self) -> dict[str, Any]:
+        """The episode's env (its own snapshot), the workload drawn and the episode's seed."""
+        assert self.inner is not None
+        return {"inner": self.inner.snapshot(), "workload": dict(self.workload), "episode_seed": self.episode_seed}
+
+    def _episode_state(self) -> dict[str, Any]:
+        return {"rng": self.np_random.bit_generator.state, "seed": self._np_random_seed}
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.np_random.bit_generator.state = state["rng"]
+        self._np_random_seed = state["seed"]
+        if self.inner is None or self.episode_seed != state["episode_seed"]:
+            if self.inner is not None:
+                self.inner.close()
+            self.inner = self.draw(state["episode_seed"])[0]
+        self.inner.restore(state["inner"])
+        self.workload, self.episode_seed = dict(state["workload"]), state["episode_seed"]
+
+    def _check(self) -> None:
+        assert self.inner is not None
+        self.inner._check()
 
     @property
     def action_spec(self) -> ActionSpec:
