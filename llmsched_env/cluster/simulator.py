@@ -32,7 +32,7 @@ from llmsched_env.engine.config import TenantConfig
 from llmsched_env.engine.engine import Engine
 from llmsched_env.engine.request import Request
 from llmsched_env.sim.kv_usage import KVUsage
-from llmsched_env.sim.simulator import check_arrival_order
+from llmsched_env.sim.simulator import check_arrival_order, idle_tick_s
 
 __all__ = ["Cluster", "LocalDecide", "Replica"]
 
@@ -66,7 +66,7 @@ class Replica:
         self.engine = Engine(spec.engine, tenants, spec.cost_model, prefill_only=role == "prefill")
         self.batch: Batch | None = None  # the iteration in flight
         self.busy = False  # holds exactly one event in the heap (iteration end or idle tick)
-        self.idle_tick_s = spec.cost_model.step_time_s(0, 1, 0, 0.0)
+        self.idle_tick_s = idle_tick_s(spec.cost_model)
         self.num_incoming = 0  # KV transfers on their way here
         self.num_iterations = 0
         self.last_step_s = 0.0

@@ -26,7 +26,22 @@ from llmsched_env.engine.request import Request
 from llmsched_env.sim.kv_usage import KVUsage
 from llmsched_env.sim.metrics import compute_metrics
 
-__all__ = ["Simulator", "check_arrival_order"]
+__all__ = ["Simulator", "check_arrival_order", "idle_tick_s", "wake_s"]
+
+
+def idle_tick_s(cost_model: CostModel) -> float:
+    """How long an engine that runs nothing while requests wait (its policy holds them) waits before deciding
+    again: one single-token decode iteration's time."""
+    return cost_model.step_time_s(0, 1, 0, 0.0)
+
+
+def wake_s(start_s: float, events: Sequence[float | None], waiting: bool, tick_s: float) -> float:
+    """When an engine whose iteration ran nothing decides again: at the earliest of ``events`` (the next arrival,
+    a remote KV landing), or one idle tick ``tick_s`` on while requests wait (or when no event is due)."""
+    wake = [t for t in events if t is not None]
+    if waiting or not wake:
+        wake.append(start_s + tick_s)
+    return max(min(wake), start_s)
 
 
 def check_arrival_order(requests: Sequence[Request]) -> None:
@@ -64,8 +79,7 @@ class Simulator:
         self._next = 0
         self.num_steps = 0
         self.start_s = self.requests[0].arrival_s if self.requests else 0.0
-        # A held, empty engine waits this long before the policy is asked again.
-        self.idle_tick_s = cost_model.step_time_s(0, 1, 0, 0.0)
+        self.idle_tick_s = idle_tick_s(cost_model)
         self.kv_usage = KVUsage()  # time-weighted mean and peak, and the series after every step
         self._checked_now_s = 0.0
         # True once a fork shares the requests still to arrive: each is then copied as it arrives (``fork``)
@@ -97,12 +111,8 @@ class Simulator:
         batch = engine.schedule(decision)
         start = engine.now_s
         if batch.is_empty:
-            # Nothing ran: wake at the next arrival or remote-KV landing; a policy holding admission while
-            # requests wait is asked again after one idle tick.
-            wake = [t for t in (self.next_arrival_s, engine.next_fetch_ready_s()) if t is not None]
-            if engine.num_waiting_total or not wake:
-                wake.append(start + self.idle_tick_s)
-            engine.advance_clock(max(min(wake), start))
+            events = (self.next_arrival_s, engine.next_fetch_ready_s())
+            engine.advance_clock(wake_s(start, events, engine.num_waiting_total > 0, self.idle_tick_s))
         else:
             dt = self.execute(batch)
             self.kv_usage.add(engine.pool.usage, dt)
@@ -203,7 +213,7 @@ class Simulator:
         new._next = len(new.requests)
         new.num_steps = num_steps
         new.start_s = start_s
-        new.idle_tick_s = engine.cost_model.step_time_s(0, 1, 0, 0.0)
+        new.idle_tick_s = idle_tick_s(engine.cost_model)
         new.kv_usage = KVUsage()
         new._checked_now_s = engine.now_s
         new._pending_shared = False
