@@ -11,6 +11,7 @@ the simulator's fork, the generator's state, the reward bookkeeping and the epis
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -43,9 +44,12 @@ class EnvSnapshot:
 
 
 class EnvBase(gym.Env, Generic[C]):
-    """The shared template. An env sets ``config_class`` and implements the hooks ``_core`` (the simulator,
-    None before reset), ``_start``, ``_advance``, ``_clock``, ``_counts``, ``_metrics``, ``_observe``,
-    ``_mask``, ``_fork``, ``_restore`` and ``_check``; ``_signature`` lists the arguments a snapshot must match."""
+    """The shared template. An env sets ``config_class`` and ``_signature`` (the arguments a snapshot must match)
+    and implements the hooks: ``_core`` (the simulator, None before reset), ``_start(requests)`` (the first
+    observation), ``_advance(action)`` (``(terminated, projected, extra info)``), ``_clock`` (simulated time,
+    steps taken), ``_counts`` (requests arrived, met, missed; preemptions), ``_metrics``, ``_observe``, ``_mask``,
+    ``_fork`` (the simulator's part of a snapshot), ``_restore(state)`` (calling ``_restore_episode`` before the
+    simulator's fork), ``_check`` (invariants) and ``_render``."""
 
     # typed as gymnasium.Env types it (an instance attribute), set here for the class
     metadata: dict[str, Any] = {"render_modes": [], "render_fps": 10}  # noqa: RUF012
@@ -86,43 +90,18 @@ class EnvBase(gym.Env, Generic[C]):
         self._source_load = 1.0  # the source's load at env load 1.0
         self._reward: RewardTracker | None = None
 
-    # ---------------------------------------------------------------------------------------- hooks
-    def _core(self) -> Any:
-        raise NotImplementedError
-
-    def _start(self, requests: list[Request]) -> np.ndarray:
-        raise NotImplementedError
-
-    def _advance(self, action: Any) -> tuple[bool, bool, dict[str, Any]]:
-        """Apply ``action``: ``(terminated, projected, extra info)``."""
-        raise NotImplementedError
-
-    def _clock(self) -> tuple[float, int]:
-        """The simulated time and the steps taken."""
-        raise NotImplementedError
-
-    def _counts(self) -> tuple[int, int, int, int]:
-        """Requests arrived, met, missed; preemptions."""
-        raise NotImplementedError
-
-    def _metrics(self) -> dict[str, float]:
-        raise NotImplementedError
-
-    def _observe(self) -> np.ndarray:
-        raise NotImplementedError
-
-    def _mask(self) -> np.ndarray:
-        raise NotImplementedError
-
-    def _fork(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def _restore(self, state: dict[str, Any]) -> None:
-        """Put the simulator back from ``state``, calling ``_restore_episode(state)`` before its fork."""
-        raise NotImplementedError
-
-    def _check(self) -> None:
-        raise NotImplementedError
+    # hooks (see the class docstring)
+    _core: Callable[[], Any]
+    _start: Callable[[list[Request]], np.ndarray]
+    _advance: Callable[[Any], tuple[bool, bool, dict[str, Any]]]
+    _clock: Callable[[], tuple[float, int]]
+    _counts: Callable[[], tuple[int, int, int, int]]
+    _metrics: Callable[[], dict[str, float]]
+    _observe: Callable[[], np.ndarray]
+    _mask: Callable[[], np.ndarray]
+    _fork: Callable[[], dict[str, Any]]
+    _restore: Callable[[dict[str, Any]], None]
+    _check: Callable[[], None]
 
     def _render(self) -> Any:
         return None
