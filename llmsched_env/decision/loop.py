@@ -51,7 +51,7 @@ from typing import Any, Final
 import numpy as np
 
 from llmsched_env.decision.actions import ActionSpec
-from llmsched_env.decision.decider import DECIDER_MODES, TimedDecider
+from llmsched_env.decision.decider import DECIDER_MODES, TimedDecider, first_line
 from llmsched_env.decision.observation import ObservationEncoder
 from llmsched_env.decision.policy import Policy, reads_observation
 from llmsched_env.decision.state import EngineState
@@ -74,11 +74,9 @@ ENGINE_DEFAULT: Final = _EngineDefault()
 
 @dataclass
 class DecisionStats:
-    """What a ``DecisionLoop`` counted: decisions made (by the policy, a kept answer or the fallback), engine
-    iterations served, those served by a held decision, those whose action the mask forbade (corrected), and the
-    fallbacks by cause (``FALLBACK_CAUSES``: ``error`` — the policy raised, ``invalid`` — its action was
-    malformed, ``timeout`` — it was late), with the last one's message. ``policy_time_s`` sums, per decision,
-    the time from its start (before the observation is encoded) to the decision in hand."""
+    """What a ``DecisionLoop`` counted: decisions, iterations, held and corrected iterations, fallbacks by cause
+    (``FALLBACK_CAUSES``) with the last one's message, and the decisions' time (from before the observation is
+    encoded to the decision in hand)."""
 
     num_decisions: int = 0
     num_iterations: int = 0
@@ -120,22 +118,12 @@ class DecisionStats:
         return out
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
-
-
 class DecisionLoop:
-    """Observe, mask, act under a deadline, validate, correct or refuse, hold for ``hold`` iterations, fall back:
-    the rules are in the module docstring.
-
-    ``spec`` and ``encoder``: the engine's action space and observation encoder (``encoder`` may be None where
-    nothing is observed: a caller that only ``take``s actions). ``policy``: who decides when a hold runs out (None:
-    the caller ``take``s every action). ``hold``: engine iterations per decision. ``fallback``: a ``Policy``,
-    ``ENGINE_DEFAULT`` or None (errors reach the caller). ``timeout_s``: the deadline of each decision (None: no
-    deadline; it needs a fallback). ``deadline_mode``: ``TimedDecider``'s mode. ``name``: who the policy is, in
-    error messages. ``record``: keep every iteration's (mask, decision applied, whether it was corrected) in
-    ``history`` (for tests and debugging). ``ValueError`` for a bad argument."""
+    """The module docstring's rules. ``encoder``: None where nothing is observed; ``policy``: who decides when a
+    hold runs out (None: the caller ``take``s every action); ``hold``: iterations per decision; ``fallback``: a
+    ``Policy``, ``ENGINE_DEFAULT`` or None (errors reach the caller); ``timeout_s``: each decision's deadline (needs
+    a fallback); ``deadline_mode``: ``TimedDecider``'s; ``name``: the policy in error messages; ``record``: keep
+    each iteration's (mask, decision applied, corrected) in ``history``."""
 
     def __init__(
         self,
@@ -235,10 +223,9 @@ class DecisionLoop:
 
     # -- decisions -------------------------------------------------------------------------------------------
     def take(self, action: Any, engine: EngineState | None = None, hold: int | None = 0) -> None:
-        """Hold the caller's ``action`` (an env's agent, a planner) from the next iteration on, for ``hold``
-        iterations (0: the loop's ``hold``; None: until the next ``take``). ``ValueError`` naming the component
-        of a malformed action (refused: there is no fallback for the caller's own action). ``engine``: where the
-        decision is made, for the clock of ``last_step_s``."""
+        """Hold the caller's ``action`` from the next iteration on, for ``hold`` iterations (0: the loop's; None:
+        until the next ``take``); a malformed one is refused (``ValueError`` naming the component). ``engine``:
+        where it is decided, for ``last_step_s``'s clock."""
         decision = self.spec.decode(action)  # validates
         if isinstance(action, np.ndarray) and action.dtype.kind in "iu":
             values = action.tolist()
@@ -252,10 +239,8 @@ class DecisionLoop:
             self._decided_at_s = engine.now_s
 
     def next(self, engine: EngineState, last_step_s: float | None = None) -> Decision | None:
-        """The decision for ``engine``'s next iteration: the held one, checked against the mask now (corrected where
-        it forbids it), or, once the hold has run out, a new one from the policy (or its fallback), whose
-        observation's ``last_step_s`` is the one given (a cluster's replica gives its own last iteration time) or
-        else ``last_step_s(engine)``. None: the engine's own settings (the ``ENGINE_DEFAULT`` fallback)."""
+        """The decision for ``engine``'s next iteration: the held one, corrected where the mask now forbids it, or,
+        once the hold has run out, a new one (``decide``). None: the engine's own settings (``ENGINE_DEFAULT``)."""
         stats = self.stats
         if self._left == 0:
             self.decide(engine, last_step_s)
@@ -286,8 +271,8 @@ class DecisionLoop:
         return applied[0]
 
     def decide(self, engine: EngineState, last_step_s: float | None = None) -> None:
-        """Make a new decision now (the policy's, or its fallback's) and hold it for ``hold`` iterations;
-        ``last_step_s`` as in ``next``."""
+        """Make a new decision now (the policy's, or its fallback's) and hold it; the observation's ``last_step_s``
+        is the one given, else ``last_step_s(engine)``."""
         policy = self._policy
         if policy is None:
             raise RuntimeError(f"DecisionLoop ({self.name}): the held action ran out and no policy decides; take() one")
@@ -334,7 +319,7 @@ class DecisionLoop:
         try:
             return None, "", policy.act(obs, mask)
         except Exception as exc:  # a failing policy must not stop serving: its fallback decides
-            return "error", _first_line(exc), None
+            return "error", first_line(exc), None
 
     def _fall_back(self, obs: np.ndarray, mask: np.ndarray) -> None:
         fallback = self.fallback

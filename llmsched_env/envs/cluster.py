@@ -10,27 +10,36 @@ from typing import Any, ClassVar
 import numpy as np
 from gymnasium import spaces
 
-from llmsched_env.cluster.config import DisaggConfig, check_cluster_kv_blocks
+from llmsched_env.cluster.config import (
+    MAX_REPLICAS,
+    DisaggConfig,
+    ReplicaSpec,
+    check_cluster_kv_blocks,
+    check_num_replicas,
+)
 from llmsched_env.cluster.invariants import check_cluster
 from llmsched_env.cluster.metrics import cluster_metrics
 from llmsched_env.cluster.scenarios import CLUSTER_SCENARIOS, ClusterScenario
 from llmsched_env.cluster.simulator import Cluster
+from llmsched_env.common.fields import as_dataclass
 from llmsched_env.costs.base import CostModel
+from llmsched_env.costs.loader import cost_model_of
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.local import LocalScheduler
 from llmsched_env.decision.observation import OBS_CLIP, ObservationEncoder
-from llmsched_env.decision.policy import PolicyContext, reads_observation
+from llmsched_env.decision.policy import Policy, PolicyContext, reads_observation
 from llmsched_env.decision.registry import SCHEDULERS
 from llmsched_env.decision.router import ClusterObservationEncoder, RouterContext, RouteSpec, route_mask
 from llmsched_env.engine.request import Request
 from llmsched_env.envs.base import EnvBase
-from llmsched_env.envs.cluster_options import LocalPolicy, resolve_disagg, resolve_local_policies, resolve_specs
-from llmsched_env.envs.options import EpisodeConfig
+from llmsched_env.envs.options import EpisodeConfig, engine_config
 from llmsched_env.envs.render import render_cluster_ansi
 from llmsched_env.workloads.library import get_scenario
 from llmsched_env.workloads.scenarios import Scenario, TraceSource
 
 __all__ = ["ClusterEnvConfig", "LLMSchedClusterEnv"]
+
+LocalPolicy = str | Policy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,60 +59,40 @@ class LLMSchedClusterEnv(EnvBase[ClusterEnvConfig]):
     """Route each arriving request to one of N LLM serving replicas, one arrival per step.
 
     ## Description
-    N replicas, each the core engine with its own KV pool, limits and cost model, share one simulated clock.
-    Every replica schedules its own iterations with a local policy (a single-node baseline or a trained
-    single-node policy); between two arrivals the replicas run on their own. With ``disaggregated`` the
+    N replicas, each the core engine with its own KV pool, limits and cost model, share one clock; each schedules
+    its own iterations with a local policy (a single-node baseline or trained policy). With ``disaggregated`` the
     router places requests on a prefill pool; at the first token a request's prompt KV crosses a FIFO link
-    (latency + bytes / bandwidth) to the decode replica with the most free KV per request, and decodes there.
+    (latency + bytes / bandwidth) to the decode replica with the most free KV per request.
 
     ## Action space
-    ``Discrete(num_routable)``: the replica (of the prefill pool when disaggregated) for the arriving
-    request. ``action_masks()`` masks replicas that could never hold it (all valid if none could); a masked
-    action is moved to the first valid replica (``info["action_projected"]``); an out-of-range action raises
-    ``ValueError``.
+    ``Discrete(num_routable)``: the replica (of the prefill pool when disaggregated). ``action_masks()`` masks
+    replicas that could never hold the request (all valid if none could); a masked action moves to the first valid
+    replica (``info["action_projected"]``); an out-of-range action raises ``ValueError``.
 
     ## Observation space
-    ``Box(-10, 10, (n,), float32)`` of named features (``env.unwrapped.obs_names``), counts over the largest
-    ``max_num_seqs``, KV over the largest pool, so heterogeneous replicas compare on one scale:
-
-    | feature | meaning (units) |
-    |---|---|
-    | replica/i/num_waiting, replica/i/num_running | queue (incl. landed KV) and running set (/ max_num_seqs) |
-    | replica/i/kv_used, replica/i/kv_free_per_request | KV in use (/ own pool); (free - queued) / (running + 1) |
-    | replica/i/waiting_tokens | prefill tokens queued (/ max_num_batched_tokens) |
-    | replica/i/ttft_ratio, replica/i/tpot_ratio | recent TTFT and TPOT over their SLO |
-    | replica/i/prefix_hit | share of the arriving prompt cached on that replica |
-    | replica/i/speed | fastest replica's unloaded decode step / its own |
-    | request/prompt_len, request/tenant/NAME | the arriving request (/ max_num_batched_tokens; one-hot) |
-    | cluster/arrival_rate, cluster/attainment | rate estimate / nominal rate; attainment so far |
-    | decode/kv_used, decode/num_landed, decode/link_backlog | disaggregated only: decode pool, KV link wait |
+    ``Box(-10, 10, (n,), float32)`` of named features (``obs_names``; ``decision.router``): per replica its queue,
+    running set, KV use, free KV per request, queued prefill tokens, TTFT and TPOT over SLO, the arriving
+    prompt's prefix hit and its speed; the arriving request's length and tenant; the cluster's arrival rate and
+    attainment; disaggregated, the decode pool and the KV link backlog. Counts are over the largest
+    ``max_num_seqs``, KV over the largest pool, so heterogeneous replicas compare on one scale.
 
     ## Rewards
-    As ``LLMSched-v1``: ``good`` (+1/N) when a request finishes within its SLOs, ``miss`` (−1/N) when it is
-    rejected, passes its TTFT deadline without a first token or finishes too slowly, each counted once, when
-    known; unresolved requests count as misses at the end, so a drained episode returns ``2·attainment − 1``.
-    ``preempt`` (weight 0 by default) charges each recompute preemption on any replica. Terms are in
-    ``info["rewards"]``.
+    As ``LLMSched-v1`` (``good`` +1/N, ``miss`` −1/N, ``preempt`` on any replica), so a drained episode returns
+    ``2·attainment − 1``. Terms in ``info["rewards"]``.
 
     ## Episode end
-    ``terminated`` when every request has been routed and served (or rejected); ``truncated`` when the clock
-    passes ``horizon_s`` or after ``max_steps`` steps. The last ``info["metrics"]`` holds the episode's
-    metrics: the single-node set, ``replica/i/...`` and ``imbalance/...`` (``cluster.metrics``).
+    ``terminated`` once every request has been routed and served (or rejected); ``truncated`` past ``horizon_s``
+    or ``max_steps``. The last ``info["metrics"]``: the single-node set, ``replica/i/...`` and ``imbalance/...``.
 
     ## Arguments
-    A ``ClusterEnvConfig``, or its fields as keywords: ``scenario``: a cluster scenario (``cluster-azure-conv-4``,
-    ``cluster-azure-conv-8``, ``cluster-mooncake-4``, ``cluster-mooncake-8``, ``cluster-azure-conv-pd``, or a
-    ``ClusterScenario``) or a single-node scenario (name or ``Scenario``), whose nominal rate is then scaled by the
-    number of replicas. ``num_replicas``; ``replicas`` (one ``(engine, cost_model)`` pair per replica, or a dict
-    with those keys: heterogeneous); ``engine`` (``EngineConfig`` or dict) and ``cost_model`` (preset name or
-    ``CostModel``) for every replica; ``disaggregated`` (None: the scenario's; False: colocated; a ``DisaggConfig``
-    or a dict of its fields: ``num_prefill``, ``num_decode``, ``link_latency_s``, ``link_bandwidth_Bps``, ...);
-    ``local_policy`` (a baseline name, default ``fcfs``, or any object with ``act(obs, mask)``, or one per replica);
-    ``split`` (on val and test a trace's episode of seed ``s`` replays the ``s``-th of the part's disjoint windows,
-    ``reset(options={"window": k})`` or the ``window`` attribute the ``k``-th), ``load`` (relative to the cluster's
-    nominal rate; a (low, high) pair draws one per episode), ``num_requests``, ``reward``, ``horizon_s``,
-    ``max_steps``, ``render_mode`` (``ansi``), ``check_invariants`` (every step; for tests). SLOs are scaled to
-    replica 0's cost model.
+    A ``ClusterEnvConfig``, or its fields as keywords: ``scenario`` (a cluster scenario name or
+    ``ClusterScenario``, or a single-node scenario, whose nominal rate is then scaled by the replica count);
+    ``num_replicas``; ``replicas`` (one ``(engine, cost_model)`` pair or dict per replica: heterogeneous);
+    ``engine`` and ``cost_model`` for every replica; ``disaggregated`` (None: the scenario's; False: colocated;
+    a ``DisaggConfig`` or dict of its fields); ``local_policy`` (a baseline name, default ``fcfs``, an object
+    with ``act(obs, mask)``, or one per replica); ``split``, ``load`` (× the cluster's nominal rate),
+    ``num_requests``, ``reward``, ``horizon_s``, ``max_steps``, ``render_mode`` (``ansi``), ``check_invariants``
+    as ``LLMSched-v1``. SLOs are scaled to replica 0's cost model.
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 10}  # noqa: RUF012
@@ -310,3 +299,92 @@ def _replica_index(action: Any, n: int) -> int:
     if not 0 <= i < n:
         raise ValueError(f"action must be a replica index in [0, {n}), got {i}")
     return i
+
+
+# ------------------------------------------------- the keywords as replica specs, a layout, local policies
+def resolve_disagg(value: Any, csc: ClusterScenario | None) -> DisaggConfig | None:
+    """``disaggregated=``: None keeps the scenario's layout, False is colocated, a dict names DisaggConfig fields."""
+    if value is None:
+        return csc.disagg if csc is not None else None
+    return None if value is False else as_dataclass(DisaggConfig, "disaggregated", value)
+
+
+def _cost_model(cm: Any) -> CostModel:
+    return cost_model_of("LLMSchedClusterEnv.cost_model", cm)
+
+
+def resolve_specs(
+    csc: ClusterScenario | None,
+    base: Scenario,
+    num_replicas: int | None,
+    replicas: Sequence[Any] | None,
+    engine: Any,
+    cost_model: Any,
+    disagg: DisaggConfig | None,
+) -> list[ReplicaSpec]:
+    """One spec per replica from ``replicas=`` (heterogeneous), else ``num_replicas`` copies of ``engine`` /
+    ``cost_model``, else the cluster scenario's, else the base scenario's."""
+    if num_replicas is not None:
+        check_num_replicas("LLMSchedClusterEnv", "num_replicas", num_replicas)
+    if replicas is not None:
+        if engine is not None or cost_model is not None:
+            raise ValueError("give either replicas= (one engine and cost model each) or engine=/cost_model=")
+        entries = _replica_entries(replicas)
+        if num_replicas is not None and len(entries) != num_replicas:
+            raise ValueError(f"num_replicas={num_replicas} but {len(entries)} replicas were given")
+        return [ReplicaSpec(engine_config(e or base.engine), _cost_model(cm or base.cost_model)) for e, cm in entries]
+    if num_replicas is None:
+        num_replicas = csc.num_replicas if csc is not None else disagg.num_replicas if disagg is not None else 4
+    if csc is not None and engine is None and cost_model is None:
+        specs = csc.specs()
+        if len(specs) == num_replicas:
+            return specs
+        if csc.replicas is not None:
+            raise ValueError(f"{csc.name} lists {len(specs)} heterogeneous replicas; num_replicas must match")
+        return [specs[0]] * num_replicas
+    if engine is None:
+        engine = csc.engine if csc is not None and csc.engine is not None else base.engine
+    if cost_model is None:
+        cost_model = csc.cost_model if csc is not None and csc.cost_model is not None else base.cost_model
+    e, cm = engine_config(engine), _cost_model(cost_model)
+    return [ReplicaSpec(e, cm) for _ in range(num_replicas)]
+
+
+def _replica_entries(replicas: object) -> list[tuple[Any, Any]]:
+    """``replicas=`` as ``(engine, cost_model)`` pairs: a list or tuple of 1 to ``MAX_REPLICAS`` entries, each a
+    pair or a dict with the keys ``engine`` and ``cost_model`` (either may be left out or None: the base
+    scenario's); ``ValueError`` naming ``replicas`` and the entry otherwise."""
+    if isinstance(replicas, (str, bytes, Mapping)) or not isinstance(replicas, Sequence):
+        raise ValueError(f"LLMSchedClusterEnv.replicas must be a list of replicas, got {type(replicas).__name__}")
+    if not 1 <= len(replicas) <= MAX_REPLICAS:
+        raise ValueError(f"LLMSchedClusterEnv.replicas must list 1 to {MAX_REPLICAS:,} replicas, got {len(replicas):,}")
+    entries = []
+    for i, entry in enumerate(replicas):
+        if isinstance(entry, Mapping):
+            unknown = sorted(map(str, set(entry) - {"engine", "cost_model"}))
+            if unknown:
+                raise ValueError(
+                    f"LLMSchedClusterEnv.replicas[{i}]: unknown keys {unknown}; expected engine, cost_model"
+                )
+            entries.append((entry.get("engine"), entry.get("cost_model")))
+        elif isinstance(entry, Sequence) and not isinstance(entry, (str, bytes)) and len(entry) == 2:
+            entries.append((entry[0], entry[1]))
+        else:
+            raise ValueError(
+                f"LLMSchedClusterEnv.replicas[{i}] must be an (engine, cost_model) pair or a dict with those keys, "
+                f"got {entry!r}"
+            )
+    return entries
+
+
+def resolve_local_policies(value: Any, n: int) -> list[LocalPolicy]:
+    """``local_policy=``: one baseline name or policy object for all ``n`` replicas, or one each."""
+    items = [value] * n if isinstance(value, str) or not isinstance(value, Sequence) else list(value)
+    if len(items) != n:
+        raise ValueError(f"local_policy lists {len(items)} policies for {n} replicas")
+    for p in items:
+        if isinstance(p, str) and p not in SCHEDULERS:
+            raise ValueError(f"local_policy {p!r} is not a baseline; available: {', '.join(SCHEDULERS.names())}")
+        if not isinstance(p, str) and not callable(getattr(p, "act", None)):
+            raise ValueError(f"local_policy entries must be baseline names or objects with act(obs, mask), got {p!r}")
+    return items

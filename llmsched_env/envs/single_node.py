@@ -73,73 +73,46 @@ class LLMSchedEnv(EnvBase[SingleNodeConfig]):
     """Schedule one LLM serving engine, one engine iteration per step.
 
     ## Description
-    Requests of several tenants arrive (Poisson, or lengths from a trace) at a continuous-batching engine
-    with a paged KV cache. Each step the agent sets the knobs of the next iteration's batch builder; the
-    simulator forms the batch (running decodes first, then unfinished prefills in chunks, then waiting
-    requests in the chosen order), the cost model times it, and the clock moves on.
+    Requests of several tenants arrive (Poisson, or a trace's) at a continuous-batching engine with a paged KV
+    cache. Each step the agent sets the knobs of the next iteration's batch builder; the simulator forms the batch
+    (running decodes, unfinished prefills in chunks, then waiting requests in the chosen order), the cost model
+    times it, and the clock moves on.
 
     ## Action space
-    ``MultiDiscrete(action_spec.nvec)``, one index per component: queue order (FCFS, priority with aging,
-    earliest TTFT deadline, shortest prompt, least-served tenant (VTC), longest cached prefix); token budget;
-    chunk cap; batch mix (decode-first hybrid / prefill-first); admission cap (0 holds admission); KV reserve
-    kept free when admitting; shedding of requests that can no longer meet their TTFT. ``action_masks()``
-    gives the valid options (sb3-contrib MaskablePPO). The action reaches the engine through
-    ``decision.loop.DecisionLoop``, as every policy's does: an in-range action that the mask forbids is
-    corrected, each forbidden component moved to its first valid option (``info["action_projected"]``);
-    out-of-range, NaN or wrongly shaped actions are refused with a ``ValueError`` naming the component.
+    ``MultiDiscrete(action_spec.nvec)``: queue order (FCFS, priority with aging, earliest TTFT deadline, shortest
+    prompt, VTC, longest cached prefix), token budget, chunk cap, batch mix, admission cap (0 holds admission),
+    KV reserve, shedding. ``action_masks()`` gives the valid options (MaskablePPO). The action reaches the engine
+    through ``decision.loop.DecisionLoop``: a masked-out component moves to its first valid option
+    (``info["action_projected"]``); a malformed action is refused with a ``ValueError`` naming the component.
 
     ## Observation space
-    ``Box(-10, 10, (n,), float32)`` of named features (``env.unwrapped.obs_names``). Schema 2 (the default)
-    has the global features below plus tenant-agnostic ones (``GenericObservationEncoder``: urgency bands,
-    length predictions, four urgency-ordered tenant slots, aggregates of the rest); schema 1 has the global
-    features plus six per named tenant:
-
-    | feature | meaning (units) |
-    |---|---|
-    | queue/num_waiting, queue/waiting_tokens | waiting requests (/ max_num_seqs), their prefill tokens (/ KV pool) |
-    | queue/oldest_wait, queue/least_ttft_slack | oldest wait and least TTFT slack (/ that tenant's TTFT SLO) |
-    | kv/used, kv/free, kv/cached | KV blocks in use, empty, cached and evictable (/ pool) |
-    | kv/reserve_demand | blocks the running set still needs to finish (/ pool) |
-    | run/num_decoding, run/num_prefilling, run/remaining_prefill, run/seq_room | running set |
-    | run/num_fetching, run/fetch_wait | requests waiting for remote KV; time to the next landing (/ TTFT) |
-    | latency/ttft_ratio, latency/tpot_ratio | recent TTFT and TPOT over their SLO (moving average) |
-    | latency/last_step_over_tpot, latency/attainment | last iteration time / tightest TPOT SLO; attainment so far |
-    | arrival/rate | arrival-rate estimate / the workload's nominal rate |
-    | tenant/NAME/... | per tenant: waiting, running, share of service, VTC counter gap, attainment, head slack |
+    ``Box(-10, 10, (n,), float32)`` of named features (``obs_names``): queue, KV, running set, remote-KV fetches,
+    latency over SLO, attainment and arrival rate over the nominal rate; then, in schema 2 (default), tenant-agnostic
+    features (urgency bands, length predictions, four urgency-ordered tenant slots, aggregates of the rest), in
+    schema 1 six per named tenant (``decision.observation``).
 
     ## Rewards
-    Every request is counted exactly once, the moment its outcome is known: ``good`` (+1/N) when it
-    finishes within its TTFT and TPOT SLOs, ``miss`` (−1/N) when it is rejected, passes its TTFT deadline
-    without a first token, or finishes too slowly; N is the episode's number of requests. At the end of an
-    episode every arrived request still unresolved counts as a miss. With the default weights the return of
-    an episode that drains is therefore exactly ``2 · slo_attainment − 1``: maximising return is maximising
-    SLO attainment, and the early ``miss`` on a passed deadline gives the credit when the decision that caused
-    it is recent. ``preempt`` (weight 0 by default) charges each recompute preemption. Terms are reported
-    in ``info["rewards"]``.
+    Each request counts once, when its outcome is known: ``good`` (+1/N) within its TTFT and TPOT SLOs, ``miss``
+    (−1/N) rejected, past its TTFT deadline without a first token, or finished too slowly; unresolved requests
+    miss at the episode's end, so a drained episode returns ``2 · slo_attainment − 1``. ``preempt`` (weight 0 by
+    default) charges recompute preemptions. Terms in ``info["rewards"]``.
 
     ## Episode end
-    ``terminated`` when every request has arrived and finished or been rejected; ``truncated`` when the
-    simulated clock passes ``horizon_s`` or after ``max_steps`` steps. The last ``info["metrics"]`` holds the
-    episode metrics (TTFT/TPOT/ITL/E2E percentiles, throughput, goodput, SLO attainment, fairness, ...).
+    ``terminated`` once every request has arrived and finished or been rejected; ``truncated`` past
+    ``horizon_s`` or ``max_steps``. The last ``info["metrics"]`` holds the episode metrics.
 
     ## Arguments
-    A ``SingleNodeConfig``, or its fields as keywords: ``scenario`` (a name from the scenario library, e.g.
-    ``azure-conv``, ``mixed-slo``; default ``default``: two tenants, chat and batch) or ``workload`` (a
-    ``WorkloadConfig`` of your own); ``split`` (``train``: random windows of the training part; ``val``, ``test``:
-    the held-out parts, where a trace's episode of seed ``s`` replays the ``s``-th of the part's disjoint windows,
-    ``reset(options={"window": k})`` or the ``window`` attribute the ``k``-th;
-    ``workloads.scenarios.episode_window``); ``num_requests`` per episode (default: the scenario's); ``load``
-    (arrival rate relative to the scenario's nominal rate); ``cost_model`` (preset name, JSON path or a
-    ``CostModel``; default: the scenario's), ``engine`` (``EngineConfig`` or a dict of its fields; default: the
-    scenario's), ``remote_kv`` (a ``RemoteKVConfig``; default: the scenario's), ``action_spec``, ``reward``
-    (``RewardConfig`` or dict), ``horizon_s``, ``max_steps``, ``render_mode`` (``ansi`` or ``rgb_array``),
-    ``check_invariants`` (verify the core's invariants every step; for tests), ``iterations_per_step`` (default 1:
-    an agent may hold its action for k engine iterations per step, the rewards summed — a shorter horizon for credit
-    assignment). ``load`` may be a ``(low, high)`` range: each episode then draws its load uniformly from it
-    (training across loads). ``schema`` (default 2, see ``decision.schema``): the observation and action layout — 2
-    is workload-agnostic, 1 has features per named tenant (the layout of policies trained before schema 2).
-    ``length_prediction`` (``none``, ``exact``, ``lognormal:SIGMA``; ``workloads.prediction``): each request's
-    predicted output length, read by the SPRW queue order and the ``pred/`` features.
+    A ``SingleNodeConfig``, or its fields as keywords: ``scenario`` (a library name; default ``default``) or
+    ``workload`` (a ``WorkloadConfig``); ``split`` (``train``: random windows of the training part; ``val``,
+    ``test``: seed ``s`` replays the part's ``s``-th window, ``reset(options={"window": k})`` or the ``window``
+    attribute the ``k``-th); ``num_requests`` (default: the scenario's); ``load`` (× the nominal rate, or a
+    ``(low, high)`` range drawn per episode); ``cost_model`` (preset, JSON path or ``CostModel``), ``engine``
+    (``EngineConfig`` or dict), ``remote_kv`` (each default: the scenario's); ``action_spec``; ``reward``
+    (``RewardConfig`` or dict); ``horizon_s``; ``max_steps``; ``render_mode`` (``ansi``, ``rgb_array``);
+    ``check_invariants`` (every step; for tests); ``iterations_per_step`` (hold each action k iterations,
+    rewards summed); ``schema`` (2: workload-agnostic, 1: per named tenant; ``decision.schema``);
+    ``length_prediction`` (``none``, ``exact``, ``lognormal:SIGMA``: predicted output lengths, read by SPRW
+    and the ``pred/`` features).
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 10}  # noqa: RUF012
