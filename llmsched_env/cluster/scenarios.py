@@ -1,13 +1,7 @@
-"""Named cluster scenarios: a single-node scenario's workload, SLOs and engine, served by N replicas.
-
-A cluster scenario reuses a library scenario (``workloads.library``) for its requests, tenants and SLOs,
-and adds the cluster: how many replicas, their engines and cost models (``replicas`` for heterogeneous
-ones), and the disaggregated layout if any. ``rate_rps`` is the cluster's nominal arrival rate (load 1.0).
-
-Each nominal rate is the **capacity of round-robin routing with fcfs on every replica**: the highest total
-rate at which it kept 90% SLO attainment (mean over seeds 0, 1, 2) on the held-out part as it was before the
-val/test division (a scale for the loads, not a choice between policies), found by bisection to 2% with
-``python bench/cluster_capacity.py`` (the measured values are in the comments below).
+"""Named cluster scenarios: a library scenario's requests, tenants and SLOs served by N replicas (their engines
+and cost models, ``replicas`` for heterogeneous ones, and the disaggregated layout if any). ``rate_rps``, the
+nominal rate (load 1.0), is the capacity of round-robin routing with fcfs on every replica: the highest rate
+keeping 90% attainment (seeds 0-2), by bisection to 2% with ``python bench/cluster_capacity.py``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """``LLMSchedMix-v0``: a different workload every episode, for training one generalist scheduler.
 
-Each ``reset`` draws a workload: a library scenario (its ``split`` part) at a load drawn around that
-scenario's knee, or, with probability ``random_share``, a randomised synthetic scenario
-(``workloads.randomized``: 1-16 tenants, several engines and cost presets) at a load from its space's
-``load_range``; and a length prediction from ``length_predictions``. The episode then runs on an
-``LLMSched-v1`` of observation schema 2, whose observation and action layout are the same for every workload,
-so one policy learns across all of them.
-
-On ``split="val"`` or ``"test"`` the draw is deterministic and covers the library: episode seed ``s`` plays
-scenario ``s % len(scenarios)`` at ``val_load`` times its knee load without a length prediction (what a
-checkpoint is chosen on); on a trace scenario, the ``s // len(scenarios)``-th of its part's disjoint windows,
-so the seeds of one pass over the library all replay its first window.
+Each training ``reset`` draws a library scenario at a load around its knee, or (``random_share``) a randomised
+synthetic one (``workloads.randomized``) at a load from its space, and a length prediction; the episode runs
+on an ``LLMSched-v1`` of schema 2, whose layout is the same for every workload. On ``val`` and ``test`` seed
+``s`` plays scenario ``s % len(scenarios)`` at ``val_load`` × its knee without prediction, on a trace its
+part's ``s // len(scenarios)``-th window.
 """
 
 from __future__ import annotations
@@ -43,13 +37,11 @@ DEFAULT_LOAD_SPAN = (0.5, 1.5)  # training loads: this times the scenario's knee
 
 @dataclass(frozen=True, kw_only=True)
 class MixConfig:
-    """``WorkloadMixEnv``'s arguments: ``scenarios`` (library names; default ``mixture_scenarios()``: all but those
-    of fitted traffic), ``split``, ``knee_loads`` (scenario -> load at which the best heuristic keeps 90%
-    attainment; default ``DEFAULT_KNEE_LOAD``), ``load_span`` (training loads: uniform on this span times the
-    knee), ``val_load`` (val and test episodes' load, times the knee), ``random_share`` (probability of a
-    randomised scenario, training only), ``random_space``, ``length_predictions`` (drawn uniformly per training
-    episode), ``num_requests`` (per episode, capped by each scenario's own size), ``iterations_per_step``,
-    ``reward``, ``check_invariants``."""
+    """``WorkloadMixEnv``'s arguments: ``scenarios`` (default ``mixture_scenarios()``), ``knee_loads`` (scenario ->
+    load where the best heuristic keeps 90% attainment; default ``DEFAULT_KNEE_LOAD``), ``load_span`` and
+    ``val_load`` (training and val/test loads × the knee), ``random_share`` (chance of a randomised scenario in
+    training), ``length_predictions`` (one drawn per training episode), ``num_requests`` (capped by each
+    scenario's size); the rest as ``LLMSched-v1``."""
 
     scenarios: Sequence[str] | None = None
     split: str = "train"
