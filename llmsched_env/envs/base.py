@@ -56,6 +56,7 @@ class EnvBase(gym.Env, Generic[C]):
     config_class: ClassVar[type]
     _signature: tuple[tuple[str, Any], ...] = ()
     num_requests: int | None
+    source: Any  # draws the episode's requests (``workloads.scenarios``)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Show the config's fields as the keywords of the env's ``__init__`` (``inspect.signature``, ``help``)."""
@@ -76,12 +77,12 @@ class EnvBase(gym.Env, Generic[C]):
             raise ValueError(f"{type(self).__name__}: give a {self.config_class.__name__} or keywords, not both")
         self.config: C = config
 
-    def _episode_args(self, c: EpisodeConfig, source: Any) -> None:
-        """Check and keep the arguments every env of ``EpisodeConfig`` shares; ``source`` draws its requests."""
+    def _episode_args(self, c: EpisodeConfig) -> None:
+        """Check and keep the arguments every env of ``EpisodeConfig`` shares."""
         owner = type(self).__name__
         check_episode_args(owner, c, self.metadata["render_modes"])
         load, self.load_range = load_arg(owner, c.load)
-        self.split, self.load, self.source = c.split, float(load), source
+        self.split, self.load = c.split, float(load)
         self.reward_config = RewardConfig.of(c.reward)
         self.horizon_s, self.max_steps, self.render_mode = c.horizon_s, c.max_steps, c.render_mode
         self.check_invariants = check_bool(owner, "check_invariants", c.check_invariants)

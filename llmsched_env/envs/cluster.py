@@ -108,7 +108,7 @@ class LLMSchedClusterEnv(EnvBase[ClusterEnvConfig]):
             csc = CLUSTER_SCENARIOS.get(str(scenario))
         base = csc.scenario() if csc is not None else scenario if isinstance(scenario, Scenario) else None
         base = base or get_scenario(str(scenario))
-        self._episode_args(c, None)
+        self._episode_args(c)
         self.disagg = resolve_disagg(c.disaggregated, csc)
         self.specs = resolve_specs(csc, base, c.num_replicas, c.replicas, c.engine, c.cost_model, self.disagg)
         n = len(self.specs)

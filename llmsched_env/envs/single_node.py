@@ -140,7 +140,7 @@ class LLMSchedEnv(EnvBase[SingleNodeConfig]):
         self.engine_config = engine_config(c.engine if c.engine is not None else sc.engine)
         cm = c.cost_model if c.cost_model is not None else sc.cost_model
         self.cost_model = cost_model_of("LLMSchedEnv.cost_model", cm)
-        self._episode_args(c, None)
+        self._episode_args(c)
         self.num_requests = c.num_requests if c.num_requests is not None else sc.num_requests
         self.remote_kv = c.remote_kv if c.remote_kv is not None else sc.remote_kv
         self.source = sc.source(self.split, self.cost_model)
