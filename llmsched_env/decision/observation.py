@@ -1,10 +1,6 @@
-"""The single-node observation: an encoder's ``encode(engine)`` turns engine state into named, normalised
-float32 features, the same in the simulator env, on the torch runtime and inside vLLM (any
-``decision.state.EngineState``).
-
-Two encoders, one per schema (``decision.schema``): ``ObservationEncoder`` (schema 1, features per named
-tenant) and ``GenericObservationEncoder`` (schema 2, workload-agnostic). ``make_encoder(schema, ...)`` builds
-either.
+"""The single-node observation: ``encode(engine)`` turns any ``decision.state.EngineState`` (simulator, torch
+runtime, vLLM) into named, normalised float32 features. One encoder per schema (``decision.schema``):
+``ObservationEncoder`` (1) and ``GenericObservationEncoder`` (2); ``make_encoder`` builds either.
 """
 
 from __future__ import annotations
@@ -130,11 +126,9 @@ class ObservationEncoder:
     def _scan(
         self, engine: EngineState, waiting: Sequence[int], running: Sequence[int]
     ) -> tuple[list[float], float, float]:
-        """One pass over the tenants: each one's head TTFT slack (its queue head's time left to its TTFT
-        deadline, in units of its TTFT target; 1.0 with an empty queue), how long the oldest waiting request has
-        waited in units of its TTFT target (the earliest-arrived queue head, the first tenant's on a tie, as the
-        engine's FCFS order picks it; 0 with nothing waiting), and the least VTC counter among active tenants
-        (waiting or running; 0 with none)."""
+        """One pass over the tenants: each one's head TTFT slack (/ its TTFT target; 1.0 with an empty queue), the
+        oldest queue head's wait (/ its TTFT target; FCFS's pick on a tie; 0 with none) and the least VTC counter
+        among active tenants (0 with none)."""
         now = engine.now_s
         ttft = self._ttft
         vtc = engine.vtc
@@ -203,11 +197,8 @@ class ObservationEncoder:
 
 
 def _clipped(feats: list[float], tail: bytes = b"") -> np.ndarray:
-    """The features, followed by ``tail`` (constant features already packed as float32 within the bounds), as
-    a float32 vector clipped to [-OBS_CLIP, OBS_CLIP]: ``np.clip(np.array(feats + tail's values, np.float32),
-    ...)``, bit for bit, in about half its time (the encoder's last step, run every env step): packed by
-    ``struct`` (the same C cast to float32) into a buffer the array owns, clipped by numpy's clip ufunc without
-    ``np.clip``'s Python-level checks."""
+    """``np.clip(np.array(feats + tail's values, np.float32), ±OBS_CLIP)`` bit for bit in about half its time
+    (``tail``: constant features packed as float32): packed by ``struct`` (the same C cast), clipped by the ufunc."""
     try:
         packed = _packer(len(feats))(*feats)
     except OverflowError:  # beyond float32's range: numpy's cast gives inf, which the clip bounds
