@@ -73,7 +73,10 @@ class EnvBase(gym.Env, Generic[C]):
         super().__init__()
         if config is None:
             config = self.config_class(**kwargs)
-        elif kwargs or not isinstance(config, self.config_class):
+        elif not isinstance(config, self.config_class):
+            name = self.config_class.__name__
+            raise ValueError(f"{type(self).__name__}: config must be a {name}, got {type(config).__name__}")
+        elif kwargs:
             raise ValueError(f"{type(self).__name__}: give a {self.config_class.__name__} or keywords, not both")
         self.config: C = config
 
