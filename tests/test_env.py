@@ -339,3 +339,7 @@ def test_a_typed_config_builds_the_env_its_keywords_build() -> None:
             cls(config, load=2.0)
     with pytest.raises(TypeError, match="lod"):
         LLMSchedEnv(lod=2.0)
+    config = SingleNodeConfig(num_requests=20, schema=1)
+    assert gym.make("LLMSched-v0", config=config).unwrapped.schema == 1
+    with pytest.raises(ValueError, match="LLMSched-v1 is the env of observation schema 2, not 1"):
+        gym.make("LLMSched-v1", config=config)

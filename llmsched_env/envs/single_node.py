@@ -280,12 +280,13 @@ class LLMSchedEnv(EnvBase[SingleNodeConfig]):
 
 
 def _versioned(schema: int, kwargs: dict[str, Any]) -> LLMSchedEnv:
-    given = kwargs.pop("schema", schema)
+    config = kwargs.pop("config", None)
+    given = config.schema if isinstance(config, SingleNodeConfig) else kwargs.pop("schema", schema)
     if given != schema:
         other = ENV_IDS.get(given) if isinstance(given, int) and not isinstance(given, bool) else None
         hint = f": gym.make({other!r}) is the env of schema {given}" if other else f" (schemas: {sorted(ENV_IDS)})"
         raise ValueError(f"{ENV_IDS[schema]} is the env of observation schema {schema}, not {given!r}{hint}")
-    return LLMSchedEnv(schema=schema, **kwargs)
+    return LLMSchedEnv(config, **kwargs) if config is not None else LLMSchedEnv(schema=schema, **kwargs)
 
 
 def make_v0(**kwargs: Any) -> LLMSchedEnv:
