@@ -1,9 +1,6 @@
-"""The one step between a policy and an engine: ``DecisionLoop``.
-
-Every place an action reaches an engine goes through it, so there is one answer to each question of how a
-decision is applied: the env's ``step`` (the agent's action), the serving loop over the simulator and the torch
-runtime (``decision.serve``), the vLLM scheduler (``adapters.vllm.scheduler``), a cluster's local schedulers
-(``decision.local``) and the lookahead bound's rollouts (``evaluation.lookahead``) are drivers around it.
+"""The one step between a policy and an engine: ``DecisionLoop``. The env's ``step``, the serving loop
+(``decision.serve``: simulator, torch runtime), the vLLM scheduler, a cluster's local schedulers and the
+lookahead's rollouts are drivers around it, so each question of how a decision is applied has one answer.
 
     loop = DecisionLoop(spec, encoder, policy, hold=4, fallback=fcfs, timeout_s=0.1)   # a policy decides
     while not sim.done:
@@ -14,31 +11,19 @@ runtime (``decision.serve``), the vLLM scheduler (``adapters.vllm.scheduler``), 
     for _ in range(k):
         sim.step(loop.next(sim.engine))
 
-The rules, one per question:
-
-- **observe**: at each decision the policy gets ``encoder.encode(engine, last_step_s)``, ``last_step_s`` being
-  the engine's clock now minus its clock at the previous decision (0 at the first), and the mask
-  ``ActionSpec.mask(engine)``. A policy that declares ``reads_observation = False`` (its action depends on the
-  mask alone) gets zeros, and is asked once per mask pattern: its answer is kept and reused.
-- **act under a deadline**: with ``timeout_s``, the deadline counts from the start of the decision (before the
-  observation is encoded) and ``decision.decider.TimedDecider`` enforces it: a policy whose ``act`` is bounded
-  is checked after the call, any other is interrupted at the deadline (a ``SIGALRM`` timer on the main thread,
-  else a worker thread). Without ``timeout_s`` (simulated decisions cost no simulated time) nothing is timed.
-- **validate**: ``ActionSpec.decode``'s check (a sequence of one integer per component, each in range; no NaN,
-  no float that is not an integer). A malformed action is **refused**, never repaired.
-- **correct**: an action in range that the mask forbids is **corrected**: each forbidden component moves to its
-  first allowed option (``ActionSpec.project``). Counted per iteration (``num_corrected``).
-- **hold**: a decision holds for ``hold`` engine iterations; every held iteration reads the mask again and, when
-  it changed, checks (and corrects) the held action against it.
-- **fall back**: when the policy raises, misses its deadline or returns a malformed action, the ``fallback``
-  decides instead (a ``Policy``, e.g. ``fcfs``; or ``ENGINE_DEFAULT``: ``next`` returns None and the engine
-  keeps its own settings, as vLLM's scheduler does), counted by cause (``FALLBACK_CAUSES``); the fallback's
-  decision holds like any other. Without a fallback (the env, the lookahead's rollouts, a cluster's local
-  schedulers) the error reaches the caller: the policy's own exception, or ``ValueError`` naming the component
-  of a malformed action.
-
-No request is lost either way: the engine only ever sees a valid ``Decision`` (or, with ``ENGINE_DEFAULT``, its
-own settings).
+- **observe**: the policy gets ``encoder.encode(engine, last_step_s)`` (the clock since the previous decision)
+  and ``ActionSpec.mask(engine)``; a policy with ``reads_observation = False`` gets zeros and is asked once per
+  mask pattern (its answer kept).
+- **act under a deadline**: with ``timeout_s``, counted from the decision's start, ``decision.decider``
+  enforces it (checked after a bounded ``act``, else interrupted). Without it nothing is timed.
+- **validate**: ``ActionSpec.decode``'s check; a malformed action is **refused**, never repaired.
+- **correct**: an in-range action the mask forbids has each forbidden component moved to its first allowed
+  option (``ActionSpec.project``), counted per iteration (``num_corrected``).
+- **hold**: a decision holds for ``hold`` iterations, each checking (and correcting) it against the mask now.
+- **fall back**: when the policy raises, is late or gives a malformed action, ``fallback`` decides (a
+  ``Policy``, or ``ENGINE_DEFAULT``: ``next`` returns None and the engine keeps its own settings), counted by
+  cause (``FALLBACK_CAUSES``). Without a fallback the error reaches the caller.
+- **never lose a request**: the engine only ever sees a valid ``Decision`` (or its own settings).
 """
 
 from __future__ import annotations

@@ -223,23 +223,13 @@ _clip = getattr(getattr(getattr(np, "_core", None), "umath", None), "clip", None
 
 
 class GenericObservationEncoder(ObservationEncoder):
-    """Schema 2: the same features whatever the number, names and order of the tenants.
-
-    - the ``GLOBAL_FEATURES`` of schema 1;
-    - ``tenants/count``, ``tenants/active`` (tenants with requests waiting or running), in units of 16;
-    - ``queue/late_waiting`` and ``queue/urgent_waiting``: requests waiting in the tenants whose queue head has
-      missed its TTFT (slack < 0) and whose head has less than half its TTFT left (slack in [0, 0.5));
-    - ``pred/waiting_output`` and ``pred/mean_waiting_output``: predicted output tokens of the waiting
-      requests (/ KV pool tokens, and per waiting request / 1024); 0 without a length predictor;
-    - ``slo/ttft_spread``, ``slo/tpot_spread``: log2 of the loosest over the tightest target, / 8;
-    - ``NUM_SLOTS`` tenant slots (``slot{i}/...``, ``SLOT_FEATURES``): the tenants with requests first, by
-      increasing head TTFT slack, ties broken by the slot's own features, so equal engine states give equal
-      observations whatever the tenants' names and order; an empty slot reads as an idle tenant;
-    - ``rest/...``: the tenants past the slots: count, waiting, running, least head slack, least attainment.
-
-    A tenant's SLO targets enter as its class relative to the tightest (log2 ratio / 8), its priority as its
-    rank between the best (0) and the worst (1), its weight over the largest weight.
-    """
+    """Schema 2: the same features whatever the tenants' number, names and order: schema 1's ``GLOBAL_FEATURES``;
+    ``tenants/count`` and ``tenants/active`` (/ 16); ``queue/late_waiting`` and ``queue/urgent_waiting`` (waiting
+    behind a head past its TTFT, or with under half of it left); ``pred/...`` (predicted output tokens waiting, /
+    KV tokens and per request / 1024); ``slo/{ttft,tpot}_spread`` (log2 loosest / tightest, / 8); ``NUM_SLOTS``
+    tenant slots (``SLOT_FEATURES``: busy tenants first by head slack, ties by the features themselves; an empty
+    slot reads as idle), whose SLOs enter as log2 over the tightest / 8, priority as a rank in [0, 1], weight over
+    the largest; ``rest/...`` (the others: count, waiting, running, least slack, least attainment)."""
 
     schema = 2
 
