@@ -24,7 +24,7 @@ from llmsched_env.engine.batch import Batch, Decision
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.engine.request import Request, Status
 from llmsched_env.sim.metrics import compute_metrics
-from llmsched_env.sim.simulator import check_arrival_order
+from llmsched_env.sim.simulator import check_arrival_order, idle_tick_s, wake_s
 
 __all__ = ["VllmLoop", "run_vllm_loop"]
 
@@ -56,7 +56,7 @@ class VllmLoop:
             config, scheduler_cls=LLMSchedScheduler, adapter=adapter,
             llmsched_policy=None if isinstance(policy, str) else policy, clock=self.clock,
         )  # fmt: skip
-        self.idle_tick_s = cost_model.step_time_s(0, 1, 0, 0.0)
+        self.idle_tick_s = idle_tick_s(cost_model)
         self.token_log: list[float] = []  # every decode token's time, each request's segment contiguous
         self._open: dict[int, list[float]] = {}  # request id -> decode token times of its open segment
         self._in_prefill: set[int] = set()  # admitted (or resumed), its prefill token not out yet
@@ -135,10 +135,8 @@ class VllmLoop:
                 sampled.append(r)
         if out.total_num_scheduled_tokens == 0:
             self._outputs(s.update_from_output(out, fake_output(s, out)))
-            wake = [self.requests[self._next].arrival_s] if self._next < len(self.requests) else []
-            if s.get_request_counts()[1] or not wake:
-                wake.append(start + self.idle_tick_s)
-            self.clock.now_s = max(min(wake), start)
+            arrival = self.requests[self._next].arrival_s if self._next < len(self.requests) else None
+            self.clock.now_s = wake_s(start, (arrival,), s.get_request_counts()[1] > 0, self.idle_tick_s)
         else:
             end = start + batch.time_s(self.cost_model)
             self.clock.now_s = end
