@@ -96,11 +96,12 @@ def _backlog(env: Any, policy: str, steps: int) -> Any:
     every request waiting at time 0; the ``VllmLoop``. A trained agent holds each decision as it was trained
     (its policy.json): the loop reads it."""
     from llmsched_env.adapters.vllm.loop import VllmLoop
+    from llmsched_env.sim.setup import SimSetup
 
     requests = env.episode_requests(0)
     for r in requests:
         r.arrival_s = 0.0
-    loop = VllmLoop(env.engine_config, env.tenants, env.cost_model, requests, policy)
+    loop = VllmLoop(SimSetup(env.engine_config, env.tenants, env.cost_model, requests, policy))
     while not loop.done and loop.num_steps < steps:
         loop.step()
     return loop

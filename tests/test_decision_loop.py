@@ -370,13 +370,14 @@ def test_a_clusters_local_scheduler_applies_the_same_rules() -> None:
 @pytest.mark.vllm
 def test_vllms_scheduler_applies_the_same_rules_and_falls_back_to_its_own_settings() -> None:
     from llmsched_env.adapters.vllm.loop import VllmLoop
+    from llmsched_env.sim.setup import SimSetup
 
     env: Any = gym.make("LLMSched-v1", workload=WORKLOAD, engine=ENGINE, cost_model=COST).unwrapped
     env.reset(seed=0)
     faulty = {1: "raise", 2: "malformed", 4: "late"}
     for faults, causes in [({}, {}), (faulty, {"error": 1, "invalid": 1, "timeout": 1})]:
         policy = Scripted(env.action_spec, faults=faults)
-        run = VllmLoop(ENGINE, TENANTS, COST, env.episode_requests(0), policy, HOLD, policy_timeout_s=0.05)
+        run = VllmLoop(SimSetup(ENGINE, TENANTS, COST, env.episode_requests(0), policy, HOLD), policy_timeout_s=0.05)
         decisions = run.scheduler.decisions
         decisions.history = []
         run.run()

@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from llmsched_env.live.workloads import (
     stream_requests,
     tenant_configs,
 )
+from llmsched_env.sim.setup import SimSetup
 
 MIXED = WORKLOADS["mixed-slo"]
 
@@ -99,13 +101,13 @@ def test_the_simulator_predicts_a_block_as_the_live_statistics_are_computed() ->
     assert [r.tenant for r in stream_requests(stream, tenants)] == [
         0 if r["tenant"] == "interactive" else 1 for r in stream
     ]
-    light = predict_block(stream, resolve_policy("fcfs"), MIXED.engine, tenants, model, model, 0.0, 4.0)
-    slow = predict_block(stream, resolve_policy("fcfs"), MIXED.engine, tenants, model, model, 0.5, 4.0)
+    setup = SimSetup(MIXED.engine, tuple(tenants), model, policy=resolve_policy("fcfs"), nominal_rate_rps=4.0)
+    light = predict_block(stream, setup, 0.0)
+    slow = predict_block(stream, setup, 0.5)
     assert light["slo_attainment"] == 1.0 and light["preemptions"] == 0.0 and light["shed"] == 0.0
     assert slow["ttft_p50_s"] == pytest.approx(light["ttft_p50_s"] + 0.5)  # the front end added to every TTFT
     assert slow["slo_attainment"] < 0.6  # half the requests cannot meet a 0.125 s TTFT past a 0.5 s front end
-    heavy = predict_block(block_stream(MIXED, 80.0, 0), resolve_policy("fcfs"), MIXED.engine, tenants, model, model,
-                          0.0, 80.0)  # fmt: skip
+    heavy = predict_block(block_stream(MIXED, 80.0, 0), replace(setup, nominal_rate_rps=80.0), 0.0)
     assert heavy["slo_attainment"] < light["slo_attainment"] and heavy["ttft_p99_s"] > light["ttft_p99_s"]
     mean = mean_prediction([light, {**light, "slo_attainment": 0.0, "ttft_p50_s": math.nan}])
     assert mean["slo_attainment"] == 0.5 and mean["ttft_p50_s"] == light["ttft_p50_s"]

@@ -417,11 +417,13 @@ def test_the_replays_planning_copy_plans_as_the_simulator_itself() -> None:
     from llmsched_env.decision.policy import PolicyContext
     from llmsched_env.decision.serve import ServeOptions, serve
     from llmsched_env.live.sim import simulate
+    from llmsched_env.sim.setup import SimSetup
 
     cfg, tenants, cost = _replay_setting()
     entry = "mpc:k=16,futures=2,horizon=16,tail=16,base=fcfs"
-    replayed = simulate(_replay_requests(), entry, cfg, tenants, cost, seed=3, nominal_rate_rps=20.0)
-    again = simulate(_replay_requests(), entry, cfg, tenants, cost, seed=3, nominal_rate_rps=20.0)
+    setup = SimSetup(cfg, tenants, cost, policy=entry, seed=3, nominal_rate_rps=20.0)
+    replayed = simulate(setup.with_requests(_replay_requests()))
+    again = simulate(setup.with_requests(_replay_requests()))
     timed = ("policy_time_mean_s",)  # wall time
     assert {k: v for k, v in replayed.metrics.items() if k not in timed} == {
         k: v for k, v in again.metrics.items() if k not in timed

@@ -510,9 +510,10 @@ def _loop_metrics(policy: str, seed: int) -> dict[str, float]:
     import gymnasium as gym
 
     from llmsched_env.adapters.vllm.loop import run_vllm_loop
+    from llmsched_env.sim.setup import SimSetup
 
     env = gym.make("LLMSched-v1", scenario="default", num_requests=60, load=2.0).unwrapped
-    return run_vllm_loop(env.engine_config, env.tenants, env.cost_model, env.episode_requests(seed), policy)
+    return run_vllm_loop(SimSetup(env.engine_config, env.tenants, env.cost_model, env.episode_requests(seed), policy))
 
 
 @pytest.mark.vllm

@@ -15,6 +15,7 @@ from llmsched_env.adapters.vllm import require_vllm
 from llmsched_env.decision.registry import make_scheduler
 from llmsched_env.decision.serve import ServeOptions, serve
 from llmsched_env.evaluation.config import EvalConfig, Row
+from llmsched_env.sim.setup import SimSetup
 from llmsched_env.sim.simulator import Simulator
 
 __all__ = ["COMPARE_COLUMNS", "check_vllm", "compare_engines", "compare_run", "format_comparison"]
@@ -54,7 +55,7 @@ def compare_run(
             check_invariants=config.check_invariants,
         ),
     )
-    loop = VllmLoop(
+    setup = SimSetup(
         u.engine_config,
         u.tenants,
         u.cost_model,
@@ -63,9 +64,9 @@ def compare_run(
         iterations_per_step=spec.iterations_per_step,
         nominal_rate_rps=u.source.nominal_rate_rps(),
         seed=seed,
-        policy_timeout_s=policy_timeout_s,
         scenario=ctx.scenario,
     )
+    loop = VllmLoop(setup, policy_timeout_s)
     vllm_metrics = loop.run()
     env.close()
     row: Row = {

@@ -48,6 +48,7 @@ from llmsched_env.live.server import LiveServer, cli_parser, run_bench, serve_ar
 from llmsched_env.live.sim import mean_prediction, predict_block
 from llmsched_env.live.verdict import AA_ARM, CONTROL
 from llmsched_env.live.workloads import WORKLOADS, LiveWorkload, block_stream, length_mix, tenant_configs
+from llmsched_env.sim.setup import SimSetup
 from llmsched_env.workloads.randomized import nominal_rate_rps
 from llmsched_env.workloads.scenarios import slo_scale
 
@@ -259,8 +260,8 @@ def knee_rate(workload: LiveWorkload, tenants: Sequence[TenantConfig], model: Co
     spec = resolve_policy(CONTROL)
 
     def attained(rate: float) -> float:
-        blocks = [predict_block(block_stream(workload, rate, _SEEDS["tune"] + s), spec, workload.engine, tenants,
-                                model, model, frontend_s, rate) for s in seeds]  # fmt: skip
+        setup = SimSetup(workload.engine, tuple(tenants), model, policy=spec, nominal_rate_rps=rate)
+        blocks = [predict_block(block_stream(workload, rate, _SEEDS["tune"] + s), setup, frontend_s) for s in seeds]
         return float(np.mean([b["slo_attainment"] for b in blocks]))
 
     lo, hi = guess / 4, guess
@@ -471,9 +472,10 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
         def predict(cell: str, arm: str, rounds: int) -> list[dict[str, float]]:
             rate = cells[cell]
             spec = specs[policy_of[arm]]
-            return [predict_block(block_stream(workload, rate, compare_seed(cell, r)), spec, workload.engine, tenants,
-                                  model, fitted_model, frontend, knee, scenario=tuned_entry(spec))
-                    for r in range(rounds)]  # fmt: skip
+            setup = SimSetup(workload.engine, tuple(tenants), fitted_model, policy=spec, nominal_rate_rps=knee,
+                             scenario=tuned_entry(spec), clock=model)  # fmt: skip
+            streams = (block_stream(workload, rate, compare_seed(cell, r)) for r in range(rounds))
+            return [predict_block(stream, setup, frontend) for stream in streams]
 
         # the number of rounds, from the A/A noise and differences predicted on the first streams
         per_block_s = float(np.mean([b["t_end"] - b["t_start"] for recs in calibration.values() for b in recs])) + 3.0

@@ -1,11 +1,10 @@
 """A live run's requests, or a block's predicted stream, served again by llmsched's simulator.
 
-``simulate`` (``replay`` for a run: ``replay_requests`` gives its server-side arrivals, prompt lengths, requested
-output lengths and tenants) serves them under a policy through ``decision.serve``, the clock priced by
-``cost_model`` (fitted to the server's steps) while the engine and the policy see ``policy_cost_model`` (the live
-adapter's), and returns each request's TTFT, TPOT and E2E in send order. ``predict_block``: a block of the live
-experiment predicted, its statistics computed as the live block's (``live.blocks``), a constant front-end delay
-added to every TTFT and E2E.
+``simulate`` serves a ``SimSetup``'s requests under its policy through ``decision.serve``, the clock priced by its
+``clock`` (fitted to the server's steps) while the engine and the policy see its ``cost_model`` (the live
+adapter's), and returns each request's TTFT, TPOT and E2E in send order. ``replay``: a run's requests
+(``replay_requests``) simulated. ``predict_block``: a block of the live experiment predicted, its statistics
+computed as the live block's (``live.blocks``), a constant front-end delay added to every TTFT and E2E.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from llmsched_env.live.blocks import METRICS, block_metrics
 from llmsched_env.live.logs import LiveRun
 from llmsched_env.live.workloads import stream_requests
 from llmsched_env.sim.metrics import token_times
-from llmsched_env.sim.repriced import RepricedSimulator
+from llmsched_env.sim.setup import SimSetup
 
 __all__ = ["Latencies", "ReplayResult", "mean_prediction", "predict_block", "replay", "replay_requests", "simulate"]
 
@@ -78,35 +77,25 @@ def replay_requests(run: LiveRun, tenants: Sequence[TenantConfig]) -> list[Reque
     return out
 
 
-def simulate(
-    requests: Sequence[Request] | LiveRun, policy: str | PolicySpec, engine: EngineConfig,
-    tenants: Sequence[TenantConfig], cost_model: CostModel, policy_cost_model: CostModel | None = None, seed: int = 0,
-    nominal_rate_rps: float | None = None, scenario: str = "", iterations_per_step: int | None = None,
-) -> ReplayResult:  # fmt: skip
-    """Serve fresh ``requests`` (``request_id`` = position), or a live run's, under ``policy``, priced by
-    ``cost_model`` while the engine and policy see ``policy_cost_model``; latencies in ``requests``' order.
-    ``nominal_rate_rps`` defaults to the mean arrival rate, ``iterations_per_step`` to the policy's own."""
-    if isinstance(requests, LiveRun):
-        requests = replay_requests(requests, tenants)
-    spec = resolve_policy(policy) if isinstance(policy, str) else policy
-    tenants = tuple(tenants)
-    seen = policy_cost_model or cost_model
-    ordered = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
-    sim = RepricedSimulator(cost_model, engine, tenants, seen, ordered)
+def simulate(setup: SimSetup) -> ReplayResult:
+    """Serve ``setup``'s fresh requests (``request_id`` = position) under its policy (a name or ``PolicySpec``),
+    priced by its ``clock`` while the engine and policy see its ``cost_model``; latencies in the requests' order."""
+    requests = setup.requests
+    spec = resolve_policy(setup.policy) if isinstance(setup.policy, str) else setup.policy
+    engine, tenants, seen = setup.config, setup.tenants, setup.cost_model
+    sim = setup.with_requests(sorted(requests, key=lambda r: (r.arrival_s, r.request_id))).simulator()
     action_spec = ActionSpec.for_engine(engine, spec.schema)
-    span = ordered[-1].arrival_s - ordered[0].arrival_s
-    rate = nominal_rate_rps or (len(ordered) / span if span > 0 else 1.0)
-    encoder = make_encoder(spec.schema, engine, tenants, rate)
+    encoder = make_encoder(spec.schema, engine, tenants, setup.rate_rps())
     # a planner (mpc) plans on a plain copy of the replay's state, priced by the model the policy sees
     ctx = PolicyContext(
-        engine, tenants, seen, action_spec, encoder.names, scenario, planning_state=lambda: planning_view(sim)
+        engine, tenants, seen, action_spec, encoder.names, setup.scenario, planning_state=lambda: planning_view(sim)
     )
-    chosen = spec.make_for(ctx, seed)
+    chosen = spec.make_for(ctx, setup.seed)
     start_episode(chosen)
     fallback = make_scheduler("fcfs", ctx)
     # a planner's time is not the simulator's (on vLLM it plans off the critical path): no wall-clock deadline
     options = ServeOptions(
-        iterations_per_step=iterations_per_step or spec.iterations_per_step,
+        iterations_per_step=setup.iterations_per_step or spec.iterations_per_step,
         policy_timeout_s=None if spec.mpc is not None else ServeOptions.policy_timeout_s,
     )
     metrics, _ = serve(sim, chosen, encoder, action_spec, fallback, options)
@@ -123,20 +112,23 @@ def simulate(
     return ReplayResult(ttft, tpot, e2e, metrics["request_throughput_rps"], spec.name, metrics)
 
 
-replay = simulate  # a live run replayed: ``simulate`` of its requests
+def replay(
+    run: LiveRun, policy: str | PolicySpec, engine: EngineConfig, tenants: Sequence[TenantConfig],
+    cost_model: CostModel, policy_cost_model: CostModel | None = None, **options: Any,
+) -> ReplayResult:  # fmt: skip
+    """A live run replayed: ``simulate`` of its requests, priced by ``cost_model`` while the engine and policy
+    see ``policy_cost_model`` (default: the same); ``options``: ``SimSetup``'s ``seed``, ``nominal_rate_rps``,
+    ``scenario``, ``iterations_per_step``."""
+    requests = replay_requests(run, tenants)
+    seen = policy_cost_model or cost_model
+    return simulate(SimSetup(engine, tuple(tenants), seen, tuple(requests), policy, clock=cost_model, **options))
 
 
-def predict_block(
-    stream: Sequence[dict[str, Any]], spec: PolicySpec, engine: EngineConfig, tenants: Sequence[TenantConfig],
-    clock_model: CostModel, policy_model: CostModel, frontend_delay_s: float, nominal_rate_rps: float, seed: int = 0,
-    scenario: str = "",
-) -> dict[str, float]:  # fmt: skip
-    """The ``METRICS``, ``preemptions`` and ``shed`` predicted for ``stream`` under ``spec`` (``scenario``: the
-    tuned table's entry)."""
-    requests = stream_requests(stream, tenants)
-    result = simulate(
-        requests, spec, engine, tenants, clock_model, policy_model, seed, nominal_rate_rps, scenario=scenario
-    )
+def predict_block(stream: Sequence[dict[str, Any]], setup: SimSetup, frontend_delay_s: float) -> dict[str, float]:
+    """The ``METRICS``, ``preemptions`` and ``shed`` predicted for ``stream`` under ``setup`` (its requests
+    replaced by the stream's), ``frontend_delay_s`` added to every TTFT and E2E."""
+    tenants = setup.tenants
+    result = simulate(setup.with_requests(stream_requests(stream, tenants)))
     names = [str(r["tenant"]) for r in stream]
     arrivals = np.array([float(r["timestamp"]) for r in stream])
     succeeded = np.isfinite(result.ttft_s)

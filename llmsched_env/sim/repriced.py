@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from llmsched_env.costs.base import CostModel
 from llmsched_env.engine.batch import Batch
 from llmsched_env.engine.config import EngineConfig, TenantConfig
+from llmsched_env.engine.remote_kv import RemoteKVConfig
 from llmsched_env.engine.request import Request
 from llmsched_env.sim.simulator import Simulator
 
@@ -26,8 +29,10 @@ class RepricedSimulator(Simulator):
         tenants: Sequence[TenantConfig],
         cost_model: CostModel,
         requests: Sequence[Request],
+        remote_kv: RemoteKVConfig | None = None,
+        rng: np.random.Generator | None = None,
     ) -> None:
-        super().__init__(config, tenants, cost_model, requests)
+        super().__init__(config, tenants, cost_model, requests, remote_kv, rng)
         self.clock = clock
 
     def execute(self, batch: Batch) -> float:

@@ -10,20 +10,17 @@ rejected here too, with its reasons.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from llmsched_env.adapters.vllm.config import AdapterConfig
 from llmsched_env.adapters.vllm.offline import fake_output, make_scheduler, to_vllm_request
 from llmsched_env.adapters.vllm.scheduler import LLMSchedScheduler
 from llmsched_env.adapters.vllm.state import TENANT_KEY, SimClock
-from llmsched_env.costs.base import CostModel
-from llmsched_env.decision.policy import Policy
 from llmsched_env.decision.serve import decision_metrics
 from llmsched_env.engine.batch import Batch, Decision
-from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.engine.request import Request, Status
 from llmsched_env.sim.metrics import compute_metrics
+from llmsched_env.sim.setup import SimSetup
 from llmsched_env.sim.simulator import check_arrival_order, idle_tick_s, wake_s
 
 __all__ = ["VllmLoop", "run_vllm_loop"]
@@ -32,25 +29,24 @@ _DECISION = Decision()  # a placeholder: the Batch below is only priced, never b
 
 
 class VllmLoop:
-    """One episode of ``requests`` (sorted by arrival; filled in as served) through vLLM's scheduler under
-    ``policy`` (a name or a ``Policy``), each decision held ``iterations_per_step`` steps (None: the policy's)."""
+    """One episode of ``setup``'s requests (sorted by arrival; filled in as served) through vLLM's scheduler under
+    its policy (a name or a ``Policy``), each decision held its ``iterations_per_step`` steps (None: the policy's),
+    each step priced by its ``clock``; past ``policy_timeout_s`` a step is vLLM's own."""
 
-    def __init__(
-        self, config: EngineConfig, tenants: Sequence[TenantConfig], cost_model: CostModel, requests: Sequence[Request],
-        policy: str | Policy = "fcfs", iterations_per_step: int | None = None, nominal_rate_rps: float = 1.0,
-        seed: int = 0, policy_timeout_s: float = 0.1, scenario: str = "",
-    ) -> None:  # fmt: skip
-        self.config = config
-        self.tenants = tuple(tenants)
-        self.cost_model = cost_model
-        self.requests = list(requests)
+    def __init__(self, setup: SimSetup, policy_timeout_s: float = 0.1) -> None:
+        self.config = config = setup.config
+        self.tenants = setup.tenants
+        self.cost_model = cost_model = setup.cost_model
+        self.price_model = setup.clock or cost_model  # what each step costs on the clock
+        self.requests = list(setup.requests)
         check_arrival_order(self.requests)
         self.start_s = self.requests[0].arrival_s if self.requests else 0.0
         self.clock = SimClock(self.start_s)
+        policy = setup.policy
         adapter = AdapterConfig(
             policy=policy if isinstance(policy, str) else "fcfs", tenants=self.tenants, cost_model=cost_model,
-            iterations_per_step=iterations_per_step, nominal_rate_rps=nominal_rate_rps, seed=seed,
-            policy_timeout_s=policy_timeout_s, scenario=scenario,
+            iterations_per_step=setup.iterations_per_step, nominal_rate_rps=setup.nominal_rate_rps or 1.0,
+            seed=setup.seed, policy_timeout_s=policy_timeout_s, scenario=setup.scenario,
         )  # fmt: skip
         self.scheduler: LLMSchedScheduler = make_scheduler(
             config, scheduler_cls=LLMSchedScheduler, adapter=adapter,
@@ -138,7 +134,7 @@ class VllmLoop:
             arrival = self.requests[self._next].arrival_s if self._next < len(self.requests) else None
             self.clock.now_s = wake_s(start, (arrival,), s.get_request_counts()[1] > 0, self.idle_tick_s)
         else:
-            end = start + batch.time_s(self.cost_model)
+            end = start + batch.time_s(self.price_model)
             self.clock.now_s = end
             for r in sampled:
                 r.num_output_tokens += 1
@@ -201,6 +197,6 @@ class VllmLoop:
         return compute_metrics(self.requests[: self._next], self.tenants, self.token_log, duration, extra)
 
 
-def run_vllm_loop(*args: Any, **kwargs: Any) -> dict[str, float]:
-    """The metrics of serving requests through vLLM's scheduler: ``VllmLoop(*args, **kwargs).run()``."""
-    return VllmLoop(*args, **kwargs).run()
+def run_vllm_loop(setup: SimSetup, policy_timeout_s: float = 0.1) -> dict[str, float]:
+    """The metrics of serving ``setup``'s requests through vLLM's scheduler: ``VllmLoop(...).run()``."""
+    return VllmLoop(setup, policy_timeout_s).run()

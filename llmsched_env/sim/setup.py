@@ -1,0 +1,66 @@
+"""``SimSetup``: one simulation's parameters in one typed object, built once by each caller and taken by every
+driver (``live.sim.simulate``, ``live.sim.predict_block``, ``adapters.vllm.loop.VllmLoop``); ``simulator()``
+builds the ``Simulator`` it describes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from llmsched_env.costs.base import CostModel
+from llmsched_env.engine.config import EngineConfig, TenantConfig
+from llmsched_env.engine.remote_kv import RemoteKVConfig
+from llmsched_env.engine.request import Request
+from llmsched_env.sim.repriced import RepricedSimulator
+from llmsched_env.sim.simulator import Simulator
+
+__all__ = ["SimSetup"]
+
+
+@dataclass(frozen=True, eq=False)
+class SimSetup:
+    """The engine ``config``, its ``tenants``, the ``cost_model`` the engine and the policy see, the ``requests``
+    (sorted by arrival), the ``policy`` (a name, a ``PolicySpec`` or a ``Policy``), each decision held
+    ``iterations_per_step`` steps (None: the policy's own), the ``nominal_rate_rps`` (the unit of the
+    ``arrival/rate`` feature; None: the requests' mean rate, 1.0 in the vLLM loop), the ``seed`` (random
+    policies), the ``scenario`` (the tuned table's entry), the ``clock`` pricing each iteration (None: the
+    ``cost_model``) and the ``remote_kv`` store (None: none)."""
+
+    config: EngineConfig
+    tenants: tuple[TenantConfig, ...]
+    cost_model: CostModel
+    requests: tuple[Request, ...] = ()
+    policy: Any = "fcfs"
+    iterations_per_step: int | None = None
+    nominal_rate_rps: float | None = None
+    seed: int = 0
+    scenario: str = ""
+    clock: CostModel | None = None
+    remote_kv: RemoteKVConfig | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tenants", tuple(self.tenants))
+        object.__setattr__(self, "requests", tuple(self.requests))
+
+    def with_requests(self, requests: Sequence[Request]) -> SimSetup:
+        """The same setup serving ``requests``."""
+        return replace(self, requests=tuple(requests))
+
+    def rate_rps(self) -> float:
+        """``nominal_rate_rps``, else the requests' mean arrival rate (1.0 when they span no time)."""
+        if self.nominal_rate_rps:
+            return self.nominal_rate_rps
+        arrivals = [r.arrival_s for r in self.requests]
+        span = max(arrivals) - min(arrivals)
+        return len(arrivals) / span if span > 0 else 1.0
+
+    def simulator(self, rng: np.random.Generator | None = None) -> Simulator:
+        """The simulator of the requests: a ``RepricedSimulator`` when ``clock`` is another model than
+        ``cost_model``; ``rng``: the remote KV store's generator."""
+        args = (self.config, self.tenants, self.cost_model, self.requests, self.remote_kv, rng)
+        if self.clock is not None and self.clock is not self.cost_model:
+            return RepricedSimulator(self.clock, *args)
+        return Simulator(*args)
