@@ -42,12 +42,8 @@ class LoggingSimulator(Simulator):
     priced by ``clock`` while the engine and the policy see ``cost_model``."""
 
     def __init__(self, clock: CostModel, *args: Any) -> None:
-        super().__init__(*args)
-        self.clock = clock
+        super().__init__(*args, clock=clock)
         self.records: list[dict[str, Any]] = []
-
-    def execute(self, batch: Batch) -> float:
-        return batch.time_s(self.clock)
 
     def step(self, decision: Decision) -> Batch:
         t0 = self.now_s

@@ -31,7 +31,6 @@ from llmsched_env.runtime.calibrate import fit, iteration_samples
 from llmsched_env.runtime.executor import Runtime
 from llmsched_env.runtime.names import FIDELITY_REQUESTS, FIT_LOADS
 from llmsched_env.runtime.runner import ModelRunner
-from llmsched_env.sim.repriced import RepricedSimulator
 from llmsched_env.sim.simulator import Simulator
 from llmsched_env.workloads.lengths import LengthDist
 from llmsched_env.workloads.scenarios import slo_scale
@@ -207,7 +206,7 @@ def _in_situ(runner: ModelRunner, cost_model: CostModel, make: PolicyFactory, fa
     real = drive_lockstep(test, make, fallback, episodes())
     samples = [s for rt in partners for s in iteration_samples(rt)]
     model = fit([], 0.0, name="in-situ", iterations=samples)
-    sim = RepricedSimulator(model, engine, tenants, cost_model, workload.requests(cost_model, rate, seed))
+    sim = Simulator(engine, tenants, cost_model, workload.requests(cost_model, rate, seed), clock=model)
     pred = drive(sim, make, fallback)
     return {"insitu_fit_iterations": float(len(samples)), **_errors(real, pred, "insitu_")}
 

@@ -5,8 +5,7 @@ computed the way vLLM's benchmark does.
 
 from llmsched_env.sim.kv_usage import KVUsage
 from llmsched_env.sim.metrics import compute_metrics, jain_index
-from llmsched_env.sim.repriced import RepricedSimulator
 from llmsched_env.sim.setup import SimSetup
 from llmsched_env.sim.simulator import Simulator
 
-__all__ = ["KVUsage", "RepricedSimulator", "SimSetup", "Simulator", "compute_metrics", "jain_index"]
+__all__ = ["KVUsage", "SimSetup", "Simulator", "compute_metrics", "jain_index"]

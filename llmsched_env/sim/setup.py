@@ -14,7 +14,6 @@ from llmsched_env.costs.base import CostModel
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.engine.remote_kv import RemoteKVConfig
 from llmsched_env.engine.request import Request
-from llmsched_env.sim.repriced import RepricedSimulator
 from llmsched_env.sim.simulator import Simulator
 
 __all__ = ["SimSetup"]
@@ -58,9 +57,5 @@ class SimSetup:
         return len(arrivals) / span if span > 0 else 1.0
 
     def simulator(self, rng: np.random.Generator | None = None) -> Simulator:
-        """The simulator of the requests: a ``RepricedSimulator`` when ``clock`` is another model than
-        ``cost_model``; ``rng``: the remote KV store's generator."""
-        args = (self.config, self.tenants, self.cost_model, self.requests, self.remote_kv, rng)
-        if self.clock is not None and self.clock is not self.cost_model:
-            return RepricedSimulator(self.clock, *args)
-        return Simulator(*args)
+        """The simulator of the requests; ``rng``: the remote KV store's generator."""
+        return Simulator(self.config, self.tenants, self.cost_model, self.requests, self.remote_kv, rng, self.clock)

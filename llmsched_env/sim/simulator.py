@@ -54,7 +54,9 @@ def check_arrival_order(requests: Sequence[Request]) -> None:
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Simulator:
-    """Replays ``requests`` (sorted by arrival) through an Engine timed by ``cost_model``."""
+    """Replays ``requests`` (sorted by arrival) through an Engine over ``cost_model``, each iteration lasting what
+    ``clock`` prices it at (default: ``cost_model``; another: an in-situ replay, the policy seeing the preset while
+    the time comes from what the hardware measured)."""
 
     def __init__(
         self,
@@ -64,6 +66,7 @@ class Simulator:
         requests: Sequence[Request],
         remote_kv: RemoteKVConfig | None = None,
         rng: np.random.Generator | None = None,
+        clock: CostModel | None = None,
     ) -> None:
         check_arrival_order(requests)
         check_prefix_layout(requests, config.block_size)  # up front, before any request runs
@@ -72,6 +75,7 @@ class Simulator:
             remote = RemoteKVStore(remote_kv, rng if rng is not None else np.random.default_rng(0))
         self.engine = Engine(config, tenants, cost_model, remote=remote)
         self.cost_model = cost_model
+        self.clock = clock if clock is not None else cost_model
         self.requests = list(requests)
         self._next = 0
         self.num_steps = 0
@@ -122,8 +126,8 @@ class Simulator:
         return batch
 
     def execute(self, batch: Batch) -> float:
-        """Run ``batch`` and return how long it took: the cost model's price (the torch runtime runs the model)."""
-        return batch.time_s(self.cost_model)
+        """Run ``batch`` and return how long it took: the clock's price (the torch runtime runs the model)."""
+        return batch.time_s(self.clock)
 
     def _arrive(self) -> None:
         reqs = self.requests
@@ -153,6 +157,7 @@ class Simulator:
         new = Simulator.__new__(Simulator)
         new.engine = engine.fork(memo, rng)
         new.cost_model = self.cost_model
+        new.clock = self.clock
         nxt = self._next
         reqs = self.requests
         new.requests = [get(id(r), r) for r in reqs[:nxt]]
@@ -194,7 +199,7 @@ class Simulator:
         ``num_steps`` since ``start_s``: their mean estimates the step time."""
         new = Simulator.__new__(Simulator)
         new.engine = engine
-        new.cost_model = engine.cost_model
+        new.cost_model = new.clock = engine.cost_model
         new.requests = list(arrived)
         new._next = len(new.requests)
         new.num_steps = num_steps
