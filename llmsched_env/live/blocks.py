@@ -1,12 +1,7 @@
-"""One block of the live experiment, measured: what vLLM's client saw and what the server's adapter logged, as
-``blocks.jsonl`` holds it (``block_record``), and the per-block statistics the prediction computes the same way
-(``block_metrics``).
-
-Client-side figures: TTFT, TPOT = (E2E - TTFT) / (output tokens - 1), E2E; a request is **good** when it
-succeeded within its tenant's TTFT and TPOT targets; attainment = good / all requests; goodput = good requests
-per second of the block; percentiles over the requests that succeeded. From the server's logs: preemptions,
-sheds, fallbacks by cause, steps, and the check that the block's policy decided every request and step
-(``BlockError``).
+"""One block of the live experiment as ``blocks.jsonl`` holds it (``block_record``: the client's figures and the
+server's logs), and the per-block statistics the prediction computes the same way (``block_metrics``): a request
+is good when it succeeded within its tenant's TTFT and TPOT targets; attainment = good / all; goodput = good per
+second; percentiles over the succeeded requests. ``BlockError``: a block its policy did not decide throughout.
 """
 
 from __future__ import annotations

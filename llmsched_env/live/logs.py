@@ -1,10 +1,6 @@
-"""The files of one live benchmark run against ``vllm serve`` with llmsched's scheduler, read and checked.
-
-A run folder holds the client's ``requests.json`` (``PlannedRequest``) and result JSON (``ClientResult``:
-``result.json``, or the one other ``*.json``); the server's ``steps.jsonl`` (``StepRecord``) and
-``requests.jsonl`` (``ServerRequest``) are in it or in ``server-log`` beside it (``find_log_dir``). ``load_run``
-keeps the server records labelled as in ``requests.json`` and the steps within the run's span, so a whole
-server's log will do. Every reader raises ``ValueError`` naming the file, line or entry and field.
+"""One live benchmark run's files, read and checked (``load_run``): the client's ``requests.json`` and result JSON,
+the server's ``steps.jsonl`` and ``requests.jsonl`` (in the folder or ``server-log`` beside it, ``find_log_dir``),
+the server records matched by label and the steps kept within the run's span. Errors name file, line and field.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The records of a live run's files and their readers (``logs`` puts them together into a run).
-
-Each reader checks every field's type: ``ValueError`` naming the file, then the line (``steps.jsonl``,
-``requests.jsonl``) or the entry (``requests.json``, the result JSON) and the field. Times are seconds.
+"""The records of a live run's files and their readers; each checks every field (``ValueError`` naming the file,
+the line or entry, and the field). Times in seconds.
 """
 
 from __future__ import annotations

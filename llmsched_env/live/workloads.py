@@ -1,9 +1,6 @@
-"""The workloads of the live experiment: a few tenants with SLO classes and fixed shares of every block, uniform
-lengths, the server's KV pool (``WORKLOADS``), and one block's stream (``block_stream``: Poisson arrivals over
-``block_s`` seconds, each tenant exactly its share, the same ``seed`` the same stream).
-
-    stream = block_stream(WORKLOADS["mixed-slo"], rate_rps=12.0, seed=3)   # one block's requests
-    requests = stream_requests(stream, tenant_configs(WORKLOADS["mixed-slo"], slo_scale=0.5))
+"""The live experiment's workloads (``WORKLOADS``: tenants with SLO classes and fixed shares, uniform lengths, the
+KV pool) and one block's stream (``block_stream``: Poisson arrivals over ``block_s``, the same seed the same
+stream; ``stream_requests`` turns it into ``Request``s).
 """
 
 from __future__ import annotations

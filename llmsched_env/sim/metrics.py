@@ -1,18 +1,8 @@
-"""Serving metrics of one run, as vLLM's benchmark and DistServe define them (``compute_metrics``: requests of
-any status -> a flat ``dict[str, float]``). For output tokens at ``t_1 < ... < t_n``:
-
-- TTFT = t_1 - arrival; TPOT = (t_n - t_1) / (n - 1) (statistics over requests with n > 1; a one-token
-  request's SLO check takes 0); ITL = every gap, pooled; E2E (``e2el``) = t_n - arrival; queue delay = first
-  scheduled - arrival.
-- A request meets its SLO iff it finished with TTFT / ``slo.ttft_s`` <= 1 and TPOT / ``slo.tpot_s`` <= 1.
-  Attainment is over every arrival (rejected and unfinished ones miss); goodput is met requests per second.
-- Throughputs count finished requests only (requests, output tokens, prompt + output tokens).
-- Tenant service S_k = (prompt tokens scheduled + 2 x output tokens) / weight_k (VTC); Jain's index over
-  tenants with an arrival. ``tenant/NAME/...`` for at most ``TOP_TENANTS`` (the busiest), the rest pooled as
-  ``tenant/other/...`` (with ``num_tenants``).
-
-Token times are stored lazily (``request.py``); everything is vectorised over (prefill token, decode segment)
-records, so 10,000 requests take milliseconds.
+"""Serving metrics of one run as vLLM's benchmark defines them (``compute_metrics``: requests -> a flat dict;
+docs/baselines-and-metrics.md). For output tokens at ``t_1 < ... < t_n``: TTFT = t_1 - arrival, TPOT =
+(t_n - t_1) / (n - 1), ITL every gap, E2E = t_n - arrival. A request meets its SLO iff it finished within its
+TTFT and TPOT targets; attainment is over every arrival. Tenant service is VTC's (Jain's index over tenants).
+Vectorised over (prefill token, decode segment) records.
 """
 
 from __future__ import annotations

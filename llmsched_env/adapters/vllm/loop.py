@@ -1,11 +1,7 @@
-"""vLLM in the loop: vLLM's real scheduler (``LLMSchedScheduler``, driven by a policy) makes every batch,
-llmsched's cost model prices it (as ``Batch`` prices its own), on a simulated clock.
-
-Each step, arrivals join vLLM's queue, ``schedule()`` forms the batch, the clock moves on by its price, and the
-fake model (``offline.fake_output``) samples a token for every request whose prefill is complete; an empty step
-jumps to the next arrival, or by the idle tick while requests wait. Token times are kept in llmsched's layout, so
-``sim.metrics.compute_metrics`` gives the simulator's metrics. Requests llmsched's engine would reject are
-rejected here too, with its reasons.
+"""vLLM in the loop: vLLM's scheduler (``LLMSchedScheduler``, driven by a policy) makes every batch, llmsched's cost
+model prices it on a simulated clock, a fake model (``offline.fake_output``) samples the tokens; token times are
+kept in llmsched's layout, so ``sim.metrics.compute_metrics`` gives the simulator's metrics. Requests llmsched's
+engine would reject are rejected with its reasons.
 """
 
 from __future__ import annotations

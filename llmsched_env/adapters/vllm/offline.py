@@ -1,9 +1,6 @@
-"""vLLM's real v1 ``Scheduler`` on a machine without a GPU and without a model: the offline harness.
-
-``make_scheduler`` builds the scheduler vLLM's engine core would, from an llmsched ``EngineConfig`` (a
-hand-written Llama ``config.json``, the CPU device, ``num_kv_blocks + 1`` for vLLM's null block). ``to_vllm_request``
-gives synthetic tokens with the content identity of llmsched's prefix ids, so both agree on which blocks two
-requests share; ``fake_output`` stands in for the model (one token per request whose prefill is complete).
+"""vLLM's v1 ``Scheduler`` without a GPU or a model: ``make_scheduler`` builds it from an ``EngineConfig``,
+``to_vllm_request`` gives synthetic tokens sharing blocks as llmsched's prefix ids do, ``fake_output`` stands in
+for the model (one token per request whose prefill is complete).
 """
 
 from __future__ import annotations

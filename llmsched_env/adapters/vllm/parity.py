@@ -1,10 +1,6 @@
-"""Lockstep parity: vLLM's real v1 scheduler and llmsched's engine, fed the same requests, step by step.
-
-Both get the same limits and llmsched's vLLM-v1 settings (FCFS, decode-first, no KV reserve, no shedding). Each
-step both build their batches, which are compared (tokens per request, preemptions, finishes); llmsched's batch
-price advances the clock and vLLM gets a fake output. After a divergence each runs on under its own rules.
-
-``python -m llmsched_env.adapters.vllm.parity`` prints the agreement on the shipped workloads (needs vLLM).
+"""Lockstep parity: vLLM's v1 scheduler and llmsched's engine (its vLLM-v1 settings) fed the same requests, their
+batches compared step by step (tokens per request, preemptions, finishes); after a divergence each runs on under
+its own rules. ``python -m llmsched_env.adapters.vllm.parity`` prints the agreement on the shipped workloads.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""vLLM's scheduler state as a simulator a planner can fork: ``simulator_of(state)``, the ``planning_state`` the
-adapter gives ``mpc`` (``decision.mpc``). Imports no vLLM.
-
-The copy is an llmsched ``Engine`` at the adapter's clock holding vLLM's running requests (in vLLM's order, with
-the tokens computed and produced, ``Engine.resume``), the waiting ones in their queues' order, the tenants'
-counters, and the recent arrivals and completions the forecast is fitted on. Left out: vLLM's prefix cache (a
-request that then does not fit waits), true output lengths (``max_tokens``, replaced by the forecast) and the
-SLO counts so far (a planner scores differences).
+"""vLLM's scheduler state as a simulator a planner can fork (``simulator_of``: the ``planning_state`` ``mpc`` gets).
+Imports no vLLM. The copy holds vLLM's running requests (``Engine.resume``), the waiting ones in queue order, the
+tenants' counters and the recent arrivals and completions; not vLLM's prefix cache, the true output lengths
+(forecast instead) or the SLO counts so far.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
-"""Any llmsched policy deciding vLLM's batches: ``LLMSchedScheduler``, a subclass of vLLM v1's ``Scheduler``, and
-``LLMSchedAsyncScheduler``, the same over vLLM's ``AsyncScheduler``.
+"""Any llmsched policy deciding vLLM's batches: ``LLMSchedScheduler`` (over vLLM v1's ``Scheduler``) and
+``LLMSchedAsyncScheduler`` (over its ``AsyncScheduler``). Each ``schedule()`` encodes vLLM's state (``VllmState``),
+takes the decision from ``decision.loop.DecisionLoop`` and sets vLLM's knobs (``contract.vllm_knobs``) before
+vLLM's own ``schedule()``; a failing policy leaves the step to vLLM (counted by cause in ``stats``).
 
-Every ``schedule()`` encodes vLLM's state (``VllmState``, an ``EngineState``) into llmsched's observation and mask,
-takes the step's decision from ``decision.loop.DecisionLoop`` (held, corrected by the mask, under the
-``policy_timeout_s`` deadline) and sets vLLM's knobs (``contract.vllm_knobs``) before vLLM's own ``schedule()``; a
-policy that fails leaves the step to vLLM's own settings (counted by cause in ``stats``). Hooks on admission,
-preemption and finishing keep the bookkeeping incremental.
-
-Configuration: ``config.AdapterConfig`` (the ``adapter=`` keyword offline, else ``AdapterConfig.from_env()``:
-``vllm serve --scheduler-cls llmsched_env.adapters.vllm.scheduler.LLMSchedScheduler`` with
-``LLMSCHED_VLLM_CONFIG=config.yaml``). A request's tenant is ``sampling_params.extra_args["llmsched_tenant"]``.
-With several policies loaded and a ``control_file``, the first request to reach an empty engine has the file read
-(when changed) and the policy it names switched to; each read is answered in ``<control_file>.status``.
+Configured by ``config.AdapterConfig`` (``adapter=`` offline, else ``LLMSCHED_VLLM_CONFIG``); a request's tenant
+is ``sampling_params.extra_args["llmsched_tenant"]``. With a ``control_file``, the first request to reach an
+empty engine switches to the policy the file names (answered in ``<control_file>.status``).
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
-"""What a live ``LLMSchedScheduler`` logs (``log_dir`` set), for ``live`` to check the simulator against.
-
-- ``steps.jsonl``, one record per engine step: ``t0``/``t1`` (``time.time()`` around ``schedule()``), ``t2``/``t3``
-  (around ``update_from_output``: the model ran in between), the batch's features (``contract.batch_features``),
-  ``busy`` (requests left after it), ``policy`` (active at the decision), ``fallback`` (``error``, ``invalid``,
-  ``timeout`` or null) and ``decision`` (the knobs it ran with after the mask, null for vLLM's own);
-- ``requests.jsonl``, one record per request as it leaves: ``id``, ``label`` (the client's ``llmsched_request``
-  or null), ``tenant``, ``arrival``, ``first_scheduled``, ``first_token``, ``finish``, ``prompt_tokens``,
-  ``cached_tokens``, ``output_tokens``, ``status``, ``preemptions`` and ``policy`` (active when it was added);
-- ``engine.json``, at start: the limits as ``EngineConfig`` fields, the tenants, the policies, the control file
-  and the vLLM version.
-
-Records are buffered and written once a second, when the scheduler runs out of requests, and at exit.
+"""What a live ``LLMSchedScheduler`` logs in its ``log_dir`` (docs/vllm.md): ``steps.jsonl`` (one record per engine
+step: its times, batch features, policy, fallback and decision), ``requests.jsonl`` (one per request as it
+leaves) and ``engine.json`` (the limits, tenants, policies and vLLM version, at start). Records are written once a
+second, when the scheduler runs out of requests, and at exit.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""vLLM's scheduler state as llmsched's ``EngineState``: ``VllmState`` and the views under it.
-
-Live views of a vLLM v1 ``Scheduler``'s running list, in-flight prefills and block pool, plus per-tenant
-counters and one shadow llmsched ``Request`` per live vLLM request, kept by the scheduler's hooks. It reads the
-scheduler duck-typed and imports no vLLM (the names it reads: ``SCHEDULER_ATTRIBUTES``, ``REQUEST_ATTRIBUTES``).
+"""vLLM's scheduler state as llmsched's ``EngineState`` (``VllmState``): live views of a v1 ``Scheduler``'s running
+list, prefills and block pool, per-tenant counters and one shadow ``Request`` per live vLLM request, kept by the
+scheduler's hooks. Reads the scheduler duck-typed (``SCHEDULER_ATTRIBUTES``, ``REQUEST_ATTRIBUTES``).
 """
 
 from __future__ import annotations

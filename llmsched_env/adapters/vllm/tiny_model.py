@@ -1,10 +1,7 @@
 """A tiny Llama with random weights and a tokenizer trained here, for a live vLLM server with nothing downloaded.
 
-``build_tiny_model(folder)``: a seeded ``LlamaConfig`` (hidden 256, 4 layers, 4 heads, 4,096 positions) and a
-byte-level BPE of 4,096 tokens trained on a seeded synthetic corpus; the same seed gives the same files. Its
-outputs are meaningless: what it measures is serving. Needs ``transformers`` and ``tokenizers``.
-
-    python -m llmsched_env.adapters.vllm.tiny_model /tmp/tiny-llama    # prints the folder
+Seeded: hidden 256, 4 layers, a byte-level BPE of 4,096 tokens (``python -m llmsched_env.adapters.vllm.tiny_model
+FOLDER``). Needs ``transformers`` and ``tokenizers``.
 """
 
 from __future__ import annotations
