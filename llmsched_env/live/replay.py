@@ -143,9 +143,8 @@ def evaluate_runs(
     fit_runs: Sequence[LiveRun] | None = None, duration: str = "period", concave_decodes: bool = False,
     frontend_delay_s: float = 0.0, **replay_options: Any,
 ) -> LiveReport:  # fmt: skip
-    """Fit a cost model to the steps of ``fit_runs`` (default: ``runs``), replay every run under ``policy`` with
-    it (``replay``, given ``replay_options``: ``policy_cost_model``, ``seed``, ...) and compare (``compare``, with
-    ``frontend_delay_s`` added to the simulated TTFT and E2E: finite, within ``MAX_FRONTEND_DELAY_S`` s of 0)."""
+    """Fit a cost model to ``fit_runs``' steps (default: ``runs``'), ``replay`` every run under ``policy`` with it
+    (and ``replay_options``) and ``compare``, ``frontend_delay_s`` (within ``MAX_FRONTEND_DELAY_S`` of 0) added."""
     if not (is_finite_number(frontend_delay_s) and abs(frontend_delay_s) <= MAX_FRONTEND_DELAY_S):
         raise ValueError(
             f"evaluate_runs: frontend_delay_s must be a finite number of seconds within {MAX_FRONTEND_DELAY_S:g} of 0, "

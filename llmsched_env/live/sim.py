@@ -116,9 +116,8 @@ def replay(
     run: LiveRun, policy: str | PolicySpec, engine: EngineConfig, tenants: Sequence[TenantConfig],
     cost_model: CostModel, policy_cost_model: CostModel | None = None, **options: Any,
 ) -> ReplayResult:  # fmt: skip
-    """A live run replayed: ``simulate`` of its requests, priced by ``cost_model`` while the engine and policy
-    see ``policy_cost_model`` (default: the same); ``options``: ``SimSetup``'s ``seed``, ``nominal_rate_rps``,
-    ``scenario``, ``iterations_per_step``."""
+    """``simulate`` of ``run``'s requests priced by ``cost_model`` while the engine and policy see
+    ``policy_cost_model`` (default: the same); ``options``: more ``SimSetup`` fields (``seed``, ...)."""
     requests = replay_requests(run, tenants)
     seen = policy_cost_model or cost_model
     return simulate(SimSetup(engine, tuple(tenants), seen, tuple(requests), policy, clock=cost_model, **options))

@@ -192,11 +192,8 @@ def compute_metrics(
     duration_s: float,
     extra: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
-    """Metrics over every arrived request in ``requests`` (any status); see the module docstring.
-
-    ``round_end_s`` is the engine's decode-round clock, ``duration_s`` the run's length (rates are 0.0 when it
-    is 0). ``extra`` (for example the engine's KV usage) is copied in last. Every value is a Python float.
-    """
+    """Metrics (Python floats) over every arrived request (any status): ``round_end_s`` is the engine's decode-round
+    clock, ``duration_s`` the run's length (rates 0.0 when it is 0); ``extra`` (e.g. KV usage) is copied in last."""
     if not tenants:
         raise ValueError("compute_metrics needs at least one tenant")
     if not (isinstance(duration_s, (int, float)) and math.isfinite(duration_s) and duration_s >= 0):

@@ -55,8 +55,7 @@ def check_arrival_order(requests: Sequence[Request]) -> None:
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Simulator:
     """Replays ``requests`` (sorted by arrival) through an Engine over ``cost_model``, each iteration lasting what
-    ``clock`` prices it at (default: ``cost_model``; another: an in-situ replay, the policy seeing the preset while
-    the time comes from what the hardware measured)."""
+    ``clock`` prices it at (default: ``cost_model``; an in-situ replay's: what the hardware measured)."""
 
     def __init__(
         self,
