@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from baselines.base import StaticPolicy
+from llmsched_env.decision.planners.tuned import TunedTable, load_tuned_table
 from llmsched_env.decision.policy import PolicyContext
-from llmsched_env.decision.tuned_table import TunedTable, load_tuned_table
 from llmsched_env.engine.batch import Decision
 
 __all__ = ["SHIPPED_TABLE", "TunedPolicy"]

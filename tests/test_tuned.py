@@ -20,18 +20,18 @@ import llmsched_env  # noqa: F401  (registers LLMSched-v0)
 from baselines.tuned import SHIPPED_TABLE, TunedPolicy
 from llmsched_env.commands import evaluate, tune
 from llmsched_env.decision.actions import UNLIMITED
-from llmsched_env.decision.knob_space import neighbours, random_candidates
-from llmsched_env.decision.tuned_table import (
+from llmsched_env.decision.planners.space import neighbours, random_candidates
+from llmsched_env.decision.planners.tuned import (
     SETTING_NAMES,
     TUNED_FORMAT,
     decision_of,
     load_tuned_table,
     settings_of,
+    shipped_table,
     write_tuned_entries,
 )
 from llmsched_env.engine.batch import Decision, QueueOrder
 from llmsched_env.evaluation import EvalConfig, resolve_policy, run_cell
-from llmsched_env.evaluation.tuning import shipped_table
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -20,10 +20,12 @@ import pytest
 from agents.teacher import check_teacher
 from baselines.tuned import SHIPPED_TABLE
 from llmsched_env.commands import evaluate, tune
-from llmsched_env.decision.tuned_table import TUNED_FORMAT, load_tuned_table, settings_of
-from llmsched_env.evaluation.trace_tuned import (
+from llmsched_env.decision.planners.tuned import (
+    TUNED_FORMAT,
     USER_TABLE_ENV,
     find_trace_entry,
+    load_tuned_table,
+    settings_of,
     trace_key,
     trace_tables,
     user_table,

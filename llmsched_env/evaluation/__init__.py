@@ -14,6 +14,7 @@ statistics over seeds, result files, plots and scale-out on Ray. (Live vLLM serv
 |---|---|
 | ``config`` | ``EvalConfig``: the runs, checked once; ``InputError`` |
 | (``decision.policy_spec``) | ``PolicySpec``, ``resolve_policy``: a baseline by name or an exported policy file |
+| (``decision.planners``) | the ``lookahead`` bounds, ``mpc``, their candidates, the tuned table and trace keys |
 | ``runtime_options`` / ``runtime_backend`` | the torch runtime as a backend (imports torch) |
 | ``grid`` | ``run_grid``, ``run_cell``: the episodes, serially or on Ray |
 | ``details`` | per-request latencies and the KV series of an episode, for plots |
@@ -22,9 +23,7 @@ statistics over seeds, result files, plots and scale-out on Ray. (Live vLLM serv
 | ``stats`` | ``summarize``, ``mean_ci95``, ``t_quantile_975`` |
 | ``identity`` | a fingerprint per run; ``identical_groups``, ``merge_identical``: identical policies as one row |
 | ``fallbacks`` | ``FALLBACK_LIMIT``, ``fallback_mark``, ``fallback_warning``: runs whose policy fell back, marked |
-| ``tuning`` | ``TuneConfig``, ``tune_scenario``: the val search behind ``tuned`` (over ``decision.knob_space``) |
-| ``trace_tuned`` | ``trace_key``, ``user_table``, ``trace_tuned_policy``: ``tuned`` on a user's trace, by its key |
-| ``lookahead`` | ``LookaheadPolicy``: the clairvoyant ``lookahead`` bound, played forward on env snapshots |
+| ``tuning`` | ``TuneConfig``, ``tune_scenario``: the val search behind ``tuned``; ``trace_policies`` on a trace |
 | ``outputs`` | live and summary tables, ``write_results``, ``write_tensorboard`` (CSV: ``common.outputs.write_csv``) |
 | ``tables`` | ``format_table``: the fixed-width text tables the commands print |
 | ``describe`` | a scenario described in words |
@@ -81,44 +80,7 @@ _LAZY = {  # name -> its module: imported on first use, so one submodule does no
     "write_tensorboard": "llmsched_env.evaluation.outputs",
 }
 
-__all__ = [
-    "CAPACITY_TARGET",
-    "KEY_COLUMNS",
-    "SUMMARY_METRICS",
-    "TABLE_COLUMNS",
-    "EvalConfig",
-    "GridResult",
-    "InputError",
-    "LiveTable",
-    "PolicySpec",
-    "Row",
-    "RuntimeOptions",
-    "TuneConfig",
-    "TuneResult",
-    "capacity_grid",
-    "capacity_table",
-    "episode_details",
-    "find_capacity",
-    "format_capacity_summary",
-    "format_description",
-    "format_summary",
-    "identical_groups",
-    "mean_ci95",
-    "merge_identical",
-    "policy_label",
-    "resolve_policy",
-    "results_table",
-    "run_cell",
-    "run_grid",
-    "search_capacity",
-    "summarize",
-    "summarize_capacity",
-    "t_quantile_975",
-    "tune_scenario",
-    "write_csv",
-    "write_results",
-    "write_tensorboard",
-]
+__all__ = list(_LAZY)
 
 
 def __getattr__(name: str) -> Any:
@@ -131,4 +93,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
-

@@ -34,7 +34,7 @@ import numpy as np
 
 from llmsched_env.cluster.scenarios import ClusterScenario
 from llmsched_env.common.files import RECORD_BYTES, csv_records
-from llmsched_env.decision.lookahead import is_bound
+from llmsched_env.decision.planners.lookahead import is_bound
 from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.envs.options import MAX_EPISODE_REQUESTS
 from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row, traffic_label

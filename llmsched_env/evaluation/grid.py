@@ -24,16 +24,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from llmsched_env.decision.planners.bounds import lookahead_factory
+from llmsched_env.decision.planners.mpc import mpc_factory
 from llmsched_env.decision.policy_spec import PolicySpec
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row, traffic_label
 from llmsched_env.evaluation.details import episode_details
 from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
 from llmsched_env.evaluation.identity import TRAJECTORY, trajectory_fingerprint
-from llmsched_env.evaluation.lookahead import lookahead_factory
-from llmsched_env.evaluation.mpc import mpc_factory
 from llmsched_env.evaluation.progress import Progress
-from llmsched_env.evaluation.route_lookahead import route_lookahead_factory
 from llmsched_env.evaluation.sustained import env_windows
 
 if TYPE_CHECKING:  # the runtime backend imports torch: only when it runs
@@ -121,12 +120,10 @@ def run_cell(
             assert runners is not None  # runners_for makes them for the runtime backend
             metrics, sim = runtime_episode(config, env, policy, seed, runners)
         else:
-            # the lookahead bound plays the env itself forward (evaluation.lookahead); every other policy acts
-            # on observations and masks
-            if policy.lookahead is not None and config.is_cluster:  # the routing bound (evaluation.route_lookahead)
-                acting: Any = route_lookahead_factory(policy.lookahead, seed)
-            elif policy.lookahead is not None:
-                acting = lookahead_factory(policy.lookahead, seed, config.tuned_table())
+            # the planners play (lookahead) or fork (mpc) the env's own simulator; every other policy acts on
+            # observations and masks
+            if policy.lookahead is not None:
+                acting: Any = lookahead_factory(policy.lookahead, seed, config.tuned_table(), cluster=config.is_cluster)
             elif policy.mpc is not None:
                 acting = mpc_factory(policy.mpc, seed, config.tuned_table())
             else:

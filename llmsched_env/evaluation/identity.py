@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_env.common.files import RECORD_BYTES, csv_records
-from llmsched_env.decision.lookahead import is_bound
+from llmsched_env.decision.planners.lookahead import is_bound
 
 __all__ = [
     "SAME_AS",

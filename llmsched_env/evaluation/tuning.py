@@ -43,10 +43,16 @@ import numpy as np
 
 from llmsched_env.common.checks import check_int
 from llmsched_env.decision.actions import ActionSpec
-from llmsched_env.decision.knob_space import STATIC_HEURISTICS, neighbours, random_candidates, static_decision
-from llmsched_env.decision.policy_spec import PolicySpec
-from llmsched_env.decision.registry import SCHEDULERS
-from llmsched_env.decision.tuned_table import TUNE_COMMAND, TunedTable, settings_of
+from llmsched_env.decision.planners.space import STATIC_HEURISTICS, neighbours, random_candidates, static_decision
+from llmsched_env.decision.planners.tuned import (
+    TUNE_COMMAND,
+    TunedTable,
+    settings_of,
+    trace_keys,
+    trace_table,
+    trace_tune_command,
+)
+from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.engine.batch import Decision
 from llmsched_env.evaluation.capacity import extended_size, find_capacity, sustained_size
 from llmsched_env.evaluation.config import EvalConfig
@@ -54,7 +60,7 @@ from llmsched_env.evaluation.grid import run_cell
 from llmsched_env.evaluation.sustained import ScenarioWindows, env_windows
 from llmsched_env.workloads.scenarios import Scenario
 
-__all__ = ["TuneConfig", "TuneResult", "shipped_table", "tune_scenario"]
+__all__ = ["TuneConfig", "TuneResult", "trace_policies", "tune_scenario"]
 
 SPLIT = "val"  # every choice is made on val (docs/results.md, the protocol); test is for reported figures
 MAX_CANDIDATES = 10_000  # random settings per search (the default 48)
@@ -127,13 +133,6 @@ class TuneResult:
     entry: dict[str, Any]
     num_episodes: int
     wall_s: float
-
-
-def shipped_table() -> Path:
-    """The path of the table the ``tuned`` baseline ships (``baselines/tuned.json``), found through the
-    scheduler registry (this package never imports ``baselines``)."""
-    tuned: Any = SCHEDULERS.get("tuned")  # baselines.TunedPolicy, registered as its own factory
-    return Path(tuned.shipped_table)
 
 
 @dataclass
@@ -320,3 +319,29 @@ def tune_scenario(
     search.say(f"tuned {settings_of(best)}: val attainment {score[0]:.3f} at load {search.load:.3f}, val capacity "
                f"{capacity:.3f} ({top} {ref_caps[top]:.3f})")  # fmt: skip
     return TuneResult(sc.name, {"settings": settings_of(best), "provenance": provenance}, search.num_episodes, wall_s)
+
+
+def trace_policies(
+    entries: Sequence[str],
+    options: Mapping[str, Any],
+    scenarios: Sequence[Scenario],
+    limits: Mapping[str, int],
+    *,
+    cost_model: str | None = None,
+) -> list[PolicySpec]:
+    """``entries`` (``--policies``) resolved, every ``tuned`` among them bound to the entries of the keys of
+    ``scenarios`` (the trace of ``options`` with ``limits``, and its fitted traffic) under ``cost_model``.
+    One-line ``ValueError`` naming the policy, or giving the ``llmsched-tune`` command when no table holds a key."""
+    specs = [resolve_policy(entry) for entry in entries]
+    if not any(spec.baseline == "tuned" for spec in specs):
+        return specs
+    keyed = list(zip(scenarios, trace_keys(options, scenarios, cost_model=cost_model), strict=True))
+    fitted = any(scenario.traffic for scenario in scenarios)
+    out: list[PolicySpec] = []
+    for spec in specs:
+        if spec.baseline == "tuned":
+            table = Path(spec.table) if isinstance(spec.table, (str, Path)) else None
+            command = trace_tune_command(options, limits, cost_model=cost_model, out=table, fitted=fitted)
+            spec = PolicySpec(spec.name, baseline="tuned", table=trace_table(spec.name, spec.table, keyed, command))
+        out.append(spec)
+    return out
