@@ -38,18 +38,8 @@ from llmsched_env.evaluation.sustained import env_windows
 if TYPE_CHECKING:  # the runtime backend imports torch: only when it runs
     from llmsched_env.evaluation.runtime_backend import Runners
 
-__all__ = [
-    "KEY_COLUMNS",
-    "FinishedRun",
-    "ForeignRunError",
-    "GridResult",
-    "RunHook",
-    "run_cell",
-    "run_grid",
-    "run_key",
-    "runners_for",
-    "shown_value",
-]
+__all__ = ["KEY_COLUMNS", "FinishedRun", "ForeignRunError", "GridResult", "RunHook", "run_cell", "run_grid", "run_key",
+           "runners_for", "shown_value"]  # fmt: skip
 
 KEY_COLUMNS = ("policy", "scenario", "load", "seed")
 RowHook = Callable[[Row], None]

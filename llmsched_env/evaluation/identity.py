@@ -25,16 +25,8 @@ from typing import Any
 from llmsched_env.common.files import RECORD_BYTES, csv_records
 from llmsched_env.decision.planners.lookahead import is_bound
 
-__all__ = [
-    "SAME_AS",
-    "TRAJECTORY",
-    "combine_fingerprints",
-    "identical_groups",
-    "merge_identical",
-    "policy_label",
-    "read_trajectories",
-    "trajectory_fingerprint",
-]
+__all__ = ["SAME_AS", "TRAJECTORY", "combine_fingerprints", "identical_groups", "merge_identical", "policy_label",
+           "read_trajectories", "trajectory_fingerprint"]  # fmt: skip
 
 TRAJECTORY = "trajectory"  # the column of a run's (or a capacity search's) fingerprint
 SAME_AS = "same_as"  # the summary column naming the policies merged into a row, comma-separated

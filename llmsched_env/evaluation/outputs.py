@@ -33,23 +33,9 @@ from llmsched_env.evaluation.resume import RECORD_NAME, ROWS_NAME
 from llmsched_env.evaluation.stats import SUMMARY_METRICS
 from llmsched_env.evaluation.tables import format_cell, format_line, format_table
 
-__all__ = [
-    "CAPACITY_COLUMNS",
-    "EVALUATION_FILES",
-    "FINISHED_FILES",
-    "PLOT_FILES",
-    "RESULTS_TITLE",
-    "RESULT_FILES",
-    "TABLE_COLUMNS",
-    "LiveTable",
-    "capacity_table",
-    "clear_outputs",
-    "format_capacity_summary",
-    "format_summary",
-    "results_table",
-    "write_results",
-    "write_tensorboard",
-]
+__all__ = ["CAPACITY_COLUMNS", "EVALUATION_FILES", "FINISHED_FILES", "PLOT_FILES", "RESULTS_TITLE", "RESULT_FILES",
+           "TABLE_COLUMNS", "LiveTable", "capacity_table", "clear_outputs", "format_capacity_summary", "format_summary",
+           "results_table", "write_results", "write_tensorboard"]  # fmt: skip
 
 # metric key -> short column header of the terminal table (every metric goes to results.csv)
 TABLE_COLUMNS = {

@@ -22,14 +22,8 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-__all__ = [
-    "plot_attainment_vs_load",
-    "plot_capacity",
-    "plot_kv_usage",
-    "plot_latency_cdf",
-    "plot_tenant_service",
-    "write_plots",
-]
+__all__ = ["plot_attainment_vs_load", "plot_capacity", "plot_kv_usage", "plot_latency_cdf", "plot_tenant_service",
+           "write_plots"]  # fmt: skip
 
 Row = Mapping[str, Any]
 _MAX_POINTS = 4000  # a KV series is thinned to about this many points before drawing

@@ -29,15 +29,8 @@ from llmsched_env.evaluation.config import AnyScenario, EvalConfig
 from llmsched_env.workloads.scenarios import RequestSource, TraceSource, episode_window
 from llmsched_env.workloads.windows import SUSTAINED_SPAN_FACTOR, WindowSpan, max_sustained_load, window_span
 
-__all__ = [
-    "OVERLONG_NOTE_SHARE",
-    "ScenarioWindows",
-    "absent_tenant_notes",
-    "env_windows",
-    "overlong_notes",
-    "scenario_windows",
-    "unsustained",
-]
+__all__ = ["OVERLONG_NOTE_SHARE", "ScenarioWindows", "absent_tenant_notes", "env_windows", "overlong_notes",
+           "scenario_windows", "unsustained"]  # fmt: skip
 
 
 # The share of a scenario's requests longer than max_model_len from which evaluate says so (``overlong_notes``):

@@ -27,19 +27,8 @@ from llmsched_env.engine.batch import Decision, QueueOrder
 from llmsched_env.engine.engine import LPM_WINDOW, Engine
 from llmsched_env.engine.request import Request
 
-__all__ = [
-    "REQUEST_MOVES",
-    "STATIC_HEURISTICS",
-    "base_decision",
-    "make_move",
-    "neighbours",
-    "pick",
-    "play",
-    "random_candidates",
-    "redundant",
-    "search_options",
-    "static_decision",
-]
+__all__ = ["REQUEST_MOVES", "STATIC_HEURISTICS", "base_decision", "make_move", "neighbours", "pick", "play",
+           "random_candidates", "redundant", "search_options", "static_decision"]  # fmt: skip
 
 STATIC_HEURISTICS = ("fcfs", "prefill_first", "priority_aging", "sjf", "lpm", "vtc", "kv_guard", "sarathi")
 

@@ -32,29 +32,10 @@ from llmsched_env.decision.registry import SCHEDULERS
 from llmsched_env.engine.batch import Decision, QueueOrder
 from llmsched_env.workloads.scenarios import Scenario, TraceSource
 
-__all__ = [
-    "KEY_DIGITS",
-    "SETTING_NAMES",
-    "TUNED_FORMAT",
-    "TUNE_COMMAND",
-    "USER_TABLE_ENV",
-    "TraceKey",
-    "TunedTable",
-    "decision_of",
-    "find_trace_entry",
-    "is_tuned_table",
-    "load_tuned_table",
-    "settings_of",
-    "shipped_table",
-    "trace_key",
-    "trace_keys",
-    "trace_table",
-    "trace_tables",
-    "trace_tune_command",
-    "user_table",
-    "val_episode_size",
-    "write_tuned_entries",
-]
+__all__ = ["KEY_DIGITS", "SETTING_NAMES", "TUNED_FORMAT", "TUNE_COMMAND", "USER_TABLE_ENV", "TraceKey", "TunedTable",
+           "decision_of", "find_trace_entry", "is_tuned_table", "load_tuned_table", "settings_of", "shipped_table",
+           "trace_key", "trace_keys", "trace_table", "trace_tables", "trace_tune_command", "user_table",
+           "val_episode_size", "write_tuned_entries"]  # fmt: skip
 
 TUNED_FORMAT = "llmsched-tuned"  # the "format" field that tells a tuned table from any other JSON file
 TUNED_VERSION = 1
