@@ -12,11 +12,8 @@ __all__ = ["episode_details"]
 
 
 def episode_details(sim: Simulator, kv_series: bool = True) -> dict[str, np.ndarray]:
-    """Per-request latencies of the episode ``sim`` (the env's simulator or a runtime) just ran, for plots:
-    ``ttft_s`` of every finished request and ``tpot_s`` of every finished request of more than one output
-    token (arrival order, the definitions of ``metrics``: a one-token request has no TPOT to plot), and
-    with ``kv_series`` the KV usage after every step (``kv_time_s`` from the first arrival, ``kv_usage`` in
-    [0, 1])."""
+    """Per-request latencies of the episode ``sim`` just ran, for plots: ``ttft_s`` of every finished
+    request, ``tpot_s`` of those of more than one token, and with ``kv_series`` the KV usage after every step."""
     rounds = np.asarray(sim.engine.round_end_s, dtype=np.float64)
     ttft, tpot = [], []
     for r in sim.arrived_requests():

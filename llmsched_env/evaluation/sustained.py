@@ -75,9 +75,8 @@ class ScenarioWindows:
         return self._max_loads[key]
 
     def requests_for(self, span: WindowSpan, seeds: Sequence[int], option: str = "--num-requests ") -> str:
-        """Words for the episode size that would make ``span``'s window sustained at its load (spans grow about
-        in proportion to the requests), given as ``option`` followed by the size, and whether the part holds a
-        window of that size for every seed."""
+        """Words for the episode size (``option`` and the size) at which ``span``'s window would be sustained,
+        and whether the part holds such a window per seed."""
         need = math.ceil(self.num_requests * span.required_s / max(span.span_s, 1e-12))
         text = f"about {option}{need}"
         if isinstance(self.source, TraceSource):
@@ -88,9 +87,8 @@ class ScenarioWindows:
         return text
 
     def unsustained_note(self, seeds: Sequence[int], load: float, option: str = "--num-requests ") -> str | None:
-        """None when the windows of every seed are sustained at ``load``; else one line: how many are not, the
-        shortest one's span against the span it needs, the largest load at which every window is sustained and
-        the episode size that would make them sustained at this load (as ``option`` and the size)."""
+        """None when every seed's window is sustained at ``load``; else one line: how many are not, the
+        shortest span against the needed one, the largest sustained load and the size that would do."""
         spans = [self.span(seed, load) for seed in seeds]
         short = [w for w in spans if not w.sustained]
         if not short:
@@ -146,11 +144,8 @@ def absent_tenant_notes(config: EvalConfig) -> list[str]:
 
 
 def overlong_notes(config: EvalConfig) -> list[str]:
-    """One line per scenario of ``config`` where at least ``OVERLONG_NOTE_SHARE`` of the requests its episodes
-    replay (every seed's window at load 1) are longer than the engine's ``max_model_len``, or the tokens its KV
-    pool holds when fewer (prompt + output):
-    the engine rejects each of them unserved, so a tiny ``--max-model-len`` gives attainment 0 and rejection
-    1 for every policy. For a cluster, the largest of its replicas' limits."""
+    """One line per scenario where at least ``OVERLONG_NOTE_SHARE`` of the replayed requests exceed the longest
+    request its engine serves (``_max_model_len``): each is rejected unserved."""
     lines = []
     for scenario in config.scenarios:
         env = config.make_env(scenario, 1.0)
@@ -178,9 +173,8 @@ def overlong_notes(config: EvalConfig) -> list[str]:
 
 
 def _max_model_len(env: Any) -> tuple[int, str] | None:
-    """The longest request ``env`` (unwrapped) can serve and what sets it: its engine's ``max_model_len`` or,
-    when smaller, the tokens its KV pool holds (``num_kv_blocks`` x ``block_size``: a longer request never fits
-    and is rejected); for a cluster, its replicas' largest. None when no engine is at hand."""
+    """The longest request ``env`` serves and what sets it (``max_model_len`` or the KV pool's tokens; a
+    cluster's largest replica); None without an engine."""
     engine = getattr(env, "engine_config", None)
     specs = getattr(env, "specs", None)
     engines = [engine] if engine is not None else [s.engine for s in specs] if specs else []
