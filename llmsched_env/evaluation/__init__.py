@@ -40,45 +40,23 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_LAZY = {  # name -> its module: imported on first use, so one submodule does not load them all
-    "CAPACITY_TARGET": "llmsched_env.evaluation.capacity",
-    "KEY_COLUMNS": "llmsched_env.evaluation.grid",
-    "SUMMARY_METRICS": "llmsched_env.evaluation.stats",
-    "TABLE_COLUMNS": "llmsched_env.evaluation.outputs",
-    "EvalConfig": "llmsched_env.evaluation.config",
-    "GridResult": "llmsched_env.evaluation.grid",
-    "InputError": "llmsched_env.evaluation.config",
-    "LiveTable": "llmsched_env.evaluation.outputs",
-    "PolicySpec": "llmsched_env.decision.policy_spec",
-    "Row": "llmsched_env.evaluation.config",
-    "RuntimeOptions": "llmsched_env.evaluation.runtime_options",
-    "TuneConfig": "llmsched_env.evaluation.tuning",
-    "TuneResult": "llmsched_env.evaluation.tuning",
-    "capacity_grid": "llmsched_env.evaluation.capacity",
-    "capacity_table": "llmsched_env.evaluation.outputs",
-    "episode_details": "llmsched_env.evaluation.details",
-    "find_capacity": "llmsched_env.evaluation.capacity",
-    "format_capacity_summary": "llmsched_env.evaluation.outputs",
-    "format_description": "llmsched_env.evaluation.describe",
-    "format_table": "llmsched_env.evaluation.tables",
-    "format_summary": "llmsched_env.evaluation.outputs",
-    "identical_groups": "llmsched_env.evaluation.identity",
-    "mean_ci95": "llmsched_env.evaluation.stats",
-    "merge_identical": "llmsched_env.evaluation.identity",
-    "policy_label": "llmsched_env.evaluation.identity",
-    "resolve_policy": "llmsched_env.decision.policy_spec",
-    "results_table": "llmsched_env.evaluation.outputs",
-    "run_cell": "llmsched_env.evaluation.grid",
-    "run_grid": "llmsched_env.evaluation.grid",
-    "search_capacity": "llmsched_env.evaluation.capacity",
-    "summarize": "llmsched_env.evaluation.stats",
-    "summarize_capacity": "llmsched_env.evaluation.capacity",
-    "t_quantile_975": "llmsched_env.evaluation.stats",
-    "tune_scenario": "llmsched_env.evaluation.tuning",
-    "write_csv": "llmsched_env.common.outputs",
-    "write_results": "llmsched_env.evaluation.outputs",
-    "write_tensorboard": "llmsched_env.evaluation.outputs",
+_MODULES = {  # module -> the names it gives: imported on first use, so one submodule does not load them all
+    "evaluation.capacity": "CAPACITY_TARGET capacity_grid find_capacity search_capacity summarize_capacity",
+    "evaluation.grid": "KEY_COLUMNS GridResult run_cell run_grid",
+    "evaluation.stats": "SUMMARY_METRICS mean_ci95 summarize t_quantile_975",
+    "evaluation.outputs": "TABLE_COLUMNS LiveTable capacity_table format_capacity_summary format_summary "
+    "results_table write_results write_tensorboard",
+    "evaluation.config": "EvalConfig InputError Row",
+    "decision.policy_spec": "PolicySpec resolve_policy",
+    "evaluation.runtime_options": "RuntimeOptions",
+    "evaluation.tuning": "TuneConfig TuneResult tune_scenario",
+    "evaluation.details": "episode_details",
+    "evaluation.describe": "format_description",
+    "evaluation.tables": "format_table",
+    "evaluation.identity": "identical_groups merge_identical policy_label",
+    "common.outputs": "write_csv",
 }
+_LAZY = {name: f"llmsched_env.{module}" for module, names in _MODULES.items() for name in names.split()}
 
 __all__ = list(_LAZY)
 

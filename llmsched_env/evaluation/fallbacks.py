@@ -12,14 +12,8 @@ from typing import Any
 from llmsched_env.decision.serve import FALLBACK_SHARE
 from llmsched_env.evaluation.tables import format_cell
 
-__all__ = [
-    "FALLBACK_LIMIT",
-    "FALLBACK_SHARE",
-    "fallback_mark",
-    "fallback_share",
-    "fallback_summary",
-    "fallback_warning",
-]
+__all__ = ["FALLBACK_LIMIT", "FALLBACK_SHARE", "fallback_mark", "fallback_share", "fallback_summary",
+           "fallback_warning"]  # fmt: skip
 
 FALLBACK_LIMIT = 0.01  # a run whose share of fallback decisions exceeds this is marked (1%)
 _SHARE_KEYS = (FALLBACK_SHARE, f"{FALLBACK_SHARE}_mean", f"sim/{FALLBACK_SHARE}", f"vllm/{FALLBACK_SHARE}")

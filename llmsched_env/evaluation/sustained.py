@@ -140,7 +140,14 @@ def unsustained(config: EvalConfig) -> list[str]:
 def absent_tenant_notes(config: EvalConfig) -> list[str]:
     """One line per (single-node) scenario whose ``config.split`` part has no request of some of its tenants:
     what a scenario's rows leave out, said before they are read."""
-    return _absent_tenants(config)
+    lines = []
+    for scenario in config.scenarios:
+        base = scenario.scenario() if isinstance(scenario, ClusterScenario) else scenario
+        source = base.make_source(config.split, 1.0)
+        if isinstance(source, TraceSource) and source.absent_tenants:
+            names = listed_tenants(source.absent_tenants)  # the first 16 and how many
+            lines.append(f"{source.trace.source}: the {config.split} part has no request of tenants {names}")
+    return lines
 
 
 def overlong_notes(config: EvalConfig) -> list[str]:
@@ -187,14 +194,3 @@ def _max_model_len(env: Any) -> tuple[int, str] | None:
         for e in engines
     ]
     return max(limits)
-
-
-def _absent_tenants(config: EvalConfig) -> list[str]:
-    lines = []
-    for scenario in config.scenarios:
-        base = scenario.scenario() if isinstance(scenario, ClusterScenario) else scenario
-        source = base.make_source(config.split, 1.0)
-        if isinstance(source, TraceSource) and source.absent_tenants:
-            names = listed_tenants(source.absent_tenants)  # the first 16 and how many
-            lines.append(f"{source.trace.source}: the {config.split} part has no request of tenants {names}")
-    return lines

@@ -34,16 +34,14 @@ import numpy as np
 
 from llmsched_env.decision.loop import DecisionLoop
 from llmsched_env.decision.planners.lookahead import LookaheadConfig
-from llmsched_env.decision.planners.mpc import Emitter
+from llmsched_env.decision.planners.mpc import Emitter, rollout
 from llmsched_env.decision.planners.space import (
-    REQUEST_MOVES,
     STATIC_HEURISTICS,
+    acts,
+    around,
     base_decision,
     make_move,
-    neighbours,
-    pick,
     play,
-    redundant,
     static_decision,
 )
 from llmsched_env.decision.registry import ROUTERS, make_router
@@ -80,6 +78,18 @@ class _Bound:
         self._steps = 0
         self._plan = []
 
+    def _best(self, snap: Any, tries: list[Any]) -> tuple[int, int]:
+        """The first of ``tries`` (each plays on the env and returns its score) that scores best, and its score:
+        the first tried on the env as it stands, the others from ``snap`` restored."""
+        best, best_score = 0, 0
+        for i, attempt in enumerate(tries):
+            if i:
+                self.env.restore(snap)
+            score = attempt()
+            if i == 0 or score > best_score:
+                best, best_score = i, score
+        return best, best_score
+
     def _keep(self, plan: list[int], plan_good: int, base_plan: list[int], base_good: int) -> list[int]:
         """The plan to play: ``plan`` unless the base alone (``base_plan``) meets more requests."""
         self.kept_plan = plan_good >= base_good
@@ -108,12 +118,9 @@ class LookaheadPolicy(_Bound):
         self.spec = self.env.action_spec
         self._loop = DecisionLoop(self.spec, name="lookahead")  # each candidate applied as the env applies actions
         self.base, self.base_source = self._base()
-        self.candidates = [self.base]
-        if config.candidates in ("neighbours", "requests"):
-            self.candidates += neighbours(self.base, self.spec)
-        self._actions = [self.spec.encode(d) for d in self.candidates]
         # per-request moves: candidate len(self._actions) + j is move self._moves[j] under the base setting
-        self._moves = list(REQUEST_MOVES) if config.candidates == "requests" else []
+        self.candidates, self._moves = around(self.base, self.spec, config.candidates)
+        self._actions = [self.spec.encode(d) for d in self.candidates]
         self.num_moves = 0
         self._emit = Emitter(self.spec, self._actions)
 
@@ -165,21 +172,16 @@ class LookaheadPolicy(_Bound):
         u = self.env
         snap = u.snapshot()
         cfg = self.config
-        best, best_score = 0, 0
-        for i, action in enumerate(self._actions):
-            if i:
-                u.restore(snap)  # the first rollout starts from the env as it stands, identical to the snapshot
-            score = self._rollout([(action, cfg.horizon), (self._actions[0], cfg.tail)])
-            if i == 0 or score > best_score:
-                best, best_score = i, score
-        self.num_rollouts += len(self._actions)
         base = self._actions[0]
+        tries = [lambda a=a: self._rollout([(a, cfg.horizon), (base, cfg.tail)]) for a in self._actions]
+        best, best_score = self._best(snap, tries)
+        self.num_rollouts += len(self._actions)
         for j, move in enumerate(self._moves):
             u.restore(snap)
             engine = u.sim.engine
-            r = pick(move, engine)
-            if r is None or redundant(move, engine, r, self.base.order):
-                continue  # nobody to act on, or the base order sends it first anyway: the base's own rollout
+            r = acts(move, engine, self.base.order)
+            if r is None:
+                continue
             make_move(move, engine, r)
             score = self._rollout([(base, cfg.horizon), (base, cfg.tail)])
             self.num_rollouts += 1
@@ -198,23 +200,10 @@ class LookaheadPolicy(_Bound):
     def _rollout(self, plan: list[tuple[np.ndarray, int | None]]) -> int:
         """Play each (action, iterations) of ``plan`` (None: to the episode's end) as ``env.step`` would, without
         observations, until the episode ends or would be truncated; requests met minus missed meanwhile."""
-        u = self.env
-        sim = u.sim
-        engine = sim.engine
-        loop = self._loop
-        start = engine.num_good - engine.num_missed
-        horizon_s, max_steps = u.horizon_s, u.max_steps
-        for action, n in plan:
-            loop.take(action, hold=None)  # held until the next take, corrected where the mask forbids it
-            i = 0
-            while n is None or i < n:
-                if sim.done or sim.now_s >= horizon_s or sim.num_steps >= max_steps:
-                    return engine.num_good - engine.num_missed - start
-                d = loop.next(engine)
-                assert d is not None  # no ENGINE_DEFAULT fallback here
-                sim.step(d)
-                i += 1
-        return engine.num_good - engine.num_missed - start
+        u, sim = self.env, self.env.sim
+        return rollout(
+            self._loop, sim, plan, lambda: sim.done or sim.now_s >= u.horizon_s or sim.num_steps >= u.max_steps
+        )
 
     def _base(self) -> tuple[Decision, str]:
         """The base setting and where it came from: ``tuned``'s entry, a named static rule, or without an entry
@@ -235,13 +224,9 @@ class LookaheadPolicy(_Bound):
             except ValueError:
                 continue  # not in this action space (schema 1 lacks an order)
         snap = u.snapshot()
-        scores = []
-        for k, d in enumerate(rules):
-            if k:
-                u.restore(snap)
-            scores.append(self._rollout([(self.spec.encode(d), None)]))
+        k, _ = self._best(snap, [lambda d=d: self._rollout([(self.spec.encode(d), None)]) for d in rules])
         u.restore(snap)
-        decision, rule = list(rules.items())[int(np.argmax(scores))]  # the first on a tie
+        decision, rule = list(rules.items())[k]
         source = f"{rule} (no tuned entry: the best static named rule on this episode)"
         warnings.warn(f"lookahead on {ctx.scenario!r}: {reason}; its base is {source}", stacklevel=2)
         return decision, source
@@ -304,16 +289,14 @@ class RouteLookaheadPolicy(_Bound):
         obs, ended = observation, False
         while not ended:
             snap, snap_obs, net0 = u.snapshot(), obs, self._net()
-            best, best_score = 0, 0
-            for i, name in enumerate(names):
-                if i:
-                    u.restore(snap)
+
+            def attempt(name: str, snap_obs: np.ndarray = snap_obs, net0: int = net0) -> int:
                 o, done = self._play(copy.deepcopy(rules[name]), cfg.horizon, snap_obs)
                 if not done:
                     self._play(copy.deepcopy(base), cfg.tail, o)
-                score = self._net() - net0
-                if i == 0 or score > best_score:
-                    best, best_score = i, score
+                return self._net() - net0
+
+            best, _ = self._best(snap, [lambda n=n: attempt(n) for n in names])
             self.num_rollouts += len(names)
             u.restore(snap)
             self.num_decisions += 1
@@ -330,20 +313,18 @@ class RouteLookaheadPolicy(_Bound):
         good0 = self._good()
         rules = self._rules()
         names = [n for n in rules if n in RULES] if self.config.base == "tuned" else [self.config.base]
-        best: tuple[str, list[int], int] | None = None
-        for i, name in enumerate(names):
-            if i:
-                u.restore(start)
-            actions: list[int] = []
-            self._play(rules[name], None, observation, record=actions)
-            good = self._good() - good0
-            if best is None or good > best[2]:
-                best = (name, actions, good)
+        plans: list[list[int]] = []
+
+        def attempt(name: str) -> int:
+            plans.append([])
+            self._play(rules[name], None, observation, record=plans[-1])
+            return self._good() - good0
+
+        k, good = self._best(start, [lambda n=n: attempt(n) for n in names])
         u.restore(start)
-        assert best is not None
         tuned = self.config.base == "tuned"
-        self.base_source = f"{best[0]} (the best named rule on this episode)" if tuned else best[0]
-        return best
+        self.base_source = f"{names[k]} (the best named rule on this episode)" if tuned else names[k]
+        return names[k], plans[k], good
 
     def _play(
         self, router: Any, n: int | None, observation: np.ndarray, record: list[int] | None = None

@@ -16,15 +16,8 @@ from llmsched_env.common.checks import check_int
 from llmsched_env.decision.planners.mpc import MPC, MPCConfig
 from llmsched_env.decision.spelling import spell, split_options
 
-__all__ = [
-    "BOUND_MARK",
-    "CANDIDATE_SETS",
-    "LOOKAHEAD",
-    "LookaheadConfig",
-    "is_bound",
-    "join_options",
-    "parse_lookahead",
-]
+__all__ = ["BOUND_MARK", "CANDIDATE_SETS", "LOOKAHEAD", "LookaheadConfig", "is_bound", "join_options",
+           "parse_lookahead"]  # fmt: skip
 
 LOOKAHEAD = "lookahead"
 BOUND_MARK = " (bound, not deployable)"  # appended to every lookahead row's policy name

@@ -17,7 +17,7 @@ has not arrived nor a live request's true output length, so it is deployable (``
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,7 +26,7 @@ import numpy as np
 from llmsched_env.common.checks import check_int
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.loop import DecisionLoop
-from llmsched_env.decision.planners.space import REQUEST_MOVES, base_decision, neighbours, pick, play, redundant
+from llmsched_env.decision.planners.space import REQUEST_MOVES, acts, around, base_decision, play
 from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.decision.spelling import spell, split_options
 from llmsched_env.engine.batch import Decision
@@ -193,11 +193,7 @@ class MPCPlanner:
             [(r.tenant, g) for r, g in zip(live, produced, strict=True)],
         )
         # the per-request moves that act on someone here (the same in every future: they pick by state alone)
-        moves = [
-            j
-            for j, move in enumerate(self.moves)
-            if (r := pick(move, engine)) is not None and not redundant(move, engine, r, self.candidates[0].order)
-        ]
+        moves = [j for j, move in enumerate(self.moves) if acts(move, engine, self.candidates[0].order) is not None]
         n = len(self.actions)
         scores = np.full((cfg.futures, n + len(self.moves)), -np.inf)
         for m in range(cfg.futures):
@@ -237,18 +233,9 @@ class MPCPlanner:
 
     def _rollout(self, sim: Simulator, action: np.ndarray, until_s: float) -> float:
         """Play ``action`` for ``horizon`` iterations, then the base for ``tail``, on ``sim``; met minus missed."""
-        engine = sim.engine
-        loop = self._loop
-        start = engine.num_good - engine.num_missed
-        for act, n in ((action, self.config.horizon), (self.actions[0], self.config.tail)):
-            loop.take(act, hold=None)
-            for _ in range(n):
-                if sim.done or sim.now_s >= until_s:
-                    return float(engine.num_good - engine.num_missed - start) - self._late(engine)
-                d = loop.next(engine)
-                assert d is not None  # no ENGINE_DEFAULT fallback here
-                sim.step(d)
-        return float(engine.num_good - engine.num_missed - start) - self._late(engine)
+        plan = [(action, self.config.horizon), (self.actions[0], self.config.tail)]
+        net = rollout(self._loop, sim, plan, lambda: sim.done or sim.now_s >= until_s)
+        return float(net) - self._late(sim.engine)
 
     def _late(self, engine: Any) -> int:
         """With ``terminal``: the running requests already over their time per output token target; else 0."""
@@ -264,6 +251,24 @@ class MPCPlanner:
             if produced > 1 and (now - first) / (produced - 1) > tenants[r.tenant].slo.tpot_s:
                 late += 1
         return late
+
+
+def rollout(loop: DecisionLoop, sim: Simulator, plan: Sequence[tuple[np.ndarray, int | None]], ended: Any) -> int:
+    """Play each (action, iterations) of ``plan`` on ``sim`` (None: until ``ended()``) as the env applies an
+    action (held, corrected onto each iteration's mask), stopping once ``ended()``; requests met minus missed."""
+    engine = sim.engine
+    start = engine.num_good - engine.num_missed
+    for action, n in plan:
+        loop.take(action, hold=None)
+        i = 0
+        while n is None or i < n:
+            if ended():
+                return engine.num_good - engine.num_missed - start
+            d = loop.next(engine)
+            assert d is not None  # no ENGINE_DEFAULT fallback here
+            sim.step(d)
+            i += 1
+    return engine.num_good - engine.num_missed - start
 
 
 def produced_tokens(engine: Engine, r: Request) -> int:
@@ -427,8 +432,8 @@ def planner_for(config: MPCConfig, ctx: PolicyContext, seed: int, table: Any = N
 def planner_around(base: Decision, spec: ActionSpec, config: MPCConfig, seed: int) -> MPCPlanner:
     """The planner over ``base`` and its single-knob moves in ``spec`` (and the per-request moves with
     ``candidates=requests``): ``MPCPolicy``'s and the mpc teacher's."""
-    moves = list(REQUEST_MOVES) if config.candidates == "requests" else []
-    return MPCPlanner(spec, [base, *neighbours(base, spec)], config, seed, moves)
+    settings, moves = around(base, spec, config.candidates)
+    return MPCPlanner(spec, settings, config, seed, moves)
 
 
 def mpc_on_env(env: Any, config: MPCConfig, seed: int = 0, table: Any = None) -> MPCPolicy:

@@ -27,8 +27,8 @@ from llmsched_env.engine.batch import Decision, QueueOrder
 from llmsched_env.engine.engine import LPM_WINDOW, Engine
 from llmsched_env.engine.request import Request
 
-__all__ = ["REQUEST_MOVES", "STATIC_HEURISTICS", "base_decision", "make_move", "neighbours", "pick", "play",
-           "random_candidates", "redundant", "search_options", "static_decision"]  # fmt: skip
+__all__ = ["REQUEST_MOVES", "STATIC_HEURISTICS", "acts", "around", "base_decision", "make_move", "neighbours", "pick",
+           "play", "random_candidates", "search_options", "static_decision"]  # fmt: skip
 
 STATIC_HEURISTICS = ("fcfs", "prefill_first", "priority_aging", "sjf", "lpm", "vtc", "kv_guard", "sarathi")
 
@@ -62,6 +62,13 @@ def neighbours(d: Decision, spec: ActionSpec) -> list[Decision]:
             if n != d and n not in out:
                 out.append(n)
     return out
+
+
+def around(base: Decision, spec: ActionSpec, candidates: str) -> tuple[list[Decision], list[str]]:
+    """A planner's candidates: the settings (``base`` first, then but for ``candidates=base`` its single-knob
+    moves) and the per-request moves (all of them with ``candidates=requests``)."""
+    settings = [base] if candidates == "base" else [base, *neighbours(base, spec)]
+    return settings, list(REQUEST_MOVES) if candidates == "requests" else []
 
 
 def random_candidates(spec: ActionSpec, num: int, seed: int) -> list[Decision]:
@@ -160,6 +167,8 @@ def play(move: str, engine: Engine) -> None:
     make_move(move, engine, r)
 
 
-def redundant(move: str, engine: Engine, r: Request, order: QueueOrder) -> bool:
-    """Whether ``move`` on ``r`` is a promotion of the request the base ``order`` sends first anyway."""
-    return REQUEST_MOVES[move][0] == "promote" and r is _first(order)(engine)
+def acts(move: str, engine: Engine, order: QueueOrder) -> Request | None:
+    """The request ``move`` acts on in ``engine``'s state, or None: nobody, or a promotion of the request the base
+    ``order`` sends first anyway (the base's own rollout)."""
+    r = pick(move, engine)
+    return None if r is None or (REQUEST_MOVES[move][0] == "promote" and r is _first(order)(engine)) else r
