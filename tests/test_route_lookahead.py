@@ -1,4 +1,4 @@
-"""The routing ``lookahead`` bound (evaluation.route_lookahead): rules switched every k arrivals on cluster forks."""
+"""The routing ``lookahead`` bound (decision.planners.bounds): rules switched every k arrivals on cluster forks."""
 
 from __future__ import annotations
 
