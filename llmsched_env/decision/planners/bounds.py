@@ -41,7 +41,7 @@ from llmsched_env.decision.planners.space import (
     around,
     base_decision,
     make_move,
-    play,
+    setting_of,
     static_decision,
 )
 from llmsched_env.decision.registry import ROUTERS, make_router
@@ -163,6 +163,7 @@ class LookaheadPolicy(_Bound):
         return self._keep(plan, plan_good, [0] * len(plan), base_good)
 
     def _ended(self) -> bool:
+        """Whether the episode has ended or would be truncated."""
         u = self.env
         sim = u.sim
         return sim.done or sim.now_s >= u.horizon_s or sim.num_steps >= u.max_steps
@@ -192,18 +193,12 @@ class LookaheadPolicy(_Bound):
 
     def _play(self, candidate: int) -> int:
         """Make ``candidate``'s per-request move on the env's engine now, if it is one; the setting it plays."""
-        if candidate < len(self._actions):
-            return candidate
-        play(self._moves[candidate - len(self._actions)], self.env.sim.engine)
-        return 0
+        return setting_of(candidate, len(self._actions), self._moves, self.env.sim.engine)
 
     def _rollout(self, plan: list[tuple[np.ndarray, int | None]]) -> int:
         """Play each (action, iterations) of ``plan`` (None: to the episode's end) as ``env.step`` would, without
         observations, until the episode ends or would be truncated; requests met minus missed meanwhile."""
-        u, sim = self.env, self.env.sim
-        return rollout(
-            self._loop, sim, plan, lambda: sim.done or sim.now_s >= u.horizon_s or sim.num_steps >= u.max_steps
-        )
+        return rollout(self._loop, self.env.sim, plan, self._ended)
 
     def _base(self) -> tuple[Decision, str]:
         """The base setting and where it came from: ``tuned``'s entry, a named static rule, or without an entry

@@ -26,7 +26,7 @@ import numpy as np
 from llmsched_env.common.checks import check_int
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.loop import DecisionLoop
-from llmsched_env.decision.planners.space import REQUEST_MOVES, acts, around, base_decision, play
+from llmsched_env.decision.planners.space import REQUEST_MOVES, acts, around, base_decision, play, setting_of
 from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.decision.spelling import spell, split_options
 from llmsched_env.engine.batch import Decision
@@ -372,11 +372,7 @@ class MPCPolicy:
     def _decide(self, sim: Simulator) -> int:
         """The planner's choice on ``sim``; a per-request move is made on it now, and the base plays."""
         planner = self.planner
-        chosen = planner.decide(sim)
-        if chosen >= len(planner.actions):
-            play(planner.moves[chosen - len(planner.actions)], sim.engine)
-            return 0
-        return chosen
+        return setting_of(planner.decide(sim), len(planner.actions), planner.moves, sim.engine)
 
     def summary(self) -> str:
         """One line: plans, switches, mean planning time (in the background: adopted, their lag, skipped)."""

@@ -28,7 +28,7 @@ from llmsched_env.engine.engine import LPM_WINDOW, Engine
 from llmsched_env.engine.request import Request
 
 __all__ = ["REQUEST_MOVES", "STATIC_HEURISTICS", "acts", "around", "base_decision", "make_move", "neighbours", "pick",
-           "play", "random_candidates", "search_options", "static_decision"]  # fmt: skip
+           "play", "random_candidates", "search_options", "setting_of", "static_decision"]  # fmt: skip
 
 STATIC_HEURISTICS = ("fcfs", "prefill_first", "priority_aging", "sjf", "lpm", "vtc", "kv_guard", "sarathi")
 
@@ -165,6 +165,15 @@ def play(move: str, engine: Engine) -> None:
     r = pick(move, engine)
     assert r is not None, f"move {move} picked a request when planned, none now"
     make_move(move, engine, r)
+
+
+def setting_of(chosen: int, settings: int, moves: list[str], engine: Engine) -> int:
+    """The setting candidate ``chosen`` plays: its own, or for move ``moves[chosen - settings]`` (made on
+    ``engine`` now) the base's."""
+    if chosen < settings:
+        return chosen
+    play(moves[chosen - settings], engine)
+    return 0
 
 
 def acts(move: str, engine: Engine, order: QueueOrder) -> Request | None:
