@@ -16,8 +16,7 @@ statistics over seeds, result files, plots and scale-out on Ray. (Live vLLM serv
 | (``decision.policy_spec``) | ``PolicySpec``, ``resolve_policy``: a baseline by name or an exported policy file |
 | (``decision.planners``) | the ``lookahead`` bounds, ``mpc``, their candidates, the tuned table and trace keys |
 | ``runtime_options`` / ``runtime_backend`` | the torch runtime as a backend (imports torch) |
-| ``grid`` | ``run_grid``, ``run_cell``: the episodes, serially or on Ray |
-| ``details`` | per-request latencies and the KV series of an episode, for plots |
+| ``grid`` | ``run_grid``, ``run_cell``: the episodes, serially or on Ray; ``episode_details`` for plots |
 | ``capacity`` | ``search_capacity``, ``find_capacity``, ``capacity_grid`` (capped at the largest sustained load) |
 | ``sustained`` | ``unsustained``, ``scenario_windows``: whether windows last long enough to measure a sustained rate |
 | ``stats`` | ``summarize``, ``mean_ci95``, ``t_quantile_975`` |
@@ -42,7 +41,7 @@ from typing import Any
 
 _MODULES = {  # module -> the names it gives: imported on first use, so one submodule does not load them all
     "evaluation.capacity": "CAPACITY_TARGET capacity_grid find_capacity search_capacity summarize_capacity",
-    "evaluation.grid": "KEY_COLUMNS GridResult run_cell run_grid",
+    "evaluation.grid": "KEY_COLUMNS GridResult episode_details run_cell run_grid",
     "evaluation.stats": "SUMMARY_METRICS mean_ci95 summarize t_quantile_975",
     "evaluation.outputs": "TABLE_COLUMNS LiveTable capacity_table format_capacity_summary format_summary "
     "results_table write_results write_tensorboard",
@@ -50,7 +49,6 @@ _MODULES = {  # module -> the names it gives: imported on first use, so one subm
     "decision.policy_spec": "PolicySpec resolve_policy",
     "evaluation.runtime_options": "RuntimeOptions",
     "evaluation.tuning": "TuneConfig TuneResult tune_scenario",
-    "evaluation.details": "episode_details",
     "evaluation.describe": "format_description",
     "evaluation.tables": "format_table",
     "evaluation.identity": "identical_groups merge_identical policy_label",

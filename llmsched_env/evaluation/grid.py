@@ -18,22 +18,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from llmsched_env.decision.planners.bounds import lookahead_factory
 from llmsched_env.decision.planners.mpc import mpc_factory
 from llmsched_env.decision.policy_spec import PolicySpec
+from llmsched_env.engine.request import Status, tpot_s
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row, traffic_label
-from llmsched_env.evaluation.details import episode_details
 from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
 from llmsched_env.evaluation.identity import TRAJECTORY, trajectory_fingerprint
 from llmsched_env.evaluation.progress import Progress
 from llmsched_env.evaluation.sustained import env_windows
+from llmsched_env.sim.metrics import token_times
+from llmsched_env.sim.simulator import Simulator
 
 if TYPE_CHECKING:  # the runtime backend imports torch: only when it runs
     from llmsched_env.evaluation.runtime_backend import Runners
 
-__all__ = ["KEY_COLUMNS", "FinishedRun", "ForeignRunError", "GridResult", "RunHook", "run_cell", "run_grid", "run_key",
-           "runners_for", "shown_value"]  # fmt: skip
+__all__ = ["KEY_COLUMNS", "FinishedRun", "ForeignRunError", "GridResult", "RunHook", "episode_details", "run_cell",
+           "run_grid", "run_key", "runners_for", "shown_value"]  # fmt: skip
 
 KEY_COLUMNS = ("policy", "scenario", "load", "seed")
 RowHook = Callable[[Row], None]
@@ -227,6 +231,24 @@ def _finished(config: EvalConfig, finished: Sequence[FinishedRun], details: bool
             continue
         done[key] = run
     return done
+
+
+def episode_details(sim: Simulator, kv_series: bool = True) -> dict[str, np.ndarray]:
+    """Per-request latencies of the episode ``sim`` just ran, for plots: ``ttft_s`` of every finished
+    request, ``tpot_s`` of those of more than one token, and with ``kv_series`` the KV usage after every step."""
+    rounds = np.asarray(sim.engine.round_end_s, dtype=np.float64)
+    ttft, tpot = [], []
+    for r in sim.arrived_requests():
+        if r.status == Status.FINISHED:
+            t = token_times(r, rounds)
+            ttft.append(t[0] - r.arrival_s)
+            if len(t) > 1:
+                tpot.append(float(tpot_s(t[0], t[-1], len(t))))
+    out = {"ttft_s": np.asarray(ttft, dtype=np.float64), "tpot_s": np.asarray(tpot, dtype=np.float64)}
+    if kv_series:
+        kv_t, kv_u = sim.kv_usage_series()
+        out["kv_time_s"], out["kv_usage"] = kv_t - sim.start_s, kv_u
+    return out
 
 
 def runners_for(config: EvalConfig) -> Runners | None:
