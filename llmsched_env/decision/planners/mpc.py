@@ -159,9 +159,7 @@ class MPCPlanner:
         self.forecaster = Forecaster(window=config.window)
         self.rng = np.random.default_rng([int(seed), 0x6D7063])  # its own stream: "mpc"
         self._loop = DecisionLoop(spec, name="mpc")
-        self.num_decisions = 0
-        self.num_switches = 0
-        self.num_moves = 0
+        self.num_decisions = self.num_switches = self.num_moves = 0
         self.planning_s = 0.0
         self.first_decision_s: float | None = None
         self.last_decision_s = 0.0
@@ -331,11 +329,8 @@ class MPCPolicy:
         self.state = state
         self.background = background
         self.bounded_act = background
-        self.num_adopted = 0
-        self.num_skipped = 0
-        self.lag_steps = 0
-        self._steps = 0
-        self._chosen = 0
+        self.num_adopted = self.num_skipped = self.lag_steps = 0
+        self._steps = self._chosen = 0
         self._emit = Emitter(planner.spec, planner.actions)
         self._pool: Any = None
         self._pending: Any = None  # the plan in flight: a Future of (candidate, the act count at its state)
