@@ -1,9 +1,4 @@
-"""``python evaluate.py ...`` from a checkout: the ``llmsched-evaluate`` command, with the same options.
-
-The command lives in ``llmsched_env/commands/evaluate.py`` (``python evaluate.py --help`` lists the options)
-and what it does in ``llmsched_env.evaluation``. Importing ``baselines`` here registers the schedulers and
-routers even where llmsched is not installed (an install finds them through its entry point).
-"""
+"""``python evaluate.py ...`` from a checkout: ``llmsched-evaluate``; importing ``baselines`` registers them by name."""
 
 import sys
 

@@ -1,8 +1,4 @@
-"""Train a Stable-Baselines3 agent on an llmsched scenario: ``python train.py --help``.
-
-The command line is ``agents.cli`` (also installed as ``llmsched-train``); the training itself is
-``agents.training.train(TrainConfig(...))`` and ``agents.sweep.run_sweep``, importable from Python.
-"""
+"""``python train.py ...`` from a checkout: ``llmsched-train``; from Python: ``agents.training.train``."""
 
 import sys
 

@@ -1,14 +1,8 @@
 """Keep a training close to the policy it started from: a KL pull towards a frozen copy of the start.
 
-A fine-tuning (``llmsched-train --init``) or the RL after cloning may drift away from a start that was already
-good. With the hyperparameter ``anchor_coef`` > 0, ``AnchorCallback`` freezes the policy as it stands when
-learning starts (the ``--init`` policy's weights, or the clone) and, after every update of the algorithm,
-takes ``anchor_epochs`` passes of gradient steps on ``anchor_coef`` × KL(start ‖ current) over the observations
-(and action masks) of the rollout just learnt from: the sum over action components of the KL divergence
-between the start's and the current policy's action distributions, with the same masks. The pull alternates
-with the algorithm's own update rather than entering its loss, so PPO, MaskablePPO and A2C take it unchanged
-(a recurrent policy, whose distribution needs its state, and DQN are refused); ``anchor/kl`` (before the pull)
-and ``anchor/kl_after`` are logged to TensorBoard.
+With ``anchor_coef`` > 0, ``AnchorCallback`` freezes the policy as learning starts and, after every update, takes
+``anchor_epochs`` passes of gradient steps on ``anchor_coef`` x KL(start || current) over the rollout's
+observations and masks (PPO, MaskablePPO, A2C; logged as ``anchor/kl`` and ``anchor/kl_after``).
 """
 
 from __future__ import annotations
@@ -44,9 +38,7 @@ def kl_to_reference(reference: Any, policy: Any, obs: torch.Tensor, masks: torch
 
 
 class AnchorCallback(BaseCallback):
-    """After each update, pull the policy towards its frozen start (see the module docstring). ``coef``: the weight
-    of the KL term (> 0); ``epochs``: passes over the last rollout's observations per pull; ``batch_size``:
-    observations per gradient step. ``seed``: the order of those observations."""
+    """After each update, pull the policy towards its frozen start (weight ``coef``, ``epochs`` passes)."""
 
     def __init__(self, coef: float, epochs: int = 1, batch_size: int = 256, seed: int = 0) -> None:
         super().__init__()

@@ -1,14 +1,8 @@
 """Behaviour-cloning warm start: fit the agent's policy to a baseline's actions before reinforcement learning.
 
-The baseline plays training episodes; the actor learns its actions by maximum likelihood (with the action
-masks, for MaskablePPO) and the critic learns the discounted returns of those episodes, so PPO starts from
-the heuristic's behaviour with a value function that already knows what it is worth.
-
-With ``dagger_iterations`` (DAgger, Ross et al. 2011), the clone then plays episodes itself, the baseline labels
-every state the clone reached with the action it would have taken there, and the actor is fitted again on all
-the labelled states so far: the clone learns to recover from its own mistakes, which plain cloning never shows
-it (on the generalist's mix, a clone of ``tuned`` fitted only on ``tuned``'s own states drifted to other
-settings at the loads near capacity where ``tuned`` never went).
+The actor learns the baseline's actions by maximum likelihood (with the action masks), the critic the discounted
+returns of its episodes. With ``dagger_iterations`` (DAgger, Ross et al. 2011) the clone then plays episodes
+itself, the baseline labels every state it reached, and the actor is fitted again on all labels so far.
 """
 
 from __future__ import annotations
@@ -35,21 +29,9 @@ CloneLog = Callable[[Mapping[str, float], int], None]
 
 
 def collect_demonstrations(
-    env: gym.Env,
-    baseline: str,
-    num_steps: int,
-    gamma: float,
-    seed: int,
-    actor: Actor | None = None,
-    stride: int = 1,
+    env: gym.Env, baseline: str, num_steps: int, gamma: float, seed: int, actor: Actor | None = None, stride: int = 1
 ) -> dict[str, np.ndarray]:
-    """``num_steps`` steps on ``env``: observations, masks, the actions of ``baseline`` (a name or a comma list,
-    ``agents.teacher.teacher``: baselines, or ``searched`` on ``LLMSchedMix-v0``) and
-    discounted returns. ``actor`` (None: the baseline) plays the episodes; the baseline's action in each state
-    reached is the label (DAgger). On ``LLMSchedMix-v0`` the teacher is built again for each episode's
-    workload. ``stride``: keep one step in ``stride`` (``num_steps`` kept ones, from ``stride`` times as many
-    played): consecutive steps are near-duplicates, so the same number of labels covers more episodes, and
-    more workloads."""
+    """``num_steps`` steps on ``env`` played by ``actor`` (None: the teacher), labelled by ``baseline``."""
     if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
         raise ValueError(f"stride must be an integer >= 1, got {stride!r}")
     unwrapped: Any = env.unwrapped
@@ -106,19 +88,7 @@ def behaviour_clone(
     stride: int = 1,
     on_log: CloneLog | None = None,
 ) -> dict[str, float]:
-    """Fit ``model.policy`` (an SB3 actor-critic, masked or not) to ``baseline``; return the final accuracy
-    (share of the labelled steps whose every action component matches) and losses.
-
-    The actor is fitted to a label-smoothed target: in each action component the baseline's choice gets
-    ``1 - smoothing`` and the valid options share ``smoothing``, so the cloned policy picks the baseline's
-    action deterministically yet keeps exploring around it when PPO takes over. ``dagger_iterations`` rounds of
-    DAgger follow (module docstring), each with ``num_steps`` steps played by the clone; ``dagger<i>_agreement``
-    is the share of those steps where the clone already chose the baseline's action. ``stride``: label one
-    played step in ``stride`` (``collect_demonstrations``). ``on_epoch(done, total)`` is called after each
-    epoch (a progress bar). ``on_log(scalars, step)`` gets the ``clone/*`` figures, ``step`` = the epochs
-    fitted so far over every round (docs/training.md, TensorBoard): each epoch's means, and at the start of
-    each round (step = round x ``epochs``) its labelled steps, the time it took to play and label them and,
-    for a DAgger round, the agreement of the clone that played it."""
+    """Fit ``model.policy`` to ``baseline`` (then DAgger rounds); return the accuracy and losses."""
     if dagger_iterations < 0:
         raise ValueError(f"dagger_iterations must be >= 0, got {dagger_iterations!r}")
     log: CloneLog = on_log if on_log is not None else (lambda values, step: None)
@@ -166,16 +136,12 @@ def _component_names(env: gym.Env, model: Any) -> list[str]:
 
 
 def _shifted(log: CloneLog, done: int) -> Callable[[int, dict[str, float]], None]:
-    """``_fit``'s report of its epoch ``k`` to ``log`` at step ``done + k``: the epochs of every fit before it
-    come first on the cloning's axis."""
+    """``_fit``'s report of epoch ``k`` to ``log`` at step ``done + k`` on the cloning's axis."""
     return lambda k, values: log(values, done + k)
 
 
 def _clone_actor(model: Any, env: gym.Env) -> Actor:
-    """The model's deterministic action (masked where it takes masks) as its exported policy computes it: the
-    same network in numpy, far cheaper per call than SB3's ``predict``, whose overhead was most of a DAgger
-    round's time (``bench/bench_clone_actor.py``). A model the policy format cannot hold acts through
-    ``SB3Policy``."""
+    """The model's deterministic action as its exported policy computes it, in numpy."""
     from agents.export import export_policy
     from llmsched_env.runtime.policy_file import load_policy_file
 
@@ -217,11 +183,7 @@ def _fit(
     on_epoch: Callable[[int, int], None] | None,
     on_log: Callable[[int, dict[str, float]], None] | None = None,
 ) -> dict[str, float]:
-    """``epochs`` passes of the actor (smoothed likelihood of the labels) and critic (returns) over ``data``;
-    the last minibatch's losses and entropy returned (``bc.json``). ``on_log(epoch, scalars)`` after each epoch:
-    its ``clone/*`` means over the labelled steps (losses, entropy, the accuracy of the deterministic action
-    in every component and per component, each minibatch's measured before its gradient step), and with the
-    last epoch the fit's seconds."""
+    """``epochs`` passes of the actor and critic over ``data``; the last minibatch's losses and entropy."""
     policy = model.policy
     device = policy.device
     obs = th.as_tensor(data["obs"], device=device)

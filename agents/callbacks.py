@@ -1,10 +1,7 @@
 """Training callbacks: domain metrics to TensorBoard, periodic evaluation against the best baseline.
 
-Every tag and its step axis is listed in docs/training.md (TensorBoard). The axis of the run's own events
-(``tb/run_N``) is the environment steps taken so far (``model.num_timesteps``, as the console's ``eval @ N``);
-``write_scalars`` writes a group at the step it belongs to rather than at SB3's next dump, which comes at the
-end of the rollout under way, and ``UpdateLogCallback`` writes what an on-policy update recorded at the step
-of the rollout it learnt from.
+Every tag is listed in docs/training.md; the run's events (``tb/run_N``) are at the environment steps so far
+(``model.num_timesteps``, the console's ``eval @ N``).
 """
 
 from __future__ import annotations
@@ -32,23 +29,9 @@ from llmsched_env.common.outputs import replaced_atomically, write_text_atomical
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.progress import Progress, status
 
-__all__ = [
-    "BEST_NAME",
-    "CLONE_RUN",
-    "EPISODE_KEYS",
-    "HISTORY_NAME",
-    "SCENARIO_KEYS",
-    "EpisodeMetricsCallback",
-    "PeriodicEvalCallback",
-    "ProgressBarCallback",
-    "StatusCallback",
-    "UpdateLogCallback",
-    "log_metrics",
-    "mean_metrics",
-    "read_best",
-    "read_history",
-    "write_scalars",
-]
+__all__ = ["BEST_NAME", "CLONE_RUN", "EPISODE_KEYS", "HISTORY_NAME", "SCENARIO_KEYS", "EpisodeMetricsCallback",
+           "PeriodicEvalCallback", "ProgressBarCallback", "UpdateLogCallback", "log_metrics",
+           "mean_metrics", "read_best", "read_history", "write_scalars"]  # fmt: skip
 
 BEST_NAME = "best.json"  # the best evaluation so far, next to best_model.zip: what --resume must beat
 HISTORY_NAME = "eval_history.json"  # every evaluation so far: what --resume carries on
@@ -56,18 +39,8 @@ CLONE_RUN = "clone"  # tb/clone: the cloning's events, on an axis of their own (
 
 # Episode metrics logged under episode/ (training) and eval/ (evaluation), plus every tenant/NAME/... key
 # ending in one of TENANT_SUFFIXES.
-EPISODE_KEYS = (
-    "slo_attainment",
-    "goodput_rps",
-    "ttft_p50_s",
-    "ttft_p99_s",
-    "tpot_p50_s",
-    "tpot_p99_s",
-    "jain_fairness",
-    "kv_usage_mean",
-    "preemptions",
-    "rejection_rate",
-)
+EPISODE_KEYS = ("slo_attainment", "goodput_rps", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
+                "jain_fairness", "kv_usage_mean", "preemptions", "rejection_rate")  # fmt: skip
 TENANT_SUFFIXES = ("/slo_attainment", "/service")
 # the generalist's evaluation per library scenario: eval_scenario/SCENARIO/KEY
 SCENARIO_KEYS = ("slo_attainment", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s")
@@ -79,8 +52,7 @@ def log_metrics(
     metrics: Mapping[str, float],
     tenants: Collection[str] | None = None,
 ) -> None:
-    """Record ``metrics``' ``EPISODE_KEYS`` and per-tenant figures under ``prefix/``; ``tenants``: the only
-    tenants whose figures are recorded (None: every one; empty: none)."""
+    """Record ``metrics``' ``EPISODE_KEYS`` and the figures of ``tenants`` (None: all) under ``prefix/``."""
     for key in EPISODE_KEYS:
         if key in metrics:
             record(f"{prefix}/{key}", float(metrics[key]))
@@ -100,9 +72,7 @@ def mean_metrics(runs: Sequence[Mapping[str, float]]) -> dict[str, float]:
 
 
 def write_scalars(logger: Logger, values: Mapping[str, float], step: int) -> None:
-    """Write ``values`` to ``logger``'s outputs (TensorBoard) at ``step`` now. What SB3 has recorded but not
-    yet dumped stays pending: ``logger.dump`` would write it at this step too, and ``logger.record`` would wait
-    for the next dump, at the end of the rollout under way, a step later than the one ``values`` belong to."""
+    """Write ``values`` to ``logger``'s outputs at ``step`` now, leaving what SB3 recorded but not dumped pending."""
     if not values:
         return
     scalars = {key: float(value) for key, value in values.items()}
@@ -112,10 +82,7 @@ def write_scalars(logger: Logger, values: Mapping[str, float], step: int) -> Non
 
 
 class EpisodeMetricsCallback(BaseCallback):
-    """At each finished training episode, log its SLO attainment, goodput, TTFT/TPOT p50 and p99, Jain's
-    index, KV usage, preemptions, rejections and per-tenant figures (averaged over the episodes of a rollout).
-    ``tenants``: the tenants whose figures get tags (None: every one; empty: none, as for the generalist,
-    whose episodes each draw a workload and a load: a tenant's name means a different tenant in each)."""
+    """Log each finished training episode's metrics and the figures of ``tenants`` (None: all)."""
 
     def __init__(self, tenants: Collection[str] | None = None) -> None:
         super().__init__()
@@ -131,14 +98,7 @@ class EpisodeMetricsCallback(BaseCallback):
 
 
 class UpdateLogCallback(BaseCallback):
-    """Write what an on-policy algorithm's update records (``train/*``, and ``anchor/*`` from an
-    ``AnchorCallback`` placed before this one) at the step of the rollout it learnt from. SB3 dumps a rollout's
-    logs (every ``log_interval`` rollouts: 1, A2C's 100) before the update on it records its figures, so left
-    alone they wait for the next dump, one rollout (or a hundred) late, and the last update's are never
-    written. Here the update's figures are written as soon as it is made, when its rollout was dumped, and
-    dropped when it was not (a later update's take their place), so each ``train/*`` point is the update on
-    the rollout that ended at its step. At the end of training, whatever is pending is written. Off-policy
-    algorithms (DQN) dump at episode ends with the latest gradient steps' figures: nothing to do there."""
+    """Write what an on-policy update records at the step of the rollout it learnt from, not a dump later."""
 
     MARK = "llmsched/rollout_not_dumped"  # pending from a rollout's end until SB3 dumps (which clears it)
     _NOWHERE = ("stdout", "log", "json", "csv", "tensorboard")  # the mark is written to no output
@@ -177,18 +137,7 @@ class UpdateLogCallback(BaseCallback):
 
 
 class PeriodicEvalCallback(BaseCallback):
-    """Every ``eval_freq`` calls, run the deterministic policy on ``seeds`` episodes of the val split,
-    log ``eval/*`` and the ratio to the best baseline's attainment on the same episodes, and keep the best
-    model (``best_model.zip``, and ``on_best(model)`` e.g. to export it). With ``progress``, a status line on
-    stderr before the baselines' and the start policy's evaluations, and a bar over the baselines' episodes.
-    Its tags are written at the step the console's ``eval @ N`` names (``write_scalars``); ``per_scenario``
-    (the generalist, whose val episodes are one per library scenario) adds ``eval_scenario/SCENARIO/*``, each
-    episode's scenario read from the env's ``workload``, and keeps per-tenant tags there only, where a tenant's
-    name means one tenant.
-
-    Each new best is recorded in ``best.json`` (its attainment, step, and ``eval_setup``: what it was measured
-    on); a resumed training passes it back as ``best_attainment`` (``read_best``), so only a better model
-    replaces ``best_model.zip``."""
+    """Every ``eval_freq`` calls, evaluate the policy on the val ``seeds`` against the best baseline; keep the best."""
 
     def __init__(
         self,
@@ -328,19 +277,11 @@ class PeriodicEvalCallback(BaseCallback):
 
 
 def read_best(folder: Path, eval_setup: dict[str, Any], warn: bool = True) -> float | None:
-    """The best evaluation attainment recorded in ``folder/best.json`` (``PeriodicEvalCallback``); None when
-    there is none, or when it was measured on another evaluation setup than ``eval_setup`` (then, with
-    ``warn``, it says so on stderr: the scores do not compare). ``ValueError`` (one line, naming the file) for
-    an unreadable file."""
+    """The best attainment in ``best.json``; None without one or when measured on another ``eval_setup``."""
     path = folder / BEST_NAME
     if not path.exists():
         return None
-    try:
-        best = parse_json(read_text(path, CONFIG_BYTES))
-    except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
-        raise
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot read the best evaluation so far: {exc}") from None
+    best = _read_record(path, "the best evaluation so far")
     value = best.get("best_eval_attainment") if isinstance(best, dict) else None
     if not _is_share(value):
         raise ValueError(f"{path}: 'best_eval_attainment' must be a finite number in [0, 1], got {value!r:.80}")
@@ -358,14 +299,23 @@ def read_best(folder: Path, eval_setup: dict[str, Any], warn: bool = True) -> fl
     return float(value)
 
 
+def _read_record(path: Path, what: str) -> Any:
+    """``path``'s JSON; ``ValueError`` (one line naming the file and ``what`` it holds) when it cannot be read."""
+    try:
+        return parse_json(read_text(path, CONFIG_BYTES))
+    except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
+        raise
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot read {what}: {exc}") from None
+
+
 def _is_share(value: Any) -> TypeGuard[float]:
     """Whether ``value`` is an attainment an evaluation gives: a finite number in [0, 1]."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 <= value <= 1
 
 
 def _history_problem(entry: Any, after: int | None) -> str | None:
-    """Why ``entry`` of ``eval_history.json``'s history is not one an evaluation writes (``[step, attainment]``:
-    an integer step >= 0, later than the entry before it, ``after``, and an attainment in [0, 1]); None if it is."""
+    """Why ``entry`` is no ``[step, attainment]`` an evaluation writes after step ``after``; None if it is."""
     if not isinstance(entry, list) or len(entry) != 2:
         return "expected [step, attainment]"
     step, value = entry
@@ -379,13 +329,7 @@ def _history_problem(entry: Any, after: int | None) -> str | None:
 
 
 def read_history(folder: Path, eval_setup: dict[str, Any], upto: int, warn: bool = True) -> list[tuple[int, float]]:
-    """The evaluations that ``PeriodicEvalCallback`` recorded in ``folder/eval_history.json`` up to step
-    ``upto`` (a resumed run's checkpoint: later ones were of a model that is lost, and are run again), as
-    ``(timesteps, attainment)``; empty when there is no record (then, with ``warn`` and ``upto`` > 0, said on
-    stderr: the evaluations before the checkpoint are lost) or when it was measured on another evaluation
-    setup (then, with ``warn``, said on stderr). ``ValueError`` (one line, naming the file and the entry) for a
-    file that cannot be read or an entry that no evaluation writes (a NaN attainment, steps out of order): such
-    a history is not carried into ``summary.json``."""
+    """The evaluations in ``eval_history.json`` up to step ``upto`` (none for another ``eval_setup``)."""
     path = folder / HISTORY_NAME
     if not path.exists():
         if warn and upto > 0:  # a resumed run whose record was removed: its earlier evaluations are gone
@@ -396,12 +340,7 @@ def read_history(folder: Path, eval_setup: dict[str, Any], upto: int, warn: bool
                 flush=True,
             )
         return []
-    try:
-        record = parse_json(read_text(path, CONFIG_BYTES))
-    except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
-        raise
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot read the evaluations so far: {exc}") from None
+    record = _read_record(path, "the evaluations so far")
     entries = record.get("history") if isinstance(record, dict) else None
     if not isinstance(entries, list) or not isinstance(record.get("eval_setup"), dict):
         raise ValueError(f"{path}: expected an object with 'eval_setup' and 'history' ([[step, attainment], ...])")
@@ -421,32 +360,18 @@ def read_history(folder: Path, eval_setup: dict[str, Any], upto: int, warn: bool
     return [(step, value) for step, value in history if step <= upto]
 
 
-class StatusCallback(BaseCallback):
-    """A status line on stderr when training starts: after the callbacks before it in a ``CallbackList``
-    (the evaluations before learning), just before the training's bar (``ProgressBarCallback``) appears."""
+class ProgressBarCallback(BaseCallback):
+    """When training starts, a status line and a bar over its steps on stderr (in place of SB3's on stdout)."""
 
-    def __init__(self, message: str, enabled: bool = True) -> None:
+    def __init__(self, message: str = "", enabled: bool = True) -> None:
         super().__init__()
         self.message = message
-        self.enabled = enabled
-
-    def _on_training_start(self) -> None:
-        status(self.message, enabled=self.enabled)
-
-    def _on_step(self) -> bool:
-        return True
-
-
-class ProgressBarCallback(BaseCallback):
-    """A bar over the training's environment steps on stderr (``llmsched_env.evaluation.progress``, like
-    every other bar of the commands), in place of SB3's own bar, which rich draws on stdout."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        super().__init__()
         self.enabled = enabled
         self._bar: Progress | None = None
 
     def _on_training_start(self) -> None:
+        if self.message:
+            status(self.message, enabled=self.enabled)
         total = int(self.locals["total_timesteps"]) - self.model.num_timesteps
         self._bar = Progress(total, "training", enabled=self.enabled, unit="step")
 

@@ -1,20 +1,11 @@
 """Checkpoints that ``--resume`` may load: each is signed when training writes it, and only a checkpoint whose
 signature checks out is loaded.
 
-An SB3 checkpoint (``model_<steps>_steps.zip``) is a pickle: loading it runs whatever code it names, so a run
-folder that someone else wrote must not be resumed blindly. ``SignedCheckpointCallback`` writes, next to each
-checkpoint, ``<name>.sig``: the HMAC-SHA256 of the checkpoint's bytes under this user's key
-(``$XDG_CONFIG_HOME/llmsched/checkpoint.key``, default ``~/.config/llmsched/checkpoint.key``: 32 random bytes,
-created on first use, readable by the user only). ``verify_checkpoint`` recomputes it before anything is
-unpickled and raises ``CheckpointError`` (one line) for a checkpoint with no signature, a wrong one, or one
-signed with another key (another user's or another machine's). A plain sha256 stored in the folder would not
-do: whoever wrote the folder could write that too. A training binds each signature to its run: the signature
-(then a JSON record) covers and names the run's id, algorithm, scenario, observation and action spaces and the
-checkpoint's step, so a checkpoint copied to another step's name (a rollback) or from another run is refused
-with one line naming what differs. The key must be this user's own and private (mode 0600). The checkpoint,
-its signature and the key are read bounded (``llmsched_env.common.files``): regular files only (a FIFO or
-``/dev/zero`` in their place is refused, not waited on or read forever), a checkpoint of at most
-``CHECKPOINT_BYTES`` (1 GiB, ``$LLMSCHED_MAX_CHECKPOINT_BYTES``), a signature and a key of at most 4 KiB.
+A checkpoint is a pickle (loading it runs code), so ``SignedCheckpointCallback`` writes beside each one
+``<name>.sig``: an HMAC-SHA256 of its bytes under this user's private key (``$XDG_CONFIG_HOME/llmsched/
+checkpoint.key``, mode 0600), bound to the run's id, algorithm, scenario, spaces and step. ``verify_checkpoint``
+checks it before anything is unpickled and raises ``CheckpointError`` (one line) otherwise. Every file is read
+bounded: regular files only, a checkpoint of at most ``CHECKPOINT_BYTES`` (``$LLMSCHED_MAX_CHECKPOINT_BYTES``).
 
     checkpoint = latest_checkpoint(run / "checkpoints")
     verify_checkpoint(checkpoint)     # CheckpointError unless this user's training wrote it
@@ -46,20 +37,9 @@ from llmsched_env.common.files import (
 )
 from llmsched_env.common.outputs import replaced_atomically, write_text_atomically
 
-__all__ = [
-    "CheckpointError",
-    "SignedCheckpointCallback",
-    "check_spaces",
-    "checkpoints",
-    "ensure_key",
-    "key_path",
-    "latest_checkpoint",
-    "model_spaces",
-    "newest_signed_checkpoint",
-    "sign_checkpoint",
-    "step_of",
-    "verify_checkpoint",
-]
+__all__ = ["CheckpointError", "SignedCheckpointCallback", "check_spaces", "checkpoints", "ensure_key", "key_path",
+           "latest_checkpoint", "model_spaces", "newest_signed_checkpoint", "sign_checkpoint", "step_of",
+           "verify_checkpoint"]  # fmt: skip
 
 SIGNATURE_SUFFIX = ".sig"
 _KEY_BYTES = 32
@@ -70,8 +50,7 @@ class CheckpointError(ValueError):
 
 
 def key_path() -> Path:
-    """Where this user's checkpoint key lives: ``$XDG_CONFIG_HOME/llmsched/checkpoint.key`` (default
-    ``~/.config``)."""
+    """This user's checkpoint key: ``$XDG_CONFIG_HOME/llmsched/checkpoint.key`` (default ``~/.config``)."""
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "llmsched" / "checkpoint.key"
 
@@ -113,9 +92,7 @@ def _key(create: bool) -> bytes | None:
 
 
 def _check_private(path: Path) -> None:
-    """``CheckpointError`` (one line, with the command that fixes it) when the key at ``path`` is not this user's
-    own or another user may read or write it: anyone who can read the key can sign a pickle that ``--resume``
-    would then run."""
+    """``CheckpointError`` when the key at ``path`` is not this user's own or others may read or write it."""
     st = os.stat(path)
     getuid = getattr(os, "getuid", None)
     if getuid is not None and st.st_uid != getuid():
@@ -146,9 +123,7 @@ def _signature_path(checkpoint: Path) -> Path:
 
 
 def ensure_key() -> Path:
-    """This user's checkpoint key, created if missing, checked before a training writes anything: its path, or
-    ``CheckpointError`` (one line) when it cannot be created or read (``XDG_CONFIG_HOME`` not a writable
-    folder, no permission), so that no run stops at its first checkpoint and leaves it unsigned."""
+    """This user's checkpoint key, created if missing; ``CheckpointError`` when it cannot be."""
     try:
         _key(create=True)
     except OSError as exc:
@@ -167,12 +142,7 @@ def step_of(checkpoint: Path) -> int | None:
 
 
 def sign_checkpoint(checkpoint: Path, name: Path | None = None, binding: Mapping[str, Any] | None = None) -> Path:
-    """Write the signature of ``checkpoint``'s bytes (creating this user's key if needed) for the checkpoint
-    file ``name`` (default ``checkpoint``: a checkpoint written under a temporary name is signed before it is
-    renamed) and return the signature's path. With ``binding`` (its run: ``run``, ``algo``, ``scenario``,
-    ``observation_space``, ``action_space``) the signature covers it and the step in ``name`` too, and records
-    them, so that the checkpoint verifies only as that step of that run (``verify_checkpoint``); without, the
-    bytes alone (unbound). The signature itself is written atomically."""
+    """Sign ``checkpoint``'s bytes for the file ``name`` (bound to ``binding``); the signature's path."""
     target = name or checkpoint
     sig = _signature_path(target)
     key = _key(create=True)
@@ -196,11 +166,7 @@ UNBOUND = "its signature names no run (signed before signatures bound a checkpoi
 
 
 def _refusal(checkpoint: Path, binding: Mapping[str, Any] | None = None) -> str | None:
-    """Why ``checkpoint`` may not be loaded (``NO_SIGNATURE``, ``MISMATCH``, ``UNBOUND``, a binding that differs
-    from ``binding`` and the step in its name, no key), or None when its signature checks out under this user's
-    key (and, with ``binding``, binds it to that run and to its own step). ``CheckpointError`` (one line) for a
-    checkpoint or signature that is not a regular file or is over its size limit (``llmsched_env.common.files``):
-    checked before the signature is read, so a FIFO is not waited on."""
+    """Why ``checkpoint`` may not be loaded, or None when its signature checks out."""
     sig = _signature_path(checkpoint)
     try:
         check_regular_file(checkpoint, CHECKPOINT_BYTES)
@@ -245,9 +211,7 @@ WHY = "checkpoints are pickles that can run code, and only those this user's tra
 
 
 def verify_checkpoint(checkpoint: Path, binding: Mapping[str, Any] | None = None) -> None:
-    """Return when ``checkpoint`` carries a valid signature under this user's key (with ``binding``: one that
-    binds it to that run and to the step its name says); ``CheckpointError`` (one line naming the file and what
-    differs) otherwise."""
+    """``CheckpointError`` (one line) unless ``checkpoint``'s signature checks out."""
     reason = _refusal(checkpoint, binding)
     if reason is not None:
         raise CheckpointError(f"--resume: refusing to load {checkpoint}: {reason}; {WHY}")
@@ -266,10 +230,7 @@ def checkpoints(folder: Path) -> list[Path]:
 def newest_signed_checkpoint(
     folder: Path, binding: Mapping[str, Any] | None = None
 ) -> tuple[Path | None, list[tuple[Path, str]]]:
-    """The newest checkpoint in ``folder`` whose signature checks out (with ``binding``: binds it to that run
-    and its own step), and the newer ones skipped on the way, each with why (``NO_SIGNATURE``, ``MISMATCH``, a
-    binding that differs). ``(None, [])`` for a folder without checkpoints; ``CheckpointError`` (one line, about
-    the newest) when none checks out, or when there is no key to check with."""
+    """The newest checkpoint in ``folder`` whose signature checks out, and the newer ones skipped."""
     found = checkpoints(folder)
     skipped: list[tuple[Path, str]] = []
     for checkpoint in found:
@@ -288,9 +249,7 @@ def newest_signed_checkpoint(
 
 
 def check_spaces(checkpoint: Path, spaces: Mapping[str, str]) -> None:
-    """``CheckpointError`` (one line) when ``checkpoint``'s signature binds it to other observation or action
-    spaces than ``spaces`` (``model_spaces`` of the env it would be loaded into); call it after the signature
-    checked out (an unbound signature records none and passes here)."""
+    """``CheckpointError`` when ``checkpoint``'s signature binds it to other spaces than ``spaces``."""
     try:
         bound = json.loads(read_text(_signature_path(checkpoint), SIGNATURE_BYTES))["binding"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -315,10 +274,7 @@ def latest_checkpoint(folder: Path) -> Path | None:
 
 
 class SignedCheckpointCallback(CheckpointCallback):
-    """SB3's ``CheckpointCallback`` that writes each checkpoint under a temporary name, signs it
-    (``sign_checkpoint``) and then renames it: a crash or a full disk mid-write leaves no checkpoint of that
-    step rather than a torn one, and a checkpoint is never there without its signature. (The replay buffer and
-    VecNormalize statistics, which SB3's callback can also save, are not saved.)"""
+    """SB3's ``CheckpointCallback`` that writes each checkpoint under a temporary name, signs it, then renames it."""
 
     def __init__(self, *args: Any, binding: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

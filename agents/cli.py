@@ -5,12 +5,9 @@
     llmsched-train --scenarios mixed-slo,bursty --seeds 0,1 --workers 2 --out runs/sweep   # 4, two at a time
     llmsched-train --trace my.csv --trace-format azure --init policies/generalist --out runs/mine  # fine-tune
 
-Hyperparameters come from agents/hyperparams/<algo>.yml keyed by scenario, then --quick, then --hp
-key=value, then the flags. The run folder keeps the resolved config (config.yml), the command line
-(command.txt), TensorBoard events (tb/), checkpoints, the final and best models and the exported policy
-(policy.safetensors + policy.json) that llmsched-evaluate and the torch runtime load. What it is doing goes
-to stderr (off with --no-progress), results to stdout. A run folder inside policies/, docs/results/ or the
-installed package is refused unless --force. From Python: agents.training.train(TrainConfig(...)).
+Hyperparameters come from agents/hyperparams/<algo>.yml keyed by scenario, then --quick, then --hp key=value,
+then the flags. The run folder keeps the config, the command line, TensorBoard events, checkpoints, the models
+and the exported policy. From Python: agents.training.train(TrainConfig(...)).
 """
 
 from __future__ import annotations
@@ -24,26 +21,27 @@ from agents.config import ALGO_NAMES, parse_overrides, read_hyperparam_file
 from agents.train_config import DEFAULT_EVAL_BASELINES, DEFAULT_EVAL_ROUTERS, QUICK, TrainConfig
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.evaluate_args import (
+    ENGINE_LIMITS,
     add_engine_limits,
     add_scaleout_options,
     add_trace_options,
     as_flags,
     engine_limits,
     scaleout,
+    stray_trace_options,
     trace_options,
 )
 from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
 from llmsched_env.common.checks import check_unique
+from llmsched_env.common.fields import split_items
 from llmsched_env.common.outputs import OutputBusyError, check_output, output_path
-from llmsched_env.evaluation.distributed import check_ray_address
 from llmsched_env.workloads.library import list_scenarios
 
 __all__ = ["build_parser", "main", "parse_args"]
 
 
 def quick_help(algo: str = "maskable_ppo") -> str:
-    """What ``--quick`` sets: the common preset, then the scenarios whose entry in ``<algo>.yml`` has a
-    ``quick:`` mapping of its own (which ``resolve_hyperparams`` applies over it)."""
+    """What ``--quick`` sets: the common preset, then the scenarios whose ``<algo>.yml`` entry changes it."""
     common = ", ".join(f"{k} {v}" for k, v in QUICK.items())
     try:
         data = read_hyperparam_file(algo)
@@ -59,73 +57,61 @@ def quick_help(algo: str = "maskable_ppo") -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``llmsched-train`` argument parser."""
+    """The ``llmsched-train`` argument parser, its options in groups (the common ones first)."""
     p = argparse.ArgumentParser(
         prog=program("llmsched-train", "train.py"), description=__doc__, formatter_class=DefaultsFormatter
     )
-    p.add_argument(
+    what = p.add_argument_group("what to train").add_argument
+    what(
         "--scenario",
         default="default",
         help=f"one of {', '.join(list_scenarios())}; 'generalist' for one policy over every workload; or, to train "
         f"a router, {', '.join(list_cluster_scenarios())}",
     )
-    p.add_argument("--algo", choices=sorted(ALGO_NAMES), default="maskable_ppo", help="algorithm")
-    p.add_argument("--timesteps", type=int, default=None, help="total environment steps (default: the YAML's)")
-    p.add_argument("--seed", type=int, default=0, help="training seed")
-    p.add_argument(
-        "--out",
-        type=output_path,
+    what("--algo", choices=sorted(ALGO_NAMES), default="maskable_ppo", help="algorithm")
+    what("--timesteps", type=int, default=None, help="total environment steps (default: the YAML's)")
+    what("--seed", type=int, default=0, help="training seed")
+    what("--quick", action="store_true", help=f"a short run: {quick_help()}")
+    what("--bc", default=None, help="baseline to clone before RL, 'none' to skip (default: the YAML's)")
+    init = "start from an exported policy's weights (e.g. policies/generalist) instead of cloning: fine-tuning"
+    what("--init", type=Path, default=None, help=init)
+    what(
+        "--eval-baselines",
         default=None,
-        help="run folder (default: runs/<scenario>-seed<seed>; a sweep: runs/sweep)",
+        help=f"baselines the evaluation compares to (default: {','.join(DEFAULT_EVAL_BASELINES)}; routers for a "
+        f"cluster scenario: {','.join(DEFAULT_EVAL_ROUTERS)})",
     )
-    p.add_argument("--n-envs", type=int, default=None, help="parallel environments (default: the YAML's)")
-    p.add_argument("--vec-env", choices=("dummy", "subproc"), default="dummy", help="vectorised env class")
-    p.add_argument(
-        "--hp", action="append", default=[], metavar="KEY=VALUE", help="override a hyperparameter (default: none)"
-    )
-    p.add_argument(
-        "--hyperparams", type=Path, default=None, help="a YAML file (default: agents/hyperparams/<algo>.yml)"
-    )
-    p.add_argument("--quick", action="store_true", help=f"a short run: {quick_help()}")
-    p.add_argument(
+    out = p.add_argument_group("output").add_argument
+    out_help = "run folder (default: runs/<scenario>-seed<seed>; a sweep: runs/sweep)"
+    out("--out", type=output_path, default=None, help=out_help)
+    out(
         "--resume",
         action="store_true",
         help="continue from the run folder's latest checkpoint, keeping its best evaluation so far (best.json) so that "
         "only a better model replaces best_model.zip; checkpoints are pickles (loading one can run code), "
         "so only one that this user's training signed is loaded (key: ~/.config/llmsched/checkpoint.key)",
     )
-    p.add_argument("--bc", default=None, help="baseline to clone before RL, 'none' to skip (default: the YAML's)")
-    p.add_argument(
-        "--eval-baselines",
-        default=None,
-        help=f"baselines the evaluation compares to (default: {','.join(DEFAULT_EVAL_BASELINES)}; routers for a "
-        f"cluster scenario: {','.join(DEFAULT_EVAL_ROUTERS)})",
-    )
-    p.add_argument(
-        "--init",
-        type=Path,
-        default=None,
-        help="start from an exported policy's weights (e.g. policies/generalist) instead of cloning: fine-tuning",
-    )
-    p.add_argument("--no-progress", action="store_true", help="no status lines and no progress bars on stderr")
-    p.add_argument("--force", action="store_true", help="allow a run folder inside a shipped folder")
-    trace = p.add_argument_group("your own trace instead of --scenario (split in time: train, val, test)")
-    add_trace_options(trace, replaces="--scenario")
-    add_engine_limits(p, "engine limits of --trace's engine")
+    out("--force", action="store_true", help="allow a run folder inside a shipped folder")
+    out("--no-progress", action="store_true", help="no status lines and no progress bars on stderr")
+    hp = p.add_argument_group("hyperparameters").add_argument
+    hp("--hp", action="append", default=[], metavar="KEY=VALUE", help="override a hyperparameter (default: none)")
+    hp("--hyperparams", type=Path, default=None, help="a YAML file (default: agents/hyperparams/<algo>.yml)")
+    hp("--n-envs", type=int, default=None, help="parallel environments (default: the YAML's)")
+    hp("--vec-env", choices=("dummy", "subproc"), default="dummy", help="vectorised env class")
     sweep = p.add_argument_group("many trainings (each in its own run folder OUT/<scenario>-seed<K>[-key=value])")
     sweep.add_argument("--scenarios", default=None, help="comma list: one training per scenario (default: none)")
     sweep.add_argument("--seeds", default=None, help="comma list: one training per seed (default: --seed)")
-    sweep.add_argument(
-        "--hp-grid", action="append", default=[], metavar="KEY=V1,V2", help="one training per value (default: none)"
-    )
+    grid = "one training per value (default: none)"
+    sweep.add_argument("--hp-grid", action="append", default=[], metavar="KEY=V1,V2", help=grid)
     add_scaleout_options(sweep, "the trainings")
+    trace = p.add_argument_group("your own trace instead of --scenario (split in time: train, val, test)")
+    add_trace_options(trace, replaces="--scenario")
+    add_engine_limits(p, "engine limits of --trace's engine")
     return p
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse and check the arguments; ``args.config`` is the (base) ``TrainConfig``, ``args.sweep`` whether
-    several trainings were asked for, with ``args.scenario_list``, ``args.seed_list`` and ``args.grid``.
-    A bad argument exits with a one-line usage error (status 2)."""
+    """Parse and check the arguments (``args.config``, ``args.configs``); a bad one exits (status 2)."""
     p = build_parser()
     args = p.parse_args(argv)  # --help exits here, before torch and SB3 are imported (below)
     scaleout(p, args)
@@ -146,14 +132,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.seed_list = [int(x) for x in (args.seeds or str(args.seed)).split(",") if x]
     except ValueError:
         p.error(f"--seeds must be a comma list of integers, got {args.seeds!r}")
-    args.grid = {}
-    for item in args.hp_grid:
-        key, _, values = item.partition("=")
-        if not key or not values:
-            p.error(f"--hp-grid expects KEY=V1,V2,..., got {item!r}")
-        if key in args.grid:
-            p.error(f"--hp-grid: {key} given more than once (give its values in one KEY=V1,V2)")
-        args.grid[key] = values.split(",")
+    try:
+        grid = split_items(args.hp_grid, "--hp-grid", what="item", form="KEY=V1,V2,...")
+    except ValueError as exc:
+        p.error(str(exc))
+    args.grid = {key: values.split(",") if values else [] for key, values in grid.items()}  # none: refused below
     _check_both_given(p, args, argv)
     try:  # two trainings into one run folder: refused, naming the option
         check_unique("--scenarios", args.scenario_list)
@@ -172,8 +155,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                 "--trace replaces --scenario and trains once (no --scenarios, --seeds, --hp-grid, --workers or --ray)"
             )
         trace = {**trace_options(args), **({"engine": limits} if limits else {})}
-    elif limits or any(getattr(args, k) is not None for k in ("trace_format", "trace_rate", "tenant_slo")):
-        p.error("--trace-format, --trace-rate, --tenant-slo and the engine limits apply to --trace only")
+    elif stray := stray_trace_options(given_options(p, argv), ENGINE_LIMITS):
+        p.error(f"{', '.join(stray)}: the trace options and the engine limits apply to --trace only")
     try:
         args.config = from_args(
             TrainConfig,
@@ -204,11 +187,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             preflight(config, warn=False)
     except ValueError as exc:  # the trace's options named as their flags
         p.error(as_flags(str(exc).removeprefix("trace: ")) if trace is not None else str(exc))
-    if args.ray not in (None, "", "local"):  # a cluster that does not answer: refused now, not a hang
-        try:
-            check_ray_address(args.ray)
-        except ValueError as exc:
-            p.error(str(exc))
     return args
 
 
@@ -243,8 +221,7 @@ def _check_both_given(p: argparse.ArgumentParser, args: argparse.Namespace, argv
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``llmsched-train``: one training, or a sweep of them; 0 when every training succeeded, 1 when a sweep
-    had a failing training. A bad argument or a refused run folder exits with status 2 (``parse_args``)."""
+    """``llmsched-train``: 0 when every training succeeded, 1 when a sweep had a failing one."""
     args = parse_args(argv)
     from agents.sweep import finished_result, run_sweep
     from agents.training import train

@@ -12,11 +12,13 @@ from typing import Any
 
 import yaml
 
-from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, read_text
+from llmsched_env.common.fields import split_items
+from llmsched_env.common.files import read_config
 
 __all__ = [
     "ALGO_NAMES",
     "HYPERPARAM_DIR",
+    "dotted",
     "finite_json",
     "load_hyperparams",
     "merge_config",
@@ -30,13 +32,12 @@ HYPERPARAM_DIR = Path(__file__).resolve().parent / "hyperparams"
 
 
 def finite_json(value: Any, **kwargs: Any) -> str:
-    """``json.dumps(value, **kwargs)`` with every float that is not finite (NaN, ±inf) written as ``null``: a run's
-    JSON files never hold the ``NaN`` / ``Infinity`` tokens, which JSON does not have (``allow_nan=False``)."""
+    """``json.dumps`` with every non-finite float written as ``null`` (JSON has no ``NaN``/``Infinity``)."""
     return json.dumps(_finite(value), allow_nan=False, **kwargs)
 
 
 def _finite(value: Any) -> Any:
-    """``value`` with its non-finite floats, in mappings, lists and tuples at any depth, as None."""
+    """``value`` with its non-finite floats, at any depth of mappings, lists and tuples, as None."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, Mapping):
@@ -47,7 +48,7 @@ def _finite(value: Any) -> Any:
 
 
 def merge_config(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` updated by ``update``, nested mappings merged key by key (neither argument is modified)."""
+    """``base`` updated by ``update``, nested mappings merged key by key (neither is modified)."""
     out = copy.deepcopy(base)
     for key, value in update.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), dict):
@@ -58,33 +59,45 @@ def merge_config(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, A
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    """``["learning_rate=1e-4", "env_kwargs.load=[1, 2]"]`` -> nested dict; values are parsed as YAML."""
+    """``["learning_rate=1e-4", "env_kwargs.load=[1, 2]"]`` -> nested dict, values read as YAML (a key given twice:
+    the last counts)."""
     out: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise ValueError(f"--hp {item!r}: expected key=value (e.g. learning_rate=1e-4)")
-        key, text = item.split("=", 1)
+    given = split_items(items, "--hp", what="item", form="key=value (e.g. learning_rate=1e-4)", repeat=True)
+    for key, text in given.items():
         try:
             value = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise ValueError(f"--hp {item!r}: the value is not valid YAML ({exc})") from None
+            why = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise ValueError(f"--hp {key}={text[:40]}: the value is not valid YAML ({why})") from None
         except RecursionError:
-            raise ValueError(f"--hp {item[:40]!r}...: the value is nested too deeply to parse") from None
+            raise ValueError(f"--hp {key}={text[:40]}...: the value is nested too deeply to parse") from None
         if isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
             with contextlib.suppress(ValueError):
                 value = float(value)
         node = out
-        parts = key.strip().split(".")
+        parts = key.split(".")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
         node[parts[-1]] = value
     return out
 
 
+def dotted(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"dotted.key": value}`` for every value of a nested mapping that is no (non-empty) mapping: what
+    ``parse_overrides`` reads back."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and value:
+            out.update(dotted(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def load_hyperparams(
     algo: str, scenario: str, overrides: Mapping[str, Any] | None = None, path: Path | None = None
 ) -> dict[str, Any]:
-    """``default`` merged with the ``scenario`` entry of ``<algo>.yml``, then with ``overrides``."""
+    """``default`` merged with the ``scenario`` entry of ``<algo>.yml`` (or ``path``), then with ``overrides``."""
     data = read_hyperparam_file(algo, path)
     if scenario not in data and "default" not in data:  # a flat file (learning_rate: 0.5) would apply nothing
         keys = ", ".join(map(str, list(data)[:6])) + (", ..." if len(data) > 6 else "") if data else "none"
@@ -104,21 +117,12 @@ def load_hyperparams(
 
 
 def read_hyperparam_file(algo: str, path: Path | None = None) -> dict[str, Any]:
-    """The entries of ``<algo>.yml`` (or ``path``) as written, scenario -> hyperparameters; ``ValueError``
-    naming the file when it is missing, not YAML, or not such a mapping with a ``default`` entry."""
+    """The entries of ``<algo>.yml`` (or ``path``), scenario -> hyperparameters; ``ValueError`` naming the file when
+    it is missing, not YAML, or not such a mapping."""
     file = path or HYPERPARAM_DIR / f"{algo}.yml"
     if not file.exists():
         raise ValueError(f"no hyperparameter file for algorithm {algo!r}: {file} does not exist")
-    try:
-        data = yaml.safe_load(read_text(file, CONFIG_BYTES)) or {}
-    except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
-        raise
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{file}: cannot read the hyperparameter file ({exc})") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{file}: invalid YAML ({exc})") from None
-    except RecursionError:
-        raise ValueError(f"{file}: invalid YAML (nested too deeply to parse)") from None
+    data = read_config(file, "the hyperparameter file", yaml=True) or {}
     if not isinstance(data, dict) or not isinstance(data.get("default", {}), dict):
         raise ValueError(f"{file}: expected a mapping of scenario -> hyperparameters with a 'default' entry")
     return data

@@ -1,10 +1,8 @@
 """Export a trained SB3 policy as ``policy.safetensors`` + ``policy.json`` for the torch runtime.
 
-Only what acting needs leaves SB3: the actor's linear layers (``mlp_extractor.policy_net`` and
-``action_net``), the activation name, the observation names and action options, and optionally the
-VecNormalize statistics, with ``fields_sha256`` (a digest of every field that decides an action:
-``decision.policy_file.seal_meta``). ``llmsched_env.runtime.policy_file.load_policy_file`` reads the pair
-back with torch alone; the export ends by doing exactly that, so a file that is written is a file that loads.
+Only what acting needs leaves SB3: the actor's linear layers, the activation, the observation names and action
+options, optionally the VecNormalize statistics, and ``fields_sha256`` (``decision.policy_file.seal_meta``). The
+export ends by loading the pair back with torch alone, so a file that is written is a file that loads.
 """
 
 from __future__ import annotations
@@ -54,16 +52,9 @@ def export_policy(
     obs_rms: Any = None,
     extra: dict[str, Any] | None = None,
 ) -> tuple[Path, Path]:
-    """Write ``out_dir/policy.safetensors`` and ``out_dir/policy.json``; return their paths.
-
-    ``model``: a MaskablePPO, PPO or A2C with an MLP policy on ``LLMSched-v1`` (a RecurrentPPO is refused:
-    the format has no recurrent state). ``env_or_spec_info``: the env
-    (possibly wrapped, or a VecEnv) or anything with ``obs_names`` and ``action_spec`` (e.g. a
-    ``PolicyContext``). ``obs_rms``: the statistics the model was trained under, as a ``VecNormalize``, a
-    ``RunningMeanStd`` (epsilon 1e-8 and clip 10 assumed, VecNormalize's defaults) or a mapping with
-    ``mean``, ``var``, ``epsilon``, ``clip_obs``. ``extra``: more JSON keys (scenario, seed, timesteps, ...).
-    Raises ``ValueError`` when the model or env cannot be exported.
-    """
+    """Write ``out_dir/policy.safetensors`` and ``policy.json`` of ``model`` (MaskablePPO, PPO or A2C with an MLP
+    policy) for ``env_or_spec_info`` (an env or anything with ``obs_names`` and ``action_spec``), with ``obs_rms``'s
+    statistics and ``extra`` keys; return their paths. ``ValueError`` when it cannot."""
     if isinstance(model, RecurrentPPO):
         raise ValueError(
             "export_policy: a RecurrentPPO policy cannot be exported: the policy file holds a stateless MLP, and "
@@ -146,9 +137,7 @@ def export_policy(
 
 
 def _spec_info(obj: Any) -> tuple[tuple[str, ...], Any, int]:
-    """(obs_names, action_spec, observation schema) from an env, a wrapped env, a VecEnv or a PolicyContext-like
-    object. The schema is the object's ``schema`` (``LLMSched-v1``: 1 or 2; the cluster router: 1), else read
-    from the action layout (schema 2's is capped at the engine's limit)."""
+    """(obs_names, action_spec, schema) of an env, a wrapped env, a VecEnv or a PolicyContext."""
 
     def schema_of(schema: Any, spec: Any) -> int:
         if schema is None:

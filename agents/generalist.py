@@ -1,9 +1,6 @@
-"""What training the generalist and fine-tuning need beyond a one-scenario training.
-
-``knee_loads()``: per library scenario, the load at which the best named heuristic keeps 90% SLO attainment on
-the val split (measured by ``llmsched-tune`` and kept in the provenance of ``baselines/tuned.json``), around
-which ``LLMSchedMix-v0`` draws its training loads and at which it selects checkpoints. ``init_from_policy``:
-an exported policy's weights into a fresh SB3 model (``llmsched-train --init``).
+"""What training the generalist and fine-tuning need: ``knee_loads()``, per library scenario the load at which the
+best named heuristic keeps 90% attainment (``baselines/tuned.json``'s provenance), and ``init_from_policy``, an
+exported policy's weights into a fresh SB3 model (``llmsched-train --init``).
 """
 
 from __future__ import annotations
@@ -24,8 +21,7 @@ __all__ = ["check_init", "init_from_policy", "init_network", "knee_loads"]
 
 
 def knee_loads(table: str | Path = SHIPPED_TABLE) -> dict[str, float]:
-    """Scenario -> the best named heuristic's val capacity (load), from a tuned-settings table's provenance, for
-    the scenarios of the generalist's mixture (``mixture_scenarios``: not those of fitted traffic)."""
+    """Scenario -> the best named heuristic's val capacity, for the generalist's mixture scenarios."""
     out: dict[str, float] = {}
     mixture = set(mixture_scenarios())
     for name, entry in load_tuned_table(table).entries.items():
@@ -39,9 +35,7 @@ def knee_loads(table: str | Path = SHIPPED_TABLE) -> dict[str, float]:
 
 
 def init_network(path: str | Path | ExportedPolicy) -> tuple[ExportedPolicy, dict[str, Any]]:
-    """The exported policy at ``path`` (or ``path`` itself, already loaded) and the ``policy_kwargs`` (hidden
-    layers, activation) a model needs to take its weights. ``PolicyFileError`` (a ``ValueError``, one line,
-    naming the file) for a bad file."""
+    """The exported policy at ``path`` and the ``policy_kwargs`` a model needs to take its weights."""
     policy = path if isinstance(path, ExportedPolicy) else load_policy_file(path)
     widths = [int(w.shape[0]) for w, _ in policy.weights[:-1]]  # the hidden layers; the last gives the logits
     activation = ACTIVATIONS[policy.meta["network"]["activation"]]
@@ -49,9 +43,7 @@ def init_network(path: str | Path | ExportedPolicy) -> tuple[ExportedPolicy, dic
 
 
 def check_init(policy: ExportedPolicy, env: Any, algo: str) -> None:
-    """``ValueError`` (one line naming the file) unless ``policy`` can start a training of ``algo`` on ``env``:
-    the same observation names, schema, actions and their options, no observation normalisation, and a
-    masked policy for MaskablePPO only."""
+    """``ValueError`` unless ``policy`` can start a training of ``algo`` on ``env``."""
     u = env.unwrapped
     policy.check_compatible(
         u.obs_names, u.action_spec.nvec, schema_version=u.schema, action_options=action_options(u.action_spec)
@@ -63,9 +55,7 @@ def check_init(policy: ExportedPolicy, env: Any, algo: str) -> None:
 
 
 def init_from_policy(model: BaseAlgorithm, policy: ExportedPolicy, env: Any) -> None:
-    """Copy ``policy``'s actor weights into ``model`` (built with ``init_network``'s policy_kwargs), after
-    checking that it fits ``env`` and the model's algorithm (``check_init``). The value network starts fresh.
-    ``ValueError`` naming the file otherwise."""
+    """Copy ``policy``'s actor weights into ``model`` after ``check_init``; the value network starts fresh."""
     check_init(policy, env, next(name for name, cls in ALGOS.items() if type(model) is cls))
     actor: Any = model.policy  # SB3's ActorCriticPolicy or sb3-contrib's MaskableActorCriticPolicy: no common base
     linears = [m for m in actor.mlp_extractor.policy_net if isinstance(m, torch.nn.Linear)]

@@ -42,11 +42,7 @@ def make_model(
 
 
 class SB3Policy:
-    """A trained SB3 model acting through the ``Policy`` protocol (deterministic actions).
-
-    A ``RecurrentPPO`` model keeps its LSTM state from one ``act`` to the next, as in training: ``predict``
-    gets the state it returned at the previous step, and ``episode_start`` true at an episode's first step
-    (after ``start_episode()``, which ``run_episode`` calls, or on the first ``act`` after construction)."""
+    """A trained SB3 model acting through the ``Policy`` protocol (deterministic actions)."""
 
     def __init__(self, model: BaseAlgorithm) -> None:
         self.model = model

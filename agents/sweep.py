@@ -1,13 +1,11 @@
 """Many trainings: one per scenario x seed x hyperparameter value, serially or as Ray tasks.
 
-    base = TrainConfig(quick=True)
-    configs = sweep_configs(base, Path("runs/sweep"), scenarios=["mixed-slo", "bursty"], seeds=[0, 1],
-                            hp_grid={"ent_coef": ["0.003", "0.01"]})
+    configs = sweep_configs(TrainConfig(quick=True), Path("runs/sweep"), scenarios=["mixed-slo", "bursty"],
+                            seeds=[0, 1], hp_grid={"ent_coef": ["0.003", "0.01"]})
     results = run_sweep(configs, Path("runs/sweep"), ray="local")   # ray=None: one after the other
 
-Each training runs as a child process (``python -m agents.cli``, its ``TrainConfig.to_argv()``) in its own
-run folder ``OUT/<scenario>-seed<K>[-key=value...]`` with its log (``train.log``), TensorBoard events and
-exported policy; ``OUT/sweep.json`` lists the runs with their exit codes and summaries.
+Each training runs as a child process (``python -m agents.cli``) in ``OUT/<scenario>-seed<K>[-key=value...]``
+with its ``train.log``; ``OUT/sweep.json`` lists the runs with their exit codes and summaries.
 """
 
 from __future__ import annotations
@@ -30,9 +28,7 @@ from llmsched_env.evaluation.progress import Progress, status
 
 __all__ = ["MAX_SWEEP_TRAININGS", "run_sweep", "sweep_configs", "train_task"]
 
-# The most trainings one sweep builds (scenarios x seeds x hyperparameter combinations): each is a whole
-# training in its own process and run folder, and each is checked before the first starts (``preflight``, some
-# 10 ms), so a grid of 3,000 x 3,000 values (9 million) hung there; 1,000 trainings are already days of work.
+# the most trainings one sweep builds (scenarios x seeds x grid values): 1,000 trainings are days of work already
 MAX_SWEEP_TRAININGS = 1_000
 
 
@@ -43,11 +39,7 @@ def sweep_configs(
     seeds: Sequence[int] | None = None,
     hp_grid: Mapping[str, Sequence[str]] | None = None,
 ) -> list[TrainConfig]:
-    """``base`` for every scenario x seed x combination of ``hp_grid`` values (YAML text, as ``--hp`` takes
-    them), each in ``out/<scenario>-seed<K>[-key=value...]`` without progress output. ``scenarios`` and
-    ``seeds`` default to ``base``'s. ``ValueError`` for an unknown scenario, a value that is not YAML, or a
-    scenario, seed or value given twice (two trainings would share a run folder), or more than
-    ``MAX_SWEEP_TRAININGS`` trainings in all (counted before any is built)."""
+    """``base`` for every scenario x seed x ``hp_grid`` combination, each in its own run folder."""
     check_unique("scenarios", scenarios or [])
     check_unique("seeds", seeds or [])
     sizes = [len(scenarios or [base.scenario]), len(seeds if seeds is not None else [base.seed])]
@@ -75,29 +67,20 @@ def sweep_configs(
 
 
 def finished_result(out: Path) -> dict[str, Any]:
-    """The sweep result of a training that finished before (a resumed sweep keeps it): its folder, exit 0 and its
-    summary (None if absent), as ``train_task`` returns them."""
+    """The result ``train_task`` gives of a training that finished before (kept by a resumed sweep)."""
     summary = out / "summary.json"
     return {"out": str(out), "returncode": 0, "summary": json.loads(summary.read_text()) if summary.is_file() else None}
 
 
 def train_task(argv: list[str], cwd: str) -> dict[str, Any]:
-    """One training of a sweep as a child process ``python -m agents.cli *argv`` that ends when this process
-    ends (``guarded_command``), its output in the run folder's ``train.log``; runs in ``cwd`` when that is a
-    checkout here (else in this process's folder: a Ray node's working_dir). Returns the run folder, the exit
-    code and the run's summary (None if absent)."""
+    """One training of a sweep as a child process ending with this one, logged to ``train.log``."""
     root = cwd if os.path.isfile(os.path.join(cwd, "agents", "cli.py")) else os.getcwd()
     out = Path(argv[argv.index("--out") + 1])
     out.mkdir(parents=True, exist_ok=True)
     with (out / "train.log").open("w") as log:
         cmd = guarded_command("agents.cli", argv)  # python -m agents.cli *argv, ending when this process ends
         code = subprocess.run(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT).returncode
-    summary = out / "summary.json"
-    return {
-        "out": str(out),
-        "returncode": code,
-        "summary": json.loads(summary.read_text()) if summary.is_file() else None,
-    }
+    return {**finished_result(out), "returncode": code}
 
 
 def _line(result: Mapping[str, Any]) -> str:
@@ -114,12 +97,7 @@ def run_sweep(
     force: bool = False,
     kept: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
-    """Run every training of ``configs`` (``train_task``), serially or, with ``ray`` (an address, or
-    ``"local"`` for ``ray_cpus`` local worker processes), as parallel tasks; one line on stdout as each training
-    ends (on Ray, in the order they end), a bar over the trainings on stderr unless ``progress`` is False;
-    ``out/sweep.json`` lists the results, returned in the order of ``configs``, after those ``kept`` (trainings
-    a resumed sweep found finished: ``finished_result``). ``ValueError`` for ``out``
-    inside a shipped folder (unless ``force``); ``RuntimeError`` when Ray is asked for and missing."""
+    """Run every training of ``configs``, serially or on ``ray``; one line as each ends."""
     check_output(out, force)
     with locked_output(out, "llmsched-train (a sweep)"):  # a second sweep into this folder is refused
         jobs = [(config.to_argv(), os.getcwd()) for config in configs]

@@ -1,30 +1,14 @@
-"""Teachers for behaviour cloning and DAgger: the baselines; ``searched``, the best of several settings tried
-on the episode itself; and ``lookahead``, the lookahead bound's choice from the very state it is asked about.
-
-``searched`` is built on ``LLMSchedMix-v0`` only. For each episode it replays the episode's workload (the same
-requests: ``WorkloadMixEnv.replay``) under every candidate of ``candidates`` and plays the one with the highest
-SLO attainment (then goodput): per workload the best of the named rules and of the library's tuned settings,
-where one fixed teacher plays every randomised workload otherwise. It sees the episode's future, as a teacher may;
-the clone sees only the observation and learns which setting suits the state it is in. A candidate is a
-baseline name (``slo_aware``, ``sjf``, ...) or ``tuned:SCENARIO``, that library scenario's settings from the
-shipped tuned table played on any workload.
+"""Teachers for behaviour cloning and DAgger: the baselines; ``searched``, the best of several settings tried on
+the episode itself; ``lookahead`` and ``mpc``, a planner's choice from the very state it is asked about.
 
     teacher("tuned,searched", seed)  # tuned's settings on library episodes, the searched best on the others
     teacher("lookahead", seed)       # the lookahead's label in each state reached (DAgger with the bound as expert)
     teacher("mpc", seed)             # the mpc planner's choice in each state reached (an expert that sees no future)
 
-``lookahead`` (``LookaheadTeacher``) is clairvoyant too, and state-dependent: every ``k`` iterations of the episode
-(64) it snapshots the env where it stands, whoever brought it there, plays each candidate setting forward (the
-base setting and its single-knob neighbours: ``llmsched_env.evaluation.lookahead``) and labels that state, and the
-states until its next decision, with the best; the base is ``tuned``'s setting for a library episode, else the
-static named rule that scores best on the episode. Distilling it asks the network for more than any one
-setting per workload: to switch settings as the state moves.
-
-``mpc`` (``MPCTeacher``) labels the same way with the ``mpc`` planner (``llmsched_env.decision.mpc``): every 64
-iterations it plans on forecast futures built from the state alone, never from the episode's future, so its
-labels depend only on what the observation could summarise. Its base is ``tuned``'s setting for a library
-episode, else ``mixed-slo``'s tuned setting (the best single candidate of ``DEFAULT_CANDIDATES``): choosing a
-base by playing the episode would see its future.
+``searched`` (``LLMSchedMix-v0`` only) replays each episode's workload under every candidate (a baseline name or
+``tuned:SCENARIO``) and plays the best. ``lookahead`` every 64 iterations plays each candidate setting forward
+from a snapshot of the env and labels the state with the best (clairvoyant). ``mpc`` plans on forecast futures
+built from the state alone; its base is ``tuned``'s setting for a library episode, else ``mixed-slo``'s.
 """
 
 from __future__ import annotations
@@ -46,19 +30,8 @@ from llmsched_env.decision.planners.tuned import load_tuned_table
 from llmsched_env.decision.policy import Policy
 from llmsched_env.envs.episode import run_episode
 
-__all__ = [
-    "DEFAULT_CANDIDATES",
-    "LOOKAHEAD",
-    "MPC",
-    "SEARCHED",
-    "LookaheadTeacher",
-    "MPCTeacher",
-    "candidate_factory",
-    "check_teacher",
-    "searched",
-    "shipped_settings",
-    "teacher",
-]
+__all__ = ["DEFAULT_CANDIDATES", "LOOKAHEAD", "MPC", "SEARCHED", "LookaheadTeacher", "MPCTeacher", "candidate_factory",
+           "check_teacher", "searched", "shipped_settings", "teacher"]  # fmt: skip
 
 SEARCHED = "searched"
 LOOKAHEAD = "lookahead"
@@ -67,14 +40,8 @@ MPC_FALLBACK_BASE = "mixed-slo"  # the base of an episode without a tuned entry:
 # chosen on 60 randomised *train* episodes (400 requests, 0.3-2 x the knee; bench/teacher_candidates.py), greedily:
 # each added candidate raised the mean of the best-of attainment most (0.924 for mixed-slo's settings alone, 0.935
 # with all six, 0.9355 with all thirteen: the eleven distinct tuned settings, slo_aware and sjf; slo_aware alone 0.917)
-DEFAULT_CANDIDATES = (
-    "tuned:mixed-slo",
-    "tuned:default",
-    "tuned:short-long",
-    "tuned:bursty",
-    "tuned:azure-code",
-    "slo_aware",
-)
+DEFAULT_CANDIDATES = ("tuned:mixed-slo", "tuned:default", "tuned:short-long", "tuned:bursty", "tuned:azure-code",
+                      "slo_aware")  # fmt: skip
 TUNED_PREFIX = "tuned:"
 
 
@@ -86,8 +53,7 @@ def shipped_settings() -> dict[str, Any]:
 
 
 def candidate_factory(candidate: str, seed: int | None = None) -> Callable[[Any], Policy]:
-    """A policy factory for ``run_episode`` of one candidate: a baseline name, or ``tuned:SCENARIO``.
-    ``ValueError`` naming the candidate when the scenario is not in the shipped table."""
+    """A policy factory of a candidate (a baseline name or ``tuned:SCENARIO``); ``ValueError`` if unknown."""
     if candidate.startswith(TUNED_PREFIX):
         scenario = candidate[len(TUNED_PREFIX) :]
         decision = shipped_settings().get(scenario)
@@ -99,8 +65,7 @@ def candidate_factory(candidate: str, seed: int | None = None) -> Callable[[Any]
 
 
 def searched(env: Any, candidates: Sequence[str] = DEFAULT_CANDIDATES, seed: int | None = 0) -> Policy:
-    """The policy of the candidate with the best (attainment, goodput) on the current episode of ``env`` (an
-    ``LLMSchedMix-v0`` after its reset), built for that episode. ``ValueError`` on any other env."""
+    """The policy of the candidate with the best (attainment, goodput) on ``env``'s current episode."""
     mix = env.unwrapped
     if not hasattr(mix, "replay"):
         raise ValueError(f"the {SEARCHED!r} teacher replays LLMSchedMix-v0 episodes; {type(mix).__name__} has none")
@@ -119,10 +84,7 @@ def searched(env: Any, candidates: Sequence[str] = DEFAULT_CANDIDATES, seed: int
 
 
 class _StateTeacher:
-    """A teacher that labels the state it is asked about, anew once ``k`` engine iterations have passed since its
-    last label or when the env runs another simulator (a reset or a restore: another state), the label held in
-    between and projected onto each mask. ``num_labels`` counts the decisions. A subclass gives ``_simulator()``
-    (the env's current one), ``_decide()`` (the label for its state) and ``spec``."""
+    """Labels the state it is asked about anew every ``k`` engine iterations, projected onto each mask."""
 
     spec: Any
 
@@ -150,10 +112,7 @@ class _StateTeacher:
 
 
 class LookaheadTeacher(_StateTeacher):
-    """The ``lookahead`` teacher on one episode of ``env`` (``LLMSched-v1`` or ``LLMSchedMix-v0``, after its
-    reset): ``act`` returns the lookahead's label for the env's current state (``LookaheadPolicy.label``),
-    decided again once ``config.k`` (64) engine iterations have passed since the last decision, projected onto the
-    mask. ``num_labels`` counts the decisions."""
+    """The ``lookahead`` teacher on one episode of ``env``: the lookahead's label for the env's current state."""
 
     def __init__(self, env: Any, seed: int | None = 0, config: LookaheadConfig | None = None) -> None:
         u = env.unwrapped
@@ -173,11 +132,7 @@ class LookaheadTeacher(_StateTeacher):
 
 
 class MPCTeacher(_StateTeacher):
-    """The ``mpc`` teacher on one episode of ``env`` (``LLMSched-v1`` or ``LLMSchedMix-v0``, after its reset):
-    ``act`` returns the planner's choice for the env's current state (``MPCPlanner.decide`` on its simulator,
-    which it forks and never changes), decided again once ``config.k`` (64) engine iterations have passed since
-    the last decision, projected onto the mask. ``num_labels`` counts the decisions. Its labels are settings:
-    ``candidates=requests`` (per-request moves) is refused."""
+    """The ``mpc`` teacher on one episode of ``env``: the planner's choice for the current state."""
 
     def __init__(self, env: Any, seed: int | None = 0, config: MPCConfig | None = None) -> None:
         config = config if config is not None else MPCConfig()
@@ -201,10 +156,7 @@ class MPCTeacher(_StateTeacher):
 
 
 def check_teacher(names: str, registry: Any = None) -> None:
-    """``ValueError`` naming the first entry of the comma list ``names`` that is no teacher: neither a name of
-    ``registry`` (default: the schedulers; the routers for a cluster scenario), nor, for schedulers,
-    ``searched``, ``lookahead``, ``mpc`` or ``tuned:SCENARIO`` with the scenario in the shipped tuned table. So a
-    typo in ``bc_warmstart`` or ``--bc`` fails when the configuration is read, before any episode is played."""
+    """``ValueError`` naming the first entry of the comma list ``names`` that is no teacher of ``registry``'s kind."""
     from llmsched_env.decision.registry import SCHEDULERS
 
     registry = SCHEDULERS if registry is None else registry
@@ -221,8 +173,7 @@ def check_teacher(names: str, registry: Any = None) -> None:
 
 
 def teacher(names: str, seed: int | None = None) -> Callable[[Any], Policy]:
-    """``baselines.per_workload`` over ``names``, which may also name ``searched``, ``lookahead``, ``mpc`` and
-    ``tuned:SCENARIO`` (that scenario's tuned settings on every workload)."""
+    """``baselines.per_workload`` over ``names``, also ``searched``, ``lookahead``, ``mpc`` and ``tuned:SCENARIO``."""
     builders: dict[str, Callable[[Any], Policy]] = {
         SEARCHED: lambda env: searched(env, seed=seed),
         LOOKAHEAD: lambda env: LookaheadTeacher(env, seed),

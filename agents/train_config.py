@@ -9,17 +9,18 @@ run it; the run folder's ``command.txt`` records it).
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import itertools
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agents.config import ALGO_NAMES, HYPERPARAM_DIR, load_hyperparams, merge_config
+from agents.config import ALGO_NAMES, HYPERPARAM_DIR, dotted, load_hyperparams, merge_config
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
-from llmsched_env.common.checks import MAX_LOAD, MIN_LOAD, check_unique
+from llmsched_env.common.checks import MAX_LOAD, MIN_LOAD, check_unique, is_finite_number
 from llmsched_env.common.registry import Registry
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.decision.schema import SCHEMA_VERSION
@@ -47,32 +48,12 @@ __all__ = [
 
 ACTOR_CRITIC_ALGOS = frozenset({"maskable_ppo", "ppo", "a2c"})  # behaviour cloning and export fit these
 QUICK: dict[str, Any] = {  # the --quick preset: the whole pipeline in a few minutes on a 2-core laptop
-    "n_timesteps": 100_000,
-    "n_envs": 2,
-    "n_steps": 1024,
-    "batch_size": 256,
-    "bc_steps": 10_000,
-    "env_kwargs": {"num_requests": 300},
-    "eval_freq": 50_000,
-    "eval_episodes": 2,
-}
+    "n_timesteps": 100_000, "n_envs": 2, "n_steps": 1024, "batch_size": 256, "bc_steps": 10_000,
+    "env_kwargs": {"num_requests": 300}, "eval_freq": 50_000, "eval_episodes": 2,
+}  # fmt: skip
 # keys of the resolved hyperparameters that shape the run, not the SB3 model
-RUN_KEYS = (
-    "n_timesteps",
-    "n_envs",
-    "env_kwargs",
-    "eval_load",
-    "bc_warmstart",
-    "bc_steps",
-    "bc_smoothing",
-    "bc_dagger",
-    "bc_stride",
-    "eval_freq",
-    "eval_episodes",
-    "eval_num_requests",
-    "anchor_coef",
-    "anchor_epochs",
-)
+RUN_KEYS = ("n_timesteps", "n_envs", "env_kwargs", "eval_load", "bc_warmstart", "bc_steps", "bc_smoothing", "bc_dagger",
+            "bc_stride", "eval_freq", "eval_episodes", "eval_num_requests", "anchor_coef", "anchor_epochs")  # fmt: skip
 DEFAULT_EVAL_BASELINES = ("fcfs", "priority_aging", "sjf", "vtc", "kv_guard", "sarathi", "slo_aware")
 DEFAULT_EVAL_ROUTERS = ("round_robin", "least_outstanding", "least_kv_load", "prefix_affinity", "power_of_two")
 
@@ -87,17 +68,13 @@ BC_KEYS = ("bc_steps", "bc_smoothing", "bc_dagger", "bc_stride")
 
 @dataclass(frozen=True)
 class EnvKind:
-    """What a training does differently for each kind of scenario, in one place (``ENV_KINDS``, ``env_kind``).
-
-    ``env_id``: the env it trains on; ``registry``: where its teachers and evaluation baselines come from;
-    ``eval_baselines``: the default ones; ``drops``: ``env_kwargs`` its env does not take; ``mixture``: one
-    workload per episode (``LLMSchedMix-v0``: no scenario argument, evaluated on one val episode per library
-    scenario at that scenario's knee, no per-tenant episode tags in TensorBoard but evaluation tags per scenario);
-    ``iterations_per_step``:
-    fixed decisions per step (None: the run's ``env_kwargs``); ``flat_actions``: DQN sees a flat action space;
-    ``init_schema``: the observation schema a start policy must have (None: its own, which the env takes);
-    ``by_schema``: ``env_id`` is the single-node env of the run's observation schema (``env_id_for``);
-    ``no_init`` / ``no_trace``: why ``init`` / ``trace`` are refused (None: allowed)."""
+    """What a training does differently per kind of scenario (``ENV_KINDS``, ``env_kind``): ``env_id``, the env it
+    trains on; ``registry`` of its teachers and evaluation baselines, ``eval_baselines`` the default ones;
+    ``drops``: ``env_kwargs`` its env does not take; ``mixture``: one workload per episode (``LLMSchedMix-v0``,
+    evaluated on one val episode per library scenario at its knee); ``iterations_per_step``: fixed (None: the
+    run's ``env_kwargs``); ``flat_actions``: DQN sees a flat action space; ``init_schema``: the schema a start
+    policy must have (None: any); ``by_schema``: ``env_id`` follows the run's observation schema; ``no_init`` /
+    ``no_trace``: why ``init`` / ``trace`` are refused (None: allowed)."""
 
     name: str
     env_id: str
@@ -113,9 +90,7 @@ class EnvKind:
     no_trace: str | None = None
 
     def env_id_for(self, schema: int | None = None) -> str:
-        """The env this kind trains on for observation ``schema`` (None: the current one): ``env_id``, or for a
-        kind ``by_schema`` the single-node env of that schema (``LLMSched-v1``, or ``LLMSched-v1`` for a
-        schema-1 start policy)."""
+        """The env this kind trains on for observation ``schema`` (None: the current one)."""
         return schema_env_id(SCHEMA_VERSION if schema is None else schema) if self.by_schema else self.env_id
 
 
@@ -138,8 +113,7 @@ ENV_KINDS = {
 
 
 def env_kind(scenario: str | Any) -> EnvKind:
-    """The kind of ``scenario``: ``generalist``, a cluster scenario's ``router``, else (a library scenario or a
-    trace's ``Scenario``) ``scheduler``."""
+    """The kind of ``scenario``: ``generalist``, a cluster scenario's ``router``, else ``scheduler``."""
     if scenario == GENERALIST:
         return ENV_KINDS["generalist"]
     return ENV_KINDS["router" if scenario in list_cluster_scenarios() else "scheduler"]
@@ -147,18 +121,14 @@ def env_kind(scenario: str | Any) -> EnvKind:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """One training. ``None`` fields take the hyperparameter file's value (or, for ``out``,
-    ``runs/<scenario>-seed<seed>``; for ``eval_baselines``, ``DEFAULT_EVAL_BASELINES`` or, for a cluster
-    scenario, ``DEFAULT_EVAL_ROUTERS``; a comma string is split). ``hp`` holds nested overrides
-    (``agents.config.parse_overrides``); ``bc`` is a baseline to clone before RL, ``"none"`` for no cloning.
-    ``force`` allows a run folder inside a shipped folder (``llmsched_env.common.outputs``). ``init``: an
-    exported policy (folder or ``policy.json``) whose weights start the training instead of cloning (fine-tuning,
-    e.g. ``policies/generalist`` on one scenario); its network shape wins over the hyperparameters'. The
-    scenario ``generalist`` trains one schema-2 policy on ``LLMSchedMix-v0``. ``trace``: a user's trace to train
-    on instead of ``scenario`` (its options as ``llmsched-evaluate --trace`` names them, ``trace``,
-    ``trace_format``, ``trace_columns``, ...; ``engine``: engine limits such as ``num_kv_blocks``), split in time
-    into train, val and test parts; ``scenario`` becomes the trace's name. Bad values raise a one-line
-    ``ValueError``."""
+    """One training; a bad value is a one-line ``ValueError``. ``None`` fields take the hyperparameter file's value
+    (``out``: ``runs/<scenario>-seed<seed>``; ``eval_baselines``: the kind's defaults; a comma string is split).
+    ``hp``: nested overrides (``agents.config.parse_overrides``); ``bc``: a baseline to clone before RL
+    (``"none"``: no cloning); ``force``: a run folder inside a shipped folder is allowed; ``init``: an exported
+    policy whose weights start the training (fine-tuning; its network shape wins). ``generalist`` trains one
+    schema-2 policy on ``LLMSchedMix-v0``. ``trace``: a user's trace instead of ``scenario`` (its
+    ``llmsched-evaluate --trace`` options by name; ``engine``: engine limits), split in time into train, val and
+    test; ``scenario`` becomes its name."""
 
     scenario: str = "default"
     algo: str = "maskable_ppo"
@@ -177,8 +147,7 @@ class TrainConfig:
     force: bool = False
     init: Path | None = None
     trace: Mapping[str, Any] | None = None
-    # derived once in __post_init__ (the policy file read, the trace's scenario built) and handed to the
-    # training from here; not arguments, not compared, not in as_dict
+    # derived once in __post_init__ and handed to the training from here
     _init_policy: ExportedPolicy | None = field(default=None, init=False, repr=False, compare=False)
     _trace_scenario: Any = field(default=None, init=False, repr=False, compare=False)
 
@@ -259,7 +228,7 @@ class TrainConfig:
             object.__setattr__(self, "_init_policy", start)  # read once: the training takes it from here
 
     def _read_trace(self) -> None:
-        """Build the trace's scenario once (the training takes it from here) and name the run after it."""
+        """Build the trace's scenario once and name the run after it."""
         from llmsched_env.workloads.trace_options import build_trace_scenario
 
         if not isinstance(self.trace, Mapping):
@@ -278,17 +247,17 @@ class TrainConfig:
 
     @property
     def kind(self) -> EnvKind:
-        """The kind of this training's scenario (``env_kind``): its env, baselines and rules."""
+        """The kind of this training's scenario (``env_kind``)."""
         return env_kind(self.scenario)
 
     @property
     def env_scenario(self) -> Any:
-        """What the envs are built on: the trace's ``Scenario`` with ``trace``, else the ``scenario`` name."""
+        """What the envs are built on: the trace's ``Scenario``, else the ``scenario`` name."""
         return self._trace_scenario or self.scenario
 
     @property
     def init_policy(self) -> ExportedPolicy | None:
-        """The ``ExportedPolicy`` of ``init`` (read and checked once, by ``__post_init__``); None without it."""
+        """The ``ExportedPolicy`` of ``init`` (read once by ``__post_init__``); None without it."""
         return self._init_policy
 
     @property
@@ -317,7 +286,7 @@ class TrainConfig:
                 argv += [x for name, n in value.items() for x in (f"--{name.replace('_', '-')}", str(n))]
             else:
                 argv += [f"--{key.replace('_', '-')}", str(value)]
-        argv += [x for key, value in _leaves(self.hp) for x in ("--hp", f"{key}={json.dumps(value)}")]
+        argv += [x for key, value in dotted(self.hp).items() for x in ("--hp", f"{key}={json.dumps(value)}")]
         flags = {"--quick": self.quick, "--resume": self.resume, "--no-progress": not self.progress}
         return argv + [flag for flag, on in flags.items() if on] + (["--force"] if self.force else [])
 
@@ -326,19 +295,9 @@ class TrainConfig:
         return json.loads(json.dumps({f.name: getattr(self, f.name) for f in fields(self) if f.init}, default=str))
 
 
-def _leaves(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """``(dotted.key, value)`` for every non-mapping value of a nested mapping."""
-    for key, value in tree.items():
-        if isinstance(value, Mapping) and value:
-            yield from _leaves(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}", value
-
-
 def resolve_hyperparams(config: TrainConfig) -> dict[str, Any]:
-    """The YAML entry for (algo, scenario), then ``QUICK`` and the entry's own ``quick:`` mapping if ``quick``,
-    then ``hp``, then the explicit fields;
-    with the evaluation's defaults filled in. ``ValueError`` for a missing or malformed hyperparameter file."""
+    """The YAML entry for (algo, scenario), then ``QUICK`` and the entry's own ``quick:`` if ``quick``, then ``hp``,
+    then the explicit fields, with the evaluation's defaults; checked (``check_hyperparams``)."""
     hp = load_hyperparams(config.algo, config.scenario, path=config.hyperparams)
     _check_file_keys(config, hp)
     own_quick = hp.pop("quick", None) or {}  # the entry's own --quick preset, over QUICK
@@ -378,28 +337,28 @@ def resolve_hyperparams(config: TrainConfig) -> dict[str, Any]:
 
 
 def _check_file_keys(config: TrainConfig, hp: Mapping[str, Any]) -> None:
-    """``ValueError`` (one line, naming the file) for a key of the hyperparameter file's entry for the scenario
-    (``default`` merged with the scenario's own) that ``config.algo``'s model and the run do not take, as ``--hp``
-    refuses one: a key the file holds but no training reads would be silently ignored."""
-    import difflib
-
+    """``ValueError`` naming the file for a key of the entry used that neither the model nor the run takes (it would
+    be ignored)."""
     known = sorted({*_model_params(config.algo), *RUN_KEYS, "quick"})
     unknown = [str(key) for key in hp if key not in known]
     if unknown:
         file = config.hyperparams or HYPERPARAM_DIR / f"{config.algo}.yml"
-        close = difflib.get_close_matches(unknown[0], known, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}"
         raise ValueError(
             f"{file}: unknown hyperparameter(s) {', '.join(map(repr, unknown))} for {config.algo} in the entry used "
-            f"for scenario {config.scenario!r}{hint}"
+            f"for scenario {config.scenario!r}{_hint(unknown[0], known)}"
         )
 
 
+def _hint(key: Any, known: list[str]) -> str:
+    """``; did you mean 'NAME'?`` with the known name closest to ``key``, else ``; known: ...``."""
+    close = difflib.get_close_matches(str(key), known, n=1)
+    return f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}"
+
+
 def _check_overrides_act(config: TrainConfig, hp: Mapping[str, Any]) -> None:
-    """``ValueError`` (one line) for a ``--hp`` override (``config.hp``) that the chosen options leave unused:
-    a cloning hyperparameter (``BC_KEYS``) with ``--bc none`` or ``--init``, ``anchor_epochs`` without
-    ``anchor_coef`` > 0, or ``eval_episodes`` / ``eval_load`` for the generalist (evaluated on one val episode per
-    library scenario, each at its knee). The hyperparameter file's values are defaults, never refused."""
+    """``ValueError`` for a ``--hp`` override the chosen options leave unused: cloning keys with ``--bc none`` or
+    ``--init``, ``anchor_epochs`` without ``anchor_coef``, ``eval_episodes``/``eval_load`` for the generalist. The
+    file's values are defaults, never refused."""
     given = set(config.hp)
     unused: list[tuple[list[str], str]] = []
     cloning = [key for key in (*BC_KEYS, "bc_warmstart") if key in given]
@@ -420,16 +379,6 @@ def _check_overrides_act(config: TrainConfig, hp: Mapping[str, Any]) -> None:
 
 # the model's constructor arguments that the training sets itself, never a hyperparameter
 _SET_BY_TRAINING = frozenset({"self", "env", "seed", "tensorboard_log", "verbose", "device", "_init_setup_model"})
-_RUN_INTS = (
-    "n_timesteps",
-    "n_envs",
-    "bc_steps",
-    "bc_stride",
-    "eval_freq",
-    "eval_episodes",
-    "eval_num_requests",
-    "anchor_epochs",
-)
 
 
 def _model_params(algo: str) -> dict[str, Any]:
@@ -443,11 +392,9 @@ def _model_params(algo: str) -> dict[str, Any]:
     }
 
 
-# The range of each numeric hyperparameter a model or the run takes: (low, low included, high, high included,
-# integer). Checked before anything is written, so a value SB3 would refuse after the run folder exists
-# (n_steps=0), one that trains nonsense without a word (learning_rate=-1, gamma=2, clip_range=-0.2), or a count
-# that would fill the memory or the disk (eval_episodes=10^9 built a list of 10^9 seeds) fails first. Every
-# count has a cap far above any use: the shipped hyperparameters' largest value is named beside each.
+# The range of each numeric hyperparameter, checked before anything is written: a value SB3 refuses late (n_steps=0),
+# trains nonsense with (gamma=2) or that fills memory or disk (eval_episodes=10^9) fails first. Each count's cap is
+# far above any use (the shipped hyperparameters' largest value beside it).
 _INF = float("inf")
 MAX_TIMESTEPS = 10**9  # a budget past this is a typo (the library's runs train 10^4 to 3 x 10^5 steps)
 MAX_ENVS = 256  # shipped: 4
@@ -457,53 +404,48 @@ MAX_LSTM_LAYERS = 64  # a recurrent policy's LSTM layers (its hidden size is at 
 MAX_ROLLOUT = 1 << 24  # n_steps x n_envs transitions held in one rollout (shipped: 2,048 x 4); ~16.7M x the obs
 MAX_EVAL_EPISODES = 10_000  # val episodes per evaluation (shipped: 3): each evaluation plays them all
 MAX_EVALUATIONS = 10_000  # n_timesteps // eval_freq: each evaluation also writes a checkpoint (shipped: 30)
-# val episodes over the whole run: (evaluations + the start's) x eval_episodes (shipped: 31 x 3); each episode is
-# some 0.1-1 s, so 100,000 are hours of evaluation alone (eval_freq=1 with eval_episodes=10,000 was 10^8: a hang)
-MAX_EVAL_EPISODES_TOTAL = 100_000
+MAX_EVAL_EPISODES_TOTAL = 100_000  # (evaluations + 1) x eval_episodes (shipped: 31 x 3): hours of episodes
 MAX_BC_STEPS = 10**7  # labelled steps per cloning round (shipped: 50,000); each holds an observation in memory
 MAX_BC_LABELLED = 10**7  # bc_steps x (1 + bc_dagger): every round's labelled steps are kept, in memory, to the end
 MAX_BC_PLAYED = 10**8  # bc_steps x bc_stride: steps a round plays (shipped: 200,000), a reward and a flag each
-HP_RANGES: dict[str, tuple[float, bool, float, bool, bool]] = {
-    "learning_rate": (0.0, False, 1.0, True, False),
-    "n_steps": (1, True, 1 << 20, True, True),
-    "batch_size": (1, True, 1 << 20, True, True),
-    "n_epochs": (1, True, 10_000, True, True),
-    "gamma": (0.0, False, 1.0, True, False),
-    "gae_lambda": (0.0, True, 1.0, True, False),
-    "clip_range": (0.0, False, _INF, False, False),
-    "clip_range_vf": (0.0, False, _INF, False, False),
-    "ent_coef": (0.0, True, _INF, False, False),
-    "vf_coef": (0.0, True, _INF, False, False),
-    "max_grad_norm": (0.0, False, _INF, False, False),
-    "target_kl": (0.0, False, _INF, False, False),
-    "rms_prop_eps": (0.0, False, 1.0, True, False),
-    "buffer_size": (1, True, 1 << 27, True, True),
-    "learning_starts": (0, True, 1 << 40, True, True),
-    "tau": (0.0, False, 1.0, True, False),
-    "train_freq": (1, True, 1 << 20, True, True),
-    "target_update_interval": (1, True, 1 << 40, True, True),
-    "exploration_fraction": (0.0, True, 1.0, True, False),
-    "exploration_initial_eps": (0.0, True, 1.0, True, False),
-    "exploration_final_eps": (0.0, True, 1.0, True, False),
-    "stats_window_size": (1, True, 1_000_000, True, True),  # episodes SB3 averages its rollout/ figures over
-    "sde_sample_freq": (-1, True, 1 << 20, True, True),
-    "gradient_steps": (-1, True, 100_000, True, True),  # per rollout (-1: as many as steps played)
-    "n_timesteps": (1, True, MAX_TIMESTEPS, True, True),
-    "n_envs": (1, True, MAX_ENVS, True, True),
-    "eval_freq": (1, True, MAX_TIMESTEPS, True, True),  # and at most MAX_EVALUATIONS evaluations in n_timesteps
-    "eval_episodes": (1, True, MAX_EVAL_EPISODES, True, True),
-    "eval_num_requests": (1, True, MAX_EPISODE_REQUESTS, True, True),  # the env's own cap on an episode
+Bounds = tuple[float, bool, float, bool, bool]  # (low, low included, high, high included, integer)
+
+
+def _ints(low: int, high: float) -> Bounds:
+    return (low, True, high, True, True)
+
+
+HP_RANGES: dict[str, Bounds] = {
+    **dict.fromkeys(("learning_rate", "gamma", "rms_prop_eps", "tau"), (0.0, False, 1.0, True, False)),
+    **dict.fromkeys(("gae_lambda", "exploration_fraction", "exploration_initial_eps", "exploration_final_eps"),
+                    (0.0, True, 1.0, True, False)),
+    **dict.fromkeys(("clip_range", "clip_range_vf", "max_grad_norm", "target_kl"), (0.0, False, _INF, False, False)),
+    **dict.fromkeys(("ent_coef", "vf_coef"), (0.0, True, _INF, False, False)),
+    **dict.fromkeys(("n_steps", "batch_size", "train_freq"), _ints(1, 1 << 20)),
+    "n_epochs": _ints(1, 10_000),
+    "buffer_size": _ints(1, 1 << 27),
+    "learning_starts": _ints(0, 1 << 40),
+    "target_update_interval": _ints(1, 1 << 40),
+    "stats_window_size": _ints(1, 1_000_000),  # episodes SB3 averages its rollout/ figures over
+    "sde_sample_freq": _ints(-1, 1 << 20),
+    "gradient_steps": _ints(-1, 100_000),  # per rollout (-1: as many as steps played)
+    "n_timesteps": _ints(1, MAX_TIMESTEPS),
+    "n_envs": _ints(1, MAX_ENVS),
+    "eval_freq": _ints(1, MAX_TIMESTEPS),  # and at most MAX_EVALUATIONS evaluations in n_timesteps
+    "eval_episodes": _ints(1, MAX_EVAL_EPISODES),
+    "eval_num_requests": _ints(1, MAX_EPISODE_REQUESTS),  # the env's own cap on an episode
     "eval_load": (MIN_LOAD, True, MAX_LOAD, True, False),  # the env's own range of loads
-    "bc_steps": (1, True, MAX_BC_STEPS, True, True),
-    "bc_dagger": (0, True, 100, True, True),  # DAgger rounds after cloning (shipped: 6)
-    "bc_stride": (1, True, 1_000, True, True),  # one played step in bc_stride labelled (shipped: 4)
+    "bc_steps": _ints(1, MAX_BC_STEPS),
+    "bc_dagger": _ints(0, 100),  # DAgger rounds after cloning (shipped: 6)
+    "bc_stride": _ints(1, 1_000),  # one played step in bc_stride labelled (shipped: 4)
     "bc_smoothing": (0.0, True, 1.0, False, False),
-    "anchor_epochs": (1, True, 1_000, True, True),  # passes over each rollout per pull (default 1)
-}
+    "anchor_epochs": _ints(1, 1_000),  # passes over each rollout per pull (default 1)
+}  # fmt: skip
+_RUN_INTS = [key for key in RUN_KEYS if HP_RANGES.get(key, (0,))[0] == 1 and HP_RANGES[key][4]]  # ints >= 1
 
 
-def _range_problem(value: Any, bounds: tuple[float, bool, float, bool, bool]) -> str | None:
-    """Why ``value`` is outside ``bounds`` (``HP_RANGES``), or None when it is inside."""
+def _range_problem(value: Any, bounds: Bounds) -> str | None:
+    """Why ``value`` is outside ``bounds`` (``HP_RANGES``), or None."""
     low, low_in, high, high_in, integer = bounds
     if integer and (isinstance(value, bool) or not isinstance(value, int)):
         return f"must be an integer, got {value!r}"
@@ -520,8 +462,8 @@ def _range_problem(value: Any, bounds: tuple[float, bool, float, bool, bool]) ->
 
 
 def _network_problem(policy_kwargs: Any) -> str | None:
-    """Why ``policy_kwargs``' hidden layers are too big (a layer over ``MAX_LAYER_WIDTH`` units, or more than
-    ``MAX_HIDDEN_WEIGHTS`` weights between hidden layers), or malformed; None when they fit."""
+    """Why ``policy_kwargs``' hidden layers are malformed or too big (``MAX_LAYER_WIDTH``, ``MAX_HIDDEN_WEIGHTS``),
+    or None."""
     if policy_kwargs is None:
         return None
     if not isinstance(policy_kwargs, Mapping):
@@ -548,10 +490,9 @@ def _network_problem(policy_kwargs: Any) -> str | None:
 
 
 def _check_products(hp: Mapping[str, Any], fail: Callable[[str, str], ValueError]) -> None:
-    """``fail(key, why)`` for counts that are each in range but together too many: evaluations (and checkpoints)
-    over the budget (``MAX_EVALUATIONS``), their val episodes together (``MAX_EVAL_EPISODES_TOTAL``), transitions
-    in one rollout (``MAX_ROLLOUT``), steps cloning labels and
-    keeps (``MAX_BC_LABELLED``) or plays in one round (``MAX_BC_PLAYED``)."""
+    """``fail(key, why)`` for counts each in range but together too many: evaluations (``MAX_EVALUATIONS``) and their
+    val episodes (``MAX_EVAL_EPISODES_TOTAL``), one rollout's transitions (``MAX_ROLLOUT``), cloning's labelled
+    (``MAX_BC_LABELLED``) and played steps (``MAX_BC_PLAYED``)."""
 
     def count(key: str, default: int) -> int:
         value = hp.get(key, default)
@@ -597,10 +538,8 @@ def _check_products(hp: Mapping[str, Any], fail: Callable[[str, str], ValueError
 def _check_minibatch(
     algo: str, hp: Mapping[str, Any], params: Mapping[str, Any], fail: Callable[[str, str], ValueError]
 ) -> None:
-    """``fail("batch_size", why)`` for an on-policy algorithm with mini-batches (PPO, MaskablePPO, RecurrentPPO)
-    whose ``batch_size`` is over its rollout, ``n_steps x n_envs`` transitions: SB3 cuts each epoch's
-    mini-batches from that rollout, so a larger one is the whole rollout, and the value has no effect (A2C has
-    no ``batch_size``; DQN samples its batches from a replay buffer, and its ``n_steps`` is n-step returns)."""
+    """``fail("batch_size", why)`` for an on-policy algorithm with mini-batches whose ``batch_size`` is over its
+    rollout (``n_steps x n_envs``), where it would have no effect."""
     from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
     from agents.sb3 import ALGOS
@@ -620,12 +559,9 @@ def _check_minibatch(
 
 
 def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
-    """``ValueError`` naming the key for a hyperparameter that ``algo``'s model does not take (with the
-    closest known name), a number given as something else (``learning_rate=abc``), a bad run key, or an
-    ``env_kwargs`` key the env does not take; so a typo fails before the run folder is written."""
-    import difflib
-    import math
-
+    """``ValueError`` naming the key for a hyperparameter ``algo``'s model does not take (with the closest name), a
+    value of the wrong kind or out of range, or an ``env_kwargs`` key the env does not take: a typo fails before
+    the run folder is written."""
     from llmsched_env.envs.cluster import LLMSchedClusterEnv
     from llmsched_env.envs.mixture import WorkloadMixEnv
     from llmsched_env.envs.single_node import LLMSchedEnv
@@ -636,19 +572,14 @@ def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
     def fail(key: str, problem: str) -> ValueError:
         return ValueError(f"hyperparameter {key!r} ({algo}; from the hyperparameter file or --hp): {problem}")
 
-    def is_number(value: Any) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
     for key, value in hp.items():
         if key not in params and key not in RUN_KEYS:
-            close = difflib.get_close_matches(str(key), known, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}"
-            raise fail(key, f"unknown{hint}")
+            raise fail(key, f"unknown{_hint(key, known)}")
         default = params.get(key, inspect.Parameter.empty)
         if isinstance(default, bool):
             if not isinstance(value, bool):
                 raise fail(key, f"must be true or false, got {value!r}")
-        elif isinstance(default, (int, float)) and not is_number(value):
+        elif isinstance(default, (int, float)) and not is_finite_number(value):
             raise fail(key, f"must be a finite number, got {value!r}")
     for key in _RUN_INTS:
         value = hp.get(key)
@@ -666,11 +597,11 @@ def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
         raise fail("policy_kwargs", network)
     _check_products(hp, fail)
     _check_minibatch(algo, hp, params, fail)
-    for key, value in _leaves({k: v for k, v in hp.items() if k != "env_kwargs"}):  # the env checks its own
+    for key, value in dotted({k: v for k, v in hp.items() if k != "env_kwargs"}).items():  # the env checks its own
         if isinstance(value, float) and value != value:
             raise fail(key, "must be a number, got nan")
     anchor = hp.get("anchor_coef")
-    if anchor is not None and not (is_number(anchor) and anchor >= 0):
+    if anchor is not None and not (is_finite_number(anchor) and anchor >= 0):
         raise fail("anchor_coef", f"must be a finite number >= 0 (0: no pull towards the start), got {anchor!r}")
     if anchor and algo not in ("maskable_ppo", "ppo", "a2c"):
         raise fail("anchor_coef", f"pulls a feed-forward actor-critic policy towards its start; {algo} has none")
@@ -685,6 +616,4 @@ def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
     }
     for key in env_kwargs:
         if key not in env_params:
-            close = difflib.get_close_matches(str(key), sorted(env_params), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(sorted(env_params))}"
-            raise fail(f"env_kwargs.{key}", f"unknown env argument{hint}")
+            raise fail(f"env_kwargs.{key}", f"unknown env argument{_hint(key, sorted(env_params))}")

@@ -3,16 +3,9 @@
     from agents.training import TrainConfig, train
     run = train(TrainConfig(scenario="mixed-slo", quick=True, out=Path("runs/quick")))
 
-The run folder keeps the resolved hyperparameters (``config.yml``), the ``TrainConfig`` (``args.json``), the
-equivalent command line (``command.txt``), TensorBoard events (``tb/``), checkpoints (``checkpoints/``, each
-signed: ``agents.checkpoints``; resuming loads only a checkpoint this user's training signed), the
-final and best models (``model.zip``, ``best_model.zip``; the best evaluation so far in ``best.json``, which
-``resume`` restores so that only a better model replaces ``best_model.zip``), the cloning's statistics
-(``bc.json``), a summary (``summary.json``) and, for MaskablePPO / PPO / A2C, the exported policy
-(``policy.safetensors`` + ``policy.json``) that ``llmsched-evaluate`` and the torch runtime load (a RecurrentPPO
-is not exported: the file format is stateless). While it works, ``train`` says what it is doing on stderr
-(one status line per phase, bars over cloning epochs, baseline episodes and training steps, all off with
-``progress=False``) and prints its results (cloning, evaluations, the end) on stdout.
+The run folder keeps config.yml, args.json, command.txt, tb/, signed checkpoints/, model.zip, best_model.zip
+(best.json), bc.json, summary.json and the exported policy (policy.safetensors + policy.json; not for a
+RecurrentPPO). Status lines and bars go to stderr (off with ``progress=False``), results to stdout.
 """
 
 from __future__ import annotations
@@ -44,7 +37,6 @@ from agents.callbacks import (
     EpisodeMetricsCallback,
     PeriodicEvalCallback,
     ProgressBarCallback,
-    StatusCallback,
     UpdateLogCallback,
     read_best,
     read_history,
@@ -59,17 +51,10 @@ from agents.checkpoints import (
     newest_signed_checkpoint,
     step_of,
 )
-from agents.config import finite_json
+from agents.config import dotted, finite_json
 from agents.generalist import check_init, init_from_policy, init_network, knee_loads
 from agents.sb3 import ALGOS, FLAT_ACTION_ALGOS, make_model
-from agents.train_config import (
-    ACTOR_CRITIC_ALGOS,
-    BC_KEYS,
-    RUN_KEYS,
-    TrainConfig,
-    env_kind,
-    resolve_hyperparams,
-)
+from agents.train_config import ACTOR_CRITIC_ALGOS, BC_KEYS, RUN_KEYS, TrainConfig, env_kind, resolve_hyperparams
 from agents.wrappers import FlatActions
 from llmsched_env.common.files import CONFIG_BYTES, parse_json, read_text
 from llmsched_env.common.lifetime import die_with_parent
@@ -87,20 +72,8 @@ from llmsched_env.evaluation.sustained import env_windows
 from llmsched_env.workloads.library import mixture_scenarios
 from llmsched_env.workloads.scenarios import Scenario, TraceSource
 
-__all__ = [
-    "BC_EPOCHS",
-    "TrainConfig",
-    "dying_with_parent",
-    "eval_setup",
-    "export_run_policy",
-    "latest_checkpoint",
-    "make_env_fn",
-    "preflight",
-    "prepare_run_folder",
-    "resume_best",
-    "resume_checkpoint",
-    "train",
-]
+__all__ = ["BC_EPOCHS", "TrainConfig", "dying_with_parent", "eval_setup", "export_run_policy", "latest_checkpoint",
+           "make_env_fn", "preflight", "prepare_run_folder", "resume_best", "resume_checkpoint", "train"]  # fmt: skip
 
 BC_EPOCHS = 10  # passes of behaviour cloning over the demonstrations
 
@@ -108,9 +81,7 @@ BC_EPOCHS = 10  # passes of behaviour cloning over the demonstrations
 def make_env_fn(
     scenario: str | Scenario, algo: str, env_kwargs: Mapping[str, Any], split: str = "train", agent: bool = True
 ) -> Callable[[], gym.Env]:
-    """A factory of the envs of ``scenario``'s kind (``env_kind``: ``LLMSched-v1``, ``LLMSchedCluster-v0`` or
-    ``LLMSchedMix-v0``) on ``scenario`` (a name, or a ``Scenario`` such as a trace's), without the
-    ``env_kwargs`` that env does not take; ``agent`` wraps them for the algorithm (DQN's flat actions)."""
+    """A factory of ``scenario``'s envs (``env_kind``); ``agent``: wrapped for the algorithm."""
     kind = env_kind(scenario)
 
     def make() -> gym.Env:
@@ -126,8 +97,7 @@ def make_env_fn(
 
 
 def dying_with_parent(make: Callable[[], gym.Env]) -> Callable[[], gym.Env]:
-    """``make`` for a subprocess env: the process that calls it (a ``SubprocVecEnv`` worker) first arranges to
-    end when its parent ends (``die_with_parent``), so a killed training leaves no env process behind."""
+    """``make`` for a ``SubprocVecEnv`` worker, which first arranges to end when its parent ends."""
 
     def make_in_worker() -> gym.Env:
         die_with_parent()
@@ -139,8 +109,7 @@ def dying_with_parent(make: Callable[[], gym.Env]) -> Callable[[], gym.Env]:
 def export_run_policy(
     model: BaseAlgorithm, env: gym.Env, out: Path, scenario: str, seed: int, env_kwargs: Mapping[str, Any]
 ) -> None:
-    """Export ``model`` (trained on ``scenario`` with ``env_kwargs``) into ``out`` as a policy file, with the
-    run's scenario, seed, step count and iterations per step (``env``: one env of the run, for the layout)."""
+    """Export ``model`` into ``out`` as a policy file with the run's scenario, seed, steps and iterations per step."""
     from agents.export import export_policy
 
     extra = {"scenario": scenario, "seed": seed, "timesteps": int(model.num_timesteps)}
@@ -150,8 +119,7 @@ def export_run_policy(
 
 
 def prepare_run_folder(config: TrainConfig, hp: Mapping[str, Any]) -> Path:
-    """Create the run folder (``ValueError`` inside a shipped folder unless ``config.force``) and write the
-    resolved hyperparameters, the config and the equivalent command line into it."""
+    """Create the run folder and write the resolved hyperparameters, the config and the command line into it."""
     out = check_output(config.run_folder, config.force, files=RUN_FILES, folders=RUN_FOLDERS)
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomically(out / "config.yml", yaml.safe_dump({"algo": config.algo, "scenario": config.scenario, **hp}))
@@ -163,9 +131,7 @@ def prepare_run_folder(config: TrainConfig, hp: Mapping[str, Any]) -> Path:
 
 
 def _clone(model: BaseAlgorithm, config: TrainConfig, run: dict[str, Any], env_kwargs: dict[str, Any]) -> None:
-    """Behaviour-clone ``run["bc_warmstart"]`` into ``model``; its statistics to ``bc.json`` and stdout, its
-    figures as it goes to TensorBoard (``tb/clone``: an axis of cloning epochs, apart from the training's
-    environment steps in ``tb/run_N``)."""
+    """Behaviour-clone ``run["bc_warmstart"]`` into ``model``; its statistics to ``bc.json`` and stdout."""
     baseline, steps = run["bc_warmstart"], int(run.get("bc_steps", 20_000))
     rounds, stride = int(run.get("bc_dagger", 0)), int(run.get("bc_stride", 1))
     dagger = f", then {rounds} DAgger rounds of {steps} steps" if rounds else ""
@@ -197,8 +163,7 @@ def _clone(model: BaseAlgorithm, config: TrainConfig, run: dict[str, Any], env_k
 def _model(
     config: TrainConfig, hp: dict[str, Any], run: dict[str, Any], vec_env: VecEnv, env_kwargs: dict[str, Any]
 ) -> tuple[BaseAlgorithm, bool]:
-    """The model to train and whether it was resumed: the latest checkpoint with ``resume``, else a fresh
-    model, behaviour-cloned when the hyperparameters name a baseline."""
+    """The model to train (a resumed checkpoint, an ``--init`` policy's, or fresh and cloned) and whether resumed."""
     tb = str(config.run_folder / "tb")
     resume_from = resume_checkpoint(config, warn=True)
     if config.resume and resume_from is None:
@@ -227,25 +192,18 @@ def _model(
 
 def read_run_id(out: Path) -> str | None:
     """The id ``args.json`` in the run folder ``out`` gives its run (``prepare_run_folder``), or None."""
-    try:
-        earlier = parse_json(read_text(out / "args.json", CONFIG_BYTES))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
+    earlier = _read_json(out / "args.json")
     run_id = earlier.get("run_id") if isinstance(earlier, dict) else None
     return run_id if isinstance(run_id, str) else None
 
 
 def run_binding(config: TrainConfig) -> dict[str, str]:
-    """What a checkpoint's signature binds it to (``agents.checkpoints``): the run (its id in ``args.json``), the
-    algorithm and the scenario; the callback adds the model's spaces, the signature the step."""
+    """What a checkpoint's signature binds it to: the run's id (``args.json``), the algorithm and the scenario."""
     return {"run": read_run_id(config.run_folder) or "", "algo": config.algo, "scenario": config.scenario}
 
 
 def resume_checkpoint(config: TrainConfig, warn: bool = False) -> Path | None:
-    """The checkpoint ``config.resume`` continues from: the run folder's newest one that this user's training
-    signed (checkpoints are pickles). A newer one without a valid signature (a training killed while writing
-    it) is skipped, and with ``warn`` said on stderr, naming it, why, and the one resumed from; ``CheckpointError``
-    (one line) when none checks out. None without ``resume`` or without a checkpoint."""
+    """The newest checkpoint this user's training signed (newer unsigned ones skipped), or None."""
     if not config.resume:
         return None
     checkpoint, skipped = newest_signed_checkpoint(config.run_folder / "checkpoints", run_binding(config))
@@ -255,23 +213,19 @@ def resume_checkpoint(config: TrainConfig, warn: bool = False) -> Path | None:
 
 
 RUN_OUTPUTS = ("args.json", "config.yml", "checkpoints", "model.zip", "best_model.zip", "summary.json")
-# every file and folder a training writes in its run folder: a folder at one of the files, a file at one of the
-# folders, or a FIFO, device or socket anywhere among them is refused before anything is written
+# every file and folder a training writes in its run folder (anything else at those names is refused first)
 RUN_FILES = (
     *("args.json", "config.yml", "command.txt", "bc.json", "model.zip", "best_model.zip", "best.json"),
     *("eval_history.json", "summary.json", "policy.json", "policy.safetensors", COMPLETE_NAME, LOCK_NAME),
 )
 RUN_FOLDERS = ("checkpoints", "tb")
-# what a training leaves once it has evaluated, cloned or learnt: --resume without a checkpoint starts afresh only
-# in a folder that holds none of them (empty, or a training killed before its first evaluation)
+# what a training leaves once it has evaluated, cloned or learnt (--resume without a checkpoint: none may be there)
 RUN_RESULTS = (
     *("model.zip", "best_model.zip", "best.json", "eval_history.json", "summary.json", "bc.json"),
     *("policy.json", "policy.safetensors", COMPLETE_NAME),
 )
-# what a resumed training must share with the run it continues (args.json): every TrainConfig field that changes
-# the run, but for the budget (timesteps), the output and progress options (out, force, progress), the resume
-# itself, what the resolved hyperparameters hold and resumed_hyperparams compares (hp, hyperparams, quick, n_envs),
-# what does not change what is learnt (vec_env, eval_baselines) and init (never with resume)
+# the TrainConfig fields a resumed training must share with its run (args.json); the hyperparameters are compared
+# by resumed_hyperparams
 SAME_ON_RESUME = ("algo", "scenario", "trace", "seed", "bc")
 
 
@@ -284,10 +238,7 @@ def _read_json(path: Path) -> Any:
 
 
 def start_records_only(out: Path) -> bool:
-    """Whether the results in the run folder ``out`` are only those a training killed before its first checkpoint
-    leaves: no final model, summary or completion mark, a best (``best.json``) and every evaluation
-    (``eval_history.json``) at step 0, so ``best_model.zip`` and the policy pair hold the start policy, which a
-    fresh start builds again (a best model without ``best.json`` to date it counts as learnt)."""
+    """Whether ``out`` holds only what a training killed before its first checkpoint leaves (all of it at step 0)."""
     if any((out / name).exists() for name in ("model.zip", "summary.json", COMPLETE_NAME)):
         return False
     if (out / BEST_NAME).exists():
@@ -306,8 +257,7 @@ def start_records_only(out: Path) -> bool:
 
 
 def fresh_start_note(config: TrainConfig) -> str:
-    """What ``--resume`` without a checkpoint says on stderr as it starts afresh, naming the start's records of a
-    training killed before its first checkpoint that it replaces (``start_records_only``)."""
+    """What ``--resume`` without a checkpoint says on stderr as it starts afresh."""
     out = config.run_folder
     note = f"--resume: no checkpoint in {out / 'checkpoints'}; starting afresh"
     results = [name for name in RUN_RESULTS if (out / name).exists()]
@@ -323,12 +273,7 @@ EVALUATION_MARKS = ("evaluation.json", "rows.jsonl")  # what an evaluation's --o
 
 
 def check_run_folder(config: TrainConfig) -> None:
-    """``ValueError`` (one line) when ``config`` would mix with the training already in its run folder: the
-    folder holds one (``RUN_OUTPUTS``) and ``resume`` is off; or ``resume`` is on, the folder holds no
-    checkpoint to resume from and an earlier training's results (``RUN_RESULTS``), which starting afresh would
-    replace; or the run was started with another algorithm, scenario or trace (``args.json``); or its
-    ``args.json`` is not a JSON object, or holds no ``run_id`` beside checkpoints (signed with that id); or the
-    folder holds an evaluation (``EVALUATION_MARKS``), whose completion marker a training would take."""
+    """``ValueError`` (one line) when ``config`` would mix with the training or evaluation already in its run folder."""
     out = config.run_folder
     evaluation = [name for name in EVALUATION_MARKS if (out / name).exists()]
     if evaluation:  # a training would take its completion marker
@@ -381,28 +326,27 @@ def check_run_folder(config: TrainConfig) -> None:
 
 
 def finished_at_budget(config: TrainConfig) -> int | None:
-    """The steps a resumed run ``config`` finished at (``complete.json``) when they reach its budget, so there is
-    nothing to resume (``check_budget`` refuses it; a resumed sweep skips it); None otherwise."""
-    if not config.resume or not (config.run_folder / COMPLETE_NAME).is_file():
+    """The steps a resumed run finished at when they reach its budget (nothing to resume), else None."""
+    if not config.resume:
         return None
-    record = _read_json(config.run_folder / COMPLETE_NAME)
+    finished, budget = _finished_steps(config.run_folder), int(resolve_hyperparams(config)["n_timesteps"])
+    return finished if finished is not None and finished >= budget else None
+
+
+def _finished_steps(out: Path) -> int | None:
+    """The steps ``complete.json`` in the run folder ``out`` says the training finished at, or None."""
+    record = _read_json(out / COMPLETE_NAME) if (out / COMPLETE_NAME).is_file() else None
     finished = record.get("timesteps") if isinstance(record, dict) else None
-    budget = int(resolve_hyperparams(config)["n_timesteps"])
-    return finished if type(finished) is int and finished >= budget else None
+    return finished if type(finished) is int else None
 
 
 def check_budget(config: TrainConfig, hp: Mapping[str, Any]) -> None:
-    """``ValueError`` (one line) when ``config`` resumes a run whose budget ``hp["n_timesteps"]`` is already
-    reached or passed: a finished run (``complete.json``) that trained as many steps or more (resuming it would
-    replace its ``model.zip`` with its last checkpoint, saved before the last update, and learn nothing), or a
-    run whose checkpoint to resume is past the budget (``args.json`` would then record a budget below what the
-    model trained). Nothing without ``resume``."""
+    """``ValueError`` (one line) when ``config`` resumes a run that already reached its budget ``hp["n_timesteps"]``."""
     if not config.resume:
         return
     out, budget = config.run_folder, int(hp["n_timesteps"])
-    record = _read_json(out / COMPLETE_NAME) if (out / COMPLETE_NAME).is_file() else None
-    finished = record.get("timesteps") if isinstance(record, dict) else None
-    if type(finished) is int and finished >= budget:
+    finished = _finished_steps(out)
+    if finished is not None and finished >= budget:
         raise ValueError(
             f"--resume: {out} finished at {finished} steps ({COMPLETE_NAME}); nothing to resume; give --timesteps > "
             f"{finished} to train on, or choose another --out"
@@ -416,30 +360,14 @@ def check_budget(config: TrainConfig, hp: Mapping[str, Any]) -> None:
         )
 
 
-# hyperparameters a resumed training may give other values than the run's: the budget (--timesteps), the periodic
-# evaluation's (a best measured on another setup is not compared: resume_best) and the anchor's (refused on a
-# resume unless 0); the cloning's (START_KEYS) are not compared either, as a resumed run clones nothing, and its
-# config.yml keeps the run's values of them
+# hyperparameters a resumed training may change (the budget, the evaluation's, the anchor's: 0 on a resume);
+# the cloning's (START_KEYS) act only at the start, and config.yml keeps the run's
 MAY_CHANGE_ON_RESUME = ("n_timesteps", "eval_freq", "eval_episodes", "eval_load", "eval_num_requests")
 START_KEYS = ("bc_warmstart", *BC_KEYS, "anchor_coef", "anchor_epochs")
 
 
-def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"dotted.key": value}`` for every non-mapping value (or empty mapping) of a nested mapping."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping) and value:
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def resumed_hyperparams(config: TrainConfig, hp: dict[str, Any]) -> dict[str, Any]:
-    """``hp`` (the resolved hyperparameters of ``config``, which resumes a checkpoint) with the run's cloning
-    values (``config.yml``); ``ValueError`` (one line, naming the keys) when any other hyperparameter differs from
-    the run's, but for those that ``MAY_CHANGE_ON_RESUME`` or only act at the start (``START_KEYS``): a checkpoint
-    trained at one learning rate would go on at another, and config.yml would say the whole run used it."""
+    """``hp`` with the run's cloning values; ``ValueError`` when another one differs from ``config.yml``."""
     path = config.run_folder / "config.yml"
     if not path.is_file():
         return hp
@@ -450,8 +378,8 @@ def resumed_hyperparams(config: TrainConfig, hp: dict[str, Any]) -> dict[str, An
     if not isinstance(earlier, dict):
         raise ValueError(f"--resume: {path}: expected a mapping of the run's hyperparameters, got {earlier!r:.60}")
     skip = {"algo", "scenario", *MAY_CHANGE_ON_RESUME, *START_KEYS}
-    theirs = _flat({k: v for k, v in earlier.items() if k not in skip})
-    mine = _flat(yaml.safe_load(yaml.safe_dump({k: v for k, v in hp.items() if k not in skip})))
+    theirs = dotted({k: v for k, v in earlier.items() if k not in skip})
+    mine = dotted(yaml.safe_load(yaml.safe_dump({k: v for k, v in hp.items() if k not in skip})))
     unset = "(unset)"
     differ = [key for key in sorted({*theirs, *mine}) if theirs.get(key, unset) != mine.get(key, unset)]
     if differ:
@@ -469,14 +397,7 @@ def resumed_hyperparams(config: TrainConfig, hp: dict[str, Any]) -> dict[str, An
 
 
 def preflight(config: TrainConfig, warn: bool = True) -> tuple[dict[str, Any], float | None, dict[str, Any]]:
-    """Everything that can refuse ``config``, checked before anything is written: the hyperparameters
-    (resolved, returned), the run folder (``check_run_folder``), the checkpoint key (``ensure_key``), the
-    budget of a resume (``check_budget``), the
-    checkpoint to resume, its best score (returned) and its evaluations so far (``read_history``), the
-    periodic evaluation's setup (``eval_setup``: its val episodes fit in the val part; returned), one env built
-    from the training's env arguments, and the ``--init`` policy against that env and the algorithm.
-    ``ValueError`` (a ``CheckpointError`` or a ``PolicyFileError`` among them), one line, otherwise. ``warn``:
-    as ``resume_best`` and ``val_seeds``."""
+    """Every check that can refuse ``config``, before anything is written: ``(hp, best to beat, eval setup)``."""
     hp = resolve_hyperparams(config)
     check_output(config.run_folder, config.force, files=RUN_FILES, folders=RUN_FOLDERS)
     check_run_folder(config)
@@ -501,8 +422,7 @@ def preflight(config: TrainConfig, warn: bool = True) -> tuple[dict[str, Any], f
 
 
 def _env_kwargs(config: TrainConfig, env_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The training envs' arguments from the hyperparameters' ``env_kwargs``: a load span as a tuple, and a
-    fine-tuned policy's schema when the scenario does not fix one."""
+    """The training envs' arguments: a load span as a tuple, a fine-tuned policy's schema."""
     env_kwargs = dict(env_kwargs)
     if isinstance(env_kwargs.get("load"), list):
         env_kwargs["load"] = tuple(env_kwargs["load"])
@@ -512,9 +432,7 @@ def _env_kwargs(config: TrainConfig, env_kwargs: dict[str, Any]) -> dict[str, An
 
 
 def val_seeds(config: TrainConfig, env_kwargs: Mapping[str, Any], seeds: list[int], warn: bool = True) -> list[int]:
-    """``seeds``, or the first of them for which the val part holds disjoint windows: a trace's val episode of
-    seed ``s`` replays the ``s``-th window of the episode's size (``workloads.scenarios.episode_window``), and
-    a short val part holds fewer than ``eval_episodes``; said on stderr when it cuts (with ``warn``)."""
+    """``seeds``, cut to the disjoint windows a trace's val part holds (said on stderr with ``warn``)."""
     env: Any = make_env_fn(config.env_scenario, config.algo, env_kwargs, split="val", agent=False)()
     u = env.unwrapped
     held = u.source.num_windows(u.num_requests) if isinstance(u.source, TraceSource) else len(seeds)
@@ -531,9 +449,7 @@ def val_seeds(config: TrainConfig, env_kwargs: Mapping[str, Any], seeds: list[in
 
 
 def val_window_note(env: gym.Env, seeds: Sequence[int], load: float) -> str | None:
-    """None when the periodic evaluation's val windows (``env``'s, of ``seeds``) are sustained at ``load``
-    (``evaluation.sustained``); else one line saying which are not and the val episode size that would be
-    (as ``--hp eval_num_requests=N``). ``env`` is closed."""
+    """None when the val windows of ``seeds`` are sustained at ``load``, else a line saying which are not."""
     try:
         return env_windows(env).unsustained_note(seeds, load, option="--hp eval_num_requests=")
     finally:
@@ -541,8 +457,7 @@ def val_window_note(env: gym.Env, seeds: Sequence[int], load: float) -> str | No
 
 
 def eval_env_kwargs(env_kwargs: Mapping[str, Any], hp: Mapping[str, Any]) -> dict[str, Any]:
-    """The periodic evaluation's env arguments: the training envs' ``env_kwargs`` without their load, with
-    ``hp``'s ``eval_num_requests`` (when set) as the val episodes' size."""
+    """The periodic evaluation's env arguments: ``env_kwargs`` without the load, sized by ``eval_num_requests``."""
     kwargs = {k: v for k, v in env_kwargs.items() if k != "load"}
     if hp.get("eval_num_requests") is not None:
         kwargs["num_requests"] = int(hp["eval_num_requests"])
@@ -550,10 +465,7 @@ def eval_env_kwargs(env_kwargs: Mapping[str, Any], hp: Mapping[str, Any]) -> dic
 
 
 def eval_setup(config: TrainConfig, hp: Mapping[str, Any], warn: bool = True) -> dict[str, Any]:
-    """What the periodic evaluation measures the agent on (``hp``: the resolved hyperparameters): scenario,
-    seeds, load and env arguments. A best score recorded under another setup does not compare. ``ValueError``
-    (one line) when ``eval_num_requests`` asks for val episodes larger than a trace's val part. ``warn``: as
-    ``val_seeds``."""
+    """What the periodic evaluation measures on: scenario, seeds, load and env arguments."""
     env_kwargs = eval_env_kwargs(dict(hp.get("env_kwargs", {})), hp)
     if config.kind.mixture:  # one val episode per library scenario, each at its knee
         seeds = list(range(len(mixture_scenarios())))
@@ -568,16 +480,9 @@ def eval_setup(config: TrainConfig, hp: Mapping[str, Any], warn: bool = True) ->
 
 
 def resume_best(
-    config: TrainConfig,
-    hp: Mapping[str, Any] | None = None,
-    warn: bool = True,
-    setup: dict[str, Any] | None = None,
+    config: TrainConfig, hp: Mapping[str, Any] | None = None, warn: bool = True, setup: dict[str, Any] | None = None
 ) -> float | None:
-    """The best evaluation attainment that a resumed training must beat (``best.json`` of the run folder,
-    written with each new ``best_model.zip``); None without ``resume``, without a checkpoint to resume, or
-    when the score was measured on another evaluation setup (``setup``, else ``eval_setup``'s for ``hp``).
-    ``CheckpointError`` for a checkpoint this user's training did not sign, ``ValueError`` for an unreadable
-    ``best.json`` (both one line). ``warn``: say on stderr when the recorded score does not compare."""
+    """The best evaluation a resumed training must beat (``best.json``), or None."""
     if resume_checkpoint(config) is None:
         return None
     if setup is None:
@@ -586,19 +491,12 @@ def resume_best(
 
 
 def named_tenants(config: TrainConfig) -> frozenset[str] | None:
-    """The tenants whose training episodes' per-tenant figures get TensorBoard tags (``episode/tenant/*``):
-    None (every tenant) for one scenario or trace, whose tenants are the same in every episode; none for the
-    generalist, whose episodes each draw a workload (library or randomised) and a load, so one name is a
-    different tenant from one episode to the next (``chat`` in five library scenarios): its per-tenant
-    figures are the periodic evaluation's, per scenario (``eval_scenario/SCENARIO/tenant/*``)."""
+    """The tenants whose figures get tags: every one (None), none for the generalist (they change per episode)."""
     return frozenset() if config.kind.mixture else None
 
 
 def train(config: TrainConfig) -> Path:
-    """Run one training as ``config`` says and return its run folder (see the module docstring for what it
-    holds). Sets torch to one thread (SB3 on small models runs far slower with more). ``ValueError`` for a
-    run folder inside a shipped folder (without ``force``), a bad hyperparameter file or value, or (a
-    ``CheckpointError``) a checkpoint to resume that this user's training did not sign."""
+    """Run one training as ``config`` says and return its run folder; a one-line ``ValueError`` for anything refused."""
     torch.set_num_threads(1)
     t_start = time.perf_counter()
     hp, best, setup = preflight(config)  # every refusal before anything is written
@@ -637,9 +535,7 @@ def _learn(
     setup: dict[str, Any],
     phases: dict[str, float],
 ) -> Path:
-    """Learn ``run["n_timesteps"]`` steps with checkpoints and periodic evaluation; export the best policy.
-    ``best``: the best evaluation so far of the run being resumed (None: none to beat); ``phases``: when the
-    training started (``start``, ``time.perf_counter``) and how long cloning took (``clone_s``)."""
+    """Learn with checkpoints and periodic evaluation, export the best policy, write the summary."""
     out, scenario = config.run_folder, config.scenario
     exportable = config.algo in ACTOR_CRITIC_ALGOS
     single = make_env_fn(config.env_scenario, config.algo, env_kwargs, agent=False)()
@@ -688,8 +584,7 @@ def _learn(
         EpisodeMetricsCallback(named_tenants(config)),
         SignedCheckpointCallback(every, str(out / "checkpoints"), name_prefix="model", binding=run_binding(config)),
         evaluator,
-        StatusCallback(message, enabled=config.progress),
-        ProgressBarCallback(enabled=config.progress),
+        ProgressBarCallback(message, enabled=config.progress),
     ]
     anchor = float(run.get("anchor_coef") or 0.0)
     if anchor > 0:  # preflight refused it on a resumed run: the policy here is the start

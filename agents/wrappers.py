@@ -10,8 +10,7 @@ __all__ = ["FlatActions"]
 
 
 class FlatActions(gym.ActionWrapper):
-    """``MultiDiscrete(nvec)`` -> ``Discrete(prod(nvec))``: action ``i`` is the ``i``-th combination in
-    row-major order. Masked-out components are projected by the env, as for any unmasked agent."""
+    """``MultiDiscrete(nvec)`` -> ``Discrete(prod(nvec))``, combinations in row-major order."""
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)

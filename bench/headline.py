@@ -1,32 +1,31 @@
-"""The headline table and plot, from per-seed capacity searches that ``llmsched-evaluate`` wrote.
+"""The headline tables and plot, from per-seed capacity searches that ``llmsched-evaluate`` wrote.
 
-    python bench/headline.py --results docs/results/test --out docs/results/test/headline
+    python bench/headline.py --results docs/results/sustained --agent learned \
+        --out docs/results/sustained/generalist --readme README.md
 
-For each scenario with ``S-capacity/results.csv`` written by ``llmsched-evaluate --capacity --per-seed``
-(one capacity per test seed and policy): the trained agent's capacity, that of ``tuned``, that of the best
-named baseline, and the best of all of them (the one with the highest mean; the "rival"), each as the mean
-over seeds ± the 95% half-width (Student t); the paired ratio agent / best named baseline; then the agent's
-ratio to the rival (ratio of the means) and, seed by seed on the same windows, the paired ratio agent / rival
-and the paired difference agent − rival, each mean ± 95% half-width. A ``lookahead`` row (its policy name ends
-with ``(bound, not deployable)``, ``llmsched_env.decision.lookahead``) is never a baseline nor the rival: when
-one is present, three more columns give the bound's capacity and where ``tuned`` and the agent stand between
-the best named baseline and it, as the share of that gap they close, (x − best named) / (bound − best named)
-on the means (1: at the bound; below 0: behind the best named; "—" when the bound does not exceed the best
-named). An ``mpc`` row (the planner on forecast futures, ``llmsched_env.decision.mpc``; the best of its spellings
-when several were searched) is deployable, so it may be the rival, but never a named baseline: three more
-columns give its capacity, its capacity paired with ``tuned``'s seed by seed, and the share of the gap from
-``tuned`` to the bound it closes, (mpc − tuned) / (bound − tuned) on the means. A router scenario with no
-trained policy in its results (``cluster-azure-conv-pd``) still gets its row: its
-rules and bound, "—" for the agent's columns. Named baselines that played every seed's
-search alike (the same ``trajectory`` fingerprint, ``llmsched_env.evaluation.identity``; never a mere tie on
-capacity) are one candidate, labelled with the others, e.g. `fcfs` (= `lpm`, `vtc`). Prints a Markdown table,
-writes it to ``OUT.md`` and a bar chart of the capacities (with their intervals) to ``OUT.png``. Reads files
-only; runs nothing.
+Reads every ``S-capacity*/results.csv`` under RESULTS (``llmsched-evaluate --capacity --per-seed``; packed runs,
+``bench/results_archive.py``, as if extracted; a later folder's rows replace an earlier one's) and writes:
+
+- ``OUT.md``, the full table: per scenario the judged policy's capacity (``--agent``), `tuned`'s and the best
+  named baseline's (mean ± 95% half-width over the seeds, Student t), the agent paired with the best named
+  one and with the rival (the best other policy), then, where searched, the ``lookahead`` reference (clairvoyant,
+  never a rival) with the share of the gap from the best named to it that `tuned` and the agent close, and
+  ``mpc`` (the best of its spellings; deployable, may be the rival, never a named baseline) with its ratio to
+  `tuned` and its share of the gap from `tuned` to the reference. Router scenarios follow in a table of their
+  own (one with no trained router still shows its rules). Named baselines that played every search alike (the
+  same ``trajectory`` fingerprint) are one candidate: `fcfs` (= `lpm`, `vtc`). ``≥``: window-limited.
+- ``OUT.png``, the capacities as bars with their intervals;
+- with ``--readme``, the README's headline between its ``<!-- headline -->`` markers: at most 8 columns, every
+  ratio paired with `tuned` (``compact``), and its summary in words.
+
+Reads files only; runs nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -40,6 +39,9 @@ from llmsched_env.evaluation.capacity import gap_share, read_per_seed, read_wind
 from llmsched_env.evaluation.identity import TRAJECTORY, identical_groups, read_trajectories
 from llmsched_env.evaluation.stats import mean_ci95
 from llmsched_env.workloads.fitted import FITTED_SUFFIX
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, also when a test loads this file
+from results_archive import unpacked
 
 AGENT, TUNED = "agent", "tuned"
 LEARNED = ("agent", "learned", "quick")  # trained policies (per-scenario agents, generalists): never "baselines"
@@ -55,14 +57,15 @@ def collect(results: Path, agent: str = AGENT) -> list[dict[str, object]]:
     policy, or ``learned``, the generalist) and at least one baseline, gathered from every
     ``*-capacity*/results.csv`` under ``results`` (a policy searched later, e.g. ``tuned``, may sit in a folder
     of its own; a later folder's rows replace an earlier one's). Trained policies (``LEARNED``) are never
-    counted as baselines."""
-    files = sorted(results.glob("*-capacity*/results.csv"))
-    try:
-        caps_of = read_per_seed(files)
-        limited_of = read_window_limited(files)
-    except ValueError as exc:
-        raise SystemExit(str(exc)) from None
-    runs_of = read_trajectories(files)
+    counted as baselines. Packed runs (``bench/results_archive.py``) are read as if extracted."""
+    with unpacked(results) as root:
+        files = sorted(root.glob("*-capacity*/results.csv"))
+        try:
+            caps_of = read_per_seed(files)
+            limited_of = read_window_limited(files)
+        except ValueError as exc:
+            raise SystemExit(str(exc).replace(str(root), str(results))) from None
+        runs_of = read_trajectories(files)
     out: list[dict[str, object]] = []
     for scenario, all_caps in sorted(caps_of.items()):
         caps = {p: c for p, c in all_caps.items() if (p == agent or p not in LEARNED) and not is_bound(p)}
@@ -216,6 +219,116 @@ def markdown(rows: list[dict[str, object]], learned: str = "agent", rival_word: 
     return "\n".join(lines)
 
 
+WORDS = ("none", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
+README_START, README_END = "<!-- headline -->", "<!-- /headline -->"
+ABOVE_CLAIRVOYANT = (
+    "†: a deployable policy's mean is above the clairvoyant `lookahead` here: it searches a limited set of switches "
+    "on copies of the simulator, a reference to measure against, not the best any policy could do."
+)
+LIMITED_NOTE = "≥: window-limited at some seed, a lower bound (the full table says more)."
+
+
+def _word(n: int) -> str:
+    return WORDS[n] if n < len(WORDS) else str(n)
+
+
+def _paired(top: dict[int, float], base: dict[int, float], seeds: list[int]) -> tuple[float, float]:
+    """The paired ratio top / base over ``seeds`` as (mean, 95% half-width), rounded as the table prints it."""
+    mean, half = mean_ci95([top[s] / base[s] if base[s] > 0 else float("inf") for s in seeds])
+    return round(mean, 3), round(half, 3)
+
+
+def _ratio(pair: tuple[float, float] | None) -> str:
+    return "—" if pair is None else f"{pair[0]:.3f} ± {pair[1]:.3f}×"
+
+
+def versus(pair: tuple[float, float]) -> str:
+    """Where a paired ratio stands against 1: ``level`` (its interval includes 1), ``above`` or ``behind``."""
+    mean, half = pair
+    return "above" if mean - half > 1 else "behind" if mean + half < 1 else "level"
+
+
+def compact(rows: list[dict[str, object]], learned: str = "learned") -> tuple[str, str]:
+    """The README's headline in one frame: per scenario, `tuned`'s capacity, ``learned``'s and the best named
+    rule's, and each of them, ``mpc`` and the clairvoyant ``lookahead`` paired with `tuned` seed by seed; a replay
+    whose fitted traffic has a row is left to the full table. Returns the Markdown table and its summary in words,
+    both from the data."""
+    names = {str(r["scenario"]) for r in rows}
+    shown = [r for r in rows if f"{r['scenario']}{FITTED_SUFFIX}" not in names and TUNED in r["caps"]]  # type: ignore[operator]
+    head = f"`{learned}` | `{learned}` / `tuned` | best named rule | rule / `tuned` | `mpc` / `tuned`"
+    lines = [f"| scenario | `tuned` | {head} | clairvoyant `lookahead` / `tuned` |", "|---" * 8 + "|"]
+    stand: dict[str, list[str]] = {"level": [], "above": [], "behind": []}
+    planned = {"level": 0, "above": 0, "behind": 0}
+    behind, rule_means, over, clairvoyant_means, notes = [], [], [], [], []
+    for r in shown:
+        caps: dict[str, dict[int, float]] = r["caps"]  # type: ignore[assignment]
+        seeds: list[int] = r["seeds"]  # type: ignore[assignment]
+        limited: dict[str, list[int]] = r.get("limited", {})  # type: ignore[assignment]
+        scenario, named, planner = str(r["scenario"]), r["best_named"], r.get("planner")
+        cells = {p: ("≥ " if limited.get(p) else "") + _fmt([caps[p][s] for s in seeds]) for p in caps}
+        if any(limited.get(p) for p in (TUNED, learned, named)):
+            notes.append(LIMITED_NOTE)
+        mine = _paired(caps[learned], caps[TUNED], seeds) if learned in caps else None
+        if mine is not None:
+            stand[versus(mine)].append(scenario)
+            behind += [f"`{scenario}` ({_ratio(mine)})"] if versus(mine) == "behind" else []
+        rule = _paired(caps[str(named)], caps[TUNED], seeds) if named else None
+        rule_means += [rule[0]] if rule else []
+        plan = _paired(caps[str(planner)], caps[TUNED], seeds) if planner else None
+        if plan is not None:
+            planned[versus(plan)] += 1
+        spelling = f" (`{str(planner)[len(MPC) + 1 :]}`)" if planner and planner != MPC else ""
+        clairvoyant, beating = None, []
+        if r.get("bound"):
+            bound = dict(zip(seeds, r["bound_caps"], strict=True))  # type: ignore[call-overload]
+            clairvoyant = _paired(bound, caps[TUNED], seeds)
+            clairvoyant_means.append((clairvoyant[0], scenario))
+            top = float(np.mean(list(bound.values())))
+            means = {p: float(np.mean(list(c.values()))) for p, c in caps.items()}
+            beating = [p for p in (learned, TUNED, named, planner) if p in caps and means[p] > top]
+            if beating:
+                over.append(f"`{scenario}` ({', '.join(f'`{p}`' for p in beating)})")
+                notes.append(ABOVE_CLAIRVOYANT)
+        named_cell = f"{_label(str(named), r.get('same_as', {}))} {cells[str(named)]}" if named else "—"  # type: ignore[arg-type]
+        lines.append(
+            f"| `{scenario}` | {cells[TUNED]} | {cells.get(learned, '—')} | {_ratio(mine)} | {named_cell} | "
+            f"{_ratio(rule)} | {_ratio(plan)}{spelling} | {_ratio(clairvoyant)}{' †' if beating else ''} |"
+        )
+    for note in dict.fromkeys(notes):
+        lines += ["", _wrap(note)]
+    words = [f"Of these {_word(len(shown))} scenarios, `{learned}` is level with `tuned` on "
+             f"{_word(len(stand['level']))} (the paired interval includes 1)"]  # fmt: skip
+    if stand["above"]:
+        words.append(f", above it on {', '.join(f'`{s}`' for s in stand['above'])}")
+    if behind:
+        words.append(f", behind it on {' and '.join(behind)}")
+    if rule_means:
+        words.append(f"; the best named rule reaches {min(rule_means):.2f}–{max(rule_means):.2f}× `tuned`")
+    if sum(planned.values()):
+        words.append(f"; `mpc` is level with `tuned` on {_word(planned['level'])}, behind it on "
+                     f"{_word(planned['behind'])} and above it on {_word(planned['above'])}")  # fmt: skip
+    if clairvoyant_means:
+        top_ratio, where = max(clairvoyant_means)
+        words.append(f"; the clairvoyant `lookahead` reaches at most {top_ratio:.3f}× `tuned` (`{where}`)")
+        if over:
+            words.append(f", and a deployable policy's mean passes it on {', '.join(over)}")
+    return "\n".join(lines), _wrap("".join(words) + ".")
+
+
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, width=115, break_long_words=False, break_on_hyphens=False)
+
+
+def write_readme(readme: Path, block: str) -> None:
+    """Replace the text between ``README_START`` and ``README_END`` in ``readme`` with ``block``."""
+    text = readme.read_text(encoding="utf-8")
+    if text.count(README_START) != 1 or text.count(README_END) != 1:
+        raise SystemExit(f"{readme}: needs one {README_START} and one {README_END} line")
+    head, rest = text.split(README_START + "\n", 1)
+    tail = rest.split(README_END, 1)[1]
+    write_text_atomically(readme, f"{head}{README_START}\n{block}\n{README_END}{tail}")
+
+
 def plot(rows: list[dict[str, object]], path: Path, agent: str = AGENT) -> None:
     import matplotlib
 
@@ -248,6 +361,16 @@ def plot(rows: list[dict[str, object]], path: Path, agent: str = AGENT) -> None:
     plt.close(fig)
 
 
+def full_text(rows: list[dict[str, object]], agent: str = AGENT) -> str:
+    """The full table of ``rows`` (the single-node scenarios), then the routers' table: what ``OUT.md`` holds."""
+    single = [r for r in rows if not str(r["scenario"]).startswith("cluster-")]
+    routers = [r for r in rows if str(r["scenario"]).startswith("cluster-")]
+    parts = [markdown(single, agent)] if single or not routers else []
+    if routers:
+        parts.append("Routers (LLMSchedCluster-v0):\n\n" + markdown(routers, "learned router", "best router"))
+    return "\n\n".join(parts)
+
+
 def policy_name(text: str) -> str:
     """The ``--agent`` type: a policy name that can label a Markdown table's row (``check_label``)."""
     try:
@@ -267,21 +390,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=AGENT,
         help="the policy judged: agent (per scenario) or learned (generalist)",
     )
+    p.add_argument("--readme", type=Path, default=None, help="also write the compact headline into this README")
     args = p.parse_args(argv)
     out = args.out or args.results / "headline"
     rows = collect(args.results, args.agent)
     single = [r for r in rows if not str(r["scenario"]).startswith("cluster-")]
-    routers = [r for r in rows if str(r["scenario"]).startswith("cluster-")]
-    parts = [markdown(single, args.agent)] if single or not routers else []
-    if routers:
-        parts.append("Routers (LLMSchedCluster-v0):\n\n" + markdown(routers, "learned router", "best router"))
-    text = "\n\n".join(parts)
+    text = full_text(rows, args.agent)
     print(text)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomically(out.with_suffix(".md"), text + "\n")
     if single:
         plot(single, out.with_suffix(".png"), args.agent)
     print(f"wrote {out.with_suffix('.md')}" + (f" and {out.with_suffix('.png')}" if single else ""))
+    if args.readme:
+        table, summary = compact(rows, args.agent)
+        write_readme(args.readme, f"{table}\n\n{summary}")
+        print(f"wrote the headline of {args.readme}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@
 # The figures in the docs were produced scenario by scenario with these same commands (tuned searched
 # apart, into RESULTS/S-capacity-tuned, as its table was filled; the generalist, random and mixed-slo's vtc
 # into S-capacity-generalist and S-capacity-schema2 on 2026-12-02); bench/headline.py gathers them all.
+# docs/results keeps each scenario's runs packed (python bench/results_archive.py pack RESULTS); bench/headline.py
+# reads packed and plain runs alike, a plain one replacing its packed copy.
 #   RESUME=1 bash bench/headline.sh RESULTS  continues after a kill: each run takes the searches its
 #                                             RESULTS/S-capacity/rows.jsonl holds (docs/reliability.md) and
 #                                             a finished one is rewritten from its rows, not measured again

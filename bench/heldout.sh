@@ -14,7 +14,8 @@
 #                                                 the load, so its capacities are sustained), tuned on both
 # A POLICIES list re-measures those policies beside the full run, into a folder of their own that no other list
 # writes: RESULTS/T-capacity-generalist for `learned` (the generalist), RESULTS/T-capacity-<p1+p2...> for any
-# other list. bench/headline.py reads every T-capacity* folder, a later one's rows replacing the full run's.
+# other list. bench/headline.py reads every T-capacity* folder, a later one's rows replacing the full run's, packed
+# (python bench/results_archive.py pack RESULTS, as docs/results keeps them) or not.
 set -euo pipefail
 OUT=${1:-docs/results/heldout}
 ALL=fcfs,prefill_first,priority_aging,sjf,sprw,lpm,vtc,kv_guard,sarathi,slo_aware,random,learned,tuned,lookahead

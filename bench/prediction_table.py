@@ -13,22 +13,27 @@ from __future__ import annotations
 
 import argparse
 import csv
+import sys
 from pathlib import Path
 
 from llmsched_env.evaluation.stats import mean_ci95
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, also when a test loads this file
+from results_archive import unpacked
 
 ERRORS = ("none", "exact", "lognormal-0.5", "lognormal-1")
 
 
 def collect(results: Path) -> dict[tuple[str, str], dict[str, dict[int, float]]]:
-    """(scenario, policy) -> error -> seed -> capacity."""
+    """(scenario, policy) -> error -> seed -> capacity (packed runs read as if extracted)."""
     out: dict[tuple[str, str], dict[str, dict[int, float]]] = {}
-    for error in ERRORS:
-        for path in sorted(results.glob(f"*-{error}/results.csv")):  # the folder's name ends with the error
-            with path.open() as f:
-                for r in csv.DictReader(f):
-                    key = (r["scenario"], r["policy"])
-                    out.setdefault(key, {}).setdefault(error, {})[int(r["seed"])] = float(r["capacity_load"])
+    with unpacked(results) as root:
+        for error in ERRORS:
+            for path in sorted(root.glob(f"*-{error}/results.csv")):  # the folder's name ends with the error
+                with path.open() as f:
+                    for r in csv.DictReader(f):
+                        key = (r["scenario"], r["policy"])
+                        out.setdefault(key, {}).setdefault(error, {})[int(r["seed"])] = float(r["capacity_load"])
     return out
 
 

@@ -47,6 +47,9 @@ def test_bad_hyperparameters_are_clear_errors(tmp_path: Path) -> None:
         load_hyperparams("maskable_ppo", "mixed-slo", path=bad)
     with pytest.raises(ValueError, match="no hyperparameter file"):
         load_hyperparams("nope", "mixed-slo")
+    bad.write_text("default: [1\n")  # one line naming the file, the line and the problem
+    with pytest.raises(ValueError, match=r"^\S*bad\.yml:2: invalid YAML \(while parsing a flow sequence; expected ','"):
+        load_hyperparams("maskable_ppo", "mixed-slo", path=bad)
 
 
 def test_flat_actions_round_trip() -> None:

@@ -120,3 +120,23 @@ def test_help_is_printed_before_torch_or_sb3_is_imported(module: str, argv: list
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "usage:" in out and out.strip().splitlines()[-1] == "HEAVY []"
+
+
+@pytest.mark.parametrize(
+    ("name", "first"),
+    [("evaluate", "what to run"), ("train", "what to train"), ("tune", "what to tune"),
+     ("calibrate profile", "what to measure"), ("calibrate fidelity", "what to measure")],
+)  # fmt: skip
+def test_options_come_in_groups_the_common_ones_first(name: str, first: str) -> None:
+    """Every option but --help sits in a titled group, and --help lists the group of what to run first."""
+    parser = _parsers()[name]
+    loose = [a.option_strings for g in parser._action_groups if g.title in ("options", "optional arguments")
+             for a in g._group_actions if a.dest != "help"]  # fmt: skip
+    titles = [
+        g.title
+        for g in parser._action_groups
+        if g._group_actions and g.title not in ("options", "positional arguments")
+    ]
+    assert not loose and titles[0] == first, (loose, titles)
+    text = parser.format_help()
+    assert text.index(f"\n{first}:") < min(text.index(f"\n{t}:") for t in titles[1:])

@@ -32,8 +32,8 @@ def test_evaluate_writes_one_row_per_policy_scenario_seed(tmp_path: Path, capsys
 
 def test_evaluate_is_deterministic_by_seed(tmp_path: Path) -> None:
     args = ["--policies", "random", "--seeds", "3", "--num-requests", "40", "--loads", "2"]
-    a = run_grid(parse(args)[1]).rows
-    b = run_grid(parse(args)[1]).rows
+    a = run_grid(parse(args).config).rows
+    b = run_grid(parse(args).config).rows
     drop = ("wall_s",)
     assert [{k: v for k, v in r.items() if k not in drop} for r in a] == [
         {k: v for k, v in r.items() if k not in drop} for r in b
@@ -86,8 +86,8 @@ def test_evaluate_refuses_options_that_do_nothing_together(
         parse(argv)
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert exc.value.code == 2 and message in err and "leave one of them out" in err
-    args, _ = parse(["--capacity", "--num-requests", "20"])  # --loads left at its default: no refusal
-    assert args.capacity and "loads" not in args.given
+    ev = parse(["--capacity", "--num-requests", "20"])  # --loads left at its default: no refusal
+    assert ev.capacity and ev.options["--loads"] == [1.0]
 
 
 @pytest.mark.parametrize(
@@ -120,14 +120,15 @@ def test_evaluate_refuses_options_without_the_one_they_need(
         parse(argv)
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert exc.value.code == 2 and message in err and "leave it out, or give" in err and "Traceback" not in err
-    args, _ = parse(["--num-requests", "20"])  # every one at its default: no refusal
-    assert args.policy_timeout_s == 0.1 and args.model == "tiny" and args.trace_slo == "chat" and not args.force
+    ev = parse(["--num-requests", "20"])  # every one at its default: no refusal
+    assert ev.policy_timeout_s == 0.1 and ev.options["--model"] == "tiny" and ev.options["--trace-slo"] == "chat"
 
 
 def test_runtime_and_trace_options_pass_with_what_they_need(tmp_path: Path) -> None:
-    args, _ = parse(["--backend", "runtime", "--model", "tiny", "--device", "cpu", "--policy-timeout", "0.5",
-                     "--realtime", "--no-speed-check", "--num-requests", "4"])  # fmt: skip
-    assert args.policy_timeout_s == 0.5 and args.realtime
+    ev = parse(["--backend", "runtime", "--model", "tiny", "--device", "cpu", "--policy-timeout", "0.5",
+                "--realtime", "--no-speed-check", "--num-requests", "4"])  # fmt: skip
+    assert ev.policy_timeout_s == 0.5 and ev.config.runtime is not None and ev.config.runtime.realtime
+    assert not ev.speed_check
     parse(["--out", str(tmp_path / "o"), "--force"])
     parse(["--tensorboard", str(tmp_path / "tb"), "--force"])
 
@@ -165,8 +166,8 @@ def test_evaluate_refuses_shipped_folders_unless_forced(capsys: pytest.CaptureFi
         err = capsys.readouterr().err
         assert exc.value.code == 2 and f"{option} {argv[1]}: refusing to write inside the shipped folder" in err
         assert "Traceback" not in err and "--force" in err
-    args, _ = parse(["--out", str(results), "--tensorboard", str(tb), "--force"])  # allowed when asked for
-    assert args.out == results and args.tensorboard == tb
+    ev = parse(["--out", str(results), "--tensorboard", str(tb), "--force"])  # allowed when asked for
+    assert ev.out == results and ev.tensorboard == tb
 
 
 @pytest.mark.parametrize("rate", ["0", "-3", "nan", "inf", "1e-300", "9e-7"])

@@ -166,7 +166,7 @@ def test_bad_worker_counts_and_the_old_spellings_are_usage_errors_naming_the_new
 
     cases = [
         (["--workers", "0"], "--workers: must be >= 1"),
-        (["--ray-cpus", "2"], "--ray-cpus is now --workers N"),
+        (["--ray-cpus", "2"], "unrecognized arguments: --ray-cpus"),  # the old spelling: removed
         (["--ray"], "--ray needs the ADDRESS of a Ray cluster; for local worker processes give --workers N"),
         (["--workers", "2", "--ray", "10.0.0.1:6379"], "not both"),
     ]

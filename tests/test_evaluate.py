@@ -132,7 +132,7 @@ def test_kv_usage_series_is_ordered_in_time_and_a_share_of_the_pool() -> None:
 
 
 def test_details_match_the_metrics_and_evaluation_is_deterministic() -> None:
-    _, config = parse([*BASE, "--policies", "random,slo_aware", "--seeds", "0,1", "--loads", "1,2"])
+    config = parse([*BASE, "--policies", "random,slo_aware", "--seeds", "0,1", "--loads", "1,2"]).config
     result = evaluation.run_grid(config, details=True)
     rows, details = result.rows, result.details
     assert len(details) == len(rows) == 8

@@ -23,7 +23,7 @@ from tests.live_synthetic import ENGINE, EPOCH_S, TENANTS, TRUE_MODEL, write_run
 def test_engine_config_option() -> None:
     cfg = parse_engine_config(["num_kv_blocks=100", "victim_rule=lowest_priority", "reserve_full_prefill=false"])
     assert cfg == EngineConfig(num_kv_blocks=100, victim_rule="lowest_priority", reserve_full_prefill=False)
-    bad = {"blocks=3": "KEY=VALUE with KEY one of", "max_num_seqs=x": "must be an integer",
+    bad = {"blocks=3": "is not key=value with key one of num_kv_blocks", "max_num_seqs=x": "must be an integer",
            "max_num_seqs=0": "max_num_seqs", "reserve_full_prefill=maybe": "true or false"}  # fmt: skip
     for item, match in bad.items():
         with pytest.raises(ValueError, match=match):

@@ -33,6 +33,7 @@ from llmsched_env.live.verdict import (
     paired_interval,
     pooled_quantile_ratio,
 )
+from tests.bench_scripts import bench_script
 
 ROOT = Path(__file__).resolve().parents[1]
 EPOCH_S = 1.7e9  # blocks start here (a time.time() clock); the predictions are written before
@@ -502,12 +503,13 @@ _COMMITTED = Path(__file__).resolve().parents[1] / "docs" / "results" / "vllm-ve
 
 @pytest.mark.slow
 @pytest.mark.parametrize("run", sorted(p.parent.name for p in _COMMITTED.glob("*/report.md")) or ["none"])
-def test_the_committed_live_reports_are_what_their_data_give(run: str) -> None:
-    """Every report in docs/results/vllm-verdict is the verdict of the data committed beside it, byte for byte
-    (the figures docs/results.md quotes come from these reports), with the arms its ``--against`` tables name."""
-    folder = _COMMITTED / run
+def test_the_committed_live_reports_are_what_their_data_give(run: str, tmp_path: Path) -> None:
+    """Every report in docs/results/vllm-verdict is the verdict of the data packed beside it (``RUN.tar.gz``,
+    bench/results_archive.py), byte for byte (the figures docs/results.md quotes come from these reports), with
+    the arms its ``--against`` tables name."""
     if run == "none":
         pytest.skip("no committed live verdict")
-    report = (folder / "report.md").read_text()
+    bench_script("results_archive").extract(_COMMITTED / f"{run}.tar.gz", tmp_path)
+    report = (_COMMITTED / run / "report.md").read_text()
     against = re.findall(r"^## Paired differences against (?!fcfs$)(.+)$", report, flags=re.MULTILINE)
-    assert build_verdict(folder, against=against).markdown == report
+    assert build_verdict(tmp_path / run, against=against).markdown == report

@@ -37,6 +37,7 @@ from llmsched_env.workloads.lengths import LengthDist
 from llmsched_env.workloads.randomized import RandomizedSpace
 from llmsched_env.workloads.scenarios import slo_scale
 from llmsched_env.workloads.workload import TenantWorkload
+from tests.bench_scripts import bench_script
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ("docs", "tests", "bench", "llmsched_env", "agents", "baselines", "policies")
@@ -58,12 +59,18 @@ def _cost_models(value: Any) -> Iterator[dict[str, Any]]:
 
 
 def _committed_cost_models() -> list[tuple[Path, dict[str, Any]]]:
-    found = []
+    """Every cost model in a committed JSON file, the members of the packed results (docs/results) included."""
+    archive = bench_script("results_archive")
+    texts = []
     for folder in COMMITTED:
-        for path in sorted((ROOT / folder).rglob("*.json")):
-            text = path.read_text()
-            if '"kind"' in text and ('"analytic"' in text or '"linear"' in text):
-                found.extend((path, model) for model in _cost_models(json.loads(text)))
+        texts += [(path, path.read_text()) for path in sorted((ROOT / folder).rglob("*.json"))]
+        for packed in sorted((ROOT / folder).rglob("*" + archive.SUFFIX)):
+            members = archive.read_archive(packed).items()
+            texts += [(packed / name, data.decode()) for name, data in members if name.endswith(".json")]
+    found = []
+    for path, text in texts:
+        if '"kind"' in text and ('"analytic"' in text or '"linear"' in text):
+            found.extend((path, model) for model in _cost_models(json.loads(text)))
     return found
 
 

@@ -17,6 +17,7 @@ from llmsched_env.commands.seal_policy import main as seal_main
 from llmsched_env.decision.policy_file import FIELDS_KEY, PolicyFileError, field_digests, load_policy_file
 from llmsched_env.evaluation.config import EvalConfig
 from llmsched_env.evaluation.resume import evaluation_record
+from tests.bench_scripts import bench_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "agents" / "policies").glob("*/policy.json"))
@@ -147,6 +148,7 @@ def test_the_evaluation_record_of_a_policy_leaves_its_fields_record_out() -> Non
     """The fingerprint of an exported policy (``evaluation.json``'s ``inputs``) is the one the committed
     evaluations of the generalist recorded before the shipped file was sealed: adding the record changed no
     input."""
-    committed = json.loads((ROOT / "docs/results/sustained/default-capacity/evaluation.json").read_text())
+    packed = ROOT / "docs/results/sustained/default.tar.gz"
+    committed = json.loads(bench_script("results_archive").read_member(packed, "default-capacity/evaluation.json"))
     record = evaluation_record({}, EvalConfig(policies=["learned"], scenarios=["default"]))
     assert record["inputs"]["policy learned"] == committed["inputs"]["policy learned"]

@@ -217,7 +217,7 @@ def test_evaluate_commands_for_scenarios_traces_describe_and_capacity(
     assert "t " in capsys.readouterr().out
     with pytest.raises(SystemExit):
         parse(["--trace", str(trace)])  # no format
-    _, config = parse(["--scenarios", "bursty", "--num-requests", "80"])
+    config = parse(["--scenarios", "bursty", "--num-requests", "80"]).config
     cap = find_capacity(config, get_scenario("bursty"), "fcfs")
     assert cap["capacity_load"] > 0 and cap["capacity_rps"] > 0
 

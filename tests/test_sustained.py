@@ -163,7 +163,7 @@ def test_a_short_window_is_flagged_at_a_high_load_and_not_at_a_lower_one(
         parse([*argv, "--require-sustained"])
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("llmsched-evaluate: error: --require-sustained: scenario 'u' at load 4: 1 of 1")
-    assert parse([*argv[:-3], "--loads", "1", "--require-sustained"])[1].loads == (1.0,)  # sustained: it runs
+    assert parse([*argv[:-3], "--loads", "1", "--require-sustained"]).config.loads == (1.0,)  # sustained: it runs
 
 
 def test_capacity_stops_at_the_largest_sustained_load_and_says_window_limited(tmp_path: Path) -> None:

@@ -73,7 +73,7 @@ def test_evaluate_refuses_a_policy_folder_whose_name_breaks_tables(
     shutil.copytree(ROOT / "tests" / "data" / "policies" / "mixed-slo", folder)
     line = _usage_line(["--policies", f"fcfs,{folder}", "--scenarios", "mixed-slo", "--num-requests", "5"], capsys)
     assert "--policies: policy name 'ppo|v2' holds the table separator '|'" in line
-    _, config = parse(["--policies", f"fcfs,v2={folder}", "--scenarios", "mixed-slo", "--num-requests", "5"])
+    config = parse(["--policies", f"fcfs,v2={folder}", "--scenarios", "mixed-slo", "--num-requests", "5"]).config
     assert [p.name for p in config.policies] == ["fcfs", "v2"]  # named: its own name labels the rows
 
 
@@ -90,7 +90,7 @@ def test_the_library_refuses_such_names_too() -> None:
 
 
 def test_names_that_pass_are_kept() -> None:
-    _, config = parse(["--policies", "my fcfs=fcfs,lookahead:k=8,horizon=8", "--scenarios", "mixed-slo"])
+    config = parse(["--policies", "my fcfs=fcfs,lookahead:k=8,horizon=8", "--scenarios", "mixed-slo"]).config
     mine, bound = (p.name for p in config.policies)
     assert mine == "my fcfs" and bound.startswith("lookahead")
 

@@ -43,7 +43,7 @@ def _usage_line(capsys: pytest.CaptureFixture, argv: list[str]) -> str:
 
 def test_a_tenant_column_gives_that_many_tenants_with_their_slo_classes(tmp_path: Path) -> None:
     trace = _tenant_trace(tmp_path / "mix.csv")
-    _, config = parse(_generic(trace, "--tenant-slo", "api=interactive,batch=2:0.5", "--num-requests", "40"))
+    config = parse(_generic(trace, "--tenant-slo", "api=interactive,batch=2:0.5", "--num-requests", "40")).config
     env = config.make_env(config.scenarios[0], 1.0, schema=1).unwrapped  # schema 1 names the tenants
     assert [t.name for t in env.tenants] == TENANTS
     assert [t.slo.name for t in env.tenants] == ["chat", "interactive", "2:0.5"]
@@ -81,8 +81,8 @@ def test_the_library_scenarios_keep_one_tenant() -> None:
     [
         (["--tenant-slo", "nobody=chat"], "no tenant 'nobody' in the trace's tenant column; its tenants are 'web'"),
         (["--tenant-slo", "api=fast"], "--tenant-slo: unknown SLO class 'fast'"),
-        (["--tenant-slo", "api"], "--tenant-slo: expected NAME=CLASS pairs"),
-        (["--tenant-slo", "api=chat,api=batch"], "--tenant-slo: tenant 'api' named twice"),
+        (["--tenant-slo", "api"], "--tenant-slo: tenant 'api' is not NAME=CLASS"),
+        (["--tenant-slo", "api=chat,api=batch"], "--tenant-slo: tenant 'api' is given twice"),
         (["--tenant-slo", "api=0:1"], "--tenant-slo: unknown SLO class '0:1'"),
         (["--trace-slo", "slow"], "--trace-slo: unknown SLO class 'slow'"),
     ],
@@ -108,7 +108,7 @@ def test_tenant_slos_for_a_trace_without_a_tenant_column_name_the_file(
     ]
     line = _usage_line(capsys, [*argv, "--tenant-slo", "a=chat"])
     assert f"{trace}: SLO classes given for tenant(s) 'a' but the trace has no tenant column" in line
-    _, config = parse([*argv, "--trace-slo", "batch"])
+    config = parse([*argv, "--trace-slo", "batch"]).config
     assert [t.name for t in config.make_env(config.scenarios[0], 1.0).unwrapped.tenants] == ["batch"]
 
 
@@ -126,7 +126,7 @@ def test_the_default_episode_fits_a_bursty_trace_and_a_larger_one_is_one_line(
 ) -> None:
     trace = _bursty_azure(tmp_path / "bursty.csv")
     argv = ["--trace", str(trace), "--trace-format", "azure"]
-    _, config = parse(argv)
+    config = parse(argv).config
     sc = config.scenarios[0]
     val_rows, test_rows = (len(sc.source(split).trace) for split in ("val", "test"))  # type: ignore[attr-defined]
     assert sc.num_requests == val_rows == test_rows == 2  # minutes 7-8 (val) and 9-10 (test) of the 10
@@ -135,7 +135,7 @@ def test_the_default_episode_fits_a_bursty_trace_and_a_larger_one_is_one_line(
     assert "bursty" in out
     line = _usage_line(capsys, [*argv, "--num-requests", "50"])
     assert f"{trace.resolve()}: an episode of 50 requests does not fit in the test split's 2 requests" in line
-    _, train = parse([*argv, "--num-requests", "50", "--split", "train"])  # the training part holds 96
+    train = parse([*argv, "--num-requests", "50", "--split", "train"]).config  # the training part holds 96
     assert train.num_requests == 50
 
 
@@ -178,7 +178,7 @@ def test_a_length_only_trace_keeps_its_tenants_and_their_shares(tmp_path: Path) 
 
 def test_engine_limits_reach_trace_and_library_scenarios(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     limits = ["--num-kv-blocks", "512", "--max-num-seqs", "16", "--max-num-batched-tokens", "1024"]
-    _, config = parse(["--scenarios", "default,azure-conv", *limits, "--max-model-len", "2048"])
+    config = parse(["--scenarios", "default,azure-conv", *limits, "--max-model-len", "2048"]).config
     for sc in config.scenarios:
         env = config.make_env(sc, 1.0).unwrapped
         e = env.engine_config
@@ -186,7 +186,7 @@ def test_engine_limits_reach_trace_and_library_scenarios(tmp_path: Path, capsys:
         env.close()
     assert get_scenario("azure-conv").engine.num_kv_blocks != 512  # the library itself is untouched
     trace = _tenant_trace(tmp_path / "mix.csv")
-    _, config = parse(_generic(trace, *limits))
+    config = parse(_generic(trace, *limits)).config
     assert config.make_env(config.scenarios[0], 1.0).unwrapped.engine_config.max_num_seqs == 16
     line = _usage_line(capsys, ["--max-num-seqs", "512", "--max-num-batched-tokens", "256"])
     assert "scenario 'default': EngineConfig.max_num_batched_tokens must be >= max_num_seqs" in line
@@ -234,7 +234,7 @@ def test_the_library_builds_a_trace_scenario_and_names_the_option_at_fault(tmp_p
         ({"trace_format": "nope"}, "trace_format: expected one of"),
         ({"trace_slo": "slow"}, "trace_slo: unknown SLO class 'slow'"),
         ({"trace_columns": ""}, "trace_columns: the generic format needs them"),
-        ({"trace_columns": "arrival"}, "trace_columns: expected field=column pairs"),
+        ({"trace_columns": "arrival"}, "trace_columns: pair 'arrival' is not field=column"),
         ({"rate": 2.0}, "unknown trace option(s) ['rate']"),
     ]:
         with pytest.raises(ValueError, match=re.escape(expect)):

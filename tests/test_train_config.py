@@ -89,7 +89,8 @@ def test_bad_arguments_are_one_line_usage_errors(capsys: pytest.CaptureFixture) 
         (["--out", "x", "--hp", "novalue"], "key=value"),
         (["--out", "x", "--bc", "nope"], "bc: unknown scheduler 'nope'"),
         (["--seeds", "a,b"], "--seeds must be a comma list"),
-        (["--hp-grid", "gamma"], "--hp-grid expects KEY=V1,V2"),
+        (["--hp-grid", "gamma"], "--hp-grid: item 'gamma' is not KEY=V1,V2"),
+        (["--hp-grid", "gamma="], "no values for 'gamma'"),
         (["--hyperparams", "/nonexistent.yml", "--out", "x"], "no hyperparameter file"),
     ):
         with pytest.raises(SystemExit) as exc:

@@ -4,16 +4,10 @@
     llmsched-calibrate fidelity --model tiny --preset runtime-tiny-cpu --policies fcfs,sjf,slo_aware \\
         --loads 0.4,0.7 --seeds 1,2                             # -> results/calibrate/fidelity-tiny-cpu/
 
-profile times the model runner over a grid of batch shapes, records fcfs fitting episodes (real iterations
-with the serving loop's own time), fits the linear cost model and writes it as a preset (with the grid
-samples beside it as CSV); load it anywhere by its path, e.g. evaluate.py --cost-model PATH. fidelity
-replays the same workloads, under several policies and loads, on the runtime and in the simulator priced by
-that preset, and writes the relative errors of TTFT / TPOT / E2E at p50 and p99 and of the throughput
-(fidelity.csv, fidelity.json, fidelity.md); unless --no-in-situ, each workload is also replayed in lockstep
-with fitting episodes and predicted by a model fitted to them: the error without the machine's speed drift
-since the preset was fitted. Fitting workloads (seeds 1000 and up) and the warm-up workload (999) are never
-fidelity workloads. Bars and status lines go to stderr (off with --no-progress), results to stdout. Writing
-inside the installed package (presets) or docs/results/ is refused unless --force. From Python:
+profile times the model over a grid of batch shapes and fcfs fitting episodes, fits the linear cost model and
+writes it as a preset (load it by its path: evaluate.py --cost-model PATH). fidelity replays the same workloads on
+the runtime and in the simulator priced by that preset and reports the relative errors of TTFT / TPOT / E2E at
+p50 and p99 and of the throughput (unless --no-in-situ, also against a model fitted in lockstep). From Python:
 llmsched_env.runtime.profiling.profile_preset and llmsched_env.runtime.fidelity_report.run_fidelity.
 """
 
@@ -26,10 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llmsched_env.commands.help import DefaultsFormatter, program
-from llmsched_env.commands.runner_options import add_runner_options, runner_spec
 from llmsched_env.common.checks import check_unique
 from llmsched_env.common.outputs import check_output, file_output_path, output_path
 from llmsched_env.evaluation.progress import Progress, status
+from llmsched_env.evaluation.runtime_options import add_runner_options, runner_spec
 from llmsched_env.runtime.names import FIDELITY_REQUESTS, FIT_LOADS
 
 __all__ = ["build_parser", "main", "parse_args"]
@@ -47,40 +41,33 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, title="subcommands")
     for name in ("profile", "fidelity"):
         s = sub.add_parser(name, formatter_class=DefaultsFormatter, help=f"its own options: {name} --help")
-        add_runner_options(s)
-        s.add_argument(
-            "--num-requests", type=int, default=FIDELITY_REQUESTS, help="requests per workload (at most 10,000)"
-        )
-        s.add_argument("--no-progress", action="store_true", help="no status lines and no progress bars on stderr")
-        s.add_argument("--force", action="store_true", help="allow writing inside a shipped folder")
+        work = s.add_argument_group("what to measure").add_argument
+        out = s.add_argument_group("output").add_argument
         if name == "profile":
-            out = "preset file (default: results/calibrate/runtime-MODEL-DEVICE.json)"
-            s.add_argument("--out", type=file_output_path, default=None, help=out)
-            s.add_argument(
-                "--repeats", type=int, default=3, help="timed runs per batch shape (median kept; at most 1,000)"
-            )
-            s.add_argument("--quick", action="store_true", help="a small grid (tests, smoke runs)")
-            s.add_argument("--name", default=None, help="preset name (default: the file stem)")
-            s.add_argument(
-                "--fit-loads", default=",".join(map(str, FIT_LOADS)), help="loads of the recorded fitting episodes"
-            )
+            out("--out", type=file_output_path, default=None,
+                help="preset file (default: results/calibrate/runtime-MODEL-DEVICE.json)")  # fmt: skip
+            out("--name", default=None, help="preset name (default: the file stem)")
+            work("--repeats", type=int, default=3, help="timed runs per batch shape (median kept; at most 1,000)")
+            work("--quick", action="store_true", help="a small grid (tests, smoke runs)")
+            fit = ",".join(map(str, FIT_LOADS))
+            work("--fit-loads", default=fit, help="loads of the recorded fitting episodes")
         else:
-            out = "report folder (default: results/calibrate/fidelity-MODEL-DEVICE)"
-            s.add_argument("--out", type=output_path, default=None, help=out)
-            s.add_argument("--preset", required=True, help="cost-model preset name or JSON path")
-            s.add_argument("--policies", default="fcfs,sjf,slo_aware", help="schedulers, comma list")
-            s.add_argument("--loads", default="0.5,0.8", help="fractions of the simulated saturation throughput")
-            s.add_argument("--seeds", default="1,2", help="workload seeds (not 999, not 1000 and up)")
-            s.add_argument(
-                "--no-in-situ", dest="in_situ", action="store_false", help="skip the lockstep in-situ replays"
-            )
+            out("--out", type=output_path, default=None,
+                help="report folder (default: results/calibrate/fidelity-MODEL-DEVICE)")  # fmt: skip
+            work("--preset", required=True, help="cost-model preset name or JSON path")
+            work("--policies", default="fcfs,sjf,slo_aware", help="schedulers, comma list")
+            work("--loads", default="0.5,0.8", help="fractions of the simulated saturation throughput")
+            work("--seeds", default="1,2", help="workload seeds (not 999, not 1000 and up)")
+            work("--no-in-situ", dest="in_situ", action="store_false", help="skip the lockstep in-situ replays")
+        work("--num-requests", type=int, default=FIDELITY_REQUESTS, help="requests per workload (at most 10,000)")
+        out("--no-progress", action="store_true", help="no status lines and no progress bars on stderr")
+        out("--force", action="store_true", help="allow writing inside a shipped folder")
+        add_runner_options(s.add_argument_group("model"))
     return p
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse and check the arguments (``args.spec``: the ``RunnerSpec``; lists parsed; ``--out`` defaulted
-    and checked against shipped folders). A bad argument exits with a one-line usage error (status 2). Torch
-    is imported only once the arguments are parsed: ``--help`` does not wait for it."""
+    """Parse and check the arguments (``args.spec``, ``--out`` defaulted); a bad one exits (status 2)."""
     p = build_parser()
     args = p.parse_args(argv)
     from llmsched_env.runtime.fidelity import check_runtime_requests
@@ -143,8 +130,7 @@ def _numbers(option: str, text: str, kind: type) -> list:
 
 
 class _Bars:
-    """``on_status(line)`` and ``on_progress(phase, done, total)`` on stderr: a status line ends the bars
-    before it, and each phase has its own bar until the next phase or status line."""
+    """``on_status`` and ``on_progress`` on stderr: one bar per phase, ended by the next phase or status line."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled

@@ -1,18 +1,13 @@
 """``llmsched-compile``: compile the simulator's core with mypyc again (about twice the iterations a second).
 
-Installing the package compiles it already (``setup.py``, where a C compiler is found); this command rebuilds it
-in a checkout after the sources changed, or removes it.
-
     llmsched-compile            # build the extensions beside the sources (needs mypy, `pip install -e '.[compile]'`,
                                 # and a C compiler); about 3 minutes on one core
     llmsched-compile --check    # say whether the engine runs compiled here, and why not (exit status 1 if not)
     llmsched-compile --clean    # remove them: the Python sources run again
 
-The modules (``llmsched_env.common.compiled.MODULES``) are compiled as one mypyc group in a temporary folder;
-their extensions are then copied beside the sources, with ``_compiled.json`` recording each source's SHA-256 and
-the interpreter. A source edited later makes the build stale: importing ``llmsched_env`` then runs the sources
-(one line on stderr says so) until this is run again. Nothing else changes: the same seed gives the same
-trajectory compiled or not (``tests/test_compiled.py``).
+Installing the package compiles it already (``setup.py``); this rebuilds it after the sources changed. The
+extensions go beside the sources with ``_compiled.json`` (each source's SHA-256): a source edited later makes the
+build stale, and the sources run until this is run again. The same seed gives the same trajectory either way.
 """
 
 from __future__ import annotations
@@ -58,8 +53,7 @@ setup(name="llmsched-compiled", ext_modules=mypyc_extensions(package_dir, tmp + 
 
 
 def build(package_dir: Path = PACKAGE_DIR, quiet: bool = False) -> list[Path]:
-    """Compile ``MODULES`` of the package in ``package_dir`` and install the extensions beside their sources.
-    Returns the files written. Raises RuntimeError (one line, with the compiler's last line) when it fails."""
+    """Compile ``MODULES`` and install the extensions beside their sources; ``RuntimeError`` (one line) if it fails."""
     if importlib.util.find_spec("mypyc") is None:
         raise RuntimeError("mypyc is not installed: pip install -e '.[compile]' (it ships with mypy)")
     digests = source_digests(package_dir)

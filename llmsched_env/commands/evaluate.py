@@ -3,39 +3,19 @@
     llmsched-evaluate --policies fcfs,slo_aware,mine=runs/ppo0 --seeds 0,1,2 --out results/
     python evaluate.py ...            (the same command, from a checkout)
 
-Runs every (policy, scenario, load, seed) episode to its end through ``LLMSched-v1``; each policy acts on
-the observation and action mask only, as an agent would. A policy is a baseline name or the path of an
-exported policy (a run folder holding ``policy.json`` + ``policy.safetensors``, or the JSON itself),
-optionally named ``alias=path``. Prints one row per run as it finishes (a progress bar with an ETA on
-stderr; --no-progress turns it off) and, with several seeds, the mean and 95% confidence half-width
-(Student t) per (policy, scenario, load). ``--out`` gets ``results.csv`` and ``results.json`` (one row per
-run, one column per metric), ``summary.csv`` and the plots (``--no-plots`` skips them); ``--tensorboard DIR``
-writes every run's metrics as TensorBoard scalars (step = seed); either inside ``policies/``,
-``docs/results/`` or the installed package is refused unless ``--force``. ``--capacity`` searches each
-policy's highest load with attainment >= 90% instead.
-
-``--out`` is held by one evaluation at a time (a second is refused in one line); a new evaluation there first
-removes ``complete.json``, appends each finished run (or capacity search) to ``rows.jsonl`` as it ends
-(``evaluation.json`` records what it runs), writes every file atomically over the earlier run's (which stay whole
-until then), removes the earlier files it did not write (by name: ``outputs.EVALUATION_FILES``) and writes
-``complete.json`` last. ``--resume`` continues a killed evaluation from ``rows.jsonl``: the
-same options, only the runs not yet there (docs/reliability.md).
-
-``--engine vllm`` also runs every episode through vLLM's real scheduler (the ``vllm`` extra; the policy decides
-vLLM's batches, the same cost model prices them) and prints its SLO attainment next to the simulator's.
-
-``--backend runtime --model tiny`` serves the same episodes on the torch runtime (a real model, paged KV
-cache, the same core engine and the same policies) instead of the simulator. A run whose policy fell back
-(to fcfs: it raised or was late) on more than 1% of its decisions is marked ``policy [fallback N%]`` in the
-tables and warned about on stderr (``evaluation.fallbacks``).
-
-Everything it does is a library call (``llmsched_env.evaluation``: ``EvalConfig``, ``run_grid``,
-``capacity_grid``, ``summarize``, ``write_results``).
+Runs every (policy, scenario, load, seed) episode through ``LLMSched-v1`` (``--capacity``: searches each
+policy's highest load with attainment >= 90% instead). A policy is a baseline name or an exported policy (a run
+folder or its ``policy.json``), optionally ``alias=path``. One row per run as it finishes (a bar on stderr),
+then, with several seeds, the mean and 95% interval. ``--out`` gets results.csv/.json, summary.csv and plots,
+held by one evaluation at a time, written atomically and marked ``complete.json`` last; each run is appended to
+``rows.jsonl`` as it ends, so ``--resume`` continues a killed evaluation (docs/reliability.md). ``--engine vllm``
+also runs vLLM's real scheduler; ``--backend runtime`` serves the episodes on the torch runtime. A run whose
+policy fell back on more than 1% of its decisions is marked ``[fallback N%]``. From Python:
+``llmsched_env.evaluation`` (``EvalConfig``, ``run_grid``, ``capacity_grid``, ``summarize``, ``write_results``).
 """
 
 from __future__ import annotations
 
-import argparse
 import errno
 import shlex
 import sys
@@ -45,11 +25,10 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
-from llmsched_env.commands.evaluate_args import PROG, build_parser, config_from_args
-from llmsched_env.commands.help import given_options, program
+from llmsched_env.commands.evaluate_args import PROG, Evaluation, evaluation
+from llmsched_env.commands.help import program
 from llmsched_env.common.outputs import is_complete, locked_output, mark_complete
 from llmsched_env.evaluation import (
-    EvalConfig,
     InputError,
     Row,
     capacity_grid,
@@ -67,139 +46,102 @@ from llmsched_env.evaluation import (
 from llmsched_env.evaluation.capacity import capacity_notes, verdict_notes
 from llmsched_env.evaluation.fallbacks import fallback_warning
 from llmsched_env.evaluation.grid import KEY_COLUMNS, FinishedRun, ForeignRunError
-from llmsched_env.evaluation.outputs import (
-    CAPACITY_COLUMNS,
-    FINISHED_FILES,
-    RESULTS_TITLE,
-    LiveTable,
-    clear_outputs,
-)
+from llmsched_env.evaluation.outputs import CAPACITY_COLUMNS, FINISHED_FILES, RESULTS_TITLE, LiveTable, clear_outputs
 from llmsched_env.evaluation.progress import Progress
 from llmsched_env.evaluation.resume import RECORD_NAME, ROWS_NAME, RowsLog, check_resumable, evaluation_record
 from llmsched_env.evaluation.stats import SUMMARY_METRICS
 from llmsched_env.evaluation.sustained import absent_tenant_notes, overlong_notes, unsustained
 
-__all__ = ["main", "parse"]
+__all__ = ["main", "parse", "run"]
 
 
-def parse(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, EvalConfig]:
-    """The options and the ``EvalConfig`` of a command line; a bad one exits (status 2) with a usage line.
-    ``args.flags`` maps each option's name to its flag (``policy_timeout_s`` -> ``--policy-timeout``)."""
-    parser = build_parser(__doc__ or "")
-    parser.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the evaluation in --out that was killed: run only what its rows.jsonl lacks (the same "
-        "options; another evaluation there is refused), then write every file from all the rows; with nothing "
-        "there to resume, start one",
-    )
-    args = parser.parse_args(argv)
-    args.given = given_options(parser, argv)
-    if args.resume and (args.out is None or args.describe or args.engine == "vllm"):
-        parser.error("--resume continues an evaluation in --out: it needs --out, and no --describe or --engine vllm")
-    args.flags = {a.dest: max(a.option_strings, key=len) for a in parser._actions if a.option_strings}
-    return args, config_from_args(parser, args)
+def parse(argv: Sequence[str] | None = None) -> Evaluation:
+    """The checked ``Evaluation`` of a command line; a bad one exits (status 2) with a usage line."""
+    return evaluation(argv, __doc__ or "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``llmsched-evaluate`` with ``argv`` (default: the process's arguments); 0 on success. A bad
-    argument exits with status 2 and one usage line; an input found bad only when its run starts (a weights
-    file), an ``--out`` another evaluation holds, or a ``--resume`` of another evaluation exits with status 1
-    and one error line."""
-    args, config = parse(argv)
-    if args.describe:
+    """Run ``llmsched-evaluate`` with ``argv`` (default: the process's arguments); 0 on success."""
+    return run(parse(argv))
+
+
+def run(ev: Evaluation) -> int:
+    """Run a parsed evaluation; a bad input found when a run starts is one line, status 1."""
+    config = ev.config
+    if ev.describe:
         for scenario in config.scenarios:
             for load in config.loads:
-                text = format_description(
-                    scenario,
-                    config.split,
-                    load,
-                    config.seeds[0],
-                    config.num_requests,
-                    config.cost_model,
-                )
-                print(text)
+                print(format_description(scenario, config.split, load, config.seeds[0], config.num_requests,
+                                         config.cost_model))  # fmt: skip
         return 0
     for spec in config.policies:
         if spec.path is not None:
             exported = spec.load()
             print(f"policy {spec.name}: {exported.path} ({exported.meta.get('algo', '?')})")
-    line = [PROG[0], *(sys.argv[1:] if argv is None else argv)]
     # whether --out held an evaluation: only then are the earlier results this one does not write removed at the
     # end (a folder of the user's own files named like an evaluation's, without its marks, keeps them)
-    args.held_evaluation = args.out is not None and ((args.out / RECORD_NAME).exists() or is_complete(args.out))
-    if args.engine == "vllm":
-        with _holding(args.out):  # before any episode: one evaluation per --out
-            return _vllm(config, args, line)
-    record = _record(config, args)
-    if record is not None and args.resume:  # another evaluation there: refused before the folder is touched
-        _resumable(args.out, record)
-    killed = args.out is not None and (args.out / ROWS_NAME).is_file() and not is_complete(args.out)
-    with _holding(args.out), _disk_full(args.out):
-        return _evaluate(config, args, line, record, killed)
+    held = ev.out is not None and ((ev.out / RECORD_NAME).exists() or is_complete(ev.out))
+    if ev.engine == "vllm":
+        with _holding(ev.out):  # before any episode: one evaluation per --out
+            return _vllm(ev, held)
+    record = None if ev.out is None else evaluation_record(ev.options, config, ev.files)
+    if ev.out is not None and record is not None and ev.resume:  # another evaluation there: refused now
+        _resumable(ev.out, record)
+    killed = ev.out is not None and (ev.out / ROWS_NAME).is_file() and not is_complete(ev.out)
+    with _holding(ev.out), _disk_full(ev.out):
+        return _evaluate(ev, held, record, killed)
 
 
-def _evaluate(
-    config: EvalConfig,
-    args: argparse.Namespace,
-    line: list[str],
-    record: dict[str, Any] | None = None,
-    killed: bool = False,
-) -> int:
-    """The grid or the capacity searches, with ``--out`` held (its evaluation ``record``; ``killed``: it holds
-    the rows of an evaluation that did not finish): its rows file, then the result files and the completion
-    marker."""
+def _evaluate(ev: Evaluation, held: bool, record: dict[str, Any] | None = None, killed: bool = False) -> int:
+    """The grid or the capacity searches with ``--out`` held (``held``: an earlier evaluation's)."""
+    config = ev.config
     windows = len(config.scenarios) * len(config.loads) * len(config.seeds)
-    if not args.capacity and windows > 10_000:  # about a millisecond each: say so before a long silence
+    if not ev.capacity and windows > 10_000:  # about a millisecond each: say so before a long silence
         _note(f"checking that the {windows:,} windows of the grid are sustained (about {windows // 3_000 + 1} s)")
-    flagged = [] if args.capacity else unsustained(config)
+    flagged = [] if ev.capacity else unsustained(config)
     notes = absent_tenant_notes(config) + overlong_notes(config) + [f"unsustained windows: {text}" for text in flagged]
-    for note in notes + (capacity_notes(config, args.per_seed) if args.capacity else []):
+    for note in notes + (capacity_notes(config, ev.per_seed) if ev.capacity else []):
         _note(note)
-    plots = args.plots if args.plots is not None else args.out is not None
     summary: list[Row] = []
     details: list[Row] = []
-    log, finished = _rows_log(args, line, record, killed)
+    log, finished = _rows_log(ev, record, killed)
     try:
-        if config.runtime is not None and not args.no_speed_check:
-            _speed_check(config)  # builds the model: a bad weights file is an InputError here
-        if args.capacity:
-            rows = _capacity(config, args, log, [run.row for run in finished])
+        if config.runtime is not None and ev.speed_check:
+            _speed_check(ev)  # builds the model: a bad weights file is an InputError here
+        if ev.capacity:
+            rows = _capacity(ev, log, [run.row for run in finished])
             for note in verdict_notes(config, rows):
                 _note(note)
-            if args.per_seed:
+            if ev.per_seed:
                 summary = summarize_capacity(rows)
                 print(format_capacity_summary(summary), flush=True)
         else:
-            rows, details = _grid(config, args, plots, bool(flagged), log, finished)
+            rows, details = _grid(ev, bool(flagged), log, finished)
             summary = summarize(rows)
             if len(config.seeds) > 1:
                 print(format_summary(summary), flush=True)
     except InputError as exc:  # found only when a run starts (a weights file): one line, no traceback
         _fail(exc)
     except ForeignRunError as exc:  # a line of the rows file that is no run of this evaluation (--resume)
-        _fail(ValueError(f"--resume: {args.out / ROWS_NAME if args.out else ROWS_NAME}: {exc}; remove that line or "
+        _fail(ValueError(f"--resume: {ev.out / ROWS_NAME if ev.out else ROWS_NAME}: {exc}; remove that line or "
                          "start afresh without --resume"))  # fmt: skip
     finally:
         if log is not None:
             log.close()
-    if args.out is not None:
-        _finish(args.out, lambda: write_results(args.out, rows, summary=summary, details=details, plots=plots),
-                args.held_evaluation)  # fmt: skip
-    if args.tensorboard is not None:
-        write_tensorboard(rows, args.tensorboard)
-        print(f"wrote TensorBoard events under {args.tensorboard} (tensorboard --logdir {args.tensorboard})")
-    if args.out is not None:  # last: a folder without it holds an evaluation killed or still going
+    out = ev.out
+    if out is not None:
+        _finish(out, lambda: write_results(out, rows, summary=summary, details=details, plots=ev.plots), held)
+    if ev.tensorboard is not None:
+        write_tensorboard(rows, ev.tensorboard)
+        print(f"wrote TensorBoard events under {ev.tensorboard} (tensorboard --logdir {ev.tensorboard})")
+    if out is not None:  # last: a folder without it holds an evaluation killed or still going
         taken = len(rows) - (log.appended if log is not None else 0)  # rows an earlier run made (--resume)
-        mark_complete(args.out, {"command": shlex.join(line), "rows": len(rows), "resumed_rows": taken})
+        mark_complete(out, {"command": shlex.join(ev.line), "rows": len(rows), "resumed_rows": taken})
     return 0
 
 
 def _finish(out: Path, write: Callable[[], list[Path]], earlier: bool = True) -> None:
-    """The new results written into ``out`` (each file replacing its earlier version in one step), then, when
-    ``out`` held an ``earlier`` evaluation, the files of it that this one did not write removed: until then the
-    earlier results stay whole, so a kill or a full disk before the end leaves them as they were. A full disk is
-    one line."""
+    """Write the results into ``out``, then remove an ``earlier`` evaluation's files not written again."""
     try:
         written = write()
     except OSError as exc:  # a full disk, a file made immutable, a folder made read-only since the check
@@ -212,9 +154,7 @@ def _finish(out: Path, write: Callable[[], list[Path]], earlier: bool = True) ->
 
 @contextmanager
 def _disk_full(out: Path | None) -> Iterator[None]:
-    """A full disk (``ENOSPC``, ``EDQUOT``) anywhere in the block as one error line: the runs finished before it
-    are in ``out``'s rows file (each line on disk before the next run starts; a line cut short is cut off by the
-    next ``--resume``), so the line says to free space and resume."""
+    """A full disk in the block as one error line saying to free space and ``--resume``."""
     try:
         yield
     except OSError as exc:
@@ -237,8 +177,7 @@ def _note(text: str) -> None:
 
 @contextmanager
 def _holding(out: Path | None) -> Iterator[None]:
-    """``out`` locked for this process while the block runs (``common.outputs.locked_output``; nothing
-    without ``--out``); held by another process: one error line."""
+    """``out`` locked for this process while the block runs; held by another: one error line."""
     if out is None:
         yield
         return
@@ -253,24 +192,8 @@ def _holding(out: Path | None) -> Iterator[None]:
         yield
 
 
-# options that do not change an evaluation's rows: --resume may give them otherwise than the run it continues
-_NOT_COMPARED = ("out", "plots", "tensorboard", "force", "no_progress", "workers", "ray", "ray_cpus", "resume",
-                 "describe", "no_speed_check", "require_sustained", "check_invariants", "flags", "given",
-                 "held_evaluation")  # fmt: skip
-
-
-def _record(config: EvalConfig, args: argparse.Namespace) -> dict[str, Any] | None:
-    """The record of the evaluation ``args`` ask for (``evaluation.resume``), None without ``--out``: the
-    options that decide its rows, by flag, and the files they name."""
-    if args.out is None:
-        return None
-    options = {args.flags.get(k, k): v for k, v in vars(args).items() if k not in _NOT_COMPARED}
-    files = {"--trace": args.trace, "--cost-model": args.cost_model, "--weights": getattr(args, "weights", None)}
-    return evaluation_record(options, config, files)
-
-
 def _resumable(out: Path, record: dict[str, Any]) -> bool:
-    """Whether ``out`` holds an evaluation that ``record``'s resumes (another one there: one error line)."""
+    """Whether ``out`` holds an evaluation ``record`` resumes (another one: one error line)."""
     try:
         return check_resumable(out, record)
     except ValueError as exc:
@@ -278,61 +201,57 @@ def _resumable(out: Path, record: dict[str, Any]) -> bool:
 
 
 def _rows_log(
-    args: argparse.Namespace, line: list[str], record: dict[str, Any] | None, killed: bool = False
+    ev: Evaluation, record: dict[str, Any] | None, killed: bool = False
 ) -> tuple[RowsLog | None, list[FinishedRun]]:
-    """With ``--out`` (held): ``--resume`` of the evaluation there, the runs it finished and its rows file open
-    (another evaluation there: one error line); else the files of an earlier evaluation removed (a note on
-    stderr when it was ``killed``) and a new rows file with ``record``. Without ``--out``: no rows file."""
-    if args.out is None or record is None:
+    """The rows file of ``--out``: on ``--resume`` reopened with its finished runs, else a new one."""
+    out = ev.out
+    if out is None or record is None:
         return None, []
-    rows_path = args.out / ROWS_NAME
-    if args.resume and _resumable(args.out, record):
+    rows_path = out / ROWS_NAME
+    if ev.resume and _resumable(out, record):
         try:
-            required = CAPACITY_COLUMNS if args.capacity else (*KEY_COLUMNS, *SUMMARY_METRICS)
-            log, finished = RowsLog.resume(args.out, record, required)
+            required = CAPACITY_COLUMNS if ev.capacity else (*KEY_COLUMNS, *SUMMARY_METRICS)
+            log, finished = RowsLog.resume(out, record, required)
         except ValueError as exc:  # a rows file that is not one
             _fail(ValueError(f"--resume: {exc}"))
-        clear_outputs(args.out, keep=(ROWS_NAME, RECORD_NAME, *FINISHED_FILES))
-        one, many = ("capacity search", "capacity searches") if args.capacity else ("run", "runs")
-        what = one if len(finished) == 1 else many
-        _note(f"resuming: {len(finished)} finished {what} in {rows_path}")
+        clear_outputs(out, keep=(ROWS_NAME, RECORD_NAME, *FINISHED_FILES))
+        one, many = ("capacity search", "capacity searches") if ev.capacity else ("run", "runs")
+        _note(f"resuming: {len(finished)} finished {one if len(finished) == 1 else many} in {rows_path}")
         return log, finished
-    if args.resume:
-        _note(f"--resume: no evaluation to resume in {args.out}; starting one")
+    if ev.resume:
+        _note(f"--resume: no evaluation to resume in {out}; starting one")
     elif killed and rows_path.stat().st_size > 0:
-        _note(f"{args.out} held the rows of an evaluation that did not finish; starting afresh (--resume continues it)")
-    clear_outputs(args.out, keep=FINISHED_FILES)  # an earlier run's results stay until this one has its own
-    full = {**record, "command": shlex.join(line), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    return RowsLog.start(args.out, full), []
+        _note(f"{out} held the rows of an evaluation that did not finish; starting afresh (--resume continues it)")
+    clear_outputs(out, keep=FINISHED_FILES)  # an earlier run's results stay until this one has its own
+    full = {**record, "command": shlex.join(ev.line), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    return RowsLog.start(out, full), []
 
 
-def _vllm(config: EvalConfig, args: argparse.Namespace, line: list[str]) -> int:
-    """``--engine vllm``: every run on llmsched's simulator and on vLLM's scheduler in the loop, same requests;
-    a table of both attainments, and the rows (every metric of both engines) in ``--out``."""
+def _vllm(ev: Evaluation, held: bool) -> int:
+    """``--engine vllm``: every run on the simulator and on vLLM's scheduler, a table of both attainments."""
     from llmsched_env.evaluation.vllm_engine import compare_engines, format_comparison
 
-    if args.out is not None:
-        clear_outputs(args.out, keep=FINISHED_FILES)  # an earlier run's results stay until this one has its own
+    out = ev.out
+    if out is not None:
+        clear_outputs(out, keep=FINISHED_FILES)  # an earlier run's results stay until this one has its own
     try:
-        rows = compare_engines(config, policy_timeout_s=args.policy_timeout_s)
+        rows = compare_engines(ev.config, policy_timeout_s=ev.policy_timeout_s)
     except ValueError as exc:
         _fail(exc)
     print(format_comparison(rows), flush=True)
     for row in rows:
         _warn_fallbacks(row)
-    if args.out is not None:
-        _finish(args.out, lambda: write_results(args.out, rows, plots=False), args.held_evaluation)
-        mark_complete(args.out, {"command": shlex.join(line), "rows": len(rows)})
+    if out is not None:
+        _finish(out, lambda: write_results(out, rows, plots=False), held)
+        mark_complete(out, {"command": shlex.join(ev.line), "rows": len(rows)})
     return 0
 
 
-def _speed_check(config: EvalConfig) -> None:
-    """Profile this machine for a few seconds against the cost model that prices the runtime's SLOs and
-    arrival rate; one line on stderr with the measured ratio, and a warning when it is far from 1."""
-    import time
-
+def _speed_check(ev: Evaluation) -> None:
+    """Profile this machine against the runtime's cost model: the ratio on stderr, a warning if far from 1."""
     from llmsched_env.evaluation.runtime_backend import Runners, speed_check, speed_message
 
+    config = ev.config
     assert config.runtime is not None and config.cost_model is not None
     env: Any = config.make_env(config.scenarios[0], 1.0).unwrapped
     t0 = time.perf_counter()
@@ -348,58 +267,42 @@ def _speed_check(config: EvalConfig) -> None:
 @contextmanager
 def _live(
     table: LiveTable,
-    args: argparse.Namespace,
+    ev: Evaluation,
     desc: str,
     unit: str,
     total: int,
     title: str | None = None,
     done: Sequence[Row] = (),
-) -> Iterator[dict[str, Any]]:
-    """A bar over ``total`` steps on stderr, ``title``, ``table``'s header and the ``done`` rows (finished
-    before a ``--resume``) on stdout now; yields the keyword arguments ``run_grid`` and ``capacity_grid``
-    share: Ray, each row printed under the header as it comes, the bar."""
-    with Progress(total=total, desc=desc, unit=unit, enabled=not args.no_progress) as bar:
+) -> Iterator[tuple[dict[str, Any], Callable[[Row], None]]]:
+    """A bar, the table's head and the ``done`` rows; yields ``run_grid``'s keyword arguments and ``on_row``."""
+    for row in done:
+        _warn_fallbacks(row)
+    with Progress(total=total, desc=desc, unit=unit, enabled=ev.progress) as bar:
         for line in ([title] if title else []) + table.head() + [table.format(row) for row in done]:
             bar.print(line)
-        yield {
-            "ray": args.ray,
-            "ray_cpus": args.ray_cpus,
-            "on_row": lambda row: bar.print(table.format(row)),
-            "progress": bar,
-        }
+
+        def on_row(row: Row) -> None:
+            bar.print(table.format(row))
+            _warn_fallbacks(row, bar.note)
+
+        yield {"ray": ev.ray, "ray_cpus": ev.ray_cpus, "progress": bar}, on_row
 
 
 def _grid(
-    config: EvalConfig,
-    args: argparse.Namespace,
-    details: bool,
-    sustained_column: bool = False,
-    log: RowsLog | None = None,
-    finished: Sequence[FinishedRun] = (),
+    ev: Evaluation, sustained_column: bool = False, log: RowsLog | None = None, finished: Sequence[FinishedRun] = ()
 ) -> tuple[list[Row], list[Row]]:
-    """Every run not ``finished``, each row printed as it comes (as its cell comes on Ray) and appended to
-    ``log``; the bar counts runs (cells). With ``sustained_column`` (some window is not sustained) the table
-    shows each run's ``sustained``."""
-    unit = "cell" if args.ray else "run"
-    table = results_table(config, sustained=sustained_column)
+    """Every run not ``finished``, each printed as it comes and appended to ``log``."""
+    table = results_table(ev.config, sustained=sustained_column)
     done = [run.row for run in finished]
-    for row in done:
-        _warn_fallbacks(row)
-    with _live(table, args, "grid", unit, config.num_runs, RESULTS_TITLE, done) as live:
+    unit = "cell" if ev.ray else "run"
+    with _live(table, ev, "grid", unit, ev.config.num_runs, RESULTS_TITLE, done) as (live, on_row):
         on_run = log.append if log is not None else None
-        show, bar = live.pop("on_row"), live["progress"]
-
-        def on_row(row: Row) -> None:
-            show(row)
-            _warn_fallbacks(row, bar.note)
-
-        result = run_grid(config, details=details, finished=finished, on_run=on_run, on_row=on_row, **live)
+        result = run_grid(ev.config, details=ev.plots, finished=finished, on_run=on_run, on_row=on_row, **live)
     return result.rows, result.details
 
 
 def _warn_fallbacks(row: Row, note: Callable[[str], None] | None = None) -> None:
-    """One line on stderr (through ``note``, a bar's, when given) for a run whose policy fell back over
-    ``fallbacks.FALLBACK_LIMIT`` of its decisions."""
+    """One line on stderr (through a bar's ``note`` when given) for a run whose policy fell back too often."""
     warning = fallback_warning(row)
     if warning is not None and note is not None:
         note(f"{program(*PROG)}: {warning}")
@@ -407,26 +310,17 @@ def _warn_fallbacks(row: Row, note: Callable[[str], None] | None = None) -> None
         _note(warning)
 
 
-def _capacity(
-    config: EvalConfig, args: argparse.Namespace, log: RowsLog | None = None, finished: Sequence[Row] = ()
-) -> list[Row]:
-    """Every (scenario, policy) capacity search not ``finished``, each row appended to ``log`` and printed as
-    its search ends; the bar counts load evaluations, its total growing as the searches go (on Ray: it counts
-    searches)."""
-    table = capacity_table(config, per_seed=args.per_seed)
-    for row in finished:
-        _warn_fallbacks(row)
-    with _live(table, args, "capacity", "search" if args.ray else "eval", 0, done=finished) as live:
-        show = live.pop("on_row")
-        bar = live["progress"]
+def _capacity(ev: Evaluation, log: RowsLog | None = None, finished: Sequence[Row] = ()) -> list[Row]:
+    """Every capacity search not ``finished``, each appended to ``log`` and printed as it ends."""
+    table = capacity_table(ev.config, per_seed=ev.per_seed)
+    with _live(table, ev, "capacity", "search" if ev.ray else "eval", 0, done=finished) as (live, show):
 
         def on_row(row: Row) -> None:
             if log is not None:
                 log.append(row)  # on disk before the next search starts
             show(row)
-            _warn_fallbacks(row, bar.note)
 
-        return capacity_grid(config, per_seed=args.per_seed, finished=finished, on_row=on_row, **live)
+        return capacity_grid(ev.config, per_seed=ev.per_seed, finished=finished, on_row=on_row, **live)
 
 
 if __name__ == "__main__":

@@ -1,22 +1,21 @@
-"""The options of ``llmsched-evaluate`` and their translation into an ``EvalConfig``.
+"""The options of ``llmsched-evaluate`` and the ``Evaluation`` they make, and the option helpers the commands share.
 
-Every bad value ends in one usage line (``parser.error``), never a traceback: argparse types check the
-shape of each value, the library (``EvalConfig``, ``resolve_policy``, ``RuntimeOptions``,
-``scenario_from_trace``, ``check_output`` for ``--out`` and ``--tensorboard`` inside a shipped folder
-without ``--force``) checks the rest and its ``ValueError`` becomes the usage line.
+Every bad value ends in one usage line (``parser.error``), never a traceback: argparse types check each value's
+shape, the library (``EvalConfig``, ``RuntimeOptions``, ``check_output``, ...) the rest.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
-from llmsched_env.commands.help import DefaultsFormatter, from_args, program
-from llmsched_env.commands.runner_options import add_runner_options
+from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
 from llmsched_env.common.checks import check_label, duplicates
 from llmsched_env.common.files import CountLimit
 from llmsched_env.common.outputs import COMPLETE_NAME, LOCK_NAME, check_output, output_path
@@ -26,34 +25,17 @@ from llmsched_env.engine.config import ENGINE_BOUNDS, SLO_CLASSES
 from llmsched_env.evaluation import EvalConfig, RuntimeOptions
 from llmsched_env.evaluation.outputs import FINISHED_FILES
 from llmsched_env.evaluation.resume import RECORD_NAME, ROWS_NAME
+from llmsched_env.evaluation.runtime_options import add_runner_options
 from llmsched_env.workloads.library import list_scenarios
 from llmsched_env.workloads.scenarios import SPLITS, Scenario
 from llmsched_env.workloads.trace_io import data_stem
 from llmsched_env.workloads.trace_options import TRACE_OPTIONS, build_trace_scenario, tenant_slos
 from llmsched_env.workloads.traces import TRACE_FORMATS
 
-__all__ = [
-    "ENGINE_LIMITS",
-    "PROG",
-    "TRACE_OPTIONS",
-    "add_engine_limits",
-    "add_fitted_option",
-    "add_scaleout_options",
-    "add_trace_options",
-    "as_flags",
-    "build_parser",
-    "config_from_args",
-    "csv_list",
-    "engine_limits",
-    "int_at_least",
-    "positive_float",
-    "positive_int",
-    "scaleout",
-    "tenant_slos",
-    "trace_options",
-    "trace_scenario",
-    "trace_scenarios",
-]
+__all__ = ["ENGINE_LIMITS", "PROG", "TRACE_OPTIONS", "Evaluation", "add_engine_limits", "add_fitted_option",
+           "add_scaleout_options", "add_trace_options", "as_flags", "build_parser", "config_from_args", "csv_list",
+           "engine_limits", "evaluation", "int_at_least", "positive_float", "positive_int", "scaleout",
+           "stray_trace_options", "tenant_slos", "trace_options", "trace_scenario", "trace_scenarios"]  # fmt: skip
 
 PROG = ("llmsched-evaluate", "evaluate.py")  # the console script, the checkout's script (``help.program``)
 # EngineConfig fields settable from the command line, each --NAME-WITH-DASHES (default: the scenario's)
@@ -67,8 +49,7 @@ ENGINE_LIMITS = {
 
 
 def _entries(text: str) -> list[str]:
-    """The stripped entries of a comma list (none for a blank one); ``argparse.ArgumentTypeError`` for an empty
-    entry (``fcfs,,sjf``, ``fcfs,``: a typo, or a variable that expanded to nothing)."""
+    """The stripped entries of a comma list; an error for an empty entry (``fcfs,,sjf``: a typo or empty variable)."""
     items = [x.strip() for x in text.split(",")]
     if text.strip() and not all(items):
         raise argparse.ArgumentTypeError(f"an empty entry in {text!r} (a comma too many, or an empty variable?)")
@@ -76,9 +57,7 @@ def _entries(text: str) -> list[str]:
 
 
 def csv_list(kind: type, minimum: float | None = None, unique: bool = True) -> Callable[[str], list[Any]]:
-    """An argparse type: a comma-separated list of ``kind``, each > ``minimum`` when given, no entry empty
-    (``fcfs,,sjf``), and with ``unique`` none given twice (argparse names the option: ``argument --seeds: 0 given
-    more than once in '0,0'``)."""
+    """An argparse type: a comma list of ``kind``, each > ``minimum`` when given, with ``unique`` none twice."""
 
     def parse(text: str) -> list[Any]:
         try:
@@ -87,14 +66,9 @@ def csv_list(kind: type, minimum: float | None = None, unique: bool = True) -> C
             raise argparse.ArgumentTypeError(
                 f"expected a comma-separated list of {kind.__name__}, got {text!r}"
             ) from None
-        if not values:
-            raise argparse.ArgumentTypeError(f"expected at least one entry, got {text!r}")
         if minimum is not None and any(not v > minimum for v in values):
             raise argparse.ArgumentTypeError(f"every value must be > {minimum:g}, got {text!r}")
-        repeated = duplicates(values) if unique else []
-        if repeated:
-            raise argparse.ArgumentTypeError(f"{', '.join(map(str, repeated))} given more than once in {text!r}")
-        return values
+        return _checked(values, text, unique)
 
     parse.__name__ = f"list of {kind.__name__}"
     return parse
@@ -122,13 +96,8 @@ positive_int = int_at_least(1)
 
 
 def policy_list(text: str) -> list[str]:
-    """The ``--policies`` type: ``csv_list(str)``, except that a lookahead or mpc spelling keeps its options
-    (``lookahead:k=32,horizon=32,fcfs`` is two policies; ``decision.lookahead.join_options``). An entry with a
-    control character, or a name (``NAME=PATH``) with ``|``, is refused: the names label the tables' rows
-    (``EvalConfig`` checks the names a path gives, e.g. its folder's)."""
-    values = join_options(_entries(text))
-    if not values:
-        raise argparse.ArgumentTypeError(f"expected at least one entry, got {text!r}")
+    """The ``--policies`` type: a comma list whose lookahead or mpc entries keep their options."""
+    values = _checked(join_options(_entries(text)), text, False)
     for entry in values:
         alias, sep, _ = entry.partition("=")
         try:
@@ -137,7 +106,14 @@ def policy_list(text: str) -> list[str]:
             check_label("policy", entry, separator=False)  # a path's folder may name it: EvalConfig checks that
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
-    repeated = duplicates(values)
+    return _checked(values, text, True)
+
+
+def _checked(values: list[Any], text: str, unique: bool) -> list[Any]:
+    """``values``, refused when empty or (with ``unique``) with an entry given twice."""
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected at least one entry, got {text!r}")
+    repeated = duplicates(values) if unique else []
     if repeated:
         raise argparse.ArgumentTypeError(f"{', '.join(map(str, repeated))} given more than once in {text!r}")
     return values
@@ -154,88 +130,76 @@ def positive_float(text: str) -> float:
     return value
 
 
-def build_parser(description: str) -> argparse.ArgumentParser:
-    """The parser of ``llmsched-evaluate`` (``python evaluate.py``), ``description`` its help's head."""
+def build_parser(description: str = "") -> argparse.ArgumentParser:
+    """The parser of ``llmsched-evaluate``, its options in groups (the common ones first)."""
     p = argparse.ArgumentParser(prog=program(*PROG), description=description, formatter_class=DefaultsFormatter)
-    add = p.add_argument
-    add(
+    run = p.add_argument_group("what to run").add_argument
+    run(
         "--policies",
         type=policy_list,
         default=["fcfs"],
         help=f"schedulers ({','.join(SCHEDULERS.names())}), routers for cluster scenarios "
         f"({','.join(ROUTERS.names())}), learned (the generalist, policies/generalist), exported policies: a run "
-        "folder holding policy.json + "
-        "policy.safetensors, or the JSON; name=path names one (else the folder's name); tuned=FILE.json runs tuned "
-        "with your own tuned-settings table (llmsched-tune --out FILE.json); with --trace, tuned plays the entry "
-        "llmsched-tune --trace made for that trace and the same trace options, engine limits and --cost-model "
-        "(looked up in $LLMSCHED_TUNED_TABLE or ${XDG_DATA_HOME:-~/.local/share}/llmsched/tuned.json, "
+        "folder holding policy.json + policy.safetensors, or the JSON; name=path names one (else the folder's name); "
+        "tuned=FILE.json runs tuned with your own tuned-settings table (llmsched-tune --out FILE.json); with --trace, "
+        "tuned plays the entry llmsched-tune --trace made for that trace and the same trace options, engine limits "
+        "and --cost-model (looked up in $LLMSCHED_TUNED_TABLE or ${XDG_DATA_HOME:-~/.local/share}/llmsched/tuned.json, "
         "then the shipped table; tuned=FILE.json: in FILE.json); lookahead[:k=64,horizon=64,tail=256,"
         "candidates=neighbours,base=tuned] is the clairvoyant bound (not deployable; docs/evaluation.md); "
         "mpc[:k=64,futures=4,horizon=64,tail=64,...] plans on forecast futures (deployable; docs/evaluation.md)",
     )
-    add(
-        "--scenarios",
-        type=csv_list(str),
-        default=["default"],
-        help=f"scenario library: {','.join(list_scenarios())}; cluster: {','.join(list_cluster_scenarios())}",
-    )
-    add("--loads", type=csv_list(float, 0.0), default=[1.0], help="arrival rates relative to nominal")
-    add("--seeds", type=csv_list(int), default=[0], help="one episode per seed")
-    add(
-        "--split",
-        choices=SPLITS,
-        default="test",
-        help="test: the part reported figures come from; val: the part every choice is made on",
-    )
-    add("--num-requests", type=positive_int, default=None, help="requests per episode (default: the scenario's)")
-    add("--cost-model", default=None, help="cost-model preset name or JSON path (default: the scenario's)")
-    add(
+    scenarios = f"scenario library: {','.join(list_scenarios())}; cluster: {','.join(list_cluster_scenarios())}"
+    run("--scenarios", type=csv_list(str), default=["default"], help=scenarios)
+    run("--loads", type=csv_list(float, 0.0), default=[1.0], help="arrival rates relative to nominal")
+    run("--seeds", type=csv_list(int), default=[0], help="one episode per seed")
+    run("--capacity", action="store_true", help="search each policy's capacity (attainment >= 90%%)")
+    per_seed = "with --capacity: one search per seed's window, so capacities get a mean and a 95%% interval"
+    run("--per-seed", action="store_true", help=per_seed)
+    describe = "describe the scenarios (one episode of --num-requests at each load) instead of running policies"
+    run("--describe", action="store_true", help=describe)
+    work = p.add_argument_group("workload").add_argument
+    split = "test: the part reported figures come from; val: the part every choice is made on"
+    work("--split", choices=SPLITS, default="test", help=split)
+    work("--num-requests", type=positive_int, default=None, help="requests per episode (default: the scenario's)")
+    work("--cost-model", default=None, help="cost-model preset name or JSON path (default: the scenario's)")
+    work(
         "--length-prediction",
         default=None,
         help="each request's predicted output length, seen by every policy: none, exact or lognormal:SIGMA "
         "(default: none)",
     )
-    add_trace_options(p)
-    add_fitted_option(p)
-    add(
-        "--describe",
-        action="store_true",
-        help="describe the scenarios (one episode of --num-requests at each load) instead of running policies",
-    )
-    add("--capacity", action="store_true", help="search each policy's capacity (attainment >= 90%%)")
-    add(
-        "--per-seed",
-        action="store_true",
-        help="with --capacity: one search per seed's window, so capacities get a mean and a 95%% interval",
-    )
-    add(
+    work(
         "--require-sustained",
         action="store_true",
         help="refuse a load at which some window's arrivals last less than 20x its mean TTFT target (a burst, "
         "not a sustained rate; by default such runs are flagged on stderr and in the sustained column); "
         "--capacity searches stop at the largest sustained load in any case",
     )
-    add("--out", type=output_path, default=None, help="folder for results.csv/.json, summary.csv and plots (default: "
-        "none)")
-    add(
-        "--plots",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="write PNG plots into --out (default: on when --out is given)",
-    )
-    add("--tensorboard", type=output_path, default=None, help="write each run's metrics as TensorBoard scalars here")
-    add("--force", action="store_true", help="allow --out or --tensorboard inside a shipped folder")
-    add("--check-invariants", action="store_true", help="verify the core's invariants every step")
-    add("--no-progress", action="store_true", help="no progress bars on stderr")
-    add_scaleout_options(p, "the runs")
-    add(
+    out = p.add_argument_group("output").add_argument
+    out_help = "folder for results.csv/.json, summary.csv and plots (default: none)"
+    out("--out", type=output_path, default=None, help=out_help)
+    plots = "write PNG plots into --out (default: on when --out is given)"
+    out("--plots", action=argparse.BooleanOptionalAction, default=None, help=plots)
+    out("--tensorboard", type=output_path, default=None, help="write each run's metrics as TensorBoard scalars here")
+    out("--force", action="store_true", help="allow --out or --tensorboard inside a shipped folder")
+    resume = ("continue the evaluation in --out that was killed: run only what its rows.jsonl lacks (the same options; "
+              "another evaluation there is refused), then write every file from all the rows; with nothing there to "
+              "resume, start one")  # fmt: skip
+    out("--resume", action="store_true", help=resume)
+    out("--no-progress", action="store_true", help="no progress bars on stderr")
+    trace = p.add_argument_group("your own trace (instead of --scenarios)")
+    add_trace_options(trace)
+    add_fitted_option(trace)
+    add_scaleout_options(p.add_argument_group("scale-out"), "the runs")
+    engine = p.add_argument_group("engine").add_argument
+    engine(
         "--engine",
         choices=("sim", "vllm"),
         default="sim",
         help="sim: llmsched's simulator; vllm: also run vLLM's real scheduler in the loop on the same requests "
         "and print both attainments (needs the 'vllm' extra)",
     )
-    add(
+    engine(
         "--policy-timeout",
         dest="policy_timeout_s",
         type=positive_float,
@@ -244,16 +208,14 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         help="--backend runtime and --engine vllm: seconds before a decision falls back (to fcfs; to vLLM's own "
         "step in vLLM)",
     )
+    engine("--check-invariants", action="store_true", help="verify the core's invariants every step")
     add_engine_limits(p)
     rt = p.add_argument_group("torch runtime (--backend runtime)")
     rt.add_argument("--backend", choices=("sim", "runtime"), default="sim", help="simulator or real model")
     add_runner_options(rt, seed_and_threads=False)
     rt.add_argument("--realtime", action="store_true", help="sleep through idle gaps instead of skipping them")
-    rt.add_argument(
-        "--no-speed-check",
-        action="store_true",
-        help="skip the few-second profile that compares this machine with the cost model pricing SLOs and load",
-    )
+    speed = "skip the few-second profile that compares this machine with the cost model pricing SLOs and load"
+    rt.add_argument("--no-speed-check", action="store_true", help=speed)
     return p
 
 
@@ -263,8 +225,7 @@ _NO_ADDRESS = "<no address>"  # --ray given alone: the spelling of local workers
 
 
 def add_scaleout_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, what: str) -> None:
-    """``--workers N`` (local worker processes) and ``--ray ADDRESS`` (a Ray cluster) to spread ``what`` over;
-    ``scaleout`` checks them after parsing."""
+    """``--workers N`` (local worker processes) and ``--ray ADDRESS`` (a Ray cluster) to spread ``what`` over."""
     p.add_argument(
         "--workers",
         type=positive_int,
@@ -280,21 +241,17 @@ def add_scaleout_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, w
         metavar="ADDRESS",
         help=f"spread {what} over the Ray cluster at ADDRESS (needs the 'distributed' extra) (default: off)",
     )
-    p.add_argument("--ray-cpus", type=int, default=None, help=argparse.SUPPRESS)  # the old spelling: a pointer
 
 
 def scaleout(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Check ``--workers`` and ``--ray`` and set ``args.ray`` ("local" for local workers, a Ray address, or
-    None) and ``args.ray_cpus`` (the local workers), what ``ray_imap`` takes; a usage error for the old
-    spellings (``--ray`` without an address, ``--ray-cpus``) that names the new one."""
-    if args.ray_cpus is not None:
-        p.error("--ray-cpus is now --workers N (local worker processes)")
+    """Check ``--workers`` and ``--ray``; set ``args.ray`` and ``args.ray_cpus``, what ``ray_imap`` takes."""
+    args.ray_cpus = args.workers
     if args.ray == _NO_ADDRESS:
         p.error("--ray needs the ADDRESS of a Ray cluster; for local worker processes give --workers N")
     if args.workers is not None and args.ray is not None:
         p.error("--workers (local worker processes) or --ray ADDRESS (a Ray cluster), not both")
     if args.workers is not None:
-        args.ray, args.ray_cpus = "local", args.workers
+        args.ray = "local"
     elif args.ray is not None:  # a cluster that does not answer: refused now, not a hang at the first run
         from llmsched_env.evaluation.distributed import check_ray_address
 
@@ -305,8 +262,7 @@ def scaleout(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 
 def add_trace_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, replaces: str = "--scenarios") -> None:
-    """``--trace`` (a user's trace file instead of ``replaces``, the command's scenario option) and the options
-    that say how to read it; ``trace_scenario`` turns them into a scenario."""
+    """``--trace`` (a trace file instead of ``replaces``) and the options that say how to read it."""
     add = p.add_argument
     add("--trace", type=Path, default=None, help=f"your own trace file instead of {replaces}")
     add("--trace-format", choices=TRACE_FORMATS, default=None, help="format of --trace (default: none; required)")
@@ -334,9 +290,13 @@ def add_trace_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, repl
     add("--trace-time-unit", choices=("s", "ms"), default="s", help="generic format: timestamp unit")
 
 
+def stray_trace_options(given: set[str], extra: Iterable[str] = ()) -> list[str]:
+    """The flags of the trace options (and ``extra``) among ``given``: without ``--trace`` they do nothing."""
+    return [f"--{d.replace('_', '-')}" for d in (*TRACE_OPTIONS, "fitted_traffic", *extra) if d in given]
+
+
 def add_fitted_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """``--fitted-traffic``: beside ``--trace``'s replay, traffic generated from each of its parts
-    (``trace_scenarios``)."""
+    """``--fitted-traffic``: beside ``--trace``'s replay, traffic generated from each of its parts."""
     p.add_argument(
         "--fitted-traffic",
         action="store_true",
@@ -362,65 +322,38 @@ def engine_limits(args: argparse.Namespace) -> dict[str, int]:
     return {name: getattr(args, name) for name in ENGINE_LIMITS if getattr(args, name) is not None}
 
 
-# options that do nothing beside another: (option, the one that makes it do nothing, why), refused in one line
+# (option, the option that makes it do nothing, why): refused together
 _NO_OPS = (
     ("scenarios", "trace", "--trace replaces --scenarios (the trace is the one scenario)"),
     ("loads", "capacity", "--capacity searches the load itself (--loads is not used)"),
-    ("out", "describe", "--describe prints the scenarios and writes no files"),
-    ("tensorboard", "describe", "--describe prints the scenarios and writes no files"),
-    ("plots", "describe", "--describe prints the scenarios and writes no files"),
-    ("policies", "describe", "--describe runs no policy"),
-    ("capacity", "describe", "--describe runs no policy"),
-    ("check_invariants", "describe", "--describe runs no policy"),
-    ("length_prediction", "describe", "--describe runs no policy"),
-    ("workers", "describe", "--describe runs no policy"),
-    ("ray", "describe", "--describe runs no policy"),
-)
+    *((o, "describe", "--describe prints the scenarios and writes no files") for o in ("out", "tensorboard", "plots")),
+    *((o, "describe", "--describe runs no policy")
+      for o in ("policies", "capacity", "check_invariants", "length_prediction", "workers", "ray")),
+)  # fmt: skip
 
 
-# options that do something only beside another: (option, what it needs, whether args give that, why), refused in
-# one line when given without it
+# (option, what it needs, whether args give that, why): refused without it
 _Needs = tuple[str, str, Callable[[argparse.Namespace], bool], str]
 _RUNTIME = "it applies to the torch runtime only, not to the simulator (--backend sim, the default)"
 _TRACED = (*(name for name in TRACE_OPTIONS if name != "trace"), "fitted_traffic")  # the options of --trace
 _TRACE_ONLY = (
-    ", ".join(f"--{name.replace('_', '-')}" for name in _TRACED[:-1]) + " and --fitted-traffic apply to --trace only"
+    ", ".join(f"--{n.replace('_', '-')}" for n in _TRACED[:-1]) + " and --fitted-traffic apply to --trace only"
 )
-
-
-def _runtime(args: argparse.Namespace) -> bool:
-    return bool(args.backend == "runtime")
-
-
-def _traced(args: argparse.Namespace) -> bool:
-    return args.trace is not None
-
-
 _NEEDS: tuple[_Needs, ...] = (
-    *((name, "--backend runtime", _runtime, _RUNTIME) for name in ("model", "weights", "device", "dtype", "realtime")),
-    ("no_speed_check", "--backend runtime", _runtime, "the speed check profiles the torch runtime's model only"),
-    (
-        "policy_timeout_s",
-        "--backend runtime or --engine vllm",
-        lambda args: _runtime(args) or args.engine == "vllm",
-        "the simulator's decisions have no deadline",
-    ),
-    *((name, "--trace", _traced, _TRACE_ONLY) for name in _TRACED),
-    (
-        "force",
-        "--out or --tensorboard",
-        lambda args: args.out is not None or args.tensorboard is not None,
-        "it only lets those write inside a shipped folder",
-    ),
-)
+    *((name, "--backend runtime", lambda a: a.backend == "runtime", _RUNTIME)
+      for name in ("model", "weights", "device", "dtype", "realtime")),
+    ("no_speed_check", "--backend runtime", lambda a: a.backend == "runtime",
+     "the speed check profiles the torch runtime's model only"),
+    ("policy_timeout_s", "--backend runtime or --engine vllm", lambda a: a.backend == "runtime" or a.engine == "vllm",
+     "the simulator's decisions have no deadline"),
+    *((name, "--trace", lambda a: a.trace is not None, _TRACE_ONLY) for name in _TRACED),
+    ("force", "--out or --tensorboard", lambda a: a.out is not None or a.tensorboard is not None,
+     "it only lets those write inside a shipped folder"),
+)  # fmt: skip
 
 
 def check_combinations(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """A usage error for an option given beside one that makes it do nothing (``_NO_OPS``: ``--scenarios`` with
-    ``--trace``, ``--loads`` with ``--capacity``, ``--out`` with ``--describe``, ...) or without the one it
-    needs (``_NEEDS``: ``--model`` without ``--backend runtime``, ``--trace-columns`` without ``--trace``,
-    ``--force`` without ``--out`` or ``--tensorboard``, ...), so that no option is ignored without a word. Only
-    options given on the command line count (``args.given``)."""
+    """A usage error for a given option that another makes a no-op (``_NO_OPS``, ``_NEEDS``)."""
     given: set[str] = getattr(args, "given", set())
     for option, other, why in _NO_OPS:
         if option in given and getattr(args, other, None):
@@ -437,8 +370,7 @@ _TRAINING_MARKS = ("args.json", "model.zip", "checkpoints", "policy.json")
 
 
 def _check_not_a_training(p: argparse.ArgumentParser, out: Path) -> None:
-    """A usage error when ``--out`` is a training's run folder: the evaluation would replace the training's
-    ``complete.json`` with its own (so the run would look unfinished, or finished by an evaluation)."""
+    """A usage error when ``--out`` is a training's run folder, whose ``complete.json`` the evaluation would replace."""
     held = [name for name in _TRAINING_MARKS if (out / name).exists()]
     if held:
         p.error(f"--out {out}: holds a training ({', '.join(held)}); an evaluation writes its own files and marker "
@@ -446,8 +378,7 @@ def _check_not_a_training(p: argparse.ArgumentParser, out: Path) -> None:
 
 
 def _check_apart(p: argparse.ArgumentParser, out: Path | None, tensorboard: Path) -> None:
-    """A usage error when ``--tensorboard`` is, or lies under, a file the evaluation writes in ``--out``
-    (``OUT_FILES``): the events would go where a result file is written, found only after every run."""
+    """A usage error when ``--tensorboard`` is, or lies under, a file the evaluation writes in ``--out``."""
     if out is None:
         return
     board, folder = tensorboard.expanduser().absolute(), out.expanduser().absolute()
@@ -455,6 +386,56 @@ def _check_apart(p: argparse.ArgumentParser, out: Path | None, tensorboard: Path
         if board == folder / name or folder / name in board.parents:
             p.error(f"--tensorboard {tensorboard}: is {name} of --out {out}, a file the evaluation writes; choose "
                     "a folder of its own")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One ``llmsched-evaluate`` command, checked: its runs (``config``) and what the command does around them."""
+
+    config: EvalConfig
+    line: tuple[str, ...]  # the command line as typed (recorded in the rows file and complete.json)
+    options: Mapping[str, Any]  # flag -> value of the options that decide the rows (what --resume compares)
+    files: Mapping[str, Path | str | None]  # flag -> the input file it names (fingerprinted in the record)
+    out: Path | None = None
+    tensorboard: Path | None = None
+    plots: bool = False
+    describe: bool = False
+    capacity: bool = False
+    per_seed: bool = False
+    resume: bool = False
+    engine: str = "sim"
+    ray: str | None = None
+    ray_cpus: int | None = None
+    progress: bool = True
+    speed_check: bool = True
+    policy_timeout_s: float = 0.1
+
+
+# options that do not change an evaluation's rows: --resume may give them otherwise than the run it continues
+_NOT_COMPARED = ("out", "plots", "tensorboard", "force", "no_progress", "workers", "ray", "ray_cpus", "resume",
+                 "describe", "no_speed_check", "require_sustained", "check_invariants", "given")  # fmt: skip
+
+
+def evaluation(argv: Sequence[str] | None = None, description: str = "") -> Evaluation:
+    """The checked ``Evaluation`` of a command line; a bad one exits (status 2) with one usage line."""
+    p = build_parser(description)
+    args = p.parse_args(argv)
+    args.given = given_options(p, argv)
+    if args.resume and (args.out is None or args.describe or args.engine == "vllm"):
+        p.error("--resume continues an evaluation in --out: it needs --out, and no --describe or --engine vllm")
+    config = config_from_args(p, args)
+    flags = {a.dest: max(a.option_strings, key=len) for a in p._actions if a.option_strings}
+    return from_args(
+        Evaluation,
+        args,
+        config=config,
+        line=(PROG[0], *(sys.argv[1:] if argv is None else argv)),
+        options={flags.get(k, k): v for k, v in vars(args).items() if k not in _NOT_COMPARED},
+        files={"--trace": args.trace, "--cost-model": args.cost_model, "--weights": getattr(args, "weights", None)},
+        plots=args.plots if args.plots is not None else args.out is not None,
+        progress=not args.no_progress,
+        speed_check=not args.no_speed_check,
+    )
 
 
 def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> EvalConfig:
@@ -512,17 +493,13 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
     return config
 
 
-# The most requests an evaluation may plan (each option within its cap, their product unbounded: 1,000 seeds x 101
-# loads took minutes before its first run); the simulator serves some 10,000 requests/s on one core through the
-# env, so 10^8 is hours. Raised by LLMSCHED_MAX_EVALUATION_REQUESTS.
+# the most requests an evaluation may plan (10^8: hours at ~10,000 requests/s); LLMSCHED_MAX_EVALUATION_REQUESTS
 MAX_PLANNED_REQUESTS = CountLimit("the requests an evaluation plans", 100_000_000, "LLMSCHED_MAX_EVALUATION_REQUESTS")
 CAPACITY_LOADS = 16  # loads a capacity search plays, about (a bracket and its bisection), for the plan's size
 
 
 def check_planned_requests(p: argparse.ArgumentParser, args: argparse.Namespace, config: EvalConfig) -> None:
-    """A usage error when the evaluation plans more requests than ``MAX_PLANNED_REQUESTS``: scenarios' episode
-    sizes x policies x seeds x loads (a grid) or x ``CAPACITY_LOADS`` (capacity searches, whose windows may grow
-    further), naming the options and the product."""
+    """A usage error when the evaluation plans more than ``MAX_PLANNED_REQUESTS`` requests."""
     sizes = sum(config.num_requests or int(getattr(s, "num_requests", 1)) for s in config.scenarios)
     plays = CAPACITY_LOADS if args.capacity else len(config.loads)
     total = sizes * len(config.policies) * len(config.seeds) * plays
@@ -543,13 +520,9 @@ def trace_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def trace_scenario(p: argparse.ArgumentParser, args: argparse.Namespace, limits: dict[str, int]) -> Scenario:
-    """The scenario of ``--trace`` and its options (``add_trace_options``); a usage error without
-    ``--trace-format``, else ``build_trace_scenario``'s ``ValueError`` naming the option or the file (which
-    the commands turn into their usage line), or one for a file whose name (the scenario's) ``check_label``
-    refuses."""
+    """The scenario of ``--trace``; a ``ValueError`` naming the option or the file for a bad one."""
     if args.trace_format is None:
         p.error(f"--trace needs --trace-format ({', '.join(TRACE_FORMATS)})")
-    # the file's stem names the scenario, which labels the tables' rows: refused before the file is read
     check_label(f"--trace {str(args.trace)!r}: scenario name", data_stem(Path(args.trace)))
     try:
         return build_trace_scenario(trace_options(args), limits)  # EvalConfig puts the limits over it again
@@ -558,9 +531,7 @@ def trace_scenario(p: argparse.ArgumentParser, args: argparse.Namespace, limits:
 
 
 def trace_scenarios(p: argparse.ArgumentParser, args: argparse.Namespace, limits: dict[str, int]) -> list[Scenario]:
-    """``--trace``'s scenario (``trace_scenario``) and, with ``--fitted-traffic``, the same scenario on traffic
-    fitted to each of its parts (``workloads.fitted.fitted_scenario``, named ``STEM-fitted``), in that order; a
-    usage error when the trace has no arrival times (a length-only file is generated traffic already)."""
+    """``--trace``'s scenario and, with ``--fitted-traffic``, its fitted traffic (``STEM-fitted``)."""
     replay = trace_scenario(p, args, limits)
     if not getattr(args, "fitted_traffic", False):
         return [replay]

@@ -8,21 +8,17 @@
         --engine-config num_kv_blocks=2048 block_size=16 ...
 
 Each RUN_DIR holds one `vllm bench serve` run against `vllm serve` with llmsched's scheduler: the result JSON
-(--save-result --save-detailed; result.json, or the one *.json besides requests.json) and the client's
-requests.json. The server's steps.jsonl and requests.jsonl are in RUN_DIR, in server-log/ beside it (as
-`python -m llmsched_env.live.server` lays them out) or in --log-dir: the whole server log will do, its
-records are filtered by the labels of requests.json and its steps by the run's span, first arrival to last
-finish. --adapter-config (that layout's adapter.json) gives the server's policy, tenants, the cost model its
+(--save-result --save-detailed) and the client's requests.json. The server's steps.jsonl and requests.jsonl are
+in RUN_DIR, in server-log/ beside it or in --log-dir (a whole server log will do: its records are filtered by the
+run's labels and span). --adapter-config (the server's adapter.json) gives its policy, tenants, the cost model its
 policy saw, nominal rate, seed and scenario; --policy and --tenants override it.
 
-The command fits a cost model to the runs' engine steps (or to --fit-from's), each priced at its busy period
-(from one schedule() start to the next) unless --duration says otherwise, replays every run's requests in the
-simulator under --policy (same arrivals, prompt and exact output lengths, tenants) and prints, per metric
-(TTFT, TPOT, E2E at p50 and p99, throughput, completed requests): client, the client's measurement; engine,
-the server log's (first token / finish - arrival); sim, the simulator's; err_client and err_engine,
-(sim - live) / live; frontend_s, the median (p50 rows) or p99 (p99 rows) over requests of client - engine, the
-front-end time the simulator does not model. --frontend-from adds a light-load run's median client - engine
-TTFT to the simulated TTFT and E2E.
+The command fits a cost model to the runs' engine steps (or --fit-from's), each priced at its busy period unless
+--duration says otherwise, replays every run's requests in the simulator under the policy and prints, per metric
+(TTFT, TPOT, E2E at p50 and p99, throughput, completed requests): client and engine (the server log's) measures,
+sim, their errors err_client and err_engine ((sim - live) / live), and frontend_s, the client - engine time the
+simulator does not model. --frontend-from adds a light-load run's median client - engine TTFT to the simulated
+TTFT and E2E.
 """
 
 from __future__ import annotations
@@ -30,13 +26,13 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Sequence
-from dataclasses import MISSING, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from llmsched_env.adapters.vllm.config import AdapterConfig
-from llmsched_env.commands.evaluate_args import tenant_slos
 from llmsched_env.commands.help import DefaultsFormatter
+from llmsched_env.common.fields import parse_config
 from llmsched_env.common.files import CONFIG_BYTES, parse_json, read_text
 from llmsched_env.common.outputs import check_output, file_output_path, write_csv
 from llmsched_env.costs.loader import load_cost_model
@@ -50,43 +46,20 @@ from llmsched_env.live.replay import (
     frontend_delay_s,
     load_run,
 )
+from llmsched_env.workloads.trace_options import tenant_slos
 
 __all__ = ["PROG", "build_parser", "logged_engine_config", "main", "parse_engine_config"]
 
 PROG = "python -m llmsched_env.commands.live_replay"
-_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
 def parse_engine_config(pairs: Sequence[str]) -> EngineConfig:
-    """``--engine-config``: an ``EngineConfig`` from ``KEY=VALUE`` items (its field names; the others keep their
-    defaults); ``ValueError`` naming the item for an unknown key or a bad value."""
-    defaults = {f.name: f.default for f in fields(EngineConfig) if f.default is not MISSING}
-    values: dict[str, Any] = {}
-    for item in pairs:
-        key, sep, text = (part.strip() for part in item.partition("="))
-        if not sep or key not in defaults:
-            raise ValueError(f"--engine-config {item!r}: expected KEY=VALUE with KEY one of {', '.join(defaults)}")
-        kind = type(defaults[key])
-        if kind is bool:
-            if text.lower() not in _TRUE + _FALSE:
-                raise ValueError(f"--engine-config {item!r}: {key} must be true or false")
-            values[key] = text.lower() in _TRUE
-        elif kind is int:
-            try:
-                values[key] = int(text)
-            except ValueError:
-                raise ValueError(f"--engine-config {item!r}: {key} must be an integer") from None
-        else:
-            values[key] = text
-    try:
-        return EngineConfig(**values)
-    except ValueError as exc:
-        raise ValueError(f"--engine-config: {exc}") from None
+    """``--engine-config``: an ``EngineConfig`` from ``KEY=VALUE`` items (the others at their defaults)."""
+    return parse_config(EngineConfig, pairs, "--engine-config")
 
 
 def _delay_s(text: str) -> float:
-    """``--frontend-delay-s``: a finite number of seconds in [0, ``MAX_FRONTEND_DELAY_S``] (an argparse ``type``:
-    anything else is one usage line naming the option; nan or a negative delay gave nan or negative errors)."""
+    """``--frontend-delay-s`` (an argparse ``type``): a finite number of seconds in [0, ``MAX_FRONTEND_DELAY_S``]."""
     try:
         value = float(text)
     except ValueError:

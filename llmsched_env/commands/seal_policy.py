@@ -1,12 +1,7 @@
-"""Add ``fields_sha256`` to exported policies written before policy files recorded their fields.
+"""Add ``fields_sha256`` (``decision.policy_file.seal_meta``) to exported policies written before policy files
+recorded their fields, after checking the pair otherwise loads; a file with a record is left as it is.
 
     python -m llmsched_env.commands.seal_policy runs/ppo0 [more policies ...]
-
-A policy file's ``fields_sha256`` (``decision.policy_file.seal_meta``) records a digest of every field that
-decides its actions; the loader refuses a file whose fields differ from it, or that has none. This adds the
-record to a file without one, after checking the pair otherwise loads (its weights' digest, shapes and
-layers): run it only on a file as it was exported, since it records whatever the fields hold now. A file
-that has a record already is left as it is (one that fails its record stays refused: export it again).
 """
 
 from __future__ import annotations
@@ -26,9 +21,7 @@ __all__ = ["main", "seal_policy_file"]
 
 
 def seal_policy_file(path: str | Path) -> tuple[Path, bool]:
-    """Add ``fields_sha256`` to the policy at ``path`` (a folder, its JSON or its weights) when it has none;
-    return the JSON's path and whether it was written. ``PolicyFileError`` naming the file when the pair does
-    not load for another reason or cannot be written."""
+    """Add ``fields_sha256`` to the policy at ``path`` when it has none; (its JSON, whether written)."""
     try:
         return load_policy_file(path).path, False  # it has its record, which holds
     except UnsealedPolicyError:  # every other check passed: the fields, the weights and their digest
@@ -44,8 +37,7 @@ def seal_policy_file(path: str | Path) -> tuple[Path, bool]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Seal each policy named on the command line: one line per policy, an error line for one that does not
-    load or cannot be written (and status 1 at the end)."""
+    """Seal each policy given: one line each, an error line (and status 1) for one that fails."""
     parser = argparse.ArgumentParser(prog="python -m llmsched_env.commands.seal_policy", description=__doc__)
     parser.add_argument("policies", nargs="+", type=Path, help="policy folders (or their policy.json)")
     args = parser.parse_args(argv)

@@ -6,24 +6,12 @@
     llmsched-tune --trace my.csv --trace-format azure   # your own trace, into your user table (below)
     python -m llmsched_env.commands.tune ...            (the same command, from a checkout)
 
-For each scenario, on the val split only: the probe load is the highest val capacity of the --reference
-heuristics (2 seeds); the static decision of every static heuristic and --candidates random knob settings are
-narrowed by successive halving over --seeds at that load (1 seed, 3 seeds, all; the best third goes on); a
-local search then moves one knob at a time (--rounds); last, the val capacity of the result and of the
-references. The entry (knobs and how they were found) is merged into --out (results/tuned.json by default;
-the shipped table only with --force), other scenarios kept: ``llmsched-evaluate --policies tuned=FILE.json``
-plays it (``tuned`` alone plays the shipped table). One progress line per step; the
-search is deterministic for the same options.
-
-A trace's entry is keyed by the trace and its options, ``STEM@HASH``: 12 hex digits of a hash of the file's
-content, its trace options, the engine after its limits and the cost model
-(``llmsched_env.evaluation.trace_tuned.trace_key``). Another file content or option is another entry. Without
---num-requests a trace's episodes are its default size cut down until its val part holds a disjoint window for
-each of --seeds (the entry records the size). It goes
-to the user table by default, ``$LLMSCHED_TUNED_TABLE``, else ``${XDG_DATA_HOME:-~/.local/share}/llmsched/
-tuned.json``, never the shipped one; ``llmsched-evaluate --trace FILE [the same options] --policies tuned``
-finds it there. Everything is a library call
-(``llmsched_env.evaluation.tuning``: ``TuneConfig``, ``tune_scenario``; ``write_tuned_entries``).
+On the val split only: the probe load is the highest val capacity of the --reference heuristics; the static
+heuristics and --candidates random settings are narrowed by successive halving over --seeds; a local search
+moves one knob at a time (--rounds); the entry is merged into --out (deterministic for the same options). A
+trace's entry is keyed ``STEM@HASH`` (the file's content, its options, the engine and the cost model) and goes
+to the user table ($LLMSCHED_TUNED_TABLE, else ${XDG_DATA_HOME:-~/.local/share}/llmsched/tuned.json), where
+``llmsched-evaluate --trace FILE --policies tuned`` finds it. From Python: ``llmsched_env.evaluation.tuning``.
 """
 
 from __future__ import annotations
@@ -39,7 +27,6 @@ from typing import Any
 
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.evaluate_args import (
-    TRACE_OPTIONS,
     add_engine_limits,
     add_fitted_option,
     add_trace_options,
@@ -47,10 +34,11 @@ from llmsched_env.commands.evaluate_args import (
     engine_limits,
     int_at_least,
     positive_int,
+    stray_trace_options,
     trace_options,
     trace_scenarios,
 )
-from llmsched_env.commands.help import DefaultsFormatter, given_options, program
+from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
 from llmsched_env.common.outputs import check_output, check_update_lock, file_output_path
 from llmsched_env.decision.planners.space import STATIC_HEURISTICS
 from llmsched_env.decision.planners.tuned import (
@@ -69,19 +57,15 @@ __all__ = ["build_parser", "main"]
 
 PROG = ("llmsched-tune", "tune.py")
 DEFAULT_OUT = Path("results/tuned.json")  # --scenarios' table by default: a copy of the user's, never the shipped one
-# The most simulated requests one scenario's search may plan: each option within its cap, the product of
-# --candidates, --rounds, --seeds and --num-requests could still run for months. The simulator runs about 19,000
-# requests/s on a 2-core machine (bench/bench_core.py --num-requests 2000, bare loop; an episode driven by a
-# policy is slower), so 10**9 is half a day or more; the default search of a library scenario plans ~10**6.
+# the most simulated requests one scenario's search may plan: 10**9 is half a day or more at ~19,000 requests/s
+# (bench/bench_core.py); the default search of a library scenario plans ~10**6
 MAX_PLANNED_REQUESTS = 10**9
 MOVES_PER_ROUND = 10  # single-knob moves a local-search round scores (knob_space.neighbours; a few more or fewer)
 CAPACITY_LOADS = 8  # loads one capacity search runs on each of its seeds (a bracket and bisection: 8-10)
 
 
 def planned_episodes(config: TuneConfig) -> int:
-    """About how many episodes a search with ``config`` runs at most (``tuning``'s steps): the capacity of each
-    reference on 2 seeds, successive halving of the static heuristics and the random candidates, every local-search
-    round (a search stops earlier when no move improves), the capacity of the result and the references."""
+    """About how many episodes a search with ``config`` runs at most."""
     seeds = len(config.seeds)
     episodes = CAPACITY_LOADS * (len(config.references) * min(2, seeds) + (1 + len(config.references)) * seeds)
     pool, done = config.candidates + len(STATIC_HEURISTICS), 0
@@ -92,29 +76,28 @@ def planned_episodes(config: TuneConfig) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``llmsched-tune``."""
+    """The parser of ``llmsched-tune``, its options in groups (the common ones first)."""
     p = argparse.ArgumentParser(prog=program(*PROG), description=__doc__, formatter_class=DefaultsFormatter)
-    add = p.add_argument
-    add(
+    what = p.add_argument_group("what to tune").add_argument
+    what(
         "--scenarios",
         type=csv_list(str),
         default=None,
         help=f"scenarios to tune, or all: {','.join(list_scenarios())} (default: none; required without --trace)",
     )
-    add(
-        "--reference",
-        type=csv_list(str),
-        default=["slo_aware", "sjf"],
-        help="heuristics whose highest val capacity is the load candidates are scored at",
-    )
-    add("--seeds", type=csv_list(int), default=[0, 1, 2, 3, 4], help="val seeds of the last rung and local search")
-    add("--candidates", type=int_at_least(0, MAX_CANDIDATES), default=48,
-        help="uniformly random knob settings besides the heuristics'")  # fmt: skip
-    add("--seed", type=int_at_least(0), default=0, help="seed of the random knob settings")
-    add("--rounds", type=int_at_least(0, MAX_ROUNDS), default=2, help="local-search rounds (0: none)")
-    add("--num-requests", type=positive_int, default=None, help="requests per episode (default: the scenario's)")
-    add("--cost-model", default=None, help="cost-model preset name or JSON path (default: the scenario's)")
-    add(
+    what("--num-requests", type=positive_int, default=None, help="requests per episode (default: the scenario's)")
+    what("--cost-model", default=None, help="cost-model preset name or JSON path (default: the scenario's)")
+    search = p.add_argument_group("search").add_argument
+    reference = "heuristics whose highest val capacity is the load candidates are scored at"
+    search("--reference", type=csv_list(str), default=["slo_aware", "sjf"], help=reference)
+    seeds = "val seeds of the last rung and local search"
+    search("--seeds", type=csv_list(int), default=[0, 1, 2, 3, 4], help=seeds)
+    candidates = "uniformly random knob settings besides the heuristics'"
+    search("--candidates", type=int_at_least(0, MAX_CANDIDATES), default=48, help=candidates)
+    search("--seed", type=int_at_least(0), default=0, help="seed of the random knob settings")
+    search("--rounds", type=int_at_least(0, MAX_ROUNDS), default=2, help="local-search rounds (0: none)")
+    out = p.add_argument_group("output").add_argument
+    out(
         "--out",
         type=file_output_path,
         default=None,
@@ -123,23 +106,22 @@ def build_parser() -> argparse.ArgumentParser:
         f"--force; --trace: your user table, ${USER_TABLE_ENV} if set, else "
         "${XDG_DATA_HOME:-~/.local/share}/llmsched/tuned.json, where llmsched-evaluate --trace --policies tuned looks)",
     )
-    add("--force", action="store_true", help="allow --out to write into the shipped table (or another shipped file)")
-    add_trace_options(p)
-    add_fitted_option(p)
+    out("--force", action="store_true", help="allow --out to write into the shipped table (or another shipped file)")
+    trace = p.add_argument_group("your own trace (instead of --scenarios)")
+    add_trace_options(trace)
+    add_fitted_option(trace)
     add_engine_limits(p)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``llmsched-tune`` with ``argv`` (default: the process's arguments); 0 on success. A bad option
-    exits with status 2 and one usage line."""
+    """Run ``llmsched-tune`` with ``argv``; 0 on success, a bad option: status 2, one line."""
     p = build_parser()
     args = p.parse_args(argv)
     if (args.scenarios is None) == (args.trace is None):
         p.error("give --scenarios (names, or all) or --trace, one of the two")
     if args.trace is None:  # a trace option without --trace would change nothing: refused, not ignored
-        given = given_options(p, argv)  # on the command line: a default (--trace-slo chat) is no option given
-        stray = [f"--{d.replace('_', '-')}" for d in (*TRACE_OPTIONS, "fitted_traffic") if d in given]
+        stray = stray_trace_options(given_options(p, argv))  # given: a default (--trace-slo chat) is not
         if stray:
             p.error(f"{', '.join(stray)} appl{'y' if len(stray) > 1 else 'ies'} to --trace only (give --trace FILE)")
     if args.candidates == 0 and "seed" in given_options(p, argv):  # it draws the random candidates only
@@ -148,16 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = None
     keys: dict[str, TraceKey] = {}  # a trace's scenarios (its replay, its fitted traffic) -> their entries' keys
     try:
-        config = TuneConfig(
-            references=args.reference,
-            seeds=args.seeds,
-            candidates=args.candidates,
-            seed=args.seed,
-            rounds=args.rounds,
-            num_requests=args.num_requests,
-            cost_model=args.cost_model,
-            engine_limits=limits or None,
-        )
+        config = from_args(TuneConfig, args, references=args.reference, engine_limits=limits or None)
         scenarios: list[Any] = args.scenarios or []
         if scenarios == ["all"]:
             scenarios = list_scenarios()

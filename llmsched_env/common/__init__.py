@@ -1,8 +1,6 @@
-"""Shared primitives at the bottom of the package: checks at public boundaries (numbers, repeats, names that
-label tables), the registry type for everything chosen by name, dataclass fields to and from plain dicts,
-output folders (``outputs``) and worker processes that end with their parent (``lifetime``). Standard
-library only.
-"""
+"""Shared primitives at the bottom of the package: checks at public boundaries, the registry of everything chosen
+by name, dataclass fields to and from plain dicts and the one ``KEY=VALUE`` parser (``fields``), bounded reads
+(``files``), output folders (``outputs``), worker lifetimes (``lifetime``). Standard library only."""
 
 from llmsched_env.common.checks import check_int, check_number, check_positive
 from llmsched_env.common.fields import check_fields, from_fields, to_fields

@@ -1,5 +1,5 @@
-"""Validation at public boundaries: one ``ValueError`` naming the owner and the field (numbers, repeats, and
-names that go into tables)."""
+"""Validation at public boundaries: one ``ValueError`` naming the owner and the field (numbers, repeats, table
+labels)."""
 
 from __future__ import annotations
 
@@ -32,27 +32,17 @@ __all__ = [
 
 TABLE_SEPARATOR = "|"  # a Markdown table's column separator
 
-# Physical ranges (docs/reliability.md, "Physical ranges"): bounds far outside anything real, so a mistyped or
-# hostile figure (1e308) is refused in one line instead of giving absurd results. An arrival rate (a tenant's, a
-# process's, a trace's --trace-rate, fitted traffic's) is at most 10 million requests/s: some 300x the prompts
-# per second of the busiest public LLM service as a whole (billions a day), 10,000x what one engine serves; an
-# env's load (a multiple of its scenario's nominal rate) is within [MIN_LOAD, MAX_LOAD]: beyond these, arrival
-# times underflow or overflow. An SLO target (TTFT, TPOT) is at most 1e6 s (11.6 days): the classes' targets are
-# scaled to a slow cost model (``SLOClass.scaled``; the batch class's 60 s TTFT times the scale of a 405B model run
-# on CPUs, ~1,200, is most of a day), and must stay in range. A reward weight is at most 1e6, where the default
-# weights are 1 (a return of 2e6 per episode stays far from float overflow in any discounted sum). An arrival rate
-# is also at least 1e-6 requests/s, one request per 11.6 days (the longest SLO target, MAX_SLO_S, between two
-# arrivals): no serving load is slower, and a window of a million requests at load MIN_LOAD then spans 1e15 s,
-# where arrival times stay far from float overflow (1e-300 requests/s put them at 1e300 s and the observation's
-# float32 cast overflowed). The bottom travels with the top (``Bound``): every check given
-# ``maximum=MAX_RATE_RPS`` applies both.
+# Physical ranges (docs/reliability.md, "Physical ranges"): far outside anything real, so a mistyped or hostile
+# figure (1e308) is refused in one line. A rate of 1e7 requests/s is some 300x the busiest public LLM service; a load
+# beyond [MIN_LOAD, MAX_LOAD] under- or overflows arrival times; an SLO of 1e6 s (11.6 days) leaves room for the
+# classes scaled to a slow cost model; a reward weight of 1e6 keeps returns far from overflow; a rate below 1e-6
+# requests/s (one per MAX_SLO_S) pushes arrival times toward float overflow. ``Bound`` carries the bottom with the top.
 
 
 class Bound(float):
-    """The top of a physical range that also has a bottom: it is the number ``top`` (compared, formatted and
-    passed as a ``maximum`` like any float) and carries ``minimum``, the least nonzero value the range holds,
-    which ``in_range``, ``check_positive``, ``check_number`` and ``range_text`` apply wherever it is the
-    maximum (zero stays allowed where ``allow_zero`` allows it)."""
+    """The top of a physical range that also has a bottom: the float ``top``, carrying ``minimum`` (the least nonzero
+    value), which ``in_range``, ``check_positive``, ``check_number`` and ``range_text`` apply wherever it is the
+    maximum."""
 
     minimum: float
 
@@ -76,8 +66,8 @@ MAX_REWARD_WEIGHT = 1e6
 def check_positive(
     owner: str, name: str, value: object, *, allow_zero: bool = False, maximum: float | None = None, unit: str = ""
 ) -> float:
-    """``value`` if it is a finite number > 0 (or >= 0 with ``allow_zero``), and at most ``maximum`` when given
-    (a physical range: ``MAX_RATE_RPS``...), else ``ValueError`` naming the range (in ``unit``)."""
+    """``value`` if a finite number > 0 (>= 0 with ``allow_zero``) and at most ``maximum``; else ``ValueError``
+    naming the range (in ``unit``)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{owner}.{name} must be a number, got {value!r}")
     if not in_range(value, allow_zero, maximum):
@@ -86,8 +76,7 @@ def check_positive(
 
 
 def check_bool(owner: str, name: str, value: object) -> bool:
-    """``value`` if it is ``True`` or ``False``, else ``ValueError`` naming the field: a flag given as text
-    (``"no"``) or a number would be taken for its truth without a word."""
+    """``value`` if it is ``True`` or ``False`` (not text or a number), else ``ValueError`` naming the field."""
     if not isinstance(value, bool):
         raise ValueError(f"{owner}.{name} must be True or False, got {value!r}")
     return value
@@ -109,8 +98,8 @@ def check_number(
     maximum: float | None = None,
     unit: str = "",
 ) -> float:
-    """Return ``value`` if it is a finite number >= 0 (> 0 with ``positive``) and at most ``maximum`` when given,
-    else raise ``ValueError`` naming the field and the range (in ``unit``)."""
+    """``value`` if a finite number >= 0 (> 0 with ``positive``; an int with ``integer``) and at most ``maximum``;
+    else ``ValueError`` naming the field and the range."""
     kind = "an integer" if integer else "a number"
     bad_type = isinstance(value, bool) or not isinstance(value, int if integer else (int, float))
     if bad_type or not in_range(value, not positive, maximum):
@@ -121,9 +110,8 @@ def check_number(
 
 
 def in_range(value: float, allow_zero: bool, maximum: float | None) -> bool:
-    """Whether the number ``value`` is finite, > 0 (>= 0 with ``allow_zero``) and <= ``maximum`` when given, and
-    when ``maximum`` is a ``Bound`` 0 or at least its ``minimum`` (an integer too large for a float is over any
-    maximum, not an ``OverflowError``)."""
+    """Whether ``value`` is finite, > 0 (>= 0 with ``allow_zero``), <= ``maximum`` and, for a ``Bound``, 0 or at
+    least its ``minimum`` (an int too large for a float is over any maximum)."""
     finite = isinstance(value, int) or math.isfinite(value)
     low = maximum.minimum if isinstance(maximum, Bound) else 0.0
     above = value > 0 and value >= low
@@ -131,8 +119,8 @@ def in_range(value: float, allow_zero: bool, maximum: float | None) -> bool:
 
 
 def range_text(allow_zero: bool, maximum: float | None, unit: str) -> str:
-    """``> 0``, ``>= 0``, or with a maximum ``in (0, 1e+06] s`` (``[0, ...`` with ``allow_zero``); with a
-    ``Bound`` ``in [1e-06, 10,000,000] requests/s`` (``0 or in [...`` with ``allow_zero``)."""
+    """``> 0``, ``>= 0``, ``in (0, 1e+06] s`` (``[0, ...`` with ``allow_zero``), or for a ``Bound`` ``in [1e-06,
+    10,000,000] requests/s``."""
     if maximum is None:
         return ">= 0" if allow_zero else "> 0"
     unit = " " + unit if unit else ""
@@ -147,8 +135,8 @@ def is_finite_number(value: Any) -> bool:
 
 
 def duplicates(values: Iterable[Any]) -> list[Any]:
-    """The values that ``values`` holds more than once, each once, in the order of their first repeat (equal
-    values repeat: ``1`` and ``1.0`` are one load)."""
+    """The values ``values`` holds more than once, each once, in the order of their first repeat (``1`` equals
+    ``1.0``)."""
     seen: list[Any] = []
     out: list[Any] = []
     for value in values:
@@ -161,17 +149,15 @@ def duplicates(values: Iterable[Any]) -> list[Any]:
 
 
 def check_unique(name: str, values: Iterable[Any]) -> None:
-    """Raise ``ValueError`` naming ``name`` (a field or an option) and the repeated value(s) when ``values``
-    holds one more than once: a repeated seed, load, scenario or policy would count the same runs twice."""
+    """``ValueError`` naming ``name`` and the repeated value(s) when ``values`` holds one more than once."""
     repeated = duplicates(values)
     if repeated:
         raise ValueError(f"{name}: {', '.join(map(str, repeated))} given more than once; give each value once")
 
 
 def label_fault(name: str, separator: bool = True) -> str | None:
-    """What keeps ``name`` from labelling a row of a text or Markdown table, None when nothing does: a control
-    character (a newline, a tab, a carriage return...: Unicode category Cc, and the line and paragraph
-    separators) splits or shifts its row; with ``separator``, ``|`` splits a Markdown row into columns."""
+    """What keeps ``name`` from labelling a table row (a control or line-separator character; with ``separator``,
+    ``|``), None when nothing does."""
     for char in name:
         if separator and char == TABLE_SEPARATOR:
             return f"the table separator {char!r}"
@@ -181,8 +167,7 @@ def label_fault(name: str, separator: bool = True) -> str | None:
 
 
 def check_label(what: str, name: str, separator: bool = True) -> None:
-    """Raise ``ValueError`` naming ``what`` (``policy name``, ``policy``...) and ``name`` (as its repr, so the
-    message stays one line) when ``name`` holds what ``label_fault`` refuses."""
+    """``ValueError`` naming ``what`` and ``name`` when ``name`` holds what ``label_fault`` refuses."""
     fault = label_fault(name, separator)
     if fault is not None:
         raise ValueError(f"{what} {name!r} holds {fault}; names go into tables, which such a character breaks")

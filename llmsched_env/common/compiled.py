@@ -1,23 +1,13 @@
-"""The compiled engine: which modules mypyc compiles, and the guard that never lets a stale build run.
+"""The compiled engine: which modules mypyc compiles (``MODULES``, one group), and the guard that never lets a stale
+build run.
 
-Installing the package (``pip install .``, ``pip install -e .``: ``setup.py``) compiles the simulator's core
-(``MODULES``: requests, batches, the block pool, the waiting queues, the remote KV store, the engine, the
-simulator and its KV-usage accounting, and the observation encoders, action space and decision loop every step
-goes through) with mypyc into C extensions placed beside their sources, and records each source's SHA-256 in
-``_compiled.json`` at the package's root; where there is no C compiler, or with ``LLMSCHED_PURE=1``, it installs
-the Python sources alone. ``llmsched-compile`` (``llmsched_env.commands.compile``) builds the same extensions
-again in a checkout, or removes them. Python imports an extension before a source of the same name, so the
-compiled modules run; they behave exactly as the sources do (the same trajectories, observations and metrics:
-``tests/test_compiled.py``).
-
-A compiled module is a copy of its source at build time. ``guard()``, run when ``llmsched_env`` is imported,
-compares the recorded digests (and the Python that built them) with the sources now: when any differs, or
-extensions lie there without a record, every module of ``MODULES`` is loaded from its source instead (they
-call each other through one shared library, so they are compiled all together or not at all), with one line on
-stderr saying so and how to rebuild. Editing the engine therefore never runs old code. ``LLMSCHED_PURE=1`` in
-the environment runs the sources too, silently. This module uses the standard library only (and mypy to
-build).
-"""
+Installing the package compiles ``MODULES`` into C extensions beside their sources and records each source's
+SHA-256 in ``_compiled.json`` (no C compiler, or ``LLMSCHED_PURE=1``: the sources alone); ``llmsched-compile``
+rebuilds or removes them in a checkout. The extensions behave exactly as the sources (``tests/test_compiled.py``).
+``guard()``, run when ``llmsched_env`` is imported, compares the record (and the Python that built it) with the
+sources now: when any differs, or extensions lie there without a record, every module of ``MODULES`` loads from
+its source, with one line on stderr saying how to rebuild (silently with ``LLMSCHED_PURE=1``). Standard library
+only (and mypy to build)."""
 
 from __future__ import annotations
 
@@ -71,8 +61,7 @@ MODULES = (
 GROUP = "llmsched_env._native"
 SHARED_LIBRARY = "llmsched_env._native__mypyc"  # mypyc's library for the group named GROUP
 MANIFEST = PACKAGE_DIR / "_compiled.json"
-# LLMSCHED_PURE=1: the package's build compiles nothing, and importing llmsched_env runs the sources even where a
-# fresh compiled build lies (to debug the engine in Python, or to time the pure package beside the compiled one)
+# LLMSCHED_PURE=1: the build compiles nothing, and importing llmsched_env runs the sources even beside a fresh build
 PURE_ENV = "LLMSCHED_PURE"
 
 
@@ -90,8 +79,7 @@ def source_digest(path: Path) -> str:
 
 
 def source_digests(package_dir: Path = PACKAGE_DIR) -> dict[str, str | None]:
-    """Each module of ``MODULES`` by its source's path in the package (``engine/engine.py``): the source's
-    SHA-256, None where it is missing. What a build records and what ``stale_sources`` compares with."""
+    """Each module's source path in the package (``engine/engine.py``) -> its SHA-256 (None: missing)."""
     out: dict[str, str | None] = {}
     for module in MODULES:
         path = source_path(module, package_dir)
@@ -100,7 +88,7 @@ def source_digests(package_dir: Path = PACKAGE_DIR) -> dict[str, str | None]:
 
 
 def extension_files(package_dir: Path = PACKAGE_DIR) -> list[Path]:
-    """The compiled extensions lying in the package: one per module of ``MODULES`` and the shared library."""
+    """The compiled extensions in the package: one per module of ``MODULES`` and the shared library."""
     out: list[Path] = []
     for module in (*MODULES, SHARED_LIBRARY):
         stem = package_dir / _relative(module)
@@ -128,27 +116,19 @@ def clean(package_dir: Path = PACKAGE_DIR) -> list[Path]:
 
 
 def type_check_arguments(package_dir: Path = PACKAGE_DIR) -> list[str]:
-    """The mypy command line of the type check mypyc runs before it translates ``MODULES`` of the package in
-    ``package_dir`` (``mypyc_extensions``): their sources and, where the package lies in a checkout or a build's
-    copy of one, the project's mypy settings (``pyproject.toml``, the ones ``mypy`` checks them with) named
-    explicitly, so that the check does not depend on the folder the build runs in (mypy would look for a
-    configuration from there up).
-
-    The check follows every import statement of those modules and of the packages above them (``__init__.py``,
-    even an import inside a function), and in pip's build it sees only the build requirements (setuptools, mypy,
-    numpy, mypy-extensions: pyproject.toml's [build-system]): what it follows must need nothing else, or a first
-    install in a fresh environment falls back to the sources (``tests/test_compiled.py`` runs this check against
-    the build requirements alone; ``tests/test_package.py``, slow, installs as the README says in a fresh venv)."""
+    """The mypy arguments of the check mypyc runs before translating ``MODULES`` (``mypyc_extensions``): their
+    sources and, in a checkout, ``pyproject.toml``'s settings named explicitly (so the check does not depend on
+    the folder the build runs in). It follows every import of those modules and the packages above them and, in
+    pip's build, sees only the build requirements (``tests/test_compiled.py`` checks that)."""
     config = package_dir.parent / "pyproject.toml"
     options = ["--config-file", str(config)] if config.is_file() else []
     return [*options, *(str(source_path(m, package_dir)) for m in MODULES)]
 
 
 def mypyc_extensions(package_dir: Path = PACKAGE_DIR, target_dir: str = "build/mypyc") -> list[Any]:
-    """mypyc's setuptools extensions for ``MODULES`` of the package in ``package_dir``: one group (a shared
-    library and a small extension per module), C sources written under ``target_dir``. What both the package's
-    build (``setup.py``) and ``llmsched-compile`` compile. Needs mypy (mypyc ships with it); type-checks the
-    modules first (``type_check_arguments``) and exits (``SystemExit``) on a type error."""
+    """mypyc's setuptools extensions for ``MODULES`` (one group: a shared library and an extension per module; C
+    sources under ``target_dir``), for ``setup.py`` and ``llmsched-compile``. Type-checks first
+    (``type_check_arguments``): ``SystemExit`` on a type error."""
     from mypyc.build import mypycify
 
     arguments = type_check_arguments(package_dir)
@@ -156,8 +136,7 @@ def mypyc_extensions(package_dir: Path = PACKAGE_DIR, target_dir: str = "build/m
 
 
 def write_manifest(package_dir: Path, digests: dict[str, str | None]) -> Path:
-    """Record, in ``package_dir``'s ``_compiled.json``, the interpreter and the compiled sources' SHA-256
-    (``source_digests`` taken before the build). Written last by a build: extensions without it never run."""
+    """Record in ``_compiled.json`` the interpreter and the sources' SHA-256 (taken before the build); written last."""
     record = {"python": python_tag(), "sources": digests}
     path = package_dir / MANIFEST.name
     path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
@@ -170,10 +149,8 @@ def python_tag() -> str:
 
 
 def stale_sources(package_dir: Path = PACKAGE_DIR) -> list[str] | None:
-    """None when there is no compiled build here; otherwise the reasons it must not run (empty: it may).
-
-    A reason names a source that changed since the build, one missing from the record, a build for another
-    interpreter, or extensions with no record of what they were built from."""
+    """None when there is no compiled build here; else the reasons it must not run (empty: it may): a source changed
+    or missing from the record, a build for another interpreter, or extensions with no record."""
     manifest = package_dir / MANIFEST.name
     if not manifest.exists():
         extensions = extension_files(package_dir)
@@ -213,27 +190,23 @@ _guarded = False
 
 
 def guard(package_dir: Path = PACKAGE_DIR) -> bool:
-    """Make a stale compiled build harmless (see the module's docstring). True when the sources will run
-    because of it; called once, by ``llmsched_env/__init__.py``, before any module of ``MODULES`` is imported."""
+    """Make a stale compiled build harmless (the module docstring); True when the sources will run because of it.
+    Called once, by ``llmsched_env/__init__.py``, before any module of ``MODULES`` is imported."""
     global _guarded
     pure = pure_requested()
     reasons = stale_sources(package_dir)
-    if pure and reasons is not None:  # asked for the sources: no line to print
-        if not _guarded:
-            _guarded = True
-            sys.meta_path.insert(0, _FromSource(package_dir))
-        return True
-    if not reasons:
+    if reasons is None or not (pure or reasons):
         return False
     if not _guarded:
         _guarded = True
         sys.meta_path.insert(0, _FromSource(package_dir))
-        print(
-            f"llmsched: the compiled engine is stale ({reasons[0]}"
-            f"{f', and {len(reasons) - 1} more' if len(reasons) > 1 else ''}); running the Python sources. "
-            "Rebuild with `llmsched-compile`, or remove it with `llmsched-compile --clean`.",
-            file=sys.stderr,
-        )
+        if not pure:  # asked for the sources: no line to print
+            print(
+                f"llmsched: the compiled engine is stale ({reasons[0]}"
+                f"{f', and {len(reasons) - 1} more' if len(reasons) > 1 else ''}); running the Python sources. "
+                "Rebuild with `llmsched-compile`, or remove it with `llmsched-compile --clean`.",
+                file=sys.stderr,
+            )
     return True
 
 

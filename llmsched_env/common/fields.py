@@ -1,26 +1,40 @@
-"""Frozen dataclasses as plain data: the checked keys of a dict that names a dataclass's fields
-(``check_fields``, ``from_fields``; ``as_dataclass`` for an argument that may be either), the fields of one
-as a dict (``to_fields``), and the declaration of a field derived from the others (``derived``).
+"""Dataclass fields as plain data, and the one ``KEY=VALUE`` parser of the project.
 
-Configs, cost models and arrival processes are read from JSON presets and keyword dicts; one unknown or
-missing key is a one-line ``ValueError`` naming it (and the known ones), never a ``TypeError`` from deep
-inside a constructor. Standard library only.
-"""
+``check_fields``/``from_fields``/``as_dataclass``/``to_fields``: a dict of a dataclass's fields, checked (one-line
+``ValueError`` naming an unknown or missing key) and back; ``derived``: a computed field; ``option``: a field whose
+type and range ``field_problems`` checks. ``split_items`` reads ``KEY=VALUE`` items, ``coerce`` one value as its
+field's type, ``parse_config`` both into a dataclass: policy spellings (``mpc:futures=8``), ``--engine-config``,
+``--hp``, trace options, the adapter's environment. Standard library only."""
 
 from __future__ import annotations
 
+import contextlib
+import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import MISSING, field, fields, is_dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["as_dataclass", "check_fields", "derived", "from_fields", "to_fields"]
+__all__ = [
+    "as_dataclass",
+    "check_fields",
+    "coerce",
+    "derived",
+    "field_kinds",
+    "field_problems",
+    "from_fields",
+    "option",
+    "parse_config",
+    "split_items",
+    "to_fields",
+]
 
 T = TypeVar("T")
+TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
 def check_fields(owner: str, keys: Iterable[str], known: Collection[str], required: Iterable[str] = ()) -> None:
-    """Raise ``ValueError`` (``owner: ...``) for keys not in ``known`` (listing the known ones) or for
-    ``required`` ones that ``keys`` lacks."""
+    """``ValueError`` (``owner: ...``) for keys not in ``known`` (listing them) or ``required`` ones missing."""
     keys = set(keys)
     unknown = sorted(keys - set(known))
     if unknown:
@@ -31,8 +45,8 @@ def check_fields(owner: str, keys: Iterable[str], known: Collection[str], requir
 
 
 def from_fields(cls: type[T], owner: str, data: Mapping[str, Any], ignore: Collection[str] = ()) -> T:
-    """``cls(**data)`` for the dataclass ``cls``, after ``check_fields`` against its init fields (those without
-    a default are required); keys in ``ignore`` (e.g. a preset's ``kind``) are dropped first."""
+    """``cls(**data)`` after ``check_fields`` against its init fields (those without a default required); keys in
+    ``ignore`` (e.g. a preset's ``kind``) are dropped first."""
     assert is_dataclass(cls), f"from_fields needs a dataclass, got {cls!r}"
     init = [f for f in fields(cls) if f.init]
     values = {k: v for k, v in data.items() if k not in ignore}
@@ -42,8 +56,7 @@ def from_fields(cls: type[T], owner: str, data: Mapping[str, Any], ignore: Colle
 
 
 def as_dataclass(cls: type[T], owner: str, value: Any) -> T:
-    """``value`` itself if it is a ``cls``, ``from_fields(cls, owner, value)`` if it is a mapping of its fields;
-    ``ValueError`` naming ``owner`` otherwise."""
+    """``value`` if it is a ``cls``, ``from_fields(cls, owner, value)`` if a mapping; ``ValueError`` otherwise."""
     if isinstance(value, cls):
         return value
     if isinstance(value, Mapping):
@@ -52,12 +65,112 @@ def as_dataclass(cls: type[T], owner: str, value: Any) -> T:
 
 
 def derived() -> Any:
-    """A dataclass field that ``__post_init__`` computes from the others (``object.__setattr__`` in a frozen
-    one): not an argument, not in ``repr``, equality or hashing, and not written by ``to_fields``."""
+    """A field ``__post_init__`` computes: not an argument, not in ``repr``, equality, hashing or ``to_fields``."""
     return field(init=False, repr=False, compare=False)
 
 
 def to_fields(obj: Any) -> dict[str, Any]:
-    """The init fields of the dataclass instance ``obj`` and their values, in declaration order
-    (``from_fields`` inverts it)."""
+    """The init fields of the dataclass instance ``obj`` and their values, in order (``from_fields`` inverts it)."""
     return {f.name: getattr(obj, f.name) for f in fields(obj) if f.init}
+
+
+def option(default: Any, *, low: float | None = None, above: bool = False, choices: Collection[Any] = ()) -> Any:
+    """A dataclass field whose value ``field_problems`` checks against its declared type (``int``, ``float``,
+    ``str``; None where the type allows it), at least ``low`` (more than ``low`` with ``above``) or in ``choices``."""
+    return field(default=default, metadata={"low": low, "above": above, "choices": tuple(choices)})
+
+
+def field_problems(obj: Any, where: str) -> list[str]:
+    """One line (``where: NAME must be ..., got VALUE``) per ``option`` field of the dataclass ``obj`` whose value
+    is not of its type, out of its range or not one of its choices."""
+    problems = []
+    kinds = field_kinds(type(obj))
+    for f in fields(obj):
+        if "choices" not in f.metadata:
+            continue
+        value, (kind, optional), meta = getattr(obj, f.name), kinds[f.name], f.metadata
+        if value is None and optional:
+            continue
+        low, choices = meta["low"], meta["choices"]
+        if choices:
+            ok, expected = value in choices, f"one of {', '.join(map(str, choices))}"
+        elif kind == "str":
+            ok, expected = isinstance(value, str), "a string"
+        else:
+            ok = isinstance(value, int if kind == "int" else (int, float)) and not isinstance(value, bool)
+            ok = ok and math.isfinite(value) and (low is None or value > low or (value == low and not meta["above"]))
+            expected = ("an integer" if kind == "int" else "a number") + (
+                "" if low is None else f" {'>' if meta['above'] else '>='} {low:g}"
+            )
+        if not ok:
+            problems.append(f"{where}: {f.name} must be {expected}, got {value!r}")
+    return problems
+
+
+def split_items(
+    items: Iterable[str],
+    where: str,
+    known: Collection[str] | None = None,
+    *,
+    what: str = "option",
+    form: str = "key=value",
+    repeat: bool = False,
+) -> dict[str, str]:
+    """``KEY=VALUE`` items as {key: value}, both stripped; one-line ``ValueError`` (``where: ...``) naming the
+    item that is not ``form`` with a key in ``known`` (None: any), or a key given twice (unless ``repeat``: the
+    last counts)."""
+    prefix = f"{where}: " if where else ""
+    out: dict[str, str] = {}
+    for item in items:
+        key, eq, value = (part.strip() for part in item.partition("="))
+        if not eq or not key or (known is not None and key not in known):
+            keys = f" with key one of {', '.join(known)}" if known is not None else ""
+            raise ValueError(f"{prefix}{what} {item!r} is not {form}{keys}")
+        if key in out and not repeat:
+            raise ValueError(f"{prefix}{what} {key!r} is given twice")
+        out[key] = value
+    return out
+
+
+def field_kinds(cls: type) -> dict[str, tuple[str, bool]]:
+    """Each init field of the dataclass ``cls``: its type's name (``int``, ``float``, ``bool``, ``str``,
+    ``Path``...; the first of a union) and whether it may be None."""
+    out = {}
+    for f in fields(cls):
+        if f.init:
+            names = [t.strip() for t in (f.type if isinstance(f.type, str) else f.type.__name__).split("|")]
+            out[f.name] = (next((t for t in names if t != "None"), "None"), "None" in names)
+    return out
+
+
+def coerce(name: str, text: str, kind: str, none: str | None = None, where: str = "") -> Any:
+    """``text`` as a value of ``kind`` (``field_kinds``): an ``int``, a ``float``, a ``bool`` (true/false, yes/no,
+    on/off, 1/0), a ``Path``, else the text; None where it is ``none``. One-line ``ValueError`` naming ``name``."""
+    if none is not None and text == none:
+        return None
+    if kind == "bool" and text.lower() in TRUE + FALSE:
+        return text.lower() in TRUE
+    if kind not in ("int", "float", "bool"):
+        return Path(text) if kind == "Path" else text
+    with contextlib.suppress(ValueError):
+        if kind != "bool":
+            return int(text) if kind == "int" else float(text)
+    expected = {"int": "an integer", "float": "a number", "bool": "true or false"}[kind]
+    or_none = f" or {none}" if none is not None else ""
+    raise ValueError(f"{where + ': ' if where else ''}{name} must be {expected}{or_none}, got {text!r}")
+
+
+def parse_config(
+    cls: type[T], items: Iterable[str], where: str, owner: str = "", none: Mapping[str, str] | None = None
+) -> T:
+    """The dataclass ``cls`` from ``KEY=VALUE`` items (``split_items`` over its field names, each value ``coerce``d
+    to its field's type; a field in ``none`` reads that text as None), the others at their defaults; one-line
+    ``ValueError`` starting with ``where`` (values named ``owner.key``, or ``key`` without an ``owner``)."""
+    kinds = field_kinds(cls)
+    given = split_items(items, where, list(kinds), what=f"{owner} option" if owner else "option")
+    name = f"{owner}.{{}}" if owner else "{}"
+    values = {k: coerce(name.format(k), v, kinds[k][0], (none or {}).get(k), where) for k, v in given.items()}
+    try:
+        return cls(**values)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None

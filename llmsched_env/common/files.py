@@ -1,29 +1,19 @@
 """Reading a file a user names, bounded: only a regular file, and never more bytes than a limit.
 
-Every file the commands and the library read on a user's word (traces, exported policies, checkpoints and their
-signatures, cost models, tuned tables, configs) goes through here, so that none of them can take the host's
-memory or hang the process:
-
-- only a regular file is read (a symlink to one is fine). A FIFO, a device such as ``/dev/zero``, a socket or a
-  folder is refused in one line naming the file, checked with ``os.stat`` before the file is opened (opening a
-  FIFO blocks until a writer comes) and checked again on the open descriptor (opened non-blocking), so a file
-  swapped for a FIFO in between is refused too;
-- its size (``st_size``: a sparse file counts at its full size) must be at most the limit of its kind
-  (``ByteLimit``), and reading stops with the same error should the file grow past it while it is read;
-- a stream (a ``.gz`` trace being decompressed) is wrapped by ``BoundedReader``, which refuses it once it yields
-  more bytes than the limit, or a line longer than a line limit, without holding more than one chunk of it.
-
-Each limit has a default far above any legitimate file of its kind; those a user could outgrow are raised by an
-environment variable (``ByteLimit.env``), which the error message names. ``FileRefusedError`` (a ``ValueError``)
-carries the one-line message; the readers of each kind turn it into their own error class. Standard library only.
+Every file read on a user's word (traces, policies, checkpoints, cost models, tables, configs) goes through here.
+A FIFO, a device, a socket or a folder is refused in one line naming the file, checked before the open (opening a
+FIFO blocks) and again on the descriptor (opened non-blocking); the size must be at most the limit of its kind
+(``ByteLimit``, raised by its environment variable, which the error names), also while reading; a stream (a
+``.gz`` trace) is wrapped by ``BoundedReader``, which refuses more bytes than the limit or a line longer than a
+line limit. ``FileRefusedError`` (a ``ValueError``) carries the one line. Standard library only.
 
     text = read_text(path, CONFIG_BYTES)                 # FileRefusedError for a FIFO, /dev/zero, a 2 GB file
-    with open_regular(path, TRACE_BYTES) as f: ...       # a binary file object that refuses to read past the limit
-"""
+    with open_regular(path, TRACE_BYTES) as f: ...       # a binary file object that refuses to read past the limit"""
 
 from __future__ import annotations
 
 import csv
+import importlib
 import io
 import json
 import os
@@ -53,6 +43,7 @@ __all__ = [
     "open_regular",
     "parse_json",
     "read_bytes",
+    "read_config",
     "read_text",
 ]
 
@@ -66,8 +57,7 @@ class FileRefusedError(ValueError):
 
 @dataclass(frozen=True)
 class ByteLimit:
-    """The most bytes one kind of file may hold: ``default``, or ``$env`` when that is set (for the kinds a user
-    may outgrow; None for those whose size is fixed, such as a signature)."""
+    """The most bytes one kind of file may hold: ``default``, or ``$env`` when set (None: a fixed limit)."""
 
     what: str  # the kind of file, for messages: "a trace", "the policy weights", ...
     default: int
@@ -75,8 +65,8 @@ class ByteLimit:
     unit: str = "bytes"  # what the limit counts, for messages ("" for a plain count: ``CountLimit``)
 
     def value(self) -> int:
-        """The limit in bytes now: ``$env`` when it is set and not empty, else ``default``. ``ValueError`` naming
-        the variable for a value that is not a whole number of bytes > 0 (underscores allowed: 4_000_000_000)."""
+        """The limit now: ``$env`` when set and not empty, else ``default``; ``ValueError`` naming the variable for a
+        value that is not a whole number > 0."""
         text = os.environ.get(self.env, "").strip() if self.env else ""
         if not text:
             return self.default
@@ -100,8 +90,7 @@ class ByteLimit:
 
 @dataclass(frozen=True)
 class CountLimit(ByteLimit):
-    """A limit on a number of things rather than bytes (the tenants of a workload, ``common.tenants``): set and
-    parsed as a ``ByteLimit``, its messages saying "a whole number > 0" and "a larger number"."""
+    """A ``ByteLimit`` on a number of things rather than bytes (the tenants of a workload, ``common.tenants``)."""
 
     unit: str = ""
 
@@ -115,16 +104,8 @@ CONFIG_BYTES = ByteLimit("a JSON or YAML file", 16 * _MIB, "LLMSCHED_MAX_CONFIG_
 RECORD_BYTES = ByteLimit("a live run's records", 1 * _GIB, "LLMSCHED_MAX_RECORD_BYTES")
 SIGNATURE_BYTES = ByteLimit("a checkpoint signature", 4 * _KIB)  # 64 hex digits and a newline
 KEY_BYTES = ByteLimit("the checkpoint key", 4 * _KIB)  # 32 bytes
-LIMITS = (
-    TRACE_BYTES,
-    TRACE_LINE_BYTES,
-    POLICY_BYTES,
-    CHECKPOINT_BYTES,
-    CONFIG_BYTES,
-    RECORD_BYTES,
-    SIGNATURE_BYTES,
-    KEY_BYTES,
-)
+LIMITS = (TRACE_BYTES, TRACE_LINE_BYTES, POLICY_BYTES, CHECKPOINT_BYTES, CONFIG_BYTES, RECORD_BYTES, SIGNATURE_BYTES,
+          KEY_BYTES)  # fmt: skip
 
 _KINDS: tuple[tuple[Callable[[int], bool], str], ...] = (
     (stat.S_ISDIR, "a folder"),
@@ -136,7 +117,7 @@ _KINDS: tuple[tuple[Callable[[int], bool], str], ...] = (
 
 
 def file_kind(mode: int) -> str:
-    """What a file of ``mode`` (``st_mode``) is, in words, when it is no regular file ("a FIFO (named pipe)", ...)."""
+    """What a file of ``mode`` (``st_mode``) that is no regular file is, in words ("a FIFO (named pipe)", ...)."""
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
@@ -152,8 +133,7 @@ def _too_big(path: Path, size: int, limit: ByteLimit, bound: int) -> FileRefused
 
 def check_regular_file(path: str | os.PathLike[str], limit: ByteLimit) -> os.stat_result:
     """``path``'s ``os.stat`` (links followed) when it is a regular file of at most ``limit`` bytes;
-    ``FileRefusedError`` otherwise. Opens nothing. ``OSError`` (``FileNotFoundError``, ...) as ``os.stat`` raises
-    it, for the caller's own message."""
+    ``FileRefusedError`` otherwise (``OSError`` as ``os.stat`` raises it). Opens nothing."""
     p = Path(path)
     st = os.stat(p)
     if not stat.S_ISREG(st.st_mode):
@@ -165,10 +145,9 @@ def check_regular_file(path: str | os.PathLike[str], limit: ByteLimit) -> os.sta
 
 
 def open_regular(path: str | os.PathLike[str], limit: ByteLimit, start: int = 0) -> IO[bytes]:
-    """``path`` opened for reading bytes once ``check_regular_file`` passes, as a buffered file object that
-    refuses (``FileRefusedError``) to read past ``limit`` should the file grow. Opened non-blocking and checked
-    again on the descriptor, so a FIFO put in its place after the check is refused rather than waited on.
-    ``start``: the byte to read from (a log read again as it grows); the bytes before it count against ``limit``."""
+    """``path`` opened for reading bytes once ``check_regular_file`` passes: a buffered file object that refuses to
+    read past ``limit`` should the file grow, opened non-blocking and checked again on the descriptor. ``start``:
+    the byte to read from (the bytes before it count against ``limit``)."""
     p = Path(path)
     check_regular_file(p, limit)
     fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -186,8 +165,7 @@ def open_regular(path: str | os.PathLike[str], limit: ByteLimit, start: int = 0)
 
 
 def read_bytes(path: str | os.PathLike[str], limit: ByteLimit, start: int = 0) -> bytes:
-    """The content of the regular file ``path`` of at most ``limit`` bytes (``open_regular``), from byte
-    ``start`` to its end."""
+    """The content of the regular file ``path`` (``open_regular``), from byte ``start`` to its end."""
     with open_regular(path, limit, start) as f:
         return f.read()
 
@@ -198,10 +176,8 @@ def read_text(path: str | os.PathLike[str], limit: ByteLimit, encoding: str = "u
 
 
 def csv_records(path: str | os.PathLike[str], limit: ByteLimit) -> list[tuple[int, dict[str, str]]]:
-    """The rows of the CSV file ``path`` (read as ``read_text``), each with its 1-based line, as dicts keyed by
-    the header. ``ValueError`` naming the file and line for a row with more fields than the header (``csv``'s
-    ``DictReader`` would keep them under the key None, and a reader drop them without a word) and for a
-    malformed row (``csv.Error``)."""
+    """The rows of the CSV file ``path`` with their 1-based lines, as dicts keyed by the header; ``ValueError``
+    naming the file and line for a malformed row or one with more fields than the header."""
     reader = csv.DictReader(io.StringIO(read_text(path, limit), newline=""))
     rows: list[tuple[int, dict[str, str]]] = []
     try:
@@ -220,10 +196,8 @@ def csv_records(path: str | os.PathLike[str], limit: ByteLimit) -> list[tuple[in
 
 class BoundedReader(io.RawIOBase):
     """A binary stream over ``inner`` that raises ``FileRefusedError`` (naming ``path``) once more than ``limit``
-    bytes come through it or, with ``line_limit``, once a line (up to a ``\\n``) grows longer than that. For a
-    decompressing ``inner`` (``decompressed``: the message says so) this stops a bomb after ``limit`` bytes of
-    output, one chunk at a time. Closing it closes ``inner``, then ``underlying`` (the file a ``GzipFile`` reads,
-    which closing the ``GzipFile`` leaves open)."""
+    bytes come through it or, with ``line_limit``, a line grows longer than that (``decompressed``: the message
+    says so). Closing it closes ``inner``, then ``underlying`` (the file a ``GzipFile`` reads)."""
 
     def __init__(
         self,
@@ -309,10 +283,33 @@ class BoundedReader(io.RawIOBase):
 
 
 def parse_json(text: str, **kwargs: Any) -> Any:
-    """``json.loads(text, **kwargs)``, with a document nested deeper than Python's recursion limit (a few
-    kilobytes of ``[``) raised as the ``json.JSONDecodeError`` that every reader already reports, naming its
-    file, instead of a ``RecursionError``."""
+    """``json.loads``, a document nested past the recursion limit raised as a ``json.JSONDecodeError`` (not a
+    ``RecursionError``)."""
     try:
         return json.loads(text, **kwargs)
     except RecursionError:
         raise json.JSONDecodeError("nested too deeply to parse", text[:80], 0) from None
+
+
+def read_config(path: str | os.PathLike[str], what: str, yaml: bool = False) -> Any:
+    """The YAML (with ``yaml``, or a ``.yaml``/``.yml`` file) or JSON document in the file ``path`` (at most
+    ``CONFIG_BYTES``); one-line ``ValueError`` naming the file when it cannot be read (``what`` it is) or parsed."""
+    p = Path(path)
+    try:
+        text = read_text(p, CONFIG_BYTES)
+    except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
+        raise
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{p}: cannot read {what} ({exc})") from None
+    kind = "YAML" if yaml or p.suffix in (".yaml", ".yml") else "JSON"
+    try:
+        # yaml by name: the compiled engine's type check follows this module and sees only the build requirements
+        return parse_json(text) if kind == "JSON" else importlib.import_module("yaml").safe_load(text)
+    except RecursionError:
+        raise ValueError(f"{p}: invalid YAML (nested too deeply to parse)") from None
+    except Exception as exc:  # yaml.YAMLError (its context, problem and line), json.JSONDecodeError
+        why = "; ".join(str(x) for x in (getattr(exc, "context", None), getattr(exc, "problem", None)) if x)
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        why = why or (str(exc) or type(exc).__name__).splitlines()[0]
+        raise ValueError(f"{p}{line}: invalid {kind} ({why})") from None

@@ -1,20 +1,11 @@
 """Worker processes that end with the process that started them, however that one ends.
 
-A worker (a local pool's process, a subprocess env, a sweep's training) calls ``die_with_parent`` first thing:
-
-- on Linux the kernel sends it SIGKILL when its parent dies (``prctl(PR_SET_PDEATHSIG)``), even when the
-  parent was killed with SIGKILL and ran no cleanup. The signal comes when the parent *thread* that started
-  the worker ends, so this is only set when that thread was the parent's main thread, which lives as long
-  as the process;
-- everywhere, a daemon thread checks twice a second that its parent is still the one it started with
-  (``os.getppid``; an orphan is adopted by another process) and ends the worker at once (``os._exit``)
-  when it is not: the fallback where the signal is not available or not set.
-
-A worker whose parent already died before the call ends there. ``guarded_command`` gives the command line
-that runs a module (``python -m``) the same way, for a child started with ``subprocess``; ``sigterm_raises``
-makes SIGTERM unwind the main thread like Ctrl-C does, so that a parent's cleanup (its pool's shutdown)
-runs. Standard library only.
-"""
+A worker calls ``die_with_parent`` first thing: on Linux the kernel sends it SIGKILL when its parent dies
+(``prctl(PR_SET_PDEATHSIG)``; set only when the parent started it from its main thread, since the signal follows
+the starting thread), and everywhere a daemon thread checks twice a second that its parent is still the one it
+started with, else ends it (``os._exit``). ``guarded_command`` runs a module (``python -m``) the same way as a
+subprocess; ``sigterm_raises`` makes SIGTERM unwind the main thread like Ctrl-C, so a parent's cleanup runs.
+Standard library only."""
 
 from __future__ import annotations
 
@@ -37,8 +28,8 @@ _POLL_S = 0.5
 
 
 def set_parent_death_signal(signum: int | None = None) -> bool:
-    """Ask the kernel to send this process ``signum`` (default SIGKILL) when the thread that started it ends
-    (Linux ``prctl(PR_SET_PDEATHSIG)``). True when set; False elsewhere or when prctl cannot be called."""
+    """Ask the kernel to send this process ``signum`` (default SIGKILL) when the thread that started it ends (Linux
+    ``prctl``); True when set."""
     if not sys.platform.startswith("linux"):
         return False
     if signum is None:
@@ -53,11 +44,9 @@ def set_parent_death_signal(signum: int | None = None) -> bool:
 
 
 def die_with_parent(parent_pid: int | None = None, main_thread: bool = True) -> None:
-    """End this process when its parent ends (see the module docstring). ``parent_pid``: the process that
-    started this one, as that process saw itself (``os.getpid()`` there; None: this process's parent now);
-    when it is no longer the parent, it has died already and this process exits at once with
-    ``ORPHAN_EXIT``. ``main_thread``: whether the parent started this process from its main thread (False:
-    no death signal, since it would come when that thread ends; the watching thread alone)."""
+    """End this process when its parent ends. ``parent_pid``: the parent as it saw itself (None: this process's
+    parent now); if it is no longer the parent, exit at once with ``ORPHAN_EXIT``. ``main_thread``: whether the
+    parent started this process from its main thread (False: no death signal, the watching thread alone)."""
     parent = os.getppid() if parent_pid is None else int(parent_pid)
     if main_thread:
         set_parent_death_signal()
@@ -67,23 +56,22 @@ def die_with_parent(parent_pid: int | None = None, main_thread: bool = True) -> 
 
 
 def _watch(parent: int) -> None:
-    """Exit this process (no cleanup: its parent, which wanted the work, is gone) once ``parent`` is no
-    longer its parent."""
+    """Exit this process (no cleanup) once ``parent`` is no longer its parent."""
     while os.getppid() == parent:
         time.sleep(_POLL_S)
     os._exit(ORPHAN_EXIT)
 
 
 def guarded_command(module: str, argv: Sequence[str]) -> list[str]:
-    """The command line of ``python -m module *argv`` that, started as a child of this process (with
-    ``subprocess``) from the current thread, ends when this process ends."""
+    """The command line of ``python -m module *argv`` that, started as a child of this thread, ends with this
+    process."""
     main_thread = threading.current_thread() is threading.main_thread()
     return [sys.executable, "-m", __name__, str(os.getpid()), str(int(main_thread)), module, *argv]
 
 
 def _run_guarded(args: Sequence[str]) -> None:
-    """``guarded_command``'s child: ``args`` are the parent's PID, 1 or 0 (started from its main thread or
-    not), the module and its arguments."""
+    """``guarded_command``'s child: ``args`` are the parent's PID, 1 or 0 (its main thread or not), the module and
+    its arguments."""
     parent, main_thread, module, *rest = args
     die_with_parent(int(parent), main_thread == "1")
     sys.argv = [module, *rest]
@@ -92,8 +80,7 @@ def _run_guarded(args: Sequence[str]) -> None:
 
 @contextmanager
 def sigterm_raises() -> Iterator[None]:
-    """While inside, SIGTERM raises ``SystemExit(143)`` in the main thread (as SIGINT raises
-    KeyboardInterrupt), so ``finally`` blocks and context managers run before the process ends. Nothing
+    """While inside, SIGTERM raises ``SystemExit(143)`` in the main thread, so ``finally`` blocks run; nothing
     changes outside the main thread or when SIGTERM already has a handler or is ignored."""
     ours = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     if ours:

@@ -1,14 +1,7 @@
-"""Where a command may write and how: never over what this project ships unless asked to; every file through a
-temporary file renamed over it (``replaced_atomically``, ``write_text_atomically``, ``write_csv``); one writer
-per output folder (``locked_output``), marked complete last (``mark_complete``); a rerun's stale files removed
-by name (``remove_outputs``). docs/reliability.md says what each promises.
-
-The commands' defaults write under ``runs/`` and ``results/`` (both ignored by git). What ships is the
-installed packages (``llmsched_env``, ``agents``, ``baselines``: cost-model presets, hyperparameters,
-traces) and, in a checkout, the repository's ``policies/`` and ``docs/results/`` (the trained policies and
-the reported results). ``check_output(path)`` refuses a path equal to or inside one of those unless
-``force`` is given, so that a command copied from the docs never overwrites a shipped file by accident.
-"""
+"""Where a command may write and how (docs/reliability.md): never over what the project ships unless forced
+(``check_output``); every file through a temporary file renamed over it (``replaced_atomically``); one writer per
+output folder (``locked_output``), marked complete last (``mark_complete``); a rerun's stale files removed by name
+(``remove_outputs``). Shipped: the installed packages and a checkout's ``policies/`` and ``docs/results/``."""
 
 from __future__ import annotations
 
@@ -43,6 +36,7 @@ __all__ = [
     "locked_output",
     "mark_complete",
     "output_path",
+    "package_dir",
     "remove_outputs",
     "replaced_atomically",
     "shipped_folders",
@@ -57,8 +51,8 @@ PACKAGES = ("llmsched_env", "agents", "baselines")
 REPO_FOLDERS = ("policies", "docs/results")
 
 
-def _package_dir(name: str) -> Path | None:
-    """The folder of the top-level package ``name`` (found, not imported), or None when it is absent."""
+def package_dir(name: str) -> Path | None:
+    """The folder of the top-level package ``name`` (found, not imported), or None."""
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -66,26 +60,24 @@ def _package_dir(name: str) -> Path | None:
 
 
 def shipped_folders() -> list[Path]:
-    """The folders ``check_output`` protects: the installed packages, and ``policies/`` and ``docs/results/``
-    of the checkout the package lies in and of the working directory when that is a checkout."""
-    packages = [p for p in map(_package_dir, PACKAGES) if p is not None]
+    """The folders ``check_output`` protects: the installed packages, and ``policies/`` and ``docs/results/`` of the
+    checkout they lie in and of the working directory when it is one."""
+    packages = [p for p in map(package_dir, PACKAGES) if p is not None]
     roots = {p.parent for p in packages} | {Path.cwd().resolve()}
     checkouts = sorted(r for r in roots if (r / "pyproject.toml").is_file() and (r / "llmsched_env").is_dir())
     return packages + [root / folder for root in checkouts for folder in REPO_FOLDERS]
 
 
 def output_path(text: str) -> Path:
-    """An output option's value as a path (an argparse ``type``): ``argparse.ArgumentTypeError`` for an empty
-    or blank one, which ``Path`` would read as the working folder (``--out "$UNSET"`` writing into ``.``)."""
+    """An output option's value as a path (an argparse ``type``); an empty or blank one (``--out "$UNSET"``) is
+    refused."""
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path (an unset variable?); give a path, ./ for this folder")
     return Path(text)
 
 
 def file_output_path(text: str) -> Path:
-    """An output option that names a file (an argparse ``type``): ``output_path``'s checks, and
-    ``argparse.ArgumentTypeError`` for a value ending with a path separator, which names a folder (``--out m/``
-    would otherwise write a file ``m``)."""
+    """``output_path`` for an option that names a file: a value ending with a path separator (a folder) is refused."""
     path = output_path(text)
     if text.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
         raise argparse.ArgumentTypeError(f"{text!r} ends with {text[-1]!r}, a folder; this option writes a file: "
@@ -101,17 +93,11 @@ def check_output(
     files: Iterable[str] = (),
     folders: Iterable[str] = (),
 ) -> Path:
-    """``path`` unchanged when a command may write there, checked before any work: ``ValueError`` (one line
-    naming the path) when it is a shipped folder or inside one and ``force`` is False, when it is a file where a
-    folder is written (or, with ``file``, a folder where a file is), when a file sits on the way to it, when it
-    is a link loop or (for a folder) a link to nothing, or when the nearest folder that exists on the way to it
-    is not writable (a read-only filesystem, no permission). ``option`` names the argument.
-
-    An existing output folder must hold only regular files and folders (``check_folder``): a FIFO, a device or a
-    socket there (or in one of its subfolders ``folders``, which the command writes into) is refused, since the
-    command may open it (a FIFO blocks) or replace it; so are a folder at one of the names ``files`` that the
-    command writes as files and a file at one of ``folders``, and a symbolic link at one of ``files`` (or at one
-    of ``folders``, leading out of the folder), through which the command would write elsewhere."""
+    """``path`` when a command may write there, checked before any work; one-line ``ValueError`` naming ``option``
+    and the path when it is (inside) a shipped folder without ``force``, a file where a folder is written (or,
+    with ``file``, a folder where a file is), behind a file or a link loop, a dangling link for a folder, or under
+    a folder that is not writable. An existing output folder must pass ``check_folder`` (``files``: the names it
+    writes as files, ``folders``: its subfolders)."""
     target = Path(path)
     _check_reachable(target, option)
     if not force:
@@ -148,8 +134,7 @@ def check_output(
 
 
 def _check_reachable(path: Path, option: str) -> None:
-    """``ValueError`` (one line) when ``path`` cannot be looked up: a symbolic link loop on the way to it or at
-    it (``ln -s A A``), or a file where the way to it needs a folder (``f/x.json`` with ``f`` a file)."""
+    """``ValueError`` when ``path`` cannot be looked up: a link loop or a file on the way to it."""
     try:
         os.stat(path)
     except FileNotFoundError:
@@ -159,7 +144,7 @@ def _check_reachable(path: Path, option: str) -> None:
 
 
 def _unreachable(path: Path, exc: OSError) -> str:
-    """Why ``path`` cannot be looked up (``exc``, from ``os.stat`` or ``os.lstat``), in words."""
+    """Why ``path`` cannot be looked up (``exc`` from ``os.stat``), in words."""
     if exc.errno == errno.ELOOP:
         try:
             os.stat(path.parent)
@@ -175,18 +160,16 @@ def _unreachable(path: Path, exc: OSError) -> str:
 
 
 def _kind(path: Path) -> str:
-    """What sits at ``path`` (links followed), in words: "a regular file", "a folder", "a FIFO (named pipe)"..."""
+    """What sits at ``path`` (links followed), in words."""
     mode = os.stat(path).st_mode
     return "a regular file" if stat.S_ISREG(mode) else file_kind(mode)
 
 
 def check_folder(folder: Path, option: str = "--out", files: Iterable[str] = (), folders: Iterable[str] = ()) -> None:
-    """``ValueError`` (one line naming the entry) when the output folder ``folder`` holds, at its top level or
-    directly in one of its subfolders ``folders``, anything but regular files and folders (links followed: a link
-    to ``/dev/null`` is a device; a dangling link is left alone), a folder at one of the file names ``files`` or a
-    non-folder at one of ``folders``; or a symbolic link at one of ``files`` (a write through it would land
-    wherever it points, or fail on a loop after the whole run) or at one of ``folders`` that leads out of
-    ``folder`` or to nothing. Reads the folder's entries only (not the whole tree below it)."""
+    """``ValueError`` naming the entry when the output folder holds (at its top or directly in one of ``folders``)
+    anything but regular files and folders (links followed), a folder at a name of ``files``, a non-folder at one
+    of ``folders``, or a symbolic link at one of ``files`` (or at one of ``folders`` leading out of the folder or
+    to nothing). Reads those entries only."""
     where = f"{option} {folder}"
     subfolders = set(folders)
     inside = os.path.realpath(folder)
@@ -223,10 +206,9 @@ def check_folder(folder: Path, option: str = "--out", files: Iterable[str] = (),
 
 
 def write_csv(rows: Sequence[Mapping[str, Any]], path: Path, columns: Sequence[str] | None = None) -> None:
-    """``rows`` as a CSV file with a header: ``columns``, by default every key of every row in first-seen
-    order (a row without a column leaves its cell empty). Written atomically (``replaced_atomically``): a full
-    disk or a kill mid-write leaves the old file whole. ``ValueError`` naming ``path`` for no rows and no
-    columns, or for a row with a key that ``columns`` lacks (the old file, if any, then stays)."""
+    """``rows`` as a CSV file with a header (``columns``, default: every key in first-seen order; a missing cell is
+    empty), written atomically. ``ValueError`` naming ``path`` for no rows and no columns, or a key ``columns``
+    lacks."""
     if not rows and columns is None:
         raise ValueError(f"{path}: no rows to write and no columns given")
     fields = list(columns) if columns is not None else list(dict.fromkeys(key for row in rows for key in row))
@@ -240,18 +222,15 @@ def write_csv(rows: Sequence[Mapping[str, Any]], path: Path, columns: Sequence[s
 
 
 def written_path(path: str | Path) -> Path:
-    """Where a write to ``path`` lands: ``path`` itself, or for a symbolic link the file it points to (followed
-    to the end, made absolute), so that the link stays and its target is replaced."""
+    """Where a write to ``path`` lands: ``path``, or the file a symbolic link leads to (the link stays)."""
     path = Path(path)
     return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
 def check_replaceable(path: str | Path, option: str | None = None) -> None:
-    """``ValueError`` (one line naming ``path``, and ``option`` when given) when something other than a regular
-    file sits at ``path``: a device (``/dev/null``), a FIFO, a socket or a folder, which an atomic rename would
-    replace (a device node, as root) or which is no file to replace, and when a file or a link loop on the way
-    to ``path`` leaves no place to write it. Nothing there: no error. ``path`` is taken as it is
-    (``written_path`` first, to check the target of a link)."""
+    """``ValueError`` naming ``path`` (and ``option``) when something other than a regular file sits there (a device,
+    a FIFO, a socket, a folder, a link), or a file or link loop on the way leaves no place for it; nothing there
+    is fine."""
     where = f"{option} {path}" if option else str(path)
     try:
         mode = os.lstat(path).st_mode
@@ -267,12 +246,10 @@ def check_replaceable(path: str | Path, option: str | None = None) -> None:
 
 @contextmanager
 def replaced_atomically(path: str | Path) -> Iterator[Path]:
-    """A temporary path beside ``path`` (same folder, ``.STEM.PID.tmpSUFFIX``: the same suffix) to write to;
-    when the block ends without an error the temporary file is flushed to disk (``fsync``) and replaces
-    ``path`` in one step (``os.replace``), so a crash, a kill or a full disk mid-write leaves the old file
-    whole. On an error the temporary file is removed and the error goes on. Only a regular file (or nothing)
-    is ever replaced: anything else at ``path`` is refused before the block runs (``check_replaceable``); a
-    symbolic link is followed, and the file it points to is replaced (``written_path``), the link kept."""
+    """A temporary path beside ``path`` (``.STEM.PID.tmpSUFFIX``) to write to; when the block ends without an error
+    it is flushed (``fsync``) and replaces ``path`` in one ``os.replace``, so a crash or a full disk leaves the
+    old file whole (on an error it is removed). Only a regular file (or nothing) is replaced
+    (``check_replaceable``); a link's target is replaced, the link kept."""
     path = written_path(path)
     check_replaceable(path)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
@@ -286,8 +263,7 @@ def replaced_atomically(path: str | Path) -> Iterator[Path]:
 
 
 def _fsync(path: Path) -> None:
-    """Flush the file ``path`` to disk, or a folder's entries (best effort: a system or filesystem that cannot
-    open or flush a folder skips it; a file's flush must work)."""
+    """Flush the file ``path`` to disk, or a folder's entries (best effort for a folder)."""
     folder = path.is_dir()
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -305,16 +281,15 @@ def _fsync(path: Path) -> None:
 
 
 def write_text_atomically(path: str | Path, text: str) -> None:
-    """``path.write_text(text)`` through ``replaced_atomically``: the file holds the old text or the new, whole."""
+    """``path.write_text(text)`` through ``replaced_atomically``."""
     with replaced_atomically(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 
 def remove_outputs(folder: str | Path, names: Iterable[str], keep: Iterable[str] = ()) -> list[Path]:
-    """Remove the files ``names`` of ``folder`` but those in ``keep`` (a command's own outputs from an earlier
-    run, so that none of them lingers beside the new ones), and the temporary files ``replaced_atomically``
-    left beside any of ``names`` when a run was killed mid-write. Nothing else in the folder is touched; call
-    it holding the folder (``locked_output``). Returns the files removed."""
+    """Remove the files ``names`` of ``folder`` but those in ``keep`` (an earlier run's outputs), and the temporary
+    files a killed write left beside them; nothing else. Call it holding the folder (``locked_output``); returns
+    the files removed."""
     folder = Path(folder)
     kept = set(keep)
     removed = []
@@ -338,12 +313,10 @@ COMPLETE_NAME = "complete.json"  # written last into an output folder by a comma
 
 @contextmanager
 def locked_output(out: str | Path, command: str, option: str = "--out") -> Iterator[Path]:
-    """Hold the folder ``out`` (created if missing) for one command while the block runs: an exclusive
-    ``flock`` on ``out/.llmsched.lock``, which the system releases when this process ends however it ends, so
-    a killed run never leaves a stale lock. A second process that asks for the same folder gets
-    ``OutputBusyError`` (a ``ValueError``: one line naming ``option``, the folder and the command and PID that
-    hold it) before it writes anything. ``COMPLETE_NAME`` is removed on entry: the folder is marked complete
-    again only by ``mark_complete``. On a system without ``fcntl`` the folder is not locked."""
+    """Hold the folder ``out`` (created if missing) for one command while the block runs: an exclusive ``flock`` on
+    ``out/.llmsched.lock``, released when the process ends however it ends. A second process gets
+    ``OutputBusyError`` naming ``option``, the folder and the holder's command and PID. ``COMPLETE_NAME`` is
+    removed on entry (``mark_complete`` writes it again). Without ``fcntl`` nothing is locked."""
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     try:
@@ -388,9 +361,8 @@ def update_lock(path: str | Path) -> Path:
 
 
 def check_update_lock(path: str | Path, option: str | None = "--out") -> None:
-    """``ValueError`` (one line naming ``option``, ``path`` and the lock) when ``updating(path)`` could not
-    take its lock: something other than a regular file at ``update_lock(path)`` (a folder, a FIFO, a symbolic
-    link). A command calls it before its work, so that it does not fail at its first write."""
+    """``ValueError`` naming ``option``, ``path`` and the lock when something other than a regular file sits at
+    ``update_lock(path)``; a command calls it before its work."""
     lock = update_lock(path)
     where = f"{option} {path}" if option else str(path)
     try:
@@ -406,12 +378,9 @@ def check_update_lock(path: str | Path, option: str | None = "--out") -> None:
 
 @contextmanager
 def updating(path: str | Path) -> Iterator[Path]:
-    """Hold the file ``path`` for a read-modify-write (e.g. merging entries into a table that several commands
-    write): an exclusive ``flock`` on ``.NAME.lock`` beside it (``update_lock``), waited for (the section is
-    short), so that two processes updating one file never lose each other's changes. Released when the block
-    ends or the process dies. The lock is opened without following a link and without blocking on a FIFO;
-    anything but a regular file there is ``ValueError`` (``check_update_lock``, which a command calls before
-    its work). On a system without ``fcntl`` nothing is locked."""
+    """Hold the file ``path`` for a read-modify-write: an exclusive ``flock`` on ``update_lock(path)``, waited for,
+    released when the block ends or the process dies; opened without following a link or blocking on a FIFO
+    (anything but a regular file: ``ValueError``). Without ``fcntl`` nothing is locked."""
     target = Path(path)
     try:
         import fcntl
@@ -435,8 +404,7 @@ def updating(path: str | Path) -> Iterator[Path]:
 
 
 def mark_complete(out: str | Path, record: Mapping[str, Any]) -> None:
-    """Write ``out/complete.json`` (``record`` and the time), atomically and last: a folder without it holds a
-    run that is still going, was killed, or failed."""
+    """Write ``out/complete.json`` (``record`` and the time), atomically and last."""
     data = {**record, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     write_text_atomically(Path(out) / COMPLETE_NAME, json.dumps(data, indent=1, default=str) + "\n")
 

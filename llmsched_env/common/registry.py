@@ -4,11 +4,8 @@
     SCHEDULERS.register("fcfs", FCFSPolicy)      # or @SCHEDULERS.register("fcfs") on a class or function
     SCHEDULERS.get("fcfs")                       # ValueError listing the names for an unknown one
 
-A registry with ``plugins`` also takes entries from installed packages, the way Gymnasium takes environments:
-on the first lookup it imports every module named by an entry point of that group (``pyproject.toml``:
-``[project.entry-points."llmsched.policies"] mine = "my_package.policies"``), and importing such a module
-registers its entries. That is how the cluster env finds the baselines by name without importing them.
-"""
+With ``plugins``, the first lookup imports every module named by an entry point of that group (as Gymnasium does),
+which registers its entries: how the cluster env finds the baselines without importing them."""
 
 from __future__ import annotations
 
@@ -36,9 +33,8 @@ class Registry(Generic[T]):
     def register(self, name: str, obj: T) -> T: ...
 
     def register(self, name: str, obj: T | None = None) -> T | Callable[[T], T]:
-        """Register ``obj`` under ``name`` (or, without ``obj``, return a decorator that does). Registering a
-        name twice with a different object raises ``ValueError``; registering the same object again is a no-op,
-        so a module imported twice (a plugin and a direct import) stays harmless."""
+        """Register ``obj`` under ``name`` (without ``obj``: a decorator that does). Another object under a taken
+        name is a ``ValueError``; the same object again is a no-op (a module imported twice)."""
 
         def add(value: T) -> T:
             if not isinstance(name, str) or not name:

@@ -1,20 +1,10 @@
-"""Tenants: how many a workload may have, and what a tenant's name may hold. The one place for both rules.
+"""Tenants: how many a workload may have, and what a tenant's name may hold, for every place a tenant enters (the
+trace parser, ``TenantConfig``).
 
-- **A cap**: a workload (a trace's tenant column, a scenario's or a randomized space's tenants, a user's
-  ``WorkloadConfig``) has at most ``MAX_TENANTS`` distinct tenants, 1,024 unless ``$LLMSCHED_MAX_TENANTS`` says
-  more (parsed as the size limits of ``common.files`` are: a value that is not a whole number > 0 is one error
-  naming the variable). Far above legitimate use (the shipped scenarios have at most 16 tenants, the held-out
-  traces 12); each tenant costs every step of the decision loop time (its per-tenant observation), so 10,000
-  tenants took 400 s (docs/reliability.md, "Tenants").
-- **A name rule** (``tenant_name_problem``): a tenant's name is a non-empty string of printable characters
-  (no tab, newline or other control or invisible character), without ``|`` (it breaks the markdown tables)
-  or ``/`` (it breaks the ``tenant/NAME/metric`` keys of the metrics, the TensorBoard tags and the plots), and
-  not ``other``: ``OTHER_TENANTS`` names the group of the tenants past the first ``TOP_TENANTS`` in the metrics
-  (``sim.metrics``), which no tenant may share.
-
-Every place a tenant name enters uses these: the trace parser (naming the file, line and column), and
-``TenantConfig`` (every scenario, workload and tenant spec is built of them). Stdlib only.
-"""
+- at most ``MAX_TENANTS`` distinct tenants, 1,024 unless ``$LLMSCHED_MAX_TENANTS`` says more (each tenant costs
+  every decision step time; docs/reliability.md, "Tenants");
+- a name (``tenant_name_problem``) is a non-empty printable string without ``|`` (tables) or ``/`` (the
+  ``tenant/NAME/metric`` keys), and not ``other`` (``OTHER_TENANTS``, the metrics' group past the busiest)."""
 
 from __future__ import annotations
 
@@ -32,19 +22,14 @@ __all__ = [
     "too_many_tenants",
 ]
 
-# The most distinct tenants a workload may have (docs/reliability.md, "Tenants: a cap, names, and tables that
-# stay readable"). Each step's observation costs time in proportion to the tenants: an fcfs episode of 1,000
-# requests took 21 s over 1,024 tenants against 2.2 s over 16 (the same peak memory, 95 MB).
+# an fcfs episode of 1,000 requests took 21 s over 1,024 tenants, 2.2 s over 16
 MAX_TENANTS = CountLimit("the tenants of a workload", 1024, "LLMSCHED_MAX_TENANTS")
-# The name of the group that holds, in the metrics, the tenants past the busiest ``sim.metrics.TOP_TENANTS``.
-OTHER_TENANTS = "other"
+OTHER_TENANTS = "other"  # the metrics' group of the tenants past the busiest ``sim.metrics.TOP_TENANTS``
 KEY_SEPARATOR = "/"  # of the tenant/NAME/metric keys
 
 
 def tenant_name_problem(name: object) -> str | None:
-    """What is wrong with ``name`` as a tenant's name, in words for the end of a message ("must not hold ...,
-    got NAME"); None when it is fine. A table label's rule (``common.checks.label_fault``: no control
-    character, no ``|``), no ``/`` and no other non-printable character, and not ``OTHER_TENANTS``."""
+    """What is wrong with ``name`` as a tenant's name, for the end of a message; None when it is fine."""
     if not isinstance(name, str) or not name:
         return f"must be a non-empty string, got {name!r}"
     fault = label_fault(name)
@@ -67,7 +52,7 @@ def check_tenant_name(owner: str, name: object) -> None:
 
 
 def too_many_tenants(count: int, bound: int) -> str:
-    """The message for a workload of ``count`` tenants (or more, while counting) over ``bound``, with the hint."""
+    """The message for a workload of ``count`` tenants over ``bound``, with the hint to raise it."""
     return f"{count:,} tenants, over the limit of {bound:,} for {MAX_TENANTS.what}{MAX_TENANTS.hint()}"
 
 
@@ -79,7 +64,7 @@ def check_tenant_count(owner: str, count: int) -> None:
 
 
 def listed_tenants(names: list[str], limit: int = 16) -> str:
-    """``names`` joined by commas for a one-line note, the first ``limit`` of them and how many in all past
-    that ("t1, t2, ... (1,024 in all)"), so that a note on a workload of many tenants stays a readable line."""
+    """The first ``limit`` of ``names`` joined by commas, and how many in all past that (``t1, t2, ... (1,024 in
+    all)``)."""
     more = f", ... ({len(names):,} in all)" if len(names) > limit else ""
     return ", ".join(names[:limit]) + more

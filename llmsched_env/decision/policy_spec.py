@@ -16,11 +16,11 @@ torch is imported only for one whose activation numpy lacks.
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmsched_env.common.outputs import package_dir
 from llmsched_env.decision.planners.lookahead import LOOKAHEAD, LookaheadConfig, parse_lookahead
 from llmsched_env.decision.planners.mpc import MPC, MPCConfig, mpc_for, parse_mpc
 from llmsched_env.decision.planners.tuned import TunedTable, is_tuned_table, load_tuned_table
@@ -37,12 +37,9 @@ SHIPPED_POLICIES_PREFIX = "policies/"  # how the docs name a shipped policy: pol
 
 
 def shipped_policies() -> Path:
-    """The folder of the shipped trained policies: ``policies/`` of the ``agents`` package (found, not
-    imported: this package sits below it), installed or in a checkout (where ``policies/`` links to it)."""
-    spec = importlib.util.find_spec("agents")
-    if spec is not None and spec.submodule_search_locations:
-        return Path(next(iter(spec.submodule_search_locations))).resolve() / "policies"
-    return Path(__file__).resolve().parents[2] / "agents" / "policies"
+    """The folder of the shipped trained policies: ``policies/`` of the ``agents`` package (found, not imported),
+    installed or in a checkout."""
+    return (package_dir("agents") or Path(__file__).resolve().parents[2] / "agents") / "policies"
 
 
 GENERALIST_PATH = shipped_policies() / "generalist"
@@ -55,18 +52,11 @@ def baseline_names() -> list[str]:
 
 @dataclass
 class PolicySpec:
-    """One policy of an evaluation: a baseline (``baseline`` set) or an exported policy file (``path`` set).
-
-    ``name`` is the ``policy`` column of the results. The loaded file is kept and serves every seed; it is
-    not pickled (a Ray task gets the path and loads the file again, where it runs). ``table`` (with the
-    ``tuned`` baseline): a tuned-settings table's path, or a ``TunedTable`` (plain data, it pickles), passed
-    to the baseline as ``table=``; None: the baseline's own. ``lookahead`` set (instead of a baseline or a
-    path): the clairvoyant ``lookahead`` bound (``decision.lookahead``), which plays the env itself forward, so
-    only the evaluation's simulator episodes run it (``evaluation.lookahead``); ``make_for`` refuses it. ``mpc``
-    set: the model-predictive planner (``decision.mpc``), which plans on a copy of the engine's state: ``make_for``
-    builds it where the context's driver gives one (``PolicyContext.planning_state``: the in-situ replays, the
-    vLLM adapter), the evaluation's episodes on the env's simulator (``evaluation.mpc``).
-    """
+    """One policy of an evaluation, the ``policy`` column's ``name`` and one of: ``baseline`` (a registered name;
+    ``table``: a tuned-settings table's path or ``TunedTable`` for ``tuned``), ``path`` (an exported policy file,
+    loaded once and not pickled: a Ray task loads it again), ``lookahead`` (the clairvoyant bound, run only by the
+    evaluation's simulator episodes: ``make_for`` refuses it) or ``mpc`` (the planner, built by ``make_for`` where
+    the context's driver gives a planning state)."""
 
     name: str
     baseline: str | None = None
@@ -88,7 +78,7 @@ class PolicySpec:
 
     @property
     def exported(self) -> ExportedPolicy | None:
-        """The exported policy (``decision.policy_file.ExportedPolicy``), or None for a baseline."""
+        """The exported policy, or None for a baseline."""
         return self.load() if self.path is not None else None
 
     def load(self) -> ExportedPolicy:
@@ -100,8 +90,7 @@ class PolicySpec:
 
     @property
     def schema(self) -> int:
-        """The observation schema of the env this policy runs on: the file's for an exported policy, the
-        current one for a baseline (baselines act on either)."""
+        """The observation schema it runs on: the file's for an exported policy, the current one for a baseline."""
         return SCHEMA_VERSION if self.path is None else int(self.load().schema_version)
 
     @property
@@ -116,8 +105,8 @@ class PolicySpec:
         return self.make_for(env.unwrapped.policy_context(), seed)
 
     def make_for(self, ctx: Any, seed: int) -> Policy:
-        """The policy acting in ``ctx`` (a ``PolicyContext``, or a router's context) with ``seed``; an exported
-        policy is the loaded file itself (its fit to ``ctx`` is the caller's to check)."""
+        """The policy acting in ``ctx`` (a ``PolicyContext`` or a router's context) with ``seed``; an exported policy
+        is the loaded file itself."""
         if self.baseline is not None:
             if self.table is not None:  # the tuned baseline takes its table as a keyword
                 factory: Any = SCHEDULERS.get(self.baseline)
@@ -138,24 +127,19 @@ class PolicySpec:
 
 
 def resolve_policy(entry: str) -> PolicySpec:
-    """A baseline name, ``learned`` (the generalist, ``policies/generalist``), ``[alias=]path`` of an exported
-    policy (a run folder holding ``policy.json`` + ``policy.safetensors``, or the JSON), loaded and verified now
-    (a path ``policies/...`` that does not exist where the command runs is the shipped policy of that name),
-    or ``[alias=]path`` of a tuned-settings table
-    (a JSON file with ``"format": "llmsched-tuned"``): the ``tuned`` baseline with that table, named ``alias``
-    (default: the file's stem). ``ValueError`` naming ``entry`` or the file otherwise, and when the name given
-    (or taken from the folder or file) is another policy's: a baseline's, ``learned`` or ``lookahead``
-    (``fcfs=runs/ppo0`` would credit the learned policy's rows to ``fcfs``)."""
+    """The ``PolicySpec`` of ``entry``: a baseline name, ``learned`` (``policies/generalist``), a lookahead or mpc
+    spelling, ``[alias=]path`` of an exported policy (a run folder or its ``policy.json``, loaded and verified
+    now; ``policies/NAME`` missing here is the shipped one) or of a tuned-settings table (the ``tuned`` baseline
+    with it, named ``alias`` or the file's stem). One-line ``ValueError`` naming ``entry`` or the file otherwise,
+    and when its name is another policy's (``fcfs=runs/ppo0`` would credit the learned policy's rows to ``fcfs``)."""
     spec = _resolve(entry)
     _check_label(entry, spec)
     return spec
 
 
 def _check_label(entry: str, spec: PolicySpec) -> None:
-    """``ValueError`` when ``spec``'s name (the ``policy`` column of its rows) is a name the resolver gives
-    another policy: a baseline's or router's, ``learned`` or ``lookahead``, so that a table never credits one
-    policy's results to another (``fcfs=runs/ppo0``, or a folder named ``fcfs``). The name may denote what it
-    names: ``fcfs=fcfs``, ``tuned=TABLE.json`` (the ``tuned`` baseline with a table), ``learned`` itself."""
+    """``ValueError`` when ``spec``'s name is one the resolver gives another policy (a baseline's, ``learned``,
+    ``lookahead``, ``mpc``), unless it denotes that policy (``fcfs=fcfs``, ``tuned=TABLE.json``, ``learned``)."""
     name = spec.name
     if spec.lookahead is not None or spec.mpc is not None:
         return

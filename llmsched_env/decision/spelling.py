@@ -1,18 +1,22 @@
-"""How a policy list spells a configured policy (``lookahead:k=32,tail=end``, ``mpc:futures=8``): the options
-of a frozen dataclass that differ from its defaults, written after the policy's name and read back."""
+"""How a policy list spells a configured policy (``lookahead:k=32,tail=end``, ``mpc:futures=8``): the fields of a
+frozen dataclass that differ from its defaults, after the policy's name, and read back (``common.fields``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import fields
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["spell", "split_options"]
+from llmsched_env.common.fields import parse_config
+
+__all__ = ["parse_spelled", "spell"]
+
+T = TypeVar("T")
 
 
 def spell(name: str, config: Any, text: Callable[[Any], str] = str) -> str:
-    """``name``, then ``:KEY=VALUE,...`` for every field of ``config`` (a dataclass whose every field has a
-    default) that differs from its default, each value written by ``text``; ``name`` alone when none differs."""
+    """``name``, then ``:KEY=VALUE,...`` for every field of ``config`` that differs from its default (each value
+    written by ``text``); ``name`` alone when none differs."""
     default = type(config)()
     opts = [
         f"{f.name}={text(getattr(config, f.name))}"
@@ -22,25 +26,15 @@ def spell(name: str, config: Any, text: Callable[[Any], str] = str) -> str:
     return name + (":" + ",".join(opts) if opts else "")
 
 
-def split_options(entry: str, name: str, config_type: type) -> dict[str, str] | None:
-    """The options ``entry`` gives a policy ``name`` (``NAME`` or ``NAME:KEY=VALUE,...``), as text by key, the keys
-    those of ``config_type``'s fields; None when ``entry`` names another policy. One-line ``ValueError`` naming
-    ``entry`` for a colon with nothing after it, an item that is not ``KEY=VALUE`` with a known key, or a key
-    given twice."""
+def parse_spelled(
+    entry: str, name: str, config_type: type[T], none: Mapping[str, str] | None = None, where: str | None = None
+) -> T | None:
+    """The ``config_type`` that ``entry`` (``NAME`` or ``NAME:KEY=VALUE,...``) spells, None when it names another
+    policy; one-line ``ValueError`` naming the policy ``where`` (default: ``entry``) and the option at fault."""
     head, sep, rest = entry.partition(":")
     if head != name:
         return None
+    where = f"policy {where or entry!r}"
     if sep and not rest:
-        raise ValueError(f"policy {entry!r}: give options after '{name}:' as key=value,... or drop the colon")
-    known = [f.name for f in fields(config_type)]
-    out: dict[str, str] = {}
-    for item in filter(None, rest.split(",")) if sep else ():
-        key, eq, value = item.partition("=")
-        if not eq or key not in known:
-            raise ValueError(
-                f"policy {entry!r}: {name} option {item!r} is not key=value with key one of {', '.join(known)}"
-            )
-        if key in out:
-            raise ValueError(f"policy {entry!r}: {name} option {key!r} is given twice")
-        out[key] = value
-    return out
+        raise ValueError(f"{where}: give options after '{name}:' as key=value,... or drop the colon")
+    return parse_config(config_type, filter(None, rest.split(",")), where, name, none)

@@ -2,14 +2,8 @@
 
     config = EvalConfig(scenarios=["mixed-slo"], policies=["fcfs", "mine=runs/ppo0"], seeds=[0, 1, 2])
 
-Scenarios may be given by name (the single-node library or the cluster scenarios) or as objects (a
-``scenario_from_trace`` result), policies by name or ``[alias=]path`` (``resolve_policy``) or as
-``PolicySpec``; the config holds them as tuples of objects. Construction raises one ``ValueError`` naming
-the field for anything wrong, including a scenario, load, seed or policy given twice, an exported policy
-that does not fit a scenario's observations and actions, an episode larger than a trace's part and seeds
-beyond the disjoint windows a trace's val or test part holds (``TraceSource.check_windows``). A config
-pickles with cloudpickle, Ray's pickler (library scenarios hold closures; an exported policy travels as its
-path), so a Ray worker gets it as it is.
+Scenarios and policies may be given by name; anything wrong (a repeat, a policy that does not fit a scenario, an
+episode larger than a trace's part) is one ``ValueError`` naming the field. A config pickles with cloudpickle.
 """
 
 from __future__ import annotations
@@ -23,14 +17,7 @@ import gymnasium as gym
 
 import llmsched_env  # noqa: F401  (registers LLMSched-v1, LLMSched-v1 and LLMSchedCluster-v0)
 from llmsched_env.cluster.scenarios import CLUSTER_SCENARIOS, ClusterScenario
-from llmsched_env.common.checks import (
-    check_bool,
-    check_int,
-    check_label,
-    check_positive,
-    check_unique,
-    duplicates,
-)
+from llmsched_env.common.checks import check_bool, check_int, check_label, check_positive, check_unique, duplicates
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.actions import ACTION_COMPONENTS, ActionSpec
 from llmsched_env.decision.planners.bounds import check_route_lookahead
@@ -53,8 +40,7 @@ AnyScenario = Scenario | ClusterScenario
 
 
 def traffic_label(scenario: AnyScenario) -> dict[str, str]:
-    """``{"traffic": "fitted to FILE"}`` for a scenario (or a cluster's base scenario) of generated traffic
-    fitted to a trace (``workloads.fitted``), else ``{}``: the key every row of such a scenario carries."""
+    """``{"traffic": "fitted to FILE"}`` for a scenario of traffic fitted to a trace, else ``{}``."""
     base = scenario.scenario() if isinstance(scenario, ClusterScenario) else scenario
     return {"traffic": base.traffic} if base.traffic else {}
 
@@ -65,15 +51,10 @@ class InputError(ValueError):
 
 @dataclass(frozen=True, init=False)
 class EvalConfig:
-    """Every run of an evaluation: each (scenario, load, policy, seed), episodes of ``split`` with
-    ``num_requests`` requests (default: the scenario's) and ``cost_model`` (a preset name or JSON path;
-    default: the scenario's, or the runtime's calibrated preset). ``runtime`` set: the torch runtime serves
-    the episodes instead of the simulator (single-node scenarios only). ``engine_limits``: ``EngineConfig``
-    fields (``num_kv_blocks``, ``max_num_seqs``, ``max_num_batched_tokens``, ``max_model_len``, ...) that
-    override every (single-node) scenario's engine; the config then holds the scenarios with those engines.
-    ``length_prediction`` (``none``, ``exact``, ``lognormal:SIGMA``): each request's predicted output length,
-    seen by every policy (single-node scenarios). Each policy runs on an env of its own observation schema
-    (an exported policy's file says which; baselines run on the current one)."""
+    """Every run of an evaluation: each (scenario, load, policy, seed), episodes of ``split`` with ``num_requests``
+    requests and ``cost_model`` (default: the scenario's); ``runtime``: the torch runtime serves them;
+    ``engine_limits``: ``EngineConfig`` fields over every scenario's engine; ``length_prediction``: the predicted
+    output lengths every policy sees."""
 
     scenarios: tuple[AnyScenario, ...]
     policies: tuple[PolicySpec, ...]
@@ -107,18 +88,12 @@ class EvalConfig:
                 raise ValueError(f"EvalConfig.{name} must be a list, got the string {value!r}")
             if not value:
                 raise ValueError(f"EvalConfig.{name} needs at least one entry, got {value!r}")
-        set_ = object.__setattr__  # frozen: set once, here
-        set_(self, "scenarios", tuple(_scenario(s) for s in scenarios))
-        set_(self, "policies", tuple(p if isinstance(p, PolicySpec) else resolve_policy(p) for p in policies))
-        set_(self, "loads", tuple(loads))
-        set_(self, "seeds", tuple(seeds))
-        set_(self, "split", split)
-        set_(self, "num_requests", num_requests)
-        set_(self, "cost_model", os.fspath(cost_model) if isinstance(cost_model, os.PathLike) else cost_model)
-        set_(self, "check_invariants", check_invariants)
-        set_(self, "runtime", runtime)
-        set_(self, "engine_limits", engine_limits)
-        set_(self, "length_prediction", length_prediction)
+        given = {**locals(), "loads": tuple(loads), "seeds": tuple(seeds)}
+        given["scenarios"] = tuple(_scenario(s) for s in scenarios)
+        given["policies"] = tuple(p if isinstance(p, PolicySpec) else resolve_policy(p) for p in policies)
+        given["cost_model"] = os.fspath(cost_model) if isinstance(cost_model, os.PathLike) else cost_model
+        for f in fields(self):  # frozen: set once, here
+            object.__setattr__(self, f.name, given[f.name])
         self._check()
 
     def _check(self) -> None:
@@ -189,8 +164,7 @@ class EvalConfig:
     def make_env(
         self, scenario: AnyScenario, load: float, iterations_per_step: int = 1, schema: int | None = None
     ) -> gym.Env:
-        """The env of ``scenario`` at ``load`` with this config's episode options; a single-node env has the
-        observation ``schema`` (default: the current one; routers have one layout)."""
+        """The env of ``scenario`` at ``load`` with this config's episode options."""
         common: dict[str, Any] = {
             "scenario": scenario,
             "split": self.split,
@@ -241,8 +215,7 @@ class EvalConfig:
             raise ValueError(f"{misplaced} are {kind}; use {'routers' if self.is_cluster else 'schedulers'} here")
 
     def _check_windows(self, scenario: AnyScenario) -> None:
-        """``ValueError`` naming the trace file (and a library scenario) when an episode of this config does not
-        fit in ``scenario``'s part, or when the val or test part does not hold a disjoint window per seed."""
+        """``ValueError`` when an episode does not fit in ``scenario``'s part or its seeds' windows."""
         base = scenario.scenario() if isinstance(scenario, ClusterScenario) else scenario
         size = self.num_requests if self.num_requests is not None else scenario.num_requests
         try:
@@ -267,14 +240,11 @@ class EvalConfig:
         return replace(scenario, engine=engine)
 
     def tuned_table(self) -> Any:
-        """The table of the evaluation's own ``tuned`` policy (a trace's entry, a table of the user's), which the
-        ``tuned`` base of a lookahead or an mpc reads too; None: the shipped one."""
+        """The table of the evaluation's own ``tuned`` policy (None: the shipped one)."""
         return next((p.table for p in self.policies if p.baseline == "tuned" and p.table is not None), None)
 
     def _check_policies(self) -> None:
-        """Every policy must fit every scenario, found here rather than in the middle of a grid, on one env per
-        scenario: an exported policy its observations and actions (names and options); a scheduler baseline
-        must build (``tuned`` needs the scenario in its table, with knobs among the engine's options)."""
+        """Every policy must fit every scenario, found here, not mid-grid."""
         exported = [p for p in self.policies if p.path is not None]
         baselines = [] if self.is_cluster else [p for p in self.policies if p.path is None]
         if not exported and not baselines:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_env.common.checks import MAX_SLO_S, range_text
+from llmsched_env.common.fields import split_items
 from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, SLOClass
 from llmsched_env.workloads.scenarios import Scenario, scenario_from_trace
 from llmsched_env.workloads.traces import TRACE_FORMATS
@@ -43,15 +44,8 @@ def slo_class(text: str) -> SLOClass:
 
 def tenant_slos(text: str) -> dict[str, SLOClass]:
     """``NAME=CLASS[,NAME=CLASS...]`` as {tenant name: SLO class} (``slo_class``); ``ValueError`` otherwise."""
-    out: dict[str, SLOClass] = {}
-    for item in text.split(","):
-        name, sep, cls = item.strip().rpartition("=")
-        if not sep or not name.strip():
-            raise ValueError(f"expected NAME=CLASS pairs separated by commas, got {item.strip()!r}")
-        if name.strip() in out:
-            raise ValueError(f"tenant {name.strip()!r} named twice")
-        out[name.strip()] = slo_class(cls.strip())
-    return out
+    pairs = split_items(text.split(","), "", what="tenant", form="NAME=CLASS (pairs separated by commas)")
+    return {name: slo_class(cls) for name, cls in pairs.items()}
 
 
 def build_trace_scenario(options: Mapping[str, Any], limits: Mapping[str, Any] | None = None) -> Scenario:
@@ -83,11 +77,7 @@ def build_trace_scenario(options: Mapping[str, Any], limits: Mapping[str, Any] |
         columns = options.get("trace_columns")
         if not columns:
             raise ValueError("trace_columns: the generic format needs them (e.g. prompt_len=input,output_len=output)")
-        try:
-            reader["columns"] = dict(kv.split("=", 1) for kv in str(columns).split(","))
-        except ValueError:
-            pairs = f"trace_columns: expected field=column pairs separated by commas, got {columns!r}"
-            raise ValueError(pairs) from None
+        reader["columns"] = split_items(str(columns).split(","), "trace_columns", what="pair", form="field=column")
         reader["time_unit"] = options.get("trace_time_unit", "s")
     return scenario_from_trace(
         Path(options["trace"]),

@@ -1,25 +1,18 @@
-"""What ``LLMSchedScheduler`` runs: ``AdapterConfig``, read from a YAML/JSON file or the environment, and checked
-in full before vLLM builds anything. Imports no vLLM, so the configuration is tested and checked where vLLM is
-absent (the default suite, a launcher validating before it starts a server).
-
-Every error is one line naming the file (or ``environment``) and the field; all the errors found are reported
-together, one line each. The policy is named as ``llmsched-evaluate --policies`` names it (the same resolver,
-``decision.policy_spec.resolve_policy``): a registered scheduler, ``learned`` (the shipped generalist),
-``[name=]FOLDER`` or ``policy.json`` of an exported policy, ``tuned`` or ``tuned=TABLE.json`` (with ``scenario``
-naming the table's entry; a table of one entry needs none). ``policies`` names more policies the same way: the
-server loads the whole set at start and switches among them, by their resolved names, when the driver's
-``control_file`` says so (``scheduler``: only while the engine holds no request).
-"""
+"""What ``LLMSchedScheduler`` runs: ``AdapterConfig``, from a YAML/JSON file or the environment, checked in full
+before vLLM builds anything (no vLLM imported, so it is checked where vLLM is absent). Every error is one line
+naming the file (or ``environment``) and the field, all of them reported together. Policies are named as
+``llmsched-evaluate --policies`` names them (``decision.policy_spec.resolve_policy``); ``policies`` adds more the
+server loads at start and switches among when the driver's ``control_file`` says so."""
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, parse_json, read_text
+from llmsched_env.common.fields import check_fields, coerce, field_kinds, field_problems, option
+from llmsched_env.common.files import read_config
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.decider import DECIDER_MODES
@@ -29,25 +22,11 @@ from llmsched_env.engine.config import SLO_CLASSES, SLOClass, TenantConfig
 __all__ = ["CONFIG_ENV", "CONFIG_FIELDS", "AdapterConfig", "ResolvedAdapter"]
 
 CONFIG_ENV = "LLMSCHED_VLLM_CONFIG"  # path of a YAML or JSON file holding AdapterConfig's fields
-CONFIG_FIELDS = (
-    "policy",
-    "tenants",
-    "cost_model",
-    "iterations_per_step",
-    "policy_timeout_s",
-    "nominal_rate_rps",
-    "seed",
-    "scenario",
-    "log_dir",
-    "policy_deadline",
-    "policies",
-    "control_file",
-)
 
 
 def _tenant(entry: Any, where: str, errors: list[str]) -> TenantConfig | None:
-    """A ``TenantConfig`` from ``{name, slo, weight, priority}`` (``slo`` a class name or ``{ttft_s, tpot_s}``);
-    None with the problem appended to ``errors``."""
+    """A ``TenantConfig`` from ``{name, slo, weight, priority}`` (``slo``: a class name or ``{ttft_s, tpot_s}``);
+    None with the problem in ``errors``."""
     if isinstance(entry, TenantConfig):
         return entry
     if not isinstance(entry, dict) or "name" not in entry:
@@ -82,9 +61,9 @@ def _tenant(entry: Any, where: str, errors: list[str]) -> TenantConfig | None:
 
 @dataclass(frozen=True)
 class ResolvedAdapter:
-    """An ``AdapterConfig``'s policies and cost model, loaded and checked (``AdapterConfig.resolve``): ``spec``,
-    the policy that starts active, with the scenario its ``PolicyContext`` names (``scenario``: a tuned table's
-    entry), and ``more``, the other policies of the set (``AdapterConfig.policies``), each with its own entry."""
+    """An ``AdapterConfig``'s policies and cost model, loaded and checked (``AdapterConfig.resolve``): ``spec``, the
+    policy that starts active, with its context's ``scenario`` (a tuned table's entry), and ``more``, the others
+    of the set with theirs."""
 
     spec: PolicySpec
     cost_model: CostModel
@@ -98,43 +77,35 @@ class ResolvedAdapter:
 
     @property
     def schema(self) -> int:
-        """The observation schema the server encodes: its exported policies' (``resolve`` checked that they
-        agree), else the current one (baselines act on either)."""
+        """The observation schema the server encodes: its exported policies' (they agree), else the current one."""
         return next((s.schema for s, _ in self.policies if s.path is not None), self.spec.schema)
 
 
 @dataclass(frozen=True)
 class AdapterConfig:
-    """What ``LLMSchedScheduler`` runs.
-
-    ``policy``: as ``llmsched-evaluate --policies`` names one (see the module docstring). ``tenants``: with their
-    SLO classes (``TenantConfig``s or mappings ``{name, slo, weight, priority}``); the first is the default for
-    a request that names none. ``cost_model``: a preset name, a JSON path or a ``CostModel`` (it prices
-    shedding). ``iterations_per_step``: each decision held this many steps (None: the exported policy's own, 1
-    for a baseline). ``policy_timeout_s``: past it, the step is vLLM's own and the decision counts as a
-    timeout. ``nominal_rate_rps``: the unit of the ``arrival/rate`` feature. ``seed``: random policies.
-    ``scenario``: the entry of a tuned-settings table the ``tuned`` baseline plays. ``log_dir``: where the
-    scheduler appends its step and request logs (``steps.jsonl``, ``requests.jsonl``; "" for none).
-    ``policy_deadline``: how ``policy_timeout_s`` is enforced (``decision.decider``): ``auto`` (a ``SIGALRM`` timer
-    interrupting the policy where vLLM schedules on the main thread, else a worker thread), ``signal``,
-    ``thread``, or ``inline`` (no hard deadline: a late answer is only dropped). ``policies``: more policies
-    loaded at start, each named as ``policy`` is; the set (``policy`` first) needs distinct resolved names.
-    ``control_file``: the file naming the policy to switch to, read when a request reaches an engine holding
-    none ("" for no switching; it needs ``policies``); the outcome goes to ``<control_file>.status``.
-    """
+    """What ``LLMSchedScheduler`` runs. ``policy``: as ``llmsched-evaluate --policies`` names one. ``tenants``:
+    ``TenantConfig``s or mappings ``{name, slo, weight, priority}``, the first the default. ``cost_model``: a
+    preset name, a JSON path or a ``CostModel`` (it prices shedding). ``iterations_per_step``: each decision held
+    this many steps (None: the exported policy's own, 1 for a baseline). ``policy_timeout_s``: past it, the step
+    is vLLM's own (a timeout). ``nominal_rate_rps``: the unit of the ``arrival/rate`` feature. ``seed``: random
+    policies. ``scenario``: the tuned table's entry ``tuned`` plays. ``log_dir``: where ``steps.jsonl`` and
+    ``requests.jsonl`` go ("": none). ``policy_deadline``: how the timeout is enforced (``decision.decider``:
+    ``auto``, ``signal``, ``thread``, ``inline``). ``policies``: more policies loaded at start, named as
+    ``policy`` is (distinct resolved names). ``control_file``: names the policy to switch to, read when a request
+    reaches an idle engine ("": no switching); the outcome goes to ``<control_file>.status``."""
 
     policy: str = "fcfs"
     tenants: tuple[Any, ...] = (TenantConfig("default"),)
     cost_model: str | CostModel = "llama3-8b-h100"
-    iterations_per_step: int | None = None
-    policy_timeout_s: float = 0.1
-    nominal_rate_rps: float = 1.0
-    seed: int = 0
-    scenario: str = ""
-    log_dir: str = ""
-    policy_deadline: str = "auto"
+    iterations_per_step: int | None = option(None, low=1)
+    policy_timeout_s: float = option(0.1, low=0, above=True)
+    nominal_rate_rps: float = option(1.0, low=0, above=True)
+    seed: int = option(0)
+    scenario: str = option("")
+    log_dir: str = option("")
+    policy_deadline: str = option("auto", choices=DECIDER_MODES)
     policies: tuple[str, ...] = ()
-    control_file: str = ""
+    control_file: str = option("")
     where: str = field(default="AdapterConfig", compare=False)
 
     def __post_init__(self) -> None:
@@ -148,21 +119,7 @@ class AdapterConfig:
         elif len(set(names)) != len(names):
             errors.append(f"{w}: tenants: names must be unique, got {names}")
         object.__setattr__(self, "tenants", tuple(t for t in tenants if t is not None))
-        ips = self.iterations_per_step
-        if ips is not None and (isinstance(ips, bool) or not isinstance(ips, int) or ips < 1):
-            errors.append(f"{w}: iterations_per_step must be an integer >= 1, got {ips!r}")
-        for name in ("policy_timeout_s", "nominal_rate_rps"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                errors.append(f"{w}: {name} must be a number > 0, got {v!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            errors.append(f"{w}: seed must be an integer, got {self.seed!r}")
-        if self.policy_deadline not in DECIDER_MODES:
-            modes = ", ".join(DECIDER_MODES)
-            errors.append(f"{w}: policy_deadline must be one of {modes}, got {self.policy_deadline!r}")
-        for name in ("scenario", "log_dir", "control_file"):
-            if not isinstance(getattr(self, name), str):
-                errors.append(f"{w}: {name} must be a string, got {getattr(self, name)!r}")
+        errors += field_problems(self, w)
         policies = self.policies
         if not isinstance(policies, (list, tuple)):  # a bare string would read as one policy per character
             errors.append(f"{w}: policies must be a list of scheduler names or policy paths, got {policies!r}")
@@ -181,9 +138,8 @@ class AdapterConfig:
             raise ValueError("\n".join(errors))
 
     def resolve(self) -> ResolvedAdapter:
-        """Load every policy of the set (an exported policy's file read and verified), the cost model and, for a
-        tuned table, its scenario entry, and check the control file's folder; ``ValueError`` with one line per
-        problem, naming the config, the field and the entry."""
+        """Load every policy of the set, the cost model and a tuned table's entry, and check the log and control
+        folders; ``ValueError`` with one line per problem, naming the config, the field and the entry."""
         w = self.where
         errors: list[str] = []
         cost_model = None
@@ -222,31 +178,13 @@ class AdapterConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> AdapterConfig:
-        """Read a YAML (``.yaml``/``.yml``) or JSON file of ``AdapterConfig``'s fields; ``ValueError`` naming the
-        file and the field for anything wrong."""
+        """A YAML (``.yaml``/``.yml``) or JSON file of ``AdapterConfig``'s fields; ``ValueError`` naming the file and
+        the field."""
         p = Path(path)
-        try:
-            text = read_text(p, CONFIG_BYTES)
-        except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
-            raise
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{p}: cannot read the llmsched adapter config: {exc}") from None
-        yaml_file = p.suffix in (".yaml", ".yml")
-        try:
-            if yaml_file:
-                import yaml
-
-                data = yaml.safe_load(text)
-            else:
-                data = parse_json(text)
-        except Exception as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise ValueError(f"{p}: not valid {'YAML' if yaml_file else 'JSON'}: {first}") from None
+        data = read_config(p, "the llmsched adapter config")
         if not isinstance(data, dict):
             raise ValueError(f"{p}: expected a mapping of AdapterConfig fields, got {type(data).__name__}")
-        unknown = set(data) - set(CONFIG_FIELDS)
-        if unknown:
-            raise ValueError(f"{p}: unknown field(s) {sorted(unknown)}; known: {sorted(CONFIG_FIELDS)}")
+        check_fields(str(p), data, CONFIG_FIELDS)
         if "tenants" in data:
             if not isinstance(data["tenants"], list):
                 raise ValueError(f"{p}: tenants must be a list of mappings")
@@ -255,44 +193,37 @@ class AdapterConfig:
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> AdapterConfig:
-        """``LLMSCHED_VLLM_CONFIG`` (a file, see ``from_file``), else ``LLMSCHED_POLICY``, ``LLMSCHED_TENANTS``
-        (``name:slo_class,...``), ``LLMSCHED_COST_MODEL``, ``LLMSCHED_POLICY_TIMEOUT_S``,
-        ``LLMSCHED_SCENARIO``, ``LLMSCHED_LOG_DIR``, ``LLMSCHED_POLICIES`` (comma-separated),
-        ``LLMSCHED_CONTROL_FILE``; defaults otherwise."""
+        """``LLMSCHED_VLLM_CONFIG`` (a file, ``from_file``), else ``LLMSCHED_<FIELD>`` for the fields of
+        ``ENV_FIELDS`` (``LLMSCHED_TENANTS``: ``name:slo_class,...``; ``LLMSCHED_POLICIES``: comma-separated);
+        defaults otherwise."""
         env = os.environ if environ is None else environ
         if env.get(CONFIG_ENV):
             return cls.from_file(env[CONFIG_ENV])
         kwargs: dict[str, Any] = {"where": "environment"}
-        for var, name in (
-            ("LLMSCHED_POLICY", "policy"),
-            ("LLMSCHED_COST_MODEL", "cost_model"),
-            ("LLMSCHED_SCENARIO", "scenario"),
-            ("LLMSCHED_LOG_DIR", "log_dir"),
-            ("LLMSCHED_CONTROL_FILE", "control_file"),
-        ):
-            if env.get(var):
-                kwargs[name] = env[var]
-        if env.get("LLMSCHED_POLICY_TIMEOUT_S"):
-            try:
-                kwargs["policy_timeout_s"] = float(env["LLMSCHED_POLICY_TIMEOUT_S"])
-            except ValueError:
-                raise ValueError(
-                    f"environment: LLMSCHED_POLICY_TIMEOUT_S must be a number, got {env['LLMSCHED_POLICY_TIMEOUT_S']!r}"
-                ) from None
-        if env.get("LLMSCHED_TENANTS"):
-            tenants = []
-            for item in env["LLMSCHED_TENANTS"].split(","):
-                name, _, slo = item.partition(":")
-                tenants.append({"name": name.strip(), "slo": slo.strip() or "chat"})
-            kwargs["tenants"] = tuple(tenants)
-        if env.get("LLMSCHED_POLICIES"):
-            kwargs["policies"] = tuple(p.strip() for p in env["LLMSCHED_POLICIES"].split(","))
+        for name in ENV_FIELDS:
+            var = f"LLMSCHED_{name.upper()}"
+            if not env.get(var):
+                continue
+            items = [item.strip() for item in env[var].split(",")]
+            if name == "tenants":  # name:slo_class,...
+                kwargs[name] = tuple(
+                    {"name": n.strip(), "slo": s.strip() or "chat"} for n, _, s in (i.partition(":") for i in items)
+                )
+            elif name == "policies":
+                kwargs[name] = tuple(items)
+            else:
+                kwargs[name] = coerce(var, env[var], field_kinds(cls)[name][0], where="environment")
         return cls(**kwargs)
 
 
+CONFIG_FIELDS = tuple(name for name in field_kinds(AdapterConfig) if name != "where")  # a config file's keys
+# the fields LLMSCHED_<NAME> sets (AdapterConfig.from_env)
+ENV_FIELDS = ("policy", "tenants", "cost_model", "policy_timeout_s", "scenario", "log_dir", "policies", "control_file")
+
+
 def _resolve_entry(entry: str, name: str, scenario: str, w: str, errors: list[str]) -> tuple[PolicySpec, str] | None:
-    """The spec of the policy ``entry`` (of the field ``name``) and the scenario its context names (for a tuned
-    table, the entry it plays); None with the problems appended to ``errors``."""
+    """The spec of the policy ``entry`` (of the field ``name``) and the scenario its context names; None with the
+    problems in ``errors``."""
     try:
         spec = resolve_policy(entry)
     except ValueError as exc:
@@ -323,8 +254,7 @@ def _resolve_entry(entry: str, name: str, scenario: str, w: str, errors: list[st
 
 
 def _check_set(resolved: list[tuple[str, tuple[PolicySpec, str] | None]], w: str, errors: list[str]) -> None:
-    """The policies of one server, by entry: distinct names (the control file names them), and exported
-    policies of one observation schema (the server encodes one)."""
+    """The policies of one server: distinct names (the control file names them), exported policies of one schema."""
     seen: dict[str, str] = {}  # name -> the entry that took it
     schemas: dict[int, str] = {}  # observation schema -> an exported policy's name
     for entry, found in resolved:
@@ -347,8 +277,7 @@ def _check_set(resolved: list[tuple[str, tuple[PolicySpec, str] | None]], w: str
 
 
 def _tuned_scenario(spec: PolicySpec, scenario: str) -> tuple[str, str]:
-    """The tuned table's entry to play, and a problem ("" if none): ``scenario`` if the table has it, the only
-    entry of a one-entry table when ``scenario`` is empty."""
+    """The tuned table's entry to play (``scenario``, or a one-entry table's only entry) and a problem ("": none)."""
     from llmsched_env.decision.planners.tuned import TunedTable, load_tuned_table
     from llmsched_env.decision.registry import SCHEDULERS
 

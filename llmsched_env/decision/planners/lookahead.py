@@ -14,7 +14,7 @@ from typing import Any
 
 from llmsched_env.common.checks import check_int
 from llmsched_env.decision.planners.mpc import MPC, MPCConfig
-from llmsched_env.decision.spelling import spell, split_options
+from llmsched_env.decision.spelling import parse_spelled, spell
 
 __all__ = ["BOUND_MARK", "CANDIDATE_SETS", "LOOKAHEAD", "LookaheadConfig", "is_bound", "join_options",
            "parse_lookahead"]  # fmt: skip
@@ -95,23 +95,4 @@ def parse_lookahead(entry: str) -> LookaheadConfig | None:
     ``tail`` (a number or ``end``), ``candidates``, ``base``; a row name ending in ``BOUND_MARK`` is read too);
     None when ``entry`` is not a lookahead. One-line ``ValueError`` naming the bad option."""
     text = entry[: -len(BOUND_MARK)] if is_bound(entry) else entry
-    given = split_options(text, LOOKAHEAD, LookaheadConfig)
-    if given is None:
-        return None
-    kwargs: dict[str, Any] = {}
-    for key, value in given.items():
-        if key in ("k", "horizon", "tail"):
-            if key == "tail" and value == END:
-                kwargs[key] = None
-                continue
-            try:
-                kwargs[key] = int(value)
-            except ValueError:
-                hint = " or end" if key == "tail" else ""
-                raise ValueError(f"policy {entry!r}: lookahead.{key} must be an integer{hint}, got {value!r}") from None
-        else:
-            kwargs[key] = value
-    try:
-        return LookaheadConfig(**kwargs)
-    except ValueError as exc:
-        raise ValueError(f"policy {entry!r}: {exc}") from None
+    return parse_spelled(text, LOOKAHEAD, LookaheadConfig, {"tail": END}, entry)

@@ -28,7 +28,7 @@ from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.loop import DecisionLoop
 from llmsched_env.decision.planners.space import REQUEST_MOVES, acts, around, base_decision, play, setting_of
 from llmsched_env.decision.policy import PolicyContext
-from llmsched_env.decision.spelling import spell, split_options
+from llmsched_env.decision.spelling import parse_spelled, spell
 from llmsched_env.engine.batch import Decision
 from llmsched_env.engine.engine import Engine
 from llmsched_env.engine.request import Request
@@ -107,28 +107,7 @@ def _text(value: Any) -> str:
 def parse_mpc(entry: str) -> MPCConfig | None:
     """The config ``entry`` spells (``mpc`` or ``mpc:KEY=VALUE,...`` with the keys of ``MPCConfig``); None when
     ``entry`` is not an mpc. One-line ``ValueError`` naming the bad option."""
-    given = split_options(entry, MPC, MPCConfig)
-    if given is None:
-        return None
-    kwargs: dict[str, Any] = {}
-    for key, value in given.items():
-        if key in ("score", "base", "candidates", "table"):
-            kwargs[key] = value
-        elif key == "terminal":
-            if value not in ("true", "false"):
-                raise ValueError(f"policy {entry!r}: mpc.terminal must be true or false, got {value!r}")
-            kwargs[key] = value == "true"
-        else:
-            number = key in ("margin", "z")
-            try:
-                kwargs[key] = float(value) if number else int(value)
-            except ValueError:
-                kind = "a number" if number else "an integer"
-                raise ValueError(f"policy {entry!r}: mpc.{key} must be {kind}, got {value!r}") from None
-    try:
-        return MPCConfig(**kwargs)
-    except ValueError as exc:
-        raise ValueError(f"policy {entry!r}: {exc}") from None
+    return parse_spelled(entry, MPC, MPCConfig)
 
 
 class MPCPlanner:
