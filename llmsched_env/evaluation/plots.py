@@ -92,6 +92,15 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
+def _label(ax: Axes, title: str, xlabel: str, ylabel: str, which: str = "major") -> None:
+    """A share plot's axes: y in [0, 1.02], titles and a light grid."""
+    ax.set_ylim(0, 1.02)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which=which, alpha=0.3)
+
+
 def _first_load(rows: Sequence[Row], scenario: str) -> float:
     return next(r["load"] for r in rows if r["scenario"] == scenario)
 
@@ -109,11 +118,7 @@ def plot_latency_cdf(details: Sequence[Row], key: str, path: Path, label: str | 
             y = np.arange(1, x.size + 1) / x.size
             ax.step(x, y, where="post", color=colors[policy], label=f"{policy} (n={x.size})")
         ax.set_xscale("log")
-        ax.set_ylim(0, 1.02)
-        ax.set_title(f"{scenario}, load {load:g}")
-        ax.set_xlabel(f"{label or key} (s)")
-        ax.set_ylabel("fraction of finished requests")
-        ax.grid(True, which="both", alpha=0.3)
+        _label(ax, f"{scenario}, load {load:g}", f"{label or key} (s)", "fraction of finished requests", "both")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize="small", loc="lower right")
     fig.suptitle(f"{label or key} CDF, pooled over seeds")
@@ -135,11 +140,7 @@ def plot_attainment_vs_load(summary: Sequence[Row], path: Path) -> Path:
             ax.errorbar(load, mean, yerr=ci, marker="o", capsize=3, color=colors[policy], label=label)
             ax.fill_between(load, mean - ci, mean + ci, color=colors[policy], alpha=0.15, linewidth=0)
         ax.axhline(_TARGET, color="gray", linestyle="--", linewidth=1, label=f"{_TARGET:.0%} target")
-        ax.set_ylim(0, 1.02)
-        ax.set_title(scenario)
-        ax.set_xlabel("load (arrival rate / nominal)")
-        ax.set_ylabel("SLO attainment")
-        ax.grid(True, alpha=0.3)
+        _label(ax, scenario, "load (arrival rate / nominal)", "SLO attainment")
         ax.legend(fontsize="small", loc="lower left")
     fig.suptitle("SLO attainment against load (mean ± 95% CI over seeds)")
     return _save(fig, path)
@@ -201,11 +202,7 @@ def plot_kv_usage(details: Sequence[Row], path: Path) -> Path:
             stride = max(1, math.ceil(t.size / _MAX_POINTS))
             ax.step(t[::stride], u[::stride], where="post", color=colors[d["policy"]], label=d["policy"], linewidth=1)
             title = f"{scenario}, load {d['load']:g}, seed {d['seed']}"
-        ax.set_ylim(0, 1.02)
-        ax.set_title(title)
-        ax.set_xlabel("time since first arrival (s)")
-        ax.set_ylabel("KV blocks in use (share of pool)")
-        ax.grid(True, alpha=0.3)
+        _label(ax, title, "time since first arrival (s)", "KV blocks in use (share of pool)")
         if seen:
             ax.legend(fontsize="small")
     fig.suptitle("KV cache usage")

@@ -273,11 +273,6 @@ class TraceKey:
     key: str
     identity: Mapping[str, Any]
 
-    @property
-    def trace(self) -> str:
-        """The trace file, as given."""
-        return str(self.identity["trace"])
-
 
 def trace_key(options: Mapping[str, Any], scenario: Scenario, *, cost_model: str | None = None) -> TraceKey:
     """The key of ``scenario``, the trace built from ``options`` (the ``--trace`` options by name) with its engine
@@ -372,8 +367,8 @@ def trace_table(
         if found is None:
             places = " or ".join(str(t) for t in tables)
             raise ValueError(
-                f"policy {name!r}: no tuned settings for trace {key.trace} with these options (key {key.key}) "
-                f"in {places}; make them (on the trace's val part) with: {command}"
+                f"policy {name!r}: no tuned settings for trace {key.identity['trace']} with these options (key "
+                f"{key.key}) in {places}; make them (on the trace's val part) with: {command}"
             )
         path, entries[scenario.name] = found
         where.append(str(path))
