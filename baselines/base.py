@@ -1,11 +1,5 @@
-"""What every baseline shares: the context it is built from and the cheap masked emission of its action.
-
-A baseline decides which ``Decision`` it wants, turns it into an action with ``ActionSpec.encode`` once, at
-construction, and at every engine iteration only moves the components that the mask forbids to their first
-valid option (``ActionSpec.project``). Projections are cached per mask, so ``act`` costs a dict lookup and
-a copy. Baselines import ``decision`` and the core only (no gymnasium, no torch): they run unchanged in
-the simulator env and in the torch runtime.
-"""
+"""What every baseline shares: its context checks and the cheap masked emission of its action (encoded once,
+projected onto each mask pattern with ``ActionSpec.project`` and cached, so ``act`` is a lookup and a copy)."""
 
 from __future__ import annotations
 
@@ -18,16 +12,8 @@ from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.engine.batch import Decision
 
-__all__ = [
-    "BaselinePolicy",
-    "FixedPolicy",
-    "StaticPolicy",
-    "check_context",
-    "check_observation",
-    "check_seed",
-    "nearest_option",
-    "valid_mask",
-]
+__all__ = ["BaselinePolicy", "FixedPolicy", "StaticPolicy", "check_context", "check_observation", "check_seed",
+           "nearest_option", "valid_mask"]
 
 _MAX_CACHED_MASKS = 64  # the env produces 4 mask patterns; the bound only guards against odd callers
 
@@ -38,13 +24,10 @@ def nearest_option(options: Sequence[int], value: int) -> int:
 
 
 def check_context(owner: str, ctx: object, kind: type) -> None:
-    """``TypeError`` naming ``owner``'s argument ``ctx`` unless it is a ``kind`` (``PolicyContext`` or
-    ``RouterContext``): a ``None`` or a string would otherwise fail later as an ``AttributeError``."""
+    """``TypeError`` naming ``owner``'s argument ``ctx`` unless it is a ``kind``."""
     if not isinstance(ctx, kind):
-        raise TypeError(
-            f"{owner}: argument 'ctx' must be a {kind.__name__} (env.unwrapped.policy_context()), "
-            f"got {type(ctx).__name__} {ctx!r:.80}"
-        )
+        raise TypeError(f"{owner}: argument 'ctx' must be a {kind.__name__} (env.unwrapped.policy_context()), "
+                        f"got {type(ctx).__name__} {ctx!r:.80}")
 
 
 def check_seed(owner: str, seed: object) -> None:
@@ -54,14 +37,11 @@ def check_seed(owner: str, seed: object) -> None:
 
 
 def check_observation(owner: str, observation: object, size: int) -> None:
-    """``ValueError`` naming ``owner``'s argument ``observation`` unless it is an array of shape ``(size,)``
-    (the context's ``obs_names``): one shape comparison, cheap enough for every ``act``."""
+    """``ValueError`` naming ``owner``'s argument ``observation`` unless its shape is ``(size,)``."""
     if getattr(observation, "shape", None) != (size,):
         shape = getattr(observation, "shape", type(observation).__name__)
-        raise ValueError(
-            f"{owner}.act: argument 'observation' must be an array of shape ({size},) (one value per name of "
-            f"the context's obs_names), got {shape}"
-        )
+        raise ValueError(f"{owner}.act: argument 'observation' must be an array of shape ({size},) (one value per name "
+                         f"of the context's obs_names), got {shape}")
 
 
 def valid_mask(spec: ActionSpec, mask: np.ndarray) -> np.ndarray:
@@ -78,11 +58,8 @@ def valid_mask(spec: ActionSpec, mask: np.ndarray) -> np.ndarray:
 
 
 class BaselinePolicy:
-    """A policy that emits one of a few precomputed actions, each projected onto the mask (cached).
-
-    Subclasses fill ``self._actions`` (one action per situation, e.g. per number of decodes) and call
-    ``self._emit(i, action_mask)`` from ``act``.
-    """
+    """A policy that emits one of a few precomputed actions (``_set_actions``) projected onto the mask (cached):
+    ``act`` calls ``self._emit(i, action_mask)``."""
 
     name = "baseline"
 

@@ -1,8 +1,4 @@
-"""``random``: a uniformly random valid action every iteration, the floor every scheduler must beat.
-
-Each component is drawn uniformly among the options the mask allows, from the policy's own
-``np.random.default_rng(seed)``, so a run is reproducible given the seed and independent of the env's RNG.
-"""
+"""``random``: a uniformly random valid action every iteration (the floor), from its own seeded generator."""
 
 from __future__ import annotations
 

@@ -1,20 +1,8 @@
-"""Routing heuristics for ``LLMSchedCluster-v0``: each picks a replica from the cluster observation and mask.
-
-A router is built from a ``RouterContext`` (``env.unwrapped.policy_context()``: feature names, number of
-replicas, count scale) and reads only the observation, so it runs wherever a learned router runs. It never
-returns a masked replica.
+"""Routing heuristics for ``LLMSchedCluster-v0``: each picks an unmasked replica from the cluster observation
+(built from a ``RouterContext``), wherever a learned router runs: round_robin, least_outstanding, least_kv_load
+(Llumnix), prefix_affinity (SGLang router), power_of_two and random.
 
     >>> router = baselines.make_router("prefix_affinity", env.unwrapped.policy_context(), seed=0)
-    >>> replica = router.act(obs, env.unwrapped.action_masks())
-
-| name | rule | from |
-|---|---|---|
-| round_robin | the next valid replica in turn | nginx / Kubernetes default |
-| least_outstanding | fewest waiting + running requests (ties in turn) | vLLM production-stack, SGLang router |
-| least_kv_load | most free KV blocks per request | Llumnix |
-| prefix_affinity | longest cached prefix unless over 1.5x the mean load, else least outstanding | SGLang router |
-| power_of_two | the less loaded of two random replicas | Mitzenmacher's power of two choices |
-| random | a uniformly random valid replica | floor |
 """
 
 from __future__ import annotations
@@ -25,18 +13,8 @@ from baselines.base import check_context, check_observation, check_seed
 from llmsched_env.decision.registry import ROUTERS, make_router
 from llmsched_env.decision.router import RouterContext
 
-__all__ = [
-    "ROUTERS",
-    "LeastKVLoadRouter",
-    "LeastOutstandingRouter",
-    "PowerOfTwoRouter",
-    "PrefixAffinityRouter",
-    "RandomRouter",
-    "RoundRobinRouter",
-    "Router",
-    "available_routers",
-    "make_router",
-]
+__all__ = ["ROUTERS", "LeastKVLoadRouter", "LeastOutstandingRouter", "PowerOfTwoRouter", "PrefixAffinityRouter",
+           "RandomRouter", "RoundRobinRouter", "Router", "available_routers", "make_router"]
 
 
 class Router:
@@ -63,8 +41,7 @@ class Router:
         return m
 
     def _features(self, observation: np.ndarray) -> np.ndarray:
-        """``observation`` after one shape comparison (``ValueError`` naming the argument when it is not one value
-        per name of ``ctx.obs_names``): an index error deep in a rule would not say what was wrong."""
+        """``observation`` after one shape check (``ValueError`` naming the argument)."""
         if getattr(observation, "shape", None) != (self._obs_size,):
             check_observation(type(self).__name__, observation, self._obs_size)
         return observation
@@ -173,12 +150,7 @@ class RandomRouter(Router):
 
 
 for _cls in (
-    RoundRobinRouter,
-    LeastOutstandingRouter,
-    LeastKVLoadRouter,
-    PrefixAffinityRouter,
-    PowerOfTwoRouter,
-    RandomRouter,
+    RoundRobinRouter, LeastOutstandingRouter, LeastKVLoadRouter, PrefixAffinityRouter, PowerOfTwoRouter, RandomRouter,
 ):
     ROUTERS.register(_cls.name, _cls)
 

@@ -7,6 +7,7 @@ core implements each queue order, so a rule is only a choice of options from the
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any, ClassVar
 
 from baselines.base import StaticPolicy, nearest_option
 from llmsched_env.decision.actions import UNLIMITED
@@ -14,124 +15,52 @@ from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.engine.batch import Decision, QueueOrder
 
 __all__ = [
-    "DEFAULT_TOKEN_BUDGET",
-    "FCFSPolicy",
-    "KVGuardPolicy",
-    "LPMPolicy",
-    "PrefillFirstPolicy",
-    "PriorityAgingPolicy",
-    "SJFPolicy",
-    "SPRWPolicy",
-    "VTCPolicy",
-    "fcfs_decision",
+    "DEFAULT_TOKEN_BUDGET", "FCFSPolicy", "KVGuardPolicy", "LPMPolicy", "PrefillFirstPolicy", "PriorityAgingPolicy",
+    "SJFPolicy", "SPRWPolicy", "VTCPolicy", "fcfs_decision",
 ]
 
 DEFAULT_TOKEN_BUDGET = 2048  # vLLM v1's default max_num_batched_tokens for online serving
 
 
 def fcfs_decision(ctx: PolicyContext) -> Decision:
-    """vLLM v1's default scheduler as action-space knobs.
-
-    FCFS order; decode-first hybrid (every running decode, then chunked prefills); the token budget option
-    nearest 2048 but at most the engine's ``max_num_batched_tokens``; no per-request chunk cap (the largest
-    option); admit as many as fit; no KV reserve (vLLM admits while blocks are free); no shedding.
-    """
+    """vLLM v1's default scheduler as action-space knobs: FCFS, decode-first, the budget option nearest 2048 (at
+    most the engine's), no chunk cap, admit all that fit, no KV reserve, no shedding."""
     spec = ctx.action_spec
     target = min(DEFAULT_TOKEN_BUDGET, ctx.engine.max_num_batched_tokens)
     budgets = spec.token_budget_values
     fitting = [b for b in budgets if b <= target] or [budgets[0]]
-    return Decision(
-        order=QueueOrder.FCFS,
-        token_budget=nearest_option(fitting, target),
-        chunk_cap=spec.chunk_cap_values[-1],
-        prefill_first=False,
-        max_admit=UNLIMITED,
-        kv_reserve=0.0,
-        shed=False,
-    )
+    return Decision(QueueOrder.FCFS, nearest_option(fitting, target), spec.chunk_cap_values[-1], False, UNLIMITED, 0.0,
+                    False)  # fmt: skip
 
 
 class FCFSPolicy(StaticPolicy):
-    """``fcfs``: vLLM v1 default (FCFS, decode-first chunked prefill, budget ~2048, admit all that fit)."""
+    """``fcfs``: vLLM v1 default (FCFS, decode-first chunked prefill, budget ~2048, admit all that fit). Its
+    subclasses change ``changes`` of its knobs."""
 
     name = "fcfs"
+    changes: ClassVar[dict[str, Any]] = {}
 
     def decide(self, ctx: PolicyContext) -> Decision:
-        return fcfs_decision(ctx)
+        return replace(fcfs_decision(ctx), **self.changes) if self.changes else fcfs_decision(ctx)
 
 
-class PriorityAgingPolicy(StaticPolicy):
-    """``priority_aging``: vLLM's ``--scheduling-policy priority`` with aging: tenant priority (lower first)
-    minus waited time over the engine's aging constant, so low-priority work cannot starve. Else fcfs."""
-
-    name = "priority_aging"
-
-    def decide(self, ctx: PolicyContext) -> Decision:
-        return replace(fcfs_decision(ctx), order=QueueOrder.PRIORITY_AGING)
+def _variant(class_name: str, name: str, doc: str, **changes: Any) -> type[FCFSPolicy]:
+    """A subclass of ``FCFSPolicy`` named ``class_name`` (registered as ``name``) that changes ``changes``."""
+    return type(class_name, (FCFSPolicy,), {"__doc__": f"``{name}``: {doc}", "name": name, "changes": changes})
 
 
-class VTCPolicy(StaticPolicy):
-    """``vtc``: Virtual Token Counter fair queueing (Sheng et al., OSDI'24): the least-served tenant (by
-    weighted input + 2 × output tokens) goes first; the engine keeps the counters and lifts a returning
-    tenant's counter to the least active one. Else fcfs."""
-
-    name = "vtc"
-
-    def decide(self, ctx: PolicyContext) -> Decision:
-        return replace(fcfs_decision(ctx), order=QueueOrder.VTC)
-
-
-class SJFPolicy(StaticPolicy):
-    """``sjf``: shortest prefill first (as in SGLang's/FastServe-style length-aware queues), with the
-    engine's starvation guard (the oldest request goes first once it has waited > 10 s). Else fcfs."""
-
-    name = "sjf"
-
-    def decide(self, ctx: PolicyContext) -> Decision:
-        return replace(fcfs_decision(ctx), order=QueueOrder.SJF)
-
-
-class SPRWPolicy(StaticPolicy):
-    """``sprw``: shortest predicted remaining work first, as predicted-length schedulers do (learning-to-rank
-    and predicted-SJF schedulers): each waiting request's prefill tokens plus its predicted output tokens
-    (``length_prediction``), the least first; the engine's starvation guard
-    (the oldest request goes first once it has waited > 10 s). Else fcfs. Without a length prediction it
-    orders by prefill alone, as ``sjf``. Needs the schema-2 action space (SPRW is not a schema-1 order)."""
-
-    name = "sprw"
-
-    def decide(self, ctx: PolicyContext) -> Decision:
-        return replace(fcfs_decision(ctx), order=QueueOrder.SPRW)
-
-
-class LPMPolicy(StaticPolicy):
-    """``lpm``: SGLang's longest-prefix-match order (among the oldest waiting requests, the one with the
-    most prompt blocks already in the prefix cache first), to raise cache hits. Else fcfs."""
-
-    name = "lpm"
-
-    def decide(self, ctx: PolicyContext) -> Decision:
-        return replace(fcfs_decision(ctx), order=QueueOrder.LPM)
-
-
-class PrefillFirstPolicy(StaticPolicy):
-    """``prefill_first``: vLLM v0 / SGLang default batch mix: an iteration with pending prefill runs only
-    prefill and decodes wait (better TTFT and throughput, worse TPOT stalls). FCFS, budget as fcfs."""
-
-    name = "prefill_first"
-
-    def decide(self, ctx: PolicyContext) -> Decision:
-        return replace(fcfs_decision(ctx), prefill_first=True)
-
-
-class KVGuardPolicy(StaticPolicy):
-    """``kv_guard``: conservative admission in the spirit of Orca's reservation and SGLang's
-    ``new_token_ratio``: keep 10% of the KV pool free when admitting and admit at most 8 per iteration,
-    trading queueing delay for fewer recompute preemptions. Else fcfs."""
-
-    name = "kv_guard"
-    KV_RESERVE = 0.1
-    MAX_ADMIT = 8
-
-    def decide(self, ctx: PolicyContext) -> Decision:
-        return replace(fcfs_decision(ctx), kv_reserve=self.KV_RESERVE, max_admit=self.MAX_ADMIT)
+PriorityAgingPolicy = _variant("PriorityAgingPolicy", "priority_aging", "vLLM's priority scheduling with aging (tenant "
+                               "priority minus waited time).", order=QueueOrder.PRIORITY_AGING)
+VTCPolicy = _variant("VTCPolicy", "vtc", "Virtual Token Counter fair queueing (Sheng et al., OSDI'24): the "
+                     "least-served tenant first.", order=QueueOrder.VTC)
+SJFPolicy = _variant("SJFPolicy", "sjf", "shortest prefill first, with the engine's starvation guard (10 s).",
+                     order=QueueOrder.SJF)
+SPRWPolicy = _variant("SPRWPolicy", "sprw", "shortest predicted remaining work (prefill + predicted output tokens) "
+                      "first, with the starvation guard; prefill alone without a prediction. Needs the schema-2 "
+                      "action space.", order=QueueOrder.SPRW)
+LPMPolicy = _variant("LPMPolicy", "lpm", "SGLang's longest-prefix-match order among the oldest waiting requests.",
+                     order=QueueOrder.LPM)
+PrefillFirstPolicy = _variant("PrefillFirstPolicy", "prefill_first", "vLLM v0 / SGLang default: an iteration with "
+                              "pending prefill runs only prefill.", prefill_first=True)
+KVGuardPolicy = _variant("KVGuardPolicy", "kv_guard", "conservative admission (Orca, SGLang's new_token_ratio): keep "
+                         "10% of the KV pool free, admit at most 8 per iteration.", kv_reserve=0.1, max_admit=8)

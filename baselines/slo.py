@@ -1,11 +1,6 @@
-"""Rules that size the token budget from the TPOT SLO through the cost model.
-
-In the decode-first hybrid every running decode rides along with the iteration's prefill chunks, so the
-iteration time is every decode's inter-token gap. Sarathi-Serve (Agrawal et al., OSDI'24) therefore picks
-the largest chunk whose iteration still meets the TBT target ("stall-free batching"); ``slo_aware`` does the
-same per iteration for the current number of decodes, and adds the EDF order and Mooncake-style early
-rejection of requests that can no longer meet their TTFT.
-"""
+"""Rules that size the token budget from the TPOT SLO through the cost model: in the decode-first hybrid the
+iteration time is every decode's inter-token gap, so Sarathi-Serve (OSDI'24) picks the largest chunk meeting the
+target; ``slo_aware`` does so per iteration for the current decodes, with EDF and early rejection."""
 
 from __future__ import annotations
 
@@ -22,24 +17,17 @@ __all__ = ["TYPICAL_CONTEXT_TOKENS", "SLOAwarePolicy", "SarathiPolicy", "hybrid_
 TYPICAL_CONTEXT_TOKENS = 1024  # context length assumed for each running decode when pricing an iteration
 
 
-def hybrid_step_time_s(
-    cost_model: CostModel, token_budget: int, num_decodes: int, context_tokens: int = TYPICAL_CONTEXT_TOKENS
-) -> float:
-    """Cost-model time of a full decode-first iteration: ``num_decodes`` decodes at ``context_tokens`` of
-    context each, and ``token_budget - num_decodes`` prefill tokens as one fresh chunk (no earlier context)."""
+def hybrid_step_time_s(cost_model: CostModel, token_budget: int, num_decodes: int,
+                       context_tokens: int = TYPICAL_CONTEXT_TOKENS) -> float:  # fmt: skip
+    """A full decode-first iteration: ``num_decodes`` decodes at ``context_tokens`` each, the rest of
+    ``token_budget`` one fresh prefill chunk."""
     p = max(token_budget - num_decodes, 0)
     return cost_model.step_time_s(p, num_decodes, num_decodes * context_tokens, p * (p + 1) / 2)
 
 
-def tpot_budget(
-    cost_model: CostModel,
-    spec: ActionSpec,
-    tpot_s: float,
-    num_decodes: int,
-    context_tokens: int = TYPICAL_CONTEXT_TOKENS,
-) -> int:
-    """The largest token-budget option whose full iteration (``hybrid_step_time_s``) takes at most
-    ``tpot_s``; the smallest option when none does (the decodes themselves then exceed the target)."""
+def tpot_budget(cost_model: CostModel, spec: ActionSpec, tpot_s: float, num_decodes: int,
+                context_tokens: int = TYPICAL_CONTEXT_TOKENS) -> int:  # fmt: skip
+    """The largest token-budget option whose full iteration takes at most ``tpot_s`` (else the smallest)."""
     best = spec.token_budget_values[0]
     for b in spec.token_budget_values:
         if hybrid_step_time_s(cost_model, b, num_decodes, context_tokens) <= tpot_s:
@@ -52,10 +40,8 @@ def tightest_tpot_s(ctx: PolicyContext) -> float:
 
 
 class SarathiPolicy(StaticPolicy):
-    """``sarathi``: Sarathi-Serve stall-free batching. Decode-first hybrid, FCFS, and one token budget (=
-    chunk size) fixed at construction: the largest option whose iteration with a full decode batch
-    (``max_num_seqs / 2`` decodes at 1024 tokens of context, the rest prefill) meets the tightest TPOT SLO.
-    The chunk cap equals the budget; admission is unlimited, no KV reserve, no shedding."""
+    """``sarathi``: Sarathi-Serve stall-free batching: FCFS with one budget (= chunk cap), the largest whose
+    iteration with ``max_num_seqs / 2`` decodes meets the tightest TPOT SLO."""
 
     name = "sarathi"
 
@@ -66,13 +52,8 @@ class SarathiPolicy(StaticPolicy):
 
 
 class SLOAwarePolicy(BaselinePolicy):
-    """``slo_aware``: earliest TTFT deadline first (EDF), early rejection of requests that can no longer
-    meet their TTFT (Mooncake; the engine judges it), and a token budget re-chosen every iteration from the
-    observed number of decodes ``d`` (``run/num_decoding`` × ``max_num_seqs``) so that the iteration meets
-    the tightest TPOT SLO (``tpot_budget`` with ``d`` decodes). Chunk cap = budget; admit all that fit.
-
-    The action for every ``d`` in ``[0, max_num_seqs]`` is precomputed, so ``act`` is a lookup.
-    """
+    """``slo_aware``: EDF, early rejection of hopeless requests, and per iteration the ``tpot_budget`` for the
+    observed decodes (``run/num_decoding``), precomputed for every count so ``act`` is a lookup."""
 
     name = "slo_aware"
     bounded_act = True  # a lookup by the number of decodes (``decision.policy.bounded_act``)
@@ -86,9 +67,7 @@ class SLOAwarePolicy(BaselinePolicy):
         self._obs_size = len(ctx.obs_names)
         self._max_seqs = ctx.engine.max_num_seqs
         tpot_s = tightest_tpot_s(ctx)
-        self.budgets = [
-            tpot_budget(ctx.cost_model, self.spec, tpot_s, d) for d in range(self._max_seqs + 1)
-        ]  # budgets[d]: the token budget with d running decodes
+        self.budgets = [tpot_budget(ctx.cost_model, self.spec, tpot_s, d) for d in range(self._max_seqs + 1)]
         self._set_actions([_budget_decision(QueueOrder.EDF, b, shed=True) for b in self.budgets])
 
     def num_decodes(self, observation: np.ndarray) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmsched_env.evaluation.runtime_options import add_runner_options, runner_spec
+from llmsched_env.commands.evaluate_args import add_runner_options, runner_spec
 from llmsched_env.runtime.calibrate import time_step
 from llmsched_env.runtime.runner import SeqChunk
 

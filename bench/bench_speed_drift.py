@@ -16,7 +16,7 @@ import argparse
 import statistics
 import time
 
-from llmsched_env.evaluation.runtime_options import add_runner_options, runner_spec
+from llmsched_env.commands.evaluate_args import add_runner_options, runner_spec
 from llmsched_env.runtime.runner import SeqChunk
 
 

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             row = {"workload": scenario.name, "load": load}
             for spec in specs:
                 env = LLMSchedEnv(
-                    scenario,
+                    scenario=scenario,
                     load=load,
                     num_requests=a.num_requests,
                     iterations_per_step=spec.iterations_per_step,

@@ -317,3 +317,29 @@ def test_reset_names_a_seed_that_is_no_integer(env_id: str) -> None:
             env.reset(seed=seed)
     env.reset(seed=3)
     env.close()
+
+
+def test_a_typed_config_builds_the_env_its_keywords_build() -> None:
+    """Each env takes one config dataclass; its keywords are a thin layer that builds it (and its signature)."""
+    import inspect
+
+    from llmsched_env.envs import ClusterEnvConfig, LLMSchedClusterEnv, LLMSchedEnv, SingleNodeConfig
+
+    for cls, config, keywords in (
+        (LLMSchedEnv, SingleNodeConfig(scenario="mixed-slo", num_requests=20, load=1.2), {"scenario": "mixed-slo",
+         "num_requests": 20, "load": 1.2}),
+        (LLMSchedClusterEnv, ClusterEnvConfig(scenario="azure-conv", num_replicas=2, num_requests=20),
+         {"scenario": "azure-conv", "num_replicas": 2, "num_requests": 20}),
+    ):  # fmt: skip
+        typed, spelled = cls(config), cls(**keywords)
+        assert typed.config == spelled.config and typed._signature == spelled._signature
+        assert np.array_equal(typed.reset(seed=1)[0], spelled.reset(seed=1)[0])
+        assert set(keywords) < set(inspect.signature(cls.__init__).parameters)
+        with pytest.raises(ValueError, match="or keywords, not both"):
+            cls(config, load=2.0)
+    with pytest.raises(TypeError, match="lod"):
+        LLMSchedEnv(lod=2.0)
+    config = SingleNodeConfig(num_requests=20, schema=1)
+    assert gym.make("LLMSched-v0", config=config).unwrapped.schema == 1
+    with pytest.raises(ValueError, match="LLMSched-v1 is the env of observation schema 2, not 1"):
+        gym.make("LLMSched-v1", config=config)

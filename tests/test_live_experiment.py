@@ -28,7 +28,7 @@ from llmsched_env.live.experiment import (
     placement,
     tuned_entry,
 )
-from llmsched_env.live.predict import mean_prediction, predict_block
+from llmsched_env.live.sim import mean_prediction, predict_block
 from llmsched_env.live.workloads import (
     WORKLOADS,
     LiveTenant,

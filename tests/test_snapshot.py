@@ -140,6 +140,27 @@ def test_cluster_restore_replays_the_episode_exactly(disaggregated: Any) -> None
     _check_replays(make, lambda env: baselines.make_router("random", env.unwrapped.policy_context(), seed=3), 4, 30)
 
 
+def test_mix_restore_replays_the_episode_exactly_in_another_env_of_its_own_workload() -> None:
+    def make() -> gym.Env:
+        return gym.make("LLMSchedMix-v0", num_requests=30, random_share=0.5)
+
+    env: Any = make()
+    obs, _ = env.reset(seed=3)
+    policy = baselines.make("random", env.unwrapped.policy_context(), seed=5)
+    _, obs = _play(env, policy, obs, 20)
+    snap, rng_state = env.unwrapped.snapshot(), policy.rng.bit_generator.state
+    reference, _ = _play(env, policy, obs)
+    other: Any = make()
+    other.reset(seed=4)  # another workload in flight, replaced by the snapshot's
+    for target in (env, other):
+        target.unwrapped.restore(snap)
+        policy.rng.bit_generator.state = rng_state
+        assert _play(target, policy, obs)[0] == reference
+    assert other.unwrapped.workload == env.unwrapped.workload
+    with pytest.raises(ValueError, match=r"random_share=0\.5, this one with 0\.0"):
+        gym.make("LLMSchedMix-v0", num_requests=30, random_share=0.0).unwrapped.restore(snap)
+
+
 def test_restore_leaves_a_consistent_engine_that_metrics_read_alike() -> None:
     env = gym.make("LLMSched-v1", scenario="tenants-on-off", num_requests=150, split="train")
     u: Any = env.unwrapped

@@ -15,8 +15,8 @@ from llmsched_env.engine.config import SLOClass
 from llmsched_env.envs.mixture import WorkloadMixEnv
 from llmsched_env.evaluation import EvalConfig, run_grid
 from llmsched_env.evaluation.capacity import capacity_notes, find_capacity, search_capacity, verdict_notes
-from llmsched_env.evaluation.describe import format_description
 from llmsched_env.evaluation.sustained import absent_tenant_notes, scenario_windows, unsustained
+from llmsched_env.workloads.describe import format_description
 from llmsched_env.workloads.library import get_scenario
 from llmsched_env.workloads.scenarios import Scenario, TraceSource, scenario_from_trace
 from llmsched_env.workloads.windows import SUSTAINED_SPAN_FACTOR, max_sustained_load, window_span

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from llmsched_env.engine.config import SLO_CLASSES, TenantConfig
-from llmsched_env.workloads import lengths as ln
 from llmsched_env.workloads import workload as wl
 from llmsched_env.workloads.public_traces import trace_path
+from llmsched_env.workloads.traces import clear_trace_cache
 from llmsched_env.workloads.workload import (
     LengthDist,
     TenantWorkload,
@@ -135,7 +135,7 @@ def test_default_workload() -> None:
 )
 def test_real_length_files(name: str, rows: int, first: tuple[int, int]) -> None:
     path = SHAREGPT if name == SHAREGPT.name else AZURE_CONV
-    ln._LENGTH_CACHE.pop(str(path.resolve()), None)
+    clear_trace_cache()
     prompts, outputs = load_length_file(path)
     assert prompts.size == outputs.size == rows
     assert (int(prompts[0]), int(outputs[0])) == first

@@ -1,10 +1,7 @@
-"""What a cluster is made of: replicas (engine limits + cost model), the disaggregated layout and its KV link.
-
-A cluster is N replicas of the core ``Engine``, each with its own KV pool, limits and cost model (they may
-differ: heterogeneous hardware). In disaggregated serving (DistServe, Mooncake, vLLM's P/D connector) the
-first ``num_prefill`` replicas only prefill, and every request's prompt KV then travels to one of the
-``num_decode`` decode replicas over a link that costs ``link_latency_s`` plus bytes over
-``link_bandwidth_Bps``; transfers queue FIFO on one shared link (or one link per decode replica).
+"""What a cluster is made of: replicas (engine limits + cost model, possibly heterogeneous) and the
+disaggregated layout: the first ``num_prefill`` replicas prefill, and each prompt's KV travels to one of
+``num_decode`` decode replicas over a FIFO link (``link_latency_s`` + bytes / ``link_bandwidth_Bps``), shared
+or one per decode replica.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """Metrics of a cluster run (its invariants: ``cluster.invariants``).
 
-Each engine counts decode rounds on its own clock (``round_end_s``), and all decode segments of a request lie
-on one replica, its *home*: the replica it was routed to, or the decode replica its KV moved to. The metrics
-therefore concatenate every replica's round clock and shift each finished request's segments by its home's
-offset (on copies), then run the single-node ``compute_metrics`` once over every routed request and once per
-replica, over the requests that replica served (routed to it, or decoded on it). Keys:
-
-- the single-node set (``slo_attainment``, ``ttft_p99_s``, ...), with ``kv_usage_mean`` / ``kv_usage_peak``
-  over all replicas' iterations, ``num_iterations`` summed, ``num_replicas``;
-- ``replica/{i}/``: ``num_requests``, ``num_finished``, ``slo_attainment``, ``goodput_rps``,
-  ``request_throughput_rps``, ``output_throughput_tps``, ``ttft_p99_s``, ``tpot_p99_s``, ``kv_usage_mean``,
-  ``kv_usage_peak``, ``num_iterations``, ``preemptions``, ``tokens`` (prompt tokens admitted + output tokens);
-- ``imbalance/requests_max_mean``, ``imbalance/requests_cv``, ``imbalance/tokens_max_mean``,
-  ``imbalance/tokens_cv`` over the router's replicas (max over mean and coefficient of variation; 1 and 0 are
-  perfect balance), and the same with ``imbalance/decode_`` over the decode pool when disaggregated;
-- disaggregated: ``kv_transfers``, ``kv_transfer_bytes``, ``kv_transfer_mean_s`` (queueing + wire + latency)
-  and ``kv_transfer_queue_mean_s`` (waiting for the link).
+A request's decode segments all lie on its *home* replica (where it was routed, or where its KV moved), so
+the metrics concatenate the replicas' round clocks, shift each finished request's segments by its home's
+offset (on copies), and run ``compute_metrics`` over every routed request and per replica. Keys: the
+single-node set (KV usage over all replicas' iterations, ``num_replicas``); ``replica/{i}/...`` (requests,
+attainment, throughput, p99s, KV usage, iterations, preemptions, tokens); ``imbalance/{requests,tokens}_
+{max_mean,cv}`` over the router's replicas (and ``imbalance/decode_...`` over the decode pool); disaggregated,
+``kv_transfers``, ``kv_transfer_bytes``, ``kv_transfer_mean_s`` and ``kv_transfer_queue_mean_s``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""Named cluster scenarios: a single-node scenario's workload, SLOs and engine, served by N replicas.
-
-A cluster scenario reuses a library scenario (``workloads.library``) for its requests, tenants and SLOs,
-and adds the cluster: how many replicas, their engines and cost models (``replicas`` for heterogeneous
-ones), and the disaggregated layout if any. ``rate_rps`` is the cluster's nominal arrival rate (load 1.0).
-
-Each nominal rate is the **capacity of round-robin routing with fcfs on every replica**: the highest total
-rate at which it kept 90% SLO attainment (mean over seeds 0, 1, 2) on the held-out part as it was before the
-val/test division (a scale for the loads, not a choice between policies), found by bisection to 2% with
-``python bench/cluster_capacity.py`` (the measured values are in the comments below).
+"""Named cluster scenarios: a library scenario's requests, tenants and SLOs served by N replicas (their engines
+and cost models, ``replicas`` for heterogeneous ones, and the disaggregated layout if any). ``rate_rps``, the
+nominal rate (load 1.0), is the capacity of round-robin routing with fcfs on every replica: the highest rate
+keeping 90% attainment (seeds 0-2), by bisection to 2% with ``python bench/cluster_capacity.py``.
 """
 
 from __future__ import annotations
@@ -77,63 +71,37 @@ class ClusterScenario:
 # 0.902, 0.902, 0.908 (and 0.79-0.89 at load 1.04; azure-conv-8 needed 81.7 rather than 81.8). Per replica: 11.0 and
 # 10.2 req/s for Azure (single-node fcfs capacity 11.4; the 8-replica episodes are twice as long) and 0.80 and 0.79
 # req/s for Mooncake (single node 0.63: round robin smooths each replica's arrivals).
-CLUSTER_SCENARIOS: Registry[ClusterScenario] = Registry("cluster scenario")
-for _s in (
-    ClusterScenario(
-        "cluster-azure-conv-4",
-        "Azure conversation trace over 4 Llama-3-8B / H100 replicas",
-        "azure-conv",
-        4,
-        rate_rps=44.1,
-        num_requests=2000,
-    ),
-    ClusterScenario(
-        "cluster-azure-conv-8",
-        "Azure conversation trace over 8 Llama-3-8B / H100 replicas",
-        "azure-conv",
-        8,
-        rate_rps=81.7,
-        num_requests=2000,  # the val and test parts hold 2,747 and 2,166 requests
-    ),
-    ClusterScenario(
-        "cluster-mooncake-4",
-        "Mooncake conversation trace (12k-token prompts sharing prefixes) over 4 replicas",
-        "mooncake-conv",
-        4,
-        rate_rps=3.19,
-        num_requests=1000,
-    ),
-    ClusterScenario(
-        "cluster-mooncake-8",
-        "Mooncake conversation trace (12k-token prompts sharing prefixes) over 8 replicas",
-        "mooncake-conv",
-        8,
-        rate_rps=6.32,
-        num_requests=1500,  # the val and test parts hold 1,939 and 1,969 requests
-    ),
+_AZURE, _MOONCAKE = "Azure conversation trace", "Mooncake conversation trace (12k-token prompts sharing prefixes)"
+_MEASURED = (
+    ClusterScenario("cluster-azure-conv-4", f"{_AZURE} over 4 Llama-3-8B / H100 replicas", "azure-conv", 4, 44.1),
+    # the val and test parts hold 2,747 and 2,166 requests (Azure), 1,939 and 1,969 (Mooncake)
+    ClusterScenario("cluster-azure-conv-8", f"{_AZURE} over 8 Llama-3-8B / H100 replicas", "azure-conv", 8, 81.7),
+    ClusterScenario("cluster-mooncake-4", f"{_MOONCAKE} over 4 replicas", "mooncake-conv", 4, 3.19, 1000),
+    ClusterScenario("cluster-mooncake-8", f"{_MOONCAKE} over 8 replicas", "mooncake-conv", 8, 6.32, 1500),
     ClusterScenario(
         "cluster-azure-conv-pd",
-        "Azure conversation trace, disaggregated: 2 prefill + 2 decode replicas, 25 GB/s shared KV link",
+        f"{_AZURE}, disaggregated: 2 prefill + 2 decode replicas, 25 GB/s shared KV link",
         "azure-conv",
         4,
-        rate_rps=41.8,
-        num_requests=2000,
+        41.8,
         disagg=DisaggConfig(num_prefill=2, num_decode=2),
     ),
-):
-    CLUSTER_SCENARIOS.register(_s.name, _s)
+)
 # The same clusters serving traffic fitted to the trace's parts (workloads.fitted: generated, each window as long
 # as a load needs), at the same nominal rates: a replay's test part holds five windows of 433 (Azure) or 393
 # (Mooncake) requests, sustained only up to loads 0.26-1.19 over 4 or 8 replicas, below where routers differ.
-for _name in list(CLUSTER_SCENARIOS.names()):
-    _c = CLUSTER_SCENARIOS.get(_name)
-    _f = replace(
-        _c,
-        name=_name + FITTED_SUFFIX,
-        description=f"traffic fitted to the {_c.description}",
-        base=_c.base + FITTED_SUFFIX,
+_FITTED = tuple(
+    replace(
+        c,
+        name=c.name + FITTED_SUFFIX,
+        description=f"traffic fitted to the {c.description}",
+        base=c.base + FITTED_SUFFIX,
     )
-    CLUSTER_SCENARIOS.register(_f.name, _f)
+    for c in _MEASURED
+)
+CLUSTER_SCENARIOS: Registry[ClusterScenario] = Registry("cluster scenario")
+for _s in (*_MEASURED, *_FITTED):
+    CLUSTER_SCENARIOS.register(_s.name, _s)
 
 list_cluster_scenarios = CLUSTER_SCENARIOS.names
 get_cluster_scenario = CLUSTER_SCENARIOS.get

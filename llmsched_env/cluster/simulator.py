@@ -1,16 +1,12 @@
-"""The cluster simulator: a front router over N engines on one shared event clock.
+"""The cluster simulator: a front router over N engines on one event clock.
 
-Each replica is a core ``Engine`` timed by its own cost model and runs its iterations back to back while it
-has work; an idle replica sleeps until a request reaches it. The clock moves from event to event: the next
-arrival, a replica's iteration end (or idle tick, when its local policy ran nothing), a KV transfer landing.
-Iteration ends and landings live in one heap, so an event costs O(log N), never O(N).
-
-Who decides is outside the core: the caller routes each arrival (``advance()`` returns the request to place,
-``route(i)`` places it), and ``local_decide(replica_index, engine) -> Decision`` gives every iteration's
-knobs. In disaggregated mode (``DisaggConfig``) the router places requests on the prefill replicas; at its
-first token a request's prompt KV is sent to a decode replica (``DisaggConfig.decode_rule``) over the KV link
-and decodes there without recomputing the prompt (unless the decode replica later preempts it: then it
-recomputes there, as vLLM does). TTFT is thus measured on the prefill replica, and the transfer shows in TPOT.
+Each replica (an ``Engine`` timed by its own cost model) runs iterations back to back while it has work and
+sleeps otherwise; the clock moves from event to event (an arrival, an iteration end or idle tick, a KV
+landing), iteration ends and landings in one heap (O(log N) an event). The caller routes each arrival
+(``advance()`` returns it, ``route(i)`` places it); ``local_decide(replica_index, engine)`` gives every
+iteration's knobs. Disaggregated (``DisaggConfig``), requests are placed on prefill replicas and at their first
+token their prompt KV moves over the link to a decode replica, so TTFT is the prefill replica's and the
+transfer shows in TPOT.
 
     cluster = Cluster(specs, tenants, requests, local_decide)
     while (r := cluster.advance()) is not None:
@@ -32,7 +28,7 @@ from llmsched_env.engine.config import TenantConfig
 from llmsched_env.engine.engine import Engine
 from llmsched_env.engine.request import Request
 from llmsched_env.sim.kv_usage import KVUsage
-from llmsched_env.sim.simulator import check_arrival_order
+from llmsched_env.sim.simulator import check_arrival_order, idle_tick_s
 
 __all__ = ["Cluster", "LocalDecide", "Replica"]
 
@@ -66,7 +62,7 @@ class Replica:
         self.engine = Engine(spec.engine, tenants, spec.cost_model, prefill_only=role == "prefill")
         self.batch: Batch | None = None  # the iteration in flight
         self.busy = False  # holds exactly one event in the heap (iteration end or idle tick)
-        self.idle_tick_s = spec.cost_model.step_time_s(0, 1, 0, 0.0)
+        self.idle_tick_s = idle_tick_s(spec.cost_model)
         self.num_incoming = 0  # KV transfers on their way here
         self.num_iterations = 0
         self.last_step_s = 0.0
@@ -146,11 +142,8 @@ class Cluster:
         self._pending_shared = False
 
     def fork(self, local_decide: LocalDecide) -> Cluster:
-        """An independent cluster in the same state, whose replicas' iterations ``local_decide`` decides:
-        routing both the same way gives the same events, clocks and metrics, and neither sees the other's
-        steps. As ``Simulator.fork``: the live requests (waiting, running, landed, in flight, on any replica)
-        are copied, finished and rejected ones shared, and the requests still to be routed shared until they
-        are routed, each then copied first by both clusters. ``LLMSchedCluster-v0``'s ``snapshot()``."""
+        """An independent cluster in the same state, its iterations decided by ``local_decide``; requests copied
+        and shared as ``Simulator.fork`` does (live ones, in flight too, copied; the rest shared)."""
         live = [r for rep in self.replicas for r in rep.engine.live_requests()]
         memo = {id(r): r.copy() for r in (*live, *self.in_flight.values())}
         get = memo.get

@@ -19,11 +19,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from llmsched_env.commands.evaluate_args import add_runner_options, runner_spec
 from llmsched_env.commands.help import DefaultsFormatter, program
 from llmsched_env.common.checks import check_unique
 from llmsched_env.common.outputs import check_output, file_output_path, output_path
 from llmsched_env.evaluation.progress import Progress, status
-from llmsched_env.evaluation.runtime_options import add_runner_options, runner_spec
 from llmsched_env.runtime.names import FIDELITY_REQUESTS, FIT_LOADS
 
 __all__ = ["build_parser", "main", "parse_args"]

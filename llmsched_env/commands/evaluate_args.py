@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
@@ -25,17 +25,21 @@ from llmsched_env.engine.config import ENGINE_BOUNDS, SLO_CLASSES
 from llmsched_env.evaluation import EvalConfig, RuntimeOptions
 from llmsched_env.evaluation.outputs import FINISHED_FILES
 from llmsched_env.evaluation.resume import RECORD_NAME, ROWS_NAME
-from llmsched_env.evaluation.runtime_options import add_runner_options
+from llmsched_env.runtime.names import DTYPE_NAMES, MODEL_NAMES
 from llmsched_env.workloads.library import list_scenarios
 from llmsched_env.workloads.scenarios import SPLITS, Scenario
 from llmsched_env.workloads.trace_io import data_stem
 from llmsched_env.workloads.trace_options import TRACE_OPTIONS, build_trace_scenario, tenant_slos
 from llmsched_env.workloads.traces import TRACE_FORMATS
 
+if TYPE_CHECKING:  # torch only once a spec is built
+    from llmsched_env.runtime.runner_spec import RunnerSpec
+
 __all__ = ["ENGINE_LIMITS", "PROG", "TRACE_OPTIONS", "Evaluation", "add_engine_limits", "add_fitted_option",
-           "add_scaleout_options", "add_trace_options", "as_flags", "build_parser", "config_from_args", "csv_list",
-           "engine_limits", "evaluation", "int_at_least", "positive_float", "positive_int", "scaleout",
-           "stray_trace_options", "tenant_slos", "trace_options", "trace_scenario", "trace_scenarios"]  # fmt: skip
+           "add_runner_options", "add_scaleout_options", "add_trace_options", "as_flags", "build_parser",
+           "config_from_args", "csv_list", "engine_limits", "evaluation", "int_at_least", "positive_float",
+           "positive_int", "scaleout", "stray_trace_options", "tenant_slos", "trace_options", "trace_scenario",
+           "trace_scenarios"]  # fmt: skip
 
 PROG = ("llmsched-evaluate", "evaluate.py")  # the console script, the checkout's script (``help.program``)
 # EngineConfig fields settable from the command line, each --NAME-WITH-DASHES (default: the scenario's)
@@ -549,3 +553,33 @@ _OPTION_NAME = re.compile(rf"\b({'|'.join(sorted(TRACE_OPTIONS, key=len, reverse
 def as_flags(message: str) -> str:
     """A library message with its trace options' names (``trace_slo: ...``) written as flags (``--trace-slo: ...``)."""
     return _OPTION_NAME.sub(lambda m: "--" + m.group(1).replace("_", "-"), message)
+
+
+def add_runner_options(parser: Any, seed_and_threads: bool = True) -> None:
+    """Add ``--model``, ``--device``, ``--dtype``, ``--weights`` (and ``--seed``, ``--threads``) to ``parser`` (a
+    parser or an argument group); ``--device`` and ``--dtype`` default to None: this machine's choice."""
+    parser.add_argument("--model", default="tiny", choices=MODEL_NAMES, help="model preset")
+    parser.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+    parser.add_argument(
+        "--dtype", default=None, choices=DTYPE_NAMES, help="model dtype (default: float32 on cpu, else bfloat16)"
+    )
+    weights = "local safetensors file or folder (default: random weights drawn from the seed)"
+    parser.add_argument("--weights", type=Path, default=None, help=weights)
+    if seed_and_threads:
+        parser.add_argument("--seed", type=int, default=0, help="weights seed")
+        parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+
+
+def runner_spec(parser: argparse.ArgumentParser, args: argparse.Namespace) -> RunnerSpec:
+    """The ``RunnerSpec`` of the parsed options, device and dtype defaulted for this machine (and set in
+    ``args``); a bad value exits with a one-line usage error (status 2)."""
+    from llmsched_env.runtime.runner_spec import RunnerSpec, default_device, default_dtype
+
+    device = args.device or default_device()
+    given = {k: getattr(args, k) for k in ("model", "weights", "seed", "threads") if hasattr(args, k)}
+    try:
+        spec = RunnerSpec(**given, device=device, dtype=args.dtype or default_dtype(device))
+    except ValueError as exc:
+        parser.error(str(exc))
+    args.device, args.dtype = spec.device, spec.dtype
+    return spec

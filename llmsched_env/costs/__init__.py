@@ -7,13 +7,5 @@ from llmsched_env.costs.base import CostModel, prefill_time_s, unloaded_decode_t
 from llmsched_env.costs.linear import LinearCostModel, fit_report
 from llmsched_env.costs.loader import list_presets, load_cost_model
 
-__all__ = [
-    "AnalyticCostModel",
-    "CostModel",
-    "LinearCostModel",
-    "fit_report",
-    "list_presets",
-    "load_cost_model",
-    "prefill_time_s",
-    "unloaded_decode_time_s",
-]
+__all__ = ["AnalyticCostModel", "CostModel", "LinearCostModel", "fit_report", "list_presets", "load_cost_model",
+           "prefill_time_s", "unloaded_decode_time_s"]

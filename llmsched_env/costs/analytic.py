@@ -12,9 +12,8 @@ from llmsched_env.costs.base import check_cost_field, check_label, check_step_ti
 
 __all__ = ["SHAPE_FACTOR", "AnalyticCostModel"]
 
-# How far the query heads' width (num_attention_heads * head_dim) may be from hidden_size: published decoder-only
-# models span 0.67x (PaLM: 48 x 256 against 18,432) to 3.4x (DeepSeek-V3's MLA: 128 x 192 against 7,168); Llama's
-# are equal. A head_dim or head count off by this much (1,048,576 x 32 against 4,096) prices attention absurdly.
+# How far the query heads' width (num_attention_heads * head_dim) may be from hidden_size (published models: 0.67x
+# to 3.4x).
 SHAPE_FACTOR = 8.0
 
 
@@ -37,15 +36,10 @@ class AnalyticCostModel:
         step_time_s = overhead_s + max(compute_s, memory_s) + comm_s                   # when p + d > 0
         step_time_s = overhead_s                                          # when p + d == 0: no kernels run
 
-    KV is split over GPUs by KV head; when ``num_kv_heads < tp`` each GPU holds a replica of one head, which
-    the formula prices by using ``ceil(num_kv_heads / tp) * tp`` heads. Compute and memory overlap (the
-    roofline max); the two all-reduces per layer (after attention and after the MLP) do not.
-
-    A frozen dataclass built by keyword (the fields above, plus ``name`` and ``description``); each field is
-    checked on construction (``ValueError`` naming it; within ``costs.base.COST_BOUNDS``, and a 1-token step
-    within ``MAX_STEP_S``; ``num_kv_heads`` dividing ``num_attention_heads``, whose width ``* head_dim`` is
-    within ``SHAPE_FACTOR`` of ``hidden_size``) and the roofline's slopes are derived once, so
-    ``step_time_s`` is plain arithmetic. Equal (and hashed) by its fields; pickles natively.
+    KV is split by head (``ceil(num_kv_heads / tp) * tp`` heads when replicated). Compute and memory overlap;
+    the two all-reduces per layer do not. A frozen dataclass built by keyword; each field is checked
+    (``ValueError`` naming it: ``costs.base.COST_BOUNDS``, ``num_kv_heads`` dividing ``num_attention_heads``,
+    the heads' width within ``SHAPE_FACTOR`` of ``hidden_size``) and the slopes are derived once.
     """
 
     name: str = "analytic"
@@ -62,26 +56,16 @@ class AnalyticCostModel:
     compute_efficiency: float
     bandwidth_efficiency: float
     overhead_s: float
+    # Derived in __post_init__, in seconds: token compute, attention compute, weights, KV token, pair memory, base
+    # and communication per token (the per-argument slopes of the roofline's two sides).
+    _slopes: tuple[float, float, float, float, float, float, float] = derived()
     tensor_parallel: int = 1
     allreduce_latency_s: float = 0.0
     interconnect_bandwidth_gbps: float = 0.0
     prefill_attn_query_tile: int = 128
-    # Derived in __post_init__: the per-argument slopes of the roofline's two sides, in seconds.
-    _token_compute_s: float = derived()
-    _attn_compute_s: float = derived()
-    _weights_s: float = derived()
-    _kv_token_s: float = derived()
-    _pair_memory_s: float = derived()
-    _base_s: float = derived()
-    _comm_token_s: float = derived()
 
     _INTS: ClassVar[tuple[str, ...]] = (
-        "num_layers",
-        "hidden_size",
-        "num_attention_heads",
-        "num_kv_heads",
-        "head_dim",
-        "tensor_parallel",
+        "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim", "tensor_parallel",
     )
     # overhead_s > 0 so that an empty iteration takes time
     _MAY_BE_ZERO: ClassVar[tuple[str, ...]] = ("allreduce_latency_s", "interconnect_bandwidth_gbps")
@@ -108,52 +92,35 @@ class AnalyticCostModel:
             base_s += 2 * self.num_layers * self.allreduce_latency_s
             ring_bytes = 2 * (tp - 1) / tp * self.hidden_size * self.dtype_bytes
             comm_token_s = 2 * self.num_layers * ring_bytes / (self.interconnect_bandwidth_gbps * 1e9)
-        derived = {
-            "_token_compute_s": 2 * self.num_params / flops_per_s,
-            "_attn_compute_s": attn_flops / flops_per_s,
-            "_weights_s": self.num_params * self.dtype_bytes / bytes_per_s,
-            "_kv_token_s": kv_bytes / bytes_per_s,
-            "_pair_memory_s": kv_bytes / self.prefill_attn_query_tile / bytes_per_s,
-            "_base_s": base_s,
-            "_comm_token_s": comm_token_s,
-        }
-        for name, value in derived.items():
-            object.__setattr__(self, name, value)
+        slopes = (2 * self.num_params / flops_per_s, attn_flops / flops_per_s,
+                  self.num_params * self.dtype_bytes / bytes_per_s, kv_bytes / bytes_per_s,
+                  kv_bytes / self.prefill_attn_query_tile / bytes_per_s, base_s, comm_token_s)  # fmt: skip
+        object.__setattr__(self, "_slopes", slopes)
         check_step_times(owner, self)  # each field in range, and together a 1-token step within an hour
 
     def _check_shape(self, owner: str) -> None:
-        """``ValueError`` naming the fields when the attention's shape contradicts itself, each field in range:
-        ``num_kv_heads`` must divide ``num_attention_heads`` (grouped-query attention shares each KV head among
-        a whole group of query heads; multi-head and multi-query attention are the two ends), and the query
-        heads' width ``num_attention_heads * head_dim`` must be within ``SHAPE_FACTOR`` of ``hidden_size``."""
+        """``ValueError`` naming the fields when the attention's shape contradicts itself."""
         heads, kv_heads = self.num_attention_heads, self.num_kv_heads
         if kv_heads > heads or heads % kv_heads:
-            raise ValueError(
-                f"{owner}: field 'num_kv_heads' ({kv_heads}) must divide 'num_attention_heads' ({heads}): each KV "
-                "head serves a whole group of query heads (num_kv_heads = num_attention_heads without grouping, 1 "
-                "for multi-query attention)"
-            )
+            raise ValueError(f"{owner}: field 'num_kv_heads' ({kv_heads}) must divide 'num_attention_heads' ({heads}): "
+                             f"each KV head serves a whole group of query heads (num_kv_heads = num_attention_heads "
+                             f"without grouping, 1 for multi-query attention)")
         width = heads * self.head_dim
         if not self.hidden_size / SHAPE_FACTOR <= width <= self.hidden_size * SHAPE_FACTOR:
-            raise ValueError(
-                f"{owner}: fields 'num_attention_heads' x 'head_dim' ({heads} x {self.head_dim} = {width}) must be "
-                f"within {SHAPE_FACTOR:g}x of 'hidden_size' ({self.hidden_size}): the attention's width is about the "
-                "model's (Llama: equal; Qwen3, Gemma, DeepSeek's MLA: 0.7x to 3.4x)"
-            )
+            raise ValueError(f"{owner}: fields 'num_attention_heads' x 'head_dim' ({heads} x {self.head_dim} = "
+                             f"{width}) must be within {SHAPE_FACTOR:g}x of 'hidden_size' ({self.hidden_size}): the "
+                             f"attention's width is about the model's (Llama: equal; Qwen3, Gemma, DeepSeek's MLA: "
+                             f"0.7x to 3.4x)")
 
-    def step_time_s(
-        self, num_prefill_tokens: int, num_decode_seqs: int, num_kv_tokens: int, prefill_attn_pairs: float
-    ) -> float:
+    def step_time_s(self, num_prefill_tokens: int, num_decode_seqs: int, num_kv_tokens: int,
+                    prefill_attn_pairs: float) -> float:
         tokens = num_prefill_tokens + num_decode_seqs
         if tokens == 0:  # an empty iteration launches no kernels and reads no weights
             return self.overhead_s
-        compute_s = self._token_compute_s * tokens + self._attn_compute_s * (prefill_attn_pairs + num_kv_tokens)
-        memory_s = (
-            self._weights_s
-            + self._kv_token_s * (num_kv_tokens + num_prefill_tokens)
-            + self._pair_memory_s * prefill_attn_pairs
-        )
-        return self._base_s + (compute_s if compute_s > memory_s else memory_s) + self._comm_token_s * tokens
+        token_compute_s, attn_compute_s, weights_s, kv_token_s, pair_memory_s, base_s, comm_token_s = self._slopes
+        compute_s = token_compute_s * tokens + attn_compute_s * (prefill_attn_pairs + num_kv_tokens)
+        memory_s = weights_s + kv_token_s * (num_kv_tokens + num_prefill_tokens) + pair_memory_s * prefill_attn_pairs
+        return base_s + (compute_s if compute_s > memory_s else memory_s) + comm_token_s * tokens
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON preset of this model (kind ``"analytic"``)."""
@@ -166,8 +133,6 @@ class AnalyticCostModel:
         return from_fields(cls, f"AnalyticCostModel {data.get('name', 'analytic')!r}", data, ignore=("kind",))
 
     def __repr__(self) -> str:
-        return (
-            f"AnalyticCostModel(name={self.name!r}, num_params={self.num_params:.3g}, "
-            f"tensor_parallel={self.tensor_parallel}, peak_tflops={self.peak_tflops}, "
-            f"mem_bandwidth_gbps={self.mem_bandwidth_gbps}, overhead_s={self.overhead_s})"
-        )
+        return (f"AnalyticCostModel(name={self.name!r}, num_params={self.num_params:.3g}, "
+                f"tensor_parallel={self.tensor_parallel}, peak_tflops={self.peak_tflops}, "
+                f"mem_bandwidth_gbps={self.mem_bandwidth_gbps}, overhead_s={self.overhead_s})")

@@ -1,20 +1,8 @@
-"""What a cost model is: how long one engine iteration takes, for the simulator's clock.
-
-One iteration runs a continuous batch: chunked prefills and decodes together. Every cost model answers
-``step_time_s(num_prefill_tokens, num_decode_seqs, num_kv_tokens, prefill_attn_pairs)``:
-
-- ``num_prefill_tokens``: prefill tokens computed in the batch, all chunks together;
-- ``num_decode_seqs``: decoding sequences, one new token each;
-- ``num_kv_tokens``: context tokens whose KV the decodes' attention reads (sum of their context lengths);
-- ``prefill_attn_pairs``: (query, key) pairs of prefill attention, summed over chunks of
-  ``chunk_len * (num_context_tokens_before_chunk + (chunk_len + 1) / 2)``.
-
-The result is > 0 for every batch, the empty one included (a fixed per-iteration overhead), and monotone
-non-decreasing in each argument. ``step_time_s`` runs once per simulated iteration, so it is plain float
-arithmetic on constants computed at construction, and it does not validate its arguments.
-
-Besides the protocol, the times every layer derives from any cost model: one unloaded decode step and one
-request's prefill alone.
+"""What a cost model is: ``step_time_s(num_prefill_tokens, num_decode_seqs, num_kv_tokens, prefill_attn_pairs)``,
+the seconds of one engine iteration (prefill tokens of all chunks, decoding sequences, the KV tokens the decodes
+read, and prefill attention pairs ``chunk * (context_before + (chunk + 1) / 2)`` summed over chunks). It is > 0
+for every batch (the empty one too), non-decreasing in each argument, and unchecked (the hot path). Also: the
+times every layer derives from a cost model (one unloaded decode step, one prefill alone).
 """
 
 from __future__ import annotations
@@ -24,30 +12,13 @@ from typing import Protocol, runtime_checkable
 from llmsched_env.common.checks import Bound, check_number
 
 __all__ = [
-    "COST_BOUNDS",
-    "MAX_STEP_S",
-    "CostModel",
-    "check_cost_field",
-    "check_label",
-    "check_step_times",
-    "prefill_time_s",
-    "prefill_time_unchecked_s",
-    "unloaded_decode_time_s",
+    "COST_BOUNDS", "MAX_STEP_S", "CostModel", "check_cost_field", "check_label", "check_step_times", "prefill_time_s",
+    "prefill_time_unchecked_s", "unloaded_decode_time_s",
 ]
 
-# Physical ranges of a cost model's constants (docs/reliability.md, "Physical ranges"), far outside anything
-# real so that every shipped preset and calibrated file passes and a mistyped or hostile figure (1e308, or one
-# that makes a step take days) is refused in one line. One iteration (the empty one, a 1-token prefill, one
-# decode of 1 token of context) takes at most an hour: real ones take milliseconds. Per device: 1e6 TFLOP/s
-# (1e18 FLOP/s, some 1,000x an H100's 989 dense bf16 TFLOP/s and 450x a B200's) and 1e6 GB/s of memory or
-# interconnect bandwidth (1e15 B/s, 300x an H100's 3.35 TB/s and 100x a B200's 8 TB/s; NVLink 5 is 0.9 TB/s a
-# direction); 1e15 parameters (500x the largest published models); 64 bytes per value (8x float64); the sizes of
-# a model (layers, widths, heads, tensor-parallel degree, the attention query tile) at most 2**20 each (64x the
-# widest model's hidden size of 16,384, 8,000x the deepest's 126 layers). A linear model's coefficients are
-# seconds per unit, each at most an hour. The figures that divide a step's time also have a bottom (``Bound``), as
-# a tiny one prices an 8B model at microseconds: 1e-3 TFLOP/s (1 GFLOP/s, below any CPU core's), 1e-3 GB/s
-# (1 MB/s) of memory or interconnect bandwidth, 1e3 parameters (a toy model has 1e5), 0.125 bytes per value
-# (1-bit weights), and a compute or bandwidth efficiency of 1e-3 to 1 of peak (real ones are 0.3 to 0.9).
+# Physical ranges of a cost model's constants (docs/reliability.md, "Physical ranges"): far outside anything real
+# (300-1,000x an H100's compute and bandwidth, 500x the largest models, sizes up to 2**20, an iteration at most an
+# hour), with bottoms (``Bound``) for the figures that divide a step's time, so a mistyped figure is refused.
 MAX_STEP_S = 3600.0
 _MAX_SIZE = 1 << 20
 COST_BOUNDS: dict[str, float] = {
@@ -60,21 +31,13 @@ COST_BOUNDS: dict[str, float] = {
     "bandwidth_efficiency": Bound(1.0, 1e-3),
     "overhead_s": MAX_STEP_S,
     "allreduce_latency_s": MAX_STEP_S,
-    **dict.fromkeys(
-        ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim", "tensor_parallel"), _MAX_SIZE
-    ),
-    "prefill_attn_query_tile": _MAX_SIZE,
-    **dict.fromkeys(
-        ("prefill_token_s", "decode_seq_s", "kv_token_s", "prefill_attn_pair_s", "decode_log_s"), MAX_STEP_S
-    ),
-}
-_UNITS = {
-    "peak_tflops": "TFLOP/s",
-    "mem_bandwidth_gbps": "GB/s",
-    "interconnect_bandwidth_gbps": "GB/s",
-    "compute_efficiency": "of peak",
-    "bandwidth_efficiency": "of peak",
-}
+    **dict.fromkeys(("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim", "tensor_parallel",
+                     "prefill_attn_query_tile"), _MAX_SIZE),
+    **dict.fromkeys(("prefill_token_s", "decode_seq_s", "kv_token_s", "prefill_attn_pair_s", "decode_log_s"),
+                    MAX_STEP_S),
+}  # fmt: skip
+_UNITS = {"peak_tflops": "TFLOP/s", "mem_bandwidth_gbps": "GB/s", "interconnect_bandwidth_gbps": "GB/s",
+          "compute_efficiency": "of peak", "bandwidth_efficiency": "of peak"}  # fmt: skip
 
 
 @runtime_checkable
@@ -104,9 +67,8 @@ def check_cost_field(owner: str, field: str, value: object, *, positive: bool = 
 
 
 def check_step_times(owner: str, model: CostModel) -> None:
-    """Raise ``ValueError`` naming ``owner`` unless the smallest iterations ``model`` prices (a 1-token prefill,
-    one decode of 1 token of context) each take at most ``MAX_STEP_S``: constants each within their range can
-    still price one token at days together (a slow device and a huge model)."""
+    """``ValueError`` naming ``owner`` unless a 1-token prefill and one decode of 1 context token each take at most
+    ``MAX_STEP_S`` (constants each in range can still price a token at days together)."""
     for what, batch in (("a 1-token prefill", (1, 0, 0, 1.0)), ("one decode of 1 context token", (0, 1, 1, 0.0))):
         step_s = model.step_time_s(*batch)
         if not step_s <= MAX_STEP_S:  # NaN too
@@ -122,9 +84,8 @@ def unloaded_decode_time_s(model: CostModel, context_tokens: int = 1024) -> floa
     return model.step_time_s(0, 1, context_tokens, 0.0)
 
 
-def prefill_time_s(
-    model: CostModel, prompt_tokens: int, chunk_tokens: int | None = None, num_cached_tokens: int = 0
-) -> float:
+def prefill_time_s(model: CostModel, prompt_tokens: int, chunk_tokens: int | None = None,
+                   num_cached_tokens: int = 0) -> float:
     """Time to prefill one request alone: its ``prompt_tokens - num_cached_tokens`` uncached tokens in one
     iteration (pairs = n * (n + 1) / 2 with no cache), or in iterations of ``chunk_tokens`` each."""
     check_number("prefill_time_s", "prompt_tokens", prompt_tokens, integer=True)
@@ -134,11 +95,9 @@ def prefill_time_s(
     return prefill_time_unchecked_s(model, prompt_tokens, chunk_tokens, num_cached_tokens)
 
 
-def prefill_time_unchecked_s(
-    model: CostModel, prompt_tokens: int, chunk_tokens: int | None = None, num_cached_tokens: int = 0
-) -> float:
-    """``prefill_time_s`` without checking its arguments: for the engine's hot path, whose counts are its own
-    non-negative integers."""
+def prefill_time_unchecked_s(model: CostModel, prompt_tokens: int, chunk_tokens: int | None = None,
+                             num_cached_tokens: int = 0) -> float:
+    """``prefill_time_s`` without checking its arguments (the engine's hot path)."""
     done = min(num_cached_tokens, prompt_tokens)
     todo = prompt_tokens - done
     step = todo if chunk_tokens is None else chunk_tokens

@@ -1,10 +1,5 @@
-"""The linear cost model and its fit to measured engine iterations.
-
-``LinearCostModel`` prices an iteration as a non-negative combination of the four batch features of
-``costs.base`` (plus an intercept); ``LinearCostModel.fit`` finds the coefficients by non-negative least
-squares (a Lawson–Hanson solver in numpy) and ``fit_report`` measures any cost model's relative error on
-samples. ``load_cost_model`` reads presets of kind ``"linear"``. Stdlib and numpy only.
-"""
+"""The linear cost model, its non-negative least-squares fit (``LinearCostModel.fit``, Lawson–Hanson in numpy)
+and ``fit_report``, any cost model's relative error on measured iterations."""
 
 from __future__ import annotations
 
@@ -18,7 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from llmsched_env.common.fields import check_fields, derived
+from llmsched_env.common.fields import check_fields
 from llmsched_env.common.outputs import write_text_atomically
 from llmsched_env.costs.base import CostModel, check_cost_field, check_label, check_step_times
 
@@ -27,39 +22,19 @@ __all__ = ["LinearCostModel", "fit_report"]
 
 @dataclass(frozen=True, repr=False)
 class LinearCostModel:
-    """``t = c0 + c1 * p + c2 * d + c3 * kv + c4 * pairs + c5 * log2(1 + d)`` with every ``c >= 0`` and
-    ``c0 > 0``.
+    """``t = c0 + c1 * p + c2 * d + c3 * kv + c4 * pairs + c5 * log2(1 + d)``, every ``c >= 0`` and ``c0 > 0``.
 
-    The last term, optional (0 unless fitted with ``concave_decodes``), lets a step's cost grow more slowly
-    than linearly in its number of decodes, as batching makes it on small models (the torch runtime's
-    length-grouped decode attention is one more call per group, and groups multiply more slowly than
-    decodes). Fit it to measured iterations with ``LinearCostModel.fit``; its JSON preset (kind
-    ``"linear"``) names the coefficients ``COEF_FIELDS`` (a preset without ``decode_log_s`` has it 0).
-
-    A frozen dataclass: ``coef_s`` (any sequence of 5 or 6 numbers, the sixth 0 when left out) is stored as a
-    tuple of 6 floats, each checked on construction (``ValueError`` naming the coefficient: >= 0 and at most
-    ``costs.base.MAX_STEP_S``, and together a 1-token step within it). Equal when the
-    coefficients, name and description are (and hashed by them); pickles natively.
+    The optional last term (0 unless fitted with ``concave_decodes``) lets cost grow sublinearly in decodes, as
+    batching makes it on small models. ``coef_s`` (5 or 6 numbers, the sixth 0 when left out) is stored as 6
+    checked floats (``ValueError`` naming the coefficient); the JSON preset (kind ``"linear"``) names them
+    ``COEF_FIELDS``. A frozen dataclass, equal by coefficients, name and description.
     """
 
     coef_s: Sequence[float]
     name: str = "linear"
     description: str = ""
-    # Derived in __post_init__: coef_s unpacked, for step_time_s.
-    _c0: float = derived()
-    _c1: float = derived()
-    _c2: float = derived()
-    _c3: float = derived()
-    _c4: float = derived()
-    _c5: float = derived()
-
     COEF_FIELDS: ClassVar[tuple[str, ...]] = (
-        "overhead_s",
-        "prefill_token_s",
-        "decode_seq_s",
-        "kv_token_s",
-        "prefill_attn_pair_s",
-        "decode_log_s",
+        "overhead_s", "prefill_token_s", "decode_seq_s", "kv_token_s", "prefill_attn_pair_s", "decode_log_s",
     )
     OPTIONAL_FIELDS: ClassVar[tuple[str, ...]] = ("decode_log_s",)
     MIN_OVERHEAD_S: ClassVar[float] = 1e-6  # a fit's intercept is floored here so an empty iteration takes time
@@ -75,24 +50,15 @@ class LinearCostModel:
             raise ValueError(f"{owner}: coef_s needs {required} or {len(self.COEF_FIELDS)} values {self.COEF_FIELDS}")
         for name, c in zip(self.COEF_FIELDS, coefs, strict=True):
             check_cost_field(owner, name, c, positive=name == "overhead_s")  # seconds, at most MAX_STEP_S each
-        coef_s = tuple(float(c) for c in coefs)
-        object.__setattr__(self, "coef_s", coef_s)
-        for i, c in enumerate(coef_s):
-            object.__setattr__(self, f"_c{i}", c)
+        object.__setattr__(self, "coef_s", tuple(float(c) for c in coefs))
         check_step_times(owner, self)
 
-    def step_time_s(
-        self, num_prefill_tokens: int, num_decode_seqs: int, num_kv_tokens: int, prefill_attn_pairs: float
-    ) -> float:
-        t = (
-            self._c0
-            + self._c1 * num_prefill_tokens
-            + self._c2 * num_decode_seqs
-            + self._c3 * num_kv_tokens
-            + self._c4 * prefill_attn_pairs
-        )
-        if self._c5:
-            t += self._c5 * math.log2(1 + num_decode_seqs)
+    def step_time_s(self, num_prefill_tokens: int, num_decode_seqs: int, num_kv_tokens: int,
+                    prefill_attn_pairs: float) -> float:
+        c0, c1, c2, c3, c4, c5 = self.coef_s
+        t = c0 + c1 * num_prefill_tokens + c2 * num_decode_seqs + c3 * num_kv_tokens + c4 * prefill_attn_pairs
+        if c5:
+            t += c5 * math.log2(1 + num_decode_seqs)
         return t
 
     def scaled(self, factor: float) -> LinearCostModel:
@@ -102,18 +68,10 @@ class LinearCostModel:
         return replace(self, coef_s=[c * factor for c in self.coef_s])
 
     @classmethod
-    def fit(
-        cls,
-        samples: Iterable[Sequence[float]],
-        name: str = "linear",
-        description: str = "",
-        relative: bool = True,
-        concave_decodes: bool = False,
-    ) -> LinearCostModel:
-        """Non-negative least squares over ``(num_prefill_tokens, num_decode_seqs, num_kv_tokens,
-        prefill_attn_pairs, seconds)`` samples. ``relative`` weights each sample by 1/seconds, so a 5 ms
-        decode step counts as much as a 500 ms prefill (relative errors are minimised). ``concave_decodes``
-        also fits the ``log2(1 + d)`` term, else its coefficient is 0."""
+    def fit(cls, samples: Iterable[Sequence[float]], name: str = "linear", description: str = "", relative: bool = True,
+            concave_decodes: bool = False) -> LinearCostModel:
+        """Non-negative least squares over ``(p, d, kv, pairs, seconds)`` samples, weighted by 1/seconds when
+        ``relative``; ``concave_decodes`` also fits the ``log2(1 + d)`` term."""
         x, y = _samples_array(samples, min_rows=5 + concave_decodes)  # one per fitted coefficient
         if concave_decodes:
             x = np.column_stack([x, np.log2(1 + x[:, 1])])
@@ -132,12 +90,8 @@ class LinearCostModel:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON preset of this model (kind ``"linear"``)."""
-        return {
-            "kind": "linear",
-            "name": self.name,
-            "description": self.description,
-            **dict(zip(self.COEF_FIELDS, self.coef_s, strict=True)),
-        }
+        return {"kind": "linear", "name": self.name, "description": self.description,
+                **dict(zip(self.COEF_FIELDS, self.coef_s, strict=True))}
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write ``to_dict()`` as JSON (atomically: a failed write leaves the old file whole);
@@ -209,10 +163,6 @@ def fit_report(model: CostModel, samples: Iterable[Sequence[float]]) -> dict[str
     x, y = _samples_array(samples, min_rows=1)
     pred = np.array([model.step_time_s(int(p), int(d), int(kv), float(q)) for p, d, kv, q in x])
     err = np.abs(pred - y) / y
-    return {
-        "num_samples": float(len(y)),
-        "mean_rel_error": float(err.mean()),
-        "p50_rel_error": float(np.percentile(err, 50)),
-        "p90_rel_error": float(np.percentile(err, 90)),
-        "max_rel_error": float(err.max()),
-    }
+    return {"num_samples": float(len(y)), "mean_rel_error": float(err.mean()),
+            "p50_rel_error": float(np.percentile(err, 50)), "p90_rel_error": float(np.percentile(err, 90)),
+            "max_rel_error": float(err.max())}

@@ -1,9 +1,5 @@
-"""Cost-model presets: the bundled JSON files under ``presets/`` and any user file, loaded by name or path.
-
-Each preset has a ``kind`` (``"analytic"``, ``AnalyticCostModel``; ``"linear"``, ``LinearCostModel``), a
-``description`` and the fields of that kind (``list_presets()``, ``load_cost_model(name_or_path)``). Run
-``python -m llmsched_env.costs.loader`` to print the presets' headline step times.
-"""
+"""Cost-model presets: JSON files (a ``kind``, ``"analytic"`` or ``"linear"``, and its fields) under ``presets/``
+or anywhere, loaded by name or path. ``python -m llmsched_env.costs.loader`` prints their headline step times."""
 
 from __future__ import annotations
 
@@ -26,9 +22,7 @@ _KINDS: dict[str, Any] = {"analytic": AnalyticCostModel, "linear": LinearCostMod
 
 
 def from_dict(data: dict[str, Any]) -> CostModel:
-    """The cost model a ``to_dict()`` output (or a preset's fields, with ``kind``) describes; ``ValueError``
-    naming the field for a missing or unknown ``kind`` (or a bad field of that kind), or when ``data`` is not
-    a mapping."""
+    """The cost model a ``to_dict()`` output (with ``kind``) describes; ``ValueError`` naming a bad field."""
     if not isinstance(data, Mapping):
         raise ValueError(f"a cost model must be a mapping of fields (with 'kind'), got {type(data).__name__}")
     return _KINDS[_kind(data, "cost model")].from_dict(data)
@@ -49,11 +43,8 @@ def list_presets() -> list[str]:
 
 
 def load_cost_model(name_or_path: str | os.PathLike[str]) -> CostModel:
-    """A cost model from a preset name (``list_presets()``) or a path to a JSON preset file.
-
-    Raises ``ValueError`` naming the file and the field for an unreadable or malformed file, and listing
-    the presets for an unknown name. A file's model is named by its ``name`` field, else its file stem.
-    """
+    """A cost model from a preset name (``list_presets()``) or a JSON file (named by its ``name``, else its stem);
+    ``ValueError`` naming the file and field, or listing the presets for an unknown name."""
     text = os.fspath(name_or_path)
     if text.endswith(".json") or os.sep in text or "/" in text:
         path = Path(text)
@@ -81,17 +72,14 @@ def load_cost_model(name_or_path: str | os.PathLike[str]) -> CostModel:
 
 
 def cost_model_of(owner: str, value: object) -> CostModel:
-    """The cost model ``value`` gives: a preset name or JSON path (``load_cost_model``) or a ``CostModel`` as it
-    is; anything else (a number, a dict) is a ``ValueError`` naming ``owner`` (the field), not an error deep in
-    the first step priced."""
+    """The cost model ``value`` gives (a preset name or path, or a ``CostModel``); else ``ValueError`` naming
+    ``owner``."""
     if isinstance(value, (str, os.PathLike)):
         return load_cost_model(value)
     if isinstance(value, CostModel):
         return value
-    raise ValueError(
-        f"{owner} must be a cost-model preset name ({', '.join(list_presets())}), a JSON path or a CostModel, "
-        f"got {value!r}"
-    )
+    raise ValueError(f"{owner} must be a cost-model preset name ({', '.join(list_presets())}), a JSON path or a "
+                     f"CostModel, got {value!r}")
 
 
 def main() -> None:
@@ -102,10 +90,8 @@ def main() -> None:
         decode_ms = unloaded_decode_time_s(model, 1024) * 1e3
         prefill_ms = prefill_time_s(model, 1024) * 1e3
         batch_ms = model.step_time_s(0, 64, 64 * 1024, 0.0) * 1e3
-        print(
-            f"{name:<20} decode@1k {decode_ms:6.2f} ms   prefill 1024 tok {prefill_ms:7.2f} ms   "
-            f"64 decodes@1k {batch_ms:6.2f} ms"
-        )
+        print(f"{name:<20} decode@1k {decode_ms:6.2f} ms   prefill 1024 tok {prefill_ms:7.2f} ms   "
+              f"64 decodes@1k {batch_ms:6.2f} ms")
 
 
 if __name__ == "__main__":

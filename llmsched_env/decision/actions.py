@@ -1,14 +1,9 @@
-"""The single-node action space, shared by the simulator env, the torch runtime and any other engine.
+"""The single-node action space (no gymnasium, no torch): ``ActionSpec.decode(action)`` turns a ``MultiDiscrete``
+action into an engine ``Decision``, ``encode`` inverts it, ``mask(engine)`` gives the valid options now.
 
-``ActionSpec.decode(action)`` turns a ``MultiDiscrete`` action into an engine ``Decision``;
-``ActionSpec.mask(engine)`` says which option of each action component is valid now; ``encode`` is the
-inverse of ``decode``. No gymnasium, no torch: a policy acts the same in simulation and on a real model.
-
-Two layouts, one per observation schema (``decision.schema``). Schema 1: six queue orders, and token budgets
-and chunk caps in powers of two up to the engine's ``max_num_batched_tokens`` (their number depends on the
-engine). Schema 2: every ``QueueOrder`` (SPRW added) and one fixed list of budgets and caps,
-``FIXED_TOKEN_BUDGETS`` and ``FIXED_CHUNK_CAPS``, the same for every engine, so one policy serves any engine:
-an option above the engine's limit means the limit, and the options past the first such one are masked out.
+Schema 1: six queue orders, budgets and chunk caps in powers of two up to ``max_num_batched_tokens``. Schema 2:
+every ``QueueOrder`` and the fixed ``FIXED_TOKEN_BUDGETS`` / ``FIXED_CHUNK_CAPS`` for every engine (an option
+above the limit means the limit; the options past the first such one are masked out).
 """
 
 from __future__ import annotations
@@ -228,14 +223,9 @@ class ActionSpec:
         )
 
     def mask(self, engine: EngineState) -> np.ndarray:
-        """Valid options, concatenated per component (sb3-contrib's MultiDiscrete mask layout).
-
-        Budgets and chunk caps past the engine's limit (``max_tokens``) are never valid. With an empty waiting
-        queue every queue order, admission cap and shedding choice does the same,
-        so only FCFS, admit 0 and no shedding stay valid; a full running set likewise only admits 0. An idle
-        engine with requests waiting may not hold (admit 0): holding then only delays everyone, and a policy
-        that kept holding would leave requests waiting forever.
-        """
+        """Valid options, concatenated per component (sb3-contrib's layout): no budget or cap past ``max_tokens``;
+        with nothing waiting only FCFS, admit 0 and no shedding (all alike); a full running set admits 0 only; an
+        idle engine with requests waiting may not hold (admit 0), or a policy could hold them forever."""
         return self._mask_of(engine)[0]
 
     def _mask_of(self, engine: EngineState) -> tuple[np.ndarray, list[bool]]:

@@ -1,23 +1,13 @@
-"""A policy's ``act`` with a deadline that holds even when the policy hangs: ``TimedDecider``.
+"""A policy's ``act`` with a deadline that holds even when the policy hangs: ``TimedDecider``. Modes:
 
-An engine step must not wait on a slow or stuck policy. Checking the time after ``act`` returns cannot bound a
-call that never returns. Two ways bound it (``mode``):
+- ``"signal"`` (POSIX, main thread): ``act`` runs under a ``SIGALRM`` timer that interrupts it at the deadline.
+- ``"thread"``: ``act`` runs on one worker thread; the caller waits at most until the deadline. A late call goes
+  on in the background, its answer dropped, and every decision falls back while it runs. Each handoff costs two
+  thread wake-ups, far more on a busy core (docs/vllm.md).
+- ``"inline"``: no hard deadline (a late answer is only dropped); what ``"auto"`` picks for a policy whose
+  ``act`` is bounded (``decision.policy.bounded_act``), else ``"signal"`` where it can, else ``"thread"``.
 
-- ``"signal"`` (where the caller is the process's main thread, on POSIX): ``act`` runs on the caller's thread
-  under a ``SIGALRM`` timer set to the deadline; at the deadline the call is interrupted (an exception raised
-  inside it) and the decision falls back. A few microseconds a call. The policy is called again at the next
-  decision.
-- ``"thread"``: ``act`` runs on one worker thread and the caller waits for the answer at most until the
-  deadline. A late call goes on in the background; its answer, when it comes, is dropped, and while it runs
-  every decision falls back at once. Calls are serialised. A handoff is two thread wake-ups: ~15 µs on an idle
-  2-core machine, but 1.2 ms per step median inside a live vLLM engine core sharing its core with vLLM's API
-  server and the client (measured, docs/vllm.md), because the operating system does not run a woken thread at
-  once on a busy core.
-
-``"auto"`` picks ``"inline"`` for a policy whose ``act`` is bounded (``decision.policy.bounded_act``: the named
-rules, an exported network run in numpy), which no timer need interrupt, else ``"signal"`` where it can, else
-``"thread"``; ``"inline"`` has no hard deadline (a late answer is only dropped). What neither bounds: a policy
-blocked inside a C call that holds the interpreter lock, which no signal handler or other thread can run past.
+Neither bounds a policy blocked in a C call that holds the interpreter lock.
 """
 
 from __future__ import annotations
@@ -32,7 +22,7 @@ import numpy as np
 
 from llmsched_env.decision.policy import bounded_act
 
-__all__ = ["DECIDER_MODES", "TimedDecider"]
+__all__ = ["DECIDER_MODES", "TimedDecider", "first_line"]
 
 DECIDER_MODES = ("auto", "signal", "thread", "inline")
 
@@ -40,6 +30,12 @@ DECIDER_MODES = ("auto", "signal", "thread", "inline")
 class _Deadline(BaseException):
     """Raised inside a policy's ``act`` by the SIGALRM timer (a BaseException, so a policy's ``except
     Exception`` does not swallow it)."""
+
+
+def first_line(exc: BaseException) -> str:
+    """``Type: first line of the message``, for a fallback's one-line record."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def _alarm(signum: int, frame: Any) -> None:
@@ -51,10 +47,9 @@ def _signal_mode_available() -> bool:
 
 
 class TimedDecider:
-    """``decide(observation, mask, deadline)``: ``policy.act`` bounded by the deadline (see the module docstring
-    for ``mode``). Returns ``(action, reason, error)``: the policy's raw action and ``None`` on time; else no
-    action and a fallback ``reason`` — ``"error"`` (it raised), ``"timeout"`` (no answer by the deadline, or,
-    in thread mode, an earlier late call still running) — with a one-line ``error``."""
+    """``decide(observation, mask, deadline)``: ``policy.act`` bounded by the deadline. Returns ``(action, None,
+    "")`` on time, else ``(None, reason, error)``: ``"error"`` (it raised) or ``"timeout"`` (late, or in thread
+    mode an earlier late call still running), with a one-line ``error``."""
 
     def __init__(self, policy: Any, mode: str = "auto", name: str = "llmsched-policy") -> None:
         if mode not in DECIDER_MODES:
@@ -89,8 +84,7 @@ class TimedDecider:
     # -- modes ----------------------------------------------------------------------------------------------
     @staticmethod
     def _error(exc: BaseException) -> tuple[None, str, str]:
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        return None, "error", f"{type(exc).__name__}: {first}"
+        return None, "error", first_line(exc)
 
     def _checked(self, act: Any, obs: np.ndarray, mask: np.ndarray, deadline: float) -> tuple[Any, str | None, str]:
         try:

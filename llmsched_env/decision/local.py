@@ -18,13 +18,10 @@ __all__ = ["LocalScheduler"]
 
 
 class LocalScheduler:
-    """``local_decide`` for ``Cluster``: replica i's single-node ``policies[i]`` decides every iteration of replica
-    i through ``loops[i]``, a ``DecisionLoop`` over ``encoders[i]`` and ``specs[i]`` (one decision an iteration, no
-    deadline, no fallback: an action the mask forbids is corrected, a malformed one is refused with a
-    ``ValueError`` naming the replica, and a policy's error reaches the cluster's caller). A policy that acts on
-    the mask alone (``reads_observation = False``) is asked once per mask pattern, as the loop keeps its answers.
-    The observation's last step time is replica i's last iteration time. ``record``: each loop keeps its
-    ``history`` (``DecisionLoop``)."""
+    """``local_decide`` for ``Cluster``: ``policies[i]`` decides every iteration of replica i through a
+    ``DecisionLoop`` over ``encoders[i]`` and ``specs[i]`` (no deadline, no fallback: a malformed action is refused
+    naming the replica, a policy's error reaches the caller), its last step time replica i's last iteration's.
+    ``record``: each loop keeps its ``history``."""
 
     def __init__(
         self,

@@ -1,9 +1,6 @@
-"""The one step between a policy and an engine: ``DecisionLoop``.
-
-Every place an action reaches an engine goes through it, so there is one answer to each question of how a
-decision is applied: the env's ``step`` (the agent's action), the serving loop over the simulator and the torch
-runtime (``decision.serve``), the vLLM scheduler (``adapters.vllm.scheduler``), a cluster's local schedulers
-(``decision.local``) and the lookahead bound's rollouts (``evaluation.lookahead``) are drivers around it.
+"""The one step between a policy and an engine: ``DecisionLoop``. The env's ``step``, the serving loop
+(``decision.serve``: simulator, torch runtime), the vLLM scheduler, a cluster's local schedulers and the
+lookahead's rollouts are drivers around it, so each question of how a decision is applied has one answer.
 
     loop = DecisionLoop(spec, encoder, policy, hold=4, fallback=fcfs, timeout_s=0.1)   # a policy decides
     while not sim.done:
@@ -14,31 +11,19 @@ runtime (``decision.serve``), the vLLM scheduler (``adapters.vllm.scheduler``), 
     for _ in range(k):
         sim.step(loop.next(sim.engine))
 
-The rules, one per question:
-
-- **observe**: at each decision the policy gets ``encoder.encode(engine, last_step_s)``, ``last_step_s`` being
-  the engine's clock now minus its clock at the previous decision (0 at the first), and the mask
-  ``ActionSpec.mask(engine)``. A policy that declares ``reads_observation = False`` (its action depends on the
-  mask alone) gets zeros, and is asked once per mask pattern: its answer is kept and reused.
-- **act under a deadline**: with ``timeout_s``, the deadline counts from the start of the decision (before the
-  observation is encoded) and ``decision.decider.TimedDecider`` enforces it: a policy whose ``act`` is bounded
-  is checked after the call, any other is interrupted at the deadline (a ``SIGALRM`` timer on the main thread,
-  else a worker thread). Without ``timeout_s`` (simulated decisions cost no simulated time) nothing is timed.
-- **validate**: ``ActionSpec.decode``'s check (a sequence of one integer per component, each in range; no NaN,
-  no float that is not an integer). A malformed action is **refused**, never repaired.
-- **correct**: an action in range that the mask forbids is **corrected**: each forbidden component moves to its
-  first allowed option (``ActionSpec.project``). Counted per iteration (``num_corrected``).
-- **hold**: a decision holds for ``hold`` engine iterations; every held iteration reads the mask again and, when
-  it changed, checks (and corrects) the held action against it.
-- **fall back**: when the policy raises, misses its deadline or returns a malformed action, the ``fallback``
-  decides instead (a ``Policy``, e.g. ``fcfs``; or ``ENGINE_DEFAULT``: ``next`` returns None and the engine
-  keeps its own settings, as vLLM's scheduler does), counted by cause (``FALLBACK_CAUSES``); the fallback's
-  decision holds like any other. Without a fallback (the env, the lookahead's rollouts, a cluster's local
-  schedulers) the error reaches the caller: the policy's own exception, or ``ValueError`` naming the component
-  of a malformed action.
-
-No request is lost either way: the engine only ever sees a valid ``Decision`` (or, with ``ENGINE_DEFAULT``, its
-own settings).
+- **observe**: the policy gets ``encoder.encode(engine, last_step_s)`` (the clock since the previous decision)
+  and ``ActionSpec.mask(engine)``; a policy with ``reads_observation = False`` gets zeros and is asked once per
+  mask pattern (its answer kept).
+- **act under a deadline**: with ``timeout_s``, counted from the decision's start, ``decision.decider``
+  enforces it (checked after a bounded ``act``, else interrupted). Without it nothing is timed.
+- **validate**: ``ActionSpec.decode``'s check; a malformed action is **refused**, never repaired.
+- **correct**: an in-range action the mask forbids has each forbidden component moved to its first allowed
+  option (``ActionSpec.project``), counted per iteration (``num_corrected``).
+- **hold**: a decision holds for ``hold`` iterations, each checking (and correcting) it against the mask now.
+- **fall back**: when the policy raises, is late or gives a malformed action, ``fallback`` decides (a
+  ``Policy``, or ``ENGINE_DEFAULT``: ``next`` returns None and the engine keeps its own settings), counted by
+  cause (``FALLBACK_CAUSES``). Without a fallback the error reaches the caller.
+- **never lose a request**: the engine only ever sees a valid ``Decision`` (or its own settings).
 """
 
 from __future__ import annotations
@@ -51,7 +36,7 @@ from typing import Any, Final
 import numpy as np
 
 from llmsched_env.decision.actions import ActionSpec
-from llmsched_env.decision.decider import DECIDER_MODES, TimedDecider
+from llmsched_env.decision.decider import DECIDER_MODES, TimedDecider, first_line
 from llmsched_env.decision.observation import ObservationEncoder
 from llmsched_env.decision.policy import Policy, reads_observation
 from llmsched_env.decision.state import EngineState
@@ -74,11 +59,9 @@ ENGINE_DEFAULT: Final = _EngineDefault()
 
 @dataclass
 class DecisionStats:
-    """What a ``DecisionLoop`` counted: decisions made (by the policy, a kept answer or the fallback), engine
-    iterations served, those served by a held decision, those whose action the mask forbade (corrected), and the
-    fallbacks by cause (``FALLBACK_CAUSES``: ``error`` — the policy raised, ``invalid`` — its action was
-    malformed, ``timeout`` — it was late), with the last one's message. ``policy_time_s`` sums, per decision,
-    the time from its start (before the observation is encoded) to the decision in hand."""
+    """What a ``DecisionLoop`` counted: decisions, iterations, held and corrected iterations, fallbacks by cause
+    (``FALLBACK_CAUSES``) with the last one's message, and the decisions' time (from before the observation is
+    encoded to the decision in hand)."""
 
     num_decisions: int = 0
     num_iterations: int = 0
@@ -120,22 +103,12 @@ class DecisionStats:
         return out
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
-
-
 class DecisionLoop:
-    """Observe, mask, act under a deadline, validate, correct or refuse, hold for ``hold`` iterations, fall back:
-    the rules are in the module docstring.
-
-    ``spec`` and ``encoder``: the engine's action space and observation encoder (``encoder`` may be None where
-    nothing is observed: a caller that only ``take``s actions). ``policy``: who decides when a hold runs out (None:
-    the caller ``take``s every action). ``hold``: engine iterations per decision. ``fallback``: a ``Policy``,
-    ``ENGINE_DEFAULT`` or None (errors reach the caller). ``timeout_s``: the deadline of each decision (None: no
-    deadline; it needs a fallback). ``deadline_mode``: ``TimedDecider``'s mode. ``name``: who the policy is, in
-    error messages. ``record``: keep every iteration's (mask, decision applied, whether it was corrected) in
-    ``history`` (for tests and debugging). ``ValueError`` for a bad argument."""
+    """The module docstring's rules. ``encoder``: None where nothing is observed; ``policy``: who decides when a
+    hold runs out (None: the caller ``take``s every action); ``hold``: iterations per decision; ``fallback``: a
+    ``Policy``, ``ENGINE_DEFAULT`` or None (errors reach the caller); ``timeout_s``: each decision's deadline (needs
+    a fallback); ``deadline_mode``: ``TimedDecider``'s; ``name``: the policy in error messages; ``record``: keep
+    each iteration's (mask, decision applied, corrected) in ``history``."""
 
     def __init__(
         self,
@@ -235,10 +208,9 @@ class DecisionLoop:
 
     # -- decisions -------------------------------------------------------------------------------------------
     def take(self, action: Any, engine: EngineState | None = None, hold: int | None = 0) -> None:
-        """Hold the caller's ``action`` (an env's agent, a planner) from the next iteration on, for ``hold``
-        iterations (0: the loop's ``hold``; None: until the next ``take``). ``ValueError`` naming the component
-        of a malformed action (refused: there is no fallback for the caller's own action). ``engine``: where the
-        decision is made, for the clock of ``last_step_s``."""
+        """Hold the caller's ``action`` from the next iteration on, for ``hold`` iterations (0: the loop's; None:
+        until the next ``take``); a malformed one is refused (``ValueError`` naming the component). ``engine``:
+        where it is decided, for ``last_step_s``'s clock."""
         decision = self.spec.decode(action)  # validates
         if isinstance(action, np.ndarray) and action.dtype.kind in "iu":
             values = action.tolist()
@@ -252,10 +224,8 @@ class DecisionLoop:
             self._decided_at_s = engine.now_s
 
     def next(self, engine: EngineState, last_step_s: float | None = None) -> Decision | None:
-        """The decision for ``engine``'s next iteration: the held one, checked against the mask now (corrected where
-        it forbids it), or, once the hold has run out, a new one from the policy (or its fallback), whose
-        observation's ``last_step_s`` is the one given (a cluster's replica gives its own last iteration time) or
-        else ``last_step_s(engine)``. None: the engine's own settings (the ``ENGINE_DEFAULT`` fallback)."""
+        """The decision for ``engine``'s next iteration: the held one, corrected where the mask now forbids it, or,
+        once the hold has run out, a new one (``decide``). None: the engine's own settings (``ENGINE_DEFAULT``)."""
         stats = self.stats
         if self._left == 0:
             self.decide(engine, last_step_s)
@@ -286,8 +256,8 @@ class DecisionLoop:
         return applied[0]
 
     def decide(self, engine: EngineState, last_step_s: float | None = None) -> None:
-        """Make a new decision now (the policy's, or its fallback's) and hold it for ``hold`` iterations;
-        ``last_step_s`` as in ``next``."""
+        """Make a new decision now (the policy's, or its fallback's) and hold it; the observation's ``last_step_s``
+        is the one given, else ``last_step_s(engine)``."""
         policy = self._policy
         if policy is None:
             raise RuntimeError(f"DecisionLoop ({self.name}): the held action ran out and no policy decides; take() one")
@@ -334,7 +304,7 @@ class DecisionLoop:
         try:
             return None, "", policy.act(obs, mask)
         except Exception as exc:  # a failing policy must not stop serving: its fallback decides
-            return "error", _first_line(exc), None
+            return "error", first_line(exc), None
 
     def _fall_back(self, obs: np.ndarray, mask: np.ndarray) -> None:
         fallback = self.fallback

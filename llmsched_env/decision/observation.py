@@ -1,10 +1,6 @@
-"""The single-node observation: an encoder's ``encode(engine)`` turns engine state into named, normalised
-float32 features, the same in the simulator env, on the torch runtime and inside vLLM (any
-``decision.state.EngineState``).
-
-Two encoders, one per schema (``decision.schema``): ``ObservationEncoder`` (schema 1, features per named
-tenant) and ``GenericObservationEncoder`` (schema 2, workload-agnostic). ``make_encoder(schema, ...)`` builds
-either.
+"""The single-node observation: ``encode(engine)`` turns any ``decision.state.EngineState`` (simulator, torch
+runtime, vLLM) into named, normalised float32 features. One encoder per schema (``decision.schema``):
+``ObservationEncoder`` (1) and ``GenericObservationEncoder`` (2); ``make_encoder`` builds either.
 """
 
 from __future__ import annotations
@@ -130,11 +126,9 @@ class ObservationEncoder:
     def _scan(
         self, engine: EngineState, waiting: Sequence[int], running: Sequence[int]
     ) -> tuple[list[float], float, float]:
-        """One pass over the tenants: each one's head TTFT slack (its queue head's time left to its TTFT
-        deadline, in units of its TTFT target; 1.0 with an empty queue), how long the oldest waiting request has
-        waited in units of its TTFT target (the earliest-arrived queue head, the first tenant's on a tie, as the
-        engine's FCFS order picks it; 0 with nothing waiting), and the least VTC counter among active tenants
-        (waiting or running; 0 with none)."""
+        """One pass over the tenants: each one's head TTFT slack (/ its TTFT target; 1.0 with an empty queue), the
+        oldest queue head's wait (/ its TTFT target; FCFS's pick on a tie; 0 with none) and the least VTC counter
+        among active tenants (0 with none)."""
         now = engine.now_s
         ttft = self._ttft
         vtc = engine.vtc
@@ -203,11 +197,8 @@ class ObservationEncoder:
 
 
 def _clipped(feats: list[float], tail: bytes = b"") -> np.ndarray:
-    """The features, followed by ``tail`` (constant features already packed as float32 within the bounds), as
-    a float32 vector clipped to [-OBS_CLIP, OBS_CLIP]: ``np.clip(np.array(feats + tail's values, np.float32),
-    ...)``, bit for bit, in about half its time (the encoder's last step, run every env step): packed by
-    ``struct`` (the same C cast to float32) into a buffer the array owns, clipped by numpy's clip ufunc without
-    ``np.clip``'s Python-level checks."""
+    """``np.clip(np.array(feats + tail's values, np.float32), ±OBS_CLIP)`` bit for bit in about half its time
+    (``tail``: constant features packed as float32): packed by ``struct`` (the same C cast), clipped by the ufunc."""
     try:
         packed = _packer(len(feats))(*feats)
     except OverflowError:  # beyond float32's range: numpy's cast gives inf, which the clip bounds
@@ -232,23 +223,13 @@ _clip = getattr(getattr(getattr(np, "_core", None), "umath", None), "clip", None
 
 
 class GenericObservationEncoder(ObservationEncoder):
-    """Schema 2: the same features whatever the number, names and order of the tenants.
-
-    - the ``GLOBAL_FEATURES`` of schema 1;
-    - ``tenants/count``, ``tenants/active`` (tenants with requests waiting or running), in units of 16;
-    - ``queue/late_waiting`` and ``queue/urgent_waiting``: requests waiting in the tenants whose queue head has
-      missed its TTFT (slack < 0) and whose head has less than half its TTFT left (slack in [0, 0.5));
-    - ``pred/waiting_output`` and ``pred/mean_waiting_output``: predicted output tokens of the waiting
-      requests (/ KV pool tokens, and per waiting request / 1024); 0 without a length predictor;
-    - ``slo/ttft_spread``, ``slo/tpot_spread``: log2 of the loosest over the tightest target, / 8;
-    - ``NUM_SLOTS`` tenant slots (``slot{i}/...``, ``SLOT_FEATURES``): the tenants with requests first, by
-      increasing head TTFT slack, ties broken by the slot's own features, so equal engine states give equal
-      observations whatever the tenants' names and order; an empty slot reads as an idle tenant;
-    - ``rest/...``: the tenants past the slots: count, waiting, running, least head slack, least attainment.
-
-    A tenant's SLO targets enter as its class relative to the tightest (log2 ratio / 8), its priority as its
-    rank between the best (0) and the worst (1), its weight over the largest weight.
-    """
+    """Schema 2: the same features whatever the tenants' number, names and order: schema 1's ``GLOBAL_FEATURES``;
+    ``tenants/count`` and ``tenants/active`` (/ 16); ``queue/late_waiting`` and ``queue/urgent_waiting`` (waiting
+    behind a head past its TTFT, or with under half of it left); ``pred/...`` (predicted output tokens waiting, /
+    KV tokens and per request / 1024); ``slo/{ttft,tpot}_spread`` (log2 loosest / tightest, / 8); ``NUM_SLOTS``
+    tenant slots (``SLOT_FEATURES``: busy tenants first by head slack, ties by the features themselves; an empty
+    slot reads as idle), whose SLOs enter as log2 over the tightest / 8, priority as a rank in [0, 1], weight over
+    the largest; ``rest/...`` (the others: count, waiting, running, least slack, least attainment)."""
 
     schema = 2
 

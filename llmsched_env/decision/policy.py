@@ -21,12 +21,10 @@ __all__ = ["Policy", "PolicyContext", "bounded_act", "reads_observation", "start
 
 @dataclass(frozen=True)
 class PolicyContext:
-    """What a heuristic may know about the engine it schedules, besides its observations. ``scenario`` names
-    the scenario the engine serves ("" where none is at hand: the vLLM adapter, the runtime's fidelity runs), so
-    a policy can look settings up by name (``tuned``). ``planning_state``: where the driver can give one, a
-    function returning a simulator in the engine's state now, for a planner to fork (``mpc``): a serving loop's
-    own simulator, or a copy built from vLLM's scheduler (None: no planner runs here); ``background_planning``:
-    the driver's loop must not wait for a plan (vLLM's), so a planner plans on a worker thread."""
+    """What a heuristic may know besides its observations. ``scenario``: the scenario's name ("" if none; ``tuned``
+    looks settings up by it). ``planning_state``: a function returning a simulator in the engine's state now, for
+    a planner (``mpc``) to fork (None: no planner runs here). ``background_planning``: the driver must not wait
+    for a plan (vLLM), so a planner plans on a worker thread."""
 
     engine: EngineConfig
     tenants: tuple[TenantConfig, ...]
@@ -40,16 +38,10 @@ class PolicyContext:
 
 @runtime_checkable
 class Policy(Protocol):
-    """Anything that maps an observation and its action mask to a MultiDiscrete action.
-
-    A policy whose action depends on the mask alone may set a class attribute ``reads_observation = False``
-    (see ``reads_observation``): callers then skip encoding the observation for it. A policy with memory
-    (a recurrent one) defines ``start_episode()``, which clears it; whoever runs episodes calls
-    ``start_episode(policy)`` before each episode's first ``act``.
-
-    A policy whose ``act`` does a fixed, small amount of work (a table lookup, a numpy forward pass of a given
-    network) may declare ``bounded_act = True`` in the class that defines its ``act`` (see ``bounded_act``):
-    the vLLM adapter then checks its deadline after the call instead of arming a timer around it."""
+    """Anything that maps an observation and its action mask to a MultiDiscrete action. Optional class
+    attributes: ``reads_observation = False`` (acts on the mask alone: no observation is encoded for it),
+    ``bounded_act = True`` (its ``act`` cannot hang: no timer around it); a policy with memory defines
+    ``start_episode()``, called before each episode's first ``act``."""
 
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray: ...
 
@@ -60,9 +52,8 @@ def reads_observation(policy: object) -> bool:
 
 
 def bounded_act(policy: object) -> bool:
-    """True when the class that defines ``policy``'s ``act`` declares ``bounded_act`` and it is true for this
-    policy: its ``act`` cannot hang, so no timer need interrupt it. A subclass that overrides ``act`` does not
-    inherit its parent's claim."""
+    """True when the class that defines ``policy``'s ``act`` declares ``bounded_act`` true (an override of
+    ``act`` does not inherit the claim)."""
     for klass in type(policy).__mro__:
         if "act" in vars(klass):
             return "bounded_act" in vars(klass) and bool(getattr(policy, "bounded_act", False))
@@ -70,8 +61,7 @@ def bounded_act(policy: object) -> bool:
 
 
 def start_episode(policy: object) -> None:
-    """Tell ``policy`` that a new episode starts: a stateful policy (one with a ``start_episode`` method, e.g.
-    a recurrent SB3 model) forgets the previous episode; a stateless one is left alone."""
+    """Call ``policy.start_episode()`` if it has one (a stateful policy forgets the previous episode)."""
     hook = getattr(policy, "start_episode", None)
     if callable(hook):
         hook()

@@ -1,22 +1,13 @@
-"""Load an exported policy (``policy.safetensors`` + ``policy.json``) and act in numpy, without torch.
+"""Load an exported policy (``policy.safetensors`` + ``policy.json``, by ``agents.export.export_policy``) and act
+in numpy, without torch.
 
-The pair is written by ``agents.export.export_policy``. The JSON says what the weights mean (observation
-names, action components and their options, activation, layer tensors, optional observation normalisation)
-and carries the sha256 of the tensors file; the safetensors file holds float32 weights only (no pickle, no
-code). Everything is checked at load time, so a bad file fails with ``PolicyFileError`` naming the file and
-what is wrong, never later with a shape error in the middle of serving. ``fields_sha256`` records a sha256 of
-every field of the JSON but the informational ones (``INFORMATIONAL_FIELDS``: what the training was), so a
-field edited after export (``masked``, ``iterations_per_step``, the normalisation, ...) is refused, named; a
-file exported before the record is refused with the command that adds it (``seal_meta``,
-``python -m llmsched_env.commands.seal_policy``). Both files are read bounded
-(``llmsched_env.common.files``): regular files only, the JSON at most ``CONFIG_BYTES`` (16 MiB,
-``$LLMSCHED_MAX_CONFIG_BYTES``) and the weights at most ``POLICY_BYTES`` (256 MiB, ``$LLMSCHED_MAX_POLICY_BYTES``).
+The JSON says what the float32 weights mean and carries their sha256; ``fields_sha256`` records a sha256 of
+every field but ``INFORMATIONAL_FIELDS``, so an edit after export is refused, named (a file exported before
+the record is refused with ``seal_meta``'s command). Both files are read bounded (``common.files``). Everything
+is checked at load time: a bad file fails with ``PolicyFileError`` naming the file and the fault.
 
-The actor runs in numpy for the activations numpy has (``NUMPY_ACTIVATIONS``: tanh, relu, identity; SB3's
-defaults); a policy with another one (``ACTIVATION_NAMES``) needs a ``forward`` over the logits, which
-``llmsched_env.runtime.policy_file.load_policy_file`` builds in torch. ``torch_forward`` reaches that builder from
-this layer through ``FORWARDS``, the registry the torch runtime fills (found through the entry point
-``llmsched.forwards``, so nothing here imports torch).
+The actor runs in numpy for ``NUMPY_ACTIVATIONS``; another activation needs a ``forward`` built in torch by
+``runtime.policy_file``, reached here through the ``FORWARDS`` registry (entry point ``llmsched.forwards``).
 """
 
 from __future__ import annotations
@@ -362,12 +353,8 @@ def _check_layers(
 
 # ------------------------------------------------------------------------------------------------ the policy
 class ExportedPolicy:
-    """An exported MLP policy acting through the ``Policy`` protocol: argmax per action component.
-
-    ``act`` mirrors SB3's deterministic ``predict``: normalise (if the policy was trained under
-    VecNormalize), run the actor, split the logits per component, drop masked-out options (``masked``
-    policies only: MaskablePPO), take the argmax. Not thread-safe: it reuses one input buffer.
-    """
+    """An exported MLP policy: SB3's deterministic ``predict`` (normalise as VecNormalize did, run the actor, drop
+    masked-out options for a ``masked`` policy, argmax per component). Not thread-safe: one input buffer."""
 
     def __init__(
         self,
@@ -505,14 +492,9 @@ class ExportedPolicy:
         action_options: Mapping[str, Sequence[float]] | None = None,
         action_components: Sequence[str] = ACTION_COMPONENTS,
     ) -> None:
-        """Raise ``PolicyFileError`` saying exactly what differs between this policy and an environment.
-
-        ``schema_version``: the env's observation schema (None: not compared); a policy of another schema is
-        refused in one line, before anything else is compared. ``action_options`` (optional, e.g.
-        ``action_options(env.action_spec)``) also compares what each action index means: equal ``nvec`` with
-        different token budgets would silently change the policy's actions. ``action_components``: the env's
-        (``("replica",)`` for the cluster router, whose nvec is the replica count).
-        """
+        """``PolicyFileError`` saying what differs between this policy and an env: its schema (None: not compared;
+        checked first), observation names, nvec, ``action_components`` (``("replica",)`` for a router) and, when
+        given, ``action_options`` (what each index means: equal nvec with other budgets would change actions)."""
         if schema_version is not None and schema_version != self.schema_version:
             raise PolicyFileError(
                 f"{self.path}: the policy was trained on observation {schema_summary(self.schema_version)}, this "

@@ -1,10 +1,6 @@
-"""The schedulers and routers chosen by name, for every env, the runtime and the command lines.
-
-A scheduler factory builds a single-node ``Policy`` from a ``PolicyContext`` and a seed; a router factory a
-``RoutingPolicy`` from a ``RouterContext``. The ``baselines`` package registers its heuristics here when
-imported, and the entry point ``llmsched.policies`` (``pyproject.toml``) makes a lookup import it, so that
-``LLMSchedCluster-v0``'s ``local_policy="fcfs"`` works without the env importing ``baselines``. Register a
-policy of your own with ``SCHEDULERS.register("mine", factory)``.
+"""The schedulers and routers chosen by name: ``SCHEDULERS`` (factories of a ``Policy`` from a
+``PolicyContext`` and a seed) and ``ROUTERS`` (of a ``RoutingPolicy`` from a ``RouterContext``). ``baselines``
+registers its heuristics on import, which the entry point ``llmsched.policies`` triggers on lookup.
 """
 
 from __future__ import annotations

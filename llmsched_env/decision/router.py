@@ -1,10 +1,5 @@
-"""Cluster observations and the routing mask: the router's side of the cluster level (``decision.local``
-holds each replica's scheduler).
-
-``ClusterObservationEncoder.encode(cluster, request)`` turns the replicas' state and the arriving request
-into named float32 features, in units shared by every replica (counts over the largest ``max_num_seqs``, KV
-over the largest pool) so a router compares heterogeneous replicas on one scale. ``route_mask`` says which
-replicas could ever hold a request. No gymnasium, no torch.
+"""The router's side of a cluster: ``ClusterObservationEncoder`` (replicas' state and the arriving request as
+named features on one scale for heterogeneous replicas) and ``route_mask`` (replicas that could ever hold it).
 """
 
 from __future__ import annotations

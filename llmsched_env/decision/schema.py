@@ -1,15 +1,10 @@
-"""Observation and action schemas: which observation encoder and which action layout a policy was trained on.
+"""Observation and action schemas: the encoder and action layout a policy was trained on (its file records
+``schema_version``; every driver builds that schema's and refuses another in one line).
 
-A policy file records its ``schema_version``; an env, the torch runtime and the vLLM adapter build the
-encoder and the action layout of that schema, and refuse a policy of another one with a one-line error.
-
-- Schema 1 (per-tenant): global features plus six features per tenant, named after the tenants
-  (``tenant/NAME/...``); six queue orders; budgets and chunk caps in powers of two up to the engine's limit.
-  A policy of this schema runs only on the tenants (names and order) it was trained on.
-- Schema 2 (workload-agnostic, the default): the same global features, tenant-level urgency bands, length
-  prediction aggregates, the four most urgent tenants in slots ordered by their queue head's TTFT slack, and
-  aggregates of the rest: the same features whatever the number, names and order of the tenants. Every queue
-  order (SPRW added); one fixed list of budgets and chunk caps for every engine.
+- Schema 1: global features plus six per named tenant (runs only on the tenants it was trained on); six queue
+  orders; budgets and chunk caps in powers of two up to the engine's limit.
+- Schema 2 (default): the global features, urgency bands, length predictions, four urgency-ordered tenant slots
+  and aggregates of the rest, whatever the tenants; every queue order; one fixed list of budgets and caps.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""The serving loop: any ``Policy`` decides every iteration of a ``Simulator`` (the simulator itself, or the torch
-runtime, a Simulator whose iterations run the model), with a fallback that never fails.
-
-It is a driver of ``decision.loop.DecisionLoop``, which applies every decision exactly as the env's ``step`` does:
-the policy sees what it sees in the env (the same encoder and mask on the same engine), a decision holds for
-``iterations_per_step`` iterations as the exported policy was trained, and an action the mask forbids is corrected.
-What the env would refuse falls back instead: if the policy raises, returns a malformed action (wrong shape, not
-integers, out of range, NaN) or misses its deadline (``policy_timeout_s``, counted from the start of the decision),
-that decision comes from ``fallback`` (``fcfs`` in ``llmsched-evaluate``), counted by cause; the metrics say what
-share of the decisions fell back (``FALLBACK_SHARE``). No request is lost either way: the engine only ever sees a
-valid ``Decision``.
-"""
+"""The serving loop: a ``Policy`` decides every iteration of a ``Simulator`` (or the torch runtime's), through
+``decision.loop.DecisionLoop`` exactly as the env's ``step``, except that what the env would refuse (the policy
+raised, gave a malformed action or missed ``policy_timeout_s``) falls back to ``fallback``'s decision, counted
+by cause (``FALLBACK_SHARE``). The engine only ever sees a valid ``Decision``."""
 
 from __future__ import annotations
 
@@ -29,12 +21,10 @@ FALLBACK_SHARE = "fallback_share"  # the metric: decisions taken from the fallba
 
 @dataclass(frozen=True)
 class ServeOptions:
-    """How the serving loop runs a policy: each decision held for ``iterations_per_step`` iterations (as the
-    exported policy was trained), a decision later than ``policy_timeout_s`` replaced by the fallback's
-    (``deadline_mode``: how the deadline is enforced, ``decision.decider.TimedDecider``; None: no deadline, for a
-    planner whose planning costs no simulated time), the engine and the token
-    bookkeeping checked after every iteration with ``check_invariants``, and a ``RuntimeError`` past
-    ``max_iterations`` (a loop that does not drain). ``ValueError`` for a bad value."""
+    """How the serving loop runs a policy: each decision held ``iterations_per_step`` iterations; one later than
+    ``policy_timeout_s`` (None: no deadline) replaced by the fallback's, enforced as ``deadline_mode`` says
+    (``decision.decider``); invariants checked every iteration with ``check_invariants``; ``RuntimeError`` past
+    ``max_iterations``."""
 
     iterations_per_step: int = 1
     policy_timeout_s: float | None = 0.1
@@ -57,8 +47,7 @@ def serve(
     fallback: Policy,
     options: ServeOptions = ServeOptions(),
 ) -> tuple[dict[str, float], DecisionStats]:
-    """Run ``runtime`` until every request has finished or been rejected; return its metrics (with the decision
-    statistics' ``policy_*`` columns and ``fallback_share``: ``decision_metrics``) and the statistics."""
+    """Run ``runtime`` until it drains: its metrics (with ``decision_metrics``) and the decision statistics."""
     loop = decision_loop(policy, encoder, spec, fallback, options)
     for _ in serving(runtime, loop, options):
         pass
@@ -68,9 +57,7 @@ def serve(
 
 
 def decision_metrics(stats: DecisionStats) -> dict[str, float]:
-    """The metrics columns of a serving loop's ``stats``: ``as_metrics``'s ``policy_*`` counts and
-    ``FALLBACK_SHARE``, the share of the decisions that came from the fallback (a policy that raised, was late
-    or gave a malformed action)."""
+    """``stats``' ``policy_*`` metrics columns and ``FALLBACK_SHARE`` (decisions from the fallback / all)."""
     share = stats.num_fallbacks / stats.num_decisions if stats.num_decisions else 0.0
     return {**stats.as_metrics(), FALLBACK_SHARE: share}
 
@@ -91,9 +78,8 @@ def decision_loop(
 
 
 def serving(runtime: Simulator, loop: DecisionLoop, options: ServeOptions = ServeOptions()) -> Iterator[None]:
-    """``serve``'s loop one decision at a time: yields after each decision and the iterations it held, until
-    ``runtime`` is done, counting into ``loop.stats``. Lets a caller interleave several serving loops (the
-    fidelity report's lockstep calibration). The loop's deadline worker, if any, is stopped at the end."""
+    """``serve``'s loop, yielding after each decision and the iterations it held (callers may interleave several
+    loops); stops the loop's deadline worker at the end."""
     engine = runtime.engine
     stats = loop.stats
     try:

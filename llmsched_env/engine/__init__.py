@@ -11,19 +11,5 @@ from llmsched_env.engine.invariants import check_engine
 from llmsched_env.engine.remote_kv import RemoteKVConfig, RemoteKVStore
 from llmsched_env.engine.request import Request, Status
 
-__all__ = [
-    "SLO_CLASSES",
-    "Batch",
-    "BlockPool",
-    "Decision",
-    "Engine",
-    "EngineConfig",
-    "QueueOrder",
-    "RemoteKVConfig",
-    "RemoteKVStore",
-    "Request",
-    "SLOClass",
-    "Status",
-    "TenantConfig",
-    "check_engine",
-]
+__all__ = ["SLO_CLASSES", "Batch", "BlockPool", "Decision", "Engine", "EngineConfig", "QueueOrder", "RemoteKVConfig",
+           "RemoteKVStore", "Request", "SLOClass", "Status", "TenantConfig", "check_engine"]

@@ -1,10 +1,5 @@
-"""What a scheduling decision says, and what one engine iteration runs.
-
-A ``Decision`` parameterises the batch builder for one iteration (docs/environment.md, step semantics). A
-``Batch`` is the builder's answer: the prefill chunks to compute and whether the decoding requests take a
-decode round. Executors (the simulator's cost model, the torch runtime) run a Batch and hand it back to
-``Engine.complete``.
-"""
+"""A ``Decision`` (the batch builder's knobs for one iteration) and a ``Batch`` (what the iteration runs: prefill
+chunks and whether the decoders take a round), which an executor runs and hands to ``Engine.complete``."""
 
 from __future__ import annotations
 
@@ -38,16 +33,10 @@ class QueueOrder(IntEnum):
 
 @dataclass(frozen=True)
 class Decision:
-    """Knobs of one iteration.
-
-    ``token_budget``: most tokens in the iteration; a running decode takes 1 and, in the decode-first
-    hybrid, every running decode is always scheduled (stall-free), prefill chunks get the rest.
-    ``chunk_cap``: most prefill tokens one request may take this iteration.
-    ``prefill_first``: run pending prefills alone and let decodes wait (vLLM v0 / SGLang default).
-    ``max_admit``: most waiting requests admitted now (0 holds admission).
-    ``kv_reserve``: share of the KV pool that must stay free after an admission.
-    ``shed``: reject waiting requests that can no longer meet their TTFT deadline.
-    """
+    """Knobs of one iteration: ``token_budget`` (most tokens; each decode takes 1, prefill chunks the rest),
+    ``chunk_cap`` (most prefill tokens per request), ``prefill_first`` (prefills alone, decodes wait),
+    ``max_admit`` (most admissions now), ``kv_reserve`` (KV share kept free after admitting), ``shed`` (reject
+    requests that can no longer meet their TTFT deadline)."""
 
     order: QueueOrder = QueueOrder.FCFS
     token_budget: int = 2048
@@ -72,8 +61,7 @@ class Decision:
             raise ValueError(f"Decision.kv_reserve must be in [0, 1), got {self.kv_reserve!r}")
 
     def __reduce__(self) -> tuple[type[Decision], tuple[QueueOrder, int, int, bool, int, float, bool]]:
-        """Copies and pickles are rebuilt through ``__init__``: compiled (``llmsched-compile``), a frozen
-        dataclass cannot take its state back attribute by attribute."""
+        """Rebuilt through ``__init__`` when copied or pickled (compiled, a frozen dataclass cannot be set)."""
         return (Decision, (self.order, self.token_budget, self.chunk_cap, self.prefill_first, self.max_admit,
                            self.kv_reserve, self.shed))  # fmt: skip
 
@@ -83,18 +71,8 @@ class Batch:
     """One iteration's work, as the batch builder formed it."""
 
     __slots__ = (
-        "decision",
-        "decode_round",
-        "num_admitted",
-        "num_decode_seqs",
-        "num_kv_tokens",
-        "num_preempted",
-        "num_prefill_tokens",
-        "num_rejected",
-        "prefill_attn_pairs",
-        "prefill_chunks",
-        "prefill_ctx",
-        "prefill_reqs",
+        "decision", "decode_round", "num_admitted", "num_decode_seqs", "num_kv_tokens", "num_preempted",
+        "num_prefill_tokens", "num_rejected", "prefill_attn_pairs", "prefill_chunks", "prefill_ctx", "prefill_reqs",
     )
 
     def __init__(self, decision: Decision) -> None:
@@ -112,21 +90,15 @@ class Batch:
         self.num_rejected = 0
 
     def copy(self, memo: Mapping[int, Request]) -> Batch:
-        """A copy whose requests are replaced by their copies in ``memo`` (``id(request) -> copy``) when they
-        have one (``Engine.fork``)."""
+        """A copy holding the requests' copies in ``memo`` (``id(request) -> copy``), for ``Engine.fork``."""
         c = Batch(self.decision)
         get = memo.get
         c.prefill_reqs = [get(id(r), r) for r in self.prefill_reqs]
-        c.prefill_chunks = self.prefill_chunks[:]
-        c.prefill_ctx = self.prefill_ctx[:]
-        c.decode_round = self.decode_round
-        c.num_decode_seqs = self.num_decode_seqs
-        c.num_kv_tokens = self.num_kv_tokens
-        c.num_prefill_tokens = self.num_prefill_tokens
-        c.prefill_attn_pairs = self.prefill_attn_pairs
-        c.num_admitted = self.num_admitted
-        c.num_preempted = self.num_preempted
-        c.num_rejected = self.num_rejected
+        c.prefill_chunks, c.prefill_ctx = self.prefill_chunks[:], self.prefill_ctx[:]
+        (c.decode_round, c.num_decode_seqs, c.num_kv_tokens, c.num_prefill_tokens, c.prefill_attn_pairs, c.num_admitted,
+         c.num_preempted, c.num_rejected) = (
+            self.decode_round, self.num_decode_seqs, self.num_kv_tokens, self.num_prefill_tokens,
+            self.prefill_attn_pairs, self.num_admitted, self.num_preempted, self.num_rejected)  # fmt: skip
         return c
 
     @property
@@ -139,9 +111,8 @@ class Batch:
 
     def time_s(self, model: CostModel) -> float:
         """What ``model`` prices this iteration at, from its four features."""
-        return model.step_time_s(
-            self.num_prefill_tokens, self.num_decode_seqs, self.num_kv_tokens, self.prefill_attn_pairs
-        )
+        return model.step_time_s(self.num_prefill_tokens, self.num_decode_seqs, self.num_kv_tokens,
+                                 self.prefill_attn_pairs)
 
     def add_prefill(self, request: Request, chunk: int, context: int) -> None:
         self.prefill_reqs.append(request)

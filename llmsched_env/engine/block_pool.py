@@ -1,17 +1,9 @@
-"""The paged KV block pool: fixed-size blocks, reference counts and a prefix cache.
+"""The paged KV block pool: fixed-size blocks, reference counts and a prefix cache, as vLLM v1's ``BlockPool``.
 
-As in vLLM and nano-vllm, a full block whose content is known gets a chained hash (the hash of its parent
-block and its own content), so a later request with the same prefix maps its first blocks onto the cached
-ones instead of recomputing them. A block whose reference count drops to zero keeps its hash: it counts as
-free (vLLM's usage) and its content stays reusable until the block is handed out again.
-
-As vLLM v1's ``BlockPool``, every block with no reference waits in one queue (at start, in id order): an
-allocation takes the head, and forgets the block's cached content if it had any. A released block that holds
-no content goes to the head, one that holds content to the tail, so cached content is reused least recently
-released first; a request releases its blocks tail first, so its last blocks go before its first ones.
-
-Each block is either in use (refcount > 0) or in the free queue (refcount 0; *cached* when it still holds a
-hash). ``check_invariants`` verifies that partition.
+A full block whose content is known gets a chained hash, so a later request with the same prefix shares it. A
+block with no reference keeps its hash (free, but reusable) and waits in one free queue: allocations take the
+head (forgetting any content); released blocks go to the head when empty, to the tail when cached, a request's
+last blocks first. ``check_invariants`` verifies that every block is either in use or in the free queue.
 """
 
 from __future__ import annotations
@@ -33,11 +25,8 @@ BlockHash: TypeAlias = int | tuple[int, int]
 
 
 def chain_hashes(prefix_ids: Sequence[int], prefix_id_tokens: int, block_size: int, max_tokens: int) -> list[int]:
-    """Chained hashes of the full engine blocks covered by ``prefix_ids``.
-
-    ``prefix_ids[i]`` names the content of prompt tokens ``[i*prefix_id_tokens, (i+1)*prefix_id_tokens)``
-    (Mooncake's hash_ids); only blocks lying wholly inside the first ``max_tokens`` tokens get a hash.
-    """
+    """Chained hashes of the full engine blocks within the first ``max_tokens`` tokens covered by ``prefix_ids``
+    (``prefix_ids[i]`` names prompt tokens ``[i*prefix_id_tokens, (i+1)*prefix_id_tokens)``, Mooncake's hash_ids)."""
     num_tokens = min(len(prefix_ids) * prefix_id_tokens, max_tokens)
     hashes: list[int] = []
     parent = 0
@@ -49,15 +38,11 @@ def chain_hashes(prefix_ids: Sequence[int], prefix_id_tokens: int, block_size: i
 
 
 def check_prefix_layout(requests: Iterable[Request], block_size: int) -> None:
-    """Refuse requests whose prefix ids do not name whole engine blocks: ``chain_hashes`` names a block by the
-    prefix id it starts in, so with ``prefix_id_tokens`` not a multiple of ``block_size`` a block spanning two
-    ids would get one hash for different tokens. The simulator's engine and the runtime both call this."""
+    """Refuse requests whose ``prefix_id_tokens`` is not a multiple of ``block_size``."""
     for r in requests:
         if r.prefix_ids and r.prefix_id_tokens % block_size:
-            raise ValueError(
-                f"request {r.request_id}: prefix_id_tokens={r.prefix_id_tokens} is not a multiple of the "
-                f"block size {block_size}, so a shared block could hold different tokens"
-            )
+            raise ValueError(f"request {r.request_id}: prefix_id_tokens={r.prefix_id_tokens} is not a multiple of the "
+                             f"block size {block_size}, so a shared block could hold different tokens")
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -67,17 +52,14 @@ class BlockPool:
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
-        # The free queue: refcount-0 blocks, least recently released first (allocations take the head), as a
-        # doubly linked list through two lists indexed by block, with a sentinel at index ``num_blocks``
-        # (``_next[sentinel]`` is the head, ``_prev[sentinel]`` the tail): O(1) at both ends and in the middle,
-        # and a fork copies it as two lists (``copy``). Initially every block, in id order.
+        # The free queue, a doubly linked list through two lists indexed by block with a sentinel at ``num_blocks``
+        # (``_next[sentinel]``: the head, ``_prev[sentinel]``: the tail). Initially every block, in id order.
         self._next = [*range(1, num_blocks + 1), 0 if num_blocks else num_blocks]
         self._prev = [num_blocks, *range(num_blocks)]
         self._num_free = num_blocks
         self.ref_count = [0] * num_blocks
         self.block_hash: list[BlockHash | None] = [None] * num_blocks
-        # block hash -> the block lookups find; further blocks holding the same content (two requests that
-        # computed it side by side: vLLM keeps both cached, so one outlives the other's eviction), oldest first
+        # block hash -> the block lookups find; further blocks holding the same content (twins), oldest first
         self._cached: dict[BlockHash, int] = {}
         self._twins: dict[BlockHash, list[int]] = {}
         self._num_free_cached = 0  # free blocks that still hold a hash
@@ -85,21 +67,15 @@ class BlockPool:
         self.num_evictions = 0
 
     def copy(self) -> BlockPool:
-        """An independent copy in the same state (the free queue's order, reference counts, cached content),
-        for a fork of the engine (``Engine.fork``). Block hashes are immutable and shared."""
+        """An independent copy in the same state, for ``Engine.fork``."""
         c = BlockPool.__new__(BlockPool)
-        c.num_blocks = self.num_blocks
-        c.block_size = self.block_size
-        c._next = self._next[:]
-        c._prev = self._prev[:]
-        c._num_free = self._num_free
-        c.ref_count = self.ref_count[:]
+        (c.num_blocks, c.block_size, c._num_free, c._num_free_cached, c.num_used, c.num_evictions) = (
+            self.num_blocks, self.block_size, self._num_free, self._num_free_cached, self.num_used,
+            self.num_evictions)  # fmt: skip
+        c._next, c._prev, c.ref_count = self._next[:], self._prev[:], self.ref_count[:]
         c.block_hash = self.block_hash[:]
         c._cached = self._cached.copy()
         c._twins = {h: blocks[:] for h, blocks in self._twins.items()}
-        c._num_free_cached = self._num_free_cached
-        c.num_used = self.num_used
-        c.num_evictions = self.num_evictions
         return c
 
     # -- capacity ----------------------------------------------------------------------------------------
@@ -124,10 +100,7 @@ class BlockPool:
 
     # -- allocation --------------------------------------------------------------------------------------
     def can_allocate(self, num_blocks: int, reserve: int = 0, shared: Sequence[int] = ()) -> bool:
-        """Whether ``allocate(num_blocks, shared)`` can run now and leave at least ``reserve`` blocks free.
-
-        ``shared`` are cached blocks found by ``lookup``; the free ones among them stop being free when shared,
-        so they count against the free blocks as the new ones do."""
+        """Whether ``allocate(num_blocks, shared)`` can run now and leave ``reserve`` blocks free."""
         free = self._num_free - num_blocks
         if shared:
             ref_count = self.ref_count
@@ -135,10 +108,8 @@ class BlockPool:
         return free >= reserve
 
     def allocate(self, num_blocks: int, shared: Sequence[int] = ()) -> list[int]:
-        """Take a reference on each cached block of ``shared`` (reviving free ones), then ``num_blocks`` (>= 0)
-        new blocks with refcount 1 from the head of the free queue (a cached one forgets its content).
-        Returns ``shared`` followed by the new blocks, in order (a block table, or the tail to append to one).
-        The pool must have room (``can_allocate``): a short pool is an AssertionError."""
+        """Reference each block of ``shared``, then take ``num_blocks`` new ones from the free queue's head
+        (forgetting cached content); returns ``shared`` + the new blocks. The pool must have room."""
         if num_blocks < 0:
             raise ValueError(f"BlockPool.allocate: num_blocks must be >= 0, got {num_blocks}")
         table = list(shared)
@@ -193,8 +164,7 @@ class BlockPool:
         return block
 
     def forget(self, block: int) -> None:
-        """A block in use will not hold the content its hash names after all (the request that was to compute it
-        was preempted before it ran): later lookups must not find it."""
+        """A block in use will not hold the content its hash names after all: lookups stop finding it."""
         assert self.ref_count[block] > 0, f"forget() on free block {block}"
         if self.block_hash[block] is not None:
             self._unregister(block)
@@ -221,8 +191,7 @@ class BlockPool:
             del self._twins[old]
 
     def lookup(self, hashes: Iterable[BlockHash], max_blocks: int) -> list[int]:
-        """Ids of the cached blocks matching the longest prefix of ``hashes`` (at most ``max_blocks``): for each
-        hash, the block that has held it longest."""
+        """The cached blocks matching the longest prefix of ``hashes`` (at most ``max_blocks``), oldest holder each."""
         hits: list[int] = []
         cached = self._cached
         for h in islice(hashes, max_blocks):
@@ -253,8 +222,7 @@ class BlockPool:
             self._twins.setdefault(block_hash, []).append(block)
 
     def commit_table(self, table: Sequence[int], lo: int, hi: int, hashes: Sequence[int], request_id: int) -> None:
-        """``commit`` blocks ``table[lo:hi]`` of one request: block ``j`` holds ``hashes[j]`` (shared prefix
-        content) while ``j < len(hashes)``, past it ``(request_id, j)`` (content only that request has)."""
+        """``commit`` blocks ``table[lo:hi]``: block ``j`` holds ``hashes[j]``, past them ``(request_id, j)``."""
         block_hash = self.block_hash
         setdefault = self._cached.setdefault
         n = len(hashes)
@@ -268,9 +236,7 @@ class BlockPool:
                 self._twins.setdefault(h, []).append(block)
 
     def release(self, blocks: Sequence[int]) -> None:
-        """Drop one reference on each block. As vLLM, blocks that hold no content go to the head of the free
-        queue (reused first) and cached ones to its tail, each group tail block first, so a request's last
-        blocks are reused before its first ones."""
+        """Drop a reference on each block; freed ones go to the queue's head (empty) or tail (cached), last first."""
         empty: list[int] = []
         ref_count = self.ref_count
         block_hash = self.block_hash
@@ -315,8 +281,8 @@ class BlockPool:
 
     # -- checks ------------------------------------------------------------------------------------------
     def check_invariants(self, expected_refs: dict[int, int] | None = None) -> None:
-        """Raise AssertionError unless every block is either used or free, and (when given) the reference counts
-        equal ``expected_refs`` (block id -> number of block tables holding it). O(pool): it scans every block."""
+        """AssertionError unless every block is either used or free and (given) the reference counts equal
+        ``expected_refs`` (block -> block tables holding it). O(pool)."""
         n, refs, hashes = self.num_blocks, self.ref_count, self.block_hash
         nxt, prv = self._next, self._prev
         # one walk of the free queue checks its links, that no free block is referenced, and counts the cached ones

@@ -1,9 +1,5 @@
-"""Validated, frozen configuration of an engine and its tenants: the engine's limits, SLO classes, tenants.
-
-Everything here is plain data: every layer above reads it, and it imports nothing of the project but the
-number checks. Each dataclass checks its fields in ``__post_init__`` and raises ``ValueError`` naming the
-field, so a bad config fails at construction with a message a user can act on.
-"""
+"""Validated, frozen configuration of an engine and its tenants (limits, SLO classes, tenants); each dataclass
+raises ``ValueError`` naming a bad field at construction."""
 
 from __future__ import annotations
 
@@ -12,13 +8,9 @@ from dataclasses import dataclass, field
 from llmsched_env.common.checks import MAX_SLO_S, check_int, check_positive
 from llmsched_env.common.tenants import check_tenant_name
 
-__all__ = [
-    "ENGINE_BOUNDS",
-    "SLO_CLASSES",
-    "EngineConfig",
-    "SLOClass",
-    "TenantConfig",
-]
+__all__ = ["ENGINE_BOUNDS", "SLO_CLASSES", "EngineConfig", "SLOClass", "TenantConfig"]
+
+VICTIM_RULES = ("latest", "lowest_priority")
 
 
 @dataclass(frozen=True)
@@ -69,7 +61,6 @@ class TenantConfig:
             raise ValueError(f"TenantConfig({self.name!r}).slo must be an SLOClass, got {self.slo!r}")
 
 
-VICTIM_RULES = ("latest", "lowest_priority")
 # The largest value of each size of an engine (docs/reliability.md, "Bounded reads"). The simulator allocates
 # memory in proportion to one of them, ``num_kv_blocks``: its block pool (``engine.block_pool.BlockPool``) holds
 # four Python lists indexed by block, about 96 bytes per block (measured with tracemalloc and the peak RSS of a
@@ -77,25 +68,16 @@ VICTIM_RULES = ("latest", "lowest_priority")
 # policies) 32 bytes per block more. The others allocate nothing per unit; they are bounded far above any real
 # engine (vLLM's defaults: 16-token blocks, 256 or 1024 sequences, budgets of thousands of tokens, contexts up to
 # millions of tokens) so that a mistyped size is refused at once rather than run.
-ENGINE_BOUNDS: dict[str, int] = {
-    "num_kv_blocks": 4_000_000,
-    "block_size": 65_536,
-    "max_num_seqs": 1_000_000,
-    "max_num_batched_tokens": 16_777_216,
-    "max_model_len": 1_073_741_824,
-}
+ENGINE_BOUNDS: dict[str, int] = {"num_kv_blocks": 4_000_000, "block_size": 65_536, "max_num_seqs": 1_000_000,
+                                 "max_num_batched_tokens": 16_777_216, "max_model_len": 1_073_741_824}
 _BOUND_REASONS = {"num_kv_blocks": " (the simulator's block pool holds about 96 bytes per block: 370 MiB at the bound)"}
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Hard limits of one serving engine, as vLLM names them.
-
-    ``max_num_batched_tokens`` is the largest token budget any iteration may use; a policy chooses a budget
-    at or below it. ``victim_rule`` picks the running request preempted (by recompute) when KV blocks run
-    out: ``latest`` (the most recently admitted, vLLM's FCFS rule) or ``lowest_priority`` (largest
-    ``(priority, arrival)``, vLLM's priority rule).
-    """
+    """Hard limits of one serving engine, as vLLM names them (``max_num_batched_tokens``: the largest token
+    budget). ``victim_rule`` picks whom KV shortage preempts: ``latest`` admitted (vLLM's FCFS rule) or
+    ``lowest_priority`` (largest ``(priority, arrival)``)."""
 
     num_kv_blocks: int = 4096
     block_size: int = 16
@@ -106,11 +88,8 @@ class EngineConfig:
     reserve_full_prefill: bool = True
 
     def __post_init__(self) -> None:
-        check_int("EngineConfig", "num_kv_blocks", self.num_kv_blocks, 2)
-        check_int("EngineConfig", "block_size", self.block_size, 1)
-        check_int("EngineConfig", "max_num_seqs", self.max_num_seqs, 1)
-        check_int("EngineConfig", "max_num_batched_tokens", self.max_num_batched_tokens, 1)
-        check_int("EngineConfig", "max_model_len", self.max_model_len, 2)
+        for name in ENGINE_BOUNDS:
+            check_int("EngineConfig", name, getattr(self, name), 2 if name in ("num_kv_blocks", "max_model_len") else 1)
         for name, bound in ENGINE_BOUNDS.items():
             value = getattr(self, name)
             if value > bound:
@@ -118,10 +97,8 @@ class EngineConfig:
                     f"EngineConfig.{name} must be at most {bound:,}{_BOUND_REASONS.get(name, '')}, got {value!r}"
                 )
         if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(
-                "EngineConfig.max_num_batched_tokens must be >= max_num_seqs so every running decode fits in "
-                f"one iteration, got {self.max_num_batched_tokens} < {self.max_num_seqs}"
-            )
+            raise ValueError(f"EngineConfig.max_num_batched_tokens must be >= max_num_seqs so every running decode "
+                             f"fits in one iteration, got {self.max_num_batched_tokens} < {self.max_num_seqs}")
         if not isinstance(self.reserve_full_prefill, bool):
             raise ValueError(
                 f"EngineConfig.reserve_full_prefill must be true or false, got {self.reserve_full_prefill!r}"

@@ -1,20 +1,11 @@
-"""Engine state and the batch builder: the scheduling core shared by the simulator and the torch runtime.
+"""Engine state and the batch builder: the scheduling core of the simulator and the torch runtime.
 
-The invariants live in ``engine.invariants`` (``check_engine(engine)``); tests check them every step.
-
-One iteration is ``schedule(decision) -> Batch``, then an executor runs the batch and calls
-``complete(batch, end_s)``. The builder follows vLLM v1: running work first (every decode takes one
-token, unfinished prefills take chunks up to the chunk cap), then waiting requests in the decision's order,
-chunked to the leftover token budget; a running request that cannot get KV blocks preempts a victim by
-recompute; no admission in an iteration that preempted; admission keeps ``kv_reserve`` of the pool free.
-
-Decoding is lazy (see ``request.py``): decode round ``R`` gives every decoding request one token, and the
-engine only touches a request in a round where it finishes or needs its next KV block. That keeps an
-iteration's cost proportional to the events in it, not to the batch size.
-
-Disaggregated serving (``cluster.simulator``): a ``prefill_only`` engine hands a request off at its first token
-(``handed_off``: its blocks are released, its prompt KV travels); a decode engine takes it with
-``add_handoff`` and, as soon as its KV fits, runs its decode rounds without recomputing the prompt.
+One iteration is ``schedule(decision) -> Batch``; an executor runs it and calls ``complete(batch, end_s)``. As
+vLLM v1: running work first (decodes one token each, prefills chunked to the cap), then waiting requests in the
+decision's order within the leftover budget; a request short of KV blocks preempts a victim by recompute, and
+an iteration that preempted admits nobody. Decoding is lazy (``request.py``): the engine touches a decoding
+request only in a round where it finishes or needs a block. A ``prefill_only`` engine hands requests off at their
+first token (``handed_off``); a decode engine takes them with ``add_handoff``. Invariants: ``engine.invariants``.
 """
 
 from __future__ import annotations
@@ -54,16 +45,9 @@ def _admit_seq(r: Request) -> int:
 class Engine:
     """Queues, running set, KV pool and per-tenant counters of one serving engine."""
 
-    def __init__(
-        self,
-        config: EngineConfig,
-        tenants: Sequence[TenantConfig],
-        cost_model: CostModel,
-        priority_aging_s: float = 10.0,
-        sjf_starvation_s: float = 10.0,
-        remote: RemoteKVStore | None = None,
-        prefill_only: bool = False,
-    ) -> None:
+    def __init__(self, config: EngineConfig, tenants: Sequence[TenantConfig], cost_model: CostModel,
+                 priority_aging_s: float = 10.0, sjf_starvation_s: float = 10.0, remote: RemoteKVStore | None = None,
+                 prefill_only: bool = False) -> None:
         if not tenants:
             raise ValueError("Engine needs at least one tenant")
         self.config = config
@@ -83,11 +67,8 @@ class Engine:
         self.num_running_t = [0] * n
         self.num_decoding_t = [0] * n
         self.vtc = [0.0] * n  # virtual token counters: (input + 2 * output tokens) / weight
-        self.queue = WaitingQueues(
-            [t.slo.ttft_s for t in self.tenants],
-            [t.priority * priority_aging_s for t in self.tenants],
-            self.vtc,
-        )
+        self.queue = WaitingQueues([t.slo.ttft_s for t in self.tenants],
+                                   [t.priority * priority_aging_s for t in self.tenants], self.vtc)
         self.num_waiting = self.queue.num_waiting  # per tenant (the queue's live list)
         self.waiting_tokens = self.queue.waiting_tokens  # prefill tokens waiting, per tenant
         self.waiting_predicted = self.queue.waiting_predicted  # predicted output tokens waiting, per tenant
@@ -127,63 +108,38 @@ class Engine:
 
     # ---------------------------------------------------------------------------------- fork
     def live_requests(self) -> list[Request]:
-        """The requests whose state may still change here: waiting, running, and landed hand-offs. Finished,
-        rejected and handed-off requests never change again on this engine."""
+        """The requests whose state may still change here: waiting, running, and landed hand-offs."""
         return [*self.queue.requests(), *self.running.values(), *self.landed]
 
     def fork(self, memo: Mapping[int, Request], rng: np.random.Generator | None = None) -> Engine:
-        """An independent engine in the same state: running both on under the same decisions gives the same
-        batches, times and metrics, and neither sees the other's changes. ``memo`` maps ``id(request)`` to the
-        copy the fork holds instead, for every live request (``live_requests``; in a cluster, those of every
-        replica and the transfers in flight); the others (finished, rejected) never change again and are shared.
-        ``rng``: the generator the fork's remote KV store draws from. O(live requests + queue entries + KV
-        blocks): no deep copy (``Simulator.fork`` and the envs' ``snapshot()`` build on it)."""
+        """An independent engine in the same state (same batches, times and metrics under the same decisions).
+        ``memo`` maps ``id(request)`` to the fork's copy of every live request (``live_requests``); the others
+        are shared. ``rng``: what the fork's remote KV store draws from. O(live state), no deep copy."""
         get = memo.get
         new = Engine.__new__(Engine)  # no __init__: every attribute is set below (compiled, a slot each)
         # numbers, flags, and the immutable config, tenants and cost model
-        new.config = self.config
-        new.tenants = self.tenants
-        new.cost_model = self.cost_model
-        new.num_fetching = self.num_fetching
-        new.prefill_only = self.prefill_only
-        new.priority_aging_s = self.priority_aging_s
-        new.sjf_starvation_s = self.sjf_starvation_s
-        new.block_size = self.block_size
-        new._num_admissions = self._num_admissions
-        new.running_total_blocks = self.running_total_blocks
-        new.num_arrived = self.num_arrived
-        new.now_s = self.now_s
-        new.num_rounds = self.num_rounds
-        new.num_decoding = self.num_decoding
-        new.decode_base = self.decode_base
-        new._preempted_since_schedule = self._preempted_since_schedule
-        new.num_preemptions = self.num_preemptions
-        new.num_prompt_tokens_admitted = self.num_prompt_tokens_admitted
-        new.num_prefix_hit_tokens = self.num_prefix_hit_tokens
-        new.num_good = self.num_good
-        new.num_missed = self.num_missed
-        new.num_output_tokens = self.num_output_tokens
-        new.rate_est = self.rate_est
-        new._rate_t = self._rate_t
-        new.ttft_ratio_ewma = self.ttft_ratio_ewma
-        new.tpot_ratio_ewma = self.tpot_ratio_ewma
+        (new.config, new.tenants, new.cost_model, new.num_fetching, new.prefill_only, new.priority_aging_s,
+         new.sjf_starvation_s, new.block_size, new._num_admissions, new.running_total_blocks, new.num_arrived,
+         new.now_s, new.num_rounds, new.num_decoding, new.decode_base, new._preempted_since_schedule,
+         new.num_preemptions, new.num_prompt_tokens_admitted, new.num_prefix_hit_tokens, new.num_good, new.num_missed,
+         new.num_output_tokens, new.rate_est, new._rate_t, new.ttft_ratio_ewma, new.tpot_ratio_ewma) = (
+            self.config, self.tenants, self.cost_model, self.num_fetching, self.prefill_only, self.priority_aging_s,
+            self.sjf_starvation_s, self.block_size, self._num_admissions, self.running_total_blocks, self.num_arrived,
+            self.now_s, self.num_rounds, self.num_decoding, self.decode_base, self._preempted_since_schedule,
+            self.num_preemptions, self.num_prompt_tokens_admitted, self.num_prefix_hit_tokens, self.num_good,
+            self.num_missed, self.num_output_tokens, self.rate_est, self._rate_t, self.ttft_ratio_ewma,
+            self.tpot_ratio_ewma)  # fmt: skip
         # what changes, copied; requests replaced by their copies
         new.remote = self.remote.copy(rng) if self.remote is not None else None
         new.handed_off = [get(id(r), r) for r in self.handed_off]
         new.landed = deque([get(id(r), r) for r in self.landed])
         new.pool = self.pool.copy()
         new._ttft_heap = [(t, rid, get(id(r), r)) for t, rid, r in self._ttft_heap]
-        new.num_running_t = self.num_running_t[:]
-        new.num_decoding_t = self.num_decoding_t[:]
-        new.service_tokens = self.service_tokens[:]
-        new.num_arrived_t = self.num_arrived_t[:]
-        new.num_good_t = self.num_good_t[:]
-        new.num_missed_t = self.num_missed_t[:]
-        new.finished = self.finished[:]
-        new.rejected = self.rejected[:]
-        new._ttft_slo = self._ttft_slo[:]
-        new._tpot_slo = self._tpot_slo[:]
-        new._weights = self._weights[:]
+        (new.num_running_t, new.num_decoding_t, new.service_tokens, new.num_arrived_t, new.num_good_t, new.num_missed_t,
+         new.finished, new.rejected, new._ttft_slo, new._tpot_slo, new._weights) = (
+            self.num_running_t[:], self.num_decoding_t[:], self.service_tokens[:], self.num_arrived_t[:],
+            self.num_good_t[:], self.num_missed_t[:], self.finished[:], self.rejected[:], self._ttft_slo[:],
+            self._tpot_slo[:], self._weights[:])  # fmt: skip
         vtc = new.vtc = self.vtc[:]
         queue = new.queue = self.queue.copy(memo, vtc)
         new.num_waiting = queue.num_waiting  # the queue's live lists, as in __init__
@@ -216,11 +172,7 @@ class Engine:
         decay = math.exp(-(r.arrival_s - self._rate_t) / _RATE_TAU_S) if r.arrival_s > self._rate_t else 1.0
         self.rate_est = self.rate_est * decay + 1.0 / _RATE_TAU_S
         self._rate_t = max(self._rate_t, r.arrival_s)
-        if r.total_len > self.config.max_model_len:
-            self._reject(r, "exceeds_max_model_len")
-            return
-        if self.pool.blocks_for(r.total_len) > self.config.num_kv_blocks:
-            self._reject(r, "exceeds_kv_capacity")
+        if self._rejected_oversized(r):
             return
         if self.num_waiting[t] == 0 and self.num_running_t[t] == 0:
             # VTC counter lift: a returning tenant starts level with the least-served active tenant, so
@@ -232,18 +184,20 @@ class Engine:
         self.queue.push(r)
 
     def add_handoff(self, r: Request) -> None:
-        """The prompt KV of ``r``, prefilled and handed off by another engine, has arrived now. It joins the
-        decode rounds as soon as its KV fits here (FIFO, before any admission); one that can never fit is
-        rejected."""
+        """The prompt KV of ``r``, handed off by another engine, arrived: it decodes here once its KV fits (FIFO)."""
         assert r.status == Status.TRANSFERRING and not r.block_table, f"{r} is not a handed-off request"
         self.num_arrived += 1
         self.num_arrived_t[r.tenant] += 1
-        if r.total_len > self.config.max_model_len:
-            self._reject(r, "exceeds_max_model_len")
-        elif self.pool.blocks_for(r.total_len) > self.config.num_kv_blocks:
-            self._reject(r, "exceeds_kv_capacity")
-        else:
+        if not self._rejected_oversized(r):
             self.landed.append(r)
+
+    def _rejected_oversized(self, r: Request) -> bool:
+        """Reject ``r`` if it can never run here (longer than the model or the whole KV pool); whether it was."""
+        too_long = r.total_len > self.config.max_model_len
+        if too_long or self.pool.blocks_for(r.total_len) > self.config.num_kv_blocks:
+            self._reject(r, "exceeds_max_model_len" if too_long else "exceeds_kv_capacity")
+            return True
+        return False
 
     def _admit_landed(self) -> None:
         """Give landed hand-offs blocks for their prompt KV and the next token, and start their decoding."""
@@ -265,42 +219,31 @@ class Engine:
 
     # ---------------------------------------------------------------------------------- per-request control
     def promote(self, r: Request) -> None:
-        """Let waiting ``r`` go first in the next admission pass, whatever the decision's queue order: it is
-        admitted there if it fits (memory, batch and admission cap as for any other), and the order resumes after
-        it. One request at a time (a second call replaces the first); the pass clears it. ``ValueError`` for a
-        request that is not waiting here. The lookahead bound's per-request candidates use it."""
+        """Let waiting ``r`` go first in the next admission pass (if it fits); ``ValueError`` if it is not waiting."""
         if r not in self.queue:
             raise ValueError(f"promote: request {r.request_id} is not waiting")
         self._promoted = r
 
     def preempt_request(self, r: Request) -> None:
-        """Preempt running ``r`` now (recompute, as the pool's own preemption: its KV is freed and it waits at
-        its tenant's queue head); as after any preemption, the next batch admits nobody. ``ValueError`` for a
-        request that is not running here."""
+        """Preempt running ``r`` now by recompute (the next batch admits nobody). ``ValueError`` if not running."""
         if self.running.get(r.request_id) is not r:
             raise ValueError(f"preempt_request: request {r.request_id} is not running")
         self._preempt(r)
 
     def shed_request(self, r: Request) -> None:
-        """Reject waiting ``r`` now (reason ``shed``): it counts as a miss. ``ValueError`` for a request that is
-        not waiting here."""
+        """Reject waiting ``r`` now (reason ``shed``, a miss). ``ValueError`` for a request not waiting here."""
         if r not in self.queue:
             raise ValueError(f"shed_request: request {r.request_id} is not waiting")
         self._reject(r, "shed")
 
     def set_output_len(self, r: Request, output_len: int) -> None:
-        """Give live ``r`` (waiting or running here) another output length from now on: a planner's forecast
-        on a fork of the engine (``Simulator.with_future``), which must not read the true one. ``output_len``
-        must exceed the tokens ``r`` has produced; a decoding request's finishing round and the running set's
-        block total follow. ``ValueError`` otherwise."""
+        """Give live ``r`` a longer output length than it has produced (a planner's forecast on a fork)."""
         if r not in self.queue and self.running.get(r.request_id) is not r:
             raise ValueError(f"set_output_len: request {r.request_id} is neither waiting nor running")
         self._sync(r)
         if output_len <= r.num_output_tokens:
-            raise ValueError(
-                f"set_output_len: request {r.request_id} has produced {r.num_output_tokens} tokens; "
-                f"its output length must exceed that, got {output_len}"
-            )
+            raise ValueError(f"set_output_len: request {r.request_id} has produced {r.num_output_tokens} tokens; "
+                             f"its output length must exceed that, got {output_len}")
         if r.status == Status.RUNNING:
             pool = self.pool
             self.running_total_blocks += pool.blocks_for(r.prompt_len + output_len) - pool.blocks_for(r.total_len)
@@ -310,23 +253,16 @@ class Engine:
             self._schedule_event(r)
 
     def resume(self, r: Request, num_computed_tokens: int) -> None:
-        """Install ``r``, a request running on another engine (a planner's copy of vLLM's state), as running here
-        with ``num_computed_tokens`` tokens of KV computed and ``r.num_output_tokens`` produced: it takes fresh
-        blocks for them (no prefix is shared) and joins the running set last in admission order; it decodes from
-        the next round when every token but the last produced has KV (``prompt_len + num_output_tokens - 1``,
-        at least one produced), else it goes on prefilling from ``num_computed_tokens``. It counts as arrived
-        here. ``ValueError`` for a request that is not fresh, a count out of range, or a pool without the blocks
-        (the caller can leave such a request waiting)."""
+        """Install fresh ``r`` as running here (a planner's copy of vLLM's state) with ``num_computed_tokens`` of KV
+        in fresh blocks: decoding when all but its last token have KV, else prefilling. ``ValueError`` if invalid."""
         if r.status != Status.WAITING or r.block_table or r.decoding:
             raise ValueError(f"resume: request {r.request_id} is not a fresh request")
         if not 0 <= r.tenant < len(self.tenants):
             raise ValueError(f"resume: request {r.request_id}: unknown tenant {r.tenant}")
         decoding = r.num_output_tokens >= 1 and num_computed_tokens == r.num_prefill_tokens - 1
         if not 0 <= num_computed_tokens < r.num_prefill_tokens or r.num_output_tokens >= r.output_len:
-            raise ValueError(
-                f"resume: request {r.request_id}: {num_computed_tokens} computed tokens and {r.num_output_tokens} "
-                f"produced of {r.output_len} do not describe a running request"
-            )
+            raise ValueError(f"resume: request {r.request_id}: {num_computed_tokens} computed tokens and "
+                             f"{r.num_output_tokens} produced of {r.output_len} do not describe a running request")
         pool = self.pool
         need = pool.blocks_for(r.num_prefill_tokens if decoding else num_computed_tokens)
         if need > pool.num_free_blocks or len(self.running) >= self.config.max_num_seqs:
@@ -399,8 +335,7 @@ class Engine:
             yield best
 
     def prefix_hashes(self, r: Request) -> list[int]:
-        """The chained hashes of ``r``'s shared prefix blocks in this engine's block size (``chain_hashes``),
-        computed once and kept on ``r`` (a pure function of its prefix ids: a copy of ``r`` carries them)."""
+        """The chained hashes of ``r``'s shared prefix blocks (``chain_hashes``), computed once and kept on ``r``."""
         if r.prefix_ids and r.prefix_hashes is None:
             r.prefix_hashes = chain_hashes(r.prefix_ids, r.prefix_id_tokens, self.block_size, r.prompt_len)
         return r.prefix_hashes or []
@@ -410,10 +345,7 @@ class Engine:
         return len(self._lookup(r))
 
     def _lookup(self, r: Request) -> list[int]:
-        """The cached blocks ``r``'s prefill can start from: the longest run of its blocks whose content the pool
-        holds, leaving at least one token to compute (vLLM's ``get_computed_blocks``). Shared content is named by
-        the prefix ids' chained hashes; past them a request's blocks are its own, found again only by itself
-        after a preemption."""
+        """The cached blocks ``r``'s prefill can start from (vLLM's ``get_computed_blocks``)."""
         max_blocks = (r.num_prefill_tokens - 1) // self.block_size
         hashes = self.prefix_hashes(r)
         hits = self.pool.lookup(hashes, max_blocks) if hashes else []
@@ -547,9 +479,7 @@ class Engine:
         r.block_table = []
 
     def _hopeless(self, r: Request, cached: int | None = None) -> bool:
-        """Even alone and unchunked, ``r``'s first token would come after its TTFT deadline: its prefill is
-        priced for the tokens left after the prefix-cache hit it would get now (as admission would; ``cached``
-        is that hit in tokens when the caller has looked it up already)."""
+        """Even alone, unchunked and after its prefix-cache hit (``cached`` tokens), ``r`` would miss its TTFT."""
         if r.first_token_s is not None:
             return False  # a preempted request already has its first token
         deadline = r.arrival_s + self._ttft_slo[r.tenant]
@@ -575,8 +505,7 @@ class Engine:
                 self._reject(r, "ttft_unreachable")
 
     def _reserve_or_preempt(self, r: Request, num_tokens: int, batch: Batch | None = None) -> bool:
-        """Give running ``r`` blocks for ``num_tokens`` tokens, preempting victims (recorded in ``batch`` when
-        one is being built) while the pool is short. False if ``r`` itself was preempted."""
+        """Give running ``r`` blocks for ``num_tokens`` tokens, preempting victims; False if ``r`` itself was."""
         pool = self.pool
         need = -(-num_tokens // self.block_size) - len(r.block_table)  # pool.blocks_for(num_tokens), on the hot path
         if need <= 0:
@@ -636,8 +565,7 @@ class Engine:
             r.num_computed_tokens = r.prompt_len + out - 1
 
     def _start_decoding(self, r: Request, reserve: bool = True) -> None:
-        """Join the decode rounds from the next one on (unless the KV pool is full and ``r`` is the victim). With
-        ``reserve=False`` the caller gives it the block for its next token and schedules its event."""
+        """Join the decode rounds from the next one on. With ``reserve=False`` the caller gives it its next block."""
         r.decoding = True
         r.decode_round0 = self.num_rounds
         r.decode_out0 = r.num_output_tokens
@@ -728,9 +656,7 @@ class Engine:
         self._expire_ttft()
 
     def _commit(self, r: Request, start: int, end: int) -> None:
-        """The full blocks of ``r`` among tokens [start, end) hold their content from this step on: cache them
-        (and publish the shared ones). As vLLM, a block is cached in the step that computes it, so a request
-        admitted later in the same step already finds it."""
+        """Cache (and publish) the full blocks of ``r`` among tokens [start, end), in the step that computes them."""
         bs = self.block_size
         lo, hi = start // bs, end // bs
         if hi <= lo:

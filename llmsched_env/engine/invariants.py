@@ -1,11 +1,6 @@
-"""The engine's invariants, checked by tests after every step (mini-sglang's ``check_integrity`` idea).
-
-Every arrived request is in exactly one place (waiting, running, finished, rejected, handed off, landed and
-waiting for KV blocks) with a matching status;
-the incremental aggregates (queue counts and tokens, decode sums, per-tenant counts) equal a recount; every
-decoding request holds the KV blocks its next round needs and a pending event; the KV pool's blocks are each
-in use, free or cached, with reference counts equal to the block tables holding them; the last batch kept
-to its budgets; the round clock never went back. O(state): for tests, not for the hot loop.
+"""The engine's invariants, checked by tests after every step (O(state)): every request in exactly one place with
+a matching status, incremental aggregates equal to a recount, decoders holding their next round's blocks and an
+event, block reference counts equal to the tables holding them, the last batch within its budgets.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The waiting queues: one FIFO per tenant, ordered lookups for every ``QueueOrder``, lazy removal.
 
-Within a tenant, arrival order is also deadline order and priority-with-aging order (one tenant has one SLO
-and one priority), so the best waiting request under FCFS, EDF, priority aging or VTC is always the head of
-some tenant's queue: picking it costs O(tenants). Shortest-prefill-first and shortest-predicted-remaining-work
-keep a heap each. Requests leave
-a queue lazily: each enqueue gets a sequence number and only the entry holding a request's current number
-is live, so removal from the middle (admission by SJF or LPM, rejection) is O(1).
+Within a tenant, arrival order is also deadline and aging order, so FCFS, EDF, priority aging and VTC pick among
+the tenants' heads in O(tenants); SJF and SPRW keep a heap each. Only the entry holding a request's current
+sequence number is live, so removal from the middle is O(1).
 """
 
 from __future__ import annotations
@@ -27,12 +24,7 @@ __all__ = ["WaitingQueues"]
 class WaitingQueues:
     """Per-tenant waiting queues. ``vtc`` is the engine's live list of per-tenant virtual token counters."""
 
-    def __init__(
-        self,
-        ttft_slo_s: Sequence[float],
-        aging_key_s: Sequence[float],
-        vtc: list[float],
-    ) -> None:
+    def __init__(self, ttft_slo_s: Sequence[float], aging_key_s: Sequence[float], vtc: list[float]) -> None:
         n = len(ttft_slo_s)
         self._queues: list[deque[tuple[int, Request]]] = [deque() for _ in range(n)]
         self._sjf: list[tuple[int, float, int, int, Request]] = []
@@ -47,11 +39,8 @@ class WaitingQueues:
         self.waiting_predicted = [0] * n  # predicted remaining output tokens of the waiting requests, per tenant
 
     def copy(self, memo: Mapping[int, Request], vtc: list[float]) -> WaitingQueues:
-        """An independent copy in the same state for a fork of the engine (``Engine.fork``), each request
-        replaced by its copy in ``memo`` (``id(request) -> copy``); ``vtc`` is the forked engine's live list of
-        VTC counters. Only live entries are copied: every lookup skips stale ones, the tenant queues keep their
-        order and the heaps' keys are unique (their sequence numbers), so the copy answers every lookup as the
-        original does."""
+        """A copy for ``Engine.fork`` holding the requests' copies in ``memo`` and the fork's ``vtc`` list; only live
+        entries are copied (lookups skip stale ones, so it answers every lookup as the original does)."""
         c = WaitingQueues.__new__(WaitingQueues)
         live = self._live
         c._queues = [deque([(seq, memo[id(r)]) for seq, r in q if live.get(r.request_id) == seq]) for q in self._queues]
@@ -59,13 +48,8 @@ class WaitingQueues:
             heap = [(a, b, rid, seq, memo[id(r)]) for a, b, rid, seq, r in getattr(self, name) if live.get(rid) == seq]
             heapq.heapify(heap)
             setattr(c, name, heap)
-        c._seq = self._seq
-        c._live = self._live.copy()
-        c._ttft = self._ttft[:]
-        c._aging = self._aging[:]
-        c._vtc = vtc
-        c.num_waiting = self.num_waiting[:]
-        c.waiting_tokens = self.waiting_tokens[:]
+        c._seq, c._live, c._ttft, c._aging, c._vtc = self._seq, self._live.copy(), self._ttft[:], self._aging[:], vtc
+        c.num_waiting, c.waiting_tokens = self.num_waiting[:], self.waiting_tokens[:]
         c.waiting_predicted = self.waiting_predicted[:]
         return c
 
@@ -101,9 +85,7 @@ class WaitingQueues:
 
     @staticmethod
     def predicted_work(r: Request) -> int:
-        """``r``'s predicted remaining work in tokens: the tokens its prefill computes plus its predicted
-        remaining output tokens (a prefill token and a decode token cost about the same GPU time per
-        request at the batch sizes served); its prefill alone (shortest prompt first) without a prediction."""
+        """``r``'s predicted remaining work in tokens: its prefill plus its predicted remaining output."""
         return r.num_prefill_tokens + r.predicted_remaining_output
 
     def head(self, t: int) -> Request | None:
@@ -125,8 +107,7 @@ class WaitingQueues:
                 yield r
 
     def best(self, order: QueueOrder, now_s: float, sjf_starvation_s: float) -> Request | None:
-        """The waiting request ``order`` puts first (LPM is FCFS here: the engine scores a window); between equal
-        keys, the earliest arrival."""
+        """The waiting request ``order`` puts first, the earliest arrival among equals (LPM is FCFS here)."""
         if order == QueueOrder.SJF:
             return self._guarded_best(self._sjf, now_s, sjf_starvation_s)
         if order == QueueOrder.SPRW:
@@ -153,9 +134,8 @@ class WaitingQueues:
                 best, best_key, best_arrival = r, key, r.arrival_s
         return best
 
-    def _guarded_best(
-        self, heap: list[tuple[int, float, int, int, Request]], now_s: float, starvation_s: float
-    ) -> Request | None:
+    def _guarded_best(self, heap: list[tuple[int, float, int, int, Request]], now_s: float,
+                      starvation_s: float) -> Request | None:
         """The top of a shortest-first ``heap``, unless the oldest request has waited past ``starvation_s``."""
         oldest = self.best(QueueOrder.FCFS, now_s, starvation_s)
         if oldest is not None and now_s - oldest.arrival_s > starvation_s:

@@ -1,11 +1,7 @@
-"""A remote KV store (Mooncake's KV pool, vLLM's KV connector) and the delay of fetching from it.
-
-Every prefix block an engine computes is published to the store. A request admitted later whose prefix
-blocks are in the store but not in the local cache gets local blocks for them at once and then waits, as
-vLLM v1's WAITING_FOR_REMOTE_KVS, until the transfer ends: ``latency_s`` plus bytes over
-``bandwidth_gbps``. Transfers queue on one shared link (FIFO), and a transfer is slowed by
-``slow_factor`` with probability ``slow_prob`` (a congested or degraded path). While it waits, the request
-holds KV blocks and a running slot: one of the backpressure sources a scheduler must absorb.
+"""A remote KV store (Mooncake's KV pool, vLLM's KV connector): every prefix block an engine computes is published;
+a request whose prefix is there but not cached locally takes local blocks and waits (vLLM's
+WAITING_FOR_REMOTE_KVS) for a transfer of ``latency_s`` plus bytes over ``bandwidth_gbps`` on one FIFO link,
+slowed by ``slow_factor`` with probability ``slow_prob``.
 """
 
 from __future__ import annotations
@@ -32,6 +28,11 @@ class RemoteKVConfig:
     slow_prob: float = 0.0
     slow_factor: float = 10.0
 
+    def __reduce__(self) -> tuple[type[RemoteKVConfig], tuple[float, float, int, float, float]]:
+        """Rebuilt through ``__init__`` when copied or pickled (compiled, a frozen dataclass cannot be set)."""
+        return (RemoteKVConfig, (self.latency_s, self.bandwidth_gbps, self.kv_bytes_per_token, self.slow_prob,
+                                 self.slow_factor))  # fmt: skip
+
     def __post_init__(self) -> None:
         check_positive("RemoteKVConfig", "latency_s", self.latency_s, allow_zero=True)
         check_positive("RemoteKVConfig", "bandwidth_gbps", self.bandwidth_gbps)
@@ -41,12 +42,6 @@ class RemoteKVConfig:
             raise ValueError(f"RemoteKVConfig.slow_prob must be in [0, 1], got {self.slow_prob!r}")
         if self.slow_factor < 1.0:
             raise ValueError(f"RemoteKVConfig.slow_factor must be >= 1, got {self.slow_factor!r}")
-
-    def __reduce__(self) -> tuple[type[RemoteKVConfig], tuple[float, float, int, float, float]]:
-        """Rebuilt through ``__init__`` when copied or pickled (compiled, a frozen dataclass cannot take its state
-        back attribute by attribute)."""
-        return (RemoteKVConfig, (self.latency_s, self.bandwidth_gbps, self.kv_bytes_per_token, self.slow_prob,
-                                 self.slow_factor))  # fmt: skip
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -67,8 +62,7 @@ class RemoteKVStore:
         self._s_per_token = config.kv_bytes_per_token / (config.bandwidth_gbps * 1e9)
 
     def copy(self, rng: np.random.Generator | None) -> RemoteKVStore:
-        """An independent copy in the same state that draws its slow transfers from ``rng`` (``Engine.fork``:
-        the env that owns the copy restores its own generator's state)."""
+        """An independent copy drawing its slow transfers from ``rng`` (``Engine.fork``)."""
         if self._blocks:  # freeze what was published since the last fork into a shared layer
             layers = [*self._layers, self._blocks]
             while len(layers) > 1 and 2 * len(layers[-1]) >= len(layers[-2]):  # merge layers of similar size
@@ -76,15 +70,11 @@ class RemoteKVStore:
                 layers[-1] = layers[-1] | top  # a new set: the merged ones may be shared with other forks
             self._layers, self._blocks = tuple(layers), set()
         c = RemoteKVStore.__new__(RemoteKVStore)
-        c.config = self.config
         c._rng = rng  # type: ignore[assignment]  # None only inside a snapshot, which never runs
-        c._blocks = set()
-        c._layers = self._layers
-        c.link_free_s = self.link_free_s
-        c.num_fetches = self.num_fetches
-        c.num_fetched_tokens = self.num_fetched_tokens
-        c.total_fetch_s = self.total_fetch_s
-        c._s_per_token = self._s_per_token
+        c._blocks, c._layers = set(), self._layers
+        (c.config, c.link_free_s, c.num_fetches, c.num_fetched_tokens, c.total_fetch_s, c._s_per_token) = (
+            self.config, self.link_free_s, self.num_fetches, self.num_fetched_tokens, self.total_fetch_s,
+            self._s_per_token)  # fmt: skip
         return c
 
     def publish(self, hashes: Sequence[int]) -> None:

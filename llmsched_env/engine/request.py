@@ -1,17 +1,11 @@
-"""One inference request and its lifecycle.
+"""One inference request and its lifecycle: WAITING -> RUNNING (chunked prefill, then decode) -> FINISHED, or
+REJECTED from WAITING; TRANSFERRING after a prefill-only engine hands it off. A preempted request (recompute) goes
+back to WAITING and prefills its prompt plus the tokens it has produced again.
 
-WAITING -> RUNNING (prefill in chunks, then decode) -> FINISHED, or REJECTED (with a reason) from WAITING.
-In disaggregated serving a prefill-only engine hands a request off at its first token (TRANSFERRING: its
-prompt KV is on the way to a decode engine, which then runs it as RUNNING without recomputing the prompt).
-A preempted request (recompute) goes RUNNING -> WAITING: its KV is freed and its prefill starts over over
-its prompt plus the tokens it has already produced, which the user keeps.
-
-Decoding is tracked lazily to keep the simulator's per-iteration cost independent of the batch size: a
-decoding request joins decode round ``decode_round0`` holding ``decode_out0`` output tokens, and every
-decode round of the engine adds one token to every decoding request. ``Engine.sync`` brings the explicit
-counters up to date when anyone needs them. Token timestamps are therefore stored as segments of the
-engine's decode-round clock (``token_segments``) plus the times of the tokens that ended a prefill
-(``prefill_token_s``); ``sim.metrics.token_times`` rebuilds the full list.
+Decoding is lazy: a decoding request joins decode round ``decode_round0`` holding ``decode_out0`` tokens, and every
+round adds one token; ``Engine._sync`` updates the counters when needed. Token times are kept as decode-round
+segments (``token_segments``) plus prefill-ending tokens (``prefill_token_s``); ``sim.metrics.token_times``
+rebuilds the list.
 """
 
 from __future__ import annotations
@@ -31,13 +25,10 @@ def tpot_s(first_token_s: float, last_token_s: float, num_output_tokens: int) ->
 def tpot_s(first_token_s: np.ndarray, last_token_s: np.ndarray, num_output_tokens: int | np.ndarray) -> np.ndarray: ...
 
 
-def tpot_s(
-    first_token_s: float | np.ndarray, last_token_s: float | np.ndarray, num_output_tokens: int | np.ndarray
-) -> float | np.ndarray:
-    """Time per output token as vLLM's benchmark defines it: ``(last - first) / (n - 1)``, and 0 for a request of
-    one token (its first and last token are the same): that 0 is for the SLO check only, the TPOT statistics
-    leave such requests out. Element-wise on numpy arrays. The one TPOT formula of the project: the engine's
-    SLO check, the metrics and the per-request plots all call it."""
+def tpot_s(first_token_s: float | np.ndarray, last_token_s: float | np.ndarray,
+           num_output_tokens: int | np.ndarray) -> float | np.ndarray:
+    """Time per output token as vLLM's benchmark defines it, ``(last - first) / (n - 1)``; 0 for one token (the
+    SLO check only: TPOT statistics leave such requests out). Element-wise on arrays; the project's one formula."""
     return (last_token_s - first_token_s) / np.maximum(num_output_tokens - 1, 1)
 
 
@@ -54,49 +45,15 @@ class Request:
     """A request as the engine sees it. Lengths are in tokens, times in seconds of the engine clock."""
 
     __slots__ = (
-        "admit_seq",
-        "arrival_s",
-        "block_table",
-        "decode_out0",
-        "decode_round0",
-        "decoding",
-        "event_round",
-        "fetch_ready_s",
-        "finish_s",
-        "first_scheduled_s",
-        "first_token_s",
-        "num_admitted_tokens",
-        "num_cached_tokens",
-        "num_computed_tokens",
-        "num_output_tokens",
-        "num_preemptions",
-        "num_prefix_hit_tokens",
-        "num_remote_tokens",
-        "output_len",
-        "predicted_output_len",
-        "prefill_token_s",
-        "prefix_hashes",
-        "prefix_id_tokens",
-        "prefix_ids",
-        "prompt_len",
-        "reject_reason",
-        "request_id",
-        "slo_resolved",
-        "status",
-        "tenant",
-        "token_segments",
+        "admit_seq", "arrival_s", "block_table", "decode_out0", "decode_round0", "decoding", "event_round",
+        "fetch_ready_s", "finish_s", "first_scheduled_s", "first_token_s", "num_admitted_tokens", "num_cached_tokens",
+        "num_computed_tokens", "num_output_tokens", "num_preemptions", "num_prefix_hit_tokens", "num_remote_tokens",
+        "output_len", "predicted_output_len", "prefill_token_s", "prefix_hashes", "prefix_id_tokens", "prefix_ids",
+        "prompt_len", "reject_reason", "request_id", "slo_resolved", "status", "tenant", "token_segments",
     )
 
-    def __init__(
-        self,
-        request_id: int,
-        arrival_s: float,
-        prompt_len: int,
-        output_len: int,
-        tenant: int = 0,
-        prefix_ids: tuple[int, ...] | None = None,
-        prefix_id_tokens: int = 512,
-    ) -> None:
+    def __init__(self, request_id: int, arrival_s: float, prompt_len: int, output_len: int, tenant: int = 0,
+                 prefix_ids: tuple[int, ...] | None = None, prefix_id_tokens: int = 512) -> None:
         if prompt_len < 1 or output_len < 1:
             raise ValueError(
                 f"request {request_id}: prompt_len and output_len must be >= 1, got {prompt_len}, {output_len}"
@@ -138,47 +95,27 @@ class Request:
         self.predicted_output_len: int | None = None
 
     def copy(self) -> Request:
-        """An independent copy in the same state, for a fork of the engine holding it (``Engine.fork``): every
-        field is immutable or copied (the block table and the token records), except ``prefix_hashes``, which
-        is shared (computed once, never changed in place)."""
+        """An independent copy for ``Engine.fork``: lists copied, ``prefix_hashes`` shared (never changed)."""
         c = Request.__new__(Request)
-        c.admit_seq = self.admit_seq
-        c.arrival_s = self.arrival_s
+        (c.admit_seq, c.arrival_s, c.decode_out0, c.decode_round0, c.decoding, c.event_round, c.fetch_ready_s,
+         c.finish_s, c.first_scheduled_s, c.first_token_s, c.num_admitted_tokens, c.num_cached_tokens,
+         c.num_computed_tokens, c.num_output_tokens, c.num_preemptions, c.num_prefix_hit_tokens, c.num_remote_tokens,
+         c.output_len, c.predicted_output_len, c.prefix_hashes, c.prefix_id_tokens, c.prefix_ids, c.prompt_len,
+         c.reject_reason, c.request_id, c.slo_resolved, c.status, c.tenant) = (
+            self.admit_seq, self.arrival_s, self.decode_out0, self.decode_round0, self.decoding, self.event_round,
+            self.fetch_ready_s, self.finish_s, self.first_scheduled_s, self.first_token_s, self.num_admitted_tokens,
+            self.num_cached_tokens, self.num_computed_tokens, self.num_output_tokens, self.num_preemptions,
+            self.num_prefix_hit_tokens, self.num_remote_tokens, self.output_len, self.predicted_output_len,
+            self.prefix_hashes, self.prefix_id_tokens, self.prefix_ids, self.prompt_len, self.reject_reason,
+            self.request_id, self.slo_resolved, self.status, self.tenant)  # fmt: skip
         c.block_table = self.block_table[:]
-        c.decode_out0 = self.decode_out0
-        c.decode_round0 = self.decode_round0
-        c.decoding = self.decoding
-        c.event_round = self.event_round
-        c.fetch_ready_s = self.fetch_ready_s
-        c.finish_s = self.finish_s
-        c.first_scheduled_s = self.first_scheduled_s
-        c.first_token_s = self.first_token_s
-        c.num_admitted_tokens = self.num_admitted_tokens
-        c.num_cached_tokens = self.num_cached_tokens
-        c.num_computed_tokens = self.num_computed_tokens
-        c.num_output_tokens = self.num_output_tokens
-        c.num_preemptions = self.num_preemptions
-        c.num_prefix_hit_tokens = self.num_prefix_hit_tokens
-        c.num_remote_tokens = self.num_remote_tokens
-        c.output_len = self.output_len
-        c.predicted_output_len = self.predicted_output_len
         c.prefill_token_s = self.prefill_token_s[:]
-        c.prefix_hashes = self.prefix_hashes
-        c.prefix_id_tokens = self.prefix_id_tokens
-        c.prefix_ids = self.prefix_ids
-        c.prompt_len = self.prompt_len
-        c.reject_reason = self.reject_reason
-        c.request_id = self.request_id
-        c.slo_resolved = self.slo_resolved
-        c.status = self.status
-        c.tenant = self.tenant
         c.token_segments = self.token_segments[:]
         return c
 
     @property
     def num_prefill_tokens(self) -> int:
-        """Tokens the current prefill computes KV for: the prompt plus, after a preemption, every output
-        token already produced (as vLLM v1 recomputes); the prefill's last position samples the next token."""
+        """Tokens the current prefill computes: the prompt plus, after a preemption, every output token so far."""
         return self.prompt_len + self.num_output_tokens
 
     @property
@@ -192,8 +129,6 @@ class Request:
         return self.prompt_len + self.output_len
 
     def __repr__(self) -> str:
-        return (
-            f"Request(id={self.request_id}, tenant={self.tenant}, status={self.status.name}, "
-            f"prompt={self.prompt_len}, out={self.num_output_tokens}/{self.output_len}, "
-            f"computed={self.num_computed_tokens})"
-        )
+        return (f"Request(id={self.request_id}, tenant={self.tenant}, status={self.status.name}, "
+                f"prompt={self.prompt_len}, out={self.num_output_tokens}/{self.output_len}, "
+                f"computed={self.num_computed_tokens})")

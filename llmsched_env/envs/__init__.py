@@ -1,10 +1,22 @@
-"""The Gymnasium environments ``LLMSched-v1`` (one engine, one iteration per step) and ``LLMSchedCluster-v0``
-(a router over N engines, one arrival per step): thin wrappers over the simulators and the decision layer.
-"""
+"""The Gymnasium environments, thin wrappers over the simulators and the decision layer, on one template
+(``envs.base.EnvBase``): ``LLMSched-v1``/``-v0`` (one engine, one iteration per step), ``LLMSchedCluster-v0`` (a
+router over N engines, one arrival per step) and ``LLMSchedMix-v0`` (a new workload each episode)."""
 
-from llmsched_env.envs.cluster import LLMSchedClusterEnv
+from llmsched_env.envs.base import EnvBase, EnvSnapshot
+from llmsched_env.envs.cluster import ClusterEnvConfig, LLMSchedClusterEnv
 from llmsched_env.envs.episode import run_episode
+from llmsched_env.envs.options import EpisodeConfig
 from llmsched_env.envs.reward import RewardConfig
-from llmsched_env.envs.single_node import LLMSchedEnv
+from llmsched_env.envs.single_node import LLMSchedEnv, SingleNodeConfig
 
-__all__ = ["LLMSchedClusterEnv", "LLMSchedEnv", "RewardConfig", "run_episode"]
+__all__ = [
+    "ClusterEnvConfig",
+    "EnvBase",
+    "EnvSnapshot",
+    "EpisodeConfig",
+    "LLMSchedClusterEnv",
+    "LLMSchedEnv",
+    "RewardConfig",
+    "SingleNodeConfig",
+    "run_episode",
+]

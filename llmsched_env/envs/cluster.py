@@ -4,128 +4,113 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from llmsched_env.cluster.config import DisaggConfig, check_cluster_kv_blocks
+from llmsched_env.cluster.config import (
+    MAX_REPLICAS,
+    DisaggConfig,
+    ReplicaSpec,
+    check_cluster_kv_blocks,
+    check_num_replicas,
+)
 from llmsched_env.cluster.invariants import check_cluster
 from llmsched_env.cluster.metrics import cluster_metrics
 from llmsched_env.cluster.scenarios import CLUSTER_SCENARIOS, ClusterScenario
 from llmsched_env.cluster.simulator import Cluster
-from llmsched_env.common.checks import check_bool, check_int
+from llmsched_env.common.fields import as_dataclass
 from llmsched_env.costs.base import CostModel
+from llmsched_env.costs.loader import cost_model_of
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.local import LocalScheduler
 from llmsched_env.decision.observation import OBS_CLIP, ObservationEncoder
-from llmsched_env.decision.policy import PolicyContext, reads_observation
+from llmsched_env.decision.policy import Policy, PolicyContext, reads_observation
 from llmsched_env.decision.registry import SCHEDULERS
 from llmsched_env.decision.router import ClusterObservationEncoder, RouterContext, RouteSpec, route_mask
 from llmsched_env.engine.request import Request
-from llmsched_env.envs.cluster_options import LocalPolicy, resolve_disagg, resolve_local_policies, resolve_specs
-from llmsched_env.envs.options import check_episode_args, load_arg, reset_window
-from llmsched_env.envs.reward import RewardConfig, RewardTracker
-from llmsched_env.envs.snapshot import EnvSnapshot, check_snapshot, episode_state, restore_episode_state
+from llmsched_env.envs.base import EnvBase
+from llmsched_env.envs.options import EpisodeConfig, engine_config
+from llmsched_env.envs.render import render_cluster_ansi
 from llmsched_env.workloads.library import get_scenario
 from llmsched_env.workloads.scenarios import Scenario, TraceSource
 
-__all__ = ["LLMSchedClusterEnv"]
+__all__ = ["ClusterEnvConfig", "LLMSchedClusterEnv"]
+
+LocalPolicy = str | Policy
 
 
-class LLMSchedClusterEnv(gym.Env):
+@dataclass(frozen=True, kw_only=True)
+class ClusterEnvConfig(EpisodeConfig):
+    """``LLMSchedClusterEnv``'s arguments (its class docstring says what each means)."""
+
+    scenario: str | ClusterScenario | Scenario = "cluster-azure-conv-4"
+    num_replicas: int | None = None
+    replicas: Sequence[Any] | None = None
+    engine: Any = None
+    cost_model: str | CostModel | None = None
+    disaggregated: DisaggConfig | Mapping[str, Any] | bool | None = None
+    local_policy: LocalPolicy | Sequence[LocalPolicy] = "fcfs"
+
+
+class LLMSchedClusterEnv(EnvBase[ClusterEnvConfig]):
     """Route each arriving request to one of N LLM serving replicas, one arrival per step.
 
     ## Description
-    N replicas, each the core engine with its own KV pool, limits and cost model, share one simulated clock.
-    Every replica schedules its own iterations with a local policy (a single-node baseline or a trained
-    single-node policy); between two arrivals the replicas run on their own. With ``disaggregated`` the
+    N replicas, each the core engine with its own KV pool, limits and cost model, share one clock; each schedules
+    its own iterations with a local policy (a single-node baseline or trained policy). With ``disaggregated`` the
     router places requests on a prefill pool; at the first token a request's prompt KV crosses a FIFO link
-    (latency + bytes / bandwidth) to the decode replica with the most free KV per request, and decodes there.
+    (latency + bytes / bandwidth) to the decode replica with the most free KV per request.
 
     ## Action space
-    ``Discrete(num_routable)``: the replica (of the prefill pool when disaggregated) for the arriving
-    request. ``action_masks()`` masks replicas that could never hold it (all valid if none could); a masked
-    action is moved to the first valid replica (``info["action_projected"]``); an out-of-range action raises
-    ``ValueError``.
+    ``Discrete(num_routable)``: the replica (of the prefill pool when disaggregated). ``action_masks()`` masks
+    replicas that could never hold the request (all valid if none could); a masked action moves to the first valid
+    replica (``info["action_projected"]``); an out-of-range action raises ``ValueError``.
 
     ## Observation space
-    ``Box(-10, 10, (n,), float32)`` of named features (``env.unwrapped.obs_names``), counts over the largest
-    ``max_num_seqs``, KV over the largest pool, so heterogeneous replicas compare on one scale:
-
-    | feature | meaning (units) |
-    |---|---|
-    | replica/i/num_waiting, replica/i/num_running | queue (incl. landed KV) and running set (/ max_num_seqs) |
-    | replica/i/kv_used, replica/i/kv_free_per_request | KV in use (/ own pool); (free - queued) / (running + 1) |
-    | replica/i/waiting_tokens | prefill tokens queued (/ max_num_batched_tokens) |
-    | replica/i/ttft_ratio, replica/i/tpot_ratio | recent TTFT and TPOT over their SLO |
-    | replica/i/prefix_hit | share of the arriving prompt cached on that replica |
-    | replica/i/speed | fastest replica's unloaded decode step / its own |
-    | request/prompt_len, request/tenant/NAME | the arriving request (/ max_num_batched_tokens; one-hot) |
-    | cluster/arrival_rate, cluster/attainment | rate estimate / nominal rate; attainment so far |
-    | decode/kv_used, decode/num_landed, decode/link_backlog | disaggregated only: decode pool, KV link wait |
+    ``Box(-10, 10, (n,), float32)`` of named features (``obs_names``; ``decision.router``): per replica its queue,
+    running set, KV use, free KV per request, queued prefill tokens, TTFT and TPOT over SLO, the arriving
+    prompt's prefix hit and its speed; the arriving request's length and tenant; the cluster's arrival rate and
+    attainment; disaggregated, the decode pool and the KV link backlog. Counts are over the largest
+    ``max_num_seqs``, KV over the largest pool, so heterogeneous replicas compare on one scale.
 
     ## Rewards
-    As ``LLMSched-v1``: ``good`` (+1/N) when a request finishes within its SLOs, ``miss`` (−1/N) when it is
-    rejected, passes its TTFT deadline without a first token or finishes too slowly, each counted once, when
-    known; unresolved requests count as misses at the end, so a drained episode returns ``2·attainment − 1``.
-    ``preempt`` (weight 0 by default) charges each recompute preemption on any replica. Terms are in
-    ``info["rewards"]``.
+    As ``LLMSched-v1`` (``good`` +1/N, ``miss`` −1/N, ``preempt`` on any replica), so a drained episode returns
+    ``2·attainment − 1``. Terms in ``info["rewards"]``.
 
     ## Episode end
-    ``terminated`` when every request has been routed and served (or rejected); ``truncated`` when the clock
-    passes ``horizon_s`` or after ``max_steps`` steps. The last ``info["metrics"]`` holds the episode's
-    metrics: the single-node set, ``replica/i/...`` and ``imbalance/...`` (``cluster.metrics``).
+    ``terminated`` once every request has been routed and served (or rejected); ``truncated`` past ``horizon_s``
+    or ``max_steps``. The last ``info["metrics"]``: the single-node set, ``replica/i/...`` and ``imbalance/...``.
 
     ## Arguments
-    ``scenario``: a cluster scenario (``cluster-azure-conv-4``, ``cluster-azure-conv-8``, ``cluster-mooncake-4``,
-    ``cluster-mooncake-8``, ``cluster-azure-conv-pd``, or a ``ClusterScenario``) or a single-node scenario
-    (name or ``Scenario``), whose nominal rate is then scaled by the number of replicas. ``num_replicas``;
-    ``replicas`` (one ``(engine, cost_model)`` pair per replica, or a dict with those keys: heterogeneous);
-    ``engine`` (``EngineConfig`` or dict) and ``cost_model`` (preset name or ``CostModel``) for every replica;
-    ``disaggregated`` (None: the scenario's; False: colocated; a ``DisaggConfig`` or a dict of its fields:
-    ``num_prefill``, ``num_decode``, ``link_latency_s``, ``link_bandwidth_Bps``, ...); ``local_policy`` (a
-    baseline name, default ``fcfs``, or any object with ``act(obs, mask)``, or one per replica);
-    ``split`` (on val and test a trace's episode of seed ``s`` replays the ``s``-th of the part's disjoint
-    windows, ``reset(options={"window": k})`` or the ``window`` attribute the ``k``-th), ``load`` (relative to
-    the cluster's nominal rate; a (low, high) pair draws one per episode), ``num_requests``, ``reward``,
-    ``horizon_s``, ``max_steps``, ``render_mode`` (``ansi``), ``check_invariants`` (every step; for tests).
-    SLOs are scaled to replica 0's cost model.
+    A ``ClusterEnvConfig``, or its fields as keywords: ``scenario`` (a cluster scenario name or
+    ``ClusterScenario``, or a single-node scenario, whose nominal rate is then scaled by the replica count);
+    ``num_replicas``; ``replicas`` (one ``(engine, cost_model)`` pair or dict per replica: heterogeneous);
+    ``engine`` and ``cost_model`` for every replica; ``disaggregated`` (None: the scenario's; False: colocated;
+    a ``DisaggConfig`` or dict of its fields); ``local_policy`` (a baseline name, default ``fcfs``, an object
+    with ``act(obs, mask)``, or one per replica); ``split``, ``load`` (× the cluster's nominal rate),
+    ``num_requests``, ``reward``, ``horizon_s``, ``max_steps``, ``render_mode`` (``ansi``), ``check_invariants``
+    as ``LLMSched-v1``. SLOs are scaled to replica 0's cost model.
     """
 
-    # typed as gymnasium.Env types it (an instance attribute), set here for the class
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 10}  # noqa: RUF012
     schema: ClassVar[int] = 1  # the router observation's layout (exported router policies record it)
+    config_class = ClusterEnvConfig
 
-    def __init__(
-        self,
-        scenario: str | ClusterScenario | Scenario = "cluster-azure-conv-4",
-        split: str = "train",
-        num_requests: int | None = None,
-        load: float | tuple[float, float] = 1.0,
-        num_replicas: int | None = None,
-        replicas: Sequence[Any] | None = None,
-        engine: Any = None,
-        cost_model: str | CostModel | None = None,
-        disaggregated: DisaggConfig | Mapping[str, Any] | bool | None = None,
-        local_policy: LocalPolicy | Sequence[LocalPolicy] = "fcfs",
-        reward: RewardConfig | Mapping[str, float] | None = None,
-        horizon_s: float = float("inf"),
-        max_steps: int = 1_000_000,
-        render_mode: str | None = None,
-        check_invariants: bool = False,
-    ) -> None:
-        super().__init__()
-        check_episode_args(self, split, num_requests, horizon_s, max_steps, render_mode)
-        load, self.load_range = load_arg("LLMSchedClusterEnv", load)
+    def __init__(self, config: ClusterEnvConfig | None = None, **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        c = self.config
+        scenario = c.scenario
         csc = scenario if isinstance(scenario, ClusterScenario) else None
         if csc is None and str(scenario) in CLUSTER_SCENARIOS:
             csc = CLUSTER_SCENARIOS.get(str(scenario))
         base = csc.scenario() if csc is not None else scenario if isinstance(scenario, Scenario) else None
         base = base or get_scenario(str(scenario))
-        self.disagg = resolve_disagg(disaggregated, csc)
-        self.specs = resolve_specs(csc, base, num_replicas, replicas, engine, cost_model, self.disagg)
+        self._episode_args(c)
+        self.disagg = resolve_disagg(c.disaggregated, csc)
+        self.specs = resolve_specs(csc, base, c.num_replicas, c.replicas, c.engine, c.cost_model, self.disagg)
         n = len(self.specs)
         if self.disagg is not None and self.disagg.num_replicas != n:
             raise ValueError(
@@ -135,8 +120,9 @@ class LLMSchedClusterEnv(gym.Env):
         check_cluster_kv_blocks("LLMSchedClusterEnv", self.specs, self.disagg)  # before the trace or any pool
         self.num_replicas = n
         self.routable = list(range(self.disagg.num_prefill if self.disagg else n))
-        self.scenario, self.base_scenario, self.split, self.load = csc, base, split, float(load)
-        self.source = base.source(split, self.specs[0].cost_model)
+        self.scenario, self.base_scenario = csc, base
+        self.source = base.source(self.split, self.specs[0].cost_model)
+        num_requests = c.num_requests
         if num_requests is None and csc is not None:
             num_requests = csc.num_requests
         elif num_requests is None:  # N x the single-node episode, as much of a trace split as fits
@@ -151,11 +137,7 @@ class LLMSchedClusterEnv(gym.Env):
         # replicas at the single-node scenario's nominal rate each
         self.cluster_rate_rps = csc.rate_rps * n / csc.num_replicas if csc is not None else single * n
         self._source_load = self.cluster_rate_rps / single
-        self.reward_config = RewardConfig.of(reward)
-        self.horizon_s, self.max_steps = horizon_s, max_steps
-        self.render_mode = render_mode
-        self.check_invariants = check_bool("LLMSchedClusterEnv", "check_invariants", check_invariants)
-        self.local_policy = resolve_local_policies(local_policy, n)
+        self.local_policy = resolve_local_policies(c.local_policy, n)
         # the replicas' local schedulers see schema 1 (the router's own observation has one layout)
         self.action_specs = [ActionSpec.for_engine(s.engine, schema=1) for s in self.specs]
         self.local_encoders = [ObservationEncoder(s.engine, self.tenants, single) for s in self.specs]
@@ -168,12 +150,10 @@ class LLMSchedClusterEnv(gym.Env):
         self.observation_space = spaces.Box(-OBS_CLIP, OBS_CLIP, shape=(self.encoder.size,), dtype=np.float32)
         self.cluster: Cluster | None = None
         self._pending: Request | None = None
-        self.window: int | None = None  # the trace window every reset replays (None: the seed's on val and test)
-        self._episode_window: int | None = None
-        # what restore() compares: a snapshot fits another env made with the same arguments
+        self._steps = 0
         self._signature = (
             ("scenario", csc.name if csc is not None else base.name),
-            ("split", split),
+            ("split", self.split),
             ("num_requests", self.num_requests),
             ("replicas", tuple(self.specs)),
             ("disaggregated", self.disagg),
@@ -181,33 +161,25 @@ class LLMSchedClusterEnv(gym.Env):
             ("cluster_rate_rps", self.cluster_rate_rps),
             ("local_policy", tuple(p if isinstance(p, str) else type(p).__name__ for p in self.local_policy)),
             ("reward", self.reward_config),
-            ("horizon_s", horizon_s),
-            ("max_steps", max_steps),
+            ("horizon_s", self.horizon_s),
+            ("max_steps", self.max_steps),
         )
 
-    # ---------------------------------------------------------------------------------------- gym API
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        if seed is not None:  # gymnasium's own check ends in its error class; this names the argument
-            check_int(f"{type(self).__name__}.reset", "seed", seed, 0)
-        super().reset(seed=seed)
-        self._episode_window = reset_window(self, seed, options)
-        requests = self._draw_requests()
+    # ---------------------------------------------------------------------------------------- hooks
+    def _core(self) -> Cluster | None:
+        return self.cluster
+
+    def _start(self, requests: list[Request]) -> np.ndarray:
         scheduler = self._local_scheduler()
         self.cluster = Cluster(self.specs, self.tenants, requests, scheduler, self.disagg)
         scheduler.cluster = self.cluster
-        self._reward = RewardTracker(self.reward_config, len(requests))
         self._steps = 0
         self._pending = self.cluster.advance()
-        if self.check_invariants:
-            check_cluster(self.cluster)
-        return self.encoder.encode(self.cluster, self._pending), {}
+        return self.encoder.encode(self.cluster, self._pending)
 
-    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+    def _advance(self, action: Any) -> tuple[bool, bool, dict[str, Any]]:
         cluster = self.cluster
-        if cluster is None:
-            raise RuntimeError("call reset() before step()")
+        assert cluster is not None
         a = _replica_index(action, len(self.routable))
         projected = False
         if self._pending is not None:
@@ -221,100 +193,75 @@ class LLMSchedClusterEnv(gym.Env):
             if self.check_invariants:
                 check_cluster(cluster)
         self._steps += 1
-        terminated = self._pending is None
-        truncated = not terminated and (cluster.now_s >= self.horizon_s or self._steps >= self.max_steps)
-        reps = cluster.replicas
-        reward, rewards = self._reward.step(
-            cluster.num_routed,
-            sum(rep.engine.num_good for rep in reps),
-            sum(rep.engine.num_missed for rep in reps),
-            sum(rep.engine.num_preemptions for rep in reps),
-            terminated or truncated,
-        )
-        info: dict[str, Any] = {"rewards": rewards, "action_projected": projected, "replica": self.routable[a]}
-        if terminated or truncated:
-            info["metrics"] = cluster_metrics(cluster)
-            info["load"] = self.load
-        obs = self.encoder.encode(cluster, self._pending)
-        return obs, reward, terminated, truncated, info
+        return self._pending is None, projected, {"replica": self.routable[a]}
 
-    def action_masks(self) -> np.ndarray:
-        """Replicas that could hold the arriving request (sb3-contrib MaskablePPO)."""
-        if self.cluster is None:
-            raise RuntimeError("call reset() before action_masks()")
+    def _clock(self) -> tuple[float, int]:
+        assert self.cluster is not None
+        return self.cluster.now_s, self._steps
+
+    def _counts(self) -> tuple[int, int, int, int]:
+        assert self.cluster is not None
+        engines = [rep.engine for rep in self.cluster.replicas]
+        return (
+            self.cluster.num_routed,
+            sum(e.num_good for e in engines),
+            sum(e.num_missed for e in engines),
+            sum(e.num_preemptions for e in engines),
+        )
+
+    def _metrics(self) -> dict[str, float]:
+        assert self.cluster is not None
+        return cluster_metrics(self.cluster)
+
+    def _observe(self) -> np.ndarray:
+        assert self.cluster is not None
+        return self.encoder.encode(self.cluster, self._pending)
+
+    def _mask(self) -> np.ndarray:
+        """Replicas that could hold the arriving request."""
+        assert self.cluster is not None
         if self._pending is None:
             return np.ones(len(self.routable), dtype=bool)
         return route_mask(self.cluster, self._pending)
 
-    def render(self) -> str | None:
-        if self.cluster is None or self.render_mode != "ansi":
-            return None
-        lines = [f"t={self.cluster.now_s:9.3f}s  routed {self.cluster.num_routed}/{len(self.cluster.requests)}"]
-        for rep in self.cluster.replicas:
-            e = rep.engine
-            lines.append(
-                f"  replica {rep.index} ({rep.role:7s}) waiting {sum(e.num_waiting) + len(e.landed):4d}  running "
-                f"{len(e.running):4d}  KV {e.pool.usage:5.1%}  iterations {rep.num_iterations}"
-            )
-        return "\n".join(lines)
+    def _check(self) -> None:
+        assert self.cluster is not None
+        check_cluster(self.cluster)
 
-    # ---------------------------------------------------------------------------------------- fork
-    def snapshot(self) -> EnvSnapshot:
-        """The episode as it stands (``envs.snapshot``): the cluster (every replica's engine, the event heap,
-        the KV links, the requests still to route), the arriving request, the generator's state, the reward
-        bookkeeping, the step counter, and the state of local policies that may hold some (a copy of each one
-        that reads observations; a static rule, ``reads_observation = False``, acts on the mask alone and
-        holds none). ``restore(snapshot)`` and the same actions then replay the same observations, rewards,
-        infos and metrics."""
-        cluster = self.cluster
-        if cluster is None:
-            raise RuntimeError("call reset() before snapshot()")
-        scheduler = cluster.local_decide
+    def _render(self) -> str:
+        assert self.cluster is not None
+        return render_cluster_ansi(self.cluster)
+
+    def _fork(self) -> dict[str, Any]:
+        """The cluster (replicas' engines, event heap, KV links, requests to route), the step counter and copies
+        of the local policies that may hold state (those that read observations)."""
+        assert self.cluster is not None
+        scheduler = self.cluster.local_decide
         assert isinstance(scheduler, LocalScheduler)  # reset builds the cluster with one
-        state = {
-            "cluster": cluster.fork(scheduler),
-            "policies": _policy_states(scheduler),
-            **episode_state(self),
-            "step": self._steps,
-        }
-        return EnvSnapshot(type(self).__name__, self._signature, state)
+        return {"cluster": self.cluster.fork(scheduler), "policies": _policy_states(scheduler), "step": self._steps}
 
-    def restore(self, snapshot: EnvSnapshot) -> None:
-        """Put the episode back as ``snapshot`` (from this env, or another made with the same arguments) holds it;
-        the snapshot stays as it was, for another restore. One-line ``ValueError`` for a snapshot of another
-        kind of env or of other arguments."""
-        state = check_snapshot(self, snapshot, self._signature).state
+    def _restore(self, state: dict[str, Any]) -> None:
         scheduler = self.cluster.local_decide if self.cluster is not None else self._local_scheduler()
         assert isinstance(scheduler, LocalScheduler)
         for i, policy in _policy_states(state["policies"]).items():
             scheduler.set_policy(i, policy)
-        restore_episode_state(self, state)
+        self._restore_episode(state)
         self.cluster = cluster = state["cluster"].fork(scheduler)
         scheduler.cluster = cluster
         # the arrival advance() returned last (None once all are routed and the cluster has drained)
         self._pending = cluster.requests[cluster.num_routed] if cluster.num_routed < len(cluster.requests) else None
         self._steps = state["step"]
-        if self.check_invariants:
-            check_cluster(cluster)
 
-    # ---------------------------------------------------------------------------------------- helpers
     def policy_context(self) -> RouterContext:
         """The static facts a router is built from (``decision.registry.ROUTERS``, ``baselines.make_router``)."""
         return self.encoder.context()
 
     def local_policy_context(self, i: int) -> PolicyContext:
-        """Replica ``i``'s single-node policy context (``decision.registry.SCHEDULERS``, ``baselines.make``), named
-        after the single-node scenario the cluster replicates (a tuned local policy uses that scenario's settings)."""
+        """Replica ``i``'s single-node policy context, named after the single-node scenario the cluster
+        replicates (a tuned local policy uses that scenario's settings)."""
         s = self.specs[i]
         names = self.local_encoders[i].names
         return PolicyContext(s.engine, self.tenants, s.cost_model, self.action_specs[i], names, self.base_scenario.name)
-
-    def _draw_requests(self) -> list[Request]:
-        if self.load_range is not None:
-            self.load = float(self.np_random.uniform(*self.load_range))
-        return self.source.sample(
-            self.np_random, self.num_requests, self.load * self._source_load, self._episode_window
-        )
 
     def _local_scheduler(self) -> LocalScheduler:
         policies = []
@@ -352,3 +299,92 @@ def _replica_index(action: Any, n: int) -> int:
     if not 0 <= i < n:
         raise ValueError(f"action must be a replica index in [0, {n}), got {i}")
     return i
+
+
+# ------------------------------------------------- the keywords as replica specs, a layout, local policies
+def resolve_disagg(value: Any, csc: ClusterScenario | None) -> DisaggConfig | None:
+    """``disaggregated=``: None keeps the scenario's layout, False is colocated, a dict names DisaggConfig fields."""
+    if value is None:
+        return csc.disagg if csc is not None else None
+    return None if value is False else as_dataclass(DisaggConfig, "disaggregated", value)
+
+
+def _cost_model(cm: Any) -> CostModel:
+    return cost_model_of("LLMSchedClusterEnv.cost_model", cm)
+
+
+def resolve_specs(
+    csc: ClusterScenario | None,
+    base: Scenario,
+    num_replicas: int | None,
+    replicas: Sequence[Any] | None,
+    engine: Any,
+    cost_model: Any,
+    disagg: DisaggConfig | None,
+) -> list[ReplicaSpec]:
+    """One spec per replica from ``replicas=`` (heterogeneous), else ``num_replicas`` copies of ``engine`` /
+    ``cost_model``, else the cluster scenario's, else the base scenario's."""
+    if num_replicas is not None:
+        check_num_replicas("LLMSchedClusterEnv", "num_replicas", num_replicas)
+    if replicas is not None:
+        if engine is not None or cost_model is not None:
+            raise ValueError("give either replicas= (one engine and cost model each) or engine=/cost_model=")
+        entries = _replica_entries(replicas)
+        if num_replicas is not None and len(entries) != num_replicas:
+            raise ValueError(f"num_replicas={num_replicas} but {len(entries)} replicas were given")
+        return [ReplicaSpec(engine_config(e or base.engine), _cost_model(cm or base.cost_model)) for e, cm in entries]
+    if num_replicas is None:
+        num_replicas = csc.num_replicas if csc is not None else disagg.num_replicas if disagg is not None else 4
+    if csc is not None and engine is None and cost_model is None:
+        specs = csc.specs()
+        if len(specs) == num_replicas:
+            return specs
+        if csc.replicas is not None:
+            raise ValueError(f"{csc.name} lists {len(specs)} heterogeneous replicas; num_replicas must match")
+        return [specs[0]] * num_replicas
+    if engine is None:
+        engine = csc.engine if csc is not None and csc.engine is not None else base.engine
+    if cost_model is None:
+        cost_model = csc.cost_model if csc is not None and csc.cost_model is not None else base.cost_model
+    e, cm = engine_config(engine), _cost_model(cost_model)
+    return [ReplicaSpec(e, cm) for _ in range(num_replicas)]
+
+
+def _replica_entries(replicas: object) -> list[tuple[Any, Any]]:
+    """``replicas=`` as ``(engine, cost_model)`` pairs: a list or tuple of 1 to ``MAX_REPLICAS`` entries, each a
+    pair or a dict with the keys ``engine`` and ``cost_model`` (either may be left out or None: the base
+    scenario's); ``ValueError`` naming ``replicas`` and the entry otherwise."""
+    if isinstance(replicas, (str, bytes, Mapping)) or not isinstance(replicas, Sequence):
+        raise ValueError(f"LLMSchedClusterEnv.replicas must be a list of replicas, got {type(replicas).__name__}")
+    if not 1 <= len(replicas) <= MAX_REPLICAS:
+        raise ValueError(f"LLMSchedClusterEnv.replicas must list 1 to {MAX_REPLICAS:,} replicas, got {len(replicas):,}")
+    entries = []
+    for i, entry in enumerate(replicas):
+        if isinstance(entry, Mapping):
+            unknown = sorted(map(str, set(entry) - {"engine", "cost_model"}))
+            if unknown:
+                raise ValueError(
+                    f"LLMSchedClusterEnv.replicas[{i}]: unknown keys {unknown}; expected engine, cost_model"
+                )
+            entries.append((entry.get("engine"), entry.get("cost_model")))
+        elif isinstance(entry, Sequence) and not isinstance(entry, (str, bytes)) and len(entry) == 2:
+            entries.append((entry[0], entry[1]))
+        else:
+            raise ValueError(
+                f"LLMSchedClusterEnv.replicas[{i}] must be an (engine, cost_model) pair or a dict with those keys, "
+                f"got {entry!r}"
+            )
+    return entries
+
+
+def resolve_local_policies(value: Any, n: int) -> list[LocalPolicy]:
+    """``local_policy=``: one baseline name or policy object for all ``n`` replicas, or one each."""
+    items = [value] * n if isinstance(value, str) or not isinstance(value, Sequence) else list(value)
+    if len(items) != n:
+        raise ValueError(f"local_policy lists {len(items)} policies for {n} replicas")
+    for p in items:
+        if isinstance(p, str) and p not in SCHEDULERS:
+            raise ValueError(f"local_policy {p!r} is not a baseline; available: {', '.join(SCHEDULERS.names())}")
+        if not isinstance(p, str) and not callable(getattr(p, "act", None)):
+            raise ValueError(f"local_policy entries must be baseline names or objects with act(obs, mask), got {p!r}")
+    return items

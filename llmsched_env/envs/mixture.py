@@ -1,24 +1,18 @@
 """``LLMSchedMix-v0``: a different workload every episode, for training one generalist scheduler.
 
-Each ``reset`` draws a workload: a library scenario (its ``split`` part) at a load drawn around that
-scenario's knee, or, with probability ``random_share``, a randomised synthetic scenario
-(``workloads.randomized``: 1-16 tenants, several engines and cost presets) at a load from its space's
-``load_range``; and a length prediction from ``length_predictions``. The episode then runs on an
-``LLMSched-v1`` of observation schema 2, whose observation and action layout are the same for every workload,
-so one policy learns across all of them.
-
-On ``split="val"`` or ``"test"`` the draw is deterministic and covers the library: episode seed ``s`` plays
-scenario ``s % len(scenarios)`` at ``val_load`` times its knee load without a length prediction (what a
-checkpoint is chosen on); on a trace scenario, the ``s // len(scenarios)``-th of its part's disjoint windows,
-so the seeds of one pass over the library all replay its first window.
+Each training ``reset`` draws a library scenario at a load around its knee, or (``random_share``) a randomised
+synthetic one (``workloads.randomized``) at a load from its space, and a length prediction; the episode runs
+on an ``LLMSched-v1`` of schema 2, whose layout is the same for every workload. On ``val`` and ``test`` seed
+``s`` plays scenario ``s % len(scenarios)`` at ``val_load`` × its knee without prediction, on a trace its
+part's ``s // len(scenarios)``-th window.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
@@ -26,6 +20,7 @@ from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.observation import OBS_CLIP, GenericObservationEncoder
 from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.engine.config import EngineConfig, TenantConfig
+from llmsched_env.envs.base import EnvBase
 from llmsched_env.envs.reward import RewardConfig
 from llmsched_env.envs.single_node import LLMSchedEnv
 from llmsched_env.workloads.library import get_scenario, list_scenarios, mixture_scenarios
@@ -33,72 +28,73 @@ from llmsched_env.workloads.prediction import LengthPredictor
 from llmsched_env.workloads.randomized import DEFAULT_SPACE, RandomizedSpace, random_scenario
 from llmsched_env.workloads.scenarios import check_split
 
-__all__ = ["DEFAULT_KNEE_LOAD", "DEFAULT_LOAD_SPAN", "DEFAULT_PREDICTIONS", "WorkloadMixEnv"]
+__all__ = ["DEFAULT_KNEE_LOAD", "DEFAULT_LOAD_SPAN", "DEFAULT_PREDICTIONS", "MixConfig", "WorkloadMixEnv"]
 
 DEFAULT_KNEE_LOAD = 1.5  # a library scenario's knee when none is given (its nominal rate is fcfs's knee)
 DEFAULT_PREDICTIONS = ("none", "exact", "lognormal:0.5", "lognormal:1.0")
 DEFAULT_LOAD_SPAN = (0.5, 1.5)  # training loads: this times the scenario's knee
 
 
-class WorkloadMixEnv(gym.Env):
-    """One engine iteration per step, as ``LLMSched-v1``; a new workload each episode (module docstring).
+@dataclass(frozen=True, kw_only=True)
+class MixConfig:
+    """``WorkloadMixEnv``'s arguments: ``scenarios`` (default ``mixture_scenarios()``), ``knee_loads`` (scenario ->
+    load where the best heuristic keeps 90% attainment; default ``DEFAULT_KNEE_LOAD``), ``load_span`` and
+    ``val_load`` (training and val/test loads × the knee), ``random_share`` (chance of a randomised scenario in
+    training), ``length_predictions`` (one drawn per training episode), ``num_requests`` (capped by each
+    scenario's size); the rest as ``LLMSched-v1``."""
 
-    Arguments: ``scenarios`` (library names; default ``mixture_scenarios()``: all but those of fitted traffic),
-    ``split``, ``knee_loads`` (scenario -> load at which the best heuristic keeps 90% attainment; default
-    ``DEFAULT_KNEE_LOAD``), ``load_span`` (training loads are drawn uniformly on this span times the knee; default
-    0.5x-1.5x), ``val_load`` (the val and test episodes' load, times the knee; default 1), ``random_share``
-    (probability of a randomised scenario, training only), ``random_space``, ``length_predictions`` (drawn uniformly
-    per training episode), ``num_requests`` (per episode, capped by each scenario's own size; default the
-    scenario's), ``iterations_per_step``, ``reward``, ``check_invariants``. ``info["workload"]`` of ``reset`` says
-    what was drawn."""
+    scenarios: Sequence[str] | None = None
+    split: str = "train"
+    knee_loads: Mapping[str, float] | None = None
+    load_span: Sequence[float] = DEFAULT_LOAD_SPAN
+    val_load: float = 1.0
+    random_share: float = 0.5
+    random_space: RandomizedSpace = DEFAULT_SPACE
+    length_predictions: Sequence[str] = DEFAULT_PREDICTIONS
+    num_requests: int | None = None
+    iterations_per_step: int = 1
+    reward: RewardConfig | Mapping[str, float] | None = None
+    check_invariants: bool = False
 
-    # typed as gymnasium.Env types it (an instance attribute), set here for the class
-    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012
+
+class WorkloadMixEnv(EnvBase[MixConfig]):
+    """One engine iteration per step, as ``LLMSched-v1``; a new workload each episode (module docstring), drawn
+    as ``MixConfig`` says. ``info["workload"]`` of ``reset`` says what was drawn."""
+
     schema: ClassVar[int] = 2
+    config_class = MixConfig
 
-    def __init__(
-        self,
-        scenarios: Sequence[str] | None = None,
-        split: str = "train",
-        knee_loads: Mapping[str, float] | None = None,
-        load_span: Sequence[float] = DEFAULT_LOAD_SPAN,
-        val_load: float = 1.0,
-        random_share: float = 0.5,
-        random_space: RandomizedSpace = DEFAULT_SPACE,
-        length_predictions: Sequence[str] = DEFAULT_PREDICTIONS,
-        num_requests: int | None = None,
-        iterations_per_step: int = 1,
-        reward: RewardConfig | Mapping[str, float] | None = None,
-        check_invariants: bool = False,
-    ) -> None:
-        super().__init__()
-        names = tuple(mixture_scenarios() if scenarios is None else scenarios)
+    def __init__(self, config: MixConfig | None = None, **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        c = self.config
+        names = tuple(mixture_scenarios() if c.scenarios is None else c.scenarios)
         unknown = [s for s in names if s not in list_scenarios()]
         if unknown or not names:
             raise ValueError(f"WorkloadMixEnv.scenarios: unknown {unknown or names}; available: {list_scenarios()}")
         self.scenarios = names
-        self.split = check_split(split)
-        self.knee_loads = {s: float((knee_loads or {}).get(s, DEFAULT_KNEE_LOAD)) for s in names}
+        self.split = check_split(c.split)
+        self.knee_loads = {s: float((c.knee_loads or {}).get(s, DEFAULT_KNEE_LOAD)) for s in names}
         if not all(v > 0 for v in self.knee_loads.values()):
             raise ValueError(f"WorkloadMixEnv.knee_loads must be > 0, got {self.knee_loads}")
-        span = tuple(load_span)
+        span = tuple(c.load_span)
         if len(span) != 2 or not all(isinstance(v, (int, float)) and v > 0 for v in span) or span[0] > span[1]:
-            raise ValueError(f"WorkloadMixEnv.load_span must be [low, high] with 0 < low <= high, got {load_span!r}")
+            raise ValueError(f"WorkloadMixEnv.load_span must be [low, high] with 0 < low <= high, got {c.load_span!r}")
         self.load_span = (float(span[0]), float(span[1]))
-        if not (isinstance(val_load, (int, float)) and val_load > 0):
-            raise ValueError(f"WorkloadMixEnv.val_load must be a number > 0, got {val_load!r}")
-        self.val_load = float(val_load)
-        if not 0.0 <= random_share <= 1.0:
-            raise ValueError(f"WorkloadMixEnv.random_share must be in [0, 1], got {random_share!r}")
-        self.random_share = float(random_share)
-        self.random_space = random_space
-        self.length_predictions = tuple(str(LengthPredictor.of(p)) for p in length_predictions)
+        if not (isinstance(c.val_load, (int, float)) and c.val_load > 0):
+            raise ValueError(f"WorkloadMixEnv.val_load must be a number > 0, got {c.val_load!r}")
+        self.val_load = float(c.val_load)
+        if not 0.0 <= c.random_share <= 1.0:
+            raise ValueError(f"WorkloadMixEnv.random_share must be in [0, 1], got {c.random_share!r}")
+        self.random_share = float(c.random_share)
+        self.random_space = c.random_space
+        self.length_predictions = tuple(str(LengthPredictor.of(p)) for p in c.length_predictions)
         if not self.length_predictions:
             raise ValueError("WorkloadMixEnv.length_predictions needs at least one entry (e.g. 'none')")
-        self.num_requests = num_requests
-        self.iterations_per_step = iterations_per_step
-        self.reward = reward
-        self.check_invariants = check_invariants
+        self.num_requests = c.num_requests
+        self.iterations_per_step = c.iterations_per_step
+        self.reward = c.reward
+        self.check_invariants = c.check_invariants
+        self.render_mode = None
         probe = GenericObservationEncoder(EngineConfig(), (TenantConfig("probe"),), 1.0)
         self.obs_names = probe.names
         self.observation_space = spaces.Box(-OBS_CLIP, OBS_CLIP, shape=(probe.size,), dtype=np.float32)
@@ -106,6 +102,7 @@ class WorkloadMixEnv(gym.Env):
         self.inner: LLMSchedEnv | None = None
         self.workload: dict[str, Any] = {}
         self.episode_seed: int | None = None
+        self._signature = tuple((f.name, getattr(c, f.name)) for f in fields(c))
 
     # ---------------------------------------------------------------------------------------- the draw
     def draw(self, seed: int) -> tuple[LLMSchedEnv, dict[str, Any]]:
@@ -126,7 +123,7 @@ class WorkloadMixEnv(gym.Env):
                 load, size = float(self.knee_loads[name] * rng.uniform(*self.load_span)), self._size(name)
             prediction = self.length_predictions[int(rng.integers(len(self.length_predictions)))]
         env = LLMSchedEnv(
-            scenario,
+            scenario=scenario,
             load=load,
             num_requests=size,
             length_prediction=prediction,
@@ -154,10 +151,11 @@ class WorkloadMixEnv(gym.Env):
         return min(self.num_requests, get_scenario(name).num_requests)
 
     # ---------------------------------------------------------------------------------------- gym API
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
+    def _core(self) -> LLMSchedEnv | None:
+        return self.inner
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        self._seed(seed)
         episode_seed = int(self.np_random.integers(2**31)) if seed is None or self.split == "train" else seed
         if self.inner is not None:
             self.inner.close()
@@ -166,22 +164,38 @@ class WorkloadMixEnv(gym.Env):
         obs, info = self.inner.reset(seed=episode_seed)
         return obs, {**info, "workload": dict(self.workload)}
 
-    def step(self, action: np.ndarray | Sequence[int]) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if self.inner is None:
-            raise RuntimeError("call reset() before step()")
-        obs, reward, terminated, truncated, info = self.inner.step(action)
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        inner: LLMSchedEnv = self._require("step")
+        obs, reward, terminated, truncated, info = inner.step(action)
         if terminated or truncated:
             info["workload"] = dict(self.workload)
         return obs, reward, terminated, truncated, info
 
-    def action_masks(self) -> np.ndarray:
-        if self.inner is None:
-            raise RuntimeError("call reset() before action_masks()")
+    def _mask(self) -> np.ndarray:
+        assert self.inner is not None
         return self.inner.action_masks()
 
-    def render(self) -> None:
-        """No render modes: nothing to draw (``render_mode`` is always None)."""
-        return None
+    def _fork(self) -> dict[str, Any]:
+        """The episode's env (its own snapshot), the workload drawn and the episode's seed."""
+        assert self.inner is not None
+        return {"inner": self.inner.snapshot(), "workload": dict(self.workload), "episode_seed": self.episode_seed}
+
+    def _episode_state(self) -> dict[str, Any]:
+        return {"rng": self.np_random.bit_generator.state, "seed": self._np_random_seed}
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.np_random.bit_generator.state = state["rng"]
+        self._np_random_seed = state["seed"]
+        if self.inner is None or self.episode_seed != state["episode_seed"]:
+            if self.inner is not None:
+                self.inner.close()
+            self.inner = self.draw(state["episode_seed"])[0]
+        self.inner.restore(state["inner"])
+        self.workload, self.episode_seed = dict(state["workload"]), state["episode_seed"]
+
+    def _check(self) -> None:
+        assert self.inner is not None
+        self.inner._check()
 
     @property
     def action_spec(self) -> ActionSpec:
@@ -194,9 +208,8 @@ class WorkloadMixEnv(gym.Env):
 
     def policy_context(self) -> PolicyContext:
         """The current episode's context (a heuristic is built for each episode, after ``reset``)."""
-        if self.inner is None:
-            raise RuntimeError("call reset() before policy_context(): each episode has its own workload")
-        return self.inner.policy_context()
+        inner: LLMSchedEnv = self._require("policy_context")
+        return inner.policy_context()
 
     def close(self) -> None:
         if self.inner is not None:

@@ -1,23 +1,23 @@
-"""Arguments both envs share: the episode's shape (``check_episode_args``), the load (``load_arg``), the
-engine config (``engine_config``) and the trace window of a reset (``reset_window``), each checked with a
-``ValueError`` naming the argument (the reward weights are ``envs.reward.RewardConfig``)."""
+"""What every env's episode takes (``EpisodeConfig``, the typed form of the shared keywords) and the checks of
+those arguments, each a ``ValueError`` naming the argument (reward weights: ``envs.reward.RewardConfig``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
-
-import gymnasium as gym
 
 from llmsched_env.common.checks import MAX_LOAD, MIN_LOAD, check_int, check_positive, is_finite_number
 from llmsched_env.common.fields import as_dataclass
 from llmsched_env.engine.config import EngineConfig
+from llmsched_env.envs.reward import RewardConfig
 from llmsched_env.workloads.scenarios import check_split, episode_window
 
 __all__ = [
     "MAX_EPISODE_REQUESTS",
     "MAX_LOAD",
     "MIN_LOAD",
+    "EpisodeConfig",
     "check_episode_args",
     "engine_config",
     "load_arg",
@@ -27,29 +27,42 @@ __all__ = [
 MAX_EPISODE_REQUESTS = 1_000_000  # an episode holds every request in memory: more would exhaust it, not run
 
 
-def check_episode_args(
-    env: gym.Env, split: str, num_requests: int | None, horizon_s: float, max_steps: int, render_mode: str | None
-) -> None:
-    """Raise ``ValueError`` naming the argument (and ``env``'s class) unless ``split`` is one of ``SPLITS``,
-    ``num_requests`` is None or an integer from 1 to ``MAX_EPISODE_REQUESTS``, ``horizon_s`` > 0 (inf for
-    none), ``max_steps`` an integer >= 1 and ``render_mode`` None or one of ``env.metadata["render_modes"]``."""
-    owner = type(env).__name__
-    render_modes = env.metadata["render_modes"]
-    check_split(split)
-    if num_requests is not None:
-        check_int(owner, "num_requests", num_requests, 1)
-        if num_requests > MAX_EPISODE_REQUESTS:
-            raise ValueError(f"{owner}.num_requests must be at most {MAX_EPISODE_REQUESTS}, got {num_requests}")
+@dataclass(frozen=True, kw_only=True)
+class EpisodeConfig:
+    """The arguments ``LLMSched-v1`` and ``LLMSchedCluster-v0`` share: the split, the episode's size, its load (a
+    number, or a ``(low, high)`` range drawn per episode), reward weights, horizon, step limit, render mode and
+    the per-step invariant check (for tests)."""
+
+    split: str = "train"
+    num_requests: int | None = None
+    load: float | tuple[float, float] = 1.0
+    reward: RewardConfig | Mapping[str, float] | None = None
+    horizon_s: float = float("inf")
+    max_steps: int = 1_000_000
+    render_mode: str | None = None
+    check_invariants: bool = False
+
+
+def check_episode_args(owner: str, config: EpisodeConfig, render_modes: Sequence[str]) -> None:
+    """``ValueError`` naming the argument unless the split is known, ``num_requests`` None or 1 to
+    ``MAX_EPISODE_REQUESTS``, ``horizon_s`` > 0 (inf: none), ``max_steps`` >= 1 and ``render_mode`` one of
+    ``render_modes`` (or None)."""
+    check_split(config.split)
+    if config.num_requests is not None:
+        check_int(owner, "num_requests", config.num_requests, 1)
+        if config.num_requests > MAX_EPISODE_REQUESTS:
+            raise ValueError(f"{owner}.num_requests must be at most {MAX_EPISODE_REQUESTS}, got {config.num_requests}")
+    horizon_s = config.horizon_s
     if not (isinstance(horizon_s, (int, float)) and horizon_s > 0):  # inf (no horizon) is allowed
         raise ValueError(f"{owner}.horizon_s must be > 0 (inf for none), got {horizon_s!r}")
-    check_int(owner, "max_steps", max_steps, 1)
-    if render_mode is not None and render_mode not in render_modes:
-        raise ValueError(f"render_mode must be one of {list(render_modes)}, got {render_mode!r}")
+    check_int(owner, "max_steps", config.max_steps, 1)
+    if config.render_mode is not None and config.render_mode not in render_modes:
+        raise ValueError(f"render_mode must be one of {list(render_modes)}, got {config.render_mode!r}")
 
 
 def load_arg(owner: str, load: float | Sequence[float]) -> tuple[float, tuple[float, float] | None]:
-    """``(load, range)`` from an env's ``load`` argument: a number (range None), or ``(low, high)`` from which
-    each episode draws its load uniformly (load starts at low). ValueError naming ``owner`` otherwise."""
+    """``(load, range)``: a number (range None), or ``(low, high)``, each episode's load drawn from it (load
+    starts at low)."""
     if isinstance(load, (tuple, list)):
         finite = all(is_finite_number(x) for x in load)
         if len(load) != 2 or not finite or not all(MIN_LOAD <= x <= MAX_LOAD for x in load) or load[0] > load[1]:
@@ -64,14 +77,13 @@ def load_arg(owner: str, load: float | Sequence[float]) -> tuple[float, tuple[fl
 
 
 def engine_config(engine: EngineConfig | Mapping[str, Any] | None) -> EngineConfig:
-    """An ``EngineConfig`` from an env's ``engine`` argument: None (the defaults), a config, or a dict of fields."""
+    """An ``EngineConfig`` from None (the defaults), a config, or a dict of fields."""
     return EngineConfig() if engine is None else as_dataclass(EngineConfig, "engine", engine)
 
 
 def reset_window(env: Any, seed: int | None, options: Mapping[str, Any] | None) -> int | None:
-    """The trace window a ``reset(seed=seed, options=options)`` of ``env`` replays: ``options["window"]``, else
-    ``env.window``, else the seed's on val and test (``episode_window``; None: a random one). ``ValueError``
-    naming the option for anything but an integer >= 0."""
+    """The trace window a reset replays: ``options["window"]``, else ``env.window``, else the seed's on val and
+    test (``episode_window``; None: a random one)."""
     window = (options or {}).get("window", env.window)
     if window is None:
         return episode_window(env.split, seed)

@@ -16,9 +16,10 @@ import numpy as np
 from llmsched_env.sim.simulator import Simulator
 
 if TYPE_CHECKING:
+    from llmsched_env.cluster.simulator import Cluster
     from llmsched_env.engine.batch import Batch
 
-__all__ = ["FRAME_SHAPE", "MAX_COLS", "render_ansi", "render_rgb"]
+__all__ = ["FRAME_SHAPE", "MAX_COLS", "render_ansi", "render_cluster_ansi", "render_rgb"]
 
 MAX_COLS = 100
 KV_BAR_WIDTH = 60
@@ -205,3 +206,15 @@ def render_rgb(sim: Simulator, history: Sequence[tuple[float, int, float, float]
     frame = np.asarray(canvas.buffer_rgba())[:, :, :3].copy()
     assert frame.shape == FRAME_SHAPE, f"frame shape {frame.shape} != {FRAME_SHAPE}"
     return frame
+
+
+def render_cluster_ansi(cluster: Cluster) -> str:
+    """One line for the clock and routing, one per replica: queue, running set, KV use, iterations."""
+    lines = [f"t={cluster.now_s:9.3f}s  routed {cluster.num_routed}/{len(cluster.requests)}"]
+    for rep in cluster.replicas:
+        e = rep.engine
+        lines.append(
+            f"  replica {rep.index} ({rep.role:7s}) waiting {sum(e.num_waiting) + len(e.landed):4d}  running "
+            f"{len(e.running):4d}  KV {e.pool.usage:5.1%}  iterations {rep.num_iterations}"
+        )
+    return "\n".join(lines)

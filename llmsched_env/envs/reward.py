@@ -1,10 +1,7 @@
-"""The reward of both envs: the weights of its named terms (``RewardConfig``) and the bookkeeping that turns
-an episode's running counts of requests met, missed and preempted into each step's terms (``RewardTracker``).
-
-Every request is counted once, when its outcome is known: ``good`` (+1/N) when it meets its SLOs, ``miss``
-(-1/N) when it misses them or is rejected; at the end of an episode every arrived request still without an
-outcome counts as a miss, so a drained episode returns ``2 * slo_attainment - 1`` with the default weights.
-``preempt`` (-1/N each, weight 0 by default) charges recompute preemptions. N is the episode's request count.
+"""The reward of every env: the weights of its terms (``RewardConfig``) and the bookkeeping that prices each
+step's change in requests met, missed and preempted (``RewardTracker``). Each request counts once: ``good``
+(+1/N) or ``miss`` (-1/N); arrived requests without an outcome miss at the end, so a drained episode returns
+``2 * slo_attainment - 1``; ``preempt`` (weight 0 by default) charges recompute preemptions.
 """
 
 from __future__ import annotations

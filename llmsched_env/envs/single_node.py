@@ -8,15 +8,14 @@ built directly."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.utils import seeding
 
-from llmsched_env.common.checks import check_bool, check_int
+from llmsched_env.common.checks import check_int
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.loader import cost_model_of
 from llmsched_env.decision.actions import ActionSpec
@@ -27,17 +26,31 @@ from llmsched_env.decision.schema import ENV_IDS, SCHEMA_VERSION, check_schema, 
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.engine.remote_kv import RemoteKVConfig
 from llmsched_env.engine.request import Request
-from llmsched_env.envs.options import check_episode_args, engine_config, load_arg, reset_window
+from llmsched_env.envs.base import EnvBase
+from llmsched_env.envs.options import EpisodeConfig, engine_config
 from llmsched_env.envs.render import render_ansi, render_rgb
-from llmsched_env.envs.reward import RewardConfig, RewardTracker
-from llmsched_env.envs.snapshot import EnvSnapshot, check_snapshot, episode_state, restore_episode_state
 from llmsched_env.sim.simulator import Simulator
 from llmsched_env.workloads.library import get_scenario, list_scenarios
 from llmsched_env.workloads.prediction import LengthPredictor
 from llmsched_env.workloads.scenarios import Scenario, SyntheticSource, TraceSource
 from llmsched_env.workloads.workload import WorkloadConfig
 
-__all__ = ["ENV_IDS", "LLMSchedEnv", "env_id", "make_v0", "make_v1"]
+__all__ = ["ENV_IDS", "LLMSchedEnv", "SingleNodeConfig", "env_id", "make_v0", "make_v1"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SingleNodeConfig(EpisodeConfig):
+    """``LLMSchedEnv``'s arguments (its class docstring says what each means)."""
+
+    scenario: str | Scenario | None = None
+    workload: WorkloadConfig | None = None
+    cost_model: str | CostModel | None = None
+    engine: EngineConfig | Mapping[str, Any] | None = None
+    remote_kv: RemoteKVConfig | None = None
+    action_spec: ActionSpec | None = None
+    iterations_per_step: int = 1
+    schema: int = SCHEMA_VERSION
+    length_prediction: str | Mapping[str, Any] | LengthPredictor | None = None
 
 
 def _named_scenario(name: object) -> Scenario:
@@ -56,156 +69,100 @@ def _named_scenario(name: object) -> Scenario:
         raise ValueError(f"LLMSchedEnv.scenario: {exc}") from None
 
 
-class LLMSchedEnv(gym.Env):
+class LLMSchedEnv(EnvBase[SingleNodeConfig]):
     """Schedule one LLM serving engine, one engine iteration per step.
 
     ## Description
-    Requests of several tenants arrive (Poisson, or lengths from a trace) at a continuous-batching engine
-    with a paged KV cache. Each step the agent sets the knobs of the next iteration's batch builder; the
-    simulator forms the batch (running decodes first, then unfinished prefills in chunks, then waiting
-    requests in the chosen order), the cost model times it, and the clock moves on.
+    Requests of several tenants arrive (Poisson, or a trace's) at a continuous-batching engine with a paged KV
+    cache. Each step the agent sets the knobs of the next iteration's batch builder; the simulator forms the batch
+    (running decodes, unfinished prefills in chunks, then waiting requests in the chosen order), the cost model
+    times it, and the clock moves on.
 
     ## Action space
-    ``MultiDiscrete(action_spec.nvec)``, one index per component: queue order (FCFS, priority with aging,
-    earliest TTFT deadline, shortest prompt, least-served tenant (VTC), longest cached prefix); token budget;
-    chunk cap; batch mix (decode-first hybrid / prefill-first); admission cap (0 holds admission); KV reserve
-    kept free when admitting; shedding of requests that can no longer meet their TTFT. ``action_masks()``
-    gives the valid options (sb3-contrib MaskablePPO). The action reaches the engine through
-    ``decision.loop.DecisionLoop``, as every policy's does: an in-range action that the mask forbids is
-    corrected, each forbidden component moved to its first valid option (``info["action_projected"]``);
-    out-of-range, NaN or wrongly shaped actions are refused with a ``ValueError`` naming the component.
+    ``MultiDiscrete(action_spec.nvec)``: queue order (FCFS, priority with aging, earliest TTFT deadline, shortest
+    prompt, VTC, longest cached prefix), token budget, chunk cap, batch mix, admission cap (0 holds admission),
+    KV reserve, shedding. ``action_masks()`` gives the valid options (MaskablePPO). The action reaches the engine
+    through ``decision.loop.DecisionLoop``: a masked-out component moves to its first valid option
+    (``info["action_projected"]``); a malformed action is refused with a ``ValueError`` naming the component.
 
     ## Observation space
-    ``Box(-10, 10, (n,), float32)`` of named features (``env.unwrapped.obs_names``). Schema 2 (the default)
-    has the global features below plus tenant-agnostic ones (``GenericObservationEncoder``: urgency bands,
-    length predictions, four urgency-ordered tenant slots, aggregates of the rest); schema 1 has the global
-    features plus six per named tenant:
-
-    | feature | meaning (units) |
-    |---|---|
-    | queue/num_waiting, queue/waiting_tokens | waiting requests (/ max_num_seqs), their prefill tokens (/ KV pool) |
-    | queue/oldest_wait, queue/least_ttft_slack | oldest wait and least TTFT slack (/ that tenant's TTFT SLO) |
-    | kv/used, kv/free, kv/cached | KV blocks in use, empty, cached and evictable (/ pool) |
-    | kv/reserve_demand | blocks the running set still needs to finish (/ pool) |
-    | run/num_decoding, run/num_prefilling, run/remaining_prefill, run/seq_room | running set |
-    | run/num_fetching, run/fetch_wait | requests waiting for remote KV; time to the next landing (/ TTFT) |
-    | latency/ttft_ratio, latency/tpot_ratio | recent TTFT and TPOT over their SLO (moving average) |
-    | latency/last_step_over_tpot, latency/attainment | last iteration time / tightest TPOT SLO; attainment so far |
-    | arrival/rate | arrival-rate estimate / the workload's nominal rate |
-    | tenant/NAME/... | per tenant: waiting, running, share of service, VTC counter gap, attainment, head slack |
+    ``Box(-10, 10, (n,), float32)`` of named features (``obs_names``): queue, KV, running set, remote-KV fetches,
+    latency over SLO, attainment and arrival rate over the nominal rate; then, in schema 2 (default), tenant-agnostic
+    features (urgency bands, length predictions, four urgency-ordered tenant slots, aggregates of the rest), in
+    schema 1 six per named tenant (``decision.observation``).
 
     ## Rewards
-    Every request is counted exactly once, the moment its outcome is known: ``good`` (+1/N) when it
-    finishes within its TTFT and TPOT SLOs, ``miss`` (−1/N) when it is rejected, passes its TTFT deadline
-    without a first token, or finishes too slowly; N is the episode's number of requests. At the end of an
-    episode every arrived request still unresolved counts as a miss. With the default weights the return of
-    an episode that drains is therefore exactly ``2 · slo_attainment − 1``: maximising return is maximising
-    SLO attainment, and the early ``miss`` on a passed deadline gives the credit when the decision that caused
-    it is recent. ``preempt`` (weight 0 by default) charges each recompute preemption. Terms are reported
-    in ``info["rewards"]``.
+    Each request counts once, when its outcome is known: ``good`` (+1/N) within its TTFT and TPOT SLOs, ``miss``
+    (−1/N) rejected, past its TTFT deadline without a first token, or finished too slowly; unresolved requests
+    miss at the episode's end, so a drained episode returns ``2 · slo_attainment − 1``. ``preempt`` (weight 0 by
+    default) charges recompute preemptions. Terms in ``info["rewards"]``.
 
     ## Episode end
-    ``terminated`` when every request has arrived and finished or been rejected; ``truncated`` when the
-    simulated clock passes ``horizon_s`` or after ``max_steps`` steps. The last ``info["metrics"]`` holds the
-    episode metrics (TTFT/TPOT/ITL/E2E percentiles, throughput, goodput, SLO attainment, fairness, ...).
+    ``terminated`` once every request has arrived and finished or been rejected; ``truncated`` past
+    ``horizon_s`` or ``max_steps``. The last ``info["metrics"]`` holds the episode metrics.
 
     ## Arguments
-    ``scenario`` (a name from the scenario library, e.g. ``azure-conv``, ``mixed-slo``; default ``default``:
-    two tenants, chat and batch) or ``workload`` (a ``WorkloadConfig`` of your own); ``split`` (``train``:
-    random windows of the training part; ``val``, ``test``: the held-out parts, where a trace's episode of seed
-    ``s`` replays the ``s``-th of the part's disjoint windows, ``reset(options={"window": k})`` or the
-    ``window`` attribute the ``k``-th; ``workloads.scenarios.episode_window``); ``num_requests`` per episode (default:
-    the scenario's); ``load`` (arrival rate relative to the scenario's nominal rate); ``cost_model`` (preset
-    name, JSON path or a ``CostModel``; default: the scenario's), ``engine`` (``EngineConfig`` or a dict of
-    its fields; default: the scenario's), ``remote_kv`` (a ``RemoteKVConfig``; default: the scenario's),
-    ``action_spec``, ``reward`` (``RewardConfig`` or dict), ``horizon_s``, ``max_steps``, ``render_mode``
-    (``ansi`` or ``rgb_array``), ``check_invariants`` (verify the core's invariants every step; for tests),
-    ``iterations_per_step`` (default 1: an agent may hold its action for k engine iterations per step, the
-    rewards summed — a shorter horizon for credit assignment). ``load`` may be a ``(low, high)`` range: each
-    episode then draws its load uniformly from it (training across loads). ``schema`` (default 2, see
-    ``decision.schema``): the observation and action layout — 2 is workload-agnostic, 1 has features per named
-    tenant (the layout of policies trained before schema 2). ``length_prediction`` (``none``, ``exact``,
-    ``lognormal:SIGMA``; ``workloads.prediction``): each request's predicted output length, read by the SPRW
-    queue order and the ``pred/`` features.
+    A ``SingleNodeConfig``, or its fields as keywords: ``scenario`` (a library name; default ``default``) or
+    ``workload`` (a ``WorkloadConfig``); ``split`` (``train``: random windows of the training part; ``val``,
+    ``test``: seed ``s`` replays the part's ``s``-th window, ``reset(options={"window": k})`` or the ``window``
+    attribute the ``k``-th); ``num_requests`` (default: the scenario's); ``load`` (× the nominal rate, or a
+    ``(low, high)`` range drawn per episode); ``cost_model`` (preset, JSON path or ``CostModel``), ``engine``
+    (``EngineConfig`` or dict), ``remote_kv`` (each default: the scenario's); ``action_spec``; ``reward``
+    (``RewardConfig`` or dict); ``horizon_s``; ``max_steps``; ``render_mode`` (``ansi``, ``rgb_array``);
+    ``check_invariants`` (every step; for tests); ``iterations_per_step`` (hold each action k iterations,
+    rewards summed); ``schema`` (2: workload-agnostic, 1: per named tenant; ``decision.schema``);
+    ``length_prediction`` (``none``, ``exact``, ``lognormal:SIGMA``: predicted output lengths, read by SPRW
+    and the ``pred/`` features).
     """
 
-    # typed as gymnasium.Env types it (an instance attribute), set here for the class
     metadata: dict[str, Any] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 10}  # noqa: RUF012
+    config_class = SingleNodeConfig
 
-    def __init__(
-        self,
-        scenario: str | Scenario | None = None,
-        split: str = "train",
-        workload: WorkloadConfig | None = None,
-        num_requests: int | None = None,
-        load: float | tuple[float, float] = 1.0,
-        cost_model: str | CostModel | None = None,
-        engine: EngineConfig | Mapping[str, Any] | None = None,
-        remote_kv: RemoteKVConfig | None = None,
-        action_spec: ActionSpec | None = None,
-        reward: RewardConfig | Mapping[str, float] | None = None,
-        horizon_s: float = float("inf"),
-        max_steps: int = 1_000_000,
-        render_mode: str | None = None,
-        check_invariants: bool = False,
-        iterations_per_step: int = 1,
-        schema: int = SCHEMA_VERSION,
-        length_prediction: str | Mapping[str, Any] | LengthPredictor | None = None,
-    ) -> None:
-        super().__init__()
-        if workload is not None and scenario is not None:
+    def __init__(self, config: SingleNodeConfig | None = None, **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        c = self.config
+        if c.workload is not None and c.scenario is not None:
             raise ValueError("give either scenario= or workload=, not both")
-        if workload is not None:
-            if not isinstance(workload, WorkloadConfig):
-                raise ValueError(f"workload must be a WorkloadConfig, got {type(workload).__name__}")
-            wl = workload
-            scenario = Scenario(
+        if c.workload is not None:
+            if not isinstance(c.workload, WorkloadConfig):
+                raise ValueError(f"workload must be a WorkloadConfig, got {type(c.workload).__name__}")
+            wl = c.workload
+            sc = Scenario(
                 "custom", "a user workload", lambda sp, scale: SyntheticSource(wl, sp), num_requests=wl.num_requests
             )
-        sc = scenario if isinstance(scenario, Scenario) else _named_scenario(scenario)
-        check_episode_args(self, split, num_requests, horizon_s, max_steps, render_mode)
-        load, self.load_range = load_arg("LLMSchedEnv", load)
-        check_int("LLMSchedEnv", "iterations_per_step", iterations_per_step, 1)
-        self.schema = check_schema(schema, "LLMSchedEnv.schema")
-        self.length_predictor = LengthPredictor.of(length_prediction)
-        self.iterations_per_step = iterations_per_step
+        else:
+            sc = c.scenario if isinstance(c.scenario, Scenario) else _named_scenario(c.scenario)
+        check_int("LLMSchedEnv", "iterations_per_step", c.iterations_per_step, 1)
+        self.schema = check_schema(c.schema, "LLMSchedEnv.schema")
+        self.length_predictor = LengthPredictor.of(c.length_prediction)
+        self.iterations_per_step = c.iterations_per_step
         self.scenario = sc
-        self.split = split
-        self.load = float(load)
-        self.num_requests = num_requests if num_requests is not None else sc.num_requests
-        self.engine_config = engine_config(engine if engine is not None else sc.engine)
-        cm = cost_model if cost_model is not None else sc.cost_model
+        self.engine_config = engine_config(c.engine if c.engine is not None else sc.engine)
+        cm = c.cost_model if c.cost_model is not None else sc.cost_model
         self.cost_model = cost_model_of("LLMSchedEnv.cost_model", cm)
-        self.remote_kv = remote_kv if remote_kv is not None else sc.remote_kv
-        self.source = sc.source(split, self.cost_model)
+        self._episode_args(c)
+        self.num_requests = c.num_requests if c.num_requests is not None else sc.num_requests
+        self.remote_kv = c.remote_kv if c.remote_kv is not None else sc.remote_kv
+        self.source = sc.source(self.split, self.cost_model)
         if isinstance(self.source, TraceSource):  # an episode larger than the trace's part fails now, not at reset
             self.source.check_episode(self.num_requests)
-        self.action_spec = action_spec or ActionSpec.for_engine(self.engine_config, self.schema)
+        self.action_spec = c.action_spec or ActionSpec.for_engine(self.engine_config, self.schema)
         self.action_spec.check_engine(self.engine_config)
-        self.reward_config = RewardConfig.of(reward)
-        self.horizon_s = horizon_s
-        self.max_steps = max_steps
-        self.render_mode = render_mode
-        self.check_invariants = check_bool("LLMSchedEnv", "check_invariants", check_invariants)
         self.tenants = self.source.tenants
-        self.nominal_rate_rps = self.source.nominal_rate_rps() * self.load
         # arrival/rate is measured against the scenario's nominal (load 1.0) rate, so it reads as the load
         self.encoder = make_encoder(self.schema, self.engine_config, self.tenants, self.source.nominal_rate_rps())
         self.obs_names = self.encoder.names
         self.action_space = spaces.MultiDiscrete(np.array(self.action_spec.nvec, dtype=np.int64))
         self.observation_space = spaces.Box(-OBS_CLIP, OBS_CLIP, shape=(self.encoder.size,), dtype=np.float32)
         self.sim: Simulator | None = None
-        self.window: int | None = None  # the trace window every reset replays (None: the seed's on val and test)
-        self._episode_window: int | None = None
         self.history: deque[tuple[float, int, float, float]] = deque(maxlen=600)
         self._last_step_s = 0.0
         # how the agent's action reaches the engine (decision.loop): validated, held for iterations_per_step
         # iterations, corrected where the mask forbids it; the agent is the policy, so no deadline or fallback
-        self.decisions = DecisionLoop(self.action_spec, self.encoder, hold=iterations_per_step, name="the action")
-        # what restore() compares: a snapshot fits another env made with the same arguments
+        self.decisions = DecisionLoop(self.action_spec, self.encoder, hold=c.iterations_per_step, name="the action")
         self._signature = (
             ("scenario", sc.name),
-            ("split", split),
+            ("split", self.split),
             ("num_requests", self.num_requests),
             ("engine", self.engine_config),
             ("tenants", self.tenants),
@@ -213,38 +170,34 @@ class LLMSchedEnv(gym.Env):
             ("remote_kv", self.remote_kv),
             ("action_spec", self.action_spec),
             ("schema", self.schema),
-            ("iterations_per_step", iterations_per_step),
+            ("iterations_per_step", c.iterations_per_step),
             ("reward", self.reward_config),
-            ("horizon_s", horizon_s),
-            ("max_steps", max_steps),
+            ("horizon_s", self.horizon_s),
+            ("max_steps", self.max_steps),
             ("length_prediction", str(self.length_predictor)),
         )
 
-    # ---------------------------------------------------------------------------------------- gym API
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        if seed is not None:  # gymnasium's own check ends in its error class; this names the argument
-            check_int(f"{type(self).__name__}.reset", "seed", seed, 0)
-        super().reset(seed=seed)
-        self._episode_window = reset_window(self, seed, options)
-        requests = self._draw_requests()
+    @property
+    def nominal_rate_rps(self) -> float:
+        """The episode's arrival rate at its load."""
+        return self.source.nominal_rate_rps() * self.load
+
+    # ---------------------------------------------------------------------------------------- hooks
+    def _core(self) -> Simulator | None:
+        return self.sim
+
+    def _start(self, requests: list[Request]) -> np.ndarray:
         self.sim = Simulator(
             self.engine_config, self.tenants, self.cost_model, requests, remote_kv=self.remote_kv, rng=self.np_random
         )
-        self._reward = RewardTracker(self.reward_config, len(requests))
         self._last_step_s = 0.0
         self.decisions.reset()
         self.history.clear()
-        if self.check_invariants:
-            self.sim.check_invariants()
-        return self.decisions.observe(self.sim.engine, 0.0), {}
+        return self.decisions.observe(self.sim.engine, 0.0)
 
-    def step(self, action: np.ndarray | Sequence[int]) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        sim = self.sim
-        if sim is None:
-            raise RuntimeError("call reset() before step()")
-        loop = self.decisions
+    def _advance(self, action: Any) -> tuple[bool, bool, dict[str, Any]]:
+        sim, loop = self.sim, self.decisions
+        assert sim is not None
         engine = sim.engine
         loop.take(action, engine)  # validates: ValueError naming the component of a malformed action
         corrected = loop.stats.num_corrected
@@ -259,87 +212,66 @@ class LLMSchedEnv(gym.Env):
             if sim.done:
                 terminated = True
                 break
-        projected = loop.stats.num_corrected != corrected
         self._last_step_s = engine.now_s - t0
-        truncated = not terminated and (sim.now_s >= self.horizon_s or sim.num_steps >= self.max_steps)
-        reward, rewards = self._reward.step(
-            engine.num_arrived, engine.num_good, engine.num_missed, engine.num_preemptions, terminated or truncated
-        )
-        info: dict[str, Any] = {"rewards": rewards, "action_projected": projected}
-        if terminated or truncated:
-            info["metrics"] = sim.metrics()
-            info["load"] = self.load
         if self.render_mode is not None:
             self.history.append((sim.now_s, engine.num_waiting_total, engine.pool.usage, self._last_step_s))
-        obs = loop.observe(engine, self._last_step_s)
-        return obs, reward, terminated, truncated, info
+        return terminated, loop.stats.num_corrected != corrected, {}
 
-    def _draw_requests(self) -> list[Request]:
-        if self.load_range is not None:
-            self.load = float(self.np_random.uniform(*self.load_range))
-            self.nominal_rate_rps = self.source.nominal_rate_rps() * self.load
-        requests = self.source.sample(self.np_random, self.num_requests, self.load, self._episode_window)
-        if self.length_predictor.enabled:  # its own stream: the requests are the same with or without it
-            self.length_predictor.apply(requests, np.random.default_rng([7, int(self.np_random.integers(2**63))]))
-        return requests
+    def _clock(self) -> tuple[float, int]:
+        assert self.sim is not None
+        return self.sim.now_s, self.sim.num_steps
 
-    def episode_requests(self, seed: int) -> list[Request]:
-        """Fresh copies of the requests ``reset(seed=seed)`` replays (for another executor, e.g. the torch
-        runtime, to serve the very same episode)."""
-        rng, self.np_random = self.np_random, seeding.np_random(seed)[0]
-        window, self._episode_window = self._episode_window, reset_window(self, seed, None)
-        try:
-            return self._draw_requests()
-        finally:
-            self.np_random, self._episode_window = rng, window
+    def _counts(self) -> tuple[int, int, int, int]:
+        assert self.sim is not None
+        e = self.sim.engine
+        return e.num_arrived, e.num_good, e.num_missed, e.num_preemptions
 
-    def action_masks(self) -> np.ndarray:
-        """Valid options of each action component, concatenated (sb3-contrib MaskablePPO)."""
-        if self.sim is None:
-            raise RuntimeError("call reset() before action_masks()")
+    def _metrics(self) -> dict[str, float]:
+        assert self.sim is not None
+        return self.sim.metrics()
+
+    def _observe(self) -> np.ndarray:
+        assert self.sim is not None
+        return self.decisions.observe(self.sim.engine, self._last_step_s)
+
+    def _mask(self) -> np.ndarray:
+        assert self.sim is not None
         return self.action_spec.mask(self.sim.engine).copy()  # callers (SB3) may write to it
 
-    def render(self) -> str | np.ndarray | None:
-        if self.sim is None or self.render_mode is None:
-            return None
+    def _check(self) -> None:
+        assert self.sim is not None
+        self.sim.check_invariants()
+
+    def _render(self) -> str | np.ndarray:
+        assert self.sim is not None
         if self.render_mode == "ansi":
             return render_ansi(self.sim, self._last_step_s)
         return render_rgb(self.sim, list(self.history))
 
-    # ---------------------------------------------------------------------------------------- fork
-    def snapshot(self) -> EnvSnapshot:
-        """The episode as it stands (``envs.snapshot``): the simulator (engine, clock, requests still to arrive),
-        the generator's state, the reward bookkeeping and the step counters. ``restore(snapshot)`` and the same
-        actions then replay the same observations, rewards, infos and metrics. O(live requests + KV blocks);
-        ``bench/bench_snapshot.py`` measures it."""
-        sim = self.sim
-        if sim is None:
-            raise RuntimeError("call reset() before snapshot()")
-        state = {
-            "sim": sim.fork(None),
-            **episode_state(self),
+    def _draw_requests(self) -> list[Request]:
+        requests = super()._draw_requests()
+        if self.length_predictor.enabled:  # its own stream: the requests are the same with or without it
+            self.length_predictor.apply(requests, np.random.default_rng([7, int(self.np_random.integers(2**63))]))
+        return requests
+
+    def _fork(self) -> dict[str, Any]:
+        """The simulator (engine, clock, requests still to arrive; ``Simulator.fork``), the step time and the
+        render history. O(live requests + KV blocks)."""
+        assert self.sim is not None
+        return {
+            "sim": self.sim.fork(None),
             "last_step_s": self._last_step_s,
             "history": list(self.history),
-            "nominal_rate_rps": self.nominal_rate_rps,
-            "step": sim.num_steps,
+            "step": self.sim.num_steps,
         }
-        return EnvSnapshot(type(self).__name__, self._signature, state)
 
-    def restore(self, snapshot: EnvSnapshot) -> None:
-        """Put the episode back as ``snapshot`` (from this env, or another made with the same arguments) holds it;
-        the snapshot stays as it was, for another restore. One-line ``ValueError`` for a snapshot of another
-        kind of env or of other arguments."""
-        state = check_snapshot(self, snapshot, self._signature).state
-        restore_episode_state(self, state)
+    def _restore(self, state: dict[str, Any]) -> None:
+        self._restore_episode(state)
         self.sim = state["sim"].fork(self.np_random)  # the remote KV store draws from this env's generator
         self._last_step_s = state["last_step_s"]
         self.history.clear()
         self.history.extend(state["history"])
-        self.nominal_rate_rps = state["nominal_rate_rps"]
-        if self.check_invariants:
-            self.sim.check_invariants()
 
-    # ---------------------------------------------------------------------------------------- helpers
     def policy_context(self) -> PolicyContext:
         """The static facts a heuristic baseline is built from."""
         return PolicyContext(
@@ -348,12 +280,13 @@ class LLMSchedEnv(gym.Env):
 
 
 def _versioned(schema: int, kwargs: dict[str, Any]) -> LLMSchedEnv:
-    given = kwargs.pop("schema", schema)
+    config = kwargs.pop("config", None)
+    given = config.schema if isinstance(config, SingleNodeConfig) else kwargs.pop("schema", schema)
     if given != schema:
         other = ENV_IDS.get(given) if isinstance(given, int) and not isinstance(given, bool) else None
         hint = f": gym.make({other!r}) is the env of schema {given}" if other else f" (schemas: {sorted(ENV_IDS)})"
         raise ValueError(f"{ENV_IDS[schema]} is the env of observation schema {schema}, not {given!r}{hint}")
-    return LLMSchedEnv(schema=schema, **kwargs)
+    return LLMSchedEnv(config, **kwargs) if config is not None else LLMSchedEnv(schema=schema, **kwargs)
 
 
 def make_v0(**kwargs: Any) -> LLMSchedEnv:

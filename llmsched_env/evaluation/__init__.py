@@ -25,7 +25,7 @@ statistics over seeds, result files, plots and scale-out on Ray. (Live vLLM serv
 | ``tuning`` | ``TuneConfig``, ``tune_scenario``: the val search behind ``tuned``; ``trace_policies`` on a trace |
 | ``outputs`` | live and summary tables, ``write_results``, ``write_tensorboard`` (CSV: ``common.outputs.write_csv``) |
 | ``tables`` | ``format_table``: the fixed-width text tables the commands print |
-| ``describe`` | a scenario described in words |
+| (``workloads.describe``) | ``format_description``: a scenario described in words |
 | ``plots`` | PNG plots (matplotlib) |
 | ``distributed`` | ``ray_imap`` over Ray (results as the tasks finish) |
 | ``progress`` | progress bars and status lines on stderr |
@@ -49,7 +49,7 @@ _MODULES = {  # module -> the names it gives: imported on first use, so one subm
     "decision.policy_spec": "PolicySpec resolve_policy",
     "evaluation.runtime_options": "RuntimeOptions",
     "evaluation.tuning": "TuneConfig TuneResult tune_scenario",
-    "evaluation.describe": "format_description",
+    "workloads.describe": "format_description",
     "evaluation.tables": "format_table",
     "evaluation.identity": "identical_groups merge_identical policy_label",
     "common.outputs": "write_csv",

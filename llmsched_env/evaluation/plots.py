@@ -9,7 +9,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -92,7 +92,7 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def _label(ax: Axes, title: str, xlabel: str, ylabel: str, which: str = "major") -> None:
+def _label(ax: Axes, title: str, xlabel: str, ylabel: str, which: Literal["major", "both"] = "major") -> None:
     """A share plot's axes: y in [0, 1.02], titles and a light grid."""
     ax.set_ylim(0, 1.02)
     ax.set_title(title)

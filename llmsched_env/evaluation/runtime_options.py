@@ -1,28 +1,20 @@
-"""Which model runs where: ``RuntimeOptions`` of the torch runtime backend (``llmsched-evaluate --backend runtime``)
-and the command-line options of a ``RunnerSpec`` (``llmsched-calibrate``, the runtime benchmarks).
-
-    add_runner_options(parser)                          # --model --device --dtype --weights [--seed --threads]
-    spec = runner_spec(parser, parser.parse_args())     # a usage error for a bad value (imports torch)
-
-Adding the options or importing this module imports no torch (``--help`` stays fast); building a spec or
-``RuntimeOptions`` does, and resolves the device and dtype defaults for this machine.
-"""
+"""Which model runs where: ``RuntimeOptions`` of the torch runtime backend (``llmsched-evaluate --backend runtime``).
+Importing this module imports no torch; building ``RuntimeOptions`` does, and resolves the device and dtype
+defaults for this machine (the command-line options of a ``RunnerSpec``: ``commands.evaluate_args``)."""
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from llmsched_env.common.checks import check_positive
 from llmsched_env.common.fields import derived
-from llmsched_env.runtime.names import DTYPE_NAMES, MODEL_NAMES
 
 if TYPE_CHECKING:  # torch only once the options are built
     from llmsched_env.runtime.runner_spec import RunnerSpec
 
-__all__ = ["RuntimeOptions", "add_runner_options", "runner_spec"]
+__all__ = ["RuntimeOptions"]
 
 
 @dataclass(frozen=True)
@@ -66,33 +58,3 @@ class RuntimeOptions:
                 f"--model {self.model} --device {self.device} --out {preset}.json` and pass --cost-model {preset}.json"
             )
         return preset
-
-
-def add_runner_options(parser: Any, seed_and_threads: bool = True) -> None:
-    """Add ``--model``, ``--device``, ``--dtype``, ``--weights`` (and ``--seed``, ``--threads``) to ``parser`` (a
-    parser or an argument group); ``--device`` and ``--dtype`` default to None: this machine's choice."""
-    parser.add_argument("--model", default="tiny", choices=MODEL_NAMES, help="model preset")
-    parser.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
-    parser.add_argument(
-        "--dtype", default=None, choices=DTYPE_NAMES, help="model dtype (default: float32 on cpu, else bfloat16)"
-    )
-    weights = "local safetensors file or folder (default: random weights drawn from the seed)"
-    parser.add_argument("--weights", type=Path, default=None, help=weights)
-    if seed_and_threads:
-        parser.add_argument("--seed", type=int, default=0, help="weights seed")
-        parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-
-
-def runner_spec(parser: argparse.ArgumentParser, args: argparse.Namespace) -> RunnerSpec:
-    """The ``RunnerSpec`` of the parsed options, device and dtype defaulted for this machine (and set in
-    ``args``); a bad value exits with a one-line usage error (status 2)."""
-    from llmsched_env.runtime.runner_spec import RunnerSpec, default_device, default_dtype
-
-    device = args.device or default_device()
-    given = {k: getattr(args, k) for k in ("model", "weights", "seed", "threads") if hasattr(args, k)}
-    try:
-        spec = RunnerSpec(**given, device=device, dtype=args.dtype or default_dtype(device))
-    except ValueError as exc:
-        parser.error(str(exc))
-    args.device, args.dtype = spec.device, spec.dtype
-    return spec

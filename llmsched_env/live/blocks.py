@@ -1,18 +1,12 @@
-"""One block of the live experiment, measured: what vLLM's client saw and what the server's adapter logged for the
-block's requests, as the record ``blocks.jsonl`` holds (``block_record``), and the per-block statistics the
-simulator's prediction computes the same way (``block_metrics``).
+"""One block of the live experiment, measured: what vLLM's client saw and what the server's adapter logged, as
+``blocks.jsonl`` holds it (``block_record``), and the per-block statistics the prediction computes the same way
+(``block_metrics``).
 
-A block's figures are client-side (what a user of the server sees): TTFT from sending the request to its first
-token, TPOT = (end to end - TTFT) / (output tokens - 1) over requests of more than one token, E2E; a request is
-**good** when it succeeded with TTFT and TPOT within its tenant's targets (a one-token request's TPOT counts as 0);
-SLO attainment = good / all requests of the block (failed and shed ones are misses); goodput = good requests per
-second of the block's duration (the client's, from its first send to its last answer). Percentiles are over the
-requests that succeeded. The front end's figures (``frontend_figures``) say whether the requests reached the
-engine when they were meant to: how late the client sent them against the plan, the client-minus-engine TTFT
-(HTTP, the API server's processing, streaming) and the engine steps per second. From the server's logs come the
-preemptions, the requests shed (aborted by the policy), the fallbacks by cause, the engine steps and their median
-period, and the check that the block was decided by the policy it was meant for: every request of the block and
-every engine step within its span must carry that policy's name, else ``BlockError``.
+Client-side figures: TTFT, TPOT = (E2E - TTFT) / (output tokens - 1), E2E; a request is **good** when it
+succeeded within its tenant's TTFT and TPOT targets; attainment = good / all requests; goodput = good requests
+per second of the block; percentiles over the requests that succeeded. From the server's logs: preemptions,
+sheds, fallbacks by cause, steps, and the check that the block's policy decided every request and step
+(``BlockError``).
 """
 
 from __future__ import annotations
@@ -26,39 +20,19 @@ from typing import Any
 import numpy as np
 
 from llmsched_env.engine.config import TenantConfig
-from llmsched_env.live.logs import PLAN_FILE, ServerLogs, find_result_file, load_run
-from llmsched_env.live.records import (
-    ClientResult,
-    PlannedRequest,
-    ServerRequest,
-    StepRecord,
-    read_client_result,
-    read_plan,
-)
+from llmsched_env.live.logs import ServerLogs, load_run, read_client
+from llmsched_env.live.records import ClientResult, PlannedRequest, ServerRequest, StepRecord
 
 __all__ = [
-    "FRONTEND_FIGURES",
-    "LATE_SEND_S",
-    "METRICS",
-    "BlockError",
-    "block_metrics",
-    "block_record",
-    "frontend_figures",
+    "FRONTEND_FIGURES", "LATE_SEND_S", "METRICS", "BlockError", "block_metrics", "block_record", "frontend_figures",
     "step_period_median_s",
-]
+]  # fmt: skip
 
 # the per-block statistics of blocks.jsonl's "metrics" and of the predictions
 METRICS = (
-    "slo_attainment",
-    "goodput_rps",
-    "ttft_p50_s",
-    "ttft_p90_s",
-    "ttft_p99_s",
-    "tpot_p50_s",
-    "tpot_p99_s",
-    "e2e_p50_s",
+    "slo_attainment", "goodput_rps", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2e_p50_s",
     "e2e_p99_s",
-)
+)  # fmt: skip
 
 
 # the front end's per-block figures (``frontend_figures``)
@@ -76,17 +50,11 @@ def _pct(values: np.ndarray, q: float) -> float:
 
 
 def block_metrics(
-    tenants: Sequence[str],
-    ttft_s: np.ndarray,
-    tpot_s: np.ndarray,
-    e2e_s: np.ndarray,
-    succeeded: np.ndarray,
-    slos: dict[str, TenantConfig],
-    duration_s: float,
-) -> tuple[dict[str, float], list[dict[str, Any]], dict[str, dict[str, float]]]:
-    """The block's statistics (``METRICS``), its per-request records ``{tenant, ttft_s, tpot_s, e2e_s, good}``
-    (NaN where a request has no value) and its per-tenant ``{requests, slo_attainment}``, from per-request arrays
-    in one order (``tpot_s`` NaN for a one-token request; ``succeeded`` false for a failed or shed request)."""
+    tenants: Sequence[str], ttft_s: np.ndarray, tpot_s: np.ndarray, e2e_s: np.ndarray, succeeded: np.ndarray,
+    slos: dict[str, TenantConfig], duration_s: float,
+) -> tuple[dict[str, float], list[dict[str, Any]], dict[str, dict[str, float]]]:  # fmt: skip
+    """The block's ``METRICS``, per-request records and per-tenant ``{requests, slo_attainment}``, from per-request
+    arrays (``tpot_s`` NaN for one token; ``succeeded`` false for a failed or shed request)."""
     n = len(tenants)
     good = np.zeros(n, dtype=bool)
     for i, name in enumerate(tenants):
@@ -99,24 +67,18 @@ def block_metrics(
     metrics = {
         "slo_attainment": float(good.sum() / n) if n else math.nan,
         "goodput_rps": float(good.sum() / duration_s) if duration_s > 0 else math.nan,
-        "ttft_p50_s": _pct(ttft_s[ok], 50),
-        "ttft_p90_s": _pct(ttft_s[ok], 90),
-        "ttft_p99_s": _pct(ttft_s[ok], 99),
-        "tpot_p50_s": _pct(tpot_s[ok], 50),
-        "tpot_p99_s": _pct(tpot_s[ok], 99),
-        "e2e_p50_s": _pct(e2e_s[ok], 50),
+        "ttft_p50_s": _pct(ttft_s[ok], 50), "ttft_p90_s": _pct(ttft_s[ok], 90), "ttft_p99_s": _pct(ttft_s[ok], 99),
+        "tpot_p50_s": _pct(tpot_s[ok], 50), "tpot_p99_s": _pct(tpot_s[ok], 99), "e2e_p50_s": _pct(e2e_s[ok], 50),
         "e2e_p99_s": _pct(e2e_s[ok], 99),
-    }
+    }  # fmt: skip
     records = [
         {
-            "tenant": tenants[i],
-            "ttft_s": float(ttft_s[i]) if ok[i] else math.nan,
-            "tpot_s": float(tpot_s[i]) if ok[i] else math.nan,
-            "e2e_s": float(e2e_s[i]) if ok[i] else math.nan,
+            "tenant": tenants[i], "ttft_s": float(ttft_s[i]) if ok[i] else math.nan,
+            "tpot_s": float(tpot_s[i]) if ok[i] else math.nan, "e2e_s": float(e2e_s[i]) if ok[i] else math.nan,
             "good": bool(good[i]),
         }
         for i in range(n)
-    ]
+    ]  # fmt: skip
     per_tenant: dict[str, dict[str, float]] = {}
     for name in dict.fromkeys(tenants):
         mine = [i for i in range(n) if tenants[i] == name]
@@ -131,21 +93,11 @@ def step_period_median_s(t0_s: Sequence[float], busy: Sequence[bool]) -> float:
 
 
 def frontend_figures(
-    plan: Sequence[PlannedRequest],
-    server: Sequence[ServerRequest],
-    client: ClientResult,
-    steps: Sequence[StepRecord],
-) -> dict[str, float]:
-    """Did the block's requests reach the engine on time? Over the requests in send order (the three sequences
-    aligned, as ``live.logs.load_run`` gives them) and the engine steps of the block's span:
-
-    - ``late_share``: the share sent more than ``LATE_SEND_S`` later than planned (both times from the first
-      request with a planned time), ``send_lag_p90_s`` and ``send_lag_max_s`` that lag's p90 and maximum (NaN
-      without the client's send times or planned times);
-    - ``frontend_p50_s``, ``frontend_p90_s``: the client's TTFT minus the engine's (first token minus the API
-      server's arrival), over the requests with a first token: HTTP, the API server and streaming;
-    - ``steps_per_s``: busy engine steps per second of the span from the first arrival to the last finish.
-    """
+    plan: Sequence[PlannedRequest], server: Sequence[ServerRequest], client: ClientResult, steps: Sequence[StepRecord],
+) -> dict[str, float]:  # fmt: skip
+    """Did the block's requests reach the engine on time: the share sent ``LATE_SEND_S`` later than planned
+    (``late_share``) and that lag's p90 and maximum; the client's TTFT minus the engine's (``frontend_p50_s``,
+    ``frontend_p90_s``); busy engine steps per second (``steps_per_s``)."""
     planned = [(p.send_s, c) for p, c in zip(plan, client.start_s, strict=False) if p.send_s is not None]
     # both clocks from the first request that has a planned time
     lags = np.array([(c - planned[0][1]) - (s - planned[0][0]) for s, c in planned], dtype=np.float64)
@@ -156,39 +108,24 @@ def frontend_figures(
     )  # fmt: skip
     span = max(r.finish_s for r in server) - min(r.arrival_s for r in server) if server else 0.0
     return {
-        "late_share": float(np.mean(lags > LATE_SEND_S)) if lags.size else math.nan,
-        "send_lag_p90_s": _pct(lags, 90),
-        "send_lag_max_s": float(lags.max()) if lags.size else math.nan,
-        "frontend_p50_s": _pct(front, 50),
+        "late_share": float(np.mean(lags > LATE_SEND_S)) if lags.size else math.nan, "send_lag_p90_s": _pct(lags, 90),
+        "send_lag_max_s": float(lags.max()) if lags.size else math.nan, "frontend_p50_s": _pct(front, 50),
         "frontend_p90_s": _pct(front, 90),
         "steps_per_s": sum(1 for s in steps if s.busy) / span if span > 0 else math.nan,
-    }
+    }  # fmt: skip
 
 
 def block_record(
-    folder: Path,
-    log_dir: Path | None,
-    slos: dict[str, TenantConfig],
-    policy: str | None,
-    meta: dict[str, Any],
-    span_s: tuple[float, float] | None = None,
-    server_logs: ServerLogs | None = None,
-) -> dict[str, Any]:
-    """The ``blocks.jsonl`` record of the block whose client files are in ``folder`` and whose server logs are in
-    ``log_dir`` (``live.logs.load_run`` matches them by label), with ``meta`` (cell, round, arm, ...) first.
-    ``policy``: the adapter policy that must have decided every request and step of the block (None: vLLM's own
-    scheduler, nothing to check); ``BlockError`` naming the first request or step that says otherwise.
-
-    ``log_dir`` None: a server without llmsched's adapter (vLLM's own scheduler) logs nothing, so the record holds
-    the client's figures only: ``preemptions``, ``shed``, ``steps`` and ``step_time_median_s`` are null, a request
-    counts as completed when the client says it succeeded, and ``t_start``/``t_end`` are ``span_s`` (the driver's
-    ``time.time()`` before and after the block), which it then needs. ``server_logs``: the logs of ``log_dir``
-    already read (``live.logs.ServerLogTail`` for a server that is still running)."""
+    folder: Path, log_dir: Path | None, slos: dict[str, TenantConfig], policy: str | None, meta: dict[str, Any],
+    span_s: tuple[float, float] | None = None, server_logs: ServerLogs | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """The ``blocks.jsonl`` record, ``meta`` first, of the block with client files in ``folder`` and server logs in
+    ``log_dir`` (or ``server_logs``, already read); ``BlockError`` unless ``policy`` decided every request and
+    step. ``log_dir`` None (vLLM's own scheduler, which logs nothing): the client's figures only, over ``span_s``."""
     if log_dir is None:
         if span_s is None:
             raise ValueError("block_record: a block without server logs needs span_s (its start and end)")
-        plan = read_plan(folder / PLAN_FILE)
-        client = read_client_result(find_result_file(folder), len(plan))
+        plan, client = read_client(folder)
         run_plan = tuple(plan)
         server: tuple[ServerRequest, ...] = ()
         steps: tuple[StepRecord, ...] = ()
@@ -220,19 +157,11 @@ def block_record(
     logged = log_dir is not None
     shed = sum(1 for r in server if r.status == "aborted")
     return {
-        **meta,
-        "t_start": t_start,
-        "t_end": t_end,
-        "num_requests": n + len(unlogged),
-        "completed": int(ok.sum()),
-        "shed": shed if logged else None,
-        "failed": int((~ok).sum()) - shed + len(unlogged),
+        **meta, "t_start": t_start, "t_end": t_end, "num_requests": n + len(unlogged), "completed": int(ok.sum()),
+        "shed": shed if logged else None, "failed": int((~ok).sum()) - shed + len(unlogged),
         "preemptions": int(sum(r.preemptions for r in server)) if logged else None,
-        "fallbacks": dict(Counter(s.fallback for s in steps if s.fallback)),
-        "steps": len(steps) if logged else None,
+        "fallbacks": dict(Counter(s.fallback for s in steps if s.fallback)), "steps": len(steps) if logged else None,
         "step_time_median_s": step_period_median_s([s.t0_s for s in steps], [s.busy for s in steps]),
-        "frontend": frontend_figures(run_plan, server, client, steps),
-        "metrics": metrics,
-        "tenants": per_tenant,
+        "frontend": frontend_figures(run_plan, server, client, steps), "metrics": metrics, "tenants": per_tenant,
         "requests": records,
-    }
+    }  # fmt: skip

@@ -1,19 +1,11 @@
 """The design of a paired live experiment: the order of the arms in each round, and how many rounds it takes.
 
-One server per workload plays every arm once per round, on the same request stream, in blocks drained in
-between (``live.verdict`` judges the result). Two things are decided before a block runs:
-
-- **the order** (``williams_rounds``): a Williams square, so each arm comes directly after each other arm
-  equally often (first-order carry-over balance: a block that leaves the server warm, or its host busy, favours
-  every arm alike) and stands equally often at each place of a round (a drift within a round favours none);
-  ``order_balance`` counts what a given order achieves;
-- **the number of rounds** (``rounds_needed``, ``plan_rounds``): the paired blocks that a paired-t 95% interval
-  needs to exclude 0 with a given power, for the difference the simulator predicts and the noise the A/A
-  calibration measured.
-
-Differences are in the verdict's units (``paired_difference``): attainment, goodput, preemptions and shed as
-``arm - control``; latencies as ``log(arm / control)``, natural log, so a ratio's noise is symmetric and an SD
-measured on log ratios applies to any ratio. Standard library and numpy only.
+One server per workload plays every arm once per round on the same stream (``live.verdict`` judges it). The order
+is a Williams square (``williams_rounds``: each arm directly after each other equally often, at each place
+equally often; ``order_balance`` counts it); the number of rounds (``rounds_needed``, ``plan_rounds``) is what a
+paired-t 95% interval needs to exclude 0 with a given power, for the predicted difference and the A/A noise.
+Differences are in the verdict's units (``paired_difference``): ``arm - control``, latencies as
+``log(arm / control)``.
 """
 
 from __future__ import annotations
@@ -28,20 +20,9 @@ from typing import Any
 from llmsched_env.evaluation.tables import format_table
 
 __all__ = [
-    "DEFAULT_POWERED",
-    "RATIO_METRICS",
-    "OrderBalance",
-    "RoundPlan",
-    "detectable_effect",
-    "format_difference",
-    "order_balance",
-    "paired_difference",
-    "plan_rounds",
-    "rounds_needed",
-    "t_cdf",
-    "t_quantile",
-    "williams_rounds",
-]
+    "DEFAULT_POWERED", "RATIO_METRICS", "OrderBalance", "RoundPlan", "detectable_effect", "format_difference",
+    "order_balance", "paired_difference", "plan_rounds", "rounds_needed", "t_cdf", "t_quantile", "williams_rounds",
+]  # fmt: skip
 
 # latency metrics: compared as ratios (log ratio), every other metric as a difference
 RATIO_METRICS = frozenset(
@@ -57,9 +38,7 @@ _HILL_DF = 200  # above this the Cornish-Fisher expansion of the t quantile is e
 
 
 def _williams_square(n: int) -> list[list[int]]:
-    """Rows of a Williams square on 0..n-1: n rows for even n, 2n for odd n (the cyclic square and its mirror
-    images). Each ordered pair (a, b), a != b, is adjacent within rows once (even n) or twice (odd n); each
-    value stands at each position once (even) or twice (odd)."""
+    """Rows of a Williams square on 0..n-1: n rows for even n, 2n for odd n (with the mirror images)."""
     first = [0]
     lo, hi = 1, n - 1
     while len(first) < n:  # 0, 1, n-1, 2, n-2, ...: the successive differences are all distinct mod n
@@ -75,9 +54,7 @@ def _williams_square(n: int) -> list[list[int]]:
 
 
 def _mirror_order(rows: list[list[int]], mirrors: list[list[int]]) -> list[list[int]]:
-    """``mirrors`` in an order that puts no value twice in a row across the boundaries of the whole cycle
-    (``rows``, then the mirrors, then ``rows`` again), found by a depth-first search; the given order if none
-    exists. Why: a block directly after one of its own arm would be a carry-over the square does not count."""
+    """``mirrors`` ordered (depth-first search) so that no value repeats across the cycle's row boundaries."""
     found: list[list[int]] = []
 
     def extend(prev: list[int], left: list[list[int]]) -> bool:
@@ -95,16 +72,8 @@ def _mirror_order(rows: list[list[int]], mirrors: list[list[int]]) -> list[list[
 
 
 def williams_rounds(arms: Sequence[str], num_rounds: int) -> list[list[str]]:
-    """The order of ``arms`` (distinct, at least one) in each of ``num_rounds`` rounds: the rows of a Williams
-    square (n rows for n arms when n is even, 2n when odd; ``arms[i]`` is value i), cycled.
-
-    The square is first-order carry-over balanced and position balanced only over whole cycles: with
-    ``num_rounds`` a multiple of its height, each arm directly follows each other arm equally often within
-    rounds and stands equally often at each position. Another ``num_rounds`` leaves the last, partial cycle
-    unbalanced (``order_balance`` counts it); for odd n the first n rows alone are a Latin square (position
-    balanced, not carry-over balanced). Across round boundaries (the last block of a round before the first of
-    the next) the square gives no balance; its rows are ordered so that no arm follows itself there (possible
-    for n >= 3)."""
+    """The order of ``arms`` (distinct) in each of ``num_rounds`` rounds: the rows of a Williams square, cycled;
+    balanced over whole cycles only, and no arm follows itself across rounds (n >= 3)."""
     names = list(arms)
     if not names:
         raise ValueError("williams_rounds needs at least one arm")
@@ -118,10 +87,8 @@ def williams_rounds(arms: Sequence[str], num_rounds: int) -> list[list[str]]:
 
 @dataclass(frozen=True)
 class OrderBalance:
-    """What an order of rounds achieves. ``within[(a, b)]``: how often ``a`` directly precedes ``b`` inside a
-    round; ``across[(a, b)]``: how often ``a`` ends a round and ``b`` starts the next; ``position[a][k]``: how
-    often ``a`` is the ``k``-th block of a round. Every ordered pair of distinct arms and every arm is a key
-    (0 when absent); ``across`` may also hold ``(a, a)``."""
+    """What an order achieves: how often ``a`` directly precedes ``b`` in a round (``within``) or across two
+    (``across``), and how often ``a`` is a round's ``k``-th block (``position[a][k]``)."""
 
     arms: tuple[str, ...]
     within: dict[tuple[str, str], int]
@@ -140,8 +107,7 @@ class OrderBalance:
 
 
 def order_balance(rounds: Sequence[Sequence[str]]) -> OrderBalance:
-    """The carry-over and position counts of ``rounds`` (each a permutation of the same arms, as
-    ``williams_rounds`` returns; ``ValueError`` otherwise)."""
+    """The carry-over and position counts of ``rounds`` (permutations of the same arms)."""
     if not rounds:
         raise ValueError("order_balance needs at least one round")
     arms = tuple(rounds[0])
@@ -166,8 +132,7 @@ def order_balance(rounds: Sequence[Sequence[str]]) -> OrderBalance:
 
 
 def t_cdf(t: float, df: int) -> float:
-    """P(T <= t) for Student's t with integer ``df`` >= 1: exact, by the finite series of Abramowitz and Stegun
-    26.7.3 (odd df) and 26.7.4 (even df), summed in O(df) steps."""
+    """P(T <= t) for Student's t with integer ``df`` >= 1, exact (Abramowitz and Stegun 26.7.3 and 26.7.4)."""
     if df < 1:
         raise ValueError(f"degrees of freedom must be >= 1, got {df}")
     if math.isnan(t):
@@ -176,25 +141,20 @@ def t_cdf(t: float, df: int) -> float:
         return 1.0 if t > 0 else 0.0
     theta = math.atan(abs(t) / math.sqrt(df))
     s, c2 = math.sin(theta), math.cos(theta) ** 2
-    if df % 2 == 1:  # A(t|df) = 2/pi (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...)), df - 3 powers
-        term, total = 1.0, 1.0 if df > 1 else 0.0
-        for k in range(2, df - 1, 2):
-            term *= c2 * k / (k + 1)
-            total += term
-        a = 2 / math.pi * (theta + s * math.cos(theta) * total)
-    else:  # A(t|df) = sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...), df - 2 powers
-        term = total = 1.0
-        for k in range(1, df - 2, 2):
-            term *= c2 * k / (k + 1)
-            total += term
-        a = s * total
+    # odd df: A(t|df) = 2/pi (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...)), df - 3 powers;
+    # even df: A(t|df) = sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...), df - 2 powers
+    odd = df % 2 == 1
+    term, total = 1.0, 0.0 if odd and df == 1 else 1.0
+    for k in range(2, df - 1, 2) if odd else range(1, df - 2, 2):
+        term *= c2 * k / (k + 1)
+        total += term
+    a = 2 / math.pi * (theta + s * math.cos(theta) * total) if odd else s * total
     a = min(a, 1.0)  # rounding; A is P(|T| <= |t|)
     return 0.5 + a / 2 if t >= 0 else 0.5 - a / 2
 
 
 def t_quantile(p: float, df: int) -> float:
-    """The ``p`` quantile of Student's t with integer ``df`` >= 1, ``0 < p < 1``: ``t_cdf`` inverted by
-    bisection to 1e-12 relative (df <= 200), else the Cornish-Fisher expansion in 1/df to the fourth order."""
+    """The ``p`` quantile of Student's t: ``t_cdf`` bisected (df <= 200), else the Cornish-Fisher expansion."""
     if not 0 < p < 1:
         raise ValueError(f"p must lie in (0, 1), got {p}")
     if df < 1:
@@ -215,10 +175,7 @@ def t_quantile(p: float, df: int) -> float:
         lo, hi = hi, 2 * hi
     while hi - lo > 1e-12 * hi:
         mid = (lo + hi) / 2
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
+        lo, hi = (mid, hi) if t_cdf(mid, df) < p else (lo, mid)
     return (lo + hi) / 2
 
 
@@ -238,9 +195,8 @@ def _t_sum(rounds: int, alpha: float, power: float) -> float:
 
 
 def detectable_effect(sd_diff: float, rounds: int, alpha: float = 0.05, power: float = 0.8) -> float:
-    """The smallest true difference that ``rounds`` >= 2 paired rounds detect (their two-sided 1 - ``alpha``
-    paired-t interval excludes 0) with probability ``power``, for a per-round SD of the difference ``sd_diff``:
-    ``(t_{1-alpha/2, n-1} + t_{power, n-1}) sd / sqrt(n)`` (the usual approximation of the noncentral t)."""
+    """The smallest true difference ``rounds`` paired rounds detect with probability ``power`` (their 1 - ``alpha``
+    paired-t interval excludes 0), per-round SD ``sd_diff``: ``(t_{1-alpha/2} + t_{power}) sd / sqrt(n)``."""
     _check_levels(alpha, power)
     if rounds < 2:
         raise ValueError(f"a paired interval needs >= 2 rounds, got {rounds}")
@@ -249,20 +205,11 @@ def detectable_effect(sd_diff: float, rounds: int, alpha: float = 0.05, power: f
     return _t_sum(rounds, alpha, power) * sd_diff / math.sqrt(rounds)
 
 
-def rounds_needed(
-    sd_diff: float,
-    delta: float,
-    alpha: float = 0.05,
-    power: float = 0.8,
-    minimum: int = 2,
-    maximum: int = 100_000,
-) -> int | None:
-    """The fewest paired rounds n (at least ``minimum`` >= 2) whose two-sided 1 - ``alpha`` paired-t interval
-    excludes 0 with probability ``power`` when the true difference is ``delta`` (either sign) and the per-round
-    difference has SD ``sd_diff``: the least n with ``n >= ((t_{1-alpha/2, n-1} + t_{power, n-1}) sd / delta)^2``
-    (the normal-theory sample size, iterated with t quantiles). ``minimum`` when ``sd_diff`` is 0 and ``delta``
-    is not; None when no n up to ``maximum`` suffices (``delta`` 0 or too small for the noise, an infinite SD).
-    ``ValueError`` for a negative or NaN SD, a NaN ``delta`` or levels outside (0, 1)."""
+def rounds_needed(sd_diff: float, delta: float, alpha: float = 0.05, power: float = 0.8, minimum: int = 2,
+                  maximum: int = 100_000) -> int | None:  # fmt: skip
+    """The fewest paired rounds n >= ``minimum`` that detect a true difference ``delta`` (``detectable_effect``):
+    the least n with ``n >= ((t_{1-alpha/2, n-1} + t_{power, n-1}) sd / delta)^2``; None when none up to
+    ``maximum`` does."""
     _check_levels(alpha, power)
     if minimum < 2:
         raise ValueError(f"a paired interval needs >= 2 rounds, got minimum {minimum}")
@@ -290,24 +237,19 @@ def rounds_needed(
     hi = maximum
     while hi - lo > 1:  # enough(hi), not enough(lo)
         mid = (lo + hi) // 2
-        if enough(mid):
-            hi = mid
-        else:
-            lo = mid
+        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
     return hi
 
 
 def paired_difference(metric: str, arm: float, control: float) -> float:
-    """The verdict's difference of ``arm`` against ``control`` for ``metric``: ``log(arm / control)`` for a
-    latency (``RATIO_METRICS``; NaN unless both are positive), ``arm - control`` otherwise."""
+    """``log(arm / control)`` for a latency (``RATIO_METRICS``; NaN unless both > 0), else ``arm - control``."""
     if metric in RATIO_METRICS:
         return math.log(arm / control) if arm > 0 and control > 0 else math.nan
     return arm - control
 
 
 def format_difference(metric: str, d: float) -> str:
-    """A difference of ``paired_difference`` as the reports show it: attainment in points (``+3.1 pp``), a
-    latency as a ratio (``x0.82``), anything else signed to 4 significant digits; ``n/a`` for NaN."""
+    """A ``paired_difference`` as reports show it: ``+3.1 pp`` (attainment), ``×0.82`` (latency), ``+0.5``."""
     if math.isnan(d):
         return "n/a"
     if metric in RATIO_METRICS:
@@ -319,13 +261,8 @@ def format_difference(metric: str, d: float) -> str:
 
 @dataclass(frozen=True)
 class RoundPlan:
-    """The number of rounds and the power calculation behind it.
-
-    ``rounds``: the rounds to play (every cell plays each); ``allowed``: what the budget allows; ``wanted``: what
-    the powered differences need (None: none is powered, or none can be detected); ``rows``: one per (cell, arm
-    other than the control, metric with an A/A SD): ``predicted`` (the difference, ``paired_difference``),
-    ``aa_sd``, ``needed`` (rounds for it; None: never), ``powered`` (it drives the count), ``detectable`` (the
-    smallest difference detectable at ``rounds``) and ``detected`` (``needed`` <= ``rounds``)."""
+    """The rounds to play, what the budget ``allowed`` and the powered differences ``wanted``, and one row per
+    (cell, arm, metric): ``predicted``, ``aa_sd``, ``needed``, ``powered``, ``detectable``, ``detected``."""
 
     rounds: int
     allowed: int
@@ -347,18 +284,14 @@ class RoundPlan:
         """The power calculation as a fixed-width table, then a line on the choice."""
         shown = [
             {
-                "cell": r["cell"],
-                "arm": r["arm"],
-                "metric": r["metric"],
-                "predicted": format_difference(r["metric"], r["predicted"]),
-                "aa sd": f"{r['aa_sd']:.3g}",
+                "cell": r["cell"], "arm": r["arm"], "metric": r["metric"],
+                "predicted": format_difference(r["metric"], r["predicted"]), "aa sd": f"{r['aa_sd']:.3g}",
                 "needed": "never" if r["needed"] is None else str(r["needed"]),
-                "powered": "yes" if r["powered"] else "no",
-                "detectable": _format_effect(r["metric"], r["detectable"]),
+                "powered": "yes" if r["powered"] else "no", "detectable": _format_effect(r["metric"], r["detectable"]),
                 "detected": "yes" if r["detected"] else "no",
             }
             for r in self.rows
-        ]
+        ]  # fmt: skip
         columns = ("cell", "arm", "metric", "predicted", "aa sd", "needed", "powered", "detectable", "detected")
         cap = "" if self.maximum is None else f", at most {self.maximum}"
         need = "nothing powered" if self.wanted is None else f"the powered differences need {self.wanted}"
@@ -377,33 +310,12 @@ def _format_effect(metric: str, d: float) -> str:
 
 
 def plan_rounds(
-    predicted: Mapping[str, Mapping[str, Mapping[str, float]]],
-    aa_sd: Mapping[str, Mapping[str, float]],
-    round_s: float,
-    budget_s: float,
-    minimum: int = 10,
-    maximum: int | None = None,
-    *,
-    control: str = "fcfs",
-    alpha: float = 0.05,
-    power: float = 0.8,
-    powered: Mapping[str, float] = DEFAULT_POWERED,
-) -> RoundPlan:
-    """How many rounds to play, and the power calculation (``RoundPlan.table``).
-
-    ``predicted[cell][arm][metric]``: the simulator's per-block value (as ``predictions.json`` holds it), the
-    ``control`` arm among them; ``aa_sd[cell][metric]``: the per-round SD of the difference (units of
-    ``paired_difference``) between the A/A arm and the control in the calibration, the noise of a paired
-    difference when an arm's noise is the control's. The rows cover every (cell, arm other than the control,
-    metric of ``aa_sd[cell]``); a NaN SD or prediction gives a row that needs ``never``. ``round_s``: the seconds
-    one round takes (every cell's blocks, drains included: the cells alternate within a round, so all play the
-    same number of rounds); ``budget_s``: the seconds the rounds may take.
-
-    The rounds are what the powered differences need (``powered``: metric -> smallest |difference| that drives the
-    count; smaller differences and other metrics are listed, not powered), at least ``minimum`` and at most
-    ``maximum`` and what the budget allows — but never fewer than ``minimum`` (fewer would not be a run; the
-    table says when that overruns the budget). ``ValueError`` for ``minimum`` < 2, ``maximum`` < ``minimum``, a
-    non-positive ``round_s``, a negative budget or a cell of ``aa_sd`` without the control's prediction."""
+    predicted: Mapping[str, Mapping[str, Mapping[str, float]]], aa_sd: Mapping[str, Mapping[str, float]],
+    round_s: float, budget_s: float, minimum: int = 10, maximum: int | None = None, *, control: str = "fcfs",
+    alpha: float = 0.05, power: float = 0.8, powered: Mapping[str, float] = DEFAULT_POWERED,
+) -> RoundPlan:  # fmt: skip
+    """The rounds (``RoundPlan``) the ``powered`` differences of ``predicted[cell][arm][metric]`` need under the A/A
+    noise ``aa_sd[cell][metric]``, within ``maximum`` and the budget, never fewer than ``minimum``."""
     if minimum < 2:
         raise ValueError(f"minimum must be >= 2 rounds, got {minimum}")
     if maximum is not None and maximum < minimum:

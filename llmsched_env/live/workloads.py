@@ -1,14 +1,9 @@
-"""The workloads of the live experiment (``live.experiment``): each a few tenants with their SLO classes, a fixed
-share of every block's requests, uniform prompt and output lengths, and the KV pool the server gets.
+"""The workloads of the live experiment: a few tenants with SLO classes and fixed shares of every block, uniform
+lengths, the server's KV pool (``WORKLOADS``), and one block's stream (``block_stream``: Poisson arrivals over
+``block_s`` seconds, each tenant exactly its share, the same ``seed`` the same stream).
 
     stream = block_stream(WORKLOADS["mixed-slo"], rate_rps=12.0, seed=3)   # one block's requests
     requests = stream_requests(stream, tenant_configs(WORKLOADS["mixed-slo"], slo_scale=0.5))
-
-A block's stream is a Poisson stream at the block's rate lasting ``block_s`` seconds on average, with the
-tenant mix fixed (each tenant exactly its share of the block's requests, in a shuffled order), so that loads and
-mixes are not confounded between blocks; the same ``seed`` gives the same stream, which is how every arm of a
-round gets the same requests. The tenants' SLO targets are their class's times ``slo_scale`` (the fitted
-server's unloaded decode step over the reference H100 preset's, ``workloads.scenarios.slo_scale``).
 """
 
 from __future__ import annotations
@@ -23,21 +18,12 @@ from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, SLOClass, Tena
 from llmsched_env.engine.request import Request
 from llmsched_env.workloads.lengths import LengthDist
 
-__all__ = [
-    "WORKLOADS",
-    "LiveTenant",
-    "LiveWorkload",
-    "block_stream",
-    "length_mix",
-    "stream_requests",
-    "tenant_configs",
-]
+__all__ = ["WORKLOADS", "LiveTenant", "LiveWorkload", "block_stream", "length_mix", "stream_requests", "tenant_configs"]
 
 
 @dataclass(frozen=True)
 class LiveTenant:
-    """One tenant: its SLO class (``SLO_CLASSES``), its share of each block's requests, its prompt and output
-    lengths (uniform integer ranges, inclusive) and its priority (0 highest, as ``TenantConfig``)."""
+    """One tenant: SLO class, share of each block, prompt and output length ranges (inclusive), priority."""
 
     name: str
     slo_class: str
@@ -58,9 +44,8 @@ class LiveTenant:
 
 @dataclass(frozen=True)
 class LiveWorkload:
-    """A workload of the live experiment: its ``tenants``, the server's KV pool (``num_kv_blocks`` of
-    ``block_size`` tokens) and limits, the mean span of a block's arrivals (``block_s``) and the loads of its
-    cells (multiples of the fitted model's knee for ``fcfs``)."""
+    """A workload: its ``tenants``, the server's KV pool and limits, a block's mean span (``block_s``) and its
+    cells' loads (multiples of the knee)."""
 
     name: str
     description: str
@@ -84,12 +69,9 @@ class LiveWorkload:
     def engine(self) -> EngineConfig:
         """The server's limits as llmsched's ``EngineConfig``."""
         return EngineConfig(
-            num_kv_blocks=self.num_kv_blocks,
-            block_size=self.block_size,
-            max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            max_model_len=self.max_model_len,
-        )
+            num_kv_blocks=self.num_kv_blocks, block_size=self.block_size, max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens, max_model_len=self.max_model_len,
+        )  # fmt: skip
 
     def cell(self, load: float) -> str:
         """The name of the cell of this workload at ``load``: ``mixed-slo@1.4``."""
@@ -144,10 +126,8 @@ def _counts(shares: Sequence[float], n: int) -> list[int]:
 
 
 def block_stream(workload: LiveWorkload, rate_rps: float, seed: int) -> list[dict[str, Any]]:
-    """One block's requests at ``rate_rps``: ``round(rate_rps * block_s)`` (at least 2) Poisson arrivals from 0,
-    each tenant exactly its share of them in a shuffled order, lengths uniform in its ranges. Each request is
-    ``{"timestamp", "input_length", "output_length", "tenant"}`` (seconds and tokens); deterministic in
-    ``seed``."""
+    """One block's ``round(rate_rps * block_s)`` (at least 2) requests, ``{"timestamp", "input_length",
+    "output_length", "tenant"}`` each: Poisson arrivals, each tenant exactly its share, seeded."""
     if not rate_rps > 0:
         raise ValueError(f"block_stream: rate_rps must be > 0, got {rate_rps!r}")
     rng = np.random.default_rng([20260, seed])

@@ -1,18 +1,9 @@
 """Calibrate the simulator's cost model on the runtime: profile batch shapes, fit, save a preset.
 
-Two sources of samples, both in the cost model's own features ``(num_prefill_tokens, num_decode_seqs,
-num_kv_tokens, prefill_attn_pairs, seconds)`` (``costs.linear``):
-
-- ``profile(runner, grid)`` times ``ModelRunner.run`` over a grid of batch shapes: one prefill chunk of ``p``
-  tokens after ``c`` cached context tokens, beside ``d`` decodes at context ``l`` each (the median of
-  ``repeats`` timed runs after a warm-up run). It covers shapes real traffic rarely reaches, but it times the
-  model alone, on uniform batches.
-- ``iteration_samples(runtime)``: every model step of a recorded runtime episode (``Runtime(record=True)``)
-  with its real wall time, serving loop included (engine bookkeeping, observation, policy) and real batch
-  mixes (several prefill chunks, decodes at different context lengths).
-
-``fit(samples, loop_overhead_s)`` fits ``LinearCostModel`` by non-negative least squares, minimising relative
-errors; ``loop_overhead_s`` is added to grid samples so that both sources price a whole iteration.
+Samples are ``(num_prefill_tokens, num_decode_seqs, num_kv_tokens, prefill_attn_pairs, seconds)``: from
+``profile(runner, grid)`` (the model alone on a grid of batch shapes, median of ``repeats`` runs) or
+``iteration_samples(runtime)`` (every recorded step of a runtime episode, serving loop included). ``fit`` fits a
+``LinearCostModel`` to them, adding ``loop_overhead_s`` to grid samples so both price a whole iteration.
 """
 
 from __future__ import annotations
@@ -31,18 +22,8 @@ from llmsched_env.engine.config import EngineConfig
 from llmsched_env.runtime.executor import Runtime
 from llmsched_env.runtime.runner import ModelRunner, SeqChunk
 
-__all__ = [
-    "ProfileGrid",
-    "Sample",
-    "batch_features",
-    "fit",
-    "iteration_samples",
-    "measured_over_predicted",
-    "profile",
-    "residuals_by_decodes",
-    "samples_table",
-    "time_step",
-]
+__all__ = ["ProfileGrid", "Sample", "batch_features", "fit", "iteration_samples", "measured_over_predicted", "profile",
+           "residuals_by_decodes", "samples_table", "time_step"]
 
 Sample = tuple[int, int, int, float, float]  # prefill tokens, decode seqs, KV tokens, attention pairs, seconds
 
@@ -70,20 +51,15 @@ class ProfileGrid:
         def upto(values: tuple[int, ...], top: int) -> tuple[int, ...]:
             return tuple(sorted({v for v in values if v < top} | {top}))
 
-        ctx_top = config.max_model_len - config.max_num_batched_tokens
-        return cls(
-            upto(base.prefill_tokens, config.max_num_batched_tokens),
-            upto(base.prefill_context, max(ctx_top, 0)),
-            upto(base.decode_seqs, config.max_num_seqs),
-            upto(base.decode_context, config.max_model_len - 1),
-        )
+        ctx_top = max(config.max_model_len - config.max_num_batched_tokens, 0)
+        return cls(upto(base.prefill_tokens, config.max_num_batched_tokens), upto(base.prefill_context, ctx_top),
+                   upto(base.decode_seqs, config.max_num_seqs), upto(base.decode_context, config.max_model_len - 1))
 
     def shapes(self) -> list[tuple[int, int, int, int]]:
         """``(p, c, d, l)`` for every non-empty batch; context only matters where there is work it sizes."""
         out = set()
-        for p, c, d, ln in itertools.product(
-            self.prefill_tokens, self.prefill_context, self.decode_seqs, self.decode_context
-        ):
+        for p, c, d, ln in itertools.product(self.prefill_tokens, self.prefill_context, self.decode_seqs,
+                                             self.decode_context):
             if p == 0 and d == 0:
                 continue
             out.add((p, c if p else 0, d, ln if d else 0))
@@ -126,16 +102,9 @@ def time_step(runner: ModelRunner, chunks: Sequence[SeqChunk], warmup: int = 1, 
     return statistics.median(times)
 
 
-def profile(
-    runner: ModelRunner,
-    grid: ProfileGrid | None = None,
-    repeats: int = 3,
-    seed: int = 0,
-    progress: Callable[[int, int], None] | None = None,
-) -> list[Sample]:
-    """Time ``runner`` on every shape of ``grid`` that fits its KV cache; one sample per shape (the median of
-    ``repeats`` runs after one warm-up run). The cache's content is whatever is there: timing does not
-    depend on it."""
+def profile(runner: ModelRunner, grid: ProfileGrid | None = None, repeats: int = 3, seed: int = 0,
+            progress: Callable[[int, int], None] | None = None) -> list[Sample]:  # fmt: skip
+    """One sample per shape of ``grid`` that fits ``runner``'s KV cache (the median of ``repeats`` runs)."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     grid = grid or ProfileGrid()
@@ -153,28 +122,16 @@ def profile(
 
 
 def iteration_samples(runtime: Runtime) -> list[Sample]:
-    """The recorded model steps of ``runtime`` (built with ``record=True``) as samples: features and the
-    iteration's wall time, loop included."""
+    """The recorded model steps of ``runtime`` (``record=True``) as samples, wall time with the loop."""
     if runtime.iterations is None:
         raise ValueError("iteration_samples: build the Runtime with record=True")
     return [(p, d, kv, pairs, dt) for p, d, kv, pairs, dt, _ in runtime.iterations if dt > 0]
 
 
-def fit(
-    grid_samples: Iterable[Sample],
-    loop_overhead_s: float = 0.0,
-    name: str = "runtime",
-    description: str = "",
-    iterations: Iterable[Sample] = (),
-) -> LinearCostModel:
-    """``LinearCostModel`` fitted to profiled ``grid_samples`` (each raised by the loop's own time
-    ``loop_overhead_s``) together with recorded runtime ``iterations`` (already whole iterations).
-
-    Non-negative least squares on relative errors, with the concave ``log2(1 + decodes)`` term (the
-    runner's decode attention is one call per length group). Relative errors fit the typical step; real
-    steps also have a tail (a page fault, a collection, another process), which every latency sums. So when
-    there are ``iterations``, the fit is then scaled so that its total over them equals their measured total:
-    the simulator's clock runs at the runtime's mean speed."""
+def fit(grid_samples: Iterable[Sample], loop_overhead_s: float = 0.0, name: str = "runtime", description: str = "",
+        iterations: Iterable[Sample] = ()) -> LinearCostModel:  # fmt: skip
+    """``LinearCostModel`` fitted to ``grid_samples`` (plus ``loop_overhead_s``) and ``iterations``, then scaled so
+    its total over the iterations equals theirs (real steps have a tail relative errors leave out)."""
     if loop_overhead_s < 0:
         raise ValueError(f"loop_overhead_s must be >= 0, got {loop_overhead_s}")
     recorded = list(iterations)
@@ -197,8 +154,6 @@ def measured_over_predicted(model: CostModel, samples: Sequence[Sample]) -> floa
     return sum(t for *_, t in samples) / predicted
 
 
-# Kinds of step ``residuals_by_decodes`` reports: decode-only steps by their number of decodes, then steps
-# with a prefill chunk.
 _STEP_KINDS: tuple[tuple[str, Callable[[Sample], bool]], ...] = (
     ("decodes 1", lambda s: s[0] == 0 and s[1] == 1),
     ("decodes 2", lambda s: s[0] == 0 and s[1] == 2),
@@ -210,8 +165,7 @@ _STEP_KINDS: tuple[tuple[str, Callable[[Sample], bool]], ...] = (
 
 
 def residuals_by_decodes(model: CostModel, samples: Sequence[Sample]) -> list[dict[str, float | str]]:
-    """Measured over predicted total time of ``samples`` by kind of step: decode-only steps by their number
-    of decodes (1, 2, 3-4, 5-8, 9+) and steps with a prefill chunk; where a linear model's shape misses."""
+    """Measured over predicted total time of ``samples`` per kind of step (``_STEP_KINDS``)."""
     rows: list[dict[str, float | str]] = []
     for name, kind in _STEP_KINDS:
         picked = [s for s in samples if kind(s)]

@@ -1,21 +1,6 @@
-"""The torch executor: the simulator's event loop with a real model step in place of the cost model.
-
-``Runtime`` is a ``sim.Simulator`` whose ``execute(batch)`` runs the batch on a ``ModelRunner`` and returns
-the wall time the iteration took, so the queues, the block pool, the batch builder, arrivals, metrics and the
-invariant checks are the very code the simulator runs; the gap between the two is the cost model alone.
-
-Time. An iteration lasts from the end of the previous model step to the end of this one (CUDA-synchronised),
-so it includes the engine's own bookkeeping, observation encoding and the policy's decision, as a real
-serving loop pays them. Idle gaps (no work until the next arrival) are skipped by default, as the simulator
-skips them; with ``realtime=True`` the runtime sleeps through them instead, so the engine clock is the wall
-clock from the first arrival on. ``pause()`` / ``resume()`` stop and restart the clock, so that two runtimes
-served in lockstep on one model (``fidelity.drive_lockstep``; each on its own KV blocks, ``block_offset``)
-are each timed without the other's turns.
-
-Tokens. Prompts are synthesised by ``PromptTokens`` (content-addressed, so prefix-cache hits hold the same
-tokens); every sampled token is kept, and a request preempted by recompute re-runs its prompt plus the
-tokens it already produced, as vLLM does. ``check_invariants`` adds to the engine's checks that every request
-holds exactly as many sampled tokens as the engine counts.
+"""The torch executor: ``Runtime`` is a ``sim.Simulator`` whose ``execute(batch)`` runs the batch on a
+``ModelRunner`` and returns its wall time (from the previous model step's end, loop included). Idle gaps are
+skipped unless ``realtime=True``; ``pause()`` / ``resume()`` stop the clock (lockstep runs, ``block_offset``).
 """
 
 from __future__ import annotations
@@ -37,52 +22,33 @@ __all__ = ["Runtime"]
 
 
 class Runtime(Simulator):
-    """Serve ``requests`` on ``runner`` under the core engine; ``cost_model`` only prices shedding decisions
-    (the engine's "can this prefill still meet its TTFT?") and the idle tick, so give it a calibrated preset."""
+    """Serve ``requests`` on ``runner``; ``cost_model`` only prices shedding decisions and the idle tick."""
 
-    def __init__(
-        self,
-        runner: ModelRunner,
-        config: EngineConfig,
-        tenants: Sequence[TenantConfig],
-        cost_model: CostModel,
-        requests: Sequence[Request],
-        *,
-        seed: int = 0,
-        realtime: bool = False,
-        record: bool = False,
-        block_offset: int = 0,
-    ) -> None:
+    def __init__(self, runner: ModelRunner, config: EngineConfig, tenants: Sequence[TenantConfig],
+                 cost_model: CostModel, requests: Sequence[Request], *, seed: int = 0, realtime: bool = False,
+                 record: bool = False, block_offset: int = 0) -> None:  # fmt: skip
         if not isinstance(block_offset, int) or block_offset < 0:
             raise ValueError(f"block_offset must be an integer >= 0, got {block_offset!r}")
         if config.block_size != runner.block_size:
-            raise ValueError(
-                f"EngineConfig.block_size={config.block_size} differs from the runner's KV block size "
-                f"{runner.block_size}"
-            )
+            raise ValueError(f"EngineConfig.block_size={config.block_size} differs from the runner's KV block size "
+                             f"{runner.block_size}")
         if config.num_kv_blocks + block_offset > runner.num_blocks:
-            raise ValueError(
-                f"EngineConfig.num_kv_blocks={config.num_kv_blocks} from block {block_offset} on exceeds the "
-                f"runner's {runner.num_blocks} KV blocks"
-            )
+            raise ValueError(f"EngineConfig.num_kv_blocks={config.num_kv_blocks} from block {block_offset} on exceeds "
+                             f"the runner's {runner.num_blocks} KV blocks")
         if config.max_model_len > runner.config.max_position:
-            raise ValueError(
-                f"EngineConfig.max_model_len={config.max_model_len} exceeds model {runner.config.name!r}'s "
-                f"max_position={runner.config.max_position}"
-            )
+            raise ValueError(f"EngineConfig.max_model_len={config.max_model_len} exceeds model "
+                             f"{runner.config.name!r}'s max_position={runner.config.max_position}")
         self.runner = runner
         self.prompts = PromptTokens(runner.config.vocab_size, seed)
         self.output_tokens: dict[int, list[int]] = {}  # sampled tokens per request id, kept after it ends
         self.realtime = realtime
-        # The engine's block b is the runner's block b + block_offset: two runtimes sharing one runner (the
-        # fidelity report's lockstep calibration) each keep to their own part of the KV cache.
+        # The engine's block b is the runner's block b + block_offset (two runtimes sharing one runner).
         self.block_offset = block_offset
         self._paused_at: float | None = None
         self.model_time_s = 0.0  # wall time inside the model runner
         self.busy_time_s = 0.0  # wall time of the iterations that ran a batch (model plus the loop around it)
         self.num_model_steps = 0
-        # With ``record``: per model step, the cost model's features, the step's wall time (loop included) and
-        # its model time: calibration samples from real traffic (``calibrate.iteration_samples``).
+        # With ``record``: per model step, the cost model's features, its wall time and its model time.
         self.iterations: list[tuple[int, int, int, float, float, float]] | None = [] if record else None
         # (decoding requests, (prefill-ending request, its chunk index, its output count before), sampled)
         self._pending: tuple[list[Request], list[tuple[Request, int, int]], list[int | None]] | None = None
@@ -117,16 +83,8 @@ class Runtime(Simulator):
         self._mark = t1
         self.busy_time_s += dt
         if self.iterations is not None:
-            self.iterations.append(
-                (
-                    batch.num_prefill_tokens,
-                    batch.num_decode_seqs,
-                    batch.num_kv_tokens,
-                    batch.prefill_attn_pairs,
-                    dt,
-                    t1 - t0,
-                )
-            )
+            self.iterations.append((batch.num_prefill_tokens, batch.num_decode_seqs, batch.num_kv_tokens,
+                                    batch.prefill_attn_pairs, dt, t1 - t0))  # fmt: skip
         return dt
 
     def step(self, decision: Decision) -> Batch:
@@ -150,8 +108,7 @@ class Runtime(Simulator):
         return batch
 
     def pause(self) -> None:
-        """Stop this runtime's clock until ``resume()``: the time between is not part of any iteration (in
-        lockstep, another runtime's turn on the same machine)."""
+        """Stop this runtime's clock until ``resume()`` (in lockstep, during another runtime's turn)."""
         if self._paused_at is not None:
             raise RuntimeError("Runtime.pause: already paused")
         self._paused_at = time.perf_counter()

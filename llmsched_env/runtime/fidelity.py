@@ -1,20 +1,13 @@
 """Fidelity: the same workload replayed on the real model and in the simulator, latency by latency.
 
-``compare`` serves identical request lists (same arrivals, lengths, prefixes) once on a ``Runtime`` and once in
-a ``Simulator`` priced by a cost-model preset, under the same policy and the same serving loop (``serve``), and
-reports TTFT, TPOT and E2E at p50 and p99 and the request throughput of both, with the simulator's relative
-error ``|sim - real| / real``. Loads are fractions of the workload's saturation throughput in the simulator
-(``saturation_rps``), so "0.8" means the same pressure whatever the model and device.
+``compare`` serves identical requests on a ``Runtime`` and in a ``Simulator`` under the same policy and loop and
+reports TTFT, TPOT and E2E (p50, p99) and throughput of both with the relative error ``|sim - real| / real``.
+Loads are fractions of the simulator's saturation throughput (``saturation_rps``).
 
-In-situ calibration (``in_situ=True``). A preset is fitted at one moment; on a shared CPU the machine's speed
-drifts afterwards (the same decode batch took from 1.30 to 1.69 ms within one minute on our 2-core CI
-machine), and queueing amplifies a step-time error several-fold in the latencies. So each row also replays
-its workload in lockstep with fitting episodes (fcfs on workloads of seeds ``FIT_SEED`` and up, never a
-fidelity workload): one decision of the measured runtime, then one of the fitting runtime, each clock paused
-while the other runs (``drive_lockstep``), on one model with the KV cache split between them. A cost model
-fitted to the fitting episodes' iterations alone, the profile command's procedure, then prices the
-simulator's replay: it was measured under the same machine conditions as the replay it predicts, and never
-saw that replay. Its errors are the ``insitu_*`` columns.
+In-situ calibration (``in_situ=True``): a CPU's speed drifts after a preset is fitted, so each row also replays
+its workload in lockstep with fitting episodes (``drive_lockstep``: one decision each, the other's clock paused,
+the KV cache split), and a cost model fitted to those episodes alone prices the simulator's replay
+(the ``insitu_*`` columns).
 """
 
 from __future__ import annotations
@@ -45,61 +38,37 @@ from llmsched_env.workloads.scenarios import slo_scale
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig, generate
 
 __all__ = [
-    "FIDELITY_METRICS",
-    "FIT_LOADS",
-    "FIT_SEED",
-    "IN_SITU_FACTOR",
-    "MAX_RUNTIME_REQUESTS",
-    "RUNTIME_ENGINE",
-    "WARMUP_SEED",
-    "FidelityWorkload",
-    "PolicyFactory",
-    "check_runtime_requests",
-    "compare",
-    "drive",
-    "drive_lockstep",
+    "FIDELITY_METRICS", "FIT_LOADS", "FIT_SEED", "IN_SITU_FACTOR", "MAX_RUNTIME_REQUESTS", "RUNTIME_ENGINE",
+    "WARMUP_SEED", "FidelityWorkload", "PolicyFactory", "check_runtime_requests", "compare", "drive", "drive_lockstep",
     "saturation_rps",
 ]
 
 FIDELITY_METRICS = (
-    "ttft_p50_s",
-    "ttft_p99_s",
-    "tpot_p50_s",
-    "tpot_p99_s",
-    "e2el_p50_s",
-    "e2el_p99_s",
-    "request_throughput_rps",
+    "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2el_p50_s", "e2el_p99_s", "request_throughput_rps",
 )
 # An engine sized for the CPU ``tiny`` preset: 16k KV tokens, up to 32 sequences, 1024-token iterations.
-RUNTIME_ENGINE = EngineConfig(
-    num_kv_blocks=1024, block_size=16, max_num_seqs=32, max_num_batched_tokens=1024, max_model_len=2048
-)
+RUNTIME_ENGINE = EngineConfig(num_kv_blocks=1024, block_size=16, max_num_seqs=32, max_num_batched_tokens=1024,
+                              max_model_len=2048)
 PolicyFactory = Callable[[PolicyContext], Policy]
 WARMUP_SEED = 999  # the workload served once, unmeasured, before a fidelity run
 FIT_SEED = 1000  # fitting workloads are seeds FIT_SEED, FIT_SEED + 1, ...: none is a fidelity workload
 LOCKSTEP_EPISODE_REQUESTS = 40  # short fitting episodes in lockstep, so every load recurs during one replay
-# The most requests one calibration serves on the runtime, its workloads together, each request by the real model:
-# fidelity's policies x loads x seeds x num_requests (x IN_SITU_FACTOR with the in-situ replays), profile's
-# fit_loads x num_requests. Measured on the 2-core CPU VM with the tiny model (`llmsched-calibrate fidelity`, fcfs,
-# load 0.7, 150 requests per workload): each workload added 5.4 s, 36 ms per request, and 14 s with its in-situ
-# replay (served again, alternating with as many steps of fitting episodes), hence the factor 3. So the bound is
-# about an hour, 18 times the default fidelity run (3 x 2 x 2 x 150 x 3 = 5,400); 100 loads x 100 seeds x 10,000
-# requests (10^8) would have run for six weeks.
+# The most requests one calibration serves on the runtime (policies x loads x seeds x num_requests, x IN_SITU_FACTOR
+# in situ): about an hour at the tiny model's 36 ms per request on a 2-core CPU (an in-situ replay costs 3 times).
 MAX_RUNTIME_REQUESTS = 100_000
 IN_SITU_FACTOR = 3
 
 
 @dataclass(frozen=True)
 class FidelityWorkload:
-    """Chat-like traffic small enough for a CPU model: lognormal lengths, a quarter of the prompts starting
-    with one of four shared system prompts (prefix-cache hits), the ``chat`` SLO scaled to the cost model."""
+    """Chat-like traffic small enough for a CPU model, the ``chat`` SLO scaled to the cost model."""
 
     num_requests: int = FIDELITY_REQUESTS
-    prompt_median: float = 160.0
+    prompt_median: float = 160.0  # lognormal lengths (sigma 0.8), clipped
     output_median: float = 40.0
     max_prompt_len: int = 1536
     max_output_len: int = 384
-    prefix_share: float = 0.25
+    prefix_share: float = 0.25  # of the prompts starting with one of four system prompts
     shared_prefix_tokens: int = 256
     prefix_id_tokens: int = 64
     slo_class: str = "chat"
@@ -109,29 +78,16 @@ class FidelityWorkload:
         return (TenantConfig(self.slo_class, slo=slo),)
 
     def requests(self, cost_model: CostModel, rate_rps: float, seed: int) -> list[Request]:
-        lengths = LengthDist.lognormal(
-            self.prompt_median,
-            self.output_median,
-            0.8,
-            0.8,
-            max_prompt_len=self.max_prompt_len,
-            max_output_len=self.max_output_len,
-        )
-        tenant = TenantWorkload(
-            self.tenants(cost_model)[0],
-            rate_rps,
-            lengths,
-            prefix_share=self.prefix_share,
-            num_shared_prefixes=4,
-            shared_prefix_tokens=self.shared_prefix_tokens,
-        )
+        lengths = LengthDist.lognormal(self.prompt_median, self.output_median, 0.8, 0.8,
+                                       max_prompt_len=self.max_prompt_len, max_output_len=self.max_output_len)
+        tenant = TenantWorkload(self.tenants(cost_model)[0], rate_rps, lengths, prefix_share=self.prefix_share,
+                                num_shared_prefixes=4, shared_prefix_tokens=self.shared_prefix_tokens)
         wl = WorkloadConfig((tenant,), self.num_requests, prefix_id_tokens=self.prefix_id_tokens)
         return generate(wl, np.random.default_rng(seed))
 
 
-def _loop_parts(
-    sim: Simulator, make: PolicyFactory, fallback: PolicyFactory
-) -> tuple[Policy, ObservationEncoder, ActionSpec, Policy]:
+def _loop_parts(sim: Simulator, make: PolicyFactory,
+                fallback: PolicyFactory) -> tuple[Policy, ObservationEncoder, ActionSpec, Policy]:
     """The policy, encoder, action spec and fallback ``serve`` needs for ``sim``, as the env builds them."""
     engine, tenants, cost_model = sim.engine.config, sim.engine.tenants, sim.cost_model
     spec = ActionSpec.for_engine(engine)
@@ -147,13 +103,10 @@ def drive(sim: Simulator, make: PolicyFactory, fallback: PolicyFactory) -> dict[
     return metrics
 
 
-def drive_lockstep(
-    runtime: Runtime, make: PolicyFactory, fallback: PolicyFactory, partners: Iterator[Runtime]
-) -> dict[str, float]:
-    """Serve ``runtime`` to the end under ``make``'s policy, alternating every decision with one of a partner
-    runtime served by ``fallback`` (the next from ``partners`` whenever one ends). Each runtime's clock is
-    paused while the other runs, so the two are timed under the same machine conditions. Partners must use
-    their own KV blocks (``Runtime(block_offset=...)``). Returns ``runtime``'s metrics."""
+def drive_lockstep(runtime: Runtime, make: PolicyFactory, fallback: PolicyFactory,
+                   partners: Iterator[Runtime]) -> dict[str, float]:
+    """``runtime``'s metrics served under ``make``'s policy, each decision alternating with one of a partner from
+    ``partners`` (own KV blocks) served by ``fallback``, each clock paused while the other runs."""
     partner: Runtime | None = None
     partner_loop: Iterator[None] | None = None
     for _ in serving(runtime, decision_loop(*_loop_parts(runtime, make, fallback), ServeOptions())):
@@ -173,9 +126,8 @@ def drive_lockstep(
     return runtime.metrics()
 
 
-def saturation_rps(
-    cost_model: CostModel, workload: FidelityWorkload, engine: EngineConfig, policy: PolicyFactory, seed: int = 0
-) -> float:
+def saturation_rps(cost_model: CostModel, workload: FidelityWorkload, engine: EngineConfig, policy: PolicyFactory,
+                   seed: int = 0) -> float:
     """Requests/s the simulator finishes when the whole workload arrives at once (the engine saturated)."""
     reqs = workload.requests(cost_model, 1e6, seed)
     sim = Simulator(engine, workload.tenants(cost_model), cost_model, reqs)
@@ -183,9 +135,7 @@ def saturation_rps(
 
 
 def check_runtime_requests(factors: Mapping[str, int], in_situ: bool = False) -> int:
-    """The requests served on the runtime, the product of ``factors`` (name -> count: options or arguments) times
-    ``IN_SITU_FACTOR`` if ``in_situ``, if at most ``MAX_RUNTIME_REQUESTS``; ``ValueError`` naming every factor
-    and the product otherwise."""
+    """The requests served on the runtime (the product of ``factors``) if at most ``MAX_RUNTIME_REQUESTS``."""
     total = math.prod(factors.values()) * (IN_SITU_FACTOR if in_situ else 1)
     if total <= MAX_RUNTIME_REQUESTS:
         return total
@@ -193,42 +143,26 @@ def check_runtime_requests(factors: Mapping[str, int], in_situ: bool = False) ->
     values = " x ".join(f"{v:,}" for v in factors.values())
     if in_situ:
         names, values = f"{names} x {IN_SITU_FACTOR} (the in-situ replays)", f"{values} x {IN_SITU_FACTOR}"
-    raise ValueError(
-        f"{names} = {values} = {total:,} requests served on the runtime, more than {MAX_RUNTIME_REQUESTS:,} "
-        f"(about an hour at the 36 ms per request of the tiny model on a 2-core CPU); give fewer of them"
-    )
+    raise ValueError(f"{names} = {values} = {total:,} requests served on the runtime, more than "
+                     f"{MAX_RUNTIME_REQUESTS:,} (about an hour at the 36 ms per request of the tiny model on a 2-core "
+                     f"CPU); give fewer of them")
 
 
-def compare(
-    runner: ModelRunner,
-    cost_model: CostModel,
-    policies: Mapping[str, PolicyFactory],
-    fallback: PolicyFactory,
-    loads: Sequence[float],
-    seeds: Sequence[int],
-    workload: FidelityWorkload | None = None,
-    engine: EngineConfig = RUNTIME_ENGINE,
-    progress: Callable[[dict[str, float | str]], None] | None = None,
-    in_situ: bool = False,
-) -> list[dict[str, float | str]]:
-    """One row per (policy, load, seed): every ``FIDELITY_METRICS`` entry measured on the runtime
-    (``real_*``), predicted by the simulator (``sim_*``) and the relative error (``err_*``). With
-    ``in_situ`` also the lockstep replay and its in-situ fitted simulator (``insitu_real_*``,
-    ``insitu_sim_*``, ``err_insitu_*``, see the module docstring); the runner then needs twice the engine's
-    KV blocks. ``ValueError`` if the runs would serve more than ``MAX_RUNTIME_REQUESTS`` requests on the runtime
-    (``check_runtime_requests``)."""
+def compare(runner: ModelRunner, cost_model: CostModel, policies: Mapping[str, PolicyFactory], fallback: PolicyFactory,
+            loads: Sequence[float], seeds: Sequence[int], workload: FidelityWorkload | None = None,
+            engine: EngineConfig = RUNTIME_ENGINE, progress: Callable[[dict[str, float | str]], None] | None = None,
+            in_situ: bool = False) -> list[dict[str, float | str]]:
+    """One row per (policy, load, seed): each ``FIDELITY_METRICS`` entry on the runtime (``real_*``), in the
+    simulator (``sim_*``), their relative error (``err_*``) and in situ (``insitu_*``, on twice the KV blocks)."""
     workload = workload or FidelityWorkload()
     counts = {"policies": len(policies), "loads": len(loads), "seeds": len(seeds)}
     check_runtime_requests({**counts, "num_requests": workload.num_requests}, in_situ)
     tenants = workload.tenants(cost_model)
     if in_situ and runner.num_blocks < 2 * engine.num_kv_blocks:
-        raise ValueError(
-            f"in-situ calibration needs a runner with 2 x {engine.num_kv_blocks} KV blocks (the fitting "
-            f"episodes use the second half), it has {runner.num_blocks}"
-        )
+        raise ValueError(f"in-situ calibration needs a runner with 2 x {engine.num_kv_blocks} KV blocks (the fitting "
+                         f"episodes use the second half), it has {runner.num_blocks}")
     sat = saturation_rps(cost_model, workload, engine, fallback)
-    # Warm the runtime up first (allocator, attention buffers grown to size, caches): a cold first run was
-    # 10-20% slower than the same run warm, which is start-up cost, not what the cost model should predict.
+    # Warm the runtime up first: a cold first run was 10-20% slower (start-up cost, not what a cost model predicts).
     warm = workload.requests(cost_model, sat * max(loads), WARMUP_SEED)
     drive(Runtime(runner, engine, tenants, cost_model, warm), fallback, fallback)
     rows: list[dict[str, float | str]] = []
@@ -253,17 +187,9 @@ def compare(
     return rows
 
 
-def _in_situ(
-    runner: ModelRunner,
-    cost_model: CostModel,
-    make: PolicyFactory,
-    fallback: PolicyFactory,
-    workload: FidelityWorkload,
-    engine: EngineConfig,
-    sat: float,
-    rate: float,
-    seed: int,
-) -> dict[str, float]:
+def _in_situ(runner: ModelRunner, cost_model: CostModel, make: PolicyFactory, fallback: PolicyFactory,
+             workload: FidelityWorkload, engine: EngineConfig, sat: float, rate: float,
+             seed: int) -> dict[str, float]:  # fmt: skip
     """The lockstep replay of one fidelity workload and its prediction by a model fitted beside it."""
     tenants = workload.tenants(cost_model)
     fitting = replace(workload, num_requests=LOCKSTEP_EPISODE_REQUESTS)
@@ -287,8 +213,7 @@ def _in_situ(
 
 
 def _errors(real: Mapping[str, float], pred: Mapping[str, float], tag: str = "") -> dict[str, float]:
-    """For each of ``FIDELITY_METRICS``: ``{tag}real_m`` and ``{tag}sim_m``, the measured and predicted values,
-    and ``err_{tag}m``, the relative error ``|sim - real| / real`` (NaN where ``real`` is 0)."""
+    """``{tag}real_m``, ``{tag}sim_m`` and ``err_{tag}m`` (``|sim - real| / real``, NaN at 0) of each metric."""
     out: dict[str, float] = {}
     for m in FIDELITY_METRICS:
         out[f"{tag}real_{m}"] = real[m]

@@ -1,14 +1,6 @@
-"""The fidelity report, end to end (what ``llmsched-calibrate fidelity`` runs): replay workloads on the
-runtime and in the simulator priced by a preset, and write the simulator's relative errors.
-
-    report = run_fidelity(RunnerSpec(), "runtime-tiny-cpu", ["fcfs", "slo_aware"], Path("results/fidelity"))
-    print(report.markdown)
-
-``run_fidelity`` serves each (policy, load, seed) workload with ``fidelity.compare`` (in situ too, unless
-``in_situ=False``) and writes ``fidelity.csv`` (one row per run), ``fidelity.json`` (rows and summary) and
-``fidelity.md`` (mean and max relative error per metric). Seeds ``FIT_SEED`` and up (fitting workloads) and
-``WARMUP_SEED`` are never fidelity workloads. ``on_status(line)`` and ``on_row(row)`` say what it does (a
-command draws a bar over the rows with them).
+"""The fidelity report (``llmsched-calibrate fidelity``): ``run_fidelity`` serves each (policy, load, seed)
+workload with ``fidelity.compare`` and writes ``fidelity.csv``, ``fidelity.json`` and ``fidelity.md`` (mean and
+max relative error per metric), reporting through ``on_status(line)`` and ``on_row(row)``.
 """
 
 from __future__ import annotations
@@ -42,8 +34,7 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True)
 class FidelityReport:
-    """What ``run_fidelity`` measured and wrote: the rows, the summary (kind -> metric -> mean, max) and the
-    markdown table."""
+    """What ``run_fidelity`` wrote: rows, summary (kind -> metric -> mean, max) and the markdown table."""
 
     rows: list[Row]
     summary: dict[str, dict[str, dict[str, float]]]
@@ -51,16 +42,13 @@ class FidelityReport:
 
 
 def check_fidelity_seeds(seeds: Sequence[int]) -> None:
-    """``ValueError`` unless ``seeds`` is non-empty and holds no fitting (``FIT_SEED`` and up) or warm-up
-    (``WARMUP_SEED``) workload."""
+    """``ValueError`` unless ``seeds`` is non-empty and holds no fitting or warm-up workload's seed."""
     if not seeds:
         raise ValueError("seeds: at least one fidelity workload seed is needed")
     taken = [x for x in seeds if x >= FIT_SEED or x == WARMUP_SEED]
     if taken:
-        raise ValueError(
-            f"seeds {taken}: {FIT_SEED} and up (fitting) and {WARMUP_SEED} (warm-up) are not fidelity workloads; "
-            "choose others"
-        )
+        raise ValueError(f"seeds {taken}: {FIT_SEED} and up (fitting) and {WARMUP_SEED} (warm-up) are not fidelity "
+                         f"workloads; choose others")
 
 
 def error_kinds(in_situ: bool) -> dict[str, str]:
@@ -105,24 +93,12 @@ def _markdown(title: str, summary: Mapping[str, Mapping[str, Mapping[str, float]
     return "\n".join(lines) + "\n"
 
 
-def run_fidelity(
-    spec: RunnerSpec,
-    preset: str | Path,
-    policies: Sequence[str],
-    out: Path,
-    *,
-    loads: Sequence[float] = (0.5, 0.8),
-    seeds: Sequence[int] = (1, 2),
-    num_requests: int = FidelityWorkload.num_requests,
-    in_situ: bool = True,
-    force: bool = False,
-    on_status: StatusFn | None = None,
-    on_row: Callable[[Row], None] | None = None,
-) -> FidelityReport:
-    """Measure and write the fidelity of ``preset`` (a name or a JSON path) under ``policies`` (registered
-    scheduler names) at ``loads`` (fractions of the simulated saturation rate) and ``seeds``, into ``out``.
-    ``ValueError`` for an unknown preset or policy, a taken seed, a load <= 0, or ``out`` inside a shipped
-    folder (unless ``force``), all before anything runs."""
+def run_fidelity(spec: RunnerSpec, preset: str | Path, policies: Sequence[str], out: Path, *,
+                 loads: Sequence[float] = (0.5, 0.8), seeds: Sequence[int] = (1, 2),
+                 num_requests: int = FidelityWorkload.num_requests, in_situ: bool = True, force: bool = False,
+                 on_status: StatusFn | None = None, on_row: Callable[[Row], None] | None = None) -> FidelityReport:
+    """Measure and write the fidelity of ``preset`` under ``policies`` at ``loads`` and ``seeds`` into ``out``;
+    ``ValueError`` before anything runs for a bad preset, policy, seed, load or ``out``."""
     check_output(out, force)
     check_fidelity_seeds(seeds)
     if not loads or any(not x > 0 for x in loads):
@@ -139,22 +115,17 @@ def run_fidelity(
     say = on_status or (lambda line: None)
     also = " (each also in situ)" if in_situ else ""
     say(f"fidelity of {preset} on {spec.describe()}: {runs} workloads{also}, after a warm-up run")
-    rows = compare(
-        runner, model, factories, policy_factory("fcfs"), loads, seeds, workload, progress=on_row, in_situ=in_situ
-    )
+    rows = compare(runner, model, factories, policy_factory("fcfs"), loads, seeds, workload, progress=on_row,
+                   in_situ=in_situ)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "fidelity.csv")
     summary = summarise(rows, kinds)
-    write_text_atomically(
-        out / "fidelity.json",
-        json.dumps({"preset": str(preset), "model": spec.model, "rows": rows, "summary": summary}, indent=2),
-    )
-    title = (
-        f"Fidelity of preset `{preset}` against the runtime ({spec.model}, {spec.dtype}, {spec.device}); "
-        f"{num_requests} requests per run, policies {', '.join(factories)}, loads {list(loads)}, "
-        f"seeds {list(seeds)}. Relative errors of the simulator, mean (max) over the runs: against the preset, "
-        "and in situ (a model fitted to fitting episodes served in lockstep with each replay)."
-    )
+    data = {"preset": str(preset), "model": spec.model, "rows": rows, "summary": summary}
+    write_text_atomically(out / "fidelity.json", json.dumps(data, indent=2))
+    title = (f"Fidelity of preset `{preset}` against the runtime ({spec.model}, {spec.dtype}, {spec.device}); "
+             f"{num_requests} requests per run, policies {', '.join(factories)}, loads {list(loads)}, "
+             f"seeds {list(seeds)}. Relative errors of the simulator, mean (max) over the runs: against the preset, "
+             "and in situ (a model fitted to fitting episodes served in lockstep with each replay).")
     markdown = _markdown(title, summary)
     write_text_atomically(out / "fidelity.md", markdown)
     return FidelityReport(rows, summary, markdown)

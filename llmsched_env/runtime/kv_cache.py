@@ -1,10 +1,5 @@
-"""The paged KV cache: fixed-size blocks of key/value vectors, addressed by the core's block tables.
-
-Token position ``p`` of a sequence lives in block ``block_table[p // block_size]`` at offset
-``p % block_size``, i.e. at flat slot ``block_table[p // block_size] * block_size + p % block_size``. The
-block ids are the ``BlockPool``'s, so the core's prefix sharing (several sequences whose tables start with
-the same ids) and preemption (blocks dropped and the tokens recomputed into other ids) need nothing here.
-"""
+"""The paged KV cache: fixed-size blocks of key/value vectors, addressed by the ``BlockPool``'s block tables
+(position ``p`` at slot ``block_table[p // block_size] * block_size + p % block_size``)."""
 
 from __future__ import annotations
 
@@ -18,21 +13,11 @@ __all__ = ["PagedKVCache"]
 
 
 class PagedKVCache:
-    """Per layer a key and a value tensor ``[num_blocks, block_size, num_kv_heads, head_dim]``.
+    """Per layer a key and a value tensor ``[num_blocks, block_size, num_kv_heads, head_dim]``, views of one
+    zero-initialised tensor (stale slots stay finite)."""
 
-    All of them are views of one zero-initialised tensor, so stale slots hold finite numbers (masked-out
-    positions never turn into NaN through ``0 * garbage``).
-    """
-
-    def __init__(
-        self,
-        config: ModelConfig,
-        *,
-        num_blocks: int,
-        block_size: int,
-        dtype: torch.dtype = torch.float32,
-        device: str | torch.device = "cpu",
-    ) -> None:
+    def __init__(self, config: ModelConfig, *, num_blocks: int, block_size: int, dtype: torch.dtype = torch.float32,
+                 device: str | torch.device = "cpu") -> None:
         """``num_blocks`` blocks of ``block_size`` tokens, shaped for ``config``'s layers and kv heads."""
         num_layers, num_kv_heads, head_dim = config.num_layers, config.num_kv_heads, config.head_dim
         sizes = {"num_layers": num_layers, "num_blocks": num_blocks, "block_size": block_size}
@@ -40,17 +25,13 @@ class PagedKVCache:
         for key, value in sizes.items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"PagedKVCache {key} must be an integer >= 1, got {value!r}")
-        self.num_layers = num_layers
-        self.num_blocks = num_blocks
-        self.block_size = block_size
-        self.num_kv_heads = num_kv_heads
-        self.head_dim = head_dim
+        self.num_layers, self.num_blocks, self.block_size = num_layers, num_blocks, block_size
+        self.num_kv_heads, self.head_dim = num_kv_heads, head_dim
         # data: [num_layers, 2 (key, value), num_blocks, block_size, kv_heads, head_dim]
         # empty + zero_ rather than zeros: writing commits the pages now; lazily mapped zero pages made every
         # gather through them several times slower on CPU
-        self.data = torch.empty(
-            num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype, device=device
-        ).zero_()
+        shape = (num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim)
+        self.data = torch.empty(shape, dtype=dtype, device=device).zero_()
         self.k = [self.data[i, 0] for i in range(num_layers)]  # k[layer]: [num_blocks, block_size, kv_heads, head_dim]
         self.v = [self.data[i, 1] for i in range(num_layers)]
         # gather scratch (keys, values): [rows, block_size * kv_heads * head_dim], grown to the largest gather;
@@ -65,9 +46,8 @@ class PagedKVCache:
         return 2 * config.num_layers * block_size * config.num_kv_heads * config.head_dim * itemsize
 
     @classmethod
-    def num_blocks_for(
-        cls, config: ModelConfig, block_size: int, memory_bytes: int, dtype: torch.dtype = torch.float32
-    ) -> int:
+    def num_blocks_for(cls, config: ModelConfig, block_size: int, memory_bytes: int,
+                       dtype: torch.dtype = torch.float32) -> int:
         """How many blocks fit in ``memory_bytes`` (``ValueError`` when not even one does)."""
         per_block = cls.bytes_per_block(config, block_size, dtype)
         if memory_bytes < per_block:
@@ -96,17 +76,15 @@ class PagedKVCache:
         self.v[layer].view(-1, self.num_kv_heads, self.head_dim).index_copy_(0, slots, v)
 
     def gather(self, layer: int, blocks: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values ``[length, kv_heads, head_dim]`` of positions ``[0, length)`` of one sequence
-        whose block table (covering them) is ``blocks [num_seq_blocks]`` (int64, on the cache's device).
-        The result lives in a scratch buffer: valid until the next ``gather``/``gather_batch``."""
+        """Keys and values ``[length, kv_heads, head_dim]`` of positions ``[0, length)`` of the sequence with block
+        table ``blocks``, in a scratch buffer valid until the next gather."""
         shape = (-1, self.num_kv_heads, self.head_dim)
         k = self._rows(0, self.k[layer], blocks).view(shape)[:length]
         return k, self._rows(1, self.v[layer], blocks).view(shape)[:length]
 
     def gather_batch(self, layer: int, block_tables: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values ``[B, max_blocks * block_size, kv_heads, head_dim]`` of B sequences whose block
-        tables are padded into ``block_tables [B, max_blocks]``; the caller masks positions past each length.
-        The result lives in a scratch buffer: valid until the next ``gather``/``gather_batch``."""
+        """Keys and values ``[B, max_blocks * block_size, kv_heads, head_dim]`` of the sequences of the padded
+        ``block_tables [B, max_blocks]`` (the caller masks), in a scratch buffer valid until the next gather."""
         b, m = block_tables.shape
         shape = (b, m * self.block_size, self.num_kv_heads, self.head_dim)
         flat = block_tables.reshape(-1)

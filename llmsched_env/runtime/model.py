@@ -1,9 +1,6 @@
-"""A Llama-style decoder (RMSNorm, rotary GQA attention, SwiGLU) with Hugging Face tensor names.
-
-The model does the per-token math (projections, rotary embeddings, MLP, norms) and leaves attention to a
-callable, so the paged runner (``runner.py``) and the dense reference (``LlamaModel.forward_dense``) share
-every line but the attention itself. Weights are seeded random (no download) or read from a local
-safetensors file or folder whose tensors have Hugging Face Llama names and the preset's shapes.
+"""A Llama-style decoder (RMSNorm, rotary GQA attention, SwiGLU) with Hugging Face tensor names. Attention is a
+callable, so the paged runner and the dense reference (``forward_dense``) share the rest. Weights are seeded
+random or read from a local safetensors file or folder.
 """
 
 from __future__ import annotations
@@ -28,9 +25,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Shapes of a Llama-style decoder. ``rope_llama3`` = (factor, low_freq_factor, high_freq_factor,
-    original_max_position) of Llama 3.1/3.2's rope scaling, or None; ``tie_word_embeddings``: lm_head
-    shares the embedding matrix (Llama 3.2 1B/3B), so a checkpoint may omit ``lm_head.weight``."""
+    """Shapes of a Llama-style decoder; ``rope_llama3``: Llama 3.1's rope scaling (factor, low, high, original max
+    position) or None; ``tie_word_embeddings``: lm_head shares the embedding (``lm_head.weight`` may be absent)."""
 
     name: str
     vocab_size: int
@@ -158,12 +154,8 @@ class Backbone(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    """A Llama decoder over packed tokens ``[num_tokens]`` (no batch dimension, no padding).
-
-    ``hidden(token_ids, positions, attend)`` runs the layers with a caller-supplied attention;
-    ``logits(hidden)`` applies the final norm and lm_head to the rows the caller wants;
-    ``forward_dense(token_ids)`` is the no-cache causal reference used as ground truth by tests.
-    """
+    """A Llama decoder over packed tokens ``[num_tokens]``: ``hidden(token_ids, positions, attend)``,
+    ``logits(hidden)``, and ``forward_dense(token_ids)`` (the no-cache reference tests compare with)."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -231,17 +223,10 @@ class LlamaModel(nn.Module):
             return self.logits(self.hidden(token_ids, positions, attend))
 
 
-def build_model(
-    config: str | ModelConfig,
-    *,
-    seed: int = 0,
-    dtype: torch.dtype = torch.float32,
-    device: str | torch.device = "cpu",
-    weights_path: str | Path | None = None,
-) -> LlamaModel:
-    """A ``LlamaModel`` in eval mode on ``device``: seeded random weights (normal, std 0.02; norms 1;
-    deterministic for a seed on a given device type), or the tensors of a local safetensors file or folder
-    (``ValueError`` naming the file and tensor when one is missing, unexpected or of the wrong shape)."""
+def build_model(config: str | ModelConfig, *, seed: int = 0, dtype: torch.dtype = torch.float32,
+                device: str | torch.device = "cpu", weights_path: str | Path | None = None) -> LlamaModel:
+    """A ``LlamaModel`` in eval mode on ``device``: seeded random weights (std 0.02), or a local safetensors file or
+    folder's (``ValueError`` naming the file and a missing, unexpected or misshapen tensor)."""
     config = model_config(config)
     device = torch.device(device)
     with torch.device("meta"):  # no host allocation: the 8B preset goes straight to the GPU, in its dtype
@@ -284,10 +269,8 @@ def _load_weights(model: LlamaModel, path: Path) -> None:
             if name in found:
                 raise ValueError(f"{file}: tensor {name!r} is also in {found[name]}")
             if shape != list(params[name].shape):
-                raise ValueError(
-                    f"{file}: tensor {name!r} has shape {shape}, model {model.config.name!r} expects "
-                    f"{list(params[name].shape)}"
-                )
+                raise ValueError(f"{file}: tensor {name!r} has shape {shape}, model {model.config.name!r} expects "
+                                 f"{list(params[name].shape)}")
             found[name] = file
     missing = [name for name in params if name not in found]
     if missing:

@@ -1,7 +1,5 @@
-"""The runtime's names and calibration defaults, importable without torch (for ``--help`` and option checks).
-
-``runtime.model`` holds the presets and dtypes these name; tests/test_calibrate.py checks that they agree.
-"""
+"""The runtime's names and calibration defaults, importable without torch (``runtime.model`` holds what they
+name; tests/test_calibrate.py checks that they agree)."""
 
 from __future__ import annotations
 

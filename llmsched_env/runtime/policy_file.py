@@ -1,7 +1,5 @@
-"""Exported policies with torch at hand: ``llmsched_env.decision.policy_file``'s loader, whose actor runs in
-numpy, plus a torch forward pass for the activations numpy lacks (``ACTIVATIONS``: every ``torch.nn`` one an
-export may name). The runtime, the agents and anything that may meet such a policy load through here.
-"""
+"""Exported policies with torch at hand: ``decision.policy_file``'s loader plus a torch forward pass for the
+activations numpy lacks (``ACTIVATIONS``)."""
 
 from __future__ import annotations
 
@@ -27,30 +25,12 @@ from llmsched_env.decision.policy_file import (
 )
 from llmsched_env.decision.policy_file import load_policy_file as _load_in_numpy
 
-__all__ = [
-    "ACTIVATIONS",
-    "FORMAT",
-    "FORMAT_VERSION",
-    "JSON_NAME",
-    "OPTION_KEYS",
-    "TENSORS_NAME",
-    "ExportedPolicy",
-    "PolicyFileError",
-    "action_options",
-    "load_policy_file",
-    "torch_forward",
-]
+__all__ = ["ACTIVATIONS", "FORMAT", "FORMAT_VERSION", "JSON_NAME", "OPTION_KEYS", "TENSORS_NAME", "ExportedPolicy",
+           "PolicyFileError", "action_options", "load_policy_file", "torch_forward"]
 
-ACTIVATIONS: dict[str, type[nn.Module]] = {
-    "tanh": nn.Tanh,
-    "relu": nn.ReLU,
-    "elu": nn.ELU,
-    "leaky_relu": nn.LeakyReLU,
-    "gelu": nn.GELU,
-    "silu": nn.SiLU,
-    "sigmoid": nn.Sigmoid,
-    "identity": nn.Identity,
-}
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU,
+                                           "leaky_relu": nn.LeakyReLU, "gelu": nn.GELU, "silu": nn.SiLU,
+                                           "sigmoid": nn.Sigmoid, "identity": nn.Identity}
 assert tuple(ACTIVATIONS) == ACTIVATION_NAMES  # the names a policy file may hold
 
 

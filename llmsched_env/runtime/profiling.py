@@ -1,14 +1,6 @@
-"""Calibrate a cost-model preset on the runtime, end to end (what ``llmsched-calibrate profile`` runs).
-
-    spec = RunnerSpec(model="tiny", device="cpu")          # llmsched_env.runtime.runner_spec
-    model, report = profile_preset(spec, Path("results/calibrate/runtime-tiny-cpu.json"), quick=True)
-
-``profile_preset`` times the model runner over a grid of batch shapes (``calibrate.ProfileGrid``), records
-fcfs fitting episodes (real iterations with the serving loop's own time) at fractions of the grid-only
-model's saturation rate, fits the linear cost model to both (``calibrate.fit``), and writes it as a preset
-with the grid samples beside it (``<out>.samples.csv``). It says what it does through two optional
-callbacks, so that a command can draw bars without this layer importing one: ``on_status(line)`` once per
-phase and ``on_progress(phase, done, total)`` over the grid and over the fitting episodes.
+"""Calibrate a cost-model preset on the runtime, end to end (``llmsched-calibrate profile``): ``profile_preset``
+times a grid of batch shapes, records fcfs fitting episodes, fits the linear model to both and writes the preset
+and ``<out>.samples.csv``, reporting through ``on_status(line)`` and ``on_progress(phase, done, total)``.
 """
 
 from __future__ import annotations
@@ -40,26 +32,14 @@ from llmsched_env.runtime.fidelity import (
 from llmsched_env.runtime.runner_spec import RunnerSpec
 
 __all__ = [
-    "MAX_LIST",
-    "MAX_REPEATS",
-    "MAX_REQUESTS",
-    "QUICK_GRID",
-    "ProgressFn",
-    "StatusFn",
-    "check_count",
-    "check_loads",
-    "max_threads",
-    "policy_factory",
-    "profile_preset",
+    "MAX_LIST", "MAX_REPEATS", "MAX_REQUESTS", "QUICK_GRID", "ProgressFn", "StatusFn", "check_count", "check_loads",
+    "max_threads", "policy_factory", "profile_preset",
 ]
 
 QUICK_GRID = cal.ProfileGrid((0, 64, 512), (0, 512), (0, 1, 8), (128, 512))  # tests and smoke runs
 StatusFn = Callable[[str], None]
 ProgressFn = Callable[[str, int, int], None]  # (phase, done, total)
-# Bounds of a calibration's counts, so that none runs for ever or fills the memory: a batch shape is timed at
-# most MAX_REPEATS times (the median of 3 is the default; 1,000 already makes the full grid run for hours), a
-# workload holds at most MAX_REQUESTS requests (150 by default: each is served by the real model), and a list of
-# loads or seeds holds at most MAX_LIST values (each is a whole episode on the runtime, or several).
+# Bounds of a calibration's counts (repeats per shape, requests per workload, loads or seeds in a list).
 MAX_REPEATS = 1_000
 MAX_REQUESTS = 10_000
 MAX_LIST = 100
@@ -67,23 +47,19 @@ _MAX_THREADS = 1_024
 
 
 def max_threads() -> int:
-    """The most torch CPU threads a calibration takes: 4 per CPU of this machine, and never over 1,024. More
-    threads than cores only wait on each other (timings get worse, not better), and torch allocates a buffer per
-    thread: 100,000 threads failed with an allocation error in the middle of the run rather than up front."""
+    """The most torch CPU threads a calibration takes: 4 per CPU, at most 1,024 (torch allocates per thread)."""
     return min(_MAX_THREADS, 4 * (os.cpu_count() or 1))
 
 
 def check_count(name: str, value: object, maximum: int, minimum: int = 1) -> int:
-    """``value`` if it is an integer from ``minimum`` to ``maximum``; ``ValueError`` naming ``name`` (a field or
-    an option) otherwise."""
+    """``value`` if an integer from ``minimum`` to ``maximum``, else ``ValueError`` naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
         raise ValueError(f"{name} must be an integer from {minimum:,} to {maximum:,}, got {value!r}")
     return value
 
 
 def check_loads(name: str, loads: Sequence[float]) -> list[float]:
-    """``loads`` (fractions of a saturation rate) as a list if it holds 1 to ``MAX_LIST`` finite numbers from
-    ``MIN_LOAD`` to ``MAX_LOAD`` (the env's own range); ``ValueError`` naming ``name`` otherwise."""
+    """``loads`` as a list of 1 to ``MAX_LIST`` numbers in [``MIN_LOAD``, ``MAX_LOAD``], else ``ValueError``."""
     values = list(loads)
     if not 1 <= len(values) <= MAX_LIST:
         raise ValueError(f"{name}: expected 1 to {MAX_LIST} loads, got {len(values):,}")
@@ -99,26 +75,12 @@ def policy_factory(name: str) -> PolicyFactory:
     return lambda ctx: make_scheduler(name, ctx, seed=0)
 
 
-def profile_preset(
-    spec: RunnerSpec,
-    out: Path,
-    *,
-    quick: bool = False,
-    repeats: int = 3,
-    name: str | None = None,
-    fit_loads: Sequence[float] = FIT_LOADS,
-    num_requests: int = FidelityWorkload.num_requests,
-    force: bool = False,
-    on_status: StatusFn | None = None,
-    on_progress: ProgressFn | None = None,
-) -> tuple[LinearCostModel, dict[str, Any]]:
-    """Profile, record fitting episodes, fit and save the preset ``out`` (named ``name``, default the file
-    stem) and ``<out>.samples.csv``; return the fitted model and the fit's report (where the files went, the
-    profile's time, the loop overhead, residuals over the grid, over the iterations and by decode count).
-    ``ValueError``, before anything runs, for ``out`` inside a shipped folder unless ``force``, ``repeats`` or
-    ``num_requests`` out of 1..``MAX_REPEATS`` / ``MAX_REQUESTS``, ``spec.threads`` over ``max_threads()``,
-    ``fit_loads`` not 1 to ``MAX_LIST`` loads in [``MIN_LOAD``, ``MAX_LOAD``], or fitting episodes of more than
-    ``MAX_RUNTIME_REQUESTS`` requests together (``fidelity.check_runtime_requests``)."""
+def profile_preset(spec: RunnerSpec, out: Path, *, quick: bool = False, repeats: int = 3, name: str | None = None,
+                   fit_loads: Sequence[float] = FIT_LOADS, num_requests: int = FidelityWorkload.num_requests,
+                   force: bool = False, on_status: StatusFn | None = None,
+                   on_progress: ProgressFn | None = None) -> tuple[LinearCostModel, dict[str, Any]]:
+    """Profile, record fitting episodes, fit, save ``out`` and ``<out>.samples.csv``; the model and the fit's
+    report. ``ValueError`` before anything runs for a shipped ``out`` (unless ``force``) or a bad count."""
     check_output(out, force, file=True)
     check_output(out.with_suffix(".samples.csv"), force, file=True)  # the grid samples go beside it
     check_count("repeats", repeats, MAX_REPEATS)
@@ -136,8 +98,7 @@ def profile_preset(
     samples = cal.profile(runner, grid, repeats=repeats, progress=shapes)
     profile_s = time.perf_counter() - t0
     name = name or out.stem
-    # Fitting episodes (seed FIT_SEED, fcfs) at fractions of the grid-only model's saturation rate: real
-    # iterations with the serving loop's own time and real batch mixes.
+    # fcfs fitting episodes at fractions of the grid-only model's saturation rate
     fcfs = policy_factory("fcfs")
     grid_model = cal.fit(samples, 0.0, name=name)
     sat = saturation_rps(grid_model, workload, RUNTIME_ENGINE, fcfs)
@@ -153,22 +114,16 @@ def profile_preset(
         if on_progress is not None:
             on_progress("fitting episodes", k + 1, len(fit_loads))
     overhead = float(np.mean(overheads))
-    desc = (
-        f"runtime {spec.model} {spec.dtype} on {spec.device}: fitted by `llmsched-calibrate profile` on "
-        f"{len(samples)} batch shapes (plus {overhead * 1e6:.0f} us of serving-loop time per iteration) and "
-        f"{len(iterations)} iterations of fcfs fitting episodes at loads {list(fit_loads)}"
-    )
+    desc = (f"runtime {spec.model} {spec.dtype} on {spec.device}: fitted by `llmsched-calibrate profile` on "
+            f"{len(samples)} batch shapes (plus {overhead * 1e6:.0f} us of serving-loop time per iteration) and "
+            f"{len(iterations)} iterations of fcfs fitting episodes at loads {list(fit_loads)}")
     model = cal.fit(samples, overhead, name=name, description=desc, iterations=iterations)
     out.parent.mkdir(parents=True, exist_ok=True)
     model.save(out)
     samples_path = out.with_suffix(".samples.csv")
     write_csv(cal.samples_table(samples), samples_path)
-    return model, {
-        "preset": str(out),
-        "samples": str(samples_path),
-        "profile_s": profile_s,
-        "loop_overhead_s": overhead,
-        "grid": fit_report(model, [(p, d, kv, q, t + overhead) for p, d, kv, q, t in samples]),
-        "iterations": fit_report(model, iterations),
-        "iterations_by_decodes": cal.residuals_by_decodes(model, iterations),
-    }
+    return model, {"preset": str(out), "samples": str(samples_path), "profile_s": profile_s,
+                   "loop_overhead_s": overhead,
+                   "grid": fit_report(model, [(p, d, kv, q, t + overhead) for p, d, kv, q, t in samples]),
+                   "iterations": fit_report(model, iterations),
+                   "iterations_by_decodes": cal.residuals_by_decodes(model, iterations)}

@@ -1,18 +1,10 @@
-"""The model runner: executes one engine iteration (prefill chunks and decodes together) on the paged cache.
+"""The model runner: one engine iteration (prefill chunks and decodes together) on the paged KV cache.
 
-All tokens of the iteration are packed into one ``[num_tokens, hidden]`` batch for the linear layers,
-decodes first, then the prefill chunks in order (no padding). Attention reads keys and values through each
-sequence's block table: each prefill chunk on its own (padding a decode to a prefill's length would waste
-compute), the decodes in batched calls over groups of similar context length. One padded call over all
-decodes would cost ``decodes x longest context``: on the CPU ``tiny`` preset, 15 decodes at context 30
-beside one at 1800 took 6.3 ms in one call, 16 at context 125 1.7 ms (``bench/bench_runtime_model.py``).
-Grouping sorted lengths, a new group starting where the padding would exceed ``decode_group_slack`` tokens
-per sequence (1.9 ms for the first batch), keeps the cost close to the total context, as paged-attention
-kernels' is, and so to the cost model's ``num_kv_tokens`` feature.
-
-The torch path (``scaled_dot_product_attention``) runs on CPU and CUDA; on CUDA with fp16/bf16, blocks of a
-multiple of 256 tokens (flash-attn's paged-KV rule) and the ``flash_attn`` package present,
-``flash_attn_with_kvcache`` is used instead, all decodes in one call.
+Every token of the iteration goes through the linear layers in one packed batch, decodes first. Attention reads
+K/V through each sequence's block table: each prefill chunk alone, the decodes in calls over groups of similar
+context length (a new group where padding would pass ``decode_group_slack`` tokens a sequence), so the cost
+follows the total context as paged kernels' does. On CUDA with fp16/bf16, 256-token blocks and ``flash_attn``
+installed, ``flash_attn_with_kvcache`` runs instead.
 """
 
 from __future__ import annotations
@@ -68,20 +60,10 @@ class _Plan:
 class ModelRunner:
     """A Llama model plus its paged KV cache; ``run`` executes one iteration and samples next tokens."""
 
-    def __init__(
-        self,
-        model: str | ModelConfig = "tiny",
-        *,
-        num_blocks: int,
-        block_size: int,
-        device: str | torch.device = "cpu",
-        dtype: torch.dtype = torch.float32,
-        seed: int = 0,
-        weights_path: str | Path | None = None,
-        temperature: float = 0.0,
-        attention: str = "auto",
-        decode_group_slack: int = 256,
-    ) -> None:
+    def __init__(self, model: str | ModelConfig = "tiny", *, num_blocks: int, block_size: int,
+                 device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32, seed: int = 0,
+                 weights_path: str | Path | None = None, temperature: float = 0.0, attention: str = "auto",
+                 decode_group_slack: int = 256) -> None:  # fmt: skip
         if not isinstance(decode_group_slack, int) or decode_group_slack < 0:
             raise ValueError(f"decode_group_slack must be an integer >= 0, got {decode_group_slack!r}")
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
@@ -90,33 +72,24 @@ class ModelRunner:
             raise ValueError(f"attention must be one of {ATTENTION_BACKENDS}, got {attention!r}")
         self.device = torch.device(device)
         self.config: ModelConfig = model_config(model)
-        self.kv = PagedKVCache(
-            self.config, num_blocks=num_blocks, block_size=block_size, dtype=dtype, device=self.device
-        )
-        self.model: LlamaModel = build_model(
-            self.config, seed=seed, dtype=dtype, device=self.device, weights_path=weights_path
-        )
+        self.kv = PagedKVCache(self.config, num_blocks=num_blocks, block_size=block_size, dtype=dtype,
+                               device=self.device)  # fmt: skip
+        self.model: LlamaModel = build_model(self.config, seed=seed, dtype=dtype, device=self.device,
+                                             weights_path=weights_path)  # fmt: skip
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.temperature = float(temperature)
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        flash_ok = (
-            flash_attn_with_kvcache is not None
-            and self.device.type == "cuda"
-            and dtype in (torch.float16, torch.bfloat16)
-            and block_size % 256 == 0
-        )
+        flash_ok = (flash_attn_with_kvcache is not None and self.device.type == "cuda"
+                    and dtype in (torch.float16, torch.bfloat16) and block_size % 256 == 0)  # fmt: skip
         if attention == "flash" and not flash_ok:
             raise ValueError("attention='flash' needs flash_attn, a CUDA device, fp16/bf16 and block_size % 256 == 0")
         self.use_flash = flash_ok and attention != "torch"
         self.decode_group_slack = decode_group_slack  # padding tokens per decode before a new group starts
 
     def run(self, chunks: Sequence[SeqChunk]) -> list[int | None]:
-        """Run one iteration: every chunk's tokens in ONE forward pass (prefill chunks and decodes together),
-        writing their K/V into the paged cache at their slots, attending causally over the cached prefix
-        [0, start_pos) plus the chunk itself. Logits only for the last token of chunks with sample=True.
-        Greedy when temperature == 0, else sampling with a generator seeded from ``seed`` (deterministic
-        for a seed). Returns one entry per chunk: the next token id, or None where sample is False."""
+        """Run one iteration in one forward pass: per chunk the next token (greedy at temperature 0, else seeded
+        sampling), None where ``sample`` is False."""
         logits = self.forward_logits(chunks)  # [M, vocab]
         if logits.shape[0] == 0:
             return [None] * len(chunks)
@@ -135,9 +108,8 @@ class ModelRunner:
         self._validate(chunks)
         with torch.inference_mode():
             plan = self._plan(chunks)
-            hidden = self.model.hidden(
-                plan.token_ids, plan.positions, lambda i, q, k, v: self._attend(plan, i, q, k, v)
-            )
+            hidden = self.model.hidden(plan.token_ids, plan.positions,
+                                       lambda i, q, k, v: self._attend(plan, i, q, k, v))
             return self.model.logits(hidden[plan.sample_rows])
 
     def synchronize(self) -> None:
@@ -160,10 +132,8 @@ class ModelRunner:
                 raise ValueError(f"chunk {i}: positions up to {end} exceed max_position {self.config.max_position}")
             need = -(-end // bs)
             if len(c.block_table) < need:
-                raise ValueError(
-                    f"chunk {i}: block_table has {len(c.block_table)} blocks, positions [0, {end}) need {need} "
-                    f"of {bs} tokens"
-                )
+                raise ValueError(f"chunk {i}: block_table has {len(c.block_table)} blocks, positions [0, {end}) need "
+                                 f"{need} of {bs} tokens")
             used = c.block_table[:need]
             if min(used) < 0 or max(used) >= self.num_blocks:
                 raise ValueError(f"chunk {i}: block ids must be in [0, {self.num_blocks}), got {list(used)}")
@@ -228,9 +198,8 @@ class ModelRunner:
             end = plan.dec_groups[g + 1][0] if g + 1 < len(plan.dec_groups) else plan.num_decodes
             out[row:end] = self._attend_decodes(layer, q[row:end], tables, lens, mask)
         for row, n, start, blocks in plan.prefills:
-            out[row : row + n] = self._attend_prefill(
-                layer, q[row : row + n], k[row : row + n], v[row : row + n], start, blocks
-            )
+            out[row : row + n] = self._attend_prefill(layer, q[row : row + n], k[row : row + n], v[row : row + n],
+                                                      start, blocks)
         return out
 
     def _flash(self, layer: int, q: torch.Tensor, lens: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:

@@ -1,11 +1,7 @@
-"""Which model runs where, and the one place a ``ModelRunner`` is built from that.
+"""Which model runs where, and the one place a ``ModelRunner`` is built from that:
 
     spec = RunnerSpec(model="tiny", device="cpu")              # checked now: preset, dtype, device, threads
     runner = spec.build(num_blocks=2048, block_size=16)         # loads the model (sets torch's CPU threads)
-    spec = RunnerSpec.for_here("tiny")                         # cuda when there is one; bfloat16 off the CPU
-
-Calibration (``llmsched-calibrate``), the runtime backend of ``llmsched-evaluate`` (``RuntimeOptions``) and
-the runtime benchmarks all build their runners here.
 """
 
 from __future__ import annotations
@@ -58,9 +54,8 @@ class RunnerSpec:
             object.__setattr__(self, "weights", Path(self.weights))
 
     @classmethod
-    def for_here(
-        cls, model: str = "tiny", device: str | None = None, dtype: str | None = None, **fields: Any
-    ) -> RunnerSpec:
+    def for_here(cls, model: str = "tiny", device: str | None = None, dtype: str | None = None,
+                 **fields: Any) -> RunnerSpec:
         """A spec whose ``device`` (None: ``default_device()``) and ``dtype`` (None: ``default_dtype`` of the
         device) suit this machine; ``fields`` are the other fields."""
         device = device or default_device()
@@ -70,15 +65,8 @@ class RunnerSpec:
         """A ``ModelRunner`` with a KV pool of ``num_blocks`` blocks of ``block_size`` tokens; sets torch's CPU
         threads first. A weights file that does not fit raises ``ValueError`` naming it."""
         torch.set_num_threads(self.threads)
-        return ModelRunner(
-            self.model,
-            num_blocks=num_blocks,
-            block_size=block_size,
-            device=self.device,
-            dtype=DTYPES[self.dtype],
-            seed=self.seed,
-            weights_path=self.weights,
-        )
+        return ModelRunner(self.model, num_blocks=num_blocks, block_size=block_size, device=self.device,
+                           dtype=DTYPES[self.dtype], seed=self.seed, weights_path=self.weights)
 
     def describe(self) -> str:
         """``MODEL DTYPE on DEVICE``, for status lines."""

@@ -1,12 +1,6 @@
-"""Token ids for workload requests, which carry lengths only.
-
-Traces give prompt and output lengths, not text, and a model with random weights has no meaningful
-end-of-sequence, so the runtime invents the prompt tokens and lets the workload's ``output_len`` end each
-request. The ids are deterministic and content-addressed: the tokens of the ``i``-th prefix block of a
-request (``prefix_ids[i]``, ``prefix_id_tokens`` tokens, Mooncake's hash_ids) depend only on
-``prefix_ids[: i + 1]``, so two requests the core's prefix cache lets share KV blocks really do hold the
-same tokens there, and reusing those blocks gives the same logits as recomputing them. Tokens past the
-prefix ids come from the request's own stream.
+"""Token ids for workload requests, which carry lengths only (``output_len`` ends each request). The ids are
+deterministic and content-addressed: the tokens of prefix block ``i`` depend only on ``prefix_ids[: i + 1]``, so
+requests that share KV blocks hold the same tokens there; the rest come from the request's own stream.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""KV-usage accounting of one block pool over an episode, for the simulator, each cluster replica and the
-torch runtime alike (``KVUsage``).
-
-Usage is the share of the pool's blocks held by running requests (evictable cached blocks count as free). The
-mean weighs each iteration's usage by how long the iteration ran, so a long prefill at high usage counts for
-more than a quick decode round; idle time (no batch) does not count. The peak is the highest usage any
-iteration ran at. The series, for plots, is the clock and the blocks in use after every step.
+"""KV-usage accounting of one block pool over an episode (``KVUsage``): the mean share of blocks held by running
+requests, weighted by each iteration's duration (idle time does not count), the peak, and the series of the
+clock and the blocks in use after every step.
 """
 
 from __future__ import annotations

@@ -1,30 +1,18 @@
-"""Serving metrics of one run, as vLLM's benchmark and DistServe define them.
+"""Serving metrics of one run, as vLLM's benchmark and DistServe define them (``compute_metrics``: requests of
+any status -> a flat ``dict[str, float]``). For output tokens at ``t_1 < ... < t_n``:
 
-``compute_metrics`` turns the requests of a run (any status) into a flat ``dict[str, float]``: latency
-statistics of the finished requests, counts, throughput, SLO attainment and goodput, VTC fairness, per-tenant
-figures, prefix-cache hits and preemptions. Definitions, for a request with output tokens at times
-``t_1 < ... < t_n``:
+- TTFT = t_1 - arrival; TPOT = (t_n - t_1) / (n - 1) (statistics over requests with n > 1; a one-token
+  request's SLO check takes 0); ITL = every gap, pooled; E2E (``e2el``) = t_n - arrival; queue delay = first
+  scheduled - arrival.
+- A request meets its SLO iff it finished with TTFT / ``slo.ttft_s`` <= 1 and TPOT / ``slo.tpot_s`` <= 1.
+  Attainment is over every arrival (rejected and unfinished ones miss); goodput is met requests per second.
+- Throughputs count finished requests only (requests, output tokens, prompt + output tokens).
+- Tenant service S_k = (prompt tokens scheduled + 2 x output tokens) / weight_k (VTC); Jain's index over
+  tenants with an arrival. ``tenant/NAME/...`` for at most ``TOP_TENANTS`` (the busiest), the rest pooled as
+  ``tenant/other/...`` (with ``num_tenants``).
 
-- TTFT = t_1 - arrival; TPOT = (t_n - t_1) / (n - 1); ITL = every gap t_{i+1} - t_i (pooled over all
-  finished requests); E2E (``e2el``) = t_n - arrival; queue delay = first scheduled - arrival. As in vLLM's
-  benchmark, the TPOT statistics (``tpot_*_s``, per tenant too) are over finished requests with n > 1 only: a
-  one-token request has no time per output token. Its SLO check takes its TPOT as 0.
-- A request meets its SLO iff it finished, TTFT <= its tenant's ``slo.ttft_s`` and TPOT <= ``slo.tpot_s``
-  (compared as ratios ``x / target <= 1``, exactly as the engine's reward does). Attainment divides by every
-  arrival, so rejected and unfinished requests are misses; goodput is met requests per second.
-- Throughput is over completed (finished) requests, as vLLM's benchmark: ``request_throughput_rps`` counts
-  them, ``output_throughput_tps`` their output tokens, ``total_token_throughput_tps`` their prompt and output
-  tokens; tokens of rejected or unfinished requests do not count.
-- Tenant k's service S_k = (prompt tokens of its requests ever scheduled + 2 x output tokens produced) /
-  weight_k (VTC, the engine's ``vtc`` counter); Jain's index over tenants with at least one arrival.
-- Per tenant, ``tenant/NAME/{num_requests,slo_attainment,service,ttft_p99_s,tpot_p99_s}``; past ``TOP_TENANTS``
-  tenants, only the busiest ``TOP_TENANTS`` (most requests, ties by name) get their own, and the others are one
-  group ``tenant/other/...``: their requests summed, attainment and p99s over their pooled requests, service
-  summed (the group's total), and ``tenant/other/num_tenants`` how many it holds. Jain's index is still over
-  every tenant.
-
-Token times are stored lazily (see ``request.py``); ``token_times`` rebuilds them. Everything is vectorised
-over the flat list of (prefill token, decode segment) records, so 10,000 requests take milliseconds.
+Token times are stored lazily (``request.py``); everything is vectorised over (prefill token, decode segment)
+records, so 10,000 requests take milliseconds.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The simulator: the engine core driven by a cost model on an event clock.
-
-``step(decision)`` runs one engine iteration: the batch builder forms the batch, the cost model says how
-long it takes, the clock advances, and every request that arrived meanwhile joins the waiting queue. An
-iteration with nothing to run advances the clock to the next arrival (or by one idle tick when the policy
-holds admission while requests wait). Once the engine is idle the clock jumps straight to the next arrival,
-so every step the policy sees has work to decide about, until the workload drains.
+"""The simulator: the engine core driven by a cost model on an event clock. ``step(decision)`` runs one engine
+iteration (the batch builder forms the batch, the cost model times it, the clock advances, arrivals join the
+queue). An iteration that ran nothing wakes at the next event (``wake_s``); an idle engine jumps straight to
+the next arrival, so every step the policy sees has work to decide about.
 """
 
 from __future__ import annotations
@@ -26,7 +23,22 @@ from llmsched_env.engine.request import Request
 from llmsched_env.sim.kv_usage import KVUsage
 from llmsched_env.sim.metrics import compute_metrics
 
-__all__ = ["Simulator", "check_arrival_order"]
+__all__ = ["Simulator", "check_arrival_order", "idle_tick_s", "wake_s"]
+
+
+def idle_tick_s(cost_model: CostModel) -> float:
+    """How long an engine that runs nothing while requests wait (its policy holds them) waits before deciding
+    again: one single-token decode iteration's time."""
+    return cost_model.step_time_s(0, 1, 0, 0.0)
+
+
+def wake_s(start_s: float, events: Sequence[float | None], waiting: bool, tick_s: float) -> float:
+    """When an engine whose iteration ran nothing decides again: at the earliest of ``events`` (the next arrival,
+    a remote KV landing), or one idle tick ``tick_s`` on while requests wait (or when no event is due)."""
+    wake = [t for t in events if t is not None]
+    if waiting or not wake:
+        wake.append(start_s + tick_s)
+    return max(min(wake), start_s)
 
 
 def check_arrival_order(requests: Sequence[Request]) -> None:
@@ -64,8 +76,7 @@ class Simulator:
         self._next = 0
         self.num_steps = 0
         self.start_s = self.requests[0].arrival_s if self.requests else 0.0
-        # A held, empty engine waits this long before the policy is asked again.
-        self.idle_tick_s = cost_model.step_time_s(0, 1, 0, 0.0)
+        self.idle_tick_s = idle_tick_s(cost_model)
         self.kv_usage = KVUsage()  # time-weighted mean and peak, and the series after every step
         self._checked_now_s = 0.0
         # True once a fork shares the requests still to arrive: each is then copied as it arrives (``fork``)
@@ -97,12 +108,8 @@ class Simulator:
         batch = engine.schedule(decision)
         start = engine.now_s
         if batch.is_empty:
-            # Nothing ran: wake at the next arrival or remote-KV landing; a policy holding admission while
-            # requests wait is asked again after one idle tick.
-            wake = [t for t in (self.next_arrival_s, engine.next_fetch_ready_s()) if t is not None]
-            if engine.num_waiting_total or not wake:
-                wake.append(start + self.idle_tick_s)
-            engine.advance_clock(max(min(wake), start))
+            events = (self.next_arrival_s, engine.next_fetch_ready_s())
+            engine.advance_clock(wake_s(start, events, engine.num_waiting_total > 0, self.idle_tick_s))
         else:
             dt = self.execute(batch)
             self.kv_usage.add(engine.pool.usage, dt)
@@ -115,9 +122,7 @@ class Simulator:
         return batch
 
     def execute(self, batch: Batch) -> float:
-        """Run ``batch`` and return how long it took: here the cost model's price. The torch runtime overrides
-        this with a real model step timed on the wall clock; everything else (arrivals, idle jumps, the
-        engine's accounting, metrics) is shared."""
+        """Run ``batch`` and return how long it took: the cost model's price (the torch runtime runs the model)."""
         return batch.time_s(self.cost_model)
 
     def _arrive(self) -> None:
@@ -137,13 +142,9 @@ class Simulator:
 
     # ------------------------------------------------------------------------------------------ fork
     def fork(self, rng: np.random.Generator | None = None) -> Simulator:
-        """An independent simulator in the same state: stepping it and this one with the same decisions gives
-        the same batches, clock, observations and metrics, and neither sees the other's steps. Live requests
-        are copied (``Engine.fork``), finished and rejected ones shared (they never change again), and the
-        requests still to arrive shared until they arrive: from now on both simulators copy each arrival
-        before touching it. ``rng``: the generator the fork's remote KV store draws from (the env's own). The
-        simulator of ``LLMSched-v1``'s ``snapshot()`` / ``restore()``; the torch runtime's subclass, which
-        runs a real model, cannot fork (ValueError)."""
+        """An independent simulator in the same state (the same decisions give the same batches, clock and
+        metrics in both): live requests copied, finished ones shared, those still to arrive shared until each is
+        copied on arrival. ``rng``: the fork's remote KV store's generator. A subclass cannot fork (ValueError)."""
         if type(self) is not Simulator:
             raise ValueError(f"{type(self).__name__} cannot fork: only the simulator's own state can be copied")
         engine = self.engine
@@ -168,11 +169,9 @@ class Simulator:
     def with_future(
         self, arrivals: Sequence[Request], output_lens: Sequence[int], rng: np.random.Generator | None = None
     ) -> Simulator:
-        """A fork (``fork``) in which ``arrivals`` (fresh requests sorted by arrival, none before the clock) replace
-        every request still to arrive, and the live requests (``Engine.live_requests``, in that order) get
-        ``output_lens`` as their output lengths: a forecast future, for a planner that must not read the real
-        one (``decision.mpc``). ``ValueError`` for a length no longer than what its request has produced, an
-        arrival before the clock, or a list of the wrong size."""
+        """A fork whose future is a forecast (``decision.mpc``): ``arrivals`` (sorted, none before the clock) replace
+        the requests still to arrive, and the live requests (``Engine.live_requests`` order) get ``output_lens``.
+        ``ValueError`` for a length not past what was produced, an early arrival or a wrong-sized list."""
         check_arrival_order(arrivals)
         if arrivals and arrivals[0].arrival_s < self.engine.now_s:
             raise ValueError(f"with_future: arrival {arrivals[0].request_id} lies before the clock")
@@ -189,13 +188,10 @@ class Simulator:
 
     @staticmethod
     def around(engine: Engine, arrived: Sequence[Request], num_steps: int, start_s: float) -> Simulator:
-        """A simulator that goes on from ``engine``'s state (it owns the engine from now on), priced by the
-        engine's cost model, with no request still to arrive: a planner's view of an engine it does not drive
-        (a copy of vLLM's scheduler state, ``adapters.vllm.planning``; or of a simulator of another class,
-        ``decision.mpc.planning_view``). ``arrived``: the requests seen so far, in arrival order, the engine's
-        live ones among them as the very objects it holds (a forecast reads them; they need not be every request
-        the engine counts); ``num_steps`` and ``start_s``: the iterations run since ``start_s``, whose mean
-        estimates the step time."""
+        """A simulator going on from ``engine``'s state (it owns the engine now), with nothing still to arrive: a
+        planner's view of an engine it does not drive (``adapters.vllm.planning``, ``decision.mpc.planning_view``).
+        ``arrived``: the requests seen so far, in arrival order, the live ones as the engine holds them;
+        ``num_steps`` since ``start_s``: their mean estimates the step time."""
         new = Simulator.__new__(Simulator)
         new.engine = engine
         new.cost_model = engine.cost_model
@@ -203,7 +199,7 @@ class Simulator:
         new._next = len(new.requests)
         new.num_steps = num_steps
         new.start_s = start_s
-        new.idle_tick_s = engine.cost_model.step_time_s(0, 1, 0, 0.0)
+        new.idle_tick_s = idle_tick_s(engine.cost_model)
         new.kv_usage = KVUsage()
         new._checked_now_s = engine.now_s
         new._pending_shared = False

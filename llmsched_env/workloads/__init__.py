@@ -1,7 +1,5 @@
-"""Where requests come from: arrival processes, length distributions, trace loaders (Azure, Mooncake,
-ShareGPT lengths, a generic CSV/JSONL), synthetic workloads, scenarios with train/val/test splits, and the
-scenario library.
-"""
+"""Where requests come from: arrival processes, length distributions, trace loaders, synthetic workloads,
+scenarios with train/val/test splits, and the scenario library."""
 
 from llmsched_env.workloads.arrivals import ArrivalProcess, GammaArrivals, OnOff, Poisson, Ramp, TraceReplay
 from llmsched_env.workloads.describe import describe_scenario
@@ -12,26 +10,7 @@ from llmsched_env.workloads.traces import TRACE_FORMATS, Trace, TraceError, load
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig, generate
 
 __all__ = [
-    "SCENARIOS",
-    "SPLITS",
-    "TRACE_FORMATS",
-    "ArrivalProcess",
-    "GammaArrivals",
-    "LengthDist",
-    "OnOff",
-    "Poisson",
-    "Ramp",
-    "Scenario",
-    "TenantWorkload",
-    "Trace",
-    "TraceError",
-    "TraceReplay",
-    "WorkloadConfig",
-    "describe_scenario",
-    "generate",
-    "get_scenario",
-    "list_scenarios",
-    "load_length_file",
-    "load_trace",
-    "scenario_from_trace",
+    "SCENARIOS", "SPLITS", "TRACE_FORMATS", "ArrivalProcess", "GammaArrivals", "LengthDist", "OnOff", "Poisson", "Ramp",
+    "Scenario", "TenantWorkload", "Trace", "TraceError", "TraceReplay", "WorkloadConfig", "describe_scenario",
+    "generate", "get_scenario", "list_scenarios", "load_length_file", "load_trace", "scenario_from_trace",
 ]

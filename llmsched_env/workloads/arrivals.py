@@ -1,26 +1,13 @@
-"""Arrival processes: when requests reach the engine. Stdlib and numpy only.
-
-Each process is a frozen, validated dataclass with ``mean_rate_rps`` (the long-run average rate),
-``sample(rng, n, start_s)`` (exactly ``n`` sorted float64 arrival times, all > ``start_s``, vectorised),
-``scaled(load)`` and ``to_dict()``; ``arrival_from_dict`` reads one back (key ``kind``), so scenarios are data.
-
-What ``scaled(load)`` means: the rate function is multiplied by ``load``, so ``mean_rate_rps`` is too.
-For the stationary processes (``Poisson``, ``GammaArrivals``) that is the same as compressing time. For the
-time-varying ones (``OnOff``, ``Diurnal``, ``Ramp``) the time structure stays fixed: a day stays a day,
-on/off periods and ramp durations keep their length, and only the rate inside them changes. A
-``TraceReplay`` has no rate apart from its timestamps, so there ``load`` compresses time (multiplies
-``rate_multiplier``).
-
-Time-varying processes are functions of absolute time (t = 0 is the start of the run): ``start_s`` says
-from when on arrivals are drawn, it does not restart the cycle or the ramp. Calling ``sample`` again from
-the last arrival continues the same process (exactly for the Poisson-based kinds, which are memoryless).
+"""Arrival processes: frozen, validated dataclasses with ``mean_rate_rps``, ``sample(rng, n, start_s)`` (``n``
+sorted times > ``start_s``, functions of absolute time), ``scaled(load)`` (the rate function times ``load``;
+periods stay, a ``TraceReplay`` compresses time) and ``to_dict()`` (``arrival_from_dict`` reads it back).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
@@ -28,18 +15,8 @@ import numpy as np
 from llmsched_env.common.checks import MAX_RATE_RPS, check_int, check_positive
 from llmsched_env.common.fields import from_fields, to_fields
 
-__all__ = [
-    "ARRIVAL_KINDS",
-    "ArrivalProcess",
-    "Diurnal",
-    "GammaArrivals",
-    "OnOff",
-    "Poisson",
-    "Ramp",
-    "TraceReplay",
-    "arrival_from_dict",
-    "interarrival_cv",
-]
+__all__ = ["ARRIVAL_KINDS", "ArrivalProcess", "Diurnal", "GammaArrivals", "OnOff", "Poisson", "Ramp", "TraceReplay",
+           "arrival_from_dict", "interarrival_cv"]
 
 
 @runtime_checkable
@@ -72,10 +49,12 @@ _P = TypeVar("_P", bound="_Process")
 
 
 class _Process:
-    """Shared plumbing: float coercion with named errors, ``scaled`` over ``_rate_fields``, ``to_dict``."""
+    """Shared plumbing: float fields checked (> 0, or >= 0 for ``_may_be_zero``) and coerced with named errors,
+    ``scaled`` over ``_rate_fields``, ``to_dict``."""
 
     kind: ClassVar[str]
-    _rate_fields: ClassVar[tuple[str, ...]]
+    _rate_fields: ClassVar[tuple[str, ...]] = ("rate_rps",)
+    _may_be_zero: ClassVar[tuple[str, ...]] = ()
     __dataclass_fields__: ClassVar[dict[str, Any]]  # each process is a dataclass (``scaled`` replaces fields)
 
     def _set_float(self, name: str, *, allow_zero: bool = False) -> None:
@@ -85,9 +64,12 @@ class _Process:
         check_positive(type(self).__name__, name, value, allow_zero=allow_zero, maximum=maximum, unit=unit)
         object.__setattr__(self, name, float(value))
 
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            self._set_float(f.name, allow_zero=f.name in self._may_be_zero)
+
     def sample(self, rng: np.random.Generator, n: int, start_s: float = 0.0) -> np.ndarray:
-        """``n`` arrival times after ``start_s`` (each > ``start_s``, non-decreasing), drawn with ``rng``;
-        ValueError naming the argument for a bad ``rng``, ``n`` or ``start_s``."""
+        """``n`` arrival times after ``start_s``, non-decreasing, drawn with ``rng`` (arguments checked)."""
         _check_sample(type(self).__name__, rng, n, start_s)
         return _after(self._times(rng, n, start_s), start_s)
 
@@ -111,10 +93,6 @@ class Poisson(_Process):
 
     rate_rps: float
     kind: ClassVar[str] = "poisson"
-    _rate_fields: ClassVar[tuple[str, ...]] = ("rate_rps",)
-
-    def __post_init__(self) -> None:
-        self._set_float("rate_rps")
 
     @property
     def mean_rate_rps(self) -> float:
@@ -126,21 +104,12 @@ class Poisson(_Process):
 
 @dataclass(frozen=True)
 class GammaArrivals(_Process):
-    """Renewal process with Gamma gaps of mean ``1 / rate_rps`` and coefficient of variation ``cv``.
-
-    Shape ``1 / cv**2``, scale ``cv**2 / rate_rps``: ``cv = 1`` is Poisson, ``cv > 1`` bursty (clusters of
-    near-simultaneous arrivals separated by long silences), ``cv < 1`` more regular than Poisson. The
-    renewal starts afresh at ``start_s`` (first gap drawn like the others).
-    """
+    """Renewal process with Gamma gaps of mean ``1 / rate_rps`` and coefficient of variation ``cv`` (1: Poisson,
+    > 1 bursty, < 1 regular); the renewal starts afresh at ``start_s``."""
 
     rate_rps: float
     cv: float
     kind: ClassVar[str] = "gamma"
-    _rate_fields: ClassVar[tuple[str, ...]] = ("rate_rps",)
-
-    def __post_init__(self) -> None:
-        self._set_float("rate_rps")
-        self._set_float("cv")
 
     @property
     def mean_rate_rps(self) -> float:
@@ -153,25 +122,15 @@ class GammaArrivals(_Process):
 
 @dataclass(frozen=True)
 class OnOff(_Process):
-    """Poisson at ``rate_rps`` during on-periods of ``on_s`` seconds, silent for ``off_s`` seconds between.
-
-    The cycle has length ``on_s + off_s``; at time t the process is ``(t + phase_s) mod cycle`` into it and
-    on while that is below ``on_s``. Mean rate ``rate_rps * on_s / (on_s + off_s)``. ``scaled`` multiplies
-    ``rate_rps`` and keeps the periods. Sampled exactly: a Poisson process on the on-time clock, mapped back.
-    """
+    """Poisson at ``rate_rps`` for ``on_s`` seconds, then silent for ``off_s``; at time t the cycle is
+    ``(t + phase_s) mod (on_s + off_s)`` in. Sampled exactly: Poisson on the on-time clock, mapped back."""
 
     rate_rps: float
     on_s: float
     off_s: float
     phase_s: float = 0.0
     kind: ClassVar[str] = "on_off"
-    _rate_fields: ClassVar[tuple[str, ...]] = ("rate_rps",)
-
-    def __post_init__(self) -> None:
-        self._set_float("rate_rps")
-        self._set_float("on_s")
-        self._set_float("off_s", allow_zero=True)
-        self._set_float("phase_s", allow_zero=True)
+    _may_be_zero: ClassVar[tuple[str, ...]] = ("off_s", "phase_s")
 
     @property
     def cycle_s(self) -> float:
@@ -199,11 +158,8 @@ class OnOff(_Process):
 
 @dataclass(frozen=True)
 class Diurnal(_Process):
-    """Non-homogeneous Poisson with rate(t) = ``mean_rate_rps * (1 + amplitude * sin(2π (t + phase_s) / period_s))``.
-
-    ``0 <= amplitude <= 1`` (1: the rate touches zero once a period). Sampled exactly by thinning: candidates
-    at the peak rate, each kept with probability rate(t) / peak.
-    """
+    """Poisson with rate(t) = ``mean_rate_rps * (1 + amplitude * sin(2π (t + phase_s) / period_s))``, amplitude in
+    [0, 1]. Sampled exactly by thinning candidates drawn at the peak rate."""
 
     mean_rate_rps: float
     amplitude: float
@@ -211,14 +167,12 @@ class Diurnal(_Process):
     phase_s: float = 0.0
     kind: ClassVar[str] = "diurnal"
     _rate_fields: ClassVar[tuple[str, ...]] = ("mean_rate_rps",)
+    _may_be_zero: ClassVar[tuple[str, ...]] = ("amplitude", "phase_s")
 
     def __post_init__(self) -> None:
-        self._set_float("mean_rate_rps")
-        self._set_float("amplitude", allow_zero=True)
+        super().__post_init__()
         if self.amplitude > 1:
             raise ValueError(f"Diurnal.amplitude must be in [0, 1] so the rate stays >= 0, got {self.amplitude}")
-        self._set_float("period_s")
-        self._set_float("phase_s", allow_zero=True)
 
     def rate_at(self, t_s: np.ndarray | float) -> np.ndarray:
         """The instantaneous rate at time(s) ``t_s``."""
@@ -242,23 +196,15 @@ class Diurnal(_Process):
 
 @dataclass(frozen=True)
 class Ramp(_Process):
-    """Poisson with a rate going linearly from ``start_rate_rps`` at t = 0 to ``end_rate_rps`` at ``duration_s``,
-    then staying at ``end_rate_rps`` (which is therefore ``mean_rate_rps``, the long-run rate).
-
-    A load ramp for overload studies (rising) or a drain (falling). Sampled exactly by inverting the
-    cumulative intensity, which is quadratic on the ramp and linear after it.
-    """
+    """Poisson with a rate going linearly from ``start_rate_rps`` at t = 0 to ``end_rate_rps`` (> 0, the long-run
+    rate) at ``duration_s``, then staying there. Sampled exactly by inverting the cumulative intensity."""
 
     start_rate_rps: float
     end_rate_rps: float
     duration_s: float
     kind: ClassVar[str] = "ramp"
     _rate_fields: ClassVar[tuple[str, ...]] = ("start_rate_rps", "end_rate_rps")
-
-    def __post_init__(self) -> None:
-        self._set_float("start_rate_rps", allow_zero=True)
-        self._set_float("end_rate_rps")  # > 0, or a run could never see its n arrivals
-        self._set_float("duration_s")
+    _may_be_zero: ClassVar[tuple[str, ...]] = ("start_rate_rps",)
 
     @property
     def mean_rate_rps(self) -> float:
@@ -291,13 +237,9 @@ class Ramp(_Process):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class TraceReplay(_Process):
-    """Replays recorded arrival times: ``sample(rng, n, start_s)`` is ``start_s + timestamps_s[:n] / rate_multiplier``.
-
-    ``timestamps_s`` (any 1-D sequence of sorted, finite, non-negative seconds, at least two and spanning a
-    positive time) is stored as a read-only float64 copy. ``rng`` is unused. Dividing by ``rate_multiplier``
-    divides every gap, the one from t = 0 included; a timestamp of 0 lands one ulp after ``start_s``.
-    Equality compares the values; ``to_dict`` writes them all out as a list.
-    """
+    """Replays recorded times: ``sample(rng, n, start_s)`` is ``start_s + timestamps_s[:n] / rate_multiplier``
+    (``rng`` unused). ``timestamps_s``: sorted, finite, >= 0, at least two spanning a positive time; kept as a
+    read-only float64 copy. Equality compares the values."""
 
     timestamps_s: np.ndarray
     rate_multiplier: float = 1.0

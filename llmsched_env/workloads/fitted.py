@@ -1,23 +1,10 @@
 """Traffic fitted to a trace: as many requests as an episode asks for, with a trace part's statistics.
 
-A trace part holds a few disjoint windows; at high loads they arrive too fast to be sustained
-(``workloads.windows``). ``FittedSource`` generates windows of any size from one part instead, labelled as
-generated wherever they are reported (``Scenario.traffic``: ``fitted to FILE``):
-
-- **arrivals**: per tenant, a Gamma renewal process (``GammaArrivals``) at the tenant's share of the replay's
-  rate and with the coefficient of variation of the tenant's gaps in the part (slow changes of rate over the
-  part count as burstiness: the process has no rate profile of its own);
-- **requests**: each tenant's arrivals take the tenant's rows of the part in rounds, each round a fresh
-  random order of every row: a row's prompt and output lengths stay paired, and the rows sharing a prefix
-  (Mooncake's ``hash_ids``) share it within a round, as in the part; each round's prefix ids are its own, so a
-  row drawn again in a later round shares nothing with its earlier copy (no more prefix reuse than the part
-  has).
-
-Not kept: the order of the rows (a conversation's turns come in any order within a round, further apart than
-in the trace), correlations between lengths and arrival times, rate changes over the part (a diurnal swing,
-a burst at one moment), and dependence between tenants' arrivals. Episodes of different seeds share no
-draw (each its own random stream, as for ``SyntheticSource``), and a window's span is inverse to the load
-(every gap is a unit-rate draw over the rate), so ``max_sustained_load`` is exact in one step.
+A trace part's few windows cannot sustain high loads (``workloads.windows``); ``FittedSource`` generates windows
+of any size from it instead (``Scenario.traffic``: ``fitted to FILE``): per tenant, Gamma arrivals at its share
+of the rate with the CV of its gaps, taking its rows in rounds of fresh random order (lengths paired, prefixes
+shared within a round only). Row order, length-time correlations and rate changes are not kept. A window's span
+is inverse to the load, so ``max_sustained_load`` is exact in one step.
 """
 
 from __future__ import annotations
@@ -52,9 +39,8 @@ class TenantFit:
 
 
 def fit_tenants(trace: Trace, num_tenants: int) -> tuple[TenantFit, ...]:
-    """Per tenant code ``0..num_tenants-1`` of ``trace`` (a timed part; every request tenant 0 when it has no
-    tenant column): its share of the requests, the CV of its inter-arrival gaps (1, Poisson, with fewer than 3
-    arrivals or no spread in time) and its rows. A tenant with no request in the part gets share 0."""
+    """Per tenant code of the timed ``trace``: its share of the requests, the CV of its gaps (1 with fewer than 3
+    arrivals or no spread) and its rows."""
     if trace.arrival_s is None:
         raise ValueError(f"{trace.source}: fitted traffic needs arrival times (a timed trace)")
     codes = trace.tenant if trace.tenant is not None else np.zeros(len(trace), dtype=np.int64)
@@ -73,8 +59,7 @@ def fit_tenants(trace: Trace, num_tenants: int) -> tuple[TenantFit, ...]:
 
 @dataclass(frozen=True)
 class FittedSource:
-    """Requests generated from the statistics of one trace part (see the module's docstring), at ``rate_rps``
-    x load in all, each tenant its share of it. ``fitted_to`` names the file in messages and labels."""
+    """Requests generated from one trace part's statistics at ``rate_rps`` x load (``fitted_to`` names the file)."""
 
     trace: Trace
     tenants: tuple[TenantConfig, ...]
@@ -106,9 +91,8 @@ class FittedSource:
     def nominal_rate_rps(self) -> float:
         return self.rate_rps
 
-    def sample(
-        self, rng: np.random.Generator, num_requests: int, load: float, window: int | None = None
-    ) -> list[Request]:
+    def sample(self, rng: np.random.Generator, num_requests: int, load: float,
+               window: int | None = None) -> list[Request]:
         """``num_requests`` requests at ``load``; ``window`` is ignored (every episode draws its own)."""
         if not (isinstance(num_requests, int) and num_requests >= 1):
             raise ValueError(f"FittedSource.sample: num_requests must be an int >= 1, got {num_requests!r}")
@@ -163,24 +147,16 @@ class FittedSource:
 
 
 def fitted_scenario(base: Scenario, fitted_to: str, name: str | None = None) -> Scenario:
-    """``base`` (a trace replay) with each part's traffic generated from that part (``FittedSource``): the
-    same tenants, SLOs, engine, nominal rate and episode size, named ``name`` (default: ``base``'s name and
-    ``FITTED_SUFFIX``) and labelled ``traffic = "fitted to FITTED_TO"``. A source that is not a timed trace's
-    replay is a ``ValueError`` naming the scenario when a part is first asked for."""
+    """``base`` (a timed trace replay) with each part's traffic generated from it (``FittedSource``), named
+    ``name`` (default ``base``'s + ``FITTED_SUFFIX``); another source is a ``ValueError`` when first asked for."""
 
     def make(split: str, scale: float) -> RequestSource:
         replay = base.make_source(split, scale)
         if not isinstance(replay, TraceSource):
-            raise ValueError(
-                f"scenario {base.name!r}: traffic can be fitted to a timed trace's replay only (its {split} part "
-                f"is {type(replay).__name__})"
-            )
+            raise ValueError(f"scenario {base.name!r}: traffic can be fitted to a timed trace's replay only (its "
+                             f"{split} part is {type(replay).__name__})")
         return FittedSource.of_replay(replay, fitted_to)
 
-    return replace(
-        base,
-        name=name or base.name + FITTED_SUFFIX,
-        description=f"traffic fitted to {fitted_to} (generated: {base.description})",
-        make_source=make,
-        traffic=f"fitted to {fitted_to}",
-    )
+    description = f"traffic fitted to {fitted_to} (generated: {base.description})"
+    return replace(base, name=name or base.name + FITTED_SUFFIX, description=description, make_source=make,
+                   traffic=f"fitted to {fitted_to}")  # fmt: skip

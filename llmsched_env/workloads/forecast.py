@@ -1,30 +1,14 @@
-"""Forecasts of the traffic to come, from what a scheduler has seen so far: the futures a planner plays.
+"""Forecasts of the traffic to come from what a scheduler has seen (the futures a planner plays):
+``Forecaster(window).fit(...)`` gives a ``Forecast`` whose ``arrivals`` and ``output_len`` sample the future.
+A forecast reads no true output length of an unfinished request and no request not yet arrived:
 
-    forecaster = Forecaster(window=256)
-    fc = forecaster.fit(arrived, finished, now_s, live=[(r.tenant, g) for r, g in zip(live, produced)])
-    future = fc.arrivals(rng, until_s, first_id)             # requests arriving in (now_s, until_s], sampled
-    lens = [fc.output_len(rng, r, g) for r, g in zip(live, produced)]   # a length for each live request
-
-Nothing here reads a request's true output length unless the request has finished (its length is then known),
-nor any request that has not arrived: a forecast is fitted on
-
-- **arrivals**: the last ``window`` arrivals; their rate is the count over the time from the first of them to
-  now (so a silence since the last arrival lowers it), their burstiness the squared coefficient of variation of
-  the gaps between them (``cv2``). The future is a renewal process of Gamma gaps with that mean and ``cv2``
-  (Poisson at ``cv2 = 1``; burstier above), started afresh at now;
-- **who arrives and with what prompt**: each future request copies one of the last ``window`` arrivals, drawn
-  uniformly (its tenant, prompt length and prefix ids together), so the tenant mix and the prompt lengths per
-  tenant are the recent ones;
-- **output lengths**: a Kaplan-Meier estimate per tenant (``OutputLengths``) from the outputs of its last
-  ``window`` finished requests and, as right-censored observations, the tokens produced so far by its live
-  requests (each is longer than that; without them the estimate is short, since the long requests are the ones
-  still running); of all tenants while a tenant has fewer than ``min_finished`` finished. A live request that has
-  produced ``g`` tokens draws from the estimate conditioned on being longer than ``g``; past the longest seen,
-  that length plus that length times an exponential draw of mean 1. A request with a length prediction
-  (``Request.predicted_output_len``, the scenario's length predictor, as ``sprw`` reads it) longer than ``g``
-  takes the prediction instead: it is what the scheduler knows of it (an ``exact`` predictor is an oracle, and
-  so is the forecast then). Before any request has finished, a live request's length is ``g`` plus ``g`` times
-  an exponential draw (at least 16 tokens).
+- **arrivals**: Gamma renewal gaps with the rate (count over the time since the first) and squared CV of the
+  last ``window`` arrivals, started afresh at now;
+- **who and what prompt**: each future request copies one of the last ``window`` arrivals, drawn uniformly;
+- **output lengths**: a Kaplan-Meier estimate per tenant (``OutputLengths``) from its last ``window`` finished
+  requests, live requests' produced tokens right-censored (pooled over tenants below ``min_finished``); a live
+  request that produced ``g`` tokens draws conditioned on being longer, or takes its length prediction when
+  that is longer; past the longest seen (or before any finished), ``g`` plus ``g`` times an exponential draw.
 """
 
 from __future__ import annotations
@@ -46,8 +30,7 @@ _CV2_RANGE = (0.05, 20.0)  # burstiness kept to a sane range (a few gaps estimat
 
 @dataclass(frozen=True)
 class Forecaster:
-    """How a ``Forecast`` is fitted (module docstring): ``window`` recent arrivals (and finished requests per
-    tenant) it reads; ``min_finished`` finished requests a tenant needs before its own outputs are drawn from."""
+    """How a ``Forecast`` is fitted: from ``window`` recent requests, own estimates past ``min_finished``."""
 
     window: int = 256
     min_finished: int = 8
@@ -56,17 +39,10 @@ class Forecaster:
         check_int("forecast", "window", self.window, 2)
         check_int("forecast", "min_finished", self.min_finished, 1)
 
-    def fit(
-        self,
-        arrived: Sequence[Request],
-        finished: Sequence[Request],
-        now_s: float,
-        max_model_len: int | None = None,
-        live: Sequence[tuple[int, int]] = (),
-    ) -> Forecast:
-        """The forecast from ``arrived`` (every request that has arrived, in arrival order), ``finished`` (the
-        finished ones, in finishing order) and ``live`` (``(tenant, tokens produced)`` of every request still
-        waiting or running) at clock ``now_s``; ``max_model_len`` caps prompt + output."""
+    def fit(self, arrived: Sequence[Request], finished: Sequence[Request], now_s: float,
+            max_model_len: int | None = None, live: Sequence[tuple[int, int]] = ()) -> Forecast:  # fmt: skip
+        """The forecast at ``now_s`` from ``arrived`` (arrival order), ``finished`` (finishing order) and ``live``
+        (``(tenant, tokens produced)`` of each waiting or running request); ``max_model_len`` caps lengths."""
         recent = list(arrived[-self.window :])
         rate, cv2 = 0.0, 1.0
         if len(recent) >= 2:
@@ -91,23 +67,14 @@ class Forecaster:
         per_tenant = {
             t: OutputLengths.fit(v, alive.get(t, ())) for t, v in events.items() if len(v) >= self.min_finished
         }
-        return Forecast(
-            now_s=now_s,
-            rate_rps=rate,
-            cv2=cv2,
-            rows=recent,
-            outputs=per_tenant,
-            pooled=OutputLengths.fit(pooled, [g for v in alive.values() for g in v]),
-            max_model_len=max_model_len,
-        )
+        pooled_lengths = OutputLengths.fit(pooled, [g for v in alive.values() for g in v])
+        return Forecast(now_s, rate, cv2, recent, per_tenant, pooled_lengths, max_model_len)
 
 
 @dataclass(frozen=True, eq=False)
 class OutputLengths:
-    """A Kaplan-Meier estimate of a distribution of output lengths: ``values`` (sorted, distinct lengths seen to
-    finish), ``mass`` (the probability of each) and ``tail`` (of a length past the longest seen). Requests still
-    running are right-censored observations (longer than what they have produced): without them the finished
-    ones alone under-represent long outputs, which are the ones still running at any moment."""
+    """A Kaplan-Meier estimate of output lengths: ``values`` (sorted distinct finished lengths), ``mass`` (their
+    probabilities) and ``tail`` (of a length past the longest seen), running requests right-censored."""
 
     values: np.ndarray
     mass: np.ndarray
@@ -115,8 +82,7 @@ class OutputLengths:
 
     @classmethod
     def fit(cls, finished: Sequence[int], censored: Sequence[int] = ()) -> OutputLengths:
-        """From the lengths of ``finished`` requests and the produced counts of ``censored`` ones (each longer
-        than its count)."""
+        """From ``finished`` lengths and ``censored`` produced counts (each request longer than its count)."""
         done = np.asarray(finished, dtype=np.int64)
         if not done.size:
             return cls(np.zeros(0, dtype=np.int64), np.zeros(0), 1.0)
@@ -135,8 +101,7 @@ class OutputLengths:
         return int(self.values.size)
 
     def draw(self, rng: np.random.Generator, produced: int) -> int | None:
-        """A length longer than ``produced``, drawn from the estimate conditioned on it; None when none is seen
-        longer (the caller extrapolates)."""
+        """A length longer than ``produced`` drawn from the estimate; None past the longest seen."""
         start = int(np.searchsorted(self.values, produced, side="right"))
         mass = self.mass[start:]
         total = float(mass.sum()) + self.tail
@@ -150,9 +115,8 @@ class OutputLengths:
 
 @dataclass(frozen=True, eq=False)
 class Forecast:
-    """A fitted forecast (``Forecaster.fit``): ``rate_rps`` and ``cv2`` of the arrivals, the recent arrivals
-    ``rows`` the future copies, and the estimates of output lengths per tenant (``outputs``, only tenants with
-    enough finished requests) and over all tenants (``pooled``)."""
+    """A fitted forecast: the arrivals' ``rate_rps`` and ``cv2``, the recent arrivals ``rows`` the future copies,
+    output-length estimates per tenant (``outputs``) and over all (``pooled``)."""
 
     now_s: float
     rate_rps: float
@@ -163,8 +127,8 @@ class Forecast:
     max_model_len: int | None = None
 
     def arrivals(self, rng: np.random.Generator, until_s: float, first_id: int) -> list[Request]:
-        """Fresh requests arriving in ``(now_s, until_s]`` (ids from ``first_id`` on), each a copy of a recent
-        arrival with a sampled output length; none when no rate could be fitted."""
+        """Requests arriving in ``(now_s, until_s]`` (ids from ``first_id``), copies of recent arrivals with sampled
+        output lengths."""
         if self.rate_rps <= 0 or until_s <= self.now_s or not self.rows:
             return []
         mean_gap = 1.0 / self.rate_rps
@@ -178,17 +142,14 @@ class Forecast:
         for i, (t, k) in enumerate(zip(times.tolist(), picks.tolist(), strict=True)):
             row = self.rows[k]
             length = self._draw(rng, row.tenant, 0, row.prompt_len)
-            r = Request(
-                first_id + i, t, row.prompt_len, length, row.tenant, row.prefix_ids or None, row.prefix_id_tokens
-            )
+            ids = row.prefix_ids or None
+            r = Request(first_id + i, t, row.prompt_len, length, row.tenant, ids, row.prefix_id_tokens)
             r.predicted_output_len = row.predicted_output_len
             out.append(r)
         return out
 
     def output_len(self, rng: np.random.Generator, r: Request, produced: int) -> int:
-        """An output length for live request ``r``, which has produced ``produced`` tokens: its prediction when
-        it has one longer than that, else a draw conditioned on ``produced`` (module docstring); always more
-        than ``produced``."""
+        """An output length for live ``r`` longer than ``produced``: its prediction if longer, else a draw."""
         pred = r.predicted_output_len
         if pred is not None and pred > produced:
             return self._cap(pred, r.prompt_len, produced)

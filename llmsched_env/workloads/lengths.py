@@ -1,44 +1,25 @@
-"""Request length distributions and the public length files they can be drawn from.
-
-A ``LengthDist`` gives the (prompt, output) token lengths of a tenant's requests: parametric (fixed, uniform,
-lognormal) or empirical (paired lengths resampled from a trace file read by ``load_length_file``, which
-accepts the ShareGPT stats CSV and the Azure LLM 2023 trace, plain or ``.gz``). Stdlib and numpy only.
-"""
+"""Request length distributions (``LengthDist``: fixed, uniform, lognormal, or resampled from a length file read by
+``load_length_file``)."""
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, cast
 
 import numpy as np
 
 from llmsched_env.common.checks import check_int, check_positive
-from llmsched_env.common.files import TRACE_BYTES, check_regular_file
-from llmsched_env.workloads.trace_io import DECOMPRESS_ERRORS, bad_gzip_message, open_text
+from llmsched_env.workloads.trace_parsers import LENGTH_FILE_COLUMNS, read_length_file
+from llmsched_env.workloads.traces import cached_load
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = [
-    "LENGTH_FILE_COLUMNS",
-    "LENGTH_KINDS",
-    "LengthDist",
-    "LengthLimits",
-    "load_length_file",
-]
+__all__ = ["LENGTH_FILE_COLUMNS", "LENGTH_KINDS", "LengthDist", "LengthLimits", "load_length_file"]
 
 LENGTH_KINDS = ("fixed", "uniform", "lognormal", "empirical")
-# Accepted length-file formats: name -> (prompt column, output column), detected from the header.
-LENGTH_FILE_COLUMNS: dict[str, tuple[str, str]] = {
-    "sharegpt": ("num_prefill_tokens", "num_decode_tokens"),
-    "azure_llm_2023": ("ContextTokens", "GeneratedTokens"),
-}
-# Parsed length files: absolute path -> (mtime_ns, prompt lengths, output lengths), arrays read-only.
-_LENGTH_CACHE: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
 
 
 def _readonly(values: np.ndarray) -> np.ndarray:
@@ -46,86 +27,11 @@ def _readonly(values: np.ndarray) -> np.ndarray:
     return values
 
 
-def _parse_error(path: Path, line: int, column: str, value: str) -> ValueError:
-    return ValueError(f"{path}:{line}: column {column!r} must be a positive integer, got {value!r}")
-
-
-def _parse_length_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    try:
-        return _parse_length_rows(path)
-    except DECOMPRESS_ERRORS as e:  # a .gz name whose content is not gzip data, or a truncated stream
-        raise ValueError(bad_gzip_message(path, e)) from None
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text ({e.reason}); is this a length file?") from None
-    except csv.Error as e:  # a field past the csv module's size limit, ...
-        raise ValueError(f"{path}: malformed CSV ({e})") from None
-
-
-def _parse_length_rows(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    with open_text(path) as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None or not any(h.strip() for h in header):
-            raise ValueError(f"{path}: length file is empty (expected a CSV header on line 1)")
-        names = [h.strip() for h in header]
-        for prompt_col, output_col in LENGTH_FILE_COLUMNS.values():
-            if prompt_col in names and output_col in names:
-                break
-        else:
-            accepted = "; ".join(f"{fmt}: {p},{o}" for fmt, (p, o) in LENGTH_FILE_COLUMNS.items())
-            raise ValueError(f"{path}:1: unknown header {names}; expected columns including one of: {accepted}")
-        pi, oi = names.index(prompt_col), names.index(output_col)
-        prompts: list[int] = []
-        outputs: list[int] = []
-        for row in reader:
-            if not row or (len(row) == 1 and not row[0].strip()):
-                continue  # blank line
-            if len(row) > len(names) and any(cell.strip() for cell in row[len(names) :]):
-                raise ValueError(
-                    f"{path}:{reader.line_num}: the row has {len(row)} fields but the header {len(names)}; the "
-                    "extra ones belong to no column (a stray comma, or a column missing from the header?)"
-                )
-            for col_i, col, dest in ((pi, prompt_col, prompts), (oi, output_col, outputs)):
-                text = row[col_i] if col_i < len(row) else ""
-                try:
-                    value = int(text)
-                except ValueError:
-                    try:  # tolerate "12.0" but nothing fractional
-                        as_float = float(text)
-                    except ValueError:
-                        raise _parse_error(path, reader.line_num, col, text) from None
-                    if not as_float.is_integer():
-                        raise _parse_error(path, reader.line_num, col, text) from None
-                    value = int(as_float)
-                if value < 1:
-                    raise _parse_error(path, reader.line_num, col, text)
-                dest.append(value)
-    if not prompts:
-        raise ValueError(f"{path}: length file has a header but no data rows")
-    return np.asarray(prompts, dtype=np.int64), np.asarray(outputs, dtype=np.int64)
-
-
 def load_length_file(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Paired ``(prompt_lens, output_lens)`` (read-only int64 arrays, one entry per row) from a length CSV.
-
-    Accepts the ShareGPT stats CSV (``num_prefill_tokens,num_decode_tokens,...``) and the Azure LLM 2023 trace
-    (``TIMESTAMP,ContextTokens,GeneratedTokens``), told apart by the header, plain or gzip-compressed (a name
-    ending in ``.gz``). Parsed files are cached per
-    (absolute path, modification time). Raises ``ValueError`` naming the file, line and column on bad input.
-    """
-    given = Path(path).expanduser()
-    p = given.resolve()
-    try:
-        mtime_ns = p.stat().st_mtime_ns
-    except OSError as e:
-        raise ValueError(f"length file {p} cannot be read ({e.strerror}); check the path") from None
-    check_regular_file(given, TRACE_BYTES)  # named as given: a link to /dev/zero is refused naming the link
-    cached = _LENGTH_CACHE.get(str(p))
-    if cached is not None and cached[0] == mtime_ns:
-        return cached[1], cached[2]
-    prompts, outputs = _parse_length_file(p)
-    _LENGTH_CACHE[str(p)] = (mtime_ns, _readonly(prompts), _readonly(outputs))
-    return prompts, outputs
+    """Paired read-only ``(prompt_lens, output_lens)`` from a length file (``LENGTH_FILE_COLUMNS``, by its header),
+    cached as traces are; ``ValueError`` naming the file, line and column on bad input."""
+    trace = cached_load(path, "length-file", read_length_file)
+    return trace.prompt_len, trace.output_len
 
 
 class LengthLimits(TypedDict, total=False):
@@ -137,15 +43,9 @@ class LengthLimits(TypedDict, total=False):
 
 @dataclass(frozen=True, repr=False)
 class LengthDist:
-    """Distribution of (prompt, output) lengths in tokens; samples are clipped to ``[1, max_*_len]``.
-
-    Only the fields of ``kind`` are read; build one with ``fixed``, ``uniform``, ``lognormal``, ``empirical``
-    or ``from_file``:
-
-    - ``fixed``: every request has ``prompt_len`` / ``output_len``;
-    - ``uniform``: integers uniform on the inclusive ``prompt_range`` / ``output_range``;
-    - ``lognormal``: ``round(median * exp(sigma * N(0, 1)))``, independently for prompt and output;
-    - ``empirical``: (prompt, output) pairs drawn with replacement from ``prompt_samples``/``output_samples``.
+    """Distribution of (prompt, output) lengths in tokens, clipped to ``[1, max_*_len]``; only ``kind``'s fields
+    are read: ``fixed`` (``*_len``), ``uniform`` (inclusive ``*_range``), ``lognormal`` (``round(median *
+    exp(sigma * N(0, 1)))``) or ``empirical`` (pairs resampled from ``*_samples``). Build one with the classmethods.
     """
 
     kind: str
@@ -177,16 +77,11 @@ class LengthDist:
                     raise ValueError(f"{owner}.{side}_len must be <= max_{side}_len={max_len}, got {value}")
             elif self.kind == "uniform":
                 lo_hi = getattr(self, f"{side}_range")
-                if (
-                    not isinstance(lo_hi, tuple)
-                    or len(lo_hi) != 2
-                    or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in lo_hi)
-                    or not 1 <= lo_hi[0] <= lo_hi[1] <= max_len
-                ):
-                    raise ValueError(
-                        f"{owner}.{side}_range must be a tuple (lo, hi) of integers with "
-                        f"1 <= lo <= hi <= max_{side}_len={max_len}, got {lo_hi!r}"
-                    )
+                ok = isinstance(lo_hi, tuple) and len(lo_hi) == 2
+                ok = ok and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in lo_hi)
+                if not ok or not 1 <= lo_hi[0] <= lo_hi[1] <= max_len:
+                    raise ValueError(f"{owner}.{side}_range must be a tuple (lo, hi) of integers with "
+                                     f"1 <= lo <= hi <= max_{side}_len={max_len}, got {lo_hi!r}")
             elif self.kind == "lognormal":
                 check_positive(owner, f"{side}_median", getattr(self, f"{side}_median"))
                 check_positive(owner, f"{side}_sigma", getattr(self, f"{side}_sigma"), allow_zero=True)
@@ -203,53 +98,29 @@ class LengthDist:
                 raise ValueError(f"LengthDist.{side}_samples must be non-empty with every length >= 1")
             arrays.append(values)
         if arrays[0].shape != arrays[1].shape:
-            raise ValueError(
-                "LengthDist.prompt_samples and output_samples must be paired (same length), got "
-                f"{arrays[0].size} and {arrays[1].size}"
-            )
+            sizes = f"{arrays[0].size} and {arrays[1].size}"
+            raise ValueError(f"LengthDist.prompt_samples and output_samples must be paired (same length), got {sizes}")
 
     @classmethod
     def fixed(cls, prompt_len: int, output_len: int, **limits: Unpack[LengthLimits]) -> LengthDist:
         return cls("fixed", prompt_len=prompt_len, output_len=output_len, **limits)
 
     @classmethod
-    def uniform(
-        cls, prompt_range: tuple[int, int], output_range: tuple[int, int], **limits: Unpack[LengthLimits]
-    ) -> LengthDist:
-        prompt, output = tuple(prompt_range), tuple(output_range)  # a list of two too; __post_init__ checks them
-        return cls(
-            "uniform",
-            prompt_range=cast("tuple[int, int]", prompt),
-            output_range=cast("tuple[int, int]", output),
-            **limits,
-        )
+    def uniform(cls, prompt_range: tuple[int, int], output_range: tuple[int, int],
+                **limits: Unpack[LengthLimits]) -> LengthDist:  # fmt: skip
+        # a list of two too; __post_init__ checks them
+        prompt, output = cast("tuple[int, int]", tuple(prompt_range)), cast("tuple[int, int]", tuple(output_range))
+        return cls("uniform", prompt_range=prompt, output_range=output, **limits)
 
     @classmethod
-    def lognormal(
-        cls,
-        prompt_median: float,
-        output_median: float,
-        prompt_sigma: float = 1.0,
-        output_sigma: float = 1.0,
-        **limits: Unpack[LengthLimits],
-    ) -> LengthDist:
-        return cls(
-            "lognormal",
-            prompt_median=prompt_median,
-            output_median=output_median,
-            prompt_sigma=prompt_sigma,
-            output_sigma=output_sigma,
-            **limits,
-        )
+    def lognormal(cls, prompt_median: float, output_median: float, prompt_sigma: float = 1.0,
+                  output_sigma: float = 1.0, **limits: Unpack[LengthLimits]) -> LengthDist:  # fmt: skip
+        return cls("lognormal", prompt_median=prompt_median, output_median=output_median, prompt_sigma=prompt_sigma,
+                   output_sigma=output_sigma, **limits)  # fmt: skip
 
     @classmethod
-    def empirical(
-        cls,
-        prompt_samples: np.ndarray,
-        output_samples: np.ndarray,
-        source: str = "array",
-        **limits: Unpack[LengthLimits],
-    ) -> LengthDist:
+    def empirical(cls, prompt_samples: np.ndarray, output_samples: np.ndarray, source: str = "array",
+                  **limits: Unpack[LengthLimits]) -> LengthDist:  # fmt: skip
         """Resample the given paired lengths; the arrays are copied (read-only) unless already read-only."""
         arrays = []
         for values in (prompt_samples, output_samples):
@@ -260,14 +131,11 @@ class LengthDist:
         return cls("empirical", prompt_samples=arrays[0], output_samples=arrays[1], source=source, **limits)
 
     @classmethod
-    def from_file(
-        cls, path: str | os.PathLike[str], max_prompt_len: int = 8192, max_output_len: int = 2048
-    ) -> LengthDist:
+    def from_file(cls, path: str | os.PathLike[str], max_prompt_len: int = 8192,
+                  max_output_len: int = 2048) -> LengthDist:  # fmt: skip
         """An empirical distribution over the rows of a length file (see ``load_length_file``)."""
-        prompts, outputs = load_length_file(path)
-        return cls.empirical(
-            prompts, outputs, source=str(path), max_prompt_len=max_prompt_len, max_output_len=max_output_len
-        )
+        limits: LengthLimits = {"max_prompt_len": max_prompt_len, "max_output_len": max_output_len}
+        return cls.empirical(*load_length_file(path), source=str(path), **limits)
 
     def __repr__(self) -> str:
         params = {

@@ -1,15 +1,7 @@
-"""Output-length prediction: what a scheduler may know of a request's output length before it runs.
-
-Length-aware schedulers (learning-to-rank, predicted-length SJF) order requests by a predicted output length;
-a ``LengthPredictor`` stands in for the predictor and sets its error:
-
-- ``none``: no prediction (``Request.predicted_output_len`` stays None; SPRW then orders by prefill alone);
-- ``exact``: the true output length (an oracle);
-- ``lognormal:SIGMA``: the true length times ``exp(SIGMA * N(0, 1))``, rounded, at least 1 token: a
-  multiplicative error whose log has standard deviation SIGMA (0.5: about ±65% at one sigma).
-
-The prediction is drawn once per request when the episode's requests are drawn, from its own random stream, so
-switching it on changes nothing else of the episode.
+"""Output-length prediction: what a scheduler may know of a request's output length before it runs. A
+``LengthPredictor`` is ``none`` (``Request.predicted_output_len`` stays None), ``exact`` (an oracle) or
+``lognormal:SIGMA`` (the true length times ``exp(SIGMA * N(0, 1))``, at least 1), drawn once per request from
+its own random stream, so switching it on changes nothing else of the episode.
 """
 
 from __future__ import annotations

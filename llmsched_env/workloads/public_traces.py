@@ -1,11 +1,5 @@
-"""Where the public traces the scenarios replay are found.
-
-The package ships them gzip-compressed under ``llmsched_env/workloads/data/`` (with their licenses and
-attribution, ``data/README.md``), so every scenario works right after ``pip install``. Setting
-``$LLMSCHED_TRACE_DIR`` to a folder laid out the same way (``azure_llm_2023/``, ``mooncake/``,
-``sharegpt_lengths/``; each file plain or ``.gz``) replaces the shipped copies. Nothing else is searched.
-Stdlib only.
-"""
+"""Where the public traces the scenarios replay are found: shipped gzip-compressed under ``workloads/data/``
+(licenses in ``data/README.md``), or in ``$LLMSCHED_TRACE_DIR`` laid out the same way (plain or ``.gz``)."""
 
 from __future__ import annotations
 
@@ -21,12 +15,10 @@ TRACE_DIR_ENV = "LLMSCHED_TRACE_DIR"
 PACKAGED_TRACE_DIR = Path(__file__).resolve().parent / "data"
 
 # The public traces, by key, relative to ``trace_dir()``; each may also be stored as the name plus ``.gz``.
-TRACE_FILES = {
-    "azure-conv": "azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
-    "azure-code": "azure_llm_2023/AzureLLMInferenceTrace_code.csv",
-    "mooncake-conv": "mooncake/conversation_trace.jsonl",
-    "sharegpt": "sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
-}
+TRACE_FILES = {"azure-conv": "azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
+               "azure-code": "azure_llm_2023/AzureLLMInferenceTrace_code.csv",
+               "mooncake-conv": "mooncake/conversation_trace.jsonl",
+               "sharegpt": "sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv"}
 
 
 def trace_dir() -> Path:
@@ -37,9 +29,8 @@ def trace_dir() -> Path:
 
 
 def trace_path(key: str) -> Path:
-    """The file of the public trace ``key`` (one of ``TRACE_FILES``) under ``trace_dir()``: the plain file when
-    present, else its ``.gz`` copy. Raises ``TraceError`` (a ``ValueError``), naming the folder searched and
-    ``LLMSCHED_TRACE_DIR``, when neither exists or the key is unknown."""
+    """The file of the public trace ``key`` under ``trace_dir()``, plain or else ``.gz``; ``TraceError`` naming
+    the folder when neither exists or the key is unknown."""
     rel = TRACE_FILES.get(key)
     if rel is None:
         raise TraceError(f"unknown public trace {key!r}; known: {sorted(TRACE_FILES)}")

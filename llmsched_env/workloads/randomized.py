@@ -1,23 +1,16 @@
-"""Randomised synthetic serving situations: one seed, one ``Scenario``, drawn from a ``RandomizedSpace``.
+"""Randomised serving situations for training a generalist: one seed, one ``Scenario``, from a ``RandomizedSpace``.
 
-For training one "generalist" scheduling policy across a distribution of workloads rather than one named
-scenario. ``random_scenario(seed)`` draws an engine, a cost-model preset and 1 to 16 tenants, each with its
-own length family (short chat, ShareGPT-like, code, summarization, long context) and parameters, SLO class,
-weight, priority, arrival process (Poisson, bursty Gamma, on/off) and optional shared system prompts. The
-tenants' rates are set so that load 1.0 sits roughly at the knee of that engine for that workload
-(``nominal_rate_rps``), as for the library's scenarios; the episode's load itself is the caller's to draw
-(``RandomizedSpace.load_range`` is its suggested range, for the env's ``load=(low, high)``).
-
-Every length family is paired only with engines it fits (its longest request within ``max_model_len`` and,
-twice over, within the KV pool), so no request of a random scenario is rejected for its size. Stdlib and
-numpy only; the same seed and space give an equal ``Scenario``.
+``random_scenario(seed)`` draws an engine, a cost-model preset and 1 to 16 tenants, each with a length family,
+SLO class, weight, priority, arrival process and optional shared system prompts, at rates that put load 1.0 near
+the engine's knee (``nominal_rate_rps``). Families only pair with engines they fit, so no request is rejected for
+its size. The same seed and space give an equal ``Scenario``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,18 +27,8 @@ from llmsched_env.workloads.scenarios import Scenario, SyntheticSource, scaled_t
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig
 
 __all__ = [
-    "ARRIVAL_CHOICES",
-    "COST_MODEL_CHOICES",
-    "ENGINE_CHOICES",
-    "KNEE_FRACTION",
-    "LENGTH_FAMILIES",
-    "SMALL_ENGINE",
-    "RandomizedSpace",
-    "RandomizedWorkload",
-    "fits_engine",
-    "nominal_rate_rps",
-    "random_scenario",
-    "random_scenarios",
+    "ARRIVAL_CHOICES", "COST_MODEL_CHOICES", "ENGINE_CHOICES", "KNEE_FRACTION", "LENGTH_FAMILIES", "SMALL_ENGINE",
+    "RandomizedSpace", "RandomizedWorkload", "fits_engine", "nominal_rate_rps", "random_scenario", "random_scenarios",
     "workload_nominal_rate_rps",
 ]
 
@@ -54,9 +37,8 @@ SMALL_ENGINE = EngineConfig(num_kv_blocks=2048, max_num_seqs=64, max_num_batched
 ENGINE_CHOICES: tuple[EngineConfig, ...] = (EngineConfig(), LONG_CONTEXT, SMALL_LOCAL, SMALL_ENGINE)
 COST_MODEL_CHOICES = ("llama3-8b-h100", "llama3-8b-a100", "llama2-70b-4xh100")
 ARRIVAL_CHOICES = ("poisson", "gamma", "on_off")
-# The estimate's constant: the library's FCFS knees (90% SLO attainment) over the throughput bound that
-# ``nominal_rate_rps`` computes, geometric mean over default, sharegpt-poisson, mixed-slo and short-long
-# (their ratios: 0.55, 0.34, 0.43, 0.36).
+# The library's FCFS knees over ``nominal_rate_rps``'s bound: geometric mean of 0.55, 0.34, 0.43, 0.36 (default,
+# sharegpt-poisson, mixed-slo, short-long).
 KNEE_FRACTION = 0.41
 MIN_BATCHED_TOKENS = 64  # the smallest max_num_batched_tokens an engine of the space may have
 FIT_COPIES = 2  # the KV pool must hold this many of a family's longest requests at once
@@ -68,12 +50,8 @@ MAX_SHARED_PREFIXES = 8
 
 @dataclass(frozen=True)
 class _Family:
-    """A family of length distributions; each tenant draws its own parameters from these ranges.
-
-    Lognormal families draw the prompt and output medians from ``prompt`` / ``output`` and both sigmas from
-    ``sigma``. Uniform families (``sigma`` None) draw sub-ranges of ``prompt`` / ``output``: the low end in
-    the first third of the range, the high end in the last third.
-    """
+    """A family of length distributions: lognormal medians from ``prompt`` / ``output`` and sigmas from ``sigma``,
+    or (``sigma`` None) uniform sub-ranges, low end in the range's first third, high end in its last."""
 
     max_prompt_len: int
     max_output_len: int
@@ -101,23 +79,17 @@ def _sub_range(rng: np.random.Generator, bounds: tuple[int, int]) -> tuple[int, 
 
 
 _FAMILIES: dict[str, _Family] = {
-    # Short chat turns.
     "short_chat": _Family(2048, 512, prompt=(50, 300), output=(30, 250), sigma=(0.5, 1.0)),
-    # ShareGPT-like conversations: heavy-tailed prompts (mean ~2k tokens) and outputs of a few hundred.
     "sharegpt": _Family(8192, 2048, prompt=(400, 1500), output=(150, 400), sigma=(0.8, 1.2)),
-    # Code completion: long prompts (context), short outputs.
     "code": _Family(8192, 512, prompt=(800, 3000), output=(15, 80), sigma=(0.5, 0.9)),
-    # Summarization: long documents in, paragraphs out.
     "summarization": _Family(12288, 1024, prompt=(2000, 5000), output=(150, 400), sigma=(0.4, 0.7)),
-    # Long context: 8k-32k-token prompts, uniform.
     "long_context": _Family(32768, 1024, prompt=(8192, 32768), output=(16, 1024), sigma=None),
 }
 LENGTH_FAMILIES = tuple(_FAMILIES)
 
 
 def fits_engine(engine: EngineConfig, max_total_len: int) -> bool:
-    """Whether requests of up to ``max_total_len`` tokens (prompt + output) fit ``engine``: within its
-    ``max_model_len``, and ``FIT_COPIES`` of them at once within its KV pool."""
+    """Whether requests of ``max_total_len`` tokens fit ``max_model_len``, and ``FIT_COPIES`` of them the KV pool."""
     blocks = -(-max_total_len // engine.block_size)
     return max_total_len <= engine.max_model_len and FIT_COPIES * blocks <= engine.num_kv_blocks
 
@@ -134,8 +106,7 @@ def _check_choices(name: str, value: Any, allowed: Sequence[str]) -> tuple[str, 
 
 
 def _check_range(name: str, value: Any, lowest: float, highest: float = math.inf) -> tuple[float, float]:
-    """``value`` as a (lo, hi) pair of floats with ``lowest <= lo <= hi <= highest`` (``lowest`` excluded when
-    it is 0)."""
+    """``value`` as floats (lo, hi) with ``lowest <= lo <= hi <= highest`` (``lowest`` excluded when 0)."""
     ok = isinstance(value, (tuple, list)) and len(value) == 2 and all(is_finite_number(v) for v in value)
     if not ok or not (lowest <= value[0] <= value[1] <= highest) or (lowest == 0 and value[0] == 0):
         low = "0 <" if lowest == 0 else f"{lowest} <="
@@ -146,23 +117,9 @@ def _check_range(name: str, value: Any, lowest: float, highest: float = math.inf
 
 @dataclass(frozen=True)
 class RandomizedSpace:
-    """The ranges a random scenario is drawn from; every field is checked (``ValueError`` naming it).
-
-    - ``min_tenants``, ``max_tenants``: the number of tenants, uniform on the inclusive range;
-    - ``slo_classes``: names of ``SLO_CLASSES`` a tenant's class is drawn from, among those whose TTFT target
-      (scaled to the cost model) is at least ``TTFT_HEADROOM`` x the tenant's typical prompt prefilled alone
-      (the class with the loosest TTFT when none is);
-    - ``length_families``: of ``LENGTH_FAMILIES``; a tenant's family is drawn among those fitting the engine;
-    - ``arrival_kinds``: of ``ARRIVAL_CHOICES`` ("poisson", "gamma" with a CV from ``gamma_cv_range``,
-      "on_off" with a cycle from ``on_off_cycle_s`` and an on-fraction from ``on_fraction_range``, random phase);
-    - ``load_range``: the loads (multiples of the nominal rate) a caller should draw an episode's from,
-      light to well past the knee; not used here;
-    - ``engines``: each with ``max_num_batched_tokens >= 64`` and fitting at least one of the families;
-    - ``cost_models``: preset names (or JSON paths) for ``load_cost_model``;
-    - ``weight_range``: a tenant's share weight, log-uniform; ``max_priority``: priorities 0..max_priority;
-    - ``prefix_prob``: the chance a tenant sends shared system prompts; then the share of its requests that do
-      is drawn from ``prefix_share_range``.
-    """
+    """The ranges a random scenario is drawn from, each field checked (``ValueError`` naming it); a tenant's SLO
+    class among those with a TTFT target of at least ``TTFT_HEADROOM`` x its typical prefill (else the loosest).
+    ``load_range``: the loads a caller should draw from."""
 
     min_tenants: int = 1
     max_tenants: int = 16
@@ -187,19 +144,13 @@ class RandomizedSpace:
         check_int("RandomizedSpace", "max_priority", self.max_priority, 0)
         if not is_finite_number(self.prefix_prob) or not 0 <= self.prefix_prob <= 1:
             raise ValueError(f"RandomizedSpace.prefix_prob must be a probability in [0, 1], got {self.prefix_prob!r}")
-        fields: dict[str, Any] = {
-            "slo_classes": _check_choices("slo_classes", self.slo_classes, tuple(SLO_CLASSES)),
-            "length_families": _check_choices("length_families", self.length_families, LENGTH_FAMILIES),
-            "arrival_kinds": _check_choices("arrival_kinds", self.arrival_kinds, ARRIVAL_CHOICES),
-            "gamma_cv_range": _check_range("gamma_cv_range", self.gamma_cv_range, 0.0),
-            "on_off_cycle_s": _check_range("on_off_cycle_s", self.on_off_cycle_s, 0.0),
-            "on_fraction_range": _check_range("on_fraction_range", self.on_fraction_range, 0.0, 1.0),
-            "load_range": _check_range("load_range", self.load_range, MIN_LOAD, MAX_LOAD),  # the env's
-            "weight_range": _check_range("weight_range", self.weight_range, 0.0),
-            "prefix_share_range": _check_range("prefix_share_range", self.prefix_share_range, 0.0, 1.0),
-            "engines": self._checked_engines(),
-            "cost_models": self._checked_cost_models(),
-        }
+        choices = {"slo_classes": tuple(SLO_CLASSES), "length_families": LENGTH_FAMILIES,
+                   "arrival_kinds": ARRIVAL_CHOICES}
+        ranges = {"gamma_cv_range": (0.0, math.inf), "on_off_cycle_s": (0.0, math.inf), "on_fraction_range": (0.0, 1.0),
+                  "load_range": (MIN_LOAD, MAX_LOAD), "weight_range": (0.0, math.inf), "prefix_share_range": (0.0, 1.0)}
+        fields: dict[str, Any] = {name: _check_choices(name, getattr(self, name), a) for name, a in choices.items()}
+        fields |= {name: _check_range(name, getattr(self, name), *bounds) for name, bounds in ranges.items()}
+        fields |= {"engines": self._checked_engines(), "cost_models": self._checked_cost_models()}
         for name, value in fields.items():
             object.__setattr__(self, name, value)
 
@@ -212,20 +163,15 @@ class RandomizedSpace:
             if not isinstance(engine, EngineConfig):
                 raise ValueError(f"RandomizedSpace.engines[{i}] must be an EngineConfig, got {engine!r}")
             if engine.max_num_batched_tokens < MIN_BATCHED_TOKENS:
-                raise ValueError(
-                    f"RandomizedSpace.engines[{i}].max_num_batched_tokens must be >= {MIN_BATCHED_TOKENS}, got "
-                    f"{engine.max_num_batched_tokens}"
-                )
+                raise ValueError(f"RandomizedSpace.engines[{i}].max_num_batched_tokens must be >= "
+                                 f"{MIN_BATCHED_TOKENS}, got {engine.max_num_batched_tokens}")
             if not any(fits_engine(engine, _FAMILIES[f].max_total_len) for f in families):
-                raise ValueError(
-                    f"RandomizedSpace.engines[{i}] fits none of the length families {families} (a family's longest "
-                    f"request must fit max_model_len, and {FIT_COPIES} of them the KV pool): {engine}"
-                )
+                raise ValueError(f"RandomizedSpace.engines[{i}] fits none of the length families {families} (a "
+                                 f"family's longest request must fit max_model_len, and {FIT_COPIES} of them the KV "
+                                 f"pool): {engine}")
             if self.prefix_prob > 0 and PREFIX_ID_TOKENS % engine.block_size:
-                raise ValueError(
-                    f"RandomizedSpace.engines[{i}].block_size={engine.block_size} must divide {PREFIX_ID_TOKENS} "
-                    "for shared prefixes (or set prefix_prob=0)"
-                )
+                raise ValueError(f"RandomizedSpace.engines[{i}].block_size={engine.block_size} must divide "
+                                 f"{PREFIX_ID_TOKENS} for shared prefixes (or set prefix_prob=0)")
         return tuple(engines)
 
     def _checked_cost_models(self) -> tuple[str, ...]:
@@ -243,27 +189,13 @@ class RandomizedSpace:
 DEFAULT_SPACE = RandomizedSpace()
 
 
-def nominal_rate_rps(
-    engine: EngineConfig,
-    cost_model: CostModel | str,
-    mix: Sequence[tuple[LengthDist, float]],
-    max_step_s: float | None = None,
-    num_samples: int = 8192,
-) -> float:
-    """An estimate of the knee (load 1.0) of ``engine`` on ``cost_model`` for the length mix ``mix``: pairs
-    (lengths, share of the requests; shares need not sum to 1), in requests per second.
-
-    Method: a steady state in which ``x`` requests start per engine iteration. Per iteration the batch then
-    holds ``B = x E[o]`` decodes (Little's law, one token each), ``x E[p]`` prefill tokens, ``x E[p(p+1)/2]``
-    prefill attention pairs, and the decodes read ``x E[(p + o/2) o]`` KV tokens: a request holds on average
-    ``p + o/2`` tokens for its ``o`` iterations, so the pool holds that many too (``p``, ``o``: prompt and output
-    lengths; expectations over ``num_samples`` draws per entry, seeded, so the estimate is deterministic).
-    With the iteration time ``t(x)`` of the cost model the throughput is ``x / t(x)``, rising with ``x``; ``x``
-    is the largest that keeps ``B <= max_num_seqs``, the KV held within the pool, the tokens of an iteration
-    within ``max_num_batched_tokens`` and, with ``max_step_s`` (the tightest TPOT target), ``t(x) <=
-    max_step_s``. The bound times ``KNEE_FRACTION`` (calibrated on the library's FCFS knees, see there) is the
-    estimate. Shared system prompts are left out (prefix caching makes them nearly free), and so are the
-    arrival process and the SLOs' TTFT targets, which move the real knee: within about 2x of it.
+def nominal_rate_rps(engine: EngineConfig, cost_model: CostModel | str, mix: Sequence[tuple[LengthDist, float]],
+                     max_step_s: float | None = None, num_samples: int = 8192) -> float:
+    """An estimate of the knee (load 1.0, requests/s) of ``engine`` on ``cost_model`` for ``mix``: (lengths, share)
+    pairs. In a steady state where ``x`` requests start per iteration, a batch holds ``x E[o]`` decodes,
+    ``x E[p]`` prefill tokens, ``x E[p(p+1)/2]`` attention pairs and ``x E[(p + o/2) o]`` KV tokens (seeded
+    samples); ``x`` is the largest within ``max_num_seqs``, the KV pool, the token budget and (given)
+    ``max_step_s``, and ``KNEE_FRACTION * x / t(x)`` is the estimate (within about 2x of the real knee).
     """
     model = load_cost_model(cost_model) if isinstance(cost_model, str) else cost_model
     check_int("nominal_rate_rps", "num_samples", num_samples, 1)
@@ -283,11 +215,8 @@ def nominal_rate_rps(
     def step_s(x: float) -> float:
         return model.step_time_s(x * prompt, x * output, x * held, x * pairs)  # type: ignore[arg-type]
 
-    x = min(
-        engine.max_num_seqs / output,
-        engine.num_kv_tokens / held,
-        engine.max_num_batched_tokens / (prompt + output),
-    )
+    x = min(engine.max_num_seqs / output, engine.num_kv_tokens / held)
+    x = min(x, engine.max_num_batched_tokens / (prompt + output))
     if max_step_s is not None and step_s(x) > max_step_s:
         lo, hi = 0.0, x  # t(x) rises with x: bisect for t(x) = max_step_s
         for _ in range(60):
@@ -298,27 +227,20 @@ def nominal_rate_rps(
 
 
 def workload_nominal_rate_rps(engine: EngineConfig, cost_model: CostModel | str, workload: WorkloadConfig) -> float:
-    """``nominal_rate_rps`` of ``workload``'s tenants (their lengths, in the shares of their rates), with the
-    tightest TPOT target among them as the iteration-time cap."""
+    """``nominal_rate_rps`` of ``workload``'s tenants by rate share, capped by their tightest TPOT target."""
     mix = [(t.lengths, t.rate_rps) for t in workload.tenants]
     return nominal_rate_rps(engine, cost_model, mix, max_step_s=min(t.tenant.slo.tpot_s for t in workload.tenants))
 
 
 @dataclass(frozen=True)
 class RandomizedWorkload:
-    """A random scenario's ``make_source``: ``workload`` with its tenants' SLOs at the reference hardware;
-    called with (split, SLO scale), the ``SyntheticSource`` of the split with every SLO scaled. Equal for equal
-    workloads, so random scenarios of one seed compare equal."""
+    """A random scenario's ``make_source``: (split, SLO scale) -> the split's ``SyntheticSource``, SLOs scaled."""
 
     workload: WorkloadConfig
 
     def scaled_slos(self, scale: float) -> WorkloadConfig:
         """The workload with every tenant's SLO targets multiplied by ``scale`` (see ``slo_scale``)."""
-        tenants = tuple(
-            replace(t, tenant=scaled_tenant(t.tenant.name, t.tenant.slo, scale, t.tenant.weight, t.tenant.priority))
-            for t in self.workload.tenants
-        )
-        return replace(self.workload, tenants=tenants)
+        return self.workload.slo_scaled(scale)
 
     def __call__(self, split: str, scale: float) -> SyntheticSource:
         return SyntheticSource(self.scaled_slos(scale), split)
@@ -348,15 +270,8 @@ def _draw_slo(rng: np.random.Generator, space: RandomizedSpace, typical_prefill_
     return suited[int(rng.integers(len(suited)))]
 
 
-def _draw_tenant(
-    rng: np.random.Generator,
-    space: RandomizedSpace,
-    index: int,
-    share: float,
-    families: Sequence[str],
-    engine: EngineConfig,
-    model: CostModel,
-) -> TenantWorkload:
+def _draw_tenant(rng: np.random.Generator, space: RandomizedSpace, index: int, share: float, families: Sequence[str],
+                 engine: EngineConfig, model: CostModel) -> TenantWorkload:  # fmt: skip
     """Tenant ``index`` at rate ``share`` (rescaled later), SLOs at the reference hardware."""
     family = families[int(rng.integers(len(families)))]
     lengths = _FAMILIES[family].draw(rng)
@@ -369,11 +284,9 @@ def _draw_tenant(
     extra: dict[str, Any] = {}
     prefix_choices = [n for n in SHARED_PREFIX_CHOICES if n < lengths.max_prompt_len]
     if rng.random() < space.prefix_prob and prefix_choices:
-        extra = {
-            "prefix_share": round(float(rng.uniform(*space.prefix_share_range)), 3),
-            "num_shared_prefixes": int(rng.integers(1, MAX_SHARED_PREFIXES + 1)),
-            "shared_prefix_tokens": prefix_choices[int(rng.integers(len(prefix_choices)))],
-        }
+        extra = {"prefix_share": round(float(rng.uniform(*space.prefix_share_range)), 3),
+                 "num_shared_prefixes": int(rng.integers(1, MAX_SHARED_PREFIXES + 1)),
+                 "shared_prefix_tokens": prefix_choices[int(rng.integers(len(prefix_choices)))]}
     tenant = scaled_tenant(f"t{index}-{family}-{kind}", slo, 1.0, weight, priority)
     if arrival is None:
         return TenantWorkload(tenant, share, lengths, **extra)
@@ -381,14 +294,9 @@ def _draw_tenant(
 
 
 def random_scenario(seed: int, space: RandomizedSpace = DEFAULT_SPACE, num_requests: int = 1000) -> Scenario:
-    """The random scenario ``random-<seed>`` of ``space``: the same seed and space give an equal scenario.
-
-    Draws, in order: the engine, the cost-model preset, the number of tenants, their shares of the traffic
-    (flat Dirichlet), and per tenant its length family (among those fitting the engine, see ``fits_engine``)
-    and parameters, SLO class, weight, priority, arrival process and shared prefixes. The tenants' rates are
-    then their shares of ``workload_nominal_rate_rps``, so load 1.0 is about the engine's knee. Tenants are
-    named ``t<i>-<family>-<arrival kind>``; their SLOs scale with the cost model like the library's.
-    """
+    """The random scenario ``random-<seed>`` of ``space``: engine, cost model, tenants and their traffic shares
+    (flat Dirichlet), then per tenant its draws; rates are the shares of ``workload_nominal_rate_rps``. Tenants
+    are named ``t<i>-<family>-<arrival kind>``."""
     check_int("random_scenario", "seed", seed, 0)
     check_int("random_scenario", "num_requests", num_requests, 1)
     if not isinstance(space, RandomizedSpace):
@@ -400,25 +308,20 @@ def random_scenario(seed: int, space: RandomizedSpace = DEFAULT_SPACE, num_reque
     families = [f for f in space.length_families if fits_engine(engine, _FAMILIES[f].max_total_len)]
     num_tenants = int(rng.integers(space.min_tenants, space.max_tenants + 1))
     shares = np.maximum(rng.dirichlet(np.ones(num_tenants)), 1e-3)  # no tenant without traffic
-    tenants = tuple(
-        _draw_tenant(rng, space, i, float(share), families, engine, model) for i, share in enumerate(shares)
-    )
+    tenants = tuple(_draw_tenant(rng, space, i, float(share), families, engine, model) for i,
+                    share in enumerate(shares))
     draft = RandomizedWorkload(WorkloadConfig(tenants, num_requests))
     rate = workload_nominal_rate_rps(engine, model, draft.scaled_slos(slo_scale(model)))
     source = RandomizedWorkload(draft.workload.scaled(rate / float(shares.sum())))
     kinds = sorted({t.tenant.name.split("-", 1)[1] for t in tenants})
-    description = (
-        f"random: {num_tenants} tenant(s) ({', '.join(kinds)}) at {rate:.3g} req/s nominal; engine with "
-        f"{engine.num_kv_tokens} KV tokens, {engine.max_num_seqs} seqs, {engine.max_num_batched_tokens} "
-        f"batched tokens; {cost_model}"
-    )
-    return Scenario(
-        f"random-{seed}", description, source, engine=engine, cost_model=cost_model, num_requests=num_requests
-    )
+    description = (f"random: {num_tenants} tenant(s) ({', '.join(kinds)}) at {rate:.3g} req/s nominal; engine with "
+                   f"{engine.num_kv_tokens} KV tokens, {engine.max_num_seqs} seqs, {engine.max_num_batched_tokens} "
+                   f"batched tokens; {cost_model}")
+    name = f"random-{seed}"
+    return Scenario(name, description, source, engine=engine, cost_model=cost_model, num_requests=num_requests)
 
 
-def random_scenarios(
-    seeds: Iterable[int], space: RandomizedSpace = DEFAULT_SPACE, num_requests: int = 1000
-) -> list[Scenario]:
+def random_scenarios(seeds: Iterable[int], space: RandomizedSpace = DEFAULT_SPACE,
+                     num_requests: int = 1000) -> list[Scenario]:
     """``random_scenario`` of each seed, in order."""
     return [random_scenario(seed, space, num_requests) for seed in seeds]

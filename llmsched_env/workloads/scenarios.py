@@ -1,16 +1,9 @@
-"""The scenario library: named workload + tenants + SLOs + engine + cost model, with train/val/test splits.
+"""Scenarios: named workload + tenants + SLOs + engine + cost model, with train/val/test splits.
 
-A scenario's ``source(split)`` gives the requests of one episode. Trace scenarios replay a window of
-consecutive requests of a real trace: the first ``TRAIN_FRACTION`` (70%) of the trace's time is the train
-part, the next ``VAL_FRACTION`` (15%) the val part, the last 15% the test part, so no choice made on val and
-no training ever replays a test window. On the train part an episode starts at a random request (windows
-overlap, for diversity); on the val and test parts the part is cut into disjoint consecutive windows of the
-episode's size and the episode of seed ``s`` replays the ``s``-th (``episode_window``), so no two seeds share a
-request, and a seed beyond the windows the part holds is refused (``TraceSource.check_windows``). Synthetic
-scenarios draw from one random stream per split (and, for length files, from the same disjoint shares of the
-file's rows); their episodes share no request whatever the seeds. ``load``
-multiplies the arrival rate relative to the scenario's nominal rate. SLO targets scale with the cost
-model's unloaded decode step, so they stay meaningful when the hardware preset changes.
+Trace scenarios replay windows of consecutive requests: the first 70% of the trace's time trains, the next 15%
+is val, the last 15% test. On train an episode starts at a random request; on val and test the episode of seed
+``s`` replays the ``s``-th disjoint window (``episode_window``). Synthetic scenarios draw from one random stream
+per split. ``load`` multiplies the nominal rate; SLO targets scale with the cost model's unloaded decode step.
 """
 
 from __future__ import annotations
@@ -36,25 +29,9 @@ from llmsched_env.workloads.traces import Trace, load_trace
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig, generate
 
 __all__ = [
-    "DEFAULT_TRACE_EPISODE",
-    "SPLITS",
-    "TRAIN_FRACTION",
-    "VAL_FRACTION",
-    "RequestSource",
-    "Scenario",
-    "SyntheticSource",
-    "TraceSource",
-    "check_episode_size",
-    "check_split",
-    "episode_window",
-    "scenario_from_trace",
-    "slo_scale",
-    "split_bounds",
-    "split_rows",
-    "split_stream",
-    "trace_dir",
-    "trace_path",
-    "trace_tenants",
+    "DEFAULT_TRACE_EPISODE", "SPLITS", "TRAIN_FRACTION", "VAL_FRACTION", "RequestSource", "Scenario", "SyntheticSource",
+    "TraceSource", "check_episode_size", "check_split", "episode_window", "scenario_from_trace", "slo_scale",
+    "split_bounds", "split_rows", "split_stream", "trace_dir", "trace_path", "trace_tenants",
 ]
 
 SPLITS = ("train", "val", "test")
@@ -81,31 +58,27 @@ class RequestSource(Protocol):
     def nominal_rate_rps(self) -> float: ...
 
 
-# Random stream of each split of a synthetic workload. "val" keeps the stream the former "eval" split drew
-# from (the shipped checkpoints were chosen on it); "test" is a stream no choice has seen.
+# Random stream of each split of a synthetic workload ("val" keeps the former "eval" split's).
 _SPLIT_STREAM = {"train": 0, "val": 1, "test": 2}
 
 
 def split_stream(split: str) -> int:
-    """The number of ``split``'s random stream (generated episodes of each split draw from their own)."""
+    """The number of ``split``'s random stream."""
     return _SPLIT_STREAM[check_split(split)]
 
 
 def check_split(split: object) -> str:
     """``split`` if it names one of ``SPLITS``, else ``ValueError`` (which says what became of "eval")."""
     if split == "eval":
-        raise ValueError(
-            "split 'eval' was divided in two: use 'val' for choices (checkpoints, seeds, tuned knobs) and 'test' "
-            "for reported figures"
-        )
+        raise ValueError("split 'eval' was divided in two: use 'val' for choices (checkpoints, seeds, tuned knobs) and "
+                         "'test' for reported figures")
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     return split
 
 
 def episode_window(split: str, seed: int | None) -> int | None:
-    """The window of a trace part that the episode of ``seed`` replays on ``split``: the ``seed``-th of the part's
-    disjoint consecutive windows on val and test; None (a random start) on train or without a seed."""
+    """The window the episode of ``seed`` replays: the ``seed``-th on val and test; None (random) on train."""
     return seed if seed is not None and check_split(split) != "train" else None
 
 
@@ -129,11 +102,9 @@ class SyntheticSource:
     def nominal_rate_rps(self) -> float:
         return self.workload.total_rate_rps
 
-    def sample(
-        self, rng: np.random.Generator, num_requests: int, load: float, window: int | None = None
-    ) -> list[Request]:
-        """``num_requests`` generated requests at ``load``; ``window`` is ignored (generated episodes share no
-        request whatever their seeds: there is nothing to cut into windows)."""
+    def sample(self, rng: np.random.Generator, num_requests: int, load: float,
+               window: int | None = None) -> list[Request]:
+        """``num_requests`` generated requests at ``load`` (``window`` is ignored)."""
         stream = np.random.default_rng([split_stream(self.split), int(rng.integers(2**63))])
         wl = replace(self.workload, num_requests=num_requests)
         return generate(wl.scaled(load) if load != 1.0 else wl, stream)
@@ -141,11 +112,8 @@ class SyntheticSource:
 
 @dataclass(frozen=True)
 class TraceSource:
-    """Windows of consecutive requests of one part of a trace, replayed at ``rate_rps × load``.
-
-    The trace's tenant codes index ``tenants`` (one ``TenantConfig`` per name of ``trace.tenant_names``, in
-    that order); a trace without a tenant column gives every request to its one tenant. ``split`` names the
-    part in messages."""
+    """Windows of consecutive requests of one part of a trace, replayed at ``rate_rps × load``; the trace's tenant
+    codes index ``tenants``. ``split`` names the part in messages."""
 
     trace: Trace
     tenants: tuple[TenantConfig, ...]
@@ -157,10 +125,8 @@ class TraceSource:
         check_tenant_count(f"{self.trace.source}: TraceSource.tenants", len(tenants))  # at most MAX_TENANTS
         need = len(self.trace.tenant_names) if self.trace.tenant is not None else 1
         if len(tenants) != need or not all(isinstance(t, TenantConfig) for t in tenants):
-            raise ValueError(
-                f"{self.trace.source}: TraceSource needs {need} TenantConfig(s), one per tenant of the trace "
-                f"{list(self.trace.tenant_names)}, got {len(tenants)}"
-            )
+            raise ValueError(f"{self.trace.source}: TraceSource needs {need} TenantConfig(s), one per tenant of the "
+                             f"trace {list(self.trace.tenant_names)}, got {len(tenants)}")
         object.__setattr__(self, "tenants", tenants)
         rate = self.rate_rps
         check_positive(f"{self.trace.source}: TraceSource", "rate_rps", rate, maximum=MAX_RATE_RPS, unit="requests/s")
@@ -173,19 +139,15 @@ class TraceSource:
         n = len(self.trace)
         if num_requests > n:
             part = f"the {self.split} split's" if self.split else "this split's"
-            raise ValueError(
-                f"{self.trace.source}: an episode of {num_requests} requests does not fit in {part} {n} requests; "
-                f"ask for at most {n}"
-            )
+            raise ValueError(f"{self.trace.source}: an episode of {num_requests} requests does not fit in {part} {n} "
+                             f"requests; ask for at most {n}")
 
     def num_windows(self, num_requests: int) -> int:
         """Disjoint consecutive windows of ``num_requests`` requests this part holds (its first requests first)."""
         return len(self.trace) // num_requests
 
     def check_windows(self, num_requests: int, seeds: Sequence[int]) -> None:
-        """Raise ``ValueError`` naming the trace file unless the part holds a window of ``num_requests``
-        requests for each of ``seeds`` (the window of seed ``s`` is the ``s``-th: ``episode_window``), saying
-        how many it holds and the episode size at which the seeds would fit."""
+        """``ValueError`` naming the trace file unless the part holds a window of ``num_requests`` for each seed."""
         self.check_episode(num_requests)
         held, top = self.num_windows(num_requests), max(seeds, default=-1)
         if top >= held:
@@ -193,10 +155,8 @@ class TraceSource:
             plural = "s" if held != 1 else ""
             fit = len(self.trace) // (top + 1)
             hint = f", or episodes of at most {fit} requests (--num-requests) fit seeds up to {top}" if fit else ""
-            raise ValueError(
-                f"{self.trace.source}: {part} holds {held} window{plural} of {num_requests} requests "
-                f"({len(self.trace)} requests); seeds must be < {held}{hint}"
-            )
+            raise ValueError(f"{self.trace.source}: {part} holds {held} window{plural} of {num_requests} requests "
+                             f"({len(self.trace)} requests); seeds must be < {held}{hint}")
 
     @property
     def absent_tenants(self) -> list[str]:
@@ -206,12 +166,10 @@ class TraceSource:
         present = set(np.unique(self.trace.tenant).tolist())
         return [t.name for k, t in enumerate(self.tenants) if k not in present]
 
-    def sample(
-        self, rng: np.random.Generator, num_requests: int, load: float, window: int | None = None
-    ) -> list[Request]:
-        """``num_requests`` consecutive requests of the part at ``load``: the ``window``-th of its disjoint
-        consecutive windows (``ValueError`` beyond the last); without ``window``, one starting at a random
-        request on the train part, and a random one of the disjoint windows on val and test."""
+    def sample(self, rng: np.random.Generator, num_requests: int, load: float,
+               window: int | None = None) -> list[Request]:
+        """``num_requests`` consecutive requests at ``load``: the ``window``-th disjoint window; without one, a
+        random start on train and a random window on val and test."""
         self.check_episode(num_requests)
         if window is None and self.split in ("val", "test"):
             window = int(rng.integers(0, self.num_windows(num_requests)))
@@ -237,11 +195,9 @@ class Scenario:
     num_requests: int = 1000
     remote_kv: RemoteKVConfig | None = None
     traffic: str = ""  # "" for the scenario's own traffic; "fitted to FILE" for traffic generated from a trace
-    # Sources built so far, per (split, SLO scale): each scenario object keeps its own, so two scenarios
-    # sharing a name (two user workloads, two trace files with the same stem) never share requests.
+    # Sources built so far, per (split, SLO scale), per scenario object (two with one name never share them).
     _sources: dict[tuple[str, float], RequestSource] = field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
+        default_factory=dict, init=False, repr=False, compare=False)
 
     def source(self, split: str, cost_model: CostModel | None = None) -> RequestSource:
         """The request source of ``split`` ("train", "val" or "test"), SLOs scaled to ``cost_model``."""
@@ -255,17 +211,15 @@ class Scenario:
         return src
 
 
-def scaled_tenant(
-    name: str, slo_class: str | SLOClass, scale: float, weight: float = 1.0, priority: int = 0
-) -> TenantConfig:
+def scaled_tenant(name: str, slo_class: str | SLOClass, scale: float, weight: float = 1.0,
+                  priority: int = 0) -> TenantConfig:
     """A tenant whose SLO class targets are multiplied by ``scale`` (see ``slo_scale``)."""
     slo = SLO_CLASSES[slo_class] if isinstance(slo_class, str) else slo_class
     return TenantConfig(name, slo=slo.scaled(scale), weight=weight, priority=priority)
 
 
 def trace_split(trace: Trace, split: str) -> Trace:
-    """The part of a timed trace that ``split`` replays: the requests arriving in its share of the trace's time
-    (``split_bounds``). The three parts are disjoint and together hold every request."""
+    """The requests of a timed trace arriving in ``split``'s share of its time (``split_bounds``)."""
     lo, hi = split_bounds(split)
     duration = trace.duration_s()
     return trace.window(duration * lo if lo > 0 else 0.0, duration * hi if hi < 1 else duration + 1.0)
@@ -280,21 +234,13 @@ def split_rows(trace: Trace, split: str) -> Trace:
 def length_split(trace: Trace, split: str, max_prompt_len: int, max_output_len: int) -> LengthDist:
     """An empirical length distribution over ``split``'s share of ``trace``'s rows (``split_rows``)."""
     part = split_rows(trace, split)
-    return LengthDist.empirical(
-        part.prompt_len,
-        part.output_len,
-        source=f"{trace.source}[{split}]",
-        max_prompt_len=max_prompt_len,
-        max_output_len=max_output_len,
-    )
+    return LengthDist.empirical(part.prompt_len, part.output_len, source=f"{trace.source}[{split}]",
+                                max_prompt_len=max_prompt_len, max_output_len=max_output_len)
 
 
 DEFAULT_TRACE_EPISODE = 1000  # requests per episode of a user trace, when its parts hold that many
-_PARTS = {
-    "train": f"the first {TRAIN_FRACTION:.0%} of its time",
-    "val": f"the next {VAL_FRACTION:.0%}",
-    "test": f"the last {1 - TRAIN_FRACTION - VAL_FRACTION:.0%}",
-}
+_PARTS = {"train": f"the first {TRAIN_FRACTION:.0%} of its time", "val": f"the next {VAL_FRACTION:.0%}",
+          "test": f"the last {1 - TRAIN_FRACTION - VAL_FRACTION:.0%}"}
 
 
 def _names(values: Sequence[str], limit: int = 8) -> str:
@@ -302,29 +248,20 @@ def _names(values: Sequence[str], limit: int = 8) -> str:
     return shown + (f", ... ({len(values)} in all)" if len(values) > limit else "")
 
 
-def trace_tenants(
-    path: str | Path,
-    trace: Trace,
-    slo_class: str | SLOClass = "chat",
-    tenant_slos: Mapping[str, str | SLOClass] | None = None,
-) -> list[tuple[str, str | SLOClass]]:
-    """(name, SLO class) of each tenant of ``trace``, in the order of its tenant codes (first appearance in
-    the file): the class ``tenant_slos`` names for it, else ``slo_class``. A trace without a tenant column has
-    one tenant, named after ``slo_class``. ``ValueError`` naming the file for a tenant the trace lacks."""
+def trace_tenants(path: str | Path, trace: Trace, slo_class: str | SLOClass = "chat",
+                  tenant_slos: Mapping[str, str | SLOClass] | None = None) -> list[tuple[str, str | SLOClass]]:
+    """(name, SLO class) of each tenant of ``trace`` in code order: ``tenant_slos``'s class, else ``slo_class`` (one
+    tenant named after it without a tenant column). ``ValueError`` naming the file for a tenant the trace lacks."""
     tenant_slos = dict(tenant_slos or {})
     if trace.tenant is None:
         if tenant_slos:
-            raise ValueError(
-                f"{path}: SLO classes given for tenant(s) {_names(sorted(tenant_slos))} but the trace has no "
-                "tenant column (generic format: map one with tenant=COLUMN)"
-            )
+            raise ValueError(f"{path}: SLO classes given for tenant(s) {_names(sorted(tenant_slos))} but the trace has "
+                             f"no tenant column (generic format: map one with tenant=COLUMN)")
         return [(slo_class if isinstance(slo_class, str) else slo_class.name, slo_class)]
     unknown = sorted(set(tenant_slos) - set(trace.tenant_names))
     if unknown:
-        raise ValueError(
-            f"{path}: no tenant {_names(unknown)} in the trace's tenant column; its tenants are "
-            f"{_names(trace.tenant_names)}"
-        )
+        raise ValueError(f"{path}: no tenant {_names(unknown)} in the trace's tenant column; its tenants are "
+                         f"{_names(trace.tenant_names)}")
     return [(name, tenant_slos.get(name, slo_class)) for name in trace.tenant_names]
 
 
@@ -332,27 +269,22 @@ def _timed_parts(path: Path, trace: Trace) -> dict[str, Trace]:
     """The train, val and test parts of a timed trace, each checked to hold an arrival pattern."""
     n = len(trace)
     if n >= 2 and trace.duration_s() == 0.0:
-        raise ValueError(
-            f"{path}: all {n} requests arrive at the same time, so the trace has no arrival pattern to replay; "
-            "give it distinct timestamps, or replay its lengths alone (generic format without an arrival column, "
-            "with a rate: --trace-rate)"
-        )
+        raise ValueError(f"{path}: all {n} requests arrive at the same time, so the trace has no arrival pattern to "
+                         f"replay; give it distinct timestamps, or replay its lengths alone (generic format without an "
+                         f"arrival column, with a rate: --trace-rate)")
     parts = {split: trace_split(trace, split) for split in SPLITS}
     for split, part in parts.items():
         if len(part) < 2 or part.duration_s() == 0.0:
             times = part.arrival_s
             assert times is not None  # a part of a timed trace
-            raise ValueError(
-                f"{path}: the trace's {n} request(s) leave its {split} part ({_PARTS[split]}) {len(part)} "
-                f"request(s) at {len(np.unique(times))} distinct time(s); each part needs at least 2 "
-                "requests at different times: give a longer trace"
-            )
+            raise ValueError(f"{path}: the trace's {n} request(s) leave its {split} part ({_PARTS[split]}) {len(part)} "
+                             f"request(s) at {len(np.unique(times))} distinct time(s); each part needs at least 2 "
+                             "requests at different times: give a longer trace")
     return parts
 
 
 def _length_parts(path: Path, trace: Trace) -> list[tuple[float, Trace]]:
-    """(share of the rows, rows) of each tenant of a length-only trace (the whole trace when it has no tenant
-    column), each with rows for both parts."""
+    """(share of the rows, rows) of each tenant of a length-only trace, each with rows for every part."""
     if trace.tenant is None:
         groups = [("", trace)]
     else:
@@ -360,31 +292,18 @@ def _length_parts(path: Path, trace: Trace) -> list[tuple[float, Trace]]:
     for name, rows in groups:
         if any(len(split_rows(rows, split)) == 0 for split in SPLITS):
             who = f"tenant {name!r} has" if name else "the trace has"
-            raise ValueError(
-                f"{path}: {who} {len(rows)} row(s), too few to give each of its train, val and test parts a row "
-                f"(the first {TRAIN_FRACTION:.0%} of the rows, the next {VAL_FRACTION:.0%}, the rest); give more rows"
-            )
+            raise ValueError(f"{path}: {who} {len(rows)} row(s), too few to give each of its train, val and test parts "
+                             f"a row (the first {TRAIN_FRACTION:.0%} of the rows, the next {VAL_FRACTION:.0%}, the "
+                             f"rest); give more rows")
     return [(len(rows) / len(trace), rows) for _, rows in groups]
 
 
-def scenario_from_trace(
-    path: str | Path,
-    fmt: str,
-    rate_rps: float | None = None,
-    slo_class: str | SLOClass = "chat",
-    engine: EngineConfig | None = None,
-    cost_model: str = REFERENCE_COST_MODEL,
-    tenant_slos: Mapping[str, str | SLOClass] | None = None,
-    **options: object,
-) -> Scenario:
-    """A scenario replaying a user's trace file (``fmt``: azure, mooncake, lengths, generic), split in time
-    into train, val and test parts (``split_bounds``). A timed trace replays at its own mean rate unless ``rate_rps`` is
-    given; a length-only file needs ``rate_rps`` for its Poisson arrivals (shared among its tenants as their
-    rows are). A trace with a tenant column (generic format) keeps its tenants, in order of first appearance
-    in the file, each with the SLO class ``tenant_slos`` names for it, else ``slo_class`` (``trace_tenants``).
-    The default episode is the smaller of ``DEFAULT_TRACE_EPISODE`` and the requests of each part. A part
-    may hold no request of some tenants (``TraceSource.absent_tenants`` names them; ``llmsched-evaluate``
-    says so). Every problem is a ``ValueError`` naming the file."""
+def scenario_from_trace(path: str | Path, fmt: str, rate_rps: float | None = None, slo_class: str | SLOClass = "chat",
+                        engine: EngineConfig | None = None, cost_model: str = REFERENCE_COST_MODEL,
+                        tenant_slos: Mapping[str, str | SLOClass] | None = None, **options: object) -> Scenario:
+    """A scenario replaying a user's trace file (``fmt``), split in time; at its mean rate unless ``rate_rps`` is
+    given (which a length-only trace needs). Tenants and SLOs: ``trace_tenants``. Every problem is a
+    ``ValueError`` naming the file."""
     path = Path(path)
     trace = load_trace(path, fmt, **options)  # fail now, with the file's own error, not at reset()
     if rate_rps is not None and not (is_finite_number(rate_rps) and in_range(rate_rps, False, MAX_RATE_RPS)):
@@ -402,11 +321,8 @@ def scenario_from_trace(
 
         def make_lengths(split: str, scale: float) -> RequestSource:
             workloads = tuple(
-                TenantWorkload(
-                    scaled_tenant(name, cls, scale),
-                    float(rate_rps) * share,
-                    length_split(rows, split, engine.max_model_len - 1, engine.max_model_len - 1),
-                )
+                TenantWorkload(scaled_tenant(name, cls, scale), float(rate_rps) * share,
+                               length_split(rows, split, engine.max_model_len - 1, engine.max_model_len - 1))
                 for (name, cls), (share, rows) in zip(tenants, groups, strict=True)
             )
             return SyntheticSource(WorkloadConfig(workloads, DEFAULT_TRACE_EPISODE), split)
@@ -417,10 +333,9 @@ def scenario_from_trace(
         parts = _timed_parts(path, trace)
         rate = float(rate_rps) if rate_rps is not None else trace.mean_rate_rps()
         if not rate <= MAX_RATE_RPS:  # the trace's own rate: its timestamps in another unit than they say
-            raise ValueError(
-                f"{path}: the trace's mean rate is {rate:g} requests/s, over the {MAX_RATE_RPS:,.0f} a rate may be; "
-                "check the unit of its timestamps (--trace-time-unit) or give a rate (--trace-rate)"
-            )
+            raise ValueError(f"{path}: the trace's mean rate is {rate:g} requests/s, over the {MAX_RATE_RPS:,.0f} a "
+                             f"rate may be; check the unit of its timestamps (--trace-time-unit) or give a rate "
+                             f"(--trace-rate)")
 
         def make_timed(split: str, scale: float) -> RequestSource:
             configs = tuple(scaled_tenant(name, cls, scale) for name, cls in tenants)
@@ -433,10 +348,7 @@ def scenario_from_trace(
 
 
 def check_episode_size(scenario: Scenario, split: str, num_requests: int, seeds: Sequence[int] | None = None) -> None:
-    """Raise ``ValueError`` naming the trace file when an episode of ``num_requests`` does not fit in
-    ``scenario``'s ``split`` part (a trace replay's window) or, on val and test with ``seeds``, when the part
-    does not hold a disjoint window for each seed (``TraceSource.check_windows``); synthetic sources fit any
-    size and any seeds."""
+    """``ValueError`` naming the trace file when a trace part cannot hold ``num_requests`` (a window per seed)."""
     source = scenario.make_source(split, 1.0)  # the SLO scale does not change the part's size
     if isinstance(source, TraceSource):
         windows = [w for w in (episode_window(split, s) for s in seeds or ()) if w is not None]

@@ -1,8 +1,5 @@
-"""The ``Trace`` type: a real serving trace as immutable, numpy-backed arrays, one entry per request.
-
-``traces`` reads the files their publishers release into ``Trace``s (through ``trace_parsers``); a trace is
-sliced, windowed and replayed as ``Request``s here. Stdlib and numpy only.
-"""
+"""The ``Trace`` type: a serving trace as read-only numpy arrays, one entry per request, sliced, windowed and
+replayed as ``Request``s (``traces`` reads the files)."""
 
 from __future__ import annotations
 
@@ -13,12 +10,20 @@ from typing import Any
 
 import numpy as np
 
-from llmsched_env.common.checks import is_finite_number
+from llmsched_env.common.checks import check_int, is_finite_number
 from llmsched_env.engine.request import Request
 
-__all__ = ["MOONCAKE_PREFIX_ID_TOKENS", "Trace", "is_finite_number"]
+__all__ = ["MOONCAKE_PREFIX_ID_TOKENS", "Trace", "is_finite_number", "make_requests"]
 
 MOONCAKE_PREFIX_ID_TOKENS = 512  # Mooncake's hash_ids each name a block of 512 prompt tokens
+
+
+def make_requests(arrivals: Sequence[float], prompts: Sequence[int], outputs: Sequence[int], tenants: Sequence[int],
+                  prefix_ids: Sequence[tuple[int, ...] | None], prefix_id_tokens: int,
+                  first_id: int = 0) -> list[Request]:
+    """One ``Request`` per row of the columns, ids from ``first_id`` on."""
+    rows = zip(arrivals, prompts, outputs, tenants, prefix_ids, strict=True)
+    return [Request(first_id + i, a, p, o, k, ids, prefix_id_tokens) for i, (a, p, o, k, ids) in enumerate(rows)]
 
 
 def _frozen(values: Any, dtype: type, owner: str) -> np.ndarray:
@@ -33,14 +38,9 @@ def _frozen(values: Any, dtype: type, owner: str) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Trace:
-    """A sequence of requests in arrival order; every array is read-only and has one entry per request.
-
-    - ``arrival_s``: float64 seconds from the first request (sorted, first 0), or None for a length-only file;
-    - ``prompt_len`` / ``output_len``: int64 tokens, each >= 1;
-    - ``prefix_ids``: per request, ids of consecutive prompt blocks of ``prefix_id_tokens`` tokens (Mooncake's
-      ``hash_ids``; equal ids = equal content), or None;
-    - ``tenant``: int codes into ``tenant_names``, or None (tenants then come from the workload).
-    """
+    """Requests in arrival order: ``arrival_s`` (seconds from the first, or None for lengths only),
+    ``prompt_len`` / ``output_len`` (tokens >= 1), ``prefix_ids`` (per request, ids of its prompt blocks of
+    ``prefix_id_tokens`` tokens, or None) and ``tenant`` (codes into ``tenant_names``, or None)."""
 
     name: str
     source: str
@@ -74,12 +74,7 @@ class Trace:
             if len(ids) != n:
                 raise ValueError(f"Trace.prefix_ids has {len(ids)} entries, prompt_len {n}")
             object.__setattr__(self, "prefix_ids", ids)
-        if (
-            isinstance(self.prefix_id_tokens, bool)
-            or not isinstance(self.prefix_id_tokens, (int, np.integer))
-            or self.prefix_id_tokens < 1
-        ):
-            raise ValueError(f"Trace.prefix_id_tokens must be an integer >= 1, got {self.prefix_id_tokens!r}")
+        check_int("Trace", "prefix_id_tokens", self.prefix_id_tokens, 1)
         object.__setattr__(self, "tenant_names", tuple(str(t) for t in self.tenant_names))
         if self.tenant is not None:
             codes = _frozen(self.tenant, np.int64, "tenant")
@@ -96,17 +91,13 @@ class Trace:
 
     def __repr__(self) -> str:
         timing = "lengths only" if self.arrival_s is None else f"duration_s={self.duration_s():.1f}"
-        return (
-            f"Trace({self.name!r}, num_requests={len(self)}, {timing}, prefix_ids={self.prefix_ids is not None}, "
-            f"tenants={len(self.tenant_names)})"
-        )
+        return (f"Trace({self.name!r}, num_requests={len(self)}, {timing}, prefix_ids={self.prefix_ids is not None}, "
+                f"tenants={len(self.tenant_names)})")
 
     def _arrivals(self, what: str) -> np.ndarray:
         if self.arrival_s is None:
-            raise ValueError(
-                f"trace {self.name!r} has no arrival times (a length-only file), so {what} is undefined; "
-                "let an arrival process supply the times"
-            )
+            raise ValueError(f"trace {self.name!r} has no arrival times (a length-only file), so {what} is undefined; "
+                             "let an arrival process supply the times")
         return self.arrival_s
 
     def duration_s(self) -> float:
@@ -122,8 +113,7 @@ class Trace:
         return (len(self) - 1) / duration if duration > 0 else math.inf
 
     def select(self, indices: Sequence[int] | np.ndarray) -> Trace:
-        """The requests at ``indices`` (ints, or a boolean mask), in the given order, arrivals rebased to start
-        at 0. For a timed trace the selected arrivals must stay sorted (pass indices in increasing order)."""
+        """The requests at ``indices`` (ints in increasing order, or a boolean mask), arrivals rebased to 0."""
         idx = np.asarray(indices)
         if idx.dtype == bool:
             if idx.shape != (len(self),):
@@ -140,17 +130,9 @@ class Trace:
                 raise ValueError("selected arrivals are out of order; pass the indices in increasing order")
             arrival = arrival - arrival[0] if arrival.size else arrival
         prefix = None if self.prefix_ids is None else tuple(self.prefix_ids[i] for i in idx.tolist())
-        return Trace(
-            self.name,
-            self.source,
-            arrival,
-            self.prompt_len[idx],
-            self.output_len[idx],
-            prefix,
-            self.prefix_id_tokens,
-            None if self.tenant is None else self.tenant[idx],
-            self.tenant_names if self.tenant is not None else (),
-        )
+        return Trace(self.name, self.source, arrival, self.prompt_len[idx], self.output_len[idx], prefix,
+                     self.prefix_id_tokens, None if self.tenant is None else self.tenant[idx],
+                     self.tenant_names if self.tenant is not None else ())
 
     def slice(self, i: int | None = None, j: int | None = None) -> Trace:
         """Requests ``i:j`` (Python slice semantics), arrivals rebased to start at 0."""
@@ -164,16 +146,10 @@ class Trace:
         lo, hi = np.searchsorted(arrival, [start_s, end_s], side="left")
         return self.select(np.arange(lo, hi))
 
-    def to_requests(
-        self,
-        first_id: int = 0,
-        arrival_offset_s: float = 0.0,
-        time_scale: float = 1.0,
-        tenant_of: Sequence[int] | np.ndarray | None = None,
-    ) -> list[Request]:
-        """One ``Request`` per row, ids ``first_id, first_id + 1, ...``, arriving at
-        ``arrival_offset_s + arrival_s / time_scale`` (``time_scale`` 2.0 replays at twice the rate). Tenants are
-        ``tenant_of[i]`` when given, else the trace's codes, else 0."""
+    def to_requests(self, first_id: int = 0, arrival_offset_s: float = 0.0, time_scale: float = 1.0,
+                    tenant_of: Sequence[int] | np.ndarray | None = None) -> list[Request]:
+        """One ``Request`` per row (ids from ``first_id``) at ``arrival_offset_s + arrival_s / time_scale``, tenant
+        ``tenant_of[i]``, else the trace's code, else 0."""
         arrival = self._arrivals("to_requests")
         if not is_finite_number(time_scale) or time_scale <= 0:
             raise ValueError(f"time_scale must be a finite number > 0, got {time_scale!r}")
@@ -190,19 +166,12 @@ class Trace:
             tenants = np.zeros(len(self), dtype=np.int64)
         times = (arrival_offset_s + arrival / time_scale).tolist()
         prefix = self.prefix_ids if self.prefix_ids is not None else (None,) * len(self)
-        pit = self.prefix_id_tokens
-        return [
-            Request(first_id + i, a, p, o, k, ids, pit)
-            for i, (a, p, o, k, ids) in enumerate(
-                zip(times, self.prompt_len.tolist(), self.output_len.tolist(), tenants.tolist(), prefix, strict=True)
-            )
-        ]
+        columns = (times, self.prompt_len.tolist(), self.output_len.tolist(), tenants.tolist(), prefix)
+        return make_requests(*columns, self.prefix_id_tokens, first_id)
 
     def describe(self) -> dict[str, float]:
-        """Summary statistics; nan where undefined (no arrivals, no prefix ids, empty trace).
-
-        ``prefix_reuse_share`` is the fraction of all prefix-id occurrences whose id appeared earlier in the trace
-        (the best case for a prefix cache of unlimited size)."""
+        """Summary statistics, nan where undefined; ``prefix_reuse_share``: the share of prefix-id occurrences
+        seen earlier in the trace (an unlimited prefix cache's hits)."""
         nan = math.nan
         out: dict[str, float] = {"num_requests": float(len(self))}
         arrival_s = self.arrival_s

@@ -1,10 +1,6 @@
-"""Reading trace files that may be gzip-compressed: a name ending in ``.gz`` is decompressed on the fly, any
-other name is read as it is. The format is the suffix before ``.gz`` (``a.csv.gz`` is a CSV file named ``a``).
-
-Reads are bounded (``llmsched_env.common.files``): only a regular file is read; its size on disk and, for a
-``.gz`` file, the bytes it decompresses to are capped by ``TRACE_BYTES`` (``$LLMSCHED_MAX_TRACE_BYTES``, 1 GiB by
-default) and each line by ``TRACE_LINE_BYTES`` (``$LLMSCHED_MAX_TRACE_LINE_BYTES``, 1 MiB), decompressed as a
-stream so a gzip bomb is refused after the cap, not after filling the memory. Stdlib only.
+"""Reading trace files, gzip-compressed when the name ends in ``.gz`` (``a.csv.gz`` is a CSV file named ``a``).
+Reads are bounded (``common.files``): a regular file, at most ``TRACE_BYTES`` on disk and decompressed (as a
+stream, so a gzip bomb stops at the cap), lines of at most ``TRACE_LINE_BYTES``.
 """
 
 from __future__ import annotations
@@ -13,21 +9,11 @@ import gzip
 import io
 import zlib
 from pathlib import Path
-from typing import TextIO
 
 from llmsched_env.common.files import TRACE_BYTES, TRACE_LINE_BYTES, BoundedReader, open_regular
 
-__all__ = [
-    "DECOMPRESS_ERRORS",
-    "GZIP_SUFFIX",
-    "bad_gzip_message",
-    "data_stem",
-    "data_suffix",
-    "is_gzip",
-    "open_bytes",
-    "open_text",
-    "read_bytes",
-]
+__all__ = ["DECOMPRESS_ERRORS", "GZIP_SUFFIX", "bad_gzip_message", "data_stem", "data_suffix", "is_gzip", "open_bytes",
+           "read_bytes"]
 
 GZIP_SUFFIX = ".gz"
 # What a damaged or mislabelled .gz file raises while it is read (BadGzipFile is an OSError; a truncated
@@ -51,10 +37,8 @@ def data_stem(path: Path) -> str:
 
 
 def open_bytes(path: Path) -> io.BufferedReader:
-    """The file opened for reading its bytes, decompressed on the fly when its name ends in ``.gz``, and bounded:
-    a file that is not regular, or larger than ``TRACE_BYTES`` on disk, is refused here (before it is opened);
-    more than ``TRACE_BYTES`` decompressed, or a line longer than ``TRACE_LINE_BYTES``, while it is read. Each
-    refusal is a ``FileRefusedError`` (a ``ValueError``) naming the file, the limit and its variable."""
+    """The file opened for reading bytes, decompressed when ``.gz``, bounded: a refusal is a ``FileRefusedError``
+    naming the file, the limit and its variable (here, or while reading)."""
     raw = open_regular(path, TRACE_BYTES)
     try:
         if is_gzip(path):
@@ -69,21 +53,9 @@ def open_bytes(path: Path) -> io.BufferedReader:
 
 
 def read_bytes(path: Path) -> bytes:
-    """The file's content, decompressed when its name ends in ``.gz``, within the bounds of ``open_bytes``.
-
-    Raises ``OSError`` when the file cannot be read, one of ``DECOMPRESS_ERRORS`` when a ``.gz`` file is not
-    valid gzip data, and ``FileRefusedError`` past a bound; callers turn the first two into a message naming the
-    file (the third names it already)."""
+    """The file's content (``open_bytes``): ``OSError``, one of ``DECOMPRESS_ERRORS`` or ``FileRefusedError``."""
     with open_bytes(path) as f:
         return f.read()
-
-
-def open_text(path: Path) -> TextIO:
-    """The file opened for reading UTF-8 text with ``newline=""`` (as the csv module wants), through gzip when its
-    name ends in ``.gz``, within the bounds of ``open_bytes``. Decompression errors (``DECOMPRESS_ERRORS``) and a
-    ``FileRefusedError`` past a size or line bound surface while reading; a file that is not regular or too
-    large on disk is refused here."""
-    return io.TextIOWrapper(open_bytes(path), encoding="utf-8", newline="")
 
 
 def bad_gzip_message(path: Path, error: Exception) -> str:

@@ -1,7 +1,6 @@
-"""Parsing machinery behind ``llmsched_env.workloads.traces``: read a trace file, check every value, and assemble
-the ``Trace``. Every problem raises ``TraceError`` naming the file, the 1-based line and the field; no row
-is ever dropped silently (blank lines are skipped). ``TraceError`` and the option constants live here so this
-module never imports ``traces``; ``traces`` re-exports them. Stdlib and numpy only.
+"""Parsing behind ``workloads.traces`` (which re-exports ``TraceError`` and the option constants): read a trace
+file, check every value, assemble the ``Trace``. Every problem is a ``TraceError`` naming the file, the 1-based
+line and the field; no row is dropped silently (blank lines are skipped).
 """
 
 from __future__ import annotations
@@ -27,13 +26,11 @@ OVERLONG_OPTIONS = ("reject", "truncate", "error")
 GENERIC_FIELDS = ("arrival", "prompt_len", "output_len", "prefix_ids", "tenant")
 TIME_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e-3}  # unit -> seconds
 _AZURE_COLUMNS = {"arrival": "TIMESTAMP", "prompt_len": "ContextTokens", "output_len": "GeneratedTokens"}
-_MOONCAKE_KEYS = {
-    "arrival": "timestamp",
-    "prompt_len": "input_length",
-    "output_len": "output_length",
-    "prefix_ids": "hash_ids",
-}
+_MOONCAKE_KEYS = {"arrival": "timestamp", "prompt_len": "input_length", "output_len": "output_length",
+                  "prefix_ids": "hash_ids"}  # fmt: skip
 _LENGTHS_COLUMNS = {"prompt_len": "num_prefill_tokens", "output_len": "num_decode_tokens"}
+# Length files (``lengths.load_length_file``), told apart by their header: the ShareGPT stats CSV and Azure's trace.
+LENGTH_FILE_COLUMNS = {"sharegpt": _LENGTHS_COLUMNS, "azure_llm_2023": {k: _AZURE_COLUMNS[k] for k in _LENGTHS_COLUMNS}}
 _MAX_TOKENS = 2**40  # lengths above this are corrupt data (and would overflow int64 sums)
 _MAX_PREFIX_ID = 2**63  # prefix ids are stored as int64
 
@@ -54,9 +51,7 @@ def _unreadable(path: Path, error: OSError) -> TraceError:
 
 
 def _read_lines(path: Path) -> list[str]:
-    """The file's lines without line ends (decompressed first for a ``.gz`` name); line i (0-based) is file
-    line i + 1. Bounded (``trace_io.open_bytes``): a file that is not regular, too large or with too long a line
-    is a ``TraceError`` naming it and the limit."""
+    """The file's lines without line ends (decompressed for ``.gz``), bounded (``trace_io.open_bytes``)."""
     try:
         data = read_bytes(path)
     except FileRefusedError as e:
@@ -125,9 +120,8 @@ def _as_ids(value: Any) -> tuple[int, ...] | None:
 
 
 def _wallclock(text: str, days: dict[str, int]) -> tuple[int, float] | None:
-    """``YYYY-MM-DD HH:MM:SS[.fraction]`` as (whole seconds since 0001-01-01, fraction); None when malformed
-    (seconds 60, a leap second, included: it would count as the next minute's first and misorder the file).
-    Faster than datetime.strptime by ~10x; ``days`` caches date ordinals."""
+    """``YYYY-MM-DD HH:MM:SS[.fraction]`` as (whole seconds since 0001-01-01, fraction); None when malformed (a
+    leap second too). ~10x faster than datetime.strptime; ``days`` caches date ordinals."""
     day, sep, clock = text.strip().partition(" ")
     if not sep:
         day, sep, clock = text.strip().partition("T")
@@ -171,28 +165,13 @@ def _field_label(names: Mapping[str, str], fld: str, kind: str) -> str:
 class _Parser:
     """Turns raw values into typed ones, raising ``TraceError`` that names file, line and field."""
 
-    def __init__(
-        self,
-        path: Path,
-        names: Mapping[str, str],
-        kind: str,
-        clock: bool = False,
-        prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS,
-    ) -> None:
+    def __init__(self, path: Path, names: Mapping[str, str], kind: str, clock: bool = False,
+                 prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS) -> None:  # fmt: skip
         self.path, self.names, self.kind = path, dict(names), kind
         self.prefix_id_tokens = prefix_id_tokens  # tokens per prefix id: a prompt of n tokens has ceil(n / it) ids
         fields = names.keys()
-        self.rows = _Rows(
-            path,
-            self.names,
-            kind,
-            [],
-            [] if "arrival" in fields else None,
-            [],
-            [],
-            [] if "prefix_ids" in fields else None,
-            [] if "tenant" in fields else None,
-        )
+        self.rows = _Rows(path, self.names, kind, [], [] if "arrival" in fields else None, [], [],
+                          [] if "prefix_ids" in fields else None, [] if "tenant" in fields else None)  # fmt: skip
         self.clock = clock  # arrival is a wall-clock string (Azure), relative to the first row
         self._tenants: set[str] = set()  # the distinct tenants so far
         try:
@@ -203,8 +182,7 @@ class _Parser:
         self._base: int | None = None
 
     def _new_tenant(self, line: int, name: str) -> None:
-        """Admit the tenant ``name``, first seen on ``line``: its name must pass the name rule, and the distinct
-        tenants so far stay within ``MAX_TENANTS`` (refused at the first one past it, before the rest is parsed)."""
+        """Admit the tenant ``name``, first seen on ``line``: a valid name, within ``MAX_TENANTS`` distinct ones."""
         problem = tenant_name_problem(name)
         if problem is not None:
             raise self.error(line, "tenant", problem)
@@ -217,9 +195,7 @@ class _Parser:
         return TraceError(f"{self.path}:{line}: {_field_label(self.names, fld, self.kind)} {problem}")
 
     def add_record(self, line: int, record: Any, where: Mapping[str, Any], missing: Callable[[Any], str]) -> None:
-        """``add`` the row whose field ``fld`` is ``record[where[fld]]`` (a CSV row's cells by index, a JSON
-        object by key); a field that ``record`` lacks raises the error naming it, ``missing(record)`` its
-        problem."""
+        """``add`` the row whose field ``fld`` is ``record[where[fld]]`` (else the error ``missing(record)``)."""
         values = {}
         for fld, at in where.items():
             try:
@@ -256,23 +232,17 @@ class _Parser:
         if rows.prefix is not None:
             ids = _as_ids(values["prefix_ids"])
             if ids is None:
-                raise self.error(
-                    line,
-                    "prefix_ids",
-                    "must be a list of integer ids (JSON list or space-separated "
-                    f"integers), got {_short(values['prefix_ids'])}",
-                )
+                got = _short(values["prefix_ids"])
+                problem = f"must be a list of integer ids (JSON list or space-separated integers), got {got}"
+                raise self.error(line, "prefix_ids", problem)
             bad = next((h for h in ids if not 0 <= h < _MAX_PREFIX_ID), None)
             if bad is not None:
                 raise self.error(line, "prefix_ids", f"ids must be integers from 0 to 2**63 - 1, got {_short(bad)}")
             blocks = -(-rows.prompts[-1] // self.prefix_id_tokens)
             if len(ids) > blocks:
-                raise self.error(
-                    line,
-                    "prefix_ids",
-                    f"has {len(ids)} ids but the prompt of {rows.prompts[-1]} tokens has only {blocks} block(s) of "
-                    f"{self.prefix_id_tokens} tokens (one id per block)",
-                )
+                problem = (f"has {len(ids)} ids but the prompt of {rows.prompts[-1]} tokens has only {blocks} block(s) "
+                           f"of {self.prefix_id_tokens} tokens (one id per block)")  # fmt: skip
+                raise self.error(line, "prefix_ids", problem)
             rows.prefix.append(ids)
         if rows.tenants is not None:
             tenant = values["tenant"]
@@ -290,27 +260,30 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _parse_csv(
-    path: Path, names: Mapping[str, str], clock: bool = False, prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS
-) -> _Rows:
+def _parse_csv(path: Path, given: Mapping[str, Any], clock: bool = False,
+               prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS) -> _Rows:
+    """The rows of a CSV file whose header holds the columns ``given`` maps our fields to; or, with ``given``
+    mapping format names to such mappings, the first format whose columns the header holds."""
     lines = _read_lines(path)
     header_i = next((i for i, line in enumerate(lines) if line.strip()), None)
-    expected = list(names.values())
     if header_i is None:
-        raise TraceError(f"{path}:1: trace file is empty; expected a CSV header with columns {expected}")
+        raise TraceError(f"{path}:1: trace file is empty; expected a CSV header")
     header = [h.strip() for h in _split_csv(lines[header_i])]
+    names: Mapping[str, str] = given
+    if all(isinstance(v, Mapping) for v in given.values()):  # alternative formats
+        names = next((n for n in given.values() if all(c in header for c in n.values())), {})
+        if not names:
+            accepted = "; ".join(f"{fmt}: {','.join(n.values())}" for fmt, n in given.items())
+            raise TraceError(f"{path}:1: unknown header {header}; expected columns including one of: {accepted}")
+    expected = list(names.values())
     twice = sorted({col for col in header if col and header.count(col) > 1})
     if twice:
-        raise TraceError(
-            f"{path}:{header_i + 1}: column(s) {twice} appear more than once in the CSV header; which one holds "
-            "the data is ambiguous, rename or drop the duplicates"
-        )
+        raise TraceError(f"{path}:{header_i + 1}: column(s) {twice} appear more than once in the CSV header; which one "
+                         f"holds the data is ambiguous, rename or drop the duplicates")
     missing = [col for col in expected if col not in header]
     if missing:
-        raise TraceError(
-            f"{path}:{header_i + 1}: missing column(s) {missing} in the CSV header; found columns {header}, "
-            f"expected {expected}"
-        )
+        raise TraceError(f"{path}:{header_i + 1}: missing column(s) {missing} in the CSV header; found columns "
+                         f"{header}, expected {expected}")
     index = {fld: header.index(col) for fld, col in names.items()}
     parser = _Parser(path, names, "column", clock=clock, prefix_id_tokens=prefix_id_tokens)
 
@@ -326,11 +299,9 @@ def _parse_csv(
         except csv.Error as e:
             raise TraceError(f"{path}:{i + 1}: malformed CSV row ({e})") from None
         if len(row) > len(header) and any(cell.strip() for cell in row[len(header) :]):
-            raise TraceError(
-                f"{path}:{i + 1}: the row has {len(row)} fields but the header {len(header)}; "
-                f"{_short(row[len(header) :])} belong(s) to no column (a stray comma, or a column missing from the "
-                "header?)"
-            )
+            raise TraceError(f"{path}:{i + 1}: the row has {len(row)} fields but the header {len(header)}; "
+                             f"{_short(row[len(header) :])} belong(s) to no column (a stray comma, or a column missing "
+                             f"from the header?)")
         parser.add_record(i + 1, [cell.strip() for cell in row], index, missing_cell)
     if not parser.rows.lines:
         raise TraceError(f"{path}:{header_i + 2}: no data rows after the header on line {header_i + 1}")
@@ -369,32 +340,26 @@ def _parse_jsonl(path: Path, names: Mapping[str, str], prefix_id_tokens: int = M
 # ----------------------------------------------------------------------------------------------- assembling
 
 
+def _check_int(path: Path, name: str, value: Any, minimum: int, none_ok: bool = False) -> None:
+    if none_ok and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise TraceError(f"{path}: {name} must be {'None or ' * none_ok}an integer >= {minimum}, got {value!r}")
+
+
 def _check_common(path: Path, max_context: int | None, overlong: str, sort: bool) -> None:
     if overlong not in OVERLONG_OPTIONS:
         raise TraceError(f"{path}: unknown overlong option {overlong!r}; expected one of {OVERLONG_OPTIONS}")
-    if max_context is not None and (
-        isinstance(max_context, bool) or not isinstance(max_context, (int, np.integer)) or max_context < 2
-    ):
-        raise TraceError(f"{path}: max_context must be None or an integer >= 2, got {max_context!r}")
+    _check_int(path, "max_context", max_context, 2, none_ok=True)
     if not isinstance(sort, bool):
         raise TraceError(f"{path}: sort must be True or False, got {sort!r}")
 
 
-def _build(
-    rows: _Rows,
-    *,
-    max_context: int | None,
-    overlong: str,
-    sort: bool,
-    time_to_s: float = 1.0,
-    prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS,
-    tick: float | None = None,
-    seed: int = 0,
-) -> Trace:
-    """The ``Trace`` of parsed rows: apply ``overlong``, check or sort the order, spread ticks, rebase times.
-
-    ``tick`` (file time units): spread each request uniformly over ``[t, t + tick)`` (Mooncake's coarse ticks);
-    None or 0 keeps the timestamps as they are."""
+def _build(rows: _Rows, *, max_context: int | None, overlong: str, sort: bool, time_to_s: float = 1.0,
+           prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS, tick: float | None = None,
+           seed: int = 0) -> Trace:  # fmt: skip
+    """The ``Trace`` of parsed rows: apply ``overlong``, check or sort the order, spread each request over
+    ``[t, t + tick)`` (file time units; Mooncake's coarse ticks), rebase times."""
     path, names = rows.path, rows.names
     lines = np.asarray(rows.lines, dtype=np.int64)
     prompt = np.asarray(rows.prompts, dtype=np.int64)
@@ -404,12 +369,10 @@ def _build(
         over = np.flatnonzero(prompt + output > max_context)
         if over.size and overlong == "error":
             i = int(over[0])
-            raise TraceError(
-                f"{path}:{lines[i]}: {_field_label(names, 'prompt_len', rows.kind)} + "
-                f"{_field_label(names, 'output_len', rows.kind)} = {prompt[i]} + {output[i]} exceeds "
-                f"max_context={max_context} (overlong='error'; use 'reject' to let the engine reject it or "
-                "'truncate' to cut it)"
-            )
+            raise TraceError(f"{path}:{lines[i]}: {_field_label(names, 'prompt_len', rows.kind)} + "
+                             f"{_field_label(names, 'output_len', rows.kind)} = {prompt[i]} + {output[i]} exceeds "
+                             f"max_context={max_context} (overlong='error'; use 'reject' to let the engine reject it "
+                             f"or 'truncate' to cut it)")
         if over.size and overlong == "truncate":
             new_prompt = np.maximum(max_context - output[over], 1)  # cut the prompt first, the output if needed
             output[over] = max_context - new_prompt
@@ -448,17 +411,8 @@ def _build(
         prompt, output = prompt[order], output[order]
         codes = None if codes is None else codes[order]
         prefix = None if prefix is None else [prefix[i] for i in order.tolist()]
-    return Trace(
-        data_stem(path),
-        str(path),
-        arrival,
-        prompt,
-        output,
-        None if prefix is None else tuple(prefix),
-        prefix_id_tokens,
-        codes,
-        tenant_names,
-    )
+    prefixes = None if prefix is None else tuple(prefix)
+    return Trace(data_stem(path), str(path), arrival, prompt, output, prefixes, prefix_id_tokens, codes, tenant_names)
 
 
 # -------------------------------------------------------------------------------------------------- formats
@@ -471,13 +425,11 @@ def read_azure(p: Path, max_context: int | None, overlong: str, sort: bool) -> T
     return _build(rows, max_context=max_context, overlong=overlong, sort=sort)
 
 
-def read_mooncake(
-    p: Path, seed: int, tick_s: float | None, max_context: int | None, overlong: str, sort: bool
-) -> Trace:
+def read_mooncake(p: Path, seed: int, tick_s: float | None, max_context: int | None, overlong: str,
+                  sort: bool) -> Trace:  # fmt: skip
     """``load_mooncake``'s work on the resolved path ``p``: check the options, parse, detect the tick, assemble."""
     _check_common(p, max_context, overlong, sort)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise TraceError(f"{p}: seed must be an integer >= 0, got {seed!r}")
+    _check_int(p, "seed", seed, 0)
     if tick_s is not None and (not is_finite_number(tick_s) or tick_s < 0):
         raise TraceError(f"{p}: tick_s must be None or a finite number >= 0, got {tick_s!r}")
     rows = _parse_jsonl(p, _MOONCAKE_KEYS)
@@ -486,9 +438,13 @@ def read_mooncake(
         tick_ms = float(np.median(np.diff(distinct))) if distinct.size > 1 else 0.0
     else:
         tick_ms = float(tick_s) * 1000.0
-    return _build(
-        rows, max_context=max_context, overlong=overlong, sort=sort, time_to_s=1e-3, tick=tick_ms, seed=int(seed)
-    )
+    limits = {"max_context": max_context, "overlong": overlong, "sort": sort}
+    return _build(rows, **limits, time_to_s=1e-3, tick=tick_ms, seed=int(seed))  # type: ignore[arg-type]
+
+
+def read_length_file(p: Path) -> Trace:
+    """The length-only trace of the length file ``p`` (a format of ``LENGTH_FILE_COLUMNS``, told by its header)."""
+    return _build(_parse_csv(p, LENGTH_FILE_COLUMNS), max_context=None, overlong="reject", sort=False)
 
 
 def read_lengths(p: Path, max_context: int | None, overlong: str, sort: bool) -> Trace:
@@ -498,15 +454,8 @@ def read_lengths(p: Path, max_context: int | None, overlong: str, sort: bool) ->
     return _build(rows, max_context=max_context, overlong=overlong, sort=sort)
 
 
-def read_generic(
-    p: Path,
-    columns: Mapping[str, str],
-    time_unit: str,
-    prefix_id_tokens: int,
-    max_context: int | None,
-    overlong: str,
-    sort: bool,
-) -> Trace:
+def read_generic(p: Path, columns: Mapping[str, str], time_unit: str, prefix_id_tokens: int, max_context: int | None,
+                 overlong: str, sort: bool) -> Trace:  # fmt: skip
     """``load_generic``'s work on the resolved path ``p``: check the mapping and options, parse by suffix, assemble."""
     _check_common(p, max_context, overlong, sort)
     if not isinstance(columns, Mapping):
@@ -514,20 +463,13 @@ def read_generic(
     unknown = [k for k in columns if k not in GENERIC_FIELDS]
     missing = [k for k in ("prompt_len", "output_len") if k not in columns]
     if unknown or missing:
-        raise TraceError(
-            f"{p}: columns mapping has unknown field(s) {unknown} / lacks required {missing}; fields are "
-            f"{GENERIC_FIELDS} (prompt_len and output_len required)"
-        )
+        raise TraceError(f"{p}: columns mapping has unknown field(s) {unknown} / lacks required {missing}; fields are "
+                         f"{GENERIC_FIELDS} (prompt_len and output_len required)")
     if not all(isinstance(v, str) and v for v in columns.values()):
         raise TraceError(f"{p}: columns mapping values must be non-empty column names, got {dict(columns)}")
     if time_unit not in TIME_UNITS:
         raise TraceError(f"{p}: unknown time_unit {time_unit!r}; expected one of {tuple(TIME_UNITS)}")
-    if (
-        isinstance(prefix_id_tokens, bool)
-        or not isinstance(prefix_id_tokens, (int, np.integer))
-        or prefix_id_tokens < 1
-    ):
-        raise TraceError(f"{p}: prefix_id_tokens must be an integer >= 1, got {prefix_id_tokens!r}")
+    _check_int(p, "prefix_id_tokens", prefix_id_tokens, 1)
     names = {fld: columns[fld] for fld in GENERIC_FIELDS if fld in columns}
     suffix = data_suffix(p)
     if suffix == ".csv":
@@ -538,11 +480,5 @@ def read_generic(
         raise TraceError(
             f"{p}: unknown file type {suffix!r}; expected .csv, .jsonl or .json (JSON lines), each optionally .gz"
         )
-    return _build(
-        rows,
-        max_context=max_context,
-        overlong=overlong,
-        sort=sort,
-        time_to_s=TIME_UNITS[time_unit],
-        prefix_id_tokens=int(prefix_id_tokens),
-    )
+    return _build(rows, max_context=max_context, overlong=overlong, sort=sort, time_to_s=TIME_UNITS[time_unit],
+                  prefix_id_tokens=int(prefix_id_tokens))  # fmt: skip

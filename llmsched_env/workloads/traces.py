@@ -1,15 +1,8 @@
-"""Real serving traces as immutable, numpy-backed ``Trace``s (``trace``), read from the files their publishers
-release.
-
-Loaders: ``load_azure`` (Azure LLM inference 2023 CSV), ``load_mooncake`` (Mooncake FAST'25 JSONL, with
-prefix-block ids), ``load_lengths`` (ShareGPT stats CSV: lengths only), ``load_generic`` (your own CSV/JSONL
-through a column mapping) and ``load_trace`` (dispatch on a format name). A file whose name ends in ``.gz`` is
-read through gzip (``trace.csv.gz`` is a CSV file, named ``trace``). Every loader accepts
-``max_context``/``overlong`` (what to do with a request whose prompt + output exceeds the context) and ``sort``
-(sort out-of-order timestamps instead of failing). Every problem in a file raises ``TraceError`` naming the
-file, the 1-based line and the field; no row is ever dropped silently (blank lines are skipped). Parsed traces
-are cached per (absolute path, mtime, size, format, options). The parsing lives in ``trace_parsers``. Stdlib and
-numpy only.
+"""Real serving traces as immutable ``Trace``s: ``load_azure`` (Azure LLM 2023 CSV), ``load_mooncake`` (Mooncake
+JSONL with prefix ids), ``load_lengths`` (ShareGPT stats CSV), ``load_generic`` (your CSV/JSONL through a column
+mapping) and ``load_trace`` (by format name), plain or ``.gz``. Each takes ``max_context``/``overlong`` and
+``sort``; every problem is a ``TraceError`` naming the file, line and field (parsing: ``trace_parsers``). Parsed
+traces are cached per (path, mtime, size, format, options).
 """
 
 from __future__ import annotations
@@ -36,19 +29,8 @@ from llmsched_env.workloads.trace_parsers import (
 )
 
 __all__ = [
-    "GENERIC_FIELDS",
-    "MOONCAKE_PREFIX_ID_TOKENS",
-    "OVERLONG_OPTIONS",
-    "TIME_UNITS",
-    "TRACE_FORMATS",
-    "Trace",
-    "TraceError",
-    "clear_trace_cache",
-    "load_azure",
-    "load_generic",
-    "load_lengths",
-    "load_mooncake",
-    "load_trace",
+    "GENERIC_FIELDS", "MOONCAKE_PREFIX_ID_TOKENS", "OVERLONG_OPTIONS", "TIME_UNITS", "TRACE_FORMATS", "Trace",
+    "TraceError", "clear_trace_cache", "load_azure", "load_generic", "load_lengths", "load_mooncake", "load_trace",
 ]
 
 TRACE_FORMATS = ("azure", "mooncake", "lengths", "generic")
@@ -56,7 +38,7 @@ _CACHE_MAX_ENTRIES = 32
 _CACHE: OrderedDict[tuple[Any, ...], Trace] = OrderedDict()
 
 
-def _load(path: str | os.PathLike[str], fmt: str, reader: Callable[..., Trace], **options: Any) -> Trace:
+def cached_load(path: str | os.PathLike[str], fmt: str, reader: Callable[..., Trace], **options: Any) -> Trace:
     """``reader(resolved path, **options)``, cached per (path, mtime, size, ``fmt``, options)."""
     given = Path(path).expanduser()
     p = given.resolve()
@@ -91,65 +73,39 @@ def clear_trace_cache() -> None:
 # -------------------------------------------------------------------------------------------------- loaders
 
 
-def load_azure(
-    path: str | os.PathLike[str], *, max_context: int | None = None, overlong: str = "reject", sort: bool = False
-) -> Trace:
+def load_azure(path: str | os.PathLike[str], *, max_context: int | None = None, overlong: str = "reject",
+               sort: bool = False) -> Trace:
     """The Azure LLM inference 2023 CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``; wall-clock timestamps)."""
-    return _load(path, "azure", read_azure, max_context=max_context, overlong=overlong, sort=sort)
+    return cached_load(path, "azure", read_azure, max_context=max_context, overlong=overlong, sort=sort)
 
 
-def load_mooncake(
-    path: str | os.PathLike[str],
-    seed: int = 0,
-    tick_s: float | None = None,
-    *,
-    max_context: int | None = None,
-    overlong: str = "reject",
-    sort: bool = False,
-) -> Trace:
-    """The Mooncake FAST'25 JSONL (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``).
-
-    Timestamps come in ~3 s ticks: each request is spread uniformly at random over ``[t, t + tick_s)`` with
-    ``np.random.default_rng(seed)``, then sorted. ``tick_s=None`` detects the tick as the median gap between
-    distinct timestamps (0 with fewer than two distinct ones); ``tick_s=0`` keeps the raw timestamps."""
+def load_mooncake(path: str | os.PathLike[str], seed: int = 0, tick_s: float | None = None, *,
+                  max_context: int | None = None, overlong: str = "reject", sort: bool = False) -> Trace:
+    """The Mooncake FAST'25 JSONL, each request spread at random (``seed``) over its ~3 s tick ``[t, t + tick_s)``
+    (None: the median gap between distinct timestamps; 0: the raw timestamps), then sorted."""
     limits = {"max_context": max_context, "overlong": overlong, "sort": sort}
-    return _load(path, "mooncake", read_mooncake, seed=seed, tick_s=tick_s, **limits)
+    return cached_load(path, "mooncake", read_mooncake, seed=seed, tick_s=tick_s, **limits)
 
 
-def load_lengths(
-    path: str | os.PathLike[str], *, max_context: int | None = None, overlong: str = "reject", sort: bool = False
-) -> Trace:
-    """Paired lengths from a CSV with ``num_prefill_tokens`` and ``num_decode_tokens`` columns (the ShareGPT
-    stats file); ``arrival_s`` is None, an arrival process supplies the times. ``sort`` has nothing to sort."""
-    return _load(path, "lengths", read_lengths, max_context=max_context, overlong=overlong, sort=sort)
+def load_lengths(path: str | os.PathLike[str], *, max_context: int | None = None, overlong: str = "reject",
+                 sort: bool = False) -> Trace:
+    """Paired lengths (no arrival times) from a CSV with ``num_prefill_tokens`` and ``num_decode_tokens`` columns."""
+    return cached_load(path, "lengths", read_lengths, max_context=max_context, overlong=overlong, sort=sort)
 
 
-def load_generic(
-    path: str | os.PathLike[str],
-    columns: Mapping[str, str],
-    time_unit: str = "s",
-    *,
-    prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS,
-    max_context: int | None = None,
-    overlong: str = "reject",
-    sort: bool = False,
-) -> Trace:
-    """Your own CSV (``.csv``) or JSON-lines (``.jsonl``/``.json``) file, plain or gzip-compressed (``.csv.gz``,
-    ``.jsonl.gz``), read through ``columns``: our field -> the file's column (CSV) or key (JSONL). Fields:
-    ``prompt_len``, ``output_len`` (required), ``arrival`` (numeric, absolute or relative, in ``time_unit`` "s"
-    or "ms"; rebased to the first), ``prefix_ids`` (a JSON list, or space-separated integers in a CSV cell),
-    ``tenant`` (any string; codes in order of first appearance). Without ``arrival`` the trace is length-only."""
+def load_generic(path: str | os.PathLike[str], columns: Mapping[str, str], time_unit: str = "s", *,
+                 prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS, max_context: int | None = None,
+                 overlong: str = "reject", sort: bool = False) -> Trace:
+    """Your own CSV or JSON-lines file (plain or ``.gz``) read through ``columns`` (our field -> its column or key):
+    ``prompt_len``, ``output_len`` (required), ``arrival`` (in ``time_unit``; none: length-only), ``prefix_ids``
+    (a JSON list or space-separated integers), ``tenant`` (any string)."""
     limits = {"max_context": max_context, "overlong": overlong, "sort": sort}
     options = {"columns": columns, "time_unit": time_unit, "prefix_id_tokens": prefix_id_tokens}
-    return _load(path, "generic", read_generic, **options, **limits)
+    return cached_load(path, "generic", read_generic, **options, **limits)
 
 
-_LOADERS: dict[str, Callable[..., Trace]] = {
-    "azure": load_azure,
-    "mooncake": load_mooncake,
-    "lengths": load_lengths,
-    "generic": load_generic,
-}
+_LOADERS: dict[str, Callable[..., Trace]] = {"azure": load_azure, "mooncake": load_mooncake, "lengths": load_lengths,
+                                             "generic": load_generic}
 
 
 def load_trace(path: str | os.PathLike[str], format: str, **options: Any) -> Trace:

@@ -1,10 +1,5 @@
-"""Synthetic multi-tenant workloads: Poisson arrivals, length distributions, shared system prompts.
-
-A ``WorkloadConfig`` lists tenants, each with an arrival rate and a ``LengthDist``; ``generate`` draws exactly
-``num_requests`` requests from the superposition of the tenants' Poisson processes. Length distributions
-(``LengthDist``, ``load_length_file``) live in ``workloads/lengths.py`` and are re-exported here. Stdlib and numpy
-only.
-"""
+"""Synthetic multi-tenant workloads: a ``WorkloadConfig`` lists tenants, each with an arrival process and a
+``LengthDist`` (``workloads/lengths.py``, re-exported here); ``generate`` draws ``num_requests`` requests."""
 
 from __future__ import annotations
 
@@ -20,27 +15,14 @@ from llmsched_env.engine.config import SLO_CLASSES, TenantConfig
 from llmsched_env.engine.request import Request
 from llmsched_env.workloads.arrivals import ArrivalProcess, Poisson, TraceReplay
 from llmsched_env.workloads.lengths import LENGTH_FILE_COLUMNS, LENGTH_KINDS, LengthDist, load_length_file
+from llmsched_env.workloads.trace import make_requests
 
-__all__ = [
-    "ARRIVALS",
-    "DEFAULT_BATCH_RATE_RPS",
-    "DEFAULT_CHAT_RATE_RPS",
-    "LENGTH_FILE_COLUMNS",
-    "LENGTH_KINDS",
-    "SHARED_PREFIX_ID_BASE",
-    "LengthDist",
-    "TenantWorkload",
-    "WorkloadConfig",
-    "default_workload",
-    "generate",
-    "load_length_file",
-    "tenant_configs",
-]
+__all__ = ["ARRIVALS", "DEFAULT_BATCH_RATE_RPS", "DEFAULT_CHAT_RATE_RPS", "LENGTH_FILE_COLUMNS", "LENGTH_KINDS",
+           "SHARED_PREFIX_ID_BASE", "LengthDist", "TenantWorkload", "WorkloadConfig", "default_workload", "generate",
+           "load_length_file", "tenant_configs"]
 
 ARRIVALS = ("poisson",)
-# Rates of ``default_workload``: 13 req/s in all, the capacity of fcfs on the default engine (EngineConfig() on
-# llama3-8b-h100): the highest rate at which it keeps 90% SLO attainment on the evaluation split
-# (`python evaluate.py --capacity --policies fcfs --seeds 0,1,2`), so load 1.0 sits at the knee.
+# Rates of ``default_workload``: 13 req/s in all, fcfs's capacity (90% SLO attainment) on the default engine.
 DEFAULT_CHAT_RATE_RPS = 10.4
 DEFAULT_BATCH_RATE_RPS = 2.6
 # Synthetic shared-prefix ids start here so they never collide with the small ids of trace files (Mooncake).
@@ -49,13 +31,9 @@ SHARED_PREFIX_ID_BASE = 1 << 40
 
 @dataclass(frozen=True)
 class TenantWorkload:
-    """One tenant's traffic: Poisson arrivals at ``rate_rps`` with lengths from ``lengths``.
-
-    With probability ``prefix_share`` a request's prompt starts with one of ``num_shared_prefixes`` system
-    prompts (chosen uniformly) of ``shared_prefix_tokens`` tokens, prepended to its sampled prompt (the sum
-    clipped to ``lengths.max_prompt_len``). The whole ``prefix_id_tokens`` blocks of that system prompt become
-    the request's ``prefix_ids``, so the KV prefix cache can share them; the rest of the prompt is its own.
-    """
+    """One tenant's traffic: Poisson arrivals at ``rate_rps`` (or ``arrival``) with lengths from ``lengths``. With
+    probability ``prefix_share`` a prompt starts with one of ``num_shared_prefixes`` system prompts of
+    ``shared_prefix_tokens`` tokens, whose whole ``prefix_id_tokens`` blocks become its ``prefix_ids``."""
 
     tenant: TenantConfig
     rate_rps: float
@@ -74,10 +52,8 @@ class TenantWorkload:
             if not isinstance(self.arrival, ArrivalProcess):
                 raise ValueError(f"{owner}.arrival must be an arrival process, got {self.arrival!r}")
             if not math.isclose(self.arrival.mean_rate_rps, self.rate_rps, rel_tol=1e-6):
-                raise ValueError(
-                    f"{owner}.rate_rps={self.rate_rps} must equal its arrival process's mean rate "
-                    f"{self.arrival.mean_rate_rps} (use TenantWorkload.with_arrival)"
-                )
+                raise ValueError(f"{owner}.rate_rps={self.rate_rps} must equal its arrival process's mean rate "
+                                 f"{self.arrival.mean_rate_rps} (use TenantWorkload.with_arrival)")
         if not isinstance(self.lengths, LengthDist):
             raise ValueError(f"{owner}.lengths must be a LengthDist, got {self.lengths!r}")
         check_positive(owner, "prefix_share", self.prefix_share, allow_zero=True)
@@ -86,15 +62,13 @@ class TenantWorkload:
         check_int(owner, "num_shared_prefixes", self.num_shared_prefixes, 1)
         check_int(owner, "shared_prefix_tokens", self.shared_prefix_tokens, 1)
         if self.prefix_share > 0 and self.shared_prefix_tokens >= self.lengths.max_prompt_len:
-            raise ValueError(
-                f"{owner}.shared_prefix_tokens must be < lengths.max_prompt_len={self.lengths.max_prompt_len}"
-                f" so every prompt has a token of its own, got {self.shared_prefix_tokens}"
-            )
+            raise ValueError(f"{owner}.shared_prefix_tokens must be < "
+                             f"lengths.max_prompt_len={self.lengths.max_prompt_len} so every prompt has a token of its "
+                             f"own, got {self.shared_prefix_tokens}")
 
     @classmethod
-    def with_arrival(
-        cls, tenant: TenantConfig, arrival: ArrivalProcess, lengths: LengthDist, **kwargs: Any
-    ) -> TenantWorkload:
+    def with_arrival(cls, tenant: TenantConfig, arrival: ArrivalProcess, lengths: LengthDist,
+                     **kwargs: Any) -> TenantWorkload:  # fmt: skip
         """A tenant whose requests come from ``arrival`` (bursty, on/off, diurnal, ramp, trace replay)."""
         return cls(tenant, arrival.mean_rate_rps, lengths, arrival=arrival, **kwargs)
 
@@ -138,10 +112,9 @@ class WorkloadConfig:
         check_int("WorkloadConfig", "prefix_id_tokens", self.prefix_id_tokens, 1)
         for t in self.tenants:
             if t.prefix_share > 0 and t.shared_prefix_tokens < self.prefix_id_tokens:
-                raise ValueError(
-                    f"TenantWorkload({t.tenant.name!r}).shared_prefix_tokens={t.shared_prefix_tokens} is "
-                    f"shorter than WorkloadConfig.prefix_id_tokens={self.prefix_id_tokens}: nothing to share"
-                )
+                raise ValueError(f"TenantWorkload({t.tenant.name!r}).shared_prefix_tokens={t.shared_prefix_tokens} is "
+                                 f"shorter than WorkloadConfig.prefix_id_tokens={self.prefix_id_tokens}: nothing to "
+                                 f"share")
 
     @property
     def total_rate_rps(self) -> float:
@@ -152,6 +125,11 @@ class WorkloadConfig:
         check_positive("WorkloadConfig.scaled", "load", load)
         return replace(self, tenants=tuple(t.scaled(load) for t in self.tenants))
 
+    def slo_scaled(self, scale: float) -> WorkloadConfig:
+        """The same workload with every tenant's SLO targets multiplied by ``scale`` (``scenarios.slo_scale``)."""
+        tenants = tuple(replace(t, tenant=replace(t.tenant, slo=t.tenant.slo.scaled(scale))) for t in self.tenants)
+        return replace(self, tenants=tenants)
+
 
 def tenant_configs(config: WorkloadConfig) -> tuple[TenantConfig, ...]:
     """The tenants' configs, indexed like ``Request.tenant``."""
@@ -159,12 +137,8 @@ def tenant_configs(config: WorkloadConfig) -> tuple[TenantConfig, ...]:
 
 
 def generate(config: WorkloadConfig, rng: np.random.Generator) -> list[Request]:
-    """Exactly ``config.num_requests`` requests, sorted by arrival, ``request_id`` 0..n-1 in arrival order.
-
-    Arrivals are the superposition of the tenants' Poisson processes: exponential gaps at the total rate, each
-    request given tenant k with probability rate_k / total. The first arrival is > 0. Deterministic given
-    the state of ``rng``.
-    """
+    """Exactly ``config.num_requests`` requests sorted by arrival (ids 0..n-1): all-Poisson tenants superposed
+    (gaps at the total rate, tenant k with probability rate_k / total), else ``_merge_arrivals``."""
     if not isinstance(config, WorkloadConfig):
         raise ValueError(f"generate: config must be a WorkloadConfig, got {type(config).__name__}")
     n = config.num_requests
@@ -195,25 +169,12 @@ def generate(config: WorkloadConfig, rng: np.random.Generator) -> list[Request]:
         prompts[sharing] = np.minimum(prompts[sharing] + t.shared_prefix_tokens, t.lengths.max_prompt_len)
         for i, j in zip(sharing.tolist(), which.tolist(), strict=True):
             prefix_ids[i] = shared[j]
-    pit = config.prefix_id_tokens
-    return [
-        Request(i, a, p, o, k, ids, pit)
-        for i, (a, p, o, k, ids) in enumerate(
-            zip(
-                arrivals.tolist(),
-                prompts.tolist(),
-                outputs.tolist(),
-                tenant_idx.tolist(),
-                prefix_ids,
-                strict=True,
-            )
-        )
-    ]
+    columns = (arrivals.tolist(), prompts.tolist(), outputs.tolist(), tenant_idx.tolist(), prefix_ids)
+    return make_requests(*columns, config.prefix_id_tokens)
 
 
 def _merge_arrivals(config: WorkloadConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """The first ``num_requests`` arrivals of the tenants' own processes, merged in time. Exact: any of the
-    first n arrivals overall is among its tenant's first n."""
+    """The first ``num_requests`` arrivals of the tenants' own processes, merged in time."""
     n = config.num_requests
     procs = [t.arrival_process for t in config.tenants]
     streams = [p.sample(rng, min(n, p.num_arrivals) if isinstance(p, TraceReplay) else n) for p in procs]
@@ -228,14 +189,10 @@ def _merge_arrivals(config: WorkloadConfig, rng: np.random.Generator) -> tuple[n
 def default_workload(num_requests: int = 1000) -> WorkloadConfig:
     """Two tenants, no file needed: interactive ``chat`` (ShareGPT-like lognormal lengths) at
     ``DEFAULT_CHAT_RATE_RPS`` and lower-priority ``batch`` (longer prompts) at ``DEFAULT_BATCH_RATE_RPS``."""
-    chat = TenantWorkload(
-        TenantConfig("chat", slo=SLO_CLASSES["chat"], weight=1.0, priority=0),
-        rate_rps=DEFAULT_CHAT_RATE_RPS,
-        lengths=LengthDist.lognormal(250, 200, 1.0, 1.0, max_prompt_len=4096, max_output_len=1024),
-    )
-    batch = TenantWorkload(
-        TenantConfig("batch", slo=SLO_CLASSES["batch"], weight=1.0, priority=1),
-        rate_rps=DEFAULT_BATCH_RATE_RPS,
-        lengths=LengthDist.lognormal(1000, 300, 0.8, 0.8, max_prompt_len=8192, max_output_len=1024),
-    )
+    chat = TenantWorkload(TenantConfig("chat", slo=SLO_CLASSES["chat"], weight=1.0, priority=0),
+                          rate_rps=DEFAULT_CHAT_RATE_RPS,
+                          lengths=LengthDist.lognormal(250, 200, 1.0, 1.0, max_prompt_len=4096, max_output_len=1024))
+    batch = TenantWorkload(TenantConfig("batch", slo=SLO_CLASSES["batch"], weight=1.0, priority=1),
+                           rate_rps=DEFAULT_BATCH_RATE_RPS,
+                           lengths=LengthDist.lognormal(1000, 300, 0.8, 0.8, max_prompt_len=8192, max_output_len=1024))
     return WorkloadConfig((chat, batch), num_requests=num_requests)

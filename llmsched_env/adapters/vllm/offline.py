@@ -1,15 +1,9 @@
 """vLLM's real v1 ``Scheduler`` on a machine without a GPU and without a model: the offline harness.
 
-``make_scheduler`` builds the scheduler vLLM's engine core would build, from an llmsched ``EngineConfig``, with a
-hand-written Llama ``config.json`` in a temporary folder (nothing is downloaded) and the CPU device. Requests are
-llmsched requests turned into vLLM ones by ``to_vllm_request``: their token ids are synthetic but carry the same
-content identity as llmsched's prefix ids (equal ``prefix_ids`` at the same position give equal tokens, every
-other prompt and output token is unique to its request), so vLLM's block hashes and llmsched's agree on which
-blocks two requests can share. ``fake_output`` stands in for the model: one sampled token for every scheduled
-request whose prefill is complete, none for one mid-prefill.
-
-Alignments with llmsched's engine: vLLM keeps one null block, so it gets ``num_kv_blocks + 1``; a chunk cap of 0
-(``long_prefill_token_threshold``) means none; the watermark is vLLM's default 0.
+``make_scheduler`` builds the scheduler vLLM's engine core would, from an llmsched ``EngineConfig`` (a
+hand-written Llama ``config.json``, the CPU device, ``num_kv_blocks + 1`` for vLLM's null block). ``to_vllm_request``
+gives synthetic tokens with the content identity of llmsched's prefix ids, so both agree on which blocks two
+requests share; ``fake_output`` stands in for the model (one token per request whose prefill is complete).
 """
 
 from __future__ import annotations
@@ -43,14 +37,7 @@ from llmsched_env.adapters.vllm import require_vllm
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.engine.request import Request
 
-__all__ = [
-    "fake_output",
-    "make_scheduler",
-    "output_token",
-    "prompt_token_ids",
-    "to_vllm_request",
-    "vllm_config",
-]
+__all__ = ["fake_output", "make_scheduler", "output_token", "prompt_token_ids", "to_vllm_request", "vllm_config"]
 
 _UNIQUE_BASE = 1 << 40  # token ids at or above this are unique to one request and position
 _POSITION_BITS = 24  # positions below 16M tokens per request
@@ -62,79 +49,46 @@ def _model_dir(max_position_embeddings: int) -> str:
     folder = tempfile.mkdtemp(prefix="llmsched-vllm-model-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 4,
-        "num_hidden_layers": 1,
-        "vocab_size": 32000,
-        "max_position_embeddings": max_position_embeddings,
-        "torch_dtype": "float32",
-    }
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+        "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 1, "vocab_size": 32000,
+        "max_position_embeddings": max_position_embeddings, "torch_dtype": "float32",
+    }  # fmt: skip
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f)
     return folder
 
 
 def vllm_config(
-    config: EngineConfig,
-    chunk_cap: int = 0,
-    watermark: float = 0.0,
-    reserve_full_prefill: bool = True,
-    policy: str = "fcfs",
-    scheduler_cls: str | type | None = None,
-    async_scheduling: bool = False,
-) -> VllmConfig:
-    """The ``VllmConfig`` of an engine with llmsched ``config``'s limits, on the CPU, prefix caching and chunked
-    prefill on. ``chunk_cap`` is vLLM's ``long_prefill_token_threshold`` (0: none); ``async_scheduling``: vLLM
-    schedules a step ahead (its ``AsyncScheduler``; drive it with two batches in flight)."""
+    config: EngineConfig, chunk_cap: int = 0, watermark: float = 0.0, reserve_full_prefill: bool = True,
+    policy: str = "fcfs", async_scheduling: bool = False,
+) -> VllmConfig:  # fmt: skip
+    """The ``VllmConfig`` of ``config``'s limits on the CPU, prefix caching and chunked prefill on (``chunk_cap``:
+    ``long_prefill_token_threshold``, 0 none; ``async_scheduling``: vLLM's ``AsyncScheduler``)."""
     require_vllm()
-    model = ModelConfig(
-        model=_model_dir(config.max_model_len),
-        skip_tokenizer_init=True,
-        max_model_len=config.max_model_len,
-        dtype="float32",
-    )
-    extra: dict[str, Any] = {} if scheduler_cls is None else {"scheduler_cls": scheduler_cls}
+    model = ModelConfig(model=_model_dir(config.max_model_len), skip_tokenizer_init=True,
+                        max_model_len=config.max_model_len, dtype="float32")  # fmt: skip
     sched = SchedulerConfig(
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        max_num_seqs=config.max_num_seqs,
-        max_model_len=config.max_model_len,
-        enable_chunked_prefill=True,
-        is_encoder_decoder=False,
-        long_prefill_token_threshold=chunk_cap,
-        watermark=watermark,
-        scheduler_reserve_full_isl=reserve_full_prefill,
-        policy=policy,
-        async_scheduling=async_scheduling,
-        **extra,
-    )
+        max_num_batched_tokens=config.max_num_batched_tokens, max_num_seqs=config.max_num_seqs,
+        max_model_len=config.max_model_len, enable_chunked_prefill=True, is_encoder_decoder=False,
+        long_prefill_token_threshold=chunk_cap, watermark=watermark, scheduler_reserve_full_isl=reserve_full_prefill,
+        policy=policy, async_scheduling=async_scheduling,
+    )  # fmt: skip
     cache_config = CacheConfig(block_size=config.block_size, enable_prefix_caching=True)
     cache_config.num_gpu_blocks = config.num_kv_blocks + 1  # vLLM keeps one null block
-    return VllmConfig(
+    vc = VllmConfig(
         model_config=model, scheduler_config=sched, cache_config=cache_config, device_config=DeviceConfig("cpu")
     )
-
-
-def make_scheduler(
-    config: EngineConfig,
-    chunk_cap: int = 0,
-    watermark: float = 0.0,
-    reserve_full_prefill: bool = True,
-    policy: str = "fcfs",
-    scheduler_cls: type[Scheduler] = Scheduler,
-    async_scheduling: bool = False,
-    **kwargs: Any,
-) -> Scheduler:
-    """vLLM's v1 scheduler (or the subclass ``scheduler_cls``, given ``kwargs``) over a pool of
-    ``config.num_kv_blocks`` usable blocks, as vLLM's engine core builds it (``async_scheduling``: see
-    ``vllm_config``)."""
-    vc = vllm_config(config, chunk_cap, watermark, reserve_full_prefill, policy, async_scheduling=async_scheduling)
     # vLLM's CPU platform turns async scheduling off while building the config (its engine cannot overlap
     # steps); the scheduler itself runs either way, so offline it is set back as asked
     vc.scheduler_config.async_scheduling = async_scheduling
+    return vc
+
+
+def make_scheduler(config: EngineConfig, scheduler_cls: type[Scheduler] = Scheduler, **kwargs: Any) -> Scheduler:
+    """vLLM's v1 scheduler (or ``scheduler_cls``) as its engine core builds it, ``vllm_config``'s keywords taken
+    from ``kwargs`` and the rest passed to the class."""
+    names = ("chunk_cap", "watermark", "reserve_full_prefill", "policy", "async_scheduling")
+    vc = vllm_config(config, **{k: kwargs.pop(k) for k in names if k in kwargs})
     num_blocks = vc.cache_config.num_gpu_blocks
     assert num_blocks is not None
     spec = FullAttentionSpec(block_size=config.block_size, num_kv_heads=4, head_size=16, dtype=torch.float32)
@@ -143,13 +97,9 @@ def make_scheduler(
     )
     init_none_hash(sha256)
     return scheduler_cls(
-        vllm_config=vc,
-        kv_cache_config=kv_cache_config,
-        structured_output_manager=StructuredOutputManager(vc),
-        block_size=config.block_size,
-        log_stats=True,
-        **kwargs,
-    )
+        vllm_config=vc, kv_cache_config=kv_cache_config, structured_output_manager=StructuredOutputManager(vc),
+        block_size=config.block_size, log_stats=True, **kwargs,
+    )  # fmt: skip
 
 
 def _unique_token(request_id: int, position: int) -> int:
@@ -157,9 +107,7 @@ def _unique_token(request_id: int, position: int) -> int:
 
 
 def prompt_token_ids(r: Request) -> list[int]:
-    """Synthetic prompt tokens of ``r``: prefix-id ``i`` gives tokens ``1 + i * prefix_id_tokens + offset`` at its
-    positions (so equal ids at the same position are equal content), every other position a token unique to
-    ``r``."""
+    """Synthetic prompt tokens of ``r``: equal prefix ids at one position give equal tokens, the rest are unique."""
     pit = r.prefix_id_tokens
     covered = min(len(r.prefix_ids) * pit, r.prompt_len)
     tokens = [1 + r.prefix_ids[p // pit] * pit + p % pit for p in range(covered)]
@@ -182,20 +130,15 @@ def to_vllm_request(r: Request, block_size: int, priority: int = 0) -> VllmReque
     """The vLLM request for llmsched request ``r``: its synthetic prompt, ``max_tokens=r.output_len`` with EOS
     ignored, its arrival time and ``priority``; the request id is ``str(r.request_id)``."""
     return VllmRequest(
-        request_id=str(r.request_id),
-        prompt_token_ids=prompt_token_ids(r),
-        sampling_params=SamplingParams(max_tokens=r.output_len, ignore_eos=True),
-        pooling_params=None,
-        arrival_time=r.arrival_s,
-        priority=priority,
-        block_hasher=_block_hasher(block_size),
-    )
+        request_id=str(r.request_id), prompt_token_ids=prompt_token_ids(r),
+        sampling_params=SamplingParams(max_tokens=r.output_len, ignore_eos=True), pooling_params=None,
+        arrival_time=r.arrival_s, priority=priority, block_hasher=_block_hasher(block_size),
+    )  # fmt: skip
 
 
 def fake_output(scheduler: Scheduler, out: SchedulerOutput, skip: Iterable[str] = ()) -> ModelRunnerOutput:
-    """What a model would return for ``out``: one sampled token for every scheduled request whose prompt (and
-    any recomputed output) is now all computed, none for one still mid-prefill. ``schedule()`` has already
-    advanced each request's ``num_computed_tokens`` by its scheduled tokens. Requests in ``skip`` get none."""
+    """What a model would return for ``out``: a token for every scheduled request now fully computed, none for one
+    mid-prefill or in ``skip``."""
     req_ids = list(out.num_scheduled_tokens)
     skipped = set(skip)
     sampled: list[list[int]] = []

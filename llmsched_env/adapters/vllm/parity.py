@@ -1,21 +1,17 @@
 """Lockstep parity: vLLM's real v1 scheduler and llmsched's engine, fed the same requests, step by step.
 
-Both engines get the same limits (token budget, chunk cap, block size, pool size, max sequences, prefix caching
-on) and llmsched's vLLM-v1 settings (FCFS, decode-first hybrid, no KV reserve, no shedding). Each step, every
-request that has arrived by llmsched's clock joins both; each builds its batch; the batches are compared (the
-tokens each request is scheduled, the requests preempted since the last step, the requests that finish); then
-llmsched's cost model prices llmsched's batch to advance the clock, and vLLM gets a fake model output with one
-sampled token for each request whose prefill is complete, as llmsched's engine gives one. After a divergence each
-engine runs on under its own rules, so a difference is counted in every step it shows in.
+Both get the same limits and llmsched's vLLM-v1 settings (FCFS, decode-first, no KV reserve, no shedding). Each
+step both build their batches, which are compared (tokens per request, preemptions, finishes); llmsched's batch
+price advances the clock and vLLM gets a fake output. After a divergence each runs on under its own rules.
 
-``python -m llmsched_env.adapters.vllm.parity`` prints the agreement on the shipped workloads (needs the [vllm]
-extra).
+``python -m llmsched_env.adapters.vllm.parity`` prints the agreement on the shipped workloads (needs vLLM).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -39,20 +35,18 @@ _UNLIMITED = 1 << 30
 
 @dataclass
 class ParityReport:
-    """How often the two engines' steps agreed, and where they first did not."""
+    """How often the two engines' steps agreed, and where they first did not; ``mismatches``: the steps whose
+    ``tokens``, ``preempted`` or ``finished`` requests differed; per engine (llmsched, vLLM) the preemptions and
+    the prefix-cache hit tokens."""
 
     name: str
     num_requests: int
     num_refused: int = 0  # requests longer than max_model_len or the KV pool: neither engine runs them
     steps: int = 0
     identical_steps: int = 0
-    token_mismatch_steps: int = 0
-    preempt_mismatch_steps: int = 0
-    finish_mismatch_steps: int = 0
-    preemptions_llmsched: int = 0
-    preemptions_vllm: int = 0
-    prefix_hit_tokens_llmsched: int = 0
-    prefix_hit_tokens_vllm: int = 0
+    mismatches: Counter[str] = field(default_factory=Counter)
+    preemptions: list[int] = field(default_factory=lambda: [0, 0])
+    prefix_hit_tokens: tuple[int, int] = (0, 0)
     first_token_step_equal: float = 1.0  # share of requests whose first token came in the same step
     finish_step_equal: float = 1.0  # share of requests that finished in the same step
     first_divergence: str = ""
@@ -65,7 +59,7 @@ class ParityReport:
     def row(self) -> str:
         return (
             f"{self.name:<38} {self.num_requests - self.num_refused:>5} {self.steps:>6} {100 * self.agreement:>8.2f}% "
-            f"{self.preemptions_llmsched:>7} {self.preemptions_vllm:>7} "
+            f"{self.preemptions[0]:>7} {self.preemptions[1]:>7} "
             f"{100 * self.first_token_step_equal:>8.2f}% {100 * self.finish_step_equal:>8.2f}%"
         )
 
@@ -92,15 +86,11 @@ def _copy(r: Request) -> Request:
 
 
 def compare(
-    case: ParityCase,
-    cost_model: CostModel,
-    check: bool = False,
-    max_steps: int = 1_000_000,
+    case: ParityCase, cost_model: CostModel, check: bool = False, max_steps: int = 1_000_000,
     engine_rules: dict[str, Any] | None = None,
-) -> ParityReport:
-    """Run ``case`` through both engines in lockstep and count the steps they agree on. ``check`` runs the
-    engine's invariant check every step; ``engine_rules`` overrides fields of llmsched's ``EngineConfig`` only
-    (to measure what one rule changes); the comparison stops after ``max_steps``."""
+) -> ParityReport:  # fmt: skip
+    """Run ``case`` through both engines in lockstep, counting the steps they agree on (``check``: the engine's
+    invariants every step; ``engine_rules``: fields of llmsched's ``EngineConfig`` alone overridden)."""
     cfg = case.engine
     requests = sorted((_copy(r) for r in case.requests), key=lambda r: (r.arrival_s, r.request_id))
     rules = {"reserve_full_prefill": case.reserve_full_prefill, **(engine_rules or {})}
@@ -108,11 +98,8 @@ def compare(
     vllm = make_scheduler(cfg, chunk_cap=case.chunk_cap, reserve_full_prefill=case.reserve_full_prefill)
     budget = cfg.max_num_batched_tokens
     decision = Decision(
-        order=QueueOrder.FCFS,
-        token_budget=budget,
-        chunk_cap=case.chunk_cap or budget,
-        max_admit=_UNLIMITED,
-    )
+        order=QueueOrder.FCFS, token_budget=budget, chunk_cap=case.chunk_cap or budget, max_admit=_UNLIMITED,
+    )  # fmt: skip
     report = ParityReport(case.name, len(requests))  # reqs: the requests both ran (refused ones not counted)
     by_id = {r.request_id: r for r in requests}
     first_ll: dict[int, int] = {}
@@ -177,23 +164,22 @@ def compare(
             if rid not in first_vl and (rid in vl_finished or vllm.requests[str(rid)].num_output_tokens > 0):
                 first_vl[rid] = step
         report.steps += 1
-        report.preemptions_llmsched += len(ll_preempted)
-        report.preemptions_vllm += len(vl_preempted)
+        report.preemptions[0] += len(ll_preempted)
+        report.preemptions[1] += len(vl_preempted)
         same_tokens = ll_tokens == vl_tokens
         same_preempt = ll_preempted == vl_preempted
         same_finish = ll_finished == vl_finished
         if same_tokens and same_preempt and same_finish:
             report.identical_steps += 1
             continue
-        report.token_mismatch_steps += not same_tokens
-        report.preempt_mismatch_steps += not same_preempt
-        report.finish_mismatch_steps += not same_finish
+        report.mismatches.update(k for k, same in (("tokens", same_tokens), ("preempted", same_preempt),
+                                                   ("finished", same_finish)) if not same)  # fmt: skip
         if len(report.divergences) < 20:
             report.divergences.append(_describe(step, ll_tokens, vl_tokens, ll_preempted, vl_preempted, by_id))
     report.first_divergence = report.divergences[0] if report.divergences else ""
-    report.prefix_hit_tokens_llmsched = engine.num_prefix_hit_tokens
     stats = vllm.kv_cache_manager.prefix_cache_stats
-    report.prefix_hit_tokens_vllm = int(getattr(stats, "hits", 0)) if stats is not None else 0
+    hits = int(getattr(stats, "hits", 0)) if stats is not None else 0
+    report.prefix_hit_tokens = (engine.num_prefix_hit_tokens, hits)
     ran = [k for k, r in by_id.items() if r.status != Status.REJECTED]
     n = max(len(ran), 1)
     report.first_token_step_equal = sum(first_ll.get(k) == first_vl.get(k) for k in ran) / n
@@ -202,13 +188,8 @@ def compare(
 
 
 def _describe(
-    step: int,
-    ll: dict[int, int],
-    vl: dict[int, int],
-    ll_pre: set[int],
-    vl_pre: set[int],
-    by_id: dict[int, Request],
-) -> str:
+    step: int, ll: dict[int, int], vl: dict[int, int], ll_pre: set[int], vl_pre: set[int], by_id: dict[int, Request],
+) -> str:  # fmt: skip
     diff = sorted(k for k in set(ll) | set(vl) if ll.get(k) != vl.get(k))[:6]
     parts = [f"req {k}: llmsched {ll.get(k, 0)} vLLM {vl.get(k, 0)} ({by_id[k]!r})" for k in diff]
     if ll_pre != vl_pre:

@@ -1,20 +1,11 @@
 """vLLM's scheduler state as a simulator a planner can fork: ``simulator_of(state)``, the ``planning_state`` the
-adapter gives ``mpc`` (``decision.mpc``). Imports no vLLM: it reads ``VllmState`` and the scheduler duck-typed.
+adapter gives ``mpc`` (``decision.mpc``). Imports no vLLM.
 
-The copy is an llmsched ``Engine`` priced by the adapter's cost model, at the adapter's clock, holding:
-
-- vLLM's running requests, in vLLM's order, each with the tokens vLLM has computed and produced
-  (``Engine.resume``): one that has produced a token and computed all but its last decodes, the others go on
-  prefilling (a resumed request recomputes its prompt and its outputs, as in vLLM);
-- the waiting requests, each tenant's in its queue's order (preempted ones first, as in vLLM);
-- the tenants' virtual token counters and service;
-- the recent arrivals and completed requests (``VllmState.recent_arrivals``, ``recent_finished``: the last
-  ``HISTORY`` of each), which the forecast is fitted on, and the recent mean step time.
-
-What it leaves out: vLLM's prefix cache (every request holds blocks of its own, none is cached; a request whose
-blocks do not fit then, where vLLM shares prefixes, waits at its tenant's queue tail instead), requests'
-true output lengths (a request's length is its ``max_tokens`` here, which the planner's forecast replaces before
-anything runs, ``Simulator.with_future``), and the SLO counts so far (a planner scores differences).
+The copy is an llmsched ``Engine`` at the adapter's clock holding vLLM's running requests (in vLLM's order, with
+the tokens computed and produced, ``Engine.resume``), the waiting ones in their queues' order, the tenants'
+counters, and the recent arrivals and completions the forecast is fitted on. Left out: vLLM's prefix cache (a
+request that then does not fit waits), true output lengths (``max_tokens``, replaced by the forecast) and the
+SLO counts so far (a planner scores differences).
 """
 
 from __future__ import annotations
@@ -43,9 +34,7 @@ def _copy(sh: Request, produced: int) -> Request:
 
 
 def simulator_of(state: VllmState) -> Simulator:
-    """A simulator in the state of the vLLM scheduler ``state`` reads, now (see the module docstring): the
-    ``PolicyContext.planning_state`` of the adapter. O(live requests + ``HISTORY``); called on the scheduler's
-    thread, since it reads vLLM's lists."""
+    """A simulator in the state of ``state``'s vLLM scheduler now, in O(live requests); on the scheduler's thread."""
     engine = Engine(state.config, state.tenants, state.cost_model)
     engine.advance_clock(max(state.now_s, 0.0))
     engine.vtc[:] = state.vtc  # in place: the queue reads this very list

@@ -1,35 +1,17 @@
 """Any llmsched policy deciding vLLM's batches: ``LLMSchedScheduler``, a subclass of vLLM v1's ``Scheduler``, and
-``LLMSchedAsyncScheduler``, the same over vLLM's ``AsyncScheduler`` (for vLLM running with async scheduling).
+``LLMSchedAsyncScheduler``, the same over vLLM's ``AsyncScheduler``.
 
-Every ``schedule()`` it encodes vLLM's state into llmsched's observation and action mask (``VllmState`` is an
-``EngineState``: the same features, by name, as llmsched's engine gives), asks the policy, and sets vLLM's
-knobs from the ``Decision`` before running vLLM's own ``schedule()`` (``contract.vllm_knobs``; the table is in
-``contract``'s docstring).
+Every ``schedule()`` encodes vLLM's state (``VllmState``, an ``EngineState``) into llmsched's observation and mask,
+takes the step's decision from ``decision.loop.DecisionLoop`` (held, corrected by the mask, under the
+``policy_timeout_s`` deadline) and sets vLLM's knobs (``contract.vllm_knobs``) before vLLM's own ``schedule()``; a
+policy that fails leaves the step to vLLM's own settings (counted by cause in ``stats``). Hooks on admission,
+preemption and finishing keep the bookkeeping incremental.
 
-Each step's decision comes from ``decision.loop.DecisionLoop``, as the env's and the runtime's do (held for
-``iterations_per_step`` steps, corrected where the mask forbids it), under a hard deadline (``policy_timeout_s``;
-``decision.decider.TimedDecider``: a ``SIGALRM`` timer where vLLM schedules on its main thread, else a worker
-thread): a policy that raises, returns a malformed action, or has not answered by its deadline leaves that
-decision to vLLM's own behaviour (the loop's ``ENGINE_DEFAULT`` fallback: every knob restored to vLLM's setting,
-FCFS order), counted by cause in ``stats`` (``decision.loop.DecisionStats``). A hung policy cannot hold
-``schedule()`` past its timeout. The
-bookkeeping is incremental: hooks on admission, preemption and finishing keep per-tenant counters, so a step
-costs O(tenants + prefilling requests + changes), not O(requests).
-
-Configuration (``config.AdapterConfig``, checked in full before vLLM builds anything): the constructor keyword
-``adapter=`` offline, else ``AdapterConfig.from_env()`` (``vllm serve --scheduler-cls
-llmsched_env.adapters.vllm.scheduler.LLMSchedScheduler`` with ``LLMSCHED_VLLM_CONFIG=config.yaml``, or
-``LLMSCHED_POLICY`` / ``LLMSCHED_TENANTS`` / ...). A request's tenant is
-``sampling_params.extra_args["llmsched_tenant"]`` (default: the first tenant). The clock is ``time.time()``
-(vLLM stamps ``arrival_time`` with it) unless a ``clock`` is given (``SimClock`` offline).
-
-Several policies on one server: every policy of the set (``policy``, then ``policies``) is built at start and
-kept by its resolved name. With a ``control_file``, a request that reaches an engine holding no running and no
-waiting request first has the file read (only when its inode, mtime or size changed; missing or empty: no
-change); a loaded name other than the active one is switched to before the request is added (the loop's policy
-and hold, and a fresh hold), an unknown one refused on stderr. So a switch falls between two blocks of requests,
-never inside one. Each read that finds a name is answered in ``<control_file>.status`` (JSON: ``active``,
-``loaded``, ``switches``, ``refused``, ``at``), also written at start.
+Configuration: ``config.AdapterConfig`` (the ``adapter=`` keyword offline, else ``AdapterConfig.from_env()``:
+``vllm serve --scheduler-cls llmsched_env.adapters.vllm.scheduler.LLMSchedScheduler`` with
+``LLMSCHED_VLLM_CONFIG=config.yaml``). A request's tenant is ``sampling_params.extra_args["llmsched_tenant"]``.
+With several policies loaded and a ``control_file``, the first request to reach an empty engine has the file read
+(when changed) and the policy it names switched to; each read is answered in ``<control_file>.status``.
 """
 
 from __future__ import annotations
@@ -64,15 +46,9 @@ from llmsched_env.decision.policy_file import action_options
 from llmsched_env.engine.batch import Decision, QueueOrder
 
 __all__ = [
-    "CONFIG_ENV",
-    "TENANT_KEY",
-    "AdapterConfig",
-    "LLMSchedAsyncScheduler",
-    "LLMSchedScheduler",
-    "PolicyWaitingQueue",
-    "SimClock",
-    "VllmState",
-]
+    "CONFIG_ENV", "TENANT_KEY", "AdapterConfig", "LLMSchedAsyncScheduler", "LLMSchedScheduler",
+    "PolicyWaitingQueue", "SimClock", "VllmState",
+]  # fmt: skip
 
 _COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
 _CONTROL_BYTES = ByteLimit("a control file", 4096)  # one policy name
@@ -86,22 +62,16 @@ else:
 
 
 class _LLMSchedAdapter(_SchedulerBase):
-    """The adapter, mixed in before vLLM's ``Scheduler`` or ``AsyncScheduler`` (see the module docstring).
-
-    Keywords beyond vLLM's: ``adapter`` (an ``AdapterConfig``; default ``AdapterConfig.from_env()``),
-    ``llmsched_policy`` (a ``Policy`` object, overriding ``adapter.policy`` under its name), ``clock`` (seconds,
-    comparable with requests' ``arrival_time``; default ``time.time``)."""
+    """The adapter, mixed in before vLLM's ``Scheduler`` or ``AsyncScheduler``. Keywords beyond vLLM's: ``adapter``
+    (default ``AdapterConfig.from_env()``), ``llmsched_policy`` (a ``Policy`` in place of ``adapter.policy``),
+    ``clock`` (default ``time.time``, vLLM's ``arrival_time`` clock)."""
 
     _async = False  # whether the vLLM class mixed with is the AsyncScheduler
 
     def __init__(
-        self,
-        *args: Any,
-        adapter: AdapterConfig | None = None,
-        llmsched_policy: Policy | None = None,
-        clock: Callable[[], float] | None = None,
-        **kwargs: Any,
-    ) -> None:
+        self, *args: Any, adapter: AdapterConfig | None = None, llmsched_policy: Policy | None = None,
+        clock: Callable[[], float] | None = None, **kwargs: Any,
+    ) -> None:  # fmt: skip
         vllm_version = require_vllm()
         cfg = adapter if adapter is not None else AdapterConfig.from_env()
         resolved = cfg.resolve()  # the whole configuration checked before vLLM allocates anything
@@ -115,16 +85,9 @@ class _LLMSchedAdapter(_SchedulerBase):
         schema = int(getattr(llmsched_policy, "schema_version", resolved.schema))
         self.action_spec, self.encoder = adapter_spaces(self.engine_config, cfg.tenants, schema, cfg.nominal_rate_rps)
         # a planner (mpc) plans in the background on a copy of vLLM's state, taken at its decision
-        self.context = PolicyContext(
-            self.engine_config,
-            self.state.tenants,
-            cost_model,
-            self.action_spec,
-            self.encoder.names,
-            resolved.scenario,
-            planning_state=lambda: simulator_of(self.state),
-            background_planning=True,
-        )
+        self.context = PolicyContext(self.engine_config, self.state.tenants, cost_model, self.action_spec,
+                                     self.encoder.names, resolved.scenario, background_planning=True,
+                                     planning_state=lambda: simulator_of(self.state))  # fmt: skip
         # every policy of the set by its resolved name, built now (not at a switch, in the middle of serving), each
         # with the steps its decisions hold
         self.loaded_policies: dict[str, Policy] = {}
@@ -133,30 +96,19 @@ class _LLMSchedAdapter(_SchedulerBase):
             if k == 0 and llmsched_policy is not None:
                 self.loaded_policies[spec.name], self._holds[spec.name] = llmsched_policy, 1
                 continue
-            self.loaded_policies[spec.name] = spec.make_for(
-                dataclasses.replace(self.context, scenario=scenario), cfg.seed
-            )
+            context = dataclasses.replace(self.context, scenario=scenario)
+            self.loaded_policies[spec.name] = spec.make_for(context, cfg.seed)
             self._holds[spec.name] = spec.iterations_per_step
             if spec.path is not None:  # an exported policy must fit this engine and these tenants
-                spec.load().check_compatible(
-                    self.encoder.names,
-                    self.action_spec.nvec,
-                    schema_version=schema,
-                    action_options=action_options(self.action_spec),
-                )
+                spec.load().check_compatible(self.encoder.names, self.action_spec.nvec, schema_version=schema,
+                                             action_options=action_options(self.action_spec))  # fmt: skip
         self.active_policy = resolved.spec.name  # the name of the policy deciding now
         self.iterations_per_step = cfg.iterations_per_step or self._holds[self.active_policy]
         # the step between the policy and vLLM's knobs; vLLM's own settings where the policy fails
-        self.decisions = DecisionLoop(
-            self.action_spec,
-            self.encoder,
-            self.loaded_policies[self.active_policy],
-            hold=self.iterations_per_step,
-            fallback=ENGINE_DEFAULT,
-            timeout_s=cfg.policy_timeout_s,
-            deadline_mode=cfg.policy_deadline,
-            name="llmsched-policy",
-        )
+        self.decisions = DecisionLoop(self.action_spec, self.encoder, self.loaded_policies[self.active_policy],
+                                      hold=self.iterations_per_step, fallback=ENGINE_DEFAULT,
+                                      timeout_s=cfg.policy_timeout_s, deadline_mode=cfg.policy_deadline,
+                                      name="llmsched-policy")  # fmt: skip
         self.stats = self.decisions.stats
         self.num_kv_blocks = self.engine_config.num_kv_blocks
         # vLLM's own settings, restored whenever the policy's step falls back
@@ -201,8 +153,7 @@ class _LLMSchedAdapter(_SchedulerBase):
 
     @property
     def llmsched_policy(self) -> Policy:
-        """The llmsched policy deciding each step (not ``policy``: vLLM's Scheduler keeps its SchedulingPolicy
-        there); setting it installs a new one (its own deadline timer) from the next decision on."""
+        """The llmsched policy deciding each step (vLLM keeps its own in ``policy``); settable."""
         policy = self.decisions.policy
         assert policy is not None
         return policy
@@ -228,13 +179,9 @@ class _LLMSchedAdapter(_SchedulerBase):
             )
 
     def _knobs_now(self) -> VllmKnobs:
-        return VllmKnobs(
-            QueueOrder.FCFS,
-            self.max_num_scheduled_tokens,
-            self.scheduler_config.long_prefill_token_threshold,
-            self.max_num_active_reqs,
-            self.kv_cache_manager.watermark_blocks,
-        )
+        return VllmKnobs(QueueOrder.FCFS, self.max_num_scheduled_tokens,
+                         self.scheduler_config.long_prefill_token_threshold, self.max_num_active_reqs,
+                         self.kv_cache_manager.watermark_blocks)  # fmt: skip
 
     def _cached_blocks(self, vreq: VllmRequest) -> int:
         _, n, _ = self.kv_cache_manager.get_computed_blocks(vreq)
@@ -288,8 +235,7 @@ class _LLMSchedAdapter(_SchedulerBase):
         self.kv_cache_manager.watermark_blocks = k.watermark_blocks
 
     def _shed_heads(self) -> None:
-        """Abort every tenant's waiting head while its TTFT is out of reach (the engine's ``_shed_heads``), in one
-        call to vLLM."""
+        """Abort every tenant's waiting heads while their TTFT is out of reach (the engine's rule), in one call."""
         state = self.state
         queue, num_waiting, hopeless = state.queue, state.num_waiting, state.hopeless
         doomed: list[VllmRequest] = []
@@ -338,23 +284,14 @@ class _LLMSchedAdapter(_SchedulerBase):
             return
         extra = vreq.sampling_params.extra_args if vreq.sampling_params is not None else None
         label = extra.get(LABEL_KEY) if extra else None
-        self.log.request(
-            {
-                "id": vreq.request_id,
-                "label": None if label is None else str(label),
-                "tenant": self.state.tenants[sh.tenant].name,
-                "arrival": vreq.arrival_time,
-                "first_scheduled": sh.first_scheduled_s,
-                "first_token": sh.first_token_s,
-                "finish": self.clock(),
-                "prompt_tokens": vreq.num_prompt_tokens,
-                "cached_tokens": sh.num_prefix_hit_tokens,
-                "output_tokens": vreq.num_output_tokens,
-                "status": str(vreq.status.name).removeprefix("FINISHED_").lower(),
-                "preemptions": sh.num_preemptions,
-                "policy": policy,
-            }
-        )
+        self.log.request({
+            "id": vreq.request_id, "label": None if label is None else str(label),
+            "tenant": self.state.tenants[sh.tenant].name, "arrival": vreq.arrival_time,
+            "first_scheduled": sh.first_scheduled_s, "first_token": sh.first_token_s, "finish": self.clock(),
+            "prompt_tokens": vreq.num_prompt_tokens, "cached_tokens": sh.num_prefix_hit_tokens,
+            "output_tokens": vreq.num_output_tokens, "status": str(vreq.status.name).removeprefix("FINISHED_").lower(),
+            "preemptions": sh.num_preemptions, "policy": policy,
+        })  # fmt: skip
 
     def update_from_output(self, scheduler_output: SchedulerOutput, model_runner_output: Any) -> Any:
         t0 = time.perf_counter()
@@ -384,8 +321,7 @@ class _LLMSchedAdapter(_SchedulerBase):
 
     # -- switching policies between blocks ------------------------------------------------------------------
     def add_request(self, request: VllmRequest) -> None:
-        """vLLM's, after a switch to the policy the control file names when ``request`` is the first to reach an
-        engine holding no running and no waiting request (the driver drains the server between blocks)."""
+        """vLLM's, after a switch to the policy the control file names when ``request`` reaches an empty engine."""
         if (
             self.control_file
             and not self.running
@@ -399,9 +335,8 @@ class _LLMSchedAdapter(_SchedulerBase):
         super().add_request(request)
 
     def _read_control(self) -> None:
-        """Read the control file if it changed since the last read; switch to the loaded policy it names, or
-        refuse another name (the active policy stays), and answer in the status file. Never raises: a bad control
-        file must not stop serving."""
+        """Read the control file if it changed; switch to the loaded policy it names or refuse another, and answer
+        in the status file. Never raises: a bad control file must not stop serving."""
         path = self.control_file
         try:
             st = os.stat(path)
@@ -439,8 +374,7 @@ class _LLMSchedAdapter(_SchedulerBase):
         self._write_status()  # every read answered, so a driver that rewrote the file sees a newer "at"
 
     def _switch(self, name: str) -> None:
-        """Make the loaded policy ``name`` decide from the next step on, with its own hold (unless the config sets
-        one), starting a new hold; nothing of vLLM's state changes."""
+        """Make the loaded policy ``name`` decide from the next step on, with its own hold, starting afresh."""
         before = self.active_policy
         summary = getattr(self.loaded_policies[before], "summary", None)  # a planner's counts, for vLLM's log
         if callable(summary):
@@ -454,15 +388,9 @@ class _LLMSchedAdapter(_SchedulerBase):
         print(f"llmsched: policy {before} -> {name} (switch {self.num_switches})", file=sys.stderr, flush=True)
 
     def _write_status(self) -> None:
-        """``<control_file>.status``, replaced whole: the active and loaded policies, the switches so far, and the
-        refusal of the last read (None if it did not refuse)."""
-        status = {
-            "active": self.active_policy,
-            "loaded": list(self.loaded_policies),
-            "switches": self.num_switches,
-            "refused": self._refused,
-            "at": time.time(),
-        }
+        """``<control_file>.status``: the active and loaded policies, the switches, the last read's refusal."""
+        status = {"active": self.active_policy, "loaded": list(self.loaded_policies), "switches": self.num_switches,
+                  "refused": self._refused, "at": time.time()}  # fmt: skip
         try:
             write_text_atomically(f"{self.control_file}.status", json.dumps(status) + "\n")
         except OSError as exc:  # the driver misses an answer; serving goes on
@@ -470,12 +398,11 @@ class _LLMSchedAdapter(_SchedulerBase):
 
 
 class LLMSchedScheduler(_LLMSchedAdapter, Scheduler):
-    """vLLM v1's ``Scheduler`` with an llmsched policy setting its knobs every step (see the module docstring).
-    For vLLM without async scheduling (vLLM's CPU build always; ``--no-async-scheduling`` on GPUs)."""
+    """vLLM v1's ``Scheduler`` with an llmsched policy setting its knobs every step, for vLLM without async
+    scheduling (the CPU build; ``--no-async-scheduling`` on GPUs)."""
 
 
 class LLMSchedAsyncScheduler(_LLMSchedAdapter, AsyncScheduler):
-    """The same over vLLM's ``AsyncScheduler``, for vLLM with async scheduling (0.33's default on GPUs): vLLM
-    schedules step n + 1 while step n runs, so the policy sees the state one step behind."""
+    """The same over vLLM's ``AsyncScheduler`` (0.33's default on GPUs): the policy sees the state a step behind."""
 
     _async = True

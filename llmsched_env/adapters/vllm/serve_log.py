@@ -1,32 +1,16 @@
-"""What a live ``LLMSchedScheduler`` logs for the simulator to be checked against it (``log_dir`` set).
+"""What a live ``LLMSchedScheduler`` logs (``log_dir`` set), for ``live`` to check the simulator against.
 
-Two JSONL files, appended to, one JSON object per line:
+- ``steps.jsonl``, one record per engine step: ``t0``/``t1`` (``time.time()`` around ``schedule()``), ``t2``/``t3``
+  (around ``update_from_output``: the model ran in between), the batch's features (``contract.batch_features``),
+  ``busy`` (requests left after it), ``policy`` (active at the decision), ``fallback`` (``error``, ``invalid``,
+  ``timeout`` or null) and ``decision`` (the knobs it ran with after the mask, null for vLLM's own);
+- ``requests.jsonl``, one record per request as it leaves: ``id``, ``label`` (the client's ``llmsched_request``
+  or null), ``tenant``, ``arrival``, ``first_scheduled``, ``first_token``, ``finish``, ``prompt_tokens``,
+  ``cached_tokens``, ``output_tokens``, ``status``, ``preemptions`` and ``policy`` (active when it was added);
+- ``engine.json``, at start: the limits as ``EngineConfig`` fields, the tenants, the policies, the control file
+  and the vLLM version.
 
-- ``steps.jsonl``, one record per engine step: ``t0`` (``time.time()`` as ``schedule()`` starts), ``t1`` (it
-  returned), ``t2`` (``update_from_output`` starts: the model ran in between), ``t3`` (it returned), the batch's
-  cost-model features ``prefill_tokens``, ``decode_seqs``, ``kv_tokens``, ``attn_pairs`` and
-  ``num_prefill_seqs`` (``contract.batch_features``), ``busy`` (requests were left after the step, so vLLM's
-  engine loop went straight on to the next ``schedule()``), ``policy`` (the name of the policy active when the
-  step was decided), ``fallback`` (the cause of a fallback decision made at that step: ``error``,
-  ``invalid`` or ``timeout``; null when the policy decided or its decision was held) and ``decision`` (the
-  knobs the step ran with, ``[order, token_budget, chunk_cap, prefill_first, max_admit, kv_reserve, shed]``
-  after the mask's correction; null for vLLM's own settings);
-- ``requests.jsonl``, one record per request as it leaves the scheduler: ``id`` (vLLM's), ``label`` (the
-  client's own id, ``vllm_xargs: {"llmsched_request": ...}``, or null), ``tenant`` (the tenant the scheduler
-  served it as), ``arrival`` (vLLM's ``arrival_time``), ``first_scheduled``, ``first_token`` (null if never),
-  ``finish``, ``prompt_tokens``, ``cached_tokens`` (found in vLLM's prefix cache when first scheduled),
-  ``output_tokens``, ``status`` (vLLM's finished status: ``stopped``,
-  ``length``, ``aborted``, ...), ``preemptions`` and ``policy`` (the policy active when it was added: policies
-  switch only on an engine holding no request, so the one that decided all its steps).
-
-At start, ``engine.json`` holds the scheduler's limits as llmsched's ``EngineConfig`` fields (``num_kv_blocks``
-without vLLM's null block, ``block_size``, ``max_num_seqs``, ``max_num_batched_tokens``, ``max_model_len``),
-the tenants with their SLO targets, the policy as configured, ``policies`` (the resolved names of every policy
-loaded, the one that starts active first), ``control_file`` (null for none) and the vLLM distribution and
-version.
-
-Records are buffered and written once a second, when the scheduler runs out of requests, and at exit, so a
-step costs a list append. ``live.replay`` reads these files.
+Records are buffered and written once a second, when the scheduler runs out of requests, and at exit.
 """
 
 from __future__ import annotations
@@ -70,17 +54,9 @@ class ServeLog:
         write_text_atomically(self.folder / "engine.json", json.dumps(info, indent=1) + "\n")
 
     def step(
-        self,
-        t0: float,
-        t1: float,
-        t2: float,
-        t3: float,
-        features: Any,
-        busy: bool,
-        policy: str,
-        fallback: str | None,
+        self, t0: float, t1: float, t2: float, t3: float, features: Any, busy: bool, policy: str, fallback: str | None,
         decision: Any = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         f = features
         self._steps.append(
             (t0, t1, t2, t3, f.num_prefill_tokens, f.num_decode_seqs, f.num_kv_tokens, f.prefill_attn_pairs,

@@ -1,11 +1,8 @@
 """vLLM's scheduler state as llmsched's ``EngineState``: ``VllmState`` and the views under it.
 
-``VllmState`` gives llmsched's observation encoder and action mask the same features, by name, that llmsched's
-engine gives, read from a vLLM v1 ``Scheduler``: live views of its running list, in-flight prefills and block
-pool, plus per-tenant counters and one shadow llmsched ``Request`` per live vLLM request, kept by the
-scheduler's hooks (``LLMSchedScheduler``). It reads the scheduler duck-typed and imports no vLLM: the names it
-reads (``SCHEDULER_ATTRIBUTES``, ``REQUEST_ATTRIBUTES``) are checked against vLLM's classes in the ``vllm`` tier,
-and the observation and mask it yields against the engine's in the default suite (a stand-in scheduler).
+Live views of a vLLM v1 ``Scheduler``'s running list, in-flight prefills and block pool, plus per-tenant
+counters and one shadow llmsched ``Request`` per live vLLM request, kept by the scheduler's hooks. It reads the
+scheduler duck-typed and imports no vLLM (the names it reads: ``SCHEDULER_ATTRIBUTES``, ``REQUEST_ATTRIBUTES``).
 """
 
 from __future__ import annotations
@@ -22,14 +19,9 @@ from llmsched_env.engine.queues import WaitingQueues
 from llmsched_env.engine.request import Request, Status, tpot_s
 
 __all__ = [
-    "HISTORY",
-    "REQUEST_ATTRIBUTES",
-    "SCHEDULER_ATTRIBUTES",
-    "TENANT_KEY",
-    "SimClock",
-    "VllmState",
+    "HISTORY", "REQUEST_ATTRIBUTES", "SCHEDULER_ATTRIBUTES", "TENANT_KEY", "SimClock", "VllmState",
     "engine_config_of",
-]
+]  # fmt: skip
 
 TENANT_KEY = "llmsched_tenant"  # sampling_params.extra_args key naming a request's tenant
 _RATE_TAU_S = 10.0  # the engine's arrival-rate time constant
@@ -38,29 +30,10 @@ HISTORY = 1024  # recent arrivals and finished requests kept for a planner's for
 _STEP_EWMA = 0.05  # weight of the newest step in the step-time average
 _IDLE_GAP_S = 1.0  # a longer gap between two steps is idle time, not a step
 # What the adapter reads of vLLM's Scheduler and Request (tests/test_vllm_adapter.py checks vLLM has them)
-SCHEDULER_ATTRIBUTES = (
-    "running",
-    "_inflight_prefills",
-    "kv_cache_manager",
-    "scheduler_config",
-    "block_size",
-    "max_model_len",
-    "max_num_scheduled_tokens",
-    "max_num_active_reqs",
-    "requests",
-)
-REQUEST_ATTRIBUTES = (
-    "request_id",
-    "arrival_time",
-    "num_prompt_tokens",
-    "max_tokens",
-    "sampling_params",
-    "num_output_tokens",
-    "num_tokens",
-    "num_computed_tokens",
-    "status",
-    "client_index",
-)
+SCHEDULER_ATTRIBUTES = ("running", "_inflight_prefills", "kv_cache_manager", "scheduler_config", "block_size",
+                        "max_model_len", "max_num_scheduled_tokens", "max_num_active_reqs", "requests")  # fmt: skip
+REQUEST_ATTRIBUTES = ("request_id", "arrival_time", "num_prompt_tokens", "max_tokens", "sampling_params",
+                      "num_output_tokens", "num_tokens", "num_computed_tokens", "status", "client_index")  # fmt: skip
 
 
 class SimClock:
@@ -76,21 +49,15 @@ class SimClock:
 def engine_config_of(scheduler: Any) -> EngineConfig:
     """The llmsched ``EngineConfig`` of a vLLM scheduler's limits (vLLM's null block is not usable)."""
     sc = scheduler.scheduler_config
-    return EngineConfig(
-        num_kv_blocks=scheduler.kv_cache_manager.block_pool.num_gpu_blocks - 1,
-        block_size=scheduler.block_size,
-        max_num_seqs=sc.max_num_seqs,
-        max_num_batched_tokens=sc.max_num_batched_tokens,
-        max_model_len=scheduler.max_model_len,
-    )
+    return EngineConfig(num_kv_blocks=scheduler.kv_cache_manager.block_pool.num_gpu_blocks - 1,
+                        block_size=scheduler.block_size, max_num_seqs=sc.max_num_seqs,
+                        max_num_batched_tokens=sc.max_num_batched_tokens,
+                        max_model_len=scheduler.max_model_len)  # fmt: skip
 
 
 class _CachedFreeCounter:
-    """Counts free blocks that still hold a block hash (llmsched's ``num_cached_blocks``) by wrapping the
-    free-block queue's moves: O(blocks moved), never a scan. A block's hash does not change while it is free
-    (vLLM hashes blocks in use and evicts when it takes one off the queue), except on a prefix-cache reset or
-    a connector eviction (the pool's ``reset_prefix_cache`` and ``evict_blocks``), after which ``recount()``
-    rescans once."""
+    """Counts free blocks that still hold a block hash (llmsched's ``num_cached_blocks``) by wrapping the free-block
+    queue's moves (O(blocks moved)); rescans once after a prefix-cache reset or a connector eviction."""
 
     def __init__(self, scheduler: Any) -> None:
         self.pool = scheduler.kv_cache_manager.block_pool
@@ -127,14 +94,8 @@ class _CachedFreeCounter:
             if blocks:
                 self.count += sum(b._block_hash is not None for b in blocks)
 
-        q.popleft, q.popleft_n, q.remove, q.append, q.append_n, q.prepend_n = (
-            popleft,
-            popleft_n,
-            remove,
-            append,
-            append_n,
-            prepend_n,
-        )
+        q.popleft, q.popleft_n, q.remove, q.append, q.append_n, q.prepend_n = (popleft, popleft_n, remove, append,
+                                                                                append_n, prepend_n)  # fmt: skip
         for name in ("reset_prefix_cache", "evict_blocks"):  # they drop hashes without moving blocks: rescan after
             method = getattr(self.pool, name, None)
             if method is not None:
@@ -177,18 +138,10 @@ class _PoolView:
 
 
 class VllmState:
-    """vLLM's scheduler state as llmsched's ``EngineState``: live views of vLLM's running list, in-flight
-    prefills and block pool, plus per-tenant counters and one shadow llmsched ``Request`` per live vLLM request
-    (tenant, arrival, lengths), kept by the scheduler's hooks."""
+    """vLLM's scheduler state as llmsched's ``EngineState`` (see the module docstring)."""
 
-    def __init__(
-        self,
-        scheduler: Any,
-        config: EngineConfig,
-        tenants: Sequence[TenantConfig],
-        cost_model: CostModel,
-        clock: Callable[[], float],
-    ) -> None:
+    def __init__(self, scheduler: Any, config: EngineConfig, tenants: Sequence[TenantConfig], cost_model: CostModel,
+                 clock: Callable[[], float]) -> None:  # fmt: skip
         self._s = scheduler
         self.config = config
         self.tenants = tuple(tenants)
@@ -265,8 +218,7 @@ class VllmState:
 
     # -- bookkeeping hooks -------------------------------------------------------------------------------
     def shadow_of(self, vreq: Any) -> Request:
-        """The shadow of ``vreq`` (made on its first sight), its output count synced (a preempted request
-        recomputes its outputs: its waiting tokens include them)."""
+        """The shadow of ``vreq`` (made on first sight), its output count synced."""
         sh = self.shadows.get(vreq.request_id)
         if sh is None:
             sh = self._arrive(vreq)
@@ -315,8 +267,7 @@ class VllmState:
         self.awaiting_first.pop(vreq.request_id, None)
 
     def decodes_per_tenant(self, prefilling: Iterable[Any]) -> list[int]:
-        """Each tenant's running requests that decode this step (running, less ``prefilling``, vLLM's in-flight
-        prefills)."""
+        """Each tenant's running requests that decode this step (less ``prefilling``)."""
         decodes = self.num_running_t[:]
         shadows = self.shadows
         for r in prefilling:
@@ -324,9 +275,7 @@ class VllmState:
         return decodes
 
     def decoded(self, per_tenant: Sequence[int]) -> None:
-        """A step ran with ``per_tenant`` decodes (``decodes_per_tenant`` before it): every one produced a token
-        (service and VTC, as the engine counts), and requests whose prefill completed have their first token
-        now."""
+        """A step ran with ``per_tenant`` decodes: count their tokens (service, VTC) and first tokens."""
         for t, n in enumerate(per_tenant):
             if n:
                 self.vtc[t] += 2 * n / self._weights[t]
@@ -345,8 +294,7 @@ class VllmState:
                     del awaiting[rid]
 
     def finished(self, vreq: Any, completed: bool) -> None:
-        """``vreq`` is finished (``completed``: stopped or at its length; else aborted or failed): resolve its SLO
-        and forget its shadow."""
+        """``vreq`` finished (``completed``, else aborted or failed): resolve its SLO and forget its shadow."""
         sh = self.shadows.pop(vreq.request_id, None)
         if sh is None:
             return
@@ -394,11 +342,9 @@ class VllmState:
                 self._resolve(sh, met=False)
 
     def hopeless(self, sh: Request) -> bool:
-        """Even alone and unchunked, ``sh``'s first token would come after its TTFT deadline (the engine's rule):
-        its prefill priced for the tokens left after the prefix-cache hit vLLM would give it now. A cache hit
-        only makes a prefill cheaper, so vLLM's cache is asked only between two deadlines priced once per prefill
-        length: while the one with no hit has not passed, ``sh`` is not hopeless; once the one with the largest
-        hit possible (all but its last token) has passed, it is."""
+        """Even alone and unchunked, ``sh``'s first token would miss its TTFT deadline (the engine's rule), its
+        prefill priced after vLLM's prefix-cache hit; the cache is asked only between the deadlines with no hit
+        and with the largest hit, priced once per prefill length."""
         if sh.first_token_s is not None:
             return False
         n, now = sh.num_prefill_tokens, self.now_s

@@ -1,11 +1,8 @@
 """A tiny Llama with random weights and a tokenizer trained here, for a live vLLM server with nothing downloaded.
 
-``build_tiny_model(folder)`` writes what ``vllm serve FOLDER`` and ``AutoTokenizer.from_pretrained(FOLDER)`` read:
-a ``LlamaConfig`` (hidden 256, 4 layers, 4 heads, 4,096 positions) with seeded random weights saved by
-``save_pretrained``, and a byte-level BPE of 4,096 tokens trained with ``tokenizers`` on a seeded synthetic
-corpus. The same seed gives the same files' contents. The model's outputs are meaningless; what is measured with
-it is serving: scheduling, batching, KV blocks and the time steps take. Needs ``transformers`` and ``tokenizers``
-(vLLM's own requirements).
+``build_tiny_model(folder)``: a seeded ``LlamaConfig`` (hidden 256, 4 layers, 4 heads, 4,096 positions) and a
+byte-level BPE of 4,096 tokens trained on a seeded synthetic corpus; the same seed gives the same files. Its
+outputs are meaningless: what it measures is serving. Needs ``transformers`` and ``tokenizers``.
 
     python -m llmsched_env.adapters.vllm.tiny_model /tmp/tiny-llama    # prints the folder
 """
@@ -23,14 +20,9 @@ __all__ = ["TINY_MODEL", "build_tiny_model"]
 
 # The model's shape; ``vocab_size`` is the tokenizer's.
 TINY_MODEL = {
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "max_position_embeddings": 4096,
-    "vocab_size": 4096,
-}
+    "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 4,
+    "num_key_value_heads": 4, "max_position_embeddings": 4096, "vocab_size": 4096,
+}  # fmt: skip
 _MARKER = "llmsched-tiny.json"  # written last: its presence means the folder is complete
 
 
@@ -61,11 +53,9 @@ def build_tiny_model(folder: str | Path, seed: int = 0, dtype: str = "bfloat16")
     tok.decoder = decoders.ByteLevel()
     specials = ["<s>", "</s>"]
     trainer = trainers.BpeTrainer(
-        vocab_size=TINY_MODEL["vocab_size"],
-        special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
+        vocab_size=TINY_MODEL["vocab_size"], special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )  # fmt: skip
     tok.train_from_iterator(_corpus(seed), trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
     fast.model_max_length = TINY_MODEL["max_position_embeddings"]
@@ -73,11 +63,9 @@ def build_tiny_model(folder: str | Path, seed: int = 0, dtype: str = "bfloat16")
 
     torch.manual_seed(seed)
     config = LlamaConfig(
-        **{**TINY_MODEL, "vocab_size": len(fast)},
-        bos_token_id=fast.bos_token_id,
-        eos_token_id=fast.eos_token_id,
+        **{**TINY_MODEL, "vocab_size": len(fast)}, bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
         torch_dtype=dtype,
-    )
+    )  # fmt: skip
     model = LlamaForCausalLM(config).to(getattr(torch, dtype))
     model.save_pretrained(out)
     write_text_atomically(marker, json.dumps(spec) + "\n")

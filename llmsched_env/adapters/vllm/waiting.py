@@ -17,10 +17,8 @@ __all__ = ["PolicyWaitingQueue"]
 
 
 class PolicyWaitingQueue(RequestQueue):
-    """vLLM's waiting queue in the order the policy chose (``order``), over llmsched's ``WaitingQueues``: one
-    FIFO per tenant, the best head picked in O(tenants) (SJF by a heap, LPM by the engine's window of the
-    oldest requests scored by cached prefix blocks). A preempted request goes back to the head of its tenant's
-    queue, as in vLLM. ``QueueOrder.FCFS`` is vLLM's own order."""
+    """vLLM's waiting queue in the policy's ``order`` over llmsched's per-tenant ``WaitingQueues`` (the best head in
+    O(tenants)); a preempted request goes back to its queue's head, as in vLLM."""
 
     def __init__(self, state: VllmState, lookup_cached_blocks: Callable[[VllmRequest], int]) -> None:
         self._state = state
