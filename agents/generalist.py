@@ -13,7 +13,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 
 from agents.sb3 import ALGOS, MASKED_ALGOS
 from baselines.tuned import SHIPPED_TABLE
-from llmsched_env.decision.tuned_table import load_tuned_table
+from llmsched_env.decision.planners.tuned import load_tuned_table
 from llmsched_env.runtime.policy_file import ACTIVATIONS, ExportedPolicy, action_options, load_policy_file
 from llmsched_env.workloads.library import mixture_scenarios
 

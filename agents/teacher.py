@@ -23,12 +23,12 @@ import numpy as np
 import baselines
 from baselines.base import FixedPolicy
 from baselines.tuned import SHIPPED_TABLE
-from llmsched_env.decision.lookahead import LookaheadConfig
-from llmsched_env.decision.mpc import MPCConfig, planner_around
+from llmsched_env.decision.planners.bounds import LookaheadPolicy
+from llmsched_env.decision.planners.lookahead import LookaheadConfig
+from llmsched_env.decision.planners.mpc import MPCConfig, planner_around
+from llmsched_env.decision.planners.tuned import load_tuned_table
 from llmsched_env.decision.policy import Policy
-from llmsched_env.decision.tuned_table import load_tuned_table
 from llmsched_env.envs.episode import run_episode
-from llmsched_env.evaluation.lookahead import LookaheadPolicy
 
 __all__ = ["DEFAULT_CANDIDATES", "LOOKAHEAD", "MPC", "SEARCHED", "LookaheadTeacher", "MPCTeacher", "candidate_factory",
            "check_teacher", "searched", "shipped_settings", "teacher"]  # fmt: skip

@@ -1,12 +1,7 @@
-"""``tuned``: the best static setting of every knob for the scenario at hand, found on ``val`` and shipped as data.
-
-``llmsched-tune`` (``python -m llmsched_env.commands.tune``) searches each scenario's static knobs (queue order,
-token budget, chunk cap, batch mix, admission cap, KV reserve, shedding) on the ``val`` split and writes them,
-with how they were found, into ``tuned.json`` next to this module (``llmsched_env.decision.tuned_table``).
-``TunedPolicy`` looks its scenario up there by ``PolicyContext.scenario`` and plays those knobs at every
-iteration, so it is the strongest fixed configuration an operator could have picked for that workload: the bar
-a state-dependent policy has to clear. A user's own table: ``TunedPolicy(ctx, table="my.json")``, or
-``--policies tuned=my.json`` on the command line.
+"""``tuned``: the best static setting of every knob for the scenario at hand, found on ``val`` by ``llmsched-tune``
+and shipped as data (``tuned.json`` next to this module, ``llmsched_env.decision.planners.tuned``): the strongest
+fixed configuration an operator could pick, the bar a state-dependent policy has to clear. A table of your own:
+``TunedPolicy(ctx, table="my.json")``, or ``--policies tuned=my.json``.
 """
 
 from __future__ import annotations
@@ -14,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from baselines.base import StaticPolicy
+from llmsched_env.decision.planners.tuned import TunedTable, load_tuned_table
 from llmsched_env.decision.policy import PolicyContext
-from llmsched_env.decision.tuned_table import TunedTable, load_tuned_table
 from llmsched_env.engine.batch import Decision
 
 __all__ = ["SHIPPED_TABLE", "TunedPolicy"]
@@ -24,13 +19,9 @@ SHIPPED_TABLE = Path(__file__).with_name("tuned.json")  # package data (pyprojec
 
 
 class TunedPolicy(StaticPolicy):
-    """``tuned``: the knobs stored for ``ctx.scenario`` in ``table`` (a ``TunedTable``, a table file's path, or
-    None for the shipped ``tuned.json``), the same at every iteration.
-
-    Raises ``ValueError`` when the table lacks the scenario (saying how to tune it), when the table file is
-    malformed (naming the file), or when a stored knob is not an option of ``ctx.action_spec`` (naming the
-    scenario, knob and value: settings tuned for another engine are refused, not moved to the nearest option).
-    """
+    """The knobs stored for ``ctx.scenario`` in ``table`` (a ``TunedTable``, a path, or None for the shipped
+    table), at every iteration. ``ValueError`` when the table lacks the scenario (saying how to tune it), is
+    malformed (naming the file), or stores a knob that is no option of ``ctx.action_spec`` (never moved)."""
 
     name = "tuned"
     shipped_table = SHIPPED_TABLE  # where the tune command writes by default

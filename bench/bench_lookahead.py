@@ -22,11 +22,11 @@ from typing import Any
 import gymnasium as gym
 
 import llmsched_env  # noqa: F401
-from llmsched_env.decision.lookahead import parse_lookahead
+from llmsched_env.decision.planners.bounds import LookaheadPolicy
+from llmsched_env.decision.planners.lookahead import parse_lookahead
+from llmsched_env.decision.planners.tuned import load_tuned_table
 from llmsched_env.decision.registry import SCHEDULERS, make_scheduler
-from llmsched_env.decision.tuned_table import load_tuned_table
 from llmsched_env.envs.episode import run_episode
-from llmsched_env.evaluation.lookahead import LookaheadPolicy
 
 
 def main() -> None:

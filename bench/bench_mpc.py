@@ -39,12 +39,11 @@ import numpy as np
 import torch
 
 import llmsched_env  # noqa: F401
-from llmsched_env.decision.mpc import MPCPlanner, MPCPolicy, parse_mpc, produced_tokens
+from llmsched_env.decision.planners.mpc import MPCPlanner, MPCPolicy, mpc_on_env, parse_mpc, produced_tokens
+from llmsched_env.decision.planners.tuned import load_tuned_table
 from llmsched_env.decision.registry import SCHEDULERS, make_scheduler
-from llmsched_env.decision.tuned_table import load_tuned_table
 from llmsched_env.engine.request import Request
 from llmsched_env.envs.episode import run_episode
-from llmsched_env.evaluation.mpc import mpc_on_env
 from llmsched_env.evaluation.stats import mean_ci95
 from llmsched_env.sim.simulator import Simulator
 from llmsched_env.workloads.forecast import Forecast, Forecaster

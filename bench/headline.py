@@ -33,8 +33,8 @@ import numpy as np
 
 from llmsched_env.common.checks import check_label
 from llmsched_env.common.outputs import replaced_atomically, write_text_atomically
-from llmsched_env.decision.lookahead import is_bound
-from llmsched_env.decision.mpc import MPC
+from llmsched_env.decision.planners.lookahead import is_bound
+from llmsched_env.decision.planners.mpc import MPC
 from llmsched_env.evaluation.capacity import gap_share, read_per_seed, read_window_limited
 from llmsched_env.evaluation.identity import TRAJECTORY, identical_groups, read_trajectories
 from llmsched_env.evaluation.stats import mean_ci95

@@ -19,7 +19,7 @@ OUT=${1:-docs/results/test}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 B=${POLICIES:-fcfs,prefill_first,priority_aging,sjf,sprw,lpm,vtc,kv_guard,sarathi,slo_aware,random,tuned,learned,lookahead}
 R=round_robin,least_outstanding,least_kv_load,prefix_affinity,power_of_two,random
-# the routing bound (evaluation.route_lookahead): the named rules switched every 64 arrivals, each choice played 64
+# the routing bound (decision.planners.bounds): the named rules switched every 64 arrivals, each choice played 64
 # arrivals ahead then 64 more under the base rule (the best rule on the episode); RP=POLICIES replaces the whole list
 LB=lookahead:tail=64
 # Episode sizes (--num-requests): a trace replay's test part holds five disjoint windows of at most 433

@@ -39,8 +39,8 @@ from llmsched_env.common.files import (
     read_bytes,
 )
 from llmsched_env.costs.loader import load_cost_model
+from llmsched_env.decision.planners.tuned import TUNED_FORMAT, load_tuned_table
 from llmsched_env.decision.policy_file import PolicyFileError, load_policy_file
-from llmsched_env.decision.tuned_table import TUNED_FORMAT, load_tuned_table
 from llmsched_env.engine.block_pool import BlockPool
 from llmsched_env.engine.config import ENGINE_BOUNDS, EngineConfig
 from llmsched_env.workloads.lengths import load_length_file

@@ -222,7 +222,7 @@ def test_the_other_result_writers_are_atomic(tmp_path: Path, monkeypatch: pytest
     """The cost-model JSON (calibrate, live replay) and the tuned-settings table (tune) keep the old file."""
     from llmsched_env.costs.linear import LinearCostModel
     from llmsched_env.costs.loader import load_cost_model
-    from llmsched_env.decision.tuned_table import load_tuned_table, settings_of, write_tuned_entries
+    from llmsched_env.decision.planners.tuned import load_tuned_table, settings_of, write_tuned_entries
     from llmsched_env.engine.batch import Decision
 
     model = load_cost_model("runtime-tiny-cpu")

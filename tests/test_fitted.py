@@ -12,11 +12,11 @@ import pytest
 
 from llmsched_env.cluster.scenarios import get_cluster_scenario, list_cluster_scenarios
 from llmsched_env.commands.evaluate import main
+from llmsched_env.decision.planners.tuned import trace_key, val_episode_size
 from llmsched_env.engine.config import SLOClass
 from llmsched_env.evaluation import EvalConfig
 from llmsched_env.evaluation.capacity import find_capacity, summarize_capacity
 from llmsched_env.evaluation.sustained import scenario_windows
-from llmsched_env.evaluation.trace_tuned import trace_key, val_episode_size
 from llmsched_env.workloads.fitted import FittedSource, fit_tenants, fitted_scenario
 from llmsched_env.workloads.library import get_scenario, list_scenarios, mixture_scenarios
 from llmsched_env.workloads.scenarios import TraceSource, scenario_from_trace

@@ -122,6 +122,15 @@ def test_package_init_imports_nothing_of_its_folders() -> None:
     assert names <= {"llmsched_env.common.compiled", "llmsched_env.common.compiled.guard"}, names
 
 
+def test_the_planners_sit_on_top_of_the_decision_layer() -> None:
+    """``decision/planners/`` (lookahead, mpc, their candidates, the tuned table) imports the rest of ``decision/``;
+    of the rest only ``policy_spec`` (which spells and builds them) imports the planners."""
+    for module, path in MODULES.items():
+        if module.startswith("llmsched_env.decision.") and not module.startswith("llmsched_env.decision.planners"):
+            reached = {n for n in _imports(path) if n.startswith("llmsched_env.decision.planners")}
+            assert not reached or module == "llmsched_env.decision.policy_spec", f"{module} imports {sorted(reached)}"
+
+
 @pytest.mark.parametrize("path", sorted((ROOT / "baselines").rglob("*.py")), ids=str)
 def test_baselines_use_the_decision_layer_and_below(path: Path) -> None:
     for name in _imports(path):

@@ -16,15 +16,15 @@ import pytest
 
 import llmsched_env  # noqa: F401
 from llmsched_env.adapters.vllm.config import AdapterConfig
-from llmsched_env.decision.lookahead import BOUND_MARK, LookaheadConfig, is_bound, parse_lookahead
+from llmsched_env.decision.planners.bounds import LookaheadPolicy
+from llmsched_env.decision.planners.lookahead import BOUND_MARK, LookaheadConfig, is_bound, parse_lookahead
+from llmsched_env.decision.planners.tuned import settings_of, write_tuned_entries
 from llmsched_env.decision.policy_spec import resolve_policy
 from llmsched_env.decision.registry import make_scheduler
-from llmsched_env.decision.tuned_table import settings_of, write_tuned_entries
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.config import EvalConfig
 from llmsched_env.evaluation.grid import run_grid
 from llmsched_env.evaluation.identity import identical_groups
-from llmsched_env.evaluation.lookahead import LookaheadPolicy
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.evaluation.vllm_engine import compare_engines
 from llmsched_env.workloads.library import get_scenario

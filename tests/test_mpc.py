@@ -17,20 +17,18 @@ import pytest
 
 import llmsched_env  # noqa: F401
 from llmsched_env.commands.evaluate_args import policy_list
-from llmsched_env.decision.knob_space import neighbours
-from llmsched_env.decision.lookahead import BOUND_MARK
 from llmsched_env.decision.loop import DecisionLoop
-from llmsched_env.decision.moves import REQUEST_MOVES, play
-from llmsched_env.decision.mpc import MPCConfig, MPCPlanner, MPCPolicy, parse_mpc
+from llmsched_env.decision.planners.lookahead import BOUND_MARK
+from llmsched_env.decision.planners.mpc import MPCConfig, MPCPlanner, MPCPolicy, mpc_on_env, parse_mpc
+from llmsched_env.decision.planners.space import REQUEST_MOVES, neighbours, play
+from llmsched_env.decision.planners.tuned import settings_of, write_tuned_entries
 from llmsched_env.decision.policy_spec import resolve_policy
 from llmsched_env.decision.registry import make_scheduler
-from llmsched_env.decision.tuned_table import settings_of, write_tuned_entries
 from llmsched_env.engine.request import Request, Status
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.capacity import summarize_capacity
 from llmsched_env.evaluation.config import EvalConfig
 from llmsched_env.evaluation.grid import run_grid
-from llmsched_env.evaluation.mpc import mpc_on_env
 from llmsched_env.evaluation.outputs import format_capacity_summary
 from llmsched_env.evaluation.runtime_options import RuntimeOptions
 from llmsched_env.evaluation.vllm_engine import compare_engines
@@ -172,8 +170,8 @@ def _clairvoyant(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_with_the_true_future_it_plays_the_lookahead_of_the_same_horizon(monkeypatch: pytest.MonkeyPatch) -> None:
     """One future, the true one: its choices are the lookahead bound's with k, horizon and tail alike (both
     score rollouts of the candidates by requests met minus missed; the bound's tail stops at the episode's end)."""
-    from llmsched_env.decision.lookahead import LookaheadConfig
-    from llmsched_env.evaluation.lookahead import LookaheadPolicy
+    from llmsched_env.decision.planners.bounds import LookaheadPolicy
+    from llmsched_env.decision.planners.lookahead import LookaheadConfig
 
     _clairvoyant(monkeypatch)
     env = _env(120)
@@ -411,9 +409,9 @@ def test_the_replays_planning_copy_plans_as_the_simulator_itself() -> None:
     (``planning_view``): it decides exactly as mpc planning on the simulator itself (the same rows), and the same
     seed gives the same rows again."""
     from llmsched_env.decision.actions import ActionSpec
-    from llmsched_env.decision.knob_space import static_decision
-    from llmsched_env.decision.mpc import planner_around
     from llmsched_env.decision.observation import make_encoder
+    from llmsched_env.decision.planners.mpc import planner_around
+    from llmsched_env.decision.planners.space import static_decision
     from llmsched_env.decision.policy import PolicyContext
     from llmsched_env.decision.serve import ServeOptions, serve
     from llmsched_env.live.sim import simulate
@@ -445,7 +443,7 @@ def test_in_the_background_a_plan_lands_at_the_first_decision_after_it() -> None
     """``background=True`` (the vLLM adapter's): the k-th act hands the state to the worker thread and plays the
     setting in force meanwhile; the plan's answer is adopted at the first act after it lands, counted with its
     lag; it is the answer an inline planner gives on the same state."""
-    from llmsched_env.decision.mpc import planner_around
+    from llmsched_env.decision.planners.mpc import planner_around
 
     env = _env(120)
     env.reset(seed=0)

@@ -60,7 +60,7 @@ def test_lock_released_on_error(tmp_path: Path) -> None:
 
 
 MERGE = (
-    "import sys\nfrom llmsched_env.decision.tuned_table import write_tuned_entries\n"
+    "import sys\nfrom llmsched_env.decision.planners.tuned import write_tuned_entries\n"
     "settings = {'queue_order': 'sjf', 'token_budget': 4096, 'chunk_cap': 4096, 'prefill_first': False,\n"
     "            'max_admit': 1, 'kv_reserve': 0.1, 'shed': True}\n"
     "entry = {'settings': settings, 'provenance': {'by': sys.argv[2]}}\n"
@@ -69,7 +69,7 @@ MERGE = (
 
 
 def test_concurrent_writers_of_one_tuned_table_lose_no_entry(tmp_path: Path) -> None:
-    from llmsched_env.decision.tuned_table import load_tuned_table
+    from llmsched_env.decision.planners.tuned import load_tuned_table
 
     table = tmp_path / "tuned.json"
     procs = [subprocess.Popen([sys.executable, "-c", MERGE, str(table), name]) for name in ("a", "b", "c")]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from llmsched_env.decision.lookahead import BOUND_MARK
+from llmsched_env.decision.planners.lookahead import BOUND_MARK
 from tests.bench_scripts import bench_script, write_capacities
 
 ROOT = Path(__file__).resolve().parents[1]

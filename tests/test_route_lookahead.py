@@ -1,4 +1,4 @@
-"""The routing ``lookahead`` bound (evaluation.route_lookahead): rules switched every k arrivals on cluster forks."""
+"""The routing ``lookahead`` bound (decision.planners.bounds): rules switched every k arrivals on cluster forks."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import gymnasium as gym
 import pytest
 
 import llmsched_env  # noqa: F401
-from llmsched_env.decision.lookahead import BOUND_MARK, LookaheadConfig
+from llmsched_env.decision.planners.bounds import RULES, RouteLookaheadPolicy
+from llmsched_env.decision.planners.lookahead import BOUND_MARK, LookaheadConfig
 from llmsched_env.decision.registry import make_router
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.config import EvalConfig
 from llmsched_env.evaluation.grid import run_grid
-from llmsched_env.evaluation.route_lookahead import RULES, RouteLookaheadPolicy
 from tests.bench_scripts import bench_script, write_capacities
 from tests.episode_steps import episode_steps
 

@@ -24,9 +24,9 @@ from llmsched_env.decision.observation import (
     ObservationEncoder,
     make_encoder,
 )
+from llmsched_env.decision.planners.tuned import load_tuned_table
 from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.decision.schema import SCHEMAS, check_schema
-from llmsched_env.decision.tuned_table import load_tuned_table
 from llmsched_env.engine.batch import Decision, QueueOrder
 from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, TenantConfig
 from llmsched_env.engine.request import Request

@@ -22,8 +22,8 @@ from agents.teacher import (
     teacher,
 )
 from agents.train_config import TrainConfig, resolve_hyperparams
-from llmsched_env.decision.lookahead import LookaheadConfig
-from llmsched_env.decision.mpc import MPCConfig
+from llmsched_env.decision.planners.lookahead import LookaheadConfig
+from llmsched_env.decision.planners.mpc import MPCConfig
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.envs.mixture import WorkloadMixEnv
 

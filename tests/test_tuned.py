@@ -20,18 +20,18 @@ import llmsched_env  # noqa: F401  (registers LLMSched-v0)
 from baselines.tuned import SHIPPED_TABLE, TunedPolicy
 from llmsched_env.commands import evaluate, tune
 from llmsched_env.decision.actions import UNLIMITED
-from llmsched_env.decision.knob_space import neighbours, random_candidates
-from llmsched_env.decision.tuned_table import (
+from llmsched_env.decision.planners.space import neighbours, random_candidates
+from llmsched_env.decision.planners.tuned import (
     SETTING_NAMES,
     TUNED_FORMAT,
     decision_of,
     load_tuned_table,
     settings_of,
+    shipped_table,
     write_tuned_entries,
 )
 from llmsched_env.engine.batch import Decision, QueueOrder
 from llmsched_env.evaluation import EvalConfig, resolve_policy, run_cell
-from llmsched_env.evaluation.tuning import shipped_table
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -208,7 +208,7 @@ def test_a_table_is_read_once_until_its_file_changes(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------ evaluation
 def test_evaluate_runs_the_shipped_tuned_policy(capsys: pytest.CaptureFixture[str]) -> None:
     name = sorted(load_tuned_table(SHIPPED_TABLE).entries)[0]
-    _, config = evaluate.parse(["--policies", "tuned,fcfs", "--scenarios", name, "--num-requests", "60"])
+    config = evaluate.parse(["--policies", "tuned,fcfs", "--scenarios", name, "--num-requests", "60"]).config
     assert [p.name for p in config.policies] == ["tuned", "fcfs"] and config.policies[0].table is None
     assert evaluate.main(["--policies", "tuned", "--scenarios", name, "--num-requests", "60", "--no-progress"]) == 0
     assert "tuned" in capsys.readouterr().out
@@ -266,7 +266,7 @@ def test_a_user_trace_is_tuned_and_then_evaluated_with_its_table(tmp_path: Path)
     assert re.fullmatch(r"mytrace@[0-9a-f]{12}", key)
     entry = load_tuned_table(out).entries[key]
     assert entry["provenance"]["command"].startswith(f"llmsched-tune --trace {trace}")
-    _, config = evaluate.parse([*options, "--policies", f"tuned={out}", "--num-requests", "60"])
+    config = evaluate.parse([*options, "--policies", f"tuned={out}", "--num-requests", "60"]).config
     env = config.make_env(config.scenarios[0], 1.0)
     assert settings_of(config.policies[0].make(env, 0).decision) == entry["settings"]
 

@@ -20,10 +20,12 @@ import pytest
 from agents.teacher import check_teacher
 from baselines.tuned import SHIPPED_TABLE
 from llmsched_env.commands import evaluate, tune
-from llmsched_env.decision.tuned_table import TUNED_FORMAT, load_tuned_table, settings_of
-from llmsched_env.evaluation.trace_tuned import (
+from llmsched_env.decision.planners.tuned import (
+    TUNED_FORMAT,
     USER_TABLE_ENV,
     find_trace_entry,
+    load_tuned_table,
+    settings_of,
     trace_key,
     trace_tables,
     user_table,
@@ -161,7 +163,7 @@ def test_a_trace_is_tuned_on_val_into_the_user_table_and_evaluate_plays_it(
     assert prov["probe_sustained"] is False and "the probe load is past" in out and prov["probe_load"] > 0.5
 
     opts += ["--num-requests", "50"]  # test windows of another size: the same workload, the same entry
-    _, config = evaluate.parse([*opts, "--policies", "tuned,sjf"])
+    config = evaluate.parse([*opts, "--policies", "tuned,sjf"]).config
     assert config.split == "test"
     spec = pickle.loads(pickle.dumps(config.policies[0]))  # workers get the entry itself
     env = config.make_env(config.scenarios[0], 1.0)
@@ -243,7 +245,7 @@ def test_fitted_traffic_is_tuned_beside_the_replay_and_each_plays_its_own_entry(
     # grows them until the probe load is sustained
     assert not replay["probe_sustained"] and fitted["probe_sustained"]
     assert fitted["num_requests"] > replay["num_requests"]
-    _, config = evaluate.parse([*opts, "--fitted-traffic", "--num-requests", "50", "--policies", "tuned"])
+    config = evaluate.parse([*opts, "--fitted-traffic", "--num-requests", "50", "--policies", "tuned"]).config
     (spec,) = config.policies
     for scenario in config.scenarios:
         env = config.make_env(scenario, 1.0)

@@ -19,7 +19,7 @@ from llmsched_env.commands.help import DefaultsFormatter, from_args, given_optio
 from llmsched_env.common.checks import check_label, duplicates
 from llmsched_env.common.files import CountLimit
 from llmsched_env.common.outputs import COMPLETE_NAME, LOCK_NAME, check_output, output_path
-from llmsched_env.decision.lookahead import join_options
+from llmsched_env.decision.planners.lookahead import join_options
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.engine.config import ENGINE_BOUNDS, SLO_CLASSES
 from llmsched_env.evaluation import EvalConfig, RuntimeOptions
@@ -477,7 +477,7 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
         policies: list[Any] = args.policies
         if args.trace is not None:  # tuned plays the entry of this trace and its options (llmsched-tune --trace)
             model = args.cost_model or (runtime.cost_model_preset() if runtime is not None else None)
-            from llmsched_env.commands.tuned_trace import trace_policies  # the search's modules: after --help
+            from llmsched_env.evaluation.tuning import trace_policies  # the search's modules: after --help
 
             policies = trace_policies(policies, trace_options(args), scenarios, limits, cost_model=model)
         config = from_args(

@@ -40,9 +40,16 @@ from llmsched_env.commands.evaluate_args import (
 )
 from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
 from llmsched_env.common.outputs import check_output, check_update_lock, file_output_path
-from llmsched_env.decision.knob_space import STATIC_HEURISTICS
-from llmsched_env.decision.tuned_table import load_tuned_table, write_tuned_entries
-from llmsched_env.evaluation.trace_tuned import USER_TABLE_ENV, TraceKey, trace_keys, user_table, val_episode_size
+from llmsched_env.decision.planners.space import STATIC_HEURISTICS
+from llmsched_env.decision.planners.tuned import (
+    USER_TABLE_ENV,
+    TraceKey,
+    load_tuned_table,
+    trace_keys,
+    user_table,
+    val_episode_size,
+    write_tuned_entries,
+)
 from llmsched_env.evaluation.tuning import MAX_CANDIDATES, MAX_ROUNDS, RUNG_SEEDS, TuneConfig, tune_scenario
 from llmsched_env.workloads.library import get_scenario, list_scenarios
 

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_env.common.outputs import package_dir
-from llmsched_env.decision.lookahead import LOOKAHEAD, LookaheadConfig, parse_lookahead
-from llmsched_env.decision.mpc import MPC, MPCConfig, mpc_for, parse_mpc
+from llmsched_env.decision.planners.lookahead import LOOKAHEAD, LookaheadConfig, parse_lookahead
+from llmsched_env.decision.planners.mpc import MPC, MPCConfig, mpc_for, parse_mpc
+from llmsched_env.decision.planners.tuned import TunedTable, is_tuned_table, load_tuned_table
 from llmsched_env.decision.policy import Policy
 from llmsched_env.decision.policy_file import ExportedPolicy, load_policy_file, torch_forward
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy
 from llmsched_env.decision.schema import SCHEMA_VERSION
-from llmsched_env.decision.tuned_table import TunedTable, is_tuned_table, load_tuned_table
 
 __all__ = ["GENERALIST_PATH", "LEARNED", "PolicySpec", "baseline_names", "resolve_policy", "shipped_policies"]
 

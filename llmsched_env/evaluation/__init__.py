@@ -14,20 +14,18 @@ statistics over seeds, result files, plots and scale-out on Ray. (Live vLLM serv
 |---|---|
 | ``config`` | ``EvalConfig``: the runs, checked once; ``InputError`` |
 | (``decision.policy_spec``) | ``PolicySpec``, ``resolve_policy``: a baseline by name or an exported policy file |
+| (``decision.planners``) | the ``lookahead`` bounds, ``mpc``, their candidates, the tuned table and trace keys |
 | ``runtime_options`` / ``runtime_backend`` | the torch runtime as a backend (imports torch) |
-| ``grid`` | ``run_grid``, ``run_cell``: the episodes, serially or on Ray |
-| ``details`` | per-request latencies and the KV series of an episode, for plots |
+| ``grid`` | ``run_grid``, ``run_cell``: the episodes, serially or on Ray; ``episode_details`` for plots |
 | ``capacity`` | ``search_capacity``, ``find_capacity``, ``capacity_grid`` (capped at the largest sustained load) |
 | ``sustained`` | ``unsustained``, ``scenario_windows``: whether windows last long enough to measure a sustained rate |
 | ``stats`` | ``summarize``, ``mean_ci95``, ``t_quantile_975`` |
 | ``identity`` | a fingerprint per run; ``identical_groups``, ``merge_identical``: identical policies as one row |
 | ``fallbacks`` | ``FALLBACK_LIMIT``, ``fallback_mark``, ``fallback_warning``: runs whose policy fell back, marked |
-| ``tuning`` | ``TuneConfig``, ``tune_scenario``: the val search behind ``tuned`` (over ``decision.knob_space``) |
-| ``trace_tuned`` | ``trace_key``, ``user_table``, ``trace_tuned_policy``: ``tuned`` on a user's trace, by its key |
-| ``lookahead`` | ``LookaheadPolicy``: the clairvoyant ``lookahead`` bound, played forward on env snapshots |
+| ``tuning`` | ``TuneConfig``, ``tune_scenario``: the val search behind ``tuned``; ``trace_policies`` on a trace |
 | ``outputs`` | live and summary tables, ``write_results``, ``write_tensorboard`` (CSV: ``common.outputs.write_csv``) |
 | ``tables`` | ``format_table``: the fixed-width text tables the commands print |
-| ``describe`` | a scenario described in words |
+| (``workloads.describe``) | ``format_description``: a scenario described in words |
 | ``plots`` | PNG plots (matplotlib) |
 | ``distributed`` | ``ray_imap`` over Ray (results as the tasks finish) |
 | ``progress`` | progress bars and status lines on stderr |
@@ -41,84 +39,24 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_LAZY = {  # name -> its module: imported on first use, so one submodule does not load them all
-    "CAPACITY_TARGET": "llmsched_env.evaluation.capacity",
-    "KEY_COLUMNS": "llmsched_env.evaluation.grid",
-    "SUMMARY_METRICS": "llmsched_env.evaluation.stats",
-    "TABLE_COLUMNS": "llmsched_env.evaluation.outputs",
-    "EvalConfig": "llmsched_env.evaluation.config",
-    "GridResult": "llmsched_env.evaluation.grid",
-    "InputError": "llmsched_env.evaluation.config",
-    "LiveTable": "llmsched_env.evaluation.outputs",
-    "PolicySpec": "llmsched_env.decision.policy_spec",
-    "Row": "llmsched_env.evaluation.config",
-    "RuntimeOptions": "llmsched_env.evaluation.runtime_options",
-    "TuneConfig": "llmsched_env.evaluation.tuning",
-    "TuneResult": "llmsched_env.evaluation.tuning",
-    "capacity_grid": "llmsched_env.evaluation.capacity",
-    "capacity_table": "llmsched_env.evaluation.outputs",
-    "episode_details": "llmsched_env.evaluation.details",
-    "find_capacity": "llmsched_env.evaluation.capacity",
-    "format_capacity_summary": "llmsched_env.evaluation.outputs",
-    "format_description": "llmsched_env.workloads.describe",
-    "format_table": "llmsched_env.evaluation.tables",
-    "format_summary": "llmsched_env.evaluation.outputs",
-    "identical_groups": "llmsched_env.evaluation.identity",
-    "mean_ci95": "llmsched_env.evaluation.stats",
-    "merge_identical": "llmsched_env.evaluation.identity",
-    "policy_label": "llmsched_env.evaluation.identity",
-    "resolve_policy": "llmsched_env.decision.policy_spec",
-    "results_table": "llmsched_env.evaluation.outputs",
-    "run_cell": "llmsched_env.evaluation.grid",
-    "run_grid": "llmsched_env.evaluation.grid",
-    "search_capacity": "llmsched_env.evaluation.capacity",
-    "summarize": "llmsched_env.evaluation.stats",
-    "summarize_capacity": "llmsched_env.evaluation.capacity",
-    "t_quantile_975": "llmsched_env.evaluation.stats",
-    "tune_scenario": "llmsched_env.evaluation.tuning",
-    "write_csv": "llmsched_env.common.outputs",
-    "write_results": "llmsched_env.evaluation.outputs",
-    "write_tensorboard": "llmsched_env.evaluation.outputs",
+_MODULES = {  # module -> the names it gives: imported on first use, so one submodule does not load them all
+    "evaluation.capacity": "CAPACITY_TARGET capacity_grid find_capacity search_capacity summarize_capacity",
+    "evaluation.grid": "KEY_COLUMNS GridResult episode_details run_cell run_grid",
+    "evaluation.stats": "SUMMARY_METRICS mean_ci95 summarize t_quantile_975",
+    "evaluation.outputs": "TABLE_COLUMNS LiveTable capacity_table format_capacity_summary format_summary "
+    "results_table write_results write_tensorboard",
+    "evaluation.config": "EvalConfig InputError Row",
+    "decision.policy_spec": "PolicySpec resolve_policy",
+    "evaluation.runtime_options": "RuntimeOptions",
+    "evaluation.tuning": "TuneConfig TuneResult tune_scenario",
+    "workloads.describe": "format_description",
+    "evaluation.tables": "format_table",
+    "evaluation.identity": "identical_groups merge_identical policy_label",
+    "common.outputs": "write_csv",
 }
+_LAZY = {name: f"llmsched_env.{module}" for module, names in _MODULES.items() for name in names.split()}
 
-__all__ = [
-    "CAPACITY_TARGET",
-    "KEY_COLUMNS",
-    "SUMMARY_METRICS",
-    "TABLE_COLUMNS",
-    "EvalConfig",
-    "GridResult",
-    "InputError",
-    "LiveTable",
-    "PolicySpec",
-    "Row",
-    "RuntimeOptions",
-    "TuneConfig",
-    "TuneResult",
-    "capacity_grid",
-    "capacity_table",
-    "episode_details",
-    "find_capacity",
-    "format_capacity_summary",
-    "format_description",
-    "format_summary",
-    "identical_groups",
-    "mean_ci95",
-    "merge_identical",
-    "policy_label",
-    "resolve_policy",
-    "results_table",
-    "run_cell",
-    "run_grid",
-    "search_capacity",
-    "summarize",
-    "summarize_capacity",
-    "t_quantile_975",
-    "tune_scenario",
-    "write_csv",
-    "write_results",
-    "write_tensorboard",
-]
+__all__ = list(_LAZY)
 
 
 def __getattr__(name: str) -> Any:
@@ -131,4 +69,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
-

@@ -9,16 +9,11 @@
     read_per_seed(files)                                  # per-seed results.csv files -> the capacities
     read_window_limited(files)                            # ... -> the seeds whose capacity is a lower bound
 
-The number of evaluations is not known in advance: ``search_capacity`` reports after each one how many more
-it expects, so a progress bar can adjust its total as the search goes.
-
-A search only reports a load at which the windows it ran are sustained (``evaluation.sustained``: the windows'
-arrivals last 20x their mean TTFT target). A generated scenario's windows (no ``config.num_requests``) grow past
-the load where its own size stops being sustained: each load above it plays windows of ``sustained_size``, up to
-``EXTEND_FACTOR`` times the scenario's size (``extended_size``); so do a cluster scenario's of generated traffic
-and traffic fitted to a trace (``workloads.fitted``) even from a size the user gave. Elsewhere (a trace replay,
-single-node or a cluster's, a size the user gave) the bracket stops at that load, and a policy still meeting
-the target there gets ``capacity_load`` = that load and ``window_limited`` True (its capacity is at least that).
+A search reports only loads at which its windows are sustained (``evaluation.sustained``). Generated traffic
+(without ``config.num_requests``; traffic fitted to a trace always) plays longer windows above the load where its
+own size stops being sustained (``sustained_size``, up to ``extended_size``); elsewhere (a trace replay, a size
+the user gave) the bracket stops there, and a policy still meeting the target is ``window_limited`` (a capacity
+of at least that load).
 """
 
 from __future__ import annotations
@@ -34,7 +29,7 @@ import numpy as np
 
 from llmsched_env.cluster.scenarios import ClusterScenario
 from llmsched_env.common.files import RECORD_BYTES, csv_records
-from llmsched_env.decision.lookahead import is_bound
+from llmsched_env.decision.planners.lookahead import is_bound
 from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.envs.options import MAX_EPISODE_REQUESTS
 from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row, traffic_label
@@ -47,23 +42,9 @@ from llmsched_env.evaluation.stats import group_traffic, mean_ci95
 from llmsched_env.evaluation.sustained import ScenarioWindows, env_windows, scenario_windows
 from llmsched_env.workloads.scenarios import TraceSource
 
-__all__ = [
-    "CAPACITY_TARGET",
-    "EXTEND_FACTOR",
-    "capacity_grid",
-    "capacity_notes",
-    "extended_size",
-    "find_capacity",
-    "gap_share",
-    "read_per_seed",
-    "read_window_limited",
-    "search_capacity",
-    "search_fallbacks",
-    "search_key",
-    "summarize_capacity",
-    "sustained_size",
-    "verdict_notes",
-]
+__all__ = ["CAPACITY_TARGET", "EXTEND_FACTOR", "capacity_grid", "capacity_notes", "extended_size", "find_capacity",
+           "gap_share", "read_per_seed", "read_window_limited", "search_capacity", "search_fallbacks", "search_key",
+           "summarize_capacity", "sustained_size", "verdict_notes"]  # fmt: skip
 
 CAPACITY_TARGET = 0.9  # the attainment a capacity is measured at (DistServe)
 _MAX_LOAD, _TOLERANCE = 64.0, 1.02  # bracket within [1/64, 64] x nominal; bisect to 2%
@@ -89,10 +70,8 @@ def search_capacity(
     max_load: float = _MAX_LOAD,
 ) -> float:
     """The highest load with ``attainment(load) >= target``: bracket by doubling or halving from 1.0 (within
-    [1/64, 64], and never above ``max_load``: from there when it is below 1.0), then bisect geometrically to
-    2%; 0.0 when even 1/64 misses, ``max_load`` when it is met there. After each evaluation,
-    ``on_evaluation(remaining)`` gets the number of evaluations still expected: exact once the capacity is
-    bracketed, before that a guess (one more bracket step, then bisection from a factor of 2)."""
+    [1/64, 64] and ``max_load``), then bisect geometrically to 2%; 0.0 when even 1/64 misses. After each
+    evaluation ``on_evaluation(remaining)`` gets the evaluations still expected (a guess until bracketed)."""
     top = min(_MAX_LOAD, float(max_load))
     lo, hi = 0.0, 0.0
     load = min(1.0, top)
@@ -129,18 +108,11 @@ def find_capacity(
     seed: int | None = None,
     sustained_only: bool = True,
 ) -> Row:
-    """``policy``'s capacity on ``scenario``: the highest load (relative to nominal) at which its mean
-    attainment over ``config.seeds`` (or over the one window of ``seed``) stays >= ``target``
-    (``search_capacity``; ``config.loads`` is not used), searched up to ``max_sustained_load``, the largest
-    load at which those windows are sustained (``evaluation.sustained``). Returns ``policy``, ``scenario``,
-    (``seed``,) ``capacity_load``, ``capacity_rps`` (the load times the nominal rate), ``max_sustained_load``,
-    ``window_limited`` (the target was still met at that cap: the capacity is at least ``capacity_load``), on
-    the torch runtime ``fallback_share`` (``search_fallbacks``: the share of the search's decisions that fell
-    back, which ``evaluation.fallbacks`` marks over its limit), and ``trajectory``: one fingerprint of every
-    load evaluated and every run there (``identity``), equal only for searches that played alike.
-    ``sustained_only=False`` searches past that cap (``window_limited`` is then False and
-    ``max_sustained_load`` says where the windows stop being sustained): for a selection on val windows too
-    short to tell settings apart below it (``llmsched-tune``), never for a reported figure."""
+    """``policy``'s capacity on ``scenario``: the highest load at which its mean attainment over ``config.seeds``
+    (or ``seed``'s window alone) stays >= ``target``, up to ``max_sustained_load``. The row: ``capacity_load``,
+    ``capacity_rps``, ``max_sustained_load``, ``window_limited``, ``window_requests``, on the runtime
+    ``fallback_share`` (``search_fallbacks``), and ``trajectory`` (one fingerprint of every run it played).
+    ``sustained_only=False`` searches past the sustained loads (``llmsched-tune``'s selection, never a figure)."""
     spec = policy if isinstance(policy, PolicySpec) else resolve_policy(policy)
     runners = runners_for(config)
     seeds = None if seed is None else (seed,)
@@ -201,10 +173,8 @@ def find_capacity(
 
 
 def search_fallbacks(runs: Sequence[Row]) -> Row:
-    """``{FALLBACK_SHARE: share}`` of a capacity search whose ``runs`` (every episode it played, at every load)
-    count their decisions (the torch runtime's: ``policy_decisions``, ``policy_fallbacks``): the fallback
-    decisions over all decisions of the whole search, since each load it tried moved its bracket; ``{}`` for the
-    simulator's runs, which never fall back (its capacity rows keep their columns)."""
+    """``{FALLBACK_SHARE: share}``: the fallbacks over all decisions of a search's ``runs`` (the runtime's);
+    ``{}`` where the runs count no decisions (the simulator's)."""
     if not runs or any(FALLBACK_SHARE not in r for r in runs):
         return {}
     decisions = sum(float(r["policy_decisions"]) for r in runs)
@@ -216,26 +186,21 @@ EXTEND_FACTOR = 64  # the longest window a capacity search grows to, in multiple
 
 
 def extended_size(config: EvalConfig, scenario: AnyScenario, windows: ScenarioWindows) -> int | None:
-    """The longest window a capacity search of ``scenario`` may grow its windows to above the load where they
-    stop being sustained (``EXTEND_FACTOR`` times its size), or None where it keeps them: a trace replay,
-    single-node or a cluster's (its windows are the trace's, disjoint per seed), and a generated scenario of an
-    episode size the user chose (``config.num_requests``), but for traffic fitted to a trace, which exists to
-    be grown (``--num-requests`` sizes its first windows, and the replay's beside it)."""
+    """The longest a search may grow ``scenario``'s windows to (``EXTEND_FACTOR`` times its size), or None where
+    it keeps them: a trace replay, or generated traffic of a size the user chose (but traffic fitted to a trace)."""
     if not _generated(windows) or (config.num_requests is not None and not traffic_label(scenario)):
         return None
     return min(MAX_EPISODE_REQUESTS, EXTEND_FACTOR * windows.num_requests)
 
 
 def _generated(windows: ScenarioWindows) -> bool:
-    """Whether ``windows`` are generated traffic (any size a search asks for), not a trace's: a cluster
-    scenario's too, when its base scenario's traffic is generated (fitted to a trace)."""
+    """Whether ``windows`` are generated traffic (any size a search asks for), not a trace's."""
     return not isinstance(windows.source, TraceSource)
 
 
 def sustained_size(windows: ScenarioWindows, load: float, seeds: Sequence[int], longest: int) -> int:
-    """The smallest episode size, from ``windows``' own up to ``longest`` and within about 2%, whose windows of
-    every seed are sustained at ``load`` (``longest`` when none is): sized in proportion to the span first, then
-    narrowed by bisection (a window's span is not quite proportional to its requests: bursts and gaps)."""
+    """The smallest episode size (within about 2%, at most ``longest``) whose windows of every seed are sustained
+    at ``load``: scaled by the span first, then bisected (a span is not quite proportional to its requests)."""
 
     def reach(n: int) -> float:
         return replace(windows, num_requests=n).max_load(seeds)
@@ -255,10 +220,8 @@ def sustained_size(windows: ScenarioWindows, load: float, seeds: Sequence[int], 
 
 
 def capacity_notes(config: EvalConfig, per_seed: bool = False) -> list[str]:
-    """One line per scenario of ``config`` whose capacity searches reach a load where its windows stop being
-    sustained (over the seeds, or the range of the seeds' own with ``per_seed``): how far they are sustained, and
-    either how the searches go on past it (longer windows: ``extended_size``) or how a policy meeting the target
-    there is reported."""
+    """One line per scenario whose windows stop being sustained within the search's range: where, and how the
+    searches go on past it (longer windows) or report a policy meeting the target there."""
     lines = []
     for scenario in config.scenarios:
         windows = scenario_windows(config, scenario)
@@ -283,13 +246,8 @@ def capacity_notes(config: EvalConfig, per_seed: bool = False) -> list[str]:
 
 
 def verdict_notes(config: EvalConfig, rows: Sequence[Row]) -> list[str]:
-    """One line per scenario of ``config`` where some capacity of ``rows`` is only a lower bound
-    (``window_limited``): how many, where its windows stop being sustained, and what would give a verdict with
-    the data at hand: on a trace's val or test part, fewer seeds (one window of the whole part) and how far that
-    is sustained, the window size (and part size, for the seeds asked) that would be sustained at twice the
-    load, and traffic fitted to the trace (``--fitted-traffic``); for a generated scenario run with
-    ``--num-requests``, to leave it out (the search then grows them); elsewhere (a search whose grown windows
-    reached their limit) the ``--num-requests`` that would be."""
+    """One line per scenario where some capacity of ``rows`` is only a lower bound (``window_limited``): how many,
+    where, and which options would give a verdict (fewer seeds, longer windows or trace, ``--fitted-traffic``)."""
     lines = []
     for scenario in config.scenarios:
         mine = [r for r in rows if r.get("scenario") == scenario.name]
@@ -323,12 +281,9 @@ def verdict_notes(config: EvalConfig, rows: Sequence[Row]) -> list[str]:
 
 
 def summarize_capacity(rows: Sequence[Row], merge: bool = True) -> list[Row]:
-    """Per (scenario, policy) of per-seed capacity rows, in first-appearance order: ``num_seeds`` and the mean
-    and 95% half-width (Student t) of ``capacity_load`` and ``capacity_rps``, and ``num_window_limited``, the
-    seeds whose capacity is only a lower bound (``window_limited``: the mean is one too), and on the torch
-    runtime ``fallback_share_mean`` and ``fallback_over_limit`` (``fallbacks.fallback_summary``). With ``merge``,
-    policies whose searches played alike at every seed (``identity.merge_identical``: equal fingerprints, not
-    merely equal capacities) are one row, the others named in ``same_as``."""
+    """Per (scenario, policy) of per-seed capacity rows: ``num_seeds``, mean and 95% half-width of
+    ``capacity_load`` and ``capacity_rps``, ``num_window_limited``, the runtime's fallback columns, and the paired
+    columns against ``tuned``. With ``merge``, policies whose searches played alike are one row (``same_as``)."""
     groups: dict[tuple[str, str], list[Row]] = {}
     for r in rows:
         groups.setdefault((r["scenario"], r["policy"]), []).append(r)
@@ -346,11 +301,8 @@ def summarize_capacity(rows: Sequence[Row], merge: bool = True) -> list[Row]:
 
 
 def _against_tuned(summary: list[Row], groups: dict[tuple[str, str], list[Row]]) -> None:
-    """Where a scenario's searches include ``tuned``: each other policy's capacity paired with ``tuned``'s seed by
-    seed (``ratio_to_tuned_mean`` and ``_ci95``, over the seeds both searched); where they also include a bound
-    (lookahead) above ``tuned``, the share of the gap from ``tuned`` to the bound each policy closes on the means
-    (``gap_closed``: 0 at ``tuned``, 1 at the bound, below 0 behind ``tuned``): the realizable share of the
-    bound."""
+    """Beside ``tuned``: each policy's ``ratio_to_tuned_mean`` / ``_ci95`` (paired per seed) and, with a bound
+    above ``tuned``, ``gap_closed`` (``gap_share`` of the means)."""
     by_scenario: dict[str, dict[str, Row]] = {}
     for a in summary:
         by_scenario.setdefault(a["scenario"], {})[a["policy"]] = a
@@ -375,9 +327,7 @@ def _against_tuned(summary: list[Row], groups: dict[tuple[str, str], list[Row]])
 
 
 def gap_share(value: float, base: float | None, bound: float | None) -> float | None:
-    """The share of the gap from ``base`` to ``bound`` that ``value`` closes, (value - base) / (bound - base): 0 at
-    the base, 1 at the bound, below 0 behind the base; None when either is missing or the bound is not above the
-    base."""
+    """(value - base) / (bound - base); None when either is missing or the bound is not above the base."""
     if base is None or bound is None or bound <= base:
         return None
     return (value - base) / (bound - base)
@@ -399,13 +349,9 @@ def capacity_grid(
     per_seed: bool = False,
     finished: Sequence[Row] = (),
 ) -> list[Row]:
-    """``find_capacity`` of every (scenario, policy) of ``config``, one row each in that order; with
-    ``per_seed``, one search and row per (scenario, policy, seed), each on its seed's window alone (a capacity
-    per window, so that capacities get intervals and paired comparisons). Serially, ``progress`` counts load
-    evaluations and grows its total as the searches go; on Ray (``ray`` as in ``run_grid``) each search is a
-    task and ``progress`` counts searches. ``on_row`` sees each row at once. ``finished`` rows (searches
-    read back from ``llmsched-evaluate``'s rows file: ``evaluation.resume``) are taken as they are and not
-    searched again (``on_row`` does not see them); ``ValueError`` for one that is no search of ``config``."""
+    """``find_capacity`` of every (scenario, policy) of ``config`` in order (``per_seed``: every seed's window
+    alone), serially (``progress`` counts evaluations) or on Ray (a task per search). ``on_row`` sees each row
+    as it ends; ``finished`` rows (a resumed run) are kept, not searched again; ``ValueError`` for a stray one."""
     seeds: Sequence[int | None] = config.seeds if per_seed else (None,)
     cells = [(si, pi, seed) for si in range(len(config.scenarios)) for pi in range(len(config.policies))
              for seed in seeds]  # fmt: skip
@@ -445,9 +391,7 @@ def _searches(
     target: float,
     progress: Progress | None,
 ) -> Iterator[tuple[int, Row]]:
-    """Each (index, (scenario, policy, seed)) search in turn, yielded with its index as it ends; ``progress``
-    steps per evaluation, its total the sum over searches of evaluations done plus still expected (a first
-    guess for those not begun)."""
+    """Each (index, (scenario, policy, seed)) search in turn, with ``progress`` per evaluation."""
     expected = [_FIRST_GUESS] * len(cells)
     if progress is not None:
         progress.set_total(sum(expected))
@@ -473,9 +417,8 @@ def _capacity_task(config: EvalConfig, cwd: str, si: int, pi: int, target: float
 
 
 def read_per_seed(files: Iterable[str | Path]) -> dict[str, dict[str, dict[int, float]]]:
-    """Scenario -> policy -> seed -> ``capacity_load``, from ``results.csv`` files of ``llmsched-evaluate
-    --capacity --per-seed`` (a later file's row replaces an earlier one's for the same scenario, policy and
-    seed). ``ValueError`` naming the file when it is missing or has no ``seed`` column."""
+    """Scenario -> policy -> seed -> ``capacity_load`` from ``--capacity --per-seed`` results files (a later
+    row replaces an earlier one); ``ValueError`` naming the file when it is missing or lacks a column."""
     out: dict[str, dict[str, dict[int, float]]] = {}
     for file in map(Path, files):
         if not file.is_file():
@@ -495,10 +438,8 @@ def read_per_seed(files: Iterable[str | Path]) -> dict[str, dict[str, dict[int, 
 
 
 def read_window_limited(files: Iterable[str | Path]) -> dict[str, dict[str, set[int]]]:
-    """Scenario -> policy -> the seeds whose capacity in ``results.csv`` files of ``llmsched-evaluate
-    --capacity --per-seed`` is only a lower bound (``window_limited``: the search reached the largest sustained
-    load still meeting the target; a later file's row replaces an earlier one's, as in ``read_per_seed``).
-    Files written before the column existed count as not limited."""
+    """Scenario -> policy -> the seeds whose capacity in the same files is only a lower bound
+    (``window_limited``; a file without the column: none)."""
     out: dict[str, dict[str, set[int]]] = {}
     for file in map(Path, files):
         for _, r in csv_records(file, RECORD_BYTES):

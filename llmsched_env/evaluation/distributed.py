@@ -1,19 +1,10 @@
 """Scale-out: map independent jobs over local worker processes or a Ray cluster (the ``distributed`` extra).
 
-``llmsched-evaluate --workers N`` (or ``--ray ADDRESS``) spreads its grid's (scenario, load, policy) cells and
-its capacity searches, and ``llmsched-train --workers N`` its trainings, with ``ray_imap``: results as they
-come, each with its job's index, so a caller reports each at once and keeps the order of its jobs. Without an
-address the jobs run on a pool of ``num_cpus`` local worker processes that talk to this one through pipes
-only: nothing listens on a network port (a local Ray's GCS server, raylets and workers listen on every
-interface, which Ray offers no setting to change, so no local Ray is started). With an address
-(``ray://host:10001`` or ``host:6379``: a cluster the user started, see the docs for a multi-machine one) it
-ships the repository as the Ray job's ``working_dir`` (run folders, results and .git excluded), so every node
-runs the same code.
-Each job is a plain function of arguments that cloudpickle can pickle returning picklable results; placed by
-their indices, they are exactly what the serial loop gives.
-The local workers end with this process however it ends (``llmsched_env.common.lifetime``: a parent-death
-signal and a watching thread, so even ``kill -9`` leaves none behind); a job that fails, a caller that stops
-early, Ctrl-C or SIGTERM terminate the workers still running before this process goes on or exits.
+``ray_imap`` yields each job's result with its index as it comes (``llmsched-evaluate --workers``/``--ray``: the
+grid's cells and capacity searches; ``llmsched-train --workers``). Without an address a pool of local worker
+processes talks to this one through pipes only (no network listener: no local Ray is started); with one
+(``ray://host:10001``, ``host:6379``) the repository ships as the job's ``working_dir``. Results placed by index
+are what the serial loop gives. Local workers end with this process however it ends (``common.lifetime``).
 """
 
 from __future__ import annotations
@@ -47,12 +38,9 @@ def ray_imap(
     address: str | None = None,
     num_cpus: int | None = None,
 ) -> Iterator[tuple[int, Any]]:
-    """``(index, fn(*jobs[index]))`` for every job, yielded as the jobs finish (so a caller can report each
-    result at once). ``address`` None or "local": a pool of ``num_cpus`` local worker processes (default: the
-    machine's CPUs), no network listener; else each job is a Ray task of one CPU on the cluster at
-    ``address``, Ray shut down when the iterator ends or is closed if this call connected it. ``ValueError``
-    for ``num_cpus`` not an integer >= 1; ``RuntimeError`` with the install hint when an address is given and
-    Ray is missing; a failing job raises its error here."""
+    """``(index, fn(*jobs[index]))`` for every job, as they finish: on ``num_cpus`` local worker processes
+    (``address`` None or "local"), else as one-CPU Ray tasks at ``address`` (Ray shut down after, if connected here).
+    ``ValueError`` for a bad ``num_cpus``, ``RuntimeError`` without Ray; a failing job raises here."""
     if num_cpus is not None and (isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1):
         raise ValueError(f"num_cpus must be an integer >= 1 or None, got {num_cpus!r}")
     if address in (None, "", "local"):
@@ -133,11 +121,9 @@ def _host_port(address: str) -> tuple[str, int] | None:
 
 
 def check_ray_address(address: str, timeout_s: float | None = None) -> None:
-    """``ValueError`` (one line naming ``address``) unless a Ray cluster answers there within ``timeout_s``
-    seconds (default ``$LLMSCHED_RAY_CONNECT_TIMEOUT_S`` or 60): first a TCP connection to its host and port
-    (refused or unreachable: said at once), then ``ray.init`` in a child process, killed at the deadline, since
-    Ray itself retries an address that accepts connections but is no Ray cluster for as long as it is left to.
-    The install hint when Ray is missing."""
+    """One-line ``ValueError`` naming ``address`` unless a Ray cluster answers there within ``timeout_s``
+    (default ``$LLMSCHED_RAY_CONNECT_TIMEOUT_S`` or 60): a TCP connection, then ``ray.init`` in a child killed at the
+    deadline (Ray retries a non-Ray address forever)."""
     import importlib.util
 
     if importlib.util.find_spec("ray") is None:
@@ -188,8 +174,7 @@ def _ray_imap(fn: Callable[..., Any], jobs: Sequence[Sequence[Any]], address: st
 
 
 def use_driver_folder(cwd: str) -> None:
-    """On a local worker, change to the driver's folder ``cwd`` so that relative paths (policy
-    files, cost-model JSON, weights) mean what they meant to the driver; elsewhere (a remote node, where the
-    folder does not exist) stay in the job's working_dir, which holds the repository."""
+    """On a local worker, change to the driver's folder ``cwd`` (relative paths mean what they meant there);
+    on a remote node stay in the job's working_dir."""
     if os.path.isdir(cwd):
         os.chdir(cwd)

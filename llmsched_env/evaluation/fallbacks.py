@@ -1,13 +1,7 @@
-"""Runs whose policy fell back: marked in the tables and summary.csv, warned about on stderr.
-
-On the torch runtime (and in ``--engine vllm``'s loops) a decision the policy fails to make — it raised, was late
-(``--policy-timeout``) or gave a malformed action — is taken from a fallback (fcfs; vLLM's own step in vLLM) and
-counted; the run's row carries ``fallback_share`` (``decision.serve.FALLBACK_SHARE``: fallback decisions / all
-decisions). A run over ``FALLBACK_LIMIT`` is the fallback's as much as the policy's, so its policy is shown as
-``mine [fallback 100%]`` in the printed tables, its summary row says so (``fallback_share_mean``,
-``fallback_over_limit``) and ``fallback_warning`` is its line for stderr. A capacity search on the runtime
-carries the share of all the decisions of every episode it played (``capacity.search_fallbacks``), marked alike.
-The simulator's episodes never fall back: their rows have no such field and nothing here changes them.
+"""Runs whose policy fell back (the torch runtime, ``--engine vllm``): marked in tables and summary.csv,
+warned about on stderr. A row's ``fallback_share`` (fallback decisions / all; a capacity search's over every
+episode it played) over ``FALLBACK_LIMIT`` shows its policy as ``mine [fallback 100%]``. The simulator never falls
+back: its rows have no such field.
 """
 
 from __future__ import annotations
@@ -18,14 +12,8 @@ from typing import Any
 from llmsched_env.decision.serve import FALLBACK_SHARE
 from llmsched_env.evaluation.tables import format_cell
 
-__all__ = [
-    "FALLBACK_LIMIT",
-    "FALLBACK_SHARE",
-    "fallback_mark",
-    "fallback_share",
-    "fallback_summary",
-    "fallback_warning",
-]
+__all__ = ["FALLBACK_LIMIT", "FALLBACK_SHARE", "fallback_mark", "fallback_share", "fallback_summary",
+           "fallback_warning"]  # fmt: skip
 
 FALLBACK_LIMIT = 0.01  # a run whose share of fallback decisions exceeds this is marked (1%)
 _SHARE_KEYS = (FALLBACK_SHARE, f"{FALLBACK_SHARE}_mean", f"sim/{FALLBACK_SHARE}", f"vllm/{FALLBACK_SHARE}")

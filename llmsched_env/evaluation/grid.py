@@ -4,16 +4,10 @@
     result = run_grid(config)                 # result.rows: one dict of metrics per run
     summarize(result.rows)                    # mean and 95% CI over seeds per (policy, scenario, load)
 
-Each policy acts on the observation and action mask only, as an agent would, through ``LLMSched-v1`` /
-``LLMSchedCluster-v0`` (or, with ``config.runtime``, on the torch runtime). A run's row holds ``policy``,
-``scenario``, ``load``, ``seed``, the episode's metrics, ``wall_s`` and ``trajectory`` (a fingerprint of the
-episode, ``identity.trajectory_fingerprint``: equal for two policies that played it alike); the rows come in
-grid order (scenario, then load, then policy, then seed) whichever way they ran. ``sustained`` says whether
-the run's window lasts long enough at its load to measure a sustained rate (``evaluation.sustained``).
-``on_row`` sees each row as soon as its run ends (on Ray: as its cell ends), ``on_run`` the row and its details
-just before (what ``llmsched-evaluate --out`` appends to its rows file); ``progress`` counts runs (on Ray:
-cells). ``finished`` runs (read back from that file: ``evaluation.resume``) are not run again: the grid runs the
-others and returns all of them in grid order, as an uninterrupted grid would.
+A policy acts on observations and masks through ``LLMSched-v1`` / ``LLMSchedCluster-v0`` (or the torch runtime);
+the planners play or fork the env's own simulator. A row holds the run's key, metrics, ``wall_s``, ``sustained``
+and ``trajectory`` (``identity``); rows come in grid order however they ran. ``on_run`` / ``on_row`` see each run
+as it ends; ``finished`` runs (``evaluation.resume``) are not run again.
 """
 
 from __future__ import annotations
@@ -24,33 +18,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from llmsched_env.decision.planners.bounds import lookahead_factory
+from llmsched_env.decision.planners.mpc import mpc_factory
 from llmsched_env.decision.policy_spec import PolicySpec
+from llmsched_env.engine.request import Status, tpot_s
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row, traffic_label
-from llmsched_env.evaluation.details import episode_details
 from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
 from llmsched_env.evaluation.identity import TRAJECTORY, trajectory_fingerprint
-from llmsched_env.evaluation.lookahead import lookahead_factory
-from llmsched_env.evaluation.mpc import mpc_factory
 from llmsched_env.evaluation.progress import Progress
-from llmsched_env.evaluation.route_lookahead import route_lookahead_factory
 from llmsched_env.evaluation.sustained import env_windows
+from llmsched_env.sim.metrics import token_times
+from llmsched_env.sim.simulator import Simulator
 
 if TYPE_CHECKING:  # the runtime backend imports torch: only when it runs
     from llmsched_env.evaluation.runtime_backend import Runners
 
-__all__ = [
-    "KEY_COLUMNS",
-    "FinishedRun",
-    "ForeignRunError",
-    "GridResult",
-    "RunHook",
-    "run_cell",
-    "run_grid",
-    "run_key",
-    "runners_for",
-    "shown_value",
-]
+__all__ = ["KEY_COLUMNS", "FinishedRun", "ForeignRunError", "GridResult", "RunHook", "episode_details", "run_cell",
+           "run_grid", "run_key", "runners_for", "shown_value"]  # fmt: skip
 
 KEY_COLUMNS = ("policy", "scenario", "load", "seed")
 RowHook = Callable[[Row], None]
@@ -102,10 +89,8 @@ def run_cell(
     seeds: Sequence[int] | None = None,
     on_run: RunHook | None = None,
 ) -> GridResult:
-    """Every seed of one (scenario, load, policy) of ``config`` (or of ``seeds``, when given). ``runners`` (a
-    ``runtime_backend.Runners``) lets the cells of one process share their models on the runtime backend; one
-    is made when needed. After each run ``on_run`` sees its row and details (None without ``details``), then
-    ``on_row`` its row."""
+    """Every seed (or ``seeds``) of one (scenario, load, policy) of ``config``; ``runners`` share the runtime's
+    models between cells. After each run ``on_run`` sees its row and details, then ``on_row`` its row."""
     env = config.make_env(scenario, load, policy.iterations_per_step, policy.schema)
     u: Any = env.unwrapped  # LLMSched-v1's or LLMSchedCluster-v0's
     windows = env_windows(env, scenario.name)
@@ -121,12 +106,10 @@ def run_cell(
             assert runners is not None  # runners_for makes them for the runtime backend
             metrics, sim = runtime_episode(config, env, policy, seed, runners)
         else:
-            # the lookahead bound plays the env itself forward (evaluation.lookahead); every other policy acts
-            # on observations and masks
-            if policy.lookahead is not None and config.is_cluster:  # the routing bound (evaluation.route_lookahead)
-                acting: Any = route_lookahead_factory(policy.lookahead, seed)
-            elif policy.lookahead is not None:
-                acting = lookahead_factory(policy.lookahead, seed, config.tuned_table())
+            # the planners play (lookahead) or fork (mpc) the env's own simulator; every other policy acts on
+            # observations and masks
+            if policy.lookahead is not None:
+                acting: Any = lookahead_factory(policy.lookahead, seed, config.tuned_table(), cluster=config.is_cluster)
             elif policy.mpc is not None:
                 acting = mpc_factory(policy.mpc, seed, config.tuned_table())
             else:
@@ -164,12 +147,9 @@ def run_grid(
     finished: Sequence[FinishedRun] = (),
     on_run: RunHook | None = None,
 ) -> GridResult:
-    """Every run of ``config`` (see the module docstring). ``ray``: a Ray address, or "local" for ``ray_cpus``
-    local worker processes; each (scenario, load, policy) cell (its seeds not ``finished``) is then one task,
-    given the pickled config. ``finished`` runs are taken as they are, not run (with ``details``, one kept
-    without its details runs again: the plots need them; the last of two for one run counts); ``on_run`` and
-    ``on_row`` see only the runs made here. ``ValueError`` for a finished run that is no run of ``config``;
-    ``RuntimeError`` when Ray is asked for and missing."""
+    """Every run of ``config``; ``ray``: an address, or "local" for ``ray_cpus`` workers (a task per cell).
+    ``finished`` runs are kept (one without details runs again where details are asked for); ``on_run`` and ``on_row``
+    see only the runs made here. ``ValueError`` for a stray finished run, ``RuntimeError`` without Ray."""
     cells = [(si, load, pi) for si in range(len(config.scenarios)) for load in config.loads
              for pi in range(len(config.policies))]  # fmt: skip
     done = _finished(config, finished, details)
@@ -225,10 +205,8 @@ def run_grid(
 
 
 def _finished(config: EvalConfig, finished: Sequence[FinishedRun], details: bool) -> dict[RunKey, FinishedRun]:
-    """The ``finished`` runs by key; with ``details``, those without details left out (they run again) unless the
-    scenarios are cluster scenarios (which keep none). A key has one line, or two when a run kept without details
-    ran again with them (the later counts). ``ForeignRunError`` naming a run that is not in ``config``'s grid or
-    a run of more lines than that."""
+    """The ``finished`` runs by key (with ``details``, those without them left out, but on clusters); a key may
+    have a second line, which counts. ``ForeignRunError`` for a run not in the grid or of more lines."""
     grid = {(s.name, load, p.name, seed) for s in config.scenarios for load in config.loads
             for p in config.policies for seed in config.seeds}  # fmt: skip
     done: dict[RunKey, FinishedRun] = {}
@@ -253,6 +231,24 @@ def _finished(config: EvalConfig, finished: Sequence[FinishedRun], details: bool
             continue
         done[key] = run
     return done
+
+
+def episode_details(sim: Simulator, kv_series: bool = True) -> dict[str, np.ndarray]:
+    """Per-request latencies of the episode ``sim`` just ran, for plots: ``ttft_s`` of every finished
+    request, ``tpot_s`` of those of more than one token, and with ``kv_series`` the KV usage after every step."""
+    rounds = np.asarray(sim.engine.round_end_s, dtype=np.float64)
+    ttft, tpot = [], []
+    for r in sim.arrived_requests():
+        if r.status == Status.FINISHED:
+            t = token_times(r, rounds)
+            ttft.append(t[0] - r.arrival_s)
+            if len(t) > 1:
+                tpot.append(float(tpot_s(t[0], t[-1], len(t))))
+    out = {"ttft_s": np.asarray(ttft, dtype=np.float64), "tpot_s": np.asarray(tpot, dtype=np.float64)}
+    if kv_series:
+        kv_t, kv_u = sim.kv_usage_series()
+        out["kv_time_s"], out["kv_usage"] = kv_t - sim.start_s, kv_u
+    return out
 
 
 def runners_for(config: EvalConfig) -> Runners | None:

@@ -5,14 +5,9 @@
     merge_identical(summary, rows)   # one summary row per group, its other members in ``same_as``
     policy_label(row)                # "fcfs (= lpm, vtc)"
 
-Several schedulers make the same decisions on some workloads (``fcfs``, ``lpm``, ``priority_aging``, ``sarathi``
-and ``vtc`` on a single-tenant trace; ``sjf`` and ``sprw`` without a length prediction). Two policies are
-identical on a scenario when every run of the one has the fingerprint of the other's run at the same load and
-seed: the same iterations at the same times and every request's tokens at the same times. A capacity search
-records one fingerprint of all the runs it made, so two searches are identical only when they evaluated the
-same loads and played the same episodes at each, not when their capacities merely tie. Rows without a
-fingerprint (files written before it) are compared on every metric they hold; capacity rows without one are
-never merged. Merging happens within a scenario: a policy may equal another on one scenario and not on the next.
+Two policies are identical on a scenario when every run of one has the fingerprint of the other's at the same load
+and seed (a capacity search's: of all the runs it made, not a tied capacity). Rows without a fingerprint are
+compared on every metric (capacity rows never merge).
 """
 
 from __future__ import annotations
@@ -23,18 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_env.common.files import RECORD_BYTES, csv_records
-from llmsched_env.decision.lookahead import is_bound
+from llmsched_env.decision.planners.lookahead import is_bound
 
-__all__ = [
-    "SAME_AS",
-    "TRAJECTORY",
-    "combine_fingerprints",
-    "identical_groups",
-    "merge_identical",
-    "policy_label",
-    "read_trajectories",
-    "trajectory_fingerprint",
-]
+__all__ = ["SAME_AS", "TRAJECTORY", "combine_fingerprints", "identical_groups", "merge_identical", "policy_label",
+           "read_trajectories", "trajectory_fingerprint"]  # fmt: skip
 
 TRAJECTORY = "trajectory"  # the column of a run's (or a capacity search's) fingerprint
 SAME_AS = "same_as"  # the summary column naming the policies merged into a row, comma-separated
@@ -46,10 +33,8 @@ def _digest(h: Any) -> str:
 
 
 def trajectory_fingerprint(state: Any) -> str:
-    """16 hex digits of a SHA-256 over what a finished episode did: the end time of every iteration of each
-    engine (one for a ``Simulator`` or runtime, one per replica for a ``Cluster``), each arrived request's
-    status, tokens, preemptions, prefill token times, decode segments and finish time, and in a cluster the
-    replica each request was placed on. Equal fingerprints mean the same token times for every request."""
+    """16 hex digits of a SHA-256 over what a finished episode did: every engine's iteration end times, each
+    arrived request's status, tokens, preemptions, token times and finish, and a cluster's placements."""
     h = hashlib.sha256()
     engines = [state.engine] if hasattr(state, "engine") else [rep.engine for rep in state.replicas]
     for engine in engines:
@@ -86,12 +71,9 @@ def _signature(row: Mapping[str, Any], fallback: bool) -> Any:
 
 
 def identical_groups(rows: Sequence[Mapping[str, Any]], *, fallback: bool = True) -> dict[str, list[list[str]]]:
-    """Per scenario of ``rows`` (one per run: ``policy``, ``scenario``, optional ``load`` and ``seed``, and a
-    ``trajectory`` fingerprint), the policies in groups that played identical runs: the same (load, seed)
-    runs, each with the same fingerprint. Groups and their members come in first-seen order. A run without a
-    fingerprint is compared on every other column when ``fallback`` (grid rows, whose metrics are many) and
-    never matches otherwise (capacity rows: a tie on a capacity is not identity). A bound (a ``lookahead`` row,
-    ``decision.lookahead.is_bound``) is always a group of its own: it is a reference, not one of the policies."""
+    """Per scenario, the policies of ``rows`` in groups that played identical runs (first-seen order); a run
+    without a fingerprint compares every other column with ``fallback``, else never matches. A bound is a group of
+    its own."""
     runs: dict[str, dict[str, dict[tuple[Any, Any], Any]]] = {}
     for row in rows:
         key = (row.get("load"), row.get("seed"))
@@ -118,9 +100,8 @@ def identical_groups(rows: Sequence[Mapping[str, Any]], *, fallback: bool = True
 def merge_identical(
     summary: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], *, fallback: bool = True
 ) -> list[dict[str, Any]]:
-    """``summary`` (one row per policy and scenario, or per policy, scenario and load) with the rows of the
-    policies identical to an earlier one (``identical_groups`` of the runs ``rows``) left out, and on each
-    kept row ``same_as``: the policies merged into it, comma-separated ("" for none), after ``policy``."""
+    """``summary`` without the rows of policies identical to an earlier one (``identical_groups`` of ``rows``),
+    each kept row naming them in ``same_as`` ("" for none)."""
     others = {(scenario, group[0]): group[1:] for scenario, groups in identical_groups(rows, fallback=fallback).items()
               for group in groups}  # fmt: skip
     merged = {(scenario, p) for (scenario, _), rest in others.items() for p in rest}
@@ -142,9 +123,8 @@ def policy_label(row: Mapping[str, Any]) -> str:
 
 
 def read_trajectories(files: Iterable[str | Path]) -> dict[str, dict[str, dict[int, str]]]:
-    """Scenario -> policy -> seed -> ``trajectory`` from per-seed ``results.csv`` files (as
-    ``capacity.read_per_seed`` reads them; a later file's row replaces an earlier one's); rows without a
-    fingerprint (files written before it) are left out."""
+    """Scenario -> policy -> seed -> ``trajectory`` from per-seed results files (a later row replaces an
+    earlier one; rows without one left out)."""
     out: dict[str, dict[str, dict[int, str]]] = {}
     for file in map(Path, files):
         if not file.is_file():

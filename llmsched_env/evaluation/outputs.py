@@ -5,14 +5,9 @@
     print(table.format(row))             # each row as its run ends, aligned under the header
     write_results(out, rows, summary=summarize(rows), details=details, plots=True)
 
-Terminal tables show a few metrics under short headers (``TABLE_COLUMNS``); the files keep every metric:
-``results.csv`` / ``results.json`` one row per run (every policy, each with its ``trajectory`` fingerprint),
-``summary.csv`` the mean and 95% CI per (policy, scenario, load) (identical policies one row, the others in
-``same_as``), PNG plots (matplotlib, imported only when plotting), TensorBoard scalars (step = seed). Each
-file is written to a temporary file and renamed over the old one; ``EVALUATION_FILES`` names every file an
-evaluation writes into its folder: a new one there removes the completion marker first and, once its own results
-are written, the earlier files it did not write (``clear_outputs``; ``FINISHED_FILES`` stay until then; the rows
-file and record of a resumable evaluation: ``evaluation.resume``).
+Terminal tables show ``TABLE_COLUMNS`` under short headers; the files keep every metric (``results.csv`` /
+``.json`` a row per run, ``summary.csv`` mean and 95% CI per (policy, scenario, load), plots, TensorBoard), each
+written atomically. ``EVALUATION_FILES`` are every file an evaluation writes into its folder (``clear_outputs``).
 """
 
 from __future__ import annotations
@@ -33,23 +28,9 @@ from llmsched_env.evaluation.resume import RECORD_NAME, ROWS_NAME
 from llmsched_env.evaluation.stats import SUMMARY_METRICS
 from llmsched_env.evaluation.tables import format_cell, format_line, format_table
 
-__all__ = [
-    "CAPACITY_COLUMNS",
-    "EVALUATION_FILES",
-    "FINISHED_FILES",
-    "PLOT_FILES",
-    "RESULTS_TITLE",
-    "RESULT_FILES",
-    "TABLE_COLUMNS",
-    "LiveTable",
-    "capacity_table",
-    "clear_outputs",
-    "format_capacity_summary",
-    "format_summary",
-    "results_table",
-    "write_results",
-    "write_tensorboard",
-]
+__all__ = ["CAPACITY_COLUMNS", "EVALUATION_FILES", "FINISHED_FILES", "PLOT_FILES", "RESULTS_TITLE", "RESULT_FILES",
+           "TABLE_COLUMNS", "LiveTable", "capacity_table", "clear_outputs", "format_capacity_summary", "format_summary",
+           "results_table", "write_results", "write_tensorboard"]  # fmt: skip
 
 # metric key -> short column header of the terminal table (every metric goes to results.csv)
 TABLE_COLUMNS = {
@@ -79,10 +60,8 @@ CAPACITY_COLUMNS = ("policy", "scenario", "capacity_load", "capacity_rps")
 
 
 class LiveTable:
-    """A fixed-width table printed a row at a time, in ``format_table``'s format (two spaces between
-    columns, text left-aligned, numbers right-aligned to 4 significant digits). Columns whose values are
-    known in advance (``known``: policy names, loads, ...) fit them all; the others (metrics) are at least
-    ``min_width`` wide, and a wider value pushes the rest of its line right rather than being cut."""
+    """A fixed-width table printed a row at a time, as ``format_table`` formats: columns of ``known`` values fit
+    them, the others are at least ``min_width`` wide (a wider value pushes its line right, never cut)."""
 
     def __init__(
         self,
@@ -110,9 +89,8 @@ class LiveTable:
 
 
 def _cell(row: Mapping[str, Any], column: str) -> str:
-    """``row[column]`` as a table cell; a capacity only known to be at least its value (``window_limited``, or
-    a mean over seeds some of which are) prefixed with ``≥``; the policy of a run that fell back more than
-    ``fallbacks.FALLBACK_LIMIT`` of its decisions followed by `` [fallback N%]``."""
+    """``row[column]`` as a cell: a capacity only known as a lower bound prefixed ``≥``, a policy that fell
+    back over the limit marked ``[fallback N%]``."""
     text = format_cell(row.get(column))
     if column == "policy":
         return text + fallback_mark(row)
@@ -174,10 +152,8 @@ def _names(config: EvalConfig) -> dict[str, list[str]]:
 
 
 def format_summary(summary: Sequence[Row]) -> str:
-    """The summary table (``stats.summarize`` rows): mean and 95% half-width of ``SUMMARY_METRICS``, titled; a
-    row with ``same_as`` is labelled ``policy (= others)`` (``identity.policy_label``), one whose decisions fell
-    back over ``fallbacks.FALLBACK_LIMIT`` ``policy [fallback N%]``; a ``sustained`` column when some row's
-    windows are not sustained at its load (``evaluation.sustained``)."""
+    """The summary table of ``stats.summarize`` rows (mean ± 95% half-width of ``SUMMARY_METRICS``), merged
+    policies labelled ``policy (= others)``; a ``sustained`` column where some windows are not sustained."""
     columns = ["policy", "scenario", "load", "seeds"]
     if any(agg.get("sustained") is False for agg in summary):
         columns.append("sustained")
@@ -202,11 +178,8 @@ def write_results(
     details: Sequence[Mapping[str, Any]] = (),
     plots: bool = False,
 ) -> list[Path]:
-    """Write ``results.csv`` and ``results.json`` (``rows``), ``summary.csv`` (when ``summary`` is given) and,
-    with ``plots``, the PNG plots into the folder ``out`` (made if missing): the capacity plot for capacity
-    rows (with ``capacity_load``), else the latency, attainment, tenant and KV plots. Each file is written to
-    a temporary file beside it and renamed over it (``common.outputs``): a full disk or a kill mid-write
-    leaves the file before it whole. Returns the files."""
+    """Write ``results.csv``, ``results.json``, ``summary.csv`` (with ``summary``) and with ``plots`` the PNGs
+    (the capacity plot for capacity rows) into ``out``, each atomically; the files written."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "results.csv")
@@ -226,10 +199,8 @@ def write_results(
 
 
 def clear_outputs(out: Path, keep: Sequence[str] = ()) -> list[Path]:
-    """Remove from ``out`` the files an evaluation writes there (``EVALUATION_FILES``: an earlier run's
-    results, summary, plots, completion marker, rows file and record) but those named in ``keep``, and the
-    temporary files a killed write left beside any of them; nothing else (a user's own files stay). Returns
-    the files removed."""
+    """Remove from ``out`` the files an evaluation writes (``EVALUATION_FILES``) but ``keep``, and the temporary
+    files a killed write left beside them; nothing else. The files removed."""
     return remove_outputs(out, EVALUATION_FILES, keep)
 
 

@@ -1,12 +1,6 @@
-"""PNG plots of an evaluation (``evaluate.py --out DIR``): latency CDFs, attainment against load, per-tenant
-service, KV usage over time, capacity.
-
-Inputs are plain rows and arrays, as ``run_grid`` and ``summarize`` produce them: ``rows`` (one dict per run:
-``policy``, ``scenario``, ``load``, ``seed`` and the metrics), ``summary`` (one dict per (policy, scenario, load):
-``slo_attainment_mean``, ``slo_attainment_ci95``, ...) and ``details`` (one dict per run: the same keys plus
-the arrays ``ttft_s``, ``tpot_s`` and, for some runs, ``kv_time_s``/``kv_usage``). Drawing uses matplotlib's
-object API on the Agg canvas (no pyplot, no global state), so it is safe in tests and headless machines.
-Needs stdlib, numpy and matplotlib only.
+"""PNG plots of an evaluation (``--out DIR``): latency CDFs, attainment against load, per-tenant service, KV usage
+over time, capacity; from the rows, summary and details ``run_grid`` and ``summarize`` give. matplotlib's object
+API on the Agg canvas (no pyplot, no global state); stdlib, numpy and matplotlib only.
 """
 
 from __future__ import annotations
@@ -15,21 +9,15 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-__all__ = [
-    "plot_attainment_vs_load",
-    "plot_capacity",
-    "plot_kv_usage",
-    "plot_latency_cdf",
-    "plot_tenant_service",
-    "write_plots",
-]
+__all__ = ["plot_attainment_vs_load", "plot_capacity", "plot_kv_usage", "plot_latency_cdf", "plot_tenant_service",
+           "write_plots"]  # fmt: skip
 
 Row = Mapping[str, Any]
 _MAX_POINTS = 4000  # a KV series is thinned to about this many points before drawing
@@ -53,9 +41,8 @@ def _colors(policies: Sequence[str]) -> dict[str, Any]:
 def _by_scenario(
     rows: Sequence[Row], policy_rows: Sequence[Row] | None = None, width: float = 5.0, height: float = 3.6
 ) -> tuple[Figure, list[tuple[Axes, str]], dict[str, Any]]:
-    """A figure with one subplot per scenario of ``rows`` (first-seen order, three to a line; one empty
-    subplot when there is none), each paired with its scenario, and the colours of the policies of
-    ``policy_rows`` (default: ``rows``)."""
+    """A figure of a subplot per scenario of ``rows`` (three to a line), each with its scenario, and the colours
+    of the policies of ``policy_rows`` (default: ``rows``)."""
     scenarios = _unique([r["scenario"] for r in rows])
     colors = _colors(_unique([r["policy"] for r in (rows if policy_rows is None else policy_rows)]))
     num = max(len(scenarios), 1)
@@ -70,9 +57,8 @@ def _by_scenario(
 def _grouped_bars(
     groups: Sequence[str], heights: Mapping[str, Sequence[float]], width: float
 ) -> tuple[Figure, Axes, dict[str, Any]]:
-    """A ``width`` x 4 inch figure of grouped bars: one group per entry of ``groups`` (its tick label), in it
-    one bar per policy of ``heights`` (policy -> one height per group) in the policy's colour; y grid and
-    legend. Returns the figure, its axes and each policy's bars (for labels)."""
+    """Grouped bars, a group per ``groups`` entry and a bar per policy of ``heights``: the figure, its axes and
+    each policy's bars."""
     fig = Figure(figsize=(width, 4), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -90,10 +76,7 @@ def _grouped_bars(
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    """``fig`` as a PNG at ``path``, written to a temporary file beside it, flushed to disk and renamed over it
-    (a full disk or a kill mid-write leaves the old plot whole): ``common.outputs.replaced_atomically``, its
-    temporary name included (``.STEM.PID.tmp.png``, which ``remove_outputs`` clears), in the stdlib alone as
-    this module needs. The format is given, not read from the temporary name."""
+    """``fig`` as a PNG at ``path``, atomically (``common.outputs.replaced_atomically``'s way, in the stdlib)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
     try:
@@ -109,13 +92,21 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
+def _label(ax: Axes, title: str, xlabel: str, ylabel: str, which: Literal["major", "both"] = "major") -> None:
+    """A share plot's axes: y in [0, 1.02], titles and a light grid."""
+    ax.set_ylim(0, 1.02)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which=which, alpha=0.3)
+
+
 def _first_load(rows: Sequence[Row], scenario: str) -> float:
     return next(r["load"] for r in rows if r["scenario"] == scenario)
 
 
 def plot_latency_cdf(details: Sequence[Row], key: str, path: Path, label: str | None = None) -> Path:
-    """Empirical CDF of ``key`` (``ttft_s`` or ``tpot_s``), one curve per policy pooled over seeds, one subplot
-    per scenario at its first load; log time axis (zeros lie off its left)."""
+    """Empirical CDF of ``key`` per policy (pooled over seeds), a subplot per scenario at its first load."""
     fig, panels, colors = _by_scenario(details)
     for ax, scenario in panels:
         load = _first_load(details, scenario)
@@ -127,11 +118,7 @@ def plot_latency_cdf(details: Sequence[Row], key: str, path: Path, label: str | 
             y = np.arange(1, x.size + 1) / x.size
             ax.step(x, y, where="post", color=colors[policy], label=f"{policy} (n={x.size})")
         ax.set_xscale("log")
-        ax.set_ylim(0, 1.02)
-        ax.set_title(f"{scenario}, load {load:g}")
-        ax.set_xlabel(f"{label or key} (s)")
-        ax.set_ylabel("fraction of finished requests")
-        ax.grid(True, which="both", alpha=0.3)
+        _label(ax, f"{scenario}, load {load:g}", f"{label or key} (s)", "fraction of finished requests", "both")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize="small", loc="lower right")
     fig.suptitle(f"{label or key} CDF, pooled over seeds")
@@ -139,8 +126,7 @@ def plot_latency_cdf(details: Sequence[Row], key: str, path: Path, label: str | 
 
 
 def plot_attainment_vs_load(summary: Sequence[Row], path: Path) -> Path:
-    """SLO attainment mean ± 95% CI against load, one line per policy, one subplot per scenario; the 90% target
-    dashed."""
+    """SLO attainment mean ± 95% CI against load, a line per policy, a subplot per scenario."""
     fig, panels, colors = _by_scenario(summary)
     for ax, scenario in panels:
         runs = [s for s in summary if s["scenario"] == scenario]
@@ -154,19 +140,14 @@ def plot_attainment_vs_load(summary: Sequence[Row], path: Path) -> Path:
             ax.errorbar(load, mean, yerr=ci, marker="o", capsize=3, color=colors[policy], label=label)
             ax.fill_between(load, mean - ci, mean + ci, color=colors[policy], alpha=0.15, linewidth=0)
         ax.axhline(_TARGET, color="gray", linestyle="--", linewidth=1, label=f"{_TARGET:.0%} target")
-        ax.set_ylim(0, 1.02)
-        ax.set_title(scenario)
-        ax.set_xlabel("load (arrival rate / nominal)")
-        ax.set_ylabel("SLO attainment")
-        ax.grid(True, alpha=0.3)
+        _label(ax, scenario, "load (arrival rate / nominal)", "SLO attainment")
         ax.legend(fontsize="small", loc="lower left")
     fig.suptitle("SLO attainment against load (mean ± 95% CI over seeds)")
     return _save(fig, path)
 
 
 def plot_tenant_service(rows: Sequence[Row], path: Path) -> Path:
-    """Per-tenant VTC service (``tenant/NAME/service``, mean over seeds) as grouped bars, one bar per policy,
-    for the first scenario at its first load; at most ``TOP_TENANTS`` tenants and ``other`` (``_tenant_groups``)."""
+    """Per-tenant service (mean over seeds) as bars per policy, for the first scenario at its first load."""
     scenario = rows[0]["scenario"]
     load = _first_load(rows, scenario)
     runs = [r for r in rows if r["scenario"] == scenario and r["load"] == load]
@@ -189,10 +170,8 @@ def plot_tenant_service(rows: Sequence[Row], path: Path) -> Path:
 
 
 def _tenant_groups(runs: Sequence[Row]) -> tuple[list[str], list[dict[str, float]]]:
-    """The bars of the service plot and each run's service per bar: every tenant of the runs' metrics when
-    they are at most ``TOP_TENANTS``, else the ``TOP_TENANTS`` with the most requests over the runs (ties by
-    name), and ``other`` holding the rest summed, each run's own ``other`` group included (runs of different
-    windows may pool different tenants): at most ``TOP_TENANTS`` + 1 bars, whatever the number of tenants."""
+    """The service plot's bars and each run's service per bar: the ``TOP_TENANTS`` tenants with the most
+    requests (ties by name), and ``other`` summing the rest (each run's own ``other`` included)."""
     names = _unique([k.split("/")[1] for r in runs for k in r if k.startswith("tenant/") and k.endswith("/service")])
     tenants = [t for t in names if t != _OTHER_TENANTS]
     requests = {t: sum(float(r.get(f"tenant/{t}/num_requests", 0.0)) for r in runs) for t in tenants}
@@ -209,8 +188,7 @@ def _tenant_groups(runs: Sequence[Row]) -> tuple[list[str], list[dict[str, float
 
 
 def plot_kv_usage(details: Sequence[Row], path: Path) -> Path:
-    """KV blocks in use over simulated time, one line per policy, one subplot per scenario: the first run of
-    each (policy, scenario) that carries a KV series (``run_grid`` keeps it for the first seed, first load)."""
+    """KV usage over time, a line per policy (its first run with a KV series), a subplot per scenario."""
     with_series = [d for d in details if "kv_usage" in d]
     fig, panels, colors = _by_scenario(with_series, details, width=6.0)
     for ax, scenario in panels:
@@ -224,11 +202,7 @@ def plot_kv_usage(details: Sequence[Row], path: Path) -> Path:
             stride = max(1, math.ceil(t.size / _MAX_POINTS))
             ax.step(t[::stride], u[::stride], where="post", color=colors[d["policy"]], label=d["policy"], linewidth=1)
             title = f"{scenario}, load {d['load']:g}, seed {d['seed']}"
-        ax.set_ylim(0, 1.02)
-        ax.set_title(title)
-        ax.set_xlabel("time since first arrival (s)")
-        ax.set_ylabel("KV blocks in use (share of pool)")
-        ax.grid(True, alpha=0.3)
+        _label(ax, title, "time since first arrival (s)", "KV blocks in use (share of pool)")
         if seen:
             ax.legend(fontsize="small")
     fig.suptitle("KV cache usage")
@@ -236,8 +210,7 @@ def plot_kv_usage(details: Sequence[Row], path: Path) -> Path:
 
 
 def plot_capacity(rows: Sequence[Row], path: Path) -> Path:
-    """Capacity (highest load with attainment >= 90%) as grouped bars: one group per scenario, one bar per
-    policy; each bar is labelled with the rate in req/s."""
+    """Capacity as bars per scenario and policy (mean over seeds), each labelled with its rate in req/s."""
     scenarios = _unique([r["scenario"] for r in rows])
     groups: dict[str, dict[str, list[Row]]] = {}
     for r in rows:  # per-seed rows (``--per-seed``): one bar per policy at the mean over seeds
@@ -257,8 +230,7 @@ def plot_capacity(rows: Sequence[Row], path: Path) -> Path:
 
 
 def write_plots(out: Path, rows: Sequence[Row], summary: Sequence[Row], details: Sequence[Row]) -> list[Path]:
-    """Every evaluation plot into ``out``: ``ttft_cdf.png``, ``tpot_cdf.png``, ``kv_usage.png`` (when
-    ``details`` is given), ``attainment_vs_load.png``, ``tenant_service.png``. Returns the paths written."""
+    """Every evaluation plot into ``out`` (the latency and KV ones need ``details``); the paths written."""
     out = Path(out)
     written = []
     if details:

@@ -1,13 +1,11 @@
-"""What a long command says while it works: status lines and progress bars on stderr, results on stdout.
+"""Status lines and progress bars (tqdm, with an ETA) on stderr, results on stdout.
 
     with Progress(total=len(jobs), desc="grid", enabled=not args.no_progress) as bar:
         for job in jobs:
-            row = run(job)
-            bar.print(format_row(row))   # a result line on stdout, the bar redrawn below it
+            bar.print(format_row(run(job)))   # a result line on stdout, the bar redrawn below it
             bar.update()
     status("cloning fcfs ...", enabled=...)   # one line on stderr before a step with no bar of its own
 
-Bars are tqdm's (with an ETA); they go to stderr, so ``> results.txt`` keeps only results, and
 ``enabled=False`` (``--no-progress``) turns bars and status lines off.
 """
 

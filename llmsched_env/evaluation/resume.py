@@ -7,19 +7,11 @@
     log.append(row, details)                             # one line per run as it ends, flushed and fsynced
     run_grid(config, finished=finished, on_run=log.append)
 
-``OUT/evaluation.json`` is the evaluation's record, written (atomically) when it starts: ``format``,
-``version``, ``options`` (the command-line options that decide the rows, by flag), ``inputs`` (a SHA-256 of
-every input file the options name and of every exported policy and tuned-settings table, so that a file
-changed between the runs is noticed) and, for people, the command line and the time. ``OUT/rows.jsonl`` holds
-one JSON object per line, appended as each run (or capacity search) ends: ``{"row": ROW}``, and for a grid
-run whose plots need them ``"details"`` (``episode_details``: per-request latencies and the KV series, as
-lists). Each line is flushed and fsynced before the next run starts, so a kill loses only the run in
-progress. A kill mid-append leaves a last line cut short (no newline, or not JSON): reading ignores it and
-``RowsLog.resume`` cuts it off before appending. Rows come in the order they finish (out of grid order with
-worker processes); ``run_grid`` and ``capacity_grid`` put them back in grid order.
-
-Resuming checks the record against the new one, and refuses (one line naming each difference) an evaluation
-with other options or inputs: rows of two evaluations never mix.
+``OUT/evaluation.json`` records the options that decide the rows, a SHA-256 of every input file, exported
+policy and tuned table, and an id; resuming refuses (one line per difference) other options or inputs.
+``OUT/rows.jsonl`` holds one ``{"row": ROW[, "details": ...], "sha256": ...}`` line per finished run, fsynced
+before the next starts; the digest folds in the id, so an edited or foreign line is refused, and a last line cut
+short by a kill is ignored (and cut off before appending).
 """
 
 from __future__ import annotations
@@ -44,21 +36,9 @@ from llmsched_env.decision.policy_file import FIELDS_KEY
 from llmsched_env.evaluation.config import EvalConfig, Row
 from llmsched_env.evaluation.grid import FinishedRun, shown_value
 
-__all__ = [
-    "RECORD_FORMAT",
-    "RECORD_NAME",
-    "RECORD_VERSION",
-    "ROWS_NAME",
-    "RowsLog",
-    "check_details",
-    "check_resumable",
-    "check_row",
-    "differences",
-    "evaluation_id",
-    "evaluation_record",
-    "read_record",
-    "read_rows",
-]
+__all__ = ["RECORD_FORMAT", "RECORD_NAME", "RECORD_VERSION", "ROWS_NAME", "RowsLog", "check_details",
+           "check_resumable", "check_row", "differences", "evaluation_id", "evaluation_record", "read_record",
+           "read_rows"]  # fmt: skip
 
 DIGEST_KEY = "sha256"  # in each line of the rows file: the digest of the rest of the line (``_entry_digest``)
 ROWS_NAME = "rows.jsonl"  # in --out: one line per finished run (or capacity search)
@@ -89,10 +69,8 @@ def _plain(value: Any) -> Any:
 def evaluation_record(
     options: Mapping[str, Any], config: EvalConfig, files: Mapping[str, str | Path | None] | None = None
 ) -> dict[str, Any]:
-    """The record of an evaluation: ``options`` (flag -> value; what decides its rows), and in ``inputs`` a
-    fingerprint of each of ``files`` (flag -> path; those that are no file, or None, left out: a preset name),
-    of each exported policy of ``config`` (its metadata and weights) and of each tuned-settings table given
-    to a policy. Informational fields (the command line, the time) are the caller's to add."""
+    """An evaluation's record: ``options`` (flag -> value) and ``inputs``, a digest of each of ``files`` that is a
+    file, of each exported policy (metadata and weights) and of each policy's tuned table."""
     inputs: dict[str, str] = {}
     for flag, path in (files or {}).items():
         if path is not None and Path(path).is_file():
@@ -124,8 +102,7 @@ def _shown(value: Any) -> str:
 
 
 def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """What differs between two evaluation records (``old`` the one on disk), one phrase each: an option's two
-    values, or an input file changed (or given to one only)."""
+    """What differs between two records (``old`` on disk), a phrase each: an option's values, or an input file."""
     if (old.get("format"), old.get("version")) != (new.get("format"), new.get("version")):
         return [f"record format {old.get('format')} {old.get('version')}, not {new['format']} {new['version']}"]
     out = []
@@ -143,8 +120,7 @@ def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
 
 
 def read_record(out: Path) -> dict[str, Any] | None:
-    """The record in ``out`` (``RECORD_NAME``), or None when there is none; ``ValueError`` (one line naming the
-    file) when it is not one."""
+    """The record in ``out``, or None; ``ValueError`` naming the file when it is not one."""
     path = Path(out) / RECORD_NAME
     if not os.path.lexists(path):
         return None
@@ -158,9 +134,8 @@ def read_record(out: Path) -> dict[str, Any] | None:
 
 
 def check_resumable(out: Path, record: Mapping[str, Any]) -> bool:
-    """Whether ``out`` holds an evaluation to resume with ``record`` (False: none there); ``ValueError`` (one
-    line naming ``out`` and every difference) when the one there ran with other options or inputs. Reads
-    only: a command checks it before taking the folder."""
+    """Whether ``out`` holds an evaluation to resume with ``record``; ``ValueError`` (one line naming every
+    difference) when it ran with other options or inputs. Reads only."""
     old = read_record(out)
     if old is None:
         return False
@@ -171,18 +146,15 @@ def check_resumable(out: Path, record: Mapping[str, Any]) -> bool:
 
 
 def evaluation_id(out: Path) -> str:
-    """The id of the evaluation in ``out`` (its record's ``id``, drawn when it started; "" without one), which
-    every line of its rows file folds into its digest: a line of another evaluation does not pass here."""
+    """The id of the evaluation in ``out`` ("" without one), folded into every line's digest."""
     record = read_record(out)
     return str(record.get("id") or "") if record is not None else ""
 
 
 def read_rows(path: Path, salt: str | None = None, required: Sequence[str] = ()) -> tuple[list[FinishedRun], int]:
-    """The runs in the rows file ``path`` (none when it is missing) and the length in bytes of its whole lines:
-    a last line cut short by a kill (no newline, or not JSON) is ignored. ``ValueError`` naming the file and
-    line for a line before the last that is no row: not JSON, its digest not that of its content and ``salt``
-    (the evaluation's id; default: read from the record beside ``path``), or a row without the columns
-    ``required`` or with values no run gives (``check_row``, ``check_details``)."""
+    """The runs in the rows file ``path`` and the bytes of its whole lines (a last line cut short is ignored).
+    ``ValueError`` naming the file and line for one that is not JSON, whose digest does not match its content
+    and ``salt`` (default: the record's id), or whose row or details fail ``check_row`` / ``check_details``."""
     if not os.path.lexists(path):
         return [], 0
     salt = evaluation_id(Path(path).parent) if salt is None else salt
@@ -232,12 +204,8 @@ _MAX_VALUE = 1e15
 
 
 def check_row(row: Mapping[str, Any], required: Sequence[str] = ()) -> str | None:
-    """What is wrong with a row read back from a rows file (None: nothing): ``policy`` and ``scenario`` must be
-    non-empty strings and every key of ``required`` there; every value a string, a boolean, None or a finite
-    number of magnitude at most 10^15; the boolean columns (``sustained``, ``window_limited``) booleans; shares
-    (attainments, rates, fairness, KV usage) numbers in [0, 1]; times, counts, rates and loads numbers not
-    negative, and counts whole. A row a run wrote always passes; a line forged with values no run gives (a NaN
-    attainment, a count of 3.5, ``true`` for a time) does not."""
+    """What is wrong with a row read back (None: nothing): names and ``required`` columns present, values
+    strings, booleans, None or finite numbers (|x| <= 1e15), shares in [0, 1], times and counts >= 0 and whole."""
     for key in ("policy", "scenario"):
         if not isinstance(row.get(key), str) or not row[key]:
             return f"{key} is {shown_value(row.get(key))}, not a name"
@@ -270,10 +238,8 @@ _KV_SERIES = ("kv_time_s", "kv_usage")
 
 
 def check_details(details: Mapping[str, Any], row: Mapping[str, Any] | None = None) -> str | None:
-    """What is wrong with a run's details read back (None: nothing), held to what ``details.episode_details``
-    gives: the run's key (``policy``, ``scenario``, ``load``, ``seed``; those of ``row`` when given), the
-    latencies ``ttft_s`` and ``tpot_s`` and, together or not at all, the KV series ``kv_time_s`` and
-    ``kv_usage`` of one length; each a list of finite numbers >= 0 (the usage at most 1); nothing else."""
+    """What is wrong with a run's details read back (None: nothing): ``episode_details``'s keys only, ``row``'s
+    key, lists of finite numbers >= 0, and the KV series paired (usage at most 1) or absent."""
     keys = ("policy", "scenario", "load", "seed")
     unknown = [k for k in details if k not in (*keys, *_LATENCIES, *_KV_SERIES)]
     if unknown:
@@ -298,8 +264,7 @@ def check_details(details: Mapping[str, Any], row: Mapping[str, Any] | None = No
 
 
 def _not_appendable(path: Path, st: os.stat_result) -> str:
-    """Why the rows file ``path`` (of ``os.stat`` ``st``) may not be appended to or cut, "" when it may: only a
-    regular file with no other hard link (appending through a link would write a file outside ``--out``)."""
+    """Why the rows file may not be appended to or cut ("" when it may): not regular, or another hard link."""
     if not stat.S_ISREG(st.st_mode):
         return f"{path}: {file_kind(st.st_mode)}; the rows file must be a regular file"
     if st.st_nlink > 1:
@@ -309,10 +274,7 @@ def _not_appendable(path: Path, st: os.stat_result) -> str:
 
 
 def _entry_digest(entry: Mapping[str, Any], salt: str = "") -> str:
-    """The sha256 (a prefix of 32 hex digits) of the evaluation's id ``salt`` and a rows-file entry's canonical
-    JSON (keys sorted, no spaces): what the line of a run carries under ``DIGEST_KEY``, so that a line edited
-    since, or copied from another evaluation's rows, is told from one this evaluation's run wrote. The same entry
-    read back (numbers as JSON holds them, arrays as lists) gives the same digest."""
+    """32 hex digits of the sha256 of ``salt`` and an entry's canonical JSON (alike when read back)."""
     text = json.dumps(entry, sort_keys=True, separators=(",", ":"), default=_json_default)
     return hashlib.sha256((salt + "\n" + text).encode("utf-8")).hexdigest()[:32]
 
@@ -333,8 +295,7 @@ def _json_default(value: Any) -> Any:
 
 
 class RowsLog:
-    """``OUT/rows.jsonl`` open for appending: ``append`` writes one run per line, flushed and fsynced. Made by
-    ``start`` (a new evaluation) or ``resume`` (one continued); ``close`` (or a ``with`` block) closes it."""
+    """``OUT/rows.jsonl`` open for appending (``start`` a new evaluation, ``resume`` one); ``append`` a run."""
 
     def __init__(self, path: Path, salt: str = "") -> None:
         self.path = Path(path)
@@ -356,8 +317,7 @@ class RowsLog:
 
     @classmethod
     def start(cls, out: Path, record: Mapping[str, Any]) -> RowsLog:
-        """A new evaluation in ``out``: its record written (atomically), then an empty rows file (replacing
-        any). Call it after removing the files of an earlier evaluation (``outputs.clear_outputs``)."""
+        """A new evaluation in ``out``: its record, then an empty rows file (after ``outputs.clear_outputs``)."""
         out = Path(out)
         record = {**record, "id": record.get("id") or secrets.token_hex(8)}  # this evaluation's, in every digest
         write_text_atomically(out / RECORD_NAME, json.dumps(dict(record), indent=1, default=str) + "\n")
@@ -369,10 +329,8 @@ class RowsLog:
     def resume(
         cls, out: Path, record: Mapping[str, Any], required: Sequence[str] = ()
     ) -> tuple[RowsLog, list[FinishedRun]]:
-        """The evaluation in ``out`` continued: ``ValueError`` (one line naming ``out`` and every difference)
-        when its record is not ``record``'s (other options or inputs), else the rows file open for appending
-        (a last line cut short removed) and the runs it holds (each row holding the columns ``required``). An
-        ``out`` without a record: ``ValueError``."""
+        """The evaluation in ``out`` continued: the rows file open for appending (a torn last line cut) and its
+        runs; ``ValueError`` without a record, or for one of other options or inputs."""
         out = Path(out)
         if not check_resumable(out, record):
             raise ValueError(f"{out}: no {RECORD_NAME}, so no evaluation to resume there")
@@ -399,7 +357,6 @@ class RowsLog:
         self.appended += 1
 
     def close(self) -> None:
-        """Close the file (appending again is an error)."""
         if self._file is not None:
             self._file.close()
             self._file = None

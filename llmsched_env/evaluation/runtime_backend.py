@@ -52,10 +52,8 @@ class Runners:
 def runtime_episode(
     config: EvalConfig, env: Any, spec: PolicySpec, seed: int, runners: Runners
 ) -> tuple[dict[str, float], Runtime]:
-    """Serve the episode ``env.reset(seed=seed)`` would simulate on the torch runtime instead: the same
-    requests, with arrival times stretched by the cost model's ``slo_scale`` (the runtime's SLOs are scaled by
-    it too, so a load means the same pressure as in the simulator), the same policy, fcfs as its fallback.
-    Returns the episode's metrics and the runtime (for ``episode_details``)."""
+    """Serve the episode ``env.reset(seed=seed)`` would simulate on the torch runtime: the same requests,
+    arrivals stretched by the cost model's ``slo_scale`` (as its SLOs), fcfs as the fallback; metrics and runtime."""
     assert config.runtime is not None
     u: Any = env.unwrapped
     cfg = u.engine_config
@@ -82,9 +80,8 @@ def runtime_episode(
 
 
 def speed_check(runners: Runners, cfg: EngineConfig, cost_model: str, repeats: int = 3) -> float:
-    """This machine's measured step time over what ``cost_model`` (the preset that prices the runtime's SLOs
-    and arrival rate) predicts, on ``SPEED_CHECK_GRID``'s shapes that fit ``cfg``: a short in-situ profile
-    (a few seconds on the tiny model), 1.0 when the preset fits this machine."""
+    """This machine's step time over what ``cost_model`` predicts on ``SPEED_CHECK_GRID``'s shapes that fit
+    ``cfg`` (a short in-situ profile): 1.0 when the preset fits this machine."""
     samples = profile(runners.get(cfg), SPEED_CHECK_GRID, repeats=repeats)
     if not samples:
         raise ValueError(f"speed check: no profiled batch shape fits the KV pool of {cfg}")

@@ -3,12 +3,9 @@
     result = soak(steps=100_000, seed=0)        # cycles through SOAK_CASES until ``steps`` env steps ran
     print(result.steps, result.episodes, result.violations)
 
-Each case is an env configuration that stresses one part of the core: a KV pool so small that requests are
-preempted and rejected, overload with preemption, remote KV fetches, a cluster of replicas, a disaggregated
-(prefill/decode) cluster. Every step checks the engine's (and cluster's) invariants (``check_invariants``);
-every finished episode checks that no request was lost or counted twice (finished + rejected + unfinished =
-requests, and the routed count for a cluster). A violation is recorded (case, seed, message), never raised,
-so one run reports them all. Same ``seed``, same episodes.
+Each case stresses one part of the core (a tiny KV pool, overload, remote KV, a cluster, a disaggregated one).
+Every step checks the invariants, every episode that no request was lost or counted twice; violations are
+recorded (case, seed, message), never raised. Same ``seed``, same episodes.
 """
 
 from __future__ import annotations
@@ -70,10 +67,8 @@ def _conservation(info: dict[str, Any]) -> str | None:
 
 
 def soak(steps: int, seed: int = 0, num_requests: int = 40, cases: tuple[str, ...] | None = None) -> SoakResult:
-    """Run episodes of each of ``cases`` (default: all of ``SOAK_CASES``), ``num_requests`` requests each and
-    seeds ``seed``, ``seed + 1``, ..., with random masked actions and ``check_invariants``, until the case has
-    run its share (``steps / len(cases)``) of env steps (its last episode is cut there). ``ValueError`` for
-    an unknown case or steps < 1."""
+    """Episodes of each of ``cases`` (default: all), ``num_requests`` each, seeds from ``seed``, until each case
+    ran its share of ``steps``. ``ValueError`` for an unknown case or steps < 1."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
     names = tuple(SOAK_CASES) if cases is None else tuple(cases)

@@ -53,19 +53,14 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
 
 
 def group_traffic(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """``{"traffic": label}`` when the rows of one summary group carry a ``traffic`` label (generated traffic
-    fitted to a trace: ``evaluation.config.traffic_label``; every row of a scenario carries the same), else
-    ``{}``."""
+    """``{"traffic": label}`` when a summary group's rows carry a ``traffic`` label, else ``{}``."""
     return {"traffic": rows[0]["traffic"]} if rows and rows[0].get("traffic") else {}
 
 
 def summarize(rows: Sequence[dict[str, Any]], merge: bool = True) -> list[dict[str, Any]]:
-    """One row per (policy, scenario, load) of the grid ``rows``, in first-seen order: ``num_seeds`` and, for
-    each of ``SUMMARY_METRICS``, ``NAME_mean`` and ``NAME_ci95`` over its seeds, and ``sustained`` (every
-    seed's window sustained at that load) when the rows have it, and ``fallback_share_mean`` and
-    ``fallback_over_limit`` when they carry ``fallback_share`` (``evaluation.fallbacks``). With ``merge``, policies that
-    played every run of a scenario alike (``identity.merge_identical``) are one row there, the others named in
-    ``same_as``."""
+    """One row per (policy, scenario, load) of ``rows``: ``num_seeds``, ``NAME_mean`` and ``NAME_ci95`` of
+    each of ``SUMMARY_METRICS``, ``sustained`` and the fallback columns when the rows have them. With ``merge``,
+    identical policies are one row (``same_as``)."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault((row["policy"], row["scenario"], row["load"]), []).append(row)

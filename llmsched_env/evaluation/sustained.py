@@ -29,15 +29,8 @@ from llmsched_env.evaluation.config import AnyScenario, EvalConfig
 from llmsched_env.workloads.scenarios import RequestSource, TraceSource, episode_window
 from llmsched_env.workloads.windows import SUSTAINED_SPAN_FACTOR, WindowSpan, max_sustained_load, window_span
 
-__all__ = [
-    "OVERLONG_NOTE_SHARE",
-    "ScenarioWindows",
-    "absent_tenant_notes",
-    "env_windows",
-    "overlong_notes",
-    "scenario_windows",
-    "unsustained",
-]
+__all__ = ["OVERLONG_NOTE_SHARE", "ScenarioWindows", "absent_tenant_notes", "env_windows", "overlong_notes",
+           "scenario_windows", "unsustained"]  # fmt: skip
 
 
 # The share of a scenario's requests longer than max_model_len from which evaluate says so (``overlong_notes``):
@@ -82,9 +75,8 @@ class ScenarioWindows:
         return self._max_loads[key]
 
     def requests_for(self, span: WindowSpan, seeds: Sequence[int], option: str = "--num-requests ") -> str:
-        """Words for the episode size that would make ``span``'s window sustained at its load (spans grow about
-        in proportion to the requests), given as ``option`` followed by the size, and whether the part holds a
-        window of that size for every seed."""
+        """Words for the episode size (``option`` and the size) at which ``span``'s window would be sustained,
+        and whether the part holds such a window per seed."""
         need = math.ceil(self.num_requests * span.required_s / max(span.span_s, 1e-12))
         text = f"about {option}{need}"
         if isinstance(self.source, TraceSource):
@@ -95,9 +87,8 @@ class ScenarioWindows:
         return text
 
     def unsustained_note(self, seeds: Sequence[int], load: float, option: str = "--num-requests ") -> str | None:
-        """None when the windows of every seed are sustained at ``load``; else one line: how many are not, the
-        shortest one's span against the span it needs, the largest load at which every window is sustained and
-        the episode size that would make them sustained at this load (as ``option`` and the size)."""
+        """None when every seed's window is sustained at ``load``; else one line: how many are not, the
+        shortest span against the needed one, the largest sustained load and the size that would do."""
         spans = [self.span(seed, load) for seed in seeds]
         short = [w for w in spans if not w.sustained]
         if not short:
@@ -149,15 +140,19 @@ def unsustained(config: EvalConfig) -> list[str]:
 def absent_tenant_notes(config: EvalConfig) -> list[str]:
     """One line per (single-node) scenario whose ``config.split`` part has no request of some of its tenants:
     what a scenario's rows leave out, said before they are read."""
-    return _absent_tenants(config)
+    lines = []
+    for scenario in config.scenarios:
+        base = scenario.scenario() if isinstance(scenario, ClusterScenario) else scenario
+        source = base.make_source(config.split, 1.0)
+        if isinstance(source, TraceSource) and source.absent_tenants:
+            names = listed_tenants(source.absent_tenants)  # the first 16 and how many
+            lines.append(f"{source.trace.source}: the {config.split} part has no request of tenants {names}")
+    return lines
 
 
 def overlong_notes(config: EvalConfig) -> list[str]:
-    """One line per scenario of ``config`` where at least ``OVERLONG_NOTE_SHARE`` of the requests its episodes
-    replay (every seed's window at load 1) are longer than the engine's ``max_model_len``, or the tokens its KV
-    pool holds when fewer (prompt + output):
-    the engine rejects each of them unserved, so a tiny ``--max-model-len`` gives attainment 0 and rejection
-    1 for every policy. For a cluster, the largest of its replicas' limits."""
+    """One line per scenario where at least ``OVERLONG_NOTE_SHARE`` of the replayed requests exceed the longest
+    request its engine serves (``_max_model_len``): each is rejected unserved."""
     lines = []
     for scenario in config.scenarios:
         env = config.make_env(scenario, 1.0)
@@ -185,9 +180,8 @@ def overlong_notes(config: EvalConfig) -> list[str]:
 
 
 def _max_model_len(env: Any) -> tuple[int, str] | None:
-    """The longest request ``env`` (unwrapped) can serve and what sets it: its engine's ``max_model_len`` or,
-    when smaller, the tokens its KV pool holds (``num_kv_blocks`` x ``block_size``: a longer request never fits
-    and is rejected); for a cluster, its replicas' largest. None when no engine is at hand."""
+    """The longest request ``env`` serves and what sets it (``max_model_len`` or the KV pool's tokens; a
+    cluster's largest replica); None without an engine."""
     engine = getattr(env, "engine_config", None)
     specs = getattr(env, "specs", None)
     engines = [engine] if engine is not None else [s.engine for s in specs] if specs else []
@@ -200,14 +194,3 @@ def _max_model_len(env: Any) -> tuple[int, str] | None:
         for e in engines
     ]
     return max(limits)
-
-
-def _absent_tenants(config: EvalConfig) -> list[str]:
-    lines = []
-    for scenario in config.scenarios:
-        base = scenario.scenario() if isinstance(scenario, ClusterScenario) else scenario
-        source = base.make_source(config.split, 1.0)
-        if isinstance(source, TraceSource) and source.absent_tenants:
-            names = listed_tenants(source.absent_tenants)  # the first 16 and how many
-            lines.append(f"{source.trace.source}: the {config.split} part has no request of tenants {names}")
-    return lines

@@ -4,28 +4,17 @@
     result = tune_scenario(config, "mixed-slo", log=print)       # result.entry: settings + provenance
     write_tuned_entries(shipped_table(), {result.scenario: result.entry})
 
-For one scenario, every episode on ``val`` (``test`` is never built), in four steps:
+Every episode runs on ``val`` (``test`` is never built), through ``run_cell`` and ``find_capacity``:
 
-1. **Probe load**: the highest val capacity (``find_capacity``, the first two seeds) of the reference heuristics
-   (``slo_aware``, ``sjf``). Candidates are scored by SLO attainment at this load, where the best reference sits
-   at about 90%: a setting that beats it there is what raises capacity. Capacity itself (a bracket and bisection,
-   8-10 loads x seeds) is too costly to measure for every candidate on a 2-core machine. On generated traffic
-   (a synthetic scenario without ``num_requests``, traffic fitted to a trace) the capacities are searched on
-   windows grown to be sustained at each load, and candidates are scored on windows sustained at the probe load,
-   as ``llmsched-evaluate`` judges them; a trace's windows are what they are, and a probe past the load where
-   they stop being sustained ranks settings on bursts (said, and recorded as ``probe_sustained: false``).
-2. **Successive halving** over seeds: the static decision of every static named heuristic plus ``candidates``
-   uniformly random knob settings (drawn with ``seed``). Rung 1 runs each on one seed and keeps the best third,
-   rung 2 adds two seeds and keeps the best third, rung 3 runs the rest on all seeds. Most candidates are poor
-   enough for one episode to show it, so most of the budget goes to the few that might win.
-3. **Local search** from the winner: every single-knob move (one option up or down, another queue order, the
-   other batch mix or shedding) on all seeds; take the best improving move, up to ``rounds`` times. Random
-   sampling finds a good combination of knobs but rarely the best value of each; this refines it.
-4. **Capacity** on all seeds of the result and, for the record, of the references.
+1. **Probe load**: the references' (``slo_aware``, ``sjf``) highest val capacity on the first two seeds;
+   candidates are scored by SLO attainment there (generated traffic: on windows sustained at that load; a trace's
+   windows past their sustained load rank on bursts, recorded as ``probe_sustained: false``).
+2. **Successive halving** over the static named heuristics' settings and ``candidates`` random ones (``seed``):
+   one seed, keep a third; three seeds, keep a third; then every seed.
+3. **Local search**: the best improving single-knob move on all seeds, up to ``rounds`` times.
+4. **Capacity** on all seeds of the result and of the references.
 
-A score is the mean SLO attainment over the seeds (ties: higher goodput, then the earlier candidate), so the
-search is deterministic for the same arguments. The knob values it tries are ``knob_space``'s. Episodes run
-through ``run_cell`` and ``find_capacity``, as an evaluation runs them.
+A score is the mean attainment over the seeds (ties: goodput, then the earlier candidate): deterministic.
 """
 
 from __future__ import annotations
@@ -43,10 +32,16 @@ import numpy as np
 
 from llmsched_env.common.checks import check_int
 from llmsched_env.decision.actions import ActionSpec
-from llmsched_env.decision.knob_space import STATIC_HEURISTICS, neighbours, random_candidates, static_decision
-from llmsched_env.decision.policy_spec import PolicySpec
-from llmsched_env.decision.registry import SCHEDULERS
-from llmsched_env.decision.tuned_table import TUNE_COMMAND, TunedTable, settings_of
+from llmsched_env.decision.planners.space import STATIC_HEURISTICS, neighbours, random_candidates, static_decision
+from llmsched_env.decision.planners.tuned import (
+    TUNE_COMMAND,
+    TunedTable,
+    settings_of,
+    trace_keys,
+    trace_table,
+    trace_tune_command,
+)
+from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.engine.batch import Decision
 from llmsched_env.evaluation.capacity import extended_size, find_capacity, sustained_size
 from llmsched_env.evaluation.config import EvalConfig
@@ -54,7 +49,7 @@ from llmsched_env.evaluation.grid import run_cell
 from llmsched_env.evaluation.sustained import ScenarioWindows, env_windows
 from llmsched_env.workloads.scenarios import Scenario
 
-__all__ = ["TuneConfig", "TuneResult", "shipped_table", "tune_scenario"]
+__all__ = ["TuneConfig", "TuneResult", "trace_policies", "tune_scenario"]
 
 SPLIT = "val"  # every choice is made on val (docs/results.md, the protocol); test is for reported figures
 MAX_CANDIDATES = 10_000  # random settings per search (the default 48)
@@ -65,9 +60,8 @@ Score = tuple[float, float]  # (mean SLO attainment, mean goodput) over the seed
 
 @dataclass(frozen=True)
 class TuneConfig:
-    """How to tune: the ``references`` whose best val capacity is the probe load, the val ``seeds``, the number
-    of random ``candidates`` and the ``seed`` that draws them, local-search ``rounds``, and the episode options
-    of ``EvalConfig`` (``num_requests``, ``cost_model``, ``engine_limits``). ``ValueError`` naming the field."""
+    """How to tune (the module docstring's steps) and ``EvalConfig``'s episode options; ``ValueError`` naming the
+    field."""
 
     references: Sequence[str] = ("slo_aware", "sjf")
     seeds: Sequence[int] = (0, 1, 2, 3, 4)
@@ -120,20 +114,12 @@ class TuneConfig:
 
 @dataclass(frozen=True)
 class TuneResult:
-    """One scenario's outcome: its table ``entry`` (``settings`` and ``provenance``), the episodes it ran and
-    the wall time it took (both also in the provenance)."""
+    """One scenario's table ``entry`` (``settings``, ``provenance``), the episodes it ran and its wall time."""
 
     scenario: str
     entry: dict[str, Any]
     num_episodes: int
     wall_s: float
-
-
-def shipped_table() -> Path:
-    """The path of the table the ``tuned`` baseline ships (``baselines/tuned.json``), found through the
-    scheduler registry (this package never imports ``baselines``)."""
-    tuned: Any = SCHEDULERS.get("tuned")  # baselines.TunedPolicy, registered as its own factory
-    return Path(tuned.shipped_table)
 
 
 @dataclass
@@ -172,9 +158,8 @@ class _Search:
         return float(np.mean([r[0] for r in runs])), float(np.mean([r[1] for r in runs]))
 
     def capacity(self, spec: PolicySpec | str, seeds: Sequence[int]) -> float:
-        """The val capacity of ``spec`` on ``seeds``: on a trace's windows, searched past the load where they stop
-        being sustained (``max_sustained``); on generated traffic, on windows grown to be sustained at every load
-        (as ``llmsched-evaluate``'s search grows them)."""
+        """The val capacity of ``spec`` on ``seeds`` (a trace's windows searched past their sustained load, which
+        sets ``max_sustained``; generated traffic on windows grown as ``llmsched-evaluate``'s)."""
         cfg = self.config.eval_config(self.scenario, seeds)
 
         def count(_remaining: int) -> None:
@@ -188,8 +173,7 @@ class _Search:
 
     @cached_property
     def _val_windows(self) -> tuple[ScenarioWindows, int | None]:
-        """The val windows of the search's seeds and the longest a search may grow them to (None: a trace's,
-        kept as they are); built once (whether windows grow does not depend on the seeds)."""
+        """The val windows of the search's seeds and the longest they may grow to (None: a trace's)."""
         cfg = self.config.eval_config(self.scenario, self.config.seeds)
         env = cfg.make_env(self.scenario, 1.0)
         windows = env_windows(env, self.scenario.name)
@@ -197,8 +181,7 @@ class _Search:
         return windows, extended_size(cfg, self.scenario, windows)
 
     def size_for_probe(self) -> None:
-        """On generated traffic whose val windows are not sustained at the probe load, score every setting on
-        windows grown until they are (``sustained_size``, on every seed of the search)."""
+        """Generated traffic: score on windows grown until sustained at the probe load (``sustained_size``)."""
         windows, longest = self._val_windows
         if longest is None:
             return
@@ -242,8 +225,7 @@ class _Search:
         return cands[pool[0]]
 
     def local_search(self, best: Decision, spec: ActionSpec) -> tuple[Decision, Score, int]:
-        """From ``best``, the best improving single-knob move on all seeds, up to ``rounds`` times: the
-        setting reached, its score and the number of moves taken."""
+        """The best improving single-knob move from ``best``, up to ``rounds`` times: setting, score, moves."""
         seeds = self.config.seeds
         score, moves = self.score(best, seeds), 0
         for rnd in range(1, self.config.rounds + 1):
@@ -268,9 +250,8 @@ def tune_scenario(
     log: Callable[[str], None] = lambda line: None,
     command: str | None = None,
 ) -> TuneResult:
-    """Tune ``scenario`` as the module docstring says; ``log`` gets a progress line per step. ``command``: the
-    command line to record (default: ``config.command``). ``ValueError`` when no reference meets 90% attainment
-    at any load (nothing to probe at) or for a bad scenario or option."""
+    """Tune ``scenario`` (module docstring), a ``log`` line per step, recording ``command`` (default:
+    ``config.command``). ``ValueError`` when no reference meets the target at any load, or for a bad option."""
     t0 = time.perf_counter()
     sc = config.eval_config(scenario, config.seeds[:1]).scenarios[0]
     assert isinstance(sc, Scenario)  # EvalConfig takes the references (schedulers) on single-node scenarios only
@@ -320,3 +301,29 @@ def tune_scenario(
     search.say(f"tuned {settings_of(best)}: val attainment {score[0]:.3f} at load {search.load:.3f}, val capacity "
                f"{capacity:.3f} ({top} {ref_caps[top]:.3f})")  # fmt: skip
     return TuneResult(sc.name, {"settings": settings_of(best), "provenance": provenance}, search.num_episodes, wall_s)
+
+
+def trace_policies(
+    entries: Sequence[str],
+    options: Mapping[str, Any],
+    scenarios: Sequence[Scenario],
+    limits: Mapping[str, int],
+    *,
+    cost_model: str | None = None,
+) -> list[PolicySpec]:
+    """``entries`` (``--policies``) resolved, every ``tuned`` among them bound to the entries of the keys of
+    ``scenarios`` (the trace of ``options`` with ``limits``, and its fitted traffic) under ``cost_model``.
+    One-line ``ValueError`` naming the policy, or giving the ``llmsched-tune`` command when no table holds a key."""
+    specs = [resolve_policy(entry) for entry in entries]
+    if not any(spec.baseline == "tuned" for spec in specs):
+        return specs
+    keyed = list(zip(scenarios, trace_keys(options, scenarios, cost_model=cost_model), strict=True))
+    fitted = any(scenario.traffic for scenario in scenarios)
+    out: list[PolicySpec] = []
+    for spec in specs:
+        if spec.baseline == "tuned":
+            table = Path(spec.table) if isinstance(spec.table, (str, Path)) else None
+            command = trace_tune_command(options, limits, cost_model=cost_model, out=table, fitted=fitted)
+            spec = PolicySpec(spec.name, baseline="tuned", table=trace_table(spec.name, spec.table, keyed, command))
+        out.append(spec)
+    return out

@@ -1,10 +1,8 @@
 """vLLM's real scheduler as an evaluation engine, next to llmsched's simulator on the same workload.
 
-``compare_engines(config)`` runs every (scenario, load, policy, seed) of an ``EvalConfig`` twice on the very
-same requests: through llmsched's simulator (``decision.serve`` driving a ``Simulator``: the env's loop, policy
-decisions held for the policy's ``iterations_per_step``) and through vLLM's scheduler in the loop
-(``adapters.vllm.loop``), both priced by the scenario's cost model. ``check_vllm()`` says in one line when vLLM
-is missing; nothing here imports vLLM until a run starts.
+``compare_engines(config)`` runs every run of an ``EvalConfig`` on the same requests through the simulator
+(``decision.serve``) and vLLM's scheduler in the loop (``adapters.vllm.loop``), both priced by the scenario's cost
+model. ``check_vllm()`` says in one line when vLLM is missing; vLLM is imported only when a run starts.
 """
 
 from __future__ import annotations
@@ -34,9 +32,8 @@ def check_vllm() -> None:
 def compare_run(
     config: EvalConfig, scenario: Any, load: float, spec: Any, seed: int, policy_timeout_s: float = 0.1
 ) -> Row:
-    """One (scenario, load, policy, seed) on both engines: a row of keys, both attainments, their gap and
-    every metric of each engine prefixed ``sim/`` and ``vllm/``. A decision slower than ``policy_timeout_s``
-    falls back on both (to fcfs in the simulator, to vLLM's own step in vLLM)."""
+    """One run on both engines: its key, both attainments, their gap and each engine's metrics (``sim/``,
+    ``vllm/``); a decision slower than ``policy_timeout_s`` falls back on both."""
     from llmsched_env.adapters.vllm.loop import VllmLoop
 
     env = config.make_env(scenario, load, spec.iterations_per_step, spec.schema)

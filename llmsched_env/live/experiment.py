@@ -28,9 +28,9 @@ from llmsched_env.common.outputs import write_csv, write_text_atomically
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.linear import LinearCostModel
 from llmsched_env.costs.loader import load_cost_model
-from llmsched_env.decision.mpc import parse_mpc
+from llmsched_env.decision.planners.mpc import parse_mpc
+from llmsched_env.decision.planners.tuned import TunedTable, load_tuned_table
 from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
-from llmsched_env.decision.tuned_table import TunedTable, load_tuned_table
 from llmsched_env.engine.config import TenantConfig
 from llmsched_env.live.blocks import METRICS, block_record
 from llmsched_env.live.design import paired_difference, plan_rounds, williams_rounds

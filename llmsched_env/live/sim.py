@@ -18,8 +18,8 @@ import numpy as np
 
 from llmsched_env.costs.base import CostModel
 from llmsched_env.decision.actions import ActionSpec
-from llmsched_env.decision.mpc import planning_view
 from llmsched_env.decision.observation import make_encoder
+from llmsched_env.decision.planners.mpc import planning_view
 from llmsched_env.decision.policy import PolicyContext, start_episode
 from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.decision.registry import make_scheduler

@@ -278,8 +278,8 @@ def _check_set(resolved: list[tuple[str, tuple[PolicySpec, str] | None]], w: str
 
 def _tuned_scenario(spec: PolicySpec, scenario: str) -> tuple[str, str]:
     """The tuned table's entry to play (``scenario``, or a one-entry table's only entry) and a problem ("": none)."""
+    from llmsched_env.decision.planners.tuned import TunedTable, load_tuned_table
     from llmsched_env.decision.registry import SCHEDULERS
-    from llmsched_env.decision.tuned_table import TunedTable, load_tuned_table
 
     try:
         if isinstance(spec.table, TunedTable):

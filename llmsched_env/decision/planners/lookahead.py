@@ -1,14 +1,10 @@
-"""The options of the ``lookahead`` bound, and how a policy list names it; no env, no episode (the bound itself,
-which plays the env forward on snapshots, is ``evaluation.lookahead``).
+"""The ``lookahead`` bound's options and how a policy list spells it (the bounds themselves: ``bounds``).
 
-    parse_lookahead("lookahead")                              # the defaults
-    parse_lookahead("lookahead:k=32,horizon=32,tail=end")     # spelled options
+    parse_lookahead("lookahead:k=32,horizon=32,tail=end")     # spelled options; "lookahead": the defaults
     LookaheadConfig(k=64, horizon=64, tail=256).name           # 'lookahead:tail=256 (bound, not deployable)'
 
-``lookahead`` is clairvoyant: every ``k`` iterations it copies the episode, plays each candidate static setting
-forward (``horizon`` iterations, then the base setting for ``tail`` more, or to the episode's end), keeps the one
-that scored best and plays it for the next ``k`` iterations. It reads requests that have not arrived yet, so it
-is a reference, not a scheduler: its rows are named with ``BOUND_MARK`` and never count as a baseline.
+``lookahead`` is clairvoyant (it reads requests that have not arrived yet): a reference, not a scheduler, so its
+rows are named with ``BOUND_MARK`` and never count as a baseline.
 """
 
 from __future__ import annotations
@@ -17,18 +13,11 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from llmsched_env.common.checks import check_int
-from llmsched_env.decision.mpc import MPC, MPCConfig
+from llmsched_env.decision.planners.mpc import MPC, MPCConfig
 from llmsched_env.decision.spelling import parse_spelled, spell
 
-__all__ = [
-    "BOUND_MARK",
-    "CANDIDATE_SETS",
-    "LOOKAHEAD",
-    "LookaheadConfig",
-    "is_bound",
-    "join_options",
-    "parse_lookahead",
-]
+__all__ = ["BOUND_MARK", "CANDIDATE_SETS", "LOOKAHEAD", "LookaheadConfig", "is_bound", "join_options",
+           "parse_lookahead"]  # fmt: skip
 
 LOOKAHEAD = "lookahead"
 BOUND_MARK = " (bound, not deployable)"  # appended to every lookahead row's policy name
@@ -45,15 +34,11 @@ def is_bound(policy: str) -> bool:
 
 @dataclass(frozen=True)
 class LookaheadConfig:
-    """``k``: iterations between two decisions (the chosen setting plays that long); ``horizon``: iterations each
-    candidate is played from a decision point; ``tail``: iterations of the base setting after the horizon
-    (None: to the episode's end, exact but costly); ``candidates``: ``neighbours`` (the base setting and every
-    single-knob move of it, ``decision.knob_space.neighbours``), ``base`` (the base alone) or ``requests`` (the
-    neighbours plus per-request moves made at the decision point under the base setting: one waiting request
-    sent first, one running request preempted, one waiting request shed; ``evaluation.lookahead``); ``base``: where
-    the base setting comes from, ``tuned`` (the scenario's tuned entry; without one, the best static named rule
-    on the episode, said in a warning) or a static named rule (``fcfs``, ``sjf``, ...). ``ValueError`` naming
-    the field."""
+    """``k``: iterations between two decisions; ``horizon``: iterations each candidate plays from one;
+    ``tail``: iterations of the base after it (None: to the episode's end, exact but costly); ``candidates``:
+    ``neighbours`` (the base and its single-knob moves), ``base`` (the base alone) or ``requests`` (the neighbours
+    and per-request moves); ``base``: ``tuned`` (the scenario's entry; without one, the best static named rule on
+    the episode) or a static named rule. ``ValueError`` naming the field."""
 
     k: int = 64
     horizon: int = 64
@@ -88,9 +73,8 @@ def _text(value: Any) -> str:
 
 
 def join_options(items: list[str]) -> list[str]:
-    """``items`` of a comma-separated policy list with each lookahead or mpc spelling's options joined back to
-    it: ``["lookahead:k=32", "horizon=32", "fcfs"]`` -> ``["lookahead:k=32,horizon=32", "fcfs"]`` (an item joins
-    the lookahead or mpc before it when it is ``KEY=VALUE`` with ``KEY`` an option of its config)."""
+    """A comma-split policy list with each lookahead or mpc spelling's ``KEY=VALUE`` options joined back to it:
+    ``["lookahead:k=32", "horizon=32", "fcfs"]`` -> ``["lookahead:k=32,horizon=32", "fcfs"]``."""
     keys = {
         LOOKAHEAD + ":": {f.name for f in fields(LookaheadConfig)},
         MPC + ":": {f.name for f in fields(MPCConfig)},

@@ -1,30 +1,23 @@
 """``mpc``: a model-predictive scheduler that plans on forecast futures, never on the real one.
 
     planner = MPCPlanner(spec, candidates, MPCConfig(k=64, futures=4, horizon=64, tail=64), seed=0)
-    index = planner.decide(sim)          # every k iterations: the candidate setting to play for the next k
-    parse_mpc("mpc:k=32,futures=8")     # the policy-list spelling
+    index = planner.decide(sim)                                       # every k iterations: the candidate to play
+    metrics = run_episode(env, mpc_factory(MPCConfig(), seed), seed)  # on LLMSched-v1's own simulator
 
-Every ``k`` iterations the planner forks the simulator it is given (``Simulator.with_future``) into ``futures``
-forecast futures: the requests still to arrive are replaced by a sample from a ``workloads.forecast`` fitted on
-the arrivals seen so far, and every live request's output length by a sample from what is known of it (its
-prediction, or its tenant's finished outputs longer than what it has produced). On each future it plays every
-candidate setting (``candidates[0]`` is the base; ``evaluation.mpc`` passes the base and its single-knob moves,
-as ``lookahead`` does) for ``horizon`` iterations, then the base for ``tail`` more, all candidates on the same
-futures (common random numbers), and scores each rollout as the env's reward does: requests met minus requests
-missed meanwhile. It commits the candidate with the best mean score over the futures (``score=mean``) or the
-best mean over its worst quarter of futures (``score=worst``, risk-averse); the base wins ties, and another
-candidate must beat the base by more than ``margin`` requests. A rollout stops early where the forecast ends
-(the clock passes the last forecast arrival's horizon) or the simulated engine has nothing left to do.
-
-It reads the engine's state as it stands: arrivals so far, the state of live requests, the outputs of finished
-ones; it never reads a request that has not arrived nor a live request's true output length (``Simulator
-.with_future`` overwrites them in the fork before any rollout runs). So it is a scheduler one could deploy: its
-decisions before any time ``t`` do not change when everything after ``t`` does (``tests/test_mpc.py``).
+Every ``k`` iterations the planner forks the simulator (``Simulator.with_future``) into ``futures`` forecast
+futures: requests still to arrive are sampled from a ``workloads.forecast`` fitted on the arrivals so far, each
+live request's output length from what is known of it. On each future it plays every candidate (the base setting
+``candidates[0]`` and its single-knob moves, with ``candidates=requests`` also the per-request moves) for
+``horizon`` iterations, then the base for ``tail``, all on the same futures, and scores requests met minus missed.
+It commits the best mean score (``score=worst``: the mean of the worst quarter of futures); the base wins ties and
+another candidate must beat it by more than ``margin`` (and ``z`` standard errors). It never reads a request that
+has not arrived nor a live request's true output length, so it is deployable (``tests/test_mpc.py``).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -32,9 +25,8 @@ import numpy as np
 
 from llmsched_env.common.checks import check_int
 from llmsched_env.decision.actions import ActionSpec
-from llmsched_env.decision.knob_space import base_decision, neighbours
 from llmsched_env.decision.loop import DecisionLoop
-from llmsched_env.decision.moves import REQUEST_MOVES, pick, play, redundant
+from llmsched_env.decision.planners.space import REQUEST_MOVES, acts, around, base_decision, play, setting_of
 from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.decision.spelling import parse_spelled, spell
 from llmsched_env.engine.batch import Decision
@@ -43,20 +35,8 @@ from llmsched_env.engine.request import Request
 from llmsched_env.sim.simulator import Simulator
 from llmsched_env.workloads.forecast import Forecaster
 
-__all__ = [
-    "CANDIDATE_SETS",
-    "MPC",
-    "SCORES",
-    "MPCConfig",
-    "MPCPlanner",
-    "MPCPolicy",
-    "mpc_for",
-    "parse_mpc",
-    "planner_around",
-    "planner_for",
-    "planning_view",
-    "produced_tokens",
-]
+__all__ = ["CANDIDATE_SETS", "MPC", "SCORES", "MPCConfig", "MPCPlanner", "MPCPolicy", "mpc_factory", "mpc_for",
+           "mpc_on_env", "parse_mpc", "planner_around", "planner_for", "planning_view", "produced_tokens"]  # fmt: skip
 
 MPC = "mpc"
 SCORES = ("mean", "worst")
@@ -66,17 +46,11 @@ _FIRST_FORECAST_ID = 1 << 40  # forecast requests' ids: far above any real one
 
 @dataclass(frozen=True)
 class MPCConfig:
-    """``k``: iterations between two decisions; ``futures``: forecast futures per decision; ``horizon``:
-    iterations each candidate plays on each future; ``tail``: iterations of the base after it; ``score``:
-    ``mean`` or ``worst`` (the mean over the worst quarter of futures); ``margin``: requests by which a candidate
-    must beat the base's score to be chosen; ``z``: and by more than ``z`` standard errors of its paired advantage
-    over the futures (0: the plain mean); ``window``: recent arrivals (and finished requests per tenant) the
-    forecast is fitted on; ``base``: ``tuned`` (the scenario's tuned entry) or a static named rule; ``terminal``:
-    also count as missed, at a rollout's end, the running requests whose time per output token so far exceeds
-    their target (an estimate of the misses the horizon cuts off); ``candidates``: ``neighbours`` (the settings
-    the caller gives) or ``requests`` (those and the per-request moves of ``decision.moves``); ``table``: the
-    tuned-settings table (a path) of a ``tuned`` base ("": the shipped one, or the evaluation's), left out of the
-    name as ``tuned=TABLE.json``'s table is. ``ValueError`` naming the field."""
+    """The module docstring's knobs; ``window``: recent arrivals (and finished requests per tenant) the forecast
+    fits; ``base``: ``tuned`` or a static named rule; ``terminal``: at a rollout's end also count as missed the
+    running requests already over their time per output token; ``candidates``: ``neighbours`` or ``requests``
+    (also per-request moves); ``table``: a ``tuned`` base's table ("": the shipped or the evaluation's), left out
+    of the name. ``ValueError`` naming the field."""
 
     k: int = 64
     futures: int = 4
@@ -120,8 +94,7 @@ class MPCConfig:
 
     @property
     def name(self) -> str:
-        """The policy-list spelling and the ``policy`` column of its rows: ``mpc``, then the options that differ
-        from the defaults (``table`` left out)."""
+        """The policy-list spelling and its rows' ``policy``: ``mpc`` and the options off their defaults."""
         return spell(MPC, replace(self, table=""), _text)
 
 
@@ -138,15 +111,11 @@ def parse_mpc(entry: str) -> MPCConfig | None:
 
 
 class MPCPlanner:
-    """The planner (module docstring) over ``candidates`` (settings; ``candidates[0]`` is the base) in the action
-    space ``spec``, and the per-request ``moves`` (names of ``decision.moves.REQUEST_MOVES``: each made at the
-    decision point, then the base played); ``seed`` drives its forecasts. ``decide(sim)`` returns the index of the
-    candidate to play: a setting's, or ``len(candidates) + j`` for move ``moves[j]``, which the caller makes on its
-    engine at once (``decision.moves.make_move`` on the request ``pick`` names) before playing the base.
-    ``num_decisions``, ``num_switches`` (decisions that chose another candidate than the base), ``num_moves``
-    (those that chose a move), ``planning_s``
-    (wall seconds spent in ``decide``) and ``engine_s`` (the engine's clock between the first and the last
-    decision) say what it did and cost."""
+    """The planner over ``candidates`` (settings, the base first) in ``spec`` and the per-request ``moves``
+    (``space.REQUEST_MOVES`` names); ``seed`` drives its forecasts. ``decide(sim)`` returns a setting's index, or
+    ``len(candidates) + j`` for ``moves[j]``, which the caller makes on its engine before playing the base.
+    ``num_decisions``, ``num_switches`` (off the base), ``num_moves``, ``planning_s`` (wall seconds in ``decide``)
+    and ``engine_s`` (the engine's clock from the first decision to the last) say what it did and cost."""
 
     def __init__(
         self,
@@ -169,9 +138,7 @@ class MPCPlanner:
         self.forecaster = Forecaster(window=config.window)
         self.rng = np.random.default_rng([int(seed), 0x6D7063])  # its own stream: "mpc"
         self._loop = DecisionLoop(spec, name="mpc")
-        self.num_decisions = 0
-        self.num_switches = 0
-        self.num_moves = 0
+        self.num_decisions = self.num_switches = self.num_moves = 0
         self.planning_s = 0.0
         self.first_decision_s: float | None = None
         self.last_decision_s = 0.0
@@ -179,7 +146,6 @@ class MPCPlanner:
 
     @property
     def engine_s(self) -> float:
-        """The engine's clock from the first decision to the last."""
         return 0.0 if self.first_decision_s is None else self.last_decision_s - self.first_decision_s
 
     def decide(self, sim: Simulator) -> int:
@@ -204,11 +170,7 @@ class MPCPlanner:
             [(r.tenant, g) for r, g in zip(live, produced, strict=True)],
         )
         # the per-request moves that act on someone here (the same in every future: they pick by state alone)
-        moves = [
-            j
-            for j, move in enumerate(self.moves)
-            if (r := pick(move, engine)) is not None and not redundant(move, engine, r, self.candidates[0].order)
-        ]
+        moves = [j for j, move in enumerate(self.moves) if acts(move, engine, self.candidates[0].order) is not None]
         n = len(self.actions)
         scores = np.full((cfg.futures, n + len(self.moves)), -np.inf)
         for m in range(cfg.futures):
@@ -247,24 +209,13 @@ class MPCPlanner:
         return best
 
     def _rollout(self, sim: Simulator, action: np.ndarray, until_s: float) -> float:
-        """Play ``action`` for ``horizon`` iterations then the base for ``tail`` on ``sim`` (a fork of its own);
-        requests met minus requests missed meanwhile."""
-        engine = sim.engine
-        loop = self._loop
-        start = engine.num_good - engine.num_missed
-        for act, n in ((action, self.config.horizon), (self.actions[0], self.config.tail)):
-            loop.take(act, hold=None)
-            for _ in range(n):
-                if sim.done or sim.now_s >= until_s:
-                    return float(engine.num_good - engine.num_missed - start) - self._late(engine)
-                d = loop.next(engine)
-                assert d is not None  # no ENGINE_DEFAULT fallback here
-                sim.step(d)
-        return float(engine.num_good - engine.num_missed - start) - self._late(engine)
+        """Play ``action`` for ``horizon`` iterations, then the base for ``tail``, on ``sim``; met minus missed."""
+        plan = [(action, self.config.horizon), (self.actions[0], self.config.tail)]
+        net = rollout(self._loop, sim, plan, lambda: sim.done or sim.now_s >= until_s)
+        return float(net) - self._late(sim.engine)
 
     def _late(self, engine: Any) -> int:
-        """With ``terminal``: the running requests whose time per output token so far already exceeds their
-        target (they are likely to miss once they finish, after the rollout), counted as misses; else 0."""
+        """With ``terminal``: the running requests already over their time per output token target; else 0."""
         if not self.config.terminal:
             return 0
         now, late = engine.now_s, 0
@@ -279,9 +230,26 @@ class MPCPlanner:
         return late
 
 
+def rollout(loop: DecisionLoop, sim: Simulator, plan: Sequence[tuple[np.ndarray, int | None]], ended: Any) -> int:
+    """Play each (action, iterations) of ``plan`` on ``sim`` (None: until ``ended()``) as the env applies an
+    action (held, corrected onto each iteration's mask), stopping once ``ended()``; requests met minus missed."""
+    engine = sim.engine
+    start = engine.num_good - engine.num_missed
+    for action, n in plan:
+        loop.take(action, hold=None)
+        i = 0
+        while n is None or i < n:
+            if ended():
+                return engine.num_good - engine.num_missed - start
+            d = loop.next(engine)
+            assert d is not None  # no ENGINE_DEFAULT fallback here
+            sim.step(d)
+            i += 1
+    return engine.num_good - engine.num_missed - start
+
+
 def produced_tokens(engine: Engine, r: Request) -> int:
-    """Output tokens ``r`` has produced on ``engine`` by now, without touching it (a decoding request's counter is
-    brought up to date lazily, ``Engine.sync``)."""
+    """Output tokens ``r`` has produced by now, without syncing a decoding request's lazy counter."""
     if r.decoding:
         return int(r.decode_out0 + engine.num_rounds - r.decode_round0)
     return int(r.num_output_tokens)
@@ -294,8 +262,7 @@ def _worst_quarter(scores: np.ndarray) -> np.ndarray:
 
 
 class Emitter:
-    """The actions a planner plays: candidate ``i``'s action projected on the mask of the step, kept per mask
-    pattern (the same setting on the same mask projects alike), a fresh copy per call."""
+    """Candidate ``i``'s action projected on a step's mask, kept per mask pattern; a fresh copy per call."""
 
     def __init__(self, spec: ActionSpec, actions: list[np.ndarray]) -> None:
         self.spec = spec
@@ -311,9 +278,8 @@ class Emitter:
 
 
 def planning_view(sim: Simulator) -> Simulator:
-    """A plain simulator in ``sim``'s state now, priced by its engine's cost model: what a planner forks when
-    ``sim`` is of a class that cannot fork (the in-situ replays' ``RepricedSimulator``, whose clock the policy
-    must not see). O(live requests + KV blocks), as a fork."""
+    """A plain simulator in ``sim``'s state now, priced by its engine's cost model: what a planner forks where
+    ``sim`` cannot fork (an in-situ replay's ``RepricedSimulator``). O(live requests + KV blocks)."""
     engine = sim.engine
     memo = {id(r): r.copy() for r in engine.live_requests()}
     copy = engine.fork(memo)
@@ -322,20 +288,13 @@ def planning_view(sim: Simulator) -> Simulator:
 
 
 class MPCPolicy:
-    """``mpc`` as a ``Policy``: every ``k``-th ``act`` it has ``planner`` decide on ``state()`` (the simulator
-    state to plan from: the env's own simulator, or a copy built from an engine it does not drive), and plays the
-    chosen setting, projected on each ``act``'s mask, until the next decision. The observation is not read (but it
-    must be asked at every iteration: it does not declare ``reads_observation = False``, whose answers are kept
-    per mask).
-
-    ``live``: ``state()`` is the engine the policy drives, so a per-request move the planner chooses is made on
-    it (the planner's ``candidates=requests``); otherwise the planner must not have moves (``ValueError``).
-    ``background``: the planning runs on a worker thread: the ``k``-th ``act`` takes ``state()`` on the calling
-    thread (it reads the engine) and hands it to the thread; every ``act`` plays the setting in force until the
-    plan's answer lands, and adopts it at the first ``act`` after that (a decision is late by the planning time;
-    a plan still running at the next ``k``-th ``act`` makes that one wait: ``num_skipped``). ``num_adopted`` and
-    ``lag_steps`` (summed over adopted plans: the ``act`` calls from a plan's state to its adoption) say how late.
-    A plan that raised raises from the ``act`` that would adopt it (a serving loop's fallback decides then)."""
+    """``mpc`` as a ``Policy``: every ``k``-th ``act`` the ``planner`` decides on ``state()`` (a simulator to plan
+    from), and the chosen setting plays, projected on each mask, until the next decision. It reads no observation
+    but is asked at every iteration. ``live``: ``state()`` is the engine the policy drives, so a per-request move
+    is made there (else the planner may have none). ``background``: the plan runs on a worker thread from the
+    state taken at the ``k``-th ``act``, and its answer applies from the first ``act`` after it lands
+    (``num_adopted``, ``lag_steps`` in ``act`` calls; a plan still running at the next ``k``-th ``act`` skips it:
+    ``num_skipped``); a plan that raised raises from the ``act`` that would adopt it."""
 
     bounded_act = False  # planning inline has no fixed cost; in the background act does O(live requests)
 
@@ -349,17 +308,14 @@ class MPCPolicy:
         self.state = state
         self.background = background
         self.bounded_act = background
-        self.num_adopted = 0
-        self.num_skipped = 0
-        self.lag_steps = 0
-        self._steps = 0
-        self._chosen = 0
+        self.num_adopted = self.num_skipped = self.lag_steps = 0
+        self._steps = self._chosen = 0
         self._emit = Emitter(planner.spec, planner.actions)
         self._pool: Any = None
         self._pending: Any = None  # the plan in flight: a Future of (candidate, the act count at its state)
 
     def start_episode(self) -> None:
-        """A new episode: plan again from its first ``act`` (a plan still in flight is dropped)."""
+        """A new episode: plan again from its first ``act`` (a plan in flight is dropped)."""
         self._steps = 0
         self._chosen = 0
         self._pending = None
@@ -390,15 +346,10 @@ class MPCPolicy:
     def _decide(self, sim: Simulator) -> int:
         """The planner's choice on ``sim``; a per-request move is made on it now, and the base plays."""
         planner = self.planner
-        chosen = planner.decide(sim)
-        if chosen >= len(planner.actions):
-            play(planner.moves[chosen - len(planner.actions)], sim.engine)
-            return 0
-        return chosen
+        return setting_of(planner.decide(sim), len(planner.actions), planner.moves, sim.engine)
 
     def summary(self) -> str:
-        """One line of what it did so far: decisions planned, switches, the mean planning time, and in the
-        background the plans adopted, their mean lag in decisions and the plans skipped."""
+        """One line: plans, switches, mean planning time (in the background: adopted, their lag, skipped)."""
         p = self.planner
         mean_ms = 1e3 * p.planning_s / p.num_decisions if p.num_decisions else 0.0
         line = f"{p.num_decisions} plans, {p.num_switches} off the base, {mean_ms:.1f} ms each"
@@ -416,10 +367,9 @@ class MPCPolicy:
 
 
 def mpc_for(config: MPCConfig, ctx: PolicyContext, seed: int = 0) -> MPCPolicy:
-    """``mpc`` in ``ctx``, planning on ``ctx.planning_state()`` (a serving loop's simulator, a copy of a vLLM
-    scheduler's state), on a worker thread where ``ctx.background_planning``: ``PolicySpec.make_for``'s. One-line
-    ``ValueError`` where ``ctx`` gives no state to plan on, for per-request moves (made only in llmsched-evaluate's
-    episodes), or a scenario without a tuned entry."""
+    """``mpc`` in ``ctx`` (``PolicySpec.make_for``'s), planning on ``ctx.planning_state()``, on a worker thread
+    where ``ctx.background_planning``. One-line ``ValueError`` where ``ctx`` gives no state, for per-request moves,
+    or a scenario without a tuned entry."""
     if ctx.planning_state is None:
         raise ValueError(
             f"policy {config.name!r} plans on a copy of the engine's state, which this driver does not give: it runs "
@@ -436,9 +386,8 @@ def mpc_for(config: MPCConfig, ctx: PolicyContext, seed: int = 0) -> MPCPolicy:
 
 
 def planner_for(config: MPCConfig, ctx: PolicyContext, seed: int, table: Any = None) -> MPCPlanner:
-    """The planner around ``config``'s base in ``ctx`` (``planner_around``): ``tuned``'s entry for ``ctx``'s
-    scenario from ``config.table``, else ``table``, else the shipped table, or a static rule's setting. One-line
-    ``ValueError`` for a scenario without a tuned entry."""
+    """``planner_around`` ``config``'s base in ``ctx`` (``tuned``'s entry from ``config.table``, else ``table``,
+    else the shipped table; or a static rule's). One-line ``ValueError`` for a scenario without a tuned entry."""
     try:
         base = base_decision(config.base, ctx, seed, config.table or table)
     except ValueError as exc:
@@ -451,7 +400,27 @@ def planner_for(config: MPCConfig, ctx: PolicyContext, seed: int, table: Any = N
 
 
 def planner_around(base: Decision, spec: ActionSpec, config: MPCConfig, seed: int) -> MPCPlanner:
-    """The planner over ``base`` and every single-knob move of it in ``spec`` (``knob_space.neighbours``), and with
-    ``candidates=requests`` the per-request moves of ``decision.moves``: ``MPCPolicy``'s, and the mpc teacher's."""
-    moves = list(REQUEST_MOVES) if config.candidates == "requests" else []
-    return MPCPlanner(spec, [base, *neighbours(base, spec)], config, seed, moves)
+    """The planner over ``base`` and its single-knob moves in ``spec`` (and the per-request moves with
+    ``candidates=requests``): ``MPCPolicy``'s and the mpc teacher's."""
+    settings, moves = around(base, spec, config.candidates)
+    return MPCPlanner(spec, settings, config, seed, moves)
+
+
+def mpc_on_env(env: Any, config: MPCConfig, seed: int = 0, table: Any = None) -> MPCPolicy:
+    """``mpc`` on ``env`` (``LLMSched-v1`` of one iteration per step, reset), planning on its own simulator, where
+    a per-request move it chooses is made; ``table``: a ``tuned`` base's table (``config.table`` first). One-line
+    ``ValueError`` for an env it cannot plan on, or a scenario without a tuned entry."""
+    u: Any = env.unwrapped
+    if not hasattr(u, "sim") or not hasattr(u, "action_spec") or not hasattr(u, "policy_context"):
+        raise ValueError(f"mpc plans on LLMSched-v1's simulator; {type(u).__name__} has no single-node simulator")
+    if getattr(u, "iterations_per_step", 1) != 1:
+        raise ValueError("mpc needs an env of one engine iteration per step (iterations_per_step=1)")
+    if u.sim is None:
+        raise ValueError("mpc: reset the env before building the planner")
+    planner = planner_for(config, u.policy_context(), seed, table)
+    return MPCPolicy(planner, lambda: u.sim, live=True)
+
+
+def mpc_factory(config: MPCConfig, seed: int, table: Any = None) -> Callable[[Any], MPCPolicy]:
+    """``mpc_on_env`` as ``run_episode``'s policy factory: built on the env once it is reset."""
+    return lambda env: mpc_on_env(env, config, seed, table)
