@@ -279,7 +279,7 @@ class Emitter:
 
 def planning_view(sim: Simulator) -> Simulator:
     """A plain simulator in ``sim``'s state now, priced by its engine's cost model: what a planner forks where
-    ``sim`` cannot fork (an in-situ replay's ``RepricedSimulator``). O(live requests + KV blocks)."""
+    ``sim`` cannot fork, or runs on another ``clock`` (an in-situ replay's). O(live requests + KV blocks)."""
     engine = sim.engine
     memo = {id(r): r.copy() for r in engine.live_requests()}
     copy = engine.fork(memo)
