@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 
 from llmsched_env.cluster.scenarios import ClusterScenario
-from llmsched_env.common.files import RECORD_BYTES, csv_records
 from llmsched_env.decision.planners.lookahead import is_bound
 from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.envs.options import MAX_EPISODE_REQUESTS
@@ -36,7 +35,7 @@ from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row, traffic
 from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
 from llmsched_env.evaluation.fallbacks import FALLBACK_SHARE, fallback_summary
 from llmsched_env.evaluation.grid import ForeignRunError, run_cell, runners_for, shown_value
-from llmsched_env.evaluation.identity import TRAJECTORY, combine_fingerprints, merge_identical
+from llmsched_env.evaluation.identity import TRAJECTORY, combine_fingerprints, merge_identical, per_seed_values
 from llmsched_env.evaluation.progress import Progress
 from llmsched_env.evaluation.stats import group_traffic, mean_ci95
 from llmsched_env.evaluation.sustained import ScenarioWindows, env_windows, scenario_windows
@@ -417,33 +416,13 @@ def _capacity_task(config: EvalConfig, cwd: str, si: int, pi: int, target: float
 
 
 def read_per_seed(files: Iterable[str | Path]) -> dict[str, dict[str, dict[int, float]]]:
-    """Scenario -> policy -> seed -> ``capacity_load`` from ``--capacity --per-seed`` results files (a later
-    row replaces an earlier one); ``ValueError`` naming the file when it is missing or lacks a column."""
-    out: dict[str, dict[str, dict[int, float]]] = {}
-    for file in map(Path, files):
-        if not file.is_file():
-            raise ValueError(f"{file}: no such file (a results.csv of llmsched-evaluate --capacity --per-seed)")
-        for line, r in csv_records(file, RECORD_BYTES):
-            if "seed" not in r or "capacity_load" not in r:
-                raise ValueError(
-                    f"{file}: no seed or capacity_load column; run llmsched-evaluate --capacity --per-seed"
-                )
-            try:
-                out.setdefault(r["scenario"], {}).setdefault(r["policy"], {})[int(r["seed"])] = float(
-                    r["capacity_load"]
-                )
-            except (TypeError, ValueError):
-                raise ValueError(f"{file}:{line}: seed or capacity_load is not a number: {r}") from None
-    return out
+    """Scenario -> policy -> seed -> ``capacity_load`` from ``--capacity --per-seed`` results files
+    (``identity.per_seed_values``)."""
+    return per_seed_values(files, "capacity_load", float)
 
 
 def read_window_limited(files: Iterable[str | Path]) -> dict[str, dict[str, set[int]]]:
     """Scenario -> policy -> the seeds whose capacity in the same files is only a lower bound
     (``window_limited``; a file without the column: none)."""
-    out: dict[str, dict[str, set[int]]] = {}
-    for file in map(Path, files):
-        for _, r in csv_records(file, RECORD_BYTES):
-            seeds = out.setdefault(r["scenario"], {}).setdefault(r["policy"], set())
-            limited = str(r.get("window_limited", "")).strip().lower() in ("true", "1")
-            (seeds.add if limited else seeds.discard)(int(r["seed"]))
-    return out
+    flags = per_seed_values(files, "window_limited", lambda v: v.strip().lower() in ("true", "1"), required=False)
+    return {s: {p: {k for k, v in seeds.items() if v} for p, seeds in ps.items()} for s, ps in flags.items()}

@@ -13,19 +13,20 @@ compared on every metric (capacity rows never merge).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from llmsched_env.common.files import RECORD_BYTES, csv_records
 from llmsched_env.decision.planners.lookahead import is_bound
 
-__all__ = ["SAME_AS", "TRAJECTORY", "combine_fingerprints", "identical_groups", "merge_identical", "policy_label",
-           "read_trajectories", "trajectory_fingerprint"]  # fmt: skip
+__all__ = ["SAME_AS", "TRAJECTORY", "combine_fingerprints", "identical_groups", "merge_identical", "per_seed_values",
+           "policy_label", "read_trajectories", "trajectory_fingerprint"]  # fmt: skip
 
 TRAJECTORY = "trajectory"  # the column of a run's (or a capacity search's) fingerprint
 SAME_AS = "same_as"  # the summary column naming the policies merged into a row, comma-separated
 _NOT_METRICS = ("policy", "wall_s", TRAJECTORY, SAME_AS)
+T = TypeVar("T")
 
 
 def _digest(h: Any) -> str:
@@ -122,21 +123,33 @@ def policy_label(row: Mapping[str, Any]) -> str:
     return f"{row['policy']} (= {', '.join(same)})" if same else str(row["policy"])
 
 
-def read_trajectories(files: Iterable[str | Path]) -> dict[str, dict[str, dict[int, str]]]:
-    """Scenario -> policy -> seed -> ``trajectory`` from per-seed results files (a later row replaces an
-    earlier one; rows without one left out)."""
-    out: dict[str, dict[str, dict[int, str]]] = {}
+def per_seed_values(
+    files: Iterable[str | Path], column: str, convert: Callable[[str], T], required: bool = True
+) -> dict[str, dict[str, dict[int, T]]]:
+    """Scenario -> policy -> seed -> ``convert(column)`` from per-seed results files (``llmsched-evaluate
+    --capacity --per-seed``; a later row replaces an earlier one; without ``required``, a missing ``column``
+    reads as ""). ``ValueError`` naming the file when it is missing or lacks a column, or the line of a value
+    that ``convert`` refuses."""
+    out: dict[str, dict[str, dict[int, T]]] = {}
     for file in map(Path, files):
         if not file.is_file():
-            continue
-        for _, r in csv_records(file, RECORD_BYTES):
+            raise ValueError(f"{file}: no such file (a results.csv of llmsched-evaluate --capacity --per-seed)")
+        for line, r in csv_records(file, RECORD_BYTES):
+            missing = [c for c in ("seed", "scenario", "policy", *([column] if required else [])) if c not in r]
+            if missing:
+                need = f"no {' or '.join(missing)} column; run llmsched-evaluate --capacity --per-seed"
+                raise ValueError(f"{file}: {need}")
             try:
-                seed = int(r.get("seed") or "")
-            except ValueError:
-                continue
-            runs = out.setdefault(r["scenario"], {}).setdefault(r["policy"], {})
-            if r.get(TRAJECTORY):
-                runs[seed] = r[TRAJECTORY]
-            else:  # a later file without a fingerprint for this run: no longer known
-                runs.pop(seed, None)
+                out.setdefault(r["scenario"], {}).setdefault(r["policy"], {})[int(r["seed"])] = convert(
+                    r.get(column) or ""
+                )
+            except (TypeError, ValueError):
+                raise ValueError(f"{file}:{line}: seed or {column} is not a number: {r}") from None
     return out
+
+
+def read_trajectories(files: Iterable[str | Path]) -> dict[str, dict[str, dict[int, str]]]:
+    """Scenario -> policy -> seed -> ``trajectory`` from per-seed results files (``per_seed_values``; runs
+    whose latest row has none left out)."""
+    runs = per_seed_values(files, TRAJECTORY, str, required=False)
+    return {s: {p: {k: v for k, v in seeds.items() if v} for p, seeds in ps.items()} for s, ps in runs.items()}
