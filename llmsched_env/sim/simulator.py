@@ -173,8 +173,9 @@ class Simulator:
     def with_future(
         self, arrivals: Sequence[Request], output_lens: Sequence[int], rng: np.random.Generator | None = None
     ) -> Simulator:
-        """A fork whose future is a forecast (``decision.planners.mpc``): ``arrivals`` (sorted, none before the clock) replace
-        the requests still to arrive, and the live requests (``Engine.live_requests`` order) get ``output_lens``.
+        """A fork whose future is a forecast (``decision.planners.mpc``): ``arrivals`` (sorted, none before the
+        clock) replace the requests still to arrive, and the live requests (``Engine.live_requests`` order) get
+        ``output_lens``.
         ``ValueError`` for a length not past what was produced, an early arrival or a wrong-sized list."""
         check_arrival_order(arrivals)
         if arrivals and arrivals[0].arrival_s < self.engine.now_s:
@@ -193,7 +194,8 @@ class Simulator:
     @staticmethod
     def around(engine: Engine, arrived: Sequence[Request], num_steps: int, start_s: float) -> Simulator:
         """A simulator going on from ``engine``'s state (it owns the engine now), with nothing still to arrive: a
-        planner's view of an engine it does not drive (``adapters.vllm.planning``, ``decision.planners.mpc.planning_view``).
+        planner's view of an engine it does not drive (``adapters.vllm.planning``,
+        ``decision.planners.mpc.planning_view``).
         ``arrived``: the requests seen so far, in arrival order, the live ones as the engine holds them;
         ``num_steps`` since ``start_s``: their mean estimates the step time."""
         new = Simulator.__new__(Simulator)
