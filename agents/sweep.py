@@ -1,11 +1,8 @@
-"""Many trainings: one per scenario x seed x hyperparameter value, serially or as Ray tasks.
+"""Many trainings (scenario x seed x hyperparameter value), each a child ``python -m agents.cli`` in
+``OUT/<scenario>-seed<K>[-key=value...]``, serially or as Ray tasks; ``OUT/sweep.json`` lists them.
 
-    configs = sweep_configs(TrainConfig(quick=True), Path("runs/sweep"), scenarios=["mixed-slo", "bursty"],
-                            seeds=[0, 1], hp_grid={"ent_coef": ["0.003", "0.01"]})
+    configs = sweep_configs(TrainConfig(quick=True), Path("runs/sweep"), scenarios=["mixed-slo"], seeds=[0, 1])
     results = run_sweep(configs, Path("runs/sweep"), ray="local")   # ray=None: one after the other
-
-Each training runs as a child process (``python -m agents.cli``) in ``OUT/<scenario>-seed<K>[-key=value...]``
-with its ``train.log``; ``OUT/sweep.json`` lists the runs with their exit codes and summaries.
 """
 
 from __future__ import annotations

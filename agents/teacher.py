@@ -1,14 +1,8 @@
-"""Teachers for behaviour cloning and DAgger: the baselines; ``searched``, the best of several settings tried on
-the episode itself; ``lookahead`` and ``mpc``, a planner's choice from the very state it is asked about.
+"""Teachers for behaviour cloning and DAgger: the baselines; ``searched``, the best of several settings replayed
+on the episode itself (``LLMSchedMix-v0`` only); ``lookahead`` and ``mpc``, a planner's choice in the state asked.
 
     teacher("tuned,searched", seed)  # tuned's settings on library episodes, the searched best on the others
-    teacher("lookahead", seed)       # the lookahead's label in each state reached (DAgger with the bound as expert)
-    teacher("mpc", seed)             # the mpc planner's choice in each state reached (an expert that sees no future)
-
-``searched`` (``LLMSchedMix-v0`` only) replays each episode's workload under every candidate (a baseline name or
-``tuned:SCENARIO``) and plays the best. ``lookahead`` every 64 iterations plays each candidate setting forward
-from a snapshot of the env and labels the state with the best (clairvoyant). ``mpc`` plans on forecast futures
-built from the state alone; its base is ``tuned``'s setting for a library episode, else ``mixed-slo``'s.
+    teacher("mpc", seed)             # the mpc planner's choice in each state reached
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""What one training is: a frozen, validated ``TrainConfig``, and the hyperparameters it resolves to.
-
-    config = TrainConfig(scenario="mixed-slo", quick=True, out=Path("runs/quick"))
-    hp = resolve_hyperparams(config)   # the YAML entry, then --quick, then --hp, then the explicit fields
-
-``TrainConfig.to_argv()`` is the ``llmsched-train`` command line of the same training (a sweep's children
-run it; the run folder's ``command.txt`` records it).
+"""What one training is: a frozen, validated ``TrainConfig``, the hyperparameters it resolves to (the YAML
+entry, then --quick, then --hp, then the explicit fields) and ``to_argv()``, its ``llmsched-train`` command line.
 """
 
 from __future__ import annotations

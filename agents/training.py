@@ -1,11 +1,6 @@
 """Train one agent from Python: the run folder, the envs, behaviour cloning, the evaluation, learning.
 
-    from agents.training import TrainConfig, train
     run = train(TrainConfig(scenario="mixed-slo", quick=True, out=Path("runs/quick")))
-
-The run folder keeps config.yml, args.json, command.txt, tb/, signed checkpoints/, model.zip, best_model.zip
-(best.json), bc.json, summary.json and the exported policy (policy.safetensors + policy.json; not for a
-RecurrentPPO). Status lines and bars go to stderr (off with ``progress=False``), results to stdout.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""The compiled engine: which modules mypyc compiles (``MODULES``, one group), and the guard that never lets a stale
-build run.
-
-Installing the package compiles ``MODULES`` into C extensions beside their sources and records each source's
-SHA-256 in ``_compiled.json`` (no C compiler, or ``LLMSCHED_PURE=1``: the sources alone); ``llmsched-compile``
-rebuilds or removes them in a checkout. The extensions behave exactly as the sources (``tests/test_compiled.py``).
-``guard()``, run when ``llmsched_env`` is imported, compares the record (and the Python that built it) with the
-sources now: when any differs, or extensions lie there without a record, every module of ``MODULES`` loads from
-its source, with one line on stderr saying how to rebuild (silently with ``LLMSCHED_PURE=1``). Standard library
-only (and mypy to build)."""
+"""The compiled engine: the modules mypyc compiles (``MODULES``) and ``guard()``, run when ``llmsched_env`` is
+imported: when ``_compiled.json``'s source hashes (or Python) differ from the sources now, or extensions lie
+there without a record, every module loads from its source, with one line on stderr saying how to rebuild
+(``llmsched-compile``; silent with ``LLMSCHED_PURE=1``). Standard library only.
+"""
 
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
-"""Reading a file a user names, bounded: only a regular file, and never more bytes than a limit.
+"""Bounded reading of a file a user names: only a regular file (checked before and after the non-blocking open),
+at most its kind's ``ByteLimit`` (raised by an environment variable the error names); ``BoundedReader`` bounds
+a stream's bytes and lines. Refusals are one-line ``FileRefusedError`` (a ``ValueError``).
 
-Every file read on a user's word (traces, policies, checkpoints, cost models, tables, configs) goes through here.
-A FIFO, a device, a socket or a folder is refused in one line naming the file, checked before the open (opening a
-FIFO blocks) and again on the descriptor (opened non-blocking); the size must be at most the limit of its kind
-(``ByteLimit``, raised by its environment variable, which the error names), also while reading; a stream (a
-``.gz`` trace) is wrapped by ``BoundedReader``, which refuses more bytes than the limit or a line longer than a
-line limit. ``FileRefusedError`` (a ``ValueError``) carries the one line. Standard library only.
-
-    text = read_text(path, CONFIG_BYTES)                 # FileRefusedError for a FIFO, /dev/zero, a 2 GB file
-    with open_regular(path, TRACE_BYTES) as f: ...       # a binary file object that refuses to read past the limit"""
+    text = read_text(path, CONFIG_BYTES)
+    with open_regular(path, TRACE_BYTES) as f: ...
+"""
 
 from __future__ import annotations
 

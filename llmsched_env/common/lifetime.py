@@ -1,11 +1,7 @@
-"""Worker processes that end with the process that started them, however that one ends.
-
-A worker calls ``die_with_parent`` first thing: on Linux the kernel sends it SIGKILL when its parent dies
-(``prctl(PR_SET_PDEATHSIG)``; set only when the parent started it from its main thread, since the signal follows
-the starting thread), and everywhere a daemon thread checks twice a second that its parent is still the one it
-started with, else ends it (``os._exit``). ``guarded_command`` runs a module (``python -m``) the same way as a
-subprocess; ``sigterm_raises`` makes SIGTERM unwind the main thread like Ctrl-C, so a parent's cleanup runs.
-Standard library only."""
+"""Worker processes that end with their parent: ``die_with_parent`` (Linux ``PR_SET_PDEATHSIG`` plus a watcher
+thread), ``guarded_command`` (``python -m`` a module that way), ``sigterm_raises`` (SIGTERM unwinds like
+Ctrl-C). Standard library only.
+"""
 
 from __future__ import annotations
 

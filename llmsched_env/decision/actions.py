@@ -229,7 +229,7 @@ class ActionSpec:
         return self._mask_of(engine)[0]
 
     def _mask_of(self, engine: EngineState) -> tuple[np.ndarray, list[bool]]:
-        """``mask(engine)``, and the same as a list (``allowed_now``)."""
+        """``mask(engine)``, and the same as a list."""
         waiting = any(engine.num_waiting)
         room = len(engine.running) < engine.config.max_num_seqs
         idle = not engine.running
@@ -253,22 +253,14 @@ class ActionSpec:
             m = cache[key] = (mask, mask.tolist())
         return m
 
-    def allows(self, action: np.ndarray | Sequence[int], mask: np.ndarray) -> bool:
-        """Whether every component of an in-range ``action`` is a valid option under ``mask``."""
-        return self.allows_list(action.tolist() if isinstance(action, np.ndarray) else action, mask.tolist())
-
     def allows_list(self, values: Sequence[int], mask: list[bool]) -> bool:
-        """``allows`` for an in-range action given as integers and a mask given as a list (``mask_list``)."""
+        """Whether every component of an in-range action is a valid option under ``mask`` (``mask_list``)."""
         start = 0
         for v, n in zip(values, self._nvec, strict=True):
             if not mask[start + v]:
                 return False
             start += n
         return True
-
-    def allowed_now(self, values: Sequence[int], engine: EngineState) -> bool:
-        """``allows(values, mask(engine))`` for an in-range action given as integers, on the mask's cached list."""
-        return self.allows_list(values, self._mask_of(engine)[1])
 
     def mask_list(self, engine: EngineState) -> list[bool]:
         """``mask(engine)`` as a list: one cached object per distinct mask, so a caller that checks one action

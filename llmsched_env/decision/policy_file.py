@@ -1,13 +1,8 @@
-"""Load an exported policy (``policy.safetensors`` + ``policy.json``, by ``agents.export.export_policy``) and act
-in numpy, without torch.
+"""Load an exported policy (``policy.safetensors`` + ``policy.json``, from ``agents.export``) and act in numpy.
 
-The JSON says what the float32 weights mean and carries their sha256; ``fields_sha256`` records a sha256 of
-every field but ``INFORMATIONAL_FIELDS``, so an edit after export is refused, named (a file exported before
-the record is refused with ``seal_meta``'s command). Both files are read bounded (``common.files``). Everything
-is checked at load time: a bad file fails with ``PolicyFileError`` naming the file and the fault.
-
-The actor runs in numpy for ``NUMPY_ACTIVATIONS``; another activation needs a ``forward`` built in torch by
-``runtime.policy_file``, reached here through the ``FORWARDS`` registry (entry point ``llmsched.forwards``).
+The JSON carries the weights' sha256 and ``fields_sha256`` over every field but ``INFORMATIONAL_FIELDS``, so
+an edit after export is refused; every fault is a ``PolicyFileError`` naming the file at load time. Activations
+outside ``NUMPY_ACTIVATIONS`` use a torch ``forward`` from the ``FORWARDS`` registry (``runtime.policy_file``).
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
-"""Policy specs: a scheduler or router by name, an exported policy file, or the tuned baseline with a table; one
-resolver for every place a user names a policy (``llmsched-evaluate --policies``, the vLLM adapter's ``policy``).
+"""Policy specs: one resolver for every place a user names a policy (``llmsched-evaluate --policies``, the vLLM
+adapter's ``policy``).
 
-    resolve_policy("slo_aware")                  # a baseline, looked up in the registry by name
+    resolve_policy("slo_aware")                  # a baseline (the registry)
     resolve_policy("mine=runs/ppo0")             # an exported policy (folder or policy.json), named "mine"
-    resolve_policy("runs/ppo0/policy.json")      # named after its folder: "ppo0"
-    resolve_policy("tuned=my_table.json")        # the ``tuned`` baseline with a tuned-settings table of your own
+    resolve_policy("tuned=my_table.json")        # ``tuned`` with a table of your own
     resolve_policy("learned")                    # the shipped generalist, policies/generalist
-    resolve_policy("lookahead:k=32,horizon=32")  # the clairvoyant bound (decision.lookahead), not deployable
-    resolve_policy("mpc:futures=8")              # the model-predictive planner on forecast futures (decision.mpc)
-
-Baselines come from ``llmsched_env.decision.registry`` (``SCHEDULERS``, ``ROUTERS``), which finds the
-``baselines`` package through its entry point, so this module never imports it. A policy file acts in numpy;
-torch is imported only for one whose activation numpy lacks.
+    resolve_policy("mpc:futures=8")              # a planner with options (also ``lookahead:k=32``)
 """
 
 from __future__ import annotations

@@ -269,16 +269,6 @@ class BlockPool:
             prv[block] = sentinel
             nxt[sentinel] = block
 
-    def free_blocks(self) -> list[int]:
-        """The free queue, head (next to be allocated) first. O(pool): for checks and tests."""
-        out: list[int] = []
-        nxt, sentinel = self._next, self.num_blocks
-        block = nxt[sentinel]
-        while block != sentinel and len(out) <= sentinel:
-            out.append(block)
-            block = nxt[block]
-        return out
-
     # -- checks ------------------------------------------------------------------------------------------
     def check_invariants(self, expected_refs: dict[int, int] | None = None) -> None:
         """AssertionError unless every block is either used or free and (given) the reference counts equal

@@ -1,11 +1,9 @@
-"""One inference request and its lifecycle: WAITING -> RUNNING (chunked prefill, then decode) -> FINISHED, or
-REJECTED from WAITING; TRANSFERRING after a prefill-only engine hands it off. A preempted request (recompute) goes
-back to WAITING and prefills its prompt plus the tokens it has produced again.
+"""One inference request: WAITING -> RUNNING (chunked prefill, then decode) -> FINISHED, or REJECTED from WAITING;
+TRANSFERRING after a prefill-only engine hands it off; a recompute preemption sends it back to WAITING.
 
-Decoding is lazy: a decoding request joins decode round ``decode_round0`` holding ``decode_out0`` tokens, and every
-round adds one token; ``Engine._sync`` updates the counters when needed. Token times are kept as decode-round
-segments (``token_segments``) plus prefill-ending tokens (``prefill_token_s``); ``sim.metrics.token_times``
-rebuilds the list.
+Decoding is lazy: a request joins decode round ``decode_round0`` holding ``decode_out0`` tokens and gains one a
+round (``Engine._sync``); token times are decode-round segments plus prefill-ending tokens
+(``sim.metrics.token_times`` rebuilds the list).
 """
 
 from __future__ import annotations

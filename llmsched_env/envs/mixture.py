@@ -1,10 +1,6 @@
-"""``LLMSchedMix-v0``: a different workload every episode, for training one generalist scheduler.
-
-Each training ``reset`` draws a library scenario at a load around its knee, or (``random_share``) a randomised
-synthetic one (``workloads.randomized``) at a load from its space, and a length prediction; the episode runs
-on an ``LLMSched-v1`` of schema 2, whose layout is the same for every workload. On ``val`` and ``test`` seed
-``s`` plays scenario ``s % len(scenarios)`` at ``val_load`` × its knee without prediction, on a trace its
-part's ``s // len(scenarios)``-th window.
+"""``LLMSchedMix-v0``: a different workload every episode (a library scenario near its knee, or a randomised one
+with ``random_share``), on an ``LLMSched-v1`` of schema 2. On ``val`` and ``test`` seed ``s`` plays scenario
+``s % len(scenarios)`` at ``val_load`` x its knee.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""Fidelity: the same workload replayed on the real model and in the simulator, latency by latency.
-
-``compare`` serves identical requests on a ``Runtime`` and in a ``Simulator`` under the same policy and loop and
-reports TTFT, TPOT and E2E (p50, p99) and throughput of both with the relative error ``|sim - real| / real``.
-Loads are fractions of the simulator's saturation throughput (``saturation_rps``).
-
-In-situ calibration (``in_situ=True``): a CPU's speed drifts after a preset is fitted, so each row also replays
-its workload in lockstep with fitting episodes (``drive_lockstep``: one decision each, the other's clock paused,
-the KV cache split), and a cost model fitted to those episodes alone prices the simulator's replay
-(the ``insitu_*`` columns).
+"""Fidelity: the same requests served on a ``Runtime`` and in a ``Simulator`` under one policy; ``compare``
+reports TTFT, TPOT, E2E (p50, p99) and throughput of both and their relative error. With ``in_situ=True`` each
+row also fits a cost model to lockstep episodes (``drive_lockstep``) and prices the replay with it
+(``insitu_*``).
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""A user's trace as a scenario, from the options that describe it (the same names the command lines use).
+"""A user's trace as a scenario, from the options the command lines name (``TRACE_OPTIONS``; the engine limits
+a trace may set: ``ENGINE_LIMIT_FIELDS``). A bad value raises a ``ValueError`` starting with the option's name.
 
-    scenario = build_trace_scenario({"trace": "mine.csv", "trace_format": "generic",
-                                     "trace_columns": "prompt_len=input,output_len=output"},
-                                    {"max_num_seqs": 64})
-
-``TRACE_OPTIONS`` names the options, ``ENGINE_LIMIT_FIELDS`` the engine limits a trace may set. A bad value
-raises ``ValueError`` that starts with the option's name (``trace_slo: unknown SLO class 'slow'; ...``); the
-trace reader's own errors name the file and line. The commands print those names as their flags.
+    scenario = build_trace_scenario({"trace": "mine.csv", "trace_format": "generic"}, {"max_num_seqs": 64})
 """
 
 from __future__ import annotations

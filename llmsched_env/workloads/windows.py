@@ -1,15 +1,9 @@
-"""Sustained windows: when an episode's arrivals last long enough for its load to be a sustained rate.
-
-A window at a high load may arrive in seconds: meeting SLOs there clears one burst, not a rate. A window measures
-a sustained rate only if its arrival span at that load is at least ``SUSTAINED_SPAN_FACTOR`` (20) times its
-requests' mean TTFT target: then at most about 5% of its requests can be rescued by the drain after the last
-arrival, less than the 10 points between full attainment and a capacity's 90%.
+"""Sustained windows: an episode measures a sustained rate only if its arrival span at that load is at least
+``SUSTAINED_SPAN_FACTOR`` (20) times its requests' mean TTFT target (then the drain after the last arrival
+rescues at most about 5% of its requests).
 
     span = window_span(source, "test", seed=0, num_requests=200, load=4.0)   # .sustained, .span_s, .required_s
     max_sustained_load(source, "test", seed=0, num_requests=200)
-
-Spans are measured on the very requests the episode of that seed replays; a trace window's span is inverse to the
-load (exact in one step), other generated workloads are bracketed and bisected.
 """
 
 from __future__ import annotations
