@@ -14,8 +14,6 @@ import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
-__all__ = ["AnchorCallback", "kl_to_reference"]
-
 
 def _distribution(policy: Any, obs: torch.Tensor, masks: torch.Tensor | None) -> list[torch.distributions.Categorical]:
     """The per-component categorical distributions of ``policy`` on ``obs`` (masked where ``masks`` is given)."""

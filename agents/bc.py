@@ -21,8 +21,6 @@ from agents.sb3 import SB3Policy
 from agents.teacher import teacher as make_teacher
 from llmsched_env.decision.actions import ACTION_COMPONENTS
 
-__all__ = ["Actor", "CloneLog", "behaviour_clone", "collect_demonstrations"]
-
 Actor = Callable[[np.ndarray, np.ndarray], Any]  # (observation, mask) -> action: who plays the episodes
 # (scalars, step) -> None: the cloning's figures as it goes, step = cloning epochs done (TensorBoard's tb/clone)
 CloneLog = Callable[[Mapping[str, float], int], None]

@@ -29,10 +29,6 @@ from llmsched_env.common.outputs import replaced_atomically, write_text_atomical
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.progress import Progress, status
 
-__all__ = ["BEST_NAME", "CLONE_RUN", "EPISODE_KEYS", "HISTORY_NAME", "SCENARIO_KEYS", "EpisodeMetricsCallback",
-           "PeriodicEvalCallback", "ProgressBarCallback", "UpdateLogCallback", "log_metrics",
-           "mean_metrics", "read_best", "read_history", "write_scalars"]  # fmt: skip
-
 BEST_NAME = "best.json"  # the best evaluation so far, next to best_model.zip: what --resume must beat
 HISTORY_NAME = "eval_history.json"  # every evaluation so far: what --resume carries on
 CLONE_RUN = "clone"  # tb/clone: the cloning's events, on an axis of their own (cloning epochs), beside tb/run_N

@@ -30,10 +30,6 @@ from llmsched_env.common.files import (
 )
 from llmsched_env.common.outputs import replaced_atomically, write_text_atomically
 
-__all__ = ["CheckpointError", "SignedCheckpointCallback", "check_spaces", "checkpoints", "ensure_key", "key_path",
-           "latest_checkpoint", "model_spaces", "newest_signed_checkpoint", "sign_checkpoint", "step_of",
-           "verify_checkpoint"]  # fmt: skip
-
 SIGNATURE_SUFFIX = ".sig"
 _KEY_BYTES = 32
 

@@ -37,8 +37,6 @@ from llmsched_env.common.fields import split_items
 from llmsched_env.common.outputs import OutputBusyError, check_output, output_path
 from llmsched_env.workloads.library import list_scenarios
 
-__all__ = ["build_parser", "main", "parse_args"]
-
 
 def quick_help(algo: str = "maskable_ppo") -> str:
     """What ``--quick`` sets: the common preset, then the scenarios whose ``<algo>.yml`` entry changes it."""

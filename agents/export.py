@@ -38,8 +38,6 @@ from llmsched_env.runtime.policy_file import (
     load_policy_file,
 )
 
-__all__ = ["export_policy"]
-
 _ALGO_NAMES: tuple[tuple[type[BaseAlgorithm], str], ...] = ((MaskablePPO, "maskable_ppo"), (PPO, "ppo"), (A2C, "a2c"))
 _ACTIVATION_NAMES = {cls: name for name, cls in ACTIVATIONS.items()}
 

@@ -23,8 +23,6 @@ from llmsched_env.common.lifetime import guarded_command
 from llmsched_env.common.outputs import check_output, locked_output, mark_complete, write_text_atomically
 from llmsched_env.evaluation.progress import Progress, status
 
-__all__ = ["MAX_SWEEP_TRAININGS", "run_sweep", "sweep_configs", "train_task"]
-
 # the most trainings one sweep builds (scenarios x seeds x grid values): 1,000 trainings are days of work already
 MAX_SWEEP_TRAININGS = 1_000
 

@@ -24,9 +24,6 @@ from llmsched_env.decision.tuned_table import load_tuned_table
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.lookahead import LookaheadPolicy
 
-__all__ = ["DEFAULT_CANDIDATES", "LOOKAHEAD", "MPC", "SEARCHED", "LookaheadTeacher", "MPCTeacher", "candidate_factory",
-           "check_teacher", "searched", "shipped_settings", "teacher"]  # fmt: skip
-
 SEARCHED = "searched"
 LOOKAHEAD = "lookahead"
 MPC = "mpc"

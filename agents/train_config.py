@@ -26,21 +26,6 @@ from llmsched_env.workloads.library import list_scenarios
 if TYPE_CHECKING:
     from llmsched_env.runtime.policy_file import ExportedPolicy
 
-__all__ = [
-    "ACTOR_CRITIC_ALGOS",
-    "DEFAULT_EVAL_BASELINES",
-    "DEFAULT_EVAL_ROUTERS",
-    "ENV_KINDS",
-    "GENERALIST",
-    "QUICK",
-    "RUN_KEYS",
-    "EnvKind",
-    "TrainConfig",
-    "check_hyperparams",
-    "env_kind",
-    "resolve_hyperparams",
-]
-
 ACTOR_CRITIC_ALGOS = frozenset({"maskable_ppo", "ppo", "a2c"})  # behaviour cloning and export fit these
 QUICK: dict[str, Any] = {  # the --quick preset: the whole pipeline in a few minutes on a 2-core laptop
     "n_timesteps": 100_000, "n_envs": 2, "n_steps": 1024, "batch_size": 256, "bc_steps": 10_000,

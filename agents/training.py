@@ -67,9 +67,6 @@ from llmsched_env.evaluation.sustained import env_windows
 from llmsched_env.workloads.library import mixture_scenarios
 from llmsched_env.workloads.scenarios import Scenario, TraceSource
 
-__all__ = ["BC_EPOCHS", "TrainConfig", "dying_with_parent", "eval_setup", "export_run_policy", "latest_checkpoint",
-           "make_env_fn", "preflight", "prepare_run_folder", "resume_best", "resume_checkpoint", "train"]  # fmt: skip
-
 BC_EPOCHS = 10  # passes of behaviour cloning over the demonstrations
 
 

@@ -12,9 +12,6 @@ from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.engine.batch import Decision
 
-__all__ = ["BaselinePolicy", "FixedPolicy", "StaticPolicy", "check_context", "check_observation", "check_seed",
-           "nearest_option", "valid_mask"]
-
 _MAX_CACHED_MASKS = 64  # the env produces 4 mask patterns; the bound only guards against odd callers
 
 

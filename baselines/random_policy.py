@@ -7,8 +7,6 @@ import numpy as np
 from baselines.base import BaselinePolicy, valid_mask
 from llmsched_env.decision.policy import PolicyContext
 
-__all__ = ["RandomPolicy"]
-
 _MAX_CACHED_MASKS = 64
 
 

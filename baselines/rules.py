@@ -14,11 +14,6 @@ from llmsched_env.decision.actions import UNLIMITED
 from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.engine.batch import Decision, QueueOrder
 
-__all__ = [
-    "DEFAULT_TOKEN_BUDGET", "FCFSPolicy", "KVGuardPolicy", "LPMPolicy", "PrefillFirstPolicy", "PriorityAgingPolicy",
-    "SJFPolicy", "SPRWPolicy", "VTCPolicy", "fcfs_decision",
-]
-
 DEFAULT_TOKEN_BUDGET = 2048  # vLLM v1's default max_num_batched_tokens for online serving
 
 

@@ -15,18 +15,6 @@ from llmsched_env.common.checks import check_positive
 from llmsched_env.costs.base import CostModel
 from llmsched_env.engine.config import ENGINE_BOUNDS, EngineConfig
 
-__all__ = [
-    "DECODE_RULES",
-    "LLAMA3_8B_KV_BYTES_PER_TOKEN",
-    "MAX_CLUSTER_KV_BLOCKS",
-    "MAX_REPLICAS",
-    "DisaggConfig",
-    "KVLink",
-    "ReplicaSpec",
-    "check_cluster_kv_blocks",
-    "check_num_replicas",
-]
-
 # K and V, 32 layers, 8 KV heads of 128 dims, 2 bytes (bf16): Llama-3-8B's KV per token.
 LLAMA3_8B_KV_BYTES_PER_TOKEN = 2 * 32 * 8 * 128 * 2
 DECODE_RULES = ("kv_per_request", "least_outstanding", "round_robin")

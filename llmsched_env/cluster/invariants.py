@@ -7,8 +7,6 @@ from llmsched_env.cluster.simulator import Cluster
 from llmsched_env.engine.invariants import Places, check_engine
 from llmsched_env.engine.request import Status
 
-__all__ = ["check_cluster"]
-
 
 def check_cluster(cluster: Cluster) -> None:
     """Raise AssertionError naming the first inconsistency: a replica's engine invariants; a routed request

@@ -15,8 +15,6 @@ from llmsched_env.engine.request import Request, Status
 from llmsched_env.sim.kv_usage import KVUsage
 from llmsched_env.sim.metrics import compute_metrics
 
-__all__ = ["cluster_metrics", "imbalance"]
-
 _PER_REPLICA = (
     "num_requests",
     "num_finished",

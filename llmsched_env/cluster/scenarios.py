@@ -17,8 +17,6 @@ from llmsched_env.workloads.fitted import FITTED_SUFFIX
 from llmsched_env.workloads.library import get_scenario
 from llmsched_env.workloads.scenarios import Scenario
 
-__all__ = ["CLUSTER_SCENARIOS", "ClusterScenario", "get_cluster_scenario", "list_cluster_scenarios"]
-
 
 @dataclass(frozen=True)
 class ClusterScenario:

@@ -23,8 +23,6 @@ from llmsched_env.engine.request import Request
 from llmsched_env.sim.kv_usage import KVUsage
 from llmsched_env.sim.simulator import check_arrival_order, idle_tick_s
 
-__all__ = ["Cluster", "LocalDecide", "Replica"]
-
 _new_object = object.__new__
 
 LocalDecide = Callable[[int, Engine], Decision]

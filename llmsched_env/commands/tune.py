@@ -46,8 +46,6 @@ from llmsched_env.evaluation.trace_tuned import USER_TABLE_ENV, TraceKey, trace_
 from llmsched_env.evaluation.tuning import MAX_CANDIDATES, MAX_ROUNDS, RUNG_SEEDS, TuneConfig, tune_scenario
 from llmsched_env.workloads.library import get_scenario, list_scenarios
 
-__all__ = ["build_parser", "main"]
-
 PROG = ("llmsched-tune", "tune.py")
 DEFAULT_OUT = Path("results/tuned.json")  # --scenarios' table by default: a copy of the user's, never the shipped one
 # the most simulated requests one scenario's search may plan: 10**9 is half a day or more at ~19,000 requests/s

@@ -9,27 +9,6 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = [
-    "MAX_LOAD",
-    "MAX_RATE_RPS",
-    "MAX_REWARD_WEIGHT",
-    "MAX_SLO_S",
-    "MIN_LOAD",
-    "MIN_RATE_RPS",
-    "Bound",
-    "check_bool",
-    "check_int",
-    "check_label",
-    "check_number",
-    "check_positive",
-    "check_unique",
-    "duplicates",
-    "in_range",
-    "is_finite_number",
-    "label_fault",
-    "range_text",
-]
-
 TABLE_SEPARATOR = "|"  # a Markdown table's column separator
 
 # Physical ranges (docs/reliability.md, "Physical ranges"): far outside anything real, so a mistyped or hostile

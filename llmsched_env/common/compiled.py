@@ -18,26 +18,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = [
-    "GROUP",
-    "MANIFEST",
-    "MODULES",
-    "PACKAGE_DIR",
-    "PURE_ENV",
-    "SHARED_LIBRARY",
-    "clean",
-    "compiled_in_use",
-    "extension_files",
-    "guard",
-    "mypyc_extensions",
-    "pure_requested",
-    "source_digest",
-    "source_digests",
-    "stale_sources",
-    "type_check_arguments",
-    "write_manifest",
-]
-
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 # Compiled together, in one shared library (mypyc's group): each calls the others' methods natively.
 MODULES = (

@@ -15,20 +15,6 @@ from dataclasses import MISSING, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = [
-    "as_dataclass",
-    "check_fields",
-    "coerce",
-    "derived",
-    "field_kinds",
-    "field_problems",
-    "from_fields",
-    "option",
-    "parse_config",
-    "split_items",
-    "to_fields",
-]
-
 T = TypeVar("T")
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 

@@ -19,30 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = [
-    "CHECKPOINT_BYTES",
-    "CONFIG_BYTES",
-    "KEY_BYTES",
-    "LIMITS",
-    "POLICY_BYTES",
-    "RECORD_BYTES",
-    "SIGNATURE_BYTES",
-    "TRACE_BYTES",
-    "TRACE_LINE_BYTES",
-    "BoundedReader",
-    "ByteLimit",
-    "CountLimit",
-    "FileRefusedError",
-    "check_regular_file",
-    "csv_records",
-    "file_kind",
-    "open_regular",
-    "parse_json",
-    "read_bytes",
-    "read_config",
-    "read_text",
-]
-
 _KIB, _MIB, _GIB = 1 << 10, 1 << 20, 1 << 30
 _CHUNK = 1 << 20  # bytes read at a time by BoundedReader.readall
 

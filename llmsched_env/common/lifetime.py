@@ -16,8 +16,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 
-__all__ = ["ORPHAN_EXIT", "die_with_parent", "guarded_command", "set_parent_death_signal", "sigterm_raises"]
-
 ORPHAN_EXIT = 125  # the exit status of a worker that found its parent gone
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _POLL_S = 0.5

@@ -21,32 +21,6 @@ from typing import Any
 
 from llmsched_env.common.files import file_kind
 
-__all__ = [
-    "COMPLETE_NAME",
-    "LOCK_NAME",
-    "PACKAGES",
-    "REPO_FOLDERS",
-    "OutputBusyError",
-    "check_folder",
-    "check_output",
-    "check_replaceable",
-    "check_update_lock",
-    "file_output_path",
-    "is_complete",
-    "locked_output",
-    "mark_complete",
-    "output_path",
-    "package_dir",
-    "remove_outputs",
-    "replaced_atomically",
-    "shipped_folders",
-    "update_lock",
-    "updating",
-    "write_csv",
-    "write_text_atomically",
-    "written_path",
-]
-
 PACKAGES = ("llmsched_env", "agents", "baselines")
 REPO_FOLDERS = ("policies", "docs/results")
 

@@ -11,8 +11,6 @@ from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
 from typing import Generic, TypeVar, overload
 
-__all__ = ["Registry"]
-
 T = TypeVar("T")
 
 

@@ -11,17 +11,6 @@ from __future__ import annotations
 from llmsched_env.common.checks import label_fault
 from llmsched_env.common.files import CountLimit
 
-__all__ = [
-    "KEY_SEPARATOR",
-    "MAX_TENANTS",
-    "OTHER_TENANTS",
-    "check_tenant_count",
-    "check_tenant_name",
-    "listed_tenants",
-    "tenant_name_problem",
-    "too_many_tenants",
-]
-
 # an fcfs episode of 1,000 requests took 21 s over 1,024 tenants, 2.2 s over 16
 MAX_TENANTS = CountLimit("the tenants of a workload", 1024, "LLMSCHED_MAX_TENANTS")
 OTHER_TENANTS = "other"  # the metrics' group of the tenants past the busiest ``sim.metrics.TOP_TENANTS``

@@ -11,11 +11,6 @@ from typing import Protocol, runtime_checkable
 
 from llmsched_env.common.checks import Bound, check_number
 
-__all__ = [
-    "COST_BOUNDS", "MAX_STEP_S", "CostModel", "check_cost_field", "check_label", "check_step_times", "prefill_time_s",
-    "prefill_time_unchecked_s", "unloaded_decode_time_s",
-]
-
 # Physical ranges of a cost model's constants (docs/reliability.md, "Physical ranges"): far outside anything real
 # (300-1,000x an H100's compute and bandwidth, 500x the largest models, sizes up to 2**20, an iteration at most an
 # hour), with bottoms (``Bound``) for the figures that divide a step's time, so a mistyped figure is refused.

@@ -19,8 +19,6 @@ from llmsched_env.decision.state import EngineState
 from llmsched_env.engine.batch import Decision, QueueOrder
 from llmsched_env.engine.config import EngineConfig
 
-__all__ = ["ACTION_COMPONENTS", "FIXED_CHUNK_CAPS", "FIXED_TOKEN_BUDGETS", "SCHEMA1_ORDERS", "UNLIMITED", "ActionSpec"]
-
 UNLIMITED = 1 << 30  # admission cap meaning "as many as fit"
 ACTION_COMPONENTS = ("queue_order", "token_budget", "chunk_cap", "batch_mix", "admission_cap", "kv_reserve", "shed")
 SCHEMA1_ORDERS = 6  # queue orders of the schema-1 layout: FCFS .. LPM (SPRW came with schema 2)

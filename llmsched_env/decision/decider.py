@@ -16,8 +16,6 @@ import numpy as np
 
 from llmsched_env.decision.policy import bounded_act
 
-__all__ = ["DECIDER_MODES", "TimedDecider", "first_line"]
-
 DECIDER_MODES = ("auto", "signal", "thread", "inline")
 
 

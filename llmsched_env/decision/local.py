@@ -14,8 +14,6 @@ from llmsched_env.decision.policy import Policy
 from llmsched_env.engine.batch import Decision
 from llmsched_env.engine.engine import Engine
 
-__all__ = ["LocalScheduler"]
-
 
 class LocalScheduler:
     """``local_decide`` for ``Cluster``: ``policies[i]`` decides every iteration of replica i through a

@@ -30,8 +30,6 @@ from llmsched_env.decision.policy import Policy, reads_observation
 from llmsched_env.decision.state import EngineState
 from llmsched_env.engine.batch import Decision
 
-__all__ = ["ENGINE_DEFAULT", "FALLBACK_CAUSES", "DecisionLoop", "DecisionStats"]
-
 FALLBACK_CAUSES = ("error", "invalid", "timeout")  # the policy raised; its action was malformed; it was late
 
 

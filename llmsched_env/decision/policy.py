@@ -16,8 +16,6 @@ from llmsched_env.engine.config import EngineConfig, TenantConfig
 if TYPE_CHECKING:
     from llmsched_env.sim.simulator import Simulator
 
-__all__ = ["Policy", "PolicyContext", "bounded_act", "reads_observation", "start_episode"]
-
 
 @dataclass(frozen=True)
 class PolicyContext:

@@ -24,30 +24,6 @@ from llmsched_env.common.registry import Registry
 from llmsched_env.decision.actions import ACTION_COMPONENTS
 from llmsched_env.decision.schema import SCHEMAS, schema_summary
 
-__all__ = [
-    "ACTIVATION_NAMES",
-    "FIELDS_KEY",
-    "FORMAT",
-    "FORMAT_VERSION",
-    "FORWARDS",
-    "INFORMATIONAL_FIELDS",
-    "JSON_NAME",
-    "NUMPY_ACTIVATIONS",
-    "OPTION_KEYS",
-    "TENSORS_NAME",
-    "ExportedPolicy",
-    "Forward",
-    "ForwardBuilder",
-    "PolicyFileError",
-    "UnsealedPolicyError",
-    "action_options",
-    "check_fields",
-    "field_digests",
-    "load_policy_file",
-    "seal_meta",
-    "torch_forward",
-]
-
 FORMAT = "llmsched-policy"
 FORMAT_VERSION = 1
 JSON_NAME = "policy.json"

@@ -23,8 +23,6 @@ from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy
 from llmsched_env.decision.schema import SCHEMA_VERSION
 from llmsched_env.decision.tuned_table import TunedTable, is_tuned_table, load_tuned_table
 
-__all__ = ["GENERALIST_PATH", "LEARNED", "PolicySpec", "baseline_names", "resolve_policy", "shipped_policies"]
-
 LEARNED = "learned"  # the name of the shipped generalist policy
 TUNED_PREFIX = "tuned:"  # a teacher candidate's spelling (agents/teacher.py), refused here with a pointer
 SHIPPED_POLICIES_PREFIX = "policies/"  # how the docs name a shipped policy: policies/generalist, policies/S

@@ -12,16 +12,6 @@ from llmsched_env.common.registry import Registry
 from llmsched_env.decision.policy import Policy, PolicyContext
 from llmsched_env.decision.router import RouterContext, RoutingPolicy
 
-__all__ = [
-    "ROUTERS",
-    "SCHEDULERS",
-    "RouterFactory",
-    "SchedulerFactory",
-    "make_policy",
-    "make_router",
-    "make_scheduler",
-]
-
 SchedulerFactory = Callable[[PolicyContext, "int | None"], Policy]
 RouterFactory = Callable[[RouterContext, "int | None"], RoutingPolicy]
 

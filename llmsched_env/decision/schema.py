@@ -5,8 +5,6 @@ features (urgency bands, length predictions, four tenant slots) and one fixed li
 
 from __future__ import annotations
 
-__all__ = ["ENV_IDS", "SCHEMAS", "SCHEMA_VERSION", "check_schema", "env_id", "schema_summary"]
-
 SCHEMA_VERSION = 2  # what new policies are trained on
 SCHEMAS = (1, 2)  # what this code reads
 # The single-node env's Gymnasium id per schema: a new id when the spaces change (schema 2 is LLMSched-v1;

@@ -14,8 +14,6 @@ from llmsched_env.decision.observation import ObservationEncoder
 from llmsched_env.decision.policy import Policy
 from llmsched_env.sim.simulator import Simulator
 
-__all__ = ["FALLBACK_SHARE", "ServeOptions", "decision_loop", "decision_metrics", "serve", "serving"]
-
 FALLBACK_SHARE = "fallback_share"  # the metric: decisions taken from the fallback / all decisions (0 with none)
 
 

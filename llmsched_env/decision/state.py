@@ -12,8 +12,6 @@ from typing import Protocol
 
 from llmsched_env.engine.config import EngineConfig
 
-__all__ = ["EngineState", "PoolState", "QueuedRequest"]
-
 
 class PoolState(Protocol):
     """The KV pool's block counts: referenced, allocatable (empty or evictable), evictable with cached content."""

@@ -16,8 +16,6 @@ from llmsched_env.engine.request import Request
 if TYPE_CHECKING:
     from llmsched_env.costs.base import CostModel
 
-__all__ = ["Batch", "Decision", "QueueOrder"]
-
 
 class QueueOrder(IntEnum):
     """Which waiting request goes first."""

@@ -17,8 +17,6 @@ from mypy_extensions import mypyc_attr
 if TYPE_CHECKING:
     from llmsched_env.engine.request import Request
 
-__all__ = ["BlockHash", "BlockPool", "chain_hashes", "check_prefix_layout"]
-
 # A block's content name: a chained hash (int) for prefix-id content any request may share, or
 # ``(request_id, block_index)`` for content only one request has (its own prompt tail and outputs).
 BlockHash: TypeAlias = int | tuple[int, int]

@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from llmsched_env.common.checks import MAX_SLO_S, check_int, check_positive
 from llmsched_env.common.tenants import check_tenant_name
 
-__all__ = ["ENGINE_BOUNDS", "SLO_CLASSES", "EngineConfig", "SLOClass", "TenantConfig"]
-
 VICTIM_RULES = ("latest", "lowest_priority")
 
 

@@ -27,8 +27,6 @@ from llmsched_env.engine.request import Request, Status, tpot_s
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["LPM_WINDOW", "Engine"]
-
 LPM_WINDOW = 64  # SGLang scores at most this many of the oldest waiting requests by cached prefix
 _RATE_TAU_S = 10.0  # time constant of the arrival-rate estimate
 _LATENCY_EWMA = 0.05  # weight of the newest finished request in the recent latency averages

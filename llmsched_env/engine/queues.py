@@ -17,8 +17,6 @@ from mypy_extensions import mypyc_attr
 from llmsched_env.engine.batch import QueueOrder
 from llmsched_env.engine.request import Request, Status
 
-__all__ = ["WaitingQueues"]
-
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class WaitingQueues:

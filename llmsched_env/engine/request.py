@@ -14,8 +14,6 @@ from typing import overload
 import numpy as np
 from mypy_extensions import mypyc_attr
 
-__all__ = ["Request", "Status", "tpot_s"]
-
 
 @overload
 def tpot_s(first_token_s: float, last_token_s: float, num_output_tokens: int) -> float: ...

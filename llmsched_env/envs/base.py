@@ -20,8 +20,6 @@ from llmsched_env.engine.request import Request
 from llmsched_env.envs.options import EpisodeConfig, check_episode_args, load_arg, reset_window
 from llmsched_env.envs.reward import RewardConfig, RewardTracker
 
-__all__ = ["EnvBase", "EnvSnapshot"]
-
 C = TypeVar("C")
 Step = tuple[np.ndarray, float, bool, bool, dict[str, Any]]
 

@@ -37,8 +37,6 @@ from llmsched_env.envs.render import render_cluster_ansi
 from llmsched_env.workloads.library import get_scenario
 from llmsched_env.workloads.scenarios import Scenario, TraceSource
 
-__all__ = ["ClusterEnvConfig", "LLMSchedClusterEnv"]
-
 LocalPolicy = str | Policy
 
 

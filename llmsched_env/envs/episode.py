@@ -9,8 +9,6 @@ import gymnasium as gym
 
 from llmsched_env.decision.policy import Policy, start_episode
 
-__all__ = ["PolicyFactory", "run_episode"]
-
 PolicyFactory = Callable[[gym.Env], Policy]  # builds the episode's policy from the env, after its reset
 
 

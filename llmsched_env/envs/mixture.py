@@ -24,8 +24,6 @@ from llmsched_env.workloads.prediction import LengthPredictor
 from llmsched_env.workloads.randomized import DEFAULT_SPACE, RandomizedSpace, random_scenario
 from llmsched_env.workloads.scenarios import check_split
 
-__all__ = ["DEFAULT_KNEE_LOAD", "DEFAULT_LOAD_SPAN", "DEFAULT_PREDICTIONS", "MixConfig", "WorkloadMixEnv"]
-
 DEFAULT_KNEE_LOAD = 1.5  # a library scenario's knee when none is given (its nominal rate is fcfs's knee)
 DEFAULT_PREDICTIONS = ("none", "exact", "lognormal:0.5", "lognormal:1.0")
 DEFAULT_LOAD_SPAN = (0.5, 1.5)  # training loads: this times the scenario's knee

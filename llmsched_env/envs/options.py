@@ -13,17 +13,6 @@ from llmsched_env.engine.config import EngineConfig
 from llmsched_env.envs.reward import RewardConfig
 from llmsched_env.workloads.scenarios import check_split, episode_window
 
-__all__ = [
-    "MAX_EPISODE_REQUESTS",
-    "MAX_LOAD",
-    "MIN_LOAD",
-    "EpisodeConfig",
-    "check_episode_args",
-    "engine_config",
-    "load_arg",
-    "reset_window",
-]
-
 MAX_EPISODE_REQUESTS = 1_000_000  # an episode holds every request in memory: more would exhaust it, not run
 
 

@@ -19,8 +19,6 @@ if TYPE_CHECKING:
     from llmsched_env.cluster.simulator import Cluster
     from llmsched_env.engine.batch import Batch
 
-__all__ = ["FRAME_SHAPE", "MAX_COLS", "render_ansi", "render_cluster_ansi", "render_rgb"]
-
 MAX_COLS = 100
 KV_BAR_WIDTH = 60
 FRAME_SHAPE = (480, 800, 3)  # height, width, RGB

@@ -12,8 +12,6 @@ from dataclasses import dataclass, fields
 from llmsched_env.common.checks import MAX_REWARD_WEIGHT, check_int, check_positive
 from llmsched_env.common.fields import as_dataclass
 
-__all__ = ["RewardConfig", "RewardTracker"]
-
 
 @dataclass(frozen=True)
 class RewardConfig:

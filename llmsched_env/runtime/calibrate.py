@@ -22,9 +22,6 @@ from llmsched_env.engine.config import EngineConfig
 from llmsched_env.runtime.executor import Runtime
 from llmsched_env.runtime.runner import ModelRunner, SeqChunk
 
-__all__ = ["ProfileGrid", "Sample", "batch_features", "fit", "iteration_samples", "measured_over_predicted", "profile",
-           "residuals_by_decodes", "samples_table", "time_step"]
-
 Sample = tuple[int, int, int, float, float]  # prefill tokens, decode seqs, KV tokens, attention pairs, seconds
 
 

@@ -31,12 +31,6 @@ from llmsched_env.workloads.lengths import LengthDist
 from llmsched_env.workloads.scenarios import slo_scale
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig, generate
 
-__all__ = [
-    "FIDELITY_METRICS", "FIT_LOADS", "FIT_SEED", "IN_SITU_FACTOR", "MAX_RUNTIME_REQUESTS", "RUNTIME_ENGINE",
-    "WARMUP_SEED", "FidelityWorkload", "PolicyFactory", "check_runtime_requests", "compare", "drive", "drive_lockstep",
-    "saturation_rps",
-]
-
 FIDELITY_METRICS = (
     "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2el_p50_s", "e2el_p99_s", "request_throughput_rps",
 )

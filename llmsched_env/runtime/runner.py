@@ -22,8 +22,6 @@ try:  # optional fast kernel (CUDA only)
 except ImportError:  # pragma: no cover - depends on the install
     flash_attn_with_kvcache = None
 
-__all__ = ["ATTENTION_BACKENDS", "ModelRunner", "SeqChunk"]
-
 ATTENTION_BACKENDS = ("auto", "torch", "flash")
 _HAS_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)  # sdpa(enable_gqa=...)
 

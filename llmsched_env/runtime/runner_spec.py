@@ -15,8 +15,6 @@ import torch
 from llmsched_env.runtime.model import DTYPES, MODEL_PRESETS
 from llmsched_env.runtime.runner import ModelRunner
 
-__all__ = ["RunnerSpec", "default_device", "default_dtype"]
-
 
 def default_device() -> str:
     """``cuda`` when torch sees a CUDA device, else ``cpu``."""

@@ -15,9 +15,6 @@ import numpy as np
 from llmsched_env.common.checks import MAX_RATE_RPS, check_int, check_positive
 from llmsched_env.common.fields import from_fields, to_fields
 
-__all__ = ["ARRIVAL_KINDS", "ArrivalProcess", "Diurnal", "GammaArrivals", "OnOff", "Poisson", "Ramp", "TraceReplay",
-           "arrival_from_dict", "interarrival_cv"]
-
 
 @runtime_checkable
 class ArrivalProcess(Protocol):

@@ -16,8 +16,6 @@ from llmsched_env.workloads.arrivals import interarrival_cv
 from llmsched_env.workloads.scenarios import Scenario, TraceSource, episode_window
 from llmsched_env.workloads.windows import SUSTAINED_SPAN_FACTOR, max_sustained_load, window_span
 
-__all__ = ["capacity_estimate_rps", "describe_scenario", "format_description"]
-
 
 def capacity_estimate_rps(scenario: Scenario, cost: CostModel, prompt_mean: float,
                           output_mean: float) -> dict[str, float]:

@@ -17,8 +17,6 @@ from llmsched_env.engine.request import Request
 from llmsched_env.workloads.scenarios import RequestSource, Scenario, TraceSource, check_split, split_stream
 from llmsched_env.workloads.trace import Trace
 
-__all__ = ["FITTED_SUFFIX", "MAX_FITTED_CV", "FittedSource", "TenantFit", "fit_tenants", "fitted_scenario"]
-
 FITTED_SUFFIX = "-fitted"  # a fitted scenario's name: its replay's, then this
 
 MAX_FITTED_CV = 20.0  # a tenant's fitted CV is clipped to [1 / MAX_FITTED_CV, MAX_FITTED_CV]

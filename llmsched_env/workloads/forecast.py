@@ -18,8 +18,6 @@ import numpy as np
 from llmsched_env.common.checks import check_int
 from llmsched_env.engine.request import Request
 
-__all__ = ["Forecast", "Forecaster", "OutputLengths"]
-
 _MIN_GUESS = 16  # tokens: the output length guessed while nothing has finished yet
 _CV2_RANGE = (0.05, 20.0)  # burstiness kept to a sane range (a few gaps estimate it poorly)
 

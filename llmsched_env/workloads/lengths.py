@@ -11,13 +11,11 @@ from typing import TYPE_CHECKING, TypedDict, cast
 import numpy as np
 
 from llmsched_env.common.checks import check_int, check_positive
-from llmsched_env.workloads.trace_parsers import LENGTH_FILE_COLUMNS, read_length_file
+from llmsched_env.workloads.trace_parsers import read_length_file
 from llmsched_env.workloads.traces import cached_load
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
-
-__all__ = ["LENGTH_FILE_COLUMNS", "LENGTH_KINDS", "LengthDist", "LengthLimits", "load_length_file"]
 
 LENGTH_KINDS = ("fixed", "uniform", "lognormal", "empirical")
 

@@ -26,8 +26,6 @@ from llmsched_env.workloads.scenarios import (
 from llmsched_env.workloads.traces import load_azure, load_mooncake, load_trace
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig, default_workload
 
-__all__ = ["SCENARIOS", "get_scenario", "list_scenarios", "mixture_scenarios"]
-
 # Engines: the default (Llama-3-8B, 64k KV tokens) and a long-context one for Mooncake's 12k-token prompts.
 LONG_CONTEXT = EngineConfig(num_kv_blocks=16384, max_num_seqs=64, max_num_batched_tokens=8192, max_model_len=131072)
 SMALL_LOCAL = replace(LONG_CONTEXT, num_kv_blocks=8192)

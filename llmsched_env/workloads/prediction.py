@@ -15,8 +15,6 @@ import numpy as np
 
 from llmsched_env.engine.request import Request
 
-__all__ = ["PREDICTOR_KINDS", "LengthPredictor"]
-
 PREDICTOR_KINDS = ("none", "exact", "lognormal")
 
 

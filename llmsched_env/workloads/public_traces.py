@@ -9,8 +9,6 @@ from pathlib import Path
 from llmsched_env.workloads.trace_io import GZIP_SUFFIX
 from llmsched_env.workloads.trace_parsers import TraceError
 
-__all__ = ["PACKAGED_TRACE_DIR", "TRACE_DIR_ENV", "TRACE_FILES", "trace_dir", "trace_path"]
-
 TRACE_DIR_ENV = "LLMSCHED_TRACE_DIR"
 PACKAGED_TRACE_DIR = Path(__file__).resolve().parent / "data"
 

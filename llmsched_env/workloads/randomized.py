@@ -26,12 +26,6 @@ from llmsched_env.workloads.library import LONG_CONTEXT, SMALL_LOCAL
 from llmsched_env.workloads.scenarios import Scenario, SyntheticSource, scaled_tenant, slo_scale
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig
 
-__all__ = [
-    "ARRIVAL_CHOICES", "COST_MODEL_CHOICES", "ENGINE_CHOICES", "KNEE_FRACTION", "LENGTH_FAMILIES", "SMALL_ENGINE",
-    "RandomizedSpace", "RandomizedWorkload", "fits_engine", "nominal_rate_rps", "random_scenario", "random_scenarios",
-    "workload_nominal_rate_rps",
-]
-
 # A small engine: a quarter of the default's KV pool and half its batch limits.
 SMALL_ENGINE = EngineConfig(num_kv_blocks=2048, max_num_seqs=64, max_num_batched_tokens=2048)
 ENGINE_CHOICES: tuple[EngineConfig, ...] = (EngineConfig(), LONG_CONTEXT, SMALL_LOCAL, SMALL_ENGINE)

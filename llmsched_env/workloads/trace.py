@@ -13,8 +13,6 @@ import numpy as np
 from llmsched_env.common.checks import check_int, is_finite_number
 from llmsched_env.engine.request import Request
 
-__all__ = ["MOONCAKE_PREFIX_ID_TOKENS", "Trace", "is_finite_number", "make_requests"]
-
 MOONCAKE_PREFIX_ID_TOKENS = 512  # Mooncake's hash_ids each name a block of 512 prompt tokens
 
 

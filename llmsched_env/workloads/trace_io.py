@@ -12,9 +12,6 @@ from pathlib import Path
 
 from llmsched_env.common.files import TRACE_BYTES, TRACE_LINE_BYTES, BoundedReader, open_regular
 
-__all__ = ["DECOMPRESS_ERRORS", "GZIP_SUFFIX", "bad_gzip_message", "data_stem", "data_suffix", "is_gzip", "open_bytes",
-           "read_bytes"]
-
 GZIP_SUFFIX = ".gz"
 # What a damaged or mislabelled .gz file raises while it is read (BadGzipFile is an OSError; a truncated
 # stream ends in EOFError; corrupt deflate data in zlib.error).

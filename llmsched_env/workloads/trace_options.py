@@ -16,8 +16,6 @@ from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, SLOClass
 from llmsched_env.workloads.scenarios import Scenario, scenario_from_trace
 from llmsched_env.workloads.traces import TRACE_FORMATS
 
-__all__ = ["ENGINE_LIMIT_FIELDS", "TRACE_OPTIONS", "build_trace_scenario", "slo_class", "tenant_slos"]
-
 TRACE_OPTIONS = ("trace", "trace_format", "trace_rate", "trace_slo", "tenant_slo", "trace_columns", "trace_time_unit")
 ENGINE_LIMIT_FIELDS = ("num_kv_blocks", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size")
 

@@ -17,9 +17,6 @@ from typing import Any
 from llmsched_env.common.files import TRACE_BYTES, FileRefusedError, check_regular_file
 from llmsched_env.workloads.trace import MOONCAKE_PREFIX_ID_TOKENS, Trace
 from llmsched_env.workloads.trace_parsers import (
-    GENERIC_FIELDS,
-    OVERLONG_OPTIONS,
-    TIME_UNITS,
     TraceError,
     _unreadable,
     read_azure,
@@ -27,11 +24,6 @@ from llmsched_env.workloads.trace_parsers import (
     read_lengths,
     read_mooncake,
 )
-
-__all__ = [
-    "GENERIC_FIELDS", "MOONCAKE_PREFIX_ID_TOKENS", "OVERLONG_OPTIONS", "TIME_UNITS", "TRACE_FORMATS", "Trace",
-    "TraceError", "clear_trace_cache", "load_azure", "load_generic", "load_lengths", "load_mooncake", "load_trace",
-]
 
 TRACE_FORMATS = ("azure", "mooncake", "lengths", "generic")
 _CACHE_MAX_ENTRIES = 32

@@ -15,8 +15,6 @@ import numpy as np
 
 from llmsched_env.workloads.scenarios import RequestSource, episode_window
 
-__all__ = ["SUSTAINED_SPAN_FACTOR", "WindowSpan", "max_sustained_load", "window_span"]
-
 SUSTAINED_SPAN_FACTOR = 20.0  # a sustained window lasts this many times its requests' mean TTFT target
 _RELATIVE_TOLERANCE = 1e-9  # a span equal to the requirement up to rounding counts as sustained
 

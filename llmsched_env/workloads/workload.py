@@ -14,12 +14,8 @@ from llmsched_env.common.tenants import check_tenant_count
 from llmsched_env.engine.config import SLO_CLASSES, TenantConfig
 from llmsched_env.engine.request import Request
 from llmsched_env.workloads.arrivals import ArrivalProcess, Poisson, TraceReplay
-from llmsched_env.workloads.lengths import LENGTH_FILE_COLUMNS, LENGTH_KINDS, LengthDist, load_length_file
+from llmsched_env.workloads.lengths import LengthDist
 from llmsched_env.workloads.trace import make_requests
-
-__all__ = ["ARRIVALS", "DEFAULT_BATCH_RATE_RPS", "DEFAULT_CHAT_RATE_RPS", "LENGTH_FILE_COLUMNS", "LENGTH_KINDS",
-           "SHARED_PREFIX_ID_BASE", "LengthDist", "TenantWorkload", "WorkloadConfig", "default_workload", "generate",
-           "load_length_file", "tenant_configs"]
 
 ARRIVALS = ("poisson",)
 # Rates of ``default_workload``: 13 req/s in all, fcfs's capacity (90% SLO attainment) on the default engine.
