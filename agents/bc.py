@@ -1,8 +1,5 @@
-"""Behaviour-cloning warm start: fit the agent's policy to a baseline's actions before reinforcement learning.
-
-The actor learns the baseline's actions by maximum likelihood (with the action masks), the critic the discounted
-returns of its episodes. With ``dagger_iterations`` (DAgger, Ross et al. 2011) the clone then plays episodes
-itself, the baseline labels every state it reached, and the actor is fitted again on all labels so far.
+"""Behaviour-cloning warm start: fit the actor to a baseline's actions (masked maximum likelihood) and the critic to
+its returns, then optionally DAgger rounds (``dagger_iterations``) on the states the clone reaches.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Training callbacks: domain metrics to TensorBoard, periodic evaluation against the best baseline.
-
-Every tag is listed in docs/training.md; the run's events (``tb/run_N``) are at the environment steps so far
-(``model.num_timesteps``, the console's ``eval @ N``).
+"""Training callbacks: domain metrics to TensorBoard (tags in docs/training.md) and periodic evaluation against the
+best baseline.
 """
 
 from __future__ import annotations

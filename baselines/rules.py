@@ -1,7 +1,5 @@
-"""Static rules of production engines and papers: the same knobs at every iteration.
-
-Every rule here starts from vLLM v1's defaults (``fcfs_decision``) and changes one or two knobs; the engine
-core implements each queue order, so a rule is only a choice of options from the action space.
+"""Static rules of production engines and papers: each starts from vLLM v1's defaults (``fcfs_decision``) and
+changes one or two knobs, the same at every iteration.
 """
 
 from __future__ import annotations

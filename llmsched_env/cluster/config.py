@@ -1,7 +1,5 @@
-"""What a cluster is made of: replicas (engine limits + cost model, possibly heterogeneous) and the
-disaggregated layout: the first ``num_prefill`` replicas prefill, and each prompt's KV travels to one of
-``num_decode`` decode replicas over a FIFO link (``link_latency_s`` + bytes / ``link_bandwidth_Bps``), shared
-or one per decode replica.
+"""What a cluster is made of: replicas (engine limits + cost model, possibly heterogeneous) and the disaggregated
+layout (``DisaggConfig``: prefill replicas, decode replicas and the KV link between them).
 """
 
 from __future__ import annotations

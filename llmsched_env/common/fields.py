@@ -1,10 +1,7 @@
-"""Dataclass fields as plain data, and the one ``KEY=VALUE`` parser of the project.
-
-``check_fields``/``from_fields``/``as_dataclass``/``to_fields``: a dict of a dataclass's fields, checked (one-line
-``ValueError`` naming an unknown or missing key) and back; ``derived``: a computed field; ``option``: a field whose
-type and range ``field_problems`` checks. ``split_items`` reads ``KEY=VALUE`` items, ``coerce`` one value as its
-field's type, ``parse_config`` both into a dataclass: policy spellings (``mpc:futures=8``), ``--engine-config``,
-``--hp``, trace options, the adapter's environment. Standard library only."""
+"""Dataclass fields as plain data (``check_fields``, ``from_fields``, ``as_dataclass``, ``to_fields``, ``option``,
+``derived``) and the one ``KEY=VALUE`` parser (``split_items``, ``coerce``, ``parse_config``) of policy specs,
+``--engine-config``, ``--hp``, trace options and the adapter's environment. Standard library only.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""What a cost model is: ``step_time_s(num_prefill_tokens, num_decode_seqs, num_kv_tokens, prefill_attn_pairs)``,
-the seconds of one engine iteration (prefill tokens of all chunks, decoding sequences, the KV tokens the decodes
-read, and prefill attention pairs ``chunk * (context_before + (chunk + 1) / 2)`` summed over chunks). It is > 0
-for every batch (the empty one too), non-decreasing in each argument, and unchecked (the hot path). Also: the
-times every layer derives from a cost model (one unloaded decode step, one prefill alone).
+"""The ``CostModel`` protocol: ``step_time_s(num_prefill_tokens, num_decode_seqs, num_kv_tokens,
+prefill_attn_pairs)``, the seconds of one iteration, > 0 and non-decreasing in each argument (unchecked: the hot
+path); and the times derived from it (an unloaded decode step, a prefill alone).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The single-node action space (no gymnasium, no torch): ``ActionSpec.decode(action)`` turns a ``MultiDiscrete``
-action into an engine ``Decision``, ``encode`` inverts it, ``mask(engine)`` gives the valid options now.
-
-Schema 1: six queue orders, budgets and chunk caps in powers of two up to ``max_num_batched_tokens``. Schema 2:
-every ``QueueOrder`` and the fixed ``FIXED_TOKEN_BUDGETS`` / ``FIXED_CHUNK_CAPS`` for every engine (an option
-above the limit means the limit; the options past the first such one are masked out).
+"""The single-node action space: ``ActionSpec.decode(action)`` turns a ``MultiDiscrete`` action into an engine
+``Decision``, ``encode`` inverts it, ``mask(engine)`` gives the valid options now (``decision.schema``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The serving loop: a ``Policy`` decides every iteration of a ``Simulator`` (or the torch runtime's), through
-``decision.loop.DecisionLoop`` exactly as the env's ``step``, except that what the env would refuse (the policy
-raised, gave a malformed action or missed ``policy_timeout_s``) falls back to ``fallback``'s decision, counted
-by cause (``FALLBACK_SHARE``). The engine only ever sees a valid ``Decision``."""
+"""The serving loop: a ``Policy`` decides every iteration of a ``Simulator`` (or the torch runtime) through
+``DecisionLoop`` as the env's ``step``, except that a raising, malformed or late policy falls back to
+``fallback``'s decision, counted by cause (``FALLBACK_SHARE``).
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The paged KV block pool: fixed-size blocks, reference counts and a prefix cache, as vLLM v1's ``BlockPool``.
-
-A full block whose content is known gets a chained hash, so a later request with the same prefix shares it. A
-block with no reference keeps its hash (free, but reusable) and waits in one free queue: allocations take the
-head (forgetting any content); released blocks go to the head when empty, to the tail when cached, a request's
-last blocks first. ``check_invariants`` verifies that every block is either in use or in the free queue.
+"""The paged KV block pool, as vLLM v1's ``BlockPool``: fixed-size blocks, reference counts and a prefix cache of
+chained block hashes. Unreferenced blocks keep their hash in one free queue: allocations take the head; released
+blocks go to the head when empty, to the tail when cached.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """One inference request: WAITING -> RUNNING (chunked prefill, then decode) -> FINISHED, or REJECTED from WAITING;
-TRANSFERRING after a prefill-only engine hands it off; a recompute preemption sends it back to WAITING.
-
-Decoding is lazy: a request joins decode round ``decode_round0`` holding ``decode_out0`` tokens and gains one a
-round (``Engine._sync``); token times are decode-round segments plus prefill-ending tokens
-(``sim.metrics.token_times`` rebuilds the list).
+TRANSFERRING after a prefill-only engine hands it off; a recompute preemption sends it back to WAITING. Decoding
+is lazy (``Engine._sync``): token times are decode-round segments plus prefill-ending tokens.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Human views of a running simulator: a text dashboard (``ansi``) and a plot frame (``rgb_array``).
-
-Both read engine state only; they never change it (no queue-head clean-up, no lazy-decode sync), so
-rendering every step leaves an episode bit-for-bit the same. ``render_ansi`` is plain ASCII of at most
-``MAX_COLS`` columns. ``render_rgb`` imports matplotlib lazily and draws on its own ``Figure`` with the Agg
-canvas (no pyplot, no global state), so importing the env does not pay for matplotlib.
+"""Human views of a running simulator: ``render_ansi`` (a text dashboard of at most ``MAX_COLS`` columns) and
+``render_rgb`` (a plot frame, matplotlib imported lazily, no pyplot). Both only read engine state, so rendering
+leaves an episode bit-for-bit the same.
 """
 
 from __future__ import annotations

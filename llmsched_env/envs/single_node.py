@@ -1,9 +1,5 @@
-"""``LLMSched-v1`` (and ``LLMSched-v0``): the single-node Gymnasium environment. A thin wrapper: the scheduling logic
-lives in ``engine``, ``sim`` and ``decision``.
-
-``LLMSched-v1`` observes and acts in schema 2 (workload-agnostic, ``decision.schema``), ``LLMSched-v0`` in schema 1
-(features per named tenant); both are ``LLMSchedEnv``, whose ``schema`` argument picks the layout when the class is
-built directly."""
+"""``LLMSched-v1`` (schema 2, workload-agnostic) and ``LLMSched-v0`` (schema 1, per named tenant): the
+single-node Gymnasium environment, ``LLMSchedEnv``, a thin wrapper over ``engine``, ``sim`` and ``decision``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""Which model runs where, and the one place a ``ModelRunner`` is built from that:
+"""Which model runs where (``RunnerSpec``, checked when made) and the one place a ``ModelRunner`` is built.
 
-    spec = RunnerSpec(model="tiny", device="cpu")              # checked now: preset, dtype, device, threads
-    runner = spec.build(num_blocks=2048, block_size=16)         # loads the model (sets torch's CPU threads)
+    runner = RunnerSpec(model="tiny", device="cpu").build(num_blocks=2048, block_size=16)
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Randomised serving situations for training a generalist: one seed, one ``Scenario``, from a ``RandomizedSpace``.
-
-``random_scenario(seed)`` draws an engine, a cost-model preset and 1 to 16 tenants, each with a length family,
-SLO class, weight, priority, arrival process and optional shared system prompts, at rates that put load 1.0 near
-the engine's knee (``nominal_rate_rps``). Families only pair with engines they fit, so no request is rejected for
-its size. The same seed and space give an equal ``Scenario``.
+"""Randomised serving situations for training a generalist: ``random_scenario(seed)`` draws an engine, a cost
+model and 1 to 16 tenants from a ``RandomizedSpace``, at rates that put load 1.0 near the engine's knee
+(``nominal_rate_rps``); the same seed and space give an equal ``Scenario``.
 """
 
 from __future__ import annotations

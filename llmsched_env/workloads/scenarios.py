@@ -1,9 +1,6 @@
-"""Scenarios: named workload + tenants + SLOs + engine + cost model, with train/val/test splits.
-
-Trace scenarios replay windows of consecutive requests: the first 70% of the trace's time trains, the next 15%
-is val, the last 15% test. On train an episode starts at a random request; on val and test the episode of seed
-``s`` replays the ``s``-th disjoint window (``episode_window``). Synthetic scenarios draw from one random stream
-per split. ``load`` multiplies the nominal rate; SLO targets scale with the cost model's unloaded decode step.
+"""Scenarios: named workload + tenants + SLOs + engine + cost model, with train/val/test splits (a trace's first
+70% of time, the next 15%, the last 15%; on val and test seed ``s`` replays the ``s``-th window). ``load``
+multiplies the nominal rate; SLO targets scale with the cost model's unloaded decode step.
 """
 
 from __future__ import annotations

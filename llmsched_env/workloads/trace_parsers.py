@@ -1,6 +1,5 @@
-"""Parsing behind ``workloads.traces`` (which re-exports ``TraceError`` and the option constants): read a trace
-file, check every value, assemble the ``Trace``. Every problem is a ``TraceError`` naming the file, the 1-based
-line and the field; no row is dropped silently (blank lines are skipped).
+"""Parsing behind ``workloads.traces``: read a trace file, check every value, assemble the ``Trace``; every
+problem is a ``TraceError`` naming the file, line and field (blank lines are skipped, no row dropped silently).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""Real serving traces as immutable ``Trace``s: ``load_azure`` (Azure LLM 2023 CSV), ``load_mooncake`` (Mooncake
-JSONL with prefix ids), ``load_lengths`` (ShareGPT stats CSV), ``load_generic`` (your CSV/JSONL through a column
-mapping) and ``load_trace`` (by format name), plain or ``.gz``. Each takes ``max_context``/``overlong`` and
-``sort``; every problem is a ``TraceError`` naming the file, line and field (parsing: ``trace_parsers``). Parsed
-traces are cached per (path, mtime, size, format, options).
+"""Real serving traces as immutable ``Trace``s: ``load_azure``, ``load_mooncake``, ``load_lengths``,
+``load_generic`` (a column mapping) and ``load_trace`` (by format name), plain or ``.gz``, cached per file and
+options; every problem is a ``TraceError`` naming the file, line and field (``trace_parsers``).
 """
 
 from __future__ import annotations
