@@ -12,10 +12,7 @@ from typing import Any
 TABLE_SEPARATOR = "|"  # a Markdown table's column separator
 
 # Physical ranges (docs/reliability.md, "Physical ranges"): far outside anything real, so a mistyped or hostile
-# figure (1e308) is refused in one line. A rate of 1e7 requests/s is some 300x the busiest public LLM service; a load
-# beyond [MIN_LOAD, MAX_LOAD] under- or overflows arrival times; an SLO of 1e6 s (11.6 days) leaves room for the
-# classes scaled to a slow cost model; a reward weight of 1e6 keeps returns far from overflow; a rate below 1e-6
-# requests/s (one per MAX_SLO_S) pushes arrival times toward float overflow. ``Bound`` carries the bottom with the top.
+# figure (1e308) is refused in one line; ``Bound`` carries the bottom with the top.
 
 
 class Bound(float):

@@ -34,15 +34,10 @@ def _powers_of_two(lo: int, hi: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class ActionSpec:
-    """The options of each action component; the action picks one index per component.
-
-    Components, in order: queue order (the first ``num_orders`` of ``QueueOrder``), token budget, chunk cap,
-    batch mix (0 decode-first hybrid, 1 prefill-first), admission cap (``UNLIMITED`` = as many as fit), KV
-    reserve (share of the pool kept free when admitting), shedding (0 off, 1 on).
-
-    ``max_tokens`` (None: the options are the values): a token budget or chunk cap above it means
-    ``max_tokens``, and only the first option that reaches it is valid (the engine-independent layout).
-    """
+    """The options of each action component: queue order (the first ``num_orders`` of ``QueueOrder``), token
+        budget, chunk cap, batch mix (0 decode-first, 1 prefill-first), admission cap (``UNLIMITED``: as many as fit),
+        KV reserve (pool share kept free when admitting), shedding (0 off, 1 on). With ``max_tokens``, a budget or cap
+        above it means ``max_tokens`` and only the first option reaching it is valid."""
 
     token_budgets: tuple[int, ...]
     chunk_caps: tuple[int, ...]

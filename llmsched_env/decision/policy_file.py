@@ -409,10 +409,7 @@ class ExportedPolicy:
         return self._forward is None
 
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
-        """The action (int64, one option index per component) for one observation and its mask.
-
-        A decision is a few small array operations and a pass over the logits in Python: with tens of logits,
-        each numpy call costs more than its work (the argmax per component of numpy's, first maximum wins)."""
+        """The action (int64, one option index per component) for one observation and its mask (first maximum wins)."""
         obs = np.asarray(observation)
         x = self._x_np
         if obs.shape != x.shape:

@@ -59,13 +59,8 @@ class TenantConfig:
             raise ValueError(f"TenantConfig({self.name!r}).slo must be an SLOClass, got {self.slo!r}")
 
 
-# The largest value of each size of an engine (docs/reliability.md, "Bounded reads"). The simulator allocates
-# memory in proportion to one of them, ``num_kv_blocks``: its block pool (``engine.block_pool.BlockPool``) holds
-# four Python lists indexed by block, about 96 bytes per block (measured with tracemalloc and the peak RSS of a
-# pool of 1 and 4 million blocks), so 4,000,000 blocks take about 370 MiB, and a fork of the engine (lookahead
-# policies) 32 bytes per block more. The others allocate nothing per unit; they are bounded far above any real
-# engine (vLLM's defaults: 16-token blocks, 256 or 1024 sequences, budgets of thousands of tokens, contexts up to
-# millions of tokens) so that a mistyped size is refused at once rather than run.
+# The largest value of each size of an engine (docs/reliability.md, "Bounded reads"): the block pool holds about 96
+# bytes per KV block (370 MiB at the bound); the others allocate nothing per unit and are bounded far above any engine.
 ENGINE_BOUNDS: dict[str, int] = {"num_kv_blocks": 4_000_000, "block_size": 65_536, "max_num_seqs": 1_000_000,
                                  "max_num_batched_tokens": 16_777_216, "max_model_len": 1_073_741_824}
 _BOUND_REASONS = {"num_kv_blocks": " (the simulator's block pool holds about 96 bytes per block: 370 MiB at the bound)"}

@@ -47,9 +47,7 @@ class RewardConfig:
 
 
 class RewardTracker:
-    """One episode's reward bookkeeping: remembers the running counts it last saw and prices what changed.
-
-    ``num_requests`` is the episode's N (each term is over N; 0 is read as 1)."""
+    """One episode's reward bookkeeping: prices the change in running counts (``num_requests``: N, 0 read as 1)."""
 
     def __init__(self, config: RewardConfig, num_requests: int) -> None:
         check_int("RewardTracker", "num_requests", num_requests, 0)
