@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from baselines.base import BaselinePolicy, StaticPolicy
-from baselines.random_policy import RandomPolicy
+from baselines.base import BaselinePolicy, RandomPolicy, StaticPolicy
 from baselines.routing import available_routers, make_router
 from baselines.rules import (
     FCFSPolicy,
