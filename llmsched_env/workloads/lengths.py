@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, TypedDict, cast
 import numpy as np
 
 from llmsched_env.common.checks import check_int, check_positive
-from llmsched_env.workloads.trace_parsers import read_length_file
-from llmsched_env.workloads.traces import cached_load
+from llmsched_env.workloads.traces import cached_load, read_length_file
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from llmsched_env.workloads.trace_io import GZIP_SUFFIX
-from llmsched_env.workloads.trace_parsers import TraceError
+from llmsched_env.workloads.traces import TraceError
 
 TRACE_DIR_ENV = "LLMSCHED_TRACE_DIR"
 PACKAGED_TRACE_DIR = Path(__file__).resolve().parent / "data"

@@ -14,7 +14,7 @@ from llmsched_env.common.tenants import check_tenant_count
 from llmsched_env.engine.config import SLO_CLASSES, TenantConfig
 from llmsched_env.engine.request import Request
 from llmsched_env.workloads.arrivals import ArrivalProcess, Poisson, TraceReplay
-from llmsched_env.workloads.lengths import LengthDist
+from llmsched_env.workloads.lengths import LengthDist, load_length_file  # noqa: F401 (re-exported)
 from llmsched_env.workloads.trace import make_requests
 
 ARRIVALS = ("poisson",)
