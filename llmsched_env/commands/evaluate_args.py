@@ -28,9 +28,8 @@ from llmsched_env.evaluation.resume import RECORD_NAME, ROWS_NAME
 from llmsched_env.runtime.names import DTYPE_NAMES, MODEL_NAMES
 from llmsched_env.workloads.library import list_scenarios
 from llmsched_env.workloads.scenarios import SPLITS, Scenario
-from llmsched_env.workloads.trace_io import data_stem
 from llmsched_env.workloads.trace_options import TRACE_OPTIONS, build_trace_scenario
-from llmsched_env.workloads.traces import TRACE_FORMATS
+from llmsched_env.workloads.traces import TRACE_FORMATS, data_stem
 
 if TYPE_CHECKING:  # torch only once a spec is built
     from llmsched_env.runtime.runner_spec import RunnerSpec

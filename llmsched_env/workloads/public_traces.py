@@ -6,8 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from llmsched_env.workloads.trace_io import GZIP_SUFFIX
-from llmsched_env.workloads.traces import TraceError
+from llmsched_env.workloads.traces import GZIP_SUFFIX, TraceError
 
 TRACE_DIR_ENV = "LLMSCHED_TRACE_DIR"
 PACKAGED_TRACE_DIR = Path(__file__).resolve().parent / "data"

@@ -21,8 +21,7 @@ from llmsched_env.engine.remote_kv import RemoteKVConfig
 from llmsched_env.engine.request import Request
 from llmsched_env.workloads.lengths import LengthDist
 from llmsched_env.workloads.public_traces import trace_dir, trace_path
-from llmsched_env.workloads.trace_io import data_stem
-from llmsched_env.workloads.traces import Trace, load_trace
+from llmsched_env.workloads.traces import Trace, data_stem, load_trace
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig, generate
 
 __all__ = [

@@ -1,16 +1,20 @@
 """Real serving traces as immutable ``Trace``s: ``load_azure``, ``load_mooncake``, ``load_lengths``,
 ``load_generic`` (a column mapping) and ``load_trace`` (by format name), plain or ``.gz``, cached per file and
-options. Every value is checked; every problem is a ``TraceError`` naming the file, the 1-based line and the
+options, with reads bounded (``common.files``; a ``.gz`` file is decompressed as a stream, so a gzip bomb stops at
+``TRACE_BYTES``). Every value is checked; every problem is a ``TraceError`` naming the file, the 1-based line and the
 field (blank lines are skipped, no row dropped silently).
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import inspect
+import io
 import json
 import math
 import os
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,10 +24,65 @@ from typing import Any
 
 import numpy as np
 
-from llmsched_env.common.files import TRACE_BYTES, FileRefusedError, check_regular_file, parse_json
+from llmsched_env.common.files import (
+    TRACE_BYTES,
+    TRACE_LINE_BYTES,
+    BoundedReader,
+    FileRefusedError,
+    check_regular_file,
+    open_regular,
+    parse_json,
+)
 from llmsched_env.common.tenants import MAX_TENANTS, tenant_name_problem, too_many_tenants
 from llmsched_env.workloads.trace import MOONCAKE_PREFIX_ID_TOKENS, Trace, is_finite_number
-from llmsched_env.workloads.trace_io import DECOMPRESS_ERRORS, bad_gzip_message, data_stem, data_suffix, read_bytes
+
+GZIP_SUFFIX = ".gz"
+# What a damaged or mislabelled .gz file raises while it is read (BadGzipFile is an OSError; a truncated
+# stream ends in EOFError; corrupt deflate data in zlib.error).
+DECOMPRESS_ERRORS: tuple[type[Exception], ...] = (gzip.BadGzipFile, EOFError, zlib.error)
+
+
+def is_gzip(path: Path) -> bool:
+    """True when ``path``'s name ends in ``.gz`` (any case): the file is read through gzip."""
+    return path.suffix.lower() == GZIP_SUFFIX
+
+
+def data_suffix(path: Path) -> str:
+    """The lower-case suffix that names the format, ``.gz`` set aside: ``.csv`` for ``a.csv`` and ``a.csv.gz``."""
+    return Path(path.stem).suffix.lower() if is_gzip(path) else path.suffix.lower()
+
+
+def data_stem(path: Path) -> str:
+    """The file's name without its format suffix, ``.gz`` set aside: ``a`` for ``a.csv`` and ``a.csv.gz``."""
+    return Path(path.stem).stem if is_gzip(path) else path.stem
+
+
+def open_bytes(path: Path) -> io.BufferedReader:
+    """The file opened for reading bytes, decompressed when ``.gz``, bounded: a refusal is a ``FileRefusedError``
+    naming the file, the limit and its variable (here, or while reading)."""
+    raw = open_regular(path, TRACE_BYTES)
+    try:
+        if is_gzip(path):
+            unzipped = gzip.GzipFile(fileobj=raw, mode="rb")  # closing it leaves raw open: BoundedReader closes both
+            bounded = BoundedReader(unzipped, path, TRACE_BYTES, TRACE_LINE_BYTES, decompressed=True, underlying=raw)
+        else:
+            bounded = BoundedReader(raw, path, TRACE_BYTES, TRACE_LINE_BYTES)
+    except BaseException:
+        raw.close()
+        raise
+    return io.BufferedReader(bounded, buffer_size=1 << 20)
+
+
+def read_bytes(path: Path) -> bytes:
+    """The file's content (``open_bytes``): ``OSError``, one of ``DECOMPRESS_ERRORS`` or ``FileRefusedError``."""
+    with open_bytes(path) as f:
+        return f.read()
+
+
+def bad_gzip_message(path: Path, error: Exception) -> str:
+    """The one-line message for one of ``DECOMPRESS_ERRORS`` raised while reading ``path``."""
+    return f"{path}: not a valid gzip file ({error}); a name ending in .gz must hold gzip data"
+
 
 OVERLONG_OPTIONS = ("reject", "truncate", "error")
 # Our fields, in the order of ``load_generic``'s ``columns`` mapping; the first and last two are optional.
@@ -53,7 +112,7 @@ def _unreadable(path: Path, error: OSError) -> TraceError:
 
 
 def _read_lines(path: Path) -> list[str]:
-    """The file's lines without line ends (decompressed for ``.gz``), bounded (``trace_io.open_bytes``)."""
+    """The file's lines without line ends (decompressed for ``.gz``), bounded (``open_bytes``)."""
     try:
         data = read_bytes(path)
     except FileRefusedError as e:
