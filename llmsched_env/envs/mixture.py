@@ -31,21 +31,18 @@ DEFAULT_LOAD_SPAN = (0.5, 1.5)  # training loads: this times the scenario's knee
 
 @dataclass(frozen=True, kw_only=True)
 class MixConfig:
-    """``WorkloadMixEnv``'s arguments: ``scenarios`` (default ``mixture_scenarios()``), ``knee_loads`` (scenario ->
-    load where the best heuristic keeps 90% attainment; default ``DEFAULT_KNEE_LOAD``), ``load_span`` and
-    ``val_load`` (training and val/test loads × the knee), ``random_share`` (chance of a randomised scenario in
-    training), ``length_predictions`` (one drawn per training episode), ``num_requests`` (capped by each
-    scenario's size); the rest as ``LLMSched-v1``."""
+    """``WorkloadMixEnv``'s arguments; the others as ``LLMSched-v1``."""
 
-    scenarios: Sequence[str] | None = None
+    scenarios: Sequence[str] | None = None  # None: ``mixture_scenarios()``
     split: str = "train"
+    # scenario -> the load where the best heuristic keeps 90% attainment (None: ``DEFAULT_KNEE_LOAD`` each)
     knee_loads: Mapping[str, float] | None = None
-    load_span: Sequence[float] = DEFAULT_LOAD_SPAN
-    val_load: float = 1.0
-    random_share: float = 0.5
+    load_span: Sequence[float] = DEFAULT_LOAD_SPAN  # training loads, x the knee
+    val_load: float = 1.0  # val and test load, x the knee
+    random_share: float = 0.5  # the chance of a randomised scenario in training
     random_space: RandomizedSpace = DEFAULT_SPACE
-    length_predictions: Sequence[str] = DEFAULT_PREDICTIONS
-    num_requests: int | None = None
+    length_predictions: Sequence[str] = DEFAULT_PREDICTIONS  # one drawn per training episode
+    num_requests: int | None = None  # capped by each scenario's size
     iterations_per_step: int = 1
     reward: RewardConfig | Mapping[str, float] | None = None
     check_invariants: bool = False
