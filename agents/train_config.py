@@ -48,26 +48,20 @@ BC_KEYS = ("bc_steps", "bc_smoothing", "bc_dagger", "bc_stride")
 
 @dataclass(frozen=True)
 class EnvKind:
-    """What a training does differently per kind of scenario (``ENV_KINDS``, ``env_kind``): ``env_id``, the env it
-    trains on; ``registry`` of its teachers and evaluation baselines, ``eval_baselines`` the default ones;
-    ``drops``: ``env_kwargs`` its env does not take; ``mixture``: one workload per episode (``LLMSchedMix-v0``,
-    evaluated on one val episode per library scenario at its knee); ``iterations_per_step``: fixed (None: the
-    run's ``env_kwargs``); ``flat_actions``: DQN sees a flat action space; ``init_schema``: the schema a start
-    policy must have (None: any); ``by_schema``: ``env_id`` follows the run's observation schema; ``no_init`` /
-    ``no_trace``: why ``init`` / ``trace`` are refused (None: allowed)."""
+    """What a training does differently per kind of scenario (``ENV_KINDS``, ``env_kind``)."""
 
     name: str
-    env_id: str
-    registry: Registry[Any]
-    eval_baselines: tuple[str, ...]
-    drops: tuple[str, ...] = ()
-    mixture: bool = False
-    iterations_per_step: int | None = None
-    flat_actions: bool = False
-    init_schema: int | None = None
-    by_schema: bool = False
-    no_init: str | None = None
-    no_trace: str | None = None
+    env_id: str  # the env it trains on
+    registry: Registry[Any]  # of its teachers and evaluation baselines
+    eval_baselines: tuple[str, ...]  # the default ones
+    drops: tuple[str, ...] = ()  # ``env_kwargs`` its env does not take
+    mixture: bool = False  # one workload per episode, evaluated on one val episode per library scenario at its knee
+    iterations_per_step: int | None = None  # fixed (None: the run's ``env_kwargs``)
+    flat_actions: bool = False  # DQN sees a flat action space
+    init_schema: int | None = None  # the schema a start policy must have (None: any)
+    by_schema: bool = False  # ``env_id`` follows the run's observation schema
+    no_init: str | None = None  # why ``init`` is refused (None: allowed)
+    no_trace: str | None = None  # why ``trace`` is refused (None: allowed)
 
     def env_id_for(self, schema: int | None = None) -> str:
         """The env this kind trains on for observation ``schema`` (None: the current one)."""
@@ -101,31 +95,26 @@ def env_kind(scenario: str | Any) -> EnvKind:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """One training; a bad value is a one-line ``ValueError``. ``None`` fields take the hyperparameter file's value
-    (``out``: ``runs/<scenario>-seed<seed>``; ``eval_baselines``: the kind's defaults; a comma string is split).
-    ``hp``: nested overrides (``agents.config.parse_overrides``); ``bc``: a baseline to clone before RL
-    (``"none"``: no cloning); ``force``: a run folder inside a shipped folder is allowed; ``init``: an exported
-    policy whose weights start the training (fine-tuning; its network shape wins). ``generalist`` trains one
-    schema-2 policy on ``LLMSchedMix-v0``. ``trace``: a user's trace instead of ``scenario`` (its
-    ``llmsched-evaluate --trace`` options by name; ``engine``: engine limits), split in time into train, val and
-    test; ``scenario`` becomes its name."""
+    """One training; a bad value is a one-line ``ValueError``; ``None`` fields take the hyperparameter file's value."""
 
-    scenario: str = "default"
+    scenario: str = "default"  # ``generalist``: one schema-2 policy on ``LLMSchedMix-v0``
     algo: str = "maskable_ppo"
     seed: int = 0
-    out: Path | None = None
+    out: Path | None = None  # None: runs/<scenario>-seed<seed>
     timesteps: int | None = None
     n_envs: int | None = None
     vec_env: str = "dummy"
-    hp: Mapping[str, Any] = field(default_factory=dict)
+    hp: Mapping[str, Any] = field(default_factory=dict)  # nested overrides (``agents.config.parse_overrides``)
     hyperparams: Path | None = None
     quick: bool = False
     resume: bool = False
-    bc: str | None = None
-    eval_baselines: tuple[str, ...] | None = None
+    bc: str | None = None  # a baseline to clone before RL ("none": no cloning)
+    eval_baselines: tuple[str, ...] | None = None  # None: the kind's defaults; a comma string is split
     progress: bool = True
-    force: bool = False
-    init: Path | None = None
+    force: bool = False  # a run folder inside a shipped folder is allowed
+    init: Path | None = None  # an exported policy whose weights start the training (its network shape wins)
+    # a user's trace instead of ``scenario`` (``llmsched-evaluate --trace`` options by name, ``engine``: engine
+    # limits), split in time into train, val and test; ``scenario`` becomes its name
     trace: Mapping[str, Any] | None = None
     # derived once in __post_init__ and handed to the training from here
     _init_policy: ExportedPolicy | None = field(default=None, init=False, repr=False, compare=False)
