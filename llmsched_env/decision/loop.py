@@ -61,6 +61,11 @@ class DecisionStats:
     def num_fallbacks(self) -> int:
         return sum(self.fallbacks.values())
 
+    @property
+    def num_failed(self) -> int:
+        """Decisions whose policy raised."""
+        return self.fallbacks["error"]
+
     def as_metrics(self) -> dict[str, float]:
         """The counts as the metrics columns of a run (``policy_*``)."""
         out = {

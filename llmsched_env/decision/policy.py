@@ -19,19 +19,17 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PolicyContext:
-    """What a heuristic may know besides its observations. ``scenario``: the scenario's name ("" if none; ``tuned``
-    looks settings up by it). ``planning_state``: a function returning a simulator in the engine's state now, for
-    a planner (``mpc``) to fork (None: no planner runs here). ``background_planning``: the driver must not wait
-    for a plan (vLLM), so a planner plans on a worker thread."""
+    """What a heuristic may know besides its observations."""
 
     engine: EngineConfig
     tenants: tuple[TenantConfig, ...]
     cost_model: CostModel
     action_spec: ActionSpec
     obs_names: tuple[str, ...]
-    scenario: str = ""
+    scenario: str = ""  # the scenario's name ("" if none; ``tuned`` looks settings up by it)
+    # a simulator in the engine's state now, for a planner (``mpc``) to fork (None: no planner runs here)
     planning_state: Callable[[], Simulator] | None = field(default=None, compare=False)
-    background_planning: bool = False
+    background_planning: bool = False  # the driver must not wait for a plan (vLLM): plan on a worker thread
 
 
 @runtime_checkable

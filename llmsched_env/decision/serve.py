@@ -19,16 +19,13 @@ FALLBACK_SHARE = "fallback_share"  # the metric: decisions taken from the fallba
 
 @dataclass(frozen=True)
 class ServeOptions:
-    """How the serving loop runs a policy: each decision held ``iterations_per_step`` iterations; one later than
-    ``policy_timeout_s`` (None: no deadline) replaced by the fallback's, enforced as ``deadline_mode`` says
-    (``decision.decider``); invariants checked every iteration with ``check_invariants``; ``RuntimeError`` past
-    ``max_iterations``."""
+    """How the serving loop runs a policy."""
 
-    iterations_per_step: int = 1
-    policy_timeout_s: float | None = 0.1
-    check_invariants: bool = False
-    max_iterations: int = 10_000_000
-    deadline_mode: str = "auto"
+    iterations_per_step: int = 1  # each decision held this many iterations
+    policy_timeout_s: float | None = 0.1  # a later decision is replaced by the fallback's (None: no deadline)
+    check_invariants: bool = False  # every iteration
+    max_iterations: int = 10_000_000  # RuntimeError past it
+    deadline_mode: str = "auto"  # how the deadline is enforced (``decision.decider``)
 
     def __post_init__(self) -> None:
         if self.iterations_per_step < 1:

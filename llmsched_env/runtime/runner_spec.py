@@ -27,16 +27,14 @@ def default_dtype(device: str) -> str:
 
 @dataclass(frozen=True)
 class RunnerSpec:
-    """A model preset, a device, a dtype (``DTYPES`` name), local safetensors weights (or random ones drawn
-    from ``seed``) and torch's CPU threads. ``ValueError`` naming the field for an unknown preset or dtype,
-    ``threads`` < 1, or a CUDA device where there is none."""
+    """Which model runs where; ``ValueError`` naming the field at fault (a CUDA device where there is none too)."""
 
-    model: str = "tiny"
+    model: str = "tiny"  # a preset
     device: str = "cpu"
-    dtype: str = "float32"
-    weights: Path | None = None
+    dtype: str = "float32"  # a ``DTYPES`` name
+    weights: Path | None = None  # local safetensors weights (None: random ones drawn from ``seed``)
     seed: int = 0
-    threads: int = 1
+    threads: int = 1  # torch's CPU threads
 
     def __post_init__(self) -> None:
         if self.model not in MODEL_PRESETS:

@@ -27,14 +27,12 @@ SHARED_PREFIX_ID_BASE = 1 << 40
 
 @dataclass(frozen=True)
 class TenantWorkload:
-    """One tenant's traffic: Poisson arrivals at ``rate_rps`` (or ``arrival``) with lengths from ``lengths``. With
-    probability ``prefix_share`` a prompt starts with one of ``num_shared_prefixes`` system prompts of
-    ``shared_prefix_tokens`` tokens, whose whole ``prefix_id_tokens`` blocks become its ``prefix_ids``."""
+    """One tenant's traffic: Poisson arrivals at ``rate_rps`` (or ``arrival``) with lengths from ``lengths``."""
 
     tenant: TenantConfig
     rate_rps: float
     lengths: LengthDist
-    prefix_share: float = 0.0
+    prefix_share: float = 0.0  # the chance a prompt starts with one of the shared system prompts
     num_shared_prefixes: int = 1
     shared_prefix_tokens: int = 1024
     arrival: ArrivalProcess | None = None  # None: Poisson at rate_rps
