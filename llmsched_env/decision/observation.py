@@ -71,10 +71,8 @@ _LOG_SCALE = 8.0  # SLO targets relative to the tightest, as log2(ratio) / 8
 
 
 class ObservationEncoder:
-    """Schema 1. Engine state -> a float32 vector of named features, each scaled to roughly [0, 1] (clipped to
-    [-OBS_CLIP, OBS_CLIP]). Times are in units of the relevant SLO target, counts in units of the engine's
-    limits, so one policy transfers across hardware presets and SLO classes; six features per tenant, named
-    after it, so a policy fits only the tenants it was trained on."""
+    """Schema 1: engine state -> named float32 features, each scaled to roughly [0, 1] (clipped to
+        +-``OBS_CLIP``; times over SLO targets, counts over engine limits), six per tenant, named after it."""
 
     schema = 1
 

@@ -44,18 +44,14 @@ def baseline_names() -> list[str]:
 
 @dataclass
 class PolicySpec:
-    """One policy of an evaluation, the ``policy`` column's ``name`` and one of: ``baseline`` (a registered name;
-    ``table``: a tuned-settings table's path or ``TunedTable`` for ``tuned``), ``path`` (an exported policy file,
-    loaded once and not pickled: a Ray task loads it again), ``lookahead`` (the clairvoyant bound, run only by the
-    evaluation's simulator episodes: ``make_for`` refuses it) or ``mpc`` (the planner, built by ``make_for`` where
-    the context's driver gives a planning state)."""
+    """One policy of an evaluation: the ``policy`` column's ``name`` and one of the others."""
 
     name: str
-    baseline: str | None = None
-    path: Path | None = None
-    table: Path | TunedTable | None = None
-    lookahead: LookaheadConfig | None = None
-    mpc: MPCConfig | None = None
+    baseline: str | None = None  # a registered name
+    path: Path | None = None  # an exported policy file, loaded once and not pickled (a Ray task loads it again)
+    table: Path | TunedTable | None = None  # ``tuned``'s tuned-settings table
+    lookahead: LookaheadConfig | None = None  # the clairvoyant bound: simulator episodes only (``make_for`` refuses)
+    mpc: MPCConfig | None = None  # the planner, built where the context's driver gives a planning state
     _exported: ExportedPolicy | None = field(default=None, repr=False, compare=False)  # loaded on demand
 
     def __post_init__(self) -> None:
@@ -119,11 +115,9 @@ class PolicySpec:
 
 
 def resolve_policy(entry: str) -> PolicySpec:
-    """The ``PolicySpec`` of ``entry``: a baseline name, ``learned`` (``policies/generalist``), a lookahead or mpc
-    spelling, ``[alias=]path`` of an exported policy (a run folder or its ``policy.json``, loaded and verified
-    now; ``policies/NAME`` missing here is the shipped one) or of a tuned-settings table (the ``tuned`` baseline
-    with it, named ``alias`` or the file's stem). One-line ``ValueError`` naming ``entry`` or the file otherwise,
-    and when its name is another policy's (``fcfs=runs/ppo0`` would credit the learned policy's rows to ``fcfs``)."""
+    """The ``PolicySpec`` of ``entry``: a baseline name, ``learned``, a lookahead or mpc spelling, or
+        ``[alias=]path`` of an exported policy (loaded and verified now) or of a tuned-settings table. One-line
+        ``ValueError`` naming ``entry`` or the file otherwise, and when its name is another policy's."""
     spec = _resolve(entry)
     _check_label(entry, spec)
     return spec

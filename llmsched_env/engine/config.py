@@ -68,16 +68,14 @@ _BOUND_REASONS = {"num_kv_blocks": " (the simulator's block pool holds about 96 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Hard limits of one serving engine, as vLLM names them (``max_num_batched_tokens``: the largest token
-    budget). ``victim_rule`` picks whom KV shortage preempts: ``latest`` admitted (vLLM's FCFS rule) or
-    ``lowest_priority`` (largest ``(priority, arrival)``)."""
+    """Hard limits of one serving engine, as vLLM names them."""
 
     num_kv_blocks: int = 4096
     block_size: int = 16
     max_num_seqs: int = 128
-    max_num_batched_tokens: int = 4096
+    max_num_batched_tokens: int = 4096  # the largest token budget
     max_model_len: int = 16384
-    victim_rule: str = "latest"
+    victim_rule: str = "latest"  # whom KV shortage preempts: latest admitted (vLLM's) or lowest_priority
     reserve_full_prefill: bool = True
 
     def __post_init__(self) -> None:

@@ -13,10 +13,8 @@ PolicyFactory = Callable[[gym.Env], Policy]  # builds the episode's policy from 
 
 
 def run_episode(env: gym.Env, policy: Policy | PolicyFactory, seed: int) -> dict[str, float]:
-    """Run one episode of ``env`` under ``policy`` (acting on observation and mask); its final metrics. A
-    stateful policy is told that the episode starts (``start_episode``) before its first action. ``policy``
-    may be a factory called with the env after its reset (a heuristic built for the episode's workload, on
-    ``LLMSchedMix-v0``)."""
+    """Run one episode of ``env`` under ``policy`` (or a factory called with the env after its reset); its final
+        metrics. A stateful policy's ``start_episode`` is called before its first action."""
     obs, _ = env.reset(seed=seed)
     if not hasattr(policy, "act"):
         policy = policy(env)
