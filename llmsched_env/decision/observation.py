@@ -12,20 +12,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from llmsched_env.decision.schema import SCHEMA_VERSION, check_schema
+from llmsched_env.decision.schema import SCHEMA_VERSION, check_schema  # noqa: F401 (SCHEMA_VERSION re-exported)
 from llmsched_env.decision.state import EngineState, QueuedRequest
 from llmsched_env.engine.config import EngineConfig, TenantConfig
-
-__all__ = [
-    "GLOBAL_FEATURES",
-    "NUM_SLOTS",
-    "OBS_CLIP",
-    "SCHEMA_VERSION",
-    "SLOT_FEATURES",
-    "GenericObservationEncoder",
-    "ObservationEncoder",
-    "make_encoder",
-]
 
 OBS_CLIP = 10.0  # every feature lies in [-OBS_CLIP, OBS_CLIP]
 GLOBAL_FEATURES = (

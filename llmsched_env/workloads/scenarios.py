@@ -20,15 +20,9 @@ from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, SLOClass, Tena
 from llmsched_env.engine.remote_kv import RemoteKVConfig
 from llmsched_env.engine.request import Request
 from llmsched_env.workloads.lengths import LengthDist
-from llmsched_env.workloads.public_traces import trace_dir, trace_path
+from llmsched_env.workloads.public_traces import trace_dir, trace_path  # noqa: F401 (re-exported)
 from llmsched_env.workloads.traces import Trace, data_stem, load_trace
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig, generate
-
-__all__ = [
-    "DEFAULT_TRACE_EPISODE", "SPLITS", "TRAIN_FRACTION", "VAL_FRACTION", "RequestSource", "Scenario", "SyntheticSource",
-    "TraceSource", "check_episode_size", "check_split", "episode_window", "scenario_from_trace", "slo_scale",
-    "split_bounds", "split_rows", "split_stream", "trace_dir", "trace_path", "trace_tenants",
-]
 
 SPLITS = ("train", "val", "test")
 TRAIN_FRACTION = 0.7  # a trace's first 70% (of its time, or of its rows for a length file) trains,
