@@ -190,9 +190,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def _check_both_given(p: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str] | None) -> None:
     """A usage error for two options given together where one would be ignored: ``--seed`` with ``--seeds``,
-    ``--scenario`` with ``--scenarios`` (the sweep's list replaces the single value), and ``--hp KEY=V`` with
-    ``--hp-grid`` of the same key, or of one inside or around it (each grid value replaces the ``--hp`` one).
-    Only options given on the command line count (``given_options``), not defaults."""
+    ``--scenario`` with ``--scenarios``, ``--hp KEY`` with ``--hp-grid`` of that key or one inside or around it."""
     given = given_options(p, argv)
     for one, many in (("seed", "seeds"), ("scenario", "scenarios")):
         if one in given and many in given:

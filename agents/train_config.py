@@ -325,9 +325,8 @@ def _hint(key: Any, known: list[str]) -> str:
 
 
 def _check_overrides_act(config: TrainConfig, hp: Mapping[str, Any]) -> None:
-    """``ValueError`` for a ``--hp`` override the chosen options leave unused: cloning keys with ``--bc none`` or
-    ``--init``, ``anchor_epochs`` without ``anchor_coef``, ``eval_episodes``/``eval_load`` for the generalist. The
-    file's values are defaults, never refused."""
+    """``ValueError`` for a ``--hp`` override the chosen options leave unused (cloning keys with ``--bc none`` or
+    ``--init``, ``anchor_epochs`` without ``anchor_coef``, ``eval_episodes``/``eval_load`` for the generalist)."""
     given = set(config.hp)
     unused: list[tuple[list[str], str]] = []
     cloning = [key for key in (*BC_KEYS, "bc_warmstart") if key in given]
@@ -529,8 +528,7 @@ def _check_minibatch(
 
 def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
     """``ValueError`` naming the key for a hyperparameter ``algo``'s model does not take (with the closest name), a
-    value of the wrong kind or out of range, or an ``env_kwargs`` key the env does not take: a typo fails before
-    the run folder is written."""
+    value of the wrong kind or out of range, or an ``env_kwargs`` key the env does not take."""
     from llmsched_env.envs.cluster import LLMSchedClusterEnv
     from llmsched_env.envs.mixture import WorkloadMixEnv
     from llmsched_env.envs.single_node import LLMSchedEnv

@@ -48,8 +48,8 @@ class ReplicaSpec:
 @dataclass(frozen=True)
 class DisaggConfig:
     """Disaggregated prefill/decode: pool sizes, the KV link (``shared_link``: one for all, else one per decode
-        replica; default a 25 GB/s RDMA path, 2 ms set-up, Llama-3-8B bf16 KV) and ``decode_rule``: ``kv_per_request``
-        (most free KV per request, Llumnix's), ``least_outstanding`` or ``round_robin``."""
+    replica; default a 25 GB/s RDMA path, 2 ms set-up, Llama-3-8B bf16 KV) and ``decode_rule``: ``kv_per_request``
+    (most free KV per request, Llumnix's), ``least_outstanding`` or ``round_robin``."""
 
     num_prefill: int = 1
     num_decode: int = 1

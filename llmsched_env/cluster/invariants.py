@@ -10,7 +10,7 @@ from llmsched_env.engine.request import Status
 
 def check_cluster(cluster: Cluster) -> None:
     """AssertionError naming the first inconsistency: a replica's engine invariants; a routed request not in
-        exactly one place; a replica with work but not exactly one pending event; a clock ahead of the cluster's."""
+    exactly one place; a replica with work but not exactly one pending event; a clock ahead of the cluster's."""
     seen = Places()
     place = seen.place
 

@@ -21,8 +21,8 @@ from llmsched_env.workloads.scenarios import Scenario
 @dataclass(frozen=True)
 class ClusterScenario:
     """``num_replicas`` replicas serving library scenario ``base`` at ``rate_rps`` x load; ``engine`` /
-        ``cost_model`` default to the base's, ``replicas`` gives one ``(EngineConfig, preset)`` each; with ``disagg``
-        the first ``disagg.num_prefill`` replicas prefill."""
+    ``cost_model`` default to the base's, ``replicas`` gives one ``(EngineConfig, preset)`` each; with ``disagg``
+    the first ``disagg.num_prefill`` replicas prefill."""
 
     name: str
     description: str

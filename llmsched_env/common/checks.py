@@ -16,9 +16,7 @@ TABLE_SEPARATOR = "|"  # a Markdown table's column separator
 
 
 class Bound(float):
-    """The top of a physical range that also has a bottom: the float ``top``, carrying ``minimum`` (the least nonzero
-    value), which ``in_range``, ``check_positive``, ``check_number`` and ``range_text`` apply wherever it is the
-    maximum."""
+    """The float ``top`` of a physical range, carrying its ``minimum`` (the least nonzero value) for the checks."""
 
     minimum: float
 

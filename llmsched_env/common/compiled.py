@@ -91,19 +91,16 @@ def clean(package_dir: Path = PACKAGE_DIR) -> list[Path]:
 
 
 def type_check_arguments(package_dir: Path = PACKAGE_DIR) -> list[str]:
-    """The mypy arguments of the check mypyc runs before translating ``MODULES`` (``mypyc_extensions``): their
-    sources and, in a checkout, ``pyproject.toml``'s settings named explicitly (so the check does not depend on
-    the folder the build runs in). It follows every import of those modules and the packages above them and, in
-    pip's build, sees only the build requirements (``tests/test_compiled.py`` checks that)."""
+    """The mypy arguments of mypyc's check of ``MODULES``: their sources and, in a checkout, ``pyproject.toml``
+    named explicitly (so the check does not depend on the folder the build runs in)."""
     config = package_dir.parent / "pyproject.toml"
     options = ["--config-file", str(config)] if config.is_file() else []
     return [*options, *(str(source_path(m, package_dir)) for m in MODULES)]
 
 
 def mypyc_extensions(package_dir: Path = PACKAGE_DIR, target_dir: str = "build/mypyc") -> list[Any]:
-    """mypyc's setuptools extensions for ``MODULES`` (one group: a shared library and an extension per module; C
-    sources under ``target_dir``), for ``setup.py`` and ``llmsched-compile``. Type-checks first
-    (``type_check_arguments``): ``SystemExit`` on a type error."""
+    """mypyc's setuptools extensions for ``MODULES`` (one group; C sources under ``target_dir``), for ``setup.py``
+    and ``llmsched-compile``; type-checks first (``SystemExit`` on a type error)."""
     from mypyc.build import mypycify
 
     arguments = type_check_arguments(package_dir)

@@ -202,9 +202,8 @@ def written_path(path: str | Path) -> Path:
 
 
 def check_replaceable(path: str | Path, option: str | None = None) -> None:
-    """``ValueError`` naming ``path`` (and ``option``) when something other than a regular file sits there (a device,
-    a FIFO, a socket, a folder, a link), or a file or link loop on the way leaves no place for it; nothing there
-    is fine."""
+    """``ValueError`` naming ``path`` (and ``option``) when anything but a regular file sits there, or a file or
+    link loop on the way leaves no place for it; nothing there is fine."""
     where = f"{option} {path}" if option else str(path)
     try:
         mode = os.lstat(path).st_mode
@@ -261,9 +260,8 @@ def write_text_atomically(path: str | Path, text: str) -> None:
 
 
 def remove_outputs(folder: str | Path, names: Iterable[str], keep: Iterable[str] = ()) -> list[Path]:
-    """Remove the files ``names`` of ``folder`` but those in ``keep`` (an earlier run's outputs), and the temporary
-    files a killed write left beside them; nothing else. Call it holding the folder (``locked_output``); returns
-    the files removed."""
+    """Remove the files ``names`` of ``folder`` but ``keep`` (an earlier run's outputs) and the temporary files a
+    killed write left beside them, holding the folder (``locked_output``); returns the files removed."""
     folder = Path(folder)
     kept = set(keep)
     removed = []

@@ -35,9 +35,9 @@ def _powers_of_two(lo: int, hi: int) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class ActionSpec:
     """The options of each action component: queue order (the first ``num_orders`` of ``QueueOrder``), token
-        budget, chunk cap, batch mix (0 decode-first, 1 prefill-first), admission cap (``UNLIMITED``: as many as fit),
-        KV reserve (pool share kept free when admitting), shedding (0 off, 1 on). With ``max_tokens``, a budget or cap
-        above it means ``max_tokens`` and only the first option reaching it is valid."""
+    budget, chunk cap, batch mix (0 decode-first, 1 prefill-first), admission cap (``UNLIMITED``: as many as fit),
+    KV reserve (pool share kept free when admitting), shedding (0 off, 1 on). With ``max_tokens``, a budget or cap
+    above it means ``max_tokens`` and only the first option reaching it is valid."""
 
     token_budgets: tuple[int, ...]
     chunk_caps: tuple[int, ...]
@@ -91,9 +91,7 @@ class ActionSpec:
 
     @classmethod
     def for_engine(cls, config: EngineConfig, schema: int | None = None) -> ActionSpec:
-        """The layout of ``schema`` (default: the current one, ``SCHEMA_VERSION``) for an engine. Schema 1:
-        six queue orders, budgets and chunk caps in powers of two up to ``max_num_batched_tokens``; schema 2:
-        every queue order and the fixed ``FIXED_TOKEN_BUDGETS`` / ``FIXED_CHUNK_CAPS`` capped at that limit."""
+        """The layout of ``schema`` (default ``SCHEMA_VERSION``) for an engine (``decision.schema``)."""
         top = config.max_num_batched_tokens
         if check_schema(SCHEMA_VERSION if schema is None else schema) == 1:
             return cls(

@@ -17,7 +17,7 @@ from llmsched_env.engine.engine import Engine
 
 class LocalScheduler:
     """``local_decide`` for ``Cluster``: ``policies[i]`` decides replica i's iterations through a ``DecisionLoop``
-        (no deadline, no fallback: a malformed action is refused naming the replica)."""
+    (no deadline, no fallback: a malformed action is refused naming the replica)."""
 
     def __init__(
         self,

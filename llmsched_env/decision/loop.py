@@ -45,9 +45,8 @@ ENGINE_DEFAULT: Final = _EngineDefault()
 
 @dataclass
 class DecisionStats:
-    """What a ``DecisionLoop`` counted: decisions, iterations, held and corrected iterations, fallbacks by cause
-    (``FALLBACK_CAUSES``) with the last one's message, and the decisions' time (from before the observation is
-    encoded to the decision in hand)."""
+    """What a ``DecisionLoop`` counted: decisions, iterations, held and corrected iterations, fallbacks by cause with
+    the last one's message, and the decisions' time (observation to decision)."""
 
     num_decisions: int = 0
     num_iterations: int = 0

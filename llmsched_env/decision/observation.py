@@ -61,7 +61,7 @@ _LOG_SCALE = 8.0  # SLO targets relative to the tightest, as log2(ratio) / 8
 
 class ObservationEncoder:
     """Schema 1: engine state -> named float32 features, each scaled to roughly [0, 1] (clipped to
-        +-``OBS_CLIP``; times over SLO targets, counts over engine limits), six per tenant, named after it."""
+    +-``OBS_CLIP``; times over SLO targets, counts over engine limits), six per tenant, named after it."""
 
     schema = 1
 

@@ -81,9 +81,8 @@ def torch_forward(meta: dict[str, Any], weights: list[tuple[np.ndarray, np.ndarr
 
 
 def load_policy_file(path: str | Path, forward: ForwardBuilder | None = None) -> ExportedPolicy:
-    """Load and verify an exported policy from ``policy.json``, ``policy.safetensors`` or their folder.
-    ``forward(meta, weights)`` builds the network's forward pass for an activation numpy does not have
-    (``runtime.policy_file`` passes a torch one); without it such a policy is refused, naming that loader."""
+    """Load and verify an exported policy from ``policy.json``, ``policy.safetensors`` or their folder; ``forward``
+    builds the pass for an activation numpy lacks (``runtime.policy_file`` passes torch's), else it is refused."""
     json_path, tensors_path = _paths(Path(path))
     meta = _read_json(json_path)
     _check_meta(meta, json_path)
@@ -384,9 +383,8 @@ class ExportedPolicy:
         return h
 
     def _probe(self) -> None:
-        """``PolicyFileError`` when the network gives a non-finite logit on a probe input (every input 0, 1,
-        or -1 after normalisation): finite weights so large that their products overflow float32 would make every
-        decision NaN, so such a file is refused when it is loaded, not used."""
+        """``PolicyFileError`` when the network gives a non-finite logit on a probe input (0, 1 or -1 after
+        normalisation): weights whose products overflow float32 are refused at load time."""
         n = len(self.obs_names)
         with np.errstate(over="ignore", invalid="ignore"):  # the overflow is the finding, not a warning
             for value in (0.0, 1.0, -1.0):

@@ -116,8 +116,8 @@ class PolicySpec:
 
 def resolve_policy(entry: str) -> PolicySpec:
     """The ``PolicySpec`` of ``entry``: a baseline name, ``learned``, a lookahead or mpc spelling, or
-        ``[alias=]path`` of an exported policy (loaded and verified now) or of a tuned-settings table. One-line
-        ``ValueError`` naming ``entry`` or the file otherwise, and when its name is another policy's."""
+    ``[alias=]path`` of an exported policy (loaded and verified now) or of a tuned-settings table. One-line
+    ``ValueError`` naming ``entry`` or the file otherwise, and when its name is another policy's."""
     spec = _resolve(entry)
     _check_label(entry, spec)
     return spec

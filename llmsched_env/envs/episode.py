@@ -14,7 +14,7 @@ PolicyFactory = Callable[[gym.Env], Policy]  # builds the episode's policy from 
 
 def run_episode(env: gym.Env, policy: Policy | PolicyFactory, seed: int) -> dict[str, float]:
     """Run one episode of ``env`` under ``policy`` (or a factory called with the env after its reset); its final
-        metrics. A stateful policy's ``start_episode`` is called before its first action."""
+    metrics. A stateful policy's ``start_episode`` is called before its first action."""
     obs, _ = env.reset(seed=seed)
     if not hasattr(policy, "act"):
         policy = policy(env)

@@ -31,9 +31,8 @@ class EpisodeConfig:
 
 
 def check_episode_args(owner: str, config: EpisodeConfig, render_modes: Sequence[str]) -> None:
-    """``ValueError`` naming the argument unless the split is known, ``num_requests`` None or 1 to
-    ``MAX_EPISODE_REQUESTS``, ``horizon_s`` > 0 (inf: none), ``max_steps`` >= 1 and ``render_mode`` one of
-    ``render_modes`` (or None)."""
+    """``ValueError`` naming the argument unless the split is known, ``num_requests`` None or in [1,
+    ``MAX_EPISODE_REQUESTS``], ``horizon_s`` > 0, ``max_steps`` >= 1 and ``render_mode`` None or in ``render_modes``."""
     check_split(config.split)
     if config.num_requests is not None:
         check_int(owner, "num_requests", config.num_requests, 1)

@@ -151,9 +151,8 @@ def render_ansi(sim: Simulator, last_step_s: float) -> str:
 
 # ------------------------------------------------------------------------------------------- rgb
 def render_rgb(sim: Simulator, history: Sequence[tuple[float, int, float, float]]) -> np.ndarray:
-    """An RGB frame (``FRAME_SHAPE``, uint8) of the recent ``history`` of (time_s, num_waiting, kv_usage,
-    iteration time_s): waiting queue length, KV usage against 100%, and iteration time against the
-    tightest TPOT SLO (dashed). An empty history draws the empty panels."""
+    """An RGB frame (``FRAME_SHAPE``, uint8) of the recent ``history`` of (time_s, num_waiting, kv_usage, iteration
+    time_s): waiting queue, KV usage, and iteration time against the tightest TPOT SLO (dashed)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -66,9 +66,8 @@ class RewardTracker:
     def step(
         self, num_arrived: int, num_good: int, num_missed: int, num_preempted: int, ended: bool
     ) -> tuple[float, dict[str, float]]:
-        """``(reward, terms)`` of one step, from the episode's running counts now: requests arrived, met,
-        missed, and preemptions. With ``ended`` (the episode terminated or was truncated) the arrived
-        requests still without an outcome count as misses. The reward is the sum of the terms."""
+        """``(reward, terms)`` of one step from the running counts (arrived, met, missed, preemptions); with ``ended``
+        the arrived requests still without an outcome miss."""
         d_good = num_good - self.num_good
         d_missed = num_missed - self.num_missed
         d_preempted = num_preempted - self.num_preempted

@@ -108,9 +108,8 @@ def _check_range(name: str, value: Any, lowest: float, highest: float = math.inf
 
 @dataclass(frozen=True)
 class RandomizedSpace:
-    """The ranges a random scenario is drawn from, each field checked (``ValueError`` naming it); a tenant's SLO
-    class among those with a TTFT target of at least ``TTFT_HEADROOM`` x its typical prefill (else the loosest).
-    ``load_range``: the loads a caller should draw from."""
+    """The ranges a random scenario is drawn from, each field checked (``ValueError`` naming it); a tenant's SLO class
+    has a TTFT target of at least ``TTFT_HEADROOM`` x its typical prefill (else the loosest)."""
 
     min_tenants: int = 1
     max_tenants: int = 16
@@ -285,9 +284,8 @@ def _draw_tenant(rng: np.random.Generator, space: RandomizedSpace, index: int, s
 
 
 def random_scenario(seed: int, space: RandomizedSpace = DEFAULT_SPACE, num_requests: int = 1000) -> Scenario:
-    """The random scenario ``random-<seed>`` of ``space``: engine, cost model, tenants and their traffic shares
-    (flat Dirichlet), then per tenant its draws; rates are the shares of ``workload_nominal_rate_rps``. Tenants
-    are named ``t<i>-<family>-<arrival kind>``."""
+    """The random scenario ``random-<seed>`` of ``space``: engine, cost model, tenants (named
+    ``t<i>-<family>-<arrival kind>``) and their traffic shares (flat Dirichlet) of ``workload_nominal_rate_rps``."""
     check_int("random_scenario", "seed", seed, 0)
     check_int("random_scenario", "num_requests", num_requests, 1)
     if not isinstance(space, RandomizedSpace):

@@ -291,9 +291,8 @@ def _length_parts(path: Path, trace: Trace) -> list[tuple[float, Trace]]:
 def scenario_from_trace(path: str | Path, fmt: str, rate_rps: float | None = None, slo_class: str | SLOClass = "chat",
                         engine: EngineConfig | None = None, cost_model: str = REFERENCE_COST_MODEL,
                         tenant_slos: Mapping[str, str | SLOClass] | None = None, **options: object) -> Scenario:
-    """A scenario replaying a user's trace file (``fmt``), split in time; at its mean rate unless ``rate_rps`` is
-    given (which a length-only trace needs). Tenants and SLOs: ``trace_tenants``. Every problem is a
-    ``ValueError`` naming the file."""
+    """A scenario replaying a user's trace file (``fmt``), split in time, at its mean rate unless ``rate_rps`` is
+    given (a length-only trace needs it); tenants: ``trace_tenants``; ``ValueError`` naming the file."""
     path = Path(path)
     trace = load_trace(path, fmt, **options)  # fail now, with the file's own error, not at reset()
     if rate_rps is not None and not (is_finite_number(rate_rps) and in_range(rate_rps, False, MAX_RATE_RPS)):

@@ -42,9 +42,8 @@ def tenant_slos(text: str) -> dict[str, SLOClass]:
 
 
 def build_trace_scenario(options: Mapping[str, Any], limits: Mapping[str, Any] | None = None) -> Scenario:
-    """The scenario of a trace from its ``options`` (``TRACE_OPTIONS``: ``trace`` and ``trace_format`` required,
-    the others optional) over an engine with ``limits`` (``ENGINE_LIMIT_FIELDS``, default: the engine's own).
-    ``ValueError`` starting with the name of the option at fault, or from the trace reader naming the file."""
+    """The scenario of a trace from its ``options`` (``TRACE_OPTIONS``; ``trace`` and ``trace_format`` required) over an
+    engine with ``limits`` (``ENGINE_LIMIT_FIELDS``); ``ValueError`` starting with the option at fault."""
     unknown = sorted(set(options) - set(TRACE_OPTIONS))
     if unknown:
         raise ValueError(f"unknown trace option(s) {unknown}; known: {', '.join(TRACE_OPTIONS)}")
