@@ -28,9 +28,7 @@ SEARCHED = "searched"
 LOOKAHEAD = "lookahead"
 MPC = "mpc"
 MPC_FALLBACK_BASE = "mixed-slo"  # the base of an episode without a tuned entry: its tuned setting
-# chosen on 60 randomised *train* episodes (400 requests, 0.3-2 x the knee; bench/teacher_candidates.py), greedily:
-# each added candidate raised the mean of the best-of attainment most (0.924 for mixed-slo's settings alone, 0.935
-# with all six, 0.9355 with all thirteen: the eleven distinct tuned settings, slo_aware and sjf; slo_aware alone 0.917)
+# chosen greedily on 60 randomised train episodes (bench/teacher_candidates.py): each raised the best-of mean most
 DEFAULT_CANDIDATES = ("tuned:mixed-slo", "tuned:default", "tuned:short-long", "tuned:bursty", "tuned:azure-code",
                       "slo_aware")  # fmt: skip
 TUNED_PREFIX = "tuned:"

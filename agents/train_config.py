@@ -360,9 +360,7 @@ def _model_params(algo: str) -> dict[str, Any]:
     }
 
 
-# The range of each numeric hyperparameter, checked before anything is written: a value SB3 refuses late (n_steps=0),
-# trains nonsense with (gamma=2) or that fills memory or disk (eval_episodes=10^9) fails first. Each count's cap is
-# far above any use (the shipped hyperparameters' largest value beside it).
+# The range of each numeric hyperparameter, checked before anything is written (each cap far above any use).
 _INF = float("inf")
 MAX_TIMESTEPS = 10**9  # a budget past this is a typo (the library's runs train 10^4 to 3 x 10^5 steps)
 MAX_ENVS = 256  # shipped: 4

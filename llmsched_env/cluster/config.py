@@ -16,8 +16,7 @@ from llmsched_env.engine.config import ENGINE_BOUNDS, EngineConfig
 # K and V, 32 layers, 8 KV heads of 128 dims, 2 bytes (bf16): Llama-3-8B's KV per token.
 LLAMA3_8B_KV_BYTES_PER_TOKEN = 2 * 32 * 8 * 128 * 2
 DECODE_RULES = ("kv_per_request", "least_outstanding", "round_robin")
-# The most replicas a cluster has: each is a whole engine with its KV pool, stepped and observed (9 features) at
-# every arrival, so a million of them never finished building; the scenarios have 4 and 8.
+# The most replicas a cluster has (each a whole engine stepped and observed at every arrival); the scenarios have 4, 8.
 MAX_REPLICAS = 1024
 # The most KV blocks over all the replicas of a cluster: one engine's bound (about 96 bytes per block, 370 MiB).
 MAX_CLUSTER_KV_BLOCKS = ENGINE_BOUNDS["num_kv_blocks"]

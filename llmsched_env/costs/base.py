@@ -9,9 +9,8 @@ from typing import Protocol, runtime_checkable
 
 from llmsched_env.common.checks import Bound, check_number
 
-# Physical ranges of a cost model's constants (docs/reliability.md, "Physical ranges"): far outside anything real
-# (300-1,000x an H100's compute and bandwidth, 500x the largest models, sizes up to 2**20, an iteration at most an
-# hour), with bottoms (``Bound``) for the figures that divide a step's time, so a mistyped figure is refused.
+# Physical ranges of a cost model's constants (docs/reliability.md, "Physical ranges"), with bottoms (``Bound``)
+# for the figures that divide a step's time.
 MAX_STEP_S = 3600.0
 _MAX_SIZE = 1 << 20
 COST_BOUNDS: dict[str, float] = {

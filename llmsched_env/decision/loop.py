@@ -120,8 +120,7 @@ class DecisionLoop:
         self._policy: Policy | None = None
         self._reads_obs = True
         self._decider: TimedDecider | None = None
-        # the policy's kept answers where it acts on the mask alone: the mask's object (one per pattern) -> (values,
-        # decision)
+        # the policy's kept answers where it acts on the mask alone: the mask's object -> (values, decision)
         self._kept: dict[int, tuple[list[int], Decision]] = {}
         # the decision held: its action's values ([] for the engine's own settings) and the Decision they mean
         self._values: list[int] = []

@@ -138,8 +138,7 @@ for _s in (
              remote_kv=RemoteKVConfig(latency_s=0.005, bandwidth_gbps=10.0, slow_prob=0.1, slow_factor=8.0)),
 ):
     SCENARIOS.register(_s.name, _s)
-# Generated traffic fitted to a replayed trace's parts (workloads.fitted), for loads its windows do not sustain:
-# `azure-conv`'s test part holds five 433-request windows, sustained only up to about 1.9x its nominal rate.
+# Generated traffic fitted to a replayed trace's parts (workloads.fitted), for loads its windows do not sustain.
 for _base, _file in (("azure-conv", TRACE_FILES["azure-conv"]), ("mooncake-conv", TRACE_FILES["mooncake-conv"])):
     _s = fitted_scenario(SCENARIOS.get(_base), _file)
     SCENARIOS.register(_s.name, _s)

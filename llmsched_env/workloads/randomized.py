@@ -28,8 +28,7 @@ SMALL_ENGINE = EngineConfig(num_kv_blocks=2048, max_num_seqs=64, max_num_batched
 ENGINE_CHOICES: tuple[EngineConfig, ...] = (EngineConfig(), LONG_CONTEXT, SMALL_LOCAL, SMALL_ENGINE)
 COST_MODEL_CHOICES = ("llama3-8b-h100", "llama3-8b-a100", "llama2-70b-4xh100")
 ARRIVAL_CHOICES = ("poisson", "gamma", "on_off")
-# The library's FCFS knees over ``nominal_rate_rps``'s bound: geometric mean of 0.55, 0.34, 0.43, 0.36 (default,
-# sharegpt-poisson, mixed-slo, short-long).
+# The library's FCFS knees over ``nominal_rate_rps``'s bound (geometric mean of four library scenarios).
 KNEE_FRACTION = 0.41
 MIN_BATCHED_TOKENS = 64  # the smallest max_num_batched_tokens an engine of the space may have
 FIT_COPIES = 2  # the KV pool must hold this many of a family's longest requests at once
