@@ -9,6 +9,8 @@ sarathi, slo_aware (``slo``), tuned (``tuned.json``) and random, each class sayi
 for ``LLMSchedCluster-v0``: ``baselines.routing`` (``make_router``, ``available_routers()``).
 """
 
+# ruff: noqa: F401 (the package re-exports these names)
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -31,11 +33,6 @@ from baselines.slo import SarathiPolicy, SLOAwarePolicy, tpot_budget
 from baselines.tuned import TunedPolicy
 from llmsched_env.decision.policy import Policy, PolicyContext
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy, make_scheduler
-
-__all__ = ["ROUTERS", "SCHEDULERS", "BaselinePolicy", "FCFSPolicy", "KVGuardPolicy", "LPMPolicy", "Policy",
-           "PrefillFirstPolicy", "PriorityAgingPolicy", "RandomPolicy", "SJFPolicy", "SLOAwarePolicy",
-           "SPRWPolicy", "SarathiPolicy", "StaticPolicy", "TunedPolicy", "VTCPolicy", "available",
-           "available_routers", "fcfs_decision", "make", "make_for", "make_router", "per_workload", "tpot_budget"]
 
 for _cls in (
     FCFSPolicy, PrefillFirstPolicy, PriorityAgingPolicy, SJFPolicy, SPRWPolicy, LPMPolicy, VTCPolicy, KVGuardPolicy,
