@@ -117,9 +117,8 @@ def check_regular_file(path: str | os.PathLike[str], limit: ByteLimit) -> os.sta
 
 
 def open_regular(path: str | os.PathLike[str], limit: ByteLimit, start: int = 0) -> IO[bytes]:
-    """``path`` opened for reading bytes once ``check_regular_file`` passes: a buffered file object that refuses to
-    read past ``limit`` should the file grow, opened non-blocking and checked again on the descriptor. ``start``:
-    the byte to read from (the bytes before it count against ``limit``)."""
+    """``path`` opened for reading bytes once ``check_regular_file`` passes, checked again on the descriptor,
+    refusing to read past ``limit`` (counting the ``start`` bytes skipped) should the file grow."""
     p = Path(path)
     check_regular_file(p, limit)
     fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -167,9 +166,8 @@ def csv_records(path: str | os.PathLike[str], limit: ByteLimit) -> list[tuple[in
 
 
 class BoundedReader(io.RawIOBase):
-    """A binary stream over ``inner`` that raises ``FileRefusedError`` (naming ``path``) once more than ``limit``
-    bytes come through it or, with ``line_limit``, a line grows longer than that (``decompressed``: the message
-    says so). Closing it closes ``inner``, then ``underlying`` (the file a ``GzipFile`` reads)."""
+    """A binary stream over ``inner`` raising ``FileRefusedError`` (naming ``path``) past ``limit`` bytes or a line
+    longer than ``line_limit``; closing it closes ``inner``, then ``underlying``."""
 
     def __init__(
         self,

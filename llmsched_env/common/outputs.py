@@ -67,11 +67,9 @@ def check_output(
     files: Iterable[str] = (),
     folders: Iterable[str] = (),
 ) -> Path:
-    """``path`` when a command may write there, checked before any work; one-line ``ValueError`` naming ``option``
-    and the path when it is (inside) a shipped folder without ``force``, a file where a folder is written (or,
-    with ``file``, a folder where a file is), behind a file or a link loop, a dangling link for a folder, or under
-    a folder that is not writable. An existing output folder must pass ``check_folder`` (``files``: the names it
-    writes as files, ``folders``: its subfolders)."""
+    """``path`` when a command may write there, checked before any work; else a one-line ``ValueError`` naming
+    ``option`` and the path: (inside) a shipped folder without ``force``, a file where a folder is written (or the
+    reverse with ``file``), unreachable, or not writable; an existing folder must pass ``check_folder``."""
     target = Path(path)
     _check_reachable(target, option)
     if not force:
@@ -219,10 +217,9 @@ def check_replaceable(path: str | Path, option: str | None = None) -> None:
 
 @contextmanager
 def replaced_atomically(path: str | Path) -> Iterator[Path]:
-    """A temporary path beside ``path`` (``.STEM.PID.tmpSUFFIX``) to write to; when the block ends without an error
-    it is flushed (``fsync``) and replaces ``path`` in one ``os.replace``, so a crash or a full disk leaves the
-    old file whole (on an error it is removed). Only a regular file (or nothing) is replaced
-    (``check_replaceable``); a link's target is replaced, the link kept."""
+    """A temporary path beside ``path`` to write to; when the block ends without an error it is flushed and replaces
+    ``path`` in one ``os.replace`` (a crash leaves the old file whole). Only a regular file (or nothing) is
+    replaced (``check_replaceable``); a link's target is replaced, the link kept."""
     path = written_path(path)
     check_replaceable(path)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
@@ -285,10 +282,9 @@ COMPLETE_NAME = "complete.json"  # written last into an output folder by a comma
 
 @contextmanager
 def locked_output(out: str | Path, command: str, option: str = "--out") -> Iterator[Path]:
-    """Hold the folder ``out`` (created if missing) for one command while the block runs: an exclusive ``flock`` on
-    ``out/.llmsched.lock``, released when the process ends however it ends. A second process gets
-    ``OutputBusyError`` naming ``option``, the folder and the holder's command and PID. ``COMPLETE_NAME`` is
-    removed on entry (``mark_complete`` writes it again). Without ``fcntl`` nothing is locked."""
+    """Hold the folder ``out`` (created if missing) for one command: an exclusive ``flock`` on
+    ``out/.llmsched.lock`` until the process ends; a second process gets ``OutputBusyError`` naming the holder.
+    ``COMPLETE_NAME`` is removed on entry. Without ``fcntl`` nothing is locked."""
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     try:

@@ -34,10 +34,8 @@ class PolicyContext:
 
 @runtime_checkable
 class Policy(Protocol):
-    """Anything that maps an observation and its action mask to a MultiDiscrete action. Optional class
-    attributes: ``reads_observation = False`` (acts on the mask alone: no observation is encoded for it),
-    ``bounded_act = True`` (its ``act`` cannot hang: no timer around it); a policy with memory defines
-    ``start_episode()``, called before each episode's first ``act``."""
+    """Maps an observation and its action mask to a MultiDiscrete action. Optional: ``reads_observation = False``
+    (acts on the mask alone), ``bounded_act = True`` (``act`` cannot hang: no timer), ``start_episode()``."""
 
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray: ...
 

@@ -40,10 +40,8 @@ class LengthLimits(TypedDict, total=False):
 
 @dataclass(frozen=True, repr=False)
 class LengthDist:
-    """Distribution of (prompt, output) lengths in tokens, clipped to ``[1, max_*_len]``; only ``kind``'s fields
-    are read: ``fixed`` (``*_len``), ``uniform`` (inclusive ``*_range``), ``lognormal`` (``round(median *
-    exp(sigma * N(0, 1)))``) or ``empirical`` (pairs resampled from ``*_samples``). Build one with the classmethods.
-    """
+    """Lengths of (prompt, output) in tokens, clipped to ``[1, max_*_len]``, of ``kind`` ``fixed``, ``uniform``
+    (inclusive), ``lognormal`` or ``empirical`` (pairs resampled); build one with the classmethods."""
 
     kind: str
     max_prompt_len: int = 8192

@@ -180,12 +180,9 @@ DEFAULT_SPACE = RandomizedSpace()
 
 def nominal_rate_rps(engine: EngineConfig, cost_model: CostModel | str, mix: Sequence[tuple[LengthDist, float]],
                      max_step_s: float | None = None, num_samples: int = 8192) -> float:
-    """An estimate of the knee (load 1.0, requests/s) of ``engine`` on ``cost_model`` for ``mix``: (lengths, share)
-    pairs. In a steady state where ``x`` requests start per iteration, a batch holds ``x E[o]`` decodes,
-    ``x E[p]`` prefill tokens, ``x E[p(p+1)/2]`` attention pairs and ``x E[(p + o/2) o]`` KV tokens (seeded
-    samples); ``x`` is the largest within ``max_num_seqs``, the KV pool, the token budget and (given)
-    ``max_step_s``, and ``KNEE_FRACTION * x / t(x)`` is the estimate (within about 2x of the real knee).
-    """
+    """An estimate of the knee (load 1.0, requests/s) of ``engine`` on ``cost_model`` for ``mix`` ((lengths, share)
+    pairs): with ``x`` requests starting per iteration (the most ``max_num_seqs``, the KV pool, the token budget and
+    ``max_step_s`` allow, from seeded samples), ``KNEE_FRACTION * x / t(x)``, within about 2x of the real knee."""
     model = load_cost_model(cost_model) if isinstance(cost_model, str) else cost_model
     check_int("nominal_rate_rps", "num_samples", num_samples, 1)
     if not mix or any(not isinstance(ln, LengthDist) or not (is_finite_number(w) and w > 0) for ln, w in mix):
