@@ -38,9 +38,8 @@ def set_parent_death_signal(signum: int | None = None) -> bool:
 
 
 def die_with_parent(parent_pid: int | None = None, main_thread: bool = True) -> None:
-    """End this process when its parent ends. ``parent_pid``: the parent as it saw itself (None: this process's
-    parent now); if it is no longer the parent, exit at once with ``ORPHAN_EXIT``. ``main_thread``: whether the
-    parent started this process from its main thread (False: no death signal, the watching thread alone)."""
+    """End this process when its parent ends (``parent_pid``: the parent as it saw itself; another parent now exits at
+    once with ``ORPHAN_EXIT``); ``main_thread`` False: no death signal, the watching thread alone."""
     parent = os.getppid() if parent_pid is None else int(parent_pid)
     if main_thread:
         set_parent_death_signal()

@@ -138,10 +138,9 @@ def _kind(path: Path) -> str:
 
 
 def check_folder(folder: Path, option: str = "--out", files: Iterable[str] = (), folders: Iterable[str] = ()) -> None:
-    """``ValueError`` naming the entry when the output folder holds (at its top or directly in one of ``folders``)
-    anything but regular files and folders (links followed), a folder at a name of ``files``, a non-folder at one
-    of ``folders``, or a symbolic link at one of ``files`` (or at one of ``folders`` leading out of the folder or
-    to nothing). Reads those entries only."""
+    """``ValueError`` naming the entry when the output folder holds (at its top or in one of ``folders``) anything
+    but regular files and folders, a folder at a name of ``files``, a non-folder at one of ``folders``, or a link at
+    one of ``files`` (or at one of ``folders`` leading out of the folder or to nothing)."""
     where = f"{option} {folder}"
     subfolders = set(folders)
     inside = os.path.realpath(folder)
@@ -346,9 +345,8 @@ def check_update_lock(path: str | Path, option: str | None = "--out") -> None:
 
 @contextmanager
 def updating(path: str | Path) -> Iterator[Path]:
-    """Hold the file ``path`` for a read-modify-write: an exclusive ``flock`` on ``update_lock(path)``, waited for,
-    released when the block ends or the process dies; opened without following a link or blocking on a FIFO
-    (anything but a regular file: ``ValueError``). Without ``fcntl`` nothing is locked."""
+    """Hold the file ``path`` for a read-modify-write: an exclusive ``flock`` on ``update_lock(path)``, waited for
+    (a lock that is not a regular file: ``ValueError``); without ``fcntl`` nothing is locked."""
     target = Path(path)
     try:
         import fcntl

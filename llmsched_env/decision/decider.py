@@ -39,9 +39,8 @@ def _signal_mode_available() -> bool:
 
 
 class TimedDecider:
-    """``decide(observation, mask, deadline)``: ``policy.act`` bounded by the deadline. Returns ``(action, None,
-    "")`` on time, else ``(None, reason, error)``: ``"error"`` (it raised) or ``"timeout"`` (late, or in thread
-    mode an earlier late call still running), with a one-line ``error``."""
+    """``decide(observation, mask, deadline)``: ``(action, None, "")`` on time, else ``(None, reason, error)`` with
+    reason ``"error"`` (it raised) or ``"timeout"`` (late, or an earlier late call still running)."""
 
     def __init__(self, policy: Any, mode: str = "auto", name: str = "llmsched-policy") -> None:
         if mode not in DECIDER_MODES:

@@ -79,11 +79,9 @@ class DecisionStats:
 
 
 class DecisionLoop:
-    """The module docstring's rules. ``encoder``: None where nothing is observed; ``policy``: who decides when a
-    hold runs out (None: the caller ``take``s every action); ``hold``: iterations per decision; ``fallback``: a
-    ``Policy``, ``ENGINE_DEFAULT`` or None (errors reach the caller); ``timeout_s``: each decision's deadline (needs
-    a fallback); ``deadline_mode``: ``TimedDecider``'s; ``name``: the policy in error messages; ``record``: keep
-    each iteration's (mask, decision applied, corrected) in ``history``."""
+    """The module docstring's rules. ``policy`` None: the caller ``take``s every action; ``fallback``: a ``Policy``,
+    ``ENGINE_DEFAULT`` or None (errors reach the caller); ``timeout_s`` needs a fallback; ``name``: the policy in
+    errors; ``record``: keep each iteration's (mask, decision applied, corrected) in ``history``."""
 
     def __init__(
         self,

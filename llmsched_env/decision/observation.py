@@ -210,13 +210,11 @@ _clip = getattr(getattr(getattr(np, "_core", None), "umath", None), "clip", None
 
 
 class GenericObservationEncoder(ObservationEncoder):
-    """Schema 2: the same features whatever the tenants' number, names and order: schema 1's ``GLOBAL_FEATURES``;
-    ``tenants/count`` and ``tenants/active`` (/ 16); ``queue/late_waiting`` and ``queue/urgent_waiting`` (waiting
-    behind a head past its TTFT, or with under half of it left); ``pred/...`` (predicted output tokens waiting, /
-    KV tokens and per request / 1024); ``slo/{ttft,tpot}_spread`` (log2 loosest / tightest, / 8); ``NUM_SLOTS``
-    tenant slots (``SLOT_FEATURES``: busy tenants first by head slack, ties by the features themselves; an empty
-    slot reads as idle), whose SLOs enter as log2 over the tightest / 8, priority as a rank in [0, 1], weight over
-    the largest; ``rest/...`` (the others: count, waiting, running, least slack, least attainment)."""
+    """Schema 2: the same features whatever the tenants: ``GLOBAL_FEATURES``; ``tenants/count`` and ``/active``
+    (/ 16); ``queue/late_waiting`` and ``queue/urgent_waiting`` (behind a head past its TTFT, or under half left);
+    ``pred/...`` (predicted output tokens); ``slo/{ttft,tpot}_spread`` (log2 loosest / tightest, / 8); ``NUM_SLOTS``
+    tenant slots (``SLOT_FEATURES``, busy tenants first by head slack; SLOs as log2 over the tightest / 8, priority
+    a rank, weight over the largest); ``rest/...`` (the other tenants' count, waiting, running, slack, attainment)."""
 
     schema = 2
 

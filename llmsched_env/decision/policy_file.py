@@ -111,9 +111,8 @@ def seal_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_fields(meta: Mapping[str, Any], where: Path) -> None:
-    """``PolicyFileError`` in one line unless ``meta``'s fields are those its ``FIELDS_KEY`` record was made of:
-    naming each field whose value differs, was added or was removed since; a file without the record (exported
-    before it) is refused with the command that adds it."""
+    """``PolicyFileError`` unless ``meta``'s fields are those its ``FIELDS_KEY`` record was made of, naming each
+    changed, added or removed field; a file without the record is refused with the command that adds it."""
     if FIELDS_KEY not in meta:
         raise UnsealedPolicyError(
             f"{where}: no {FIELDS_KEY}: the file was exported before policy files recorded their fields, so an edit "

@@ -44,9 +44,8 @@ def _pct(values: np.ndarray) -> dict[str, float]:
 
 def describe_scenario(scenario: Scenario, split: str = "test", load: float = 1.0, seed: int = 0,
                       num_requests: int | None = None, cost_model: str | None = None) -> dict[str, Any]:
-    """One episode of ``scenario`` summarised: rates, lengths and SLOs overall and per tenant, the shares rejected
-    on arrival, the offered load against the capacity estimate, whether the window is sustained at ``load`` and
-    the tenants its part leaves out (``num_requests`` and ``cost_model`` default to the scenario's)."""
+    """One episode of ``scenario`` summarised: rates, lengths and SLOs overall and per tenant, rejections on arrival,
+    offered load against the capacity estimate, whether ``load`` is sustained and the tenants its part leaves out."""
     cost = load_cost_model(cost_model if cost_model is not None else scenario.cost_model)
     source = scenario.source(split, cost)
     n = num_requests if num_requests is not None else scenario.num_requests

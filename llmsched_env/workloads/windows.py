@@ -52,9 +52,8 @@ def window_span(source: RequestSource, split: str, seed: int, num_requests: int,
 
 
 def max_sustained_load(source: RequestSource, split: str, seed: int, num_requests: int, start: float = 1.0) -> float:
-    """The largest load at which the window of ``seed`` is sustained (inf without TTFT targets, 0.0 without a
-    span): the guess ``start x span(start) / required`` when exact (spans inverse to the load), else bracketed by
-    doubling or halving and bisected to 0.1%, returning the sustained end."""
+    """The largest load at which the window of ``seed`` is sustained (inf without TTFT targets, 0.0 without a span):
+    exact in one step when spans are inverse to the load, else bracketed and bisected to 0.1%."""
 
     def at(load: float) -> WindowSpan:
         return window_span(source, split, seed, num_requests, load)
