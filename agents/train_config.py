@@ -456,9 +456,8 @@ def _network_problem(policy_kwargs: Any) -> str | None:
 
 
 def _check_products(hp: Mapping[str, Any], fail: Callable[[str, str], ValueError]) -> None:
-    """``fail(key, why)`` for counts each in range but together too many: evaluations (``MAX_EVALUATIONS``) and their
-    val episodes (``MAX_EVAL_EPISODES_TOTAL``), one rollout's transitions (``MAX_ROLLOUT``), cloning's labelled
-    (``MAX_BC_LABELLED``) and played steps (``MAX_BC_PLAYED``)."""
+    """``fail(key, why)`` for counts each in range but together too many: evaluations and their val episodes, one
+    rollout's transitions, cloning's labelled and played steps (the ``MAX_*`` products above)."""
 
     def count(key: str, default: int) -> int:
         value = hp.get(key, default)

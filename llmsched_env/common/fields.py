@@ -99,9 +99,8 @@ def split_items(
     form: str = "key=value",
     repeat: bool = False,
 ) -> dict[str, str]:
-    """``KEY=VALUE`` items as {key: value}, both stripped; one-line ``ValueError`` (``where: ...``) naming the
-    item that is not ``form`` with a key in ``known`` (None: any), or a key given twice (unless ``repeat``: the
-    last counts)."""
+    """``KEY=VALUE`` items as {key: value}, stripped; one-line ``ValueError`` (``where: ...``) naming an item not of
+    ``form``, a key not in ``known`` (None: any), or a key given twice (unless ``repeat``: the last counts)."""
     prefix = f"{where}: " if where else ""
     out: dict[str, str] = {}
     for item in items:
@@ -146,9 +145,8 @@ def coerce(name: str, text: str, kind: str, none: str | None = None, where: str 
 def parse_config(
     cls: type[T], items: Iterable[str], where: str, owner: str = "", none: Mapping[str, str] | None = None
 ) -> T:
-    """The dataclass ``cls`` from ``KEY=VALUE`` items (``split_items`` over its field names, each value ``coerce``d
-    to its field's type; a field in ``none`` reads that text as None), the others at their defaults; one-line
-    ``ValueError`` starting with ``where`` (values named ``owner.key``, or ``key`` without an ``owner``)."""
+    """The dataclass ``cls`` from ``KEY=VALUE`` items, each value ``coerce``d to its field's type (``none``: field
+    -> the text read as None), the others at their defaults; one-line ``ValueError`` starting with ``where``."""
     kinds = field_kinds(cls)
     given = split_items(items, where, list(kinds), what=f"{owner} option" if owner else "option")
     name = f"{owner}.{{}}" if owner else "{}"
