@@ -1,8 +1,5 @@
-"""Keep a training close to the policy it started from: a KL pull towards a frozen copy of the start.
-
-With ``anchor_coef`` > 0, ``AnchorCallback`` freezes the policy as learning starts and, after every update, takes
-``anchor_epochs`` passes of gradient steps on ``anchor_coef`` x KL(start || current) over the rollout's
-observations and masks (PPO, MaskablePPO, A2C; logged as ``anchor/kl`` and ``anchor/kl_after``).
+"""``AnchorCallback``: with ``anchor_coef`` > 0, after every update, ``anchor_epochs`` passes of gradient steps on
+``anchor_coef`` x KL(start || current) over the rollout, keeping a training close to the policy it started from.
 """
 
 from __future__ import annotations
@@ -13,8 +10,6 @@ from typing import Any
 import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
-
-__all__ = ["AnchorCallback", "kl_to_reference"]
 
 
 def _distribution(policy: Any, obs: torch.Tensor, masks: torch.Tensor | None) -> list[torch.distributions.Categorical]:

@@ -1,8 +1,5 @@
-"""Behaviour-cloning warm start: fit the agent's policy to a baseline's actions before reinforcement learning.
-
-The actor learns the baseline's actions by maximum likelihood (with the action masks), the critic the discounted
-returns of its episodes. With ``dagger_iterations`` (DAgger, Ross et al. 2011) the clone then plays episodes
-itself, the baseline labels every state it reached, and the actor is fitted again on all labels so far.
+"""Behaviour-cloning warm start: fit the actor to a baseline's actions (masked maximum likelihood) and the critic to
+its returns, then optionally DAgger rounds (``dagger_iterations``) on the states the clone reaches.
 """
 
 from __future__ import annotations
@@ -20,8 +17,6 @@ import torch as th
 from agents.sb3 import SB3Policy
 from agents.teacher import teacher as make_teacher
 from llmsched_env.decision.actions import ACTION_COMPONENTS
-
-__all__ = ["Actor", "CloneLog", "behaviour_clone", "collect_demonstrations"]
 
 Actor = Callable[[np.ndarray, np.ndarray], Any]  # (observation, mask) -> action: who plays the episodes
 # (scalars, step) -> None: the cloning's figures as it goes, step = cloning epochs done (TensorBoard's tb/clone)

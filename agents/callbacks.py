@@ -1,7 +1,5 @@
-"""Training callbacks: domain metrics to TensorBoard, periodic evaluation against the best baseline.
-
-Every tag is listed in docs/training.md; the run's events (``tb/run_N``) are at the environment steps so far
-(``model.num_timesteps``, the console's ``eval @ N``).
+"""Training callbacks: domain metrics to TensorBoard (tags in docs/training.md) and periodic evaluation against the
+best baseline.
 """
 
 from __future__ import annotations
@@ -28,10 +26,6 @@ from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, parse_json
 from llmsched_env.common.outputs import replaced_atomically, write_text_atomically
 from llmsched_env.envs.episode import run_episode
 from llmsched_env.evaluation.progress import Progress, status
-
-__all__ = ["BEST_NAME", "CLONE_RUN", "EPISODE_KEYS", "HISTORY_NAME", "SCENARIO_KEYS", "EpisodeMetricsCallback",
-           "PeriodicEvalCallback", "ProgressBarCallback", "UpdateLogCallback", "log_metrics",
-           "mean_metrics", "read_best", "read_history", "write_scalars"]  # fmt: skip
 
 BEST_NAME = "best.json"  # the best evaluation so far, next to best_model.zip: what --resume must beat
 HISTORY_NAME = "eval_history.json"  # every evaluation so far: what --resume carries on

@@ -1,14 +1,7 @@
-"""Checkpoints that ``--resume`` may load: each is signed when training writes it, and only a checkpoint whose
-signature checks out is loaded.
-
-A checkpoint is a pickle (loading it runs code), so ``SignedCheckpointCallback`` writes beside each one
-``<name>.sig``: an HMAC-SHA256 of its bytes under this user's private key (``$XDG_CONFIG_HOME/llmsched/
-checkpoint.key``, mode 0600), bound to the run's id, algorithm, scenario, spaces and step. ``verify_checkpoint``
-checks it before anything is unpickled and raises ``CheckpointError`` (one line) otherwise. Every file is read
-bounded: regular files only, a checkpoint of at most ``CHECKPOINT_BYTES`` (``$LLMSCHED_MAX_CHECKPOINT_BYTES``).
-
-    checkpoint = latest_checkpoint(run / "checkpoints")
-    verify_checkpoint(checkpoint)     # CheckpointError unless this user's training wrote it
+"""Signed checkpoints for ``--resume``: a checkpoint is a pickle, so training writes ``<name>.sig`` beside it, an
+HMAC-SHA256 of its bytes under this user's key (``$XDG_CONFIG_HOME/llmsched/checkpoint.key``), bound to the
+run's id, algorithm, scenario, spaces and step; ``verify_checkpoint`` checks it before unpickling
+(``CheckpointError``). Files are read bounded (``CHECKPOINT_BYTES``).
 """
 
 from __future__ import annotations
@@ -36,10 +29,6 @@ from llmsched_env.common.files import (
     read_text,
 )
 from llmsched_env.common.outputs import replaced_atomically, write_text_atomically
-
-__all__ = ["CheckpointError", "SignedCheckpointCallback", "check_spaces", "checkpoints", "ensure_key", "key_path",
-           "latest_checkpoint", "model_spaces", "newest_signed_checkpoint", "sign_checkpoint", "step_of",
-           "verify_checkpoint"]  # fmt: skip
 
 SIGNATURE_SUFFIX = ".sig"
 _KEY_BYTES = 32

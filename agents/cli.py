@@ -37,8 +37,6 @@ from llmsched_env.common.fields import split_items
 from llmsched_env.common.outputs import OutputBusyError, check_output, output_path
 from llmsched_env.workloads.library import list_scenarios
 
-__all__ = ["build_parser", "main", "parse_args"]
-
 
 def quick_help(algo: str = "maskable_ppo") -> str:
     """What ``--quick`` sets: the common preset, then the scenarios whose ``<algo>.yml`` entry changes it."""
@@ -192,9 +190,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def _check_both_given(p: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str] | None) -> None:
     """A usage error for two options given together where one would be ignored: ``--seed`` with ``--seeds``,
-    ``--scenario`` with ``--scenarios`` (the sweep's list replaces the single value), and ``--hp KEY=V`` with
-    ``--hp-grid`` of the same key, or of one inside or around it (each grid value replaces the ``--hp`` one).
-    Only options given on the command line count (``given_options``), not defaults."""
+    ``--scenario`` with ``--scenarios``, ``--hp KEY`` with ``--hp-grid`` of that key or one inside or around it."""
     given = given_options(p, argv)
     for one, many in (("seed", "seeds"), ("scenario", "scenarios")):
         if one in given and many in given:

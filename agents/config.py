@@ -15,17 +15,6 @@ import yaml
 from llmsched_env.common.fields import split_items
 from llmsched_env.common.files import read_config
 
-__all__ = [
-    "ALGO_NAMES",
-    "HYPERPARAM_DIR",
-    "dotted",
-    "finite_json",
-    "load_hyperparams",
-    "merge_config",
-    "parse_overrides",
-    "read_hyperparam_file",
-]
-
 ALGO_NAMES = ("maskable_ppo", "ppo", "a2c", "dqn", "recurrent_ppo")  # agents.sb3.ALGOS' keys, known without SB3
 
 HYPERPARAM_DIR = Path(__file__).resolve().parent / "hyperparams"

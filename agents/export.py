@@ -1,8 +1,6 @@
-"""Export a trained SB3 policy as ``policy.safetensors`` + ``policy.json`` for the torch runtime.
-
-Only what acting needs leaves SB3: the actor's linear layers, the activation, the observation names and action
-options, optionally the VecNormalize statistics, and ``fields_sha256`` (``decision.policy_file.seal_meta``). The
-export ends by loading the pair back with torch alone, so a file that is written is a file that loads.
+"""Export a trained SB3 policy as ``policy.safetensors`` + ``policy.json`` for the torch runtime: the actor's
+linear layers, activation, observation names, action options and optional VecNormalize statistics, sealed
+(``seal_meta``) and loaded back with torch alone before returning.
 """
 
 from __future__ import annotations
@@ -37,8 +35,6 @@ from llmsched_env.runtime.policy_file import (
     action_options,
     load_policy_file,
 )
-
-__all__ = ["export_policy"]
 
 _ALGO_NAMES: tuple[tuple[type[BaseAlgorithm], str], ...] = ((MaskablePPO, "maskable_ppo"), (PPO, "ppo"), (A2C, "a2c"))
 _ACTIVATION_NAMES = {cls: name for name, cls in ACTIVATIONS.items()}

@@ -17,8 +17,6 @@ from llmsched_env.decision.planners.tuned import load_tuned_table
 from llmsched_env.runtime.policy_file import ACTIVATIONS, ExportedPolicy, action_options, load_policy_file
 from llmsched_env.workloads.library import mixture_scenarios
 
-__all__ = ["check_init", "init_from_policy", "init_network", "knee_loads"]
-
 
 def knee_loads(table: str | Path = SHIPPED_TABLE) -> dict[str, float]:
     """Scenario -> the best named heuristic's val capacity, for the generalist's mixture scenarios."""

@@ -13,8 +13,6 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 
 from agents.config import ALGO_NAMES
 
-__all__ = ["ALGOS", "MASKED_ALGOS", "SB3Policy", "make_model"]
-
 ALGOS: dict[str, type[BaseAlgorithm]] = {
     "maskable_ppo": MaskablePPO,
     "ppo": PPO,

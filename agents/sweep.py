@@ -1,11 +1,8 @@
-"""Many trainings: one per scenario x seed x hyperparameter value, serially or as Ray tasks.
+"""Many trainings (scenario x seed x hyperparameter value), each a child ``python -m agents.cli`` in
+``OUT/<scenario>-seed<K>[-key=value...]``, serially or as Ray tasks; ``OUT/sweep.json`` lists them.
 
-    configs = sweep_configs(TrainConfig(quick=True), Path("runs/sweep"), scenarios=["mixed-slo", "bursty"],
-                            seeds=[0, 1], hp_grid={"ent_coef": ["0.003", "0.01"]})
+    configs = sweep_configs(TrainConfig(quick=True), Path("runs/sweep"), scenarios=["mixed-slo"], seeds=[0, 1])
     results = run_sweep(configs, Path("runs/sweep"), ray="local")   # ray=None: one after the other
-
-Each training runs as a child process (``python -m agents.cli``) in ``OUT/<scenario>-seed<K>[-key=value...]``
-with its ``train.log``; ``OUT/sweep.json`` lists the runs with their exit codes and summaries.
 """
 
 from __future__ import annotations
@@ -25,8 +22,6 @@ from llmsched_env.common.checks import check_unique
 from llmsched_env.common.lifetime import guarded_command
 from llmsched_env.common.outputs import check_output, locked_output, mark_complete, write_text_atomically
 from llmsched_env.evaluation.progress import Progress, status
-
-__all__ = ["MAX_SWEEP_TRAININGS", "run_sweep", "sweep_configs", "train_task"]
 
 # the most trainings one sweep builds (scenarios x seeds x grid values): 1,000 trainings are days of work already
 MAX_SWEEP_TRAININGS = 1_000

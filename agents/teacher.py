@@ -1,14 +1,8 @@
-"""Teachers for behaviour cloning and DAgger: the baselines; ``searched``, the best of several settings tried on
-the episode itself; ``lookahead`` and ``mpc``, a planner's choice from the very state it is asked about.
+"""Teachers for behaviour cloning and DAgger: the baselines; ``searched``, the best of several settings replayed
+on the episode itself (``LLMSchedMix-v0`` only); ``lookahead`` and ``mpc``, a planner's choice in the state asked.
 
     teacher("tuned,searched", seed)  # tuned's settings on library episodes, the searched best on the others
-    teacher("lookahead", seed)       # the lookahead's label in each state reached (DAgger with the bound as expert)
-    teacher("mpc", seed)             # the mpc planner's choice in each state reached (an expert that sees no future)
-
-``searched`` (``LLMSchedMix-v0`` only) replays each episode's workload under every candidate (a baseline name or
-``tuned:SCENARIO``) and plays the best. ``lookahead`` every 64 iterations plays each candidate setting forward
-from a snapshot of the env and labels the state with the best (clairvoyant). ``mpc`` plans on forecast futures
-built from the state alone; its base is ``tuned``'s setting for a library episode, else ``mixed-slo``'s.
+    teacher("mpc", seed)             # the mpc planner's choice in each state reached
 """
 
 from __future__ import annotations
@@ -30,16 +24,11 @@ from llmsched_env.decision.planners.tuned import load_tuned_table
 from llmsched_env.decision.policy import Policy
 from llmsched_env.envs.episode import run_episode
 
-__all__ = ["DEFAULT_CANDIDATES", "LOOKAHEAD", "MPC", "SEARCHED", "LookaheadTeacher", "MPCTeacher", "candidate_factory",
-           "check_teacher", "searched", "shipped_settings", "teacher"]  # fmt: skip
-
 SEARCHED = "searched"
 LOOKAHEAD = "lookahead"
 MPC = "mpc"
 MPC_FALLBACK_BASE = "mixed-slo"  # the base of an episode without a tuned entry: its tuned setting
-# chosen on 60 randomised *train* episodes (400 requests, 0.3-2 x the knee; bench/teacher_candidates.py), greedily:
-# each added candidate raised the mean of the best-of attainment most (0.924 for mixed-slo's settings alone, 0.935
-# with all six, 0.9355 with all thirteen: the eleven distinct tuned settings, slo_aware and sjf; slo_aware alone 0.917)
+# chosen greedily on 60 randomised train episodes (bench/teacher_candidates.py): each raised the best-of mean most
 DEFAULT_CANDIDATES = ("tuned:mixed-slo", "tuned:default", "tuned:short-long", "tuned:bursty", "tuned:azure-code",
                       "slo_aware")  # fmt: skip
 TUNED_PREFIX = "tuned:"

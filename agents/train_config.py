@@ -1,10 +1,5 @@
-"""What one training is: a frozen, validated ``TrainConfig``, and the hyperparameters it resolves to.
-
-    config = TrainConfig(scenario="mixed-slo", quick=True, out=Path("runs/quick"))
-    hp = resolve_hyperparams(config)   # the YAML entry, then --quick, then --hp, then the explicit fields
-
-``TrainConfig.to_argv()`` is the ``llmsched-train`` command line of the same training (a sweep's children
-run it; the run folder's ``command.txt`` records it).
+"""What one training is: a frozen, validated ``TrainConfig``, the hyperparameters it resolves to (the YAML
+entry, then --quick, then --hp, then the explicit fields) and ``to_argv()``, its ``llmsched-train`` command line.
 """
 
 from __future__ import annotations
@@ -31,21 +26,6 @@ from llmsched_env.workloads.library import list_scenarios
 if TYPE_CHECKING:
     from llmsched_env.runtime.policy_file import ExportedPolicy
 
-__all__ = [
-    "ACTOR_CRITIC_ALGOS",
-    "DEFAULT_EVAL_BASELINES",
-    "DEFAULT_EVAL_ROUTERS",
-    "ENV_KINDS",
-    "GENERALIST",
-    "QUICK",
-    "RUN_KEYS",
-    "EnvKind",
-    "TrainConfig",
-    "check_hyperparams",
-    "env_kind",
-    "resolve_hyperparams",
-]
-
 ACTOR_CRITIC_ALGOS = frozenset({"maskable_ppo", "ppo", "a2c"})  # behaviour cloning and export fit these
 QUICK: dict[str, Any] = {  # the --quick preset: the whole pipeline in a few minutes on a 2-core laptop
     "n_timesteps": 100_000, "n_envs": 2, "n_steps": 1024, "batch_size": 256, "bc_steps": 10_000,
@@ -68,26 +48,20 @@ BC_KEYS = ("bc_steps", "bc_smoothing", "bc_dagger", "bc_stride")
 
 @dataclass(frozen=True)
 class EnvKind:
-    """What a training does differently per kind of scenario (``ENV_KINDS``, ``env_kind``): ``env_id``, the env it
-    trains on; ``registry`` of its teachers and evaluation baselines, ``eval_baselines`` the default ones;
-    ``drops``: ``env_kwargs`` its env does not take; ``mixture``: one workload per episode (``LLMSchedMix-v0``,
-    evaluated on one val episode per library scenario at its knee); ``iterations_per_step``: fixed (None: the
-    run's ``env_kwargs``); ``flat_actions``: DQN sees a flat action space; ``init_schema``: the schema a start
-    policy must have (None: any); ``by_schema``: ``env_id`` follows the run's observation schema; ``no_init`` /
-    ``no_trace``: why ``init`` / ``trace`` are refused (None: allowed)."""
+    """What a training does differently per kind of scenario (``ENV_KINDS``, ``env_kind``)."""
 
     name: str
-    env_id: str
-    registry: Registry[Any]
-    eval_baselines: tuple[str, ...]
-    drops: tuple[str, ...] = ()
-    mixture: bool = False
-    iterations_per_step: int | None = None
-    flat_actions: bool = False
-    init_schema: int | None = None
-    by_schema: bool = False
-    no_init: str | None = None
-    no_trace: str | None = None
+    env_id: str  # the env it trains on
+    registry: Registry[Any]  # of its teachers and evaluation baselines
+    eval_baselines: tuple[str, ...]  # the default ones
+    drops: tuple[str, ...] = ()  # ``env_kwargs`` its env does not take
+    mixture: bool = False  # one workload per episode, evaluated on one val episode per library scenario at its knee
+    iterations_per_step: int | None = None  # fixed (None: the run's ``env_kwargs``)
+    flat_actions: bool = False  # DQN sees a flat action space
+    init_schema: int | None = None  # the schema a start policy must have (None: any)
+    by_schema: bool = False  # ``env_id`` follows the run's observation schema
+    no_init: str | None = None  # why ``init`` is refused (None: allowed)
+    no_trace: str | None = None  # why ``trace`` is refused (None: allowed)
 
     def env_id_for(self, schema: int | None = None) -> str:
         """The env this kind trains on for observation ``schema`` (None: the current one)."""
@@ -121,31 +95,26 @@ def env_kind(scenario: str | Any) -> EnvKind:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """One training; a bad value is a one-line ``ValueError``. ``None`` fields take the hyperparameter file's value
-    (``out``: ``runs/<scenario>-seed<seed>``; ``eval_baselines``: the kind's defaults; a comma string is split).
-    ``hp``: nested overrides (``agents.config.parse_overrides``); ``bc``: a baseline to clone before RL
-    (``"none"``: no cloning); ``force``: a run folder inside a shipped folder is allowed; ``init``: an exported
-    policy whose weights start the training (fine-tuning; its network shape wins). ``generalist`` trains one
-    schema-2 policy on ``LLMSchedMix-v0``. ``trace``: a user's trace instead of ``scenario`` (its
-    ``llmsched-evaluate --trace`` options by name; ``engine``: engine limits), split in time into train, val and
-    test; ``scenario`` becomes its name."""
+    """One training; a bad value is a one-line ``ValueError``; ``None`` fields take the hyperparameter file's value."""
 
-    scenario: str = "default"
+    scenario: str = "default"  # ``generalist``: one schema-2 policy on ``LLMSchedMix-v0``
     algo: str = "maskable_ppo"
     seed: int = 0
-    out: Path | None = None
+    out: Path | None = None  # None: runs/<scenario>-seed<seed>
     timesteps: int | None = None
     n_envs: int | None = None
     vec_env: str = "dummy"
-    hp: Mapping[str, Any] = field(default_factory=dict)
+    hp: Mapping[str, Any] = field(default_factory=dict)  # nested overrides (``agents.config.parse_overrides``)
     hyperparams: Path | None = None
     quick: bool = False
     resume: bool = False
-    bc: str | None = None
-    eval_baselines: tuple[str, ...] | None = None
+    bc: str | None = None  # a baseline to clone before RL ("none": no cloning)
+    eval_baselines: tuple[str, ...] | None = None  # None: the kind's defaults; a comma string is split
     progress: bool = True
-    force: bool = False
-    init: Path | None = None
+    force: bool = False  # a run folder inside a shipped folder is allowed
+    init: Path | None = None  # an exported policy whose weights start the training (its network shape wins)
+    # a user's trace instead of ``scenario`` (``llmsched-evaluate --trace`` options by name, ``engine``: engine
+    # limits), split in time into train, val and test; ``scenario`` becomes its name
     trace: Mapping[str, Any] | None = None
     # derived once in __post_init__ and handed to the training from here
     _init_policy: ExportedPolicy | None = field(default=None, init=False, repr=False, compare=False)
@@ -356,9 +325,8 @@ def _hint(key: Any, known: list[str]) -> str:
 
 
 def _check_overrides_act(config: TrainConfig, hp: Mapping[str, Any]) -> None:
-    """``ValueError`` for a ``--hp`` override the chosen options leave unused: cloning keys with ``--bc none`` or
-    ``--init``, ``anchor_epochs`` without ``anchor_coef``, ``eval_episodes``/``eval_load`` for the generalist. The
-    file's values are defaults, never refused."""
+    """``ValueError`` for a ``--hp`` override the chosen options leave unused (cloning keys with ``--bc none`` or
+    ``--init``, ``anchor_epochs`` without ``anchor_coef``, ``eval_episodes``/``eval_load`` for the generalist)."""
     given = set(config.hp)
     unused: list[tuple[list[str], str]] = []
     cloning = [key for key in (*BC_KEYS, "bc_warmstart") if key in given]
@@ -392,9 +360,7 @@ def _model_params(algo: str) -> dict[str, Any]:
     }
 
 
-# The range of each numeric hyperparameter, checked before anything is written: a value SB3 refuses late (n_steps=0),
-# trains nonsense with (gamma=2) or that fills memory or disk (eval_episodes=10^9) fails first. Each count's cap is
-# far above any use (the shipped hyperparameters' largest value beside it).
+# The range of each numeric hyperparameter, checked before anything is written (each cap far above any use).
 _INF = float("inf")
 MAX_TIMESTEPS = 10**9  # a budget past this is a typo (the library's runs train 10^4 to 3 x 10^5 steps)
 MAX_ENVS = 256  # shipped: 4
@@ -490,9 +456,8 @@ def _network_problem(policy_kwargs: Any) -> str | None:
 
 
 def _check_products(hp: Mapping[str, Any], fail: Callable[[str, str], ValueError]) -> None:
-    """``fail(key, why)`` for counts each in range but together too many: evaluations (``MAX_EVALUATIONS``) and their
-    val episodes (``MAX_EVAL_EPISODES_TOTAL``), one rollout's transitions (``MAX_ROLLOUT``), cloning's labelled
-    (``MAX_BC_LABELLED``) and played steps (``MAX_BC_PLAYED``)."""
+    """``fail(key, why)`` for counts each in range but together too many: evaluations and their val episodes, one
+    rollout's transitions, cloning's labelled and played steps (the ``MAX_*`` products above)."""
 
     def count(key: str, default: int) -> int:
         value = hp.get(key, default)
@@ -560,8 +525,7 @@ def _check_minibatch(
 
 def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
     """``ValueError`` naming the key for a hyperparameter ``algo``'s model does not take (with the closest name), a
-    value of the wrong kind or out of range, or an ``env_kwargs`` key the env does not take: a typo fails before
-    the run folder is written."""
+    value of the wrong kind or out of range, or an ``env_kwargs`` key the env does not take."""
     from llmsched_env.envs.cluster import LLMSchedClusterEnv
     from llmsched_env.envs.mixture import WorkloadMixEnv
     from llmsched_env.envs.single_node import LLMSchedEnv

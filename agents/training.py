@@ -1,11 +1,6 @@
 """Train one agent from Python: the run folder, the envs, behaviour cloning, the evaluation, learning.
 
-    from agents.training import TrainConfig, train
     run = train(TrainConfig(scenario="mixed-slo", quick=True, out=Path("runs/quick")))
-
-The run folder keeps config.yml, args.json, command.txt, tb/, signed checkpoints/, model.zip, best_model.zip
-(best.json), bc.json, summary.json and the exported policy (policy.safetensors + policy.json; not for a
-RecurrentPPO). Status lines and bars go to stderr (off with ``progress=False``), results to stdout.
 """
 
 from __future__ import annotations
@@ -71,9 +66,6 @@ from llmsched_env.evaluation.progress import Progress, status
 from llmsched_env.evaluation.sustained import env_windows
 from llmsched_env.workloads.library import mixture_scenarios
 from llmsched_env.workloads.scenarios import Scenario, TraceSource
-
-__all__ = ["BC_EPOCHS", "TrainConfig", "dying_with_parent", "eval_setup", "export_run_policy", "latest_checkpoint",
-           "make_env_fn", "preflight", "prepare_run_folder", "resume_best", "resume_checkpoint", "train"]  # fmt: skip
 
 BC_EPOCHS = 10  # passes of behaviour cloning over the demonstrations
 

@@ -6,8 +6,6 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["FlatActions"]
-
 
 class FlatActions(gym.ActionWrapper):
     """``MultiDiscrete(nvec)`` -> ``Discrete(prod(nvec))``, combinations in row-major order."""

@@ -9,13 +9,14 @@ sarathi, slo_aware (``slo``), tuned (``tuned.json``) and random, each class sayi
 for ``LLMSchedCluster-v0``: ``baselines.routing`` (``make_router``, ``available_routers()``).
 """
 
+# ruff: noqa: F401 (the package re-exports these names)
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from baselines.base import BaselinePolicy, StaticPolicy
-from baselines.random_policy import RandomPolicy
+from baselines.base import BaselinePolicy, RandomPolicy, StaticPolicy
 from baselines.routing import available_routers, make_router
 from baselines.rules import (
     FCFSPolicy,
@@ -32,11 +33,6 @@ from baselines.slo import SarathiPolicy, SLOAwarePolicy, tpot_budget
 from baselines.tuned import TunedPolicy
 from llmsched_env.decision.policy import Policy, PolicyContext
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy, make_scheduler
-
-__all__ = ["ROUTERS", "SCHEDULERS", "BaselinePolicy", "FCFSPolicy", "KVGuardPolicy", "LPMPolicy", "Policy",
-           "PrefillFirstPolicy", "PriorityAgingPolicy", "RandomPolicy", "SJFPolicy", "SLOAwarePolicy",
-           "SPRWPolicy", "SarathiPolicy", "StaticPolicy", "TunedPolicy", "VTCPolicy", "available",
-           "available_routers", "fcfs_decision", "make", "make_for", "make_router", "per_workload", "tpot_budget"]
 
 for _cls in (
     FCFSPolicy, PrefillFirstPolicy, PriorityAgingPolicy, SJFPolicy, SPRWPolicy, LPMPolicy, VTCPolicy, KVGuardPolicy,

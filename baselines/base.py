@@ -1,5 +1,5 @@
 """What every baseline shares: its context checks and the cheap masked emission of its action (encoded once,
-projected onto each mask pattern with ``ActionSpec.project`` and cached, so ``act`` is a lookup and a copy)."""
+projected onto each mask pattern with ``ActionSpec.project`` and cached); and ``random``, the floor."""
 
 from __future__ import annotations
 
@@ -11,9 +11,6 @@ import numpy as np
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.engine.batch import Decision
-
-__all__ = ["BaselinePolicy", "FixedPolicy", "StaticPolicy", "check_context", "check_observation", "check_seed",
-           "nearest_option", "valid_mask"]
 
 _MAX_CACHED_MASKS = 64  # the env produces 4 mask patterns; the bound only guards against odd callers
 
@@ -131,3 +128,46 @@ class FixedPolicy(StaticPolicy):
 
     def decide(self, ctx: PolicyContext) -> Decision:
         return self._given
+
+
+class RandomPolicy(BaselinePolicy):
+    """``random``: a uniformly random valid action every iteration (the floor), each component drawn on its own."""
+
+    name = "random"
+    bounded_act = True  # one draw per component from a cached table (``decision.policy.bounded_act``)
+
+    def __init__(self, ctx: PolicyContext, seed: int | None = None) -> None:
+        super().__init__(ctx, seed)
+        self.rng = np.random.default_rng(seed)
+        self._rows = np.arange(len(self.spec.nvec))
+        # mask bytes -> (number of valid options per component, table[i, j] = j-th valid option of i)
+        self._tables: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _table(self, action_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        m = action_mask if action_mask.dtype == np.bool_ else np.asarray(action_mask, dtype=bool)
+        key = m.tobytes()
+        entry = self._tables.get(key)
+        if entry is None:
+            m = valid_mask(self.spec, m)
+            nvec = self.spec.nvec
+            counts = np.zeros(len(nvec), dtype=np.int64)
+            table = np.zeros((len(nvec), max(nvec)), dtype=np.int64)
+            start = 0
+            for i, n in enumerate(nvec):
+                valid = np.flatnonzero(m[start : start + n])
+                counts[i] = valid.size
+                table[i, : valid.size] = valid
+                start += n
+            entry = (counts, table)
+            if len(self._tables) >= _MAX_CACHED_MASKS:
+                self._tables.clear()
+            self._tables[key] = entry
+        return entry
+
+    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
+        counts, table = self._table(action_mask)
+        picks = self.rng.integers(0, counts)  # one uniform draw per component, in [0, count)
+        return table[self._rows, picks]
+
+    def __repr__(self) -> str:
+        return f"RandomPolicy(seed={self.seed})"

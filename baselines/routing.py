@@ -100,9 +100,8 @@ class LeastKVLoadRouter(Router):
 
 
 class PrefixAffinityRouter(Router):
-    """``prefix_affinity``: the replica caching the longest prefix of the request, unless its outstanding load
-    exceeds ``load_cap`` x the mean (and the mean by ``min_slack`` requests); otherwise, or with no prefix
-    cached anywhere, least outstanding."""
+    """``prefix_affinity``: the replica caching the longest prefix of the request unless its load exceeds ``load_cap``
+    x the mean (and the mean by ``min_slack``); otherwise, or with no prefix cached, least outstanding."""
 
     name = "prefix_affinity"
     load_cap = 1.5

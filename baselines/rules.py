@@ -1,7 +1,5 @@
-"""Static rules of production engines and papers: the same knobs at every iteration.
-
-Every rule here starts from vLLM v1's defaults (``fcfs_decision``) and changes one or two knobs; the engine
-core implements each queue order, so a rule is only a choice of options from the action space.
+"""Static rules of production engines and papers: each starts from vLLM v1's defaults (``fcfs_decision``) and
+changes one or two knobs, the same at every iteration.
 """
 
 from __future__ import annotations
@@ -13,11 +11,6 @@ from baselines.base import StaticPolicy, nearest_option
 from llmsched_env.decision.actions import UNLIMITED
 from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.engine.batch import Decision, QueueOrder
-
-__all__ = [
-    "DEFAULT_TOKEN_BUDGET", "FCFSPolicy", "KVGuardPolicy", "LPMPolicy", "PrefillFirstPolicy", "PriorityAgingPolicy",
-    "SJFPolicy", "SPRWPolicy", "VTCPolicy", "fcfs_decision",
-]
 
 DEFAULT_TOKEN_BUDGET = 2048  # vLLM v1's default max_num_batched_tokens for online serving
 

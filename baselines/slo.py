@@ -12,8 +12,6 @@ from llmsched_env.decision.actions import UNLIMITED, ActionSpec
 from llmsched_env.decision.policy import PolicyContext
 from llmsched_env.engine.batch import Decision, QueueOrder
 
-__all__ = ["TYPICAL_CONTEXT_TOKENS", "SLOAwarePolicy", "SarathiPolicy", "hybrid_step_time_s", "tpot_budget"]
-
 TYPICAL_CONTEXT_TOKENS = 1024  # context length assumed for each running decode when pricing an iteration
 
 

@@ -30,9 +30,8 @@ _guard_compiled()  # a compiled engine older than its sources never runs (llmsch
 
 
 def _register() -> None:
-    # Gymnasium imported by name, not by an import statement: the type check of the compiled engine's build
-    # (setup.py, mypyc) follows every import statement of this file, even one inside a function, and pip's build
-    # environment holds only the build requirements (tests/test_compiled.py checks that it needs nothing else)
+    # Gymnasium imported by name: the type check of the compiled engine's build follows every import statement of
+    # this file, and pip's build environment holds only the build requirements (tests/test_compiled.py)
     import importlib
 
     try:
@@ -48,9 +47,7 @@ def _register() -> None:
     }
     for env_id, entry_point in envs.items():
         if env_id not in registry:
-            # gym.make returns the env itself: no OrderEnforcing wrapper (step, action_masks and snapshot refuse to
-            # run before reset with their own error; render returns None) and no PassiveEnvChecker (the tests run
-            # gymnasium's and SB3's full check_env on each env); the two cost two Python calls every step.
+            # gym.make returns the env itself: no OrderEnforcing wrapper and no PassiveEnvChecker (the tests check)
             register(id=env_id, entry_point=entry_point, order_enforce=False, disable_env_checker=True)
 
 

@@ -2,6 +2,8 @@
 (prefill and decode pools with KV transfers over a link), with its metrics, invariants and scenarios.
 """
 
+# ruff: noqa: F401 (the package re-exports these names)
+
 from llmsched_env.cluster.config import DisaggConfig, KVLink, ReplicaSpec
 from llmsched_env.cluster.invariants import check_cluster
 from llmsched_env.cluster.metrics import cluster_metrics
@@ -12,17 +14,3 @@ from llmsched_env.cluster.scenarios import (
     list_cluster_scenarios,
 )
 from llmsched_env.cluster.simulator import Cluster, Replica
-
-__all__ = [
-    "CLUSTER_SCENARIOS",
-    "Cluster",
-    "ClusterScenario",
-    "DisaggConfig",
-    "KVLink",
-    "Replica",
-    "ReplicaSpec",
-    "check_cluster",
-    "cluster_metrics",
-    "get_cluster_scenario",
-    "list_cluster_scenarios",
-]

@@ -1,7 +1,5 @@
-"""What a cluster is made of: replicas (engine limits + cost model, possibly heterogeneous) and the
-disaggregated layout: the first ``num_prefill`` replicas prefill, and each prompt's KV travels to one of
-``num_decode`` decode replicas over a FIFO link (``link_latency_s`` + bytes / ``link_bandwidth_Bps``), shared
-or one per decode replica.
+"""What a cluster is made of: replicas (engine limits + cost model, possibly heterogeneous) and the disaggregated
+layout (``DisaggConfig``: prefill replicas, decode replicas and the KV link between them).
 """
 
 from __future__ import annotations
@@ -15,28 +13,12 @@ from llmsched_env.common.checks import check_positive
 from llmsched_env.costs.base import CostModel
 from llmsched_env.engine.config import ENGINE_BOUNDS, EngineConfig
 
-__all__ = [
-    "DECODE_RULES",
-    "LLAMA3_8B_KV_BYTES_PER_TOKEN",
-    "MAX_CLUSTER_KV_BLOCKS",
-    "MAX_REPLICAS",
-    "DisaggConfig",
-    "KVLink",
-    "ReplicaSpec",
-    "check_cluster_kv_blocks",
-    "check_num_replicas",
-]
-
 # K and V, 32 layers, 8 KV heads of 128 dims, 2 bytes (bf16): Llama-3-8B's KV per token.
 LLAMA3_8B_KV_BYTES_PER_TOKEN = 2 * 32 * 8 * 128 * 2
 DECODE_RULES = ("kv_per_request", "least_outstanding", "round_robin")
-# The most replicas a cluster has: each is a whole engine with its KV pool, stepped and observed (9 features) at
-# every arrival, so a million of them never finished building; the scenarios have 4 and 8.
+# The most replicas a cluster has (each a whole engine stepped and observed at every arrival); the scenarios have 4, 8.
 MAX_REPLICAS = 1024
-# The most KV blocks over all the replicas of a cluster (prefill and decode pools together): one engine's bound
-# (ENGINE_BOUNDS num_kv_blocks). Every replica's block pool holds about 96 bytes per block (docs/reliability.md,
-# "Engine sizes"), so the cluster's pools take at most about 370 MiB, as one engine's; 1,024 replicas of
-# 4,000,000 blocks each would have taken some 390 GB (a MemoryError after 22 s of building).
+# The most KV blocks over all the replicas of a cluster: one engine's bound (about 96 bytes per block, 370 MiB).
 MAX_CLUSTER_KV_BLOCKS = ENGINE_BOUNDS["num_kv_blocks"]
 _BYTES_PER_KV_BLOCK = 96
 
@@ -64,13 +46,9 @@ class ReplicaSpec:
 
 @dataclass(frozen=True)
 class DisaggConfig:
-    """Disaggregated prefill/decode: pool sizes, the KV link and how a decode replica is chosen.
-
-    ``decode_rule``: ``kv_per_request`` (the most free KV blocks per request it holds or expects, Llumnix's
-    load measure), ``least_outstanding`` (fewest running + landed + incoming requests) or ``round_robin``.
-    ``shared_link``: every transfer queues on one link (True) or on the link of its decode replica (False).
-    Defaults: a 25 GB/s RDMA path with 2 ms set-up latency, Llama-3-8B bf16 KV.
-    """
+    """Disaggregated prefill/decode: pool sizes, the KV link (``shared_link``: one for all, else one per decode
+    replica; default a 25 GB/s RDMA path, 2 ms set-up, Llama-3-8B bf16 KV) and ``decode_rule``: ``kv_per_request``
+    (most free KV per request, Llumnix's), ``least_outstanding`` or ``round_robin``."""
 
     num_prefill: int = 1
     num_decode: int = 1

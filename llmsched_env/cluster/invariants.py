@@ -7,14 +7,10 @@ from llmsched_env.cluster.simulator import Cluster
 from llmsched_env.engine.invariants import Places, check_engine
 from llmsched_env.engine.request import Status
 
-__all__ = ["check_cluster"]
-
 
 def check_cluster(cluster: Cluster) -> None:
-    """Raise AssertionError naming the first inconsistency: a replica's engine invariants; a routed request
-    not in exactly one place (one replica's queue, running set, landed queue, finished or rejected list, or a
-    KV transfer in flight); a replica with work but no pending event, or with two; a clock ahead of the
-    cluster's. O(state): for tests."""
+    """AssertionError naming the first inconsistency: a replica's engine invariants; a routed request not in
+    exactly one place; a replica with work but not exactly one pending event; a clock ahead of the cluster's."""
     seen = Places()
     place = seen.place
 

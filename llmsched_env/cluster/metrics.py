@@ -1,12 +1,6 @@
-"""Metrics of a cluster run (its invariants: ``cluster.invariants``).
-
-A request's decode segments all lie on its *home* replica (where it was routed, or where its KV moved), so
-the metrics concatenate the replicas' round clocks, shift each finished request's segments by its home's
-offset (on copies), and run ``compute_metrics`` over every routed request and per replica. Keys: the
-single-node set (KV usage over all replicas' iterations, ``num_replicas``); ``replica/{i}/...`` (requests,
-attainment, throughput, p99s, KV usage, iterations, preemptions, tokens); ``imbalance/{requests,tokens}_
-{max_mean,cv}`` over the router's replicas (and ``imbalance/decode_...`` over the decode pool); disaggregated,
-``kv_transfers``, ``kv_transfer_bytes``, ``kv_transfer_mean_s`` and ``kv_transfer_queue_mean_s``.
+"""Metrics of a cluster run: ``compute_metrics`` over every routed request on the replicas' concatenated round
+clocks (each request's segments shifted by its home replica's offset), then ``replica/{i}/...``,
+``imbalance/...`` over the router's replicas (and the decode pool) and, disaggregated, ``kv_transfer*``.
 """
 
 from __future__ import annotations
@@ -20,8 +14,6 @@ from llmsched_env.cluster.simulator import Cluster
 from llmsched_env.engine.request import Request, Status
 from llmsched_env.sim.kv_usage import KVUsage
 from llmsched_env.sim.metrics import compute_metrics
-
-__all__ = ["cluster_metrics", "imbalance"]
 
 _PER_REPLICA = (
     "num_requests",

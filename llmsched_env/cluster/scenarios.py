@@ -17,17 +17,12 @@ from llmsched_env.workloads.fitted import FITTED_SUFFIX
 from llmsched_env.workloads.library import get_scenario
 from llmsched_env.workloads.scenarios import Scenario
 
-__all__ = ["CLUSTER_SCENARIOS", "ClusterScenario", "get_cluster_scenario", "list_cluster_scenarios"]
-
 
 @dataclass(frozen=True)
 class ClusterScenario:
-    """``num_replicas`` replicas serving the requests of library scenario ``base`` at ``rate_rps`` x load.
-
-    ``engine`` / ``cost_model`` (a preset name) default to the base scenario's; ``replicas`` gives one
-    ``(EngineConfig, preset)`` per replica instead (heterogeneous hardware). With ``disagg`` the first
-    ``disagg.num_prefill`` replicas prefill and the rest decode.
-    """
+    """``num_replicas`` replicas serving library scenario ``base`` at ``rate_rps`` x load; ``engine`` /
+    ``cost_model`` default to the base's, ``replicas`` gives one ``(EngineConfig, preset)`` each; with ``disagg``
+    the first ``disagg.num_prefill`` replicas prefill."""
 
     name: str
     description: str
@@ -63,18 +58,11 @@ class ClusterScenario:
         return [ReplicaSpec(self.engine or base.engine, cm) for _ in range(self.num_replicas)]
 
 
-# Nominal rates = round-robin + fcfs capacity, measured with `python bench/cluster_capacity.py` (on the last 30% of the
-# trace's time, the val and test parts together, with 4,000 and 2,000-request episodes for the 8-replica scenarios, mean
-# attainment over seeds 0-2 >= 90%, bisection to 2%; it printed each capacity as a load of a first guess, N x the
-# single-node nominal rate: azure-conv-4 0.968 x 45.6, azure-conv-8 0.897 x 91.2, mooncake-4 1.269 x 2.52, mooncake-8
-# 1.255 x 5.04, azure-conv-pd 0.917 x 45.6 req/s), rounded down, then checked at load 1.0: attainment 0.901, 0.901,
-# 0.902, 0.902, 0.908 (and 0.79-0.89 at load 1.04; azure-conv-8 needed 81.7 rather than 81.8). Per replica: 11.0 and
-# 10.2 req/s for Azure (single-node fcfs capacity 11.4; the 8-replica episodes are twice as long) and 0.80 and 0.79
-# req/s for Mooncake (single node 0.63: round robin smooths each replica's arrivals).
+# Nominal rates: round-robin + fcfs capacity (mean attainment over seeds 0-2 >= 90%, bisection to 2%) measured by
+# `python bench/cluster_capacity.py` on the val and test parts, rounded down and checked at load 1.0.
 _AZURE, _MOONCAKE = "Azure conversation trace", "Mooncake conversation trace (12k-token prompts sharing prefixes)"
 _MEASURED = (
     ClusterScenario("cluster-azure-conv-4", f"{_AZURE} over 4 Llama-3-8B / H100 replicas", "azure-conv", 4, 44.1),
-    # the val and test parts hold 2,747 and 2,166 requests (Azure), 1,939 and 1,969 (Mooncake)
     ClusterScenario("cluster-azure-conv-8", f"{_AZURE} over 8 Llama-3-8B / H100 replicas", "azure-conv", 8, 81.7),
     ClusterScenario("cluster-mooncake-4", f"{_MOONCAKE} over 4 replicas", "mooncake-conv", 4, 3.19, 1000),
     ClusterScenario("cluster-mooncake-8", f"{_MOONCAKE} over 8 replicas", "mooncake-conv", 8, 6.32, 1500),
@@ -87,9 +75,7 @@ _MEASURED = (
         disagg=DisaggConfig(num_prefill=2, num_decode=2),
     ),
 )
-# The same clusters serving traffic fitted to the trace's parts (workloads.fitted: generated, each window as long
-# as a load needs), at the same nominal rates: a replay's test part holds five windows of 433 (Azure) or 393
-# (Mooncake) requests, sustained only up to loads 0.26-1.19 over 4 or 8 replicas, below where routers differ.
+# The same clusters on traffic fitted to the trace's parts (workloads.fitted), at the same nominal rates.
 _FITTED = tuple(
     replace(
         c,

@@ -1,17 +1,10 @@
-"""The cluster simulator: a front router over N engines on one event clock.
-
-Each replica (an ``Engine`` timed by its own cost model) runs iterations back to back while it has work and
-sleeps otherwise; the clock moves from event to event (an arrival, an iteration end or idle tick, a KV
-landing), iteration ends and landings in one heap (O(log N) an event). The caller routes each arrival
-(``advance()`` returns it, ``route(i)`` places it); ``local_decide(replica_index, engine)`` gives every
-iteration's knobs. Disaggregated (``DisaggConfig``), requests are placed on prefill replicas and at their first
-token their prompt KV moves over the link to a decode replica, so TTFT is the prefill replica's and the
-transfer shows in TPOT.
+"""The cluster simulator: a front router over N engines, each timed by its own cost model, on one event clock
+(iteration ends and KV landings in one heap). Disaggregated (``DisaggConfig``), requests start on prefill
+replicas and at their first token their prompt KV crosses the link to a decode replica.
 
     cluster = Cluster(specs, tenants, requests, local_decide)
     while (r := cluster.advance()) is not None:
         cluster.route(choose_replica(r))
-    print(cluster_metrics(cluster))   # llmsched_env.cluster.metrics; check_cluster(cluster) for the invariants
 """
 
 from __future__ import annotations
@@ -29,8 +22,6 @@ from llmsched_env.engine.engine import Engine
 from llmsched_env.engine.request import Request
 from llmsched_env.sim.kv_usage import KVUsage
 from llmsched_env.sim.simulator import check_arrival_order, idle_tick_s
-
-__all__ = ["Cluster", "LocalDecide", "Replica"]
 
 _new_object = object.__new__
 

@@ -26,8 +26,6 @@ from llmsched_env.common.outputs import check_output, file_output_path, output_p
 from llmsched_env.evaluation.progress import Progress, status
 from llmsched_env.runtime.names import FIDELITY_REQUESTS, FIT_LOADS
 
-__all__ = ["build_parser", "main", "parse_args"]
-
 PROG = ("llmsched-calibrate", "calibrate.py")
 FIDELITY_FILES = ("fidelity.csv", "fidelity.json", "fidelity.md")  # what fidelity writes in --out (run_fidelity)
 _UNITS = {"grid": "shape", "fitting episodes": "episode"}  # profile_preset's phases

@@ -35,8 +35,6 @@ from llmsched_env.common.compiled import (
     write_manifest,
 )
 
-__all__ = ["build", "clean", "main"]
-
 PROG = "llmsched-compile"
 
 # Run in a fresh interpreter inside the temporary folder: setuptools exits the process on a failed build, and

@@ -52,8 +52,6 @@ from llmsched_env.evaluation.resume import RECORD_NAME, ROWS_NAME, RowsLog, chec
 from llmsched_env.evaluation.stats import SUMMARY_METRICS
 from llmsched_env.evaluation.sustained import absent_tenant_notes, overlong_notes, unsustained
 
-__all__ = ["main", "parse", "run"]
-
 
 def parse(argv: Sequence[str] | None = None) -> Evaluation:
     """The checked ``Evaluation`` of a command line; a bad one exits (status 2) with a usage line."""

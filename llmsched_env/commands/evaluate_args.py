@@ -28,18 +28,11 @@ from llmsched_env.evaluation.resume import RECORD_NAME, ROWS_NAME
 from llmsched_env.runtime.names import DTYPE_NAMES, MODEL_NAMES
 from llmsched_env.workloads.library import list_scenarios
 from llmsched_env.workloads.scenarios import SPLITS, Scenario
-from llmsched_env.workloads.trace_io import data_stem
-from llmsched_env.workloads.trace_options import TRACE_OPTIONS, build_trace_scenario, tenant_slos
-from llmsched_env.workloads.traces import TRACE_FORMATS
+from llmsched_env.workloads.trace_options import TRACE_OPTIONS, build_trace_scenario
+from llmsched_env.workloads.traces import TRACE_FORMATS, data_stem
 
 if TYPE_CHECKING:  # torch only once a spec is built
     from llmsched_env.runtime.runner_spec import RunnerSpec
-
-__all__ = ["ENGINE_LIMITS", "PROG", "TRACE_OPTIONS", "Evaluation", "add_engine_limits", "add_fitted_option",
-           "add_runner_options", "add_scaleout_options", "add_trace_options", "as_flags", "build_parser",
-           "config_from_args", "csv_list", "engine_limits", "evaluation", "int_at_least", "positive_float",
-           "positive_int", "scaleout", "stray_trace_options", "tenant_slos", "trace_options", "trace_scenario",
-           "trace_scenarios"]  # fmt: skip
 
 PROG = ("llmsched-evaluate", "evaluate.py")  # the console script, the checkout's script (``help.program``)
 # EngineConfig fields settable from the command line, each --NAME-WITH-DASHES (default: the scenario's)

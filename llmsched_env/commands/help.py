@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["DefaultsFormatter", "default_text", "from_args", "given_options", "program"]
-
 T = TypeVar("T", bound="DataclassInstance")
 
 

@@ -48,8 +48,6 @@ from llmsched_env.live.replay import (
 )
 from llmsched_env.workloads.trace_options import tenant_slos
 
-__all__ = ["PROG", "build_parser", "logged_engine_config", "main", "parse_engine_config"]
-
 PROG = "python -m llmsched_env.commands.live_replay"
 
 

@@ -17,8 +17,6 @@ from llmsched_env.common.outputs import write_text_atomically
 from llmsched_env.decision.policy_file import JSON_NAME, PolicyFileError, UnsealedPolicyError, seal_meta
 from llmsched_env.runtime.policy_file import load_policy_file
 
-__all__ = ["main", "seal_policy_file"]
-
 
 def seal_policy_file(path: str | Path) -> tuple[Path, bool]:
     """Add ``fields_sha256`` to the policy at ``path`` when it has none; (its JSON, whether written)."""

@@ -53,12 +53,9 @@ from llmsched_env.decision.planners.tuned import (
 from llmsched_env.evaluation.tuning import MAX_CANDIDATES, MAX_ROUNDS, RUNG_SEEDS, TuneConfig, tune_scenario
 from llmsched_env.workloads.library import get_scenario, list_scenarios
 
-__all__ = ["build_parser", "main"]
-
 PROG = ("llmsched-tune", "tune.py")
 DEFAULT_OUT = Path("results/tuned.json")  # --scenarios' table by default: a copy of the user's, never the shipped one
-# the most simulated requests one scenario's search may plan: 10**9 is half a day or more at ~19,000 requests/s
-# (bench/bench_core.py); the default search of a library scenario plans ~10**6
+# the most simulated requests one scenario's search may plan (the default search of a library scenario: ~10**6)
 MAX_PLANNED_REQUESTS = 10**9
 MOVES_PER_ROUND = 10  # single-knob moves a local-search round scores (knob_space.neighbours; a few more or fewer)
 CAPACITY_LOADS = 8  # loads one capacity search runs on each of its seeds (a bracket and bisection: 8-10)

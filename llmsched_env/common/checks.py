@@ -9,40 +9,14 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = [
-    "MAX_LOAD",
-    "MAX_RATE_RPS",
-    "MAX_REWARD_WEIGHT",
-    "MAX_SLO_S",
-    "MIN_LOAD",
-    "MIN_RATE_RPS",
-    "Bound",
-    "check_bool",
-    "check_int",
-    "check_label",
-    "check_number",
-    "check_positive",
-    "check_unique",
-    "duplicates",
-    "in_range",
-    "is_finite_number",
-    "label_fault",
-    "range_text",
-]
-
 TABLE_SEPARATOR = "|"  # a Markdown table's column separator
 
 # Physical ranges (docs/reliability.md, "Physical ranges"): far outside anything real, so a mistyped or hostile
-# figure (1e308) is refused in one line. A rate of 1e7 requests/s is some 300x the busiest public LLM service; a load
-# beyond [MIN_LOAD, MAX_LOAD] under- or overflows arrival times; an SLO of 1e6 s (11.6 days) leaves room for the
-# classes scaled to a slow cost model; a reward weight of 1e6 keeps returns far from overflow; a rate below 1e-6
-# requests/s (one per MAX_SLO_S) pushes arrival times toward float overflow. ``Bound`` carries the bottom with the top.
+# figure (1e308) is refused in one line; ``Bound`` carries the bottom with the top.
 
 
 class Bound(float):
-    """The top of a physical range that also has a bottom: the float ``top``, carrying ``minimum`` (the least nonzero
-    value), which ``in_range``, ``check_positive``, ``check_number`` and ``range_text`` apply wherever it is the
-    maximum."""
+    """The float ``top`` of a physical range, carrying its ``minimum`` (the least nonzero value) for the checks."""
 
     minimum: float
 

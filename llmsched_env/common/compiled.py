@@ -1,13 +1,8 @@
-"""The compiled engine: which modules mypyc compiles (``MODULES``, one group), and the guard that never lets a stale
-build run.
-
-Installing the package compiles ``MODULES`` into C extensions beside their sources and records each source's
-SHA-256 in ``_compiled.json`` (no C compiler, or ``LLMSCHED_PURE=1``: the sources alone); ``llmsched-compile``
-rebuilds or removes them in a checkout. The extensions behave exactly as the sources (``tests/test_compiled.py``).
-``guard()``, run when ``llmsched_env`` is imported, compares the record (and the Python that built it) with the
-sources now: when any differs, or extensions lie there without a record, every module of ``MODULES`` loads from
-its source, with one line on stderr saying how to rebuild (silently with ``LLMSCHED_PURE=1``). Standard library
-only (and mypy to build)."""
+"""The compiled engine: the modules mypyc compiles (``MODULES``) and ``guard()``, run when ``llmsched_env`` is
+imported: when ``_compiled.json``'s source hashes (or Python) differ from the sources now, or extensions lie
+there without a record, every module loads from its source, with one line on stderr saying how to rebuild
+(``llmsched-compile``; silent with ``LLMSCHED_PURE=1``). Standard library only.
+"""
 
 from __future__ import annotations
 
@@ -22,26 +17,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-
-__all__ = [
-    "GROUP",
-    "MANIFEST",
-    "MODULES",
-    "PACKAGE_DIR",
-    "PURE_ENV",
-    "SHARED_LIBRARY",
-    "clean",
-    "compiled_in_use",
-    "extension_files",
-    "guard",
-    "mypyc_extensions",
-    "pure_requested",
-    "source_digest",
-    "source_digests",
-    "stale_sources",
-    "type_check_arguments",
-    "write_manifest",
-]
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 # Compiled together, in one shared library (mypyc's group): each calls the others' methods natively.
@@ -116,19 +91,16 @@ def clean(package_dir: Path = PACKAGE_DIR) -> list[Path]:
 
 
 def type_check_arguments(package_dir: Path = PACKAGE_DIR) -> list[str]:
-    """The mypy arguments of the check mypyc runs before translating ``MODULES`` (``mypyc_extensions``): their
-    sources and, in a checkout, ``pyproject.toml``'s settings named explicitly (so the check does not depend on
-    the folder the build runs in). It follows every import of those modules and the packages above them and, in
-    pip's build, sees only the build requirements (``tests/test_compiled.py`` checks that)."""
+    """The mypy arguments of mypyc's check of ``MODULES``: their sources and, in a checkout, ``pyproject.toml``
+    named explicitly (so the check does not depend on the folder the build runs in)."""
     config = package_dir.parent / "pyproject.toml"
     options = ["--config-file", str(config)] if config.is_file() else []
     return [*options, *(str(source_path(m, package_dir)) for m in MODULES)]
 
 
 def mypyc_extensions(package_dir: Path = PACKAGE_DIR, target_dir: str = "build/mypyc") -> list[Any]:
-    """mypyc's setuptools extensions for ``MODULES`` (one group: a shared library and an extension per module; C
-    sources under ``target_dir``), for ``setup.py`` and ``llmsched-compile``. Type-checks first
-    (``type_check_arguments``): ``SystemExit`` on a type error."""
+    """mypyc's setuptools extensions for ``MODULES`` (one group; C sources under ``target_dir``), for ``setup.py``
+    and ``llmsched-compile``; type-checks first (``SystemExit`` on a type error)."""
     from mypyc.build import mypycify
 
     arguments = type_check_arguments(package_dir)

@@ -1,10 +1,7 @@
-"""Dataclass fields as plain data, and the one ``KEY=VALUE`` parser of the project.
-
-``check_fields``/``from_fields``/``as_dataclass``/``to_fields``: a dict of a dataclass's fields, checked (one-line
-``ValueError`` naming an unknown or missing key) and back; ``derived``: a computed field; ``option``: a field whose
-type and range ``field_problems`` checks. ``split_items`` reads ``KEY=VALUE`` items, ``coerce`` one value as its
-field's type, ``parse_config`` both into a dataclass: policy spellings (``mpc:futures=8``), ``--engine-config``,
-``--hp``, trace options, the adapter's environment. Standard library only."""
+"""Dataclass fields as plain data (``check_fields``, ``from_fields``, ``as_dataclass``, ``to_fields``, ``option``,
+``derived``) and the one ``KEY=VALUE`` parser (``split_items``, ``coerce``, ``parse_config``) of policy specs,
+``--engine-config``, ``--hp``, trace options and the adapter's environment. Standard library only.
+"""
 
 from __future__ import annotations
 
@@ -14,20 +11,6 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import MISSING, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, TypeVar
-
-__all__ = [
-    "as_dataclass",
-    "check_fields",
-    "coerce",
-    "derived",
-    "field_kinds",
-    "field_problems",
-    "from_fields",
-    "option",
-    "parse_config",
-    "split_items",
-    "to_fields",
-]
 
 T = TypeVar("T")
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
@@ -116,9 +99,8 @@ def split_items(
     form: str = "key=value",
     repeat: bool = False,
 ) -> dict[str, str]:
-    """``KEY=VALUE`` items as {key: value}, both stripped; one-line ``ValueError`` (``where: ...``) naming the
-    item that is not ``form`` with a key in ``known`` (None: any), or a key given twice (unless ``repeat``: the
-    last counts)."""
+    """``KEY=VALUE`` items as {key: value}, stripped; one-line ``ValueError`` (``where: ...``) naming an item not of
+    ``form``, a key not in ``known`` (None: any), or a key given twice (unless ``repeat``: the last counts)."""
     prefix = f"{where}: " if where else ""
     out: dict[str, str] = {}
     for item in items:
@@ -163,9 +145,8 @@ def coerce(name: str, text: str, kind: str, none: str | None = None, where: str 
 def parse_config(
     cls: type[T], items: Iterable[str], where: str, owner: str = "", none: Mapping[str, str] | None = None
 ) -> T:
-    """The dataclass ``cls`` from ``KEY=VALUE`` items (``split_items`` over its field names, each value ``coerce``d
-    to its field's type; a field in ``none`` reads that text as None), the others at their defaults; one-line
-    ``ValueError`` starting with ``where`` (values named ``owner.key``, or ``key`` without an ``owner``)."""
+    """The dataclass ``cls`` from ``KEY=VALUE`` items, each value ``coerce``d to its field's type (``none``: field
+    -> the text read as None), the others at their defaults; one-line ``ValueError`` starting with ``where``."""
     kinds = field_kinds(cls)
     given = split_items(items, where, list(kinds), what=f"{owner} option" if owner else "option")
     name = f"{owner}.{{}}" if owner else "{}"

@@ -1,14 +1,10 @@
-"""Reading a file a user names, bounded: only a regular file, and never more bytes than a limit.
+"""Bounded reading of a file a user names: only a regular file (checked before and after the non-blocking open),
+at most its kind's ``ByteLimit`` (raised by an environment variable the error names); ``BoundedReader`` bounds
+a stream's bytes and lines. Refusals are one-line ``FileRefusedError`` (a ``ValueError``).
 
-Every file read on a user's word (traces, policies, checkpoints, cost models, tables, configs) goes through here.
-A FIFO, a device, a socket or a folder is refused in one line naming the file, checked before the open (opening a
-FIFO blocks) and again on the descriptor (opened non-blocking); the size must be at most the limit of its kind
-(``ByteLimit``, raised by its environment variable, which the error names), also while reading; a stream (a
-``.gz`` trace) is wrapped by ``BoundedReader``, which refuses more bytes than the limit or a line longer than a
-line limit. ``FileRefusedError`` (a ``ValueError``) carries the one line. Standard library only.
-
-    text = read_text(path, CONFIG_BYTES)                 # FileRefusedError for a FIFO, /dev/zero, a 2 GB file
-    with open_regular(path, TRACE_BYTES) as f: ...       # a binary file object that refuses to read past the limit"""
+    text = read_text(path, CONFIG_BYTES)
+    with open_regular(path, TRACE_BYTES) as f: ...
+"""
 
 from __future__ import annotations
 
@@ -22,30 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
-
-__all__ = [
-    "CHECKPOINT_BYTES",
-    "CONFIG_BYTES",
-    "KEY_BYTES",
-    "LIMITS",
-    "POLICY_BYTES",
-    "RECORD_BYTES",
-    "SIGNATURE_BYTES",
-    "TRACE_BYTES",
-    "TRACE_LINE_BYTES",
-    "BoundedReader",
-    "ByteLimit",
-    "CountLimit",
-    "FileRefusedError",
-    "check_regular_file",
-    "csv_records",
-    "file_kind",
-    "open_regular",
-    "parse_json",
-    "read_bytes",
-    "read_config",
-    "read_text",
-]
 
 _KIB, _MIB, _GIB = 1 << 10, 1 << 20, 1 << 30
 _CHUNK = 1 << 20  # bytes read at a time by BoundedReader.readall
@@ -145,9 +117,8 @@ def check_regular_file(path: str | os.PathLike[str], limit: ByteLimit) -> os.sta
 
 
 def open_regular(path: str | os.PathLike[str], limit: ByteLimit, start: int = 0) -> IO[bytes]:
-    """``path`` opened for reading bytes once ``check_regular_file`` passes: a buffered file object that refuses to
-    read past ``limit`` should the file grow, opened non-blocking and checked again on the descriptor. ``start``:
-    the byte to read from (the bytes before it count against ``limit``)."""
+    """``path`` opened for reading bytes once ``check_regular_file`` passes, checked again on the descriptor,
+    refusing to read past ``limit`` (counting the ``start`` bytes skipped) should the file grow."""
     p = Path(path)
     check_regular_file(p, limit)
     fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -195,9 +166,8 @@ def csv_records(path: str | os.PathLike[str], limit: ByteLimit) -> list[tuple[in
 
 
 class BoundedReader(io.RawIOBase):
-    """A binary stream over ``inner`` that raises ``FileRefusedError`` (naming ``path``) once more than ``limit``
-    bytes come through it or, with ``line_limit``, a line grows longer than that (``decompressed``: the message
-    says so). Closing it closes ``inner``, then ``underlying`` (the file a ``GzipFile`` reads)."""
+    """A binary stream over ``inner`` raising ``FileRefusedError`` (naming ``path``) past ``limit`` bytes or a line
+    longer than ``line_limit``; closing it closes ``inner``, then ``underlying``."""
 
     def __init__(
         self,

@@ -1,11 +1,7 @@
-"""Worker processes that end with the process that started them, however that one ends.
-
-A worker calls ``die_with_parent`` first thing: on Linux the kernel sends it SIGKILL when its parent dies
-(``prctl(PR_SET_PDEATHSIG)``; set only when the parent started it from its main thread, since the signal follows
-the starting thread), and everywhere a daemon thread checks twice a second that its parent is still the one it
-started with, else ends it (``os._exit``). ``guarded_command`` runs a module (``python -m``) the same way as a
-subprocess; ``sigterm_raises`` makes SIGTERM unwind the main thread like Ctrl-C, so a parent's cleanup runs.
-Standard library only."""
+"""Worker processes that end with their parent: ``die_with_parent`` (Linux ``PR_SET_PDEATHSIG`` plus a watcher
+thread), ``guarded_command`` (``python -m`` a module that way), ``sigterm_raises`` (SIGTERM unwinds like
+Ctrl-C). Standard library only.
+"""
 
 from __future__ import annotations
 
@@ -19,8 +15,6 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
-
-__all__ = ["ORPHAN_EXIT", "die_with_parent", "guarded_command", "set_parent_death_signal", "sigterm_raises"]
 
 ORPHAN_EXIT = 125  # the exit status of a worker that found its parent gone
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -44,9 +38,8 @@ def set_parent_death_signal(signum: int | None = None) -> bool:
 
 
 def die_with_parent(parent_pid: int | None = None, main_thread: bool = True) -> None:
-    """End this process when its parent ends. ``parent_pid``: the parent as it saw itself (None: this process's
-    parent now); if it is no longer the parent, exit at once with ``ORPHAN_EXIT``. ``main_thread``: whether the
-    parent started this process from its main thread (False: no death signal, the watching thread alone)."""
+    """End this process when its parent ends (``parent_pid``: the parent as it saw itself; another parent now exits at
+    once with ``ORPHAN_EXIT``); ``main_thread`` False: no death signal, the watching thread alone."""
     parent = os.getppid() if parent_pid is None else int(parent_pid)
     if main_thread:
         set_parent_death_signal()

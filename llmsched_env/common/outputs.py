@@ -21,32 +21,6 @@ from typing import Any
 
 from llmsched_env.common.files import file_kind
 
-__all__ = [
-    "COMPLETE_NAME",
-    "LOCK_NAME",
-    "PACKAGES",
-    "REPO_FOLDERS",
-    "OutputBusyError",
-    "check_folder",
-    "check_output",
-    "check_replaceable",
-    "check_update_lock",
-    "file_output_path",
-    "is_complete",
-    "locked_output",
-    "mark_complete",
-    "output_path",
-    "package_dir",
-    "remove_outputs",
-    "replaced_atomically",
-    "shipped_folders",
-    "update_lock",
-    "updating",
-    "write_csv",
-    "write_text_atomically",
-    "written_path",
-]
-
 PACKAGES = ("llmsched_env", "agents", "baselines")
 REPO_FOLDERS = ("policies", "docs/results")
 
@@ -93,11 +67,9 @@ def check_output(
     files: Iterable[str] = (),
     folders: Iterable[str] = (),
 ) -> Path:
-    """``path`` when a command may write there, checked before any work; one-line ``ValueError`` naming ``option``
-    and the path when it is (inside) a shipped folder without ``force``, a file where a folder is written (or,
-    with ``file``, a folder where a file is), behind a file or a link loop, a dangling link for a folder, or under
-    a folder that is not writable. An existing output folder must pass ``check_folder`` (``files``: the names it
-    writes as files, ``folders``: its subfolders)."""
+    """``path`` when a command may write there, checked before any work; else a one-line ``ValueError`` naming
+    ``option`` and the path: (inside) a shipped folder without ``force``, a file where a folder is written (or the
+    reverse with ``file``), unreachable, or not writable; an existing folder must pass ``check_folder``."""
     target = Path(path)
     _check_reachable(target, option)
     if not force:
@@ -166,10 +138,9 @@ def _kind(path: Path) -> str:
 
 
 def check_folder(folder: Path, option: str = "--out", files: Iterable[str] = (), folders: Iterable[str] = ()) -> None:
-    """``ValueError`` naming the entry when the output folder holds (at its top or directly in one of ``folders``)
-    anything but regular files and folders (links followed), a folder at a name of ``files``, a non-folder at one
-    of ``folders``, or a symbolic link at one of ``files`` (or at one of ``folders`` leading out of the folder or
-    to nothing). Reads those entries only."""
+    """``ValueError`` naming the entry when the output folder holds (at its top or in one of ``folders``) anything
+    but regular files and folders, a folder at a name of ``files``, a non-folder at one of ``folders``, or a link at
+    one of ``files`` (or at one of ``folders`` leading out of the folder or to nothing)."""
     where = f"{option} {folder}"
     subfolders = set(folders)
     inside = os.path.realpath(folder)
@@ -228,9 +199,8 @@ def written_path(path: str | Path) -> Path:
 
 
 def check_replaceable(path: str | Path, option: str | None = None) -> None:
-    """``ValueError`` naming ``path`` (and ``option``) when something other than a regular file sits there (a device,
-    a FIFO, a socket, a folder, a link), or a file or link loop on the way leaves no place for it; nothing there
-    is fine."""
+    """``ValueError`` naming ``path`` (and ``option``) when anything but a regular file sits there, or a file or
+    link loop on the way leaves no place for it; nothing there is fine."""
     where = f"{option} {path}" if option else str(path)
     try:
         mode = os.lstat(path).st_mode
@@ -246,10 +216,9 @@ def check_replaceable(path: str | Path, option: str | None = None) -> None:
 
 @contextmanager
 def replaced_atomically(path: str | Path) -> Iterator[Path]:
-    """A temporary path beside ``path`` (``.STEM.PID.tmpSUFFIX``) to write to; when the block ends without an error
-    it is flushed (``fsync``) and replaces ``path`` in one ``os.replace``, so a crash or a full disk leaves the
-    old file whole (on an error it is removed). Only a regular file (or nothing) is replaced
-    (``check_replaceable``); a link's target is replaced, the link kept."""
+    """A temporary path beside ``path`` to write to; when the block ends without an error it is flushed and replaces
+    ``path`` in one ``os.replace`` (a crash leaves the old file whole). Only a regular file (or nothing) is
+    replaced (``check_replaceable``); a link's target is replaced, the link kept."""
     path = written_path(path)
     check_replaceable(path)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
@@ -287,9 +256,8 @@ def write_text_atomically(path: str | Path, text: str) -> None:
 
 
 def remove_outputs(folder: str | Path, names: Iterable[str], keep: Iterable[str] = ()) -> list[Path]:
-    """Remove the files ``names`` of ``folder`` but those in ``keep`` (an earlier run's outputs), and the temporary
-    files a killed write left beside them; nothing else. Call it holding the folder (``locked_output``); returns
-    the files removed."""
+    """Remove the files ``names`` of ``folder`` but ``keep`` (an earlier run's outputs) and the temporary files a
+    killed write left beside them, holding the folder (``locked_output``); returns the files removed."""
     folder = Path(folder)
     kept = set(keep)
     removed = []
@@ -313,10 +281,9 @@ COMPLETE_NAME = "complete.json"  # written last into an output folder by a comma
 
 @contextmanager
 def locked_output(out: str | Path, command: str, option: str = "--out") -> Iterator[Path]:
-    """Hold the folder ``out`` (created if missing) for one command while the block runs: an exclusive ``flock`` on
-    ``out/.llmsched.lock``, released when the process ends however it ends. A second process gets
-    ``OutputBusyError`` naming ``option``, the folder and the holder's command and PID. ``COMPLETE_NAME`` is
-    removed on entry (``mark_complete`` writes it again). Without ``fcntl`` nothing is locked."""
+    """Hold the folder ``out`` (created if missing) for one command: an exclusive ``flock`` on
+    ``out/.llmsched.lock`` until the process ends; a second process gets ``OutputBusyError`` naming the holder.
+    ``COMPLETE_NAME`` is removed on entry. Without ``fcntl`` nothing is locked."""
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     try:
@@ -378,9 +345,8 @@ def check_update_lock(path: str | Path, option: str | None = "--out") -> None:
 
 @contextmanager
 def updating(path: str | Path) -> Iterator[Path]:
-    """Hold the file ``path`` for a read-modify-write: an exclusive ``flock`` on ``update_lock(path)``, waited for,
-    released when the block ends or the process dies; opened without following a link or blocking on a FIFO
-    (anything but a regular file: ``ValueError``). Without ``fcntl`` nothing is locked."""
+    """Hold the file ``path`` for a read-modify-write: an exclusive ``flock`` on ``update_lock(path)``, waited for
+    (a lock that is not a regular file: ``ValueError``); without ``fcntl`` nothing is locked."""
     target = Path(path)
     try:
         import fcntl

@@ -1,19 +1,15 @@
-"""One registry type for everything chosen by name: schedulers, routers, scenarios, cluster scenarios.
+"""``Registry``: everything chosen by name (schedulers, routers, scenarios). With ``plugins``, the first lookup
+imports the modules that entry point group names, which register their entries.
 
     SCHEDULERS = Registry("scheduler", plugins="llmsched.policies")
-    SCHEDULERS.register("fcfs", FCFSPolicy)      # or @SCHEDULERS.register("fcfs") on a class or function
-    SCHEDULERS.get("fcfs")                       # ValueError listing the names for an unknown one
-
-With ``plugins``, the first lookup imports every module named by an entry point of that group (as Gymnasium does),
-which registers its entries: how the cluster env finds the baselines without importing them."""
+    SCHEDULERS.register("fcfs", FCFSPolicy)      # or as a decorator
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
 from typing import Generic, TypeVar, overload
-
-__all__ = ["Registry"]
 
 T = TypeVar("T")
 

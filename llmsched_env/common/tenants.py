@@ -1,26 +1,11 @@
-"""Tenants: how many a workload may have, and what a tenant's name may hold, for every place a tenant enters (the
-trace parser, ``TenantConfig``).
-
-- at most ``MAX_TENANTS`` distinct tenants, 1,024 unless ``$LLMSCHED_MAX_TENANTS`` says more (each tenant costs
-  every decision step time; docs/reliability.md, "Tenants");
-- a name (``tenant_name_problem``) is a non-empty printable string without ``|`` (tables) or ``/`` (the
-  ``tenant/NAME/metric`` keys), and not ``other`` (``OTHER_TENANTS``, the metrics' group past the busiest)."""
+"""Tenants: at most ``MAX_TENANTS`` (1,024, or ``$LLMSCHED_MAX_TENANTS``), and a name (``tenant_name_problem``)
+non-empty, printable, without ``|`` or ``/`` and not ``other`` (``OTHER_TENANTS``).
+"""
 
 from __future__ import annotations
 
 from llmsched_env.common.checks import label_fault
 from llmsched_env.common.files import CountLimit
-
-__all__ = [
-    "KEY_SEPARATOR",
-    "MAX_TENANTS",
-    "OTHER_TENANTS",
-    "check_tenant_count",
-    "check_tenant_name",
-    "listed_tenants",
-    "tenant_name_problem",
-    "too_many_tenants",
-]
 
 # an fcfs episode of 1,000 requests took 21 s over 1,024 tenants, 2.2 s over 16
 MAX_TENANTS = CountLimit("the tenants of a workload", 1024, "LLMSCHED_MAX_TENANTS")

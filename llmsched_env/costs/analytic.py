@@ -10,10 +10,7 @@ from typing import Any, ClassVar
 from llmsched_env.common.fields import derived, from_fields, to_fields
 from llmsched_env.costs.base import check_cost_field, check_label, check_step_times
 
-__all__ = ["SHAPE_FACTOR", "AnalyticCostModel"]
-
-# How far the query heads' width (num_attention_heads * head_dim) may be from hidden_size (published models: 0.67x
-# to 3.4x).
+# How far the query heads' width (num_attention_heads * head_dim) may be from hidden_size (models: 0.67x to 3.4x).
 SHAPE_FACTOR = 8.0
 
 

@@ -1,8 +1,6 @@
-"""What a cost model is: ``step_time_s(num_prefill_tokens, num_decode_seqs, num_kv_tokens, prefill_attn_pairs)``,
-the seconds of one engine iteration (prefill tokens of all chunks, decoding sequences, the KV tokens the decodes
-read, and prefill attention pairs ``chunk * (context_before + (chunk + 1) / 2)`` summed over chunks). It is > 0
-for every batch (the empty one too), non-decreasing in each argument, and unchecked (the hot path). Also: the
-times every layer derives from a cost model (one unloaded decode step, one prefill alone).
+"""The ``CostModel`` protocol: ``step_time_s(num_prefill_tokens, num_decode_seqs, num_kv_tokens,
+prefill_attn_pairs)``, the seconds of one iteration, > 0 and non-decreasing in each argument (unchecked: the hot
+path); and the times derived from it (an unloaded decode step, a prefill alone).
 """
 
 from __future__ import annotations
@@ -11,14 +9,8 @@ from typing import Protocol, runtime_checkable
 
 from llmsched_env.common.checks import Bound, check_number
 
-__all__ = [
-    "COST_BOUNDS", "MAX_STEP_S", "CostModel", "check_cost_field", "check_label", "check_step_times", "prefill_time_s",
-    "prefill_time_unchecked_s", "unloaded_decode_time_s",
-]
-
-# Physical ranges of a cost model's constants (docs/reliability.md, "Physical ranges"): far outside anything real
-# (300-1,000x an H100's compute and bandwidth, 500x the largest models, sizes up to 2**20, an iteration at most an
-# hour), with bottoms (``Bound``) for the figures that divide a step's time, so a mistyped figure is refused.
+# Physical ranges of a cost model's constants (docs/reliability.md, "Physical ranges"), with bottoms (``Bound``)
+# for the figures that divide a step's time.
 MAX_STEP_S = 3600.0
 _MAX_SIZE = 1 << 20
 COST_BOUNDS: dict[str, float] = {

@@ -17,8 +17,6 @@ from llmsched_env.common.fields import check_fields
 from llmsched_env.common.outputs import write_text_atomically
 from llmsched_env.costs.base import CostModel, check_cost_field, check_label, check_step_times
 
-__all__ = ["LinearCostModel", "fit_report"]
-
 
 @dataclass(frozen=True, repr=False)
 class LinearCostModel:

@@ -14,8 +14,6 @@ from llmsched_env.costs.analytic import AnalyticCostModel
 from llmsched_env.costs.base import CostModel, prefill_time_s, unloaded_decode_time_s
 from llmsched_env.costs.linear import LinearCostModel
 
-__all__ = ["cost_model_of", "from_dict", "list_presets", "load_cost_model"]
-
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 
 _KINDS: dict[str, Any] = {"analytic": AnalyticCostModel, "linear": LinearCostModel}

@@ -1,9 +1,5 @@
-"""The single-node action space (no gymnasium, no torch): ``ActionSpec.decode(action)`` turns a ``MultiDiscrete``
-action into an engine ``Decision``, ``encode`` inverts it, ``mask(engine)`` gives the valid options now.
-
-Schema 1: six queue orders, budgets and chunk caps in powers of two up to ``max_num_batched_tokens``. Schema 2:
-every ``QueueOrder`` and the fixed ``FIXED_TOKEN_BUDGETS`` / ``FIXED_CHUNK_CAPS`` for every engine (an option
-above the limit means the limit; the options past the first such one are masked out).
+"""The single-node action space: ``ActionSpec.decode(action)`` turns a ``MultiDiscrete`` action into an engine
+``Decision``, ``encode`` inverts it, ``mask(engine)`` gives the valid options now (``decision.schema``).
 """
 
 from __future__ import annotations
@@ -18,8 +14,6 @@ from llmsched_env.decision.schema import SCHEMA_VERSION, check_schema
 from llmsched_env.decision.state import EngineState
 from llmsched_env.engine.batch import Decision, QueueOrder
 from llmsched_env.engine.config import EngineConfig
-
-__all__ = ["ACTION_COMPONENTS", "FIXED_CHUNK_CAPS", "FIXED_TOKEN_BUDGETS", "SCHEMA1_ORDERS", "UNLIMITED", "ActionSpec"]
 
 UNLIMITED = 1 << 30  # admission cap meaning "as many as fit"
 ACTION_COMPONENTS = ("queue_order", "token_budget", "chunk_cap", "batch_mix", "admission_cap", "kv_reserve", "shed")
@@ -40,15 +34,10 @@ def _powers_of_two(lo: int, hi: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class ActionSpec:
-    """The options of each action component; the action picks one index per component.
-
-    Components, in order: queue order (the first ``num_orders`` of ``QueueOrder``), token budget, chunk cap,
-    batch mix (0 decode-first hybrid, 1 prefill-first), admission cap (``UNLIMITED`` = as many as fit), KV
-    reserve (share of the pool kept free when admitting), shedding (0 off, 1 on).
-
-    ``max_tokens`` (None: the options are the values): a token budget or chunk cap above it means
-    ``max_tokens``, and only the first option that reaches it is valid (the engine-independent layout).
-    """
+    """The options of each action component: queue order (the first ``num_orders`` of ``QueueOrder``), token
+    budget, chunk cap, batch mix (0 decode-first, 1 prefill-first), admission cap (``UNLIMITED``: as many as fit),
+    KV reserve (pool share kept free when admitting), shedding (0 off, 1 on). With ``max_tokens``, a budget or cap
+    above it means ``max_tokens`` and only the first option reaching it is valid."""
 
     token_budgets: tuple[int, ...]
     chunk_caps: tuple[int, ...]
@@ -102,9 +91,7 @@ class ActionSpec:
 
     @classmethod
     def for_engine(cls, config: EngineConfig, schema: int | None = None) -> ActionSpec:
-        """The layout of ``schema`` (default: the current one, ``SCHEMA_VERSION``) for an engine. Schema 1:
-        six queue orders, budgets and chunk caps in powers of two up to ``max_num_batched_tokens``; schema 2:
-        every queue order and the fixed ``FIXED_TOKEN_BUDGETS`` / ``FIXED_CHUNK_CAPS`` capped at that limit."""
+        """The layout of ``schema`` (default ``SCHEMA_VERSION``) for an engine (``decision.schema``)."""
         top = config.max_num_batched_tokens
         if check_schema(SCHEMA_VERSION if schema is None else schema) == 1:
             return cls(
@@ -229,7 +216,7 @@ class ActionSpec:
         return self._mask_of(engine)[0]
 
     def _mask_of(self, engine: EngineState) -> tuple[np.ndarray, list[bool]]:
-        """``mask(engine)``, and the same as a list (``allowed_now``)."""
+        """``mask(engine)``, and the same as a list."""
         waiting = any(engine.num_waiting)
         room = len(engine.running) < engine.config.max_num_seqs
         idle = not engine.running
@@ -253,22 +240,14 @@ class ActionSpec:
             m = cache[key] = (mask, mask.tolist())
         return m
 
-    def allows(self, action: np.ndarray | Sequence[int], mask: np.ndarray) -> bool:
-        """Whether every component of an in-range ``action`` is a valid option under ``mask``."""
-        return self.allows_list(action.tolist() if isinstance(action, np.ndarray) else action, mask.tolist())
-
     def allows_list(self, values: Sequence[int], mask: list[bool]) -> bool:
-        """``allows`` for an in-range action given as integers and a mask given as a list (``mask_list``)."""
+        """Whether every component of an in-range action is a valid option under ``mask`` (``mask_list``)."""
         start = 0
         for v, n in zip(values, self._nvec, strict=True):
             if not mask[start + v]:
                 return False
             start += n
         return True
-
-    def allowed_now(self, values: Sequence[int], engine: EngineState) -> bool:
-        """``allows(values, mask(engine))`` for an in-range action given as integers, on the mask's cached list."""
-        return self.allows_list(values, self._mask_of(engine)[1])
 
     def mask_list(self, engine: EngineState) -> list[bool]:
         """``mask(engine)`` as a list: one cached object per distinct mask, so a caller that checks one action

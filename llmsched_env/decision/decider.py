@@ -1,13 +1,7 @@
-"""A policy's ``act`` with a deadline that holds even when the policy hangs: ``TimedDecider``. Modes:
-
-- ``"signal"`` (POSIX, main thread): ``act`` runs under a ``SIGALRM`` timer that interrupts it at the deadline.
-- ``"thread"``: ``act`` runs on one worker thread; the caller waits at most until the deadline. A late call goes
-  on in the background, its answer dropped, and every decision falls back while it runs. Each handoff costs two
-  thread wake-ups, far more on a busy core (docs/vllm.md).
-- ``"inline"``: no hard deadline (a late answer is only dropped); what ``"auto"`` picks for a policy whose
-  ``act`` is bounded (``decision.policy.bounded_act``), else ``"signal"`` where it can, else ``"thread"``.
-
-Neither bounds a policy blocked in a C call that holds the interpreter lock.
+"""``TimedDecider``: a policy's ``act`` under a deadline. Modes: ``"signal"`` (POSIX main thread, a ``SIGALRM``
+interrupts it), ``"thread"`` (a worker thread; a late answer is dropped and decisions fall back while it runs),
+``"inline"`` (no hard deadline). ``"auto"`` picks inline for a bounded ``act``, else signal where it can, else
+thread. None bounds a C call that holds the interpreter lock.
 """
 
 from __future__ import annotations
@@ -21,8 +15,6 @@ from typing import Any
 import numpy as np
 
 from llmsched_env.decision.policy import bounded_act
-
-__all__ = ["DECIDER_MODES", "TimedDecider", "first_line"]
 
 DECIDER_MODES = ("auto", "signal", "thread", "inline")
 
@@ -47,9 +39,8 @@ def _signal_mode_available() -> bool:
 
 
 class TimedDecider:
-    """``decide(observation, mask, deadline)``: ``policy.act`` bounded by the deadline. Returns ``(action, None,
-    "")`` on time, else ``(None, reason, error)``: ``"error"`` (it raised) or ``"timeout"`` (late, or in thread
-    mode an earlier late call still running), with a one-line ``error``."""
+    """``decide(observation, mask, deadline)``: ``(action, None, "")`` on time, else ``(None, reason, error)`` with
+    reason ``"error"`` (it raised) or ``"timeout"`` (late, or an earlier late call still running)."""
 
     def __init__(self, policy: Any, mode: str = "auto", name: str = "llmsched-policy") -> None:
         if mode not in DECIDER_MODES:

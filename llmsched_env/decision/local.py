@@ -14,14 +14,10 @@ from llmsched_env.decision.policy import Policy
 from llmsched_env.engine.batch import Decision
 from llmsched_env.engine.engine import Engine
 
-__all__ = ["LocalScheduler"]
-
 
 class LocalScheduler:
-    """``local_decide`` for ``Cluster``: ``policies[i]`` decides every iteration of replica i through a
-    ``DecisionLoop`` over ``encoders[i]`` and ``specs[i]`` (no deadline, no fallback: a malformed action is refused
-    naming the replica, a policy's error reaches the caller), its last step time replica i's last iteration's.
-    ``record``: each loop keeps its ``history``."""
+    """``local_decide`` for ``Cluster``: ``policies[i]`` decides replica i's iterations through a ``DecisionLoop``
+    (no deadline, no fallback: a malformed action is refused naming the replica)."""
 
     def __init__(
         self,

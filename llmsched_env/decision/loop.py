@@ -1,29 +1,17 @@
-"""The one step between a policy and an engine: ``DecisionLoop``. The env's ``step``, the serving loop
-(``decision.serve``: simulator, torch runtime), the vLLM scheduler, a cluster's local schedulers and the
-lookahead's rollouts are drivers around it, so each question of how a decision is applied has one answer.
+"""``DecisionLoop``: the one step between a policy and an engine, shared by the env's ``step``, the serving loop
+(``decision.serve``), the vLLM scheduler, a cluster's local schedulers and the lookahead's rollouts.
 
     loop = DecisionLoop(spec, encoder, policy, hold=4, fallback=fcfs, timeout_s=0.1)   # a policy decides
     while not sim.done:
         sim.step(loop.next(sim.engine))        # one engine iteration's Decision
 
-    loop = DecisionLoop(spec, encoder, hold=k)                                         # the caller decides (env)
-    loop.take(action)                          # validated now: ValueError naming the component
-    for _ in range(k):
-        sim.step(loop.next(sim.engine))
-
-- **observe**: the policy gets ``encoder.encode(engine, last_step_s)`` (the clock since the previous decision)
-  and ``ActionSpec.mask(engine)``; a policy with ``reads_observation = False`` gets zeros and is asked once per
-  mask pattern (its answer kept).
-- **act under a deadline**: with ``timeout_s``, counted from the decision's start, ``decision.decider``
-  enforces it (checked after a bounded ``act``, else interrupted). Without it nothing is timed.
-- **validate**: ``ActionSpec.decode``'s check; a malformed action is **refused**, never repaired.
-- **correct**: an in-range action the mask forbids has each forbidden component moved to its first allowed
-  option (``ActionSpec.project``), counted per iteration (``num_corrected``).
-- **hold**: a decision holds for ``hold`` iterations, each checking (and correcting) it against the mask now.
-- **fall back**: when the policy raises, is late or gives a malformed action, ``fallback`` decides (a
-  ``Policy``, or ``ENGINE_DEFAULT``: ``next`` returns None and the engine keeps its own settings), counted by
-  cause (``FALLBACK_CAUSES``). Without a fallback the error reaches the caller.
-- **never lose a request**: the engine only ever sees a valid ``Decision`` (or its own settings).
+- observe: ``encoder.encode(engine, last_step_s)`` and ``ActionSpec.mask(engine)``; a policy with
+  ``reads_observation = False`` gets zeros and is asked once per mask pattern.
+- act within ``timeout_s`` (``decision.decider``); validate with ``ActionSpec.decode`` (a malformed action is
+  refused, never repaired); correct masked-out components (``ActionSpec.project``, ``num_corrected``).
+- hold a decision ``hold`` iterations, checked against each iteration's mask.
+- fall back when the policy raises, is late or malformed: ``fallback`` decides (``ENGINE_DEFAULT``: the
+  engine's own settings), counted by cause (``FALLBACK_CAUSES``); without one the error reaches the caller.
 """
 
 from __future__ import annotations
@@ -42,8 +30,6 @@ from llmsched_env.decision.policy import Policy, reads_observation
 from llmsched_env.decision.state import EngineState
 from llmsched_env.engine.batch import Decision
 
-__all__ = ["ENGINE_DEFAULT", "FALLBACK_CAUSES", "DecisionLoop", "DecisionStats"]
-
 FALLBACK_CAUSES = ("error", "invalid", "timeout")  # the policy raised; its action was malformed; it was late
 
 
@@ -59,9 +45,8 @@ ENGINE_DEFAULT: Final = _EngineDefault()
 
 @dataclass
 class DecisionStats:
-    """What a ``DecisionLoop`` counted: decisions, iterations, held and corrected iterations, fallbacks by cause
-    (``FALLBACK_CAUSES``) with the last one's message, and the decisions' time (from before the observation is
-    encoded to the decision in hand)."""
+    """What a ``DecisionLoop`` counted: decisions, iterations, held and corrected iterations, fallbacks by cause with
+    the last one's message, and the decisions' time (observation to decision)."""
 
     num_decisions: int = 0
     num_iterations: int = 0
@@ -80,16 +65,6 @@ class DecisionStats:
         """Decisions whose policy raised."""
         return self.fallbacks["error"]
 
-    @property
-    def num_late(self) -> int:
-        """Decisions whose policy missed its deadline."""
-        return self.fallbacks["timeout"]
-
-    @property
-    def num_invalid(self) -> int:
-        """Decisions whose policy returned a malformed action."""
-        return self.fallbacks["invalid"]
-
     def as_metrics(self) -> dict[str, float]:
         """The counts as the metrics columns of a run (``policy_*``)."""
         out = {
@@ -104,11 +79,9 @@ class DecisionStats:
 
 
 class DecisionLoop:
-    """The module docstring's rules. ``encoder``: None where nothing is observed; ``policy``: who decides when a
-    hold runs out (None: the caller ``take``s every action); ``hold``: iterations per decision; ``fallback``: a
-    ``Policy``, ``ENGINE_DEFAULT`` or None (errors reach the caller); ``timeout_s``: each decision's deadline (needs
-    a fallback); ``deadline_mode``: ``TimedDecider``'s; ``name``: the policy in error messages; ``record``: keep
-    each iteration's (mask, decision applied, corrected) in ``history``."""
+    """The module docstring's rules. ``policy`` None: the caller ``take``s every action; ``fallback``: a ``Policy``,
+    ``ENGINE_DEFAULT`` or None (errors reach the caller); ``timeout_s`` needs a fallback; ``name``: the policy in
+    errors; ``record``: keep each iteration's (mask, decision applied, corrected) in ``history``."""
 
     def __init__(
         self,
@@ -145,8 +118,7 @@ class DecisionLoop:
         self._policy: Policy | None = None
         self._reads_obs = True
         self._decider: TimedDecider | None = None
-        # the policy's kept answers where it acts on the mask alone: the mask's object (one per pattern) -> (values,
-        # decision)
+        # the policy's kept answers where it acts on the mask alone: the mask's object -> (values, decision)
         self._kept: dict[int, tuple[list[int], Decision]] = {}
         # the decision held: its action's values ([] for the engine's own settings) and the Decision they mean
         self._values: list[int] = []

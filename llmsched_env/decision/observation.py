@@ -12,20 +12,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from llmsched_env.decision.schema import SCHEMA_VERSION, check_schema
+from llmsched_env.decision.schema import SCHEMA_VERSION, check_schema  # noqa: F401 (SCHEMA_VERSION re-exported)
 from llmsched_env.decision.state import EngineState, QueuedRequest
 from llmsched_env.engine.config import EngineConfig, TenantConfig
-
-__all__ = [
-    "GLOBAL_FEATURES",
-    "NUM_SLOTS",
-    "OBS_CLIP",
-    "SCHEMA_VERSION",
-    "SLOT_FEATURES",
-    "GenericObservationEncoder",
-    "ObservationEncoder",
-    "make_encoder",
-]
 
 OBS_CLIP = 10.0  # every feature lies in [-OBS_CLIP, OBS_CLIP]
 GLOBAL_FEATURES = (
@@ -71,10 +60,8 @@ _LOG_SCALE = 8.0  # SLO targets relative to the tightest, as log2(ratio) / 8
 
 
 class ObservationEncoder:
-    """Schema 1. Engine state -> a float32 vector of named features, each scaled to roughly [0, 1] (clipped to
-    [-OBS_CLIP, OBS_CLIP]). Times are in units of the relevant SLO target, counts in units of the engine's
-    limits, so one policy transfers across hardware presets and SLO classes; six features per tenant, named
-    after it, so a policy fits only the tenants it was trained on."""
+    """Schema 1: engine state -> named float32 features, each scaled to roughly [0, 1] (clipped to
+    +-``OBS_CLIP``; times over SLO targets, counts over engine limits), six per tenant, named after it."""
 
     schema = 1
 
@@ -223,13 +210,11 @@ _clip = getattr(getattr(getattr(np, "_core", None), "umath", None), "clip", None
 
 
 class GenericObservationEncoder(ObservationEncoder):
-    """Schema 2: the same features whatever the tenants' number, names and order: schema 1's ``GLOBAL_FEATURES``;
-    ``tenants/count`` and ``tenants/active`` (/ 16); ``queue/late_waiting`` and ``queue/urgent_waiting`` (waiting
-    behind a head past its TTFT, or with under half of it left); ``pred/...`` (predicted output tokens waiting, /
-    KV tokens and per request / 1024); ``slo/{ttft,tpot}_spread`` (log2 loosest / tightest, / 8); ``NUM_SLOTS``
-    tenant slots (``SLOT_FEATURES``: busy tenants first by head slack, ties by the features themselves; an empty
-    slot reads as idle), whose SLOs enter as log2 over the tightest / 8, priority as a rank in [0, 1], weight over
-    the largest; ``rest/...`` (the others: count, waiting, running, least slack, least attainment)."""
+    """Schema 2: the same features whatever the tenants: ``GLOBAL_FEATURES``; ``tenants/count`` and ``/active``
+    (/ 16); ``queue/late_waiting`` and ``queue/urgent_waiting`` (behind a head past its TTFT, or under half left);
+    ``pred/...`` (predicted output tokens); ``slo/{ttft,tpot}_spread`` (log2 loosest / tightest, / 8); ``NUM_SLOTS``
+    tenant slots (``SLOT_FEATURES``, busy tenants first by head slack; SLOs as log2 over the tightest / 8, priority
+    a rank, weight over the largest); ``rest/...`` (the other tenants' count, waiting, running, slack, attainment)."""
 
     schema = 2
 

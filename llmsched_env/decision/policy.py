@@ -16,32 +16,26 @@ from llmsched_env.engine.config import EngineConfig, TenantConfig
 if TYPE_CHECKING:
     from llmsched_env.sim.simulator import Simulator
 
-__all__ = ["Policy", "PolicyContext", "bounded_act", "reads_observation", "start_episode"]
-
 
 @dataclass(frozen=True)
 class PolicyContext:
-    """What a heuristic may know besides its observations. ``scenario``: the scenario's name ("" if none; ``tuned``
-    looks settings up by it). ``planning_state``: a function returning a simulator in the engine's state now, for
-    a planner (``mpc``) to fork (None: no planner runs here). ``background_planning``: the driver must not wait
-    for a plan (vLLM), so a planner plans on a worker thread."""
+    """What a heuristic may know besides its observations."""
 
     engine: EngineConfig
     tenants: tuple[TenantConfig, ...]
     cost_model: CostModel
     action_spec: ActionSpec
     obs_names: tuple[str, ...]
-    scenario: str = ""
+    scenario: str = ""  # the scenario's name ("" if none; ``tuned`` looks settings up by it)
+    # a simulator in the engine's state now, for a planner (``mpc``) to fork (None: no planner runs here)
     planning_state: Callable[[], Simulator] | None = field(default=None, compare=False)
-    background_planning: bool = False
+    background_planning: bool = False  # the driver must not wait for a plan (vLLM): plan on a worker thread
 
 
 @runtime_checkable
 class Policy(Protocol):
-    """Anything that maps an observation and its action mask to a MultiDiscrete action. Optional class
-    attributes: ``reads_observation = False`` (acts on the mask alone: no observation is encoded for it),
-    ``bounded_act = True`` (its ``act`` cannot hang: no timer around it); a policy with memory defines
-    ``start_episode()``, called before each episode's first ``act``."""
+    """Maps an observation and its action mask to a MultiDiscrete action. Optional: ``reads_observation = False``
+    (acts on the mask alone), ``bounded_act = True`` (``act`` cannot hang: no timer), ``start_episode()``."""
 
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray: ...
 

@@ -1,13 +1,8 @@
-"""Load an exported policy (``policy.safetensors`` + ``policy.json``, by ``agents.export.export_policy``) and act
-in numpy, without torch.
+"""Load an exported policy (``policy.safetensors`` + ``policy.json``, from ``agents.export``) and act in numpy.
 
-The JSON says what the float32 weights mean and carries their sha256; ``fields_sha256`` records a sha256 of
-every field but ``INFORMATIONAL_FIELDS``, so an edit after export is refused, named (a file exported before
-the record is refused with ``seal_meta``'s command). Both files are read bounded (``common.files``). Everything
-is checked at load time: a bad file fails with ``PolicyFileError`` naming the file and the fault.
-
-The actor runs in numpy for ``NUMPY_ACTIVATIONS``; another activation needs a ``forward`` built in torch by
-``runtime.policy_file``, reached here through the ``FORWARDS`` registry (entry point ``llmsched.forwards``).
+The JSON carries the weights' sha256 and ``fields_sha256`` over every field but ``INFORMATIONAL_FIELDS``, so
+an edit after export is refused; every fault is a ``PolicyFileError`` naming the file at load time. Activations
+outside ``NUMPY_ACTIVATIONS`` use a torch ``forward`` from the ``FORWARDS`` registry (``runtime.policy_file``).
 """
 
 from __future__ import annotations
@@ -28,30 +23,6 @@ from llmsched_env.common.files import CONFIG_BYTES, POLICY_BYTES, FileRefusedErr
 from llmsched_env.common.registry import Registry
 from llmsched_env.decision.actions import ACTION_COMPONENTS
 from llmsched_env.decision.schema import SCHEMAS, schema_summary
-
-__all__ = [
-    "ACTIVATION_NAMES",
-    "FIELDS_KEY",
-    "FORMAT",
-    "FORMAT_VERSION",
-    "FORWARDS",
-    "INFORMATIONAL_FIELDS",
-    "JSON_NAME",
-    "NUMPY_ACTIVATIONS",
-    "OPTION_KEYS",
-    "TENSORS_NAME",
-    "ExportedPolicy",
-    "Forward",
-    "ForwardBuilder",
-    "PolicyFileError",
-    "UnsealedPolicyError",
-    "action_options",
-    "check_fields",
-    "field_digests",
-    "load_policy_file",
-    "seal_meta",
-    "torch_forward",
-]
 
 FORMAT = "llmsched-policy"
 FORMAT_VERSION = 1
@@ -110,9 +81,8 @@ def torch_forward(meta: dict[str, Any], weights: list[tuple[np.ndarray, np.ndarr
 
 
 def load_policy_file(path: str | Path, forward: ForwardBuilder | None = None) -> ExportedPolicy:
-    """Load and verify an exported policy from ``policy.json``, ``policy.safetensors`` or their folder.
-    ``forward(meta, weights)`` builds the network's forward pass for an activation numpy does not have
-    (``runtime.policy_file`` passes a torch one); without it such a policy is refused, naming that loader."""
+    """Load and verify an exported policy from ``policy.json``, ``policy.safetensors`` or their folder; ``forward``
+    builds the pass for an activation numpy lacks (``runtime.policy_file`` passes torch's), else it is refused."""
     json_path, tensors_path = _paths(Path(path))
     meta = _read_json(json_path)
     _check_meta(meta, json_path)
@@ -141,9 +111,8 @@ def seal_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_fields(meta: Mapping[str, Any], where: Path) -> None:
-    """``PolicyFileError`` in one line unless ``meta``'s fields are those its ``FIELDS_KEY`` record was made of:
-    naming each field whose value differs, was added or was removed since; a file without the record (exported
-    before it) is refused with the command that adds it."""
+    """``PolicyFileError`` unless ``meta``'s fields are those its ``FIELDS_KEY`` record was made of, naming each
+    changed, added or removed field; a file without the record is refused with the command that adds it."""
     if FIELDS_KEY not in meta:
         raise UnsealedPolicyError(
             f"{where}: no {FIELDS_KEY}: the file was exported before policy files recorded their fields, so an edit "
@@ -413,9 +382,8 @@ class ExportedPolicy:
         return h
 
     def _probe(self) -> None:
-        """``PolicyFileError`` when the network gives a non-finite logit on a probe input (every input 0, 1,
-        or -1 after normalisation): finite weights so large that their products overflow float32 would make every
-        decision NaN, so such a file is refused when it is loaded, not used."""
+        """``PolicyFileError`` when the network gives a non-finite logit on a probe input (0, 1 or -1 after
+        normalisation): weights whose products overflow float32 are refused at load time."""
         n = len(self.obs_names)
         with np.errstate(over="ignore", invalid="ignore"):  # the overflow is the finding, not a warning
             for value in (0.0, 1.0, -1.0):
@@ -438,10 +406,7 @@ class ExportedPolicy:
         return self._forward is None
 
     def act(self, observation: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
-        """The action (int64, one option index per component) for one observation and its mask.
-
-        A decision is a few small array operations and a pass over the logits in Python: with tens of logits,
-        each numpy call costs more than its work (the argmax per component of numpy's, first maximum wins)."""
+        """The action (int64, one option index per component) for one observation and its mask (first maximum wins)."""
         obs = np.asarray(observation)
         x = self._x_np
         if obs.shape != x.shape:

@@ -1,17 +1,11 @@
-"""Policy specs: a scheduler or router by name, an exported policy file, or the tuned baseline with a table; one
-resolver for every place a user names a policy (``llmsched-evaluate --policies``, the vLLM adapter's ``policy``).
+"""Policy specs: one resolver for every place a user names a policy (``llmsched-evaluate --policies``, the vLLM
+adapter's ``policy``).
 
-    resolve_policy("slo_aware")                  # a baseline, looked up in the registry by name
+    resolve_policy("slo_aware")                  # a baseline (the registry)
     resolve_policy("mine=runs/ppo0")             # an exported policy (folder or policy.json), named "mine"
-    resolve_policy("runs/ppo0/policy.json")      # named after its folder: "ppo0"
-    resolve_policy("tuned=my_table.json")        # the ``tuned`` baseline with a tuned-settings table of your own
+    resolve_policy("tuned=my_table.json")        # ``tuned`` with a table of your own
     resolve_policy("learned")                    # the shipped generalist, policies/generalist
-    resolve_policy("lookahead:k=32,horizon=32")  # the clairvoyant bound (decision.lookahead), not deployable
-    resolve_policy("mpc:futures=8")              # the model-predictive planner on forecast futures (decision.mpc)
-
-Baselines come from ``llmsched_env.decision.registry`` (``SCHEDULERS``, ``ROUTERS``), which finds the
-``baselines`` package through its entry point, so this module never imports it. A policy file acts in numpy;
-torch is imported only for one whose activation numpy lacks.
+    resolve_policy("mpc:futures=8")              # a planner with options (also ``lookahead:k=32``)
 """
 
 from __future__ import annotations
@@ -28,8 +22,6 @@ from llmsched_env.decision.policy import Policy
 from llmsched_env.decision.policy_file import ExportedPolicy, load_policy_file, torch_forward
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS, make_policy
 from llmsched_env.decision.schema import SCHEMA_VERSION
-
-__all__ = ["GENERALIST_PATH", "LEARNED", "PolicySpec", "baseline_names", "resolve_policy", "shipped_policies"]
 
 LEARNED = "learned"  # the name of the shipped generalist policy
 TUNED_PREFIX = "tuned:"  # a teacher candidate's spelling (agents/teacher.py), refused here with a pointer
@@ -52,18 +44,14 @@ def baseline_names() -> list[str]:
 
 @dataclass
 class PolicySpec:
-    """One policy of an evaluation, the ``policy`` column's ``name`` and one of: ``baseline`` (a registered name;
-    ``table``: a tuned-settings table's path or ``TunedTable`` for ``tuned``), ``path`` (an exported policy file,
-    loaded once and not pickled: a Ray task loads it again), ``lookahead`` (the clairvoyant bound, run only by the
-    evaluation's simulator episodes: ``make_for`` refuses it) or ``mpc`` (the planner, built by ``make_for`` where
-    the context's driver gives a planning state)."""
+    """One policy of an evaluation: the ``policy`` column's ``name`` and one of the others."""
 
     name: str
-    baseline: str | None = None
-    path: Path | None = None
-    table: Path | TunedTable | None = None
-    lookahead: LookaheadConfig | None = None
-    mpc: MPCConfig | None = None
+    baseline: str | None = None  # a registered name
+    path: Path | None = None  # an exported policy file, loaded once and not pickled (a Ray task loads it again)
+    table: Path | TunedTable | None = None  # ``tuned``'s tuned-settings table
+    lookahead: LookaheadConfig | None = None  # the clairvoyant bound: simulator episodes only (``make_for`` refuses)
+    mpc: MPCConfig | None = None  # the planner, built where the context's driver gives a planning state
     _exported: ExportedPolicy | None = field(default=None, repr=False, compare=False)  # loaded on demand
 
     def __post_init__(self) -> None:
@@ -127,11 +115,9 @@ class PolicySpec:
 
 
 def resolve_policy(entry: str) -> PolicySpec:
-    """The ``PolicySpec`` of ``entry``: a baseline name, ``learned`` (``policies/generalist``), a lookahead or mpc
-    spelling, ``[alias=]path`` of an exported policy (a run folder or its ``policy.json``, loaded and verified
-    now; ``policies/NAME`` missing here is the shipped one) or of a tuned-settings table (the ``tuned`` baseline
-    with it, named ``alias`` or the file's stem). One-line ``ValueError`` naming ``entry`` or the file otherwise,
-    and when its name is another policy's (``fcfs=runs/ppo0`` would credit the learned policy's rows to ``fcfs``)."""
+    """The ``PolicySpec`` of ``entry``: a baseline name, ``learned``, a lookahead or mpc spelling, or
+    ``[alias=]path`` of an exported policy (loaded and verified now) or of a tuned-settings table. One-line
+    ``ValueError`` naming ``entry`` or the file otherwise, and when its name is another policy's."""
     spec = _resolve(entry)
     _check_label(entry, spec)
     return spec

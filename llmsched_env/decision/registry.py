@@ -12,16 +12,6 @@ from llmsched_env.common.registry import Registry
 from llmsched_env.decision.policy import Policy, PolicyContext
 from llmsched_env.decision.router import RouterContext, RoutingPolicy
 
-__all__ = [
-    "ROUTERS",
-    "SCHEDULERS",
-    "RouterFactory",
-    "SchedulerFactory",
-    "make_policy",
-    "make_router",
-    "make_scheduler",
-]
-
 SchedulerFactory = Callable[[PolicyContext, "int | None"], Policy]
 RouterFactory = Callable[[RouterContext, "int | None"], RoutingPolicy]
 
@@ -50,9 +40,7 @@ def make_policy(name: str, ctx: PolicyContext | RouterContext, seed: int | None 
 
 
 def make_policy(name: str, ctx: PolicyContext | RouterContext, seed: int | None = None) -> Policy | RoutingPolicy:
-    """``make_scheduler`` for a ``PolicyContext`` (``LLMSched-v1``), ``make_router`` for a ``RouterContext``
-    (``LLMSchedCluster-v0``), for code that holds either kind: ``make_policy(name, env.unwrapped.policy_context(),
-    seed)`` works on either env."""
+    """``make_scheduler`` for a ``PolicyContext``, ``make_router`` for a ``RouterContext`` (code that holds either)."""
     if isinstance(ctx, RouterContext):
         return make_router(name, ctx, seed)
     return make_scheduler(name, ctx, seed)

@@ -18,16 +18,6 @@ from llmsched_env.engine.block_pool import chain_hashes
 from llmsched_env.engine.config import TenantConfig
 from llmsched_env.engine.request import Request
 
-__all__ = [
-    "REPLICA_FEATURES",
-    "ROUTE_COMPONENTS",
-    "ClusterObservationEncoder",
-    "RouteSpec",
-    "RouterContext",
-    "RoutingPolicy",
-    "route_mask",
-]
-
 # Per routable replica, as ``replica/{i}/{feature}``.
 REPLICA_FEATURES = (
     "num_waiting",  # waiting (and landed) requests / count scale

@@ -1,15 +1,9 @@
-"""Observation and action schemas: the encoder and action layout a policy was trained on (its file records
-``schema_version``; every driver builds that schema's and refuses another in one line).
-
-- Schema 1: global features plus six per named tenant (runs only on the tenants it was trained on); six queue
-  orders; budgets and chunk caps in powers of two up to the engine's limit.
-- Schema 2 (default): the global features, urgency bands, length predictions, four urgency-ordered tenant slots
-  and aggregates of the rest, whatever the tenants; every queue order; one fixed list of budgets and caps.
+"""Observation and action schemas (a policy file records its ``schema_version``; drivers refuse another):
+schema 1, six features per named tenant and powers-of-two budgets; schema 2 (default), tenant-agnostic
+features (urgency bands, length predictions, four tenant slots) and one fixed list of budgets and caps.
 """
 
 from __future__ import annotations
-
-__all__ = ["ENV_IDS", "SCHEMAS", "SCHEMA_VERSION", "check_schema", "env_id", "schema_summary"]
 
 SCHEMA_VERSION = 2  # what new policies are trained on
 SCHEMAS = (1, 2)  # what this code reads

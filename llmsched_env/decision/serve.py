@@ -1,7 +1,7 @@
-"""The serving loop: a ``Policy`` decides every iteration of a ``Simulator`` (or the torch runtime's), through
-``decision.loop.DecisionLoop`` exactly as the env's ``step``, except that what the env would refuse (the policy
-raised, gave a malformed action or missed ``policy_timeout_s``) falls back to ``fallback``'s decision, counted
-by cause (``FALLBACK_SHARE``). The engine only ever sees a valid ``Decision``."""
+"""The serving loop: a ``Policy`` decides every iteration of a ``Simulator`` (or the torch runtime) through
+``DecisionLoop`` as the env's ``step``, except that a raising, malformed or late policy falls back to
+``fallback``'s decision, counted by cause (``FALLBACK_SHARE``).
+"""
 
 from __future__ import annotations
 
@@ -14,23 +14,18 @@ from llmsched_env.decision.observation import ObservationEncoder
 from llmsched_env.decision.policy import Policy
 from llmsched_env.sim.simulator import Simulator
 
-__all__ = ["FALLBACK_SHARE", "ServeOptions", "decision_loop", "decision_metrics", "serve", "serving"]
-
 FALLBACK_SHARE = "fallback_share"  # the metric: decisions taken from the fallback / all decisions (0 with none)
 
 
 @dataclass(frozen=True)
 class ServeOptions:
-    """How the serving loop runs a policy: each decision held ``iterations_per_step`` iterations; one later than
-    ``policy_timeout_s`` (None: no deadline) replaced by the fallback's, enforced as ``deadline_mode`` says
-    (``decision.decider``); invariants checked every iteration with ``check_invariants``; ``RuntimeError`` past
-    ``max_iterations``."""
+    """How the serving loop runs a policy."""
 
-    iterations_per_step: int = 1
-    policy_timeout_s: float | None = 0.1
-    check_invariants: bool = False
-    max_iterations: int = 10_000_000
-    deadline_mode: str = "auto"
+    iterations_per_step: int = 1  # each decision held this many iterations
+    policy_timeout_s: float | None = 0.1  # a later decision is replaced by the fallback's (None: no deadline)
+    check_invariants: bool = False  # every iteration
+    max_iterations: int = 10_000_000  # RuntimeError past it
+    deadline_mode: str = "auto"  # how the deadline is enforced (``decision.decider``)
 
     def __post_init__(self) -> None:
         if self.iterations_per_step < 1:

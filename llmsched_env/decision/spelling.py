@@ -9,8 +9,6 @@ from typing import Any, TypeVar
 
 from llmsched_env.common.fields import parse_config
 
-__all__ = ["parse_spelled", "spell"]
-
 T = TypeVar("T")
 
 

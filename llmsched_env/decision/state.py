@@ -1,8 +1,5 @@
-"""What the observation encoder and the action mask read of an engine: the ``EngineState`` protocol.
-
-llmsched's ``Engine`` satisfies it as it is; any other engine (vLLM's scheduler, through
-``adapters.vllm.scheduler``) that exposes the same attributes gets the same observation and mask, feature for
-feature, so one policy runs on both.
+"""``EngineState``: what the observation encoder and the action mask read of an engine; llmsched's ``Engine`` and
+vLLM's scheduler (``adapters.vllm.scheduler``) both satisfy it, so one policy runs on both.
 """
 
 from __future__ import annotations
@@ -11,8 +8,6 @@ from collections.abc import Sequence, Sized
 from typing import Protocol
 
 from llmsched_env.engine.config import EngineConfig
-
-__all__ = ["EngineState", "PoolState", "QueuedRequest"]
 
 
 class PoolState(Protocol):

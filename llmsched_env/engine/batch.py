@@ -16,8 +16,6 @@ from llmsched_env.engine.request import Request
 if TYPE_CHECKING:
     from llmsched_env.costs.base import CostModel
 
-__all__ = ["Batch", "Decision", "QueueOrder"]
-
 
 class QueueOrder(IntEnum):
     """Which waiting request goes first."""
@@ -33,18 +31,15 @@ class QueueOrder(IntEnum):
 
 @dataclass(frozen=True)
 class Decision:
-    """Knobs of one iteration: ``token_budget`` (most tokens; each decode takes 1, prefill chunks the rest),
-    ``chunk_cap`` (most prefill tokens per request), ``prefill_first`` (prefills alone, decodes wait),
-    ``max_admit`` (most admissions now), ``kv_reserve`` (KV share kept free after admitting), ``shed`` (reject
-    requests that can no longer meet their TTFT deadline)."""
+    """Knobs of one iteration."""
 
     order: QueueOrder = QueueOrder.FCFS
-    token_budget: int = 2048
-    chunk_cap: int = 2048
-    prefill_first: bool = False
-    max_admit: int = 1 << 30
-    kv_reserve: float = 0.0
-    shed: bool = False
+    token_budget: int = 2048  # most tokens; each decode takes 1, prefill chunks the rest
+    chunk_cap: int = 2048  # most prefill tokens per request
+    prefill_first: bool = False  # prefills alone, decodes wait
+    max_admit: int = 1 << 30  # most admissions now
+    kv_reserve: float = 0.0  # KV share kept free after admitting
+    shed: bool = False  # reject requests that can no longer meet their TTFT deadline
 
     def __post_init__(self) -> None:
         if not isinstance(self.order, QueueOrder):

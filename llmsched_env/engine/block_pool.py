@@ -1,9 +1,6 @@
-"""The paged KV block pool: fixed-size blocks, reference counts and a prefix cache, as vLLM v1's ``BlockPool``.
-
-A full block whose content is known gets a chained hash, so a later request with the same prefix shares it. A
-block with no reference keeps its hash (free, but reusable) and waits in one free queue: allocations take the
-head (forgetting any content); released blocks go to the head when empty, to the tail when cached, a request's
-last blocks first. ``check_invariants`` verifies that every block is either in use or in the free queue.
+"""The paged KV block pool, as vLLM v1's ``BlockPool``: fixed-size blocks, reference counts and a prefix cache of
+chained block hashes. Unreferenced blocks keep their hash in one free queue: allocations take the head; released
+blocks go to the head when empty, to the tail when cached.
 """
 
 from __future__ import annotations
@@ -16,8 +13,6 @@ from mypy_extensions import mypyc_attr
 
 if TYPE_CHECKING:
     from llmsched_env.engine.request import Request
-
-__all__ = ["BlockHash", "BlockPool", "chain_hashes", "check_prefix_layout"]
 
 # A block's content name: a chained hash (int) for prefix-id content any request may share, or
 # ``(request_id, block_index)`` for content only one request has (its own prompt tail and outputs).
@@ -268,16 +263,6 @@ class BlockPool:
             nxt[block] = head
             prv[block] = sentinel
             nxt[sentinel] = block
-
-    def free_blocks(self) -> list[int]:
-        """The free queue, head (next to be allocated) first. O(pool): for checks and tests."""
-        out: list[int] = []
-        nxt, sentinel = self._next, self.num_blocks
-        block = nxt[sentinel]
-        while block != sentinel and len(out) <= sentinel:
-            out.append(block)
-            block = nxt[block]
-        return out
 
     # -- checks ------------------------------------------------------------------------------------------
     def check_invariants(self, expected_refs: dict[int, int] | None = None) -> None:

@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from llmsched_env.common.checks import MAX_SLO_S, check_int, check_positive
 from llmsched_env.common.tenants import check_tenant_name
 
-__all__ = ["ENGINE_BOUNDS", "SLO_CLASSES", "EngineConfig", "SLOClass", "TenantConfig"]
-
 VICTIM_RULES = ("latest", "lowest_priority")
 
 
@@ -61,13 +59,8 @@ class TenantConfig:
             raise ValueError(f"TenantConfig({self.name!r}).slo must be an SLOClass, got {self.slo!r}")
 
 
-# The largest value of each size of an engine (docs/reliability.md, "Bounded reads"). The simulator allocates
-# memory in proportion to one of them, ``num_kv_blocks``: its block pool (``engine.block_pool.BlockPool``) holds
-# four Python lists indexed by block, about 96 bytes per block (measured with tracemalloc and the peak RSS of a
-# pool of 1 and 4 million blocks), so 4,000,000 blocks take about 370 MiB, and a fork of the engine (lookahead
-# policies) 32 bytes per block more. The others allocate nothing per unit; they are bounded far above any real
-# engine (vLLM's defaults: 16-token blocks, 256 or 1024 sequences, budgets of thousands of tokens, contexts up to
-# millions of tokens) so that a mistyped size is refused at once rather than run.
+# The largest value of each size of an engine (docs/reliability.md, "Bounded reads"): the block pool holds about 96
+# bytes per KV block (370 MiB at the bound); the others allocate nothing per unit and are bounded far above any engine.
 ENGINE_BOUNDS: dict[str, int] = {"num_kv_blocks": 4_000_000, "block_size": 65_536, "max_num_seqs": 1_000_000,
                                  "max_num_batched_tokens": 16_777_216, "max_model_len": 1_073_741_824}
 _BOUND_REASONS = {"num_kv_blocks": " (the simulator's block pool holds about 96 bytes per block: 370 MiB at the bound)"}
@@ -75,16 +68,14 @@ _BOUND_REASONS = {"num_kv_blocks": " (the simulator's block pool holds about 96 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Hard limits of one serving engine, as vLLM names them (``max_num_batched_tokens``: the largest token
-    budget). ``victim_rule`` picks whom KV shortage preempts: ``latest`` admitted (vLLM's FCFS rule) or
-    ``lowest_priority`` (largest ``(priority, arrival)``)."""
+    """Hard limits of one serving engine, as vLLM names them."""
 
     num_kv_blocks: int = 4096
     block_size: int = 16
     max_num_seqs: int = 128
-    max_num_batched_tokens: int = 4096
+    max_num_batched_tokens: int = 4096  # the largest token budget
     max_model_len: int = 16384
-    victim_rule: str = "latest"
+    victim_rule: str = "latest"  # whom KV shortage preempts: latest admitted (vLLM's) or lowest_priority
     reserve_full_prefill: bool = True
 
     def __post_init__(self) -> None:

@@ -1,11 +1,8 @@
-"""Engine state and the batch builder: the scheduling core of the simulator and the torch runtime.
-
-One iteration is ``schedule(decision) -> Batch``; an executor runs it and calls ``complete(batch, end_s)``. As
-vLLM v1: running work first (decodes one token each, prefills chunked to the cap), then waiting requests in the
-decision's order within the leftover budget; a request short of KV blocks preempts a victim by recompute, and
-an iteration that preempted admits nobody. Decoding is lazy (``request.py``): the engine touches a decoding
-request only in a round where it finishes or needs a block. A ``prefill_only`` engine hands requests off at their
-first token (``handed_off``); a decode engine takes them with ``add_handoff``. Invariants: ``engine.invariants``.
+"""Engine state and the batch builder (vLLM v1's): ``schedule(decision) -> Batch``, then ``complete(batch,
+end_s)``. Running work first (one token per decode, prefills chunked to the cap), then waiting requests in the
+decision's order within the leftover budget; a request short of KV blocks preempts a victim by recompute, and an
+iteration that preempted admits nobody. A ``prefill_only`` engine hands requests off at their first token
+(``handed_off``); a decode engine takes them with ``add_handoff``.
 """
 
 from __future__ import annotations
@@ -29,8 +26,6 @@ from llmsched_env.engine.request import Request, Status, tpot_s
 
 if TYPE_CHECKING:
     import numpy as np
-
-__all__ = ["LPM_WINDOW", "Engine"]
 
 LPM_WINDOW = 64  # SGLang scores at most this many of the oldest waiting requests by cached prefix
 _RATE_TAU_S = 10.0  # time constant of the arrival-rate estimate

@@ -8,8 +8,6 @@ from __future__ import annotations
 from llmsched_env.engine.engine import Engine
 from llmsched_env.engine.request import Request, Status
 
-__all__ = ["Places", "check_engine"]
-
 
 class Places:
     """Where each request was found, for the "in exactly one place" checks of the engine and the cluster."""

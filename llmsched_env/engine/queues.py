@@ -1,8 +1,5 @@
-"""The waiting queues: one FIFO per tenant, ordered lookups for every ``QueueOrder``, lazy removal.
-
-Within a tenant, arrival order is also deadline and aging order, so FCFS, EDF, priority aging and VTC pick among
-the tenants' heads in O(tenants); SJF and SPRW keep a heap each. Only the entry holding a request's current
-sequence number is live, so removal from the middle is O(1).
+"""The waiting queues: one FIFO per tenant (so FCFS, EDF, priority aging and VTC pick among the heads in
+O(tenants)), a heap each for SJF and SPRW, and O(1) lazy removal by sequence number.
 """
 
 from __future__ import annotations
@@ -16,8 +13,6 @@ from mypy_extensions import mypyc_attr
 
 from llmsched_env.engine.batch import QueueOrder
 from llmsched_env.engine.request import Request, Status
-
-__all__ = ["WaitingQueues"]
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

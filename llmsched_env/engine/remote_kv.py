@@ -14,8 +14,6 @@ from mypy_extensions import mypyc_attr
 
 from llmsched_env.common.checks import check_positive
 
-__all__ = ["RemoteKVConfig", "RemoteKVStore"]
-
 
 @dataclass(frozen=True)
 class RemoteKVConfig:

@@ -1,11 +1,6 @@
-"""One inference request and its lifecycle: WAITING -> RUNNING (chunked prefill, then decode) -> FINISHED, or
-REJECTED from WAITING; TRANSFERRING after a prefill-only engine hands it off. A preempted request (recompute) goes
-back to WAITING and prefills its prompt plus the tokens it has produced again.
-
-Decoding is lazy: a decoding request joins decode round ``decode_round0`` holding ``decode_out0`` tokens, and every
-round adds one token; ``Engine._sync`` updates the counters when needed. Token times are kept as decode-round
-segments (``token_segments``) plus prefill-ending tokens (``prefill_token_s``); ``sim.metrics.token_times``
-rebuilds the list.
+"""One inference request: WAITING -> RUNNING (chunked prefill, then decode) -> FINISHED, or REJECTED from WAITING;
+TRANSFERRING after a prefill-only engine hands it off; a recompute preemption sends it back to WAITING. Decoding
+is lazy (``Engine._sync``): token times are decode-round segments plus prefill-ending tokens.
 """
 
 from __future__ import annotations
@@ -15,8 +10,6 @@ from typing import overload
 
 import numpy as np
 from mypy_extensions import mypyc_attr
-
-__all__ = ["Request", "Status", "tpot_s"]
 
 
 @overload

@@ -1,11 +1,7 @@
-"""The template every env shares (HighwayEnv's ``AbstractEnv``): the typed config and its keyword spelling,
-seeding, the trace window, ``reset``, ``step``, ``action_masks``, ``render``, ``episode_requests`` and the
-episode fork (``snapshot`` / ``restore``, CompilerGym's ``fork()`` the model), written once; each env supplies
-the hooks.
-
-A snapshot is opaque and never changes: ``restore`` copies it again, so it restores any number of times, into
-the env that took it or another made with the same arguments (anything else is refused in one line). It holds
-the simulator's fork, the generator's state, the reward bookkeeping and the episode counters.
+"""``EnvBase``, the template every env shares (HighwayEnv's ``AbstractEnv``): the typed config and its keyword
+spelling, seeding, the trace window, ``reset``, ``step``, ``action_masks``, ``render`` and the episode fork
+(``snapshot`` / ``restore``); each env supplies the hooks. A snapshot is opaque and restores any number of
+times into an env made with the same arguments (anything else is refused in one line).
 """
 
 from __future__ import annotations
@@ -23,8 +19,6 @@ from llmsched_env.common.checks import check_bool, check_int
 from llmsched_env.engine.request import Request
 from llmsched_env.envs.options import EpisodeConfig, check_episode_args, load_arg, reset_window
 from llmsched_env.envs.reward import RewardConfig, RewardTracker
-
-__all__ = ["EnvBase", "EnvSnapshot"]
 
 C = TypeVar("C")
 Step = tuple[np.ndarray, float, bool, bool, dict[str, Any]]

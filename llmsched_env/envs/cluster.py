@@ -37,22 +37,21 @@ from llmsched_env.envs.render import render_cluster_ansi
 from llmsched_env.workloads.library import get_scenario
 from llmsched_env.workloads.scenarios import Scenario, TraceSource
 
-__all__ = ["ClusterEnvConfig", "LLMSchedClusterEnv"]
-
 LocalPolicy = str | Policy
 
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterEnvConfig(EpisodeConfig):
-    """``LLMSchedClusterEnv``'s arguments (its class docstring says what each means)."""
+    """``LLMSchedClusterEnv``'s arguments; ``None``: the scenario's."""
 
+    # a cluster scenario (name or ClusterScenario), or a single-node one (its nominal rate x the replica count)
     scenario: str | ClusterScenario | Scenario = "cluster-azure-conv-4"
     num_replicas: int | None = None
-    replicas: Sequence[Any] | None = None
-    engine: Any = None
-    cost_model: str | CostModel | None = None
-    disaggregated: DisaggConfig | Mapping[str, Any] | bool | None = None
-    local_policy: LocalPolicy | Sequence[LocalPolicy] = "fcfs"
+    replicas: Sequence[Any] | None = None  # one (engine, cost_model) pair or dict per replica: heterogeneous
+    engine: Any = None  # every replica's
+    cost_model: str | CostModel | None = None  # every replica's
+    disaggregated: DisaggConfig | Mapping[str, Any] | bool | None = None  # False: colocated; a DisaggConfig or dict
+    local_policy: LocalPolicy | Sequence[LocalPolicy] = "fcfs"  # a baseline name, a Policy, or one per replica
 
 
 class LLMSchedClusterEnv(EnvBase[ClusterEnvConfig]):
@@ -85,14 +84,8 @@ class LLMSchedClusterEnv(EnvBase[ClusterEnvConfig]):
     or ``max_steps``. The last ``info["metrics"]``: the single-node set, ``replica/i/...`` and ``imbalance/...``.
 
     ## Arguments
-    A ``ClusterEnvConfig``, or its fields as keywords: ``scenario`` (a cluster scenario name or
-    ``ClusterScenario``, or a single-node scenario, whose nominal rate is then scaled by the replica count);
-    ``num_replicas``; ``replicas`` (one ``(engine, cost_model)`` pair or dict per replica: heterogeneous);
-    ``engine`` and ``cost_model`` for every replica; ``disaggregated`` (None: the scenario's; False: colocated;
-    a ``DisaggConfig`` or dict of its fields); ``local_policy`` (a baseline name, default ``fcfs``, an object
-    with ``act(obs, mask)``, or one per replica); ``split``, ``load`` (× the cluster's nominal rate),
-    ``num_requests``, ``reward``, ``horizon_s``, ``max_steps``, ``render_mode`` (``ansi``), ``check_invariants``
-    as ``LLMSched-v1``. SLOs are scaled to replica 0's cost model.
+    A ``ClusterEnvConfig`` (each field says what it means), or its fields as keywords; ``load`` is × the
+    cluster's nominal rate; SLOs are scaled to replica 0's cost model.
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 10}  # noqa: RUF012

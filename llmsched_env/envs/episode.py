@@ -9,16 +9,12 @@ import gymnasium as gym
 
 from llmsched_env.decision.policy import Policy, start_episode
 
-__all__ = ["PolicyFactory", "run_episode"]
-
 PolicyFactory = Callable[[gym.Env], Policy]  # builds the episode's policy from the env, after its reset
 
 
 def run_episode(env: gym.Env, policy: Policy | PolicyFactory, seed: int) -> dict[str, float]:
-    """Run one episode of ``env`` under ``policy`` (acting on observation and mask); its final metrics. A
-    stateful policy is told that the episode starts (``start_episode``) before its first action. ``policy``
-    may be a factory called with the env after its reset (a heuristic built for the episode's workload, on
-    ``LLMSchedMix-v0``)."""
+    """Run one episode of ``env`` under ``policy`` (or a factory called with the env after its reset); its final
+    metrics. A stateful policy's ``start_episode`` is called before its first action."""
     obs, _ = env.reset(seed=seed)
     if not hasattr(policy, "act"):
         policy = policy(env)

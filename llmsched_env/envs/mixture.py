@@ -1,10 +1,6 @@
-"""``LLMSchedMix-v0``: a different workload every episode, for training one generalist scheduler.
-
-Each training ``reset`` draws a library scenario at a load around its knee, or (``random_share``) a randomised
-synthetic one (``workloads.randomized``) at a load from its space, and a length prediction; the episode runs
-on an ``LLMSched-v1`` of schema 2, whose layout is the same for every workload. On ``val`` and ``test`` seed
-``s`` plays scenario ``s % len(scenarios)`` at ``val_load`` × its knee without prediction, on a trace its
-part's ``s // len(scenarios)``-th window.
+"""``LLMSchedMix-v0``: a different workload every episode (a library scenario near its knee, or a randomised one
+with ``random_share``), on an ``LLMSched-v1`` of schema 2. On ``val`` and ``test`` seed ``s`` plays scenario
+``s % len(scenarios)`` at ``val_load`` x its knee.
 """
 
 from __future__ import annotations
@@ -28,8 +24,6 @@ from llmsched_env.workloads.prediction import LengthPredictor
 from llmsched_env.workloads.randomized import DEFAULT_SPACE, RandomizedSpace, random_scenario
 from llmsched_env.workloads.scenarios import check_split
 
-__all__ = ["DEFAULT_KNEE_LOAD", "DEFAULT_LOAD_SPAN", "DEFAULT_PREDICTIONS", "MixConfig", "WorkloadMixEnv"]
-
 DEFAULT_KNEE_LOAD = 1.5  # a library scenario's knee when none is given (its nominal rate is fcfs's knee)
 DEFAULT_PREDICTIONS = ("none", "exact", "lognormal:0.5", "lognormal:1.0")
 DEFAULT_LOAD_SPAN = (0.5, 1.5)  # training loads: this times the scenario's knee
@@ -37,21 +31,18 @@ DEFAULT_LOAD_SPAN = (0.5, 1.5)  # training loads: this times the scenario's knee
 
 @dataclass(frozen=True, kw_only=True)
 class MixConfig:
-    """``WorkloadMixEnv``'s arguments: ``scenarios`` (default ``mixture_scenarios()``), ``knee_loads`` (scenario ->
-    load where the best heuristic keeps 90% attainment; default ``DEFAULT_KNEE_LOAD``), ``load_span`` and
-    ``val_load`` (training and val/test loads × the knee), ``random_share`` (chance of a randomised scenario in
-    training), ``length_predictions`` (one drawn per training episode), ``num_requests`` (capped by each
-    scenario's size); the rest as ``LLMSched-v1``."""
+    """``WorkloadMixEnv``'s arguments; the others as ``LLMSched-v1``."""
 
-    scenarios: Sequence[str] | None = None
+    scenarios: Sequence[str] | None = None  # None: ``mixture_scenarios()``
     split: str = "train"
+    # scenario -> the load where the best heuristic keeps 90% attainment (None: ``DEFAULT_KNEE_LOAD`` each)
     knee_loads: Mapping[str, float] | None = None
-    load_span: Sequence[float] = DEFAULT_LOAD_SPAN
-    val_load: float = 1.0
-    random_share: float = 0.5
+    load_span: Sequence[float] = DEFAULT_LOAD_SPAN  # training loads, x the knee
+    val_load: float = 1.0  # val and test load, x the knee
+    random_share: float = 0.5  # the chance of a randomised scenario in training
     random_space: RandomizedSpace = DEFAULT_SPACE
-    length_predictions: Sequence[str] = DEFAULT_PREDICTIONS
-    num_requests: int | None = None
+    length_predictions: Sequence[str] = DEFAULT_PREDICTIONS  # one drawn per training episode
+    num_requests: int | None = None  # capped by each scenario's size
     iterations_per_step: int = 1
     reward: RewardConfig | Mapping[str, float] | None = None
     check_invariants: bool = False

@@ -13,40 +13,26 @@ from llmsched_env.engine.config import EngineConfig
 from llmsched_env.envs.reward import RewardConfig
 from llmsched_env.workloads.scenarios import check_split, episode_window
 
-__all__ = [
-    "MAX_EPISODE_REQUESTS",
-    "MAX_LOAD",
-    "MIN_LOAD",
-    "EpisodeConfig",
-    "check_episode_args",
-    "engine_config",
-    "load_arg",
-    "reset_window",
-]
-
 MAX_EPISODE_REQUESTS = 1_000_000  # an episode holds every request in memory: more would exhaust it, not run
 
 
 @dataclass(frozen=True, kw_only=True)
 class EpisodeConfig:
-    """The arguments ``LLMSched-v1`` and ``LLMSchedCluster-v0`` share: the split, the episode's size, its load (a
-    number, or a ``(low, high)`` range drawn per episode), reward weights, horizon, step limit, render mode and
-    the per-step invariant check (for tests)."""
+    """The arguments ``LLMSched-v1`` and ``LLMSchedCluster-v0`` share."""
 
-    split: str = "train"
-    num_requests: int | None = None
-    load: float | tuple[float, float] = 1.0
-    reward: RewardConfig | Mapping[str, float] | None = None
-    horizon_s: float = float("inf")
-    max_steps: int = 1_000_000
-    render_mode: str | None = None
-    check_invariants: bool = False
+    split: str = "train"  # train: random windows of the training part; val, test: seed s replays the s-th window
+    num_requests: int | None = None  # default: the scenario's
+    load: float | tuple[float, float] = 1.0  # x the nominal rate, or a (low, high) range drawn per episode
+    reward: RewardConfig | Mapping[str, float] | None = None  # the reward's weights (a RewardConfig or a dict)
+    horizon_s: float = float("inf")  # truncated past this simulated time
+    max_steps: int = 1_000_000  # truncated past this many steps
+    render_mode: str | None = None  # ansi or rgb_array (single node)
+    check_invariants: bool = False  # check the engine's invariants every step (for tests)
 
 
 def check_episode_args(owner: str, config: EpisodeConfig, render_modes: Sequence[str]) -> None:
-    """``ValueError`` naming the argument unless the split is known, ``num_requests`` None or 1 to
-    ``MAX_EPISODE_REQUESTS``, ``horizon_s`` > 0 (inf: none), ``max_steps`` >= 1 and ``render_mode`` one of
-    ``render_modes`` (or None)."""
+    """``ValueError`` naming the argument unless the split is known, ``num_requests`` None or in [1,
+    ``MAX_EPISODE_REQUESTS``], ``horizon_s`` > 0, ``max_steps`` >= 1 and ``render_mode`` None or in ``render_modes``."""
     check_split(config.split)
     if config.num_requests is not None:
         check_int(owner, "num_requests", config.num_requests, 1)

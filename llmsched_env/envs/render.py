@@ -1,9 +1,6 @@
-"""Human views of a running simulator: a text dashboard (``ansi``) and a plot frame (``rgb_array``).
-
-Both read engine state only; they never change it (no queue-head clean-up, no lazy-decode sync), so
-rendering every step leaves an episode bit-for-bit the same. ``render_ansi`` is plain ASCII of at most
-``MAX_COLS`` columns. ``render_rgb`` imports matplotlib lazily and draws on its own ``Figure`` with the Agg
-canvas (no pyplot, no global state), so importing the env does not pay for matplotlib.
+"""Human views of a running simulator: ``render_ansi`` (a text dashboard of at most ``MAX_COLS`` columns) and
+``render_rgb`` (a plot frame, matplotlib imported lazily, no pyplot). Both only read engine state, so rendering
+leaves an episode bit-for-bit the same.
 """
 
 from __future__ import annotations
@@ -18,8 +15,6 @@ from llmsched_env.sim.simulator import Simulator
 if TYPE_CHECKING:
     from llmsched_env.cluster.simulator import Cluster
     from llmsched_env.engine.batch import Batch
-
-__all__ = ["FRAME_SHAPE", "MAX_COLS", "render_ansi", "render_cluster_ansi", "render_rgb"]
 
 MAX_COLS = 100
 KV_BAR_WIDTH = 60
@@ -156,9 +151,8 @@ def render_ansi(sim: Simulator, last_step_s: float) -> str:
 
 # ------------------------------------------------------------------------------------------- rgb
 def render_rgb(sim: Simulator, history: Sequence[tuple[float, int, float, float]]) -> np.ndarray:
-    """An RGB frame (``FRAME_SHAPE``, uint8) of the recent ``history`` of (time_s, num_waiting, kv_usage,
-    iteration time_s): waiting queue length, KV usage against 100%, and iteration time against the
-    tightest TPOT SLO (dashed). An empty history draws the empty panels."""
+    """An RGB frame (``FRAME_SHAPE``, uint8) of the recent ``history`` of (time_s, num_waiting, kv_usage, iteration
+    time_s): waiting queue, KV usage, and iteration time against the tightest TPOT SLO (dashed)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -12,8 +12,6 @@ from dataclasses import dataclass, fields
 from llmsched_env.common.checks import MAX_REWARD_WEIGHT, check_int, check_positive
 from llmsched_env.common.fields import as_dataclass
 
-__all__ = ["RewardConfig", "RewardTracker"]
-
 
 @dataclass(frozen=True)
 class RewardConfig:
@@ -49,9 +47,7 @@ class RewardConfig:
 
 
 class RewardTracker:
-    """One episode's reward bookkeeping: remembers the running counts it last saw and prices what changed.
-
-    ``num_requests`` is the episode's N (each term is over N; 0 is read as 1)."""
+    """One episode's reward bookkeeping: prices the change in running counts (``num_requests``: N, 0 read as 1)."""
 
     def __init__(self, config: RewardConfig, num_requests: int) -> None:
         check_int("RewardTracker", "num_requests", num_requests, 0)
@@ -70,9 +66,8 @@ class RewardTracker:
     def step(
         self, num_arrived: int, num_good: int, num_missed: int, num_preempted: int, ended: bool
     ) -> tuple[float, dict[str, float]]:
-        """``(reward, terms)`` of one step, from the episode's running counts now: requests arrived, met,
-        missed, and preemptions. With ``ended`` (the episode terminated or was truncated) the arrived
-        requests still without an outcome count as misses. The reward is the sum of the terms."""
+        """``(reward, terms)`` of one step from the running counts (arrived, met, missed, preemptions); with ``ended``
+        the arrived requests still without an outcome miss."""
         d_good = num_good - self.num_good
         d_missed = num_missed - self.num_missed
         d_preempted = num_preempted - self.num_preempted

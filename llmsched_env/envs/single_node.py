@@ -1,9 +1,5 @@
-"""``LLMSched-v1`` (and ``LLMSched-v0``): the single-node Gymnasium environment. A thin wrapper: the scheduling logic
-lives in ``engine``, ``sim`` and ``decision``.
-
-``LLMSched-v1`` observes and acts in schema 2 (workload-agnostic, ``decision.schema``), ``LLMSched-v0`` in schema 1
-(features per named tenant); both are ``LLMSchedEnv``, whose ``schema`` argument picks the layout when the class is
-built directly."""
+"""``LLMSched-v1`` (schema 2, workload-agnostic) and ``LLMSched-v0`` (schema 1, per named tenant): the
+single-node Gymnasium environment, ``LLMSchedEnv``, a thin wrapper over ``engine``, ``sim`` and ``decision``."""
 
 from __future__ import annotations
 
@@ -40,16 +36,17 @@ __all__ = ["ENV_IDS", "LLMSchedEnv", "SingleNodeConfig", "env_id", "make_v0", "m
 
 @dataclass(frozen=True, kw_only=True)
 class SingleNodeConfig(EpisodeConfig):
-    """``LLMSchedEnv``'s arguments (its class docstring says what each means)."""
+    """``LLMSchedEnv``'s arguments; ``None``: the scenario's."""
 
-    scenario: str | Scenario | None = None
-    workload: WorkloadConfig | None = None
-    cost_model: str | CostModel | None = None
+    scenario: str | Scenario | None = None  # a library name (None: ``default``) or a Scenario
+    workload: WorkloadConfig | None = None  # instead of a scenario
+    cost_model: str | CostModel | None = None  # a preset, a JSON path or a CostModel
     engine: EngineConfig | Mapping[str, Any] | None = None
     remote_kv: RemoteKVConfig | None = None
-    action_spec: ActionSpec | None = None
-    iterations_per_step: int = 1
-    schema: int = SCHEMA_VERSION
+    action_spec: ActionSpec | None = None  # None: the schema's for the engine
+    iterations_per_step: int = 1  # hold each action k iterations, rewards summed
+    schema: int = SCHEMA_VERSION  # 2: workload-agnostic, 1: per named tenant (``decision.schema``)
+    # none, exact or lognormal:SIGMA: predicted output lengths, read by SPRW and the ``pred/`` features
     length_prediction: str | Mapping[str, Any] | LengthPredictor | None = None
 
 
@@ -102,17 +99,8 @@ class LLMSchedEnv(EnvBase[SingleNodeConfig]):
     ``horizon_s`` or ``max_steps``. The last ``info["metrics"]`` holds the episode metrics.
 
     ## Arguments
-    A ``SingleNodeConfig``, or its fields as keywords: ``scenario`` (a library name; default ``default``) or
-    ``workload`` (a ``WorkloadConfig``); ``split`` (``train``: random windows of the training part; ``val``,
-    ``test``: seed ``s`` replays the part's ``s``-th window, ``reset(options={"window": k})`` or the ``window``
-    attribute the ``k``-th); ``num_requests`` (default: the scenario's); ``load`` (× the nominal rate, or a
-    ``(low, high)`` range drawn per episode); ``cost_model`` (preset, JSON path or ``CostModel``), ``engine``
-    (``EngineConfig`` or dict), ``remote_kv`` (each default: the scenario's); ``action_spec``; ``reward``
-    (``RewardConfig`` or dict); ``horizon_s``; ``max_steps``; ``render_mode`` (``ansi``, ``rgb_array``);
-    ``check_invariants`` (every step; for tests); ``iterations_per_step`` (hold each action k iterations,
-    rewards summed); ``schema`` (2: workload-agnostic, 1: per named tenant; ``decision.schema``);
-    ``length_prediction`` (``none``, ``exact``, ``lognormal:SIGMA``: predicted output lengths, read by SPRW
-    and the ``pred/`` features).
+    A ``SingleNodeConfig`` (each field says what it means), or its fields as keywords. On ``val`` and ``test``,
+    ``reset(options={"window": k})`` or the ``window`` attribute replays the ``k``-th window.
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 10}  # noqa: RUF012

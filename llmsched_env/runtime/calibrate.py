@@ -1,9 +1,5 @@
-"""Calibrate the simulator's cost model on the runtime: profile batch shapes, fit, save a preset.
-
-Samples are ``(num_prefill_tokens, num_decode_seqs, num_kv_tokens, prefill_attn_pairs, seconds)``: from
-``profile(runner, grid)`` (the model alone on a grid of batch shapes, median of ``repeats`` runs) or
-``iteration_samples(runtime)`` (every recorded step of a runtime episode, serving loop included). ``fit`` fits a
-``LinearCostModel`` to them, adding ``loop_overhead_s`` to grid samples so both price a whole iteration.
+"""Calibrate the simulator's cost model on the runtime: samples from ``profile(runner, grid)`` (batch shapes alone)
+or ``iteration_samples(runtime)`` (an episode's steps, loop included); ``fit`` fits a ``LinearCostModel``.
 """
 
 from __future__ import annotations
@@ -21,9 +17,6 @@ from llmsched_env.costs.linear import LinearCostModel
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.runtime.executor import Runtime
 from llmsched_env.runtime.runner import ModelRunner, SeqChunk
-
-__all__ = ["ProfileGrid", "Sample", "batch_features", "fit", "iteration_samples", "measured_over_predicted", "profile",
-           "residuals_by_decodes", "samples_table", "time_step"]
 
 Sample = tuple[int, int, int, float, float]  # prefill tokens, decode seqs, KV tokens, attention pairs, seconds
 

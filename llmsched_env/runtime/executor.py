@@ -18,8 +18,6 @@ from llmsched_env.runtime.runner import ModelRunner, SeqChunk
 from llmsched_env.runtime.tokens import PromptTokens
 from llmsched_env.sim.simulator import Simulator
 
-__all__ = ["Runtime"]
-
 
 class Runtime(Simulator):
     """Serve ``requests`` on ``runner``; ``cost_model`` only prices shedding decisions and the idle tick."""

@@ -1,13 +1,7 @@
-"""Fidelity: the same workload replayed on the real model and in the simulator, latency by latency.
-
-``compare`` serves identical requests on a ``Runtime`` and in a ``Simulator`` under the same policy and loop and
-reports TTFT, TPOT and E2E (p50, p99) and throughput of both with the relative error ``|sim - real| / real``.
-Loads are fractions of the simulator's saturation throughput (``saturation_rps``).
-
-In-situ calibration (``in_situ=True``): a CPU's speed drifts after a preset is fitted, so each row also replays
-its workload in lockstep with fitting episodes (``drive_lockstep``: one decision each, the other's clock paused,
-the KV cache split), and a cost model fitted to those episodes alone prices the simulator's replay
-(the ``insitu_*`` columns).
+"""Fidelity: the same requests served on a ``Runtime`` and in a ``Simulator`` under one policy; ``compare``
+reports TTFT, TPOT, E2E (p50, p99) and throughput of both and their relative error. With ``in_situ=True`` each
+row also fits a cost model to lockstep episodes (``drive_lockstep``) and prices the replay with it
+(``insitu_*``).
 """
 
 from __future__ import annotations
@@ -35,12 +29,6 @@ from llmsched_env.sim.simulator import Simulator
 from llmsched_env.workloads.lengths import LengthDist
 from llmsched_env.workloads.scenarios import slo_scale
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig, generate
-
-__all__ = [
-    "FIDELITY_METRICS", "FIT_LOADS", "FIT_SEED", "IN_SITU_FACTOR", "MAX_RUNTIME_REQUESTS", "RUNTIME_ENGINE",
-    "WARMUP_SEED", "FidelityWorkload", "PolicyFactory", "check_runtime_requests", "compare", "drive", "drive_lockstep",
-    "saturation_rps",
-]
 
 FIDELITY_METRICS = (
     "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2el_p50_s", "e2el_p99_s", "request_throughput_rps",

@@ -27,8 +27,6 @@ from llmsched_env.runtime.fidelity import (
 from llmsched_env.runtime.profiling import StatusFn, policy_factory
 from llmsched_env.runtime.runner_spec import RunnerSpec
 
-__all__ = ["FidelityReport", "check_fidelity_seeds", "error_kinds", "format_row", "run_fidelity", "summarise"]
-
 Row = dict[str, Any]
 
 

@@ -9,8 +9,6 @@ import torch
 
 from llmsched_env.runtime.model import ModelConfig
 
-__all__ = ["PagedKVCache"]
-
 
 class PagedKVCache:
     """Per layer a key and a value tensor ``[num_blocks, block_size, num_kv_heads, head_dim]``, views of one

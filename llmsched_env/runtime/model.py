@@ -15,8 +15,6 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
-__all__ = ["DTYPES", "MODEL_PRESETS", "AttendFn", "LlamaModel", "ModelConfig", "build_model", "model_config"]
-
 # attend(layer, q [N, heads, head_dim], k [N, kv_heads, head_dim], v [N, kv_heads, head_dim]) -> [N, heads, head_dim]
 AttendFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 

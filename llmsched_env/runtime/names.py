@@ -3,8 +3,6 @@ name; tests/test_calibrate.py checks that they agree)."""
 
 from __future__ import annotations
 
-__all__ = ["DTYPE_NAMES", "FIDELITY_REQUESTS", "FIT_LOADS", "MODEL_NAMES"]
-
 MODEL_NAMES = ("llama-1b", "llama3-8b", "tiny")  # runtime.model.MODEL_PRESETS' names
 DTYPE_NAMES = ("bfloat16", "float16", "float32")  # runtime.model.DTYPES' names
 FIT_LOADS = (0.3, 0.6, 0.9)  # calibration's fitting episodes' loads, fractions of the saturation rate

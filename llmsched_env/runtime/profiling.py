@@ -31,11 +31,6 @@ from llmsched_env.runtime.fidelity import (
 )
 from llmsched_env.runtime.runner_spec import RunnerSpec
 
-__all__ = [
-    "MAX_LIST", "MAX_REPEATS", "MAX_REQUESTS", "QUICK_GRID", "ProgressFn", "StatusFn", "check_count", "check_loads",
-    "max_threads", "policy_factory", "profile_preset",
-]
-
 QUICK_GRID = cal.ProfileGrid((0, 64, 512), (0, 512), (0, 1, 8), (128, 512))  # tests and smoke runs
 StatusFn = Callable[[str], None]
 ProgressFn = Callable[[str, int, int], None]  # (phase, done, total)

@@ -1,10 +1,7 @@
-"""The model runner: one engine iteration (prefill chunks and decodes together) on the paged KV cache.
-
-Every token of the iteration goes through the linear layers in one packed batch, decodes first. Attention reads
-K/V through each sequence's block table: each prefill chunk alone, the decodes in calls over groups of similar
-context length (a new group where padding would pass ``decode_group_slack`` tokens a sequence), so the cost
-follows the total context as paged kernels' does. On CUDA with fp16/bf16, 256-token blocks and ``flash_attn``
-installed, ``flash_attn_with_kvcache`` runs instead.
+"""The model runner: one engine iteration (prefill chunks and decodes, packed in one batch) on the paged KV cache.
+Attention reads K/V through block tables: each prefill chunk alone, decodes grouped by similar context length
+(``decode_group_slack``); on CUDA with fp16/bf16, 256-token blocks and ``flash_attn``,
+``flash_attn_with_kvcache`` runs instead.
 """
 
 from __future__ import annotations
@@ -24,8 +21,6 @@ try:  # optional fast kernel (CUDA only)
     from flash_attn import flash_attn_with_kvcache
 except ImportError:  # pragma: no cover - depends on the install
     flash_attn_with_kvcache = None
-
-__all__ = ["ATTENTION_BACKENDS", "ModelRunner", "SeqChunk"]
 
 ATTENTION_BACKENDS = ("auto", "torch", "flash")
 _HAS_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)  # sdpa(enable_gqa=...)

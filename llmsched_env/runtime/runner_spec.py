@@ -1,7 +1,6 @@
-"""Which model runs where, and the one place a ``ModelRunner`` is built from that:
+"""Which model runs where (``RunnerSpec``, checked when made) and the one place a ``ModelRunner`` is built.
 
-    spec = RunnerSpec(model="tiny", device="cpu")              # checked now: preset, dtype, device, threads
-    runner = spec.build(num_blocks=2048, block_size=16)         # loads the model (sets torch's CPU threads)
+    runner = RunnerSpec(model="tiny", device="cpu").build(num_blocks=2048, block_size=16)
 """
 
 from __future__ import annotations
@@ -14,8 +13,6 @@ import torch
 
 from llmsched_env.runtime.model import DTYPES, MODEL_PRESETS
 from llmsched_env.runtime.runner import ModelRunner
-
-__all__ = ["RunnerSpec", "default_device", "default_dtype"]
 
 
 def default_device() -> str:
@@ -30,16 +27,14 @@ def default_dtype(device: str) -> str:
 
 @dataclass(frozen=True)
 class RunnerSpec:
-    """A model preset, a device, a dtype (``DTYPES`` name), local safetensors weights (or random ones drawn
-    from ``seed``) and torch's CPU threads. ``ValueError`` naming the field for an unknown preset or dtype,
-    ``threads`` < 1, or a CUDA device where there is none."""
+    """Which model runs where; ``ValueError`` naming the field at fault (a CUDA device where there is none too)."""
 
-    model: str = "tiny"
+    model: str = "tiny"  # a preset
     device: str = "cpu"
-    dtype: str = "float32"
-    weights: Path | None = None
+    dtype: str = "float32"  # a ``DTYPES`` name
+    weights: Path | None = None  # local safetensors weights (None: random ones drawn from ``seed``)
     seed: int = 0
-    threads: int = 1
+    threads: int = 1  # torch's CPU threads
 
     def __post_init__(self) -> None:
         if self.model not in MODEL_PRESETS:

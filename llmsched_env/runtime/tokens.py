@@ -9,8 +9,6 @@ import numpy as np
 
 from llmsched_env.engine.request import Request
 
-__all__ = ["PromptTokens"]
-
 
 class PromptTokens:
     """Deterministic prompt token ids per request, cached until the request is dropped."""

@@ -1,6 +1,8 @@
 """Where requests come from: arrival processes, length distributions, trace loaders, synthetic workloads,
 scenarios with train/val/test splits, and the scenario library."""
 
+# ruff: noqa: F401 (the package re-exports these names)
+
 from llmsched_env.workloads.arrivals import ArrivalProcess, GammaArrivals, OnOff, Poisson, Ramp, TraceReplay
 from llmsched_env.workloads.describe import describe_scenario
 from llmsched_env.workloads.lengths import LengthDist, load_length_file
@@ -8,9 +10,3 @@ from llmsched_env.workloads.library import SCENARIOS, get_scenario, list_scenari
 from llmsched_env.workloads.scenarios import SPLITS, Scenario, scenario_from_trace
 from llmsched_env.workloads.traces import TRACE_FORMATS, Trace, TraceError, load_trace
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig, generate
-
-__all__ = [
-    "SCENARIOS", "SPLITS", "TRACE_FORMATS", "ArrivalProcess", "GammaArrivals", "LengthDist", "OnOff", "Poisson", "Ramp",
-    "Scenario", "TenantWorkload", "Trace", "TraceError", "TraceReplay", "WorkloadConfig", "describe_scenario",
-    "generate", "get_scenario", "list_scenarios", "load_length_file", "load_trace", "scenario_from_trace",
-]

@@ -15,9 +15,6 @@ import numpy as np
 from llmsched_env.common.checks import MAX_RATE_RPS, check_int, check_positive
 from llmsched_env.common.fields import from_fields, to_fields
 
-__all__ = ["ARRIVAL_KINDS", "ArrivalProcess", "Diurnal", "GammaArrivals", "OnOff", "Poisson", "Ramp", "TraceReplay",
-           "arrival_from_dict", "interarrival_cv"]
-
 
 @runtime_checkable
 class ArrivalProcess(Protocol):
@@ -237,9 +234,8 @@ class Ramp(_Process):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class TraceReplay(_Process):
-    """Replays recorded times: ``sample(rng, n, start_s)`` is ``start_s + timestamps_s[:n] / rate_multiplier``
-    (``rng`` unused). ``timestamps_s``: sorted, finite, >= 0, at least two spanning a positive time; kept as a
-    read-only float64 copy. Equality compares the values."""
+    """Replays recorded times: ``start_s + timestamps_s[:n] / rate_multiplier`` (``rng`` unused); ``timestamps_s``
+    sorted, finite, >= 0 and spanning a positive time, kept as a read-only float64 copy."""
 
     timestamps_s: np.ndarray
     rate_multiplier: float = 1.0

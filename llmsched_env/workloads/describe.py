@@ -16,8 +16,6 @@ from llmsched_env.workloads.arrivals import interarrival_cv
 from llmsched_env.workloads.scenarios import Scenario, TraceSource, episode_window
 from llmsched_env.workloads.windows import SUSTAINED_SPAN_FACTOR, max_sustained_load, window_span
 
-__all__ = ["capacity_estimate_rps", "describe_scenario", "format_description"]
-
 
 def capacity_estimate_rps(scenario: Scenario, cost: CostModel, prompt_mean: float,
                           output_mean: float) -> dict[str, float]:
@@ -46,9 +44,8 @@ def _pct(values: np.ndarray) -> dict[str, float]:
 
 def describe_scenario(scenario: Scenario, split: str = "test", load: float = 1.0, seed: int = 0,
                       num_requests: int | None = None, cost_model: str | None = None) -> dict[str, Any]:
-    """One episode of ``scenario`` summarised: rates, lengths and SLOs overall and per tenant, the shares rejected
-    on arrival, the offered load against the capacity estimate, whether the window is sustained at ``load`` and
-    the tenants its part leaves out (``num_requests`` and ``cost_model`` default to the scenario's)."""
+    """One episode of ``scenario`` summarised: rates, lengths and SLOs overall and per tenant, rejections on arrival,
+    offered load against the capacity estimate, whether ``load`` is sustained and the tenants its part leaves out."""
     cost = load_cost_model(cost_model if cost_model is not None else scenario.cost_model)
     source = scenario.source(split, cost)
     n = num_requests if num_requests is not None else scenario.num_requests

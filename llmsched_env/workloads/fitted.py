@@ -1,10 +1,6 @@
-"""Traffic fitted to a trace: as many requests as an episode asks for, with a trace part's statistics.
-
-A trace part's few windows cannot sustain high loads (``workloads.windows``); ``FittedSource`` generates windows
-of any size from it instead (``Scenario.traffic``: ``fitted to FILE``): per tenant, Gamma arrivals at its share
-of the rate with the CV of its gaps, taking its rows in rounds of fresh random order (lengths paired, prefixes
-shared within a round only). Row order, length-time correlations and rate changes are not kept. A window's span
-is inverse to the load, so ``max_sustained_load`` is exact in one step.
+"""``FittedSource``: windows of any size with a trace part's statistics: per tenant, Gamma arrivals at its share
+of the rate with the CV of its gaps, its rows taken in rounds of fresh random order. A window's span is inverse
+to the load, so ``max_sustained_load`` is exact in one step.
 """
 
 from __future__ import annotations
@@ -20,8 +16,6 @@ from llmsched_env.engine.config import TenantConfig
 from llmsched_env.engine.request import Request
 from llmsched_env.workloads.scenarios import RequestSource, Scenario, TraceSource, check_split, split_stream
 from llmsched_env.workloads.trace import Trace
-
-__all__ = ["FITTED_SUFFIX", "MAX_FITTED_CV", "FittedSource", "TenantFit", "fit_tenants", "fitted_scenario"]
 
 FITTED_SUFFIX = "-fitted"  # a fitted scenario's name: its replay's, then this
 

@@ -1,14 +1,10 @@
-"""Forecasts of the traffic to come from what a scheduler has seen (the futures a planner plays):
-``Forecaster(window).fit(...)`` gives a ``Forecast`` whose ``arrivals`` and ``output_len`` sample the future.
-A forecast reads no true output length of an unfinished request and no request not yet arrived:
+"""Forecasts of the traffic to come from what a scheduler has seen (the futures a planner plays), never a true
+output length of an unfinished request nor a request not yet arrived:
 
-- **arrivals**: Gamma renewal gaps with the rate (count over the time since the first) and squared CV of the
-  last ``window`` arrivals, started afresh at now;
-- **who and what prompt**: each future request copies one of the last ``window`` arrivals, drawn uniformly;
-- **output lengths**: a Kaplan-Meier estimate per tenant (``OutputLengths``) from its last ``window`` finished
-  requests, live requests' produced tokens right-censored (pooled over tenants below ``min_finished``); a live
-  request that produced ``g`` tokens draws conditioned on being longer, or takes its length prediction when
-  that is longer; past the longest seen (or before any finished), ``g`` plus ``g`` times an exponential draw.
+- arrivals: Gamma renewal gaps with the rate and squared CV of the last ``window`` arrivals;
+- each future request copies one of the last ``window`` arrivals (tenant, prompt);
+- output lengths: a Kaplan-Meier estimate per tenant (``OutputLengths``), live requests right-censored; a live
+  request that produced ``g`` tokens draws conditioned on being longer.
 """
 
 from __future__ import annotations
@@ -21,8 +17,6 @@ import numpy as np
 
 from llmsched_env.common.checks import check_int
 from llmsched_env.engine.request import Request
-
-__all__ = ["Forecast", "Forecaster", "OutputLengths"]
 
 _MIN_GUESS = 16  # tokens: the output length guessed while nothing has finished yet
 _CV2_RANGE = (0.05, 20.0)  # burstiness kept to a sane range (a few gaps estimate it poorly)

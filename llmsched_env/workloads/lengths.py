@@ -11,13 +11,10 @@ from typing import TYPE_CHECKING, TypedDict, cast
 import numpy as np
 
 from llmsched_env.common.checks import check_int, check_positive
-from llmsched_env.workloads.trace_parsers import LENGTH_FILE_COLUMNS, read_length_file
-from llmsched_env.workloads.traces import cached_load
+from llmsched_env.workloads.traces import cached_load, read_length_file
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
-
-__all__ = ["LENGTH_FILE_COLUMNS", "LENGTH_KINDS", "LengthDist", "LengthLimits", "load_length_file"]
 
 LENGTH_KINDS = ("fixed", "uniform", "lognormal", "empirical")
 
@@ -43,10 +40,8 @@ class LengthLimits(TypedDict, total=False):
 
 @dataclass(frozen=True, repr=False)
 class LengthDist:
-    """Distribution of (prompt, output) lengths in tokens, clipped to ``[1, max_*_len]``; only ``kind``'s fields
-    are read: ``fixed`` (``*_len``), ``uniform`` (inclusive ``*_range``), ``lognormal`` (``round(median *
-    exp(sigma * N(0, 1)))``) or ``empirical`` (pairs resampled from ``*_samples``). Build one with the classmethods.
-    """
+    """Lengths of (prompt, output) in tokens, clipped to ``[1, max_*_len]``, of ``kind`` ``fixed``, ``uniform``
+    (inclusive), ``lognormal`` or ``empirical`` (pairs resampled); build one with the classmethods."""
 
     kind: str
     max_prompt_len: int = 8192

@@ -26,8 +26,6 @@ from llmsched_env.workloads.scenarios import (
 from llmsched_env.workloads.traces import load_azure, load_mooncake, load_trace
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig, default_workload
 
-__all__ = ["SCENARIOS", "get_scenario", "list_scenarios", "mixture_scenarios"]
-
 # Engines: the default (Llama-3-8B, 64k KV tokens) and a long-context one for Mooncake's 12k-token prompts.
 LONG_CONTEXT = EngineConfig(num_kv_blocks=16384, max_num_seqs=64, max_num_batched_tokens=8192, max_model_len=131072)
 SMALL_LOCAL = replace(LONG_CONTEXT, num_kv_blocks=8192)
@@ -140,8 +138,7 @@ for _s in (
              remote_kv=RemoteKVConfig(latency_s=0.005, bandwidth_gbps=10.0, slow_prob=0.1, slow_factor=8.0)),
 ):
     SCENARIOS.register(_s.name, _s)
-# Generated traffic fitted to a replayed trace's parts (workloads.fitted), for loads its windows do not sustain:
-# `azure-conv`'s test part holds five 433-request windows, sustained only up to about 1.9x its nominal rate.
+# Generated traffic fitted to a replayed trace's parts (workloads.fitted), for loads its windows do not sustain.
 for _base, _file in (("azure-conv", TRACE_FILES["azure-conv"]), ("mooncake-conv", TRACE_FILES["mooncake-conv"])):
     _s = fitted_scenario(SCENARIOS.get(_base), _file)
     SCENARIOS.register(_s.name, _s)

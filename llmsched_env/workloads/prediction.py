@@ -1,7 +1,5 @@
-"""Output-length prediction: what a scheduler may know of a request's output length before it runs. A
-``LengthPredictor`` is ``none`` (``Request.predicted_output_len`` stays None), ``exact`` (an oracle) or
-``lognormal:SIGMA`` (the true length times ``exp(SIGMA * N(0, 1))``, at least 1), drawn once per request from
-its own random stream, so switching it on changes nothing else of the episode.
+"""Output-length prediction (``LengthPredictor``): ``none``, ``exact`` or ``lognormal:SIGMA`` (the true length
+times ``exp(SIGMA * N(0, 1))``), drawn per request from its own stream, so it changes nothing else.
 """
 
 from __future__ import annotations
@@ -14,8 +12,6 @@ from typing import Any
 import numpy as np
 
 from llmsched_env.engine.request import Request
-
-__all__ = ["PREDICTOR_KINDS", "LengthPredictor"]
 
 PREDICTOR_KINDS = ("none", "exact", "lognormal")
 

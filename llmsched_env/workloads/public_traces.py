@@ -6,10 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from llmsched_env.workloads.trace_io import GZIP_SUFFIX
-from llmsched_env.workloads.trace_parsers import TraceError
-
-__all__ = ["PACKAGED_TRACE_DIR", "TRACE_DIR_ENV", "TRACE_FILES", "trace_dir", "trace_path"]
+from llmsched_env.workloads.traces import GZIP_SUFFIX, TraceError
 
 TRACE_DIR_ENV = "LLMSCHED_TRACE_DIR"
 PACKAGED_TRACE_DIR = Path(__file__).resolve().parent / "data"

@@ -1,9 +1,6 @@
-"""Randomised serving situations for training a generalist: one seed, one ``Scenario``, from a ``RandomizedSpace``.
-
-``random_scenario(seed)`` draws an engine, a cost-model preset and 1 to 16 tenants, each with a length family,
-SLO class, weight, priority, arrival process and optional shared system prompts, at rates that put load 1.0 near
-the engine's knee (``nominal_rate_rps``). Families only pair with engines they fit, so no request is rejected for
-its size. The same seed and space give an equal ``Scenario``.
+"""Randomised serving situations for training a generalist: ``random_scenario(seed)`` draws an engine, a cost
+model and 1 to 16 tenants from a ``RandomizedSpace``, at rates that put load 1.0 near the engine's knee
+(``nominal_rate_rps``); the same seed and space give an equal ``Scenario``.
 """
 
 from __future__ import annotations
@@ -26,19 +23,12 @@ from llmsched_env.workloads.library import LONG_CONTEXT, SMALL_LOCAL
 from llmsched_env.workloads.scenarios import Scenario, SyntheticSource, scaled_tenant, slo_scale
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig
 
-__all__ = [
-    "ARRIVAL_CHOICES", "COST_MODEL_CHOICES", "ENGINE_CHOICES", "KNEE_FRACTION", "LENGTH_FAMILIES", "SMALL_ENGINE",
-    "RandomizedSpace", "RandomizedWorkload", "fits_engine", "nominal_rate_rps", "random_scenario", "random_scenarios",
-    "workload_nominal_rate_rps",
-]
-
 # A small engine: a quarter of the default's KV pool and half its batch limits.
 SMALL_ENGINE = EngineConfig(num_kv_blocks=2048, max_num_seqs=64, max_num_batched_tokens=2048)
 ENGINE_CHOICES: tuple[EngineConfig, ...] = (EngineConfig(), LONG_CONTEXT, SMALL_LOCAL, SMALL_ENGINE)
 COST_MODEL_CHOICES = ("llama3-8b-h100", "llama3-8b-a100", "llama2-70b-4xh100")
 ARRIVAL_CHOICES = ("poisson", "gamma", "on_off")
-# The library's FCFS knees over ``nominal_rate_rps``'s bound: geometric mean of 0.55, 0.34, 0.43, 0.36 (default,
-# sharegpt-poisson, mixed-slo, short-long).
+# The library's FCFS knees over ``nominal_rate_rps``'s bound (geometric mean of four library scenarios).
 KNEE_FRACTION = 0.41
 MIN_BATCHED_TOKENS = 64  # the smallest max_num_batched_tokens an engine of the space may have
 FIT_COPIES = 2  # the KV pool must hold this many of a family's longest requests at once
@@ -117,9 +107,8 @@ def _check_range(name: str, value: Any, lowest: float, highest: float = math.inf
 
 @dataclass(frozen=True)
 class RandomizedSpace:
-    """The ranges a random scenario is drawn from, each field checked (``ValueError`` naming it); a tenant's SLO
-    class among those with a TTFT target of at least ``TTFT_HEADROOM`` x its typical prefill (else the loosest).
-    ``load_range``: the loads a caller should draw from."""
+    """The ranges a random scenario is drawn from, each field checked (``ValueError`` naming it); a tenant's SLO class
+    has a TTFT target of at least ``TTFT_HEADROOM`` x its typical prefill (else the loosest)."""
 
     min_tenants: int = 1
     max_tenants: int = 16
@@ -191,12 +180,9 @@ DEFAULT_SPACE = RandomizedSpace()
 
 def nominal_rate_rps(engine: EngineConfig, cost_model: CostModel | str, mix: Sequence[tuple[LengthDist, float]],
                      max_step_s: float | None = None, num_samples: int = 8192) -> float:
-    """An estimate of the knee (load 1.0, requests/s) of ``engine`` on ``cost_model`` for ``mix``: (lengths, share)
-    pairs. In a steady state where ``x`` requests start per iteration, a batch holds ``x E[o]`` decodes,
-    ``x E[p]`` prefill tokens, ``x E[p(p+1)/2]`` attention pairs and ``x E[(p + o/2) o]`` KV tokens (seeded
-    samples); ``x`` is the largest within ``max_num_seqs``, the KV pool, the token budget and (given)
-    ``max_step_s``, and ``KNEE_FRACTION * x / t(x)`` is the estimate (within about 2x of the real knee).
-    """
+    """An estimate of the knee (load 1.0, requests/s) of ``engine`` on ``cost_model`` for ``mix`` ((lengths, share)
+    pairs): with ``x`` requests starting per iteration (the most ``max_num_seqs``, the KV pool, the token budget and
+    ``max_step_s`` allow, from seeded samples), ``KNEE_FRACTION * x / t(x)``, within about 2x of the real knee."""
     model = load_cost_model(cost_model) if isinstance(cost_model, str) else cost_model
     check_int("nominal_rate_rps", "num_samples", num_samples, 1)
     if not mix or any(not isinstance(ln, LengthDist) or not (is_finite_number(w) and w > 0) for ln, w in mix):
@@ -294,9 +280,8 @@ def _draw_tenant(rng: np.random.Generator, space: RandomizedSpace, index: int, s
 
 
 def random_scenario(seed: int, space: RandomizedSpace = DEFAULT_SPACE, num_requests: int = 1000) -> Scenario:
-    """The random scenario ``random-<seed>`` of ``space``: engine, cost model, tenants and their traffic shares
-    (flat Dirichlet), then per tenant its draws; rates are the shares of ``workload_nominal_rate_rps``. Tenants
-    are named ``t<i>-<family>-<arrival kind>``."""
+    """The random scenario ``random-<seed>`` of ``space``: engine, cost model, tenants (named
+    ``t<i>-<family>-<arrival kind>``) and their traffic shares (flat Dirichlet) of ``workload_nominal_rate_rps``."""
     check_int("random_scenario", "seed", seed, 0)
     check_int("random_scenario", "num_requests", num_requests, 1)
     if not isinstance(space, RandomizedSpace):

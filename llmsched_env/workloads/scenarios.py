@@ -1,9 +1,6 @@
-"""Scenarios: named workload + tenants + SLOs + engine + cost model, with train/val/test splits.
-
-Trace scenarios replay windows of consecutive requests: the first 70% of the trace's time trains, the next 15%
-is val, the last 15% test. On train an episode starts at a random request; on val and test the episode of seed
-``s`` replays the ``s``-th disjoint window (``episode_window``). Synthetic scenarios draw from one random stream
-per split. ``load`` multiplies the nominal rate; SLO targets scale with the cost model's unloaded decode step.
+"""Scenarios: named workload + tenants + SLOs + engine + cost model, with train/val/test splits (a trace's first
+70% of time, the next 15%, the last 15%; on val and test seed ``s`` replays the ``s``-th window). ``load``
+multiplies the nominal rate; SLO targets scale with the cost model's unloaded decode step.
 """
 
 from __future__ import annotations
@@ -23,16 +20,9 @@ from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, SLOClass, Tena
 from llmsched_env.engine.remote_kv import RemoteKVConfig
 from llmsched_env.engine.request import Request
 from llmsched_env.workloads.lengths import LengthDist
-from llmsched_env.workloads.public_traces import trace_dir, trace_path
-from llmsched_env.workloads.trace_io import data_stem
-from llmsched_env.workloads.traces import Trace, load_trace
+from llmsched_env.workloads.public_traces import trace_dir, trace_path  # noqa: F401 (re-exported)
+from llmsched_env.workloads.traces import Trace, data_stem, load_trace
 from llmsched_env.workloads.workload import TenantWorkload, WorkloadConfig, generate
-
-__all__ = [
-    "DEFAULT_TRACE_EPISODE", "SPLITS", "TRAIN_FRACTION", "VAL_FRACTION", "RequestSource", "Scenario", "SyntheticSource",
-    "TraceSource", "check_episode_size", "check_split", "episode_window", "scenario_from_trace", "slo_scale",
-    "split_bounds", "split_rows", "split_stream", "trace_dir", "trace_path", "trace_tenants",
-]
 
 SPLITS = ("train", "val", "test")
 TRAIN_FRACTION = 0.7  # a trace's first 70% (of its time, or of its rows for a length file) trains,
@@ -301,9 +291,8 @@ def _length_parts(path: Path, trace: Trace) -> list[tuple[float, Trace]]:
 def scenario_from_trace(path: str | Path, fmt: str, rate_rps: float | None = None, slo_class: str | SLOClass = "chat",
                         engine: EngineConfig | None = None, cost_model: str = REFERENCE_COST_MODEL,
                         tenant_slos: Mapping[str, str | SLOClass] | None = None, **options: object) -> Scenario:
-    """A scenario replaying a user's trace file (``fmt``), split in time; at its mean rate unless ``rate_rps`` is
-    given (which a length-only trace needs). Tenants and SLOs: ``trace_tenants``. Every problem is a
-    ``ValueError`` naming the file."""
+    """A scenario replaying a user's trace file (``fmt``), split in time, at its mean rate unless ``rate_rps`` is
+    given (a length-only trace needs it); tenants: ``trace_tenants``; ``ValueError`` naming the file."""
     path = Path(path)
     trace = load_trace(path, fmt, **options)  # fail now, with the file's own error, not at reset()
     if rate_rps is not None and not (is_finite_number(rate_rps) and in_range(rate_rps, False, MAX_RATE_RPS)):

@@ -13,8 +13,6 @@ import numpy as np
 from llmsched_env.common.checks import check_int, is_finite_number
 from llmsched_env.engine.request import Request
 
-__all__ = ["MOONCAKE_PREFIX_ID_TOKENS", "Trace", "is_finite_number", "make_requests"]
-
 MOONCAKE_PREFIX_ID_TOKENS = 512  # Mooncake's hash_ids each name a block of 512 prompt tokens
 
 
@@ -38,18 +36,16 @@ def _frozen(values: Any, dtype: type, owner: str) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Trace:
-    """Requests in arrival order: ``arrival_s`` (seconds from the first, or None for lengths only),
-    ``prompt_len`` / ``output_len`` (tokens >= 1), ``prefix_ids`` (per request, ids of its prompt blocks of
-    ``prefix_id_tokens`` tokens, or None) and ``tenant`` (codes into ``tenant_names``, or None)."""
+    """Requests in arrival order (lengths in tokens >= 1)."""
 
     name: str
     source: str
-    arrival_s: np.ndarray | None
+    arrival_s: np.ndarray | None  # seconds from the first (None: lengths only)
     prompt_len: np.ndarray
     output_len: np.ndarray
-    prefix_ids: tuple[tuple[int, ...], ...] | None = None
-    prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS
-    tenant: np.ndarray | None = None
+    prefix_ids: tuple[tuple[int, ...], ...] | None = None  # per request, ids of its prompt's blocks
+    prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS  # tokens per prefix block
+    tenant: np.ndarray | None = None  # codes into ``tenant_names``
     tenant_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

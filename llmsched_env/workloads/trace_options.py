@@ -1,12 +1,7 @@
-"""A user's trace as a scenario, from the options that describe it (the same names the command lines use).
+"""A user's trace as a scenario, from the options the command lines name (``TRACE_OPTIONS``; the engine limits
+a trace may set: ``ENGINE_LIMIT_FIELDS``). A bad value raises a ``ValueError`` starting with the option's name.
 
-    scenario = build_trace_scenario({"trace": "mine.csv", "trace_format": "generic",
-                                     "trace_columns": "prompt_len=input,output_len=output"},
-                                    {"max_num_seqs": 64})
-
-``TRACE_OPTIONS`` names the options, ``ENGINE_LIMIT_FIELDS`` the engine limits a trace may set. A bad value
-raises ``ValueError`` that starts with the option's name (``trace_slo: unknown SLO class 'slow'; ...``); the
-trace reader's own errors name the file and line. The commands print those names as their flags.
+    scenario = build_trace_scenario({"trace": "mine.csv", "trace_format": "generic"}, {"max_num_seqs": 64})
 """
 
 from __future__ import annotations
@@ -20,8 +15,6 @@ from llmsched_env.common.fields import split_items
 from llmsched_env.engine.config import SLO_CLASSES, EngineConfig, SLOClass
 from llmsched_env.workloads.scenarios import Scenario, scenario_from_trace
 from llmsched_env.workloads.traces import TRACE_FORMATS
-
-__all__ = ["ENGINE_LIMIT_FIELDS", "TRACE_OPTIONS", "build_trace_scenario", "slo_class", "tenant_slos"]
 
 TRACE_OPTIONS = ("trace", "trace_format", "trace_rate", "trace_slo", "tenant_slo", "trace_columns", "trace_time_unit")
 ENGINE_LIMIT_FIELDS = ("num_kv_blocks", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size")
@@ -49,9 +42,8 @@ def tenant_slos(text: str) -> dict[str, SLOClass]:
 
 
 def build_trace_scenario(options: Mapping[str, Any], limits: Mapping[str, Any] | None = None) -> Scenario:
-    """The scenario of a trace from its ``options`` (``TRACE_OPTIONS``: ``trace`` and ``trace_format`` required,
-    the others optional) over an engine with ``limits`` (``ENGINE_LIMIT_FIELDS``, default: the engine's own).
-    ``ValueError`` starting with the name of the option at fault, or from the trace reader naming the file."""
+    """The scenario of a trace from its ``options`` (``TRACE_OPTIONS``; ``trace`` and ``trace_format`` required) over an
+    engine with ``limits`` (``ENGINE_LIMIT_FIELDS``); ``ValueError`` starting with the option at fault."""
     unknown = sorted(set(options) - set(TRACE_OPTIONS))
     if unknown:
         raise ValueError(f"unknown trace option(s) {unknown}; known: {', '.join(TRACE_OPTIONS)}")

@@ -1,15 +1,9 @@
-"""Sustained windows: when an episode's arrivals last long enough for its load to be a sustained rate.
-
-A window at a high load may arrive in seconds: meeting SLOs there clears one burst, not a rate. A window measures
-a sustained rate only if its arrival span at that load is at least ``SUSTAINED_SPAN_FACTOR`` (20) times its
-requests' mean TTFT target: then at most about 5% of its requests can be rescued by the drain after the last
-arrival, less than the 10 points between full attainment and a capacity's 90%.
+"""Sustained windows: an episode measures a sustained rate only if its arrival span at that load is at least
+``SUSTAINED_SPAN_FACTOR`` (20) times its requests' mean TTFT target (then the drain after the last arrival
+rescues at most about 5% of its requests).
 
     span = window_span(source, "test", seed=0, num_requests=200, load=4.0)   # .sustained, .span_s, .required_s
     max_sustained_load(source, "test", seed=0, num_requests=200)
-
-Spans are measured on the very requests the episode of that seed replays; a trace window's span is inverse to the
-load (exact in one step), other generated workloads are bracketed and bisected.
 """
 
 from __future__ import annotations
@@ -20,8 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from llmsched_env.workloads.scenarios import RequestSource, episode_window
-
-__all__ = ["SUSTAINED_SPAN_FACTOR", "WindowSpan", "max_sustained_load", "window_span"]
 
 SUSTAINED_SPAN_FACTOR = 20.0  # a sustained window lasts this many times its requests' mean TTFT target
 _RELATIVE_TOLERANCE = 1e-9  # a span equal to the requirement up to rounding counts as sustained
@@ -60,9 +52,8 @@ def window_span(source: RequestSource, split: str, seed: int, num_requests: int,
 
 
 def max_sustained_load(source: RequestSource, split: str, seed: int, num_requests: int, start: float = 1.0) -> float:
-    """The largest load at which the window of ``seed`` is sustained (inf without TTFT targets, 0.0 without a
-    span): the guess ``start x span(start) / required`` when exact (spans inverse to the load), else bracketed by
-    doubling or halving and bisected to 0.1%, returning the sustained end."""
+    """The largest load at which the window of ``seed`` is sustained (inf without TTFT targets, 0.0 without a span):
+    exact in one step when spans are inverse to the load, else bracketed and bisected to 0.1%."""
 
     def at(load: float) -> WindowSpan:
         return window_span(source, split, seed, num_requests, load)

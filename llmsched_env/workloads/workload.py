@@ -14,12 +14,8 @@ from llmsched_env.common.tenants import check_tenant_count
 from llmsched_env.engine.config import SLO_CLASSES, TenantConfig
 from llmsched_env.engine.request import Request
 from llmsched_env.workloads.arrivals import ArrivalProcess, Poisson, TraceReplay
-from llmsched_env.workloads.lengths import LENGTH_FILE_COLUMNS, LENGTH_KINDS, LengthDist, load_length_file
+from llmsched_env.workloads.lengths import LengthDist, load_length_file  # noqa: F401 (re-exported)
 from llmsched_env.workloads.trace import make_requests
-
-__all__ = ["ARRIVALS", "DEFAULT_BATCH_RATE_RPS", "DEFAULT_CHAT_RATE_RPS", "LENGTH_FILE_COLUMNS", "LENGTH_KINDS",
-           "SHARED_PREFIX_ID_BASE", "LengthDist", "TenantWorkload", "WorkloadConfig", "default_workload", "generate",
-           "load_length_file", "tenant_configs"]
 
 ARRIVALS = ("poisson",)
 # Rates of ``default_workload``: 13 req/s in all, fcfs's capacity (90% SLO attainment) on the default engine.
@@ -31,14 +27,12 @@ SHARED_PREFIX_ID_BASE = 1 << 40
 
 @dataclass(frozen=True)
 class TenantWorkload:
-    """One tenant's traffic: Poisson arrivals at ``rate_rps`` (or ``arrival``) with lengths from ``lengths``. With
-    probability ``prefix_share`` a prompt starts with one of ``num_shared_prefixes`` system prompts of
-    ``shared_prefix_tokens`` tokens, whose whole ``prefix_id_tokens`` blocks become its ``prefix_ids``."""
+    """One tenant's traffic: Poisson arrivals at ``rate_rps`` (or ``arrival``) with lengths from ``lengths``."""
 
     tenant: TenantConfig
     rate_rps: float
     lengths: LengthDist
-    prefix_share: float = 0.0
+    prefix_share: float = 0.0  # the chance a prompt starts with one of the shared system prompts
     num_shared_prefixes: int = 1
     shared_prefix_tokens: int = 1024
     arrival: ArrivalProcess | None = None  # None: Poisson at rate_rps
