@@ -1,7 +1,5 @@
-"""One block of the live experiment as ``blocks.jsonl`` holds it (``block_record``: the client's figures and the
-server's logs), and the per-block statistics the prediction computes the same way (``block_metrics``): a request
-is good when it succeeded within its tenant's TTFT and TPOT targets; attainment = good / all; goodput = good per
-second; percentiles over the succeeded requests. ``BlockError``: a block its policy did not decide throughout.
+"""One block of the live experiment as ``blocks.jsonl`` holds it (``block_record``), and its statistics computed the
+same way for the prediction (``block_metrics``). ``BlockError``: a block its policy did not decide throughout.
 """
 
 from __future__ import annotations

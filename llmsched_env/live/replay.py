@@ -1,10 +1,5 @@
-"""Does llmsched's simulator predict a live vLLM server? A live run replayed and compared:
-
-    run = load_run("runs/r8"); model = fit_live_cost_model(run.steps)
-    rows = compare(run, replay(run, "slo_aware", engine, tenants, model), frontend_delay_s(load_run("runs/r1")))
-
-Live is measured at the client and at the engine; their difference (``frontend_s``) is front-end time the
-simulator does not model. Errors are signed, ``(sim - live) / live``. Command: ``llmsched_env.commands.live_replay``.
+"""Does llmsched's simulator predict a live vLLM server? A live run replayed and compared (docs/vllm.md); errors are
+signed, ``(sim - live) / live``; ``frontend_s`` is the front-end time the simulator does not model.
 """
 
 from __future__ import annotations

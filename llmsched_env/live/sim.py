@@ -1,10 +1,6 @@
-"""A live run's requests, or a block's predicted stream, served again by llmsched's simulator.
-
-``simulate`` serves a ``SimSetup``'s requests under its policy through ``decision.serve``, the clock priced by its
-``clock`` (fitted to the server's steps) while the engine and the policy see its ``cost_model`` (the live
-adapter's), and returns each request's TTFT, TPOT and E2E in send order. ``replay``: a run's requests
-(``replay_requests``) simulated. ``predict_block``: a block of the live experiment predicted, its statistics
-computed as the live block's (``live.blocks``), a constant front-end delay added to every TTFT and E2E.
+"""A live run's requests (``replay``), or a block's predicted stream (``predict_block``), served again by llmsched's
+simulator through ``decision.serve``: the clock priced by the setup's fitted ``clock``, the engine and policy
+seeing its ``cost_model``. TTFT, TPOT and E2E per request in send order.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""KV-usage accounting of one block pool over an episode (``KVUsage``): the mean share of blocks held by running
-requests, weighted by each iteration's duration (idle time does not count), the peak, and the series of the
-clock and the blocks in use after every step.
+"""KV-usage accounting of one block pool over an episode (``KVUsage``): the duration-weighted mean share of blocks
+held by running requests (idle time does not count), the peak, and the series after every step.
 """
 
 from __future__ import annotations

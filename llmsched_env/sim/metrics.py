@@ -1,8 +1,5 @@
 """Serving metrics of one run as vLLM's benchmark defines them (``compute_metrics``: requests -> a flat dict;
-docs/baselines-and-metrics.md). For output tokens at ``t_1 < ... < t_n``: TTFT = t_1 - arrival, TPOT =
-(t_n - t_1) / (n - 1), ITL every gap, E2E = t_n - arrival. A request meets its SLO iff it finished within its
-TTFT and TPOT targets; attainment is over every arrival. Tenant service is VTC's (Jain's index over tenants).
-Vectorised over (prefill token, decode segment) records.
+docs/baselines-and-metrics.md), vectorised over (prefill token, decode segment) records.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The simulator: the engine core driven by a cost model on an event clock. ``step(decision)`` runs one engine
-iteration (the batch builder forms the batch, the cost model times it, the clock advances, arrivals join the
-queue). An iteration that ran nothing wakes at the next event (``wake_s``); an idle engine jumps straight to
-the next arrival, so every step the policy sees has work to decide about.
+"""The simulator: the engine core driven by a cost model on an event clock; ``step(decision)`` runs one engine
+iteration. An idle engine jumps straight to the next arrival, so every step the policy sees has work to decide.
 """
 
 from __future__ import annotations

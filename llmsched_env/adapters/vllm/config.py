@@ -1,8 +1,7 @@
 """What ``LLMSchedScheduler`` runs: ``AdapterConfig``, from a YAML/JSON file or the environment, checked in full
-before vLLM builds anything (no vLLM imported, so it is checked where vLLM is absent). Every error is one line
-naming the file (or ``environment``) and the field, all of them reported together. Policies are named as
-``llmsched-evaluate --policies`` names them (``decision.policy_spec.resolve_policy``); ``policies`` adds more the
-server loads at start and switches among when the driver's ``control_file`` says so."""
+before vLLM builds anything (no vLLM imported). Errors are one line each naming the file (or ``environment``)
+and the field, all reported together.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""vLLM in the loop: vLLM's scheduler (``LLMSchedScheduler``, driven by a policy) makes every batch, llmsched's cost
-model prices it on a simulated clock, a fake model (``offline.fake_output``) samples the tokens; token times are
-kept in llmsched's layout, so ``sim.metrics.compute_metrics`` gives the simulator's metrics. Requests llmsched's
-engine would reject are rejected with its reasons.
+"""vLLM in the loop: vLLM's scheduler (``LLMSchedScheduler``) makes every batch, llmsched's cost model prices it on a
+simulated clock, a fake model samples the tokens; ``sim.metrics.compute_metrics`` gives the simulator's metrics.
 """
 
 from __future__ import annotations

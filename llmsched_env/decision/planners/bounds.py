@@ -1,26 +1,10 @@
-"""The ``lookahead`` bounds: clairvoyant references that play the episode forward on snapshots of the env.
+"""The ``lookahead`` bounds: clairvoyant references that play the episode forward on snapshots of the env
+(docs/evaluation.md). ``LookaheadPolicy`` switches among static settings every ``k`` iterations,
+``RouteLookaheadPolicy`` among the named routing rules every ``k`` arrivals.
 
-    policy = LookaheadPolicy(env, LookaheadConfig(k=64, horizon=64, tail=256), seed=0)       # LLMSched-v1, reset
-    policy = RouteLookaheadPolicy(env, LookaheadConfig(k=64, horizon=64, tail=64), seed=0)   # LLMSchedCluster-v0
-    metrics = run_episode(env, lookahead_factory(LookaheadConfig(), seed, cluster=False), seed)
-
-At the episode's first step a bound plans the whole episode on the env itself: every ``k`` steps it takes a
-snapshot, plays each candidate for ``horizon`` steps and then the base for ``tail`` more (``None``: to the
-episode's end), scores requests met minus missed (the env's reward with its default weights), restores the
-snapshot and keeps the best (the earliest on a tie: the base wins ties). The finished plan is compared with the
-base played alone over the episode and replaced by it when the base meets more, so a bound never ends below its
-base; the env's steps then replay the plan exactly (``restore`` is exact).
-
-- ``LookaheadPolicy`` switches among static settings every ``k`` engine iterations: the base (``tuned``'s entry,
-  a static named rule, or without an entry the best static named rule on the episode, with a warning) and every
-  single-knob move of it; with ``candidates=requests`` also per-request moves made at the decision point
-  (``space.REQUEST_MOVES``), skipped where the base order would send that request first anyway.
-- ``RouteLookaheadPolicy`` switches among the deterministic named routing rules (``RULES``) every ``k`` arrivals;
-  its base is a rule by name or (``base=tuned``: routers have no tuned entry) the best rule on the episode. Each
-  rule keeps its own state, copied for every rollout.
-
-Neither is deployable: rollouts replay requests that have not arrived yet, with their true lengths, on the
-simulator that judges them. Rows carry ``lookahead.BOUND_MARK``; ``bench/bench_lookahead.py`` measures the cost.
+At the episode's first step a bound plans the whole episode (the base wins ties); the plan is replaced by the base
+played alone when that meets more, so a bound never ends below its base; the env's steps then replay the plan
+exactly. Not deployable: rollouts read requests that have not arrived yet. Rows carry ``lookahead.BOUND_MARK``.
 """
 
 from __future__ import annotations

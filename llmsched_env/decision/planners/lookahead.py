@@ -1,10 +1,5 @@
-"""The ``lookahead`` bound's options and how a policy list spells it (the bounds themselves: ``bounds``).
-
-    parse_lookahead("lookahead:k=32,horizon=32,tail=end")     # spelled options; "lookahead": the defaults
-    LookaheadConfig(k=64, horizon=64, tail=256).name           # 'lookahead:tail=256 (bound, not deployable)'
-
-``lookahead`` is clairvoyant (it reads requests that have not arrived yet): a reference, not a scheduler, so its
-rows are named with ``BOUND_MARK`` and never count as a baseline.
+"""The ``lookahead`` bound's options and how a policy list spells it (the bounds themselves: ``bounds``). It is
+clairvoyant, a reference and not a scheduler: its rows are named with ``BOUND_MARK``, never a baseline.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""``mpc``: a model-predictive scheduler that plans on forecast futures, never on the real one.
+"""``mpc``: a model-predictive scheduler that plans on forecast futures, never on the real one (docs/evaluation.md).
 
-    planner = MPCPlanner(spec, candidates, MPCConfig(k=64, futures=4, horizon=64, tail=64), seed=0)
-    index = planner.decide(sim)                                       # every k iterations: the candidate to play
-    metrics = run_episode(env, mpc_factory(MPCConfig(), seed), seed)  # on LLMSched-v1's own simulator
-
-Every ``k`` iterations the planner forks the simulator (``Simulator.with_future``) into ``futures`` forecast
-futures: requests still to arrive are sampled from a ``workloads.forecast`` fitted on the arrivals so far, each
-live request's output length from what is known of it. On each future it plays every candidate (the base setting
-``candidates[0]`` and its single-knob moves, with ``candidates=requests`` also the per-request moves) for
-``horizon`` iterations, then the base for ``tail``, all on the same futures, and scores requests met minus missed.
-It commits the best mean score (``score=worst``: the mean of the worst quarter of futures); the base wins ties and
-another candidate must beat it by more than ``margin`` (and ``z`` standard errors). It never reads a request that
-has not arrived nor a live request's true output length, so it is deployable (``tests/test_mpc.py``).
+Every ``k`` iterations the planner forks the simulator (``Simulator.with_future``) into ``futures`` futures sampled
+from a forecast of the arrivals so far, plays every candidate on each and commits the best score (the base wins
+ties and must be beaten by more than ``margin``). It never reads a request that has not arrived nor a live
+request's true output length, so it is deployable (``tests/test_mpc.py``).
 """
 
 from __future__ import annotations

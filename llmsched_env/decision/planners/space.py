@@ -1,15 +1,6 @@
-"""What a planner weighs: static knob settings (the ``tuned`` search's space, the base settings ``lookahead`` and
-``mpc`` move around) and per-request moves.
-
-    search_options(spec)               # the values of each knob, in ``Decision`` field order
-    random_candidates(spec, 48, seed)  # uniform draws over them
-    neighbours(decision, spec)         # every single-knob move
-    static_decision("sjf", ctx)        # the knobs a static heuristic plays
-    r = pick("first:edf", engine)      # the request a per-request move acts on, or None; play() picks and makes it
-
-Static admission caps exclude 0: an engine that always holds admits one request at a time, only when idle. A
-per-request move sends one waiting request first, preempts a running one or sheds a waiting one; it picks its
-request from the engine's state alone (never a true output length), so a plan that chose it replays it exactly.
+"""What a planner weighs: static knob settings (the ``tuned`` search's space, the bases ``lookahead`` and ``mpc``
+move around) and per-request moves. Static admission caps exclude 0 (an engine that always holds admits one
+request at a time); a per-request move picks its request from the engine's state alone, so a plan replays exactly.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
-"""The tuned-settings table (per scenario, the static knobs ``llmsched-tune`` found best on ``val``) and the keys
-of a user's own traces in it.
-
-    table = load_tuned_table("baselines/tuned.json")
-    table.decision("mixed-slo", env.unwrapped.action_spec)   # the stored knobs, each checked against the spec
-    key = trace_key(options, scenario)                       # "azure_code@3f0c9e1a2b4d" and what it hashes
-
-A table is JSON, ``{"format": "llmsched-tuned", "version": 1, "scenarios": {NAME: ENTRY}}``, each ``ENTRY`` with
-``"settings"`` (the seven knobs by value, ``SETTING_NAMES``: a value the engine lacks is refused by name, never
-moved) and free-form ``"provenance"``. A trace's entry is keyed ``STEM@`` + 12 hex digits of a SHA-256 over the
-file's content and every option shaping the workload or the engine (format, columns, time unit, rate, SLOs, the
-engine after its limits, the cost model), not the episode size; it lives in the user table (``user_table()``:
-``$LLMSCHED_TUNED_TABLE``, else under ``$XDG_DATA_HOME``), never the shipped one. No gymnasium.
+"""The tuned-settings table (per scenario, the static knobs ``llmsched-tune`` found best on ``val``) and the keys of
+a user's own traces in it (``STEM@`` + 12 hex digits of a SHA-256 over the file and the options shaping the
+workload and engine; docs/baselines-and-metrics.md). Trace entries live in the user table (``user_table()``),
+never the shipped one. No gymnasium.
 """
 
 from __future__ import annotations
