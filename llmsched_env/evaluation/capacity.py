@@ -1,19 +1,8 @@
-"""Capacity: the highest load at which a policy's SLO attainment stays >= 90% (DistServe), found by search.
+"""Capacity: the highest load at which a policy's SLO attainment stays >= 90% (DistServe), found by search
+(``search_capacity``, ``find_capacity``, ``capacity_grid``) and read back from per-seed files (docs/evaluation.md).
 
-    search_capacity(attainment_at)                        # any function of the load: bracket, then bisect
-    find_capacity(config, get_scenario("bursty"), "fcfs")  # one policy on one scenario, seeds averaged
-    capacity_grid(config)                                 # every (scenario, policy), serially or on Ray
-    capacity_grid(config, per_seed=True)                  # one search per seed: a capacity per window
-    capacity_grid(config, per_seed=True, finished=rows)   # the searches not among ``rows`` (a resumed run)
-    summarize_capacity(rows)                              # per-seed rows -> mean and 95% interval
-    read_per_seed(files)                                  # per-seed results.csv files -> the capacities
-    read_window_limited(files)                            # ... -> the seeds whose capacity is a lower bound
-
-A search reports only loads at which its windows are sustained (``evaluation.sustained``). Generated traffic
-(without ``config.num_requests``; traffic fitted to a trace always) plays longer windows above the load where its
-own size stops being sustained (``sustained_size``, up to ``extended_size``); elsewhere (a trace replay, a size
-the user gave) the bracket stops there, and a policy still meeting the target is ``window_limited`` (a capacity
-of at least that load).
+A search reports only loads at which its windows are sustained (``evaluation.sustained``); where the windows
+cannot grow, a policy still meeting the target is ``window_limited`` (a capacity of at least that load).
 """
 
 from __future__ import annotations
@@ -68,9 +57,8 @@ def search_capacity(
     on_evaluation: Callable[[int], None] | None = None,
     max_load: float = _MAX_LOAD,
 ) -> float:
-    """The highest load with ``attainment(load) >= target``: bracket by doubling or halving from 1.0 (within
-    [1/64, 64] and ``max_load``), then bisect geometrically to 2%; 0.0 when even 1/64 misses. After each
-    evaluation ``on_evaluation(remaining)`` gets the evaluations still expected (a guess until bracketed)."""
+    """The highest load with ``attainment(load) >= target`` (bracket from 1.0 within [1/64, 64] and ``max_load``, then
+    bisect to 2%); 0.0 when even 1/64 misses. ``on_evaluation(remaining)``: the evaluations still expected."""
     top = min(_MAX_LOAD, float(max_load))
     lo, hi = 0.0, 0.0
     load = min(1.0, top)
@@ -107,11 +95,8 @@ def find_capacity(
     seed: int | None = None,
     sustained_only: bool = True,
 ) -> Row:
-    """``policy``'s capacity on ``scenario``: the highest load at which its mean attainment over ``config.seeds``
-    (or ``seed``'s window alone) stays >= ``target``, up to ``max_sustained_load``. The row: ``capacity_load``,
-    ``capacity_rps``, ``max_sustained_load``, ``window_limited``, ``window_requests``, on the runtime
-    ``fallback_share`` (``search_fallbacks``), and ``trajectory`` (one fingerprint of every run it played).
-    ``sustained_only=False`` searches past the sustained loads (``llmsched-tune``'s selection, never a figure)."""
+    """``policy``'s capacity row on ``scenario`` (mean attainment over ``config.seeds``, or ``seed``'s window alone),
+    up to ``max_sustained_load``; ``sustained_only=False`` searches past it (``llmsched-tune``'s, never a figure)."""
     spec = policy if isinstance(policy, PolicySpec) else resolve_policy(policy)
     runners = runners_for(config)
     seeds = None if seed is None else (seed,)
@@ -172,8 +157,7 @@ def find_capacity(
 
 
 def search_fallbacks(runs: Sequence[Row]) -> Row:
-    """``{FALLBACK_SHARE: share}``: the fallbacks over all decisions of a search's ``runs`` (the runtime's);
-    ``{}`` where the runs count no decisions (the simulator's)."""
+    """``{FALLBACK_SHARE: share}`` over all decisions of a search's ``runs``; ``{}`` where they count none."""
     if not runs or any(FALLBACK_SHARE not in r for r in runs):
         return {}
     decisions = sum(float(r["policy_decisions"]) for r in runs)
@@ -185,8 +169,7 @@ EXTEND_FACTOR = 64  # the longest window a capacity search grows to, in multiple
 
 
 def extended_size(config: EvalConfig, scenario: AnyScenario, windows: ScenarioWindows) -> int | None:
-    """The longest a search may grow ``scenario``'s windows to (``EXTEND_FACTOR`` times its size), or None where
-    it keeps them: a trace replay, or generated traffic of a size the user chose (but traffic fitted to a trace)."""
+    """The longest a search may grow ``scenario``'s windows to; None where it keeps them (a trace, a user's size)."""
     if not _generated(windows) or (config.num_requests is not None and not traffic_label(scenario)):
         return None
     return min(MAX_EPISODE_REQUESTS, EXTEND_FACTOR * windows.num_requests)
@@ -198,8 +181,7 @@ def _generated(windows: ScenarioWindows) -> bool:
 
 
 def sustained_size(windows: ScenarioWindows, load: float, seeds: Sequence[int], longest: int) -> int:
-    """The smallest episode size (within about 2%, at most ``longest``) whose windows of every seed are sustained
-    at ``load``: scaled by the span first, then bisected (a span is not quite proportional to its requests)."""
+    """The smallest episode size (within 2%, at most ``longest``) whose windows are all sustained at ``load``."""
 
     def reach(n: int) -> float:
         return replace(windows, num_requests=n).max_load(seeds)
@@ -219,8 +201,7 @@ def sustained_size(windows: ScenarioWindows, load: float, seeds: Sequence[int], 
 
 
 def capacity_notes(config: EvalConfig, per_seed: bool = False) -> list[str]:
-    """One line per scenario whose windows stop being sustained within the search's range: where, and how the
-    searches go on past it (longer windows) or report a policy meeting the target there."""
+    """One line per scenario whose windows stop being sustained within the search's range, and how searches go on."""
     lines = []
     for scenario in config.scenarios:
         windows = scenario_windows(config, scenario)
@@ -245,8 +226,7 @@ def capacity_notes(config: EvalConfig, per_seed: bool = False) -> list[str]:
 
 
 def verdict_notes(config: EvalConfig, rows: Sequence[Row]) -> list[str]:
-    """One line per scenario where some capacity of ``rows`` is only a lower bound (``window_limited``): how many,
-    where, and which options would give a verdict (fewer seeds, longer windows or trace, ``--fitted-traffic``)."""
+    """One line per scenario where some capacity of ``rows`` is only a lower bound, and the options that decide."""
     lines = []
     for scenario in config.scenarios:
         mine = [r for r in rows if r.get("scenario") == scenario.name]
@@ -280,9 +260,8 @@ def verdict_notes(config: EvalConfig, rows: Sequence[Row]) -> list[str]:
 
 
 def summarize_capacity(rows: Sequence[Row], merge: bool = True) -> list[Row]:
-    """Per (scenario, policy) of per-seed capacity rows: ``num_seeds``, mean and 95% half-width of
-    ``capacity_load`` and ``capacity_rps``, ``num_window_limited``, the runtime's fallback columns, and the paired
-    columns against ``tuned``. With ``merge``, policies whose searches played alike are one row (``same_as``)."""
+    """Per (scenario, policy) of per-seed capacity rows: mean and 95% half-width, the paired columns against ``tuned``;
+    with ``merge``, policies whose searches played alike are one row (``same_as``)."""
     groups: dict[tuple[str, str], list[Row]] = {}
     for r in rows:
         groups.setdefault((r["scenario"], r["policy"]), []).append(r)
@@ -300,8 +279,7 @@ def summarize_capacity(rows: Sequence[Row], merge: bool = True) -> list[Row]:
 
 
 def _against_tuned(summary: list[Row], groups: dict[tuple[str, str], list[Row]]) -> None:
-    """Beside ``tuned``: each policy's ``ratio_to_tuned_mean`` / ``_ci95`` (paired per seed) and, with a bound
-    above ``tuned``, ``gap_closed`` (``gap_share`` of the means)."""
+    """Each policy's paired ``ratio_to_tuned_mean`` / ``_ci95`` and, with a bound above ``tuned``, ``gap_closed``."""
     by_scenario: dict[str, dict[str, Row]] = {}
     for a in summary:
         by_scenario.setdefault(a["scenario"], {})[a["policy"]] = a
@@ -348,9 +326,8 @@ def capacity_grid(
     per_seed: bool = False,
     finished: Sequence[Row] = (),
 ) -> list[Row]:
-    """``find_capacity`` of every (scenario, policy) of ``config`` in order (``per_seed``: every seed's window
-    alone), serially (``progress`` counts evaluations) or on Ray (a task per search). ``on_row`` sees each row
-    as it ends; ``finished`` rows (a resumed run) are kept, not searched again; ``ValueError`` for a stray one."""
+    """``find_capacity`` of every (scenario, policy) in order (``per_seed``: each seed's window alone), serially or on
+    Ray; ``finished`` rows are kept, not searched again (``ValueError`` for a stray one)."""
     seeds: Sequence[int | None] = config.seeds if per_seed else (None,)
     cells = [(si, pi, seed) for si in range(len(config.scenarios)) for pi in range(len(config.policies))
              for seed in seeds]  # fmt: skip
@@ -416,13 +393,11 @@ def _capacity_task(config: EvalConfig, cwd: str, si: int, pi: int, target: float
 
 
 def read_per_seed(files: Iterable[str | Path]) -> dict[str, dict[str, dict[int, float]]]:
-    """Scenario -> policy -> seed -> ``capacity_load`` from ``--capacity --per-seed`` results files
-    (``identity.per_seed_values``)."""
+    """Scenario -> policy -> seed -> ``capacity_load`` from ``--capacity --per-seed`` results files."""
     return per_seed_values(files, "capacity_load", float)
 
 
 def read_window_limited(files: Iterable[str | Path]) -> dict[str, dict[str, set[int]]]:
-    """Scenario -> policy -> the seeds whose capacity in the same files is only a lower bound
-    (``window_limited``; a file without the column: none)."""
+    """Scenario -> policy -> the seeds whose capacity in the same files is only a lower bound (``window_limited``)."""
     flags = per_seed_values(files, "window_limited", lambda v: v.strip().lower() in ("true", "1"), required=False)
     return {s: {p: {k for k, v in seeds.items() if v} for p, seeds in ps.items()} for s, ps in flags.items()}

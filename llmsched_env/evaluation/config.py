@@ -1,9 +1,5 @@
-"""What an evaluation runs, checked once: scenarios, policies, loads, seeds, episode options, backend.
-
-    config = EvalConfig(scenarios=["mixed-slo"], policies=["fcfs", "mine=runs/ppo0"], seeds=[0, 1, 2])
-
-Scenarios and policies may be given by name; anything wrong (a repeat, a policy that does not fit a scenario, an
-episode larger than a trace's part) is one ``ValueError`` naming the field. A config pickles with cloudpickle.
+"""What an evaluation runs, checked once: scenarios, policies, loads, seeds, episode options, backend. Anything
+wrong is one ``ValueError`` naming the field. A config pickles with cloudpickle.
 """
 
 from __future__ import annotations
@@ -52,9 +48,7 @@ class InputError(ValueError):
 @dataclass(frozen=True, init=False)
 class EvalConfig:
     """Every run of an evaluation: each (scenario, load, policy, seed), episodes of ``split`` with ``num_requests``
-    requests and ``cost_model`` (default: the scenario's); ``runtime``: the torch runtime serves them;
-    ``engine_limits``: ``EngineConfig`` fields over every scenario's engine; ``length_prediction``: the predicted
-    output lengths every policy sees."""
+    requests; ``engine_limits``: ``EngineConfig`` fields over every scenario's engine."""
 
     scenarios: tuple[AnyScenario, ...]
     policies: tuple[PolicySpec, ...]

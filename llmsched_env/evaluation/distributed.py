@@ -1,10 +1,7 @@
 """Scale-out: map independent jobs over local worker processes or a Ray cluster (the ``distributed`` extra).
 
-``ray_imap`` yields each job's result with its index as it comes (``llmsched-evaluate --workers``/``--ray``: the
-grid's cells and capacity searches; ``llmsched-train --workers``). Without an address a pool of local worker
-processes talks to this one through pipes only (no network listener: no local Ray is started); with one
-(``ray://host:10001``, ``host:6379``) the repository ships as the job's ``working_dir``. Results placed by index
-are what the serial loop gives. Local workers end with this process however it ends (``common.lifetime``).
+Local workers talk to this process through pipes only (no network listener, no local Ray) and end with it
+however it ends (``common.lifetime``); results placed by index are what the serial loop gives.
 """
 
 from __future__ import annotations
@@ -38,8 +35,7 @@ def ray_imap(
     address: str | None = None,
     num_cpus: int | None = None,
 ) -> Iterator[tuple[int, Any]]:
-    """``(index, fn(*jobs[index]))`` for every job, as they finish: on ``num_cpus`` local worker processes
-    (``address`` None or "local"), else as one-CPU Ray tasks at ``address`` (Ray shut down after, if connected here).
+    """``(index, fn(*jobs[index]))`` for every job as it ends, on local workers (``address`` None or "local") or Ray.
     ``ValueError`` for a bad ``num_cpus``, ``RuntimeError`` without Ray; a failing job raises here."""
     if num_cpus is not None and (isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1):
         raise ValueError(f"num_cpus must be an integer >= 1 or None, got {num_cpus!r}")
@@ -51,8 +47,7 @@ def ray_imap(
 def _local_imap(
     fn: Callable[..., Any], jobs: Sequence[Sequence[Any]], num_cpus: int | None
 ) -> Iterator[tuple[int, Any]]:
-    """``ray_imap`` on local worker processes (spawned: no state shared with the parent but its folder and
-    environment); ``fn`` and each job travel cloudpickled, so closures and lambdas work as on Ray."""
+    """``ray_imap`` on spawned local workers; ``fn`` and the jobs travel cloudpickled (closures work as on Ray)."""
     import cloudpickle
 
     workers = max(1, min(num_cpus or os.cpu_count() or 1, len(jobs)))
@@ -74,8 +69,7 @@ def _local_imap(
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Terminate ``pool``'s worker processes (SIGTERM; a sweep's training in one ends with it, see
-    ``guarded_command``) rather than wait for their jobs to end."""
+    """SIGTERM ``pool``'s workers rather than wait for their jobs (a sweep's training ends too: ``guarded_command``)."""
     stop = getattr(pool, "terminate_workers", None)  # Python 3.14
     if stop is not None:
         stop()
@@ -111,8 +105,7 @@ def _connect_timeout() -> float:
 
 
 def _host_port(address: str) -> tuple[str, int] | None:
-    """The host and port of a Ray address (``ray://host:10001``, ``host:6379``, ``[::1]:6379``), None when it
-    names none (``auto``)."""
+    """The host and port of a Ray address (``ray://h:10001``, ``h:6379``, ``[::1]:6379``); None for none (``auto``)."""
     rest = address.removeprefix("ray://")
     host, sep, port = rest.rpartition(":")
     if not sep or not port.isdigit() or not host:
@@ -121,9 +114,8 @@ def _host_port(address: str) -> tuple[str, int] | None:
 
 
 def check_ray_address(address: str, timeout_s: float | None = None) -> None:
-    """One-line ``ValueError`` naming ``address`` unless a Ray cluster answers there within ``timeout_s``
-    (default ``$LLMSCHED_RAY_CONNECT_TIMEOUT_S`` or 60): a TCP connection, then ``ray.init`` in a child killed at the
-    deadline (Ray retries a non-Ray address forever)."""
+    """One-line ``ValueError`` unless a Ray cluster answers at ``address`` within ``timeout_s``; ``ray.init`` runs in a
+    child killed at the deadline (Ray retries a non-Ray address forever)."""
     import importlib.util
 
     if importlib.util.find_spec("ray") is None:
@@ -174,7 +166,6 @@ def _ray_imap(fn: Callable[..., Any], jobs: Sequence[Sequence[Any]], address: st
 
 
 def use_driver_folder(cwd: str) -> None:
-    """On a local worker, change to the driver's folder ``cwd`` (relative paths mean what they meant there);
-    on a remote node stay in the job's working_dir."""
+    """On a local worker, change to the driver's folder ``cwd``; on a remote node stay in the job's working_dir."""
     if os.path.isdir(cwd):
         os.chdir(cwd)

@@ -1,7 +1,5 @@
-"""Runs whose policy fell back (the torch runtime, ``--engine vllm``): marked in tables and summary.csv,
-warned about on stderr. A row's ``fallback_share`` (fallback decisions / all; a capacity search's over every
-episode it played) over ``FALLBACK_LIMIT`` shows its policy as ``mine [fallback 100%]``. The simulator never falls
-back: its rows have no such field.
+"""Runs whose policy fell back (the torch runtime, ``--engine vllm``): a row whose ``fallback_share`` is over
+``FALLBACK_LIMIT`` shows as ``mine [fallback 100%]`` and is warned about on stderr. Simulator rows have no such field.
 """
 
 from __future__ import annotations
@@ -20,8 +18,7 @@ _SHARE_KEYS = (FALLBACK_SHARE, f"{FALLBACK_SHARE}_mean", f"sim/{FALLBACK_SHARE}"
 
 
 def fallback_share(row: Mapping[str, Any]) -> float | None:
-    """The share of ``row``'s decisions that fell back: a run's ``fallback_share``, a summary row's mean, or the
-    larger of ``--engine vllm``'s two engines'; None for a row without one (the simulator's)."""
+    """The share of ``row``'s decisions that fell back (the larger of two engines'); None for a row without one."""
     shares = [float(row[key]) for key in _SHARE_KEYS if row.get(key) is not None]
     return max(shares) if shares else None
 
@@ -37,8 +34,7 @@ def fallback_mark(row: Mapping[str, Any]) -> str:
 
 
 def fallback_warning(row: Mapping[str, Any]) -> str | None:
-    """The stderr line for a run over ``FALLBACK_LIMIT`` (naming its policy, scenario, load, seed and share; for
-    a capacity search's row its policy, scenario and seed), else None."""
+    """The stderr line for a run (or search) over ``FALLBACK_LIMIT``, else None."""
     share = fallback_share(row)
     if share is None or share <= FALLBACK_LIMIT:
         return None
@@ -55,8 +51,7 @@ def fallback_warning(row: Mapping[str, Any]) -> str | None:
 
 
 def fallback_summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """A summary row's ``fallback_share_mean`` (over its seeds) and ``fallback_over_limit`` when its ``runs``
-    carry ``fallback_share``, else ``{}`` (the simulator's rows: summary.csv keeps its columns)."""
+    """A summary row's ``fallback_share_mean`` and ``fallback_over_limit`` when ``runs`` carry shares, else ``{}``."""
     if not runs or any(FALLBACK_SHARE not in r for r in runs):
         return {}
     mean = sum(float(r[FALLBACK_SHARE]) for r in runs) / len(runs)

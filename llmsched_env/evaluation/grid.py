@@ -1,13 +1,7 @@
 """Run the grid of an evaluation: every (scenario, load, policy, seed) episode, serially or on Ray.
 
-    config = EvalConfig(scenarios=["mixed-slo"], policies=["fcfs", "slo_aware"], seeds=[0, 1])
-    result = run_grid(config)                 # result.rows: one dict of metrics per run
-    summarize(result.rows)                    # mean and 95% CI over seeds per (policy, scenario, load)
-
-A policy acts on observations and masks through ``LLMSched-v1`` / ``LLMSchedCluster-v0`` (or the torch runtime);
-the planners play or fork the env's own simulator. A row holds the run's key, metrics, ``wall_s``, ``sustained``
-and ``trajectory`` (``identity``); rows come in grid order however they ran. ``on_run`` / ``on_row`` see each run
-as it ends; ``finished`` runs (``evaluation.resume``) are not run again.
+A row holds the run's key, metrics, ``wall_s``, ``sustained`` and ``trajectory`` (``identity``); rows come in
+grid order however they ran; ``finished`` runs (``evaluation.resume``) are not run again.
 """
 
 from __future__ import annotations
@@ -70,8 +64,7 @@ class FinishedRun:
 
 @dataclass(frozen=True)
 class GridResult:
-    """The rows of a grid, one per run in grid order, and with ``details=True`` each run's
-    ``episode_details`` under the same keys (the KV series only for the first seed at the first load)."""
+    """A grid's rows in grid order and, with ``details=True``, each run's ``episode_details`` under the same keys."""
 
     rows: list[Row]
     details: list[dict[str, Any]] = field(default_factory=list)
@@ -89,8 +82,7 @@ def run_cell(
     seeds: Sequence[int] | None = None,
     on_run: RunHook | None = None,
 ) -> GridResult:
-    """Every seed (or ``seeds``) of one (scenario, load, policy) of ``config``; ``runners`` share the runtime's
-    models between cells. After each run ``on_run`` sees its row and details, then ``on_row`` its row."""
+    """Every seed (or ``seeds``) of one (scenario, load, policy); ``on_run`` then ``on_row`` see each run as it ends."""
     env = config.make_env(scenario, load, policy.iterations_per_step, policy.schema)
     u: Any = env.unwrapped  # LLMSched-v1's or LLMSchedCluster-v0's
     windows = env_windows(env, scenario.name)
@@ -147,9 +139,8 @@ def run_grid(
     finished: Sequence[FinishedRun] = (),
     on_run: RunHook | None = None,
 ) -> GridResult:
-    """Every run of ``config``; ``ray``: an address, or "local" for ``ray_cpus`` workers (a task per cell).
-    ``finished`` runs are kept (one without details runs again where details are asked for); ``on_run`` and ``on_row``
-    see only the runs made here. ``ValueError`` for a stray finished run, ``RuntimeError`` without Ray."""
+    """Every run of ``config``; ``ray``: an address, or "local" for ``ray_cpus`` workers. ``finished`` runs are kept.
+    ``ValueError`` for a stray finished run, ``RuntimeError`` without Ray."""
     cells = [(si, load, pi) for si in range(len(config.scenarios)) for load in config.loads
              for pi in range(len(config.policies))]  # fmt: skip
     done = _finished(config, finished, details)
@@ -205,8 +196,7 @@ def run_grid(
 
 
 def _finished(config: EvalConfig, finished: Sequence[FinishedRun], details: bool) -> dict[RunKey, FinishedRun]:
-    """The ``finished`` runs by key (with ``details``, those without them left out, but on clusters); a key may
-    have a second line, which counts. ``ForeignRunError`` for a run not in the grid or of more lines."""
+    """The ``finished`` runs by key; ``ForeignRunError`` for a run not in the grid or of more lines."""
     grid = {(s.name, load, p.name, seed) for s in config.scenarios for load in config.loads
             for p in config.policies for seed in config.seeds}  # fmt: skip
     done: dict[RunKey, FinishedRun] = {}
@@ -234,8 +224,7 @@ def _finished(config: EvalConfig, finished: Sequence[FinishedRun], details: bool
 
 
 def episode_details(sim: Simulator, kv_series: bool = True) -> dict[str, np.ndarray]:
-    """Per-request latencies of the episode ``sim`` just ran, for plots: ``ttft_s`` of every finished
-    request, ``tpot_s`` of those of more than one token, and with ``kv_series`` the KV usage after every step."""
+    """The finished episode's per-request ``ttft_s`` and ``tpot_s`` for plots, and with ``kv_series`` the KV usage."""
     rounds = np.asarray(sim.engine.round_end_s, dtype=np.float64)
     ttft, tpot = [], []
     for r in sim.arrived_requests():

@@ -1,13 +1,8 @@
-"""Which policies played the same episodes: a fingerprint of each run, and groups of identical policies.
+"""Which policies played the same episodes: a fingerprint per run (``trajectory_fingerprint``), groups of identical
+policies (``identical_groups``, ``merge_identical``) and the strict per-seed results reader.
 
-    row["trajectory"] = trajectory_fingerprint(env.unwrapped.sim)   # what run_cell records for each run
-    identical_groups(rows)           # {scenario: [["fcfs", "lpm", "vtc"], ["slo_aware"], ...]}
-    merge_identical(summary, rows)   # one summary row per group, its other members in ``same_as``
-    policy_label(row)                # "fcfs (= lpm, vtc)"
-
-Two policies are identical on a scenario when every run of one has the fingerprint of the other's at the same load
-and seed (a capacity search's: of all the runs it made, not a tied capacity). Rows without a fingerprint are
-compared on every metric (capacity rows never merge).
+Two policies are identical on a scenario when every run of one has the other's fingerprint at the same load and
+seed; rows without a fingerprint are compared on every metric (capacity rows never merge).
 """
 
 from __future__ import annotations
@@ -34,8 +29,7 @@ def _digest(h: Any) -> str:
 
 
 def trajectory_fingerprint(state: Any) -> str:
-    """16 hex digits of a SHA-256 over what a finished episode did: every engine's iteration end times, each
-    arrived request's status, tokens, preemptions, token times and finish, and a cluster's placements."""
+    """16 hex digits of a SHA-256 over what a finished episode did (iteration times, each request's fate, placing)."""
     h = hashlib.sha256()
     engines = [state.engine] if hasattr(state, "engine") else [rep.engine for rep in state.replicas]
     for engine in engines:
@@ -52,8 +46,7 @@ def trajectory_fingerprint(state: Any) -> str:
 
 
 def combine_fingerprints(parts: Iterable[Any]) -> str:
-    """One fingerprint of a sequence (e.g. each load a capacity search evaluated and the fingerprints of its
-    runs there), in the format of ``trajectory_fingerprint``."""
+    """One fingerprint of a sequence, in the format of ``trajectory_fingerprint``."""
     h = hashlib.sha256()
     for part in parts:
         h.update(repr(part).encode())
@@ -62,8 +55,7 @@ def combine_fingerprints(parts: Iterable[Any]) -> str:
 
 
 def _signature(row: Mapping[str, Any], fallback: bool) -> Any:
-    """What must match between two runs: the fingerprint, else (``fallback``) every metric, else nothing
-    (None: the row matches no other)."""
+    """What must match between two runs: the fingerprint, else (``fallback``) every metric; None: matches no other."""
     if row.get(TRAJECTORY):
         return row[TRAJECTORY]
     if not fallback:
@@ -72,9 +64,7 @@ def _signature(row: Mapping[str, Any], fallback: bool) -> Any:
 
 
 def identical_groups(rows: Sequence[Mapping[str, Any]], *, fallback: bool = True) -> dict[str, list[list[str]]]:
-    """Per scenario, the policies of ``rows`` in groups that played identical runs (first-seen order); a run
-    without a fingerprint compares every other column with ``fallback``, else never matches. A bound is a group of
-    its own."""
+    """Per scenario, the policies of ``rows`` grouped by identical runs (first-seen order); a bound stays alone."""
     runs: dict[str, dict[str, dict[tuple[Any, Any], Any]]] = {}
     for row in rows:
         key = (row.get("load"), row.get("seed"))
@@ -101,8 +91,7 @@ def identical_groups(rows: Sequence[Mapping[str, Any]], *, fallback: bool = True
 def merge_identical(
     summary: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], *, fallback: bool = True
 ) -> list[dict[str, Any]]:
-    """``summary`` without the rows of policies identical to an earlier one (``identical_groups`` of ``rows``),
-    each kept row naming them in ``same_as`` ("" for none)."""
+    """``summary`` without the rows of policies identical to an earlier one, kept rows naming them in ``same_as``."""
     others = {(scenario, group[0]): group[1:] for scenario, groups in identical_groups(rows, fallback=fallback).items()
               for group in groups}  # fmt: skip
     merged = {(scenario, p) for (scenario, _), rest in others.items() for p in rest}
@@ -126,10 +115,8 @@ def policy_label(row: Mapping[str, Any]) -> str:
 def per_seed_values(
     files: Iterable[str | Path], column: str, convert: Callable[[str], T], required: bool = True
 ) -> dict[str, dict[str, dict[int, T]]]:
-    """Scenario -> policy -> seed -> ``convert(column)`` from per-seed results files (``llmsched-evaluate
-    --capacity --per-seed``; a later row replaces an earlier one; without ``required``, a missing ``column``
-    reads as ""). ``ValueError`` naming the file when it is missing or lacks a column, or the line of a value
-    that ``convert`` refuses."""
+    """Scenario -> policy -> seed -> ``convert(column)`` from per-seed results files (a later row replaces an earlier).
+    ``ValueError`` naming the file when it is missing or lacks a column, or the line of a value ``convert`` refuses."""
     out: dict[str, dict[str, dict[int, T]]] = {}
     for file in map(Path, files):
         if not file.is_file():
@@ -149,7 +136,6 @@ def per_seed_values(
 
 
 def read_trajectories(files: Iterable[str | Path]) -> dict[str, dict[str, dict[int, str]]]:
-    """Scenario -> policy -> seed -> ``trajectory`` from per-seed results files (``per_seed_values``; runs
-    whose latest row has none left out)."""
+    """Scenario -> policy -> seed -> ``trajectory`` from per-seed results files (runs without one left out)."""
     runs = per_seed_values(files, TRAJECTORY, str, required=False)
     return {s: {p: {k: v for k, v in seeds.items() if v} for p, seeds in ps.items()} for s, ps in runs.items()}

@@ -1,13 +1,6 @@
 """What an evaluation shows and writes: the live results table, the summary table, result files, TensorBoard.
-
-    table = results_table(config)         # sized for the config's policies, scenarios, loads and seeds
-    print(*table.head(), sep="\\n")
-    print(table.format(row))             # each row as its run ends, aligned under the header
-    write_results(out, rows, summary=summarize(rows), details=details, plots=True)
-
-Terminal tables show ``TABLE_COLUMNS`` under short headers; the files keep every metric (``results.csv`` /
-``.json`` a row per run, ``summary.csv`` mean and 95% CI per (policy, scenario, load), plots, TensorBoard), each
-written atomically. ``EVALUATION_FILES`` are every file an evaluation writes into its folder (``clear_outputs``).
+Terminal tables show ``TABLE_COLUMNS``; files keep every metric, each written atomically. ``EVALUATION_FILES``:
+every file an evaluation writes into its folder (``clear_outputs``).
 """
 
 from __future__ import annotations
@@ -60,8 +53,7 @@ CAPACITY_COLUMNS = ("policy", "scenario", "capacity_load", "capacity_rps")
 
 
 class LiveTable:
-    """A fixed-width table printed a row at a time, as ``format_table`` formats: columns of ``known`` values fit
-    them, the others are at least ``min_width`` wide (a wider value pushes its line right, never cut)."""
+    """A fixed-width table printed a row at a time; a wider value pushes its line right, never cut."""
 
     def __init__(
         self,
@@ -89,8 +81,7 @@ class LiveTable:
 
 
 def _cell(row: Mapping[str, Any], column: str) -> str:
-    """``row[column]`` as a cell: a capacity only known as a lower bound prefixed ``≥``, a policy that fell
-    back over the limit marked ``[fallback N%]``."""
+    """``row[column]`` as a cell: a lower-bound capacity prefixed ``≥``, a fallen-back policy marked."""
     text = format_cell(row.get(column))
     if column == "policy":
         return text + fallback_mark(row)
@@ -99,8 +90,7 @@ def _cell(row: Mapping[str, Any], column: str) -> str:
 
 
 def results_table(config: EvalConfig, sustained: bool = False) -> LiveTable:
-    """The live table of a grid's runs: the keys, then ``TABLE_COLUMNS`` under their short headers, and with
-    ``sustained`` (some window too short for its load: ``evaluation.sustained``) the ``sustained`` column."""
+    """The live table of a grid's runs: the keys, ``TABLE_COLUMNS``, and with ``sustained`` that column."""
     known: dict[str, Sequence[Any]] = {**_names(config), "load": list(config.loads), "seed": list(config.seeds)}
     columns = [*KEY_COLUMNS, *(["sustained"] if sustained else []), *TABLE_COLUMNS]
     return LiveTable(columns, {**known, "sustained": [True, False]} if sustained else known, TABLE_COLUMNS)
@@ -115,8 +105,7 @@ def capacity_table(config: EvalConfig, per_seed: bool = False) -> LiveTable:
 
 
 def format_capacity_summary(summary: Sequence[Row]) -> str:
-    """The per-seed capacities' summary (``summarize_capacity`` rows): mean and 95% half-width, titled; a row
-    with ``same_as`` is labelled ``policy (= others)`` (``identity.policy_label``)."""
+    """The per-seed capacities' summary table (mean and 95% half-width), merged policies labelled."""
     columns = ["policy", "scenario", "seeds", "capacity", "capacity ±", "req/s", "req/s ±"]
     short = [
         {"policy": policy_label(a) + fallback_mark(a), "scenario": a["scenario"], "seeds": a["num_seeds"],
@@ -152,8 +141,7 @@ def _names(config: EvalConfig) -> dict[str, list[str]]:
 
 
 def format_summary(summary: Sequence[Row]) -> str:
-    """The summary table of ``stats.summarize`` rows (mean ± 95% half-width of ``SUMMARY_METRICS``), merged
-    policies labelled ``policy (= others)``; a ``sustained`` column where some windows are not sustained."""
+    """The summary table of ``stats.summarize`` rows (mean ± 95% half-width), merged policies labelled."""
     columns = ["policy", "scenario", "load", "seeds"]
     if any(agg.get("sustained") is False for agg in summary):
         columns.append("sustained")
@@ -178,8 +166,7 @@ def write_results(
     details: Sequence[Mapping[str, Any]] = (),
     plots: bool = False,
 ) -> list[Path]:
-    """Write ``results.csv``, ``results.json``, ``summary.csv`` (with ``summary``) and with ``plots`` the PNGs
-    (the capacity plot for capacity rows) into ``out``, each atomically; the files written."""
+    """Write the results, summary and (``plots``) PNG files into ``out``, each atomically; returns the files written."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "results.csv")
@@ -199,8 +186,7 @@ def write_results(
 
 
 def clear_outputs(out: Path, keep: Sequence[str] = ()) -> list[Path]:
-    """Remove from ``out`` the files an evaluation writes (``EVALUATION_FILES``) but ``keep``, and the temporary
-    files a killed write left beside them; nothing else. The files removed."""
+    """Remove from ``out`` the ``EVALUATION_FILES`` but ``keep`` and a killed write's temporaries; returns them."""
     return remove_outputs(out, EVALUATION_FILES, keep)
 
 
@@ -209,8 +195,8 @@ def _safe_name(text: str) -> str:
 
 
 def write_tensorboard(rows: Sequence[Row], logdir: Path) -> list[Path]:
-    """Every numeric column of ``rows`` as scalar ``eval/COLUMN`` (per tenant ``eval/tenant/NAME/...``), one
-    run folder ``POLICY/SCENARIO/load_LOAD`` per (policy, scenario, load) and step = seed. Returns the folders."""
+    """Every numeric column of ``rows`` as scalar ``eval/COLUMN``, a folder per (policy, scenario, load), step = seed.
+    Returns the folders."""
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.compat.proto.summary_pb2 import Summary
     from tensorboard.summary.writer.event_file_writer import EventFileWriter

@@ -1,6 +1,5 @@
-"""PNG plots of an evaluation (``--out DIR``): latency CDFs, attainment against load, per-tenant service, KV usage
-over time, capacity; from the rows, summary and details ``run_grid`` and ``summarize`` give. matplotlib's object
-API on the Agg canvas (no pyplot, no global state); stdlib, numpy and matplotlib only.
+"""PNG plots of an evaluation (``--out DIR``): latency CDFs, attainment against load, per-tenant service, KV usage,
+capacity. matplotlib's object API on the Agg canvas (no pyplot, no global state).
 """
 
 from __future__ import annotations
@@ -41,8 +40,7 @@ def _colors(policies: Sequence[str]) -> dict[str, Any]:
 def _by_scenario(
     rows: Sequence[Row], policy_rows: Sequence[Row] | None = None, width: float = 5.0, height: float = 3.6
 ) -> tuple[Figure, list[tuple[Axes, str]], dict[str, Any]]:
-    """A figure of a subplot per scenario of ``rows`` (three to a line), each with its scenario, and the colours
-    of the policies of ``policy_rows`` (default: ``rows``)."""
+    """A figure of a subplot per scenario of ``rows`` (three to a line), and the policies' colours."""
     scenarios = _unique([r["scenario"] for r in rows])
     colors = _colors(_unique([r["policy"] for r in (rows if policy_rows is None else policy_rows)]))
     num = max(len(scenarios), 1)
@@ -57,8 +55,7 @@ def _by_scenario(
 def _grouped_bars(
     groups: Sequence[str], heights: Mapping[str, Sequence[float]], width: float
 ) -> tuple[Figure, Axes, dict[str, Any]]:
-    """Grouped bars, a group per ``groups`` entry and a bar per policy of ``heights``: the figure, its axes and
-    each policy's bars."""
+    """Grouped bars, a group per ``groups`` entry and a bar per policy: the figure, its axes and each policy's bars."""
     fig = Figure(figsize=(width, 4), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -170,8 +167,7 @@ def plot_tenant_service(rows: Sequence[Row], path: Path) -> Path:
 
 
 def _tenant_groups(runs: Sequence[Row]) -> tuple[list[str], list[dict[str, float]]]:
-    """The service plot's bars and each run's service per bar: the ``TOP_TENANTS`` tenants with the most
-    requests (ties by name), and ``other`` summing the rest (each run's own ``other`` included)."""
+    """The service plot's bars: the ``TOP_TENANTS`` busiest tenants (ties by name) and ``other``; each run's service."""
     names = _unique([k.split("/")[1] for r in runs for k in r if k.startswith("tenant/") and k.endswith("/service")])
     tenants = [t for t in names if t != _OTHER_TENANTS]
     requests = {t: sum(float(r.get(f"tenant/{t}/num_requests", 0.0)) for r in runs) for t in tenants}

@@ -1,12 +1,5 @@
-"""Status lines and progress bars (tqdm, with an ETA) on stderr, results on stdout.
-
-    with Progress(total=len(jobs), desc="grid", enabled=not args.no_progress) as bar:
-        for job in jobs:
-            bar.print(format_row(run(job)))   # a result line on stdout, the bar redrawn below it
-            bar.update()
-    status("cloning fcfs ...", enabled=...)   # one line on stderr before a step with no bar of its own
-
-``enabled=False`` (``--no-progress``) turns bars and status lines off.
+"""Status lines and progress bars (tqdm, with an ETA) on stderr, results on stdout; ``enabled=False``
+(``--no-progress``) turns both off.
 """
 
 from __future__ import annotations

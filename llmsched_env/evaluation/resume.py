@@ -1,17 +1,7 @@
-"""Resumable evaluations: each finished run (or capacity search) kept on disk as it ends, and read back.
-
-    record = evaluation_record(options, config, files)   # what decides the rows: options, input fingerprints
-    log = RowsLog.start(out, record)                     # a new evaluation: OUT/evaluation.json, empty rows.jsonl
-    check_resumable(out, record)                         # ValueError (one line): OUT ran another evaluation
-    log, finished = RowsLog.resume(out, record)          # the rows file continued, and the runs already done
-    log.append(row, details)                             # one line per run as it ends, flushed and fsynced
-    run_grid(config, finished=finished, on_run=log.append)
-
-``OUT/evaluation.json`` records the options that decide the rows, a SHA-256 of every input file, exported
-policy and tuned table, and an id; resuming refuses (one line per difference) other options or inputs.
-``OUT/rows.jsonl`` holds one ``{"row": ROW[, "details": ...], "sha256": ...}`` line per finished run, fsynced
-before the next starts; the digest folds in the id, so an edited or foreign line is refused, and a last line cut
-short by a kill is ignored (and cut off before appending).
+"""Resumable evaluations: each finished run (or capacity search) kept on disk as it ends, and read back
+(docs/reliability.md). ``OUT/evaluation.json`` records the options and input digests that decide the rows;
+``OUT/rows.jsonl`` one digested, fsynced line per run. Resuming refuses other options or inputs, an edited or
+foreign line; a last line cut short by a kill is ignored (and cut off before appending).
 """
 
 from __future__ import annotations
@@ -69,8 +59,7 @@ def _plain(value: Any) -> Any:
 def evaluation_record(
     options: Mapping[str, Any], config: EvalConfig, files: Mapping[str, str | Path | None] | None = None
 ) -> dict[str, Any]:
-    """An evaluation's record: ``options`` (flag -> value) and ``inputs``, a digest of each of ``files`` that is a
-    file, of each exported policy (metadata and weights) and of each policy's tuned table."""
+    """An evaluation's record: ``options`` (flag -> value) and a digest of every input file, policy and tuned table."""
     inputs: dict[str, str] = {}
     for flag, path in (files or {}).items():
         if path is not None and Path(path).is_file():
@@ -134,8 +123,7 @@ def read_record(out: Path) -> dict[str, Any] | None:
 
 
 def check_resumable(out: Path, record: Mapping[str, Any]) -> bool:
-    """Whether ``out`` holds an evaluation to resume with ``record``; ``ValueError`` (one line naming every
-    difference) when it ran with other options or inputs. Reads only."""
+    """Whether ``out`` holds an evaluation to resume (reads only); ``ValueError`` naming each difference."""
     old = read_record(out)
     if old is None:
         return False
@@ -153,8 +141,7 @@ def evaluation_id(out: Path) -> str:
 
 def read_rows(path: Path, salt: str | None = None, required: Sequence[str] = ()) -> tuple[list[FinishedRun], int]:
     """The runs in the rows file ``path`` and the bytes of its whole lines (a last line cut short is ignored).
-    ``ValueError`` naming the file and line for one that is not JSON, whose digest does not match its content
-    and ``salt`` (default: the record's id), or whose row or details fail ``check_row`` / ``check_details``."""
+    ``ValueError`` naming the file and line for a bad JSON line, digest (``salt``: the record's id), row or details."""
     if not os.path.lexists(path):
         return [], 0
     salt = evaluation_id(Path(path).parent) if salt is None else salt
@@ -329,8 +316,7 @@ class RowsLog:
     def resume(
         cls, out: Path, record: Mapping[str, Any], required: Sequence[str] = ()
     ) -> tuple[RowsLog, list[FinishedRun]]:
-        """The evaluation in ``out`` continued: the rows file open for appending (a torn last line cut) and its
-        runs; ``ValueError`` without a record, or for one of other options or inputs."""
+        """The evaluation in ``out`` continued (a torn last line cut) and its runs; ``ValueError`` as above."""
         out = Path(out)
         if not check_resumable(out, record):
             raise ValueError(f"{out}: no {RECORD_NAME}, so no evaluation to resume there")

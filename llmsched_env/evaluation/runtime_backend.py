@@ -1,7 +1,4 @@
-"""The torch runtime as an evaluation backend: serve the episode the simulator would run on a real model.
-
-Imported only when an evaluation has ``EvalConfig.runtime`` set (it imports torch).
-"""
+"""The torch runtime as an evaluation backend (imported only when ``EvalConfig.runtime`` is set: it imports torch)."""
 
 from __future__ import annotations
 
@@ -31,8 +28,7 @@ SPEED_WARN_RATIO = 1.25  # a machine this much slower or faster than its preset 
 
 
 class Runners:
-    """The model runners of one process, one per KV pool shape, each built on first use and kept (building
-    one loads the model)."""
+    """The model runners of one process, one per KV pool shape, each built on first use and kept."""
 
     def __init__(self, options: RuntimeOptions) -> None:
         self.options = options
@@ -52,8 +48,7 @@ class Runners:
 def runtime_episode(
     config: EvalConfig, env: Any, spec: PolicySpec, seed: int, runners: Runners
 ) -> tuple[dict[str, float], Runtime]:
-    """Serve the episode ``env.reset(seed=seed)`` would simulate on the torch runtime: the same requests,
-    arrivals stretched by the cost model's ``slo_scale`` (as its SLOs), fcfs as the fallback; metrics and runtime."""
+    """Serve ``env``'s ``seed`` episode on the torch runtime (arrivals stretched by ``slo_scale``; fcfs fallback)."""
     assert config.runtime is not None
     u: Any = env.unwrapped
     cfg = u.engine_config
@@ -80,8 +75,7 @@ def runtime_episode(
 
 
 def speed_check(runners: Runners, cfg: EngineConfig, cost_model: str, repeats: int = 3) -> float:
-    """This machine's step time over what ``cost_model`` predicts on ``SPEED_CHECK_GRID``'s shapes that fit
-    ``cfg`` (a short in-situ profile): 1.0 when the preset fits this machine."""
+    """This machine's step time over what ``cost_model`` predicts on ``SPEED_CHECK_GRID``: 1.0 when the preset fits."""
     samples = profile(runners.get(cfg), SPEED_CHECK_GRID, repeats=repeats)
     if not samples:
         raise ValueError(f"speed check: no profiled batch shape fits the KV pool of {cfg}")
@@ -89,8 +83,7 @@ def speed_check(runners: Runners, cfg: EngineConfig, cost_model: str, repeats: i
 
 
 def speed_message(ratio: float, cost_model: str, model: str, device: str) -> str | None:
-    """The warning for a machine ``ratio`` times slower (> 1) or faster than ``cost_model`` predicts, or None
-    within ``SPEED_WARN_RATIO``."""
+    """The warning for a machine ``ratio`` times slower or faster than predicted; None within ``SPEED_WARN_RATIO``."""
     if 1 / SPEED_WARN_RATIO <= ratio <= SPEED_WARN_RATIO:
         return None
     way = f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"

@@ -1,6 +1,6 @@
 """Which model runs where: ``RuntimeOptions`` of the torch runtime backend (``llmsched-evaluate --backend runtime``).
-Importing this module imports no torch; building ``RuntimeOptions`` does, and resolves the device and dtype
-defaults for this machine (the command-line options of a ``RunnerSpec``: ``commands.evaluate_args``)."""
+Importing this module imports no torch; building ``RuntimeOptions`` does.
+"""
 
 from __future__ import annotations
 
@@ -19,11 +19,8 @@ __all__ = ["RuntimeOptions"]
 
 @dataclass(frozen=True)
 class RuntimeOptions:
-    """A real model serving the episodes: ``model`` preset on ``device`` (default: cuda when available, else cpu)
-    in ``dtype`` (default: float32 on CPU, bfloat16 on a GPU), ``weights`` from a local safetensors file
-    (default: seeded random). ``realtime`` sleeps through idle gaps instead of skipping them; a decision slower
-    than ``policy_timeout_s`` falls back to fcfs. ``runner``: the resolved ``RunnerSpec`` (seed 0, one thread).
-    ``ValueError`` naming the field when torch is missing or a value is unknown."""
+    """A real model serving the episodes (defaults: cuda when available, float32 on CPU and bfloat16 on a GPU, seeded
+    random weights); a decision slower than ``policy_timeout_s`` falls back to fcfs. ``ValueError`` naming the field."""
 
     model: str = "tiny"
     device: str | None = None
@@ -46,8 +43,7 @@ class RuntimeOptions:
         object.__setattr__(self, "weights", spec.weights)
 
     def cost_model_preset(self) -> str:
-        """The calibrated cost model of this model and device kind (the runtime's SLO scale); ``ValueError``
-        saying how to calibrate one when none ships."""
+        """This model and device's calibrated cost model; ``ValueError`` saying how to calibrate one if none ships."""
         from llmsched_env.costs.loader import list_presets
 
         assert self.device is not None  # set in __post_init__

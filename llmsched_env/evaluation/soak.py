@@ -1,11 +1,6 @@
-"""A soak of the envs under random masked actions with the invariants checked every step.
-
-    result = soak(steps=100_000, seed=0)        # cycles through SOAK_CASES until ``steps`` env steps ran
-    print(result.steps, result.episodes, result.violations)
-
-Each case stresses one part of the core (a tiny KV pool, overload, remote KV, a cluster, a disaggregated one).
-Every step checks the invariants, every episode that no request was lost or counted twice; violations are
-recorded (case, seed, message), never raised. Same ``seed``, same episodes.
+"""A soak of the envs under random masked actions, the invariants checked every step and the request count every
+episode (``SOAK_CASES``: a tiny KV pool, overload, remote KV, a cluster, a disaggregated one). Violations are
+recorded, never raised; same ``seed``, same episodes.
 """
 
 from __future__ import annotations
@@ -67,8 +62,7 @@ def _conservation(info: dict[str, Any]) -> str | None:
 
 
 def soak(steps: int, seed: int = 0, num_requests: int = 40, cases: tuple[str, ...] | None = None) -> SoakResult:
-    """Episodes of each of ``cases`` (default: all), ``num_requests`` each, seeds from ``seed``, until each case
-    ran its share of ``steps``. ``ValueError`` for an unknown case or steps < 1."""
+    """Episodes of each of ``cases`` (default: all) until each ran its share of ``steps``; ``ValueError`` if bad."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
     names = tuple(SOAK_CASES) if cases is None else tuple(cases)

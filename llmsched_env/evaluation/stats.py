@@ -27,8 +27,7 @@ _T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622
 
 
 def t_quantile_975(df: int) -> float:
-    """The 0.975 quantile of Student's t with ``df`` >= 1 degrees of freedom (table to 30, then the
-    Cornish-Fisher expansion, within 1e-4)."""
+    """The 0.975 quantile of Student's t with ``df`` >= 1 (table to 30, then Cornish-Fisher, within 1e-4)."""
     if df < 1:
         raise ValueError(f"degrees of freedom must be >= 1, got {df}")
     if df <= len(_T975):
@@ -58,9 +57,8 @@ def group_traffic(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def summarize(rows: Sequence[dict[str, Any]], merge: bool = True) -> list[dict[str, Any]]:
-    """One row per (policy, scenario, load) of ``rows``: ``num_seeds``, ``NAME_mean`` and ``NAME_ci95`` of
-    each of ``SUMMARY_METRICS``, ``sustained`` and the fallback columns when the rows have them. With ``merge``,
-    identical policies are one row (``same_as``)."""
+    """One row per (policy, scenario, load): ``num_seeds``, ``NAME_mean`` and ``NAME_ci95`` of ``SUMMARY_METRICS``;
+    with ``merge``, identical policies are one row (``same_as``)."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault((row["policy"], row["scenario"], row["load"]), []).append(row)

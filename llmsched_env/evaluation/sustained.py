@@ -1,16 +1,6 @@
-"""Sustained windows in an evaluation (the rule: ``workloads.windows``): which (scenario, load) of a config
-replays windows too short for its load to be a sustained rate, the largest load a capacity search may report,
-and the tenants a part leaves out.
-
-    windows = scenario_windows(config, scenario)   # the episodes' source, size and load scale
-    windows.span(seed, load).sustained              # one window at one load
-    windows.max_load(seeds)                         # the largest load at which every seed's window is sustained
-    unsustained(config)                             # one line per (scenario, load) of the grid that is not
-    absent_tenant_notes(config)                     # one line per trace part that leaves tenants out
-    overlong_notes(config)                          # one line per scenario whose requests overrun max_model_len
-
-A window's span is measured on the very requests its episode replays (the env's source, episode size and
-load scaling: a cluster's load is a multiple of its own rate, the source's of the base scenario's).
+"""Sustained windows in an evaluation (the rule: ``workloads.windows``): the (scenario, load) cells whose windows are
+too short for a sustained rate, the largest load a capacity search may report, and notes on tenants a part leaves
+out and requests that overrun ``max_model_len``. Spans are measured on the very requests the episodes replay.
 """
 
 from __future__ import annotations
@@ -40,8 +30,7 @@ OVERLONG_NOTE_SHARE = 0.1
 
 @dataclass(frozen=True)
 class ScenarioWindows:
-    """The windows a config's episodes of one scenario replay: ``source`` (of ``split``), ``num_requests`` per
-    episode, and ``load_scale``, the source's load per unit of the scenario's (1 but for a cluster)."""
+    """A scenario's episode windows: ``source``, ``num_requests`` and ``load_scale`` (1 but for a cluster)."""
 
     name: str
     source: RequestSource
@@ -64,8 +53,7 @@ class ScenarioWindows:
         )
 
     def max_load(self, seeds: Sequence[int]) -> float:
-        """The largest load of the scenario at which the windows of all ``seeds`` are sustained (kept per set of
-        seeds: it does not depend on the load, and a note per load of a grid asks for it again)."""
+        """The largest load at which the windows of all ``seeds`` are sustained (cached per set of seeds)."""
         key = tuple(seeds)
         if key not in self._max_loads:
             self._max_loads[key] = min(
@@ -75,8 +63,7 @@ class ScenarioWindows:
         return self._max_loads[key]
 
     def requests_for(self, span: WindowSpan, seeds: Sequence[int], option: str = "--num-requests ") -> str:
-        """Words for the episode size (``option`` and the size) at which ``span``'s window would be sustained,
-        and whether the part holds such a window per seed."""
+        """Words for the episode size at which ``span``'s window is sustained, and whether the part has one per seed."""
         need = math.ceil(self.num_requests * span.required_s / max(span.span_s, 1e-12))
         text = f"about {option}{need}"
         if isinstance(self.source, TraceSource):
@@ -87,8 +74,7 @@ class ScenarioWindows:
         return text
 
     def unsustained_note(self, seeds: Sequence[int], load: float, option: str = "--num-requests ") -> str | None:
-        """None when every seed's window is sustained at ``load``; else one line: how many are not, the
-        shortest span against the needed one, the largest sustained load and the size that would do."""
+        """None when every seed's window is sustained at ``load``; else one line saying what would do."""
         spans = [self.span(seed, load) for seed in seeds]
         short = [w for w in spans if not w.sustained]
         if not short:
@@ -125,8 +111,7 @@ def _seconds(value: float) -> str:
 
 
 def unsustained(config: EvalConfig) -> list[str]:
-    """One line per (scenario, load) of ``config`` whose window of some seed is not sustained at that load
-    (``ScenarioWindows.unsustained_note``)."""
+    """One line per (scenario, load) of ``config`` whose window of some seed is not sustained."""
     lines = []
     for scenario in config.scenarios:
         windows = scenario_windows(config, scenario)
@@ -138,8 +123,7 @@ def unsustained(config: EvalConfig) -> list[str]:
 
 
 def absent_tenant_notes(config: EvalConfig) -> list[str]:
-    """One line per (single-node) scenario whose ``config.split`` part has no request of some of its tenants:
-    what a scenario's rows leave out, said before they are read."""
+    """One line per single-node scenario whose ``config.split`` part lacks some of its tenants."""
     lines = []
     for scenario in config.scenarios:
         base = scenario.scenario() if isinstance(scenario, ClusterScenario) else scenario
@@ -151,8 +135,7 @@ def absent_tenant_notes(config: EvalConfig) -> list[str]:
 
 
 def overlong_notes(config: EvalConfig) -> list[str]:
-    """One line per scenario where at least ``OVERLONG_NOTE_SHARE`` of the replayed requests exceed the longest
-    request its engine serves (``_max_model_len``): each is rejected unserved."""
+    """One line per scenario where ``OVERLONG_NOTE_SHARE`` of its requests exceed the longest its engine serves."""
     lines = []
     for scenario in config.scenarios:
         env = config.make_env(scenario, 1.0)
@@ -180,8 +163,7 @@ def overlong_notes(config: EvalConfig) -> list[str]:
 
 
 def _max_model_len(env: Any) -> tuple[int, str] | None:
-    """The longest request ``env`` serves and what sets it (``max_model_len`` or the KV pool's tokens; a
-    cluster's largest replica); None without an engine."""
+    """The longest request ``env`` serves and what sets it; None without an engine."""
     engine = getattr(env, "engine_config", None)
     specs = getattr(env, "specs", None)
     engines = [engine] if engine is not None else [s.engine for s in specs] if specs else []

@@ -11,8 +11,7 @@ __all__ = ["format_cell", "format_line", "format_table"]
 
 
 def format_cell(v: float | str | int | None) -> str:
-    """One cell of ``format_table``: blank for None, integers (and integral floats below 1e15) without a
-    decimal point, other floats to 4 significant digits, anything else as ``str``."""
+    """One cell: blank for None, integral numbers without a point, floats to 4 significant digits, else ``str``."""
     if v is None:
         return ""
     if isinstance(v, (bool, str)):
@@ -26,15 +25,13 @@ def format_cell(v: float | str | int | None) -> str:
 
 
 def format_line(cells: Sequence[str], widths: Sequence[int], numeric: Sequence[bool]) -> str:
-    """One line of ``format_table``: each cell padded to its width, numbers right-aligned, text left-aligned,
-    two spaces between columns, no trailing blanks (a longer cell pushes the rest of its line right)."""
+    """One line: cells padded, numbers right- and text left-aligned, two spaces between, no trailing blanks."""
     parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(cells, widths, numeric, strict=True)]
     return "  ".join(parts).rstrip()
 
 
 def format_table(rows: Sequence[Mapping[str, float | str]], columns: Sequence[str]) -> str:
-    """A plain fixed-width table of ``rows`` under ``columns``: floats to 4 significant digits, numbers
-    right-aligned, text left-aligned, a missing value blank."""
+    """A plain fixed-width table of ``rows`` under ``columns``, a missing value blank."""
     cells = [[format_cell(row.get(c)) for c in columns] for row in rows]
     numeric = [all(not isinstance(row.get(c), str) for row in rows) for c in columns]
     widths = [max([len(c)] + [len(line[j]) for line in cells]) for j, c in enumerate(columns)]

@@ -1,20 +1,6 @@
-"""Tune a scenario's static knobs on its ``val`` split: the search behind the ``tuned`` baseline.
-
-    config = TuneConfig(seeds=(0, 1, 2, 3, 4), candidates=48, seed=0)
-    result = tune_scenario(config, "mixed-slo", log=print)       # result.entry: settings + provenance
-    write_tuned_entries(shipped_table(), {result.scenario: result.entry})
-
-Every episode runs on ``val`` (``test`` is never built), through ``run_cell`` and ``find_capacity``:
-
-1. **Probe load**: the references' (``slo_aware``, ``sjf``) highest val capacity on the first two seeds;
-   candidates are scored by SLO attainment there (generated traffic: on windows sustained at that load; a trace's
-   windows past their sustained load rank on bursts, recorded as ``probe_sustained: false``).
-2. **Successive halving** over the static named heuristics' settings and ``candidates`` random ones (``seed``):
-   one seed, keep a third; three seeds, keep a third; then every seed.
-3. **Local search**: the best improving single-knob move on all seeds, up to ``rounds`` times.
-4. **Capacity** on all seeds of the result and of the references.
-
-A score is the mean attainment over the seeds (ties: goodput, then the earlier candidate): deterministic.
+"""Tune a scenario's static knobs on its ``val`` split: the search behind the ``tuned`` baseline (probe load,
+successive halving, local search, capacity; docs/baselines-and-metrics.md). Every episode runs on ``val``
+(``test`` is never built); scores are deterministic (ties: goodput, then the earlier candidate).
 """
 
 from __future__ import annotations
@@ -60,8 +46,7 @@ Score = tuple[float, float]  # (mean SLO attainment, mean goodput) over the seed
 
 @dataclass(frozen=True)
 class TuneConfig:
-    """How to tune (the module docstring's steps) and ``EvalConfig``'s episode options; ``ValueError`` naming the
-    field."""
+    """How to tune (docs/baselines-and-metrics.md) and the episode options; ``ValueError`` naming the field."""
 
     references: Sequence[str] = ("slo_aware", "sjf")
     seeds: Sequence[int] = (0, 1, 2, 3, 4)
@@ -158,8 +143,7 @@ class _Search:
         return float(np.mean([r[0] for r in runs])), float(np.mean([r[1] for r in runs]))
 
     def capacity(self, spec: PolicySpec | str, seeds: Sequence[int]) -> float:
-        """The val capacity of ``spec`` on ``seeds`` (a trace's windows searched past their sustained load, which
-        sets ``max_sustained``; generated traffic on windows grown as ``llmsched-evaluate``'s)."""
+        """The val capacity of ``spec`` on ``seeds`` (a trace's windows searched past their sustained load)."""
         cfg = self.config.eval_config(self.scenario, seeds)
 
         def count(_remaining: int) -> None:
@@ -250,8 +234,7 @@ def tune_scenario(
     log: Callable[[str], None] = lambda line: None,
     command: str | None = None,
 ) -> TuneResult:
-    """Tune ``scenario`` (module docstring), a ``log`` line per step, recording ``command`` (default:
-    ``config.command``). ``ValueError`` when no reference meets the target at any load, or for a bad option."""
+    """Tune ``scenario``, a ``log`` line per step; ``ValueError`` when no reference meets the target, or bad input."""
     t0 = time.perf_counter()
     sc = config.eval_config(scenario, config.seeds[:1]).scenarios[0]
     assert isinstance(sc, Scenario)  # EvalConfig takes the references (schedulers) on single-node scenarios only
@@ -311,9 +294,8 @@ def trace_policies(
     *,
     cost_model: str | None = None,
 ) -> list[PolicySpec]:
-    """``entries`` (``--policies``) resolved, every ``tuned`` among them bound to the entries of the keys of
-    ``scenarios`` (the trace of ``options`` with ``limits``, and its fitted traffic) under ``cost_model``.
-    One-line ``ValueError`` naming the policy, or giving the ``llmsched-tune`` command when no table holds a key."""
+    """``entries`` resolved, every ``tuned`` bound to the entries of ``scenarios``' trace keys. One-line ``ValueError``
+    naming the policy, or giving the ``llmsched-tune`` command when no table holds a key."""
     specs = [resolve_policy(entry) for entry in entries]
     if not any(spec.baseline == "tuned" for spec in specs):
         return specs

@@ -1,8 +1,6 @@
-"""vLLM's real scheduler as an evaluation engine, next to llmsched's simulator on the same workload.
-
-``compare_engines(config)`` runs every run of an ``EvalConfig`` on the same requests through the simulator
-(``decision.serve``) and vLLM's scheduler in the loop (``adapters.vllm.loop``), both priced by the scenario's cost
-model. ``check_vllm()`` says in one line when vLLM is missing; vLLM is imported only when a run starts.
+"""vLLM's real scheduler as an evaluation engine (``compare_engines``): every run of an ``EvalConfig`` on the same
+requests through the simulator and vLLM's scheduler in the loop, both priced by the scenario's cost model.
+vLLM is imported only when a run starts; ``check_vllm()`` says in one line when it is missing.
 """
 
 from __future__ import annotations
@@ -32,8 +30,7 @@ def check_vllm() -> None:
 def compare_run(
     config: EvalConfig, scenario: Any, load: float, spec: Any, seed: int, policy_timeout_s: float = 0.1
 ) -> Row:
-    """One run on both engines: its key, both attainments, their gap and each engine's metrics (``sim/``,
-    ``vllm/``); a decision slower than ``policy_timeout_s`` falls back on both."""
+    """One run on both engines: its key, both attainments, their gap and each engine's metrics (``sim/``, ``vllm/``)."""
     from llmsched_env.adapters.vllm.loop import VllmLoop
 
     env = config.make_env(scenario, load, spec.iterations_per_step, spec.schema)
@@ -103,8 +100,7 @@ def compare_engines(config: EvalConfig, policy_timeout_s: float = 0.1) -> list[R
 
 
 def format_comparison(rows: list[Row]) -> str:
-    """The rows as an aligned text table of ``COMPARE_COLUMNS``, the policy of a run whose decisions fell back
-    over ``fallbacks.FALLBACK_LIMIT`` (on either engine) marked ``policy [fallback N%]``."""
+    """The rows as an aligned table of ``COMPARE_COLUMNS``, a fallen-back run's policy marked ``[fallback N%]``."""
     from llmsched_env.evaluation.fallbacks import fallback_mark
     from llmsched_env.evaluation.tables import format_table
 

@@ -1,7 +1,5 @@
-"""One block of the live experiment as ``blocks.jsonl`` holds it (``block_record``: the client's figures and the
-server's logs), and the per-block statistics the prediction computes the same way (``block_metrics``): a request
-is good when it succeeded within its tenant's TTFT and TPOT targets; attainment = good / all; goodput = good per
-second; percentiles over the succeeded requests. ``BlockError``: a block its policy did not decide throughout.
+"""One block of the live experiment as ``blocks.jsonl`` holds it (``block_record``), and its statistics computed the
+same way for the prediction (``block_metrics``). ``BlockError``: a block its policy did not decide throughout.
 """
 
 from __future__ import annotations
@@ -48,8 +46,7 @@ def block_metrics(
     tenants: Sequence[str], ttft_s: np.ndarray, tpot_s: np.ndarray, e2e_s: np.ndarray, succeeded: np.ndarray,
     slos: dict[str, TenantConfig], duration_s: float,
 ) -> tuple[dict[str, float], list[dict[str, Any]], dict[str, dict[str, float]]]:  # fmt: skip
-    """The block's ``METRICS``, per-request records and per-tenant ``{requests, slo_attainment}``, from per-request
-    arrays (``tpot_s`` NaN for one token; ``succeeded`` false for a failed or shed request)."""
+    """The block's ``METRICS``, per-request records and per-tenant attainment, from per-request arrays."""
     n = len(tenants)
     good = np.zeros(n, dtype=bool)
     for i, name in enumerate(tenants):
@@ -90,9 +87,7 @@ def step_period_median_s(t0_s: Sequence[float], busy: Sequence[bool]) -> float:
 def frontend_figures(
     plan: Sequence[PlannedRequest], server: Sequence[ServerRequest], client: ClientResult, steps: Sequence[StepRecord],
 ) -> dict[str, float]:  # fmt: skip
-    """Did the block's requests reach the engine on time: the share sent ``LATE_SEND_S`` later than planned
-    (``late_share``) and that lag's p90 and maximum; the client's TTFT minus the engine's (``frontend_p50_s``,
-    ``frontend_p90_s``); busy engine steps per second (``steps_per_s``)."""
+    """Did the block's requests reach the engine on time: late-send share and lag, client-minus-engine TTFT, steps/s."""
     planned = [(p.send_s, c) for p, c in zip(plan, client.start_s, strict=False) if p.send_s is not None]
     # both clocks from the first request that has a planned time
     lags = np.array([(c - planned[0][1]) - (s - planned[0][0]) for s, c in planned], dtype=np.float64)
@@ -114,9 +109,8 @@ def block_record(
     folder: Path, log_dir: Path | None, slos: dict[str, TenantConfig], policy: str | None, meta: dict[str, Any],
     span_s: tuple[float, float] | None = None, server_logs: ServerLogs | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """The ``blocks.jsonl`` record, ``meta`` first, of the block with client files in ``folder`` and server logs in
-    ``log_dir`` (or ``server_logs``, already read); ``BlockError`` unless ``policy`` decided every request and
-    step. ``log_dir`` None (vLLM's own scheduler, which logs nothing): the client's figures only, over ``span_s``."""
+    """The ``blocks.jsonl`` record of the block in ``folder`` with server logs in ``log_dir`` (None: vLLM's own
+    scheduler, the client's figures only); ``BlockError`` unless ``policy`` decided every request and step."""
     if log_dir is None:
         if span_s is None:
             raise ValueError("block_record: a block without server logs needs span_s (its start and end)")

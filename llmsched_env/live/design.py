@@ -82,8 +82,7 @@ def williams_rounds(arms: Sequence[str], num_rounds: int) -> list[list[str]]:
 
 @dataclass(frozen=True)
 class OrderBalance:
-    """What an order achieves: how often ``a`` directly precedes ``b`` in a round (``within``) or across two
-    (``across``), and how often ``a`` is a round's ``k``-th block (``position[a][k]``)."""
+    """How often ``a`` precedes ``b`` in a round (``within``) or across two (``across``), and its positions."""
 
     arms: tuple[str, ...]
     within: dict[tuple[str, str], int]
@@ -202,9 +201,8 @@ def detectable_effect(sd_diff: float, rounds: int, alpha: float = 0.05, power: f
 
 def rounds_needed(sd_diff: float, delta: float, alpha: float = 0.05, power: float = 0.8, minimum: int = 2,
                   maximum: int = 100_000) -> int | None:  # fmt: skip
-    """The fewest paired rounds n >= ``minimum`` that detect a true difference ``delta`` (``detectable_effect``):
-    the least n with ``n >= ((t_{1-alpha/2, n-1} + t_{power, n-1}) sd / delta)^2``; None when none up to
-    ``maximum`` does."""
+    """The fewest paired rounds n >= ``minimum`` that detect a true difference ``delta`` (``detectable_effect``);
+    None when none up to ``maximum`` does."""
     _check_levels(alpha, power)
     if minimum < 2:
         raise ValueError(f"a paired interval needs >= 2 rounds, got minimum {minimum}")
@@ -256,8 +254,7 @@ def format_difference(metric: str, d: float) -> str:
 
 @dataclass(frozen=True)
 class RoundPlan:
-    """The rounds to play, what the budget ``allowed`` and the powered differences ``wanted``, and one row per
-    (cell, arm, metric): ``predicted``, ``aa_sd``, ``needed``, ``powered``, ``detectable``, ``detected``."""
+    """The rounds to play, the budget ``allowed``, the powered ``wanted``, a row per (cell, arm, metric)."""
 
     rounds: int
     allowed: int
@@ -309,8 +306,7 @@ def plan_rounds(
     round_s: float, budget_s: float, minimum: int = 10, maximum: int | None = None, *, control: str = "fcfs",
     alpha: float = 0.05, power: float = 0.8, powered: Mapping[str, float] = DEFAULT_POWERED,
 ) -> RoundPlan:  # fmt: skip
-    """The rounds (``RoundPlan``) the ``powered`` differences of ``predicted[cell][arm][metric]`` need under the A/A
-    noise ``aa_sd[cell][metric]``, within ``maximum`` and the budget, never fewer than ``minimum``."""
+    """The rounds the ``powered`` predicted differences need under the A/A noise, within ``maximum`` and the budget."""
     if minimum < 2:
         raise ValueError(f"minimum must be >= 2 rounds, got {minimum}")
     if maximum is not None and maximum < minimum:

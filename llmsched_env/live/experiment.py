@@ -248,8 +248,7 @@ class Instance:
 # -- the simulator's side --------------------------------------------------------------------------------------
 def knee_rate(workload: LiveWorkload, tenants: Sequence[TenantConfig], model: CostModel, frontend_s: float,
               guess: float, seeds: Sequence[int] = (0, 1, 2)) -> float:  # fmt: skip
-    """The highest rate (to 3%) at which the simulator's ``fcfs`` meets ``KNEE_ATTAINMENT`` on the workload's
-    blocks (mean over ``seeds``), under ``model``."""
+    """The highest rate (to 3%) at which the simulator's ``fcfs`` meets ``KNEE_ATTAINMENT`` under ``model``."""
     spec = resolve_policy(CONTROL)
 
     def attained(rate: float) -> float:
@@ -270,8 +269,7 @@ def knee_rate(workload: LiveWorkload, tenants: Sequence[TenantConfig], model: Co
 
 def tune_table(config: ExperimentConfig, workload: LiveWorkload, tenants: Sequence[TenantConfig], model_path: Path,
                knee: float, folder: Path, log: Log) -> Path:  # fmt: skip
-    """``tuned`` for the workload: ``llmsched-tune --trace`` on a val stream of it (40 blocks' worth of requests at
-    the knee, seeds of their own) with the fitted model and the server's limits; the table's path."""
+    """``llmsched-tune --trace`` on a val stream of the workload at the knee; the table's path."""
     rows: list[dict[str, Any]] = []
     t0 = 0.0
     for k in range(40):
@@ -351,8 +349,7 @@ def _fit_instance(config: ExperimentConfig, workload: LiveWorkload, folder: Path
 
 
 def tuned_entry(spec: PolicySpec) -> str:
-    """The entry a ``tuned`` spec (or an ``mpc`` around a tuned base) with a table of one entry plays, as the
-    adapter picks it; "" otherwise."""
+    """The entry a ``tuned`` spec (or an ``mpc`` on a tuned base) with a one-entry table plays; "" otherwise."""
     given: Any = spec.table if spec.baseline == "tuned" else None
     if spec.mpc is not None and spec.mpc.base == "tuned":
         given = spec.mpc.table or None

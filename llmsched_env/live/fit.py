@@ -33,8 +33,7 @@ def _logs(steps: StepLogs) -> list[Sequence[StepRecord]]:
 
 
 def _periods(logs: list[Sequence[StepRecord]]) -> list[tuple[StepRecord, StepRecord, float]]:
-    """``(step, next step, period_s)`` of every non-empty busy step that has a next step starting after it,
-    within each log."""
+    """``(step, next step, period_s)`` of every non-empty busy step followed by one, within each log."""
     out = []
     for log in logs:
         for s, nxt in itertools.pairwise(log):
@@ -49,8 +48,7 @@ def _sample(s: StepRecord, seconds: float) -> Sample:
 
 
 def step_samples(steps: StepLogs, duration: str = "period") -> list[Sample]:
-    """Cost-model samples ``(prefill tokens, decode seqs, KV tokens, attention pairs, seconds)`` of one step log
-    or of several (no period spans two), each step priced by ``duration``."""
+    """Cost-model samples of one step log or several (no period spans two), each step priced by ``duration``."""
     if duration not in DURATIONS:
         raise ValueError(f"duration must be one of {', '.join(DURATIONS)}, got {duration!r}")
     logs = _logs(steps)
@@ -70,9 +68,8 @@ def step_samples(steps: StepLogs, duration: str = "period") -> list[Sample]:
 
 def fit_live_cost_model(steps: StepLogs, duration: str = "period", concave_decodes: bool = False,
                         match_total: bool = True, name: str = "live") -> LinearCostModel:  # fmt: skip
-    """``LinearCostModel.fit`` to ``step_samples(steps, duration)``; with ``match_total`` scaled so that its total
-    over the samples is theirs (latencies add up slow steps too). ``concave_decodes``: the ``log2(1 + decodes)``
-    term too. ``ValueError`` with too few samples."""
+    """``LinearCostModel.fit`` to ``step_samples(steps, duration)``; ``match_total`` scales it to the samples' total.
+    ``ValueError`` with too few samples."""
     samples = step_samples(steps, duration)
     if len(samples) < 5 + concave_decodes:
         raise ValueError(
@@ -92,8 +89,7 @@ def _measured_over_predicted(model: LinearCostModel, samples: Sequence[Sample]) 
 
 
 def live_fit_report(model: LinearCostModel, steps: StepLogs, duration: str = "period") -> dict[str, float]:
-    """``fit_report``'s relative errors of ``model`` on ``step_samples(steps, duration)``, the number of steps and
-    the measured over predicted total time."""
+    """``fit_report``'s errors of ``model`` on the steps, their number, measured over predicted time."""
     samples = step_samples(steps, duration)
     if not samples:
         raise ValueError(f"no usable steps to report on ({duration})")
@@ -103,8 +99,7 @@ def live_fit_report(model: LinearCostModel, steps: StepLogs, duration: str = "pe
 
 
 def step_breakdown(steps: StepLogs) -> dict[str, float]:
-    """Medians over the busy steps of ``schedule_s``, ``model_s``, ``update_s``, ``between_s`` (``t3`` to the next
-    ``t0``) and ``period_s``, with ``num_busy_steps``; zeros without a busy step."""
+    """Medians of each part of a busy step and of its period, with ``num_busy_steps``; zeros without one."""
     busy = _periods(_logs(steps))
     parts = {
         "schedule_s": [s.t1_s - s.t0_s for s, _, _ in busy], "model_s": [s.t2_s - s.t1_s for s, _, _ in busy],

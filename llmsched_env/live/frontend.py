@@ -44,8 +44,7 @@ def _instance_blocks(instance: Path) -> list[tuple[float, dict[str, float]]]:
 
 
 def collect(out: str | Path) -> dict[str, list[dict[str, Any]]]:
-    """Per cell, one entry per record of its ``blocks.jsonl`` that a block folder matches: ``round``, ``arm``,
-    ``warmup``, ``t_start`` and the figures."""
+    """Per cell, one entry per ``blocks.jsonl`` record a block folder matches: its keys and front-end figures."""
     out = Path(out)
     found: list[tuple[float, dict[str, float]]] = []
     for instance in sorted((out / "workloads").glob("*/*")):
@@ -78,8 +77,7 @@ def write_frontend(out: str | Path) -> tuple[Path, dict[str, list[dict[str, Any]
 
 
 def arm_figures(blocks: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """One arm's front end over its blocks' figures: blocks, mean late share, blocks > 5% late, median largest
-    lag and client-minus-engine TTFT p90, mean engine steps per second."""
+    """One arm's front-end figures, summarised over its blocks."""
 
     def finite(key: str) -> list[float]:
         return [f[key] for f in blocks if math.isfinite(f[key])]

@@ -36,8 +36,7 @@ LOG_FOLDER = "server-log"  # beside the run folders, as ``live.server`` lays an 
 
 @dataclass(frozen=True)
 class LiveRun:
-    """One live run: its requests in send order (``plan``, ``server``, ``client``), its engine ``steps``, the
-    server's ``log_dir``, and the labels of requests that failed before reaching the server (``unlogged``)."""
+    """One live run: its requests in send order, engine ``steps``, ``log_dir``, and the ``unlogged`` failed labels."""
 
     name: str
     plan: tuple[PlannedRequest, ...]
@@ -59,8 +58,7 @@ class LiveRun:
 
 
 def find_result_file(run_dir: Path) -> Path:
-    """The client's result JSON in ``run_dir``: ``result.json``, else the only ``*.json`` besides
-    ``requests.json``; ``ValueError`` naming the folder when there is none or more than one."""
+    """The client's result JSON in ``run_dir``; ``ValueError`` naming the folder when there is none or more than one."""
     preferred = run_dir / RESULT_FILE
     if preferred.is_file():
         return preferred
@@ -75,8 +73,7 @@ def find_result_file(run_dir: Path) -> Path:
 
 
 def find_log_dir(run_dir: Path) -> Path:
-    """Where the server's logs of ``run_dir`` are: ``run_dir`` itself when it holds ``requests.jsonl``, else the
-    ``server-log`` folder beside it; ``ValueError`` naming both when neither does."""
+    """``run_dir`` if it holds ``requests.jsonl``, else its sibling ``server-log``; else ``ValueError``."""
     for folder in (run_dir, run_dir.parent / LOG_FOLDER):
         if (folder / SERVER_FILE).is_file():
             return folder
@@ -143,9 +140,8 @@ def load_run(
     run_dir: str | Path, name: str | None = None, log_dir: str | Path | None = None,
     server_logs: ServerLogs | None = None,
 ) -> LiveRun:  # fmt: skip
-    """Read and cross-check ``run_dir`` and the server's logs in ``log_dir`` (default ``find_log_dir``; or
-    ``server_logs``, already read). ``ValueError`` naming the file for a missing file, a label logged twice, or
-    not at all for a request that succeeded, or a tenant that differs."""
+    """Read and cross-check ``run_dir`` and the server's logs; ``ValueError`` naming the file for a missing file, a
+    label logged twice or not at all, or a tenant that differs."""
     folder = Path(run_dir)
     if not folder.is_dir():
         raise ValueError(f"{folder}: not a run folder")

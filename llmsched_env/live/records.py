@@ -48,8 +48,7 @@ class StepRecord:
 
 @dataclass(frozen=True)
 class ServerRequest:
-    """The server's record of one finished request (any reason); ``line`` is its line in ``requests.jsonl``;
-    ``policy``: the policy active when it was added (None in logs written before the adapter recorded it)."""
+    """The server's record of one finished request, ``line`` in ``requests.jsonl``; ``policy`` None if unlogged."""
 
     id: str
     label: str | None
@@ -74,8 +73,7 @@ class ServerRequest:
 
 @dataclass(frozen=True)
 class PlannedRequest:
-    """One request the client sent: its label, tenant, lengths and planned send offset from the run start
-    (None when the client drew it as it went, e.g. Poisson arrivals at a rate)."""
+    """One request the client sent; ``offset_s`` None when the client drew it as it went (Poisson arrivals)."""
 
     label: str
     tenant: str
@@ -148,8 +146,7 @@ def _ok(kind: str, v: Any) -> bool:
 def _fields(
     where: str, data: Any, spec: Mapping[str, str], optional: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
-    """``data``'s fields of ``spec`` (name -> kind) and of ``optional`` (None when absent), checked;
-    ``ValueError`` starting with ``where``."""
+    """``data``'s fields of ``spec`` and ``optional`` (None if absent); ``ValueError`` starting ``where``."""
     if not isinstance(data, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(data).__name__}")
     for name, kind in spec.items():
@@ -166,8 +163,7 @@ def _fields(
 
 
 def jsonl_records(path: Path, text: str | None = None, first_line: int = 1) -> Iterator[tuple[int, Any]]:
-    """``(line number, parsed object)`` for every non-blank line of ``path``, or of ``text`` (lines of ``path``
-    from its line ``first_line`` on) when given."""
+    """``(line number, parsed object)`` per non-blank line of ``path`` (or ``text``, from ``first_line``)."""
     if text is None:
         try:
             text = read_text(path, RECORD_BYTES)
@@ -205,8 +201,7 @@ def read_steps(path: str | Path, text: str | None = None, first_line: int = 1) -
 
 
 def read_server_requests(path: str | Path, text: str | None = None, first_line: int = 1) -> list[ServerRequest]:
-    """Every record of a server's ``requests.jsonl`` in file order, each with its ``line`` (of ``text``, its lines
-    from ``first_line`` on, if given)."""
+    """Every record of a server's ``requests.jsonl`` in file order, each with its ``line``."""
     p = Path(path)
     out = []
     for n, data in jsonl_records(p, text, first_line):

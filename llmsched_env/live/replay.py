@@ -1,10 +1,5 @@
-"""Does llmsched's simulator predict a live vLLM server? A live run replayed and compared:
-
-    run = load_run("runs/r8"); model = fit_live_cost_model(run.steps)
-    rows = compare(run, replay(run, "slo_aware", engine, tenants, model), frontend_delay_s(load_run("runs/r1")))
-
-Live is measured at the client and at the engine; their difference (``frontend_s``) is front-end time the
-simulator does not model. Errors are signed, ``(sim - live) / live``. Command: ``llmsched_env.commands.live_replay``.
+"""Does llmsched's simulator predict a live vLLM server? A live run replayed and compared (docs/vllm.md); errors are
+signed, ``(sim - live) / live``; ``frontend_s`` is the front-end time the simulator does not model.
 """
 
 from __future__ import annotations
@@ -99,8 +94,7 @@ def _err(sim: float, live: float) -> float:
 
 
 def compare(run: LiveRun, simulated: ReplayResult, frontend_delay_s: float = 0.0) -> list[Row]:
-    """One row (``COMPARE_COLUMNS``, ``policy``, ``sim_delay_s``) per metric, ``frontend_delay_s`` added to the
-    simulated TTFT and E2E."""
+    """One row per metric, ``frontend_delay_s`` added to the simulated TTFT and E2E."""
     client, engine = client_latencies(run), engine_latencies(run)
     sim: Latencies = simulated.shifted(frontend_delay_s) if frontend_delay_s else simulated
     base: Row = {"run": run.name, "policy": simulated.policy}
@@ -127,8 +121,7 @@ def _row(base: Row, metric: str, client: float, engine: float, sim: float) -> Ro
 
 @dataclass(frozen=True)
 class LiveReport:
-    """What ``evaluate_runs`` found: the ``model``, its ``fit`` report, the busy step's ``breakdown``, the
-    comparison ``rows``, the ``policy`` and the ``frontend_delay_s`` added."""
+    """What ``evaluate_runs`` found: the fitted model, its report, the step breakdown and the comparison rows."""
 
     model: LinearCostModel
     fit: dict[str, float]
@@ -143,8 +136,7 @@ def evaluate_runs(
     fit_runs: Sequence[LiveRun] | None = None, duration: str = "period", concave_decodes: bool = False,
     frontend_delay_s: float = 0.0, **replay_options: Any,
 ) -> LiveReport:  # fmt: skip
-    """Fit a cost model to ``fit_runs``' steps (default: ``runs``'), ``replay`` every run under ``policy`` with it
-    (and ``replay_options``) and ``compare``, ``frontend_delay_s`` (within ``MAX_FRONTEND_DELAY_S`` of 0) added."""
+    """Fit a cost model to ``fit_runs``' (default: ``runs``') steps, replay each run under ``policy``, ``compare``."""
     if not (is_finite_number(frontend_delay_s) and abs(frontend_delay_s) <= MAX_FRONTEND_DELAY_S):
         raise ValueError(
             f"evaluate_runs: frontend_delay_s must be a finite number of seconds within {MAX_FRONTEND_DELAY_S:g} of 0, "

@@ -42,8 +42,7 @@ TRACE_TENANTS = {"conv": "chat", "code": "code"}  # tenant -> the SLO class it i
 @dataclass
 class LiveServer:
     """``vllm serve`` of ``model_dir`` on 127.0.0.1:``port`` with ``LLMSchedScheduler`` configured by
-    ``adapter_config`` (None: vLLM's own); output to ``log_path``, PID to ``pid_path``; ``cpus``: (``taskset``'s
-    CPU list, the CPU vLLM binds its worker to)."""
+    ``adapter_config`` (None: vLLM's own); ``cpus``: (``taskset``'s CPU list, the CPU vLLM binds its worker to)."""
 
     model_dir: Path
     port: int
@@ -152,9 +151,8 @@ def _group_gone(pgid: int, timeout_s: float) -> bool:
 def trace_stream(
     num_requests: int, rate_rps: float, seed: int, split: str = "test", max_prompt: int = 1024, max_output: int = 256
 ) -> list[dict[str, Any]]:
-    """``num_requests`` consecutive requests of the Azure conversation and code traces merged, from ``split``'s
-    part at a window chosen by ``seed``: ``{"timestamp", "input_length", "output_length", "tenant"}`` each,
-    timestamps scaled to a mean rate of ``rate_rps``, lengths clipped."""
+    """``num_requests`` consecutive requests of the merged Azure traces from ``split``'s part at a ``seed``-chosen
+    window, scaled to a mean rate of ``rate_rps``, lengths clipped."""
     from llmsched_env.workloads.public_traces import trace_path
     from llmsched_env.workloads.scenarios import trace_split
     from llmsched_env.workloads.traces import load_azure
@@ -178,8 +176,7 @@ def trace_stream(
 
 
 def _write_timed_trace(stream: list[dict[str, Any]], path: Path, first_id: int, chunk: int = 16) -> None:
-    """The stream as vLLM's ``timed_trace`` JSONL, each request ``hash_ids`` of its own (one per ``chunk``
-    prompt tokens) from ``first_id`` on, so no prefix is shared."""
+    """The stream as vLLM's ``timed_trace`` JSONL, each request with hash ids of its own (no prefix shared)."""
     next_id = first_id
     lines = []
     for r in stream:
@@ -222,9 +219,7 @@ def run_bench(
     prefix: str, input_len: int = 256, output_len: int = 64, range_ratio: float = 0.5, split: str = "test",
     stream: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """One run of vLLM's benchmark client: ``result.json`` and ``requests.json`` in ``out_dir``; the result.
-    ``workload``: ``random`` (at ``rate_rps``), ``trace`` (``trace_stream``) or ``stream`` (``stream``'s requests,
-    their prompts unique to ``prefix``)."""
+    """One run of vLLM's benchmark client writing ``result.json`` and ``requests.json`` into ``out_dir``; the result."""
     from vllm.benchmarks import serve as bench
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 

@@ -1,10 +1,6 @@
-"""A live run's requests, or a block's predicted stream, served again by llmsched's simulator.
-
-``simulate`` serves a ``SimSetup``'s requests under its policy through ``decision.serve``, the clock priced by its
-``clock`` (fitted to the server's steps) while the engine and the policy see its ``cost_model`` (the live
-adapter's), and returns each request's TTFT, TPOT and E2E in send order. ``replay``: a run's requests
-(``replay_requests``) simulated. ``predict_block``: a block of the live experiment predicted, its statistics
-computed as the live block's (``live.blocks``), a constant front-end delay added to every TTFT and E2E.
+"""A live run's requests (``replay``), or a block's predicted stream (``predict_block``), served again by llmsched's
+simulator through ``decision.serve``: the clock priced by the setup's fitted ``clock``, the engine and policy
+seeing its ``cost_model``. TTFT, TPOT and E2E per request in send order.
 """
 
 from __future__ import annotations
@@ -37,8 +33,7 @@ __all__ = ["Latencies", "ReplayResult", "mean_prediction", "predict_block", "rep
 
 @dataclass(frozen=True, eq=False)
 class Latencies:
-    """Per request, in the run's send order (NaN where a request has none): ``ttft_s``, ``tpot_s`` (only for
-    a request of more than one output token) and ``e2e_s``; and the run's ``throughput_rps``."""
+    """Per request in send order (NaN: none): ``ttft_s``, ``tpot_s``, ``e2e_s``; the run's ``throughput_rps``."""
 
     ttft_s: np.ndarray
     tpot_s: np.ndarray
@@ -59,9 +54,8 @@ class ReplayResult(Latencies):
 
 
 def replay_requests(run: LiveRun, tenants: Sequence[TenantConfig]) -> list[Request]:
-    """The run's requests as llmsched ``Request``s in send order (``request_id`` = index in ``run.plan``),
-    arrivals in seconds from the run's first server-side arrival; ``ValueError`` naming the file and line or
-    entry for a tenant not among ``tenants`` or a length of 0."""
+    """The run's requests as llmsched ``Request``s in send order, arrivals from the first server-side arrival;
+    ``ValueError`` naming the file and line or entry for an unknown tenant or a length of 0."""
     index = {t.name: k for k, t in enumerate(tenants)}
     start = run.start_s
     out = []
@@ -78,8 +72,7 @@ def replay_requests(run: LiveRun, tenants: Sequence[TenantConfig]) -> list[Reque
 
 
 def simulate(setup: SimSetup) -> ReplayResult:
-    """Serve ``setup``'s fresh requests (``request_id`` = position) under its policy (a name or ``PolicySpec``),
-    priced by its ``clock`` while the engine and policy see its ``cost_model``; latencies in the requests' order."""
+    """Serve ``setup``'s fresh requests under its policy, priced by its ``clock``; latencies in the requests' order."""
     requests = setup.requests
     spec = resolve_policy(setup.policy) if isinstance(setup.policy, str) else setup.policy
     engine, tenants, seen = setup.config, setup.tenants, setup.cost_model
@@ -116,16 +109,14 @@ def replay(
     run: LiveRun, policy: str | PolicySpec, engine: EngineConfig, tenants: Sequence[TenantConfig],
     cost_model: CostModel, policy_cost_model: CostModel | None = None, **options: Any,
 ) -> ReplayResult:  # fmt: skip
-    """``simulate`` of ``run``'s requests priced by ``cost_model`` while the engine and policy see
-    ``policy_cost_model`` (default: the same); ``options``: more ``SimSetup`` fields (``seed``, ...)."""
+    """``simulate`` of ``run``'s requests priced by ``cost_model``; engine and policy see ``policy_cost_model``."""
     requests = replay_requests(run, tenants)
     seen = policy_cost_model or cost_model
     return simulate(SimSetup(engine, tuple(tenants), seen, tuple(requests), policy, clock=cost_model, **options))
 
 
 def predict_block(stream: Sequence[dict[str, Any]], setup: SimSetup, frontend_delay_s: float) -> dict[str, float]:
-    """The ``METRICS``, ``preemptions`` and ``shed`` predicted for ``stream`` under ``setup`` (its requests
-    replaced by the stream's), ``frontend_delay_s`` added to every TTFT and E2E."""
+    """The metrics predicted for ``stream`` under ``setup``, ``frontend_delay_s`` added to every TTFT and E2E."""
     tenants = setup.tenants
     result = simulate(setup.with_requests(stream_requests(stream, tenants)))
     names = [str(r["tenant"]) for r in stream]

@@ -140,8 +140,7 @@ class Experiment:
 
 
 def read_experiment(path: Path) -> Experiment:
-    """``experiment.json``'s ``cells`` (folder names), ``arms`` (``fcfs`` first, at least two) and optional
-    ``reference`` (not an arm); ``finished``: false when it has ``started`` but no ``finished`` time."""
+    """``experiment.json``'s ``cells``, ``arms`` (``fcfs`` first, two or more), ``reference``, ``finished``."""
     data, _ = _read_json(path)
     if not isinstance(data, dict):
         raise VerdictError(f"{path}: expected a JSON object")
@@ -161,8 +160,7 @@ def read_experiment(path: Path) -> Experiment:
 
 @dataclass(frozen=True)
 class PredictionFile:
-    """One predictions file: its SHA-256, when it was written (``mtime``: its ``written`` field, else the file's
-    time), the cells it predicts, whether a ``.sha256`` beside it matched (``recorded``)."""
+    """One predictions file: its SHA-256, write time, the cells it predicts, whether a ``.sha256`` beside it matched."""
 
     path: Path
     sha256: str
@@ -174,8 +172,7 @@ class PredictionFile:
 
 @dataclass(frozen=True)
 class Predictions:
-    """The predictions of every cell: ``values[cell][arm][metric]`` (NaN: no value), and the files they came
-    from. The A/A arm, when not predicted, is predicted as the control."""
+    """``values[cell][arm][metric]`` (NaN: none) and their files; an unpredicted A/A arm is the control."""
 
     values: Values
     files: tuple[PredictionFile, ...]
@@ -186,8 +183,7 @@ class Predictions:
 
 
 def prediction_paths(out: Path) -> list[Path]:
-    """``OUT/predictions.json``, or else every ``OUT/predictions/*.json`` (one per workload);
-    ``VerdictError`` when there is neither."""
+    """``OUT/predictions.json``, or else every ``OUT/predictions/*.json``; ``VerdictError`` when there is neither."""
     single = out / "predictions.json"
     if single.exists() or not (out / "predictions").is_dir():
         return [single]
@@ -247,9 +243,8 @@ def _prediction_file(path: Path, experiment: Experiment) -> tuple[PredictionFile
 
 
 def read_predictions(paths: Sequence[Path], experiment: Experiment) -> Predictions:
-    """The predictions files ``paths``, checked: every cell of ``experiment`` in exactly one file, a value of
-    each of ``PREDICTED_METRICS`` for every arm (the A/A arm and the reference may be left out), the SHA-256 a
-    ``.sha256`` beside a file records."""
+    """The predictions files ``paths``, checked: every cell in exactly one file, every arm's ``PREDICTED_METRICS``
+    (the A/A arm and the reference may be left out), the SHA-256 a ``.sha256`` beside a file records."""
     values: Values = {}
     files: list[PredictionFile] = []
     for path in paths:
@@ -347,8 +342,7 @@ def _block(where: str, data: Any, cell: str) -> Block:
 
 
 def read_blocks(path: Path, cell: str, experiment: Experiment) -> list[Block]:
-    """The blocks of ``cells/<cell>/blocks.jsonl`` in file order, checked: every field, an arm of the experiment
-    (or its reference), at least one block, no (round, arm) compared twice."""
+    """The blocks of ``cells/<cell>/blocks.jsonl`` in file order, checked (no (round, arm) compared twice)."""
     raw = _read_raw(path)
     known = set(experiment.arms) | ({experiment.reference} if experiment.reference else set())
     blocks: list[Block] = []
@@ -369,8 +363,7 @@ def read_blocks(path: Path, cell: str, experiment: Experiment) -> list[Block]:
 
 
 def read_frontend(path: Path) -> dict[str, dict[float, dict[str, float]]]:
-    """``frontend.json`` (``live.frontend``): per cell, the front end's figures by block ``t_start``; empty when
-    there is no such file."""
+    """``frontend.json``'s figures per cell by block ``t_start``; empty when there is no such file."""
     if not path.exists():
         return {}
     data, _ = _read_json(path)
@@ -539,8 +532,7 @@ def _by_round(blocks: Sequence[Block], arm: str) -> dict[int, Block]:
 def _paired_rows(
     cell: str, blocks: Sequence[Block], exp: Experiment, pred: Predictions, against: str = CONTROL
 ) -> list[dict[str, Any]]:
-    """Each arm's paired differences against the arm ``against`` (the control, or another arm: then the A/A arm
-    is left out, and the control is one of the arms)."""
+    """Each arm's paired differences against ``against`` (another arm than the control: the A/A arm left out)."""
     control = _by_round(blocks, against)
     rows = []
     arms = exp.arms[1:] if against == CONTROL else [a for a in exp.arms if a not in (against, AA_ARM)]
@@ -609,8 +601,7 @@ def _drift(blocks: Sequence[Block]) -> dict[str, float]:
 
 
 def _fidelity(cell: str, blocks: Sequence[Block], exp: Experiment, pred: Predictions) -> list[dict[str, Any]]:
-    """|predicted - live| / live per policy and latency at p50 and p99 (live: the mean of the per-block figure
-    over the arm's compared blocks), and their means per quantile."""
+    """|predicted - live| / live per policy and latency at p50 and p99, and their means per quantile."""
     rows = []
     for arm in exp.policies:
         mine = [b for b in blocks if b.compared and b.arm == arm]

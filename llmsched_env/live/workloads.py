@@ -41,8 +41,7 @@ class LiveTenant:
 
 @dataclass(frozen=True)
 class LiveWorkload:
-    """A workload: its ``tenants``, the server's KV pool and limits, a block's mean span (``block_s``) and its
-    cells' loads (multiples of the knee)."""
+    """A workload: its ``tenants``, KV pool and limits, a block's mean span, its cells' loads (x knee)."""
 
     name: str
     description: str

@@ -1,6 +1,5 @@
-"""The simulator: one engine driven by a cost model on a simulated clock, its KV-usage accounting (also each
-cluster replica's), and the serving metrics (TTFT, TPOT, ITL, E2E, goodput, SLO attainment, fairness)
-computed the way vLLM's benchmark does.
+"""The simulator: one engine driven by a cost model on a simulated clock, its KV-usage accounting and the serving
+metrics computed the way vLLM's benchmark does.
 """
 
 from llmsched_env.sim.kv_usage import KVUsage

@@ -1,6 +1,5 @@
-"""KV-usage accounting of one block pool over an episode (``KVUsage``): the mean share of blocks held by running
-requests, weighted by each iteration's duration (idle time does not count), the peak, and the series of the
-clock and the blocks in use after every step.
+"""KV-usage accounting of one block pool over an episode (``KVUsage``): the duration-weighted mean share of blocks
+held by running requests (idle time does not count), the peak, and the series after every step.
 """
 
 from __future__ import annotations
@@ -55,15 +54,15 @@ class KVUsage:
         return {f"{prefix}kv_usage_mean": self.mean, f"{prefix}kv_usage_peak": self.peak}
 
     def series(self, num_blocks: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(time_s, usage)`` of every recorded step: the clock (non-decreasing) and the share of the
-        ``num_blocks`` pool in use, in [0, 1]; fresh arrays."""
+        """``(time_s, usage)`` of every recorded step: the clock and the pool's share in use, in [0, 1]; fresh
+        arrays."""
         used = np.array(self._series_used, dtype=np.float64)
         return np.array(self._series_t, dtype=np.float64), used / num_blocks
 
     @classmethod
     def merged(cls, parts: Iterable[KVUsage]) -> KVUsage:
-        """The accounting of several pools as one: seconds and weighted seconds summed (the mean weighs
-        each pool by its busy time), the highest peak; no series."""
+        """The accounting of several pools as one (the mean weighs each by its busy time), the highest peak; no
+        series."""
         parts = list(parts)
         out = cls()
         out.weighted_s = sum(p.weighted_s for p in parts)

@@ -1,8 +1,5 @@
 """Serving metrics of one run as vLLM's benchmark defines them (``compute_metrics``: requests -> a flat dict;
-docs/baselines-and-metrics.md). For output tokens at ``t_1 < ... < t_n``: TTFT = t_1 - arrival, TPOT =
-(t_n - t_1) / (n - 1), ITL every gap, E2E = t_n - arrival. A request meets its SLO iff it finished within its
-TTFT and TPOT targets; attainment is over every arrival. Tenant service is VTC's (Jain's index over tenants).
-Vectorised over (prefill token, decode segment) records.
+docs/baselines-and-metrics.md), vectorised over (prefill token, decode segment) records.
 """
 
 from __future__ import annotations
@@ -35,9 +32,7 @@ def _segments(r: Request, num_rounds: int) -> list[tuple[int, int]]:
 
 
 def token_times(r: Request, round_end_s: Sequence[float] | np.ndarray) -> np.ndarray:
-    """Times of ``r``'s output tokens so far, in order: for each prefill k, ``prefill_token_s[k]`` then
-    ``round_end_s[start_k:end_k]``. A finished request gets ``output_len`` times; a decoding one also gets its
-    open segment's tokens up to the last round in ``round_end_s``."""
+    """Times of ``r``'s output tokens so far, in order (a finished request has ``output_len`` of them)."""
     rounds = np.asarray(round_end_s, dtype=np.float64)
     segs = _segments(r, len(rounds))
     pieces: list[np.ndarray] = []
@@ -57,9 +52,8 @@ def _num_produced(r: Request, num_rounds: int) -> int:
 
 
 def busiest_tenants(names: Sequence[str], num_requests: Sequence[float] | np.ndarray) -> list[int]:
-    """The indices of the tenants whose figures the metrics give one by one, in their order: every tenant when
-    there are at most ``TOP_TENANTS``, else the ``TOP_TENANTS`` with the most requests (ties by name, then
-    index: deterministic); the others are pooled as ``tenant/other/...``."""
+    """The indices of the tenants reported one by one: all, or the ``TOP_TENANTS`` busiest (ties by name, then
+    index)."""
     if len(names) <= TOP_TENANTS:
         return list(range(len(names)))
     ranked = sorted(range(len(names)), key=lambda k: (-float(num_requests[k]), names[k], k))
@@ -76,8 +70,7 @@ def jain_index(values: Sequence[float] | np.ndarray) -> float:
 
 
 def _stats(out: dict[str, float], name: str, x: np.ndarray, counts: np.ndarray | None = None) -> None:
-    """``{name}_{mean,p50,p90,p99}_s`` of ``x``; 0.0 for an empty sample (``num_finished`` says so). With
-    ``counts``, of the sample in which ``x[i]`` appears ``counts[i]`` times (``_weighted_stats``)."""
+    """``{name}_{mean,p50,p90,p99}_s`` of ``x`` (0.0 when empty); with ``counts``, each ``x[i]`` counted that often."""
     if counts is not None:
         _weighted_stats(out, name, x, counts)
         return
@@ -92,10 +85,8 @@ def _stats(out: dict[str, float], name: str, x: np.ndarray, counts: np.ndarray |
 
 
 def _weighted_stats(out: dict[str, float], name: str, values: np.ndarray, counts: np.ndarray) -> None:
-    """``_stats`` of the sample holding ``values[i]`` ``counts[i]`` times, without building it: numpy's default
-    (linear) percentile read off the cumulative counts of the sorted values, interpolated as numpy does (the
-    same two order statistics, the same formula). The ITL sample is every decode gap of every request: one
-    gap of the engine's clock counted once per request decoding across it."""
+    """``_stats`` of the sample holding ``values[i]`` ``counts[i]`` times, without building it: numpy's linear
+    percentile read off the cumulative counts (ITL: each engine gap counted once per request decoding across it)."""
     keep = counts > 0
     values, counts = values[keep], counts[keep].astype(np.int64, copy=False)
     total = int(counts.sum())
@@ -128,8 +119,7 @@ def _p99(x: np.ndarray) -> float:
 def _finished_latencies(
     finished: list[Request], rounds: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """First token time, last token time and token count per finished request, and all their ITL gaps as
-    (distinct gaps, how many times each occurs)."""
+    """Per finished request its first and last token times and token count, and the ITL gaps with their counts."""
     nf = len(finished)
     rid: list[int] = []
     pre: list[float] = []
@@ -192,8 +182,8 @@ def compute_metrics(
     duration_s: float,
     extra: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
-    """Metrics (Python floats) over every arrived request (any status): ``round_end_s`` is the engine's decode-round
-    clock, ``duration_s`` the run's length (rates 0.0 when it is 0); ``extra`` (e.g. KV usage) is copied in last."""
+    """Metrics (Python floats) over every arrived request; rates 0.0 when ``duration_s`` is 0; ``extra`` copied in
+    last."""
     if not tenants:
         raise ValueError("compute_metrics needs at least one tenant")
     if not (isinstance(duration_s, (int, float)) and math.isfinite(duration_s) and duration_s >= 0):

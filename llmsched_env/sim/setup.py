@@ -1,6 +1,4 @@
-"""``SimSetup``: one simulation's parameters in one typed object, built once by each caller and taken by every
-driver (``live.sim.simulate``, ``live.sim.predict_block``, ``adapters.vllm.loop.VllmLoop``); ``simulator()``
-builds the ``Simulator`` it describes."""
+"""``SimSetup``: one simulation's parameters in one typed object, taken by every driver; ``simulator()`` builds it."""
 
 from __future__ import annotations
 
@@ -21,12 +19,8 @@ __all__ = ["SimSetup"]
 
 @dataclass(frozen=True, eq=False)
 class SimSetup:
-    """The engine ``config``, its ``tenants``, the ``cost_model`` the engine and the policy see, the ``requests``
-    (sorted by arrival), the ``policy`` (a name, a ``PolicySpec`` or a ``Policy``), each decision held
-    ``iterations_per_step`` steps (None: the policy's own), the ``nominal_rate_rps`` (the unit of the
-    ``arrival/rate`` feature; None: the requests' mean rate, 1.0 in the vLLM loop), the ``seed`` (random
-    policies), the ``scenario`` (the tuned table's entry), the ``clock`` pricing each iteration (None: the
-    ``cost_model``) and the ``remote_kv`` store (None: none)."""
+    """One simulation: ``requests`` sorted by arrival; ``iterations_per_step`` None: the policy's own;
+    ``nominal_rate_rps`` None: the requests' mean rate; ``clock`` None: the ``cost_model``."""
 
     config: EngineConfig
     tenants: tuple[TenantConfig, ...]

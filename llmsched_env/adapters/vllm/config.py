@@ -1,8 +1,7 @@
 """What ``LLMSchedScheduler`` runs: ``AdapterConfig``, from a YAML/JSON file or the environment, checked in full
-before vLLM builds anything (no vLLM imported, so it is checked where vLLM is absent). Every error is one line
-naming the file (or ``environment``) and the field, all of them reported together. Policies are named as
-``llmsched-evaluate --policies`` names them (``decision.policy_spec.resolve_policy``); ``policies`` adds more the
-server loads at start and switches among when the driver's ``control_file`` says so."""
+before vLLM builds anything (no vLLM imported). Errors are one line each naming the file (or ``environment``)
+and the field, all reported together.
+"""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ CONFIG_ENV = "LLMSCHED_VLLM_CONFIG"  # path of a YAML or JSON file holding Adapt
 
 
 def _tenant(entry: Any, where: str, errors: list[str]) -> TenantConfig | None:
-    """A ``TenantConfig`` from ``{name, slo, weight, priority}`` (``slo``: a class name or ``{ttft_s, tpot_s}``);
-    None with the problem in ``errors``."""
+    """A ``TenantConfig`` from ``{name, slo, weight, priority}``; None with the problem in ``errors``."""
     if isinstance(entry, TenantConfig):
         return entry
     if not isinstance(entry, dict) or "name" not in entry:
@@ -61,9 +59,7 @@ def _tenant(entry: Any, where: str, errors: list[str]) -> TenantConfig | None:
 
 @dataclass(frozen=True)
 class ResolvedAdapter:
-    """An ``AdapterConfig``'s policies and cost model, loaded and checked (``AdapterConfig.resolve``): ``spec``, the
-    policy that starts active, with its context's ``scenario`` (a tuned table's entry), and ``more``, the others
-    of the set with theirs."""
+    """An ``AdapterConfig`` resolved: ``spec`` (active at start) with its scenario, ``more`` the others."""
 
     spec: PolicySpec
     cost_model: CostModel
@@ -138,8 +134,7 @@ class AdapterConfig:
             raise ValueError("\n".join(errors))
 
     def resolve(self) -> ResolvedAdapter:
-        """Load every policy of the set, the cost model and a tuned table's entry, and check the log and control
-        folders; ``ValueError`` with one line per problem, naming the config, the field and the entry."""
+        """Load every policy, the cost model and tuned entry; ``ValueError`` with one line per problem."""
         w = self.where
         errors: list[str] = []
         cost_model = None
@@ -178,8 +173,7 @@ class AdapterConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> AdapterConfig:
-        """A YAML (``.yaml``/``.yml``) or JSON file of ``AdapterConfig``'s fields; ``ValueError`` naming the file and
-        the field."""
+        """A YAML or JSON file of ``AdapterConfig``'s fields; ``ValueError`` naming the file and the field."""
         p = Path(path)
         data = read_config(p, "the llmsched adapter config")
         if not isinstance(data, dict):
@@ -222,8 +216,7 @@ ENV_FIELDS = ("policy", "tenants", "cost_model", "policy_timeout_s", "scenario",
 
 
 def _resolve_entry(entry: str, name: str, scenario: str, w: str, errors: list[str]) -> tuple[PolicySpec, str] | None:
-    """The spec of the policy ``entry`` (of the field ``name``) and the scenario its context names; None with the
-    problems in ``errors``."""
+    """The spec of the policy ``entry`` and its context's scenario; None with the problems in ``errors``."""
     try:
         spec = resolve_policy(entry)
     except ValueError as exc:

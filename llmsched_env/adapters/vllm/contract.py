@@ -1,15 +1,5 @@
-"""The adapter's contract with llmsched and with vLLM, without vLLM: what a policy sees and what its decision
-sets (tested in the default suite, so a drift between the adapter and the engine fails in CI).
-
-| Decision | vLLM knob (``vllm_knobs``) |
-|---|---|
-| ``order`` | the waiting queue's order (``PolicyWaitingQueue``); vLLM's own step: FCFS |
-| ``token_budget`` | ``max_num_scheduled_tokens`` = min(vLLM's, max(budget, running decodes)): decodes never stall |
-| ``chunk_cap`` | ``scheduler_config.long_prefill_token_threshold`` (0, none, when the cap is the whole budget) |
-| ``max_admit`` | ``max_num_active_reqs`` = min(vLLM's, running + ``max_admit``): 0 holds admission |
-| ``kv_reserve`` | ``kv_cache_manager.watermark_blocks`` = ceil(reserve x usable blocks) |
-| ``shed`` | aborting hopeless waiting heads (``LLMSchedScheduler._shed_heads``) |
-| ``prefill_first`` | not expressible: vLLM always runs the decode-first hybrid |
+"""The adapter's contract with llmsched and with vLLM, without vLLM: what a policy sees and which vLLM knob each
+decision field sets (``vllm_knobs``; the table: docs/vllm.md). Tested in the default suite, so a drift fails in CI.
 """
 
 from __future__ import annotations
@@ -62,8 +52,7 @@ def _values(k: VllmKnobs) -> tuple[int, int, int, int]:
 def adapter_spaces(
     config: EngineConfig, tenants: Sequence[TenantConfig], schema: int, nominal_rate_rps: float
 ) -> tuple[ActionSpec, Any]:
-    """The action space and observation encoder the adapter builds for an engine of ``config`` serving
-    ``tenants``, for a policy of observation ``schema``: the same ones ``LLMSched-v1`` builds."""
+    """The action space and observation encoder the adapter builds: the same ones ``LLMSched-v1`` builds."""
     return ActionSpec.for_engine(config, schema), make_encoder(schema, config, tuple(tenants), nominal_rate_rps)
 
 

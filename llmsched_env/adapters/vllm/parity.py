@@ -31,9 +31,7 @@ _UNLIMITED = 1 << 30
 
 @dataclass
 class ParityReport:
-    """How often the two engines' steps agreed, and where they first did not; ``mismatches``: the steps whose
-    ``tokens``, ``preempted`` or ``finished`` requests differed; per engine (llmsched, vLLM) the preemptions and
-    the prefix-cache hit tokens."""
+    """How often the two engines' steps agreed, the ``mismatches``, and per engine the preemptions and prefix hits."""
 
     name: str
     num_requests: int
@@ -85,8 +83,7 @@ def compare(
     case: ParityCase, cost_model: CostModel, check: bool = False, max_steps: int = 1_000_000,
     engine_rules: dict[str, Any] | None = None,
 ) -> ParityReport:  # fmt: skip
-    """Run ``case`` through both engines in lockstep, counting the steps they agree on (``check``: the engine's
-    invariants every step; ``engine_rules``: fields of llmsched's ``EngineConfig`` alone overridden)."""
+    """Run ``case`` through both engines in lockstep, counting the steps they agree on."""
     cfg = case.engine
     requests = sorted((_copy(r) for r in case.requests), key=lambda r: (r.arrival_s, r.request_id))
     rules = {"reserve_full_prefill": case.reserve_full_prefill, **(engine_rules or {})}
@@ -201,8 +198,7 @@ def scenario_requests(name: str, num_requests: int, load: float, seed: int, cost
 
 
 def default_cases(num_requests: int = 1000, seed: int = 0) -> list[ParityCase]:
-    """The comparisons the docs report: Azure conversation and Mooncake (prefix reuse), with a roomy pool and
-    under KV pressure, with and without a chunk cap."""
+    """The comparisons the docs report: two traces, roomy and tight pools, with and without a chunk cap."""
     cost_model = load_cost_model("llama3-8b-a100")
     roomy = EngineConfig(
         num_kv_blocks=8192, block_size=16, max_num_seqs=128, max_num_batched_tokens=2048, max_model_len=16384

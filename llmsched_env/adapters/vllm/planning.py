@@ -1,7 +1,5 @@
 """vLLM's scheduler state as a simulator a planner can fork (``simulator_of``: the ``planning_state`` ``mpc`` gets).
-Imports no vLLM. The copy holds vLLM's running requests (``Engine.resume``), the waiting ones in queue order, the
-tenants' counters and the recent arrivals and completions; not vLLM's prefix cache, the true output lengths
-(forecast instead) or the SLO counts so far.
+Imports no vLLM. Not copied: vLLM's prefix cache, the true output lengths (forecast instead), the SLO counts.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Any llmsched policy deciding vLLM's batches: ``LLMSchedScheduler`` (over vLLM v1's ``Scheduler``) and
-``LLMSchedAsyncScheduler`` (over its ``AsyncScheduler``). Each ``schedule()`` encodes vLLM's state (``VllmState``),
-takes the decision from ``decision.loop.DecisionLoop`` and sets vLLM's knobs (``contract.vllm_knobs``) before
-vLLM's own ``schedule()``; a failing policy leaves the step to vLLM (counted by cause in ``stats``).
-
-Configured by ``config.AdapterConfig`` (``adapter=`` offline, else ``LLMSCHED_VLLM_CONFIG``); a request's tenant
-is ``sampling_params.extra_args["llmsched_tenant"]``. With a ``control_file``, the first request to reach an
-empty engine switches to the policy the file names (answered in ``<control_file>.status``).
+``LLMSchedAsyncScheduler`` (over its ``AsyncScheduler``); docs/vllm.md. Each ``schedule()`` sets vLLM's knobs
+from the policy's decision before vLLM's own ``schedule()``; a failing policy leaves the step to vLLM (counted
+in ``stats``). A request's tenant is ``sampling_params.extra_args["llmsched_tenant"]``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""What a live ``LLMSchedScheduler`` logs in its ``log_dir`` (docs/vllm.md): ``steps.jsonl`` (one record per engine
-step: its times, batch features, policy, fallback and decision), ``requests.jsonl`` (one per request as it
-leaves) and ``engine.json`` (the limits, tenants, policies and vLLM version, at start). Records are written once a
-second, when the scheduler runs out of requests, and at exit.
+"""What a live ``LLMSchedScheduler`` logs in its ``log_dir`` (docs/vllm.md): ``steps.jsonl``, ``requests.jsonl`` and
+``engine.json``; records are written once a second, when the scheduler runs out of requests, and at exit.
 """
 
 from __future__ import annotations

@@ -33,8 +33,7 @@ def _corpus(seed: int, num_lines: int = 4000) -> list[str]:
 
 
 def build_tiny_model(folder: str | Path, seed: int = 0, dtype: str = "bfloat16") -> Path:
-    """Write the tiny model and its tokenizer into ``folder`` (created), unless a complete one built with the
-    same ``seed`` and ``dtype`` is there already; returns the folder."""
+    """Write the tiny model and tokenizer into ``folder`` unless one of the same ``seed`` and ``dtype`` is there."""
     out = Path(folder)
     spec = {"seed": seed, "dtype": dtype, **TINY_MODEL}
     marker = out / _MARKER

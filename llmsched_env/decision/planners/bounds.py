@@ -1,26 +1,10 @@
-"""The ``lookahead`` bounds: clairvoyant references that play the episode forward on snapshots of the env.
+"""The ``lookahead`` bounds: clairvoyant references that play the episode forward on snapshots of the env
+(docs/evaluation.md). ``LookaheadPolicy`` switches among static settings every ``k`` iterations,
+``RouteLookaheadPolicy`` among the named routing rules every ``k`` arrivals.
 
-    policy = LookaheadPolicy(env, LookaheadConfig(k=64, horizon=64, tail=256), seed=0)       # LLMSched-v1, reset
-    policy = RouteLookaheadPolicy(env, LookaheadConfig(k=64, horizon=64, tail=64), seed=0)   # LLMSchedCluster-v0
-    metrics = run_episode(env, lookahead_factory(LookaheadConfig(), seed, cluster=False), seed)
-
-At the episode's first step a bound plans the whole episode on the env itself: every ``k`` steps it takes a
-snapshot, plays each candidate for ``horizon`` steps and then the base for ``tail`` more (``None``: to the
-episode's end), scores requests met minus missed (the env's reward with its default weights), restores the
-snapshot and keeps the best (the earliest on a tie: the base wins ties). The finished plan is compared with the
-base played alone over the episode and replaced by it when the base meets more, so a bound never ends below its
-base; the env's steps then replay the plan exactly (``restore`` is exact).
-
-- ``LookaheadPolicy`` switches among static settings every ``k`` engine iterations: the base (``tuned``'s entry,
-  a static named rule, or without an entry the best static named rule on the episode, with a warning) and every
-  single-knob move of it; with ``candidates=requests`` also per-request moves made at the decision point
-  (``space.REQUEST_MOVES``), skipped where the base order would send that request first anyway.
-- ``RouteLookaheadPolicy`` switches among the deterministic named routing rules (``RULES``) every ``k`` arrivals;
-  its base is a rule by name or (``base=tuned``: routers have no tuned entry) the best rule on the episode. Each
-  rule keeps its own state, copied for every rollout.
-
-Neither is deployable: rollouts replay requests that have not arrived yet, with their true lengths, on the
-simulator that judges them. Rows carry ``lookahead.BOUND_MARK``; ``bench/bench_lookahead.py`` measures the cost.
+At the episode's first step a bound plans the whole episode (the base wins ties); the plan is replaced by the base
+played alone when that meets more, so a bound never ends below its base; the env's steps then replay the plan
+exactly. Not deployable: rollouts read requests that have not arrived yet. Rows carry ``lookahead.BOUND_MARK``.
 """
 
 from __future__ import annotations
@@ -54,10 +38,8 @@ RULES = ("round_robin", "least_outstanding", "least_kv_load", "prefix_affinity",
 
 
 class _Bound:
-    """What both bounds share: the unwrapped env, a plan made at the episode's first step, and the counts:
-    ``num_decisions``, ``num_switches`` (decisions off the base), ``num_rollouts``, ``kept_plan`` (False when
-    the base alone did better and is played instead) and ``planned_met`` (requests the played plan meets from the
-    first step: the env's own steps then meet as many)."""
+    """What both bounds share: the unwrapped env, a plan made at the episode's first step, and its counts
+    (``kept_plan`` False when the base alone did better and is played instead)."""
 
     def __init__(self, env: Any, config: LookaheadConfig, seed: int, needs: tuple[str, ...], refusal: str) -> None:
         u: Any = env.unwrapped
@@ -79,8 +61,8 @@ class _Bound:
         self._plan = []
 
     def _best(self, snap: Any, tries: list[Any]) -> tuple[int, int]:
-        """The first of ``tries`` (each plays on the env and returns its score) that scores best, and its score:
-        the first tried on the env as it stands, the others from ``snap`` restored."""
+        """The first of ``tries`` that scores best, and its score; the first plays from the env as it is, the others
+        from ``snap``."""
         best, best_score = 0, 0
         for i, attempt in enumerate(tries):
             if i:
@@ -98,11 +80,9 @@ class _Bound:
 
 
 class LookaheadPolicy(_Bound):
-    """The single-node bound on ``env`` (``LLMSched-v1``, reset); ``table``: a ``tuned`` base's table (a
-    ``TunedTable`` or a path; None: the shipped one); ``labels_only``: a teacher's labeller (``label()``), which
-    plays no episode. ``act`` ignores the observation. ``base_source`` says where the base came from,
-    ``num_moves`` counts the decisions that chose a per-request move. One-line ``ValueError`` for an env it cannot
-    play forward (the cluster env, a runtime, several iterations per step)."""
+    """The single-node bound on ``env`` (``LLMSched-v1``, reset); ``table``: a ``tuned`` base's table (None: shipped);
+    ``labels_only``: a teacher's labeller that plays no episode. One-line ``ValueError`` for an env it cannot play
+    forward (the cluster env, a runtime, several iterations per step)."""
 
     def __init__(
         self, env: Any, config: LookaheadConfig, seed: int = 0, table: Any = None, labels_only: bool = False
@@ -139,8 +119,8 @@ class LookaheadPolicy(_Bound):
         return self._emit(chosen, self.spec.mask(self.env.sim.engine))  # the env's own mask, as action_mask
 
     def label(self) -> np.ndarray:
-        """The best candidate's action from the env's current state (the base's on a tie): the expert's label
-        (DAgger, ``agents.teacher``). The env is left as it was."""
+        """The best candidate's action from the current state (the expert's label, ``agents.teacher``); the env is left
+        as it was."""
         return self._actions[self._decide()].copy()
 
     def _make_plan(self) -> list[int]:
@@ -196,13 +176,12 @@ class LookaheadPolicy(_Bound):
         return setting_of(candidate, len(self._actions), self._moves, self.env.sim.engine)
 
     def _rollout(self, plan: list[tuple[np.ndarray, int | None]]) -> int:
-        """Play each (action, iterations) of ``plan`` (None: to the episode's end) as ``env.step`` would, without
-        observations, until the episode ends or would be truncated; requests met minus missed meanwhile."""
+        """Play ``plan`` (None: to the episode's end) as ``env.step`` would, without observations; requests met minus
+        missed."""
         return rollout(self._loop, self.env.sim, plan, self._ended)
 
     def _base(self) -> tuple[Decision, str]:
-        """The base setting and where it came from: ``tuned``'s entry, a named static rule, or without an entry
-        the static named rule that scores best on this episode played from its start."""
+        """The base setting and its source: ``tuned``'s entry, a named static rule, or the best one on this episode."""
         u = self.env
         ctx = u.policy_context()
         name = self.config.base
@@ -228,8 +207,7 @@ class LookaheadPolicy(_Bound):
 
 
 def check_route_lookahead(config: LookaheadConfig) -> None:
-    """One-line ``ValueError`` for options without meaning for routers: per-request moves, or a base that is
-    neither ``tuned`` nor a registered router."""
+    """One-line ``ValueError`` for per-request moves, or a base neither ``tuned`` nor a registered router."""
     if config.candidates == "requests":
         raise ValueError(
             "lookahead.candidates=requests (per-request scheduling moves) applies to single-node scenarios; a "
@@ -243,8 +221,7 @@ def check_route_lookahead(config: LookaheadConfig) -> None:
 
 
 class RouteLookaheadPolicy(_Bound):
-    """The routing bound on ``env`` (``LLMSchedCluster-v0``, reset); ``act`` returns each arrival's planned
-    replica. ``base_source`` names the base rule (for ``base=tuned``: the best on the episode)."""
+    """The routing bound on ``env`` (``LLMSchedCluster-v0``, reset); ``act`` returns each arrival's planned replica."""
 
     def __init__(self, env: Any, config: LookaheadConfig, seed: int = 0) -> None:
         refusal = "the routing lookahead plays LLMSchedCluster-v0 forward; {} is no cluster"
@@ -302,8 +279,7 @@ class RouteLookaheadPolicy(_Bound):
         return self._keep(plan, plan_good, base_plan, base_good)
 
     def _base(self, start: Any, observation: np.ndarray) -> tuple[str, list[int], int]:
-        """The base rule, its plan played alone from here and the requests it meets (``base=tuned``: the rule
-        that meets the most, the first on a tie); the env is left at ``start``."""
+        """The base rule, its plan played alone from here and the requests it meets; the env is left at ``start``."""
         u = self.env
         good0 = self._good()
         rules = self._rules()
@@ -324,8 +300,8 @@ class RouteLookaheadPolicy(_Bound):
     def _play(
         self, router: Any, n: int | None, observation: np.ndarray, record: list[int] | None = None
     ) -> tuple[np.ndarray, bool]:
-        """Route up to ``n`` arrivals (None: to the episode's end) with ``router`` from ``observation``; the last
-        observation and whether the episode ended (or would be truncated)."""
+        """Route up to ``n`` arrivals (None: all) with ``router``; the last observation and whether the episode
+        ended."""
         u = self.env
         obs = observation
         i = 0
@@ -349,8 +325,7 @@ class RouteLookaheadPolicy(_Bound):
 def lookahead_factory(
     config: LookaheadConfig, seed: int, table: Any = None, *, cluster: bool = False
 ) -> Callable[[Any], _Bound]:
-    """The bound for ``run_episode``'s policy factory, built on the env once it is reset: the routing bound on a
-    cluster, else the single-node one (``table``: its ``tuned`` base's table; None: the shipped one)."""
+    """The bound for ``run_episode``'s policy factory: the routing bound on a cluster, else the single-node one."""
     if cluster:
         return lambda env: RouteLookaheadPolicy(env, config, seed)
     return lambda env: LookaheadPolicy(env, config, seed, table)

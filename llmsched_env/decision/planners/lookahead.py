@@ -1,10 +1,5 @@
-"""The ``lookahead`` bound's options and how a policy list spells it (the bounds themselves: ``bounds``).
-
-    parse_lookahead("lookahead:k=32,horizon=32,tail=end")     # spelled options; "lookahead": the defaults
-    LookaheadConfig(k=64, horizon=64, tail=256).name           # 'lookahead:tail=256 (bound, not deployable)'
-
-``lookahead`` is clairvoyant (it reads requests that have not arrived yet): a reference, not a scheduler, so its
-rows are named with ``BOUND_MARK`` and never count as a baseline.
+"""The ``lookahead`` bound's options and how a policy list spells it (the bounds themselves: ``bounds``). It is
+clairvoyant, a reference and not a scheduler: its rows are named with ``BOUND_MARK``, never a baseline.
 """
 
 from __future__ import annotations
@@ -34,11 +29,9 @@ def is_bound(policy: str) -> bool:
 
 @dataclass(frozen=True)
 class LookaheadConfig:
-    """``k``: iterations between two decisions; ``horizon``: iterations each candidate plays from one;
-    ``tail``: iterations of the base after it (None: to the episode's end, exact but costly); ``candidates``:
-    ``neighbours`` (the base and its single-knob moves), ``base`` (the base alone) or ``requests`` (the neighbours
-    and per-request moves); ``base``: ``tuned`` (the scenario's entry; without one, the best static named rule on
-    the episode) or a static named rule. ``ValueError`` naming the field."""
+    """``k``: iterations between two decisions; ``horizon``: iterations each candidate plays; ``tail``: iterations of
+    the base after it (None: to the episode's end); ``candidates``: ``neighbours``, ``base`` or ``requests``;
+    ``base``: ``tuned`` or a static named rule. ``ValueError`` naming the field."""
 
     k: int = 64
     horizon: int = 64
@@ -73,8 +66,7 @@ def _text(value: Any) -> str:
 
 
 def join_options(items: list[str]) -> list[str]:
-    """A comma-split policy list with each lookahead or mpc spelling's ``KEY=VALUE`` options joined back to it:
-    ``["lookahead:k=32", "horizon=32", "fcfs"]`` -> ``["lookahead:k=32,horizon=32", "fcfs"]``."""
+    """A comma-split policy list with each lookahead or mpc spelling's ``KEY=VALUE`` options joined back to it."""
     keys = {
         LOOKAHEAD + ":": {f.name for f in fields(LookaheadConfig)},
         MPC + ":": {f.name for f in fields(MPCConfig)},
@@ -91,8 +83,7 @@ def join_options(items: list[str]) -> list[str]:
 
 
 def parse_lookahead(entry: str) -> LookaheadConfig | None:
-    """The config ``entry`` spells (``lookahead`` or ``lookahead:KEY=VALUE,...``, keys ``k``, ``horizon``,
-    ``tail`` (a number or ``end``), ``candidates``, ``base``; a row name ending in ``BOUND_MARK`` is read too);
-    None when ``entry`` is not a lookahead. One-line ``ValueError`` naming the bad option."""
+    """The config ``entry`` spells (``lookahead[:KEY=VALUE,...]`` or a row name ending in ``BOUND_MARK``); None when
+    ``entry`` is not a lookahead. One-line ``ValueError`` naming the bad option."""
     text = entry[: -len(BOUND_MARK)] if is_bound(entry) else entry
     return parse_spelled(text, LOOKAHEAD, LookaheadConfig, {"tail": END}, entry)

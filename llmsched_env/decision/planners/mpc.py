@@ -1,17 +1,9 @@
-"""``mpc``: a model-predictive scheduler that plans on forecast futures, never on the real one.
+"""``mpc``: a model-predictive scheduler that plans on forecast futures, never on the real one (docs/evaluation.md).
 
-    planner = MPCPlanner(spec, candidates, MPCConfig(k=64, futures=4, horizon=64, tail=64), seed=0)
-    index = planner.decide(sim)                                       # every k iterations: the candidate to play
-    metrics = run_episode(env, mpc_factory(MPCConfig(), seed), seed)  # on LLMSched-v1's own simulator
-
-Every ``k`` iterations the planner forks the simulator (``Simulator.with_future``) into ``futures`` forecast
-futures: requests still to arrive are sampled from a ``workloads.forecast`` fitted on the arrivals so far, each
-live request's output length from what is known of it. On each future it plays every candidate (the base setting
-``candidates[0]`` and its single-knob moves, with ``candidates=requests`` also the per-request moves) for
-``horizon`` iterations, then the base for ``tail``, all on the same futures, and scores requests met minus missed.
-It commits the best mean score (``score=worst``: the mean of the worst quarter of futures); the base wins ties and
-another candidate must beat it by more than ``margin`` (and ``z`` standard errors). It never reads a request that
-has not arrived nor a live request's true output length, so it is deployable (``tests/test_mpc.py``).
+Every ``k`` iterations the planner forks the simulator (``Simulator.with_future``) into ``futures`` futures sampled
+from a forecast of the arrivals so far, plays every candidate on each and commits the best score (the base wins
+ties and must be beaten by more than ``margin``). It never reads a request that has not arrived nor a live
+request's true output length, so it is deployable (``tests/test_mpc.py``).
 """
 
 from __future__ import annotations
@@ -46,11 +38,8 @@ _FIRST_FORECAST_ID = 1 << 40  # forecast requests' ids: far above any real one
 
 @dataclass(frozen=True)
 class MPCConfig:
-    """The module docstring's knobs; ``window``: recent arrivals (and finished requests per tenant) the forecast
-    fits; ``base``: ``tuned`` or a static named rule; ``terminal``: at a rollout's end also count as missed the
-    running requests already over their time per output token; ``candidates``: ``neighbours`` or ``requests``
-    (also per-request moves); ``table``: a ``tuned`` base's table ("": the shipped or the evaluation's), left out
-    of the name. ``ValueError`` naming the field."""
+    """The planner's knobs (docs/evaluation.md); ``table``: a ``tuned`` base's table ("": the shipped or the
+    evaluation's), left out of the name. ``ValueError`` naming the field."""
 
     k: int = 64
     futures: int = 4
@@ -105,17 +94,14 @@ def _text(value: Any) -> str:
 
 
 def parse_mpc(entry: str) -> MPCConfig | None:
-    """The config ``entry`` spells (``mpc`` or ``mpc:KEY=VALUE,...`` with the keys of ``MPCConfig``); None when
-    ``entry`` is not an mpc. One-line ``ValueError`` naming the bad option."""
+    """The config ``entry`` spells (``mpc[:KEY=VALUE,...]``); None when it is not an mpc. One-line ``ValueError``."""
     return parse_spelled(entry, MPC, MPCConfig)
 
 
 class MPCPlanner:
-    """The planner over ``candidates`` (settings, the base first) in ``spec`` and the per-request ``moves``
-    (``space.REQUEST_MOVES`` names); ``seed`` drives its forecasts. ``decide(sim)`` returns a setting's index, or
-    ``len(candidates) + j`` for ``moves[j]``, which the caller makes on its engine before playing the base.
-    ``num_decisions``, ``num_switches`` (off the base), ``num_moves``, ``planning_s`` (wall seconds in ``decide``)
-    and ``engine_s`` (the engine's clock from the first decision to the last) say what it did and cost."""
+    """The planner over ``candidates`` (settings, the base first) and the per-request ``moves``; ``seed`` drives its
+    forecasts. ``decide(sim)`` returns a setting's index, or ``len(candidates) + j`` for ``moves[j]``, which the
+    caller makes on its engine before playing the base."""
 
     def __init__(
         self,
@@ -231,8 +217,7 @@ class MPCPlanner:
 
 
 def rollout(loop: DecisionLoop, sim: Simulator, plan: Sequence[tuple[np.ndarray, int | None]], ended: Any) -> int:
-    """Play each (action, iterations) of ``plan`` on ``sim`` (None: until ``ended()``) as the env applies an
-    action (held, corrected onto each iteration's mask), stopping once ``ended()``; requests met minus missed."""
+    """Play ``plan`` on ``sim`` (None: until ``ended()``) as the env applies actions; requests met minus missed."""
     engine = sim.engine
     start = engine.num_good - engine.num_missed
     for action, n in plan:
@@ -278,8 +263,8 @@ class Emitter:
 
 
 def planning_view(sim: Simulator) -> Simulator:
-    """A plain simulator in ``sim``'s state now, priced by its engine's cost model: what a planner forks where
-    ``sim`` cannot fork, or runs on another ``clock`` (an in-situ replay's). O(live requests + KV blocks)."""
+    """A plain simulator in ``sim``'s state now, for a planner where ``sim`` cannot fork or runs on another
+    ``clock``."""
     engine = sim.engine
     memo = {id(r): r.copy() for r in engine.live_requests()}
     copy = engine.fork(memo)
@@ -288,13 +273,10 @@ def planning_view(sim: Simulator) -> Simulator:
 
 
 class MPCPolicy:
-    """``mpc`` as a ``Policy``: every ``k``-th ``act`` the ``planner`` decides on ``state()`` (a simulator to plan
-    from), and the chosen setting plays, projected on each mask, until the next decision. It reads no observation
-    but is asked at every iteration. ``live``: ``state()`` is the engine the policy drives, so a per-request move
-    is made there (else the planner may have none). ``background``: the plan runs on a worker thread from the
-    state taken at the ``k``-th ``act``, and its answer applies from the first ``act`` after it lands
-    (``num_adopted``, ``lag_steps`` in ``act`` calls; a plan still running at the next ``k``-th ``act`` skips it:
-    ``num_skipped``); a plan that raised raises from the ``act`` that would adopt it."""
+    """``mpc`` as a ``Policy``: every ``k``-th ``act`` the ``planner`` decides on ``state()``, and the chosen setting
+    plays until the next decision. ``live``: a per-request move is made on ``state()``'s engine. ``background``: the
+    plan runs on a worker thread and applies from the first ``act`` after it lands (one still running at the next
+    ``k``-th ``act`` skips it); a plan that raised raises from the ``act`` that would adopt it."""
 
     bounded_act = False  # planning inline has no fixed cost; in the background act does O(live requests)
 
@@ -367,9 +349,8 @@ class MPCPolicy:
 
 
 def mpc_for(config: MPCConfig, ctx: PolicyContext, seed: int = 0) -> MPCPolicy:
-    """``mpc`` in ``ctx`` (``PolicySpec.make_for``'s), planning on ``ctx.planning_state()``, on a worker thread
-    where ``ctx.background_planning``. One-line ``ValueError`` where ``ctx`` gives no state, for per-request moves,
-    or a scenario without a tuned entry."""
+    """``mpc`` in ``ctx``, planning on ``ctx.planning_state()`` (on a thread where ``ctx.background_planning``).
+    One-line ``ValueError`` where ``ctx`` gives no state, for per-request moves, or without a tuned entry."""
     if ctx.planning_state is None:
         raise ValueError(
             f"policy {config.name!r} plans on a copy of the engine's state, which this driver does not give: it runs "
@@ -386,8 +367,7 @@ def mpc_for(config: MPCConfig, ctx: PolicyContext, seed: int = 0) -> MPCPolicy:
 
 
 def planner_for(config: MPCConfig, ctx: PolicyContext, seed: int, table: Any = None) -> MPCPlanner:
-    """``planner_around`` ``config``'s base in ``ctx`` (``tuned``'s entry from ``config.table``, else ``table``,
-    else the shipped table; or a static rule's). One-line ``ValueError`` for a scenario without a tuned entry."""
+    """``planner_around`` ``config``'s base in ``ctx``; one-line ``ValueError`` for a scenario without a tuned entry."""
     try:
         base = base_decision(config.base, ctx, seed, config.table or table)
     except ValueError as exc:
@@ -400,16 +380,14 @@ def planner_for(config: MPCConfig, ctx: PolicyContext, seed: int, table: Any = N
 
 
 def planner_around(base: Decision, spec: ActionSpec, config: MPCConfig, seed: int) -> MPCPlanner:
-    """The planner over ``base`` and its single-knob moves in ``spec`` (and the per-request moves with
-    ``candidates=requests``): ``MPCPolicy``'s and the mpc teacher's."""
+    """The planner over ``base``, its single-knob moves and (``candidates=requests``) the per-request moves."""
     settings, moves = around(base, spec, config.candidates)
     return MPCPlanner(spec, settings, config, seed, moves)
 
 
 def mpc_on_env(env: Any, config: MPCConfig, seed: int = 0, table: Any = None) -> MPCPolicy:
-    """``mpc`` on ``env`` (``LLMSched-v1`` of one iteration per step, reset), planning on its own simulator, where
-    a per-request move it chooses is made; ``table``: a ``tuned`` base's table (``config.table`` first). One-line
-    ``ValueError`` for an env it cannot plan on, or a scenario without a tuned entry."""
+    """``mpc`` on ``env`` (``LLMSched-v1`` of one iteration per step, reset), planning on its own simulator.
+    One-line ``ValueError`` for an env it cannot plan on, or a scenario without a tuned entry."""
     u: Any = env.unwrapped
     if not hasattr(u, "sim") or not hasattr(u, "action_spec") or not hasattr(u, "policy_context"):
         raise ValueError(f"mpc plans on LLMSched-v1's simulator; {type(u).__name__} has no single-node simulator")

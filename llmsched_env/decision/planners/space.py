@@ -1,15 +1,6 @@
-"""What a planner weighs: static knob settings (the ``tuned`` search's space, the base settings ``lookahead`` and
-``mpc`` move around) and per-request moves.
-
-    search_options(spec)               # the values of each knob, in ``Decision`` field order
-    random_candidates(spec, 48, seed)  # uniform draws over them
-    neighbours(decision, spec)         # every single-knob move
-    static_decision("sjf", ctx)        # the knobs a static heuristic plays
-    r = pick("first:edf", engine)      # the request a per-request move acts on, or None; play() picks and makes it
-
-Static admission caps exclude 0: an engine that always holds admits one request at a time, only when idle. A
-per-request move sends one waiting request first, preempts a running one or sheds a waiting one; it picks its
-request from the engine's state alone (never a true output length), so a plan that chose it replays it exactly.
+"""What a planner weighs: static knob settings (the ``tuned`` search's space, the bases ``lookahead`` and ``mpc``
+move around) and per-request moves. Static admission caps exclude 0 (an engine that always holds admits one
+request at a time); a per-request move picks its request from the engine's state alone, so a plan replays exactly.
 """
 
 from __future__ import annotations
@@ -47,8 +38,7 @@ def search_options(spec: ActionSpec) -> dict[str, tuple[Any, ...]]:
 
 
 def neighbours(d: Decision, spec: ActionSpec) -> list[Decision]:
-    """Every single-knob move from ``d`` (another order, batch mix or shedding; a numeric knob's option up or
-    down), ``d`` itself and repeats left out."""
+    """Every single-knob move from ``d``, ``d`` itself and repeats left out."""
     out: list[Decision] = []
     for name, options in search_options(spec).items():
         value = getattr(d, name)
@@ -65,8 +55,7 @@ def neighbours(d: Decision, spec: ActionSpec) -> list[Decision]:
 
 
 def around(base: Decision, spec: ActionSpec, candidates: str) -> tuple[list[Decision], list[str]]:
-    """A planner's candidates: the settings (``base`` first, then but for ``candidates=base`` its single-knob
-    moves) and the per-request moves (all of them with ``candidates=requests``)."""
+    """A planner's candidates: the settings (``base`` first, then its single-knob moves) and the per-request moves."""
     settings = [base] if candidates == "base" else [base, *neighbours(base, spec)]
     return settings, list(REQUEST_MOVES) if candidates == "requests" else []
 
@@ -87,8 +76,8 @@ def static_decision(name: str, ctx: PolicyContext) -> Decision:
 
 
 def base_decision(name: str, ctx: PolicyContext, seed: int = 0, table: Any = None) -> Decision:
-    """A planner's base setting: ``tuned``'s entry for ``ctx.scenario`` (``table``: a ``TunedTable`` or a path;
-    None: the shipped one), or static rule ``name``'s knobs. ``ValueError`` without an entry or for no static rule."""
+    """A planner's base setting: ``tuned``'s entry for ``ctx.scenario``, or static rule ``name``'s knobs.
+    ``ValueError`` without an entry or for no static rule."""
     if name != "tuned":
         return static_decision(name, ctx)
     tuned: Any = SCHEDULERS.get("tuned")
@@ -168,8 +157,7 @@ def play(move: str, engine: Engine) -> None:
 
 
 def setting_of(chosen: int, settings: int, moves: list[str], engine: Engine) -> int:
-    """The setting candidate ``chosen`` plays: its own, or for move ``moves[chosen - settings]`` (made on
-    ``engine`` now) the base's."""
+    """The setting candidate ``chosen`` plays: its own, or for a move (made on ``engine`` now) the base's."""
     if chosen < settings:
         return chosen
     play(moves[chosen - settings], engine)
@@ -177,7 +165,6 @@ def setting_of(chosen: int, settings: int, moves: list[str], engine: Engine) -> 
 
 
 def acts(move: str, engine: Engine, order: QueueOrder) -> Request | None:
-    """The request ``move`` acts on in ``engine``'s state, or None: nobody, or a promotion of the request the base
-    ``order`` sends first anyway (the base's own rollout)."""
+    """The request ``move`` acts on, or None: nobody, or a promotion of the request the base sends first anyway."""
     r = pick(move, engine)
     return None if r is None or (REQUEST_MOVES[move][0] == "promote" and r is _first(order)(engine)) else r

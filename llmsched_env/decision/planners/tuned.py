@@ -1,16 +1,7 @@
-"""The tuned-settings table (per scenario, the static knobs ``llmsched-tune`` found best on ``val``) and the keys
-of a user's own traces in it.
-
-    table = load_tuned_table("baselines/tuned.json")
-    table.decision("mixed-slo", env.unwrapped.action_spec)   # the stored knobs, each checked against the spec
-    key = trace_key(options, scenario)                       # "azure_code@3f0c9e1a2b4d" and what it hashes
-
-A table is JSON, ``{"format": "llmsched-tuned", "version": 1, "scenarios": {NAME: ENTRY}}``, each ``ENTRY`` with
-``"settings"`` (the seven knobs by value, ``SETTING_NAMES``: a value the engine lacks is refused by name, never
-moved) and free-form ``"provenance"``. A trace's entry is keyed ``STEM@`` + 12 hex digits of a SHA-256 over the
-file's content and every option shaping the workload or the engine (format, columns, time unit, rate, SLOs, the
-engine after its limits, the cost model), not the episode size; it lives in the user table (``user_table()``:
-``$LLMSCHED_TUNED_TABLE``, else under ``$XDG_DATA_HOME``), never the shipped one. No gymnasium.
+"""The tuned-settings table (per scenario, the static knobs ``llmsched-tune`` found best on ``val``) and the keys of
+a user's own traces in it (``STEM@`` + 12 hex digits of a SHA-256 over the file and the options shaping the
+workload and engine; docs/baselines-and-metrics.md). Trace entries live in the user table (``user_table()``),
+never the shipped one. No gymnasium.
 """
 
 from __future__ import annotations
@@ -105,9 +96,8 @@ def decision_of(settings: object, where: str) -> Decision:
 
 @dataclass(frozen=True)
 class TunedTable:
-    """A loaded table: ``entries`` maps a scenario name to its checked ``settings`` and ``provenance``; ``path``
-    names it in messages; ``shipped``: the package's own (its re-tune hint needs no ``--out``); ``tune_command``:
-    the re-tune hint itself (a trace's ``llmsched-tune --trace`` command). Plain data: it pickles."""
+    """A loaded table: ``entries`` (scenario -> checked ``settings`` and ``provenance``), its ``path``, whether it is
+    the ``shipped`` one, and its re-tune hint ``tune_command``. Plain data: it pickles."""
 
     path: str
     entries: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -129,8 +119,8 @@ class TunedTable:
         return decision_of(entry["settings"], f"{self.path}: scenario {scenario!r}")
 
     def decision(self, scenario: str, spec: ActionSpec) -> Decision:
-        """``settings(scenario)``, each knob checked to be an option of ``spec`` (never moved to the nearest
-        one): ``ValueError`` naming the scenario, the knob, the value and the options otherwise."""
+        """``settings(scenario)``, each knob checked against ``spec`` (never moved): ``ValueError`` naming what is
+        wrong."""
         d = self.settings(scenario)
         for name, value, options in (
             ("token_budget", d.token_budget, spec.token_budget_values),
@@ -184,8 +174,8 @@ _LOADED: dict[tuple[str, bool], tuple[tuple[int, int, int], TunedTable]] = {}
 
 
 def load_tuned_table(path: str | Path, *, shipped: bool = False) -> TunedTable:
-    """The table in ``path``, every entry checked (one-line ``ValueError`` naming the file otherwise); read again
-    only when the file changed (inode, modification time, size)."""
+    """The table in ``path``, checked (one-line ``ValueError`` naming the file); read again only when the file
+    changed."""
     p = Path(path)
     try:
         st = p.stat()
@@ -219,8 +209,8 @@ def _load(p: Path, shipped: bool) -> TunedTable:
 
 
 def write_tuned_entries(path: str | Path, entries: Mapping[str, Mapping[str, Any]]) -> TunedTable:
-    """Merge ``entries`` (scenario -> {"settings", "provenance"}) into the table at ``path`` (made if missing),
-    sorted, written atomically, the file held from the read to the write (concurrent writers lose nothing)."""
+    """Merge ``entries`` into the table at ``path`` (made if missing), written atomically under a lock held from read to
+    write."""
     p = Path(path)
     for name, entry in entries.items():
         decision_of(entry.get("settings"), f"{p}: scenario {name!r}")
@@ -239,8 +229,8 @@ def shipped_table() -> Path:
 
 
 def user_table() -> Path:
-    """The user's table for traces: ``$LLMSCHED_TUNED_TABLE``, else ``${XDG_DATA_HOME:-~/.local/share}/llmsched/
-    tuned.json``."""
+    """The user's table for traces: ``$LLMSCHED_TUNED_TABLE``, else under ``$XDG_DATA_HOME``
+    (``llmsched/tuned.json``)."""
     named = os.environ.get(USER_TABLE_ENV)
     if named:
         return Path(named).expanduser()
@@ -275,8 +265,7 @@ class TraceKey:
 
 
 def trace_key(options: Mapping[str, Any], scenario: Scenario, *, cost_model: str | None = None) -> TraceKey:
-    """The key of ``scenario``, the trace built from ``options`` (the ``--trace`` options by name) with its engine
-    limits, under ``cost_model`` (default: the scenario's). ``ValueError`` naming the file if it cannot be read."""
+    """The key of ``scenario`` built from ``options`` under ``cost_model``; ``ValueError`` naming an unreadable file."""
     (key,) = trace_keys(options, [scenario], cost_model=cost_model)
     return key
 
@@ -284,8 +273,7 @@ def trace_key(options: Mapping[str, Any], scenario: Scenario, *, cost_model: str
 def trace_keys(
     options: Mapping[str, Any], scenarios: Sequence[Scenario], *, cost_model: str | None = None
 ) -> list[TraceKey]:
-    """``trace_key`` of each of ``scenarios`` built from the same trace (its replay and its fitted traffic),
-    the file read and hashed once."""
+    """``trace_key`` of each of ``scenarios`` built from the same trace, the file read and hashed once."""
     digest = _sha256(Path(options["trace"]))
     return [_trace_key(options, scenario, cost_model, digest) for scenario in scenarios]
 
@@ -321,8 +309,8 @@ def _trace_key(options: Mapping[str, Any], scenario: Scenario, cost_model: str |
 
 
 def val_episode_size(scenario: Scenario, seeds: Sequence[int]) -> int | None:
-    """A search's default episode size on ``scenario``'s val part: its own, cut until the part holds a disjoint
-    window per seed; None for a generated source. ``ValueError`` naming the file when too few requests."""
+    """A search's default episode size on ``scenario``'s val part (None for a generated source); ``ValueError`` if too
+    few."""
     source = scenario.make_source("val", 1.0)  # the SLO scale does not change the part's size
     if not isinstance(source, TraceSource):
         return None
@@ -356,9 +344,8 @@ def find_trace_entry(key: str, tables: Sequence[Path]) -> tuple[Path, Mapping[st
 def trace_table(
     name: str, table: str | Path | TunedTable | None, keyed: Sequence[tuple[Scenario, TraceKey]], command: str
 ) -> TunedTable:
-    """The table policy ``name`` (a ``tuned``, its ``table`` given or not) plays on a trace: each of ``keyed``'s
-    scenarios under its name, with its key's entry from ``trace_tables(table)``. One-line ``ValueError`` when no
-    table holds a key, giving ``command``, the one that makes the entries."""
+    """The table policy ``name`` plays on a trace: each of ``keyed``'s scenarios with its key's entry. One-line
+    ``ValueError`` when no table holds a key, giving ``command``, the one that makes the entries."""
     tables = trace_tables(table)
     entries: dict[str, Mapping[str, Any]] = {}
     where: list[str] = []
@@ -384,8 +371,7 @@ def trace_tune_command(
     fitted: bool = False,
 ) -> str:
     """The ``llmsched-tune --trace ...`` command whose entry has the key of these ``options``, cost model and
-    engine ``limits`` (options at their defaults left out), with ``--out`` (a table of the user's), with
-    ``--fitted-traffic`` when ``fitted``; no ``--num-requests`` (the search sizes its own val windows)."""
+    ``limits``."""
     words = [TUNE_PROG, "--trace", str(options["trace"])]
     for name, default in _TRACE_FLAGS.items():
         value = options.get(name)
