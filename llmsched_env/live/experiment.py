@@ -411,7 +411,8 @@ def _append(path: Path, record: dict[str, Any]) -> None:
 
 
 def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: float, log: Log) -> dict[str, Any]:
-    """Steps 1-5 of the module docstring for one workload; what it found (for ``experiment.json``)."""
+    """One workload, as the module docstring says (fit, calibration, predictions, rounds, reference); what it found
+    (for ``experiment.json``)."""
     out = config.out
     folder = out / "workloads" / workload.name
     fit = _fit_instance(config, workload, folder, log)
