@@ -40,8 +40,8 @@ class EnvSnapshot:
 class EnvBase(gym.Env, Generic[C]):
     """The shared template. An env sets ``config_class`` and ``_signature`` (the arguments a snapshot must match)
     and implements the hooks: ``_core`` (the simulator, None before reset), ``_start(requests)`` (the first
-    observation), ``_advance(action)`` (``(terminated, projected, extra info)``), ``_clock`` (simulated time,
-    steps taken), ``_counts`` (requests arrived, met, missed; preemptions), ``_metrics``, ``_observe``, ``_mask``,
+    observation), ``_advance(action)`` (``(terminated, projected, extra info)``), ``_progress`` (simulated time,
+    steps taken, requests arrived, met, missed, preemptions: one call a step), ``_metrics``, ``_observe``, ``_mask``,
     ``_fork`` (the simulator's part of a snapshot), ``_restore(state)`` (calling ``_restore_episode`` before the
     simulator's fork), ``_check`` (invariants) and ``_render``."""
 
@@ -92,8 +92,7 @@ class EnvBase(gym.Env, Generic[C]):
     _core: Callable[[], Any]
     _start: Callable[[list[Request]], np.ndarray]
     _advance: Callable[[Any], tuple[bool, bool, dict[str, Any]]]
-    _clock: Callable[[], tuple[float, int]]
-    _counts: Callable[[], tuple[int, int, int, int]]
+    _progress: Callable[[], tuple[float, int, int, int, int, int]]
     _metrics: Callable[[], dict[str, float]]
     _observe: Callable[[], np.ndarray]
     _mask: Callable[[], np.ndarray]
@@ -127,12 +126,13 @@ class EnvBase(gym.Env, Generic[C]):
         return obs, {}
 
     def step(self, action: Any) -> Step:
-        self._require("step")
+        if self._core() is None:  # the hot path: no _require call
+            raise RuntimeError("call reset() before step()")
         terminated, projected, extra = self._advance(action)
-        now_s, num_steps = self._clock()
+        now_s, num_steps, arrived, met, missed, preempted = self._progress()
         truncated = not terminated and (now_s >= self.horizon_s or num_steps >= self.max_steps)
         assert self._reward is not None
-        reward, rewards = self._reward.step(*self._counts(), terminated or truncated)
+        reward, rewards = self._reward.step(arrived, met, missed, preempted, terminated or truncated)
         info: dict[str, Any] = {"rewards": rewards, "action_projected": projected, **extra}
         if terminated or truncated:
             info["metrics"] = self._metrics()

@@ -188,14 +188,12 @@ class LLMSchedClusterEnv(EnvBase[ClusterEnvConfig]):
         self._steps += 1
         return self._pending is None, projected, {"replica": self.routable[a]}
 
-    def _clock(self) -> tuple[float, int]:
-        assert self.cluster is not None
-        return self.cluster.now_s, self._steps
-
-    def _counts(self) -> tuple[int, int, int, int]:
+    def _progress(self) -> tuple[float, int, int, int, int, int]:
         assert self.cluster is not None
         engines = [rep.engine for rep in self.cluster.replicas]
         return (
+            self.cluster.now_s,
+            self._steps,
             self.cluster.num_routed,
             sum(e.num_good for e in engines),
             sum(e.num_missed for e in engines),

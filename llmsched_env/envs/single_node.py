@@ -205,14 +205,11 @@ class LLMSchedEnv(EnvBase[SingleNodeConfig]):
             self.history.append((sim.now_s, engine.num_waiting_total, engine.pool.usage, self._last_step_s))
         return terminated, loop.stats.num_corrected != corrected, {}
 
-    def _clock(self) -> tuple[float, int]:
-        assert self.sim is not None
-        return self.sim.now_s, self.sim.num_steps
-
-    def _counts(self) -> tuple[int, int, int, int]:
-        assert self.sim is not None
-        e = self.sim.engine
-        return e.num_arrived, e.num_good, e.num_missed, e.num_preemptions
+    def _progress(self) -> tuple[float, int, int, int, int, int]:
+        sim = self.sim
+        assert sim is not None
+        e = sim.engine
+        return sim.now_s, sim.num_steps, e.num_arrived, e.num_good, e.num_missed, e.num_preemptions
 
     def _metrics(self) -> dict[str, float]:
         assert self.sim is not None

@@ -5,6 +5,7 @@ iteration. An idle engine jumps straight to the next arrival, so every step the 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,13 +30,15 @@ def idle_tick_s(cost_model: CostModel) -> float:
     return cost_model.step_time_s(0, 1, 0, 0.0)
 
 
-def wake_s(start_s: float, events: Sequence[float | None], waiting: bool, tick_s: float) -> float:
-    """When an engine whose iteration ran nothing decides again: the earliest event, or one ``tick_s`` while requests
-    wait."""
-    wake = [t for t in events if t is not None]
-    if waiting or not wake:
-        wake.append(start_s + tick_s)
-    return max(min(wake), start_s)
+def wake_s(start_s: float, arrival_s: float | None, fetch_s: float | None, waiting: bool, tick_s: float) -> float:
+    """When an engine whose iteration ran nothing decides again: the earliest of the next arrival and the next
+    remote-KV landing, or one ``tick_s`` while requests wait (or when neither event is due)."""
+    wake = start_s + tick_s if waiting or (arrival_s is None and fetch_s is None) else math.inf
+    if arrival_s is not None and arrival_s < wake:
+        wake = arrival_s
+    if fetch_s is not None and fetch_s < wake:
+        wake = fetch_s
+    return max(wake, start_s)
 
 
 def check_arrival_order(requests: Sequence[Request]) -> None:
@@ -107,8 +110,9 @@ class Simulator:
         batch = engine.schedule(decision)
         start = engine.now_s
         if batch.is_empty:
-            events = (self.next_arrival_s, engine.next_fetch_ready_s())
-            engine.advance_clock(wake_s(start, events, engine.num_waiting_total > 0, self.idle_tick_s))
+            wake = wake_s(start, self.next_arrival_s, engine.next_fetch_ready_s(), engine.num_waiting_total > 0,
+                          self.idle_tick_s)  # fmt: skip
+            engine.advance_clock(wake)
         else:
             dt = self.execute(batch)
             self.kv_usage.add(engine.pool.usage, dt)

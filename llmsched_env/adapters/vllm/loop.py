@@ -125,7 +125,7 @@ class VllmLoop:
         if out.total_num_scheduled_tokens == 0:
             self._outputs(s.update_from_output(out, fake_output(s, out)))
             arrival = self.requests[self._next].arrival_s if self._next < len(self.requests) else None
-            self.clock.now_s = wake_s(start, (arrival,), s.get_request_counts()[1] > 0, self.idle_tick_s)
+            self.clock.now_s = wake_s(start, arrival, None, s.get_request_counts()[1] > 0, self.idle_tick_s)
         else:
             end = start + batch.time_s(self.price_model)
             self.clock.now_s = end
