@@ -21,6 +21,7 @@ from llmsched_env.envs.options import EpisodeConfig, check_episode_args, load_ar
 from llmsched_env.envs.reward import RewardConfig, RewardTracker
 
 C = TypeVar("C")
+NOT_RESET = "call reset() before {}()"  # ``_advance`` raises it itself: ``step`` is the hot path
 Step = tuple[np.ndarray, float, bool, bool, dict[str, Any]]
 
 
@@ -107,7 +108,7 @@ class EnvBase(gym.Env, Generic[C]):
     def _require(self, what: str) -> Any:
         core = self._core()
         if core is None:
-            raise RuntimeError(f"call reset() before {what}()")
+            raise RuntimeError(NOT_RESET.format(what))
         return core
 
     def _seed(self, seed: int | None) -> None:
@@ -126,9 +127,7 @@ class EnvBase(gym.Env, Generic[C]):
         return obs, {}
 
     def step(self, action: Any) -> Step:
-        if self._core() is None:  # the hot path: no _require call
-            raise RuntimeError("call reset() before step()")
-        terminated, projected, extra = self._advance(action)
+        terminated, projected, extra = self._advance(action)  # RuntimeError before reset: NOT_RESET
         now_s, num_steps, arrived, met, missed, preempted = self._progress()
         truncated = not terminated and (now_s >= self.horizon_s or num_steps >= self.max_steps)
         assert self._reward is not None

@@ -31,7 +31,7 @@ from llmsched_env.decision.policy import Policy, PolicyContext, reads_observatio
 from llmsched_env.decision.registry import SCHEDULERS
 from llmsched_env.decision.router import ClusterObservationEncoder, RouterContext, RouteSpec, route_mask
 from llmsched_env.engine.request import Request
-from llmsched_env.envs.base import EnvBase
+from llmsched_env.envs.base import NOT_RESET, EnvBase
 from llmsched_env.envs.options import EpisodeConfig, engine_config
 from llmsched_env.envs.render import render_cluster_ansi
 from llmsched_env.workloads.library import get_scenario
@@ -172,7 +172,8 @@ class LLMSchedClusterEnv(EnvBase[ClusterEnvConfig]):
 
     def _advance(self, action: Any) -> tuple[bool, bool, dict[str, Any]]:
         cluster = self.cluster
-        assert cluster is not None
+        if cluster is None:
+            raise RuntimeError(NOT_RESET.format("step"))
         a = _replica_index(action, len(self.routable))
         projected = False
         if self._pending is not None:

@@ -22,7 +22,7 @@ from llmsched_env.decision.schema import ENV_IDS, SCHEMA_VERSION, check_schema, 
 from llmsched_env.engine.config import EngineConfig
 from llmsched_env.engine.remote_kv import RemoteKVConfig
 from llmsched_env.engine.request import Request
-from llmsched_env.envs.base import EnvBase
+from llmsched_env.envs.base import NOT_RESET, EnvBase
 from llmsched_env.envs.options import EpisodeConfig, engine_config
 from llmsched_env.envs.render import render_ansi, render_rgb
 from llmsched_env.sim.simulator import Simulator
@@ -185,7 +185,8 @@ class LLMSchedEnv(EnvBase[SingleNodeConfig]):
 
     def _advance(self, action: Any) -> tuple[bool, bool, dict[str, Any]]:
         sim, loop = self.sim, self.decisions
-        assert sim is not None
+        if sim is None:
+            raise RuntimeError(NOT_RESET.format("step"))
         engine = sim.engine
         loop.take(action, engine)  # validates: ValueError naming the component of a malformed action
         corrected = loop.stats.num_corrected
