@@ -24,6 +24,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
+from llmsched_env.common.outputs import replaced_atomically
+
 SUFFIX = ".tar.gz"
 KEPT_PLAIN = (".md",)  # reports and tables the pages link to
 
@@ -45,11 +47,13 @@ def tar_bytes(files: dict[str, bytes]) -> bytes:
 
 
 def write_archive(path: Path, files: dict[str, bytes]) -> None:
-    """``path`` (a ``.tar.gz``) holding ``files``, the same bytes for the same files."""
+    """``path`` (a ``.tar.gz``) holding ``files``, the same bytes for the same files; replaced atomically, so a
+    crash while re-packing leaves the archive it had (the packed files are removed only after)."""
     buffer = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, compresslevel=9, mtime=0) as gz:
         gz.write(tar_bytes(files))
-    path.write_bytes(buffer.getvalue())
+    with replaced_atomically(path) as tmp:
+        tmp.write_bytes(buffer.getvalue())
 
 
 def read_archive(path: Path) -> dict[str, bytes]:
