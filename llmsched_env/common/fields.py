@@ -134,8 +134,8 @@ def coerce(name: str, text: str, kind: str, none: str | None = None, where: str 
         return text.lower() in TRUE
     if kind not in ("int", "float", "bool"):
         return Path(text) if kind == "Path" else text
-    with contextlib.suppress(ValueError):
-        if kind != "bool":
+    if kind != "bool":  # a bool's words were read above
+        with contextlib.suppress(ValueError):
             return int(text) if kind == "int" else float(text)
     expected = {"int": "an integer", "float": "a number", "bool": "true or false"}[kind]
     or_none = f" or {none}" if none is not None else ""
