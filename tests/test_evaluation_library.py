@@ -94,13 +94,13 @@ def test_rows_reach_stdout_as_runs_finish_and_the_bar_goes_to_stderr(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     seen = []
-    real = grid_module.run_episode
+    real = grid_module.start_episode
 
     def spy(*args, **kwargs):  # what the command had printed when each run began
         seen.append(capsys.readouterr())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(grid_module, "run_episode", spy)
+    monkeypatch.setattr(grid_module, "start_episode", spy)
     assert main(["--policies", "fcfs,slo_aware", "--num-requests", "30"]) == 0
     seen.append(capsys.readouterr())
     before_first, before_second, after = (s.out.splitlines() for s in seen)

@@ -138,6 +138,14 @@ class EnvBase(gym.Env, Generic[C]):
             info["load"] = self.load
         return self._observe(), reward, terminated, truncated, info
 
+    def slo_tally(self) -> tuple[int, int, int]:
+        """``(requests, met, missed)`` of the episode after the last step: its requests, and those already known to
+        meet or to miss their SLO (an outcome, once counted, never changes; ``evaluation.decided`` stops on them)."""
+        self._require("slo_tally")
+        tally = self._reward
+        assert tally is not None
+        return tally.num_requests, tally.num_good, tally.num_missed
+
     def action_masks(self) -> np.ndarray:
         """Valid options of each action component, concatenated (sb3-contrib MaskablePPO)."""
         self._require("action_masks")

@@ -52,6 +52,7 @@ class RewardTracker:
     def __init__(self, config: RewardConfig, num_requests: int) -> None:
         check_int("RewardTracker", "num_requests", num_requests, 0)
         self.config = config
+        self.num_requests = num_requests
         self.norm = 1.0 / max(num_requests, 1)
         self.num_good = 0
         self.num_missed = 0

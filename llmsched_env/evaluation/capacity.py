@@ -21,6 +21,7 @@ from llmsched_env.decision.planners.lookahead import is_bound
 from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.envs.options import MAX_EPISODE_REQUESTS
 from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row, traffic_label
+from llmsched_env.evaluation.decided import ProbeCell, attainment_bounds
 from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
 from llmsched_env.evaluation.fallbacks import FALLBACK_SHARE, fallback_summary
 from llmsched_env.evaluation.grid import ForeignRunError, run_cell, runners_for, shown_value
@@ -30,9 +31,9 @@ from llmsched_env.evaluation.stats import group_traffic, mean_ci95
 from llmsched_env.evaluation.sustained import ScenarioWindows, env_windows, scenario_windows
 from llmsched_env.workloads.scenarios import TraceSource
 
-__all__ = ["CAPACITY_TARGET", "EXTEND_FACTOR", "capacity_grid", "capacity_notes", "extended_size", "find_capacity",
-           "gap_share", "read_per_seed", "read_window_limited", "search_capacity", "search_fallbacks", "search_key",
-           "summarize_capacity", "sustained_size", "verdict_notes"]  # fmt: skip
+__all__ = ["AT_CAPACITY", "CAPACITY_TARGET", "EXTEND_FACTOR", "capacity_grid", "capacity_notes", "extended_size",
+           "find_capacity", "gap_share", "read_per_seed", "read_window_limited", "search_capacity", "search_fallbacks",
+           "search_key", "summarize_capacity", "sustained_size", "verdict_notes"]  # fmt: skip
 
 CAPACITY_TARGET = 0.9  # the attainment a capacity is measured at (DistServe)
 _MAX_LOAD, _TOLERANCE = 64.0, 1.02  # bracket within [1/64, 64] x nominal; bisect to 2%
@@ -94,9 +95,14 @@ def find_capacity(
     on_evaluation: Callable[[int], None] | None = None,
     seed: int | None = None,
     sustained_only: bool = True,
+    decide_early: bool = True,
+    latency: bool = True,
 ) -> Row:
     """``policy``'s capacity row on ``scenario`` (mean attainment over ``config.seeds``, or ``seed``'s window alone),
-    up to ``max_sustained_load``; ``sustained_only=False`` searches past it (``llmsched-tune``'s, never a figure)."""
+    up to ``max_sustained_load``; ``sustained_only=False`` searches past it (``llmsched-tune``'s, never a figure).
+    With ``decide_early`` each probe of a simulated search stops once its verdict is certain (``evaluation.decided``;
+    the same capacity); with ``latency`` the capacity load is then played whole for the row's ``at_capacity_*``
+    columns (each the mean over the seeds)."""
     spec = policy if isinstance(policy, PolicySpec) else resolve_policy(policy)
     runners = runners_for(config)
     seeds = None if seed is None else (seed,)
@@ -111,49 +117,83 @@ def find_capacity(
     episodes: list[Row] = []  # every run of the search (the runtime's carry their decisions' fallbacks)
     met: dict[float, float] = {}  # load -> attainment, on the windows of the config's size
 
+    early = decide_early and config.runtime is None  # the runtime's runs play whole (its fallbacks are counted)
+
+    passed: list[ProbeCell] = []  # the last probe that met the target, its runs kept to play whole (latency)
+
     def attainment(load: float, sized: EvalConfig = config) -> float:
-        rows = run_cell(sized, scenario, load, spec, runners=runners, seeds=seeds).rows
+        cell = None
+        if early:
+            cell = ProbeCell(sized, scenario, load, spec, judged)
+            try:
+                rows = cell.decide(target)
+            except BaseException:
+                cell.close()
+                raise
+        else:
+            rows = run_cell(sized, scenario, load, spec, runners=runners, seeds=seeds).rows
         played.append((load, [r[TRAJECTORY] for r in rows]))
         episodes.extend(rows)
-        return float(np.mean([r["slo_attainment"] for r in rows]))
+        bounds = [attainment_bounds(r) for r in rows]
+        low = float(np.mean([b[0] for b in bounds]))  # the same mean, of the bounds (monotone: the same verdict)
+        value = low if low >= target else float(np.mean([b[1] for b in bounds]))
+        if cell is not None:
+            keep = [cell] if value >= target and latency else []
+            for old in passed if keep else [cell]:
+                old.close()
+            passed[:] = keep or passed
+        return value
 
     def on_windows(load: float) -> float:
         met[load] = attainment(load)
         return met[load]
 
-    lo = search_capacity(on_windows, target, on_evaluation, max_load=cap if sustained_only else _MAX_LOAD)
-    size = windows.num_requests
-    longest = extended_size(config, scenario, windows) if sustained_only else None
-    if longest is not None and cap < _MAX_LOAD and lo >= cap:
-        # met where the windows stop being sustained: above there each load plays windows long enough for it
-        top = min(_MAX_LOAD, replace(windows, num_requests=longest).max_load(judged))
-        sizes = {cap: size}  # load -> the episode size it played
+    try:
+        lo = search_capacity(on_windows, target, on_evaluation, max_load=cap if sustained_only else _MAX_LOAD)
+        size = windows.num_requests
+        longest = extended_size(config, scenario, windows) if sustained_only else None
+        if longest is not None and cap < _MAX_LOAD and lo >= cap:
+            # met where the windows stop being sustained: above there each load plays windows long enough for it
+            top = min(_MAX_LOAD, replace(windows, num_requests=longest).max_load(judged))
+            sizes = {cap: size}  # load -> the episode size it played
 
-        def on_longer(x: float) -> float:
-            load = cap * x
-            if x == 1.0 and load in met:
-                return met[load]
-            sizes[load] = sustained_size(windows, load, judged, longest)
-            sized = replace(config, scenarios=(scenario,), num_requests=sizes[load])  # a replay beside it keeps its own
-            return attainment(load, sized)
+            def on_longer(x: float) -> float:
+                load = cap * x
+                if x == 1.0 and load in met:
+                    return met[load]
+                sizes[load] = sustained_size(windows, load, judged, longest)
+                # a replay beside it keeps its own size
+                sized = replace(config, scenarios=(scenario,), num_requests=sizes[load])
+                return attainment(load, sized)
 
-        lo = cap * search_capacity(on_longer, target, on_evaluation, max_load=top / cap)
-        cap = top
-        size = sizes[lo]
-    row: Row = {"policy": spec.name, "scenario": scenario.name, **traffic_label(scenario)}
-    if seed is not None:
-        row["seed"] = seed
-    limited = sustained_only and cap < _MAX_LOAD and lo >= cap
-    return {
-        **row,
-        "capacity_load": lo,
-        "capacity_rps": lo * nominal,
-        "max_sustained_load": cap,
-        "window_limited": limited,
-        "window_requests": size,
-        **search_fallbacks(episodes),
-        TRAJECTORY: combine_fingerprints(played),
-    }
+            lo = cap * search_capacity(on_longer, target, on_evaluation, max_load=top / cap)
+            cap = top
+            size = sizes[lo]
+        row: Row = {"policy": spec.name, "scenario": scenario.name, **traffic_label(scenario)}
+        if seed is not None:
+            row["seed"] = seed
+        limited = sustained_only and cap < _MAX_LOAD and lo >= cap
+        row.update(capacity_load=lo, capacity_rps=lo * nominal, max_sustained_load=cap, window_limited=limited)
+        row["window_requests"] = size
+        if latency and lo > 0:  # the capacity load played whole: the probe's runs played on, or again
+            kept = passed[0] if passed and passed[0].load == lo else None
+            at = replace(config, scenarios=(scenario,), num_requests=size) if size != windows.num_requests else config
+            whole = (
+                kept.finish()
+                if kept is not None
+                else run_cell(at, scenario, lo, spec, runners=runners, seeds=seeds).rows
+            )
+            played.append((lo, [r[TRAJECTORY] for r in whole]))
+            episodes.extend(whole)
+            row.update({f"at_capacity_{name}": float(np.mean([r[name] for r in whole])) for name in AT_CAPACITY})
+        return {**row, **search_fallbacks(episodes), TRAJECTORY: combine_fingerprints(played)}
+    finally:
+        for cell in passed:
+            cell.close()
+
+
+# the metrics of the capacity load's whole runs a capacity row carries (``at_capacity_*``)
+AT_CAPACITY = ("slo_attainment", "goodput_rps", "ttft_p90_s", "ttft_p99_s", "tpot_p90_s", "tpot_p99_s")
 
 
 def search_fallbacks(runs: Sequence[Row]) -> Row:

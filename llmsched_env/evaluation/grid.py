@@ -18,20 +18,21 @@ from llmsched_env.decision.planners.bounds import lookahead_factory
 from llmsched_env.decision.planners.mpc import mpc_factory
 from llmsched_env.decision.policy_spec import PolicySpec
 from llmsched_env.engine.request import Status, tpot_s
-from llmsched_env.envs.episode import run_episode
+from llmsched_env.envs.episode import DirectEpisode, Episode
 from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row, traffic_label
 from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
 from llmsched_env.evaluation.identity import TRAJECTORY, trajectory_fingerprint
 from llmsched_env.evaluation.progress import Progress
-from llmsched_env.evaluation.sustained import env_windows
+from llmsched_env.evaluation.sustained import ScenarioWindows, env_windows
 from llmsched_env.sim.metrics import token_times
 from llmsched_env.sim.simulator import Simulator
 
 if TYPE_CHECKING:  # the runtime backend imports torch: only when it runs
     from llmsched_env.evaluation.runtime_backend import Runners
 
-__all__ = ["KEY_COLUMNS", "FinishedRun", "ForeignRunError", "GridResult", "RunHook", "episode_details", "run_cell",
-           "run_grid", "run_key", "runners_for", "shown_value"]  # fmt: skip
+__all__ = ["KEY_COLUMNS", "FinishedRun", "ForeignRunError", "GridResult", "RunHook", "acting_policy", "cell_row",
+           "episode_details", "run_cell", "run_grid", "run_key", "runners_for", "shown_value",
+           "start_episode"]  # fmt: skip
 
 KEY_COLUMNS = ("policy", "scenario", "load", "seed")
 RowHook = Callable[[Row], None]
@@ -98,21 +99,13 @@ def run_cell(
             assert runners is not None  # runners_for makes them for the runtime backend
             metrics, sim = runtime_episode(config, env, policy, seed, runners)
         else:
-            # the planners play (lookahead) or fork (mpc) the env's own simulator; every other policy acts on
-            # observations and masks
-            if policy.lookahead is not None:
-                acting: Any = lookahead_factory(policy.lookahead, seed, config.tuned_table(), cluster=config.is_cluster)
-            elif policy.mpc is not None:
-                acting = mpc_factory(policy.mpc, seed, config.tuned_table())
-            else:
-                acting = policy.make(env, seed)
-            metrics = run_episode(env, acting, seed)
+            episode = start_episode(config, policy, env, seed)
+            while not episode.advance():
+                pass
+            assert episode.metrics is not None
+            metrics = episode.metrics
             sim = getattr(u, "sim", None)  # None for a cluster (no per-request plot details)
-        row: Row = {"policy": policy.name, "scenario": scenario.name, **traffic_label(scenario), "load": load}
-        row["seed"] = seed
-        row.update(metrics)
-        row["wall_s"] = time.perf_counter() - t0
-        row["sustained"] = windows.span(seed, load).sustained  # evaluation.sustained: a rate, not a burst
+        row = cell_row(scenario, load, policy, seed, windows, metrics, time.perf_counter() - t0)
         row[TRAJECTORY] = trajectory_fingerprint(sim if sim is not None else u.cluster)
         out.rows.append(row)
         entry: dict[str, Any] | None = None
@@ -126,6 +119,43 @@ def run_cell(
             on_row(row)
     env.close()
     return out
+
+
+def start_episode(config: EvalConfig, policy: PolicySpec, env: Any, seed: int) -> Episode | DirectEpisode:
+    """``policy``'s episode of ``env`` reset with ``seed``: driven directly on a single node (``DirectEpisode``, the
+    same trajectory at a fraction of the cost), by the env's steps on a cluster and for the planners."""
+    acting = acting_policy(config, policy, env, seed)
+    if config.is_cluster or policy.lookahead is not None or policy.mpc is not None:
+        return Episode(env, acting, seed)
+    return DirectEpisode(env, acting, seed)
+
+
+def acting_policy(config: EvalConfig, policy: PolicySpec, env: Any, seed: int) -> Any:
+    """What plays ``policy`` in a simulated episode of ``env``: the planners play (lookahead) or fork (mpc) the env's
+    own simulator (a factory of the reset env); every other policy acts on observations and masks."""
+    if policy.lookahead is not None:
+        return lookahead_factory(policy.lookahead, seed, config.tuned_table(), cluster=config.is_cluster)
+    if policy.mpc is not None:
+        return mpc_factory(policy.mpc, seed, config.tuned_table())
+    return policy.make(env, seed)
+
+
+def cell_row(
+    scenario: AnyScenario,
+    load: float,
+    policy: PolicySpec,
+    seed: int,
+    windows: ScenarioWindows,
+    metrics: dict[str, float],
+    wall_s: float,
+) -> Row:
+    """A run's row: its key, ``metrics``, ``wall_s`` and whether its window is ``sustained`` (a rate, not a burst)."""
+    row: Row = {"policy": policy.name, "scenario": scenario.name, **traffic_label(scenario), "load": load}
+    row["seed"] = seed
+    row.update(metrics)
+    row["wall_s"] = wall_s
+    row["sustained"] = windows.span(seed, load).sustained  # evaluation.sustained
+    return row
 
 
 def run_grid(
