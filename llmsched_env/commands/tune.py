@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from llmsched_env.adapters.vllm.deploy import deploy_tuned_entry
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.evaluate_args import (
     add_engine_limits,
@@ -180,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             entry = {**entry, "provenance": {**entry["provenance"], "trace": {"key": key.key, **key.identity}}}
         write_tuned_entries(out, {name: entry})  # after each: a long run keeps what it found
         print(f"{name}: wrote {out} ({result.num_episodes} episodes, {result.wall_s:.0f} s)", flush=True)
+        # --- deploy hook (adapters/vllm/deploy.py): the vLLM adapter config and native flags beside the table ---
+        print(*deploy_tuned_entry(out, name, entry, scenario), sep="\n", flush=True)
     return 0
 
 

@@ -73,6 +73,10 @@ class ParityCase:
     engine: EngineConfig
     chunk_cap: int = 0  # vLLM's long_prefill_token_threshold; 0: none
     reserve_full_prefill: bool = True
+    # llmsched's decision each step (None: FCFS over the whole budget, chunk_cap as vLLM's, admission unlimited)
+    decision: Decision | None = None
+    vllm_engine: EngineConfig | None = None  # vLLM's limits where they differ from llmsched's (None: ``engine``)
+    watermark: float = 0.0  # vLLM's --watermark
 
 
 def _copy(r: Request) -> Request:
@@ -88,9 +92,10 @@ def compare(
     requests = sorted((_copy(r) for r in case.requests), key=lambda r: (r.arrival_s, r.request_id))
     rules = {"reserve_full_prefill": case.reserve_full_prefill, **(engine_rules or {})}
     engine = Engine(replace(cfg, **rules), [TenantConfig("all")], cost_model)
-    vllm = make_scheduler(cfg, chunk_cap=case.chunk_cap, reserve_full_prefill=case.reserve_full_prefill)
+    vllm = make_scheduler(case.vllm_engine or cfg, chunk_cap=case.chunk_cap, watermark=case.watermark,
+                          reserve_full_prefill=case.reserve_full_prefill)  # fmt: skip
     budget = cfg.max_num_batched_tokens
-    decision = Decision(
+    decision = case.decision or Decision(
         order=QueueOrder.FCFS, token_budget=budget, chunk_cap=case.chunk_cap or budget, max_admit=_UNLIMITED,
     )  # fmt: skip
     report = ParityReport(case.name, len(requests))  # reqs: the requests both ran (refused ones not counted)
