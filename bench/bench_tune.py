@@ -72,8 +72,9 @@ def capacities_on_test(scenario: Scenario, setting: Decision) -> list[float]:
 
 def report(scenario: Scenario, factor: int) -> None:
     fast, wall, cpu = timed_pick(TuneConfig(), scenario)
-    print(f"{scenario.name}: pick {fast.label} in {wall:.0f} s wall, {cpu:.0f} s CPU ({fast.num_dropped} of "
-          f"{fast.num_settings} settings dropped; margin {fast.confirm.get('margin')})", flush=True)  # fmt: skip
+    print(f"{scenario.name}: pick {fast.label} in {wall:.0f} s wall, {cpu:.0f} s CPU ({fast.num_settings} candidates; "
+          f"{fast.num_dropped} settings dropped by the races, local moves included; margin "
+          f"{fast.confirm.get('margin')})", flush=True)  # fmt: skip
     if not factor:
         return
     seeds = tuple(range(factor * len(TuneConfig().seeds)))

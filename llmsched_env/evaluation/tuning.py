@@ -143,11 +143,12 @@ class _Search:
     num_episodes: int = 0
     num_dropped: int = 0  # settings a race dropped behind its leader with confidence
     probe_caps: dict[str, float] = field(default_factory=dict)  # the references' val capacities on the probe seeds
+    cpu0: float = field(default_factory=time.process_time)  # this process's CPU seconds when the search began
     _results: dict[tuple[Decision, int], tuple[float, float]] = field(default_factory=dict)
 
     def say(self, text: str) -> None:
-        elapsed = time.perf_counter() - self.t0
-        self.log(f"{self.scenario.name}: {text}; {self.num_episodes} episodes, {elapsed:.0f} s")
+        elapsed, cpu = time.perf_counter() - self.t0, time.process_time() - self.cpu0
+        self.log(f"{self.scenario.name}: {text}; {self.num_episodes} episodes, {elapsed:.0f} s ({cpu:.0f} s CPU)")
 
     def spec(self, d: Decision, name: str = "candidate") -> PolicySpec:
         """``d`` as the ``tuned`` baseline with a one-entry table: exactly what the shipped table will run."""
