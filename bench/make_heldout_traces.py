@@ -17,6 +17,13 @@ have:
         # instead, a user's trace of 24,000 requests (docs/evaluation.md, "A trace too short to judge"): two
         # tenants over about 4.6 hours, "chat" (Gamma arrivals, CV 2, at 0.45 req/s) and "summarize" (Poisson at
         # 1 req/s, the longer prompts), lengths of ShareGPT's test part (generic format)
+    python bench/make_heldout_traces.py --eight-tenants /tmp/eight_tenants.csv
+        # instead, a user's trace of 24,000 requests from eight tenants over about 4.2 hours (``eight_tenants``
+        # below: SLO classes, arrival processes and rates of their own), generic format; tune and evaluate it with
+        #   --trace /tmp/eight_tenants.csv --trace-format generic
+        #   --trace-columns arrival=arrival,prompt_len=prompt_len,output_len=output_len,tenant=tenant
+        #   --tenant-slo chat=chat,assist=chat,ui=interactive,code=code,codegen=code_long,
+        #                summarize=summarization,rag=long_context,batch=batch   (one word, no spaces)
 
 The files keep the licences of their sources (tests/data/heldout/README.md).
 """
@@ -31,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from llmsched_env.common.outputs import write_text_atomically
-from llmsched_env.workloads.arrivals import GammaArrivals, OnOff, Poisson
+from llmsched_env.workloads.arrivals import ArrivalProcess, GammaArrivals, OnOff, Poisson
 from llmsched_env.workloads.public_traces import trace_path
 from llmsched_env.workloads.scenarios import split_bounds
 
@@ -82,17 +89,69 @@ def user_trace(path: Path, num_requests: int = 24000) -> None:
     """A two-tenant trace of ``num_requests`` requests (seed 0): ``chat`` at 0.45 req/s in Gamma bursts (CV 2) and
     ``summarize`` at 1 req/s, Poisson, taking the prompts of 1,000 tokens or more; lengths drawn from
     ShareGPT's test part."""
-    rng = np.random.default_rng(0)
     lengths = _sharegpt_test_lengths()
     longer = [pair for pair in lengths if pair[0] >= 1000]
+    tenants: list[tuple[str, ArrivalProcess, list[tuple[int, int]]]] = [
+        ("chat", GammaArrivals(0.45, cv=2.0), lengths),
+        ("summarize", Poisson(1.0), longer),
+    ]
+    _write_tenants(path, tenants, num_requests)
+
+
+def _write_tenants(
+    path: Path, tenants: list[tuple[str, ArrivalProcess, list[tuple[int, int]]]], num_requests: int
+) -> None:
+    """The first ``num_requests`` arrivals of ``tenants`` (name, arrivals, (prompt, output) lengths to draw from),
+    seed 0, written to ``path`` (generic format)."""
+    rng = np.random.default_rng(0)
     rows: list[tuple[float, int, int, str]] = []
-    for name, proc, pool in (("chat", GammaArrivals(0.45, cv=2.0), lengths), ("summarize", Poisson(1.0), longer)):
+    for name, proc, pool in tenants:
         for t in proc.sample(rng, num_requests).tolist():
             p, o = pool[int(rng.integers(len(pool)))]
             rows.append((t, p, o, name))
     rows.sort()
     _write_generic(path, rows[:num_requests])
     print(f"wrote {path} ({num_requests} requests over {rows[num_requests - 1][0]:.0f} s)")
+
+
+# the eight tenants: (name, SLO class for --tenant-slo, arrival process, prompt lengths) -- 1.6 req/s in all
+EIGHT_TENANTS: tuple[tuple[str, str, ArrivalProcess, tuple[int, int]], ...] = (
+    ("chat", "chat", Poisson(0.30), (1, 10**9)),
+    ("assist", "chat", GammaArrivals(0.20, cv=3.0), (1, 10**9)),
+    ("ui", "interactive", OnOff(0.60, on_s=60.0, off_s=120.0), (1, 512)),  # 0.2 req/s on average
+    ("code", "code", Poisson(0.25), (1, 1000)),
+    ("codegen", "code_long", GammaArrivals(0.10, cv=2.0), (1000, 10**9)),
+    ("summarize", "summarization", Poisson(0.20), (1000, 10**9)),
+    ("rag", "long_context", OnOff(0.30, on_s=120.0, off_s=240.0), (1500, 10**9)),  # 0.1 req/s on average
+    ("batch", "batch", GammaArrivals(0.25, cv=4.0), (1, 10**9)),
+)
+
+
+def eight_tenants(path: Path, num_requests: int = 24000) -> None:
+    """An eight-tenant trace of ``num_requests`` requests (seed 0), each tenant its SLO class, arrival process, rate
+    and prompt-length range (``EIGHT_TENANTS``; lengths drawn from ShareGPT's test part):
+
+    - ``chat`` (SLO class ``chat``): Poisson, 0.30 req/s, any prompt;
+    - ``assist`` (``chat``): Gamma gaps, CV 3, 0.20 req/s, any prompt;
+    - ``ui`` (``interactive``): on/off, Poisson 0.6 req/s for 60 s then silent for 120 s, prompts < 512 tokens;
+    - ``code`` (``code``): Poisson, 0.25 req/s, prompts < 1,000 tokens;
+    - ``codegen`` (``code_long``): Gamma gaps, CV 2, 0.10 req/s, prompts >= 1,000 tokens;
+    - ``summarize`` (``summarization``): Poisson, 0.20 req/s, prompts >= 1,000 tokens;
+    - ``rag`` (``long_context``): on/off, Poisson 0.3 req/s for 120 s then silent for 240 s, prompts >= 1,500;
+    - ``batch`` (``batch``): Gamma gaps, CV 4, 0.25 req/s, any prompt.
+
+    1.6 req/s in all, about 4.2 hours. ``--tenant-slo chat=chat,assist=chat,ui=interactive,code=code,``
+    ``codegen=code_long,summarize=summarization,rag=long_context,batch=batch`` (``tenant_slo()``)."""
+    lengths = _sharegpt_test_lengths()
+    tenants = [
+        (name, proc, [pr for pr in lengths if low <= pr[0] < high]) for name, _, proc, (low, high) in EIGHT_TENANTS
+    ]
+    _write_tenants(path, tenants, num_requests)
+
+
+def tenant_slo() -> str:
+    """The ``--tenant-slo`` value of the eight-tenant trace."""
+    return ",".join(f"{name}={slo}" for name, slo, _, _ in EIGHT_TENANTS)
 
 
 def main() -> None:
@@ -143,8 +202,15 @@ def main() -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--user-trace", type=Path, default=None, help="write the 24,000-request user trace there")
+    parser.add_argument(
+        "--eight-tenants", type=Path, default=None, help="write the 24,000-request 8-tenant trace there"
+    )
     args = parser.parse_args()
+    if args.user_trace is not None and args.eight_tenants is not None:
+        parser.error("give --user-trace or --eight-tenants, one of the two")
     if args.user_trace is not None:
         user_trace(args.user_trace)
+    elif args.eight_tenants is not None:
+        eight_tenants(args.eight_tenants)
     else:
         main()

@@ -77,6 +77,7 @@ def test_the_search_runs_on_val_only_and_is_deterministic(tmp_path: Path, monkey
         prov = entry["provenance"]
         assert prov["split"] == "val" and prov["seeds"] == [0, 1] and prov["num_requests"] == 60
         assert prov["search"]["num_episodes"] > 0 and prov["probe_load"] > 0
+        assert prov["confirm"]["seeds"] == [2, 3] and prov["confirm"]["fresh"]  # fresh val windows, never test
         assert prov["command"].startswith("python -m llmsched_env.commands.tune --scenarios default")
         del prov["date"], prov["wall_s"]  # the only fields that may differ between two runs
     assert entries[0] == entries[1]
@@ -265,7 +266,15 @@ def test_a_user_trace_is_tuned_and_then_evaluated_with_its_table(tmp_path: Path)
     (key,) = load_tuned_table(out).entries  # a trace's entry: its file's stem and a hash of content and options
     assert re.fullmatch(r"mytrace@[0-9a-f]{12}", key)
     entry = load_tuned_table(out).entries[key]
-    assert entry["provenance"]["command"].startswith(f"llmsched-tune --trace {trace}")
+    prov = entry["provenance"]
+    assert prov["command"].startswith(f"llmsched-tune --trace {trace}")
+    # the val part holds the search's two windows only: confirmed on those, and the entry says so
+    confirm = prov["confirm"]
+    assert confirm["seeds"] == [0, 1] and confirm["fresh"] is False and 1 <= confirm["num_settings"] <= 3
+    if confirm["num_settings"] > 1:
+        margin = confirm["margin"]
+        assert margin["num_windows"] == 2 and margin["attainment_diff"] >= 0 and margin["half_width"] >= 0
+    assert prov["reference_seeds"] == [0, 1] and set(prov["reference_capacity_load"]) == {"sjf"}
     config = evaluate.parse([*options, "--policies", f"tuned={out}", "--num-requests", "60"]).config
     env = config.make_env(config.scenarios[0], 1.0)
     assert settings_of(config.policies[0].make(env, 0).decision) == entry["settings"]

@@ -7,8 +7,11 @@
     python -m llmsched_env.commands.tune ...            (the same command, from a checkout)
 
 On the val split only: the probe load is the highest val capacity of the --reference heuristics; the static
-heuristics and --candidates random settings are narrowed by successive halving over --seeds; a local search
-moves one knob at a time (--rounds); the entry is merged into --out (deterministic for the same options). A
+heuristics and --candidates random settings race over the val windows of --seeds at that load, each compared
+paired, window by window, with the leader and dropped once behind it with 95% confidence; a raced local search
+moves one knob at a time (--rounds); the best three play as many fresh val windows, and the best there is the
+pick, its margin to the runner-up in the entry; the entry is merged into --out (deterministic for the same
+options). A
 trace's entry is keyed ``STEM@HASH`` (the file's content, its options, the engine and the cost model) and goes
 to the user table ($LLMSCHED_TUNED_TABLE, else ${XDG_DATA_HOME:-~/.local/share}/llmsched/tuned.json), where
 ``llmsched-evaluate --trace FILE --policies tuned`` finds it. From Python: ``llmsched_env.evaluation.tuning``.
@@ -17,7 +20,6 @@ to the user table ($LLMSCHED_TUNED_TABLE, else ${XDG_DATA_HOME:-~/.local/share}/
 from __future__ import annotations
 
 import argparse
-import math
 import shlex
 import sys
 from collections.abc import Sequence
@@ -51,7 +53,7 @@ from llmsched_env.decision.planners.tuned import (
     val_episode_size,
     write_tuned_entries,
 )
-from llmsched_env.evaluation.tuning import MAX_CANDIDATES, MAX_ROUNDS, RUNG_SEEDS, TuneConfig, tune_scenario
+from llmsched_env.evaluation.tuning import CONFIRM_TOP, MAX_CANDIDATES, MAX_ROUNDS, TuneConfig, tune_scenario
 from llmsched_env.workloads.library import get_scenario, list_scenarios
 
 PROG = ("llmsched-tune", "tune.py")
@@ -63,14 +65,12 @@ CAPACITY_LOADS = 8  # loads one capacity search runs on each of its seeds (a bra
 
 
 def planned_episodes(config: TuneConfig) -> int:
-    """About how many episodes a search with ``config`` runs at most."""
+    """About how many episodes a search with ``config`` runs at most (a race that drops none)."""
     seeds = len(config.seeds)
     episodes = CAPACITY_LOADS * (len(config.references) * min(2, seeds) + (1 + len(config.references)) * seeds)
-    pool, done = config.candidates + len(STATIC_HEURISTICS), 0
-    for size in sorted({min(k, seeds) for k in (*RUNG_SEEDS, seeds)}):
-        episodes += pool * (size - done)  # each setting left runs on the seeds this rung adds
-        pool, done = max(1, math.ceil(pool / 3)), size
-    return episodes + config.rounds * MOVES_PER_ROUND * seeds
+    episodes += (config.candidates + len(STATIC_HEURISTICS)) * seeds  # the race: every setting on every seed
+    episodes += config.rounds * MOVES_PER_ROUND * seeds  # the local search's moves
+    return episodes + CONFIRM_TOP * seeds  # the confirmation: as many fresh windows as the search's
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,12 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
     search = p.add_argument_group("search").add_argument
     reference = "heuristics whose highest val capacity is the load candidates are scored at"
     search("--reference", type=csv_list(str), default=["slo_aware", "sjf"], help=reference)
-    seeds = "val seeds of the last rung and local search"
+    seeds = "val seeds (windows) the settings race over; the confirmation plays as many fresh ones"
     search("--seeds", type=csv_list(int), default=[0, 1, 2, 3, 4], help=seeds)
     candidates = "uniformly random knob settings besides the heuristics'"
     search("--candidates", type=int_at_least(0, MAX_CANDIDATES), default=48, help=candidates)
     search("--seed", type=int_at_least(0), default=0, help="seed of the random knob settings")
     search("--rounds", type=int_at_least(0, MAX_ROUNDS), default=2, help="local-search rounds (0: none)")
+    no_racing = "every setting plays every seed, none dropped (a reference search, slower)"
+    search("--no-racing", dest="racing", action="store_false", help=no_racing)
     out = p.add_argument_group("output").add_argument
     out(
         "--out",
