@@ -66,7 +66,7 @@ def capacities_on_test(scenario: Scenario, setting: Decision) -> list[float]:
     caps = []
     for seed in TEST_SEEDS:
         config = EvalConfig(scenarios=[scenario], policies=["fcfs"], seeds=[seed], split="test")
-        caps.append(float(find_capacity(config, scenario, spec, seed=seed)["capacity_load"]))
+        caps.append(float(find_capacity(config, scenario, spec, seed=seed, latency=False)["capacity_load"]))
     return caps
 
 

@@ -311,6 +311,10 @@ def summarize_capacity(rows: Sequence[Row], merge: bool = True) -> list[Row]:
         for key in ("capacity_load", "capacity_rps"):
             agg[f"{key}_mean"], agg[f"{key}_ci95"] = mean_ci95([float(r[key]) for r in group])
         agg["num_window_limited"] = sum(bool(r.get("window_limited", False)) for r in group)
+        for name in AT_CAPACITY:  # the capacity loads' whole runs, where every search played one
+            key = f"at_capacity_{name}"
+            if all(key in r for r in group):
+                agg[f"{key}_mean"] = float(np.mean([float(r[key]) for r in group]))
         agg.update(fallback_summary(group))  # the runtime's: the share of the searches' decisions that fell back
         out.append(agg)
     out = merge_identical(out, rows, fallback=False) if merge else out

@@ -179,7 +179,7 @@ class _Search:
             self.num_episodes += len(seeds)
 
         growable = self._val_windows[1] is not None
-        row = find_capacity(cfg, self.scenario, spec, on_evaluation=count, sustained_only=growable)
+        row = find_capacity(cfg, self.scenario, spec, on_evaluation=count, sustained_only=growable, latency=False)
         if not growable:
             self.max_sustained = float(row["max_sustained_load"])
         return float(row["capacity_load"])
