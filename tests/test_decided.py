@@ -133,3 +133,12 @@ def test_recorded_capacities_are_found_again(case) -> None:
 @pytest.mark.parametrize("case", recorded_capacities(quick=False), ids=lambda c: f"{c.scenario}-{c.policy}-{c.seed}")
 def test_every_recorded_rule_capacity_is_found_again(case) -> None:
     assert case.search() == case.capacity_load
+
+
+@pytest.mark.parametrize("policy", ["lookahead:k=8", "mpc:futures=2,horizon=32"])
+def test_the_planners_searches_stop_early_with_the_same_capacity(policy: str) -> None:
+    config = EvalConfig(scenarios=["bursty"], policies=[policy], seeds=[0], num_requests=80)
+    sc, spec = config.scenarios[0], config.policies[0]
+    early = find_capacity(config, sc, spec, seed=0, latency=False)
+    whole = find_capacity(config, sc, spec, seed=0, decide_early=False, latency=False)
+    assert early["capacity_load"] == whole["capacity_load"] > 0 and early[TRAJECTORY] != whole[TRAJECTORY]

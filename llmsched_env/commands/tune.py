@@ -11,10 +11,12 @@ heuristics and --candidates random settings race over the val windows of --seeds
 paired, window by window, with the leader and dropped once behind it with 95% confidence; a raced local search
 moves one knob at a time (--rounds); the best three play as many fresh val windows, and the best there is the
 pick, its margin to the runner-up in the entry; the entry is merged into --out (deterministic for the same
-options). A
-trace's entry is keyed ``STEM@HASH`` (the file's content, its options, the engine and the cost model) and goes
-to the user table ($LLMSCHED_TUNED_TABLE, else ${XDG_DATA_HOME:-~/.local/share}/llmsched/tuned.json), where
-``llmsched-evaluate --trace FILE --policies tuned`` finds it. From Python: ``llmsched_env.evaluation.tuning``.
+options). A trace's entry is keyed ``STEM@HASH`` (the file's content, its options, the engine and the cost model)
+and goes to the user table ($LLMSCHED_TUNED_TABLE, else ${XDG_DATA_HOME:-~/.local/share}/llmsched/tuned.json),
+where ``llmsched-evaluate --trace FILE --policies tuned`` finds it. Beside the table, ``NAME.vllm/KEY/`` gets what
+runs the entry in vLLM: ``llmsched.yaml`` (the adapter config) and ``README.md`` / ``vllm.json`` (the ``vllm serve``
+command lines, and vLLM's own flags with what each knob loses without the adapter). From Python:
+``llmsched_env.evaluation.tuning``.
 """
 
 from __future__ import annotations
