@@ -274,7 +274,8 @@ def test_a_user_trace_is_tuned_and_then_evaluated_with_its_table(tmp_path: Path)
     if confirm["num_settings"] > 1:
         margin = confirm["margin"]
         assert margin["num_windows"] == 2 and margin["attainment_diff"] >= 0 and margin["half_width"] >= 0
-    assert prov["reference_seeds"] == [0, 1] and set(prov["reference_capacity_load"]) == {"sjf"}
+    assert prov["probe_seeds"] == [0, 1] and prov["reference_capacity_load"] == prov["probe_capacity_load"]
+    assert set(prov["reference_capacity_load"]) == {"sjf"}  # the probe's, on its seeds
     config = evaluate.parse([*options, "--policies", f"tuned={out}", "--num-requests", "60"]).config
     env = config.make_env(config.scenarios[0], 1.0)
     assert settings_of(config.policies[0].make(env, 0).decision) == entry["settings"]

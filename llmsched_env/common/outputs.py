@@ -42,6 +42,11 @@ def shipped_folders() -> list[Path]:
     return packages + [root / folder for root in checkouts for folder in REPO_FOLDERS]
 
 
+def shipped_folder_of(resolved: Path) -> Path | None:
+    """The shipped folder (``shipped_folders``) that the resolved path ``resolved`` is or lies in; None if none."""
+    return next((f for f in shipped_folders() if resolved == f or f in resolved.parents), None)
+
+
 def output_path(text: str) -> Path:
     """An output option's value as a path (an argparse ``type``); an empty or blank one (``--out "$UNSET"``) is
     refused."""
@@ -77,12 +82,12 @@ def check_output(
             resolved = target.expanduser().resolve()
         except (RuntimeError, OSError) as exc:  # a loop that _check_reachable missed (e.g. through "~")
             raise ValueError(f"{option} {target}: cannot be resolved ({exc}); choose another {option}") from None
-        for folder in shipped_folders():
-            if resolved == folder or folder in resolved.parents:
-                raise ValueError(
-                    f"{option} {target}: refusing to write inside the shipped folder {folder} "
-                    "(choose a path under runs/ or results/, or pass --force to overwrite shipped files)"
-                )
+        folder = shipped_folder_of(resolved)
+        if folder is not None:
+            raise ValueError(
+                f"{option} {target}: refusing to write inside the shipped folder {folder} "
+                "(choose a path under runs/ or results/, or pass --force to overwrite shipped files)"
+            )
     if file and target.is_dir():
         raise ValueError(f"{option} {target}: is a folder; give a file name")
     written = written_path(target) if file else target

@@ -137,11 +137,12 @@ def find_capacity(
         bounds = [attainment_bounds(r) for r in rows]
         low = float(np.mean([b[0] for b in bounds]))  # the same mean, of the bounds (monotone: the same verdict)
         value = low if low >= target else float(np.mean([b[1] for b in bounds]))
-        if cell is not None:
-            keep = [cell] if value >= target and latency else []
-            for old in passed if keep else [cell]:
+        if cell is not None and value >= target and latency:  # the new last probe that met the target
+            for old in passed:
                 old.close()
-            passed[:] = keep or passed
+            passed[:] = [cell]
+        elif cell is not None:
+            cell.close()
         return value
 
     def on_windows(load: float) -> float:

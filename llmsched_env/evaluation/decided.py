@@ -19,12 +19,12 @@ import numpy as np
 
 from llmsched_env.decision.policy_spec import PolicySpec
 from llmsched_env.envs.episode import DirectEpisode
-from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row, traffic_label
+from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row
 from llmsched_env.evaluation.grid import cell_row, start_episode
 from llmsched_env.evaluation.identity import TRAJECTORY, trajectory_fingerprint
 from llmsched_env.evaluation.sustained import env_windows
 
-__all__ = ["HIGH", "LOW", "ProbeCell", "attainment_bounds", "decide_cell"]
+__all__ = ["HIGH", "LOW", "ProbeCell", "attainment_bounds"]
 
 LOW, HIGH = "slo_attainment_low", "slo_attainment_high"  # a stopped run's bounds on its attainment
 
@@ -97,15 +97,13 @@ class ProbeCell:
         for i, (run, seed) in enumerate(zip(self.runs, self.seeds, strict=True)):
             u: Any = run.env.unwrapped
             core = u.sim if getattr(u, "sim", None) is not None else u.cluster
-            scenario, load = self.scenario, self.load
             if run.metrics is not None:
-                row = cell_row(scenario, load, self.policy, seed, self.windows, run.metrics, self.walls[i])
-            else:
+                measured: dict[str, Any] = run.metrics
+            else:  # stopped early: only what the run determines
                 n, met, missed = run.tally()
-                row = {"policy": self.policy.name, "scenario": scenario.name, **traffic_label(scenario), "load": load}
-                row.update(seed=seed, num_requests=float(n), num_met=float(met), num_missed=float(missed))
-                row.update({LOW: self.low[i], HIGH: self.high[i], "stopped_early": True, "wall_s": self.walls[i]})
-                row["sustained"] = self.windows.span(seed, load).sustained
+                measured = {"num_requests": float(n), "num_met": float(met), "num_missed": float(missed),
+                            LOW: self.low[i], HIGH: self.high[i], "stopped_early": True}  # fmt: skip
+            row = cell_row(self.scenario, self.load, self.policy, seed, self.windows, measured, self.walls[i])
             row[TRAJECTORY] = trajectory_fingerprint(core)
             out.append(row)
         return out
@@ -116,17 +114,6 @@ class ProbeCell:
                 run.loop.close()
         for env in self.envs:
             env.close()
-
-
-def decide_cell(
-    config: EvalConfig, scenario: AnyScenario, load: float, policy: PolicySpec, seeds: Sequence[int], target: float
-) -> list[Row]:
-    """``ProbeCell(...).decide(target)``, closed after."""
-    cell = ProbeCell(config, scenario, load, policy, seeds)
-    try:
-        return cell.decide(target)
-    finally:
-        cell.close()
 
 
 def _mean_at_least(values: list[float], target: float) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -146,7 +146,7 @@ def cell_row(
     policy: PolicySpec,
     seed: int,
     windows: ScenarioWindows,
-    metrics: dict[str, float],
+    metrics: Mapping[str, Any],
     wall_s: float,
 ) -> Row:
     """A run's row: its key, ``metrics``, ``wall_s`` and whether its window is ``sustained`` (a rate, not a burst)."""

@@ -353,7 +353,6 @@ def tune_scenario(
         "val_goodput_rps": score[1],
         "val_capacity_load": capacity,
         "reference_capacity_load": ref_caps,
-        "reference_seeds": list(config.seeds[:2]),
         "found_by": pick.label,
         "confirm": pick.confirm,
         "cost_model": config.cost_model or sc.cost_model,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_env.adapters.vllm.config import CONFIG_ENV
-from llmsched_env.common.outputs import shipped_folders, write_text_atomically
+from llmsched_env.common.outputs import shipped_folder_of, write_text_atomically
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.actions import UNLIMITED
 from llmsched_env.decision.planners.tuned import decision_of, write_tuned_entries
@@ -292,8 +292,7 @@ def deploy_tuned_entry(table: str | Path, key: str, entry: Mapping[str, Any], sc
     """``write_deployment`` for ``llmsched-tune``: the tenants of ``scenario`` (SLOs scaled to the entry's cost
     model); the lines to print. None is written inside a shipped folder; a failure to write is one line."""
     folder = deployment_dir(table, key).absolute()
-    resolved = folder.resolve()
-    if any(resolved == f or f in resolved.parents for f in shipped_folders()):
+    if shipped_folder_of(folder.resolve()) is not None:
         return [f"{key}: no vLLM deployment written inside the shipped folder {folder.parent.parent}"]
     try:
         tenants = scenario.source("val", load_cost_model(entry["provenance"]["cost_model"])).tenants
