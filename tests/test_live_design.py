@@ -10,7 +10,9 @@ import pytest
 
 from llmsched_env.evaluation.stats import t_quantile_975
 from llmsched_env.live.design import (
+    binomial_sd,
     detectable_effect,
+    floored_sd,
     format_difference,
     order_balance,
     paired_difference,
@@ -20,6 +22,7 @@ from llmsched_env.live.design import (
     t_quantile,
     williams_rounds,
 )
+from llmsched_env.live.regimes import choose_regimes
 
 ARMS = ("fcfs", "fcfs/aa", "slo_aware", "learned", "tuned", "sjf")
 
@@ -210,3 +213,45 @@ def test_plan_rounds_lists_an_unknown_noise_and_refuses_bad_input() -> None:
         plan_rounds(PREDICTED, SDS, 60.0, 3600.0, minimum=10, maximum=5)
     with pytest.raises(ValueError, match="round_s"):
         plan_rounds(PREDICTED, SDS, 0.0, 3600.0)
+
+
+def test_the_aa_noise_is_floored_at_a_blocks_sampling_noise() -> None:
+    # 20 requests at 90%: sqrt(2 p (1 - p) / n) with p shrunk to (18 + 0.5) / 21
+    p = 18.5 / 21
+    assert binomial_sd(0.9, 20) == pytest.approx(math.sqrt(2 * p * (1 - p) / 20))
+    assert binomial_sd(1.0, 20) > 0 and binomial_sd(0.0, 20) > 0  # all met: still a spread
+    assert math.isnan(binomial_sd(math.nan, 20)) and math.isnan(binomial_sd(0.9, 0))
+    assert floored_sd("slo_attainment", 0.0, 0.9, 20, 2.0) == binomial_sd(0.9, 20)  # 3 identical A/A pairs: not 0
+    assert floored_sd("slo_attainment", 0.5, 0.9, 20, 2.0) == 0.5  # a measured spread above the floor stands
+    assert floored_sd("slo_attainment", math.nan, 0.9, 20, 2.0) == binomial_sd(0.9, 20)
+    assert floored_sd("goodput_rps", 0.0, 0.9, 20, 2.0) == pytest.approx(2.0 * binomial_sd(0.9, 20))
+    assert math.isnan(floored_sd("ttft_p90_s", 0.0, 0.9, 20, 2.0)) and floored_sd("ttft_p90_s", 0.1, 0.9, 20, 2) == 0.1
+
+
+def test_a_plan_says_what_it_can_confirm() -> None:
+    big = plan_rounds(PREDICTED, SDS, round_s=300.0, budget_s=100 * 300.0, minimum=10)
+    assert big.confirmable and all(r["powered"] and r["detected"] for r in big.confirmable)
+    assert big.note.endswith(f"detectable in {big.rounds} rounds")
+    calm = plan_rounds({"c1": {"fcfs": _predicted(0.9, 1.0), "sjf": _predicted(0.91, 1.0)}}, {"c1": SDS["c1"]},
+                       300.0, 1e6, minimum=10)  # fmt: skip
+    assert not calm.confirmable and "no material difference" in calm.note
+    noisy = plan_rounds(PREDICTED, {c: {**v, "slo_attainment": 5.0, "ttft_p99_s": 5.0} for c, v in SDS.items()},
+                        300.0, 10 * 300.0, minimum=3, maximum=10)  # fmt: skip
+    assert not noisy.confirmable and "none of the" in noisy.note
+
+
+def test_regimes_are_the_loads_with_the_most_material_predicted_differences() -> None:
+    def predict(load: float, arm: str) -> dict[str, float]:
+        gap = {"fcfs": 0.0, "slo_aware": 0.08 if load in (1.3, 1.5) else 0.01, "sjf": 0.06 if load == 1.5 else 0.0}
+        return {"slo_attainment": 0.9 - 0.1 * load + gap[arm], "ttft_p99_s": 1.0}
+
+    r = choose_regimes(predict, ["fcfs", "slo_aware", "sjf"], 2, candidates=(0.8, 1.0, 1.3, 1.5, 2.0))
+    assert r.loads == (1.3, 1.5) and r.material  # 1.5: two material differences, 1.3: one
+    assert len(r.rows) == 5 * 2 * 2 and "loads chosen (x the knee): 1.3, 1.5" in r.table
+    one = choose_regimes(predict, ["fcfs", "sjf"], 2, candidates=(0.8, 1.5))
+    assert one.loads == (1.5,)  # only material loads are played
+    flat = choose_regimes(lambda load, arm: {"slo_attainment": 0.9, "ttft_p99_s": 1.0}, ["fcfs", "sjf"], 2,
+                          fallback=(1.0, 1.3))  # fmt: skip
+    assert flat.loads == (1.0, 1.3) and not flat.material and "can confirm nothing" in flat.table
+    with pytest.raises(ValueError, match="count"):
+        choose_regimes(predict, ["fcfs"], 0)

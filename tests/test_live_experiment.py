@@ -121,12 +121,16 @@ def test_the_experiment_config_and_its_arms() -> None:
     assert c.arms == [CONTROL, AA_ARM, "slo_aware", "tuned", "learned"]
     q = ExperimentConfig.quick_of(Path("out"))
     assert q.workloads == ("mixed-slo",) and q.min_rounds == 3 and not q.reference
+    assert q.quick and q.aa_rounds == 2 and c.aa_rounds == 6  # a smoke test may rest on 2 pairs, nothing else may
+    with pytest.raises(ValueError, match="aa-rounds"):
+        ExperimentConfig.quick_of(Path("out"), aa_rounds=1)
     for kwargs, match in [
         ({"workloads": ("nope",)}, "unknown"),
         ({"policies": ("fcfs",)}, "not fcfs"),
         ({"policies": ("sjf", "sjf")}, "once"),
         ({"min_rounds": 1}, "min-rounds"),
-        ({"aa_rounds": 1}, "aa-rounds"),
+        ({"aa_rounds": 5}, "aa-rounds"),  # the power calculation's noise rests on >= 6 pairs
+        ({"loads": (0.01,)}, "loads"),
         ({"engine_nice": 20}, "engine-nice"),
     ]:
         with pytest.raises(ValueError, match=match):
@@ -201,7 +205,7 @@ def test_the_live_experiment_runs_end_to_end(tmp_path: Path, monkeypatch: pytest
     out = tmp_path / "run"
     config = ExperimentConfig(out, workloads=(small.name,), policies=("slo_aware",), min_rounds=2, max_rounds=2,
                               aa_rounds=2, budget_s=900.0, reference_rounds=1, tune_candidates=4,
-                              port=8027)  # fmt: skip
+                              port=8027, quick=True, loads=(1.2,))  # fmt: skip
     found = experiment.run_experiment(config)["workloads"][small.name]
     assert found["rounds"] == 2 and found["arms"] == [CONTROL, AA_ARM, "slo_aware"]
     blocks = [json.loads(line) for line in (out / "cells" / "tiny-mix@1.2" / "blocks.jsonl").read_text().splitlines()]

@@ -15,8 +15,9 @@ from typing import Any
 from llmsched_env.evaluation.tables import format_table
 
 __all__ = [
-    "DEFAULT_POWERED", "RATIO_METRICS", "OrderBalance", "RoundPlan", "detectable_effect", "format_difference",
-    "order_balance", "paired_difference", "plan_rounds", "rounds_needed", "t_cdf", "t_quantile", "williams_rounds",
+    "DEFAULT_POWERED", "MIN_AA_PAIRS", "RATIO_METRICS", "OrderBalance", "RoundPlan", "binomial_sd",
+    "detectable_effect", "floored_sd", "format_difference", "order_balance", "paired_difference", "plan_rounds",
+    "rounds_needed", "t_cdf", "t_quantile", "williams_rounds",
 ]  # fmt: skip
 
 # latency metrics: compared as ratios (log ratio), every other metric as a difference
@@ -26,6 +27,7 @@ RATIO_METRICS = frozenset(
 # the differences the plan powers by default (metric -> smallest |difference| worth detecting): the issue's
 # targets judge attainment (5 points) and TTFT p99 (20%)
 DEFAULT_POWERED: Mapping[str, float] = {"slo_attainment": 0.05, "ttft_p99_s": math.log(1.2)}
+MIN_AA_PAIRS = 6  # the A/A pairs a power calculation's noise rests on (fewer: a smoke test, confirming nothing)
 _HILL_DF = 200  # above this the Cornish-Fisher expansion of the t quantile is exact to about 1e-10
 
 
@@ -267,6 +269,23 @@ class RoundPlan:
     power: float = 0.8
 
     @property
+    def confirmable(self) -> list[dict[str, Any]]:
+        """The rows of powered differences (predicted material) that the rounds chosen detect."""
+        return [r for r in self.rows if r["powered"] and r["detected"]]
+
+    @property
+    def note(self) -> str:
+        """What the design can confirm, in one line: the powered differences it detects, or why none."""
+        powered = [r for r in self.rows if r["powered"]]
+        if not powered:
+            return "the simulator predicts no material difference here (>= the powered sizes), so nothing to confirm"
+        ok = self.confirmable
+        if not ok:
+            return (f"none of the {len(powered)} material differences predicted is detectable in {self.rounds} rounds "
+                    "under the A/A noise")  # fmt: skip
+        return f"{len(ok)} of the {len(powered)} material differences predicted are detectable in {self.rounds} rounds"
+
+    @property
     def total_s(self) -> float:
         """The time of the rounds chosen."""
         return self.rounds * self.round_s
@@ -299,6 +318,29 @@ class RoundPlan:
 def _format_effect(metric: str, d: float) -> str:
     """A detectable effect (magnitude, either sign): ``±2.3 pp``, ``×/÷1.15``."""
     return format_difference(metric, d).replace("+", "±").replace("×", "×/÷")
+
+
+def binomial_sd(attainment: float, requests: float) -> float:
+    """The SD of the difference of two independent blocks' attainments, each ``requests`` requests meeting their SLO
+    with probability ``attainment``: ``sqrt(2 p (1 - p) / n)``, ``p`` shrunk to ``(p n + 1/2) / (n + 1)`` so that a
+    block all met (or all missed) still has a spread; NaN without a finite attainment or requests."""
+    if not (math.isfinite(attainment) and math.isfinite(requests) and requests >= 1):
+        return math.nan
+    p = (min(max(attainment, 0.0), 1.0) * requests + 0.5) / (requests + 1)
+    return math.sqrt(2 * p * (1 - p) / requests)
+
+
+def floored_sd(metric: str, aa_sd: float, attainment: float, requests: float, rate_rps: float) -> float:
+    """The A/A SD a power calculation uses: never below a block's sampling noise. Attainment: at least
+    ``binomial_sd``; goodput (met requests per second): at least ``binomial_sd`` x the block's rate; a latency: the
+    A/A SD itself (NaN when it is 0: two identical latencies say nothing of the spread)."""
+    floor = binomial_sd(attainment, requests)
+    if metric == "slo_attainment":
+        return max(aa_sd, floor) if math.isfinite(aa_sd) else floor
+    if metric == "goodput_rps":
+        floor *= rate_rps
+        return max(aa_sd, floor) if math.isfinite(aa_sd) else floor
+    return aa_sd if math.isfinite(aa_sd) and aa_sd > 0 else math.nan
 
 
 def plan_rounds(

@@ -34,9 +34,10 @@ from llmsched_env.decision.planners.tuned import TunedTable, load_tuned_table
 from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.engine.config import TenantConfig
 from llmsched_env.live.blocks import METRICS, block_record
-from llmsched_env.live.design import paired_difference, plan_rounds, williams_rounds
+from llmsched_env.live.design import MIN_AA_PAIRS, floored_sd, paired_difference, plan_rounds, williams_rounds
 from llmsched_env.live.fit import fit_live_cost_model, live_fit_report
 from llmsched_env.live.logs import LiveRun, ServerLogTail, load_run
+from llmsched_env.live.regimes import choose_regimes
 from llmsched_env.live.replay import frontend_delay_s
 from llmsched_env.live.server import LiveServer, cli_parser, run_bench, serve_args, unwind_on_sigterm, write_adapter
 from llmsched_env.live.sim import mean_prediction, predict_block
@@ -53,7 +54,7 @@ PRESET = "runtime-tiny-cpu"  # the first guess at this CPU's speed, before anyth
 KNEE_ATTAINMENT = 0.9
 _FIT_LOADS = (0.3, 0.7, 1.1, 1.5)  # the fit instance's blocks, x the preset's knee estimate
 _PLACEMENT: dict[str, tuple[str, str] | None] = {}  # set once by run_experiment, before it pins itself
-_SEEDS = {"warmup": 1, "fit": 100, "light": 300, "aa": 1000, "tune": 5000, "compare": 10_000}
+_SEEDS = {"warmup": 1, "fit": 100, "light": 300, "aa": 1000, "tune": 5000, "regimes": 7000, "compare": 10_000}
 SEED_STRIDE = 10_000_000  # --seed K moves the compared and A/A streams by K strides (0: the committed runs' streams)
 MAX_SEED = 10**6  # the largest --seed (stream seeds stay below 10**13)
 
@@ -67,7 +68,7 @@ class ExperimentConfig:
     policies: tuple[str, ...] = ("slo_aware", "tuned", "learned")
     min_rounds: int = 10
     max_rounds: int = 24
-    aa_rounds: int = 3
+    aa_rounds: int = MIN_AA_PAIRS
     budget_s: float = 80 * 60.0
     reference: bool = True
     reference_rounds: int = 5
@@ -79,6 +80,7 @@ class ExperimentConfig:
     tune_candidates: int = 24
     engine_nice: int = 19
     seed: int = 0  # which compared and A/A streams (``compare_seed``); 0: those of the committed runs
+    loads: tuple[float, ...] = ()  # the cells' loads (x the knee); (): chosen per workload (``live.regimes``)
 
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
@@ -90,14 +92,18 @@ class ExperimentConfig:
             raise ValueError(f"--policies: name each compared policy once, not {CONTROL} (always the control)")
         if not 2 <= self.min_rounds <= self.max_rounds:
             raise ValueError(f"--min-rounds must lie in [2, max_rounds={self.max_rounds}], got {self.min_rounds}")
-        if self.aa_rounds < 2:
-            raise ValueError(f"--aa-rounds must be >= 2 (a spread needs two pairs), got {self.aa_rounds}")
+        if self.aa_rounds < (2 if self.quick else MIN_AA_PAIRS):
+            raise ValueError(f"--aa-rounds must be >= {MIN_AA_PAIRS} (the power calculation's noise; --quick: 2), "
+                             f"got {self.aa_rounds}")  # fmt: skip
+        if any(not (isinstance(x, (int, float)) and 0.05 <= x <= 20) for x in self.loads):
+            raise ValueError(f"--loads: each load (x the knee) must lie in [0.05, 20], got {list(self.loads)}")
         if not 0 <= self.engine_nice <= 19:
             raise ValueError(f"--engine-nice must lie in [0, 19], got {self.engine_nice}")
 
     @classmethod
     def quick_of(cls, out: Path, **kw: Any) -> ExperimentConfig:
-        """``--quick``: one workload, 3 compared rounds, 2 A/A rounds, no reference, a 9-minute budget."""
+        """``--quick``, a smoke test that confirms nothing: one workload, 3 compared rounds, 2 A/A rounds (a t with 2
+        degrees of freedom, a spread from 2 pairs), no reference, a 9-minute budget."""
         base: dict[str, Any] = {"workloads": ("mixed-slo",), "min_rounds": 3, "max_rounds": 3, "aa_rounds": 2,
                                 "budget_s": 9 * 60.0, "reference": False, "quick": True,
                                 "tune_candidates": 12}  # fmt: skip
@@ -416,16 +422,16 @@ def _append(path: Path, record: dict[str, Any]) -> None:
         f.write(json.dumps(record) + "\n")
 
 
-def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: float, log: Log) -> dict[str, Any]:
-    """One workload, as the module docstring says (fit, calibration, predictions, rounds, reference); what it found
-    (for ``experiment.json``)."""
+def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: float, log: Log,
+                 announce: Callable[[list[str]], None] = lambda cells: None) -> dict[str, Any]:  # fmt: skip
+    """One workload, as the module docstring says (fit, regimes, calibration, predictions, rounds, reference); what
+    it found (for ``experiment.json``). ``announce`` hears the cells once chosen, before any of their blocks."""
     out = config.out
     folder = out / "workloads" / workload.name
     fit = _fit_instance(config, workload, folder, log)
     tenants: tuple[TenantConfig, ...] = fit["tenants"]
     slos = {t.name: t for t in tenants}
     knee = float(fit["knee_rps"])
-    cells = {workload.cell(load): knee * load for load in workload.loads}
     entries = _policy_entries(config, fit["tuned_table"])
     adapter = _adapter(tenants, str(fit["model"]), knee, entries, config)
     specs = {CONTROL: resolve_policy(CONTROL)}
@@ -435,6 +441,21 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
     arms = [CONTROL, AA_ARM, *[resolve_policy(e).name for e in entries]]
     policy_of = {arm: (CONTROL if arm == AA_ARM else arm) for arm in arms}
     fitted_model = load_cost_model(str(fit["model"]))
+
+    def fit_prediction(load: float, arm: str) -> dict[str, float]:  # the fit's model, on streams no block plays
+        setup = SimSetup(workload.engine, tuple(tenants), fitted_model, policy=specs[policy_of[arm]],
+                         nominal_rate_rps=knee, scenario=tuned_entry(specs[policy_of[arm]]))  # fmt: skip
+        streams = (block_stream(workload, knee * load, _SEEDS["regimes"] + k) for k in range(4))
+        return mean_prediction([predict_block(st, setup, float(fit["frontend_s"])) for st in streams])
+
+    if config.loads:
+        loads, regimes = config.loads, None
+    else:
+        regimes = choose_regimes(fit_prediction, list(specs), len(workload.loads), fallback=workload.loads)
+        loads = regimes.loads
+        log(f"{workload.name}: regimes (the fit's model, 4 streams per load):\n{regimes.table}")
+    cells = {workload.cell(load): knee * load for load in loads}
+    announce(list(cells))
     with Instance(config, workload, folder / "compare", adapter, log) as inst:
         # warm-up and calibration on this instance: blocks the comparison does not reuse
         inst.block(block_stream(workload, knee * 0.5, _SEEDS["warmup"]), CONTROL, slos, {"warmup": True})
@@ -461,7 +482,7 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
             f"{int(fit_report['num_steps'])} steps (p50 |error| {fit_report['p50_rel_error']:.1%}), "
             f"front end {frontend * 1e3:.1f} ms"
         )
-        sds = {
+        sds_raw = {
             cell: {m: _paired_sd(recs, m) for m in ("slo_attainment", "goodput_rps", "ttft_p90_s", "ttft_p99_s")}
             for cell, recs in calibration.items()
         }
@@ -477,12 +498,21 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
         # the number of rounds, from the A/A noise and differences predicted on the first streams
         per_block_s = float(np.mean([b["t_end"] - b["t_start"] for recs in calibration.values() for b in recs])) + 3.0
         first = {cell: {arm: mean_prediction(predict(cell, arm, 4)) for arm in arms} for cell in cells}
+        sds = {  # never below a block's sampling noise (``design.floored_sd``)
+            cell: {m: floored_sd(m, sd, first[cell][CONTROL]["slo_attainment"], cells[cell] * workload.block_s,
+                                 cells[cell]) for m, sd in sds_raw[cell].items()}
+            for cell in cells
+        }  # fmt: skip
         budget = max(deadline - time.monotonic() - (120.0 if config.reference else 0.0), 0.0)
         plan = plan_rounds(
             first, sds, per_block_s * len(arms) * len(cells), budget, config.min_rounds, config.max_rounds
         )
         rounds = plan.rounds
         log(f"{workload.name}: power calculation (A/A SD per cell, predicted differences on 4 streams):\n{plan.table}")
+        confirmable = bool(plan.confirmable) and not config.quick
+        note = "a smoke test (--quick): too few A/A pairs and rounds" if config.quick else plan.note
+        if not confirmable:
+            log(f"This run can confirm nothing on {workload.name}: {note}")
         # the predictions, on the streams of the rounds to come, before any of them runs
         per_block = {cell: {arm: predict(cell, arm, rounds) for arm in arms} for cell in cells}
         predictions = {
@@ -521,7 +551,9 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
     found = {"slo_scale": fit["slo_scale"], "knee_rps": knee, "cells": cells, "arms": arms, "rounds": rounds,
              "tenants": [asdict(t) for t in tenants], "fit_model": str(fit["model"]), "model": str(model_path),
              "fit_report": fit_report, "frontend_delay_s": frontend, "aa_sd": sds,
-             "policies": {arm: policy_of[arm] for arm in arms}, "power": plan.table}  # fmt: skip
+             "policies": {arm: policy_of[arm] for arm in arms}, "power": plan.table, "aa_sd_measured": sds_raw,
+             "confirmable": confirmable, "power_note": note, "loads": list(loads),
+             "regimes": None if regimes is None else regimes.table}  # fmt: skip
     if config.reference and time.monotonic() < deadline:
         with Instance(config, workload, folder / "reference", None, log) as ref:
             ref.block(block_stream(workload, knee * 0.5, _SEEDS["warmup"]), None, slos, {"warmup": True})
@@ -606,7 +638,7 @@ def run_experiment(config: ExperimentConfig, log: Callable[[str], None] | None =
         "arms": config.arms, "control": CONTROL, "aa_arm": AA_ARM, "reference": REFERENCE if config.reference else None,
         "statistics": {"paired": ["slo_attainment", "goodput_rps", "ttft_p90_s"], "pooled": ["ttft_p99_s"]},
         "workloads": {},
-        "cells": [w.cell(load) for name in config.workloads for w in [WORKLOADS[name]] for load in w.loads],
+        "cells": [], "smoke_test": config.quick,
     }  # fmt: skip
 
     def save() -> None:
@@ -616,7 +648,12 @@ def run_experiment(config: ExperimentConfig, log: Callable[[str], None] | None =
     deadline = time.monotonic() + config.budget_s
     for i, name in enumerate(config.workloads):
         share = deadline - (config.budget_s * (len(config.workloads) - i - 1) / len(config.workloads))
-        record["workloads"][name] = run_workload(config, WORKLOADS[name], share, logger)
+
+        def announce(cells: list[str]) -> None:
+            record["cells"] += cells
+            save()
+
+        record["workloads"][name] = run_workload(config, WORKLOADS[name], share, logger, announce)
         save()
     record["finished"] = time.time()
     save()
