@@ -28,8 +28,10 @@ from llmsched_env.live.experiment import (
     aa_seed,
     compare_seed,
     hash_cell,
+    main,
     placement,
     provenance,
+    replication_config,
     tuned_entry,
 )
 from llmsched_env.live.sim import mean_prediction, predict_block
@@ -40,6 +42,7 @@ from llmsched_env.live.workloads import (
     block_stream,
     stream_requests,
     tenant_configs,
+    trace_workload,
 )
 from llmsched_env.sim.setup import SimSetup
 
@@ -130,7 +133,9 @@ def test_the_experiment_config_and_its_arms() -> None:
         ({"policies": ("sjf", "sjf")}, "once"),
         ({"min_rounds": 1}, "min-rounds"),
         ({"aa_rounds": 5}, "aa-rounds"),  # the power calculation's noise rests on >= 6 pairs
-        ({"loads": (0.01,)}, "loads"),
+        ({"loads": {"mixed-slo": (0.01,)}}, "loads"),
+        ({"loads": {"kv-pressure": ()}}, "loads"),
+        ({"loads": {"nope": (1.0,)}}, "loads"),
         ({"engine_nice": 20}, "engine-nice"),
     ]:
         with pytest.raises(ValueError, match=match):
@@ -205,7 +210,7 @@ def test_the_live_experiment_runs_end_to_end(tmp_path: Path, monkeypatch: pytest
     out = tmp_path / "run"
     config = ExperimentConfig(out, workloads=(small.name,), policies=("slo_aware",), min_rounds=2, max_rounds=2,
                               aa_rounds=2, budget_s=900.0, reference_rounds=1, tune_candidates=4,
-                              port=8027, quick=True, loads=(1.2,))  # fmt: skip
+                              port=8027, quick=True, loads={"tiny-mix": (1.2,)})  # fmt: skip
     found = experiment.run_experiment(config)["workloads"][small.name]
     assert found["rounds"] == 2 and found["arms"] == [CONTROL, AA_ARM, "slo_aware"]
     blocks = [json.loads(line) for line in (out / "cells" / "tiny-mix@1.2" / "blocks.jsonl").read_text().splitlines()]
@@ -246,3 +251,89 @@ def test_the_record_names_the_code_and_the_host() -> None:
     host = rec["host"]
     assert host["cpus"] == os.cpu_count() and isinstance(host["cpu_model"], str) and host["python"]
     assert rec["command"].endswith("-m llmsched_env.live.experiment --out runs/x --seed 3")
+
+
+def _trace(tmp_path: Path, n: int = 60) -> Path:
+    rng = np.random.default_rng(1)
+    rows = ["ts,inp,out,who"]
+    t = 0.0
+    for k in range(n):
+        t += float(rng.exponential(0.5))
+        who = "b" if k % 3 == 1 else "a"
+        prompt = int(rng.integers(20, 300)) if who == "a" else int(rng.integers(500, 4000))
+        rows.append(f"{t:.3f},{prompt},{int(rng.integers(5, 80))},{who}")
+    path = tmp_path / "mine.csv"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+TRACE_OPTIONS = {"trace_format": "generic", "trace_columns": "arrival=ts,prompt_len=inp,output_len=out,tenant=who",
+                 "tenant_slo": "a=interactive,b=2:0.2"}  # fmt: skip
+
+
+def test_a_trace_is_a_workload_of_its_tenants_slos_and_windows(tmp_path: Path) -> None:
+    path = _trace(tmp_path)
+    w = trace_workload({"trace": str(path), **TRACE_OPTIONS}, {"max_model_len": 1024, "num_kv_blocks": 64})
+    assert w.name == "mine" and [t.name for t in w.tenants] == ["a", "b"] and w.pool is not None
+    assert w.tenants[1].slo == SLOClass("2:0.2", 2.0, 0.2) and w.tenants[0].share == pytest.approx(40 / 60)
+    assert max(p + o for p, o in zip(w.pool.prompt, w.pool.output, strict=True)) <= 1024  # cut to the server
+    a, b = block_stream(w, 3.0, 5), block_stream(w, 3.0, 5)
+    assert a == b and len(a) == 30 and a != block_stream(w, 3.0, 6)
+    test_part = set(zip(w.pool.prompt[30:], w.pool.output[30:], strict=True))
+    assert all((r["input_length"], r["output_length"]) in test_part for r in a)  # compared blocks: the second half
+    val = block_stream(w, 3.0, 5, part="val")
+    assert all((r["input_length"], r["output_length"]) in set(zip(w.pool.prompt[:30], w.pool.output[:30],
+                                                                   strict=True)) for r in val)  # fmt: skip
+    times = [r["timestamp"] for r in a]
+    assert times == sorted(times) and times[0] == 0.0
+    assert [t.slo.ttft_s for t in tenant_configs(w, 3.0)] == [0.75, 6.0]  # scaled to the server's speed
+    own = trace_workload({"trace": str(path), **TRACE_OPTIONS}, slo_scaled=False)
+    assert [t.slo.ttft_s for t in tenant_configs(own, 3.0)] == [0.25, 2.0]  # a user's server: their own SLOs
+    with pytest.raises(ValueError, match="tenant_slo"):
+        trace_workload({"trace": str(path), **TRACE_OPTIONS, "tenant_slo": "a=nope"})
+    with pytest.raises(ValueError, match="no tenant"):
+        trace_workload({"trace": str(path), **TRACE_OPTIONS, "tenant_slo": "zz=chat"})
+    c = ExperimentConfig(tmp_path / "out", trace={"trace": str(path), **TRACE_OPTIONS}, loads={"*": (1.0,)})
+    assert c.workloads == ("mine",) and c.loads == {"mine": (1.0,)} and c.live_workloads()[0].pool == own.pool
+
+
+def test_the_experiments_command_line_refuses_what_it_cannot_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = str(tmp_path / "o")
+    for argv, said in [
+        (["--trace", str(_trace(tmp_path)), "--workloads", "mixed-slo"], "one workload"),
+        (["--trace", str(tmp_path / "mine.csv")], "--trace-format"),
+        (["--trace-slo", "chat"], "without --trace"),
+        (["--num-kv-blocks", "64"], "without --trace"),
+        (["--loads", "1,x"], "--loads"),
+        (["--aa-rounds", "3"], "aa-rounds"),
+        (["--replicate", str(tmp_path / "nope"), "--seed", "3"], "cannot read"),
+    ]:
+        with pytest.raises(SystemExit):
+            main(["--out", out, *argv])
+        assert said in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_a_replication_reruns_a_committed_design_on_fresh_streams(tmp_path: Path) -> None:
+    import json
+
+    old = tmp_path / "old"
+    cells = ["mixed-slo@1", "mixed-slo@1.3", "kv-pressure@1"]
+    record = {"config": {"policies": ["slo_aware", "tuned"], "seed": 0}, "cells": cells, "workloads": {}}
+    (old / "cells").mkdir(parents=True)
+    (old / "experiment.json").write_text(json.dumps(record))
+    for k, cell in enumerate(cells):
+        (old / "cells" / cell).mkdir()
+        rows = [{"round": r, "arm": arm} for r in range(10 + k) for arm in (CONTROL, AA_ARM, "slo_aware")]
+        rows.append({"round": 0, "arm": CONTROL, "calibration": "aa"})
+        (old / "cells" / cell / "blocks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    c = replication_config(old, tmp_path / "new", 4, port=8099)
+    assert c.workloads == ("mixed-slo", "kv-pressure") and c.policies == ("slo_aware", "tuned")
+    assert c.loads == {"mixed-slo": (1.0, 1.3), "kv-pressure": (1.0,)} and c.min_rounds == c.max_rounds == 12
+    assert c.seed == 4 and c.replicates == str(old) and c.port == 8099 and not c.reference
+    with pytest.raises(ValueError, match="own streams"):
+        replication_config(old, tmp_path / "new", 0)
+    (old / "experiment.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a finished experiment"):
+        replication_config(old, tmp_path / "new", 4)

@@ -25,6 +25,16 @@ from typing import Any
 
 import numpy as np
 
+from llmsched_env.commands.evaluate_args import (
+    ENGINE_LIMITS,
+    add_engine_limits,
+    add_trace_options,
+    as_flags,
+    engine_limits,
+    stray_trace_options,
+    trace_options,
+)
+from llmsched_env.commands.help import given_options
 from llmsched_env.common.outputs import write_csv, write_text_atomically
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.linear import LinearCostModel
@@ -42,10 +52,18 @@ from llmsched_env.live.replay import frontend_delay_s
 from llmsched_env.live.server import LiveServer, cli_parser, run_bench, serve_args, unwind_on_sigterm, write_adapter
 from llmsched_env.live.sim import mean_prediction, predict_block
 from llmsched_env.live.verdict import AA_ARM, CONTROL
-from llmsched_env.live.workloads import WORKLOADS, LiveWorkload, block_stream, length_mix, tenant_configs
+from llmsched_env.live.workloads import (
+    WORKLOADS,
+    LiveWorkload,
+    block_stream,
+    length_mix,
+    tenant_configs,
+    trace_workload,
+)  # fmt: skip
 from llmsched_env.sim.setup import SimSetup
 from llmsched_env.workloads.randomized import nominal_rate_rps
 from llmsched_env.workloads.scenarios import slo_scale
+from llmsched_env.workloads.traces import TRACE_FORMATS
 
 __all__ = ["AA_ARM", "CONTROL", "ExperimentConfig", "main", "run_experiment"]
 
@@ -80,12 +98,20 @@ class ExperimentConfig:
     tune_candidates: int = 24
     engine_nice: int = 19
     seed: int = 0  # which compared and A/A streams (``compare_seed``); 0: those of the committed runs
-    loads: tuple[float, ...] = ()  # the cells' loads (x the knee); (): chosen per workload (``live.regimes``)
+    loads: dict[str, tuple[float, ...]] = field(default_factory=dict)  # workload -> its cells' loads (x the knee);
+    # a workload not named: chosen where the simulator predicts material differences (``live.regimes``)
+    replicates: str = ""  # the committed run whose design this one reruns on fresh streams ("": none)
+    trace: dict[str, Any] = field(default_factory=dict)  # a user's trace (``live.workloads.trace_workload``'s options)
+    limits: dict[str, int] = field(default_factory=dict)  # the server's engine limits for the trace
 
     def __post_init__(self) -> None:
+        if self.trace:  # the trace is the one workload, named after its file
+            object.__setattr__(self, "workloads", (self.live_workloads()[0].name,))
+        if "*" in self.loads:  # the same loads for every workload
+            object.__setattr__(self, "loads", dict.fromkeys(self.workloads, self.loads["*"]))
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
             raise ValueError(f"--seed must be an integer in [0, {MAX_SEED}], got {self.seed!r}")
-        unknown = [w for w in self.workloads if w not in WORKLOADS]
+        unknown = [w for w in self.workloads if w not in WORKLOADS and not self.trace]
         if unknown or not self.workloads:
             raise ValueError(f"--workloads: unknown {unknown}; choose among {', '.join(WORKLOADS)}")
         if CONTROL in self.policies or AA_ARM in self.policies or len(set(self.policies)) != len(self.policies):
@@ -95,8 +121,11 @@ class ExperimentConfig:
         if self.aa_rounds < (2 if self.quick else MIN_AA_PAIRS):
             raise ValueError(f"--aa-rounds must be >= {MIN_AA_PAIRS} (the power calculation's noise; --quick: 2), "
                              f"got {self.aa_rounds}")  # fmt: skip
-        if any(not (isinstance(x, (int, float)) and 0.05 <= x <= 20) for x in self.loads):
-            raise ValueError(f"--loads: each load (x the knee) must lie in [0.05, 20], got {list(self.loads)}")
+        for name, loads in self.loads.items():
+            if name not in self.workloads or not loads:
+                raise ValueError(f"--loads: {name!r} is not a workload of this run, or has no load")
+            if any(isinstance(x, bool) or not (isinstance(x, (int, float)) and 0.05 <= x <= 20) for x in loads):
+                raise ValueError(f"--loads: each load (x the knee) must lie in [0.05, 20], got {list(loads)}")
         if not 0 <= self.engine_nice <= 19:
             raise ValueError(f"--engine-nice must lie in [0, 19], got {self.engine_nice}")
 
@@ -108,6 +137,12 @@ class ExperimentConfig:
                                 "budget_s": 9 * 60.0, "reference": False, "quick": True,
                                 "tune_candidates": 12}  # fmt: skip
         return cls(out, **{**base, **kw})
+
+    def live_workloads(self) -> list[LiveWorkload]:
+        """The workloads to run: the trace's (``ValueError`` naming the option or file), else the shipped ones."""
+        if self.trace:
+            return [trace_workload(self.trace, self.limits)]
+        return [WORKLOADS[name] for name in self.workloads]
 
     @property
     def arms(self) -> list[str]:
@@ -281,11 +316,12 @@ def knee_rate(workload: LiveWorkload, tenants: Sequence[TenantConfig], model: Co
 
 def tune_table(config: ExperimentConfig, workload: LiveWorkload, tenants: Sequence[TenantConfig], model_path: Path,
                knee: float, folder: Path, log: Log) -> Path:  # fmt: skip
-    """``llmsched-tune --trace`` on a val stream of the workload at the knee; the table's path."""
+    """``llmsched-tune --trace`` on 40 val blocks of the workload at the knee (a trace's: windows of its first
+    half, which no compared block plays); the table's path."""
     rows: list[dict[str, Any]] = []
     t0 = 0.0
     for k in range(40):
-        stream = block_stream(workload, knee, _SEEDS["tune"] + 100 + k)
+        stream = block_stream(workload, knee, _SEEDS["tune"] + 100 + k, part="val")
         for r in stream:
             rows.append({"arrival": f"{t0 + r['timestamp']:.6f}", "prompt_len": r["input_length"],
                          "output_len": r["output_length"], "tenant": r["tenant"]})  # fmt: skip
@@ -448,8 +484,8 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
         streams = (block_stream(workload, knee * load, _SEEDS["regimes"] + k) for k in range(4))
         return mean_prediction([predict_block(st, setup, float(fit["frontend_s"])) for st in streams])
 
-    if config.loads:
-        loads, regimes = config.loads, None
+    if workload.name in config.loads:
+        loads, regimes = config.loads[workload.name], None
     else:
         regimes = choose_regimes(fit_prediction, list(specs), len(workload.loads), fallback=workload.loads)
         loads = regimes.loads
@@ -646,14 +682,15 @@ def run_experiment(config: ExperimentConfig, log: Callable[[str], None] | None =
 
     save()
     deadline = time.monotonic() + config.budget_s
-    for i, name in enumerate(config.workloads):
+    for i, workload in enumerate(config.live_workloads()):
+        name = workload.name
         share = deadline - (config.budget_s * (len(config.workloads) - i - 1) / len(config.workloads))
 
         def announce(cells: list[str]) -> None:
             record["cells"] += cells
             save()
 
-        record["workloads"][name] = run_workload(config, WORKLOADS[name], share, logger, announce)
+        record["workloads"][name] = run_workload(config, workload, share, logger, announce)
         save()
     record["finished"] = time.time()
     save()
@@ -664,11 +701,56 @@ def run_experiment(config: ExperimentConfig, log: Callable[[str], None] | None =
     return record
 
 
+def _rounds_played(path: Path) -> int:
+    """The compared rounds in a cell's ``blocks.jsonl`` (the highest round of a compared block, plus one)."""
+    rounds = [int(r["round"]) + 1 for line in path.read_text().splitlines() if line.strip()
+              for r in [json.loads(line)] if r.get("arm") in (CONTROL, AA_ARM) and "calibration" not in r]  # fmt: skip
+    if not rounds:
+        raise ValueError(f"{path}: no compared block")
+    return max(rounds)
+
+
+def replication_config(old: Path, out: Path, seed: int, **kw: Any) -> ExperimentConfig:
+    """The design of the committed run in the folder ``old`` (its workloads, policies, cells' loads and rounds) on
+    the streams of ``seed``, which must differ from the run's own; ``kw`` overrides the rest (port, pinning...)."""
+    path = old / "experiment.json"
+    try:
+        record = json.loads(path.read_text())
+        given = record["config"]
+        old_seed = int(given.get("seed", 0))
+        loads: dict[str, tuple[float, ...]] = {}
+        for cell in record["cells"]:  # workload@load, in the run's order
+            name, load = cell.rsplit("@", 1)
+            loads[name] = (*loads.get(name, ()), float(load))
+        rounds = max(_rounds_played(old / "cells" / cell / "blocks.jsonl") for cell in record["cells"])
+        design = {"workloads": tuple(loads), "policies": tuple(given["policies"]), "loads": loads,
+                  "min_rounds": rounds, "max_rounds": rounds, "reference": False}  # fmt: skip
+    except OSError as exc:
+        raise ValueError(f"--replicate: cannot read {path}: {exc.strerror or exc}") from None
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        raise ValueError(f"--replicate: {path} is not a finished experiment's record ({type(exc).__name__}: "
+                         f"{str(exc)[:80]})") from None  # fmt: skip
+    if seed == old_seed:
+        raise ValueError(f"--replicate: --seed {seed} replays the run's own streams; choose another seed")
+    return ExperimentConfig(out, **{**design, **kw, "seed": seed, "replicates": str(old)})
+
+
 def main(argv: list[str] | None = None) -> None:
     p = cli_parser("llmsched_env.live.experiment", __doc__)
     p.add_argument("--out", type=Path, required=True, help="the run folder (must not hold an earlier run)")
     p.add_argument("--quick", action="store_true", help="one workload, 3 rounds, no reference (~15 min)")
-    p.add_argument("--workloads", default=None, help=f"comma list of {', '.join(WORKLOADS)}")
+    p.add_argument("--workloads", default=None, help=f"comma list of {', '.join(WORKLOADS)} (or --trace)")
+    trace = p.add_argument_group("your own traffic (instead of --workloads; the options of llmsched-evaluate --trace)")
+    add_trace_options(trace, replaces="--workloads")
+    add_engine_limits(p, "the server's engine limits (with --trace; default: the shipped workloads' server)")
+    p.add_argument("--loads", default=None,
+                   help="the cells' loads (x the knee), comma list, for every workload (default: chosen where the "
+                   "simulator predicts material differences)")  # fmt: skip
+    p.add_argument("--aa-rounds", type=int, default=None,
+                   help=f"A/A pairs per cell before the predictions (at least {MIN_AA_PAIRS}; --quick 2)")  # fmt: skip
+    p.add_argument("--replicate", type=Path, default=None, metavar="RUN",
+                   help="rerun RUN's design (workloads, policies, cells, rounds) on the streams of --seed (not RUN's);"
+                   " then compare: python -m llmsched_env.live.verdict OUT --replicates RUN")  # fmt: skip
     p.add_argument("--policies", default=None, help="compared with fcfs (default: slo_aware,tuned,learned)")
     p.add_argument("--min-rounds", type=int, default=None)
     p.add_argument("--budget-min", type=float, default=None, help="time budget in minutes (default 80; quick 9)")
@@ -692,12 +774,32 @@ def main(argv: list[str] | None = None) -> None:
         kw["policies"] = tuple(args.policies.split(","))
     if args.min_rounds is not None:
         kw["min_rounds"] = args.min_rounds
+    if args.aa_rounds is not None:
+        kw["aa_rounds"] = args.aa_rounds
+    try:
+        if args.trace is not None:
+            if args.workloads or args.replicate:
+                p.error("--trace is the one workload: leave out --workloads and --replicate")
+            if args.trace_format is None:
+                p.error(f"--trace needs --trace-format ({', '.join(TRACE_FORMATS)})")
+            kw["trace"], kw["limits"] = trace_options(args), engine_limits(args)
+        elif stray := stray_trace_options(given_options(p, argv), ENGINE_LIMITS):
+            p.error(f"{', '.join(stray)} without --trace do nothing")
+        if args.loads is not None:
+            kw["loads"] = {"*": tuple(float(x) for x in args.loads.split(","))}
+    except ValueError as exc:
+        p.error(as_flags(str(exc)) if args.trace is not None else f"--loads: {exc}")
     if args.budget_min is not None:
         kw["budget_s"] = args.budget_min * 60.0
     if args.no_reference:
         kw["reference"] = False
     try:
-        config = ExperimentConfig.quick_of(args.out, **kw) if args.quick else ExperimentConfig(args.out, **kw)
+        if args.replicate is not None:
+            config = replication_config(args.replicate, args.out, kw.pop("seed"), **kw)
+        elif args.quick:
+            config = ExperimentConfig.quick_of(args.out, **kw)
+        else:
+            config = ExperimentConfig(args.out, **kw)
         if config.min_rounds > config.max_rounds:
             config = replace(config, max_rounds=config.min_rounds)
     except ValueError as exc:
