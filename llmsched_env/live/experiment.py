@@ -49,7 +49,15 @@ from llmsched_env.live.fit import fit_live_cost_model, live_fit_report
 from llmsched_env.live.logs import LiveRun, ServerLogTail, load_run
 from llmsched_env.live.regimes import choose_regimes
 from llmsched_env.live.replay import frontend_delay_s
-from llmsched_env.live.server import LiveServer, cli_parser, run_bench, serve_args, unwind_on_sigterm, write_adapter
+from llmsched_env.live.server import (
+    ExternalServer,
+    LiveServer,
+    cli_parser,
+    run_bench,
+    serve_args,
+    unwind_on_sigterm,
+    write_adapter,
+)
 from llmsched_env.live.sim import mean_prediction, predict_block
 from llmsched_env.live.verdict import AA_ARM, CONTROL
 from llmsched_env.live.workloads import (
@@ -103,10 +111,26 @@ class ExperimentConfig:
     replicates: str = ""  # the committed run whose design this one reruns on fresh streams ("": none)
     trace: dict[str, Any] = field(default_factory=dict)  # a user's trace (``live.workloads.trace_workload``'s options)
     limits: dict[str, int] = field(default_factory=dict)  # the server's engine limits for the trace
+    address: str = ""  # HOST:PORT of a server the user launches with the experiment's config ("": it starts its own)
+    model: str = ""  # the model that server serves (the client's tokenizer; "": model_dir)
+    tuned: str = ""  # with address: the table ``tuned`` plays (llmsched-tune's, loaded by the server at its start)
+    cost_model: str = PRESET  # with address: the cost model the server's policies see
 
     def __post_init__(self) -> None:
         if self.trace:  # the trace is the one workload, named after its file
             object.__setattr__(self, "workloads", (self.live_workloads()[0].name,))
+        if self.address:
+            host, _, port = self.address.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c.isspace() for c in host):
+                raise ValueError(f"--address must be HOST:PORT, got {self.address!r}")
+            if self.reference:
+                raise ValueError("--address: the reference (vLLM's own scheduler) needs a server of its own; pass "
+                                 "--no-reference")  # fmt: skip
+            if "tuned" in self.policies and not self.tuned:
+                raise ValueError("--address: tuned needs --tuned TABLE (llmsched-tune's table for this traffic: the "
+                                 "server loads it at its start)")  # fmt: skip
+        elif self.tuned:
+            raise ValueError("--tuned goes with --address (the experiment tunes its own server's table)")
         if "*" in self.loads:  # the same loads for every workload
             object.__setattr__(self, "loads", dict.fromkeys(self.workloads, self.loads["*"]))
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
@@ -140,9 +164,10 @@ class ExperimentConfig:
 
     def live_workloads(self) -> list[LiveWorkload]:
         """The workloads to run: the trace's (``ValueError`` naming the option or file), else the shipped ones."""
+        own = not self.address  # a user's server: their SLOs as they are, not scaled to the tiny model's speed
         if self.trace:
-            return [trace_workload(self.trace, self.limits)]
-        return [WORKLOADS[name] for name in self.workloads]
+            return [trace_workload(self.trace, self.limits, slo_scaled=own)]
+        return [replace(WORKLOADS[name], slo_scaled=own and WORKLOADS[name].slo_scaled) for name in self.workloads]
 
     @property
     def arms(self) -> list[str]:
@@ -242,8 +267,14 @@ class Instance:
         w = workload
         engine_args = serve_args(w.max_model_len, w.max_num_seqs, w.max_num_batched_tokens, w.block_size,
                                  w.num_kv_blocks)  # fmt: skip
-        self.server = LiveServer(config.model_dir, config.port, folder / "server.log", adapter_path, engine_args,
-                                 folder / "server.pid", cpus=_PLACEMENT.get("cpus"))  # fmt: skip
+        self.server: LiveServer | ExternalServer
+        if config.address and adapter_path is not None:
+            names = [CONTROL, *(resolve_policy(e).name for e in (adapter or {}).get("policies", []))]
+            self.server = ExternalServer(config.address, config.model or str(config.model_dir), adapter_path,
+                                         self.control, names, engine_args, announce=log)  # fmt: skip
+        else:
+            self.server = LiveServer(config.model_dir, config.port, folder / "server.log", adapter_path, engine_args,
+                                     folder / "server.pid", cpus=_PLACEMENT.get("cpus"))  # fmt: skip
         self.count = 0
         self.adapter = adapter
         self.active = CONTROL if adapter is not None else None
@@ -251,7 +282,9 @@ class Instance:
     def __enter__(self) -> Instance:
         self.server.start()
         ready = self.server.wait_ready()
-        assert self.server.proc is not None
+        if self.server.proc is None:  # the user's server: its processes are not ours to place or renice
+            self.log(f"server ready at {self.server.base_url} after {ready:.0f} s")
+            return self
         time.sleep(2.0)  # vLLM binds its CPU worker's threads as the engine starts
         cpus = _affinities(self.server.proc.pid)
         self.log(f"server ready in {ready:.0f} s (pid {self.server.proc.pid}); CPUs of its threads: {cpus}")
@@ -279,7 +312,8 @@ class Instance:
         self.count += 1
         prefix = f"{self.folder.name}-{folder.name}-"
         began = time.time()
-        run_bench(self.server.base_url, self.config.model_dir, folder, "stream", 0.0, 0, 0, prefix, stream=stream)
+        model = Path(self.config.model or self.config.model_dir)
+        run_bench(self.server.base_url, model, folder, "stream", 0.0, 0, 0, prefix, stream=stream)
         if self.adapter is None:  # vLLM's own scheduler logs nothing: the client's figures only
             return block_record(folder, None, slos, None, meta, span_s=(began, time.time()))
         for attempt in range(20):  # the adapter writes its logs as the engine empties
@@ -347,14 +381,17 @@ def tune_table(config: ExperimentConfig, workload: LiveWorkload, tenants: Sequen
 
 
 # -- the experiment ----------------------------------------------------------------------------------------------
-def _fit_instance(config: ExperimentConfig, workload: LiveWorkload, folder: Path, log: Log) -> dict[str, Any]:
+def _fit_instance(
+    config: ExperimentConfig, workload: LiveWorkload, folder: Path, log: Log, shared: Instance | None = None
+) -> dict[str, Any]:
     """Step 1: the fitted model, SLO scale, knee and tuned table; fitted again with two blocks at 0.8 and 1.2 x the
-    first fit's knee, so that the model is fitted where the cells run, not extrapolated there."""
+    first fit's knee, so that the model is fitted where the cells run, not extrapolated there. On an instance of
+    its own, or ``shared`` (the user's server, whose tuned table is ``config.tuned``)."""
     preset = load_cost_model(PRESET)
     guess = nominal_rate_rps(workload.engine, preset, length_mix(workload))
     tenants0 = tenant_configs(workload, slo_scale(preset))
     adapter = _adapter(tenants0, PRESET, guess, [], config)
-    with Instance(config, workload, folder / "fit", adapter, log) as inst:
+    with contextlib.nullcontext(shared) if shared else Instance(config, workload, folder / "fit", adapter, log) as inst:
         slos = {t.name: t for t in tenants0}
         inst.block(block_stream(workload, guess * 0.5, _SEEDS["warmup"]), CONTROL, slos, {"warmup": True})
         runs: list[Path] = []
@@ -384,14 +421,18 @@ def _fit_instance(config: ExperimentConfig, workload: LiveWorkload, folder: Path
             fit_block(first_knee * load, _SEEDS["fit"] + len(_FIT_LOADS) + k)
         model, frontend, scale, tenants, knee = fitted()
     model_path = folder / "fit" / "cost-model.json"
+    model_path.parent.mkdir(parents=True, exist_ok=True)
     model.save(model_path)
     log(
         f"{workload.name}: fitted on {len(runs)} blocks; SLO scale {scale:.3f}, front end {frontend * 1e3:.1f} ms, "
         f"knee (fcfs at {KNEE_ATTAINMENT:.0%} in the simulator) {knee:.2f} req/s (first fit: {first_knee:.2f})"
     )
-    table = (
-        tune_table(config, workload, tenants, model_path, knee, folder / "fit", log) if _wants_tuned(config) else None
-    )
+    if shared is not None:
+        table = Path(config.tuned) if config.tuned else None
+    elif _wants_tuned(config):
+        table = tune_table(config, workload, tenants, model_path, knee, folder / "fit", log)
+    else:
+        table = None
     return {"model": model_path, "slo_scale": scale, "frontend_s": frontend, "knee_rps": knee,
             "first_knee_rps": first_knee, "tenants": tenants, "tuned_table": table}  # fmt: skip
 
@@ -461,10 +502,37 @@ def _append(path: Path, record: dict[str, Any]) -> None:
 def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: float, log: Log,
                  announce: Callable[[list[str]], None] = lambda cells: None) -> dict[str, Any]:  # fmt: skip
     """One workload, as the module docstring says (fit, regimes, calibration, predictions, rounds, reference); what
-    it found (for ``experiment.json``). ``announce`` hears the cells once chosen, before any of their blocks."""
+    it found (for ``experiment.json``). ``announce`` hears the cells once chosen, before any of their blocks. With
+    ``config.address``, every block runs on the user's server, launched with the config written here."""
+    if not config.address:
+        return _run_workload(config, workload, deadline, log, announce, None)
+    table = Path(config.tuned) if config.tuned else None
+    model = load_cost_model(config.cost_model)
+    guess = nominal_rate_rps(workload.engine, model, length_mix(workload))
+    adapter = _adapter(tenant_configs(workload, 1.0), config.cost_model, guess, _policy_entries(config, table), config)
+    with Instance(config, workload, config.out / "workloads" / workload.name / "compare", adapter, log) as shared:
+        limits = _server_limits(shared.log_dir / "engine.json")
+        if limits != {k: getattr(workload, k) for k in limits}:
+            log(f"{workload.name}: the server runs with {limits}; the simulator takes them")
+            workload = replace(workload, **limits)
+        return _run_workload(config, workload, deadline, log, announce, shared)
+
+
+def _server_limits(path: Path) -> dict[str, Any]:
+    """The engine limits the adapter logged at the server's start (``engine.json``)."""
+    try:
+        engine = json.loads(path.read_text())
+        return {k: int(engine[k]) for k in ("num_kv_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens",
+                                            "max_model_len")}  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RuntimeError(f"{path}: the server's engine limits are unreadable ({exc})") from None
+
+
+def _run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: float, log: Log,
+                  announce: Callable[[list[str]], None], shared: Instance | None) -> dict[str, Any]:  # fmt: skip
     out = config.out
     folder = out / "workloads" / workload.name
-    fit = _fit_instance(config, workload, folder, log)
+    fit = _fit_instance(config, workload, folder, log, shared)
     tenants: tuple[TenantConfig, ...] = fit["tenants"]
     slos = {t.name: t for t in tenants}
     knee = float(fit["knee_rps"])
@@ -492,7 +560,8 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
         log(f"{workload.name}: regimes (the fit's model, 4 streams per load):\n{regimes.table}")
     cells = {workload.cell(load): knee * load for load in loads}
     announce(list(cells))
-    with Instance(config, workload, folder / "compare", adapter, log) as inst:
+    compare = contextlib.nullcontext(shared) if shared else Instance(config, workload, folder / "compare", adapter, log)
+    with compare as inst:
         # warm-up and calibration on this instance: blocks the comparison does not reuse
         inst.block(block_stream(workload, knee * 0.5, _SEEDS["warmup"]), CONTROL, slos, {"warmup": True})
         inst.block(block_stream(workload, knee * 0.3, _SEEDS["light"]), CONTROL, slos, {"calibration": "light"})
@@ -751,6 +820,21 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--replicate", type=Path, default=None, metavar="RUN",
                    help="rerun RUN's design (workloads, policies, cells, rounds) on the streams of --seed (not RUN's);"
                    " then compare: python -m llmsched_env.live.verdict OUT --replicates RUN")  # fmt: skip
+    user = p.add_argument_group("your own server (instead of the one the experiment starts)")
+    user.add_argument(
+        "--address",
+        default=None,
+        metavar="HOST:PORT",
+        help="drive a server you launch with the printed line (its adapter config, written here)",
+    )
+    user.add_argument("--model", default=None, help="the model that server serves (the client's tokenizer)")
+    user.add_argument(
+        "--tuned",
+        default=None,
+        metavar="TABLE",
+        help="the table tuned plays (llmsched-tune's, for this traffic; the server loads it at start)",
+    )
+    user.add_argument("--cost-model", default=None, help=f"the cost model its policies see (default {PRESET})")
     p.add_argument("--policies", default=None, help="compared with fcfs (default: slo_aware,tuned,learned)")
     p.add_argument("--min-rounds", type=int, default=None)
     p.add_argument("--budget-min", type=float, default=None, help="time budget in minutes (default 80; quick 9)")
@@ -776,6 +860,12 @@ def main(argv: list[str] | None = None) -> None:
         kw["min_rounds"] = args.min_rounds
     if args.aa_rounds is not None:
         kw["aa_rounds"] = args.aa_rounds
+    for name in ("address", "model", "tuned", "cost_model"):
+        if getattr(args, name) is not None:
+            kw[name] = getattr(args, name)
+    if args.address is None and (given := [f"--{n.replace('_', '-')}" for n in ("model", "tuned", "cost_model")
+                                           if getattr(args, n) is not None]):  # fmt: skip
+        p.error(f"{', '.join(given)} go with --address (the server the experiment starts serves its own)")
     try:
         if args.trace is not None:
             if args.workloads or args.replicate:

@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from llmsched_env.adapters.vllm.state import TENANT_KEY
 from llmsched_env.common.outputs import write_text_atomically
 from llmsched_env.engine.config import SLO_CLASSES
 
-__all__ = ["LiveServer", "check_tenants", "run_bench", "trace_stream", "unwind_on_sigterm"]
+__all__ = ["ExternalServer", "LiveServer", "check_tenants", "run_bench", "trace_stream", "unwind_on_sigterm"]
 
 VLLM_OWN = "vllm"  # the scheduler name that means vLLM's own scheduler (no --scheduler-cls)
 SCHEDULER_CLS = "llmsched_env.adapters.vllm.scheduler.LLMSchedScheduler"
@@ -130,6 +131,61 @@ class LiveServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@dataclass
+class ExternalServer:
+    """A server the user launched at ``address`` (``HOST:PORT``) with ``adapter_config``: ``start`` says how to
+    launch it (``launch_line``), ``wait_ready`` waits for its ``/health`` and for the adapter's answer in
+    ``<control_file>.status`` (written at its start, so newer than the config) naming every policy expected;
+    ``stop`` leaves it running. ``proc`` is None: its processes are not this one's."""
+
+    address: str
+    model: str
+    adapter_config: Path
+    control_file: Path
+    policies: Sequence[str]
+    engine_args: Sequence[str] = ()
+    announce: Any = print
+    proc: None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.address}"
+
+    def launch_line(self) -> str:
+        """The shell line that serves ``model`` with this adapter config (add a GPU's own flags as usual)."""
+        host, _, port = self.address.rpartition(":")
+        cmd = ["vllm", "serve", self.model, "--host", host, "--port", port, "--scheduler-cls", SCHEDULER_CLS,
+               *self.engine_args]  # fmt: skip
+        return f"LLMSCHED_VLLM_CONFIG={shlex.quote(str(self.adapter_config))} " + shlex.join(cmd)
+
+    def start(self) -> None:
+        self.announce(f"launch the server (the experiment waits for it at {self.address}):\n  {self.launch_line()}")
+
+    def wait_ready(self, timeout_s: float = 3600.0, poll_s: float = 1.0) -> float:
+        """Seconds until the server answers with this config; ``RuntimeError`` after ``timeout_s``."""
+        t0 = time.monotonic()
+        written = self.adapter_config.stat().st_mtime
+        status = Path(f"{self.control_file}.status")
+        seen = ""
+        while time.monotonic() - t0 < timeout_s:
+            try:
+                with urllib.request.urlopen(f"{self.base_url}/health", timeout=5) as r:
+                    healthy = r.status == 200
+            except OSError:
+                healthy = False
+            with contextlib.suppress(OSError, ValueError):
+                answer = json.loads(status.read_text())
+                seen = f"{status} names {answer.get('loaded')}"
+                if healthy and answer["at"] >= written and set(self.policies) <= set(answer["loaded"]):
+                    return time.monotonic() - t0
+            time.sleep(poll_s)
+        raise RuntimeError(f"no server at {self.address} answered with {self.adapter_config} within {timeout_s:.0f} s"
+                           f" ({seen or f'no {status}'}); launch it with: {self.launch_line()}")  # fmt: skip
+
+    def stop(self) -> None:
+        """Nothing: the user's server keeps running."""
 
 
 def _group_gone(pgid: int, timeout_s: float) -> bool:

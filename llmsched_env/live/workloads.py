@@ -137,7 +137,7 @@ def trace_workload(
     from llmsched_env.workloads.trace_options import build_trace_scenario, slo_class, tenant_slos
     from llmsched_env.workloads.traces import load_trace
 
-    base = _LIMITS | dict(limits or {})
+    base: dict[str, Any] = _LIMITS | dict(limits or {})
     build_trace_scenario(options, base)  # every option checked as llmsched-evaluate checks it
     path = Path(options["trace"])
     reader: dict[str, Any] = {}
