@@ -44,6 +44,8 @@ def test_replay_with_the_true_cost_model_reproduces_the_run(tmp_path: Path, poli
     sim = replay(run, policy, ENGINE, TENANTS, TRUE_MODEL)
     np.testing.assert_allclose(sim.ttft_s, made["ttft_s"], atol=1e-6)
     np.testing.assert_allclose(sim.e2e_s, made["e2e_s"], atol=1e-6)
+    waits = [r.first_scheduled_s - r.arrival_s for r in run.server if r.first_scheduled_s is not None]
+    np.testing.assert_allclose(sim.wait_s, waits, atol=1e-6)  # the engine's wait before its first step too
     rows = _rows(compare(run, sim))
     for metric in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "throughput_rps"):
         assert abs(rows[metric]["err_engine"]) < 1e-4, (metric, rows[metric])

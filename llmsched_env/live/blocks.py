@@ -1,5 +1,6 @@
 """One block of the live experiment as ``blocks.jsonl`` holds it (``block_record``), and its statistics computed the
-same way for the prediction (``block_metrics``). ``BlockError``: a block its policy did not decide throughout.
+same way for the prediction (``block_metrics``, ``latency_components``). ``BlockError``: a block its policy did not
+decide throughout.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from llmsched_env.live.logs import ServerLogs, load_run, read_client
 from llmsched_env.live.records import ClientResult, PlannedRequest, ServerRequest, StepRecord
 
 __all__ = [
-    "FRONTEND_FIGURES", "LATE_SEND_S", "METRICS", "BlockError", "block_metrics", "block_record", "frontend_figures",
+    "COMPONENTS", "COMPONENT_KEYS", "FRONTEND_FIGURES", "LATE_SEND_S", "METRICS", "BlockError", "block_metrics",
+    "block_record", "component_key", "flat_components", "frontend_figures", "latency_components",
     "step_period_median_s",
 ]  # fmt: skip
 
@@ -31,6 +33,23 @@ METRICS = (
 # the front end's per-block figures (``frontend_figures``)
 FRONTEND_FIGURES = ("late_share", "send_lag_p90_s", "send_lag_max_s", "frontend_p50_s", "frontend_p90_s", "steps_per_s")
 LATE_SEND_S = 0.1  # a request the client sent this much later than planned counts as late
+
+# each latency's mean as the sum of its parts (``latency_components``): the front end (the client's latency minus
+# the engine's), the wait in the engine (arrival to first scheduled) and the engine's steps (from then on)
+COMPONENTS = {
+    "ttft": ("frontend", "wait", "steps"),
+    "tpot": ("frontend", "steps"),
+    "e2e": ("frontend", "wait", "steps"),
+}
+
+
+def component_key(latency: str, part: str | None = None) -> str:
+    """The flat key of a latency's mean (``part`` None) or of one part's, as a prediction holds it: ``ttft_mean_s``,
+    ``ttft_wait_mean_s``."""
+    return f"{latency}_mean_s" if part is None else f"{latency}_{part}_mean_s"
+
+
+COMPONENT_KEYS = tuple(component_key(lat, p) for lat, parts in COMPONENTS.items() for p in (None, *parts))
 
 
 class BlockError(RuntimeError):
@@ -105,12 +124,66 @@ def frontend_figures(
     }  # fmt: skip
 
 
+def latency_components(
+    ttft_s: np.ndarray, e2e_s: np.ndarray, output_tokens: np.ndarray, wait_s: np.ndarray, engine_ttft_s: np.ndarray,
+    engine_e2e_s: np.ndarray,
+) -> dict[str, dict[str, float]]:  # fmt: skip
+    """Per latency of ``COMPONENTS`` its mean ``total_s`` and the means of its parts (``frontend_s``, ``wait_s``,
+    ``steps_s``, which add up to it), over the completed requests given: the client's TTFT and E2E, the output
+    tokens, and the engine's wait (first scheduled - arrival), TTFT (first token - arrival) and E2E (finish -
+    arrival). TPOT over the requests of more than one token; NaN where no request counts."""
+
+    def parts(total: np.ndarray, engine: np.ndarray, wait: np.ndarray | None) -> dict[str, float]:
+        split = {"frontend_s": total - engine, **({} if wait is None else {"wait_s": wait}),
+                 "steps_s": engine if wait is None else engine - wait}  # fmt: skip
+        return {name: float(v.mean()) if v.size else math.nan for name, v in {"total_s": total, **split}.items()}
+
+    many = output_tokens > 1
+    decode = output_tokens[many] - 1
+    return {
+        "ttft": parts(ttft_s, engine_ttft_s, wait_s),
+        "tpot": parts((e2e_s - ttft_s)[many] / decode, (engine_e2e_s - engine_ttft_s)[many] / decode, None),
+        "e2e": parts(e2e_s, engine_e2e_s, wait_s),
+    }
+
+
+def flat_components(components: dict[str, dict[str, float]]) -> dict[str, float]:
+    """``latency_components``' figures under their flat keys (``component_key``), as a prediction holds them."""
+    return {
+        component_key(lat, None if name == "total_s" else name.removesuffix("_s")): v
+        for lat, figures in components.items()
+        for name, v in figures.items()
+    }
+
+
+def _live_components(
+    server: Sequence[ServerRequest], client: ClientResult, ok: np.ndarray
+) -> dict[str, dict[str, float]]:
+    """``latency_components`` of the completed requests the engine logged first scheduled and first token for."""
+    keep = [i for i in range(len(server)) if ok[i] and server[i].first_scheduled_s is not None
+            and server[i].first_token_s is not None]  # fmt: skip
+    rs = [server[i] for i in keep]
+    arrival = np.array([r.arrival_s for r in rs], dtype=np.float64)
+
+    def engine(times: Sequence[float | None]) -> np.ndarray:
+        return np.array(times, dtype=np.float64) - arrival
+
+    return latency_components(
+        np.array([client.ttft_s[i] for i in keep], dtype=np.float64),
+        np.array([client.latency_s[i] for i in keep], dtype=np.float64),
+        np.array([client.output_lens[i] for i in keep], dtype=np.float64),
+        engine([r.first_scheduled_s for r in rs]), engine([r.first_token_s for r in rs]),
+        engine([r.finish_s for r in rs]),
+    )  # fmt: skip
+
+
 def block_record(
     folder: Path, log_dir: Path | None, slos: dict[str, TenantConfig], policy: str | None, meta: dict[str, Any],
     span_s: tuple[float, float] | None = None, server_logs: ServerLogs | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The ``blocks.jsonl`` record of the block in ``folder`` with server logs in ``log_dir`` (None: vLLM's own
-    scheduler, the client's figures only); ``BlockError`` unless ``policy`` decided every request and step."""
+    scheduler, the client's figures only, ``components`` None); ``BlockError`` unless ``policy`` decided every
+    request and step."""
     if log_dir is None:
         if span_s is None:
             raise ValueError("block_record: a block without server logs needs span_s (its start and end)")
@@ -152,5 +225,5 @@ def block_record(
         "fallbacks": dict(Counter(s.fallback for s in steps if s.fallback)), "steps": len(steps) if logged else None,
         "step_time_median_s": step_period_median_s([s.t0_s for s in steps], [s.busy for s in steps]),
         "frontend": frontend_figures(run_plan, server, client, steps), "metrics": metrics, "tenants": per_tenant,
-        "requests": records,
+        "components": _live_components(server, client, ok) if logged else None, "requests": records,
     }  # fmt: skip

@@ -1,6 +1,6 @@
 """A live run's requests (``replay``), or a block's predicted stream (``predict_block``), served again by llmsched's
 simulator through ``decision.serve``: the clock priced by the setup's fitted ``clock``, the engine and policy
-seeing its ``cost_model``. TTFT, TPOT and E2E per request in send order.
+seeing its ``cost_model``. TTFT, TPOT, E2E and the wait before the first step per request in send order.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from llmsched_env.decision.registry import make_scheduler
 from llmsched_env.decision.serve import ServeOptions, serve
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.engine.request import Request, Status, tpot_s
-from llmsched_env.live.blocks import METRICS, block_metrics
+from llmsched_env.live.blocks import COMPONENT_KEYS, METRICS, block_metrics, flat_components, latency_components
 from llmsched_env.live.logs import LiveRun
 from llmsched_env.live.workloads import stream_requests
 from llmsched_env.sim.metrics import token_times
@@ -47,10 +47,12 @@ class Latencies:
 
 @dataclass(frozen=True, eq=False)
 class ReplayResult(Latencies):
-    """A replay's latencies, with the policy's name and the simulator's metrics (``Simulator.metrics``)."""
+    """A replay's latencies, with the policy's name, the simulator's metrics (``Simulator.metrics``) and per request
+    the ``wait_s`` from arrival to first scheduled (NaN: unfinished)."""
 
     policy: str = ""
     metrics: dict[str, float] = field(default_factory=dict)
+    wait_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def replay_requests(run: LiveRun, tenants: Sequence[TenantConfig]) -> list[Request]:
@@ -93,16 +95,18 @@ def simulate(setup: SimSetup) -> ReplayResult:
     )
     metrics, _ = serve(sim, chosen, encoder, action_spec, fallback, options)
     rounds = np.asarray(sim.engine.round_end_s, dtype=np.float64)
-    ttft, tpot, e2e = (np.full(len(requests), np.nan) for _ in range(3))
+    ttft, tpot, e2e, wait = (np.full(len(requests), np.nan) for _ in range(4))
     for r in requests:
         if r.status != Status.FINISHED:
             continue
         t = token_times(r, rounds)
         i = r.request_id
         ttft[i], e2e[i] = t[0] - r.arrival_s, t[-1] - r.arrival_s
+        if r.first_scheduled_s is not None:  # (a finished request was scheduled)
+            wait[i] = r.first_scheduled_s - r.arrival_s
         if len(t) > 1:
             tpot[i] = tpot_s(float(t[0]), float(t[-1]), len(t))
-    return ReplayResult(ttft, tpot, e2e, metrics["request_throughput_rps"], spec.name, metrics)
+    return ReplayResult(ttft, tpot, e2e, metrics["request_throughput_rps"], spec.name, metrics, wait)
 
 
 def replay(
@@ -116,9 +120,12 @@ def replay(
 
 
 def predict_block(stream: Sequence[dict[str, Any]], setup: SimSetup, frontend_delay_s: float) -> dict[str, float]:
-    """The metrics predicted for ``stream`` under ``setup``, ``frontend_delay_s`` added to every TTFT and E2E."""
+    """The metrics predicted for ``stream`` under ``setup``, ``frontend_delay_s`` added to every TTFT and E2E; with
+    the preemptions, the requests shed and each latency's mean split into its parts (``COMPONENT_KEYS``: the front
+    end is ``frontend_delay_s``)."""
     tenants = setup.tenants
-    result = simulate(setup.with_requests(stream_requests(stream, tenants)))
+    requests = stream_requests(stream, tenants)
+    result = simulate(setup.with_requests(requests))
     names = [str(r["tenant"]) for r in stream]
     arrivals = np.array([float(r["timestamp"]) for r in stream])
     succeeded = np.isfinite(result.ttft_s)
@@ -129,15 +136,20 @@ def predict_block(stream: Sequence[dict[str, Any]], setup: SimSetup, frontend_de
     metrics, _, _ = block_metrics(names, ttft, result.tpot_s, e2e, succeeded, slos, duration)
     metrics["preemptions"] = float(result.metrics.get("preemptions", 0.0))
     metrics["shed"] = float(result.metrics.get("num_rejected", 0.0))
-    return metrics
+    done = succeeded & np.isfinite(result.wait_s)
+    out_tokens = np.array([r.output_len for r in requests], dtype=np.float64)
+    parts = latency_components(ttft[done], e2e[done], out_tokens[done], result.wait_s[done], result.ttft_s[done],
+                               result.e2e_s[done])  # fmt: skip
+    return {**metrics, **flat_components(parts)}
 
 
 def mean_prediction(blocks: Sequence[dict[str, float]]) -> dict[str, float]:
-    """The mean of per-block predictions, key by key (NaNs left out; NaN where every block has none)."""
-    keys = [*METRICS, "preemptions", "shed"]
+    """The mean of per-block predictions, key by key (NaNs left out; NaN where every block has none); the
+    ``COMPONENT_KEYS`` over the blocks that hold them, left out where none does (predictions made before them)."""
+    keys = [*METRICS, "preemptions", "shed", *(k for k in COMPONENT_KEYS if any(k in b for b in blocks))]
     out = {}
     for k in keys:
-        values = np.array([b[k] for b in blocks], dtype=np.float64)
+        values = np.array([b[k] for b in blocks if k in b], dtype=np.float64)
         finite = values[np.isfinite(values)]
         out[k] = float(finite.mean()) if finite.size else math.nan
     return out
