@@ -777,7 +777,7 @@ def test_the_replicates_option_appends_the_section(tmp_path: Path, capsys: pytes
     out = capsys.readouterr().out
     report = (tmp_path / "new" / "report.md").read_text()
     assert report.startswith(build_verdict(tmp_path / "new").markdown)
-    assert f"\n## Replication of {archive}\n" in report and f"## Replication of {archive}" in out
+    assert "\n## Replication of `old`\n" in report and "## Replication of `old`" in out
     assert "| cell | arm | statistic | then | then 95% interval | now | now 95% interval |" in report
     assert main([str(tmp_path / "new"), "--no-plots", "--replicates", str(tmp_path / "nope")]) == 1
     assert "nope: not a run folder or a .tar.gz of one" in capsys.readouterr().err

@@ -1,7 +1,8 @@
 """The verdict of a paired live experiment: each policy against the ``fcfs`` control, live and as predicted, and
-the targets met or not (``python -m llmsched_env.live.verdict OUT [--against tuned]`` writes ``OUT/report.md`` and
-``OUT/plots/``). Reads ``experiment.json``, the predictions (a ``.sha256`` beside each) and every
-``cells/<cell>/blocks.jsonl``; ``VerdictError`` names a bad file.
+the targets met or not (``python -m llmsched_env.live.verdict OUT [--against tuned] [--replicates OLD]`` writes
+``OUT/report.md`` and ``OUT/plots/``; ``--aa-coverage RUN ...`` prints the A/A coverage of runs). Reads
+``experiment.json``, the predictions (a ``.sha256`` beside each) and every ``cells/<cell>/blocks.jsonl``;
+``VerdictError`` names a bad file.
 """
 
 from __future__ import annotations
@@ -1298,7 +1299,7 @@ def replication(new: Verdict, old: Verdict, old_name: str = "OLD") -> Replicatio
           _yes(x["interval_agrees"]), "yes" if x["confirmed_old"] else ""] for x in rows],
     )  # fmt: skip
     markdown = "\n\n".join([
-        f"## Replication of {old_name}",
+        f"## Replication of `{old_name}`",
         f"Cell by cell (matched by name), every (arm, statistic) of the paired table against fcfs in both runs: "
         f"then ({old_name}) and now (this run). Interval agrees: both exclude 0 on the same side, or both contain 0.",
         _targets_table([target]), table,
@@ -1344,7 +1345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         markdown, extra = verdict.markdown, ""
         if args.replicates is not None:
             with opened_run(args.replicates) as folder:
-                extra = replication(verdict, build_verdict(folder), str(args.replicates)).markdown
+                extra = replication(verdict, build_verdict(folder), folder.name).markdown
             markdown += "\n" + extra + "\n"
     except (ValueError, OSError) as exc:  # VerdictError is a ValueError
         print(f"llmsched verdict: {exc}", file=sys.stderr)
