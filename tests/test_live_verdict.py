@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,11 +28,13 @@ from llmsched_env.live.verdict import (
     AA_ARM,
     BLOCK_METRICS,
     Verdict,
+    aa_coverage,
     build_verdict,
     kendall_tau_b,
     main,
     paired_interval,
-    pooled_quantile_ratio,
+    replication,
+    skill_score,
 )
 from tests.bench_scripts import bench_script
 
@@ -168,7 +171,7 @@ def truthful(tmp_path_factory: pytest.TempPathFactory) -> Verdict:
 def test_a_known_difference_is_covered_with_its_sign(truthful: Verdict) -> None:
     for arm in ("good", "bad"):
         rows = _rows(truthful, arm)
-        truth = {"attainment": ATTAINMENT[arm], "ttft_p90": math.log(TTFT[arm]), "ttft_p99_pooled": math.log(TTFT[arm])}
+        truth = {"attainment": ATTAINMENT[arm], "ttft_p90": math.log(TTFT[arm]), "ttft_p99": math.log(TTFT[arm])}
         for stat, value in truth.items():
             r = rows[stat]
             assert r["rounds"] == 16  # the warm-up is not a round
@@ -177,7 +180,7 @@ def test_a_known_difference_is_covered_with_its_sign(truthful: Verdict) -> None:
             assert r["inside"] is True
         assert rows["attainment"]["predicted"] == pytest.approx(ATTAINMENT[arm])
     good = _rows(truthful, "good")
-    assert good["ttft_p99_pooled"]["live"] < 0 < good["attainment"]["live"]  # better: faster and more in SLO
+    assert good["ttft_p99"]["live"] < 0 < good["attainment"]["live"]  # better: faster and more in SLO
     assert _target(truthful, "predicted differences").status == "met"
     assert _target(truthful, "Kendall").status == "met"
     assert all(c.tau["attainment"] == pytest.approx(1.0) for c in truthful.cells)
@@ -185,7 +188,7 @@ def test_a_known_difference_is_covered_with_its_sign(truthful: Verdict) -> None:
 
 def test_the_aa_arm_measures_the_noise_floor(truthful: Verdict) -> None:
     rows = _rows(truthful, AA_ARM)
-    assert set(rows) == {"attainment", "goodput", "ttft_p90", "ttft_p99_pooled"}
+    assert set(rows) == {"attainment", "goodput", "ttft_p90", "ttft_p99"}
     for r in rows.values():
         assert r["low"] <= 0 <= r["high"] and not r["excludes_zero"], r
         assert r["sign_agrees"] is None  # predicted 0: no sign
@@ -243,8 +246,9 @@ def test_a_prediction_far_off_is_flagged_outside(tmp_path: Path) -> None:
     verdict = build_verdict(tmp_path)
     r = _rows(verdict, "good")["attainment"]
     assert r["predicted"] == pytest.approx(0.35) and r["inside"] is False and r["sign_agrees"] is True
-    inside = _target(verdict, "the prediction inside")
-    assert inside.detail.startswith("7 of 8 inside"), inside.detail  # 2 arms x 4 statistics: no control, no A/A
+    # 2 arms x 4 statistics (no control, no A/A): a figure, not a target
+    assert "The prediction inside the live 95% interval: 7 of 8 inside;" in verdict.markdown
+    assert not any("inside" in t.name for t in verdict.targets)
     assert "| c1 | good | attainment | 16 |" in verdict.markdown and "| +35.0 pp | yes | **no** |" in verdict.markdown
 
 
@@ -297,25 +301,30 @@ def test_the_paired_t_interval_covers_the_truth_95_percent_of_the_time() -> None
     assert not paired_interval([0.1]).measured
 
 
-def test_the_pooled_p99_bootstrap_covers_the_truth() -> None:
-    rng = np.random.default_rng(3)
-    hits = 0
-    for k in range(60):
-        shocks = rng.normal(0, 0.25, 12)
-        control = [np.exp(math.log(0.2) + s + 0.6 * rng.standard_normal(200)) for s in shocks]
-        arm = [np.exp(math.log(0.2 * 0.7) + s + 0.6 * rng.standard_normal(200)) for s in shocks]
-        hits += pooled_quantile_ratio(arm, control, samples=300, seed=k).contains(math.log(0.7))
-    assert hits >= 51, hits  # 95% nominal; the percentile bootstrap on 12 rounds runs a little short
-    same = [np.arange(1.0, 101.0)] * 3
-    exact = pooled_quantile_ratio([2 * v for v in same], same)
-    assert exact.estimate == pytest.approx(math.log(2)) and exact.low == pytest.approx(math.log(2))
-    assert pooled_quantile_ratio(same, same).estimate == 0.0
-    # the pooled p99 is the inverted-CDF quantile of all rounds' values together: the 198th of 1..200
-    pooled = pooled_quantile_ratio([np.arange(1.0, 101.0), np.arange(101.0, 201.0)], [np.ones(100), np.ones(100)])
-    assert pooled.estimate == pytest.approx(math.log(198.0))
-    assert float(np.quantile(np.arange(1.0, 201.0), 0.99, method="inverted_cdf")) == 198.0
-    again = pooled_quantile_ratio(arm, control)
-    assert again == pooled_quantile_ratio(arm, control)  # seeded
+def _blocks(out: Path, cell: str = "c1") -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "cells" / cell / "blocks.jsonl").read_text().splitlines()]
+
+
+def _per_round(out: Path, arm: str, metric: str, control: str = "fcfs") -> tuple[list[float], list[float]]:
+    """The arm's and the control's per-block ``metric`` over the compared rounds, round by round."""
+    blocks = [b for b in _blocks(out) if not b["warmup"]]
+    by = {(b["round"], b["arm"]): b["metrics"][metric] for b in blocks}
+    rounds = sorted(r for r, a in by if a == arm and (r, control) in by)
+    return [by[(r, arm)] for r in rounds], [by[(r, control)] for r in rounds]
+
+
+def test_ttft_p99_is_a_t_interval_of_the_per_round_log_ratios_of_the_blocks_p99(tmp_path: Path) -> None:
+    make_run(tmp_path)
+    rows = _rows(build_verdict(tmp_path), "good")
+    arm, control = _per_round(tmp_path, "good", "ttft_p99_s")
+    d = np.log(np.array(arm) / np.array(control))
+    half = 2.131449546 * d.std(ddof=1) / math.sqrt(16)  # t(0.975, 15 degrees of freedom)
+    r = rows["ttft_p99"]
+    assert r["rounds"] == 16 and r["metric"] == "ttft_p99_s"
+    assert r["live"] == pytest.approx(d.mean())
+    assert r["live"] - r["low"] == pytest.approx(half, rel=1e-4) and r["high"] - r["live"] == pytest.approx(
+        half, rel=1e-4
+    )
 
 
 def test_kendall_tau_b_on_hand_made_rankings() -> None:
@@ -513,3 +522,262 @@ def test_the_committed_live_reports_are_what_their_data_give(run: str, tmp_path:
     report = (_COMMITTED / run / "report.md").read_text()
     against = re.findall(r"^## Paired differences against (?!fcfs$)(.+)$", report, flags=re.MULTILINE)
     assert build_verdict(tmp_path / run, against=against).markdown == report
+
+
+# ------------------------------------------------------------------------------------ skill against simple predictors
+
+
+def _repredict(out: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    """Rewrite ``out``'s predictions (and their SHA-256) after ``edit``."""
+    path = out / "predictions.json"
+    doc = json.loads(path.read_text())
+    edit(doc)
+    _write_predictions(path, doc)
+
+
+def test_skill_score_on_a_hand_example() -> None:
+    assert skill_score([0.01, -0.02], [0.05, 0.03]) == (pytest.approx(1 - 0.0005 / 0.0034), 2)
+    assert skill_score([0.01, math.nan, 0.5], [0.05, 0.1, math.nan]) == (pytest.approx(1 - 0.0001 / 0.0025), 1)
+    assert skill_score([0.1], [0.1]) == (0.0, 1)  # as good as the simple predictor
+    assert math.isnan(skill_score([], [])[0]) and math.isnan(skill_score([0.1], [0.0])[0])  # not measurable
+
+
+def test_the_skill_against_no_difference_is_exact(tmp_path: Path) -> None:
+    """Predicted differences off the live ones by +2 and -1 points: skill 1 - (0.02^2 + 0.01^2) / sum live^2."""
+    make_run(tmp_path)
+    live = {arm: float(np.mean(np.subtract(*_per_round(tmp_path, arm, "slo_attainment")))) for arm in ("good", "bad")}
+
+    def off(doc: dict[str, Any]) -> None:
+        arms = doc["cells"]["c1"]["arms"]
+        base = arms["fcfs"]["slo_attainment"]
+        arms["good"]["slo_attainment"] = base + live["good"] + 0.02
+        arms["bad"]["slo_attainment"] = base + live["bad"] - 0.01
+
+    _repredict(tmp_path, off)
+    verdict = build_verdict(tmp_path)
+    skill = next(r for r in verdict.skills if r["statistic"] == "attainment")
+    assert skill["null_rows"] == 2  # good and bad: neither the control nor the A/A arm
+    assert skill["null"] == pytest.approx(1 - 0.0005 / (live["good"] ** 2 + live["bad"] ** 2))
+    target = _target(verdict, "skill against 'no difference'")
+    assert target.status == "met" and f"attainment {skill['null']:.2f} (2 rows)" in target.detail
+    assert (
+        "| attainment | 2 |" in verdict.markdown
+        and "## Skill: the simulator against simple predictors" in verdict.markdown
+    )
+
+
+def test_the_skill_against_the_calibration_only_predictor(tmp_path: Path) -> None:
+    """On levels: 1 - sum (predicted - live)^2 / sum (predicted fcfs - live)^2, live the arm's mean block figure;
+    predicting fcfs's figures for every arm scores 0 against both simple predictors."""
+    make_run(tmp_path)
+    live = {arm: float(np.mean(_per_round(tmp_path, arm, "slo_attainment")[0])) for arm in ("good", "bad")}
+    preds = json.loads((tmp_path / "predictions.json").read_text())["cells"]["c1"]["arms"]
+    fcfs = preds["fcfs"]["slo_attainment"]
+    num = sum((preds[a]["slo_attainment"] - live[a]) ** 2 for a in live)
+    den = sum((fcfs - live[a]) ** 2 for a in live)
+    verdict = build_verdict(tmp_path)
+    skill = next(r for r in verdict.skills if r["statistic"] == "attainment")
+    assert skill["calibration_rows"] == 2 and skill["calibration"] == pytest.approx(1 - num / den)
+    assert skill["calibration"] > 0.5 and _target(verdict, "skill against the calibration-only").status == "met"
+    # latencies on log ratios: predicted TTFT p90 x1.5 the live mean for every arm
+    p90 = {a: float(np.mean(_per_round(tmp_path, a, "ttft_p90_s")[0])) for a in live}
+
+    def calibration_only(doc: dict[str, Any]) -> None:
+        arms = doc["cells"]["c1"]["arms"]
+        for arm in ("good", "bad"):
+            arms[arm] = dict(arms["fcfs"])
+
+    _repredict(tmp_path, calibration_only)
+    flat = build_verdict(tmp_path)
+    for r in flat.skills:
+        assert r["calibration"] == pytest.approx(0.0) and r["null"] == pytest.approx(0.0), r
+    assert _target(flat, "skill against the calibration-only").status == "not met"
+    assert p90["good"] < p90["bad"]  # the arms differ live: the denominators are not 0
+
+
+def test_a_skill_without_rows_is_not_measurable(tmp_path: Path) -> None:
+    def unknown(doc: dict[str, Any]) -> None:
+        for arm in ("good", "bad"):
+            doc["cells"]["c1"]["arms"][arm]["slo_attainment"] = None
+
+    make_run(tmp_path, rounds=4, predict=unknown)
+    verdict = build_verdict(tmp_path)
+    skill = next(r for r in verdict.skills if r["statistic"] == "attainment")
+    assert skill["null_rows"] == 0 and math.isnan(skill["null"]) and math.isnan(skill["calibration"])
+    for name in ("skill against 'no difference'", "skill against the calibration-only"):
+        assert _target(verdict, name).status == "not measurable"
+
+
+# ------------------------------------------------------------------------ what the run can do: the first line
+
+
+def _edit_experiment(out: Path, **fields: Any) -> None:
+    path = out / "experiment.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
+def _flag(out: Path, picks: dict[tuple[int, str], str | None], cell: str = "c1") -> None:
+    """Give every block of ``cell`` a host check; the (round, arm) of ``picks`` get that flag."""
+    blocks = _blocks(out, cell)
+    for b in blocks:
+        b["host"] = {"others_share": 0.05, "steal_share": 0.0, "step_ratio": 1.02,
+                     "flag": picks.get((b["round"], b["arm"]))}  # fmt: skip
+    (out / "cells" / cell / "blocks.jsonl").write_text("".join(json.dumps(b) + "\n" for b in blocks))
+
+
+HOST = {"override": True, "threshold": 0.25, "before": {"others_share": 0.4, "steal_share": 0.01,
+                                                         "load_average": [3.5, 2.0, 1.0]}}  # fmt: skip
+
+
+def test_the_first_line_says_what_the_run_can_do(tmp_path: Path) -> None:
+    make_run(tmp_path, cells=("c1", "c2"), rounds=4)
+    assert build_verdict(tmp_path).markdown.startswith(f"# Live verdict: {tmp_path.name}\n")  # an old run: as before
+    _edit_experiment(tmp_path, smoke_test=True)
+    verdict = build_verdict(tmp_path)
+    assert verdict.first_line == "Smoke test (--quick): confirms nothing."
+    assert verdict.markdown.startswith("Smoke test (--quick): confirms nothing.\n\n# Live verdict:")
+    assert verdict.table.startswith("Smoke test (--quick): confirms nothing.\n\n| cell |")
+    note = "the A/A noise needs 31 rounds to detect 5 points, the budget allows 4."
+    workloads = {"w": {"confirmable": False, "power_note": note}, "v": {"confirmable": True}}
+    _edit_experiment(tmp_path, smoke_test=False, host=HOST, workloads=workloads)
+    _flag(tmp_path, {(1, "good"): "others used 60% of the CPUs", (-1, "fcfs"): "steal 20%"})
+    _flag(tmp_path, {(2, AA_ARM): "step time x1.8"}, cell="c2")
+    line = build_verdict(tmp_path).markdown.splitlines()[0]
+    assert line == (
+        f"This run can confirm nothing on w: {note[:-1]}. Host guard overridden (others used 40.0% of the "
+        "server's CPUs at start, threshold 25.0%). 3 blocks flagged by the host guard (cells: c1, c2)."
+    )
+
+
+def test_the_flagged_blocks_are_listed(tmp_path: Path) -> None:
+    make_run(tmp_path, rounds=4)
+    _flag(tmp_path, {})
+    verdict = build_verdict(tmp_path)
+    assert (
+        verdict.first_line == ""
+        and "## Host guard\n\nNo block flagged by the host guard (17 checked)." in verdict.markdown
+    )
+    _flag(tmp_path, {(1, "good"): "others used 60% of the CPUs", (-1, "fcfs"): "steal 20%"})
+    _edit_experiment(tmp_path, host={**HOST, "override": False})
+    verdict = build_verdict(tmp_path)
+    assert verdict.first_line == "2 blocks flagged by the host guard (cells: c1)."
+    md = verdict.markdown
+    assert ("At the start, other processes used 40.0% of the server's CPUs (steal 1.0%, load average 3.50, 2.00, "
+            "1.00); the guard's threshold 25.0%.") in md  # fmt: skip
+    assert "The blocks the host guard flagged (2 of 17 checked):" in md
+    assert "| c1 | warm-up | fcfs | steal 20% | 5.0% | 0.0% | 1.02 |" in md
+    assert "| c1 | 1 | good | others used 60% of the CPUs | 5.0% | 0.0% | 1.02 |" in md
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"smoke_test": "yes"}, "experiment.json: field 'smoke_test' must be bool"),
+        ({"workloads": {"w": {"confirmable": False}}}, "experiment.json: workloads.w: missing field 'power_note'"),
+        ({"workloads": {"w": {"confirmable": 0, "power_note": "x"}}}, "workloads.w: field 'confirmable' must be bool"),
+        ({"host": {**HOST, "override": "yes"}}, "experiment.json: host: field 'override' must be bool"),
+        ({"host": {**HOST, "before": {"steal_share": 0}}}, "host.before: missing field 'others_share'"),
+    ],
+)
+def test_malformed_run_notes_are_named(
+    tmp_path: Path, fields: dict[str, Any], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_run(tmp_path, rounds=4)
+    _edit_experiment(tmp_path, **fields)
+    assert message in _fails(tmp_path, capsys)
+
+
+def test_a_malformed_host_check_of_a_block_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    make_run(tmp_path, rounds=4)
+    _flag(tmp_path, {(1, "good"): "x"})
+    blocks = _blocks(tmp_path)
+    blocks[2]["host"]["flag"] = 3
+    (tmp_path / "cells/c1/blocks.jsonl").write_text("".join(json.dumps(b) + "\n" for b in blocks))
+    assert "cells/c1/blocks.jsonl:3: host: field 'flag' must be str or null" in _fails(tmp_path, capsys)
+
+
+# -------------------------------------------------------------------------------------- across runs: A/A, replication
+
+
+def _tar(folder: Path) -> Path:
+    """``folder`` packed as ``folder.tar.gz`` (the folder at the top, as the committed runs are)."""
+    path = folder.parent / f"{folder.name}.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(folder, arcname=folder.name)
+    return path
+
+
+def test_aa_coverage_over_runs_and_archives(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    make_run(tmp_path / "one")  # the truthful fixture's run: its 4 A/A intervals contain 0
+    make_run(tmp_path / "two")
+    blocks = _blocks(tmp_path / "two")
+    for b in blocks:  # the A/A arm 30 points better, with twice the goodput: those two intervals exclude 0
+        if b["arm"] == AA_ARM:
+            b["metrics"]["slo_attainment"] += 0.3
+            b["metrics"]["goodput_rps"] *= 2
+    (tmp_path / "two/cells/c1/blocks.jsonl").write_text("".join(json.dumps(b) + "\n" for b in blocks))
+    assert aa_coverage(build_verdict(tmp_path / "one")) == (4, 4)
+    assert aa_coverage(build_verdict(tmp_path / "two")) == (2, 4)
+    archive = _tar(tmp_path / "two")
+    assert main(["--aa-coverage", str(tmp_path / "one"), str(archive)]) == 0
+    out = capsys.readouterr().out
+    assert f"| {tmp_path / 'one'} | 4 of 4 | 100.0% |" in out and f"| {archive} | 2 of 4 | 50.0% |" in out
+    assert "| total | 6 of 8 | 75.0% |" in out and "Nominal coverage: 95%" in out
+    assert not (tmp_path / "one" / "report.md").exists()  # it writes nothing
+    with tarfile.open(tmp_path / "evil.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "one" / "experiment.json", arcname="../experiment.json")
+    assert main(["--aa-coverage", str(tmp_path / "evil.tar.gz")]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err == f"llmsched verdict: {tmp_path / 'evil.tar.gz'}: member '../experiment.json' is not a plain file "
+        "inside the archive\n"
+    )
+
+
+def _swap_arms(out: Path, a: str, b: str) -> None:
+    """Relabel ``a``'s blocks as ``b``'s and back: the live effects of the two arms trade places."""
+    blocks = _blocks(out)
+    for blk in blocks:
+        blk["arm"] = {a: b, b: a}.get(blk["arm"], blk["arm"])
+        blk["policy"] = blk["arm"].split("/")[0]
+    (out / "cells/c1/blocks.jsonl").write_text("".join(json.dumps(blk) + "\n" for blk in blocks))
+
+
+def test_a_replication_agrees_row_by_row(tmp_path: Path) -> None:
+    make_run(tmp_path / "old")
+    make_run(tmp_path / "new", cells=("c1", "c2"), seed=5)
+    old, new = build_verdict(tmp_path / "old"), build_verdict(tmp_path / "new")
+    rep = replication(new, old, "old")
+    assert {x["new"]["cell"] for x in rep.rows} == {"c1"}  # matched by name: c2 is not in the old run
+    assert len(rep.rows) == 3 * 4  # the A/A arm, good and bad x 4 statistics
+    assert rep.confirmed_old == 4 and rep.confirmed_again == 4 and rep.target.status == "met"
+    assert rep.target.detail == "4 of 4 confirmed again"
+    for x in rep.rows:
+        if x["new"]["arm"] != AA_ARM:
+            assert x["sign_agrees"] is True and x["interval_agrees"] is True, x
+    row = next(x for x in rep.rows if x["new"]["arm"] == "good" and x["new"]["statistic"] == "attainment")
+    o, n = row["old"], row["new"]
+    assert (
+        f"| c1 | good | attainment | {100 * o['live']:+.1f} pp | [{100 * o['low']:+.1f} pp, {100 * o['high']:+.1f} pp] "
+        f"| {100 * n['live']:+.1f} pp | [{100 * n['low']:+.1f} pp, {100 * n['high']:+.1f} pp] | yes | yes | yes |"
+    ) in rep.markdown
+    _swap_arms(tmp_path / "new", "good", "bad")  # now good did what bad did: every material difference flips
+    rep = replication(build_verdict(tmp_path / "new"), old, "old")
+    assert rep.confirmed_again == 0 and rep.target.status == "not met"
+    for x in rep.rows:
+        if x["new"]["arm"] != AA_ARM and x["new"]["statistic"] in ("attainment", "ttft_p99"):
+            assert x["sign_agrees"] is False and x["interval_agrees"] is False, x
+
+
+def test_the_replicates_option_appends_the_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    make_run(tmp_path / "old", rounds=6)
+    make_run(tmp_path / "new", rounds=6, seed=5)
+    archive = _tar(tmp_path / "old")
+    assert main([str(tmp_path / "new"), "--no-plots", "--replicates", str(archive)]) == 0
+    out = capsys.readouterr().out
+    report = (tmp_path / "new" / "report.md").read_text()
+    assert report.startswith(build_verdict(tmp_path / "new").markdown)
+    assert "\n## Replication of `old`\n" in report and "## Replication of `old`" in out
+    assert "| cell | arm | statistic | then | then 95% interval | now | now 95% interval |" in report
+    assert main([str(tmp_path / "new"), "--no-plots", "--replicates", str(tmp_path / "nope")]) == 1
+    assert "nope: not a run folder or a .tar.gz of one" in capsys.readouterr().err

@@ -1,7 +1,8 @@
 """The verdict of a paired live experiment: each policy against the ``fcfs`` control, live and as predicted, and
-the targets met or not (``python -m llmsched_env.live.verdict OUT [--against tuned]`` writes ``OUT/report.md`` and
-``OUT/plots/``). Reads ``experiment.json``, the predictions (a ``.sha256`` beside each) and every
-``cells/<cell>/blocks.jsonl``; ``VerdictError`` names a bad file.
+the targets met or not (``python -m llmsched_env.live.verdict OUT [--against tuned] [--replicates OLD]`` writes
+``OUT/report.md`` and ``OUT/plots/``; ``--aa-coverage RUN ...`` prints the A/A coverage of runs). Reads
+``experiment.json``, the predictions (a ``.sha256`` beside each) and every ``cells/<cell>/blocks.jsonl``;
+``VerdictError`` names a bad file.
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ import hashlib
 import json
 import math
 import sys
-from collections.abc import Mapping, Sequence
+import tarfile
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -30,10 +34,11 @@ from llmsched_env.live.logs import SERVER_FILE
 from llmsched_env.live.records import jsonl_records
 
 __all__ = [
-    "AA_ARM", "BLOCK_METRICS", "BOOTSTRAP_SAMPLES", "BOOTSTRAP_SEED", "CONTROL", "PREDICTED_METRICS", "Block",
-    "CellResult", "Experiment", "Interval", "PredictionFile", "Predictions", "Target", "Verdict", "VerdictError",
-    "analyse_cell", "build_verdict", "kendall_tau_b", "main", "paired_interval", "pooled_quantile_ratio",
-    "prediction_paths", "read_blocks", "read_experiment", "read_frontend", "read_predictions",
+    "AA_ARM", "BLOCK_METRICS", "CONTROL", "PREDICTED_METRICS", "Block", "CellResult", "Experiment", "Interval",
+    "PredictionFile", "Predictions", "Replication", "Target", "Verdict", "VerdictError", "aa_coverage",
+    "aa_coverage_text", "analyse_cell", "build_verdict", "kendall_tau_b", "main", "opened_run", "paired_interval",
+    "prediction_paths", "read_blocks", "read_experiment", "read_frontend", "read_predictions", "replication",
+    "skill_rows", "skill_score",
 ]  # fmt: skip
 
 CONTROL = "fcfs"
@@ -41,21 +46,18 @@ AA_ARM = "fcfs/aa"
 PREDICTIONS_FORMAT = "llmsched-live-predictions"
 BLOCK_METRICS = METRICS  # the client-side per-block figures of blocks.jsonl (live.blocks)  # fmt: skip
 PREDICTED_METRICS = (*BLOCK_METRICS, "preemptions", "shed")
-BOOTSTRAP_SAMPLES = 2000
-BOOTSTRAP_SEED = 0
-# the paired statistics: (name, metric, how); "block": a per-round difference of per-block figures, t interval;
-# "pooled": the ratio of the p99 of the requests pooled over the rounds, bootstrap interval
-STATISTICS = (("attainment", "slo_attainment", "block"), ("goodput", "goodput_rps", "block"),
-              ("ttft_p90", "ttft_p90_s", "block"), ("ttft_p99_pooled", "ttft_p99_s", "pooled"))  # fmt: skip
+# the paired statistics (name, per-block metric): per round the arm's figure against the control's (latencies as
+# a log ratio), the mean over rounds and its Student-t interval
+STATISTICS = (("attainment", "slo_attainment"), ("goodput", "goodput_rps"), ("ttft_p90", "ttft_p90_s"),
+              ("ttft_p99", "ttft_p99_s"))  # fmt: skip
 MATERIAL_ATTAINMENT = 0.05  # a predicted difference the targets expect confirmed: 5 attainment points ...
 MATERIAL_TTFT_P99 = 0.20  # ... or a TTFT p99 ratio at least 20% away from 1
-INSIDE_SHARE = 0.80  # predictions inside the live interval
+SKILL_MIN, SKILL_STATISTIC = 0.5, "attainment"  # the simulator's squared error at most half a simple predictor's
 CONFIRMED_SHARE = 0.75  # material predictions confirmed (3 of 4)
 FIDELITY_P50, FIDELITY_P99 = 0.15, 0.25  # |predicted - live| / live, mean over cells
 TAU_MIN = 0.6
 FIDELITY_METRICS = {"p50": ("ttft_p50_s", "tpot_p50_s", "e2e_p50_s"), "p99": ("ttft_p99_s", "tpot_p99_s", "e2e_p99_s")}
 REFERENCE_METRICS = ("slo_attainment", "goodput_rps", "ttft_p90_s", "ttft_p99_s")
-_CHUNK = 128  # bootstrap resamplings weighed at a time (memory: _CHUNK x requests)
 
 
 Values = dict[str, dict[str, dict[str, float]]]  # cell -> arm -> metric -> predicted per-block mean
@@ -126,12 +128,16 @@ def _names(where: str, v: Any, what: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Experiment:
-    """What the verdict reads of ``experiment.json``."""
+    """What the verdict reads of ``experiment.json``; ``smoke_test``, ``unconfirmable`` (workload, the power
+    note) and ``host`` (the host guard at the start; None: not recorded) are optional there."""
 
     cells: tuple[str, ...]
     arms: tuple[str, ...]
     reference: str | None = None
     finished: bool = True
+    smoke_test: bool = False
+    unconfirmable: tuple[tuple[str, str], ...] = ()
+    host: dict[str, Any] | None = None
 
     @property
     def policies(self) -> tuple[str, ...]:
@@ -155,7 +161,31 @@ def read_experiment(path: Path) -> Experiment:
     if reference is not None and (not isinstance(reference, str) or not reference or reference in arms):
         raise VerdictError(f"{path}: 'reference' must be an arm name not in 'arms', got {reference!r}")
     finished = "started" not in data or data.get("finished") is not None
-    return Experiment(cells, arms, reference, finished)
+    smoke = bool(_field(str(path), data, "smoke_test", "bool")) if "smoke_test" in data else False
+    unconfirmable = []
+    workloads = _field(str(path), data, "workloads", "dict") if "workloads" in data else {}
+    for w, info in workloads.items():
+        where = f"{path}: workloads.{w}"
+        if not isinstance(info, dict):
+            raise VerdictError(f"{where}: expected a JSON object")
+        if "confirmable" in info and not _field(where, info, "confirmable", "bool"):
+            unconfirmable.append((w, _field(where, info, "power_note", "str")))
+    host = _host_guard(f"{path}: host", data["host"]) if data.get("host") is not None else None
+    return Experiment(cells, arms, reference, finished, smoke, tuple(unconfirmable), host)
+
+
+def _host_guard(where: str, data: Any) -> dict[str, Any]:
+    """``experiment.json``'s ``host``: ``override``, ``threshold`` and ``before`` (``others_share``,
+    ``steal_share``: shares of the server's CPUs; ``load_average``)."""
+    if not isinstance(data, dict):
+        raise VerdictError(f"{where}: expected a JSON object")
+    before = _field(where, data, "before", "dict")
+    at = f"{where}.before"
+    return {"override": _field(where, data, "override", "bool"),
+            "threshold": _field(where, data, "threshold", "number"),
+            "others_share": _field(at, before, "others_share", "number"),
+            "steal_share": _field(at, before, "steal_share", "number"),
+            "load_average": _field(at, before, "load_average", "list")}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -264,8 +294,9 @@ def read_predictions(paths: Sequence[Path], experiment: Experiment) -> Predictio
 
 @dataclass(frozen=True)
 class Block:
-    """One block of ``blocks.jsonl`` (``round`` -1: warm-up): ``metrics`` of ``BLOCK_METRICS``, every request's
-    ``ttft_s``, the ``frontend`` figures (empty: none); counts NaN for vLLM's own scheduler, which logs none."""
+    """One block of ``blocks.jsonl`` (``round`` -1: warm-up): ``metrics`` of ``BLOCK_METRICS``, the ``frontend``
+    figures (empty: none), the host guard's ``host`` check (empty: none); counts NaN for vLLM's own scheduler,
+    which logs none."""
 
     cell: str
     round: int
@@ -284,9 +315,9 @@ class Block:
     steps: float
     step_time_median_s: float
     metrics: dict[str, float]
-    ttft_s: np.ndarray
     line: int = 0
     frontend: dict[str, float] = field(default_factory=dict)
+    host: dict[str, Any] = field(default_factory=dict)
 
     @property
     def compared(self) -> bool:
@@ -299,6 +330,15 @@ def _count_or_nan(where: str, data: Mapping[str, Any], name: str) -> float:
     if name in data and data[name] is None:
         return math.nan
     return float(_field(where, data, name, "count"))
+
+
+def _host_check(where: str, data: Any) -> dict[str, Any]:
+    """A block's ``host`` record: ``others_share``, ``steal_share`` (shares of the server's CPUs), ``step_ratio``
+    (number or null), ``flag`` (the guard's reason, or null)."""
+    if not isinstance(data, dict):
+        raise VerdictError(f"{where}: expected a JSON object")
+    kinds = (("others_share", "number"), ("steal_share", "number"), ("step_ratio", "number?"), ("flag", "str?"))
+    return {k: _field(where, data, k, kind) for k, kind in kinds}
 
 
 def _block(where: str, data: Any, cell: str) -> Block:
@@ -314,18 +354,15 @@ def _block(where: str, data: Any, cell: str) -> Block:
         _field(f"{where}: fallbacks", fallbacks, cause, "count")
     metrics = _figures(f"{where}: metrics", _field(where, data, "metrics", "dict"), BLOCK_METRICS)
     _field(where, data, "tenants", "dict")
-    requests = _field(where, data, "requests", "list")
-    ttft = np.full(len(requests), np.nan)
-    for i, r in enumerate(requests):
+    for i, r in enumerate(_field(where, data, "requests", "list")):
         at = f"{where}: requests[{i}]"
         if not isinstance(r, dict):
             raise VerdictError(f"{at}: expected a JSON object")
         _field(at, r, "tenant", "str")
         _field(at, r, "good", "bool")
-        for name in ("tpot_s", "e2e_s"):
+        for name in ("ttft_s", "tpot_s", "e2e_s"):
             _field(at, r, name, "number?")
-        v = _field(at, r, "ttft_s", "number?")
-        ttft[i] = np.nan if v is None else v
+    host = _host_check(f"{where}: host", data["host"]) if data.get("host") is not None else {}
     step = _field(where, data, "step_time_median_s", "number?")
     front: dict[str, float] = {}
     if data.get("frontend") is not None:
@@ -338,7 +375,7 @@ def _block(where: str, data: Any, cell: str) -> Block:
     return Block(cell, round_, f["arm"], f["policy"], f["warmup"], f["stream_seed"], float(f["t_start"]),
                  float(f["t_end"]), f["num_requests"], f["completed"], f["shed"], f["failed"], f["preemptions"],
                  dict(fallbacks), _count_or_nan(where, data, "steps"), math.nan if step is None else float(step),
-                 metrics, ttft, 0, front)  # fmt: skip
+                 metrics, 0, front, host)  # fmt: skip
 
 
 def read_blocks(path: Path, cell: str, experiment: Experiment) -> list[Block]:
@@ -426,60 +463,6 @@ def paired_interval(differences: Sequence[float]) -> Interval:
     return Interval(mean, mean - half, mean + half, len(d))
 
 
-def _weighted_quantiles(values: np.ndarray, rounds: np.ndarray, weights: np.ndarray, q: float) -> np.ndarray:
-    """Per row of ``weights`` (resamplings x rounds), the inverted-CDF ``q`` quantile of the sorted ``values``,
-    each counted as often as its round (``rounds``) is drawn; NaN for a zero total."""
-    if values.size == 0:
-        return np.full(weights.shape[0], np.nan)
-    w = weights[:, rounds]
-    cum = np.cumsum(w, axis=1)
-    total = cum[:, -1]
-    idx = np.minimum((cum < q * total[:, None]).sum(axis=1), values.size - 1)
-    return np.where(total > 0, values[idx], np.nan)
-
-
-def pooled_quantile_ratio(
-    arm: Sequence[np.ndarray], control: Sequence[np.ndarray], q: float = 0.99, samples: int = BOOTSTRAP_SAMPLES,
-    seed: int = BOOTSTRAP_SEED,
-) -> Interval:  # fmt: skip
-    """``log(Q_arm / Q_control)``, Q the ``q`` quantile (inverted CDF) of round r's values ``arm[r]`` and
-    ``control[r]`` pooled over the rounds (NaN ignored), and its 95% interval over ``samples`` seeded paired
-    resamplings of the rounds (the same rounds for both; one where either pool is empty dropped)."""
-    if len(arm) != len(control):
-        raise ValueError(f"{len(arm)} rounds of the arm against {len(control)} of the control")
-    num = len(arm)
-
-    def pool(per_round: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        vals = [np.asarray(v, dtype=np.float64) for v in per_round]
-        rounds = np.concatenate([np.full(v.size, r) for r, v in enumerate(vals)]) if vals else np.zeros(0, int)
-        flat = np.concatenate(vals) if vals else np.zeros(0)
-        keep = np.isfinite(flat)
-        order = np.argsort(flat[keep], kind="stable")
-        return flat[keep][order], rounds[keep][order].astype(np.intp)
-
-    (av, ar), (cv, cr) = pool(arm), pool(control)
-    ones = np.ones((1, num))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        point = float(np.log(_weighted_quantiles(av, ar, ones, q) / _weighted_quantiles(cv, cr, ones, q))[0])
-    if num < 2 or not math.isfinite(point):
-        return Interval(point, math.nan, math.nan, num)
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, num, size=(samples, num))
-    ratios = []
-    for start in range(0, samples, _CHUNK):
-        chunk = draws[start : start + _CHUNK]
-        counts = np.zeros((chunk.shape[0], num))
-        np.add.at(counts, (np.arange(chunk.shape[0])[:, None], chunk), 1.0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratios.append(np.log(_weighted_quantiles(av, ar, counts, q) / _weighted_quantiles(cv, cr, counts, q)))
-    r = np.concatenate(ratios)
-    r = r[np.isfinite(r)]
-    if r.size < 2:
-        return Interval(point, math.nan, math.nan, num)
-    low, high = np.percentile(r, [2.5, 97.5])
-    return Interval(point, float(low), float(high), num)
-
-
 def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
     """Kendall's tau-b of the pairs (x[i], y[i]) with both finite; NaN with fewer than two, or a side all ties."""
     if len(x) != len(y):
@@ -522,6 +505,8 @@ class CellResult:
     reference: list[dict[str, Any]] = field(default_factory=list)
     frontend: list[dict[str, Any]] = field(default_factory=list)
     frontend_rho: float = math.nan
+    host_checked: int = 0  # blocks with a host check
+    flagged: list[dict[str, Any]] = field(default_factory=list)  # the blocks the host guard flagged
     warnings: list[str] = field(default_factory=list)
 
 
@@ -539,20 +524,22 @@ def _paired_rows(
     for arm in arms:
         mine = _by_round(blocks, arm)
         rounds = sorted(set(control) & set(mine))
-        for name, metric, how in STATISTICS:
-            if how == "block":
-                iv = paired_interval(
-                    [paired_difference(metric, mine[r].metrics[metric], control[r].metrics[metric]) for r in rounds]
-                )
-            else:
-                iv = pooled_quantile_ratio([mine[r].ttft_s for r in rounds], [control[r].ttft_s for r in rounds])
+        for name, metric in STATISTICS:
+            iv = paired_interval(
+                [paired_difference(metric, mine[r].metrics[metric], control[r].metrics[metric]) for r in rounds]
+            )
             predicted = paired_difference(metric, pred.get(cell, arm, metric), pred.get(cell, against, metric))
             known = math.isfinite(predicted) and math.isfinite(iv.estimate) and predicted != 0
             rows.append({"cell": cell, "arm": arm, "statistic": name, "metric": metric, "rounds": iv.n,
                          "live": iv.estimate, "low": iv.low, "high": iv.high, "predicted": predicted,
                          "sign_agrees": _sign(predicted) == _sign(iv.estimate) if known else None,
                          "inside": iv.contains(predicted) if iv.measured and math.isfinite(predicted) else None,
-                         "excludes_zero": iv.measured and not iv.contains(0.0)})  # fmt: skip
+                         "excludes_zero": iv.measured and not iv.contains(0.0),
+                         # levels: the arm's mean per-block figure over the paired rounds, its prediction, and
+                         # the prediction of the arm it is paired with (the calibration-only predictor)
+                         "live_level": _mean([mine[r].metrics[metric] for r in rounds]),
+                         "predicted_level": pred.get(cell, arm, metric),
+                         "calibration_level": pred.get(cell, against, metric)})  # fmt: skip
     return rows
 
 
@@ -703,6 +690,8 @@ def analyse_cell(
     result.fidelity = _fidelity(cell, blocks, exp, pred)
     result.reference = _reference(blocks, exp)
     result.frontend, result.frontend_rho = _frontend(blocks, exp)
+    result.host_checked = sum(1 for b in blocks if b.host)
+    result.flagged = [{"round": b.round, "arm": b.arm, **b.host} for b in blocks if b.host.get("flag") is not None]
     result.warnings = _warnings(cell, blocks, exp)
     return result
 
@@ -728,7 +717,45 @@ def _judge(passed: int, failed: int, unknown: int, share: float) -> str:
     return "not measurable" if passed + unknown >= share * total - 1e-9 else "not met"
 
 
-def _targets(cells: Sequence[CellResult], exp: Experiment) -> list[Target]:
+def _material(r: Mapping[str, Any]) -> bool:
+    """A paired row whose prediction the targets expect confirmed (``MATERIAL_ATTAINMENT``, ``MATERIAL_TTFT_P99``)."""
+    p = r["predicted"]
+    if r["statistic"] == "attainment":
+        return abs(p) >= MATERIAL_ATTAINMENT - 1e-12
+    return r["statistic"] == "ttft_p99" and abs(math.exp(p) - 1) >= MATERIAL_TTFT_P99 - 1e-12
+
+
+def skill_score(errors: Sequence[float], reference_errors: Sequence[float]) -> tuple[float, int]:
+    """``1 - sum e^2 / sum r^2`` over the pairs (e, r) of ``errors`` and ``reference_errors`` both finite, and the
+    number of pairs; NaN with no pair or ``sum r^2`` 0."""
+    if len(errors) != len(reference_errors):
+        raise ValueError(f"skill_score: {len(errors)} errors against {len(reference_errors)}")
+    pairs = [(e, r) for e, r in zip(errors, reference_errors, strict=True) if math.isfinite(e) and math.isfinite(r)]
+    denominator = sum(r * r for _, r in pairs)
+    if not pairs or denominator == 0:
+        return math.nan, len(pairs)
+    return 1.0 - sum(e * e for e, _ in pairs) / denominator, len(pairs)
+
+
+def skill_rows(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
+    """Per statistic, over the (cell, arm other than the A/A arm) rows against the control: the simulator's skill
+    against ``no difference`` (on the paired differences) and against the calibration-only predictor (the
+    simulator's control for every arm, on the arms' levels), each with its number of rows."""
+    rows = [r for c in cells for r in c.paired if r["arm"] != AA_ARM]
+    out = []
+    for name, metric in STATISTICS:
+        mine = [r for r in rows if r["statistic"] == name]
+        null = skill_score([r["predicted"] - r["live"] for r in mine], [-r["live"] for r in mine])
+        calibration = skill_score(
+            [paired_difference(metric, r["predicted_level"], r["live_level"]) for r in mine],
+            [paired_difference(metric, r["calibration_level"], r["live_level"]) for r in mine],
+        )
+        out.append({"statistic": name, "metric": metric, "null": null[0], "null_rows": null[1],
+                    "calibration": calibration[0], "calibration_rows": calibration[1]})  # fmt: skip
+    return out
+
+
+def _targets(cells: Sequence[CellResult], exp: Experiment, skills: Sequence[Mapping[str, Any]]) -> list[Target]:
     out = []
     # 1. A/A
     aa = [r for c in cells for r in c.paired if r["arm"] == AA_ARM]
@@ -741,14 +768,11 @@ def _targets(cells: Sequence[CellResult], exp: Experiment) -> list[Target]:
         detail += f" (with no difference all {k} would with probability 0.95^{k} = {0.95**k:.2f})" if k else ""
     out.append(Target(
         "A/A intervals all contain 0",
-        f"the '{AA_ARM}' arm's 95% intervals against '{CONTROL}': attainment, goodput and TTFT p90 (paired t "
-        "over rounds), TTFT p99 pooled (paired bootstrap over rounds)",
+        f"the '{AA_ARM}' arm's 95% intervals against '{CONTROL}' (paired t over rounds): attainment, goodput, "
+        "TTFT p90 and p99",
         _judge(passed, len(aa) - passed - unknown, unknown, 1.0), detail))  # fmt: skip
     # 2. material predictions confirmed
-    material = [r for c in cells for r in c.paired if r["arm"] != AA_ARM and (
-        (r["statistic"] == "attainment" and abs(r["predicted"]) >= MATERIAL_ATTAINMENT - 1e-12)
-        or (r["statistic"] == "ttft_p99_pooled" and abs(math.exp(r["predicted"]) - 1) >= MATERIAL_TTFT_P99 - 1e-12)
-    )]  # fmt: skip
+    material = [r for c in cells for r in c.paired if r["arm"] != AA_ARM and _material(r)]
     ok = [r for r in material if r["sign_agrees"] and r["excludes_zero"]]
     unknown = sum(1 for r in material if not math.isfinite(r["low"]))
     listed = "; ".join(
@@ -759,21 +783,27 @@ def _targets(cells: Sequence[CellResult], exp: Experiment) -> list[Target]:
     out.append(Target(
         f"predicted differences of >= {MATERIAL_ATTAINMENT * 100:.0f} attainment points or >= "
         f"{MATERIAL_TTFT_P99:.0%} in TTFT p99 confirmed in >= {CONFIRMED_SHARE:.0%} of cases",
-        "per (cell, arm) so predicted: the live interval (attainment: paired t; TTFT p99: pooled, bootstrap) "
-        "excludes 0 and the live difference has the predicted sign",
+        "per (cell, arm) so predicted: the live interval (paired t over rounds; TTFT p99: of the per-round log "
+        "ratio of the blocks' p99s) excludes 0 and the live difference has the predicted sign",
         _judge(len(ok), len(material) - len(ok) - unknown, unknown, CONFIRMED_SHARE),
         f"{len(ok)} of {len(material)} confirmed" + (f": {listed}" if listed else " (no such prediction)"),
     ))  # fmt: skip
-    # 3. predictions inside the live intervals
-    rows = [r for c in cells for r in c.paired if r["arm"] != AA_ARM]
-    inside = sum(1 for r in rows if r["inside"])
-    unknown = sum(1 for r in rows if r["inside"] is None)
-    out.append(Target(
-        f"the prediction inside the live interval for >= {INSIDE_SHARE:.0%} of predicted differences",
-        "every (cell, arm other than the A/A arm, statistic) of the paired table: attainment, goodput, TTFT p90 "
-        "(t interval), TTFT p99 pooled (bootstrap interval)",
-        _judge(inside, len(rows) - inside - unknown, unknown, INSIDE_SHARE),
-        f"{inside} of {len(rows)} inside" + (f", {unknown} not measured" if unknown else "")))  # fmt: skip
+    # 3. skill against the simple predictors
+    for key, name, formula in (
+        ("null", "'no difference'", "1 - sum (predicted - live)^2 / sum (0 - live)^2 over the paired differences"),
+        ("calibration", f"the calibration-only predictor (the simulator's '{CONTROL}' for every arm)",
+         f"1 - sum (predicted - live)^2 / sum (predicted {CONTROL} - live)^2 over the arms' levels (live: the "
+         "mean per-block figure over the paired rounds)"),
+    ):  # fmt: skip
+        main_skill = next(r for r in skills if r["statistic"] == SKILL_STATISTIC)[key]
+        status = "not measurable" if not math.isfinite(main_skill) else "met" if main_skill >= SKILL_MIN else "not met"
+        out.append(Target(
+            f"skill against {name} >= {SKILL_MIN:g} on {SKILL_STATISTIC}",
+            f"per statistic, every (cell, arm other than the A/A arm): {formula}, in the verdict's units "
+            "(attainment as a fraction, goodput in req/s, latencies as log ratios); 1 is exact, 0 no better than "
+            "the simple predictor",
+            status, "; ".join(f"{r['statistic']} {_num(r[key], '.2f')} ({r[key + '_rows']} rows)" for r in skills),
+        ))  # fmt: skip
     # 4. held-out fidelity
     limits = {"p50": FIDELITY_P50, "p99": FIDELITY_P99}
     failed = unknown = 0
@@ -931,6 +961,56 @@ def _frontend_table(cells: Sequence[CellResult]) -> str:
     return _md(header, rows) + "\n\n" + note
 
 
+def _skill_table(skills: Sequence[Mapping[str, Any]]) -> str:
+    rows = [[r["statistic"], str(r["null_rows"]), _num(r["null"], ".2f"), str(r["calibration_rows"]),
+             _num(r["calibration"], ".2f")] for r in skills]  # fmt: skip
+    return _md(("statistic", "rows", "against 'no difference'", "rows", "against calibration-only"), rows)
+
+
+def _inside_line(cells: Sequence[CellResult]) -> str:
+    """How often the prediction, and how often 0, lies inside the live interval (a figure, not a target)."""
+    rows = [r for c in cells for r in c.paired if r["arm"] != AA_ARM and math.isfinite(r["low"])]
+    inside = sum(1 for r in rows if r["inside"])
+    zero = sum(1 for r in rows if not r["excludes_zero"])
+    return (f"The prediction inside the live 95% interval: {inside} of {len(rows)} inside; 'no difference' (0): "
+            f"{zero} of {len(rows)} (not a target: a predictor of no difference meets it wherever the live "
+            "intervals are wide).")  # fmt: skip
+
+
+def _first_line(exp: Experiment, cells: Sequence[CellResult]) -> str:
+    """What the run can and cannot do, from ``experiment.json`` and the blocks' host checks ("": nothing to say)."""
+    parts = ["Smoke test (--quick): confirms nothing"] if exp.smoke_test else []
+    parts += [f"This run can confirm nothing on {w}: {note.rstrip('.')}" for w, note in exp.unconfirmable]
+    if exp.host is not None and exp.host["override"]:
+        parts.append(f"Host guard overridden (others used {_pct(exp.host['others_share'])} of the server's CPUs at "
+                     f"start, threshold {_pct(exp.host['threshold'])})")  # fmt: skip
+    flagged = [c.name for c in cells if c.flagged]
+    if flagged:
+        n = sum(len(c.flagged) for c in cells)
+        parts.append(f"{n} block{'s' if n > 1 else ''} flagged by the host guard (cells: {', '.join(flagged)})")
+    return ". ".join(parts) + "." if parts else ""
+
+
+def _host_text(exp: Experiment, cells: Sequence[CellResult]) -> str:
+    """The host guard at the start and the blocks it flagged."""
+    lines = []
+    if exp.host is not None:
+        h = exp.host
+        load = ", ".join(_num(float(x), ".2f") if _is_number(x) else str(x) for x in h["load_average"])
+        lines.append(f"At the start, other processes used {_pct(h['others_share'])} of the server's CPUs (steal "
+                     f"{_pct(h['steal_share'])}, load average {load}); the guard's threshold "
+                     f"{_pct(h['threshold'])}{', overridden' if h['override'] else ''}.")  # fmt: skip
+    rows = [[c.name, str(r["round"]) if r["round"] >= 0 else "warm-up", r["arm"], r["flag"], _pct(r["others_share"]),
+             _pct(r["steal_share"]), _num(r["step_ratio"], ".2f") if r["step_ratio"] is not None else "n/a"]
+            for c in cells for r in c.flagged]  # fmt: skip
+    checked = sum(c.host_checked for c in cells)
+    if not rows:
+        return "\n\n".join([*lines, f"No block flagged by the host guard ({checked} checked)."])
+    header = ("cell", "round", "arm", "flag", "others' share", "steal share", "step ratio")
+    return "\n\n".join([*lines, f"The blocks the host guard flagged ({len(rows)} of {checked} checked):",
+                         _md(header, rows)])  # fmt: skip
+
+
 def _render(out: Path, exp: Experiment, pred: Predictions, verdict: Verdict) -> str:
     cells, targets = verdict.cells, verdict.targets
     files = [
@@ -940,6 +1020,7 @@ def _render(out: Path, exp: Experiment, pred: Predictions, verdict: Verdict) -> 
     ]
     reference = f"; reference `{exp.reference}` (absolute figures only)" if exp.reference else ""
     blocks = [  # joined by blank lines
+        *([verdict.first_line] if verdict.first_line else []),
         f"# Live verdict: {out.name}",
         "\n".join([*files, f"- cells: {', '.join(exp.cells)}; arms: {', '.join(exp.arms)} (control `{CONTROL}`, "
                               f"A/A arm `{AA_ARM}`){reference}"]),
@@ -948,14 +1029,21 @@ def _render(out: Path, exp: Experiment, pred: Predictions, verdict: Verdict) -> 
         "\n".join(f"- {t.name}: {t.statistic}." for t in targets),
         "## Paired differences against fcfs",
         "Per round, the arm's block against the control's block of the same round (warm-up excluded). "
-        "Attainment in points and goodput in req/s: mean difference, 95% Student-t interval. TTFT p90: mean of "
-        "the per-round log ratio, t interval, shown as a ratio. TTFT p99 pooled: the ratio of the p99s of all "
-        f"requests over the paired rounds, its interval from {BOOTSTRAP_SAMPLES} paired bootstrap resamplings of "
-        f"the rounds (seed {BOOTSTRAP_SEED}). Predicted: the same difference of the simulator's per-block means.",
+        "Attainment in points and goodput in req/s: mean difference, 95% Student-t interval. TTFT p90 and p99 "
+        "(each block's own percentile): mean of the per-round log ratio, t interval, shown as a ratio. Predicted: "
+        "the same difference of the simulator's per-block means.",
         _paired_table(cells),
         *(line for arm in (cells[0].against if cells else ())
           for line in (f"## Paired differences against {arm}", f"As above, with `{arm}`'s block of each round as the "
                        "control (the A/A arm left out).", _paired_table(cells, arm))),
+        "## Skill: the simulator against simple predictors",
+        "Per statistic, over every (cell, arm other than the A/A arm) paired with fcfs, in the verdict's units "
+        "(attainment as a fraction, goodput in req/s, latencies as log ratios). Against 'no difference': "
+        "1 - Σ(predicted - live)² / Σ(0 - live)² on the paired differences. Against the calibration-only "
+        "predictor (the simulator's fcfs figure for every arm): 1 - Σ(predicted - live)² / Σ(predicted fcfs - "
+        "live)² on the arms' levels (live: the arm's mean per-block figure over the paired rounds). 1: exact; 0: "
+        "no better than the simple predictor; below 0: worse.",
+        _skill_table(verdict.skills), _inside_line(cells),
         "## Rankings: Kendall's tau-b, predicted against live",
         _md(("cell", "attainment", "goodput"), [[c.name, _num(c.tau["attainment"], ".2f"),
                                                 _num(c.tau["goodput"], ".2f")] for c in cells]),
@@ -980,6 +1068,8 @@ def _render(out: Path, exp: Experiment, pred: Predictions, verdict: Verdict) -> 
             "live block served another stream than the predicted one.",
             _frontend_table(cells),
         ]
+    if exp.host is not None or any(c.host_checked for c in cells):
+        blocks += ["## Host guard", _host_text(exp, cells)]
     if exp.reference:
         blocks += [
             f"## Reference: `{exp.reference}` (its own server instance; absolute per-block figures, mean ± 95%)",
@@ -990,17 +1080,17 @@ def _render(out: Path, exp: Experiment, pred: Predictions, verdict: Verdict) -> 
 
 
 def _plot(cell: CellResult, path: Path) -> Path:
-    """Per arm, the live paired difference, its interval and the prediction: attainment, pooled TTFT p99."""
+    """Per arm, the live paired difference, its interval and the prediction: attainment, TTFT p99."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     arms = list(dict.fromkeys(r["arm"] for r in cell.paired))
     fig = Figure(figsize=(10, 1.5 + 0.5 * len(arms)))
     FigureCanvasAgg(fig)
-    panels = (("attainment", "attainment difference (points)"), ("ttft_p99_pooled", "TTFT p99 ratio (pooled)"))
+    panels = (("attainment", "attainment difference (points)"), ("ttft_p99", "TTFT p99 ratio"))
     for k, (stat, label) in enumerate(panels):
         ax = fig.add_subplot(1, 2, k + 1)
-        ratio = stat == "ttft_p99_pooled"
+        ratio = stat == "ttft_p99"
 
         def shown(v: float, ratio: bool = ratio) -> float:
             return math.exp(v) if ratio else 100 * v
@@ -1041,6 +1131,8 @@ class Verdict:
     warnings: list[str]
     markdown: str = ""
     table: str = ""
+    skills: list[dict[str, Any]] = field(default_factory=list)
+    first_line: str = ""  # what the run can and cannot do ("": nothing to say)
 
 
 def _late_predictions(pred: Predictions, blocks: Mapping[str, Sequence[Block]], exp: Experiment) -> list[str]:
@@ -1085,37 +1177,186 @@ def build_verdict(out: str | Path, against: Sequence[str] = ()) -> Verdict:
     blocks = {c: _with_frontend(bs, front.get(c, {})) for c, bs in blocks.items()}
     cells = [analyse_cell(c, blocks[c], exp, pred, against) for c in exp.cells]
     warnings = stopped + _late_predictions(pred, blocks, exp) + [w for c in cells for w in c.warnings]
-    verdict = Verdict(cells, _targets(cells, exp), warnings)
+    skills = skill_rows(cells)
+    verdict = Verdict(cells, _targets(cells, exp, skills), warnings, skills=skills, first_line=_first_line(exp, cells))
     tables = [_paired_table(cells), *(f"against {arm}:\n{_paired_table(cells, arm)}" for arm in against)]
-    table = "\n\n".join([*tables, _targets_table(verdict.targets)])
+    table = "\n\n".join([*([verdict.first_line] if verdict.first_line else []), *tables,
+                          _targets_table(verdict.targets)])  # fmt: skip
     return dataclasses.replace(verdict, markdown=_render(out, exp, pred, verdict), table=table)
 
 
+# ------------------------------------------------------------------------------ across runs: A/A, replication
+
+
+@contextmanager
+def opened_run(path: Path) -> Iterator[Path]:
+    """The run folder ``path``, or the one run folder a ``.tar.gz`` of it holds, extracted to a temporary folder
+    (plain files and folders only) removed after; ``VerdictError`` naming the archive otherwise."""
+    if not path.name.endswith(".tar.gz"):
+        if not path.is_dir():
+            raise VerdictError(f"{path}: not a run folder or a .tar.gz of one")
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="llmsched-verdict-") as tmp:
+        root = Path(tmp)
+        try:
+            with tarfile.open(path, mode="r:gz") as tar:
+                for info in tar:
+                    name = PurePosixPath(info.name)
+                    if not (info.isfile() or info.isdir()) or name.is_absolute() or ".." in name.parts:
+                        raise VerdictError(f"{path}: member {info.name!r} is not a plain file inside the archive")
+                    target = root.joinpath(*name.parts)
+                    if info.isdir():
+                        target.mkdir(parents=True, exist_ok=True)
+                        continue
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(tar.extractfile(info).read())  # type: ignore[union-attr]
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            raise VerdictError(f"{path}: not a readable .tar.gz archive ({exc})") from None
+        found = sorted(p.parent for p in root.glob("*/experiment.json")) or sorted(root.glob("experiment.json"))
+        if len(found) != 1:
+            raise VerdictError(f"{path}: expected one run folder (with experiment.json), found {len(found)}")
+        yield found[0] if found[0].name != "experiment.json" else root
+
+
+def aa_coverage(verdict: Verdict) -> tuple[int, int]:
+    """How many of the A/A arm's intervals against the control contain 0, of how many measured."""
+    aa = [r for c in verdict.cells for r in c.paired if r["arm"] == AA_ARM and math.isfinite(r["low"])]
+    return sum(1 for r in aa if r["low"] <= 0 <= r["high"]), len(aa)
+
+
+def aa_coverage_text(runs: Sequence[Path]) -> str:
+    """Per run (a folder or a ``.tar.gz`` of one) and in total, the A/A intervals that contain 0."""
+    rows, total = [], [0, 0]
+    for run in runs:
+        with opened_run(run) as folder:
+            contained, measured = aa_coverage(build_verdict(folder))
+        total[0] += contained
+        total[1] += measured
+        rows.append([str(run), f"{contained} of {measured}", _pct(contained / measured if measured else math.nan)])
+    rows.append(["total", f"{total[0]} of {total[1]}", _pct(total[0] / total[1] if total[1] else math.nan)])
+    table = _md(("run", "A/A intervals containing 0", "coverage"), rows)
+    return f"{table}\n\nNominal coverage: 95% (every cell x statistic of `{AA_ARM}` against `{CONTROL}`)."
+
+
+def _side(r: Mapping[str, Any]) -> int | None:
+    """-1 or +1: the interval excludes 0 below or above; 0: it contains 0; None: not measured."""
+    if not math.isfinite(r["low"]):
+        return None
+    return 0 if not r["excludes_zero"] else _sign(r["live"])
+
+
+@dataclass(frozen=True)
+class Replication:
+    """A run judged again by another: ``rows`` per (cell, arm, statistic) in both, OLD's confirmed material
+    differences and how many NEW confirms, the ``target`` and the Markdown section."""
+
+    rows: list[dict[str, Any]]
+    confirmed_old: int
+    confirmed_again: int
+    target: Target
+    markdown: str
+
+
+def replication(new: Verdict, old: Verdict, old_name: str = "OLD") -> Replication:
+    """NEW's paired rows against OLD's (``old_name`` in the text), matched by cell name, arm and statistic: the
+    estimates, whether the signs agree and whether the intervals agree (both exclude 0 on the same side, or both
+    contain it); OLD's material differences confirmed, and how many NEW confirms again with the same sign."""
+    theirs = {(r["cell"], r["arm"], r["statistic"]): r for c in old.cells for r in c.paired}
+    rows = []
+    for c in new.cells:
+        for r in c.paired:
+            o = theirs.get((r["cell"], r["arm"], r["statistic"]))
+            if o is None:
+                continue
+            sides = (_side(o), _side(r))
+            signs = (_sign(o["live"]), _sign(r["live"]))
+            known = math.isfinite(o["live"]) and math.isfinite(r["live"]) and 0 not in signs
+            rows.append({"old": o, "new": r, "sign_agrees": signs[0] == signs[1] if known else None,
+                         "interval_agrees": sides[0] == sides[1] if None not in sides else None,
+                         "confirmed_old": o["arm"] != AA_ARM and _material(o) and bool(o["sign_agrees"])
+                         and o["excludes_zero"]})  # fmt: skip
+    mine = [x for x in rows if x["confirmed_old"]]
+    again = [x for x in mine if _side(x["new"]) == _side(x["old"])]
+    absent = [o for o in theirs.values() if o["arm"] != AA_ARM and _material(o) and o["sign_agrees"]
+              and o["excludes_zero"] and o["cell"] not in {c.name for c in new.cells}]  # fmt: skip
+    status = _judge(len(again), len(mine) - len(again), 0, CONFIRMED_SHARE)
+    detail = f"{len(again)} of {len(mine)} confirmed again" + (
+        f"; {len(absent)} in cells this run lacks, left out" if absent else "")  # fmt: skip
+    target = Target(
+        f"{old_name}'s confirmed material differences confirmed again with the same sign in >= "
+        f"{CONFIRMED_SHARE:.0%}",
+        f"{old_name}'s (cell, arm) rows of attainment or TTFT p99 whose prediction was material and whose live "
+        "interval excluded 0 with the predicted sign; this run's interval for the same row excludes 0 on the same "
+        "side", status, detail,
+    )  # fmt: skip
+    table = _md(
+        ("cell", "arm", "statistic", "then", "then 95% interval", "now", "now 95% interval", "sign agrees",
+         "interval agrees", "confirmed then"),
+        [[x["new"]["cell"], x["new"]["arm"], x["new"]["statistic"],
+          format_difference(x["old"]["metric"], x["old"]["live"]), _interval_text(x["old"]),
+          format_difference(x["new"]["metric"], x["new"]["live"]), _interval_text(x["new"]), _yes(x["sign_agrees"]),
+          _yes(x["interval_agrees"]), "yes" if x["confirmed_old"] else ""] for x in rows],
+    )  # fmt: skip
+    markdown = "\n\n".join([
+        f"## Replication of `{old_name}`",
+        f"Cell by cell (matched by name), every (arm, statistic) of the paired table against fcfs in both runs: "
+        f"then ({old_name}) and now (this run). Interval agrees: both exclude 0 on the same side, or both contain 0.",
+        _targets_table([target]), table,
+    ])  # fmt: skip
+    return Replication(rows, len(mine), len(again), target, markdown)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command: writes the report and plots, prints the tables and warnings; 1 after a one-line error."""
+    """The command: writes the report and plots, prints the tables and warnings (``--aa-coverage``: prints the
+    A/A coverage of runs, writes nothing); 1 after a one-line error."""
     p = argparse.ArgumentParser(
         prog="python -m llmsched_env.live.verdict",
         description="The verdict of a paired live experiment: writes OUT/report.md and OUT/plots/<cell>.png.",
     )
-    p.add_argument("out", type=Path, help="the run folder (experiment.json, predictions, cells/)")
+    p.add_argument("out", type=Path, nargs="?", help="the run folder (experiment.json, predictions, cells/)")
     p.add_argument("--no-plots", action="store_true", help="write the report only (default: off)")
     p.add_argument(
         "--against", default="", help="comma list of compared arms to pair every other arm with as well (e.g. tuned)"
     )
+    p.add_argument("--replicates", type=Path, metavar="OLD", default=None,
+                   help="a run folder or .tar.gz this run repeats: the agreement, cell by cell, appended to the "
+                        "report")  # fmt: skip
+    p.add_argument("--aa-coverage", type=Path, nargs="+", metavar="RUN", default=None,
+                   help="print, per run (a folder or .tar.gz of one) and in total, the A/A intervals containing 0 "
+                        "(instead of OUT)")  # fmt: skip
     args = p.parse_args(argv)
     against = [a for a in args.against.split(",") if a]
+    if args.aa_coverage is not None:
+        if args.out is not None or against or args.replicates is not None:
+            p.error("--aa-coverage takes the runs alone (no OUT, --against or --replicates)")
+        try:
+            print(aa_coverage_text(args.aa_coverage))
+        except (ValueError, OSError) as exc:
+            print(f"llmsched verdict: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    if args.out is None:
+        p.error("the run folder OUT is required (or --aa-coverage RUN ...)")
     try:
         if any((args.out / "workloads").glob(f"*/*/blocks/server-log/{SERVER_FILE}")):
             write_frontend(args.out)  # the raw folders are there: the front end's figures recomputed (live.frontend)
         verdict = build_verdict(args.out, against)
+        markdown, extra = verdict.markdown, ""
+        if args.replicates is not None:
+            with opened_run(args.replicates) as folder:
+                extra = replication(verdict, build_verdict(folder), folder.name).markdown
+            markdown += "\n" + extra + "\n"
     except (ValueError, OSError) as exc:  # VerdictError is a ValueError
         print(f"llmsched verdict: {exc}", file=sys.stderr)
         return 1
-    write_text_atomically(args.out / "report.md", verdict.markdown)
+    write_text_atomically(args.out / "report.md", markdown)
     written = [args.out / "report.md"]
     if not args.no_plots:
         written += [_plot(c, args.out / "plots" / f"{c.name}.png") for c in verdict.cells]
     print(verdict.table)
+    if extra:
+        print("\n" + extra)
     for w in verdict.warnings:
         print(f"WARNING: {w}")
     print("wrote " + ", ".join(str(w) for w in written))
