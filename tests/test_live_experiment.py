@@ -210,12 +210,29 @@ def test_the_live_experiment_runs_end_to_end(tmp_path: Path, monkeypatch: pytest
     out = tmp_path / "run"
     config = ExperimentConfig(out, workloads=(small.name,), policies=("slo_aware",), min_rounds=2, max_rounds=2,
                               aa_rounds=2, budget_s=900.0, reference_rounds=1, tune_candidates=4,
-                              port=8027, quick=True, loads={"tiny-mix": (1.2,)})  # fmt: skip
-    found = experiment.run_experiment(config)["workloads"][small.name]
+                              port=8027, quick=True, loads={"tiny-mix": (1.2,)}, host_override=True)  # fmt: skip
+    loops: list[int] = []
+    played = experiment.Instance.block
+
+    def block(self: Any, stream: Any, policy: Any, slos: Any, meta: dict[str, Any]) -> dict[str, Any]:
+        if meta.get("round") == 1 and "calibration" not in meta and not loops:  # mid-run: a busy loop, not ours,
+            cpu = experiment._PLACEMENT["cpus"][0]  # on the CPU of the client, the API server and the engine core
+            line = f"taskset -c {cpu} {sys.executable} -c 'while True: pass' >/dev/null 2>&1 & echo $!"
+            loops.append(int(subprocess.run(["sh", "-c", line], capture_output=True, text=True).stdout))
+        return played(self, stream, policy, slos, meta)
+
+    monkeypatch.setattr(experiment.Instance, "block", block)
+    try:
+        found = experiment.run_experiment(config)["workloads"][small.name]
+    finally:
+        for pid in loops:
+            os.kill(pid, 9)
     assert found["rounds"] == 2 and found["arms"] == [CONTROL, AA_ARM, "slo_aware"]
     blocks = [json.loads(line) for line in (out / "cells" / "tiny-mix@1.2" / "blocks.jsonl").read_text().splitlines()]
     compared = [b for b in blocks if b["arm"] != "vllm"]
     assert [b["round"] for b in compared] == [0, 0, 0, 1, 1, 1]
+    starved = [b for b in compared if b["round"] == 1 and "starved" in (b["host"]["flag"] or "")]
+    assert len(starved) == 3  # the busy loop started mid-run is flagged on every block it shared the CPU with
     assert {b["arm"] for b in compared if b["round"] == 0} == {CONTROL, AA_ARM, "slo_aware"}
     assert all(b["policy"] == ("slo_aware" if b["arm"] == "slo_aware" else CONTROL) for b in compared)
     assert len({b["stream_seed"] for b in compared if b["round"] == 1}) == 1  # a round's arms share the stream
@@ -337,3 +354,65 @@ def test_a_replication_reruns_a_committed_design_on_fresh_streams(tmp_path: Path
     (old / "experiment.json").write_text("{}")
     with pytest.raises(ValueError, match="not a finished experiment"):
         replication_config(old, tmp_path / "new", 4)
+
+
+def test_a_users_server_is_waited_for_until_it_answers_with_the_experiments_config(tmp_path: Path) -> None:
+    import http.server
+    import json
+    import threading
+
+    from llmsched_env.live.server import ExternalServer
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    config, control = tmp_path / "adapter.json", tmp_path / "control"
+    config.write_text("{}")
+    said: list[str] = []
+    server = ExternalServer(f"127.0.0.1:{httpd.server_address[1]}", "/models/mine", config, control,
+                            ["fcfs", "slo_aware"], ["--max-num-seqs", "64"], announce=said.append)  # fmt: skip
+    try:
+        server.start()
+        assert "LLMSCHED_VLLM_CONFIG=" in said[0] and "--scheduler-cls" in said[0] and "--max-num-seqs 64" in said[0]
+        with pytest.raises(RuntimeError, match="no server at .* answered"):
+            server.wait_ready(timeout_s=0.3, poll_s=0.1)  # healthy, but no status: another config, or none
+        status = Path(f"{control}.status")
+        status.write_text(json.dumps({"loaded": ["fcfs"], "at": config.stat().st_mtime + 1}))
+        with pytest.raises(RuntimeError, match=r"names \['fcfs'\]"):
+            server.wait_ready(timeout_s=0.3, poll_s=0.1)  # a server without the compared policy
+        status.write_text(json.dumps({"loaded": ["fcfs", "slo_aware"], "at": config.stat().st_mtime - 100}))
+        with pytest.raises(RuntimeError):
+            server.wait_ready(timeout_s=0.3, poll_s=0.1)  # an answer older than the config: an earlier server's
+        status.write_text(json.dumps({"loaded": ["fcfs", "slo_aware"], "at": config.stat().st_mtime + 1}))
+        assert server.wait_ready(timeout_s=5.0, poll_s=0.1) >= 0.0
+        assert server.base_url == f"http://127.0.0.1:{httpd.server_address[1]}" and server.proc is None
+    finally:
+        httpd.shutdown()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs Linux's CPU affinity")
+def test_a_busy_loop_on_the_servers_cpu_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    from llmsched_env.live import experiment
+
+    import signal
+
+    cpu = min(os.sched_getaffinity(0))
+    # another user's busy loop: not a child of this process (the shell that starts it exits), so not ours
+    line = f"taskset -c {cpu} {sys.executable} -c 'while True: pass' >/dev/null 2>&1 & echo $!"
+    pid = int(subprocess.run(["sh", "-c", line], capture_output=True, text=True, check=True).stdout)
+    try:
+        before = os.sched_getaffinity(0)
+        with pytest.raises(experiment.HostRefused, match=r"host busy: other processes used \d+%.*--host-override"):
+            experiment.run_experiment(ExperimentConfig(tmp_path / "run", policies=("slo_aware",)))
+        assert os.sched_getaffinity(0) == before  # refused before pinning itself or starting a server
+        assert "REFUSED" in (tmp_path / "run" / "log.txt").read_text()
+        assert not (tmp_path / "run" / "experiment.json").exists()  # nothing ran: the folder may be reused
+    finally:
+        os.kill(pid, signal.SIGKILL)

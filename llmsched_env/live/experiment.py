@@ -43,9 +43,10 @@ from llmsched_env.decision.planners.mpc import parse_mpc
 from llmsched_env.decision.planners.tuned import TunedTable, load_tuned_table
 from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.engine.config import TenantConfig
-from llmsched_env.live.blocks import METRICS, block_record
+from llmsched_env.live.blocks import COMPONENT_KEYS, METRICS, block_record
 from llmsched_env.live.design import MIN_AA_PAIRS, floored_sd, paired_difference, plan_rounds, williams_rounds
 from llmsched_env.live.fit import fit_live_cost_model, live_fit_report
+from llmsched_env.live.host import HOST_BUSY_MAX, CpuMeter, block_flag, calibration_check, refusal, sample_host
 from llmsched_env.live.logs import LiveRun, ServerLogTail, load_run
 from llmsched_env.live.regimes import choose_regimes
 from llmsched_env.live.replay import frontend_delay_s
@@ -73,13 +74,13 @@ from llmsched_env.workloads.randomized import nominal_rate_rps
 from llmsched_env.workloads.scenarios import slo_scale
 from llmsched_env.workloads.traces import TRACE_FORMATS
 
-__all__ = ["AA_ARM", "CONTROL", "ExperimentConfig", "main", "run_experiment"]
+__all__ = ["AA_ARM", "CONTROL", "ExperimentConfig", "HostRefused", "main", "run_experiment"]
 
 REFERENCE = "vllm"  # vLLM's own scheduler (a separate instance)
 PRESET = "runtime-tiny-cpu"  # the first guess at this CPU's speed, before anything is fitted
 KNEE_ATTAINMENT = 0.9
 _FIT_LOADS = (0.3, 0.7, 1.1, 1.5)  # the fit instance's blocks, x the preset's knee estimate
-_PLACEMENT: dict[str, tuple[str, str] | None] = {}  # set once by run_experiment, before it pins itself
+_PLACEMENT: dict[str, Any] = {}  # set once by run_experiment, before it pins itself
 _SEEDS = {"warmup": 1, "fit": 100, "light": 300, "aa": 1000, "tune": 5000, "regimes": 7000, "compare": 10_000}
 SEED_STRIDE = 10_000_000  # --seed K moves the compared and A/A streams by K strides (0: the committed runs' streams)
 MAX_SEED = 10**6  # the largest --seed (stream seeds stay below 10**13)
@@ -115,6 +116,7 @@ class ExperimentConfig:
     model: str = ""  # the model that server serves (the client's tokenizer; "": model_dir)
     tuned: str = ""  # with address: the table ``tuned`` plays (llmsched-tune's, loaded by the server at its start)
     cost_model: str = PRESET  # with address: the cost model the server's policies see
+    host_override: bool = False  # run on a host the guard refuses (``live.host``), recorded
 
     def __post_init__(self) -> None:
         if self.trace:  # the trace is the one workload, named after its file
@@ -173,6 +175,10 @@ class ExperimentConfig:
     def arms(self) -> list[str]:
         """The arms of every round: the control, the A/A arm, then the compared policies by name."""
         return [CONTROL, AA_ARM, *(resolve_policy(p).name for p in self.policies)]
+
+
+class HostRefused(RuntimeError):
+    """The host guard refused the host (``live.host.refusal``) or the calibration (``calibration_check``)."""
 
 
 class Log:
@@ -278,6 +284,10 @@ class Instance:
         self.count = 0
         self.adapter = adapter
         self.active = CONTROL if adapter is not None else None
+        # the host guard per block: the server's CPUs, measured while our process tree (the server's, when the
+        # experiment started it) is left out; the control's step period per cell in calibration (``block_flag``)
+        self.meter_cpus = None if config.address else _PLACEMENT.get("measured")
+        self.step_reference: dict[str, float] = {}
 
     def __enter__(self) -> Instance:
         self.server.start()
@@ -313,17 +323,27 @@ class Instance:
         prefix = f"{self.folder.name}-{folder.name}-"
         began = time.time()
         model = Path(self.config.model or self.config.model_dir)
+        meter = CpuMeter(self.meter_cpus, os.getpid()) if self.meter_cpus else None
+        if meter is not None:
+            meter.start()
         run_bench(self.server.base_url, model, folder, "stream", 0.0, 0, 0, prefix, stream=stream)
+        sample = meter.stop() if meter is not None else None
         if self.adapter is None:  # vLLM's own scheduler logs nothing: the client's figures only
-            return block_record(folder, None, slos, None, meta, span_s=(began, time.time()))
+            rec = block_record(folder, None, slos, None, meta, span_s=(began, time.time()))
+            return {**rec, "host": block_flag(sample, None, None)}
         for attempt in range(20):  # the adapter writes its logs as the engine empties
             time.sleep(0.25)
             try:
-                return block_record(folder, self.log_dir, slos, policy, meta, server_logs=self.logs.read())
+                rec = block_record(folder, self.log_dir, slos, policy, meta, server_logs=self.logs.read())
+                break
             except ValueError as exc:
                 if attempt == 19 or "no record" not in str(exc):
                     raise
-        raise AssertionError("unreachable")
+        reference = self.step_reference.get(str(meta.get("cell"))) if policy == CONTROL else None
+        rec["host"] = block_flag(sample, rec["step_time_median_s"] if reference else None, reference)
+        if rec["host"]["flag"]:
+            self.log(f"host guard: block {folder.name} ({meta.get('cell')}, {meta.get('arm')}): {rec['host']['flag']}")
+        return rec
 
 
 # -- the simulator's side --------------------------------------------------------------------------------------
@@ -416,6 +436,15 @@ def _fit_instance(
 
         for k, load in enumerate(_FIT_LOADS):
             fit_block(guess * load, _SEEDS["fit"] + k)
+            if k == 0 and shared is None:  # the server's speed against the preset's, measured on this host class
+                assert isinstance(preset, LinearCostModel)
+                speed = live_fit_report(preset, [inst.load(runs[0]).steps])["measured_over_predicted"]
+                log(f"{workload.name}: the engine's steps take x{speed:.2f} of {PRESET}'s prediction")
+                problem = calibration_check(speed, 1.0)
+                if problem is not None:
+                    if not config.host_override:
+                        raise HostRefused(f"{problem} ({PRESET}: the idle reference)")
+                    log(f"host guard overridden: {problem}")
         *_, first_knee = fitted()
         for k, load in enumerate((0.8, 1.2)):
             fit_block(first_knee * load, _SEEDS["fit"] + len(_FIT_LOADS) + k)
@@ -576,6 +605,10 @@ def _run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: fl
                     calibration[cell].append(rec)
                     calib_dirs.append(inst.blocks_dir / f"{inst.count - 1:04d}")
                     _append(out / "calibration" / f"{cell}.jsonl", rec)
+        for cell, recs in calibration.items():
+            periods = [r["step_time_median_s"] for r in recs if math.isfinite(r["step_time_median_s"] or math.nan)]
+            if periods:
+                inst.step_reference[cell] = float(np.median(periods))
         loaded = [inst.load(d) for d in calib_dirs]
         model = fit_live_cost_model([r.steps for r in loaded], name=f"live-{workload.name}")
         model_path = folder / "compare" / "cost-model.json"
@@ -623,7 +656,7 @@ def _run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: fl
         predictions = {
             "format": "llmsched-live-predictions", "version": 1, "workload": workload.name, "written": time.time(),
             "rounds": rounds, "model": {"path": str(model_path), "sha256": _sha256(model_path)},
-            "frontend_delay_s": frontend, "metrics": [*METRICS, "preemptions", "shed"],
+            "frontend_delay_s": frontend, "metrics": [*METRICS, "preemptions", "shed", *COMPONENT_KEYS],
             "cells": {cell: {"rate_rps": cells[cell],
                              "arms": {arm: mean_prediction(blocks) for arm, blocks in arms_blocks.items()},
                              "blocks": {arm: blocks for arm, blocks in arms_blocks.items()}}
@@ -731,9 +764,19 @@ def run_experiment(config: ExperimentConfig, log: Callable[[str], None] | None =
     logger = Log(out / "log.txt")
     from llmsched_env.adapters.vllm.tiny_model import build_tiny_model
 
-    build_tiny_model(config.model_dir)
     cpus = placement(config.pin)
+    allowed = tuple(str(c) for c in sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else ()
+    measured = cpus or allowed  # the server's CPUs (all this process may use, unpinned)
+    sample = sample_host(measured, os.getpid()) if measured else None
+    problem = refusal(sample) if sample is not None else None
+    host = {"before": None if sample is None else sample.as_dict(), "threshold": HOST_BUSY_MAX,
+            "override": bool(problem) and config.host_override, "refusal": problem}  # fmt: skip
+    logger(f"host: {host['before']}" + (f"; REFUSED: {problem}" if problem else ""))
+    if problem and not config.host_override:
+        raise HostRefused(problem)
+    build_tiny_model(config.model_dir)
     _PLACEMENT["cpus"] = cpus
+    _PLACEMENT["measured"] = measured or None
     if cpus is not None:
         os.sched_setaffinity(0, {int(cpus[0])})
     record: dict[str, Any] = {
@@ -743,7 +786,7 @@ def run_experiment(config: ExperimentConfig, log: Callable[[str], None] | None =
         "arms": config.arms, "control": CONTROL, "aa_arm": AA_ARM, "reference": REFERENCE if config.reference else None,
         "statistics": {"paired": ["slo_attainment", "goodput_rps", "ttft_p90_s"], "pooled": ["ttft_p99_s"]},
         "workloads": {},
-        "cells": [], "smoke_test": config.quick,
+        "cells": [], "smoke_test": config.quick, "host": host,
     }  # fmt: skip
 
     def save() -> None:
@@ -840,6 +883,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--budget-min", type=float, default=None, help="time budget in minutes (default 80; quick 9)")
     p.add_argument("--no-reference", action="store_true", help="skip vLLM's own scheduler")
     p.add_argument("--no-pin", action="store_true", help="leave CPU placement to the OS")
+    p.add_argument("--host-override", action="store_true",
+                   help=f"run on a host the guard refuses (others or steal over {HOST_BUSY_MAX:.0%} of the server's "
+                   "CPUs, or a calibration x3 off the reference), recorded in the report's first line")  # fmt: skip
     p.add_argument("--port", type=int, default=8011)
     p.add_argument("--seed", type=int, default=0,
                    help="which compared and A/A streams the rounds play (0: those of the committed runs)")  # fmt: skip
@@ -851,7 +897,8 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if (args.out / "experiment.json").exists():
         p.error(f"--out {args.out}: it holds an earlier run (experiment.json); choose a new folder")
-    kw: dict[str, Any] = {"port": args.port, "pin": not args.no_pin, "engine_nice": args.engine_nice, "seed": args.seed}
+    kw: dict[str, Any] = {"port": args.port, "pin": not args.no_pin, "engine_nice": args.engine_nice, "seed": args.seed,
+                          "host_override": args.host_override}  # fmt: skip
     if args.workloads:
         kw["workloads"] = tuple(args.workloads.split(","))
     if args.policies:
@@ -896,7 +943,10 @@ def main(argv: list[str] | None = None) -> None:
         p.error(str(exc))
 
     unwind_on_sigterm()
-    run_experiment(config)
+    try:
+        run_experiment(config)
+    except HostRefused as exc:
+        sys.exit(f"{p.prog}: refused: {exc}")
 
 
 if __name__ == "__main__":

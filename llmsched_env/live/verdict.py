@@ -32,6 +32,14 @@ from llmsched_env.live.design import format_difference, paired_difference
 from llmsched_env.live.frontend import FRONTEND_FILE, arm_figures, write_frontend
 from llmsched_env.live.logs import SERVER_FILE
 from llmsched_env.live.records import jsonl_records
+from llmsched_env.live.split import (
+    markdown_table,
+    predicted_components,
+    read_components,
+    split_rows,
+    split_table,
+    worst,
+)
 
 __all__ = [
     "AA_ARM", "BLOCK_METRICS", "CONTROL", "PREDICTED_METRICS", "Block", "CellResult", "Experiment", "Interval",
@@ -258,7 +266,8 @@ def _prediction_file(path: Path, experiment: Experiment) -> tuple[PredictionFile
                 continue  # the A/A arm is the control; the reference need not be predicted
             if not isinstance(got, dict):
                 raise VerdictError(f"{where}: no predictions for arm '{arm}' of cell '{cell}'")
-            values[cell][arm] = _figures(f"{where}: cells.{cell}.arms.{arm}", got, PREDICTED_METRICS)
+            values[cell][arm] = {**_figures(f"{where}: cells.{cell}.arms.{arm}", got, PREDICTED_METRICS),
+                                 **predicted_components(f"{where}: cells.{cell}.arms.{arm}", got)}  # fmt: skip
     sha = hashlib.sha256(raw).hexdigest()
     recorded = _recorded_sha(path)
     if recorded is not None and recorded != sha:
@@ -318,6 +327,7 @@ class Block:
     line: int = 0
     frontend: dict[str, float] = field(default_factory=dict)
     host: dict[str, Any] = field(default_factory=dict)
+    components: dict[str, dict[str, float]] | None = None  # each latency's parts (``live.split``); None: not logged
 
     @property
     def compared(self) -> bool:
@@ -375,7 +385,7 @@ def _block(where: str, data: Any, cell: str) -> Block:
     return Block(cell, round_, f["arm"], f["policy"], f["warmup"], f["stream_seed"], float(f["t_start"]),
                  float(f["t_end"]), f["num_requests"], f["completed"], f["shed"], f["failed"], f["preemptions"],
                  dict(fallbacks), _count_or_nan(where, data, "steps"), math.nan if step is None else float(step),
-                 metrics, 0, front, host)  # fmt: skip
+                 metrics, 0, front, host, read_components(where, data.get("components")))  # fmt: skip
 
 
 def read_blocks(path: Path, cell: str, experiment: Experiment) -> list[Block]:
@@ -506,6 +516,7 @@ class CellResult:
     frontend: list[dict[str, Any]] = field(default_factory=list)
     frontend_rho: float = math.nan
     host_checked: int = 0  # blocks with a host check
+    split: list[dict[str, Any]] = field(default_factory=list)  # each latency's error by part (``live.split``)
     flagged: list[dict[str, Any]] = field(default_factory=list)  # the blocks the host guard flagged
     warnings: list[str] = field(default_factory=list)
 
@@ -693,6 +704,9 @@ def analyse_cell(
     result.host_checked = sum(1 for b in blocks if b.host)
     result.flagged = [{"round": b.round, "arm": b.arm, **b.host} for b in blocks if b.host.get("flag") is not None]
     result.warnings = _warnings(cell, blocks, exp)
+    parts = {arm: [b.components for b in blocks if b.compared and b.arm == arm] for arm in exp.policies}
+    predicted = pred.values.get(cell, {})
+    result.split = split_rows(cell, parts, {arm: predicted.get(arm, predicted.get(CONTROL, {})) for arm in parts})
     return result
 
 
@@ -859,13 +873,7 @@ def _yes(v: bool | None) -> str:
     return "n/a" if v is None else ("yes" if v else "**no**")
 
 
-def _md(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A Markdown table (a ``|`` inside a cell escaped)."""
-
-    def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
-
-    return "\n".join([line(header), "|" + "---|" * len(header), *(line(r) for r in rows)])
+_md = markdown_table
 
 
 def _paired_table(cells: Sequence[CellResult], against: str = CONTROL) -> str:
@@ -1068,6 +1076,18 @@ def _render(out: Path, exp: Experiment, pred: Predictions, verdict: Verdict) -> 
             "live block served another stream than the predicted one.",
             _frontend_table(cells),
         ]
+    split = [r for c in cells for r in c.split]
+    if split:
+        blocks += [
+            "## Where the latencies miss: front end, engine wait, engine steps",
+            "Per arm and latency, the mean over its compared blocks of each part, live → predicted, and the part's "
+            "share of the mean's relative error (the shares add up to it). Front end: the client's latency minus "
+            "the engine's (HTTP, the API server, streaming); engine wait: vLLM's arrival to the first scheduling; "
+            "engine steps: from there to the first token (TTFT) or the finish (E2E); from vLLM's own per-request "
+            "timestamps. A miss in the wait points to queueing, in the steps to the fitted step costs, in the front "
+            "end to the client or API server.",
+            split_table(split), worst(split),
+        ]  # fmt: skip
     if exp.host is not None or any(c.host_checked for c in cells):
         blocks += ["## Host guard", _host_text(exp, cells)]
     if exp.reference:
@@ -1263,7 +1283,7 @@ def replication(new: Verdict, old: Verdict, old_name: str = "OLD") -> Replicatio
     estimates, whether the signs agree and whether the intervals agree (both exclude 0 on the same side, or both
     contain it); OLD's material differences confirmed, and how many NEW confirms again with the same sign."""
     theirs = {(r["cell"], r["arm"], r["statistic"]): r for c in old.cells for r in c.paired}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for c in new.cells:
         for r in c.paired:
             o = theirs.get((r["cell"], r["arm"], r["statistic"]))
