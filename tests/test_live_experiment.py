@@ -381,7 +381,7 @@ def test_a_users_server_is_waited_for_until_it_answers_with_the_experiments_conf
     try:
         server.start()
         assert "LLMSCHED_VLLM_CONFIG=" in said[0] and "--scheduler-cls" in said[0] and "--max-num-seqs 64" in said[0]
-        with pytest.raises(RuntimeError, match="no server at .* answered"):
+        with pytest.raises(RuntimeError, match=r"no server at .* answered"):
             server.wait_ready(timeout_s=0.3, poll_s=0.1)  # healthy, but no status: another config, or none
         status = Path(f"{control}.status")
         status.write_text(json.dumps({"loaded": ["fcfs"], "at": config.stat().st_mtime + 1}))
@@ -399,9 +399,9 @@ def test_a_users_server_is_waited_for_until_it_answers_with_the_experiments_conf
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs Linux's CPU affinity")
 def test_a_busy_loop_on_the_servers_cpu_is_refused_before_anything_starts(tmp_path: Path) -> None:
-    from llmsched_env.live import experiment
-
     import signal
+
+    from llmsched_env.live import experiment
 
     cpu = min(os.sched_getaffinity(0))
     # another user's busy loop: not a child of this process (the shell that starts it exits), so not ours
