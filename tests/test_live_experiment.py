@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from llmsched_env.commands.live_experiment import main
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.policy_spec import resolve_policy
 from llmsched_env.engine.config import SLO_CLASSES, SLOClass, TenantConfig
@@ -28,7 +29,6 @@ from llmsched_env.live.experiment import (
     aa_seed,
     compare_seed,
     hash_cell,
-    main,
     placement,
     provenance,
     replication_config,
@@ -267,7 +267,7 @@ def test_the_record_names_the_code_and_the_host() -> None:
     assert rec["tree_clean"] in (True, False, None) and "numpy" in rec["versions"] and "torch" in rec["versions"]
     host = rec["host"]
     assert host["cpus"] == os.cpu_count() and isinstance(host["cpu_model"], str) and host["python"]
-    assert rec["command"].endswith("-m llmsched_env.live.experiment --out runs/x --seed 3")
+    assert rec["command"].endswith("-m llmsched_env.commands.live_experiment --out runs/x --seed 3")
 
 
 def _trace(tmp_path: Path, n: int = 60) -> Path:

@@ -1,6 +1,6 @@
 """The live experiment: schedulers compared on one vLLM server per workload, in paired, balanced blocks, against
-predictions written before the compared blocks run (``python -m llmsched_env.live.experiment --out OUT
-[--quick]``; the report: ``live.verdict``).
+predictions written before the compared blocks run (``python -m llmsched_env.commands.live_experiment --out
+OUT [--quick]``; the report: ``live.verdict``).
 
 Per workload: a fit instance gives the cost model, SLO scale, knee, cells' rates and ``tuned``'s table; the
 compared instance runs a calibration, then the predictions are written (rounds from a power calculation), then the
@@ -25,16 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from llmsched_env.commands.evaluate_args import (
-    ENGINE_LIMITS,
-    add_engine_limits,
-    add_trace_options,
-    as_flags,
-    engine_limits,
-    stray_trace_options,
-    trace_options,
-)
-from llmsched_env.commands.help import given_options
 from llmsched_env.common.outputs import write_csv, write_text_atomically
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.linear import LinearCostModel
@@ -53,10 +43,8 @@ from llmsched_env.live.replay import frontend_delay_s
 from llmsched_env.live.server import (
     ExternalServer,
     LiveServer,
-    cli_parser,
     run_bench,
     serve_args,
-    unwind_on_sigterm,
     write_adapter,
 )
 from llmsched_env.live.sim import mean_prediction, predict_block
@@ -72,9 +60,8 @@ from llmsched_env.live.workloads import (
 from llmsched_env.sim.setup import SimSetup
 from llmsched_env.workloads.randomized import nominal_rate_rps
 from llmsched_env.workloads.scenarios import slo_scale
-from llmsched_env.workloads.traces import TRACE_FORMATS
 
-__all__ = ["AA_ARM", "CONTROL", "ExperimentConfig", "HostRefused", "main", "run_experiment"]
+__all__ = ["AA_ARM", "CONTROL", "ExperimentConfig", "HostRefused", "run_experiment"]
 
 REFERENCE = "vllm"  # vLLM's own scheduler (a separate instance)
 PRESET = "runtime-tiny-cpu"  # the first guess at this CPU's speed, before anything is fitted
@@ -753,7 +740,7 @@ def provenance(argv: Sequence[str]) -> dict[str, Any]:
         "versions": versions,
         "host": {"cpu_model": cpu, "cpus": os.cpu_count(), "platform": platform.platform(),
                  "python": platform.python_version(), "load_average": list(load) if load else None},
-        "command": shlex.join([sys.executable, "-m", "llmsched_env.live.experiment", *argv]),
+        "command": shlex.join([sys.executable, "-m", "llmsched_env.commands.live_experiment", *argv]),
     }  # fmt: skip
 
 
@@ -845,109 +832,3 @@ def replication_config(old: Path, out: Path, seed: int, **kw: Any) -> Experiment
     if seed == old_seed:
         raise ValueError(f"--replicate: --seed {seed} replays the run's own streams; choose another seed")
     return ExperimentConfig(out, **{**design, **kw, "seed": seed, "replicates": str(old)})
-
-
-def main(argv: list[str] | None = None) -> None:
-    p = cli_parser("llmsched_env.live.experiment", __doc__)
-    p.add_argument("--out", type=Path, required=True, help="the run folder (must not hold an earlier run)")
-    p.add_argument("--quick", action="store_true", help="one workload, 3 rounds, no reference (~15 min)")
-    p.add_argument("--workloads", default=None, help=f"comma list of {', '.join(WORKLOADS)} (or --trace)")
-    trace = p.add_argument_group("your own traffic (instead of --workloads; the options of llmsched-evaluate --trace)")
-    add_trace_options(trace, replaces="--workloads")
-    add_engine_limits(p, "the server's engine limits (with --trace; default: the shipped workloads' server)")
-    p.add_argument("--loads", default=None,
-                   help="the cells' loads (x the knee), comma list, for every workload (default: chosen where the "
-                   "simulator predicts material differences)")  # fmt: skip
-    p.add_argument("--aa-rounds", type=int, default=None,
-                   help=f"A/A pairs per cell before the predictions (at least {MIN_AA_PAIRS}; --quick 2)")  # fmt: skip
-    p.add_argument("--replicate", type=Path, default=None, metavar="RUN",
-                   help="rerun RUN's design (workloads, policies, cells, rounds) on the streams of --seed (not RUN's);"
-                   " then compare: python -m llmsched_env.live.verdict OUT --replicates RUN")  # fmt: skip
-    user = p.add_argument_group("your own server (instead of the one the experiment starts)")
-    user.add_argument(
-        "--address",
-        default=None,
-        metavar="HOST:PORT",
-        help="drive a server you launch with the printed line (its adapter config, written here)",
-    )
-    user.add_argument("--model", default=None, help="the model that server serves (the client's tokenizer)")
-    user.add_argument(
-        "--tuned",
-        default=None,
-        metavar="TABLE",
-        help="the table tuned plays (llmsched-tune's, for this traffic; the server loads it at start)",
-    )
-    user.add_argument("--cost-model", default=None, help=f"the cost model its policies see (default {PRESET})")
-    p.add_argument("--policies", default=None, help="compared with fcfs (default: slo_aware,tuned,learned)")
-    p.add_argument("--min-rounds", type=int, default=None)
-    p.add_argument("--budget-min", type=float, default=None, help="time budget in minutes (default 80; quick 9)")
-    p.add_argument("--no-reference", action="store_true", help="skip vLLM's own scheduler")
-    p.add_argument("--no-pin", action="store_true", help="leave CPU placement to the OS")
-    p.add_argument("--host-override", action="store_true",
-                   help=f"run on a host the guard refuses (others or steal over {HOST_BUSY_MAX:.0%} of the server's "
-                   "CPUs, or a calibration x3 off the reference), recorded in the report's first line")  # fmt: skip
-    p.add_argument("--port", type=int, default=8011)
-    p.add_argument("--seed", type=int, default=0,
-                   help="which compared and A/A streams the rounds play (0: those of the committed runs)")  # fmt: skip
-    p.add_argument(
-        "--engine-nice", type=int, default=ExperimentConfig.engine_nice,
-        help="niceness of the engine core's threads (0-19, default %(default)s): the client and the API server "
-        "on its CPU run first; 0 leaves their priority as it is",
-    )  # fmt: skip
-    args = p.parse_args(argv)
-    if (args.out / "experiment.json").exists():
-        p.error(f"--out {args.out}: it holds an earlier run (experiment.json); choose a new folder")
-    kw: dict[str, Any] = {"port": args.port, "pin": not args.no_pin, "engine_nice": args.engine_nice, "seed": args.seed,
-                          "host_override": args.host_override}  # fmt: skip
-    if args.workloads:
-        kw["workloads"] = tuple(args.workloads.split(","))
-    if args.policies:
-        kw["policies"] = tuple(args.policies.split(","))
-    if args.min_rounds is not None:
-        kw["min_rounds"] = args.min_rounds
-    if args.aa_rounds is not None:
-        kw["aa_rounds"] = args.aa_rounds
-    for name in ("address", "model", "tuned", "cost_model"):
-        if getattr(args, name) is not None:
-            kw[name] = getattr(args, name)
-    if args.address is None and (given := [f"--{n.replace('_', '-')}" for n in ("model", "tuned", "cost_model")
-                                           if getattr(args, n) is not None]):  # fmt: skip
-        p.error(f"{', '.join(given)} go with --address (the server the experiment starts serves its own)")
-    try:
-        if args.trace is not None:
-            if args.workloads or args.replicate:
-                p.error("--trace is the one workload: leave out --workloads and --replicate")
-            if args.trace_format is None:
-                p.error(f"--trace needs --trace-format ({', '.join(TRACE_FORMATS)})")
-            kw["trace"], kw["limits"] = trace_options(args), engine_limits(args)
-        elif stray := stray_trace_options(given_options(p, argv), ENGINE_LIMITS):
-            p.error(f"{', '.join(stray)} without --trace do nothing")
-        if args.loads is not None:
-            kw["loads"] = {"*": tuple(float(x) for x in args.loads.split(","))}
-    except ValueError as exc:
-        p.error(as_flags(str(exc)) if args.trace is not None else f"--loads: {exc}")
-    if args.budget_min is not None:
-        kw["budget_s"] = args.budget_min * 60.0
-    if args.no_reference:
-        kw["reference"] = False
-    try:
-        if args.replicate is not None:
-            config = replication_config(args.replicate, args.out, kw.pop("seed"), **kw)
-        elif args.quick:
-            config = ExperimentConfig.quick_of(args.out, **kw)
-        else:
-            config = ExperimentConfig(args.out, **kw)
-        if config.min_rounds > config.max_rounds:
-            config = replace(config, max_rounds=config.min_rounds)
-    except ValueError as exc:
-        p.error(str(exc))
-
-    unwind_on_sigterm()
-    try:
-        run_experiment(config)
-    except HostRefused as exc:
-        sys.exit(f"{p.prog}: refused: {exc}")
-
-
-if __name__ == "__main__":
-    main()
