@@ -29,6 +29,8 @@ from llmsched_env.live.experiment import (
     aa_seed,
     compare_seed,
     hash_cell,
+    knee_rate,
+    knee_target,
     placement,
     provenance,
     replication_config,
@@ -416,3 +418,18 @@ def test_a_busy_loop_on_the_servers_cpu_is_refused_before_anything_starts(tmp_pa
         assert not (tmp_path / "run" / "experiment.json").exists()  # nothing ran: the folder may be reused
     finally:
         os.kill(pid, signal.SIGKILL)
+
+
+def test_the_knee_is_where_fcfs_falls_to_90_percent_of_what_it_meets_nearly_idle() -> None:
+    assert knee_target(1.0) == pytest.approx(0.9) and knee_target(0.8) == pytest.approx(0.72)
+    model = load_cost_model("runtime-tiny-cpu")
+    tenants = tenant_configs(MIXED, 1.0)
+    knee, target = knee_rate(MIXED, tenants, model, 0.0, 4.0)
+    assert target == pytest.approx(0.9)  # every request meets its SLO on an idle server here
+    setup = SimSetup(MIXED.engine, tenants, model, policy=resolve_policy(CONTROL), nominal_rate_rps=knee)
+    at = [predict_block(block_stream(MIXED, knee, 5000 + s), setup, 0.0)["slo_attainment"] for s in range(8)]
+    over = [predict_block(block_stream(MIXED, knee * 1.2, 5000 + s), setup, 0.0)["slo_attainment"] for s in range(8)]
+    assert np.mean(at) >= target > np.mean(over)  # the knee, to 3%: met there, missed a fifth above
+    tight = tenant_configs(MIXED, 0.05)  # SLOs some requests miss even alone: the knee is relative to that
+    _, lower = knee_rate(MIXED, tight, model, 0.0, 4.0)
+    assert lower < 0.9
