@@ -22,7 +22,7 @@ from llmsched_env.commands.evaluate_args import (
 )
 from llmsched_env.commands.help import given_options
 from llmsched_env.live.design import MIN_AA_PAIRS
-from llmsched_env.live.experiment import PRESET, ExperimentConfig, HostRefused, replication_config, run_experiment
+from llmsched_env.live.experiment import PRESET, ExperimentConfig, ExperimentError, replication_config, run_experiment
 from llmsched_env.live.host import HOST_BUSY_MAX
 from llmsched_env.live.server import cli_parser, unwind_on_sigterm
 from llmsched_env.live.workloads import WORKLOADS
@@ -129,8 +129,8 @@ def main(argv: list[str] | None = None) -> None:
     unwind_on_sigterm()
     try:
         run_experiment(config)
-    except HostRefused as exc:
-        sys.exit(f"{p.prog}: refused: {exc}")
+    except ExperimentError as exc:
+        sys.exit(f"{p.prog}: {exc}")
 
 
 if __name__ == "__main__":

@@ -61,7 +61,7 @@ from llmsched_env.sim.setup import SimSetup
 from llmsched_env.workloads.randomized import nominal_rate_rps
 from llmsched_env.workloads.scenarios import slo_scale
 
-__all__ = ["AA_ARM", "CONTROL", "ExperimentConfig", "HostRefused", "run_experiment"]
+__all__ = ["AA_ARM", "CONTROL", "ExperimentConfig", "ExperimentError", "HostRefused", "run_experiment"]
 
 REFERENCE = "vllm"  # vLLM's own scheduler (a separate instance)
 PRESET = "runtime-tiny-cpu"  # the first guess at this CPU's speed, before anything is fitted
@@ -164,7 +164,11 @@ class ExperimentConfig:
         return [CONTROL, AA_ARM, *(resolve_policy(p).name for p in self.policies)]
 
 
-class HostRefused(RuntimeError):
+class ExperimentError(RuntimeError):
+    """The experiment cannot go on, in one line (the command line prints it without a traceback)."""
+
+
+class HostRefused(ExperimentError):
     """The host guard refused the host (``live.host.refusal``) or the calibration (``calibration_check``)."""
 
 
@@ -391,7 +395,10 @@ def tune_table(config: ExperimentConfig, workload: LiveWorkload, tenants: Sequen
     t = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"llmsched-tune failed ({' '.join(cmd)}):\n{done.stderr[-2000:]}")
+        err = folder / "tune.stderr.txt"
+        write_text_atomically(err, f"{shlex.join(cmd)}\n{done.stderr}")
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1][:300]
+        raise ExperimentError(f"{w.name}: llmsched-tune found no setting for the tuned arm: {last} (its output: {err})")
     log(f"{w.name}: tuned searched in {time.monotonic() - t:.0f} s on {len(rows)} val requests -> {table}")
     return table
 
