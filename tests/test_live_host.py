@@ -199,8 +199,8 @@ def test_block_flag_starved_and_drifted_blocks() -> None:
         "others_share": 0.05, "steal_share": 0.01, "step_ratio": pytest.approx(1.2), "flag": None,
     }  # fmt: skip
     flag = block_flag(sample(0.35), 0.018, 0.010)["flag"]
-    assert flag == "starved: others used 35% of the CPUs; step period x1.8 of calibration"
-    assert block_flag(sample(0.0), 0.006, 0.010)["flag"] == "step period x0.6 of calibration"
+    assert flag == "starved: others used 35% of the CPUs; engine steps x1.8 of calibration"
+    assert block_flag(sample(0.0), 0.006, 0.010)["flag"] == "engine steps x0.6 of calibration"
     assert block_flag(sample(0.0, 0.15), 0.010, 0.010)["flag"] == "starved: the hypervisor stole 15% of the CPUs"
     assert block_flag(sample(0.0), 0.010 * DRIFT_MAX, 0.010)["flag"] is None  # at the bound: not over it
     assert block_flag(sample(0.2), 0.02, 0.01, busy_max=0.25, drift_max=3.0)["flag"] is None
@@ -209,7 +209,7 @@ def test_block_flag_starved_and_drifted_blocks() -> None:
         figures = block_flag(sample(0.0), step, ref)
         assert figures == {"others_share": 0.0, "steal_share": 0.0, "step_ratio": None, "flag": None}
     assert block_flag(None, 0.03, 0.01) == {"others_share": None, "steal_share": None, "step_ratio": pytest.approx(3.0),
-                                            "flag": "step period x3 of calibration"}  # fmt: skip
+                                            "flag": "engine steps x3 of calibration"}  # fmt: skip
 
 
 def test_calibration_check_compares_the_live_step_with_the_reference() -> None:

@@ -251,3 +251,13 @@ def test_fitted_traffic_is_tuned_beside_the_replay_and_each_plays_its_own_entry(
         env = config.make_env(scenario, 1.0)
         key = next(k for k in entries if k.split("@")[0] == scenario.name)
         assert settings_of(spec.make(env, 0).decision) == entries[key]["settings"]
+
+
+def test_slos_no_load_can_meet_end_the_tune_in_one_line_without_the_usage_block(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = write_trace(tmp_path / "t.csv")
+    # a TTFT of a microsecond: no request meets it at any load, so there is no load to tune at
+    assert tune.main([*cli_options(trace, "--tenant-slo", "a=0.000001:1,b=0.000001:1"), *TINY]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "there is no load to tune at" in err[0] and "usage:" not in err[0]

@@ -55,6 +55,7 @@ from llmsched_env.decision.planners.tuned import (
     val_episode_size,
     write_tuned_entries,
 )
+from llmsched_env.evaluation.config import InputError
 from llmsched_env.evaluation.tuning import CONFIRM_TOP, MAX_CANDIDATES, MAX_ROUNDS, TuneConfig, tune_scenario
 from llmsched_env.workloads.library import get_scenario, list_scenarios
 
@@ -177,7 +178,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         p.error(f"--out {out}: cannot create its folder: {exc}")
     for scenario, config in configs.values():
-        result = tune_scenario(config, scenario, log=lambda line: print(line, flush=True), command=command)
+        try:
+            result = tune_scenario(config, scenario, log=lambda line: print(line, flush=True), command=command)
+        except InputError as exc:  # found by the search (no load meets the SLOs): one line, no usage block
+            print(f"{p.prog}: {exc}", file=sys.stderr, flush=True)
+            return 2
         name, entry = result.scenario, result.entry
         key = keys.get(name)
         if key is not None:  # a trace: keyed by its content and options, which the provenance records

@@ -31,7 +31,7 @@ from llmsched_env.decision.planners.tuned import (
 from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.engine.batch import Decision
 from llmsched_env.evaluation.capacity import extended_size, find_capacity, sustained_size
-from llmsched_env.evaluation.config import EvalConfig
+from llmsched_env.evaluation.config import EvalConfig, InputError
 from llmsched_env.evaluation.grid import run_cell
 from llmsched_env.evaluation.racing import paired_margin, ranked, survivors
 from llmsched_env.evaluation.sustained import ScenarioWindows, env_windows
@@ -223,8 +223,8 @@ class _Search:
         seeds = self.config.seeds[:2]
         caps = {ref: self.capacity(ref, seeds) for ref in self.config.references}
         self.load = max(caps.values())
-        if self.load <= 0.0:
-            raise ValueError(
+        if self.load <= 0.0:  # the trace's SLOs, not a fault of the run: one line
+            raise InputError(
                 f"scenario {self.scenario.name!r}: no reference ({', '.join(self.config.references)}) meets 90% "
                 "attainment on val at any load down to 1/64 of nominal; there is no load to tune at"
             )

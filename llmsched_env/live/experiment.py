@@ -276,9 +276,10 @@ class Instance:
         self.adapter = adapter
         self.active = CONTROL if adapter is not None else None
         # the host guard per block: the server's CPUs, measured while our process tree (the server's, when the
-        # experiment started it) is left out; the control's step period per cell in calibration (``block_flag``)
+        # experiment started it) is left out; the engine's steps against the model fitted to calibration's steps
+        # (measured over predicted time, whatever the stream and the policy: ``block_flag``)
         self.meter_cpus = None if config.address else _PLACEMENT.get("measured")
-        self.step_reference: dict[str, float] = {}
+        self.step_model: LinearCostModel | None = None
 
     def __enter__(self) -> Instance:
         self.server.start()
@@ -330,8 +331,11 @@ class Instance:
             except ValueError as exc:
                 if attempt == 19 or "no record" not in str(exc):
                     raise
-        reference = self.step_reference.get(str(meta.get("cell"))) if policy == CONTROL else None
-        rec["host"] = block_flag(sample, rec["step_time_median_s"] if reference else None, reference)
+        ratio = None
+        if self.step_model is not None:
+            with contextlib.suppress(ValueError):  # a block without a usable step: no ratio
+                ratio = live_fit_report(self.step_model, [self.load(folder).steps])["measured_over_predicted"]
+        rec["host"] = block_flag(sample, ratio, 1.0 if ratio is not None else None)
         if rec["host"]["flag"]:
             self.log(f"host guard: block {folder.name} ({meta.get('cell')}, {meta.get('arm')}): {rec['host']['flag']}")
         return rec
@@ -609,12 +613,9 @@ def _run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: fl
                     calibration[cell].append(rec)
                     calib_dirs.append(inst.blocks_dir / f"{inst.count - 1:04d}")
                     _append(out / "calibration" / f"{cell}.jsonl", rec)
-        for cell, recs in calibration.items():
-            periods = [r["step_time_median_s"] for r in recs if math.isfinite(r["step_time_median_s"] or math.nan)]
-            if periods:
-                inst.step_reference[cell] = float(np.median(periods))
         loaded = [inst.load(d) for d in calib_dirs]
         model = fit_live_cost_model([r.steps for r in loaded], name=f"live-{workload.name}")
+        inst.step_model = model  # every later block's steps against it (the host guard)
         model_path = folder / "compare" / "cost-model.json"
         model.save(model_path)
         fit_report = live_fit_report(model, [r.steps for r in loaded])

@@ -1,6 +1,6 @@
 """The live experiment's host guard: how much of the server's CPUs other processes used (``CpuMeter``,
 ``sample_host``), the refusal to start on a busy host (``refusal``), the per-block flags of a starved block or an
-engine step period that drifted from calibration (``block_flag``), and the refusal of a calibration far slower or
+engine steps that drifted from calibration (``block_flag``), and the refusal of a calibration far slower or
 faster than the idle reference (``calibration_check``).
 
 Everything reads Linux's ``/proc`` (``proc``: another root, for tests). Without ``/proc/stat`` (off Linux) a sample's
@@ -22,7 +22,7 @@ __all__ = [
 ]  # fmt: skip
 
 HOST_BUSY_MAX = 0.10  # refuse / flag when other processes (or the hypervisor's steal) took more of the CPUs
-DRIFT_MAX = 1.5  # flag a control block whose median step period is over this times calibration's, or under 1/this
+DRIFT_MAX = 1.5  # flag a block whose engine steps take over this times what calibration's model predicts, or 1/this
 SLOW_MAX = 3.0  # refuse a calibration whose median step time is over this times the idle reference, or under 1/this
 BUSIEST = 5  # how many other processes a sample names
 OVERRIDE = "--host-override"
@@ -306,9 +306,10 @@ def block_flag(
     busy_max: float = HOST_BUSY_MAX, drift_max: float = DRIFT_MAX,
 ) -> dict[str, Any]:  # fmt: skip
     """A block's host figures and flag: ``others_share`` and ``steal_share`` over the block (``sample``; None: not
-    measured), ``step_ratio`` (its median engine step period over calibration's; None without both, e.g. a compared
-    arm's block, whose policy changes the steps), and ``flag``: None, or "; "-joined texts for a starved block
-    (others or steal over ``busy_max``) and a step period over ``drift_max`` times calibration's or under 1/that."""
+    measured), ``step_ratio`` (its engine steps' time over a reference: the experiment passes the steps' measured over
+    predicted time under the model fitted to calibration, against 1; None without both), and ``flag``: None, or
+    "; "-joined texts for a starved block (others or steal over ``busy_max``) and steps over ``drift_max`` times
+    the reference or under 1/that."""
     others = None if sample is None else sample.others_share
     steal = None if sample is None else sample.steal_share
     ratio = None
@@ -320,7 +321,7 @@ def block_flag(
     if steal is not None and steal > busy_max:
         flags.append(f"starved: the hypervisor stole {_pct(steal)} of the CPUs")
     if ratio is not None and (ratio > drift_max or ratio < 1 / drift_max):
-        flags.append(f"step period x{ratio:.2g} of calibration")
+        flags.append(f"engine steps x{ratio:.2g} of calibration")
     return {"others_share": others, "steal_share": steal, "step_ratio": ratio, "flag": "; ".join(flags) or None}
 
 
