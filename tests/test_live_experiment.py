@@ -194,6 +194,14 @@ def test_a_tuned_table_of_one_entry_is_played_by_its_entry(tmp_path: Path) -> No
     assert tuned_entry(resolve_policy("slo_aware")) == ""
 
 
+def _small_workload(name: str) -> LiveWorkload:
+    """Two tenants in short blocks: a live experiment of a few minutes on vLLM's CPU build."""
+    return LiveWorkload(name, "two tenants, short blocks",
+                        (LiveTenant("interactive", "interactive", 0.5, (32, 128), (8, 32)),
+                         LiveTenant("batch", "summarization", 0.5, (256, 512), (16, 48), priority=1)),
+                        num_kv_blocks=64, loads=(1.2,), block_s=2.0)  # fmt: skip
+
+
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_the_live_experiment_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -204,10 +212,7 @@ def test_the_live_experiment_runs_end_to_end(tmp_path: Path, monkeypatch: pytest
 
     from llmsched_env.live import experiment, verdict
 
-    small = LiveWorkload("tiny-mix", "two tenants, short blocks",
-                         (LiveTenant("interactive", "interactive", 0.5, (32, 128), (8, 32)),
-                          LiveTenant("batch", "summarization", 0.5, (256, 512), (16, 48), priority=1)),
-                         num_kv_blocks=64, loads=(1.2,), block_s=2.0)  # fmt: skip
+    small = _small_workload("tiny-mix")
     monkeypatch.setitem(WORKLOADS, small.name, small)
     out = tmp_path / "run"
     config = ExperimentConfig(out, workloads=(small.name,), policies=("slo_aware",), min_rounds=2, max_rounds=2,
@@ -447,10 +452,7 @@ def test_a_live_verdict_drives_a_server_the_user_launched(tmp_path: Path, monkey
     from llmsched_env.live import experiment
     from llmsched_env.live.server import LiveServer, serve_args
 
-    small = LiveWorkload("tiny-user", "two tenants, short blocks",
-                         (LiveTenant("interactive", "interactive", 0.5, (32, 128), (8, 32)),
-                          LiveTenant("batch", "summarization", 0.5, (256, 512), (16, 48), priority=1)),
-                         num_kv_blocks=64, loads=(1.2,), block_s=2.0)  # fmt: skip
+    small = _small_workload("tiny-user")
     monkeypatch.setitem(WORKLOADS, small.name, small)
     out = tmp_path / "run"
     config = ExperimentConfig(out, workloads=(small.name,), policies=("slo_aware",), min_rounds=2, max_rounds=2,

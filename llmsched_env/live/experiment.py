@@ -583,9 +583,14 @@ def _run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: fl
     policy_of = {arm: (CONTROL if arm == AA_ARM else arm) for arm in arms}
     fitted_model = load_cost_model(str(fit["model"]))
 
+    def setup_of(arm: str, clock: CostModel | None = None) -> SimSetup:
+        """The simulator playing ``arm``: its policy sees the fit's model, steps cost ``clock`` (None: the same)."""
+        spec = specs[policy_of[arm]]
+        return SimSetup(workload.engine, tuple(tenants), fitted_model, policy=spec, nominal_rate_rps=knee,
+                        scenario=tuned_entry(spec), clock=clock)  # fmt: skip
+
     def fit_prediction(load: float, arm: str) -> dict[str, float]:  # the fit's model, on streams no block plays
-        setup = SimSetup(workload.engine, tuple(tenants), fitted_model, policy=specs[policy_of[arm]],
-                         nominal_rate_rps=knee, scenario=tuned_entry(specs[policy_of[arm]]))  # fmt: skip
+        setup = setup_of(arm)
         streams = (block_stream(workload, knee * load, _SEEDS["regimes"] + k) for k in range(4))
         return mean_prediction([predict_block(st, setup, float(fit["frontend_s"])) for st in streams])
 
@@ -632,9 +637,7 @@ def _run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: fl
 
         def predict(cell: str, arm: str, rounds: int) -> list[dict[str, float]]:
             rate = cells[cell]
-            spec = specs[policy_of[arm]]
-            setup = SimSetup(workload.engine, tuple(tenants), fitted_model, policy=spec, nominal_rate_rps=knee,
-                             scenario=tuned_entry(spec), clock=model)  # fmt: skip
+            setup = setup_of(arm, model)
             streams = (block_stream(workload, rate, compare_seed(cell, r, config.seed)) for r in range(rounds))
             return [predict_block(stream, setup, frontend) for stream in streams]
 
@@ -692,7 +695,7 @@ def _run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: fl
                         f"shed {rec['shed']} fallbacks {sum(rec['fallbacks'].values())}"
                     )
     found = {"slo_scale": fit["slo_scale"], "knee_rps": knee, "knee_attainment": fit["knee_attainment"],
- "cells": cells, "arms": arms, "rounds": rounds,
+             "cells": cells, "arms": arms, "rounds": rounds,
              "tenants": [asdict(t) for t in tenants], "fit_model": str(fit["model"]), "model": str(model_path),
              "fit_report": fit_report, "frontend_delay_s": frontend, "aa_sd": sds,
              "policies": {arm: policy_of[arm] for arm in arms}, "power": plan.table, "aa_sd_measured": sds_raw,
