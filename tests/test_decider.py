@@ -115,11 +115,9 @@ def test_an_answer_on_time_is_returned_and_an_exception_is_one_line(mode: str) -
 def test_signal_mode_interrupts_a_hung_policy_at_its_deadline() -> None:
     gate = _Gate()
     d = TimedDecider(gate, mode="signal")
-    gate.hold = True  # it would wait forever
-    t0 = time.perf_counter()
+    gate.hold = True  # it would wait forever: a decision not interrupted would never return
     action, reason, error = _decide(d, 0.05)
     assert action is None and reason == "timeout" and "interrupted" in error
-    assert time.perf_counter() - t0 < 4.0
     gate.hold = False
     action, reason, _ = _decide(d, 5.0)  # called again at the next decision
     assert reason is None and list(action) == [2]  # type: ignore[call-overload]
@@ -142,16 +140,15 @@ def test_thread_mode_does_not_hold_the_caller_and_drops_the_late_answer() -> Non
     gate = _Gate()
     d = TimedDecider(gate, mode="thread")
     gate.hold = True
-    t0 = time.perf_counter()
     action, reason, error = _decide(d, 0.05)  # would never return if the call were made inline
     assert action is None and reason == "timeout" and "deadline" in error
     # while the late call runs, every decision falls back at once, without calling the policy again
     action, reason, error = _decide(d, 5.0)
     assert action is None and reason == "timeout" and "still running" in error
-    assert time.perf_counter() - t0 < 4.0 and gate.calls == 1
+    assert gate.calls == 1
     gate.hold = False
     gate.released.set()  # the late call returns 1; it must not be taken as the next call's answer
-    for _ in range(200):
+    for _ in range(3000):  # up to 30 s for the late call's thread to end, however busy the machine
         action, reason, _ = _decide(d, 5.0)
         if reason is None:
             break

@@ -319,6 +319,39 @@ def test_reset_names_a_seed_that_is_no_integer(env_id: str) -> None:
     env.close()
 
 
+@pytest.mark.parametrize("env_id", ["LLMSched-v1", "LLMSchedCluster-v0", "LLMSchedMix-v0"])
+def test_reset_takes_a_numpy_seed_as_its_int_and_refuses_unknown_options(env_id: str) -> None:
+    """``reset(seed=np.int64(3))`` ended in gymnasium's error; ``options={"bogus": 1}`` was ignored."""
+    env = gym.make(env_id, num_requests=20)
+    first, _ = env.reset(seed=np.int64(3))
+    again, _ = env.reset(seed=3)
+    assert np.array_equal(first, again)
+    with pytest.raises(ValueError, match=r"\.reset: unknown option 'bogus' \(reset takes"):
+        env.reset(seed=0, options={"bogus": 1})
+    with pytest.raises(TypeError, match=r"\.reset: options must be a dict or None, got list"):
+        env.reset(seed=0, options=["window"])
+    env.close()
+
+
+@pytest.mark.parametrize(
+    ("env_id", "kwargs", "error", "match"),
+    [
+        ("LLMSched-v1", {"action_spec": object()}, TypeError, r"LLMSchedEnv\.action_spec must be an ActionSpec"),
+        ("LLMSched-v1", {"remote_kv": object()}, TypeError, r"LLMSchedEnv\.remote_kv must be a RemoteKVConfig"),
+        ("LLMSchedMix-v0", {"knee_loads": 5}, ValueError, r"WorkloadMixEnv\.knee_loads must map"),
+        ("LLMSchedMix-v0", {"knee_loads": {"azure-conv": float("nan")}}, ValueError, r"knee_loads\['azure-conv'\]"),
+        ("LLMSchedMix-v0", {"scenarios": object()}, ValueError, r"WorkloadMixEnv\.scenarios must be a list"),
+        ("LLMSchedMix-v0", {"length_predictions": 7}, ValueError, r"WorkloadMixEnv\.length_predictions must be a"),
+        ("LLMSchedMix-v0", {"random_space": 3}, ValueError, r"WorkloadMixEnv\.random_space must be a Randomized"),
+        ("LLMSchedMix-v0", {"iterations_per_step": 0}, ValueError, r"WorkloadMixEnv\.iterations_per_step"),
+        ("LLMSchedMix-v0", {"check_invariants": 1}, ValueError, r"WorkloadMixEnv\.check_invariants"),
+    ],
+)
+def test_arguments_of_the_wrong_type_name_the_argument(env_id: str, kwargs: dict, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        gym.make(env_id, **kwargs)
+
+
 def test_a_typed_config_builds_the_env_its_keywords_build() -> None:
     """Each env takes one config dataclass; its keywords are a thin layer that builds it (and its signature)."""
     import inspect

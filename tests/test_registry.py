@@ -89,3 +89,13 @@ def test_the_cluster_env_finds_the_baselines_through_the_entry_point() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("entry", [None, 3, b"fcfs", ["fcfs"]])
+def test_resolve_policy_names_an_entry_that_is_no_text(entry: object) -> None:
+    """``resolve_policy(None)`` ended in an AttributeError deep in the resolver."""
+    from llmsched_env.decision.policy_spec import resolve_policy
+
+    with pytest.raises(TypeError, match=r"^resolve_policy: entry must be a policy name or path \(str\), got "):
+        resolve_policy(entry)  # type: ignore[arg-type]
+    assert resolve_policy(Path("fcfs")).baseline == "fcfs"

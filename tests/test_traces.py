@@ -198,6 +198,13 @@ def test_missing_column_lists_found_and_expected(tmp_path: Path) -> None:
         load_lengths(path)
 
 
+def test_one_column_mapped_to_two_fields_is_refused(tmp_path: Path) -> None:
+    """``output_len=prompt_len`` ran every request with its prompt's length as its output, silently."""
+    path = _write(tmp_path, "g.csv", "t,p,o\n0,1,2\n")
+    with pytest.raises(TraceError, match=r"g\.csv: columns mapping reads the column 'p' as prompt_len and output_len"):
+        load_generic(path, {"arrival": "t", "prompt_len": "p", "output_len": "p"})
+
+
 def test_missing_file_and_unknown_format(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match=r"nope\.csv: trace file not found"):
         load_azure(tmp_path / "nope.csv")

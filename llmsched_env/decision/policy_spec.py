@@ -10,6 +10,7 @@ adapter's ``policy``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,12 @@ class PolicySpec:
 def resolve_policy(entry: str) -> PolicySpec:
     """The ``PolicySpec`` of ``entry``: a baseline name, ``learned``, a lookahead or mpc spelling, or
     ``[alias=]path`` of an exported policy (loaded and verified now) or of a tuned-settings table. One-line
-    ``ValueError`` naming ``entry`` or the file otherwise, and when its name is another policy's."""
+    ``ValueError`` naming ``entry`` or the file otherwise, and when its name is another policy's; ``TypeError`` unless
+    ``entry`` is a string or a path."""
+    if isinstance(entry, os.PathLike):
+        entry = os.fspath(entry)
+    if not isinstance(entry, str):
+        raise TypeError(f"resolve_policy: entry must be a policy name or path (str), got {type(entry).__name__}")
     spec = _resolve(entry)
     _check_label(entry, spec)
     return spec

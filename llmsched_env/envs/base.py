@@ -7,7 +7,7 @@ times into an env made with the same arguments (anything else is refused in one 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -17,7 +17,7 @@ from gymnasium.utils import seeding
 
 from llmsched_env.common.checks import check_bool, check_int
 from llmsched_env.engine.request import Request
-from llmsched_env.envs.options import EpisodeConfig, check_episode_args, load_arg, reset_window
+from llmsched_env.envs.options import EpisodeConfig, check_episode_args, check_reset_options, load_arg, reset_window
 from llmsched_env.envs.reward import RewardConfig, RewardTracker
 
 C = TypeVar("C")
@@ -111,13 +111,21 @@ class EnvBase(gym.Env, Generic[C]):
             raise RuntimeError(NOT_RESET.format(what))
         return core
 
-    def _seed(self, seed: int | None) -> None:
+    reset_options: ClassVar[tuple[str, ...]] = ("window",)  # what ``reset(options=...)`` takes; another key is refused
+
+    def _seed(self, seed: int | None, options: Mapping[str, Any] | None = None) -> int | None:
+        """Seed the env's generator with ``seed`` (a Python or numpy integer >= 0, taken as a Python int) once
+        ``options`` holds only ``reset_options``; the seed as an int."""
+        owner = f"{type(self).__name__}.reset"
+        check_reset_options(owner, options, self.reset_options)
         if seed is not None:  # gymnasium's own check ends in its error class; this names the argument
-            check_int(f"{type(self).__name__}.reset", "seed", seed, 0)
+            check_int(owner, "seed", seed, 0)
+            seed = int(seed)  # gymnasium takes Python ints only
         super().reset(seed=seed)
+        return seed
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
-        self._seed(seed)
+        seed = self._seed(seed, options)
         self._episode_window = reset_window(self, seed, options)
         requests = self._draw_requests()
         self._reward = RewardTracker(self.reward_config, len(requests))

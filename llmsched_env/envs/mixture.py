@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 import numpy as np
 from gymnasium import spaces
 
+from llmsched_env.common.checks import check_bool, check_int, check_positive, is_finite_number
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.observation import OBS_CLIP, GenericObservationEncoder
 from llmsched_env.decision.policy import PolicyContext
@@ -48,6 +49,13 @@ class MixConfig:
     check_invariants: bool = False
 
 
+def _sequence(owner: str, name: str, value: object) -> tuple[Any, ...]:
+    """``value`` as a tuple when it is a list or tuple (not text); else ``ValueError`` naming the argument."""
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{owner}.{name} must be a list, got {type(value).__name__}")
+    return tuple(value)
+
+
 class WorkloadMixEnv(EnvBase[MixConfig]):
     """One engine iteration per step, as ``LLMSched-v1``; a new workload each episode (module docstring), drawn
     as ``MixConfig`` says. ``info["workload"]`` of ``reset`` says what was drawn."""
@@ -58,33 +66,41 @@ class WorkloadMixEnv(EnvBase[MixConfig]):
     def __init__(self, config: MixConfig | None = None, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
         c = self.config
-        names = tuple(mixture_scenarios() if c.scenarios is None else c.scenarios)
-        unknown = [s for s in names if s not in list_scenarios()]
+        owner = "WorkloadMixEnv"
+        names = tuple(mixture_scenarios() if c.scenarios is None else _sequence(owner, "scenarios", c.scenarios))
+        unknown = [s for s in names if not isinstance(s, str) or s not in list_scenarios()]
         if unknown or not names:
-            raise ValueError(f"WorkloadMixEnv.scenarios: unknown {unknown or names}; available: {list_scenarios()}")
+            raise ValueError(f"{owner}.scenarios: unknown {unknown or names}; available: {list_scenarios()}")
         self.scenarios = names
         self.split = check_split(c.split)
-        self.knee_loads = {s: float((c.knee_loads or {}).get(s, DEFAULT_KNEE_LOAD)) for s in names}
-        if not all(v > 0 for v in self.knee_loads.values()):
-            raise ValueError(f"WorkloadMixEnv.knee_loads must be > 0, got {self.knee_loads}")
-        span = tuple(c.load_span)
-        if len(span) != 2 or not all(isinstance(v, (int, float)) and v > 0 for v in span) or span[0] > span[1]:
-            raise ValueError(f"WorkloadMixEnv.load_span must be [low, high] with 0 < low <= high, got {c.load_span!r}")
+        knees = {} if c.knee_loads is None else c.knee_loads
+        if not isinstance(knees, Mapping):
+            raise ValueError(f"{owner}.knee_loads must map scenario names to loads, got {type(knees).__name__}")
+        self.knee_loads = {s: check_positive(owner, f"knee_loads[{s!r}]", knees.get(s, DEFAULT_KNEE_LOAD))
+                           for s in names}  # fmt: skip
+        span = _sequence(owner, "load_span", c.load_span)
+        if len(span) != 2 or not all(is_finite_number(v) and v > 0 for v in span) or span[0] > span[1]:
+            raise ValueError(f"{owner}.load_span must be [low, high] with 0 < low <= high, got {c.load_span!r}")
         self.load_span = (float(span[0]), float(span[1]))
-        if not (isinstance(c.val_load, (int, float)) and c.val_load > 0):
-            raise ValueError(f"WorkloadMixEnv.val_load must be a number > 0, got {c.val_load!r}")
-        self.val_load = float(c.val_load)
-        if not 0.0 <= c.random_share <= 1.0:
-            raise ValueError(f"WorkloadMixEnv.random_share must be in [0, 1], got {c.random_share!r}")
-        self.random_share = float(c.random_share)
+        self.val_load = float(check_positive(owner, "val_load", c.val_load))
+        share = c.random_share
+        if not (is_finite_number(share) and 0.0 <= share <= 1.0):
+            raise ValueError(f"{owner}.random_share must be a number in [0, 1], got {share!r}")
+        self.random_share = float(share)
+        if not isinstance(c.random_space, RandomizedSpace):
+            raise ValueError(f"{owner}.random_space must be a RandomizedSpace, got {type(c.random_space).__name__}")
         self.random_space = c.random_space
-        self.length_predictions = tuple(str(LengthPredictor.of(p)) for p in c.length_predictions)
+        predictions = _sequence(owner, "length_predictions", c.length_predictions)
+        self.length_predictions = tuple(str(LengthPredictor.of(p)) for p in predictions)
         if not self.length_predictions:
-            raise ValueError("WorkloadMixEnv.length_predictions needs at least one entry (e.g. 'none')")
-        self.num_requests = c.num_requests
-        self.iterations_per_step = c.iterations_per_step
+            raise ValueError(f"{owner}.length_predictions needs at least one entry (e.g. 'none')")
+        if c.num_requests is not None:
+            check_int(owner, "num_requests", c.num_requests, 1)
+        self.num_requests = None if c.num_requests is None else int(c.num_requests)
+        check_int(owner, "iterations_per_step", c.iterations_per_step, 1)
+        self.iterations_per_step = int(c.iterations_per_step)
         self.reward = c.reward
-        self.check_invariants = c.check_invariants
+        self.check_invariants = check_bool(owner, "check_invariants", c.check_invariants)
         self.render_mode = None
         probe = GenericObservationEncoder(EngineConfig(), (TenantConfig("probe"),), 1.0)
         self.obs_names = probe.names
@@ -145,8 +161,10 @@ class WorkloadMixEnv(EnvBase[MixConfig]):
     def _core(self) -> LLMSchedEnv | None:
         return self.inner
 
+    reset_options: ClassVar[tuple[str, ...]] = ()  # each episode's workload (and its window) is drawn from the seed
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
-        self._seed(seed)
+        seed = self._seed(seed, options)
         episode_seed = int(self.np_random.integers(2**31)) if seed is None or self.split == "train" else seed
         if self.inner is not None:
             self.inner.close()

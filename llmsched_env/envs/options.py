@@ -67,6 +67,18 @@ def engine_config(engine: EngineConfig | Mapping[str, Any] | None) -> EngineConf
     return EngineConfig() if engine is None else as_dataclass(EngineConfig, "engine", engine)
 
 
+def check_reset_options(owner: str, options: Any, known: Sequence[str]) -> None:
+    """``TypeError`` unless ``options`` is None or a mapping; ``ValueError`` naming a key not in ``known``."""
+    if options is None:
+        return
+    if not isinstance(options, Mapping):
+        raise TypeError(f"{owner}: options must be a dict or None, got {type(options).__name__}")
+    unknown = [k for k in options if k not in known]
+    if unknown:
+        takes = f"reset takes only {', '.join(map(repr, known))}" if known else "reset takes none"
+        raise ValueError(f"{owner}: unknown option {unknown[0]!r} ({takes})")
+
+
 def reset_window(env: Any, seed: int | None, options: Mapping[str, Any] | None) -> int | None:
     """The trace window a reset replays: ``options["window"]``, else ``env.window``, else the seed's on val and
     test (``episode_window``; None: a random one)."""

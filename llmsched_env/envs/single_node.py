@@ -131,6 +131,10 @@ class LLMSchedEnv(EnvBase[SingleNodeConfig]):
         self._episode_args(c)
         self.num_requests = c.num_requests if c.num_requests is not None else sc.num_requests
         self.remote_kv = c.remote_kv if c.remote_kv is not None else sc.remote_kv
+        for name, kind in (("remote_kv", "a RemoteKVConfig"), ("action_spec", "an ActionSpec")):
+            value = getattr(c, name)
+            if value is not None and not isinstance(value, RemoteKVConfig if name == "remote_kv" else ActionSpec):
+                raise TypeError(f"LLMSchedEnv.{name} must be {kind} or None, got {type(value).__name__}")
         self.source = sc.source(self.split, self.cost_model)
         if isinstance(self.source, TraceSource):  # an episode larger than the trace's part fails now, not at reset
             self.source.check_episode(self.num_requests)

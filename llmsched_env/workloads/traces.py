@@ -528,6 +528,10 @@ def read_generic(p: Path, columns: Mapping[str, str], time_unit: str, prefix_id_
                          f"{GENERIC_FIELDS} (prompt_len and output_len required)")
     if not all(isinstance(v, str) and v for v in columns.values()):
         raise TraceError(f"{p}: columns mapping values must be non-empty column names, got {dict(columns)}")
+    shared = [c for c in dict.fromkeys(columns.values()) if list(columns.values()).count(c) > 1]
+    if shared:  # one column read as two fields (output_len=prompt_len) would run a trace nobody recorded
+        both = " and ".join(k for k in columns if columns[k] == shared[0])
+        raise TraceError(f"{p}: columns mapping reads the column {shared[0]!r} as {both}; map each field to its own")
     if time_unit not in TIME_UNITS:
         raise TraceError(f"{p}: unknown time_unit {time_unit!r}; expected one of {tuple(TIME_UNITS)}")
     _check_int(p, "prefix_id_tokens", prefix_id_tokens, 1)
