@@ -25,6 +25,7 @@ from llmsched_env.common.files import (
     FileRefusedError,
     check_regular_file,
     open_regular,
+    parse_json,
     read_bytes,
     read_text,
 )
@@ -169,7 +170,7 @@ def _refusal(checkpoint: Path, binding: Mapping[str, Any] | None = None) -> str 
     bound: dict[str, str] | None = None
     if recorded.startswith("{"):
         try:
-            record = json.loads(recorded)
+            record = parse_json(recorded)  # nested too deeply: a JSONDecodeError, not a RecursionError
             bound = {str(k): str(v) for k, v in record["binding"].items()}
             recorded = str(record["hmac"])
         except (ValueError, KeyError, TypeError, AttributeError):
@@ -240,7 +241,7 @@ def newest_signed_checkpoint(
 def check_spaces(checkpoint: Path, spaces: Mapping[str, str]) -> None:
     """``CheckpointError`` when ``checkpoint``'s signature binds it to other spaces than ``spaces``."""
     try:
-        bound = json.loads(read_text(_signature_path(checkpoint), SIGNATURE_BYTES))["binding"]
+        bound = parse_json(read_text(_signature_path(checkpoint), SIGNATURE_BYTES))["binding"]
     except (OSError, ValueError, KeyError, TypeError):
         return
     for name, mine in spaces.items():

@@ -10,10 +10,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from llmsched_env.common.checks import clipped, shown
 from llmsched_env.common.fields import split_items
-from llmsched_env.common.files import read_config
+from llmsched_env.common.files import parse_yaml, read_config
 
 ALGO_NAMES = ("maskable_ppo", "ppo", "a2c", "dqn", "recurrent_ppo")  # agents.sb3.ALGOS' keys, known without SB3
 
@@ -48,18 +47,12 @@ def merge_config(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, A
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    """``["learning_rate=1e-4", "env_kwargs.load=[1, 2]"]`` -> nested dict, values read as YAML (a key given twice:
-    the last counts)."""
+    """``["learning_rate=1e-4", "env_kwargs.load=[1, 2]"]`` -> nested dict, values read as YAML (``parse_yaml``: its
+    aliases bounded; a key given twice: the last counts)."""
     out: dict[str, Any] = {}
     given = split_items(items, "--hp", what="item", form="key=value (e.g. learning_rate=1e-4)", repeat=True)
     for key, text in given.items():
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            why = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            raise ValueError(f"--hp {key}={text[:40]}: the value is not valid YAML ({why})") from None
-        except RecursionError:
-            raise ValueError(f"--hp {key}={text[:40]}...: the value is nested too deeply to parse") from None
+        value = parse_yaml(text, f"--hp {clipped(key, 40)}={clipped(text, 40)}", lines=False)
         if isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
             with contextlib.suppress(ValueError):
                 value = float(value)
@@ -89,17 +82,17 @@ def load_hyperparams(
     """``default`` merged with the ``scenario`` entry of ``<algo>.yml`` (or ``path``), then with ``overrides``."""
     data = read_hyperparam_file(algo, path)
     if scenario not in data and "default" not in data:  # a flat file (learning_rate: 0.5) would apply nothing
-        keys = ", ".join(map(str, list(data)[:6])) + (", ..." if len(data) > 6 else "") if data else "none"
+        keys = ", ".join(clipped(str(k), 40) for k in list(data)[:6]) + (", ..." if len(data) > 6 else "") or "none"
         raise ValueError(
-            f"{path or HYPERPARAM_DIR / f'{algo}.yml'}: no entry for scenario {scenario!r} and no 'default' entry (its "
-            f"keys: {keys}); expected a mapping of scenario -> hyperparameters, e.g. 'default: {{learning_rate: "
-            f"0.0003}}' or '{scenario}: {{learning_rate: 0.0003}}'"
+            f"{path or HYPERPARAM_DIR / f'{algo}.yml'}: no entry for scenario {shown(scenario)} and no 'default' entry "
+            f"(its keys: {keys}); expected a mapping of scenario -> hyperparameters, e.g. 'default: {{learning_rate: "
+            f"0.0003}}' or '{clipped(scenario, 40)}: {{learning_rate: 0.0003}}'"
         )
     entry = data.get(scenario)
     if entry is not None and not isinstance(entry, dict):
         raise ValueError(
-            f"{path or HYPERPARAM_DIR / f'{algo}.yml'}: the {scenario!r} entry must be a mapping of hyperparameters, "
-            f"got {entry!r:.60}"
+            f"{path or HYPERPARAM_DIR / f'{algo}.yml'}: the {shown(scenario)} entry must be a mapping of "
+            f"hyperparameters, got {shown(entry, 60)}"
         )
     params = merge_config(data.get("default", {}), entry or {})
     return merge_config(params, overrides or {})
@@ -110,7 +103,7 @@ def read_hyperparam_file(algo: str, path: Path | None = None) -> dict[str, Any]:
     it is missing, not YAML, or not such a mapping."""
     file = path or HYPERPARAM_DIR / f"{algo}.yml"
     if not file.exists():
-        raise ValueError(f"no hyperparameter file for algorithm {algo!r}: {file} does not exist")
+        raise ValueError(f"no hyperparameter file for algorithm {shown(algo)}: {file} does not exist")
     data = read_config(file, "the hyperparameter file", yaml=True) or {}
     if not isinstance(data, dict) or not isinstance(data.get("default", {}), dict):
         raise ValueError(f"{file}: expected a mapping of scenario -> hyperparameters with a 'default' entry")

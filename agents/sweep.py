@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import subprocess
@@ -19,6 +18,7 @@ from typing import Any
 from agents.config import finite_json, merge_config, parse_overrides
 from agents.train_config import TrainConfig
 from llmsched_env.common.checks import check_unique
+from llmsched_env.common.files import read_config
 from llmsched_env.common.lifetime import guarded_command
 from llmsched_env.common.outputs import check_output, locked_output, mark_complete, write_text_atomically
 from llmsched_env.evaluation.progress import Progress, status
@@ -64,7 +64,8 @@ def sweep_configs(
 def finished_result(out: Path) -> dict[str, Any]:
     """The result ``train_task`` gives of a training that finished before (kept by a resumed sweep)."""
     summary = out / "summary.json"
-    return {"out": str(out), "returncode": 0, "summary": json.loads(summary.read_text()) if summary.is_file() else None}
+    found = read_config(summary, "the training's summary") if summary.is_file() else None
+    return {"out": str(out), "returncode": 0, "summary": found}
 
 
 def train_task(argv: list[str], cwd: str) -> dict[str, Any]:

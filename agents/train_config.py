@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.config import ALGO_NAMES, HYPERPARAM_DIR, dotted, load_hyperparams, merge_config
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
-from llmsched_env.common.checks import MAX_LOAD, MIN_LOAD, check_unique, is_finite_number
+from llmsched_env.common.checks import MAX_LOAD, MIN_LOAD, check_unique, is_finite_number, shown
 from llmsched_env.common.registry import Registry
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.decision.schema import SCHEMA_VERSION
@@ -126,26 +126,26 @@ class TrainConfig:
         known = [*list_scenarios(), GENERALIST, *list_cluster_scenarios()]
         known += [self.scenario] if self.trace is not None else []
         if self.scenario not in known:
-            raise ValueError(f"scenario: unknown scenario {self.scenario!r}; available: {', '.join(known)}")
+            raise ValueError(f"scenario: unknown scenario {shown(self.scenario)}; available: {', '.join(known)}")
         if self.algo not in ALGO_NAMES:
-            raise ValueError(f"algo: unknown algorithm {self.algo!r}; available: {', '.join(ALGO_NAMES)}")
+            raise ValueError(f"algo: unknown algorithm {shown(self.algo)}; available: {', '.join(ALGO_NAMES)}")
         for name in ("seed", "timesteps", "n_envs"):
             value, low = getattr(self, name), 0 if name == "seed" else 1
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
-                raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
+                raise ValueError(f"{name}: expected an integer >= {low}, got {shown(value)}")
         for name, high in (("timesteps", MAX_TIMESTEPS), ("n_envs", MAX_ENVS)):
             if (getattr(self, name) or 0) > high:
-                raise ValueError(f"{name}: expected an integer in [1, {high:,}], got {getattr(self, name)!r}")
+                raise ValueError(f"{name}: expected an integer in [1, {high:,}], got {shown(getattr(self, name))}")
         if self.vec_env not in ("dummy", "subproc"):
-            raise ValueError(f"vec_env: expected 'dummy' or 'subproc', got {self.vec_env!r}")
+            raise ValueError(f"vec_env: expected 'dummy' or 'subproc', got {shown(self.vec_env)}")
         if not isinstance(self.hp, Mapping):
-            raise ValueError(f"hp: expected a mapping of hyperparameter overrides, got {self.hp!r}")
+            raise ValueError(f"hp: expected a mapping of hyperparameter overrides, got {shown(self.hp)}")
         for name, key in FIELD_HYPERPARAMS.items():  # one value, one place: the field would win without a word
             if getattr(self, name) is not None and key in self.hp:
                 flag = "--" + name.replace("_", "-")
                 raise ValueError(
-                    f"{name}: given twice, as {flag} {getattr(self, name)} and as --hp {key}={self.hp[key]!r} (the "
-                    f"first would override the second); give one of them"
+                    f"{name}: given twice, as {flag} {getattr(self, name)} and as --hp {key}={shown(self.hp[key])} "
+                    f"(the first would override the second); give one of them"
                 )
         registry = self.kind.registry
         if self.bc not in (None, "none"):  # a name, or a comma list (the first that builds for each episode)
@@ -201,7 +201,7 @@ class TrainConfig:
         from llmsched_env.workloads.trace_options import build_trace_scenario
 
         if not isinstance(self.trace, Mapping):
-            raise ValueError(f"trace: expected a mapping of trace options, got {self.trace!r}")
+            raise ValueError(f"trace: expected a mapping of trace options, got {shown(self.trace)}")
         options = {k: v for k, v in self.trace.items() if k != "engine"}
         limits = dict(self.trace.get("engine") or {})
         if self.kind.no_trace is not None:
@@ -271,7 +271,7 @@ def resolve_hyperparams(config: TrainConfig) -> dict[str, Any]:
     _check_file_keys(config, hp)
     own_quick = hp.pop("quick", None) or {}  # the entry's own --quick preset, over QUICK
     if not isinstance(own_quick, Mapping):
-        raise ValueError(f"quick: expected a mapping of hyperparameters for --quick, got {own_quick!r}")
+        raise ValueError(f"quick: expected a mapping of hyperparameters for --quick, got {shown(own_quick)}")
     if config.quick:  # the keys this algorithm takes (A2C has no batch_size, DQN no n_steps)
         takes = {*_model_params(config.algo), *RUN_KEYS}
         hp = merge_config(hp, {k: v for k, v in QUICK.items() if k in takes})
@@ -314,14 +314,14 @@ def _check_file_keys(config: TrainConfig, hp: Mapping[str, Any]) -> None:
         file = config.hyperparams or HYPERPARAM_DIR / f"{config.algo}.yml"
         raise ValueError(
             f"{file}: unknown hyperparameter(s) {', '.join(map(repr, unknown))} for {config.algo} in the entry used "
-            f"for scenario {config.scenario!r}{_hint(unknown[0], known)}"
+            f"for scenario {shown(config.scenario)}{_hint(unknown[0], known)}"
         )
 
 
 def _hint(key: Any, known: list[str]) -> str:
     """``; did you mean 'NAME'?`` with the known name closest to ``key``, else ``; known: ...``."""
     close = difflib.get_close_matches(str(key), known, n=1)
-    return f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}"
+    return f"; did you mean {shown(close[0])}?" if close else f"; known: {', '.join(known)}"
 
 
 def _check_overrides_act(config: TrainConfig, hp: Mapping[str, Any]) -> None:
@@ -414,16 +414,16 @@ def _range_problem(value: Any, bounds: Bounds) -> str | None:
     """Why ``value`` is outside ``bounds`` (``HP_RANGES``), or None."""
     low, low_in, high, high_in, integer = bounds
     if integer and (isinstance(value, bool) or not isinstance(value, int)):
-        return f"must be an integer, got {value!r}"
+        return f"must be an integer, got {shown(value)}"
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        return f"must be a number, got {value!r}"
+        return f"must be a number, got {shown(value)}"
     if (value < low or (value == low and not low_in)) or (value > high or (value == high and not high_in)):
 
         def text(x: float) -> str:
             return "inf" if x == _INF else f"{int(x):,}" if integer else f"{x:g}"
 
         span = f"{'[' if low_in else '('}{text(low)}, {text(high)}{']' if high_in else ')'}"
-        return f"must be {'an integer' if integer else 'a number'} in {span}, got {value!r}"
+        return f"must be {'an integer' if integer else 'a number'} in {span}, got {shown(value)}"
     return None
 
 
@@ -433,11 +433,11 @@ def _network_problem(policy_kwargs: Any) -> str | None:
     if policy_kwargs is None:
         return None
     if not isinstance(policy_kwargs, Mapping):
-        return f"must be a mapping (e.g. {{net_arch: [128, 128]}}), got {policy_kwargs!r}"
+        return f"must be a mapping (e.g. {{net_arch: [128, 128]}}), got {shown(policy_kwargs)}"
     for key, high in (("lstm_hidden_size", MAX_LAYER_WIDTH), ("n_lstm_layers", MAX_LSTM_LAYERS)):
         value = policy_kwargs.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high):
-            return f"{key} must be an integer in [1, {high:,}], got {value!r}"
+            return f"{key} must be an integer in [1, {high:,}], got {shown(value)}"
     arch = policy_kwargs.get("net_arch")
     if arch is None:
         return None
@@ -445,13 +445,13 @@ def _network_problem(policy_kwargs: Any) -> str | None:
     total = 0
     for net in nets:
         if not isinstance(net, (list, tuple)):
-            return f"net_arch must be a list of layer widths (or pi/vf lists), got {arch!r}"
+            return f"net_arch must be a list of layer widths (or pi/vf lists), got {shown(arch)}"
         for width in net:
             if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_LAYER_WIDTH:
-                return f"net_arch widths must be integers in [1, {MAX_LAYER_WIDTH}], got {width!r}"
+                return f"net_arch widths must be integers in [1, {MAX_LAYER_WIDTH}], got {shown(width)}"
         total += sum(a * b for a, b in itertools.pairwise(net))
     if total > MAX_HIDDEN_WEIGHTS:
-        return f"net_arch {arch!r} holds {total:,} weights between hidden layers, over {MAX_HIDDEN_WEIGHTS:,}"
+        return f"net_arch {shown(arch)} holds {total:,} weights between hidden layers, over {MAX_HIDDEN_WEIGHTS:,}"
     return None
 
 
@@ -534,7 +534,7 @@ def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
     known = sorted({*params, *RUN_KEYS})
 
     def fail(key: str, problem: str) -> ValueError:
-        return ValueError(f"hyperparameter {key!r} ({algo}; from the hyperparameter file or --hp): {problem}")
+        return ValueError(f"hyperparameter {shown(key)} ({algo}; from the hyperparameter file or --hp): {problem}")
 
     for key, value in hp.items():
         if key not in params and key not in RUN_KEYS:
@@ -542,13 +542,13 @@ def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
         default = params.get(key, inspect.Parameter.empty)
         if isinstance(default, bool):
             if not isinstance(value, bool):
-                raise fail(key, f"must be true or false, got {value!r}")
+                raise fail(key, f"must be true or false, got {shown(value)}")
         elif isinstance(default, (int, float)) and not is_finite_number(value):
-            raise fail(key, f"must be a finite number, got {value!r}")
+            raise fail(key, f"must be a finite number, got {shown(value)}")
     for key in _RUN_INTS:
         value = hp.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise fail(key, f"must be an integer >= 1, got {value!r}")
+            raise fail(key, f"must be an integer >= 1, got {shown(value)}")
     for key, bounds in HP_RANGES.items():
         value = hp.get(key)
         if value is None or (key in params and not isinstance(params[key], (int, float))):
@@ -566,12 +566,12 @@ def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
             raise fail(key, "must be a number, got nan")
     anchor = hp.get("anchor_coef")
     if anchor is not None and not (is_finite_number(anchor) and anchor >= 0):
-        raise fail("anchor_coef", f"must be a finite number >= 0 (0: no pull towards the start), got {anchor!r}")
+        raise fail("anchor_coef", f"must be a finite number >= 0 (0: no pull towards the start), got {shown(anchor)}")
     if anchor and algo not in ("maskable_ppo", "ppo", "a2c"):
         raise fail("anchor_coef", f"pulls a feed-forward actor-critic policy towards its start; {algo} has none")
     env_kwargs = hp.get("env_kwargs", {})
     if not isinstance(env_kwargs, Mapping):
-        raise fail("env_kwargs", f"must be a mapping of env arguments, got {env_kwargs!r}")
+        raise fail("env_kwargs", f"must be a mapping of env arguments, got {shown(env_kwargs)}")
     env_params = {
         name
         for cls in (LLMSchedEnv, LLMSchedClusterEnv, WorkloadMixEnv)

@@ -51,7 +51,8 @@ from agents.generalist import check_init, init_from_policy, init_network, knee_l
 from agents.sb3 import ALGOS, FLAT_ACTION_ALGOS, make_model
 from agents.train_config import ACTOR_CRITIC_ALGOS, BC_KEYS, RUN_KEYS, TrainConfig, env_kind, resolve_hyperparams
 from agents.wrappers import FlatActions
-from llmsched_env.common.files import CONFIG_BYTES, parse_json, read_text
+from llmsched_env.common.checks import clipped, shown
+from llmsched_env.common.files import CONFIG_BYTES, parse_json, parse_yaml, read_config, read_text
 from llmsched_env.common.lifetime import die_with_parent
 from llmsched_env.common.outputs import (
     COMPLETE_NAME,
@@ -364,23 +365,24 @@ def resumed_hyperparams(config: TrainConfig, hp: dict[str, Any]) -> dict[str, An
     if not path.is_file():
         return hp
     try:
-        earlier = yaml.safe_load(read_text(path, CONFIG_BYTES))
-    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError, RecursionError) as exc:
-        raise ValueError(f"--resume: {path}: cannot read the run's hyperparameters: {exc}"[:400]) from None
+        earlier = read_config(path, "the run's hyperparameters", yaml=True)
+    except ValueError as exc:  # one line naming the file (and line) already
+        raise ValueError(f"--resume: {exc}") from None
     if not isinstance(earlier, dict):
-        raise ValueError(f"--resume: {path}: expected a mapping of the run's hyperparameters, got {earlier!r:.60}")
+        raise ValueError(f"--resume: {path}: expected a mapping of the run's hyperparameters, got {shown(earlier, 60)}")
     skip = {"algo", "scenario", *MAY_CHANGE_ON_RESUME, *START_KEYS}
     theirs = dotted({k: v for k, v in earlier.items() if k not in skip})
-    mine = dotted(yaml.safe_load(yaml.safe_dump({k: v for k, v in hp.items() if k not in skip})))
+    mine = dotted(parse_yaml(yaml.safe_dump({k: v for k, v in hp.items() if k not in skip}), "the hyperparameters"))
     unset = "(unset)"
     differ = [key for key in sorted({*theirs, *mine}) if theirs.get(key, unset) != mine.get(key, unset)]
     if differ:
-        shown = "; ".join(
-            f"{k} {theirs.get(k, unset)!r:.40} there, {mine.get(k, unset)!r:.40} here" for k in differ[:4]
+        listed = "; ".join(
+            f"{clipped(k, 60)} {shown(theirs.get(k, unset), 40)} there, {shown(mine.get(k, unset), 40)} here"
+            for k in differ[:4]
         )
         more = f" and {len(differ) - 4} more" if len(differ) > 4 else ""
         raise ValueError(
-            f"--resume: {config.run_folder} was trained with other hyperparameters ({path.name}): {shown}{more}; "
+            f"--resume: {config.run_folder} was trained with other hyperparameters ({path.name}): {listed}{more}; "
             f"resume with the run's own (its command.txt), or choose another --out (only "
             f"{', '.join(MAY_CHANGE_ON_RESUME)} may change on a resume)"
         )

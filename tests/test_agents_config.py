@@ -39,7 +39,7 @@ def test_scenario_entries_and_overrides_merge_key_by_key() -> None:
 def test_bad_hyperparameters_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="key=value"):
         parse_overrides(["learning_rate"])
-    with pytest.raises(ValueError, match="not valid YAML"):
+    with pytest.raises(ValueError, match=r"^--hp x=\[1, 2: invalid YAML \("):
         parse_overrides(["x=[1, 2"])
     bad = tmp_path / "bad.yml"
     bad.write_text("default: [1, 2]\n")

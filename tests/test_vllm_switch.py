@@ -61,8 +61,8 @@ BAD_CONFIGS: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "alone": ({"control_file": "c"}, r"^AdapterConfig: control_file: switching needs at least one more policy"),
     "string": ({"policies": "slo_aware"}, r"^AdapterConfig: policies must be a list .*got 'slo_aware'"),
-    "entry type": ({"policies": ["slo_aware", 3]}, r"^AdapterConfig: policies: entry 1 must be .*got 3$"),
-    "empty entry": ({"policies": [""]}, r"^AdapterConfig: policies: entry 0 must be .*got ''$"),
+    "entry type": ({"policies": ["slo_aware", 3]}, r"^AdapterConfig: policies\[1\] must be .*got 3$"),
+    "empty entry": ({"policies": [""]}, r"^AdapterConfig: policies\[0\] must be .*got ''$"),
     "control type": ({"policies": ["sjf"], "control_file": 5}, r"^AdapterConfig: control_file must be a string"),
     "schemas": (
         {"policies": ["learned", str(SCHEMA1)]},
@@ -96,7 +96,7 @@ def test_a_bad_policy_set_in_a_file_names_the_file_and_the_control_folder_is_che
     f.write_text("policies: 1\n")
     with pytest.raises(ValueError, match=rf"^{f}: policies must be a list"):
         AdapterConfig.from_file(f)
-    with pytest.raises(ValueError, match=r"^environment: policies: entry 1 must be"):
+    with pytest.raises(ValueError, match=r"^environment: policies\[1\] must be"):
         AdapterConfig.from_env({"LLMSCHED_POLICIES": "sjf,,lpm"})
     with pytest.raises(ValueError, match=r"^AdapterConfig: control_file: cannot write the status beside .*folder"):
         AdapterConfig(policies=("sjf",), control_file=str(tmp_path)).resolve()

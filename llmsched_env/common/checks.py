@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import reprlib
 import unicodedata
 from collections.abc import Iterable
 from typing import Any
@@ -35,6 +36,57 @@ MIN_RATE_RPS = 1e-6
 MAX_RATE_RPS = Bound(1e7, MIN_RATE_RPS)
 MAX_SLO_S = 1e6
 MAX_REWARD_WEIGHT = 1e6
+MAX_POLICY_TIMEOUT_S = 3600.0  # a decision's deadline: threading and setitimer refuse a timeout past about 9e9 s
+
+QUOTE_CHARS = 80  # the most characters of a value an error message quotes (``shown``)
+
+
+class _Short(reprlib.Repr):
+    """``reprlib.Repr`` that never converts a huge integer to text (Python refuses past 4,300 digits)."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        return _integer(x, self.maxlong)
+
+
+def _integer(x: int, limit: int) -> str:
+    """``repr(x)``, cut past ``limit`` digits with its length; past 14,000 bits (Python refuses to write an integer
+    of over 4,300 digits), its length alone."""
+    if x.bit_length() > 14_000:
+        return f"an integer of about {int(x.bit_length() * math.log10(2)) + 1:,} digits"
+    text = repr(x)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text.lstrip('-')):,} digits)"
+
+
+_SHORT = _Short()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 3, QUOTE_CHARS, QUOTE_CHARS, 60
+for _attr in ("maxlist", "maxtuple", "maxdict", "maxset", "maxfrozenset", "maxdeque", "maxarray"):
+    setattr(_SHORT, _attr, 6)
+
+
+def clipped(text: str, limit: int = QUOTE_CHARS) -> str:
+    """``text`` if at most ``limit`` characters, else its first ``limit`` and ``… (2,340,112 characters)``."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def shown(value: object, limit: int = QUOTE_CHARS) -> str:
+    """``repr(value)`` for an error message, at most about ``limit`` characters: a long string cut with its size
+    (``'xxx…' (2,340,112 characters)``), a container shown to 3 levels and 6 items each (``...`` for the rest),
+    with its length when it holds more or is cut past ``limit``. Never builds the whole ``repr`` of a long string, a
+    huge integer or a large (or alias-shared) container."""
+    if isinstance(value, (str, bytes)):
+        text = repr(value[: limit + 1])
+        if len(value) <= limit and len(text) <= limit:
+            return text
+        unit = "characters" if isinstance(value, str) else "bytes"
+        return f"{text[:limit]}… ({len(value):,} {unit})"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _integer(value, limit)
+    text = _SHORT.repr(value)  # a container longer or deeper than it shows: "..." in its place
+    sized = isinstance(value, (list, tuple, dict, set, frozenset))
+    if len(text) <= limit and not (sized and len(value) > _SHORT.maxlist):  # type: ignore[arg-type]
+        return text
+    cut = f"{text[:limit]}…" if len(text) > limit else text
+    return cut + (f" (a {type(value).__name__} of {len(value):,} items)" if sized else "")  # type: ignore[arg-type]
 
 
 def check_positive(
@@ -43,23 +95,27 @@ def check_positive(
     """``value`` if a finite number > 0 (>= 0 with ``allow_zero``) and at most ``maximum``; else ``ValueError``
     naming the range (in ``unit``)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{owner}.{name} must be a number, got {value!r}")
+        raise ValueError(f"{owner}.{name} must be a number, got {shown(value)}")
     if not in_range(value, allow_zero, maximum):
-        raise ValueError(f"{owner}.{name} must be finite and {range_text(allow_zero, maximum, unit)}, got {value!r}")
+        span = range_text(allow_zero, maximum, unit)
+        raise ValueError(f"{owner}.{name} must be finite and {span}, got {shown(value)}")
     return value
 
 
 def check_bool(owner: str, name: str, value: object) -> bool:
     """``value`` if it is ``True`` or ``False`` (not text or a number), else ``ValueError`` naming the field."""
     if not isinstance(value, bool):
-        raise ValueError(f"{owner}.{name} must be True or False, got {value!r}")
+        raise ValueError(f"{owner}.{name} must be True or False, got {shown(value)}")
     return value
 
 
-def check_int(owner: str, name: str, value: int, minimum: int) -> None:
-    """Raise ``ValueError`` unless ``value`` is an integer (Python or numpy) >= ``minimum``."""
+def check_int(owner: str, name: str, value: int, minimum: int, maximum: int | None = None) -> None:
+    """Raise ``ValueError`` unless ``value`` is an integer (Python or numpy) >= ``minimum`` (and <= ``maximum``)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{owner}.{name} must be an integer >= {minimum}, got {value!r}")
+        span = f">= {minimum}" if maximum is None else f"in [{minimum:,}, {maximum:,}]"
+        raise ValueError(f"{owner}.{name} must be an integer {span}, got {shown(value)}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{owner}.{name} must be an integer in [{minimum:,}, {maximum:,}], got {shown(value)}")
 
 
 def check_number(
@@ -78,7 +134,7 @@ def check_number(
     bad_type = isinstance(value, bool) or not isinstance(value, int if integer else (int, float))
     if bad_type or not in_range(value, not positive, maximum):
         raise ValueError(
-            f"{owner}: field '{field}' must be {kind} {range_text(not positive, maximum, unit)}, got {value!r}"
+            f"{owner}: field '{field}' must be {kind} {range_text(not positive, maximum, unit)}, got {shown(value)}"
         )
     return value
 
@@ -122,11 +178,18 @@ def duplicates(values: Iterable[Any]) -> list[Any]:
     return out
 
 
+def listed(values: list[Any], limit: int = 6) -> str:
+    """The first ``limit`` of ``values`` joined by commas (a string as it is, cut past ``QUOTE_CHARS``; anything else
+    ``shown``), and how many in all past that (``a, b, ... (1,024 in all)``)."""
+    text = ", ".join(clipped(v) if isinstance(v, str) else shown(v) for v in values[:limit])
+    return text + (f", ... ({len(values):,} in all)" if len(values) > limit else "")
+
+
 def check_unique(name: str, values: Iterable[Any]) -> None:
     """``ValueError`` naming ``name`` and the repeated value(s) when ``values`` holds one more than once."""
     repeated = duplicates(values)
     if repeated:
-        raise ValueError(f"{name}: {', '.join(map(str, repeated))} given more than once; give each value once")
+        raise ValueError(f"{name}: {listed(repeated)} given more than once; give each value once")
 
 
 def label_fault(name: str, separator: bool = True) -> str | None:
@@ -144,4 +207,4 @@ def check_label(what: str, name: str, separator: bool = True) -> None:
     """``ValueError`` naming ``what`` and ``name`` when ``name`` holds what ``label_fault`` refuses."""
     fault = label_fault(name, separator)
     if fault is not None:
-        raise ValueError(f"{what} {name!r} holds {fault}; names go into tables, which such a character breaks")
+        raise ValueError(f"{what} {shown(name)} holds {fault}; names go into tables, which such a character breaks")

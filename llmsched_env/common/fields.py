@@ -1,6 +1,7 @@
 """Dataclass fields as plain data (``check_fields``, ``from_fields``, ``as_dataclass``, ``to_fields``, ``option``,
 ``derived``) and the one ``KEY=VALUE`` parser (``split_items``, ``coerce``, ``parse_config``) of policy specs,
-``--engine-config``, ``--hp``, trace options and the adapter's environment. Standard library only.
+``--engine-config``, ``--hp``, trace options and the adapter's environment. Standard library only (and
+``common.checks``).
 """
 
 from __future__ import annotations
@@ -12,16 +13,25 @@ from dataclasses import MISSING, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from llmsched_env.common.checks import shown
+
 T = TypeVar("T")
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
-def check_fields(owner: str, keys: Iterable[str], known: Collection[str], required: Iterable[str] = ()) -> None:
-    """``ValueError`` (``owner: ...``) for keys not in ``known`` (listing them) or ``required`` ones missing."""
+def check_fields(owner: str, keys: Iterable[Any], known: Collection[str], required: Iterable[str] = ()) -> None:
+    """``ValueError`` (``owner: ...``) for a key that is no string, keys not in ``known`` (listing them) or
+    ``required`` ones missing."""
     keys = set(keys)
+    odd = next((k for k in keys if not isinstance(k, str)), None)
+    if odd is not None:
+        raise ValueError(
+            f"{owner}: field names are strings, got the {type(odd).__name__} {shown(odd)}; known fields: "
+            f"{sorted(known)}"
+        )
     unknown = sorted(keys - set(known))
     if unknown:
-        raise ValueError(f"{owner}: unknown field(s) {unknown}; known fields: {sorted(known)}")
+        raise ValueError(f"{owner}: unknown field(s) {shown(unknown, 200)}; known fields: {sorted(known)}")
     missing = [k for k in required if k not in keys]
     if missing:
         raise ValueError(f"{owner}: missing field(s) {', '.join(map(repr, missing))}")
@@ -44,7 +54,7 @@ def as_dataclass(cls: type[T], owner: str, value: Any) -> T:
         return value
     if isinstance(value, Mapping):
         return from_fields(cls, owner, value)
-    raise ValueError(f"{owner} must be a {cls.__name__} or a dict of its fields, got {value!r}")
+    raise ValueError(f"{owner} must be a {cls.__name__} or a dict of its fields, got {shown(value)}")
 
 
 def derived() -> Any:
@@ -57,10 +67,18 @@ def to_fields(obj: Any) -> dict[str, Any]:
     return {f.name: getattr(obj, f.name) for f in fields(obj) if f.init}
 
 
-def option(default: Any, *, low: float | None = None, above: bool = False, choices: Collection[Any] = ()) -> Any:
+def option(
+    default: Any,
+    *,
+    low: float | None = None,
+    above: bool = False,
+    high: float | None = None,
+    choices: Collection[Any] = (),
+) -> Any:
     """A dataclass field whose value ``field_problems`` checks against its declared type (``int``, ``float``,
-    ``str``; None where the type allows it), at least ``low`` (more than ``low`` with ``above``) or in ``choices``."""
-    return field(default=default, metadata={"low": low, "above": above, "choices": tuple(choices)})
+    ``str``; None where the type allows it), at least ``low`` (more than ``low`` with ``above``) and at most
+    ``high``, or in ``choices``."""
+    return field(default=default, metadata={"low": low, "above": above, "high": high, "choices": tuple(choices)})
 
 
 def field_problems(obj: Any, where: str) -> list[str]:
@@ -74,20 +92,35 @@ def field_problems(obj: Any, where: str) -> list[str]:
         value, (kind, optional), meta = getattr(obj, f.name), kinds[f.name], f.metadata
         if value is None and optional:
             continue
-        low, choices = meta["low"], meta["choices"]
+        low, high, choices = meta["low"], meta["high"], meta["choices"]
         if choices:
             ok, expected = value in choices, f"one of {', '.join(map(str, choices))}"
         elif kind == "str":
             ok, expected = isinstance(value, str), "a string"
         else:
             ok = isinstance(value, int if kind == "int" else (int, float)) and not isinstance(value, bool)
-            ok = ok and math.isfinite(value) and (low is None or value > low or (value == low and not meta["above"]))
-            expected = ("an integer" if kind == "int" else "a number") + (
-                "" if low is None else f" {'>' if meta['above'] else '>='} {low:g}"
-            )
+            ok = ok and (isinstance(value, int) or math.isfinite(value))  # an int past a float's range is finite
+            ok = ok and (low is None or value > low or (value == low and not meta["above"]))
+            ok = ok and (high is None or value <= high)
+            expected = ("an integer" if kind == "int" else "a number") + _span(low, meta["above"], high)
         if not ok:
-            problems.append(f"{where}: {f.name} must be {expected}, got {value!r}")
+            problems.append(f"{where}: {f.name} must be {expected}, got {shown(value)}")
     return problems
+
+
+def _span(low: float | None, above: bool, high: float | None) -> str:
+    """`` > 0``, `` >= 1``, `` <= 3,600``, `` in (0, 3,600]``, `` in [1, 1,000,000]`` ("" for no bound)."""
+    if low is None and high is None:
+        return ""
+    if high is None:
+        return f" {'>' if above else '>='} {_figure(low)}"
+    if low is None:
+        return f" <= {_figure(high)}"
+    return f" in {'(' if above else '['}{_figure(low)}, {_figure(high)}]"
+
+
+def _figure(x: float | None) -> str:
+    return f"{x:,}" if isinstance(x, int) else f"{x:,.15g}"
 
 
 def split_items(
@@ -107,9 +140,9 @@ def split_items(
         key, eq, value = (part.strip() for part in item.partition("="))
         if not eq or not key or (known is not None and key not in known):
             keys = f" with key one of {', '.join(known)}" if known is not None else ""
-            raise ValueError(f"{prefix}{what} {item!r} is not {form}{keys}")
+            raise ValueError(f"{prefix}{what} {shown(item)} is not {form}{keys}")
         if key in out and not repeat:
-            raise ValueError(f"{prefix}{what} {key!r} is given twice")
+            raise ValueError(f"{prefix}{what} {shown(key)} is given twice")
         out[key] = value
     return out
 
@@ -139,7 +172,7 @@ def coerce(name: str, text: str, kind: str, none: str | None = None, where: str 
             return int(text) if kind == "int" else float(text)
     expected = {"int": "an integer", "float": "a number", "bool": "true or false"}[kind]
     or_none = f" or {none}" if none is not None else ""
-    raise ValueError(f"{where + ': ' if where else ''}{name} must be {expected}{or_none}, got {text!r}")
+    raise ValueError(f"{where + ': ' if where else ''}{name} must be {expected}{or_none}, got {shown(text)}")
 
 
 def parse_config(

@@ -1,14 +1,18 @@
 """Bounded reading of a file a user names: only a regular file (checked before and after the non-blocking open),
 at most its kind's ``ByteLimit`` (raised by an environment variable the error names); ``BoundedReader`` bounds
-a stream's bytes and lines. Refusals are one-line ``FileRefusedError`` (a ``ValueError``).
+a stream's bytes and lines; ``parse_yaml`` bounds a YAML document's nodes, aliases expanded, and ``read_config``
+reads every JSON or YAML config through it or ``parse_json``. Refusals are one-line ``FileRefusedError`` (a
+``ValueError``) or ``ValueError``.
 
     text = read_text(path, CONFIG_BYTES)
+    data = read_config(path, "the adapter config")
     with open_regular(path, TRACE_BYTES) as f: ...
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import importlib
 import io
 import json
@@ -18,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+
+from llmsched_env.common.checks import clipped
 
 _KIB, _MIB, _GIB = 1 << 10, 1 << 20, 1 << 30
 _CHUNK = 1 << 20  # bytes read at a time by BoundedReader.readall
@@ -76,8 +82,11 @@ CONFIG_BYTES = ByteLimit("a JSON or YAML file", 16 * _MIB, "LLMSCHED_MAX_CONFIG_
 RECORD_BYTES = ByteLimit("a live run's records", 1 * _GIB, "LLMSCHED_MAX_RECORD_BYTES")
 SIGNATURE_BYTES = ByteLimit("a checkpoint signature", 4 * _KIB)  # 64 hex digits and a newline
 KEY_BYTES = ByteLimit("the checkpoint key", 4 * _KIB)  # 32 bytes
+# the nodes of a YAML document, each alias counted as the node it repeats: the shipped files hold at most a few
+# hundred; 100,000 is read in about a second, and a value of that size stays cheap to walk, copy and print
+YAML_NODES = CountLimit("a YAML document", 100_000, "LLMSCHED_MAX_YAML_NODES")
 LIMITS = (TRACE_BYTES, TRACE_LINE_BYTES, POLICY_BYTES, CHECKPOINT_BYTES, CONFIG_BYTES, RECORD_BYTES, SIGNATURE_BYTES,
-          KEY_BYTES)  # fmt: skip
+          KEY_BYTES, YAML_NODES)  # fmt: skip
 
 _KINDS: tuple[tuple[Callable[[int], bool], str], ...] = (
     (stat.S_ISDIR, "a folder"),
@@ -253,17 +262,130 @@ class BoundedReader(io.RawIOBase):
 
 
 def parse_json(text: str, **kwargs: Any) -> Any:
-    """``json.loads``, a document nested past the recursion limit raised as a ``json.JSONDecodeError`` (not a
-    ``RecursionError``)."""
+    """``json.loads``, a document nested past the recursion limit or with a number Python refuses to read (an
+    integer of over 4,300 digits) raised as a ``json.JSONDecodeError`` (not a ``RecursionError`` or a bare
+    ``ValueError``)."""
     try:
         return json.loads(text, **kwargs)
     except RecursionError:
         raise json.JSONDecodeError("nested too deeply to parse", text[:80], 0) from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
+        raise json.JSONDecodeError(clipped(str(exc).splitlines()[0], 200), "", 0) from None
+
+
+def parse_yaml(text: str, where: str, lines: bool = True) -> Any:
+    """The YAML document ``text`` as PyYAML's ``safe_load`` reads it, its size bounded with every alias written out
+    (an alias counts the whole node it repeats, so nested aliases cannot multiply a small file into a huge value):
+    at most ``YAML_NODES`` nodes and ``CONFIG_BYTES`` characters of scalars (what a file without aliases may hold);
+    no alias inside the node it names. One-line ``ValueError`` starting with ``where`` (and ``:LINE`` with
+    ``lines``) for a document it refuses or cannot parse."""
+    yaml = importlib.import_module("yaml")  # by name: see read_config
+    loader = _bounded_loader(yaml)(text, YAML_NODES.value(), CONFIG_BYTES.value())
+    try:
+        return loader.get_single_data()
+    except RecursionError:
+        raise ValueError(f"{where}: invalid YAML (nested too deeply to parse)") from None
+    except _YamlRefused as exc:
+        at = f":{exc.line}" if lines else ""
+        raise ValueError(f"{where}{at}: {exc}") from None
+    except Exception as exc:  # yaml.YAMLError (its context, problem and line), a ValueError of a constructor
+        why = "; ".join(str(x) for x in (getattr(exc, "context", None), getattr(exc, "problem", None)) if x)
+        mark = getattr(exc, "problem_mark", None)
+        at = f":{mark.line + 1}" if mark is not None and lines else ""
+        why = clipped(why or (str(exc) or type(exc).__name__).splitlines()[0], 200)
+        raise ValueError(f"{where}{at}: invalid YAML ({why})") from None
+    finally:
+        loader.dispose()
+
+
+class _YamlRefused(Exception):
+    """A YAML document ``parse_yaml`` does not build (too large expanded, a recursive alias), at 1-based ``line``."""
+
+    def __init__(self, message: str, line: int) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+@functools.cache
+def _bounded_loader(yaml: Any) -> type:
+    """A ``yaml.SafeLoader`` counting the nodes and scalar characters of the document it composes, an alias as the
+    expanded size of the node it names (kept per node: one visit of each node in all), refusing past its bounds."""
+
+    class BoundedLoader(yaml.SafeLoader):  # type: ignore[misc,name-defined]
+        def __init__(self, stream: str, max_nodes: int, max_chars: int) -> None:
+            super().__init__(stream)
+            self.bounds = (max_nodes, max_chars)
+            self.nodes, self.chars = 0, 0
+            self.sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (nodes, characters), expanded
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            event = self.peek_event()
+            if isinstance(event, yaml.AliasEvent):
+                target = self.anchors.get(event.anchor)  # None: PyYAML refuses the undefined alias
+                nodes, chars = self.expanded(target, event) if target is not None else (0, 0)
+            else:
+                nodes, chars = 1, len(getattr(event, "value", "") or "")
+            self.nodes, self.chars = self.nodes + nodes, self.chars + chars
+            line = event.start_mark.line + 1
+            if self.nodes > self.bounds[0]:
+                raise _YamlRefused(
+                    f"the YAML document holds more than {self.bounds[0]:,} nodes with its aliases written out, the "
+                    f"limit for {YAML_NODES.what}{YAML_NODES.hint()}",
+                    line,
+                )
+            if self.chars > self.bounds[1]:
+                raise _YamlRefused(
+                    f"the YAML document's values hold more than {self.bounds[1]:,} characters with its aliases "
+                    f"written out, the limit for {CONFIG_BYTES.what}{CONFIG_BYTES.hint()}",
+                    line,
+                )
+            return super().compose_node(parent, index)
+
+        def expanded(self, node: Any, event: Any) -> tuple[int, int]:
+            """The nodes and scalar characters of ``node`` with every alias in it written out (each capped just past
+            its bound)."""
+            sizes, (max_nodes, max_chars) = self.sizes, self.bounds
+            stack = [(node, False)]
+            while stack:
+                item, ready = stack.pop()
+                if id(item) in sizes:
+                    continue
+                if isinstance(item, yaml.ScalarNode):
+                    sizes[id(item)] = (1, len(item.value))
+                    continue
+                if item.end_mark is None:  # still being composed: the alias is inside it
+                    raise _YamlRefused(
+                        f"the alias *{clipped(event.anchor, 40)} is inside the node it names (a recursive alias, "
+                        "which no config needs)",
+                        event.start_mark.line + 1,
+                    )
+                kids = _children(yaml, item)
+                if ready:
+                    nodes = 1 + sum(sizes[id(k)][0] for k in kids)
+                    chars = sum(sizes[id(k)][1] for k in kids)
+                    sizes[id(item)] = (min(nodes, max_nodes + 1), min(chars, max_chars + 1))
+                else:
+                    stack.append((item, True))
+                    stack.extend((k, False) for k in kids if id(k) not in sizes)
+            return sizes[id(node)]
+
+    return BoundedLoader
+
+
+def _children(yaml: Any, node: Any) -> list[Any]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
 
 
 def read_config(path: str | os.PathLike[str], what: str, yaml: bool = False) -> Any:
-    """The YAML (with ``yaml``, or a ``.yaml``/``.yml`` file) or JSON document in the file ``path`` (at most
-    ``CONFIG_BYTES``); one-line ``ValueError`` naming the file when it cannot be read (``what`` it is) or parsed."""
+    """The YAML (with ``yaml``, or a ``.yaml``/``.yml`` file; ``parse_yaml``, its aliases bounded) or JSON
+    (``parse_json``) document in the file ``path`` (at most ``CONFIG_BYTES``); one-line ``ValueError`` naming the
+    file (and the line where the parser tells it) when it cannot be read (``what`` it is) or parsed."""
     p = Path(path)
     try:
         text = read_text(p, CONFIG_BYTES)
@@ -271,15 +393,10 @@ def read_config(path: str | os.PathLike[str], what: str, yaml: bool = False) -> 
         raise
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{p}: cannot read {what} ({exc})") from None
-    kind = "YAML" if yaml or p.suffix in (".yaml", ".yml") else "JSON"
-    try:
-        # yaml by name: the compiled engine's type check follows this module and sees only the build requirements
-        return parse_json(text) if kind == "JSON" else importlib.import_module("yaml").safe_load(text)
-    except RecursionError:
-        raise ValueError(f"{p}: invalid YAML (nested too deeply to parse)") from None
-    except Exception as exc:  # yaml.YAMLError (its context, problem and line), json.JSONDecodeError
-        why = "; ".join(str(x) for x in (getattr(exc, "context", None), getattr(exc, "problem", None)) if x)
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        why = why or (str(exc) or type(exc).__name__).splitlines()[0]
-        raise ValueError(f"{p}{line}: invalid {kind} ({why})") from None
+    if not (yaml or p.suffix in (".yaml", ".yml")):
+        try:
+            return parse_json(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{p}: invalid JSON ({clipped(str(exc).splitlines()[0], 200)})") from None
+    # yaml by name: the compiled engine's type check follows this module and sees only the build requirements
+    return parse_yaml(text, str(p))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmsched_env.common.checks import clipped, shown
 from llmsched_env.common.outputs import package_dir
 from llmsched_env.decision.planners.lookahead import LOOKAHEAD, LookaheadConfig, parse_lookahead
 from llmsched_env.decision.planners.mpc import MPC, MPCConfig, mpc_for, parse_mpc
@@ -158,6 +159,14 @@ def _check_label(entry: str, spec: PolicySpec) -> None:
     )
 
 
+def _exists(path: Path) -> bool:
+    """Whether ``path`` names something, False for a name no file can have (too long: ``ENAMETOOLONG``)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
 def _same_path(a: Path, b: Path) -> bool:
     """Whether ``a`` is ``b`` or the ``policy.json`` inside folder ``b``."""
     try:
@@ -189,21 +198,25 @@ def _resolve(entry: str) -> PolicySpec:
     if not sep:
         alias, target = "", entry
     elif not alias or not target:
-        raise ValueError(f"policy {entry!r}: expected name=path")
+        raise ValueError(f"policy {shown(entry)}: expected name=path")
     if target in names:
         return PolicySpec(alias, baseline=target)
     path = Path(target).expanduser()
-    if not path.exists() and target.startswith(SHIPPED_POLICIES_PREFIX):  # outside a checkout: the shipped copy
+    if not _exists(path) and target.startswith(SHIPPED_POLICIES_PREFIX):  # outside a checkout: the shipped copy
         shipped = shipped_policies() / target[len(SHIPPED_POLICIES_PREFIX) :]
-        path = shipped if shipped.exists() else path
-    if not path.exists() and target.startswith(TUNED_PREFIX):
+        path = shipped if _exists(shipped) else path
+    if not _exists(path) and target.startswith(TUNED_PREFIX):
         raise ValueError(
-            f"policy {entry!r}: tuned:SCENARIO (another scenario's settings) is a training teacher's candidate, not "
-            "a policy to judge; evaluate with --policies tuned, the settings tuned for the scenario or trace at hand "
-            "(llmsched-tune --scenarios NAME, or llmsched-tune --trace FILE with its trace options) or tuned=TABLE.json"
+            f"policy {shown(entry)}: tuned:SCENARIO (another scenario's settings) is a training teacher's candidate, "
+            "not a policy to judge; evaluate with --policies tuned, the settings tuned for the scenario or trace at "
+            "hand (llmsched-tune --scenarios NAME, or llmsched-tune --trace FILE with its trace options) or "
+            "tuned=TABLE.json"
         )
-    if not path.exists():
-        raise ValueError(f"unknown policy {entry!r}: not a baseline ({', '.join(names)}) and no file or folder {path}")
+    if not _exists(path):
+        raise ValueError(
+            f"unknown policy {shown(entry)}: not a baseline ({', '.join(names)}) and no file or folder "
+            f"{clipped(str(path))}"
+        )
     if is_tuned_table(path) or (alias == "tuned" and not path.is_dir()):  # a FIFO or device too: refused there
         load_tuned_table(path)  # a malformed table fails now, naming the file
         return PolicySpec(alias or path.stem, baseline="tuned", table=path)

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from llmsched_env.common.files import CONFIG_BYTES, parse_json, read_text
 from llmsched_env.common.outputs import write_csv, write_text_atomically
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.linear import LinearCostModel
@@ -38,6 +39,7 @@ from llmsched_env.live.design import MIN_AA_PAIRS, floored_sd, paired_difference
 from llmsched_env.live.fit import fit_live_cost_model, live_fit_report
 from llmsched_env.live.host import HOST_BUSY_MAX, CpuMeter, block_flag, calibration_check, refusal, sample_host
 from llmsched_env.live.logs import LiveRun, ServerLogTail, load_run
+from llmsched_env.live.records import jsonl_records
 from llmsched_env.live.regimes import choose_regimes
 from llmsched_env.live.replay import frontend_delay_s
 from llmsched_env.live.server import (
@@ -558,7 +560,7 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
 def _server_limits(path: Path) -> dict[str, Any]:
     """The engine limits the adapter logged at the server's start (``engine.json``)."""
     try:
-        engine = json.loads(path.read_text())
+        engine = parse_json(read_text(path, CONFIG_BYTES))
         return {k: int(engine[k]) for k in ("num_kv_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens",
                                             "max_model_len")}  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -824,8 +826,8 @@ def run_experiment(config: ExperimentConfig, log: Callable[[str], None] | None =
 
 def _rounds_played(path: Path) -> int:
     """The compared rounds in a cell's ``blocks.jsonl`` (the highest round of a compared block, plus one)."""
-    rounds = [int(r["round"]) + 1 for line in path.read_text().splitlines() if line.strip()
-              for r in [json.loads(line)] if r.get("arm") in (CONTROL, AA_ARM) and "calibration" not in r]  # fmt: skip
+    rounds = [int(r["round"]) + 1 for _, r in jsonl_records(path)
+              if r.get("arm") in (CONTROL, AA_ARM) and "calibration" not in r]  # fmt: skip
     if not rounds:
         raise ValueError(f"{path}: no compared block")
     return max(rounds)
@@ -836,7 +838,7 @@ def replication_config(old: Path, out: Path, seed: int, **kw: Any) -> Experiment
     the streams of ``seed``, which must differ from the run's own; ``kw`` overrides the rest (port, pinning...)."""
     path = old / "experiment.json"
     try:
-        record = json.loads(path.read_text())
+        record = parse_json(read_text(path, CONFIG_BYTES))  # a FIFO, a huge or deeply nested file: a ValueError
         given = record["config"]
         old_seed = int(given.get("seed", 0))
         loads: dict[str, tuple[float, ...]] = {}

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from llmsched_env.common.checks import shown
 from llmsched_env.common.files import RECORD_BYTES, parse_json, read_text
 
 __all__ = [
@@ -153,12 +154,12 @@ def _fields(
         if name not in data:
             raise ValueError(f"{where}: missing field '{name}'")
         if not _ok(kind, data[name]):
-            raise ValueError(f"{where}: field '{name}' must be {_kind_text(kind)}, got {data[name]!r}")
+            raise ValueError(f"{where}: field '{name}' must be {_kind_text(kind)}, got {shown(data[name])}")
     out = {name: data[name] for name in spec}
     for name, kind in (optional or {}).items():
         out[name] = data.get(name)
         if not _ok(kind, out[name]):
-            raise ValueError(f"{where}: field '{name}' must be {_kind_text(kind)}, got {out[name]!r}")
+            raise ValueError(f"{where}: field '{name}' must be {_kind_text(kind)}, got {shown(out[name])}")
     return out
 
 
@@ -225,7 +226,7 @@ def read_plan(path: str | Path) -> list[PlannedRequest]:
     for i, entry in enumerate(data):
         f = _fields(f"{p}: entry {i}", entry, _PLAN_FIELDS)
         if f["label"] in seen:
-            raise ValueError(f"{p}: entry {i}: field 'label' {f['label']!r} repeats entry {seen[f['label']]}")
+            raise ValueError(f"{p}: entry {i}: field 'label' {shown(f['label'])} repeats entry {seen[f['label']]}")
         seen[f["label"]] = i
         send_s = None if f["send_s"] is None else float(f["send_s"])
         out.append(PlannedRequest(f["label"], f["tenant"], f["prompt_tokens"], f["output_tokens"], send_s))
@@ -247,7 +248,7 @@ def read_client_result(path: str | Path, num_requests: int) -> ClientResult:
             raise ValueError(f"{p}: field '{name}' has {len(values)} entries, requests.json has {num_requests}")
         for i, v in enumerate(values):
             if not _ok(kind, v):
-                raise ValueError(f"{p}: field '{name}' entry {i} must be {_kind_text(kind)}, got {v!r}")
+                raise ValueError(f"{p}: field '{name}' entry {i} must be {_kind_text(kind)}, got {shown(v)}")
         lists[name] = values
     starts = raw.get("start_times")
     if starts is not None and (

@@ -30,6 +30,7 @@ import numpy as np
 
 from llmsched_env.adapters.vllm.serve_log import LABEL_KEY
 from llmsched_env.adapters.vllm.state import TENANT_KEY
+from llmsched_env.common.files import CONFIG_BYTES, RECORD_BYTES, parse_json, read_text
 from llmsched_env.common.outputs import write_text_atomically
 from llmsched_env.engine.config import SLO_CLASSES
 
@@ -176,7 +177,7 @@ class ExternalServer:
             except OSError:
                 healthy = False
             with contextlib.suppress(OSError, ValueError):
-                answer = json.loads(status.read_text())
+                answer = parse_json(read_text(status, CONFIG_BYTES))
                 seen = f"{status} names {answer.get('loaded')}"
                 if healthy and answer["at"] >= written and set(self.policies) <= set(answer["loaded"]):
                     return time.monotonic() - t0
@@ -317,8 +318,8 @@ def check_tenants(log_dir: Path, sidecar: list[dict[str, Any]]) -> dict[str, int
     sent = {r["label"]: r["tenant"] for r in sidecar}
     seen: dict[str, list[str]] = {}
     path = log_dir / "requests.jsonl"
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        rec = json.loads(line)
+    for line in read_text(path, RECORD_BYTES).splitlines() if path.is_file() else []:
+        rec = parse_json(line)
         if rec.get("label") in sent:
             seen.setdefault(rec["label"], []).append(rec["tenant"])
     problems = [f"{lab}: never reached the scheduler" for lab in sent if lab not in seen]
@@ -409,7 +410,7 @@ def run_experiment(args: argparse.Namespace) -> None:
                         f"{result['request_throughput']:.2f} req/s, TTFT p50 {result['median_ttft_ms']:.0f} ms"
                     )
                     if adapter is not None:
-                        sidecar = json.loads((run / "requests.json").read_text())
+                        sidecar = parse_json(read_text(run / "requests.json", RECORD_BYTES))
                         time.sleep(1.5)  # the scheduler writes its log within a second of going idle
                         counts = check_tenants(folder / "server-log", sidecar)
                         line += f", tenants checked {counts}"

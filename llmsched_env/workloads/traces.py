@@ -15,7 +15,7 @@ import json
 import math
 import os
 import zlib
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date
@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from llmsched_env.common.checks import shown
 from llmsched_env.common.files import (
     TRACE_BYTES,
     TRACE_LINE_BYTES,
@@ -220,7 +221,7 @@ class _Rows:
 
 def _field_label(names: Mapping[str, str], fld: str, kind: str) -> str:
     own = names[fld]
-    return f"{kind} {own!r}" + (f" ({fld})" if own != fld else "")
+    return f"{kind} {shown(own)}" + (f" ({fld})" if own != fld else "")
 
 
 class _Parser:
@@ -270,7 +271,7 @@ class _Parser:
         for fld, dest in (("prompt_len", rows.prompts), ("output_len", rows.outputs)):
             number = _as_int(values[fld])
             if number is None or not 1 <= number <= _MAX_TOKENS:
-                problem = f"must be a positive integer (1 to 2**40 tokens), got {_short(values[fld])}"
+                problem = f"must be a positive integer (1 to 2**40 tokens), got {shown(values[fld], 60)}"
                 raise self.error(line, fld, problem)
             dest.append(number)
         if rows.times is not None:
@@ -278,7 +279,7 @@ class _Parser:
             if self.clock:
                 parsed = _wallclock(raw, self._days)
                 if parsed is None:
-                    problem = f"must be a time like '2023-11-16 18:15:46.6805900' (seconds 00-59), got {_short(raw)}"
+                    problem = f"must be a time like '2023-11-16 18:15:46.6805900' (seconds 00-59), got {shown(raw, 60)}"
                     raise self.error(line, "arrival", problem)
                 if self._base is None:
                     self._base = parsed[0]
@@ -286,19 +287,19 @@ class _Parser:
             else:
                 seconds = _as_time(raw)
                 if seconds is None:
-                    raise self.error(line, "arrival", f"must be a finite number, got {_short(raw)}")
+                    raise self.error(line, "arrival", f"must be a finite number, got {shown(raw, 60)}")
                 if seconds < 0:
-                    raise self.error(line, "arrival", f"must not be negative, got {raw!r}")
+                    raise self.error(line, "arrival", f"must not be negative, got {shown(raw, 60)}")
                 rows.times.append(seconds)
         if rows.prefix is not None:
             ids = _as_ids(values["prefix_ids"])
             if ids is None:
-                got = _short(values["prefix_ids"])
+                got = shown(values["prefix_ids"], 60)
                 problem = f"must be a list of integer ids (JSON list or space-separated integers), got {got}"
                 raise self.error(line, "prefix_ids", problem)
             bad = next((h for h in ids if not 0 <= h < _MAX_PREFIX_ID), None)
             if bad is not None:
-                raise self.error(line, "prefix_ids", f"ids must be integers from 0 to 2**63 - 1, got {_short(bad)}")
+                raise self.error(line, "prefix_ids", f"ids must be integers from 0 to 2**63 - 1, got {shown(bad, 60)}")
             blocks = -(-rows.prompts[-1] // self.prefix_id_tokens)
             if len(ids) > blocks:
                 problem = (f"has {len(ids)} ids but the prompt of {rows.prompts[-1]} tokens has only {blocks} block(s) "
@@ -308,17 +309,12 @@ class _Parser:
         if rows.tenants is not None:
             tenant = values["tenant"]
             if isinstance(tenant, bool) or not isinstance(tenant, (str, int)) or tenant == "":
-                raise self.error(line, "tenant", f"must be a non-empty string or integer, got {_short(tenant)}")
+                raise self.error(line, "tenant", f"must be a non-empty string or integer, got {shown(tenant, 60)}")
             name = str(tenant)
             if name not in self._tenants:
                 self._new_tenant(line, name)
             rows.tenants.append(name)
         rows.lines.append(line)
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _parse_csv(path: Path, given: Mapping[str, Any], clock: bool = False,
@@ -335,16 +331,17 @@ def _parse_csv(path: Path, given: Mapping[str, Any], clock: bool = False,
         names = next((n for n in given.values() if all(c in header for c in n.values())), {})
         if not names:
             accepted = "; ".join(f"{fmt}: {','.join(n.values())}" for fmt, n in given.items())
-            raise TraceError(f"{path}:1: unknown header {header}; expected columns including one of: {accepted}")
+            raise TraceError(f"{path}:1: unknown header {shown(header, 200)}; expected columns including one of: "
+                             f"{accepted}")
     expected = list(names.values())
-    twice = sorted({col for col in header if col and header.count(col) > 1})
+    twice = sorted(col for col, n in Counter(header).items() if col and n > 1)  # one pass: a header may be 1 MiB
     if twice:
-        raise TraceError(f"{path}:{header_i + 1}: column(s) {twice} appear more than once in the CSV header; which one "
-                         f"holds the data is ambiguous, rename or drop the duplicates")
+        raise TraceError(f"{path}:{header_i + 1}: column(s) {shown(twice, 200)} appear more than once in the CSV "
+                         f"header; which one holds the data is ambiguous, rename or drop the duplicates")
     missing = [col for col in expected if col not in header]
     if missing:
         raise TraceError(f"{path}:{header_i + 1}: missing column(s) {missing} in the CSV header; found columns "
-                         f"{header}, expected {expected}")
+                         f"{shown(header, 200)}, expected {expected}")
     index = {fld: header.index(col) for fld, col in names.items()}
     parser = _Parser(path, names, "column", clock=clock, prefix_id_tokens=prefix_id_tokens)
 
@@ -361,8 +358,8 @@ def _parse_csv(path: Path, given: Mapping[str, Any], clock: bool = False,
             raise TraceError(f"{path}:{i + 1}: malformed CSV row ({e})") from None
         if len(row) > len(header) and any(cell.strip() for cell in row[len(header) :]):
             raise TraceError(f"{path}:{i + 1}: the row has {len(row)} fields but the header {len(header)}; "
-                             f"{_short(row[len(header) :])} belong(s) to no column (a stray comma, or a column missing "
-                             f"from the header?)")
+                             f"{shown(row[len(header) :], 60)} belong(s) to no column (a stray comma, or a column "
+                             f"missing from the header?)")
         parser.add_record(i + 1, [cell.strip() for cell in row], index, missing_cell)
     if not parser.rows.lines:
         raise TraceError(f"{path}:{header_i + 2}: no data rows after the header on line {header_i + 1}")
@@ -378,18 +375,15 @@ def _parse_jsonl(path: Path, names: Mapping[str, str], prefix_id_tokens: int = M
     parser = _Parser(path, names, "key", prefix_id_tokens=prefix_id_tokens)
 
     def missing_key(obj: dict[str, Any]) -> str:
-        return f"is missing; found keys {sorted(obj)}, expected {list(names.values())}"
+        return f"is missing; found keys {shown(sorted(obj), 200)}, expected {list(names.values())}"
 
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-        except ValueError as e:
-            detail = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else str(e)
-            raise TraceError(f"{path}:{i + 1}: invalid JSON ({detail})") from None
-        except RecursionError:
-            raise TraceError(f"{path}:{i + 1}: invalid JSON (nested too deeply)") from None
+            obj = parse_json(line)  # nested too deeply, an integer of over 4,300 digits: a JSONDecodeError
+        except json.JSONDecodeError as e:
+            raise TraceError(f"{path}:{i + 1}: invalid JSON ({e.msg} at column {e.colno})") from None
         if not isinstance(obj, dict):
             raise TraceError(f"{path}:{i + 1}: expected a JSON object per line, got {type(obj).__name__}")
         parser.add_record(i + 1, obj, names, missing_key)

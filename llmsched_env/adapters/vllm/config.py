@@ -1,6 +1,8 @@
 """What ``LLMSchedScheduler`` runs: ``AdapterConfig``, from a YAML/JSON file or the environment, checked in full
-before vLLM builds anything (no vLLM imported). Errors are one line each naming the file (or ``environment``)
-and the field, all reported together.
+before vLLM builds anything (no vLLM imported): string keys, integers that are integers, finite numbers within
+their ranges, names that are strings, no NUL in a name or path, at most ``MAX_TENANTS`` tenants. Errors are one line
+each naming the file (or ``environment``) and the field path (``tenants[3].priority``), the first ``MAX_PROBLEMS``
+reported together.
 """
 
 from __future__ import annotations
@@ -10,8 +12,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmsched_env.common.checks import (
+    MAX_POLICY_TIMEOUT_S,
+    MAX_RATE_RPS,
+    MAX_SLO_S,
+    Bound,
+    check_int,
+    check_positive,
+    duplicates,
+    listed,
+    shown,
+)
 from llmsched_env.common.fields import check_fields, coerce, field_kinds, field_problems, option
 from llmsched_env.common.files import read_config
+from llmsched_env.common.tenants import MAX_TENANTS, tenant_name_problem, too_many_tenants
 from llmsched_env.costs.base import CostModel
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.decider import DECIDER_MODES
@@ -23,38 +37,67 @@ __all__ = ["CONFIG_ENV", "CONFIG_FIELDS", "AdapterConfig", "ResolvedAdapter"]
 CONFIG_ENV = "LLMSCHED_VLLM_CONFIG"  # path of a YAML or JSON file holding AdapterConfig's fields
 
 
-def _tenant(entry: Any, where: str, errors: list[str]) -> TenantConfig | None:
-    """A ``TenantConfig`` from ``{name, slo, weight, priority}``; None with the problem in ``errors``."""
+TENANT_FIELDS = ("name", "slo", "weight", "priority")  # a tenant's mapping's keys, "name" required
+SLO_FIELDS = ("ttft_s", "tpot_s")  # an slo's mapping's keys, both required
+MAX_PRIORITY = 1_000_000  # a tenant's priority is an integer in [-MAX_PRIORITY, MAX_PRIORITY] (lower runs first)
+TENANT_WEIGHT = Bound(1e6, 1e-6)  # a tenant's share weight (VTC)
+MAX_ITERATIONS_PER_STEP = 1_000_000  # a decision held past a million engine steps is a mistyped figure
+MAX_SEED = 2**63 - 1
+
+
+def _tenant(entry: Any, at: str) -> TenantConfig:
+    """A ``TenantConfig`` from ``{name, slo, weight, priority}`` (``at``: ``FILE: tenants[3]``); one-line
+    ``ValueError`` naming ``at`` and the field (``tenants[3].priority``) otherwise. Nothing is converted: a weight
+    of ``true``, a priority of 1.7 or a name that is a list are refused, not read as 1.0, 1 or its text."""
     if isinstance(entry, TenantConfig):
         return entry
     if not isinstance(entry, dict) or "name" not in entry:
-        errors.append(f"{where}: tenants: each tenant must be a mapping with a 'name', got {entry!r}")
-        return None
+        raise ValueError(f"{at} must be a mapping with a 'name', got {shown(entry)}")
+    check_fields(at, entry, TENANT_FIELDS)
     name = entry["name"]
-    unknown = set(entry) - {"name", "slo", "weight", "priority"}
-    if unknown:
-        errors.append(f"{where}: tenants: tenant {name!r} has unknown field(s) {sorted(unknown)}")
-        return None
+    problem = tenant_name_problem(name)
+    if problem is not None:
+        raise ValueError(f"{at}.name {problem}")
     slo = entry.get("slo", "chat")
     if isinstance(slo, str):
         if slo not in SLO_CLASSES:
-            errors.append(f"{where}: tenants: tenant {name!r}: unknown slo {slo!r}; one of {', '.join(SLO_CLASSES)}")
-            return None
+            raise ValueError(f"{at}.slo: unknown slo {shown(slo)}; one of {', '.join(SLO_CLASSES)}")
         slo_class = SLO_CLASSES[slo]
-    elif isinstance(slo, dict) and set(slo) == {"ttft_s", "tpot_s"}:
-        try:
-            slo_class = SLOClass(str(name), float(slo["ttft_s"]), float(slo["tpot_s"]))
-        except (TypeError, ValueError) as exc:
-            errors.append(f"{where}: tenants: tenant {name!r}: slo: {exc}")
-            return None
+    elif isinstance(slo, dict):
+        check_fields(f"{at}.slo", slo, SLO_FIELDS, SLO_FIELDS)
+        for key in SLO_FIELDS:
+            check_positive(f"{at}.slo", key, slo[key], maximum=MAX_SLO_S, unit="s")
+        slo_class = SLOClass(name, slo["ttft_s"], slo["tpot_s"])
     else:
-        errors.append(f"{where}: tenants: tenant {name!r}: slo must be a class name or {{ttft_s, tpot_s}}")
-        return None
-    try:
-        return TenantConfig(str(name), slo_class, float(entry.get("weight", 1.0)), int(entry.get("priority", 0)))
-    except (TypeError, ValueError) as exc:
-        errors.append(f"{where}: tenants: tenant {name!r}: {exc}")
-        return None
+        raise ValueError(f"{at}.slo must be a class name or {{ttft_s, tpot_s}}, got {shown(slo)}")
+    weight = check_positive(at, "weight", entry.get("weight", 1.0), maximum=TENANT_WEIGHT)
+    check_int(at, "priority", entry.get("priority", 0), -MAX_PRIORITY, MAX_PRIORITY)
+    return TenantConfig(name, slo_class, weight, entry.get("priority", 0))
+
+
+def _tenants(tenants: Any, w: str, errors: list[str]) -> list[TenantConfig]:
+    """The ``TenantConfig``s of ``tenants`` (a list or tuple of at most ``MAX_TENANTS``, names distinct); each
+    problem, a line naming ``tenants[i]`` and the field, in ``errors``."""
+    if not isinstance(tenants, (list, tuple)):  # a string would read as one tenant per character
+        errors.append(f"{w}: tenants must be a list of mappings {{name, slo, weight, priority}}, got {shown(tenants)}")
+        return []
+    if not tenants:
+        errors.append(f"{w}: tenants needs at least one tenant")
+        return []
+    bound = MAX_TENANTS.value()
+    if len(tenants) > bound:
+        errors.append(f"{w}: tenants: {too_many_tenants(len(tenants), bound)}")
+        return []
+    out = []
+    for i, entry in enumerate(tenants):
+        try:
+            out.append(_tenant(entry, f"{w}: tenants[{i}]"))
+        except ValueError as exc:
+            errors.append(str(exc))
+    repeated = duplicates(t.name for t in out)
+    if repeated:
+        errors.append(f"{w}: tenants: names must be unique; {listed(repeated)} given more than once")
+    return out
 
 
 @dataclass(frozen=True)
@@ -93,10 +136,10 @@ class AdapterConfig:
     policy: str = "fcfs"
     tenants: tuple[Any, ...] = (TenantConfig("default"),)
     cost_model: str | CostModel = "llama3-8b-h100"
-    iterations_per_step: int | None = option(None, low=1)
-    policy_timeout_s: float = option(0.1, low=0, above=True)
-    nominal_rate_rps: float = option(1.0, low=0, above=True)
-    seed: int = option(0)
+    iterations_per_step: int | None = option(None, low=1, high=MAX_ITERATIONS_PER_STEP)
+    policy_timeout_s: float = option(0.1, low=0, above=True, high=MAX_POLICY_TIMEOUT_S)
+    nominal_rate_rps: float = option(1.0, low=0, above=True, high=MAX_RATE_RPS)
+    seed: int = option(0, low=0, high=MAX_SEED)
     scenario: str = option("")
     log_dir: str = option("")
     policy_deadline: str = option("auto", choices=DECIDER_MODES)
@@ -107,31 +150,34 @@ class AdapterConfig:
     def __post_init__(self) -> None:
         w, errors = self.where, []
         if not isinstance(self.policy, str) or not self.policy:
-            errors.append(f"{w}: policy must be a scheduler name or a policy path, got {self.policy!r}")
-        tenants = [_tenant(t, w, errors) for t in self.tenants]
-        names = [t.name for t in tenants if t is not None]
-        if not self.tenants:
-            errors.append(f"{w}: tenants needs at least one tenant")
-        elif len(set(names)) != len(names):
-            errors.append(f"{w}: tenants: names must be unique, got {names}")
-        object.__setattr__(self, "tenants", tuple(t for t in tenants if t is not None))
+            errors.append(f"{w}: policy must be a scheduler name or a policy path, got {shown(self.policy)}")
+        object.__setattr__(self, "tenants", tuple(_tenants(self.tenants, w, errors)))
         errors += field_problems(self, w)
         policies = self.policies
         if not isinstance(policies, (list, tuple)):  # a bare string would read as one policy per character
-            errors.append(f"{w}: policies must be a list of scheduler names or policy paths, got {policies!r}")
+            errors.append(f"{w}: policies must be a list of scheduler names or policy paths, got {shown(policies)}")
         else:
             object.__setattr__(self, "policies", tuple(policies))
             for i, entry in enumerate(policies):
                 if not isinstance(entry, str) or not entry:
-                    errors.append(f"{w}: policies: entry {i} must be a scheduler name or a policy path, got {entry!r}")
+                    errors.append(f"{w}: policies[{i}] must be a scheduler name or a policy path, got {shown(entry)}")
             if isinstance(self.control_file, str) and self.control_file and not policies:
                 errors.append(
-                    f"{w}: control_file: switching needs at least one more policy in policies besides {self.policy!r}"
+                    f"{w}: control_file: switching needs at least one more policy in policies besides "
+                    f"{shown(self.policy)}"
                 )
         if not isinstance(self.cost_model, (str, CostModel)) or self.cost_model == "":
-            errors.append(f"{w}: cost_model must be a preset name, a JSON path or a CostModel")
+            errors.append(
+                f"{w}: cost_model must be a preset name, a JSON path or a CostModel, got {shown(self.cost_model)}"
+            )
+        texts = [(name, getattr(self, name)) for name in TEXT_FIELDS]
+        texts += [
+            (f"policies[{i}]", p) for i, p in enumerate(self.policies if isinstance(self.policies, tuple) else ())
+        ]
+        errors += [f"{w}: {name} holds a NUL character, which no name or path can hold, got {shown(text)}"
+                   for name, text in texts if isinstance(text, str) and "\0" in text]  # fmt: skip
         if errors:
-            raise ValueError("\n".join(errors))
+            raise ValueError(_lines(errors, w))
 
     def resolve(self) -> ResolvedAdapter:
         """Load every policy, the cost model and tuned entry; ``ValueError`` with one line per problem."""
@@ -167,7 +213,7 @@ class AdapterConfig:
                 reason = getattr(exc, "strerror", None) or str(exc)
                 errors.append(f"{w}: control_file: cannot write the status beside {self.control_file}: {reason}")
         if errors:
-            raise ValueError("\n".join(errors))
+            raise ValueError(_lines(errors, w))
         assert first is not None and cost_model is not None and all(m is not None for m in more)
         return ResolvedAdapter(first[0], cost_model, first[1], tuple(m for m in more if m is not None))
 
@@ -179,9 +225,7 @@ class AdapterConfig:
         if not isinstance(data, dict):
             raise ValueError(f"{p}: expected a mapping of AdapterConfig fields, got {type(data).__name__}")
         check_fields(str(p), data, CONFIG_FIELDS)
-        if "tenants" in data:
-            if not isinstance(data["tenants"], list):
-                raise ValueError(f"{p}: tenants must be a list of mappings")
+        if isinstance(data.get("tenants"), list):  # anything else: refused by __post_init__, naming it
             data["tenants"] = tuple(data["tenants"])
         return cls(**data, where=str(p))
 
@@ -211,6 +255,16 @@ class AdapterConfig:
 
 
 CONFIG_FIELDS = tuple(name for name in field_kinds(AdapterConfig) if name != "where")  # a config file's keys
+TEXT_FIELDS = ("policy", "cost_model", "scenario", "log_dir", "policy_deadline", "control_file")  # names and paths
+MAX_PROBLEMS = 20  # the most problems an AdapterConfig error lists, a line each
+
+
+def _lines(errors: list[str], w: str) -> str:
+    """The first ``MAX_PROBLEMS`` of ``errors``, a line each, and a line counting the others."""
+    more = len(errors) - MAX_PROBLEMS
+    return "\n".join(errors[:MAX_PROBLEMS] + ([f"{w}: {more:,} more problems"] if more > 0 else []))
+
+
 # the fields LLMSCHED_<NAME> sets (AdapterConfig.from_env)
 ENV_FIELDS = ("policy", "tenants", "cost_model", "policy_timeout_s", "scenario", "log_dir", "policies", "control_file")
 
@@ -223,14 +277,14 @@ def _resolve_entry(entry: str, name: str, scenario: str, w: str, errors: list[st
         errors.append(f"{w}: {name}: {exc}")
         return None
     if spec.lookahead is not None:
-        errors.append(f"{w}: {name}: {spec.name!r} replays the requests to come (clairvoyant): vLLM cannot run it")
+        errors.append(f"{w}: {name}: {shown(spec.name)} replays the requests to come (clairvoyant): vLLM cannot run it")
         return None
     base = spec
     if spec.mpc is not None:
         if spec.mpc.candidates == "requests":
             errors.append(
-                f"{w}: {name}: {entry!r}: per-request moves (candidates=requests) are made on the engine the planner "
-                "drives; vLLM runs mpc over settings only"
+                f"{w}: {name}: {shown(entry)}: per-request moves (candidates=requests) are made on the engine the "
+                "planner drives; vLLM runs mpc over settings only"
             )
             return None
         if spec.mpc.base != "tuned":
@@ -241,7 +295,7 @@ def _resolve_entry(entry: str, name: str, scenario: str, w: str, errors: list[st
         return spec, scenario
     played, problem = _tuned_scenario(base, scenario)
     if problem:
-        errors.append(f"{w}: scenario: {problem}" + ("" if name == "policy" else f" (policies: {entry!r})"))
+        errors.append(f"{w}: scenario: {problem}" + ("" if name == "policy" else f" (policies: {shown(entry)})"))
         return None
     return spec, played
 
@@ -256,8 +310,8 @@ def _check_set(resolved: list[tuple[str, tuple[PolicySpec, str] | None]], w: str
         spec = found[0]
         if spec.name in seen:
             errors.append(
-                f"{w}: policies: {entry!r} is named {spec.name!r}, as {seen[spec.name]!r} is already; each policy "
-                "of the set needs a name of its own (NAME=...)"
+                f"{w}: policies: {shown(entry)} is named {shown(spec.name)}, as {shown(seen[spec.name])} is "
+                "already; each policy of the set needs a name of its own (NAME=...)"
             )
         seen.setdefault(spec.name, entry)
         if spec.path is not None:
@@ -290,5 +344,5 @@ def _tuned_scenario(spec: PolicySpec, scenario: str) -> tuple[str, str]:
             return names[0], ""
         return scenario, f"the tuned table {table.path} has {len(names)} entries; name one of {names}"
     if scenario not in names:
-        return scenario, f"{scenario!r} is not in the tuned table {table.path}; one of {names}"
+        return scenario, f"{shown(scenario)} is not in the tuned table {table.path}; one of {names}"
     return scenario, ""

@@ -10,7 +10,9 @@ import argparse
 import json
 import random
 from pathlib import Path
+from typing import Any
 
+from llmsched_env.common.files import CONFIG_BYTES, parse_json, read_text
 from llmsched_env.common.outputs import write_text_atomically
 
 __all__ = ["TINY_MODEL", "build_tiny_model"]
@@ -32,12 +34,20 @@ def _corpus(seed: int, num_lines: int = 4000) -> list[str]:
     return [" ".join(rng.choices(words, weights, k=rng.randint(5, 30))) + "." for _ in range(num_lines)]
 
 
+def _recorded(marker: Path) -> Any:
+    """The spec ``marker`` records, None when it cannot be read (the model is built again)."""
+    try:
+        return parse_json(read_text(marker, CONFIG_BYTES))
+    except (OSError, ValueError):
+        return None
+
+
 def build_tiny_model(folder: str | Path, seed: int = 0, dtype: str = "bfloat16") -> Path:
     """Write the tiny model and tokenizer into ``folder`` unless one of the same ``seed`` and ``dtype`` is there."""
     out = Path(folder)
     spec = {"seed": seed, "dtype": dtype, **TINY_MODEL}
     marker = out / _MARKER
-    if marker.is_file() and json.loads(marker.read_text()) == spec:
+    if marker.is_file() and _recorded(marker) == spec:
         return out
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
