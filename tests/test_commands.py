@@ -54,6 +54,7 @@ def test_evaluate_is_deterministic_by_seed(tmp_path: Path) -> None:
         (["--seeds", "-1"], "error: --seeds must be an integer >= 0, got -1"),
         (["--backend", "runtime", "--policy-timeout", "0"], "--policy-timeout: must be a finite number > 0"),
         (["--engine", "vllm", "--policy-timeout", "inf"], "--policy-timeout: must be a finite number > 0"),
+        (["--engine", "vllm", "--policy-timeout", "1e300"], "--policy-timeout: must be at most 3,600 s"),
     ],
 )
 def test_evaluate_rejects_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:

@@ -387,3 +387,10 @@ def test_vllms_scheduler_applies_the_same_rules_and_falls_back_to_its_own_settin
         check_history(env.action_spec, decisions.history, held, HOLD)
         check_stats(decisions.stats, decisions.history, HOLD, causes)
         assert decisions.stats.num_corrected > 0
+
+
+def test_a_serving_deadline_past_an_hour_is_refused_before_any_timer_overflows() -> None:
+    """``policy_timeout_s=1e300`` ended in an OverflowError from the deadline's timer at the first decision."""
+    with pytest.raises(ValueError, match=r"ServeOptions\.policy_timeout_s must be finite and in \(0, 3,600\]"):
+        ServeOptions(policy_timeout_s=1e300)
+    assert ServeOptions(policy_timeout_s=3600.0).policy_timeout_s == 3600.0

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
-from llmsched_env.common.checks import check_label, duplicates
+from llmsched_env.common.checks import MAX_POLICY_TIMEOUT_S, check_label, duplicates
 from llmsched_env.common.files import CountLimit
 from llmsched_env.common.outputs import COMPLETE_NAME, LOCK_NAME, check_output, output_path
 from llmsched_env.decision.planners.lookahead import join_options
@@ -127,6 +127,14 @@ def positive_float(text: str) -> float:
     return value
 
 
+def policy_timeout(text: str) -> float:
+    """An argparse type: a decision's deadline, a finite number of seconds in (0, ``MAX_POLICY_TIMEOUT_S``]."""
+    value = positive_float(text)
+    if value > MAX_POLICY_TIMEOUT_S:  # the deadline's timers refuse values past about 9e9 s
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_POLICY_TIMEOUT_S:,.0f} s, got {text!r}")
+    return value
+
+
 def build_parser(description: str = "") -> argparse.ArgumentParser:
     """The parser of ``llmsched-evaluate``, its options in groups (the common ones first)."""
     p = argparse.ArgumentParser(prog=program(*PROG), description=description, formatter_class=DefaultsFormatter)
@@ -199,7 +207,7 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     engine(
         "--policy-timeout",
         dest="policy_timeout_s",
-        type=positive_float,
+        type=policy_timeout,
         default=0.1,
         metavar="POLICY_TIMEOUT",
         help="--backend runtime and --engine vllm: seconds before a decision falls back (to fcfs; to vLLM's own "

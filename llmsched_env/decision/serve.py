@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from llmsched_env.common.checks import MAX_POLICY_TIMEOUT_S, check_positive
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.loop import DecisionLoop, DecisionStats
 from llmsched_env.decision.observation import ObservationEncoder
@@ -30,8 +31,8 @@ class ServeOptions:
     def __post_init__(self) -> None:
         if self.iterations_per_step < 1:
             raise ValueError(f"iterations_per_step must be >= 1, got {self.iterations_per_step}")
-        if self.policy_timeout_s is not None and not self.policy_timeout_s > 0:
-            raise ValueError(f"policy_timeout_s must be > 0, got {self.policy_timeout_s}")
+        if self.policy_timeout_s is not None:
+            check_positive("ServeOptions", "policy_timeout_s", self.policy_timeout_s, maximum=MAX_POLICY_TIMEOUT_S)
 
 
 def serve(

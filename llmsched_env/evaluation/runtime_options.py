@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llmsched_env.common.checks import check_positive
+from llmsched_env.common.checks import MAX_POLICY_TIMEOUT_S, check_positive
 from llmsched_env.common.fields import derived
 
 if TYPE_CHECKING:  # torch only once the options are built
@@ -35,7 +35,7 @@ class RuntimeOptions:
             from llmsched_env.runtime.runner_spec import RunnerSpec
         except ImportError as exc:
             raise ValueError(f"the runtime backend needs torch: {exc}") from None
-        check_positive("RuntimeOptions", "policy_timeout_s", self.policy_timeout_s)
+        check_positive("RuntimeOptions", "policy_timeout_s", self.policy_timeout_s, maximum=MAX_POLICY_TIMEOUT_S)
         spec = RunnerSpec.for_here(self.model, self.device, self.dtype, weights=self.weights)
         object.__setattr__(self, "runner", spec)
         object.__setattr__(self, "device", spec.device)
