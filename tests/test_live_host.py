@@ -241,6 +241,12 @@ def _spawn(code: str, cpu: int) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", code], preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
 
 
+def _cpu_ticks(pid: int) -> int:
+    """The user and system CPU time of process ``pid`` so far, in clock ticks (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return int(fields[11]) + int(fields[12])
+
+
 @real
 def test_a_busy_loop_is_other_unless_it_is_ours() -> None:
     cpu = min(os.sched_getaffinity(0))
@@ -249,9 +255,11 @@ def test_a_busy_loop_is_other_unless_it_is_ours() -> None:
     try:
         time.sleep(0.2)  # the loop is past its start-up
         theirs, ours = CpuMeter([cpu], sleeper.pid), CpuMeter([cpu], os.getpid())
+        loop_ticks = _cpu_ticks(loop.pid)
         theirs.start(), ours.start()
         time.sleep(1.0)
         other, own = theirs.stop(), ours.stop()
+        loop_ticks = _cpu_ticks(loop.pid) - loop_ticks
     finally:
         for p in (loop, sleeper):
             p.kill()
@@ -259,9 +267,14 @@ def test_a_busy_loop_is_other_unless_it_is_ours() -> None:
     assert other.others_share is not None and own.others_share is not None
     # the loop keeps the CPU busy, whatever else runs there: it is all other to a root it is not below
     assert other.others_share >= 0.5, other
-    assert any(p.pid == loop.pid and p.on_cpus for p in other.busiest), other
-    # below our root, the loop's time (at least a quarter of the CPU, with up to three others runnable there) is ours
-    assert own.others_share <= other.others_share - 0.25, (own, other)
+    # it is named among the five busiest, unless five others on its CPU used more (a busy machine's processes)
+    listed = [p for p in other.busiest if p.on_cpus]
+    ahead = len(listed) == 5 and all(p.share * other.window_s * os.sysconf("SC_CLK_TCK") >= loop_ticks - 1
+                                     for p in listed)  # fmt: skip
+    assert ahead or any(p.pid == loop.pid for p in listed), (other, loop_ticks)
+    # below our root, the loop's time (what /proc says it ran, however busy the machine) is ours, not other
+    loop_share = loop_ticks / (other.window_s * os.sysconf("SC_CLK_TCK"))
+    assert loop_share > 0.02 and own.others_share <= other.others_share - loop_share + 0.05, (own, other, loop_share)
     assert all(p.pid != loop.pid for p in own.busiest), own
 
 
