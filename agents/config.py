@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from llmsched_env.common.fields import split_items
-from llmsched_env.common.files import read_config
+from llmsched_env.common.files import link_problem, read_config
 
 ALGO_NAMES = ("maskable_ppo", "ppo", "a2c", "dqn", "recurrent_ppo")  # agents.sb3.ALGOS' keys, known without SB3
 
@@ -109,6 +109,9 @@ def read_hyperparam_file(algo: str, path: Path | None = None) -> dict[str, Any]:
     """The entries of ``<algo>.yml`` (or ``path``), scenario -> hyperparameters; ``ValueError`` naming the file when
     it is missing, not YAML, or not such a mapping."""
     file = path or HYPERPARAM_DIR / f"{algo}.yml"
+    problem = link_problem(file)
+    if problem is not None:  # a link loop, a link to nothing
+        raise ValueError(f"{file}: {problem}")
     if not file.exists():
         raise ValueError(f"no hyperparameter file for algorithm {algo!r}: {file} does not exist")
     data = read_config(file, "the hyperparameter file", yaml=True) or {}

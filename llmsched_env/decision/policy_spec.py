@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmsched_env.common.files import link_problem
 from llmsched_env.common.outputs import package_dir
 from llmsched_env.decision.planners.lookahead import LOOKAHEAD, LookaheadConfig, parse_lookahead
 from llmsched_env.decision.planners.mpc import MPC, MPCConfig, mpc_for, parse_mpc
@@ -156,7 +157,7 @@ def _same_path(a: Path, b: Path) -> bool:
     """Whether ``a`` is ``b`` or the ``policy.json`` inside folder ``b``."""
     try:
         ra, rb = a.resolve(), b.resolve()
-    except OSError:
+    except (OSError, RuntimeError):  # a link loop (RuntimeError before Python 3.13)
         return False
     return ra == rb or ra == rb / "policy.json"
 
@@ -196,6 +197,9 @@ def _resolve(entry: str) -> PolicySpec:
             "a policy to judge; evaluate with --policies tuned, the settings tuned for the scenario or trace at hand "
             "(llmsched-tune --scenarios NAME, or llmsched-tune --trace FILE with its trace options) or tuned=TABLE.json"
         )
+    problem = link_problem(path)
+    if problem is not None:
+        raise ValueError(f"policy {entry!r}: {path} {problem}")
     if not path.exists():
         raise ValueError(f"unknown policy {entry!r}: not a baseline ({', '.join(names)}) and no file or folder {path}")
     if is_tuned_table(path) or (alias == "tuned" and not path.is_dir()):  # a FIFO or device too: refused there
