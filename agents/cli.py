@@ -34,7 +34,14 @@ from llmsched_env.commands.evaluate_args import (
 from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
 from llmsched_env.common.checks import check_unique
 from llmsched_env.common.fields import split_items
-from llmsched_env.common.outputs import OutputBusyError, check_output, output_path
+from llmsched_env.common.outputs import (
+    Inputs,
+    OutputBusyError,
+    check_input_links,
+    check_inputs_apart,
+    check_output,
+    output_path,
+)
 from llmsched_env.workloads.library import list_scenarios
 
 
@@ -120,8 +127,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             f"{flag} spreads a sweep's trainings over workers, and this command trains once (no --scenarios, --seeds "
             f"or --hp-grid); leave {flag} out, or give the sweep"
         )
-    from agents.sweep import sweep_configs
-    from agents.training import finished_at_budget, preflight
+    from agents.sweep import sweep_configs, sweep_outputs
+    from agents.training import finished_at_budget, preflight, run_outputs
     from llmsched_env.evaluation.progress import status
 
     args.sweep = several
@@ -146,6 +153,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.eval_baselines is not None and not args.eval_baselines.replace(",", "").strip():
         empty = f"an empty list ({args.eval_baselines!r})"
         p.error(f"--eval-baselines: {empty}; name baselines, or leave it out for the default ones")
+    try:  # a link loop named by its option before a reader meets it
+        check_input_links(training_inputs(args))
+    except ValueError as exc:
+        p.error(str(exc))
     trace, limits = None, engine_limits(args)
     if args.trace is not None:
         if args.sweep or args.scenario != "default":
@@ -181,11 +192,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     status(f"--resume: {config.run_folder} finished at {done[id(config)]} steps; kept as it is")
                     args.kept.append(config)
             args.configs = [c for c in args.configs if done[id(c)] is None]
+        written = sweep_outputs(args.config.run_folder, args.configs) if args.sweep else run_outputs(args.config)
+        check_inputs_apart(training_inputs(args), written)  # no training writes over what it reads
         for config in args.configs:  # every refusal before anything is written; train() warns, once
             preflight(config, warn=False)
     except ValueError as exc:  # the trace's options named as their flags
         p.error(as_flags(str(exc).removeprefix("trace: ")) if trace is not None else str(exc))
     return args
+
+
+def training_inputs(args: argparse.Namespace) -> Inputs:
+    """The files a training reads that its options name: ``--trace``, ``--init``'s policy (its description and
+    weights) and ``--hyperparams``."""
+    from llmsched_env.decision.policy_file import policy_file_paths
+
+    init = policy_file_paths(args.init) if args.init is not None else None
+    return [("--trace", args.trace), *(("--init", path) for path in init or [args.init]),
+            ("--hyperparams", args.hyperparams)]  # fmt: skip
 
 
 def _check_both_given(p: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str] | None) -> None:

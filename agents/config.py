@@ -12,7 +12,7 @@ from typing import Any
 
 from llmsched_env.common.checks import clipped, shown
 from llmsched_env.common.fields import split_items
-from llmsched_env.common.files import parse_yaml, read_config
+from llmsched_env.common.files import link_problem, parse_yaml, read_config
 
 ALGO_NAMES = ("maskable_ppo", "ppo", "a2c", "dqn", "recurrent_ppo")  # agents.sb3.ALGOS' keys, known without SB3
 
@@ -102,6 +102,9 @@ def read_hyperparam_file(algo: str, path: Path | None = None) -> dict[str, Any]:
     """The entries of ``<algo>.yml`` (or ``path``), scenario -> hyperparameters; ``ValueError`` naming the file when
     it is missing, not YAML, or not such a mapping."""
     file = path or HYPERPARAM_DIR / f"{algo}.yml"
+    problem = link_problem(file)
+    if problem is not None:  # a link loop, a link to nothing
+        raise ValueError(f"{file}: {problem}")
     if not file.exists():
         raise ValueError(f"no hyperparameter file for algorithm {shown(algo)}: {file} does not exist")
     data = read_config(file, "the hyperparameter file", yaml=True) or {}

@@ -20,9 +20,21 @@ from agents.train_config import TrainConfig
 from llmsched_env.common.checks import check_unique
 from llmsched_env.common.files import read_config
 from llmsched_env.common.lifetime import guarded_command
-from llmsched_env.common.outputs import check_output, locked_output, mark_complete, write_text_atomically
+from llmsched_env.common.outputs import (
+    COMPLETE_NAME,
+    LOCK_NAME,
+    Written,
+    check_output,
+    locked_output,
+    mark_complete,
+    write_text_atomically,
+    written_in,
+)
 from llmsched_env.evaluation.progress import Progress, status
 
+RUN_LOG = "train.log"  # in each training's run folder: the output of its child process (``train_task``)
+SWEEP_RECORD = "sweep.json"  # in the sweep's folder: every training's result (``run_sweep``)
+SWEEP_FILES = (SWEEP_RECORD, COMPLETE_NAME, LOCK_NAME)  # what a sweep writes in its folder
 # the most trainings one sweep builds (scenarios x seeds x grid values): 1,000 trainings are days of work already
 MAX_SWEEP_TRAININGS = 1_000
 
@@ -61,6 +73,15 @@ def sweep_configs(
     return configs
 
 
+def sweep_outputs(out: Path, configs: Sequence[TrainConfig]) -> list[Written]:
+    """Every file a sweep into ``out`` writes: ``SWEEP_FILES``, and in each training's run folder its ``RUN_LOG``
+    and what the training writes (``run_outputs``)."""
+    from agents.training import run_outputs  # torch and SB3: only once a sweep is checked
+
+    runs = [w for c in configs for w in [*written_in("--out", c.run_folder, [RUN_LOG]), *run_outputs(c)]]
+    return [*written_in("--out", out, SWEEP_FILES), *(replace(w, root=out) for w in runs)]
+
+
 def finished_result(out: Path) -> dict[str, Any]:
     """The result ``train_task`` gives of a training that finished before (kept by a resumed sweep)."""
     summary = out / "summary.json"
@@ -73,7 +94,7 @@ def train_task(argv: list[str], cwd: str) -> dict[str, Any]:
     root = cwd if os.path.isfile(os.path.join(cwd, "agents", "cli.py")) else os.getcwd()
     out = Path(argv[argv.index("--out") + 1])
     out.mkdir(parents=True, exist_ok=True)
-    with (out / "train.log").open("w") as log:
+    with (out / RUN_LOG).open("w") as log:
         cmd = guarded_command("agents.cli", argv)  # python -m agents.cli *argv, ending when this process ends
         code = subprocess.run(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT).returncode
     return {**finished_result(out), "returncode": code}
@@ -113,6 +134,6 @@ def run_sweep(
                 bar.print(_line(result))
                 bar.update()
         results = [*kept, *results]  # the trainings a resumed sweep found finished, then those it ran
-        write_text_atomically(out / "sweep.json", finite_json(results, indent=1))
+        write_text_atomically(out / SWEEP_RECORD, finite_json(results, indent=1))
         mark_complete(out, {"trainings": len(results), "failed": sum(r["returncode"] != 0 for r in results)})
     return results

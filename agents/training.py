@@ -57,11 +57,13 @@ from llmsched_env.common.lifetime import die_with_parent
 from llmsched_env.common.outputs import (
     COMPLETE_NAME,
     LOCK_NAME,
+    Written,
     check_output,
     locked_output,
     mark_complete,
     replaced_atomically,
     write_text_atomically,
+    written_in,
 )
 from llmsched_env.evaluation.progress import Progress, status
 from llmsched_env.evaluation.sustained import env_windows
@@ -212,11 +214,20 @@ RUN_FILES = (
     *("eval_history.json", "summary.json", "policy.json", "policy.safetensors", COMPLETE_NAME, LOCK_NAME),
 )
 RUN_FOLDERS = ("checkpoints", "tb")
+OWNED_FOLDERS = ("checkpoints",)  # files named by step, so an earlier one may be overwritten (tb: new names only)
 # what a training leaves once it has evaluated, cloned or learnt (--resume without a checkpoint: none may be there)
 RUN_RESULTS = (
     *("model.zip", "best_model.zip", "best.json", "eval_history.json", "summary.json", "bc.json"),
     *("policy.json", "policy.safetensors", COMPLETE_NAME),
 )
+
+
+def run_outputs(config: TrainConfig) -> list[Written]:
+    """Every file a training writes in its run folder: ``RUN_FILES``, and files in ``RUN_FOLDERS``."""
+    made = [name for name in RUN_FOLDERS if name not in OWNED_FOLDERS]
+    return written_in("--out", config.run_folder, RUN_FILES, OWNED_FOLDERS, made)
+
+
 # the TrainConfig fields a resumed training must share with its run (args.json); the hyperparameters are compared
 # by resumed_hyperparams
 SAME_ON_RESUME = ("algo", "scenario", "trace", "seed", "bc")

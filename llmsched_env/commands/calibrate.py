@@ -22,12 +22,21 @@ from pathlib import Path
 from llmsched_env.commands.evaluate_args import add_runner_options, runner_spec
 from llmsched_env.commands.help import DefaultsFormatter, program
 from llmsched_env.common.checks import check_unique
-from llmsched_env.common.outputs import check_output, file_output_path, output_path
+from llmsched_env.common.outputs import (
+    Inputs,
+    Written,
+    check_input_links,
+    check_inputs_apart,
+    check_output,
+    file_output_path,
+    output_path,
+    written_in,
+)
+from llmsched_env.costs.loader import cost_model_path
 from llmsched_env.evaluation.progress import Progress, status
 from llmsched_env.runtime.names import FIDELITY_REQUESTS, FIT_LOADS
 
 PROG = ("llmsched-calibrate", "calibrate.py")
-FIDELITY_FILES = ("fidelity.csv", "fidelity.json", "fidelity.md")  # what fidelity writes in --out (run_fidelity)
 _UNITS = {"grid": "shape", "fitting episodes": "episode"}  # profile_preset's phases
 
 
@@ -80,6 +89,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
 
     try:  # the counts first: a runner with 100,000 threads is not even built
+        check_input_links(calibrate_inputs(args))  # a link loop named by its option before a reader meets it
         check_count("--threads (4 per CPU here, at most 1,024)", args.threads, max_threads())
         check_count("--num-requests", args.num_requests, MAX_REQUESTS)
         check_count("--seed", args.seed, 2**63 - 1, minimum=0)  # torch's generator takes a 64-bit seed
@@ -111,11 +121,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             check_fidelity_seeds(args.seeds)
             counts = {"--policies": len(args.policies), "--loads": len(args.loads), "--seeds": len(args.seeds)}
             check_runtime_requests({**counts, "--num-requests": args.num_requests}, args.in_situ)
+        from llmsched_env.runtime.fidelity_report import FIDELITY_FILES
+        from llmsched_env.runtime.profiling import profile_outputs
+
         profile = args.command == "profile"
         check_output(args.out, args.force, file=profile, files=() if profile else FIDELITY_FILES)
+        written = ([Written("--out", args.out, path) for path in profile_outputs(args.out)] if profile
+                   else written_in("--out", args.out, FIDELITY_FILES))  # fmt: skip
+        check_inputs_apart(calibrate_inputs(args), written)  # never writes over what it measures with
     except ValueError as exc:
         p.error(str(exc))
     return args
+
+
+def calibrate_inputs(args: argparse.Namespace) -> Inputs:
+    """The files a calibration reads that its options name: ``--weights``, and fidelity's ``--preset`` file."""
+    preset = cost_model_path(args.preset) if args.command == "fidelity" else None
+    return [("--weights", args.weights), ("--preset", preset)]
 
 
 def _numbers(option: str, text: str, kind: type) -> list:

@@ -18,12 +18,24 @@ from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
 from llmsched_env.common.checks import MAX_POLICY_TIMEOUT_S, check_label, duplicates
 from llmsched_env.common.files import CountLimit
-from llmsched_env.common.outputs import COMPLETE_NAME, LOCK_NAME, check_output, output_path
+from llmsched_env.common.outputs import (
+    COMPLETE_NAME,
+    LOCK_NAME,
+    Inputs,
+    Written,
+    check_input_links,
+    check_inputs_apart,
+    check_output,
+    output_path,
+    written_in,
+)
+from llmsched_env.costs.loader import cost_model_path
 from llmsched_env.decision.planners.lookahead import join_options
+from llmsched_env.decision.policy_file import policy_file_paths
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.engine.config import ENGINE_BOUNDS, SLO_CLASSES
 from llmsched_env.evaluation import EvalConfig, RuntimeOptions
-from llmsched_env.evaluation.outputs import FINISHED_FILES
+from llmsched_env.evaluation.outputs import FINISHED_FILES, tensorboard_runs
 from llmsched_env.evaluation.resume import RECORD_NAME, ROWS_NAME
 from llmsched_env.runtime.names import DTYPE_NAMES, MODEL_NAMES
 from llmsched_env.workloads.library import list_scenarios
@@ -382,6 +394,43 @@ def _check_not_a_training(p: argparse.ArgumentParser, out: Path) -> None:
                 "there: choose another --out (give its policy with --policies NAME=FOLDER)")  # fmt: skip
 
 
+def given_inputs(args: argparse.Namespace) -> Inputs:
+    """The files an evaluation's options name, as given: ``--trace``, a ``--cost-model`` file, ``--weights`` and
+    the paths among ``--policies`` (each entry but a baseline's name: ``NAME=PATH``'s ``PATH``, or the entry)."""
+    baselines = {*SCHEDULERS.names(), *ROUTERS.names()}
+    targets = [entry.partition("=")[2] or entry for entry in args.policies]
+    return [*_option_files(args, args.cost_model),
+            *(("--policies", target) for target in targets if target not in baselines)]  # fmt: skip
+
+
+def _option_files(args: argparse.Namespace, cost_model: str | None) -> Inputs:
+    """``--trace``, the file of ``cost_model`` (None for a preset) and ``--weights``."""
+    model = cost_model_path(cost_model) if cost_model is not None else None
+    return [("--trace", args.trace), ("--cost-model", model), ("--weights", getattr(args, "weights", None))]
+
+
+def evaluation_inputs(args: argparse.Namespace, config: EvalConfig) -> Inputs:
+    """Every file the evaluation of ``config`` reads: its trace, cost model and weights, and each exported
+    policy's description and weights and each tuned-settings table its ``--policies`` resolved to."""
+    policies: list[tuple[str, str | Path]] = []
+    for spec in config.policies:
+        if spec.path is not None:
+            policies += [("--policies", path) for path in policy_file_paths(spec.path) or (spec.path,)]
+        if spec.table is not None:
+            policies.append(("--policies", spec.table if isinstance(spec.table, (str, Path)) else spec.table.path))
+    return [*_option_files(args, config.cost_model), *policies]
+
+
+def evaluation_outputs(args: argparse.Namespace, config: EvalConfig) -> list[Written]:
+    """Every file the evaluation writes: ``OUT_FILES`` in ``--out``, and (simulator runs) the TensorBoard runs'
+    folders under ``--tensorboard`` (it adds files of new names to them)."""
+    written = written_in("--out", args.out, OUT_FILES) if args.out is not None else []
+    if args.tensorboard is not None and args.engine == "sim":
+        runs = tensorboard_runs(args.tensorboard, config, args.capacity)
+        written += [Written("--tensorboard", args.tensorboard, run, folder=True, owned=False) for run in runs]
+    return written
+
+
 def _check_apart(p: argparse.ArgumentParser, out: Path | None, tensorboard: Path) -> None:
     """A usage error when ``--tensorboard`` is, or lies under, a file the evaluation writes in ``--out``."""
     if out is None:
@@ -472,6 +521,7 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
         if args.tensorboard is not None:
             check_output(args.tensorboard, args.force, "--tensorboard")
             _check_apart(p, args.out, args.tensorboard)
+        check_input_links(given_inputs(args))  # a link loop named by its option before a reader meets it
         runtime = from_args(RuntimeOptions, args) if args.backend == "runtime" else None
         limits = engine_limits(args)
         scenarios: list[Any] = trace_scenarios(p, args, limits) if args.trace is not None else args.scenarios
@@ -484,6 +534,7 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
         config = from_args(
             EvalConfig, args, scenarios=scenarios, policies=policies, runtime=runtime, engine_limits=limits or None
         )
+        check_inputs_apart(evaluation_inputs(args, config), evaluation_outputs(args, config))
     except ValueError as exc:  # a list field's message names its option (two policy files of one name)
         p.error(re.sub(r"^EvalConfig\.(scenarios|policies|loads|seeds)(: | must)", r"--\1\2", str(exc)))
     if not args.describe:

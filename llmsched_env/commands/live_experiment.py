@@ -6,6 +6,7 @@ OUT``.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -21,14 +22,32 @@ from llmsched_env.commands.evaluate_args import (
     trace_options,
 )
 from llmsched_env.commands.help import given_options
+from llmsched_env.common.outputs import Inputs, check_inputs_apart, written_in
+from llmsched_env.costs.loader import cost_model_path
 from llmsched_env.live.design import MIN_AA_PAIRS
-from llmsched_env.live.experiment import PRESET, ExperimentConfig, ExperimentError, replication_config, run_experiment
+from llmsched_env.live.experiment import (
+    EXPERIMENT_FILES,
+    EXPERIMENT_FOLDERS,
+    PRESET,
+    RECORD_NAME,
+    ExperimentConfig,
+    ExperimentError,
+    replication_config,
+    run_experiment,
+)
 from llmsched_env.live.host import HOST_BUSY_MAX
 from llmsched_env.live.server import cli_parser, unwind_on_sigterm
 from llmsched_env.live.workloads import WORKLOADS
 from llmsched_env.workloads.traces import TRACE_FORMATS
 
 __all__ = ["main"]
+
+
+def experiment_inputs(args: argparse.Namespace) -> Inputs:
+    """The files an experiment reads that its options name: ``--trace``, ``--tuned``, a ``--cost-model`` file and
+    the record of the run ``--replicate`` names."""
+    model = cost_model_path(args.cost_model) if args.cost_model is not None else None
+    return [("--trace", args.trace), ("--tuned", args.tuned), ("--cost-model", model), ("--replicate", args.replicate)]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -79,8 +98,12 @@ def main(argv: list[str] | None = None) -> None:
         "on its CPU run first; 0 leaves their priority as it is",
     )  # fmt: skip
     args = p.parse_args(argv)
-    if (args.out / "experiment.json").exists():
-        p.error(f"--out {args.out}: it holds an earlier run (experiment.json); choose a new folder")
+    if (args.out / RECORD_NAME).exists():
+        p.error(f"--out {args.out}: it holds an earlier run ({RECORD_NAME}); choose a new folder")
+    try:  # every file it reads apart from what it writes (a link loop named by its option)
+        check_inputs_apart(experiment_inputs(args), written_in("--out", args.out, EXPERIMENT_FILES, EXPERIMENT_FOLDERS))
+    except ValueError as exc:
+        p.error(str(exc))
     kw: dict[str, Any] = {"port": args.port, "pin": not args.no_pin, "engine_nice": args.engine_nice, "seed": args.seed,
                           "host_override": args.host_override}  # fmt: skip
     if args.workloads:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -34,7 +35,14 @@ from llmsched_env.adapters.vllm.config import AdapterConfig
 from llmsched_env.commands.help import DefaultsFormatter
 from llmsched_env.common.fields import parse_config
 from llmsched_env.common.files import CONFIG_BYTES, parse_json, read_text
-from llmsched_env.common.outputs import check_output, file_output_path, write_csv
+from llmsched_env.common.outputs import (
+    Inputs,
+    check_inputs_apart,
+    check_output,
+    file_output_path,
+    write_csv,
+    written_file,
+)
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.engine.config import EngineConfig, TenantConfig
 from llmsched_env.live.logs import find_log_dir
@@ -143,17 +151,27 @@ def _server(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def replay_inputs(args: argparse.Namespace) -> Inputs:
+    """The files and folders a replay reads that its options name: the runs (``RUN_DIR``, ``--fit-from``,
+    ``--frontend-from``), ``--log-dir`` and ``--adapter-config``."""
+    fit = [("--fit-from", d) for d in (args.fit_from or "").split(",") if d]
+    return [("--adapter-config", args.adapter_config), *(("RUN_DIR", d) for d in args.run_dirs), *fit,
+            ("--frontend-from", args.frontend_from), ("--log-dir", args.log_dir)]  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Parse, fit, replay, print; every bad input ends in one usage line."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.out and args.save_model and Path(args.out).resolve() == Path(args.save_model).resolve():
-        parser.error(f"--out and --save-model are the same file {args.out}: the CSV would overwrite the fitted "
-                     "model; give two paths")  # fmt: skip
     try:
-        for path, option in ((args.out, "--out"), (args.save_model, "--save-model")):
-            if path:
-                check_output(path, option=option, file=True)
+        written = [written_file(option, path) for option, path in (("--out", args.out), ("--save-model",
+                   args.save_model)) if path]  # fmt: skip
+        for out in written:
+            check_output(out.path, option=out.option, file=True)
+        if len(written) == 2 and os.path.realpath(args.out) == os.path.realpath(args.save_model):
+            raise ValueError(f"--out and --save-model are the same file {args.out}: the CSV would overwrite the "
+                             "fitted model; give two paths")  # fmt: skip
+        check_inputs_apart(replay_inputs(args), written)
         server = _server(args)
         runs = [load_run(d, log_dir=args.log_dir) for d in args.run_dirs]
         if args.engine_config:

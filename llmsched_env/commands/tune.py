@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from llmsched_env.adapters.vllm.deploy import deploy_tuned_entry
+from llmsched_env.adapters.vllm.deploy import deploy_tuned_entry, deployment_files
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.evaluate_args import (
     add_engine_limits,
@@ -44,7 +44,18 @@ from llmsched_env.commands.evaluate_args import (
     trace_scenarios,
 )
 from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
-from llmsched_env.common.outputs import check_output, check_update_lock, file_output_path
+from llmsched_env.common.outputs import (
+    Inputs,
+    Written,
+    check_input_links,
+    check_inputs_apart,
+    check_output,
+    check_update_lock,
+    file_output_path,
+    update_lock,
+    written_file,
+)
+from llmsched_env.costs.loader import cost_model_path
 from llmsched_env.decision.planners.space import STATIC_HEURISTICS
 from llmsched_env.decision.planners.tuned import (
     USER_TABLE_ENV,
@@ -117,6 +128,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def tune_inputs(args: argparse.Namespace) -> Inputs:
+    """The files a tune reads that its options name: ``--trace`` and a ``--cost-model`` file."""
+    return [("--trace", args.trace), ("--cost-model", cost_model_path(args.cost_model) if args.cost_model else None)]
+
+
+def tune_outputs(out: Path, entries: Sequence[str]) -> list[Written]:
+    """Every file a tune writes: the table ``out`` (merged under its lock) and each of ``entries``' vLLM
+    deployment beside it (``deployment_files``)."""
+    files = [update_lock(out), *(path for entry in entries for path in deployment_files(out, entry))]
+    return [written_file("--out", out), *(Written("--out", out, path) for path in files)]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``llmsched-tune`` with ``argv``; 0 on success, a bad option: status 2, one line."""
     p = build_parser()
@@ -133,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = None
     keys: dict[str, TraceKey] = {}  # a trace's scenarios (its replay, its fitted traffic) -> their entries' keys
     try:
+        check_input_links(tune_inputs(args))  # a link loop named by its option before a reader meets it
         config = from_args(TuneConfig, args, references=args.reference, engine_limits=limits or None)
         scenarios: list[Any] = args.scenarios or []
         if scenarios == ["all"]:
@@ -169,6 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = args.out if args.out is not None else user_table() if keys else DEFAULT_OUT
         check_output(out, args.force, file=True)  # never into the shipped table (or any shipped folder) unless asked
         check_update_lock(out)  # each entry is merged under .NAME.lock (updating): a folder there fails now
+        entries = [keys[name].key if name in keys else name for name in configs]
+        check_inputs_apart(tune_inputs(args), tune_outputs(out, entries))  # the search never writes over its input
         if out.exists():
             load_tuned_table(out)  # a file that is no table fails now, not after the search
     except ValueError as exc:

@@ -12,6 +12,7 @@ reads every JSON or YAML config through it or ``parse_json``. Refusals are one-l
 from __future__ import annotations
 
 import csv
+import errno
 import functools
 import importlib
 import io
@@ -112,11 +113,64 @@ def _too_big(path: Path, size: int, limit: ByteLimit, bound: int) -> FileRefused
     return FileRefusedError(f"{path}: {size:,} bytes, over the {bound:,}-byte limit for {limit.what}{limit.hint()}")
 
 
+LINK_LOOP = "a symbolic link loop (a link that leads back to itself)"
+
+
+def unreachable(path: str | os.PathLike[str], exc: OSError) -> str:
+    """Why ``path`` cannot be looked up (``exc`` from ``os.stat``), in words: a symbolic link loop (at it or on the
+    way to it), a file on the way where a folder is needed, or the system's reason."""
+    p = Path(path)
+    if exc.errno == errno.ELOOP:
+        try:
+            os.stat(p.parent)
+        except OSError:
+            return f"{LINK_LOOP} lies on the way to it"
+        return f"is {LINK_LOOP}"
+    if exc.errno == errno.ENOTDIR:
+        on_the_way = next((q for q in reversed(p.parents) if q.exists() and not q.is_dir()), None)
+        if on_the_way is None:  # reached through a link
+            return "a file lies on the way to it (links followed) where a folder is needed"
+        mode = os.stat(on_the_way).st_mode
+        kind = "a regular file" if stat.S_ISREG(mode) else file_kind(mode)
+        return f"{on_the_way} is not a folder ({kind}), so nothing can be written under it"
+    return f"cannot be looked up ({exc.strerror or exc})"
+
+
+def link_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why the input ``path`` names something that cannot be opened, in words: a symbolic link loop (at it or on
+    the way to it) or a symbolic link to nothing; None when it opens, or when nothing at all is there."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            return f"is a symbolic link to {os.readlink(path)}, which does not exist"
+        return None
+    except OSError as exc:
+        return unreachable(path, exc) if exc.errno == errno.ELOOP else None
+    return None
+
+
+def resolved(path: str | os.PathLike[str]) -> Path:
+    """``Path(path).resolve()``; a symbolic link loop on the way is a one-line ``FileRefusedError`` naming ``path``
+    (``resolve`` raises ``RuntimeError`` for one, or ``OSError`` in later Pythons)."""
+    p = Path(path)
+    try:
+        return p.resolve()
+    except (RuntimeError, OSError) as exc:
+        raise FileRefusedError(f"{p}: {link_problem(p) or f'cannot be resolved ({exc})'}") from None
+
+
 def check_regular_file(path: str | os.PathLike[str], limit: ByteLimit) -> os.stat_result:
     """``path``'s ``os.stat`` (links followed) when it is a regular file of at most ``limit`` bytes;
-    ``FileRefusedError`` otherwise (``OSError`` as ``os.stat`` raises it). Opens nothing."""
+    ``FileRefusedError`` otherwise, a symbolic link loop included (other ``OSError`` as ``os.stat`` raises it).
+    Opens nothing."""
     p = Path(path)
-    st = os.stat(p)
+    try:
+        st = os.stat(p)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise FileRefusedError(f"{p}: {unreachable(p, exc)}; {limit.what} must be a regular file") from None
     if not stat.S_ISREG(st.st_mode):
         raise _not_regular(p, st.st_mode, limit.what)
     bound = limit.value()
@@ -313,7 +367,7 @@ def _bounded_loader(yaml: Any) -> type:
     """A ``yaml.SafeLoader`` counting the nodes and scalar characters of the document it composes, an alias as the
     expanded size of the node it names (kept per node: one visit of each node in all), refusing past its bounds."""
 
-    class BoundedLoader(yaml.SafeLoader):  # type: ignore[misc,name-defined]
+    class BoundedLoader(yaml.SafeLoader):
         def __init__(self, stream: str, max_nodes: int, max_chars: int) -> None:
             super().__init__(stream)
             self.bounds = (max_nodes, max_chars)

@@ -1,6 +1,7 @@
 """Where a command may write and how (docs/reliability.md): never over what the project ships unless forced
-(``check_output``); every file through a temporary file renamed over it (``replaced_atomically``); one writer per
-output folder (``locked_output``), marked complete last (``mark_complete``); a rerun's stale files removed by name
+(``check_output``) nor over what it reads (``check_inputs_apart``: each command lists what it writes as ``Written``);
+every file through a temporary file renamed over it (``replaced_atomically``); one writer per output folder
+(``locked_output``), marked complete last (``mark_complete``); a rerun's stale files removed by name
 (``remove_outputs``). Shipped: the installed packages and a checkout's ``policies/`` and ``docs/results/``."""
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import stat
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmsched_env.common.files import file_kind
+from llmsched_env.common.files import file_kind, link_problem, unreachable
 
 PACKAGES = ("llmsched_env", "agents", "baselines")
 REPO_FOLDERS = ("policies", "docs/results")
@@ -117,29 +119,7 @@ def _check_reachable(path: Path, option: str) -> None:
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise ValueError(f"{option} {path}: {_unreachable(path, exc)}; choose another {option}") from None
-
-
-def _unreachable(path: Path, exc: OSError) -> str:
-    """Why ``path`` cannot be looked up (``exc`` from ``os.stat``), in words."""
-    if exc.errno == errno.ELOOP:
-        try:
-            os.stat(path.parent)
-        except OSError:
-            return "a symbolic link loop (a link that leads back to itself) lies on the way to it"
-        return "is a symbolic link loop (a link that leads back to itself)"
-    if exc.errno == errno.ENOTDIR:
-        on_the_way = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), None)
-        if on_the_way is None:  # reached through a link
-            return "a file lies on the way to it (links followed) where a folder is needed"
-        return f"{on_the_way} is not a folder ({_kind(on_the_way)}), so nothing can be written under it"
-    return f"cannot be looked up ({exc.strerror or exc})"
-
-
-def _kind(path: Path) -> str:
-    """What sits at ``path`` (links followed), in words."""
-    mode = os.stat(path).st_mode
-    return "a regular file" if stat.S_ISREG(mode) else file_kind(mode)
+        raise ValueError(f"{option} {path}: {unreachable(path, exc)}; choose another {option}") from None
 
 
 def check_folder(folder: Path, option: str = "--out", files: Iterable[str] = (), folders: Iterable[str] = ()) -> None:
@@ -181,6 +161,136 @@ def check_folder(folder: Path, option: str = "--out", files: Iterable[str] = (),
                 )
 
 
+@dataclass(frozen=True)
+class Written:
+    """A path a command writes, named by the option ``option`` whose value is ``root``: a file (written, replaced
+    or removed), or with ``folder`` a folder it makes, ``owned`` when it writes or removes files in it under names
+    of its own (any file there may be overwritten), else one it only adds new files to."""
+
+    option: str
+    root: Path
+    path: Path
+    folder: bool = False
+    owned: bool = True
+
+
+def written_in(
+    option: str,
+    root: str | os.PathLike[str],
+    files: Iterable[str] = (),
+    folders: Iterable[str] = (),
+    made: Iterable[str] = (),
+) -> list[Written]:
+    """What a command writes in its output folder ``root`` (the value of ``option``): the ``files``, the ``folders``
+    it owns and the folders it ``made`` and only adds files of new names to (each a path relative to ``root``)."""
+    base = Path(root)
+    return [*(Written(option, base, base / name) for name in files),
+            *(Written(option, base, base / name, folder=True) for name in folders),
+            *(Written(option, base, base / name, folder=True, owned=False) for name in made)]  # fmt: skip
+
+
+def written_file(option: str, path: str | os.PathLike[str]) -> Written:
+    """The file ``path`` that ``option`` names, written by the command."""
+    return Written(option, Path(path), Path(path))
+
+
+Inputs = Iterable[tuple[str, "str | os.PathLike[str] | None"]]  # (option, path) of each file a command reads
+
+
+def check_input_links(inputs: Inputs) -> None:
+    """One-line ``ValueError`` naming the option and the path of the first input that is a symbolic link loop (or
+    lies behind one) or a symbolic link to nothing; inputs of None are skipped, missing ones left to their
+    readers."""
+    for option, path in inputs:
+        if path is None:
+            continue
+        problem = link_problem(Path(path).expanduser())
+        if problem is not None:
+            raise ValueError(f"{option} {path}: {problem}; give the file itself")
+
+
+def check_inputs_apart(inputs: Inputs, written: Iterable[Written]) -> None:
+    """Before a command writes anything: ``check_input_links``, then a one-line ``ValueError`` naming both options
+    and paths when an input (a file, or an entry at the top of an input folder) is a file of ``written`` (the same
+    path, or the same file through a symbolic or a hard link), is or lies in an owned folder of ``written``, or
+    sits where a folder of ``written`` (or one on the way to a file or folder of it) must be made."""
+    given = [(option, Path(path).expanduser()) for option, path in inputs if path is not None]
+    check_input_links(given)
+    outputs = list(written)
+    for option, path in given:
+        for file in _read_files(path):
+            for out in outputs:
+                how = _overlap(file, out)
+                if how is None:
+                    continue
+                if out.folder:
+                    target = f"{out.path}, a folder {out.option} {out.root} writes into"
+                else:
+                    target = (f"the file of {out.option} {out.root}" if out.path == out.root
+                              else f"{out.path}, which {out.option} {out.root} writes")  # fmt: skip
+                raise ValueError(f"{option} {file}: {how} {target}; {_CONSEQUENCES[how]}: choose another "
+                                 f"{out.option}, or move the input out of its way")  # fmt: skip
+
+
+_MADE = "sits where a folder must be made on the way to"
+_MADE_AT = "sits where the command makes the folder"
+_CONSEQUENCES = {
+    "is": "the command would overwrite its own input",
+    "leads through a symbolic link to": "the command would overwrite its own input",
+    "is a hard link to (the same file as)": "the command would overwrite its own input",
+    "lies in": "the command may overwrite or remove files there",
+    _MADE: "the command would fail to make that folder after its work",
+    _MADE_AT: "the command would fail to make it after its work",
+}
+
+
+def _read_files(path: Path) -> list[Path]:
+    """The input ``path``, and when it is a folder the entries at its top (what a reader of the folder opens)."""
+    if not path.is_dir():
+        return [path]
+    try:
+        return [path, *sorted(path / entry.name for entry in os.scandir(path))]
+    except OSError:  # unreadable: its reader says so
+        return [path]
+
+
+def _overlap(file: Path, out: Written) -> str | None:
+    """How the input ``file`` meets the output ``out`` (a key of ``_CONSEQUENCES``), or None."""
+    try:
+        st = os.stat(file)
+    except OSError:  # nothing there (a missing input is its reader's to name): nothing to overwrite
+        return None
+    places = {os.path.abspath(file), os.path.realpath(file)}
+
+    def at(path: Path) -> bool:
+        return bool(places & {os.path.abspath(path), os.path.realpath(path)})
+
+    if not stat.S_ISDIR(st.st_mode):  # a file where the command makes a folder
+        if out.folder and at(out.path):
+            return _MADE_AT
+        if any(at(p) for p in out.path.parents if p == out.root or out.root in p.parents):
+            return _MADE
+    if out.folder:
+        if not out.owned:  # it only adds files of new names there
+            return None
+        if at(out.path):
+            return "is"
+        ends = {os.path.abspath(out.path), os.path.realpath(out.path)}
+        inside = any(os.path.commonpath([place, end]) == end for place in places for end in ends)
+        return "lies in" if inside else None
+    try:
+        same = os.path.samestat(st, os.stat(out.path))
+    except OSError:  # not there yet: no file of the input's
+        return None
+    if not same:
+        return None
+    if os.path.abspath(file) == os.path.abspath(out.path):
+        return "is"
+    if os.path.realpath(file) == os.path.realpath(out.path):
+        return "leads through a symbolic link to"
+    return "is a hard link to (the same file as)"
+
+
 def write_csv(rows: Sequence[Mapping[str, Any]], path: Path, columns: Sequence[str] | None = None) -> None:
     """``rows`` as a CSV file with a header (``columns``, default: every key in first-seen order; a missing cell is
     empty), written atomically. ``ValueError`` naming ``path`` for no rows and no columns, or a key ``columns``
@@ -212,7 +322,7 @@ def check_replaceable(path: str | Path, option: str | None = None) -> None:
     except FileNotFoundError:
         return
     except OSError as exc:  # a file on the way to it (f/x.json), a link loop on the way
-        raise ValueError(f"{where}: {_unreachable(Path(path), exc)}") from None
+        raise ValueError(f"{where}: {unreachable(Path(path), exc)}") from None
     if stat.S_ISREG(mode):
         return
     kind = "a symbolic link" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else file_kind(mode)

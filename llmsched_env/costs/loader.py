@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, parse_json, read_text
+from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, link_problem, parse_json, read_text
 from llmsched_env.costs.analytic import AnalyticCostModel
 from llmsched_env.costs.base import CostModel, prefill_time_s, unloaded_decode_time_s
 from llmsched_env.costs.linear import LinearCostModel
@@ -40,12 +40,22 @@ def list_presets() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.json"))
 
 
+def cost_model_path(name_or_path: str | os.PathLike[str]) -> Path | None:
+    """The file a cost model's name or path names (a ``.json`` name or one with a path separator), or None for a
+    preset name."""
+    text = os.fspath(name_or_path)
+    return Path(text) if text.endswith(".json") or os.sep in text or "/" in text else None
+
+
 def load_cost_model(name_or_path: str | os.PathLike[str]) -> CostModel:
     """A cost model from a preset name (``list_presets()``) or a JSON file (named by its ``name``, else its stem);
     ``ValueError`` naming the file and field, or listing the presets for an unknown name."""
     text = os.fspath(name_or_path)
-    if text.endswith(".json") or os.sep in text or "/" in text:
-        path = Path(text)
+    path = cost_model_path(text)
+    if path is not None:
+        problem = link_problem(path)
+        if problem is not None:
+            raise ValueError(f"cost model file {path}: {problem}")
         if not path.exists():  # one that is there but not a regular file is refused as it is read
             raise ValueError(f"cost model file {path} does not exist")
     elif text in list_presets():

@@ -19,7 +19,15 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load as load_safetensors
 
-from llmsched_env.common.files import CONFIG_BYTES, POLICY_BYTES, FileRefusedError, parse_json, read_bytes, read_text
+from llmsched_env.common.files import (
+    CONFIG_BYTES,
+    POLICY_BYTES,
+    FileRefusedError,
+    link_problem,
+    parse_json,
+    read_bytes,
+    read_text,
+)
 from llmsched_env.common.registry import Registry
 from llmsched_env.decision.actions import ACTION_COMPONENTS
 from llmsched_env.decision.schema import SCHEMAS, schema_summary
@@ -139,15 +147,28 @@ def _is_digest(v: Any) -> bool:
     return isinstance(v, str) and re.fullmatch("[0-9a-f]{64}", v) is not None
 
 
+def policy_file_paths(path: str | Path) -> tuple[Path, Path] | None:
+    """The description and the weights an exported policy named by ``path`` (a folder, or either file) is read
+    from, or None when ``path`` names neither."""
+    p = Path(path)
+    if p.is_dir():
+        return p / JSON_NAME, p / TENSORS_NAME
+    if p.suffix in (".json", ".safetensors"):
+        return p.with_suffix(".json"), p.with_suffix(".safetensors")
+    return None
+
+
 def _paths(path: Path) -> tuple[Path, Path]:
-    if path.is_dir():
-        json_path = path / JSON_NAME
-    elif path.suffix in (".json", ".safetensors"):
-        json_path = path.with_suffix(".json")
-    elif not path.exists():
-        raise PolicyFileError(f"{path}: no such policy file or folder")
-    else:
-        raise PolicyFileError(f"{path}: expected a {JSON_NAME}, a {TENSORS_NAME} or a folder holding them")
+    paths = policy_file_paths(path)
+    if paths is None:
+        what = f"expected a {JSON_NAME}, a {TENSORS_NAME} or a folder holding them"
+        raise PolicyFileError(
+            f"{path}: {link_problem(path) or (what if path.exists() else 'no such policy file or folder')}"
+        )
+    json_path = paths[0]
+    problem = link_problem(json_path)
+    if problem is not None:  # a link loop, a link to nothing
+        raise PolicyFileError(f"{json_path}: {problem}")
     if not json_path.exists():  # one that is there but not a regular file is refused as it is read
         raise PolicyFileError(f"{json_path}: policy description not found")
     return json_path, json_path.with_suffix(".safetensors")

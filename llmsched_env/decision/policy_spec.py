@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_env.common.checks import clipped, shown
+from llmsched_env.common.files import link_problem
 from llmsched_env.common.outputs import package_dir
 from llmsched_env.decision.planners.lookahead import LOOKAHEAD, LookaheadConfig, parse_lookahead
 from llmsched_env.decision.planners.mpc import MPC, MPCConfig, mpc_for, parse_mpc
@@ -171,7 +172,7 @@ def _same_path(a: Path, b: Path) -> bool:
     """Whether ``a`` is ``b`` or the ``policy.json`` inside folder ``b``."""
     try:
         ra, rb = a.resolve(), b.resolve()
-    except OSError:
+    except (OSError, RuntimeError):  # a link loop (RuntimeError before Python 3.13)
         return False
     return ra == rb or ra == rb / "policy.json"
 
@@ -213,6 +214,9 @@ def _resolve(entry: str) -> PolicySpec:
             "tuned=TABLE.json"
         )
     if not _exists(path):
+        problem = link_problem(path)
+        if problem is not None:  # a link loop, a link to nothing
+            raise ValueError(f"policy {shown(entry)}: {clipped(str(path))} {problem}")
         raise ValueError(
             f"unknown policy {shown(entry)}: not a baseline ({', '.join(names)}) and no file or folder "
             f"{clipped(str(path))}"

@@ -23,7 +23,7 @@ from llmsched_env.evaluation.tables import format_cell, format_line, format_tabl
 
 __all__ = ["CAPACITY_COLUMNS", "EVALUATION_FILES", "FINISHED_FILES", "PLOT_FILES", "RESULTS_TITLE", "RESULT_FILES",
            "TABLE_COLUMNS", "LiveTable", "capacity_table", "clear_outputs", "format_capacity_summary", "format_summary",
-           "results_table", "write_results", "write_tensorboard"]  # fmt: skip
+           "results_table", "tensorboard_run", "tensorboard_runs", "write_results", "write_tensorboard"]  # fmt: skip
 
 # metric key -> short column header of the terminal table (every metric goes to results.csv)
 TABLE_COLUMNS = {
@@ -194,6 +194,21 @@ def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text) or "_"
 
 
+def tensorboard_run(logdir: Path, row: Mapping[str, Any]) -> Path:
+    """The folder of ``row``'s scalars under ``logdir`` (``write_tensorboard``): POLICY/SCENARIO[/load_LOAD]."""
+    run = Path(logdir) / _safe_name(str(row["policy"])) / _safe_name(str(row["scenario"]))
+    return run / f"load_{row['load']:g}" if "load" in row else run
+
+
+def tensorboard_runs(logdir: Path, config: EvalConfig, capacity: bool = False) -> list[Path]:
+    """Every folder ``write_tensorboard`` writes under ``logdir`` for the runs of ``config`` (a grid's, or with
+    ``capacity`` its capacity searches')."""
+    loads: list[dict[str, float]] = [{}] if capacity else [{"load": load} for load in config.loads]
+    keys = [{"policy": p.name, "scenario": s.name, **load} for p in config.policies for s in config.scenarios
+            for load in loads]  # fmt: skip
+    return list(dict.fromkeys(tensorboard_run(logdir, key) for key in keys))
+
+
 def write_tensorboard(rows: Sequence[Row], logdir: Path) -> list[Path]:
     """Every numeric column of ``rows`` as scalar ``eval/COLUMN``, a folder per (policy, scenario, load), step = seed.
     Returns the folders."""
@@ -203,9 +218,7 @@ def write_tensorboard(rows: Sequence[Row], logdir: Path) -> list[Path]:
 
     writers: dict[Path, EventFileWriter] = {}
     for row in rows:
-        run = Path(logdir) / _safe_name(str(row["policy"])) / _safe_name(str(row["scenario"]))
-        if "load" in row:
-            run = run / f"load_{row['load']:g}"
+        run = tensorboard_run(logdir, row)
         if run not in writers:
             run.mkdir(parents=True, exist_ok=True)
             writers[run] = EventFileWriter(str(run))

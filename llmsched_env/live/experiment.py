@@ -73,6 +73,12 @@ _PLACEMENT: dict[str, Any] = {}  # set once by run_experiment, before it pins it
 _SEEDS = {"warmup": 1, "fit": 100, "light": 300, "aa": 1000, "tune": 5000, "regimes": 7000, "compare": 10_000}
 SEED_STRIDE = 10_000_000  # --seed K moves the compared and A/A streams by K strides (0: the committed runs' streams)
 MAX_SEED = 10**6  # the largest --seed (stream seeds stay below 10**13)
+# what an experiment writes in its folder: the record and the log; the folders of files it names itself (each
+# workload's instances, each cell's blocks, the predictions, the A/A calibration blocks)
+RECORD_NAME, LOG_NAME = "experiment.json", "log.txt"
+WORKLOADS_DIR, CELLS_DIR, PREDICTIONS_DIR, CALIBRATION_DIR = "workloads", "cells", "predictions", "calibration"
+EXPERIMENT_FILES = (RECORD_NAME, LOG_NAME)
+EXPERIMENT_FOLDERS = (WORKLOADS_DIR, CELLS_DIR, PREDICTIONS_DIR, CALIBRATION_DIR)
 
 
 @dataclass(frozen=True)
@@ -549,7 +555,7 @@ def run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: flo
     model = load_cost_model(config.cost_model)
     guess = nominal_rate_rps(workload.engine, model, length_mix(workload))
     adapter = _adapter(tenant_configs(workload, 1.0), config.cost_model, guess, _policy_entries(config, table), config)
-    with Instance(config, workload, config.out / "workloads" / workload.name / "compare", adapter, log) as shared:
+    with Instance(config, workload, config.out / WORKLOADS_DIR / workload.name / "compare", adapter, log) as shared:
         limits = _server_limits(shared.log_dir / "engine.json")
         if limits != {k: getattr(workload, k) for k in limits}:
             log(f"{workload.name}: the server runs with {limits}; the simulator takes them")
@@ -570,7 +576,7 @@ def _server_limits(path: Path) -> dict[str, Any]:
 def _run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: float, log: Log,
                   announce: Callable[[list[str]], None], shared: Instance | None) -> dict[str, Any]:  # fmt: skip
     out = config.out
-    folder = out / "workloads" / workload.name
+    folder = out / WORKLOADS_DIR / workload.name
     fit = _fit_instance(config, workload, folder, log, shared)
     tenants: tuple[TenantConfig, ...] = fit["tenants"]
     slos = {t.name: t for t in tenants}
@@ -619,7 +625,7 @@ def _run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: fl
                     rec = inst.block(stream, CONTROL, slos, {"cell": cell, "round": r, "arm": arm, "calibration": "aa"})
                     calibration[cell].append(rec)
                     calib_dirs.append(inst.blocks_dir / f"{inst.count - 1:04d}")
-                    _append(out / "calibration" / f"{cell}.jsonl", rec)
+                    _append(out / CALIBRATION_DIR / f"{cell}.jsonl", rec)
         loaded = [inst.load(d) for d in calib_dirs]
         model = fit_live_cost_model([r.steps for r in loaded], name=f"live-{workload.name}")
         inst.step_model = model  # every later block's steps against it (the host guard)
@@ -672,7 +678,7 @@ def _run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: fl
                              "blocks": {arm: blocks for arm, blocks in arms_blocks.items()}}
                       for cell, arms_blocks in per_block.items()},
         }  # fmt: skip
-        pred_path = out / "predictions" / f"{workload.name}.json"
+        pred_path = out / PREDICTIONS_DIR / f"{workload.name}.json"
         pred_path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomically(pred_path, json.dumps(predictions, indent=1) + "\n")
         write_text_atomically(pred_path.with_suffix(".sha256"), _sha256(pred_path) + "\n")
@@ -689,7 +695,7 @@ def _run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: fl
                     meta = {"cell": cell, "round": r, "arm": arm, "policy": policy_of[arm], "warmup": False,
                             "stream_seed": compare_seed(cell, r, config.seed)}  # fmt: skip
                     rec = inst.block(stream, policy_of[arm], slos, meta)
-                    _append(out / "cells" / cell / "blocks.jsonl", rec)
+                    _append(out / CELLS_DIR / cell / "blocks.jsonl", rec)
                     m = rec["metrics"]
                     log(
                         f"{cell} round {r} {arm:<12} attainment {m['slo_attainment']:.3f} goodput "
@@ -711,7 +717,7 @@ def _run_workload(config: ExperimentConfig, workload: LiveWorkload, deadline: fl
                     meta = {"cell": cell, "round": r, "arm": REFERENCE, "policy": None, "warmup": False,
                             "stream_seed": compare_seed(cell, r, config.seed)}  # fmt: skip
                     rec = ref.block(block_stream(workload, rate, compare_seed(cell, r, config.seed)), None, slos, meta)
-                    _append(out / "cells" / cell / "blocks.jsonl", rec)
+                    _append(out / CELLS_DIR / cell / "blocks.jsonl", rec)
         found["reference_rounds"] = min(config.reference_rounds, rounds)
     return found
 
@@ -772,7 +778,7 @@ def run_experiment(config: ExperimentConfig, log: Callable[[str], None] | None =
     """Every workload of ``config`` (module docstring); returns and writes ``experiment.json``."""
     out = config.out
     out.mkdir(parents=True, exist_ok=True)
-    logger = Log(out / "log.txt")
+    logger = Log(out / LOG_NAME)
     from llmsched_env.adapters.vllm.tiny_model import build_tiny_model
 
     cpus = placement(config.pin)
@@ -801,7 +807,7 @@ def run_experiment(config: ExperimentConfig, log: Callable[[str], None] | None =
     }  # fmt: skip
 
     def save() -> None:
-        write_text_atomically(out / "experiment.json", json.dumps(record, indent=1, default=str) + "\n")
+        write_text_atomically(out / RECORD_NAME, json.dumps(record, indent=1, default=str) + "\n")
 
     save()
     deadline = time.monotonic() + config.budget_s

@@ -27,6 +27,10 @@ from llmsched_env.runtime.fidelity import (
 from llmsched_env.runtime.profiling import StatusFn, policy_factory
 from llmsched_env.runtime.runner_spec import RunnerSpec
 
+# what run_fidelity writes in its folder: the rows, the rows and summary, the report
+FIDELITY_CSV, FIDELITY_JSON, FIDELITY_MD = "fidelity.csv", "fidelity.json", "fidelity.md"
+FIDELITY_FILES = (FIDELITY_CSV, FIDELITY_JSON, FIDELITY_MD)
+
 Row = dict[str, Any]
 
 
@@ -116,14 +120,14 @@ def run_fidelity(spec: RunnerSpec, preset: str | Path, policies: Sequence[str], 
     rows = compare(runner, model, factories, policy_factory("fcfs"), loads, seeds, workload, progress=on_row,
                    in_situ=in_situ)
     out.mkdir(parents=True, exist_ok=True)
-    write_csv(rows, out / "fidelity.csv")
+    write_csv(rows, out / FIDELITY_CSV)
     summary = summarise(rows, kinds)
     data = {"preset": str(preset), "model": spec.model, "rows": rows, "summary": summary}
-    write_text_atomically(out / "fidelity.json", json.dumps(data, indent=2))
+    write_text_atomically(out / FIDELITY_JSON, json.dumps(data, indent=2))
     title = (f"Fidelity of preset `{preset}` against the runtime ({spec.model}, {spec.dtype}, {spec.device}); "
              f"{num_requests} requests per run, policies {', '.join(factories)}, loads {list(loads)}, "
              f"seeds {list(seeds)}. Relative errors of the simulator, mean (max) over the runs: against the preset, "
              "and in situ (a model fitted to fitting episodes served in lockstep with each replay).")
     markdown = _markdown(title, summary)
-    write_text_atomically(out / "fidelity.md", markdown)
+    write_text_atomically(out / FIDELITY_MD, markdown)
     return FidelityReport(rows, summary, markdown)

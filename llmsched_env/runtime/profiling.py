@@ -70,14 +70,24 @@ def policy_factory(name: str) -> PolicyFactory:
     return lambda ctx: make_scheduler(name, ctx, seed=0)
 
 
+def samples_path(out: Path) -> Path:
+    """Where ``profile_preset`` writes the grid samples of the preset ``out``: ``<out>.samples.csv`` beside it."""
+    return out.with_suffix(".samples.csv")
+
+
+def profile_outputs(out: Path) -> list[Path]:
+    """Every file ``profile_preset`` writes: the preset ``out`` and its ``samples_path``."""
+    return [out, samples_path(out)]
+
+
 def profile_preset(spec: RunnerSpec, out: Path, *, quick: bool = False, repeats: int = 3, name: str | None = None,
                    fit_loads: Sequence[float] = FIT_LOADS, num_requests: int = FidelityWorkload.num_requests,
                    force: bool = False, on_status: StatusFn | None = None,
                    on_progress: ProgressFn | None = None) -> tuple[LinearCostModel, dict[str, Any]]:
     """Profile, record fitting episodes, fit, save ``out`` and ``<out>.samples.csv``; the model and the fit's
     report. ``ValueError`` before anything runs for a shipped ``out`` (unless ``force``) or a bad count."""
-    check_output(out, force, file=True)
-    check_output(out.with_suffix(".samples.csv"), force, file=True)  # the grid samples go beside it
+    for path in profile_outputs(out):  # the preset, and the grid samples beside it
+        check_output(path, force, file=True)
     check_count("repeats", repeats, MAX_REPEATS)
     check_count("num_requests", num_requests, MAX_REQUESTS)
     check_count("threads", spec.threads, max_threads())
@@ -115,9 +125,9 @@ def profile_preset(spec: RunnerSpec, out: Path, *, quick: bool = False, repeats:
     model = cal.fit(samples, overhead, name=name, description=desc, iterations=iterations)
     out.parent.mkdir(parents=True, exist_ok=True)
     model.save(out)
-    samples_path = out.with_suffix(".samples.csv")
-    write_csv(cal.samples_table(samples), samples_path)
-    return model, {"preset": str(out), "samples": str(samples_path), "profile_s": profile_s,
+    table = samples_path(out)
+    write_csv(cal.samples_table(samples), table)
+    return model, {"preset": str(out), "samples": str(table), "profile_s": profile_s,
                    "loop_overhead_s": overhead,
                    "grid": fit_report(model, [(p, d, kv, q, t + overhead) for p, d, kv, q, t in samples]),
                    "iterations": fit_report(model, iterations),

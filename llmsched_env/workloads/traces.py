@@ -31,8 +31,10 @@ from llmsched_env.common.files import (
     BoundedReader,
     FileRefusedError,
     check_regular_file,
+    link_problem,
     open_regular,
     parse_json,
+    resolved,
 )
 from llmsched_env.common.tenants import MAX_TENANTS, tenant_name_problem, too_many_tenants
 from llmsched_env.workloads.trace import MOONCAKE_PREFIX_ID_TOKENS, Trace, is_finite_number
@@ -107,6 +109,9 @@ class TraceError(ValueError):
 
 
 def _unreadable(path: Path, error: OSError) -> TraceError:
+    problem = link_problem(path)
+    if problem is not None:  # a link loop, a link to nothing
+        return TraceError(f"{path}: {problem}; give the trace file itself")
     if isinstance(error, FileNotFoundError):
         return TraceError(f"{path}: trace file not found; check the path")
     return TraceError(f"{path}: cannot read trace file ({error.strerror})")
@@ -552,11 +557,13 @@ _CACHE: OrderedDict[tuple[Any, ...], Trace] = OrderedDict()
 def cached_load(path: str | os.PathLike[str], fmt: str, reader: Callable[..., Trace], **options: Any) -> Trace:
     """``reader(resolved path, **options)``, cached per (path, mtime, size, ``fmt``, options)."""
     given = Path(path).expanduser()
-    p = given.resolve()
     try:
+        p = resolved(given)
         st = p.stat()
+    except FileRefusedError as e:  # a link loop on the way
+        raise TraceError(str(e)) from None
     except OSError as e:
-        raise _unreadable(p, e) from None
+        raise _unreadable(given, e) from None
     try:  # named as given: a link to /dev/zero is refused naming the link (the read checks again, bounded)
         check_regular_file(given, TRACE_BYTES)
     except FileRefusedError as e:

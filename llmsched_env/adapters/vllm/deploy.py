@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_env.adapters.vllm.config import CONFIG_ENV
-from llmsched_env.common.outputs import shipped_folder_of, write_text_atomically
+from llmsched_env.common.outputs import shipped_folder_of, update_lock, write_text_atomically
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.actions import UNLIMITED
 from llmsched_env.decision.planners.tuned import decision_of, write_tuned_entries
@@ -32,6 +33,9 @@ __all__ = ["ADAPTER_CLS", "DEPLOY_FORMAT", "KnobMapping", "NativeVllm", "adapter
 
 ADAPTER_CLS = "llmsched_env.adapters.vllm.scheduler.LLMSchedScheduler"
 DEPLOY_FORMAT = "llmsched-vllm-deploy"  # vllm.json's "format"
+# what write_deployment writes in an entry's folder: its one-entry table, the adapter config, the manifest, the README
+TABLE_NAME, CONFIG_NAME, MANIFEST_NAME, README_NAME = "tuned.json", "llmsched.yaml", "vllm.json", "README.md"
+DEPLOY_FILES = (TABLE_NAME, CONFIG_NAME, MANIFEST_NAME, README_NAME)
 MODEL = "MODEL"  # the model to serve: the tune prices a cost model, it does not know the weights
 
 
@@ -192,6 +196,13 @@ def deployment_dir(table: str | Path, key: str) -> Path:
     return t.parent / f"{t.stem}.vllm" / key
 
 
+def deployment_files(table: str | Path, key: str) -> list[Path]:
+    """Every file ``write_deployment`` writes for entry ``key`` of ``table``: ``DEPLOY_FILES`` in its folder
+    (``deployment_dir``) and the lock its table is merged under."""
+    folder = deployment_dir(table, key)
+    return [*(folder / name for name in DEPLOY_FILES), update_lock(folder / TABLE_NAME)]
+
+
 def _tenant(t: TenantConfig) -> dict[str, Any]:
     return {"name": t.name, "slo": {"ttft_s": t.slo.ttft_s, "tpot_s": t.slo.tpot_s}, "weight": t.weight,
             "priority": t.priority}  # fmt: skip
@@ -215,9 +226,9 @@ def write_deployment(
     engine = EngineConfig(**prov["engine"])
     out = (folder if folder is not None else deployment_dir(table, key)).absolute()
     out.mkdir(parents=True, exist_ok=True)
-    one = out / "tuned.json"
+    one = out / TABLE_NAME
     write_tuned_entries(one, {key: entry})
-    config_path = out / "llmsched.yaml"
+    config_path = out / CONFIG_NAME
     config = {"policy": f"tuned={one}", "scenario": key, "tenants": [_tenant(t) for t in tenants],
               "cost_model": _cost_model(str(prov["cost_model"]))}  # fmt: skip
     serve = ["vllm", "serve", MODEL]
@@ -237,8 +248,8 @@ def write_deployment(
         "native": {"flags": list(native.flags), "command": native_cmd, "exact": native.exact,
                    "knobs": [asdict(k) for k in native.knobs]},
     }  # fmt: skip
-    write_text_atomically(out / "vllm.json", json.dumps(manifest, indent=2) + "\n")
-    write_text_atomically(out / "README.md", _readme(key, entry, engine, tenants, adapter_cmd, notes, native))
+    write_text_atomically(out / MANIFEST_NAME, json.dumps(manifest, indent=2) + "\n")
+    write_text_atomically(out / README_NAME, _readme(key, entry, engine, tenants, adapter_cmd, notes, native))
     return out
 
 
@@ -292,7 +303,7 @@ def deploy_tuned_entry(table: str | Path, key: str, entry: Mapping[str, Any], sc
     """``write_deployment`` for ``llmsched-tune``: the tenants of ``scenario`` (SLOs scaled to the entry's cost
     model); the lines to print. None is written inside a shipped folder; a failure to write is one line."""
     folder = deployment_dir(table, key).absolute()
-    if shipped_folder_of(folder.resolve()) is not None:
+    if shipped_folder_of(Path(os.path.realpath(folder))) is not None:  # a link loop there: refused as it is written
         return [f"{key}: no vLLM deployment written inside the shipped folder {folder.parent.parent}"]
     try:
         tenants = scenario.source("val", load_cost_model(entry["provenance"]["cost_model"])).tenants

@@ -16,7 +16,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmsched_env.common.files import CONFIG_BYTES, TRACE_BYTES, FileRefusedError, open_regular, parse_json, read_text
+from llmsched_env.common.files import (
+    CONFIG_BYTES,
+    TRACE_BYTES,
+    FileRefusedError,
+    link_problem,
+    open_regular,
+    parse_json,
+    read_text,
+)
 from llmsched_env.common.outputs import updating, write_text_atomically
 from llmsched_env.decision.actions import UNLIMITED, ActionSpec
 from llmsched_env.decision.registry import SCHEDULERS
@@ -152,7 +160,7 @@ def _read_json(path: Path) -> Any:
     except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
         raise
     except FileNotFoundError:
-        raise ValueError(f"{path}: no such tuned-settings table") from None
+        raise ValueError(f"{path}: {link_problem(path) or 'no such tuned-settings table'}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not a readable JSON tuned-settings table: {exc}") from None
 
