@@ -95,6 +95,7 @@ def test_evaluate_refuses_options_that_do_nothing_together(
     ("argv", "message"),
     [
         (["--policy-timeout", "0.001"], "--policy-timeout does nothing without --backend runtime or --engine vllm"),
+        (["--engine", "vllm", "--tensorboard", "tb"], "--tensorboard does nothing without --engine sim"),
         (["--model", "llama-1b"], "--model does nothing without --backend runtime"),
         (["--weights", "/nonexistent/w.safetensors"], "--weights does nothing without --backend runtime"),
         (["--realtime"], "--realtime does nothing without --backend runtime"),

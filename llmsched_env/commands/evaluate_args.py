@@ -366,6 +366,7 @@ _NEEDS: tuple[_Needs, ...] = (
     *((name, "--trace", lambda a: a.trace is not None, _TRACE_ONLY) for name in _TRACED),
     ("force", "--out or --tensorboard", lambda a: a.out is not None or a.tensorboard is not None,
      "it only lets those write inside a shipped folder"),
+    ("tensorboard", "--engine sim", lambda a: a.engine == "sim", "--engine vllm writes its comparison's rows only"),
 )  # fmt: skip
 
 
