@@ -103,6 +103,7 @@ def test_the_cap_holds_for_workloads_built_in_code(monkeypatch: pytest.MonkeyPat
         ("a/b", "the key separator '/'"),
         ("a\u200bb", "the non-printable character '\\u200b'"),
         ("other", "must not be 'other'"),
+        ("t" * 100_000, "must be at most 256 characters, got 'tttt"),
     ],
 )
 def test_a_tenant_name_that_breaks_the_outputs_is_refused_naming_file_line_and_field(
@@ -115,6 +116,7 @@ def test_a_tenant_name_that_breaks_the_outputs_is_refused_naming_file_line_and_f
         load_trace(jsonl, "generic", columns=COLUMNS)
     message = str(info.value)
     assert message.startswith(f"{jsonl}:3: key 'tenant' ") and says in message and "\n" not in message, message
+    assert len(message) < 1_000
     if "\n" not in name:  # a CSV row cannot hold a newline (it ends the row); the rest are refused there too
         path = tmp_path / "names.csv"
         path.write_text(f'arrival,prompt_len,output_len,tenant\n0,5,5,ok\n1,5,5,"{name}"\n')
