@@ -19,7 +19,15 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load as load_safetensors
 
-from llmsched_env.common.files import CONFIG_BYTES, POLICY_BYTES, FileRefusedError, parse_json, read_bytes, read_text
+from llmsched_env.common.files import (
+    CONFIG_BYTES,
+    POLICY_BYTES,
+    FileRefusedError,
+    InputFileError,
+    parse_json,
+    read_bytes,
+    read_text,
+)
 from llmsched_env.common.registry import Registry
 from llmsched_env.decision.actions import ACTION_COMPONENTS
 from llmsched_env.decision.schema import SCHEMAS, schema_summary
@@ -53,7 +61,7 @@ OPTION_KEYS = {
 }
 
 
-class PolicyFileError(ValueError):
+class PolicyFileError(InputFileError):
     """An exported policy file is missing, corrupt, inconsistent, or does not fit the environment."""
 
 

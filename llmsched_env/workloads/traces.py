@@ -29,6 +29,7 @@ from llmsched_env.common.files import (
     TRACE_LINE_BYTES,
     BoundedReader,
     FileRefusedError,
+    InputFileError,
     check_regular_file,
     open_regular,
     parse_json,
@@ -98,7 +99,7 @@ _MAX_TOKENS = 2**40  # lengths above this are corrupt data (and would overflow i
 _MAX_PREFIX_ID = 2**63  # prefix ids are stored as int64
 
 
-class TraceError(ValueError):
+class TraceError(InputFileError):
     """A trace file or a loader option is invalid. The message names the file, the 1-based line and the field."""
 
 
@@ -321,8 +322,9 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _parse_csv(path: Path, given: Mapping[str, Any], clock: bool = False,
-               prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS) -> _Rows:
+def _parse_csv(
+    path: Path, given: Mapping[str, Any], clock: bool = False, prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS
+) -> _Rows:
     """The rows of a CSV file whose header holds the columns ``given`` maps our fields to; or, with ``given``
     mapping format names to such mappings, the first format whose columns the header holds."""
     lines = _read_lines(path)
@@ -339,12 +341,16 @@ def _parse_csv(path: Path, given: Mapping[str, Any], clock: bool = False,
     expected = list(names.values())
     twice = sorted({col for col in header if col and header.count(col) > 1})
     if twice:
-        raise TraceError(f"{path}:{header_i + 1}: column(s) {twice} appear more than once in the CSV header; which one "
-                         f"holds the data is ambiguous, rename or drop the duplicates")
+        raise TraceError(
+            f"{path}:{header_i + 1}: column(s) {twice} appear more than once in the CSV header; which one "
+            f"holds the data is ambiguous, rename or drop the duplicates"
+        )
     missing = [col for col in expected if col not in header]
     if missing:
-        raise TraceError(f"{path}:{header_i + 1}: missing column(s) {missing} in the CSV header; found columns "
-                         f"{header}, expected {expected}")
+        raise TraceError(
+            f"{path}:{header_i + 1}: missing column(s) {missing} in the CSV header; found columns "
+            f"{header}, expected {expected}"
+        )
     index = {fld: header.index(col) for fld, col in names.items()}
     parser = _Parser(path, names, "column", clock=clock, prefix_id_tokens=prefix_id_tokens)
 
@@ -360,9 +366,11 @@ def _parse_csv(path: Path, given: Mapping[str, Any], clock: bool = False,
         except csv.Error as e:
             raise TraceError(f"{path}:{i + 1}: malformed CSV row ({e})") from None
         if len(row) > len(header) and any(cell.strip() for cell in row[len(header) :]):
-            raise TraceError(f"{path}:{i + 1}: the row has {len(row)} fields but the header {len(header)}; "
-                             f"{_short(row[len(header) :])} belong(s) to no column (a stray comma, or a column missing "
-                             f"from the header?)")
+            raise TraceError(
+                f"{path}:{i + 1}: the row has {len(row)} fields but the header {len(header)}; "
+                f"{_short(row[len(header) :])} belong(s) to no column (a stray comma, or a column missing "
+                f"from the header?)"
+            )
         parser.add_record(i + 1, [cell.strip() for cell in row], index, missing_cell)
     if not parser.rows.lines:
         raise TraceError(f"{path}:{header_i + 2}: no data rows after the header on line {header_i + 1}")
@@ -430,10 +438,12 @@ def _build(rows: _Rows, *, max_context: int | None, overlong: str, sort: bool, t
         over = np.flatnonzero(prompt + output > max_context)
         if over.size and overlong == "error":
             i = int(over[0])
-            raise TraceError(f"{path}:{lines[i]}: {_field_label(names, 'prompt_len', rows.kind)} + "
-                             f"{_field_label(names, 'output_len', rows.kind)} = {prompt[i]} + {output[i]} exceeds "
-                             f"max_context={max_context} (overlong='error'; use 'reject' to let the engine reject it "
-                             f"or 'truncate' to cut it)")
+            raise TraceError(
+                f"{path}:{lines[i]}: {_field_label(names, 'prompt_len', rows.kind)} + "
+                f"{_field_label(names, 'output_len', rows.kind)} = {prompt[i]} + {output[i]} exceeds "
+                f"max_context={max_context} (overlong='error'; use 'reject' to let the engine reject it "
+                f"or 'truncate' to cut it)"
+            )
         if over.size and overlong == "truncate":
             new_prompt = np.maximum(max_context - output[over], 1)  # cut the prompt first, the output if needed
             output[over] = max_context - new_prompt
@@ -524,8 +534,10 @@ def read_generic(p: Path, columns: Mapping[str, str], time_unit: str, prefix_id_
     unknown = [k for k in columns if k not in GENERIC_FIELDS]
     missing = [k for k in ("prompt_len", "output_len") if k not in columns]
     if unknown or missing:
-        raise TraceError(f"{p}: columns mapping has unknown field(s) {unknown} / lacks required {missing}; fields are "
-                         f"{GENERIC_FIELDS} (prompt_len and output_len required)")
+        raise TraceError(
+            f"{p}: columns mapping has unknown field(s) {unknown} / lacks required {missing}; fields are "
+            f"{GENERIC_FIELDS} (prompt_len and output_len required)"
+        )
     if not all(isinstance(v, str) and v for v in columns.values()):
         raise TraceError(f"{p}: columns mapping values must be non-empty column names, got {dict(columns)}")
     if time_unit not in TIME_UNITS:
@@ -586,29 +598,45 @@ def clear_trace_cache() -> None:
 # -------------------------------------------------------------------------------------------------- loaders
 
 
-def load_azure(path: str | os.PathLike[str], *, max_context: int | None = None, overlong: str = "reject",
-               sort: bool = False) -> Trace:
+def load_azure(
+    path: str | os.PathLike[str], *, max_context: int | None = None, overlong: str = "reject", sort: bool = False
+) -> Trace:
     """The Azure LLM inference 2023 CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``; wall-clock timestamps)."""
     return cached_load(path, "azure", read_azure, max_context=max_context, overlong=overlong, sort=sort)
 
 
-def load_mooncake(path: str | os.PathLike[str], seed: int = 0, tick_s: float | None = None, *,
-                  max_context: int | None = None, overlong: str = "reject", sort: bool = False) -> Trace:
+def load_mooncake(
+    path: str | os.PathLike[str],
+    seed: int = 0,
+    tick_s: float | None = None,
+    *,
+    max_context: int | None = None,
+    overlong: str = "reject",
+    sort: bool = False,
+) -> Trace:
     """The Mooncake FAST'25 JSONL, each request spread at random (``seed``) over its ~3 s tick ``[t, t + tick_s)``
     (None: the median gap between distinct timestamps; 0: the raw timestamps), then sorted."""
     limits = {"max_context": max_context, "overlong": overlong, "sort": sort}
     return cached_load(path, "mooncake", read_mooncake, seed=seed, tick_s=tick_s, **limits)
 
 
-def load_lengths(path: str | os.PathLike[str], *, max_context: int | None = None, overlong: str = "reject",
-                 sort: bool = False) -> Trace:
+def load_lengths(
+    path: str | os.PathLike[str], *, max_context: int | None = None, overlong: str = "reject", sort: bool = False
+) -> Trace:
     """Paired lengths (no arrival times) from a CSV with ``num_prefill_tokens`` and ``num_decode_tokens`` columns."""
     return cached_load(path, "lengths", read_lengths, max_context=max_context, overlong=overlong, sort=sort)
 
 
-def load_generic(path: str | os.PathLike[str], columns: Mapping[str, str], time_unit: str = "s", *,
-                 prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS, max_context: int | None = None,
-                 overlong: str = "reject", sort: bool = False) -> Trace:
+def load_generic(
+    path: str | os.PathLike[str],
+    columns: Mapping[str, str],
+    time_unit: str = "s",
+    *,
+    prefix_id_tokens: int = MOONCAKE_PREFIX_ID_TOKENS,
+    max_context: int | None = None,
+    overlong: str = "reject",
+    sort: bool = False,
+) -> Trace:
     """Your own CSV or JSON-lines file (plain or ``.gz``) read through ``columns`` (our field -> its column or key):
     ``prompt_len``, ``output_len`` (required), ``arrival`` (in ``time_unit``; none: length-only), ``prefix_ids``
     (a JSON list or space-separated integers), ``tenant`` (any string)."""
@@ -617,8 +645,12 @@ def load_generic(path: str | os.PathLike[str], columns: Mapping[str, str], time_
     return cached_load(path, "generic", read_generic, **options, **limits)
 
 
-_LOADERS: dict[str, Callable[..., Trace]] = {"azure": load_azure, "mooncake": load_mooncake, "lengths": load_lengths,
-                                             "generic": load_generic}
+_LOADERS: dict[str, Callable[..., Trace]] = {
+    "azure": load_azure,
+    "mooncake": load_mooncake,
+    "lengths": load_lengths,
+    "generic": load_generic,
+}
 
 
 def load_trace(path: str | os.PathLike[str], format: str, **options: Any) -> Trace:
