@@ -71,6 +71,7 @@ _PLACEMENT: dict[str, Any] = {}  # set once by run_experiment, before it pins it
 _SEEDS = {"warmup": 1, "fit": 100, "light": 300, "aa": 1000, "tune": 5000, "regimes": 7000, "compare": 10_000}
 SEED_STRIDE = 10_000_000  # --seed K moves the compared and A/A streams by K strides (0: the committed runs' streams)
 MAX_SEED = 10**6  # the largest --seed (stream seeds stay below 10**13)
+MAX_BUDGET_S = 7 * 24 * 3600.0  # a week: a longer --budget-min is a typo (the committed runs take 80 minutes)
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,12 @@ class ExperimentConfig:
                 raise ValueError(f"--loads: each load (x the knee) must lie in [0.05, 20], got {list(loads)}")
         if not 0 <= self.engine_nice <= 19:
             raise ValueError(f"--engine-nice must lie in [0, 19], got {self.engine_nice}")
+        if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 < self.port < 65536:
+            raise ValueError(f"--port must be a TCP port in [1, 65535], got {self.port!r}")
+        budget = self.budget_s
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= MAX_BUDGET_S:
+            raise ValueError(f"--budget-min must be a number of minutes in (0, {MAX_BUDGET_S / 60:,.0f}], got "
+                             f"{budget / 60 if isinstance(budget, (int, float)) else budget!r}")  # fmt: skip
 
     @classmethod
     def quick_of(cls, out: Path, **kw: Any) -> ExperimentConfig:
