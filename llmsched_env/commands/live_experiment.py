@@ -11,6 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from llmsched_env.adapters.vllm import VllmMissingError, require_vllm
+from llmsched_env.commands.entry import command, keep, refuse, reject
 from llmsched_env.commands.evaluate_args import (
     ENGINE_LIMITS,
     add_engine_limits,
@@ -24,14 +26,19 @@ from llmsched_env.commands.help import given_options
 from llmsched_env.live.design import MIN_AA_PAIRS
 from llmsched_env.live.experiment import PRESET, ExperimentConfig, ExperimentError, replication_config, run_experiment
 from llmsched_env.live.host import HOST_BUSY_MAX
-from llmsched_env.live.server import cli_parser, unwind_on_sigterm
+from llmsched_env.live.server import cli_parser
 from llmsched_env.live.workloads import WORKLOADS
 from llmsched_env.workloads.traces import TRACE_FORMATS
 
 __all__ = ["main"]
 
+PROG = "python -m llmsched_env.commands.live_experiment"
 
+
+@command(PROG)
 def main(argv: list[str] | None = None) -> None:
+    """Run the live experiment that ``argv`` describes; a bad option: one usage line; an ``--out`` or ``--replicate``
+    folder refused, the experiment's own failure, Ctrl-C, a signal or a full disk: one line (``entry.command``)."""
     p = cli_parser("llmsched_env.commands.live_experiment", __doc__)
     p.add_argument("--out", type=Path, required=True, help="the run folder (must not hold an earlier run)")
     p.add_argument("--quick", action="store_true", help="one workload, 3 rounds, no reference (~15 min)")
@@ -79,8 +86,8 @@ def main(argv: list[str] | None = None) -> None:
         "on its CPU run first; 0 leaves their priority as it is",
     )  # fmt: skip
     args = p.parse_args(argv)
-    if (args.out / "experiment.json").exists():
-        p.error(f"--out {args.out}: it holds an earlier run (experiment.json); choose a new folder")
+    if (args.out / "experiment.json").exists():  # what the folder holds: one error line, no usage block
+        refuse(p.prog, f"--out {args.out}: it holds an earlier run (experiment.json); choose a new folder")
     kw: dict[str, Any] = {"port": args.port, "pin": not args.no_pin, "engine_nice": args.engine_nice, "seed": args.seed,
                           "host_override": args.host_override}  # fmt: skip
     if args.workloads:
@@ -109,24 +116,33 @@ def main(argv: list[str] | None = None) -> None:
         if args.loads is not None:
             kw["loads"] = {"*": tuple(float(x) for x in args.loads.split(","))}
     except ValueError as exc:
-        p.error(as_flags(str(exc)) if args.trace is not None else f"--loads: {exc}")
+        reject(p, exc, as_flags(str(exc)) if args.trace is not None else f"--loads: {exc}")
     if args.budget_min is not None:
         kw["budget_s"] = args.budget_min * 60.0
     if args.no_reference:
         kw["reference"] = False
-    try:
-        if args.replicate is not None:
+    if args.replicate is not None:
+        try:  # RUN's record, read: one error line for what it holds
             config = replication_config(args.replicate, args.out, kw.pop("seed"), **kw)
-        elif args.quick:
-            config = ExperimentConfig.quick_of(args.out, **kw)
-        else:
-            config = ExperimentConfig(args.out, **kw)
-        if config.min_rounds > config.max_rounds:
-            config = replace(config, max_rounds=config.min_rounds)
-    except ValueError as exc:
-        p.error(str(exc))
+        except ValueError as exc:
+            refuse(p.prog, str(exc))
+    else:
+        try:
+            config = ExperimentConfig.quick_of(args.out, **kw) if args.quick else ExperimentConfig(args.out, **kw)
+        except ValueError as exc:  # a trace file that fails its checks: one error line
+            reject(p, exc)
+    if config.min_rounds > config.max_rounds:
+        config = replace(config, max_rounds=config.min_rounds)
 
-    unwind_on_sigterm()
+    if not config.address:  # the experiment starts its own vLLM server, in this interpreter
+        try:
+            require_vllm()
+        except VllmMissingError as exc:
+            refuse(p.prog, f"{exc} (or drive a server you launch: --address)")
+    keep(
+        f"{config.out} keeps the blocks played so far (experiment.json, log.txt; an experiment does not resume)",
+        "rerun with a new --out",
+    )
     try:
         run_experiment(config)
     except ExperimentError as exc:
