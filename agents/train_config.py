@@ -478,6 +478,25 @@ def _class_problem(hp: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+def _policy_kwargs_problem(algo: str, policy_kwargs: Any) -> tuple[str, str] | None:
+    """``(key, why)`` for a ``policy_kwargs`` entry whose policy default is true or false (a number) given another
+    kind of value, which the policy would take without a word (``ortho_init: 7``); else None."""
+    from agents.sb3 import ALGOS
+
+    if not isinstance(policy_kwargs, Mapping):
+        return None
+    aliases = ALGOS[algo].policy_aliases
+    policy = aliases.get("MlpPolicy") or aliases.get("MlpLstmPolicy")
+    params = inspect.signature(policy.__init__).parameters if policy is not None else {}
+    for key, value in policy_kwargs.items():
+        default = params[key].default if key in params else None
+        if isinstance(default, bool) and not isinstance(value, bool):
+            return f"policy_kwargs.{key}", f"must be true or false, got {value!r:.60}"
+        if type(default) in (int, float) and not is_finite_number(value):
+            return f"policy_kwargs.{key}", f"must be a finite number, got {value!r:.60}"
+    return None
+
+
 def _check_products(hp: Mapping[str, Any], fail: Callable[[str, str], ValueError]) -> None:
     """``fail(key, why)`` for counts each in range but together too many: evaluations and their val episodes, one
     rollout's transitions, cloning's labelled and played steps (the ``MAX_*`` products above)."""
@@ -582,7 +601,7 @@ def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
     network = _network_problem(hp.get("policy_kwargs"))
     if network is not None:
         raise fail("policy_kwargs", network)
-    classes = _class_problem(hp)
+    classes = _class_problem(hp) or _policy_kwargs_problem(algo, hp.get("policy_kwargs"))
     if classes is not None:
         raise fail(*classes)
     _check_products(hp, fail)

@@ -400,7 +400,9 @@ UNBUILDABLE = [
     ("policy_kwargs.features_extractor_kwargs.a=1", "unexpected keyword argument 'a'"),
     ("rollout_buffer_kwargs.a=1", "unexpected keyword argument 'a'"),
     ("policy=Foo", "Policy Foo unknown"),
-]
+    ("policy_kwargs.ortho_init=7", "'policy_kwargs.ortho_init' (maskable_ppo; from the hyperparameter file or --hp): "
+     "must be true or false, got 7"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("item", "named"), UNBUILDABLE, ids=[item.split("=")[0] for item, _ in UNBUILDABLE])
