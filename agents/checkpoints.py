@@ -23,6 +23,7 @@ from llmsched_env.common.files import (
     KEY_BYTES,
     SIGNATURE_BYTES,
     FileRefusedError,
+    InputFileError,
     check_regular_file,
     open_regular,
     parse_json,
@@ -35,7 +36,7 @@ SIGNATURE_SUFFIX = ".sig"
 _KEY_BYTES = 32
 
 
-class CheckpointError(ValueError):
+class CheckpointError(InputFileError):
     """A checkpoint that ``--resume`` refuses to load: not signed with this user's key."""
 
 
@@ -65,15 +66,15 @@ def _key(create: bool) -> bytes | None:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            os.write(fd, secrets.token_bytes(_KEY_BYTES))
-        finally:
-            os.close(fd)
-        try:
+            try:
+                os.write(fd, secrets.token_bytes(_KEY_BYTES))
+            finally:
+                os.close(fd)
             os.link(tmp, path)  # atomic; a concurrent training that won the race keeps its key
         except FileExistsError:
             pass
         finally:
-            tmp.unlink()
+            tmp.unlink()  # also when the write failed (a full disk): no half key is left beside it
         key = read_bytes(path, KEY_BYTES)
     if len(key) != _KEY_BYTES:
         raise CheckpointError(f"{path}: the checkpoint key must hold {_KEY_BYTES} bytes, found {len(key)}")

@@ -18,8 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agents.config import ALGO_NAMES, parse_overrides, read_hyperparam_file
-from agents.train_config import DEFAULT_EVAL_BASELINES, DEFAULT_EVAL_ROUTERS, QUICK, TrainConfig
+from agents.train_config import DEFAULT_EVAL_BASELINES, DEFAULT_EVAL_ROUTERS, QUICK, TrainConfig, resolve_hyperparams
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
+from llmsched_env.commands.entry import command, keep, refuse, reject
 from llmsched_env.commands.evaluate_args import (
     ENGINE_LIMITS,
     add_engine_limits,
@@ -28,6 +29,8 @@ from llmsched_env.commands.evaluate_args import (
     as_flags,
     engine_limits,
     scaleout,
+    seed_int,
+    seed_list,
     stray_trace_options,
     trace_options,
 )
@@ -75,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     what("--algo", choices=sorted(ALGO_NAMES), default="maskable_ppo", help="algorithm")
     what("--timesteps", type=int, default=None, help="total environment steps (default: the YAML's)")
-    what("--seed", type=int, default=0, help="training seed")
+    what("--seed", type=seed_int, default=0, help="training seed (in [0, 2**32))")
     what("--quick", action="store_true", help=f"a short run: {quick_help()}")
     what("--bc", default=None, help="baseline to clone before RL, 'none' to skip (default: the YAML's)")
     init = "start from an exported policy's weights (e.g. policies/generalist) instead of cloning: fine-tuning"
@@ -105,7 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     hp("--vec-env", choices=("dummy", "subproc"), default="dummy", help="vectorised env class")
     sweep = p.add_argument_group("many trainings (each in its own run folder OUT/<scenario>-seed<K>[-key=value])")
     sweep.add_argument("--scenarios", default=None, help="comma list: one training per scenario (default: none)")
-    sweep.add_argument("--seeds", default=None, help="comma list: one training per seed (default: --seed)")
+    sweep.add_argument(
+        "--seeds", type=seed_list, default=None, help="comma list: one training per seed (default: --seed)"
+    )
     grid = "one training per value (default: none)"
     sweep.add_argument("--hp-grid", action="append", default=[], metavar="KEY=V1,V2", help=grid)
     add_scaleout_options(sweep, "the trainings")
@@ -128,15 +133,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             f"or --hp-grid); leave {flag} out, or give the sweep"
         )
     from agents.sweep import sweep_configs, sweep_outputs
-    from agents.training import finished_at_budget, preflight, run_outputs
+    from agents.training import check_model_builds, finished_at_budget, preflight, run_outputs
     from llmsched_env.evaluation.progress import status
 
     args.sweep = several
     args.scenario_list = [s for s in (args.scenarios or args.scenario).split(",") if s]
-    try:
-        args.seed_list = [int(x) for x in (args.seeds or str(args.seed)).split(",") if x]
-    except ValueError:
-        p.error(f"--seeds must be a comma list of integers, got {args.seeds!r}")
+    args.seed_list = args.seeds if args.seeds is not None else [args.seed]
     try:
         grid = split_items(args.hp_grid, "--hp-grid", what="item", form="KEY=V1,V2,...")
     except ValueError as exc:
@@ -166,7 +168,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         trace = {**trace_options(args), **({"engine": limits} if limits else {})}
     elif stray := stray_trace_options(given_options(p, argv), ENGINE_LIMITS):
         p.error(f"{', '.join(stray)}: the trace options and the engine limits apply to --trace only")
-    try:
+    try:  # the options' values: a usage line (a file named, such as --init's policy, that fails: one error line)
         args.config = from_args(
             TrainConfig,
             args,
@@ -178,12 +180,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             progress=not args.no_progress,
             trace=trace,
         )
-        check_output(args.config.run_folder, args.force)
         args.configs = [args.config]
         if args.sweep:
             args.configs = sweep_configs(
                 args.config, args.config.run_folder, args.scenario_list, args.seed_list, args.grid
             )
+        for config in args.configs:  # the hyperparameters as the model takes them
+            check_model_builds(config, resolve_hyperparams(config))
+    except ValueError as exc:  # the trace's options named as their flags
+        reject(p, exc, as_flags(str(exc).removeprefix("trace: ")) if trace is not None else None)
+    try:  # what the run folders, the checkpoint key and the files read hold: one error line, no usage block
+        check_output(args.config.run_folder, args.force)
         args.kept = []
         if args.sweep:  # a resumed sweep: its trainings that finished at their budget are kept as they are
             done = {id(c): finished_at_budget(c) for c in args.configs}
@@ -196,8 +203,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         check_inputs_apart(training_inputs(args), written)  # no training writes over what it reads
         for config in args.configs:  # every refusal before anything is written; train() warns, once
             preflight(config, warn=False)
-    except ValueError as exc:  # the trace's options named as their flags
-        p.error(as_flags(str(exc).removeprefix("trace: ")) if trace is not None else str(exc))
+    except ValueError as exc:
+        refuse(p.prog, as_flags(str(exc).removeprefix("trace: ")) if trace is not None else str(exc))
     return args
 
 
@@ -217,8 +224,10 @@ def _check_both_given(p: argparse.ArgumentParser, args: argparse.Namespace, argv
     given = given_options(p, argv)
     for one, many in (("seed", "seeds"), ("scenario", "scenarios")):
         if one in given and many in given:
+            listed = getattr(args, many)  # --seeds: parsed into a list
+            listed = ",".join(map(str, listed)) if isinstance(listed, list) else listed
             p.error(
-                f"--{one} {getattr(args, one)} and --{many} {getattr(args, many)}: --{many} runs one training per "
+                f"--{one} {getattr(args, one)} and --{many} {listed}: --{many} runs one training per "
                 f"{one} and --{one} would be ignored; give the {one} in --{many}"
             )
     keys = [item.partition("=")[0].strip() for item in args.hp]
@@ -239,22 +248,41 @@ def _check_both_given(p: argparse.ArgumentParser, args: argparse.Namespace, argv
                 )
 
 
+@command("llmsched-train", "train.py")
 def main(argv: Sequence[str] | None = None) -> int:
-    """``llmsched-train``: 0 when every training succeeded, 1 when a sweep had a failing one."""
+    """``llmsched-train``: 0 when every training succeeded, 1 when a sweep had a failing one; Ctrl-C, a signal or a
+    full disk: one line saying what the run folder keeps (``entry.command``)."""
     args = parse_args(argv)
     from agents.sweep import finished_result, run_sweep
     from agents.training import train
 
     config: TrainConfig = args.config
+    if args.sweep:
+        keep(
+            f"each training's run folder under {config.run_folder} keeps its checkpoints",
+            "rerun the sweep with --resume",
+        )
+    else:
+        keep(lambda: kept_by(config.run_folder), "rerun with --resume")
     try:
         if args.sweep:
             results = run_sweep(args.configs, config.run_folder, args.ray, args.ray_cpus, config.progress, config.force,
                                 kept=[finished_result(c.run_folder) for c in args.kept])  # fmt: skip
             return 0 if all(r["returncode"] == 0 for r in results) else 1
         train(config)
-    except OutputBusyError as exc:  # another training writes into --out: one usage line, nothing written
-        build_parser().error(str(exc))
+    except OutputBusyError as exc:  # another training writes into --out: one line, nothing written
+        refuse(build_parser().prog, str(exc))
     return 0
+
+
+def kept_by(run_folder: Path) -> str:
+    """What a training stopped now leaves in ``run_folder``: its newest checkpoint, or none yet."""
+    from agents.checkpoints import latest_checkpoint
+
+    checkpoint = latest_checkpoint(run_folder / "checkpoints")
+    if checkpoint is None:
+        return f"{run_folder} holds no checkpoint yet (--resume starts afresh there)"
+    return f"{run_folder} keeps its checkpoints, the newest {checkpoint.name}"
 
 
 if __name__ == "__main__":

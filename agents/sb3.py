@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +29,25 @@ FLAT_ACTION_ALGOS = {"dqn"}  # trained through agents.wrappers.FlatActions
 def make_model(
     algo: str,
     env: gym.Env | Any,
-    seed: int,
+    seed: int | None,
     tensorboard_log: str | None = None,
     policy: str = "MlpPolicy",
     **kwargs: Any,
 ) -> BaseAlgorithm:
-    """A fresh ``algo`` model on ``env`` (a gym env or a VecEnv) with the given hyperparameters."""
+    """A fresh ``algo`` model on ``env`` (a gym env or a VecEnv) with the given hyperparameters; a
+    ``policy_kwargs.activation_fn`` given by name (``ACTIVATION_NAMES``) is torch's class of that name."""
     if algo not in ALGOS:
         raise ValueError(f"unknown algorithm {algo!r}; available: {', '.join(ALGOS)}")
+    policy_kwargs = kwargs.get("policy_kwargs")
+    if isinstance(policy_kwargs, Mapping) and isinstance(policy_kwargs.get("activation_fn"), str):
+        from llmsched_env.runtime.policy_file import ACTIVATIONS
+
+        name = policy_kwargs["activation_fn"]
+        if name not in ACTIVATIONS:
+            raise ValueError(
+                f"policy_kwargs.activation_fn: unknown activation {name!r}; one of {', '.join(ACTIVATIONS)}"
+            )
+        kwargs["policy_kwargs"] = {**policy_kwargs, "activation_fn": ACTIVATIONS[name]}
     return ALGOS[algo](policy, env, seed=seed, tensorboard_log=tensorboard_log, verbose=0, device="cpu", **kwargs)
 
 

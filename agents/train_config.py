@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from agents.config import ALGO_NAMES, HYPERPARAM_DIR, dotted, load_hyperparams, merge_config
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
-from llmsched_env.common.checks import MAX_LOAD, MIN_LOAD, check_unique, is_finite_number, shown
+from llmsched_env.common.checks import MAX_LOAD, MIN_LOAD, SEED_LIMIT, check_unique, is_finite_number, shown
+from llmsched_env.common.files import retold
 from llmsched_env.common.registry import Registry
+from llmsched_env.decision.policy_file import PolicyFileError
 from llmsched_env.decision.registry import ROUTERS, SCHEDULERS
 from llmsched_env.decision.schema import SCHEMA_VERSION
 from llmsched_env.decision.schema import env_id as schema_env_id
@@ -133,6 +135,8 @@ class TrainConfig:
             value, low = getattr(self, name), 0 if name == "seed" else 1
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise ValueError(f"{name}: expected an integer >= {low}, got {shown(value)}")
+        if self.seed >= SEED_LIMIT:  # numpy's legacy seeds, which the envs take
+            raise ValueError(f"seed: expected an integer in [0, 2**32 - 1 = {SEED_LIMIT - 1}], got {shown(self.seed)}")
         for name, high in (("timesteps", MAX_TIMESTEPS), ("n_envs", MAX_ENVS)):
             if (getattr(self, name) or 0) > high:
                 raise ValueError(f"{name}: expected an integer in [1, {high:,}], got {shown(getattr(self, name))}")
@@ -186,8 +190,8 @@ class TrainConfig:
 
             try:
                 start = load_policy_file(self.init)
-            except ValueError as exc:
-                raise ValueError(f"init: {exc}") from None
+            except ValueError as exc:  # the file's checks, not the option: one error line without the usage block
+                raise PolicyFileError(f"init: {exc}") from None
             need = self.kind.init_schema
             if need is not None and start.schema_version != need:
                 raise ValueError(
@@ -208,8 +212,8 @@ class TrainConfig:
             raise ValueError(f"trace: {self.kind.no_trace}")
         try:
             scenario = build_trace_scenario(options, limits)
-        except ValueError as exc:
-            raise ValueError(f"trace: {exc}") from None
+        except ValueError as exc:  # a refusal of the file stays one (a one-line error, not a usage line)
+            raise retold(exc, f"trace: {exc}") from None
         object.__setattr__(self, "trace", {**options, **({"engine": limits} if limits else {})})
         object.__setattr__(self, "scenario", scenario.name)
         object.__setattr__(self, "_trace_scenario", scenario)
@@ -455,6 +459,44 @@ def _network_problem(policy_kwargs: Any) -> str | None:
     return None
 
 
+def _class_problem(hp: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(key, why)`` for a hyperparameter that must be a Python class (``*_class``, ``policy_kwargs.*_class``) given a
+    value, or a ``policy_kwargs.activation_fn`` that names no activation (``ACTIVATION_NAMES``); else None."""
+    from llmsched_env.decision.policy_file import ACTIVATION_NAMES
+
+    policy_kwargs = hp.get("policy_kwargs")
+    nested = policy_kwargs if isinstance(policy_kwargs, Mapping) else {}
+    activation = nested.get("activation_fn")
+    if activation is not None and activation not in ACTIVATION_NAMES:
+        why = f"must name an activation, one of {', '.join(ACTIVATION_NAMES)}; got {activation!r}"
+        return "policy_kwargs.activation_fn", why
+    given = [*((k, v) for k, v in hp.items()), *((f"policy_kwargs.{k}", v) for k, v in nested.items())]
+    for key, value in given:
+        if str(key).endswith("_class") and value is not None:
+            why = "takes a Python class, which the hyperparameter file and --hp cannot give; leave it out"
+            return key, f"{why} (got {value!r:.60})"
+    return None
+
+
+def _policy_kwargs_problem(algo: str, policy_kwargs: Any) -> tuple[str, str] | None:
+    """``(key, why)`` for a ``policy_kwargs`` entry whose policy default is true or false (a number) given another
+    kind of value, which the policy would take without a word (``ortho_init: 7``); else None."""
+    from agents.sb3 import ALGOS
+
+    if not isinstance(policy_kwargs, Mapping):
+        return None
+    aliases = ALGOS[algo].policy_aliases
+    policy = aliases.get("MlpPolicy") or aliases.get("MlpLstmPolicy")
+    params = inspect.signature(policy.__init__).parameters if policy is not None else {}
+    for key, value in policy_kwargs.items():
+        default = params[key].default if key in params else None
+        if isinstance(default, bool) and not isinstance(value, bool):
+            return f"policy_kwargs.{key}", f"must be true or false, got {value!r:.60}"
+        if type(default) in (int, float) and not is_finite_number(value):
+            return f"policy_kwargs.{key}", f"must be a finite number, got {value!r:.60}"
+    return None
+
+
 def _check_products(hp: Mapping[str, Any], fail: Callable[[str, str], ValueError]) -> None:
     """``fail(key, why)`` for counts each in range but together too many: evaluations and their val episodes, one
     rollout's transitions, cloning's labelled and played steps (the ``MAX_*`` products above)."""
@@ -559,6 +601,9 @@ def check_hyperparams(algo: str, hp: Mapping[str, Any]) -> None:
     network = _network_problem(hp.get("policy_kwargs"))
     if network is not None:
         raise fail("policy_kwargs", network)
+    classes = _class_problem(hp) or _policy_kwargs_problem(algo, hp.get("policy_kwargs"))
+    if classes is not None:
+        raise fail(*classes)
     _check_products(hp, fail)
     _check_minibatch(algo, hp, params, fail)
     for key, value in dotted({k: v for k, v in hp.items() if k != "env_kwargs"}).items():  # the env checks its own

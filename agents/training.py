@@ -1,20 +1,24 @@
 """Train one agent from Python: the run folder, the envs, behaviour cloning, the evaluation, learning.
 
-    run = train(TrainConfig(scenario="mixed-slo", quick=True, out=Path("runs/quick")))
+run = train(TrainConfig(scenario="mixed-slo", quick=True, out=Path("runs/quick")))
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import random
 import secrets
 import shlex
 import sys
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 import yaml
 from stable_baselines3.common.base_class import BaseAlgorithm
@@ -371,10 +375,14 @@ START_KEYS = ("bc_warmstart", *BC_KEYS, "anchor_coef", "anchor_epochs")
 
 
 def resumed_hyperparams(config: TrainConfig, hp: dict[str, Any]) -> dict[str, Any]:
-    """``hp`` with the run's cloning values; ``ValueError`` when another one differs from ``config.yml``."""
+    """``hp`` with the run's cloning values; ``ValueError`` when another one differs from ``config.yml`` or
+    ``config.yml`` is gone (what the run trained with is then unknown: nothing to compare with)."""
     path = config.run_folder / "config.yml"
-    if not path.is_file():
-        return hp
+    if not path.exists():
+        raise ValueError(
+            f"--resume: {path} is gone: it holds the hyperparameters {config.run_folder} was trained with, which a "
+            "resume must keep; restore it (a copy of the run folder has one), or choose another --out"
+        )
     try:
         earlier = read_config(path, "the run's hyperparameters", yaml=True)
     except ValueError as exc:  # one line naming the file (and line) already
@@ -399,6 +407,63 @@ def resumed_hyperparams(config: TrainConfig, hp: dict[str, Any]) -> dict[str, An
         )
     cloning = ("bc_warmstart", *BC_KEYS)  # what the run cloned, as it did; a resumed run clones nothing
     return {**{k: v for k, v in hp.items() if k not in cloning}, **{k: earlier[k] for k in cloning if k in earlier}}
+
+
+_BUILT: set[str] = set()  # the (algorithm, env, hyperparameters) check_model_builds has built already
+
+
+def check_model_builds(config: TrainConfig, hp: Mapping[str, Any]) -> None:
+    """``ValueError`` naming the hyperparameters when ``config``'s model does not build with ``hp`` (an unknown or
+    ill-typed ``policy_kwargs`` entry, ``optimizer_kwargs``, a buffer's arguments): a model with the layers one unit
+    wide and small buffers is built once per distinct setting, before anything is written."""
+    model_hp = {k: v for k, v in hp.items() if k not in RUN_KEYS}
+    env_kwargs = _env_kwargs(config, dict(hp.get("env_kwargs", {})))
+    key = json.dumps([config.algo, config.kind.env_id_for(env_kwargs.get("schema")), model_hp], sort_keys=True,
+                     default=repr)  # fmt: skip
+    if key in _BUILT:
+        return
+    small = _small(model_hp)
+    if config.init_policy is not None:  # the start policy's network, as _model builds it
+        net = init_network(config.init_policy)[1]
+        small["policy_kwargs"] = {**dict(small.get("policy_kwargs") or {}), **net, "net_arch": [1]}
+    state = (random.getstate(), np.random.get_state())
+    env = make_env_fn(config.env_scenario, config.algo, env_kwargs)()
+    try:  # unseeded, and every random state as it was: the training's own draws are not moved
+        with warnings.catch_warnings(), torch.random.fork_rng(devices=[]):  # the training's own build warns
+            warnings.simplefilter("ignore")
+            make_model(config.algo, env, seed=None, **small)
+    except (TypeError, ValueError, AssertionError, KeyError) as exc:
+        where = f"({config.algo}; from the hyperparameter file or --hp)"
+        raise ValueError(f"hyperparameters {where}: {config.algo}'s model does not build with them: "
+                         f"{type(exc).__name__}: {exc}"[:600]) from None  # fmt: skip
+    finally:
+        env.close()
+        random.setstate(state[0])
+        np.random.set_state(state[1])
+    _BUILT.add(key)
+
+
+def _small(model_hp: Mapping[str, Any]) -> dict[str, Any]:
+    """``model_hp`` with every size that costs memory cut down (layer widths, LSTM, rollout, replay buffer)."""
+    small = dict(model_hp)
+    kwargs = dict(small.get("policy_kwargs") or {})
+    arch = kwargs.get("net_arch")
+    if isinstance(arch, Mapping):
+        kwargs["net_arch"] = {name: [1] * len(layers) for name, layers in arch.items()}
+    elif isinstance(arch, list):
+        kwargs["net_arch"] = [1] * len(arch)
+    for name in ("lstm_hidden_size", "n_lstm_layers"):
+        if name in kwargs:
+            kwargs[name] = 1
+    if kwargs:
+        small["policy_kwargs"] = kwargs
+    if isinstance(small.get("n_steps"), int) and isinstance(small.get("batch_size"), int):
+        small["n_steps"] = max(2, min(small["n_steps"], small["batch_size"]))
+    elif isinstance(small.get("n_steps"), int):
+        small["n_steps"] = max(2, min(small["n_steps"], 64))
+    if isinstance(small.get("buffer_size"), int):
+        small["buffer_size"] = max(1, min(small["buffer_size"], 64))
+    return small
 
 
 def preflight(config: TrainConfig, warn: bool = True) -> tuple[dict[str, Any], float | None, dict[str, Any]]:

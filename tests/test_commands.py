@@ -51,7 +51,7 @@ def test_evaluate_is_deterministic_by_seed(tmp_path: Path) -> None:
         (["--cost-model", "{not json"], "unknown cost model preset '{not json'"),
         (["--loads", "nan"], "every value must be > 0, got 'nan'"),
         (["--loads", "inf"], "error: --loads must be finite and > 0, got inf"),
-        (["--seeds", "-1"], "error: --seeds must be an integer >= 0, got -1"),
+        (["--seeds", "-1"], "argument --seeds: every seed must be an integer in [0, 2**32 - 1 = 4294967295], got -1"),
         (["--backend", "runtime", "--policy-timeout", "0"], "--policy-timeout: must be a finite number > 0"),
         (["--engine", "vllm", "--policy-timeout", "inf"], "--policy-timeout: must be a finite number > 0"),
         (["--engine", "vllm", "--policy-timeout", "1e300"], "--policy-timeout: must be at most 3,600 s"),

@@ -148,9 +148,10 @@ def _check(code: int, signum: int, tree: Tree, left: list[int], err: str) -> Non
     )
     if signum == signal.SIGKILL:
         assert code == -signal.SIGKILL
-    else:  # the parent unwound: its own cleanup ran, with no traceback
-        assert code == (143 if signum == signal.SIGTERM else -signal.SIGINT), err[-2000:]
-        assert "Traceback" not in err or signum == signal.SIGINT, err[-2000:]  # Ctrl-C's KeyboardInterrupt has one
+    else:  # the parent unwound: its own cleanup ran, and it ended in one line, with no traceback
+        assert code == (143 if signum == signal.SIGTERM else 130), err[-2000:]
+        assert "Traceback" not in err, err[-2000:]
+        assert ("terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted") in err.splitlines()[-1], err
 
 
 # ---- the pieces ----------------------------------------------------------------------------------------------

@@ -88,7 +88,7 @@ def test_bad_arguments_are_one_line_usage_errors(capsys: pytest.CaptureFixture) 
         (["--out", "x", "--scenario", "nope"], "unknown scenario"),
         (["--out", "x", "--hp", "novalue"], "key=value"),
         (["--out", "x", "--bc", "nope"], "bc: unknown scheduler 'nope'"),
-        (["--seeds", "a,b"], "--seeds must be a comma list"),
+        (["--seeds", "a,b"], "argument --seeds: expected a comma-separated list of int, got 'a,b'"),
         (["--hp-grid", "gamma"], "--hp-grid: item 'gamma' is not KEY=V1,V2"),
         (["--hp-grid", "gamma="], "no values for 'gamma'"),
         (["--hyperparams", "/nonexistent.yml", "--out", "x"], "no hyperparameter file"),

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from llmsched_env.commands.entry import command, keep, reject
 from llmsched_env.commands.evaluate_args import add_runner_options, runner_spec
 from llmsched_env.commands.help import DefaultsFormatter, program
 from llmsched_env.common.checks import check_unique
@@ -129,8 +130,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         written = ([Written("--out", args.out, path) for path in profile_outputs(args.out)] if profile
                    else written_in("--out", args.out, FIDELITY_FILES))  # fmt: skip
         check_inputs_apart(calibrate_inputs(args), written)  # never writes over what it measures with
-    except ValueError as exc:
-        p.error(str(exc))
+    except ValueError as exc:  # what --out holds: one error line; an option's value: a usage line
+        reject(p, exc)
     return args
 
 
@@ -221,9 +222,13 @@ def _fidelity(args: argparse.Namespace) -> None:
     print(report.markdown, end="")
 
 
+@command(*PROG)
 def main(argv: Sequence[str] | None = None) -> int:
-    """``llmsched-calibrate``: 0 on success, 2 for a bad argument or a file the runtime cannot use."""
+    """``llmsched-calibrate``: 0 on success, 2 for a bad argument or a file the runtime cannot use; Ctrl-C, a
+    signal or a full disk: one line (``entry.command``)."""
     args = parse_args(argv)
+    what = "the preset" if args.command == "profile" else "the report"
+    keep(f"--out {args.out} is as it was ({what} is written once every measurement has run)", "rerun it")
     try:
         if args.command == "profile":
             _profile(args)

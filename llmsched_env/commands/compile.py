@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from llmsched_env.commands.entry import command, keep
 from llmsched_env.common.compiled import (
     MANIFEST,
     MODULES,
@@ -84,7 +85,9 @@ def build(package_dir: Path = PACKAGE_DIR, quiet: bool = False) -> list[Path]:
     return [*written, write_manifest(package_dir, digests)]
 
 
+@command(PROG)
 def main(argv: Sequence[str] | None = None) -> None:
+    """``llmsched-compile``: build, check or clean the compiled engine; Ctrl-C, a signal or a full disk: one line."""
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     what = parser.add_mutually_exclusive_group()
     what.add_argument(
@@ -109,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             pure = f" ({PURE_ENV} is set)" if pure_requested() else ""
             print(f"{PROG}: compiled, not loaded{pure}: the Python sources run ({MANIFEST})")
         sys.exit(1)
+    keep("the Python sources run until a build has finished (its record is written last)", "rerun it")
     try:
         written = build()
     except RuntimeError as e:

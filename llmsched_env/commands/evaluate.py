@@ -16,7 +16,6 @@ policy fell back on more than 1% of its decisions is marked ``[fallback N%]``. F
 
 from __future__ import annotations
 
-import errno
 import shlex
 import sys
 import time
@@ -25,6 +24,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
+from llmsched_env.commands.entry import command, keep
 from llmsched_env.commands.evaluate_args import PROG, Evaluation, evaluation
 from llmsched_env.commands.help import program
 from llmsched_env.common.outputs import is_complete, locked_output, mark_complete
@@ -58,8 +58,10 @@ def parse(argv: Sequence[str] | None = None) -> Evaluation:
     return evaluation(argv, __doc__ or "")
 
 
+@command(*PROG)
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``llmsched-evaluate`` with ``argv`` (default: the process's arguments); 0 on success."""
+    """Run ``llmsched-evaluate`` with ``argv`` (default: the process's arguments); 0 on success; Ctrl-C, a signal or
+    a full disk: one line saying what is kept (``entry.command``)."""
     return run(parse(argv))
 
 
@@ -79,6 +81,12 @@ def run(ev: Evaluation) -> int:
     # whether --out held an evaluation: only then are the earlier results this one does not write removed at the
     # end (a folder of the user's own files named like an evaluation's, without its marks, keeps them)
     held = ev.out is not None and ((ev.out / RECORD_NAME).exists() or is_complete(ev.out))
+    if ev.out is None:
+        keep("no --out, so no run is kept", "rerun it")
+    elif ev.engine == "vllm":  # the results are written once every run has ended
+        keep(f"--out {ev.out} is as it was (--engine vllm writes its results at the end)", "rerun it")
+    else:
+        keep(f"the runs finished before it are kept in {ev.out / ROWS_NAME}", "rerun with --resume")
     if ev.engine == "vllm":
         with _holding(ev.out):  # before any episode: one evaluation per --out
             return _vllm(ev, held)
@@ -86,7 +94,7 @@ def run(ev: Evaluation) -> int:
     if ev.out is not None and record is not None and ev.resume:  # another evaluation there: refused now
         _resumable(ev.out, record)
     killed = ev.out is not None and (ev.out / ROWS_NAME).is_file() and not is_complete(ev.out)
-    with _holding(ev.out), _disk_full(ev.out):
+    with _holding(ev.out):
         return _evaluate(ev, held, record, killed)
 
 
@@ -148,20 +156,6 @@ def _finish(out: Path, write: Callable[[], list[Path]], earlier: bool = True) ->
                          "were"))  # fmt: skip
     clear_outputs(out, keep=(ROWS_NAME, RECORD_NAME, *(p.name for p in written), *(() if earlier else FINISHED_FILES)))
     print("wrote " + ", ".join(str(p) for p in written))
-
-
-@contextmanager
-def _disk_full(out: Path | None) -> Iterator[None]:
-    """A full disk in the block as one error line saying to free space and ``--resume``."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        if out is None:
-            _fail(ValueError(f"{exc.filename or 'a file'}: {exc.strerror}"))
-        kept = f"the runs finished before it are kept in {out / ROWS_NAME}: free space and rerun with --resume"
-        _fail(ValueError(f"{exc.filename or f'--out {out}'}: {exc.strerror}; {kept}"))
 
 
 def _fail(exc: Exception) -> NoReturn:

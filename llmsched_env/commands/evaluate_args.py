@@ -1,7 +1,8 @@
 """The options of ``llmsched-evaluate`` and the ``Evaluation`` they make, and the option helpers the commands share.
 
 Every bad value ends in one usage line (``parser.error``), never a traceback: argparse types check each value's
-shape, the library (``EvalConfig``, ``RuntimeOptions``, ``check_output``, ...) the rest.
+shape, the library (``EvalConfig``, ``RuntimeOptions``, ``check_output``, ...) the rest; what a file, folder or lock
+named holds ends in one error line without the usage block (``entry.reject``, ``entry.refuse``).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
+from llmsched_env.commands.entry import refuse, reject
 from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
-from llmsched_env.common.checks import MAX_POLICY_TIMEOUT_S, check_label, duplicates
-from llmsched_env.common.files import CountLimit
+from llmsched_env.common.checks import MAX_POLICY_TIMEOUT_S, MAX_SEEDS, SEED_LIMIT, check_label, duplicates
+from llmsched_env.common.files import CountLimit, retold
 from llmsched_env.common.outputs import (
     COMPLETE_NAME,
     LOCK_NAME,
@@ -102,6 +104,35 @@ def int_at_least(minimum: int, maximum: int | None = None) -> Callable[[str], in
 
 
 positive_int = int_at_least(1)
+_SEED_RANGE = f"an integer in [0, 2**32 - 1 = {SEED_LIMIT - 1}]"  # numpy's legacy seeds, which the envs take
+
+
+def seed_int(text: str) -> int:
+    """An argparse type: one seed, an integer in [0, 2**32)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {_SEED_RANGE}, got {text[:40]!r}") from None
+    if not 0 <= value < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be {_SEED_RANGE}, got {text[:40]}")
+    return value
+
+
+seed_int.__name__ = "seed"
+
+
+def seed_list(text: str) -> list[int]:
+    """An argparse type: a comma list of seeds, each an integer in [0, 2**32), none twice, at most ``MAX_SEEDS``."""
+    values: list[int] = csv_list(int)(text)
+    if len(values) > MAX_SEEDS:
+        raise argparse.ArgumentTypeError(f"{len(values):,} seeds, more than {MAX_SEEDS:,}")
+    bad = next((v for v in values if not 0 <= v < SEED_LIMIT), None)
+    if bad is not None:
+        raise argparse.ArgumentTypeError(f"every seed must be {_SEED_RANGE}, got {str(bad)[:40]}")
+    return values
+
+
+seed_list.__name__ = "list of seeds"
 
 
 def policy_list(text: str) -> list[str]:
@@ -168,7 +199,7 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     scenarios = f"scenario library: {','.join(list_scenarios())}; cluster: {','.join(list_cluster_scenarios())}"
     run("--scenarios", type=csv_list(str), default=["default"], help=scenarios)
     run("--loads", type=csv_list(float, 0.0), default=[1.0], help="arrival rates relative to nominal")
-    run("--seeds", type=csv_list(int), default=[0], help="one episode per seed")
+    run("--seeds", type=seed_list, default=[0], help="one episode per seed (each in [0, 2**32))")
     run("--capacity", action="store_true", help="search each policy's capacity (attainment >= 90%%)")
     per_seed = "with --capacity: one search per seed's window, so capacities get a mean and a 95%% interval"
     run("--per-seed", action="store_true", help=per_seed)
@@ -388,11 +419,11 @@ _TRAINING_MARKS = ("args.json", "model.zip", "checkpoints", "policy.json")
 
 
 def _check_not_a_training(p: argparse.ArgumentParser, out: Path) -> None:
-    """A usage error when ``--out`` is a training's run folder, whose ``complete.json`` the evaluation would replace."""
+    """One error line when ``--out`` is a training's run folder, whose ``complete.json`` an evaluation would take."""
     held = [name for name in _TRAINING_MARKS if (out / name).exists()]
-    if held:
-        p.error(f"--out {out}: holds a training ({', '.join(held)}); an evaluation writes its own files and marker "
-                "there: choose another --out (give its policy with --policies NAME=FOLDER)")  # fmt: skip
+    if held:  # what the folder holds: one error line, no usage block
+        refuse(p.prog, f"--out {out}: holds a training ({', '.join(held)}); an evaluation writes its own files and "
+                       "marker there: choose another --out (give its policy with --policies NAME=FOLDER)")  # fmt: skip
 
 
 def given_inputs(args: argparse.Namespace) -> Inputs:
@@ -511,8 +542,8 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
 
         try:
             check_vllm()
-        except ValueError as exc:
-            p.error(f"--engine vllm: {exc}")
+        except ValueError as exc:  # this machine's vLLM, not the command line: one error line
+            refuse(p.prog, f"--engine vllm: {exc}")
     if args.describe and set(args.scenarios) & set(list_cluster_scenarios()):
         p.error("--describe is single-node only")
     try:
@@ -537,7 +568,7 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
         )
         check_inputs_apart(evaluation_inputs(args, config), evaluation_outputs(args, config))
     except ValueError as exc:  # a list field's message names its option (two policy files of one name)
-        p.error(re.sub(r"^EvalConfig\.(scenarios|policies|loads|seeds)(: | must)", r"--\1\2", str(exc)))
+        reject(p, exc, re.sub(r"^EvalConfig\.(scenarios|policies|loads|seeds)(: | must)", r"--\1\2", str(exc)))
     if not args.describe:
         check_planned_requests(p, args, config)
     if args.require_sustained and not (args.capacity or args.describe):
@@ -584,7 +615,7 @@ def trace_scenario(p: argparse.ArgumentParser, args: argparse.Namespace, limits:
     try:
         return build_trace_scenario(trace_options(args), limits)  # EvalConfig puts the limits over it again
     except ValueError as exc:
-        raise ValueError(as_flags(str(exc))) from None
+        raise retold(exc, as_flags(str(exc))) from None
 
 
 def trace_scenarios(p: argparse.ArgumentParser, args: argparse.Namespace, limits: dict[str, int]) -> list[Scenario]:
@@ -595,8 +626,8 @@ def trace_scenarios(p: argparse.ArgumentParser, args: argparse.Namespace, limits
     from llmsched_env.workloads.fitted import fitted_scenario
     from llmsched_env.workloads.scenarios import TraceSource
 
-    if not isinstance(replay.make_source("test", 1.0), TraceSource):
-        p.error(f"--fitted-traffic: {args.trace} has no arrival times; its episodes are generated already")
+    if not isinstance(replay.make_source("test", 1.0), TraceSource):  # the file's content: one error line
+        refuse(p.prog, f"--fitted-traffic: {args.trace} has no arrival times; its episodes are generated already")
     return [replay, fitted_scenario(replay, str(args.trace))]
 
 
@@ -633,6 +664,6 @@ def runner_spec(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Ru
     try:
         spec = RunnerSpec(**given, device=device, dtype=args.dtype or default_dtype(device))
     except ValueError as exc:
-        parser.error(str(exc))
+        reject(parser, exc)
     args.device, args.dtype = spec.device, spec.dtype
     return spec

@@ -12,6 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from llmsched_env.adapters.vllm import VllmMissingError, require_vllm
+from llmsched_env.commands.entry import command, keep, refuse, reject
 from llmsched_env.commands.evaluate_args import (
     ENGINE_LIMITS,
     add_engine_limits,
@@ -36,12 +38,13 @@ from llmsched_env.live.experiment import (
     run_experiment,
 )
 from llmsched_env.live.host import HOST_BUSY_MAX
-from llmsched_env.live.server import cli_parser, unwind_on_sigterm
+from llmsched_env.live.server import cli_parser
 from llmsched_env.live.workloads import WORKLOADS
 from llmsched_env.workloads.traces import TRACE_FORMATS
 
 __all__ = ["main"]
 
+PROG = "python -m llmsched_env.commands.live_experiment"
 
 def experiment_inputs(args: argparse.Namespace) -> Inputs:
     """The files an experiment reads that its options name: ``--trace``, ``--tuned``, a ``--cost-model`` file and
@@ -50,7 +53,10 @@ def experiment_inputs(args: argparse.Namespace) -> Inputs:
     return [("--trace", args.trace), ("--tuned", args.tuned), ("--cost-model", model), ("--replicate", args.replicate)]
 
 
+@command(PROG)
 def main(argv: list[str] | None = None) -> None:
+    """Run the live experiment that ``argv`` describes; a bad option: one usage line; an ``--out`` or ``--replicate``
+    folder refused, the experiment's own failure, Ctrl-C, a signal or a full disk: one line (``entry.command``)."""
     p = cli_parser("llmsched_env.commands.live_experiment", __doc__)
     p.add_argument("--out", type=Path, required=True, help="the run folder (must not hold an earlier run)")
     p.add_argument("--quick", action="store_true", help="one workload, 3 rounds, no reference (~15 min)")
@@ -98,8 +104,8 @@ def main(argv: list[str] | None = None) -> None:
         "on its CPU run first; 0 leaves their priority as it is",
     )  # fmt: skip
     args = p.parse_args(argv)
-    if (args.out / RECORD_NAME).exists():
-        p.error(f"--out {args.out}: it holds an earlier run ({RECORD_NAME}); choose a new folder")
+    if (args.out / RECORD_NAME).exists():  # what the folder holds: one error line, no usage block
+        refuse(p.prog, f"--out {args.out}: it holds an earlier run ({RECORD_NAME}); choose a new folder")
     try:  # every file it reads apart from what it writes (a link loop named by its option)
         check_inputs_apart(experiment_inputs(args), written_in("--out", args.out, EXPERIMENT_FILES, EXPERIMENT_FOLDERS))
     except ValueError as exc:
@@ -132,24 +138,33 @@ def main(argv: list[str] | None = None) -> None:
         if args.loads is not None:
             kw["loads"] = {"*": tuple(float(x) for x in args.loads.split(","))}
     except ValueError as exc:
-        p.error(as_flags(str(exc)) if args.trace is not None else f"--loads: {exc}")
+        reject(p, exc, as_flags(str(exc)) if args.trace is not None else f"--loads: {exc}")
     if args.budget_min is not None:
         kw["budget_s"] = args.budget_min * 60.0
     if args.no_reference:
         kw["reference"] = False
-    try:
-        if args.replicate is not None:
+    if args.replicate is not None:
+        try:  # RUN's record, read: one error line for what it holds
             config = replication_config(args.replicate, args.out, kw.pop("seed"), **kw)
-        elif args.quick:
-            config = ExperimentConfig.quick_of(args.out, **kw)
-        else:
-            config = ExperimentConfig(args.out, **kw)
-        if config.min_rounds > config.max_rounds:
-            config = replace(config, max_rounds=config.min_rounds)
-    except ValueError as exc:
-        p.error(str(exc))
+        except ValueError as exc:
+            refuse(p.prog, str(exc))
+    else:
+        try:
+            config = ExperimentConfig.quick_of(args.out, **kw) if args.quick else ExperimentConfig(args.out, **kw)
+        except ValueError as exc:  # a trace file that fails its checks: one error line
+            reject(p, exc)
+    if config.min_rounds > config.max_rounds:
+        config = replace(config, max_rounds=config.min_rounds)
 
-    unwind_on_sigterm()
+    if not config.address:  # the experiment starts its own vLLM server, in this interpreter
+        try:
+            require_vllm()
+        except VllmMissingError as exc:
+            refuse(p.prog, f"{exc} (or drive a server you launch: --address)")
+    keep(
+        f"{config.out} keeps the blocks played so far (experiment.json, log.txt; an experiment does not resume)",
+        "rerun with a new --out",
+    )
     try:
         run_experiment(config)
     except ExperimentError as exc:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsched_env.adapters.vllm.config import AdapterConfig
+from llmsched_env.commands.entry import command, keep, refuse
 from llmsched_env.commands.help import DefaultsFormatter
 from llmsched_env.common.fields import parse_config
 from llmsched_env.common.files import CONFIG_BYTES, parse_json, read_text
@@ -131,6 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _tenants(text: str) -> tuple[TenantConfig, ...]:
+    """``--tenants`` as ``TenantConfig`` entries; ``ValueError`` naming the option."""
+    try:
+        return tuple(TenantConfig(name, slo) for name, slo in tenant_slos(text).items())
+    except ValueError as exc:
+        raise ValueError(f"--tenants: {exc}") from None
+
+
 def _server(args: argparse.Namespace) -> dict[str, Any]:
     """The server's policy settings for ``evaluate_runs``: the adapter config's, overridden by the options."""
     adapter = AdapterConfig.from_file(args.adapter_config) if args.adapter_config else None
@@ -138,10 +147,7 @@ def _server(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("give --adapter-config, or both --policy and --tenants")
     tenants: tuple[TenantConfig, ...] = adapter.tenants if adapter is not None else ()
     if args.tenants is not None:
-        try:
-            tenants = tuple(TenantConfig(name, slo) for name, slo in tenant_slos(args.tenants).items())
-        except ValueError as exc:
-            raise ValueError(f"--tenants: {exc}") from None
+        tenants = _tenants(args.tenants)
     out: dict[str, Any] = {"policy": args.policy or (adapter.policy if adapter else ""), "tenants": tenants}
     if adapter is not None:
         seen = adapter.cost_model
@@ -159,24 +165,33 @@ def replay_inputs(args: argparse.Namespace) -> Inputs:
             ("--frontend-from", args.frontend_from), ("--log-dir", args.log_dir)]  # fmt: skip
 
 
+@command(PROG)
 def main(argv: Sequence[str] | None = None) -> None:
-    """Parse, fit, replay, print; every bad input ends in one usage line."""
+    """Parse, fit, replay, print; a bad option ends in one usage line, a run folder or file that fails its checks
+    in one error line (``entry.command``: Ctrl-C, a signal, a full disk)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
+    if args.adapter_config is None and (args.policy is None or args.tenants is None):
+        parser.error("give --adapter-config, or both --policy and --tenants")
+    try:  # the options' own values, and every file they read apart from what they write
+        engine = parse_engine_config(args.engine_config) if args.engine_config else None
+        if args.tenants is not None:
+            _tenants(args.tenants)
         written = [written_file(option, path) for option, path in (("--out", args.out), ("--save-model",
                    args.save_model)) if path]  # fmt: skip
-        for out in written:
-            check_output(out.path, option=out.option, file=True)
         if len(written) == 2 and os.path.realpath(args.out) == os.path.realpath(args.save_model):
             raise ValueError(f"--out and --save-model are the same file {args.out}: the CSV would overwrite the "
                              "fitted model; give two paths")  # fmt: skip
         check_inputs_apart(replay_inputs(args), written)
+    except ValueError as exc:
+        parser.error(str(exc))
+    keep("nothing is written before the replays end (--out, --save-model)", "rerun it")
+    try:  # what the run folders, logs and files named hold: one error line, no usage block
+        for out in written:
+            check_output(out.path, option=out.option, file=True)
         server = _server(args)
         runs = [load_run(d, log_dir=args.log_dir) for d in args.run_dirs]
-        if args.engine_config:
-            engine = parse_engine_config(args.engine_config)
-        else:
+        if engine is None:
             engine = logged_engine_config(Path(args.log_dir) if args.log_dir else find_log_dir(Path(args.run_dirs[0])))
         fit_dirs = [d for d in (args.fit_from or "").split(",") if d]
         fit_runs = [load_run(d, log_dir=args.log_dir) for d in fit_dirs] or None
@@ -187,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         report = evaluate_runs(runs, engine=engine, fit_runs=fit_runs, duration=args.duration,
                                concave_decodes=args.concave_decodes, frontend_delay_s=delay, **server)  # fmt: skip
     except ValueError as exc:
-        parser.error(str(exc))
+        refuse(parser.prog, str(exc))
     print(format_report(report))
     if args.save_model:
         report.model.save(args.save_model)

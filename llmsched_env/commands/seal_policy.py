@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from llmsched_env.commands.entry import command, keep
 from llmsched_env.common.files import CONFIG_BYTES, parse_json, read_text
 from llmsched_env.common.outputs import write_text_atomically
 from llmsched_env.decision.policy_file import JSON_NAME, PolicyFileError, UnsealedPolicyError, seal_meta
@@ -34,11 +35,17 @@ def seal_policy_file(path: str | Path) -> tuple[Path, bool]:
     return json_path, True
 
 
+PROG = "python -m llmsched_env.commands.seal_policy"
+
+
+@command(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     """Seal each policy given: one line each, an error line (and status 1) for one that fails."""
-    parser = argparse.ArgumentParser(prog="python -m llmsched_env.commands.seal_policy", description=__doc__)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__)
     parser.add_argument("policies", nargs="+", type=Path, help="policy folders (or their policy.json)")
     args = parser.parse_args(argv)
+    keep("the policies sealed before it are sealed, the others as they were (each policy.json is replaced whole)",
+         "rerun it")  # fmt: skip
     status = 0
     for path in args.policies:
         try:

@@ -31,6 +31,7 @@ from typing import Any
 
 from llmsched_env.adapters.vllm.deploy import deploy_tuned_entry, deployment_files
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
+from llmsched_env.commands.entry import command, keep, refuse, reject
 from llmsched_env.commands.evaluate_args import (
     add_engine_limits,
     add_fitted_option,
@@ -39,6 +40,8 @@ from llmsched_env.commands.evaluate_args import (
     engine_limits,
     int_at_least,
     positive_int,
+    seed_int,
+    seed_list,
     stray_trace_options,
     trace_options,
     trace_scenarios,
@@ -103,10 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     reference = "heuristics whose highest val capacity is the load candidates are scored at"
     search("--reference", type=csv_list(str), default=["slo_aware", "sjf"], help=reference)
     seeds = "val seeds (windows) the settings race over; the confirmation plays as many fresh ones"
-    search("--seeds", type=csv_list(int), default=[0, 1, 2, 3, 4], help=seeds)
+    search("--seeds", type=seed_list, default=[0, 1, 2, 3, 4], help=seeds)
     candidates = "uniformly random knob settings besides the heuristics'"
     search("--candidates", type=int_at_least(0, MAX_CANDIDATES), default=48, help=candidates)
-    search("--seed", type=int_at_least(0), default=0, help="seed of the random knob settings")
+    search("--seed", type=seed_int, default=0, help="seed of the random knob settings (in [0, 2**32))")
     search("--rounds", type=int_at_least(0, MAX_ROUNDS), default=2, help="local-search rounds (0: none)")
     no_racing = "every setting plays every seed, none dropped (a reference search, slower)"
     search("--no-racing", dest="racing", action="store_false", help=no_racing)
@@ -140,8 +143,10 @@ def tune_outputs(out: Path, entries: Sequence[str]) -> list[Written]:
     return [written_file("--out", out), *(Written("--out", out, path) for path in files)]
 
 
+@command(*PROG)
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``llmsched-tune`` with ``argv``; 0 on success, a bad option: status 2, one line."""
+    """Run ``llmsched-tune`` with ``argv``; 0 on success, a bad option: status 2, one line; Ctrl-C, a signal or a
+    full disk: one line naming the entries written (``entry.command``)."""
     p = build_parser()
     args = p.parse_args(argv)
     if (args.scenarios is None) == (args.trace is None):
@@ -190,7 +195,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "(half a day or more at ~19,000 requests/s): give fewer candidates, rounds, seeds or "
                         "requests")  # fmt: skip
             configs[scenario.name] = (scenario, mine)
-        out = args.out if args.out is not None else user_table() if keys else DEFAULT_OUT
+    except ValueError as exc:  # an option's value (a trace file that fails its checks: one error line)
+        reject(p, exc)
+    out = args.out if args.out is not None else user_table() if keys else DEFAULT_OUT
+    try:  # what the table, its folder and its lock hold: one error line, no usage block
         check_output(out, args.force, file=True)  # never into the shipped table (or any shipped folder) unless asked
         check_update_lock(out)  # each entry is merged under .NAME.lock (updating): a folder there fails now
         entries = [keys[name].key if name in keys else name for name in configs]
@@ -198,11 +206,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         if out.exists():
             load_tuned_table(out)  # a file that is no table fails now, not after the search
     except ValueError as exc:
-        p.error(str(exc))
+        refuse(p.prog, str(exc))
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        p.error(f"--out {out}: cannot create its folder: {exc}")
+        refuse(p.prog, f"--out {out}: cannot create its folder: {exc.strerror or exc}")
+    written: list[str] = []  # the entries merged into --out so far: kept whatever ends the command
+
+    def kept() -> str:
+        if not written:
+            return f"--out {out} is as it was (an entry is merged once its search ends)"
+        return f"--out {out} holds the entries tuned before it ({', '.join(written)})"
+
+    def resume() -> str:
+        rest = [name for name in configs if name not in written]
+        return f"rerun with --scenarios {','.join(rest)}" if args.trace is None and written else "rerun it"
+
+    keep(kept, resume)
     for scenario, config in configs.values():
         try:
             result = tune_scenario(config, scenario, log=lambda line: print(line, flush=True), command=command)
@@ -215,6 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             name = key.key
             entry = {**entry, "provenance": {**entry["provenance"], "trace": {"key": key.key, **key.identity}}}
         write_tuned_entries(out, {name: entry})  # after each: a long run keeps what it found
+        written.append(name)
         print(f"{name}: wrote {out} ({result.num_episodes} episodes, {result.wall_s:.0f} s)", flush=True)
         # --- deploy hook (adapters/vllm/deploy.py): the vLLM adapter config and native flags beside the table ---
         print(*deploy_tuned_entry(out, name, entry, scenario), sep="\n", flush=True)

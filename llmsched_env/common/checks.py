@@ -118,6 +118,25 @@ def check_int(owner: str, name: str, value: int, minimum: int, maximum: int | No
         raise ValueError(f"{owner}.{name} must be an integer in [{minimum:,}, {maximum:,}], got {shown(value)}")
 
 
+SEED_LIMIT = 2**32  # a seed is one of numpy's legacy seeds: an integer in [0, 2**32)
+MAX_SEEDS = 10_000  # seeds one list may hold (an episode or a training each; the library's runs use 1 to 20)
+
+
+def check_seed(owner: str, name: str, value: object) -> None:
+    """``ValueError`` naming the field unless ``value`` is an integer (Python or numpy) in [0, ``SEED_LIMIT``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= int(value) < SEED_LIMIT:
+        raise ValueError(f"{owner}.{name} must be an integer in [0, 2**32 - 1 = {SEED_LIMIT - 1}], got {value!r}")
+
+
+def check_seeds(owner: str, name: str, values: Iterable[object]) -> None:
+    """``check_seed`` for each of ``values``; ``ValueError`` for more than ``MAX_SEEDS`` of them."""
+    values = list(values)
+    if len(values) > MAX_SEEDS:
+        raise ValueError(f"{owner}.{name} holds {len(values):,} seeds, more than {MAX_SEEDS:,}")
+    for value in values:
+        check_seed(owner, name, value)
+
+
 def check_number(
     owner: str,
     field: str,

@@ -30,7 +30,18 @@ _KIB, _MIB, _GIB = 1 << 10, 1 << 20, 1 << 30
 _CHUNK = 1 << 20  # bytes read at a time by BoundedReader.readall
 
 
-class FileRefusedError(ValueError):
+class InputFileError(ValueError):
+    """A file or folder a command reads that fails its checks (its kind, size or content), not the command line's
+    syntax: one line naming it (the commands print it without their usage block)."""
+
+
+def retold(exc: ValueError, text: str) -> ValueError:
+    """``exc`` said as ``text``: an ``InputFileError`` of its own kind stays one (a command prints it without the
+    usage block), anything else is a ``ValueError``."""
+    return type(exc)(text) if isinstance(exc, InputFileError) else ValueError(text)
+
+
+class FileRefusedError(InputFileError):
     """A file that is not read: not a regular file, or larger than the limit of its kind. One line naming it."""
 
 

@@ -1,6 +1,6 @@
 """Worker processes that end with their parent: ``die_with_parent`` (Linux ``PR_SET_PDEATHSIG`` plus a watcher
-thread), ``guarded_command`` (``python -m`` a module that way), ``sigterm_raises`` (SIGTERM unwinds like
-Ctrl-C). Standard library only.
+thread), ``guarded_command`` (``python -m`` a module that way), ``sigterm_raises`` (SIGTERM, or other signals,
+unwinds like Ctrl-C, as ``Terminated``). Standard library only.
 """
 
 from __future__ import annotations
@@ -71,22 +71,33 @@ def _run_guarded(args: Sequence[str]) -> None:
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
+class Terminated(SystemExit):
+    """The ``SystemExit`` a signal that ``sigterm_raises`` catches raises: status 128 + ``signum``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signum = signum
+
+
 @contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """While inside, SIGTERM raises ``SystemExit(143)`` in the main thread, so ``finally`` blocks run; nothing
-    changes outside the main thread or when SIGTERM already has a handler or is ignored."""
-    ours = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-    if ours:
-        signal.signal(signal.SIGTERM, _raise_exit)
+def sigterm_raises(signums: Sequence[int] = (signal.SIGTERM,)) -> Iterator[None]:
+    """While inside, each of ``signums`` (default SIGTERM) raises ``Terminated`` (a ``SystemExit``, status 128 +
+    the signal) in the main thread, so ``finally`` blocks run; nothing changes outside the main thread or for a
+    signal that already has a handler or is ignored."""
+    main = threading.current_thread() is threading.main_thread()
+    ours = [s for s in signums if main and signal.getsignal(s) is signal.SIG_DFL]
+    for signum in ours:
+        signal.signal(signum, _raise_exit)
     try:
         yield
     finally:
-        if ours and signal.getsignal(signal.SIGTERM) is _raise_exit:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for signum in ours:
+            if signal.getsignal(signum) is _raise_exit:
+                signal.signal(signum, signal.SIG_DFL)
 
 
 def _raise_exit(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
+    raise Terminated(signum)
 
 
 if __name__ == "__main__":

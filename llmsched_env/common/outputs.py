@@ -49,6 +49,11 @@ def shipped_folder_of(resolved: Path) -> Path | None:
     return next((f for f in shipped_folders() if resolved == f or f in resolved.parents), None)
 
 
+class OutputRefusedError(ValueError):
+    """A place a command may not write (``check_output``, ``check_folder``, ``check_replaceable``, a lock that is
+    not a regular file): one line naming the option and the path."""
+
+
 def output_path(text: str) -> Path:
     """An output option's value as a path (an argparse ``type``); an empty or blank one (``--out "$UNSET"``) is
     refused."""
@@ -83,32 +88,35 @@ def check_output(
         try:
             resolved = target.expanduser().resolve()
         except (RuntimeError, OSError) as exc:  # a loop that _check_reachable missed (e.g. through "~")
-            raise ValueError(f"{option} {target}: cannot be resolved ({exc}); choose another {option}") from None
+            raise OutputRefusedError(
+                f"{option} {target}: cannot be resolved ({exc}); choose another {option}"
+            ) from None
         folder = shipped_folder_of(resolved)
         if folder is not None:
-            raise ValueError(
+            raise OutputRefusedError(
                 f"{option} {target}: refusing to write inside the shipped folder {folder} "
                 "(choose a path under runs/ or results/, or pass --force to overwrite shipped files)"
             )
     if file and target.is_dir():
-        raise ValueError(f"{option} {target}: is a folder; give a file name")
+        raise OutputRefusedError(f"{option} {target}: is a folder; give a file name")
     written = written_path(target) if file else target
     if file:  # a link is followed: its target is what is written (replaced_atomically), so it is what must fit
         check_replaceable(written, option if not target.is_symlink() else f"{option} {target} ->")
     if not file and target.is_symlink() and not target.exists():
-        raise ValueError(f"{option} {target}: is a symbolic link to {os.readlink(target)}, which does not exist; "
-                         f"create that folder, remove the link or choose another {option}")  # fmt: skip
+        link = os.readlink(target)
+        raise OutputRefusedError(f"{option} {target}: is a symbolic link to {link}, which does not exist; create "
+                                 f"that folder, remove the link or choose another {option}")  # fmt: skip
     if not file and target.exists() and not target.is_dir():
         mode = os.stat(target).st_mode
         kind = "a file" if stat.S_ISREG(mode) else file_kind(mode)
-        raise ValueError(f"{option} {target}: is {kind}; give a folder (it is created if missing)")
+        raise OutputRefusedError(f"{option} {target}: is {kind}; give a folder (it is created if missing)")
     if not file and target.is_dir():
         check_folder(target, option, files, folders)
     existing = (written.parent if file else target).expanduser().absolute()
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"{option} {target}: cannot be written ({existing} is not a writable folder)")
+        raise OutputRefusedError(f"{option} {target}: cannot be written ({existing} is not a writable folder)")
     return target
 
 
@@ -119,7 +127,7 @@ def _check_reachable(path: Path, option: str) -> None:
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise ValueError(f"{option} {path}: {unreachable(path, exc)}; choose another {option}") from None
+        raise OutputRefusedError(f"{option} {path}: {unreachable(path, exc)}; choose another {option}") from None
 
 
 def check_folder(folder: Path, option: str = "--out", files: Iterable[str] = (), folders: Iterable[str] = ()) -> None:
@@ -136,15 +144,15 @@ def check_folder(folder: Path, option: str = "--out", files: Iterable[str] = (),
         real = os.path.realpath(place)
         if name in subfolders and os.path.isdir(real) and os.path.commonpath([inside, real]) == inside:
             continue  # a link to a folder inside the output folder: the files stay inside
-        raise ValueError(f"{where}: {name} is a symbolic link (to {os.readlink(place)}); the command writes its "
-                         f"own files in {option}: remove it")  # fmt: skip
+        raise OutputRefusedError(f"{where}: {name} is a symbolic link (to {os.readlink(place)}); the command writes "
+                                 f"its own files in {option}: remove it")  # fmt: skip
     for name in sorted(set(files)):
         if (folder / name).is_dir():
-            raise ValueError(f"{where}: {name} is a folder where a file is written; remove it or choose another "
-                             f"{option}")  # fmt: skip
+            raise OutputRefusedError(f"{where}: {name} is a folder where a file is written; remove it or choose "
+                                     f"another {option}")  # fmt: skip
     for name in sorted(subfolders):
         if (folder / name).exists() and not (folder / name).is_dir():
-            raise ValueError(f"{where}: {name} is not a folder, and the run writes into {name}/; remove it or "
+            raise OutputRefusedError(f"{where}: {name} is not a folder, and the run writes into {name}/; remove it or "
                              f"choose another {option}")  # fmt: skip
     scanned = [folder, *(folder / name for name in sorted(subfolders) if (folder / name).is_dir())]
     for place in scanned:
@@ -155,7 +163,7 @@ def check_folder(folder: Path, option: str = "--out", files: Iterable[str] = (),
                 continue
             if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
                 name = os.path.relpath(entry.path, folder)
-                raise ValueError(
+                raise OutputRefusedError(
                     f"{where}: {name} is {file_kind(mode)}; an output folder may hold only regular files and "
                     f"folders (remove it or choose another {option})"
                 )
@@ -322,11 +330,11 @@ def check_replaceable(path: str | Path, option: str | None = None) -> None:
     except FileNotFoundError:
         return
     except OSError as exc:  # a file on the way to it (f/x.json), a link loop on the way
-        raise ValueError(f"{where}: {unreachable(Path(path), exc)}") from None
+        raise OutputRefusedError(f"{where}: {unreachable(Path(path), exc)}") from None
     if stat.S_ISREG(mode):
         return
     kind = "a symbolic link" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else file_kind(mode)
-    raise ValueError(f"{where}: is {kind}, not a regular file; refusing to replace it (give a file name)")
+    raise OutputRefusedError(f"{where}: is {kind}, not a regular file; refusing to replace it (give a file name)")
 
 
 @contextmanager
@@ -386,7 +394,7 @@ def remove_outputs(folder: str | Path, names: Iterable[str], keep: Iterable[str]
     return removed
 
 
-class OutputBusyError(ValueError):
+class OutputBusyError(OutputRefusedError):
     """An output folder that another command holds (``locked_output``): one line naming it and the holder."""
 
 
@@ -452,10 +460,10 @@ def check_update_lock(path: str | Path, option: str | None = "--out") -> None:
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise ValueError(f"{where}: its lock {lock}: {exc.strerror or exc}") from None
+        raise OutputRefusedError(f"{where}: its lock {lock}: {exc.strerror or exc}") from None
     if not stat.S_ISREG(mode):
         kind = "a symbolic link" if stat.S_ISLNK(mode) else file_kind(mode)
-        raise ValueError(f"{where}: its lock {lock} is {kind}, not a regular file; remove it")
+        raise OutputRefusedError(f"{where}: its lock {lock} is {kind}, not a regular file; remove it")
 
 
 @contextmanager
@@ -473,11 +481,15 @@ def updating(path: str | Path) -> Iterator[Path]:
     try:
         fd = os.open(update_lock(target), flags, 0o644)
     except OSError as exc:  # put in place since the check: a folder (EISDIR), a link (ELOOP)
-        raise ValueError(f"{target}: cannot take its lock {update_lock(target)}: {exc.strerror or exc}") from None
+        raise OutputRefusedError(
+            f"{target}: cannot take its lock {update_lock(target)}: {exc.strerror or exc}"
+        ) from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise ValueError(f"{target}: its lock {update_lock(target)} is {file_kind(mode)}, not a regular file")
+            raise OutputRefusedError(
+                f"{target}: its lock {update_lock(target)} is {file_kind(mode)}, not a regular file"
+            )
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield target
     finally:

@@ -23,6 +23,7 @@ from llmsched_env.common.files import (
     CONFIG_BYTES,
     POLICY_BYTES,
     FileRefusedError,
+    InputFileError,
     link_problem,
     parse_json,
     read_bytes,
@@ -61,7 +62,7 @@ OPTION_KEYS = {
 }
 
 
-class PolicyFileError(ValueError):
+class PolicyFileError(InputFileError):
     """An exported policy file is missing, corrupt, inconsistent, or does not fit the environment."""
 
 

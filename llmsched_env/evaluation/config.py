@@ -13,7 +13,15 @@ import gymnasium as gym
 
 import llmsched_env  # noqa: F401  (registers LLMSched-v1, LLMSched-v1 and LLMSchedCluster-v0)
 from llmsched_env.cluster.scenarios import CLUSTER_SCENARIOS, ClusterScenario
-from llmsched_env.common.checks import check_bool, check_int, check_label, check_positive, check_unique, duplicates
+from llmsched_env.common.checks import (
+    check_bool,
+    check_int,
+    check_label,
+    check_positive,
+    check_seeds,
+    check_unique,
+    duplicates,
+)
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.actions import ACTION_COMPONENTS, ActionSpec
 from llmsched_env.decision.planners.bounds import check_route_lookahead
@@ -102,8 +110,7 @@ class EvalConfig:
             check_positive("EvalConfig", "loads", load)
             if not MIN_LOAD <= load <= MAX_LOAD:  # the env's bounds, checked before anything runs
                 raise ValueError(f"EvalConfig.loads must be between {MIN_LOAD} and {MAX_LOAD}, got {load!r}")
-        for seed in self.seeds:
-            check_int("EvalConfig", "seeds", seed, 0)
+        check_seeds("EvalConfig", "seeds", self.seeds)
         check_unique("EvalConfig.scenarios", [s.name for s in self.scenarios])  # a repeat would count runs twice
         for scenario in self.scenarios:  # the names label the tables' rows (a trace's: its file's stem)
             check_label("EvalConfig.scenarios: scenario name", scenario.name)

@@ -211,24 +211,40 @@ def tensorboard_runs(logdir: Path, config: EvalConfig, capacity: bool = False) -
 
 def write_tensorboard(rows: Sequence[Row], logdir: Path) -> list[Path]:
     """Every numeric column of ``rows`` as scalar ``eval/COLUMN``, a folder per (policy, scenario, load), step = seed.
-    Returns the folders."""
+    Returns the folders. A write that fails in the writers' threads (a full disk) is raised here."""
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.compat.proto.summary_pb2 import Summary
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
     writers: dict[Path, EventFileWriter] = {}
-    for row in rows:
-        run = tensorboard_run(logdir, row)
-        if run not in writers:
-            run.mkdir(parents=True, exist_ok=True)
-            writers[run] = EventFileWriter(str(run))
-        values = [
-            Summary.Value(tag=f"eval/{key}", simple_value=float(v))
-            for key, v in row.items()
-            if key not in KEY_COLUMNS and isinstance(v, (int, float)) and not isinstance(v, bool)
-        ]
-        event = Event(wall_time=time.time(), step=int(row.get("seed", 0)), summary=Summary(value=values))
-        writers[run].add_event(event)
-    for writer in writers.values():
-        writer.close()
+    run = Path(logdir)
+    failed = True
+    try:
+        for row in rows:
+            run = tensorboard_run(logdir, row)
+            if run not in writers:
+                run.mkdir(parents=True, exist_ok=True)
+                writers[run] = EventFileWriter(str(run))
+            values = [
+                Summary.Value(tag=f"eval/{key}", simple_value=float(v))
+                for key, v in row.items()
+                if key not in KEY_COLUMNS and isinstance(v, (int, float)) and not isinstance(v, bool)
+            ]
+            event = Event(wall_time=time.time(), step=int(row.get("seed", 0)), summary=Summary(value=values))
+            writers[run].add_event(event)
+        for folder, writer in writers.items():
+            run = folder  # named if it fails
+            writer.flush()  # raises what a writer's thread met; its close() would not
+        failed = False
+    except OSError as exc:  # a writer thread's error names no file: the folder it wrote is named here
+        if exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(run)) from exc
+    finally:
+        for writer in writers.values():
+            try:
+                writer.close()
+            except OSError:
+                if not failed:
+                    raise
     return list(writers)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from llmsched_env.common.checks import check_int
+from llmsched_env.common.checks import check_int, check_seed, check_seeds
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.planners.space import STATIC_HEURISTICS, neighbours, random_candidates, static_decision
 from llmsched_env.decision.planners.tuned import (
@@ -69,7 +69,9 @@ class TuneConfig:
             object.__setattr__(self, name, tuple(value))
         if not isinstance(self.racing, bool):
             raise ValueError(f"TuneConfig.racing must be True or False, got {self.racing!r}")
-        for name in ("candidates", "seed", "rounds"):
+        check_seeds("TuneConfig", "seeds", self.seeds)
+        check_seed("TuneConfig", "seed", self.seed)
+        for name in ("candidates", "rounds"):
             check_int("TuneConfig", name, getattr(self, name), 0)
         for name, most in (("candidates", MAX_CANDIDATES), ("rounds", MAX_ROUNDS)):
             if getattr(self, name) > most:  # every candidate is built up front: a typo must not fill the memory

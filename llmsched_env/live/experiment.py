@@ -79,6 +79,7 @@ RECORD_NAME, LOG_NAME = "experiment.json", "log.txt"
 WORKLOADS_DIR, CELLS_DIR, PREDICTIONS_DIR, CALIBRATION_DIR = "workloads", "cells", "predictions", "calibration"
 EXPERIMENT_FILES = (RECORD_NAME, LOG_NAME)
 EXPERIMENT_FOLDERS = (WORKLOADS_DIR, CELLS_DIR, PREDICTIONS_DIR, CALIBRATION_DIR)
+MAX_BUDGET_S = 7 * 24 * 3600.0  # a week: a longer --budget-min is a typo (the committed runs take 80 minutes)
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,12 @@ class ExperimentConfig:
                 raise ValueError(f"--loads: each load (x the knee) must lie in [0.05, 20], got {list(loads)}")
         if not 0 <= self.engine_nice <= 19:
             raise ValueError(f"--engine-nice must lie in [0, 19], got {self.engine_nice}")
+        if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 < self.port < 65536:
+            raise ValueError(f"--port must be a TCP port in [1, 65535], got {self.port!r}")
+        budget = self.budget_s
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= MAX_BUDGET_S:
+            raise ValueError(f"--budget-min must be a number of minutes in (0, {MAX_BUDGET_S / 60:,.0f}], got "
+                             f"{budget / 60 if isinstance(budget, (int, float)) else budget!r}")  # fmt: skip
 
     @classmethod
     def quick_of(cls, out: Path, **kw: Any) -> ExperimentConfig:

@@ -30,6 +30,7 @@ from llmsched_env.common.files import (
     TRACE_LINE_BYTES,
     BoundedReader,
     FileRefusedError,
+    InputFileError,
     check_regular_file,
     link_problem,
     open_regular,
@@ -101,7 +102,7 @@ _MAX_TOKENS = 2**40  # lengths above this are corrupt data (and would overflow i
 _MAX_PREFIX_ID = 2**63  # prefix ids are stored as int64
 
 
-class TraceError(ValueError):
+class TraceError(InputFileError):
     """A trace file or a loader option is invalid. The message names the file, the 1-based line and the field."""
 
 
