@@ -380,5 +380,6 @@ def test_the_replay_refuses_an_adapter_config_it_saves_over_and_a_looping_out(
         str(tmp_path / "adapter.yaml"),
     ]
     _untouched(tmp_path, lambda: main(argv), capsys, PROG, "adapter.yaml", "--save-model")
-    argv = [str(tmp_path), "--out", str(_loop(tmp_path, "loop.csv")), "--save-model", str(tmp_path / "m.json")]
+    adapter, out = str(tmp_path / "adapter.yaml"), str(_loop(tmp_path, "loop.csv"))
+    argv = [str(tmp_path), "--adapter-config", adapter, "--out", out, "--save-model", str(tmp_path / "m.json")]
     _refused(lambda: main(argv), capsys, PROG, "--out", LOOP)
