@@ -259,16 +259,12 @@ def test_a_link_loop_a_dangling_link_or_a_file_on_the_way_is_refused_in_one_line
     assert "--tensorboard" in _last_err_line(capsys) and (tmp_path / "L").is_symlink()
 
 
-def test_a_policy_that_cannot_be_replaced_is_one_error_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
-) -> None:
-    """seal_policy on a policy.json that cannot be replaced (immutable, a read-only folder) was a PermissionError
-    traceback: one error line per policy now, the next policies still sealed, status 1, the file as it was."""
+def _unsealed_copy(tmp_path: Path) -> tuple[Path, bytes]:
+    """A copy of a shipped test policy without its ``fields_sha256`` (as exported before the record), and the bytes
+    of its policy.json."""
     import json
-    import os
     import shutil
 
-    from llmsched_env.commands.seal_policy import main as seal_main
     from llmsched_env.decision.policy_file import FIELDS_KEY
 
     folder = tmp_path / "p"
@@ -276,7 +272,19 @@ def test_a_policy_that_cannot_be_replaced_is_one_error_line(
     meta = json.loads((folder / "policy.json").read_text())
     meta.pop(FIELDS_KEY)
     (folder / "policy.json").write_text(json.dumps(meta, indent=1))
-    before = (folder / "policy.json").read_bytes()
+    return folder, (folder / "policy.json").read_bytes()
+
+
+def test_a_policy_that_cannot_be_replaced_is_one_error_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """seal_policy on a policy.json that cannot be replaced (immutable, a read-only folder) was a PermissionError
+    traceback: one error line per policy now, the next policies still sealed, status 1, the file as it was."""
+    import os
+
+    from llmsched_env.commands.seal_policy import main as seal_main
+
+    folder, before = _unsealed_copy(tmp_path)
 
     def refused(src: object, dst: object) -> None:
         raise PermissionError(1, "Operation not permitted", str(src), None, str(dst))
@@ -290,3 +298,25 @@ def test_a_policy_that_cannot_be_replaced_is_one_error_line(
     assert (folder / "policy.json").read_bytes() == before and sorted(p.name for p in folder.iterdir()) == sorted(
         p.name for p in (Path(__file__).parent / "data" / "policies" / "mixed-slo").iterdir()
     )  # no temporary file left
+
+
+def test_a_policy_that_fails_its_probe_once_sealed_is_put_back_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """seal_policy wrote the record, then ran the network's probe: a policy failing it was left rewritten."""
+    from llmsched_env.commands import seal_policy
+    from llmsched_env.decision.policy_file import PolicyFileError
+
+    folder, before = _unsealed_copy(tmp_path)
+    loads = iter([seal_policy.load_policy_file, None])
+
+    def probe_fails_once_sealed(path: object) -> object:
+        first = next(loads)
+        if first is None:
+            raise PolicyFileError(f"{path}: a logit is not finite on the probe inputs")
+        return first(path)
+
+    monkeypatch.setattr(seal_policy, "load_policy_file", probe_fails_once_sealed)
+    assert seal_policy.main([str(folder)]) == 1
+    assert "a logit is not finite" in capsys.readouterr().err
+    assert (folder / "policy.json").read_bytes() == before

@@ -534,3 +534,32 @@ def test_an_evaluation_into_a_training_or_a_tune_into_a_non_table_is_one_line(
     table.write_text("[1, 2]")
     line = _refused_in_one_line(tune.main, ["--scenarios", "default", *TUNE, "--out", str(table)], capsys)
     assert line.startswith(f"llmsched-tune: error: {table}")
+
+
+@pytest.mark.parametrize(
+    ("run", "option"),
+    [
+        (lambda p: evaluate_main(["--cost-model", p + ".json", "--policies", "fcfs", "--num-requests", "20"]), ".json"),
+        (lambda p: train_main(["--hyperparams", p + ".yml", "--timesteps", "64"]), ".yml"),
+    ],
+)
+def test_a_path_the_system_refuses_is_one_error_line_naming_it(
+    run: Any, option: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file name over 255 characters ended in an OSError (ENAMETOOLONG) traceback."""
+    path = str(tmp_path / ("x" * 300))
+    with pytest.raises(SystemExit) as exc:
+        run(path)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code in (1, 2) and len(err) == 1 and "Traceback" not in err[0], err
+    assert path + option in err[0] and "too long" in err[0], err
+
+
+def test_a_line_break_in_a_path_is_written_escaped_on_the_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A missing --cost-model path holding a newline split the refusal over two lines."""
+    with pytest.raises(SystemExit) as exc:
+        evaluate_main(["--cost-model", str(tmp_path / "a\nb.json"), "--policies", "fcfs"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and err[-1].startswith("llmsched-evaluate: error: ") and "a\\nb.json" in err[-1], err

@@ -140,3 +140,13 @@ def test_options_come_in_groups_the_common_ones_first(name: str, first: str) -> 
     assert not loose and titles[0] == first, (loose, titles)
     text = parser.format_help()
     assert text.index(f"\n{first}:") < min(text.index(f"\n{t}:") for t in titles[1:])
+
+
+@pytest.mark.parametrize("module", ["live_experiment", "live_replay", "seal_policy", "compile"])
+def test_the_other_commands_print_their_help(module: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``live_experiment --help`` ended in a TypeError: a percent sign of a help text read as a format."""
+    main = __import__(f"llmsched_env.commands.{module}", fromlist=["main"]).main
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    out = capsys.readouterr()
+    assert exc.value.code == 0 and out.out.startswith("usage: ") and "Traceback" not in out.err

@@ -341,6 +341,8 @@ def test_reset_takes_a_numpy_seed_as_its_int_and_refuses_unknown_options(env_id:
         ("LLMSchedMix-v0", {"knee_loads": 5}, ValueError, r"WorkloadMixEnv\.knee_loads must map"),
         ("LLMSchedMix-v0", {"knee_loads": {"azure-conv": float("nan")}}, ValueError, r"knee_loads\['azure-conv'\]"),
         ("LLMSchedMix-v0", {"scenarios": object()}, ValueError, r"WorkloadMixEnv\.scenarios must be a list"),
+        ("LLMSchedMix-v0", {"knee_loads": {"defualt": 5}}, ValueError, r"knee_loads: unknown scenario 'defualt'"),
+        ("LLMSched-v1", {"horizon_s": True}, ValueError, r"LLMSchedEnv\.horizon_s must be > 0"),
         ("LLMSchedMix-v0", {"length_predictions": 7}, ValueError, r"WorkloadMixEnv\.length_predictions must be a"),
         ("LLMSchedMix-v0", {"random_space": 3}, ValueError, r"WorkloadMixEnv\.random_space must be a Randomized"),
         ("LLMSchedMix-v0", {"iterations_per_step": 0}, ValueError, r"WorkloadMixEnv\.iterations_per_step"),

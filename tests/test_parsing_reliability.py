@@ -256,3 +256,32 @@ def test_hp_values_still_read_as_yaml() -> None:
         "lr": 1e-4,
         "c": {"x": 1, "y": 1},
     }
+
+
+@pytest.mark.parametrize(
+    ("text", "yaml", "says"),
+    [
+        ('{"policy": "fcfs", "policy": "slo_aware"}', False, "the key 'policy' appears twice in one object"),
+        ('{"a": {"n_steps": 8, "n_steps": 16}}', False, "the key 'n_steps' appears twice in one object"),
+        ("policy: fcfs\npolicy_timeout_s: 1\npolicy_timeout_s: 2\n", True, ":3: the key 'policy_timeout_s' appears"),
+        ("{a: 1, a: 2}\n", True, "the key 'a' appears twice in one mapping (lines 1 and 1)"),
+    ],
+)
+def test_a_key_given_twice_is_refused_not_the_last_taken(text: str, yaml: bool, says: str, tmp_path: Path) -> None:
+    """A JSON or YAML key given twice silently took its last value (an adapter config's policy, a policy.json field
+    edited in its first copy, a hyperparameter)."""
+    from llmsched_env.common.files import read_config
+
+    path = tmp_path / ("c.yaml" if yaml else "c.json")
+    path.write_text(text)
+    with pytest.raises(ValueError, match="appears twice") as info:
+        read_config(path, "a config")
+    assert says in str(info.value) and str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_merge_key_may_still_be_overridden_by_the_mapping_itself(tmp_path: Path) -> None:
+    from llmsched_env.common.files import read_config
+
+    path = tmp_path / "c.yml"
+    path.write_text("base: &b {x: 1, y: 2}\nrun:\n  <<: *b\n  x: 3\n")
+    assert read_config(path, "a config")["run"] == {"x": 3, "y": 2}

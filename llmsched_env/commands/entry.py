@@ -27,10 +27,15 @@ from llmsched_env.common.files import InputFileError
 from llmsched_env.common.lifetime import Terminated, sigterm_raises
 from llmsched_env.common.outputs import OutputRefusedError
 
-__all__ = ["DISK_FULL", "FILE_ERRORS", "INTERRUPTED", "PIPE_CLOSED", "command", "disk_full", "ending", "keep", "refuse",
-           "reject"]  # fmt: skip
+__all__ = ["DISK_FULL", "FILE_ERRORS", "INTERRUPTED", "PATH_ERRORS", "PIPE_CLOSED", "command", "disk_full", "ending",
+           "keep", "one_line", "refuse", "reject"]  # fmt: skip
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # a full disk, an exhausted quota
+# what a path met that the checks before the work did not foresee (a name too long, a file where a folder goes,
+# a folder taken since): one error line naming the path
+PATH_ERRORS = frozenset(getattr(errno, name) for name in ("ENAMETOOLONG", "ENOENT", "EEXIST", "EACCES", "EPERM",
+                        "ENOTDIR", "EISDIR", "ELOOP", "EROFS", "ETXTBSY", "EBUSY", "EXDEV")
+                        if hasattr(errno, name))  # fmt: skip
 INTERRUPTED = 128 + int(signal.SIGINT)  # 130, as a shell reports a Ctrl-C
 PIPE_CLOSED = 141  # 128 + SIGPIPE, as a shell reports a writer whose reader ended
 # the signals that unwind like Ctrl-C while a command runs (each left alone when ignored or handled already)
@@ -96,14 +101,20 @@ def _broken_pipe(exc: BaseException) -> bool:
 def _disk_full_line(prog: str, full: OSError) -> str:
     where = f"{full.filename}: " if full.filename else ""
     _close_bars()
-    return f"{prog}: error: " + ending(f"{where}{full.strerror or os.strerror(full.errno or errno.ENOSPC)}", True)
+    why = full.strerror or os.strerror(full.errno or errno.ENOSPC)
+    return one_line(f"{prog}: error: " + ending(f"{where}{why}", True))
 
 
 def _say(line: str) -> None:
     """``line`` on stderr, on a line of its own, if stderr can still be written (a hung-up terminal cannot)."""
     _close_bars()
     with suppress(OSError, ValueError):
-        print(line, file=sys.stderr, flush=True)
+        print(one_line(line), file=sys.stderr, flush=True)
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: a line break inside it (a path holding one) written as ``\\n`` or ``\\r``."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def _close_bars() -> None:
@@ -179,9 +190,12 @@ def command(console_script: str, script: str | None = None) -> Callable[[F], F]:
                     _say(f"{prog}: " + ending("its output was closed early (the command reading it ended)"))
                     raise SystemExit(PIPE_CLOSED) from None
                 full = disk_full(exc)
-                if full is None:
-                    raise
-                raise SystemExit(_disk_full_line(prog, full)) from None
+                if full is not None:
+                    raise SystemExit(_disk_full_line(prog, full)) from None
+                if isinstance(exc, OSError) and exc.filename is not None and exc.errno in PATH_ERRORS:
+                    _say(f"{prog}: error: " + ending(f"{exc.filename}: {exc.strerror or os.strerror(exc.errno or 0)}"))
+                    raise SystemExit(1) from None
+                raise
             finally:
                 _said.update(said)
                 _thread_errors[:] = errors
@@ -205,4 +219,4 @@ def reject(parser: argparse.ArgumentParser, exc: Exception, text: str | None = N
     message = str(exc) if text is None else text
     if isinstance(exc, FILE_ERRORS):
         refuse(parser.prog, message)
-    parser.error(message)
+    parser.error(one_line(message))

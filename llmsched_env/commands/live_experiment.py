@@ -93,8 +93,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-reference", action="store_true", help="skip vLLM's own scheduler")
     p.add_argument("--no-pin", action="store_true", help="leave CPU placement to the OS")
     p.add_argument("--host-override", action="store_true",
-                   help=f"run on a host the guard refuses (others or steal over {HOST_BUSY_MAX:.0%} of the server's "
-                   "CPUs, or a calibration x3 off the reference), recorded in the report's first line")  # fmt: skip
+                   help=f"run on a host the guard refuses (others or steal over {HOST_BUSY_MAX * 100:.0f}%% of the "
+                   "server's CPUs, or a calibration x3 off the reference), recorded in the report's first "
+                   "line")  # fmt: skip
     p.add_argument("--port", type=int, default=8011)
     p.add_argument("--seed", type=int, default=0,
                    help="which compared and A/A streams the rounds play (0: those of the committed runs)")  # fmt: skip

@@ -26,12 +26,17 @@ def seal_policy_file(path: str | Path) -> tuple[Path, bool]:
     except UnsealedPolicyError:  # every other check passed: the fields, the weights and their digest
         pass
     json_path = Path(path) / JSON_NAME if Path(path).is_dir() else Path(path).with_suffix(".json")
-    sealed = seal_meta(parse_json(read_text(json_path, CONFIG_BYTES)))
+    original = read_text(json_path, CONFIG_BYTES)
+    sealed = seal_meta(parse_json(original))
     try:
         write_text_atomically(json_path, json.dumps(sealed, indent=1) + "\n")
     except OSError as exc:  # an immutable file, a read-only folder or filesystem, a full disk: left as it was
         raise PolicyFileError(f"{json_path}: cannot be replaced ({exc.strerror or exc}); left as it was") from None
-    load_policy_file(json_path)  # and the network's probe, which runs once the record holds
+    try:
+        load_policy_file(json_path)  # and the network's probe, which runs once the record holds
+    except BaseException:  # a policy that fails it (or Ctrl-C) is put back as it was
+        write_text_atomically(json_path, original)
+        raise
     return json_path, True
 
 

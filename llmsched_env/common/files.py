@@ -331,13 +331,23 @@ def parse_json(text: str, **kwargs: Any) -> Any:
     integer of over 4,300 digits) raised as a ``json.JSONDecodeError`` (not a ``RecursionError`` or a bare
     ``ValueError``)."""
     try:
-        return json.loads(text, **kwargs)
+        return json.loads(text, **{"object_pairs_hook": _unique_keys, **kwargs})
     except RecursionError:
         raise json.JSONDecodeError("nested too deeply to parse", text[:80], 0) from None
     except json.JSONDecodeError:
         raise
     except ValueError as exc:  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
         raise json.JSONDecodeError(clipped(str(exc).splitlines()[0], 200), "", 0) from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict; ``ValueError`` when a key appears twice (which one counts would be a guess)."""
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise ValueError(f"the key {clipped(twice, 60)!r} appears twice in one object; give it once")
+    return found
 
 
 def parse_yaml(text: str, where: str, lines: bool = True) -> Any:
@@ -407,6 +417,19 @@ def _bounded_loader(yaml: Any) -> type:
                     line,
                 )
             return super().compose_node(parent, index)
+
+        def compose_mapping_node(self, anchor: Any) -> Any:
+            node = super().compose_mapping_node(anchor)
+            seen: dict[tuple[str, str], int] = {}
+            for key, _ in node.value:  # a merge (<<) may repeat a key: the mapping's own one counts
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    line = key.start_mark.line + 1
+                    first = seen.get((key.tag, key.value))
+                    seen[(key.tag, key.value)] = line
+                    if first is not None:
+                        raise _YamlRefused(f"the key {clipped(key.value, 60)!r} appears twice in one mapping (lines "
+                                           f"{first} and {line}); give it once", line)  # fmt: skip
+            return node
 
         def expanded(self, node: Any, event: Any) -> tuple[int, int]:
             """The nodes and scalar characters of ``node`` with every alias in it written out (each capped just past

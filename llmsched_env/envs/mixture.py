@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import numpy as np
 from gymnasium import spaces
 
-from llmsched_env.common.checks import check_bool, check_int, check_positive, is_finite_number
+from llmsched_env.common.checks import check_bool, check_int, check_positive, is_finite_number, shown
 from llmsched_env.decision.actions import ActionSpec
 from llmsched_env.decision.observation import OBS_CLIP, GenericObservationEncoder
 from llmsched_env.decision.policy import PolicyContext
@@ -76,6 +76,9 @@ class WorkloadMixEnv(EnvBase[MixConfig]):
         knees = {} if c.knee_loads is None else c.knee_loads
         if not isinstance(knees, Mapping):
             raise ValueError(f"{owner}.knee_loads must map scenario names to loads, got {type(knees).__name__}")
+        unknown = [k for k in knees if k not in list_scenarios()]
+        if unknown:  # a misspelt scenario's knee would be ignored
+            raise ValueError(f"{owner}.knee_loads: unknown scenario {shown(unknown[0])}; available: {list_scenarios()}")
         self.knee_loads = {s: check_positive(owner, f"knee_loads[{s!r}]", knees.get(s, DEFAULT_KNEE_LOAD))
                            for s in names}  # fmt: skip
         span = _sequence(owner, "load_span", c.load_span)

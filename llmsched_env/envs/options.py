@@ -39,7 +39,7 @@ def check_episode_args(owner: str, config: EpisodeConfig, render_modes: Sequence
         if config.num_requests > MAX_EPISODE_REQUESTS:
             raise ValueError(f"{owner}.num_requests must be at most {MAX_EPISODE_REQUESTS}, got {config.num_requests}")
     horizon_s = config.horizon_s
-    if not (isinstance(horizon_s, (int, float)) and horizon_s > 0):  # inf (no horizon) is allowed
+    if isinstance(horizon_s, bool) or not (isinstance(horizon_s, (int, float)) and horizon_s > 0):  # inf: no horizon
         raise ValueError(f"{owner}.horizon_s must be > 0 (inf for none), got {horizon_s!r}")
     check_int(owner, "max_steps", config.max_steps, 1)
     if config.render_mode is not None and config.render_mode not in render_modes:
