@@ -43,8 +43,12 @@ EVAL = ["--scenarios", "mixed-slo", "--num-requests", "20", "--policies", "fcfs,
         "--no-progress", "--no-plots"]  # fmt: skip
 TUNE = ["--reference", "sjf", "--seeds", "0,1", "--candidates", "2", "--rounds", "1", "--num-requests", "60"]
 MARK = "MID-RUN MARK"  # what a child prints on stderr once it is mid-run (and then waits to be stopped)
-# the child, with Python's Ctrl-C handler (a background job inherits SIGINT ignored), then the code it runs
-PREAMBLE = "import os, signal, sys, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+# the child, with Python's Ctrl-C handler and SIGTERM and SIGHUP at their defaults (a background job inherits SIGINT
+# ignored, a job under nohup SIGHUP), then the code it runs
+PREAMBLE = (
+    "import os, signal, sys, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    "for name in ('SIGTERM', 'SIGHUP'):\n    signal.signal(getattr(signal, name), signal.SIG_DFL)\n"
+)
 
 
 def _env(config: Path | None = None) -> dict[str, str]:
