@@ -33,6 +33,7 @@ from llmsched_env.commands.evaluate_args import (
     seed_list,
     stray_trace_options,
     trace_options,
+    unread_trace_option,
 )
 from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
 from llmsched_env.common.checks import check_unique
@@ -165,6 +166,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             p.error(
                 "--trace replaces --scenario and trains once (no --scenarios, --seeds, --hp-grid, --workers or --ray)"
             )
+        if unread := unread_trace_option(given_options(p, argv), args.trace_format):  # e.g. columns of azure's
+            p.error(unread)
         trace = {**trace_options(args), **({"engine": limits} if limits else {})}
     elif stray := stray_trace_options(given_options(p, argv), ENGINE_LIMITS):
         p.error(f"{', '.join(stray)}: the trace options and the engine limits apply to --trace only")

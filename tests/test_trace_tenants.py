@@ -221,7 +221,7 @@ def test_the_env_refuses_an_episode_larger_than_the_trace_part_when_made() -> No
 def test_an_episode_too_large_for_memory_is_refused_when_made(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(ValueError, match=r"LLMSchedEnv\.num_requests must be at most 1000000, got 1000001"):
         gym.make("LLMSched-v1", scenario="bursty", num_requests=1_000_001)
-    assert "EvalConfig.num_requests must be at most 1000000" in _usage_line(capsys, ["--num-requests", "10000000"])
+    assert "--num-requests must be at most 1000000" in _usage_line(capsys, ["--num-requests", "10000000"])
 
 
 def test_the_library_builds_a_trace_scenario_and_names_the_option_at_fault(tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ from llmsched_env.evaluation.resume import RECORD_NAME, ROWS_NAME
 from llmsched_env.runtime.names import DTYPE_NAMES, MODEL_NAMES
 from llmsched_env.workloads.library import list_scenarios
 from llmsched_env.workloads.scenarios import SPLITS, Scenario
-from llmsched_env.workloads.trace_options import TRACE_OPTIONS, build_trace_scenario
+from llmsched_env.workloads.trace_options import FORMAT_OPTIONS, TRACE_OPTIONS, build_trace_scenario
 from llmsched_env.workloads.traces import TRACE_FORMATS, data_stem
 
 if TYPE_CHECKING:  # torch only once a spec is built
@@ -343,6 +343,17 @@ def stray_trace_options(given: set[str], extra: Iterable[str] = ()) -> list[str]
     return [f"--{d.replace('_', '-')}" for d in (*TRACE_OPTIONS, "fitted_traffic", *extra) if d in given]
 
 
+def unread_trace_option(given: set[str], trace_format: str | None) -> str | None:
+    """The usage line refusing a trace option among ``given`` that ``trace_format`` does not read
+    (``FORMAT_OPTIONS``: only the generic format reads columns and a time unit); None when there is none."""
+    for name, formats in FORMAT_OPTIONS.items():
+        if name in given and trace_format is not None and trace_format not in formats:
+            flag, reader = "--" + name.replace("_", "-"), " or ".join(f"--trace-format {f}" for f in formats)
+            return (f"{flag} does nothing with --trace-format {trace_format}: only {reader} reads it; leave it out, "
+                    f"or give {reader}")  # fmt: skip
+    return None
+
+
 def add_fitted_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--fitted-traffic``: beside ``--trace``'s replay, traffic generated from each of its parts."""
     p.add_argument(
@@ -412,6 +423,9 @@ def check_combinations(p: argparse.ArgumentParser, args: argparse.Namespace) -> 
     for option, needs, met, why in _NEEDS:
         if option in given and not met(args):
             p.error(f"{flags[option]} does nothing without {needs}: {why}; leave it out, or give {needs}")
+    unread = unread_trace_option(given, getattr(args, "trace_format", None))
+    if unread is not None:
+        p.error(unread)
 
 
 # what a training's run folder holds (agents.training): an evaluation there would take its completion marker
@@ -567,8 +581,8 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
             EvalConfig, args, scenarios=scenarios, policies=policies, runtime=runtime, engine_limits=limits or None
         )
         check_inputs_apart(evaluation_inputs(args, config), evaluation_outputs(args, config))
-    except ValueError as exc:  # a list field's message names its option (two policy files of one name)
-        reject(p, exc, re.sub(r"^EvalConfig\.(scenarios|policies|loads|seeds)(: | must)", r"--\1\2", str(exc)))
+    except ValueError as exc:  # a field's message names its option (two policy files of one name: --policies)
+        reject(p, exc, as_option(p, str(exc)))
     if not args.describe:
         check_planned_requests(p, args, config)
     if args.require_sustained and not (args.capacity or args.describe):
@@ -579,6 +593,16 @@ def config_from_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Ev
             more = f" (and {len(short) - 1} more)" if len(short) > 1 else ""
             p.error(f"--require-sustained: {short[0]}{more}")
     return config
+
+
+def as_option(p: argparse.ArgumentParser, message: str) -> str:
+    """``message`` with its leading ``EvalConfig.FIELD`` written as ``FIELD``'s option of ``p`` when it has one
+    (``EvalConfig.length_prediction: ...`` -> ``--length-prediction: ...``)."""
+    flags = {a.dest: max(a.option_strings, key=len) for a in p._actions if a.option_strings}
+    found = re.match(r"EvalConfig\.(\w+)(?=: | must)", message)
+    if found is None or found.group(1) not in flags:
+        return message
+    return flags[found.group(1)] + message[found.end() :]
 
 
 # the most requests an evaluation may plan (10^8: hours at ~10,000 requests/s); LLMSCHED_MAX_EVALUATION_REQUESTS

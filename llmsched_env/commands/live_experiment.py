@@ -22,6 +22,7 @@ from llmsched_env.commands.evaluate_args import (
     engine_limits,
     stray_trace_options,
     trace_options,
+    unread_trace_option,
 )
 from llmsched_env.commands.help import given_options
 from llmsched_env.common.outputs import Inputs, check_inputs_apart, written_in
@@ -133,6 +134,8 @@ def main(argv: list[str] | None = None) -> None:
                 p.error("--trace is the one workload: leave out --workloads and --replicate")
             if args.trace_format is None:
                 p.error(f"--trace needs --trace-format ({', '.join(TRACE_FORMATS)})")
+            if unread := unread_trace_option(given_options(p, argv), args.trace_format):  # azure's columns
+                p.error(unread)
             kw["trace"], kw["limits"] = trace_options(args), engine_limits(args)
         elif stray := stray_trace_options(given_options(p, argv), ENGINE_LIMITS):
             p.error(f"{', '.join(stray)} without --trace do nothing")

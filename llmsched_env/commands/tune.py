@@ -45,6 +45,7 @@ from llmsched_env.commands.evaluate_args import (
     stray_trace_options,
     trace_options,
     trace_scenarios,
+    unread_trace_option,
 )
 from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
 from llmsched_env.common.outputs import (
@@ -155,6 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         stray = stray_trace_options(given_options(p, argv))  # given: a default (--trace-slo chat) is not
         if stray:
             p.error(f"{', '.join(stray)} appl{'y' if len(stray) > 1 else 'ies'} to --trace only (give --trace FILE)")
+    elif unread := unread_trace_option(given_options(p, argv), args.trace_format):  # e.g. columns of an azure trace
+        p.error(unread)
     if args.candidates == 0 and "seed" in given_options(p, argv):  # it draws the random candidates only
         p.error("--seed seeds the random candidates, and --candidates 0 draws none: give --candidates N or drop --seed")
     limits = engine_limits(args)

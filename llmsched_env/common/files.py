@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from llmsched_env.common.checks import clipped
+from llmsched_env.common.checks import clipped, shown
 
 _KIB, _MIB, _GIB = 1 << 10, 1 << 20, 1 << 30
 _CHUNK = 1 << 20  # bytes read at a time by BoundedReader.readall
@@ -147,9 +147,19 @@ def unreachable(path: str | os.PathLike[str], exc: OSError) -> str:
     return f"cannot be looked up ({exc.strerror or exc})"
 
 
+def refuse_nul(path: str | bytes | os.PathLike[Any], what: str = "") -> None:
+    """A one-line ``FileRefusedError`` naming ``path`` (``what`` before it, e.g. ``"cost model file "``) when it holds a
+    NUL byte, which no file's name can (``os`` calls raise a bare ``ValueError('embedded null byte')`` for one)."""
+    text = os.fspath(path)
+    if (b"\x00" in text) if isinstance(text, bytes) else ("\x00" in text):
+        raise FileRefusedError(f"{what}{shown(text)}: a path cannot hold a NUL byte (\\x00); no file has this name")
+
+
 def link_problem(path: str | os.PathLike[str]) -> str | None:
     """Why the input ``path`` names something that cannot be opened, in words: a symbolic link loop (at it or on
-    the way to it) or a symbolic link to nothing; None when it opens, or when nothing at all is there."""
+    the way to it) or a symbolic link to nothing; None when it opens, or when nothing at all is there. A NUL byte
+    in ``path``: ``refuse_nul``'s ``FileRefusedError``."""
+    refuse_nul(path)
     try:
         os.stat(path)
     except FileNotFoundError:
@@ -163,7 +173,8 @@ def link_problem(path: str | os.PathLike[str]) -> str | None:
 
 def resolved(path: str | os.PathLike[str]) -> Path:
     """``Path(path).resolve()``; a symbolic link loop on the way is a one-line ``FileRefusedError`` naming ``path``
-    (``resolve`` raises ``RuntimeError`` for one, or ``OSError`` in later Pythons)."""
+    (``resolve`` raises ``RuntimeError`` for one, or ``OSError`` in later Pythons); a NUL byte: ``refuse_nul``."""
+    refuse_nul(path)
     p = Path(path)
     try:
         return p.resolve()
@@ -174,7 +185,8 @@ def resolved(path: str | os.PathLike[str]) -> Path:
 def check_regular_file(path: str | os.PathLike[str], limit: ByteLimit) -> os.stat_result:
     """``path``'s ``os.stat`` (links followed) when it is a regular file of at most ``limit`` bytes;
     ``FileRefusedError`` otherwise, a symbolic link loop included (other ``OSError`` as ``os.stat`` raises it).
-    Opens nothing."""
+    Opens nothing. A NUL byte in ``path``: ``refuse_nul``."""
+    refuse_nul(path)
     p = Path(path)
     try:
         st = os.stat(p)

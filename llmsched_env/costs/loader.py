@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, link_problem, parse_json, read_text
+from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, link_problem, parse_json, read_text, refuse_nul
 from llmsched_env.costs.analytic import AnalyticCostModel
 from llmsched_env.costs.base import CostModel, prefill_time_s, unloaded_decode_time_s
 from llmsched_env.costs.linear import LinearCostModel
@@ -53,6 +53,7 @@ def load_cost_model(name_or_path: str | os.PathLike[str]) -> CostModel:
     text = os.fspath(name_or_path)
     path = cost_model_path(text)
     if path is not None:
+        refuse_nul(text, "cost model file ")
         problem = link_problem(path)
         if problem is not None:
             raise ValueError(f"cost model file {path}: {problem}")

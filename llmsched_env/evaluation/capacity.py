@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from llmsched_env.cluster.scenarios import ClusterScenario
+from llmsched_env.common.checks import shown
 from llmsched_env.decision.planners.lookahead import is_bound
 from llmsched_env.decision.policy_spec import PolicySpec, resolve_policy
 from llmsched_env.envs.options import MAX_EPISODE_REQUESTS
@@ -24,7 +25,7 @@ from llmsched_env.evaluation.config import AnyScenario, EvalConfig, Row, traffic
 from llmsched_env.evaluation.decided import ProbeCell, attainment_bounds
 from llmsched_env.evaluation.distributed import ray_imap, use_driver_folder
 from llmsched_env.evaluation.fallbacks import FALLBACK_SHARE, fallback_summary
-from llmsched_env.evaluation.grid import ForeignRunError, run_cell, runners_for, shown_value
+from llmsched_env.evaluation.grid import ForeignRunError, check_grid_arguments, run_cell, runners_for, shown_value
 from llmsched_env.evaluation.identity import TRAJECTORY, combine_fingerprints, merge_identical, per_seed_values
 from llmsched_env.evaluation.progress import Progress
 from llmsched_env.evaluation.stats import group_traffic, mean_ci95
@@ -372,7 +373,16 @@ def capacity_grid(
     finished: Sequence[Row] = (),
 ) -> list[Row]:
     """``find_capacity`` of every (scenario, policy) in order (``per_seed``: each seed's window alone), serially or on
-    Ray; ``finished`` rows are kept, not searched again (``ValueError`` for a stray one)."""
+    Ray; ``finished`` rows are kept, not searched again (``ValueError`` for a stray one). An argument of the wrong
+    type or value: ``TypeError`` or ``ValueError`` naming it (``check_grid_arguments``; ``target`` in (0, 1])."""
+    flags = {"per_seed": per_seed}
+    check_grid_arguments("capacity_grid", config, ray, ray_cpus, progress, finished, {"on_row": on_row}, flags)
+    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1:
+        raise ValueError(f"capacity_grid: target must be a number in (0, 1] (an SLO attainment), got {shown(target)}")
+    for i, row in enumerate(finished):
+        if not isinstance(row, Mapping) or {"scenario", "policy"} - set(row):
+            raise TypeError(f"capacity_grid: finished[{i}] must be a row (a dict) with scenario and policy, got "
+                            f"{shown(row)}")  # fmt: skip
     seeds: Sequence[int | None] = config.seeds if per_seed else (None,)
     cells = [(si, pi, seed) for si in range(len(config.scenarios)) for pi in range(len(config.policies))
              for seed in seeds]  # fmt: skip

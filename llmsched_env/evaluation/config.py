@@ -5,7 +5,7 @@ wrong is one ``ValueError`` naming the field. A config pickles with cloudpickle.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -21,6 +21,7 @@ from llmsched_env.common.checks import (
     check_seeds,
     check_unique,
     duplicates,
+    shown,
 )
 from llmsched_env.costs.loader import load_cost_model
 from llmsched_env.decision.actions import ACTION_COMPONENTS, ActionSpec
@@ -88,6 +89,8 @@ class EvalConfig:
         for name, value in (("scenarios", scenarios), ("policies", policies), ("loads", loads), ("seeds", seeds)):
             if isinstance(value, str):
                 raise ValueError(f"EvalConfig.{name} must be a list, got the string {value!r}")
+            if not isinstance(value, Iterable):
+                raise TypeError(f"EvalConfig.{name} must be a list, got {shown(value)}")
             if not value:
                 raise ValueError(f"EvalConfig.{name} needs at least one entry, got {value!r}")
         given = {**locals(), "loads": tuple(loads), "seeds": tuple(seeds)}

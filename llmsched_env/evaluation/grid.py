@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from llmsched_env.common.checks import shown
 from llmsched_env.decision.planners.bounds import lookahead_factory
 from llmsched_env.decision.planners.mpc import mpc_factory
 from llmsched_env.decision.policy_spec import PolicySpec
@@ -31,7 +32,7 @@ if TYPE_CHECKING:  # the runtime backend imports torch: only when it runs
     from llmsched_env.evaluation.runtime_backend import Runners
 
 __all__ = ["KEY_COLUMNS", "FinishedRun", "ForeignRunError", "GridResult", "RunHook", "acting_policy", "cell_row",
-           "episode_details", "run_cell", "run_grid", "run_key", "runners_for", "shown_value",
+           "check_grid_arguments", "episode_details", "run_cell", "run_grid", "run_key", "runners_for", "shown_value",
            "start_episode"]  # fmt: skip
 
 KEY_COLUMNS = ("policy", "scenario", "load", "seed")
@@ -158,6 +159,38 @@ def cell_row(
     return row
 
 
+def check_grid_arguments(
+    owner: str,
+    config: object,
+    ray: object,
+    ray_cpus: object,
+    progress: object,
+    finished: object,
+    hooks: Mapping[str, object],
+    flags: Mapping[str, object],
+) -> None:
+    """``TypeError`` or ``ValueError`` naming the argument of ``owner`` (``run_grid``, ``capacity_grid``) that has the
+    wrong type or value: ``config`` an ``EvalConfig``, ``ray`` an address or None, ``ray_cpus`` an integer >= 1 or
+    None, ``progress`` a ``Progress`` or None, ``finished`` a list, each of ``hooks`` callable or None, each of
+    ``flags`` a bool."""
+    if not isinstance(config, EvalConfig):
+        raise TypeError(f"{owner}: config must be an EvalConfig, got {shown(config)}")
+    if ray is not None and not isinstance(ray, str):
+        raise TypeError(f'{owner}: ray must be a Ray address, "local" or None, got {shown(ray)}')
+    if ray_cpus is not None and (isinstance(ray_cpus, bool) or not isinstance(ray_cpus, int) or ray_cpus < 1):
+        raise ValueError(f"{owner}: ray_cpus must be an integer >= 1 or None, got {shown(ray_cpus)}")
+    if progress is not None and not all(callable(getattr(progress, m, None)) for m in ("update", "set_total")):
+        raise TypeError(f"{owner}: progress must be a Progress or None, got {shown(progress)}")
+    if isinstance(finished, (str, bytes, Mapping)) or not isinstance(finished, Sequence):
+        raise TypeError(f"{owner}: finished must be a list, got {shown(finished)}")
+    for name, hook in hooks.items():
+        if hook is not None and not callable(hook):
+            raise TypeError(f"{owner}: {name} must be callable or None, got {shown(hook)}")
+    for name, flag in flags.items():
+        if not isinstance(flag, bool):
+            raise TypeError(f"{owner}: {name} must be True or False, got {shown(flag)}")
+
+
 def run_grid(
     config: EvalConfig,
     *,
@@ -170,7 +203,10 @@ def run_grid(
     on_run: RunHook | None = None,
 ) -> GridResult:
     """Every run of ``config``; ``ray``: an address, or "local" for ``ray_cpus`` workers. ``finished`` runs are kept.
-    ``ValueError`` for a stray finished run, ``RuntimeError`` without Ray."""
+    ``ValueError`` for a stray finished run, ``RuntimeError`` without Ray; an argument of the wrong type or value:
+    ``TypeError`` or ``ValueError`` naming it (``check_grid_arguments``)."""
+    hooks = {"on_row": on_row, "on_run": on_run}
+    check_grid_arguments("run_grid", config, ray, ray_cpus, progress, finished, hooks, {"details": details})
     cells = [(si, load, pi) for si in range(len(config.scenarios)) for load in config.loads
              for pi in range(len(config.policies))]  # fmt: skip
     done = _finished(config, finished, details)
@@ -231,7 +267,10 @@ def _finished(config: EvalConfig, finished: Sequence[FinishedRun], details: bool
             for p in config.policies for seed in config.seeds}  # fmt: skip
     done: dict[RunKey, FinishedRun] = {}
     seen: dict[RunKey, FinishedRun] = {}
-    for run in finished:
+    for i, run in enumerate(finished):
+        if not isinstance(run, FinishedRun) or not isinstance(run.row, Mapping) or set(KEY_COLUMNS) - set(run.row):
+            raise TypeError(f"run_grid: finished[{i}] must be a FinishedRun whose row has {KEY_COLUMNS}, got "
+                            f"{shown(run)}")  # fmt: skip
         key = run_key(run.row)
         if key not in grid:
             scenario, load, policy, seed = map(shown_value, key)

@@ -17,6 +17,9 @@ from llmsched_env.workloads.scenarios import Scenario, scenario_from_trace
 from llmsched_env.workloads.traces import TRACE_FORMATS
 
 TRACE_OPTIONS = ("trace", "trace_format", "trace_rate", "trace_slo", "tenant_slo", "trace_columns", "trace_time_unit")
+# the trace options only some formats read: option -> those formats (workloads.traces: load_generic alone takes
+# columns and a time unit); given with another format they are refused, not ignored
+FORMAT_OPTIONS = {"trace_columns": ("generic",), "trace_time_unit": ("generic",)}
 ENGINE_LIMIT_FIELDS = ("num_kv_blocks", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size")
 
 
@@ -64,6 +67,10 @@ def build_trace_scenario(options: Mapping[str, Any], limits: Mapping[str, Any] |
         per_tenant = tenant_slos(str(text)) if text is not None else None
     except ValueError as exc:
         raise ValueError(f"tenant_slo: {exc}") from None
+    for name, formats in FORMAT_OPTIONS.items():  # a time unit of "s" is every format's default: not a choice
+        value = options.get(name)
+        if fmt not in formats and value is not None and not (name == "trace_time_unit" and value == "s"):
+            raise ValueError(f"{name}: only the {' or '.join(formats)} format reads it, not {fmt}; leave it out")
     reader: dict[str, Any] = {}
     if fmt == "generic":
         columns = options.get("trace_columns")

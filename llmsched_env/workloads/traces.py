@@ -556,7 +556,10 @@ _CACHE: OrderedDict[tuple[Any, ...], Trace] = OrderedDict()
 
 
 def cached_load(path: str | os.PathLike[str], fmt: str, reader: Callable[..., Trace], **options: Any) -> Trace:
-    """``reader(resolved path, **options)``, cached per (path, mtime, size, ``fmt``, options)."""
+    """``reader(resolved path, **options)``, cached per (path, mtime, size, ``fmt``, options); ``TypeError`` for a
+    ``path`` that is no path."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike (the trace file), got {shown(path)}")
     given = Path(path).expanduser()
     try:
         p = resolved(given)
@@ -569,7 +572,11 @@ def cached_load(path: str | os.PathLike[str], fmt: str, reader: Callable[..., Tr
         check_regular_file(given, TRACE_BYTES)
     except FileRefusedError as e:
         raise TraceError(str(e)) from None
-    frozen = tuple(sorted((k, tuple(sorted(v.items())) if isinstance(v, Mapping) else v) for k, v in options.items()))
+
+    def frozen_value(v: Any) -> Any:  # a mapping's items in the order of their keys' text (keys of mixed types)
+        return tuple(sorted(v.items(), key=lambda item: repr(item[0]))) if isinstance(v, Mapping) else v
+
+    frozen = tuple(sorted((k, frozen_value(v)) for k, v in options.items()))
     key = (str(p), st.st_mtime_ns, st.st_size, fmt, frozen)
     try:
         hash(key)
@@ -628,7 +635,12 @@ _LOADERS: dict[str, Callable[..., Trace]] = {"azure": load_azure, "mooncake": lo
 
 
 def load_trace(path: str | os.PathLike[str], format: str, **options: Any) -> Trace:
-    """Load ``path`` with the loader of ``format`` (one of ``TRACE_FORMATS``), passing ``options`` on."""
+    """Load ``path`` with the loader of ``format`` (one of ``TRACE_FORMATS``), passing ``options`` on; ``TypeError``
+    for a ``path`` or ``format`` of the wrong type."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike (the trace file), got {shown(path)}")
+    if not isinstance(format, str):
+        raise TypeError(f"format must be a str, one of {TRACE_FORMATS}, got {shown(format)}")
     loader = _LOADERS.get(format)
     if loader is None:
         raise TraceError(f"{path}: unknown trace format {format!r}; expected one of {TRACE_FORMATS}")

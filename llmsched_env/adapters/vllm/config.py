@@ -219,7 +219,10 @@ class AdapterConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> AdapterConfig:
-        """A YAML or JSON file of ``AdapterConfig``'s fields; ``ValueError`` naming the file and the field."""
+        """A YAML or JSON file of ``AdapterConfig``'s fields; ``ValueError`` naming the file and the field,
+        ``TypeError`` for a ``path`` that is no path."""
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"AdapterConfig.from_file: path must be a str or os.PathLike, got {shown(path)}")
         p = Path(path)
         data = read_config(p, "the llmsched adapter config")
         if not isinstance(data, dict):
