@@ -35,7 +35,7 @@ from llmsched_env.commands.evaluate_args import (
     trace_options,
     unread_trace_option,
 )
-from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
+from llmsched_env.commands.help import DefaultsFormatter, Parser, from_args, given_options, program
 from llmsched_env.common.checks import check_unique
 from llmsched_env.common.fields import split_items
 from llmsched_env.common.outputs import (
@@ -67,7 +67,7 @@ def quick_help(algo: str = "maskable_ppo") -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``llmsched-train`` argument parser, its options in groups (the common ones first)."""
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog=program("llmsched-train", "train.py"), description=__doc__, formatter_class=DefaultsFormatter
     )
     what = p.add_argument_group("what to train").add_argument

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from llmsched_env.commands.entry import command, keep, reject
 from llmsched_env.commands.evaluate_args import add_runner_options, runner_spec
-from llmsched_env.commands.help import DefaultsFormatter, program
+from llmsched_env.commands.help import DefaultsFormatter, Parser, program
 from llmsched_env.common.checks import check_unique
 from llmsched_env.common.outputs import (
     Inputs,
@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``llmsched-calibrate`` argument parser (subcommands ``profile`` and ``fidelity``)."""
     prog = program(*PROG)
     epilog = f"each subcommand has its own options: {prog} profile --help, {prog} fidelity --help"
-    p = argparse.ArgumentParser(prog=prog, description=__doc__, epilog=epilog, formatter_class=DefaultsFormatter)
+    p = Parser(prog=prog, description=__doc__, epilog=epilog, formatter_class=DefaultsFormatter)
     sub = p.add_subparsers(dest="command", required=True, title="subcommands")
     for name in ("profile", "fidelity"):
         s = sub.add_parser(name, formatter_class=DefaultsFormatter, help=f"its own options: {name} --help")

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llmsched_env.commands.entry import command, keep
+from llmsched_env.commands.help import Parser
 from llmsched_env.common.compiled import (
     MANIFEST,
     MODULES,
@@ -88,7 +89,7 @@ def build(package_dir: Path = PACKAGE_DIR, quiet: bool = False) -> list[Path]:
 @command(PROG)
 def main(argv: Sequence[str] | None = None) -> None:
     """``llmsched-compile``: build, check or clean the compiled engine; Ctrl-C, a signal or a full disk: one line."""
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser = Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     what = parser.add_mutually_exclusive_group()
     what.add_argument(
         "--check", action="store_true", help="say whether the engine runs compiled (exit 1 if not), and why not"

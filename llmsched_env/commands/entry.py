@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any, NoReturn, TypeVar
 
-from llmsched_env.commands.help import program
+from llmsched_env.commands.help import one_line, program
 from llmsched_env.common.files import InputFileError
 from llmsched_env.common.lifetime import Terminated, sigterm_raises
 from llmsched_env.common.outputs import OutputRefusedError
@@ -110,11 +110,6 @@ def _say(line: str) -> None:
     _close_bars()
     with suppress(OSError, ValueError):
         print(one_line(line), file=sys.stderr, flush=True)
-
-
-def one_line(text: str) -> str:
-    """``text`` on one line: a line break inside it (a path holding one) written as ``\\n`` or ``\\r``."""
-    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def _close_bars() -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.entry import refuse, reject
-from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
+from llmsched_env.commands.help import DefaultsFormatter, Parser, from_args, given_options, program
 from llmsched_env.common.checks import MAX_POLICY_TIMEOUT_S, MAX_SEEDS, SEED_LIMIT, check_label, duplicates
 from llmsched_env.common.files import CountLimit, retold
 from llmsched_env.common.outputs import (
@@ -180,7 +180,7 @@ def policy_timeout(text: str) -> float:
 
 def build_parser(description: str = "") -> argparse.ArgumentParser:
     """The parser of ``llmsched-evaluate``, its options in groups (the common ones first)."""
-    p = argparse.ArgumentParser(prog=program(*PROG), description=description, formatter_class=DefaultsFormatter)
+    p = Parser(prog=program(*PROG), description=description, formatter_class=DefaultsFormatter)
     run = p.add_argument_group("what to run").add_argument
     run(
         "--policies",

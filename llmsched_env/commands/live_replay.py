@@ -33,7 +33,7 @@ from typing import Any
 
 from llmsched_env.adapters.vllm.config import AdapterConfig
 from llmsched_env.commands.entry import command, keep, refuse
-from llmsched_env.commands.help import DefaultsFormatter
+from llmsched_env.commands.help import DefaultsFormatter, Parser
 from llmsched_env.common.fields import parse_config
 from llmsched_env.common.files import CONFIG_BYTES, parse_json, read_text
 from llmsched_env.common.outputs import (
@@ -91,7 +91,7 @@ def logged_engine_config(log_dir: Path) -> EngineConfig:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=DefaultsFormatter)
+    p = Parser(prog=PROG, description=__doc__, formatter_class=DefaultsFormatter)
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="live runs to replay and compare")
     p.add_argument("--engine-config", nargs="+", default=None, metavar="KEY=VALUE",
                    help="the server's limits as EngineConfig fields: num_kv_blocks (vLLM's KV blocks less its null "

@@ -6,13 +6,13 @@ recorded their fields, after checking the pair otherwise loads; a file with a re
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from llmsched_env.commands.entry import command, keep
+from llmsched_env.commands.help import Parser, one_line
 from llmsched_env.common.files import CONFIG_BYTES, parse_json, read_text
 from llmsched_env.common.outputs import write_text_atomically
 from llmsched_env.decision.policy_file import JSON_NAME, PolicyFileError, UnsealedPolicyError, seal_meta
@@ -46,7 +46,7 @@ PROG = "python -m llmsched_env.commands.seal_policy"
 @command(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     """Seal each policy given: one line each, an error line (and status 1) for one that fails."""
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__)
+    parser = Parser(prog=PROG, description=__doc__)
     parser.add_argument("policies", nargs="+", type=Path, help="policy folders (or their policy.json)")
     args = parser.parse_args(argv)
     keep("the policies sealed before it are sealed, the others as they were (each policy.json is replaced whole)",
@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             json_path, written = seal_policy_file(path)
         except (ValueError, OSError) as exc:  # PolicyFileError, a refused file; OSError: reading met (EACCES, EIO)
             why = f"{path}: {exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
-            print(f"seal_policy: error: {why}", file=sys.stderr)
+            print(one_line(f"seal_policy: error: {why}"), file=sys.stderr)
             status = 1
             continue
         print(f"{json_path}: {'sealed' if written else 'has its fields_sha256 already; left as it is'}")

@@ -47,7 +47,7 @@ from llmsched_env.commands.evaluate_args import (
     trace_scenarios,
     unread_trace_option,
 )
-from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
+from llmsched_env.commands.help import DefaultsFormatter, Parser, from_args, given_options, program
 from llmsched_env.common.outputs import (
     Inputs,
     Written,
@@ -93,7 +93,7 @@ def planned_episodes(config: TuneConfig) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``llmsched-tune``, its options in groups (the common ones first)."""
-    p = argparse.ArgumentParser(prog=program(*PROG), description=__doc__, formatter_class=DefaultsFormatter)
+    p = Parser(prog=program(*PROG), description=__doc__, formatter_class=DefaultsFormatter)
     what = p.add_argument_group("what to tune").add_argument
     what(
         "--scenarios",

@@ -41,6 +41,11 @@ def retold(exc: ValueError, text: str) -> ValueError:
     return type(exc)(text) if isinstance(exc, InputFileError) else ValueError(text)
 
 
+class SettingError(InputFileError):
+    """An environment variable the command reads that fails its check (not the command line's syntax): one line
+    naming it, without the usage block."""
+
+
 class FileRefusedError(InputFileError):
     """A file that is not read: not a regular file, or larger than the limit of its kind. One line naming it."""
 
@@ -65,8 +70,8 @@ class ByteLimit:
         except ValueError:
             limit = 0
         if limit <= 0:
-            raise ValueError(
-                f"{self.env}={text!r}: expected a whole number{self._of()} > 0 (the limit for {self.what})"
+            raise SettingError(
+                f"{self.env}={shown(text)}: expected a whole number{self._of()} > 0 (the limit for {self.what})"
             )
         return limit
 

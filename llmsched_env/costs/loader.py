@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from llmsched_env.common.checks import clipped, shown
 from llmsched_env.common.files import CONFIG_BYTES, FileRefusedError, link_problem, parse_json, read_text, refuse_nul
 from llmsched_env.costs.analytic import AnalyticCostModel
 from llmsched_env.costs.base import CostModel, prefill_time_s, unloaded_decode_time_s
@@ -57,13 +58,17 @@ def load_cost_model(name_or_path: str | os.PathLike[str]) -> CostModel:
         problem = link_problem(path)
         if problem is not None:
             raise ValueError(f"cost model file {path}: {problem}")
-        if not path.exists():  # one that is there but not a regular file is refused as it is read
-            raise ValueError(f"cost model file {path} does not exist")
+        try:
+            there = path.exists()  # one that is there but not a regular file is refused as it is read
+        except OSError as exc:  # a name too long for any file
+            raise ValueError(f"cost model file {clipped(str(path), 120)}: {exc.strerror or exc}") from None
+        if not there:
+            raise ValueError(f"cost model file {clipped(str(path), 120)} does not exist")
     elif text in list_presets():
         path = PRESET_DIR / f"{text}.json"
     else:
         raise ValueError(
-            f"unknown cost model preset {text!r}; available presets: {list_presets()} (or give a .json path)"
+            f"unknown cost model preset {shown(text)}; available presets: {list_presets()} (or give a .json path)"
         )
     try:
         data = parse_json(read_text(path, CONFIG_BYTES))

@@ -20,6 +20,7 @@ from llmsched_env.common.files import (
     CONFIG_BYTES,
     TRACE_BYTES,
     FileRefusedError,
+    InputFileError,
     link_problem,
     open_regular,
     parse_json,
@@ -194,7 +195,14 @@ def load_tuned_table(path: str | Path, *, shipped: bool = False) -> TunedTable:
     cached = _LOADED.get(key)
     if stamp is not None and cached is not None and cached[0] == stamp:
         return cached[1]
-    table = _load(p, shipped)
+    try:
+        table = _load(p, shipped)
+    except InputFileError:
+        raise
+    except ValueError as exc:  # what a file there holds (not the command line's words): without the usage block
+        if stamp is None:
+            raise
+        raise InputFileError(str(exc)) from None
     if stamp is not None:
         _LOADED[key] = (stamp, table)
     return table
