@@ -200,14 +200,15 @@ def test_the_adapter_config_refuses_each_bad_field_in_one_line_naming_the_file_a
     assert re.match(re.escape(str(config)) + message, line), line
 
 
-def test_a_config_of_many_problems_lists_the_first_twenty(tmp_path: Path) -> None:
+def test_a_config_of_many_problems_names_the_first_three_on_one_line(tmp_path: Path) -> None:
     config = tmp_path / "adapter.yaml"
     config.write_text("tenants:\n" + "".join(f"  - {{name: t{i}, priority: 0.5}}\n" for i in range(500)))
     with pytest.raises(ValueError) as err:
         AdapterConfig.from_file(config)
-    lines = str(err.value).splitlines()
-    assert len(lines) == 21 and lines[-1] == f"{config}: 480 more problems"
-    assert all(line.startswith(f"{config}: tenants[") for line in lines[:20])
+    message = str(err.value)
+    parts = message.split("; ")
+    assert "\n" not in message and len(message) < 1_000 and parts[-1] == f"{config}: 497 more problems", message
+    assert all(part.startswith(f"{config}: tenants[") for part in parts[:3])
 
 
 def test_a_good_adapter_config_reads_as_before(tmp_path: Path) -> None:

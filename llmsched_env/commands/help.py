@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+from llmsched_env.common.checks import MAX_MESSAGE, cut_middle
+
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
@@ -46,16 +48,10 @@ class DefaultsFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} ({default_text(action).replace('%', '%%')})".lstrip()  # the value is not a format
 
 
-MAX_LINE = 2000  # characters: an error line past it is cut in its middle, its size said
-
-
-def one_line(text: str, limit: int = MAX_LINE) -> str:
+def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
     """``text`` as one bounded line: a line break inside it (a path holding one) written ``\\n`` or ``\\r``, and
     past ``limit`` characters its middle cut out, its size said (a value of megabytes quoted by an error)."""
-    text = text.replace("\r", "\\r").replace("\n", "\\n")
-    if len(text) <= limit:
-        return text
-    return f"{text[: limit * 3 // 4]}… ({len(text):,} characters) …{text[-limit // 4 :]}"
+    return cut_middle(text.replace("\r", "\\r").replace("\n", "\\n"), limit)
 
 
 class Parser(argparse.ArgumentParser):

@@ -68,6 +68,17 @@ def clipped(text: str, limit: int = QUOTE_CHARS) -> str:
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
 
 
+MAX_MESSAGE = 1000  # characters: an error message past it is cut in its middle (``cut_middle``)
+
+
+def cut_middle(text: str, limit: int = MAX_MESSAGE) -> str:
+    """``text`` if at most ``limit`` characters, else its first three quarters and last quarter of ``limit`` with
+    ``… (N characters) …`` between: an error message bounded whatever it quotes, its start and end kept."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit * 3 // 4]}… ({len(text):,} characters) …{text[-limit // 4 :]}"
+
+
 def shown(value: object, limit: int = QUOTE_CHARS) -> str:
     """``repr(value)`` for an error message, at most about ``limit`` characters: a long string cut with its size
     (``'xxx…' (2,340,112 characters)``), a container shown to 3 levels and 6 items each (``...`` for the rest),

@@ -497,7 +497,8 @@ def read_config(path: str | os.PathLike[str], what: str, yaml: bool = False) -> 
     except FileRefusedError:  # a FIFO, a device, a file over the limit: one line naming it already
         raise
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{p}: cannot read {what} ({exc})") from None
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else clipped(str(exc), 200)
+        raise ValueError(f"{clipped(str(p), 200)}: cannot read {what} ({why})") from None
     if not (yaml or p.suffix in (".yaml", ".yml")):
         try:
             return parse_json(text)

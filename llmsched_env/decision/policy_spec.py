@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmsched_env.common.checks import clipped, shown
-from llmsched_env.common.files import link_problem
+from llmsched_env.common.checks import clipped, cut_middle, shown
+from llmsched_env.common.files import link_problem, retold
 from llmsched_env.common.outputs import package_dir
 from llmsched_env.decision.planners.lookahead import LOOKAHEAD, LookaheadConfig, parse_lookahead
 from llmsched_env.decision.planners.mpc import MPC, MPCConfig, mpc_for, parse_mpc
@@ -126,7 +126,10 @@ def resolve_policy(entry: str) -> PolicySpec:
         entry = os.fspath(entry)
     if not isinstance(entry, str):
         raise TypeError(f"resolve_policy: entry must be a policy name or path (str), got {type(entry).__name__}")
-    spec = _resolve(entry)
+    try:
+        spec = _resolve(entry)
+    except ValueError as exc:  # bounded, whatever the entry quotes
+        raise retold(exc, cut_middle(str(exc))) from None
     _check_label(entry, spec)
     return spec
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from llmsched_env.common.checks import shown
+from llmsched_env.common.checks import clipped, shown
 from llmsched_env.common.files import (
     TRACE_BYTES,
     TRACE_LINE_BYTES,
@@ -114,8 +114,8 @@ def _unreadable(path: Path, error: OSError) -> TraceError:
     if problem is not None:  # a link loop, a link to nothing
         return TraceError(f"{path}: {problem}; give the trace file itself")
     if isinstance(error, FileNotFoundError):
-        return TraceError(f"{path}: trace file not found; check the path")
-    return TraceError(f"{path}: cannot read trace file ({error.strerror})")
+        return TraceError(f"{clipped(str(path), 200)}: trace file not found; check the path")
+    return TraceError(f"{clipped(str(path), 200)}: cannot read trace file ({error.strerror})")
 
 
 def _read_lines(path: Path) -> list[str]:

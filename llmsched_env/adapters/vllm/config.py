@@ -259,13 +259,13 @@ class AdapterConfig:
 
 CONFIG_FIELDS = tuple(name for name in field_kinds(AdapterConfig) if name != "where")  # a config file's keys
 TEXT_FIELDS = ("policy", "cost_model", "scenario", "log_dir", "policy_deadline", "control_file")  # names and paths
-MAX_PROBLEMS = 20  # the most problems an AdapterConfig error lists, a line each
+MAX_PROBLEMS = 3  # the most problems an AdapterConfig error names, on its one line
 
 
 def _lines(errors: list[str], w: str) -> str:
-    """The first ``MAX_PROBLEMS`` of ``errors``, a line each, and a line counting the others."""
+    """The first ``MAX_PROBLEMS`` of ``errors`` on one line (``; ``), and a count of the others."""
     more = len(errors) - MAX_PROBLEMS
-    return "\n".join(errors[:MAX_PROBLEMS] + ([f"{w}: {more:,} more problems"] if more > 0 else []))
+    return "; ".join(errors[:MAX_PROBLEMS] + ([f"{w}: {more:,} more problems"] if more > 0 else []))
 
 
 # the fields LLMSCHED_<NAME> sets (AdapterConfig.from_env)
