@@ -70,6 +70,7 @@ from llmsched_env.common.outputs import (
     written_in,
 )
 from llmsched_env.evaluation.progress import Progress, status
+from llmsched_env.evaluation.resume import file_digest
 from llmsched_env.evaluation.sustained import env_windows
 from llmsched_env.workloads.library import mixture_scenarios
 from llmsched_env.workloads.scenarios import Scenario, TraceSource
@@ -123,7 +124,7 @@ def prepare_run_folder(config: TrainConfig, hp: Mapping[str, Any]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomically(out / "config.yml", yaml.safe_dump({"algo": config.algo, "scenario": config.scenario, **hp}))
     run_id = read_run_id(out) if config.resume else None  # a resumed run keeps its id; a new one gets its own
-    args = {**config.as_dict(), "run_id": run_id or secrets.token_hex(8)}
+    args = {**config.as_dict(), "run_id": run_id or secrets.token_hex(8), **_trace_digest(config)}
     write_text_atomically(out / "args.json", finite_json(args, indent=1))
     write_text_atomically(out / "command.txt", shlex.join(["llmsched-train", *config.to_argv()]) + "\n")
     return out
@@ -233,8 +234,21 @@ def run_outputs(config: TrainConfig) -> list[Written]:
 
 
 # the TrainConfig fields a resumed training must share with its run (args.json); the hyperparameters are compared
-# by resumed_hyperparams
+# by resumed_hyperparams; the trace's content by its digest (TRACE_DIGEST)
 SAME_ON_RESUME = ("algo", "scenario", "trace", "seed", "bc")
+TRACE_DIGEST = "trace_sha256"
+
+
+def _trace_digest(config: TrainConfig) -> dict[str, str]:
+    """``{TRACE_DIGEST: ...}`` of the training's ``--trace`` file, or nothing without one (or when it cannot be read:
+    its loader names the problem)."""
+    path = (config.trace or {}).get("trace")
+    if path is None:
+        return {}
+    try:
+        return {TRACE_DIGEST: file_digest(path)}
+    except OSError:
+        return {}
 
 
 def _read_json(path: Path) -> Any:
@@ -325,6 +339,13 @@ def check_run_folder(config: TrainConfig) -> None:
                 f"--resume: {out} was trained with {flag} {theirs}, this command gives {given}; resume with the "
                 f"run's own {flag} (its command.txt), or choose another --out"
             )
+    recorded, now = earlier.get(TRACE_DIGEST), _trace_digest(config).get(TRACE_DIGEST)
+    if recorded is not None and recorded != now:  # the same path, other requests: another training's data
+        raise ValueError(
+            f"--resume: the --trace file {(config.trace or {}).get('trace')} changed since {out} was trained on it "
+            f"(sha256 {now} against {recorded} in its args.json); resume with the trace it was trained on, or choose "
+            "another --out"
+        )
     lost = [name for name in ("best_model.zip", "policy.json", "policy.safetensors") if not (out / name).exists()]
     if checkpointed and (out / "best.json").exists() and lost:  # exported with each new best, not otherwise
         raise ValueError(

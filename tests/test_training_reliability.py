@@ -693,3 +693,27 @@ def test_an_hp_mapping_and_a_key_inside_it_are_refused(
     argv = ["--scenario", "mixed-slo", "--out", str(tmp_path / "r"), "--timesteps", "256"]
     line = _refused([*argv, *(x for item in hp for x in ("--hp", item))], capsys)
     assert f"--hp {hp[0]} and --hp {hp[1]}: one sets a key inside the other" in line and not (tmp_path / "r").exists()
+
+
+def test_a_resume_whose_trace_changed_under_the_same_path_is_refused(tmp_path: Path) -> None:
+    """A resume after the --trace file's rows were edited (the same path) trained on without a word."""
+    import shutil
+
+    from agents.train_config import TrainConfig, resolve_hyperparams
+    from agents.training import TRACE_DIGEST, check_run_folder, prepare_run_folder
+
+    trace = tmp_path / "t.csv"
+    shutil.copy(Path(__file__).parent / "data" / "heldout" / "conv_code_2tenants.csv", trace)
+    options = {"trace": str(trace), "trace_format": "generic",
+               "trace_columns": "arrival=arrival,prompt_len=prompt_len,output_len=output_len"}  # fmt: skip
+    first = TrainConfig(trace=options, out=tmp_path / "run")
+    out = prepare_run_folder(first, resolve_hyperparams(first))
+    recorded = json.loads((out / "args.json").read_text())[TRACE_DIGEST]
+    resumed = TrainConfig(trace=options, out=out, resume=True)
+    check_run_folder(resumed)  # the same trace: resumable
+    lines = trace.read_text().splitlines()
+    lines[5] = lines[5].replace(",", ",9", 1)  # one request's prompt edited
+    trace.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=f"--resume: the --trace file {trace} changed since {out} was trained on it "
+                                         rf"\(sha256 \w+ against {recorded} in its args.json\)"):  # fmt: skip
+        check_run_folder(resumed)

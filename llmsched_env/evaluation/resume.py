@@ -27,8 +27,8 @@ from llmsched_env.evaluation.config import EvalConfig, Row
 from llmsched_env.evaluation.grid import FinishedRun, shown_value
 
 __all__ = ["RECORD_FORMAT", "RECORD_NAME", "RECORD_VERSION", "ROWS_NAME", "RowsLog", "check_details",
-           "check_resumable", "check_row", "differences", "evaluation_id", "evaluation_record", "read_record",
-           "read_rows"]  # fmt: skip
+           "check_resumable", "check_row", "differences", "evaluation_id", "evaluation_record", "file_digest",
+           "read_record", "read_rows"]  # fmt: skip
 
 DIGEST_KEY = "sha256"  # in each line of the rows file: the digest of the rest of the line (``_entry_digest``)
 ROWS_NAME = "rows.jsonl"  # in --out: one line per finished run (or capacity search)
@@ -43,6 +43,12 @@ def _digest(chunks: Iterable[bytes]) -> str:
     for chunk in chunks:
         h.update(chunk)
     return h.hexdigest()[:16]
+
+
+def file_digest(path: str | Path) -> str:
+    """The first 16 hex digits of the SHA-256 of the file ``path`` (an input's record: ``evaluation.json``, a
+    training's ``args.json``)."""
+    return _digest(_file_chunks(Path(path)))
 
 
 def _file_chunks(path: Path) -> Iterable[bytes]:
@@ -63,7 +69,7 @@ def evaluation_record(
     inputs: dict[str, str] = {}
     for flag, path in (files or {}).items():
         if path is not None and Path(path).is_file():
-            inputs[flag] = _digest(_file_chunks(Path(path)))
+            inputs[flag] = file_digest(path)
     for spec in config.policies:
         if spec.path is not None:
             exported = spec.load()
