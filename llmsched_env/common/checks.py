@@ -68,7 +68,7 @@ def clipped(text: str, limit: int = QUOTE_CHARS) -> str:
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
 
 
-MAX_MESSAGE = 1000  # characters: an error message past it is cut in its middle (``cut_middle``)
+MAX_MESSAGE = 900  # characters: an error message past it is cut in its middle (``cut_middle``)
 
 
 def cut_middle(text: str, limit: int = MAX_MESSAGE) -> str:
