@@ -35,8 +35,8 @@ from llmsched_env.commands.evaluate_args import (
     trace_options,
     unread_trace_option,
 )
-from llmsched_env.commands.help import DefaultsFormatter, Parser, from_args, given_options, program
-from llmsched_env.common.checks import check_unique
+from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
+from llmsched_env.common.checks import Parser, check_unique
 from llmsched_env.common.fields import split_items
 from llmsched_env.common.outputs import (
     Inputs,

@@ -585,3 +585,13 @@ def test_a_huge_value_quoted_by_a_usage_error_is_cut_to_a_bounded_line(
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert exc.value.code == 2 and last.startswith("llmsched-evaluate: error: ") and len(last) < 2_100, len(last)
     assert "characters) …" in last
+
+
+def test_the_live_experiments_usage_line_is_bounded_too(capsys: pytest.CaptureFixture[str]) -> None:
+    """The live experiment's parser (built in the live layer) cuts a huge quoted value as the commands' do."""
+    from llmsched_env.commands.live_experiment import main as experiment_main
+
+    with pytest.raises(SystemExit) as exc:
+        experiment_main(["--workloads", "q" * 100_000, "--seed", "x" * 100_000])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exc.value.code == 2 and "error: " in last and len(last) < 1_100 and "characters) …" in last, last[:300]

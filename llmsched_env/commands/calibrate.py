@@ -21,8 +21,8 @@ from pathlib import Path
 
 from llmsched_env.commands.entry import command, keep, reject
 from llmsched_env.commands.evaluate_args import add_runner_options, runner_spec
-from llmsched_env.commands.help import DefaultsFormatter, Parser, program
-from llmsched_env.common.checks import check_unique
+from llmsched_env.commands.help import DefaultsFormatter, program
+from llmsched_env.common.checks import Parser, check_unique
 from llmsched_env.common.outputs import (
     Inputs,
     Written,

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llmsched_env.commands.entry import command, keep
-from llmsched_env.commands.help import Parser
+from llmsched_env.common.checks import Parser
 from llmsched_env.common.compiled import (
     MANIFEST,
     MODULES,

@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any, NoReturn, TypeVar
 
-from llmsched_env.commands.help import one_line, program
+from llmsched_env.commands.help import program
+from llmsched_env.common.checks import one_line
 from llmsched_env.common.files import InputFileError
 from llmsched_env.common.lifetime import Terminated, sigterm_raises
 from llmsched_env.common.outputs import OutputRefusedError

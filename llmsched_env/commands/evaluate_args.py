@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from llmsched_env.cluster.scenarios import list_cluster_scenarios
 from llmsched_env.commands.entry import refuse, reject
-from llmsched_env.commands.help import DefaultsFormatter, Parser, from_args, given_options, program
-from llmsched_env.common.checks import MAX_POLICY_TIMEOUT_S, MAX_SEEDS, SEED_LIMIT, check_label, duplicates
+from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
+from llmsched_env.common.checks import MAX_POLICY_TIMEOUT_S, MAX_SEEDS, SEED_LIMIT, Parser, check_label, duplicates
 from llmsched_env.common.files import CountLimit, retold
 from llmsched_env.common.outputs import (
     COMPLETE_NAME,

@@ -10,9 +10,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
-
-from llmsched_env.common.checks import MAX_MESSAGE, cut_middle
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -46,19 +44,6 @@ class DefaultsFormatter(argparse.RawDescriptionHelpFormatter):
         if not action.option_strings or action.default is argparse.SUPPRESS or "(default" in text:
             return text
         return f"{text} ({default_text(action).replace('%', '%%')})".lstrip()  # the value is not a format
-
-
-def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
-    """``text`` as one bounded line: a line break inside it (a path holding one) written ``\\n`` or ``\\r``, and
-    past ``limit`` characters its middle cut out, its size said (a value of megabytes quoted by an error)."""
-    return cut_middle(text.replace("\r", "\\r").replace("\n", "\\n"), limit)
-
-
-class Parser(argparse.ArgumentParser):
-    """The commands' ``ArgumentParser``: its usage error is one bounded line (``one_line``)."""
-
-    def error(self, message: str) -> NoReturn:
-        super().error(one_line(message))
 
 
 _NOT_GIVEN = object()

@@ -33,7 +33,8 @@ from typing import Any
 
 from llmsched_env.adapters.vllm.config import AdapterConfig
 from llmsched_env.commands.entry import command, keep, refuse
-from llmsched_env.commands.help import DefaultsFormatter, Parser
+from llmsched_env.commands.help import DefaultsFormatter
+from llmsched_env.common.checks import Parser
 from llmsched_env.common.fields import parse_config
 from llmsched_env.common.files import CONFIG_BYTES, parse_json, read_text
 from llmsched_env.common.outputs import (

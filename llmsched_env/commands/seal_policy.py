@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llmsched_env.commands.entry import command, keep
-from llmsched_env.commands.help import Parser, one_line
+from llmsched_env.common.checks import Parser, one_line
 from llmsched_env.common.files import CONFIG_BYTES, parse_json, read_text
 from llmsched_env.common.outputs import write_text_atomically
 from llmsched_env.decision.policy_file import JSON_NAME, PolicyFileError, UnsealedPolicyError, seal_meta

@@ -47,7 +47,8 @@ from llmsched_env.commands.evaluate_args import (
     trace_scenarios,
     unread_trace_option,
 )
-from llmsched_env.commands.help import DefaultsFormatter, Parser, from_args, given_options, program
+from llmsched_env.commands.help import DefaultsFormatter, from_args, given_options, program
+from llmsched_env.common.checks import Parser
 from llmsched_env.common.outputs import (
     Inputs,
     Written,

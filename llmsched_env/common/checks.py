@@ -3,12 +3,13 @@ labels)."""
 
 from __future__ import annotations
 
+import argparse
 import math
 import numbers
 import reprlib
 import unicodedata
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 TABLE_SEPARATOR = "|"  # a Markdown table's column separator
 
@@ -77,6 +78,19 @@ def cut_middle(text: str, limit: int = MAX_MESSAGE) -> str:
     if len(text) <= limit:
         return text
     return f"{text[: limit * 3 // 4]}… ({len(text):,} characters) …{text[-limit // 4 :]}"
+
+
+def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
+    """``text`` as one bounded line: a line break inside it (a path holding one) written ``\\n`` or ``\\r``, and
+    past ``limit`` characters its middle cut out, its size said (a value of megabytes quoted by an error)."""
+    return cut_middle(text.replace("\r", "\\r").replace("\n", "\\n"), limit)
+
+
+class Parser(argparse.ArgumentParser):
+    """Every command line's ``ArgumentParser``: its usage error is one bounded line (``one_line``)."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(one_line(message))
 
 
 def shown(value: object, limit: int = QUOTE_CHARS) -> str:

@@ -30,6 +30,7 @@ import numpy as np
 
 from llmsched_env.adapters.vllm.serve_log import LABEL_KEY
 from llmsched_env.adapters.vllm.state import TENANT_KEY
+from llmsched_env.common.checks import Parser
 from llmsched_env.common.files import CONFIG_BYTES, RECORD_BYTES, parse_json, read_text
 from llmsched_env.common.outputs import write_text_atomically
 from llmsched_env.engine.config import SLO_CLASSES
@@ -436,8 +437,8 @@ def _floats(text: str) -> list[float]:
 
 def cli_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
     """The parser of ``python -m MODULE``: the first paragraph of ``doc`` as its description, defaults shown."""
-    return argparse.ArgumentParser(prog=f"python -m {module}", description=(doc or "").split("\n\n")[0],
-                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
+    return Parser(prog=f"python -m {module}", description=(doc or "").split("\n\n")[0],
+                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
